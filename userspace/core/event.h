@@ -1,0 +1,63 @@
+#pragma once
+// Event records: what a capture hook (in-process C++ hook, the pure-Python
+// reference, later the eBPF agent) appends to a lane's buffer. Fixed size,
+// no pointers: a buffer can be copied, saved and joined across processes.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlprof {
+
+enum class EventKind : uint8_t {
+  // A span opens. id: function id (FunctionTable). The span's parent is the
+  // innermost open span of the lane.
+  kCall = 1,
+  // The innermost open span closes. id: unused.
+  kReturn = 2,
+  // A generator/coroutine span is suspended (yield/await). id: index, in the
+  // same lane's events, of the kCall that opened it. That span and every open
+  // span above it are detached from the stack, not closed.
+  kSuspend = 3,
+  // A suspended span resumes. id: index of the kCall that opened it. The
+  // segment detached by the matching kSuspend is pushed back on the stack.
+  kResume = 4,
+  // Attaches a label (string id) to the next kCall of the lane. ts unused.
+  kLabel = 5,
+};
+
+// Flags on events.
+enum EventFlag : uint8_t {
+  kEvException = 1 << 0,  // kReturn: the frame exited by an exception
+  kEvCFunction = 1 << 1,  // kCall: a C function (capture_c_calls)
+  kEvBlock = 1 << 2,      // kCall: a profile_block region, not a frame
+  kEvContinued = 1 << 3,  // kCall: a coroutine resumed with no start seen in this lane
+};
+
+struct Event {
+  int64_t ts_ns = 0;  // CLOCK_MONOTONIC, nanoseconds
+  uint32_t id = 0;
+  EventKind kind = EventKind::kCall;
+  uint8_t flags = 0;
+  uint16_t reserved = 0;
+};
+static_assert(sizeof(Event) == 16, "Event must stay a 16-byte record");
+
+// One timeline: the events of one session in one thread and one execution
+// context (an asyncio task has its own context, hence its own lane).
+struct Lane {
+  uint64_t thread_id = 0;   // threading.get_ident()
+  uint64_t native_tid = 0;  // gettid(), joins with kernel events
+  std::string thread_name;
+  uint32_t task = 0;        // 0: the context the session was entered in; n: n-th other context
+  // A lane started inside another lane's span (an asyncio task created in the
+  // session, a thread started by it): its roots become children of the span
+  // opened by event `parent_call` of lane `parent_lane`. -1: roots stay roots.
+  int32_t parent_lane = -1;
+  uint32_t parent_call = 0;
+  std::vector<Event> events;
+  uint64_t dropped = 0;      // calls not recorded because the buffer was full
+  bool truncated = false;    // recording stopped entirely (hard cap reached)
+};
+
+}  // namespace mlprof

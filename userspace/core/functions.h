@@ -1,0 +1,69 @@
+#pragma once
+// What a span stands for: a Python function (code object), a C function, or a
+// labelled block. Interned so that events carry a 32-bit id.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/strings.h"
+
+namespace mlprof {
+
+enum class FunctionKind : uint8_t {
+  kPython = 0,  // a code object
+  kC = 1,       // a builtin / extension function (capture_c_calls)
+  kBlock = 2,   // a profile_block region: name is the block's label
+};
+
+struct FunctionInfo {
+  uint32_t name = 0;    // qualified name ("Pipeline.predict"); string id
+  uint32_t module = 0;  // "sklearn.pipeline"; string id
+  uint32_t file = 0;    // co_filename; string id
+  int32_t line = 0;     // co_firstlineno, 0 if unknown
+  FunctionKind kind = FunctionKind::kPython;
+  bool user_code = false;  // see classify_user_code()
+};
+
+// Decides FunctionInfo::user_code from a file path: false for site-packages,
+// dist-packages, the standard library (any of `library_prefixes`, given by the
+// interpreter) and pseudo-files such as "<frozen importlib._bootstrap>".
+struct PathRules {
+  std::vector<std::string> library_prefixes;
+};
+bool classify_user_code(std::string_view file, const PathRules& rules);
+
+// True when `module` is `prefix` or inside it ("a.b" is inside "a", not "ab").
+bool module_in(std::string_view module, std::string_view prefix);
+
+class FunctionTable {
+ public:
+  // Interns a function; the same (name, module, file, line, kind) gives the same id.
+  uint32_t add(std::string_view name, std::string_view module, std::string_view file,
+               int32_t line, FunctionKind kind, bool user_code);
+  const FunctionInfo& get(uint32_t id) const { return functions_.at(id); }
+  size_t size() const { return functions_.size(); }
+  StringTable& strings() { return strings_; }
+  const StringTable& strings() const { return strings_; }
+  // Convenience accessors.
+  const std::string& name(uint32_t id) const { return strings_.get(get(id).name); }
+  const std::string& module(uint32_t id) const { return strings_.get(get(id).module); }
+
+ private:
+  struct Key {
+    uint32_t name, module, file;
+    int32_t line;
+    FunctionKind kind;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  StringTable strings_;
+  std::vector<FunctionInfo> functions_;
+  std::unordered_map<Key, uint32_t, KeyHash> index_;
+};
+
+}  // namespace mlprof

@@ -1,0 +1,74 @@
+#pragma once
+// The span tree, built once after capture from the lanes' events, in O(n).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/event.h"
+#include "core/functions.h"
+
+namespace mlprof {
+
+enum SpanFlag : uint32_t {
+  kSpanException = 1u << 0,       // exited by an exception
+  kSpanOpenAtEnd = 1u << 1,       // still running when the session ended; end = session end
+  kSpanSuspendedAtEnd = 1u << 2,  // a generator/coroutine suspended when the session ended
+  kSpanChildrenDropped = 1u << 3, // some calls under it were dropped (buffer full)
+  kSpanCFunction = 1u << 4,       // a C function (capture_c_calls)
+  kSpanBlock = 1u << 5,           // a profile_block region
+  kSpanLabelled = 1u << 6,        // label set by profile_span/profile_block
+  kSpanContinued = 1u << 7,       // a coroutine whose start was not seen in this lane
+  kSpanGenerator = 1u << 8,       // was suspended at least once (generator/coroutine)
+  kSpanTruncated = 1u << 9,       // the lane stopped recording while it was open
+};
+
+struct Span {
+  int32_t parent = -1;       // index into Profile::spans, -1 for a root
+  uint32_t function = 0;     // FunctionTable id
+  uint32_t label = 0;        // string id of the profile_span label, 0 if none
+  uint32_t lane = 0;         // index into Profile::lanes
+  uint32_t depth = 0;        // tree depth, root = 0
+  uint32_t flags = 0;        // SpanFlag
+  int64_t start_ns = 0;      // first start
+  int64_t end_ns = 0;        // final return (or session end, see flags)
+  int64_t active_ns = 0;     // time actually running (< end-start for suspended spans)
+  uint32_t resumes = 0;      // times a suspended span was resumed
+  int32_t first_child = -1;  // children in start order
+  int32_t next_sibling = -1;
+
+  int64_t duration_ns() const { return end_ns - start_ns; }
+};
+
+// Per-session figures reported by ProfileSession.statistics().
+struct CaptureStats {
+  uint64_t events_captured = 0;  // events written to lanes
+  uint64_t events_skipped = 0;   // frame events below the depth ceiling
+  uint64_t unmatched_returns = 0;  // returns the builder had no open span for
+};
+
+struct Profile {
+  FunctionTable functions;
+  std::vector<Lane> lanes;
+  std::vector<Span> spans;     // grouped by lane, in start order within a lane
+  std::vector<int32_t> roots;  // root span indices, in start order
+  int captured_depth = 2;      // the ceiling; -1 = unlimited
+  int64_t start_ns = 0;        // session activation
+  int64_t end_ns = 0;          // session end
+  CaptureStats stats;
+  std::map<std::string, std::string> meta;  // provenance: engine, python, pid, host ...
+
+  // Label if set, else the function's name.
+  const std::string& display_name(const Span& s) const;
+  // Deepest tree depth present (-1 if no spans).
+  int max_depth() const;
+};
+
+// Builds spans, roots and child links from profile.lanes. Lanes with a parent_lane hang their roots under that span (which
+// must come earlier in profile.lanes). Spans still open
+// at the end of a lane are closed at profile.end_ns and flagged; returns with
+// no open span are counted in stats.unmatched_returns and ignored.
+void build_tree(Profile& profile);
+
+}  // namespace mlprof

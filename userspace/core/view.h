@@ -1,0 +1,48 @@
+#pragma once
+// A view of a profile: which spans a renderer shows and how. Views never
+// modify the profile; rendering at depth k hides spans deeper than k.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tree.h"
+
+namespace mlprof {
+
+struct ViewOptions {
+  int depth = -1;                  // -1: everything captured
+  bool show_c_calls = false;       // false: C-function spans are folded into their caller
+  bool collapse_frameworks = false;  // merge runs of library spans into "[pkg]" nodes
+  std::vector<std::string> user_modules;  // module prefixes always treated as user code
+};
+
+// One node of a view. Either a span of the profile, or a collapsed group of
+// consecutive library sibling spans (span = first of them, group > 1 or name set).
+struct ViewNode {
+  int32_t span = -1;          // index into Profile::spans
+  std::string collapsed;      // non-empty for a "[pkg]" node
+  int64_t start_ns = 0, end_ns = 0, duration_ns = 0;  // collapsed: sum of durations
+  uint32_t depth = 0;         // depth in the view
+  int32_t parent = -1;        // index into View::nodes
+  std::vector<int32_t> children;  // indices into View::nodes
+  uint32_t merged = 1;        // spans merged into this node
+};
+
+struct View {
+  std::vector<ViewNode> nodes;   // pre-order
+  std::vector<int32_t> roots;
+  int requested_depth = -1;
+  int effective_depth = -1;      // min(requested, captured)
+  bool depth_clamped = false;    // requested deeper than captured
+};
+
+// True if the span's code is user code under the options' user_modules.
+bool is_user_code(const Profile& p, const Span& s, const ViewOptions& opts);
+
+View make_view(const Profile& p, const ViewOptions& opts);
+
+// "predict/preprocess/encode": display names from the root, joined by '/'.
+std::string call_path(const Profile& p, int32_t span);
+
+}  // namespace mlprof
