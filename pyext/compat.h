@@ -1,0 +1,97 @@
+#pragma once
+// CPython version shims for the capture hooks (3.9 to 3.13). Each shim says
+// which release it covers; everything else uses the stable C API.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define MLPROF_HAS_MONITORING 1  // sys.monitoring (PEP 669), 3.12+
+#else
+#define MLPROF_HAS_MONITORING 0
+#endif
+
+namespace mlprof::compat {
+
+inline PyThreadState* tstate() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_GetUnchecked();
+#else
+  return _PyThreadState_UncheckedGet();
+#endif
+}
+
+// PEP 523 per-code extra slots, renamed PyUnstable_* in 3.12.
+inline Py_ssize_t request_code_extra_index() {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyUnstable_Eval_RequestCodeExtraIndex(nullptr);
+#else
+  return _PyEval_RequestCodeExtraIndex(nullptr);
+#endif
+}
+inline int get_code_extra(PyObject* code, Py_ssize_t index, void** extra) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyUnstable_Code_GetExtra(code, index, extra);
+#else
+  return _PyCode_GetExtra(code, index, extra);
+#endif
+}
+inline int set_code_extra(PyObject* code, Py_ssize_t index, void* extra) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyUnstable_Code_SetExtra(code, index, extra);
+#else
+  return _PyCode_SetExtra(code, index, extra);
+#endif
+}
+
+// Borrowed code object of a frame (the setprofile path, 3.9-3.11).
+inline PyCodeObject* frame_code(PyFrameObject* f) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyCodeObject* code = PyFrame_GetCode(f);  // new reference; the frame keeps it alive
+  Py_DECREF(code);
+  return code;
+#else
+  return f->f_code;
+#endif
+}
+
+// Address of the generator/coroutine that owns a frame, 0 for plain frames.
+// Only an identity: it is never dereferenced.
+inline uintptr_t frame_generator(PyFrameObject* f) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* gen = PyFrame_GetGenerator(f);
+  if (!gen) return 0;
+  Py_DECREF(gen);  // the frame belongs to the generator, which is alive
+  return reinterpret_cast<uintptr_t>(gen);
+#else
+  return reinterpret_cast<uintptr_t>(f->f_gen);
+#endif
+}
+
+// Setprofile path: is this PyTrace_RETURN a yield/await rather than the end
+// of the frame?
+inline bool frame_is_suspending(PyFrameObject* f) {
+#if PY_VERSION_HEX >= 0x030C0000
+  (void)f;
+  return false;  // 3.12+ uses sys.monitoring, which reports PY_YIELD itself
+#elif PY_VERSION_HEX >= 0x030B0000
+  // 3.11: YIELD_VALUE marks the generator FRAME_SUSPENDED (-1 in
+  // internal/pycore_frame.h) before the profile function sees the return.
+  PyObject* gen = PyFrame_GetGenerator(f);
+  if (!gen) return false;
+  bool suspended = reinterpret_cast<PyGenObject*>(gen)->gi_frame_state == -1;
+  Py_DECREF(gen);
+  return suspended;
+#elif PY_VERSION_HEX >= 0x030A0000
+  return f->f_gen != nullptr && f->f_state == FRAME_SUSPENDED;  // 3.10
+#else
+  return f->f_gen != nullptr && f->f_stacktop != nullptr;  // 3.9: set only by a yield
+#endif
+}
+
+constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
+
+inline bool is_generator_code(PyCodeObject* code) { return (code->co_flags & kGeneratorFlags) != 0; }
+
+}  // namespace mlprof::compat

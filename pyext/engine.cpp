@@ -1,0 +1,747 @@
+#include "engine.h"
+
+#include <pythread.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+
+#include "probes.h"
+
+namespace mlprof {
+
+int g_native_collecting = 0;
+int g_reference_collecting = 0;
+
+namespace {
+
+PyObject* g_session_var = nullptr;
+Py_ssize_t g_extra_index = -1;
+uint64_t g_generation = 1;
+uint64_t g_next_serial = 1;
+std::unordered_map<PyObject*, Engine*> g_by_session;  // collecting engines by session object
+std::unordered_map<uint64_t, Engine*> g_by_serial;    // collecting engines by serial
+
+// Process-wide interning of what events name. Code objects cache their id in
+// a PEP 523 extra slot, so the hot path never hashes; the profile copies out
+// the entries it uses when it is built.
+FunctionTable& registry() {
+  static FunctionTable* table = new FunctionTable();  // never freed: ids outlive sessions
+  return *table;
+}
+PathRules& path_rules() {
+  static PathRules* rules = new PathRules();
+  return *rules;
+}
+constexpr uintptr_t kExtraTransparent = 1;
+constexpr uint32_t kTransparent = UINT32_MAX;
+
+std::string utf8(PyObject* s) {
+  if (!s || !PyUnicode_Check(s)) return {};
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s, &n);
+  if (!p) {
+    PyErr_Clear();
+    return {};
+  }
+  return std::string(p, static_cast<size_t>(n));
+}
+
+std::string module_of_current_frame(PyCodeObject* code) {
+  // Cold path (first sight of a code object): the module is the frame's __name__.
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed
+  if (!f || compat::frame_code(f) != code) return {};
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* globals = PyFrame_GetGlobals(f);  // new ref
+#else
+  PyObject* globals = f->f_globals;
+  Py_XINCREF(globals);
+#endif
+  std::string out;
+  if (globals && PyDict_Check(globals)) out = utf8(PyDict_GetItemString(globals, "__name__"));
+  Py_XDECREF(globals);
+  return out;
+}
+
+uint32_t intern_code(PyCodeObject* code) {
+#if PY_VERSION_HEX >= 0x030B0000
+  std::string name = utf8(code->co_qualname);
+#else
+  std::string name = utf8(code->co_name);
+#endif
+  std::string file = utf8(code->co_filename);
+  std::string module = module_of_current_frame(code);
+  return registry().add(name, module, file, code->co_firstlineno, FunctionKind::kPython,
+                        classify_user_code(file, path_rules()));
+}
+
+inline uint32_t function_id(PyCodeObject* code) {
+  void* extra = nullptr;
+  if (compat::get_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, &extra) < 0) {
+    PyErr_Clear();
+    return kTransparent;
+  }
+  auto v = reinterpret_cast<uintptr_t>(extra);
+  if (v == kExtraTransparent) return kTransparent;
+  if (v) return static_cast<uint32_t>((v >> 1) - 1);
+  uint32_t id = intern_code(code);
+  compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index,
+                         reinterpret_cast<void*>((static_cast<uintptr_t>(id) + 1) << 1));
+  return id;
+}
+
+inline bool is_transparent(PyCodeObject* code) {
+  void* extra = nullptr;
+  if (compat::get_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, &extra) < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return reinterpret_cast<uintptr_t>(extra) == kExtraTransparent;
+}
+
+// C functions: keyed by (method def or type, self type); names resolved once.
+struct PairHash {
+  size_t operator()(const std::pair<const void*, const void*>& p) const {
+    return std::hash<const void*>()(p.first) * 31 + std::hash<const void*>()(p.second);
+  }
+};
+std::unordered_map<std::pair<const void*, const void*>, uint32_t, PairHash> g_cfuncs;
+
+std::string type_module(PyTypeObject* t) {
+  const char* dot = strrchr(t->tp_name, '.');
+  return dot ? std::string(t->tp_name, static_cast<size_t>(dot - t->tp_name)) : "builtins";
+}
+std::string type_short(PyTypeObject* t) {
+  const char* dot = strrchr(t->tp_name, '.');
+  return dot ? dot + 1 : t->tp_name;
+}
+
+uint32_t cfunction_id(PyObject* callable) {
+  const void* k1 = nullptr;
+  const void* k2 = nullptr;
+  std::string name, module;
+  if (PyCFunction_Check(callable)) {
+    auto* fn = reinterpret_cast<PyCFunctionObject*>(callable);
+    PyObject* self = fn->m_self;
+    k1 = fn->m_ml;
+    k2 = (self && !PyModule_Check(self)) ? static_cast<const void*>(Py_TYPE(self)) : nullptr;
+    auto it = g_cfuncs.find({k1, k2});
+    if (it != g_cfuncs.end()) return it->second;
+    if (k2) {
+      name = type_short(Py_TYPE(self)) + "." + fn->m_ml->ml_name;
+      module = type_module(Py_TYPE(self));
+    } else {
+      name = fn->m_ml->ml_name;
+      module = fn->m_module && PyUnicode_Check(fn->m_module) ? utf8(fn->m_module) : "builtins";
+    }
+  } else if (Py_TYPE(callable) == &PyMethodDescr_Type) {
+    auto* d = reinterpret_cast<PyMethodDescrObject*>(callable);
+    k1 = d->d_method;
+    k2 = d->d_common.d_type;
+    auto it = g_cfuncs.find({k1, k2});
+    if (it != g_cfuncs.end()) return it->second;
+    name = type_short(d->d_common.d_type) + "." + d->d_method->ml_name;
+    module = type_module(d->d_common.d_type);
+  } else if (PyType_Check(callable)) {
+    k1 = callable;  // types live as long as their instances' code; fine as identity
+    auto it = g_cfuncs.find({k1, k2});
+    if (it != g_cfuncs.end()) return it->second;
+    auto* t = reinterpret_cast<PyTypeObject*>(callable);
+    name = type_short(t);
+    module = type_module(t);
+  } else {
+    // Any other callable (numpy ufuncs...): its type plus __name__ when it has one.
+    PyObject* n = PyObject_GetAttrString(callable, "__name__");
+    std::string sn = n ? utf8(n) : std::string();
+    Py_XDECREF(n);
+    if (!n) PyErr_Clear();
+    name = sn.empty() ? type_short(Py_TYPE(callable)) : sn;
+    module = type_module(Py_TYPE(callable));
+    return registry().add(name, module, "", 0, FunctionKind::kC, false);
+  }
+  uint32_t id = registry().add(name, module, "", 0, FunctionKind::kC, false);
+  g_cfuncs[{k1, k2}] = id;
+  return id;
+}
+
+// Per-thread cache of the lanes current in this thread and context.
+struct ThreadCache {
+  uint64_t generation = 0;
+  PyObject* context = nullptr;
+  uint64_t context_ver = 0;
+  CurrentLanes current{};
+  Engine* bound = nullptr;  // all_threads binding
+  uint64_t bound_serial = 0;
+};
+thread_local ThreadCache t_cache;
+
+uint64_t native_tid() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
+
+std::string current_thread_name(uint64_t ident) {
+  // threading._active[ident].name, without creating a _DummyThread.
+  PyObject* threading = PyImport_GetModule(PyUnicode_FromString("threading"));
+  std::string out;
+  if (threading) {
+    PyObject* active = PyObject_GetAttrString(threading, "_active");
+    if (active && PyDict_Check(active)) {
+      PyObject* key = PyLong_FromUnsignedLongLong(ident);
+      PyObject* th = key ? PyDict_GetItem(active, key) : nullptr;
+      Py_XDECREF(key);
+      if (th) {
+        PyObject* name = PyObject_GetAttrString(th, "name");
+        out = utf8(name);
+        Py_XDECREF(name);
+      }
+    }
+    Py_XDECREF(active);
+    Py_DECREF(threading);
+  }
+  PyErr_Clear();
+  if (out.empty()) out = "Thread-" + std::to_string(ident);
+  return out;
+}
+
+void refresh(ThreadCache& c, PyThreadState* ts) {
+  c.current.n = 0;
+  if (g_native_collecting > 0) {
+    Engine* e = nullptr;
+    PyObject* val = nullptr;
+    if (PyContextVar_Get(g_session_var, nullptr, &val) < 0) {
+      PyErr_Clear();
+    } else if (val) {
+      e = engine_for_session(val);
+      Py_DECREF(val);
+    }
+    if (!e && c.bound) {
+      auto it = g_by_serial.find(c.bound_serial);
+      if (it != g_by_serial.end()) e = it->second;
+      else c.bound = nullptr;
+    }
+    uint64_t tid = PyThread_get_thread_ident();
+    while (e && c.current.n < 4) {
+      if (e->state() == Engine::State::kCollecting) {
+        CaptureLane* lane = e->lane_for(tid, ts->context);
+        if (lane) c.current.lanes[c.current.n++] = lane;
+      }
+      e = e->parent();
+    }
+  }
+  c.generation = g_generation;
+  c.context = ts->context;
+  c.context_ver = ts->context_ver;
+}
+
+inline const CurrentLanes& lanes_now() {
+  ThreadCache& c = t_cache;
+  PyThreadState* ts = compat::tstate();
+  if (c.generation != g_generation || c.context != ts->context || c.context_ver != ts->context_ver) {
+    refresh(c, ts);
+  }
+  return c.current;
+}
+
+inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int64_t ts) {
+  L.out.events.push_back(Event{ts, id, kind, flags, 0});
+}
+
+// Room for one more event of any kind; past the hard cap the lane stops.
+inline bool room_for_structure(CaptureLane& L) {
+  if (L.out.events.size() < L.hard_cap) return true;
+  L.truncated = true;
+  L.out.truncated = true;
+  return false;
+}
+
+// Emits returns for entries rec[from..] (innermost first) and drops them.
+void close_entries(CaptureLane& L, size_t from, bool exception, int64_t ts) {
+  for (size_t i = L.rec.size(); i > from; --i) {
+    if (!room_for_structure(L)) return;
+    push(L, EventKind::kReturn, 0, exception ? kEvException : 0, ts);
+    probes::span_exit(L.engine->serial(), L.rec[i - 1].call_index);
+  }
+  L.rec.resize(from);
+}
+
+// Index of the innermost frame entry, or -1; `extra` = entries above it.
+inline long top_frame(const CaptureLane& L, int* extra) {
+  long j = static_cast<long>(L.rec.size()) - 1;
+  while (j >= 0 && L.rec[static_cast<size_t>(j)].kind != EntryKind::kFrame) --j;
+  *extra = static_cast<int>(L.rec.size()) - 1 - static_cast<int>(j);
+  return j;
+}
+
+inline uintptr_t generator_key(PyFrameObject* frame) {
+  if (!frame) frame = PyEval_GetFrame();
+  return frame ? compat::frame_generator(frame) : 0;
+}
+
+void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool continued) {
+  int d = L.depth + 1;
+  if (d > L.ceiling) {
+    L.depth = d;
+    ++L.skipped;
+    return;
+  }
+  // Transparency is checked wherever the counter is within the ceiling, above
+  // the root too, so that a frame's start and its return agree on it.
+  if (d < 0) {
+    if (!is_transparent(code)) L.depth = d;
+    return;
+  }
+  uint32_t fid = function_id(code);
+  if (fid == kTransparent) return;  // not counted
+  L.depth = d;
+  if (L.truncated) return;
+  if (L.out.events.size() >= L.soft_cap) {
+    ++L.out.dropped;
+    return;
+  }
+  uintptr_t key = compat::is_generator_code(code) ? generator_key(frame) : 0;
+  uint32_t label = 0;
+  if (L.pending_code == reinterpret_cast<PyObject*>(code)) {
+    label = L.pending_label;
+    L.pending_code = nullptr;
+  } else if (key && !L.engine->gen_labels_.empty()) {
+    auto it = L.engine->gen_labels_.find(key);
+    if (it != L.engine->gen_labels_.end() && it->second.code == reinterpret_cast<PyObject*>(code)) {
+      label = it->second.label;
+      L.engine->gen_labels_.erase(it);
+    }
+  }
+  int64_t ts = now_ns();
+  if (label) push(L, EventKind::kLabel, label, 0, ts);
+  auto idx = static_cast<uint32_t>(L.out.events.size());
+  push(L, EventKind::kCall, fid, continued ? kEvContinued : 0, ts);
+  L.rec.push_back(StackEntry{idx, d, EntryKind::kFrame, key});
+  L.last_was_suspend = false;
+  probes::span_enter(L.engine->serial(), idx, d, fid);
+}
+
+void lane_return(CaptureLane& L, PyCodeObject* code, bool exception) {
+  // A transparent frame did not move the counter: it was checked at L.depth + 1.
+  if (L.depth + 1 <= L.ceiling && is_transparent(code)) return;
+  int extra = 0;
+  long j = top_frame(L, &extra);
+  int frame_depth = L.depth - extra;
+  if (j >= 0 && L.rec[static_cast<size_t>(j)].depth == frame_depth) {
+    close_entries(L, static_cast<size_t>(j), exception, now_ns());
+    L.last_was_suspend = false;
+  }
+  L.depth = frame_depth - 1;
+}
+
+void lane_yield(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
+  if (L.depth + 1 <= L.ceiling && is_transparent(code)) return;
+  int extra = 0;
+  long j = top_frame(L, &extra);
+  int frame_depth = L.depth - extra;
+  size_t from = L.rec.size() - static_cast<size_t>(extra);
+  if (j >= 0 && L.rec[static_cast<size_t>(j)].depth == frame_depth) from = static_cast<size_t>(j);
+  if (from < L.rec.size() && !L.truncated && room_for_structure(L)) {
+    uintptr_t key = from == static_cast<size_t>(j) && L.rec[from].key ? L.rec[from].key
+                                                                     : generator_key(frame);
+    if (key) {
+      if (!L.last_was_suspend) {
+        L.chain_top = L.rec.back().call_index;
+        L.chain_top_depth = L.rec.back().depth;
+      }
+      L.last_was_suspend = true;
+      Suspended s{L.index, frame_depth, {L.rec.begin() + static_cast<long>(from), L.rec.end()}};
+      push(L, EventKind::kSuspend, s.entries.front().call_index, 0, now_ns());
+      L.engine->suspended_[key] = std::move(s);
+      L.rec.resize(from);
+    }
+  }
+  L.depth = frame_depth - 1;
+}
+
+// Returns true if a suspended segment was pushed back.
+bool lane_resume(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
+  int d = L.depth + 1;
+  if (d <= L.ceiling && is_transparent(code)) return true;
+  if (!L.engine->suspended_.empty()) {
+    uintptr_t key = generator_key(frame);
+    auto it = key ? L.engine->suspended_.find(key) : L.engine->suspended_.end();
+    if (it != L.engine->suspended_.end() && it->second.lane == L.index) {
+      Suspended s = std::move(it->second);
+      L.engine->suspended_.erase(it);
+      if (!L.truncated && room_for_structure(L)) {
+        int shift = d - s.frame_depth;
+        push(L, EventKind::kResume, s.entries.front().call_index, 0, now_ns());
+        int top = d;
+        for (StackEntry e : s.entries) {
+          e.depth += shift;
+          top = e.depth > top ? e.depth : top;
+          L.rec.push_back(e);
+        }
+        L.depth = top;
+        L.last_was_suspend = false;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+PyObject* session_var() { return g_session_var; }
+
+void init_engine_module(PyObject* module) {
+  if (!g_session_var) g_session_var = PyContextVar_New("mlflow_profiler.session", nullptr);
+  if (g_extra_index < 0) g_extra_index = compat::request_code_extra_index();
+  Py_INCREF(g_session_var);
+  PyModule_AddObject(module, "session_var", g_session_var);
+}
+
+void set_library_prefixes(std::vector<std::string> prefixes) {
+  path_rules().library_prefixes = std::move(prefixes);
+}
+
+void add_transparent(PyObject* code) {
+  if (!PyCode_Check(code)) return;
+  compat::set_code_extra(code, g_extra_index, reinterpret_cast<void*>(kExtraTransparent));
+}
+
+uint32_t intern_label(std::string_view label) { return registry().strings().intern(label); }
+
+uint32_t block_function(std::string_view label) {
+  return registry().add(label, "", "", 0, FunctionKind::kBlock, true);
+}
+
+Engine* engine_for_session(PyObject* session) {
+  auto it = g_by_session.find(session);
+  return it == g_by_session.end() ? nullptr : it->second;
+}
+
+const CurrentLanes& current_lanes() { return lanes_now(); }
+
+Engine* newest_all_threads_engine() {
+  Engine* best = nullptr;
+  for (auto& [serial, e] : g_by_serial) {
+    if (e->options().all_threads && (!best || serial > best->serial())) best = e;
+  }
+  return best;
+}
+
+bool any_engine_wants_c_calls() {
+  for (auto& [serial, e] : g_by_serial) {
+    if (e->options().capture_c_calls) return true;
+  }
+  return false;
+}
+
+void bind_thread(Engine* engine) {
+  t_cache.bound = engine;
+  t_cache.bound_serial = engine->serial();
+  t_cache.generation = 0;  // force a refresh
+}
+
+// --- Engine --------------------------------------------------------------------
+
+Engine::Engine(EngineOptions opts) : opts_(opts), serial_(g_next_serial++) {}
+
+Engine::~Engine() {
+  if (state_ == State::kCollecting) stop();
+  Py_XDECREF(parent_session_);
+  Py_XDECREF(token_);
+}
+
+const char* Engine::hook_name() const { return hooks::name(); }
+
+void Engine::fail(const std::string& why) {
+  for (const auto& f : failures_) {
+    if (f == why) return;
+  }
+  failures_.push_back(why);
+  for (auto& lane : lanes_) lane->truncated = true;
+}
+
+CaptureLane* Engine::new_lane(uint64_t thread_id, PyObject* context) {
+  auto lane = std::make_unique<CaptureLane>();
+  CaptureLane& L = *lane;
+  L.engine = this;
+  L.index = static_cast<uint32_t>(lanes_.size());
+  L.thread_id = thread_id;
+  L.context = context;
+  L.soft_cap = opts_.max_events;
+  L.hard_cap = opts_.max_events * 2 + 64;
+  L.out.events.reserve(std::min<size_t>(opts_.max_events, 4096));
+  L.out.thread_id = thread_id;
+  L.out.native_tid = PyThread_get_thread_ident() == thread_id ? native_tid() : 0;
+  L.out.thread_name = current_thread_name(thread_id);
+  auto& per_thread = lane_index_[thread_id];
+  L.out.task = static_cast<uint32_t>(per_thread.size());
+  int base = 0;
+  if (!lanes_.empty()) {
+    // A lane opened inside the session: adopt the origin lane's innermost span.
+    CaptureLane& origin = *lanes_.front();
+    if (!origin.rec.empty()) {
+      L.out.parent_lane = 0;
+      L.out.parent_call = origin.rec.back().call_index;
+      base = origin.rec.back().depth + 1;
+    } else if (origin.last_was_suspend && origin.chain_top != UINT32_MAX) {
+      L.out.parent_lane = 0;
+      L.out.parent_call = origin.chain_top;
+      base = origin.chain_top_depth + 1;
+    }
+  }
+  L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
+  per_thread[context] = &L;
+  lanes_.push_back(std::move(lane));
+  return &L;
+}
+
+CaptureLane* Engine::lane_for(uint64_t thread_id, PyObject* context) {
+  auto t = lane_index_.find(thread_id);
+  if (t != lane_index_.end()) {
+    auto c = t->second.find(context);
+    if (c != t->second.end()) return c->second;
+  }
+  try {
+    return new_lane(thread_id, context);
+  } catch (const std::exception& e) {
+    fail(std::string("could not create a lane: ") + e.what());
+    return nullptr;
+  }
+}
+
+void Engine::start(PyObject* session) {
+  if (state_ != State::kIdle) {
+    throw std::runtime_error(
+        "this ProfileSession has already run; a session records once. Create a new one "
+        "with profiling()");
+  }
+  PyObject* current = nullptr;
+  if (PyContextVar_Get(g_session_var, nullptr, &current) < 0) throw std::runtime_error("session_var");
+  if (current) {
+    parent_ = engine_for_session(current);
+    if (parent_) parent_session_ = current;  // keep the reference
+    else Py_DECREF(current);
+  }
+  token_ = PyContextVar_Set(g_session_var, session);
+  if (!token_) throw std::runtime_error("could not set the session context variable");
+  session_ = session;
+  start_ns_ = now_ns();
+  start_thread_ = PyThread_get_thread_ident();
+  PyThreadState* ts = compat::tstate();
+  new_lane(start_thread_, ts->context);  // the origin lane: the entering frame is depth -1
+  g_by_session[session] = this;
+  g_by_serial[serial_] = this;
+  ++g_native_collecting;
+  ++g_generation;
+  state_ = State::kCollecting;
+  std::string error;
+  if (!hooks::install(this, &error) ||
+      (opts_.all_threads && !hooks::install_thread_binder(&error))) {
+    fail("could not install the profiling hook: " + error);
+  }
+  probes::session_begin(serial_, opts_.depth);
+}
+
+void Engine::stop() {
+  if (state_ != State::kCollecting) return;
+  end_ns_ = now_ns();
+  state_ = State::kFinalized;
+  g_by_session.erase(session_);
+  g_by_serial.erase(serial_);
+  --g_native_collecting;
+  ++g_generation;
+  hooks::uninstall(this);
+  if (opts_.all_threads) hooks::uninstall_thread_binder();
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);  // stop() runs while an exception may be propagating
+  if (token_ && PyContextVar_Reset(g_session_var, token_) < 0) {
+    PyErr_Clear();
+    // Left in another context (manual __exit__ elsewhere): the variable there
+    // still names this session, which now records nothing.
+    fail("the session was ended in a different context than it was entered in");
+  }
+  PyErr_Restore(type, value, tb);
+  Py_CLEAR(token_);
+  suspended_.clear();
+  gen_labels_.clear();
+  session_ = nullptr;
+  probes::session_end(serial_);
+}
+
+std::shared_ptr<Profile> Engine::profile() {
+  if (profile_) return profile_;
+  profile_ = std::make_shared<Profile>();
+  Profile& p = *profile_;
+  p.captured_depth = opts_.depth;
+  p.start_ns = start_ns_;
+  p.end_ns = end_ns_ ? end_ns_ : now_ns();
+  p.meta["engine"] = hooks::name();
+  p.meta["python"] = Py_GetVersion();
+  p.meta["python"] = p.meta["python"].substr(0, p.meta["python"].find(' '));
+  p.meta["pid"] = std::to_string(getpid());
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  p.meta["host"] = host;
+  // Copy the functions and labels this session uses into its own table.
+  const FunctionTable& g = registry();
+  std::unordered_map<uint32_t, uint32_t> fmap, smap;
+  auto local_fn = [&](uint32_t id) {
+    auto it = fmap.find(id);
+    if (it != fmap.end()) return it->second;
+    const FunctionInfo& f = g.get(id);
+    uint32_t nid = p.functions.add(g.strings().get(f.name), g.strings().get(f.module),
+                                   g.strings().get(f.file), f.line, f.kind, f.user_code);
+    fmap[id] = nid;
+    return nid;
+  };
+  auto local_str = [&](uint32_t id) {
+    auto it = smap.find(id);
+    if (it != smap.end()) return it->second;
+    uint32_t nid = p.functions.strings().intern(g.strings().get(id));
+    smap[id] = nid;
+    return nid;
+  };
+  uint64_t captured = 0, skipped = 0;
+  for (auto& lp : lanes_) {
+    Lane lane = std::move(lp->out);
+    for (Event& e : lane.events) {
+      if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
+      else if (e.kind == EventKind::kLabel) e.id = local_str(e.id);
+    }
+    captured += lane.events.size();
+    skipped += lp->skipped;
+    p.lanes.push_back(std::move(lane));
+  }
+  p.stats.events_captured = captured;
+  p.stats.events_skipped = skipped;
+  build_tree(p);
+  lanes_.clear();  // the events now live in the profile
+  lane_index_.clear();
+  return profile_;
+}
+
+// --- hook entry points ---------------------------------------------------------
+
+void on_start(PyCodeObject* code, PyFrameObject* frame) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) lane_start(*cl.lanes[i], code, frame, false);
+}
+
+void on_resume(PyCodeObject* code, PyFrameObject* frame, bool continued) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    CaptureLane& L = *cl.lanes[i];
+    if (!lane_resume(L, code, frame)) lane_start(L, code, frame, continued);
+  }
+}
+
+void on_return(PyCodeObject* code, PyFrameObject* /*frame*/, bool exception) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) lane_return(*cl.lanes[i], code, exception);
+}
+
+void on_yield(PyCodeObject* code, PyFrameObject* frame) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) lane_yield(*cl.lanes[i], code, frame);
+}
+
+void on_c_call(PyObject* callable, PyCodeObject* caller) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    CaptureLane& L = *cl.lanes[i];
+    if (!L.engine->options().capture_c_calls) continue;
+    int d = L.depth + 1;
+    if (d < 0 || d > L.ceiling || L.truncated) continue;
+    if (caller && is_transparent(caller)) continue;  // the profiler's own calls
+    if (L.out.events.size() >= L.soft_cap) {
+      ++L.out.dropped;
+      continue;
+    }
+    uint32_t fid = cfunction_id(callable);
+    auto idx = static_cast<uint32_t>(L.out.events.size());
+    push(L, EventKind::kCall, fid, kEvCFunction, now_ns());
+    L.rec.push_back(StackEntry{idx, d, EntryKind::kCCall, reinterpret_cast<uintptr_t>(callable)});
+    L.depth = d;
+    L.last_was_suspend = false;
+  }
+}
+
+void on_c_return(PyObject* callable, bool exception) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    CaptureLane& L = *cl.lanes[i];
+    if (L.rec.empty() || L.rec.back().kind != EntryKind::kCCall ||
+        L.rec.back().key != reinterpret_cast<uintptr_t>(callable)) {
+      continue;
+    }
+    L.depth = L.rec.back().depth - 1;
+    close_entries(L, L.rec.size() - 1, exception, now_ns());
+  }
+}
+
+int block_enter(uint32_t function, BlockToken* out, int max) {
+  const CurrentLanes& cl = lanes_now();
+  int n = 0;
+  for (int i = 0; i < cl.n && n < max; ++i) {
+    CaptureLane& L = *cl.lanes[i];
+    int d = L.depth + 1;
+    if (d < 0 || d > L.ceiling || L.truncated) continue;
+    if (L.out.events.size() >= L.soft_cap) {
+      ++L.out.dropped;
+      continue;
+    }
+    auto idx = static_cast<uint32_t>(L.out.events.size());
+    push(L, EventKind::kCall, function, kEvBlock, now_ns());
+    L.rec.push_back(StackEntry{idx, d, EntryKind::kBlock, 0});
+    L.depth = d;
+    L.last_was_suspend = false;
+    out[n++] = BlockToken{L.engine->serial(), L.index, idx};
+  }
+  return n;
+}
+
+void block_exit(const BlockToken* tokens, int n, bool exception) {
+  for (int t = 0; t < n; ++t) {
+    auto it = g_by_serial.find(tokens[t].serial);
+    if (it == g_by_serial.end()) continue;
+    Engine* e = it->second;
+    if (tokens[t].lane >= e->lanes().size()) continue;
+    CaptureLane& L = *e->lanes()[tokens[t].lane];
+    for (size_t j = L.rec.size(); j > 0; --j) {
+      if (L.rec[j - 1].kind == EntryKind::kBlock && L.rec[j - 1].call_index == tokens[t].call_index) {
+        L.depth = L.rec[j - 1].depth - 1;
+        close_entries(L, j - 1, exception, now_ns());
+        break;
+      }
+    }
+  }
+}
+
+void set_pending_label(PyObject* code, uint32_t label) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    cl.lanes[i]->pending_code = code;
+    cl.lanes[i]->pending_label = label;
+  }
+}
+
+void clear_pending_label(PyObject* code) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    if (cl.lanes[i]->pending_code == code) cl.lanes[i]->pending_code = nullptr;
+  }
+}
+
+void label_generator(PyObject* gen, PyObject* code, uint32_t label) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    cl.lanes[i]->engine->gen_labels_[reinterpret_cast<uintptr_t>(gen)] = Engine::GenLabel{label, code};
+  }
+}
+
+}  // namespace mlprof

@@ -1,0 +1,190 @@
+#pragma once
+// The native capture engine: one Engine per ProfileSession, one CaptureLane
+// per (thread, execution context) that the session sees. The hooks
+// (hooks.cpp: sys.monitoring on 3.12+, PyEval_SetProfile below) translate
+// interpreter events into the on_* calls at the bottom of this file; the
+// semantics are docs/capture.md.
+//
+// Everything here runs with the GIL held; the GIL is what makes the shared
+// maps safe without locks.
+
+#include "compat.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/event.h"
+#include "core/functions.h"
+#include "core/tree.h"
+
+namespace mlprof {
+
+class Engine;
+
+// Entries of a lane's stack of recorded open spans.
+enum class EntryKind : uint8_t { kFrame, kBlock, kCCall };
+
+struct StackEntry {
+  uint32_t call_index;  // index of the kCall event in the lane
+  int32_t depth;        // depth counter value of this entry
+  EntryKind kind;
+  uintptr_t key;  // frame: generator identity (0: plain frame); C call: the callable
+};
+
+struct CaptureLane {
+  Engine* engine = nullptr;
+  uint32_t index = 0;   // position in the engine's lanes
+  uint64_t thread_id = 0;
+  PyObject* context = nullptr;  // identity only
+  int ceiling = 0;      // levels this lane may record: engine ceiling minus base depth
+  int depth = -1;       // depth of the innermost open level; -1: the entering frame
+  bool truncated = false;
+  uint64_t skipped = 0;  // frame events below the ceiling
+  size_t soft_cap = 0, hard_cap = 0;
+  std::vector<StackEntry> rec;       // recorded open entries, innermost last
+  PyObject* pending_code = nullptr;  // profile_span: label the next start of this code
+  uint32_t pending_label = 0;
+  uint32_t chain_top = UINT32_MAX;   // innermost span of the last suspended chain
+  int32_t chain_top_depth = 0;
+  bool last_was_suspend = false;
+  Lane out;  // events and metadata handed to the core
+};
+
+// A segment of a lane's stack detached by a yield/await.
+struct Suspended {
+  uint32_t lane;
+  int32_t frame_depth;  // depth of the suspended frame when it yielded
+  std::vector<StackEntry> entries;
+};
+
+struct EngineOptions {
+  int depth = 2;                  // -1: unlimited
+  size_t max_events = 1000000;    // per lane
+  bool all_threads = false;
+  bool capture_c_calls = false;
+};
+
+class Engine {
+ public:
+  enum class State { kIdle, kCollecting, kFinalized };
+
+  explicit Engine(EngineOptions opts);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Sets session_var to `session` in the current context and installs the
+  // hook. Raises (C++ exception) if the engine was already used.
+  void start(PyObject* session);
+  // Ends capture; idempotent. Never raises.
+  void stop();
+  State state() const { return state_; }
+  const EngineOptions& options() const { return opts_; }
+  uint64_t serial() const { return serial_; }
+  Engine* parent() const { return parent_; }
+
+  // The built profile (built on first call, after stop()).
+  std::shared_ptr<Profile> profile();
+  // Failures recorded during capture, logged once per kind when the session ends.
+  const std::vector<std::string>& failures() const { return failures_; }
+  int64_t start_ns() const { return start_ns_; }
+  int64_t end_ns() const { return end_ns_; }
+  const std::vector<std::unique_ptr<CaptureLane>>& lanes() const { return lanes_; }
+  const char* hook_name() const;
+
+  // --- used by the hooks -------------------------------------------------
+  CaptureLane* lane_for(uint64_t thread_id, PyObject* context);
+  void fail(const std::string& why);  // disables capture, remembers why
+  std::unordered_map<uintptr_t, Suspended> suspended_;
+  struct GenLabel {
+    uint32_t label;
+    PyObject* code;
+  };
+  std::unordered_map<uintptr_t, GenLabel> gen_labels_;  // generator object -> label
+
+ private:
+  CaptureLane* new_lane(uint64_t thread_id, PyObject* context);
+
+  EngineOptions opts_;
+  State state_ = State::kIdle;
+  uint64_t serial_;
+  PyObject* session_ = nullptr;  // borrowed while collecting (session_var holds it)
+  PyObject* token_ = nullptr;
+  Engine* parent_ = nullptr;
+  PyObject* parent_session_ = nullptr;  // strong ref: keeps parent_ alive
+  uint64_t start_thread_ = 0;
+  int64_t start_ns_ = 0, end_ns_ = 0;
+  std::vector<std::unique_ptr<CaptureLane>> lanes_;
+  std::unordered_map<uint64_t, std::unordered_map<PyObject*, CaptureLane*>> lane_index_;
+  std::vector<std::string> failures_;
+  std::shared_ptr<Profile> profile_;
+};
+
+// --- process-wide state ------------------------------------------------------
+
+// The ContextVar that holds the current ProfileSession (native or reference).
+PyObject* session_var();
+void init_engine_module(PyObject* module);  // creates session_var, the extra index
+// Number of sessions collecting now (native); the wrappers' fast path reads it.
+extern int g_native_collecting;
+extern int g_reference_collecting;
+// Library path prefixes for FunctionInfo::user_code (the stdlib).
+void set_library_prefixes(std::vector<std::string> prefixes);
+// Registers a code object as transparent (docs/capture.md).
+void add_transparent(PyObject* code);
+// Interns a label / block name into the process-wide function table.
+uint32_t intern_label(std::string_view label);
+uint32_t block_function(std::string_view label);
+
+// Lanes of the sessions current in this thread and context (innermost first).
+struct CurrentLanes {
+  CaptureLane* lanes[4];
+  int n;
+};
+const CurrentLanes& current_lanes();
+// The engine whose session object this is, or null (a reference session).
+Engine* engine_for_session(PyObject* session);
+// Binds the calling thread to an engine (all_threads).
+void bind_thread(Engine* engine);
+Engine* newest_all_threads_engine();
+bool any_engine_wants_c_calls();
+
+// --- events from the hooks (GIL held, never raise) -----------------------------
+void on_start(PyCodeObject* code, PyFrameObject* frame);   // frame may be null (3.12+)
+// A resume (3.12+: PY_RESUME/PY_THROW; below: a call event of generator code).
+// If no suspended span matches, it is a start, flagged continued if `continued`.
+void on_resume(PyCodeObject* code, PyFrameObject* frame, bool continued);
+void on_return(PyCodeObject* code, PyFrameObject* frame, bool exception);
+void on_yield(PyCodeObject* code, PyFrameObject* frame);
+void on_c_call(PyObject* callable, PyCodeObject* caller);  // caller: skip our own frames
+void on_c_return(PyObject* callable, bool exception);
+
+// profile_block / profile_span support.
+struct BlockToken {
+  uint64_t serial;
+  uint32_t lane;
+  uint32_t call_index;
+};
+int block_enter(uint32_t function, BlockToken* out, int max);  // returns tokens written
+void block_exit(const BlockToken* tokens, int n, bool exception);
+void set_pending_label(PyObject* code, uint32_t label);
+void clear_pending_label(PyObject* code);
+void label_generator(PyObject* gen, PyObject* code, uint32_t label);
+
+// Hook installation (hooks.cpp).
+namespace hooks {
+bool install(Engine* engine, std::string* error);  // first native session in the process/thread
+void uninstall(Engine* engine);
+bool install_thread_binder(std::string* error);  // all_threads: threading.setprofile
+void uninstall_thread_binder();
+const char* name();
+int tool_id();  // the sys.monitoring tool id held, -1 if none
+}  // namespace hooks
+
+int64_t now_ns();
+
+}  // namespace mlprof

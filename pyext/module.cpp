@@ -1,0 +1,310 @@
+// mlflow_profiler._core: the capture engine, the span types and bindings to
+// the C++ core (tree, views, renderers). Python-facing conversions only; the
+// logic lives in engine.cpp and userspace/core.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json_doc.h"
+#include "core/render_text.h"
+#include "core/tree.h"
+#include "core/view.h"
+#include "engine.h"
+#include "span_api.h"
+
+namespace py = pybind11;
+using namespace mlprof;
+
+namespace {
+
+using ProfilePtr = std::shared_ptr<Profile>;
+
+ViewOptions view_options(int depth, bool collapse_frameworks, std::vector<std::string> user_modules,
+                         bool show_c_calls) {
+  ViewOptions o;
+  o.depth = depth;
+  o.collapse_frameworks = collapse_frameworks;
+  o.user_modules = std::move(user_modules);
+  o.show_c_calls = show_c_calls;
+  return o;
+}
+
+py::list flag_names(uint32_t flags) {
+  static const char* names[] = {"exception", "open_at_end",  "suspended_at_end", "children_dropped",
+                                "c_function", "block",       "labelled",         "continued",
+                                "generator",  "truncated"};
+  py::list out;
+  for (int i = 0; i < 10; ++i) {
+    if (flags & (1u << i)) out.append(names[i]);
+  }
+  return out;
+}
+
+// One dict per view node; `children` filled by to_tree.
+py::dict node_dict(const Profile& p, const View& v, int32_t i, const ViewOptions& opts,
+                   const std::vector<std::string>& paths) {
+  const ViewNode& n = v.nodes[static_cast<size_t>(i)];
+  const Span& s = p.spans[static_cast<size_t>(n.span)];
+  const FunctionInfo& f = p.functions.get(s.function);
+  const Lane& lane = p.lanes[s.lane];
+  const StringTable& st = p.functions.strings();
+  py::dict d;
+  d["index"] = i;
+  d["span_index"] = n.span;
+  d["label"] = n.collapsed.empty() ? p.display_name(s) : n.collapsed;
+  d["function"] = st.get(f.name);
+  d["module"] = st.get(f.module);
+  d["file"] = st.get(f.file);
+  d["line"] = f.line;
+  d["depth"] = n.depth;
+  d["parent_index"] = n.parent < 0 ? py::object(py::none()) : py::object(py::int_(n.parent));
+  d["start_ns"] = n.start_ns;
+  d["end_ns"] = n.end_ns;
+  d["duration_ns"] = n.duration_ns;
+  d["duration_ms"] = static_cast<double>(n.duration_ns) / 1e6;
+  d["active_ns"] = n.collapsed.empty() ? s.active_ns : n.duration_ns;
+  d["call_path"] = paths[static_cast<size_t>(i)];
+  d["thread_id"] = lane.thread_id;
+  d["thread_name"] = lane.thread_name;
+  d["task"] = lane.task;
+  d["is_user_code"] = n.collapsed.empty() ? is_user_code(p, s, opts) : false;
+  d["collapsed"] = !n.collapsed.empty();
+  d["merged"] = n.merged;
+  d["flags"] = flag_names(s.flags);
+  return d;
+}
+
+std::vector<std::string> view_paths(const Profile& p, const View& v) {
+  std::vector<std::string> paths(v.nodes.size());
+  for (size_t i = 0; i < v.nodes.size(); ++i) {  // pre-order: parents first
+    const ViewNode& n = v.nodes[i];
+    std::string name = n.collapsed.empty() ? p.display_name(p.spans[static_cast<size_t>(n.span)])
+                                           : n.collapsed;
+    paths[i] = n.parent < 0 ? name : paths[static_cast<size_t>(n.parent)] + "/" + name;
+  }
+  return paths;
+}
+
+py::list to_flat(const ProfilePtr& p, const ViewOptions& o) {
+  View v = make_view(*p, o);
+  auto paths = view_paths(*p, v);
+  py::list out;
+  for (size_t i = 0; i < v.nodes.size(); ++i) {
+    out.append(node_dict(*p, v, static_cast<int32_t>(i), o, paths));
+  }
+  return out;
+}
+
+py::list to_tree(const ProfilePtr& p, const ViewOptions& o) {
+  View v = make_view(*p, o);
+  auto paths = view_paths(*p, v);
+  std::vector<py::dict> dicts;
+  dicts.reserve(v.nodes.size());
+  for (size_t i = 0; i < v.nodes.size(); ++i) {
+    py::dict d = node_dict(*p, v, static_cast<int32_t>(i), o, paths);
+    d["children"] = py::list();
+    dicts.push_back(d);
+  }
+  py::list roots;
+  for (size_t i = 0; i < v.nodes.size(); ++i) {
+    int32_t parent = v.nodes[i].parent;
+    if (parent < 0) roots.append(dicts[i]);
+    else py::list(dicts[static_cast<size_t>(parent)]["children"]).append(dicts[i]);
+  }
+  return roots;
+}
+
+// Rows for SpanRecord, one tuple per span of the full capture.
+py::list span_rows(const ProfilePtr& p) {
+  py::list out;
+  const StringTable& st = p->functions.strings();
+  for (const Span& s : p->spans) {
+    const FunctionInfo& f = p->functions.get(s.function);
+    const Lane& lane = p->lanes[s.lane];
+    out.append(py::make_tuple(
+        p->display_name(s), st.get(f.module), s.start_ns,
+        (s.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) ? py::object(py::none())
+                                                            : py::object(py::int_(s.end_ns)),
+        s.parent < 0 ? py::object(py::none()) : py::object(py::int_(s.parent)), s.depth,
+        f.kind == FunctionKind::kBlock || (s.flags & kSpanLabelled) ? true : f.user_code,
+        st.get(f.name), st.get(f.file), f.line, lane.thread_id, lane.thread_name, flag_names(s.flags),
+        s.active_ns, s.end_ns));
+  }
+  return out;
+}
+
+py::dict lanes_info(const Profile& p) {
+  py::dict threads;
+  for (const Lane& l : p.lanes) {
+    py::dict d;
+    d["thread_id"] = l.thread_id;
+    d["native_tid"] = l.native_tid;
+    d["thread_name"] = l.thread_name;
+    d["task"] = l.task;
+    d["events"] = l.events.size();
+    d["dropped"] = l.dropped;
+    d["truncated"] = l.truncated;
+    std::string key = l.thread_name + (l.task ? ":task" + std::to_string(l.task) : "");
+    threads[py::str(key)] = d;
+  }
+  return threads;
+}
+
+// The reference engine hands its lanes over as plain tuples.
+ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
+                             const std::vector<std::string>& labels, int depth,
+                             int64_t start_ns, int64_t end_ns, uint64_t skipped,
+                             const std::map<std::string, std::string>& meta) {
+  auto p = std::make_shared<Profile>();
+  std::vector<uint32_t> fmap;
+  for (const auto& item : functions) {
+    auto t = item.cast<py::tuple>();
+    fmap.push_back(p->functions.add(t[0].cast<std::string>(), t[1].cast<std::string>(),
+                                    t[2].cast<std::string>(), t[3].cast<int32_t>(),
+                                    static_cast<FunctionKind>(t[4].cast<int>()), t[5].cast<bool>()));
+  }
+  uint64_t captured = 0;
+  for (const auto& item : lanes) {
+    auto d = item.cast<py::dict>();
+    Lane lane;
+    lane.thread_id = d["thread_id"].cast<uint64_t>();
+    lane.native_tid = d["native_tid"].cast<uint64_t>();
+    lane.thread_name = d["thread_name"].cast<std::string>();
+    lane.task = d["task"].cast<uint32_t>();
+    lane.parent_lane = d["parent_lane"].cast<int32_t>();
+    lane.parent_call = d["parent_call"].cast<uint32_t>();
+    lane.dropped = d["dropped"].cast<uint64_t>();
+    lane.truncated = d["truncated"].cast<bool>();
+    for (const auto& ev : d["events"].cast<py::list>()) {
+      auto e = ev.cast<py::tuple>();
+      Event out{};
+      out.ts_ns = e[0].cast<int64_t>();
+      out.kind = static_cast<EventKind>(e[1].cast<int>());
+      uint32_t id = e[2].cast<uint32_t>();
+      if (out.kind == EventKind::kCall) id = fmap.at(id);
+      else if (out.kind == EventKind::kLabel) id = p->functions.strings().intern(labels.at(id));
+      out.id = id;
+      out.flags = e[3].cast<uint8_t>();
+      lane.events.push_back(out);
+    }
+    captured += lane.events.size();
+    p->lanes.push_back(std::move(lane));
+  }
+  p->captured_depth = depth;
+  p->start_ns = start_ns;
+  p->end_ns = end_ns;
+  p->stats.events_captured = captured;
+  p->stats.events_skipped = skipped;
+  p->meta = meta;
+  build_tree(*p);
+  return p;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "mlflow_profiler's native part: capture hooks and the C++ core.";
+  init_engine_module(m.ptr());
+  if (!add_span_types(m.ptr())) throw py::error_already_set();
+
+  m.def("set_library_prefixes", &set_library_prefixes, py::arg("prefixes"),
+        "Paths of the standard library: code under them is not user code.");
+  m.def("add_transparent", [](py::object code) { add_transparent(code.ptr()); }, py::arg("code"),
+        "Marks a code object transparent: never a node, not counted toward depth.");
+  m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in nanoseconds, the clock of every event.");
+  m.def("hook_name", &hooks::name, "The capture hook of this interpreter.");
+  m.def("tool_id", &hooks::tool_id, "The sys.monitoring tool id held now, -1 if none.");
+  m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
+        "Counts collecting reference sessions, so the C wrappers look for them.");
+  m.def("_native_collecting", []() { return g_native_collecting; });
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls) {
+             EngineOptions o;
+             o.depth = depth;
+             o.max_events = max_events;
+             o.all_threads = all_threads;
+             o.capture_c_calls = capture_c_calls;
+             return std::make_unique<Engine>(o);
+           }),
+           py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
+           py::arg("capture_c_calls"))
+      .def("start",
+           [](Engine& e, py::object session) {
+             try {
+               e.start(session.ptr());
+             } catch (const std::runtime_error& err) {
+               if (PyErr_Occurred()) throw py::error_already_set();
+               throw py::value_error(err.what());
+             }
+           })
+      .def("stop", &Engine::stop)
+      .def_property_readonly("state",
+                             [](const Engine& e) {
+                               switch (e.state()) {
+                                 case Engine::State::kIdle: return "idle";
+                                 case Engine::State::kCollecting: return "collecting";
+                                 default: return "finalized";
+                               }
+                             })
+      .def_property_readonly("hook", &Engine::hook_name)
+      .def_property_readonly("failures", &Engine::failures)
+      .def_property_readonly("start_ns", &Engine::start_ns)
+      .def_property_readonly("end_ns", &Engine::end_ns)
+      .def("profile", &Engine::profile);
+
+  py::class_<Profile, std::shared_ptr<Profile>>(m, "Profile")
+      .def("render_text",
+           [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
+              bool show_c_calls) {
+             return render_text(*p, view_options(depth, collapse, std::move(user_modules), show_c_calls));
+           },
+           py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
+           py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = false)
+      .def("to_json",
+           [](const ProfilePtr& p, int depth) {
+             ViewOptions o;
+             o.depth = depth;
+             o.show_c_calls = true;
+             return to_json_document(*p, o);
+           },
+           py::arg("depth") = -1)
+      .def("to_flat",
+           [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
+              bool show_c_calls) {
+             return to_flat(p, view_options(depth, collapse, std::move(user_modules), show_c_calls));
+           },
+           py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
+           py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
+      .def("to_tree",
+           [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
+              bool show_c_calls) {
+             return to_tree(p, view_options(depth, collapse, std::move(user_modules), show_c_calls));
+           },
+           py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
+           py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
+      .def("span_rows", &span_rows)
+      .def_property_readonly("captured_depth", [](const Profile& p) { return p.captured_depth; })
+      .def_property_readonly("max_depth", &Profile::max_depth)
+      .def_property_readonly("start_ns", [](const Profile& p) { return p.start_ns; })
+      .def_property_readonly("end_ns", [](const Profile& p) { return p.end_ns; })
+      .def_property_readonly("span_count", [](const Profile& p) { return p.spans.size(); })
+      .def_property_readonly("meta", [](const Profile& p) { return p.meta; })
+      .def_property_readonly("threads", &lanes_info)
+      .def_property_readonly("stats", [](const Profile& p) {
+        py::dict d;
+        d["events_captured"] = p.stats.events_captured;
+        d["events_skipped"] = p.stats.events_skipped;
+        d["unmatched_returns"] = p.stats.unmatched_returns;
+        return d;
+      });
+
+  m.def("build_profile", &build_from_python, py::arg("lanes"), py::arg("functions"),
+        py::arg("labels"), py::arg("depth"), py::arg("start_ns"), py::arg("end_ns"), py::arg("skipped"),
+        py::arg("meta"),
+        "Builds a Profile from events recorded by the pure-Python reference engine.");
+}

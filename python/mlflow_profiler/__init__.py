@@ -1,0 +1,40 @@
+"""mlflow-profiler: where does the time of this predict() go?
+
+    from mlflow_profiler import profiling
+    with profiling(depth=2) as session:
+        model.predict(df)
+    session.print_tree()
+"""
+
+from __future__ import annotations
+
+import sysconfig as _sysconfig
+
+from . import _core, _transparent
+from ._core import profile_block
+from ._session import ProfileSession, SpanRecord, current_session, profiling
+from ._spans import profile_span
+
+__version__ = "0.1.0"
+__all__ = [
+    "ProfileSession",
+    "SpanRecord",
+    "current_session",
+    "profile_block",
+    "profile_span",
+    "profiling",
+]
+
+
+def _init() -> None:
+    paths = _sysconfig.get_paths()
+    prefixes = {paths.get("stdlib"), paths.get("platstdlib")}
+    _core.set_library_prefixes(sorted(p for p in prefixes if p))
+    from . import _session, _spans
+
+    for module in (_session, _spans, _transparent):
+        _transparent.add_module(module)
+    _transparent.refresh()
+
+
+_init()

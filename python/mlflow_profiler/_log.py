@@ -1,0 +1,20 @@
+"""The `mlflow_profiler` logger. Internal failures go here, once per kind:
+`warnings.warn` would raise inside user code under `-W error`."""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("mlflow_profiler")
+_seen: set[str] = set()
+
+
+def log_once(kind: str, message: str, level: int = logging.WARNING) -> None:
+    """Logs `message` the first time `kind` is seen in this process."""
+    if kind in _seen:
+        return
+    _seen.add(kind)
+    try:
+        logger.log(level, message)
+    except Exception:  # a broken handler must not reach user code
+        pass

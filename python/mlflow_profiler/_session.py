@@ -1,0 +1,288 @@
+"""ProfileSession and profiling(): the lifecycle of one capture and the views
+of its result. Capture is done by an engine (the C++ one, or the pure-Python
+reference for tests); the tree and every renderer live in the C++ core."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Dict, List, Optional
+
+from . import _core, _transparent
+from ._log import log_once
+
+_DEFAULT_MAX_EVENTS = 1_000_000
+_dataclass = dataclasses.dataclass(slots=True) if sys.version_info >= (3, 10) else dataclasses.dataclass
+
+
+@_dataclass
+class SpanRecord:
+    """One captured call (spec 000, section 3.1). Built lazily from the core
+    on first access to `ProfileSession.spans`; holds primitives only."""
+
+    label: str
+    module: Optional[str]
+    start_ns: int
+    end_ns: Optional[int] = None  # None: still open or suspended when the session ended
+    parent_index: Optional[int] = None
+    depth: int = 0
+    input_summary: Optional[Dict[str, Any]] = None  # I/O summaries: a later issue
+    output_summary: Optional[Any] = None
+    is_user_code: bool = False
+    function: str = ""
+    file: str = ""
+    line: int = 0
+    thread_id: int = 0
+    thread_name: str = ""
+    flags: tuple = ()
+    active_ns: int = 0
+
+    @property
+    def duration_ns(self) -> Optional[int]:
+        """Wall time from first start to final return, None if it never returned."""
+        return None if self.end_ns is None else self.end_ns - self.start_ns
+
+    @property
+    def duration_ms(self) -> Optional[float]:
+        """duration_ns in milliseconds."""
+        d = self.duration_ns
+        return None if d is None else d / 1_000_000
+
+
+def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
+    if depth is None and allow_none:
+        return -1
+    if isinstance(depth, bool) or not isinstance(depth, int):
+        raise TypeError(
+            f"{name} must be an int (-1 for unlimited, 0 for the root only), "
+            f"got {type(depth).__name__} {depth!r}"
+        )
+    if depth < -1:
+        raise ValueError(f"{name} must be -1 (unlimited) or >= 0, got {depth}")
+    return depth
+
+
+class ProfileSession:
+    """One capture of a call tree, and its views.
+
+    States: idle -> collecting -> finalized. Use it through ``profiling()``::
+
+        with profiling(depth=2) as session:
+            model.predict(df)
+        session.print_tree()
+        session.print_tree(depth=1)     # same capture, rendered shallower
+    """
+
+    def __init__(
+        self,
+        depth: int = 2,
+        *,
+        max_events: int = _DEFAULT_MAX_EVENTS,
+        all_threads: bool = False,
+        capture_c_calls: bool = False,
+        capture_io: bool = False,
+        engine: str = "native",
+    ) -> None:
+        self.depth = _check_depth("depth", depth)
+        if isinstance(max_events, bool) or not isinstance(max_events, int):
+            raise TypeError(f"max_events must be an int, got {type(max_events).__name__}")
+        if max_events < 1:
+            raise ValueError(f"max_events must be >= 1 (events per thread), got {max_events}")
+        self.max_events = max_events
+        self.all_threads = bool(all_threads)
+        self.capture_c_calls = bool(capture_c_calls)
+        self.capture_io = bool(capture_io)  # recorded by the I/O summaries issue
+        if engine == "native":
+            self._engine = _core.Engine(self.depth, max_events, self.all_threads, self.capture_c_calls)
+        elif engine == "reference":
+            from ._reference import ReferenceEngine
+
+            self._engine = ReferenceEngine(self.depth, max_events, self.all_threads, self.capture_c_calls)
+        else:
+            raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")
+        self._profile = None
+        self._spans: Optional[List[SpanRecord]] = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """'idle', 'collecting' or 'finalized'."""
+        return self._engine.state
+
+    def activate(self) -> None:
+        """Starts capture in the current context. Raises RuntimeError if the
+        session already ran: a session records once."""
+        if self._engine.state != "idle":
+            raise RuntimeError(
+                f"this ProfileSession is {self._engine.state}: a session records once; "
+                "create a new one with profiling()"
+            )
+        _transparent.refresh()
+        self._engine.start(self)
+
+    def deactivate(self) -> None:
+        """Ends capture. Idempotent; never raises into the profiled code."""
+        try:
+            self._engine.stop()
+            for failure in self._engine.failures:
+                log_once("capture:" + failure, f"mlflow_profiler: capture stopped early: {failure}")
+        except Exception as exc:  # pragma: no cover - a profiler bug must not break the model
+            log_once("deactivate", f"mlflow_profiler: ending the session failed: {exc!r}")
+
+    def __enter__(self) -> "ProfileSession":
+        self.activate()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.deactivate()
+        return False
+
+    # The C wrappers call these when the current session runs on the reference engine.
+    def _label_call(self, label, func, args, kwargs):
+        return self._engine.label_call(label, func, args, kwargs)
+
+    def _block_enter(self, label):
+        return self._engine.block_enter(label)
+
+    # -- results ---------------------------------------------------------------
+
+    def _built(self):
+        if self._profile is None:
+            state = self._engine.state
+            if state != "finalized":
+                raise RuntimeError(
+                    f"the session is {state}: render or export it after the "
+                    "`with profiling()` block has ended"
+                )
+            self._profile = self._engine.profile()
+        return self._profile
+
+    def statistics(self) -> Dict[str, Any]:
+        """Events captured, events skipped below the ceiling, drops per thread,
+        threads seen, duration."""
+        state = self._engine.state
+        out: Dict[str, Any] = {"state": state, "engine": self._engine.hook, "depth": self.depth}
+        if state != "finalized":
+            return out
+        p = self._built()
+        stats = p.stats
+        threads = p.threads
+        out.update(
+            events_captured=stats["events_captured"],
+            events_skipped=stats["events_skipped"],
+            unmatched_returns=stats["unmatched_returns"],
+            dropped=sum(t["dropped"] for t in threads.values()),
+            threads=threads,
+            thread_count=len({t["thread_id"] for t in threads.values()}),
+            span_count=p.span_count,
+            start_ns=p.start_ns,
+            end_ns=p.end_ns,
+            duration_ns=p.end_ns - p.start_ns,
+            failures=list(self._engine.failures),
+        )
+        return out
+
+    @property
+    def spans(self) -> List[SpanRecord]:
+        """Every captured span, parents before children (built on first access)."""
+        if self._spans is None:
+            self._spans = [
+                SpanRecord(
+                    label=r[0], module=r[1] or None, start_ns=r[2], end_ns=r[3], parent_index=r[4],
+                    depth=r[5], is_user_code=r[6], function=r[7], file=r[8], line=r[9],
+                    thread_id=r[10], thread_name=r[11], flags=tuple(r[12]), active_ns=r[13],
+                )
+                for r in self._built().span_rows()
+            ]
+        return self._spans
+
+    @property
+    def captured_depth(self) -> int:
+        """The ceiling the session recorded at (-1: unlimited)."""
+        return self.depth
+
+    def format_tree(
+        self,
+        depth: Optional[int] = None,
+        show_io: bool = True,
+        collapse_frameworks: bool = False,
+        user_modules: Optional[List[str]] = None,
+        show_c_calls: bool = False,
+    ) -> str:
+        """The text tree of spec 000 section 4, as a string (see print_tree)."""
+        depth = _check_depth("depth", depth, allow_none=True)
+        del show_io  # I/O lines arrive with the I/O summaries issue
+        return self._built().render_text(depth, collapse_frameworks, list(user_modules or []), show_c_calls)
+
+    def print_tree(
+        self,
+        depth: Optional[int] = None,
+        show_io: bool = True,
+        collapse_frameworks: bool = False,
+        user_modules: Optional[List[str]] = None,
+        show_c_calls: bool = False,
+        file=None,
+    ) -> None:
+        """Prints the call tree with wall-clock times.
+
+        depth: render depth (default: everything captured); deeper than the
+        capture renders what was captured and says so. collapse_frameworks:
+        merge library subtrees into "[package]" nodes. user_modules: module
+        prefixes to treat as user code. show_c_calls: show C-function spans
+        instead of folding them into their caller.
+        """
+        text = self.format_tree(depth, show_io, collapse_frameworks, user_modules, show_c_calls)
+        print(text, end="" if text.endswith("\n") else "\n", file=file if file is not None else sys.stdout)
+
+    def to_tree(self, depth: Optional[int] = None, collapse_frameworks: bool = False,
+                user_modules: Optional[List[str]] = None, show_c_calls: bool = True) -> List[dict]:
+        """Root nodes as nested dicts, each with its `children`."""
+        depth = _check_depth("depth", depth, allow_none=True)
+        return self._built().to_tree(depth, collapse_frameworks, list(user_modules or []), show_c_calls)
+
+    def to_flat(self, depth: Optional[int] = None, collapse_frameworks: bool = False,
+                user_modules: Optional[List[str]] = None, show_c_calls: bool = True) -> List[dict]:
+        """One dict per span in pre-order, with `call_path` and `duration_ms`."""
+        depth = _check_depth("depth", depth, allow_none=True)
+        return self._built().to_flat(depth, collapse_frameworks, list(user_modules or []), show_c_calls)
+
+    def to_json(self, depth: Optional[int] = None) -> str:
+        """The versioned profile document (docs/format.md); `depth` gives a view."""
+        depth = _check_depth("depth", depth, allow_none=True)
+        return self._built().to_json(depth)
+
+    def __repr__(self) -> str:
+        return f"<ProfileSession depth={self.depth} state={self._engine.state}>"
+
+
+def profiling(
+    depth: int = 2,
+    *,
+    max_events: int = _DEFAULT_MAX_EVENTS,
+    all_threads: bool = False,
+    capture_c_calls: bool = False,
+    capture_io: bool = False,
+    engine: str = "native",
+) -> ProfileSession:
+    """Profiles the calls made inside a ``with`` block.
+
+    depth: 0 records the root calls only, n records n levels below them, -1
+    records everything. max_events bounds each thread's buffer (drops are
+    counted). all_threads also captures threads started during the session.
+    capture_c_calls records C functions (folded into their caller when
+    rendered unless show_c_calls=True)::
+
+        with profiling(depth=2) as session:
+            model.predict(df)
+        session.print_tree()
+    """
+    return ProfileSession(
+        depth, max_events=max_events, all_threads=all_threads, capture_c_calls=capture_c_calls,
+        capture_io=capture_io, engine=engine,
+    )
+
+
+def current_session() -> Optional[ProfileSession]:
+    """The session collecting in the current context, or None."""
+    return _core.session_var.get(None)

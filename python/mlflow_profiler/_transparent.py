@@ -1,0 +1,84 @@
+"""Frames that are plumbing, not model code: never nodes, never counted
+toward depth (docs/capture.md). One registry serves both engines: the native
+one reads a per-code flag set through `_core.add_transparent`, the reference
+one reads `CODES`."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from . import _core
+
+CODES: set = set()
+_done_modules: set = set()
+
+
+def _codes_of(obj, seen):
+    if isinstance(obj, types.CodeType):
+        if obj not in seen:
+            seen.add(obj)
+            for const in obj.co_consts:
+                _codes_of(const, seen)
+        return
+    if isinstance(obj, (staticmethod, classmethod)):
+        _codes_of(obj.__func__, seen)
+    elif isinstance(obj, property):
+        for f in (obj.fget, obj.fset, obj.fdel):
+            if f is not None:
+                _codes_of(f, seen)
+    elif isinstance(obj, types.FunctionType):
+        _codes_of(obj.__code__, seen)
+
+
+def add(obj) -> None:
+    """Marks a function, class (all its methods) or code object transparent."""
+    seen: set = set()
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            _codes_of(value, seen)
+    else:
+        _codes_of(obj, seen)
+    for code in seen:
+        if code not in CODES:
+            CODES.add(code)
+            _core.add_transparent(code)
+
+
+def add_module(module) -> None:
+    """Marks every function and class method defined in `module` transparent."""
+    for value in vars(module).values():
+        if getattr(value, "__module__", None) == module.__name__:
+            add(value)
+
+
+def _stdlib_plumbing() -> None:
+    # Modules already imported only: importing asyncio here would cost every user.
+    if "contextlib" in sys.modules and "contextlib" not in _done_modules:
+        cl = sys.modules["contextlib"]
+        for name in ("_GeneratorContextManagerBase", "_GeneratorContextManager",
+                     "_AsyncGeneratorContextManager", "ContextDecorator", "AsyncContextDecorator"):
+            if hasattr(cl, name):
+                add(getattr(cl, name))
+        _done_modules.add("contextlib")
+    if "threading" in sys.modules and "threading" not in _done_modules:
+        th = sys.modules["threading"].Thread
+        for name in ("_bootstrap", "_bootstrap_inner", "run"):
+            add(getattr(th, name))
+        _done_modules.add("threading")
+    if "asyncio" in sys.modules and "asyncio" not in _done_modules:
+        asyncio = sys.modules["asyncio"]
+        add(asyncio.events.Handle._run)
+        py_task = getattr(asyncio.tasks, "_PyTask", None)
+        if py_task is not None:
+            for name in ("_Task__step", "_Task__wakeup", "_PyTask__step", "_PyTask__wakeup",
+                         "_Task__step_run_and_handle_result"):
+                if hasattr(py_task, name):
+                    add(getattr(py_task, name))
+        _done_modules.add("asyncio")
+
+
+def refresh() -> None:
+    """Called at every session start: picks up plumbing modules imported since."""
+    if len(_done_modules) < 3:
+        _stdlib_plumbing()
