@@ -32,6 +32,10 @@ enum EventFlag : uint8_t {
   kEvCFunction = 1 << 1,  // kCall: a C function (capture_c_calls)
   kEvBlock = 1 << 2,      // kCall: a profile_block region, not a frame
   kEvContinued = 1 << 3,  // kCall: a coroutine resumed with no start seen in this lane
+  // kReturn/kSuspend: calls made under this span were dropped (buffer full).
+  // Optional: when no event of a lane carries it and the lane has dropped > 0,
+  // the builder flags the lane's top-level spans instead (see build_tree).
+  kEvChildrenDropped = 1 << 4,
 };
 
 struct Event {

@@ -69,6 +69,23 @@ struct Profile {
 // must come earlier in profile.lanes). Spans still open
 // at the end of a lane are closed at profile.end_ns and flagged; returns with
 // no open span are counted in stats.unmatched_returns and ignored.
+//
+// Details the events leave open, settled here:
+// - Rebuilding is allowed: spans, roots and stats.unmatched_returns are reset.
+// - A lane whose parent_lane is not an earlier lane, or whose parent_call is
+//   not a recorded kCall there, keeps its roots as roots.
+// - kSuspend/kResume for a span that is not open (resp. not suspended by its
+//   own kSuspend) are ignored. Every span of a suspended segment (the
+//   generator and, say, a profile_block open inside it) gets kSpanGenerator,
+//   loses the suspended time from active_ns and counts the resume.
+// - Spans left open or suspended when the lane ends get end_ns =
+//   max(profile.end_ns, the lane's last timestamp), never before their start;
+//   kSpanTruncated goes on both kinds when the lane is truncated.
+// - children_dropped: where the hook marks the span (kEvChildrenDropped on its
+//   kReturn or kSuspend) that flag is used. A lane with dropped > 0 and no such
+//   mark gets kSpanChildrenDropped on all its top-level spans (roots, or the
+//   spans adopted under parent_lane): the events cannot say which parent lost
+//   the calls, only that they were under one of those.
 void build_tree(Profile& profile);
 
 }  // namespace mlprof

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tree.h"
@@ -38,9 +39,28 @@ struct View {
 };
 
 // True if the span's code is user code under the options' user_modules.
+// Labelled spans and profile_block regions always count as user code.
 bool is_user_code(const Profile& p, const Span& s, const ViewOptions& opts);
 
+// Builds the view. Settled details:
+// - Depth filtering uses the depth in the view (after C calls are folded), so
+//   the lines of a view at depth k are the lines of the full view at indent
+//   <= k. Nothing is filtered when opts.depth is -1 or >= captured_depth
+//   (adopted lanes can hold spans deeper than the ceiling; they stay visible).
+// - collapse_frameworks merges only siblings of the same lane, and a single
+//   library span also becomes a "[pkg]" node (merged = 1).
 View make_view(const Profile& p, const ViewOptions& opts);
+
+// The package a collapsed node is named after: the module's leading dotted
+// components, at most two, stopping before the first private one
+// ("sklearn.preprocessing._data" -> "sklearn.preprocessing",
+// "torch.nn.modules.linear" -> "torch.nn", "numpy" -> "numpy"). A module that
+// starts with a private component keeps that one ("_thread").
+std::string framework_package(std::string_view module);
+
+// The name a renderer shows for a node: "[pkg]" for a collapsed node, else
+// the span's display name.
+const std::string& node_name(const Profile& p, const ViewNode& node);
 
 // "predict/preprocess/encode": display names from the root, joined by '/'.
 std::string call_path(const Profile& p, int32_t span);

@@ -1,0 +1,106 @@
+#include "core/functions.h"
+
+#include <gtest/gtest.h>
+
+namespace mlprof {
+namespace {
+
+PathRules stdlib_rules() {
+  PathRules rules;
+  rules.library_prefixes = {"/usr/lib/python3.12", "/opt/py/lib/"};
+  return rules;
+}
+
+TEST(ClassifyUserCode, AppFilesAreUserCode) {
+  EXPECT_TRUE(classify_user_code("/app/model.py", stdlib_rules()));
+  EXPECT_TRUE(classify_user_code("model.py", stdlib_rules()));
+  EXPECT_TRUE(classify_user_code("/home/me/proj/pipeline.py", PathRules{}));
+}
+
+TEST(ClassifyUserCode, InstalledPackagesAreNot) {
+  const PathRules rules = stdlib_rules();
+  EXPECT_FALSE(classify_user_code("/venv/lib/python3.12/site-packages/sklearn/pipeline.py", rules));
+  EXPECT_FALSE(classify_user_code("/usr/lib/python3/dist-packages/numpy/core/numeric.py", rules));
+  EXPECT_FALSE(classify_user_code("C:\\py\\Lib\\site-packages\\torch\\nn.py", rules));
+}
+
+TEST(ClassifyUserCode, StandardLibraryPrefixesAreNot) {
+  const PathRules rules = stdlib_rules();
+  EXPECT_FALSE(classify_user_code("/usr/lib/python3.12/json/decoder.py", rules));
+  EXPECT_FALSE(classify_user_code("/usr/lib/python3.12", rules));
+  EXPECT_FALSE(classify_user_code("/opt/py/lib/os.py", rules));
+  // A prefix matches whole path components only.
+  EXPECT_TRUE(classify_user_code("/usr/lib/python3.12-extras/mine.py", rules));
+}
+
+TEST(ClassifyUserCode, PseudoFilesAndEmptyPathsAreNot) {
+  EXPECT_FALSE(classify_user_code("<frozen importlib._bootstrap>", PathRules{}));
+  EXPECT_FALSE(classify_user_code("<string>", PathRules{}));
+  EXPECT_FALSE(classify_user_code("", PathRules{}));
+}
+
+TEST(ClassifyUserCode, EmptyPrefixIsIgnored) {
+  PathRules rules;
+  rules.library_prefixes = {""};
+  EXPECT_TRUE(classify_user_code("/app/model.py", rules));
+}
+
+TEST(ModuleIn, MatchesWholeDottedComponents) {
+  EXPECT_TRUE(module_in("a", "a"));
+  EXPECT_TRUE(module_in("a.b", "a"));
+  EXPECT_TRUE(module_in("a.b.c", "a.b"));
+  EXPECT_FALSE(module_in("ab", "a"));
+  EXPECT_FALSE(module_in("a", "a.b"));
+  EXPECT_FALSE(module_in("b.a", "a"));
+  EXPECT_FALSE(module_in("a", ""));
+  EXPECT_FALSE(module_in("", "a"));
+}
+
+TEST(FunctionTable, SameKeyGivesSameId) {
+  FunctionTable t;
+  const uint32_t a =
+      t.add("predict", "app.model", "/app/model.py", 10, FunctionKind::kPython, true);
+  const uint32_t b =
+      t.add("predict", "app.model", "/app/model.py", 10, FunctionKind::kPython, true);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(t.size(), 1u);
+  EXPECT_EQ(t.name(a), "predict");
+  EXPECT_EQ(t.module(a), "app.model");
+  const FunctionInfo& fn = t.get(a);
+  EXPECT_EQ(t.strings().get(fn.file), "/app/model.py");
+  EXPECT_EQ(fn.line, 10);
+  EXPECT_EQ(fn.kind, FunctionKind::kPython);
+  EXPECT_TRUE(fn.user_code);
+}
+
+TEST(FunctionTable, EachKeyFieldDistinguishes) {
+  FunctionTable t;
+  const uint32_t base = t.add("f", "m", "/f.py", 1, FunctionKind::kPython, true);
+  EXPECT_NE(t.add("g", "m", "/f.py", 1, FunctionKind::kPython, true), base);
+  EXPECT_NE(t.add("f", "n", "/f.py", 1, FunctionKind::kPython, true), base);
+  EXPECT_NE(t.add("f", "m", "/g.py", 1, FunctionKind::kPython, true), base);
+  EXPECT_NE(t.add("f", "m", "/f.py", 2, FunctionKind::kPython, true), base);
+  EXPECT_NE(t.add("f", "m", "/f.py", 1, FunctionKind::kBlock, true), base);
+  EXPECT_EQ(t.size(), 6u);
+}
+
+TEST(FunctionTable, FirstClassificationWins) {
+  // user_code is derived from the file, so a second add with another value is
+  // a caller bug; the table keeps one answer per function.
+  FunctionTable t;
+  const uint32_t a = t.add("f", "m", "/f.py", 1, FunctionKind::kPython, false);
+  EXPECT_EQ(t.add("f", "m", "/f.py", 1, FunctionKind::kPython, true), a);
+  EXPECT_FALSE(t.get(a).user_code);
+}
+
+TEST(FunctionTable, SharesStringsWithItsTable) {
+  FunctionTable t;
+  const uint32_t a = t.add("f", "pkg", "/f.py", 1, FunctionKind::kC, false);
+  const uint32_t b = t.add("g", "pkg", "/f.py", 1, FunctionKind::kC, false);
+  EXPECT_EQ(t.get(a).module, t.get(b).module);
+  EXPECT_EQ(t.strings().intern("pkg"), t.get(a).module);
+  EXPECT_THROW(t.get(99), std::out_of_range);
+}
+
+}  // namespace
+}  // namespace mlprof

@@ -1,0 +1,283 @@
+#include "core/render_text.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "profile_builder.h"
+
+namespace mlprof {
+namespace {
+
+using test::call;
+using test::make_lane;
+using test::resume;
+using test::ret;
+using test::suspend;
+
+TEST(FormatDuration, MillisecondsDownToOneHundredthThenMicroseconds) {
+  EXPECT_EQ(format_duration(48'120'000), "48.12ms");
+  EXPECT_EQ(format_duration(30'000), "0.03ms");
+  EXPECT_EQ(format_duration(10'000), "0.01ms");
+  EXPECT_EQ(format_duration(4'200), "4.20us");
+  EXPECT_EQ(format_duration(0), "0.00us");
+  EXPECT_EQ(format_duration(2'000'000'000), "2000.00ms");
+}
+
+// The spec 000 section 4 example, captured at depth 3.
+class SpecExampleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto fn = [&](const char* name) { return test::user_fn(p, name); };
+    const uint32_t predict = fn("predict"), pre = fn("preprocess"), enc = fn("tokenizer.encode"),
+                   bpe = fn("_byte_pair_encode"), conv = fn("_convert_tokens"),
+                   stack = fn("numpy.stack"), run = fn("_run_model"), lin = fn("Linear.forward"),
+                   post = fn("postprocess");
+    p.captured_depth = 3;
+    p.end_ns = 50'000'000;
+    // Tabular on purpose: one line per step of the call tree.
+    // clang-format off
+    p.lanes.push_back(make_lane({
+        call(0, predict),
+        call(100'000, pre),
+        call(200'000, enc),
+        call(210'000, bpe), ret(1'810'000),
+        call(1'820'000, conv), ret(2'070'000),
+        ret(2'070'000),
+        call(2'100'000, stack), ret(2'220'000),
+        ret(2'410'000),
+        call(2'500'000, run),
+        call(2'600'000, lin), ret(24'700'000),
+        call(24'700'000, lin), ret(47'000'000),
+        ret(47'000'000),
+        call(47'050'000, post), ret(47'080'000),
+        ret(48'120'000),
+    }));
+    // clang-format on
+    build_tree(p);
+  }
+  Profile p;
+};
+
+TEST_F(SpecExampleTest, RenderedAtDepthOne) {
+  ViewOptions opts;
+  opts.depth = 1;
+  EXPECT_EQ(render_text(p, opts),
+            "predict: 48.12ms\n"
+            "  preprocess: 2.31ms\n"
+            "  _run_model: 44.50ms\n"
+            "  postprocess: 0.03ms\n");
+}
+
+TEST_F(SpecExampleTest, RenderedAtDepthTwo) {
+  ViewOptions opts;
+  opts.depth = 2;
+  EXPECT_EQ(render_text(p, opts),
+            "predict: 48.12ms\n"
+            "  preprocess: 2.31ms\n"
+            "    tokenizer.encode: 1.87ms\n"
+            "    numpy.stack: 0.12ms\n"
+            "  _run_model: 44.50ms\n"
+            "    Linear.forward: 22.10ms\n"
+            "    Linear.forward: 22.30ms\n"
+            "  postprocess: 0.03ms\n");
+}
+
+TEST_F(SpecExampleTest, RenderedInFull) {
+  EXPECT_EQ(render_text(p, {}),
+            "predict: 48.12ms\n"
+            "  preprocess: 2.31ms\n"
+            "    tokenizer.encode: 1.87ms\n"
+            "      _byte_pair_encode: 1.60ms\n"
+            "      _convert_tokens: 0.25ms\n"
+            "    numpy.stack: 0.12ms\n"
+            "  _run_model: 44.50ms\n"
+            "    Linear.forward: 22.10ms\n"
+            "    Linear.forward: 22.30ms\n"
+            "  postprocess: 0.03ms\n");
+}
+
+TEST_F(SpecExampleTest, DeeperThanCapturedAddsANote) {
+  p.captured_depth = 2;  // pretend the ceiling was 2 (nothing deeper recorded)
+  ViewOptions opts;
+  opts.depth = 4;
+  const std::string text = render_text(p, opts);
+  EXPECT_TRUE(
+      text.ends_with("  postprocess: 0.03ms\n"
+                     "(captured at depth 2; depth 4 was requested, showing depth 2)\n"))
+      << text;
+}
+
+TEST(RenderText, MarkersForExceptionsOpenSuspendedGeneratorsAndGroups) {
+  Profile p;
+  const uint32_t main = test::user_fn(p, "main"), fail = test::user_fn(p, "fail"),
+                 gen = test::user_fn(p, "gen"), gen2 = test::user_fn(p, "gen2"),
+                 work = test::user_fn(p, "work"), asarray = test::lib_fn(p, "asarray", "numpy");
+  p.end_ns = 1'000'000;
+  // Tabular on purpose: one line per step of the call tree.
+  // clang-format off
+  p.lanes.push_back(make_lane({
+      call(0, main),                                  // 0
+      call(1'000, fail), ret(5'000, kEvException),    // 1, 2
+      call(10'000, gen),                              // 3
+      suspend(20'000, 3), resume(50'000, 3),          // 4, 5
+      suspend(60'000, 3), resume(70'000, 3),          // 6, 7
+      ret(100'000),                                   // 8
+      call(110'000, asarray), ret(120'000),           // 9, 10
+      call(130'000, asarray), ret(150'000),           // 11, 12
+      call(160'000, asarray), ret(170'000),           // 13, 14
+      call(200'000, gen2), suspend(230'000, 15),      // 15, 16
+      call(300'000, work),                            // 17
+  }));
+  // clang-format on
+  build_tree(p);
+  ViewOptions opts;
+  opts.collapse_frameworks = true;
+  EXPECT_EQ(render_text(p, opts),
+            "main: 1.00ms [open]\n"
+            "  fail: 4.00us [exception]\n"
+            "  gen: 0.09ms (active 0.05ms, 2 resumes)\n"
+            "  [numpy]: 0.04ms [x3]\n"
+            "  gen2: 0.80ms [suspended] (active 0.03ms, 0 resumes)\n"
+            "  work: 0.70ms [open]\n");
+  opts.collapse_frameworks = false;
+  EXPECT_NE(render_text(p, opts).find("  asarray: 0.02ms\n"), std::string::npos);
+}
+
+TEST(RenderText, OneResumeIsSingular) {
+  Profile p;
+  const uint32_t gen = test::user_fn(p, "gen");
+  p.end_ns = 100'000;
+  p.lanes.push_back(make_lane({call(0, gen), suspend(20'000, 0), resume(30'000, 0), ret(50'000)}));
+  build_tree(p);
+  EXPECT_EQ(render_text(p, {}), "gen: 0.05ms (active 0.04ms, 1 resume)\n");
+}
+
+TEST(RenderText, CollapsedSpecExample) {
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict"), pre = test::user_fn(p, "preprocess"),
+                 validate = test::user_fn(p, "validate_schema"),
+                 normalize = test::user_fn(p, "normalize"),
+                 scale = test::lib_fn(p, "StandardScaler.transform", "sklearn.preprocessing._data"),
+                 run = test::user_fn(p, "_run_model"),
+                 fwd = test::lib_fn(p, "Module._call_impl", "torch.nn.modules.module"),
+                 post = test::user_fn(p, "postprocess"),
+                 npfn = test::lib_fn(p, "argmax", "numpy.core.fromnumeric");
+  p.end_ns = 50'000'000;
+  // Tabular on purpose: one line per step of the call tree.
+  // clang-format off
+  p.lanes.push_back(make_lane({
+      call(0, predict),
+      call(0, pre),
+      call(0, validate), ret(450'000),
+      call(450'000, normalize), ret(1'570'000),
+      call(1'570'000, scale), ret(2'310'000),
+      ret(2'310'000),
+      call(2'310'000, run), call(2'320'000, fwd), ret(46'800'000), ret(46'810'000),
+      call(46'810'000, post), call(46'815'000, npfn), ret(46'835'000), ret(46'840'000),
+      ret(48'120'000),
+  }));
+  // clang-format on
+  build_tree(p);
+  ViewOptions opts;
+  opts.collapse_frameworks = true;
+  EXPECT_EQ(render_text(p, opts),
+            "predict: 48.12ms\n"
+            "  preprocess: 2.31ms\n"
+            "    validate_schema: 0.45ms\n"
+            "    normalize: 1.12ms\n"
+            "    [sklearn.preprocessing]: 0.74ms\n"
+            "  _run_model: 44.50ms\n"
+            "    [torch.nn]: 44.48ms\n"
+            "  postprocess: 0.03ms\n"
+            "    [numpy.core]: 0.02ms\n");
+}
+
+TEST(RenderText, LaneHeadersWhenSeveralLanesHaveRoots) {
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict"), gather = test::user_fn(p, "gather"),
+                 fetch = test::user_fn(p, "fetch"), load = test::user_fn(p, "load"),
+                 other = test::user_fn(p, "other_task");
+  p.end_ns = 10'000'000;
+  p.lanes.push_back(
+      make_lane({call(0, predict), call(100'000, gather), ret(5'000'000), ret(6'000'000)}));
+  // A task created inside gather: it renders under it, with no header.
+  p.lanes.push_back(make_lane({call(200'000, fetch), ret(1'200'000)}, "MainThread", 1, 0, 1));
+  Lane worker = make_lane({call(50'000, load), ret(3'050'000)}, "Worker-1");
+  worker.thread_id = 7;
+  worker.dropped = 12;
+  p.lanes.push_back(std::move(worker));
+  // A task lane that was not created under a span: its own header.
+  p.lanes.push_back(make_lane({call(7'000'000, other), ret(7'500'000)}, "MainThread", 2));
+  build_tree(p);
+  EXPECT_EQ(render_text(p, {}),
+            "thread MainThread\n"
+            "predict: 6.00ms\n"
+            "  gather: 4.90ms\n"
+            "    fetch: 1.00ms\n"
+            "thread Worker-1\n"
+            "load: 3.00ms\n"
+            "thread MainThread, task 2\n"
+            "other_task: 0.50ms\n"
+            "(12 calls dropped in thread Worker-1: the buffer of max_events was full)\n");
+}
+
+TEST(RenderText, NestedLanesAloneGetNoHeader) {
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict"), fetch = test::user_fn(p, "fetch");
+  p.end_ns = 10'000'000;
+  Lane main = make_lane({call(0, predict), ret(6'000'000)});
+  main.dropped = 3;
+  p.lanes.push_back(std::move(main));
+  p.lanes.push_back(make_lane({call(200'000, fetch), ret(1'200'000)}, "MainThread", 1, 0, 0));
+  build_tree(p);
+  EXPECT_EQ(render_text(p, {}),
+            "predict: 6.00ms\n"
+            "  fetch: 1.00ms\n"
+            "(3 calls dropped in thread MainThread: the buffer of max_events was full)\n");
+}
+
+TEST(RenderText, EmptyProfile) {
+  Profile p;
+  p.lanes.push_back(make_lane({}));
+  build_tree(p);
+  EXPECT_EQ(render_text(p, {}), "(no spans captured)\n");
+}
+
+TEST(RenderText, UnnamedThreadIsNamedByItsId) {
+  Lane lane = make_lane({}, "");
+  lane.thread_id = 99;
+  lane.task = 3;
+  EXPECT_EQ(lane_title(lane), "thread 99, task 3");
+}
+
+// Re-rendering at depth k gives the full text's lines indented at most 2k.
+TEST(RenderText, ReRenderAtEveryDepthPrunesTheFullText) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    Profile p = test::random_profile(seed, 500, 8, /*generators=*/true);
+    p.captured_depth = -1;
+    auto lines = [](const std::string& text) {
+      std::vector<std::string> out;
+      std::istringstream in(text);
+      for (std::string line; std::getline(in, line);) out.push_back(line);
+      return out;
+    };
+    const std::vector<std::string> full = lines(render_text(p, {}));
+    const int deepest = p.max_depth();
+    for (int k = 0; k <= deepest; ++k) {
+      std::vector<std::string> expected;
+      for (const std::string& line : full) {
+        const size_t indent = line.find_first_not_of(' ');
+        if (indent <= 2 * static_cast<size_t>(k)) expected.push_back(line);
+      }
+      ViewOptions opts;
+      opts.depth = k;
+      ASSERT_EQ(lines(render_text(p, opts)), expected) << "seed " << seed << " k " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mlprof

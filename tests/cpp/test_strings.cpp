@@ -1,0 +1,73 @@
+#include "core/strings.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mlprof {
+namespace {
+
+TEST(StringTable, IdZeroIsTheEmptyString) {
+  StringTable t;
+  EXPECT_EQ(t.size(), 1u);
+  EXPECT_EQ(t.get(0), "");
+  EXPECT_EQ(t.intern(""), 0u);
+  EXPECT_EQ(t.size(), 1u);
+}
+
+TEST(StringTable, InternGivesOneIdPerDistinctString) {
+  StringTable t;
+  const uint32_t a = t.intern("predict");
+  const uint32_t b = t.intern("preprocess");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(t.intern("predict"), a);
+  EXPECT_EQ(t.intern(std::string("pre") + "process"), b);
+  EXPECT_EQ(t.get(a), "predict");
+  EXPECT_EQ(t.get(b), "preprocess");
+  EXPECT_EQ(t.size(), 3u);
+}
+
+TEST(StringTable, UnknownIdGivesEmptyString) {
+  StringTable t;
+  EXPECT_EQ(t.get(7), "");
+  EXPECT_EQ(t.get(UINT32_MAX), "");
+}
+
+TEST(StringTable, KeysDoNotAliasTheCallersBuffer) {
+  StringTable t;
+  std::string buf = "first";
+  const uint32_t id = t.intern(buf);
+  buf = "other";  // the table must have copied it
+  EXPECT_EQ(t.get(id), "first");
+  EXPECT_EQ(t.intern("first"), id);
+  EXPECT_NE(t.intern(buf), id);
+}
+
+TEST(StringTable, ManyStringsStayFindableAcrossGrowthAndMove) {
+  StringTable t;
+  std::vector<uint32_t> ids;
+  // Short strings live inside std::string (SSO): the deque must not move them.
+  for (int i = 0; i < 20000; ++i) ids.push_back(t.intern(std::to_string(i) + "s"));
+  StringTable moved = std::move(t);
+  for (int i = 0; i < 20000; ++i) {
+    const std::string s = std::to_string(i) + "s";
+    ASSERT_EQ(moved.intern(s), ids[i]);
+    ASSERT_EQ(moved.get(ids[i]), s);
+  }
+  EXPECT_EQ(moved.size(), 20001u);
+}
+
+TEST(StringTable, EmbeddedNulsAndUtf8AreDistinctStrings) {
+  StringTable t;
+  const uint32_t a = t.intern(std::string_view("a\0b", 3));
+  const uint32_t b = t.intern("a");
+  const uint32_t c = t.intern("caf\xc3\xa9");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(t.get(a).size(), 3u);
+  EXPECT_EQ(t.get(c), "caf\xc3\xa9");
+}
+
+}  // namespace
+}  // namespace mlprof

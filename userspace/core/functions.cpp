@@ -1,0 +1,62 @@
+#include "core/functions.h"
+
+#include <functional>
+
+namespace mlprof {
+
+namespace {
+
+bool contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
+
+// `file` starts with `prefix` at a path boundary: "/usr/lib/python3.1" must not
+// claim "/usr/lib/python3.12/...".
+bool under_prefix(std::string_view file, std::string_view prefix) {
+  if (prefix.empty() || !file.starts_with(prefix)) return false;
+  if (file.size() == prefix.size()) return true;
+  const char last = prefix.back();
+  const char next = file[prefix.size()];
+  return last == '/' || last == '\\' || next == '/' || next == '\\';
+}
+
+}  // namespace
+
+bool classify_user_code(std::string_view file, const PathRules& rules) {
+  if (file.empty() || file.front() == '<') return false;  // "<frozen ...>", "<string>"
+  if (contains(file, "/site-packages/") || contains(file, "/dist-packages/") ||
+      contains(file, "\\site-packages\\") || contains(file, "\\dist-packages\\")) {
+    return false;
+  }
+  for (const std::string& prefix : rules.library_prefixes) {
+    if (under_prefix(file, prefix)) return false;
+  }
+  return true;
+}
+
+bool module_in(std::string_view module, std::string_view prefix) {
+  if (prefix.empty() || !module.starts_with(prefix)) return false;
+  return module.size() == prefix.size() || module[prefix.size()] == '.';
+}
+
+size_t FunctionTable::KeyHash::operator()(const Key& k) const {
+  // Ids are dense and small; mixing them with distinct odd multipliers is enough.
+  uint64_t h = k.name;
+  h = h * 0x9E3779B97F4A7C15ull + k.module;
+  h = h * 0x9E3779B97F4A7C15ull + k.file;
+  h = h * 0x9E3779B97F4A7C15ull + static_cast<uint32_t>(k.line);
+  h = h * 0x9E3779B97F4A7C15ull + static_cast<uint8_t>(k.kind);
+  return std::hash<uint64_t>{}(h ^ (h >> 29));
+}
+
+uint32_t FunctionTable::add(std::string_view name, std::string_view module, std::string_view file,
+                            int32_t line, FunctionKind kind, bool user_code) {
+  const Key key{strings_.intern(name), strings_.intern(module), strings_.intern(file), line, kind};
+  if (auto it = index_.find(key); it != index_.end()) return it->second;
+  const auto id = static_cast<uint32_t>(functions_.size());
+  functions_.push_back(FunctionInfo{key.name, key.module, key.file, line, kind, user_code});
+  index_.emplace(key, id);
+  return id;
+}
+
+}  // namespace mlprof

@@ -1,0 +1,168 @@
+#include "core/json_doc.h"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <array>
+
+namespace mlprof {
+
+namespace {
+
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void write_string(JsonWriter& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+void write_fields(JsonWriter& w, std::initializer_list<std::string_view> fields) {
+  w.StartArray();
+  for (const std::string_view f : fields) write_string(w, f);
+  w.EndArray();
+}
+
+constexpr std::array<std::string_view, 8> kFixedMetaKeys = {
+    "format", "version",  "captured_depth", "view_depth",
+    "clock",  "start_ns", "end_ns",         "duration_ns"};
+
+void write_meta(JsonWriter& w, const Profile& p, int view_depth) {
+  w.Key("meta");
+  w.StartObject();
+  w.Key("format");
+  w.String("mlflow-profiler");
+  w.Key("version");
+  w.Int(kDocumentVersion);
+  w.Key("captured_depth");
+  w.Int(p.captured_depth);
+  w.Key("view_depth");
+  if (view_depth < 0) {
+    w.Null();
+  } else {
+    w.Int(view_depth);
+  }
+  w.Key("clock");
+  w.String("CLOCK_MONOTONIC");
+  w.Key("start_ns");
+  w.Int64(p.start_ns);
+  w.Key("end_ns");
+  w.Int64(p.end_ns);
+  w.Key("duration_ns");
+  w.Int64(p.end_ns - p.start_ns);
+  for (const auto& [key, value] : p.meta) {
+    // Provenance never overrides the keys the format defines.
+    bool fixed = false;
+    for (const std::string_view k : kFixedMetaKeys) fixed = fixed || k == key;
+    if (fixed) continue;
+    write_string(w, key);
+    write_string(w, value);
+  }
+  w.EndObject();
+}
+
+}  // namespace
+
+std::string to_json_document(const Profile& p, const ViewOptions& opts) {
+  const int view_depth = opts.depth < 0 ? -1 : opts.depth;
+  rapidjson::StringBuffer buffer;
+  // About 60 bytes per span row; reserving avoids most regrowth on big profiles.
+  buffer.Reserve(4096 + p.spans.size() * 64);
+  JsonWriter w(buffer);
+  w.StartObject();
+  write_meta(w, p, view_depth);
+
+  w.Key("stats");
+  w.StartObject();
+  w.Key("events_captured");
+  w.Uint64(p.stats.events_captured);
+  w.Key("events_skipped");
+  w.Uint64(p.stats.events_skipped);
+  w.Key("unmatched_returns");
+  w.Uint64(p.stats.unmatched_returns);
+  w.EndObject();
+
+  const StringTable& strings = p.functions.strings();
+  w.Key("strings");
+  w.StartArray();
+  for (uint32_t i = 0; i < strings.size(); ++i) write_string(w, strings.get(i));
+  w.EndArray();
+
+  w.Key("function_fields");
+  write_fields(w, {"name", "module", "file", "line", "kind", "user_code"});
+  w.Key("functions");
+  w.StartArray();
+  for (uint32_t i = 0; i < p.functions.size(); ++i) {
+    const FunctionInfo& fn = p.functions.get(i);
+    w.StartArray();
+    w.Uint(fn.name);
+    w.Uint(fn.module);
+    w.Uint(fn.file);
+    w.Int(fn.line);
+    w.Uint(static_cast<unsigned>(fn.kind));
+    w.Uint(fn.user_code ? 1 : 0);
+    w.EndArray();
+  }
+  w.EndArray();
+
+  w.Key("lanes");
+  w.StartArray();
+  for (const Lane& lane : p.lanes) {
+    w.StartObject();
+    w.Key("thread_id");
+    w.Uint64(lane.thread_id);
+    w.Key("native_tid");
+    w.Uint64(lane.native_tid);
+    w.Key("thread_name");
+    write_string(w, lane.thread_name);
+    w.Key("task");
+    w.Uint(lane.task);
+    w.Key("parent_lane");
+    w.Int(lane.parent_lane);
+    w.Key("parent_call");
+    w.Uint(lane.parent_call);
+    w.Key("events");
+    w.Uint64(lane.events.size());
+    w.Key("dropped");
+    w.Uint64(lane.dropped);
+    w.Key("truncated");
+    w.Bool(lane.truncated);
+    w.EndObject();
+  }
+  w.EndArray();
+
+  w.Key("span_fields");
+  write_fields(w, {"parent", "function", "label", "lane", "depth", "flags", "start_ns", "end_ns",
+                   "active_ns", "resumes"});
+  // A view keeps spans at depth <= k. Parents are shallower, so they are kept
+  // and come earlier: one pass renumbers.
+  std::vector<int32_t> renumbered;
+  if (view_depth >= 0) renumbered.assign(p.spans.size(), -1);
+  int32_t next = 0;
+  w.Key("spans");
+  w.StartArray();
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    const Span& s = p.spans[i];
+    int32_t parent = s.parent;
+    if (view_depth >= 0) {
+      if (static_cast<int64_t>(s.depth) > view_depth) continue;
+      renumbered[i] = next++;
+      if (parent >= 0) parent = renumbered[parent];
+    }
+    w.StartArray();
+    w.Int(parent);
+    w.Uint(s.function);
+    w.Uint(s.label);
+    w.Uint(s.lane);
+    w.Uint(s.depth);
+    w.Uint(s.flags);
+    w.Int64(s.start_ns);
+    w.Int64(s.end_ns);
+    w.Int64(s.active_ns);
+    w.Uint(s.resumes);
+    w.EndArray();
+  }
+  w.EndArray();
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+}  // namespace mlprof

@@ -1,0 +1,264 @@
+#include "core/tree.h"
+
+#include <algorithm>
+
+namespace mlprof {
+
+const std::string& Profile::display_name(const Span& s) const {
+  if (s.label != 0) return functions.strings().get(s.label);
+  if (s.function < functions.size()) return functions.name(s.function);
+  return functions.strings().get(0);
+}
+
+int Profile::max_depth() const {
+  int deepest = -1;
+  for (const Span& s : spans) deepest = std::max(deepest, static_cast<int>(s.depth));
+  return deepest;
+}
+
+namespace {
+
+enum class SpanState : uint8_t { kRunning, kSuspended, kClosed };
+
+// Scratch state of one build_tree call. Per-span vectors run parallel to
+// profile.spans; call_span maps (lane, event index) to the span a kCall opened.
+class TreeBuilder {
+ public:
+  explicit TreeBuilder(Profile& p) : p_(p) {}
+
+  void build() {
+    p_.spans.clear();
+    p_.roots.clear();
+    p_.stats.unmatched_returns = 0;
+    size_t calls = 0, events = 0;
+    for (const Lane& lane : p_.lanes) {
+      events += lane.events.size();
+      for (const Event& ev : lane.events) calls += ev.kind == EventKind::kCall;
+    }
+    p_.spans.reserve(calls);
+    run_start_.reserve(calls);
+    state_.reserve(calls);
+    segment_of_.reserve(calls);
+    call_span_.reserve(events);
+    lane_offset_.resize(p_.lanes.size());
+    for (uint32_t li = 0; li < p_.lanes.size(); ++li) build_lane(li);
+    link_children();
+    collect_roots();
+  }
+
+ private:
+  void build_lane(uint32_t li) {
+    const Lane& lane = p_.lanes[li];
+    const size_t base = call_span_.size();
+    lane_offset_[li] = base;
+    call_span_.resize(base + lane.events.size(), -1);
+
+    const int32_t adopt = adoption_parent(li);
+    if (adopt >= 0) adopters_.push_back(adopt);
+    const size_t first_span = p_.spans.size();
+    stack_.clear();
+    segments_.clear();
+    free_segments_.clear();
+    uint32_t pending_label = 0;
+    bool marked_dropped = false;
+    int64_t last_ts = p_.end_ns;
+
+    auto lookup = [&](uint32_t event_index) -> int32_t {
+      return event_index < lane.events.size() ? call_span_[base + event_index] : -1;
+    };
+
+    for (size_t i = 0; i < lane.events.size(); ++i) {
+      const Event& ev = lane.events[i];
+      if (ev.kind != EventKind::kLabel) last_ts = std::max(last_ts, ev.ts_ns);
+      switch (ev.kind) {
+        case EventKind::kLabel:
+          pending_label = ev.id;
+          break;
+        case EventKind::kCall: {
+          Span s;
+          s.parent = stack_.empty() ? adopt : stack_.back();
+          s.depth = s.parent < 0 ? 0 : p_.spans[s.parent].depth + 1;
+          s.function = ev.id;
+          s.lane = li;
+          s.start_ns = s.end_ns = ev.ts_ns;
+          if (ev.flags & kEvCFunction) s.flags |= kSpanCFunction;
+          if (ev.flags & kEvBlock) s.flags |= kSpanBlock;
+          if (ev.flags & kEvContinued) s.flags |= kSpanContinued;
+          if (pending_label != 0) {
+            s.label = pending_label;
+            s.flags |= kSpanLabelled;
+            pending_label = 0;
+          }
+          const auto idx = static_cast<int32_t>(p_.spans.size());
+          p_.spans.push_back(s);
+          run_start_.push_back(ev.ts_ns);
+          state_.push_back(SpanState::kRunning);
+          segment_of_.push_back(-1);
+          call_span_[base + i] = idx;
+          stack_.push_back(idx);
+          break;
+        }
+        case EventKind::kReturn: {
+          if (stack_.empty()) {
+            ++p_.stats.unmatched_returns;
+            break;
+          }
+          const int32_t idx = stack_.back();
+          stack_.pop_back();
+          Span& s = p_.spans[idx];
+          s.end_ns = ev.ts_ns;
+          s.active_ns += ev.ts_ns - run_start_[idx];
+          state_[idx] = SpanState::kClosed;
+          if (ev.flags & kEvException) s.flags |= kSpanException;
+          if (ev.flags & kEvChildrenDropped) {
+            s.flags |= kSpanChildrenDropped;
+            marked_dropped = true;
+          }
+          break;
+        }
+        case EventKind::kSuspend: {
+          const int32_t idx = lookup(ev.id);
+          if (idx < 0 || state_[idx] != SpanState::kRunning) break;
+          if (ev.flags & kEvChildrenDropped) {
+            p_.spans[idx].flags |= kSpanChildrenDropped;
+            marked_dropped = true;
+          }
+          suspend(idx, ev.ts_ns);
+          break;
+        }
+        case EventKind::kResume: {
+          const int32_t idx = lookup(ev.id);
+          if (idx < 0 || state_[idx] != SpanState::kSuspended || segment_of_[idx] < 0) break;
+          resume(idx, ev.ts_ns);
+          break;
+        }
+        default:
+          break;  // an unknown kind from a newer writer: skip it, keep the tree
+      }
+    }
+
+    const int64_t lane_end = last_ts;
+    const uint32_t truncated = lane.truncated ? kSpanTruncated : 0u;
+    for (const int32_t idx : stack_) {
+      Span& s = p_.spans[idx];
+      s.end_ns = std::max(lane_end, s.start_ns);
+      s.active_ns += s.end_ns - run_start_[idx];
+      s.flags |= kSpanOpenAtEnd | truncated;
+      state_[idx] = SpanState::kClosed;
+    }
+    for (size_t idx = first_span; idx < p_.spans.size(); ++idx) {
+      if (state_[idx] != SpanState::kSuspended) continue;
+      Span& s = p_.spans[idx];
+      s.end_ns = std::max(lane_end, s.start_ns);
+      s.flags |= kSpanSuspendedAtEnd | truncated;
+      state_[idx] = SpanState::kClosed;
+    }
+    if (lane.dropped > 0 && !marked_dropped) {
+      for (size_t idx = first_span; idx < p_.spans.size(); ++idx) {
+        if (p_.spans[idx].parent == adopt) p_.spans[idx].flags |= kSpanChildrenDropped;
+      }
+    }
+  }
+
+  // The span a nested lane's top-level spans hang under, or -1.
+  int32_t adoption_parent(uint32_t li) const {
+    const Lane& lane = p_.lanes[li];
+    if (lane.parent_lane < 0 || static_cast<uint32_t>(lane.parent_lane) >= li) return -1;
+    const Lane& parent = p_.lanes[lane.parent_lane];
+    if (lane.parent_call >= parent.events.size()) return -1;
+    return call_span_[lane_offset_[lane.parent_lane] + lane.parent_call];
+  }
+
+  // Detaches `idx` and every span above it; they stay open, not running.
+  void suspend(int32_t idx, int64_t ts) {
+    auto pos = stack_.end();
+    while (*--pos != idx) {
+    }
+    int32_t slot;
+    if (!free_segments_.empty()) {
+      slot = free_segments_.back();
+      free_segments_.pop_back();
+    } else {
+      slot = static_cast<int32_t>(segments_.size());
+      segments_.emplace_back();
+    }
+    std::vector<int32_t>& segment = segments_[slot];
+    segment.assign(pos, stack_.end());
+    stack_.erase(pos, stack_.end());
+    for (const int32_t s : segment) {
+      p_.spans[s].active_ns += ts - run_start_[s];
+      p_.spans[s].flags |= kSpanGenerator;
+      state_[s] = SpanState::kSuspended;
+    }
+    segment_of_[idx] = slot;
+  }
+
+  void resume(int32_t idx, int64_t ts) {
+    const int32_t slot = segment_of_[idx];
+    segment_of_[idx] = -1;
+    for (const int32_t s : segments_[slot]) {
+      stack_.push_back(s);
+      run_start_[s] = ts;
+      ++p_.spans[s].resumes;
+      state_[s] = SpanState::kRunning;
+    }
+    free_segments_.push_back(slot);
+  }
+
+  void link_children() {
+    std::vector<Span>& spans = p_.spans;
+    // Walking backwards and prepending gives children in index order, which is
+    // start order within a lane.
+    for (auto i = static_cast<int32_t>(spans.size()) - 1; i >= 0; --i) {
+      Span& s = spans[i];
+      if (s.parent < 0) continue;
+      s.next_sibling = spans[s.parent].first_child;
+      spans[s.parent].first_child = i;
+    }
+    // A span that adopted another lane's spans has children from several
+    // lanes: index order is lane order there, so sort those lists by start.
+    std::sort(adopters_.begin(), adopters_.end());
+    adopters_.erase(std::unique(adopters_.begin(), adopters_.end()), adopters_.end());
+    std::vector<int32_t> children;
+    for (const int32_t parent : adopters_) {
+      children.clear();
+      for (int32_t c = spans[parent].first_child; c >= 0; c = spans[c].next_sibling) {
+        children.push_back(c);
+      }
+      std::stable_sort(children.begin(), children.end(),
+                       [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
+      int32_t next = -1;
+      for (auto it = children.rbegin(); it != children.rend(); ++it) {
+        spans[*it].next_sibling = next;
+        next = *it;
+      }
+      spans[parent].first_child = next;
+    }
+  }
+
+  void collect_roots() {
+    for (size_t i = 0; i < p_.spans.size(); ++i) {
+      if (p_.spans[i].parent < 0) p_.roots.push_back(static_cast<int32_t>(i));
+    }
+    std::stable_sort(p_.roots.begin(), p_.roots.end(), [&](int32_t a, int32_t b) {
+      return p_.spans[a].start_ns < p_.spans[b].start_ns;
+    });
+  }
+
+  Profile& p_;
+  std::vector<int64_t> run_start_;              // per span: when it last started running
+  std::vector<SpanState> state_;                // per span
+  std::vector<int32_t> segment_of_;             // per span: its detached segment's slot, -1
+  std::vector<std::vector<int32_t>> segments_;  // detached segments of the lane
+  std::vector<int32_t> free_segments_;
+  std::vector<size_t> lane_offset_;  // per lane: its first slot in call_span_
+  std::vector<int32_t> call_span_;   // per (lane, event): the span a kCall opened, -1
+  std::vector<int32_t> stack_;       // open, running spans of the lane, innermost last
+  std::vector<int32_t> adopters_;    // spans that adopted a nested lane's spans
+};
+
+}  // namespace
+
+void build_tree(Profile& profile) { TreeBuilder(profile).build(); }
+
+}  // namespace mlprof
