@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstring>
 
+#include "clock.h"
 #include "probes.h"
 
 namespace mlprof {
@@ -258,7 +259,9 @@ inline bool room_for_structure(CaptureLane& L) {
 void close_entries(CaptureLane& L, size_t from, bool exception, int64_t ts) {
   for (size_t i = L.rec.size(); i > from; --i) {
     if (!room_for_structure(L)) return;
-    push(L, EventKind::kReturn, 0, exception ? kEvException : 0, ts);
+    uint8_t flags = exception ? kEvException : 0;
+    if (L.rec[i - 1].children_dropped) flags |= kEvChildrenDropped;
+    push(L, EventKind::kReturn, 0, flags, ts);
     probes::span_exit(L.engine->serial(), L.rec[i - 1].call_index);
   }
   L.rec.resize(from);
@@ -296,6 +299,7 @@ void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool c
   if (L.truncated) return;
   if (L.out.events.size() >= L.soft_cap) {
     ++L.out.dropped;
+    if (!L.rec.empty()) L.rec.back().children_dropped = true;
     return;
   }
   uintptr_t key = compat::is_generator_code(code) ? generator_key(frame) : 0;
@@ -310,23 +314,34 @@ void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool c
       L.engine->gen_labels_.erase(it);
     }
   }
-  int64_t ts = now_ns();
+  int64_t ts = clock::ticks();
   if (label) push(L, EventKind::kLabel, label, 0, ts);
   auto idx = static_cast<uint32_t>(L.out.events.size());
   push(L, EventKind::kCall, fid, continued ? kEvContinued : 0, ts);
-  L.rec.push_back(StackEntry{idx, d, EntryKind::kFrame, key});
+  L.rec.push_back(StackEntry{idx, d, EntryKind::kFrame, key, code});
   L.last_was_suspend = false;
   probes::span_enter(L.engine->serial(), idx, d, fid);
 }
 
 void lane_return(CaptureLane& L, PyCodeObject* code, bool exception) {
+  // The common case first: the innermost recorded frame returns (a recorded
+  // frame is never transparent, so no flag lookup is needed).
+  if (!L.rec.empty()) {
+    const StackEntry& top = L.rec.back();
+    if (top.code == code && top.depth == L.depth && top.kind == EntryKind::kFrame) {
+      L.depth = top.depth - 1;
+      close_entries(L, L.rec.size() - 1, exception, clock::ticks());
+      L.last_was_suspend = false;
+      return;
+    }
+  }
   // A transparent frame did not move the counter: it was checked at L.depth + 1.
   if (L.depth + 1 <= L.ceiling && is_transparent(code)) return;
   int extra = 0;
   long j = top_frame(L, &extra);
   int frame_depth = L.depth - extra;
   if (j >= 0 && L.rec[static_cast<size_t>(j)].depth == frame_depth) {
-    close_entries(L, static_cast<size_t>(j), exception, now_ns());
+    close_entries(L, static_cast<size_t>(j), exception, clock::ticks());
     L.last_was_suspend = false;
   }
   L.depth = frame_depth - 1;
@@ -349,7 +364,7 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
       }
       L.last_was_suspend = true;
       Suspended s{L.index, frame_depth, {L.rec.begin() + static_cast<long>(from), L.rec.end()}};
-      push(L, EventKind::kSuspend, s.entries.front().call_index, 0, now_ns());
+      push(L, EventKind::kSuspend, s.entries.front().call_index, 0, clock::ticks());
       L.engine->suspended_[key] = std::move(s);
       L.rec.resize(from);
     }
@@ -369,7 +384,7 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
       L.engine->suspended_.erase(it);
       if (!L.truncated && room_for_structure(L)) {
         int shift = d - s.frame_depth;
-        push(L, EventKind::kResume, s.entries.front().call_index, 0, now_ns());
+        push(L, EventKind::kResume, s.entries.front().call_index, 0, clock::ticks());
         int top = d;
         for (StackEntry e : s.entries) {
           e.depth += shift;
@@ -387,17 +402,14 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
 
 }  // namespace
 
-int64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+int64_t now_ns() { return clock::monotonic_ns(); }
 
 PyObject* session_var() { return g_session_var; }
 
 void init_engine_module(PyObject* module) {
   if (!g_session_var) g_session_var = PyContextVar_New("mlflow_profiler.session", nullptr);
   if (g_extra_index < 0) g_extra_index = compat::request_code_extra_index();
+  clock::init();
   Py_INCREF(g_session_var);
   PyModule_AddObject(module, "session_var", g_session_var);
 }
@@ -530,7 +542,8 @@ void Engine::start(PyObject* session) {
   token_ = PyContextVar_Set(g_session_var, session);
   if (!token_) throw std::runtime_error("could not set the session context variable");
   session_ = session;
-  start_ns_ = now_ns();
+  start_anchor_ = clock::anchor();
+  start_ns_ = start_anchor_.ns;
   start_thread_ = PyThread_get_thread_ident();
   PyThreadState* ts = compat::tstate();
   new_lane(start_thread_, ts->context);  // the origin lane: the entering frame is depth -1
@@ -549,7 +562,8 @@ void Engine::start(PyObject* session) {
 
 void Engine::stop() {
   if (state_ != State::kCollecting) return;
-  end_ns_ = now_ns();
+  end_anchor_ = clock::anchor();
+  end_ns_ = end_anchor_.ns;
   state_ = State::kFinalized;
   g_by_session.erase(session_);
   g_by_serial.erase(serial_);
@@ -579,7 +593,10 @@ std::shared_ptr<Profile> Engine::profile() {
   Profile& p = *profile_;
   p.captured_depth = opts_.depth;
   p.start_ns = start_ns_;
-  p.end_ns = end_ns_ ? end_ns_ : now_ns();
+  p.end_ns = end_ns_;
+  clock::Mapping clk = clock::mapping(start_anchor_, end_anchor_);
+  p.meta["clock_source"] = clock::g_use_tsc ? "tsc" : "clock_gettime";
+  p.meta["clock_error_ns"] = std::to_string(clk.error_ns);
   p.meta["engine"] = hooks::name();
   p.meta["python"] = Py_GetVersion();
   p.meta["python"] = p.meta["python"].substr(0, p.meta["python"].find(' '));
@@ -610,6 +627,7 @@ std::shared_ptr<Profile> Engine::profile() {
   for (auto& lp : lanes_) {
     Lane lane = std::move(lp->out);
     for (Event& e : lane.events) {
+      if (e.kind != EventKind::kLabel) e.ts_ns = clk.to_ns(e.ts_ns);
       if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
       else if (e.kind == EventKind::kLabel) e.id = local_str(e.id);
     }
@@ -664,8 +682,8 @@ void on_c_call(PyObject* callable, PyCodeObject* caller) {
     }
     uint32_t fid = cfunction_id(callable);
     auto idx = static_cast<uint32_t>(L.out.events.size());
-    push(L, EventKind::kCall, fid, kEvCFunction, now_ns());
-    L.rec.push_back(StackEntry{idx, d, EntryKind::kCCall, reinterpret_cast<uintptr_t>(callable)});
+    push(L, EventKind::kCall, fid, kEvCFunction, clock::ticks());
+    L.rec.push_back(StackEntry{idx, d, EntryKind::kCCall, reinterpret_cast<uintptr_t>(callable), nullptr});
     L.depth = d;
     L.last_was_suspend = false;
   }
@@ -680,7 +698,7 @@ void on_c_return(PyObject* callable, bool exception) {
       continue;
     }
     L.depth = L.rec.back().depth - 1;
-    close_entries(L, L.rec.size() - 1, exception, now_ns());
+    close_entries(L, L.rec.size() - 1, exception, clock::ticks());
   }
 }
 
@@ -696,8 +714,8 @@ int block_enter(uint32_t function, BlockToken* out, int max) {
       continue;
     }
     auto idx = static_cast<uint32_t>(L.out.events.size());
-    push(L, EventKind::kCall, function, kEvBlock, now_ns());
-    L.rec.push_back(StackEntry{idx, d, EntryKind::kBlock, 0});
+    push(L, EventKind::kCall, function, kEvBlock, clock::ticks());
+    L.rec.push_back(StackEntry{idx, d, EntryKind::kBlock, 0, nullptr});
     L.depth = d;
     L.last_was_suspend = false;
     out[n++] = BlockToken{L.engine->serial(), L.index, idx};
@@ -715,7 +733,7 @@ void block_exit(const BlockToken* tokens, int n, bool exception) {
     for (size_t j = L.rec.size(); j > 0; --j) {
       if (L.rec[j - 1].kind == EntryKind::kBlock && L.rec[j - 1].call_index == tokens[t].call_index) {
         L.depth = L.rec[j - 1].depth - 1;
-        close_entries(L, j - 1, exception, now_ns());
+        close_entries(L, j - 1, exception, clock::ticks());
         break;
       }
     }

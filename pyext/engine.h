@@ -20,6 +20,7 @@
 #include "core/event.h"
 #include "core/functions.h"
 #include "core/tree.h"
+#include "clock.h"
 
 namespace mlprof {
 
@@ -33,6 +34,8 @@ struct StackEntry {
   int32_t depth;        // depth counter value of this entry
   EntryKind kind;
   uintptr_t key;  // frame: generator identity (0: plain frame); C call: the callable
+  const void* code;  // frame: its code object (identity only)
+  bool children_dropped = false;  // a call under it was dropped (buffer full)
 };
 
 struct CaptureLane {
@@ -118,6 +121,7 @@ class Engine {
   PyObject* parent_session_ = nullptr;  // strong ref: keeps parent_ alive
   uint64_t start_thread_ = 0;
   int64_t start_ns_ = 0, end_ns_ = 0;
+  clock::Anchor start_anchor_, end_anchor_;
   std::vector<std::unique_ptr<CaptureLane>> lanes_;
   std::unordered_map<uint64_t, std::unordered_map<PyObject*, CaptureLane*>> lane_index_;
   std::vector<std::string> failures_;

@@ -1,0 +1,66 @@
+#include "clock.h"
+
+#include <fstream>
+#include <string>
+
+namespace mlprof::clock {
+
+bool g_use_tsc = false;
+
+namespace {
+Anchor g_process_anchor;
+
+bool invariant_tsc() {
+#if defined(__x86_64__)
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      auto has = [&](const char* f) { return line.find(std::string(" ") + f) != std::string::npos; };
+      return has("constant_tsc") && has("nonstop_tsc");
+    }
+  }
+#endif
+  return false;
+}
+}  // namespace
+
+Anchor anchor() {
+  Anchor best;
+  int64_t best_window = INT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    int64_t before = ticks();
+    int64_t ns = monotonic_ns();
+    int64_t after = ticks();
+    if (after - before < best_window) {
+      best_window = after - before;
+      best.ticks = before + (after - before) / 2;
+      best.ns = ns;
+      best.error_ns = (after - before) / 2;  // in ticks; converted by mapping()
+    }
+  }
+  return best;
+}
+
+void init() {
+  g_use_tsc = invariant_tsc();
+  g_process_anchor = anchor();
+}
+
+Mapping mapping(const Anchor& origin, const Anchor& end) {
+  Mapping m;
+  m.origin = origin;
+  if (!g_use_tsc) {
+    m.ns_per_tick = 1.0;
+    m.origin.ticks = origin.ns;  // ticks are ns
+    return m;
+  }
+  // The longest interval gives the most exact rate.
+  const Anchor& from = g_process_anchor.ticks && g_process_anchor.ticks < origin.ticks ? g_process_anchor : origin;
+  int64_t dt = end.ticks - from.ticks;
+  if (dt > 0 && end.ns > from.ns) m.ns_per_tick = static_cast<double>(end.ns - from.ns) / static_cast<double>(dt);
+  m.error_ns = static_cast<int64_t>(static_cast<double>(origin.error_ns + end.error_ns) * m.ns_per_tick) + 1;
+  return m;
+}
+
+}  // namespace mlprof::clock
