@@ -182,7 +182,9 @@ uint64_t native_tid() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
 
 std::string current_thread_name(uint64_t ident) {
   // threading._active[ident].name, without creating a _DummyThread.
-  PyObject* threading = PyImport_GetModule(PyUnicode_FromString("threading"));
+  PyObject* modname = PyUnicode_FromString("threading");
+  PyObject* threading = modname ? PyImport_GetModule(modname) : nullptr;
+  Py_XDECREF(modname);
   std::string out;
   if (threading) {
     PyObject* active = PyObject_GetAttrString(threading, "_active");
@@ -191,7 +193,7 @@ std::string current_thread_name(uint64_t ident) {
       PyObject* th = key ? PyDict_GetItem(active, key) : nullptr;
       Py_XDECREF(key);
       if (th) {
-        PyObject* name = PyObject_GetAttrString(th, "name");
+        PyObject* name = PyObject_GetAttrString(th, "_name");  // not the property: no Python frame inside a hook
         out = utf8(name);
         Py_XDECREF(name);
       }
@@ -506,6 +508,10 @@ CaptureLane* Engine::new_lane(uint64_t thread_id, PyObject* context) {
       base = origin.chain_top_depth + 1;
     }
   }
+  // A task lane continues its creator's depth (its coroutines are the
+  // creator's callees). A thread lane gets the whole ceiling for its own
+  // frames: its target is its root, shown under the span that started it.
+  if (thread_id != start_thread_) base = 0;
   L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
   per_thread[context] = &L;
   lanes_.push_back(std::move(lane));
@@ -545,6 +551,9 @@ void Engine::start(PyObject* session) {
   start_anchor_ = clock::anchor();
   start_ns_ = start_anchor_.ns;
   start_thread_ = PyThread_get_thread_ident();
+  std::string error;
+  // Before capture starts: threading.setprofile is Python code we must not record.
+  bool binder_ok = !opts_.all_threads || hooks::install_thread_binder(&error);
   PyThreadState* ts = compat::tstate();
   new_lane(start_thread_, ts->context);  // the origin lane: the entering frame is depth -1
   g_by_session[session] = this;
@@ -552,9 +561,7 @@ void Engine::start(PyObject* session) {
   ++g_native_collecting;
   ++g_generation;
   state_ = State::kCollecting;
-  std::string error;
-  if (!hooks::install(this, &error) ||
-      (opts_.all_threads && !hooks::install_thread_binder(&error))) {
+  if (!binder_ok || !hooks::install(this, &error)) {
     fail("could not install the profiling hook: " + error);
   }
   probes::session_begin(serial_, opts_.depth);

@@ -63,8 +63,9 @@ def _stdlib_plumbing() -> None:
         _done_modules.add("contextlib")
     if "threading" in sys.modules and "threading" not in _done_modules:
         th = sys.modules["threading"].Thread
-        for name in ("_bootstrap", "_bootstrap_inner", "run"):
-            add(getattr(th, name))
+        for name in ("_bootstrap", "_bootstrap_inner", "run", "_delete"):
+            if hasattr(th, name):
+                add(getattr(th, name))
         _done_modules.add("threading")
     if "asyncio" in sys.modules and "asyncio" not in _done_modules:
         asyncio = sys.modules["asyncio"]
