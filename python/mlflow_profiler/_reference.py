@@ -1,0 +1,1123 @@
+"""The pure-Python reference capture engine: the executable spec of
+docs/capture.md, used by the tests.
+
+It implements the same semantics as the native engine (pyext/engine.cpp),
+function by function where the two can be compared (``_lane_start``,
+``_lane_return``, ``_lane_yield``, ``_lane_resume``, ``_new_lane``,
+``_close_entries`` ...), and writes the same events
+(userspace/core/event.h) into the same lanes. It never builds a tree or
+renders: ``profile()`` hands the lanes to ``_core.build_profile`` and the C++
+core does the rest, so the two engines can be compared on tree shape.
+
+The hook is ``sys.setprofile`` on every Python version (3.9-3.13; on 3.12+
+it is the legacy profiler interface that CPython implements on top of
+sys.monitoring with its own reserved tool id). It is slow (microseconds per
+event); it exists to be read and to be compared against.
+
+How the setprofile events map to the engine's on_* entry points
+-----------------------------------------------------------------
+- ``call`` of a plain function: a start. ``call`` of generator/coroutine
+  code: a first start when the frame has not run yet (3.9/3.10:
+  ``f_lasti < 0``; 3.11+: ``f_lasti`` is on ``RESUME`` with oparg 0), else a
+  resume; a resume that matches no suspended span of the lane is a start
+  flagged ``continued`` (like PY_RESUME on the native 3.12+ path).
+- ``return`` of generator code is a yield/await when the frame is
+  suspending: the instruction at ``f_lasti`` is ``YIELD_VALUE`` (3.9/3.10:
+  also the instruction before ``YIELD_FROM``, where a delegating frame
+  rests; 3.13: the ``RESUME`` that follows a ``YIELD_VALUE``).
+- ``return`` with ``arg is None`` is an exception exit unless ``f_lasti`` is
+  on ``RETURN_VALUE``/``RETURN_CONST`` (a function may return None).
+- A generator closed or thrown into while it rests on a bare ``yield`` ends
+  with ``arg is None`` on that same yield instruction, which looks like a
+  ``yield None``. The reference marks such resumes as throws: on 3.11/3.12
+  exactly (a throw resumes with ``f_lasti`` on ``YIELD_VALUE``, a send on the
+  next ``RESUME``); on every version when Python code calls
+  ``gen.throw``/``gen.close`` (seen as a ``c_call``; the whole
+  ``yield from``/``await`` chain is marked); on 3.9/3.10 also when the
+  caller's current instruction only drops a reference (POP_TOP, STORE_*,
+  DELETE_*, jumps, RETURN_VALUE: the generator is being finalized, as after a
+  ``break`` out of a ``for`` loop). A throw-resumed frame whose next return
+  is ``arg is None`` on the yield it resumed from is an exception exit.
+  Known limit: a generator that catches a thrown exception and yields None
+  again from that very instruction (``while True: try: yield except E:
+  pass``) is recorded as ending there, and its later resumes as
+  ``continued`` starts; and on 3.13, a throw from C code (asyncio
+  cancellation) into a bare ``yield`` is recorded as a yield.
+- ``c_call``/``c_return``/``c_exception``: C spans (``capture_c_calls``).
+  setprofile reports only builtin functions and methods (3.12+: method
+  descriptors bound to their self); the native 3.12+ path, on sys.monitoring
+  CALL events, also reports calls of types and other callables.
+
+Execution contexts
+------------------
+A lane is one session in one (thread, contextvars.Context). Python gives no
+handle on the current Context object (``copy_context()`` makes a new one),
+so contexts are told apart with a private ContextVar ``_ctx_marker`` and the
+rule that a ``Token`` can only be reset in the Context that created it:
+
+- the first time the reference sees a context, it stores a fresh ``_Mark``
+  object there (``mark.token = _ctx_marker.set(mark)``);
+- afterwards, ``_ctx_marker.get()`` returns that mark, but a copy of the
+  context (an asyncio task, ``loop.call_soon`` callbacks) inherits it, so the
+  mark is verified: ``_ctx_marker.reset(mark.token)`` succeeds only in the
+  context that set it (and is then set again, leaving the context as it
+  was); in a copy it raises ValueError and the copy gets its own mark.
+
+So marks are as unique as the Context objects, and lanes are keyed by
+(thread id, mark) as the native engine keys them by (thread id, Context
+address). The check runs on every event: context switches happen inside C
+calls (``Context.run``, asyncio's C task step) that the profiler does not
+always see, and a stale answer would put events in the wrong lane.
+
+Other profilers
+---------------
+The hook chains to the profile function that was installed before it (a
+``sys.setprofile`` function is called first with the same arguments) and
+puts it back at the end. On 3.9-3.11, cProfile installs a C profile function
+whose object (``sys.getprofile()``) is the Profiler, not a callable: pure
+Python cannot call it, so cProfile does not count during a reference session
+on those versions; it is re-enabled (``Profiler.enable()``) when the session
+ends. On 3.12+ cProfile is a sys.monitoring tool and runs alongside.
+
+Failures
+--------
+The profile function never raises into user code: an exception inside it
+(other than KeyboardInterrupt/SystemExit, which are the user's) is recorded
+in ``failures`` and stops recording for the sessions involved.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dis
+import os
+import platform
+import socket
+import sys
+import sysconfig
+import threading
+import types
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _core, _transparent
+
+# --- constants mirrored from userspace/core/event.h ----------------------------
+
+K_CALL = 1
+K_RETURN = 2
+K_SUSPEND = 3
+K_RESUME = 4
+K_LABEL = 5
+
+EV_EXCEPTION = 1
+EV_CFUNCTION = 2
+EV_BLOCK = 4
+EV_CONTINUED = 8
+EV_CHILDREN_DROPPED = 16
+
+FN_PYTHON = 0
+FN_C = 1
+FN_BLOCK = 2
+
+# Entry kinds of a lane's stack of recorded open spans (engine.h EntryKind).
+E_FRAME = 0
+E_BLOCK = 1
+E_CCALL = 2
+
+_INT32_MAX = 2**31 - 1
+_GEN_FLAGS = 0x20 | 0x80 | 0x200 | 0x100  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE
+
+_PY = sys.version_info[:2]
+
+
+def _op(name: str) -> int:
+    return dis.opmap.get(name, -1)
+
+
+_YIELD_VALUE = _op("YIELD_VALUE")
+_YIELD_FROM = _op("YIELD_FROM")
+_RESUME = _op("RESUME")
+_RETURNS = frozenset(x for x in (_op("RETURN_VALUE"), _op("RETURN_CONST")) if x >= 0)
+# 3.9/3.10: the caller of a generator resume is only dropping a reference to
+# it (the generator is being finalized, which throws GeneratorExit into it).
+_FINALIZING_CALLER_OPS = frozenset(
+    x
+    for x in (
+        _op(n)
+        for n in (
+            "POP_TOP", "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR",
+            "STORE_SUBSCR", "DELETE_FAST", "DELETE_NAME", "DELETE_GLOBAL", "DELETE_DEREF",
+            "DELETE_ATTR", "DELETE_SUBSCR", "POP_BLOCK", "POP_EXCEPT", "JUMP_ABSOLUTE",
+            "JUMP_FORWARD", "RETURN_VALUE", "ROT_TWO", "ROT_THREE", "ROT_FOUR",
+        )
+    )
+    if x >= 0
+)
+
+_code_bytes: Dict[Any, bytes] = {}
+
+
+def _bytecode(code) -> bytes:
+    b = _code_bytes.get(code)
+    if b is None:
+        b = code.co_code  # 3.11+: the de-specialized, de-instrumented bytes
+        if len(_code_bytes) > 50_000:
+            _code_bytes.clear()
+        _code_bytes[code] = b
+    return b
+
+
+def _op_at(code, offset: int) -> int:
+    b = _bytecode(code)
+    return b[offset] if 0 <= offset < len(b) else -1
+
+
+def _is_first_start(frame) -> bool:
+    """A 'call' event of generator code: the frame has not run yet."""
+    lasti = frame.f_lasti
+    if _PY < (3, 11):
+        return lasti < 0
+    b = _bytecode(frame.f_code)
+    return 0 <= lasti < len(b) - 1 and b[lasti] == _RESUME and (b[lasti + 1] & 3) == 0
+
+
+def _at_yield(frame) -> bool:
+    """A 'return' event of generator code: the frame rests on a yield/await."""
+    code = frame.f_code
+    lasti = frame.f_lasti
+    op = _op_at(code, lasti)
+    if op == _YIELD_VALUE:
+        return True
+    if _PY < (3, 11):
+        return _YIELD_FROM >= 0 and _op_at(code, lasti + 2) == _YIELD_FROM
+    if _PY >= (3, 13) and op == _RESUME:
+        b = _bytecode(code)
+        return (b[lasti + 1] & 3) != 0 and _op_at(code, lasti - 2) == _YIELD_VALUE
+    return False
+
+
+def _at_return(frame) -> bool:
+    return _op_at(frame.f_code, frame.f_lasti) in _RETURNS
+
+
+def _resumed_by_throw(frame, arg) -> bool:
+    """Version-specific signs that a generator resume is a throw()/close()."""
+    if _PY >= (3, 12) and isinstance(arg, BaseException):
+        return True
+    if (3, 11) <= _PY < (3, 13):
+        return _op_at(frame.f_code, frame.f_lasti) == _YIELD_VALUE
+    if _PY < (3, 11):
+        caller = frame.f_back
+        if caller is not None:
+            return _op_at(caller.f_code, caller.f_lasti) in _FINALIZING_CALLER_OPS
+    return False
+
+
+def _gen_frame(obj):
+    for attr in ("gi_frame", "cr_frame", "ag_frame"):
+        f = getattr(obj, attr, None)
+        if f is not None:
+            return f
+    return None
+
+
+def _is_generator_object(obj) -> bool:
+    return isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType))
+
+
+# --- user code classification (core classify_user_code) --------------------------
+
+def _library_prefixes() -> List[str]:
+    paths = sysconfig.get_paths()
+    return sorted({p for p in (paths.get("stdlib"), paths.get("platstdlib")) if p})
+
+
+_LIBRARY_PREFIXES = _library_prefixes()
+
+
+def _under_prefix(file: str, prefix: str) -> bool:
+    if not prefix or not file.startswith(prefix):
+        return False
+    if len(file) == len(prefix):
+        return True
+    return prefix[-1] in "/\\" or file[len(prefix)] in "/\\"
+
+
+def classify_user_code(file: str) -> bool:
+    """Same rule as userspace/core/functions.cpp classify_user_code."""
+    if not file or file[0] == "<":
+        return False
+    for part in ("/site-packages/", "/dist-packages/", "\\site-packages\\", "\\dist-packages\\"):
+        if part in file:
+            return False
+    return not any(_under_prefix(file, p) for p in _LIBRARY_PREFIXES)
+
+
+# --- C function names (engine.cpp cfunction_id) ---------------------------------
+
+_HEAPTYPE = 1 << 9
+
+
+def _type_short(t: type) -> str:
+    return t.__name__
+
+
+def _type_module(t: type) -> str:
+    # tp_name of a static type is "module.Name" (or a bare builtin name); a
+    # Python class's tp_name has no dot, which the native engine reads as builtins.
+    if t.__flags__ & _HEAPTYPE:
+        return "builtins"
+    mod = getattr(t, "__module__", None)
+    return mod if isinstance(mod, str) and mod else "builtins"
+
+
+def _cfunction_info(callable_) -> Tuple[str, str]:
+    if isinstance(callable_, types.BuiltinFunctionType):  # PyCFunction (function or bound method)
+        self_ = getattr(callable_, "__self__", None)
+        name = callable_.__name__
+        if self_ is not None and not isinstance(self_, types.ModuleType):
+            t = type(self_)
+            return _type_short(t) + "." + name, _type_module(t)
+        mod = callable_.__module__
+        return name, mod if isinstance(mod, str) else "builtins"
+    if isinstance(callable_, types.MethodDescriptorType):
+        t = callable_.__objclass__
+        return _type_short(t) + "." + callable_.__name__, _type_module(t)
+    if isinstance(callable_, type):
+        return _type_short(callable_), _type_module(callable_)
+    name = getattr(callable_, "__name__", None)
+    t = type(callable_)
+    return (name if isinstance(name, str) and name else _type_short(t)), _type_module(t)
+
+
+def _ckey(callable_):
+    """Identity of a C call, equal for its c_call and c_return events (3.12+
+    binds a method descriptor anew for each event)."""
+    self_ = getattr(callable_, "__self__", None)
+    if isinstance(callable_, types.BuiltinFunctionType):
+        return (id(self_), callable_.__name__)
+    return id(callable_)
+
+
+# --- process-wide state -----------------------------------------------------------
+
+_ctx_marker: contextvars.ContextVar = contextvars.ContextVar("mlflow_profiler._reference.context")
+
+
+class _Mark:
+    """Identity of one contextvars.Context (see the module docstring)."""
+
+    __slots__ = ("token", "__weakref__")
+
+
+def _ctx_mark() -> _Mark:
+    m = _ctx_marker.get(None)
+    if m is not None:
+        try:
+            _ctx_marker.reset(m.token)
+        except (ValueError, RuntimeError):
+            pass  # a copy of m's context: give it its own mark
+        else:
+            m.token = _ctx_marker.set(m)
+            return m
+    m = _Mark()
+    m.token = _ctx_marker.set(m)
+    return m
+
+
+_collecting: List["ReferenceEngine"] = []  # collecting engines, oldest first
+_generation = 1
+_tls = threading.local()
+_throw_pending: set = set()  # id(frame) of generators that a throw()/close() call is about to resume
+_throw_at: Dict[int, int] = {}  # id(frame) -> f_lasti a throw resumed it at
+
+
+def _thread_state():
+    st = getattr(_tls, "st", None)
+    if st is None:
+        st = _ThreadState()
+        _tls.st = st
+    return st
+
+
+class _ThreadState:
+    __slots__ = ("users", "prev", "saved", "installed", "gen", "mark", "sess", "lanes", "bound", "busy")
+
+    def __init__(self) -> None:
+        self.users = 0
+        self.prev = None  # chained: the profile function installed before ours
+        self.saved = None  # what sys.getprofile() returned before ours, put back at the end
+        self.installed = False
+        self.gen = 0
+        self.mark = None
+        self.sess = None
+        self.lanes: List["_Lane"] = []
+        self.bound: Optional["ReferenceEngine"] = None
+        # True while the engine's own code (label_call, block_enter, start,
+        # stop) updates lanes outside the hook: the events its C calls raise
+        # are the profiler's own and must not re-enter the lane state.
+        self.busy = False
+
+
+def _lanes_now(st: _ThreadState) -> List["_Lane"]:
+    """Lanes of the sessions current in this thread and context, innermost
+    first (engine.cpp lanes_now/refresh)."""
+    sess = _core.session_var.get(None)
+    mark = _ctx_mark()
+    if st.gen == _generation and st.mark is mark and st.sess is sess:
+        return st.lanes
+    lanes: List[_Lane] = []
+    e = None
+    if sess is not None:
+        eng = getattr(sess, "_engine", None)
+        if isinstance(eng, ReferenceEngine) and eng.state == "collecting":
+            e = eng
+    if e is None and st.bound is not None:
+        if st.bound.state == "collecting":
+            e = st.bound
+        else:
+            st.bound = None
+    tid = threading.get_ident()
+    while e is not None and len(lanes) < 4:
+        if e.state == "collecting":
+            lane = e._lane_for(tid, mark)
+            if lane is not None:
+                lanes.append(lane)
+        e = e._parent
+    st.gen = _generation
+    st.mark = mark
+    st.sess = sess
+    st.lanes = lanes
+    return lanes
+
+
+class _Busy:
+    """``with _Busy():`` around engine code that runs outside the hook."""
+
+    __slots__ = ("st", "was")
+
+    def __enter__(self):
+        self.st = _thread_state()
+        self.was = self.st.busy
+        self.st.busy = True
+        return self.st
+
+    def __exit__(self, *exc):
+        self.st.busy = self.was
+        return False
+
+
+def _current_lanes() -> List["_Lane"]:
+    """The current lanes, from engine code outside the hook."""
+    if not _collecting:
+        return []
+    with _Busy() as st:
+        return _lanes_now(st)
+
+
+# --- lanes ------------------------------------------------------------------------
+
+
+class _Lane:
+    __slots__ = (
+        "engine", "index", "thread_id", "mark", "ceiling", "depth", "truncated", "skipped",
+        "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "chain_top",
+        "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
+        "native_tid", "thread_name", "task", "parent_lane", "parent_call",
+    )
+
+    def __init__(self) -> None:
+        self.engine: ReferenceEngine
+        self.index = 0
+        self.thread_id = 0
+        self.mark = None
+        self.ceiling = 0
+        self.depth = -1  # depth of the innermost open level; -1: the entering frame
+        self.truncated = False
+        self.skipped = 0
+        self.soft_cap = 0
+        self.hard_cap = 0
+        # Recorded open entries, innermost last: [call_index, depth, kind, key,
+        # children_dropped] (engine.h StackEntry; key: generator identity for a
+        # frame, 0 for a plain frame, the callable's identity for a C call).
+        self.rec: List[list] = []
+        self.pending_code = None
+        self.pending_label: Optional[int] = None
+        self.chain_top: Optional[int] = None
+        self.chain_top_depth = 0
+        self.last_was_suspend = False
+        self.events: List[Tuple[int, int, int, int]] = []  # (ts, kind, id, flags)
+        self.dropped = 0
+        self.out_truncated = False
+        self.native_tid = 0
+        self.thread_name = ""
+        self.task = 0
+        self.parent_lane = -1
+        self.parent_call = 0
+
+
+def _room_for_structure(L: _Lane) -> bool:
+    if len(L.events) < L.hard_cap:
+        return True
+    L.truncated = True
+    L.out_truncated = True
+    return False
+
+
+def _close_entries(L: _Lane, start: int, exception: bool, ts: int) -> None:
+    """Returns for rec[start:], innermost first."""
+    flags = EV_EXCEPTION if exception else 0
+    rec = L.rec
+    for i in range(len(rec) - 1, start - 1, -1):
+        if not _room_for_structure(L):
+            return
+        L.events.append((ts, K_RETURN, 0, flags | EV_CHILDREN_DROPPED if rec[i][4] else flags))
+    del rec[start:]
+
+
+def _top_frame(L: _Lane) -> Tuple[int, int]:
+    """(index of the innermost frame entry or -1, entries above it)."""
+    rec = L.rec
+    j = len(rec) - 1
+    while j >= 0 and rec[j][2] != E_FRAME:
+        j -= 1
+    return j, len(rec) - 1 - j
+
+
+def _lane_start(L: _Lane, code, frame, continued: bool) -> None:
+    d = L.depth + 1
+    if d > L.ceiling:
+        L.depth = d
+        L.skipped += 1
+        return
+    # Transparency is checked wherever the counter is within the ceiling,
+    # above the root too, so that a frame's start and its return agree on it.
+    if d < 0:
+        if code not in _transparent.CODES:
+            L.depth = d
+        return
+    if code in _transparent.CODES:
+        return  # not counted
+    eng = L.engine
+    fid = eng._function_id(code, frame)
+    L.depth = d
+    if L.truncated:
+        return
+    if len(L.events) >= L.soft_cap:
+        L.dropped += 1
+        if L.rec:
+            L.rec[-1][4] = True
+        return
+    key = id(frame) if code.co_flags & _GEN_FLAGS else 0
+    label = None
+    if L.pending_code is code:
+        label = L.pending_label
+        L.pending_code = None
+    elif key and eng._gen_labels:
+        entry = eng._gen_labels.get(key)
+        if entry is not None and entry[1] is code:
+            label = entry[0]
+            del eng._gen_labels[key]
+    ts = _core.now_ns()
+    if label is not None:
+        L.events.append((ts, K_LABEL, label, 0))
+    idx = len(L.events)
+    L.events.append((ts, K_CALL, fid, EV_CONTINUED if continued else 0))
+    L.rec.append([idx, d, E_FRAME, key, False])
+    L.last_was_suspend = False
+
+
+def _lane_return(L: _Lane, code, exception: bool) -> None:
+    # A transparent frame did not move the counter: it was checked at depth + 1.
+    if L.depth + 1 <= L.ceiling and code in _transparent.CODES:
+        return
+    j, extra = _top_frame(L)
+    frame_depth = L.depth - extra
+    if j >= 0 and L.rec[j][1] == frame_depth:
+        _close_entries(L, j, exception, _core.now_ns())
+        L.last_was_suspend = False
+    L.depth = frame_depth - 1
+
+
+def _lane_yield(L: _Lane, code, frame) -> None:
+    if L.depth + 1 <= L.ceiling and code in _transparent.CODES:
+        return
+    j, extra = _top_frame(L)
+    frame_depth = L.depth - extra
+    start = len(L.rec) - extra
+    if j >= 0 and L.rec[j][1] == frame_depth:
+        start = j
+    if start < len(L.rec) and not L.truncated and _room_for_structure(L):
+        key = L.rec[start][3] if (start == j and L.rec[start][3]) else id(frame)
+        if key:
+            if not L.last_was_suspend:
+                L.chain_top = L.rec[-1][0]
+                L.chain_top_depth = L.rec[-1][1]
+            L.last_was_suspend = True
+            entries = L.rec[start:]
+            L.events.append((_core.now_ns(), K_SUSPEND, entries[0][0], 0))
+            L.engine._suspended[key] = (L.index, frame_depth, entries)
+            del L.rec[start:]
+    L.depth = frame_depth - 1
+
+
+def _lane_resume(L: _Lane, code, frame) -> bool:
+    """True if a suspended segment was pushed back (or the frame is transparent)."""
+    d = L.depth + 1
+    if d <= L.ceiling and code in _transparent.CODES:
+        return True
+    suspended = L.engine._suspended
+    if suspended:
+        key = id(frame)
+        s = suspended.get(key)
+        if s is not None and s[0] == L.index:
+            del suspended[key]
+            if not L.truncated and _room_for_structure(L):
+                _, frame_depth, entries = s
+                shift = d - frame_depth
+                L.events.append((_core.now_ns(), K_RESUME, entries[0][0], 0))
+                top = d
+                for call_index, depth, kind, ekey, dropped in entries:
+                    depth += shift
+                    if depth > top:
+                        top = depth
+                    L.rec.append([call_index, depth, kind, ekey, dropped])
+                L.depth = top
+                L.last_was_suspend = False
+                return True
+    return False
+
+
+# --- the hook -----------------------------------------------------------------------
+
+
+def _on_c_call(lanes: List[_Lane], callable_, caller_code) -> None:
+    for L in lanes:
+        eng = L.engine
+        if not eng.capture_c_calls:
+            continue
+        d = L.depth + 1
+        if d < 0 or d > L.ceiling or L.truncated:
+            continue
+        if caller_code is not None and caller_code in _transparent.CODES:
+            continue  # the profiler's own calls
+        if len(L.events) >= L.soft_cap:
+            L.dropped += 1
+            continue
+        fid = eng._cfunction_id(callable_)
+        idx = len(L.events)
+        L.events.append((_core.now_ns(), K_CALL, fid, EV_CFUNCTION))
+        L.rec.append([idx, d, E_CCALL, _ckey(callable_), False])
+        L.depth = d
+        L.last_was_suspend = False
+
+
+def _on_c_return(lanes: List[_Lane], callable_, exception: bool) -> None:
+    key = None
+    for L in lanes:
+        rec = L.rec
+        if not rec or rec[-1][2] != E_CCALL:
+            continue
+        if key is None:
+            key = _ckey(callable_)
+        if rec[-1][3] != key:
+            continue
+        L.depth = rec[-1][1] - 1
+        _close_entries(L, len(rec) - 1, exception, _core.now_ns())
+
+
+def _note_throw(callable_) -> None:
+    """gen.throw()/gen.close() called from Python: mark the frames it resumes."""
+    if not isinstance(callable_, types.BuiltinFunctionType):
+        return
+    if callable_.__name__ not in ("throw", "close"):
+        return
+    obj = getattr(callable_, "__self__", None)
+    for _ in range(64):  # the yield from / await chain
+        if not _is_generator_object(obj):
+            return
+        f = _gen_frame(obj)
+        if f is None:
+            return
+        _throw_pending.add(id(f))
+        obj = getattr(obj, "gi_yieldfrom", None) or getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)
+
+
+def _dispatch(frame, event, arg):
+    st = _thread_state()
+    prev = st.prev
+    if prev is not None:
+        prev(frame, event, arg)
+    if not _collecting or st.busy:
+        return
+    lanes = None
+    try:
+        if event == "call":
+            code = frame.f_code
+            lanes = _lanes_now(st)
+            if code.co_flags & _GEN_FLAGS:
+                fid = id(frame)
+                if _is_first_start(frame):
+                    _throw_pending.discard(fid)
+                    for L in lanes:
+                        _lane_start(L, code, frame, False)
+                else:
+                    if fid in _throw_pending or _resumed_by_throw(frame, arg):
+                        _throw_pending.discard(fid)
+                        _throw_at[fid] = frame.f_lasti
+                    for L in lanes:
+                        if not _lane_resume(L, code, frame):
+                            _lane_start(L, code, frame, True)
+            else:
+                for L in lanes:
+                    _lane_start(L, code, frame, False)
+        elif event == "return":
+            code = frame.f_code
+            lanes = _lanes_now(st)
+            if code.co_flags & _GEN_FLAGS:
+                thrown_at = _throw_at.pop(id(frame), None) if _throw_at else None
+                if _at_yield(frame) and not (arg is None and thrown_at == frame.f_lasti):
+                    for L in lanes:
+                        _lane_yield(L, code, frame)
+                    return
+            exception = arg is None and not _at_return(frame)
+            for L in lanes:
+                _lane_return(L, code, exception)
+        elif event == "c_call":
+            _note_throw(arg)
+            lanes = _lanes_now(st)
+            _on_c_call(lanes, arg, frame.f_code if frame is not None else None)
+        elif event == "c_return" or event == "c_exception":
+            lanes = _lanes_now(st)
+            _on_c_return(lanes, arg, event == "c_exception")
+    except Exception as exc:  # never raise into user code
+        why = f"internal error in the reference hook: {type(exc).__name__}: {exc}"
+        engines = {L.engine for L in lanes} if lanes else set(_collecting)
+        for e in engines:
+            e._fail(why)
+
+
+def _install_hook() -> None:
+    """Installs _dispatch in this thread (first reference session here)."""
+    st = _thread_state()
+    if st.installed and sys.getprofile() is _dispatch:
+        st.users += 1
+        return
+    current = sys.getprofile()
+    st.prev = None
+    st.saved = None
+    if current is not None and current is not _dispatch:
+        # A callable is chained and put back; a C profiler's object (cProfile
+        # on 3.9-3.11) cannot be called from Python: it is re-enabled at the end.
+        st.prev = current if callable(current) else None
+        st.saved = current
+    sys.setprofile(_dispatch)
+    st.installed = True
+    st.users += 1
+
+
+def _uninstall_hook() -> None:
+    st = _thread_state()
+    if st.users > 0:
+        st.users -= 1
+    if st.users > 0 or not st.installed:
+        return
+    saved = st.saved
+    st.saved = None
+    if sys.getprofile() is _dispatch:
+        if saved is None or callable(saved):
+            sys.setprofile(saved)
+        else:
+            sys.setprofile(None)
+            enable = getattr(saved, "enable", None)
+            if enable is not None:
+                enable()  # cProfile on 3.9-3.11 (keeps its subcalls/builtins options)
+    st.prev = None
+    st.installed = False
+
+
+# all_threads: threading.setprofile(_binder); the first profile event of a
+# thread started by `threading` binds it to the newest all_threads session.
+_binder_users = 0
+_saved_threading_hook = None
+
+
+def _newest_all_threads_engine() -> Optional["ReferenceEngine"]:
+    for e in reversed(_collecting):
+        if e.all_threads:
+            return e
+    return None
+
+
+def _binder(frame, event, arg):
+    try:
+        e = _newest_all_threads_engine()
+        sys.setprofile(None)
+        if e is not None:
+            _install_hook()
+            st = _thread_state()
+            st.bound = e
+            st.gen = 0  # force a refresh
+    except Exception:  # never raise into the new thread
+        pass
+
+
+def _install_binder() -> None:
+    global _binder_users, _saved_threading_hook
+    _binder_users += 1
+    if _binder_users > 1:
+        return
+    _saved_threading_hook = getattr(threading, "_profile_hook", None)
+    threading.setprofile(_binder)
+
+
+def _uninstall_binder() -> None:
+    global _binder_users, _saved_threading_hook
+    if _binder_users == 0:
+        return
+    _binder_users -= 1
+    if _binder_users > 0:
+        return
+    threading.setprofile(_saved_threading_hook)
+    _saved_threading_hook = None
+
+
+# --- profile_block support ------------------------------------------------------------
+
+
+class _BlockToken:
+    """Returned by block_enter; `exit(exception)` closes the block's spans."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries) -> None:
+        self._entries = entries  # (engine, lane index, call index)
+
+    def exit(self, exception: bool = False) -> None:
+        if not self._entries:
+            return
+        try:
+            with _Busy():
+                self._close(bool(exception))
+        except Exception as exc:  # pragma: no cover - never raise into user code
+            for eng, _, _ in self._entries:
+                eng._fail(f"internal error closing a block: {exc!r}")
+        self._entries = ()
+
+    def _close(self, exception: bool) -> None:
+        for eng, lane_index, call_index in self._entries:
+            if eng.state != "collecting" or lane_index >= len(eng._lanes):
+                continue
+            L = eng._lanes[lane_index]
+            for j in range(len(L.rec) - 1, -1, -1):
+                e = L.rec[j]
+                if e[2] == E_BLOCK and e[0] == call_index:
+                    L.depth = e[1] - 1
+                    _close_entries(L, j, exception, _core.now_ns())
+                    break
+
+
+# --- the engine ---------------------------------------------------------------------------
+
+
+class ReferenceEngine:
+    """Pure-Python counterpart of `_core.Engine` (same constructor, same
+    attributes), used with ``profiling(engine="reference")``."""
+
+    hook = "reference"
+
+    def __init__(self, depth: int, max_events: int, all_threads: bool, capture_c_calls: bool) -> None:
+        self.depth = depth
+        self.max_events = max_events
+        self.all_threads = bool(all_threads)
+        self.capture_c_calls = bool(capture_c_calls)
+        self.state = "idle"
+        self.failures: List[str] = []
+        self.start_ns = 0
+        self.end_ns = 0
+        self._session = None
+        self._token = None
+        self._parent: Optional[ReferenceEngine] = None
+        self._parent_session = None
+        self._lanes: List[_Lane] = []
+        self._start_thread = 0
+        self._lane_index: Dict[int, Dict[_Mark, _Lane]] = {}
+        self._suspended: Dict[int, Tuple[int, int, list]] = {}
+        self._gen_labels: Dict[int, Tuple[int, Any]] = {}
+        self._functions: List[tuple] = []
+        self._function_index: Dict[tuple, int] = {}
+        self._code_ids: Dict[Any, int] = {}
+        self._cfunc_ids: Dict[tuple, int] = {}
+        self._labels: List[str] = []
+        self._label_index: Dict[str, int] = {}
+        self._profile = None
+        self._failed = False
+
+    # -- interning ---------------------------------------------------------------
+
+    def _add_function(self, name: str, module: str, file: str, line: int, kind: int, user_code: bool) -> int:
+        key = (name, module, file, line, kind)
+        fid = self._function_index.get(key)
+        if fid is None:
+            fid = len(self._functions)
+            self._functions.append((name, module, file, line, kind, bool(user_code)))
+            self._function_index[key] = fid
+        return fid
+
+    def _function_id(self, code, frame) -> int:
+        fid = self._code_ids.get(code)
+        if fid is None:
+            name = code.co_qualname if _PY >= (3, 11) else code.co_name
+            module = ""
+            if frame is not None and frame.f_code is code:
+                m = frame.f_globals.get("__name__")
+                module = m if isinstance(m, str) else ""
+            file = code.co_filename or ""
+            fid = self._add_function(name, module, file, code.co_firstlineno, FN_PYTHON,
+                                     classify_user_code(file))
+            self._code_ids[code] = fid
+        return fid
+
+    def _cfunction_id(self, callable_) -> int:
+        name, module = _cfunction_info(callable_)
+        return self._add_function(name, module, "", 0, FN_C, False)
+
+    def _label_id(self, label: str) -> int:
+        lid = self._label_index.get(label)
+        if lid is None:
+            lid = len(self._labels)
+            self._labels.append(label)
+            self._label_index[label] = lid
+        return lid
+
+    def _block_function(self, label: str) -> int:
+        return self._add_function(label, "", "", 0, FN_BLOCK, True)
+
+    # -- lanes ---------------------------------------------------------------------
+
+    def _fail(self, why: str) -> None:
+        if why not in self.failures:
+            self.failures.append(why)
+        self._failed = True
+        for L in self._lanes:
+            L.truncated = True
+
+    def _new_lane(self, thread_id: int, mark: _Mark) -> _Lane:
+        L = _Lane()
+        L.engine = self
+        L.index = len(self._lanes)
+        L.thread_id = thread_id
+        L.mark = mark
+        L.soft_cap = self.max_events
+        L.hard_cap = self.max_events * 2 + 64
+        L.truncated = self._failed
+        if threading.get_ident() == thread_id:
+            try:
+                L.native_tid = threading.get_native_id()
+            except Exception:  # pragma: no cover
+                L.native_tid = 0
+        th = threading._active.get(thread_id)  # type: ignore[attr-defined]  # no _DummyThread
+        name = getattr(th, "name", None) if th is not None else None
+        L.thread_name = name if isinstance(name, str) and name else f"Thread-{thread_id}"
+        per_thread = self._lane_index.setdefault(thread_id, {})
+        L.task = len(per_thread)
+        base = 0
+        if self._lanes:
+            # A lane opened inside the session: adopt the origin lane's innermost span.
+            origin = self._lanes[0]
+            if origin.rec:
+                L.parent_lane = 0
+                L.parent_call = origin.rec[-1][0]
+                base = origin.rec[-1][1] + 1
+            elif origin.last_was_suspend and origin.chain_top is not None:
+                L.parent_lane = 0
+                L.parent_call = origin.chain_top
+                base = origin.chain_top_depth + 1
+        # A task lane continues its creator's depth (its coroutines are the
+        # creator's callees). A thread lane gets the whole ceiling for its own
+        # frames: its target is its root, shown under the span that started it.
+        if thread_id != self._start_thread:
+            base = 0
+        L.ceiling = _INT32_MAX if self.depth < 0 else self.depth - base
+        per_thread[mark] = L
+        self._lanes.append(L)
+        return L
+
+    def _lane_for(self, thread_id: int, mark: _Mark) -> Optional[_Lane]:
+        per_thread = self._lane_index.get(thread_id)
+        if per_thread is not None:
+            L = per_thread.get(mark)
+            if L is not None:
+                return L
+        try:
+            return self._new_lane(thread_id, mark)
+        except Exception as exc:
+            self._fail(f"could not create a lane: {exc!r}")
+            return None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self, session) -> None:
+        if self.state != "idle":
+            raise RuntimeError(
+                "this ProfileSession has already run; a session records once. Create a new one "
+                "with profiling()"
+            )
+        with _Busy():
+            self._start(session)
+
+    def _start(self, session) -> None:
+        global _generation
+        _transparent.refresh()
+        current = _core.session_var.get(None)
+        if current is not None:
+            eng = getattr(current, "_engine", None)
+            if isinstance(eng, ReferenceEngine) and eng.state == "collecting":
+                self._parent = eng
+                self._parent_session = current
+        self._token = _core.session_var.set(session)
+        self._session = session
+        self.start_ns = _core.now_ns()
+        self._start_thread = threading.get_ident()
+        self._new_lane(threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
+        _collecting.append(self)
+        _core._reference_collecting(1)
+        _generation += 1
+        self.state = "collecting"
+        try:
+            # The binder first: threading.setprofile is Python code that the
+            # hook would otherwise record as a root of this session.
+            if self.all_threads:
+                _install_binder()
+            _install_hook()
+        except Exception as exc:
+            self._fail(f"could not install the profiling hook: {exc!r}")
+
+    def stop(self) -> None:
+        if self.state != "collecting":
+            return
+        try:
+            with _Busy():
+                self._stop()
+        except Exception as exc:  # pragma: no cover - stop() never raises
+            self._fail(f"ending the session failed: {exc!r}")
+
+    def _stop(self) -> None:
+        global _generation
+        self.end_ns = _core.now_ns()
+        self.state = "finalized"
+        if self in _collecting:
+            _collecting.remove(self)
+        _core._reference_collecting(-1)
+        _generation += 1
+        try:
+            _uninstall_hook()
+            if self.all_threads:
+                _uninstall_binder()
+        except Exception as exc:
+            self._fail(f"could not remove the profiling hook: {exc!r}")
+        if self._token is not None:
+            try:
+                _core.session_var.reset(self._token)
+            except (ValueError, RuntimeError):
+                # Left in another context (manual __exit__ elsewhere): the
+                # variable there still names this session, which records nothing.
+                self._fail("the session was ended in a different context than it was entered in")
+        self._token = None
+        self._suspended.clear()
+        self._gen_labels.clear()
+        self._session = None
+        if not _collecting:
+            _throw_pending.clear()
+            _throw_at.clear()
+
+    def profile(self):
+        if self._profile is not None:
+            return self._profile
+        if self.state != "finalized":
+            raise RuntimeError(f"the session is {self.state}: the profile is built after it ends")
+        lanes = []
+        skipped = 0
+        for L in self._lanes:
+            lanes.append({
+                "thread_id": L.thread_id, "native_tid": L.native_tid, "thread_name": L.thread_name,
+                "task": L.task, "parent_lane": L.parent_lane, "parent_call": L.parent_call,
+                "dropped": L.dropped, "truncated": L.out_truncated, "events": L.events,
+            })
+            skipped += L.skipped
+        meta = {
+            "engine": self.hook,
+            "python": platform.python_version(),
+            "pid": str(os.getpid()),
+            "host": socket.gethostname(),
+        }
+        end_ns = self.end_ns or _core.now_ns()
+        self._profile = _core.build_profile(lanes, self._functions, self._labels, self.depth,
+                                            self.start_ns, end_ns, skipped, meta)
+        self._lanes = []  # the events now live in the profile
+        self._lane_index = {}
+        self._code_ids = {}
+        return self._profile
+
+    # -- profile_span / profile_block ------------------------------------------------------
+
+    def label_call(self, label, func, args, kwargs):
+        """What profile_span's wrapper does when this session is current."""
+        lanes = _current_lanes()
+        if not lanes:
+            return func(*args, **kwargs)
+        if isinstance(func, types.FunctionType):
+            code = func.__code__
+            if code.co_flags & _GEN_FLAGS:
+                result = func(*args, **kwargs)
+                if _is_generator_object(result):
+                    with _Busy() as st:
+                        f = _gen_frame(result)
+                        if f is not None:
+                            for L in _lanes_now(st):
+                                L.engine._gen_labels[id(f)] = (L.engine._label_id(label), code)
+                return result
+            with _Busy():
+                for L in lanes:
+                    L.pending_code = code
+                    L.pending_label = L.engine._label_id(label)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                with _Busy() as st:
+                    for L in _lanes_now(st):
+                        if L.pending_code is code:
+                            L.pending_code = None
+        token = self.block_enter(label)
+        try:
+            result = func(*args, **kwargs)
+        except BaseException:
+            token.exit(True)
+            raise
+        token.exit(False)
+        return result
+
+    def block_enter(self, label) -> _BlockToken:
+        """Opens a profile_block span in the current lanes; returns its token."""
+        entries = []
+        if not _collecting:
+            return _BlockToken(entries)
+        with _Busy() as st:
+            for L in _lanes_now(st):
+                d = L.depth + 1
+                if d < 0 or d > L.ceiling or L.truncated:
+                    continue
+                if len(L.events) >= L.soft_cap:
+                    L.dropped += 1
+                    continue
+                fid = L.engine._block_function(label)
+                idx = len(L.events)
+                L.events.append((_core.now_ns(), K_CALL, fid, EV_BLOCK))
+                L.rec.append([idx, d, E_BLOCK, 0, False])
+                L.depth = d
+                L.last_was_suspend = False
+                entries.append((L.engine, L.index, idx))
+        return _BlockToken(entries)
+
+
+_transparent.add_module(sys.modules[__name__])

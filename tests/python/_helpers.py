@@ -1,0 +1,95 @@
+"""Helpers for the tests: tree shapes, walks and the time checks a user would do."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from mlflow_profiler import ProfileSession, profiling
+
+Shape = Tuple[Tuple[str, "Shape"], ...]
+
+
+def qn(qualname: str) -> str:
+    """The displayed name of a function: its __qualname__ on 3.11+, its
+    __name__ on 3.9/3.10 (code objects have no co_qualname there)."""
+    return qualname if sys.version_info >= (3, 11) else qualname.rsplit(".", 1)[-1]
+
+
+def shape_of(nodes: List[dict]) -> Shape:
+    """The shape of a to_tree() result: nested (label, children) tuples."""
+    return tuple((n["label"], shape_of(n["children"])) for n in nodes)
+
+
+def shape(session: ProfileSession, depth: Optional[int] = None, **kw) -> Shape:
+    return shape_of(session.to_tree(depth, **kw))
+
+
+def prune(s: Shape, depth: int) -> Shape:
+    """`s` without the nodes deeper than `depth` (0: roots only)."""
+    return tuple((label, prune(children, depth - 1) if depth > 0 else ()) for label, children in s)
+
+
+def shape_depth(s: Shape) -> int:
+    """Deepest level present (0: roots only, -1: empty)."""
+    if not s:
+        return -1
+    return 1 + max((shape_depth(c) for _, c in s), default=-1)
+
+
+def walk(nodes: List[dict]) -> Iterator[dict]:
+    """Pre-order walk of a to_tree() result."""
+    stack = list(reversed(nodes))
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n["children"]))
+
+
+def find(nodes: List[dict], label: str) -> List[dict]:
+    return [n for n in walk(nodes) if n["label"] == label]
+
+
+def labels(nodes: List[dict]) -> List[str]:
+    return [n["label"] for n in walk(nodes)]
+
+
+def count_shape(s: Shape, label: str) -> int:
+    return sum((lab == label) + count_shape(c, label) for lab, c in s)
+
+
+def same_lane(a: dict, b: dict) -> bool:
+    return a["thread_id"] == b["thread_id"] and a["task"] == b["task"]
+
+
+def check_times(session: ProfileSession) -> None:
+    """What a user reading the times would expect: every span ends after it
+    starts and inside the session, active time within wall time, a child
+    runs inside its parent and the children's times add up to at most the
+    parent's. (Spans of another lane, a thread's target hung under the span
+    that started it, may outlive that span: they are skipped.)"""
+    roots = session.to_tree()
+    stats = session.statistics()
+    for n in walk(roots):
+        assert n["start_ns"] <= n["end_ns"], n
+        assert n["duration_ns"] == n["end_ns"] - n["start_ns"], n
+        assert stats["start_ns"] <= n["start_ns"], n
+        if "open_at_end" not in n["flags"] and "suspended_at_end" not in n["flags"]:
+            assert n["end_ns"] <= stats["end_ns"], n
+        assert 0 <= n["active_ns"] <= n["duration_ns"], n
+        kids = [c for c in n["children"] if same_lane(c, n)]
+        for c in kids:
+            assert n["start_ns"] <= c["start_ns"] and c["end_ns"] <= n["end_ns"], (n["label"], c["label"])
+        assert sum(c["duration_ns"] for c in kids) <= n["duration_ns"], n["label"]
+        starts = [c["start_ns"] for c in n["children"]]
+        assert starts == sorted(starts), "children are in start order"
+
+
+def run_engines(program: Callable[[], object], engines=("native", "reference"), **kw) -> Dict[str, ProfileSession]:
+    """Runs `program` once under each engine with the same options."""
+    out = {}
+    for engine in engines:
+        with profiling(engine=engine, **kw) as session:
+            program()
+        out[engine] = session
+    return out
