@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+import pytest
+
 from mlflow_profiler import ProfileSession, profiling
 
 Shape = Tuple[Tuple[str, "Shape"], ...]
@@ -67,7 +69,8 @@ def check_times(session: ProfileSession) -> None:
     starts and inside the session, active time within wall time, a child
     runs inside its parent and the children's times add up to at most the
     parent's. (Spans of another lane, a thread's target hung under the span
-    that started it, may outlive that span: they are skipped.)"""
+    that started it, may outlive that span, and spans still open or suspended
+    when the session ended end with it: they are skipped.)"""
     roots = session.to_tree()
     stats = session.statistics()
     for n in walk(roots):
@@ -77,7 +80,8 @@ def check_times(session: ProfileSession) -> None:
         if "open_at_end" not in n["flags"] and "suspended_at_end" not in n["flags"]:
             assert n["end_ns"] <= stats["end_ns"], n
         assert 0 <= n["active_ns"] <= n["duration_ns"], n
-        kids = [c for c in n["children"] if same_lane(c, n)]
+        kids = [c for c in n["children"] if same_lane(c, n)
+                and "open_at_end" not in c["flags"] and "suspended_at_end" not in c["flags"]]
         for c in kids:
             assert n["start_ns"] <= c["start_ns"] and c["end_ns"] <= n["end_ns"], (n["label"], c["label"])
         assert sum(c["duration_ns"] for c in kids) <= n["duration_ns"], n["label"]
@@ -93,3 +97,11 @@ def run_engines(program: Callable[[], object], engines=("native", "reference"), 
             program()
         out[engine] = session
     return out
+
+
+def native_defect(request, engine: str, reason: str, when: bool = True) -> None:
+    """Marks this run as an expected failure of the native engine (strict:
+    the run must fail, so a fix shows up as XPASS). Only for defects of
+    pyext/ against docs/capture.md; the reference run stays a plain test."""
+    if engine == "native" and when:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="native: " + reason))
