@@ -276,7 +276,10 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
 #if PY_VERSION_HEX < 0x030B0000
         bool continued = frame->f_lasti >= 0;  // 3.9/3.10: -1 until the first instruction ran
 #else
-        bool continued = false;  // 3.11 cannot tell a first start from a resume here
+        // 3.11: a generator body starts RETURN_GENERATOR, POP_TOP, RESUME 0,
+        // so its first start reports the last instruction at byte 2; any
+        // resume reports the yield it stopped at, further on.
+        bool continued = PyFrame_GetLasti(frame) > 4;
 #endif
         on_resume(code, frame, continued);
       } else {
