@@ -203,10 +203,7 @@ def test_generator_below_the_ceiling_is_not_recorded(engine):
     assert shape(session) == (("consume", ()),)
 
 
-def test_generator_started_before_the_session(engine, request):
-    native_defect(request, engine, "3.11's setprofile path passes continued=false for every generator "
-                  "resume (hooks.cpp), so a resume with no start seen lacks the 'continued' flag",
-                  when=sys.version_info[:2] == (3, 11))
+def test_generator_started_before_the_session(engine):
     g = numbers(3)
     next(g)
     with profiling(depth=-1, engine=engine) as session:
