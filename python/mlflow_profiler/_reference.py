@@ -63,9 +63,12 @@ rule that a ``Token`` can only be reset in the Context that created it:
   context that set it (and is then set again, leaving the context as it
   was); in a copy it raises ValueError and the copy gets its own mark.
 
-So marks are as unique as the Context objects, and lanes are keyed by
-(thread id, mark) as the native engine keys them by (thread id, Context
-address). The check runs on every event: context switches happen inside C
+So marks are as unique as the Context objects (and, being held by the
+engine, never reused), and lanes are keyed by (thread, mark) where the native
+engine keys them by (thread id, Context address). A thread is the
+reference's per-thread state object, not its ident: a joined thread's ident
+is handed to the next thread started, which must get a lane of its own
+(task 0), not continue the finished thread's. The check runs on every event: context switches happen inside C
 calls (``Context.run``, asyncio's C task step) that the profiler does not
 always see, and a stale answer would put events in the wrong lane.
 
@@ -380,7 +383,7 @@ def _lanes_now(st: _ThreadState) -> List["_Lane"]:
     tid = threading.get_ident()
     while e is not None and len(lanes) < 4:
         if e.state == "collecting":
-            lane = e._lane_for(tid, mark)
+            lane = e._lane_for(st, tid, mark)
             if lane is not None:
                 lanes.append(lane)
         e = e._parent
@@ -841,7 +844,10 @@ class ReferenceEngine:
         self._parent_session = None
         self._lanes: List[_Lane] = []
         self._start_thread = 0
-        self._lane_index: Dict[int, Dict[_Mark, _Lane]] = {}
+        # Lanes by thread, then by context. A thread is its _ThreadState, not
+        # its ident: idents (pthread_t) are reused as soon as a thread is
+        # joined, and a new thread must not continue a finished thread's lane.
+        self._lane_index: Dict[_ThreadState, Dict[_Mark, _Lane]] = {}
         self._suspended: Dict[int, Tuple[int, int, list]] = {}
         self._gen_labels: Dict[int, Tuple[int, Any]] = {}
         self._functions: List[tuple] = []
@@ -902,7 +908,7 @@ class ReferenceEngine:
         for L in self._lanes:
             L.truncated = True
 
-    def _new_lane(self, thread_id: int, mark: _Mark) -> _Lane:
+    def _new_lane(self, st: _ThreadState, thread_id: int, mark: _Mark) -> _Lane:
         L = _Lane()
         L.engine = self
         L.index = len(self._lanes)
@@ -919,7 +925,7 @@ class ReferenceEngine:
         th = threading._active.get(thread_id)  # type: ignore[attr-defined]  # no _DummyThread
         name = getattr(th, "name", None) if th is not None else None
         L.thread_name = name if isinstance(name, str) and name else f"Thread-{thread_id}"
-        per_thread = self._lane_index.setdefault(thread_id, {})
+        per_thread = self._lane_index.setdefault(st, {})
         L.task = len(per_thread)
         base = 0
         if self._lanes:
@@ -943,14 +949,14 @@ class ReferenceEngine:
         self._lanes.append(L)
         return L
 
-    def _lane_for(self, thread_id: int, mark: _Mark) -> Optional[_Lane]:
-        per_thread = self._lane_index.get(thread_id)
+    def _lane_for(self, st: _ThreadState, thread_id: int, mark: _Mark) -> Optional[_Lane]:
+        per_thread = self._lane_index.get(st)
         if per_thread is not None:
             L = per_thread.get(mark)
             if L is not None:
                 return L
         try:
-            return self._new_lane(thread_id, mark)
+            return self._new_lane(st, thread_id, mark)
         except Exception as exc:
             self._fail(f"could not create a lane: {exc!r}")
             return None
@@ -979,7 +985,7 @@ class ReferenceEngine:
         self._session = session
         self.start_ns = _core.now_ns()
         self._start_thread = threading.get_ident()
-        self._new_lane(threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
+        self._new_lane(_thread_state(), threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
         _collecting.append(self)
         _core._reference_collecting(1)
         _generation += 1
