@@ -175,8 +175,15 @@ struct ThreadCache {
   CurrentLanes current{};
   Engine* bound = nullptr;  // all_threads binding
   uint64_t bound_serial = 0;
+  uint64_t thread_key = 0;  // unique per OS thread; idents are reused once a thread exits
 };
 thread_local ThreadCache t_cache;
+uint64_t g_next_thread_key = 1;
+
+uint64_t thread_key() {
+  if (!t_cache.thread_key) t_cache.thread_key = g_next_thread_key++;
+  return t_cache.thread_key;
+}
 
 uint64_t native_tid() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
 
@@ -222,10 +229,10 @@ void refresh(ThreadCache& c, PyThreadState* ts) {
       if (it != g_by_serial.end()) e = it->second;
       else c.bound = nullptr;
     }
-    uint64_t tid = PyThread_get_thread_ident();
+    uint64_t key = thread_key();
     while (e && c.current.n < 4) {
       if (e->state() == Engine::State::kCollecting) {
-        CaptureLane* lane = e->lane_for(tid, ts->context);
+        CaptureLane* lane = e->lane_for(key, ts->context);
         if (lane) c.current.lanes[c.current.n++] = lane;
       }
       e = e->parent();
@@ -479,7 +486,8 @@ void Engine::fail(const std::string& why) {
   for (auto& lane : lanes_) lane->truncated = true;
 }
 
-CaptureLane* Engine::new_lane(uint64_t thread_id, PyObject* context) {
+CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
+  uint64_t thread_id = PyThread_get_thread_ident();  // lanes are created in their thread
   auto lane = std::make_unique<CaptureLane>();
   CaptureLane& L = *lane;
   L.engine = this;
@@ -490,9 +498,9 @@ CaptureLane* Engine::new_lane(uint64_t thread_id, PyObject* context) {
   L.hard_cap = opts_.max_events * 2 + 64;
   L.out.events.reserve(std::min<size_t>(opts_.max_events, 4096));
   L.out.thread_id = thread_id;
-  L.out.native_tid = PyThread_get_thread_ident() == thread_id ? native_tid() : 0;
+  L.out.native_tid = native_tid();
   L.out.thread_name = current_thread_name(thread_id);
-  auto& per_thread = lane_index_[thread_id];
+  auto& per_thread = lane_index_[thread_key];
   L.out.task = static_cast<uint32_t>(per_thread.size());
   int base = 0;
   if (!lanes_.empty()) {
@@ -511,21 +519,21 @@ CaptureLane* Engine::new_lane(uint64_t thread_id, PyObject* context) {
   // A task lane continues its creator's depth (its coroutines are the
   // creator's callees). A thread lane gets the whole ceiling for its own
   // frames: its target is its root, shown under the span that started it.
-  if (thread_id != start_thread_) base = 0;
+  if (thread_key != start_thread_) base = 0;
   L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
   per_thread[context] = &L;
   lanes_.push_back(std::move(lane));
   return &L;
 }
 
-CaptureLane* Engine::lane_for(uint64_t thread_id, PyObject* context) {
-  auto t = lane_index_.find(thread_id);
+CaptureLane* Engine::lane_for(uint64_t thread_key, PyObject* context) {
+  auto t = lane_index_.find(thread_key);
   if (t != lane_index_.end()) {
     auto c = t->second.find(context);
     if (c != t->second.end()) return c->second;
   }
   try {
-    return new_lane(thread_id, context);
+    return new_lane(thread_key, context);
   } catch (const std::exception& e) {
     fail(std::string("could not create a lane: ") + e.what());
     return nullptr;
@@ -550,7 +558,7 @@ void Engine::start(PyObject* session) {
   session_ = session;
   start_anchor_ = clock::anchor();
   start_ns_ = start_anchor_.ns;
-  start_thread_ = PyThread_get_thread_ident();
+  start_thread_ = thread_key();
   std::string error;
   // Before capture starts: threading.setprofile is Python code we must not record.
   bool binder_ok = !opts_.all_threads || hooks::install_thread_binder(&error);

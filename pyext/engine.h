@@ -100,7 +100,7 @@ class Engine {
   const char* hook_name() const;
 
   // --- used by the hooks -------------------------------------------------
-  CaptureLane* lane_for(uint64_t thread_id, PyObject* context);
+  CaptureLane* lane_for(uint64_t thread_key, PyObject* context);  // thread_key: see thread_key()
   void fail(const std::string& why);  // disables capture, remembers why
   std::unordered_map<uintptr_t, Suspended> suspended_;
   struct GenLabel {
@@ -110,7 +110,7 @@ class Engine {
   std::unordered_map<uintptr_t, GenLabel> gen_labels_;  // generator object -> label
 
  private:
-  CaptureLane* new_lane(uint64_t thread_id, PyObject* context);
+  CaptureLane* new_lane(uint64_t thread_key, PyObject* context);
 
   EngineOptions opts_;
   State state_ = State::kIdle;
@@ -119,7 +119,7 @@ class Engine {
   PyObject* token_ = nullptr;
   Engine* parent_ = nullptr;
   PyObject* parent_session_ = nullptr;  // strong ref: keeps parent_ alive
-  uint64_t start_thread_ = 0;
+  uint64_t start_thread_ = 0;  // thread key of the starting thread
   int64_t start_ns_ = 0, end_ns_ = 0;
   clock::Anchor start_anchor_, end_anchor_;
   std::vector<std::unique_ptr<CaptureLane>> lanes_;
