@@ -110,9 +110,6 @@ def test_all_threads_captures_workers(engine):
 def test_threads_started_one_after_another(engine, request):
     # A joined thread's ident is given to the next thread (glibc reuses the
     # pthread_t): each thread must still get its own lane.
-    native_defect(request, engine, "lanes are keyed by (thread ident, Context address); both are reused "
-                  "once a thread is joined, so the next thread continues the finished thread's lane "
-                  "(its name, its parent span, task numbers > 0)")
 
     def sequential():
         threads = []
