@@ -394,28 +394,24 @@ def _lanes_now(st: _ThreadState) -> List["_Lane"]:
     return lanes
 
 
-class _Busy:
-    """``with _Busy():`` around engine code that runs outside the hook."""
-
-    __slots__ = ("st", "was")
-
-    def __enter__(self):
-        self.st = _thread_state()
-        self.was = self.st.busy
-        self.st.busy = True
-        return self.st
-
-    def __exit__(self, *exc):
-        self.st.busy = self.was
-        return False
+# Engine code that runs outside the hook (start, stop, label_call,
+# block_enter, a block's exit) sets `busy` on the thread state, inline, around
+# its work: the events of what it calls are then ignored, calls and returns
+# alike. It is never a helper function or a context manager: a Python frame
+# that sets or clears the flag would have its call seen and its return
+# ignored (or the reverse), which moves the depth counter below the ceiling.
 
 
 def _current_lanes() -> List["_Lane"]:
     """The current lanes, from engine code outside the hook."""
     if not _collecting:
         return []
-    with _Busy() as st:
+    st = _thread_state()
+    was, st.busy = st.busy, True
+    try:
         return _lanes_now(st)
+    finally:
+        st.busy = was
 
 
 # --- lanes ------------------------------------------------------------------------
@@ -479,8 +475,15 @@ def _close_entries(L: _Lane, start: int, exception: bool, ts: int) -> None:
 
 
 def _top_frame(L: _Lane) -> Tuple[int, int]:
-    """(index of the innermost frame entry or -1, entries above it)."""
+    """For the frame that returns or yields now: (index of the innermost
+    frame entry or -1, the block/C-call entries above it, opened inside the
+    frame and still open). When the innermost open entry is shallower than
+    the counter, the frame is deeper than everything recorded (a frame below
+    the ceiling, under a block at the ceiling): none of those entries is
+    its own, (-1, 0)."""
     rec = L.rec
+    if not rec or rec[-1][1] < L.depth:
+        return -1, 0
     j = len(rec) - 1
     while j >= 0 and rec[j][2] != E_FRAME:
         j -= 1
@@ -646,12 +649,21 @@ def _note_throw(callable_) -> None:
         obj = getattr(obj, "gi_yieldfrom", None) or getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)
 
 
+# The frames of the engine's entry points that stand for C code in the
+# native engine (profile_span's wrapper, profile_block's __enter__/__exit__):
+# their events are ignored entirely, as if they were C. Being transparent is
+# not enough: a block opened inside block_enter moves the depth counter
+# between the frame's call and its return, so the two would disagree on
+# whether the frame is within the ceiling. Filled at the end of the module.
+_INVISIBLE: set = set()
+
+
 def _dispatch(frame, event, arg):
     st = _thread_state()
     prev = st.prev
     if prev is not None:
         prev(frame, event, arg)
-    if not _collecting or st.busy:
+    if not _collecting or st.busy or frame.f_code in _INVISIBLE:
         return
     lanes = None
     try:
@@ -799,12 +811,15 @@ class _BlockToken:
     def exit(self, exception: bool = False) -> None:
         if not self._entries:
             return
+        st = _thread_state()
+        was, st.busy = st.busy, True
         try:
-            with _Busy():
-                self._close(bool(exception))
+            self._close(bool(exception))
         except Exception as exc:  # pragma: no cover - never raise into user code
             for eng, _, _ in self._entries:
                 eng._fail(f"internal error closing a block: {exc!r}")
+        finally:
+            st.busy = was
         self._entries = ()
 
     def _close(self, exception: bool) -> None:
@@ -969,8 +984,12 @@ class ReferenceEngine:
                 "this ProfileSession has already run; a session records once. Create a new one "
                 "with profiling()"
             )
-        with _Busy():
+        st = _thread_state()
+        was, st.busy = st.busy, True
+        try:
             self._start(session)
+        finally:
+            st.busy = was
 
     def _start(self, session) -> None:
         global _generation
@@ -1002,11 +1021,14 @@ class ReferenceEngine:
     def stop(self) -> None:
         if self.state != "collecting":
             return
+        st = _thread_state()
+        was, st.busy = st.busy, True
         try:
-            with _Busy():
-                self._stop()
+            self._stop()
         except Exception as exc:  # pragma: no cover - stop() never raises
             self._fail(f"ending the session failed: {exc!r}")
+        finally:
+            st.busy = was
 
     def _stop(self) -> None:
         global _generation
@@ -1077,23 +1099,34 @@ class ReferenceEngine:
             if code.co_flags & _GEN_FLAGS:
                 result = func(*args, **kwargs)
                 if _is_generator_object(result):
-                    with _Busy() as st:
+                    st = _thread_state()
+                    was, st.busy = st.busy, True
+                    try:
                         f = _gen_frame(result)
                         if f is not None:
                             for L in _lanes_now(st):
                                 L.engine._gen_labels[id(f)] = (L.engine._label_id(label), code)
+                    finally:
+                        st.busy = was
                 return result
-            with _Busy():
+            st = _thread_state()
+            was, st.busy = st.busy, True
+            try:
                 for L in lanes:
                     L.pending_code = code
                     L.pending_label = L.engine._label_id(label)
+            finally:
+                st.busy = was
             try:
                 return func(*args, **kwargs)
             finally:
-                with _Busy() as st:
+                was, st.busy = st.busy, True
+                try:
                     for L in _lanes_now(st):
                         if L.pending_code is code:
                             L.pending_code = None
+                finally:
+                    st.busy = was
         token = self.block_enter(label)
         try:
             result = func(*args, **kwargs)
@@ -1108,7 +1141,9 @@ class ReferenceEngine:
         entries = []
         if not _collecting:
             return _BlockToken(entries)
-        with _Busy() as st:
+        st = _thread_state()
+        was, st.busy = st.busy, True
+        try:
             for L in _lanes_now(st):
                 d = L.depth + 1
                 if d < 0 or d > L.ceiling or L.truncated:
@@ -1123,7 +1158,22 @@ class ReferenceEngine:
                 L.depth = d
                 L.last_was_suspend = False
                 entries.append((L.engine, L.index, idx))
+        except Exception as exc:  # never raise into user code
+            self._fail(f"internal error opening a block: {exc!r}")
+        finally:
+            st.busy = was
         return _BlockToken(entries)
 
 
 _transparent.add_module(sys.modules[__name__])
+
+
+def _register_invisible() -> None:
+    from ._session import ProfileSession
+
+    for fn in (ReferenceEngine.label_call, ReferenceEngine.block_enter, _BlockToken.exit,
+               ProfileSession._label_call, ProfileSession._block_enter):
+        _INVISIBLE.add(fn.__code__)
+
+
+_register_invisible()
