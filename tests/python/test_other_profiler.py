@@ -1,0 +1,136 @@
+"""Other profilers: cProfile and sys.setprofile functions keep working
+during a session and are put back after it."""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+
+import pytest
+
+from mlflow_profiler import _core, profiling
+
+from _helpers import shape
+
+
+def during():
+    return 1
+
+
+def after():
+    return 2
+
+
+def counts(prof: cProfile.Profile):
+    stats = pstats.Stats(prof)
+    return {func[2]: value[1] for func, value in stats.stats.items()}  # name -> call count
+
+
+def test_cprofile_is_active_again_after_the_session(engine):
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        with profiling(depth=-1, engine=engine) as session:
+            during()
+        after()
+        after()
+    finally:
+        prof.disable()
+    assert counts(prof).get("after") == 2
+    assert shape(session) == (("during", ()),)
+
+
+def test_cprofile_keeps_counting_during_the_session(engine):
+    if engine == "reference" and sys.version_info < (3, 12):
+        pytest.skip("before 3.12 cProfile is a C profile function that pure Python cannot chain to "
+                    "(see _reference.py); the reference puts it back when the session ends")
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        with profiling(depth=-1, engine=engine) as session:
+            during()
+            during()
+            during()
+    finally:
+        prof.disable()
+    assert counts(prof).get("during") == 3
+    assert shape(session) == (("during", ()),) * 3
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_cprofile_keeps_its_monitoring_tool_id(engine):
+    monitoring = sys.monitoring
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        assert monitoring.get_tool(monitoring.PROFILER_ID) is not None
+        owner = monitoring.get_tool(monitoring.PROFILER_ID)
+        with profiling(depth=-1, engine=engine) as session:
+            during()
+            ours = _core.tool_id()
+            still = monitoring.get_tool(monitoring.PROFILER_ID)
+        assert still == owner  # cProfile's id stays cProfile's
+        if engine == "native":
+            assert ours in (4, 3, 1, 0, 5)  # the first free one of the fallbacks
+            assert monitoring.get_tool(ours) is None  # and it was freed at the end
+        else:
+            assert ours == -1  # the reference engine uses sys.setprofile
+        assert monitoring.get_tool(monitoring.PROFILER_ID) == owner
+    finally:
+        prof.disable()
+    assert counts(prof).get("during") == 1
+    assert shape(session) == (("during", ()),)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_native_takes_the_profiler_id_when_free():
+    with profiling(engine="native"):
+        ours = _core.tool_id()
+        owner = sys.monitoring.get_tool(sys.monitoring.PROFILER_ID)
+    assert ours == sys.monitoring.PROFILER_ID
+    assert owner == "mlflow-profiler"
+    assert sys.monitoring.get_tool(sys.monitoring.PROFILER_ID) is None
+
+
+def test_setprofile_function_is_restored(engine):
+    events = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name in ("during", "after"):
+            events.append((frame.f_code.co_name, event))
+
+    sys.setprofile(tracer)
+    try:
+        with profiling(depth=-1, engine=engine) as session:
+            during()
+        restored = sys.getprofile()
+        after()
+    finally:
+        sys.setprofile(None)
+    assert restored is tracer
+    # it kept receiving events during the session, and after it
+    assert events == [("during", "call"), ("during", "return"), ("after", "call"), ("after", "return")]
+    assert shape(session) == (("during", ()),)
+
+
+def test_setprofile_restored_after_an_exception(engine):
+    def tracer(frame, event, arg):
+        return None
+
+    sys.setprofile(tracer)
+    try:
+        with pytest.raises(RuntimeError):
+            with profiling(engine=engine):
+                raise RuntimeError("x")
+        restored = sys.getprofile()
+    finally:
+        sys.setprofile(None)
+    assert restored is tracer
+
+
+def test_no_profile_function_left_behind(engine):
+    before = sys.getprofile()
+    with profiling(engine=engine):
+        during()
+    assert sys.getprofile() is before
