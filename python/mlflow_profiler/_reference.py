@@ -649,12 +649,13 @@ def _note_throw(callable_) -> None:
         obj = getattr(obj, "gi_yieldfrom", None) or getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)
 
 
-# The frames of the engine's entry points that stand for C code in the
-# native engine (profile_span's wrapper, profile_block's __enter__/__exit__):
-# their events are ignored entirely, as if they were C. Being transparent is
-# not enough: a block opened inside block_enter moves the depth counter
-# between the frame's call and its return, so the two would disagree on
-# whether the frame is within the ceiling. Filled at the end of the module.
+# The frames of this module (and of ProfileSession's reference-only
+# methods) stand for C code in the native engine: their events are ignored
+# entirely, as if they were C. Being transparent is not enough: below the
+# ceiling transparent frames count, and a block opened inside block_enter
+# moves the depth counter between the frame's call and its return, so the
+# two would disagree on whether the frame is within the ceiling. Filled at
+# the end of the module.
 _INVISIBLE: set = set()
 
 
@@ -1169,11 +1170,37 @@ _transparent.add_module(sys.modules[__name__])
 
 
 def _register_invisible() -> None:
+    # Every frame of this module: the native engine does this work in C, with
+    # no frames to count (below the ceiling, where transparency does not
+    # apply, they would add to the depth counter and to events_skipped). And
+    # ProfileSession's two methods that only the reference path calls.
     from ._session import ProfileSession
 
-    for fn in (ReferenceEngine.label_call, ReferenceEngine.block_enter, _BlockToken.exit,
-               ProfileSession._label_call, ProfileSession._block_enter):
-        _INVISIBLE.add(fn.__code__)
+    module = sys.modules[__name__]
+    for value in list(vars(module).values()):
+        if getattr(value, "__module__", None) == __name__:
+            _collect_codes(value, _INVISIBLE)
+    for fn in (ProfileSession._label_call, ProfileSession._block_enter):
+        _collect_codes(fn, _INVISIBLE)
+
+
+def _collect_codes(obj, out: set) -> None:
+    if isinstance(obj, types.CodeType):
+        if obj not in out:
+            out.add(obj)
+            for const in obj.co_consts:
+                _collect_codes(const, out)
+    elif isinstance(obj, type):
+        for value in vars(obj).values():
+            _collect_codes(value, out)
+    elif isinstance(obj, (staticmethod, classmethod)):
+        _collect_codes(obj.__func__, out)
+    elif isinstance(obj, property):
+        for f in (obj.fget, obj.fset, obj.fdel):
+            if f is not None:
+                _collect_codes(f, out)
+    elif isinstance(obj, types.FunctionType):
+        _collect_codes(obj.__code__, out)
 
 
 _register_invisible()

@@ -7,7 +7,7 @@ import asyncio
 
 from mlflow_profiler import current_session, profiling
 
-from _helpers import check_times, find, walk
+from _helpers import check_times, find, native_defect, walk
 
 
 def own_work(n):
@@ -147,3 +147,38 @@ def test_session_around_asyncio_run(engine):
     assert len(children) == 1
     assert children[0]["task"] > 0  # the main task has its own lane
     assert [c["label"] for c in children[0]["children"]] == ["sleep", "own_work"]
+
+
+def tick(i):
+    return i
+
+
+async def fan_out():
+    return await asyncio.gather(child(1), child(2))
+
+
+def test_callbacks_run_after_a_task_are_not_its_children(engine, request):
+    native_defect(request, engine, "lanes are keyed by the address of the Context object, held "
+                  "without a reference: a callback's fresh context copy allocated where a finished "
+                  "task's context was continues that task's lane, so the callbacks show up under "
+                  "the span that created the task (fan_out), after it returned")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        with profiling(depth=-1, engine=engine) as session:
+            await fan_out()
+            for i in range(6):
+                loop.call_soon(tick, i)  # runs in a fresh copy of this context
+                await asyncio.sleep(0)
+        return session
+
+    session = asyncio.run(main())
+    roots = session.to_tree()
+    (fan,) = [r for r in roots if r["label"].endswith("fan_out")]
+    assert len(find([fan], "child")) == 2
+    ticks = find(roots, "tick")
+    assert len(ticks) == 6
+    for t in ticks:
+        assert t["start_ns"] > fan["end_ns"]
+        assert not any(n is t for n in walk([fan])), "a callback run after fan_out returned is not under it"
+    assert len({t["task"] for t in ticks}) == 6  # six contexts, six lanes

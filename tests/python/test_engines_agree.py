@@ -1,0 +1,182 @@
+"""The native engine and the reference engine agree on the tree of every
+program (docs/capture.md: both write the same events, so the same core must
+build the same tree)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from mlflow_profiler import profile_block, profile_span, profiling
+
+from _helpers import run_engines, shape
+
+
+def leaf(x):
+    return x + 1
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def gen(n):
+    for i in range(n):
+        yield leaf(i)
+
+
+def delegating(n):
+    yield from gen(n)
+    yield leaf(-1)
+
+
+@profile_span("labelled")
+def labelled(x):
+    return leaf(x)
+
+
+@profile_span("labelled_gen")
+def labelled_gen(n):
+    for i in range(n):
+        yield leaf(i)
+
+
+def raises(k):
+    if k == 0:
+        raise ValueError("x")
+    raises(k - 1)
+
+
+def p_recursion():
+    fib(7)
+
+
+def p_generators():
+    total = 0
+    for v in gen(3):
+        total += leaf(v)
+    list(delegating(2))
+    g = gen(5)
+    next(g)
+    g.close()
+    sum(leaf(x) for x in range(3))
+
+
+def p_labels_and_blocks():
+    labelled(1)
+    list(labelled_gen(2))
+    with profile_block("outer"):
+        leaf(1)
+        with profile_block("inner"):
+            fib(3)
+    profile_span("sorting")(sorted)([3, 1, 2])
+
+
+def p_exceptions():
+    for k in range(3):
+        try:
+            raises(k)
+        except ValueError:
+            leaf(k)
+    try:
+        with profile_block("failing"):
+            raises(1)
+    except ValueError:
+        pass
+
+
+def p_library():
+    json.dumps({"a": [1, 2, {"b": None}]})
+    json.loads('{"a": [1, 2]}')
+
+
+async def child(n):
+    await asyncio.sleep(0)
+    leaf(n)
+    await asyncio.sleep(0)
+    return fib(n)
+
+
+async def main_async():
+    await asyncio.gather(child(3), child(4))
+    await child(2)
+
+
+def p_asyncio():
+    asyncio.run(main_async())
+
+
+PROGRAMS = [p_recursion, p_generators, p_labels_and_blocks, p_exceptions, p_library, p_asyncio]
+
+
+BLOCK_AT_CEILING = ("native: a frame below the ceiling under a block at the ceiling leaves the depth "
+                    "counter one too low (test_calls_inside_a_block_at_the_ceiling_are_not_recorded)")
+CONTEXT_ADDRESS = ("native: lanes are keyed by the Context's address, which a new context reuses once "
+                   "the old one is freed: callbacks continue a finished task's lane "
+                   "(test_asyncio.py::test_callbacks_run_after_a_task_are_not_its_children)")
+KNOWN_NATIVE_DEFECTS = {
+    ("p_labels_and_blocks", 1): BLOCK_AT_CEILING,
+    ("p_labels_and_blocks", 2): BLOCK_AT_CEILING,
+    ("p_exceptions", 1): BLOCK_AT_CEILING,
+    ("p_asyncio", -1): CONTEXT_ADDRESS,
+}
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.__name__)
+@pytest.mark.parametrize("depth", [0, 1, 2, 3, -1])
+def test_same_tree(program, depth, request):
+    reason = KNOWN_NATIVE_DEFECTS.get((program.__name__, depth))
+    if reason:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    out = run_engines(program, depth=depth)
+    native, reference = out["native"], out["reference"]
+    assert shape(native) == shape(reference)
+    rows = [[(r["call_path"], r["depth"], r["task"], sorted(r["flags"])) for r in s.to_flat()]
+            for s in (native, reference)]
+    assert rows[0] == rows[1]
+    assert native.statistics()["span_count"] == reference.statistics()["span_count"]
+    if program is not p_asyncio:
+        # (p_asyncio: where the native engine merges the lanes of two contexts
+        # (CONTEXT_ADDRESS) the merged lane keeps the first one's ceiling, so
+        # its count of skipped events depends on the addresses the
+        # interpreter hands out: not compared.)
+        assert native.statistics()["events_skipped"] == reference.statistics()["events_skipped"]
+
+
+@pytest.mark.parametrize("program", [p_recursion, p_generators, p_labels_and_blocks], ids=lambda p: p.__name__)
+def test_same_tree_with_c_calls(program):
+    out = run_engines(program, depth=-1, capture_c_calls=True)
+
+    def rows(session, show_c_calls):
+        return [(r["call_path"], r["depth"], sorted(r["flags"]))
+                for r in session.to_flat(show_c_calls=show_c_calls)]
+
+    # C calls folded into their callers: the same Python tree everywhere.
+    assert rows(out["native"], False) == rows(out["reference"], False)
+    if sys.version_info < (3, 12):
+        # Both engines see C calls through the profile function: the same C spans.
+        assert rows(out["native"], True) == rows(out["reference"], True)
+    else:
+        # sys.monitoring (native) also reports calls of types and other
+        # callables (list(), range()); setprofile only builtin functions and
+        # methods. Every C span the reference has, the native has too.
+        native_c = [r["label"] for r in out["native"].to_flat() if "c_function" in r["flags"]]
+        reference_c = [r["label"] for r in out["reference"].to_flat() if "c_function" in r["flags"]]
+        for label in set(reference_c):
+            assert native_c.count(label) == reference_c.count(label), label
+
+
+def test_same_tree_with_drops():
+    def program():
+        for _ in range(20):
+            fib(4)
+
+    out = run_engines(program, depth=-1, max_events=60)
+    assert shape(out["native"]) == shape(out["reference"])
+    stats = [out[e].statistics() for e in ("native", "reference")]
+    assert stats[0]["dropped"] == stats[1]["dropped"] > 0
+    flags = [[sorted(r["flags"]) for r in out[e].to_flat()] for e in ("native", "reference")]
+    assert flags[0] == flags[1]
