@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 
@@ -22,7 +23,9 @@ def _no_leaks():
     """A test must leave no session current and no hook installed behind it."""
     profile_before = sys.getprofile()
     session_before = _core.session_var.get(None)
+    threading_hook_before = getattr(threading, "_profile_hook", None)
     yield
+    assert getattr(threading, "_profile_hook", None) is threading_hook_before, "threading.setprofile not put back"
     assert _core.session_var.get(None) is session_before, "a session is still current after the test"
     assert sys.getprofile() is profile_before, "the profile function was not put back"
     assert _core._native_collecting() == 0, "a native session is still collecting"
