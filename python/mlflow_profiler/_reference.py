@@ -68,9 +68,35 @@ engine, never reused), and lanes are keyed by (thread, mark) where the native
 engine keys them by (thread id, Context address). A thread is the
 reference's per-thread state object, not its ident: a joined thread's ident
 is handed to the next thread started, which must get a lane of its own
-(task 0), not continue the finished thread's. The check runs on every event: context switches happen inside C
-calls (``Context.run``, asyncio's C task step) that the profiler does not
-always see, and a stale answer would put events in the wrong lane.
+(task 0), not continue the finished thread's. The check runs on every
+event: context switches happen inside C calls (``Context.run``, asyncio's C
+task step) that the profiler does not always see, and a stale answer would
+put events in the wrong lane.
+
+The engine's own frames
+-----------------------
+What the native engine does in C (starting and stopping, profile_span's
+wrapper, profile_block's enter and exit) is Python code here. Its frames,
+and ProfileSession's two methods that only the reference path calls, are
+ignored by the hook altogether (``_INVISIBLE``), as if they were C: being
+transparent would not be enough, since below the ceiling transparent frames
+count, and a block opened inside ``block_enter`` moves the depth counter
+between that frame's call and its return. While that code updates lanes it
+sets ``busy`` on the thread's state, so the events of the C functions it
+calls do not re-enter the lane state.
+
+Where it deliberately differs from pyext/engine.cpp
+---------------------------------------------------
+- ``_top_frame``: when the innermost open entry is shallower than the depth
+  counter, the returning (or yielding) frame is below everything recorded
+  (a frame below the ceiling running under a block or C call at the
+  ceiling), and no entry is its own. The native engine subtracts those
+  entries from the counter anyway, which leaves it one level too low.
+- Contexts and threads are identified by objects the engine holds (see
+  above), never by addresses or idents that can be reused.
+- C calls of the profiler's own callables (``profile_block.__exit__``,
+  which a ``with`` statement calls like any method) are plumbing, like the
+  profiler's own frames: never C spans.
 
 Other profilers
 ---------------
@@ -597,7 +623,18 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
 # --- the hook -----------------------------------------------------------------------
 
 
+_OWN_TYPES = (_core.profile_block, _core.SpanFunction)
+
+
+def _is_own_callable(callable_) -> bool:
+    """The profiler's own C callables (profile_block's __exit__, which a
+    `with` statement calls like any method): plumbing, never a span."""
+    return isinstance(getattr(callable_, "__self__", None), _OWN_TYPES) or callable_ in _OWN_TYPES
+
+
 def _on_c_call(lanes: List[_Lane], callable_, caller_code) -> None:
+    if _is_own_callable(callable_):
+        return
     for L in lanes:
         eng = L.engine
         if not eng.capture_c_calls:
@@ -859,7 +896,7 @@ class ReferenceEngine:
         self._parent: Optional[ReferenceEngine] = None
         self._parent_session = None
         self._lanes: List[_Lane] = []
-        self._start_thread = 0
+        self._start_thread: Optional[_ThreadState] = None
         # Lanes by thread, then by context. A thread is its _ThreadState, not
         # its ident: idents (pthread_t) are reused as soon as a thread is
         # joined, and a new thread must not continue a finished thread's lane.
@@ -958,7 +995,7 @@ class ReferenceEngine:
         # A task lane continues its creator's depth (its coroutines are the
         # creator's callees). A thread lane gets the whole ceiling for its own
         # frames: its target is its root, shown under the span that started it.
-        if thread_id != self._start_thread:
+        if st is not self._start_thread:
             base = 0
         L.ceiling = _INT32_MAX if self.depth < 0 else self.depth - base
         per_thread[mark] = L
@@ -1004,8 +1041,8 @@ class ReferenceEngine:
         self._token = _core.session_var.set(session)
         self._session = session
         self.start_ns = _core.now_ns()
-        self._start_thread = threading.get_ident()
-        self._new_lane(_thread_state(), threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
+        self._start_thread = _thread_state()
+        self._new_lane(self._start_thread, threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
         _collecting.append(self)
         _core._reference_collecting(1)
         _generation += 1

@@ -3,9 +3,11 @@ caller when rendered unless show_c_calls=True."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from mlflow_profiler import profiling
+from mlflow_profiler import profile_block, profile_span, profiling
 
 from _helpers import native_defect, shape, walk
 
@@ -99,3 +101,39 @@ def test_c_call_raising(engine):
     labels = [n["label"].rsplit(".", 1)[-1] for n in nodes]
     assert labels[:2] == ["guarded", "bad"]
     assert "exception" in nodes[1]["flags"]
+
+
+def test_profile_span_with_c_calls_has_no_extra_node(engine, request):
+    native_defect(request, engine, "on 3.12+ sys.monitoring reports the call of the SpanFunction "
+                  "wrapper (not a Python function) as a C call: a C span named like the function "
+                  "appears above the labelled node, a second node for one call",
+                  when=sys.version_info >= (3, 12))
+
+    @profile_span("labelled")
+    def decorated(x):
+        return key(x)
+
+    def caller():
+        return decorated(1)
+
+    with profiling(depth=-1, capture_c_calls=True, engine=engine) as session:
+        caller()
+    (root,) = session.to_tree()
+    assert [c["label"] for c in root["children"]] == ["labelled"]
+    assert [c["label"] for c in root["children"][0]["children"]] == ["key"]
+
+
+def test_profiler_plumbing_is_not_a_c_span(engine, request):
+    native_defect(request, engine, "the `with` statement calls profile_block.__exit__ like any method: "
+                  "with capture_c_calls it is recorded as a C span inside the block "
+                  "(3.12+: profile_block(...) itself too, as a call of a type)")
+
+    def caller():
+        with profile_block("blk"):
+            key(1)
+
+    with profiling(depth=-1, capture_c_calls=True, engine=engine) as session:
+        caller()
+    assert shape(session) == (("caller" if sys.version_info < (3, 11) else
+                               "test_profiler_plumbing_is_not_a_c_span.<locals>.caller",
+                               (("blk", (("key", ()),)),)),)

@@ -147,7 +147,11 @@ def test_same_tree(program, depth, request):
 
 
 @pytest.mark.parametrize("program", [p_recursion, p_generators, p_labels_and_blocks], ids=lambda p: p.__name__)
-def test_same_tree_with_c_calls(program):
+def test_same_tree_with_c_calls(program, request):
+    if program is p_labels_and_blocks and sys.version_info < (3, 12):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "native: profile_block.__exit__, called by the `with` statement, is recorded as a C span "
+            "(test_c_calls.py::test_profiler_plumbing_is_not_a_c_span)")))
     out = run_engines(program, depth=-1, capture_c_calls=True)
 
     def rows(session, show_c_calls):

@@ -213,3 +213,27 @@ def test_generator_started_before_the_session(engine):
     # its start was not seen: the span starts at its first resume in the session
     assert "continued" in root["flags"]
     assert [c["label"] for c in root["children"]] == ["leaf", "leaf"]
+
+
+def test_closure_generator_started_in_the_session_is_not_continued(engine, request):
+    native_defect(request, engine, "3.11's setprofile path takes a generator's first start for a resume "
+                  "when f_lasti > 4 (hooks.cpp); a generator with free or cell variables starts "
+                  "with COPY_FREE_VARS/MAKE_CELL, so its RESUME 0 is further on and it is flagged "
+                  "'continued'", when=sys.version_info[:2] == (3, 11))
+    scale = 3
+
+    def scaled(n):
+        for i in range(n):
+            yield i * scale  # `scale` is a free variable: COPY_FREE_VARS before RESUME
+
+    def run():
+        return list(scaled(3)) + list(leaf(x) for x in range(scale))
+
+    with profiling(depth=-1, engine=engine) as session:
+        run()
+    (root,) = session.to_tree()
+    gens = root["children"]
+    assert [g["label"].rsplit(".", 1)[-1] for g in gens] == ["scaled", "<genexpr>"]
+    for g in gens:
+        assert "continued" not in g["flags"], g["label"]
+        assert "generator" in g["flags"]
