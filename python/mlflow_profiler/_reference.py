@@ -32,8 +32,8 @@ How the setprofile events map to the engine's on_* entry points
   ``yield None``. The reference marks such resumes as throws: on 3.11/3.12
   exactly (a throw resumes with ``f_lasti`` on ``YIELD_VALUE``, a send on the
   next ``RESUME``); on every version when Python code calls
-  ``gen.throw``/``gen.close`` (seen as a ``c_call``; the whole
-  ``yield from``/``await`` chain is marked); on 3.9/3.10 also when the
+  ``gen.throw``/``gen.close`` or an async generator's ``athrow``/``aclose``
+  (seen as a ``c_call``; the whole ``yield from``/``await`` chain is marked); on 3.9/3.10 also when the
   caller's current instruction only drops a reference (POP_TOP, STORE_*,
   DELETE_*, jumps, RETURN_VALUE: the generator is being finalized, as after a
   ``break`` out of a ``for`` loop). A throw-resumed frame whose next return
@@ -673,8 +673,8 @@ def _note_throw(callable_) -> None:
     """gen.throw()/gen.close() called from Python: mark the frames it resumes."""
     if not isinstance(callable_, types.BuiltinFunctionType):
         return
-    if callable_.__name__ not in ("throw", "close"):
-        return
+    if callable_.__name__ not in ("throw", "close", "athrow", "aclose"):
+        return  # (an async generator's athrow()/aclose() throw when their awaitable first runs)
     obj = getattr(callable_, "__self__", None)
     for _ in range(64):  # the yield from / await chain
         if not _is_generator_object(obj):

@@ -182,3 +182,28 @@ def test_callbacks_run_after_a_task_are_not_its_children(engine, request):
         assert t["start_ns"] > fan["end_ns"]
         assert not any(n is t for n in walk([fan])), "a callback run after fan_out returned is not under it"
     assert len({t["task"] for t in ticks}) == 6  # six contexts, six lanes
+
+
+def test_async_generator_closed_early(engine):
+    async def ticks():
+        for i in range(5):
+            yield own_work(i)
+            await asyncio.sleep(0)
+
+    async def main():
+        with profiling(depth=1, engine=engine) as session:
+            g = ticks()
+            async for v in g:
+                if v == 2:
+                    break
+            await g.aclose()
+            own_work(9)
+        return session
+
+    session = asyncio.run(main())
+    roots = [r for r in session.to_tree() if r["label"].endswith("ticks") or r["label"] == "own_work"]
+    assert [r["label"].rsplit(".", 1)[-1] for r in roots] == ["ticks", "own_work"]
+    gen = roots[0]
+    assert "exception" in gen["flags"] and "generator" in gen["flags"]  # closed by GeneratorExit
+    assert gen["end_ns"] <= roots[1]["start_ns"]
+    assert [c["label"] for c in gen["children"]] == ["own_work", "sleep", "own_work"]
