@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "probes.h"
+#include "span_api.h"
 
 namespace mlprof {
 
@@ -276,12 +277,26 @@ void close_entries(CaptureLane& L, size_t from, bool exception, int64_t ts) {
   L.rec.resize(from);
 }
 
-// Index of the innermost frame entry, or -1; `extra` = entries above it.
+// The entry that may be the innermost frame's: below the blocks and C calls
+// opened inside that frame (a chain of levels ending at the counter). Blocks
+// a caller opened sit below the counter and do not belong to it. Returns its
+// index or -1; `extra` = the entries above it.
 inline long top_frame(const CaptureLane& L, int* extra) {
-  long j = static_cast<long>(L.rec.size()) - 1;
-  while (j >= 0 && L.rec[static_cast<size_t>(j)].kind != EntryKind::kFrame) --j;
-  *extra = static_cast<int>(L.rec.size()) - 1 - static_cast<int>(j);
-  return j;
+  long i = static_cast<long>(L.rec.size()) - 1;
+  int k = 0;
+  while (i >= 0 && L.rec[static_cast<size_t>(i)].kind != EntryKind::kFrame &&
+         L.rec[static_cast<size_t>(i)].depth == L.depth - k) {
+    ++k;
+    --i;
+  }
+  *extra = k;
+  return i;
+}
+
+inline bool is_frame_at(const CaptureLane& L, long j, int depth, PyCodeObject* code) {
+  if (j < 0) return false;
+  const StackEntry& e = L.rec[static_cast<size_t>(j)];
+  return e.kind == EntryKind::kFrame && e.depth == depth && e.code == code;
 }
 
 inline uintptr_t generator_key(PyFrameObject* frame) {
@@ -349,7 +364,7 @@ void lane_return(CaptureLane& L, PyCodeObject* code, bool exception) {
   int extra = 0;
   long j = top_frame(L, &extra);
   int frame_depth = L.depth - extra;
-  if (j >= 0 && L.rec[static_cast<size_t>(j)].depth == frame_depth) {
+  if (is_frame_at(L, j, frame_depth, code)) {
     close_entries(L, static_cast<size_t>(j), exception, clock::ticks());
     L.last_was_suspend = false;
   }
@@ -362,7 +377,7 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
   long j = top_frame(L, &extra);
   int frame_depth = L.depth - extra;
   size_t from = L.rec.size() - static_cast<size_t>(extra);
-  if (j >= 0 && L.rec[static_cast<size_t>(j)].depth == frame_depth) from = static_cast<size_t>(j);
+  if (is_frame_at(L, j, frame_depth, code)) from = static_cast<size_t>(j);
   if (from < L.rec.size() && !L.truncated && room_for_structure(L)) {
     uintptr_t key = from == static_cast<size_t>(j) && L.rec[from].key ? L.rec[from].key
                                                                      : generator_key(frame);
@@ -494,6 +509,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.index = static_cast<uint32_t>(lanes_.size());
   L.thread_id = thread_id;
   L.context = context;
+  Py_XINCREF(context);  // held while collecting: a freed Context's address is reused by new ones
   L.soft_cap = opts_.max_events;
   L.hard_cap = opts_.max_events * 2 + 64;
   L.out.events.reserve(std::min<size_t>(opts_.max_events, 4096));
@@ -596,6 +612,7 @@ void Engine::stop() {
   }
   PyErr_Restore(type, value, tb);
   Py_CLEAR(token_);
+  for (auto& lane : lanes_) Py_CLEAR(lane->context);
   suspended_.clear();
   gen_labels_.clear();
   session_ = nullptr;
@@ -691,6 +708,7 @@ void on_c_call(PyObject* callable, PyCodeObject* caller) {
     int d = L.depth + 1;
     if (d < 0 || d > L.ceiling || L.truncated) continue;
     if (caller && is_transparent(caller)) continue;  // the profiler's own calls
+    if (is_own_callable(callable)) continue;
     if (L.out.events.size() >= L.soft_cap) {
       ++L.out.dropped;
       continue;

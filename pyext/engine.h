@@ -42,7 +42,7 @@ struct CaptureLane {
   Engine* engine = nullptr;
   uint32_t index = 0;   // position in the engine's lanes
   uint64_t thread_id = 0;
-  PyObject* context = nullptr;  // identity only
+  PyObject* context = nullptr;  // strong reference while collecting (see new_lane)
   int ceiling = 0;      // levels this lane may record: engine ceiling minus base depth
   int depth = -1;       // depth of the innermost open level; -1: the entering frame
   bool truncated = false;

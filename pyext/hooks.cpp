@@ -276,10 +276,17 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
 #if PY_VERSION_HEX < 0x030B0000
         bool continued = frame->f_lasti >= 0;  // 3.9/3.10: -1 until the first instruction ran
 #else
-        // 3.11: a generator body starts RETURN_GENERATOR, POP_TOP, RESUME 0,
-        // so its first start reports the last instruction at byte 2; any
-        // resume reports the yield it stopped at, further on.
-        bool continued = PyFrame_GetLasti(frame) > 4;
+        // 3.11: a resume reports the YIELD_VALUE it stopped at, or the
+        // RESUME n>0 after it; a first start reports RESUME 0 or what precedes
+        // it (3.11's opcode.h: YIELD_VALUE 86, RESUME 151, and RESUME_QUICK
+        // 150 once the code is quickened).
+        int lasti = PyFrame_GetLasti(frame);
+        bool continued = false;
+        if (lasti >= 0) {
+          _Py_CODEUNIT word = _PyCode_CODE(code)[lasti / 2];
+          int op = _Py_OPCODE(word);
+          continued = op == 86 || ((op == 151 || op == 150) && _Py_OPARG(word) != 0);
+        }
 #endif
         on_resume(code, frame, continued);
       } else {

@@ -301,13 +301,36 @@ PyType_Slot block_slots[] = {
 PyType_Spec block_spec = {"mlflow_profiler._core.profile_block", sizeof(Block), 0,
                           Py_TPFLAGS_DEFAULT, block_slots};
 
+PyObject* g_span_type = nullptr;
+PyObject* g_block_type = nullptr;
+
+bool own_type(PyTypeObject* t) {
+  return reinterpret_cast<PyObject*>(t) == g_span_type || reinterpret_cast<PyObject*>(t) == g_block_type;
+}
+
 }  // namespace
 
+bool is_own_callable(PyObject* callable) {
+  if (callable == g_span_type || callable == g_block_type || own_type(Py_TYPE(callable))) return true;
+  if (PyCFunction_Check(callable)) {
+    PyObject* self = PyCFunction_GET_SELF(callable);
+    return self && own_type(Py_TYPE(self));
+  }
+  if (Py_TYPE(callable) == &PyMethodDescr_Type) {
+    return own_type(reinterpret_cast<PyMethodDescrObject*>(callable)->d_common.d_type);
+  }
+  return false;
+}
+
 bool add_span_types(PyObject* module) {
-  PyObject* span_type = PyType_FromSpec(&span_spec);
-  if (!span_type || PyModule_AddObject(module, "SpanFunction", span_type) < 0) return false;
-  PyObject* block_type = PyType_FromSpec(&block_spec);
-  if (!block_type || PyModule_AddObject(module, "profile_block", block_type) < 0) return false;
+  g_span_type = PyType_FromSpec(&span_spec);
+  if (!g_span_type) return false;
+  Py_INCREF(g_span_type);  // kept for is_own_callable
+  if (PyModule_AddObject(module, "SpanFunction", g_span_type) < 0) return false;
+  g_block_type = PyType_FromSpec(&block_spec);
+  if (!g_block_type) return false;
+  Py_INCREF(g_block_type);
+  if (PyModule_AddObject(module, "profile_block", g_block_type) < 0) return false;
   return true;
 }
 

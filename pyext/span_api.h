@@ -5,4 +5,7 @@ namespace mlprof {
 // Adds the SpanFunction (profile_span's wrapper) and Block (profile_block)
 // types to the module. Returns false with a Python error set on failure.
 bool add_span_types(PyObject* module);
+// True for the profiler's own C callables (a profile_span wrapper, the
+// profile_block type and its methods): never recorded as C calls.
+bool is_own_callable(PyObject* callable);
 }  // namespace mlprof

@@ -30,8 +30,9 @@ def _init() -> None:
     paths = _sysconfig.get_paths()
     prefixes = {paths.get("stdlib"), paths.get("platstdlib")}
     _core.set_library_prefixes(sorted(p for p in prefixes if p))
-    from . import _session, _spans
+    from . import _reference, _session, _spans
 
+    _reference._register_invisible()
     for module in (_session, _spans, _transparent):
         _transparent.add_module(module)
     _transparent.refresh()

@@ -87,11 +87,6 @@ calls do not re-enter the lane state.
 
 Where it deliberately differs from pyext/engine.cpp
 ---------------------------------------------------
-- ``_top_frame``: when the innermost open entry is shallower than the depth
-  counter, the returning (or yielding) frame is below everything recorded
-  (a frame below the ceiling running under a block or C call at the
-  ceiling), and no entry is its own. The native engine subtracts those
-  entries from the counter anyway, which leaves it one level too low.
 - Contexts and threads are identified by objects the engine holds (see
   above), never by addresses or idents that can be reused.
 - C calls of the profiler's own callables (``profile_block.__exit__``,
@@ -463,8 +458,9 @@ class _Lane:
         self.soft_cap = 0
         self.hard_cap = 0
         # Recorded open entries, innermost last: [call_index, depth, kind, key,
-        # children_dropped] (engine.h StackEntry; key: generator identity for a
-        # frame, 0 for a plain frame, the callable's identity for a C call).
+        # children_dropped, code] (engine.h StackEntry; key: generator identity
+        # for a frame, 0 for a plain frame, the callable's identity for a C
+        # call; code: a frame's code object, None otherwise).
         self.rec: List[list] = []
         self.pending_code = None
         self.pending_label: Optional[int] = None
@@ -501,19 +497,26 @@ def _close_entries(L: _Lane, start: int, exception: bool, ts: int) -> None:
 
 
 def _top_frame(L: _Lane) -> Tuple[int, int]:
-    """For the frame that returns or yields now: (index of the innermost
-    frame entry or -1, the block/C-call entries above it, opened inside the
-    frame and still open). When the innermost open entry is shallower than
-    the counter, the frame is deeper than everything recorded (a frame below
-    the ceiling, under a block at the ceiling): none of those entries is
-    its own, (-1, 0)."""
+    """For the frame that returns or yields now: (index of the entry that may
+    be its own, or -1; the block/C-call entries above it). Those entries are
+    the ones opened inside the frame and still open: a chain of levels
+    ending at the depth counter. Blocks a caller opened sit below the
+    counter and are not the frame's (a frame below the ceiling running under
+    a block or C call at the ceiling)."""
     rec = L.rec
-    if not rec or rec[-1][1] < L.depth:
-        return -1, 0
-    j = len(rec) - 1
-    while j >= 0 and rec[j][2] != E_FRAME:
-        j -= 1
-    return j, len(rec) - 1 - j
+    i = len(rec) - 1
+    k = 0
+    while i >= 0 and rec[i][2] != E_FRAME and rec[i][1] == L.depth - k:
+        k += 1
+        i -= 1
+    return i, k
+
+
+def _is_frame_at(L: _Lane, j: int, depth: int, code) -> bool:
+    if j < 0:
+        return False
+    e = L.rec[j]
+    return e[2] == E_FRAME and e[1] == depth and e[5] is code
 
 
 def _lane_start(L: _Lane, code, frame, continued: bool) -> None:
@@ -555,7 +558,7 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> None:
         L.events.append((ts, K_LABEL, label, 0))
     idx = len(L.events)
     L.events.append((ts, K_CALL, fid, EV_CONTINUED if continued else 0))
-    L.rec.append([idx, d, E_FRAME, key, False])
+    L.rec.append([idx, d, E_FRAME, key, False, code])
     L.last_was_suspend = False
 
 
@@ -565,7 +568,7 @@ def _lane_return(L: _Lane, code, exception: bool) -> None:
         return
     j, extra = _top_frame(L)
     frame_depth = L.depth - extra
-    if j >= 0 and L.rec[j][1] == frame_depth:
+    if _is_frame_at(L, j, frame_depth, code):
         _close_entries(L, j, exception, _core.now_ns())
         L.last_was_suspend = False
     L.depth = frame_depth - 1
@@ -577,7 +580,7 @@ def _lane_yield(L: _Lane, code, frame) -> None:
     j, extra = _top_frame(L)
     frame_depth = L.depth - extra
     start = len(L.rec) - extra
-    if j >= 0 and L.rec[j][1] == frame_depth:
+    if _is_frame_at(L, j, frame_depth, code):
         start = j
     if start < len(L.rec) and not L.truncated and _room_for_structure(L):
         key = L.rec[start][3] if (start == j and L.rec[start][3]) else id(frame)
@@ -609,11 +612,11 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
                 shift = d - frame_depth
                 L.events.append((_core.now_ns(), K_RESUME, entries[0][0], 0))
                 top = d
-                for call_index, depth, kind, ekey, dropped in entries:
+                for call_index, depth, kind, ekey, dropped, ecode in entries:
                     depth += shift
                     if depth > top:
                         top = depth
-                    L.rec.append([call_index, depth, kind, ekey, dropped])
+                    L.rec.append([call_index, depth, kind, ekey, dropped, ecode])
                 L.depth = top
                 L.last_was_suspend = False
                 return True
@@ -650,7 +653,7 @@ def _on_c_call(lanes: List[_Lane], callable_, caller_code) -> None:
         fid = eng._cfunction_id(callable_)
         idx = len(L.events)
         L.events.append((_core.now_ns(), K_CALL, fid, EV_CFUNCTION))
-        L.rec.append([idx, d, E_CCALL, _ckey(callable_), False])
+        L.rec.append([idx, d, E_CCALL, _ckey(callable_), False, None])
         L.depth = d
         L.last_was_suspend = False
 
@@ -1192,7 +1195,7 @@ class ReferenceEngine:
                 fid = L.engine._block_function(label)
                 idx = len(L.events)
                 L.events.append((_core.now_ns(), K_CALL, fid, EV_BLOCK))
-                L.rec.append([idx, d, E_BLOCK, 0, False])
+                L.rec.append([idx, d, E_BLOCK, 0, False, None])
                 L.depth = d
                 L.last_was_suspend = False
                 entries.append((L.engine, L.index, idx))
@@ -1239,5 +1242,4 @@ def _collect_codes(obj, out: set) -> None:
     elif isinstance(obj, types.FunctionType):
         _collect_codes(obj.__code__, out)
 
-
-_register_invisible()
+# _register_invisible() runs from the package's __init__, once _session exists.

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from . import _core, _transparent
 from ._log import log_once
+from ._reference import ReferenceEngine  # imported here: a lazy import inside a session is recorded
 
 _DEFAULT_MAX_EVENTS = 1_000_000
 _dataclass = dataclasses.dataclass(slots=True) if sys.version_info >= (3, 10) else dataclasses.dataclass
@@ -95,8 +96,6 @@ class ProfileSession:
         if engine == "native":
             self._engine = _core.Engine(self.depth, max_events, self.all_threads, self.capture_c_calls)
         elif engine == "reference":
-            from ._reference import ReferenceEngine
-
             self._engine = ReferenceEngine(self.depth, max_events, self.all_threads, self.capture_c_calls)
         else:
             raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")

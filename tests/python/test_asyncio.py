@@ -158,10 +158,6 @@ async def fan_out():
 
 
 def test_callbacks_run_after_a_task_are_not_its_children(engine, request):
-    native_defect(request, engine, "lanes are keyed by the address of the Context object, held "
-                  "without a reference: a callback's fresh context copy allocated where a finished "
-                  "task's context was continues that task's lane, so the callbacks show up under "
-                  "the span that created the task (fan_out), after it returned")
 
     async def main():
         loop = asyncio.get_running_loop()

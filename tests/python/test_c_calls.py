@@ -76,10 +76,6 @@ def test_c_calls_within_the_ceiling_only(engine, depth):
 
 
 def test_c_calls_at_the_ceiling(engine, request):
-    native_defect(request, engine, "a Python callback below the ceiling under a C call recorded at "
-                  "the ceiling (sorted(key=...)) leaves the depth counter one too low when it "
-                  "returns (lane_return peels the C-call entry off the counter as if the callback "
-                  "had opened it), so the next callbacks are recorded below the ceiling")
     with profiling(depth=2, capture_c_calls=True, engine=engine) as session:
         run()
     assert shape(session) == (("run", (("work", (("len", ()), ("sorted", ()), ("list.append", ()))),)),)
@@ -104,10 +100,6 @@ def test_c_call_raising(engine):
 
 
 def test_profile_span_with_c_calls_has_no_extra_node(engine, request):
-    native_defect(request, engine, "on 3.12+ sys.monitoring reports the call of the SpanFunction "
-                  "wrapper (not a Python function) as a C call: a C span named like the function "
-                  "appears above the labelled node, a second node for one call",
-                  when=sys.version_info >= (3, 12))
 
     @profile_span("labelled")
     def decorated(x):
@@ -124,9 +116,6 @@ def test_profile_span_with_c_calls_has_no_extra_node(engine, request):
 
 
 def test_profiler_plumbing_is_not_a_c_span(engine, request):
-    native_defect(request, engine, "the `with` statement calls profile_block.__exit__ like any method: "
-                  "with capture_c_calls it is recorded as a C span inside the block "
-                  "(3.12+: profile_block(...) itself too, as a call of a type)")
 
     def caller():
         with profile_block("blk"):

@@ -193,11 +193,6 @@ def test_decorators_inside_the_tree_at_the_right_depth(engine):
 
 
 def test_calls_inside_a_block_at_the_ceiling_are_not_recorded(engine, request):
-    native_defect(request, engine, "lane_return computes the returning frame's depth as the counter "
-                  "minus the block entries above the innermost recorded frame, also for a frame "
-                  "below the ceiling that runs under a block opened by its caller: after the first "
-                  "such call returns the counter is one too low, and the next calls in the block "
-                  "are recorded one level below the ceiling (same for a frame under a C call)")
 
     def stepper():
         with profile_block("steps"):

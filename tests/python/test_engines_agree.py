@@ -112,25 +112,11 @@ def p_asyncio():
 PROGRAMS = [p_recursion, p_generators, p_labels_and_blocks, p_exceptions, p_library, p_asyncio]
 
 
-BLOCK_AT_CEILING = ("native: a frame below the ceiling under a block at the ceiling leaves the depth "
-                    "counter one too low (test_calls_inside_a_block_at_the_ceiling_are_not_recorded)")
-CONTEXT_ADDRESS = ("native: lanes are keyed by the Context's address, which a new context reuses once "
-                   "the old one is freed: callbacks continue a finished task's lane "
-                   "(test_asyncio.py::test_callbacks_run_after_a_task_are_not_its_children)")
-KNOWN_NATIVE_DEFECTS = {
-    ("p_labels_and_blocks", 1): BLOCK_AT_CEILING,
-    ("p_labels_and_blocks", 2): BLOCK_AT_CEILING,
-    ("p_exceptions", 1): BLOCK_AT_CEILING,
-    ("p_asyncio", -1): CONTEXT_ADDRESS,
-}
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.__name__)
 @pytest.mark.parametrize("depth", [0, 1, 2, 3, -1])
 def test_same_tree(program, depth, request):
-    reason = KNOWN_NATIVE_DEFECTS.get((program.__name__, depth))
-    if reason:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     out = run_engines(program, depth=depth)
     native, reference = out["native"], out["reference"]
     assert shape(native) == shape(reference)
@@ -148,10 +134,6 @@ def test_same_tree(program, depth, request):
 
 @pytest.mark.parametrize("program", [p_recursion, p_generators, p_labels_and_blocks], ids=lambda p: p.__name__)
 def test_same_tree_with_c_calls(program, request):
-    if program is p_labels_and_blocks and sys.version_info < (3, 12):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "native: profile_block.__exit__, called by the `with` statement, is recorded as a C span "
-            "(test_c_calls.py::test_profiler_plumbing_is_not_a_c_span)")))
     out = run_engines(program, depth=-1, capture_c_calls=True)
 
     def rows(session, show_c_calls):

@@ -216,10 +216,6 @@ def test_generator_started_before_the_session(engine):
 
 
 def test_closure_generator_started_in_the_session_is_not_continued(engine, request):
-    native_defect(request, engine, "3.11's setprofile path takes a generator's first start for a resume "
-                  "when f_lasti > 4 (hooks.cpp); a generator with free or cell variables starts "
-                  "with COPY_FREE_VARS/MAKE_CELL, so its RESUME 0 is further on and it is flagged "
-                  "'continued'", when=sys.version_info[:2] == (3, 11))
     scale = 3
 
     def scaled(n):

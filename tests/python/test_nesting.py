@@ -124,11 +124,6 @@ def test_sequential_sessions(engine):
 
 
 def test_session_created_inside_another_session(engine, request):
-    if engine == "reference":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "python/mlflow_profiler/_session.py: ProfileSession.__init__ imports the reference "
-            "engine lazily with a relative import (`from ._reference import ...`), which reads "
-            "`__spec__.parent`, a Python property: the outer session records ModuleSpec.parent")))
     with profiling(depth=-1, engine=engine) as outer:
         a()
         with profiling(depth=-1, engine=engine) as inner:
