@@ -1034,6 +1034,7 @@ class ReferenceEngine:
 
     def _start(self, session) -> None:
         global _generation
+        _register_invisible()
         _transparent.refresh()
         current = _core.session_var.get(None)
         if current is not None:
@@ -1209,11 +1210,20 @@ class ReferenceEngine:
 _transparent.add_module(sys.modules[__name__])
 
 
+_registered = False
+
+
 def _register_invisible() -> None:
     # Every frame of this module: the native engine does this work in C, with
     # no frames to count (below the ceiling, where transparency does not
     # apply, they would add to the depth counter and to events_skipped). And
     # ProfileSession's two methods that only the reference path calls.
+    # Idempotent; runs from the package's __init__ (once _session exists) and
+    # again, as a fallback, when a reference session starts.
+    global _registered
+    if _registered:
+        return
+    _registered = True
     from ._session import ProfileSession
 
     module = sys.modules[__name__]

@@ -203,13 +203,26 @@ def test_generator_below_the_ceiling_is_not_recorded(engine):
     assert shape(session) == (("consume", ()),)
 
 
-def test_generator_started_before_the_session(engine):
-    g = numbers(3)
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_generator_started_before_the_session(engine, warm, request):
+    native_defect(request, engine, "3.11: once the generator's code is quickened (run a few times), a "
+                  "resume with no start seen is not flagged 'continued' (hooks.cpp reads the "
+                  "resumed instruction to tell a first start from a resume)",
+                  when=warm and sys.version_info[:2] == (3, 11))
+
+    def fresh(n):
+        for i in range(n):
+            yield leaf(i)
+
+    if warm:
+        for _ in range(100):  # the interpreter specializes code that runs often
+            list(fresh(3))
+    g = fresh(3)
     next(g)
     with profiling(depth=-1, engine=engine) as session:
         rest = list(g)
     assert rest == [2, 3]
-    (root,) = [n for n in session.to_tree() if n["label"] == "numbers"]
+    (root,) = [n for n in session.to_tree() if n["label"].endswith("fresh")]
     # its start was not seen: the span starts at its first resume in the session
     assert "continued" in root["flags"]
     assert [c["label"] for c in root["children"]] == ["leaf", "leaf"]
