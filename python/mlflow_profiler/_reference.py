@@ -89,6 +89,10 @@ Where it deliberately differs from pyext/engine.cpp
 ---------------------------------------------------
 - Contexts and threads are identified by objects the engine holds (see
   above), never by addresses or idents that can be reused.
+- ``_on_c_return`` closes the innermost C span only when it is the
+  innermost open level (its depth is the counter): the return of a call of
+  the same callable below the ceiling, which was not recorded, must not
+  close it (``sorted(key=f)`` at the ceiling with ``f`` calling ``sorted``).
 - C calls of the profiler's own callables (``profile_block.__exit__``,
   which a ``with`` statement calls like any method) are plumbing, like the
   profiler's own frames: never C spans.
@@ -662,7 +666,10 @@ def _on_c_return(lanes: List[_Lane], callable_, exception: bool) -> None:
     key = None
     for L in lanes:
         rec = L.rec
-        if not rec or rec[-1][2] != E_CCALL:
+        # The C span must be the innermost open level: a call of the same
+        # callable below the ceiling (not recorded) returns while the counter
+        # is deeper, and must not close the recorded one around it.
+        if not rec or rec[-1][2] != E_CCALL or rec[-1][1] != L.depth:
             continue
         if key is None:
             key = _ckey(callable_)

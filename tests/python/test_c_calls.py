@@ -126,3 +126,23 @@ def test_profiler_plumbing_is_not_a_c_span(engine, request):
     assert shape(session) == (("caller" if sys.version_info < (3, 11) else
                                "test_profiler_plumbing_is_not_a_c_span.<locals>.caller",
                                (("blk", (("key", ()),)),)),)
+
+
+def test_same_builtin_below_the_ceiling_does_not_close_the_recorded_one(engine, request):
+    native_defect(request, engine, "on_c_return closes the innermost recorded C span when the returning "
+                  "callable is the same object, also when that return comes from a call below the "
+                  "ceiling (not recorded): sorted(key=f) at the ceiling, with f calling sorted, is "
+                  "closed by f's sorted; the counter drops and the next callbacks are recorded below "
+                  "the ceiling, and the root is left open_at_end")
+
+    def inner_key(x):
+        return sorted([x, -x])[0]
+
+    def run():
+        out = sorted([3, 1, 2], key=inner_key)
+        return len(out)
+
+    with profiling(depth=1, capture_c_calls=True, engine=engine) as session:
+        run()
+    assert shape(session) == ((session.to_tree()[0]["label"], (("sorted", ()), ("len", ()))),)
+    assert all("open_at_end" not in n["flags"] for n in walk(session.to_tree()))
