@@ -726,8 +726,10 @@ void on_c_return(PyObject* callable, bool exception) {
   const CurrentLanes& cl = lanes_now();
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
+    // Same callable and the innermost level: an unrecorded nested call of the
+    // same builtin (sorted inside a key function) must not close this one.
     if (L.rec.empty() || L.rec.back().kind != EntryKind::kCCall ||
-        L.rec.back().key != reinterpret_cast<uintptr_t>(callable)) {
+        L.rec.back().key != reinterpret_cast<uintptr_t>(callable) || L.rec.back().depth != L.depth) {
       continue;
     }
     L.depth = L.rec.back().depth - 1;

@@ -129,11 +129,6 @@ def test_profiler_plumbing_is_not_a_c_span(engine, request):
 
 
 def test_same_builtin_below_the_ceiling_does_not_close_the_recorded_one(engine, request):
-    native_defect(request, engine, "on_c_return closes the innermost recorded C span when the returning "
-                  "callable is the same object, also when that return comes from a call below the "
-                  "ceiling (not recorded): sorted(key=f) at the ceiling, with f calling sorted, is "
-                  "closed by f's sorted; the counter drops and the next callbacks are recorded below "
-                  "the ceiling, and the root is left open_at_end")
 
     def inner_key(x):
         return sorted([x, -x])[0]
