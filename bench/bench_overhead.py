@@ -6,6 +6,8 @@ overhead ratios to the unprofiled run, for two workloads:
   fib      a call-heavy one: recursive fib(N), one call per sample
   empty    a session around a call that does nothing, 100 per sample: the
            fixed cost of starting and stopping each profiler
+  loop     a loop with no calls in it (not in the default set): the hook's
+           cost on plain bytecode, which is not zero on 3.11
   predict  a realistic one: a scikit-learn Pipeline (ColumnTransformer with
            imputation, scaling and one-hot encoding, then a random forest)
            predicting a 1000-row pandas DataFrame, K predicts per sample
@@ -31,7 +33,7 @@ Every repeat runs every contender once, in a shuffled order, so drift on a
 shared machine spreads over all of them; figures are medians over repeats.
 Post-processing (tree build, rendering, saving) is not timed for anyone.
 
-    python bench/bench_overhead.py                # full run (about a minute)
+    python bench/bench_overhead.py                # full run (2-3 minutes)
     python bench/bench_overhead.py --smoke        # each contender once, tiny inputs
     python bench/bench_overhead.py --json out.json --show-tree
 """
@@ -124,6 +126,14 @@ def make_predict(rows: int, trees: int):
 
 def noop():
     return None
+
+
+def loop(n: int) -> int:
+    """Bytecode with no calls in it: what a hook costs besides its callbacks."""
+    x = 0
+    for i in range(n):
+        x += i * 2 - 1
+    return x
 
 
 # -------------------------------------------------------------- contenders ---
@@ -412,6 +422,9 @@ def main(argv=None) -> int:
     for wl in args.workloads.split(","):
         if wl == "fib":
             fn, k, title = make_fib(args.fib), 1, f"fib({args.fib}), one call per sample"
+        elif wl == "loop":
+            n = 2000 if args.smoke else 300_000
+            fn, k, title = (lambda: loop(n)), 1, f"loop({n}), no calls inside"
         elif wl == "empty":
             fn, k, title = noop, args.sessions, f"empty session, {args.sessions} per sample, per session"
         elif wl == "predict":

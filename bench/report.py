@@ -104,6 +104,10 @@ def core():
     j = re.search(r"to_json_document:.*median ([\d.]+) ms", text)
     if b and j:
         print(f"\nbuild + JSON: {float(b.group(1)) + float(j.group(1)):.1f} ms (sum of the medians)\n")
+    for v in VERSIONS:
+        path = os.path.join(OUT, f"render-{v}.txt")
+        if os.path.exists(path):
+            print("From Python (`bench_render.py`), a real capture:\n\n```\n" + open(path).read().strip() + "\n```\n")
 
 
 if vs:

@@ -81,7 +81,7 @@ setup_version() {  # prints the PYTHONPATH to use with the venv's python
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "host: $(uname -srm); $(getconf _NPROCESSORS_ONLN) CPUs online ($(nproc) usable); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+  echo "host: $(uname -srm); $(getconf _NPROCESSORS_ONLN) CPUs online; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
   echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
   echo "uncommitted outside bench/: $(git -C "$ROOT" status --short -- . ':!bench' 2>/dev/null | tr '\n' ' ')"
