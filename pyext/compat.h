@@ -6,6 +6,8 @@
 #include <Python.h>
 #include <frameobject.h>
 
+#include <string>
+
 #if PY_VERSION_HEX >= 0x030C0000
 #define MLPROF_HAS_MONITORING 1  // sys.monitoring (PEP 669), 3.12+
 #else
@@ -88,6 +90,18 @@ inline bool frame_is_suspending(PyFrameObject* f) {
 #else
   return f->f_gen != nullptr && f->f_stacktop != nullptr;  // 3.9: set only by a yield
 #endif
+}
+
+// A str as UTF-8; anything else (or a failed encoding) gives "".
+inline std::string utf8(PyObject* s) {
+  if (!s || !PyUnicode_Check(s)) return {};
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s, &n);
+  if (!p) {
+    PyErr_Clear();
+    return {};
+  }
+  return std::string(p, static_cast<size_t>(n));
 }
 
 constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;

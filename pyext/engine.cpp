@@ -40,16 +40,7 @@ PathRules& path_rules() {
 constexpr uintptr_t kExtraTransparent = 1;
 constexpr uint32_t kTransparent = UINT32_MAX;
 
-std::string utf8(PyObject* s) {
-  if (!s || !PyUnicode_Check(s)) return {};
-  Py_ssize_t n = 0;
-  const char* p = PyUnicode_AsUTF8AndSize(s, &n);
-  if (!p) {
-    PyErr_Clear();
-    return {};
-  }
-  return std::string(p, static_cast<size_t>(n));
-}
+using compat::utf8;
 
 std::string module_of_current_frame(PyCodeObject* code) {
   // Cold path (first sight of a code object): the module is the frame's __name__.

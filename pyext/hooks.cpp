@@ -29,7 +29,6 @@ std::string take_error() {
   return out;
 }
 
-bool wants_c_calls() { return any_engine_wants_c_calls(); }
 
 }  // namespace
 
@@ -224,7 +223,7 @@ void uninstall(Engine* /*engine*/) {
   if (g_users == 0) return;
   if (--g_users > 0) {
     std::string ignored;
-    if (g_c_events && !wants_c_calls()) set_events(false, &ignored);
+    if (g_c_events && !any_engine_wants_c_calls()) set_events(false, &ignored);
     return;
   }
   PyObject *type, *value, *tb;
@@ -368,11 +367,9 @@ std::vector<Engine*> g_binder_engines;
 // all_threads session collects: binds the thread, then hands over to our hook.
 PyObject* binder(PyObject*, PyObject* const*, Py_ssize_t) {
   Engine* e = newest_all_threads_engine();
-#if MLPROF_HAS_MONITORING
-  PyEval_SetProfile(nullptr, nullptr);  // sys.monitoring already sees this thread
-#else
-  PyEval_SetProfile(nullptr, nullptr);
-  if (e) install_here();
+  PyEval_SetProfile(nullptr, nullptr);  // drop the binder itself
+#if !MLPROF_HAS_MONITORING
+  if (e) install_here();  // 3.12+: sys.monitoring already sees this thread
 #endif
   if (e) bind_thread(e);
   Py_RETURN_NONE;

@@ -66,15 +66,7 @@ PyObject* call_reference(PyObject* session, const char* method, PyObject* label,
   return r;
 }
 
-std::string utf8(PyObject* s) {
-  Py_ssize_t n = 0;
-  const char* p = PyUnicode_AsUTF8AndSize(s, &n);
-  if (!p) {
-    PyErr_Clear();
-    return {};
-  }
-  return std::string(p, static_cast<size_t>(n));
-}
+using compat::utf8;
 
 PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<SpanFunction*>(self_);

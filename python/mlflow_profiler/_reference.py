@@ -1236,27 +1236,9 @@ def _register_invisible() -> None:
     module = sys.modules[__name__]
     for value in list(vars(module).values()):
         if getattr(value, "__module__", None) == __name__:
-            _collect_codes(value, _INVISIBLE)
+            _transparent.collect_codes(value, _INVISIBLE)
     for fn in (ProfileSession._label_call, ProfileSession._block_enter):
-        _collect_codes(fn, _INVISIBLE)
+        _transparent.collect_codes(fn, _INVISIBLE)
 
-
-def _collect_codes(obj, out: set) -> None:
-    if isinstance(obj, types.CodeType):
-        if obj not in out:
-            out.add(obj)
-            for const in obj.co_consts:
-                _collect_codes(const, out)
-    elif isinstance(obj, type):
-        for value in vars(obj).values():
-            _collect_codes(value, out)
-    elif isinstance(obj, (staticmethod, classmethod)):
-        _collect_codes(obj.__func__, out)
-    elif isinstance(obj, property):
-        for f in (obj.fget, obj.fset, obj.fdel):
-            if f is not None:
-                _collect_codes(f, out)
-    elif isinstance(obj, types.FunctionType):
-        _collect_codes(obj.__code__, out)
 
 # _register_invisible() runs from the package's __init__, once _session exists.

@@ -14,33 +14,35 @@ CODES: set = set()
 _done_modules: set = set()
 
 
-def _codes_of(obj, seen):
+def collect_codes(obj, seen: set) -> None:
+    """Adds to `seen` the code objects of a function, method wrapper, class
+    (all its attributes) or code object, and the code nested in them."""
     if isinstance(obj, types.CodeType):
         if obj not in seen:
             seen.add(obj)
             for const in obj.co_consts:
-                _codes_of(const, seen)
-        return
-    if isinstance(obj, (staticmethod, classmethod)):
-        _codes_of(obj.__func__, seen)
+                collect_codes(const, seen)
+    elif isinstance(obj, type):
+        if obj not in seen:
+            seen.add(obj)
+            for value in vars(obj).values():
+                collect_codes(value, seen)
+    elif isinstance(obj, (staticmethod, classmethod)):
+        collect_codes(obj.__func__, seen)
     elif isinstance(obj, property):
         for f in (obj.fget, obj.fset, obj.fdel):
             if f is not None:
-                _codes_of(f, seen)
+                collect_codes(f, seen)
     elif isinstance(obj, types.FunctionType):
-        _codes_of(obj.__code__, seen)
+        collect_codes(obj.__code__, seen)
 
 
 def add(obj) -> None:
     """Marks a function, class (all its methods) or code object transparent."""
     seen: set = set()
-    if isinstance(obj, type):
-        for value in vars(obj).values():
-            _codes_of(value, seen)
-    else:
-        _codes_of(obj, seen)
+    collect_codes(obj, seen)
     for code in seen:
-        if code not in CODES:
+        if isinstance(code, types.CodeType) and code not in CODES:
             CODES.add(code)
             _core.add_transparent(code)
 
