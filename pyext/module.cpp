@@ -13,6 +13,7 @@
 #include "core/render_text.h"
 #include "core/tree.h"
 #include "core/view.h"
+#include "bindings.h"
 #include "engine.h"
 #include "span_api.h"
 
@@ -307,4 +308,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("labels"), py::arg("depth"), py::arg("start_ns"), py::arg("end_ns"), py::arg("skipped"),
         py::arg("meta"),
         "Builds a Profile from events recorded by the pure-Python reference engine.");
+
+  bind_io(m);
+  bind_files(m);
 }

@@ -251,8 +251,55 @@ class ProfileSession:
         depth = _check_depth("depth", depth, allow_none=True)
         return self._built().to_json(depth)
 
+    def save(self, path, format: Optional[str] = None) -> str:
+        """Writes the full capture to `path` atomically and returns the path.
+
+        The format follows the extension: .html (self-contained report),
+        .json / .json.gz (the profile document, readable by load()),
+        .trace.json (Chrome/Perfetto), .pb.gz (pprof), .speedscope.json,
+        .folded (flamegraph tools). `format` overrides it by name ("json",
+        "json_gz", "chrome_trace", "pprof", "speedscope", "folded", "html")::
+
+            session.save("predict.html")
+        """
+        from ._files import save_profile
+
+        return save_profile(self._built(), path, format)
+
+    @classmethod
+    def _from_profile(cls, profile) -> "ProfileSession":
+        """A finalized session around a Profile read back by load()."""
+        session = cls.__new__(cls)
+        session.depth = profile.captured_depth
+        session.max_events = 0
+        session.all_threads = False
+        session.capture_c_calls = False
+        session.capture_io = False
+        session._engine = _LoadedEngine(profile)
+        session._profile = profile
+        session._spans = None
+        return session
+
     def __repr__(self) -> str:
         return f"<ProfileSession depth={self.depth} state={self._engine.state}>"
+
+
+class _LoadedEngine:
+    """Stands in for the capture engine of a session read from a file: it is
+    finalized and holds the profile it was read into."""
+
+    state = "finalized"
+    failures = ()
+
+    def __init__(self, profile) -> None:
+        self._profile = profile
+        self.hook = profile.meta.get("engine", "loaded")
+
+    def profile(self):
+        return self._profile
+
+    def stop(self) -> None:
+        pass
 
 
 def profiling(

@@ -128,7 +128,7 @@ def test_to_json_document(engine):
     doc = json.loads(session.to_json())
     meta = doc["meta"]
     assert meta["format"] == "mlflow-profiler"
-    assert meta["version"] == 1
+    assert meta["version"] == 2
     assert meta["captured_depth"] == 2
     assert meta["view_depth"] is None
     assert meta["clock"] == "CLOCK_MONOTONIC"

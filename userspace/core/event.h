@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/io.h"
+
 namespace mlprof {
 
 enum class EventKind : uint8_t {
@@ -60,6 +62,10 @@ struct Lane {
   int32_t parent_lane = -1;
   uint32_t parent_call = 0;
   std::vector<Event> events;
+  // Events recorded in the lane: events.size() once build_tree ran; a lane read
+  // back from a document keeps the count but not the events.
+  uint64_t recorded = 0;
+  std::vector<IORecord> io;  // I/O summaries (capture_io), keyed by kCall index
   uint64_t dropped = 0;      // calls not recorded because the buffer was full
   bool truncated = false;    // recording stopped entirely (hard cap reached)
 };

@@ -3,6 +3,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <array>
 
 namespace mlprof {
@@ -13,6 +14,22 @@ using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
 void write_string(JsonWriter& w, std::string_view s) {
   w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+// Absent values ("" or -1) are written as null.
+void write_optional(JsonWriter& w, const std::string& s) {
+  if (s.empty()) {
+    w.Null();
+  } else {
+    write_string(w, s);
+  }
+}
+void write_optional(JsonWriter& w, int64_t v) {
+  if (v < 0) {
+    w.Null();
+  } else {
+    w.Int64(v);
+  }
 }
 
 void write_fields(JsonWriter& w, std::initializer_list<std::string_view> fields) {
@@ -120,7 +137,7 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.Key("parent_call");
     w.Uint(lane.parent_call);
     w.Key("events");
-    w.Uint64(lane.events.size());
+    w.Uint64(std::max<uint64_t>(lane.recorded, lane.events.size()));
     w.Key("dropped");
     w.Uint64(lane.dropped);
     w.Key("truncated");
@@ -158,6 +175,58 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.Int64(s.end_ns);
     w.Int64(s.active_ns);
     w.Uint(s.resumes);
+    w.EndArray();
+  }
+  w.EndArray();
+
+  auto kept = [&](int32_t span) { return view_depth < 0 ? span : renumbered[span]; };
+  w.Key("segment_fields");
+  write_fields(w, {"span", "start_ns", "end_ns"});
+  w.Key("segments");
+  w.StartArray();
+  for (const Segment& seg : p.segments) {
+    const int32_t span = kept(seg.span);
+    if (span < 0) continue;
+    w.StartArray();
+    w.Int(span);
+    w.Int64(seg.start_ns);
+    w.Int64(seg.end_ns);
+    w.EndArray();
+  }
+  w.EndArray();
+
+  w.Key("io_fields");
+  write_fields(w, {"span", "role", "name", "type", "shape", "dtype", "length", "size_bytes",
+                   "device", "repr"});
+  w.Key("io");
+  w.StartArray();
+  for (const SpanIO& io : p.io) {
+    const int32_t span = kept(io.span);
+    if (span < 0) continue;
+    const IOSummary& sum = io.summary;
+    w.StartArray();
+    w.Int(span);
+    w.Uint(static_cast<unsigned>(io.role));
+    write_string(w, io.name);
+    write_string(w, sum.type_name);
+    if (sum.has_shape) {
+      w.StartArray();
+      for (const int64_t d : sum.shape) {
+        if (d < 0) {
+          w.Null();
+        } else {
+          w.Int64(d);
+        }
+      }
+      w.EndArray();
+    } else {
+      w.Null();
+    }
+    write_optional(w, sum.dtype);
+    write_optional(w, sum.length);
+    write_optional(w, sum.size_bytes);
+    write_optional(w, sum.device);
+    write_optional(w, sum.repr_short);
     w.EndArray();
   }
   w.EndArray();

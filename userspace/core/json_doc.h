@@ -9,7 +9,7 @@
 
 namespace mlprof {
 
-inline constexpr int kDocumentVersion = 1;
+inline constexpr int kDocumentVersion = 2;
 
 // Writes the document. opts.depth limits spans (a view); the default writes all.
 std::string to_json_document(const Profile& p, const ViewOptions& opts = {});

@@ -10,6 +10,21 @@ const std::string& Profile::display_name(const Span& s) const {
   return functions.strings().get(0);
 }
 
+namespace {
+template <typename T>
+std::pair<const T*, const T*> span_range(const std::vector<T>& v, int32_t s) {
+  auto lo = std::lower_bound(v.begin(), v.end(), s, [](const T& x, int32_t k) { return x.span < k; });
+  auto hi = std::upper_bound(lo, v.end(), s, [](int32_t k, const T& x) { return k < x.span; });
+  return {v.data() + (lo - v.begin()), v.data() + (hi - v.begin())};
+}
+}  // namespace
+
+std::pair<const SpanIO*, const SpanIO*> Profile::io_of(int32_t s) const { return span_range(io, s); }
+
+std::pair<const Segment*, const Segment*> Profile::segments_of(int32_t s) const {
+  return span_range(segments, s);
+}
+
 int Profile::max_depth() const {
   int deepest = -1;
   for (const Span& s : spans) deepest = std::max(deepest, static_cast<int>(s.depth));
@@ -29,6 +44,8 @@ class TreeBuilder {
   void build() {
     p_.spans.clear();
     p_.roots.clear();
+    p_.io.clear();
+    p_.segments.clear();
     p_.stats.unmatched_returns = 0;
     size_t calls = 0, events = 0;
     for (const Lane& lane : p_.lanes) {
@@ -44,11 +61,16 @@ class TreeBuilder {
     for (uint32_t li = 0; li < p_.lanes.size(); ++li) build_lane(li);
     link_children();
     collect_roots();
+    // Stable: a span's segments stay in time order, its arguments before its return.
+    auto by_span = [](const auto& a, const auto& b) { return a.span < b.span; };
+    std::stable_sort(p_.segments.begin(), p_.segments.end(), by_span);
+    std::stable_sort(p_.io.begin(), p_.io.end(), by_span);
   }
 
  private:
   void build_lane(uint32_t li) {
-    const Lane& lane = p_.lanes[li];
+    Lane& lane = p_.lanes[li];
+    lane.recorded = lane.events.size();
     const size_t base = call_span_.size();
     lane_offset_[li] = base;
     call_span_.resize(base + lane.events.size(), -1);
@@ -109,6 +131,7 @@ class TreeBuilder {
           s.end_ns = ev.ts_ns;
           s.active_ns += ev.ts_ns - run_start_[idx];
           state_[idx] = SpanState::kClosed;
+          if (s.flags & kSpanGenerator) p_.segments.push_back({idx, run_start_[idx], ev.ts_ns});
           if (ev.flags & kEvException) s.flags |= kSpanException;
           if (ev.flags & kEvChildrenDropped) {
             s.flags |= kSpanChildrenDropped;
@@ -144,6 +167,7 @@ class TreeBuilder {
       s.end_ns = std::max(lane_end, s.start_ns);
       s.active_ns += s.end_ns - run_start_[idx];
       s.flags |= kSpanOpenAtEnd | truncated;
+      if (s.flags & kSpanGenerator) p_.segments.push_back({idx, run_start_[idx], s.end_ns});
       state_[idx] = SpanState::kClosed;
     }
     for (size_t idx = first_span; idx < p_.spans.size(); ++idx) {
@@ -152,6 +176,10 @@ class TreeBuilder {
       s.end_ns = std::max(lane_end, s.start_ns);
       s.flags |= kSpanSuspendedAtEnd | truncated;
       state_[idx] = SpanState::kClosed;
+    }
+    for (const IORecord& rec : lane.io) {
+      const int32_t idx = lookup(rec.call);
+      if (idx >= 0) p_.io.push_back(SpanIO{idx, rec.role, rec.name, rec.summary});
     }
     if (lane.dropped > 0 && !marked_dropped) {
       for (size_t idx = first_span; idx < p_.spans.size(); ++idx) {
@@ -186,6 +214,7 @@ class TreeBuilder {
     segment.assign(pos, stack_.end());
     stack_.erase(pos, stack_.end());
     for (const int32_t s : segment) {
+      p_.segments.push_back({s, run_start_[s], ts});
       p_.spans[s].active_ns += ts - run_start_[s];
       p_.spans[s].flags |= kSpanGenerator;
       state_[s] = SpanState::kSuspended;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/event.h"
@@ -41,6 +42,18 @@ struct Span {
   int64_t duration_ns() const { return end_ns - start_ns; }
 };
 
+// A stretch of time in which a suspended-and-resumed span was running: one
+// per start or resume of a span flagged kSpanGenerator. Timeline exporters
+// draw these instead of the span's whole wall time, which overlaps the
+// consumer's other calls.
+struct Segment {
+  int32_t span = -1;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+
+  bool operator==(const Segment&) const = default;
+};
+
 // Per-session figures reported by ProfileSession.statistics().
 struct CaptureStats {
   uint64_t events_captured = 0;  // events written to lanes
@@ -53,6 +66,8 @@ struct Profile {
   std::vector<Lane> lanes;
   std::vector<Span> spans;     // grouped by lane, in start order within a lane
   std::vector<int32_t> roots;  // root span indices, in start order
+  std::vector<SpanIO> io;      // by span, then arguments in order, then the return value
+  std::vector<Segment> segments;  // by span, then start (generator spans only)
   int captured_depth = 2;      // the ceiling; -1 = unlimited
   int64_t start_ns = 0;        // session activation
   int64_t end_ns = 0;          // session end
@@ -63,6 +78,10 @@ struct Profile {
   const std::string& display_name(const Span& s) const;
   // Deepest tree depth present (-1 if no spans).
   int max_depth() const;
+  // The I/O summaries of span `s`: [first, last) in io.
+  std::pair<const SpanIO*, const SpanIO*> io_of(int32_t s) const;
+  // The running segments of a kSpanGenerator span: [first, last) in segments.
+  std::pair<const Segment*, const Segment*> segments_of(int32_t s) const;
 };
 
 // Builds spans, roots and child links from profile.lanes. Lanes with a parent_lane hang their roots under that span (which
@@ -86,6 +105,10 @@ struct Profile {
 //   mark gets kSpanChildrenDropped on all its top-level spans (roots, or the
 //   spans adopted under parent_lane): the events cannot say which parent lost
 //   the calls, only that they were under one of those.
+// - I/O records become Profile::io; a record whose `call` is not a kCall of
+//   its lane is dropped. Segments are recorded for kSpanGenerator spans only;
+//   the last segment of a span still suspended at the end ends at its suspend.
+// - lane.recorded is set to lane.events.size().
 void build_tree(Profile& profile);
 
 }  // namespace mlprof
