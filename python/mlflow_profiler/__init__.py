@@ -12,14 +12,17 @@ import sysconfig as _sysconfig
 
 from . import _core, _transparent
 from ._core import profile_block
+from ._files import ProfileLoadError, load
 from ._session import ProfileSession, SpanRecord, current_session, profiling
 from ._spans import profile_span
 
 __version__ = "0.1.0"
 __all__ = [
+    "ProfileLoadError",
     "ProfileSession",
     "SpanRecord",
     "current_session",
+    "load",
     "profile_block",
     "profile_span",
     "profiling",
