@@ -1,9 +1,70 @@
-#include "core/export.h"
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
-#include <stdexcept>
+#include <string_view>
+
+#include "core/export.h"
+#include "core/io.h"
+#include "core/json_doc.h"
+#include "core/render_text.h"
+#include "core/report_assets.h"  // generated from report/ by report/embed.cmake
 
 namespace mlprof {
 
-std::string to_html_report(const Profile&) { throw std::logic_error("to_html_report: not written yet"); }
+namespace {
+
+// Appends JSON text for an HTML <script type="application/json"> block.
+// '<' occurs in JSON only inside strings, where "\u003c" means the same
+// thing, so no "</script>" or "<!--" in a name or repr can end the block
+// or switch the tokenizer into its escaped states.
+void append_script_json(std::string& out, std::string_view json) {
+  size_t from = 0;
+  for (size_t at = json.find('<'); at != std::string_view::npos; at = json.find('<', from)) {
+    out.append(json, from, at - from);
+    out += "\\u003c";
+    from = at + 1;
+  }
+  out.append(json, from);
+}
+
+void write_string(rapidjson::Writer<rapidjson::StringBuffer>& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+// What the C++ core already formats, so the page shows the same text as
+// print_tree instead of a JavaScript re-implementation: the format_io text
+// of each I/O row (in document order) and each lane's title.
+std::string report_extras(const Profile& p) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("io_text");
+  w.StartArray();
+  for (const SpanIO& io : p.io) write_string(w, format_io(io.summary));
+  w.EndArray();
+  w.Key("lane_titles");
+  w.StartArray();
+  for (const Lane& lane : p.lanes) write_string(w, lane_title(lane));
+  w.EndArray();
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+}  // namespace
+
+std::string to_html_report(const Profile& p) {
+  const std::string doc = to_json_document(p);
+  const std::string extras = report_extras(p);
+  std::string out;
+  out.reserve(report::kHead.size() + report::kTail.size() + doc.size() + extras.size() + 256);
+  out += report::kHead;
+  out += "<script type=\"application/json\" id=\"mlprof-doc\">";
+  append_script_json(out, doc);
+  out += "</script>\n<script type=\"application/json\" id=\"mlprof-extras\">";
+  append_script_json(out, extras);
+  out += "</script>";
+  out += report::kTail;
+  return out;
+}
 
 }  // namespace mlprof

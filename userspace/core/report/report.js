@@ -1,0 +1,1130 @@
+// The mlflow-profiler HTML report. Reads the profile document embedded in
+// the JSON block with id "mlprof-doc" (docs/format.md) and the
+// text the C++ core formatted for it (id="mlprof-extras"), and draws a header,
+// a flame chart (canvas), a call tree (virtualized rows) and a detail panel.
+//
+// Constraints (docs/report.md): it runs inside a sandboxed iframe with only
+// "allow-scripts", so no network, no storage, no cookies; user text (names,
+// reprs) only ever goes through textContent, never innerHTML; and it stays
+// responsive on a million spans, so every per-span structure is a typed
+// array, the tree only creates the rows on screen, and the chart skips spans
+// narrower than a pixel by binary search instead of visiting them.
+"use strict";
+
+(function () {
+  const ROW_H = 18;        // flame chart row height (CSS px)
+  const TRACK_TITLE_H = 18;
+  const AXIS_H = 22;
+  const TREE_ROW_H = 20;   // keep in step with --row-h in report.css
+  const TREE_OVERSCAN = 12;
+  const SMALL_PROFILE = 2000;  // spans: expand the whole tree at first
+
+  // Span flags (docs/format.md).
+  const F_EXCEPTION = 1, F_OPEN = 2, F_SUSPENDED = 4, F_DROPPED = 8, F_C = 16, F_BLOCK = 32,
+    F_LABELLED = 64, F_CONTINUED = 128, F_GENERATOR = 256, F_TRUNCATED = 512;
+  const FLAG_NAMES = [
+    [F_EXCEPTION, "exception"], [F_OPEN, "open at end"], [F_SUSPENDED, "suspended at end"],
+    [F_DROPPED, "children dropped"], [F_C, "C function"], [F_BLOCK, "profile_block"],
+    [F_LABELLED, "labelled"], [F_CONTINUED, "continued"], [F_GENERATOR, "generator/coroutine"],
+    [F_TRUNCATED, "truncated"],
+  ];
+  const KIND_NAMES = ["Python function", "C function", "profile_block region"];
+
+  const timings = {};
+  const t_start = performance.now();
+  const $ = (id) => document.getElementById(id);
+
+  // A failure shows on the page as well as in the console.
+  window.addEventListener("error", (ev) => {
+    const box = $("error");
+    box.hidden = false;
+    box.textContent = "The report could not be shown: " + (ev.error ? ev.error.message : ev.message);
+  });
+
+  // ---- formatting (the same text as render_text.cpp) ----------------------
+
+  // printf("%.2f") of x: toFixed agrees except on exact binary ties
+  // (x = m/8, m odd), which printf rounds to even and toFixed away from zero.
+  function fixed2(x) {
+    const neg = x < 0;
+    const a = Math.abs(x);
+    const e8 = a * 8;  // exact: scaling by a power of two
+    if (Number.isInteger(e8) && e8 % 2 === 1) {
+      let n = Math.floor(a * 100);
+      if (n % 2 === 1) n += 1;
+      const s = Math.floor(n / 100) + "." + String(n % 100).padStart(2, "0");
+      return neg ? "-" + s : s;
+    }
+    return x.toFixed(2);
+  }
+  // format_duration: "48.12ms", "4.20us".
+  function fmtDur(ns) {
+    if (ns >= 10000 || ns <= -10000) return fixed2(ns / 1e6) + "ms";
+    return fixed2(ns / 1e3) + "us";
+  }
+  function fmtPct(part, whole) {
+    if (!(whole > 0)) return "";
+    return (100 * part / whole).toFixed(1) + "%";
+  }
+  function plural(n, one, many) { return n + " " + (n === 1 ? one : many); }
+
+  // ---- data ---------------------------------------------------------------
+
+  function readJson(id) {
+    const el = $(id);
+    if (!el) throw new Error("the report has no #" + id + " block");
+    return JSON.parse(el.textContent);
+  }
+
+  // The profile as typed arrays; the parsed document's row arrays are dropped
+  // once copied (a million small arrays cost far more memory than columns).
+  function loadProfile() {
+    const doc = readJson("mlprof-doc");
+    const extras = readJson("mlprof-extras");
+    timings.parse_ms = performance.now() - t_start;
+    const meta = doc.meta || {};
+    if (meta.format !== "mlflow-profiler") throw new Error("not an mlflow-profiler document");
+    if (!(meta.version >= 1 && meta.version <= 2)) {
+      throw new Error("document version " + meta.version + " is newer than this report can show");
+    }
+    const t0 = meta.start_ns;
+    const strings = doc.strings;
+    const fnRows = doc.functions;
+    const rows = doc.spans;
+    const n = rows.length;
+    const P = {
+      meta, stats: doc.stats || {}, strings, lanes: doc.lanes || [], extras, n,
+      fnName: new Int32Array(fnRows.length), fnModule: new Int32Array(fnRows.length),
+      fnFile: new Int32Array(fnRows.length), fnLine: new Int32Array(fnRows.length),
+      fnKind: new Uint8Array(fnRows.length), fnUser: new Uint8Array(fnRows.length),
+      parent: new Int32Array(n), func: new Int32Array(n), nameId: new Int32Array(n),
+      lane: new Int32Array(n), depth: new Int32Array(n), flags: new Int32Array(n),
+      start: new Float64Array(n), end: new Float64Array(n), active: new Float64Array(n),
+      resumes: new Int32Array(n),
+      duration: meta.duration_ns || 0,
+    };
+    for (let f = 0; f < fnRows.length; f++) {
+      const r = fnRows[f];
+      P.fnName[f] = r[0]; P.fnModule[f] = r[1]; P.fnFile[f] = r[2]; P.fnLine[f] = r[3];
+      P.fnKind[f] = r[4]; P.fnUser[f] = r[5];
+    }
+    let maxEnd = P.duration;
+    for (let i = 0; i < n; i++) {
+      const r = rows[i];
+      P.parent[i] = r[0]; P.func[i] = r[1]; P.lane[i] = r[3]; P.depth[i] = r[4];
+      P.flags[i] = r[5];
+      // Relative to the session start: exact while CLOCK_MONOTONIC < 2^53 ns.
+      P.start[i] = r[6] - t0; P.end[i] = r[7] - t0; P.active[i] = r[8]; P.resumes[i] = r[9];
+      P.nameId[i] = r[2] !== 0 ? r[2] : (r[1] < fnRows.length ? P.fnName[r[1]] : 0);
+      if (P.end[i] > maxEnd) maxEnd = P.end[i];
+    }
+    P.span_end_max = maxEnd;
+    doc.spans = null;
+    // Segments and I/O come sorted by span: per span, [first, first + count).
+    const segs = doc.segments || [];
+    P.segSpan = new Int32Array(segs.length);
+    P.segStart = new Float64Array(segs.length);
+    P.segEnd = new Float64Array(segs.length);
+    P.segFirst = new Int32Array(n).fill(-1);
+    P.segCount = new Int32Array(n);
+    for (let k = 0; k < segs.length; k++) {
+      const s = segs[k][0];
+      P.segSpan[k] = s; P.segStart[k] = segs[k][1] - t0; P.segEnd[k] = segs[k][2] - t0;
+      if (s >= 0 && s < n) { if (P.segFirst[s] < 0) P.segFirst[s] = k; P.segCount[s]++; }
+    }
+    P.io = doc.io || [];
+    P.ioText = extras.io_text || [];
+    P.ioFirst = new Int32Array(n).fill(-1);
+    P.ioCount = new Int32Array(n);
+    for (let k = 0; k < P.io.length; k++) {
+      const s = P.io[k][0];
+      if (s >= 0 && s < n) { if (P.ioFirst[s] < 0) P.ioFirst[s] = k; P.ioCount[s]++; }
+    }
+    P.hasC = false;
+    for (let i = 0; i < n; i++) if (P.flags[i] & F_C) { P.hasC = true; break; }
+    return P;
+  }
+
+  const P = loadProfile();
+  const name = (i) => P.strings[P.nameId[i]] || "?";
+  const laneTitle = (l) => (P.extras.lane_titles && P.extras.lane_titles[l]) || ("lane " + l);
+
+  // ---- the view: C calls folded or not, depth limit ---------------------
+
+  // Mirrors make_view (view.cpp): folded C spans are replaced by their
+  // visible descendants, and depth counts in the view.
+  const V = {
+    showC: false, depthLimit: -1, showIO: true,
+    visible: new Uint8Array(P.n),     // in the view at the current depth limit
+    vParent: new Int32Array(P.n), vDepth: new Int32Array(P.n),
+    childStart: null, childList: null, roots: [], maxDepth: 0,
+    selfNs: new Float64Array(P.n),
+  };
+
+  function buildView() {
+    const n = P.n;
+    const folded = (i) => !V.showC && (P.flags[i] & F_C) !== 0;
+    let maxDepth = 0;
+    // Parents come before children in the document, so one pass suffices.
+    for (let i = 0; i < n; i++) {
+      let p = P.parent[i];
+      if (p >= 0 && folded(p)) p = V.vParent[p];  // vParent of a folded span: its visible ancestor
+      V.vParent[i] = p;
+      if (folded(i)) { V.vDepth[i] = p >= 0 ? V.vDepth[p] : -1; V.visible[i] = 0; continue; }
+      const d = p >= 0 ? V.vDepth[p] + 1 : 0;
+      V.vDepth[i] = d;
+      if (d > maxDepth) maxDepth = d;
+    }
+    V.maxDepth = maxDepth;
+    const limit = V.depthLimit;
+    const count = new Int32Array(n + 1);
+    const roots = [];
+    for (let i = 0; i < n; i++) {
+      const vis = !folded(i) && (limit < 0 || V.vDepth[i] <= limit);
+      V.visible[i] = vis ? 1 : 0;
+      if (!vis) continue;
+      if (V.vParent[i] >= 0) count[V.vParent[i]]++; else roots.push(i);
+    }
+    // Children in CSR form, in start order (a lane adopted under a span of
+    // another lane comes later in the document but may start earlier).
+    const childStart = new Int32Array(n + 1);
+    for (let i = 0; i < n; i++) childStart[i + 1] = childStart[i] + count[i];
+    const fill = childStart.slice(0, n);
+    const childList = new Int32Array(childStart[n]);
+    for (let i = 0; i < n; i++) {
+      if (V.visible[i] && V.vParent[i] >= 0) childList[fill[V.vParent[i]]++] = i;
+    }
+    const byStart = (a, b) => (P.start[a] - P.start[b]) || (a - b);
+    for (let p = 0; p < n; p++) {
+      const a = childStart[p], b = childStart[p + 1];
+      for (let k = a + 1; k < b; k++) {
+        if (P.start[childList[k]] < P.start[childList[k - 1]]) {
+          childList.subarray(a, b).sort(byStart);
+          break;
+        }
+      }
+    }
+    roots.sort(byStart);
+    V.childStart = childStart; V.childList = childList; V.roots = roots;
+    // Self time: the span's time running less its children in the same lane
+    // (threads under it ran concurrently, not inside it).
+    const own = (i) => (P.flags[i] & F_GENERATOR) ? P.active[i] : P.end[i] - P.start[i];
+    const selfNs = V.selfNs;
+    for (let i = 0; i < n; i++) selfNs[i] = own(i);
+    for (let i = 0; i < n; i++) {
+      const p = V.vParent[i];
+      if (folded(i) || p < 0 || P.lane[p] !== P.lane[i]) continue;
+      selfNs[p] -= own(i);
+    }
+    for (let i = 0; i < n; i++) if (selfNs[i] < 0) selfNs[i] = 0;
+  }
+
+  function childrenOf(i) { return V.childList.subarray(V.childStart[i], V.childStart[i + 1]); }
+  function hasChildren(i) { return V.childStart[i + 1] > V.childStart[i]; }
+  function viewParentDuration(i) {
+    const p = V.vParent[i];
+    return p >= 0 ? P.end[p] - P.start[p] : 0;
+  }
+
+  // ---- search -------------------------------------------------------------
+
+  const S = {
+    query: "", match: new Uint8Array(P.n), list: new Int32Array(0), cursor: -1, hidden: 0,
+  };
+
+  // Names are interned strings: test each string once, then spans by id.
+  function runSearch(query) {
+    const t = performance.now();
+    S.query = query;
+    S.match.fill(0);
+    S.cursor = -1;
+    S.hidden = 0;
+    if (!query) { S.list = new Int32Array(0); return performance.now() - t; }
+    const q = query.toLowerCase();
+    const strMatch = new Uint8Array(P.strings.length);
+    for (let k = 0; k < P.strings.length; k++) {
+      if (P.strings[k].toLowerCase().indexOf(q) >= 0) strMatch[k] = 1;
+    }
+    let count = 0;
+    for (let i = 0; i < P.n; i++) {
+      if (!strMatch[P.nameId[i]]) continue;
+      if (V.visible[i]) { S.match[i] = 1; count++; } else if (!(P.flags[i] & F_C) || V.showC) S.hidden++;
+    }
+    const list = new Int32Array(count);
+    for (let i = 0, k = 0; i < P.n; i++) if (S.match[i]) list[k++] = i;
+    S.list = list;
+    // Open the tree along every path to a match (each ancestor once).
+    for (let k = 0; k < list.length; k++) {
+      for (let p = V.vParent[list[k]]; p >= 0 && !T.expanded[p]; p = V.vParent[p]) T.expanded[p] = 1;
+    }
+    return performance.now() - t;
+  }
+
+  // ---- the call tree (virtualized) -----------------------------------------
+
+  const ROW_NODE = 0, ROW_IO = 1, ROW_LANE = 2, ROW_NOTE = 3;
+  const T = {
+    expanded: new Uint8Array(P.n), kind: new Uint8Array(0), ref: new Int32Array(0), count: 0,
+    selected: -1, el: $("tree"), spacer: $("tree-spacer"),
+  };
+
+  function laneGroups() {
+    // Roots grouped by lane, lanes in order, as render_text does.
+    const groups = new Map();
+    for (const r of V.roots) {
+      const l = P.lane[r];
+      if (!groups.has(l)) groups.set(l, []);
+      groups.get(l).push(r);
+    }
+    return [...groups.entries()].sort((a, b) => a[0] - b[0]);
+  }
+
+  // Flattens the expanded part of the tree into rows (kind, ref).
+  function buildRows() {
+    let kind = new Uint8Array(1024), ref = new Int32Array(1024), count = 0;
+    const push = (k, r) => {
+      if (count === kind.length) {
+        const k2 = new Uint8Array(kind.length * 2); k2.set(kind); kind = k2;
+        const r2 = new Int32Array(ref.length * 2); r2.set(ref); ref = r2;
+      }
+      kind[count] = k; ref[count] = r; count++;
+    };
+    const groups = laneGroups();
+    const stack = [];
+    for (const [lane, roots] of groups) {
+      if (groups.length > 1) push(ROW_LANE, lane);
+      for (let k = roots.length - 1; k >= 0; k--) stack.push(roots[k]);
+      while (stack.length) {
+        const i = stack.pop();
+        push(ROW_NODE, i);
+        if (V.showIO) for (let k = 0; k < P.ioCount[i]; k++) push(ROW_IO, P.ioFirst[i] + k);
+        if (T.expanded[i]) {
+          const ch = childrenOf(i);
+          for (let k = ch.length - 1; k >= 0; k--) stack.push(ch[k]);
+        }
+      }
+    }
+    if (P.n === 0) push(ROW_NOTE, 0);
+    T.kind = kind; T.ref = ref; T.count = count;
+    T.spacer.style.height = count * TREE_ROW_H + "px";
+    renderTreeRows(true);
+  }
+
+  // Text with the search query marked, built from text nodes only.
+  function appendMarked(parent, text) {
+    const q = S.query.toLowerCase();
+    if (!q) { parent.appendChild(document.createTextNode(text)); return; }
+    const low = text.toLowerCase();
+    let from = 0;
+    for (let at = low.indexOf(q); at >= 0; at = low.indexOf(q, from)) {
+      if (at > from) parent.appendChild(document.createTextNode(text.slice(from, at)));
+      const m = document.createElement("mark");
+      m.textContent = text.slice(at, at + q.length);
+      parent.appendChild(m);
+      from = at + q.length;
+    }
+    if (from < text.length) parent.appendChild(document.createTextNode(text.slice(from)));
+  }
+
+  function span(cls, text) {
+    const el = document.createElement("span");
+    el.className = cls;
+    el.textContent = text;
+    return el;
+  }
+
+  // The annotations print_tree puts after a node's time.
+  function nodeNotes(i) {
+    const f = P.flags[i];
+    let s = "";
+    if (f & F_EXCEPTION) s += " [exception]";
+    if (f & F_OPEN) s += " [open]";
+    if (f & F_SUSPENDED) s += " [suspended]";
+    if (f & F_GENERATOR) {
+      s += " (active " + fmtDur(P.active[i]) + ", " + P.resumes[i] +
+        (P.resumes[i] === 1 ? " resume)" : " resumes)");
+    }
+    return s;
+  }
+
+  function ioLine(k) {
+    const row = P.io[k];
+    const text = P.ioText[k] || "";
+    if (row[1] === 1) return "out: " + text;
+    // Arguments are named when the capture knew the parameter's name.
+    return "in:  " + (row[2] ? row[2] + "=" : "") + text;
+  }
+
+  let lastFirst = -1, lastLast = -1;
+  function renderTreeRows(force) {
+    const el = T.el;
+    const first = Math.max(0, Math.floor(el.scrollTop / TREE_ROW_H) - TREE_OVERSCAN);
+    const last = Math.min(T.count, Math.ceil((el.scrollTop + el.clientHeight) / TREE_ROW_H) + TREE_OVERSCAN);
+    if (!force && first === lastFirst && last === lastLast) return;
+    lastFirst = first; lastLast = last;
+    const frag = document.createDocumentFragment();
+    for (let r = first; r < last; r++) frag.appendChild(makeRow(r));
+    // Keep the spacer (it gives the scroll height), replace the rows.
+    while (el.lastChild && el.lastChild !== T.spacer) el.removeChild(el.lastChild);
+    el.appendChild(frag);
+  }
+
+  function makeRow(r) {
+    const div = document.createElement("div");
+    div.className = "row";
+    div.style.top = r * TREE_ROW_H + "px";
+    div.dataset.row = r;
+    const kind = T.kind[r], ref = T.ref[r];
+    if (kind === ROW_LANE) {
+      div.className += " lane";
+      div.textContent = laneTitle(ref);
+      return div;
+    }
+    if (kind === ROW_NOTE) {
+      div.textContent = "(no spans captured)";
+      return div;
+    }
+    if (kind === ROW_IO) {
+      const s = P.io[ref][0];
+      div.className += " io";
+      div.style.paddingLeft = (V.vDepth[s] * 1.4 + 2.8) + "em";
+      div.textContent = ioLine(ref);
+      div.dataset.span = s;
+      return div;
+    }
+    const i = ref;
+    div.setAttribute("role", "treeitem");
+    div.setAttribute("aria-level", V.vDepth[i] + 1);
+    div.dataset.span = i;
+    div.style.paddingLeft = (V.vDepth[i] * 1.4) + "em";
+    if (S.match[i]) div.className += " match";
+    if (i === T.selected) div.className += " selected";
+    const tog = span("toggle", hasChildren(i) ? (T.expanded[i] ? "\u25be" : "\u25b8") : "");
+    if (hasChildren(i)) div.setAttribute("aria-expanded", T.expanded[i] ? "true" : "false");
+    div.appendChild(tog);
+    const nm = document.createElement("span");
+    nm.className = "name";
+    appendMarked(nm, name(i));
+    div.appendChild(nm);
+    // "name: 48.12ms" as print_tree writes it; the margins are CSS, the text
+    // copies as it reads.
+    div.appendChild(document.createTextNode(": "));
+    div.appendChild(span("time", fmtDur(P.end[i] - P.start[i])));
+    const pd = viewParentDuration(i);
+    if (pd > 0) div.appendChild(span("pct", " " + fmtPct(P.end[i] - P.start[i], pd)));
+    const notes = nodeNotes(i);
+    if (notes) div.appendChild(span("notes", notes));
+    return div;
+  }
+
+  function toggleNode(i) {
+    if (!hasChildren(i)) return;
+    T.expanded[i] = T.expanded[i] ? 0 : 1;
+    buildRows();
+  }
+
+  function rowOfSpan(i) {
+    for (let r = 0; r < T.count; r++) if (T.kind[r] === ROW_NODE && T.ref[r] === i) return r;
+    return -1;
+  }
+
+  // Selects a span: opens the tree down to it, scrolls it into view, shows
+  // its details and outlines it in the chart.
+  function selectSpan(i, scroll) {
+    T.selected = i;
+    if (i >= 0) {
+      let opened = false;
+      for (let p = V.vParent[i]; p >= 0; p = V.vParent[p]) if (!T.expanded[p]) { T.expanded[p] = 1; opened = true; }
+      if (opened) buildRows();
+      if (scroll) {
+        const r = rowOfSpan(i);
+        const el = T.el;
+        if (r >= 0 && (r * TREE_ROW_H < el.scrollTop || (r + 1) * TREE_ROW_H > el.scrollTop + el.clientHeight)) {
+          el.scrollTop = Math.max(0, r * TREE_ROW_H - el.clientHeight / 3);
+        }
+      }
+      showDetail(i);
+    }
+    renderTreeRows(true);
+    drawChart();
+  }
+
+  T.el.addEventListener("scroll", () => renderTreeRows(false), { passive: true });
+  T.el.addEventListener("click", (ev) => {
+    const row = ev.target.closest(".row");
+    if (!row || row.dataset.span === undefined) return;
+    const i = Number(row.dataset.span);
+    if (ev.target.classList.contains("toggle") && !row.classList.contains("io")) {
+      toggleNode(i);
+      return;
+    }
+    selectSpan(i, false);
+  });
+  T.el.addEventListener("dblclick", (ev) => {
+    const row = ev.target.closest(".row");
+    if (!row || row.dataset.span === undefined || ev.target.classList.contains("toggle")) return;
+    zoomToSpan(Number(row.dataset.span));
+  });
+  T.el.addEventListener("keydown", (ev) => {
+    const i = T.selected;
+    if (i < 0) return;
+    let r = rowOfSpan(i);
+    const step = (d) => {
+      for (r += d; r >= 0 && r < T.count; r += d) if (T.kind[r] === ROW_NODE) return T.ref[r];
+      return -1;
+    };
+    let next = -1;
+    if (ev.key === "ArrowDown") next = step(1);
+    else if (ev.key === "ArrowUp") next = step(-1);
+    else if (ev.key === "ArrowRight" && hasChildren(i) && !T.expanded[i]) { toggleNode(i); }
+    else if (ev.key === "ArrowLeft") {
+      if (T.expanded[i] && hasChildren(i)) toggleNode(i); else next = V.vParent[i];
+    } else if (ev.key === "Enter") zoomToSpan(i);
+    else return;
+    ev.preventDefault();
+    if (next >= 0) selectSpan(next, true);
+  });
+  $("expand-all").addEventListener("click", () => {
+    for (let i = 0; i < P.n; i++) if (V.visible[i] && hasChildren(i)) T.expanded[i] = 1;
+    buildRows();
+  });
+  $("collapse-all").addEventListener("click", () => {
+    T.expanded.fill(0);
+    buildRows();
+  });
+
+  // ---- the detail panel ---------------------------------------------------
+
+  function showDetail(i) {
+    const d = $("detail");
+    d.textContent = "";
+    const h = document.createElement("h2");
+    h.textContent = name(i);
+    d.appendChild(h);
+    const path = [];
+    for (let p = i; p >= 0; p = P.parent[p]) path.push(name(p));
+    const pathEl = document.createElement("div");
+    pathEl.className = "path";
+    pathEl.textContent = path.reverse().join(" / ");
+    d.appendChild(pathEl);
+    const table = document.createElement("table");
+    const add = (k, v) => {
+      const tr = document.createElement("tr");
+      const th = document.createElement("th");
+      th.textContent = k;
+      const td = document.createElement("td");
+      td.textContent = v;
+      tr.appendChild(th); tr.appendChild(td);
+      table.appendChild(tr);
+    };
+    const dur = P.end[i] - P.start[i];
+    const pd = viewParentDuration(i);
+    add("Time", fmtDur(dur) + (pd > 0 ? "  (" + fmtPct(dur, pd) + " of parent)" : ""));
+    add("Self time", fmtDur(V.selfNs[i]));
+    if (P.flags[i] & F_GENERATOR) {
+      add("Active", fmtDur(P.active[i]) + ", " + plural(P.resumes[i], "resume", "resumes") +
+        ", " + plural(P.segCount[i], "segment", "segments"));
+    }
+    add("Start", "+" + fmtDur(P.start[i]) + " into the session");
+    const f = P.func[i];
+    if (f < P.fnName.length) {
+      const mod = P.strings[P.fnModule[f]];
+      if (mod) add("Module", mod);
+      const file = P.strings[P.fnFile[f]];
+      if (file) add("File", file + (P.fnLine[f] > 0 ? ":" + P.fnLine[f] : ""));
+      add("Kind", (KIND_NAMES[P.fnKind[f]] || "?") + (P.fnUser[f] ? ", user code" : ", library"));
+      if (P.nameId[i] !== P.fnName[f]) add("Function", P.strings[P.fnName[f]]);
+    }
+    add("Thread", laneTitle(P.lane[i]));
+    add("Depth", String(P.depth[i]));
+    const flags = FLAG_NAMES.filter(([bit]) => P.flags[i] & bit).map(([, n]) => n);
+    if (flags.length) add("Flags", flags.join(", "));
+    d.appendChild(table);
+    if (P.ioCount[i] > 0) {
+      const pre = document.createElement("pre");
+      const lines = [];
+      for (let k = 0; k < P.ioCount[i]; k++) lines.push(ioLine(P.ioFirst[i] + k));
+      pre.textContent = lines.join("\n");
+      d.appendChild(pre);
+    }
+    const actions = document.createElement("div");
+    actions.className = "actions";
+    const zb = document.createElement("button");
+    zb.type = "button";
+    zb.textContent = "Zoom chart to this span";
+    zb.addEventListener("click", () => zoomToSpan(i));
+    actions.appendChild(zb);
+    d.appendChild(actions);
+  }
+
+  // ---- the flame chart --------------------------------------------------
+
+  // One track per lane; per (track, row) the rectangles to draw, sorted by
+  // start, with a running maximum of their ends for binary search.
+  const C = {
+    canvas: $("chart"), scroll: $("chart-scroll"), spacer: $("chart-spacer"),
+    tracks: [], v0: 0, v1: 1, back: [], width: 0, height: 0, hover: -1,
+  };
+
+  function makeRowItems(count) {
+    return { n: 0, start: new Float64Array(count), end: new Float64Array(count),
+      maxEnd: new Float64Array(count), span: new Int32Array(count) };
+  }
+
+  function finishRowItems(row) {
+    // Items arrive in document order; generator segments can interleave.
+    let sorted = true;
+    for (let k = 1; k < row.n; k++) if (row.start[k] < row.start[k - 1]) { sorted = false; break; }
+    if (!sorted) {
+      const order = Array.from({ length: row.n }, (_, k) => k);
+      order.sort((a, b) => row.start[a] - row.start[b] || a - b);
+      const s = row.start.slice(), e = row.end.slice(), sp = row.span.slice();
+      for (let k = 0; k < row.n; k++) { row.start[k] = s[order[k]]; row.end[k] = e[order[k]]; row.span[k] = sp[order[k]]; }
+    }
+    let m = -Infinity;
+    for (let k = 0; k < row.n; k++) { m = Math.max(m, row.end[k]); row.maxEnd[k] = m; }
+  }
+
+  // The rectangles of span i: its segments if it is a generator (its wall
+  // time overlaps its consumer's other calls), else its whole time.
+  function forEachRect(i, fn) {
+    if ((P.flags[i] & F_GENERATOR) && P.segCount[i] > 0) {
+      for (let k = P.segFirst[i], e = k + P.segCount[i]; k < e; k++) fn(P.segStart[k], P.segEnd[k]);
+    } else {
+      fn(P.start[i], P.end[i]);
+    }
+  }
+
+  function buildTracks(filter) {
+    const nLanes = P.lanes.length;
+    const base = new Int32Array(nLanes).fill(1 << 30);
+    const top = new Int32Array(nLanes).fill(-1);
+    for (let i = 0; i < P.n; i++) {
+      if (!V.visible[i]) continue;
+      const l = P.lane[i];
+      if (V.vDepth[i] < base[l]) base[l] = V.vDepth[i];
+      if (V.vDepth[i] > top[l]) top[l] = V.vDepth[i];
+    }
+    const tracks = [];
+    const trackOfLane = new Int32Array(nLanes).fill(-1);
+    for (let l = 0; l < nLanes; l++) {
+      if (top[l] < 0) continue;
+      trackOfLane[l] = tracks.length;
+      tracks.push({ lane: l, base: base[l], rows: [], count: new Int32Array(top[l] - base[l] + 1) });
+    }
+    const rowOf = (i) => V.vDepth[i] - tracks[trackOfLane[P.lane[i]]].base;
+    const rects = (i) => ((P.flags[i] & F_GENERATOR) && P.segCount[i] > 0) ? P.segCount[i] : 1;
+    for (let i = 0; i < P.n; i++) {
+      if (!V.visible[i] || (filter && !filter[i])) continue;
+      tracks[trackOfLane[P.lane[i]]].count[rowOf(i)] += rects(i);
+    }
+    for (const t of tracks) for (let r = 0; r < t.count.length; r++) t.rows.push(makeRowItems(t.count[r]));
+    for (let i = 0; i < P.n; i++) {
+      if (!V.visible[i] || (filter && !filter[i])) continue;
+      const row = tracks[trackOfLane[P.lane[i]]].rows[rowOf(i)];
+      forEachRect(i, (s, e) => {
+        row.start[row.n] = s; row.end[row.n] = e; row.span[row.n] = i; row.n++;
+      });
+    }
+    for (const t of tracks) for (const row of t.rows) finishRowItems(row);
+    return tracks;
+  }
+
+  function layoutTracks() {
+    let y = AXIS_H;
+    for (const t of C.tracks) {
+      t.y = y;
+      y += TRACK_TITLE_H + t.rows.length * ROW_H + 4;
+    }
+    C.height = y;
+    C.spacer.style.height = y + "px";
+  }
+
+  // First index whose value is >= x in a non-decreasing array.
+  function lowerBound(arr, n, x) {
+    let lo = 0, hi = n;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (arr[mid] < x) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+
+  const hueCache = new Map();
+  function colorOf(i) {
+    const f = P.func[i];
+    const key = f < P.fnModule.length ? P.fnModule[f] * 7919 + P.nameId[i] : P.nameId[i];
+    let c = hueCache.get(key);
+    if (c === undefined) {
+      let h = 2166136261;
+      const s = name(i);
+      for (let k = 0; k < s.length; k++) { h ^= s.charCodeAt(k); h = Math.imul(h, 16777619); }
+      const user = f < P.fnUser.length && P.fnUser[f];
+      // User code in warm hues, libraries in cool ones, C calls grey-blue.
+      const hue = (P.flags[i] & F_C) ? 210 : user ? 10 + ((h >>> 0) % 50) : 170 + ((h >>> 0) % 80);
+      const light = 62 + ((h >>> 8) % 12);
+      c = "hsl(" + hue + ",60%," + light + "%)";
+      hueCache.set(key, c);
+    }
+    return c;
+  }
+
+  // Draws one row between times v0 and v1. A run of spans narrower than a
+  // pixel becomes one 1px mark, and the loop jumps past that pixel by binary
+  // search, so a row costs O(pixels * log n) however many spans it holds.
+  function drawRow(ctx, row, y, scale, fill, labels) {
+    const v0 = C.v0, v1 = C.v1, W = C.width;
+    let k = lowerBound(row.maxEnd, row.n, v0);
+    let drawn = 0;
+    while (k < row.n) {
+      const s = row.start[k];
+      if (s > v1) break;
+      const e = row.end[k];
+      const x0 = (s - v0) * scale, x1 = (e - v0) * scale;
+      if (x1 - x0 < 1) {
+        const px = Math.floor(x0);
+        ctx.fillStyle = fill ? fill : colorOf(row.span[k]);
+        ctx.fillRect(px, y, 1, ROW_H - 1);
+        drawn++;
+        const next = lowerBound(row.start, row.n, v0 + (px + 1) / scale);
+        k = next > k ? next : k + 1;
+        continue;
+      }
+      const cx0 = Math.max(x0, -1), cx1 = Math.min(x1, W + 1);
+      const i = row.span[k];
+      ctx.fillStyle = fill ? fill : colorOf(i);
+      ctx.fillRect(cx0, y, Math.max(1, cx1 - cx0 - 0.5), ROW_H - 1);
+      drawn++;
+      if (labels && cx1 - cx0 > 28) {
+        ctx.fillStyle = "#1d2329";
+        const text = name(i);
+        const maxW = cx1 - cx0 - 6;
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(cx0, y, cx1 - cx0, ROW_H);
+        ctx.clip();
+        ctx.fillText(text.length * 6 > maxW ? fitText(ctx, text, maxW) : text, cx0 + 3, y + ROW_H - 5);
+        ctx.restore();
+      }
+      k++;
+    }
+    return drawn;
+  }
+
+  function fitText(ctx, text, maxW) {
+    if (ctx.measureText(text).width <= maxW) return text;
+    let lo = 0, hi = text.length;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (ctx.measureText(text.slice(0, mid) + "\u2026").width <= maxW) lo = mid; else hi = mid - 1;
+    }
+    return lo > 0 ? text.slice(0, lo) + "\u2026" : "";
+  }
+
+  function niceStep(range, px) {
+    const target = range / Math.max(1, px / 110);
+    const p = Math.pow(10, Math.floor(Math.log10(target)));
+    for (const m of [1, 2, 5, 10]) if (m * p >= target) return m * p;
+    return 10 * p;
+  }
+  function fmtTick(ns, step) {
+    if (step >= 1e6) return (ns / 1e6).toFixed(Math.max(0, -Math.floor(Math.log10(step / 1e6)))) + "ms";
+    if (step >= 1e3) return (ns / 1e3).toFixed(Math.max(0, -Math.floor(Math.log10(step / 1e3)))) + "us";
+    return ns.toFixed(0) + "ns";
+  }
+
+  let drawQueued = false;
+  function drawChart() {
+    if (drawQueued) return;
+    drawQueued = true;
+    requestAnimationFrame(() => { drawQueued = false; drawNow(); });
+  }
+
+  function drawNow() {
+    const t = performance.now();
+    const canvas = C.canvas;
+    const dpr = window.devicePixelRatio || 1;
+    const W = C.scroll.clientWidth;
+    const H = Math.min(C.height, Math.max(C.scroll.clientHeight, 60));
+    if (W <= 0) return;
+    C.width = W;
+    if (canvas.width !== Math.round(W * dpr) || canvas.height !== Math.round(H * dpr)) {
+      canvas.width = Math.round(W * dpr); canvas.height = Math.round(H * dpr);
+      canvas.style.width = W + "px"; canvas.style.height = H + "px";
+    }
+    // The canvas covers the visible part of the scroll box and moves with it.
+    const scrollY = C.scroll.scrollTop;
+    canvas.style.top = scrollY + "px";
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, W, H);
+    ctx.font = "11px system-ui, sans-serif";
+    const scale = W / (C.v1 - C.v0);
+    let drawn = 0;
+    const searching = S.query !== "";
+    for (let ti = 0; ti < C.tracks.length; ti++) {
+      const tr = C.tracks[ti];
+      const ty = tr.y - scrollY;
+      if (ty > H || ty + TRACK_TITLE_H + tr.rows.length * ROW_H < 0) continue;
+      ctx.fillStyle = "#eef1f4";
+      ctx.fillRect(0, ty, W, TRACK_TITLE_H - 2);
+      ctx.fillStyle = "#5f6b76";
+      ctx.fillText(laneTitle(tr.lane), 4, ty + TRACK_TITLE_H - 6);
+      for (let r = 0; r < tr.rows.length; r++) {
+        const y = ty + TRACK_TITLE_H + r * ROW_H;
+        if (y > H || y + ROW_H < 0) continue;
+        drawn += drawRow(ctx, tr.rows[r], y, scale, searching ? "#d9dde1" : null, !searching);
+        // Matches on top, in their own rows: a match inside a run of
+        // sub-pixel spans still gets its pixel.
+        if (searching && S.tracks) drawn += drawRow(ctx, S.tracks[ti].rows[r], y, scale, "#ffb000", true);
+      }
+    }
+    outlineSpan(ctx, T.selected, "#0b57d0", scale, scrollY);
+    if (C.hover >= 0 && C.hover !== T.selected) outlineSpan(ctx, C.hover, "#1d2329", scale, scrollY);
+    drawAxis(ctx, W, scale);
+    C.lastDraw = { ms: performance.now() - t, drawn };
+    updateRangeLabel();
+  }
+
+  function drawAxis(ctx, W, scale) {
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, W, AXIS_H);
+    ctx.strokeStyle = "#d8dee4";
+    ctx.beginPath(); ctx.moveTo(0, AXIS_H - 0.5); ctx.lineTo(W, AXIS_H - 0.5); ctx.stroke();
+    const step = niceStep(C.v1 - C.v0, W);
+    ctx.fillStyle = "#5f6b76";
+    for (let v = Math.ceil(C.v0 / step) * step; v <= C.v1; v += step) {
+      const x = Math.round((v - C.v0) * scale) + 0.5;
+      ctx.beginPath(); ctx.moveTo(x, AXIS_H - 6); ctx.lineTo(x, AXIS_H); ctx.stroke();
+      ctx.fillText(fmtTick(v, step), x + 3, AXIS_H - 8);
+    }
+  }
+
+  function trackOfSpan(i) {
+    for (const t of C.tracks) if (t.lane === P.lane[i]) return t;
+    return null;
+  }
+
+  function outlineSpan(ctx, i, color, scale, scrollY) {
+    if (i < 0 || !V.visible[i]) return;
+    const t = trackOfSpan(i);
+    if (!t) return;
+    const y = t.y - scrollY + TRACK_TITLE_H + (V.vDepth[i] - t.base) * ROW_H;
+    ctx.strokeStyle = color;
+    ctx.lineWidth = 2;
+    forEachRect(i, (s, e) => {
+      const x0 = Math.max(-2, (s - C.v0) * scale), x1 = Math.min(C.width + 2, (e - C.v0) * scale);
+      if (x1 < -2 || x0 > C.width + 2) return;
+      ctx.strokeRect(x0 + 1, y + 1, Math.max(1, x1 - x0 - 2), ROW_H - 3);
+    });
+    ctx.lineWidth = 1;
+  }
+
+  function updateRangeLabel() {
+    $("range").textContent = fmtDur(C.v0) + " \u2013 " + fmtDur(C.v1) + " (" + fmtDur(C.v1 - C.v0) + " shown)";
+    $("zoom-back").disabled = C.back.length === 0;
+  }
+
+  // The span under a point of the canvas, or -1.
+  function hitTest(x, y) {
+    const yy = y + C.scroll.scrollTop;
+    for (const t of C.tracks) {
+      const r = Math.floor((yy - t.y - TRACK_TITLE_H) / ROW_H);
+      if (r < 0 || r >= t.rows.length) continue;
+      const row = t.rows[r];
+      const scale = C.width / (C.v1 - C.v0);
+      const tt = C.v0 + x / scale, slack = 1 / scale;
+      let best = -1, bestDist = Infinity;
+      for (let k = lowerBound(row.maxEnd, row.n, tt - slack); k < row.n && row.start[k] <= tt + slack; k++) {
+        if (row.end[k] < tt - slack) continue;
+        const dist = tt < row.start[k] ? row.start[k] - tt : tt > row.end[k] ? tt - row.end[k] : 0;
+        if (dist < bestDist) { best = row.span[k]; bestDist = dist; if (dist === 0) break; }
+      }
+      return best;
+    }
+    return -1;
+  }
+
+  function fullRange() { return [0, Math.max(P.duration, P.span_end_max, 1)]; }
+
+  function setRange(v0, v1, remember) {
+    const [f0, f1] = fullRange();
+    const minW = 100;  // ns
+    if (v1 - v0 < minW) { const c = (v0 + v1) / 2; v0 = c - minW / 2; v1 = c + minW / 2; }
+    const w = Math.min(v1 - v0, f1 - f0);
+    if (v0 < f0) { v0 = f0; v1 = v0 + w; }
+    if (v1 > f1) { v1 = f1; v0 = v1 - w; }
+    if (remember) { C.back.push([C.v0, C.v1]); if (C.back.length > 100) C.back.shift(); }
+    C.v0 = v0; C.v1 = v1;
+    drawChart();
+  }
+
+  function zoomToSpan(i) {
+    if (i < 0) return;
+    const pad = (P.end[i] - P.start[i]) * 0.02;
+    setRange(P.start[i] - pad, P.end[i] + pad, true);
+  }
+
+  function zoomBy(factor, atX) {
+    const at = C.v0 + (atX / C.width) * (C.v1 - C.v0);
+    setRange(at - (at - C.v0) * factor, at + (C.v1 - at) * factor, true);
+  }
+
+  const tooltip = $("tooltip");
+  function showTooltip(i, x, y) {
+    if (i < 0) { tooltip.hidden = true; return; }
+    const dur = P.end[i] - P.start[i];
+    let text = name(i) + "\n" + fmtDur(dur);
+    const pd = viewParentDuration(i);
+    if (pd > 0) text += "  " + fmtPct(dur, pd) + " of parent";
+    text += "\nself " + fmtDur(V.selfNs[i]);
+    if (P.flags[i] & F_GENERATOR) text += "\nactive " + fmtDur(P.active[i]) + ", " + plural(P.resumes[i], "resume", "resumes");
+    const f = P.func[i];
+    if (f < P.fnModule.length && P.strings[P.fnModule[f]]) text += "\n" + P.strings[P.fnModule[f]];
+    for (let k = 0; k < P.ioCount[i]; k++) text += "\n" + ioLine(P.ioFirst[i] + k);
+    tooltip.textContent = text;
+    tooltip.hidden = false;
+    const box = C.scroll.getBoundingClientRect();
+    const left = Math.min(x + 14, box.width - tooltip.offsetWidth - 4);
+    tooltip.style.left = Math.max(0, left) + "px";
+    tooltip.style.top = (y + 16) + "px";
+  }
+
+  let drag = null;
+  C.canvas.addEventListener("mousedown", (ev) => {
+    drag = { x: ev.clientX, v0: C.v0, v1: C.v1, moved: false };
+  });
+  window.addEventListener("mousemove", (ev) => {
+    if (drag) {
+      const dx = ev.clientX - drag.x;
+      if (Math.abs(dx) > 3) drag.moved = true;
+      if (drag.moved) {
+        C.canvas.classList.add("panning");
+        const dv = -dx / C.width * (drag.v1 - drag.v0);
+        C.v0 = drag.v0 + dv; C.v1 = drag.v1 + dv;
+        setRange(C.v0, C.v1, false);
+        return;
+      }
+    }
+  });
+  window.addEventListener("mouseup", (ev) => {
+    if (!drag) return;
+    const wasDrag = drag.moved;
+    const before = [drag.v0, drag.v1];
+    drag = null;
+    C.canvas.classList.remove("panning");
+    if (wasDrag) { C.back.push(before); updateRangeLabel(); return; }
+    if (ev.target !== C.canvas) return;
+    const rect = C.canvas.getBoundingClientRect();
+    const i = hitTest(ev.clientX - rect.left, ev.clientY - rect.top);
+    if (i >= 0) { selectSpan(i, true); zoomToSpan(i); }
+  });
+  C.canvas.addEventListener("mousemove", (ev) => {
+    if (drag && drag.moved) return;
+    const rect = C.canvas.getBoundingClientRect();
+    const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+    const i = hitTest(x, y);
+    if (i !== C.hover) { C.hover = i; drawChart(); if (i >= 0) showDetail(i); }
+    const sec = $("chart-section").getBoundingClientRect();
+    showTooltip(i, ev.clientX - sec.left, ev.clientY - sec.top);
+  });
+  C.canvas.addEventListener("mouseleave", () => {
+    C.hover = -1; tooltip.hidden = true; drawChart();
+    if (T.selected >= 0) showDetail(T.selected);
+  });
+  C.canvas.addEventListener("wheel", (ev) => {
+    ev.preventDefault();
+    const rect = C.canvas.getBoundingClientRect();
+    if (ev.shiftKey || Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {
+      const d = (ev.shiftKey ? ev.deltaY : ev.deltaX) / C.width * (C.v1 - C.v0);
+      setRange(C.v0 + d, C.v1 + d, false);
+      return;
+    }
+    zoomBy(Math.exp(ev.deltaY * 0.002), ev.clientX - rect.left);
+  }, { passive: false });
+  C.scroll.addEventListener("scroll", () => drawChart(), { passive: true });
+  $("zoom-in").addEventListener("click", () => zoomBy(0.5, C.width / 2));
+  $("zoom-out").addEventListener("click", () => zoomBy(2, C.width / 2));
+  $("zoom-back").addEventListener("click", () => {
+    const prev = C.back.pop();
+    if (prev) setRange(prev[0], prev[1], false);
+  });
+  $("zoom-reset").addEventListener("click", () => {
+    const [f0, f1] = fullRange();
+    if (C.v0 !== f0 || C.v1 !== f1) setRange(f0, f1, true);
+  });
+  if (window.ResizeObserver) new ResizeObserver(() => drawChart()).observe(C.scroll);
+  else window.addEventListener("resize", () => drawChart());
+
+  // ---- header -------------------------------------------------------------
+
+  function renderHeader() {
+    const m = P.meta;
+    const rootName = V.roots.length ? name(V.roots[0]) : "";
+    $("title").textContent = rootName ? rootName + " \u2014 mlflow-profiler" : "mlflow-profiler report";
+    document.title = (rootName ? rootName + " " : "") + fmtDur(P.duration) + " \u2014 mlflow-profiler";
+    const facts = $("facts");
+    const add = (k, v, id) => {
+      if (v === undefined || v === null || v === "") return;
+      const div = document.createElement("div");
+      const dt = document.createElement("dt");
+      dt.textContent = k;
+      const dd = document.createElement("dd");
+      dd.textContent = v;
+      if (id) dd.id = id;
+      div.appendChild(dt); div.appendChild(dd);
+      facts.appendChild(div);
+    };
+    const threads = new Set(P.lanes.map((l) => l.thread_id));
+    const tasks = P.lanes.filter((l) => l.task !== 0).length;
+    add("Total", fmtDur(P.duration), "fact-total");
+    add("Captured depth", m.captured_depth < 0 ? "unlimited" : String(m.captured_depth), "fact-depth");
+    add("Spans", P.n.toLocaleString("en-US"), "fact-spans");
+    add("Threads", String(threads.size) + (tasks ? ", " + plural(tasks, "task", "tasks") : ""), "fact-threads");
+    add("Engine", m.engine, "fact-engine");
+    add("Python", m.python, "fact-python");
+    add("Host", m.host, "fact-host");
+    add("PID", m.pid, "fact-pid");
+    const warnings = $("warnings");
+    const warn = (text) => {
+      const li = document.createElement("li");
+      li.textContent = text;
+      warnings.appendChild(li);
+    };
+    P.lanes.forEach((lane, l) => {
+      if (lane.dropped > 0) {
+        warn("(" + lane.dropped + " calls dropped in " + laneTitle(l) + ": the buffer of max_events was full)");
+      }
+      if (lane.truncated) warn("(recording stopped in " + laneTitle(l) + ": the hard cap of events was reached)");
+    });
+    if (P.stats.unmatched_returns > 0) warn("(" + plural(P.stats.unmatched_returns, "return", "returns") + " had no open span)");
+    if (P.meta.start_ns > 9007199254740991) warn("(timestamps above 2^53 ns: times shown may be off by a few ns)");
+    if (P.n === 0) warn("(no spans captured)");
+  }
+
+  // ---- controls -----------------------------------------------------------
+
+  function fillDepthSelect() {
+    const sel = $("depth");
+    const keep = V.depthLimit;
+    sel.textContent = "";
+    const cap = P.meta.captured_depth;
+    // print_tree(depth=k) filters only below the captured depth.
+    const maxDepth = cap >= 0 ? Math.min(V.maxDepth, cap) : V.maxDepth;
+    const all = document.createElement("option");
+    all.value = "-1";
+    all.textContent = "all (" + (cap < 0 ? "unlimited" : "captured " + cap) + ")";
+    sel.appendChild(all);
+    for (let k = 0; k < maxDepth; k++) {
+      const o = document.createElement("option");
+      o.value = String(k);
+      o.textContent = String(k);
+      sel.appendChild(o);
+    }
+    sel.value = String(keep < maxDepth ? keep : -1);
+  }
+
+  // Rebuilds everything that depends on the view (C calls, depth limit).
+  function rebuild() {
+    buildView();
+    C.tracks = buildTracks(null);
+    layoutTracks();
+    applySearch(S.query, false);
+    buildRows();
+    drawChart();
+  }
+
+  function applySearch(query, jump) {
+    const ms = runSearch(query);
+    S.tracks = query ? buildTracks(S.match) : null;
+    const count = $("search-count");
+    if (!query) count.textContent = "";
+    else {
+      count.textContent = (S.list.length === 0 ? "no match" : plural(S.list.length, "match", "matches")) +
+        (S.hidden > 0 ? " (" + S.hidden + " more below the depth shown)" : "");
+    }
+    timings.last_search_ms = ms + 0;
+    if (jump) {
+      buildRows();
+      if (S.list.length) { S.cursor = 0; selectSpan(S.list[0], true); }
+      drawChart();
+    }
+  }
+
+  function stepMatch(d) {
+    if (!S.list.length) return;
+    S.cursor = (S.cursor + d + S.list.length) % S.list.length;
+    selectSpan(S.list[S.cursor], true);
+  }
+
+  let searchTimer = 0;
+  const searchInput = $("search");
+  searchInput.addEventListener("input", () => {
+    clearTimeout(searchTimer);
+    // Typing stays smooth: search runs once the typing pauses.
+    searchTimer = setTimeout(() => {
+      const t = performance.now();
+      applySearch(searchInput.value.trim(), true);
+      timings.search_ms = performance.now() - t;
+    }, 120);
+  });
+  searchInput.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Enter") return;
+    ev.preventDefault();
+    const q = searchInput.value.trim();
+    if (q !== S.query) {
+      clearTimeout(searchTimer);
+      const t = performance.now();
+      applySearch(q, true);
+      timings.search_ms = performance.now() - t;
+    } else {
+      stepMatch(ev.shiftKey ? -1 : 1);
+    }
+  });
+  $("search-next").addEventListener("click", () => stepMatch(1));
+  $("search-prev").addEventListener("click", () => stepMatch(-1));
+  $("depth").addEventListener("change", (ev) => {
+    V.depthLimit = Number(ev.target.value);
+    rebuild();
+  });
+  if (P.hasC) {
+    $("c-calls-box").hidden = false;
+    $("c-calls").addEventListener("change", (ev) => {
+      V.showC = ev.target.checked;
+      rebuild();
+      fillDepthSelect();
+    });
+  }
+  if (P.io.length) {
+    $("io-box").hidden = false;
+    $("show-io").addEventListener("change", (ev) => { V.showIO = ev.target.checked; buildRows(); });
+  }
+
+  // ---- start ----------------------------------------------------------------
+
+  buildView();
+  if (P.n <= SMALL_PROFILE) {
+    for (let i = 0; i < P.n; i++) T.expanded[i] = 1;
+  } else {
+    for (let i = 0; i < P.n; i++) if (V.vDepth[i] < 2) T.expanded[i] = 1;
+  }
+  fillDepthSelect();
+  renderHeader();
+  C.tracks = buildTracks(null);
+  layoutTracks();
+  [C.v0, C.v1] = fullRange();
+  buildRows();
+  drawNow();
+  timings.first_render_ms = performance.now() - t_start;
+
+  // For tests and bench/bench_html.py: figures and a few entry points.
+  window.mlprofReport = {
+    timings,
+    spans: P.n,
+    lastDraw: () => C.lastDraw,
+    range: () => [C.v0, C.v1],
+    search: (q) => { const t = performance.now(); searchInput.value = q; applySearch(q, true); return performance.now() - t; },
+    redraw: () => { const t = performance.now(); drawNow(); return performance.now() - t; },
+    zoomToSpan: (i) => { const t = performance.now(); zoomToSpan(i); drawNow(); return performance.now() - t; },
+  };
+})();
