@@ -104,6 +104,65 @@ inline std::string utf8(PyObject* s) {
   return std::string(p, static_cast<size_t>(n));
 }
 
+// Parameters of a frame's code at its start: calls fn(name, value) for each
+// (value borrowed for the call), in declaration order, at most `max`. Reads
+// the frame's fast locals without building f_locals where the C API allows:
+// 3.12+ PyFrame_GetVar; 3.9/3.10 f_localsplus (an argument that is also a
+// cell lives in its cell); 3.11 has neither, so it reads PyFrame_GetLocals.
+template <typename Fn>
+void for_each_parameter(PyFrameObject* frame, PyCodeObject* code, int max, Fn&& fn) {
+  int n = code->co_argcount + code->co_kwonlyargcount + ((code->co_flags & CO_VARARGS) ? 1 : 0) +
+          ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  if (n > max) n = max;
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* names = code->co_localsplusnames;
+#else
+  PyObject* names = code->co_varnames;
+#endif
+  if (!names || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) < n) return;
+#if PY_VERSION_HEX >= 0x030C0000
+  for (int i = 0; i < n; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(names, i);
+    PyObject* value = PyFrame_GetVar(frame, name);  // new reference
+    if (!value) {
+      PyErr_Clear();
+      continue;
+    }
+    fn(name, value);
+    Py_DECREF(value);
+  }
+#elif PY_VERSION_HEX >= 0x030B0000
+  PyObject* locals = PyFrame_GetLocals(frame);  // new reference
+  if (!locals) {
+    PyErr_Clear();
+    return;
+  }
+  if (PyDict_Check(locals)) {
+    for (int i = 0; i < n; ++i) {
+      PyObject* name = PyTuple_GET_ITEM(names, i);
+      if (PyObject* value = PyDict_GetItemWithError(locals, name)) fn(name, value);
+      else PyErr_Clear();
+    }
+  }
+  Py_DECREF(locals);
+#else
+  for (int i = 0; i < n; ++i) {
+    PyObject* value = frame->f_localsplus[i];
+    if (!value && code->co_cell2arg) {
+      // The argument was moved into its cell before the call event.
+      const Py_ssize_t ncells = PyTuple_GET_SIZE(code->co_cellvars);
+      for (Py_ssize_t c = 0; c < ncells; ++c) {
+        if (code->co_cell2arg[c] != i) continue;
+        PyObject* cell = frame->f_localsplus[code->co_nlocals + c];
+        if (cell && PyCell_Check(cell)) value = PyCell_GET(cell);
+        break;
+      }
+    }
+    if (value) fn(PyTuple_GET_ITEM(names, i), value);
+  }
+#endif
+}
+
 constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
 
 inline bool is_generator_code(PyCodeObject* code) { return (code->co_flags & kGeneratorFlags) != 0; }

@@ -1,4 +1,5 @@
 #include "engine.h"
+#include "summarize.h"
 
 #include <pythread.h>
 #include <sys/syscall.h>
@@ -295,7 +296,63 @@ inline uintptr_t generator_key(PyFrameObject* frame) {
   return frame ? compat::frame_generator(frame) : 0;
 }
 
-void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool continued) {
+// --- I/O capture (capture_io) --------------------------------------------------
+// Summarizing runs Python code (properties of a DataFrame ...), during which
+// other threads may run and end the session. So the hooks first note which
+// lanes want the I/O of a span (by engine serial, not by pointer), summarize
+// once for all of them, and then look the lanes up again.
+
+struct IOTarget {
+  uint64_t serial;
+  uint32_t lane;
+  uint32_t call;  // index of the span's kCall event
+};
+struct IOTargets {
+  IOTarget t[4];
+  int n = 0;
+};
+constexpr int kMaxIOArguments = 16;  // a summary per parameter, at most this many
+
+inline void want_io(IOTargets* io, const CaptureLane& L, uint32_t call) {
+  if (io && io->n < 4) io->t[io->n++] = IOTarget{L.engine->serial(), L.index, call};
+}
+
+void append_io(const IOTargets& io, IORole role, const std::string& name, const IOSummary& summary) {
+  for (int i = 0; i < io.n; ++i) {
+    auto it = g_by_serial.find(io.t[i].serial);
+    if (it == g_by_serial.end() || it->second->state() != Engine::State::kCollecting) continue;
+    const auto& lanes = it->second->lanes();
+    if (io.t[i].lane >= lanes.size()) continue;
+    lanes[io.t[i].lane]->out.io.push_back(IORecord{io.t[i].call, role, name, summary});
+  }
+}
+
+void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets& io) {
+  if (!frame) frame = PyEval_GetFrame();  // 3.12+: the frame that is starting
+  if (!frame || compat::frame_code(frame) != code) return;
+  IOSummary summary;
+  bool first = true;
+  compat::for_each_parameter(frame, code, kMaxIOArguments, [&](PyObject* name, PyObject* value) {
+    std::string n = utf8(name);
+    // The receiver of a method is the model object itself, not data flowing through.
+    bool receiver = first && (n == "self" || n == "cls");
+    first = false;
+    if (receiver) return;
+    summary = IOSummary{};
+    summarize_object(value, &summary);
+    append_io(io, IORole::kArgument, n, summary);
+  });
+}
+
+void capture_return(PyObject* retval, const IOTargets& io) {
+  if (!retval) return;
+  IOSummary summary;
+  summarize_object(retval, &summary);
+  append_io(io, IORole::kReturn, std::string(), summary);
+}
+
+void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool continued,
+                IOTargets* io) {
   int d = L.depth + 1;
   if (d > L.ceiling) {
     L.depth = d;
@@ -336,14 +393,17 @@ void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool c
   L.rec.push_back(StackEntry{idx, d, EntryKind::kFrame, key, code});
   L.last_was_suspend = false;
   probes::span_enter(L.engine->serial(), idx, d, fid);
+  // A continued coroutine's locals are not its arguments any more.
+  if (d <= L.io_ceiling && !continued) want_io(io, L, idx);
 }
 
-void lane_return(CaptureLane& L, PyCodeObject* code, bool exception) {
+void lane_return(CaptureLane& L, PyCodeObject* code, bool exception, IOTargets* io) {
   // The common case first: the innermost recorded frame returns (a recorded
   // frame is never transparent, so no flag lookup is needed).
   if (!L.rec.empty()) {
     const StackEntry& top = L.rec.back();
     if (top.code == code && top.depth == L.depth && top.kind == EntryKind::kFrame) {
+      if (top.depth <= L.io_ceiling && !exception) want_io(io, L, top.call_index);
       L.depth = top.depth - 1;
       close_entries(L, L.rec.size() - 1, exception, clock::ticks());
       L.last_was_suspend = false;
@@ -356,6 +416,7 @@ void lane_return(CaptureLane& L, PyCodeObject* code, bool exception) {
   long j = top_frame(L, &extra);
   int frame_depth = L.depth - extra;
   if (is_frame_at(L, j, frame_depth, code)) {
+    if (frame_depth <= L.io_ceiling && !exception) want_io(io, L, L.rec[static_cast<size_t>(j)].call_index);
     close_entries(L, static_cast<size_t>(j), exception, clock::ticks());
     L.last_was_suspend = false;
   }
@@ -528,6 +589,9 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   // frames: its target is its root, shown under the span that started it.
   if (thread_key != start_thread_) base = 0;
   L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
+  if (opts_.capture_io) {
+    L.io_ceiling = opts_.io_depth < 0 ? L.ceiling : std::min(L.ceiling, opts_.io_depth - base);
+  }
   per_thread[context] = &L;
   lanes_.push_back(std::move(lane));
   return &L;
@@ -670,20 +734,26 @@ std::shared_ptr<Profile> Engine::profile() {
 
 void on_start(PyCodeObject* code, PyFrameObject* frame) {
   const CurrentLanes& cl = lanes_now();
-  for (int i = 0; i < cl.n; ++i) lane_start(*cl.lanes[i], code, frame, false);
+  IOTargets io;
+  for (int i = 0; i < cl.n; ++i) lane_start(*cl.lanes[i], code, frame, false, &io);
+  if (io.n) capture_arguments(code, frame, io);
 }
 
 void on_resume(PyCodeObject* code, PyFrameObject* frame, bool continued) {
   const CurrentLanes& cl = lanes_now();
+  IOTargets io;
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
-    if (!lane_resume(L, code, frame)) lane_start(L, code, frame, continued);
+    if (!lane_resume(L, code, frame)) lane_start(L, code, frame, continued, &io);
   }
+  if (io.n) capture_arguments(code, frame, io);
 }
 
-void on_return(PyCodeObject* code, PyFrameObject* /*frame*/, bool exception) {
+void on_return(PyCodeObject* code, PyFrameObject* /*frame*/, bool exception, PyObject* retval) {
   const CurrentLanes& cl = lanes_now();
-  for (int i = 0; i < cl.n; ++i) lane_return(*cl.lanes[i], code, exception);
+  IOTargets io;
+  for (int i = 0; i < cl.n; ++i) lane_return(*cl.lanes[i], code, exception, &io);
+  if (io.n) capture_return(retval, io);
 }
 
 void on_yield(PyCodeObject* code, PyFrameObject* frame) {
@@ -744,7 +814,7 @@ int block_enter(uint32_t function, BlockToken* out, int max) {
     L.rec.push_back(StackEntry{idx, d, EntryKind::kBlock, 0, nullptr});
     L.depth = d;
     L.last_was_suspend = false;
-    out[n++] = BlockToken{L.engine->serial(), L.index, idx};
+    out[n++] = BlockToken{L.engine->serial(), L.index, idx, d <= L.io_ceiling};
   }
   return n;
 }
@@ -764,6 +834,37 @@ void block_exit(const BlockToken* tokens, int n, bool exception) {
       }
     }
   }
+}
+
+namespace {
+IOTargets io_targets(const BlockToken* tokens, int n) {
+  IOTargets io;
+  for (int i = 0; i < n && io.n < 4; ++i) {
+    if (tokens[i].want_io) io.t[io.n++] = IOTarget{tokens[i].serial, tokens[i].lane, tokens[i].call_index};
+  }
+  return io;
+}
+}  // namespace
+
+void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, size_t nargs,
+                        PyObject* kwnames) {
+  const IOTargets io = io_targets(tokens, n);
+  if (!io.n) return;
+  const Py_ssize_t npos = PyVectorcall_NARGS(nargs);
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  IOSummary summary;
+  for (Py_ssize_t i = 0; i < npos + nkw && i < kMaxIOArguments; ++i) {
+    std::string name = i < npos ? "args[" + std::to_string(i) + "]"
+                                : utf8(PyTuple_GET_ITEM(kwnames, i - npos));
+    summary = IOSummary{};
+    summarize_object(args[i], &summary);
+    append_io(io, IORole::kArgument, name, summary);
+  }
+}
+
+void block_return_io(const BlockToken* tokens, int n, PyObject* retval) {
+  const IOTargets io = io_targets(tokens, n);
+  if (io.n) capture_return(retval, io);
 }
 
 void set_pending_label(PyObject* code, uint32_t label) {

@@ -44,6 +44,7 @@ struct CaptureLane {
   uint64_t thread_id = 0;
   PyObject* context = nullptr;  // strong reference while collecting (see new_lane)
   int ceiling = 0;      // levels this lane may record: engine ceiling minus base depth
+  int io_ceiling = -1;  // deepest level whose I/O is summarized (same base); -1: none
   int depth = -1;       // depth of the innermost open level; -1: the entering frame
   bool truncated = false;
   uint64_t skipped = 0;  // frame events below the ceiling
@@ -69,6 +70,8 @@ struct EngineOptions {
   size_t max_events = 1000000;    // per lane
   bool all_threads = false;
   bool capture_c_calls = false;
+  bool capture_io = false;        // summarize arguments and return values
+  int io_depth = -1;              // deepest level with I/O; -1: the ceiling
 };
 
 class Engine {
@@ -162,7 +165,8 @@ void on_start(PyCodeObject* code, PyFrameObject* frame);   // frame may be null 
 // A resume (3.12+: PY_RESUME/PY_THROW; below: a call event of generator code).
 // If no suspended span matches, it is a start, flagged continued if `continued`.
 void on_resume(PyCodeObject* code, PyFrameObject* frame, bool continued);
-void on_return(PyCodeObject* code, PyFrameObject* frame, bool exception);
+// retval: the return value (borrowed; null on an exception or when unknown).
+void on_return(PyCodeObject* code, PyFrameObject* frame, bool exception, PyObject* retval);
 void on_yield(PyCodeObject* code, PyFrameObject* frame);
 void on_c_call(PyObject* callable, PyCodeObject* caller);  // caller: skip our own frames
 void on_c_return(PyObject* callable, bool exception);
@@ -172,9 +176,15 @@ struct BlockToken {
   uint64_t serial;
   uint32_t lane;
   uint32_t call_index;
+  bool want_io;  // within the lane's I/O depth (capture_io)
 };
 int block_enter(uint32_t function, BlockToken* out, int max);  // returns tokens written
 void block_exit(const BlockToken* tokens, int n, bool exception);
+// profile_span around a callable without a Python frame: the I/O of its
+// block, from the call's own arguments ("args[0]", ..., keyword names) and result.
+void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, size_t nargs,
+                        PyObject* kwnames);
+void block_return_io(const BlockToken* tokens, int n, PyObject* retval);
 void set_pending_label(PyObject* code, uint32_t label);
 void clear_pending_label(PyObject* code);
 void label_generator(PyObject* gen, PyObject* code, uint32_t label);

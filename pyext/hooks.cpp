@@ -62,13 +62,14 @@ PyObject* cb_resume(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs >= 1 && g_native_collecting) {
-    if (PyCodeObject* c = as_code(args[0])) on_return(c, nullptr, false);
+    // PY_RETURN(code, instruction_offset, retval)
+    if (PyCodeObject* c = as_code(args[0])) on_return(c, nullptr, false, nargs >= 3 ? args[2] : nullptr);
   }
   Py_RETURN_NONE;
 }
 PyObject* cb_unwind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs >= 1 && g_native_collecting) {
-    if (PyCodeObject* c = as_code(args[0])) on_return(c, nullptr, true);
+    if (PyCodeObject* c = as_code(args[0])) on_return(c, nullptr, true, nullptr);
   }
   Py_RETURN_NONE;
 }
@@ -296,7 +297,7 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
       if (compat::is_generator_code(code) && compat::frame_is_suspending(frame)) {
         on_yield(code, frame);
       } else {
-        on_return(code, frame, arg == nullptr);
+        on_return(code, frame, arg == nullptr, arg);  // arg: the return value, null on an exception
       }
       break;
     case PyTrace_C_CALL:

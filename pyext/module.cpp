@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,18 +16,56 @@
 #include "core/view.h"
 #include "bindings.h"
 #include "engine.h"
+#include "summarize.h"
 #include "span_api.h"
 
 namespace py = pybind11;
 using namespace mlprof;
+
+namespace mlprof {
+
+pybind11::tuple io_summary_tuple(const IOSummary& s) {
+  auto opt_str = [](const std::string& v) { return v.empty() ? py::object(py::none()) : py::object(py::str(v)); };
+  auto opt_int = [](int64_t v) { return v < 0 ? py::object(py::none()) : py::object(py::int_(v)); };
+  py::object shape = py::none();
+  if (s.has_shape) {
+    py::tuple dims(s.shape.size());
+    for (size_t i = 0; i < s.shape.size(); ++i) dims[i] = opt_int(s.shape[i]);
+    shape = dims;
+  }
+  return py::make_tuple(s.type_name, shape, opt_str(s.dtype), opt_int(s.length),
+                        opt_int(s.size_bytes), opt_str(s.device), opt_str(s.repr_short));
+}
+
+IOSummary io_summary_from_tuple(py::handle h) {
+  auto t = py::reinterpret_borrow<py::tuple>(h);
+  if (t.size() != 7) throw py::type_error("an I/O summary tuple has 7 fields");
+  auto opt_str = [](py::handle v) { return v.is_none() ? std::string() : v.cast<std::string>(); };
+  auto opt_int = [](py::handle v) { return v.is_none() ? int64_t{-1} : v.cast<int64_t>(); };
+  IOSummary s;
+  s.type_name = t[0].cast<std::string>();
+  if (!t[1].is_none()) {
+    s.has_shape = true;
+    for (py::handle d : t[1]) s.shape.push_back(opt_int(d));
+  }
+  s.dtype = opt_str(t[2]);
+  s.length = opt_int(t[3]);
+  s.size_bytes = opt_int(t[4]);
+  s.device = opt_str(t[5]);
+  s.repr_short = opt_str(t[6]);
+  return s;
+}
+
+}  // namespace mlprof
 
 namespace {
 
 using ProfilePtr = std::shared_ptr<Profile>;
 
 ViewOptions view_options(int depth, bool collapse_frameworks, std::vector<std::string> user_modules,
-                         bool show_c_calls) {
+                         bool show_c_calls, bool show_io = false) {
   ViewOptions o;
+  o.show_io = show_io;
   o.depth = depth;
   o.collapse_frameworks = collapse_frameworks;
   o.user_modules = std::move(user_modules);
@@ -119,11 +158,22 @@ py::list to_tree(const ProfilePtr& p, const ViewOptions& o) {
   return roots;
 }
 
+// (role, name, summary tuple) for each I/O summary of a span.
+py::list span_io(const Profile& p, int32_t span) {
+  py::list out;
+  auto [first, last] = p.io_of(span);
+  for (const SpanIO* io = first; io != last; ++io) {
+    out.append(py::make_tuple(static_cast<int>(io->role), io->name, io_summary_tuple(io->summary)));
+  }
+  return out;
+}
+
 // Rows for SpanRecord, one tuple per span of the full capture.
 py::list span_rows(const ProfilePtr& p) {
   py::list out;
   const StringTable& st = p->functions.strings();
-  for (const Span& s : p->spans) {
+  for (size_t i = 0; i < p->spans.size(); ++i) {
+    const Span& s = p->spans[i];
     const FunctionInfo& f = p->functions.get(s.function);
     const Lane& lane = p->lanes[s.lane];
     out.append(py::make_tuple(
@@ -133,7 +183,7 @@ py::list span_rows(const ProfilePtr& p) {
         s.parent < 0 ? py::object(py::none()) : py::object(py::int_(s.parent)), s.depth,
         f.kind == FunctionKind::kBlock || (s.flags & kSpanLabelled) ? true : f.user_code,
         st.get(f.name), st.get(f.file), f.line, lane.thread_id, lane.thread_name, flag_names(s.flags),
-        s.active_ns, s.end_ns));
+        s.active_ns, s.end_ns, span_io(*p, static_cast<int32_t>(i))));
   }
   return out;
 }
@@ -146,7 +196,7 @@ py::dict lanes_info(const Profile& p) {
     d["native_tid"] = l.native_tid;
     d["thread_name"] = l.thread_name;
     d["task"] = l.task;
-    d["events"] = l.events.size();
+    d["events"] = std::max<uint64_t>(l.recorded, l.events.size());
     d["dropped"] = l.dropped;
     d["truncated"] = l.truncated;
     std::string key = l.thread_name + (l.task ? ":task" + std::to_string(l.task) : "");
@@ -192,6 +242,13 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
       out.flags = e[3].cast<uint8_t>();
       lane.events.push_back(out);
     }
+    if (d.contains("io")) {
+      for (const auto& rec : d["io"].cast<py::list>()) {
+        auto r = rec.cast<py::tuple>();
+        lane.io.push_back(IORecord{r[0].cast<uint32_t>(), static_cast<IORole>(r[1].cast<int>()),
+                                   r[2].cast<std::string>(), io_summary_from_tuple(r[3])});
+      }
+    }
     captured += lane.events.size();
     p->lanes.push_back(std::move(lane));
   }
@@ -224,16 +281,19 @@ PYBIND11_MODULE(_core, m) {
   m.def("_native_collecting", []() { return g_native_collecting; });
 
   py::class_<Engine>(m, "Engine")
-      .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls) {
+      .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
+                       bool capture_io, int io_depth) {
              EngineOptions o;
              o.depth = depth;
              o.max_events = max_events;
              o.all_threads = all_threads;
              o.capture_c_calls = capture_c_calls;
+             o.capture_io = capture_io;
+             o.io_depth = io_depth;
              return std::make_unique<Engine>(o);
            }),
            py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
-           py::arg("capture_c_calls"))
+           py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1)
       .def("start",
            [](Engine& e, py::object session) {
              try {
@@ -261,11 +321,13 @@ PYBIND11_MODULE(_core, m) {
   py::class_<Profile, std::shared_ptr<Profile>>(m, "Profile")
       .def("render_text",
            [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
-              bool show_c_calls) {
-             return render_text(*p, view_options(depth, collapse, std::move(user_modules), show_c_calls));
+              bool show_c_calls, bool show_io) {
+             return render_text(*p, view_options(depth, collapse, std::move(user_modules), show_c_calls,
+                                                 show_io));
            },
            py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
-           py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = false)
+           py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = false,
+           py::arg("show_io") = false)
       .def("to_json",
            [](const ProfilePtr& p, int depth) {
              ViewOptions o;
@@ -289,6 +351,8 @@ PYBIND11_MODULE(_core, m) {
            py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
            py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
       .def("span_rows", &span_rows)
+      .def("io_of", [](const ProfilePtr& p, int32_t span) { return span_io(*p, span); },
+           py::arg("span"), "(role, name, summary tuple) rows of a span's I/O; role 0 argument, 1 return.")
       .def_property_readonly("captured_depth", [](const Profile& p) { return p.captured_depth; })
       .def_property_readonly("max_depth", &Profile::max_depth)
       .def_property_readonly("start_ns", [](const Profile& p) { return p.start_ns; })
@@ -308,6 +372,14 @@ PYBIND11_MODULE(_core, m) {
         py::arg("labels"), py::arg("depth"), py::arg("start_ns"), py::arg("end_ns"), py::arg("skipped"),
         py::arg("meta"),
         "Builds a Profile from events recorded by the pure-Python reference engine.");
+
+  m.def("summary_tuple",
+        [](py::handle obj) {
+          IOSummary s;
+          summarize_object(obj.ptr(), &s);
+          return io_summary_tuple(s);
+        },
+        py::arg("obj"), "The capture hooks' summary of obj, as a tuple (see bindings.h).");
 
   bind_io(m);
   bind_files(m);

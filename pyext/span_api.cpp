@@ -101,8 +101,10 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
       if (!self->block_fn) self->block_fn = block_function(utf8(self->label));
       BlockToken tokens[4];
       int n = block_enter(self->block_fn, tokens, 4);
+      block_arguments_io(tokens, n, args, nargsf, kwnames);
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
       block_exit(tokens, n, r == nullptr);
+      block_return_io(tokens, n, r);  // after the exit: summarizing is not the call's time
       return r;
     }
   }

@@ -13,11 +13,13 @@ import sysconfig as _sysconfig
 from . import _core, _transparent
 from ._core import profile_block
 from ._files import ProfileLoadError, load
+from ._io import IOSummary
 from ._session import ProfileSession, SpanRecord, current_session, profiling
 from ._spans import profile_span
 
 __version__ = "0.1.0"
 __all__ = [
+    "IOSummary",
     "ProfileLoadError",
     "ProfileSession",
     "SpanRecord",

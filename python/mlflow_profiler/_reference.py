@@ -447,7 +447,7 @@ class _Lane:
         "engine", "index", "thread_id", "mark", "ceiling", "depth", "truncated", "skipped",
         "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "chain_top",
         "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
-        "native_tid", "thread_name", "task", "parent_lane", "parent_call",
+        "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io",
     )
 
     def __init__(self) -> None:
@@ -479,6 +479,8 @@ class _Lane:
         self.task = 0
         self.parent_lane = -1
         self.parent_call = 0
+        self.io_ceiling = -1  # deepest level whose I/O is summarized; -1: none
+        self.io: List[tuple] = []  # (call index, role, name, summary tuple)
 
 
 def _room_for_structure(L: _Lane) -> bool:
@@ -523,7 +525,8 @@ def _is_frame_at(L: _Lane, j: int, depth: int, code) -> bool:
     return e[2] == E_FRAME and e[1] == depth and e[5] is code
 
 
-def _lane_start(L: _Lane, code, frame, continued: bool) -> None:
+def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
+    """Records a start; returns the call's event index if its I/O is wanted."""
     d = L.depth + 1
     if d > L.ceiling:
         L.depth = d
@@ -564,18 +567,54 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> None:
     L.events.append((ts, K_CALL, fid, EV_CONTINUED if continued else 0))
     L.rec.append([idx, d, E_FRAME, key, False, code])
     L.last_was_suspend = False
+    # A continued coroutine's locals are not its arguments any more.
+    return idx if d <= L.io_ceiling and not continued else None
 
 
-def _lane_return(L: _Lane, code, exception: bool) -> None:
+def _lane_return(L: _Lane, code, exception: bool) -> Optional[int]:
+    """Records a return; returns the closed call's event index if its return
+    value is wanted."""
     # A transparent frame did not move the counter: it was checked at depth + 1.
     if L.depth + 1 <= L.ceiling and code in _transparent.CODES:
-        return
+        return None
     j, extra = _top_frame(L)
     frame_depth = L.depth - extra
+    wanted = None
     if _is_frame_at(L, j, frame_depth, code):
+        if frame_depth <= L.io_ceiling and not exception:
+            wanted = L.rec[j][0]
         _close_entries(L, j, exception, _core.now_ns())
         L.last_was_suspend = False
     L.depth = frame_depth - 1
+    return wanted
+
+
+# --- I/O capture: the same summaries as the native engine (_core.summary_tuple) ---
+
+_MAX_IO_ARGUMENTS = 16
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08  # inspect.CO_*, stable since 2.x
+
+
+def _append_io(targets, role: int, name: str, summary: tuple) -> None:
+    for L, call in targets:
+        if L.engine.state == "collecting":
+            L.io.append((call, role, name, summary))
+
+
+def _capture_arguments(frame, code, targets) -> None:
+    n = code.co_argcount + code.co_kwonlyargcount
+    n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)
+    names = code.co_varnames[:min(n, _MAX_IO_ARGUMENTS)]
+    local_vars = frame.f_locals
+    for i, name in enumerate(names):
+        if i == 0 and name in ("self", "cls"):
+            continue  # the receiver is the model object, not data flowing through
+        if name in local_vars:
+            _append_io(targets, 0, name, _core.summary_tuple(local_vars[name]))
+
+
+def _capture_return(value, targets) -> None:
+    _append_io(targets, 1, "", _core.summary_tuple(value))
 
 
 def _lane_yield(L: _Lane, code, frame) -> None:
@@ -718,12 +757,15 @@ def _dispatch(frame, event, arg):
         if event == "call":
             code = frame.f_code
             lanes = _lanes_now(st)
+            targets = []
             if code.co_flags & _GEN_FLAGS:
                 fid = id(frame)
                 if _is_first_start(frame):
                     _throw_pending.discard(fid)
                     for L in lanes:
-                        _lane_start(L, code, frame, False)
+                        call = _lane_start(L, code, frame, False)
+                        if call is not None:
+                            targets.append((L, call))
                 else:
                     if fid in _throw_pending or _resumed_by_throw(frame, arg):
                         _throw_pending.discard(fid)
@@ -733,7 +775,11 @@ def _dispatch(frame, event, arg):
                             _lane_start(L, code, frame, True)
             else:
                 for L in lanes:
-                    _lane_start(L, code, frame, False)
+                    call = _lane_start(L, code, frame, False)
+                    if call is not None:
+                        targets.append((L, call))
+            if targets:
+                _capture_arguments(frame, code, targets)
         elif event == "return":
             code = frame.f_code
             lanes = _lanes_now(st)
@@ -744,8 +790,13 @@ def _dispatch(frame, event, arg):
                         _lane_yield(L, code, frame)
                     return
             exception = arg is None and not _at_return(frame)
+            targets = []
             for L in lanes:
-                _lane_return(L, code, exception)
+                call = _lane_return(L, code, exception)
+                if call is not None:
+                    targets.append((L, call))
+            if targets:
+                _capture_return(arg, targets)
         elif event == "c_call":
             _note_throw(arg)
             lanes = _lanes_now(st)
@@ -854,7 +905,15 @@ class _BlockToken:
     __slots__ = ("_entries",)
 
     def __init__(self, entries) -> None:
-        self._entries = entries  # (engine, lane index, call index)
+        self._entries = entries  # (engine, lane index, call index, I/O wanted)
+
+    def io_targets(self) -> list:
+        """(lane, call index) of the entries within their lane's I/O depth."""
+        out = []
+        for eng, lane_index, call_index, wanted in self._entries:
+            if wanted and eng.state == "collecting" and lane_index < len(eng._lanes):
+                out.append((eng._lanes[lane_index], call_index))
+        return out
 
     def exit(self, exception: bool = False) -> None:
         if not self._entries:
@@ -864,14 +923,14 @@ class _BlockToken:
         try:
             self._close(bool(exception))
         except Exception as exc:  # pragma: no cover - never raise into user code
-            for eng, _, _ in self._entries:
+            for eng, *_ in self._entries:
                 eng._fail(f"internal error closing a block: {exc!r}")
         finally:
             st.busy = was
         self._entries = ()
 
     def _close(self, exception: bool) -> None:
-        for eng, lane_index, call_index in self._entries:
+        for eng, lane_index, call_index, _ in self._entries:
             if eng.state != "collecting" or lane_index >= len(eng._lanes):
                 continue
             L = eng._lanes[lane_index]
@@ -892,8 +951,11 @@ class ReferenceEngine:
 
     hook = "reference"
 
-    def __init__(self, depth: int, max_events: int, all_threads: bool, capture_c_calls: bool) -> None:
+    def __init__(self, depth: int, max_events: int, all_threads: bool, capture_c_calls: bool,
+                 capture_io: bool = False, io_depth: int = -1) -> None:
         self.depth = depth
+        self.capture_io = bool(capture_io)
+        self.io_depth = io_depth
         self.max_events = max_events
         self.all_threads = bool(all_threads)
         self.capture_c_calls = bool(capture_c_calls)
@@ -1008,6 +1070,8 @@ class ReferenceEngine:
         if st is not self._start_thread:
             base = 0
         L.ceiling = _INT32_MAX if self.depth < 0 else self.depth - base
+        if self.capture_io:
+            L.io_ceiling = L.ceiling if self.io_depth < 0 else min(L.ceiling, self.io_depth - base)
         per_thread[mark] = L
         self._lanes.append(L)
         return L
@@ -1120,6 +1184,7 @@ class ReferenceEngine:
                 "thread_id": L.thread_id, "native_tid": L.native_tid, "thread_name": L.thread_name,
                 "task": L.task, "parent_lane": L.parent_lane, "parent_call": L.parent_call,
                 "dropped": L.dropped, "truncated": L.out_truncated, "events": L.events,
+                "io": L.io,
             })
             skipped += L.skipped
         meta = {
@@ -1177,12 +1242,20 @@ class ReferenceEngine:
                 finally:
                     st.busy = was
         token = self.block_enter(label)
+        targets = token.io_targets()
+        if targets:
+            for i, value in enumerate(args[:_MAX_IO_ARGUMENTS]):
+                _append_io(targets, 0, f"args[{i}]", _core.summary_tuple(value))
+            for name, value in list(kwargs.items())[:max(0, _MAX_IO_ARGUMENTS - len(args))]:
+                _append_io(targets, 0, name, _core.summary_tuple(value))
         try:
             result = func(*args, **kwargs)
         except BaseException:
             token.exit(True)
             raise
         token.exit(False)
+        if targets:
+            _capture_return(result, targets)
         return result
 
     def block_enter(self, label) -> _BlockToken:
@@ -1206,7 +1279,7 @@ class ReferenceEngine:
                 L.rec.append([idx, d, E_BLOCK, 0, False, None])
                 L.depth = d
                 L.last_was_suspend = False
-                entries.append((L.engine, L.index, idx))
+                entries.append((L.engine, L.index, idx, d <= L.io_ceiling))
         except Exception as exc:  # never raise into user code
             self._fail(f"internal error opening a block: {exc!r}")
         finally:

@@ -9,6 +9,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from . import _core, _transparent
+from ._io import IOSummary
 from ._log import log_once
 from ._reference import ReferenceEngine  # imported here: a lazy import inside a session is recorded
 
@@ -27,8 +28,8 @@ class SpanRecord:
     end_ns: Optional[int] = None  # None: still open or suspended when the session ended
     parent_index: Optional[int] = None
     depth: int = 0
-    input_summary: Optional[Dict[str, Any]] = None  # I/O summaries: a later issue
-    output_summary: Optional[Any] = None
+    input_summary: Optional[Dict[str, IOSummary]] = None  # argument name -> summary (capture_io)
+    output_summary: Optional[IOSummary] = None
     is_user_code: bool = False
     function: str = ""
     file: str = ""
@@ -48,6 +49,23 @@ class SpanRecord:
         """duration_ns in milliseconds."""
         d = self.duration_ns
         return None if d is None else d / 1_000_000
+
+
+def _summary(t: tuple) -> IOSummary:
+    return IOSummary(type_name=t[0], shape=t[1], dtype=t[2], length=t[3], size_bytes=t[4],
+                     device=t[5], repr_short=t[6])
+
+
+def _io_inputs(rows: list) -> Optional[Dict[str, IOSummary]]:
+    inputs = {name: _summary(t) for role, name, t in rows if role == 0}
+    return inputs or None
+
+
+def _io_output(rows: list) -> Optional[IOSummary]:
+    for role, _name, t in rows:
+        if role == 1:
+            return _summary(t)
+    return None
 
 
 def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
@@ -82,9 +100,11 @@ class ProfileSession:
         all_threads: bool = False,
         capture_c_calls: bool = False,
         capture_io: bool = False,
+        capture_io_depth: Optional[int] = None,
         engine: str = "native",
     ) -> None:
         self.depth = _check_depth("depth", depth)
+        io_depth = _check_depth("capture_io_depth", capture_io_depth, allow_none=True)
         if isinstance(max_events, bool) or not isinstance(max_events, int):
             raise TypeError(f"max_events must be an int, got {type(max_events).__name__}")
         if max_events < 1:
@@ -92,11 +112,13 @@ class ProfileSession:
         self.max_events = max_events
         self.all_threads = bool(all_threads)
         self.capture_c_calls = bool(capture_c_calls)
-        self.capture_io = bool(capture_io)  # recorded by the I/O summaries issue
+        self.capture_io = bool(capture_io)
+        self.capture_io_depth = io_depth
+        args = (self.depth, max_events, self.all_threads, self.capture_c_calls, self.capture_io, io_depth)
         if engine == "native":
-            self._engine = _core.Engine(self.depth, max_events, self.all_threads, self.capture_c_calls)
+            self._engine = _core.Engine(*args)
         elif engine == "reference":
-            self._engine = ReferenceEngine(self.depth, max_events, self.all_threads, self.capture_c_calls)
+            self._engine = ReferenceEngine(*args)
         else:
             raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")
         self._profile = None
@@ -191,6 +213,7 @@ class ProfileSession:
                     label=r[0], module=r[1] or None, start_ns=r[2], end_ns=r[3], parent_index=r[4],
                     depth=r[5], is_user_code=r[6], function=r[7], file=r[8], line=r[9],
                     thread_id=r[10], thread_name=r[11], flags=tuple(r[12]), active_ns=r[13],
+                    input_summary=_io_inputs(r[15]), output_summary=_io_output(r[15]),
                 )
                 for r in self._built().span_rows()
             ]
@@ -211,8 +234,9 @@ class ProfileSession:
     ) -> str:
         """The text tree of spec 000 section 4, as a string (see print_tree)."""
         depth = _check_depth("depth", depth, allow_none=True)
-        del show_io  # I/O lines arrive with the I/O summaries issue
-        return self._built().render_text(depth, collapse_frameworks, list(user_modules or []), show_c_calls)
+        return self._built().render_text(
+            depth, collapse_frameworks, list(user_modules or []), show_c_calls, bool(show_io)
+        )
 
     def print_tree(
         self,
@@ -229,7 +253,8 @@ class ProfileSession:
         capture renders what was captured and says so. collapse_frameworks:
         merge library subtrees into "[package]" nodes. user_modules: module
         prefixes to treat as user code. show_c_calls: show C-function spans
-        instead of folding them into their caller.
+        instead of folding them into their caller. show_io: under each span
+        with I/O summaries (capture_io=True), its ``in:``/``out:`` lines.
         """
         text = self.format_tree(depth, show_io, collapse_frameworks, user_modules, show_c_calls)
         print(text, end="" if text.endswith("\n") else "\n", file=file if file is not None else sys.stdout)
@@ -275,6 +300,7 @@ class ProfileSession:
         session.all_threads = False
         session.capture_c_calls = False
         session.capture_io = False
+        session.capture_io_depth = -1
         session._engine = _LoadedEngine(profile)
         session._profile = profile
         session._spans = None
@@ -309,6 +335,7 @@ def profiling(
     all_threads: bool = False,
     capture_c_calls: bool = False,
     capture_io: bool = False,
+    capture_io_depth: Optional[int] = None,
     engine: str = "native",
 ) -> ProfileSession:
     """Profiles the calls made inside a ``with`` block.
@@ -317,7 +344,10 @@ def profiling(
     records everything. max_events bounds each thread's buffer (drops are
     counted). all_threads also captures threads started during the session.
     capture_c_calls records C functions (folded into their caller when
-    rendered unless show_c_calls=True)::
+    rendered unless show_c_calls=True). capture_io summarizes the arguments
+    and return value of every recorded call (type, shape, dtype, bytes,
+    device; never a reference to the data) down to capture_io_depth
+    (default: the whole depth)::
 
         with profiling(depth=2) as session:
             model.predict(df)
@@ -325,7 +355,7 @@ def profiling(
     """
     return ProfileSession(
         depth, max_events=max_events, all_threads=all_threads, capture_c_calls=capture_c_calls,
-        capture_io=capture_io, engine=engine,
+        capture_io=capture_io, capture_io_depth=capture_io_depth, engine=engine,
     )
 
 

@@ -281,3 +281,82 @@ TEST(RenderText, ReRenderAtEveryDepthPrunesTheFullText) {
 
 }  // namespace
 }  // namespace mlprof
+
+namespace mlprof {
+namespace {
+
+IOSummary array_summary(const char* type, std::vector<int64_t> shape, const char* dtype,
+                        int64_t bytes) {
+  IOSummary s;
+  s.type_name = type;
+  s.has_shape = true;
+  s.shape = std::move(shape);
+  s.dtype = dtype;
+  s.size_bytes = bytes;
+  return s;
+}
+
+// The I/O display of spec 000 section 4, on the same capture.
+TEST_F(SpecExampleTest, IoDisplayAtDepthOne) {
+  const IOSummary frame = array_summary("pandas.core.frame.DataFrame", {1000, 50}, "float64", 409600);
+  const IOSummary labels = array_summary("numpy.ndarray", {1000}, "int64", 8000);
+  const IOSummary features = array_summary("numpy.ndarray", {1000, 128}, "float32", 512000);
+  const IOSummary logits = array_summary("numpy.ndarray", {1000, 10}, "float32", 40000);
+  // kCall indices in the lane: predict 0, preprocess 1, _run_model 11, postprocess 17.
+  p.lanes[0].io = {
+      {0, IORole::kArgument, "df", frame},      {0, IORole::kReturn, "", labels},
+      {1, IORole::kArgument, "df", frame},      {1, IORole::kReturn, "", features},
+      {11, IORole::kArgument, "x", features},   {11, IORole::kReturn, "", logits},
+      {17, IORole::kArgument, "logits", logits}, {17, IORole::kReturn, "", labels},
+  };
+  build_tree(p);
+  ViewOptions o;
+  o.depth = 1;
+  o.show_io = true;
+  EXPECT_EQ(render_text(p, o),
+            "predict: 48.12ms\n"
+            "  in:  (DataFrame, shape=(1000, 50), dtype=float64, 400.0KB)\n"
+            "  out: (ndarray, shape=(1000,), dtype=int64, 7.8KB)\n"
+            "\n"
+            "  preprocess: 2.31ms\n"
+            "    in:  (DataFrame, shape=(1000, 50), dtype=float64, 400.0KB)\n"
+            "    out: (ndarray, shape=(1000, 128), dtype=float32, 500.0KB)\n"
+            "\n"
+            "  _run_model: 44.50ms\n"
+            "    in:  (ndarray, shape=(1000, 128), dtype=float32, 500.0KB)\n"
+            "    out: (ndarray, shape=(1000, 10), dtype=float32, 39.1KB)\n"
+            "\n"
+            "  postprocess: 0.03ms\n"
+            "    in:  (ndarray, shape=(1000, 10), dtype=float32, 39.1KB)\n"
+            "    out: (ndarray, shape=(1000,), dtype=int64, 7.8KB)\n");
+  // Without show_io the same capture renders the plain tree.
+  o.show_io = false;
+  EXPECT_EQ(render_text(p, o),
+            "predict: 48.12ms\n  preprocess: 2.31ms\n  _run_model: 44.50ms\n  postprocess: 0.03ms\n");
+}
+
+TEST_F(SpecExampleTest, SeveralArgumentsAreNamedAndSpansWithoutIoGetNoBlankLine) {
+  IOSummary n;
+  n.type_name = "int";
+  n.repr_short = "3";
+  IOSummary s;
+  s.type_name = "str";
+  s.length = 2;
+  s.repr_short = "'ab'";
+  p.lanes[0].io = {{1, IORole::kArgument, "k", n}, {1, IORole::kArgument, "mode", s}};
+  build_tree(p);
+  ViewOptions o;
+  o.depth = 1;
+  o.show_io = true;
+  EXPECT_EQ(render_text(p, o),
+            "predict: 48.12ms\n"
+            "  preprocess: 2.31ms\n"
+            "    in:  k=(int, 3)\n"
+            "    in:  mode=(str, len=2, 'ab')\n"
+            "\n"
+            "  _run_model: 44.50ms\n"
+            "  postprocess: 0.03ms\n");
+}
+
+}  // namespace
+}  // namespace mlprof

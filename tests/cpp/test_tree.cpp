@@ -171,6 +171,51 @@ TEST_F(TreeTest, GeneratorSuspendAndResumeWithABlockInside) {
   EXPECT_EQ(children(p, 0), (std::vector<int32_t>{1, 3}));
 }
 
+TEST_F(TreeTest, GeneratorSegmentsAreItsRunningStretches) {
+  const uint32_t blk = p.functions.add("chunk", "", "", 0, FunctionKind::kBlock, true);
+  build({call(0, a), call(10, b), call(20, blk, kEvBlock), suspend(30, 1), call(40, c), ret(50),
+         resume(60, 1), ret(90), ret(100), ret(110)});
+  // The generator and the block inside it ran 10..30 / 20..30, then 60..end.
+  EXPECT_EQ(p.segments, (std::vector<Segment>{{1, 10, 30}, {1, 60, 100}, {2, 20, 30}, {2, 60, 90}}));
+  auto [first, last] = p.segments_of(1);
+  ASSERT_EQ(last - first, 2);
+  EXPECT_EQ(first->start_ns, 10);
+  EXPECT_EQ(p.segments_of(0).first, p.segments_of(0).second);  // never suspended: no segments
+}
+
+TEST_F(TreeTest, SegmentsOfSpansSuspendedOrOpenAtTheEnd) {
+  // b suspended at the end keeps the segment up to its yield; d is resumed
+  // and still running at the end, so its last segment ends at the session end.
+  build({call(0, a), call(10, b), suspend(20, 1), call(30, d), suspend(40, 3), resume(50, 3)});
+  EXPECT_EQ(p.segments, (std::vector<Segment>{{1, 10, 20}, {2, 30, 40}, {2, 50, 1000}}));  // d is span 2
+}
+
+TEST_F(TreeTest, IoRecordsAttachToTheSpanOfTheirCall) {
+  Lane lane = make_lane({call(0, a), call(10, b), ret(20), call(30, c), ret(40), ret(50)});
+  IOSummary x;
+  x.type_name = "numpy.ndarray";
+  IOSummary y;
+  y.type_name = "int";
+  lane.io = {{0, IORole::kArgument, "df", x}, {1, IORole::kArgument, "k", y},
+             {1, IORole::kReturn, "", x},     {0, IORole::kReturn, "", y},
+             {2, IORole::kArgument, "bad", y},  // event 2 is a return: dropped
+             {99, IORole::kArgument, "bad", y}};
+  p.lanes.push_back(std::move(lane));
+  build_tree(p);
+  ASSERT_EQ(p.io.size(), 4u);
+  // By span, and in recorded order within a span.
+  EXPECT_EQ(p.io[0], (SpanIO{0, IORole::kArgument, "df", x}));
+  EXPECT_EQ(p.io[1], (SpanIO{0, IORole::kReturn, "", y}));
+  EXPECT_EQ(p.io[2], (SpanIO{1, IORole::kArgument, "k", y}));
+  EXPECT_EQ(p.io[3], (SpanIO{1, IORole::kReturn, "", x}));
+  EXPECT_EQ(p.io_of(2).first, p.io_of(2).second);
+  EXPECT_EQ(p.io_of(1).second - p.io_of(1).first, 2);
+  // Rebuilding gives the same result: the lane keeps its records.
+  build_tree(p);
+  EXPECT_EQ(p.io.size(), 4u);
+  EXPECT_EQ(p.lanes[0].recorded, 6u);
+}
+
 TEST_F(TreeTest, GeneratorDrivenFromAnotherCallerKeepsItsParent) {
   // main creates the generator in b, b returns, c resumes it.
   build({call(0, a), call(1, b), call(2, d), suspend(3, 2), ret(4), call(5, c), resume(6, 2),
@@ -344,6 +389,26 @@ TEST(TreeInvariants, RandomCapturesGiveAWellFormedTree) {
     }
     for (size_t i = 0; i < p.spans.size(); ++i) {
       ASSERT_EQ(seen_children[i], p.spans[i].parent >= 0 ? 1 : 0);
+    }
+    // Segments: only generator spans, inside their span, in order, not
+    // overlapping, and adding up to the span's active time.
+    for (size_t i = 0; i < p.spans.size(); ++i) {
+      const Span& s = p.spans[i];
+      auto [first, last] = p.segments_of(static_cast<int32_t>(i));
+      if (!(s.flags & kSpanGenerator)) {
+        ASSERT_EQ(first, last) << "seed " << seed;
+        continue;
+      }
+      ASSERT_NE(first, last) << "seed " << seed;
+      int64_t sum = 0, prev_end = s.start_ns;
+      for (const Segment* g = first; g != last; ++g) {
+        ASSERT_GE(g->start_ns, prev_end);
+        ASSERT_LE(g->start_ns, g->end_ns);
+        ASSERT_LE(g->end_ns, s.end_ns);
+        sum += g->end_ns - g->start_ns;
+        prev_end = g->end_ns;
+      }
+      ASSERT_EQ(sum, s.active_ns) << "seed " << seed << " span " << i;
     }
     EXPECT_EQ(p.stats.unmatched_returns, 0u);
   }

@@ -24,6 +24,33 @@ std::string lane_title(const Lane& lane) {
 
 namespace {
 
+// The in:/out: lines of spec 000 section 4 under a node, indented one level
+// deeper. One argument is shown bare, as in the spec; several are named.
+// Returns true if it wrote any.
+bool append_io(const Profile& p, const ViewNode& node, std::string& out) {
+  if (!node.collapsed.empty()) return false;
+  auto [first, last] = p.io_of(node.span);
+  if (first == last) return false;
+  size_t arguments = 0;
+  for (const SpanIO* io = first; io != last; ++io) arguments += io->role == IORole::kArgument;
+  const size_t indent = 2 * static_cast<size_t>(node.depth) + 2;
+  for (const SpanIO* io = first; io != last; ++io) {
+    out.append(indent, ' ');
+    if (io->role == IORole::kArgument) {
+      out += "in:  ";
+      if (arguments > 1) {
+        out += io->name;
+        out += '=';
+      }
+    } else {
+      out += "out: ";
+    }
+    out += format_io(io->summary);
+    out += '\n';
+  }
+  return true;
+}
+
 void append_node(const Profile& p, const View& view, int32_t idx, std::string& out) {
   const ViewNode& node = view.nodes[idx];
   out.append(2 * static_cast<size_t>(node.depth), ' ');
@@ -45,13 +72,17 @@ void append_node(const Profile& p, const View& view, int32_t idx, std::string& o
   out += '\n';
 }
 
-void append_subtree(const Profile& p, const View& view, int32_t root, std::string& out,
-                    std::vector<int32_t>& stack) {
+// blank_pending: the last node written had I/O lines; a blank line separates
+// it from the next node (spec 000 section 4), never ends the text.
+void append_subtree(const Profile& p, const View& view, int32_t root, bool show_io,
+                    bool& blank_pending, std::string& out, std::vector<int32_t>& stack) {
   stack.assign(1, root);
   while (!stack.empty()) {
     const int32_t idx = stack.back();
     stack.pop_back();
+    if (blank_pending) out += '\n';
     append_node(p, view, idx, out);
+    blank_pending = show_io && append_io(p, view.nodes[idx], out);
     const auto& children = view.nodes[idx].children;
     stack.insert(stack.end(), children.rbegin(), children.rend());
   }
@@ -63,6 +94,7 @@ std::string render_text(const Profile& p, const ViewOptions& opts) {
   const View view = make_view(p, opts);
   std::string out;
   std::vector<int32_t> stack;
+  bool blank_pending = false;
 
   // Roots grouped by lane, lanes in order; roots keep start order within a lane.
   std::vector<std::vector<int32_t>> lane_roots(p.lanes.size());
@@ -74,8 +106,12 @@ std::string render_text(const Profile& p, const ViewOptions& opts) {
   }
   for (size_t li = 0; li < lane_roots.size(); ++li) {
     if (lane_roots[li].empty()) continue;
+    if (blank_pending) out += '\n';
+    blank_pending = false;
     if (lanes_with_roots > 1) out += lane_title(p.lanes[li]) + "\n";
-    for (const int32_t r : lane_roots[li]) append_subtree(p, view, r, out, stack);
+    for (const int32_t r : lane_roots[li]) {
+      append_subtree(p, view, r, opts.show_io, blank_pending, out, stack);
+    }
   }
 
   for (const Lane& lane : p.lanes) {

@@ -16,6 +16,7 @@ struct ViewOptions {
   bool show_c_calls = false;       // false: C-function spans are folded into their caller
   bool collapse_frameworks = false;  // merge runs of library spans into "[pkg]" nodes
   std::vector<std::string> user_modules;  // module prefixes always treated as user code
+  bool show_io = false;            // text: in:/out: lines under spans with I/O summaries
 };
 
 // One node of a view. Either a span of the profile, or a collapsed group of

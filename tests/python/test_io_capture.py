@@ -1,0 +1,289 @@
+"""capture_io: arguments at call and the return value at return, summarized
+(never referenced) for recorded spans within capture_io_depth; show_io."""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+from mlflow_profiler import IOSummary, profile_span, profiling
+
+from _helpers import qn
+
+
+def postprocess(logits):
+    return logits.argmax(axis=1)
+
+
+def run_model(x, *, scale=1.0):
+    return np.tanh(x[:, :10] * scale)
+
+
+def preprocess(X):
+    return np.asarray(X, dtype=np.float32) * 2
+
+
+def predict(X):
+    return postprocess(run_model(preprocess(X)))
+
+
+class Model:
+    def predict(self, X, threshold=0.5):
+        return (preprocess(X).mean(axis=1) > threshold).astype(np.int64)
+
+
+def by_label(session):
+    return {s.label: s for s in session.spans}
+
+
+def test_arguments_and_return_values_are_summarized(engine):
+    X = np.ones((100, 50))
+    with profiling(depth=2, capture_io=True, engine=engine) as s:
+        out = predict(X)
+    spans = by_label(s)
+    root = spans["predict"]
+    assert root.input_summary == {
+        "X": IOSummary(type_name="numpy.ndarray", shape=(100, 50), dtype="float64", length=100,
+                       size_bytes=40000)
+    }
+    assert root.output_summary == IOSummary(type_name="numpy.ndarray", shape=(100,), dtype="int64",
+                                            length=100, size_bytes=800)
+    assert out.shape == (100,)
+    run = spans["run_model"]
+    assert set(run.input_summary) == {"x", "scale"}  # keyword-only parameters too
+    assert run.input_summary["x"].shape == (100, 50)
+    assert run.input_summary["x"].dtype == "float32"
+    assert run.input_summary["scale"].type_name == "float"
+    assert run.input_summary["scale"].repr_short == "1.0"
+    assert run.output_summary.shape == (100, 10)
+
+
+def test_show_io_renders_in_and_out_lines(engine):
+    X = np.ones((100, 50))
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        predict(X)
+    text = s.format_tree(show_io=True)
+    lines = text.splitlines()
+    assert lines[0].startswith("predict: ")
+    assert lines[1] == "  in:  (ndarray, shape=(100, 50), dtype=float64, 39.1KB)"
+    assert lines[2] == "  out: (ndarray, shape=(100,), dtype=int64, 800B)"
+    assert lines[3] == ""
+    assert lines[4].startswith("  preprocess: ")
+    assert lines[5] == "    in:  (ndarray, shape=(100, 50), dtype=float64, 39.1KB)"
+    assert lines[6] == "    out: (ndarray, shape=(100, 50), dtype=float32, 19.5KB)"
+    # run_model has two parameters: each is named.
+    i = next(i for i, line in enumerate(lines) if line.startswith("  run_model: "))
+    assert lines[i + 1] == "    in:  x=(ndarray, shape=(100, 50), dtype=float32, 19.5KB)"
+    assert lines[i + 2] == "    in:  scale=(float, 1.0)"
+    assert lines[i + 3] == "    out: (ndarray, shape=(100, 10), dtype=float64, 7.8KB)"
+    assert not text.endswith("\n\n")
+    # The same capture without I/O lines, and print_tree prints the same text.
+    assert "in:" not in s.format_tree(show_io=False)
+    assert [line for line in text.splitlines() if line and "in:" not in line and "out:" not in line] == \
+        s.format_tree(show_io=False).splitlines()
+
+
+def test_print_tree_shows_io_by_default(engine, capsys):
+    X = np.zeros((2, 3))
+    with profiling(depth=0, capture_io=True, engine=engine) as s:
+        predict(X)
+    s.print_tree()
+    assert "  in:  (ndarray, shape=(2, 3), dtype=float64, 48B)\n" in capsys.readouterr().out
+
+
+def test_without_capture_io_nothing_is_summarized(engine):
+    X = np.ones((4, 20))
+    with profiling(depth=2, engine=engine) as s:
+        predict(X)
+    assert all(sp.input_summary is None and sp.output_summary is None for sp in s.spans)
+    assert json.loads(s.to_json())["io"] == []
+
+
+def test_capture_io_depth_limits_which_levels_get_io(engine):
+    X = np.ones((4, 20))
+    with profiling(depth=2, capture_io=True, capture_io_depth=0, engine=engine) as s:
+        predict(X)
+    with_io = {sp.label for sp in s.spans if sp.input_summary or sp.output_summary}
+    assert with_io == {"predict"}
+    assert {sp.label for sp in s.spans} == {"predict", "preprocess", "run_model", "postprocess"}
+    with profiling(depth=2, capture_io=True, capture_io_depth=1, engine=engine) as s:
+        predict(X)
+    assert {sp.label for sp in s.spans if sp.output_summary} == {
+        "predict", "preprocess", "run_model", "postprocess"}
+
+
+def test_deeper_than_the_ceiling_io_depth_is_the_ceiling(engine):
+    X = np.ones((4, 20))
+    with profiling(depth=0, capture_io=True, capture_io_depth=5, engine=engine) as s:
+        predict(X)
+    assert [sp.label for sp in s.spans] == ["predict"]
+    assert s.spans[0].output_summary is not None
+
+
+def test_the_receiver_of_a_method_is_not_summarized(engine):
+    m, X = Model(), np.ones((3, 4))
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        m.predict(X, threshold=0.1)
+    root = by_label(s)[qn("Model.predict")]
+    assert list(root.input_summary) == ["X", "threshold"]
+    assert root.output_summary.dtype == "int64"
+
+
+def test_an_exception_gives_arguments_and_no_return_value(engine):
+    def fails(x):
+        raise ValueError("bad")
+
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        with pytest.raises(ValueError):
+            fails([1, 2, 3])
+    span = by_label(s)[qn("test_an_exception_gives_arguments_and_no_return_value.<locals>.fails")]
+    assert span.input_summary["x"] == IOSummary(type_name="list", length=3,
+                                                size_bytes=span.input_summary["x"].size_bytes)
+    assert span.output_summary is None
+    assert "exception" in span.flags
+
+
+def test_generator_arguments_at_first_start_and_final_return_value(engine):
+    def gen(n):
+        for i in range(n):
+            yield i
+        return "done"
+
+    def consume():
+        g = gen(3)
+        total = 0
+        try:
+            while True:
+                total += next(g)
+        except StopIteration as stop:
+            return total, stop.value
+
+    with profiling(depth=2, capture_io=True, engine=engine) as s:
+        assert consume() == (3, "done")
+    span = next(sp for sp in s.spans if sp.function.endswith("gen"))
+    assert span.input_summary == {"n": IOSummary(type_name="int", repr_short="3")}
+    assert span.output_summary == IOSummary(type_name="str", length=4, repr_short="'done'")
+    root = next(sp for sp in s.spans if sp.function.endswith("consume"))
+    assert root.output_summary.type_name == "tuple"
+    assert root.output_summary.length == 2
+
+
+def test_variadic_parameters_are_summarized_as_their_tuple_and_dict(engine):
+    def f(a, *rest, **options):
+        return None
+
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        f(1, 2, 3, k=4)
+    span = s.spans[-1] if s.spans[-1].function.endswith("f") else next(
+        sp for sp in s.spans if sp.function.endswith(".f"))
+    assert span.input_summary["a"].repr_short == "1"
+    assert span.input_summary["rest"].type_name == "tuple"
+    assert span.input_summary["rest"].length == 2
+    assert span.input_summary["options"].type_name == "dict"
+    assert span.input_summary["options"].length == 1
+    assert span.output_summary == IOSummary(type_name="NoneType", repr_short="None")
+
+
+def test_profile_span_io_for_python_functions_and_other_callables(engine):
+    labelled = profile_span(preprocess, label="prep")
+    builtin = profile_span(sorted, label="sort")
+    X = np.ones((2, 2))
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        labelled(X)
+        builtin([3, 1, 2], reverse=True)
+    spans = by_label(s)
+    assert spans["prep"].input_summary["X"].shape == (2, 2)
+    assert spans["prep"].output_summary.dtype == "float32"
+    # A callable without a Python frame: positional arguments by position.
+    assert spans["sort"].input_summary == {
+        "args[0]": IOSummary(type_name="list", length=3, size_bytes=sys.getsizeof([3, 1, 2])),
+        "reverse": IOSummary(type_name="bool", repr_short="True"),
+    }
+    assert spans["sort"].output_summary.length == 3
+
+
+def test_a_large_array_captured_as_io_is_freed_while_the_session_lives(engine):
+    """No reference to user data survives the call (issue 3, item 3)."""
+
+    def consume(big):
+        return big.sum()
+
+    big = np.ones((1000, 1000))  # 8 MB
+    ref = weakref.ref(big)
+    before = sys.getrefcount(big)
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        consume(big)
+        assert sys.getrefcount(big) == before
+    assert sys.getrefcount(big) == before
+    del big
+    gc.collect()
+    assert ref() is None, "the profiler kept the array alive"
+    # ... and the session still has its summary.
+    span = next(sp for sp in s.spans if sp.function.endswith("consume"))
+    assert span.input_summary["big"].size_bytes == 8_000_000
+    assert s.state == "finalized"
+
+
+def test_io_in_threads_under_all_threads(engine):
+    results = []
+
+    def work(chunk):
+        results.append(chunk.sum())
+        return chunk.shape
+
+    chunk = np.ones((5, 5))
+
+    def fan_out():
+        t = threading.Thread(target=work, args=(chunk,))
+        t.start()
+        t.join()
+
+    with profiling(depth=2, capture_io=True, all_threads=True, engine=engine) as s:
+        fan_out()
+    span = next(sp for sp in s.spans if sp.function.endswith("work"))
+    assert span.input_summary["chunk"].shape == (5, 5)
+    assert span.output_summary.type_name == "tuple"
+    assert results == [25.0]
+
+
+def test_io_is_in_the_json_document(engine):
+    X = np.ones((10, 20))
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        predict(X)
+    doc = json.loads(s.to_json())
+    assert doc["io_fields"] == ["span", "role", "name", "type", "shape", "dtype", "length",
+                                "size_bytes", "device", "repr"]
+    root = next(i for i, sp in enumerate(doc["spans"]) if sp[0] == -1)
+    rows = [r for r in doc["io"] if r[0] == root]
+    assert rows == [
+        [root, 0, "X", "numpy.ndarray", [10, 20], "float64", 10, 1600, None, None],
+        [root, 1, "", "numpy.ndarray", [10], "int64", 10, 80, None, None],
+    ]
+    # A view keeps the I/O of the spans it keeps, renumbered.
+    view = json.loads(s.to_json(depth=0))
+    assert [r[0] for r in view["io"]] == [0, 0]
+
+
+def test_results_are_unchanged_and_a_failing_repr_does_not_break_the_model(engine):
+    class Weird:
+        def __repr__(self):
+            raise RuntimeError("repr is broken")
+
+        @property
+        def shape(self):
+            raise RuntimeError("shape is broken")
+
+    def f(w):
+        return w
+
+    w = Weird()
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        assert f(w) is w
+    span = next(sp for sp in s.spans if sp.function.endswith(".f"))
+    assert span.input_summary["w"].type_name.endswith("Weird")
