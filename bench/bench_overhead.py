@@ -22,6 +22,9 @@ and these contenders, each started and stopped around every single call
             PyEval_SetProfile with a no-op C function on 3.9-3.11); needs
             the _mlprof_floor module that bench/run.sh builds
   ours-d2   `with profiling(depth=2)`
+  ours-d2-io `with profiling(depth=2, capture_io=True)`: arguments and return
+            values of every recorded call summarized (issue 3: at most 2
+            points above ours-d2 on predict)
   ours-d-1  `with profiling(depth=-1)` (full capture)
   cProfile  cProfile.Profile() enable/disable
   viztracer VizTracer(verbose=0), one tracer per sample, start/stop per call
@@ -148,13 +151,13 @@ def run_plain(fn, k):
     return perf_ns() - t0
 
 
-def make_ours(depth: int, engine: str = "native"):
+def make_ours(depth: int, engine: str = "native", capture_io: bool = False):
     from mlflow_profiler import profiling
 
     def run(fn, k):
         t0 = perf_ns()
         for _ in range(k):
-            with profiling(depth=depth, engine=engine):
+            with profiling(depth=depth, engine=engine, capture_io=capture_io):
                 fn()
         return perf_ns() - t0
 
@@ -257,6 +260,8 @@ def contenders(names: List[str]) -> Dict[str, Callable]:
                 print(f"# floor: {what}")
             elif name == "ours-d2":
                 out[name] = make_ours(2)
+            elif name == "ours-d2-io":
+                out[name] = make_ours(2, capture_io=True)
             elif name == "ours-d-1":
                 out[name] = make_ours(-1)
             elif name == "cProfile":
@@ -276,7 +281,7 @@ def contenders(names: List[str]) -> Dict[str, Callable]:
     return out
 
 
-ALL = ["base", "base2", "floor", "ours-d2", "ours-d-1", "cProfile", "viztracer", "pyinstr", "ref-d-1"]
+ALL = ["base", "base2", "floor", "ours-d2", "ours-d2-io", "ours-d-1", "cProfile", "viztracer", "pyinstr", "ref-d-1"]
 
 # --------------------------------------------------------------- measuring ---
 
