@@ -225,6 +225,14 @@
     const p = V.vParent[i];
     return p >= 0 ? P.end[p] - P.start[p] : 0;
   }
+  // Share of the parent's time: a generator counts its running time, not
+  // the wall time it spent suspended across its consumer's other calls.
+  function parentPct(i) {
+    const pd = viewParentDuration(i);
+    // A thread or task under a span ran beside it, not inside its time.
+    if (!(pd > 0) || P.lane[V.vParent[i]] !== P.lane[i]) return "";
+    return fmtPct((P.flags[i] & F_GENERATOR) ? P.active[i] : P.end[i] - P.start[i], pd);
+  }
 
   // ---- search -------------------------------------------------------------
 
@@ -347,14 +355,22 @@
     return s;
   }
 
+  // print_tree's I/O lines: one argument bare (spec 000 section 4),
+  // several named.
   function ioLine(k) {
     const row = P.io[k];
     const text = P.ioText[k] || "";
     if (row[1] === 1) return "out: " + text;
-    // Arguments are named when the capture knew the parameter's name.
-    return "in:  " + (row[2] ? row[2] + "=" : "") + text;
+    const s = row[0];
+    let args = 0;
+    for (let j = P.ioFirst[s], e = j + P.ioCount[s]; j < e; j++) if (P.io[j][1] === 0) args++;
+    return "in:  " + (args > 1 ? row[2] + "=" : "") + text;
   }
 
+  // Rows on screen, by row number. Scrolling keeps the ones still in range
+  // (no flicker, no lost hover) and creates only the new ones; a rebuild of
+  // the row list (force) recreates them all.
+  const shown = new Map();
   let lastFirst = -1, lastLast = -1;
   function renderTreeRows(force) {
     const el = T.el;
@@ -362,10 +378,16 @@
     const last = Math.min(T.count, Math.ceil((el.scrollTop + el.clientHeight) / TREE_ROW_H) + TREE_OVERSCAN);
     if (!force && first === lastFirst && last === lastLast) return;
     lastFirst = first; lastLast = last;
+    for (const [r, row] of shown) {
+      if (force || r < first || r >= last) { row.remove(); shown.delete(r); }
+    }
     const frag = document.createDocumentFragment();
-    for (let r = first; r < last; r++) frag.appendChild(makeRow(r));
-    // Keep the spacer (it gives the scroll height), replace the rows.
-    while (el.lastChild && el.lastChild !== T.spacer) el.removeChild(el.lastChild);
+    for (let r = first; r < last; r++) {
+      if (shown.has(r)) continue;
+      const row = makeRow(r);
+      shown.set(r, row);
+      frag.appendChild(row);
+    }
     el.appendChild(frag);
   }
 
@@ -410,8 +432,8 @@
     // copies as it reads.
     div.appendChild(document.createTextNode(": "));
     div.appendChild(span("time", fmtDur(P.end[i] - P.start[i])));
-    const pd = viewParentDuration(i);
-    if (pd > 0) div.appendChild(span("pct", " " + fmtPct(P.end[i] - P.start[i], pd)));
+    const pct = parentPct(i);
+    if (pct) div.appendChild(span("pct", " " + pct));
     const notes = nodeNotes(i);
     if (notes) div.appendChild(span("notes", notes));
     return div;
@@ -450,6 +472,10 @@
   }
 
   T.el.addEventListener("scroll", () => renderTreeRows(false), { passive: true });
+  // The rows on screen depend on the tree's height too (window resized, or
+  // laid out after the script ran, as in a frame).
+  if (window.ResizeObserver) new ResizeObserver(() => renderTreeRows(false)).observe(T.el);
+  else window.addEventListener("resize", () => renderTreeRows(false));
   T.el.addEventListener("click", (ev) => {
     const row = ev.target.closest(".row");
     if (!row || row.dataset.span === undefined) return;
@@ -518,8 +544,8 @@
       table.appendChild(tr);
     };
     const dur = P.end[i] - P.start[i];
-    const pd = viewParentDuration(i);
-    add("Time", fmtDur(dur) + (pd > 0 ? "  (" + fmtPct(dur, pd) + " of parent)" : ""));
+    const pct = parentPct(i);
+    add("Time", fmtDur(dur) + (pct ? "  (" + pct + " of parent)" : ""));
     add("Self time", fmtDur(V.selfNs[i]));
     if (P.flags[i] & F_GENERATOR) {
       add("Active", fmtDur(P.active[i]) + ", " + plural(P.resumes[i], "resume", "resumes") +
@@ -686,7 +712,9 @@
         ctx.fillStyle = fill ? fill : colorOf(row.span[k]);
         ctx.fillRect(px, y, 1, ROW_H - 1);
         drawn++;
-        const next = lowerBound(row.start, row.n, v0 + (px + 1) / scale);
+        // Past every item that ends inside this pixel (maxEnd is monotone;
+        // an item that starts here but ends further on is still drawn).
+        const next = lowerBound(row.maxEnd, row.n, v0 + (px + 1) / scale);
         k = next > k ? next : k + 1;
         continue;
       }
@@ -815,7 +843,10 @@
     forEachRect(i, (s, e) => {
       const x0 = Math.max(-2, (s - C.v0) * scale), x1 = Math.min(C.width + 2, (e - C.v0) * scale);
       if (x1 < -2 || x0 > C.width + 2) return;
-      ctx.strokeRect(x0 + 1, y + 1, Math.max(1, x1 - x0 - 2), ROW_H - 3);
+      // Around the bar, not on it: a sub-pixel span keeps its own pixel
+      // (and its search highlight) visible inside the outline.
+      const px0 = Math.floor(x0), px1 = Math.max(px0 + 1, Math.ceil(x1));
+      ctx.strokeRect(px0 - 1.5, y + 0.5, px1 - px0 + 3, ROW_H - 2);
     });
     ctx.lineWidth = 1;
   }
@@ -875,8 +906,8 @@
     if (i < 0) { tooltip.hidden = true; return; }
     const dur = P.end[i] - P.start[i];
     let text = name(i) + "\n" + fmtDur(dur);
-    const pd = viewParentDuration(i);
-    if (pd > 0) text += "  " + fmtPct(dur, pd) + " of parent";
+    const pct = parentPct(i);
+    if (pct) text += "  " + pct + " of parent";
     text += "\nself " + fmtDur(V.selfNs[i]);
     if (P.flags[i] & F_GENERATOR) text += "\nactive " + fmtDur(P.active[i]) + ", " + plural(P.resumes[i], "resume", "resumes");
     const f = P.func[i];
@@ -960,7 +991,10 @@
 
   function renderHeader() {
     const m = P.meta;
-    const rootName = V.roots.length ? name(V.roots[0]) : "";
+    // Named after the longest root: the predict() the session was about.
+    let main = -1;
+    for (const r of V.roots) if (main < 0 || P.end[r] - P.start[r] > P.end[main] - P.start[main]) main = r;
+    const rootName = main >= 0 ? name(main) : "";
     $("title").textContent = rootName ? rootName + " \u2014 mlflow-profiler" : "mlflow-profiler report";
     document.title = (rootName ? rootName + " " : "") + fmtDur(P.duration) + " \u2014 mlflow-profiler";
     const facts = $("facts");
@@ -1123,6 +1157,7 @@
     spans: P.n,
     lastDraw: () => C.lastDraw,
     range: () => [C.v0, C.v1],
+    trackTitles: () => C.tracks.map((t) => laneTitle(t.lane)),
     search: (q) => { const t = performance.now(); searchInput.value = q; applySearch(q, true); return performance.now() - t; },
     redraw: () => { const t = performance.now(); drawNow(); return performance.now() - t; },
     zoomToSpan: (i) => { const t = performance.now(); zoomToSpan(i); drawNow(); return performance.now() - t; },

@@ -1,0 +1,471 @@
+"""The HTML report of a real session, in real headless Chromium: what a person
+sees, opened directly and inside MLflow's artifact frame (an iframe with
+sandbox="allow-scripts": opaque origin, no storage, no network).
+
+The page's figures are compared with the session's own text tree, so the
+report and print_tree cannot drift apart."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+from typing import List
+
+import pytest
+
+import _report_model as model
+from _browser import artifact_dir, console_errors, require_browser, start_chromium, wait_for
+from _helpers import qn, walk
+from conftest import ENGINES
+from mlflow_profiler import profiling
+
+AMBER = (255, 176, 0)  # search matches in the chart (report.js)
+ROW_PX = 18  # chart geometry (report.js): axis, lane title, row height
+AXIS_PX = 22
+TITLE_PX = 18
+
+
+# ---- fixtures -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def report(request, tmp_path_factory):
+    """A session of the model program, its report on disk, and the figures the
+    session itself gives (its text tree, its document)."""
+    df = model.frame()
+    with profiling(depth=3, capture_io=True, all_threads=True, engine=request.param) as session:
+        model.Model().predict(df)
+    path = tmp_path_factory.mktemp(f"report-{request.param}") / "predict.html"
+    assert session.save(path) == str(path)
+    return SimpleNamespace(
+        engine=request.param,
+        path=path,
+        session=session,
+        doc=json.loads(session.to_json()),
+        text=session.format_tree(show_io=True),
+        tree=text_lines(session.format_tree(show_io=True)),
+    )
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_browser()
+    driver = start_chromium()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def page(browser, report):
+    """The report opened directly; the test fails on any console error."""
+    console_errors(browser)  # drop what earlier tests left
+    open_report(browser, report.path.as_uri())
+    yield browser
+    assert_no_alert(browser)
+    assert console_errors(browser) == []
+
+
+# ---- what the page shows ----------------------------------------------------------
+
+
+def text_lines(text: str) -> List[str]:
+    """print_tree's lines, stripped, without blank lines."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def open_report(driver, url: str) -> None:
+    driver.get(url)
+    wait_for(lambda: driver.execute_script("return !!window.mlprofReport"), what="the report to render")
+
+
+def assert_no_alert(driver) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    try:
+        text = driver.switch_to.alert.text
+    except NoAlertPresentException:
+        return
+    pytest.fail(f"the page opened an alert: {text!r}")
+
+
+# One tree row as its text reads: "name: time notes" for a span (the toggle
+# and the share of the parent are left out: print_tree has neither), the
+# line itself for I/O lines and thread titles.
+_ROWS_JS = """
+const rows = [];
+for (const el of document.querySelectorAll('#tree .row')) {
+  const copy = el.cloneNode(true);
+  copy.querySelectorAll('.toggle, .pct').forEach((e) => e.remove());
+  rows.push([Number(el.dataset.row), copy.textContent, el.classList.contains('match'),
+             el.getBoundingClientRect().top]);
+}
+const tree = document.getElementById('tree');
+return {rows, total: Math.round(document.getElementById('tree-spacer').offsetHeight / 20),
+        scroll: tree.scrollTop, height: tree.clientHeight};
+"""
+
+
+def tree_rows(driver):
+    """Every row of the tree, scrolling through it as a person would: [(text, is_match)]."""
+    tree = driver.find_element("id", "tree")
+    driver.execute_script("arguments[0].scrollTop = 0", tree)
+    seen = {}
+    while True:
+        settle(driver)
+        state = driver.execute_script(_ROWS_JS)
+        for row, text, match, _ in state["rows"]:
+            seen[row] = (text.strip(), match)
+        if state["scroll"] + state["height"] >= state["total"] * 20:
+            break
+        driver.execute_script("arguments[0].scrollTop += arguments[0].clientHeight", tree)
+    assert sorted(seen) == list(range(state["total"])), "rows missing from the tree"
+    return [seen[r] for r in sorted(seen)]
+
+
+def tree_lines(driver) -> List[str]:
+    return [text for text, _ in tree_rows(driver)]
+
+
+def settle(driver) -> None:
+    """Waits two animation frames: scroll and draw handlers have run."""
+    driver.execute_async_script(
+        "const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done()));"
+    )
+
+
+def row_element(driver, name: str):
+    """The tree row of the first span called `name`, scrolled to the middle
+    of the tree (rows are created as they scroll into view)."""
+    tree = driver.find_element("id", "tree")
+    driver.execute_script("arguments[0].scrollTop = 0", tree)
+    while True:
+        found = driver.execute_script(
+            """
+            for (const el of document.querySelectorAll('#tree .row[role=treeitem]')) {
+              if (el.querySelector('.name').textContent === arguments[0]) return Number(el.dataset.row);
+            }
+            return null;
+            """,
+            name,
+        )
+        if found is not None:
+            top = max(0, found * 20 - tree.size["height"] // 2)
+            driver.execute_script("arguments[0].scrollTop = arguments[1]", tree, top)
+            settle(driver)
+            selector = f"#tree .row[data-row='{found}']"
+            return wait_for(lambda: driver.find_elements("css selector", selector), what=name)[0]
+        before = driver.execute_script("return arguments[0].scrollTop", tree)
+        driver.execute_script("arguments[0].scrollTop += arguments[0].clientHeight", tree)
+        if driver.execute_script("return arguments[0].scrollTop", tree) == before:
+            raise AssertionError(f"no tree row for {name!r}")
+
+
+def chart_pixels(driver, rgb) -> int:
+    """How many pixels of the flame chart have colour `rgb` (once drawn)."""
+    settle(driver)
+    return driver.execute_script(
+        """
+        const c = document.getElementById('chart');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) {
+          if (d[i] === arguments[0] && d[i + 1] === arguments[1] && d[i + 2] === arguments[2]) n++;
+        }
+        return n;
+        """,
+        *rgb,
+    )
+
+
+def shown_range_ns(driver) -> float:
+    """The width of the time range the chart shows, read from its label."""
+    text = driver.find_element("id", "range").text
+    m = re.search(r"\(([\d.]+)(ms|us) shown\)", text)
+    assert m, text
+    return float(m.group(1)) * (1e6 if m.group(2) == "ms" else 1e3)
+
+
+def span_named(doc, name: str) -> int:
+    strings = doc["strings"]
+    for i, row in enumerate(doc["spans"]):
+        label = row[2] or doc["functions"][row[1]][0]
+        if strings[label] == name:
+            return i
+    raise AssertionError(f"no span {name!r}")
+
+
+def click_span_in_chart(driver, doc, name: str) -> None:
+    """Clicks the middle of span `name`'s bar in the chart (main thread lane)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    i = span_named(doc, name)
+    row = doc["spans"][i]
+    start, end = row[6] - doc["meta"]["start_ns"], row[7] - doc["meta"]["start_ns"]
+    v0, v1 = driver.execute_script("return window.mlprofReport.range()")
+    canvas = driver.find_element("id", "chart")
+    width, height = canvas.size["width"], canvas.size["height"]
+    x = ((start + end) / 2 - v0) / (v1 - v0) * width
+    y = AXIS_PX + TITLE_PX + row[4] * ROW_PX + ROW_PX / 2
+    ActionChains(driver).move_to_element_with_offset(canvas, int(x - width / 2), int(y - height / 2)).click().perform()
+
+
+def fmt_ms(ns: int) -> str:
+    """format_duration for times of 10us and more (printf rounding, as in C)."""
+    return "%.2fms" % (ns / 1e6)
+
+
+# ---- the tests ------------------------------------------------------------------
+
+
+def test_tree_shows_what_print_tree_shows(page, report):
+    # Every node with its time, flags and I/O lines, in print_tree's order and
+    # formatting: names, "20.31ms", "[exception]", "in:  (DataFrame, ...)".
+    assert tree_lines(page) == report.tree
+    assert any(line.startswith(qn("Model.predict") + ": ") for line in report.tree)
+    assert "in:  (DataFrame, shape=(4, 3), dtype=float64, 228B)" in report.tree
+    assert any(line.startswith("validate: ") and line.endswith("[exception]") for line in report.tree)
+
+
+def test_sleeps_show_with_their_length(page, report):
+    lines = tree_lines(page)
+
+    def ms(name):
+        line = next(line for line in lines if line.startswith(name + ": "))
+        return float(re.match(r"[^:]+: ([\d.]+)ms", line).group(1))
+
+    # At least the sleep; the upper bound is loose, this machine is shared.
+    assert model.PREPROCESS_S * 1e3 <= ms("preprocess") < model.PREPROCESS_S * 1e3 + 200
+    assert model.MODEL_S * 1e3 <= ms("run_model") < model.MODEL_S * 1e3 + 200
+    assert model.LOADER_S * 1e3 <= ms("load_vocab") < model.LOADER_S * 1e3 + 200
+    assert ms(qn("Model.predict")) >= (model.PREPROCESS_S + model.MODEL_S) * 1e3
+
+
+def test_header_gives_the_session_figures(page, report):
+    meta = report.doc["meta"]
+    text = lambda id_: page.find_element("id", id_).text  # noqa: E731
+    assert text("fact-total") == fmt_ms(meta["duration_ns"])
+    assert text("fact-depth") == "3"
+    assert text("fact-spans") == f"{len(report.doc['spans']):,}"
+    assert text("fact-threads") == "2"  # the main thread and vocab-loader
+    assert text("fact-engine") == meta["engine"]
+    assert text("fact-python") == meta["python"]
+    assert page.find_element("id", "title").text.startswith(qn("Model.predict"))
+    # No drops, no truncation: nothing to warn about.
+    assert page.find_elements("css selector", "#warnings li") == []
+
+
+def test_threads_have_their_own_track(page, report):
+    titles = page.execute_script("return window.mlprofReport.trackTitles()")
+    assert titles == ["thread MainThread", "thread vocab-loader"]
+
+
+def test_user_text_stays_text(page, report):
+    # A profile_block label and a repr that try to close the data block and
+    # open a script: no alert (checked by the fixture), no extra script
+    # element, and the text shows as written.
+    assert page.execute_script("return document.scripts.length") == 3
+    lines = tree_lines(page)
+    assert any(line.startswith(model.ATTACK + ": ") for line in lines)
+    assert f"in:  (Note, {model.ATTACK})" in lines
+
+
+def test_search_counts_highlights_and_opens_matches(page, report):
+    from selenium.webdriver.common.keys import Keys
+
+    # Collapse everything first: the search must open the paths to matches.
+    page.find_element("id", "collapse-all").click()
+    assert "preprocess" not in " ".join(tree_lines(page))
+    expected = [n["label"] for n in walk(report.session.to_tree(show_c_calls=False)) if "process" in n["label"].lower()]
+    assert sorted(expected) == ["postprocess", "preprocess"]
+    assert chart_pixels(page, AMBER) == 0
+
+    box = page.find_element("id", "search")
+    box.send_keys("PROCESS")
+    wait_for(lambda: page.find_element("id", "search-count").text, what="the match count")
+    assert page.find_element("id", "search-count").text == "2 matches"
+    rows = tree_rows(page)
+    matched = [text.split(":")[0] for text, match in rows if match]
+    assert matched == ["preprocess", "postprocess"]
+    marks = page.find_elements("css selector", "#tree mark")
+    assert marks and {m.text for m in marks} == {"process"}
+    assert chart_pixels(page, AMBER) > 100  # the matches are drawn highlighted
+
+    # The first match is selected and described.
+    assert page.find_element("css selector", "#detail h2").text == "preprocess"
+    box.send_keys(Keys.ENTER)  # next match
+    wait_for(lambda: page.find_element("css selector", "#detail h2").text == "postprocess", what="the next match")
+
+    box.send_keys(Keys.BACKSPACE * len("PROCESS"))
+    wait_for(lambda: page.find_element("id", "search-count").text == "", what="the search to clear")
+    assert chart_pixels(page, AMBER) == 0
+    box.send_keys("no such function")
+    wait_for(lambda: page.find_element("id", "search-count").text == "no match", what="no match")
+
+
+def test_depth_control_renders_the_capture_shallower(page, report):
+    from selenium.webdriver.support.ui import Select
+
+    depth = Select(page.find_element("id", "depth"))
+    assert [o.get_attribute("value") for o in depth.options] == ["-1", "0", "1", "2"]
+    for k in (1, 0, 2):
+        depth.select_by_value(str(k))
+        assert tree_lines(page) == text_lines(report.session.format_tree(depth=k, show_io=True))
+    depth.select_by_value("1")
+    assert not any(line.startswith("tokenize: ") for line in tree_lines(page))
+    depth.select_by_value("-1")
+    assert tree_lines(page) == report.tree
+
+
+def test_expand_and_collapse(page, report):
+    def names():
+        return [line.split(": ")[0] for line in tree_lines(page)]
+
+    assert "tokenize" in names()
+    row_element(page, "preprocess").find_element("css selector", ".toggle").click()
+    assert "tokenize" not in names() and "preprocess" in names()
+    assert row_element(page, "preprocess").get_attribute("aria-expanded") == "false"
+    row_element(page, "preprocess").find_element("css selector", ".toggle").click()
+    assert "tokenize" in names()
+    # Collapsed: the roots and their own I/O lines, nothing under them.
+    page.find_element("id", "collapse-all").click()
+    roots = [line.strip() for line in report.text.splitlines()
+             if re.match(r"\S", line) or re.match(r"  (in|out):", line)]
+    assert tree_lines(page) == roots
+    page.find_element("id", "expand-all").click()
+    assert tree_lines(page) == report.tree
+
+
+def test_clicking_a_span_zooms_to_it_and_back_returns(page, report):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+
+    full = shown_range_ns(page)
+    assert abs(full - report.doc["meta"]["duration_ns"]) <= 0.01e6
+    click_span_in_chart(page, report.doc, "preprocess")
+    wait_for(lambda: page.find_element("css selector", "#detail h2").text == "preprocess", what="the detail panel")
+    row = report.doc["spans"][span_named(report.doc, "preprocess")]
+    # The chart now spans preprocess (plus 2% on each side).
+    assert shown_range_ns(page) == pytest.approx((row[7] - row[6]) * 1.04, rel=0.01)
+    detail = page.find_element("id", "detail").text
+    assert f"Time {fmt_ms(row[7] - row[6])} (" in detail
+    assert "in:  (DataFrame, shape=(4, 3), dtype=float64, 228B)" in detail
+    assert "_report_model.py:" in detail
+
+    page.find_element("id", "zoom-back").click()
+    wait_for(lambda: shown_range_ns(page) == pytest.approx(full, rel=0.001), what="Back")
+    # The wheel zooms in at the pointer, Reset shows the whole session again.
+    canvas = page.find_element("id", "chart")
+    ActionChains(page).scroll_from_origin(ScrollOrigin.from_element(canvas), 0, -300).perform()
+    wait_for(lambda: shown_range_ns(page) < full * 0.9, what="the wheel to zoom in")
+    page.find_element("id", "zoom-reset").click()
+    wait_for(lambda: shown_range_ns(page) == pytest.approx(full, rel=0.001), what="Reset")
+
+
+def test_hover_shows_name_time_and_io(page, report):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    i = span_named(report.doc, "preprocess")
+    row = report.doc["spans"][i]
+    canvas = page.find_element("id", "chart")
+    width, height = canvas.size["width"], canvas.size["height"]
+    v0, v1 = page.execute_script("return window.mlprofReport.range()")
+    x = ((row[6] + row[7]) / 2 - report.doc["meta"]["start_ns"] - v0) / (v1 - v0) * width
+    y = AXIS_PX + TITLE_PX + row[4] * ROW_PX + ROW_PX / 2
+    ActionChains(page).move_to_element_with_offset(canvas, int(x - width / 2), int(y - height / 2)).perform()
+    tip = page.find_element("id", "tooltip")
+    wait_for(tip.is_displayed, what="the tooltip")
+    lines = tip.text.splitlines()
+    assert lines[0] == "preprocess"
+    assert lines[1].startswith(fmt_ms(row[7] - row[6]))
+    assert "in:  (DataFrame, shape=(4, 3), dtype=float64, 228B)" in lines
+    assert any(line.startswith("out: (ndarray, shape=(4, 3), dtype=float32") for line in lines)
+
+
+@pytest.mark.parametrize("how", ["blob", "srcdoc"])
+def test_works_inside_a_sandboxed_iframe(browser, report, how, tmp_path):
+    # MLflow's artifact view frames the HTML with sandbox="allow-scripts"
+    # (from a blob URL; other viewers use srcdoc): an opaque origin where
+    # storage throws and nothing can be fetched.
+    console_errors(browser)
+    host = tmp_path / "host.html"
+    host.write_text("<!DOCTYPE html><html><body style='margin:0'></body></html>")
+    browser.get(host.as_uri())
+    browser.execute_script(
+        """
+        const frame = document.createElement('iframe');
+        frame.id = 'artifact';
+        frame.setAttribute('sandbox', 'allow-scripts');
+        frame.style.width = '1380px'; frame.style.height = '1050px';
+        if (arguments[1] === 'blob') {
+          frame.src = URL.createObjectURL(new Blob([arguments[0]], {type: 'text/html'}));
+        } else {
+          frame.srcdoc = arguments[0];
+        }
+        document.body.appendChild(frame);
+        """,
+        report.path.read_text(encoding="utf-8"),
+        how,
+    )
+    frame = browser.find_element("id", "artifact")
+    browser.switch_to.frame(frame)
+    try:
+        wait_for(lambda: browser.execute_script("return !!window.mlprofReport"), what="the report in the frame")
+        # The sandbox is real: opaque origin, storage throws.
+        assert browser.execute_script("return window.origin") == "null"
+        assert browser.execute_script(
+            "try { localStorage.length; return false } catch (e) { return true }"
+        )
+        assert tree_lines(browser) == report.tree
+        browser.find_element("id", "search").send_keys("validate")
+        wait_for(lambda: browser.find_element("id", "search-count").text == "1 match", what="search in the frame")
+        assert chart_pixels(browser, AMBER) > 0
+    finally:
+        browser.switch_to.default_content()
+    assert_no_alert(browser)
+    assert console_errors(browser) == []
+
+
+def test_screenshot_is_kept(page, report, tmp_path):
+    page.find_element("id", "search").send_keys("model")
+    wait_for(lambda: page.find_element("id", "search-count").text, what="search")
+    out = artifact_dir(tmp_path) / f"html_report_{report.engine}.png"
+    assert page.save_screenshot(str(out))
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 800 and height >= 600
+    # A blank or single-colour page compresses to a few kB; this one shows a
+    # chart, a tree and text.
+    assert len(data) > 40_000
+
+
+def test_a_100k_span_report_stays_usable(browser, tmp_path):
+    # 100k spans from a real capture: the page renders, keeps the DOM small
+    # (tree rows are created only on screen), and search, zoom and redraw
+    # answer in well under a second each on this machine.
+    def leaf(i):
+        return i
+
+    def work(n):
+        for i in range(n):
+            leaf(i)
+
+    with profiling(depth=1) as session:
+        work(100_000)
+    path = tmp_path / "big.html"
+    session.save(path)
+    console_errors(browser)
+    open_report(browser, path.as_uri())
+    report_js = "return window.mlprofReport"
+    assert browser.execute_script(report_js + ".spans") == 100_001
+    timings = browser.execute_script(report_js + ".timings")
+    assert timings["first_render_ms"] < 5000, timings
+    assert browser.execute_script("return document.querySelectorAll('#tree .row').length") < 200
+    assert browser.execute_script(report_js + ".search('leaf')") < 1000
+    assert browser.find_element("id", "search-count").text == "100000 matches"
+    assert browser.execute_script(report_js + ".zoomToSpan(5000)") < 1000
+    assert browser.execute_script(report_js + ".redraw()") < 500
+    assert console_errors(browser) == []
