@@ -1,9 +1,280 @@
-#include "core/export.h"
+// pprof's profile.proto (github.com/google/pprof, proto/profile.proto),
+// gzip-compressed. One sample per span: its call stack (leaf first), one
+// call and its self wall time, and string labels for the thread, the asyncio
+// task, the profile_span label and the flags.
+//
+// The protobuf encoding is written by hand: the message is a handful of
+// varint, packed and length-delimited fields, while libprotobuf and protoc
+// would add a code generator to the build and a runtime library to every
+// binary that links the core (the extension and the agent) for it.
 
-#include <stdexcept>
+#include <charconv>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/export.h"
+#include "core/export_util.h"
+#include "core/file_io.h"
+#include "core/render_text.h"
 
 namespace mlprof {
 
-std::string to_pprof(const Profile&) { throw std::logic_error("to_pprof: not written yet"); }
+namespace {
+
+enum WireType : uint32_t { kVarint = 0, kLengthDelimited = 2 };
+
+// Appends protobuf wire format to a string. Zero scalars are left out, as
+// proto3 does (a reader sees the default, which is zero).
+class ProtoWriter {
+ public:
+  void varint(uint64_t v) {
+    while (v >= 0x80) {
+      out_.push_back(static_cast<char>(v | 0x80));
+      v >>= 7;
+    }
+    out_.push_back(static_cast<char>(v));
+  }
+  void tag(uint32_t field, WireType wire) { varint((static_cast<uint64_t>(field) << 3) | wire); }
+  void uint_field(uint32_t field, uint64_t v) {
+    if (v == 0) return;
+    tag(field, kVarint);
+    varint(v);
+  }
+  // int64 is a plain varint of the two's complement: 10 bytes when negative.
+  void int_field(uint32_t field, int64_t v) { uint_field(field, static_cast<uint64_t>(v)); }
+  void bool_field(uint32_t field, bool v) { uint_field(field, v ? 1 : 0); }
+  void bytes_field(uint32_t field, std::string_view bytes) {
+    tag(field, kLengthDelimited);
+    varint(bytes.size());
+    out_.append(bytes);
+  }
+  void message_field(uint32_t field, const ProtoWriter& m) { bytes_field(field, m.out_); }
+  // A packed repeated varint field (proto3's default for repeated scalars).
+  template <typename T>
+  void packed_field(uint32_t field, const std::vector<T>& values) {
+    if (values.empty()) return;
+    scratch_.clear();
+    for (const T v : values) {
+      uint64_t u = static_cast<uint64_t>(v);
+      while (u >= 0x80) {
+        scratch_.push_back(static_cast<char>(u | 0x80));
+        u >>= 7;
+      }
+      scratch_.push_back(static_cast<char>(u));
+    }
+    bytes_field(field, scratch_);
+  }
+  void clear() { out_.clear(); }
+  const std::string& bytes() const { return out_; }
+  std::string& bytes() { return out_; }
+
+ private:
+  std::string out_;
+  std::string scratch_;
+};
+
+// Field numbers of profile.proto.
+namespace field {
+constexpr uint32_t kSampleType = 1, kSample = 2, kLocation = 4, kFunction = 5, kStringTable = 6,
+                   kTimeNanos = 9, kDurationNanos = 10, kPeriodType = 11, kPeriod = 12,
+                   kComment = 13, kDefaultSampleType = 14;
+constexpr uint32_t kValueTypeType = 1, kValueTypeUnit = 2;
+constexpr uint32_t kSampleLocationId = 1, kSampleValue = 2, kSampleLabel = 3;
+constexpr uint32_t kLabelKey = 1, kLabelStr = 2;
+constexpr uint32_t kLocationId = 1, kLocationLine = 4;
+constexpr uint32_t kLineFunctionId = 1, kLineLine = 2;
+constexpr uint32_t kFunctionId = 1, kFunctionName = 2, kFunctionSystemName = 3,
+                   kFunctionFilename = 4, kFunctionStartLine = 5;
+}  // namespace field
+
+// pprof's string table: index 0 is "", every string once.
+class PprofStrings {
+ public:
+  explicit PprofStrings(const StringTable& profile_strings)
+      : profile_(profile_strings), from_profile_(profile_strings.size(), -1) {
+    add("");
+  }
+  // A string of the profile's table, by its id there.
+  int64_t of_profile(uint32_t id) {
+    if (id >= from_profile_.size()) return 0;
+    int64_t& slot = from_profile_[id];
+    if (slot < 0) slot = add(profile_.get(id));
+    return slot;
+  }
+  int64_t add(std::string_view s) {
+    auto it = index_.find(s);
+    if (it != index_.end()) return it->second;
+    owned_.emplace_back(s);
+    const auto idx = static_cast<int64_t>(table_.size());
+    table_.push_back(owned_.size() - 1);
+    index_.emplace(owned_.back(), idx);
+    return idx;
+  }
+  void write(ProtoWriter& out) const {
+    for (const size_t i : table_) out.bytes_field(field::kStringTable, owned_[i]);
+  }
+
+ private:
+  const StringTable& profile_;
+  std::vector<int64_t> from_profile_;
+  std::deque<std::string> owned_;  // deque: stable addresses for the views in index_
+  std::vector<size_t> table_;
+  std::unordered_map<std::string_view, int64_t> index_;
+};
+
+void write_value_type(ProtoWriter& out, uint32_t field_number, int64_t type, int64_t unit) {
+  ProtoWriter vt;
+  vt.int_field(field::kValueTypeType, type);
+  vt.int_field(field::kValueTypeUnit, unit);
+  out.message_field(field_number, vt);
+}
+
+int64_t meta_int(const Profile& p, const char* key) {
+  const auto it = p.meta.find(key);
+  if (it == p.meta.end()) return 0;
+  int64_t v = 0;
+  const std::string& s = it->second;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && ptr == s.data() + s.size() ? v : 0;
+}
+
+}  // namespace
+
+std::string to_pprof(const Profile& p) {
+  const StringTable& strings = p.functions.strings();
+  PprofStrings table(strings);
+  ProtoWriter out;
+  out.bytes().reserve(1024 + p.spans.size() * 48);
+
+  // Sample values: [calls, wall]. By pprof's convention the count comes first;
+  // default_sample_type makes wall the one pprof shows.
+  const int64_t wall = table.add("wall");
+  const int64_t nanoseconds = table.add("nanoseconds");
+  write_value_type(out, field::kSampleType, table.add("calls"), table.add("count"));
+  write_value_type(out, field::kSampleType, wall, nanoseconds);
+
+  // Functions and locations: one of each per distinct (display name, function).
+  // A labelled span is its own function named after the label, with the
+  // code's qualified name as system_name.
+  ProtoWriter functions, locations, scratch;
+  std::unordered_map<uint64_t, uint64_t> location_of;  // (label << 32 | function) -> id
+  struct FunctionKey {
+    int64_t name, system_name, filename, line;
+    bool operator==(const FunctionKey&) const = default;
+  };
+  struct FunctionKeyHash {
+    size_t operator()(const FunctionKey& k) const {
+      size_t h = std::hash<int64_t>()(k.name);
+      for (const int64_t v : {k.system_name, k.filename, k.line}) {
+        h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      }
+      return h;
+    }
+  };
+  std::unordered_map<FunctionKey, uint64_t, FunctionKeyHash> function_ids;
+  std::vector<uint64_t> span_location(p.spans.size());
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    const Span& s = p.spans[i];
+    const uint64_t key = (static_cast<uint64_t>(s.label) << 32) | s.function;
+    auto [it, inserted] = location_of.try_emplace(key, 0);
+    if (inserted) {
+      FunctionKey fk{table.of_profile(export_util::display_name_id(p, s)), 0, 0, 0};
+      if (s.function < p.functions.size()) {
+        const FunctionInfo& fn = p.functions.get(s.function);
+        fk.system_name = table.of_profile(fn.name);
+        fk.filename = table.of_profile(fn.file);
+        fk.line = fn.line;
+      }
+      auto [fit, new_function] = function_ids.try_emplace(fk, function_ids.size() + 1);
+      if (new_function) {
+        scratch.clear();
+        scratch.uint_field(field::kFunctionId, fit->second);
+        scratch.int_field(field::kFunctionName, fk.name);
+        scratch.int_field(field::kFunctionSystemName, fk.system_name);
+        scratch.int_field(field::kFunctionFilename, fk.filename);
+        scratch.int_field(field::kFunctionStartLine, fk.line);
+        functions.message_field(field::kFunction, scratch);
+      }
+      it->second = location_of.size();
+      ProtoWriter line;
+      line.uint_field(field::kLineFunctionId, fit->second);
+      line.int_field(field::kLineLine, fk.line);
+      scratch.clear();
+      scratch.uint_field(field::kLocationId, it->second);
+      scratch.message_field(field::kLocationLine, line);
+      locations.message_field(field::kLocation, scratch);
+    }
+    span_location[i] = it->second;
+  }
+
+  // Labels, the same for every sample of a lane, encoded once.
+  const int64_t thread_key = table.add("thread"), task_key = table.add("task");
+  const int64_t label_key = table.add("label"), flags_key = table.add("flags");
+  auto label_bytes = [&](int64_t key, int64_t str) {
+    ProtoWriter label;
+    label.int_field(field::kLabelKey, key);
+    label.int_field(field::kLabelStr, str);
+    return label;
+  };
+  std::vector<ProtoWriter> lane_labels(p.lanes.size());
+  for (size_t li = 0; li < p.lanes.size(); ++li) {
+    const Lane& lane = p.lanes[li];
+    const std::string thread =
+        lane.thread_name.empty() ? std::to_string(lane.thread_id) : lane.thread_name;
+    lane_labels[li].message_field(field::kSampleLabel, label_bytes(thread_key, table.add(thread)));
+    if (lane.task != 0) {
+      lane_labels[li].message_field(field::kSampleLabel,
+                                    label_bytes(task_key, table.add(std::to_string(lane.task))));
+    }
+  }
+
+  const std::vector<int64_t> self = export_util::self_times(p);
+  std::vector<uint64_t> stack;
+  std::vector<int64_t> values(2);
+  ProtoWriter sample;
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    const Span& s = p.spans[i];
+    stack.clear();
+    for (auto j = static_cast<int32_t>(i); j >= 0 && stack.size() <= p.spans.size();
+         j = p.spans[j].parent) {
+      stack.push_back(span_location[j]);
+    }
+    values[0] = 1;
+    values[1] = self[i];
+    sample.clear();
+    sample.packed_field(field::kSampleLocationId, stack);
+    sample.packed_field(field::kSampleValue, values);
+    if (s.lane < lane_labels.size()) sample.bytes().append(lane_labels[s.lane].bytes());
+    if (s.label != 0) {
+      sample.message_field(field::kSampleLabel, label_bytes(label_key, table.of_profile(s.label)));
+    }
+    const std::string flags = export_util::flag_text(s.flags);
+    if (!flags.empty()) {
+      sample.message_field(field::kSampleLabel, label_bytes(flags_key, table.add(flags)));
+    }
+    out.message_field(field::kSample, sample);
+  }
+  out.bytes().append(locations.bytes());
+  out.bytes().append(functions.bytes());
+
+  // Provenance as comments (`pprof -comments`), in the meta map's key order.
+  std::vector<int64_t> comments = {table.add("mlflow-profiler"),
+                                   table.add("captured_depth=" + std::to_string(p.captured_depth))};
+  for (const auto& [key, value] : p.meta) comments.push_back(table.add(key + "=" + value));
+
+  // time_nanos is wall-clock (UTC) time; the spans are on CLOCK_MONOTONIC, so
+  // it comes from the session's wall-clock start when the capture recorded it.
+  out.int_field(field::kTimeNanos, meta_int(p, "start_unix_ns"));
+  out.int_field(field::kDurationNanos, p.end_ns - p.start_ns);
+  write_value_type(out, field::kPeriodType, wall, nanoseconds);
+  out.int_field(field::kPeriod, 1);
+  out.packed_field(field::kComment, comments);
+  out.int_field(field::kDefaultSampleType, wall);
+  table.write(out);
+  return gzip_compress(out.bytes());
+}
 
 }  // namespace mlprof

@@ -1,0 +1,351 @@
+// to_pprof, read back by a protobuf decoder written here from profile.proto's
+// field numbers (not the encoder's code), after gunzip. `go tool pprof`
+// reading real captures is tests/python/test_export_pprof.py.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/export.h"
+#include "core/file_io.h"
+#include "export_fixture.h"
+#include "profile_builder.h"
+
+namespace mlprof {
+namespace {
+
+// Protobuf wire format: a field at a time.
+class WireReader {
+ public:
+  explicit WireReader(std::string_view data) : p_(data.data()), end_(data.data() + data.size()) {}
+  bool done() const { return p_ >= end_ || failed_; }
+  bool failed() const { return failed_; }
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && p_ < end_; shift += 7) {
+      const auto byte = static_cast<uint8_t>(*p_++);
+      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) return v;
+    }
+    failed_ = true;
+    return 0;
+  }
+  // Reads a key; the field's value is then read with varint() or bytes().
+  std::pair<uint32_t, uint32_t> key() {
+    const uint64_t k = varint();
+    return {static_cast<uint32_t>(k >> 3), static_cast<uint32_t>(k & 7)};
+  }
+  std::string_view bytes() {
+    const uint64_t n = varint();
+    if (n > static_cast<uint64_t>(end_ - p_)) {
+      failed_ = true;
+      return {};
+    }
+    std::string_view out(p_, n);
+    p_ += n;
+    return out;
+  }
+  // A repeated varint field, packed (wire type 2) or not (0).
+  void repeated(uint32_t wire, std::vector<uint64_t>& out) {
+    if (wire == 0) {
+      out.push_back(varint());
+      return;
+    }
+    WireReader packed(bytes());
+    while (!packed.done()) out.push_back(packed.varint());
+  }
+  void skip(uint32_t wire) {
+    if (wire == 0) {
+      varint();
+    } else if (wire == 2) {
+      bytes();
+    } else {
+      failed_ = true;
+    }
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+  bool failed_ = false;
+};
+
+struct PprofFunction {
+  std::string name, system_name, filename;
+  int64_t start_line = 0;
+};
+struct PprofSample {
+  std::vector<uint64_t> locations;
+  std::vector<int64_t> values;
+  std::map<std::string, std::string> labels;
+};
+struct PprofProfile {
+  std::vector<std::string> strings;
+  std::vector<std::pair<std::string, std::string>> sample_types;
+  std::vector<PprofSample> samples;
+  std::map<uint64_t, uint64_t> location_function;  // location id -> function id
+  std::map<uint64_t, PprofFunction> functions;
+  int64_t time_nanos = 0, duration_nanos = 0, period = 0;
+  std::string default_sample_type;
+  std::vector<std::string> comments;
+
+  // Function names of a sample's stack, leaf first.
+  std::vector<std::string> stack(const PprofSample& s) const {
+    std::vector<std::string> names;
+    for (const uint64_t loc : s.locations) names.push_back(functions.at(location_function.at(loc)).name);
+    return names;
+  }
+};
+
+PprofProfile decode(const std::string& gz) {
+  Result<std::string> raw = gzip_decompress(gz);
+  EXPECT_TRUE(raw.ok());
+  if (!raw.ok()) return {};
+  // Raw ids first; strings are resolved once the table is read (it comes last).
+  struct RawSample {
+    std::vector<uint64_t> locations, values;
+    std::vector<std::pair<uint64_t, uint64_t>> labels;
+  };
+  std::vector<std::pair<uint64_t, uint64_t>> sample_types;
+  std::vector<RawSample> samples;
+  std::map<uint64_t, std::vector<uint64_t>> functions;  // id -> name, system, file, line
+  std::vector<uint64_t> comments;
+  uint64_t default_type = 0;
+  PprofProfile out;
+  auto value_type = [](std::string_view bytes) {
+    WireReader r(bytes);
+    std::pair<uint64_t, uint64_t> vt{0, 0};
+    while (!r.done()) {
+      const auto [f, w] = r.key();
+      if (f == 1) {
+        vt.first = r.varint();
+      } else if (f == 2) {
+        vt.second = r.varint();
+      } else {
+        r.skip(w);
+      }
+    }
+    return vt;
+  };
+  WireReader r(raw.value());
+  while (!r.done()) {
+    const auto [field, wire] = r.key();
+    switch (field) {
+      case 1: sample_types.push_back(value_type(r.bytes())); break;
+      case 2: {
+        WireReader s(r.bytes());
+        RawSample sample;
+        while (!s.done()) {
+          const auto [f, w] = s.key();
+          if (f == 1) {
+            s.repeated(w, sample.locations);
+          } else if (f == 2) {
+            s.repeated(w, sample.values);
+          } else if (f == 3) {
+            WireReader l(s.bytes());
+            std::pair<uint64_t, uint64_t> kv{0, 0};
+            while (!l.done()) {
+              const auto [lf, lw] = l.key();
+              if (lf == 1) {
+                kv.first = l.varint();
+              } else if (lf == 2) {
+                kv.second = l.varint();
+              } else {
+                l.skip(lw);
+              }
+            }
+            sample.labels.push_back(kv);
+          } else {
+            s.skip(w);
+          }
+        }
+        samples.push_back(std::move(sample));
+        break;
+      }
+      case 4: {
+        WireReader l(r.bytes());
+        uint64_t id = 0, function = 0;
+        while (!l.done()) {
+          const auto [f, w] = l.key();
+          if (f == 1) {
+            id = l.varint();
+          } else if (f == 4) {
+            WireReader line(l.bytes());
+            while (!line.done()) {
+              const auto [lf, lw] = line.key();
+              if (lf == 1) {
+                function = line.varint();
+              } else {
+                line.skip(lw);
+              }
+            }
+          } else {
+            l.skip(w);
+          }
+        }
+        out.location_function[id] = function;
+        break;
+      }
+      case 5: {
+        WireReader fr(r.bytes());
+        std::vector<uint64_t> fields(6, 0);
+        while (!fr.done()) {
+          const auto [f, w] = fr.key();
+          if (f >= 1 && f <= 5 && w == 0) {
+            fields[f] = fr.varint();
+          } else {
+            fr.skip(w);
+          }
+        }
+        functions[fields[1]] = fields;
+        break;
+      }
+      case 6: out.strings.emplace_back(r.bytes()); break;
+      case 9: out.time_nanos = static_cast<int64_t>(r.varint()); break;
+      case 10: out.duration_nanos = static_cast<int64_t>(r.varint()); break;
+      case 12: out.period = static_cast<int64_t>(r.varint()); break;
+      case 13: r.repeated(wire, comments); break;
+      case 14: default_type = r.varint(); break;
+      default: r.skip(wire);
+    }
+  }
+  EXPECT_FALSE(r.failed());
+  auto str = [&](uint64_t i) { return i < out.strings.size() ? out.strings[i] : "<bad index>"; };
+  for (const auto& [t, u] : sample_types) out.sample_types.emplace_back(str(t), str(u));
+  for (const RawSample& s : samples) {
+    PprofSample ps;
+    ps.locations = s.locations;
+    for (const uint64_t v : s.values) ps.values.push_back(static_cast<int64_t>(v));
+    for (const auto& [k, v] : s.labels) ps.labels[str(k)] = str(v);
+    out.samples.push_back(std::move(ps));
+  }
+  for (const auto& [id, f] : functions) {
+    out.functions[id] = {str(f[2]), str(f[3]), str(f[4]), static_cast<int64_t>(f[5])};
+  }
+  for (const uint64_t c : comments) out.comments.push_back(str(c));
+  out.default_sample_type = str(default_type);
+  return out;
+}
+
+class PprofTest : public ::testing::Test {
+ protected:
+  Profile p = test::export_profile_fixture();
+  PprofProfile pb = decode(to_pprof(p));
+
+  const PprofSample* sample_of(const std::string& leaf) const {
+    for (const PprofSample& s : pb.samples) {
+      if (pb.stack(s).front() == leaf) return &s;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(PprofTest, GzipWithStringTableStartingEmpty) {
+  EXPECT_TRUE(is_gzip(to_pprof(p)));
+  ASSERT_FALSE(pb.strings.empty());
+  EXPECT_EQ(pb.strings[0], "");
+  EXPECT_EQ(std::set<std::string>(pb.strings.begin(), pb.strings.end()).size(), pb.strings.size());
+}
+
+TEST_F(PprofTest, SampleTypesCallsAndWallNanoseconds) {
+  EXPECT_EQ(pb.sample_types, (std::vector<std::pair<std::string, std::string>>{
+                                 {"calls", "count"}, {"wall", "nanoseconds"}}));
+  EXPECT_EQ(pb.default_sample_type, "wall");
+  EXPECT_EQ(pb.period, 1);
+  EXPECT_EQ(pb.duration_nanos, 20'000);
+  EXPECT_EQ(pb.time_nanos, 1'700'000'000'000'000'000);  // meta start_unix_ns
+}
+
+TEST_F(PprofTest, OneSamplePerSpanWithSelfWallTime) {
+  ASSERT_EQ(pb.samples.size(), p.spans.size());
+  const std::map<std::string, int64_t> self = {
+      {"predict", 11'999}, {"preprocess", 1'500}, {"produce", 2'000}, {"consume", 2'000},
+      {"my label", 500},   {"fetch", 3'000},      {"work", 3'500}};
+  int64_t total = 0;
+  for (const PprofSample& s : pb.samples) {
+    ASSERT_EQ(s.values.size(), 2u);
+    EXPECT_EQ(s.values[0], 1);
+    EXPECT_EQ(s.values[1], self.at(pb.stack(s).front())) << pb.stack(s).front();
+    total += s.values[1];
+  }
+  EXPECT_EQ(total, 11'999 + 1'500 + 2'000 + 2'000 + 500 + 3'000 + 3'500);
+}
+
+TEST_F(PprofTest, StacksLeafFirstAcrossLanes) {
+  EXPECT_EQ(pb.stack(*sample_of("predict")), (std::vector<std::string>{"predict"}));
+  EXPECT_EQ(pb.stack(*sample_of("produce")), (std::vector<std::string>{"produce", "predict"}));
+  // A task's and a thread's spans continue the stack of the span they hang under.
+  EXPECT_EQ(pb.stack(*sample_of("fetch")), (std::vector<std::string>{"fetch", "predict"}));
+  EXPECT_EQ(pb.stack(*sample_of("work")), (std::vector<std::string>{"work", "predict"}));
+}
+
+TEST_F(PprofTest, FunctionsCarryFileAndLine) {
+  std::map<std::string, PprofFunction> by_name;
+  for (const auto& [id, f] : pb.functions) {
+    EXPECT_GT(id, 0u);
+    by_name[f.name] = f;
+  }
+  EXPECT_EQ(by_name["predict"].filename, "/app/model.py");
+  EXPECT_EQ(by_name["predict"].start_line, 10);
+  EXPECT_EQ(by_name["predict"].system_name, "predict");
+  // A labelled span is named after its label; its code stays as system_name.
+  EXPECT_EQ(by_name["my label"].system_name, "fail");
+  EXPECT_EQ(by_name["my label"].start_line, 50);
+  for (const auto& [loc, fn] : pb.location_function) {
+    EXPECT_GT(loc, 0u);
+    EXPECT_TRUE(pb.functions.count(fn));
+  }
+}
+
+TEST_F(PprofTest, LabelsForThreadTaskSpanLabelAndFlags) {
+  EXPECT_EQ(sample_of("predict")->labels,
+            (std::map<std::string, std::string>{{"thread", "MainThread"}}));
+  EXPECT_EQ(sample_of("fetch")->labels,
+            (std::map<std::string, std::string>{{"thread", "MainThread"}, {"task", "1"}}));
+  EXPECT_EQ(sample_of("work")->labels, (std::map<std::string, std::string>{{"thread", "Worker"}}));
+  EXPECT_EQ(sample_of("my label")->labels,
+            (std::map<std::string, std::string>{
+                {"thread", "MainThread"}, {"label", "my label"}, {"flags", "exception"}}));
+}
+
+TEST_F(PprofTest, ProvenanceInComments) {
+  const std::set<std::string> comments(pb.comments.begin(), pb.comments.end());
+  EXPECT_TRUE(comments.count("mlflow-profiler"));
+  EXPECT_TRUE(comments.count("captured_depth=3"));
+  EXPECT_TRUE(comments.count("pid=777"));
+}
+
+TEST(Pprof, FunctionsAndLocationsAreShared) {
+  // The same function called from many places is one function, one location.
+  const Profile p = test::random_profile(7, 2'000, 6, true);
+  const PprofProfile pb = decode(to_pprof(p));
+  std::set<std::string> names;
+  for (const Span& s : p.spans) names.insert(p.display_name(s));
+  EXPECT_EQ(pb.functions.size(), names.size());
+  EXPECT_EQ(pb.location_function.size(), names.size());
+  ASSERT_EQ(pb.samples.size(), p.spans.size());
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    EXPECT_EQ(pb.samples[i].locations.size(), p.spans[i].depth + 1);
+  }
+}
+
+TEST(Pprof, SameProfileSameBytes) {
+  const Profile p = test::export_profile_fixture();
+  EXPECT_EQ(to_pprof(p), to_pprof(p));
+}
+
+TEST(Pprof, EmptyProfile) {
+  Profile p;
+  build_tree(p);
+  const PprofProfile pb = decode(to_pprof(p));
+  EXPECT_TRUE(pb.samples.empty());
+  EXPECT_EQ(pb.strings.at(0), "");
+  EXPECT_EQ(pb.time_nanos, 0);
+}
+
+}  // namespace
+}  // namespace mlprof
