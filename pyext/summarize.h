@@ -2,8 +2,17 @@
 // summarize(obj) -> IOSummary in C++ (spec 000 section 3.2; issue 3). Called
 // by the capture hooks for arguments and return values within the I/O depth,
 // and by mlflow_profiler.summarize().
+//
+// Types are recognised by module and qualified name along the MRO (no
+// library is imported), once per type: the classification is cached with a
+// strong reference to the type, in a bounded cache that a registry change
+// clears. Registered summarizers (Python callables) come first, the most
+// specific class of the MRO winning; a failing one is logged once per (type,
+// kind of failure) and the built-in summary is used instead.
 
 #include "compat.h"
+
+#include <cstddef>
 
 #include "core/io.h"
 
@@ -14,4 +23,31 @@ namespace mlprof {
 // no reference to `obj` or to anything reachable from it.
 void summarize_object(PyObject* obj, IOSummary* out);
 
+namespace summarize {
+
+// Bounds on what a summary holds (characters).
+constexpr size_t kReprMax = 80;
+constexpr size_t kDtypeMax = 120;
+// A __repr__ slower than this is not called again for its type; the first
+// call of a type may import or fill caches, so it is allowed more.
+constexpr int64_t kSlowReprNs = 100'000;
+constexpr int64_t kSlowFirstReprNs = 20'000'000;
+// Types whose classification is cached at most (the cache is emptied when full).
+constexpr size_t kTypeCacheMax = 512;
+
+// Hooks from mlflow_profiler._io: the IOSummary class (what a registered
+// summarizer must return) and log(kind, message) (its _log.log_once). Both
+// strong references; either may be null.
+void set_support(PyObject* summary_class, PyObject* log);
+PyObject* summary_class();  // borrowed; null before set_support
+
+// Registers fn (a callable) for instances of `type` and its subclasses,
+// replacing a previous one; fn == nullptr removes it. Clears the type cache.
+void set_summarizer(PyObject* type, PyObject* fn);
+size_t summarizer_count();
+
+// Number of types classified in the cache now (tests: it stays bounded).
+size_t cache_size();
+
+}  // namespace summarize
 }  // namespace mlprof
