@@ -99,3 +99,31 @@ def artifact_dir(tmp_path: Path) -> Path:
     path = Path(d) if d else tmp_path
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+SPEEDSCOPE_VERSION = "1.25.0"
+SPEEDSCOPE_CACHE = Path(
+    os.environ.get("MLPROF_TEST_CACHE", Path.home() / ".cache" / "mlflow-profiler-tests")
+) / "speedscope"
+SPEEDSCOPE_INSTALL = (
+    f"npm install --prefix {SPEEDSCOPE_CACHE} --no-save --no-audit --no-fund speedscope@{SPEEDSCOPE_VERSION}"
+)
+
+
+def speedscope_index() -> Path:
+    """speedscope's built index.html (from its npm package), for file:// use.
+
+    $MLPROF_SPEEDSCOPE_DIR may point at the package (or its dist/release);
+    otherwise the package is looked for in the test cache that
+    SPEEDSCOPE_INSTALL fills. Skips (fails under MLPROF_REQUIRE_BROWSER=1)
+    when it is not there."""
+    roots = [Path(p) for p in [os.environ.get("MLPROF_SPEEDSCOPE_DIR")] if p]
+    roots.append(SPEEDSCOPE_CACHE / "node_modules" / "speedscope")
+    for root in roots:
+        for index in (root / "index.html", root / "dist" / "release" / "index.html"):
+            if index.is_file():
+                return index
+    why = f"speedscope is not installed (run: {SPEEDSCOPE_INSTALL})"
+    if os.environ.get("MLPROF_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"MLPROF_REQUIRE_BROWSER=1 but {why}", pytrace=False)
+    pytest.skip(why)
