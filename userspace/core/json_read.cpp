@@ -1,9 +1,608 @@
 #include "core/json_read.h"
 
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/file_io.h"
+#include "core/json_doc.h"
+
 namespace mlprof {
 
-Result<Profile> read_json_document(std::string_view) {
-  return Error{Error::Kind::kUnsupported, 0, "read_json_document: not written yet"};
+namespace {
+
+using rapidjson::Value;
+
+// Full precision: nanosecond timestamps need all their digits. Iterative: a
+// hostile file of nested brackets must not exhaust the stack. Encoding: a
+// string that is not UTF-8 would fail later, in the renderers and in Python.
+constexpr unsigned kParseFlags = rapidjson::kParseFullPrecisionFlag |
+                                 rapidjson::kParseIterativeFlag |
+                                 rapidjson::kParseValidateEncodingFlag;
+
+constexpr std::string_view kFormat = "mlflow-profiler";
+constexpr int kOldestVersion = 1;
+
+// Where a value sits in the document, for messages: "spans[12].parent",
+// "meta.start_ns". Built only when something is wrong.
+struct Where {
+  const char* section;
+  int64_t index = -1;         // row or element, -1 for none
+  const char* field = nullptr;
+
+  std::string str() const {
+    std::string s = section;
+    if (index >= 0) s += "[" + std::to_string(index) + "]";
+    if (field != nullptr) s += std::string(".") + field;
+    return s;
+  }
+};
+
+const char* type_name(const Value& v) {
+  switch (v.GetType()) {
+    case rapidjson::kNullType: return "null";
+    case rapidjson::kFalseType:
+    case rapidjson::kTrueType: return "a boolean";
+    case rapidjson::kObjectType: return "an object";
+    case rapidjson::kArrayType: return "an array";
+    case rapidjson::kStringType: return "a string";
+    case rapidjson::kNumberType: return v.IsInt64() || v.IsUint64() ? "an integer" : "a number";
+  }
+  return "a value";
+}
+
+// The column of each field a table needs, from its "<table>_fields" header.
+// Columns are looked up by name, so a writer may add columns or reorder them.
+struct Columns {
+  std::vector<int> at;  // at[k]: column of the k-th requested field
+  size_t width = 0;     // cells per row
+};
+
+// Reads a document tree into a Profile, field by field, checking each type
+// and range before use. The first problem found stops the read.
+class DocumentReader {
+ public:
+  explicit DocumentReader(const Value& root) : root_(root) {}
+
+  Result<Profile> read() {
+    Profile p;
+    if (!root_.IsObject()) {
+      return Error{Error::Kind::kCorrupt, 0,
+                   std::string("not a profile document: the JSON is ") + type_name(root_) +
+                       ", a profile document is an object with meta.format \"mlflow-profiler\""};
+    }
+    if (!read_header()) return take_error();
+    if (!read_meta(p) || !read_stats(p) || !read_strings(p) || !read_functions(p) ||
+        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p)) {
+      return take_error();
+    }
+    link_tree(p);
+    return p;
+  }
+
+ private:
+  // -- errors ------------------------------------------------------------------
+
+  bool fail(const Where& w, const std::string& what) {
+    error_ = Error{Error::Kind::kCorrupt, 0, "corrupt profile document: " + w.str() + ": " + what};
+    return false;
+  }
+  bool fail_type(const Where& w, const Value& v, const char* expected) {
+    return fail(w, std::string("expected ") + expected + ", found " + type_name(v));
+  }
+  Error take_error() { return std::move(error_); }
+
+  // -- typed access ---------------------------------------------------------------
+
+  const Value* member(const Value& obj, const char* key) {
+    const auto it = obj.FindMember(key);
+    return it == obj.MemberEnd() ? nullptr : &it->value;
+  }
+  const Value* required(const Value& obj, const Where& w) {
+    const Value* v = member(obj, w.field);
+    if (v == nullptr) fail(w, "missing");
+    return v;
+  }
+  bool get(const Value& v, const Where& w, int64_t& out) {
+    if (!v.IsInt64()) return fail_type(w, v, "an integer");
+    out = v.GetInt64();
+    return true;
+  }
+  bool get(const Value& v, const Where& w, uint64_t& out) {
+    if (!v.IsUint64()) return fail_type(w, v, "a non-negative integer");
+    out = v.GetUint64();
+    return true;
+  }
+  bool get(const Value& v, const Where& w, int32_t& out) {
+    if (!v.IsInt()) return fail_type(w, v, "a 32-bit integer");
+    out = v.GetInt();
+    return true;
+  }
+  bool get(const Value& v, const Where& w, uint32_t& out) {
+    if (!v.IsUint()) return fail_type(w, v, "a non-negative 32-bit integer");
+    out = v.GetUint();
+    return true;
+  }
+  bool get(const Value& v, const Where& w, bool& out) {
+    if (!v.IsBool()) return fail_type(w, v, "true or false");
+    out = v.GetBool();
+    return true;
+  }
+  bool get(const Value& v, const Where& w, std::string& out) {
+    if (!v.IsString()) return fail_type(w, v, "a string");
+    out.assign(v.GetString(), v.GetStringLength());
+    return true;
+  }
+  // null reads as the "absent" value the writer turned into null.
+  bool get_optional(const Value& v, const Where& w, std::string& out) {
+    if (v.IsNull()) {
+      out.clear();
+      return true;
+    }
+    return get(v, w, out);
+  }
+  bool get_optional(const Value& v, const Where& w, int64_t& out) {
+    if (v.IsNull()) {
+      out = -1;
+      return true;
+    }
+    if (!v.IsInt64() || v.GetInt64() < 0) return fail_type(w, v, "a non-negative integer or null");
+    out = v.GetInt64();
+    return true;
+  }
+  template <typename T>
+  bool get_field(const Value& obj, const Where& w, T& out) {
+    const Value* v = required(obj, w);
+    return v != nullptr && get(*v, w, out);
+  }
+  // An id into a table of `size` entries.
+  bool get_id(const Value& v, const Where& w, size_t size, const char* table, uint32_t& out) {
+    if (!get(v, w, out)) return false;
+    if (out >= size) {
+      return fail(w, "id " + std::to_string(out) + " is out of range (" + table + " has " +
+                         std::to_string(size) + " entries)");
+    }
+    return true;
+  }
+
+  const Value* table(const char* key) {
+    const Value* v = required(root_, Where{"document", -1, key});
+    if (v != nullptr && !v->IsArray()) {
+      fail_type(Where{key}, *v, "an array");
+      return nullptr;
+    }
+    return v;
+  }
+  bool columns(const char* fields_key, std::initializer_list<const char*> names, Columns& out) {
+    const Value* fields = table(fields_key);
+    if (fields == nullptr) return false;
+    out.width = fields->Size();
+    for (const char* name : names) {
+      int found = -1;
+      for (rapidjson::SizeType i = 0; i < fields->Size(); ++i) {
+        const Value& f = (*fields)[i];
+        if (f.IsString() && std::strcmp(f.GetString(), name) == 0) found = static_cast<int>(i);
+      }
+      if (found < 0) return fail(Where{fields_key}, std::string("no \"") + name + "\" column");
+      out.at.push_back(found);
+    }
+    return true;
+  }
+  // Row `i` of a table: an array of exactly `cols.width` cells.
+  const Value* row(const Value& rows, const char* section, rapidjson::SizeType i, const Columns& cols) {
+    const Value& r = rows[i];
+    if (!r.IsArray()) {
+      fail_type(Where{section, i}, r, "an array (one row)");
+      return nullptr;
+    }
+    if (r.Size() != cols.width) {
+      fail(Where{section, i}, "has " + std::to_string(r.Size()) + " cells, the header names " +
+                                  std::to_string(cols.width));
+      return nullptr;
+    }
+    return &r;
+  }
+
+  // -- sections ---------------------------------------------------------------------
+
+  // format and version first: a newer document may differ in everything else.
+  bool read_header() {
+    const Value* meta = member(root_, "meta");
+    const Value* format = meta != nullptr && meta->IsObject() ? member(*meta, "format") : nullptr;
+    if (format == nullptr || !format->IsString() ||
+        std::string_view(format->GetString(), format->GetStringLength()) != kFormat) {
+      error_ = Error{Error::Kind::kCorrupt, 0,
+                     "not a profile document: it is JSON, but meta.format is not \"mlflow-profiler\" "
+                     "(mlflow_profiler.load reads the .json and .json.gz files that save() writes)"};
+      return false;
+    }
+    const Value* version = member(*meta, "version");
+    if (version == nullptr || !version->IsInt()) {
+      error_ = Error{Error::Kind::kVersion, 0,
+                     "the profile document has no integer meta.version, so its layout is unknown"};
+      return false;
+    }
+    version_ = version->GetInt();
+    if (version_ > kDocumentVersion) {
+      error_ = Error{Error::Kind::kVersion, 0,
+                     "the profile document is version " + std::to_string(version_) +
+                         ", written by a newer mlflow-profiler; this one reads versions " +
+                         std::to_string(kOldestVersion) + " to " + std::to_string(kDocumentVersion) +
+                         ": upgrade mlflow-profiler to load it"};
+      return false;
+    }
+    if (version_ < kOldestVersion) {
+      error_ = Error{Error::Kind::kVersion, 0,
+                     "the profile document says version " + std::to_string(version_) +
+                         ", which no mlflow-profiler wrote (versions start at 1)"};
+      return false;
+    }
+    return true;
+  }
+
+  bool read_meta(Profile& p) {
+    const Value& meta = root_["meta"];  // read_header checked it
+    const char* s = "meta";
+    int32_t depth = 0;
+    int64_t duration = 0;
+    std::string clock;
+    if (!get_field(meta, Where{s, -1, "captured_depth"}, depth) ||
+        !get_field(meta, Where{s, -1, "start_ns"}, p.start_ns) ||
+        !get_field(meta, Where{s, -1, "end_ns"}, p.end_ns) ||
+        !get_field(meta, Where{s, -1, "duration_ns"}, duration) ||
+        !get_field(meta, Where{s, -1, "clock"}, clock)) {
+      return false;
+    }
+    if (depth < -1) return fail(Where{s, -1, "captured_depth"}, "must be -1 (unlimited) or >= 0");
+    p.captured_depth = depth;
+    if (p.end_ns < p.start_ns) return fail(Where{s, -1, "end_ns"}, "is before start_ns");
+    if (duration != p.end_ns - p.start_ns) {
+      return fail(Where{s, -1, "duration_ns"}, "is not end_ns - start_ns");
+    }
+    const Value* view = required(meta, Where{s, -1, "view_depth"});
+    if (view == nullptr) return false;
+    if (!view->IsNull() && !view->IsInt()) return fail_type(Where{s, -1, "view_depth"}, *view, "an integer or null");
+    for (const auto& m : meta.GetObject()) {
+      const std::string key(m.name.GetString(), m.name.GetStringLength());
+      if (key == "format" || key == "version" || key == "captured_depth" || key == "view_depth" ||
+          key == "clock" || key == "start_ns" || key == "end_ns" || key == "duration_ns") {
+        continue;
+      }
+      // Provenance (engine, python, pid, host ...) is strings only.
+      if (!m.value.IsString()) return fail_type(Where{"meta", -1, key.c_str()}, m.value, "a string");
+      p.meta.emplace(key, std::string(m.value.GetString(), m.value.GetStringLength()));
+    }
+    return true;
+  }
+
+  bool read_stats(Profile& p) {
+    const Value* stats = required(root_, Where{"document", -1, "stats"});
+    if (stats == nullptr) return false;
+    if (!stats->IsObject()) return fail_type(Where{"stats"}, *stats, "an object");
+    return get_field(*stats, Where{"stats", -1, "events_captured"}, p.stats.events_captured) &&
+           get_field(*stats, Where{"stats", -1, "events_skipped"}, p.stats.events_skipped) &&
+           get_field(*stats, Where{"stats", -1, "unmatched_returns"}, p.stats.unmatched_returns);
+  }
+
+  // Interning in document order gives every string its id back.
+  bool read_strings(Profile& p) {
+    const Value* strings = table("strings");
+    if (strings == nullptr) return false;
+    if (strings->Empty() || !(*strings)[0].IsString() || (*strings)[0].GetStringLength() != 0) {
+      return fail(Where{"strings", 0}, "must be the empty string");
+    }
+    StringTable& table = p.functions.strings();
+    for (rapidjson::SizeType i = 1; i < strings->Size(); ++i) {
+      const Value& v = (*strings)[i];
+      if (!v.IsString()) return fail_type(Where{"strings", i}, v, "a string");
+      const uint32_t id = table.intern(std::string_view(v.GetString(), v.GetStringLength()));
+      if (id != i) return fail(Where{"strings", i}, "repeats strings[" + std::to_string(id) + "]");
+    }
+    return true;
+  }
+
+  // Re-adding in order gives every function its id back; the check catches a
+  // document that lists one function twice.
+  bool read_functions(Profile& p) {
+    Columns c;
+    const Value* rows = table("functions");
+    if (rows == nullptr || !columns("function_fields", {"name", "module", "file", "line", "kind", "user_code"}, c)) {
+      return false;
+    }
+    const size_t n_strings = p.functions.strings().size();
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "functions", i, c);
+      if (r == nullptr) return false;
+      uint32_t name = 0, module = 0, file = 0, kind = 0, user_code = 0;
+      int32_t line = 0;
+      const char* s = "functions";
+      if (!get_id((*r)[c.at[0]], Where{s, i, "name"}, n_strings, "strings", name) ||
+          !get_id((*r)[c.at[1]], Where{s, i, "module"}, n_strings, "strings", module) ||
+          !get_id((*r)[c.at[2]], Where{s, i, "file"}, n_strings, "strings", file) ||
+          !get((*r)[c.at[3]], Where{s, i, "line"}, line) ||
+          !get((*r)[c.at[4]], Where{s, i, "kind"}, kind) ||
+          !get((*r)[c.at[5]], Where{s, i, "user_code"}, user_code)) {
+        return false;
+      }
+      if (kind > static_cast<uint32_t>(FunctionKind::kBlock)) {
+        return fail(Where{s, i, "kind"}, "unknown kind " + std::to_string(kind) + " (0 Python, 1 C, 2 block)");
+      }
+      if (user_code > 1) return fail(Where{s, i, "user_code"}, "must be 0 or 1");
+      const StringTable& st = p.functions.strings();
+      const uint32_t id = p.functions.add(st.get(name), st.get(module), st.get(file), line,
+                                          static_cast<FunctionKind>(kind), user_code == 1);
+      if (id != i) return fail(Where{s, i}, "repeats functions[" + std::to_string(id) + "]");
+    }
+    return true;
+  }
+
+  bool read_lanes(Profile& p) {
+    const Value* lanes = table("lanes");
+    if (lanes == nullptr) return false;
+    p.lanes.resize(lanes->Size());
+    for (rapidjson::SizeType i = 0; i < lanes->Size(); ++i) {
+      const Value& v = (*lanes)[i];
+      if (!v.IsObject()) return fail_type(Where{"lanes", i}, v, "an object");
+      Lane& lane = p.lanes[i];
+      const char* s = "lanes";
+      if (!get_field(v, Where{s, i, "thread_id"}, lane.thread_id) ||
+          !get_field(v, Where{s, i, "native_tid"}, lane.native_tid) ||
+          !get_field(v, Where{s, i, "thread_name"}, lane.thread_name) ||
+          !get_field(v, Where{s, i, "task"}, lane.task) ||
+          !get_field(v, Where{s, i, "parent_lane"}, lane.parent_lane) ||
+          !get_field(v, Where{s, i, "parent_call"}, lane.parent_call) ||
+          !get_field(v, Where{s, i, "events"}, lane.recorded) ||
+          !get_field(v, Where{s, i, "dropped"}, lane.dropped) ||
+          !get_field(v, Where{s, i, "truncated"}, lane.truncated)) {
+        return false;
+      }
+      if (lane.parent_lane < -1 || lane.parent_lane >= static_cast<int64_t>(lanes->Size())) {
+        return fail(Where{s, i, "parent_lane"},
+                    std::to_string(lane.parent_lane) + " is neither -1 nor a lane");
+      }
+    }
+    return true;
+  }
+
+  bool read_spans(Profile& p) {
+    Columns c;
+    const Value* rows = table("spans");
+    if (rows == nullptr ||
+        !columns("span_fields", {"parent", "function", "label", "lane", "depth", "flags", "start_ns",
+                                 "end_ns", "active_ns", "resumes"}, c)) {
+      return false;
+    }
+    if (rows->Size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      return fail(Where{"spans"}, "more spans than a profile can index");
+    }
+    const size_t n_functions = p.functions.size();
+    const size_t n_strings = p.functions.strings().size();
+    const size_t n_lanes = p.lanes.size();
+    p.spans.resize(rows->Size());
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "spans", i, c);
+      if (r == nullptr) return false;
+      Span& span = p.spans[i];
+      const char* s = "spans";
+      if (!get((*r)[c.at[0]], Where{s, i, "parent"}, span.parent) ||
+          !get_id((*r)[c.at[1]], Where{s, i, "function"}, n_functions, "functions", span.function) ||
+          !get_id((*r)[c.at[2]], Where{s, i, "label"}, n_strings, "strings", span.label) ||
+          !get_id((*r)[c.at[3]], Where{s, i, "lane"}, n_lanes, "lanes", span.lane) ||
+          !get((*r)[c.at[4]], Where{s, i, "depth"}, span.depth) ||
+          !get((*r)[c.at[5]], Where{s, i, "flags"}, span.flags) ||
+          !get((*r)[c.at[6]], Where{s, i, "start_ns"}, span.start_ns) ||
+          !get((*r)[c.at[7]], Where{s, i, "end_ns"}, span.end_ns) ||
+          !get((*r)[c.at[8]], Where{s, i, "active_ns"}, span.active_ns) ||
+          !get((*r)[c.at[9]], Where{s, i, "resumes"}, span.resumes)) {
+        return false;
+      }
+      // A parent comes first: that is what makes the links a tree (no cycles)
+      // and what the renderers' single passes rely on.
+      if (span.parent < -1 || span.parent >= static_cast<int64_t>(i)) {
+        return fail(Where{s, i}, "parent " + std::to_string(span.parent) + " is not an earlier span");
+      }
+      const uint32_t depth = span.parent < 0 ? 0 : p.spans[span.parent].depth + 1;
+      if (span.depth != depth) {
+        return fail(Where{s, i}, "depth " + std::to_string(span.depth) + " does not match its parent's (expected " +
+                                     std::to_string(depth) + ")");
+      }
+      if (span.end_ns < span.start_ns) return fail(Where{s, i}, "ends before it starts");
+    }
+    return true;
+  }
+
+  // Version 1 has no segments and no I/O: they stay empty.
+  bool read_segments(Profile& p) {
+    if (version_ < 2) return true;
+    Columns c;
+    const Value* rows = table("segments");
+    if (rows == nullptr || !columns("segment_fields", {"span", "start_ns", "end_ns"}, c)) return false;
+    p.segments.resize(rows->Size());
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "segments", i, c);
+      if (r == nullptr) return false;
+      Segment& seg = p.segments[i];
+      uint32_t span = 0;
+      const char* s = "segments";
+      if (!get_id((*r)[c.at[0]], Where{s, i, "span"}, p.spans.size(), "spans", span) ||
+          !get((*r)[c.at[1]], Where{s, i, "start_ns"}, seg.start_ns) ||
+          !get((*r)[c.at[2]], Where{s, i, "end_ns"}, seg.end_ns)) {
+        return false;
+      }
+      seg.span = static_cast<int32_t>(span);
+      // Profile::segments_of looks segments up by binary search on span.
+      if (i > 0 && seg.span < p.segments[i - 1].span) return fail(Where{s, i}, "not in span order");
+      if (seg.end_ns < seg.start_ns) return fail(Where{s, i}, "ends before it starts");
+    }
+    return true;
+  }
+
+  bool read_io(Profile& p) {
+    if (version_ < 2) return true;
+    Columns c;
+    const Value* rows = table("io");
+    if (rows == nullptr ||
+        !columns("io_fields", {"span", "role", "name", "type", "shape", "dtype", "length", "size_bytes",
+                               "device", "repr"}, c)) {
+      return false;
+    }
+    p.io.resize(rows->Size());
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "io", i, c);
+      if (r == nullptr) return false;
+      SpanIO& io = p.io[i];
+      IOSummary& sum = io.summary;
+      uint32_t span = 0, role = 0;
+      const char* s = "io";
+      if (!get_id((*r)[c.at[0]], Where{s, i, "span"}, p.spans.size(), "spans", span) ||
+          !get((*r)[c.at[1]], Where{s, i, "role"}, role) ||
+          !get((*r)[c.at[2]], Where{s, i, "name"}, io.name) ||
+          !get((*r)[c.at[3]], Where{s, i, "type"}, sum.type_name) ||
+          !read_shape((*r)[c.at[4]], Where{s, i, "shape"}, sum) ||
+          !get_optional((*r)[c.at[5]], Where{s, i, "dtype"}, sum.dtype) ||
+          !get_optional((*r)[c.at[6]], Where{s, i, "length"}, sum.length) ||
+          !get_optional((*r)[c.at[7]], Where{s, i, "size_bytes"}, sum.size_bytes) ||
+          !get_optional((*r)[c.at[8]], Where{s, i, "device"}, sum.device) ||
+          !get_optional((*r)[c.at[9]], Where{s, i, "repr"}, sum.repr_short)) {
+        return false;
+      }
+      if (role > static_cast<uint32_t>(IORole::kReturn)) {
+        return fail(Where{s, i, "role"}, "must be 0 (argument) or 1 (return value)");
+      }
+      io.span = static_cast<int32_t>(span);
+      io.role = static_cast<IORole>(role);
+      // Profile::io_of looks summaries up by binary search on span.
+      if (i > 0 && io.span < p.io[i - 1].span) return fail(Where{s, i}, "not in span order");
+    }
+    return true;
+  }
+
+  // null: no shape; an array: dimensions, null for one that is not known.
+  bool read_shape(const Value& v, const Where& w, IOSummary& sum) {
+    if (v.IsNull()) return true;
+    if (!v.IsArray()) return fail_type(w, v, "an array or null");
+    sum.has_shape = true;
+    sum.shape.reserve(v.Size());
+    for (const Value& d : v.GetArray()) {
+      if (d.IsNull()) {
+        sum.shape.push_back(-1);
+      } else if (d.IsInt64() && d.GetInt64() >= 0) {
+        sum.shape.push_back(d.GetInt64());
+      } else {
+        return fail_type(w, d, "dimensions that are non-negative integers or null");
+      }
+    }
+    return true;
+  }
+
+  // The links build_tree makes: children in index order (start order within a
+  // lane), re-sorted by start where a span adopted another lane's spans;
+  // roots sorted by start.
+  static void link_tree(Profile& p) {
+    std::vector<Span>& spans = p.spans;
+    std::vector<int32_t> adopters;
+    for (auto i = static_cast<int32_t>(spans.size()) - 1; i >= 0; --i) {
+      Span& s = spans[i];
+      if (s.parent < 0) continue;
+      Span& parent = spans[s.parent];
+      s.next_sibling = parent.first_child;
+      parent.first_child = i;
+      if (s.lane != parent.lane) adopters.push_back(s.parent);
+    }
+    std::sort(adopters.begin(), adopters.end());
+    adopters.erase(std::unique(adopters.begin(), adopters.end()), adopters.end());
+    std::vector<int32_t> children;
+    for (const int32_t parent : adopters) {
+      children.clear();
+      for (int32_t c = spans[parent].first_child; c >= 0; c = spans[c].next_sibling) children.push_back(c);
+      std::stable_sort(children.begin(), children.end(),
+                       [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
+      int32_t next = -1;
+      for (auto it = children.rbegin(); it != children.rend(); ++it) {
+        spans[*it].next_sibling = next;
+        next = *it;
+      }
+      spans[parent].first_child = next;
+    }
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (spans[i].parent < 0) p.roots.push_back(static_cast<int32_t>(i));
+    }
+    std::stable_sort(p.roots.begin(), p.roots.end(),
+                     [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
+  }
+
+  const Value& root_;
+  int version_ = 0;
+  Error error_;
+};
+
+// True when a parse error is the text running out rather than a wrong byte:
+// the parser stopped at the end, or inside the last token (a literal, number,
+// escape or UTF-8 sequence cut short, which rapidjson reports at its start).
+bool ran_out(std::string_view text, const rapidjson::ParseResult& r) {
+  const size_t at = r.Offset();
+  if (at >= text.size()) return true;
+  switch (r.Code()) {
+    case rapidjson::kParseErrorValueInvalid:
+    case rapidjson::kParseErrorStringUnicodeEscapeInvalidHex:
+    case rapidjson::kParseErrorStringUnicodeSurrogateInvalid:
+    case rapidjson::kParseErrorStringEscapeInvalid:
+    case rapidjson::kParseErrorStringInvalidEncoding:
+    case rapidjson::kParseErrorNumberMissFraction:
+    case rapidjson::kParseErrorNumberMissExponent:
+      // The longest token that can be cut short is a \uXXXX\uXXXX pair.
+      return text.size() - at <= 12 &&
+             text.substr(at).find_first_of(",:[]{}\" \n") == std::string_view::npos;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Result<Profile> read_json_document(std::string_view data) {
+  std::string inflated;
+  if (is_gzip(data)) {
+    Result<std::string> text = gzip_decompress(data);
+    if (!text.ok()) {
+      Error e = text.error();
+      e.message = "cannot read the compressed profile: " + e.message;
+      return e;
+    }
+    inflated = std::move(text.value());
+    data = inflated;
+  }
+  if (data.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return Error{Error::Kind::kTruncated, 0,
+                 "the profile is empty: the file was cut off before anything was written"};
+  }
+  // JSON text never holds a raw NUL; rapidjson would take one as the end.
+  if (const size_t nul = data.find('\0'); nul != std::string_view::npos) {
+    return Error{Error::Kind::kCorrupt, 0,
+                 "not a profile document: a NUL byte at offset " + std::to_string(nul) +
+                     " (JSON text never holds one)"};
+  }
+  rapidjson::Document doc;
+  doc.Parse<kParseFlags>(data.data(), data.size());
+  if (doc.HasParseError()) {
+    const rapidjson::ParseResult r(doc.GetParseError(), doc.GetErrorOffset());
+    if (ran_out(data, r)) {
+      return Error{Error::Kind::kTruncated, 0,
+                   "the profile is truncated: the JSON text ends early, after " +
+                       std::to_string(data.size()) + " bytes (the file was cut off while being written or copied)"};
+    }
+    return Error{Error::Kind::kCorrupt, 0,
+                 std::string("not a profile document: invalid JSON at offset ") + std::to_string(r.Offset()) +
+                     " (" + rapidjson::GetParseError_En(r.Code()) + ")"};
+  }
+  return DocumentReader(doc).read();
 }
 
 }  // namespace mlprof
