@@ -469,3 +469,112 @@ def test_a_100k_span_report_stays_usable(browser, tmp_path):
     assert browser.execute_script(report_js + ".zoomToSpan(5000)") < 1000
     assert browser.execute_script(report_js + ".redraw()") < 500
     assert console_errors(browser) == []
+
+
+# ---- other sessions: empty, dropped calls, C calls, asyncio tasks ---------------
+
+
+def open_session(browser, session, tmp_path):
+    path = tmp_path / "session.html"
+    session.save(path)
+    console_errors(browser)
+    open_report(browser, path.as_uri())
+    return path
+
+
+def test_an_empty_session_says_so(browser, engine, tmp_path):
+    with profiling(engine=engine) as session:
+        pass
+    open_session(browser, session, tmp_path)
+    assert tree_lines(browser) == ["(no spans captured)"]
+    assert browser.find_element("id", "fact-spans").text == "0"
+    assert console_errors(browser) == []
+
+
+def test_dropped_calls_are_reported_as_print_tree_does(browser, engine, tmp_path):
+    def leaf():
+        pass
+
+    def work():
+        for _ in range(200):
+            leaf()
+
+    with profiling(depth=-1, max_events=50, engine=engine) as session:
+        work()
+    note = next(line for line in text_lines(session.format_tree()) if "calls dropped" in line)
+    open_session(browser, session, tmp_path)
+    warnings = [li.text for li in browser.find_elements("css selector", "#warnings li")]
+    assert warnings == [note]
+    assert console_errors(browser) == []
+
+
+def test_c_calls_are_folded_until_asked_for(browser, engine, tmp_path):
+    def work(xs):
+        return sorted(xs) + [len(xs)]
+
+    with profiling(depth=-1, capture_c_calls=True, engine=engine) as session:
+        work([3, 1, 2])
+    open_session(browser, session, tmp_path)
+    assert tree_lines(browser) == text_lines(session.format_tree(show_c_calls=False))
+    box = browser.find_element("id", "c-calls")
+    assert box.is_displayed() and not box.is_selected()
+    box.click()
+    shown = tree_lines(browser)
+    assert shown == text_lines(session.format_tree(show_c_calls=True))
+    assert any(line.startswith("sorted: ") for line in shown)
+    assert console_errors(browser) == []
+
+
+def test_asyncio_tasks_get_their_own_tracks(browser, engine, tmp_path):
+    import asyncio
+
+    async def fetch(delay):
+        await asyncio.sleep(delay)
+        return delay
+
+    async def handler():
+        return await asyncio.gather(fetch(0.01), fetch(0.02))
+
+    with profiling(depth=-1, engine=engine) as session:
+        asyncio.run(handler())
+    open_session(browser, session, tmp_path)
+    titles = browser.execute_script("return window.mlprofReport.trackTitles()")
+    assert titles[0] == "thread MainThread"
+    assert any(t.startswith("thread MainThread, task ") for t in titles[1:]), titles
+    assert tree_lines(browser) == text_lines(session.format_tree())
+
+    # A coroutine is drawn by its running segments: in the middle of the
+    # slow fetch's wall time (asleep in asyncio.sleep) its row is empty,
+    # where a segment starts it is drawn.
+    doc = json.loads(session.to_json())
+    slow = max((i for i, r in enumerate(doc["spans"]) if doc["strings"][doc["functions"][r[1]][0]].endswith("fetch")),
+               key=lambda i: doc["spans"][i][7] - doc["spans"][i][6])
+    row = doc["spans"][slow]
+    assert row[5] & 256, "fetch was suspended: a generator span"
+    segments = [s for s in doc["segments"] if s[0] == slow]
+    assert len(segments) >= 2
+    track = next(t for t in browser.execute_script("return window.mlprofReport.trackLayout()") if t["lane"] == row[3])
+    t0 = doc["meta"]["start_ns"]
+    # Scroll the chart to that track, as a person would to see it.
+    scroll = max(0, track["y"] - 40)
+    browser.execute_script("document.getElementById('chart-scroll').scrollTop = arguments[0]", scroll)
+    scroll = browser.execute_script("return document.getElementById('chart-scroll').scrollTop")
+    y = track["y"] + TITLE_PX + (row[4] - track["base"]) * ROW_PX + ROW_PX // 2 - scroll
+    assert 0 < y < browser.find_element("id", "chart").size["height"]
+
+    def alpha_at(t_ns):
+        settle(browser)
+        return browser.execute_script(
+            """
+            const c = document.getElementById('chart');
+            const [v0, v1] = window.mlprofReport.range();
+            const x = Math.floor((arguments[0] - v0) / (v1 - v0) * c.clientWidth) + 0.5;
+            const r = window.devicePixelRatio || 1;
+            return c.getContext('2d').getImageData(Math.floor(x * r), Math.floor(arguments[1] * r), 1, 1).data[3];
+            """,
+            t_ns, y)
+
+    asleep = ((segments[0][2] + segments[1][1]) / 2) - t0
+    assert alpha_at(asleep) == 0
+    assert alpha_at(segments[1][1] - t0) > 0
+    assert console_errors(browser) == []

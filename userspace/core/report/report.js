@@ -1160,6 +1160,8 @@
     lastDraw: () => C.lastDraw,
     range: () => [C.v0, C.v1],
     trackTitles: () => C.tracks.map((t) => laneTitle(t.lane)),
+    // Where each track is drawn: its top (CSS px from the chart's top), rows, lane.
+    trackLayout: () => C.tracks.map((t) => ({ title: laneTitle(t.lane), lane: t.lane, y: t.y, rows: t.rows.length, base: t.base })),
     search: (q) => { const t = performance.now(); searchInput.value = q; applySearch(q, true); return performance.now() - t; },
     redraw: () => { const t = performance.now(); drawNow(); return performance.now() - t; },
     zoomToSpan: (i) => { const t = performance.now(); zoomToSpan(i); drawNow(); return performance.now() - t; },
