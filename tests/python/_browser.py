@@ -67,8 +67,6 @@ def start_chromium(width: int = 1400, height: int = 1100, downloads: Optional[Pa
     options.add_argument("--disable-gpu")
     options.add_argument("--disable-dev-shm-usage")  # small /dev/shm in containers
     options.add_argument("--no-first-run")
-    # Let a test page frame a file:// report (as MLflow frames its artifacts).
-    options.add_argument("--allow-file-access-from-files")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         options.add_argument("--no-sandbox")  # Chromium refuses to run as root otherwise (CI)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})

@@ -1,9 +1,10 @@
+#include "core/export.h"
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
 #include <string_view>
 
-#include "core/export.h"
 #include "core/io.h"
 #include "core/json_doc.h"
 #include "core/render_text.h"
