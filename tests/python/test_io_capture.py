@@ -81,7 +81,7 @@ def test_show_io_renders_in_and_out_lines(engine):
     i = next(i for i, line in enumerate(lines) if line.startswith("  run_model: "))
     assert lines[i + 1] == "    in:  x=(ndarray, shape=(100, 50), dtype=float32, 19.5KB)"
     assert lines[i + 2] == "    in:  scale=(float, 1.0)"
-    assert lines[i + 3] == "    out: (ndarray, shape=(100, 10), dtype=float64, 7.8KB)"
+    assert lines[i + 3] == "    out: (ndarray, shape=(100, 10), dtype=float32, 3.9KB)"
     assert not text.endswith("\n\n")
     # The same capture without I/O lines, and print_tree prints the same text.
     assert "in:" not in s.format_tree(show_io=False)
@@ -187,12 +187,12 @@ def test_variadic_parameters_are_summarized_as_their_tuple_and_dict(engine):
     assert span.input_summary["rest"].length == 2
     assert span.input_summary["options"].type_name == "dict"
     assert span.input_summary["options"].length == 1
-    assert span.output_summary == IOSummary(type_name="NoneType", repr_short="None")
+    assert span.output_summary == IOSummary(type_name="NoneType")
 
 
 def test_profile_span_io_for_python_functions_and_other_callables(engine):
-    labelled = profile_span(preprocess, label="prep")
-    builtin = profile_span(sorted, label="sort")
+    labelled = profile_span("prep")(preprocess)
+    builtin = profile_span("sort")(sorted)
     X = np.ones((2, 2))
     with profiling(depth=1, capture_io=True, engine=engine) as s:
         labelled(X)
