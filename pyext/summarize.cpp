@@ -106,7 +106,7 @@ struct Names {
   X(sizeof_, "sizeof") X(start, "start") X(stop, "stop") X(step, "step") X(shape, "shape")     \
   X(sum, "sum") X(tolist, "tolist") X(itemsize, "itemsize") X(str, "str") X(deep, "deep")      \
   X(data, "data") X(indices, "indices") X(indptr, "indptr") X(row, "row") X(col, "col")        \
-  X(coords, "coords") X(offsets, "offsets") X(rows, "rows") X(format, "format")                \
+  X(coords, "coords") X(offsets, "offsets") X(format, "format")                \
   X(nnz, "nnz") X(device, "device") X(element_size, "element_size") X(numel, "numel")          \
   X(num_rows, "num_rows") X(num_columns, "num_columns") X(schema, "schema")                    \
   X(types, "types") X(type, "type") X(estimated_size, "estimated_size")                        \
@@ -620,7 +620,14 @@ TypeInfoPtr classify(PyTypeObject* t) {
           info->summarizer = fn;
         }
       }
-      if (!have_kind) have_kind = builtin_kind(base, &info->kind);
+      Kind k = Kind::kGeneric;
+      if (builtin_kind(base, &k)) {
+        if (!have_kind) info->kind = k;
+        have_kind = true;
+        // numpy.str_ and numpy.bytes_ put str/bytes before numpy.generic in
+        // their MRO: they are numpy scalars all the same.
+        if (k == Kind::kNumpyScalar) info->kind = k;
+      }
     }
   }
   if (info->kind == Kind::kPandasIndex || info->kind == Kind::kPandasArray) {
@@ -664,14 +671,13 @@ struct DtypeName {
 
 // str(dtype) costs microseconds (numpy formats it in Python), so names are
 // computed once: per (type number, byte order) for the fixed-size builtin
-// types, per type string ("<U5", "<M8[ns]") for strings and datetimes.
+// types, per parameter (length, unit) for strings and datetimes.
 constexpr int kNumpyTypes = 24;  // NPY_BOOL .. NPY_HALF
 DtypeName g_builtin_dtypes[kNumpyTypes][4];
-std::unordered_map<std::string, DtypeName> g_typestr_dtypes;
-constexpr size_t kTypestrMax = 256;
+constexpr size_t kParametricMax = 256;
 
 bool is_parametric(int type_num) { return type_num >= 18 && type_num <= 22; }  // S U V M m
-bool is_typestr_cacheable(int type_num) { return type_num == 18 || type_num == 19 || type_num == 21 || type_num == 22; }
+bool is_keyed_parametric(int type_num) { return type_num == 18 || type_num == 19 || type_num == 21 || type_num == 22; }
 
 int byteorder_index(char b) {
   switch (b) {
@@ -709,28 +715,48 @@ bool is_ndarray(PyObject* o) {
   return st.ndarray && PyObject_TypeCheck(o, st.ndarray);
 }
 
-// The unit of a datetime64/timedelta64 dtype, from its c_metadata
-// (PyArray_DatetimeDTypeMetaData: an NpyAuxData header of 4 pointers, then
-// {unit, num}). Where the descr sits depends on the numpy ABI, told apart by
-// the struct sizes: numpy 2 (_PyArray_LegacyDescr, 120 bytes; np.dtype 88)
-// and numpy 1 (PyArray_Descr, 96 bytes). 0 when unsure: the caller asks numpy.
-std::unordered_map<uint64_t, DtypeName> g_datetime_dtypes;
+// Parametric dtypes (bytes and str of a given length, datetimes of a given
+// unit) are keyed by what parametrises them, read from the descr in place.
+// Its layout depends on the numpy ABI, told apart by the struct sizes:
+// numpy 2 (_PyArray_LegacyDescr, 120 bytes; np.dtype 88: elsize an intp at
+// 40, c_metadata at 112) and numpy 1 (PyArray_Descr, 96 bytes: elsize an int
+// at 32, c_metadata at 80). A datetime's c_metadata is
+// PyArray_DatetimeDTypeMetaData: an NpyAuxData header of 4 pointers, then
+// {unit, num}. 0 when unsure: the caller asks numpy.
+std::unordered_map<uint64_t, DtypeName> g_parametric_dtypes;
 
-uint64_t datetime_key(PyObject* descr, int type_num, int byteorder) {
+uint64_t parametric_key(PyObject* descr, int type_num, int byteorder) {
   const Py_ssize_t size = Py_TYPE(descr)->tp_basicsize;
   const Py_ssize_t base = state().dtype ? state().dtype->tp_basicsize : 0;
-  size_t offset = 0;
-  if (size == 120 && base == 88) offset = 112;
-  else if (size == 96 && base == 96) offset = 80;
-  else return 0;
-  const char* meta = *reinterpret_cast<char* const*>(reinterpret_cast<const char*>(descr) + offset);
-  if (!meta) return 0;
-  int unit = 0, num = 0;
-  std::memcpy(&unit, meta + 4 * sizeof(void*), sizeof(int));
-  std::memcpy(&num, meta + 4 * sizeof(void*) + sizeof(int), sizeof(int));
-  if (unit < 0 || unit >= 64) return 0;
-  return (static_cast<uint64_t>(type_num) << 56) | (static_cast<uint64_t>(byteorder + 1) << 48) |
-         (static_cast<uint64_t>(unit) << 32) | static_cast<uint32_t>(num);
+  const bool numpy2 = size == 120 && base == 88;
+  const bool numpy1 = size == 96 && base == 96;
+  if (!numpy1 && !numpy2) return 0;
+  const char* d = reinterpret_cast<const char*>(descr);
+  uint32_t param = 0;
+  if (type_num == 18 || type_num == 19) {  // S, U: the item size
+    int64_t elsize = 0;
+    if (numpy2) {
+      Py_ssize_t v = 0;
+      std::memcpy(&v, d + 40, sizeof(v));
+      elsize = v;
+    } else {
+      int v = 0;
+      std::memcpy(&v, d + 32, sizeof(v));
+      elsize = v;
+    }
+    if (elsize < 0 || elsize > 0xFFFFFFFFll) return 0;
+    param = static_cast<uint32_t>(elsize);
+  } else {  // M, m: unit and multiplier
+    const char* meta = nullptr;
+    std::memcpy(&meta, d + (numpy2 ? 112 : 80), sizeof(meta));
+    if (!meta) return 0;
+    int unit = 0, num = 0;
+    std::memcpy(&unit, meta + 4 * sizeof(void*), sizeof(int));
+    std::memcpy(&num, meta + 4 * sizeof(void*) + sizeof(int), sizeof(int));
+    if (unit < 0 || unit >= 64 || num < 0 || num >= (1 << 24)) return 0;
+    param = (static_cast<uint32_t>(unit) << 24) | static_cast<uint32_t>(num);
+  }
+  return (static_cast<uint64_t>(type_num) << 40) | (static_cast<uint64_t>(byteorder + 1) << 32) | param;
 }
 
 // Name and item size of a numpy dtype object.
@@ -749,32 +775,17 @@ bool numpy_dtype(PyObject* descr, DtypeName* out) {
     *out = slot;
     return true;
   }
-  if (tn == 21 || tn == 22) {  // datetime64, timedelta64: keyed by their unit, read in place
-    const uint64_t key = datetime_key(descr, tn, bo);
+  if (is_keyed_parametric(tn)) {  // S, U, M, m
+    const uint64_t key = parametric_key(descr, tn, bo);
     if (key) {
-      auto it = g_datetime_dtypes.find(key);
-      if (it != g_datetime_dtypes.end()) {
+      auto it = g_parametric_dtypes.find(key);
+      if (it != g_parametric_dtypes.end()) {
         *out = it->second;
         return true;
       }
       if (!dtype_by_python(descr, out)) return false;
-      if (g_datetime_dtypes.size() >= kTypestrMax) g_datetime_dtypes.clear();
-      g_datetime_dtypes.emplace(key, *out);
-      return true;
-    }
-  }
-  if (is_typestr_cacheable(tn)) {
-    Ref ts = get_attr(descr, names().str);
-    std::string key = compat::utf8(ts.get());
-    if (!key.empty()) {
-      auto it = g_typestr_dtypes.find(key);
-      if (it != g_typestr_dtypes.end()) {
-        *out = it->second;
-        return true;
-      }
-      if (!dtype_by_python(descr, out)) return false;
-      if (g_typestr_dtypes.size() >= kTypestrMax) g_typestr_dtypes.clear();
-      g_typestr_dtypes.emplace(std::move(key), *out);
+      if (g_parametric_dtypes.size() >= kParametricMax) g_parametric_dtypes.clear();
+      g_parametric_dtypes.emplace(key, *out);
       return true;
     }
   }
@@ -1303,9 +1314,9 @@ void summarize_scipy_sparse(PyObject* m, IOSummary* out) {
     }
   } else if (fmt == "dia") {
     total = sum_array_bytes(m, {n.data, n.offsets}, &any);
-  } else if (fmt == "lil") {
-    total = sum_array_bytes(m, {n.data, n.rows}, &any);
   }
+  // lil and dok keep their entries in Python lists and dicts: no array
+  // holds them, so their size is not known cheaply.
   if (any) out->size_bytes = total;
 }
 
