@@ -103,7 +103,7 @@ struct Names {
   X(dtype, "dtype") X(dtype_, "_dtype") X(dtypes, "dtypes") X(data_, "_data") X(mask_, "_mask")                    \
   X(ndarray_, "_ndarray") X(cache_, "_cache") X(engine_, "_engine") X(range_, "_range")        \
   X(nbytes, "nbytes") X(memory_usage, "memory_usage") X(memory_usage_, "_memory_usage")        \
-  X(sizeof_, "sizeof") X(start, "start") X(stop, "stop") X(step, "step") X(shape, "shape")     \
+  X(sizeof_, "sizeof") X(sizeof_dunder, "__sizeof__") X(start, "start") X(stop, "stop") X(step, "step") X(shape, "shape")     \
   X(sum, "sum") X(tolist, "tolist") X(itemsize, "itemsize") X(str, "str") X(deep, "deep")      \
   X(data, "data") X(indices, "indices") X(indptr, "indptr") X(row, "row") X(col, "col")        \
   X(coords, "coords") X(offsets, "offsets") X(format, "format")                \
@@ -338,6 +338,7 @@ struct TypeInfo {
   PyObject* summarizer = nullptr;  // strong: the registered fn of the most specific class
   Kind kind = Kind::kGeneric;
   Flavor flavor = Flavor::kPublic;
+  int64_t sizeof_extra = -1;  // sys.getsizeof(x) - x.__sizeof__() for its instances
   bool repr_seen = false;  // its __repr__ was called once
   bool repr_slow = false;  // ... and then took longer than kSlowReprNs
   std::string type_name;
@@ -1462,6 +1463,25 @@ void summarize_number(PyObject* o, Kind kind, IOSummary* out) {
   else clear_error();
 }
 
+// sys.getsizeof(o) is o.__sizeof__() plus what the interpreter puts before
+// the object (the GC header; 3.12+ also managed dict/weakref pointers): a
+// constant per type, measured once, so later calls skip getsizeof's own
+// call and argument parsing.
+int64_t container_sizeof(PyObject* o, TypeInfo& info) {
+  Ref size(PyObject_VectorcallMethod(names().sizeof_dunder, &o, 1, nullptr));
+  int64_t own = -1;
+  if (!to_int64(size.get(), &own) || own < 0) {
+    clear_error();
+    return getsizeof(o);
+  }
+  if (info.sizeof_extra < 0) {
+    const int64_t full = getsizeof(o);
+    if (full < own) return full;
+    info.sizeof_extra = full - own;
+  }
+  return own + info.sizeof_extra;
+}
+
 int64_t container_length(PyObject* o, Kind kind) {
   switch (kind) {
     case Kind::kList: return PyList_GET_SIZE(o);
@@ -1507,7 +1527,7 @@ void summarize_builtin(PyObject* o, TypeInfo& info, IOSummary* out) {
     case Kind::kFrozenSet:
       // Shallow: never iterates, so huge and recursive containers cost the same.
       out->length = container_length(o, kind);
-      out->size_bytes = getsizeof(o);
+      out->size_bytes = container_sizeof(o, info);
       return;
     case Kind::kNumpyArray: summarize_ndarray(o, out); return;
     case Kind::kNumpyScalar: {

@@ -63,9 +63,32 @@ def test_summarize_returns_a_real_iosummary():
     ids=lambda v: type(v).__name__,
 )
 def test_containers_length_and_shallow_size(value):
-    assert summarize(value) == IOSummary(
-        type_name=qualified(type(value)), length=len(value), size_bytes=sys.getsizeof(value)
-    )
+    for _ in range(2):  # the first call of a type measures what getsizeof adds to __sizeof__
+        assert summarize(value) == IOSummary(
+            type_name=qualified(type(value)), length=len(value), size_bytes=sys.getsizeof(value)
+        )
+
+
+def test_container_sizes_follow_growth():
+    small, grown = {}, {}
+    summarize(small)
+    for i in range(1000):
+        grown[i] = i
+    items = list(range(10))
+    summarize(items)
+    items.extend(range(10_000))
+    for v in (small, grown, items, set(range(1000)), tuple(range(50))):
+        assert summarize(v).size_bytes == sys.getsizeof(v)
+
+
+class SizedList(list):
+    def __sizeof__(self):
+        return 1234
+
+
+def test_container_subclass_with_its_own_sizeof():
+    assert summarize(SizedList([1])).size_bytes == sys.getsizeof(SizedList([1]))
+    assert summarize(SizedList([1])).size_bytes == sys.getsizeof(SizedList([1]))
 
 
 def test_namedtuple_is_a_tuple_with_its_own_name():
