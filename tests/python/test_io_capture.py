@@ -180,8 +180,7 @@ def test_variadic_parameters_are_summarized_as_their_tuple_and_dict(engine):
 
     with profiling(depth=1, capture_io=True, engine=engine) as s:
         f(1, 2, 3, k=4)
-    span = s.spans[-1] if s.spans[-1].function.endswith("f") else next(
-        sp for sp in s.spans if sp.function.endswith(".f"))
+    span = next(sp for sp in s.spans if sp.function.split(".")[-1] == "f")
     assert span.input_summary["a"].repr_short == "1"
     assert span.input_summary["rest"].type_name == "tuple"
     assert span.input_summary["rest"].length == 2
@@ -214,17 +213,23 @@ def test_a_large_array_captured_as_io_is_freed_while_the_session_lives(engine):
     def consume(big):
         return big.sum()
 
-    big = np.ones((1000, 1000))  # 8 MB
-    ref = weakref.ref(big)
-    before = sys.getrefcount(big)
-    with profiling(depth=1, capture_io=True, engine=engine) as s:
-        consume(big)
-        assert sys.getrefcount(big) == before
-    assert sys.getrefcount(big) == before
-    del big
+    def run():
+        # The array lives in this frame only: on 3.9/3.10 a Python-level
+        # profile function (the reference engine) makes CPython copy the
+        # caller's fast locals into f_locals, which holds them until the
+        # frame ends. The native engine's refcount is also checked directly.
+        big = np.ones((1000, 1000))  # 8 MB
+        before = sys.getrefcount(big)
+        with profiling(depth=1, capture_io=True, engine=engine) as s:
+            consume(big)
+        if engine == "native":
+            assert sys.getrefcount(big) == before
+        return s, weakref.ref(big)
+
+    s, ref = run()
     gc.collect()
     assert ref() is None, "the profiler kept the array alive"
-    # ... and the session still has its summary.
+    # ... and the session, still alive, has its summary.
     span = next(sp for sp in s.spans if sp.function.endswith("consume"))
     assert span.input_summary["big"].size_bytes == 8_000_000
     assert s.state == "finalized"
@@ -285,5 +290,5 @@ def test_results_are_unchanged_and_a_failing_repr_does_not_break_the_model(engin
     w = Weird()
     with profiling(depth=1, capture_io=True, engine=engine) as s:
         assert f(w) is w
-    span = next(sp for sp in s.spans if sp.function.endswith(".f"))
+    span = next(sp for sp in s.spans if sp.function.split(".")[-1] == "f")
     assert span.input_summary["w"].type_name.endswith("Weird")
