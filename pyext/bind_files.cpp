@@ -1,7 +1,174 @@
+// Files: export a Profile to bytes, save it atomically, read a profile
+// document back. The Profile is immutable once built, so exporting, writing
+// and parsing run with the GIL released.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>  // std::optional arguments
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
 #include "bindings.h"
+#include "core/export.h"
+#include "core/file_io.h"
+#include "core/json_read.h"
+
+namespace py = pybind11;
 
 namespace mlprof {
 
-void bind_files(pybind11::module_&) {}
+namespace {
+
+using ProfilePtr = std::shared_ptr<Profile>;
+
+constexpr ExportFormat kAllFormats[] = {ExportFormat::kJson,       ExportFormat::kJsonGz,
+                                        ExportFormat::kChromeTrace, ExportFormat::kPprof,
+                                        ExportFormat::kSpeedscope,  ExportFormat::kFolded,
+                                        ExportFormat::kHtml};
+
+// "'json', 'json_gz', ..." for messages.
+std::string format_names() {
+  std::string out;
+  for (const ExportFormat f : kAllFormats) {
+    if (!out.empty()) out += ", ";
+    out += "'" + std::string(format_name(f)) + "'";
+  }
+  return out;
+}
+
+ExportFormat format_by_name(const std::string& name) {
+  if (const auto f = format_from_name(name)) return *f;
+  throw py::value_error("unknown format '" + name + "': the formats are " + format_names());
+}
+
+// OSError(errno, strerror, path): Python picks the subclass from errno
+// (FileNotFoundError, PermissionError ...), as open() does.
+[[noreturn]] void raise_os_error(int errnum, const std::string& path) {
+  const py::object exc = py::handle(PyExc_OSError)(errnum, std::strerror(errnum), path);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw py::error_already_set();
+}
+
+const char* kind_name(Error::Kind kind) {
+  switch (kind) {
+    case Error::Kind::kTruncated: return "truncated";
+    case Error::Kind::kVersion: return "version";
+    case Error::Kind::kIo: return "io";
+    case Error::Kind::kCorrupt:
+    case Error::Kind::kUnsupported: break;
+  }
+  return "corrupt";
+}
+
+// mlflow_profiler.ProfileLoadError(message, kind, path), defined in _files.py.
+[[noreturn]] void raise_load_error(const Error& e, const std::optional<std::string>& path) {
+  const py::object cls = py::module_::import("mlflow_profiler._files").attr("ProfileLoadError");
+  // An I/O error's message already names the path; say it once.
+  const std::string detail = e.kind == Error::Kind::kIo && e.errnum != 0 ? std::strerror(e.errnum) : e.message;
+  const std::string message =
+      path ? "cannot load '" + *path + "': " + detail : "cannot load the profile: " + detail;
+  py::object exc = cls(message, kind_name(e.kind),
+                       path ? py::object(py::str(*path)) : py::object(py::none()));
+  if (e.kind == Error::Kind::kIo && e.errnum != 0 && path) {
+    exc.attr("errno") = e.errnum;
+    // `raise ... from OSError(...)`: the OS's own account stays visible.
+    py::object cause = py::handle(PyExc_OSError)(e.errnum, std::strerror(e.errnum), *path);
+    PyException_SetCause(exc.ptr(), cause.release().ptr());
+  }
+  PyErr_SetObject(cls.ptr(), exc.ptr());
+  throw py::error_already_set();
+}
+
+py::bytes export_bytes(const ProfilePtr& p, const std::string& name) {
+  const ExportFormat format = format_by_name(name);
+  std::string data;
+  {
+    py::gil_scoped_release unlocked;
+    data = export_profile(*p, format);
+  }
+  return py::bytes(data);
+}
+
+void save(const ProfilePtr& p, const std::string& path, const std::optional<std::string>& name) {
+  std::optional<ExportFormat> format;
+  if (name) {
+    format = format_by_name(*name);
+  } else {
+    format = format_for_path(path);
+    if (!format) {
+      throw py::value_error("cannot tell the file format of '" + path +
+                            "' from its extension: the known extensions are " + known_extensions() +
+                            "; for another name, pass format= one of " + format_names());
+    }
+  }
+  std::optional<Result<Ok>> written;
+  {
+    py::gil_scoped_release unlocked;
+    written = save_profile(*p, path, *format);
+  }
+  if (!written->ok()) raise_os_error(written->error().errnum, path);
+}
+
+ProfilePtr load_profile(const std::string& path) {
+  std::optional<Result<std::string>> data;
+  std::optional<Result<Profile>> profile;
+  {
+    py::gil_scoped_release unlocked;
+    data = read_file(path);
+    if (data->ok()) profile = read_json_document(data->value());
+  }
+  if (!data->ok()) {
+    const Error& e = data->error();
+    if (e.errnum == ENOENT) raise_os_error(e.errnum, path);
+    raise_load_error(e, path);
+  }
+  if (!profile->ok()) raise_load_error(profile->error(), path);
+  return std::make_shared<Profile>(std::move(profile->value()));
+}
+
+ProfilePtr loads_profile(const py::object& data) {
+  std::string_view bytes;
+  std::string utf8;
+  if (py::isinstance<py::bytes>(data)) {
+    char* buffer = nullptr;
+    Py_ssize_t size = 0;
+    if (PyBytes_AsStringAndSize(data.ptr(), &buffer, &size) != 0) throw py::error_already_set();
+    bytes = std::string_view(buffer, static_cast<size_t>(size));
+  } else if (py::isinstance<py::str>(data)) {
+    utf8 = data.cast<std::string>();
+    bytes = utf8;
+  } else {
+    throw py::type_error(std::string("loads_profile takes the bytes (or str) of a profile document, not ") +
+                         Py_TYPE(data.ptr())->tp_name);
+  }
+  std::optional<Result<Profile>> profile;
+  {
+    // `data` stays referenced by the caller and bytes are immutable.
+    py::gil_scoped_release unlocked;
+    profile = read_json_document(bytes);
+  }
+  if (!profile->ok()) raise_load_error(profile->error(), std::nullopt);
+  return std::make_shared<Profile>(std::move(profile->value()));
+}
+
+}  // namespace
+
+void bind_files(py::module_& m) {
+  m.def("export_bytes", &export_bytes, py::arg("profile"), py::arg("format"),
+        "The file contents of `profile` in `format` ('json', 'json_gz', 'chrome_trace', 'pprof', "
+        "'speedscope', 'folded', 'html').");
+  m.def("save", &save, py::arg("profile"), py::arg("path"), py::arg("format") = py::none(),
+        "Writes `profile` to `path` atomically; the format follows the extension unless named. "
+        "ValueError for an unknown extension or format, OSError (with errno and path) if writing fails.");
+  m.def("load_profile", &load_profile, py::arg("path"),
+        "Reads a profile document (.json or .json.gz). FileNotFoundError if it does not exist; "
+        "mlflow_profiler.ProfileLoadError (kind 'truncated', 'corrupt', 'version' or 'io') otherwise.");
+  m.def("loads_profile", &loads_profile, py::arg("data"),
+        "Reads a profile document from bytes (plain or gzip-compressed); ProfileLoadError if it is not one.");
+  m.def("known_extensions", &known_extensions, "The file extensions save() knows, in a readable list.");
+}
 
 }  // namespace mlprof

@@ -49,7 +49,7 @@ Profile rich_profile() {
   p.end_ns = 1'000;
   p.stats.events_captured = 31;
   p.stats.events_skipped = 12;
-  p.meta = {{"engine", "PyEval_SetProfile"}, {"python", "3.11.9"}, {"pid", "4242"}, {"host", "box"}};
+  p.meta = {{"engine", "PyEval_SetProfile"}, {"python", "3.11.9"}, {"pid", "4242"}, {"host", "box\x01\t"}};  // escaped as \u0001 and \t
 
   // clang-format off
   Lane main_lane = make_lane({
@@ -416,13 +416,16 @@ TEST(JsonRead, CorruptDocumentsNameWhatAndWhere) {
 
 TEST(JsonRead, NotJsonIsCorrupt) {
   for (const std::string& text : std::vector<std::string>{
-           "hello world", "<html></html>", "{\"meta\": 1,,}", "[1, 2] 3", "\xff\xfe{}",
+           "hello world", "hello", "nulL", "-x", "<html></html>", "{\"meta\": 1,,}", "[1, 2] 3", "\xff\xfe{}",
         std::string("{\"meta\"\0: 1}", 12), "{\"a\": \"\xc3\x28\"}"}) {
     Result<Profile> r = read_json_document(text);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.error().kind, Error::Kind::kCorrupt) << text << ": " << r.error().message;
     EXPECT_NE(r.error().message.find("not a profile document"), std::string::npos) << r.error().message;
   }
+  Result<Profile> gz = read_json_document(gzip_compress("hello"));
+  ASSERT_FALSE(gz.ok());
+  EXPECT_EQ(gz.error().kind, Error::Kind::kCorrupt) << gz.error().message;
   // A valid JSON value that is not a profile.
   Result<Profile> r = read_json_document(R"({"traceEvents": []})");
   ASSERT_FALSE(r.ok());

@@ -543,9 +543,27 @@ class DocumentReader {
   Error error_;
 };
 
-// True when a parse error is the text running out rather than a wrong byte:
-// the parser stopped at the end, or inside the last token (a literal, number,
-// escape or UTF-8 sequence cut short, which rapidjson reports at its start).
+// The tail of a text cut inside a token: a literal, number, escape or UTF-8
+// sequence that ends early. rapidjson reports those at the token's start.
+bool cut_token(std::string_view tail) {
+  for (const std::string_view literal : {"true", "false", "null"}) {
+    if (tail.size() < literal.size() && literal.starts_with(tail)) return true;
+  }
+  if (tail.find_first_not_of("-+.eE0123456789") == std::string_view::npos) return true;
+  // The longest escape that can be cut short is a \uXXXX\uXXXX pair.
+  if (tail.front() == '\\') {
+    return tail.size() < 12 && tail.find_first_not_of("\\u0123456789abcdefABCDEF") == std::string_view::npos;
+  }
+  const auto lead = static_cast<unsigned char>(tail.front());
+  const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+  if (tail.size() >= length) return false;
+  for (const char c : tail.substr(1)) {
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) return false;
+  }
+  return true;
+}
+
+// True when a parse error is the text running out rather than a wrong byte.
 bool ran_out(std::string_view text, const rapidjson::ParseResult& r) {
   const size_t at = r.Offset();
   if (at >= text.size()) return true;
@@ -557,9 +575,7 @@ bool ran_out(std::string_view text, const rapidjson::ParseResult& r) {
     case rapidjson::kParseErrorStringInvalidEncoding:
     case rapidjson::kParseErrorNumberMissFraction:
     case rapidjson::kParseErrorNumberMissExponent:
-      // The longest token that can be cut short is a \uXXXX\uXXXX pair.
-      return text.size() - at <= 12 &&
-             text.substr(at).find_first_of(",:[]{}\" \n") == std::string_view::npos;
+      return cut_token(text.substr(at));
     default:
       return false;
   }
@@ -569,6 +585,9 @@ bool ran_out(std::string_view text, const rapidjson::ParseResult& r) {
 
 Result<Profile> read_json_document(std::string_view data) {
   std::string inflated;
+  if (data == "\x1f") {  // one byte of the gzip magic
+    return Error{Error::Kind::kTruncated, 0, "the gzip stream ends after its first byte"};
+  }
   if (is_gzip(data)) {
     Result<std::string> text = gzip_decompress(data);
     if (!text.ok()) {
