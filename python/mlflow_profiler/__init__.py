@@ -13,7 +13,7 @@ import sysconfig as _sysconfig
 from . import _core, _transparent
 from ._core import profile_block
 from ._files import ProfileLoadError, load
-from ._io import IOSummary
+from ._io import IOSummary, register_summarizer, summarize
 from ._session import ProfileSession, SpanRecord, current_session, profiling
 from ._spans import profile_span
 
@@ -28,6 +28,8 @@ __all__ = [
     "profile_block",
     "profile_span",
     "profiling",
+    "register_summarizer",
+    "summarize",
 ]
 
 
