@@ -12,7 +12,7 @@ the browser tests do) and reports:
 - search: a term that matches 90% of the spans and one that matches one;
 - zoom: to a span (a batch) and back to the whole session, redraw included;
 - redraw of the full range, expand-all of the tree;
-- the JS heap once loaded.
+- the page's JS memory once loaded (heap plus typed-array backing stores).
 
     python bench/bench_html.py                     # 100k and 1M
     python bench/bench_html.py --spans 100000 --json bench/out/html.json
@@ -110,8 +110,11 @@ def measure(driver, spans: int, workdir: Path, repeats: int) -> dict:
     result["rects_drawn_full"] = driver.execute_script(api + ".lastDraw()")["drawn"]
     result["expand_all_ms"] = round(driver.execute_script(api + ".expandAll()"), 1)
     result["dom_rows"] = driver.execute_script("return document.querySelectorAll('#tree .row').length")
-    heap = driver.execute_script("return performance.memory ? performance.memory.usedJSHeapSize : null")
-    result["js_heap_mb"] = round(heap / 2**20) if heap else None
+    # The DevTools protocol's figure: performance.memory is bucketed and stale.
+    driver.execute_cdp_cmd("HeapProfiler.collectGarbage", {})
+    # Typed arrays live outside the JS heap, in backing stores: count both.
+    heap = driver.execute_cdp_cmd("Runtime.getHeapUsage", {})
+    result["js_heap_mb"] = round((heap["usedSize"] + heap.get("backingStorageSize", 0)) / 2**20)
     errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     result["console_errors"] = errors
     path.unlink()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import List
@@ -431,7 +432,8 @@ def test_works_inside_a_sandboxed_iframe(browser, report, how, tmp_path):
 def test_screenshot_is_kept(page, report, tmp_path):
     page.find_element("id", "search").send_keys("model")
     wait_for(lambda: page.find_element("id", "search-count").text, what="search")
-    out = artifact_dir(tmp_path) / f"html_report_{report.engine}.png"
+    version = "%d%d" % sys.version_info[:2]
+    out = artifact_dir(tmp_path) / f"html_report_py{version}_{report.engine}.png"
     assert page.save_screenshot(str(out))
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
