@@ -47,6 +47,10 @@ class ProfileLoadError(ValueError):
         self.kind = kind
         self.path = path
 
+    def __reduce__(self):
+        # Keeps kind and path across pickling (multiprocessing, logging handlers).
+        return (type(self), (str(self), self.kind, self.path), {"errno": self.errno})
+
 
 def save_profile(profile, path: PathLike, format: Optional[str] = None) -> str:
     """Writes a built profile (``session._built()``) to `path` and returns the path.
