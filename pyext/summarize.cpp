@@ -1090,7 +1090,8 @@ bool pandas_frame_internals(PyObject* df, IOSummary* out) {
     return false;
   }
   IndexFacts index;
-  if (!pandas_index(PyList_GET_ITEM(axes.get(), 1), &index, false)) return false;
+  Ref row_index = borrow(PyList_GET_ITEM(axes.get(), 1));  // held: Python code may change axes
+  if (!pandas_index(row_index.get(), &index, false)) return false;
   const Py_ssize_t nblocks = PyTuple_GET_SIZE(blocks.get());
   int64_t total = index.nbytes;
   int64_t cols = 0;
@@ -1176,7 +1177,8 @@ void pandas_frame_public(PyObject* df, IOSummary* out) {
   if (list && PyList_Check(list.get())) {
     DtypeList names_in_order;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.get()) && !names_in_order.cut; ++i) {
-      names_in_order.add(dtype_name(PyList_GET_ITEM(list.get(), i)));
+      Ref item = borrow(PyList_GET_ITEM(list.get(), i));
+      names_in_order.add(dtype_name(item.get()));
     }
     if (!names_in_order.empty()) out->dtype = names_in_order.joined();
   }
@@ -1201,10 +1203,10 @@ bool pandas_series_internals(PyObject* s, IOSummary* out) {
     return false;
   }
   Ref values = own_attr(PyTuple_GET_ITEM(blocks.get(), 0), n.values);
+  Ref index_obj = borrow(PyList_GET_ITEM(axes.get(), 0));  // held: Python code may change axes
   ValuesFacts v;
   IndexFacts index;
-  if (!values || !values_facts(values.get(), &v) || v.nd != 1 ||
-      !pandas_index(PyList_GET_ITEM(axes.get(), 0), &index, false)) {
+  if (!values || !values_facts(values.get(), &v) || v.nd != 1 || !pandas_index(index_obj.get(), &index, false)) {
     return false;
   }
   out->has_shape = true;
@@ -1330,9 +1332,11 @@ std::string joined_dtypes(PyObject* seq) {
     return {};
   }
   DtypeList list;
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.get());
-  for (Py_ssize_t i = 0; i < n && !list.cut; ++i) {
-    list.add(dtype_name(PySequence_Fast_GET_ITEM(fast.get(), i)));
+  // The size is read again each time and the item held: str() runs Python
+  // code, which may change the list.
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.get()) && !list.cut; ++i) {
+    Ref item = borrow(PySequence_Fast_GET_ITEM(fast.get(), i));
+    list.add(dtype_name(item.get()));
   }
   return list.empty() ? std::string() : list.joined();
 }
@@ -1604,7 +1608,8 @@ bool from_python(PyObject* s, IOSummary* out, std::string* why) {
     out->has_shape = true;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.get()); ++i) {
       int64_t d = -1;
-      if (!optional_int(PySequence_Fast_GET_ITEM(fast.get(), i), &d)) {
+      Ref item = borrow(PySequence_Fast_GET_ITEM(fast.get(), i));  // __index__ may change the list
+      if (!optional_int(item.get(), &d)) {
         *why = "shape is not a tuple of ints";
         return false;
       }

@@ -53,6 +53,17 @@ def test_summarize_returns_a_real_iosummary():
     assert dataclasses.replace(s, length=3).length == 3
 
 
+def test_docstring_examples():
+    pytest.importorskip("numpy")
+    import doctest
+
+    from mlflow_profiler import _io
+
+    result = doctest.testmod(_io, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 8 and result.failed == 0
+    assert _core._summarizer_count() == 0  # the example unregistered what it registered
+
+
 # --- builtins ----------------------------------------------------------------------
 
 
@@ -168,8 +179,11 @@ def test_a_huge_string_costs_its_prefix_only():
     t0 = time.perf_counter()
     s = summarize(huge)
     took = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    repr(huge)
+    full = time.perf_counter() - t0
     assert s.length == 50_000_000 and len(s.repr_short) == 80
-    assert took < 0.01  # repr(huge) alone takes tens of milliseconds
+    assert took * 20 < full, (took, full)
 
 
 class Color(enum.IntEnum):
