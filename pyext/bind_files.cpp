@@ -24,7 +24,7 @@ namespace {
 
 using ProfilePtr = std::shared_ptr<Profile>;
 
-constexpr ExportFormat kAllFormats[] = {ExportFormat::kJson,       ExportFormat::kJsonGz,
+constexpr ExportFormat kAllFormats[] = {ExportFormat::kJson,        ExportFormat::kJsonGz,
                                         ExportFormat::kChromeTrace, ExportFormat::kPprof,
                                         ExportFormat::kSpeedscope,  ExportFormat::kFolded,
                                         ExportFormat::kHtml};
@@ -54,11 +54,15 @@ ExportFormat format_by_name(const std::string& name) {
 
 const char* kind_name(Error::Kind kind) {
   switch (kind) {
-    case Error::Kind::kTruncated: return "truncated";
-    case Error::Kind::kVersion: return "version";
-    case Error::Kind::kIo: return "io";
+    case Error::Kind::kTruncated:
+      return "truncated";
+    case Error::Kind::kVersion:
+      return "version";
+    case Error::Kind::kIo:
+      return "io";
     case Error::Kind::kCorrupt:
-    case Error::Kind::kUnsupported: break;
+    case Error::Kind::kUnsupported:
+      break;
   }
   return "corrupt";
 }
@@ -67,11 +71,12 @@ const char* kind_name(Error::Kind kind) {
 [[noreturn]] void raise_load_error(const Error& e, const std::optional<std::string>& path) {
   const py::object cls = py::module_::import("mlflow_profiler._files").attr("ProfileLoadError");
   // An I/O error's message already names the path; say it once.
-  const std::string detail = e.kind == Error::Kind::kIo && e.errnum != 0 ? std::strerror(e.errnum) : e.message;
+  const std::string detail =
+      e.kind == Error::Kind::kIo && e.errnum != 0 ? std::strerror(e.errnum) : e.message;
   const std::string message =
       path ? "cannot load '" + *path + "': " + detail : "cannot load the profile: " + detail;
-  py::object exc = cls(message, kind_name(e.kind),
-                       path ? py::object(py::str(*path)) : py::object(py::none()));
+  py::object exc =
+      cls(message, kind_name(e.kind), path ? py::object(py::str(*path)) : py::object(py::none()));
   if (e.kind == Error::Kind::kIo && e.errnum != 0 && path) {
     exc.attr("errno") = e.errnum;
     // `raise ... from OSError(...)`: the OS's own account stays visible.
@@ -141,8 +146,9 @@ ProfilePtr loads_profile(const py::object& data) {
     utf8 = data.cast<std::string>();
     bytes = utf8;
   } else {
-    throw py::type_error(std::string("loads_profile takes the bytes (or str) of a profile document, not ") +
-                         Py_TYPE(data.ptr())->tp_name);
+    throw py::type_error(
+        std::string("loads_profile takes the bytes (or str) of a profile document, not ") +
+        Py_TYPE(data.ptr())->tp_name);
   }
   std::optional<Result<Profile>> profile;
   {
@@ -162,13 +168,17 @@ void bind_files(py::module_& m) {
         "'speedscope', 'folded', 'html').");
   m.def("save", &save, py::arg("profile"), py::arg("path"), py::arg("format") = py::none(),
         "Writes `profile` to `path` atomically; the format follows the extension unless named. "
-        "ValueError for an unknown extension or format, OSError (with errno and path) if writing fails.");
+        "ValueError for an unknown extension or format, OSError (with errno and path) if writing "
+        "fails.");
   m.def("load_profile", &load_profile, py::arg("path"),
         "Reads a profile document (.json or .json.gz). FileNotFoundError if it does not exist; "
-        "mlflow_profiler.ProfileLoadError (kind 'truncated', 'corrupt', 'version' or 'io') otherwise.");
+        "mlflow_profiler.ProfileLoadError (kind 'truncated', 'corrupt', 'version' or 'io') "
+        "otherwise.");
   m.def("loads_profile", &loads_profile, py::arg("data"),
-        "Reads a profile document from bytes (plain or gzip-compressed); ProfileLoadError if it is not one.");
-  m.def("known_extensions", &known_extensions, "The file extensions save() knows, in a readable list.");
+        "Reads a profile document from bytes (plain or gzip-compressed); ProfileLoadError if it is "
+        "not one.");
+  m.def("known_extensions", &known_extensions,
+        "The file extensions save() knows, in a readable list.");
 }
 
 }  // namespace mlprof

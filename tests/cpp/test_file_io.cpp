@@ -114,7 +114,8 @@ TEST(Gzip, EveryTruncationIsTruncated) {
   for (size_t n = 2; n < gz.size(); n += 1 + n / 50) {
     const Result<std::string> r = gzip_decompress(std::string_view(gz).substr(0, n));
     ASSERT_FALSE(r.ok()) << "cut at " << n;
-    EXPECT_EQ(r.error().kind, Error::Kind::kTruncated) << "cut at " << n << ": " << r.error().message;
+    EXPECT_EQ(r.error().kind, Error::Kind::kTruncated)
+        << "cut at " << n << ": " << r.error().message;
   }
 }
 

@@ -40,7 +40,8 @@ Profile rich_profile() {
   const uint32_t work = test::user_fn(p, "work", "app.workers");
   const uint32_t len = test::c_fn(p, "len");
   const uint32_t encode = test::lib_fn(p, "encode", "tok.core");
-  const uint32_t transform = test::lib_fn(p, "StandardScaler.transform", "sklearn.preprocessing._data");
+  const uint32_t transform =
+      test::lib_fn(p, "StandardScaler.transform", "sklearn.preprocessing._data");
   const uint32_t tokenize = p.functions.strings().intern("tokenize");
   const uint32_t block_label = p.functions.strings().intern("post-process");
   const uint32_t block = p.functions.add("post-process", "", "", 0, FunctionKind::kBlock, true);
@@ -49,7 +50,10 @@ Profile rich_profile() {
   p.end_ns = 1'000;
   p.stats.events_captured = 31;
   p.stats.events_skipped = 12;
-  p.meta = {{"engine", "PyEval_SetProfile"}, {"python", "3.11.9"}, {"pid", "4242"}, {"host", "box\x01\t"}};  // escaped as \u0001 and \t
+  p.meta = {{"engine", "PyEval_SetProfile"},
+            {"python", "3.11.9"},
+            {"pid", "4242"},
+            {"host", "box\x01\t"}};  // escaped as \u0001 and \t
 
   // clang-format off
   Lane main_lane = make_lane({
@@ -92,8 +96,10 @@ Profile rich_profile() {
   text.repr_short = "'h\xc3\xa9llo'";
   IOSummary none;
   none.type_name = "NoneType";
-  main_lane.io = {{0, IORole::kArgument, "df", df},  {0, IORole::kArgument, "threshold", scalar},
-                  {0, IORole::kReturn, "", out},     {10, IORole::kArgument, "text", text},
+  main_lane.io = {{0, IORole::kArgument, "df", df},
+                  {0, IORole::kArgument, "threshold", scalar},
+                  {0, IORole::kReturn, "", out},
+                  {10, IORole::kArgument, "text", text},
                   {7, IORole::kReturn, "", none}};
   p.lanes.push_back(std::move(main_lane));
 
@@ -364,8 +370,10 @@ TEST(JsonRead, CorruptDocumentsNameWhatAndWhere) {
        "spans[1]: depth 7 does not match its parent's (expected 1)"},
       {"ends before it starts", [](auto& d) { d["spans"][1][7].SetInt64(0); },
        "spans[1]: ends before it starts"},
-      {"short row", [](auto& d) { d["spans"][4].PopBack(); }, "spans[4]: has 9 cells, the header names 10"},
-      {"row not an array", [](auto& d) { d["spans"][4].SetNull(); }, "spans[4]: expected an array (one row)"},
+      {"short row", [](auto& d) { d["spans"][4].PopBack(); },
+       "spans[4]: has 9 cells, the header names 10"},
+      {"row not an array", [](auto& d) { d["spans"][4].SetNull(); },
+       "spans[4]: expected an array (one row)"},
       {"no parent column", [](auto& d) { d["span_fields"][0].SetString("mother"); },
        "span_fields: no \"parent\" column"},
       {"spans missing", [](auto& d) { d.RemoveMember("spans"); }, "document.spans: missing"},
@@ -374,35 +382,48 @@ TEST(JsonRead, CorruptDocumentsNameWhatAndWhere) {
        "lanes[1].truncated: expected true or false"},
       {"parent lane out of range", [](auto& d) { d["lanes"][1]["parent_lane"].SetInt(9); },
        "lanes[1].parent_lane: 9 is neither -1 nor a lane"},
-      {"function repeated", [](auto& d) {
+      {"function repeated",
+       [](auto& d) {
          rapidjson::Value copy(d["functions"][0], d.GetAllocator());
          d["functions"].PushBack(copy, d.GetAllocator());
-       }, "functions[8]: repeats functions[0]"},
+       },
+       "functions[8]: repeats functions[0]"},
       {"function string out of range", [](auto& d) { d["functions"][0][2].SetUint(777); },
        "functions[0].file: id 777 is out of range"},
-      {"function kind", [](auto& d) { d["functions"][0][4].SetUint(9); }, "functions[0].kind: unknown kind 9"},
-      {"string repeated", [](auto& d) { d["strings"][2].SetString("predict"); }, "strings[2]: repeats strings[1]"},
-      {"strings[0] not empty", [](auto& d) { d["strings"][0].SetString("x"); }, "strings[0]: must be the empty string"},
-      {"string not a string", [](auto& d) { d["strings"][3].SetInt(3); }, "strings[3]: expected a string, found an integer"},
+      {"function kind", [](auto& d) { d["functions"][0][4].SetUint(9); },
+       "functions[0].kind: unknown kind 9"},
+      {"string repeated", [](auto& d) { d["strings"][2].SetString("predict"); },
+       "strings[2]: repeats strings[1]"},
+      {"strings[0] not empty", [](auto& d) { d["strings"][0].SetString("x"); },
+       "strings[0]: must be the empty string"},
+      {"string not a string", [](auto& d) { d["strings"][3].SetInt(3); },
+       "strings[3]: expected a string, found an integer"},
       {"segment span out of range", [](auto& d) { d["segments"][0][0].SetInt(1000); },
        "segments[0].span: id 1000 is out of range"},
-      {"segments out of order", [](auto& d) {
+      {"segments out of order",
+       [](auto& d) {
          auto& segs = d["segments"];
          segs[segs.Size() - 1][0].SetInt(0);
-       }, "not in span order"},
-      {"io role", [](auto& d) { d["io"][0][1].SetUint(2); }, "io[0].role: must be 0 (argument) or 1 (return value)"},
-      {"io shape", [](auto& d) { d["io"][0][4].SetString("(1000, 50)"); }, "io[0].shape: expected an array or null"},
+       },
+       "not in span order"},
+      {"io role", [](auto& d) { d["io"][0][1].SetUint(2); },
+       "io[0].role: must be 0 (argument) or 1 (return value)"},
+      {"io shape", [](auto& d) { d["io"][0][4].SetString("(1000, 50)"); },
+       "io[0].shape: expected an array or null"},
       {"io negative length", [](auto& d) { d["io"][3][6].SetInt(-3); },
        "io[3].length: expected a non-negative integer or null"},
       {"provenance not a string", [](auto& d) { d["meta"]["pid"].SetInt(4242); },
        "meta.pid: expected a string, found an integer"},
-      {"start_ns missing", [](auto& d) { d["meta"].RemoveMember("start_ns"); }, "meta.start_ns: missing"},
+      {"start_ns missing", [](auto& d) { d["meta"].RemoveMember("start_ns"); },
+       "meta.start_ns: missing"},
       {"duration inconsistent", [](auto& d) { d["meta"]["duration_ns"].SetInt(1); },
        "meta.duration_ns: is not end_ns - start_ns"},
       {"stats type", [](auto& d) { d["stats"]["events_skipped"].SetInt(-2); },
        "stats.events_skipped: expected a non-negative integer"},
-      {"wrong format", [](auto& d) { d["meta"]["format"].SetString("chrome-trace"); }, "not a profile document"},
-      {"no meta", [](auto& d) { d.RemoveMember("meta"); }, "meta.format is not \"mlflow-profiler\""},
+      {"wrong format", [](auto& d) { d["meta"]["format"].SetString("chrome-trace"); },
+       "not a profile document"},
+      {"no meta", [](auto& d) { d.RemoveMember("meta"); },
+       "meta.format is not \"mlflow-profiler\""},
       {"an array", [](auto& d) { d.SetArray(); }, "the JSON is an array"},
   };
   for (const CorruptCase& c : cases) {
@@ -416,12 +437,13 @@ TEST(JsonRead, CorruptDocumentsNameWhatAndWhere) {
 
 TEST(JsonRead, NotJsonIsCorrupt) {
   for (const std::string& text : std::vector<std::string>{
-           "hello world", "hello", "nulL", "-x", "<html></html>", "{\"meta\": 1,,}", "[1, 2] 3", "\xff\xfe{}",
-        std::string("{\"meta\"\0: 1}", 12), "{\"a\": \"\xc3\x28\"}"}) {
+           "hello world", "hello", "nulL", "-x", "<html></html>", "{\"meta\": 1,,}", "[1, 2] 3",
+           "\xff\xfe{}", std::string("{\"meta\"\0: 1}", 12), "{\"a\": \"\xc3\x28\"}"}) {
     Result<Profile> r = read_json_document(text);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.error().kind, Error::Kind::kCorrupt) << text << ": " << r.error().message;
-    EXPECT_NE(r.error().message.find("not a profile document"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("not a profile document"), std::string::npos)
+        << r.error().message;
   }
   Result<Profile> gz = read_json_document(gzip_compress("hello"));
   ASSERT_FALSE(gz.ok());
@@ -461,7 +483,8 @@ TEST(JsonRead, EveryPrefixOfTheGzipIsTruncated) {
   for (size_t n = 0; n < gz.size(); n += n < 512 ? 1 : 7) {
     Result<Profile> r = read_json_document(std::string_view(gz).substr(0, n));
     ASSERT_FALSE(r.ok()) << "cut at " << n;
-    ASSERT_EQ(r.error().kind, Error::Kind::kTruncated) << "cut at " << n << ": " << r.error().message;
+    ASSERT_EQ(r.error().kind, Error::Kind::kTruncated)
+        << "cut at " << n << ": " << r.error().message;
   }
 }
 
@@ -480,9 +503,10 @@ void use_everything(const Profile& p, const std::vector<ExportFormat>& exporters
 // The exporters written so far: the rest still throw "not written yet".
 std::vector<ExportFormat> working_exporters(const Profile& p) {
   std::vector<ExportFormat> out;
-  for (const ExportFormat f : {ExportFormat::kJson, ExportFormat::kJsonGz, ExportFormat::kChromeTrace,
-                               ExportFormat::kPprof, ExportFormat::kSpeedscope, ExportFormat::kFolded,
-                               ExportFormat::kHtml}) {
+  for (const ExportFormat f :
+       {ExportFormat::kJson, ExportFormat::kJsonGz, ExportFormat::kChromeTrace,
+        ExportFormat::kPprof, ExportFormat::kSpeedscope, ExportFormat::kFolded,
+        ExportFormat::kHtml}) {
     try {
       (void)export_profile(p, f);
       out.push_back(f);

@@ -168,21 +168,26 @@ Result<std::string> gzip_decompress(std::string_view data) {
       inflateEnd(&zs);
       throw std::bad_alloc();
     }
-    result = Error{Error::Kind::kCorrupt, 0,
-                   std::string("the gzip data is corrupt (") + (zs.msg ? zs.msg : "inflate failed") +
-                       ")"};
+    result = Error{
+        Error::Kind::kCorrupt, 0,
+        std::string("the gzip data is corrupt (") + (zs.msg ? zs.msg : "inflate failed") + ")"};
     break;
   }
   inflateEnd(&zs);
   return result;
 }
 
-bool is_gzip(std::string_view data) { return data.size() >= 2 && data[0] == '\x1f' && data[1] == '\x8b'; }
+bool is_gzip(std::string_view data) {
+  return data.size() >= 2 && data[0] == '\x1f' && data[1] == '\x8b';
+}
 
 Result<Ok> write_file_atomic(const std::string& path, std::string_view data) {
-  if (path.empty()) return Error{Error::Kind::kIo, ENOENT, "cannot write a file with an empty path"};
+  if (path.empty())
+    return Error{Error::Kind::kIo, ENOENT, "cannot write a file with an empty path"};
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   if (base.empty()) return io_error(EISDIR, "cannot write", path);
 

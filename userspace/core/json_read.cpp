@@ -34,7 +34,7 @@ constexpr int kOldestVersion = 1;
 // "meta.start_ns". Built only when something is wrong.
 struct Where {
   const char* section;
-  int64_t index = -1;         // row or element, -1 for none
+  int64_t index = -1;  // row or element, -1 for none
   const char* field = nullptr;
 
   std::string str() const {
@@ -47,13 +47,19 @@ struct Where {
 
 const char* type_name(const Value& v) {
   switch (v.GetType()) {
-    case rapidjson::kNullType: return "null";
+    case rapidjson::kNullType:
+      return "null";
     case rapidjson::kFalseType:
-    case rapidjson::kTrueType: return "a boolean";
-    case rapidjson::kObjectType: return "an object";
-    case rapidjson::kArrayType: return "an array";
-    case rapidjson::kStringType: return "a string";
-    case rapidjson::kNumberType: return v.IsInt64() || v.IsUint64() ? "an integer" : "a number";
+    case rapidjson::kTrueType:
+      return "a boolean";
+    case rapidjson::kObjectType:
+      return "an object";
+    case rapidjson::kArrayType:
+      return "an array";
+    case rapidjson::kStringType:
+      return "a string";
+    case rapidjson::kNumberType:
+      return v.IsInt64() || v.IsUint64() ? "an integer" : "a number";
   }
   return "a value";
 }
@@ -196,7 +202,8 @@ class DocumentReader {
     return true;
   }
   // Row `i` of a table: an array of exactly `cols.width` cells.
-  const Value* row(const Value& rows, const char* section, rapidjson::SizeType i, const Columns& cols) {
+  const Value* row(const Value& rows, const char* section, rapidjson::SizeType i,
+                   const Columns& cols) {
     const Value& r = rows[i];
     if (!r.IsArray()) {
       fail_type(Where{section, i}, r, "an array (one row)");
@@ -218,9 +225,10 @@ class DocumentReader {
     const Value* format = meta != nullptr && meta->IsObject() ? member(*meta, "format") : nullptr;
     if (format == nullptr || !format->IsString() ||
         std::string_view(format->GetString(), format->GetStringLength()) != kFormat) {
-      error_ = Error{Error::Kind::kCorrupt, 0,
-                     "not a profile document: it is JSON, but meta.format is not \"mlflow-profiler\" "
-                     "(mlflow_profiler.load reads the .json and .json.gz files that save() writes)"};
+      error_ =
+          Error{Error::Kind::kCorrupt, 0,
+                "not a profile document: it is JSON, but meta.format is not \"mlflow-profiler\" "
+                "(mlflow_profiler.load reads the .json and .json.gz files that save() writes)"};
       return false;
     }
     const Value* version = member(*meta, "version");
@@ -234,8 +242,8 @@ class DocumentReader {
       error_ = Error{Error::Kind::kVersion, 0,
                      "the profile document is version " + std::to_string(version_) +
                          ", written by a newer mlflow-profiler; this one reads versions " +
-                         std::to_string(kOldestVersion) + " to " + std::to_string(kDocumentVersion) +
-                         ": upgrade mlflow-profiler to load it"};
+                         std::to_string(kOldestVersion) + " to " +
+                         std::to_string(kDocumentVersion) + ": upgrade mlflow-profiler to load it"};
       return false;
     }
     if (version_ < kOldestVersion) {
@@ -268,7 +276,8 @@ class DocumentReader {
     }
     const Value* view = required(meta, Where{s, -1, "view_depth"});
     if (view == nullptr) return false;
-    if (!view->IsNull() && !view->IsInt()) return fail_type(Where{s, -1, "view_depth"}, *view, "an integer or null");
+    if (!view->IsNull() && !view->IsInt())
+      return fail_type(Where{s, -1, "view_depth"}, *view, "an integer or null");
     for (const auto& m : meta.GetObject()) {
       const std::string key(m.name.GetString(), m.name.GetStringLength());
       if (key == "format" || key == "version" || key == "captured_depth" || key == "view_depth" ||
@@ -276,7 +285,8 @@ class DocumentReader {
         continue;
       }
       // Provenance (engine, python, pid, host ...) is strings only.
-      if (!m.value.IsString()) return fail_type(Where{"meta", -1, key.c_str()}, m.value, "a string");
+      if (!m.value.IsString())
+        return fail_type(Where{"meta", -1, key.c_str()}, m.value, "a string");
       p.meta.emplace(key, std::string(m.value.GetString(), m.value.GetStringLength()));
     }
     return true;
@@ -313,7 +323,8 @@ class DocumentReader {
   bool read_functions(Profile& p) {
     Columns c;
     const Value* rows = table("functions");
-    if (rows == nullptr || !columns("function_fields", {"name", "module", "file", "line", "kind", "user_code"}, c)) {
+    if (rows == nullptr ||
+        !columns("function_fields", {"name", "module", "file", "line", "kind", "user_code"}, c)) {
       return false;
     }
     const size_t n_strings = p.functions.strings().size();
@@ -332,7 +343,8 @@ class DocumentReader {
         return false;
       }
       if (kind > static_cast<uint32_t>(FunctionKind::kBlock)) {
-        return fail(Where{s, i, "kind"}, "unknown kind " + std::to_string(kind) + " (0 Python, 1 C, 2 block)");
+        return fail(Where{s, i, "kind"},
+                    "unknown kind " + std::to_string(kind) + " (0 Python, 1 C, 2 block)");
       }
       if (user_code > 1) return fail(Where{s, i, "user_code"}, "must be 0 or 1");
       const StringTable& st = p.functions.strings();
@@ -374,9 +386,10 @@ class DocumentReader {
   bool read_spans(Profile& p) {
     Columns c;
     const Value* rows = table("spans");
-    if (rows == nullptr ||
-        !columns("span_fields", {"parent", "function", "label", "lane", "depth", "flags", "start_ns",
-                                 "end_ns", "active_ns", "resumes"}, c)) {
+    if (rows == nullptr || !columns("span_fields",
+                                    {"parent", "function", "label", "lane", "depth", "flags",
+                                     "start_ns", "end_ns", "active_ns", "resumes"},
+                                    c)) {
       return false;
     }
     if (rows->Size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
@@ -392,7 +405,8 @@ class DocumentReader {
       Span& span = p.spans[i];
       const char* s = "spans";
       if (!get((*r)[c.at[0]], Where{s, i, "parent"}, span.parent) ||
-          !get_id((*r)[c.at[1]], Where{s, i, "function"}, n_functions, "functions", span.function) ||
+          !get_id((*r)[c.at[1]], Where{s, i, "function"}, n_functions, "functions",
+                  span.function) ||
           !get_id((*r)[c.at[2]], Where{s, i, "label"}, n_strings, "strings", span.label) ||
           !get_id((*r)[c.at[3]], Where{s, i, "lane"}, n_lanes, "lanes", span.lane) ||
           !get((*r)[c.at[4]], Where{s, i, "depth"}, span.depth) ||
@@ -406,11 +420,13 @@ class DocumentReader {
       // A parent comes first: that is what makes the links a tree (no cycles)
       // and what the renderers' single passes rely on.
       if (span.parent < -1 || span.parent >= static_cast<int64_t>(i)) {
-        return fail(Where{s, i}, "parent " + std::to_string(span.parent) + " is not an earlier span");
+        return fail(Where{s, i},
+                    "parent " + std::to_string(span.parent) + " is not an earlier span");
       }
       const uint32_t depth = span.parent < 0 ? 0 : p.spans[span.parent].depth + 1;
       if (span.depth != depth) {
-        return fail(Where{s, i}, "depth " + std::to_string(span.depth) + " does not match its parent's (expected " +
+        return fail(Where{s, i}, "depth " + std::to_string(span.depth) +
+                                     " does not match its parent's (expected " +
                                      std::to_string(depth) + ")");
       }
       if (span.end_ns < span.start_ns) return fail(Where{s, i}, "ends before it starts");
@@ -423,7 +439,8 @@ class DocumentReader {
     if (version_ < 2) return true;
     Columns c;
     const Value* rows = table("segments");
-    if (rows == nullptr || !columns("segment_fields", {"span", "start_ns", "end_ns"}, c)) return false;
+    if (rows == nullptr || !columns("segment_fields", {"span", "start_ns", "end_ns"}, c))
+      return false;
     p.segments.resize(rows->Size());
     for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
       const Value* r = row(*rows, "segments", i, c);
@@ -448,9 +465,10 @@ class DocumentReader {
     if (version_ < 2) return true;
     Columns c;
     const Value* rows = table("io");
-    if (rows == nullptr ||
-        !columns("io_fields", {"span", "role", "name", "type", "shape", "dtype", "length", "size_bytes",
-                               "device", "repr"}, c)) {
+    if (rows == nullptr || !columns("io_fields",
+                                    {"span", "role", "name", "type", "shape", "dtype", "length",
+                                     "size_bytes", "device", "repr"},
+                                    c)) {
       return false;
     }
     p.io.resize(rows->Size());
@@ -521,7 +539,8 @@ class DocumentReader {
     std::vector<int32_t> children;
     for (const int32_t parent : adopters) {
       children.clear();
-      for (int32_t c = spans[parent].first_child; c >= 0; c = spans[c].next_sibling) children.push_back(c);
+      for (int32_t c = spans[parent].first_child; c >= 0; c = spans[c].next_sibling)
+        children.push_back(c);
       std::stable_sort(children.begin(), children.end(),
                        [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
       int32_t next = -1;
@@ -552,7 +571,8 @@ bool cut_token(std::string_view tail) {
   if (tail.find_first_not_of("-+.eE0123456789") == std::string_view::npos) return true;
   // The longest escape that can be cut short is a \uXXXX\uXXXX pair.
   if (tail.front() == '\\') {
-    return tail.size() < 12 && tail.find_first_not_of("\\u0123456789abcdefABCDEF") == std::string_view::npos;
+    return tail.size() < 12 &&
+           tail.find_first_not_of("\\u0123456789abcdefABCDEF") == std::string_view::npos;
   }
   const auto lead = static_cast<unsigned char>(tail.front());
   const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
@@ -615,11 +635,13 @@ Result<Profile> read_json_document(std::string_view data) {
     if (ran_out(data, r)) {
       return Error{Error::Kind::kTruncated, 0,
                    "the profile is truncated: the JSON text ends early, after " +
-                       std::to_string(data.size()) + " bytes (the file was cut off while being written or copied)"};
+                       std::to_string(data.size()) +
+                       " bytes (the file was cut off while being written or copied)"};
     }
     return Error{Error::Kind::kCorrupt, 0,
-                 std::string("not a profile document: invalid JSON at offset ") + std::to_string(r.Offset()) +
-                     " (" + rapidjson::GetParseError_En(r.Code()) + ")"};
+                 std::string("not a profile document: invalid JSON at offset ") +
+                     std::to_string(r.Offset()) + " (" + rapidjson::GetParseError_En(r.Code()) +
+                     ")"};
   }
   return DocumentReader(doc).read();
 }
