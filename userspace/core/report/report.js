@@ -592,13 +592,10 @@
     tracks: [], v0: 0, v1: 1, back: [], width: 0, height: 0, hover: -1,
   };
 
-  function makeRowItems(count) {
-    return { n: 0, start: new Float64Array(count), end: new Float64Array(count),
-      maxEnd: new Float64Array(count), span: new Int32Array(count) };
-  }
-
+  // Items arrive in document order; generator segments can interleave, so
+  // a row is sorted by start if it is not already. Then the running maximum
+  // of the ends, which binary search needs.
   function finishRowItems(row) {
-    // Items arrive in document order; generator segments can interleave.
     let sorted = true;
     for (let k = 1; k < row.n; k++) if (row.start[k] < row.start[k - 1]) { sorted = false; break; }
     if (!sorted) {
@@ -608,7 +605,7 @@
       for (let k = 0; k < row.n; k++) { row.start[k] = s[order[k]]; row.end[k] = e[order[k]]; row.span[k] = sp[order[k]]; }
     }
     let m = -Infinity;
-    for (let k = 0; k < row.n; k++) { m = Math.max(m, row.end[k]); row.maxEnd[k] = m; }
+    for (let k = 0; k < row.n; k++) { if (row.end[k] > m) m = row.end[k]; row.maxEnd[k] = m; }
   }
 
   // The rectangles of span i: its segments if it is a generator (its wall
@@ -621,38 +618,70 @@
     }
   }
 
+  // Tracks and their rows for the spans in view (and in `filter`, if given:
+  // the search's matches). Every row's items live in three flat arrays,
+  // each row a window on them: two passes over the spans, no per-span
+  // allocation or closure, since this runs again on every search.
   function buildTracks(filter) {
-    const nLanes = P.lanes.length;
+    const n = P.n, nLanes = P.lanes.length;
+    const lane = P.lane, vDepth = V.vDepth, visible = V.visible, flags = P.flags, segCount = P.segCount;
     const base = new Int32Array(nLanes).fill(1 << 30);
     const top = new Int32Array(nLanes).fill(-1);
-    for (let i = 0; i < P.n; i++) {
-      if (!V.visible[i]) continue;
-      const l = P.lane[i];
-      if (V.vDepth[i] < base[l]) base[l] = V.vDepth[i];
-      if (V.vDepth[i] > top[l]) top[l] = V.vDepth[i];
+    for (let i = 0; i < n; i++) {
+      if (!visible[i]) continue;
+      const l = lane[i];
+      if (vDepth[i] < base[l]) base[l] = vDepth[i];
+      if (vDepth[i] > top[l]) top[l] = vDepth[i];
     }
+    // Rows numbered across tracks: lane l's row r is firstRow[l] + r.
     const tracks = [];
-    const trackOfLane = new Int32Array(nLanes).fill(-1);
+    const firstRow = new Int32Array(nLanes);
+    let rows = 0;
     for (let l = 0; l < nLanes; l++) {
       if (top[l] < 0) continue;
-      trackOfLane[l] = tracks.length;
-      tracks.push({ lane: l, base: base[l], rows: [], count: new Int32Array(top[l] - base[l] + 1) });
+      firstRow[l] = rows - base[l];
+      tracks.push({ lane: l, base: base[l], rows: [] });
+      rows += top[l] - base[l] + 1;
     }
-    const rowOf = (i) => V.vDepth[i] - tracks[trackOfLane[P.lane[i]]].base;
-    const rects = (i) => ((P.flags[i] & F_GENERATOR) && P.segCount[i] > 0) ? P.segCount[i] : 1;
-    for (let i = 0; i < P.n; i++) {
-      if (!V.visible[i] || (filter && !filter[i])) continue;
-      tracks[trackOfLane[P.lane[i]]].count[rowOf(i)] += rects(i);
+    const counts = new Int32Array(rows + 1);
+    let items = 0;
+    for (let i = 0; i < n; i++) {
+      if (!visible[i] || (filter && !filter[i])) continue;
+      const c = (flags[i] & F_GENERATOR) && segCount[i] > 0 ? segCount[i] : 1;
+      counts[firstRow[lane[i]] + vDepth[i]] += c;
+      items += c;
     }
-    for (const t of tracks) for (let r = 0; r < t.count.length; r++) t.rows.push(makeRowItems(t.count[r]));
-    for (let i = 0; i < P.n; i++) {
-      if (!V.visible[i] || (filter && !filter[i])) continue;
-      const row = tracks[trackOfLane[P.lane[i]]].rows[rowOf(i)];
-      forEachRect(i, (s, e) => {
-        row.start[row.n] = s; row.end[row.n] = e; row.span[row.n] = i; row.n++;
-      });
+    const start = new Float64Array(items), end = new Float64Array(items);
+    const maxEnd = new Float64Array(items), spanOf = new Int32Array(items);
+    const fill = new Int32Array(rows);
+    for (let r = 0, at = 0; r < rows; r++) { fill[r] = at; at += counts[r]; }
+    const rowObjects = [];
+    for (let r = 0; r < rows; r++) {
+      const a = fill[r], b = a + counts[r];
+      rowObjects.push({ n: counts[r], start: start.subarray(a, b), end: end.subarray(a, b),
+        maxEnd: maxEnd.subarray(a, b), span: spanOf.subarray(a, b) });
     }
-    for (const t of tracks) for (const row of t.rows) finishRowItems(row);
+    for (let i = 0; i < n; i++) {
+      if (!visible[i] || (filter && !filter[i])) continue;
+      const r = firstRow[lane[i]] + vDepth[i];
+      if ((flags[i] & F_GENERATOR) && segCount[i] > 0) {
+        for (let k = P.segFirst[i], e = k + segCount[i]; k < e; k++) {
+          const at = fill[r]++;
+          start[at] = P.segStart[k]; end[at] = P.segEnd[k]; spanOf[at] = i;
+        }
+      } else {
+        const at = fill[r]++;
+        start[at] = P.start[i]; end[at] = P.end[i]; spanOf[at] = i;
+      }
+    }
+    let r = 0;
+    for (const t of tracks) {
+      for (let k = top[t.lane] - t.base; k >= 0; k--) {
+        const row = rowObjects[r++];
+        finishRowItems(row);
+        t.rows.push(row);
+      }
+    }
     return tracks;
   }
 
@@ -1070,19 +1099,23 @@
 
   function applySearch(query, jump) {
     const ms = runSearch(query);
+    const t1 = performance.now();
     S.tracks = query ? buildTracks(S.match) : null;
+    const parts = { match_ms: ms, chart_ms: performance.now() - t1 };
     const count = $("search-count");
     if (!query) count.textContent = "";
     else {
       count.textContent = (S.list.length === 0 ? "no match" : plural(S.list.length, "match", "matches")) +
         (S.hidden > 0 ? " (" + S.hidden + " more below the depth shown)" : "");
     }
-    timings.last_search_ms = ms + 0;
     if (jump) {
+      const t2 = performance.now();
       buildRows();
+      parts.tree_ms = performance.now() - t2;
       if (S.list.length) { S.cursor = 0; selectSpan(S.list[0], true); }
       drawChart();
     }
+    timings.search_parts = parts;  // for bench/bench_html.py
   }
 
   function stepMatch(d) {
