@@ -3,7 +3,8 @@ at most 1 us for a numpy array and for a DataFrame).
 
 Not a test: it asserts nothing about time. Three ways per value, in ns per
 call, medians over repeats (every repeat runs every case once, in a shuffled
-order, so drift on a shared machine spreads over all of them):
+order, so drift on a shared machine spreads over all of them; each loop runs
+up to --number calls, fewer where a call is slow, about 20 ms):
 
   native    a C++ loop calling summarize_object(obj, &summary) with a fresh
             IOSummary each time: what the capture hooks pay per argument
@@ -122,23 +123,29 @@ def main() -> None:
         args.repeats, args.number = 2, 200
     todo = cases(args.smoke)
     timings = {(name, how): [] for name, _, _ in todo for how in ("native", "python", "public")}
-    for name, value, _ in todo:  # warm caches (type classification, dtype names, first repr)
-        summarize(value)
-        _core._summarize_loop(value, 10)
+
+    def measure(value, public, how, n):
+        if how == "native":
+            return _core._summarize_loop(value, n)
+        fn = summarize if how == "python" else public
+        return timeit.timeit(lambda: fn(value), number=n) / n * 1e9
+
+    # Warm the caches (type classification, dtype names, a type's first
+    # repr) and size each loop to about 20 ms: the public DataFrame path
+    # costs a millisecond a call.
+    calls = {}
+    for name, value, public in todo:
+        for how in ("native", "python", "public"):
+            once = measure(value, public, how, 10)
+            calls[(name, how)] = max(10, min(args.number, int(20e6 / max(once, 1.0))))
     for _ in range(args.repeats):
         work = [(c, how) for c in todo for how in ("native", "python", "public")]
         random.shuffle(work)
         for (name, value, public), how in work:
-            if how == "native":
-                ns = _core._summarize_loop(value, args.number)
-            elif how == "python":
-                ns = timeit.timeit(lambda: summarize(value), number=args.number) / args.number * 1e9
-            else:
-                ns = timeit.timeit(lambda: public(value), number=args.number) / args.number * 1e9
-            timings[(name, how)].append(ns)
+            timings[(name, how)].append(measure(value, public, how, calls[(name, how)]))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# bench_summarize: Python {platform.python_version()}, {args.repeats} repeats x {args.number} calls, "
-          f"load {load:.1f}")
+    print(f"# bench_summarize: Python {platform.python_version()}, {args.repeats} repeats of up to {args.number} "
+          f"calls (about 20 ms each), load {load:.1f}")
     print(f"{'value':22s} {'native':>9s} {'python':>9s} {'public':>9s}   ns per call (median)")
     medians = {}
     for name, value, _ in todo:

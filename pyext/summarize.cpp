@@ -339,8 +339,9 @@ struct TypeInfo {
   Kind kind = Kind::kGeneric;
   Flavor flavor = Flavor::kPublic;
   int64_t sizeof_extra = -1;  // sys.getsizeof(x) - x.__sizeof__() for its instances
-  bool repr_seen = false;  // its __repr__ was called once
-  bool repr_slow = false;  // ... and then took longer than kSlowReprNs
+  bool repr_seen = false;     // its __repr__ was called once
+  uint8_t repr_strikes = 0;   // consecutive slow calls of its __repr__
+  bool repr_slow = false;     // two in a row: not called again
   std::string type_name;
   TypeInfo() = default;
   TypeInfo(const TypeInfo&) = delete;
@@ -1398,10 +1399,13 @@ void guarded_repr(PyObject* o, TypeInfo& info, IOSummary* out) {
                     "; its I/O summaries have no repr");
   }
   // A type's first repr may import or warm caches (numpy's does): it gets
-  // a larger allowance.
+  // a larger allowance. One slow call is not enough: the thread may have
+  // been preempted during it; two in a row are.
   const bool first = !info.repr_seen;
   info.repr_seen = true;
-  if (took > (first ? summarize::kSlowFirstReprNs : summarize::kSlowReprNs)) {
+  const bool slow = took > (first ? summarize::kSlowFirstReprNs : summarize::kSlowReprNs);
+  info.repr_strikes = slow ? info.repr_strikes + 1 : 0;
+  if (info.repr_strikes >= 2) {
     info.repr_slow = true;
     log_failure("summarize.repr-slow:" + info.type_name,
                 "repr() of a " + info.type_name + " took " + std::to_string(took / 1000) +

@@ -28,8 +28,9 @@ namespace summarize {
 // Bounds on what a summary holds (characters).
 constexpr size_t kReprMax = 80;
 constexpr size_t kDtypeMax = 120;
-// A __repr__ slower than this is not called again for its type; the first
-// call of a type may import or fill caches, so it is allowed more.
+// A __repr__ slower than this on two calls in a row is not called again for
+// its type; the first call of a type may import or fill caches, so it is
+// allowed more.
 constexpr int64_t kSlowReprNs = 100'000;
 constexpr int64_t kSlowFirstReprNs = 20'000'000;
 // Types whose classification is cached at most (the cache is emptied when full).
