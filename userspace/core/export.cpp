@@ -26,8 +26,15 @@ constexpr std::array<FormatInfo, 7> kFormats = {{
     {ExportFormat::kJson, ".json", "json"},
 }};
 
+// Case-insensitive: "Predict.JSON.GZ" is a .json.gz file.
 bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+  if (s.size() < suffix.size()) return false;
+  s = s.substr(s.size() - suffix.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i] >= 'A' && s[i] <= 'Z' ? static_cast<char>(s[i] - 'A' + 'a') : s[i];
+    if (c != suffix[i]) return false;
+  }
+  return true;
 }
 
 }  // namespace

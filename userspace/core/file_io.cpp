@@ -91,7 +91,7 @@ std::string temp_name(const std::string& dir, const std::string& base) {
 
 std::string gzip_compress(std::string_view data) {
   z_stream zs{};
-  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, kGzipWindow, 8, Z_DEFAULT_STRATEGY) !=
+  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, kGzipWindow, 8, Z_DEFAULT_STRATEGY) !=
       Z_OK) {
     throw std::bad_alloc();  // the only way deflateInit2 fails with valid arguments
   }

@@ -8,7 +8,8 @@
 
 namespace mlprof {
 
-// gzip member (RFC 1952), default compression level.
+// gzip member (RFC 1952) at zlib level 1: on a 1M-span document it is
+// 6x faster than the default level for a file 16% larger.
 std::string gzip_compress(std::string_view data);
 // Inflates a gzip stream; kTruncated if it ends early, kCorrupt if it is not gzip
 // or fails its CRC.
