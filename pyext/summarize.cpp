@@ -1652,22 +1652,21 @@ bool call_registered(PyObject* o, const TypeInfo& info, IOSummary* out) {
   if (!result) {
     const std::string why = take_error();
     log_failure("summarize.summarizer-raised:" + info.type_name,
-                "the summarizer registered for " + info.type_name + " raised " + why +
+                "the registered summarizer raised " + why + " on a " + info.type_name +
                     "; the built-in summary is used instead");
     return false;
   }
   std::string why;
   if (!PyObject_TypeCheck(result.get(), reinterpret_cast<PyTypeObject*>(cls.get()))) {
     log_failure("summarize.summarizer-returned:" + info.type_name,
-                "the summarizer registered for " + info.type_name + " returned a " +
-                    Py_TYPE(result.get())->tp_name +
-                    ", not an IOSummary; the built-in summary is used instead");
+                "the registered summarizer returned a value of type " + std::string(Py_TYPE(result.get())->tp_name) +
+                    ", not an IOSummary, for a " + info.type_name + "; the built-in summary is used instead");
     return false;
   }
   IOSummary s;
   if (!from_python(result.get(), &s, &why)) {
     log_failure("summarize.summarizer-invalid:" + info.type_name,
-                "the summarizer registered for " + info.type_name + " returned an IOSummary whose " + why +
+                "the registered summarizer returned an IOSummary whose " + why + ", for a " + info.type_name +
                     "; the built-in summary is used instead");
     return false;
   }

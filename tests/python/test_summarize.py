@@ -514,8 +514,8 @@ def test_a_raising_summarizer_is_logged_once_and_the_builtin_summary_used(regist
 @pytest.mark.parametrize(
     "bad, why",
     [
-        (lambda obj: {"type_name": "dict"}, "returned a dict, not an IOSummary"),
-        (lambda obj: None, "returned a NoneType"),
+        (lambda obj: {"type_name": "dict"}, "returned a value of type dict, not an IOSummary"),
+        (lambda obj: None, "of type NoneType, not an IOSummary"),
         (lambda obj: IOSummary(type_name=3), "type_name is not a str"),
         (lambda obj: IOSummary(type_name="x", shape=("a", 2)), "shape is not a tuple of ints"),
         (lambda obj: IOSummary(type_name="x", shape=5), "shape is not a tuple of ints"),
@@ -596,6 +596,14 @@ def test_numpy_arrays_of_every_dtype(dtype):
     for _ in range(2):  # the second call reads the cached dtype name
         assert summarize(a) == IOSummary(type_name="numpy.ndarray", shape=a.shape, dtype=str(a.dtype),
                                          length=4, size_bytes=a.nbytes)
+
+
+def test_numpy_variable_width_strings():
+    np = pytest.importorskip("numpy")
+    if not hasattr(np, "dtypes") or not hasattr(np.dtypes, "StringDType"):
+        pytest.skip("numpy.dtypes.StringDType is numpy 2.0+")
+    a = np.array(["a", "bcd", "e" * 100], dtype=np.dtypes.StringDType())
+    assert summarize(a) == IOSummary("numpy.ndarray", (3,), str(a.dtype), 3, a.nbytes)
 
 
 def test_numpy_array_exact_summary():
