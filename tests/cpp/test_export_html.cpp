@@ -114,7 +114,8 @@ TEST_F(HtmlReportTest, UserTextCannotBreakOutOfTheDataBlocks) {
   doc.Parse(text.c_str(), text.size());
   ASSERT_FALSE(doc.HasParseError());
   bool found = false;
-  for (const auto& s : doc["strings"].GetArray()) found = found || std::string_view(s.GetString()) == kAttack;
+  for (const auto& s : doc["strings"].GetArray())
+    found = found || std::string_view(s.GetString()) == kAttack;
   EXPECT_TRUE(found);
   EXPECT_EQ(html.find("<!--", html.find("id=\"mlprof-doc\"")), std::string::npos);
 }
@@ -137,9 +138,9 @@ TEST_F(HtmlReportTest, EmbedsWhatTheCoreFormats) {
 TEST_F(HtmlReportTest, NeedsNoNetworkNorStorage) {
   // Inside MLflow's artifact viewer (iframe sandbox="allow-scripts") there
   // is no network and storage throws: the page must use neither.
-  for (const char* banned : {"http://", "https://", "fetch(", "XMLHttpRequest", "localStorage",
-                             "sessionStorage", "document.cookie", "@import", "url(", "<link",
-                             "src=", "import("}) {
+  for (const char* banned :
+       {"http://", "https://", "fetch(", "XMLHttpRequest", "localStorage", "sessionStorage",
+        "document.cookie", "@import", "url(", "<link", "src=", "import("}) {
     EXPECT_EQ(html.find(banned), std::string::npos) << banned;
   }
 }
