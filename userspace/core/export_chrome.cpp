@@ -97,7 +97,21 @@ const char* category(const Profile& p, const Span& s) {
   return "python";
 }
 
-void write_span_args(JsonWriter& w, const Profile& p, int32_t idx, const RunInterval& iv) {
+// "path:line" of each function, built once rather than once per event.
+std::vector<std::string> function_locations(const Profile& p) {
+  const StringTable& strings = p.functions.strings();
+  std::vector<std::string> out(p.functions.size());
+  for (uint32_t i = 0; i < p.functions.size(); ++i) {
+    const FunctionInfo& fn = p.functions.get(i);
+    if (fn.file == 0) continue;
+    out[i] = strings.get(fn.file);
+    if (fn.line > 0) out[i] += ":" + std::to_string(fn.line);
+  }
+  return out;
+}
+
+void write_span_args(JsonWriter& w, const Profile& p, const std::vector<std::string>& locations,
+                     int32_t idx, const RunInterval& iv) {
   const Span& s = p.spans[idx];
   const StringTable& strings = p.functions.strings();
   w.Key("args");
@@ -114,11 +128,9 @@ void write_span_args(JsonWriter& w, const Profile& p, int32_t idx, const RunInte
       w.Key("module");
       write_string(w, strings.get(fn.module));
     }
-    if (fn.file != 0) {
-      std::string where = strings.get(fn.file);
-      if (fn.line > 0) where += ":" + std::to_string(fn.line);
+    if (!locations[s.function].empty()) {
       w.Key("file");
-      write_string(w, where);
+      write_string(w, locations[s.function]);
     }
   }
   const auto [first, last] = p.io_of(idx);
@@ -281,6 +293,7 @@ std::string to_chrome_trace(const Profile& p) {
   const std::vector<uint32_t> tids = lane_tids(p);
   const std::vector<bool> has_spans = export_util::lanes_with_spans(p);
   const auto lanes = export_util::lane_intervals(p);
+  const std::vector<std::string> locations = function_locations(p);
 
   rapidjson::StringBuffer buffer;
   // About 250 bytes per event with its args.
@@ -324,7 +337,7 @@ std::string to_chrome_trace(const Profile& p) {
       write_string(w, p.display_name(s));
       w.Key("cat");
       w.String(category(p, s));
-      write_span_args(w, p, iv.span, iv);
+      write_span_args(w, p, locations, iv.span, iv);
       w.EndObject();
     }
   }
