@@ -339,6 +339,7 @@ struct TypeInfo {
   Kind kind = Kind::kGeneric;
   Flavor flavor = Flavor::kPublic;
   int64_t sizeof_extra = -1;  // sys.getsizeof(x) - x.__sizeof__() for its instances
+  bool no_nbytes = false;     // a tensor type without .nbytes (torch < 1.14)
   bool repr_seen = false;     // its __repr__ was called once
   uint8_t repr_strikes = 0;   // consecutive slow calls of its __repr__
   bool repr_slow = false;     // two in a row: not called again
@@ -1256,7 +1257,7 @@ void summarize_pandas_array(PyObject* values, IOSummary* out) {
 
 // Nothing here reads tensor values or syncs a device: shape, dtype, device
 // and nbytes are metadata.
-void summarize_torch(PyObject* t, IOSummary* out) {
+void summarize_torch(PyObject* t, TypeInfo& info, IOSummary* out) {
   const Names& n = names();
   Ref shape = get_attr(t, n.shape);
   if (fill_shape(shape.get(), out)) set_length_from_shape(out);
@@ -1266,8 +1267,11 @@ void summarize_torch(PyObject* t, IOSummary* out) {
   out->dtype = bounded_text(d, summarize::kDtypeMax);
   Ref device = get_attr(t, n.device);
   out->device = bounded_text(str_of(device.get()), 64);
-  Ref nbytes = get_attr(t, n.nbytes);
+  // Tensor.nbytes is torch >= 1.14; before, a miss would cost an exception
+  // per call, so the type remembers.
+  Ref nbytes = info.no_nbytes ? Ref() : get_attr(t, n.nbytes);
   if (!to_int64(nbytes.get(), &out->size_bytes)) {
+    if (!nbytes) info.no_nbytes = true;
     Ref item = call_method0(t, n.element_size), count = call_method0(t, n.numel);
     int64_t a = 0, b = 0;
     out->size_bytes = to_int64(item.get(), &a) && to_int64(count.get(), &b) ? a * b : -1;
@@ -1553,7 +1557,7 @@ void summarize_builtin(PyObject* o, TypeInfo& info, IOSummary* out) {
     case Kind::kPandasSeries: summarize_pandas_series(o, out); return;
     case Kind::kPandasIndex: summarize_pandas_index(o, out); return;
     case Kind::kPandasArray: summarize_pandas_array(o, out); return;
-    case Kind::kTorchTensor: summarize_torch(o, out); return;
+    case Kind::kTorchTensor: summarize_torch(o, info, out); return;
     case Kind::kScipySparse: summarize_scipy_sparse(o, out); return;
     case Kind::kArrowTable:
     case Kind::kArrowArray: summarize_arrow(o, kind, out); return;
