@@ -176,9 +176,10 @@ int main(int argc, char** argv) {
   const mlprof::Profile p = synthetic_profile(target);
   size_t generators = 0, segments = p.segments.size();
   for (const mlprof::Span& s : p.spans) generators += (s.flags & mlprof::kSpanGenerator) != 0;
-  std::printf("profile: %zu spans in %zu lanes, max depth %d, %zu generators (%zu segments), %zu I/O "
-              "summaries\n",
-              p.spans.size(), p.lanes.size(), p.max_depth(), generators, segments, p.io.size());
+  std::printf(
+      "profile: %zu spans in %zu lanes, max depth %d, %zu generators (%zu segments), %zu I/O "
+      "summaries\n",
+      p.spans.size(), p.lanes.size(), p.max_depth(), generators, segments, p.io.size());
 
   struct Exporter {
     const char* name;

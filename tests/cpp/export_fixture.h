@@ -41,7 +41,10 @@ inline Profile export_profile_fixture() {
   p.start_ns = 1'000;
   p.end_ns = 21'000;
   p.captured_depth = 3;
-  p.meta = {{"pid", "777"}, {"host", "box"}, {"engine", "test"}, {"start_unix_ns", "1700000000000000000"}};
+  p.meta = {{"pid", "777"},
+            {"host", "box"},
+            {"engine", "test"},
+            {"start_unix_ns", "1700000000000000000"}};
   // clang-format off
   Lane main = make_lane({
       call(2'001, predict),        // 0

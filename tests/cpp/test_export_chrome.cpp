@@ -206,7 +206,8 @@ TEST_F(ChromeTraceTest, ArgsCarryIOFlagsAndLabels) {
   const auto pre = events("X", "preprocess");
   ASSERT_EQ(pre.size(), 1u);
   const auto& args = (*pre[0])["args"];
-  EXPECT_STREQ(args["in"]["df"].GetString(), "(DataFrame, shape=(1000, 50), dtype=float64, 400.0KB)");
+  EXPECT_STREQ(args["in"]["df"].GetString(),
+               "(DataFrame, shape=(1000, 50), dtype=float64, 400.0KB)");
   EXPECT_STREQ(args["out"].GetString(), "(ndarray, shape=(1000, 50))");
   EXPECT_FALSE(args.HasMember("flags"));
 

@@ -84,8 +84,8 @@ TEST(Folded, NoLaneFrameForOneLaneAndSameStacksSummed) {
   const uint32_t predict = test::user_fn(p, "predict"), step = test::user_fn(p, "step");
   using test::call;
   using test::ret;
-  p.lanes.push_back(test::make_lane({call(0, predict), call(10, step), ret(30), call(40, step),
-                                     ret(45), ret(100)}));
+  p.lanes.push_back(test::make_lane(
+      {call(0, predict), call(10, step), ret(30), call(40, step), ret(45), ret(100)}));
   build_tree(p);
   EXPECT_EQ(to_folded(p), "predict 75\npredict;step 25\n");
 }

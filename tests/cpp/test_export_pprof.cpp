@@ -96,7 +96,8 @@ struct PprofProfile {
   // Function names of a sample's stack, leaf first.
   std::vector<std::string> stack(const PprofSample& s) const {
     std::vector<std::string> names;
-    for (const uint64_t loc : s.locations) names.push_back(functions.at(location_function.at(loc)).name);
+    for (const uint64_t loc : s.locations)
+      names.push_back(functions.at(location_function.at(loc)).name);
     return names;
   }
 };
@@ -135,7 +136,9 @@ PprofProfile decode(const std::string& gz) {
   while (!r.done()) {
     const auto [field, wire] = r.key();
     switch (field) {
-      case 1: sample_types.push_back(value_type(r.bytes())); break;
+      case 1:
+        sample_types.push_back(value_type(r.bytes()));
+        break;
       case 2: {
         WireReader s(r.bytes());
         RawSample sample;
@@ -204,13 +207,26 @@ PprofProfile decode(const std::string& gz) {
         functions[fields[1]] = fields;
         break;
       }
-      case 6: out.strings.emplace_back(r.bytes()); break;
-      case 9: out.time_nanos = static_cast<int64_t>(r.varint()); break;
-      case 10: out.duration_nanos = static_cast<int64_t>(r.varint()); break;
-      case 12: out.period = static_cast<int64_t>(r.varint()); break;
-      case 13: r.repeated(wire, comments); break;
-      case 14: default_type = r.varint(); break;
-      default: r.skip(wire);
+      case 6:
+        out.strings.emplace_back(r.bytes());
+        break;
+      case 9:
+        out.time_nanos = static_cast<int64_t>(r.varint());
+        break;
+      case 10:
+        out.duration_nanos = static_cast<int64_t>(r.varint());
+        break;
+      case 12:
+        out.period = static_cast<int64_t>(r.varint());
+        break;
+      case 13:
+        r.repeated(wire, comments);
+        break;
+      case 14:
+        default_type = r.varint();
+        break;
+      default:
+        r.skip(wire);
     }
   }
   EXPECT_FALSE(r.failed());

@@ -136,7 +136,8 @@ TEST(Speedscope, RandomCapturesImport) {
     // Every span's running time is on the stack once (recursion counts per frame).
     int64_t drawn = 0, running = 0;
     for (const auto& [frame, t] : open_time) drawn += t;
-    for (const Span& s : p.spans) running += (s.flags & kSpanGenerator) ? s.active_ns : s.duration_ns();
+    for (const Span& s : p.spans)
+      running += (s.flags & kSpanGenerator) ? s.active_ns : s.duration_ns();
     EXPECT_EQ(drawn, running) << "seed " << seed;
   }
 }

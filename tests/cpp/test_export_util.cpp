@@ -95,7 +95,8 @@ TEST(SelfTimes, NeverNegative) {
   // twice over in this hand-made case.
   Profile p;
   const uint32_t f = test::user_fn(p, "f"), g = test::user_fn(p, "g");
-  p.lanes.push_back(test::make_lane({test::call(0, f), test::call(10, g), test::ret(100), test::ret(20)}));
+  p.lanes.push_back(
+      test::make_lane({test::call(0, f), test::call(10, g), test::ret(100), test::ret(20)}));
   build_tree(p);
   p.spans[1].active_ns = 1'000;  // more than its parent ran
   for (const int64_t v : export_util::self_times(p)) EXPECT_GE(v, 0);

@@ -274,9 +274,9 @@ void write_other_data(JsonWriter& w, const Profile& p, int64_t origin) {
   for (const Lane& lane : p.lanes) dropped += lane.dropped;
   w.Key("dropped_calls");
   w.Uint64(dropped);
-  static constexpr std::string_view kFixed[] = {"producer",         "clock",         "ts_origin_ns",
-                                                "session_start_ns", "session_end_ns", "captured_depth",
-                                                "dropped_calls"};
+  static constexpr std::string_view kFixed[] = {
+      "producer",       "clock",          "ts_origin_ns", "session_start_ns",
+      "session_end_ns", "captured_depth", "dropped_calls"};
   for (const auto& [key, value] : p.meta) {
     if (std::find(std::begin(kFixed), std::end(kFixed), key) != std::end(kFixed)) continue;
     write_string(w, key);
