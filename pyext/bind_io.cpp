@@ -24,17 +24,21 @@ constexpr int kObjectEx = T_OBJECT_EX;
 #endif
 
 PyObject* optional_str(const std::string& v) {
-  if (v.empty()) Py_RETURN_NONE;
+  if (v.empty()) {
+    Py_RETURN_NONE;
+  }
   return PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.size()), "replace");
 }
 
 PyObject* optional_int(int64_t v) {
-  if (v < 0) Py_RETURN_NONE;
+  if (v < 0) {
+    Py_RETURN_NONE;
+  }
   return PyLong_FromLongLong(v);
 }
 
 constexpr int kFields = 7;
-const char* const kFieldNames[kFields] = {"type_name", "shape",  "dtype",     "length",
+const char* const kFieldNames[kFields] = {"type_name",  "shape",  "dtype",     "length",
                                           "size_bytes", "device", "repr_short"};
 
 // Where each field lives in an instance: the slot offsets of the dataclass
@@ -45,8 +49,12 @@ PyObject* g_field_names[kFields] = {};
 bool find_slots(PyObject* cls) {
   for (int i = 0; i < kFields; ++i) {
     g_slot_offsets[i] = 0;
-    if (!g_field_names[i]) g_field_names[i] = PyUnicode_InternFromString(kFieldNames[i]);
-    if (!g_field_names[i]) return false;
+    if (!g_field_names[i]) {
+      g_field_names[i] = PyUnicode_InternFromString(kFieldNames[i]);
+    }
+    if (!g_field_names[i]) {
+      return false;
+    }
   }
   for (int i = 0; i < kFields; ++i) {
     PyObject* d = PyObject_GetAttr(cls, g_field_names[i]);
@@ -58,7 +66,9 @@ bool find_slots(PyObject* cls) {
     PyMemberDef* def = member ? reinterpret_cast<PyMemberDescrObject*>(d)->d_member : nullptr;
     Py_DECREF(d);
     if (!def || def->type != kObjectEx || def->offset <= 0) {
-      for (Py_ssize_t& off : g_slot_offsets) off = 0;  // not all slots: use setattr
+      for (Py_ssize_t& off : g_slot_offsets) {
+        off = 0;  // not all slots: use setattr
+      }
       return true;
     }
     g_slot_offsets[i] = def->offset;
@@ -73,7 +83,8 @@ bool find_slots(PyObject* cls) {
 PyObject* to_python(const IOSummary& s) {
   PyObject* cls = summarize::summary_class();
   if (!cls) {
-    PyErr_SetString(PyExc_RuntimeError, "mlflow_profiler._io is not initialised: import mlflow_profiler");
+    PyErr_SetString(PyExc_RuntimeError,
+                    "mlflow_profiler._io is not initialised: import mlflow_profiler");
     return nullptr;
   }
   PyObject* shape = Py_None;
@@ -83,12 +94,16 @@ PyObject* to_python(const IOSummary& s) {
     shape = PyTuple_New(static_cast<Py_ssize_t>(s.shape.size()));
     for (size_t i = 0; shape && i < s.shape.size(); ++i) {
       PyObject* d = optional_int(s.shape[i]);  // -1 (unknown) is None
-      if (!d) Py_CLEAR(shape);
-      else PyTuple_SET_ITEM(shape, static_cast<Py_ssize_t>(i), d);
+      if (!d) {
+        Py_CLEAR(shape);
+      } else {
+        PyTuple_SET_ITEM(shape, static_cast<Py_ssize_t>(i), d);
+      }
     }
   }
   PyObject* values[kFields] = {
-      PyUnicode_DecodeUTF8(s.type_name.data(), static_cast<Py_ssize_t>(s.type_name.size()), "replace"),
+      PyUnicode_DecodeUTF8(s.type_name.data(), static_cast<Py_ssize_t>(s.type_name.size()),
+                           "replace"),
       shape,
       optional_str(s.dtype),
       optional_int(s.length),
@@ -104,7 +119,8 @@ PyObject* to_python(const IOSummary& s) {
     if (!ok) {
       Py_XDECREF(values[i]);
     } else if (g_slot_offsets[i] > 0) {
-      *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(inst) + g_slot_offsets[i]) = values[i];  // steals
+      *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(inst) + g_slot_offsets[i]) =
+          values[i];  // steals
     } else {
       ok = PyObject_GenericSetAttr(inst, g_field_names[i], values[i]) == 0;
       Py_DECREF(values[i]);
@@ -112,7 +128,9 @@ PyObject* to_python(const IOSummary& s) {
   }
   if (!ok) {
     Py_XDECREF(inst);
-    if (!PyErr_Occurred()) PyErr_NoMemory();
+    if (!PyErr_Occurred()) {
+      PyErr_NoMemory();
+    }
     return nullptr;
   }
   return inst;
@@ -133,14 +151,20 @@ PyMethodDef g_summarize_def = {
 
 void bind_io(py::module_& m) {
   PyObject* fn = PyCFunction_NewEx(&g_summarize_def, nullptr, m.attr("__name__").ptr());
-  if (!fn) throw py::error_already_set();
+  if (!fn) {
+    throw py::error_already_set();
+  }
   m.attr("summarize") = py::reinterpret_steal<py::object>(fn);
 
   m.def(
       "_io_setup",
       [](py::object summary_class, py::object log) {
-        if (!PyType_Check(summary_class.ptr())) throw py::type_error("summary_class must be a class");
-        if (!find_slots(summary_class.ptr())) throw py::error_already_set();
+        if (!PyType_Check(summary_class.ptr())) {
+          throw py::type_error("summary_class must be a class");
+        }
+        if (!find_slots(summary_class.ptr())) {
+          throw py::error_already_set();
+        }
         summarize::set_support(summary_class.ptr(), log.is_none() ? nullptr : log.ptr());
       },
       py::arg("summary_class"), py::arg("log"),
@@ -148,7 +172,9 @@ void bind_io(py::module_& m) {
   m.def(
       "_set_summarizer",
       [](py::object cls, py::object fn) {
-        if (!PyType_Check(cls.ptr())) throw py::type_error("cls must be a class");
+        if (!PyType_Check(cls.ptr())) {
+          throw py::type_error("cls must be a class");
+        }
         summarize::set_summarizer(cls.ptr(), fn.is_none() ? nullptr : fn.ptr());
       },
       py::arg("cls"), py::arg("fn"), "Registers fn for cls and its subclasses (None removes it).");
