@@ -53,8 +53,10 @@ def summarize(obj: Any) -> IOSummary:
     sparse matrices, pyarrow tables and arrays, polars frames and series,
     builtin containers (length and shallow ``sys.getsizeof``), strings and
     numbers (a short repr). Anything else gets its type name and a repr cut
-    to 80 characters; a ``__repr__`` that raises gives none, one slower than
-    100 us is not called again for that type. A summarizer registered with
+    to 80 characters (none where the type has no ``__repr__`` of its own); a
+    ``__repr__`` that raises gives none, and one slower than 100 us on two
+    calls in a row is not called again for that type (a type's first call
+    may take 20 ms: imports, caches). A summarizer registered with
     :func:`register_summarizer` comes first. Never raises, and keeps no
     reference to ``obj``.
 
