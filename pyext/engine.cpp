@@ -629,6 +629,9 @@ void Engine::start(PyObject* session) {
   session_ = session;
   start_anchor_ = clock::anchor();
   start_ns_ = start_anchor_.ns;
+  timespec wall{};
+  clock_gettime(CLOCK_REALTIME, &wall);
+  start_unix_ns_ = static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec;
   start_thread_ = thread_key();
   std::string error;
   // Before capture starts: threading.setprofile is Python code we must not record.
@@ -688,6 +691,7 @@ std::shared_ptr<Profile> Engine::profile() {
   p.meta["python"] = Py_GetVersion();
   p.meta["python"] = p.meta["python"].substr(0, p.meta["python"].find(' '));
   p.meta["pid"] = std::to_string(getpid());
+  p.meta["start_unix_ns"] = std::to_string(start_unix_ns_);
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   p.meta["host"] = host;

@@ -124,6 +124,7 @@ class Engine {
   PyObject* parent_session_ = nullptr;  // strong ref: keeps parent_ alive
   uint64_t start_thread_ = 0;  // thread key of the starting thread
   int64_t start_ns_ = 0, end_ns_ = 0;
+  int64_t start_unix_ns_ = 0;  // CLOCK_REALTIME at start: when, for pprof and the report
   clock::Anchor start_anchor_, end_anchor_;
   std::vector<std::unique_ptr<CaptureLane>> lanes_;
   std::unordered_map<uint64_t, std::unordered_map<PyObject*, CaptureLane*>> lane_index_;

@@ -124,6 +124,7 @@ import socket
 import sys
 import sysconfig
 import threading
+import time
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -983,6 +984,7 @@ class ReferenceEngine:
         self._label_index: Dict[str, int] = {}
         self._profile = None
         self._failed = False
+        self._start_unix_ns = 0
 
     # -- interning ---------------------------------------------------------------
 
@@ -1116,6 +1118,7 @@ class ReferenceEngine:
         self._token = _core.session_var.set(session)
         self._session = session
         self.start_ns = _core.now_ns()
+        self._start_unix_ns = time.time_ns()
         self._start_thread = _thread_state()
         self._new_lane(self._start_thread, threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
         _collecting.append(self)
@@ -1191,6 +1194,7 @@ class ReferenceEngine:
             "engine": self.hook,
             "python": platform.python_version(),
             "pid": str(os.getpid()),
+            "start_unix_ns": str(self._start_unix_ns),
             "host": socket.gethostname(),
         }
         end_ns = self.end_ns or _core.now_ns()

@@ -105,3 +105,17 @@ def native_defect(request, engine: str, reason: str, when: bool = True) -> None:
     pyext/ against docs/capture.md; the reference run stays a plain test."""
     if engine == "native" and when:
         request.applymarker(pytest.mark.xfail(strict=True, reason="native: " + reason))
+
+
+
+def require_tool(path, what: str, how: str):
+    """Returns `path`, the external tool a test needs. If it is None: a skip
+    that says how to install it, or a failure under MLPROF_REQUIRE_TOOLS=1
+    (CI installs every tool; a skip there would hide an untested consumer)."""
+    import os
+
+    if path is None:
+        if os.environ.get("MLPROF_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"{what} is required here (MLPROF_REQUIRE_TOOLS=1); install it: {how}")
+        pytest.skip(f"{what} is not installed ({how})")
+    return path

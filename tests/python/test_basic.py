@@ -240,3 +240,14 @@ def test_both_engines_give_the_same_tree():
         out = run_engines(program, depth=depth)
         assert shape(out["native"]) == shape(out["reference"])
         assert [r["call_path"] for r in out["native"].to_flat()] == [r["call_path"] for r in out["reference"].to_flat()]
+
+
+def test_meta_records_the_wall_clock_start(engine):
+    import time
+
+    before = time.time_ns()
+    with profiling(depth=1, engine=engine) as s:
+        pass
+    after = time.time_ns()
+    start = int(s._built().meta["start_unix_ns"])
+    assert before <= start <= after

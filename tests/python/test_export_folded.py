@@ -15,6 +15,7 @@ from typing import Dict, List
 
 import pytest
 
+from _helpers import require_tool
 from mlflow_profiler import _core, profile_span, profiling
 
 INFERNO = shutil.which("inferno-flamegraph") or next(
@@ -133,9 +134,9 @@ def test_separators_in_labels_are_replaced(engine):
     assert list(stacks) == ["step: one of two"]
 
 
-@pytest.mark.skipif(INFERNO is None, reason="inferno-flamegraph is not installed "
-                    "(cargo install inferno --no-default-features --features cli)")
 def test_inferno_draws_every_line(engine, tmp_path):
+    require_tool(INFERNO, "inferno-flamegraph",
+                 "cargo install --locked inferno --no-default-features --features cli")
     with profiling(depth=-1, all_threads=True, engine=engine) as session:
         predict()
         run_workers()

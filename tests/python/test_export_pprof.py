@@ -20,8 +20,14 @@ import pytest
 
 from mlflow_profiler import _core, profile_span, profiling
 
+from _helpers import require_tool
+
 GO = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
-pytestmark = pytest.mark.skipif(GO is None, reason="the Go toolchain (go tool pprof) is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _go_installed():
+    require_tool(GO, "the Go toolchain (go tool pprof)", "Go at /usr/local/go or on PATH")
 
 
 @pytest.fixture(scope="module")
