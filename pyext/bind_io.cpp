@@ -24,16 +24,12 @@ constexpr int kObjectEx = T_OBJECT_EX;
 #endif
 
 PyObject* optional_str(const std::string& v) {
-  if (v.empty()) {
-    Py_RETURN_NONE;
-  }
+  if (v.empty()) Py_RETURN_NONE;
   return PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.size()), "replace");
 }
 
 PyObject* optional_int(int64_t v) {
-  if (v < 0) {
-    Py_RETURN_NONE;
-  }
+  if (v < 0) Py_RETURN_NONE;
   return PyLong_FromLongLong(v);
 }
 
@@ -49,12 +45,8 @@ PyObject* g_field_names[kFields] = {};
 bool find_slots(PyObject* cls) {
   for (int i = 0; i < kFields; ++i) {
     g_slot_offsets[i] = 0;
-    if (!g_field_names[i]) {
-      g_field_names[i] = PyUnicode_InternFromString(kFieldNames[i]);
-    }
-    if (!g_field_names[i]) {
-      return false;
-    }
+    if (!g_field_names[i]) g_field_names[i] = PyUnicode_InternFromString(kFieldNames[i]);
+    if (!g_field_names[i]) return false;
   }
   for (int i = 0; i < kFields; ++i) {
     PyObject* d = PyObject_GetAttr(cls, g_field_names[i]);
@@ -128,9 +120,7 @@ PyObject* to_python(const IOSummary& s) {
   }
   if (!ok) {
     Py_XDECREF(inst);
-    if (!PyErr_Occurred()) {
-      PyErr_NoMemory();
-    }
+    if (!PyErr_Occurred()) PyErr_NoMemory();
     return nullptr;
   }
   return inst;
@@ -151,9 +141,7 @@ PyMethodDef g_summarize_def = {
 
 void bind_io(py::module_& m) {
   PyObject* fn = PyCFunction_NewEx(&g_summarize_def, nullptr, m.attr("__name__").ptr());
-  if (!fn) {
-    throw py::error_already_set();
-  }
+  if (!fn) throw py::error_already_set();
   m.attr("summarize") = py::reinterpret_steal<py::object>(fn);
 
   m.def(
@@ -162,9 +150,7 @@ void bind_io(py::module_& m) {
         if (!PyType_Check(summary_class.ptr())) {
           throw py::type_error("summary_class must be a class");
         }
-        if (!find_slots(summary_class.ptr())) {
-          throw py::error_already_set();
-        }
+        if (!find_slots(summary_class.ptr())) throw py::error_already_set();
         summarize::set_support(summary_class.ptr(), log.is_none() ? nullptr : log.ptr());
       },
       py::arg("summary_class"), py::arg("log"),
@@ -172,9 +158,7 @@ void bind_io(py::module_& m) {
   m.def(
       "_set_summarizer",
       [](py::object cls, py::object fn) {
-        if (!PyType_Check(cls.ptr())) {
-          throw py::type_error("cls must be a class");
-        }
+        if (!PyType_Check(cls.ptr())) throw py::type_error("cls must be a class");
         summarize::set_summarizer(cls.ptr(), fn.is_none() ? nullptr : fn.ptr());
       },
       py::arg("cls"), py::arg("fn"), "Registers fn for cls and its subclasses (None removes it).");

@@ -48,14 +48,10 @@ Ref borrow(PyObject* p) {
 // Clears a pending error. A KeyboardInterrupt is not lost: it is raised again
 // at the next chance, in the user's code rather than inside the summary.
 void clear_error() {
-  if (!PyErr_Occurred()) {
-    return;
-  }
+  if (!PyErr_Occurred()) return;
   const bool interrupt = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
   PyErr_Clear();
-  if (interrupt) {
-    PyErr_SetInterrupt();
-  }
+  if (interrupt) PyErr_SetInterrupt();
 }
 
 // The exception being propagated when the hook called us, put back on exit.
@@ -173,9 +169,7 @@ const Names& names() {
 
 Ref get_attr(PyObject* o, PyObject* name) {
   PyObject* r = PyObject_GetAttr(o, name);
-  if (!r) {
-    clear_error();
-  }
+  if (!r) clear_error();
   return Ref(r);
 }
 
@@ -183,17 +177,13 @@ Ref get_attr(PyObject* o, PyObject* name) {
 // for library internals (pandas' _mgr), where a miss must be cheap and quiet.
 Ref own_attr(PyObject* o, PyObject* name) {
   PyObject* r = PyObject_GenericGetAttr(o, name);
-  if (!r) {
-    clear_error();
-  }
+  if (!r) clear_error();
   return Ref(r);
 }
 
 Ref call_method0(PyObject* o, PyObject* name) {
   PyObject* r = PyObject_CallMethodNoArgs(o, name);
-  if (!r) {
-    clear_error();
-  }
+  if (!r) clear_error();
   return Ref(r);
 }
 
@@ -214,17 +204,13 @@ Ref call_deep_false(PyObject* o, PyObject* name) {
     return {};
   }
   PyObject* r = PyObject_Call(method.get(), args.get(), kwargs.get());
-  if (!r) {
-    clear_error();
-  }
+  if (!r) clear_error();
   return Ref(r);
 }
 
 // An integer (int, numpy integer, anything with __index__) as int64.
 bool to_int64(PyObject* v, int64_t* out) {
-  if (!v) {
-    return false;
-  }
+  if (!v) return false;
   Ref idx = PyLong_Check(v) ? borrow(v) : Ref(PyNumber_Index(v));
   if (!idx) {
     clear_error();
@@ -244,9 +230,7 @@ std::string str_of(PyObject* o) {
   if (!o) {
     return {};
   }
-  if (PyUnicode_Check(o)) {
-    return compat::utf8(o);
-  }
+  if (PyUnicode_Check(o)) return compat::utf8(o);
   Ref s(PyObject_Str(o));
   if (!s) {
     clear_error();
@@ -277,16 +261,12 @@ void append_utf8(std::string& out, Py_UCS4 c) {
 }
 
 void append_chars(std::string& out, PyObject* s, Py_ssize_t from, Py_ssize_t to) {
-  for (Py_ssize_t i = from; i < to; ++i) {
-    append_utf8(out, PyUnicode_ReadChar(s, i));
-  }
+  for (Py_ssize_t i = from; i < to; ++i) append_utf8(out, PyUnicode_ReadChar(s, i));
 }
 
 // Length of the repr token at i: an escape sequence is never cut in two.
 Py_ssize_t escape_len(PyObject* s, Py_ssize_t i, Py_ssize_t end) {
-  if (PyUnicode_ReadChar(s, i) != '\\' || i + 1 >= end) {
-    return 1;
-  }
+  if (PyUnicode_ReadChar(s, i) != '\\' || i + 1 >= end) return 1;
   switch (PyUnicode_ReadChar(s, i + 1)) {
     case 'x':
       return 4;
@@ -313,9 +293,7 @@ std::string bounded(PyObject* r, bool source_cut = false) {
     return {};
   }
   const auto max = static_cast<Py_ssize_t>(summarize::kReprMax);
-  if (n <= max && !source_cut) {
-    return compat::utf8(r);
-  }
+  if (n <= max && !source_cut) return compat::utf8(r);
   std::string out;
   Py_ssize_t close = -1;
   const Py_UCS4 last = PyUnicode_ReadChar(r, n - 1);
@@ -323,9 +301,7 @@ std::string bounded(PyObject* r, bool source_cut = false) {
     close = n - 1;
   } else if (last == ')' && n >= 2) {
     const Py_UCS4 q = PyUnicode_ReadChar(r, n - 2);
-    if (q == '\'' || q == '"') {
-      close = n - 2;
-    }
+    if (q == '\'' || q == '"') close = n - 2;
   }
   if (close > 0) {
     const Py_UCS4 q = PyUnicode_ReadChar(r, close);
@@ -341,9 +317,7 @@ std::string bounded(PyObject* r, bool source_cut = false) {
       Py_ssize_t end = open + 1;
       while (end < close) {
         const Py_ssize_t len = escape_len(r, end, close);
-        if (end + len - (open + 1) > budget) {
-          break;
-        }
+        if (end + len - (open + 1) > budget) break;
         end += len;
       }
       append_chars(out, r, 0, end);
@@ -358,9 +332,7 @@ std::string bounded(PyObject* r, bool source_cut = false) {
 }
 
 std::string bounded_text(std::string s, size_t max) {
-  if (s.size() <= max) {
-    return s;
-  }
+  if (s.size() <= max) return s;
   size_t cut = max - 3;
   while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) {
     --cut;  // UTF-8 boundary
@@ -462,23 +434,17 @@ void clear_types() {
 
 void log_failure(const std::string& kind, const std::string& message) {
   PyObject* log = state().log;
-  if (!log) {
-    return;
-  }
+  if (!log) return;
   Ref fn = borrow(log);
   Ref k(PyUnicode_DecodeUTF8(kind.data(), static_cast<Py_ssize_t>(kind.size()), "replace"));
   Ref m(PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "replace"));
-  if (k && m) {
-    Ref(PyObject_CallFunctionObjArgs(fn.get(), k.get(), m.get(), nullptr));
-  }
+  if (k && m) Ref(PyObject_CallFunctionObjArgs(fn.get(), k.get(), m.get(), nullptr));
   clear_error();
 }
 
 // Describes and clears the pending exception: "ValueError: boom".
 std::string take_error() {
-  if (!PyErr_Occurred()) {
-    return "no exception";
-  }
+  if (!PyErr_Occurred()) return "no exception";
   if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
     clear_error();
     return "KeyboardInterrupt";
@@ -490,9 +456,7 @@ std::string take_error() {
   std::string out = type ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "exception";
   if (v) {
     std::string text = str_of(v.get());
-    if (!text.empty()) {
-      out += ": " + bounded_text(text, 200);
-    }
+    if (!text.empty()) out += ": " + bounded_text(text, 200);
   }
   clear_error();
   return out;
@@ -506,9 +470,7 @@ void class_names(PyTypeObject* t, std::string* module, std::string* qualname) {
   if (t->tp_flags & Py_TPFLAGS_HEAPTYPE) {
     auto* ht = reinterpret_cast<PyHeapTypeObject*>(t);
     *qualname = compat::utf8(ht->ht_qualname);
-    if (qualname->empty()) {
-      *qualname = t->tp_name;
-    }
+    if (qualname->empty()) *qualname = t->tp_name;
     module->clear();
     if (t->tp_dict) {
       PyObject* m = PyDict_GetItemWithError(t->tp_dict, names().module);  // borrowed
@@ -678,9 +640,7 @@ std::string implementation(PyTypeObject* t, PyObject* name) {
   }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro.get()); ++i) {
     auto* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro.get(), i));
-    if (!base->tp_dict) {
-      continue;
-    }
+    if (!base->tp_dict) continue;
     PyObject* v = PyDict_GetItemWithError(base->tp_dict, name);  // borrowed
     if (!v) {
       clear_error();
@@ -717,25 +677,19 @@ Flavor pandas_flavor(PyTypeObject* t, Kind kind) {
     }
     return Flavor::kPublic;
   }
-  if (!implementation(t, n.memory_usage).empty()) {
-    return Flavor::kUsageMethod;
-  }
+  if (!implementation(t, n.memory_usage).empty()) return Flavor::kUsageMethod;
   const std::string nbytes = implementation(t, n.nbytes);
   // pandas < 3 in Python, pandas 3 in Cython: both return _ndarray.nbytes.
   if (nbytes == "NDArrayBackedExtensionArray.nbytes" || nbytes == "NDArrayBacked.nbytes") {
     return Flavor::kNdarrayBacked;
   }
-  if (nbytes == "BaseMaskedArray.nbytes") {
-    return Flavor::kMasked;
-  }
+  if (nbytes == "BaseMaskedArray.nbytes") return Flavor::kMasked;
   return Flavor::kNbytes;
 }
 
 PyObject* registered_for(PyTypeObject* base) {
   for (const auto& [cls, fn] : state().registry) {
-    if (cls == reinterpret_cast<PyObject*>(base)) {
-      return fn;
-    }
+    if (cls == reinterpret_cast<PyObject*>(base)) return fn;
   }
   return nullptr;
 }
@@ -760,15 +714,11 @@ TypeInfoPtr classify(PyTypeObject* t) {
       }
       Kind k = Kind::kGeneric;
       if (builtin_kind(base, &k)) {
-        if (!have_kind) {
-          info->kind = k;
-        }
+        if (!have_kind) info->kind = k;
         have_kind = true;
         // numpy.str_ and numpy.bytes_ put str/bytes before numpy.generic in
         // their MRO: they are numpy scalars all the same.
-        if (k == Kind::kNumpyScalar) {
-          info->kind = k;
-        }
+        if (k == Kind::kNumpyScalar) info->kind = k;
       }
     }
   }
@@ -781,13 +731,9 @@ TypeInfoPtr classify(PyTypeObject* t) {
 TypeInfoPtr type_info(PyTypeObject* t) {
   State& st = state();
   auto it = st.types.find(t);
-  if (it != st.types.end()) {
-    return it->second;
-  }
+  if (it != st.types.end()) return it->second;
   TypeInfoPtr info = classify(t);
-  if (st.types.size() >= summarize::kTypeCacheMax) {
-    clear_types();
-  }
+  if (st.types.size() >= summarize::kTypeCacheMax) clear_types();
   st.types.emplace(t, info);
   return info;
 }
@@ -852,9 +798,7 @@ bool dtype_by_python(PyObject* descr, DtypeName* out) {
   }
   out->name = bounded_text(compat::utf8(s.get()), summarize::kDtypeMax);
   Ref size = get_attr(descr, names().itemsize);
-  if (!to_int64(size.get(), &out->itemsize)) {
-    out->itemsize = -1;
-  }
+  if (!to_int64(size.get(), &out->itemsize)) out->itemsize = -1;
   return !out->name.empty();
 }
 
@@ -869,9 +813,7 @@ bool is_numpy_dtype(PyObject* o) {
 bool is_ndarray(PyObject* o) {
   State& st = state();
   if (!st.ndarray) {
-    if (kind_of(o) != Kind::kNumpyArray) {
-      return false;
-    }
+    if (kind_of(o) != Kind::kNumpyArray) return false;
   }
   return st.ndarray && PyObject_TypeCheck(o, st.ndarray);
 }
@@ -891,9 +833,7 @@ uint64_t parametric_key(PyObject* descr, int type_num, int byteorder) {
   const Py_ssize_t base = state().dtype ? state().dtype->tp_basicsize : 0;
   const bool numpy2 = size == 120 && base == 88;
   const bool numpy1 = size == 96 && base == 96;
-  if (!numpy1 && !numpy2) {
-    return 0;
-  }
+  if (!numpy1 && !numpy2) return 0;
   const char* d = reinterpret_cast<const char*>(descr);
   uint32_t param = 0;
   if (type_num == 18 || type_num == 19) {  // S, U: the item size
@@ -907,22 +847,16 @@ uint64_t parametric_key(PyObject* descr, int type_num, int byteorder) {
       std::memcpy(&v, d + 32, sizeof(v));
       elsize = v;
     }
-    if (elsize < 0 || elsize > 0xFFFFFFFFll) {
-      return 0;
-    }
+    if (elsize < 0 || elsize > 0xFFFFFFFFll) return 0;
     param = static_cast<uint32_t>(elsize);
   } else {  // M, m: unit and multiplier
     const char* meta = nullptr;
     std::memcpy(&meta, d + (numpy2 ? 112 : 80), sizeof(meta));
-    if (!meta) {
-      return 0;
-    }
+    if (!meta) return 0;
     int unit = 0, num = 0;
     std::memcpy(&unit, meta + 4 * sizeof(void*), sizeof(int));
     std::memcpy(&num, meta + 4 * sizeof(void*) + sizeof(int), sizeof(int));
-    if (unit < 0 || unit >= 64 || num < 0 || num >= (1 << 24)) {
-      return 0;
-    }
+    if (unit < 0 || unit >= 64 || num < 0 || num >= (1 << 24)) return 0;
     param = (static_cast<uint32_t>(unit) << 24) | static_cast<uint32_t>(num);
   }
   return (static_cast<uint64_t>(type_num) << 40) | (static_cast<uint64_t>(byteorder + 1) << 32) |
@@ -931,9 +865,7 @@ uint64_t parametric_key(PyObject* descr, int type_num, int byteorder) {
 
 // Name and item size of a numpy dtype object.
 bool numpy_dtype(PyObject* descr, DtypeName* out) {
-  if (!descr || !is_numpy_dtype(descr)) {
-    return false;
-  }
+  if (!descr || !is_numpy_dtype(descr)) return false;
   const auto* h = reinterpret_cast<const NumpyDescrHead*>(descr);
   const int tn = h->type_num;
   const int bo = byteorder_index(h->byteorder);
@@ -941,9 +873,7 @@ bool numpy_dtype(PyObject* descr, DtypeName* out) {
     DtypeName& slot = g_builtin_dtypes[tn][bo];
     if (slot.itemsize < 0) {
       DtypeName computed;
-      if (!dtype_by_python(descr, &computed) || computed.itemsize < 0) {
-        return false;
-      }
+      if (!dtype_by_python(descr, &computed) || computed.itemsize < 0) return false;
       slot = computed;
     }
     *out = slot;
@@ -957,12 +887,8 @@ bool numpy_dtype(PyObject* descr, DtypeName* out) {
         *out = it->second;
         return true;
       }
-      if (!dtype_by_python(descr, out)) {
-        return false;
-      }
-      if (g_parametric_dtypes.size() >= kParametricMax) {
-        g_parametric_dtypes.clear();
-      }
+      if (!dtype_by_python(descr, out)) return false;
+      if (g_parametric_dtypes.size() >= kParametricMax) g_parametric_dtypes.clear();
       g_parametric_dtypes.emplace(key, *out);
       return true;
     }
@@ -977,9 +903,7 @@ std::string dtype_name(PyObject* dtype) {
     return {};
   }
   DtypeName d;
-  if (numpy_dtype(dtype, &d)) {
-    return d.name;
-  }
+  if (numpy_dtype(dtype, &d)) return d.name;
   return bounded_text(str_of(dtype), summarize::kDtypeMax);
 }
 
@@ -993,27 +917,17 @@ struct ArrayFacts {
 };
 
 bool ndarray_facts(PyObject* o, ArrayFacts* out) {
-  if (!is_ndarray(o)) {
-    return false;
-  }
+  if (!is_ndarray(o)) return false;
   const auto* a = reinterpret_cast<const NumpyArrayFields*>(o);
-  if (a->nd < 0 || a->nd > 64 || (a->nd > 0 && !a->dimensions)) {
-    return false;
-  }
-  if (!numpy_dtype(a->descr, &out->dtype)) {
-    return false;
-  }
+  if (a->nd < 0 || a->nd > 64 || (a->nd > 0 && !a->dimensions)) return false;
+  if (!numpy_dtype(a->descr, &out->dtype)) return false;
   out->nd = a->nd;
   out->dims = a->dimensions;
   out->size = 1;
-  for (int i = 0; i < a->nd; ++i) {
-    out->size *= static_cast<int64_t>(a->dimensions[i]);
-  }
+  for (int i = 0; i < a->nd; ++i) out->size *= static_cast<int64_t>(a->dimensions[i]);
   if (out->dtype.itemsize < 0) {  // an uncached exotic dtype: ask numpy
     Ref nb = get_attr(o, names().nbytes);
-    if (!to_int64(nb.get(), &out->nbytes)) {
-      out->nbytes = -1;
-    }
+    if (!to_int64(nb.get(), &out->nbytes)) out->nbytes = -1;
   } else {
     out->nbytes = out->size * out->dtype.itemsize;
   }
@@ -1022,16 +936,12 @@ bool ndarray_facts(PyObject* o, ArrayFacts* out) {
 
 void summarize_ndarray(PyObject* o, IOSummary* out) {
   ArrayFacts f;
-  if (!ndarray_facts(o, &f)) {
-    return;
-  }
+  if (!ndarray_facts(o, &f)) return;
   out->has_shape = true;
   out->shape.assign(f.dims, f.dims + f.nd);
   out->dtype = f.dtype.name;
   out->size_bytes = f.nbytes;
-  if (f.nd > 0) {
-    out->length = f.dims[0];
-  }
+  if (f.nd > 0) out->length = f.dims[0];
 }
 
 // --- pandas ---------------------------------------------------------------------------------
@@ -1047,9 +957,7 @@ struct ValuesFacts {
 
 void take_dims(const ArrayFacts& f, ValuesFacts* out) {
   out->nd = f.nd < 2 ? f.nd : 2;
-  for (int i = 0; i < out->nd; ++i) {
-    out->dims[i] = f.dims[i];
-  }
+  for (int i = 0; i < out->nd; ++i) out->dims[i] = f.dims[i];
 }
 
 std::string ea_dtype(PyObject* values) {
@@ -1066,16 +974,12 @@ bool values_facts(PyObject* values, ValuesFacts* out) {
     return out->nbytes >= 0;
   }
   const TypeFacts type = type_facts(Py_TYPE(values));
-  if (type.kind != Kind::kPandasArray) {
-    return false;
-  }
+  if (type.kind != Kind::kPandasArray) return false;
   const Names& n = names();
   switch (type.flavor) {
     case Flavor::kNdarrayBacked: {
       Ref nd = own_attr(values, n.ndarray_);
-      if (!nd || !ndarray_facts(nd.get(), &f)) {
-        return false;
-      }
+      if (!nd || !ndarray_facts(nd.get(), &f)) return false;
       out->nbytes = f.nbytes;
       take_dims(f, out);
       break;
@@ -1093,9 +997,7 @@ bool values_facts(PyObject* values, ValuesFacts* out) {
     default: {
       Ref nb = type.flavor == Flavor::kUsageMethod ? call_deep_false(values, n.memory_usage)
                                                    : get_attr(values, n.nbytes);
-      if (!to_int64(nb.get(), &out->nbytes)) {
-        return false;
-      }
+      if (!to_int64(nb.get(), &out->nbytes)) return false;
       const Py_ssize_t len = PyObject_Length(values);
       if (len < 0) {
         clear_error();
@@ -1123,17 +1025,13 @@ int64_t getsizeof(PyObject* o) {
   State& st = state();
   if (!st.getsizeof) {
     PyObject* fn = PySys_GetObject("getsizeof");  // borrowed
-    if (!fn) {
-      return -1;
-    }
+    if (!fn) return -1;
     Py_INCREF(fn);
     st.getsizeof = fn;
   }
   Ref fn = borrow(st.getsizeof);
   Ref r(PyObject_CallOneArg(fn.get(), o));
-  if (!r) {
-    clear_error();
-  }
+  if (!r) clear_error();
   int64_t v = -1;
   return to_int64(r.get(), &v) ? v : -1;
 }
@@ -1141,9 +1039,7 @@ int64_t getsizeof(PyObject* o) {
 // sys.getsizeof of an int depends only on its number of digits, so of its
 // bit length: measured once per bit length.
 int64_t int_sizeof(PyObject* v) {
-  if (!PyLong_CheckExact(v)) {
-    return getsizeof(v);
-  }
+  if (!PyLong_CheckExact(v)) return getsizeof(v);
   int overflow = 0;
   const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
   if (overflow || (x == -1 && PyErr_Occurred())) {
@@ -1154,18 +1050,14 @@ int64_t int_sizeof(PyObject* v) {
       x < 0 ? 0ull - static_cast<unsigned long long>(x) : static_cast<unsigned long long>(x);
   const int bits = magnitude ? 64 - __builtin_clzll(magnitude) : 0;
   static int64_t sizes[65] = {};  // 0: not measured yet
-  if (sizes[bits] <= 0) {
-    sizes[bits] = getsizeof(v);
-  }
+  if (sizes[bits] <= 0) sizes[bits] = getsizeof(v);
   return sizes[bits];
 }
 
 // sys.getsizeof of a range: ranges have a fixed size.
 int64_t range_sizeof(PyObject* rng) {
   static int64_t size = 0;
-  if (size <= 0) {
-    size = getsizeof(rng);
-  }
+  if (size <= 0) size = getsizeof(rng);
   return size;
 }
 
@@ -1178,16 +1070,12 @@ struct IndexFacts {
 // Length, index.memory_usage(deep=False) and dtype of a pandas Index.
 bool pandas_index(PyObject* index, IndexFacts* out, bool want_dtype) {
   const TypeFacts type = type_facts(Py_TYPE(index));
-  if (type.kind != Kind::kPandasIndex) {
-    return false;
-  }
+  if (type.kind != Kind::kPandasIndex) return false;
   const Names& n = names();
   switch (type.flavor) {
     case Flavor::kRangeIndex: {
       Ref rng = own_attr(index, n.range_);
-      if (!rng || !PyRange_Check(rng.get())) {
-        return false;
-      }
+      if (!rng || !PyRange_Check(rng.get())) return false;
       out->length = PyObject_Length(rng.get());
       if (out->length < 0) {
         clear_error();
@@ -1199,9 +1087,7 @@ bool pandas_index(PyObject* index, IndexFacts* out, bool want_dtype) {
       PyObject* cached = cache && PyDict_Check(cache.get())
                              ? PyDict_GetItemWithError(cache.get(), n.nbytes)
                              : nullptr;
-      if (!cached) {
-        clear_error();
-      }
+      if (!cached) clear_error();
       if (!to_int64(cached, &out->nbytes)) {
         int64_t total = range_sizeof(rng.get());
         for (PyObject* part : {n.start, n.stop, n.step}) {
@@ -1209,38 +1095,28 @@ bool pandas_index(PyObject* index, IndexFacts* out, bool want_dtype) {
           const int64_t size = v ? int_sizeof(v.get()) : -1;
           total = (total < 0 || size < 0) ? -1 : total + size;
         }
-        if (total < 0) {
-          return false;
-        }
+        if (total < 0) return false;
         out->nbytes = total;
       }
-      if (want_dtype) {
-        out->dtype = ea_dtype(index);
-      }
+      if (want_dtype) out->dtype = ea_dtype(index);
       return true;
     }
     case Flavor::kBaseIndex: {
       Ref data = own_attr(index, n.data_);
       ValuesFacts v;
-      if (!data || !values_facts(data.get(), &v) || v.nd != 1) {
-        return false;
-      }
+      if (!data || !values_facts(data.get(), &v) || v.nd != 1) return false;
       out->length = v.dims[0];
       out->nbytes = v.nbytes;
       out->dtype = std::move(v.dtype);
       // Index.memory_usage adds its hash table once it has been built.
       Ref cache = own_attr(index, n.cache_);
-      if (!cache || !PyDict_Check(cache.get())) {
-        return false;
-      }
+      if (!cache || !PyDict_Check(cache.get())) return false;
       PyObject* engine = PyDict_GetItemWithError(cache.get(), n.engine_);  // borrowed
       if (engine) {
         Ref keep = borrow(engine);
         Ref size = call_method0(engine, n.sizeof_);
         int64_t s = 0;
-        if (!to_int64(size.get(), &s)) {
-          return false;
-        }
+        if (!to_int64(size.get(), &s)) return false;
         out->nbytes += s;
       } else if (PyErr_Occurred()) {
         clear_error();
@@ -1255,12 +1131,8 @@ bool pandas_index(PyObject* index, IndexFacts* out, bool want_dtype) {
         return false;
       }
       Ref usage = call_deep_false(index, n.memory_usage);
-      if (!to_int64(usage.get(), &out->nbytes)) {
-        return false;
-      }
-      if (want_dtype) {
-        out->dtype = ea_dtype(index);
-      }
+      if (!to_int64(usage.get(), &out->nbytes)) return false;
+      if (want_dtype) out->dtype = ea_dtype(index);
       return true;
     }
   }
@@ -1278,9 +1150,7 @@ struct DtypeList {
   void add(const std::string& name) {
     const std::string& n = name.empty() ? unknown() : name;
     for (size_t i = 0; i < count; ++i) {
-      if (names[i] == n) {
-        return;
-      }
+      if (names[i] == n) return;
     }
     if (count == names.size()) {
       cut = true;
@@ -1291,14 +1161,10 @@ struct DtypeList {
   std::string joined() const {
     std::string out;
     for (size_t i = 0; i < count; ++i) {
-      if (i) {
-        out += ',';
-      }
+      if (i) out += ',';
       out += names[i];
     }
-    if (cut) {
-      out += ",...";
-    }
+    if (cut) out += ",...";
     return bounded_text(std::move(out), summarize::kDtypeMax);
   }
   static const std::string& unknown() {
@@ -1309,13 +1175,9 @@ struct DtypeList {
 
 // A 1-d intp ndarray (BlockManager.blknos) read in place.
 bool intp_vector(PyObject* o, const int64_t** data, Py_ssize_t* len, Py_ssize_t* stride) {
-  if (!is_ndarray(o)) {
-    return false;
-  }
+  if (!is_ndarray(o)) return false;
   const auto* a = reinterpret_cast<const NumpyArrayFields*>(o);
-  if (a->nd != 1 || !a->descr || !is_numpy_dtype(a->descr)) {
-    return false;
-  }
+  if (a->nd != 1 || !a->descr || !is_numpy_dtype(a->descr)) return false;
   const auto* d = reinterpret_cast<const NumpyDescrHead*>(a->descr);
   DtypeName name;
   if (d->kind != 'i' || !numpy_dtype(a->descr, &name) || name.itemsize != 8 ||
@@ -1333,9 +1195,7 @@ bool intp_vector(PyObject* o, const int64_t** data, Py_ssize_t* len, Py_ssize_t*
 bool pandas_frame_internals(PyObject* df, IOSummary* out) {
   const Names& n = names();
   Ref mgr = own_attr(df, n.mgr);
-  if (!mgr) {
-    return false;
-  }
+  if (!mgr) return false;
   Ref blocks = own_attr(mgr.get(), n.blocks), axes = own_attr(mgr.get(), n.axes);
   if (!blocks || !PyTuple_Check(blocks.get()) || !axes || !PyList_Check(axes.get()) ||
       PyList_GET_SIZE(axes.get()) != 2) {
@@ -1343,9 +1203,7 @@ bool pandas_frame_internals(PyObject* df, IOSummary* out) {
   }
   IndexFacts index;
   Ref row_index = borrow(PyList_GET_ITEM(axes.get(), 1));  // held: Python code may change axes
-  if (!pandas_index(row_index.get(), &index, false)) {
-    return false;
-  }
+  if (!pandas_index(row_index.get(), &index, false)) return false;
   const Py_ssize_t nblocks = PyTuple_GET_SIZE(blocks.get());
   int64_t total = index.nbytes;
   int64_t cols = 0;
@@ -1366,9 +1224,7 @@ bool pandas_frame_internals(PyObject* df, IOSummary* out) {
   for (Py_ssize_t i = 0; i < nblocks; ++i) {
     Ref values = own_attr(PyTuple_GET_ITEM(blocks.get(), i), n.values);
     ValuesFacts v;
-    if (!values || !values_facts(values.get(), &v)) {
-      return false;
-    }
+    if (!values || !values_facts(values.get(), &v)) return false;
     total += v.nbytes;
     cols += v.nd == 2 ? v.dims[0] : 1;
     block_dtypes[i] = std::move(v.dtype);
@@ -1379,24 +1235,16 @@ bool pandas_frame_internals(PyObject* df, IOSummary* out) {
   } else if (nblocks > 1) {
     // Blocks are not in column order; blknos maps each column to its block.
     Ref blknos = own_attr(mgr.get(), n.blknos_);  // the property below computes it when None
-    if (blknos.get() == Py_None) {
-      blknos = own_attr(mgr.get(), n.blknos);
-    }
+    if (blknos.get() == Py_None) blknos = own_attr(mgr.get(), n.blknos);
     const int64_t* data = nullptr;
     Py_ssize_t len = 0, stride = 0;
-    if (!blknos || !intp_vector(blknos.get(), &data, &len, &stride) || len != cols) {
-      return false;
-    }
+    if (!blknos || !intp_vector(blknos.get(), &data, &len, &stride) || len != cols) return false;
     Py_ssize_t remaining = nblocks;
     const char* p = reinterpret_cast<const char*>(data);
     for (Py_ssize_t j = 0; j < len && remaining > 0 && !dtypes.cut; ++j, p += stride) {
       const int64_t b = *reinterpret_cast<const int64_t*>(p);
-      if (b < 0 || b >= nblocks) {
-        return false;
-      }
-      if (seen[b]) {
-        continue;
-      }
+      if (b < 0 || b >= nblocks) return false;
+      if (seen[b]) continue;
       seen[b] = true;
       --remaining;
       dtypes.add(block_dtypes[b]);
@@ -1406,9 +1254,7 @@ bool pandas_frame_internals(PyObject* df, IOSummary* out) {
   out->shape = {index.length, cols};
   out->length = index.length;
   out->size_bytes = total;
-  if (!dtypes.empty()) {
-    out->dtype = dtypes.joined();
-  }
+  if (!dtypes.empty()) out->dtype = dtypes.joined();
   return true;
 }
 
@@ -1417,9 +1263,7 @@ bool fill_shape(PyObject* shape, IOSummary* out) {
     return false;  // torch.Size is a tuple
   }
   const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-  if (nd > 64) {
-    return false;
-  }
+  if (nd > 64) return false;
   out->has_shape = true;
   out->shape.clear();
   for (Py_ssize_t i = 0; i < nd; ++i) {
@@ -1433,23 +1277,17 @@ bool fill_shape(PyObject* shape, IOSummary* out) {
 }
 
 void set_length_from_shape(IOSummary* out) {
-  if (out->has_shape && !out->shape.empty() && out->shape[0] >= 0) {
-    out->length = out->shape[0];
-  }
+  if (out->has_shape && !out->shape.empty() && out->shape[0] >= 0) out->length = out->shape[0];
 }
 
 // Public API, where the internals are not what we expect.
 void pandas_frame_public(PyObject* df, IOSummary* out) {
   const Names& n = names();
   Ref shape = get_attr(df, n.shape);
-  if (fill_shape(shape.get(), out)) {
-    set_length_from_shape(out);
-  }
+  if (fill_shape(shape.get(), out)) set_length_from_shape(out);
   Ref usage = call_deep_false(df, n.memory_usage);
   Ref total = usage ? call_method0(usage.get(), n.sum) : Ref();
-  if (!to_int64(total.get(), &out->size_bytes)) {
-    out->size_bytes = -1;
-  }
+  if (!to_int64(total.get(), &out->size_bytes)) out->size_bytes = -1;
   Ref dtypes = get_attr(df, n.dtypes);
   Ref list = dtypes ? call_method0(dtypes.get(), n.tolist) : Ref();
   if (list && PyList_Check(list.get())) {
@@ -1458,9 +1296,7 @@ void pandas_frame_public(PyObject* df, IOSummary* out) {
       Ref item = borrow(PyList_GET_ITEM(list.get(), i));
       names_in_order.add(dtype_name(item.get()));
     }
-    if (!names_in_order.empty()) {
-      out->dtype = names_in_order.joined();
-    }
+    if (!names_in_order.empty()) out->dtype = names_in_order.joined();
   }
 }
 
@@ -1476,9 +1312,7 @@ void summarize_pandas_frame(PyObject* df, IOSummary* out) {
 bool pandas_series_internals(PyObject* s, IOSummary* out) {
   const Names& n = names();
   Ref mgr = own_attr(s, n.mgr);
-  if (!mgr) {
-    return false;
-  }
+  if (!mgr) return false;
   Ref blocks = own_attr(mgr.get(), n.blocks), axes = own_attr(mgr.get(), n.axes);
   if (!blocks || !PyTuple_Check(blocks.get()) || PyTuple_GET_SIZE(blocks.get()) != 1 || !axes ||
       !PyList_Check(axes.get()) || PyList_GET_SIZE(axes.get()) != 1) {
@@ -1501,30 +1335,22 @@ bool pandas_series_internals(PyObject* s, IOSummary* out) {
 }
 
 void summarize_pandas_series(PyObject* s, IOSummary* out) {
-  if (pandas_series_internals(s, out)) {
-    return;
-  }
+  if (pandas_series_internals(s, out)) return;
   const Names& n = names();
   const std::string type_name = std::move(out->type_name);
   *out = IOSummary{};
   out->type_name = type_name;
   Ref shape = get_attr(s, n.shape);
-  if (fill_shape(shape.get(), out)) {
-    set_length_from_shape(out);
-  }
+  if (fill_shape(shape.get(), out)) set_length_from_shape(out);
   Ref usage = call_deep_false(s, n.memory_usage);
-  if (!to_int64(usage.get(), &out->size_bytes)) {
-    out->size_bytes = -1;
-  }
+  if (!to_int64(usage.get(), &out->size_bytes)) out->size_bytes = -1;
   Ref d = get_attr(s, n.dtype);
   out->dtype = dtype_name(d.get());
 }
 
 void summarize_pandas_index(PyObject* index, IOSummary* out) {
   IndexFacts f;
-  if (!pandas_index(index, &f, true)) {
-    return;
-  }
+  if (!pandas_index(index, &f, true)) return;
   out->has_shape = true;
   out->shape = {f.length};
   out->length = f.length;
@@ -1534,14 +1360,10 @@ void summarize_pandas_index(PyObject* index, IOSummary* out) {
 
 void summarize_pandas_array(PyObject* values, IOSummary* out) {
   ValuesFacts v;
-  if (!values_facts(values, &v)) {
-    return;
-  }
+  if (!values_facts(values, &v)) return;
   out->has_shape = true;
   out->shape.assign(v.dims, v.dims + v.nd);
-  if (v.nd > 0) {
-    out->length = v.dims[0];
-  }
+  if (v.nd > 0) out->length = v.dims[0];
   out->size_bytes = v.nbytes;
   out->dtype = std::move(v.dtype);
 }
@@ -1553,14 +1375,10 @@ void summarize_pandas_array(PyObject* values, IOSummary* out) {
 void summarize_torch(PyObject* t, TypeInfo& info, IOSummary* out) {
   const Names& n = names();
   Ref shape = get_attr(t, n.shape);
-  if (fill_shape(shape.get(), out)) {
-    set_length_from_shape(out);
-  }
+  if (fill_shape(shape.get(), out)) set_length_from_shape(out);
   Ref dtype = get_attr(t, n.dtype);
   std::string d = str_of(dtype.get());
-  if (starts_with(d, "torch.")) {
-    d.erase(0, 6);
-  }
+  if (starts_with(d, "torch.")) d.erase(0, 6);
   out->dtype = bounded_text(d, summarize::kDtypeMax);
   Ref device = get_attr(t, n.device);
   out->device = bounded_text(str_of(device.get()), 64);
@@ -1568,9 +1386,7 @@ void summarize_torch(PyObject* t, TypeInfo& info, IOSummary* out) {
   // per call, so the type remembers.
   Ref nbytes = info.no_nbytes ? Ref() : get_attr(t, n.nbytes);
   if (!to_int64(nbytes.get(), &out->size_bytes)) {
-    if (!nbytes) {
-      info.no_nbytes = true;
-    }
+    if (!nbytes) info.no_nbytes = true;
     Ref item = call_method0(t, n.element_size), count = call_method0(t, n.numel);
     int64_t a = 0, b = 0;
     out->size_bytes = to_int64(item.get(), &a) && to_int64(count.get(), &b) ? a * b : -1;
@@ -1598,9 +1414,7 @@ void summarize_scipy_sparse(PyObject* m, IOSummary* out) {
   out->dtype = dtype_name(dtype.get());
   Ref nnz = get_attr(m, n.nnz);
   int64_t count = 0;
-  if (to_int64(nnz.get(), &count)) {
-    out->repr_short = "nnz=" + std::to_string(count);
-  }
+  if (to_int64(nnz.get(), &count)) out->repr_short = "nnz=" + std::to_string(count);
   Ref format = get_attr(m, n.format);
   const std::string fmt = str_of(format.get());
   bool any = false;
@@ -1626,9 +1440,7 @@ void summarize_scipy_sparse(PyObject* m, IOSummary* out) {
   }
   // lil and dok keep their entries in Python lists and dicts: no array
   // holds them, so their size is not known cheaply.
-  if (any) {
-    out->size_bytes = total;
-  }
+  if (any) out->size_bytes = total;
 }
 
 // Distinct str() of the items of a list-like, in order.
@@ -1675,17 +1487,13 @@ void summarize_arrow(PyObject* o, Kind kind, IOSummary* out) {
     out->dtype = bounded_text(str_of(type.get()), summarize::kDtypeMax);
   }
   Ref nbytes = get_attr(o, n.nbytes);
-  if (!to_int64(nbytes.get(), &out->size_bytes)) {
-    out->size_bytes = -1;
-  }
+  if (!to_int64(nbytes.get(), &out->size_bytes)) out->size_bytes = -1;
 }
 
 void summarize_polars(PyObject* o, Kind kind, IOSummary* out) {
   const Names& n = names();
   Ref shape = get_attr(o, n.shape);
-  if (fill_shape(shape.get(), out)) {
-    set_length_from_shape(out);
-  }
+  if (fill_shape(shape.get(), out)) set_length_from_shape(out);
   if (kind == Kind::kPolarsFrame) {
     Ref dtypes = get_attr(o, n.dtypes);
     out->dtype = joined_dtypes(dtypes.get());
@@ -1694,9 +1502,7 @@ void summarize_polars(PyObject* o, Kind kind, IOSummary* out) {
     out->dtype = bounded_text(str_of(dtype.get()), summarize::kDtypeMax);
   }
   Ref size = call_method0(o, n.estimated_size);
-  if (!to_int64(size.get(), &out->size_bytes)) {
-    out->size_bytes = -1;
-  }
+  if (!to_int64(size.get(), &out->size_bytes)) out->size_bytes = -1;
 }
 
 // --- builtins and the rest -------------------------------------------------------------------
@@ -1809,9 +1615,7 @@ int64_t container_sizeof(PyObject* o, TypeInfo& info) {
   }
   if (info.sizeof_extra < 0) {
     const int64_t full = getsizeof(o);
-    if (full < own) {
-      return full;
-    }
+    if (full < own) return full;
     info.sizeof_extra = full - own;
   }
   return own + info.sizeof_extra;
@@ -1930,9 +1734,7 @@ bool optional_text(PyObject* v, size_t max, std::string* out) {
     out->clear();
     return true;
   }
-  if (!PyUnicode_Check(v)) {
-    return false;
-  }
+  if (!PyUnicode_Check(v)) return false;
   *out = bounded_text(compat::utf8(v), max);
   return true;
 }
@@ -1942,12 +1744,8 @@ bool optional_int(PyObject* v, int64_t* out) {
     *out = -1;
     return true;
   }
-  if (PyBool_Check(v) || !to_int64(v, out)) {
-    return false;
-  }
-  if (*out < 0) {
-    *out = -1;
-  }
+  if (PyBool_Check(v) || !to_int64(v, out)) return false;
+  if (*out < 0) *out = -1;
   return true;
 }
 
@@ -2011,9 +1809,7 @@ bool from_python(PyObject* s, IOSummary* out, std::string* why) {
 // True when the registered summarizer gave a usable summary.
 bool call_registered(PyObject* o, const TypeInfo& info, IOSummary* out) {
   State& st = state();
-  if (!st.summary_class) {
-    return false;
-  }
+  if (!st.summary_class) return false;
   Ref fn = borrow(info.summarizer);
   Ref cls = borrow(st.summary_class);
   Ref result(PyObject_CallOneArg(fn.get(), o));
@@ -2046,20 +1842,14 @@ bool call_registered(PyObject* o, const TypeInfo& info, IOSummary* out) {
 }  // namespace
 
 void summarize_object(PyObject* obj, IOSummary* out) {
-  if (!obj || !out) {
-    return;
-  }
+  if (!obj || !out) return;
   SavedError saved;
   Nesting nesting;
   try {
     TypeInfoPtr info = type_info(Py_TYPE(obj));
     out->type_name = info->type_name;
-    if (t_nesting > kMaxNesting) {
-      return;
-    }
-    if (info->summarizer && call_registered(obj, *info, out)) {
-      return;
-    }
+    if (t_nesting > kMaxNesting) return;
+    if (info->summarizer && call_registered(obj, *info, out)) return;
     summarize_builtin(obj, *info, out);
   } catch (const std::exception&) {
     // Out of memory in a string: what was filled is still primitives only.
@@ -2084,9 +1874,7 @@ void set_summarizer(PyObject* type, PyObject* fn) {
   Ref released;  // dropped after the registry is consistent again
   auto it = st.registry.begin();
   for (; it != st.registry.end(); ++it) {
-    if (it->first == type) {
-      break;
-    }
+    if (it->first == type) break;
   }
   if (it != st.registry.end()) {
     released = Ref(it->second);
