@@ -372,6 +372,8 @@ enum class Kind : uint8_t {
   kPolarsFrame,
   kPolarsSeries,
   kPolarsLazy,
+  kFunction,  // a Python function: its qualified name, without the address
+  kMethod,    // a bound method: never repr(self) (an estimator's repr takes ms)
 };
 
 // How a pandas Index or ExtensionArray type reports its memory. Chosen per
@@ -548,6 +550,8 @@ bool builtin_kind(PyTypeObject* base, Kind* kind) {
       {&PySet_Type, Kind::kSet},
       {&PyFrozenSet_Type, Kind::kFrozenSet},
       {Py_TYPE(Py_None), Kind::kNone},
+      {&PyFunction_Type, Kind::kFunction},
+      {&PyMethod_Type, Kind::kMethod},
       {&PyBaseObject_Type, Kind::kGeneric},
   };
   for (const Exact& e : exact) {
@@ -1720,6 +1724,17 @@ void summarize_builtin(PyObject* o, TypeInfo& info, IOSummary* out) {
     case Kind::kPolarsSeries:
       summarize_polars(o, kind, out);
       return;
+    case Kind::kFunction:
+    case Kind::kMethod: {
+      PyObject* fn = kind == Kind::kMethod ? PyMethod_GET_FUNCTION(o) : o;
+      Ref qualname = get_attr(fn, names().qualname);
+      if (qualname && PyUnicode_Check(qualname.get())) {
+        out->repr_short = bounded_text(
+            (kind == Kind::kMethod ? "<bound method " : "<function ") + compat::utf8(qualname.get()) + ">",
+            summarize::kReprMax);
+      }
+      return;
+    }
     case Kind::kNumpyDtype:
     case Kind::kGeneric:
       guarded_repr(o, info, out);

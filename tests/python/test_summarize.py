@@ -831,3 +831,27 @@ def test_polars_frames_series_and_lazy_frames():
                                      size_bytes=s.estimated_size())
     lazy = df.lazy().filter(pl.col("a") > 1)
     assert summarize(lazy) == IOSummary(type_name=qualified(type(lazy)))  # never collected, never repr'd
+
+
+def test_functions_and_bound_methods_are_named_without_addresses_or_the_receiver():
+    calls = []
+
+    class Estimator:
+        def __repr__(self):  # an sklearn estimator's repr pretty-prints its parameters: slow
+            calls.append(1)
+            return "Estimator(...)"
+
+        def fit(self):
+            return self
+
+    def helper():
+        return None
+
+    method, function = summarize(Estimator().fit), summarize(helper)
+    assert method.type_name == "method" and function.type_name == "function"
+    # Bounded like every repr (80 characters); these local qualnames are longer.
+    assert f"<bound method {Estimator.fit.__qualname__}>".startswith(method.repr_short.rstrip("."))
+    assert f"<function {helper.__qualname__}>".startswith(function.repr_short.rstrip("."))
+    assert " at 0x" not in function.repr_short
+    assert calls == []
+    assert summarize(print).repr_short == "<built-in function print>"
