@@ -3,8 +3,9 @@
 // about 1M spans (nested calls to depth ~12 with a mix of depths, 1 in 50
 // Python calls a generator suspended and resumed, I/O summaries on 1 call in
 // 10, three lanes: a thread, an asyncio task and a worker thread hung under
-// the first root), then times to_chrome_trace, to_pprof (gzip included),
-// to_speedscope and to_folded, median of N runs each (default 5).
+// the first root), then times every format of export_profile (the document,
+// gzip'd document, Chrome trace, pprof with gzip, speedscope, folded, HTML),
+// median of N runs each (default 5).
 //
 //   ./build/bench/bench_exporters [spans] [runs]
 
@@ -181,18 +182,14 @@ int main(int argc, char** argv) {
       "summaries\n",
       p.spans.size(), p.lanes.size(), p.max_depth(), generators, segments, p.io.size());
 
-  struct Exporter {
-    const char* name;
-    std::string (*run)(const mlprof::Profile&);
-  };
-  const Exporter exporters[] = {{"to_chrome_trace", mlprof::to_chrome_trace},
-                                {"to_pprof (gzip)", mlprof::to_pprof},
-                                {"to_speedscope", mlprof::to_speedscope},
-                                {"to_folded", mlprof::to_folded}};
-  for (const Exporter& e : exporters) {
+  // Every format save() writes, through the same dispatch.
+  using mlprof::ExportFormat;
+  for (const ExportFormat f : {ExportFormat::kJson, ExportFormat::kJsonGz, ExportFormat::kChromeTrace,
+                               ExportFormat::kPprof, ExportFormat::kSpeedscope, ExportFormat::kFolded,
+                               ExportFormat::kHtml}) {
     size_t bytes = 0;
-    const double ms = median_ms([&] { bytes = e.run(p).size(); }, runs);
-    std::printf("%-16s median %8.1f ms of %d runs, %8.1f MB\n", e.name, ms, runs,
+    const double ms = median_ms([&] { bytes = mlprof::export_profile(p, f).size(); }, runs);
+    std::printf("%-16s median %8.1f ms of %d runs, %8.1f MB\n", mlprof::format_name(f), ms, runs,
                 static_cast<double>(bytes) / 1e6);
   }
   return 0;
