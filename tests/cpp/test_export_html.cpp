@@ -34,11 +34,17 @@ std::string json_block(const std::string& html, const std::string& id) {
 }
 
 // "\u003c" back to '<': what JSON.parse reads from the block.
-std::string unescape_lt(std::string s) {
-  for (size_t at = s.find("\\u003c"); at != std::string::npos; at = s.find("\\u003c", at + 1)) {
-    s.replace(at, 6, "<");
+std::string unescape_lt(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t from = 0;
+  for (size_t at = s.find("\\u003c"); at != std::string::npos; at = s.find("\\u003c", from)) {
+    out.append(s, from, at - from);
+    out += '<';
+    from = at + 6;
   }
-  return s;
+  out.append(s, from, std::string::npos);
+  return out;
 }
 
 size_t count(std::string_view haystack, std::string_view needle) {

@@ -520,43 +520,6 @@ class DocumentReader {
     return true;
   }
 
-  // The links build_tree makes: children in index order (start order within a
-  // lane), re-sorted by start where a span adopted another lane's spans;
-  // roots sorted by start.
-  static void link_tree(Profile& p) {
-    std::vector<Span>& spans = p.spans;
-    std::vector<int32_t> adopters;
-    for (auto i = static_cast<int32_t>(spans.size()) - 1; i >= 0; --i) {
-      Span& s = spans[i];
-      if (s.parent < 0) continue;
-      Span& parent = spans[s.parent];
-      s.next_sibling = parent.first_child;
-      parent.first_child = i;
-      if (s.lane != parent.lane) adopters.push_back(s.parent);
-    }
-    std::sort(adopters.begin(), adopters.end());
-    adopters.erase(std::unique(adopters.begin(), adopters.end()), adopters.end());
-    std::vector<int32_t> children;
-    for (const int32_t parent : adopters) {
-      children.clear();
-      for (int32_t c = spans[parent].first_child; c >= 0; c = spans[c].next_sibling)
-        children.push_back(c);
-      std::stable_sort(children.begin(), children.end(),
-                       [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
-      int32_t next = -1;
-      for (auto it = children.rbegin(); it != children.rend(); ++it) {
-        spans[*it].next_sibling = next;
-        next = *it;
-      }
-      spans[parent].first_child = next;
-    }
-    for (size_t i = 0; i < spans.size(); ++i) {
-      if (spans[i].parent < 0) p.roots.push_back(static_cast<int32_t>(i));
-    }
-    std::stable_sort(p.roots.begin(), p.roots.end(),
-                     [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
-  }
-
   const Value& root_;
   int version_ = 0;
   Error error_;

@@ -59,8 +59,7 @@ class TreeBuilder {
     call_span_.reserve(events);
     lane_offset_.resize(p_.lanes.size());
     for (uint32_t li = 0; li < p_.lanes.size(); ++li) build_lane(li);
-    link_children();
-    collect_roots();
+    link_tree(p_);
     // Stable: a span's segments stay in time order, its arguments before its return.
     auto by_span = [](const auto& a, const auto& b) { return a.span < b.span; };
     std::stable_sort(p_.segments.begin(), p_.segments.end(), by_span);
@@ -76,7 +75,6 @@ class TreeBuilder {
     call_span_.resize(base + lane.events.size(), -1);
 
     const int32_t adopt = adoption_parent(li);
-    if (adopt >= 0) adopters_.push_back(adopt);
     const size_t first_span = p_.spans.size();
     stack_.clear();
     segments_.clear();
@@ -234,46 +232,6 @@ class TreeBuilder {
     free_segments_.push_back(slot);
   }
 
-  void link_children() {
-    std::vector<Span>& spans = p_.spans;
-    // Walking backwards and prepending gives children in index order, which is
-    // start order within a lane.
-    for (auto i = static_cast<int32_t>(spans.size()) - 1; i >= 0; --i) {
-      Span& s = spans[i];
-      if (s.parent < 0) continue;
-      s.next_sibling = spans[s.parent].first_child;
-      spans[s.parent].first_child = i;
-    }
-    // A span that adopted another lane's spans has children from several
-    // lanes: index order is lane order there, so sort those lists by start.
-    std::sort(adopters_.begin(), adopters_.end());
-    adopters_.erase(std::unique(adopters_.begin(), adopters_.end()), adopters_.end());
-    std::vector<int32_t> children;
-    for (const int32_t parent : adopters_) {
-      children.clear();
-      for (int32_t c = spans[parent].first_child; c >= 0; c = spans[c].next_sibling) {
-        children.push_back(c);
-      }
-      std::stable_sort(children.begin(), children.end(),
-                       [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
-      int32_t next = -1;
-      for (auto it = children.rbegin(); it != children.rend(); ++it) {
-        spans[*it].next_sibling = next;
-        next = *it;
-      }
-      spans[parent].first_child = next;
-    }
-  }
-
-  void collect_roots() {
-    for (size_t i = 0; i < p_.spans.size(); ++i) {
-      if (p_.spans[i].parent < 0) p_.roots.push_back(static_cast<int32_t>(i));
-    }
-    std::stable_sort(p_.roots.begin(), p_.roots.end(), [&](int32_t a, int32_t b) {
-      return p_.spans[a].start_ns < p_.spans[b].start_ns;
-    });
-  }
-
   Profile& p_;
   std::vector<int64_t> run_start_;              // per span: when it last started running
   std::vector<SpanState> state_;                // per span
@@ -283,11 +241,50 @@ class TreeBuilder {
   std::vector<size_t> lane_offset_;  // per lane: its first slot in call_span_
   std::vector<int32_t> call_span_;   // per (lane, event): the span a kCall opened, -1
   std::vector<int32_t> stack_;       // open, running spans of the lane, innermost last
-  std::vector<int32_t> adopters_;    // spans that adopted a nested lane's spans
 };
 
 }  // namespace
 
 void build_tree(Profile& profile) { TreeBuilder(profile).build(); }
+
+void link_tree(Profile& p) {
+  std::vector<Span>& spans = p.spans;
+  for (Span& s : spans) s.first_child = s.next_sibling = -1;
+  p.roots.clear();
+  // Walking backwards and prepending gives children in index order, which is
+  // start order within a lane.
+  std::vector<int32_t> adopters;  // spans with children from another lane
+  for (auto i = static_cast<int32_t>(spans.size()) - 1; i >= 0; --i) {
+    Span& s = spans[i];
+    if (s.parent < 0) continue;
+    Span& parent = spans[s.parent];
+    s.next_sibling = parent.first_child;
+    parent.first_child = i;
+    if (s.lane != parent.lane) adopters.push_back(s.parent);
+  }
+  // Index order is lane order there: sort those lists by start.
+  std::sort(adopters.begin(), adopters.end());
+  adopters.erase(std::unique(adopters.begin(), adopters.end()), adopters.end());
+  std::vector<int32_t> children;
+  for (const int32_t parent : adopters) {
+    children.clear();
+    for (int32_t c = spans[parent].first_child; c >= 0; c = spans[c].next_sibling) {
+      children.push_back(c);
+    }
+    std::stable_sort(children.begin(), children.end(),
+                     [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
+    int32_t next = -1;
+    for (auto it = children.rbegin(); it != children.rend(); ++it) {
+      spans[*it].next_sibling = next;
+      next = *it;
+    }
+    spans[parent].first_child = next;
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].parent < 0) p.roots.push_back(static_cast<int32_t>(i));
+  }
+  std::stable_sort(p.roots.begin(), p.roots.end(),
+                   [&](int32_t a, int32_t b) { return spans[a].start_ns < spans[b].start_ns; });
+}
 
 }  // namespace mlprof

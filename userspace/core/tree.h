@@ -111,4 +111,10 @@ struct Profile {
 // - lane.recorded is set to lane.events.size().
 void build_tree(Profile& profile);
 
+// Sets first_child/next_sibling and roots from the spans' parent links, as
+// build_tree does: children in start order (index order within a lane, sorted
+// by start where a span adopted another lane's spans), roots by start. Used by
+// build_tree and by the document reader.
+void link_tree(Profile& profile);
+
 }  // namespace mlprof
