@@ -68,11 +68,13 @@ bool find_slots(PyObject* cls) {
   return true;
 }
 
+}  // namespace
+
 // The Python IOSummary for s, built without running the dataclass' __init__
 // (frozen: it would go through object.__setattr__ seven times): the instance
 // is allocated and its fields stored in their slots (or set with the generic
 // setattr, which a frozen dataclass' __setattr__ does not intercept).
-PyObject* to_python(const IOSummary& s) {
+PyObject* io_summary_object(const IOSummary& s) {
   PyObject* cls = summarize::summary_class();
   if (!cls) {
     PyErr_SetString(PyExc_RuntimeError,
@@ -126,10 +128,12 @@ PyObject* to_python(const IOSummary& s) {
   return inst;
 }
 
+namespace {
+
 PyObject* py_summarize(PyObject*, PyObject* obj) {
   IOSummary s;
   summarize_object(obj, &s);
-  return to_python(s);
+  return io_summary_object(s);
 }
 
 PyMethodDef g_summarize_def = {

@@ -5,7 +5,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,42 +20,6 @@
 
 namespace py = pybind11;
 using namespace mlprof;
-
-namespace mlprof {
-
-pybind11::tuple io_summary_tuple(const IOSummary& s) {
-  auto opt_str = [](const std::string& v) { return v.empty() ? py::object(py::none()) : py::object(py::str(v)); };
-  auto opt_int = [](int64_t v) { return v < 0 ? py::object(py::none()) : py::object(py::int_(v)); };
-  py::object shape = py::none();
-  if (s.has_shape) {
-    py::tuple dims(s.shape.size());
-    for (size_t i = 0; i < s.shape.size(); ++i) dims[i] = opt_int(s.shape[i]);
-    shape = dims;
-  }
-  return py::make_tuple(s.type_name, shape, opt_str(s.dtype), opt_int(s.length),
-                        opt_int(s.size_bytes), opt_str(s.device), opt_str(s.repr_short));
-}
-
-IOSummary io_summary_from_tuple(py::handle h) {
-  auto t = py::reinterpret_borrow<py::tuple>(h);
-  if (t.size() != 7) throw py::type_error("an I/O summary tuple has 7 fields");
-  auto opt_str = [](py::handle v) { return v.is_none() ? std::string() : v.cast<std::string>(); };
-  auto opt_int = [](py::handle v) { return v.is_none() ? int64_t{-1} : v.cast<int64_t>(); };
-  IOSummary s;
-  s.type_name = t[0].cast<std::string>();
-  if (!t[1].is_none()) {
-    s.has_shape = true;
-    for (py::handle d : t[1]) s.shape.push_back(opt_int(d));
-  }
-  s.dtype = opt_str(t[2]);
-  s.length = opt_int(t[3]);
-  s.size_bytes = opt_int(t[4]);
-  s.device = opt_str(t[5]);
-  s.repr_short = opt_str(t[6]);
-  return s;
-}
-
-}  // namespace mlprof
 
 namespace {
 
@@ -158,12 +121,14 @@ py::list to_tree(const ProfilePtr& p, const ViewOptions& o) {
   return roots;
 }
 
-// (role, name, summary tuple) for each I/O summary of a span.
+// (role, name, IOSummary) for each I/O summary of a span.
 py::list span_io(const Profile& p, int32_t span) {
   py::list out;
   auto [first, last] = p.io_of(span);
   for (const SpanIO* io = first; io != last; ++io) {
-    out.append(py::make_tuple(static_cast<int>(io->role), io->name, io_summary_tuple(io->summary)));
+    PyObject* summary = io_summary_object(io->summary);
+    if (!summary) throw py::error_already_set();
+    out.append(py::make_tuple(static_cast<int>(io->role), io->name, py::reinterpret_steal<py::object>(summary)));
   }
   return out;
 }
@@ -196,7 +161,7 @@ py::dict lanes_info(const Profile& p) {
     d["native_tid"] = l.native_tid;
     d["thread_name"] = l.thread_name;
     d["task"] = l.task;
-    d["events"] = std::max<uint64_t>(l.recorded, l.events.size());
+    d["events"] = l.recorded;
     d["dropped"] = l.dropped;
     d["truncated"] = l.truncated;
     std::string key = l.thread_name + (l.task ? ":task" + std::to_string(l.task) : "");
@@ -245,8 +210,11 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
     if (d.contains("io")) {
       for (const auto& rec : d["io"].cast<py::list>()) {
         auto r = rec.cast<py::tuple>();
-        lane.io.push_back(IORecord{r[0].cast<uint32_t>(), static_cast<IORole>(r[1].cast<int>()),
-                                   r[2].cast<std::string>(), io_summary_from_tuple(r[3])});
+        IORecord io{r[0].cast<uint32_t>(), static_cast<IORole>(r[1].cast<int>()),
+                    r[2].cast<std::string>(), {}};
+        std::string why;
+        if (!summarize::from_python(r[3].ptr(), &io.summary, &why)) throw py::type_error("an I/O record: " + why);
+        lane.io.push_back(std::move(io));
       }
     }
     captured += lane.events.size();
@@ -352,7 +320,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
       .def("span_rows", &span_rows)
       .def("io_of", [](const ProfilePtr& p, int32_t span) { return span_io(*p, span); },
-           py::arg("span"), "(role, name, summary tuple) rows of a span's I/O; role 0 argument, 1 return.")
+           py::arg("span"), "(role, name, IOSummary) rows of a span's I/O; role 0 argument, 1 return.")
       .def_property_readonly("captured_depth", [](const Profile& p) { return p.captured_depth; })
       .def_property_readonly("max_depth", &Profile::max_depth)
       .def_property_readonly("start_ns", [](const Profile& p) { return p.start_ns; })
@@ -372,14 +340,6 @@ PYBIND11_MODULE(_core, m) {
         py::arg("labels"), py::arg("depth"), py::arg("start_ns"), py::arg("end_ns"), py::arg("skipped"),
         py::arg("meta"),
         "Builds a Profile from events recorded by the pure-Python reference engine.");
-
-  m.def("summary_tuple",
-        [](py::handle obj) {
-          IOSummary s;
-          summarize_object(obj.ptr(), &s);
-          return io_summary_tuple(s);
-        },
-        py::arg("obj"), "The capture hooks' summary of obj, as a tuple (see bindings.h).");
 
   bind_io(m);
   bind_files(m);

@@ -1766,7 +1766,7 @@ bool optional_int(PyObject* v, int64_t* out) {
 
 // A Python IOSummary, checked field by field: the dataclass does not check
 // its field types, so a summarizer can put anything there.
-bool from_python(PyObject* s, IOSummary* out, std::string* why) {
+bool summary_from_python(PyObject* s, IOSummary* out, std::string* why) {
   const Names& n = names();
   Ref type_name = get_attr(s, n.type_name), shape = get_attr(s, n.shape),
       dtype = get_attr(s, n.dtype), length = get_attr(s, n.length),
@@ -1844,7 +1844,7 @@ bool call_registered(PyObject* o, const TypeInfo& info, IOSummary* out) {
     return false;
   }
   IOSummary s;
-  if (!from_python(result.get(), &s, &why)) {
+  if (!summary_from_python(result.get(), &s, &why)) {
     log_failure("summarize.summarizer-invalid:" + info.type_name,
                 "the registered summarizer returned an IOSummary whose " + why + ", for a " +
                     info.type_name + "; the built-in summary is used instead");
@@ -1872,6 +1872,10 @@ void summarize_object(PyObject* obj, IOSummary* out) {
 }
 
 namespace summarize {
+
+bool from_python(PyObject* summary, IOSummary* out, std::string* why) {
+  return summary_from_python(summary, out, why);
+}
 
 void set_support(PyObject* summary_class, PyObject* log) {
   State& st = state();

@@ -13,6 +13,7 @@
 #include "compat.h"
 
 #include <cstddef>
+#include <string>
 
 #include "core/io.h"
 
@@ -46,6 +47,10 @@ PyObject* summary_class();  // borrowed; null before set_support
 // replacing a previous one; fn == nullptr removes it. Clears the type cache.
 void set_summarizer(PyObject* type, PyObject* fn);
 size_t summarizer_count();
+
+// Reads a Python IOSummary (what a registered summarizer returns) into out,
+// checking each field's type; false with the reason in `why` otherwise.
+bool from_python(PyObject* summary, IOSummary* out, std::string* why);
 
 // Number of types classified in the cache now (tests: it stays bounded).
 size_t cache_size();

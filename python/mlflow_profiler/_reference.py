@@ -481,7 +481,7 @@ class _Lane:
         self.parent_lane = -1
         self.parent_call = 0
         self.io_ceiling = -1  # deepest level whose I/O is summarized; -1: none
-        self.io: List[tuple] = []  # (call index, role, name, summary tuple)
+        self.io: List[tuple] = []  # (call index, role, name, IOSummary)
 
 
 def _room_for_structure(L: _Lane) -> bool:
@@ -590,7 +590,7 @@ def _lane_return(L: _Lane, code, exception: bool) -> Optional[int]:
     return wanted
 
 
-# --- I/O capture: the same summaries as the native engine (_core.summary_tuple) ---
+# --- I/O capture: the same summaries as the native engine (_core.summarize) ---
 
 _MAX_IO_ARGUMENTS = 16
 _CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08  # inspect.CO_*, stable since 2.x
@@ -611,11 +611,11 @@ def _capture_arguments(frame, code, targets) -> None:
         if i == 0 and name in ("self", "cls"):
             continue  # the receiver is the model object, not data flowing through
         if name in local_vars:
-            _append_io(targets, 0, name, _core.summary_tuple(local_vars[name]))
+            _append_io(targets, 0, name, _core.summarize(local_vars[name]))
 
 
 def _capture_return(value, targets) -> None:
-    _append_io(targets, 1, "", _core.summary_tuple(value))
+    _append_io(targets, 1, "", _core.summarize(value))
 
 
 def _lane_yield(L: _Lane, code, frame) -> None:
@@ -1249,9 +1249,9 @@ class ReferenceEngine:
         targets = token.io_targets()
         if targets:
             for i, value in enumerate(args[:_MAX_IO_ARGUMENTS]):
-                _append_io(targets, 0, f"args[{i}]", _core.summary_tuple(value))
+                _append_io(targets, 0, f"args[{i}]", _core.summarize(value))
             for name, value in list(kwargs.items())[:max(0, _MAX_IO_ARGUMENTS - len(args))]:
-                _append_io(targets, 0, name, _core.summary_tuple(value))
+                _append_io(targets, 0, name, _core.summarize(value))
         try:
             result = func(*args, **kwargs)
         except BaseException:

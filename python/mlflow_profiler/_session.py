@@ -51,20 +51,15 @@ class SpanRecord:
         return None if d is None else d / 1_000_000
 
 
-def _summary(t: tuple) -> IOSummary:
-    return IOSummary(type_name=t[0], shape=t[1], dtype=t[2], length=t[3], size_bytes=t[4],
-                     device=t[5], repr_short=t[6])
-
-
 def _io_inputs(rows: list) -> Optional[Dict[str, IOSummary]]:
-    inputs = {name: _summary(t) for role, name, t in rows if role == 0}
+    inputs = {name: summary for role, name, summary in rows if role == 0}
     return inputs or None
 
 
 def _io_output(rows: list) -> Optional[IOSummary]:
-    for role, _name, t in rows:
+    for role, _name, summary in rows:
         if role == 1:
-            return _summary(t)
+            return summary
     return None
 
 

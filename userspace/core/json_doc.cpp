@@ -3,7 +3,6 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include <algorithm>
 #include <array>
 
 namespace mlprof {
@@ -137,7 +136,7 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.Key("parent_call");
     w.Uint(lane.parent_call);
     w.Key("events");
-    w.Uint64(std::max<uint64_t>(lane.recorded, lane.events.size()));
+    w.Uint64(lane.recorded);
     w.Key("dropped");
     w.Uint64(lane.dropped);
     w.Key("truncated");
