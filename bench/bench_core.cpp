@@ -16,40 +16,18 @@
 #include "core/json_doc.h"
 #include "core/render_text.h"
 #include "core/tree.h"
+#include "synthetic.h"
 
 namespace {
 
 using mlprof::Event;
 using mlprof::EventKind;
-
-Event make(EventKind kind, int64_t ts, uint32_t id, uint8_t flags = 0) {
-  Event e;
-  e.kind = kind;
-  e.ts_ns = ts;
-  e.id = id;
-  e.flags = flags;
-  return e;
-}
+using mlprof::bench::make;
+using mlprof::bench::median_ms;
 
 mlprof::Profile synthetic_profile(size_t target_events) {
   mlprof::Profile p;
-  std::vector<uint32_t> fns;
-  const char* modules[] = {"app.model",
-                           "app.features",
-                           "sklearn.preprocessing._data",
-                           "numpy.core.fromnumeric",
-                           "torch.nn.modules.linear",
-                           "builtins"};
-  for (int i = 0; i < 300; ++i) {
-    const int m = i % 6;
-    const bool user = m < 2;
-    const std::string file =
-        user ? "/app/model.py"
-             : "/venv/lib/python3.12/site-packages/" + std::string(modules[m]) + ".py";
-    fns.push_back(p.functions.add("function_" + std::to_string(i), modules[m], file, i,
-                                  m == 5 ? mlprof::FunctionKind::kC : mlprof::FunctionKind::kPython,
-                                  user));
-  }
+  const std::vector<uint32_t> fns = mlprof::bench::add_functions(p);
   std::mt19937 rng(42);
   std::vector<Event> ev;
   ev.reserve(target_events + 64);
@@ -106,19 +84,6 @@ mlprof::Profile synthetic_profile(size_t target_events) {
   p.stats.events_captured = p.lanes[0].events.size();
   p.meta["engine"] = "synthetic";
   return p;
-}
-
-template <typename F>
-double median_ms(F&& f, int runs = 5) {
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    const auto t1 = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 }  // namespace
