@@ -317,13 +317,28 @@ inline void want_io(IOTargets* io, const CaptureLane& L, uint32_t call) {
   if (io && io->n < 4) io->t[io->n++] = IOTarget{L.engine->serial(), L.index, call};
 }
 
+// The target's lane if its session is still collecting, else null.
+CaptureLane* target_lane(const IOTarget& t) {
+  auto it = g_by_serial.find(t.serial);
+  if (it == g_by_serial.end() || it->second->state() != Engine::State::kCollecting) return nullptr;
+  const auto& lanes = it->second->lanes();
+  return t.lane < lanes.size() ? lanes[t.lane].get() : nullptr;
+}
+
 void append_io(const IOTargets& io, IORole role, const std::string& name, const IOSummary& summary) {
   for (int i = 0; i < io.n; ++i) {
-    auto it = g_by_serial.find(io.t[i].serial);
-    if (it == g_by_serial.end() || it->second->state() != Engine::State::kCollecting) continue;
-    const auto& lanes = it->second->lanes();
-    if (io.t[i].lane >= lanes.size()) continue;
-    lanes[io.t[i].lane]->out.io.push_back(IORecord{io.t[i].call, role, name, summary});
+    if (CaptureLane* L = target_lane(io.t[i])) L->out.io.push_back(IORecord{io.t[i].call, role, name, summary});
+  }
+}
+
+// Summarizing the arguments happened after the span's start was taken: the
+// span starts again now, so its time is the call's and not the summary's (a
+// first repr of an estimator takes milliseconds). The caller keeps that time.
+void restart_calls(const IOTargets& io) {
+  const int64_t ts = clock::ticks();
+  for (int i = 0; i < io.n; ++i) {
+    CaptureLane* L = target_lane(io.t[i]);
+    if (L && io.t[i].call < L->out.events.size()) L->out.events[io.t[i].call].ts_ns = ts;
   }
 }
 
@@ -342,6 +357,7 @@ void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets
     summarize_object(value, &summary);
     append_io(io, IORole::kArgument, n, summary);
   });
+  restart_calls(io);
 }
 
 void capture_return(PyObject* retval, const IOTargets& io) {
@@ -864,6 +880,7 @@ void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, 
     summarize_object(args[i], &summary);
     append_io(io, IORole::kArgument, name, summary);
   }
+  restart_calls(io);
 }
 
 void block_return_io(const BlockToken* tokens, int n, PyObject* retval) {

@@ -287,6 +287,22 @@ std::string bounded(PyObject* r, bool source_cut = false) {
   if (!r || !PyUnicode_Check(r)) {
     return {};
   }
+  // A summary is one line: a multi-line repr (an estimator's pretty print)
+  // has its whitespace runs collapsed, as " ".join(r.split()) would. A str's
+  // repr escapes its newlines, so string literals are never changed.
+  Ref single_line;
+  for (const Py_UCS4 c : {'\n', '\r', '\t'}) {
+    if (PyUnicode_FindChar(r, c, 0, PyUnicode_GetLength(r), 1) < 0) continue;
+    Ref words(PyUnicode_Split(r, nullptr, -1));
+    Ref space(PyUnicode_FromString(" "));
+    single_line = Ref(words && space ? PyUnicode_Join(space.get(), words.get()) : nullptr);
+    if (!single_line) {
+      clear_error();
+      return {};
+    }
+    r = single_line.get();
+    break;
+  }
   const Py_ssize_t n = PyUnicode_GetLength(r);
   if (n < 0) {
     clear_error();

@@ -602,6 +602,15 @@ def _append_io(targets, role: int, name: str, summary: tuple) -> None:
             L.io.append((call, role, name, summary))
 
 
+def _restart_calls(targets) -> None:
+    """The spans start again after their arguments were summarized (engine.cpp
+    restart_calls): a slow first repr is the caller's time, not the call's."""
+    ts = _core.now_ns()
+    for L, call in targets:
+        if L.engine.state == "collecting" and call < len(L.events):
+            L.events[call] = (ts,) + L.events[call][1:]
+
+
 def _capture_arguments(frame, code, targets) -> None:
     n = code.co_argcount + code.co_kwonlyargcount
     n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)
@@ -612,6 +621,7 @@ def _capture_arguments(frame, code, targets) -> None:
             continue  # the receiver is the model object, not data flowing through
         if name in local_vars:
             _append_io(targets, 0, name, _core.summarize(local_vars[name]))
+    _restart_calls(targets)
 
 
 def _capture_return(value, targets) -> None:
@@ -1252,6 +1262,7 @@ class ReferenceEngine:
                 _append_io(targets, 0, f"args[{i}]", _core.summarize(value))
             for name, value in list(kwargs.items())[:max(0, _MAX_IO_ARGUMENTS - len(args))]:
                 _append_io(targets, 0, name, _core.summarize(value))
+            _restart_calls(targets)
         try:
             result = func(*args, **kwargs)
         except BaseException:

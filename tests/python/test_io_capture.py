@@ -292,3 +292,42 @@ def test_results_are_unchanged_and_a_failing_repr_does_not_break_the_model(engin
         assert f(w) is w
     span = next(sp for sp in s.spans if sp.function.split(".")[-1] == "f")
     assert span.input_summary["w"].type_name.endswith("Weird")
+
+
+def test_summarizing_an_argument_is_the_callers_time_not_the_spans(engine):
+    import time
+
+    class SlowRepr:  # a fresh type per run: its repr is timed anew
+        def __repr__(self):
+            time.sleep(0.03)
+            return "SlowRepr()"
+
+    def callee(x):
+        return None
+
+    def caller(x):
+        callee(x)
+
+    value = SlowRepr()
+    with profiling(depth=1, capture_io=True, engine=engine) as s:
+        caller(value)
+    spans = {sp.function.split(".")[-1]: sp for sp in s.spans}
+    assert spans["callee"].input_summary["x"].type_name.endswith("SlowRepr")
+    # callee's argument took 30 ms to summarize: that is caller's time.
+    assert spans["callee"].duration_ns < 10_000_000
+    assert spans["caller"].duration_ns >= 30_000_000
+
+
+def test_a_multi_line_repr_becomes_one_line(engine):
+    class Pretty:
+        def __repr__(self):
+            return "Pretty(a=1,\n       b=[1,\n          2])\t"
+
+    def f(p):
+        return None
+
+    value = Pretty()
+    with profiling(depth=0, capture_io=True, engine=engine) as s:
+        f(value)
+    assert s.spans[0].input_summary["p"].repr_short == "Pretty(a=1, b=[1, 2])"
+    assert s.format_tree(show_io=True).splitlines()[1] == "  in:  (Pretty, Pretty(a=1, b=[1, 2]))"
