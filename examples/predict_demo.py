@@ -73,6 +73,13 @@ def main():
     print(f"\n{stats['span_count']} spans, {stats['events_captured']} events captured, "
           f"{stats['events_skipped']} skipped below the ceiling, engine {stats['engine']}")
 
+    with profiling(depth=1, capture_io=True) as io_session:
+        model.predict(batch)
+    print("\n== depth 1 with I/O summaries (capture_io=True)")
+    io_session.print_tree()
+    report = io_session.save("predict-demo.html")
+    print(f"\nHTML report (flame chart, tree, I/O): {report}")
+
 
 if __name__ == "__main__":
     main()
