@@ -9,6 +9,8 @@ namespace mlprof {
 
 void bind_io(pybind11::module_& m);     // bind_io.cpp: summarize, register_summarizer support
 void bind_files(pybind11::module_& m);  // bind_files.cpp: export, save, load
+void bind_summary(pybind11::module_& m);  // bind_summary.cpp: call-path statistics (ProfileCollector)
+void bind_edit(pybind11::module_& m);     // bind_edit.cpp: edited profiles (span processors)
 
 // The Python IOSummary (mlflow_profiler._io) for s: a new reference, or null
 // with an exception set. Absent values ("" / -1) become None. The other way
