@@ -14,17 +14,25 @@ from . import _core, _transparent
 from ._core import profile_block
 from ._files import ProfileLoadError, load
 from ._io import IOSummary, register_summarizer, summarize
+from ._collector import ProfileCollector
+from ._processors import configure
 from ._session import ProfileSession, SpanRecord, current_session, profiling
 from ._spans import profile_span
+from .mlflow_sink import log_profile, log_profile_metrics, log_profile_summary
 
 __version__ = "0.1.0"
 __all__ = [
     "IOSummary",
+    "ProfileCollector",
     "ProfileLoadError",
     "ProfileSession",
     "SpanRecord",
+    "configure",
     "current_session",
     "load",
+    "log_profile",
+    "log_profile_metrics",
+    "log_profile_summary",
     "profile_block",
     "profile_span",
     "profiling",
@@ -37,10 +45,10 @@ def _init() -> None:
     paths = _sysconfig.get_paths()
     prefixes = {paths.get("stdlib"), paths.get("platstdlib")}
     _core.set_library_prefixes(sorted(p for p in prefixes if p))
-    from . import _reference, _session, _spans
+    from . import _collector, _processors, _reference, _session, _spans, mlflow_sink
 
     _reference._register_invisible()
-    for module in (_session, _spans, _transparent):
+    for module in (_session, _spans, _transparent, _collector, _processors, mlflow_sink):
         _transparent.add_module(module)
     _transparent.refresh()
 

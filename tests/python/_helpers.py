@@ -119,3 +119,19 @@ def require_tool(path, what: str, how: str):
             pytest.fail(f"{what} is required here (MLPROF_REQUIRE_TOOLS=1); install it: {how}")
         pytest.skip(f"{what} is not installed ({how})")
     return path
+
+
+def require_mlflow():
+    """Returns the mlflow module. Without it: a skip that names the extra, or a
+    failure under MLPROF_REQUIRE_MLFLOW=1 (CI installs it; a skip there would
+    hide the whole integration)."""
+    import os
+
+    try:
+        import mlflow
+    except ImportError as exc:
+        if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
+            pytest.fail(f"MLflow is required here (MLPROF_REQUIRE_MLFLOW=1): {exc}; "
+                        "pip install 'mlflow-profiler[mlflow]'")
+        pytest.skip("MLflow is not installed (pip install 'mlflow-profiler[mlflow]')")
+    return mlflow
