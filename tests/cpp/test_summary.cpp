@@ -1,3 +1,369 @@
+#include "core/summary.h"
+
 #include <gtest/gtest.h>
 
-#include "core/summary.h"
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "export_fixture.h"
+#include "profile_builder.h"
+
+namespace mlprof {
+namespace {
+
+using test::call;
+using test::make_lane;
+using test::resume;
+using test::ret;
+using test::suspend;
+
+constexpr double kA = QuantileSketch::kRelativeAccuracy;
+
+// summary() keyed by the path joined with '/'.
+std::map<std::string, PathSummary> by_path(const CallPathStats& stats) {
+  std::map<std::string, PathSummary> out;
+  for (PathSummary& s : stats.summary()) {
+    std::string key;
+    for (const std::string& name : s.path) key += (key.empty() ? "" : "/") + name;
+    out.emplace(key, std::move(s));
+  }
+  return out;
+}
+
+// A one-lane profile from events; functions are made by name on first use.
+class StatsTest : public ::testing::Test {
+ protected:
+  uint32_t fn(const std::string& name) {
+    auto it = fns.find(name);
+    if (it == fns.end()) it = fns.emplace(name, test::user_fn(p, name)).first;
+    return it->second;
+  }
+  void build(std::vector<Event> events, int64_t end_ns = 1000) {
+    p.start_ns = 0;
+    p.end_ns = end_ns;
+    p.lanes.push_back(make_lane(std::move(events)));
+    build_tree(p);
+  }
+  Profile p;
+  std::map<std::string, uint32_t> fns;
+};
+
+TEST_F(StatsTest, RepeatedNamesUnderDifferentParentsStayApart) {
+  // clang-format off
+  build({call(0, fn("predict")),
+         call(10, fn("encoder")), call(11, fn("forward")), ret(21), ret(30),
+         call(40, fn("decoder")), call(41, fn("forward")), ret(44), call(50, fn("forward")),
+         ret(58), ret(60),
+         ret(100)});
+  // clang-format on
+  CallPathStats stats;
+  stats.add(p);
+  const auto s = by_path(stats);
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_EQ(s.at("predict/encoder/forward").wall.count, 1u);
+  EXPECT_EQ(s.at("predict/encoder/forward").wall.sum_ns, 10u);
+  // Two calls of one path in one session: two samples, one session.
+  const PathSummary& dec = s.at("predict/decoder/forward");
+  EXPECT_EQ(dec.wall.count, 2u);
+  EXPECT_EQ(dec.sessions, 1u);
+  EXPECT_EQ(dec.wall.min_ns, 3);
+  EXPECT_EQ(dec.wall.max_ns, 8);
+  EXPECT_EQ(dec.wall.sum_ns, 11u);
+  EXPECT_DOUBLE_EQ(dec.wall.mean_ns, 5.5);
+  EXPECT_EQ(dec.path, (std::vector<std::string>{"predict", "decoder", "forward"}));
+  EXPECT_EQ(stats.sessions(), 1u);
+  EXPECT_EQ(stats.dropped_paths(), 0u);
+
+  stats.add(p);
+  const auto twice = by_path(stats);
+  EXPECT_EQ(twice.at("predict/decoder/forward").wall.count, 4u);
+  EXPECT_EQ(twice.at("predict/decoder/forward").sessions, 2u);
+  EXPECT_EQ(twice.at("predict").wall.count, 2u);
+  EXPECT_EQ(stats.sessions(), 2u);
+}
+
+TEST_F(StatsTest, SummaryListsParentsBeforeChildrenInStartOrder) {
+  build({call(0, fn("predict")), call(10, fn("b")), call(11, fn("c")), ret(12), ret(20),
+         call(30, fn("a")), ret(40), ret(100)});
+  CallPathStats stats;
+  stats.add(p);
+  std::vector<std::string> order;
+  for (const PathSummary& s : stats.summary()) order.push_back(s.path.back());
+  EXPECT_EQ(order, (std::vector<std::string>{"predict", "b", "c", "a"}));
+}
+
+TEST_F(StatsTest, SelfTimeIsWallMinusTheChildren) {
+  // predict 0..100: a 10..30, b 40..70 (c 45..55 inside b).
+  build({call(0, fn("predict")), call(10, fn("a")), ret(30), call(40, fn("b")), call(45, fn("c")),
+         ret(55), ret(70), ret(100)});
+  CallPathStats stats;
+  stats.add(p);
+  const auto s = by_path(stats);
+  EXPECT_EQ(s.at("predict").wall.sum_ns, 100u);
+  EXPECT_EQ(s.at("predict").self.sum_ns, 50u);
+  EXPECT_EQ(s.at("predict/a").self.sum_ns, 20u);
+  EXPECT_EQ(s.at("predict/b").wall.sum_ns, 30u);
+  EXPECT_EQ(s.at("predict/b").self.sum_ns, 20u);
+  EXPECT_EQ(s.at("predict/b/c").self.sum_ns, 10u);
+  // One sample: every quantile is that sample, exactly (clamped to min = max).
+  EXPECT_EQ(s.at("predict").self.p50_ns, 50);
+  EXPECT_EQ(s.at("predict").self.p99_ns, 50);
+  EXPECT_EQ(s.at("predict").wall.p95_ns, 100);
+}
+
+TEST(StatsFixture, SelfTimeFollowsTheExportersAcrossLanesAndGenerators) {
+  // export_fixture.h: predict's self is 11'999 (other lanes are concurrent,
+  // the generator `produce` counts its running time only).
+  const Profile p = test::export_profile_fixture();
+  CallPathStats stats;
+  stats.add(p);
+  const auto s = by_path(stats);
+  EXPECT_EQ(s.at("predict").wall.sum_ns, 17'999u);
+  EXPECT_EQ(s.at("predict").self.sum_ns, 11'999u);
+  EXPECT_EQ(s.at("predict/preprocess").self.sum_ns, 1'500u);
+  EXPECT_EQ(s.at("predict/produce").wall.sum_ns, 5'000u);
+  EXPECT_EQ(s.at("predict/produce").self.sum_ns, 2'000u);
+  EXPECT_EQ(s.at("predict/consume").self.sum_ns, 2'000u);
+  EXPECT_EQ(s.at("predict/my label").wall.sum_ns, 500u);  // the label names the span
+  EXPECT_EQ(s.at("predict/fetch").wall.sum_ns, 3'000u);
+  EXPECT_EQ(s.at("predict/work").wall.sum_ns, 3'500u);
+  EXPECT_EQ(s.size(), 7u);
+}
+
+TEST_F(StatsTest, OpenAndSuspendedSpansAreIncompleteNotSamples) {
+  // gen is suspended and never resumed; predict never returns.
+  build(
+      {call(0, fn("predict")), call(10, fn("gen")), suspend(20, 1), call(30, fn("work")), ret(50)},
+      200);
+  ASSERT_TRUE(p.spans[0].flags & kSpanOpenAtEnd);
+  ASSERT_TRUE(p.spans[1].flags & kSpanSuspendedAtEnd);
+  CallPathStats stats;
+  stats.add(p);
+  const auto s = by_path(stats);
+  EXPECT_EQ(s.at("predict").incomplete, 1u);
+  EXPECT_EQ(s.at("predict").wall.count, 0u);
+  EXPECT_EQ(s.at("predict").sessions, 1u);
+  EXPECT_EQ(s.at("predict").wall.p50_ns, 0);
+  EXPECT_EQ(s.at("predict/gen").incomplete, 1u);
+  EXPECT_EQ(s.at("predict/gen").wall.count, 0u);
+  EXPECT_EQ(s.at("predict/work").wall.count, 1u);
+  EXPECT_EQ(s.at("predict/work").incomplete, 0u);
+  EXPECT_EQ(s.at("predict/work").wall.sum_ns, 20u);
+}
+
+TEST_F(StatsTest, DepthCutKeepsDeeperTimeInTheParentsSelfTime) {
+  build({call(0, fn("predict")), call(10, fn("b")), call(20, fn("c")), call(22, fn("d")), ret(28),
+         ret(30), ret(50), ret(100)});
+  CallPathStats stats;
+  stats.add(p, 1);
+  auto s = by_path(stats);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.at("predict").self.sum_ns, 60u);
+  EXPECT_EQ(s.at("predict/b").self.sum_ns, 40u);  // c's 10 ns stay in b
+
+  CallPathStats roots_only;
+  roots_only.add(p, 0);
+  s = by_path(roots_only);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s.at("predict").self.sum_ns, 100u);
+
+  CallPathStats all;
+  all.add(p, -1);
+  s = by_path(all);
+  EXPECT_EQ(s.size(), 4u);
+  EXPECT_EQ(s.at("predict/b").self.sum_ns, 30u);
+  EXPECT_EQ(s.at("predict/b/c").self.sum_ns, 4u);
+}
+
+TEST_F(StatsTest, PathsPastTheCapAreDroppedAndCounted) {
+  // Paths in start order: predict, predict/a, predict/b, predict/b/c, other.
+  build({call(0, fn("predict")), call(10, fn("a")), ret(20), call(30, fn("b")), call(35, fn("c")),
+         ret(40), ret(50), ret(60), call(70, fn("other")), ret(80)});
+  CallPathStats stats(3);
+  stats.add(p);
+  auto s = by_path(stats);
+  EXPECT_EQ(stats.paths(), 3u);
+  EXPECT_EQ(stats.max_paths(), 3u);
+  EXPECT_TRUE(s.count("predict") && s.count("predict/a") && s.count("predict/b"));
+  EXPECT_EQ(stats.dropped_paths(), 2u);  // predict/b/c and other, one call each
+  // Tracked paths keep counting; each call on a dropped path counts again.
+  stats.add(p);
+  s = by_path(stats);
+  EXPECT_EQ(s.size(), 3u);
+  EXPECT_EQ(s.at("predict/b").wall.count, 2u);
+  EXPECT_EQ(s.at("predict/b").self.sum_ns, 30u);  // c's time is still subtracted
+  EXPECT_EQ(stats.dropped_paths(), 4u);
+
+  // Under a dropped path, everything is dropped.
+  CallPathStats one(1);
+  one.add(p);
+  EXPECT_EQ(one.paths(), 1u);
+  EXPECT_EQ(one.dropped_paths(), 4u);
+
+  stats.reset();
+  EXPECT_EQ(stats.paths(), 0u);
+  EXPECT_EQ(stats.sessions(), 0u);
+  EXPECT_EQ(stats.dropped_paths(), 0u);
+  EXPECT_EQ(stats.max_paths(), 3u);
+  stats.add(p);
+  EXPECT_EQ(stats.paths(), 3u);
+}
+
+TEST(QuantileSketch, EmptyZeroAndConstant) {
+  QuantileSketch q;
+  EXPECT_EQ(q.count(), 0u);
+  EXPECT_EQ(q.quantile(0.5), 0);
+  q.add(0);
+  q.add(-5);  // clamped: a hand-edited document can have end < start
+  EXPECT_EQ(q.quantile(0.5), 0);
+  EXPECT_EQ(q.min(), 0);
+  EXPECT_EQ(q.buckets(), 0u);
+  QuantileSketch c;
+  for (int i = 0; i < 1000; ++i) c.add(123'456);
+  EXPECT_EQ(c.quantile(0), 123'456);
+  EXPECT_EQ(c.quantile(0.5), 123'456);
+  EXPECT_EQ(c.quantile(1), 123'456);
+  EXPECT_EQ(c.buckets(), 1u);
+  EXPECT_EQ(c.sum(), 123'456'000u);
+}
+
+// Relative error of the sketch against the exact sample of rank floor(q*(n-1)),
+// for n samples drawn by `draw`; returns the largest seen.
+double max_relative_error(const std::function<int64_t(std::mt19937_64&)>& draw, size_t n,
+                          uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> values(n);
+  QuantileSketch q;
+  for (int64_t& v : values) {
+    v = draw(rng);
+    q.add(v);
+  }
+  std::sort(values.begin(), values.end());
+  EXPECT_EQ(q.min(), values.front());
+  EXPECT_EQ(q.max(), values.back());
+  double worst = 0;
+  for (double quant : {0.0, 0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0}) {
+    const auto exact = static_cast<double>(
+        values[static_cast<size_t>(std::floor(quant * static_cast<double>(n - 1)))]);
+    const double got = q.quantile(quant);
+    const double err = exact == 0 ? std::abs(got) : std::abs(got - exact) / exact;
+    EXPECT_LE(err, kA + 1e-9) << "q=" << quant << " exact=" << exact << " got=" << got;
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+TEST(QuantileSketch, RelativeErrorBoundHoldsOnSeveralDistributions) {
+  const size_t n = 200'000;
+  const auto lognormal = [](std::mt19937_64& rng) {
+    // Median 2 ms, sigma 0.5: a typical predict().
+    return static_cast<int64_t>(std::lognormal_distribution<double>(std::log(2e6), 0.5)(rng));
+  };
+  const auto bimodal = [](std::mt19937_64& rng) {
+    // Cache hits near 50 us, misses near 40 ms.
+    const bool miss = std::bernoulli_distribution(0.1)(rng);
+    const double mean = miss ? 40e6 : 50e3;
+    return static_cast<int64_t>(
+        std::max(1.0, std::normal_distribution<double>(mean, mean / 10)(rng)));
+  };
+  const auto constant = [](std::mt19937_64&) { return int64_t{7'777'777}; };
+  const auto wide = [](std::mt19937_64& rng) {
+    // Log-uniform over 1 ns .. 100 s: every bucket of that range is used.
+    return static_cast<int64_t>(
+        std::exp(std::uniform_real_distribution<double>(0, std::log(1e11))(rng)));
+  };
+  const auto small = [](std::mt19937_64& rng) {
+    // 0 .. 20 ns: integers where a bucket is wider than 1 ns only near the top.
+    return static_cast<int64_t>(std::uniform_int_distribution<int>(0, 20)(rng));
+  };
+  const struct {
+    const char* name;
+    std::function<int64_t(std::mt19937_64&)> draw;
+  } cases[] = {{"lognormal", lognormal},
+               {"bimodal", bimodal},
+               {"constant", constant},
+               {"1ns..100s", wide},
+               {"0..20ns", small}};
+  for (const auto& c : cases) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      const double worst = max_relative_error(c.draw, n, seed);
+      // The measured figure docs/collector.md quotes.
+      if (seed == 1) std::printf("[ measured ] %-10s max relative error %.5f\n", c.name, worst);
+    }
+  }
+}
+
+TEST(QuantileSketch, MemoryIsBoundedByTheValueRange) {
+  QuantileSketch q;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> exponent(0, std::log(1e11));
+  for (int i = 0; i < 1'000'000; ++i) q.add(static_cast<int64_t>(std::exp(exponent(rng))));
+  EXPECT_EQ(q.count(), 1'000'000u);
+  EXPECT_LE(q.buckets(), 1268u);
+  EXPECT_LE(q.heap_bytes(), 1268u * sizeof(uint64_t));
+  // The extremes of int64 still fit the stated bound of 2185 counters.
+  q.add(1);
+  q.add(INT64_MAX);
+  EXPECT_LE(q.buckets(), 2185u);
+  EXPECT_EQ(q.max(), INT64_MAX);
+}
+
+TEST(CallPathStatsMemory, StaysBoundedAfterAMillionSamples) {
+  // 20'000 random sessions of 50 calls each (random trees over 10 functions
+  // down to depth 2, 1..5000 ns between events): a million samples.
+  CallPathStats stats;
+  size_t after_first_thousand = 0;
+  uint64_t samples = 0;
+  for (uint32_t i = 0; i < 20'000; ++i) {
+    const Profile p = test::random_profile(i, 50, 2, false);
+    samples += p.spans.size();
+    stats.add(p);
+    if (i == 999) after_first_thousand = stats.memory_bytes();
+  }
+  ASSERT_GE(samples, 1'000'000u);
+  EXPECT_EQ(stats.sessions(), 20'000u);
+  EXPECT_EQ(stats.dropped_paths(), 0u);
+  uint64_t counted = 0;
+  for (const PathSummary& s : stats.summary()) counted += s.wall.count + s.incomplete;
+  EXPECT_EQ(counted, samples);
+  // Per path: the record and two sketches of at most 2185 counters; the names
+  // and the index are small next to that.
+  const size_t per_path = sizeof(uint64_t) * 2 * 2185 + 512;
+  EXPECT_LE(stats.memory_bytes(), stats.paths() * per_path + 64 * 1024);
+  // What is left to grow after a thousand sessions is new paths and wider
+  // bucket ranges, never per-sample state.
+  EXPECT_LE(stats.memory_bytes(), 2 * after_first_thousand);
+  std::printf("[ measured ] %zu paths, %llu samples: %zu bytes (%zu after 1000 sessions)\n",
+              stats.paths(), static_cast<unsigned long long>(samples), stats.memory_bytes(),
+              after_first_thousand);
+}
+
+TEST(CallPathStatsMemory, TheCapBoundsManyDistinctPaths) {
+  // Random trees down to depth 4 make more than 10'000 distinct paths: the
+  // cap holds, the rest is counted, and memory stays within the per-path bound.
+  CallPathStats stats;
+  uint64_t samples = 0;
+  for (uint32_t i = 0; i < 5'000; ++i) {
+    const Profile p = test::random_profile(i, 50, 4, false);
+    samples += p.spans.size();
+    stats.add(p);
+  }
+  EXPECT_EQ(stats.paths(), CallPathStats::kDefaultMaxPaths);
+  EXPECT_GT(stats.dropped_paths(), 0u);
+  uint64_t counted = 0;
+  for (const PathSummary& s : stats.summary()) counted += s.wall.count + s.incomplete;
+  EXPECT_EQ(counted + stats.dropped_paths(), samples);
+  const size_t per_path = sizeof(uint64_t) * 2 * 2185 + 512;
+  EXPECT_LE(stats.memory_bytes(), stats.paths() * per_path + 64 * 1024);
+  std::printf("[ measured ] %zu paths (cap), %llu dropped: %zu bytes\n", stats.paths(),
+              static_cast<unsigned long long>(stats.dropped_paths()), stats.memory_bytes());
+}
+
+}  // namespace
+}  // namespace mlprof

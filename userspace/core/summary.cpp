@@ -1,1 +1,207 @@
 #include "core/summary.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mlprof {
+
+namespace {
+
+constexpr double kGamma =
+    (1 + QuantileSketch::kRelativeAccuracy) / (1 - QuantileSketch::kRelativeAccuracy);
+const double kInvLogGamma = 1.0 / std::log(kGamma);
+
+// Bucket i holds (gamma^(i-1), gamma^i]; value > 0.
+int32_t bucket_index(int64_t value) {
+  return static_cast<int32_t>(std::ceil(std::log(static_cast<double>(value)) * kInvLogGamma));
+}
+
+double bucket_value(int32_t index) { return 2 * std::pow(kGamma, index) / (kGamma + 1); }
+
+// The string id a span's display name comes from (Profile::display_name).
+uint32_t display_string(const Profile& p, const Span& s) {
+  if (s.label != 0) return s.label;
+  if (s.function < p.functions.size()) return p.functions.get(s.function).name;
+  return 0;
+}
+
+constexpr uint32_t kUnknownName = UINT32_MAX;  // name_cache_: looked up, not in names_
+
+PathSummary::Durations durations(const QuantileSketch& q) {
+  PathSummary::Durations d;
+  d.count = q.count();
+  if (d.count == 0) return d;
+  d.min_ns = q.min();
+  d.max_ns = q.max();
+  d.sum_ns = q.sum();
+  d.mean_ns = static_cast<double>(q.sum()) / static_cast<double>(q.count());
+  d.p50_ns = q.quantile(0.50);
+  d.p95_ns = q.quantile(0.95);
+  d.p99_ns = q.quantile(0.99);
+  return d;
+}
+
+}  // namespace
+
+void QuantileSketch::add(int64_t value) {
+  value = std::max<int64_t>(value, 0);
+  if (count_ == 0 || value < min_) min_ = value;
+  if (count_ == 0 || value > max_) max_ = value;
+  ++count_;
+  sum_ += static_cast<uint64_t>(value);
+  if (value == 0) {
+    ++zero_count_;
+    return;
+  }
+  const int32_t i = bucket_index(value);
+  if (counts_.empty()) {
+    first_index_ = i;
+    counts_.assign(1, 0);
+  } else if (i < first_index_ || i >= first_index_ + static_cast<int32_t>(counts_.size())) {
+    // Grow to exactly [lo, hi]: the span of indices is bounded (see summary.h),
+    // so the copies are too, and capacity stays equal to size.
+    const int32_t lo = std::min(i, first_index_);
+    const int32_t hi = std::max(i, first_index_ + static_cast<int32_t>(counts_.size()) - 1);
+    std::vector<uint64_t> grown(static_cast<size_t>(hi - lo + 1), 0);
+    std::copy(counts_.begin(), counts_.end(), grown.begin() + (first_index_ - lo));
+    counts_.swap(grown);
+    first_index_ = lo;
+  }
+  ++counts_[static_cast<size_t>(i - first_index_)];
+}
+
+double QuantileSketch::quantile(double q) const {
+  if (count_ == 0) return 0;
+  q = std::clamp(q, 0.0, 1.0);
+  // The sample of 0-based rank floor(q*(n-1)) lies in the first bucket whose
+  // cumulative count exceeds that rank.
+  const auto rank = static_cast<uint64_t>(std::floor(q * static_cast<double>(count_ - 1)));
+  uint64_t seen = zero_count_;
+  double value = 0;
+  if (seen <= rank) {
+    for (size_t k = 0; k < counts_.size(); ++k) {
+      seen += counts_[k];
+      if (seen > rank) {
+        value = bucket_value(first_index_ + static_cast<int32_t>(k));
+        break;
+      }
+    }
+  }
+  return std::clamp(value, static_cast<double>(min_), static_cast<double>(max_));
+}
+
+CallPathStats::CallPathStats(size_t max_paths)
+    : max_paths_(std::min<size_t>(max_paths, kDropped - 1)) {}
+
+uint32_t CallPathStats::child_path(uint32_t parent, const Profile& profile, uint32_t string_id) {
+  uint32_t& cached = name_cache_[string_id];
+  if (cached == 0) {
+    const auto it = name_index_.find(std::string_view(profile.functions.strings().get(string_id)));
+    cached = it == name_index_.end() ? kUnknownName : it->second + 1;
+  }
+  if (cached != kUnknownName) {
+    const auto it = children_.find(static_cast<uint64_t>(parent) << 32 | (cached - 1));
+    if (it != children_.end()) return it->second;
+  }
+  if (paths_.size() >= max_paths_) return kDropped;
+  if (cached == kUnknownName) {
+    const auto name = static_cast<uint32_t>(names_.size());
+    names_.push_back(profile.functions.strings().get(string_id));
+    name_index_.emplace(names_.back(), name);
+    cached = name + 1;
+  }
+  const auto path = static_cast<uint32_t>(paths_.size());
+  PathRecord& r = paths_.emplace_back();
+  r.parent = parent;
+  r.name = cached - 1;
+  children_.emplace(static_cast<uint64_t>(parent) << 32 | r.name, path);
+  return path;
+}
+
+void CallPathStats::add(const Profile& p, int depth) {
+  ++sessions_;
+  name_cache_.assign(p.functions.strings().size(), 0);
+  stack_.clear();
+  const auto n = static_cast<int32_t>(p.spans.size());
+  const auto kept = [&](int32_t s) {
+    return s >= 0 && s < n && (depth < 0 || p.spans[s].depth <= static_cast<uint32_t>(depth));
+  };
+  for (auto it = p.roots.rbegin(); it != p.roots.rend(); ++it) {
+    if (kept(*it)) stack_.emplace_back(*it, 0u);
+  }
+  while (!stack_.empty()) {
+    const auto [s, parent] = stack_.back();
+    stack_.pop_back();
+    const Span& span = p.spans[s];
+    const uint32_t path =
+        parent == kDropped ? kDropped : child_path(parent, p, display_string(p, span));
+    // Children go on the stack in reverse so that paths are made in start order.
+    const size_t first_pushed = stack_.size();
+    int64_t self = span.active_ns;
+    for (int32_t c = span.first_child; c >= 0 && c < n; c = p.spans[c].next_sibling) {
+      if (!kept(c)) continue;
+      if (p.spans[c].lane == span.lane) self -= p.spans[c].active_ns;
+      stack_.emplace_back(c, path == kDropped ? kDropped : path + 1);
+    }
+    std::reverse(stack_.begin() + static_cast<std::ptrdiff_t>(first_pushed), stack_.end());
+    if (path == kDropped) {
+      ++dropped_;
+      continue;
+    }
+    PathRecord& r = paths_[path];
+    if (r.last_session != sessions_) {
+      r.last_session = sessions_;
+      ++r.sessions;
+    }
+    if (span.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) {
+      ++r.incomplete;
+      continue;
+    }
+    r.wall.add(span.duration_ns());
+    r.self.add(self);
+  }
+}
+
+std::vector<PathSummary> CallPathStats::summary() const {
+  std::vector<PathSummary> out(paths_.size());
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    const PathRecord& r = paths_[i];
+    PathSummary& s = out[i];
+    // A parent is made before its children, so its path is already filled in.
+    if (r.parent != 0) s.path = out[r.parent - 1].path;
+    s.path.push_back(names_[r.name]);
+    s.sessions = r.sessions;
+    s.incomplete = r.incomplete;
+    s.wall = durations(r.wall);
+    s.self = durations(r.self);
+  }
+  return out;
+}
+
+size_t CallPathStats::memory_bytes() const {
+  size_t bytes = paths_.capacity() * sizeof(PathRecord);
+  for (const PathRecord& r : paths_) bytes += r.wall.heap_bytes() + r.self.heap_bytes();
+  bytes += names_.size() * sizeof(std::string) + 512;  // + a deque block
+  for (const std::string& s : names_) bytes += s.capacity() + 1;
+  // Hash nodes: the stored pair and a next pointer, plus the bucket array.
+  bytes += name_index_.size() * (sizeof(std::string_view) + sizeof(uint32_t) + sizeof(void*)) +
+           name_index_.bucket_count() * sizeof(void*);
+  bytes += children_.size() * (sizeof(uint64_t) + sizeof(uint32_t) + sizeof(void*)) +
+           children_.bucket_count() * sizeof(void*);
+  bytes += name_cache_.capacity() * sizeof(uint32_t) +
+           stack_.capacity() * sizeof(std::pair<int32_t, uint32_t>);
+  return bytes;
+}
+
+void CallPathStats::reset() {
+  sessions_ = 0;
+  dropped_ = 0;
+  paths_ = {};
+  names_ = {};
+  name_index_ = {};
+  children_ = {};
+  name_cache_ = {};
+  stack_ = {};
+}
+
+}  // namespace mlprof

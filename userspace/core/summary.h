@@ -1,2 +1,151 @@
 #pragma once
-// Placeholder: filled in by the issue 4 work on summary.
+// Statistics per call path over many profiles (ProfileCollector): count,
+// sessions, exact min/max/sum/mean and sketched p50/p95/p99 of wall and self
+// time, in memory that does not grow with the number of profiles.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/tree.h"
+
+namespace mlprof {
+
+// Durations (ns, >= 0) of one call path: exact count, min, max and sum, and
+// quantiles from a log-bucket sketch (DDSketch, Masson et al., VLDB 2019).
+//
+// Bucket i holds the values in (gamma^(i-1), gamma^i], gamma = (1+a)/(1-a) with
+// a = kRelativeAccuracy; it reports 2*gamma^i/(gamma+1), which is within a
+// relative error a of every value in it. Values <= 0 have a bucket of their
+// own and report 0. Buckets are stored densely between the lowest and the
+// highest index seen: a positive int64 ns value has an index in [0, 2184], so
+// one sketch holds at most 2185 counters (17 KiB) whatever the number of
+// samples, and 1 ns .. 100 s spans 1268 of them.
+//
+// quantile(q) is the sample of rank floor(q*(count-1)) in sorted order, 0-based
+// (numpy's method="lower"): the result is within a relative error a of that
+// sample, and clamped to [min, max], which keeps it within the bound and makes
+// q=0 and q=1 exact.
+//
+// Hand-written (about 60 lines): no Debian package provides a C++ DDSketch and
+// a third-party dependency is not worth it for this much code.
+class QuantileSketch {
+ public:
+  static constexpr double kRelativeAccuracy = 0.01;
+
+  void add(int64_t value_ns);
+  uint64_t count() const { return count_; }
+  int64_t min() const { return min_; }  // 0 when empty
+  int64_t max() const { return max_; }
+  uint64_t sum() const { return sum_; }  // values are clamped to >= 0 first
+  // q in [0, 1] (clamped); 0 when empty.
+  double quantile(double q) const;
+  // Heap bytes of the bucket array.
+  size_t heap_bytes() const { return counts_.capacity() * sizeof(uint64_t); }
+  // Counters stored (the span between the lowest and highest bucket index).
+  size_t buckets() const { return counts_.size(); }
+
+ private:
+  uint64_t count_ = 0;
+  uint64_t sum_ = 0;
+  int64_t min_ = 0;
+  int64_t max_ = 0;
+  uint64_t zero_count_ = 0;       // values <= 0
+  int32_t first_index_ = 0;       // bucket index of counts_[0]
+  std::vector<uint64_t> counts_;  // counts_[k]: bucket first_index_ + k
+};
+
+// One call path's figures, as summary() reports them.
+struct PathSummary {
+  std::vector<std::string> path;  // display names from the root to the span
+  uint64_t sessions = 0;          // profiles in which the path appeared (complete or not)
+  uint64_t incomplete = 0;        // calls open or suspended at the end: not samples
+  struct Durations {
+    uint64_t count = 0;  // samples (complete calls)
+    int64_t min_ns = 0, max_ns = 0;
+    uint64_t sum_ns = 0;
+    double mean_ns = 0, p50_ns = 0, p95_ns = 0, p99_ns = 0;  // 0 when count == 0
+  };
+  Durations wall;  // Span::duration_ns
+  Durations self;  // see CallPathStats::add
+};
+
+// Per-call-path statistics over many profiles. Not thread-safe: callers
+// serialize add/summary/reset (the binding holds a mutex).
+//
+// A call path is the list of display names (Profile::display_name) from a root
+// span down to a span, so `forward` under `encoder` and under `decoder` are two
+// paths, and two calls of one path in one profile are two samples of it.
+class CallPathStats {
+ public:
+  static constexpr size_t kDefaultMaxPaths = 10000;
+
+  explicit CallPathStats(size_t max_paths = kDefaultMaxPaths);
+
+  // Adds one finished profile. Per span (walking the tree from its roots):
+  // - depth >= 0 ignores spans deeper than `depth` (Span::depth, root = 0);
+  //   their time stays in their parent's self time.
+  // - A span flagged kSpanOpenAtEnd or kSpanSuspendedAtEnd is not a sample:
+  //   it counts in `incomplete` of its path (and in `sessions`).
+  // - Wall time is Span::duration_ns. Self time is the span's active_ns minus
+  //   the active_ns of its children kept by the depth cut in the same lane,
+  //   never negative: the rule of the flame graph exporters (a thread or task
+  //   hung under the span ran concurrently and is not subtracted; a generator
+  //   does not count the time it was suspended). For an ordinary call that is
+  //   its wall time minus its children's wall time.
+  // - A span whose path is new while max_paths paths are tracked is not
+  //   recorded, and neither is anything under it: each such call counts in
+  //   dropped_paths().
+  void add(const Profile& profile, int depth = -1);
+
+  // One entry per tracked path, parents before children, siblings in the
+  // order first seen.
+  std::vector<PathSummary> summary() const;
+
+  uint64_t sessions() const { return sessions_; }  // profiles added
+  // Calls not recorded because their path was past the max_paths cap (a path
+  // past the cap counts once per call, in every profile it appears in).
+  uint64_t dropped_paths() const { return dropped_; }
+  size_t paths() const { return paths_.size(); }
+  size_t max_paths() const { return max_paths_; }
+  // Heap bytes held: path records, sketch buckets, the name table and the
+  // path index (container allocations; allocator overhead not included).
+  size_t memory_bytes() const;
+  // Forgets everything (max_paths stays).
+  void reset();
+
+ private:
+  struct PathRecord {
+    uint32_t parent = 0;  // path index + 1, 0 for a root path
+    uint32_t name = 0;    // index into names_
+    uint64_t sessions = 0;
+    uint64_t incomplete = 0;
+    uint64_t last_session = 0;  // sessions_ when last seen, to count sessions once
+    QuantileSketch wall;
+    QuantileSketch self;
+  };
+  static constexpr uint32_t kDropped = UINT32_MAX;
+
+  // The path under `parent` (path index + 1, 0 = root) named by the
+  // profile's string `string_id`, created if new and under the cap;
+  // kDropped past the cap.
+  uint32_t child_path(uint32_t parent, const Profile& profile, uint32_t string_id);
+
+  size_t max_paths_;
+  uint64_t sessions_ = 0;
+  uint64_t dropped_ = 0;
+  std::vector<PathRecord> paths_;
+  std::deque<std::string> names_;  // distinct names of tracked paths (deque: stable for the views)
+  std::unordered_map<std::string_view, uint32_t> name_index_;
+  std::unordered_map<uint64_t, uint32_t> children_;  // (parent << 32 | name) -> path index
+  // Scratch for add(): the profile's string id -> names_ index + 1 (0 = not looked up).
+  std::vector<uint32_t> name_cache_;
+  std::vector<std::pair<int32_t, uint32_t>> stack_;  // (span, path or kDropped)
+};
+
+}  // namespace mlprof
