@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -93,6 +94,17 @@ inline bool is_transparent(PyCodeObject* code) {
     return false;
   }
   return reinterpret_cast<uintptr_t>(extra) == kExtraTransparent;
+}
+
+// Transparent for this lane's session only (EngineOptions::transparent_codes).
+inline bool session_transparent(const CaptureLane& L, PyCodeObject* code) {
+  const auto& codes = L.engine->options().transparent_codes;
+  if (codes.empty()) return false;
+  return std::find(codes.begin(), codes.end(), reinterpret_cast<PyObject*>(code)) != codes.end();
+}
+
+inline bool lane_transparent(const CaptureLane& L, PyCodeObject* code) {
+  return is_transparent(code) || session_transparent(L, code);
 }
 
 // C functions: keyed by (method def or type, self type); names resolved once.
@@ -378,11 +390,11 @@ void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool c
   // Transparency is checked wherever the counter is within the ceiling, above
   // the root too, so that a frame's start and its return agree on it.
   if (d < 0) {
-    if (!is_transparent(code)) L.depth = d;
+    if (!lane_transparent(L, code)) L.depth = d;
     return;
   }
   uint32_t fid = function_id(code);
-  if (fid == kTransparent) return;  // not counted
+  if (fid == kTransparent || session_transparent(L, code)) return;  // not counted
   L.depth = d;
   if (L.truncated) return;
   if (L.out.events.size() >= L.soft_cap) {
@@ -427,7 +439,7 @@ void lane_return(CaptureLane& L, PyCodeObject* code, bool exception, IOTargets* 
     }
   }
   // A transparent frame did not move the counter: it was checked at L.depth + 1.
-  if (L.depth + 1 <= L.ceiling && is_transparent(code)) return;
+  if (L.depth + 1 <= L.ceiling && lane_transparent(L, code)) return;
   int extra = 0;
   long j = top_frame(L, &extra);
   int frame_depth = L.depth - extra;
@@ -440,7 +452,7 @@ void lane_return(CaptureLane& L, PyCodeObject* code, bool exception, IOTargets* 
 }
 
 void lane_yield(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
-  if (L.depth + 1 <= L.ceiling && is_transparent(code)) return;
+  if (L.depth + 1 <= L.ceiling && lane_transparent(L, code)) return;
   int extra = 0;
   long j = top_frame(L, &extra);
   int frame_depth = L.depth - extra;
@@ -467,7 +479,7 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
 // Returns true if a suspended segment was pushed back.
 bool lane_resume(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
   int d = L.depth + 1;
-  if (d <= L.ceiling && is_transparent(code)) return true;
+  if (d <= L.ceiling && lane_transparent(L, code)) return true;
   if (!L.engine->suspended_.empty()) {
     uintptr_t key = generator_key(frame);
     auto it = key ? L.engine->suspended_.find(key) : L.engine->suspended_.end();
@@ -551,12 +563,15 @@ void bind_thread(Engine* engine) {
 
 // --- Engine --------------------------------------------------------------------
 
-Engine::Engine(EngineOptions opts) : opts_(opts), serial_(g_next_serial++) {}
+Engine::Engine(EngineOptions opts) : opts_(opts), serial_(g_next_serial++) {
+  for (PyObject* code : opts_.transparent_codes) Py_INCREF(code);
+}
 
 Engine::~Engine() {
   if (state_ == State::kCollecting) stop();
   Py_XDECREF(parent_session_);
   Py_XDECREF(token_);
+  for (PyObject* code : opts_.transparent_codes) Py_DECREF(code);
 }
 
 const char* Engine::hook_name() const { return hooks::name(); }
@@ -663,6 +678,28 @@ void Engine::start(PyObject* session) {
     fail("could not install the profiling hook: " + error);
   }
   probes::session_begin(serial_, opts_.depth);
+}
+
+bool Engine::pause() {
+  if (state_ != State::kCollecting || !token_) return false;
+  if (PyContextVar_Reset(g_session_var, token_) < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  Py_CLEAR(token_);
+  ++g_generation;  // setting a context variable does not bump ts->context_ver
+  return true;
+}
+
+bool Engine::resume() {
+  if (state_ != State::kCollecting || token_) return false;
+  token_ = PyContextVar_Set(g_session_var, session_);
+  if (!token_) {
+    PyErr_Clear();
+    return false;
+  }
+  ++g_generation;
+  return true;
 }
 
 void Engine::stop() {

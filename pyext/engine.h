@@ -72,6 +72,10 @@ struct EngineOptions {
   bool capture_c_calls = false;
   bool capture_io = false;        // summarize arguments and return values
   int io_depth = -1;              // deepest level with I/O; -1: the ceiling
+  // Code objects transparent for this session only (autoprofile: the user's
+  // PythonModel.predict, whose calls are the root's children). Strong refs
+  // held by the Engine; a handful at most, so a linear scan.
+  std::vector<PyObject*> transparent_codes;
 };
 
 class Engine {
@@ -88,6 +92,12 @@ class Engine {
   void start(PyObject* session);
   // Ends capture; idempotent. Never raises.
   void stop();
+  // A collecting session stops being current in this context (pause) and
+  // becomes current again (resume), keeping its lanes: autoprofile's
+  // predict_stream records only while the stream is advanced, not the
+  // consumer's code between chunks. False if not collecting / not paused.
+  bool pause();
+  bool resume();
   State state() const { return state_; }
   const EngineOptions& options() const { return opts_; }
   uint64_t serial() const { return serial_; }

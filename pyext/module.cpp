@@ -250,8 +250,12 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Engine>(m, "Engine")
       .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
-                       bool capture_io, int io_depth) {
+                       bool capture_io, int io_depth, py::list transparent_codes) {
              EngineOptions o;
+             for (py::handle code : transparent_codes) {
+               if (!PyCode_Check(code.ptr())) throw py::type_error("transparent_codes: code objects only");
+               o.transparent_codes.push_back(code.ptr());
+             }
              o.depth = depth;
              o.max_events = max_events;
              o.all_threads = all_threads;
@@ -261,7 +265,8 @@ PYBIND11_MODULE(_core, m) {
              return std::make_unique<Engine>(o);
            }),
            py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
-           py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1)
+           py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
+           py::arg("transparent_codes") = py::list())
       .def("start",
            [](Engine& e, py::object session) {
              try {
@@ -272,6 +277,8 @@ PYBIND11_MODULE(_core, m) {
              }
            })
       .def("stop", &Engine::stop)
+      .def("pause", &Engine::pause, "Stops being the current session in this context; capture goes on.")
+      .def("resume", &Engine::resume, "Becomes the current session in this context again.")
       .def_property_readonly("state",
                              [](const Engine& e) {
                                switch (e.state()) {
@@ -328,6 +335,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("span_count", [](const Profile& p) { return p.spans.size(); })
       .def_property_readonly("meta", [](const Profile& p) { return p.meta; })
       .def_property_readonly("threads", &lanes_info)
+      .def("set_meta", [](Profile& p, const std::string& key, const std::string& value) { p.meta[key] = value; },
+           py::arg("key"), py::arg("value"), "Sets one provenance entry (written to the document's meta).")
       .def_property_readonly("stats", [](const Profile& p) {
         py::dict d;
         d["events_captured"] = p.stats.events_captured;

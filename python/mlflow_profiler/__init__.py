@@ -11,7 +11,9 @@ from __future__ import annotations
 import sysconfig as _sysconfig
 
 from . import _core, _transparent
+from ._autoprofile import autoprofile, last_profile, statistics
 from ._core import profile_block
+from ._exporter import flush
 from ._files import ProfileLoadError, load
 from ._io import IOSummary, register_summarizer, summarize
 from ._collector import ProfileCollector
@@ -27,8 +29,11 @@ __all__ = [
     "ProfileLoadError",
     "ProfileSession",
     "SpanRecord",
+    "autoprofile",
     "configure",
     "current_session",
+    "flush",
+    "last_profile",
     "load",
     "log_profile",
     "log_profile_metrics",
@@ -37,6 +42,7 @@ __all__ = [
     "profile_span",
     "profiling",
     "register_summarizer",
+    "statistics",
     "summarize",
 ]
 
@@ -45,10 +51,10 @@ def _init() -> None:
     paths = _sysconfig.get_paths()
     prefixes = {paths.get("stdlib"), paths.get("platstdlib")}
     _core.set_library_prefixes(sorted(p for p in prefixes if p))
-    from . import _collector, _processors, _reference, _session, _spans, mlflow_sink
+    from . import _autoprofile, _collector, _exporter, _processors, _reference, _session, _spans, mlflow_sink
 
     _reference._register_invisible()
-    for module in (_session, _spans, _transparent, _collector, _processors, mlflow_sink):
+    for module in (_session, _spans, _transparent, _collector, _processors, mlflow_sink, _autoprofile, _exporter):
         _transparent.add_module(module)
     _transparent.refresh()
 

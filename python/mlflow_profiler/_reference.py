@@ -526,6 +526,12 @@ def _is_frame_at(L: _Lane, j: int, depth: int, code) -> bool:
     return e[2] == E_FRAME and e[1] == depth and e[5] is code
 
 
+def _lane_transparent(L: _Lane, code) -> bool:
+    """Transparent for every session, or for this lane's session only
+    (`transparent_codes`: autoprofile's user predict)."""
+    return code in _transparent.CODES or code in L.engine.transparent_codes
+
+
 def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
     """Records a start; returns the call's event index if its I/O is wanted."""
     d = L.depth + 1
@@ -536,10 +542,10 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
     # Transparency is checked wherever the counter is within the ceiling,
     # above the root too, so that a frame's start and its return agree on it.
     if d < 0:
-        if code not in _transparent.CODES:
+        if not _lane_transparent(L, code):
             L.depth = d
         return
-    if code in _transparent.CODES:
+    if _lane_transparent(L, code):
         return  # not counted
     eng = L.engine
     fid = eng._function_id(code, frame)
@@ -576,7 +582,7 @@ def _lane_return(L: _Lane, code, exception: bool) -> Optional[int]:
     """Records a return; returns the closed call's event index if its return
     value is wanted."""
     # A transparent frame did not move the counter: it was checked at depth + 1.
-    if L.depth + 1 <= L.ceiling and code in _transparent.CODES:
+    if L.depth + 1 <= L.ceiling and _lane_transparent(L, code):
         return None
     j, extra = _top_frame(L)
     frame_depth = L.depth - extra
@@ -629,7 +635,7 @@ def _capture_return(value, targets) -> None:
 
 
 def _lane_yield(L: _Lane, code, frame) -> None:
-    if L.depth + 1 <= L.ceiling and code in _transparent.CODES:
+    if L.depth + 1 <= L.ceiling and _lane_transparent(L, code):
         return
     j, extra = _top_frame(L)
     frame_depth = L.depth - extra
@@ -653,7 +659,7 @@ def _lane_yield(L: _Lane, code, frame) -> None:
 def _lane_resume(L: _Lane, code, frame) -> bool:
     """True if a suspended segment was pushed back (or the frame is transparent)."""
     d = L.depth + 1
-    if d <= L.ceiling and code in _transparent.CODES:
+    if d <= L.ceiling and _lane_transparent(L, code):
         return True
     suspended = L.engine._suspended
     if suspended:
@@ -963,8 +969,9 @@ class ReferenceEngine:
     hook = "reference"
 
     def __init__(self, depth: int, max_events: int, all_threads: bool, capture_c_calls: bool,
-                 capture_io: bool = False, io_depth: int = -1) -> None:
+                 capture_io: bool = False, io_depth: int = -1, transparent_codes=()) -> None:
         self.depth = depth
+        self.transparent_codes = frozenset(transparent_codes)
         self.capture_io = bool(capture_io)
         self.io_depth = io_depth
         self.max_events = max_events

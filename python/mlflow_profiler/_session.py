@@ -97,6 +97,8 @@ class ProfileSession:
         capture_io: bool = False,
         capture_io_depth: Optional[int] = None,
         engine: str = "native",
+        _transparent_codes: tuple = (),
+        _meta: Optional[Dict[str, str]] = None,
     ) -> None:
         self.depth = _check_depth("depth", depth)
         io_depth = _check_depth("capture_io_depth", capture_io_depth, allow_none=True)
@@ -109,7 +111,9 @@ class ProfileSession:
         self.capture_c_calls = bool(capture_c_calls)
         self.capture_io = bool(capture_io)
         self.capture_io_depth = io_depth
-        args = (self.depth, max_events, self.all_threads, self.capture_c_calls, self.capture_io, io_depth)
+        args = (self.depth, max_events, self.all_threads, self.capture_c_calls, self.capture_io, io_depth,
+                list(_transparent_codes))
+        self._meta = _meta  # provenance added to the profile's meta when it is built
         if engine == "native":
             self._engine = _core.Engine(*args)
         elif engine == "reference":
@@ -171,7 +175,10 @@ class ProfileSession:
                     f"the session is {state}: render or export it after the "
                     "`with profiling()` block has ended"
                 )
-            self._profile = self._engine.profile()
+            profile = self._engine.profile()
+            for key, value in (self._meta or {}).items():
+                profile.set_meta(key, value)
+            self._profile = profile
         return self._profile
 
     def statistics(self) -> Dict[str, Any]:
@@ -299,6 +306,7 @@ class ProfileSession:
         session._engine = _LoadedEngine(profile)
         session._profile = profile
         session._spans = None
+        session._meta = None
         return session
 
     def __repr__(self) -> str:

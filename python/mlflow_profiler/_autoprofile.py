@@ -1,0 +1,442 @@
+"""autoprofile(): profiles MLflow's `PyFuncModel.predict` (and
+`predict_stream`) with no change to the model (spec 000 sections 2.5, 5.6).
+
+The patch goes on MLflow's wrapper class, never on the user's: the original
+function objects are kept and put back exactly by `autoprofile(disable=True)`.
+A call is sampled at random (`random() < sample_rate`, spec 000 section 9).
+The root span is `PyFuncModel.predict`, labelled with the model; MLflow's
+delegation frames and the user's own `PythonModel.predict` are transparent
+for that session only, so the root's depth-1 children are what the user's
+predict calls (ARCHITECTURE.md, "Depth counts from the root").
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import functools
+import inspect
+import random
+import threading
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+from . import _core, _stream
+from ._log import log_once
+from ._session import ProfileSession, _check_depth
+
+_MISSING_MLFLOW = (
+    "autoprofile() patches MLflow's PyFuncModel and needs MLflow: "
+    "pip install 'mlflow-profiler[mlflow]'"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoprofileConfig:
+    """What autoprofile() was called with (validated)."""
+
+    depth: int = 2
+    sample_rate: float = 1.0
+    capture_io: bool = False
+    capture_io_depth: Optional[int] = None
+    max_events: int = 1_000_000
+    all_threads: bool = False
+    log_to_mlflow: bool = False
+    log_as_trace: bool = False
+    output_dir: Optional[str] = None
+    collector: Any = None
+
+
+_config: Optional[AutoprofileConfig] = None  # read once per predict call; None: pass through
+_lock = threading.Lock()
+_patched: Dict[str, Tuple[Any, Any]] = {}  # attribute -> (original from __dict__, our wrapper)
+_last: contextvars.ContextVar = contextvars.ContextVar("mlflow_profiler_last_profile", default=None)
+_sampled = 0  # sessions started by autoprofile in this process
+_random = random.random
+
+
+def _check_rate(sample_rate: Any) -> float:
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, float)):
+        raise TypeError(f"sample_rate must be a number in [0, 1], got {type(sample_rate).__name__} {sample_rate!r}")
+    rate = float(sample_rate)
+    if not 0.0 <= rate <= 1.0:  # NaN fails both comparisons
+        raise ValueError(f"sample_rate must be in [0, 1] (0: never, 1: every call), got {sample_rate!r}")
+    return rate
+
+
+def autoprofile(
+    depth: int = 2,
+    sample_rate: float = 1.0,
+    *,
+    capture_io: bool = False,
+    capture_io_depth: Optional[int] = None,
+    max_events: int = 1_000_000,
+    all_threads: bool = False,
+    log_to_mlflow: bool = False,
+    log_as_trace: bool = False,
+    output_dir: Optional[str] = None,
+    collector: Any = None,
+    disable: bool = False,
+) -> None:
+    """Profiles every sampled ``predict`` of every MLflow pyfunc model.
+
+    Patches ``mlflow.pyfunc.PyFuncModel.predict`` (and ``predict_stream``)
+    once; calling it again changes the settings, ``disable=True`` puts the
+    exact original functions back. Each call is profiled with probability
+    ``sample_rate``; the result is ``last_profile()`` in the calling thread
+    or task. ``log_to_mlflow`` / ``output_dir`` export each profile from a
+    background thread through a bounded queue (``flush()`` drains it);
+    ``collector`` (a ProfileCollector) adds each profile to its statistics::
+
+        mlflow_profiler.autoprofile(depth=2, sample_rate=0.1)
+        model = mlflow.pyfunc.load_model(uri)
+        model.predict(df)
+        mlflow_profiler.last_profile().print_tree()
+        mlflow_profiler.autoprofile(disable=True)
+    """
+    global _config
+    if disable:
+        _unpatch()
+        return
+    config = AutoprofileConfig(
+        depth=_check_depth("depth", depth),
+        sample_rate=_check_rate(sample_rate),
+        capture_io=bool(capture_io),
+        capture_io_depth=None if capture_io_depth is None else _check_depth("capture_io_depth", capture_io_depth),
+        max_events=max_events,
+        all_threads=bool(all_threads),
+        log_to_mlflow=bool(log_to_mlflow),
+        log_as_trace=bool(log_as_trace),
+        output_dir=None if output_dir is None else str(output_dir),
+        collector=collector,
+    )
+    ProfileSession(config.depth, max_events=max_events)  # validates max_events
+    if collector is not None and not callable(getattr(collector, "add", None)):
+        raise TypeError(f"collector must be a ProfileCollector, got {type(collector).__name__}")
+    try:
+        import mlflow.pyfunc  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(_MISSING_MLFLOW) from exc
+    from mlflow.pyfunc import PyFuncModel
+
+    with _lock:
+        _config = config
+        _patch(PyFuncModel)
+
+
+def _patch(cls) -> None:
+    for name, make in (("predict", _make_predict), ("predict_stream", _make_predict_stream)):
+        original = cls.__dict__.get(name)
+        if original is None or name in _patched:
+            continue  # MLflow without predict_stream (older), or patched already
+        wrapper = make(original)
+        _patched[name] = (original, wrapper)
+        setattr(cls, name, wrapper)
+
+
+def _unpatch() -> None:
+    global _config
+    with _lock:
+        _config = None
+        if not _patched:
+            return
+        import sys
+
+        cls = sys.modules["mlflow.pyfunc"].PyFuncModel
+        for name, (original, wrapper) in list(_patched.items()):
+            if cls.__dict__.get(name) is wrapper:
+                setattr(cls, name, original)
+            else:
+                # Someone patched on top of us: putting ours back would drop
+                # theirs. Our wrapper stays in their chain and passes through
+                # (_config is None).
+                log_once(f"unpatch:{name}", f"mlflow_profiler: PyFuncModel.{name} was patched again after "
+                         "autoprofile(); its wrapper is left in place and no longer profiles")
+            del _patched[name]
+
+
+def is_enabled() -> bool:
+    """True while autoprofile() is on."""
+    return _config is not None
+
+
+def last_profile() -> Optional[ProfileSession]:
+    """The last session autoprofile() recorded in this thread or asyncio task
+    (each has its own), or None."""
+    return _last.get()
+
+
+def statistics() -> Dict[str, Any]:
+    """autoprofile's counters: sessions sampled, and the background export
+    queue's (submitted, exported, dropped, failed, queued)."""
+    from . import _exporter
+
+    return {"enabled": _config is not None, "sampled": _sampled, "export": _exporter.statistics()}
+
+
+# -- the wrappers ---------------------------------------------------------------
+
+
+def _make_predict(original):
+    @functools.wraps(original)
+    def predict(self, *args, **kwargs):
+        config = _config
+        if config is None or not (config.sample_rate == 1.0 or _random() < config.sample_rate):
+            return original(self, *args, **kwargs)
+        session = _begin(self, config, original)
+        if session is None:
+            return original(self, *args, **kwargs)
+        try:
+            return session[1](self, *args, **kwargs)
+        finally:
+            _end(session[0], config)
+
+    return predict
+
+
+def _make_predict_stream(original):
+    @functools.wraps(original)
+    def predict_stream(self, *args, **kwargs):
+        stream = original(self, *args, **kwargs)  # created unprofiled: errors raise as before
+        config = _config
+        if config is None or not (config.sample_rate == 1.0 or _random() < config.sample_rate):
+            return stream
+        started = _begin(self, config, _stream.stream_root, stream=True)
+        if started is None:
+            return stream
+        session, root = started
+        try:
+            labelled = root(stream)  # a generator: the label goes to its first start
+        except Exception as exc:  # pragma: no cover - a profiler bug must not break the model
+            log_once("stream", f"mlflow_profiler: predict_stream profiling failed: {exc!r}")
+            _end(session, config)
+            return stream
+        _pause(session)
+        return _ProfiledStream(session, labelled, config)
+
+    return predict_stream
+
+
+class _ProfiledStream:
+    """The stream handed back by a sampled predict_stream. It records while
+    the stream is advanced; the consumer's code between chunks is not part
+    of the profile (the session is paused there). The session ends when the
+    stream is exhausted, raises, is closed, or is dropped unread."""
+
+    def __init__(self, session: ProfileSession, stream, config: AutoprofileConfig) -> None:
+        self._session: Optional[ProfileSession] = session
+        self._stream = stream
+        self._config = config
+
+    def __iter__(self) -> "_ProfiledStream":
+        return self
+
+    def __next__(self):
+        if self._session is None:
+            return next(self._stream)
+        _resume(self._session)
+        try:
+            chunk = next(self._stream)
+        except BaseException:
+            self._finish(resumed=True)
+            raise
+        _pause(self._session)
+        return chunk
+
+    def close(self) -> None:
+        """Closes the underlying stream and ends the session."""
+        try:
+            close = getattr(self._stream, "close", None)
+            if close is not None:
+                if self._session is not None:
+                    _resume(self._session)
+                    try:
+                        close()
+                    finally:
+                        self._finish(resumed=True)
+                    return
+                close()
+        finally:
+            self._finish()
+
+    def _finish(self, resumed: bool = False) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            if not resumed:
+                _resume(session)  # stop() resets the context variable in this context
+            _end(session, self._config)
+
+    def __del__(self) -> None:
+        try:
+            self._finish()
+        except Exception:  # pragma: no cover
+            pass
+
+
+def _pause(session: ProfileSession) -> None:
+    try:
+        session._engine.pause()
+    except Exception as exc:  # pragma: no cover - a profiler bug must not break the model
+        log_once("pause", f"mlflow_profiler: pausing a predict_stream session failed: {exc!r}")
+
+
+def _resume(session: ProfileSession) -> None:
+    try:
+        session._engine.resume()
+    except Exception as exc:  # pragma: no cover
+        log_once("resume", f"mlflow_profiler: resuming a predict_stream session failed: {exc!r}")
+
+
+def _begin(model, config: AutoprofileConfig, original, stream: bool = False):
+    """Starts a session for one call; returns (session, the labelled
+    original) or None if the profiler failed (the call then runs unprofiled)."""
+    global _sampled
+    try:
+        info = _model_info(model, stream)
+        session = ProfileSession(
+            config.depth,
+            max_events=config.max_events,
+            all_threads=config.all_threads,
+            capture_io=config.capture_io,
+            capture_io_depth=config.capture_io_depth,
+            _transparent_codes=info.transparent_codes,
+            _meta=info.meta,
+        )
+        call = _core.SpanFunction(original, info.label)
+        session.activate()
+        _sampled += 1
+        return session, call
+    except Exception as exc:
+        log_once("begin", f"mlflow_profiler: autoprofile could not start a session: {exc!r}")
+        return None
+
+
+def _end(session: ProfileSession, config: AutoprofileConfig) -> None:
+    session.deactivate()
+    try:
+        _last.set(session)
+        if config.collector is not None:
+            config.collector.add(session)
+        if config.log_to_mlflow or config.output_dir:
+            from . import _exporter
+
+            _exporter.submit(session, config)
+    except Exception as exc:
+        log_once("end", f"mlflow_profiler: autoprofile could not hand the profile on: {exc!r}")
+
+
+# -- what the model is, and which frames are plumbing -----------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModelInfo:
+    label: str
+    meta: Dict[str, str]
+    transparent_codes: Tuple[Any, ...]
+
+
+# Keyed by the model's implementation class: the plumbing and the names do
+# not change per instance. Weak keys: a class defined in a test goes away.
+_info_cache: "weakref.WeakKeyDictionary[type, Tuple[str, Tuple[Any, ...], str]]" = weakref.WeakKeyDictionary()
+
+
+def _model_info(model, stream: bool = False) -> _ModelInfo:
+    impl = model.__dict__.get("_PyFuncModel__model_impl")
+    if impl is None:
+        impl = getattr(model, "_model_impl", None)
+    inner = getattr(impl, "python_model", None)  # a PythonModel (pyfunc flavor)
+    if inner is None:
+        inner = _raw_model(impl)
+    key = type(inner) if inner is not None else type(impl)
+    cached = _info_cache.get(key) if inner is not None else None
+    if cached is None:
+        cached = _describe(model, impl, inner)
+        if inner is not None:
+            try:
+                _info_cache[key] = cached
+            except TypeError:
+                pass
+    class_name, codes, flavor = cached
+    meta = {"model.flavor": flavor, "model.class": class_name}
+    meta.update(_model_location(model))
+    method = "predict_stream" if stream else "predict"
+    label = f"{method} [{flavor} {class_name}]" if class_name else f"{method} [{flavor}]"
+    return _ModelInfo(label, meta, codes)
+
+
+def _raw_model(impl):
+    get_raw = getattr(type(impl), "get_raw_model", None)
+    if get_raw is None:
+        return None
+    try:
+        return get_raw(impl)
+    except Exception:
+        return None
+
+
+def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
+    import sys
+
+    loader = ""
+    try:
+        loader = str(model.loader_module or "")
+    except Exception:
+        pass
+    flavor = loader[len("mlflow."):] if loader.startswith("mlflow.") else (loader or "pyfunc")
+    if flavor.startswith("pyfunc"):
+        flavor = "pyfunc"
+    class_name = type(inner).__qualname__ if inner is not None else type(impl).__qualname__
+    codes = []
+    cls = type(model)
+    for name in ("_predict", "_predict_stream"):
+        _add_codes(cls.__dict__.get(name), codes)
+    # predict_stream's generator (_gen_with_context) is nested code of the original.
+    original_stream = _patched.get("predict_stream", (None, None))[0]
+    for const in getattr(getattr(original_stream, "__code__", None), "co_consts", ()):
+        if inspect.iscode(const) and const not in codes:
+            codes.append(const)
+    context = sys.modules.get("mlflow.pyfunc.context")
+    if context is not None:
+        _add_codes(getattr(context, "set_prediction_context", None), codes)
+    # MLflow's flavor wrapper (_PythonModelPyfuncWrapper, _SklearnModelWrapper, ...).
+    if type(impl).__module__.startswith("mlflow."):
+        for name in ("predict", "predict_stream", "_convert_input"):
+            _add_codes(type(impl).__dict__.get(name), codes)
+    # The user's PythonModel.predict and MLflow's wrappers around it
+    # (__init_subclass__ type-hint validation): its calls are depth 1.
+    if getattr(impl, "python_model", None) is inner and inner is not None:
+        for name in ("predict", "predict_stream"):
+            _add_codes(inspect.getattr_static(type(inner), name, None), codes)
+    return class_name, tuple(codes), flavor
+
+
+def _add_codes(func, out: list) -> None:
+    """The code objects of `func` and of everything it wraps (__wrapped__)."""
+    seen = 0
+    while func is not None and seen < 8:
+        if isinstance(func, (staticmethod, classmethod)):
+            func = func.__func__
+        code = getattr(func, "__code__", None)
+        if code is not None and code not in out:
+            out.append(code)
+        func = getattr(func, "__wrapped__", None)
+        seen += 1
+
+
+def _model_location(model) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    try:
+        meta = model._model_meta
+        model_id = getattr(meta, "model_id", None)
+        run_id = getattr(meta, "run_id", None)
+        artifact_path = getattr(meta, "artifact_path", None)
+        if model_id:
+            out["model.id"] = str(model_id)
+            out["model.uri"] = f"models:/{model_id}"
+        elif run_id and artifact_path:
+            out["model.uri"] = f"runs:/{run_id}/{artifact_path}"
+        if run_id:
+            out["model.run_id"] = str(run_id)
+    except Exception:
+        pass
+    return out

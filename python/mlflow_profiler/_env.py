@@ -1,0 +1,128 @@
+"""Environment variables: every operational toggle of the no-code-change
+path (the .pth bootstrap and `mlflow-profiler-run`), read and validated in
+one place. docs/autoprofile.md has the table; keep the two in step."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class EnvError(ValueError):
+    """A variable with a value we cannot use; the message names it."""
+
+
+def _bool(name: str, raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise EnvError(f"{name}={raw!r} is not a boolean: use 1/0, true/false, yes/no or on/off")
+
+
+def _depth(name: str, raw: str) -> int:
+    try:
+        v = int(raw.strip())
+    except ValueError:
+        raise EnvError(f"{name}={raw!r} is not an integer: use -1 (unlimited) or a depth >= 0") from None
+    if v < -1:
+        raise EnvError(f"{name}={raw!r}: use -1 (unlimited) or a depth >= 0")
+    return v
+
+
+def _rate(name: str, raw: str) -> float:
+    try:
+        v = float(raw.strip())
+    except ValueError:
+        raise EnvError(f"{name}={raw!r} is not a number: use a sample rate in [0, 1], e.g. 0.1") from None
+    if math.isnan(v) or not 0.0 <= v <= 1.0:
+        raise EnvError(f"{name}={raw!r} is outside [0, 1]: 0 profiles no call, 1 every call")
+    return v
+
+
+def _positive_int(name: str, raw: str) -> int:
+    try:
+        v = int(raw.strip())
+    except ValueError:
+        raise EnvError(f"{name}={raw!r} is not an integer >= 1") from None
+    if v < 1:
+        raise EnvError(f"{name}={raw!r}: must be >= 1")
+    return v
+
+
+def _seconds(name: str, raw: str) -> float:
+    try:
+        v = float(raw.strip())
+    except ValueError:
+        raise EnvError(f"{name}={raw!r} is not a number of seconds") from None
+    if math.isnan(v) or v < 0:
+        raise EnvError(f"{name}={raw!r}: must be >= 0 seconds")
+    return v
+
+
+def _text(name: str, raw: str) -> Optional[str]:
+    return raw or None
+
+
+class Variable(NamedTuple):
+    name: str
+    key: str  # the autoprofile() argument or setting it feeds
+    parse: Callable[[str, str], Any]
+    default: Any
+    doc: str
+
+
+VARIABLES = (
+    Variable("MLFLOW_PROFILER_AUTOPROFILE", "enabled", _bool, False,
+             "Turns autoprofile on at interpreter start (through the package's .pth hook)."),
+    Variable("MLFLOW_PROFILER_DEPTH", "depth", _depth, 2, "Depth ceiling; -1 is unlimited."),
+    Variable("MLFLOW_PROFILER_SAMPLE_RATE", "sample_rate", _rate, 1.0,
+             "Probability that a predict call is profiled, in [0, 1]."),
+    Variable("MLFLOW_PROFILER_CAPTURE_IO", "capture_io", _bool, False,
+             "Summarize arguments and return values (shape, dtype, bytes)."),
+    Variable("MLFLOW_PROFILER_CAPTURE_IO_DEPTH", "capture_io_depth", _depth, None,
+             "Deepest level whose I/O is summarized (default: the depth)."),
+    Variable("MLFLOW_PROFILER_MAX_EVENTS", "max_events", _positive_int, 1_000_000,
+             "Event buffer per thread and session; drops beyond it are counted."),
+    Variable("MLFLOW_PROFILER_ALL_THREADS", "all_threads", _bool, False,
+             "Also profile threads that predict starts."),
+    Variable("MLFLOW_PROFILER_LOG_TO_MLFLOW", "log_to_mlflow", _bool, False,
+             "Log each profile to MLflow from a background thread."),
+    Variable("MLFLOW_PROFILER_LOG_AS_TRACE", "log_as_trace", _bool, False,
+             "Also record each logged profile as an MLflow trace."),
+    Variable("MLFLOW_PROFILER_OUTPUT_DIR", "output_dir", _text, None,
+             "Write each profile to this directory as profile-<time>-<pid>-<n>.json.gz."),
+    Variable("MLFLOW_PROFILER_RUN_ID", "run_id", _text, None,
+             "Run the profiles are logged to (default: one run per process)."),
+    Variable("MLFLOW_PROFILER_EXPERIMENT", "experiment", _text, "mlflow-profiler",
+             "Experiment of the per-process run when no run id is given."),
+    Variable("MLFLOW_PROFILER_ARTIFACT_PATH", "artifact_path", _text, "profiles",
+             "Artifact directory under the run; each profile gets a subdirectory."),
+    Variable("MLFLOW_PROFILER_QUEUE_SIZE", "queue_size", _positive_int, 64,
+             "Profiles waiting for export; beyond it they are dropped and counted."),
+    Variable("MLFLOW_PROFILER_FLUSH_TIMEOUT", "flush_timeout", _seconds, 30.0,
+             "Seconds the exit hook waits for queued profiles."),
+)
+
+
+def read(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """Every variable's value (its default when unset). Raises EnvError, whose
+    message names the variable, for a value that cannot be used."""
+    env = os.environ if environ is None else environ
+    out: Dict[str, Any] = {}
+    for var in VARIABLES:
+        raw = env.get(var.name)
+        out[var.key] = var.default if raw is None else var.parse(var.name, raw)
+    return out
+
+
+def autoprofile_kwargs(settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """The autoprofile() arguments among `settings`."""
+    keys = ("depth", "sample_rate", "capture_io", "capture_io_depth", "max_events", "all_threads",
+            "log_to_mlflow", "log_as_trace", "output_dir")
+    return {k: settings[k] for k in keys}

@@ -1,0 +1,205 @@
+"""The background exporter of autoprofile(log_to_mlflow=True / output_dir=...):
+one daemon thread fed through a bounded queue. `predict` only does a
+non-blocking put; a full queue drops the profile and counts it. flush() and
+interpreter exit drain the queue (with a time limit)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import socket
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from ._log import log_once, logger
+
+DEFAULT_QUEUE_SIZE = 64
+DEFAULT_FLUSH_TIMEOUT_S = 30.0
+
+_lock = threading.Lock()
+_queue: Optional[queue.Queue] = None
+_thread: Optional[threading.Thread] = None
+_queue_size = DEFAULT_QUEUE_SIZE
+_flush_timeout_s = DEFAULT_FLUSH_TIMEOUT_S
+_counts = {"submitted": 0, "exported": 0, "dropped": 0, "failed": 0}
+_sequence = 0
+_run_id: Optional[str] = None  # the run profiles are logged to, created on first use
+_atexit_registered = False
+
+
+def set_limits(queue_size: Optional[int] = None, flush_timeout_s: Optional[float] = None) -> None:
+    """Queue capacity (profiles) and how long flush at exit may wait; applies
+    to a queue created after the call."""
+    global _queue_size, _flush_timeout_s
+    if queue_size is not None:
+        if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
+            raise ValueError(f"export queue size must be an int >= 1, got {queue_size!r}")
+        _queue_size = queue_size
+    if flush_timeout_s is not None:
+        if not flush_timeout_s >= 0:
+            raise ValueError(f"flush timeout must be >= 0 seconds, got {flush_timeout_s!r}")
+        _flush_timeout_s = float(flush_timeout_s)
+
+
+_counts_lock = threading.Lock()
+
+
+def _bump(key: str) -> None:
+    with _counts_lock:  # `+=` on a dict item is not atomic across threads
+        _counts[key] += 1
+
+
+def submit(session, config) -> bool:
+    """Queues a finished session for export without blocking; False (and
+    counted as dropped) when the queue is full."""
+    global _queue
+    q = _queue
+    if q is None:
+        q = _start()
+    _bump("submitted")
+    try:
+        q.put_nowait((session, config))
+        return True
+    except queue.Full:
+        _bump("dropped")
+        log_once("export-full", f"mlflow_profiler: the export queue is full ({_queue_size} profiles); "
+                 "profiles are being dropped and counted (mlflow_profiler.statistics()['export']). "
+                 "Lower the sample rate or raise MLFLOW_PROFILER_QUEUE_SIZE")
+        return False
+
+
+def _start() -> queue.Queue:
+    global _queue, _thread, _atexit_registered
+    with _lock:
+        if _queue is None:
+            _queue = queue.Queue(maxsize=_queue_size)
+            _thread = threading.Thread(target=_worker, args=(_queue,), name="mlflow-profiler-export", daemon=True)
+            _thread.start()
+            if not _atexit_registered:
+                atexit.register(_at_exit)
+                _atexit_registered = True
+        return _queue
+
+
+def _worker(q: queue.Queue) -> None:
+    while True:
+        item = q.get()
+        try:
+            if item is None:
+                return
+            session, config = item
+            _export(session, config)
+            _bump("exported")
+        except Exception as exc:
+            _bump("failed")
+            log_once("export-failed", f"mlflow_profiler: exporting a profile failed ({exc!r}); the model keeps "
+                     "serving, failures are counted in mlflow_profiler.statistics()['export']")
+        finally:
+            q.task_done()
+
+
+def _export(session, config) -> None:
+    from . import _processors
+
+    processed = _processors.process(session)
+    seq = _next_sequence()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    name = f"profile-{stamp}-{os.getpid()}-{seq:06d}"
+    if config.output_dir:
+        os.makedirs(config.output_dir, exist_ok=True)
+        processed.save(os.path.join(config.output_dir, name + ".json.gz"))
+    if config.log_to_mlflow:
+        from . import mlflow_sink
+
+        mlflow_sink.log_profile(processed, artifact_path=f"{_artifact_root()}/{name}", run_id=_target_run(),
+                                log_as_trace=config.log_as_trace)
+
+
+def _next_sequence() -> int:
+    global _sequence
+    _sequence += 1
+    return _sequence
+
+
+def _settings() -> Dict[str, Any]:
+    from . import _env
+
+    return _env.read()
+
+
+def _artifact_root() -> str:
+    return _settings()["artifact_path"]
+
+
+def _target_run() -> str:
+    """MLFLOW_PROFILER_RUN_ID, else one run per process, created on first
+    use in MLFLOW_PROFILER_EXPERIMENT (default "mlflow-profiler")."""
+    global _run_id
+    if _run_id is None:
+        settings = _settings()
+        run_id = settings["run_id"]
+        if not run_id:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient()
+            name = settings["experiment"]
+            experiment = client.get_experiment_by_name(name)
+            experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+            run = client.create_run(experiment_id, run_name=f"{socket.gethostname()}-{os.getpid()}",
+                                    tags={"mlflow_profiler.host": socket.gethostname(),
+                                          "mlflow_profiler.pid": str(os.getpid())})
+            run_id = run.info.run_id
+        _run_id = run_id
+    return _run_id
+
+
+def flush(timeout: Optional[float] = None) -> bool:
+    """Waits until every queued profile is exported (or failed); True if the
+    queue drained within `timeout` seconds (None: no limit)."""
+    q = _queue
+    if q is None:
+        return True
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with q.all_tasks_done:
+        while q.unfinished_tasks:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            q.all_tasks_done.wait(left)
+    return True
+
+
+def statistics() -> Dict[str, Any]:
+    """submitted, exported, dropped (queue full), failed, queued."""
+    q = _queue
+    out: Dict[str, Any] = dict(_counts)
+    out["queued"] = q.unfinished_tasks if q is not None else 0
+    out["run_id"] = _run_id
+    return out
+
+
+def _at_exit() -> None:
+    drained = flush(_flush_timeout_s)
+    counts = statistics()
+    if not drained:
+        logger.warning("mlflow_profiler: %d profiles were still being exported at exit (waited %.0f s)",
+                       counts["queued"], _flush_timeout_s)
+    if counts["dropped"] or counts["failed"]:
+        logger.warning("mlflow_profiler: export summary: %d submitted, %d exported, %d dropped (queue full), "
+                       "%d failed", counts["submitted"], counts["exported"], counts["dropped"], counts["failed"])
+
+
+def _after_fork_in_child() -> None:
+    # The worker thread does not survive fork; the child starts its own.
+    global _queue, _thread, _run_id
+    _queue = None
+    _thread = None
+    _run_id = None
+    for key in _counts:
+        _counts[key] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,321 @@
+"""autoprofile() on real MLflow models logged to a real tracking store and
+loaded back with mlflow.pyfunc.load_model."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from _helpers import require_mlflow, walk
+
+mlflow = require_mlflow()
+
+import mlflow_profiler  # noqa: E402
+from mlflow_profiler import _autoprofile  # noqa: E402
+
+pytestmark = [
+    # MLflow's own advice when a PythonModel.predict has no type hints, and
+    # its notices about the models it logs: not about the profiler.
+    pytest.mark.filterwarnings("ignore:.*type hint:UserWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning:mlflow"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """(churn model, sklearn model, sklearn sample), logged once per module."""
+    import mlflow.pyfunc
+
+    import _mlflow_models
+
+    previous = mlflow.get_tracking_uri()
+    store = tmp_path_factory.mktemp("store")
+    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
+    try:
+        churn_uri, sk_uri, X = _mlflow_models.log_models()
+        yield mlflow.pyfunc.load_model(churn_uri), mlflow.pyfunc.load_model(sk_uri), X
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+@pytest.fixture(autouse=True)
+def _autoprofile_off():
+    """Every test starts and ends with autoprofile off and MLflow unpatched."""
+    from mlflow.pyfunc import PyFuncModel
+
+    original = PyFuncModel.__dict__["predict"]
+    yield
+    mlflow_profiler.autoprofile(disable=True)
+    assert PyFuncModel.__dict__["predict"] is original
+    _autoprofile._last.set(None)
+
+
+def labels_at(session, depth):
+    return [n["label"] for n in walk(session.to_tree()) if n["depth"] == depth]
+
+
+def test_patch_is_idempotent_and_restores_the_exact_original(models):
+    from mlflow.pyfunc import PyFuncModel
+
+    original = PyFuncModel.__dict__["predict"]
+    original_stream = PyFuncModel.__dict__.get("predict_stream")
+    mlflow_profiler.autoprofile(depth=1)
+    wrapper = PyFuncModel.__dict__["predict"]
+    assert wrapper is not original and wrapper.__wrapped__ is original
+    mlflow_profiler.autoprofile(depth=3, sample_rate=0.5)  # new settings, same single wrapper
+    assert PyFuncModel.__dict__["predict"] is wrapper
+    assert _autoprofile._config.depth == 3
+    mlflow_profiler.autoprofile(disable=True)
+    assert PyFuncModel.__dict__["predict"] is original
+    assert PyFuncModel.__dict__.get("predict_stream") is original_stream
+    mlflow_profiler.autoprofile(disable=True)  # disabling twice is fine
+    assert PyFuncModel.__dict__["predict"] is original
+
+
+def test_python_model_profile_shows_the_users_functions(models):
+    churn, _, _ = models
+    import _mlflow_models
+
+    df = _mlflow_models.frame(64)
+    expected = churn.predict(df)
+    mlflow_profiler.autoprofile(depth=2, capture_io=True)
+    got = churn.predict(df)
+    assert got.equals(expected)
+    session = mlflow_profiler.last_profile()
+    assert session is not None and session.state == "finalized"
+    roots = session.to_tree()
+    assert [r["label"] for r in roots] == ["predict [pyfunc ChurnModel]"]
+    depth1 = labels_at(session, 1)
+    # The user's predict is the root itself: what it calls is depth 1.
+    for name in ("ChurnModel._clean", "ChurnModel._features", "ChurnModel._score"):
+        assert name in depth1, depth1
+    assert "ChurnModel.predict" not in [n["label"] for n in walk(roots)]
+    assert "_PythonModelPyfuncWrapper.predict" not in [n["label"] for n in walk(roots)]
+    # The root's I/O is the model's: the input frame and the output frame.
+    root = session.spans[0]
+    assert root.input_summary["data"].shape == (64, 2)
+    assert root.output_summary.shape == (64, 1)
+    meta = session._built().meta
+    assert meta["model.class"] == "ChurnModel" and meta["model.flavor"] == "pyfunc"
+    assert meta["model.uri"].startswith(("models:/", "runs:/"))
+    # Depth 2: what the user's helpers call (pandas, numpy), under them.
+    features = next(n for n in walk(roots) if n["label"] == "ChurnModel._features")
+    assert features["children"], "the helpers' own calls are recorded at depth 2"
+    assert max(n["depth"] for n in walk(roots)) == 2
+
+
+def test_sklearn_pipeline_profile(models):
+    _, sk, X = models
+    expected = sk.predict(X)
+    mlflow_profiler.autoprofile(depth=3)
+    got = sk.predict(X)
+    assert (got == expected).all()
+    session = mlflow_profiler.last_profile()
+    assert session.to_tree()[0]["label"] == "predict [sklearn Pipeline]"
+    assert "Pipeline.predict" in labels_at(session, 1)
+    pipeline = next(n for n in walk(session.to_tree()) if n["label"] == "Pipeline.predict")
+    below = [n["label"] for n in walk(pipeline["children"])]
+    assert any(label.endswith("StandardScaler.transform") or label == "StandardScaler.transform" for label in below) or \
+        any("transform" in label for label in below), below
+    assert any("LogisticRegression" in label or "predict" in label for label in below), below
+
+
+def test_sample_rate_zero_records_nothing_and_one_records_every_call(models):
+    churn, _, _ = models
+    import _mlflow_models
+
+    df = _mlflow_models.frame(8)
+    mlflow_profiler.autoprofile(sample_rate=0.0)
+    before = _autoprofile._sampled
+    for _ in range(20):
+        churn.predict(df)
+    assert _autoprofile._sampled == before
+    assert mlflow_profiler.last_profile() is None
+    mlflow_profiler.autoprofile(sample_rate=1.0, depth=0)
+    seen = []
+    for _ in range(10):
+        churn.predict(df)
+        seen.append(mlflow_profiler.last_profile())
+    assert _autoprofile._sampled == before + 10 and len({id(s) for s in seen}) == 10
+
+
+def test_sample_rate_is_random_per_call(models):
+    churn, _, _ = models
+    import _mlflow_models
+
+    df = _mlflow_models.frame(4)
+    mlflow_profiler.autoprofile(sample_rate=0.25, depth=0)
+    before = _autoprofile._sampled
+    n = 400
+    for _ in range(n):
+        churn.predict(df)
+    k = _autoprofile._sampled - before
+    sd = math.sqrt(n * 0.25 * 0.75)
+    assert abs(k - n * 0.25) < 5 * sd, k  # 5 sigma: fails about once in 1.7 million runs
+
+
+@pytest.mark.parametrize("rate", [1.5, -0.1, float("nan")])
+def test_sample_rate_outside_0_1_is_a_value_error(models, rate):
+    with pytest.raises(ValueError, match="sample_rate must be in"):
+        mlflow_profiler.autoprofile(sample_rate=rate)
+    with pytest.raises(TypeError, match="sample_rate must be a number"):
+        mlflow_profiler.autoprofile(sample_rate="0.5")
+    assert not _autoprofile.is_enabled()
+
+
+def test_concurrent_predicts_each_get_their_own_profile(models):
+    churn, _, _ = models
+    import _mlflow_models
+
+    mlflow_profiler.autoprofile(depth=2, capture_io=True)
+    errors = []
+    results = {}
+
+    def worker(i):
+        try:
+            rows = 10 + i
+            df = _mlflow_models.frame(rows, seed=i)
+            for _ in range(15):
+                out = churn.predict(df)
+                assert len(out) == rows
+                session = mlflow_profiler.last_profile()
+                # The last profile of this thread is this thread's own call.
+                assert session.spans[0].input_summary["data"].shape == (rows, 2)
+                assert "ChurnModel._score" in labels_at(session, 1)
+            results[i] = session
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert len({id(s) for s in results.values()}) == 8
+    assert mlflow_profiler.last_profile() is None  # this thread made no call
+
+
+def test_predict_stream_records_the_stream_not_the_consumer(models):
+    churn, _, _ = models
+    from mlflow.pyfunc import PyFuncModel
+
+    if "predict_stream" not in PyFuncModel.__dict__:
+        pytest.skip(f"MLflow {mlflow.__version__} has no PyFuncModel.predict_stream")
+    if churn._predict_stream_fn is None:
+        pytest.skip("this MLflow does not load predict_stream for a PythonModel")
+    expected = list(churn.predict_stream({"spend": 10.0, "visits": 2.0}))
+    mlflow_profiler.autoprofile(depth=1)
+    chunks = []
+
+    def consumer_work(chunk):
+        return chunk["chunk"].upper()
+
+    for chunk in churn.predict_stream({"spend": 10.0, "visits": 2.0}):
+        chunks.append(chunk)
+        consumer_work(chunk)
+    assert chunks == expected
+    session = mlflow_profiler.last_profile()
+    assert session.state == "finalized"
+    roots = session.to_tree()
+    assert [r["label"] for r in roots] == ["predict_stream [pyfunc ChurnModel]"]
+    all_labels = [n["label"] for n in walk(roots)]
+    assert all_labels.count("ChurnModel._stream_piece") == 3
+    assert "consumer_work" not in " ".join(all_labels)
+
+
+def test_an_unread_stream_ends_its_session(models):
+    churn, _, _ = models
+    from mlflow.pyfunc import PyFuncModel
+
+    if "predict_stream" not in PyFuncModel.__dict__ or churn._predict_stream_fn is None:
+        pytest.skip("no predict_stream in this MLflow")
+    from mlflow_profiler import _core
+
+    mlflow_profiler.autoprofile(depth=1)
+    stream = churn.predict_stream({"spend": 10.0, "visits": 2.0})
+    next(stream)
+    assert _core._native_collecting() == 1
+    del stream
+    assert _core._native_collecting() == 0
+    assert mlflow_profiler.last_profile() is not None
+
+
+def test_a_failing_predict_raises_as_before_and_is_profiled(models):
+    churn, _, _ = models
+    import pandas as pd
+
+    bad = pd.DataFrame({"nope": ["x"]})
+    with pytest.raises(Exception) as unprofiled:
+        churn.predict(bad)
+    mlflow_profiler.autoprofile(depth=1)
+    with pytest.raises(type(unprofiled.value)):
+        churn.predict(bad)
+    session = mlflow_profiler.last_profile()
+    assert "exception" in session.to_tree()[0]["flags"]
+
+
+def test_collector_gets_every_sampled_profile(models):
+    churn, _, _ = models
+    import _mlflow_models
+
+    collector = mlflow_profiler.ProfileCollector()
+    mlflow_profiler.autoprofile(depth=1, collector=collector)
+    for _ in range(5):
+        churn.predict(_mlflow_models.frame(16))
+    summary = collector.summary()
+    root = summary["predict [pyfunc ChurnModel]"]
+    assert root["count"] == 5
+    assert summary["predict [pyfunc ChurnModel]/ChurnModel._score"]["count"] == 5
+
+
+def test_profiler_failure_never_reaches_the_model(models, caplog):
+    # A fault we cannot cause for real: the session cannot be built. The
+    # call must run unprofiled and the failure be logged once.
+    churn, _, _ = models
+    import _mlflow_models
+
+    df = _mlflow_models.frame(8)
+    expected = churn.predict(df)
+    mlflow_profiler.autoprofile(depth=1)
+    real = _autoprofile._model_info
+    _autoprofile._model_info = lambda *a, **k: 1 / 0
+    try:
+        with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
+            assert churn.predict(df).equals(expected)
+            assert churn.predict(df).equals(expected)
+    finally:
+        _autoprofile._model_info = real
+    assert mlflow_profiler.last_profile() is None
+    messages = [r.getMessage() for r in caplog.records if "could not start a session" in r.getMessage()]
+    assert len(messages) <= 1  # once per kind per process (may have been logged by an earlier test)
+
+
+def test_without_mlflow_autoprofile_names_the_extra():
+    code = textwrap.dedent(
+        """
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "mlflow" or name.startswith("mlflow."):
+                    raise ImportError("No module named " + repr(name))
+        sys.meta_path.insert(0, Block())
+        import mlflow_profiler
+        assert "mlflow" not in sys.modules
+        try:
+            mlflow_profiler.autoprofile()
+        except ImportError as e:
+            print("ERR", e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'mlflow-profiler[mlflow]'" in out.stdout
