@@ -10,6 +10,11 @@ import numpy as np
 import pandas as pd
 
 
+import warnings
+
+warnings.filterwarnings("ignore", message=".*type hint", category=UserWarning)  # MLflow's advice at class creation
+
+
 class ChurnModel(mlflow.pyfunc.PythonModel):
     """One big predict, as users write them: cleaning, features, scoring."""
 
@@ -68,11 +73,11 @@ def log_models():
     pipe, X = sklearn_pipeline()
     # MLflow's advice while logging (type hints, pip requirements) is not the
     # profiler's business.
-    with warnings.catch_warnings(), mlflow.start_run():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        kw = {}
-        churn = _log(mlflow.pyfunc.log_model, "churn", python_model=ChurnModel(), input_example=frame(3), **kw)
-        sk = _log(mlflow.sklearn.log_model, "pipeline", sk_model=pipe, input_example=X.head(3), **kw)
+        with mlflow.start_run():
+            churn = _log(mlflow.pyfunc.log_model, "churn", python_model=ChurnModel(), input_example=frame(3))
+            sk = _log(mlflow.sklearn.log_model, "pipeline", sk_model=pipe, input_example=X.head(3))
     return churn.model_uri, sk.model_uri, X
 
 

@@ -1,0 +1,252 @@
+"""The no-code-change path: MLFLOW_PROFILER_* variables, the package's .pth
+hook, the mlflow-profiler-run launcher and the background exporter, each in a
+fresh Python process (a real interpreter start, as in serving)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from _helpers import require_mlflow
+
+mlflow = require_mlflow()
+
+import mlflow_profiler  # noqa: E402
+from mlflow_profiler import _env  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*type hint:UserWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning:mlflow"),
+]
+
+PTH = "mlflow_profiler_autoprofile.pth"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def installed_pth():
+    """The .pth that `pip install` put in site-packages, or None (a source
+    checkout run through PYTHONPATH)."""
+    for key in ("purelib", "platlib"):
+        path = os.path.join(sysconfig.get_paths()[key], PTH)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def python_with_hook(tmp_path):
+    """argv prefix of a Python that processes our .pth at startup: the
+    installed one (CI: pip install .), else the source file added as a site
+    directory (same file, same processing by site.py)."""
+    if installed_pth() is not None:
+        return [sys.executable]
+    if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
+        pytest.fail(f"{PTH} is not installed in site-packages: CI must test the installed package")
+    site_dir = tmp_path / "site"
+    site_dir.mkdir(exist_ok=True)
+    src = os.path.join(HERE, "..", "..", "python", PTH)
+    shutil.copy(src, site_dir / PTH)
+    return [sys.executable, "-c", f"import site, runpy, sys; site.addsitedir({str(site_dir)!r}); "
+            "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"]
+
+
+@pytest.fixture(scope="module")
+def model_uri(tmp_path_factory):
+    import _mlflow_models
+
+    previous = mlflow.get_tracking_uri()
+    store = tmp_path_factory.mktemp("envstore")
+    uri = f"sqlite:///{store}/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    try:
+        churn_uri, _, _ = _mlflow_models.log_models()
+    finally:
+        mlflow.set_tracking_uri(previous)
+    return uri, churn_uri
+
+
+def run_script(tmp_path, body: str, env_extra: dict, tracking_uri: str, timeout=240):
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(body))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_PROFILER_")}
+    env.update(env_extra)
+    env["MLFLOW_TRACKING_URI"] = tracking_uri
+    env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONWARNINGS"] = "ignore"
+    return subprocess.run(python_with_hook(tmp_path) + [str(script)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=tmp_path)
+
+
+APP = """
+    import sys
+    import mlflow.pyfunc
+    import _mlflow_models
+    model = mlflow.pyfunc.load_model({uri!r})
+    df = _mlflow_models.frame(32)
+    for _ in range({calls}):
+        out = model.predict(df)
+    assert len(out) == 32
+    import mlflow_profiler
+    last = mlflow_profiler.last_profile()
+    print("LAST", None if last is None else last.to_tree()[0]["label"])
+    print("FLUSHED", mlflow_profiler.flush(120))
+    print("STATS", mlflow_profiler.statistics())
+"""
+
+
+def test_environment_turns_autoprofile_on_with_no_code_change(tmp_path, model_uri):
+    store, uri = model_uri
+    out_dir = tmp_path / "profiles"
+    r = run_script(tmp_path, APP.format(uri=uri, calls=3), {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
+        "MLFLOW_PROFILER_SAMPLE_RATE": "1.0", "MLFLOW_PROFILER_CAPTURE_IO": "true",
+        "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir)}, store)
+    assert r.returncode == 0, r.stderr
+    assert "LAST predict [pyfunc ChurnModel]" in r.stdout
+    files = sorted(glob.glob(str(out_dir / "profile-*.json.gz")))
+    assert len(files) == 3, r.stdout + r.stderr
+    session = mlflow_profiler.load(files[0])
+    assert session.captured_depth == 1
+    assert session.spans[0].input_summary["data"].shape == (32, 2)
+    labels = [s.label for s in session.spans]
+    assert "ChurnModel._score" in labels
+
+
+def test_without_the_variable_nothing_is_imported(tmp_path, model_uri):
+    store, uri = model_uri
+    body = """
+        import sys
+        print("LOADED", "mlflow_profiler" in sys.modules)
+    """
+    r = run_script(tmp_path, body, {}, store)
+    assert r.returncode == 0, r.stderr
+    assert "LOADED False" in r.stdout
+    r = run_script(tmp_path, body, {"MLFLOW_PROFILER_AUTOPROFILE": "1"}, store)
+    assert "LOADED True" in r.stdout, r.stderr
+    assert "mlflow" not in r.stdout  # MLflow itself is only patched once the program imports it
+
+
+@pytest.mark.parametrize("name,value", [
+    ("MLFLOW_PROFILER_SAMPLE_RATE", "abc"), ("MLFLOW_PROFILER_SAMPLE_RATE", "1.5"),
+    ("MLFLOW_PROFILER_DEPTH", "two"), ("MLFLOW_PROFILER_CAPTURE_IO", "maybe"),
+    ("MLFLOW_PROFILER_QUEUE_SIZE", "0"),
+])
+def test_a_bad_value_is_named_and_the_program_still_runs(tmp_path, model_uri, name, value):
+    store, uri = model_uri
+    r = run_script(tmp_path, APP.format(uri=uri, calls=1),
+                   {"MLFLOW_PROFILER_AUTOPROFILE": "1", name: value}, store)
+    assert r.returncode == 0, r.stderr
+    assert name in r.stderr and "autoprofile stays off" in r.stderr
+    assert "LAST None" in r.stdout
+
+
+def test_env_read_validates_every_variable():
+    assert _env.read({})["sample_rate"] == 1.0
+    got = _env.read({"MLFLOW_PROFILER_SAMPLE_RATE": "0.25", "MLFLOW_PROFILER_DEPTH": "-1",
+                     "MLFLOW_PROFILER_LOG_TO_MLFLOW": "yes"})
+    assert (got["sample_rate"], got["depth"], got["log_to_mlflow"]) == (0.25, -1, True)
+    for var in _env.VARIABLES:
+        if var.parse is _env._text:
+            continue
+        with pytest.raises(_env.EnvError, match=var.name):
+            _env.read({var.name: "not-a-value"})
+
+
+def test_every_variable_is_documented():
+    with open(os.path.join(HERE, "..", "..", "docs", "autoprofile.md")) as f:
+        doc = f.read()
+    for var in _env.VARIABLES:
+        assert f"`{var.name}`" in doc, var.name
+
+
+def launcher(tmp_path):
+    script = shutil.which("mlflow-profiler-run", path=os.path.dirname(sys.executable))
+    if script is not None:
+        return [script]
+    if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
+        pytest.fail("the mlflow-profiler-run console script is not installed next to the interpreter")
+    return [sys.executable, "-m", "mlflow_profiler._launcher"]
+
+
+def test_launcher_runs_a_command_with_autoprofile_on(tmp_path, model_uri):
+    store, uri = model_uri
+    out_dir = tmp_path / "launched"
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(APP.format(uri=uri, calls=2)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_PROFILER_")}
+    env["MLFLOW_TRACKING_URI"] = store
+    env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONWARNINGS"] = "ignore"
+    cmd = launcher(tmp_path) + ["--depth", "1", "--output-dir", str(out_dir), "--"]
+    cmd += python_with_hook(tmp_path) + [str(script)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "LAST predict [pyfunc ChurnModel]" in r.stdout
+    assert len(glob.glob(str(out_dir / "*.json.gz"))) == 2
+    bad = subprocess.run(launcher(tmp_path) + ["--sample-rate", "2", "--", sys.executable, "-c", "pass"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "MLFLOW_PROFILER_SAMPLE_RATE" in bad.stderr
+
+
+def test_profiles_are_logged_to_mlflow_in_the_background(tmp_path, model_uri):
+    store, uri = model_uri
+    r = run_script(tmp_path, APP.format(uri=uri, calls=4), {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
+        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": "serving-profiles"}, store)
+    assert r.returncode == 0, r.stderr
+    assert "FLUSHED True" in r.stdout
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("serving-profiles")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1
+    profiles = client.list_artifacts(runs[0].info.run_id, "profiles")
+    assert len(profiles) == 4
+    names = {f.path.rsplit("/", 1)[-1] for f in client.list_artifacts(runs[0].info.run_id, profiles[0].path)}
+    assert {"profile.json", "profile.html", "profile.trace.json"} <= names
+    local = client.download_artifacts(runs[0].info.run_id, profiles[0].path + "/profile.json", str(tmp_path))
+    assert mlflow_profiler.load(local).spans[0].label == "predict [pyfunc ChurnModel]"
+
+
+DOWN_APP = """
+import logging, sys
+logging.basicConfig(level=logging.WARNING)
+import mlflow, mlflow.pyfunc
+import _mlflow_models
+model = mlflow.pyfunc.load_model({uri!r})  # from the sqlite store
+mlflow.set_tracking_uri("http://127.0.0.1:{port}")  # profiles go to a server that is down
+df = _mlflow_models.frame(32)
+for _ in range(10):
+    assert len(model.predict(df)) == 32
+import mlflow_profiler
+print("FLUSHED", mlflow_profiler.flush(120))
+print("STATS", mlflow_profiler.statistics())
+"""
+
+
+def test_a_down_tracking_server_never_blocks_the_model(tmp_path, model_uri):
+    store, uri = model_uri
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    r = run_script(tmp_path, DOWN_APP.format(uri=uri, port=port), {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
+        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_QUEUE_SIZE": "4",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}, store)
+    assert r.returncode == 0, r.stderr
+    stats_line = next(line for line in r.stdout.splitlines() if line.startswith("STATS"))
+    export = eval(stats_line[len("STATS "):])["export"]  # our own repr of a dict of ints
+    assert export["submitted"] == 10
+    assert export["exported"] == 0
+    assert export["failed"] >= 1 and export["failed"] + export["dropped"] == 10
+    assert r.stderr.count("exporting a profile failed") == 1  # logged once
