@@ -16,7 +16,7 @@ import pytest
 import mlflow_profiler
 from mlflow_profiler import ProfileCollector, ProfileSession, profiling
 
-from _helpers import qn
+from _helpers import qn, require_mlflow
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 ACCURACY = 0.01  # the sketch's stated relative accuracy (docs/collector.md)
@@ -404,3 +404,55 @@ def test_memory_stays_bounded_over_100k_sessions(engine):
     # 4000 adds of each profile: the median of 100k samples is the median profile's.
     assert s["predict"]["p50_ms"] == pytest.approx(walls[(len(walls) - 1) // 2] / 1e6, rel=ACCURACY)
     assert s["predict"]["min_ms"] == walls[0] / 1e6 and s["predict"]["max_ms"] == walls[-1] / 1e6
+
+
+def scale_frame(df):
+    return df * 2
+
+
+def _frame_model_class(mlflow):
+    """A PythonModel doing pandas preprocessing, untyped as many users' are."""
+
+    class FrameModel(mlflow.pyfunc.PythonModel):
+        def preprocess(self, df):
+            return scale_frame(df)
+
+        def predict(self, context, model_input, params=None):
+            return self.preprocess(model_input).sum(axis=1)
+
+    return FrameModel
+
+
+# MLflow warns that an untyped predict() gets no input validation; the model
+# is untyped on purpose, as many users' are. (Its other such warning, "Add
+# type hints ...", is emitted under MLflow's own "once" filter: shown, not raised.)
+@pytest.mark.filterwarnings("ignore:.*Any type hint is inferred as AnyType:UserWarning")
+def test_a_real_mlflow_model(engine, tmp_path):
+    """What the issue's user does: a PythonModel saved with MLflow, loaded back
+    with mlflow.pyfunc.load_model, each predict() under a collector session."""
+    mlflow = require_mlflow()
+    import mlflow.pyfunc
+    import pandas as pd
+
+    FrameModel = _frame_model_class(mlflow)
+
+    # pip_requirements given: no inference of the environment (seconds of pip).
+    mlflow.pyfunc.save_model(str(tmp_path / "model"), python_model=FrameModel(), pip_requirements=["pandas"])
+    model = mlflow.pyfunc.load_model(str(tmp_path / "model"))
+    df = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]})
+    collector = ProfileCollector()
+    sessions = []
+    for _ in range(10):
+        # Deep enough for MLflow's wrappers between PyFuncModel.predict and ours.
+        with collector.session(depth=6, engine=engine) as session:
+            out = model.predict(df)
+        sessions.append(session)
+    assert list(out) == [10.0, 14.0, 18.0]
+    s = collector.summary()
+    check_against_spans(s, sessions)
+    (root,) = [k for k in s if s[k]["depth"] == 0]
+    assert s[root]["count"] == 10 and s[root]["sessions"] == 10
+    user_predict = qn("_frame_model_class.<locals>.FrameModel.predict")
+    (ours,) = [k for k in s if s[k]["path"][-1] == user_predict]
+    assert s[f"{ours}/{qn('_frame_model_class.<locals>.FrameModel.preprocess')}/scale_frame"]["count"] == 10
+    assert s[ours]["total_ms"] <= s[root]["total_ms"]
