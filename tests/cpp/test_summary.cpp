@@ -181,6 +181,18 @@ TEST_F(StatsTest, DepthCutKeepsDeeperTimeInTheParentsSelfTime) {
   EXPECT_EQ(s.at("predict/b/c").self.sum_ns, 4u);
 }
 
+TEST_F(StatsTest, AStringIdOutOfTheTableNamesTheSpanEmpty) {
+  // A hand-edited document can carry any label id: shown as "" (as
+  // display_name shows it), never read out of bounds.
+  build({call(0, fn("predict")), call(10, fn("a")), ret(20), ret(100)});
+  p.spans[1].label = 1'000'000;
+  CallPathStats stats;
+  stats.add(p);
+  const auto s = by_path(stats);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.at("predict/").path, (std::vector<std::string>{"predict", ""}));
+}
+
 TEST_F(StatsTest, PathsPastTheCapAreDroppedAndCounted) {
   // Paths in start order: predict, predict/a, predict/b, predict/b/c, other.
   build({call(0, fn("predict")), call(10, fn("a")), ret(20), call(30, fn("b")), call(35, fn("c")),

@@ -18,11 +18,17 @@ int32_t bucket_index(int64_t value) {
 
 double bucket_value(int32_t index) { return 2 * std::pow(kGamma, index) / (kGamma + 1); }
 
-// The string id a span's display name comes from (Profile::display_name).
+// The string id a span's display name comes from (Profile::display_name);
+// an id out of the table (a hand-edited document) is the empty string's, as
+// StringTable::get would show it.
 uint32_t display_string(const Profile& p, const Span& s) {
-  if (s.label != 0) return s.label;
-  if (s.function < p.functions.size()) return p.functions.get(s.function).name;
-  return 0;
+  uint32_t id = 0;
+  if (s.label != 0) {
+    id = s.label;
+  } else if (s.function < p.functions.size()) {
+    id = p.functions.get(s.function).name;
+  }
+  return id < p.functions.strings().size() ? id : 0;
 }
 
 constexpr uint32_t kUnknownName = UINT32_MAX;  // name_cache_: looked up, not in names_
