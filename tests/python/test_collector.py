@@ -9,6 +9,7 @@ import math
 import os
 import random
 import threading
+import time
 import weakref
 
 import pytest
@@ -173,6 +174,30 @@ def test_self_time_is_what_the_children_leave(engine):
     for c in children:
         assert c["self_total_ms"] == c["total_ms"]
     check_against_spans(s, sessions)
+
+
+def sleeps_10ms():
+    time.sleep(0.010)
+
+
+def sleeps_20ms_then_calls():
+    time.sleep(0.020)
+    sleeps_10ms()
+
+
+def test_self_time_in_real_time(engine):
+    collector = ProfileCollector()
+    for _ in range(3):
+        with collector.session(depth=1, engine=engine):
+            sleeps_20ms_then_calls()
+    s = collector.summary()
+    parent, child = s["sleeps_20ms_then_calls"], s["sleeps_20ms_then_calls/sleeps_10ms"]
+    assert parent["min_ms"] >= 30
+    assert child["min_ms"] >= 10
+    # The parent's own 20 ms, not the child's 10.
+    assert parent["self_min_ms"] >= 20
+    assert parent["self_total_ms"] <= parent["total_ms"] - 3 * 10
+    assert parent["self_p50_ms"] == pytest.approx(parent["p50_ms"] - child["p50_ms"], abs=5)
 
 
 def test_depth_cut_when_adding_and_when_reading(engine):
