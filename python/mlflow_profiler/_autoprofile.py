@@ -178,20 +178,46 @@ def statistics() -> Dict[str, Any]:
 
 
 def _make_predict(original):
+    if _has_signature(original, ("self", "data", "params")):
+        # MLflow's own signature (2.10 to 3.x): no *args/**kwargs packing on
+        # the unsampled path, which is what every call of a model pays.
+        @functools.wraps(original)
+        def predict(self, data, params=None):
+            config = _config
+            if config is None or not (config.sample_rate == 1.0 or _random() < config.sample_rate):
+                return original(self, data, params)
+            return _sampled_call(original, config, self, (data, params), {})
+
+        return predict
+
     @functools.wraps(original)
-    def predict(self, *args, **kwargs):
+    def predict_any(self, *args, **kwargs):
         config = _config
         if config is None or not (config.sample_rate == 1.0 or _random() < config.sample_rate):
             return original(self, *args, **kwargs)
-        session = _begin(self, config, original)
-        if session is None:
-            return original(self, *args, **kwargs)
-        try:
-            return session[1](self, *args, **kwargs)
-        finally:
-            _end(session[0], config)
+        return _sampled_call(original, config, self, args, kwargs)
 
-    return predict
+    return predict_any
+
+
+def _has_signature(func, names) -> bool:
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return [p.name for p in params] == list(names) and all(
+        p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params) and params[-1].default is None
+
+
+def _sampled_call(original, config, model, args, kwargs):
+    started = _begin(model, config, original)
+    if started is None:
+        return original(model, *args, **kwargs)
+    session, call = started
+    try:
+        return call(model, *args, **kwargs)
+    finally:
+        _end(session, config)
 
 
 def _make_predict_stream(original):

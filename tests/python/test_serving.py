@@ -1,0 +1,186 @@
+"""The real MLflow scoring server (`mlflow models serve --env-manager local`
+on 127.0.0.1), profiled through the environment only: one profile per
+sampled request arrives, and the responses are those of an unprofiled server."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from _helpers import require_mlflow
+
+mlflow = require_mlflow()
+
+import mlflow_profiler  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mlflow_cli():
+    exe = os.path.join(os.path.dirname(sys.executable), "mlflow")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "mlflow"]
+
+
+@pytest.fixture(scope="module")
+def served_model(tmp_path_factory):
+    import _mlflow_models
+
+    previous = mlflow.get_tracking_uri()
+    store_dir = tmp_path_factory.mktemp("servestore")
+    store = f"sqlite:///{store_dir}/mlflow.db"
+    mlflow.set_tracking_uri(store)
+    try:
+        churn_uri, _, _ = _mlflow_models.log_models()
+    finally:
+        mlflow.set_tracking_uri(previous)
+    return store, churn_uri
+
+
+class Server:
+    """`mlflow models serve` in its own process group, stopped with SIGTERM."""
+
+    def __init__(self, store, uri, env_extra, log_path):
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_PROFILER_")}
+        env.update(env_extra)
+        env["MLFLOW_TRACKING_URI"] = store
+        env["PYTHONWARNINGS"] = "ignore"
+        self.log = open(log_path, "w")
+        cmd = mlflow_cli() + ["models", "serve", "-m", uri, "--env-manager", "local",
+                              "-h", "127.0.0.1", "-p", str(self.port)]
+        if _uses_pythonpath():
+            # A source checkout: the .pth is not in site-packages, so the
+            # launcher path is the one tested (it needs the installed hook).
+            pytest.skip("serving needs the installed package (pip install .): its .pth starts autoprofile")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout=120.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the scoring server exited with {self.proc.returncode}: {self.output()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ping", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+        raise AssertionError("the scoring server did not answer /ping: " + self.output())
+
+    def predict(self, df):
+        body = json.dumps({"dataframe_split": json.loads(df.to_json(orient="split", index=False))}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/invocations", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert r.status == 200
+            return json.loads(r.read())
+
+    def output(self) -> str:
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()[-4000:]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.log.close()
+
+
+def _uses_pythonpath() -> bool:
+    import sysconfig
+
+    for key in ("purelib", "platlib"):
+        if os.path.exists(os.path.join(sysconfig.get_paths()[key], "mlflow_profiler_autoprofile.pth")):
+            return False
+    return True
+
+
+def requests_frames(n):
+    import _mlflow_models
+
+    return [_mlflow_models.frame(5 + i, seed=i) for i in range(n)]
+
+
+def serve_and_send(store, uri, env, frames, log_path):
+    server = Server(store, uri, env, log_path)
+    try:
+        return [server.predict(df) for df in frames], server
+    finally:
+        server.stop()
+
+
+def wait_for_files(pattern, n, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = glob.glob(pattern)
+        if len(files) >= n:
+            return files
+        time.sleep(0.2)
+    return glob.glob(pattern)
+
+
+def test_profiled_server_answers_the_same_and_writes_one_profile_per_request(tmp_path, served_model):
+    store, uri = served_model
+    frames = requests_frames(12)
+    plain, _ = serve_and_send(store, uri, {}, frames, tmp_path / "plain.log")
+    out_dir = tmp_path / "profiles"
+    profiled, server = serve_and_send(store, uri, {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
+        "MLFLOW_PROFILER_DEPTH": "2", "MLFLOW_PROFILER_CAPTURE_IO": "1",
+        "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir), "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1",
+        "MLFLOW_PROFILER_EXPERIMENT": "served"}, frames, tmp_path / "profiled.log")
+    assert profiled == plain
+    files = sorted(glob.glob(str(out_dir / "profile-*.json.gz")))
+    assert len(files) == len(frames), server.output()
+    rows = sorted(mlflow_profiler.load(f).spans[0].input_summary["data"].shape[0] for f in files)
+    assert rows == sorted(len(df) for df in frames)  # one profile per request, each its own
+    session = mlflow_profiler.load(files[0])
+    assert session.spans[0].label == "predict [pyfunc ChurnModel]"
+    assert "ChurnModel._score" in [s.label for s in session.spans if s.depth == 1]
+    # The same profiles were logged to MLflow, under one run of the server process.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("served")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1
+    assert len(client.list_artifacts(runs[0].info.run_id, "profiles")) == len(frames)
+
+
+def test_sampled_server_writes_one_profile_per_sampled_request(tmp_path, served_model):
+    store, uri = served_model
+    frames = requests_frames(60)
+    out_dir = tmp_path / "sampled"
+    _, server = serve_and_send(store, uri, {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "0.3",
+        "MLFLOW_PROFILER_DEPTH": "1", "MLFLOW_PROFILER_CAPTURE_IO": "1",
+        "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir)}, frames, tmp_path / "sampled.log")
+    files = glob.glob(str(out_dir / "profile-*.json.gz"))
+    sd = math.sqrt(60 * 0.3 * 0.7)
+    assert abs(len(files) - 18) < 5 * sd, (len(files), server.output())
+    sizes = [mlflow_profiler.load(f).spans[0].input_summary["data"].shape[0] for f in files]
+    assert len(set(sizes)) == len(sizes)  # each sampled request once: no duplicates, no merges
+    assert set(sizes) <= {len(df) for df in frames}
