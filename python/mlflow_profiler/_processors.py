@@ -201,7 +201,7 @@ class _Run:
                 f"mlflow_profiler: span processor {name} failed on span {index} "
                 f"({original.function or original.label}): {problem}. Its changes to the span were "
                 "discarded and the span is exported without its I/O summaries; the other processors "
-                "still ran (further failures of this processor are not logged)",
+                "still run (further failures of this processor are not logged)",
             )
             # Fail closed: what it did not get to redact is not exported.
             span.label = before[0]
