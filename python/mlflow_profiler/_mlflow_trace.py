@@ -193,9 +193,10 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
         # Children end before their parents: the root's end exports the trace.
         for live, end_ns, outputs, status in reversed(started):
             live.end(outputs=outputs, status=status, end_time_ns=end_ns)
-    trace_id = started[0][0].trace_id
-    mlflow.flush_trace_async_logging()
-    return trace_id
+    # Not flushed: MLflow writes traces in the background (its async trace
+    # logging) and at exit; flush_trace_async_logging() restarts MLflow's
+    # writer threads and takes about a second.
+    return started[0][0].trace_id
 
 
 def _recording(span) -> bool:
@@ -204,8 +205,10 @@ def _recording(span) -> bool:
     if isinstance(span, NoOpSpan):
         log_once(
             "trace:not-recorded",
-            "mlflow_profiler: the profile was not recorded as an MLflow trace: MLflow Tracing is "
-            "disabled (mlflow.tracing.disable()) or its sampling (MLFLOW_TRACE_SAMPLING_RATIO) dropped it",
+            "mlflow_profiler: the profile was not recorded as an MLflow trace: MLflow gave a no-op "
+            "span, because Tracing is disabled (mlflow.tracing.disable()), its sampling "
+            "(MLFLOW_TRACE_SAMPLING_RATIO) dropped the trace, or starting the span failed (MLflow "
+            "logs why, as 'Failed to start span')",
             logging.WARNING,
         )
         return False

@@ -179,10 +179,12 @@ def log_profile_trace(session, *, run_id: Optional[str] = None, experiment_id: O
 
     Needs MLflow 3.10 or later (ImportError otherwise). Returns None, and
     logs why, when MLflow Tracing is disabled or its sampling dropped the
-    trace::
+    trace. MLflow writes the trace in the background, as it does every trace
+    (``MLFLOW_ENABLE_ASYNC_TRACE_LOGGING``), and at exit;
+    ``mlflow.flush_trace_async_logging()`` waits for it::
 
         trace_id = mlflow_profiler.log_profile_trace(session, run_id=run.info.run_id)
-        mlflow.get_trace(trace_id).data.spans
+        mlflow.get_trace(trace_id, flush=True).data.spans
     """
     check_session(session, "log_profile_trace")
     from . import _mlflow_trace
