@@ -61,6 +61,10 @@ class Server:
         env.update(env_extra)
         env["MLFLOW_TRACKING_URI"] = store
         env["PYTHONWARNINGS"] = "ignore"
+        # The server runs `uvicorn` by name: the interpreter's bin directory first.
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        # The model's class lives in _mlflow_models (pickled by reference).
+        env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         self.log = open(log_path, "w")
         cmd = mlflow_cli() + ["models", "serve", "-m", uri, "--env-manager", "local",
                               "-h", "127.0.0.1", "-p", str(self.port)]
@@ -94,7 +98,8 @@ class Server:
             return json.loads(r.read())
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log.name) as f:
             return f.read()[-4000:]
 
@@ -124,10 +129,16 @@ def requests_frames(n):
     return [_mlflow_models.frame(5 + i, seed=i) for i in range(n)]
 
 
-def serve_and_send(store, uri, env, frames, log_path):
+def serve_and_send(store, uri, env, frames, log_path, until=None):
+    """Responses of a server started with `env`; `until()` is polled (at most
+    90 s) before the server is stopped: profiles arrive while it serves."""
     server = Server(store, uri, env, log_path)
     try:
-        return [server.predict(df) for df in frames], server
+        responses = [server.predict(df) for df in frames]
+        deadline = time.monotonic() + 90
+        while until is not None and not until() and time.monotonic() < deadline:
+            time.sleep(0.25)
+        return responses, server
     finally:
         server.stop()
 
@@ -147,11 +158,23 @@ def test_profiled_server_answers_the_same_and_writes_one_profile_per_request(tmp
     frames = requests_frames(12)
     plain, _ = serve_and_send(store, uri, {}, frames, tmp_path / "plain.log")
     out_dir = tmp_path / "profiles"
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+
+    def logged():
+        experiment = client.get_experiment_by_name("served")
+        runs = client.search_runs([experiment.experiment_id]) if experiment else []
+        return sum(len(client.list_artifacts(r.info.run_id, "profiles")) for r in runs)
+
+    def arrived():
+        return len(glob.glob(str(out_dir / "profile-*.json.gz"))) >= len(frames) and logged() >= len(frames)
+
     profiled, server = serve_and_send(store, uri, {
         "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
         "MLFLOW_PROFILER_DEPTH": "2", "MLFLOW_PROFILER_CAPTURE_IO": "1",
         "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir), "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1",
-        "MLFLOW_PROFILER_EXPERIMENT": "served"}, frames, tmp_path / "profiled.log")
+        "MLFLOW_PROFILER_EXPERIMENT": "served"}, frames, tmp_path / "profiled.log", until=arrived)
     assert profiled == plain
     files = sorted(glob.glob(str(out_dir / "profile-*.json.gz")))
     assert len(files) == len(frames), server.output()
@@ -161,9 +184,6 @@ def test_profiled_server_answers_the_same_and_writes_one_profile_per_request(tmp
     assert session.spans[0].label == "predict [pyfunc ChurnModel]"
     assert "ChurnModel._score" in [s.label for s in session.spans if s.depth == 1]
     # The same profiles were logged to MLflow, under one run of the server process.
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(store)
     experiment = client.get_experiment_by_name("served")
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1
@@ -178,6 +198,7 @@ def test_sampled_server_writes_one_profile_per_sampled_request(tmp_path, served_
         "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "0.3",
         "MLFLOW_PROFILER_DEPTH": "1", "MLFLOW_PROFILER_CAPTURE_IO": "1",
         "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir)}, frames, tmp_path / "sampled.log")
+    # Written at once or, at the latest, by the exit hook's drain when the server stopped.
     files = glob.glob(str(out_dir / "profile-*.json.gz"))
     sd = math.sqrt(60 * 0.3 * 0.7)
     assert abs(len(files) - 18) < 5 * sd, (len(files), server.output())
