@@ -4,45 +4,47 @@ Pipeline, each logged with MLflow and loaded back with load_model."""
 
 from __future__ import annotations
 
-import mlflow
-import mlflow.pyfunc
+import warnings
+
 import numpy as np
 import pandas as pd
 
+with warnings.catch_warnings():
+    # MLflow's type-hint advice when its own and our PythonModel classes are
+    # created (on import and below): not ours to fix.
+    warnings.simplefilter("ignore")
+    import mlflow
+    import mlflow.pyfunc
+    import mlflow.sklearn
 
-import warnings
+    class ChurnModel(mlflow.pyfunc.PythonModel):
+        """One big predict, as users write them: cleaning, features, scoring."""
 
-warnings.filterwarnings("ignore", message=".*type hint", category=UserWarning)  # MLflow's advice at class creation
+        def _clean(self, df):
+            return df.fillna(0.0)
 
+        def _features(self, df):
+            out = df.copy()
+            out["ratio"] = out["spend"] / (out["visits"] + 1.0)
+            out["log_spend"] = np.log1p(out["spend"].clip(lower=0))
+            return out
 
-class ChurnModel(mlflow.pyfunc.PythonModel):
-    """One big predict, as users write them: cleaning, features, scoring."""
+        def _score(self, feats):
+            w = np.array([0.3, -0.2, 0.5, 0.1])
+            return 1.0 / (1.0 + np.exp(-(feats.to_numpy() @ w)))
 
-    def _clean(self, df):
-        return df.fillna(0.0)
+        def predict(self, context, model_input, params=None):
+            df = self._clean(model_input)
+            feats = self._features(df)
+            scores = self._score(feats)
+            return pd.DataFrame({"churn": scores})
 
-    def _features(self, df):
-        out = df.copy()
-        out["ratio"] = out["spend"] / (out["visits"] + 1.0)
-        out["log_spend"] = np.log1p(out["spend"].clip(lower=0))
-        return out
+        def predict_stream(self, context, model_input, params=None):
+            for i in range(3):
+                yield {"chunk": f"{i}:{self._stream_piece(i)}"}
 
-    def _score(self, feats):
-        w = np.array([0.3, -0.2, 0.5, 0.1])
-        return 1.0 / (1.0 + np.exp(-(feats.to_numpy() @ w)))
-
-    def predict(self, context, model_input, params=None):
-        df = self._clean(model_input)
-        feats = self._features(df)
-        scores = self._score(feats)
-        return pd.DataFrame({"churn": scores})
-
-    def predict_stream(self, context, model_input, params=None):
-        for i in range(3):
-            yield {"chunk": f"{i}:{self._stream_piece(i)}"}
-
-    def _stream_piece(self, i):
-        return sum(range(1000 * (i + 1)))
+        def _stream_piece(self, i):
+            return sum(range(1000 * (i + 1)))
 
 
 def frame(n: int, seed: int = 0) -> pd.DataFrame:
