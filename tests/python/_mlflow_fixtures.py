@@ -269,16 +269,28 @@ def start_server(root: Path) -> Server:
     raise RuntimeError(last_error)
 
 
+# Each test module that imports tracking_server gets a fixture of its own
+# (pytest keys fixtures by the module that holds them), so the server itself
+# is shared here: started by the first, stopped by the last at session end.
+_server: dict = {"server": None, "users": 0}
+
+
 @pytest.fixture(scope="session")
 def tracking_server(tmp_path_factory) -> Server:
-    """One real `mlflow server` for the test session (see start_server);
-    stopped at the end. Its URI is ``tracking_server.uri``."""
+    """One real `mlflow server` for the whole test session (see start_server),
+    stopped at its end. Its URI is ``tracking_server.uri``."""
     require_mlflow()
-    server = start_server(tmp_path_factory.mktemp("mlflow-server"))
+    server = _server["server"]
+    if server is None or server.process.poll() is not None:
+        server = _server["server"] = start_server(tmp_path_factory.mktemp("mlflow-server"))
+    _server["users"] += 1
     try:
         yield server
     finally:
-        _stop(server.process)
+        _server["users"] -= 1
+        if _server["users"] == 0:
+            _stop(server.process)
+            _server["server"] = None
 
 
 @pytest.fixture
