@@ -392,8 +392,8 @@ def _model_info(model, stream: bool = False) -> _ModelInfo:
 
 def _raw_model(impl):
     get_raw = getattr(type(impl), "get_raw_model", None)
-    if get_raw is None:
-        return None
+    if get_raw is None:  # MLflow 2.x flavor wrappers without get_raw_model
+        return impl.__dict__.get("sklearn_model") if hasattr(impl, "__dict__") else None
     try:
         return get_raw(impl)
     except Exception:
@@ -405,7 +405,7 @@ def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
 
     loader = ""
     try:
-        loader = str(model.loader_module or "")
+        loader = str(model._model_meta.flavors["python_function"]["loader_module"] or "")
     except Exception:
         pass
     flavor = loader[len("mlflow."):] if loader.startswith("mlflow.") else (loader or "pyfunc")
@@ -416,11 +416,13 @@ def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
     cls = type(model)
     for name in ("_predict", "_predict_stream"):
         _add_codes(cls.__dict__.get(name), codes)
-    # predict_stream's generator (_gen_with_context) is nested code of the original.
-    original_stream = _patched.get("predict_stream", (None, None))[0]
-    for const in getattr(getattr(original_stream, "__code__", None), "co_consts", ()):
-        if inspect.iscode(const) and const not in codes:
-            codes.append(const)
+    # Functions nested in the originals are MLflow plumbing: predict_stream's
+    # _gen_with_context (3.x), predict's inner _predict (2.x).
+    for name in ("predict", "predict_stream"):
+        original = _patched.get(name, (None, None))[0]
+        for const in getattr(getattr(original, "__code__", None), "co_consts", ()):
+            if inspect.iscode(const) and const not in codes:
+                codes.append(const)
     context = sys.modules.get("mlflow.pyfunc.context")
     if context is not None:
         _add_codes(getattr(context, "set_prediction_context", None), codes)
