@@ -183,8 +183,9 @@ def log_profile_trace(session, *, run_id: Optional[str] = None, experiment_id: O
     (``MLFLOW_ENABLE_ASYNC_TRACE_LOGGING``), and at exit;
     ``mlflow.flush_trace_async_logging()`` waits for it::
 
-        trace_id = mlflow_profiler.log_profile_trace(session, run_id=run.info.run_id)
-        mlflow.get_trace(trace_id, flush=True).data.spans
+        trace_id = log_profile_trace(session, run_id=run.info.run_id)
+        mlflow.flush_trace_async_logging()
+        mlflow.get_trace(trace_id).data.spans
     """
     check_session(session, "log_profile_trace")
     from . import _mlflow_trace
