@@ -141,6 +141,16 @@ def log_profile(session, artifact_path: str = "profile", *, run_id: Optional[str
     unknown run, a tracking server that cannot be reached) reach the caller.
     """
     check_session(session, "log_profile")
+    return log_processed_profile(_processors.process(session), artifact_path, run_id=run_id,
+                                 log_as_trace=log_as_trace)
+
+
+def log_processed_profile(exported, artifact_path: Optional[str] = "profile", *, run_id: Optional[str] = None,
+                          log_as_trace: bool = False) -> str:
+    """log_profile for a session that ``_processors.process()`` already
+    returned (the background exporter): the span processors are not applied
+    a second time."""
+    check_session(exported, "log_profile")
     artifact_path = _check_artifact_path(artifact_path, "log_profile")
     mlflow = import_mlflow("log_profile")
     if log_as_trace:
@@ -148,7 +158,6 @@ def log_profile(session, artifact_path: str = "profile", *, run_id: Optional[str
 
         _mlflow_trace.check_supported(mlflow)
     rid = resolve_run_id(mlflow, run_id, "log_profile")
-    exported = _processors.process(session)
     client = _client(mlflow)
     with tempfile.TemporaryDirectory(prefix="mlflow_profiler-") as tmp:
         for name in PROFILE_FILES:

@@ -461,3 +461,37 @@ def test_import_does_not_import_mlflow():
     proc = _run("import sys, mlflow_profiler\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow'))")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+# -- span processors ------------------------------------------------------------------------
+
+
+def test_span_processors_run_once_before_every_sink(local_store, tmp_path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_profiler import IOSummary
+
+    def rename(span):  # applied twice, it would give "preprocess!!"
+        if span.label == qn("_prep"):
+            span.label = "preprocess!"
+            span.input_summary = {"df": IOSummary(type_name="REDACTED")}
+
+    session = make_session()
+    mlflow_profiler.configure(span_processors=[rename])
+    try:
+        with mlflow.start_run() as run:
+            mlflow_profiler.log_profile(session)
+            metrics = mlflow_profiler.log_profile_metrics(session)
+    finally:
+        mlflow_profiler.configure(span_processors=[])
+    assert "profile/predict/preprocess_/calls" in metrics
+    assert not any("_prep" in k for k in metrics)
+    loaded = mlflow_profiler.load(_download(run.info.run_id, "profile/profile.json", tmp_path))
+    spans = {s.label: s for s in loaded.spans}
+    assert "preprocess!" in spans and qn("_prep") not in spans
+    assert spans["preprocess!"].input_summary["df"].type_name == "REDACTED"
+    html = (_download(run.info.run_id, "profile/profile.html", tmp_path / "h")).read_text(encoding="utf-8")
+    assert "preprocess!" in html
+    assert qn("_prep") in session.format_tree(), "the session itself is left as captured"
+    assert MlflowClient().get_run(run.info.run_id).data.metrics == pytest.approx(metrics)

@@ -323,3 +323,27 @@ def test_old_mlflow_names_the_version(local_store):
         with pytest.raises(ImportError, match=r"needs MLflow >= 3\.10.*MLflow [0-9.]+ is installed"):
             mlflow_profiler.log_profile(session, log_as_trace=True)
     assert MlflowClient().list_artifacts(run.info.run_id) == [], "nothing was logged"
+
+
+def test_span_processors_apply_to_the_trace(local_store):
+    import mlflow
+
+    session, _, _ = _session()
+    if not needs_tracing(session):
+        return
+
+    def rename(span):
+        if span.label == qn("_score"):
+            span.label = "score!"
+            span.output_summary = None
+
+    mlflow_profiler.configure(span_processors=[rename])
+    try:
+        with mlflow.start_run() as run:
+            mlflow_profiler.log_profile(session, log_as_trace=True)
+    finally:
+        mlflow_profiler.configure(span_processors=[])
+    (found,) = _search(run.info.run_id)
+    spans = {s.name: s for s in _get_trace(found.info.trace_id, flush=False).data.spans}
+    assert "score!" in spans and qn("_score") not in spans
+    assert spans["score!"].outputs is None
