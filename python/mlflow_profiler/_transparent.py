@@ -56,23 +56,28 @@ def add_module(module) -> None:
 
 def _stdlib_plumbing() -> None:
     # Modules already imported only: importing asyncio here would cost every user.
-    if "contextlib" in sys.modules and "contextlib" not in _done_modules:
-        cl = sys.modules["contextlib"]
+    # A module still being imported (a session started from inside its import,
+    # or from another thread meanwhile) lacks attributes: it is tried again at
+    # the next session start.
+    cl = sys.modules.get("contextlib")
+    if cl is not None and "contextlib" not in _done_modules and hasattr(cl, "AsyncContextDecorator"):
         for name in ("_GeneratorContextManagerBase", "_GeneratorContextManager",
                      "_AsyncGeneratorContextManager", "ContextDecorator", "AsyncContextDecorator"):
             if hasattr(cl, name):
                 add(getattr(cl, name))
         _done_modules.add("contextlib")
-    if "threading" in sys.modules and "threading" not in _done_modules:
-        th = sys.modules["threading"].Thread
+    th = getattr(sys.modules.get("threading"), "Thread", None)
+    if th is not None and "threading" not in _done_modules:
         for name in ("_bootstrap", "_bootstrap_inner", "run", "_delete"):
             if hasattr(th, name):
                 add(getattr(th, name))
         _done_modules.add("threading")
-    if "asyncio" in sys.modules and "asyncio" not in _done_modules:
-        asyncio = sys.modules["asyncio"]
-        add(asyncio.events.Handle._run)
-        py_task = getattr(asyncio.tasks, "_PyTask", None)
+    asyncio = sys.modules.get("asyncio")
+    events = getattr(asyncio, "events", None)
+    tasks = getattr(asyncio, "tasks", None)
+    if events is not None and tasks is not None and "asyncio" not in _done_modules:
+        add(events.Handle._run)
+        py_task = getattr(tasks, "_PyTask", None)
         if py_task is not None:
             for name in ("_Task__step", "_Task__wakeup", "_PyTask__step", "_PyTask__wakeup",
                          "_Task__step_run_and_handle_result"):
