@@ -113,8 +113,9 @@ def _export(session, config) -> None:
     if config.log_to_mlflow:
         from . import mlflow_sink
 
-        mlflow_sink.log_profile(processed, artifact_path=f"{_artifact_root()}/{name}", run_id=_target_run(),
-                                log_as_trace=config.log_as_trace)
+        # Already through the span processors: not applied twice.
+        mlflow_sink.log_processed_profile(processed, artifact_path=f"{_artifact_root()}/{name}",
+                                          run_id=_target_run(), log_as_trace=config.log_as_trace)
 
 
 def _next_sequence() -> int:
