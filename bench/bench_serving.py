@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.body = [[%s]]
+wrk.body = [==[%s]==]
 """
 
 

@@ -20,7 +20,7 @@ from ._collector import ProfileCollector
 from ._processors import configure
 from ._session import ProfileSession, SpanRecord, current_session, profiling
 from ._spans import profile_span
-from .mlflow_sink import log_profile, log_profile_metrics, log_profile_summary
+from .mlflow_sink import log_profile, log_profile_metrics, log_profile_summary, log_profile_trace
 
 __version__ = "0.1.0"
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "log_profile",
     "log_profile_metrics",
     "log_profile_summary",
+    "log_profile_trace",
     "profile_block",
     "profile_span",
     "profiling",
