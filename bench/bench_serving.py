@@ -55,15 +55,11 @@ def main():
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("needs wrk: apt install wrk")
-    import mlflow
-
     import _mlflow_models
     from test_serving import Server
 
     d = tempfile.mkdtemp()
-    store = f"sqlite:///{d}/mlflow.db"
-    mlflow.set_tracking_uri(store)
-    churn_uri, _, _ = _mlflow_models.log_models()
+    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(d)
     df = _mlflow_models.frame(64)
     body = json.dumps({"dataframe_split": json.loads(df.to_json(orient="split", index=False))})
     lua_path = os.path.join(d, "post.lua")

@@ -4,6 +4,9 @@ Pipeline, each logged with MLflow and loaded back with load_model."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -70,8 +73,6 @@ def sklearn_pipeline():
 def log_models():
     """Logs both models in a new run of the current tracking store; returns
     (churn_uri, pipeline_uri, pipeline_sample)."""
-    import warnings
-
     pipe, X = sklearn_pipeline()
     # MLflow's advice while logging (type hints, pip requirements) is not the
     # profiler's business.
@@ -89,3 +90,65 @@ def _log(fn, name, **kw):
     if major >= 3:
         return fn(name=name, **kw)
     return fn(artifact_path=name, **kw)
+
+
+@contextlib.contextmanager
+def tracking_uri(uri):
+    """MLflow's tracking URI set to `uri` inside the block, put back after."""
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield uri
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def log_models_in_new_store(directory):
+    """Logs both models in a new SQLite store under `directory`; returns
+    (store_uri, churn_uri, pipeline_uri, pipeline_sample). Load them inside
+    `tracking_uri(store_uri)`: a models:/ URI is resolved through the store."""
+    with tracking_uri(f"sqlite:///{directory}/mlflow.db") as store:
+        return (store,) + log_models()
+
+
+PTH = "mlflow_profiler_autoprofile.pth"
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def installed_pth():
+    """The .pth that `pip install` put in site-packages, or None (a source
+    checkout run through PYTHONPATH)."""
+    import sysconfig
+
+    for key in ("purelib", "platlib"):
+        path = os.path.join(sysconfig.get_paths()[key], PTH)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def require_installed_pth(why: str) -> None:
+    """Skips without the installed .pth, or fails under
+    MLPROF_REQUIRE_MLFLOW=1 (CI tests the installed package)."""
+    import pytest
+
+    if installed_pth() is not None:
+        return
+    if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
+        pytest.fail(f"{PTH} is not installed in site-packages: CI must test the installed package ({why})")
+    pytest.skip(f"{why} needs the installed package (pip install .): its .pth starts autoprofile")
+
+
+def child_env(tracking_uri, extra=None):
+    """The environment of a child Python: ours without MLFLOW_PROFILER_*,
+    plus `extra`, the tracking store, this directory on PYTHONPATH (the
+    models' classes are pickled by reference to _mlflow_models) and the
+    interpreter's bin directory first on PATH (the scoring server runs
+    `uvicorn`/`gunicorn` by name)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_PROFILER_")}
+    env.update(extra or {})
+    env["MLFLOW_TRACKING_URI"] = tracking_uri
+    env["PYTHONWARNINGS"] = "ignore"
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env

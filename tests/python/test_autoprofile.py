@@ -36,14 +36,9 @@ def models(tmp_path_factory):
 
     import _mlflow_models
 
-    previous = mlflow.get_tracking_uri()
-    store = tmp_path_factory.mktemp("store")
-    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
-    try:
-        churn_uri, sk_uri, X = _mlflow_models.log_models()
-        yield mlflow.pyfunc.load_model(churn_uri), mlflow.pyfunc.load_model(sk_uri), X
-    finally:
-        mlflow.set_tracking_uri(previous)
+    store, churn_uri, sk_uri, X = _mlflow_models.log_models_in_new_store(tmp_path_factory.mktemp("store"))
+    with _mlflow_models.tracking_uri(store):
+        return mlflow.pyfunc.load_model(churn_uri), mlflow.pyfunc.load_model(sk_uri), X
 
 
 @pytest.fixture(autouse=True)

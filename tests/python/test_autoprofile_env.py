@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 
 import pytest
@@ -26,32 +25,23 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning:mlflow"),
 ]
 
-PTH = "mlflow_profiler_autoprofile.pth"
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def installed_pth():
-    """The .pth that `pip install` put in site-packages, or None (a source
-    checkout run through PYTHONPATH)."""
-    for key in ("purelib", "platlib"):
-        path = os.path.join(sysconfig.get_paths()[key], PTH)
-        if os.path.exists(path):
-            return path
-    return None
 
 
 def python_with_hook(tmp_path):
     """argv prefix of a Python that processes our .pth at startup: the
     installed one (CI: pip install .), else the source file added as a site
     directory (same file, same processing by site.py)."""
-    if installed_pth() is not None:
+    import _mlflow_models
+
+    pth = _mlflow_models.PTH
+    if _mlflow_models.installed_pth() is not None:
         return [sys.executable]
     if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
-        pytest.fail(f"{PTH} is not installed in site-packages: CI must test the installed package")
+        pytest.fail(f"{pth} is not installed in site-packages: CI must test the installed package")
     site_dir = tmp_path / "site"
     site_dir.mkdir(exist_ok=True)
-    src = os.path.join(HERE, "..", "..", "python", PTH)
-    shutil.copy(src, site_dir / PTH)
+    shutil.copy(os.path.join(HERE, "..", "..", "python", pth), site_dir / pth)
     return [sys.executable, "-c", f"import site, runpy, sys; site.addsitedir({str(site_dir)!r}); "
             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"]
 
@@ -60,27 +50,17 @@ def python_with_hook(tmp_path):
 def model_uri(tmp_path_factory):
     import _mlflow_models
 
-    previous = mlflow.get_tracking_uri()
-    store = tmp_path_factory.mktemp("envstore")
-    uri = f"sqlite:///{store}/mlflow.db"
-    mlflow.set_tracking_uri(uri)
-    try:
-        churn_uri, _, _ = _mlflow_models.log_models()
-    finally:
-        mlflow.set_tracking_uri(previous)
-    return uri, churn_uri
+    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp_path_factory.mktemp("envstore"))
+    return store, churn_uri
 
 
 def run_script(tmp_path, body: str, env_extra: dict, tracking_uri: str, timeout=240):
     script = tmp_path / "app.py"
     script.write_text(textwrap.dedent(body))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_PROFILER_")}
-    env.update(env_extra)
-    env["MLFLOW_TRACKING_URI"] = tracking_uri
-    env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONWARNINGS"] = "ignore"
+    import _mlflow_models
+
     return subprocess.run(python_with_hook(tmp_path) + [str(script)], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=tmp_path)
+                          env=_mlflow_models.child_env(tracking_uri, env_extra), timeout=timeout, cwd=tmp_path)
 
 
 APP = """
@@ -179,10 +159,9 @@ def test_launcher_runs_a_command_with_autoprofile_on(tmp_path, model_uri):
     out_dir = tmp_path / "launched"
     script = tmp_path / "app.py"
     script.write_text(textwrap.dedent(APP.format(uri=uri, calls=2)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_PROFILER_")}
-    env["MLFLOW_TRACKING_URI"] = store
-    env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONWARNINGS"] = "ignore"
+    import _mlflow_models
+
+    env = _mlflow_models.child_env(store)
     cmd = launcher(tmp_path) + ["--depth", "1", "--output-dir", str(out_dir), "--"]
     cmd += python_with_hook(tmp_path) + [str(script)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)

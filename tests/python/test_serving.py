@@ -23,7 +23,6 @@ mlflow = require_mlflow()
 
 import mlflow_profiler  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def free_port() -> int:
@@ -41,14 +40,7 @@ def mlflow_cli():
 def served_model(tmp_path_factory):
     import _mlflow_models
 
-    previous = mlflow.get_tracking_uri()
-    store_dir = tmp_path_factory.mktemp("servestore")
-    store = f"sqlite:///{store_dir}/mlflow.db"
-    mlflow.set_tracking_uri(store)
-    try:
-        churn_uri, _, _ = _mlflow_models.log_models()
-    finally:
-        mlflow.set_tracking_uri(previous)
+    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp_path_factory.mktemp("servestore"))
     return store, churn_uri
 
 
@@ -56,22 +48,15 @@ class Server:
     """`mlflow models serve` in its own process group, stopped with SIGTERM."""
 
     def __init__(self, store, uri, env_extra, log_path):
+        import _mlflow_models
+
+        # The server is a fresh interpreter: only the installed .pth starts autoprofile in it.
+        _mlflow_models.require_installed_pth("serving")
         self.port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_PROFILER_")}
-        env.update(env_extra)
-        env["MLFLOW_TRACKING_URI"] = store
-        env["PYTHONWARNINGS"] = "ignore"
-        # The server runs `uvicorn` by name: the interpreter's bin directory first.
-        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-        # The model's class lives in _mlflow_models (pickled by reference).
-        env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env = _mlflow_models.child_env(store, env_extra)
         self.log = open(log_path, "w")
         cmd = mlflow_cli() + ["models", "serve", "-m", uri, "--env-manager", "local",
                               "-h", "127.0.0.1", "-p", str(self.port)]
-        if _uses_pythonpath():
-            # A source checkout: the .pth is not in site-packages, so the
-            # launcher path is the one tested (it needs the installed hook).
-            pytest.skip("serving needs the installed package (pip install .): its .pth starts autoprofile")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self._wait_ready()
@@ -112,15 +97,6 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self.log.close()
-
-
-def _uses_pythonpath() -> bool:
-    import sysconfig
-
-    for key in ("purelib", "platlib"):
-        if os.path.exists(os.path.join(sysconfig.get_paths()[key], "mlflow_profiler_autoprofile.pth")):
-            return False
-    return True
 
 
 def requests_frames(n):
