@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import _core, _stream
 from ._log import log_once
-from ._session import ProfileSession, _check_depth
+from ._session import ProfileSession, _check_depth, _check_max_events
 
 _MISSING_MLFLOW = (
     "autoprofile() patches MLflow's PyFuncModel and needs MLflow: "
@@ -103,14 +103,13 @@ def autoprofile(
         sample_rate=_check_rate(sample_rate),
         capture_io=bool(capture_io),
         capture_io_depth=None if capture_io_depth is None else _check_depth("capture_io_depth", capture_io_depth),
-        max_events=max_events,
+        max_events=_check_max_events(max_events),
         all_threads=bool(all_threads),
         log_to_mlflow=bool(log_to_mlflow),
         log_as_trace=bool(log_as_trace),
         output_dir=None if output_dir is None else str(output_dir),
         collector=collector,
     )
-    ProfileSession(config.depth, max_events=max_events)  # validates max_events
     if collector is not None and not callable(getattr(collector, "add", None)):
         raise TypeError(f"collector must be a ProfileCollector, got {type(collector).__name__}")
     try:
@@ -271,19 +270,15 @@ class _ProfiledStream:
 
     def close(self) -> None:
         """Closes the underlying stream and ends the session."""
+        session = self._session
+        if session is not None:
+            _resume(session)  # the stream's cleanup runs inside the session
         try:
             close = getattr(self._stream, "close", None)
             if close is not None:
-                if self._session is not None:
-                    _resume(self._session)
-                    try:
-                        close()
-                    finally:
-                        self._finish(resumed=True)
-                    return
                 close()
         finally:
-            self._finish()
+            self._finish(resumed=session is not None)
 
     def _finish(self, resumed: bool = False) -> None:
         session, self._session = self._session, None

@@ -25,44 +25,46 @@ def _bool(name: str, raw: str) -> bool:
     raise EnvError(f"{name}={raw!r} is not a boolean: use 1/0, true/false, yes/no or on/off")
 
 
-def _depth(name: str, raw: str) -> int:
+def _number(name: str, raw: str, convert, check, what: str):
+    """`raw` converted, then checked by `check` (the same rule the API
+    applies to the argument); either failure is an EnvError naming `name`."""
     try:
-        v = int(raw.strip())
+        value = convert(raw.strip())
     except ValueError:
-        raise EnvError(f"{name}={raw!r} is not an integer: use -1 (unlimited) or a depth >= 0") from None
-    if v < -1:
-        raise EnvError(f"{name}={raw!r}: use -1 (unlimited) or a depth >= 0")
-    return v
+        raise EnvError(f"{name}={raw!r} is not {what}") from None
+    try:
+        return check(value)
+    except (TypeError, ValueError) as exc:
+        raise EnvError(f"{name}={raw!r}: {exc}") from None
+
+
+def _at_least(minimum, unit=""):
+    def check(value):
+        if math.isnan(value) or value < minimum:
+            raise ValueError(f"must be >= {minimum}{unit}")
+        return value
+
+    return check
+
+
+def _depth(name: str, raw: str) -> int:
+    from ._session import _check_depth
+
+    return _number(name, raw, int, lambda v: _check_depth("depth", v), "an integer: use -1 (unlimited) or a depth >= 0")
 
 
 def _rate(name: str, raw: str) -> float:
-    try:
-        v = float(raw.strip())
-    except ValueError:
-        raise EnvError(f"{name}={raw!r} is not a number: use a sample rate in [0, 1], e.g. 0.1") from None
-    if math.isnan(v) or not 0.0 <= v <= 1.0:
-        raise EnvError(f"{name}={raw!r} is outside [0, 1]: 0 profiles no call, 1 every call")
-    return v
+    from ._autoprofile import _check_rate
+
+    return _number(name, raw, float, _check_rate, "a number: use a sample rate in [0, 1], e.g. 0.1")
 
 
 def _positive_int(name: str, raw: str) -> int:
-    try:
-        v = int(raw.strip())
-    except ValueError:
-        raise EnvError(f"{name}={raw!r} is not an integer >= 1") from None
-    if v < 1:
-        raise EnvError(f"{name}={raw!r}: must be >= 1")
-    return v
+    return _number(name, raw, int, _at_least(1), "an integer >= 1")
 
 
 def _seconds(name: str, raw: str) -> float:
-    try:
-        v = float(raw.strip())
-    except ValueError:
-        raise EnvError(f"{name}={raw!r} is not a number of seconds") from None
-    if math.isnan(v) or v < 0:
-        raise EnvError(f"{name}={raw!r}: must be >= 0 seconds")
-    return v
+    return _number(name, raw, float, _at_least(0, " seconds"), "a number of seconds")
 
 
 def _text(name: str, raw: str) -> Optional[str]:

@@ -26,6 +26,7 @@ _flush_timeout_s = DEFAULT_FLUSH_TIMEOUT_S
 _counts = {"submitted": 0, "exported": 0, "dropped": 0, "failed": 0}
 _sequence = 0
 _run_id: Optional[str] = None  # the run profiles are logged to, created on first use
+_env_settings: Optional[Dict[str, Any]] = None
 _atexit_registered = False
 
 
@@ -54,7 +55,6 @@ def _bump(key: str) -> None:
 def submit(session, config) -> bool:
     """Queues a finished session for export without blocking; False (and
     counted as dropped) when the queue is full."""
-    global _queue
     q = _queue
     if q is None:
         q = _start()
@@ -125,9 +125,13 @@ def _next_sequence() -> int:
 
 
 def _settings() -> Dict[str, Any]:
-    from . import _env
+    """The MLFLOW_PROFILER_* settings, read once per process."""
+    global _env_settings
+    if _env_settings is None:
+        from . import _env
 
-    return _env.read()
+        _env_settings = _env.read()
+    return _env_settings
 
 
 def _artifact_root() -> str:
@@ -194,10 +198,11 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     # The worker thread does not survive fork; the child starts its own.
-    global _queue, _thread, _run_id
+    global _queue, _thread, _run_id, _env_settings
     _queue = None
     _thread = None
     _run_id = None
+    _env_settings = None
     for key in _counts:
         _counts[key] = 0
 

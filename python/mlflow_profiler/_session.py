@@ -76,6 +76,14 @@ def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
     return depth
 
 
+def _check_max_events(max_events: Any) -> int:
+    if isinstance(max_events, bool) or not isinstance(max_events, int):
+        raise TypeError(f"max_events must be an int, got {type(max_events).__name__}")
+    if max_events < 1:
+        raise ValueError(f"max_events must be >= 1 (events per thread), got {max_events}")
+    return max_events
+
+
 class ProfileSession:
     """One capture of a call tree, and its views.
 
@@ -102,11 +110,7 @@ class ProfileSession:
     ) -> None:
         self.depth = _check_depth("depth", depth)
         io_depth = _check_depth("capture_io_depth", capture_io_depth, allow_none=True)
-        if isinstance(max_events, bool) or not isinstance(max_events, int):
-            raise TypeError(f"max_events must be an int, got {type(max_events).__name__}")
-        if max_events < 1:
-            raise ValueError(f"max_events must be >= 1 (events per thread), got {max_events}")
-        self.max_events = max_events
+        self.max_events = _check_max_events(max_events)
         self.all_threads = bool(all_threads)
         self.capture_c_calls = bool(capture_c_calls)
         self.capture_io = bool(capture_io)
