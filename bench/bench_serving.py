@@ -1,7 +1,11 @@
 """Latency of the real MLflow scoring server, unprofiled vs profiled through
 the environment (sample_rate 0.1, depth 2), under a bounded load from wrk.
 
-    python bench/bench_serving.py [--seconds 20] [--connections 2]
+    python bench/bench_serving.py [--seconds 20] [--connections 2] [--interval-ms 0]
+
+--interval-ms N paces each connection to one request per N ms (wrk's delay()
+hook): a bounded load below the server's capacity. 0 is wrk's closed loop,
+which keeps the single worker saturated, so any added CPU becomes queueing.
 
 Runs, in one session: unprofiled (A), profiled (P), unprofiled again (B).
 A vs B is the noise floor of this machine; P is reported against the mean
@@ -30,6 +34,11 @@ wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = [==[%s]==]
 """
+PACE = """
+function delay()
+   return %d
+end
+"""
 
 
 def run_wrk(port, seconds, connections, lua_path):
@@ -52,6 +61,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--connections", type=int, default=2)
+    ap.add_argument("--interval-ms", type=int, default=0, help="pace each connection (0: closed loop)")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("needs wrk: apt install wrk")
@@ -65,6 +75,8 @@ def main():
     lua_path = os.path.join(d, "post.lua")
     with open(lua_path, "w") as f:
         f.write(LUA % body)
+        if args.interval_ms:
+            f.write(PACE % args.interval_ms)
     out_dir = os.path.join(d, "profiles")
     profiled_env = {"MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "0.1",
                     "MLFLOW_PROFILER_DEPTH": "2", "MLFLOW_PROFILER_OUTPUT_DIR": out_dir}
