@@ -1,0 +1,66 @@
+#pragma once
+// Loads the CO-RE programs of bpf/mlprof.bpf.c, attaches their USDT handlers
+// to one process at a time, and reads the ring buffer (records:
+// bpf/mlprof_events.h). Lifecycle, top to bottom: open, configure (rodata),
+// load (tp_btf or raw_tp, probed), attach the scheduler programs, attach
+// pids as they are found, poll until a signal, destroy (RAII).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/result.h"
+
+namespace mlprof::agent {
+
+struct LoaderOptions {
+  // Kernel-side filter: only processes in this cgroup v2 (or below it) fire
+  // USDT records. 0: no cgroup filter (the attached pids are the filter).
+  uint64_t cgroup_id = 0;
+  size_t ring_bytes = 32u << 20;  // ring buffer size, a power of two
+  bool force_raw_tp = false;      // testing: skip tp_btf even where it loads
+  bool verbose = false;           // libbpf's own messages to stderr
+};
+
+struct LoaderStats {
+  uint64_t lost = 0;       // records dropped in the kernel: the ring buffer was full
+  uint64_t records = 0;    // records handed to the callback
+};
+
+class BpfLoader {
+ public:
+  // Opens, configures and loads the programs and attaches the scheduler and
+  // thread tracepoints. Errors name the cause and the fix (no BTF, missing
+  // capability, kernel too old).
+  static Result<std::unique_ptr<BpfLoader>> open(const LoaderOptions& opts);
+  ~BpfLoader();
+  BpfLoader(const BpfLoader&) = delete;
+  BpfLoader& operator=(const BpfLoader&) = delete;
+
+  // Attaches every mlprof USDT probe of `binary` (the ELF file holding them,
+  // as this process can open it: /proc/PID/root/... for a containerized
+  // target) in process `pid` only. Attaching a pid twice is a no-op.
+  Result<Ok> attach(pid_t pid, const std::string& binary);
+  // Detaches `pid`'s probes (it exited or left the target set); the semaphores
+  // go back to 0 if it still runs. Unknown pid: no-op.
+  void detach(pid_t pid);
+  bool attached(pid_t pid) const;
+
+  // Waits up to timeout_ms for records and hands each to on_record. Returns
+  // the number consumed, or a negative errno (-EINTR on a signal).
+  int poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record);
+
+  LoaderStats stats() const;
+  // "tp_btf" or "raw_tp": the scheduler program variant that was loaded.
+  const char* sched_variant() const;
+
+ private:
+  BpfLoader();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlprof::agent
