@@ -53,6 +53,8 @@ static_assert(sizeof(Event) == 16, "Event must stay a 16-byte record");
 // context (an asyncio task has its own context, hence its own lane).
 struct Lane {
   uint64_t thread_id = 0;   // threading.get_ident()
+  uint32_t pid = 0;         // process; 0: the profile's meta["pid"] (in-process profiles)
+  uint64_t session = 0;     // the session's serial in that process; 0: the only one
   uint64_t native_tid = 0;  // gettid(), joins with kernel events
   std::string thread_name;
   uint32_t task = 0;        // 0: the context the session was entered in; n: n-th other context

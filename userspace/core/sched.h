@@ -1,7 +1,95 @@
 #pragma once
-// What only the kernel sees, joined to the span tree (the eBPF agent fills
-// it; an in-process profile leaves it empty): per-thread off-CPU intervals,
-// thread lifetimes, and per-span on-CPU / off-CPU / run-queue figures.
-// (Filled by the issue 5 core work; see ARCHITECTURE.md "The agent".)
+// What only the kernel sees, joined to the span tree. The eBPF agent fills
+// it; an in-process profile leaves it empty (Profile::kernel.present false).
+//
+// Times are CLOCK_MONOTONIC ns, like the spans'. A span's figures are
+// inclusive, like its wall time: they cover its descendants and, for a
+// thread it started that has no lane of its own, that thread too (see
+// ThreadLifetime::started_under).
 
-namespace mlprof {}  // namespace mlprof
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlprof {
+
+struct Profile;
+
+// One stretch a followed thread spent off the CPU: switched out at start_ns,
+// switched back in at end_ns.
+struct OffCpuInterval {
+  uint64_t tid = 0;         // kernel thread id (Lane::native_tid joins)
+  uint32_t pid = 0;         // its process
+  int64_t start_ns = 0;     // switched out
+  int64_t wake_ns = 0;      // made runnable again; == start_ns when preempted; 0 unknown
+  int64_t end_ns = 0;       // switched back in
+  bool blocked = false;     // went to sleep (vs preempted while runnable)
+  uint64_t waker_tid = 0;   // the thread that woke it; 0 unknown or preempted
+  uint32_t prev_state = 0;  // task state bits at switch-out
+
+  int64_t off_ns() const { return end_ns - start_ns; }
+  // Asleep: from switch-out to the wakeup (0 when preempted or the wakeup was not seen).
+  int64_t blocked_ns() const { return blocked && wake_ns >= start_ns ? wake_ns - start_ns : 0; }
+  // Runnable but not running: from the wakeup (or the preemption) to switch-in.
+  int64_t runq_ns() const {
+    if (!blocked) return end_ns - start_ns;
+    return wake_ns >= start_ns && wake_ns <= end_ns ? end_ns - wake_ns : 0;
+  }
+};
+
+// A thread the agent saw start or exit while it was followed.
+struct ThreadLifetime {
+  uint64_t tid = 0;
+  uint32_t pid = 0;
+  uint64_t parent_tid = 0;    // the creating thread; 0 unknown
+  int64_t start_ns = 0;       // 0: started before the capture
+  int64_t end_ns = 0;         // 0: still running when the capture ended
+  std::string name;           // comm
+  int32_t started_under = -1; // span open on the creating thread at start_ns (innermost), -1 none
+  int32_t exit_code = 0;
+};
+
+// Per-span figures (inclusive). wall = on_cpu + off_cpu for a span of one
+// thread; a span that started threads adds their off-CPU to off_cpu only.
+struct SpanKernel {
+  int64_t on_cpu_ns = 0;      // wall - off-CPU on the span's own thread
+  int64_t off_cpu_ns = 0;     // off the CPU while the span was open
+  int64_t blocked_ns = 0;     // of it, asleep (I/O, locks, sleep)
+  int64_t runq_ns = 0;        // of it, runnable but waiting for a CPU
+  uint32_t voluntary_switches = 0;    // blocked intervals
+  uint32_t involuntary_switches = 0;  // preemptions
+  uint64_t top_waker_tid = 0;  // the thread whose wakeups ended the most blocked time
+  int64_t top_waker_ns = 0;    // the blocked time those wakeups ended
+};
+
+struct KernelData {
+  bool present = false;  // the profile came from the agent (columns shown, values written)
+  std::vector<OffCpuInterval> off_cpu;  // sorted by (tid, start_ns)
+  std::vector<ThreadLifetime> threads;
+  std::vector<SpanKernel> spans;  // one per Profile::spans once attribute_kernel ran
+  uint64_t lost_events = 0;       // ring-buffer records the kernel dropped during the capture
+};
+
+// Fills profile.kernel.spans from profile.kernel.off_cpu and the span tree:
+// each interval (clipped to the span) counts for the innermost span open on
+// its thread (the lane whose native_tid is the interval's tid) and, through
+// inclusiveness, for that span's ancestors. Intervals of a thread without a
+// lane go to ThreadLifetime::started_under (and its ancestors), which is also
+// set here from parent_tid and start_ns. Idempotent.
+void attribute_kernel(Profile& profile);
+
+// A span whose wall time is most off-CPU or in the run queue.
+struct Stall {
+  int32_t span = -1;
+  int64_t wall_ns = 0;
+  int64_t off_cpu_ns = 0;
+  int64_t blocked_ns = 0;
+  int64_t runq_ns = 0;
+  double off_fraction = 0;  // off_cpu / wall
+};
+// The n spans with the most off-CPU time (self, not inherited from children,
+// so a stall is named where it happens), largest first; spans under
+// min_wall_ns are ignored.
+std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns = 0);
+
+}  // namespace mlprof

@@ -9,6 +9,7 @@
 
 #include "core/event.h"
 #include "core/functions.h"
+#include "core/sched.h"
 
 namespace mlprof {
 
@@ -73,6 +74,7 @@ struct Profile {
   int64_t end_ns = 0;          // session end
   CaptureStats stats;
   std::map<std::string, std::string> meta;  // provenance: engine, python, pid, host ...
+  KernelData kernel;           // the eBPF agent's figures (core/sched.h); empty in process
 
   // Label if set, else the function's name.
   const std::string& display_name(const Span& s) const;
