@@ -1,3 +1,3 @@
 #include <gtest/gtest.h>
 // placeholder: filled by issue 5 work
-TEST(Placeholder, Empty) {}
+TEST(Placeholder_joiner, Empty) {}
