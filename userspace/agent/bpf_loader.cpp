@@ -1,1 +1,371 @@
-// placeholder: filled by issue 5 work
+// BpfLoader: the skeleton of bpf/mlprof.bpf.c, its links and its ring buffer,
+// each owned by RAII. Lifecycle as in bpf_loader.h: open, configure, load,
+// attach the scheduler programs, attach pids, poll, destroy.
+
+#include "agent/bpf_loader.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <linux/bpf.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mlprof.skel.h"
+
+namespace mlprof::agent {
+namespace {
+
+constexpr const char* kBtfPath = "/sys/kernel/btf/vmlinux";
+
+// ---- libbpf's messages --------------------------------------------------
+// Silent unless verbose, but the last warning is kept: it is often the only
+// place that says why a load or an attach failed (the verifier's verdict,
+// "failed to find USDT ...").
+std::mutex g_print_mu;
+bool g_verbose = false;
+std::string g_last_warning;
+
+int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
+  char buf[1024];
+  vsnprintf(buf, sizeof buf, fmt, args);
+  std::lock_guard<std::mutex> lock(g_print_mu);
+  if (g_verbose) fputs(buf, stderr);
+  if (level == LIBBPF_WARN && buf[0] != '\0' && buf[0] != ' ' && buf[0] != '\t' &&
+      std::strncmp(buf, "-- ", 3) != 0) {
+    g_last_warning = buf;
+    while (!g_last_warning.empty() && (g_last_warning.back() == '\n' || g_last_warning.back() == ' '))
+      g_last_warning.pop_back();
+  }
+  return 0;
+}
+
+void install_print(bool verbose) {
+  {
+    std::lock_guard<std::mutex> lock(g_print_mu);
+    g_verbose = verbose;
+    g_last_warning.clear();
+  }
+  libbpf_set_print(libbpf_print);
+}
+
+std::string take_last_warning() {
+  std::lock_guard<std::mutex> lock(g_print_mu);
+  std::string w;
+  w.swap(g_last_warning);
+  if (w.size() > 300) w = w.substr(0, 300) + "...";
+  return w.empty() ? std::string() : " (libbpf: " + w + ")";
+}
+
+bool permission_errno(int e) { return e == EPERM || e == EACCES; }
+
+// The fix for a refused bpf()/perf_event_open(): what the agent needs.
+const char* privilege_fix() {
+  return "run mlprof-ebpf as root, or grant it CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE and "
+         "CAP_DAC_READ_SEARCH (e.g. sudo setcap "
+         "cap_bpf,cap_perfmon,cap_sys_resource,cap_dac_read_search+ep mlprof-ebpf)";
+}
+
+Error error(Error::Kind kind, int errnum, std::string message) {
+  Error e;
+  e.kind = kind;
+  e.errnum = errnum;
+  e.message = std::move(message);
+  return e;
+}
+
+Error load_error(const std::string& what, int e) {
+  std::string msg = what + " failed: " + std::strerror(e);
+  if (permission_errno(e)) msg += "; " + std::string(privilege_fix());
+  return error(Error::Kind::kIo, e, msg + take_last_warning());
+}
+
+// ---- kernel probes -------------------------------------------------------
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+struct BtfDeleter {
+  void operator()(btf* b) const { btf__free(b); }
+};
+using BtfPtr = std::unique_ptr<btf, BtfDeleter>;
+
+// A real probe (bpftool feature probe misreports tracing programs here):
+// load a two-instruction tp_btf program for sched_switch and attach it for
+// an instant. 0, or the negative errno that refused it.
+int probe_tp_btf(const btf* vmlinux) {
+  int id = btf__find_by_name_kind(vmlinux, "btf_trace_sched_switch", BTF_KIND_TYPEDEF);
+  if (id < 0) return -ENOENT;
+  bpf_insn insns[2] = {};
+  insns[0].code = BPF_ALU64 | BPF_MOV | BPF_K;  // r0 = 0
+  insns[0].dst_reg = BPF_REG_0;
+  insns[1].code = BPF_JMP | BPF_EXIT;
+  bpf_prog_load_opts opts{};
+  opts.sz = sizeof(opts);
+  opts.expected_attach_type = BPF_TRACE_RAW_TP;
+  opts.attach_btf_id = static_cast<__u32>(id);
+  Fd prog(bpf_prog_load(BPF_PROG_TYPE_TRACING, "mlprof_probe", "GPL", insns, 2, &opts));
+  if (prog.fd < 0) return -errno;
+  Fd link(bpf_raw_tracepoint_open(nullptr, prog.fd));
+  if (link.fd < 0) return -errno;
+  return 0;
+}
+
+// The sched_switch tracepoint's prototype has prev_state (5 parameters with
+// the hidden __data) since 5.18: core_fixes.bpf.h says why the BPF side asks.
+bool sched_switch_has_prev_state(const btf* vmlinux) {
+  int id = btf__find_by_name_kind(vmlinux, "btf_trace_sched_switch", BTF_KIND_TYPEDEF);
+  if (id < 0) return false;
+  const btf_type* t = btf__type_by_id(vmlinux, btf__type_by_id(vmlinux, id)->type);
+  if (!t || !btf_is_ptr(t)) return false;
+  t = btf__type_by_id(vmlinux, t->type);
+  return t && btf_is_func_proto(t) && btf_vlen(t) >= 5;
+}
+
+// ---- map layouts the loader edits on detach ------------------------------
+// Mirrors of mlprof.bpf.c's keys and values; open() checks the sizes against
+// the loaded maps, so a drift fails loudly instead of purging garbage.
+struct SessionKey {
+  uint64_t pstart, session;
+  uint32_t tgid, pad;
+};
+struct SeenKey {
+  uint64_t pstart;
+  uint32_t tgid, id, is_label, pad;
+};
+struct ThreadState {
+  uint64_t pstart, session, off_start, wake_ns;
+  uint32_t tgid, flags, waker_tid, waker_tgid, prev_state, blocked;
+};
+
+// Deletes every entry of map `fd` for which doomed(key, value) is true.
+template <typename Key, typename Value, typename Pred>
+void purge(int fd, Pred doomed) {
+  std::vector<Key> victims;
+  Key key{}, next{};
+  Key* prev = nullptr;
+  Value value{};
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    if (bpf_map_lookup_elem(fd, &next, &value) == 0 && doomed(next, value)) victims.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  for (const Key& k : victims) bpf_map_delete_elem(fd, &k);
+}
+
+struct SkelDeleter {
+  void operator()(mlprof_bpf* s) const { mlprof_bpf__destroy(s); }
+};
+struct LinkDeleter {
+  void operator()(bpf_link* l) const { bpf_link__destroy(l); }
+};
+struct RingDeleter {
+  void operator()(ring_buffer* r) const { ring_buffer__free(r); }
+};
+using Link = std::unique_ptr<bpf_link, LinkDeleter>;
+
+}  // namespace
+
+struct BpfLoader::Impl {
+  // Destroyed bottom to top: ring buffer and links before the skeleton.
+  std::unique_ptr<mlprof_bpf, SkelDeleter> skel;
+  std::vector<Link> sched_links;
+  std::map<pid_t, std::vector<Link>> pid_links;
+  std::unique_ptr<ring_buffer, RingDeleter> ring;
+  const char* variant = "";
+  uint64_t records = 0;
+  const std::function<void(const void*, size_t)>* on_record = nullptr;
+  std::exception_ptr callback_error;
+
+  static int on_sample(void* ctx, void* data, size_t size) {
+    auto* self = static_cast<Impl*>(ctx);
+    ++self->records;
+    if (!self->on_record) return 0;
+    try {
+      (*self->on_record)(data, size);
+    } catch (...) {
+      // Not through libbpf's C frames: stop this poll, rethrow after it.
+      self->callback_error = std::current_exception();
+      return -ECANCELED;
+    }
+    return 0;
+  }
+
+  struct Usdt {
+    bpf_program* prog;
+    const char* name;
+  };
+  std::vector<Usdt> usdt_programs() const {
+    auto& p = skel->progs;
+    return {{p.mlprof_session_begin, "session_begin"}, {p.mlprof_session_end, "session_end"},
+            {p.mlprof_lane_begin, "lane_begin"},       {p.mlprof_span_enter, "span_enter"},
+            {p.mlprof_span_exit, "span_exit"},         {p.mlprof_span_suspend, "span_suspend"},
+            {p.mlprof_span_resume, "span_resume"},     {p.mlprof_span_io, "span_io"}};
+  }
+};
+
+BpfLoader::BpfLoader() : impl_(std::make_unique<Impl>()) {}
+
+BpfLoader::~BpfLoader() {
+  if (!impl_) return;
+  impl_->ring.reset();
+  impl_->pid_links.clear();  // the targets' semaphores go back to 0
+  impl_->sched_links.clear();
+  impl_->skel.reset();
+}
+
+Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
+  install_print(opts.verbose);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (opts.ring_bytes < static_cast<size_t>(page) || (opts.ring_bytes & (opts.ring_bytes - 1)) != 0)
+    return error(Error::Kind::kUnsupported, EINVAL,
+                 "ring buffer size " + std::to_string(opts.ring_bytes) +
+                     " is not a power of two of at least one page (" + std::to_string(page) + " bytes)");
+  if (access(kBtfPath, R_OK) != 0) {
+    int e = errno;
+    return error(Error::Kind::kUnsupported, e,
+                 std::string("the kernel has no BTF (") + kBtfPath + ": " + std::strerror(e) +
+                     "); mlprof-ebpf's CO-RE programs need a kernel built with CONFIG_DEBUG_INFO_BTF=y");
+  }
+  BtfPtr vmlinux(btf__load_vmlinux_btf());
+  if (!vmlinux) {
+    int e = errno;
+    return error(Error::Kind::kUnsupported, e,
+                 std::string("reading the kernel's BTF (") + kBtfPath + ") failed: " + std::strerror(e));
+  }
+
+  std::unique_ptr<BpfLoader> self(new BpfLoader());
+  Impl& impl = *self->impl_;
+
+  bool use_btf = false;
+  if (!opts.force_raw_tp) {
+    int probe = probe_tp_btf(vmlinux.get());
+    if (permission_errno(-probe)) return load_error("loading a probe BPF program", -probe);
+    use_btf = probe == 0;
+  }
+  impl.variant = use_btf ? "tp_btf" : "raw_tp";
+
+  impl.skel.reset(mlprof_bpf__open());
+  if (!impl.skel) return load_error("opening the BPF object", errno);
+  mlprof_bpf& skel = *impl.skel;
+  skel.rodata->filter_cgroup_id = opts.cgroup_id;
+  skel.rodata->filter_cgroup_level = opts.cgroup_level;
+  skel.rodata->sched_switch_has_prev_state = sched_switch_has_prev_state(vmlinux.get());
+  // Batched wakeups (mlprof.bpf.c): the reader is woken when 1/16 of the ring
+  // waits, at a session's end, or by its own poll timeout.
+  skel.rodata->wakeup_bytes = opts.ring_bytes / 16;
+  if (int err = bpf_map__set_max_entries(skel.maps.events, static_cast<__u32>(opts.ring_bytes)); err)
+    return load_error("sizing the ring buffer", -err);
+
+  bpf_program* const btf_progs[] = {skel.progs.sched_switch_btf, skel.progs.sched_waking_btf,
+                                    skel.progs.sched_wakeup_new_btf, skel.progs.sched_process_fork_btf,
+                                    skel.progs.sched_process_exit_btf};
+  bpf_program* const raw_progs[] = {skel.progs.sched_switch_raw, skel.progs.sched_waking_raw,
+                                    skel.progs.sched_wakeup_new_raw, skel.progs.sched_process_fork_raw,
+                                    skel.progs.sched_process_exit_raw};
+  for (bpf_program* p : btf_progs) bpf_program__set_autoload(p, use_btf);
+  for (bpf_program* p : raw_progs) bpf_program__set_autoload(p, !use_btf);
+
+  if (int err = mlprof_bpf__load(&skel); err)
+    return load_error(std::string("loading the BPF programs (") + impl.variant + ")", -err);
+
+  if (bpf_map__key_size(skel.maps.sessions) != sizeof(SessionKey) ||
+      bpf_map__key_size(skel.maps.seen_ids) != sizeof(SeenKey) ||
+      bpf_map__value_size(skel.maps.followed) != sizeof(ThreadState))
+    return error(Error::Kind::kCorrupt, 0,
+                 "internal: bpf_loader.cpp's map layouts differ from mlprof.bpf.c's (rebuild both)");
+
+  for (bpf_program* p : use_btf ? btf_progs : raw_progs) {
+    bpf_link* link = bpf_program__attach(p);
+    if (!link)
+      return load_error(std::string("attaching ") + bpf_program__name(p) + " (" + bpf_program__section_name(p) + ")",
+                        errno);
+    impl.sched_links.emplace_back(link);
+  }
+
+  impl.ring.reset(ring_buffer__new(bpf_map__fd(skel.maps.events), &Impl::on_sample, &impl, nullptr));
+  if (!impl.ring) return load_error("opening the ring buffer", errno);
+  return self;
+}
+
+Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
+  if (attached(pid)) return Ok{};
+  std::vector<Link> links;
+  for (const Impl::Usdt& u : impl_->usdt_programs()) {
+    bpf_link* link = bpf_program__attach_usdt(u.prog, pid, binary.c_str(), "mlprof", u.name, nullptr);
+    if (!link) {
+      int e = errno;
+      std::string msg = "attaching USDT probe mlprof:" + std::string(u.name) + " of " + binary + " in pid " +
+                        std::to_string(pid) + " failed: " + std::strerror(e);
+      if (permission_errno(e))
+        msg += "; " + std::string(privilege_fix());
+      else if (e == ENOENT)
+        msg += "; the file is missing or has no mlprof USDT probes (is it the mlflow_profiler extension, "
+               "built with probes?)";
+      else if (e == ESRCH)
+        msg += "; the process has exited";
+      return error(Error::Kind::kIo, e, msg + take_last_warning());  // `links` detaches what was attached
+    }
+    links.emplace_back(link);
+  }
+  impl_->pid_links.emplace(pid, std::move(links));
+  return Ok{};
+}
+
+void BpfLoader::detach(pid_t pid) {
+  auto it = impl_->pid_links.find(pid);
+  if (it == impl_->pid_links.end()) return;
+  impl_->pid_links.erase(it);  // uprobes removed: the kernel puts the semaphores back
+  // Forget the process's threads, sessions and sent names: a later attach
+  // starts clean (names are sent again), and no scheduler records keep
+  // coming for a process that left the target set.
+  const auto tgid = static_cast<uint32_t>(pid);
+  mlprof_bpf& skel = *impl_->skel;
+  purge<uint32_t, ThreadState>(bpf_map__fd(skel.maps.followed),
+                               [&](const uint32_t&, const ThreadState& v) { return v.tgid == tgid; });
+  purge<SessionKey, uint32_t>(bpf_map__fd(skel.maps.sessions),
+                              [&](const SessionKey& k, const uint32_t&) { return k.tgid == tgid; });
+  purge<SeenKey, uint8_t>(bpf_map__fd(skel.maps.seen_ids),
+                          [&](const SeenKey& k, const uint8_t&) { return k.tgid == tgid; });
+}
+
+bool BpfLoader::attached(pid_t pid) const { return impl_->pid_links.count(pid) != 0; }
+
+int BpfLoader::poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record) {
+  impl_->on_record = &on_record;
+  impl_->callback_error = nullptr;
+  int n = ring_buffer__poll(impl_->ring.get(), timeout_ms);
+  impl_->on_record = nullptr;
+  if (impl_->callback_error) std::rethrow_exception(std::exchange(impl_->callback_error, nullptr));
+  return n;
+}
+
+LoaderStats BpfLoader::stats() const {
+  LoaderStats s;
+  // .bss is mmapped: the kernel's counter, read without a syscall.
+  s.lost = __atomic_load_n(&impl_->skel->bss->lost, __ATOMIC_RELAXED);
+  s.records = impl_->records;
+  return s;
+}
+
+const char* BpfLoader::sched_variant() const { return impl_->variant; }
+
+}  // namespace mlprof::agent

@@ -20,6 +20,10 @@ struct LoaderOptions {
   // Kernel-side filter: only processes in this cgroup v2 (or below it) fire
   // USDT records. 0: no cgroup filter (the attached pids are the filter).
   uint64_t cgroup_id = 0;
+  // That cgroup's level under the v2 root (the root is 0, /a/b is 2): the
+  // kernel compares one ancestor id. -1: unknown, the kernel tries levels
+  // 0..15 on every probe hit.
+  int cgroup_level = -1;
   size_t ring_bytes = 32u << 20;  // ring buffer size, a power of two
   bool force_raw_tp = false;      // testing: skip tp_btf even where it loads
   bool verbose = false;           // libbpf's own messages to stderr
@@ -50,7 +54,8 @@ class BpfLoader {
   bool attached(pid_t pid) const;
 
   // Waits up to timeout_ms for records and hands each to on_record. Returns
-  // the number consumed, or a negative errno (-EINTR on a signal).
+  // the number consumed, or a negative errno (-EINTR on a signal). An
+  // exception from on_record stops the poll and is rethrown here.
   int poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record);
 
   LoaderStats stats() const;

@@ -1,0 +1,674 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The kernel side of mlprof-ebpf (CO-RE, libbpf-tools style).
+ *
+ * USDT handlers for the 8 probes of the contract (mlprof_usdt.h) turn each
+ * hit into a ring-buffer record (mlprof_events.h). Scheduler tracepoints add
+ * what only the kernel sees, for FOLLOWED threads only:
+ *   - a thread is followed while it is in an open session of its process:
+ *     session_begin ran on it, or lane_begin/span_enter of an open session
+ *     ran on it (another lane of that session);
+ *   - a thread started by a followed thread is followed until it exits.
+ * sched_switch/sched_waking/sched_wakeup_new look the thread up in
+ * `followed` and return before any ring-buffer reserve when it is not there:
+ * unfiltered, sched_switch fires ~68k times a second on an idle machine.
+ *
+ * Scheduler programs come in two variants, tp_btf (BTF-typed, kernel >= 5.5)
+ * and raw_tp; the loader probes the kernel and autoloads one set. Both call
+ * the same __always_inline bodies, which read task fields with
+ * BPF_CORE_READ so that the raw_tp variant works too.
+ *
+ * Configuration: const volatile globals set in the skeleton's rodata before
+ * load (cgroup filter, the sched_switch shim in core_fixes.bpf.h); the ring
+ * buffer's size is set on the map before load.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+/* libbpf keeps one USDT spec per (attach call, distinct argument layout) in a
+ * map of this many entries, default 256. The agent attaches per pid (8
+ * probes, several call sites each), so 256 would cap it at a few dozen
+ * processes; libbpf sizes the map from this value. */
+#define BPF_USDT_MAX_SPEC_CNT 4096
+#include <bpf/usdt.bpf.h>
+
+#include "mlprof_events.h"
+#include "core_fixes.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* ---- configuration (rodata, set before load) --------------------------- */
+
+/* cgroup v2 id the target processes must be in (or below); 0: no filter. */
+const volatile __u64 filter_cgroup_id = 0;
+/* Its level under the v2 root (root = 0); -1: search levels 0..15. */
+const volatile int filter_cgroup_level = -1;
+/* Wake the reader only once this many bytes wait in the ring (or at a
+ * session's end). Waking it on every record made it preempt the traced
+ * thread tens of thousands of times a second under load (both on 2 CPUs);
+ * the reader polls with a timeout, so a quiet ring is still drained. */
+const volatile __u64 wakeup_bytes = 1 << 20;
+
+/* ---- state ------------------------------------------------------------- */
+
+/* Records the ring buffer could not take (reserve failed): read by stats(). */
+__u64 lost = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 32 << 20); /* the loader sets LoaderOptions::ring_bytes */
+} events SEC(".maps");
+
+#define FOLLOW_SESSION 0x1 /* in session `session` of its process */
+#define FOLLOW_CHILD 0x2   /* started by a followed thread: until it exits */
+
+struct thread_state {
+	__u64 pstart;   /* the process's start time (pid reuse) */
+	__u64 session;  /* the session it was last seen in */
+	__u64 off_start; /* switched out at; 0: on the CPU */
+	__u64 wake_ns;   /* made runnable at; 0: not yet */
+	__u32 tgid;
+	__u32 flags; /* FOLLOW_* */
+	__u32 waker_tid;
+	__u32 waker_tgid;
+	__u32 prev_state;
+	__u32 blocked;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, struct thread_state);
+} followed SEC(".maps");
+
+/* Open sessions. LRU: a process that dies mid-session never sends
+ * session_end; its entry ages out instead of filling the map. */
+struct session_key {
+	__u64 pstart;
+	__u64 session;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct session_key);
+	__type(value, __u32); /* the thread that began it */
+} sessions SEC(".maps");
+
+/* Function and label ids whose strings were sent (MLPROF_EV_NAME). Keyed by
+ * the process's start time too, so a new process that reuses a pid gets its
+ * names sent again. */
+struct seen_key {
+	__u64 pstart;
+	__u32 tgid;
+	__u32 id;
+	__u32 is_label;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct seen_key);
+	__type(value, __u8);
+} seen_ids SEC(".maps");
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static __always_inline void *reserve(__u64 size)
+{
+	void *p = bpf_ringbuf_reserve(&events, size, 0);
+
+	if (!p)
+		__sync_fetch_and_add(&lost, 1);
+	return p;
+}
+
+/* Submit flags: no wakeup until wakeup_bytes are pending. */
+static __always_inline __u64 batched(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									      : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void fill_header(struct mlprof_ev_header *h, __u16 kind, __u64 ts, __u32 tgid,
+					__u32 tid)
+{
+	h->ts_ns = ts;
+	h->tgid = tgid;
+	h->tid = tid;
+	h->kind = kind;
+	h->reserved = 0;
+	h->cpu = bpf_get_smp_processor_id();
+}
+
+static __always_inline bool cgroup_ok(void)
+{
+	if (!filter_cgroup_id)
+		return true;
+	if (filter_cgroup_level >= 0)
+		return bpf_get_current_ancestor_cgroup_id(filter_cgroup_level) == filter_cgroup_id;
+	for (int level = 0; level < 16; level++) {
+		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
+
+		if (id == filter_cgroup_id)
+			return true;
+		if (!id) /* above the current cgroup's own level */
+			break;
+	}
+	return false;
+}
+
+/* Start time of the current process (its thread group leader). */
+static __always_inline __u64 current_pstart(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	return BPF_CORE_READ(task, group_leader, start_time);
+}
+
+struct usdt_ctx {
+	__u64 ts;
+	__u64 pstart;
+	__u32 tgid;
+	__u32 tid;
+};
+
+static __always_inline bool usdt_begin(struct usdt_ctx *c)
+{
+	if (!cgroup_ok())
+		return false;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	c->tgid = pid_tgid >> 32;
+	c->tid = (__u32)pid_tgid;
+	c->ts = bpf_ktime_get_ns();
+	c->pstart = current_pstart();
+	return true;
+}
+
+static __always_inline bool session_open(const struct usdt_ctx *c, __u64 session)
+{
+	struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
+
+	return bpf_map_lookup_elem(&sessions, &k) != NULL;
+}
+
+/* The current thread works in `session`: follow it. check_open: only if the
+ * session is known to be open (a lane or span event of a session whose
+ * begin the agent did not see, attached mid-session, follows nothing). */
+static __always_inline void follow_current(const struct usdt_ctx *c, __u64 session, bool check_open)
+{
+	struct thread_state *st = bpf_map_lookup_elem(&followed, &c->tid);
+
+	if (st && (st->flags & FOLLOW_SESSION) && st->session == session && st->pstart == c->pstart)
+		return; /* the common case: every span of a session after its first */
+	if (check_open && !session_open(c, session))
+		return;
+	if (st) {
+		st->pstart = c->pstart;
+		st->tgid = c->tgid;
+		st->session = session;
+		st->flags |= FOLLOW_SESSION;
+		return;
+	}
+	struct thread_state ns = {};
+
+	ns.pstart = c->pstart;
+	ns.tgid = c->tgid;
+	ns.session = session;
+	ns.flags = FOLLOW_SESSION;
+	bpf_map_update_elem(&followed, &c->tid, &ns, BPF_NOEXIST);
+}
+
+/* A followed thread, or NULL; a thread followed only for a session that has
+ * ended since is dropped here. Called on the thread's own CPU (switch,
+ * fork, exit), never from a waker on another CPU, so it cannot race the
+ * thread's own USDT handlers re-following it. */
+static __always_inline struct thread_state *lookup_followed(__u32 tid)
+{
+	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
+
+	if (!st)
+		return NULL;
+	if (st->flags & FOLLOW_CHILD)
+		return st;
+	struct session_key k = {.pstart = st->pstart, .session = st->session, .tgid = st->tgid};
+
+	if (bpf_map_lookup_elem(&sessions, &k))
+		return st;
+	bpf_map_delete_elem(&followed, &tid);
+	return NULL;
+}
+
+/* MLPROF_EV_NAME for a function (is_label 0) or label id, the first time the
+ * process uses it. The id is marked seen only when the record was reserved
+ * and the name was read: a lost or unreadable NAME is sent again with the
+ * next span that uses the id (a later NAME for an id replaces the earlier). */
+static __always_inline void send_name_once(const struct usdt_ctx *c, __u32 id, __u32 is_label,
+					   const char *name, const char *module, const char *file,
+					   __s64 line)
+{
+	struct seen_key k = {.pstart = c->pstart, .tgid = c->tgid, .id = id, .is_label = is_label};
+
+	if (bpf_map_lookup_elem(&seen_ids, &k))
+		return;
+	struct mlprof_ev_name *e = reserve(sizeof(*e));
+
+	if (!e)
+		return;
+	fill_header(&e->h, MLPROF_EV_NAME, c->ts, c->tgid, c->tid);
+	e->id = id;
+	e->is_label = is_label;
+	e->line = line;
+	long n;
+
+	if (is_label) {
+		n = bpf_probe_read_user_str(e->name, MLPROF_LABEL_LEN, name);
+		e->module[0] = 0;
+		e->file[0] = 0;
+	} else {
+		n = bpf_probe_read_user_str(e->name, sizeof(e->name), name);
+		if (bpf_probe_read_user_str(e->module, sizeof(e->module), module) < 0)
+			e->module[0] = 0;
+		if (bpf_probe_read_user_str(e->file, sizeof(e->file), file) < 0)
+			e->file[0] = 0;
+	}
+	if (n < 0)
+		e->name[0] = 0;
+	bpf_ringbuf_submit(e, batched());
+	if (n > 0) {
+		__u8 one = 1;
+
+		bpf_map_update_elem(&seen_ids, &k, &one, BPF_ANY);
+	}
+}
+
+static __always_inline int emit_span(const struct usdt_ctx *c, __u16 kind, __u64 session, __u64 lane_index,
+				     __u32 function, __u32 label, __u32 depth, __u32 flags)
+{
+	struct mlprof_ev_span *e = reserve(sizeof(*e));
+
+	if (!e)
+		return 0;
+	fill_header(&e->h, kind, c->ts, c->tgid, c->tid);
+	e->session = session;
+	e->lane = MLPROF_HI(lane_index);
+	e->index = MLPROF_LO(lane_index);
+	e->function = function;
+	e->label = label;
+	e->depth = depth;
+	e->flags = flags;
+	bpf_ringbuf_submit(e, batched());
+	return 0;
+}
+
+/* ---- USDT handlers (attached per pid by the loader) --------------------- */
+
+SEC("usdt")
+int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	struct session_key k = {.pstart = c.pstart, .session = session, .tgid = c.tgid};
+
+	bpf_map_update_elem(&sessions, &k, &c.tid, BPF_ANY);
+	follow_current(&c, session, false);
+
+	struct mlprof_ev_session *e = reserve(sizeof(*e));
+
+	if (!e)
+		return 0;
+	fill_header(&e->h, MLPROF_EV_SESSION_BEGIN, c.ts, c.tgid, c.tid);
+	e->session = session;
+	e->ceiling = ceiling;
+	e->flags = flags;
+	bpf_ringbuf_submit(e, batched());
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_session_end, __u64 session, __u64 dropped)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	struct mlprof_ev_session *e = reserve(sizeof(*e));
+
+	if (e) {
+		fill_header(&e->h, MLPROF_EV_SESSION_END, c.ts, c.tgid, c.tid);
+		e->session = session;
+		e->ceiling = 0;
+		e->flags = dropped;
+		/* A finished session: wake the reader now (a plain submit would not,
+		 * with records it was not woken for still ahead of it). */
+		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	}
+	/* Other lanes' threads are dropped lazily, at their next switch. */
+	struct session_key k = {.pstart = c.pstart, .session = session, .tgid = c.tgid};
+
+	bpf_map_delete_elem(&sessions, &k);
+	struct thread_state *st = bpf_map_lookup_elem(&followed, &c.tid);
+
+	if (st && st->session == session && st->pstart == c.pstart) {
+		if (st->flags & FOLLOW_CHILD)
+			st->flags &= ~FOLLOW_SESSION;
+		else
+			bpf_map_delete_elem(&followed, &c.tid);
+	}
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_lane_begin, __u64 session, __u64 lane_parent, __u64 parent_call_task, __u64 thread_ident,
+	     const char *thread_name)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	follow_current(&c, session, true);
+
+	struct mlprof_ev_lane *e = reserve(sizeof(*e));
+
+	if (!e)
+		return 0;
+	fill_header(&e->h, MLPROF_EV_LANE_BEGIN, c.ts, c.tgid, c.tid);
+	e->session = session;
+	e->lane = MLPROF_HI(lane_parent);
+	e->parent_lane = MLPROF_LO(lane_parent);
+	e->parent_call = MLPROF_HI(parent_call_task);
+	e->task = MLPROF_LO(parent_call_task);
+	e->thread_ident = thread_ident;
+	if (bpf_probe_read_user_str(e->thread_name, sizeof(e->thread_name), thread_name) < 0)
+		e->thread_name[0] = 0;
+	bpf_ringbuf_submit(e, batched());
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_span_enter, __u64 session, __u64 lane_index, __u64 function_label, __u64 depth_flags,
+	     const char *name, const char *module, const char *file, __s64 line, const char *label)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	follow_current(&c, session, true);
+
+	__u32 function = MLPROF_HI(function_label);
+	__u32 label_id = MLPROF_LO(function_label);
+
+	send_name_once(&c, function, 0, name, module, file, line);
+	if (label_id)
+		send_name_once(&c, label_id, 1, label, NULL, NULL, 0);
+	return emit_span(&c, MLPROF_EV_SPAN_ENTER, session, lane_index, function, label_id,
+			 MLPROF_HI(depth_flags), MLPROF_LO(depth_flags));
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_span_exit, __u64 session, __u64 lane_index, __u64 flags)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	return emit_span(&c, MLPROF_EV_SPAN_EXIT, session, lane_index, 0, 0, 0, (__u32)flags);
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_span_suspend, __u64 session, __u64 lane_index)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	return emit_span(&c, MLPROF_EV_SPAN_SUSPEND, session, lane_index, 0, 0, 0, 0);
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_span_resume, __u64 session, __u64 lane_index)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	return emit_span(&c, MLPROF_EV_SPAN_RESUME, session, lane_index, 0, 0, 0, 0);
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_span_io, __u64 session, __u64 lane_index, __u64 role, const char *name, const char *summary)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	struct mlprof_ev_io *e = reserve(sizeof(*e));
+
+	if (!e)
+		return 0;
+	fill_header(&e->h, MLPROF_EV_SPAN_IO, c.ts, c.tgid, c.tid);
+	e->session = session;
+	e->lane = MLPROF_HI(lane_index);
+	e->index = MLPROF_LO(lane_index);
+	e->role = (__u32)role;
+	e->reserved = 0;
+	if (bpf_probe_read_user_str(e->name, sizeof(e->name), name) < 0)
+		e->name[0] = 0;
+	if (bpf_probe_read_user_str(e->summary, sizeof(e->summary), summary) < 0)
+		e->summary[0] = 0;
+	bpf_ringbuf_submit(e, batched());
+	return 0;
+}
+
+/* ---- scheduler and thread lifetime (followed threads only) -------------- */
+
+static __always_inline int on_switch(unsigned long long *ctx, bool preempt, struct task_struct *prev,
+				     struct task_struct *next)
+{
+	__u64 now = 0;
+	__u32 prev_tid = BPF_CORE_READ(prev, pid);
+	struct thread_state *st = prev_tid ? lookup_followed(prev_tid) : NULL;
+
+	if (st) {
+		/* Off-CPU begins. Blocked: it went to sleep (a voluntary switch
+		 * with a state other than TASK_RUNNING); otherwise it was
+		 * preempted or yielded and stays runnable: all run-queue wait. */
+		__u32 state = mlprof_switch_prev_state(ctx, prev);
+
+		now = bpf_ktime_get_ns();
+		st->off_start = now;
+		st->prev_state = state;
+		st->blocked = !preempt && state != 0;
+		st->wake_ns = st->blocked ? 0 : now;
+		st->waker_tid = 0;
+		st->waker_tgid = 0;
+	}
+
+	__u32 next_tid = BPF_CORE_READ(next, pid);
+
+	st = next_tid ? lookup_followed(next_tid) : NULL;
+	if (!st || !st->off_start)
+		return 0;
+	if (!now)
+		now = bpf_ktime_get_ns();
+	struct mlprof_ev_off_cpu *e = reserve(sizeof(*e));
+
+	if (e) {
+		fill_header(&e->h, MLPROF_EV_OFF_CPU, now, st->tgid, next_tid);
+		e->start_ns = st->off_start;
+		e->wake_ns = st->wake_ns;
+		e->waker_tid = st->waker_tid;
+		e->waker_tgid = st->waker_tgid;
+		e->prev_state = st->prev_state;
+		e->blocked = st->blocked;
+		bpf_ringbuf_submit(e, batched());
+	}
+	st->off_start = 0;
+	return 0;
+}
+
+/* sched_waking, not sched_wakeup: it always runs in the waker's context
+ * (sched_wakeup may run on the target CPU, from an IPI), so the current task
+ * is the waker. A timer wakeup's "waker" is the task the interrupt hit,
+ * often the idle task (tid 0). */
+static __always_inline int on_waking(struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
+
+	if (!st || !st->off_start || !st->blocked || st->wake_ns)
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	st->wake_ns = bpf_ktime_get_ns();
+	st->waker_tid = (__u32)pid_tgid;
+	st->waker_tgid = pid_tgid >> 32;
+	return 0;
+}
+
+/* A new thread of a followed thread becomes runnable for the first time:
+ * its wait until it first runs is run-queue wait (an OFF_CPU record with
+ * blocked 0 at its first switch-in; the waker is its creator). */
+static __always_inline int on_wakeup_new(struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
+
+	if (!st)
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 now = bpf_ktime_get_ns();
+
+	st->off_start = now;
+	st->wake_ns = now;
+	st->waker_tid = (__u32)pid_tgid;
+	st->waker_tgid = pid_tgid >> 32;
+	st->prev_state = 0;
+	st->blocked = 0;
+	return 0;
+}
+
+/* Runs in the parent (the creator). Threads only: a new process is not
+ * followed (its probes are not attached; the agent attaches pids itself). */
+static __always_inline int on_fork(struct task_struct *parent, struct task_struct *child)
+{
+	__u32 parent_tid = BPF_CORE_READ(parent, pid);
+	struct thread_state *pst = lookup_followed(parent_tid);
+
+	if (!pst)
+		return 0;
+	__u32 child_tgid = BPF_CORE_READ(child, tgid);
+
+	if (child_tgid != pst->tgid)
+		return 0;
+	__u32 child_tid = BPF_CORE_READ(child, pid);
+	struct thread_state ns = {};
+
+	ns.pstart = pst->pstart;
+	ns.tgid = child_tgid;
+	ns.session = pst->session;
+	ns.flags = FOLLOW_CHILD;
+	bpf_map_update_elem(&followed, &child_tid, &ns, BPF_ANY);
+
+	struct mlprof_ev_thread *e = reserve(sizeof(*e));
+
+	if (!e)
+		return 0;
+	fill_header(&e->h, MLPROF_EV_THREAD_START, bpf_ktime_get_ns(), child_tgid, child_tid);
+	e->parent_tid = parent_tid;
+	e->exit_code = 0;
+	BPF_CORE_READ_STR_INTO(&e->comm, child, comm);
+	bpf_ringbuf_submit(e, batched());
+	return 0;
+}
+
+/* Runs in the exiting thread, for every thread (the process's last one too). */
+static __always_inline int on_exit(struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct thread_state *st = lookup_followed(tid);
+
+	if (!st)
+		return 0;
+	struct mlprof_ev_thread *e = reserve(sizeof(*e));
+
+	if (e) {
+		fill_header(&e->h, MLPROF_EV_THREAD_EXIT, bpf_ktime_get_ns(), st->tgid, tid);
+		e->parent_tid = 0;
+		e->exit_code = (__u32)BPF_CORE_READ(p, exit_code);
+		BPF_CORE_READ_STR_INTO(&e->comm, p, comm);
+		bpf_ringbuf_submit(e, batched());
+	}
+	bpf_map_delete_elem(&followed, &tid);
+	return 0;
+}
+
+/* tp_btf variant (BTF-typed arguments; kernel >= 5.5). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return on_switch(ctx, preempt, prev, next);
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(sched_waking_btf, struct task_struct *p)
+{
+	return on_waking(p);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(sched_wakeup_new_btf, struct task_struct *p)
+{
+	return on_wakeup_new(p);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(sched_process_fork_btf, struct task_struct *parent, struct task_struct *child)
+{
+	return on_fork(parent, child);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sched_process_exit_btf, struct task_struct *p)
+{
+	return on_exit(p);
+}
+
+/* raw_tp variant (untyped u64 arguments; kernel >= 4.17). */
+SEC("raw_tp/sched_switch")
+int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return on_switch(ctx, preempt, prev, next);
+}
+
+SEC("raw_tp/sched_waking")
+int BPF_PROG(sched_waking_raw, struct task_struct *p)
+{
+	return on_waking(p);
+}
+
+SEC("raw_tp/sched_wakeup_new")
+int BPF_PROG(sched_wakeup_new_raw, struct task_struct *p)
+{
+	return on_wakeup_new(p);
+}
+
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(sched_process_fork_raw, struct task_struct *parent, struct task_struct *child)
+{
+	return on_fork(parent, child);
+}
+
+SEC("raw_tp/sched_process_exit")
+int BPF_PROG(sched_process_exit_raw, struct task_struct *p)
+{
+	return on_exit(p);
+}
