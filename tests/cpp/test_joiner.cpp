@@ -1,3 +1,1097 @@
+// The joiner against records built from the mlprof_events.h structs, the way
+// the BPF programs write them: the lanes the extension records in process are
+// written by hand (or at random), turned into the records its USDT probes
+// make the BPF side emit, and the joiner must give back the same span tree
+// that core's build_tree gives for the in-process lanes.
+
+#include "agent/joiner.h"
+
 #include <gtest/gtest.h>
-// placeholder: filled by issue 5 work
-TEST(Placeholder_joiner, Empty) {}
+#include <linux/types.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mlprof_events.h"
+#include "profile_builder.h"
+
+namespace mlprof::agent {
+namespace {
+
+using test::call;
+using test::label;
+using test::make_lane;
+using test::resume;
+using test::ret;
+using test::suspend;
+
+// One ring-buffer record and the thread that produced it.
+struct Rec {
+  uint32_t tid = 0;
+  std::vector<uint8_t> bytes;
+};
+
+template <typename T>
+Rec rec_of(const T& body) {
+  Rec r;
+  r.tid = body.h.tid;
+  r.bytes.resize(sizeof(T));
+  std::memcpy(r.bytes.data(), &body, sizeof(T));
+  return r;
+}
+
+mlprof_ev_header header(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts) {
+  mlprof_ev_header h{};
+  h.ts_ns = static_cast<__u64>(ts);
+  h.tgid = tgid;
+  h.tid = tid;
+  h.kind = kind;
+  return h;
+}
+
+template <size_t N>
+void put(char (&dst)[N], const std::string& s) {
+  std::memset(dst, 0, N);
+  std::memcpy(dst, s.data(), std::min(s.size(), N - 1));
+}
+
+Rec session_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint64_t serial, int64_t ceiling,
+                uint64_t flags) {
+  mlprof_ev_session r{};
+  r.h = header(kind, tgid, tid, ts);
+  r.session = serial;
+  r.ceiling = ceiling;
+  r.flags = flags;
+  return rec_of(r);
+}
+
+Rec span_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint64_t serial, uint32_t lane,
+             uint32_t index, uint32_t function = 0, uint32_t label_id = 0, uint32_t depth = 0,
+             uint32_t flags = 0) {
+  mlprof_ev_span r{};
+  r.h = header(kind, tgid, tid, ts);
+  r.session = serial;
+  r.lane = lane;
+  r.index = index;
+  r.function = function;
+  r.label = label_id;
+  r.depth = depth;
+  r.flags = flags;
+  return rec_of(r);
+}
+
+Rec off_cpu_rec(uint32_t tgid, uint32_t tid, int64_t start, int64_t end, bool blocked, int64_t wake = 0,
+                uint32_t waker = 0) {
+  mlprof_ev_off_cpu r{};
+  r.h = header(MLPROF_EV_OFF_CPU, tgid, tid, end);
+  r.start_ns = static_cast<__u64>(start);
+  r.wake_ns = static_cast<__u64>(blocked ? wake : start);
+  r.waker_tid = waker;
+  r.waker_tgid = tgid;
+  r.prev_state = blocked ? 1 : 0;
+  r.blocked = blocked ? 1 : 0;
+  return rec_of(r);
+}
+
+Rec thread_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint32_t parent, const std::string& comm,
+               uint32_t exit_code = 0) {
+  mlprof_ev_thread r{};
+  r.h = header(kind, tgid, tid, ts);
+  r.parent_tid = parent;
+  r.exit_code = exit_code;
+  put(r.comm, comm);
+  return rec_of(r);
+}
+
+Rec name_rec(uint32_t tgid, uint32_t tid, int64_t ts, uint32_t id, bool is_label, const std::string& name,
+             const std::string& module = "", const std::string& file = "", int64_t line = 0) {
+  mlprof_ev_name r{};
+  r.h = header(MLPROF_EV_NAME, tgid, tid, ts);
+  r.id = id;
+  r.is_label = is_label ? 1 : 0;
+  r.line = line;
+  put(r.name, name);
+  put(r.module, module);
+  put(r.file, file);
+  return rec_of(r);
+}
+
+// What the probes of one process let the BPF side emit: function and label
+// ids are process-wide (the extension's registry), and a NAME record goes
+// out once per (process, id), before the first span that uses it.
+struct Process {
+  uint32_t tgid = 100;
+  uint32_t id_offset = 1000;  // process-wide ids differ from the profile's local ones
+  std::set<std::pair<bool, uint32_t>> named;
+  bool send_names = true;
+};
+
+// The records the probes of session `serial` fire for the lanes of `p` (as
+// the extension recorded them: build_tree'd or not). Each thread's records
+// are in that thread's order (the lanes of one thread, asyncio tasks, merged
+// by time); threads are concatenated, to be interleaved by the caller.
+std::vector<Rec> records_of(const Profile& p, Process& proc, uint64_t serial, uint64_t flags = 0) {
+  std::vector<Rec> out;
+  const uint32_t tgid = proc.tgid;
+  const auto main_tid = static_cast<uint32_t>(p.lanes.empty() ? tgid : p.lanes[0].native_tid);
+  out.push_back(session_rec(MLPROF_EV_SESSION_BEGIN, tgid, main_tid, p.start_ns, serial, p.captured_depth, flags));
+  struct Item {
+    int64_t ts;
+    uint32_t lane;
+    size_t seq;
+    Rec rec;
+  };
+  std::map<uint64_t, std::vector<Item>> by_thread;
+  size_t seq = 0;
+  for (uint32_t li = 0; li < p.lanes.size(); ++li) {
+    const Lane& lane = p.lanes[li];
+    const auto tid = static_cast<uint32_t>(lane.native_tid);
+    auto& items = by_thread[lane.native_tid];
+    auto add = [&](int64_t ts, Rec r) { items.push_back(Item{ts, li, seq++, std::move(r)}); };
+    const int64_t first_ts = lane.events.empty() ? p.start_ns : lane.events.front().ts_ns;
+    mlprof_ev_lane lb{};
+    lb.h = header(MLPROF_EV_LANE_BEGIN, tgid, tid, first_ts);
+    lb.session = serial;
+    lb.lane = li;
+    lb.parent_lane = lane.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(lane.parent_lane);
+    lb.parent_call = lane.parent_call;
+    lb.task = lane.task;
+    lb.thread_ident = lane.thread_id;
+    put(lb.thread_name, lane.thread_name);
+    add(first_ts, rec_of(lb));
+    std::vector<uint32_t> stack;
+    std::map<uint32_t, std::vector<uint32_t>> parked;
+    uint32_t pending_label = 0;
+    for (uint32_t i = 0; i < lane.events.size(); ++i) {
+      const Event& e = lane.events[i];
+      switch (e.kind) {
+        case EventKind::kLabel:
+          pending_label = e.id;
+          break;
+        case EventKind::kCall: {
+          const uint32_t fid = e.id + proc.id_offset;
+          const uint32_t lid = pending_label ? pending_label + proc.id_offset : 0;
+          if (proc.send_names && proc.named.insert({false, fid}).second) {
+            const FunctionInfo& f = p.functions.get(e.id);
+            const auto& s = p.functions.strings();
+            add(e.ts_ns, name_rec(tgid, tid, e.ts_ns, fid, false, s.get(f.name), s.get(f.module), s.get(f.file),
+                                  f.line));
+          }
+          if (lid && proc.send_names && proc.named.insert({true, lid}).second) {
+            add(e.ts_ns, name_rec(tgid, tid, e.ts_ns, lid, true, p.functions.strings().get(pending_label)));
+          }
+          add(e.ts_ns, span_rec(MLPROF_EV_SPAN_ENTER, tgid, tid, e.ts_ns, serial, li, i, fid, lid,
+                                static_cast<uint32_t>(stack.size()), e.flags));
+          stack.push_back(i);
+          pending_label = 0;
+          break;
+        }
+        case EventKind::kReturn:
+          if (stack.empty()) break;  // the builder ignores it; the probe does not fire
+          add(e.ts_ns, span_rec(MLPROF_EV_SPAN_EXIT, tgid, tid, e.ts_ns, serial, li, stack.back(), 0, 0, 0, e.flags));
+          stack.pop_back();
+          break;
+        case EventKind::kSuspend: {
+          auto at = std::find(stack.begin(), stack.end(), e.id);
+          if (at == stack.end()) break;
+          parked[e.id].assign(at, stack.end());
+          stack.erase(at, stack.end());
+          add(e.ts_ns, span_rec(MLPROF_EV_SPAN_SUSPEND, tgid, tid, e.ts_ns, serial, li, e.id, 0, 0, 0, e.flags));
+          break;
+        }
+        case EventKind::kResume: {
+          auto it = parked.find(e.id);
+          if (it == parked.end()) break;
+          stack.insert(stack.end(), it->second.begin(), it->second.end());
+          parked.erase(it);
+          add(e.ts_ns, span_rec(MLPROF_EV_SPAN_RESUME, tgid, tid, e.ts_ns, serial, li, e.id));
+          break;
+        }
+      }
+    }
+    for (const IORecord& io : lane.io) {
+      // After the enter (an argument) or the exit (the return value) of its call.
+      const int64_t at = lane.events[io.call].ts_ns;
+      mlprof_ev_io r{};
+      r.h = header(MLPROF_EV_SPAN_IO, tgid, tid, at);
+      r.session = serial;
+      r.lane = li;
+      r.index = io.call;
+      r.role = static_cast<__u32>(io.role);
+      put(r.name, io.name);
+      put(r.summary, format_io(io.summary));
+      // Placed right after the record of its call (arguments) or its return.
+      size_t pos = 0;
+      for (; pos < items.size(); ++pos) {
+        const Rec& q = items[pos].rec;
+        mlprof_ev_span s{};
+        if (q.bytes.size() != sizeof(s)) continue;
+        std::memcpy(&s, q.bytes.data(), sizeof(s));
+        if (items[pos].lane != li || s.index != io.call) continue;
+        if (io.role == IORole::kArgument ? s.h.kind == MLPROF_EV_SPAN_ENTER : s.h.kind == MLPROF_EV_SPAN_EXIT) break;
+      }
+      items.insert(items.begin() + static_cast<long>(std::min(pos + 1, items.size())),
+                   Item{at, li, seq++, rec_of(r)});
+    }
+  }
+  for (auto& [tid, items] : by_thread) {
+    // Lanes of one thread (asyncio tasks) in time order; a lane's own records keep their order.
+    std::vector<std::vector<Item>> per_lane;
+    std::map<uint32_t, size_t> slot;
+    for (Item& it : items) {
+      auto [s, added] = slot.try_emplace(it.lane, per_lane.size());
+      if (added) per_lane.emplace_back();
+      per_lane[s->second].push_back(std::move(it));
+    }
+    std::vector<size_t> next(per_lane.size(), 0);
+    while (true) {
+      int best = -1;
+      for (size_t k = 0; k < per_lane.size(); ++k) {
+        if (next[k] == per_lane[k].size()) continue;
+        if (best < 0 || per_lane[k][next[k]].ts < per_lane[static_cast<size_t>(best)][next[static_cast<size_t>(best)]].ts) {
+          best = static_cast<int>(k);
+        }
+      }
+      if (best < 0) break;
+      out.push_back(std::move(per_lane[static_cast<size_t>(best)][next[static_cast<size_t>(best)]++].rec));
+    }
+  }
+  uint64_t dropped = 0;
+  for (const Lane& lane : p.lanes) dropped += lane.dropped;
+  out.push_back(session_rec(MLPROF_EV_SESSION_END, tgid, main_tid, p.end_ns, serial, 0, dropped));
+  return out;
+}
+
+// Interleaves the records of different threads at random, each thread's in
+// its own order, as one ring buffer filled from several CPUs delivers them.
+// The session's begin stays first and its end last (the GIL orders them
+// around the other threads' probes in a real process).
+std::vector<Rec> interleave(std::vector<Rec> recs, uint32_t seed) {
+  if (recs.size() < 3) return recs;
+  Rec first = std::move(recs.front());
+  Rec last = std::move(recs.back());
+  std::map<uint32_t, std::vector<Rec>> per_tid;
+  for (size_t i = 1; i + 1 < recs.size(); ++i) per_tid[recs[i].tid].push_back(std::move(recs[i]));
+  std::vector<Rec> out{std::move(first)};
+  std::mt19937 rng(seed);
+  std::map<uint32_t, size_t> next;
+  while (true) {
+    std::vector<uint32_t> ready;
+    for (auto& [tid, v] : per_tid) {
+      if (next[tid] < v.size()) ready.push_back(tid);
+    }
+    if (ready.empty()) break;
+    const uint32_t tid = ready[rng() % ready.size()];
+    out.push_back(std::move(per_tid[tid][next[tid]++]));
+  }
+  out.push_back(std::move(last));
+  return out;
+}
+
+void feed(Joiner& j, const std::vector<Rec>& recs) {
+  for (const Rec& r : recs) j.on_record(r.bytes.data(), r.bytes.size());
+}
+
+std::string function_text(const Profile& p, uint32_t id) {
+  const FunctionInfo& f = p.functions.get(id);
+  const auto& s = p.functions.strings();
+  return s.get(f.name) + "|" + s.get(f.module) + "|" + s.get(f.file) + "|" + std::to_string(f.line) + "|" +
+         std::to_string(static_cast<int>(f.kind)) + "|" + std::to_string(f.user_code);
+}
+
+// The joiner's profile `got` has the tree, lanes and I/O of the in-process `want`.
+void expect_same_tree(const Profile& want, const Profile& got) {
+  EXPECT_EQ(got.captured_depth, want.captured_depth);
+  EXPECT_EQ(got.start_ns, want.start_ns);
+  EXPECT_EQ(got.end_ns, want.end_ns);
+  ASSERT_EQ(got.lanes.size(), want.lanes.size());
+  for (size_t l = 0; l < want.lanes.size(); ++l) {
+    const Lane& a = want.lanes[l];
+    const Lane& b = got.lanes[l];
+    SCOPED_TRACE("lane " + std::to_string(l));
+    EXPECT_EQ(b.thread_id, a.thread_id);
+    EXPECT_EQ(b.native_tid, a.native_tid);
+    EXPECT_EQ(b.thread_name, a.thread_name);
+    EXPECT_EQ(b.task, a.task);
+    EXPECT_EQ(b.parent_lane, a.parent_lane);
+    EXPECT_EQ(b.parent_call, a.parent_call);
+    EXPECT_EQ(b.dropped, a.dropped);
+    EXPECT_EQ(b.truncated, a.truncated);
+    ASSERT_EQ(b.events.size(), a.events.size());
+    for (size_t i = 0; i < a.events.size(); ++i) {
+      const Event& x = a.events[i];
+      const Event& y = b.events[i];
+      SCOPED_TRACE("event " + std::to_string(i));
+      ASSERT_EQ(y.kind, x.kind);
+      EXPECT_EQ(y.flags, x.flags);
+      if (x.kind == EventKind::kCall) {
+        EXPECT_EQ(function_text(got, y.id), function_text(want, x.id));
+      } else if (x.kind == EventKind::kLabel) {
+        EXPECT_EQ(got.functions.strings().get(y.id), want.functions.strings().get(x.id));
+      } else {
+        EXPECT_EQ(y.id, x.id);
+      }
+      if (x.kind != EventKind::kLabel) {
+        EXPECT_EQ(y.ts_ns, x.ts_ns);  // a label's time is unused
+      }
+    }
+  }
+  ASSERT_EQ(got.spans.size(), want.spans.size());
+  for (size_t i = 0; i < want.spans.size(); ++i) {
+    const Span& a = want.spans[i];
+    const Span& b = got.spans[i];
+    SCOPED_TRACE("span " + std::to_string(i) + " " + want.display_name(a));
+    EXPECT_EQ(got.display_name(b), want.display_name(a));
+    EXPECT_EQ(function_text(got, b.function), function_text(want, a.function));
+    EXPECT_EQ(b.parent, a.parent);
+    EXPECT_EQ(b.lane, a.lane);
+    EXPECT_EQ(b.depth, a.depth);
+    EXPECT_EQ(b.flags, a.flags);
+    EXPECT_EQ(b.start_ns, a.start_ns);
+    EXPECT_EQ(b.end_ns, a.end_ns);
+    EXPECT_EQ(b.active_ns, a.active_ns);
+    EXPECT_EQ(b.resumes, a.resumes);
+    EXPECT_EQ(b.first_child, a.first_child);
+    EXPECT_EQ(b.next_sibling, a.next_sibling);
+  }
+  EXPECT_EQ(got.roots, want.roots);
+  EXPECT_EQ(got.segments, want.segments);
+  ASSERT_EQ(got.io.size(), want.io.size());
+  for (size_t i = 0; i < want.io.size(); ++i) {
+    EXPECT_EQ(got.io[i].span, want.io[i].span);
+    EXPECT_EQ(got.io[i].role, want.io[i].role);
+    EXPECT_EQ(got.io[i].name, want.io[i].name);
+    EXPECT_EQ(format_io(got.io[i].summary), format_io(want.io[i].summary));
+  }
+}
+
+// The rich session of the issue: nested calls with labels, a profile_block,
+// a C call, an exception, a generator suspended and resumed, a thread lane
+// (all_threads) and an asyncio-task lane hung under predict, I/O summaries.
+Profile rich_session() {
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "Model.predict");
+  const uint32_t prep = test::user_fn(p, "preprocess");
+  const uint32_t scale = test::lib_fn(p, "StandardScaler.transform", "sklearn.preprocessing._data");
+  const uint32_t len = test::c_fn(p, "len");
+  const uint32_t block = p.functions.add("load weights", "", "", 0, FunctionKind::kBlock, true);
+  const uint32_t gen = test::user_fn(p, "batches");
+  const uint32_t work = test::user_fn(p, "worker_run", "app.workers");
+  const uint32_t task = test::user_fn(p, "fetch_features", "app.io");
+  const uint32_t stdlib = p.functions.add("sleep", "asyncio.tasks", "/usr/lib/python3.11/asyncio/tasks.py", 600,
+                                          FunctionKind::kPython, false);
+  const uint32_t lab = p.functions.strings().intern("prep stage");
+  std::vector<Event> main = {
+      call(1000, predict),                           // 0
+      label(lab),                                    // 1
+      call(1100, prep),                              // 2
+      call(1200, scale),                             // 3
+      call(1250, len, kEvCFunction),                 // 4
+      ret(1260),                                     // 5
+      ret(1400, kEvException),                       // 6
+      ret(1500),                                     // 7
+      call(1600, block, kEvBlock),                   // 8
+      ret(2600),                                     // 9
+      call(2700, gen),                               // 10
+      suspend(2800, 10),                             // 11
+      resume(3000, 10),                              // 12
+      suspend(3100, 10),                             // 13
+      resume(3300, 10),                              // 14
+      ret(3400),                                     // 15
+      ret(9000),                                     // 16
+  };
+  p.captured_depth = 3;
+  p.start_ns = 900;
+  p.end_ns = 9100;
+  p.lanes.push_back(make_lane(main, "MainThread"));
+  p.lanes[0].thread_id = 140001;
+  p.lanes[0].native_tid = 100;
+  // A worker thread (all_threads) started inside predict: its roots hang
+  // under predict (lane 0, call 0). Its timestamps interleave with lane 0's.
+  p.lanes.push_back(make_lane({call(1150, work), call(1300, stdlib), ret(2900), ret(3050)}, "worker-1", 0, 0, 0));
+  p.lanes[1].thread_id = 140002;
+  p.lanes[1].native_tid = 101;
+  // An asyncio task in the main thread (task 1), created under predict.
+  p.lanes.push_back(make_lane({call(2750, task), suspend(2760, 0), resume(3350, 0), ret(3380)}, "MainThread", 1, 0, 0));
+  p.lanes[2].thread_id = 140001;
+  p.lanes[2].native_tid = 100;
+  IOSummary df;
+  df.type_name = "pandas.core.frame.DataFrame";
+  df.has_shape = true;
+  df.shape = {64, 12};
+  df.dtype = "float64";
+  df.size_bytes = 6144;
+  IOSummary arr;
+  arr.type_name = "numpy.ndarray";
+  arr.has_shape = true;
+  arr.shape = {64};
+  arr.dtype = "int64";
+  arr.size_bytes = 512;
+  p.lanes[0].io.push_back(IORecord{0, IORole::kArgument, "X", df});
+  p.lanes[0].io.push_back(IORecord{0, IORole::kReturn, "", arr});
+  build_tree(p);
+  return p;
+}
+
+// The in-process profile as the joiner can know it: a type keeps only its
+// short name in the probe's text.
+Profile as_seen(Profile p) {
+  for (Lane& lane : p.lanes) {
+    for (IORecord& io : lane.io) io.summary.type_name = short_type_name(io.summary.type_name);
+  }
+  build_tree(p);
+  return p;
+}
+
+TEST(Joiner, RebuildsTheInProcessTreeOfARichSession) {
+  const Profile want = as_seen(rich_session());
+  Process proc;
+  Joiner j(std::map<std::string, std::string>{{"container", "serving-1"}});
+  feed(j, records_of(want, proc, 7, MLPROF_SESSION_CAPTURE_IO | MLPROF_SESSION_ALL_THREADS));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  expect_same_tree(want, got[0]);
+  const Profile& p = got[0];
+  // The tree really is the rich one (not two empty ones agreeing).
+  ASSERT_EQ(p.spans.size(), 9u);
+  EXPECT_EQ(p.display_name(p.spans[1]), "prep stage");
+  EXPECT_TRUE(p.spans[1].flags & kSpanLabelled);
+  EXPECT_TRUE(p.spans[2].flags & kSpanException);
+  EXPECT_TRUE(p.spans[3].flags & kSpanCFunction);
+  EXPECT_TRUE(p.spans[4].flags & kSpanBlock);
+  EXPECT_EQ(p.spans[5].resumes, 2u);
+  EXPECT_EQ(p.spans[5].active_ns, 700 - 200 - 200);
+  EXPECT_EQ(p.spans[6].parent, 0);  // worker thread's root under predict
+  EXPECT_EQ(p.spans[8].parent, 0);  // asyncio task's root under predict
+  EXPECT_EQ(p.lanes[1].native_tid, 101u);
+  EXPECT_EQ(p.lanes[2].task, 1u);
+  EXPECT_EQ(format_io(p.io[0].summary), "(DataFrame, shape=(64, 12), dtype=float64, 6.0KB)");
+  EXPECT_EQ(p.io[0].summary.size_bytes, 6144);
+  EXPECT_EQ(p.io[0].summary.shape, (std::vector<int64_t>{64, 12}));
+  // Kinds and user code from the flags and the file paths.
+  EXPECT_EQ(p.functions.get(p.spans[3].function).kind, FunctionKind::kC);
+  EXPECT_EQ(p.functions.get(p.spans[4].function).kind, FunctionKind::kBlock);
+  EXPECT_FALSE(p.functions.get(p.spans[2].function).user_code);  // site-packages
+  EXPECT_FALSE(p.functions.get(p.spans[7].function).user_code);  // the standard library
+  EXPECT_TRUE(p.functions.get(p.spans[0].function).user_code);
+  // Provenance.
+  EXPECT_EQ(p.meta.at("source"), "ebpf");
+  EXPECT_EQ(p.meta.at("pid"), "100");
+  EXPECT_EQ(p.meta.at("session"), "7");
+  EXPECT_EQ(p.meta.at("container"), "serving-1");
+  EXPECT_EQ(p.meta.at("session_flags"), "capture_io,all_threads");
+  EXPECT_FALSE(p.meta.at("host").empty());
+  EXPECT_EQ(p.meta.count("truncated"), 0u);
+  for (const Lane& lane : p.lanes) {
+    EXPECT_EQ(lane.pid, 100u);
+    EXPECT_EQ(lane.session, 7u);
+  }
+  EXPECT_TRUE(p.kernel.present);
+  EXPECT_EQ(p.kernel.spans.size(), p.spans.size());
+  const JoinerStats st = j.stats();
+  EXPECT_EQ(st.sessions_finished, 1u);
+  EXPECT_EQ(st.sessions_truncated, 0u);
+  EXPECT_EQ(st.index_mismatches, 0u);
+  EXPECT_EQ(st.names_lost, 0u);
+  EXPECT_EQ(st.malformed, 0u);
+  EXPECT_EQ(st.unmatched, 0u);
+}
+
+TEST(Joiner, ThreadsInterleavedInAnyOrderGiveTheSameTree) {
+  const Profile want = as_seen(rich_session());
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Process proc;
+    Joiner j;
+    feed(j, interleave(records_of(want, proc, 1), seed));
+    std::vector<Profile> got = j.take_finished();
+    ASSERT_EQ(got.size(), 1u);
+    expect_same_tree(want, got[0]);
+    EXPECT_EQ(j.stats().index_mismatches, 0u);
+  }
+}
+
+TEST(Joiner, RandomCapturesWithGeneratorsRoundTrip) {
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Profile want = test::random_profile(seed, 300, 6, true);
+    want.start_ns = 500;
+    want.lanes[0].native_tid = 100;
+    build_tree(want);
+    Process proc;
+    Joiner j;
+    feed(j, records_of(want, proc, seed));
+    std::vector<Profile> got = j.take_finished();
+    ASSERT_EQ(got.size(), 1u);
+    expect_same_tree(want, got[0]);
+    EXPECT_EQ(j.stats().index_mismatches, 0u);
+  }
+}
+
+// A one-lane session: predict(0) { load(1) { read(2) } } with a second root
+// call after it; main thread tid 100.
+Profile small_session(int64_t t0 = 1000) {
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t load = test::user_fn(p, "load");
+  const uint32_t read = test::user_fn(p, "read", "app.io");
+  p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 1000, load), call(t0 + 2000, read), ret(t0 + 30000),
+                               ret(t0 + 40000), ret(t0 + 50000)}));
+  p.lanes[0].native_tid = 100;
+  p.captured_depth = 2;
+  p.start_ns = t0 - 100;
+  p.end_ns = t0 + 50100;
+  build_tree(p);
+  return p;
+}
+
+TEST(Joiner, OffCpuIntervalLandsOnTheInnermostOpenSpan) {
+  const Profile want = small_session();
+  Process proc;
+  Joiner j;
+  std::vector<Rec> recs = records_of(want, proc, 1);
+  Rec end = recs.back();
+  recs.pop_back();
+  // read() (3000..31000) sleeps 20 us, woken by thread 105 after 18 us; then
+  // one preemption of 2 us inside load() after read returned.
+  recs.push_back(off_cpu_rec(100, 100, 5000, 25000, true, 23000, 105));
+  recs.push_back(off_cpu_rec(100, 100, 33000, 35000, false));
+  // Another process with the same tid numbers must not count.
+  recs.push_back(off_cpu_rec(200, 100, 4000, 30000, true, 29000, 7));
+  recs.push_back(end);
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const Profile& p = got[0];
+  ASSERT_EQ(p.kernel.off_cpu.size(), 2u);
+  EXPECT_EQ(p.kernel.off_cpu[0].start_ns, 5000);
+  EXPECT_EQ(p.kernel.off_cpu[0].end_ns, 25000);
+  EXPECT_EQ(p.kernel.off_cpu[0].wake_ns, 23000);
+  EXPECT_EQ(p.kernel.off_cpu[0].waker_tid, 105u);
+  EXPECT_TRUE(p.kernel.off_cpu[0].blocked);
+  EXPECT_EQ(p.kernel.off_cpu[0].pid, 100u);
+  EXPECT_FALSE(p.kernel.off_cpu[1].blocked);
+  ASSERT_EQ(p.spans.size(), 3u);
+  ASSERT_EQ(p.kernel.spans.size(), 3u);
+  const SpanKernel& read = p.kernel.spans[2];
+  EXPECT_EQ(read.off_cpu_ns, 20000);
+  EXPECT_EQ(read.blocked_ns, 18000);
+  EXPECT_EQ(read.runq_ns, 2000);
+  EXPECT_EQ(read.voluntary_switches, 1u);
+  EXPECT_EQ(read.top_waker_tid, 105u);
+  EXPECT_EQ(read.on_cpu_ns, p.spans[2].duration_ns() - 20000);
+  const SpanKernel& load = p.kernel.spans[1];  // inclusive: read's sleep and its own preemption
+  EXPECT_EQ(load.off_cpu_ns, 22000);
+  EXPECT_EQ(load.runq_ns, 4000);
+  EXPECT_EQ(load.involuntary_switches, 1u);
+  EXPECT_EQ(p.kernel.spans[0].off_cpu_ns, 22000);
+}
+
+TEST(Joiner, ProcessExitMidSessionTruncatesItsOpenSpans) {
+  const Profile full = small_session();
+  Process proc;
+  Joiner j;
+  std::vector<Rec> recs = records_of(full, proc, 3);
+  // Stop after read() was entered: predict, load and read stay open.
+  recs.resize(1 + 1 + 2 + 2 + 2);  // begin, lane_begin, (name, enter) x 3
+  feed(j, recs);
+  EXPECT_TRUE(j.take_finished().empty());
+  j.on_process_exit(100, 80000);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const Profile& p = got[0];
+  ASSERT_EQ(p.spans.size(), 3u);
+  for (const Span& s : p.spans) {
+    EXPECT_TRUE(s.flags & kSpanTruncated) << p.display_name(s);
+    EXPECT_TRUE(s.flags & kSpanOpenAtEnd) << p.display_name(s);
+    EXPECT_EQ(s.end_ns, 80000);
+  }
+  EXPECT_EQ(p.end_ns, 80000);
+  EXPECT_TRUE(p.lanes[0].truncated);
+  EXPECT_EQ(p.meta.at("truncated"), "process exited");
+  EXPECT_EQ(j.stats().sessions_truncated, 1u);
+  // Forgotten: the pid's next process starts with no names and no session.
+  feed(j, {span_rec(MLPROF_EV_SPAN_EXIT, 100, 100, 90000, 3, 0, 2)});
+  EXPECT_EQ(j.stats().unmatched, 1u);
+}
+
+TEST(Joiner, MainThreadExitRecordEndsTheProcessSessions) {
+  const Profile full = small_session();
+  Process proc;
+  Joiner j;
+  std::vector<Rec> recs = records_of(full, proc, 3);
+  recs.resize(6);  // predict and load open
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_EXIT, 100, 100, 70000, 0, "python3", 9));
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].spans.size(), 2u);
+  EXPECT_TRUE(got[0].spans[1].flags & kSpanTruncated);
+  EXPECT_EQ(got[0].end_ns, 70000);
+  ASSERT_EQ(got[0].kernel.threads.size(), 1u);  // the lane's thread, seen exiting
+  EXPECT_EQ(got[0].kernel.threads[0].end_ns, 70000);
+  EXPECT_EQ(got[0].kernel.threads[0].exit_code, 9);
+  EXPECT_EQ(got[0].kernel.threads[0].start_ns, 0);  // started before the capture
+}
+
+TEST(Joiner, FinishEndsOpenSessionsAtTheGivenTime) {
+  const Profile full = small_session();
+  Process proc;
+  Joiner j;
+  std::vector<Rec> recs = records_of(full, proc, 3);
+  recs.resize(6);
+  feed(j, recs);
+  j.finish(60000);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].meta.at("truncated"), "capture ended");
+  EXPECT_EQ(got[0].spans[0].end_ns, 60000);
+  EXPECT_TRUE(got[0].spans[0].flags & kSpanTruncated);
+  EXPECT_EQ(j.stats().sessions_truncated, 1u);
+  EXPECT_EQ(j.stats().sessions_finished, 1u);
+}
+
+TEST(Joiner, ALostNameRecordGivesAPlaceholderNameAndIsCounted) {
+  const Profile want = small_session();
+  Process proc;
+  Joiner j;
+  std::vector<Rec> recs = records_of(want, proc, 1);
+  // Drop the NAME of load() (process-wide id 1001).
+  std::erase_if(recs, [](const Rec& r) {
+    mlprof_ev_name n{};
+    if (r.bytes.size() != sizeof(n)) return false;
+    std::memcpy(&n, r.bytes.data(), sizeof(n));
+    return n.h.kind == MLPROF_EV_NAME && n.id == 1001;
+  });
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].spans.size(), 3u);
+  EXPECT_EQ(got[0].display_name(got[0].spans[0]), "predict");
+  EXPECT_EQ(got[0].display_name(got[0].spans[1]), "<function 1001>");
+  EXPECT_EQ(got[0].display_name(got[0].spans[2]), "read");
+  EXPECT_EQ(j.stats().names_lost, 1u);
+}
+
+TEST(Joiner, NamesArePerProcessAndOutliveSessions) {
+  Process proc;
+  Joiner j;
+  feed(j, records_of(small_session(1000), proc, 1));
+  // The second session's records carry no NAME (sent once per process).
+  feed(j, records_of(small_session(100000), proc, 2));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].display_name(got[1].spans[1]), "load");
+  EXPECT_EQ(j.stats().names_lost, 0u);
+}
+
+TEST(Joiner, TwoProcessesWithEqualTidsAndSessionNumbersStayApart) {
+  // Process 100 runs predict/load/read; process 200 (the same tid numbers,
+  // session serial and function ids, other names) runs its own tree.
+  Profile a = small_session();
+  Profile b;
+  const uint32_t f0 = test::user_fn(b, "score");
+  const uint32_t f1 = test::user_fn(b, "featurize");
+  const uint32_t f2 = test::user_fn(b, "lookup");
+  b.lanes.push_back(make_lane({call(1500, f0), call(1600, f1), ret(1700), call(1800, f2), ret(1900), ret(2000)}));
+  b.lanes[0].native_tid = 100;
+  b.captured_depth = 2;
+  b.start_ns = 1400;
+  b.end_ns = 2100;
+  build_tree(b);
+  Process pa, pb;
+  pb.tgid = 200;
+  std::vector<Rec> ra = records_of(a, pa, 1);
+  std::vector<Rec> rb = records_of(b, pb, 1);
+  // One ring buffer: the two processes' records interleaved.
+  std::vector<Rec> all;
+  for (size_t i = 0; i < std::max(ra.size(), rb.size()); ++i) {
+    if (i < rb.size()) all.push_back(rb[i]);
+    if (i < ra.size()) all.push_back(ra[i]);
+  }
+  Joiner j;
+  feed(j, all);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 2u);
+  const Profile& gb = got[0].meta.at("pid") == "200" ? got[0] : got[1];
+  const Profile& ga = got[0].meta.at("pid") == "200" ? got[1] : got[0];
+  EXPECT_EQ(ga.meta.at("pid"), "100");
+  expect_same_tree(a, ga);
+  expect_same_tree(b, gb);
+  EXPECT_EQ(j.stats().index_mismatches, 0u);
+}
+
+TEST(Joiner, AnIndexMismatchStopsTheLaneInsteadOfBuildingAWrongTree) {
+  // predict { load { read } } then a second call after load: losing read's
+  // exit would make the builder close load at read's exit time and hang the
+  // next call under the wrong parent; the joiner must stop the lane there.
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t load = test::user_fn(p, "load");
+  const uint32_t read = test::user_fn(p, "read");
+  const uint32_t post = test::user_fn(p, "post");
+  p.lanes.push_back(make_lane({call(1000, predict), call(2000, load), call(3000, read), ret(4000), ret(5000),
+                               call(6000, post), ret(7000), ret(8000)}));
+  p.lanes[0].native_tid = 100;
+  p.start_ns = 900;
+  p.end_ns = 9000;
+  p.captured_depth = 3;
+  build_tree(p);
+  Process proc;
+  std::vector<Rec> recs = records_of(p, proc, 1);
+  // Lose read's exit (index 2).
+  auto lost = std::find_if(recs.begin(), recs.end(), [](const Rec& r) {
+    mlprof_ev_span s{};
+    if (r.bytes.size() != sizeof(s)) return false;
+    std::memcpy(&s, r.bytes.data(), sizeof(s));
+    return s.h.kind == MLPROF_EV_SPAN_EXIT && s.index == 2;
+  });
+  ASSERT_NE(lost, recs.end());
+  recs.erase(lost);
+  Joiner j;
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const Profile& g = got[0];
+  EXPECT_EQ(j.stats().index_mismatches, 1u);
+  EXPECT_TRUE(g.lanes[0].truncated);
+  // The three spans seen before the loss, all open at the end and flagged;
+  // no "post" span under the wrong parent.
+  ASSERT_EQ(g.spans.size(), 3u);
+  for (const Span& s : g.spans) {
+    EXPECT_TRUE(s.flags & kSpanTruncated) << g.display_name(s);
+    EXPECT_NE(g.display_name(s), "post");
+  }
+  EXPECT_EQ(g.spans[2].start_ns, 3000);
+}
+
+TEST(Joiner, ResumeOfASpanNeverSuspendedIsAMismatch) {
+  Profile p = small_session();
+  Process proc;
+  std::vector<Rec> recs = records_of(p, proc, 1);
+  recs.insert(recs.end() - 1, span_rec(MLPROF_EV_SPAN_RESUME, 100, 100, 50050, 1, 0, 1));
+  Joiner j;
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(j.stats().index_mismatches, 1u);
+  EXPECT_TRUE(got[0].lanes[0].truncated);
+  EXPECT_EQ(got[0].spans.size(), 3u);  // everything before it stands
+}
+
+TEST(Joiner, ALaneWhoseBeginWasLostIsRebuiltFromItsSpans) {
+  Profile p = as_seen(rich_session());
+  Process proc;
+  std::vector<Rec> recs = records_of(p, proc, 1);
+  std::erase_if(recs, [](const Rec& r) {
+    mlprof_ev_lane l{};
+    if (r.bytes.size() != sizeof(l)) return false;
+    std::memcpy(&l, r.bytes.data(), sizeof(l));
+    return l.h.kind == MLPROF_EV_LANE_BEGIN && l.lane == 1;
+  });
+  Joiner j;
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(j.stats().lanes_without_begin, 1u);
+  ASSERT_EQ(got[0].lanes.size(), 3u);
+  EXPECT_EQ(got[0].lanes[1].native_tid, 101u);
+  EXPECT_EQ(got[0].lanes[1].parent_lane, -1);  // the link was in the lost record
+  EXPECT_EQ(got[0].spans.size(), p.spans.size());
+}
+
+TEST(Joiner, ThreadsStartedInTheSessionBecomeLifetimes) {
+  const Profile want = small_session();
+  Process proc;
+  std::vector<Rec> recs = records_of(want, proc, 1);
+  Rec end = recs.back();
+  recs.pop_back();
+  // load() (2000..41000) starts thread 150, which starts 151; 150 exits.
+  // Thread 160 is started by a thread outside the session: not its own.
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 150, 2500, 100, "worker-a"));
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 151, 2700, 150, "worker-b"));
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 160, 2800, 999, "other"));
+  recs.push_back(off_cpu_rec(100, 150, 3000, 13000, true, 12000, 100));
+  recs.push_back(off_cpu_rec(100, 160, 3000, 13000, true, 12000, 100));
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_EXIT, 100, 150, 20000, 100, "worker-a", 0));
+  recs.push_back(end);
+  Joiner j;
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const KernelData& k = got[0].kernel;
+  ASSERT_EQ(k.threads.size(), 2u);
+  EXPECT_EQ(k.threads[0].tid, 150u);
+  EXPECT_EQ(k.threads[0].parent_tid, 100u);
+  EXPECT_EQ(k.threads[0].start_ns, 2500);
+  EXPECT_EQ(k.threads[0].end_ns, 20000);
+  EXPECT_EQ(k.threads[0].name, "worker-a");
+  EXPECT_EQ(k.threads[0].started_under, 1);  // load(), innermost open on thread 100 at 2500
+  EXPECT_EQ(k.threads[1].tid, 151u);
+  EXPECT_EQ(k.threads[1].end_ns, 0);  // still running
+  ASSERT_EQ(k.off_cpu.size(), 1u);   // 160 is not the session's
+  EXPECT_EQ(k.off_cpu[0].tid, 150u);
+  // The started thread's off-CPU counts for load() (and predict), not for read().
+  EXPECT_EQ(k.spans[1].off_cpu_ns, 10000);
+  EXPECT_EQ(k.spans[2].off_cpu_ns, 0);
+}
+
+TEST(Joiner, HeldSessionsCatchOffCpuIntervalsThatEndAfterThem) {
+  const Profile want = small_session();  // ends at 51100
+  Process proc;
+  std::vector<Rec> recs = records_of(want, proc, 1);
+  recs.insert(recs.end() - 1, thread_rec(MLPROF_EV_THREAD_START, 100, 150, 2500, 100, "pool"));
+  Joiner j;
+  feed(j, recs);
+  // The pool thread blocks from 40000 to after the session's end: its
+  // interval is shipped when it ends, after session_end.
+  EXPECT_TRUE(j.take_finished(51100).empty());
+  feed(j, {off_cpu_rec(100, 150, 40000, 70000, true, 69000, 100)});
+  std::vector<Profile> got = j.take_finished(51101);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].kernel.off_cpu.size(), 1u);
+  EXPECT_EQ(got[0].kernel.off_cpu[0].tid, 150u);
+  // Without holding, the same interval arrives too late.
+  Joiner k;
+  feed(k, recs);
+  ASSERT_EQ(k.take_finished().size(), 1u);
+  feed(k, {off_cpu_rec(100, 150, 40000, 70000, true, 69000, 100)});
+  EXPECT_TRUE(k.take_finished().empty());
+}
+
+TEST(Joiner, LostEventsAreTheIncreaseDuringTheSession) {
+  Process proc;
+  std::vector<Rec> recs = records_of(small_session(), proc, 1);
+  Joiner j;
+  j.set_lost_events(5);
+  feed(j, {recs.front()});
+  j.set_lost_events(12);
+  feed(j, std::vector<Rec>(recs.begin() + 1, recs.end()));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].kernel.lost_events, 7u);
+}
+
+TEST(Joiner, DroppedCallsOfTheSessionGoToItsLane) {
+  Profile p = small_session();
+  p.lanes[0].dropped = 4;
+  build_tree(p);
+  Process proc;
+  Joiner j;
+  feed(j, records_of(p, proc, 1));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  expect_same_tree(p, got[0]);
+  EXPECT_EQ(got[0].meta.at("calls_dropped"), "4");
+}
+
+TEST(Joiner, MalformedRecordsAreCountedNotTrusted) {
+  Joiner j;
+  const uint8_t tiny[4] = {1, 2, 3, 4};
+  j.on_record(tiny, sizeof(tiny));
+  j.on_record(nullptr, 0);
+  Rec r = session_rec(MLPROF_EV_SESSION_BEGIN, 1, 1, 10, 1, 2, 0);
+  j.on_record(r.bytes.data(), sizeof(mlprof_ev_header));  // a begin cut after its header
+  mlprof_ev_header h = header(77, 1, 1, 10);
+  j.on_record(&h, sizeof(h));
+  // A name not terminated within its field: cut at the field's end.
+  mlprof_ev_name n{};
+  n.h = header(MLPROF_EV_NAME, 1, 1, 10);
+  std::memset(n.name, 'x', sizeof(n.name));
+  j.on_record(&n, sizeof(n));
+  EXPECT_EQ(j.stats().records, 5u);
+  EXPECT_EQ(j.stats().malformed, 4u);
+}
+
+TEST(Joiner, RecordsOfSessionsNeverBegunAreUnmatched) {
+  Process proc;
+  std::vector<Rec> recs = records_of(small_session(), proc, 1);
+  recs.erase(recs.begin());  // the agent attached after session_begin
+  Joiner j;
+  feed(j, recs);
+  EXPECT_TRUE(j.take_finished().empty());
+  EXPECT_EQ(j.stats().unmatched, 8u);  // lane_begin, 3 enters, 3 exits, session_end
+}
+
+TEST(Joiner, ASessionThatNeverEndsIsBoundedByTheEventCap) {
+  JoinerLimits limits;
+  limits.max_events_per_session = 100;
+  limits.max_off_cpu_per_thread = 16;
+  Joiner j({}, limits);
+  Process proc;
+  feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 10, 1, -1, 0),
+           name_rec(100, 100, 10, 5, false, "tick", "app", "/app/x.py", 1)});
+  int64_t ts = 100;
+  for (uint32_t i = 0; i < 1000; ++i) {
+    feed(j, {span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, ts, 1, 0, 2 * i, 5),
+             span_rec(MLPROF_EV_SPAN_EXIT, 100, 100, ts + 5, 1, 0, 2 * i),
+             off_cpu_rec(100, 100, ts + 1, ts + 3, false)});
+    ts += 10;
+  }
+  EXPECT_GT(j.stats().events_over_cap, 0u);
+  EXPECT_EQ(j.stats().off_cpu_dropped, 1000u - 16u);
+  j.finish(ts);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].lanes[0].events.size(), 100u);
+  EXPECT_TRUE(got[0].lanes[0].truncated);
+  EXPECT_LE(got[0].kernel.off_cpu.size(), 16u);
+}
+
+TEST(Joiner, AProcessWithNoSessionHoldsNoSchedulerRecords) {
+  JoinerLimits limits;
+  limits.max_names_per_process = 10;
+  Joiner j({}, limits);
+  for (uint32_t i = 0; i < 50; ++i) {
+    std::string name = "f";  // appended: `"f" + std::string` trips GCC 12's -Wrestrict
+    name += std::to_string(i);
+    feed(j, {name_rec(100, 100, 10, i, false, name)});
+  }
+  for (uint32_t i = 0; i < 1000; ++i) feed(j, {off_cpu_rec(100, 100, i * 10, i * 10 + 5, true, i * 10 + 4, 1)});
+  // A session that starts later sees none of the earlier intervals, and only
+  // the names that fit.
+  feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 20000, 1, 2, 0),
+           span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, 20010, 1, 0, 0, 3),
+           span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, 20020, 1, 0, 1, 30),
+           span_rec(MLPROF_EV_SPAN_EXIT, 100, 100, 20030, 1, 0, 1),
+           span_rec(MLPROF_EV_SPAN_EXIT, 100, 100, 20040, 1, 0, 0),
+           session_rec(MLPROF_EV_SESSION_END, 100, 100, 20050, 1, 0, 0)});
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].kernel.off_cpu.empty());
+  EXPECT_EQ(got[0].display_name(got[0].spans[0]), "f3");
+  EXPECT_EQ(got[0].display_name(got[0].spans[1]), "<function 30>");
+  EXPECT_EQ(j.stats().off_cpu_dropped, 0u);  // not dropped: outside any session
+}
+
+TEST(Joiner, TooManyOpenSessionsCloseTheOldestFirst) {
+  JoinerLimits limits;
+  limits.max_open_sessions = 3;
+  Joiner j({}, limits);
+  for (uint64_t s = 1; s <= 5; ++s) {
+    feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, static_cast<int64_t>(s * 100), s, 2, 0)});
+  }
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].meta.at("session"), "1");
+  EXPECT_EQ(got[1].meta.at("session"), "2");
+  EXPECT_EQ(got[0].meta.at("truncated"), "too many open sessions");
+  EXPECT_EQ(j.stats().sessions_evicted, 2u);
+  j.finish(1000);
+  EXPECT_EQ(j.take_finished().size(), 3u);
+}
+
+TEST(Joiner, ASessionBegunAgainClosesTheOneWhoseEndWasLost) {
+  Joiner j;
+  feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 100, 1, 2, 0),
+           session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 500, 1, 2, 0),
+           session_rec(MLPROF_EV_SESSION_END, 100, 100, 900, 1, 0, 0)});
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].start_ns, 100);
+  EXPECT_EQ(got[0].end_ns, 500);
+  EXPECT_EQ(got[0].meta.count("truncated"), 1u);
+  EXPECT_EQ(got[1].start_ns, 500);
+  EXPECT_EQ(got[1].end_ns, 900);
+  EXPECT_EQ(got[1].captured_depth, 2);
+}
+
+// ---- parse_io_text ----------------------------------------------------------------
+
+TEST(ParseIoText, GivesBackFieldsThatFormatToTheSameText) {
+  std::vector<IOSummary> cases;
+  IOSummary s;
+  s.type_name = "DataFrame";
+  s.has_shape = true;
+  s.shape = {1000, 50};
+  s.dtype = "float64,object";
+  s.size_bytes = 409600;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "Tensor";
+  s.has_shape = true;
+  s.shape = {8, -1};
+  s.dtype = "float32";
+  s.device = "cuda:0";
+  s.size_bytes = 4096;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "ndarray";
+  s.has_shape = true;
+  s.shape = {7};
+  s.size_bytes = 56;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "ndarray";
+  s.has_shape = true;  // 0-d
+  s.size_bytes = 8;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "list";
+  s.length = 3;
+  s.size_bytes = 120;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "str";
+  s.length = 12;
+  s.repr_short = "'a, b=c, 12B'";  // a repr that looks like fields
+  cases.push_back(s);
+  s = {};
+  s.type_name = "int";
+  s.repr_short = "42";
+  cases.push_back(s);
+  s = {};
+  s.type_name = "NoneType";
+  cases.push_back(s);
+  s = {};
+  s.type_name = "tuple";
+  s.length = 2;
+  s.repr_short = "(1, 2)";
+  cases.push_back(s);
+  for (int64_t bytes : {1023LL, 1024LL, 1075LL, 1048575LL, 1048576LL, 6451LL, 5LL * 1024 * 1024 * 1024 + 12345}) {
+    s = {};
+    s.type_name = "bytes";
+    s.size_bytes = bytes;
+    cases.push_back(s);
+  }
+  for (const IOSummary& c : cases) {
+    const std::string text = format_io(c);
+    SCOPED_TRACE(text);
+    const IOSummary back = parse_io_text(text);
+    EXPECT_EQ(format_io(back), text);
+    EXPECT_EQ(back.type_name, c.type_name);
+    EXPECT_EQ(back.has_shape, c.has_shape);
+    EXPECT_EQ(back.shape, c.shape);
+    EXPECT_EQ(back.dtype, c.dtype);
+    EXPECT_EQ(back.device, c.device);
+    EXPECT_EQ(back.repr_short, c.repr_short);
+    EXPECT_EQ(back.size_bytes >= 0, c.size_bytes >= 0);
+    if (c.size_bytes >= 0 && c.size_bytes < 1024) {
+      EXPECT_EQ(back.size_bytes, c.size_bytes);
+    }
+  }
+}
+
+TEST(ParseIoText, CutOrForeignTextStaysReadable) {
+  // Cut at MLPROF_IO_SUMMARY_LEN - 1: no closing parenthesis.
+  const IOSummary cut = parse_io_text("(str, len=500, 'aaaaaaaaaa");
+  EXPECT_EQ(cut.type_name, "str");
+  EXPECT_EQ(cut.length, 500);
+  EXPECT_EQ(cut.repr_short, "'aaaaaaaaaa");
+  const IOSummary cut_shape = parse_io_text("(DataFrame, shape=(10, 2");
+  EXPECT_EQ(cut_shape.type_name, "DataFrame");
+  EXPECT_EQ(cut_shape.repr_short, "shape=(10, 2");
+  // Not format_io's form at all: kept whole.
+  const IOSummary other = parse_io_text("DataFrame (64, 12) float64 6.0 KiB");
+  EXPECT_EQ(other.repr_short, "DataFrame (64, 12) float64 6.0 KiB");
+  EXPECT_EQ(format_io(other), "(?, DataFrame (64, 12) float64 6.0 KiB)");
+  EXPECT_EQ(parse_io_text("").repr_short, "");
+}
+
+}  // namespace
+}  // namespace mlprof::agent

@@ -1,1 +1,864 @@
-// placeholder: filled by issue 5 work
+#include "agent/joiner.h"
+
+#include <linux/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "core/sched.h"
+#include "mlprof_events.h"
+
+namespace mlprof::agent {
+
+namespace {
+
+// The flags a kCall/kReturn/kSuspend carries, as the extension pushes them.
+constexpr uint8_t kCallFlags = kEvCFunction | kEvBlock | kEvContinued;
+constexpr uint8_t kReturnFlags = kEvException | kEvChildrenDropped;
+
+static_assert(MLPROF_SPAN_EXCEPTION == kEvException && MLPROF_SPAN_C_FUNCTION == kEvCFunction &&
+                  MLPROF_SPAN_BLOCK == kEvBlock && MLPROF_SPAN_CONTINUED == kEvContinued &&
+                  MLPROF_SPAN_CHILDREN_DROPPED == kEvChildrenDropped,
+              "the contract's span flags are core's event flags");
+static_assert(MLPROF_IO_ARGUMENT == static_cast<unsigned>(IORole::kArgument) &&
+                  MLPROF_IO_RETURN == static_cast<unsigned>(IORole::kReturn),
+              "the contract's I/O roles are core's");
+
+// A fixed-size char field of a record: up to its first NUL (the BPF side
+// always terminates, but a record is not trusted).
+template <size_t N>
+std::string field(const char (&s)[N]) {
+  return std::string(s, strnlen(s, N));
+}
+
+Event make_event(EventKind kind, int64_t ts, uint32_t id, uint8_t flags) {
+  Event e;
+  e.kind = kind;
+  e.ts_ns = ts;
+  e.id = id;
+  e.flags = flags;
+  return e;
+}
+
+// The standard library of any CPython install: ".../lib/python3.N/" not
+// followed by site-packages (classify_user_code catches those). The agent
+// cannot ask the target's interpreter for sysconfig's paths, so the
+// in-process PathRules are approximated by this shape.
+bool under_stdlib(std::string_view file) {
+  size_t at = 0;
+  while ((at = file.find("/lib/python", at)) != std::string_view::npos) {
+    at += 11;
+    size_t end = file.find('/', at);
+    if (end == std::string_view::npos) return false;
+    std::string_view version = file.substr(at, end - at);  // "3.11", "3.13t"
+    if (!version.empty() && version.front() >= '2' && version.front() <= '3' &&
+        version.find('.') != std::string_view::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool user_code_of(const std::string& file) {
+  return classify_user_code(file, PathRules{}) && !under_stdlib(file);
+}
+
+int64_t realtime_offset_ns() {
+  timespec rt{}, mono{};
+  clock_gettime(CLOCK_REALTIME, &rt);
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  return (static_cast<int64_t>(rt.tv_sec) - mono.tv_sec) * 1'000'000'000 + (rt.tv_nsec - mono.tv_nsec);
+}
+
+std::string session_flags_text(uint64_t flags) {
+  std::string out;
+  auto add = [&](uint64_t bit, const char* name) {
+    if (!(flags & bit)) return;
+    if (!out.empty()) out += ',';
+    out += name;
+  };
+  add(MLPROF_SESSION_CAPTURE_IO, "capture_io");
+  add(MLPROF_SESSION_ALL_THREADS, "all_threads");
+  add(MLPROF_SESSION_AUTOPROFILE, "autoprofile");
+  return out;
+}
+
+}  // namespace
+
+// ---- parse_io_text --------------------------------------------------------------
+
+namespace {
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// format_bytes' text back to a byte count that formats to the same text, or -1.
+int64_t parse_bytes(std::string_view s) {
+  static constexpr std::string_view kUnits[] = {"KB", "MB", "GB", "TB", "PB"};
+  if (s.size() >= 2 && s.back() == 'B' && all_digits(s.substr(0, s.size() - 1))) {
+    int64_t v = std::stoll(std::string(s.substr(0, s.size() - 1)));
+    return v < 1024 ? v : -1;  // format_bytes writes larger values with a unit
+  }
+  for (size_t u = 0; u < std::size(kUnits); ++u) {
+    if (s.size() < 5 || !s.ends_with(kUnits[u])) continue;
+    std::string_view num = s.substr(0, s.size() - 2);
+    const size_t dot = num.find('.');
+    if (dot == std::string_view::npos || dot + 2 != num.size() || !all_digits(num.substr(0, dot)) ||
+        !all_digits(num.substr(dot + 1))) {
+      return -1;
+    }
+    const double scale = std::pow(1024.0, static_cast<double>(u + 1));
+    const double value = std::stod(std::string(num));
+    if (value * scale > 9e18) return -1;
+    auto bytes = static_cast<int64_t>(std::llround(value * scale));
+    // "1024.0KB" (1023.95..1023.99 KiB): the next unit starts at 1024^(u+2).
+    if (u + 1 < std::size(kUnits)) bytes = std::min(bytes, static_cast<int64_t>(scale * 1024) - 1);
+    return std::max<int64_t>(bytes, 1024);
+  }
+  return -1;
+}
+
+}  // namespace
+
+IOSummary parse_io_text(const std::string& text) {
+  IOSummary out;
+  std::string_view rest(text);
+  if (rest.size() < 2 || rest.front() != '(') {
+    out.repr_short = text;
+    return out;
+  }
+  rest.remove_prefix(1);
+  if (rest.back() == ')') rest.remove_suffix(1);  // else: cut at MLPROF_IO_SUMMARY_LEN
+  // The type, then the fields in format_io's order; the first piece that is
+  // not the next field starts repr_short, which runs to the end.
+  size_t sep = rest.find(", ");
+  out.type_name = std::string(rest.substr(0, sep));
+  if (out.type_name == "?") out.type_name.clear();
+  rest = sep == std::string_view::npos ? std::string_view() : rest.substr(sep + 2);
+  enum Stage { kShape, kDtype, kDevice, kBytes, kRepr };
+  Stage stage = kShape;
+  while (!rest.empty()) {
+    if (stage <= kShape && rest.starts_with("shape=(")) {
+      const size_t close = rest.find(')');
+      if (close == std::string_view::npos) break;
+      std::string_view dims = rest.substr(7, close - 7);
+      std::vector<int64_t> shape;
+      bool ok = true;
+      while (!dims.empty() && ok) {
+        size_t comma = dims.find(',');
+        std::string_view d = dims.substr(0, comma);
+        while (!d.empty() && d.front() == ' ') d.remove_prefix(1);
+        if (d == "?") shape.push_back(-1);
+        else if (all_digits(d) && d.size() < 19) shape.push_back(std::stoll(std::string(d)));
+        else if (!(d.empty() && comma == std::string_view::npos)) ok = false;
+        dims = comma == std::string_view::npos ? std::string_view() : dims.substr(comma + 1);
+      }
+      if (!ok) break;
+      out.has_shape = true;
+      out.shape = std::move(shape);
+      stage = kDtype;
+      rest = rest.substr(close + 1);
+    } else {
+      sep = rest.find(", ");
+      std::string_view piece = rest.substr(0, sep);
+      if (stage <= kShape && piece.starts_with("len=") && all_digits(piece.substr(4)) &&
+          piece.size() < 23) {
+        out.length = std::stoll(std::string(piece.substr(4)));
+        stage = kDtype;
+      } else if (stage <= kDtype && piece.starts_with("dtype=") && piece.size() > 6) {
+        out.dtype = std::string(piece.substr(6));
+        stage = kDevice;
+      } else if (stage <= kDevice && piece.starts_with("device=") && piece.size() > 7) {
+        out.device = std::string(piece.substr(7));
+        stage = kBytes;
+      } else if (stage <= kBytes && parse_bytes(piece) >= 0) {
+        out.size_bytes = parse_bytes(piece);
+        stage = kRepr;
+      } else {
+        break;
+      }
+      rest = sep == std::string_view::npos ? std::string_view() : rest.substr(sep);
+    }
+    if (rest.starts_with(", ")) rest.remove_prefix(2);
+    else if (!rest.empty()) break;  // "shape=(..)x": not format_io's form
+  }
+  out.repr_short = std::string(rest);
+  return out;
+}
+
+// ---- the joiner's state ---------------------------------------------------------
+
+namespace {
+
+struct LaneState {
+  Lane lane;
+  bool seen_begin = false;
+  bool stopped = false;            // an index mismatch or the event cap: ignore the rest
+  std::vector<uint32_t> stack;     // open spans: their kCall indices, innermost last
+  // Segments detached by a kSuspend, by the suspended span's kCall index.
+  std::unordered_map<uint32_t, std::vector<uint32_t>> suspended;
+};
+
+struct SessionState {
+  uint32_t tgid = 0;
+  uint64_t serial = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t last_ts = 0;
+  int32_t ceiling = -1;
+  uint64_t flags = 0;
+  uint64_t dropped = 0;
+  uint64_t lost_at_begin = 0;
+  uint64_t events = 0;
+  bool ended = false;
+  std::map<uint32_t, LaneState> lanes;  // by lane number (lane 0 began the session)
+};
+
+struct FunctionName {
+  std::string name, module, file;
+  int64_t line = 0;
+};
+
+struct ThreadEvent {
+  bool start = false;
+  int64_t ts = 0;
+  uint32_t tid = 0;
+  uint32_t parent_tid = 0;
+  int32_t exit_code = 0;
+  std::string comm;
+};
+
+struct ProcessState {
+  std::unordered_map<uint32_t, FunctionName> functions;  // function id -> strings (process-wide ids)
+  std::unordered_map<uint32_t, std::string> labels;      // label id -> text
+  std::map<uint64_t, SessionState> sessions;             // open or ended-not-finished, by serial
+  std::unordered_map<uint32_t, std::deque<OffCpuInterval>> off_cpu;  // by tid, arrival order
+  std::deque<ThreadEvent> thread_events;
+  uint64_t last_use = 0;  // the joiner's record count when last touched (eviction order)
+};
+
+}  // namespace
+
+
+struct Joiner::State {
+  JoinerLimits limits;
+  JoinerStats stats;
+  std::map<std::string, std::string> meta;
+  std::unordered_map<uint32_t, ProcessState> processes;
+  // Ended sessions not yet turned into Profiles (tgid, serial), in end order.
+  std::deque<std::pair<uint32_t, uint64_t>> ended;
+  std::vector<Profile> finished;
+  uint64_t lost_total = 0;
+  std::string host;
+
+  void record(const void* data, size_t size);
+  void session_begin(const mlprof_ev_session& r);
+  void session_end(const mlprof_ev_session& r);
+  void lane_begin(const mlprof_ev_lane& r);
+  void span(const mlprof_ev_span& r);
+  void io(const mlprof_ev_io& r);
+  void name(const mlprof_ev_name& r);
+  void off_cpu(const mlprof_ev_off_cpu& r);
+  void thread(const mlprof_ev_thread& r, bool start);
+
+  ProcessState* find_process(uint32_t tgid);
+  ProcessState& process(uint32_t tgid);
+  SessionState* open_session(uint32_t tgid, uint64_t serial, ProcessState** proc);
+  LaneState& lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h);
+  void mismatch(LaneState& lane);
+  // Turns a session into a Profile (appended to `finished`) and forgets it.
+  // truncated: it did not end by its session_end; it ends at now_ns and its
+  // open spans are flagged truncated.
+  void finalize(uint32_t tgid, ProcessState& proc, uint64_t serial, bool truncated, int64_t now_ns,
+                const char* reason);
+  void finalize_all(uint32_t tgid, ProcessState& proc, int64_t now_ns, const char* reason);
+  void close_process(uint32_t tgid, int64_t now_ns);
+  void trim(ProcessState& proc);
+  void take(int64_t ended_before_ns);
+};
+
+Joiner::Joiner(std::map<std::string, std::string> meta, JoinerLimits limits)
+    : state_(std::make_unique<State>()) {
+  state_->limits = limits;
+  state_->meta = std::move(meta);
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) state_->host = host;
+}
+Joiner::~Joiner() = default;
+Joiner::Joiner(Joiner&&) noexcept = default;
+Joiner& Joiner::operator=(Joiner&&) noexcept = default;
+
+JoinerStats Joiner::stats() const { return state_->stats; }
+void Joiner::set_lost_events(uint64_t total) { state_->lost_total = total; }
+
+void Joiner::on_record(const void* data, size_t size) {
+  try {
+    state_->record(data, size);
+  } catch (const std::exception&) {
+    // Only allocation can throw here: the record is lost, the capture goes on.
+    ++state_->stats.malformed;
+  }
+}
+
+void Joiner::on_process_exit(uint32_t tgid, int64_t now_ns) {
+  try {
+    state_->close_process(tgid, now_ns);
+  } catch (const std::exception&) {
+    state_->processes.erase(tgid);
+  }
+}
+
+void Joiner::finish(int64_t now_ns) {
+  std::vector<uint32_t> tgids;
+  for (const auto& [tgid, proc] : state_->processes) tgids.push_back(tgid);
+  std::sort(tgids.begin(), tgids.end());
+  for (uint32_t tgid : tgids) {
+    state_->finalize_all(tgid, state_->processes.at(tgid), now_ns, "capture ended");
+  }
+  state_->ended.clear();
+}
+
+std::vector<Profile> Joiner::take_finished() { return take_finished(std::numeric_limits<int64_t>::max()); }
+
+std::vector<Profile> Joiner::take_finished(int64_t ended_before_ns) {
+  state_->take(ended_before_ns);
+  std::vector<Profile> out = std::move(state_->finished);
+  state_->finished.clear();
+  return out;
+}
+
+// ---- records --------------------------------------------------------------------
+
+void Joiner::State::record(const void* data, size_t size) {
+  ++stats.records;
+  mlprof_ev_header h{};
+  if (!data || size < sizeof(h)) {
+    ++stats.malformed;
+    return;
+  }
+  std::memcpy(&h, data, sizeof(h));
+  // Copies the record into its struct (the ring buffer's data is only
+  // 8-byte aligned, and a short record must not be read past its end).
+  auto as = [&](auto& rec) {
+    if (size < sizeof(rec)) return false;
+    std::memcpy(&rec, data, sizeof(rec));
+    return true;
+  };
+  switch (h.kind) {
+    case MLPROF_EV_SESSION_BEGIN:
+    case MLPROF_EV_SESSION_END: {
+      mlprof_ev_session r{};
+      if (!as(r)) break;
+      h.kind == MLPROF_EV_SESSION_BEGIN ? session_begin(r) : session_end(r);
+      return;
+    }
+    case MLPROF_EV_LANE_BEGIN: {
+      mlprof_ev_lane r{};
+      if (!as(r)) break;
+      lane_begin(r);
+      return;
+    }
+    case MLPROF_EV_SPAN_ENTER:
+    case MLPROF_EV_SPAN_EXIT:
+    case MLPROF_EV_SPAN_SUSPEND:
+    case MLPROF_EV_SPAN_RESUME: {
+      mlprof_ev_span r{};
+      if (!as(r)) break;
+      span(r);
+      return;
+    }
+    case MLPROF_EV_SPAN_IO: {
+      mlprof_ev_io r{};
+      if (!as(r)) break;
+      io(r);
+      return;
+    }
+    case MLPROF_EV_NAME: {
+      mlprof_ev_name r{};
+      if (!as(r)) break;
+      name(r);
+      return;
+    }
+    case MLPROF_EV_OFF_CPU: {
+      mlprof_ev_off_cpu r{};
+      if (!as(r)) break;
+      off_cpu(r);
+      return;
+    }
+    case MLPROF_EV_THREAD_START:
+    case MLPROF_EV_THREAD_EXIT: {
+      mlprof_ev_thread r{};
+      if (!as(r)) break;
+      thread(r, h.kind == MLPROF_EV_THREAD_START);
+      return;
+    }
+    default:
+      break;
+  }
+  ++stats.malformed;
+}
+
+ProcessState* Joiner::State::find_process(uint32_t tgid) {
+  auto it = processes.find(tgid);
+  if (it == processes.end()) return nullptr;
+  it->second.last_use = stats.records;
+  return &it->second;
+}
+
+ProcessState& Joiner::State::process(uint32_t tgid) {
+  if (ProcessState* p = find_process(tgid)) return *p;
+  if (processes.size() >= limits.max_processes && !processes.empty()) {
+    // Forget the least recently used process, preferring one with no session
+    // (typically one that exited without the agent noticing).
+    auto victim = processes.end();
+    for (auto it = processes.begin(); it != processes.end(); ++it) {
+      if (victim == processes.end() || (it->second.sessions.empty() && !victim->second.sessions.empty()) ||
+          (it->second.sessions.empty() == victim->second.sessions.empty() &&
+           it->second.last_use < victim->second.last_use)) {
+        victim = it;
+      }
+    }
+    int64_t now = 0;
+    for (const auto& [serial, s] : victim->second.sessions) now = std::max(now, s.last_ts);
+    close_process(victim->first, now);
+  }
+  ProcessState& p = processes[tgid];
+  p.last_use = stats.records;
+  return p;
+}
+
+SessionState* Joiner::State::open_session(uint32_t tgid, uint64_t serial, ProcessState** proc) {
+  ProcessState* p = find_process(tgid);
+  if (!p) return nullptr;
+  auto it = p->sessions.find(serial);
+  if (it == p->sessions.end() || it->second.ended) return nullptr;
+  if (proc) *proc = p;
+  return &it->second;
+}
+
+LaneState& Joiner::State::lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h) {
+  auto [it, added] = s.lanes.try_emplace(lane);
+  LaneState& L = it->second;
+  if (added) {
+    // A span record before any lane_begin of its lane: the lane_begin was
+    // lost. The thread is known from the record; the parent link is not.
+    L.lane.pid = s.tgid;
+    L.lane.session = s.serial;
+    L.lane.native_tid = h.tid;
+  }
+  return L;
+}
+
+void Joiner::State::mismatch(LaneState& L) {
+  ++stats.index_mismatches;
+  L.stopped = true;
+  L.lane.truncated = true;
+}
+
+void Joiner::State::session_begin(const mlprof_ev_session& r) {
+  ProcessState& p = process(r.h.tgid);
+  const auto ts = static_cast<int64_t>(r.h.ts_ns);
+  if (auto it = p.sessions.find(r.session); it != p.sessions.end()) {
+    // The same serial again: the earlier one's end was lost (or it ended and
+    // waits for take_finished). Close it before the new one starts.
+    finalize(r.h.tgid, p, r.session, !it->second.ended, ts, "begun again (its end was lost)");
+  }
+  while (p.sessions.size() >= limits.max_open_sessions && !p.sessions.empty()) {
+    auto oldest = std::min_element(p.sessions.begin(), p.sessions.end(), [](const auto& a, const auto& b) {
+      return a.second.start_ns < b.second.start_ns;
+    });
+    ++stats.sessions_evicted;
+    finalize(r.h.tgid, p, oldest->first, !oldest->second.ended, ts, "too many open sessions");
+  }
+  SessionState& s = p.sessions[r.session];
+  s.tgid = r.h.tgid;
+  s.serial = r.session;
+  s.start_ns = ts;
+  s.last_ts = ts;
+  s.ceiling = r.ceiling < 0 ? -1 : static_cast<int32_t>(std::min<int64_t>(r.ceiling, INT32_MAX));
+  s.flags = r.flags;
+  s.lost_at_begin = lost_total;
+}
+
+void Joiner::State::session_end(const mlprof_ev_session& r) {
+  SessionState* s = open_session(r.h.tgid, r.session, nullptr);
+  if (!s) {
+    ++stats.unmatched;
+    return;
+  }
+  s->ended = true;
+  s->end_ns = static_cast<int64_t>(r.h.ts_ns);
+  s->last_ts = std::max(s->last_ts, s->end_ns);
+  s->dropped = r.flags;
+  ended.emplace_back(r.h.tgid, r.session);
+}
+
+void Joiner::State::lane_begin(const mlprof_ev_lane& r) {
+  SessionState* s = open_session(r.h.tgid, r.session, nullptr);
+  if (!s) {
+    ++stats.unmatched;
+    return;
+  }
+  LaneState& L = s->lanes[r.lane];
+  if (L.seen_begin || !L.lane.events.empty()) return;  // a repeat: the first one stands
+  L.seen_begin = true;
+  L.lane.pid = r.h.tgid;
+  L.lane.session = r.session;
+  L.lane.native_tid = r.h.tid;
+  L.lane.thread_id = r.thread_ident;
+  L.lane.thread_name = field(r.thread_name);
+  L.lane.task = r.task;
+  // Kept as the contract's lane number until finalize maps it to an index.
+  L.lane.parent_lane = r.parent_lane == MLPROF_NO_PARENT_LANE ? -1 : static_cast<int32_t>(r.parent_lane);
+  L.lane.parent_call = r.parent_call;
+  s->last_ts = std::max(s->last_ts, static_cast<int64_t>(r.h.ts_ns));
+}
+
+void Joiner::State::span(const mlprof_ev_span& r) {
+  SessionState* s = open_session(r.h.tgid, r.session, nullptr);
+  if (!s) {
+    ++stats.unmatched;
+    return;
+  }
+  LaneState& L = lane_of(*s, r.lane, r.h);
+  const auto ts = static_cast<int64_t>(r.h.ts_ns);
+  s->last_ts = std::max(s->last_ts, ts);
+  if (L.stopped) return;
+  const size_t needed = r.h.kind == MLPROF_EV_SPAN_ENTER && r.label ? 2 : 1;
+  if (s->events + needed > limits.max_events_per_session) {
+    ++stats.events_over_cap;
+    L.stopped = true;
+    L.lane.truncated = true;
+    return;
+  }
+  std::vector<Event>& events = L.lane.events;
+  const size_t before = events.size();
+  switch (r.h.kind) {
+    case MLPROF_EV_SPAN_ENTER: {
+      // index is the kCall's position in the lane, after its kLabel.
+      if (r.index != events.size() + (r.label ? 1 : 0)) return mismatch(L);
+      if (r.label) events.push_back(make_event(EventKind::kLabel, ts, r.label, 0));
+      events.push_back(make_event(EventKind::kCall, ts, r.function, static_cast<uint8_t>(r.flags) & kCallFlags));
+      L.stack.push_back(r.index);
+      break;
+    }
+    case MLPROF_EV_SPAN_EXIT: {
+      if (L.stack.empty() || L.stack.back() != r.index) return mismatch(L);
+      events.push_back(make_event(EventKind::kReturn, ts, 0, static_cast<uint8_t>(r.flags) & kReturnFlags));
+      L.stack.pop_back();
+      break;
+    }
+    case MLPROF_EV_SPAN_SUSPEND: {
+      auto at = std::find(L.stack.begin(), L.stack.end(), r.index);
+      if (at == L.stack.end()) return mismatch(L);
+      L.suspended[r.index].assign(at, L.stack.end());
+      L.stack.erase(at, L.stack.end());
+      events.push_back(
+          make_event(EventKind::kSuspend, ts, r.index, static_cast<uint8_t>(r.flags) & kEvChildrenDropped));
+      break;
+    }
+    case MLPROF_EV_SPAN_RESUME: {
+      auto it = L.suspended.find(r.index);
+      if (it == L.suspended.end()) return mismatch(L);
+      L.stack.insert(L.stack.end(), it->second.begin(), it->second.end());
+      L.suspended.erase(it);
+      events.push_back(make_event(EventKind::kResume, ts, r.index, 0));
+      break;
+    }
+    default:
+      break;
+  }
+  s->events += events.size() - before;
+}
+
+void Joiner::State::io(const mlprof_ev_io& r) {
+  SessionState* s = open_session(r.h.tgid, r.session, nullptr);
+  if (!s) {
+    ++stats.unmatched;
+    return;
+  }
+  LaneState& L = lane_of(*s, r.lane, r.h);
+  if (L.stopped) return;
+  IORecord rec;
+  rec.call = r.index;  // build_tree drops a record whose call is not a kCall of the lane
+  rec.role = r.role == MLPROF_IO_RETURN ? IORole::kReturn : IORole::kArgument;
+  rec.name = field(r.name);
+  rec.summary = parse_io_text(field(r.summary));
+  L.lane.io.push_back(std::move(rec));
+}
+
+void Joiner::State::name(const mlprof_ev_name& r) {
+  ProcessState& p = process(r.h.tgid);
+  if (p.functions.size() + p.labels.size() >= limits.max_names_per_process) return;  // "<function N>"
+  if (r.is_label) {
+    p.labels[r.id] = field(r.name);
+  } else {
+    FunctionName& f = p.functions[r.id];
+    f.name = field(r.name);
+    f.module = field(r.module);
+    f.file = field(r.file);
+    f.line = r.line;
+  }
+}
+
+void Joiner::State::off_cpu(const mlprof_ev_off_cpu& r) {
+  ProcessState* p = find_process(r.h.tgid);
+  // With no session of its process open or waiting, an interval has nothing
+  // to land in: intervals are shipped when they end, so none of a later
+  // session can come before that session's begin.
+  if (!p || p->sessions.empty()) return;
+  OffCpuInterval iv;
+  iv.tid = r.h.tid;
+  iv.pid = r.h.tgid;
+  iv.start_ns = static_cast<int64_t>(r.start_ns);
+  iv.end_ns = static_cast<int64_t>(r.h.ts_ns);
+  iv.wake_ns = static_cast<int64_t>(r.wake_ns);
+  iv.blocked = r.blocked != 0;
+  iv.waker_tid = r.waker_tid;
+  iv.prev_state = r.prev_state;
+  if (iv.end_ns < iv.start_ns) {
+    ++stats.malformed;
+    return;
+  }
+  auto it = p->off_cpu.find(r.h.tid);
+  if (it == p->off_cpu.end()) {
+    if (p->off_cpu.size() >= limits.max_threads_per_process) trim(*p);
+    if (p->off_cpu.size() >= limits.max_threads_per_process) {
+      ++stats.off_cpu_dropped;
+      return;
+    }
+    it = p->off_cpu.try_emplace(r.h.tid).first;
+  }
+  if (it->second.size() >= limits.max_off_cpu_per_thread) {
+    it->second.pop_front();
+    ++stats.off_cpu_dropped;
+  }
+  it->second.push_back(iv);
+}
+
+void Joiner::State::thread(const mlprof_ev_thread& r, bool start) {
+  ProcessState* p = find_process(r.h.tgid);
+  if (!p) return;
+  const auto ts = static_cast<int64_t>(r.h.ts_ns);
+  if (!p->sessions.empty()) {
+    if (p->thread_events.size() >= limits.max_thread_events) {
+      p->thread_events.pop_front();
+      ++stats.off_cpu_dropped;
+    }
+    ThreadEvent ev;
+    ev.start = start;
+    ev.ts = ts;
+    ev.tid = r.h.tid;
+    ev.parent_tid = r.parent_tid;
+    ev.exit_code = static_cast<int32_t>(r.exit_code);
+    ev.comm = field(r.comm);
+    p->thread_events.push_back(std::move(ev));
+  }
+  // The main thread's exit is the process's: its sessions end there.
+  if (!start && r.h.tid == r.h.tgid) close_process(r.h.tgid, ts);
+}
+
+// ---- sessions to profiles -------------------------------------------------------
+
+void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial, bool truncated,
+                             int64_t now_ns, const char* reason) {
+  auto node = proc.sessions.extract(serial);
+  if (node.empty()) return;
+  SessionState& s = node.mapped();
+  if (truncated || !s.ended) {
+    truncated = true;
+    s.end_ns = std::max(now_ns, s.last_ts);
+  }
+  Profile p;
+  p.captured_depth = s.ceiling;
+  p.start_ns = s.start_ns;
+  p.end_ns = std::max(s.end_ns, s.start_ns);
+  p.meta = meta;
+  p.meta["source"] = "ebpf";
+  p.meta["pid"] = std::to_string(tgid);
+  p.meta["session"] = std::to_string(s.serial);
+  if (!p.meta.count("host") && !host.empty()) p.meta["host"] = host;
+  p.meta["start_unix_ns"] = std::to_string(s.start_ns + realtime_offset_ns());
+  if (const std::string f = session_flags_text(s.flags); !f.empty()) p.meta["session_flags"] = f;
+  if (truncated) p.meta["truncated"] = reason;
+  if (s.dropped) p.meta["calls_dropped"] = std::to_string(s.dropped);
+
+  // Lanes in the contract's lane order; parent lanes mapped to indices.
+  std::unordered_map<uint32_t, int32_t> index_of;
+  for (auto& [number, L] : s.lanes) {
+    index_of[number] = static_cast<int32_t>(index_of.size());
+    if (!L.seen_begin) ++stats.lanes_without_begin;
+  }
+  // Process-wide function and label ids -> this profile's tables, in first
+  // use order (as the extension copies them out of its registry).
+  std::unordered_map<uint32_t, uint32_t> fmap, smap;
+  auto local_function = [&](uint32_t id, uint8_t flags) {
+    auto known = proc.functions.find(id);
+    if (known == proc.functions.end()) ++stats.names_lost;
+    if (auto it = fmap.find(id); it != fmap.end()) return it->second;
+    FunctionKind kind = flags & kEvBlock ? FunctionKind::kBlock
+                        : flags & kEvCFunction ? FunctionKind::kC
+                                               : FunctionKind::kPython;
+    uint32_t local;
+    if (known == proc.functions.end()) {
+      local = p.functions.add("<function " + std::to_string(id) + ">", "", "", 0, kind, false);
+    } else {
+      const FunctionName& f = known->second;
+      const bool user = kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && user_code_of(f.file));
+      local = p.functions.add(f.name, f.module, f.file,
+                              static_cast<int32_t>(std::clamp<int64_t>(f.line, 0, INT32_MAX)), kind, user);
+    }
+    fmap[id] = local;
+    return local;
+  };
+  auto local_label = [&](uint32_t id) {
+    auto known = proc.labels.find(id);
+    if (known == proc.labels.end()) ++stats.names_lost;
+    if (auto it = smap.find(id); it != smap.end()) return it->second;
+    const uint32_t local = p.functions.strings().intern(
+        known == proc.labels.end() ? "<label " + std::to_string(id) + ">" : known->second);
+    smap[id] = local;
+    return local;
+  };
+  uint64_t events = 0;
+  int32_t marked_lane = -1;  // the first lane that marks a span kEvChildrenDropped
+  for (auto& [number, L] : s.lanes) {
+    Lane lane = std::move(L.lane);
+    const int32_t self = index_of[number];
+    if (lane.parent_lane >= 0) {
+      auto parent = index_of.find(static_cast<uint32_t>(lane.parent_lane));
+      lane.parent_lane = parent != index_of.end() && parent->second < self ? parent->second : -1;
+    }
+    if (truncated) lane.truncated = true;
+    for (Event& e : lane.events) {
+      if (e.kind == EventKind::kCall) e.id = local_function(e.id, e.flags);
+      else if (e.kind == EventKind::kLabel) e.id = local_label(e.id);
+      if (marked_lane < 0 && (e.flags & kEvChildrenDropped)) marked_lane = self;
+    }
+    events += lane.events.size();
+    p.lanes.push_back(std::move(lane));
+  }
+  // session_end carries the dropped calls of all lanes together: exact for
+  // one lane; with several, shown on the lane that marked a span (which keeps
+  // build_tree from flagging top-level spans of lanes that lost nothing).
+  if (s.dropped && p.lanes.size() == 1) p.lanes[0].dropped = s.dropped;
+  else if (s.dropped && marked_lane >= 0) p.lanes[static_cast<size_t>(marked_lane)].dropped = s.dropped;
+  p.stats.events_captured = events;
+  build_tree(p);
+
+  // What the kernel saw of the session's threads: its lanes' threads and the
+  // threads they started while it was open.
+  KernelData& k = p.kernel;
+  k.present = true;
+  k.lost_events = lost_total - std::min(lost_total, s.lost_at_begin);
+  std::unordered_set<uint64_t> tids;
+  for (const Lane& lane : p.lanes) tids.insert(lane.native_tid);
+  std::unordered_map<uint64_t, size_t> lifetime_of;
+  for (const ThreadEvent& ev : proc.thread_events) {
+    if (ev.ts < p.start_ns || ev.ts > p.end_ns) continue;
+    if (ev.start) {
+      if (!tids.count(ev.parent_tid) || lifetime_of.count(ev.tid)) continue;
+      ThreadLifetime t;
+      t.tid = ev.tid;
+      t.pid = tgid;
+      t.parent_tid = ev.parent_tid;
+      t.start_ns = ev.ts;
+      t.name = ev.comm;
+      lifetime_of[ev.tid] = k.threads.size();
+      k.threads.push_back(std::move(t));
+      tids.insert(ev.tid);
+    } else if (tids.count(ev.tid)) {
+      auto it = lifetime_of.find(ev.tid);
+      if (it == lifetime_of.end()) {
+        ThreadLifetime t;  // a lane's thread, started before the session
+        t.tid = ev.tid;
+        t.pid = tgid;
+        t.name = ev.comm;
+        it = lifetime_of.emplace(ev.tid, k.threads.size()).first;
+        k.threads.push_back(std::move(t));
+      }
+      k.threads[it->second].end_ns = ev.ts;
+      k.threads[it->second].exit_code = ev.exit_code;
+    }
+  }
+  for (uint64_t tid : tids) {
+    auto it = proc.off_cpu.find(static_cast<uint32_t>(tid));
+    if (it == proc.off_cpu.end()) continue;
+    for (const OffCpuInterval& iv : it->second) {
+      if (iv.end_ns > p.start_ns && iv.start_ns < p.end_ns) k.off_cpu.push_back(iv);
+    }
+  }
+  std::sort(k.off_cpu.begin(), k.off_cpu.end(), [](const OffCpuInterval& a, const OffCpuInterval& b) {
+    return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
+  });
+  attribute_kernel(p);
+
+  ++stats.sessions_finished;
+  if (truncated) ++stats.sessions_truncated;
+  finished.push_back(std::move(p));
+  trim(proc);
+}
+
+void Joiner::State::finalize_all(uint32_t tgid, ProcessState& proc, int64_t now_ns, const char* reason) {
+  std::vector<std::pair<int64_t, uint64_t>> order;  // (start, serial): oldest first
+  for (const auto& [serial, s] : proc.sessions) order.emplace_back(s.start_ns, serial);
+  std::sort(order.begin(), order.end());
+  for (const auto& [start, serial] : order) {
+    const bool open = !proc.sessions.at(serial).ended;
+    finalize(tgid, proc, serial, open, now_ns, reason);
+  }
+}
+
+void Joiner::State::close_process(uint32_t tgid, int64_t now_ns) {
+  auto it = processes.find(tgid);
+  if (it == processes.end()) return;
+  finalize_all(tgid, it->second, now_ns, "process exited");
+  processes.erase(it);
+}
+
+void Joiner::State::trim(ProcessState& proc) {
+  if (proc.sessions.empty()) {
+    proc.off_cpu.clear();
+    proc.thread_events.clear();
+    return;
+  }
+  // Nothing that ended before the oldest held session began can land in one.
+  int64_t horizon = std::numeric_limits<int64_t>::max();
+  for (const auto& [serial, s] : proc.sessions) horizon = std::min(horizon, s.start_ns);
+  for (auto it = proc.off_cpu.begin(); it != proc.off_cpu.end();) {
+    auto& q = it->second;
+    while (!q.empty() && q.front().end_ns <= horizon) q.pop_front();
+    it = q.empty() ? proc.off_cpu.erase(it) : std::next(it);
+  }
+  while (!proc.thread_events.empty() && proc.thread_events.front().ts < horizon) {
+    proc.thread_events.pop_front();
+  }
+}
+
+void Joiner::State::take(int64_t ended_before_ns) {
+  std::deque<std::pair<uint32_t, uint64_t>> keep;
+  while (!ended.empty()) {
+    auto [tgid, serial] = ended.front();
+    ended.pop_front();
+    auto p = processes.find(tgid);
+    if (p == processes.end()) continue;
+    auto s = p->second.sessions.find(serial);
+    if (s == p->second.sessions.end() || !s->second.ended) continue;  // finalized meanwhile
+    if (s->second.end_ns < ended_before_ns) {
+      finalize(tgid, p->second, serial, false, s->second.end_ns, "");
+    } else {
+      keep.emplace_back(tgid, serial);
+    }
+  }
+  ended = std::move(keep);
+}
+
+}  // namespace mlprof::agent

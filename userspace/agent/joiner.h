@@ -5,12 +5,21 @@
 // core's build_tree gives the same span tree as in-process; then each
 // off-CPU interval of a followed thread is attributed to the innermost span
 // open on that thread (core/sched.h).
+//
+// Ordering: records of one thread arrive in the order the thread produced
+// them (one ring buffer, reserved in program order), but records of threads
+// on different CPUs may interleave with timestamps slightly out of order. The
+// replay of a lane depends only on its own records' order; timestamps are
+// never used to order records.
 
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/io.h"
 #include "core/tree.h"
 
 namespace mlprof::agent {
@@ -18,33 +27,76 @@ namespace mlprof::agent {
 struct JoinerStats {
   uint64_t records = 0;
   uint64_t malformed = 0;        // too short or of an unknown kind
-  uint64_t unmatched = 0;        // span records of a session never begun (agent attached mid-session)
+  uint64_t unmatched = 0;        // records of a session never begun (agent attached mid-session),
+                                 // or of a session already ended
   uint64_t sessions_finished = 0;
   uint64_t sessions_truncated = 0;  // closed because the process exited or the capture ended
+  uint64_t index_mismatches = 0;    // a span record's index disagreed with the rebuilt lane
+                                    // (records lost): the lane stops there, flagged truncated
+  uint64_t names_lost = 0;          // spans named "<function N>"/"<label N>": their NAME record was lost
+  uint64_t lanes_without_begin = 0; // lanes whose lane_begin record was lost (rebuilt from the spans)
+  uint64_t events_over_cap = 0;     // span records past JoinerLimits::max_events_per_session
+  uint64_t off_cpu_dropped = 0;     // off-CPU intervals dropped by the per-thread/process bounds
+  uint64_t sessions_evicted = 0;    // open sessions closed early by max_open_sessions (counted
+                                    // in sessions_truncated too)
+};
+
+// Bounds on what the joiner holds, so that a session that never ends or a
+// process that never begins one cannot grow it without limit.
+struct JoinerLimits {
+  size_t max_events_per_session = size_t{1} << 22;  // 64 MiB of events; then lanes truncated
+  size_t max_open_sessions = 1024;                  // per process; the oldest is closed first
+  size_t max_off_cpu_per_thread = 1 << 16;          // buffered intervals per thread (oldest dropped)
+  size_t max_threads_per_process = 4096;            // threads with buffered intervals
+  size_t max_thread_events = 1 << 16;               // buffered start/exit records per process
+  size_t max_names_per_process = 1 << 20;           // function and label NAME entries
+  size_t max_processes = 1 << 16;                   // processes with state (names, buffers)
 };
 
 class Joiner {
  public:
   // Provenance written into every Profile's meta (host, container, agent version ...).
-  explicit Joiner(std::map<std::string, std::string> meta = {});
+  explicit Joiner(std::map<std::string, std::string> meta = {}, JoinerLimits limits = {});
+  ~Joiner();
+  Joiner(Joiner&&) noexcept;
+  Joiner& operator=(Joiner&&) noexcept;
 
   // One ring-buffer record. Never throws; bad records are counted.
   void on_record(const void* data, size_t size);
-  // The process exited: its open sessions end now, open spans flagged truncated.
+  // The process exited: its open sessions end now, open spans flagged
+  // truncated, and everything held for it (names, buffers) is forgotten, so
+  // a new process with the same pid starts clean. A THREAD_EXIT record of a
+  // process's main thread (tid == tgid) does the same at the record's time.
   void on_process_exit(uint32_t tgid, int64_t now_ns);
   // End of capture: every open session ends now, flagged truncated.
   void finish(int64_t now_ns);
+  // The ring buffer's lost-record counter (a running total, e.g. the
+  // loader's stats): a session's KernelData::lost_events is its increase
+  // between the session's begin and its end.
+  void set_lost_events(uint64_t total);
 
   // Sessions that ended since the last call, oldest first: one Profile each
   // (meta: pid, session, source "ebpf", ...; kernel data attributed).
   std::vector<Profile> take_finished();
-  JoinerStats stats() const { return stats_; }
+  // The same, but a session that ended at or after `ended_before_ns` stays
+  // held: scheduler records of other threads (an off-CPU interval that began
+  // inside the session ends, and is shipped, later) still land in it. Pass
+  // CLOCK_MONOTONIC now minus a settling delay (say 50 ms).
+  std::vector<Profile> take_finished(int64_t ended_before_ns);
+  JoinerStats stats() const;
 
  private:
-  JoinerStats stats_;
-  std::map<std::string, std::string> meta_;
   struct State;
-  std::shared_ptr<State> state_;
+  std::unique_ptr<State> state_;
 };
+
+// The IOSummary of a span_io record's compact text, which is core
+// format_io's output ("(DataFrame, shape=(64, 12), dtype=float64, 6.0KB)"),
+// possibly cut to MLPROF_IO_SUMMARY_LEN - 1 bytes. Parsed back into fields so
+// that the document holds shape/dtype/bytes as an in-process capture does,
+// and format_io renders the same text again (the type keeps only its short
+// name; a size is the byte count its text rounds to). Text that is not in
+// that form goes whole into repr_short.
+IOSummary parse_io_text(const std::string& text);
 
 }  // namespace mlprof::agent
