@@ -1,1 +1,278 @@
-// placeholder: filled by issue 5 work
+#include "agent/options.h"
+
+#include <getopt.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#ifndef MLPROF_VERSION
+#define MLPROF_VERSION "0.1.0"  // CMake's PROJECT_VERSION where the build passes it
+#endif
+
+namespace mlprof::agent {
+
+namespace {
+
+// glibc's getopt_long parses; we word the errors (opterr = 0), since its own
+// messages say neither the fix nor print through our one-line error path.
+enum LongOnly : int {
+  kPid = 1000,
+  kContainer,
+  kCgroup,
+  kAll,
+  kDuration,
+  kDepth,
+  kFormat,
+  kStream,
+  kHelp,
+  kVersion,
+  kRingKb,
+};
+
+constexpr option kLongOptions[] = {
+    {"pid", required_argument, nullptr, kPid},
+    {"container", required_argument, nullptr, kContainer},
+    {"cgroup", required_argument, nullptr, kCgroup},
+    {"all", no_argument, nullptr, kAll},
+    {"duration", required_argument, nullptr, kDuration},
+    {"depth", required_argument, nullptr, kDepth},
+    {"output", required_argument, nullptr, 'o'},
+    {"format", required_argument, nullptr, kFormat},
+    {"stream", no_argument, nullptr, kStream},
+    {"verbose", no_argument, nullptr, 'v'},
+    {"help", no_argument, nullptr, kHelp},
+    {"version", no_argument, nullptr, kVersion},
+    {"ring-kb", required_argument, nullptr, kRingKb},  // hidden: tests of lost events
+    {nullptr, 0, nullptr, 0},
+};
+
+Error usage_error(std::string message) {
+  return Error{Error::Kind::kUnsupported, 0, std::move(message)};
+}
+
+// A whole decimal integer in [lo, hi]; nullopt for "", "12x", "0x10", overflow.
+std::optional<long long> parse_integer(std::string_view text, long long lo, long long hi) {
+  if (text.empty()) return std::nullopt;
+  std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end != s.c_str() + s.size() || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+// --format names: the core's names plus the short ones the usage shows.
+// False for an unknown name; out stays nullopt for "text".
+bool parse_format(std::string_view name, std::optional<ExportFormat>& out) {
+  out.reset();
+  if (name == "text") return true;
+  if (name == "chrome") {
+    out = ExportFormat::kChromeTrace;
+    return true;
+  }
+  out = format_from_name(name);
+  return out.has_value();
+}
+
+// The option as the user typed it, for messages ("--pid", "-o").
+std::string option_name(int c) {
+  if (c == 'o') return "-o";
+  if (c == 'v') return "-v";
+  for (const option& o : kLongOptions) {
+    if (o.name != nullptr && o.val == c) return std::string("--") + o.name;
+  }
+  return "?";
+}
+
+}  // namespace
+
+Result<Options> parse_options(int argc, char* const* argv) {
+  Options opts;
+  bool format_given = false;
+  std::optional<ExportFormat> format;
+
+  // getopt keeps global state: optind = 0 makes glibc start over (tests parse many times).
+  optind = 0;
+  opterr = 0;
+  for (;;) {
+    const int prev = optind;
+    const int c = getopt_long(argc, argv, "+:o:vh", kLongOptions, nullptr);
+    if (c == -1) break;
+    const std::string arg = optarg != nullptr ? optarg : "";
+    switch (c) {
+      case kPid: {
+        auto pid = parse_integer(arg, 1, 0x3fffffff);
+        if (!pid) {
+          return usage_error("--pid '" + arg + "' is not a process id: give a positive number, e.g. --pid 4242");
+        }
+        opts.pids.push_back(static_cast<pid_t>(*pid));
+        break;
+      }
+      case kContainer:
+        if (arg.empty()) return usage_error("--container needs a container name or id, e.g. --container serving-1");
+        if (!opts.container.empty()) {
+          return usage_error("--container given twice ('" + opts.container + "', '" + arg +
+                             "'): one container per agent; run one agent per container or use --all");
+        }
+        opts.container = arg;
+        break;
+      case kCgroup:
+        if (arg.empty()) return usage_error("--cgroup needs a cgroup v2 path, e.g. --cgroup /libpod_parent/libpod-<id>");
+        if (!opts.cgroup.empty()) {
+          return usage_error("--cgroup given twice: give the common parent cgroup once instead");
+        }
+        opts.cgroup = arg;
+        break;
+      case kAll:
+        opts.all = true;
+        break;
+      case kDuration: {
+        char* end = nullptr;
+        errno = 0;
+        const double d = std::strtod(arg.c_str(), &end);
+        if (arg.empty() || errno != 0 || end != arg.c_str() + arg.size() || !std::isfinite(d) || d <= 0) {
+          return usage_error("--duration '" + arg +
+                             "' is not a positive number of seconds: e.g. --duration 30 or --duration 0.5 "
+                             "(leave it out to run until Ctrl-C)");
+        }
+        opts.duration_s = d;
+        break;
+      }
+      case kDepth: {
+        auto depth = parse_integer(arg, -1, 1 << 20);
+        if (!depth) {
+          return usage_error("--depth '" + arg +
+                             "' is not a depth: give 0 (the roots only), 1, 2 ... or -1 for everything captured");
+        }
+        opts.depth = static_cast<int>(*depth);
+        break;
+      }
+      case 'o':
+        if (arg.empty()) return usage_error("-o needs a file name, e.g. -o predict.trace.json");
+        opts.output = arg;
+        break;
+      case kFormat: {
+        if (!parse_format(arg, format)) {
+          return usage_error("--format '" + arg +
+                             "' is not a format: use text, json, chrome, pprof or speedscope "
+                             "(also json_gz, folded, html)");
+        }
+        format_given = true;
+        break;
+      }
+      case kStream:
+        opts.stream = true;
+        break;
+      case 'v':
+        ++opts.verbose;
+        break;
+      case 'h':
+      case kHelp:
+        opts.help = true;
+        break;
+      case kVersion:
+        opts.version = true;
+        break;
+      case kRingKb: {
+        auto kb = parse_integer(arg, 4, 1 << 20);
+        if (!kb || (*kb & (*kb - 1)) != 0) {
+          return usage_error("--ring-kb '" + arg + "' must be a power of two from 4 to 1048576 (KiB)");
+        }
+        opts.ring_bytes = static_cast<size_t>(*kb) * 1024;
+        break;
+      }
+      case ':':
+        return usage_error(option_name(optopt) + " needs a value: see mlprof-ebpf --help");
+      case '?':
+      default:
+        // optopt: the letter of an unknown short option; 0 for an unknown long one,
+        // which is then the word getopt just stepped over.
+        if (optopt >= kPid || optopt == 'v') {  // "--stream=yes": a flag given a value
+          return usage_error(option_name(optopt) + " takes no value: see mlprof-ebpf --help");
+        }
+        if (optopt != 0) {
+          return usage_error("unknown option '-" + std::string(1, static_cast<char>(optopt)) +
+                             "': see mlprof-ebpf --help");
+        }
+        return usage_error("unknown option '" + std::string(prev < argc ? argv[prev] : "?") +
+                           "': see mlprof-ebpf --help for the options");
+    }
+  }
+  if (optind < argc) {
+    return usage_error("unexpected argument '" + std::string(argv[optind]) +
+                       "': targets are chosen with --pid, --container, --cgroup or --all");
+  }
+  if (opts.help || opts.version) return opts;
+
+  const int kinds = (opts.pids.empty() ? 0 : 1) + (opts.container.empty() ? 0 : 1) +
+                    (opts.cgroup.empty() ? 0 : 1) + (opts.all ? 1 : 0);
+  if (kinds == 0) {
+    return usage_error("no target: give --pid N, --container NAME|ID, --cgroup PATH or --all");
+  }
+  if (kinds > 1) {
+    return usage_error("--pid, --container, --cgroup and --all choose targets in different ways: give one of them");
+  }
+
+  if (format_given) {
+    opts.format = format;
+  } else if (!opts.output.empty()) {
+    opts.format = format_for_path(opts.output);  // nullopt: a text file
+  }
+  if (opts.output.empty() && opts.format &&
+      (*opts.format == ExportFormat::kPprof || *opts.format == ExportFormat::kJsonGz)) {
+    return usage_error("--format " + format_label(opts.format) +
+                       " is gzip-compressed binary: write it to a file with -o FILE");
+  }
+  return opts;
+}
+
+Result<Options> parse_options(const std::vector<std::string>& args) {
+  std::vector<std::string> words;
+  words.reserve(args.size() + 1);
+  words.emplace_back("mlprof-ebpf");
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  return parse_options(static_cast<int>(words.size()), argv.data());
+}
+
+std::string usage() {
+  return R"(usage: mlprof-ebpf TARGET [--duration S] [-o FILE] [--format F] [--depth N] [--stream] [-v]
+
+Profiles the predict() calls of Python processes that use mlflow_profiler
+from outside, with eBPF: the same span tree as in-process profiling, plus
+on-CPU, off-CPU (blocked) and run-queue time per span. Needs root, or
+CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (docs/ebpf.md).
+
+TARGET (one kind):
+  --pid N              a process (repeatable)
+  --container NAME|ID  a Docker, Podman or containerd container (name, id or id prefix)
+  --cgroup PATH        every process in a cgroup v2 and below it
+  --all                every process that has the extension loaded
+
+  --duration S         stop after S seconds (default: at Ctrl-C / SIGTERM)
+  -o FILE              write the profile to FILE atomically (format from the extension:
+                       .json .json.gz .trace.json .pb.gz .speedscope.json .folded .html)
+  --format F           text, json, chrome, pprof, speedscope (also json_gz, folded, html)
+  --depth N            render depth of the text output (default: everything captured)
+  --stream             print each session's tree as it finishes
+  -v                   progress on stderr (-vv: libbpf's messages too)
+  --help, --version
+
+Exit status: 0 all captured; 1 runtime error; 2 usage error; 3 no privilege
+or kernel support; 4 no target found; 5 events were lost (output written).
+)";
+}
+
+std::string version_line() { return std::string("mlprof-ebpf ") + MLPROF_VERSION; }
+
+std::string format_label(const std::optional<ExportFormat>& format) {
+  if (!format) return "text";
+  if (*format == ExportFormat::kChromeTrace) return "chrome";
+  return format_name(*format);
+}
+
+}  // namespace mlprof::agent

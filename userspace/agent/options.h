@@ -1,4 +1,52 @@
 #pragma once
-// The command line of mlprof-ebpf.
+// The command line of mlprof-ebpf: what to attach to, for how long, and what
+// to write. Parsing is pure (no /proc, no kernel), so every error a user can
+// type is tested without privileges.
 
-namespace mlprof::agent {}  // namespace mlprof::agent
+#include <sys/types.h>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/export.h"
+#include "core/result.h"
+
+namespace mlprof::agent {
+
+struct Options {
+  // Target selection: exactly one kind (several --pid are one kind).
+  std::vector<pid_t> pids;   // --pid N (repeatable)
+  std::string container;     // --container NAME|ID
+  std::string cgroup;        // --cgroup PATH (cgroup v2)
+  bool all = false;          // --all: every process with the extension mapped
+
+  double duration_s = 0;     // --duration S; 0: until SIGINT/SIGTERM
+  int depth = -1;            // --depth N: render depth; -1: everything captured
+  std::string output;        // -o FILE; "": the summary goes to stdout only
+  // --format, or the one -o's extension names; nullopt: text.
+  std::optional<ExportFormat> format;
+  bool stream = false;       // --stream: print each session as it finishes
+  int verbose = 0;           // -v (repeatable): -v agent progress, -vv libbpf too
+  size_t ring_bytes = 0;     // --ring-kb (hidden, for tests): 0 = the loader's default
+  bool help = false;         // --help: print usage(), exit 0
+  bool version = false;      // --version: print the version, exit 0
+};
+
+// Parses argv (argv[0] is the program name). Errors are one sentence naming
+// the option, what was wrong and what to type instead; Error::kind is
+// kUnsupported. --help and --version succeed without a target.
+Result<Options> parse_options(int argc, char* const* argv);
+// Convenience for tests: {"--pid", "4"} (the program name is added).
+Result<Options> parse_options(const std::vector<std::string>& args);
+
+// The --help text.
+std::string usage();
+// "mlprof-ebpf 0.1.0"
+std::string version_line();
+
+// The text name of a format as --format spells it ("text" for nullopt).
+std::string format_label(const std::optional<ExportFormat>& format);
+
+}  // namespace mlprof::agent

@@ -2,12 +2,20 @@
 // What to attach to: processes that map the extension (mlflow_profiler/_core*.so)
 // or that carry mlprof USDT notes themselves, selected by pid, container,
 // cgroup or all; resolved through /proc and the container runtimes' state.
+//
+// Nothing here needs BPF: the parsers are pure functions of file contents,
+// and TargetFinder reads /proc and the runtimes' files under HostPaths, so
+// tests point it at recorded state (tests/cpp/data) or at real processes.
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -19,13 +27,138 @@ struct Target {
   std::string binary;     // the ELF with the probes, openable from here (/proc/PID/root/<path>)
   std::string container;  // container id if in one, else ""
   uint64_t cgroup_id = 0; // cgroup v2 id of the process
+  std::string comm;       // the process's name (/proc/PID/comm), for messages
+  bool extension = false; // true: binary is the extension; false: the executable's own notes
 };
 
 struct Container {
-  std::string id;       // full id
+  std::string id;       // full id (a Kubernetes pod: its sandbox id)
   std::string name;     // name if the runtime records one
   std::string runtime;  // "docker", "podman", "containerd", "kubernetes"
-  std::string cgroup;   // cgroup v2 path, relative to the v2 mount
+  std::string cgroup;   // cgroup v2 path, relative to the v2 mount ("" until a process is seen)
+  pid_t pid = 0;        // the init process the runtime recorded; 0 unknown or not running
+  bool running = true;  // the runtime's state says running (true when it says nothing)
+  // Other names that select it: "pod/container", "namespace/pod/container".
+  std::vector<std::string> aliases;
+  // Ids whose processes belong to it: its own id; a pod: its containers' ids too.
+  std::vector<std::string> member_ids;
+
+  // "serving-1 (podman 3c6dab82bc7d)": how messages name it.
+  std::string describe() const;
+};
+
+// Where the host keeps what TargetFinder reads. Defaults are the real
+// locations; tests point them at recorded copies.
+struct HostPaths {
+  std::string proc = "/proc";
+  std::string cgroup2;  // the cgroup v2 mount; "" = found in /proc/self/mountinfo
+  std::string docker = "/var/lib/docker";  // containers/<id>/config.v2.json
+  // Podman 4's libpod state (BoltDB) and containers/storage's container list.
+  std::string podman_db = "/var/lib/containers/storage/libpod/bolt_state.db";
+  std::string podman_storage = "/var/lib/containers/storage";  // overlay-containers/containers.json
+  std::string containerd = "/run/containerd";  // io.containerd.runtime.v2.task/<ns>/<id>/config.json
+};
+
+// How to choose targets (Options' target part).
+struct TargetSelection {
+  std::vector<pid_t> pids;
+  std::string container;  // name, id or unique id prefix
+  std::string cgroup;     // v2 path: absolute under the mount, or relative to it
+  bool all = false;
+};
+
+// ---- parsers of one file's contents (pure) --------------------------------
+
+// The path of the extension in a /proc/PID/maps text (the first line whose
+// file is .../mlflow_profiler/_core*.so, " (deleted)" cut), or nullopt.
+std::optional<std::string> extension_in_maps(std::string_view maps);
+// The cgroup v2 path in a /proc/PID/cgroup text (the "0::" line), or nullopt
+// (a v1-only process: no such line).
+std::optional<std::string> cgroup_v2_path(std::string_view proc_cgroup);
+// The container id (64 hex) a cgroup path names, for the layouts of Docker
+// (cgroupfs /docker/<id>, systemd docker-<id>.scope), Podman (libpod-<id>,
+// libpod-conmon excluded), containerd/CRI (cri-containerd-<id>.scope, nerdctl-<id>.scope,
+// /kubepods/.../<id>), CRI-O (crio-<id>.scope); "" if none.
+std::string container_id_in_cgroup(std::string_view cgroup_path);
+// The v2 mount point in a /proc/self/mountinfo text ("" if none).
+std::string cgroup2_mount_in_mountinfo(std::string_view mountinfo);
+
+// True if the ELF file at `path` has a .note.stapsdt note of provider
+// "mlprof". Errors: the file cannot be read, or is not a 64-bit ELF.
+Result<bool> has_mlprof_usdt(const std::string& path);
+
+// Keys and values of one bucket of a BoltDB file (Podman 4's libpod state),
+// read-only from a copy in memory. `bucket` is the path of nested bucket
+// names from the root. Sub-buckets are listed with value "" and is_bucket.
+struct BoltEntry {
+  std::string key;
+  std::string value;
+  bool is_bucket = false;
+};
+Result<std::vector<BoltEntry>> read_bolt_bucket(std::string_view db, const std::vector<std::string>& bucket);
+
+// ---- containers -----------------------------------------------------------
+
+// Every container the runtimes' state files under `paths` record, plus
+// containers seen only through the cgroup paths of running processes
+// (runtime "" and no name). One entry per id; Docker's name wins over the
+// same id seen in containerd's "moby" namespace.
+std::vector<Container> list_containers(const HostPaths& paths);
+
+// The one container `name_or_id` names: an exact name or alias, an exact id,
+// or a unique id prefix (3+ hex digits). Errors (kUnsupported) are one line:
+// nothing matched (lists the candidates, or says where it looked) or several
+// did (lists them).
+Result<Container> resolve_container(const std::string& name_or_id, const std::vector<Container>& candidates);
+
+// ---- finding and following targets ----------------------------------------
+
+class TargetFinder {
+ public:
+  // Checks the selection once: --pid: each process exists; --container: the
+  // name resolves and the container runs; --cgroup: the directory exists.
+  // Errors are one line with the cause and the fix.
+  static Result<std::unique_ptr<TargetFinder>> create(const TargetSelection& selection,
+                                                      const HostPaths& paths = {});
+
+  struct Changes {
+    std::vector<Target> started;  // new targets (attach them)
+    std::vector<pid_t> exited;    // targets gone (process exited or left the selection)
+  };
+  // One pass over /proc: what changed since the last call. The first call
+  // reports every current target as started.
+  Changes rescan();
+
+  const std::map<pid_t, Target>& current() const { return current_; }
+  // The cgroup id for the kernel filter (LoaderOptions::cgroup_id): the
+  // --cgroup directory or the container's cgroup; 0: none (the pids filter).
+  uint64_t cgroup_id() const { return cgroup_id_; }
+  // For --pid: every given process has exited, nothing more can come.
+  bool pids_all_gone() const;
+  // --pid processes that exist but have not loaded the extension (yet).
+  std::vector<pid_t> waiting_pids() const;
+  // "pid 4242", "container serving-1 (podman 3c6dab82bc7d)", "cgroup /x", "all processes".
+  std::string describe() const;
+  const std::optional<Container>& container() const { return container_; }
+
+ private:
+  TargetFinder(TargetSelection selection, HostPaths paths);
+  std::optional<Target> probe(pid_t pid, const std::string& cgroup_text);
+  bool selected(pid_t pid, const std::string& cgroup_text) const;
+  bool same_mount_ns(pid_t pid) const;
+
+  TargetSelection selection_;
+  HostPaths paths_;
+  std::optional<Container> container_;
+  std::string cgroup_rel_;  // --cgroup / the container's, relative to the v2 mount
+  uint64_t cgroup_id_ = 0;
+  std::map<pid_t, Target> current_;
+  std::map<pid_t, uint64_t> start_times_;  // /proc/PID/stat starttime: a reused pid is a new process
+  std::set<pid_t> gone_pids_;     // --pid processes that exited
+  std::set<pid_t> waiting_pids_;  // --pid processes without the extension
+  // Executables already checked for USDT notes, by (device, inode).
+  std::map<std::pair<uint64_t, uint64_t>, bool> exe_notes_;
+  uint64_t self_mnt_ns_ = 0;
 };
 
 }  // namespace mlprof::agent
