@@ -691,6 +691,37 @@ std::string in_child_with_caps(const std::vector<int>& keep, const std::function
   return out;
 }
 
+// Loads, attaches, runs the sleep script and returns "ok <records> <off_cpu>"
+// or the first error (in the capability-cut child).
+std::string load_attach_run(Target& target, const std::string& binary) {
+  auto r = BpfLoader::open({});
+  if (!r) return r.error().message;
+  auto a = r.value()->attach(target.pid(), binary);
+  if (!a) return a.error().message;
+  auto run = target.run("sleep");
+  auto recs = collect_session(*r.value(), target.pid(), run.session);
+  int off = find(recs, MLPROF_EV_OFF_CPU);
+  return "ok " + std::to_string(recs.size()) + " " + std::to_string(off >= 0);
+}
+
+TEST(BpfLoader, CapBpfAndCapPerfmonAreEnough) {
+  REQUIRE_ROOT();
+  Target target;
+  std::string out = in_child_with_caps({CAP_BPF, CAP_PERFMON}, [&] { return load_attach_run(target, kTarget); });
+  EXPECT_EQ(out, "ok 10 1");  // the sleep script: 9 USDT records and the sleep's OFF_CPU
+}
+
+TEST(BpfLoader, ProcRootPathsAlsoNeedCapSysPtrace) {
+  REQUIRE_ROOT();
+  Target target;
+  const std::string via_root = "/proc/" + std::to_string(target.pid()) + "/root" + kTarget;
+  std::string out = in_child_with_caps({CAP_BPF, CAP_PERFMON}, [&] { return load_attach_run(target, via_root); });
+  EXPECT_NE(out.find("CAP_SYS_PTRACE"), std::string::npos) << out;
+  out = in_child_with_caps({CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE},
+                           [&] { return load_attach_run(target, via_root); });
+  EXPECT_EQ(out, "ok 10 1");
+}
+
 TEST(BpfLoader, WithoutCapabilitiesTheErrorSaysWhatIsNeeded) {
   REQUIRE_ROOT();
   std::string out = in_child_with_caps({}, [] {

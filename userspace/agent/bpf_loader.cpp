@@ -70,11 +70,20 @@ std::string take_last_warning() {
 
 bool permission_errno(int e) { return e == EPERM || e == EACCES; }
 
-// The fix for a refused bpf()/perf_event_open(): what the agent needs.
+// The fix for a refused bpf()/perf_event_open(): what the agent needs
+// (measured on 6.18 with setpriv, bpf/README.md): CAP_BPF and CAP_PERFMON
+// load, attach and read; no CAP_SYS_RESOURCE (BPF memory is charged to the
+// cgroup since 5.11) and no CAP_SYS_ADMIN.
 const char* privilege_fix() {
-  return "run mlprof-ebpf as root, or grant it CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE and "
-         "CAP_DAC_READ_SEARCH (e.g. sudo setcap "
-         "cap_bpf,cap_perfmon,cap_sys_resource,cap_dac_read_search+ep mlprof-ebpf)";
+  return "run mlprof-ebpf as root, or grant it CAP_BPF and CAP_PERFMON "
+         "(e.g. sudo setcap cap_bpf,cap_perfmon+ep mlprof-ebpf; on kernels before 5.8, CAP_SYS_ADMIN)";
+}
+
+// Opening /proc/PID/root/... (a containerized target) or /proc/PID/maps of a
+// process with other credentials is a ptrace-read access check.
+const char* proc_fix() {
+  return "reading a target through /proc/PID/root needs CAP_SYS_PTRACE unless the agent has the "
+         "target's uid and all of its capabilities (run as root, or add cap_sys_ptrace)";
 }
 
 Error error(Error::Kind kind, int errnum, std::string message) {
@@ -315,7 +324,9 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
       int e = errno;
       std::string msg = "attaching USDT probe mlprof:" + std::string(u.name) + " of " + binary + " in pid " +
                         std::to_string(pid) + " failed: " + std::strerror(e);
-      if (permission_errno(e))
+      if (permission_errno(e) && binary.rfind("/proc/", 0) == 0)
+        msg += "; " + std::string(proc_fix());
+      else if (permission_errno(e))
         msg += "; " + std::string(privilege_fix());
       else if (e == ENOENT)
         msg += "; the file is missing or has no mlprof USDT probes (is it the mlflow_profiler extension, "
