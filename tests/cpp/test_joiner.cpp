@@ -841,6 +841,75 @@ TEST(Joiner, ThreadsStartedInTheSessionBecomeLifetimes) {
   EXPECT_EQ(k.spans[2].off_cpu_ns, 0);
 }
 
+TEST(Joiner, ConcurrentSessionsTakeOnlyThreadsStartedWhileTheyWereOpen) {
+  // Session 1 on thread 100 (900..51100) and session 2 on thread 200 of the
+  // same process (40000..90000). Thread 150 is started by 200 before session
+  // 2 began, 151 while it was open: only 151 is session 2's.
+  Process proc;
+  std::vector<Rec> recs = records_of(small_session(), proc, 1);
+  Profile second;
+  const uint32_t f = test::user_fn(second, "predict");
+  second.lanes.push_back(make_lane({call(41000, f), ret(89000)}));
+  second.lanes[0].native_tid = 200;
+  second.captured_depth = 2;
+  second.start_ns = 40000;
+  second.end_ns = 90000;
+  build_tree(second);
+  std::vector<Rec> recs2 = records_of(second, proc, 2);
+  std::vector<Rec> all(recs.begin(), recs.end() - 1);  // session 1 still open
+  all.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 150, 30000, 200, "early"));
+  all.insert(all.end(), recs2.begin(), recs2.end() - 1);
+  all.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 151, 45000, 200, "inside"));
+  all.push_back(recs2.back());  // session 2 ends first: session 1 still holds 150's record
+  all.push_back(recs.back());
+  Joiner j;
+  feed(j, all);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].meta.at("session"), "2");
+  ASSERT_EQ(got[0].kernel.threads.size(), 1u);
+  EXPECT_EQ(got[0].kernel.threads[0].tid, 151u);
+  EXPECT_EQ(got[0].kernel.threads[0].started_under, 0);
+  EXPECT_TRUE(got[1].kernel.threads.empty());  // neither was started by session 1's thread
+}
+
+TEST(Joiner, ParentLanesAreMappedPastALaneLostEntirely) {
+  // Lanes 0, 2 and 3 arrive (every record of lane 1 was lost); lane 3 was
+  // started under lane 2's call, which is profile lane 1 now.
+  Joiner j;
+  feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 100, 1, -1, MLPROF_SESSION_ALL_THREADS),
+           name_rec(100, 100, 100, 7, false, "predict", "app", "/app/m.py", 1),
+           name_rec(100, 100, 100, 8, false, "work", "app", "/app/m.py", 9),
+           span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, 200, 1, 0, 0, 7)});
+  mlprof_ev_lane l2{};
+  l2.h = header(MLPROF_EV_LANE_BEGIN, 100, 102, 300);
+  l2.session = 1;
+  l2.lane = 2;
+  l2.parent_lane = 0;
+  l2.parent_call = 0;
+  mlprof_ev_lane l3 = l2;
+  l3.h.tid = 103;
+  l3.lane = 3;
+  l3.parent_lane = 2;
+  l3.parent_call = 0;
+  feed(j, {rec_of(l2), span_rec(MLPROF_EV_SPAN_ENTER, 100, 102, 310, 1, 2, 0, 8), rec_of(l3),
+           span_rec(MLPROF_EV_SPAN_ENTER, 100, 103, 320, 1, 3, 0, 8),
+           span_rec(MLPROF_EV_SPAN_EXIT, 100, 103, 330, 1, 3, 0),
+           span_rec(MLPROF_EV_SPAN_EXIT, 100, 102, 340, 1, 2, 0),
+           span_rec(MLPROF_EV_SPAN_EXIT, 100, 100, 350, 1, 0, 0),
+           session_rec(MLPROF_EV_SESSION_END, 100, 100, 400, 1, 0, 0)});
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const Profile& p = got[0];
+  ASSERT_EQ(p.lanes.size(), 3u);
+  EXPECT_EQ(p.lanes[1].parent_lane, 0);
+  EXPECT_EQ(p.lanes[2].parent_lane, 1);
+  ASSERT_EQ(p.spans.size(), 3u);
+  EXPECT_EQ(p.spans[1].parent, 0);
+  EXPECT_EQ(p.spans[2].parent, 1);  // lane 3's root under lane 2's work()
+  EXPECT_EQ(p.spans[2].depth, 2u);
+}
+
 TEST(Joiner, HeldSessionsCatchOffCpuIntervalsThatEndAfterThem) {
   const Profile want = small_session();  // ends at 51100
   Process proc;
