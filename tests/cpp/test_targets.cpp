@@ -453,6 +453,7 @@ TEST(TargetFinder, PodsV1OnlyCgroupsAndNerdctl) {
   ASSERT_TRUE(legacy.ok()) << legacy.error().message;
   EXPECT_EQ(pids_of(legacy.value()->rescan().started), std::vector<pid_t>{20002});
   EXPECT_EQ(legacy.value()->cgroup_id(), 0u);  // no v2 cgroup of its own: the pid filter only
+  EXPECT_EQ(legacy.value()->cgroup_level(), -1);
 
   auto nerd = TargetFinder::create({{}, "nerd-1", "", false}, recorded_host());
   ASSERT_TRUE(nerd.ok()) << nerd.error().message;
@@ -488,6 +489,7 @@ TEST(TargetFinder, CgroupSelectsThatCgroupAndBelow) {
   auto parent = TargetFinder::create({{}, "", "/libpod_parent", false}, host);
   ASSERT_TRUE(parent.ok()) << parent.error().message;
   EXPECT_EQ(parent.value()->cgroup_id(), static_cast<uint64_t>(st.st_ino));
+  EXPECT_EQ(parent.value()->cgroup_level(), 1);
   EXPECT_EQ(pids_of(parent.value()->rescan().started), (std::vector<pid_t>{12446, 16019}));
 
   // The same cgroup given as an absolute path under the mount, with a trailing slash.
@@ -495,6 +497,7 @@ TEST(TargetFinder, CgroupSelectsThatCgroupAndBelow) {
   ASSERT_TRUE(one.ok()) << one.error().message;
   auto started = one.value()->rescan().started;
   ASSERT_EQ(pids_of(started), std::vector<pid_t>{12446});
+  EXPECT_EQ(one.value()->cgroup_level(), 2);
   ASSERT_EQ(::stat((cg.path / "libpod_parent" / ("libpod-" + kServing1)).c_str(), &st), 0);
   EXPECT_EQ(started[0].cgroup_id, static_cast<uint64_t>(st.st_ino));
 

@@ -1,2 +1,364 @@
-// placeholder: filled by issue 5 work
-int main() { return 2; }
+// mlprof-ebpf: profiles predict() calls of Python processes from outside.
+// Top to bottom: parse the command line; check privileges and BTF; resolve
+// the targets; load the BPF programs; attach; poll the ring buffer, feeding
+// the joiner, rescanning for targets that start or exit; on SIGINT/SIGTERM,
+// --duration or the last --pid gone: finish, write -o atomically, print the
+// summary. Exit codes: see kExit* below and docs/ebpf.md.
+
+#include <linux/capability.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/bpf_loader.h"
+#include "agent/joiner.h"
+#include "agent/options.h"
+#include "agent/report.h"
+#include "agent/targets.h"
+#include "core/export.h"
+#include "core/file_io.h"
+#include "core/merge.h"
+
+namespace {
+
+using namespace mlprof;
+using namespace mlprof::agent;
+
+// Exit statuses (docs/ebpf.md, usage()).
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;      // runtime error: writing the output, reading the ring buffer
+constexpr int kExitUsage = 2;      // the command line
+constexpr int kExitPrivilege = 3;  // not privileged, no BTF, the kernel refused the programs
+constexpr int kExitNoTarget = 4;   // no such pid / container / cgroup
+constexpr int kExitLost = 5;       // events were lost (the outputs are written and say so)
+
+constexpr int kPollMs = 100;            // ring-buffer poll timeout
+constexpr int64_t kRescanNs = 500'000'000;  // target rescan period
+constexpr int64_t kSettleNs = 50'000'000;   // late scheduler records of a session still land
+
+volatile sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int signo) {
+  if (g_stop_signal != 0) _exit(128 + signo);  // a second Ctrl-C: leave now (-o is still never partial)
+  g_stop_signal = signo;
+}
+
+int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void say(const std::string& line) { std::fprintf(stderr, "mlprof-ebpf: %s\n", line.c_str()); }
+
+int fail(int status, const std::string& line) {
+  say(line);
+  return status;
+}
+
+// ---- privileges -----------------------------------------------------------
+
+// Capability numbers newer than some installed headers.
+constexpr int kCapSysPtrace = 19;
+constexpr int kCapSysAdmin = 21;
+constexpr int kCapPerfmon = 38;
+constexpr int kCapBpf = 39;
+
+struct Capabilities {
+  uint64_t effective = 0;
+  bool has(int cap) const { return (effective >> cap) & 1u; }
+};
+
+// The effective set through capget(2) (libcap only for this would be one
+// more library to ship in the image).
+Capabilities effective_capabilities() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  Capabilities caps;
+  if (syscall(SYS_capget, &header, data) == 0) {
+    caps.effective = static_cast<uint64_t>(data[0].effective) | (static_cast<uint64_t>(data[1].effective) << 32);
+  }
+  return caps;
+}
+
+// One line naming what is missing and how to grant it, or "" when all is there.
+// CAP_BPF + CAP_PERFMON load and attach the programs (CAP_SYS_ADMIN stands
+// for both before 5.8); CAP_SYS_PTRACE reads another process's maps and
+// opens its binary through /proc/PID/root, which a container's process
+// (with capabilities the agent's set lacks) refuses even to the same uid.
+std::string missing_privileges(const Capabilities& caps) {
+  std::vector<std::string> missing;
+  const bool admin = caps.has(kCapSysAdmin);
+  if (!caps.has(kCapBpf) && !admin) missing.emplace_back("CAP_BPF");
+  if (!caps.has(kCapPerfmon) && !admin) missing.emplace_back("CAP_PERFMON");
+  if (!caps.has(kCapSysPtrace)) missing.emplace_back("CAP_SYS_PTRACE");
+  if (missing.empty()) return {};
+  std::string names;
+  for (const std::string& m : missing) names += (names.empty() ? "" : ", ") + m;
+  return "not privileged (missing " + names +
+         "): run it as root (sudo mlprof-ebpf ...) or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE "
+         "(sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep mlprof-ebpf; docs/ebpf.md)";
+}
+
+// The kernel's BTF, which the CO-RE programs are relocated against.
+// MLPROF_VMLINUX_BTF names another file: only the tests use it, to see this
+// message on a kernel that does have BTF.
+std::string missing_btf() {
+  const char* env = std::getenv("MLPROF_VMLINUX_BTF");
+  const std::string path = env != nullptr && *env != '\0' ? env : "/sys/kernel/btf/vmlinux";
+  if (access(path.c_str(), R_OK) == 0) return {};
+  return "no kernel BTF at " + path +
+         ": this kernel was built without CONFIG_DEBUG_INFO_BTF; run a kernel with BTF "
+         "(Debian 11+, Ubuntu 20.10+, RHEL 8.2+ kernels have it)";
+}
+
+// ---- output ---------------------------------------------------------------
+
+bool write_stdout(const std::string& text) {
+  if (text.empty()) return true;
+  const bool ok = std::fwrite(text.data(), 1, text.size(), stdout) == text.size();
+  return std::fflush(stdout) == 0 && ok;
+}
+
+std::string plural(uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// ---- the capture ----------------------------------------------------------
+
+class Agent {
+ public:
+  Agent(const Options& opts, BpfLoader& loader, std::map<std::string, std::string> meta)
+      : opts_(opts),
+        loader_(loader),
+        joiner_(std::move(meta)),
+        report_(ReportOptions{opts.depth}),
+        combined_(combine_sessions({})) {}
+
+  // Attaches the targets that started and lets go of those that exited.
+  void apply(const TargetFinder::Changes& changes) {
+    const int64_t now = now_ns();
+    for (pid_t pid : changes.exited) {
+      joiner_.on_process_exit(static_cast<uint32_t>(pid), now);
+      loader_.detach(pid);
+      if (attached_.erase(pid) != 0) say("pid " + std::to_string(pid) + " exited");
+      failed_.erase(pid);
+    }
+    for (const Target& t : changes.started) {
+      if (failed_.count(t.pid) != 0) continue;
+      auto r = loader_.attach(t.pid, t.binary);
+      if (!r) {
+        failed_.insert(t.pid);
+        // A process that exited meanwhile is no news.
+        if (kill(t.pid, 0) == 0 || errno != ESRCH) {
+          say("cannot attach to pid " + std::to_string(t.pid) + " (" + t.comm + "): " + r.error().message);
+        }
+        continue;
+      }
+      attached_.insert(t.pid);
+      std::string line = "attached to pid " + std::to_string(t.pid) + " (" + t.comm + ")";
+      if (opts_.verbose > 0) line += ": " + t.binary;
+      say(line);
+    }
+  }
+
+  // One poll of the ring buffer; false on an error other than a signal.
+  bool poll(int timeout_ms) {
+    const int n = loader_.poll(timeout_ms, [this](const void* data, size_t size) { joiner_.on_record(data, size); });
+    joiner_.set_lost_events(loader_.stats().lost);
+    if (n < 0 && n != -EINTR) {
+      poll_error_ = -n;
+      return false;
+    }
+    return true;
+  }
+
+  // Sessions that ended (at least kSettleNs ago unless `all`).
+  void collect(bool all) {
+    std::vector<Profile> done = all ? joiner_.take_finished() : joiner_.take_finished(now_ns() - kSettleNs);
+    for (const Profile& p : done) {
+      report_.add(p);
+      if (!opts_.output.empty() || opts_.format) append_profile(combined_, p);
+      if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n")) stdout_broken_ = true;
+    }
+  }
+
+  void finish() {
+    // What is still in the ring buffer, then every open session, truncated.
+    for (int i = 0; i < 64 && loader_.poll(0, [this](const void* d, size_t s) { joiner_.on_record(d, s); }) > 0; ++i) {
+    }
+    joiner_.set_lost_events(loader_.stats().lost);
+    joiner_.finish(now_ns());
+    collect(true);
+  }
+
+  // The capture's lost records, also those outside any session, in the written profile.
+  void set_lost_events(uint64_t lost) {
+    combined_.kernel.present = true;
+    combined_.kernel.lost_events = std::max(combined_.kernel.lost_events, lost);
+  }
+
+  const std::set<pid_t>& attached() const { return attached_; }
+  int poll_error() const { return poll_error_; }
+  bool stdout_broken() const { return stdout_broken_; }
+  const CaptureReport& report() const { return report_; }
+  const Profile& combined() const { return combined_; }
+  JoinerStats joiner_stats() const { return joiner_.stats(); }
+
+ private:
+  const Options& opts_;
+  BpfLoader& loader_;
+  Joiner joiner_;
+  CaptureReport report_;
+  Profile combined_;
+  std::set<pid_t> attached_;
+  std::set<pid_t> failed_;  // attach refused: not retried while the process lives
+  int poll_error_ = 0;
+  bool stdout_broken_ = false;
+};
+
+int run(int argc, char** argv) {
+  auto parsed = parse_options(argc, argv);
+  if (!parsed) return fail(kExitUsage, parsed.error().message);
+  const Options& opts = parsed.value();
+  if (opts.help) return write_stdout(usage()) ? kExitOk : kExitError;
+  if (opts.version) return write_stdout(version_line() + "\n") ? kExitOk : kExitError;
+
+  if (std::string m = missing_privileges(effective_capabilities()); !m.empty()) return fail(kExitPrivilege, m);
+  if (std::string m = missing_btf(); !m.empty()) return fail(kExitPrivilege, m);
+
+  // Signals before anything attaches: a Ctrl-C at any later point ends the
+  // capture cleanly. No SA_RESTART, so the poll returns at once.
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout is an EPIPE, not a death without the -o file
+
+  auto found = TargetFinder::create(TargetSelection{opts.pids, opts.container, opts.cgroup, opts.all});
+  if (!found) return fail(kExitNoTarget, found.error().message);
+  TargetFinder& finder = *found.value();
+
+  LoaderOptions lopts;
+  lopts.cgroup_id = finder.cgroup_id();
+  lopts.cgroup_level = finder.cgroup_level();
+  if (opts.ring_bytes != 0) lopts.ring_bytes = opts.ring_bytes;
+  lopts.verbose = opts.verbose >= 2;
+  auto loaded = BpfLoader::open(lopts);
+  if (!loaded) return fail(kExitPrivilege, loaded.error().message);
+  BpfLoader& loader = *loaded.value();
+
+  std::map<std::string, std::string> meta{{"agent", version_line()}};
+  if (const auto& c = finder.container()) {
+    meta["container"] = c->name.empty() ? c->id : c->name;
+    meta["container_id"] = c->id;
+    meta["container_runtime"] = c->runtime;
+  }
+  Agent agent(opts, loader, std::move(meta));
+
+  const int64_t start = now_ns();
+  const int64_t deadline = opts.duration_s > 0 ? start + static_cast<int64_t>(opts.duration_s * 1e9) : INT64_MAX;
+  agent.apply(finder.rescan());
+  {
+    std::string line = "watching " + finder.describe() + " (" + loader.sched_variant() + ")";
+    if (!agent.attached().empty()) {
+      line += ", " + plural(agent.attached().size(), "process", "processes") + " attached";
+    } else if (!finder.current().empty()) {
+      line += ": no target could be attached (see above); watching for others";
+    } else {
+      line += finder.waiting_pids().empty() ? ": no process has loaded mlflow_profiler yet, waiting"
+                                            : ": the process has not loaded mlflow_profiler yet, waiting";
+    }
+    char until[64];
+    if (opts.duration_s > 0) std::snprintf(until, sizeof until, "; stops after %g s", opts.duration_s);
+    else std::snprintf(until, sizeof until, "; Ctrl-C stops");
+    say(line + until);
+  }
+
+  int64_t next_rescan = start + kRescanNs;
+  bool targets_gone = finder.pids_all_gone();
+  while (g_stop_signal == 0 && !targets_gone) {
+    const int64_t now = now_ns();
+    if (now >= deadline) break;
+    const int timeout = static_cast<int>(std::min<int64_t>(kPollMs, (deadline - now) / 1'000'000 + 1));
+    if (!agent.poll(timeout)) break;
+    if (now_ns() >= next_rescan) {
+      agent.apply(finder.rescan());
+      next_rescan = now_ns() + kRescanNs;
+      targets_gone = finder.pids_all_gone();
+    }
+    agent.collect(false);
+  }
+  agent.finish();
+  const LoaderStats stats = loader.stats();
+  loaded.value().reset();  // detach everything now: the targets' semaphores go back to 0
+  agent.set_lost_events(stats.lost);
+
+  if (g_stop_signal != 0) say(std::string("stopping on ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"));
+  else if (targets_gone) say("every target process has exited");
+  if (agent.poll_error() != 0) say(std::string("reading the ring buffer failed: ") + std::strerror(agent.poll_error()));
+
+  int status = agent.poll_error() != 0 ? kExitError : kExitOk;
+  const std::string summary = agent.report().summary_text();
+  // -o FILE: the chosen format, or the text summary; always atomic.
+  if (!opts.output.empty()) {
+    auto w = opts.format ? save_profile(agent.combined(), opts.output, *opts.format)
+                         : write_file_atomic(opts.output, summary);
+    if (!w) {
+      say("cannot write " + opts.output + ": " + w.error().message);
+      status = kExitError;
+    } else {
+      say("wrote " + opts.output + " (" + format_label(opts.format) + ", " +
+          plural(agent.report().sessions(), "session", "sessions") + ")");
+    }
+  }
+  if (opts.output.empty() && opts.format) {
+    // The document goes to stdout; the summary to stderr, out of its way.
+    if (!write_stdout(export_profile(agent.combined(), *opts.format))) status = kExitError;
+    std::fputs(summary.c_str(), stderr);
+  } else if (!write_stdout(summary) || agent.stdout_broken()) {
+    say("cannot write to stdout");
+    status = kExitError;
+  }
+  if (agent.report().sessions() == 0) {
+    say("no predict() session was captured: does the target call predict() under autoprofile() "
+        "(or a profiling session) while the agent runs?");
+  }
+  if (opts.verbose > 0) {
+    const JoinerStats js = agent.joiner_stats();
+    say("records " + std::to_string(stats.records) + ", lost " + std::to_string(stats.lost) + ", sessions " +
+        std::to_string(js.sessions_finished) + " (truncated " + std::to_string(js.sessions_truncated) +
+        "), unmatched " + std::to_string(js.unmatched) + ", malformed " + std::to_string(js.malformed));
+  }
+  if (stats.lost > 0) {
+    say(plural(stats.lost, "event was", "events were") +
+        " lost (the ring buffer was full): the profile misses them and says so; a shallower "
+        "capture depth in the target or fewer targets per agent helps");
+    if (status == kExitOk) status = kExitLost;
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlprof-ebpf: internal error: %s\n", e.what());
+    return kExitError;
+  }
+}

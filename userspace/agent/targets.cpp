@@ -750,6 +750,12 @@ uint64_t start_time(const std::string& proc, pid_t pid) {
   return std::strtoull(stat->c_str() + pos, nullptr, 10);
 }
 
+// "/" is level 0, "/a" 1, "/a/b" 2.
+int level_of(const std::string& cgroup) {
+  return static_cast<int>(std::count_if(cgroup.begin(), cgroup.end(), [](char c) { return c == '/'; })) -
+         (cgroup == "/" ? 1 : 0);
+}
+
 std::string trim_newline(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
@@ -792,6 +798,7 @@ Result<std::unique_ptr<TargetFinder>> TargetFinder::create(const TargetSelection
     }
     f->cgroup_rel_ = rel;
     f->cgroup_id_ = static_cast<uint64_t>(st.st_ino);
+    f->cgroup_level_ = level_of(rel);
   }
   if (!selection.container.empty()) {
     auto c = resolve_container(selection.container, list_containers(f->paths_));
@@ -802,6 +809,7 @@ Result<std::unique_ptr<TargetFinder>> TargetFinder::create(const TargetSelection
     f->container_ = c.value();
     if (!c.value().cgroup.empty() && !f->paths_.cgroup2.empty()) {
       f->cgroup_id_ = inode_of(f->paths_.cgroup2 + c.value().cgroup);
+      f->cgroup_level_ = level_of(c.value().cgroup);
     }
   }
   return f;

@@ -133,6 +133,9 @@ class TargetFinder {
   // The cgroup id for the kernel filter (LoaderOptions::cgroup_id): the
   // --cgroup directory or the container's cgroup; 0: none (the pids filter).
   uint64_t cgroup_id() const { return cgroup_id_; }
+  // That cgroup's level under the v2 root (LoaderOptions::cgroup_level): the
+  // root is 0, /a/b is 2; -1 when there is no cgroup filter.
+  int cgroup_level() const { return cgroup_id_ == 0 ? -1 : cgroup_level_; }
   // For --pid: every given process has exited, nothing more can come.
   bool pids_all_gone() const;
   // --pid processes that exist but have not loaded the extension (yet).
@@ -152,6 +155,7 @@ class TargetFinder {
   std::optional<Container> container_;
   std::string cgroup_rel_;  // --cgroup / the container's, relative to the v2 mount
   uint64_t cgroup_id_ = 0;
+  int cgroup_level_ = 0;
   std::map<pid_t, Target> current_;
   std::map<pid_t, uint64_t> start_times_;  // /proc/PID/stat starttime: a reused pid is a new process
   std::set<pid_t> gone_pids_;     // --pid processes that exited
