@@ -1,2 +1,151 @@
-// placeholder: the issue 5 core work fills it
 #include "core/merge.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/sched.h"
+
+namespace mlprof {
+
+namespace {
+
+uint64_t meta_session(const Profile& p) {
+  const auto it = p.meta.find("session");
+  if (it == p.meta.end()) return 0;
+  uint64_t v = 0;
+  const std::string& s = it->second;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && ptr == s.data() + s.size() ? v : 0;
+}
+
+// Writes the profile's meta pid/session into the lanes and kernel records
+// that leave them 0, before meta stops saying it.
+void pin_provenance(std::vector<Lane>& lanes, std::vector<OffCpuInterval>& off_cpu,
+                    std::vector<ThreadLifetime>& threads, uint32_t pid, uint64_t session) {
+  for (Lane& lane : lanes) {
+    if (lane.pid == 0) lane.pid = pid;
+    if (lane.session == 0) lane.session = session;
+  }
+  for (OffCpuInterval& iv : off_cpu) {
+    if (iv.pid == 0) iv.pid = pid;
+  }
+  for (ThreadLifetime& t : threads) {
+    if (t.pid == 0) t.pid = pid;
+  }
+}
+
+bool is_empty(const Profile& p) {
+  return p.lanes.empty() && p.spans.empty() && p.meta.empty() && !p.kernel.present &&
+         p.kernel.off_cpu.empty() && p.kernel.threads.empty();
+}
+
+}  // namespace
+
+void append_profile(Profile& into, const Profile& from) {
+  const bool first = is_empty(into);
+  const bool into_attributed = into.kernel.spans.size() == into.spans.size();
+  const bool from_attributed = from.kernel.spans.size() == from.spans.size();
+  // Copies first: `from` may be `into`.
+  std::vector<Lane> lanes = from.lanes;
+  std::vector<Span> spans = from.spans;
+  std::vector<SpanIO> io = from.io;
+  std::vector<Segment> segments = from.segments;
+  KernelData kernel = from.kernel;
+  const std::map<std::string, std::string> from_meta = from.meta;
+  const CaptureStats stats = from.stats;
+  const int64_t start_ns = from.start_ns, end_ns = from.end_ns;
+  const int depth = from.captured_depth;
+  pin_provenance(lanes, kernel.off_cpu, kernel.threads, profile_pid(from), meta_session(from));
+  pin_provenance(into.lanes, into.kernel.off_cpu, into.kernel.threads, profile_pid(into),
+                 meta_session(into));
+
+  // Functions and labels into into's tables.
+  std::vector<uint32_t> function_id(from.functions.size());
+  const StringTable& strings = from.functions.strings();
+  for (uint32_t i = 0; i < from.functions.size(); ++i) {
+    const FunctionInfo& fn = from.functions.get(i);
+    function_id[i] = into.functions.add(strings.get(fn.name), strings.get(fn.module),
+                                        strings.get(fn.file), fn.line, fn.kind, fn.user_code);
+  }
+  const auto lane_base = static_cast<int32_t>(into.lanes.size());
+  const auto span_base = static_cast<int32_t>(into.spans.size());
+  // Events name functions (kCall) and strings (kLabel) too: a rebuild of the
+  // merged profile from its lanes gives the same tree.
+  auto label_id = [&](uint32_t id) -> uint32_t {
+    return id == 0 ? 0 : into.functions.strings().intern(strings.get(id));
+  };
+  for (Lane& lane : lanes) {
+    if (lane.parent_lane >= 0) lane.parent_lane += lane_base;
+    for (Event& e : lane.events) {
+      if (e.kind == EventKind::kCall && e.id < function_id.size()) e.id = function_id[e.id];
+      if (e.kind == EventKind::kLabel) e.id = label_id(e.id);
+    }
+    into.lanes.push_back(std::move(lane));
+  }
+  into.spans.reserve(into.spans.size() + spans.size());
+  for (Span& s : spans) {
+    if (s.parent >= 0) s.parent += span_base;
+    if (s.function < function_id.size()) s.function = function_id[s.function];
+    s.label = label_id(s.label);
+    s.lane += static_cast<uint32_t>(lane_base);
+    into.spans.push_back(s);
+  }
+  for (SpanIO& r : io) {
+    r.span += span_base;
+    into.io.push_back(std::move(r));
+  }
+  for (Segment& seg : segments) {
+    seg.span += span_base;
+    into.segments.push_back(seg);
+  }
+  link_tree(into);
+
+  KernelData& k = into.kernel;
+  k.present = k.present || kernel.present;
+  k.lost_events += kernel.lost_events;
+  k.off_cpu.insert(k.off_cpu.end(), kernel.off_cpu.begin(), kernel.off_cpu.end());
+  std::stable_sort(k.off_cpu.begin(), k.off_cpu.end(),
+                   [](const OffCpuInterval& a, const OffCpuInterval& b) {
+                     return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
+                   });
+  for (ThreadLifetime& t : kernel.threads) {
+    if (t.started_under >= 0) t.started_under += span_base;
+    k.threads.push_back(std::move(t));
+  }
+
+  into.stats.events_captured += stats.events_captured;
+  into.stats.events_skipped += stats.events_skipped;
+  into.stats.unmatched_returns += stats.unmatched_returns;
+  if (first) {
+    into.meta = from_meta;
+    into.captured_depth = depth;
+    into.start_ns = start_ns;
+    into.end_ns = end_ns;
+  } else {
+    for (auto it = into.meta.begin(); it != into.meta.end();) {
+      const auto other = from_meta.find(it->first);
+      it = other == from_meta.end() || other->second != it->second ? into.meta.erase(it)
+                                                                     : std::next(it);
+    }
+    into.captured_depth = into.captured_depth < 0 || depth < 0
+                              ? -1
+                              : std::max(into.captured_depth, depth);
+    into.start_ns = std::min(into.start_ns, start_ns);
+    into.end_ns = std::max(into.end_ns, end_ns);
+  }
+
+  if (!k.present) {  // no kernel figures to keep (both are in-process profiles)
+    k.spans.clear();
+    return;
+  }
+  if (into_attributed && from_attributed) {
+    k.spans.insert(k.spans.end(), kernel.spans.begin(), kernel.spans.end());
+  } else {
+    attribute_kernel(into);
+  }
+}
+
+}  // namespace mlprof

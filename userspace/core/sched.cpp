@@ -1,12 +1,492 @@
-// placeholder: the issue 5 core work implements attribute_kernel and top_stalls.
 #include "core/sched.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cstddef>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "core/export_util.h"
 #include "core/tree.h"
 
 namespace mlprof {
 
-void attribute_kernel(Profile& profile) { profile.kernel.spans.assign(profile.spans.size(), SpanKernel{}); }
+uint32_t profile_pid(const Profile& profile) {
+  const auto it = profile.meta.find("pid");
+  if (it == profile.meta.end()) return 0;
+  uint32_t pid = 0;
+  const std::string& s = it->second;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), pid);
+  return ec == std::errc() && ptr == s.data() + s.size() ? pid : 0;
+}
 
-std::vector<Stall> top_stalls(const Profile&, size_t, int64_t) { return {}; }
+uint32_t lane_pid(const Profile& profile, const Lane& lane) {
+  return lane.pid != 0 ? lane.pid : profile_pid(profile);
+}
+
+namespace {
+
+constexpr int64_t kForever = std::numeric_limits<int64_t>::max();
+
+using ThreadKey = std::pair<uint32_t, uint64_t>;  // (pid, tid)
+
+// Which span is innermost on one thread, over time: piecewise constant,
+// owner[i] over [at[i], at[i + 1]) (the last one to forever), -1 before at[0].
+struct Timeline {
+  std::vector<int64_t> at;
+  std::vector<int32_t> owner;
+
+  // Index of the stretch holding t, -1 before the first.
+  ptrdiff_t stretch(int64_t t) const {
+    return std::upper_bound(at.begin(), at.end(), t) - at.begin() - 1;
+  }
+  int32_t owner_at(int64_t t) const {
+    const ptrdiff_t i = stretch(t);
+    return i < 0 ? -1 : owner[static_cast<size_t>(i)];
+  }
+};
+
+// Everything the attribution needs about the threads, built once.
+class Threads {
+ public:
+  explicit Threads(const Profile& p) : p_(p), meta_pid_(profile_pid(p)) {
+    build_timelines();
+    index_lifetimes();
+    resolve_started_under();
+  }
+
+  // The pieces of every interval, in interval order.
+  std::vector<OffCpuPiece> pieces() const {
+    std::vector<OffCpuPiece> out;
+    out.reserve(p_.kernel.off_cpu.size());
+    for (size_t i = 0; i < p_.kernel.off_cpu.size(); ++i) {
+      const OffCpuInterval& iv = p_.kernel.off_cpu[i];
+      const ThreadKey key{pid_or_meta(iv.pid), iv.tid};
+      const auto tl = timelines_.find(key);
+      const auto idx = static_cast<uint32_t>(i);
+      const int64_t end = std::max(iv.end_ns, iv.start_ns);
+      if (end == iv.start_ns) {  // switched out and in at one instant: still a switch
+        const int32_t own = tl == timelines_.end() ? -1 : tl->second.owner_at(iv.start_ns);
+        if (own >= 0) {
+          out.push_back({idx, own, true, iv.start_ns, end});
+        } else {
+          add_fallback(out, key, idx, iv.start_ns, end);
+        }
+        continue;
+      }
+      if (tl == timelines_.end()) {
+        add_fallback(out, key, idx, iv.start_ns, end);
+        continue;
+      }
+      const Timeline& t = tl->second;
+      ptrdiff_t s = t.stretch(iv.start_ns);
+      for (int64_t from = iv.start_ns; from < end; ++s) {
+        const int64_t stretch_end =
+            static_cast<size_t>(s + 1) < t.at.size() ? t.at[static_cast<size_t>(s + 1)] : kForever;
+        const int64_t to = std::min(end, stretch_end);
+        const int32_t own = s < 0 ? -1 : t.owner[static_cast<size_t>(s)];
+        if (own >= 0) {
+          out.push_back({idx, own, true, from, to});
+        } else {
+          add_fallback(out, key, idx, from, to);
+        }
+        from = to;
+      }
+    }
+    return out;
+  }
+
+  const std::vector<int32_t>& started_under() const { return started_under_; }
+
+ private:
+  uint32_t pid_or_meta(uint32_t pid) const { return pid != 0 ? pid : meta_pid_; }
+
+  // Per thread, the innermost running span over time: a sweep over the
+  // running intervals (export_util::lane_intervals: whole spans, generator
+  // segments) of every lane of the thread, with the open ones in a set
+  // ordered by (start, depth, span): the innermost is the last.
+  void build_timelines() {
+    const auto lanes = export_util::lane_intervals(p_);
+    std::map<ThreadKey, std::vector<const export_util::RunInterval*>> by_thread;
+    for (size_t li = 0; li < p_.lanes.size(); ++li) {
+      const Lane& lane = p_.lanes[li];
+      if (lane.native_tid == 0) continue;  // not joinable with kernel events
+      auto& runs = by_thread[{lane_pid(p_, lane), lane.native_tid}];
+      for (const auto& iv : lanes[li]) {
+        if (iv.end_ns > iv.start_ns) runs.push_back(&iv);
+      }
+    }
+    using Open = std::tuple<int64_t, uint32_t, int32_t>;  // start, depth, span
+    struct Change {
+      int64_t ts;
+      bool opens;
+      Open key;
+    };
+    std::vector<Change> changes;
+    std::set<Open> open;
+    for (auto& [key, runs] : by_thread) {
+      changes.clear();
+      for (const auto* iv : runs) {
+        const Open k{iv->start_ns, p_.spans[iv->span].depth, iv->span};
+        changes.push_back({iv->start_ns, true, k});
+        changes.push_back({iv->end_ns, false, k});
+      }
+      std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+        return std::tie(a.ts, a.opens, a.key) < std::tie(b.ts, b.opens, b.key);
+      });
+      Timeline& t = timelines_[key];
+      open.clear();
+      for (size_t i = 0; i < changes.size();) {
+        const int64_t ts = changes[i].ts;
+        for (; i < changes.size() && changes[i].ts == ts; ++i) {
+          if (changes[i].opens) {
+            open.insert(changes[i].key);
+          } else {
+            open.erase(changes[i].key);
+          }
+        }
+        const int32_t owner = open.empty() ? -1 : std::get<2>(*open.rbegin());
+        if (!t.owner.empty() && t.owner.back() == owner) continue;
+        t.at.push_back(ts);
+        t.owner.push_back(owner);
+      }
+    }
+  }
+
+  void index_lifetimes() {
+    const auto& threads = p_.kernel.threads;
+    for (size_t i = 0; i < threads.size(); ++i) {
+      lifetimes_[{pid_or_meta(threads[i].pid), threads[i].tid}].push_back(i);
+    }
+    for (auto& [key, list] : lifetimes_) {
+      std::stable_sort(list.begin(), list.end(), [&](size_t a, size_t b) {
+        return threads[a].start_ns < threads[b].start_ns;
+      });
+    }
+  }
+
+  // The lifetime of thread `key` that covers time t: the last one started at
+  // or before t (0: before the capture) that had not ended before t.
+  const size_t* lifetime_at(const ThreadKey& key, int64_t t) const {
+    const auto it = lifetimes_.find(key);
+    if (it == lifetimes_.end()) return nullptr;
+    const auto& threads = p_.kernel.threads;
+    const auto& list = it->second;
+    auto after = std::upper_bound(list.begin(), list.end(), t, [&](int64_t v, size_t i) {
+      return v < threads[i].start_ns;
+    });
+    if (after == list.begin()) return nullptr;
+    const size_t* found = &*(after - 1);
+    const int64_t end = threads[*found].end_ns;
+    return end == 0 || t <= end ? found : nullptr;
+  }
+
+  // In start order, so a creating thread that was itself started is resolved
+  // before the threads it starts.
+  void resolve_started_under() {
+    const auto& threads = p_.kernel.threads;
+    started_under_.assign(threads.size(), -1);
+    std::vector<size_t> order(threads.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return threads[a].start_ns < threads[b].start_ns;
+    });
+    const auto n_spans = static_cast<int64_t>(p_.spans.size());
+    for (const size_t i : order) {
+      const ThreadLifetime& t = threads[i];
+      if (t.parent_tid == 0 || t.start_ns == 0) {
+        started_under_[i] = t.started_under >= 0 && t.started_under < n_spans ? t.started_under : -1;
+        continue;
+      }
+      const ThreadKey parent{pid_or_meta(t.pid), t.parent_tid};
+      const auto tl = timelines_.find(parent);
+      int32_t under = tl == timelines_.end() ? -1 : tl->second.owner_at(t.start_ns);
+      if (under < 0) {
+        const size_t* creator = lifetime_at(parent, t.start_ns);
+        if (creator != nullptr && *creator != i) under = started_under_[*creator];
+      }
+      started_under_[i] = under;
+    }
+  }
+
+  // A piece with no span of its own thread: the thread's started_under span
+  // over that span's wall time, nothing outside it.
+  void add_fallback(std::vector<OffCpuPiece>& out, const ThreadKey& key, uint32_t idx,
+                    int64_t from, int64_t to) const {
+    const size_t* life = lifetime_at(key, from);
+    const int32_t under = life == nullptr ? -1 : started_under_[*life];
+    if (under < 0) {
+      out.push_back({idx, -1, false, from, to});
+      return;
+    }
+    const Span& s = p_.spans[static_cast<size_t>(under)];
+    const int64_t a = std::clamp(s.start_ns, from, to);
+    const int64_t b = std::clamp(s.end_ns, a, to);
+    if (from == to) {  // an instant: inside the span or not
+      const bool inside = from >= s.start_ns && from < s.end_ns;
+      out.push_back({idx, inside ? under : -1, false, from, to});
+      return;
+    }
+    if (a > from) out.push_back({idx, -1, false, from, a});
+    if (b > a) out.push_back({idx, under, false, a, b});
+    if (to > b) out.push_back({idx, -1, false, b, to});
+  }
+
+  const Profile& p_;
+  const uint32_t meta_pid_;
+  std::map<ThreadKey, Timeline> timelines_;
+  std::map<ThreadKey, std::vector<size_t>> lifetimes_;  // indices into threads, by start
+  std::vector<int32_t> started_under_;                  // parallel to kernel.threads
+};
+
+int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  return std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
+}
+
+// The blocked and run-queue parts of a piece of interval iv.
+std::pair<int64_t, int64_t> split_piece(const OffCpuInterval& iv, int64_t from, int64_t to) {
+  if (!iv.blocked) return {0, to - from};
+  const int64_t end = std::max(iv.end_ns, iv.start_ns);
+  if (iv.wake_ns < iv.start_ns || iv.wake_ns > end) return {0, 0};  // wakeup not seen
+  return {overlap(from, to, iv.start_ns, iv.wake_ns), overlap(from, to, iv.wake_ns, end)};
+}
+
+// Blocked time ended, per waker thread, of one span's subtree; the best entry
+// is kept up to date as sums only grow, so merging small into large is
+// O(entries of the smaller) and the top waker never needs a scan.
+struct Wakers {
+  std::unordered_map<uint64_t, int64_t> sums;
+  uint64_t best_tid = 0;
+  int64_t best_ns = 0;
+
+  void add(uint64_t tid, int64_t ns) {
+    const int64_t total = sums[tid] += ns;
+    if (total > best_ns || (total == best_ns && total > 0 && tid < best_tid)) {
+      best_ns = total;
+      best_tid = tid;
+    }
+  }
+};
+
+// The span tree as the attribution walks it: parents from Span::parent only
+// (child links and depths may not be set on a hand-built profile).
+struct Forest {
+  std::vector<int32_t> parent;  // -1 for a root or a parent that is not a span
+  std::vector<int32_t> bfs;     // breadth-first from the roots: parents before children
+  std::vector<uint32_t> depth;
+  std::vector<uint32_t> pre;    // depth-first preorder number
+  std::vector<bool> reached;    // reached from a root (false on a parent cycle)
+
+  explicit Forest(const Profile& p) {
+    const auto n = static_cast<int32_t>(p.spans.size());
+    parent.assign(p.spans.size(), -1);
+    std::vector<int32_t> first(p.spans.size(), -1), next(p.spans.size(), -1);
+    std::vector<int32_t> roots;
+    for (int32_t i = n - 1; i >= 0; --i) {
+      const int32_t up = p.spans[static_cast<size_t>(i)].parent;
+      if (up >= 0 && up < n && up != i) {
+        parent[static_cast<size_t>(i)] = up;
+        next[static_cast<size_t>(i)] = first[static_cast<size_t>(up)];
+        first[static_cast<size_t>(up)] = i;
+      } else {
+        roots.push_back(i);
+      }
+    }
+    std::reverse(roots.begin(), roots.end());
+    // Spans on a parent cycle are reached from no root: they keep depth 0 and
+    // take part in nothing that needs the tree.
+    depth.assign(p.spans.size(), 0);
+    pre.assign(p.spans.size(), 0);
+    reached.assign(p.spans.size(), false);
+    bfs = roots;
+    for (size_t k = 0; k < bfs.size(); ++k) {
+      const int32_t s = bfs[k];
+      for (int32_t c = first[static_cast<size_t>(s)]; c >= 0; c = next[static_cast<size_t>(c)]) {
+        depth[static_cast<size_t>(c)] = depth[static_cast<size_t>(s)] + 1;
+        bfs.push_back(c);
+      }
+    }
+    for (const int32_t s : bfs) reached[static_cast<size_t>(s)] = true;
+    uint32_t counter = 0;
+    std::vector<int32_t> stack(roots.rbegin(), roots.rend());
+    while (!stack.empty()) {
+      const int32_t s = stack.back();
+      stack.pop_back();
+      pre[static_cast<size_t>(s)] = counter++;
+      const size_t mark = stack.size();
+      for (int32_t c = first[static_cast<size_t>(s)]; c >= 0; c = next[static_cast<size_t>(c)]) {
+        stack.push_back(c);
+      }
+      std::reverse(stack.begin() + static_cast<ptrdiff_t>(mark), stack.end());
+    }
+  }
+
+  // Lowest common ancestor, -1 for spans of different trees. Walks as many
+  // steps as the spans are apart: consecutive pieces of an interval are a few
+  // span boundaries apart.
+  int32_t lca(int32_t a, int32_t b) const {
+    while (a >= 0 && b >= 0 && a != b) {
+      if (depth[static_cast<size_t>(a)] >= depth[static_cast<size_t>(b)]) {
+        a = parent[static_cast<size_t>(a)];
+      } else {
+        b = parent[static_cast<size_t>(b)];
+      }
+    }
+    return a == b ? a : -1;
+  }
+};
+
+}  // namespace
+
+std::vector<OffCpuPiece> off_cpu_pieces(const Profile& profile) {
+  return Threads(profile).pieces();
+}
+
+void attribute_kernel(Profile& profile) {
+  const Threads threads(profile);
+  KernelData& k = profile.kernel;
+  for (size_t i = 0; i < k.threads.size(); ++i) k.threads[i].started_under = threads.started_under()[i];
+
+  const size_t n = profile.spans.size();
+  k.spans.assign(n, SpanKernel{});
+  std::vector<int64_t> own(n, 0);  // off-CPU of the span's own thread in its subtree
+  std::vector<int32_t> waker_of(n, -1);
+  std::vector<Wakers> wakers;
+  auto wakers_for = [&](int32_t s) -> Wakers& {
+    int32_t& w = waker_of[static_cast<size_t>(s)];
+    if (w < 0) {
+      w = static_cast<int32_t>(wakers.size());
+      wakers.emplace_back();
+    }
+    return wakers[static_cast<size_t>(w)];
+  };
+
+  // Switches: an interval counts once for every span whose subtree holds a
+  // piece of it. With the spans of its pieces in preorder, +1 at each and -1
+  // at the common ancestor of each consecutive two leaves, summed over a
+  // subtree, give exactly 1 where any of them lies below (the union of their
+  // root paths).
+  const Forest forest(profile);
+  std::vector<int64_t> vol(n, 0), invol(n, 0);
+  std::vector<int32_t> hit;
+  const std::vector<OffCpuPiece> pieces = threads.pieces();
+  for (size_t i = 0; i < pieces.size();) {
+    const uint32_t interval = pieces[i].interval;
+    const OffCpuInterval& iv = k.off_cpu[interval];
+    std::vector<int64_t>& count = iv.blocked ? vol : invol;
+    hit.clear();
+    for (; i < pieces.size() && pieces[i].interval == interval; ++i) {
+      const OffCpuPiece& piece = pieces[i];
+      if (piece.span < 0) continue;
+      SpanKernel& sk = k.spans[static_cast<size_t>(piece.span)];
+      const int64_t len = piece.end_ns - piece.start_ns;
+      const auto [blocked, runq] = split_piece(iv, piece.start_ns, piece.end_ns);
+      sk.off_cpu_ns += len;
+      sk.blocked_ns += blocked;
+      sk.runq_ns += runq;
+      if (piece.own_thread) own[static_cast<size_t>(piece.span)] += len;
+      if (blocked > 0 && iv.waker_tid != 0) wakers_for(piece.span).add(iv.waker_tid, blocked);
+      if (forest.reached[static_cast<size_t>(piece.span)]) hit.push_back(piece.span);
+    }
+    std::sort(hit.begin(), hit.end(), [&](int32_t a, int32_t b) {
+      return forest.pre[static_cast<size_t>(a)] < forest.pre[static_cast<size_t>(b)];
+    });
+    hit.erase(std::unique(hit.begin(), hit.end()), hit.end());
+    for (size_t h = 0; h < hit.size(); ++h) {
+      ++count[static_cast<size_t>(hit[h])];
+      if (h == 0) continue;
+      const int32_t common = forest.lca(hit[h - 1], hit[h]);
+      if (common >= 0) --count[static_cast<size_t>(common)];
+    }
+  }
+
+  // Inclusive sums, children first.
+  auto thread_of = [&](int32_t s) {
+    const Lane* lane = profile.spans[static_cast<size_t>(s)].lane < profile.lanes.size()
+                           ? &profile.lanes[profile.spans[static_cast<size_t>(s)].lane]
+                           : nullptr;
+    return lane == nullptr || lane->native_tid == 0
+               ? ThreadKey{0, 0}
+               : ThreadKey{lane_pid(profile, *lane), lane->native_tid};
+  };
+  for (auto it = forest.bfs.rbegin(); it != forest.bfs.rend(); ++it) {
+    const int32_t s = *it;
+    const auto si = static_cast<size_t>(s);
+    SpanKernel& sk = k.spans[si];
+    sk.voluntary_switches = static_cast<uint32_t>(std::max<int64_t>(0, vol[si]));
+    sk.involuntary_switches = static_cast<uint32_t>(std::max<int64_t>(0, invol[si]));
+    if (waker_of[si] >= 0) {
+      const Wakers& w = wakers[static_cast<size_t>(waker_of[si])];
+      sk.top_waker_tid = w.best_tid;
+      sk.top_waker_ns = w.best_ns;
+    }
+    const Span& span = profile.spans[si];
+    const int64_t wall = (span.flags & kSpanGenerator) ? span.active_ns : span.duration_ns();
+    sk.on_cpu_ns = std::max<int64_t>(0, wall - own[si]);
+    if (forest.parent[si] < 0) continue;
+    const auto pi = static_cast<size_t>(span.parent);
+    SpanKernel& pk = k.spans[pi];
+    pk.off_cpu_ns += sk.off_cpu_ns;
+    pk.blocked_ns += sk.blocked_ns;
+    pk.runq_ns += sk.runq_ns;
+    vol[pi] += vol[si];
+    invol[pi] += invol[si];
+    const ThreadKey mine = thread_of(s);
+    if (mine.second != 0 && mine == thread_of(span.parent)) own[pi] += own[si];
+    if (waker_of[si] < 0) continue;
+    if (waker_of[pi] < 0) {
+      waker_of[pi] = waker_of[si];  // the child's sums become the parent's
+      continue;
+    }
+    Wakers* big = &wakers[static_cast<size_t>(waker_of[pi])];
+    Wakers* small = &wakers[static_cast<size_t>(waker_of[si])];
+    if (big->sums.size() < small->sums.size()) {
+      std::swap(big, small);
+      waker_of[pi] = waker_of[si];
+    }
+    for (const auto& [tid, ns] : small->sums) big->add(tid, ns);
+    small->sums.clear();
+  }
+}
+
+std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns) {
+  const auto& ks = profile.kernel.spans;
+  if (ks.size() != profile.spans.size() || n == 0) return {};
+  // Self = inclusive less the children's inclusive.
+  std::vector<Stall> self(profile.spans.size());
+  for (size_t i = 0; i < ks.size(); ++i) {
+    self[i] = Stall{static_cast<int32_t>(i), profile.spans[i].duration_ns(), ks[i].off_cpu_ns,
+                    ks[i].blocked_ns, ks[i].runq_ns, 0};
+  }
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const int32_t up = profile.spans[i].parent;
+    if (up < 0 || static_cast<size_t>(up) >= ks.size() || static_cast<size_t>(up) == i) continue;
+    Stall& parent = self[static_cast<size_t>(up)];
+    parent.off_cpu_ns -= ks[i].off_cpu_ns;
+    parent.blocked_ns -= ks[i].blocked_ns;
+    parent.runq_ns -= ks[i].runq_ns;
+  }
+  std::vector<Stall> out;
+  for (Stall& s : self) {
+    if (s.wall_ns < min_wall_ns || s.off_cpu_ns <= 0) continue;
+    s.off_fraction = s.wall_ns > 0 ? static_cast<double>(s.off_cpu_ns) / static_cast<double>(s.wall_ns) : 0;
+    out.push_back(s);
+  }
+  const auto by_off = [](const Stall& a, const Stall& b) {
+    return a.off_cpu_ns != b.off_cpu_ns ? a.off_cpu_ns > b.off_cpu_ns : a.span < b.span;
+  };
+  if (out.size() > n) {
+    std::partial_sort(out.begin(), out.begin() + static_cast<ptrdiff_t>(n), out.end(), by_off);
+    out.resize(n);
+  } else {
+    std::sort(out.begin(), out.end(), by_off);
+  }
+  return out;
+}
 
 }  // namespace mlprof

@@ -14,6 +14,7 @@
 namespace mlprof {
 
 struct Profile;
+struct Lane;
 
 // One stretch a followed thread spent off the CPU: switched out at start_ns,
 // switched back in at end_ns.
@@ -70,12 +71,58 @@ struct KernelData {
   uint64_t lost_events = 0;       // ring-buffer records the kernel dropped during the capture
 };
 
+// The process of the profile: meta["pid"] when it is a positive number, else 0.
+uint32_t profile_pid(const Profile& profile);
+// The process of a lane: Lane::pid, or profile_pid() when that is 0 (an
+// in-process profile leaves Lane::pid 0). OffCpuInterval::pid and
+// ThreadLifetime::pid of 0 mean the same.
+uint32_t lane_pid(const Profile& profile, const Lane& lane);
+
+// A stretch of one off-CPU interval that counts for one span: the intervals
+// cut at the boundaries of the spans running on their thread. The pieces of
+// an interval are in time order and cover it exactly.
+struct OffCpuPiece {
+  uint32_t interval = 0;   // index into KernelData::off_cpu
+  int32_t span = -1;       // the span it counts for; -1 none (no span open, no started_under)
+  bool own_thread = false; // span runs on the interval's thread (false: started_under)
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+// The pieces attribute_kernel sums (see there), for exporters that draw the
+// intervals under the spans they count for. ThreadLifetime::started_under is
+// recomputed (as attribute_kernel does), not read.
+std::vector<OffCpuPiece> off_cpu_pieces(const Profile& profile);
+
 // Fills profile.kernel.spans from profile.kernel.off_cpu and the span tree:
 // each interval (clipped to the span) counts for the innermost span open on
 // its thread (the lane whose native_tid is the interval's tid) and, through
 // inclusiveness, for that span's ancestors. Intervals of a thread without a
 // lane go to ThreadLifetime::started_under (and its ancestors), which is also
 // set here from parent_tid and start_ns. Idempotent.
+//
+// Rules settled here:
+// - Threads are (pid, tid): two processes' equal tids never mix.
+// - A span runs over [start_ns, end_ns), a generator span over its segments
+//   (Profile::segments); where several run on a thread, the innermost is the
+//   one that started last (then the deepest). An interval is cut at those
+//   boundaries; each piece counts for the innermost span running over it.
+// - A piece with no span running on its thread counts for the thread's
+//   started_under span (the lifetime that covers it), clipped to that span's
+//   [start_ns, end_ns); what lies outside counts for nothing.
+// - started_under: the innermost span running on (pid, parent_tid) at
+//   start_ns; if none, the creating thread's own started_under (a thread
+//   started by a started thread). Kept as it is when parent_tid or start_ns
+//   is 0 (unknown), if it names a span.
+// - blocked: the part of a piece before the interval's wakeup; runq: after
+//   it (all of it when preempted). A blocked interval whose wakeup was not
+//   seen counts in off_cpu only, as OffCpuInterval::blocked_ns() says.
+// - Switches: an interval counts once for each span whose subtree holds a
+//   piece of it (voluntary when blocked, involuntary when preempted).
+// - on_cpu_ns = wall - off-CPU of the span's own thread within its subtree,
+//   where wall is active_ns for a generator span; never negative.
+// - top waker: the waker_tid whose wakeups ended the most blocked time in the
+//   subtree; ties go to the lower tid.
+// O((spans + intervals) log(spans + intervals)).
 void attribute_kernel(Profile& profile);
 
 // A span whose wall time is most off-CPU or in the run queue.
@@ -88,8 +135,11 @@ struct Stall {
   double off_fraction = 0;  // off_cpu / wall
 };
 // The n spans with the most off-CPU time (self, not inherited from children,
-// so a stall is named where it happens), largest first; spans under
-// min_wall_ns are ignored.
+// so a stall is named where it happens), largest first (ties: lower span
+// index); spans under min_wall_ns wall time and spans with no self off-CPU
+// time are left out. Stall's times are self times; off_fraction is self
+// off-CPU over the span's wall time. Reads profile.kernel.spans: empty when
+// attribute_kernel has not run (their sizes differ).
 std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns = 0);
 
 }  // namespace mlprof

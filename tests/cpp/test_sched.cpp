@@ -1,0 +1,434 @@
+// attribute_kernel, off_cpu_pieces and top_stalls on hand-built profiles:
+// each rule of core/sched.h pinned by a profile whose figures are worked out
+// in the comments, and a randomized check against a brute-force overlap sum.
+
+#include "core/sched.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "core/tree.h"
+#include "profile_builder.h"
+
+namespace mlprof {
+namespace {
+
+using test::call;
+using test::make_lane;
+using test::resume;
+using test::ret;
+using test::suspend;
+
+constexpr uint64_t kMain = 4242;  // make_lane's native_tid
+
+OffCpuInterval blocked(int64_t start, int64_t wake, int64_t end, uint64_t waker = 0,
+                       uint64_t tid = kMain, uint32_t pid = 0) {
+  OffCpuInterval iv;
+  iv.tid = tid;
+  iv.pid = pid;
+  iv.start_ns = start;
+  iv.wake_ns = wake;
+  iv.end_ns = end;
+  iv.blocked = true;
+  iv.waker_tid = waker;
+  iv.prev_state = 1;  // TASK_INTERRUPTIBLE
+  return iv;
+}
+
+OffCpuInterval preempted(int64_t start, int64_t end, uint64_t tid = kMain, uint32_t pid = 0) {
+  OffCpuInterval iv;
+  iv.tid = tid;
+  iv.pid = pid;
+  iv.start_ns = start;
+  iv.wake_ns = start;
+  iv.end_ns = end;
+  return iv;
+}
+
+ThreadLifetime lifetime(uint64_t tid, uint64_t parent, int64_t start, int64_t end,
+                        uint32_t pid = 0) {
+  ThreadLifetime t;
+  t.tid = tid;
+  t.pid = pid;
+  t.parent_tid = parent;
+  t.start_ns = start;
+  t.end_ns = end;
+  t.name = "worker";
+  return t;
+}
+
+// predict 0..100'000 on the main thread:
+//   load   10'000..40'000 (span 1)
+//     read 20'000..30'000 (span 2)
+//   score  50'000..90'000 (span 3)
+class SchedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const uint32_t predict = test::user_fn(p, "predict"), load = test::user_fn(p, "load"),
+                   read = test::user_fn(p, "read"), score = test::user_fn(p, "score");
+    p.start_ns = 0;
+    p.end_ns = 100'000;
+    p.meta["pid"] = "77";
+    p.lanes.push_back(make_lane({call(0, predict), call(10'000, load), call(20'000, read),
+                                 ret(30'000), ret(40'000), call(50'000, score), ret(90'000),
+                                 ret(100'000)}));
+    build_tree(p);
+    ASSERT_EQ(p.spans.size(), 4u);
+    p.kernel.present = true;
+  }
+  const SpanKernel& k(size_t span) const { return p.kernel.spans.at(span); }
+  Profile p;
+};
+
+TEST_F(SchedTest, AnIntervalCountsForTheInnermostSpanAndItsAncestors) {
+  // Asleep 22'000..27'000, woken by 900, back on the CPU at 28'000: inside read.
+  p.kernel.off_cpu = {blocked(22'000, 27'000, 28'000, 900)};
+  attribute_kernel(p);
+  ASSERT_EQ(p.kernel.spans.size(), 4u);
+  for (const size_t s : {0u, 1u, 2u}) {
+    SCOPED_TRACE(s);
+    EXPECT_EQ(k(s).off_cpu_ns, 6'000);
+    EXPECT_EQ(k(s).blocked_ns, 5'000);
+    EXPECT_EQ(k(s).runq_ns, 1'000);
+    EXPECT_EQ(k(s).voluntary_switches, 1u);
+    EXPECT_EQ(k(s).involuntary_switches, 0u);
+    EXPECT_EQ(k(s).top_waker_tid, 900u);
+    EXPECT_EQ(k(s).top_waker_ns, 5'000);
+  }
+  EXPECT_EQ(k(2).on_cpu_ns, 10'000 - 6'000);
+  EXPECT_EQ(k(1).on_cpu_ns, 30'000 - 6'000);
+  EXPECT_EQ(k(0).on_cpu_ns, 100'000 - 6'000);
+  // score, a sibling, saw nothing.
+  EXPECT_EQ(k(3).off_cpu_ns, 0);
+  EXPECT_EQ(k(3).on_cpu_ns, 40'000);
+  EXPECT_EQ(k(3).voluntary_switches, 0u);
+  EXPECT_EQ(k(3).top_waker_tid, 0u);
+}
+
+TEST_F(SchedTest, AnIntervalStraddlingASpansStartOrEndIsClippedToIt) {
+  // 15'000..25'000 straddles read's start; 38'000..45'000 straddles load's end.
+  p.kernel.off_cpu = {preempted(15'000, 25'000), preempted(38'000, 45'000)};
+  attribute_kernel(p);
+  EXPECT_EQ(k(2).off_cpu_ns, 5'000);   // 20'000..25'000
+  EXPECT_EQ(k(1).off_cpu_ns, 12'000);  // 15'000..25'000 and 38'000..40'000
+  EXPECT_EQ(k(0).off_cpu_ns, 17'000);  // both whole
+  EXPECT_EQ(k(3).off_cpu_ns, 0);
+  // A switch counts once for each span it overlaps (read: the first one).
+  EXPECT_EQ(k(2).involuntary_switches, 1u);
+  EXPECT_EQ(k(1).involuntary_switches, 2u);
+  EXPECT_EQ(k(0).involuntary_switches, 2u);
+  EXPECT_EQ(k(1).on_cpu_ns, 30'000 - 12'000);
+  EXPECT_EQ(k(2).on_cpu_ns, 10'000 - 5'000);
+}
+
+TEST_F(SchedTest, OutsideEverySpanAnIntervalCountsForNothing) {
+  p.kernel.off_cpu = {blocked(95'000, 99'000, 105'000, 900)};  // predict ends at 100'000
+  attribute_kernel(p);
+  EXPECT_EQ(k(0).off_cpu_ns, 5'000);
+  EXPECT_EQ(k(0).blocked_ns, 4'000);
+  EXPECT_EQ(k(0).runq_ns, 1'000);
+  EXPECT_EQ(k(0).top_waker_ns, 4'000);
+  p.kernel.off_cpu = {preempted(100'000, 110'000), preempted(-5'000, 0)};
+  attribute_kernel(p);
+  EXPECT_EQ(k(0).off_cpu_ns, 0);
+  EXPECT_EQ(k(0).involuntary_switches, 0u);
+}
+
+TEST_F(SchedTest, PreemptedIsRunQueueAndBlockedIsSleepThenRunQueue) {
+  p.kernel.off_cpu = {preempted(55'000, 58'000), blocked(60'000, 70'000, 71'000, 901),
+                      preempted(80'000, 80'500)};
+  attribute_kernel(p);
+  EXPECT_EQ(k(3).off_cpu_ns, 3'000 + 11'000 + 500);
+  EXPECT_EQ(k(3).blocked_ns, 10'000);
+  EXPECT_EQ(k(3).runq_ns, 3'000 + 1'000 + 500);
+  EXPECT_EQ(k(3).voluntary_switches, 1u);
+  EXPECT_EQ(k(3).involuntary_switches, 2u);
+  EXPECT_EQ(k(3).top_waker_tid, 901u);
+  EXPECT_EQ(k(3).on_cpu_ns, 40'000 - 14'500);
+}
+
+TEST_F(SchedTest, ABlockedIntervalWhoseWakeupWasNotSeenCountsAsOffCpuOnly) {
+  p.kernel.off_cpu = {blocked(60'000, 0, 70'000)};
+  attribute_kernel(p);
+  EXPECT_EQ(k(3).off_cpu_ns, 10'000);
+  EXPECT_EQ(k(3).blocked_ns, 0);
+  EXPECT_EQ(k(3).runq_ns, 0);
+  EXPECT_EQ(k(3).voluntary_switches, 1u);
+  EXPECT_EQ(k(3).top_waker_tid, 0u);
+}
+
+TEST_F(SchedTest, TheTopWakerEndedTheMostBlockedTimeInTheSubtree) {
+  // In load: 900 ends 5'000 (read) + 1'000 (load itself); 901 ends 4'000 (load).
+  // In score: 901 ends 3'000. predict: 901 7'000 > 900 6'000.
+  p.kernel.off_cpu = {blocked(11'000, 12'000, 12'000, 900), blocked(13'000, 17'000, 17'000, 901),
+                      blocked(21'000, 26'000, 26'000, 900), blocked(60'000, 63'000, 63'000, 901)};
+  attribute_kernel(p);
+  EXPECT_EQ(k(2).top_waker_tid, 900u);
+  EXPECT_EQ(k(2).top_waker_ns, 5'000);
+  EXPECT_EQ(k(1).top_waker_tid, 900u);
+  EXPECT_EQ(k(1).top_waker_ns, 6'000);
+  EXPECT_EQ(k(3).top_waker_tid, 901u);
+  EXPECT_EQ(k(0).top_waker_tid, 901u);
+  EXPECT_EQ(k(0).top_waker_ns, 7'000);
+  // A tie goes to the lower tid.
+  p.kernel.off_cpu = {blocked(61'000, 62'000, 62'000, 905), blocked(63'000, 64'000, 64'000, 903)};
+  attribute_kernel(p);
+  EXPECT_EQ(k(3).top_waker_tid, 903u);
+  EXPECT_EQ(k(3).top_waker_ns, 1'000);
+}
+
+TEST_F(SchedTest, AThreadWithoutALaneCountsForTheSpanItWasStartedUnder) {
+  // Thread 7000 started at 21'000 inside read; it starts 7001 at 23'000 (no
+  // span of its own: 7001 inherits read). 8000 was started by a thread
+  // nobody follows. 7000 runs on past read's end.
+  p.kernel.threads = {lifetime(7000, kMain, 21'000, 60'000), lifetime(7001, 7000, 23'000, 0),
+                      lifetime(8000, 31337, 22'000, 0)};
+  p.kernel.off_cpu = {blocked(24'000, 26'000, 26'000, kMain, 7000),  // inside read: counts
+                      blocked(29'000, 45'000, 46'000, kMain, 7000),  // read ends at 30'000
+                      preempted(25'000, 27'000, 7001),
+                      preempted(25'000, 27'000, 8000)};
+  attribute_kernel(p);
+  EXPECT_EQ(p.kernel.threads[0].started_under, 2);
+  EXPECT_EQ(p.kernel.threads[1].started_under, 2);
+  EXPECT_EQ(p.kernel.threads[2].started_under, -1);
+  EXPECT_EQ(k(2).off_cpu_ns, 2'000 + 1'000 + 2'000);
+  EXPECT_EQ(k(2).blocked_ns, 2'000 + 1'000);
+  EXPECT_EQ(k(2).runq_ns, 2'000);
+  EXPECT_EQ(k(2).voluntary_switches, 2u);
+  EXPECT_EQ(k(2).involuntary_switches, 1u);
+  EXPECT_EQ(k(2).top_waker_tid, kMain);
+  // Other threads' off-CPU time adds to off_cpu only: read's own thread ran throughout.
+  EXPECT_EQ(k(2).on_cpu_ns, 10'000);
+  EXPECT_EQ(k(0).off_cpu_ns, 5'000);
+  EXPECT_EQ(k(0).on_cpu_ns, 100'000);
+  EXPECT_EQ(k(3).off_cpu_ns, 0);
+}
+
+TEST_F(SchedTest, AStartedThreadWithALaneCountsOutsideItsSpansForItsCreator) {
+  // A worker lane (tid 5000) hung under load, running `work` 25'000..28'000.
+  const uint32_t work = test::user_fn(p, "work");
+  Lane worker = make_lane({call(25'000, work), ret(28'000)}, "Worker", 0, 0, 1);
+  worker.native_tid = 5000;
+  worker.thread_id = 2;
+  p.lanes.push_back(std::move(worker));
+  build_tree(p);
+  ASSERT_EQ(p.spans.size(), 5u);
+  ASSERT_EQ(p.spans[4].parent, 1);  // under load
+  p.kernel.threads = {lifetime(5000, kMain, 15'000, 35'000)};
+  p.kernel.off_cpu = {preempted(16'000, 18'000, 5000),    // before work: load (started under)
+                      blocked(26'000, 27'000, 27'500, 0, 5000)};  // in work
+  attribute_kernel(p);
+  EXPECT_EQ(p.kernel.threads[0].started_under, 1);
+  EXPECT_EQ(k(4).off_cpu_ns, 1'500);
+  EXPECT_EQ(k(4).on_cpu_ns, 3'000 - 1'500);
+  EXPECT_EQ(k(1).off_cpu_ns, 2'000 + 1'500);
+  EXPECT_EQ(k(1).on_cpu_ns, 30'000);  // load's own thread never left the CPU
+  EXPECT_EQ(k(2).off_cpu_ns, 0);      // read ran on the main thread meanwhile
+  EXPECT_EQ(k(0).off_cpu_ns, 3'500);
+}
+
+TEST_F(SchedTest, TwoProcessesWithTheSameTidsAreKeptApartByPid) {
+  // A second process (pid 88) whose main thread also has tid 4242, running
+  // `other` 0..100'000; the first process's lane has pid 0 (meta pid 77).
+  const uint32_t other = test::user_fn(p, "other");
+  Lane lane = make_lane({call(0, other), ret(100'000)});
+  lane.pid = 88;
+  p.lanes.push_back(std::move(lane));
+  build_tree(p);
+  ASSERT_EQ(p.spans.size(), 5u);
+  p.kernel.off_cpu = {preempted(21'000, 22'000, kMain, 77), preempted(51'000, 54'000, kMain, 88),
+                      preempted(61'000, 61'500, kMain, 0)};  // pid 0: the profile's (77)
+  p.kernel.threads = {lifetime(7000, kMain, 55'000, 0, 88)};  // started by 88's 4242
+  attribute_kernel(p);
+  EXPECT_EQ(k(2).off_cpu_ns, 1'000);
+  EXPECT_EQ(k(3).off_cpu_ns, 500);
+  EXPECT_EQ(k(0).off_cpu_ns, 1'500);
+  EXPECT_EQ(k(4).off_cpu_ns, 3'000);
+  EXPECT_EQ(k(4).on_cpu_ns, 97'000);
+  EXPECT_EQ(p.kernel.threads[0].started_under, 4);  // not score (pid 77's span at 55'000)
+}
+
+TEST_F(SchedTest, AttributionIsIdempotent) {
+  p.kernel.threads = {lifetime(7000, kMain, 21'000, 0)};
+  p.kernel.off_cpu = {blocked(22'000, 27'000, 28'000, 900), preempted(24'000, 25'000, 7000)};
+  attribute_kernel(p);
+  const std::vector<SpanKernel> first = p.kernel.spans;
+  attribute_kernel(p);
+  ASSERT_EQ(p.kernel.spans.size(), first.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(p.kernel.spans[i].off_cpu_ns, first[i].off_cpu_ns);
+    EXPECT_EQ(p.kernel.spans[i].on_cpu_ns, first[i].on_cpu_ns);
+    EXPECT_EQ(p.kernel.spans[i].voluntary_switches, first[i].voluntary_switches);
+    EXPECT_EQ(p.kernel.spans[i].top_waker_tid, first[i].top_waker_tid);
+  }
+  EXPECT_EQ(p.kernel.threads[0].started_under, 2);
+}
+
+TEST_F(SchedTest, UnknownParentOrStartKeepsAStartedUnderThatNamesASpan) {
+  p.kernel.threads = {lifetime(7000, 0, 0, 0), lifetime(7001, 0, 0, 0)};
+  p.kernel.threads[0].started_under = 3;
+  p.kernel.threads[1].started_under = 99;  // no such span
+  p.kernel.off_cpu = {preempted(60'000, 61'000, 7000)};
+  attribute_kernel(p);
+  EXPECT_EQ(p.kernel.threads[0].started_under, 3);
+  EXPECT_EQ(p.kernel.threads[1].started_under, -1);
+  EXPECT_EQ(k(3).off_cpu_ns, 1'000);
+}
+
+TEST(SchedGenerators, OffCpuWhileAGeneratorIsSuspendedIsNotItsOwn) {
+  // predict 0..10'000; produce (generator) runs 1'000..2'000 and 5'000..6'000,
+  // consume 3'000..4'000 runs while it is suspended.
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict"), produce = test::user_fn(p, "produce"),
+                 consume = test::user_fn(p, "consume");
+  p.end_ns = 10'000;
+  p.lanes.push_back(make_lane({call(0, predict), call(1'000, produce), suspend(2'000, 1),
+                               call(3'000, consume), ret(4'000), resume(5'000, 1), ret(6'000),
+                               ret(10'000)}));
+  build_tree(p);
+  ASSERT_EQ(p.spans.size(), 3u);
+  ASSERT_TRUE(p.spans[1].flags & kSpanGenerator);
+  p.kernel.off_cpu = {preempted(1'500, 1'700), preempted(3'200, 3'400), preempted(2'500, 2'600)};
+  attribute_kernel(p);
+  const auto& k = p.kernel.spans;
+  EXPECT_EQ(k[1].off_cpu_ns, 200);
+  EXPECT_EQ(k[1].on_cpu_ns, 2'000 - 200);  // active time, not wall
+  EXPECT_EQ(k[2].off_cpu_ns, 200);
+  EXPECT_EQ(k[0].off_cpu_ns, 500);
+  EXPECT_EQ(k[0].on_cpu_ns, 10'000 - 500);
+}
+
+TEST(SchedPieces, PiecesCoverEachIntervalInOrder) {
+  Profile p;
+  const uint32_t a = test::user_fn(p, "a"), b = test::user_fn(p, "b");
+  p.end_ns = 100;
+  p.lanes.push_back(make_lane({call(10, a), call(30, b), ret(50), ret(80)}));
+  build_tree(p);
+  p.kernel.off_cpu = {preempted(0, 40), preempted(45, 90), preempted(95, 95)};
+  const std::vector<OffCpuPiece> pieces = off_cpu_pieces(p);
+  struct Want {
+    uint32_t interval;
+    int32_t span;
+    int64_t start, end;
+  };
+  const std::vector<Want> want = {{0, -1, 0, 10},  {0, 0, 10, 30}, {0, 1, 30, 40},
+                                  {1, 1, 45, 50},  {1, 0, 50, 80}, {1, -1, 80, 90},
+                                  {2, -1, 95, 95}};
+  ASSERT_EQ(pieces.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(pieces[i].interval, want[i].interval);
+    EXPECT_EQ(pieces[i].span, want[i].span);
+    EXPECT_EQ(pieces[i].start_ns, want[i].start);
+    EXPECT_EQ(pieces[i].end_ns, want[i].end);
+    EXPECT_EQ(pieces[i].own_thread, want[i].span >= 0);
+  }
+}
+
+TEST(SchedPids, LanePidFallsBackToTheProfilesPid) {
+  Profile p;
+  Lane lane;
+  EXPECT_EQ(profile_pid(p), 0u);
+  p.meta["pid"] = "4242";
+  EXPECT_EQ(profile_pid(p), 4242u);
+  EXPECT_EQ(lane_pid(p, lane), 4242u);
+  lane.pid = 9;
+  EXPECT_EQ(lane_pid(p, lane), 9u);
+  p.meta["pid"] = "12x";
+  EXPECT_EQ(profile_pid(p), 0u);
+  p.meta["pid"] = "-3";
+  EXPECT_EQ(profile_pid(p), 0u);
+}
+
+// Random nested captures with random disjoint off-CPU intervals on the main
+// thread: every span's off_cpu is its plain overlap with the intervals, and
+// on_cpu its wall time less that.
+TEST(SchedRandom, InclusiveFiguresEqualABruteForceOverlapSum) {
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE(seed);
+    Profile p = test::random_profile(seed, 200, 5, /*generators=*/false);
+    std::mt19937 rng(seed);
+    int64_t t = 0;
+    while (t < p.end_ns) {
+      t += 1 + static_cast<int64_t>(rng() % 20'000);
+      const int64_t end = t + static_cast<int64_t>(rng() % 8'000);
+      if (rng() % 2) {
+        p.kernel.off_cpu.push_back(blocked(t, t + (end - t) / 2, end, 100 + rng() % 3));
+      } else {
+        p.kernel.off_cpu.push_back(preempted(t, end));
+      }
+      t = end;
+    }
+    attribute_kernel(p);
+    for (size_t s = 0; s < p.spans.size(); ++s) {
+      const Span& span = p.spans[s];
+      int64_t off = 0, blocked_ns = 0, runq = 0;
+      uint32_t voluntary = 0, involuntary = 0;
+      for (const OffCpuInterval& iv : p.kernel.off_cpu) {
+        const int64_t o = std::max<int64_t>(
+            0, std::min(iv.end_ns, span.end_ns) - std::max(iv.start_ns, span.start_ns));
+        const int64_t b = std::max<int64_t>(
+            0, std::min(iv.wake_ns, span.end_ns) - std::max(iv.start_ns, span.start_ns));
+        off += o;
+        // An instant off the CPU still is a switch, in the span open then.
+        const bool hit = o > 0 || (iv.start_ns == iv.end_ns && iv.start_ns >= span.start_ns &&
+                                   iv.start_ns < span.end_ns);
+        if (iv.blocked) {
+          voluntary += hit;
+          blocked_ns += b;
+          runq += o - b;
+        } else {
+          involuntary += hit;
+          runq += o;
+        }
+      }
+      ASSERT_EQ(p.kernel.spans[s].off_cpu_ns, off) << "span " << s;
+      ASSERT_EQ(p.kernel.spans[s].on_cpu_ns, span.duration_ns() - off) << "span " << s;
+      ASSERT_EQ(p.kernel.spans[s].blocked_ns, blocked_ns) << "span " << s;
+      ASSERT_EQ(p.kernel.spans[s].runq_ns, runq) << "span " << s;
+      ASSERT_EQ(p.kernel.spans[s].voluntary_switches, voluntary) << "span " << s;
+      ASSERT_EQ(p.kernel.spans[s].involuntary_switches, involuntary) << "span " << s;
+    }
+  }
+}
+
+TEST_F(SchedTest, TopStallsNameTheSpanWhereTheTimeWasSpent) {
+  // read: 6'000 off; load itself 3'000 more; score 1'000; predict itself 500.
+  p.kernel.off_cpu = {blocked(22'000, 27'000, 28'000, 900), preempted(11'000, 14'000),
+                      preempted(60'000, 61'000), preempted(45'000, 45'500)};
+  attribute_kernel(p);
+  const std::vector<Stall> stalls = top_stalls(p, 10);
+  ASSERT_EQ(stalls.size(), 4u);
+  EXPECT_EQ(stalls[0].span, 2);
+  EXPECT_EQ(stalls[0].off_cpu_ns, 6'000);
+  EXPECT_EQ(stalls[0].blocked_ns, 5'000);
+  EXPECT_EQ(stalls[0].runq_ns, 1'000);
+  EXPECT_EQ(stalls[0].wall_ns, 10'000);
+  EXPECT_DOUBLE_EQ(stalls[0].off_fraction, 0.6);
+  EXPECT_EQ(stalls[1].span, 1);
+  EXPECT_EQ(stalls[1].off_cpu_ns, 3'000);
+  EXPECT_EQ(stalls[1].runq_ns, 3'000);
+  EXPECT_EQ(stalls[2].span, 3);
+  EXPECT_EQ(stalls[3].span, 0);
+  EXPECT_EQ(stalls[3].off_cpu_ns, 500);
+  ASSERT_EQ(top_stalls(p, 2).size(), 2u);
+  EXPECT_EQ(top_stalls(p, 2)[1].span, 1);
+  // min_wall_ns: read (10'000) is ignored, load (30'000) is not.
+  const std::vector<Stall> long_ones = top_stalls(p, 10, 20'000);
+  ASSERT_EQ(long_ones.size(), 3u);
+  EXPECT_EQ(long_ones[0].span, 1);
+  EXPECT_TRUE(top_stalls(p, 0).empty());
+}
+
+TEST_F(SchedTest, TopStallsNeedTheAttribution) {
+  p.kernel.off_cpu = {preempted(11'000, 14'000)};
+  EXPECT_TRUE(top_stalls(p, 5).empty());  // attribute_kernel not run
+  attribute_kernel(p);
+  EXPECT_EQ(top_stalls(p, 5).size(), 1u);
+}
+
+}  // namespace
+}  // namespace mlprof
