@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "clock.h"
+#define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
 #include "span_api.h"
 
@@ -276,7 +277,7 @@ void close_entries(CaptureLane& L, size_t from, bool exception, int64_t ts) {
     uint8_t flags = exception ? kEvException : 0;
     if (L.rec[i - 1].children_dropped) flags |= kEvChildrenDropped;
     push(L, EventKind::kReturn, 0, flags, ts);
-    probes::span_exit(L.engine->serial(), L.rec[i - 1].call_index);
+    probes::span_exit(L.engine->serial(), L.index, L.rec[i - 1].call_index, flags);
   }
   L.rec.resize(from);
 }
@@ -329,6 +330,18 @@ inline void want_io(IOTargets* io, const CaptureLane& L, uint32_t call) {
   if (io && io->n < 4) io->t[io->n++] = IOTarget{L.engine->serial(), L.index, call};
 }
 
+CaptureLane* target_lane(const IOTarget& t);
+
+// span_io for each target still collecting: the summary is formatted once.
+[[gnu::cold, gnu::noinline]] void fire_io(const IOTargets& io, IORole role, const std::string& name,
+                                          const IOSummary& summary) {
+  std::string text = format_io(summary);
+  if (text.size() > MLPROF_IO_SUMMARY_LEN - 1) text.resize(MLPROF_IO_SUMMARY_LEN - 1);
+  for (int i = 0; i < io.n; ++i) {
+    if (target_lane(io.t[i])) probes::fire_span_io(io.t[i].serial, io.t[i].lane, io.t[i].call, role, name, text);
+  }
+}
+
 // The target's lane if its session is still collecting, else null.
 CaptureLane* target_lane(const IOTarget& t) {
   auto it = g_by_serial.find(t.serial);
@@ -341,6 +354,7 @@ void append_io(const IOTargets& io, IORole role, const std::string& name, const 
   for (int i = 0; i < io.n; ++i) {
     if (CaptureLane* L = target_lane(io.t[i])) L->out.io.push_back(IORecord{io.t[i].call, role, name, summary});
   }
+  if (probes::io_traced()) fire_io(io, role, name, summary);
 }
 
 // Summarizing the arguments happened after the span's start was taken: the
@@ -417,10 +431,11 @@ void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool c
   int64_t ts = clock::ticks();
   if (label) push(L, EventKind::kLabel, label, 0, ts);
   auto idx = static_cast<uint32_t>(L.out.events.size());
-  push(L, EventKind::kCall, fid, continued ? kEvContinued : 0, ts);
+  const uint8_t flags = continued ? kEvContinued : 0;
+  push(L, EventKind::kCall, fid, flags, ts);
   L.rec.push_back(StackEntry{idx, d, EntryKind::kFrame, key, code});
   L.last_was_suspend = false;
-  probes::span_enter(L.engine->serial(), idx, d, fid);
+  probes::span_enter(L.engine->serial(), L.index, idx, fid, label, d, flags);
   // A continued coroutine's locals are not its arguments any more.
   if (d <= L.io_ceiling && !continued) want_io(io, L, idx);
 }
@@ -469,6 +484,7 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
       L.last_was_suspend = true;
       Suspended s{L.index, frame_depth, {L.rec.begin() + static_cast<long>(from), L.rec.end()}};
       push(L, EventKind::kSuspend, s.entries.front().call_index, 0, clock::ticks());
+      probes::span_suspend(L.engine->serial(), L.index, s.entries.front().call_index);
       L.engine->suspended_[key] = std::move(s);
       L.rec.resize(from);
     }
@@ -489,6 +505,7 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
       if (!L.truncated && room_for_structure(L)) {
         int shift = d - s.frame_depth;
         push(L, EventKind::kResume, s.entries.front().call_index, 0, clock::ticks());
+        probes::span_resume(L.engine->serial(), L.index, s.entries.front().call_index);
         int top = d;
         for (StackEntry e : s.entries) {
           e.depth += shift;
@@ -561,6 +578,79 @@ void bind_thread(Engine* engine) {
   t_cache.generation = 0;  // force a refresh
 }
 
+// --- USDT probes (probes.h): the cold halves --------------------------------------
+
+namespace {
+// Serials of sessions that autoprofile started (probes::mark_autoprofile),
+// until they begin. One or two at a time, so a vector.
+std::vector<uint64_t> g_autoprofile_serials;
+
+// session_begin's flags; consumes the session's autoprofile mark.
+uint32_t begin_flags(const EngineOptions& o, uint64_t serial) {
+  uint32_t flags = 0;
+  if (o.capture_io) flags |= MLPROF_SESSION_CAPTURE_IO;
+  if (o.all_threads) flags |= MLPROF_SESSION_ALL_THREADS;
+  auto it = std::find(g_autoprofile_serials.begin(), g_autoprofile_serials.end(), serial);
+  if (it != g_autoprofile_serials.end()) {
+    flags |= MLPROF_SESSION_AUTOPROFILE;
+    g_autoprofile_serials.erase(it);
+  }
+  return flags;
+}
+}  // namespace
+
+namespace probes {
+
+void mark_autoprofile(uint64_t session) {
+  if (std::find(g_autoprofile_serials.begin(), g_autoprofile_serials.end(), session) ==
+      g_autoprofile_serials.end()) {
+    g_autoprofile_serials.push_back(session);
+  }
+}
+
+void fire_session_begin(uint64_t session, int64_t ceiling, uint32_t flags) {
+  MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags);
+}
+
+void fire_session_end(uint64_t session, uint64_t dropped) { MLPROF_USDT_SESSION_END(session, dropped); }
+
+void fire_lane_begin(uint64_t session, uint32_t lane, int32_t parent_lane, uint32_t parent_call,
+                     uint32_t task, uint64_t ident, const std::string& thread_name) {
+  const uint32_t parent = parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(parent_lane);
+  MLPROF_USDT_LANE_BEGIN(session, lane, parent, parent_call, task, ident, thread_name.c_str());
+}
+
+void fire_span_enter(uint64_t session, uint32_t lane, uint32_t index, uint32_t function, uint32_t label,
+                     int32_t depth, uint32_t flags) {
+  // The registry's strings live as long as the process: the pointers stay valid.
+  const FunctionTable& table = registry();
+  const FunctionInfo& f = table.get(function);
+  const StringTable& strings = table.strings();
+  const char* label_text = label ? strings.get(label).c_str() : nullptr;
+  MLPROF_USDT_SPAN_ENTER(session, lane, index, function, label, depth, flags, strings.get(f.name).c_str(),
+                         strings.get(f.module).c_str(), strings.get(f.file).c_str(),
+                         static_cast<long long>(f.line), label_text);
+}
+
+void fire_span_exit(uint64_t session, uint32_t lane, uint32_t index, uint32_t flags) {
+  MLPROF_USDT_SPAN_EXIT(session, lane, index, flags);
+}
+
+void fire_span_suspend(uint64_t session, uint32_t lane, uint32_t index) {
+  MLPROF_USDT_SPAN_SUSPEND(session, lane, index);
+}
+
+void fire_span_resume(uint64_t session, uint32_t lane, uint32_t index) {
+  MLPROF_USDT_SPAN_RESUME(session, lane, index);
+}
+
+void fire_span_io(uint64_t session, uint32_t lane, uint32_t index, IORole role, const std::string& name,
+                  const std::string& summary) {
+  MLPROF_USDT_SPAN_IO(session, lane, index, static_cast<unsigned>(role), name.c_str(), summary.c_str());
+}
+
+}  // namespace probes
+
 // --- Engine --------------------------------------------------------------------
 
 Engine::Engine(EngineOptions opts) : opts_(opts), serial_(g_next_serial++) {
@@ -569,6 +659,7 @@ Engine::Engine(EngineOptions opts) : opts_(opts), serial_(g_next_serial++) {
 
 Engine::~Engine() {
   if (state_ == State::kCollecting) stop();
+  begin_flags(opts_, serial_);  // forgets an autoprofile mark of a session never started
   Py_XDECREF(parent_session_);
   Py_XDECREF(token_);
   for (PyObject* code : opts_.transparent_codes) Py_DECREF(code);
@@ -625,6 +716,8 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   }
   per_thread[context] = &L;
   lanes_.push_back(std::move(lane));
+  probes::lane_begin(serial_, L.index, L.out.parent_lane, L.out.parent_call, L.out.task, thread_id,
+                     L.out.thread_name);
   return &L;
 }
 
@@ -668,6 +761,8 @@ void Engine::start(PyObject* session) {
   // Before capture starts: threading.setprofile is Python code we must not record.
   bool binder_ok = !opts_.all_threads || hooks::install_thread_binder(&error);
   PyThreadState* ts = compat::tstate();
+  // A tracer sees the session before its origin lane (the contract's order).
+  probes::session_begin(serial_, opts_.depth, begin_flags(opts_, serial_));
   new_lane(start_thread_, ts->context);  // the origin lane: the entering frame is depth -1
   g_by_session[session] = this;
   g_by_serial[serial_] = this;
@@ -677,7 +772,6 @@ void Engine::start(PyObject* session) {
   if (!binder_ok || !hooks::install(this, &error)) {
     fail("could not install the profiling hook: " + error);
   }
-  probes::session_begin(serial_, opts_.depth);
 }
 
 bool Engine::pause() {
@@ -727,7 +821,11 @@ void Engine::stop() {
   suspended_.clear();
   gen_labels_.clear();
   session_ = nullptr;
-  probes::session_end(serial_);
+  if (MLPROF_USDT_ENABLED(session_end)) {
+    uint64_t dropped = 0;
+    for (auto& lane : lanes_) dropped += lane->out.dropped;
+    probes::fire_session_end(serial_, dropped);
+  }
 }
 
 std::shared_ptr<Profile> Engine::profile() {
@@ -835,6 +933,7 @@ void on_c_call(PyObject* callable, PyCodeObject* caller) {
     auto idx = static_cast<uint32_t>(L.out.events.size());
     push(L, EventKind::kCall, fid, kEvCFunction, clock::ticks());
     L.rec.push_back(StackEntry{idx, d, EntryKind::kCCall, reinterpret_cast<uintptr_t>(callable), nullptr});
+    probes::span_enter(L.engine->serial(), L.index, idx, fid, 0, d, kEvCFunction);
     L.depth = d;
     L.last_was_suspend = false;
   }
@@ -869,6 +968,7 @@ int block_enter(uint32_t function, BlockToken* out, int max) {
     auto idx = static_cast<uint32_t>(L.out.events.size());
     push(L, EventKind::kCall, function, kEvBlock, clock::ticks());
     L.rec.push_back(StackEntry{idx, d, EntryKind::kBlock, 0, nullptr});
+    probes::span_enter(L.engine->serial(), L.index, idx, function, 0, d, kEvBlock);
     L.depth = d;
     L.last_was_suspend = false;
     out[n++] = BlockToken{L.engine->serial(), L.index, idx, d <= L.io_ceiling};

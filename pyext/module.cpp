@@ -15,6 +15,7 @@
 #include "core/view.h"
 #include "bindings.h"
 #include "engine.h"
+#include "probes.h"
 #include "summarize.h"
 #include "span_api.h"
 
@@ -230,6 +231,17 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
   return p;
 }
 
+// usdt_attached(): a plain METH_NOARGS function, not a pybind11 one, because
+// autoprofile's unsampled predict calls it on every call (a few ns vs ~100).
+PyObject* usdt_attached(PyObject*, PyObject*) {
+  if (probes::session_traced()) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+PyMethodDef g_usdt_attached_def = {
+    "usdt_attached", usdt_attached, METH_NOARGS,
+    "True while a tracer (mlprof-ebpf, bpftrace) is attached to the session_begin USDT probe\n"
+    "of this process: autoprofile() then profiles every predict, sampled or not."};
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -247,6 +259,13 @@ PYBIND11_MODULE(_core, m) {
   m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
         "Counts collecting reference sessions, so the C wrappers look for them.");
   m.def("_native_collecting", []() { return g_native_collecting; });
+  {
+    PyObject* fn = PyCFunction_NewEx(&g_usdt_attached_def, nullptr, m.attr("__name__").ptr());
+    if (!fn || PyModule_AddObject(m.ptr(), "usdt_attached", fn) < 0) {
+      Py_XDECREF(fn);
+      throw py::error_already_set();
+    }
+  }
 
   py::class_<Engine>(m, "Engine")
       .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
@@ -277,6 +296,8 @@ PYBIND11_MODULE(_core, m) {
              }
            })
       .def("stop", &Engine::stop)
+      .def("_mark_autoprofile", [](const Engine& e) { probes::mark_autoprofile(e.serial()); },
+           "Flags this session AUTOPROFILE in its session_begin probe (call before start).")
       .def("pause", &Engine::pause, "Stops being the current session in this context; capture goes on.")
       .def("resume", &Engine::resume, "Becomes the current session in this context again.")
       .def_property_readonly("state",

@@ -4,6 +4,10 @@
 The patch goes on MLflow's wrapper class, never on the user's: the original
 function objects are kept and put back exactly by `autoprofile(disable=True)`.
 A call is sampled at random (`random() < sample_rate`, spec 000 section 9).
+A call that was not sampled is still profiled while a tracer (mlprof-ebpf,
+bpftrace) is attached to the extension's session_begin USDT probe: it is
+switched on from outside, with no restart, and such a session updates
+last_profile() but is not exported in-process (docs/usdt.md).
 The root span is `PyFuncModel.predict`, labelled with the model; MLflow's
 delegation frames and the user's own `PythonModel.predict` are transparent
 for that session only, so the root's depth-1 children are what the user's
@@ -52,6 +56,7 @@ _lock = threading.Lock()
 _patched: Dict[str, Tuple[Any, Any]] = {}  # attribute -> (original from __dict__, our wrapper)
 _last: contextvars.ContextVar = contextvars.ContextVar("mlflow_profiler_last_profile", default=None)
 _sampled = 0  # sessions started by autoprofile in this process
+_traced = 0  # of those, started only because a tracer was attached (not sampled)
 _random = random.random
 
 
@@ -166,35 +171,48 @@ def last_profile() -> Optional[ProfileSession]:
 
 
 def statistics() -> Dict[str, Any]:
-    """autoprofile's counters: sessions sampled, and the background export
-    queue's (submitted, exported, dropped, failed, queued)."""
+    """autoprofile's counters: sessions sampled, sessions profiled only
+    because a tracer was attached (``traced``, not exported), and the
+    background export queue's (submitted, exported, dropped, failed, queued)."""
     from . import _exporter
 
-    return {"enabled": _config is not None, "sampled": _sampled, "export": _exporter.statistics()}
+    return {"enabled": _config is not None, "sampled": _sampled, "traced": _traced,
+            "export": _exporter.statistics()}
 
 
 # -- the wrappers ---------------------------------------------------------------
 
 
 def _make_predict(original):
+    # A closure variable, not a global: the unsampled path reads it per call.
+    # usdt_attached() is the session_begin semaphore (a load in C).
+    attached = _core.usdt_attached
     if _has_signature(original, ("self", "data", "params")):
         # MLflow's own signature (2.10 to 3.x): no *args/**kwargs packing on
         # the unsampled path, which is what every call of a model pays.
         @functools.wraps(original)
         def predict(self, data, params=None):
             config = _config
-            if config is None or not (config.sample_rate == 1.0 or _random() < config.sample_rate):
+            if config is None:
                 return original(self, data, params)
-            return _sampled_call(original, config, self, (data, params), {})
+            if config.sample_rate == 1.0 or _random() < config.sample_rate:
+                return _sampled_call(original, config, self, (data, params), {})
+            if attached():
+                return _sampled_call(original, config, self, (data, params), {}, False)
+            return original(self, data, params)
 
         return predict
 
     @functools.wraps(original)
     def predict_any(self, *args, **kwargs):
         config = _config
-        if config is None or not (config.sample_rate == 1.0 or _random() < config.sample_rate):
+        if config is None:
             return original(self, *args, **kwargs)
-        return _sampled_call(original, config, self, args, kwargs)
+        if config.sample_rate == 1.0 or _random() < config.sample_rate:
+            return _sampled_call(original, config, self, args, kwargs)
+        if attached():
+            return _sampled_call(original, config, self, args, kwargs, False)
+        return original(self, *args, **kwargs)
 
     return predict_any
 
@@ -208,15 +226,17 @@ def _has_signature(func, names) -> bool:
         p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params) and params[-1].default is None
 
 
-def _sampled_call(original, config, model, args, kwargs):
-    started = _begin(model, config, original)
+def _sampled_call(original, config, model, args, kwargs, sampled=True):
+    """One profiled call; sampled False: only a tracer asked for it, so it is
+    not handed to the collector or the exporter."""
+    started = _begin(model, config, original, sampled=sampled)
     if started is None:
         return original(model, *args, **kwargs)
     session, call = started
     try:
         return call(model, *args, **kwargs)
     finally:
-        _end(session, config)
+        _end(session, config, sampled)
 
 
 def _make_predict_stream(original):
@@ -224,9 +244,12 @@ def _make_predict_stream(original):
     def predict_stream(self, *args, **kwargs):
         stream = original(self, *args, **kwargs)  # created unprofiled: errors raise as before
         config = _config
-        if config is None or not (config.sample_rate == 1.0 or _random() < config.sample_rate):
+        if config is None:
             return stream
-        started = _begin(self, config, _stream.stream_root, stream=True)
+        sampled = config.sample_rate == 1.0 or _random() < config.sample_rate
+        if not sampled and not _core.usdt_attached():
+            return stream
+        started = _begin(self, config, _stream.stream_root, stream=True, sampled=sampled)
         if started is None:
             return stream
         session, root = started
@@ -234,10 +257,10 @@ def _make_predict_stream(original):
             labelled = root(stream)  # a generator: the label goes to its first start
         except Exception as exc:  # pragma: no cover - a profiler bug must not break the model
             log_once("stream", f"mlflow_profiler: predict_stream profiling failed: {exc!r}")
-            _end(session, config)
+            _end(session, config, sampled)
             return stream
         _pause(session)
-        return _ProfiledStream(session, labelled, config)
+        return _ProfiledStream(session, labelled, config, sampled)
 
     return predict_stream
 
@@ -248,10 +271,11 @@ class _ProfiledStream:
     of the profile (the session is paused there). The session ends when the
     stream is exhausted, raises, is closed, or is dropped unread."""
 
-    def __init__(self, session: ProfileSession, stream, config: AutoprofileConfig) -> None:
+    def __init__(self, session: ProfileSession, stream, config: AutoprofileConfig, sampled: bool = True) -> None:
         self._session: Optional[ProfileSession] = session
         self._stream = stream
         self._config = config
+        self._sampled = sampled
 
     def __iter__(self) -> "_ProfiledStream":
         return self
@@ -285,7 +309,7 @@ class _ProfiledStream:
         if session is not None:
             if not resumed:
                 _resume(session)  # stop() resets the context variable in this context
-            _end(session, self._config)
+            _end(session, self._config, self._sampled)
 
     def __del__(self) -> None:
         try:
@@ -308,10 +332,11 @@ def _resume(session: ProfileSession) -> None:
         log_once("resume", f"mlflow_profiler: resuming a predict_stream session failed: {exc!r}")
 
 
-def _begin(model, config: AutoprofileConfig, original, stream: bool = False):
+def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sampled: bool = True):
     """Starts a session for one call; returns (session, the labelled
-    original) or None if the profiler failed (the call then runs unprofiled)."""
-    global _sampled
+    original) or None if the profiler failed (the call then runs unprofiled).
+    sampled False: started because a tracer is attached (counted apart)."""
+    global _sampled, _traced
     try:
         info = _model_info(model, stream)
         session = ProfileSession(
@@ -324,18 +349,24 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False):
             _meta=info.meta,
         )
         call = _core.SpanFunction(original, info.label)
+        session._engine._mark_autoprofile()  # session_begin's AUTOPROFILE flag
         session.activate()
-        _sampled += 1
+        if sampled:
+            _sampled += 1
+        else:
+            _traced += 1
         return session, call
     except Exception as exc:
         log_once("begin", f"mlflow_profiler: autoprofile could not start a session: {exc!r}")
         return None
 
 
-def _end(session: ProfileSession, config: AutoprofileConfig) -> None:
+def _end(session: ProfileSession, config: AutoprofileConfig, sampled: bool = True) -> None:
     session.deactivate()
     try:
         _last.set(session)
+        if not sampled:
+            return  # a tracer's session: exported only if in-process sampling chose it
         if config.collector is not None:
             config.collector.add(session)
         if config.log_to_mlflow or config.output_dir:

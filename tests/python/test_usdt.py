@@ -1,0 +1,663 @@
+"""The extension's USDT probes (bpf/mlprof_usdt.h, docs/usdt.md), checked
+with real tracers: binutils' readelf reads the probe notes, and bpftrace
+(Debian 12: 0.17) attaches to a real Python process by pid, which raises the
+probes' semaphores. From bpftrace's output alone the test rebuilds every
+lane's events and builds a Profile; it must equal the tree the process
+recorded in-process. Then an autoprofiled process with sample_rate=0 is
+switched on by attaching the tracer and off by detaching it.
+
+bpftrace needs root. Without root or bpftrace these tests skip, and fail
+under MLPROF_REQUIRE_BPF=1 (CI runs them as root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from _helpers import require_tool
+from mlflow_profiler import _core
+
+CORE_SO = os.path.realpath(_core.__file__)
+
+# The contract: probe -> arguments as (size, signed). Every value is passed
+# as a 64-bit integer or pointer; ceiling and line are signed.
+CONTRACT: Dict[str, List[Tuple[int, bool]]] = {
+    "session_begin": [(8, False), (8, True), (8, False)],
+    "session_end": [(8, False)] * 2,
+    "lane_begin": [(8, False)] * 5,
+    "span_enter": [(8, False)] * 7 + [(8, True), (8, False)],
+    "span_exit": [(8, False)] * 3,
+    "span_suspend": [(8, False)] * 2,
+    "span_resume": [(8, False)] * 2,
+    "span_io": [(8, False)] * 5,
+}
+SPAN_EXCEPTION, SPAN_C_FUNCTION, SPAN_BLOCK, SPAN_CONTINUED = 0x1, 0x2, 0x4, 0x8
+SESSION_CAPTURE_IO, SESSION_ALL_THREADS, SESSION_AUTOPROFILE = 0x1, 0x2, 0x4
+NO_PARENT_LANE = 0xFFFFFFFF
+K_CALL, K_RETURN, K_SUSPEND, K_RESUME, K_LABEL = 1, 2, 3, 4, 5  # core/event.h
+FN_PYTHON, FN_C, FN_BLOCK = 0, 1, 2  # core/functions.h
+
+
+def hi(v: int) -> int:
+    return v >> 32
+
+
+def lo(v: int) -> int:
+    return v & 0xFFFFFFFF
+
+
+# -- the probe notes (readelf) ----------------------------------------------------
+
+
+def probe_notes(path: str) -> Dict[str, dict]:
+    """{probe name: {provider, semaphore, args: [spec, ...]}} from readelf -n."""
+    readelf = require_tool(shutil.which("readelf"), "readelf", "apt-get install binutils")
+    out = subprocess.run([readelf, "-n", "--wide", path], capture_output=True, text=True, check=True).stdout
+    notes: Dict[str, dict] = {}
+    for block in out.split("stapsdt")[1:]:
+        provider = re.search(r"Provider: (\S+)", block)
+        name = re.search(r"Name: (\S+)", block)
+        sem = re.search(r"Semaphore: (0x[0-9a-f]+)", block)
+        args = re.search(r"Arguments: ?(.*)", block)
+        if provider and name:
+            notes[name.group(1)] = {
+                "provider": provider.group(1),
+                "semaphore": int(sem.group(1), 16) if sem else 0,
+                "args": args.group(1).split() if args and args.group(1).strip() else [],
+            }
+    return notes
+
+
+def section(path: str, name: str) -> Tuple[int, int]:
+    """(address, size) of an ELF section."""
+    out = subprocess.run(["readelf", "-S", "--wide", path], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"\]\s+" + re.escape(name) + r"\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", out)
+    assert m, f"no section {name} in {path}"
+    return int(m.group(1), 16), int(m.group(2), 16)
+
+
+def test_every_probe_is_in_the_notes_with_a_semaphore_and_the_contracts_arguments():
+    notes = probe_notes(CORE_SO)
+    assert set(notes) == set(CONTRACT), f"probes in {CORE_SO}: {sorted(notes)}"
+    start, size = section(CORE_SO, ".probes")
+    semaphores = set()
+    for name, note in notes.items():
+        assert note["provider"] == "mlprof"
+        # A semaphore in .probes: the tracer raises it, the site reads it.
+        assert start <= note["semaphore"] < start + size, (name, hex(note["semaphore"]))
+        semaphores.add(note["semaphore"])
+        specs = [a.split("@")[0] for a in note["args"]]
+        want = [f"{'-' if signed else ''}{n}" for n, signed in CONTRACT[name]]
+        assert specs == want, (name, note["args"])
+    assert len(semaphores) == len(CONTRACT), "each probe has its own semaphore"
+
+
+def test_no_tracer_attached_means_usdt_attached_is_false():
+    # Nothing traces the test process: the semaphore is 0.
+    assert _core.usdt_attached() is False
+
+
+# -- bpftrace ------------------------------------------------------------------------
+
+
+def require_bpf() -> str:
+    """bpftrace, as root. Otherwise a skip, or a failure under MLPROF_REQUIRE_BPF=1."""
+    why = None
+    path = shutil.which("bpftrace")
+    if path is None:
+        why = "bpftrace is not installed (apt-get install bpftrace)"
+    elif os.geteuid() != 0:
+        why = "attaching USDT probes needs root (or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE)"
+    if why:
+        if os.environ.get("MLPROF_REQUIRE_BPF") == "1":
+            pytest.fail(f"{why}; required here (MLPROF_REQUIRE_BPF=1)")
+        pytest.skip(why)
+    return path  # type: ignore[return-value]
+
+
+_REGS = {"rax": "ax", "rbx": "bx", "rcx": "cx", "rdx": "dx", "rsi": "si", "rdi": "di", "rbp": "bp",
+         "rsp": "sp", "rip": "ip", **{f"r{i}": f"r{i}" for i in range(8, 16)}}
+
+
+def operand(spec: str) -> str:
+    """A bpftrace expression for one USDT argument spec of the note
+    ("8@%rdi", "-8@16(%rsp)", "8@$0"). bpftrace 0.17 reads arg0..arg5 only
+    on x86_64 ("x86_64 doesn't support arg6"), so span_enter's file, line
+    and label are read as its own argN would be: through reg() by the note's
+    operand, what any USDT tracer does."""
+    size, _, op = spec.partition("@")
+    signed = size.startswith("-")
+    m_imm = re.fullmatch(r"\$(-?\d+)", op)
+    m_reg = re.fullmatch(r"%(\w+)", op)
+    m_mem = re.fullmatch(r"(-?\d*)\(%(\w+)\)", op)
+    if m_imm:
+        expr = m_imm.group(1)
+    elif m_reg and m_reg.group(1) in _REGS:
+        expr = f'reg("{_REGS[m_reg.group(1)]}")'
+    elif m_mem and m_mem.group(2) in _REGS:
+        off = m_mem.group(1) or "0"
+        expr = f'*(uint64 *)(reg("{_REGS[m_mem.group(2)]}") + {off})'
+    else:
+        pytest.fail(f"USDT operand {spec!r}: not a form this test translates")
+    return f"(int64)({expr})" if signed else f"(uint64)({expr})"
+
+
+def bpftrace_program(so: str) -> str:
+    """Prints one '|'-separated line per probe hit, stamped with nsecs
+    (CLOCK_MONOTONIC, the clock of the in-process profile)."""
+    enter = probe_notes(so)["span_enter"]["args"]
+    file_, line, label = (operand(s) for s in enter[6:9])
+    u = f"usdt:{so}:mlprof"
+    return textwrap.dedent(f"""
+        BEGIN {{ printf("READY\\n"); }}
+        {u}:session_begin {{ printf("B|%llu|%d|%llu|%lld|%llu\\n", nsecs, tid, arg0, arg1, arg2); }}
+        {u}:session_end {{ printf("Z|%llu|%d|%llu|%llu\\n", nsecs, tid, arg0, arg1); }}
+        {u}:lane_begin {{
+          printf("L|%llu|%d|%llu|%llu|%llu|%llu|%s\\n", nsecs, tid, arg0, arg1, arg2, arg3, str(arg4));
+        }}
+        {u}:span_enter {{
+          $t = nsecs;
+          printf("E|%llu|%d|%llu|%llu|%llu|%llu|%lld\\n", $t, tid, arg0, arg1, arg2, arg3, {line});
+          printf("N|%llu|%d|%s\\n", $t, tid, str(arg4));
+          printf("M|%llu|%d|%s\\n", $t, tid, str(arg5));
+          printf("F|%llu|%d|%s\\n", $t, tid, str({file_}));
+          if ({label} != 0) {{ printf("G|%llu|%d|%s\\n", $t, tid, str({label})); }}
+          else {{ printf("G|%llu|%d|\\n", $t, tid); }}
+        }}
+        {u}:span_exit {{ printf("X|%llu|%d|%llu|%llu|%llu\\n", nsecs, tid, arg0, arg1, arg2); }}
+        {u}:span_suspend {{ printf("S|%llu|%d|%llu|%llu\\n", nsecs, tid, arg0, arg1); }}
+        {u}:span_resume {{ printf("R|%llu|%d|%llu|%llu\\n", nsecs, tid, arg0, arg1); }}
+        {u}:span_io {{
+          $t = nsecs;
+          printf("I|%llu|%d|%llu|%llu|%llu|%s\\n", $t, tid, arg0, arg1, arg2, str(arg3));
+          printf("J|%llu|%d|%s\\n", $t, tid, str(arg4));
+        }}
+    """)
+
+
+class Tracer:
+    """bpftrace attached to one pid. A thread collects its output as it
+    comes: bpftrace does not drain its buffers when it is stopped, so a test
+    waits for the lines it needs (wait_for) before stop()."""
+
+    def __init__(self, pid: int) -> None:
+        env = dict(os.environ, BPFTRACE_STRLEN="160")
+        self.proc = subprocess.Popen([require_bpf(), "-p", str(pid), "-e", bpftrace_program(CORE_SO)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: List[str] = []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        # BEGIN runs once every probe is attached; bpftrace compiles with LLVM first.
+        if not self.wait_for(lambda lines: "READY" in lines, 60):
+            self.proc.kill()
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.close()
+            pytest.fail(f"bpftrace did not attach: {err}")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, pred, timeout: float) -> bool:
+        """Waits until pred(lines) holds; False on timeout or if bpftrace ended."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not pred(self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._reader.is_alive():
+                    return pred(self.lines)
+                self._cond.wait(min(left, 0.5))
+            return True
+
+    def stop(self) -> List[str]:
+        """Detaches: SIGINT, and bpftrace lowers the semaphores as it exits."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        finally:
+            self.close()
+        return self.lines
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(timeout=10)
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f:
+                f.close()
+
+    def __enter__(self) -> "Tracer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def records(lines: List[str]) -> List[List[str]]:
+    """The probe lines in time order. bpftrace reads per-CPU buffers, so lines
+    of threads on different CPUs can come out of order; the lines of one hit
+    share its stamp and keep their order (a stable sort)."""
+    rows = [ln.split("|") for ln in lines if re.match(r"^[BZLENMFGXSRIJ]\|", ln)]
+    return sorted(rows, key=lambda r: int(r[1]))
+
+
+# -- rebuilding the profile from the probes -------------------------------------------
+
+
+class Rebuilt:
+    """One session rebuilt from its probe hits as the agent's joiner does:
+    span_enter is [kLabel,] kCall, span_exit kReturn, span_suspend/resume
+    kSuspend/kResume. Every index is checked against the replay."""
+
+    def __init__(self, rows: List[List[str]]) -> None:
+        self.begin: Optional[List[str]] = None
+        self.end: Optional[List[str]] = None
+        self.lanes: Dict[int, dict] = {}
+        self.stacks: Dict[int, List[int]] = {}
+        self.detached: Dict[Tuple[int, int], List[int]] = {}
+        self.functions: List[tuple] = []
+        self.fmap: Dict[int, int] = {}
+        self.labels: List[str] = []
+        self.lmap: Dict[int, int] = {}
+        self.enters: List[dict] = []
+        self.exits: List[dict] = []
+        self.io: List[dict] = []
+        self.suspended: List[Tuple[int, int]] = []  # (lane, index) of each span_suspend
+        self.resumed: List[Tuple[int, int]] = []
+        self.tids: Dict[int, int] = {}
+        i = 0
+        while i < len(rows):
+            r = rows[i]
+            kind, ts, tid = r[0], int(r[1]), int(r[2])
+            if kind == "B":
+                assert self.begin is None, "one session per trace in this test"
+                self.begin = r
+            elif kind == "Z":
+                self.end = r
+            elif kind == "L":
+                self._lane(ts, tid, r)
+            elif kind == "E":
+                parts = rows[i + 1:i + 5]  # name, module, file, label: same hit, same stamp
+                assert [p[0] for p in parts] == ["N", "M", "F", "G"] and {p[1] for p in parts} == {r[1]}, parts
+                self._enter(ts, tid, r, [p[3] for p in parts])
+                i += 4
+            elif kind == "X":
+                self._exit(ts, tid, r)
+            elif kind in "SR":
+                self._suspend_resume(ts, kind, r)
+            elif kind == "I":
+                j = rows[i + 1]  # the summary: same hit, same stamp
+                assert j[0] == "J" and j[1] == r[1], (r, j)
+                lane, index = hi(int(r[4])), lo(int(r[4]))
+                self.io.append({"lane": lane, "index": index, "role": int(r[5]), "name": r[6], "text": j[3]})
+                i += 1
+            i += 1
+
+    def _lane(self, ts: int, tid: int, r: List[str]) -> None:
+        lane, parent = hi(int(r[4])), lo(int(r[4]))
+        parent_call, task = hi(int(r[5])), lo(int(r[5]))
+        assert lane == len(self.lanes), "lanes begin in index order"
+        self.lanes[lane] = {
+            "thread_id": int(r[6]), "native_tid": tid, "thread_name": r[7], "task": task,
+            "parent_lane": -1 if parent == NO_PARENT_LANE else parent, "parent_call": parent_call,
+            "dropped": 0, "truncated": False, "events": [],
+        }
+        self.stacks[lane] = []
+        self.tids[lane] = tid
+
+    def _enter(self, ts: int, tid: int, r: List[str], texts: List[str]) -> None:
+        lane, index = hi(int(r[4])), lo(int(r[4]))
+        function, label = hi(int(r[5])), lo(int(r[5]))
+        depth, flags = hi(int(r[6])), lo(int(r[6]))
+        line = int(r[7])
+        name, module, file_, label_text = texts
+        assert tid == self.tids[lane], "a lane's probes fire in its thread"
+        events = self.lanes[lane]["events"]
+        assert (label != 0) == (label_text != ""), (name, label, label_text)
+        if label:
+            if label not in self.lmap:
+                self.lmap[label] = len(self.labels)
+                self.labels.append(label_text)
+            events.append((ts, K_LABEL, self.lmap[label], 0))
+        assert index == len(events), f"span_enter index {index} is not the kCall's position {len(events)}"
+        if function not in self.fmap:
+            kind = FN_C if flags & SPAN_C_FUNCTION else FN_BLOCK if flags & SPAN_BLOCK else FN_PYTHON
+            self.fmap[function] = len(self.functions)
+            self.functions.append((name, module, file_, line, kind, True))
+        else:
+            assert self.functions[self.fmap[function]][:4] == (name, module, file_, line), "ids are stable"
+        events.append((ts, K_CALL, self.fmap[function], flags))
+        assert depth == len(self.stacks[lane]), f"{name}: depth {depth}, open spans {len(self.stacks[lane])}"
+        self.stacks[lane].append(index)
+        self.enters.append({"lane": lane, "index": index, "name": name, "module": module, "file": file_,
+                            "line": line, "label": label_text, "depth": depth, "flags": flags})
+
+    def _exit(self, ts: int, tid: int, r: List[str]) -> None:
+        lane, index, flags = hi(int(r[4])), lo(int(r[4])), int(r[5])
+        assert tid == self.tids[lane]
+        assert self.stacks[lane] and self.stacks[lane][-1] == index, "span_exit closes the innermost span"
+        self.stacks[lane].pop()
+        self.lanes[lane]["events"].append((ts, K_RETURN, 0, flags))
+        self.exits.append({"lane": lane, "index": index, "flags": flags})
+
+    def _suspend_resume(self, ts: int, kind: str, r: List[str]) -> None:
+        lane, index = hi(int(r[4])), lo(int(r[4]))
+        stack = self.stacks[lane]
+        if kind == "S":  # the span and every span opened above it are detached
+            assert index in stack, "span_suspend names an open span"
+            at = stack.index(index)
+            self.detached[(lane, index)] = stack[at:]
+            del stack[at:]
+            self.lanes[lane]["events"].append((ts, K_SUSPEND, index, 0))
+            self.suspended.append((lane, index))
+        else:
+            assert (lane, index) in self.detached, "span_resume names a suspended span"
+            stack.extend(self.detached.pop((lane, index)))
+            self.lanes[lane]["events"].append((ts, K_RESUME, index, 0))
+            self.resumed.append((lane, index))
+
+    def profile(self):
+        assert self.begin is not None and self.end is not None
+        lanes = [self.lanes[i] for i in sorted(self.lanes)]
+        return _core.build_profile(lanes, self.functions, self.labels, int(self.begin[4]), int(self.begin[1]),
+                                   int(self.end[1]), 0, {})
+
+
+def comparable(nodes: List[dict]) -> List[dict]:
+    """A tree without times and the fields a tracer cannot know (user code
+    classification happens in-process)."""
+    keep = ("label", "function", "module", "file", "line", "depth", "flags", "thread_name", "task", "call_path")
+    return [{**{k: n[k] for k in keep}, "children": comparable(n["children"])} for n in nodes]
+
+
+# -- the traced process ------------------------------------------------------------
+
+WORKLOAD = '''
+import asyncio
+import threading
+
+import numpy as np
+
+import mlflow_profiler as mp
+
+
+def leaf(x):
+    return x + 1
+
+
+@mp.profile_span("labelled-step")
+def step(x):
+    return leaf(x)
+
+
+def gen(n):
+    for i in range(n):
+        yield leaf(i)
+
+
+def failing():
+    raise KeyError("boom")
+
+
+class Pause:
+    def __await__(self):
+        yield  # suspends the coroutine that awaits it, and this generator above it
+
+
+async def child(i):
+    await asyncio.sleep(0)
+    return leaf(i)
+
+
+async def paused(i):
+    await Pause()
+    return leaf(i)
+
+
+async def gather():
+    return await asyncio.gather(child(1), child(2))
+
+
+def worker():
+    leaf(1)
+
+
+def root(data):
+    with mp.profile_block("block-a"):
+        step(1)
+    total = sum(gen(2))
+    try:
+        failing()
+    except KeyError:
+        pass
+    t = threading.Thread(target=worker, name="side-worker")
+    t.start()
+    t.join()
+    asyncio.run(gather())
+    coro = paused(3)  # driven by hand: one suspend and resume at depth 1
+    coro.send(None)
+    try:
+        coro.send(None)
+    except StopIteration:
+        pass
+    return data.sum(axis=0)
+'''
+
+MAIN = '''
+import json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
+import mlflow_profiler as mp
+from mlflow_profiler import _core
+import usdt_workload
+
+data = np.zeros((64, 12))
+usdt_workload.root(data)  # warm: imports and first calls happen before the trace
+print(os.getpid(), flush=True)
+sys.stdin.readline()  # the tracer is attached
+assert _core.usdt_attached()
+with mp.profiling(depth=3, capture_io=True, all_threads=True, capture_c_calls=True) as s:
+    usdt_workload.root(data)
+print(json.dumps({"tree": s.to_tree(), "text": s.format_tree(show_io=True, show_c_calls=True),
+                  "start_ns": s._engine.start_ns, "end_ns": s._engine.end_ns}), flush=True)
+sys.stdin.readline()
+'''
+
+
+def readline(proc: subprocess.Popen, timeout: float) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        proc.kill()
+        pytest.fail(f"the traced process said nothing in {timeout} s")
+    line = proc.stdout.readline()
+    if not line:
+        err = proc.stderr.read() if proc.stderr else ""
+        pytest.fail(f"the traced process ended: {err}")
+    return line
+
+
+def say(proc: subprocess.Popen, line: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+def test_a_tracer_rebuilds_the_in_process_tree_from_the_probes_alone(tmp_path):
+    require_bpf()
+    (tmp_path / "usdt_workload.py").write_text(WORKLOAD)
+    (tmp_path / "main.py").write_text(MAIN)
+    with subprocess.Popen([sys.executable, str(tmp_path / "main.py")], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            pid = int(readline(proc, 60))
+            with Tracer(pid) as tracer:
+                say(proc, "go")
+                inproc = json.loads(readline(proc, 60))
+                assert tracer.wait_for(lambda lines: any(ln.startswith("Z|") for ln in lines), 30)
+                lines = tracer.stop()
+            say(proc, "quit")
+            assert proc.wait(timeout=30) == 0
+        finally:
+            proc.kill()
+
+    assert not [ln for ln in lines if "Lost" in ln], "bpftrace lost events"
+    rebuilt = Rebuilt(records(lines))
+    assert rebuilt.begin is not None and rebuilt.end is not None, "\n".join(lines[:20])
+    # session_begin(session, ceiling, flags) and session_end(session, dropped)
+    assert int(rebuilt.begin[4]) == 3
+    assert int(rebuilt.begin[5]) == SESSION_CAPTURE_IO | SESSION_ALL_THREADS
+    assert rebuilt.begin[3] == rebuilt.end[3], "begin and end name the same session"
+    assert int(rebuilt.end[4]) == 0, "nothing dropped"
+    assert all(not s for s in rebuilt.stacks.values()), "every span closed"
+    # Every probe fired inside the session, on the clock of the in-process profile.
+    stamps = [int(r[1]) for r in records(lines)]
+    assert inproc["start_ns"] - 1_000_000 <= min(stamps) and max(stamps) <= inproc["end_ns"] + 1_000_000
+
+    # The arguments, one by one.
+    by_name = {e["name"]: e for e in rebuilt.enters}
+    assert by_name["root"]["depth"] == 0 and by_name["root"]["module"] == "usdt_workload"
+    assert by_name["root"]["file"] == str(tmp_path / "usdt_workload.py") and by_name["root"]["line"] > 0
+    assert by_name["step"]["label"] == "labelled-step" and by_name["step"]["depth"] == 2
+    assert by_name["block-a"]["flags"] == SPAN_BLOCK and by_name["block-a"]["label"] == ""
+    assert by_name["block-a"]["module"] == "" and by_name["block-a"]["depth"] == 1
+    assert any(e["flags"] & SPAN_C_FUNCTION for e in rebuilt.enters), "C calls fire too"
+    failing = [e for e in rebuilt.enters if e["name"] == "failing"]
+    assert len(failing) == 1
+    exit_flags = {x["index"]: x["flags"] for x in rebuilt.exits if x["lane"] == failing[0]["lane"]}
+    assert exit_flags[failing[0]["index"]] & SPAN_EXCEPTION, "exception exit flagged"
+    assert exit_flags[by_name["root"]["index"]] == 0
+    # The generator's two yields, and the await: the coroutine is suspended
+    # with Pause.__await__ open above it (they travel together).
+    gen, paused = (0, by_name["gen"]["index"]), (0, by_name["paused"]["index"])
+    assert rebuilt.suspended.count(gen) == rebuilt.resumed.count(gen) == 2
+    assert rebuilt.suspended.count(paused) == rebuilt.resumed.count(paused) == 1
+    assert by_name["Pause.__await__"]["depth"] == by_name["paused"]["depth"] + 1
+    # Lanes: the worker thread (its own thread, under root's Thread.start)
+    # and the asyncio tasks (tasks 1 and 2 of the main thread).
+    lanes = rebuilt.lanes
+    assert lanes[0]["parent_lane"] == -1 and lanes[0]["task"] == 0
+    worker = [lane for lane in lanes.values() if lane["thread_name"] == "side-worker"]
+    assert len(worker) == 1 and worker[0]["parent_lane"] == 0 and worker[0]["native_tid"] != lanes[0]["native_tid"]
+    tasks = sorted(lane["task"] for lane in lanes.values() if lane["native_tid"] == lanes[0]["native_tid"])
+    assert tasks[:2] == [0, 1] and len(tasks) >= 3
+    # I/O: the compact text of core format_io, after the span's enter/exit.
+    root_io = [(io["role"], io["name"], io["text"]) for io in rebuilt.io
+               if io["lane"] == 0 and io["index"] == by_name["root"]["index"]]
+    assert (0, "data", "(ndarray, shape=(64, 12), dtype=float64, 6.0KB)") in root_io
+    assert (1, "", "(ndarray, shape=(12,), dtype=float64, 96B)") in root_io
+    for io in rebuilt.io:
+        assert io["text"] in inproc["text"], io
+
+    # The whole tree, rebuilt from the probes alone, is the in-process tree.
+    assert comparable(rebuilt.profile().to_tree()) == comparable(inproc["tree"])
+
+
+# -- switched on from outside ----------------------------------------------------------
+
+AUTOPROFILED = '''
+import json, os, sys, time, warnings
+warnings.simplefilter("ignore")
+import mlflow.pyfunc
+import mlflow_profiler as mp
+from mlflow_profiler import _core
+
+
+class Model(mlflow.pyfunc.PythonModel):
+    def _prep(self, x):
+        return [v * 2 for v in x]
+
+    def predict(self, context, model_input, params=None):
+        return self._prep(model_input)
+
+
+work = sys.argv[1]
+mlflow.pyfunc.save_model(os.path.join(work, "model"), python_model=Model())
+model = mlflow.pyfunc.load_model(os.path.join(work, "model"))
+mp.autoprofile(depth=2, sample_rate=0.0, output_dir=os.path.join(work, "out"))
+model.predict([1, 2, 3])
+print(os.getpid(), flush=True)
+while not os.path.exists(os.path.join(work, "stop")):
+    model.predict([1, 2, 3])
+    last = mp.last_profile()
+    stats = mp.statistics()
+    print(json.dumps({
+        "attached": _core.usdt_attached(),
+        "last": None if last is None else last.to_tree()[0]["start_ns"],
+        "children": None if last is None else [n["label"] for n in last.to_tree()[0]["children"]],
+        "sampled": stats["sampled"], "traced": stats["traced"], "submitted": stats["export"]["submitted"],
+    }), flush=True)
+    time.sleep(0.01)
+'''
+
+
+def statuses(proc: subprocess.Popen, until, limit: int = 3000) -> List[dict]:
+    """Status lines of the autoprofiled process up to the first that satisfies `until`."""
+    out = []
+    for _ in range(limit):
+        out.append(json.loads(readline(proc, 60)))
+        if until(out[-1]):
+            return out
+    pytest.fail(f"the process never reached the state; last: {out[-1]}")
+
+
+def test_attaching_a_tracer_switches_autoprofile_on_and_detaching_switches_it_off(tmp_path):
+    require_bpf()
+    require_tool(shutil.which("readelf"), "readelf", "apt-get install binutils")
+    pytest.importorskip("mlflow")
+    (tmp_path / "main.py").write_text(AUTOPROFILED)
+    with subprocess.Popen([sys.executable, str(tmp_path / "main.py"), str(tmp_path)], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            pid = int(readline(proc, 120))
+            before = [json.loads(readline(proc, 60)) for _ in range(5)]
+            with Tracer(pid) as tracer:
+                # Attached: every predict is captured, each a new session.
+                on = statuses(proc, lambda s: s["attached"])
+                on += [json.loads(readline(proc, 60)) for _ in range(10)]
+                assert tracer.wait_for(lambda lines: sum(ln.startswith("Z|") for ln in lines) >= 10, 30)
+                lines = tracer.stop()
+            # Detached: the semaphore is 0 again and capture stops.
+            statuses(proc, lambda s: not s["attached"])  # predicts until bpftrace is gone
+            off = [json.loads(readline(proc, 60)) for _ in range(10)]
+            (tmp_path / "stop").touch()
+            assert proc.wait(timeout=60) == 0
+        finally:
+            proc.kill()
+
+    assert all(not s["attached"] and s["last"] is None and s["traced"] == 0 for s in before), before
+    captured = [s for s in on if s["attached"]][-10:]
+    starts = [s["last"] for s in captured]
+    assert None not in starts and starts == sorted(set(starts)), "a new session for every predict"
+    assert "Model._prep" in captured[-1]["children"], "the profile is the model's tree"
+    assert [s["last"] for s in off] == [off[0]["last"]] * len(off), "no capture once detached"
+    assert all(s["sampled"] == 0 and s["submitted"] == 0 for s in before + on + off), "nothing exported"
+    assert off[-1]["traced"] >= 10
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()), "no profile written"
+    # What the tracer saw: autoprofile's sessions at the configured depth.
+    begins = [r for r in records(lines) if r[0] == "B"]
+    assert len(begins) >= 10
+    assert all(int(r[4]) == 2 and int(r[5]) == SESSION_AUTOPROFILE for r in begins), begins[:3]
+    names = {r[3] for r in records(lines) if r[0] == "N"}
+    assert {"PyFuncModel.predict", "Model._prep"} <= names, names
