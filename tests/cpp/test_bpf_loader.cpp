@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/bpf_loader.h"
 #include <linux/types.h>
+#include "agent/bpf_loader.h"
 #include "mlprof_events.h"
 
 using mlprof::agent::BpfLoader;
@@ -47,12 +47,12 @@ bool bpf_required() {
 }
 
 // Skips (or fails under MLPROF_REQUIRE_BPF=1) when not root.
-#define REQUIRE_ROOT()                                                                        \
-  do {                                                                                        \
-    if (geteuid() != 0) {                                                                     \
-      if (bpf_required()) FAIL() << "MLPROF_REQUIRE_BPF=1 but not root: cannot load BPF";     \
-      GTEST_SKIP() << "needs root to load BPF programs (CI runs it as root)";                 \
-    }                                                                                         \
+#define REQUIRE_ROOT()                                                                    \
+  do {                                                                                    \
+    if (geteuid() != 0) {                                                                 \
+      if (bpf_required()) FAIL() << "MLPROF_REQUIRE_BPF=1 but not root: cannot load BPF"; \
+      GTEST_SKIP() << "needs root to load BPF programs (CI runs it as root)";             \
+    }                                                                                     \
   } while (0)
 
 std::unique_ptr<BpfLoader> open_loader(const LoaderOptions& opts = {}) {
@@ -138,7 +138,8 @@ class Target {
     std::string reply = command("run " + scenario);
     Run r;
     unsigned long long s = 0;
-    if (std::sscanf(reply.c_str(), "done %*s session=%llu tid=%d child=%d", &s, &r.tid, &r.child) != 3)
+    if (std::sscanf(reply.c_str(), "done %*s session=%llu tid=%d child=%d", &s, &r.tid, &r.child) !=
+        3)
       ADD_FAILURE() << "run " << scenario << ": '" << reply << "'";
     r.session = s;
     return r;
@@ -175,7 +176,9 @@ class Target {
 // One ring-buffer record, copied out.
 struct Rec {
   std::vector<uint8_t> bytes;
-  const mlprof_ev_header& h() const { return *reinterpret_cast<const mlprof_ev_header*>(bytes.data()); }
+  const mlprof_ev_header& h() const {
+    return *reinterpret_cast<const mlprof_ev_header*>(bytes.data());
+  }
   template <typename T>
   const T& as() const {
     EXPECT_GE(bytes.size(), sizeof(T)) << "record of kind " << h().kind << " too short";
@@ -184,7 +187,8 @@ struct Rec {
 };
 
 // Polls until done(records) or timeout_ms; returns everything received.
-std::vector<Rec> collect(BpfLoader& loader, const std::function<bool(const std::vector<Rec>&)>& done,
+std::vector<Rec> collect(BpfLoader& loader,
+                         const std::function<bool(const std::vector<Rec>&)>& done,
                          int timeout_ms = 5000) {
   std::vector<Rec> recs;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -198,7 +202,8 @@ std::vector<Rec> collect(BpfLoader& loader, const std::function<bool(const std::
 }
 
 // Collects until the SESSION_END of (pid, session).
-std::vector<Rec> collect_session(BpfLoader& loader, pid_t pid, uint64_t session, int timeout_ms = 5000) {
+std::vector<Rec> collect_session(BpfLoader& loader, pid_t pid, uint64_t session,
+                                 int timeout_ms = 5000) {
   return collect(
       loader,
       [&](const std::vector<Rec>& recs) {
@@ -220,7 +225,8 @@ std::vector<Rec> only(const std::vector<Rec>& recs, const std::function<bool(con
 }
 
 // The index of the first record of `kind` (for lane/index where it applies), or -1.
-int find(const std::vector<Rec>& recs, uint16_t kind, const std::function<bool(const Rec&)>& also = nullptr) {
+int find(const std::vector<Rec>& recs, uint16_t kind,
+         const std::function<bool(const Rec&)>& also = nullptr) {
   for (size_t i = 0; i < recs.size(); ++i)
     if (recs[i].h().kind == kind && (!also || also(recs[i]))) return static_cast<int>(i);
   return -1;
@@ -231,7 +237,8 @@ const char* variant_name(bool raw) { return raw ? "raw_tp" : "tp_btf"; }
 // Attached, each semaphore counts the uprobes on its probe's call sites (the
 // kernel adds one per site): all 8 must be on.
 bool all_on(const std::vector<unsigned>& sems) {
-  return sems.size() == 8 && std::all_of(sems.begin(), sems.end(), [](unsigned v) { return v > 0; });
+  return sems.size() == 8 &&
+         std::all_of(sems.begin(), sems.end(), [](unsigned v) { return v > 0; });
 }
 
 // ---- loading ---------------------------------------------------------------
@@ -240,11 +247,13 @@ TEST(BpfLoader, LoadsAndPicksTheVariantByProbingTheKernel) {
   REQUIRE_ROOT();
   auto t0 = std::chrono::steady_clock::now();
   auto loader = open_loader();
-  auto load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(loader);
   // This kernel has BTF and tp_btf works: the probe must find it.
   EXPECT_STREQ(loader->sched_variant(), "tp_btf");
-  std::printf("[   INFO   ] load + sched attach: %.1f ms, variant %s\n", load_ms, loader->sched_variant());
+  std::printf("[   INFO   ] load + sched attach: %.1f ms, variant %s\n", load_ms,
+              loader->sched_variant());
 
   LoaderOptions raw;
   raw.force_raw_tp = true;
@@ -288,9 +297,9 @@ TEST_P(Records, ScriptArrivesInOrderWithItsFields) {
   auto recs = only(collect_session(*loader_, target_->pid(), run.session),
                    [](const Rec& r) { return is_usdt_kind(r.h().kind); });
   const std::vector<uint16_t> expected = {
-      MLPROF_EV_SESSION_BEGIN, MLPROF_EV_LANE_BEGIN,   MLPROF_EV_NAME,         MLPROF_EV_SPAN_ENTER,
-      MLPROF_EV_SPAN_IO,       MLPROF_EV_NAME,         MLPROF_EV_NAME,         MLPROF_EV_SPAN_ENTER,
-      MLPROF_EV_SPAN_SUSPEND,  MLPROF_EV_SPAN_RESUME,  MLPROF_EV_SPAN_EXIT,    MLPROF_EV_SPAN_EXIT,
+      MLPROF_EV_SESSION_BEGIN, MLPROF_EV_LANE_BEGIN,  MLPROF_EV_NAME,      MLPROF_EV_SPAN_ENTER,
+      MLPROF_EV_SPAN_IO,       MLPROF_EV_NAME,        MLPROF_EV_NAME,      MLPROF_EV_SPAN_ENTER,
+      MLPROF_EV_SPAN_SUSPEND,  MLPROF_EV_SPAN_RESUME, MLPROF_EV_SPAN_EXIT, MLPROF_EV_SPAN_EXIT,
       MLPROF_EV_SPAN_IO,       MLPROF_EV_SESSION_END};
   std::vector<uint16_t> kinds;
   for (const Rec& r : recs) kinds.push_back(r.h().kind);
@@ -386,8 +395,9 @@ TEST_P(Records, SleepingSpanIsBlockedOffCpuForAbout20Ms) {
     if (!longest || r.h().ts_ns - o.start_ns > longest->h.ts_ns - longest->start_ns) longest = &o;
   }
   ASSERT_NE(longest, nullptr) << "no OFF_CPU record for the sleeping span";
-  std::printf("[   INFO   ] %s: off-CPU in the 20 ms sleep span %.2f ms (blocked %.2f ms), span %.2f ms\n",
-              variant_name(GetParam()), off / 1e6, blocked / 1e6, (t_exit - t_enter) / 1e6);
+  std::printf(
+      "[   INFO   ] %s: off-CPU in the 20 ms sleep span %.2f ms (blocked %.2f ms), span %.2f ms\n",
+      variant_name(GetParam()), off / 1e6, blocked / 1e6, (t_exit - t_enter) / 1e6);
   EXPECT_EQ(longest->blocked, 1u);
   EXPECT_NE(longest->prev_state, 0u);  // TASK_INTERRUPTIBLE, not running
   EXPECT_GE(off, 18 * kMs);
@@ -421,9 +431,10 @@ TEST_P(Records, ThreadStartedInASpanIsFollowedUntilItExits) {
   ASSERT_GT(exit, lane) << "no THREAD_EXIT for the worker";
   EXPECT_STREQ(recs[exit].as<mlprof_ev_thread>().comm, "worker");
   // The worker's own 5 ms sleep is followed too (a thread started by a followed thread).
-  EXPECT_GE(find(recs, MLPROF_EV_OFF_CPU,
-                 [&](const Rec& r) { return r.h().tid == child && r.as<mlprof_ev_off_cpu>().blocked; }),
-            0);
+  EXPECT_GE(
+      find(recs, MLPROF_EV_OFF_CPU,
+           [&](const Rec& r) { return r.h().tid == child && r.as<mlprof_ev_off_cpu>().blocked; }),
+      0);
   // The join blocked the main thread; the worker's exit woke it.
   int join = find(recs, MLPROF_EV_OFF_CPU, [&](const Rec& r) {
     const auto& o = r.as<mlprof_ev_off_cpu>();
@@ -443,7 +454,8 @@ TEST_P(Records, CpuBoundSpanNeverBlocks) {
   ASSERT_GT(exit, enter);
   // Preemptions may happen on a shared machine (blocked 0); a sleep may not.
   for (int i = enter; i < exit; ++i)
-    if (recs[i].h().kind == MLPROF_EV_OFF_CPU && recs[i].h().tid == static_cast<uint32_t>(run.tid)) {
+    if (recs[i].h().kind == MLPROF_EV_OFF_CPU &&
+        recs[i].h().tid == static_cast<uint32_t>(run.tid)) {
       EXPECT_EQ(recs[i].as<mlprof_ev_off_cpu>().blocked, 0u);
       EXPECT_EQ(recs[i].as<mlprof_ev_off_cpu>().wake_ns, recs[i].as<mlprof_ev_off_cpu>().start_ns);
     }
@@ -456,8 +468,9 @@ TEST_P(Records, ThreadOutsideASessionIsNotFollowed) {
   auto recs = collect_session(*loader_, target_->pid(), marker.session);
   int end = find(recs, MLPROF_EV_SESSION_END,
                  [&](const Rec& r) { return r.as<mlprof_ev_session>().session == first.session; });
-  int begin = find(recs, MLPROF_EV_SESSION_BEGIN,
-                   [&](const Rec& r) { return r.as<mlprof_ev_session>().session == marker.session; });
+  int begin = find(recs, MLPROF_EV_SESSION_BEGIN, [&](const Rec& r) {
+    return r.as<mlprof_ev_session>().session == marker.session;
+  });
   ASSERT_GE(end, 0);
   ASSERT_GT(begin, end);
   for (int i = end + 1; i < begin; ++i)
@@ -465,7 +478,9 @@ TEST_P(Records, ThreadOutsideASessionIsNotFollowed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Records, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) { return std::string(variant_name(p.param)); });
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return std::string(variant_name(p.param));
+                         });
 
 // ---- attach and detach ------------------------------------------------------
 
@@ -491,7 +506,8 @@ TEST(BpfLoader, DetachLeavesTheTargetRunningWithItsSemaphoresAtZero) {
   EXPECT_EQ(target.span_enter_semaphore_from_proc(), 0);
   auto after = target.run("nested");  // still answers
   EXPECT_EQ(after.session, run.session + 1);
-  auto recs = collect(*loader, [](const std::vector<Rec>&) { return false; }, 300);
+  auto recs = collect(
+      *loader, [](const std::vector<Rec>&) { return false; }, 300);
   EXPECT_TRUE(recs.empty()) << recs.size() << " records after detach";
   EXPECT_TRUE(target.alive());
   loader->detach(target.pid());  // unknown pid now: a no-op
@@ -529,7 +545,8 @@ TEST(BpfLoader, AttachIsPerPid) {
   other.run("sleep");
   auto run = traced.run("nested");
   auto recs = collect_session(*loader, traced.pid(), run.session);
-  for (const Rec& r : recs) EXPECT_EQ(r.h().tgid, static_cast<uint32_t>(traced.pid())) << "kind " << r.h().kind;
+  for (const Rec& r : recs)
+    EXPECT_EQ(r.h().tgid, static_cast<uint32_t>(traced.pid())) << "kind " << r.h().kind;
 }
 
 TEST(BpfLoader, AttachErrorsNameTheProbeTheFileAndTheCause) {
@@ -539,7 +556,8 @@ TEST(BpfLoader, AttachErrorsNameTheProbeTheFileAndTheCause) {
   Target target;
   auto missing = loader->attach(target.pid(), "/nonexistent/_core.so");
   ASSERT_FALSE(missing);
-  EXPECT_NE(missing.error().message.find("/nonexistent/_core.so"), std::string::npos) << missing.error().message;
+  EXPECT_NE(missing.error().message.find("/nonexistent/_core.so"), std::string::npos)
+      << missing.error().message;
   EXPECT_NE(missing.error().errnum, 0);
   // A real ELF without the probes: the target's own libc.
   auto no_probes = loader->attach(target.pid(), "/bin/true");
@@ -561,10 +579,12 @@ TEST(BpfLoader, ATinyRingUnderAStormCountsLostRecords) {
   Target target;
   ASSERT_TRUE(loader->attach(target.pid(), kTarget));
   target.run("storm 20000");  // not polled meanwhile
-  auto recs = collect(*loader, [](const std::vector<Rec>&) { return false; }, 200);
+  auto recs = collect(
+      *loader, [](const std::vector<Rec>&) { return false; }, 200);
   auto stats = loader->stats();
-  std::printf("[   INFO   ] storm of 40000 span records into a %zu-byte ring: %zu received, %llu lost\n",
-              opts.ring_bytes, recs.size(), static_cast<unsigned long long>(stats.lost));
+  std::printf(
+      "[   INFO   ] storm of 40000 span records into a %zu-byte ring: %zu received, %llu lost\n",
+      opts.ring_bytes, recs.size(), static_cast<unsigned long long>(stats.lost));
   EXPECT_GT(stats.lost, 0u);
   EXPECT_LT(recs.size(), 40000u);
   EXPECT_EQ(stats.records, recs.size());
@@ -590,8 +610,8 @@ TEST(BpfLoader, AStormIntoADefaultRingLosesNothing) {
     });
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   target.read_line();
-  std::printf("[   INFO   ] storm: %zu records in %.3f s (%.0f records/s end to end), lost %llu\n", count, secs,
-              count / secs, static_cast<unsigned long long>(loader->stats().lost));
+  std::printf("[   INFO   ] storm: %zu records in %.3f s (%.0f records/s end to end), lost %llu\n",
+              count, secs, count / secs, static_cast<unsigned long long>(loader->stats().lost));
   EXPECT_TRUE(ended);
   EXPECT_EQ(loader->stats().lost, 0u);
   EXPECT_GE(count, static_cast<size_t>(2 * n + 4));
@@ -617,7 +637,7 @@ class TempCgroup {
   bool ok() const { return !path_.empty(); }
   // The id bpf_get_current_cgroup_id() reports: the directory's inode.
   uint64_t id() const {
-    struct stat st{};
+    struct stat st {};
     return stat(path_.c_str(), &st) == 0 ? st.st_ino : 0;
   }
   bool add(pid_t pid) const {
@@ -661,7 +681,8 @@ TEST(BpfLoader, CgroupFilterKeepsOnlyProcessesInTheCgroup) {
 
 // Runs fn in a forked child whose capabilities are cut to `keep` (uid stays
 // 0); returns what fn wrote. A real fault: the kernel refuses for real.
-std::string in_child_with_caps(const std::vector<int>& keep, const std::function<std::string()>& fn) {
+std::string in_child_with_caps(const std::vector<int>& keep,
+                               const std::function<std::string()>& fn) {
   int fds[2];
   if (pipe(fds) != 0) return "pipe failed";
   pid_t pid = fork();
@@ -707,7 +728,8 @@ std::string load_attach_run(Target& target, const std::string& binary) {
 TEST(BpfLoader, CapBpfAndCapPerfmonAreEnough) {
   REQUIRE_ROOT();
   Target target;
-  std::string out = in_child_with_caps({CAP_BPF, CAP_PERFMON}, [&] { return load_attach_run(target, kTarget); });
+  std::string out =
+      in_child_with_caps({CAP_BPF, CAP_PERFMON}, [&] { return load_attach_run(target, kTarget); });
   EXPECT_EQ(out, "ok 10 1");  // the sleep script: 9 USDT records and the sleep's OFF_CPU
 }
 
@@ -715,7 +737,8 @@ TEST(BpfLoader, ProcRootPathsAlsoNeedCapSysPtrace) {
   REQUIRE_ROOT();
   Target target;
   const std::string via_root = "/proc/" + std::to_string(target.pid()) + "/root" + kTarget;
-  std::string out = in_child_with_caps({CAP_BPF, CAP_PERFMON}, [&] { return load_attach_run(target, via_root); });
+  std::string out =
+      in_child_with_caps({CAP_BPF, CAP_PERFMON}, [&] { return load_attach_run(target, via_root); });
   EXPECT_NE(out.find("CAP_SYS_PTRACE"), std::string::npos) << out;
   out = in_child_with_caps({CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE},
                            [&] { return load_attach_run(target, via_root); });

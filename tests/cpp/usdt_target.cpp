@@ -76,7 +76,8 @@ void session_end(uint64_t session, uint64_t dropped) {
 // One lane of a session, in the thread that runs it.
 class Lane {
  public:
-  Lane(uint64_t session, unsigned lane, unsigned parent_lane, unsigned parent_call, const char* thread_name)
+  Lane(uint64_t session, unsigned lane, unsigned parent_lane, unsigned parent_call,
+       const char* thread_name)
       : session_(session), lane_(lane) {
     if (MLPROF_USDT_ENABLED(lane_begin))
       MLPROF_USDT_LANE_BEGIN(session_, lane_, parent_lane, parent_call, 0u,
@@ -86,8 +87,8 @@ class Lane {
                  const char* label = nullptr) {
     unsigned index = next_++;
     if (MLPROF_USDT_ENABLED(span_enter))
-      MLPROF_USDT_SPAN_ENTER(session_, lane_, index, f.id, label_id, depth, flags, f.name, f.module, f.file,
-                             f.line, label);
+      MLPROF_USDT_SPAN_ENTER(session_, lane_, index, f.id, label_id, depth, flags, f.name, f.module,
+                             f.file, f.line, label);
     return index;
   }
   void exit(unsigned index, unsigned flags = 0) {
@@ -100,7 +101,8 @@ class Lane {
     if (MLPROF_USDT_ENABLED(span_resume)) MLPROF_USDT_SPAN_RESUME(session_, lane_, index);
   }
   void io(unsigned index, unsigned role, const char* name, const char* summary) {
-    if (MLPROF_USDT_ENABLED(span_io)) MLPROF_USDT_SPAN_IO(session_, lane_, index, role, name, summary);
+    if (MLPROF_USDT_ENABLED(span_io))
+      MLPROF_USDT_SPAN_IO(session_, lane_, index, role, name, summary);
   }
 
  private:
@@ -205,9 +207,11 @@ int main() {
     long n = 0;
     if (std::strcmp(line, "quit") == 0) break;
     if (std::strcmp(line, "sem") == 0) {
-      std::printf("sem %u %u %u %u %u %u %u %u\n", mlprof_session_begin_semaphore, mlprof_session_end_semaphore,
-                  mlprof_lane_begin_semaphore, mlprof_span_enter_semaphore, mlprof_span_exit_semaphore,
-                  mlprof_span_suspend_semaphore, mlprof_span_resume_semaphore, mlprof_span_io_semaphore);
+      std::printf("sem %u %u %u %u %u %u %u %u\n", mlprof_session_begin_semaphore,
+                  mlprof_session_end_semaphore, mlprof_lane_begin_semaphore,
+                  mlprof_span_enter_semaphore, mlprof_span_exit_semaphore,
+                  mlprof_span_suspend_semaphore, mlprof_span_resume_semaphore,
+                  mlprof_span_io_semaphore);
       continue;
     }
     if (std::sscanf(line, "run %63s %ld", scenario, &n) < 1) {
@@ -232,8 +236,8 @@ int main() {
       std::printf("error unknown scenario '%s'\n", scenario);
       continue;
     }
-    std::printf("done %s session=%llu tid=%d child=%d\n", scenario, static_cast<unsigned long long>(o.session),
-                current_tid(), o.child);
+    std::printf("done %s session=%llu tid=%d child=%d\n", scenario,
+                static_cast<unsigned long long>(o.session), current_tid(), o.child);
   }
   return 0;
 }

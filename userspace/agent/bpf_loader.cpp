@@ -45,7 +45,8 @@ int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
   if (level == LIBBPF_WARN && buf[0] != '\0' && buf[0] != ' ' && buf[0] != '\t' &&
       std::strncmp(buf, "-- ", 3) != 0) {
     g_last_warning = buf;
-    while (!g_last_warning.empty() && (g_last_warning.back() == '\n' || g_last_warning.back() == ' '))
+    while (!g_last_warning.empty() &&
+           (g_last_warning.back() == '\n' || g_last_warning.back() == ' '))
       g_last_warning.pop_back();
   }
   return 0;
@@ -76,7 +77,8 @@ bool permission_errno(int e) { return e == EPERM || e == EACCES; }
 // cgroup since 5.11) and no CAP_SYS_ADMIN.
 const char* privilege_fix() {
   return "run mlprof-ebpf as root, or grant it CAP_BPF and CAP_PERFMON "
-         "(e.g. sudo setcap cap_bpf,cap_perfmon+ep mlprof-ebpf; on kernels before 5.8, CAP_SYS_ADMIN)";
+         "(e.g. sudo setcap cap_bpf,cap_perfmon+ep mlprof-ebpf; on kernels before 5.8, "
+         "CAP_SYS_ADMIN)";
 }
 
 // Opening /proc/PID/root/... (a containerized target) or /proc/PID/maps of a
@@ -247,18 +249,21 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   if (opts.ring_bytes < static_cast<size_t>(page) || (opts.ring_bytes & (opts.ring_bytes - 1)) != 0)
     return error(Error::Kind::kUnsupported, EINVAL,
                  "ring buffer size " + std::to_string(opts.ring_bytes) +
-                     " is not a power of two of at least one page (" + std::to_string(page) + " bytes)");
+                     " is not a power of two of at least one page (" + std::to_string(page) +
+                     " bytes)");
   if (access(kBtfPath, R_OK) != 0) {
     int e = errno;
-    return error(Error::Kind::kUnsupported, e,
-                 std::string("the kernel has no BTF (") + kBtfPath + ": " + std::strerror(e) +
-                     "); mlprof-ebpf's CO-RE programs need a kernel built with CONFIG_DEBUG_INFO_BTF=y");
+    return error(
+        Error::Kind::kUnsupported, e,
+        std::string("the kernel has no BTF (") + kBtfPath + ": " + std::strerror(e) +
+            "); mlprof-ebpf's CO-RE programs need a kernel built with CONFIG_DEBUG_INFO_BTF=y");
   }
   BtfPtr vmlinux(btf__load_vmlinux_btf());
   if (!vmlinux) {
     int e = errno;
-    return error(Error::Kind::kUnsupported, e,
-                 std::string("reading the kernel's BTF (") + kBtfPath + ") failed: " + std::strerror(e));
+    return error(
+        Error::Kind::kUnsupported, e,
+        std::string("reading the kernel's BTF (") + kBtfPath + ") failed: " + std::strerror(e));
   }
 
   std::unique_ptr<BpfLoader> self(new BpfLoader());
@@ -281,15 +286,16 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   // Batched wakeups (mlprof.bpf.c): the reader is woken when 1/16 of the ring
   // waits, at a session's end, or by its own poll timeout.
   skel.rodata->wakeup_bytes = opts.ring_bytes / 16;
-  if (int err = bpf_map__set_max_entries(skel.maps.events, static_cast<__u32>(opts.ring_bytes)); err)
+  if (int err = bpf_map__set_max_entries(skel.maps.events, static_cast<__u32>(opts.ring_bytes));
+      err)
     return load_error("sizing the ring buffer", -err);
 
-  bpf_program* const btf_progs[] = {skel.progs.sched_switch_btf, skel.progs.sched_waking_btf,
-                                    skel.progs.sched_wakeup_new_btf, skel.progs.sched_process_fork_btf,
-                                    skel.progs.sched_process_exit_btf};
-  bpf_program* const raw_progs[] = {skel.progs.sched_switch_raw, skel.progs.sched_waking_raw,
-                                    skel.progs.sched_wakeup_new_raw, skel.progs.sched_process_fork_raw,
-                                    skel.progs.sched_process_exit_raw};
+  bpf_program* const btf_progs[] = {
+      skel.progs.sched_switch_btf, skel.progs.sched_waking_btf, skel.progs.sched_wakeup_new_btf,
+      skel.progs.sched_process_fork_btf, skel.progs.sched_process_exit_btf};
+  bpf_program* const raw_progs[] = {
+      skel.progs.sched_switch_raw, skel.progs.sched_waking_raw, skel.progs.sched_wakeup_new_raw,
+      skel.progs.sched_process_fork_raw, skel.progs.sched_process_exit_raw};
   for (bpf_program* p : btf_progs) bpf_program__set_autoload(p, use_btf);
   for (bpf_program* p : raw_progs) bpf_program__set_autoload(p, !use_btf);
 
@@ -299,18 +305,21 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   if (bpf_map__key_size(skel.maps.sessions) != sizeof(SessionKey) ||
       bpf_map__key_size(skel.maps.seen_ids) != sizeof(SeenKey) ||
       bpf_map__value_size(skel.maps.followed) != sizeof(ThreadState))
-    return error(Error::Kind::kCorrupt, 0,
-                 "internal: bpf_loader.cpp's map layouts differ from mlprof.bpf.c's (rebuild both)");
+    return error(
+        Error::Kind::kCorrupt, 0,
+        "internal: bpf_loader.cpp's map layouts differ from mlprof.bpf.c's (rebuild both)");
 
   for (bpf_program* p : use_btf ? btf_progs : raw_progs) {
     bpf_link* link = bpf_program__attach(p);
     if (!link)
-      return load_error(std::string("attaching ") + bpf_program__name(p) + " (" + bpf_program__section_name(p) + ")",
+      return load_error(std::string("attaching ") + bpf_program__name(p) + " (" +
+                            bpf_program__section_name(p) + ")",
                         errno);
     impl.sched_links.emplace_back(link);
   }
 
-  impl.ring.reset(ring_buffer__new(bpf_map__fd(skel.maps.events), &Impl::on_sample, &impl, nullptr));
+  impl.ring.reset(
+      ring_buffer__new(bpf_map__fd(skel.maps.events), &Impl::on_sample, &impl, nullptr));
   if (!impl.ring) return load_error("opening the ring buffer", errno);
   return self;
 }
@@ -319,21 +328,25 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
   if (attached(pid)) return Ok{};
   std::vector<Link> links;
   for (const Impl::Usdt& u : impl_->usdt_programs()) {
-    bpf_link* link = bpf_program__attach_usdt(u.prog, pid, binary.c_str(), "mlprof", u.name, nullptr);
+    bpf_link* link =
+        bpf_program__attach_usdt(u.prog, pid, binary.c_str(), "mlprof", u.name, nullptr);
     if (!link) {
       int e = errno;
-      std::string msg = "attaching USDT probe mlprof:" + std::string(u.name) + " of " + binary + " in pid " +
-                        std::to_string(pid) + " failed: " + std::strerror(e);
+      std::string msg = "attaching USDT probe mlprof:" + std::string(u.name) + " of " + binary +
+                        " in pid " + std::to_string(pid) + " failed: " + std::strerror(e);
       if (permission_errno(e) && binary.rfind("/proc/", 0) == 0)
         msg += "; " + std::string(proc_fix());
       else if (permission_errno(e))
         msg += "; " + std::string(privilege_fix());
       else if (e == ENOENT)
-        msg += "; the file is missing or has no mlprof USDT probes (is it the mlflow_profiler extension, "
-               "built with probes?)";
+        msg +=
+            "; the file is missing or has no mlprof USDT probes (is it the mlflow_profiler "
+            "extension, "
+            "built with probes?)";
       else if (e == ESRCH)
         msg += "; the process has exited";
-      return error(Error::Kind::kIo, e, msg + take_last_warning());  // `links` detaches what was attached
+      return error(Error::Kind::kIo, e,
+                   msg + take_last_warning());  // `links` detaches what was attached
     }
     links.emplace_back(link);
   }
@@ -350,8 +363,9 @@ void BpfLoader::detach(pid_t pid) {
   // coming for a process that left the target set.
   const auto tgid = static_cast<uint32_t>(pid);
   mlprof_bpf& skel = *impl_->skel;
-  purge<uint32_t, ThreadState>(bpf_map__fd(skel.maps.followed),
-                               [&](const uint32_t&, const ThreadState& v) { return v.tgid == tgid; });
+  purge<uint32_t, ThreadState>(
+      bpf_map__fd(skel.maps.followed),
+      [&](const uint32_t&, const ThreadState& v) { return v.tgid == tgid; });
   purge<SessionKey, uint32_t>(bpf_map__fd(skel.maps.sessions),
                               [&](const SessionKey& k, const uint32_t&) { return k.tgid == tgid; });
   purge<SeenKey, uint8_t>(bpf_map__fd(skel.maps.seen_ids),
@@ -360,7 +374,8 @@ void BpfLoader::detach(pid_t pid) {
 
 bool BpfLoader::attached(pid_t pid) const { return impl_->pid_links.count(pid) != 0; }
 
-int BpfLoader::poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record) {
+int BpfLoader::poll(int timeout_ms,
+                    const std::function<void(const void* data, size_t size)>& on_record) {
   impl_->on_record = &on_record;
   impl_->callback_error = nullptr;
   int n = ring_buffer__poll(impl_->ring.get(), timeout_ms);

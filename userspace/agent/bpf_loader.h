@@ -30,8 +30,8 @@ struct LoaderOptions {
 };
 
 struct LoaderStats {
-  uint64_t lost = 0;       // records dropped in the kernel: the ring buffer was full
-  uint64_t records = 0;    // records handed to the callback
+  uint64_t lost = 0;     // records dropped in the kernel: the ring buffer was full
+  uint64_t records = 0;  // records handed to the callback
 };
 
 class BpfLoader {
