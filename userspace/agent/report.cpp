@@ -1,1 +1,396 @@
-// placeholder: filled by issue 5 work
+#include "agent/report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/merge.h"
+#include "core/render_text.h"
+#include "core/sched.h"
+#include "core/view.h"
+
+namespace mlprof::agent {
+
+namespace {
+
+constexpr size_t kMaxWakersPerPath = 64;  // distinct waker threads remembered per call path
+constexpr size_t kMaxPids = 10000;        // pids remembered for the header
+constexpr size_t kNameWidth = 48;         // widest name cell of the summary table
+constexpr size_t kPathWidth = 60;         // widest call path cell of the stall table
+
+bool complete(const Span& s) { return !(s.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)); }
+
+bool has_kernel(const Profile& p) { return p.kernel.present && p.kernel.spans.size() == p.spans.size(); }
+
+// "worker-1 (tid 4250)": a thread by its lane's name or its comm, else its tid.
+std::string thread_text(const Profile& p, uint64_t tid) {
+  std::string name;
+  for (const Lane& lane : p.lanes) {
+    if (lane.native_tid == tid && !lane.thread_name.empty()) {
+      name = lane.thread_name;
+      break;
+    }
+  }
+  if (name.empty()) {
+    for (const ThreadLifetime& t : p.kernel.threads) {
+      if (t.tid == tid && !t.name.empty()) {
+        name = t.name;
+        break;
+      }
+    }
+  }
+  std::string out = name;
+  out += name.empty() ? "tid " : " (tid ";
+  out += std::to_string(tid);
+  if (!name.empty()) out += ')';
+  return out;
+}
+
+// A cell cut to `width` characters, keeping its end ("...c/d/encode"):
+// the innermost names say the most.
+std::string cut_left(const std::string& s, size_t width) {
+  if (s.size() <= width || width < 4) return s;
+  return "..." + s.substr(s.size() - (width - 3));
+}
+std::string cut_right(const std::string& s, size_t width) {
+  if (s.size() <= width || width < 4) return s;
+  return s.substr(0, width - 3) + "...";
+}
+
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", fraction * 100.0);
+  return buf;
+}
+
+std::string mean(int64_t sum, uint64_t count) {
+  if (count == 0) return "-";
+  return format_duration(sum / static_cast<int64_t>(count));
+}
+
+// A text table: the first column (and, if `last_left`, the last) aligned
+// left, the others right; two spaces between columns; no trailing blanks.
+std::string table(const std::vector<std::vector<std::string>>& rows, bool last_left) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (row.size() > width.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c) line += "  ";
+      const bool left = c == 0 || (last_left && c + 1 == row.size());
+      const size_t pad = width[c] - row[c].size();
+      if (!left) line.append(pad, ' ');
+      line += row[c];
+      if (left) line.append(pad, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line;
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Stall> span_stalls(const Profile& p, const ReportOptions& opts) {
+  if (!has_kernel(p)) return {};
+  std::vector<Stall> out;
+  const bool cut = opts.depth >= 0;
+  for (const Stall& st : top_stalls(p, p.spans.size(), opts.min_wall_ns)) {
+    const Span& s = p.spans[static_cast<size_t>(st.span)];
+    // Deeper than the cut: shown by its ancestor at the cut, whose inclusive
+    // figures (below) hold it.
+    if (cut && (static_cast<int>(s.depth) > opts.depth ||
+                (static_cast<int>(s.depth) == opts.depth && s.first_child >= 0))) {
+      continue;
+    }
+    out.push_back(st);
+  }
+  if (cut) {
+    for (size_t i = 0; i < p.spans.size(); ++i) {
+      const Span& s = p.spans[i];
+      if (static_cast<int>(s.depth) != opts.depth || s.first_child < 0) continue;
+      const SpanKernel& k = p.kernel.spans[i];
+      const int64_t wall = s.duration_ns();
+      if (k.off_cpu_ns <= 0 || wall < opts.min_wall_ns) continue;
+      Stall st;
+      st.span = static_cast<int32_t>(i);
+      st.wall_ns = wall;
+      st.off_cpu_ns = k.off_cpu_ns;
+      st.blocked_ns = k.blocked_ns;
+      st.runq_ns = k.runq_ns;
+      st.off_fraction = wall > 0 ? static_cast<double>(k.off_cpu_ns) / static_cast<double>(wall) : 0;
+      out.push_back(st);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Stall& a, const Stall& b) {
+    return a.off_cpu_ns != b.off_cpu_ns ? a.off_cpu_ns > b.off_cpu_ns : a.span < b.span;
+  });
+  return out;
+}
+
+// ---- CaptureReport ------------------------------------------------------------------
+
+CaptureReport::CaptureReport(ReportOptions opts, size_t max_paths)
+    : opts_(opts), max_paths_(max_paths), stats_(max_paths) {}
+
+uint32_t CaptureReport::path_of(uint32_t parent, const std::string& name) {
+  auto key = std::make_pair(parent, name);
+  if (auto it = path_index_.find(key); it != path_index_.end()) return it->second + 1;
+  if (paths_.size() >= max_paths_) return 0;
+  const auto index = static_cast<uint32_t>(paths_.size());
+  paths_.emplace_back(parent, name);
+  path_index_.emplace(std::move(key), index);
+  kernel_.emplace_back();
+  stalls_.emplace_back();
+  return index + 1;
+}
+
+std::string CaptureReport::path_text(uint32_t path) const {
+  std::vector<const std::string*> names;
+  for (uint32_t at = path; at != 0; at = paths_[at - 1].first) names.push_back(&paths_[at - 1].second);
+  std::string out;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    if (!out.empty()) out += '/';
+    out += **it;
+  }
+  return out;
+}
+
+void CaptureReport::add(const Profile& p) {
+  ++sessions_;
+  if (p.meta.count("truncated")) ++truncated_;
+  if (auto pid = p.meta.find("pid"); pid != p.meta.end() && pids_.size() < kMaxPids) pids_.insert(pid->second);
+  lost_events_ += p.kernel.lost_events;
+  if (sessions_ == 1 || p.start_ns < first_start_ns_) first_start_ns_ = p.start_ns;
+  last_end_ns_ = std::max(last_end_ns_, p.end_ns);
+  stats_.add(p, opts_.depth);
+
+  const bool kernel = has_kernel(p);
+  if (kernel) ++kernel_sessions_;
+  std::vector<int32_t> stall_of(p.spans.size(), -1);
+  const std::vector<Stall> stalls = span_stalls(p, opts_);
+  for (size_t k = 0; k < stalls.size(); ++k) stall_of[static_cast<size_t>(stalls[k].span)] = static_cast<int32_t>(k);
+
+  // Each span's path (index + 1; 0: hidden below the cut or past max_paths),
+  // parents first. A parent comes before its children in Profile::spans
+  // (lanes hang under earlier lanes), but that is not relied on.
+  std::vector<uint32_t> path(p.spans.size(), 0);
+  std::vector<uint8_t> done(p.spans.size(), 0);
+  std::vector<size_t> chain;
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    chain.clear();
+    for (size_t at = i; !done[at];) {
+      chain.push_back(at);
+      const int32_t parent = p.spans[at].parent;
+      if (parent < 0 || static_cast<size_t>(parent) >= p.spans.size()) break;
+      at = static_cast<size_t>(parent);
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const size_t s = *it;
+      done[s] = 1;
+      const Span& span = p.spans[s];
+      if (opts_.depth >= 0 && static_cast<int>(span.depth) > opts_.depth) continue;
+      const bool has_parent = span.parent >= 0 && static_cast<size_t>(span.parent) < p.spans.size();
+      const uint32_t parent_path = has_parent ? path[static_cast<size_t>(span.parent)] : 0;
+      if (has_parent && parent_path == 0) continue;  // under a path past the cap
+      const uint32_t id = path_of(parent_path, p.display_name(span));
+      if (id == 0) {
+        ++dropped_paths_;
+        continue;
+      }
+      path[s] = id;
+      if (kernel && complete(span)) {
+        const SpanKernel& k = p.kernel.spans[s];
+        KernelSums& sums = kernel_[id - 1];
+        ++sums.count;
+        sums.on_cpu += k.on_cpu_ns;
+        sums.off_cpu += k.off_cpu_ns;
+        sums.runq += k.runq_ns;
+      }
+      StallSums& st = stalls_[id - 1];
+      ++st.calls;
+      st.wall += span.duration_ns();
+      if (const int32_t k = stall_of[s]; k >= 0) {
+        const Stall& stall = stalls[static_cast<size_t>(k)];
+        st.off_cpu += stall.off_cpu_ns;
+        st.blocked += stall.blocked_ns;
+        st.runq += stall.runq_ns;
+        const SpanKernel& sk = p.kernel.spans[s];
+        if (sk.top_waker_tid != 0 && sk.top_waker_ns > 0) {
+          std::string waker = thread_text(p, sk.top_waker_tid);
+          auto w = st.wakers.find(waker);
+          if (w != st.wakers.end()) w->second += sk.top_waker_ns;
+          else if (st.wakers.size() < kMaxWakersPerPath) st.wakers.emplace(std::move(waker), sk.top_waker_ns);
+        }
+      }
+    }
+  }
+}
+
+std::string CaptureReport::summary_text() const {
+  if (sessions_ == 0) return "no sessions captured\n";
+  std::string out = std::to_string(sessions_) + (sessions_ == 1 ? " session" : " sessions");
+  if (!pids_.empty()) {
+    out += " of " + std::to_string(pids_.size()) + (pids_.size() == 1 ? " process (pid " : " processes (pids ");
+    size_t shown = 0;
+    for (const std::string& pid : pids_) {
+      if (shown == 8) {
+        out += ", ...";
+        break;
+      }
+      if (shown++) out += ", ";
+      out += pid;
+    }
+    out += ')';
+  }
+  out += " over " + format_duration(std::max<int64_t>(0, last_end_ns_ - first_start_ns_));
+  if (truncated_) out += ", " + std::to_string(truncated_) + " truncated";
+  if (lost_events_) out += ", " + std::to_string(lost_events_) + " events lost";
+  out += "\n\n";
+
+  const bool kernel = kernel_sessions_ > 0;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> head = {"call path", "calls", "mean", "p50", "p99"};
+  if (kernel) head.insert(head.end(), {"on-CPU", "off-CPU", "runq"});
+  rows.push_back(head);
+  for (const PathSummary& ps : stats_.summary()) {
+    if (ps.path.empty()) continue;
+    std::string name(2 * (ps.path.size() - 1), ' ');
+    name += ps.path.back();
+    std::vector<std::string> row = {cut_right(name, kNameWidth), std::to_string(ps.wall.count)};
+    if (ps.incomplete) row[1] += " (+" + std::to_string(ps.incomplete) + " open)";
+    const bool any = ps.wall.count > 0;
+    row.push_back(any ? format_duration(static_cast<int64_t>(ps.wall.mean_ns)) : "-");
+    row.push_back(any ? format_duration(static_cast<int64_t>(ps.wall.p50_ns)) : "-");
+    row.push_back(any ? format_duration(static_cast<int64_t>(ps.wall.p99_ns)) : "-");
+    if (kernel) {
+      // The same path in this report's own index (the names from the root).
+      uint32_t at = 0;
+      for (const std::string& n : ps.path) {
+        auto it = path_index_.find({at, n});
+        if (it == path_index_.end()) {
+          at = 0;
+          break;
+        }
+        at = it->second + 1;
+      }
+      const KernelSums* k = at ? &kernel_[at - 1] : nullptr;
+      const uint64_t n = k ? k->count : 0;
+      row.push_back(mean(k ? k->on_cpu : 0, n));
+      row.push_back(mean(k ? k->off_cpu : 0, n));
+      row.push_back(mean(k ? k->runq : 0, n));
+    }
+    rows.push_back(std::move(row));
+  }
+  out += table(rows, false);
+  out += "(mean, p50, p99: wall time of complete calls";
+  out += kernel ? "; on-CPU, off-CPU, runq: means per complete call, including callees)\n"
+                : ")\n";
+  if (stats_.dropped_paths()) {
+    out += "(" + std::to_string(stats_.dropped_paths()) + " calls not shown: past the " +
+           std::to_string(max_paths_) + " call paths tracked)\n";
+  }
+  out += '\n';
+  out += stall_text();
+  return out;
+}
+
+std::string CaptureReport::stall_text() const {
+  if (kernel_sessions_ == 0) return "scheduler stalls: no kernel figures in these sessions\n";
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < stalls_.size(); ++i) {
+    if (stalls_[i].off_cpu > 0) order.push_back(i);
+  }
+  if (order.empty()) return "scheduler stalls: none (no span spent time off the CPU)\n";
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return stalls_[a].off_cpu != stalls_[b].off_cpu ? stalls_[a].off_cpu > stalls_[b].off_cpu : a < b;
+  });
+  if (order.size() > opts_.top) order.resize(opts_.top);
+  std::string out = "scheduler stalls: the spans most off the CPU (their own time, not their callees'";
+  if (opts_.depth >= 0) out += "; at depth " + std::to_string(opts_.depth) + " with their callees";
+  out += "), means per call over " + std::to_string(kernel_sessions_) +
+         (kernel_sessions_ == 1 ? " session\n" : " sessions\n");
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"call path", "calls", "wall", "off-CPU", "off %", "blocked", "runq", "top waker"});
+  for (uint32_t i : order) {
+    const StallSums& st = stalls_[i];
+    std::string waker = "-";
+    int64_t most = 0;
+    for (const auto& [name, ns] : st.wakers) {
+      if (ns > most) {
+        most = ns;
+        waker = name;
+      }
+    }
+    const double share = st.wall > 0 ? static_cast<double>(st.off_cpu) / static_cast<double>(st.wall) : 0;
+    rows.push_back({cut_left(path_text(i + 1), kPathWidth), std::to_string(st.calls), mean(st.wall, st.calls),
+                    mean(st.off_cpu, st.calls), percent(share), mean(st.blocked, st.calls),
+                    mean(st.runq, st.calls), waker});
+  }
+  out += table(rows, true);
+  return out;
+}
+
+// ---- free functions -------------------------------------------------------------------
+
+std::string stall_report(const std::vector<Profile>& sessions, const ReportOptions& opts) {
+  CaptureReport r(opts);
+  for (const Profile& p : sessions) r.add(p);
+  return r.stall_text();
+}
+
+std::string capture_text(const std::vector<Profile>& sessions, const ReportOptions& opts) {
+  CaptureReport r(opts);
+  for (const Profile& p : sessions) r.add(p);
+  return r.summary_text();
+}
+
+std::string session_text(const Profile& p, const ReportOptions& opts) {
+  auto meta = [&](const char* key) {
+    auto it = p.meta.find(key);
+    return it == p.meta.end() ? std::string("?") : it->second;
+  };
+  std::string out = "pid " + meta("pid") + " session " + meta("session") + ": " +
+                    format_duration(p.end_ns - p.start_ns) + ", " + std::to_string(p.spans.size()) +
+                    (p.spans.size() == 1 ? " span" : " spans");
+  if (p.lanes.size() > 1) out += " in " + std::to_string(p.lanes.size()) + " lanes";
+  if (auto t = p.meta.find("truncated"); t != p.meta.end()) out += ", truncated: " + t->second;
+  if (p.kernel.lost_events) out += ", " + std::to_string(p.kernel.lost_events) + " events lost";
+  out += '\n';
+  ViewOptions view;
+  view.depth = opts.depth;
+  out += render_text(p, view);
+  if (!has_kernel(p)) return out;
+  std::vector<Stall> stalls = span_stalls(p, opts);
+  if (stalls.empty()) {
+    out += "stalls: none\n";
+    return out;
+  }
+  if (stalls.size() > opts.top) stalls.resize(opts.top);
+  out += "stalls:\n";
+  for (const Stall& st : stalls) {
+    const SpanKernel& k = p.kernel.spans[static_cast<size_t>(st.span)];
+    out += "  " + call_path(p, st.span) + ": off-CPU " + format_duration(st.off_cpu_ns) + " (" +
+           percent(st.off_fraction) + " of " + format_duration(st.wall_ns) + "): blocked " +
+           format_duration(st.blocked_ns) + ", runq " + format_duration(st.runq_ns);
+    if (k.top_waker_tid) out += ", woken by " + thread_text(p, k.top_waker_tid);
+    out += '\n';
+  }
+  return out;
+}
+
+Profile combine_sessions(const std::vector<Profile>& sessions) {
+  Profile out;
+  for (const Profile& p : sessions) append_profile(out, p);
+  if (sessions.empty()) {
+    out.meta["source"] = "ebpf";
+    out.kernel.present = true;
+  }
+  return out;
+}
+
+}  // namespace mlprof::agent
