@@ -591,6 +591,36 @@ TEST(BpfLoader, ATinyRingUnderAStormCountsLostRecords) {
   EXPECT_GE(recs.size() + stats.lost, 40000u);
 }
 
+TEST(BpfLoader, ALostNameRecordIsSentAgain) {
+  REQUIRE_ROOT();
+  LoaderOptions opts;
+  opts.ring_bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto loader = open_loader(opts);
+  ASSERT_TRUE(loader);
+  Target target;
+  ASSERT_TRUE(loader->attach(target.pid(), kTarget));
+  target.run("storm 2000");  // fills the ring (nobody reads); names 1 and 7 went first
+  const uint64_t lost_before = loader->stats().lost;
+  target.run("nested");  // its new names (function 2, label 7) find the ring full
+  EXPECT_GT(loader->stats().lost, lost_before);
+  collect(
+      *loader, [](const std::vector<Rec>&) { return false; }, 200);  // drain
+
+  auto again = target.run("nested");
+  auto recs = collect_session(*loader, target.pid(), again.session);
+  auto name = [&](uint32_t id, uint32_t is_label) {
+    return find(recs, MLPROF_EV_NAME, [&](const Rec& r) {
+      return r.as<mlprof_ev_name>().id == id && r.as<mlprof_ev_name>().is_label == is_label;
+    });
+  };
+  EXPECT_GE(name(2, 0), 0) << "function 2's lost NAME was not sent again";
+  EXPECT_GE(name(7, 1), 0) << "label 7's lost NAME was not sent again";
+  EXPECT_EQ(name(1, 0), -1) << "function 1's NAME went through and must not repeat";
+  int enter = find(recs, MLPROF_EV_SPAN_ENTER,
+                   [](const Rec& r) { return r.as<mlprof_ev_span>().function == 2; });
+  EXPECT_LT(name(2, 0), enter) << "a NAME comes before the span that uses it";
+}
+
 TEST(BpfLoader, AStormIntoADefaultRingLosesNothing) {
   REQUIRE_ROOT();
   auto loader = open_loader();
