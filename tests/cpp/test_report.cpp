@@ -316,9 +316,22 @@ TEST(CombineSessions, OneProfileKeepsEachLanesProcessAndSession) {
   ASSERT_EQ(one.kernel.spans.size(), 8u);
   EXPECT_EQ(one.kernel.spans[4].off_cpu_ns, 11 * kMs);  // the second predict
   EXPECT_EQ(one.meta.at("source"), "ebpf");
-  const Profile empty = combine_sessions({});
-  EXPECT_TRUE(empty.spans.empty());
-  EXPECT_EQ(empty.meta.at("source"), "ebpf");
+  EXPECT_EQ(one.meta.count("pid"), 0u);  // the sessions' pids differ
+  EXPECT_EQ(one.captured_depth, 3);
+}
+
+TEST(CombineSessions, NoSessionsSeedARunningCombination) {
+  Profile all = combine_sessions({});
+  EXPECT_TRUE(all.spans.empty());
+  EXPECT_TRUE(all.meta.empty());
+  Profile s = session(100, 1, 0, 20 * kMs, 5 * kMs);
+  s.captured_depth = 1;
+  append_profile(all, s);
+  // The first session's meta and depth as they are, not merged with a default.
+  EXPECT_EQ(all.meta.at("pid"), "100");
+  EXPECT_EQ(all.meta.at("session"), "1");
+  EXPECT_EQ(all.captured_depth, 1);
+  EXPECT_EQ(all.spans.size(), 4u);
 }
 
 }  // namespace

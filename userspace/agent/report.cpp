@@ -386,10 +386,6 @@ std::string session_text(const Profile& p, const ReportOptions& opts) {
 Profile combine_sessions(const std::vector<Profile>& sessions) {
   Profile out;
   for (const Profile& p : sessions) append_profile(out, p);
-  if (sessions.empty()) {
-    out.meta["source"] = "ebpf";
-    out.kernel.present = true;
-  }
   return out;
 }
 

@@ -92,8 +92,10 @@ std::string capture_text(const std::vector<Profile>& sessions, const ReportOptio
 std::string session_text(const Profile& session, const ReportOptions& opts = {});
 
 // All sessions in one Profile (core append_profile: ids remapped, lanes keep
-// their pid and session) for -o/--format. No sessions: an empty profile
-// marked as the agent's.
+// their pid and session) for -o/--format. No sessions: an empty Profile,
+// which append_profile treats as empty (the first session appended to it
+// gives its meta and depth as they are), so it can seed a running
+// combination: `Profile all = combine_sessions({}); append_profile(all, s);`.
 Profile combine_sessions(const std::vector<Profile>& sessions);
 
 }  // namespace mlprof::agent
