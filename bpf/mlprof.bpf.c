@@ -470,11 +470,13 @@ int BPF_USDT(mlprof_span_io, __u64 session, __u64 lane_index, __u64 role, const 
 
 /* ---- scheduler and thread lifetime (followed threads only) -------------- */
 
+/* prev_tid/next_tid come from the wrappers: tp_btf reads them with plain
+ * loads (BTF pointers), raw_tp with BPF_CORE_READ; this runs ~100k times a
+ * second on a busy machine, for every thread, so a helper call counts. */
 static __always_inline int on_switch(unsigned long long *ctx, bool preempt, struct task_struct *prev,
-				     struct task_struct *next)
+				     __u32 prev_tid, __u32 next_tid)
 {
 	__u64 now = 0;
-	__u32 prev_tid = BPF_CORE_READ(prev, pid);
 	struct thread_state *st = prev_tid ? lookup_followed(prev_tid) : NULL;
 
 	if (st) {
@@ -491,8 +493,6 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 		st->waker_tid = 0;
 		st->waker_tgid = 0;
 	}
-
-	__u32 next_tid = BPF_CORE_READ(next, pid);
 
 	st = next_tid ? lookup_followed(next_tid) : NULL;
 	if (!st || !st->off_start)
@@ -519,9 +519,8 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
  * (sched_wakeup may run on the target CPU, from an IPI), so the current task
  * is the waker. A timer wakeup's "waker" is the task the interrupt hit,
  * often the idle task (tid 0). */
-static __always_inline int on_waking(struct task_struct *p)
+static __always_inline int on_waking(__u32 tid)
 {
-	__u32 tid = BPF_CORE_READ(p, pid);
 	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
 
 	if (!st || !st->off_start || !st->blocked || st->wake_ns)
@@ -615,13 +614,13 @@ static __always_inline int on_exit(struct task_struct *p)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return on_switch(ctx, preempt, prev, next);
+	return on_switch(ctx, preempt, prev, prev->pid, next->pid);
 }
 
 SEC("tp_btf/sched_waking")
 int BPF_PROG(sched_waking_btf, struct task_struct *p)
 {
-	return on_waking(p);
+	return on_waking(p->pid);
 }
 
 SEC("tp_btf/sched_wakeup_new")
@@ -646,13 +645,13 @@ int BPF_PROG(sched_process_exit_btf, struct task_struct *p)
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return on_switch(ctx, preempt, prev, next);
+	return on_switch(ctx, preempt, prev, BPF_CORE_READ(prev, pid), BPF_CORE_READ(next, pid));
 }
 
 SEC("raw_tp/sched_waking")
 int BPF_PROG(sched_waking_raw, struct task_struct *p)
 {
-	return on_waking(p);
+	return on_waking(BPF_CORE_READ(p, pid));
 }
 
 SEC("raw_tp/sched_wakeup_new")
