@@ -128,11 +128,16 @@ static __always_inline void *reserve(__u64 size)
 	return p;
 }
 
-/* Submit flags: no wakeup until wakeup_bytes are pending. */
-static __always_inline __u64 batched(void)
+/* Submit flags for a record of `size` bytes: wake the reader only with the
+ * record that brings the pending data to wakeup_bytes. Forcing a wakeup with
+ * every record past the mark (a reader that lags) cost a self-IPI per
+ * record: 5 us per probe hit in this VM instead of ~1. */
+static __always_inline __u64 batched(__u64 size)
 {
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-									      : BPF_RB_NO_WAKEUP;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA); /* ours included */
+
+	return avail >= wakeup_bytes && avail < wakeup_bytes + size ? BPF_RB_FORCE_WAKEUP
+								      : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline void fill_header(struct mlprof_ev_header *h, __u16 kind, __u64 ts, __u32 tgid,
@@ -280,7 +285,7 @@ static __always_inline void send_name_once(const struct usdt_ctx *c, __u32 id, _
 	}
 	if (n < 0)
 		e->name[0] = 0;
-	bpf_ringbuf_submit(e, batched());
+	bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	if (n > 0) {
 		__u8 one = 1;
 
@@ -303,7 +308,7 @@ static __always_inline int emit_span(const struct usdt_ctx *c, __u16 kind, __u64
 	e->label = label;
 	e->depth = depth;
 	e->flags = flags;
-	bpf_ringbuf_submit(e, batched());
+	bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	return 0;
 }
 
@@ -329,7 +334,7 @@ int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags)
 	e->session = session;
 	e->ceiling = ceiling;
 	e->flags = flags;
-	bpf_ringbuf_submit(e, batched());
+	bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	return 0;
 }
 
@@ -389,7 +394,7 @@ int BPF_USDT(mlprof_lane_begin, __u64 session, __u64 lane_parent, __u64 parent_c
 	e->thread_ident = thread_ident;
 	if (bpf_probe_read_user_str(e->thread_name, sizeof(e->thread_name), thread_name) < 0)
 		e->thread_name[0] = 0;
-	bpf_ringbuf_submit(e, batched());
+	bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	return 0;
 }
 
@@ -464,7 +469,7 @@ int BPF_USDT(mlprof_span_io, __u64 session, __u64 lane_index, __u64 role, const 
 		e->name[0] = 0;
 	if (bpf_probe_read_user_str(e->summary, sizeof(e->summary), summary) < 0)
 		e->summary[0] = 0;
-	bpf_ringbuf_submit(e, batched());
+	bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	return 0;
 }
 
@@ -509,7 +514,7 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 		e->waker_tgid = st->waker_tgid;
 		e->prev_state = st->prev_state;
 		e->blocked = st->blocked;
-		bpf_ringbuf_submit(e, batched());
+		bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	}
 	st->off_start = 0;
 	return 0;
@@ -585,7 +590,7 @@ static __always_inline int on_fork(struct task_struct *parent, struct task_struc
 	e->parent_tid = parent_tid;
 	e->exit_code = 0;
 	BPF_CORE_READ_STR_INTO(&e->comm, child, comm);
-	bpf_ringbuf_submit(e, batched());
+	bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	return 0;
 }
 
@@ -604,7 +609,7 @@ static __always_inline int on_exit(struct task_struct *p)
 		e->parent_tid = 0;
 		e->exit_code = (__u32)BPF_CORE_READ(p, exit_code);
 		BPF_CORE_READ_STR_INTO(&e->comm, p, comm);
-		bpf_ringbuf_submit(e, batched());
+		bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	}
 	bpf_map_delete_elem(&followed, &tid);
 	return 0;
