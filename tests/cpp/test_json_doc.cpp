@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_fixture.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -242,6 +243,92 @@ TEST(JsonDoc, EmptyProfileAndUnlimitedCapture) {
   EXPECT_EQ(doc["lanes"].Size(), 0u);
   EXPECT_EQ(doc["functions"].Size(), 0u);
   EXPECT_EQ(string_array(doc["strings"]), (std::vector<std::string>{""}));
+}
+
+TEST_F(JsonDocTest, AnInProcessDocumentHasNoKernelSectionsAndNoLanePids) {
+  const rapidjson::Document doc = parse(to_json_document(p));
+  EXPECT_FALSE(doc.HasMember("kernel"));
+  EXPECT_FALSE(doc.HasMember("span_values"));
+  EXPECT_FALSE(doc.HasMember("span_value_fields"));
+  EXPECT_FALSE(doc["lanes"][0].HasMember("pid"));
+  EXPECT_FALSE(doc["lanes"][0].HasMember("session"));
+}
+
+// The value of `type` for span `span` in the long-form rows; -1 when absent.
+int64_t span_value(const rapidjson::Value& rows, int span, const char* type, const char* unit) {
+  int64_t found = -1;
+  for (const auto& r : rows.GetArray()) {
+    if (r[0].GetInt() != span || std::string(r[1].GetString()) != type) continue;
+    EXPECT_STREQ(r[2].GetString(), unit) << type;
+    EXPECT_EQ(found, -1) << "twice: " << type;
+    found = r[3].GetInt64();
+  }
+  return found;
+}
+
+TEST(JsonDocKernel, SpanValuesAreLongFormWithUnits) {
+  Profile p = test::kernel_profile_fixture();
+  p.lanes[0].pid = 777;
+  p.lanes[0].session = 12;
+  const rapidjson::Document doc = parse(to_json_document(p));
+  EXPECT_EQ(doc["meta"]["version"].GetInt(), 2);
+  EXPECT_EQ(doc["lanes"][0]["pid"].GetUint(), 777u);
+  EXPECT_EQ(doc["lanes"][0]["session"].GetUint64(), 12u);
+  EXPECT_FALSE(doc["lanes"][1].HasMember("pid"));
+  EXPECT_EQ(string_array(doc["span_value_fields"]),
+            (std::vector<std::string>{"span", "type", "unit", "value"}));
+  const rapidjson::Value& v = doc["span_values"];
+  EXPECT_EQ(span_value(v, 1, "cpu", "ns"), 700);
+  EXPECT_EQ(span_value(v, 1, "off_cpu", "ns"), 800);
+  EXPECT_EQ(span_value(v, 1, "blocked", "ns"), 700);
+  EXPECT_EQ(span_value(v, 1, "runq", "ns"), 100);
+  EXPECT_EQ(span_value(v, 1, "voluntary_switches", "count"), 1);
+  EXPECT_EQ(span_value(v, 1, "involuntary_switches", "count"), -1);  // 0: not written
+  EXPECT_EQ(span_value(v, 1, "waker", "tid"), 5000);
+  EXPECT_EQ(span_value(v, 1, "waker_blocked", "ns"), 700);
+  EXPECT_EQ(span_value(v, 0, "off_cpu", "ns"), 3'000);
+  EXPECT_EQ(span_value(v, 0, "cpu", "ns"), 16'699);
+  EXPECT_EQ(span_value(v, 0, "involuntary_switches", "count"), 1);
+  EXPECT_EQ(span_value(v, 3, "off_cpu", "ns"), -1);
+
+  const rapidjson::Value& k = doc["kernel"];
+  EXPECT_EQ(k["lost_events"].GetUint64(), 3u);
+  EXPECT_EQ(string_array(k["off_cpu_fields"]),
+            (std::vector<std::string>{"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
+                                      "waker_tid", "prev_state"}));
+  ASSERT_EQ(k["off_cpu"].Size(), 4u);
+  const auto& iv = k["off_cpu"][0];
+  EXPECT_EQ(iv[0].GetUint64(), 4242u);
+  EXPECT_EQ(iv[1].GetUint(), 777u);
+  EXPECT_EQ(iv[2].GetInt64(), 3'200);
+  EXPECT_EQ(iv[3].GetInt64(), 3'900);
+  EXPECT_EQ(iv[4].GetInt64(), 4'000);
+  EXPECT_TRUE(iv[5].GetBool());
+  EXPECT_EQ(iv[6].GetUint64(), 5000u);
+  EXPECT_EQ(iv[7].GetUint(), 1u);
+  EXPECT_EQ(string_array(k["thread_fields"]),
+            (std::vector<std::string>{"tid", "pid", "parent_tid", "start_ns", "end_ns", "name",
+                                      "started_under", "exit_code"}));
+  ASSERT_EQ(k["threads"].Size(), 2u);
+  const auto& helper = k["threads"][1];
+  EXPECT_EQ(helper[0].GetUint64(), 6000u);
+  EXPECT_EQ(helper[2].GetUint64(), 4242u);
+  EXPECT_STREQ(helper[5].GetString(), "helper");
+  EXPECT_EQ(helper[6].GetInt(), 4);
+  EXPECT_EQ(helper[7].GetInt(), 3);
+}
+
+TEST(JsonDocKernel, AViewKeepsTheValuesOfItsSpansAndMovesThreadsUp) {
+  const Profile p = test::kernel_profile_fixture();
+  ViewOptions opts;
+  opts.depth = 0;
+  const rapidjson::Document doc = parse(to_json_document(p, opts));
+  ASSERT_EQ(doc["spans"].Size(), 1u);
+  for (const auto& r : doc["span_values"].GetArray()) EXPECT_EQ(r[0].GetInt(), 0);
+  EXPECT_EQ(span_value(doc["span_values"], 0, "off_cpu", "ns"), 3'000);
+  // "helper" was started under "my label" (depth 1): predict stands for it.
+  EXPECT_EQ(doc["kernel"]["threads"][1][6].GetInt(), 0);
+  EXPECT_EQ(doc["kernel"]["off_cpu"].Size(), 4u);  // the intervals are raw data: all kept
 }
 
 }  // namespace

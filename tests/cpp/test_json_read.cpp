@@ -15,6 +15,7 @@
 #include "core/file_io.h"
 #include "core/json_doc.h"
 #include "core/render_text.h"
+#include "kernel_fixture.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -225,6 +226,185 @@ TEST(JsonRead, EmptyProfileRoundTrips) {
   expect_round_trip(p, false);
 }
 
+std::string serialize(const rapidjson::Document& doc) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  doc.Accept(w);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+struct CorruptCase {
+  const char* name;
+  std::function<void(rapidjson::Document&)> edit;
+  const char* message;  // expected part of the message
+};
+
+void expect_same_kernel(const Profile& a, const Profile& b) {
+  EXPECT_EQ(a.kernel.present, b.kernel.present);
+  EXPECT_EQ(a.kernel.lost_events, b.kernel.lost_events);
+  ASSERT_EQ(a.kernel.off_cpu.size(), b.kernel.off_cpu.size());
+  for (size_t i = 0; i < a.kernel.off_cpu.size(); ++i) {
+    const OffCpuInterval& x = a.kernel.off_cpu[i];
+    const OffCpuInterval& y = b.kernel.off_cpu[i];
+    SCOPED_TRACE("interval " + std::to_string(i));
+    EXPECT_EQ(x.tid, y.tid);
+    EXPECT_EQ(x.pid, y.pid);
+    EXPECT_EQ(x.start_ns, y.start_ns);
+    EXPECT_EQ(x.wake_ns, y.wake_ns);
+    EXPECT_EQ(x.end_ns, y.end_ns);
+    EXPECT_EQ(x.blocked, y.blocked);
+    EXPECT_EQ(x.waker_tid, y.waker_tid);
+    EXPECT_EQ(x.prev_state, y.prev_state);
+  }
+  ASSERT_EQ(a.kernel.threads.size(), b.kernel.threads.size());
+  for (size_t i = 0; i < a.kernel.threads.size(); ++i) {
+    const ThreadLifetime& x = a.kernel.threads[i];
+    const ThreadLifetime& y = b.kernel.threads[i];
+    SCOPED_TRACE("thread " + std::to_string(i));
+    EXPECT_EQ(x.tid, y.tid);
+    EXPECT_EQ(x.pid, y.pid);
+    EXPECT_EQ(x.parent_tid, y.parent_tid);
+    EXPECT_EQ(x.start_ns, y.start_ns);
+    EXPECT_EQ(x.end_ns, y.end_ns);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.started_under, y.started_under);
+    EXPECT_EQ(x.exit_code, y.exit_code);
+  }
+  ASSERT_EQ(a.kernel.spans.size(), b.kernel.spans.size());
+  for (size_t i = 0; i < a.kernel.spans.size(); ++i) {
+    const SpanKernel& x = a.kernel.spans[i];
+    const SpanKernel& y = b.kernel.spans[i];
+    SCOPED_TRACE("span " + std::to_string(i));
+    EXPECT_EQ(x.on_cpu_ns, y.on_cpu_ns);
+    EXPECT_EQ(x.off_cpu_ns, y.off_cpu_ns);
+    EXPECT_EQ(x.blocked_ns, y.blocked_ns);
+    EXPECT_EQ(x.runq_ns, y.runq_ns);
+    EXPECT_EQ(x.voluntary_switches, y.voluntary_switches);
+    EXPECT_EQ(x.involuntary_switches, y.involuntary_switches);
+    EXPECT_EQ(x.top_waker_tid, y.top_waker_tid);
+    EXPECT_EQ(x.top_waker_ns, y.top_waker_ns);
+  }
+  ASSERT_EQ(a.lanes.size(), b.lanes.size());
+  for (size_t i = 0; i < a.lanes.size(); ++i) {
+    EXPECT_EQ(a.lanes[i].pid, b.lanes[i].pid);
+    EXPECT_EQ(a.lanes[i].session, b.lanes[i].session);
+  }
+}
+
+// The agent's profile: kernel data, lanes of two processes and sessions.
+Profile agent_profile() {
+  Profile p = test::kernel_profile_fixture();
+  for (Lane& lane : p.lanes) {
+    lane.pid = 777;
+    lane.session = 12;
+  }
+  p.lanes[2].session = 0xFFFF'FFFF'FFFFull;  // any uint64
+  return p;
+}
+
+TEST(JsonRead, KernelDataAndLaneProvenanceRoundTrip) {
+  const Profile p = agent_profile();
+  ASSERT_FALSE(p.kernel.spans.empty());
+  expect_round_trip(p, false);
+  expect_round_trip(p, true);
+  Result<Profile> back = read_json_document(to_json_document(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  expect_same_kernel(p, back.value());
+}
+
+TEST(JsonRead, AKernelProfileWithoutFiguresReadsAsPresentWithZeros) {
+  Profile p = test::kernel_profile_fixture();
+  p.kernel.spans.clear();  // not attributed: no rows
+  Result<Profile> back = read_json_document(to_json_document(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(back.value().kernel.present);
+  ASSERT_EQ(back.value().kernel.spans.size(), p.spans.size());
+  EXPECT_EQ(back.value().kernel.spans[0].off_cpu_ns, 0);
+  EXPECT_EQ(back.value().kernel.off_cpu.size(), 4u);
+}
+
+TEST(JsonRead, AnInProcessDocumentReadsWithoutKernelData) {
+  Result<Profile> back = read_json_document(to_json_document(rich_profile()));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_FALSE(back.value().kernel.present);
+  EXPECT_TRUE(back.value().kernel.spans.empty());
+  EXPECT_TRUE(back.value().kernel.off_cpu.empty());
+  for (const Lane& lane : back.value().lanes) EXPECT_EQ(lane.pid, 0u);
+}
+
+std::string edited_agent(const std::function<void(rapidjson::Document&)>& edit) {
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseFullPrecisionFlag>(to_json_document(agent_profile()).c_str());
+  edit(doc);
+  return serialize(doc);
+}
+
+TEST(JsonRead, SpanValuesOfKindsItDoesNotKnowAreSkipped) {
+  const std::string doc = edited_agent([](rapidjson::Document& d) {
+    rapidjson::Value row(rapidjson::kArrayType);
+    auto& a = d.GetAllocator();
+    row.PushBack(0, a).PushBack("alloc", a).PushBack("bytes", a).PushBack(4096, a);
+    d["span_values"].PushBack(row, a);
+  });
+  Result<Profile> back = read_json_document(doc);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  expect_same_kernel(agent_profile(), back.value());
+}
+
+TEST(JsonRead, CorruptKernelDataNamesWhatAndWhere) {
+  // Rows of span_values in the fixture's order: span 0's first.
+  const std::vector<CorruptCase> cases = {
+      {"unit", [](auto& d) { d["span_values"][0][2].SetString("ms"); },
+       "span_values[0].unit: \"ms\" for \"cpu\", expected \"ns\""},
+      {"repeated",
+       [](auto& d) {
+         rapidjson::Value copy(d["span_values"][0], d.GetAllocator());
+         d["span_values"].PushBack(copy, d.GetAllocator());
+       },
+       "repeats \"cpu\" of span 0"},
+      {"span out of range", [](auto& d) { d["span_values"][0][0].SetInt(99); },
+       "span_values[0].span: id 99 is out of range"},
+      {"negative value", [](auto& d) { d["span_values"][0][3].SetInt(-5); },
+       "span_values[0].value: expected a non-negative integer"},
+      {"count too large",
+       [](auto& d) {
+         for (auto& r : d["span_values"].GetArray()) {
+           if (std::string(r[1].GetString()) == "voluntary_switches") r[3].SetUint64(1ull << 33);
+         }
+       },
+       "is too large for \"voluntary_switches\""},
+      {"kernel not an object", [](auto& d) { d["kernel"].SetArray(); },
+       "kernel: expected an object, found an array"},
+      {"lost events missing", [](auto& d) { d["kernel"].RemoveMember("lost_events"); },
+       "kernel.lost_events: missing"},
+      {"off_cpu column", [](auto& d) { d["kernel"]["off_cpu_fields"][2].SetString("begin"); },
+       "kernel.off_cpu_fields: no \"start_ns\" column"},
+      {"off_cpu row", [](auto& d) { d["kernel"]["off_cpu"][1].PopBack(); },
+       "kernel.off_cpu[1]: has 7 cells, the header names 8"},
+      {"interval backwards", [](auto& d) { d["kernel"]["off_cpu"][0][4].SetInt(0); },
+       "kernel.off_cpu[0]: ends before it starts"},
+      {"blocked not a bool", [](auto& d) { d["kernel"]["off_cpu"][0][5].SetInt(1); },
+       "kernel.off_cpu[0].blocked: expected true or false"},
+      {"started_under", [](auto& d) { d["kernel"]["threads"][1][6].SetInt(50); },
+       "kernel.threads[1].started_under: 50 is neither -1 nor a span"},
+      {"thread backwards", [](auto& d) { d["kernel"]["threads"][1][4].SetInt(5); },
+       "kernel.threads[1]: ends before it starts"},
+      {"thread name", [](auto& d) { d["kernel"]["threads"][0][5].SetNull(); },
+       "kernel.threads[0].name: expected a string"},
+      {"lane pid", [](auto& d) { d["lanes"][0]["pid"].SetInt(-1); },
+       "lanes[0].pid: expected a non-negative 32-bit integer"},
+      {"lane session", [](auto& d) { d["lanes"][0]["session"].SetString("12"); },
+       "lanes[0].session: expected a non-negative integer"},
+  };
+  for (const CorruptCase& c : cases) {
+    Result<Profile> r = read_json_document(edited_agent(c.edit));
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_EQ(r.error().kind, Error::Kind::kCorrupt) << c.name << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find(c.message), std::string::npos)
+        << c.name << ": " << r.error().message;
+  }
+}
+
 TEST(JsonRead, AViewDocumentReadsAsTheSpansItKept) {
   const Profile p = rich_profile();
   ViewOptions o;
@@ -283,13 +463,6 @@ TEST(JsonRead, ReadsTheVersion1ExampleOfTheFormatDoc) {
 
 // -- documents edited by hand -------------------------------------------------------
 
-std::string serialize(const rapidjson::Document& doc) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  doc.Accept(w);
-  return std::string(buffer.GetString(), buffer.GetSize());
-}
-
 // The rich profile's document with one edit made to its tree.
 std::string edited(const std::function<void(rapidjson::Document&)>& edit) {
   rapidjson::Document doc;
@@ -339,12 +512,6 @@ TEST(JsonRead, NewerVersionSaysWhichAndWhatToDo) {
     EXPECT_EQ(bad.error().kind, Error::Kind::kVersion) << bad.error().message;
   }
 }
-
-struct CorruptCase {
-  const char* name;
-  std::function<void(rapidjson::Document&)> edit;
-  const char* message;  // expected part of the message
-};
 
 TEST(JsonRead, CorruptDocumentsNameWhatAndWhere) {
   const std::vector<CorruptCase> cases = {
@@ -559,6 +726,10 @@ void fuzz(const std::string& data, uint32_t seed, int rounds) {
 TEST(JsonRead, ByteFlipsOfTheTextLoadOrFailCleanly) {
   fuzz(to_json_document(rich_profile()), 11, 4000);
   fuzz(to_json_document(test::random_profile(3, 300, 5, true)), 12, 2000);
+}
+
+TEST(JsonRead, ByteFlipsOfAnAgentDocumentLoadOrFailCleanly) {
+  fuzz(to_json_document(agent_profile()), 14, 4000);
 }
 
 TEST(JsonRead, ByteFlipsOfTheGzipLoadOrFailCleanly) {

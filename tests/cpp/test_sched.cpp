@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tree.h"
+#include "kernel_fixture.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -393,6 +394,33 @@ TEST(SchedRandom, InclusiveFiguresEqualABruteForceOverlapSum) {
       ASSERT_EQ(p.kernel.spans[s].involuntary_switches, involuntary) << "span " << s;
     }
   }
+}
+
+// The figures kernel_fixture.h promises (the exporter tests rely on them).
+TEST(SchedFixture, TheKernelFixtureHasTheFiguresItsCommentGives) {
+  const Profile p = test::kernel_profile_fixture();
+  const auto& k = p.kernel.spans;
+  ASSERT_EQ(k.size(), 7u);
+  EXPECT_EQ(k[1].off_cpu_ns, 800);
+  EXPECT_EQ(k[1].blocked_ns, 700);
+  EXPECT_EQ(k[1].runq_ns, 100);
+  EXPECT_EQ(k[1].on_cpu_ns, 700);
+  EXPECT_EQ(k[1].top_waker_tid, 5000u);
+  EXPECT_EQ(k[4].off_cpu_ns, 100);
+  EXPECT_EQ(k[4].on_cpu_ns, 500);
+  EXPECT_EQ(k[6].off_cpu_ns, 1'600);
+  EXPECT_EQ(k[6].on_cpu_ns, 1'900);
+  EXPECT_EQ(k[5].off_cpu_ns, 0);
+  EXPECT_EQ(k[0].off_cpu_ns, 3'000);
+  EXPECT_EQ(k[0].blocked_ns, 2'250);
+  EXPECT_EQ(k[0].runq_ns, 750);
+  EXPECT_EQ(k[0].voluntary_switches, 3u);
+  EXPECT_EQ(k[0].involuntary_switches, 1u);
+  EXPECT_EQ(k[0].top_waker_tid, 4242u);
+  EXPECT_EQ(k[0].top_waker_ns, 1'550);
+  EXPECT_EQ(k[0].on_cpu_ns, 16'699);
+  EXPECT_EQ(p.kernel.threads[0].started_under, 5);  // fetch ran on 4242 at 12'400
+  EXPECT_EQ(p.kernel.threads[1].started_under, 4);
 }
 
 TEST_F(SchedTest, TopStallsNameTheSpanWhereTheTimeWasSpent) {

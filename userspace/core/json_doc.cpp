@@ -4,8 +4,40 @@
 #include <rapidjson/writer.h>
 
 #include <array>
+#include <limits>
+#include <vector>
 
 namespace mlprof {
+
+namespace {
+constexpr uint64_t kMaxNs = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+constexpr uint64_t kMaxCount = std::numeric_limits<uint32_t>::max();
+uint64_t ns(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
+}  // namespace
+
+// Lambdas without captures: plain function pointers, one table for the
+// writer and the reader.
+const std::array<SpanValueType, 8> kSpanValueTypes = {{
+    {"cpu", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.on_cpu_ns); },
+     [](SpanKernel& k, uint64_t v) { k.on_cpu_ns = static_cast<int64_t>(v); }},
+    {"off_cpu", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.off_cpu_ns); },
+     [](SpanKernel& k, uint64_t v) { k.off_cpu_ns = static_cast<int64_t>(v); }},
+    {"blocked", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.blocked_ns); },
+     [](SpanKernel& k, uint64_t v) { k.blocked_ns = static_cast<int64_t>(v); }},
+    {"runq", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.runq_ns); },
+     [](SpanKernel& k, uint64_t v) { k.runq_ns = static_cast<int64_t>(v); }},
+    {"voluntary_switches", "count", kMaxCount,
+     [](const SpanKernel& k) { return static_cast<uint64_t>(k.voluntary_switches); },
+     [](SpanKernel& k, uint64_t v) { k.voluntary_switches = static_cast<uint32_t>(v); }},
+    {"involuntary_switches", "count", kMaxCount,
+     [](const SpanKernel& k) { return static_cast<uint64_t>(k.involuntary_switches); },
+     [](SpanKernel& k, uint64_t v) { k.involuntary_switches = static_cast<uint32_t>(v); }},
+    {"waker", "tid", std::numeric_limits<uint64_t>::max(),
+     [](const SpanKernel& k) { return k.top_waker_tid; },
+     [](SpanKernel& k, uint64_t v) { k.top_waker_tid = v; }},
+    {"waker_blocked", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.top_waker_ns); },
+     [](SpanKernel& k, uint64_t v) { k.top_waker_ns = static_cast<int64_t>(v); }},
+}};
 
 namespace {
 
@@ -75,6 +107,86 @@ void write_meta(JsonWriter& w, const Profile& p, int view_depth) {
   w.EndObject();
 }
 
+// The long-form span values of the kernel figures: one row per non-zero
+// value (absent reads as 0).
+void write_span_values(JsonWriter& w, const Profile& p, const std::vector<int32_t>* renumbered) {
+  w.Key("span_value_fields");
+  write_fields(w, {"span", "type", "unit", "value"});
+  w.Key("span_values");
+  w.StartArray();
+  const bool attributed = p.kernel.spans.size() == p.spans.size();
+  for (size_t i = 0; attributed && i < p.spans.size(); ++i) {
+    const int32_t span = renumbered == nullptr ? static_cast<int32_t>(i) : (*renumbered)[i];
+    if (span < 0) continue;
+    const SpanKernel& k = p.kernel.spans[i];
+    for (const SpanValueType& t : kSpanValueTypes) {
+      const uint64_t v = t.get(k);
+      if (v == 0) continue;
+      w.StartArray();
+      w.Int(span);
+      write_string(w, t.type);
+      write_string(w, t.unit);
+      w.Uint64(v);
+      w.EndArray();
+    }
+  }
+  w.EndArray();
+}
+
+void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* renumbered) {
+  write_span_values(w, p, renumbered);
+  w.Key("kernel");
+  w.StartObject();
+  w.Key("lost_events");
+  w.Uint64(p.kernel.lost_events);
+  w.Key("off_cpu_fields");
+  write_fields(w, {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid",
+                   "prev_state"});
+  w.Key("off_cpu");
+  w.StartArray();
+  for (const OffCpuInterval& iv : p.kernel.off_cpu) {
+    w.StartArray();
+    w.Uint64(iv.tid);
+    w.Uint(iv.pid);
+    w.Int64(iv.start_ns);
+    w.Int64(iv.wake_ns);
+    w.Int64(iv.end_ns);
+    w.Bool(iv.blocked);
+    w.Uint64(iv.waker_tid);
+    w.Uint(iv.prev_state);
+    w.EndArray();
+  }
+  w.EndArray();
+  w.Key("thread_fields");
+  write_fields(w, {"tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
+                   "exit_code"});
+  w.Key("threads");
+  w.StartArray();
+  for (const ThreadLifetime& t : p.kernel.threads) {
+    // In a view, a span left out hands its threads to its nearest kept ancestor.
+    int32_t under = t.started_under;
+    if (under >= static_cast<int64_t>(p.spans.size())) under = -1;
+    if (renumbered != nullptr) {
+      while (under >= 0 && (*renumbered)[static_cast<size_t>(under)] < 0) {
+        under = p.spans[static_cast<size_t>(under)].parent;
+      }
+      if (under >= 0) under = (*renumbered)[static_cast<size_t>(under)];
+    }
+    w.StartArray();
+    w.Uint64(t.tid);
+    w.Uint(t.pid);
+    w.Uint64(t.parent_tid);
+    w.Int64(t.start_ns);
+    w.Int64(t.end_ns);
+    write_string(w, t.name);
+    w.Int(under);
+    w.Int(t.exit_code);
+    w.EndArray();
+  }
+  w.EndArray();
+  w.EndObject();
+}
+
 }  // namespace
 
 std::string to_json_document(const Profile& p, const ViewOptions& opts) {
@@ -141,6 +253,15 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.Uint64(lane.dropped);
     w.Key("truncated");
     w.Bool(lane.truncated);
+    // The agent's provenance; absent (0) in an in-process profile.
+    if (lane.pid != 0) {
+      w.Key("pid");
+      w.Uint(lane.pid);
+    }
+    if (lane.session != 0) {
+      w.Key("session");
+      w.Uint64(lane.session);
+    }
     w.EndObject();
   }
   w.EndArray();
@@ -229,6 +350,7 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.EndArray();
   }
   w.EndArray();
+  if (p.kernel.present) write_kernel(w, p, view_depth < 0 ? nullptr : &renumbered);
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
 }

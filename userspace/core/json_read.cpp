@@ -86,7 +86,8 @@ class DocumentReader {
     }
     if (!read_header()) return take_error();
     if (!read_meta(p) || !read_stats(p) || !read_strings(p) || !read_functions(p) ||
-        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p)) {
+        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p) ||
+        !read_kernel(p) || !read_span_values(p)) {
       return take_error();
     }
     link_tree(p);
@@ -167,6 +168,12 @@ class DocumentReader {
   bool get_field(const Value& obj, const Where& w, T& out) {
     const Value* v = required(obj, w);
     return v != nullptr && get(*v, w, out);
+  }
+  // A field that may be left out: `out` keeps its value then.
+  template <typename T>
+  bool get_absent_ok(const Value& obj, const Where& w, T& out) {
+    const Value* v = member(obj, w.field);
+    return v == nullptr || get(*v, w, out);
   }
   // An id into a table of `size` entries.
   bool get_id(const Value& v, const Where& w, size_t size, const char* table, uint32_t& out) {
@@ -375,6 +382,11 @@ class DocumentReader {
           !get_field(v, Where{s, i, "truncated"}, lane.truncated)) {
         return false;
       }
+      // The agent's provenance, absent in in-process documents.
+      if (!get_absent_ok(v, Where{s, i, "pid"}, lane.pid) ||
+          !get_absent_ok(v, Where{s, i, "session"}, lane.session)) {
+        return false;
+      }
       if (lane.parent_lane < -1 || lane.parent_lane >= static_cast<int64_t>(lanes->Size())) {
         return fail(Where{s, i, "parent_lane"},
                     std::to_string(lane.parent_lane) + " is neither -1 nor a lane");
@@ -498,6 +510,154 @@ class DocumentReader {
       io.role = static_cast<IORole>(role);
       // Profile::io_of looks summaries up by binary search on span.
       if (i > 0 && io.span < p.io[i - 1].span) return fail(Where{s, i}, "not in span order");
+    }
+    return true;
+  }
+
+  // The eBPF agent's data (optional in version 2): present when the document
+  // has a "kernel" object.
+  bool read_kernel(Profile& p) {
+    const Value* kernel = member(root_, "kernel");
+    if (kernel == nullptr) return true;
+    if (!kernel->IsObject()) return fail_type(Where{"kernel"}, *kernel, "an object");
+    p.kernel.present = true;
+    return get_field(*kernel, Where{"kernel", -1, "lost_events"}, p.kernel.lost_events) &&
+           read_off_cpu(*kernel, p) && read_threads(*kernel, p);
+  }
+
+  // The table `key` of object `obj` with its "<key>_fields"-style header.
+  const Value* nested_table(const Value& obj, const char* section, const char* key,
+                            const char* fields_key, std::initializer_list<const char*> names,
+                            Columns& c) {
+    const Value* rows = required(obj, Where{section, -1, key});
+    const Value* fields = required(obj, Where{section, -1, fields_key});
+    if (rows == nullptr || fields == nullptr) return nullptr;
+    if (!rows->IsArray()) {
+      fail_type(Where{section, -1, key}, *rows, "an array");
+      return nullptr;
+    }
+    if (!fields->IsArray()) {
+      fail_type(Where{section, -1, fields_key}, *fields, "an array");
+      return nullptr;
+    }
+    c.width = fields->Size();
+    for (const char* name : names) {
+      int found = -1;
+      for (rapidjson::SizeType i = 0; i < fields->Size(); ++i) {
+        const Value& f = (*fields)[i];
+        if (f.IsString() && std::strcmp(f.GetString(), name) == 0) found = static_cast<int>(i);
+      }
+      if (found < 0) {
+        fail(Where{section, -1, fields_key}, std::string("no \"") + name + "\" column");
+        return nullptr;
+      }
+      c.at.push_back(found);
+    }
+    return rows;
+  }
+
+  bool read_off_cpu(const Value& kernel, Profile& p) {
+    Columns c;
+    const Value* rows = nested_table(
+        kernel, "kernel", "off_cpu", "off_cpu_fields",
+        {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state"}, c);
+    if (rows == nullptr) return false;
+    p.kernel.off_cpu.resize(rows->Size());
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "kernel.off_cpu", i, c);
+      if (r == nullptr) return false;
+      OffCpuInterval& iv = p.kernel.off_cpu[i];
+      const char* s = "kernel.off_cpu";
+      if (!get((*r)[c.at[0]], Where{s, i, "tid"}, iv.tid) ||
+          !get((*r)[c.at[1]], Where{s, i, "pid"}, iv.pid) ||
+          !get((*r)[c.at[2]], Where{s, i, "start_ns"}, iv.start_ns) ||
+          !get((*r)[c.at[3]], Where{s, i, "wake_ns"}, iv.wake_ns) ||
+          !get((*r)[c.at[4]], Where{s, i, "end_ns"}, iv.end_ns) ||
+          !get((*r)[c.at[5]], Where{s, i, "blocked"}, iv.blocked) ||
+          !get((*r)[c.at[6]], Where{s, i, "waker_tid"}, iv.waker_tid) ||
+          !get((*r)[c.at[7]], Where{s, i, "prev_state"}, iv.prev_state)) {
+        return false;
+      }
+      if (iv.end_ns < iv.start_ns) return fail(Where{s, i}, "ends before it starts");
+    }
+    return true;
+  }
+
+  bool read_threads(const Value& kernel, Profile& p) {
+    Columns c;
+    const Value* rows = nested_table(kernel, "kernel", "threads", "thread_fields",
+                                     {"tid", "pid", "parent_tid", "start_ns", "end_ns", "name",
+                                      "started_under", "exit_code"},
+                                     c);
+    if (rows == nullptr) return false;
+    p.kernel.threads.resize(rows->Size());
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "kernel.threads", i, c);
+      if (r == nullptr) return false;
+      ThreadLifetime& t = p.kernel.threads[i];
+      const char* s = "kernel.threads";
+      if (!get((*r)[c.at[0]], Where{s, i, "tid"}, t.tid) ||
+          !get((*r)[c.at[1]], Where{s, i, "pid"}, t.pid) ||
+          !get((*r)[c.at[2]], Where{s, i, "parent_tid"}, t.parent_tid) ||
+          !get((*r)[c.at[3]], Where{s, i, "start_ns"}, t.start_ns) ||
+          !get((*r)[c.at[4]], Where{s, i, "end_ns"}, t.end_ns) ||
+          !get((*r)[c.at[5]], Where{s, i, "name"}, t.name) ||
+          !get((*r)[c.at[6]], Where{s, i, "started_under"}, t.started_under) ||
+          !get((*r)[c.at[7]], Where{s, i, "exit_code"}, t.exit_code)) {
+        return false;
+      }
+      if (t.started_under < -1 || t.started_under >= static_cast<int64_t>(p.spans.size())) {
+        return fail(Where{s, i, "started_under"},
+                    std::to_string(t.started_under) + " is neither -1 nor a span");
+      }
+      // 0 stands for "before the capture" / "still running", so only two
+      // known times can disagree.
+      if (t.start_ns != 0 && t.end_ns != 0 && t.end_ns < t.start_ns) {
+        return fail(Where{s, i}, "ends before it starts");
+      }
+    }
+    return true;
+  }
+
+  // Long-form span values (optional in version 2). Kinds this reader does
+  // not know are skipped: a newer writer may add kinds without a new version.
+  bool read_span_values(Profile& p) {
+    if (member(root_, "span_values") == nullptr) return true;
+    Columns c;
+    const Value* rows = table("span_values");
+    if (rows == nullptr || !columns("span_value_fields", {"span", "type", "unit", "value"}, c)) {
+      return false;
+    }
+    p.kernel.spans.assign(p.spans.size(), SpanKernel{});
+    std::vector<uint8_t> seen(p.spans.size() * kSpanValueTypes.size(), 0);
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "span_values", i, c);
+      if (r == nullptr) return false;
+      uint32_t span = 0;
+      std::string type, unit;
+      const char* s = "span_values";
+      if (!get_id((*r)[c.at[0]], Where{s, i, "span"}, p.spans.size(), "spans", span) ||
+          !get((*r)[c.at[1]], Where{s, i, "type"}, type) ||
+          !get((*r)[c.at[2]], Where{s, i, "unit"}, unit)) {
+        return false;
+      }
+      const auto known = std::find_if(kSpanValueTypes.begin(), kSpanValueTypes.end(),
+                                      [&](const SpanValueType& t) { return t.type == type; });
+      if (known == kSpanValueTypes.end()) continue;
+      if (unit != known->unit) {
+        return fail(Where{s, i, "unit"}, "\"" + unit + "\" for \"" + type + "\", expected \"" +
+                                             std::string(known->unit) + "\"");
+      }
+      uint64_t value = 0;
+      if (!get((*r)[c.at[3]], Where{s, i, "value"}, value)) return false;
+      if (value > known->max) {
+        return fail(Where{s, i, "value"}, std::to_string(value) + " is too large for \"" + type + "\"");
+      }
+      uint8_t& once = seen[span * kSpanValueTypes.size() +
+                           static_cast<size_t>(known - kSpanValueTypes.begin())];
+      if (once != 0) return fail(Where{s, i}, "repeats \"" + type + "\" of span " + std::to_string(span));
+      once = 1;
+      known->set(p.kernel.spans[span], value);
     }
     return true;
   }
