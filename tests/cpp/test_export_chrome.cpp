@@ -21,12 +21,16 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/export.h"
+#include "core/merge.h"
+#include "core/sched.h"
 #include "export_fixture.h"
+#include "kernel_fixture.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -301,6 +305,226 @@ TEST(ChromeTrace, NamesAreEscaped) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// Complete events per (pid, tid) track, read as slices_by_tid does.
+std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> slices_by_track(const std::string& text) {
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> out;
+  const rapidjson::Document doc = parse(text);
+  size_t pos = 0;
+  for (const auto& ev : doc["traceEvents"].GetArray()) {
+    if (std::string(ev["ph"].GetString()) != "X") continue;
+    pos = text.find("{\"ph\":\"X\"", pos);
+    Slice s;
+    s.ts = textual_ns(raw_number(text, pos, "ts"));
+    s.dur = double_ns(raw_number(text, pos, "dur"));
+    s.name = ev["name"].GetString();
+    out[{ev["pid"].GetUint(), ev["tid"].GetUint()}].push_back(s);
+    ++pos;
+  }
+  return out;
+}
+
+class ChromeKernelTest : public ::testing::Test {
+ protected:
+  Profile p = test::kernel_profile_fixture();
+  std::string text = to_chrome_trace(p);
+  rapidjson::Document doc = parse(text);
+
+  std::vector<const rapidjson::Value*> events(const char* ph, const char* name) const {
+    std::vector<const rapidjson::Value*> out;
+    for (const auto& ev : doc["traceEvents"].GetArray()) {
+      if (std::string(ev["ph"].GetString()) == ph && std::string(ev["name"].GetString()) == name) {
+        out.push_back(&ev);
+      }
+    }
+    return out;
+  }
+};
+
+TEST_F(ChromeKernelTest, OffCpuIntervalsAreSlicesOnTheirThreadsTrack) {
+  const auto blocked = events("X", "off-CPU (blocked)");
+  ASSERT_EQ(blocked.size(), 3u);
+  // In file order: preprocess's (tid 4242), work's (5000), helper's (6000).
+  const auto& pre = *blocked[0];
+  EXPECT_EQ(pre["pid"].GetUint(), 777u);
+  EXPECT_EQ(pre["tid"].GetUint(), 4242u);
+  EXPECT_DOUBLE_EQ(pre["ts"].GetDouble(), 2.2);  // 3'200 - 1'000 ns
+  EXPECT_DOUBLE_EQ(pre["dur"].GetDouble(), 0.8);
+  EXPECT_STREQ(pre["cat"].GetString(), "off_cpu");
+  EXPECT_STREQ(pre["args"]["off_cpu"].GetString(), "0.80us");
+  EXPECT_STREQ(pre["args"]["blocked"].GetString(), "0.70us");
+  EXPECT_STREQ(pre["args"]["runq"].GetString(), "0.10us");
+  EXPECT_EQ(pre["args"]["waker_tid"].GetUint64(), 5000u);
+  EXPECT_STREQ(pre["args"]["waker"].GetString(), "Worker");
+  EXPECT_STREQ(pre["args"]["counts_for"].GetString(), "preprocess");
+  EXPECT_EQ((*blocked[1])["tid"].GetUint(), 5000u);
+  EXPECT_STREQ((*blocked[1])["args"]["counts_for"].GetString(), "work");
+  EXPECT_STREQ((*blocked[1])["args"]["waker"].GetString(), "MainThread");
+  // The thread without a lane: its own track, counted for the span that started it.
+  EXPECT_EQ((*blocked[2])["tid"].GetUint(), 6000u);
+  EXPECT_STREQ((*blocked[2])["args"]["counts_for"].GetString(), "my label");
+
+  const auto preempted = events("X", "off-CPU (preempted)");
+  ASSERT_EQ(preempted.size(), 1u);
+  EXPECT_EQ((*preempted[0])["tid"].GetUint(), 4242u);
+  EXPECT_DOUBLE_EQ((*preempted[0])["dur"].GetDouble(), 0.5);
+  EXPECT_FALSE((*preempted[0])["args"].HasMember("blocked"));
+  EXPECT_STREQ((*preempted[0])["args"]["runq"].GetString(), "0.50us");
+  EXPECT_EQ(doc["otherData"]["lost_kernel_events"].GetUint64(), 3u);
+}
+
+TEST_F(ChromeKernelTest, ThreadStartAndExitAreInstantsOnTheThreadsTrack) {
+  const auto starts = events("i", "thread start");
+  const auto exits = events("i", "thread exit");
+  ASSERT_EQ(starts.size(), 2u);
+  ASSERT_EQ(exits.size(), 2u);
+  const auto& helper = *starts[1];
+  EXPECT_EQ(helper["tid"].GetUint(), 6000u);
+  EXPECT_EQ(helper["pid"].GetUint(), 777u);
+  EXPECT_STREQ(helper["s"].GetString(), "t");
+  EXPECT_DOUBLE_EQ(helper["ts"].GetDouble(), 10.2);
+  EXPECT_STREQ(helper["args"]["thread"].GetString(), "helper");
+  EXPECT_EQ(helper["args"]["parent_tid"].GetUint64(), 4242u);
+  EXPECT_STREQ(helper["args"]["started_under"].GetString(), "my label");
+  EXPECT_EQ((*exits[1])["args"]["exit_code"].GetInt(), 3);
+  EXPECT_DOUBLE_EQ((*exits[1])["ts"].GetDouble(), 10.4);
+  EXPECT_STREQ((*starts[0])["args"]["started_under"].GetString(), "fetch");
+  // The lane-less thread's track is named after its comm.
+  bool named = false;
+  for (const auto* ev : events("M", "thread_name")) {
+    if ((*ev)["tid"].GetUint() == 6000u) {
+      EXPECT_STREQ((*ev)["args"]["name"].GetString(), "thread helper");
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named);
+}
+
+TEST_F(ChromeKernelTest, PerfettoKeepsEverySliceWithTheOffCpuOnes) {
+  const auto tracks = slices_by_track(text);
+  size_t off = 0;
+  for (const auto& [track, slices] : tracks) {
+    EXPECT_EQ(perfetto_drops(slices), 0) << "tid " << track.second;
+    for (const Slice& s : slices) off += s.name.rfind("off-CPU", 0) == 0;
+  }
+  EXPECT_EQ(off, 4u);
+}
+
+TEST_F(ChromeKernelTest, AnInProcessProfileHasNoKernelEvents) {
+  const std::string plain = to_chrome_trace(test::export_profile_fixture());
+  EXPECT_EQ(plain.find("off-CPU"), std::string::npos);
+  EXPECT_EQ(plain.find("thread start"), std::string::npos);
+  EXPECT_EQ(plain.find("lost_kernel_events"), std::string::npos);
+}
+
+// The kernel fixture as process `pid`, its times shifted by `dt`.
+Profile fixture_as(uint32_t pid, int64_t dt) {
+  Profile p = test::kernel_profile_fixture();
+  p.meta["pid"] = std::to_string(pid);
+  p.start_ns += dt;
+  p.end_ns += dt;
+  for (Span& s : p.spans) {
+    s.start_ns += dt;
+    s.end_ns += dt;
+  }
+  for (Segment& seg : p.segments) {
+    seg.start_ns += dt;
+    seg.end_ns += dt;
+  }
+  for (OffCpuInterval& iv : p.kernel.off_cpu) {
+    iv.pid = pid;
+    iv.start_ns += dt;
+    iv.wake_ns += dt;
+    iv.end_ns += dt;
+  }
+  for (ThreadLifetime& t : p.kernel.threads) {
+    t.pid = pid;
+    t.start_ns += dt;
+    t.end_ns += dt;
+  }
+  attribute_kernel(p);
+  return p;
+}
+
+TEST(ChromeKernel, ProcessesAreNamedByTheLanesPid) {
+  Profile m;
+  append_profile(m, fixture_as(777, 0));
+  append_profile(m, fixture_as(888, 0));  // the same tids, at the same times
+  const std::string text = to_chrome_trace(m);
+  const rapidjson::Document doc = parse(text);
+  std::map<uint32_t, std::string> processes;
+  std::set<uint32_t> predict_pids;
+  for (const auto& ev : doc["traceEvents"].GetArray()) {
+    const std::string name = ev["name"].GetString();
+    if (name == "process_name") processes[ev["pid"].GetUint()] = ev["args"]["name"].GetString();
+    if (name == "predict") {
+      predict_pids.insert(ev["pid"].GetUint());
+      EXPECT_EQ(ev["tid"].GetUint(), 4242u);
+    }
+  }
+  EXPECT_EQ(processes, (std::map<uint32_t, std::string>{{777, "mlflow-profiler, pid 777 on box"},
+                                                        {888, "mlflow-profiler, pid 888 on box"}}));
+  EXPECT_EQ(predict_pids, (std::set<uint32_t>{777, 888}));
+  const auto tracks = slices_by_track(text);
+  for (const auto& [track, slices] : tracks) {
+    EXPECT_EQ(perfetto_drops(slices), 0) << track.first << "/" << track.second;
+  }
+  EXPECT_EQ(tracks.count({888, 6000}), 1u);  // the helper thread of each
+  EXPECT_EQ(tracks.count({777, 6000}), 1u);
+}
+
+TEST(ChromeKernel, SessionsOfOneThreadShareItsTrack) {
+  Profile m;
+  append_profile(m, fixture_as(777, 0));
+  Profile later = fixture_as(777, 100'000);
+  later.meta["session"] = "2";
+  append_profile(m, later);
+  const std::string text = to_chrome_trace(m);
+  const rapidjson::Document doc = parse(text);
+  int main_names = 0;
+  for (const auto& ev : doc["traceEvents"].GetArray()) {
+    const std::string name = ev["name"].GetString();
+    if (name == "thread_name" && ev["tid"].GetUint() == 4242u) {
+      ++main_names;
+      EXPECT_STREQ(ev["args"]["name"].GetString(), "thread MainThread");
+    }
+  }
+  EXPECT_EQ(main_names, 1);
+  const auto tracks = slices_by_track(text);
+  const auto& main = tracks.at({777, 4242});
+  EXPECT_EQ(std::count_if(main.begin(), main.end(),
+                          [](const Slice& s) { return s.name == "predict"; }),
+            2);
+  for (const auto& [track, slices] : tracks) EXPECT_EQ(perfetto_drops(slices), 0);
+}
+
+TEST(ChromeKernel, RandomCapturesWithOffCpuIntervalsImportWithoutDrops) {
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    SCOPED_TRACE(seed);
+    Profile p = test::random_profile(seed, 300, 6, true);
+    p.kernel.present = true;
+    std::mt19937 rng(seed);
+    int64_t total = 0;
+    for (int64_t t = 0; t < p.end_ns;) {
+      t += 1 + static_cast<int64_t>(rng() % 15'000);
+      const int64_t end = t + static_cast<int64_t>(rng() % 9'000);
+      p.kernel.off_cpu.push_back(test::fixture_interval(4242, t, t, end, rng() % 2 == 0, 0));
+      p.kernel.off_cpu.back().pid = 0;  // the profile's process
+      total += end - t;
+      t = end;
+    }
+    attribute_kernel(p);
+    const std::string text = to_chrome_trace(p);
+    int64_t drawn = 0;
+    for (const auto& [track, slices] : slices_by_track(text)) {
+      ASSERT_EQ(perfetto_drops(slices), 0);
+      for (const Slice& s : slices) {
+        if (s.name.rfind("off-CPU", 0) == 0) drawn += s.dur;
+      }
+    }
+    EXPECT_EQ(drawn, total);  // every interval drawn whole, in pieces
+  }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/merge.h"
+#include "kernel_fixture.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -356,6 +358,90 @@ TEST_F(SpecExampleTest, SeveralArgumentsAreNamedAndSpansWithoutIoGetNoBlankLine)
             "\n"
             "  _run_model: 44.50ms\n"
             "  postprocess: 0.03ms\n");
+}
+
+TEST(RenderTextKernel, EachSpanShowsOnCpuOffCpuAndRunQueue) {
+  const Profile p = test::kernel_profile_fixture();
+  EXPECT_EQ(render_text(p, {}),
+            "predict: 0.02ms [cpu 0.02ms, off 3.00us: blocked 2.25us, runq 0.75us; "
+            "woken by 4242 (MainThread)]\n"
+            "  preprocess: 1.50us [cpu 0.70us, off 0.80us: blocked 0.70us, runq 0.10us; "
+            "woken by 5000 (Worker)]\n"
+            "  produce: 5.00us (active 2.00us, 2 resumes) [cpu 2.00us, off 0.00us]\n"
+            "  consume: 2.00us [cpu 2.00us, off 0.00us]\n"
+            "  my label: 0.50us [exception] [cpu 0.50us, off 0.10us: blocked 0.05us, "
+            "runq 0.05us; woken by 4242 (MainThread)]\n"
+            "  fetch: 3.00us [cpu 3.00us, off 0.00us]\n"
+            "  work: 3.50us [cpu 1.90us, off 1.60us: blocked 1.50us, runq 0.10us; "
+            "woken by 4242 (MainThread)]\n"
+            "(3 kernel events lost: the off-CPU figures are low)\n");
+}
+
+TEST(RenderTextKernel, FormatKernelLeavesOutWhatIsNotKnown) {
+  SpanKernel k;
+  k.on_cpu_ns = 2'100'000;
+  k.off_cpu_ns = 10'200'000;
+  k.blocked_ns = 10'100'000;
+  k.runq_ns = 100'000;
+  EXPECT_EQ(format_kernel(k, ""), "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms]");
+  k.top_waker_tid = 4243;
+  EXPECT_EQ(format_kernel(k, ""), "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms]");
+  k.top_waker_ns = 1;
+  EXPECT_EQ(format_kernel(k, "Worker"),
+            "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms; woken by 4243 (Worker)]");
+  EXPECT_EQ(format_kernel(SpanKernel{}, "x"), "[cpu 0.00us, off 0.00us]");
+}
+
+TEST(RenderTextKernel, CollapsedNodesAndUnattributedProfilesShowNoFigures) {
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t transform = test::lib_fn(p, "transform", "sklearn.preprocessing._data");
+  const uint32_t fit = test::lib_fn(p, "fit", "sklearn.preprocessing._data");
+  p.end_ns = 100'000;
+  p.lanes.push_back(
+      make_lane({call(0, predict), call(10'000, transform), ret(20'000), call(20'000, fit),
+                 ret(30'000), ret(100'000)}));
+  build_tree(p);
+  p.kernel.present = true;
+  p.kernel.off_cpu = {test::fixture_interval(4242, 12'000, 12'000, 13'000, false, 0)};
+  p.kernel.off_cpu[0].pid = 0;
+  attribute_kernel(p);
+  ViewOptions opts;
+  opts.collapse_frameworks = true;
+  // Two spans merged into one node: no single span's figures to show.
+  EXPECT_EQ(render_text(p, opts),
+            "predict: 0.10ms [cpu 0.10ms, off 1.00us: blocked 0.00us, runq 1.00us]\n"
+            "  [sklearn.preprocessing]: 0.02ms [x2]\n");
+  p.kernel.spans.clear();  // attribute_kernel not run: no columns, no guesses
+  EXPECT_EQ(render_text(p, {}),
+            "predict: 0.10ms\n"
+            "  transform: 0.01ms\n"
+            "  fit: 0.01ms\n");
+}
+
+TEST(RenderTextKernel, LanesOfSeveralProcessesAndSessionsAreTitledWithThem) {
+  Lane lane;
+  lane.thread_name = "MainThread";
+  EXPECT_EQ(lane_title(lane), "thread MainThread");
+  lane.pid = 4242;
+  EXPECT_EQ(lane_title(lane), "thread MainThread, pid 4242");
+  lane.session = 3;
+  lane.task = 1;
+  EXPECT_EQ(lane_title(lane), "thread MainThread, task 1, pid 4242, session 3");
+
+  Profile a = test::kernel_profile_fixture();
+  Profile b = test::kernel_profile_fixture();
+  a.meta["session"] = "1";
+  b.meta["session"] = "2";
+  Profile m;
+  append_profile(m, a);
+  append_profile(m, b);
+  const std::string text = render_text(m, {});
+  EXPECT_EQ(text.find("thread MainThread, pid 777, session 1\npredict: 0.02ms [cpu"), 0u) << text;
+  EXPECT_NE(text.find("\nthread MainThread, pid 777, session 2\npredict: 0.02ms [cpu"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("(6 kernel events lost"), std::string::npos);
 }
 
 }  // namespace

@@ -20,8 +20,8 @@
 #include <rapidjson/writer.h>
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +30,7 @@
 #include "core/export_util.h"
 #include "core/io.h"
 #include "core/render_text.h"
+#include "core/sched.h"
 
 namespace mlprof {
 
@@ -51,41 +52,54 @@ void write_us(JsonWriter& w, std::string& scratch, int64_t ns) {
   w.RawValue(scratch.data(), scratch.size(), rapidjson::kNumberType);
 }
 
-uint32_t process_id(const Profile& p) {
-  const auto it = p.meta.find("pid");
-  if (it != p.meta.end()) {
-    uint32_t pid = 0;
-    const std::string& s = it->second;
-    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), pid);
-    if (ec == std::errc() && ptr == s.data() + s.size() && pid != 0) return pid;
-  }
-  return 1;  // pid 0 is the kernel's idle task to Perfetto
-}
+// pid 0 is the kernel's idle task to Perfetto: a profile that names no
+// process is drawn as process 1.
+uint32_t shown_pid(uint32_t pid) { return pid != 0 ? pid : 1; }
 
-// One tid per lane. A thread's own lane (task 0) keeps its kernel tid, so the
-// trace lines up with kernel events of that thread; asyncio task lanes (and a
-// lane whose tid is unknown or taken) get a synthetic one: two tasks on one
-// thread overlap without nesting, so they cannot share a track.
-std::vector<uint32_t> lane_tids(const Profile& p) {
-  std::vector<uint32_t> tids(p.lanes.size(), 0);
+// A thread's own track: (pid, tid).
+using Track = std::pair<uint32_t, uint32_t>;
+
+// One track per lane. A thread's own lane (task 0) keeps its kernel tid, so
+// the trace lines up with kernel events of that thread, and the task-0 lanes
+// of one thread in several sessions (a profile of many sessions) share it:
+// they follow each other on one stack. Asyncio task lanes (and a lane whose
+// tid is unknown) get a synthetic tid: two tasks on one thread overlap
+// without nesting, so they cannot share a track.
+std::vector<Track> lane_tracks(const Profile& p) {
+  std::vector<Track> tracks(p.lanes.size(), Track{0, 0});
   std::set<uint32_t> used;
   for (size_t i = 0; i < p.lanes.size(); ++i) {
     const Lane& lane = p.lanes[i];
+    tracks[i].first = shown_pid(lane_pid(p, lane));
     if (lane.task != 0 || lane.native_tid == 0 ||
         lane.native_tid > std::numeric_limits<uint32_t>::max()) {
       continue;
     }
-    const auto tid = static_cast<uint32_t>(lane.native_tid);
-    if (used.insert(tid).second) tids[i] = tid;
+    tracks[i].second = static_cast<uint32_t>(lane.native_tid);
+    used.insert(tracks[i].second);
+  }
+  // Kernel-only threads keep their tids too.
+  for (const ThreadLifetime& t : p.kernel.threads) {
+    if (t.tid <= std::numeric_limits<uint32_t>::max()) used.insert(static_cast<uint32_t>(t.tid));
   }
   uint32_t next = kSyntheticTidBase;
   for (size_t i = 0; i < p.lanes.size(); ++i) {
-    if (tids[i] != 0) continue;
+    if (tracks[i].second != 0) continue;
     while (used.count(next)) ++next;
-    tids[i] = next;
+    tracks[i].second = next;
     used.insert(next);
   }
-  return tids;
+  return tracks;
+}
+
+// The track title of a lane: its title without the pid and session, which
+// the process and the shared track already say.
+std::string track_title(const Lane& lane) {
+  Lane bare;
+  bare.thread_id = lane.thread_id;
+  bare.thread_name = lane.thread_name;
+  bare.task = lane.task;
+  return lane_title(bare);
 }
 
 const char* category(const Profile& p, const Span& s) {
@@ -255,6 +269,138 @@ void write_metadata_event(JsonWriter& w, const char* name, uint32_t pid, const u
   w.EndObject();
 }
 
+// What a thread is called, for the off-CPU slices' waker: a lane's thread
+// name, else the comm the agent saw.
+std::map<uint64_t, std::string> thread_names(const Profile& p) {
+  std::map<uint64_t, std::string> names;
+  for (const ThreadLifetime& t : p.kernel.threads) {
+    if (!t.name.empty()) names[t.tid] = t.name;
+  }
+  for (const Lane& lane : p.lanes) {
+    if (lane.native_tid != 0 && !lane.thread_name.empty()) names[lane.native_tid] = lane.thread_name;
+  }
+  return names;
+}
+
+void write_duration_arg(JsonWriter& w, const char* key, int64_t ns) {
+  w.Key(key);
+  write_string(w, format_duration(ns));
+}
+
+// Off-CPU intervals as slices on their thread's tracks: each piece of
+// off_cpu_pieces() under the span it counts for (on that span's lane track,
+// where it nests), the rest on the thread's own track (tid = its kernel tid),
+// which no span of that thread covers at that time. A piece is drawn, not
+// the whole interval: an interval that crosses a span boundary would not nest.
+void write_off_cpu(JsonWriter& w, const Profile& p, const std::vector<Track>& tracks,
+                   int64_t origin, std::string& scratch) {
+  const std::map<uint64_t, std::string> names = thread_names(p);
+  const std::vector<OffCpuPiece> pieces = off_cpu_pieces(p);
+  for (const OffCpuPiece& piece : pieces) {
+    const OffCpuInterval& iv = p.kernel.off_cpu[piece.interval];
+    Track track{shown_pid(iv.pid != 0 ? iv.pid : profile_pid(p)), 0};
+    if (piece.own_thread && piece.span >= 0) {
+      track = tracks[p.spans[static_cast<size_t>(piece.span)].lane];
+    } else if (iv.tid <= std::numeric_limits<uint32_t>::max()) {
+      track.second = static_cast<uint32_t>(iv.tid);
+    } else {
+      continue;  // no uint32 tid to draw it on
+    }
+    w.StartObject();
+    w.Key("ph");
+    w.String("X");
+    w.Key("ts");
+    write_us(w, scratch, piece.start_ns - origin);
+    w.Key("dur");
+    write_us(w, scratch, piece.end_ns - piece.start_ns);
+    w.Key("pid");
+    w.Uint(track.first);
+    w.Key("tid");
+    w.Uint(track.second);
+    w.Key("name");
+    w.String(iv.blocked ? "off-CPU (blocked)" : "off-CPU (preempted)");
+    w.Key("cat");
+    w.String("off_cpu");
+    w.Key("args");
+    w.StartObject();
+    write_duration_arg(w, "off_cpu", iv.off_ns());
+    if (iv.blocked) write_duration_arg(w, "blocked", iv.blocked_ns());
+    write_duration_arg(w, "runq", iv.runq_ns());
+    if (iv.waker_tid != 0) {
+      w.Key("waker_tid");
+      w.Uint64(iv.waker_tid);
+      if (const auto name = names.find(iv.waker_tid); name != names.end()) {
+        w.Key("waker");
+        write_string(w, name->second);
+      }
+    }
+    w.Key("prev_state");
+    w.Uint(iv.prev_state);
+    if (piece.span >= 0) {
+      w.Key("counts_for");
+      write_string(w, p.display_name(p.spans[static_cast<size_t>(piece.span)]));
+    }
+    w.EndObject();
+    w.EndObject();
+  }
+}
+
+// Thread start and exit as instant events on the thread's own track.
+void write_thread_events(JsonWriter& w, const Profile& p, int64_t origin, std::string& scratch) {
+  for (const ThreadLifetime& t : p.kernel.threads) {
+    if (t.tid > std::numeric_limits<uint32_t>::max()) continue;
+    const uint32_t pid = shown_pid(t.pid != 0 ? t.pid : profile_pid(p));
+    for (const bool start : {true, false}) {
+      const int64_t ts = start ? t.start_ns : t.end_ns;
+      if (ts == 0) continue;  // before or after the capture
+      w.StartObject();
+      w.Key("ph");
+      w.String("i");
+      w.Key("ts");
+      write_us(w, scratch, ts - origin);
+      w.Key("pid");
+      w.Uint(pid);
+      w.Key("tid");
+      w.Uint(static_cast<uint32_t>(t.tid));
+      w.Key("s");
+      w.String("t");
+      w.Key("name");
+      w.String(start ? "thread start" : "thread exit");
+      w.Key("cat");
+      w.String("thread");
+      w.Key("args");
+      w.StartObject();
+      w.Key("thread");
+      write_string(w, t.name);
+      if (start) {
+        w.Key("parent_tid");
+        w.Uint64(t.parent_tid);
+        if (t.started_under >= 0 && static_cast<size_t>(t.started_under) < p.spans.size()) {
+          w.Key("started_under");
+          write_string(w, p.display_name(p.spans[static_cast<size_t>(t.started_under)]));
+        }
+      } else {
+        w.Key("exit_code");
+        w.Int(t.exit_code);
+      }
+      w.EndObject();
+      w.EndObject();
+    }
+  }
+}
+
+// Time zero: the timeline's, or an earlier kernel event's.
+int64_t trace_origin(const Profile& p) {
+  int64_t origin = export_util::time_origin(p);
+  if (!p.kernel.present) return origin;
+  for (const OffCpuInterval& iv : p.kernel.off_cpu) origin = std::min(origin, iv.start_ns);
+  for (const ThreadLifetime& t : p.kernel.threads) {
+    if (t.start_ns != 0) origin = std::min(origin, t.start_ns);
+    if (t.end_ns != 0) origin = std::min(origin, t.end_ns);
+  }
+  return origin;
+}
+
 void write_other_data(JsonWriter& w, const Profile& p, int64_t origin) {
   w.Key("otherData");
   w.StartObject();
@@ -274,9 +420,13 @@ void write_other_data(JsonWriter& w, const Profile& p, int64_t origin) {
   for (const Lane& lane : p.lanes) dropped += lane.dropped;
   w.Key("dropped_calls");
   w.Uint64(dropped);
+  if (p.kernel.present) {
+    w.Key("lost_kernel_events");
+    w.Uint64(p.kernel.lost_events);
+  }
   static constexpr std::string_view kFixed[] = {
-      "producer",       "clock",          "ts_origin_ns", "session_start_ns",
-      "session_end_ns", "captured_depth", "dropped_calls"};
+      "producer",       "clock",          "ts_origin_ns",  "session_start_ns",
+      "session_end_ns", "captured_depth", "dropped_calls", "lost_kernel_events"};
   for (const auto& [key, value] : p.meta) {
     if (std::find(std::begin(kFixed), std::end(kFixed), key) != std::end(kFixed)) continue;
     write_string(w, key);
@@ -288,35 +438,63 @@ void write_other_data(JsonWriter& w, const Profile& p, int64_t origin) {
 }  // namespace
 
 std::string to_chrome_trace(const Profile& p) {
-  const int64_t origin = export_util::time_origin(p);
-  const uint32_t pid = process_id(p);
-  const std::vector<uint32_t> tids = lane_tids(p);
+  const int64_t origin = trace_origin(p);
+  const std::vector<Track> tracks = lane_tracks(p);
   const std::vector<bool> has_spans = export_util::lanes_with_spans(p);
   const auto lanes = export_util::lane_intervals(p);
   const std::vector<std::string> locations = function_locations(p);
 
   rapidjson::StringBuffer buffer;
   // About 250 bytes per event with its args.
-  buffer.Reserve(4096 + p.spans.size() * 256);
+  buffer.Reserve(4096 + (p.spans.size() + p.kernel.off_cpu.size()) * 256);
   JsonWriter w(buffer);
   std::string scratch;
   w.StartObject();
   w.Key("traceEvents");
   w.StartArray();
 
-  std::string process = "mlflow-profiler, pid " + std::to_string(pid);
-  if (const auto host = p.meta.find("host"); host != p.meta.end() && !host->second.empty()) {
-    process += " on " + host->second;
+  // Processes in the order they first appear: lanes, then kernel-only threads.
+  std::vector<uint32_t> pids;
+  auto add_pid = [&](uint32_t pid) {
+    if (std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
+  };
+  for (size_t li = 0; li < p.lanes.size(); ++li) {
+    if (has_spans[li]) add_pid(tracks[li].first);
   }
-  write_metadata_event(w, "process_name", pid, nullptr, "name", &process, 0);
+  if (p.kernel.present) {
+    for (const ThreadLifetime& t : p.kernel.threads) add_pid(shown_pid(t.pid != 0 ? t.pid : profile_pid(p)));
+  }
+  if (pids.empty()) add_pid(shown_pid(profile_pid(p)));
+  std::string host;
+  if (const auto it = p.meta.find("host"); it != p.meta.end() && !it->second.empty()) {
+    host = " on " + it->second;
+  }
+  for (const uint32_t pid : pids) {
+    const std::string process = "mlflow-profiler, pid " + std::to_string(pid) + host;
+    write_metadata_event(w, "process_name", pid, nullptr, "name", &process, 0);
+  }
+  // One name per track, from the first lane drawn on it.
+  std::set<Track> named;
   size_t lanes_shown = 0;
   for (size_t li = 0; li < p.lanes.size(); ++li) {
     if (!has_spans[li]) continue;
     ++lanes_shown;
-    const std::string title = lane_title(p.lanes[li]);
-    write_metadata_event(w, "thread_name", pid, &tids[li], "name", &title, 0);
-    write_metadata_event(w, "thread_sort_index", pid, &tids[li], "sort_index", nullptr,
-                         static_cast<int>(li));
+    if (!named.insert(tracks[li]).second) continue;
+    const std::string title = track_title(p.lanes[li]);
+    write_metadata_event(w, "thread_name", tracks[li].first, &tracks[li].second, "name", &title,
+                         0);
+    write_metadata_event(w, "thread_sort_index", tracks[li].first, &tracks[li].second,
+                         "sort_index", nullptr, static_cast<int>(li));
+  }
+  if (p.kernel.present) {
+    for (const ThreadLifetime& t : p.kernel.threads) {
+      if (t.tid > std::numeric_limits<uint32_t>::max()) continue;
+      const Track track{shown_pid(t.pid != 0 ? t.pid : profile_pid(p)),
+                        static_cast<uint32_t>(t.tid)};
+      if (!named.insert(track).second) continue;
+      const std::string title = "thread " + (t.name.empty() ? std::to_string(t.tid) : t.name);
+      write_metadata_event(w, "thread_name", track.first, &track.second, "name", &title, 0);
+    }
   }
 
   for (size_t li = 0; li < lanes.size(); ++li) {
@@ -330,9 +508,9 @@ std::string to_chrome_trace(const Profile& p) {
       w.Key("dur");
       write_us(w, scratch, iv.end_ns - iv.start_ns);
       w.Key("pid");
-      w.Uint(pid);
+      w.Uint(tracks[li].first);
       w.Key("tid");
-      w.Uint(tids[li]);
+      w.Uint(tracks[li].second);
       w.Key("name");
       write_string(w, p.display_name(s));
       w.Key("cat");
@@ -341,7 +519,11 @@ std::string to_chrome_trace(const Profile& p) {
       w.EndObject();
     }
   }
-  if (lanes_shown > 1) write_active_lanes(w, lanes, pid, origin, scratch);
+  if (p.kernel.present) {
+    write_off_cpu(w, p, tracks, origin, scratch);
+    write_thread_events(w, p, origin, scratch);
+  }
+  if (lanes_shown > 1) write_active_lanes(w, lanes, pids.front(), origin, scratch);
   w.EndArray();
 
   w.Key("displayTimeUnit");

@@ -1,6 +1,7 @@
 #include "core/render_text.h"
 
 #include <cstdio>
+#include <unordered_map>
 
 namespace mlprof {
 
@@ -19,10 +20,50 @@ std::string lane_title(const Lane& lane) {
   std::string title = "thread ";
   title += lane.thread_name.empty() ? std::to_string(lane.thread_id) : lane.thread_name;
   if (lane.task != 0) title += ", task " + std::to_string(lane.task);
+  // The agent's lanes say where they come from: a profile holds many.
+  if (lane.pid != 0) title += ", pid " + std::to_string(lane.pid);
+  if (lane.session != 0) title += ", session " + std::to_string(lane.session);
   return title;
 }
 
+std::string format_kernel(const SpanKernel& k, const std::string& waker_name) {
+  std::string out = "[cpu ";
+  out += format_duration(k.on_cpu_ns);
+  out += ", off ";
+  out += format_duration(k.off_cpu_ns);
+  if (k.off_cpu_ns > 0) {
+    out += ": blocked ";
+    out += format_duration(k.blocked_ns);
+    out += ", runq ";
+    out += format_duration(k.runq_ns);
+  }
+  if (k.top_waker_ns > 0 && k.top_waker_tid != 0) {
+    out += "; woken by ";
+    out += std::to_string(k.top_waker_tid);
+    if (!waker_name.empty()) {
+      out += " (";
+      out += waker_name;
+      out += ')';
+    }
+  }
+  out += ']';
+  return out;
+}
+
 namespace {
+
+// Thread names for "woken by": a lane's name, else the comm the agent saw.
+std::unordered_map<uint64_t, std::string> waker_names(const Profile& p) {
+  std::unordered_map<uint64_t, std::string> names;
+  if (!p.kernel.present) return names;
+  for (const ThreadLifetime& t : p.kernel.threads) {
+    if (!t.name.empty()) names[t.tid] = t.name;
+  }
+  for (const Lane& lane : p.lanes) {
+    if (lane.native_tid != 0 && !lane.thread_name.empty()) names[lane.native_tid] = lane.thread_name;
+  }
+  return names;
+}
 
 // The in:/out: lines of spec 000 section 4 under a node, indented one level
 // deeper. One argument is shown bare, as in the spec; several are named.
@@ -51,7 +92,14 @@ bool append_io(const Profile& p, const ViewNode& node, std::string& out) {
   return true;
 }
 
-void append_node(const Profile& p, const View& view, int32_t idx, std::string& out) {
+// What the renderer needs besides the view: the kernel columns, when shown.
+struct Columns {
+  bool kernel = false;  // the profile has attributed kernel figures
+  std::unordered_map<uint64_t, std::string> wakers;
+};
+
+void append_node(const Profile& p, const View& view, const Columns& cols, int32_t idx,
+                 std::string& out) {
   const ViewNode& node = view.nodes[idx];
   out.append(2 * static_cast<size_t>(node.depth), ' ');
   out += node_name(p, node);
@@ -68,20 +116,28 @@ void append_node(const Profile& p, const View& view, int32_t idx, std::string& o
       out += " (active " + format_duration(s.active_ns) + ", " + std::to_string(s.resumes) +
              (s.resumes == 1 ? " resume)" : " resumes)");
     }
+    // A collapsed node stands for several spans: no figures of its own.
+    if (cols.kernel) {
+      const SpanKernel& k = p.kernel.spans[static_cast<size_t>(node.span)];
+      const auto name = cols.wakers.find(k.top_waker_tid);
+      out += ' ';
+      out += format_kernel(k, name == cols.wakers.end() ? std::string() : name->second);
+    }
   }
   out += '\n';
 }
 
 // blank_pending: the last node written had I/O lines; a blank line separates
 // it from the next node (spec 000 section 4), never ends the text.
-void append_subtree(const Profile& p, const View& view, int32_t root, bool show_io,
-                    bool& blank_pending, std::string& out, std::vector<int32_t>& stack) {
+void append_subtree(const Profile& p, const View& view, const Columns& cols, int32_t root,
+                    bool show_io, bool& blank_pending, std::string& out,
+                    std::vector<int32_t>& stack) {
   stack.assign(1, root);
   while (!stack.empty()) {
     const int32_t idx = stack.back();
     stack.pop_back();
     if (blank_pending) out += '\n';
-    append_node(p, view, idx, out);
+    append_node(p, view, cols, idx, out);
     blank_pending = show_io && append_io(p, view.nodes[idx], out);
     const auto& children = view.nodes[idx].children;
     stack.insert(stack.end(), children.rbegin(), children.rend());
@@ -95,6 +151,9 @@ std::string render_text(const Profile& p, const ViewOptions& opts) {
   std::string out;
   std::vector<int32_t> stack;
   bool blank_pending = false;
+  Columns cols;
+  cols.kernel = p.kernel.present && p.kernel.spans.size() == p.spans.size();
+  if (cols.kernel) cols.wakers = waker_names(p);
 
   // Roots grouped by lane, lanes in order; roots keep start order within a lane.
   std::vector<std::vector<int32_t>> lane_roots(p.lanes.size());
@@ -110,7 +169,7 @@ std::string render_text(const Profile& p, const ViewOptions& opts) {
     blank_pending = false;
     if (lanes_with_roots > 1) out += lane_title(p.lanes[li]) + "\n";
     for (const int32_t r : lane_roots[li]) {
-      append_subtree(p, view, r, opts.show_io, blank_pending, out, stack);
+      append_subtree(p, view, cols, r, opts.show_io, blank_pending, out, stack);
     }
   }
 
@@ -132,6 +191,11 @@ std::string render_text(const Profile& p, const ViewOptions& opts) {
     out += " was requested, showing depth ";
     out += captured;
     out += ")\n";
+  }
+  if (p.kernel.present && p.kernel.lost_events > 0) {
+    out += '(';
+    out += std::to_string(p.kernel.lost_events);
+    out += " kernel events lost: the off-CPU figures are low)\n";
   }
   if (p.spans.empty()) out += "(no spans captured)\n";
   return out;
