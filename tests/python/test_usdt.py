@@ -462,6 +462,11 @@ def root(data):
     except StopIteration:
         pass
     return data.sum(axis=0)
+
+
+def many(n):
+    for i in range(n):
+        leaf(i)
 '''
 
 MAIN = '''
@@ -477,10 +482,11 @@ usdt_workload.root(data)  # warm: imports and first calls happen before the trac
 print(os.getpid(), flush=True)
 sys.stdin.readline()  # the tracer is attached
 assert _core.usdt_attached()
-with mp.profiling(depth=3, capture_io=True, all_threads=True, capture_c_calls=True) as s:
-    usdt_workload.root(data)
-print(json.dumps({"tree": s.to_tree(), "text": s.format_tree(show_io=True, show_c_calls=True),
-                  "start_ns": s._engine.start_ns, "end_ns": s._engine.end_ns}), flush=True)
+with mp.profiling(**json.loads(sys.argv[1])) as s:
+    usdt_workload.{call}
+print(json.dumps({{"tree": s.to_tree(), "text": s.format_tree(show_io=True, show_c_calls=True),
+                  "threads": s.statistics()["threads"],
+                  "start_ns": s._engine.start_ns, "end_ns": s._engine.end_ns}}), flush=True)
 sys.stdin.readline()
 '''
 
@@ -504,12 +510,14 @@ def say(proc: subprocess.Popen, line: str) -> None:
     proc.stdin.flush()
 
 
-def test_a_tracer_rebuilds_the_in_process_tree_from_the_probes_alone(tmp_path):
+def trace_session(tmp_path, call: str, **options) -> Tuple[dict, List[str]]:
+    """Runs usdt_workload.<call> in a session of a child process with
+    bpftrace attached: (the in-process result, bpftrace's lines)."""
     require_bpf()
     (tmp_path / "usdt_workload.py").write_text(WORKLOAD)
-    (tmp_path / "main.py").write_text(MAIN)
-    with subprocess.Popen([sys.executable, str(tmp_path / "main.py")], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    (tmp_path / "main.py").write_text(MAIN.format(call=call))
+    with subprocess.Popen([sys.executable, str(tmp_path / "main.py"), json.dumps(options)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             pid = int(readline(proc, 60))
             with Tracer(pid) as tracer:
@@ -521,8 +529,13 @@ def test_a_tracer_rebuilds_the_in_process_tree_from_the_probes_alone(tmp_path):
             assert proc.wait(timeout=30) == 0
         finally:
             proc.kill()
-
     assert not [ln for ln in lines if "Lost" in ln], "bpftrace lost events"
+    return inproc, lines
+
+
+def test_a_tracer_rebuilds_the_in_process_tree_from_the_probes_alone(tmp_path):
+    inproc, lines = trace_session(tmp_path, "root(data)", depth=3, capture_io=True, all_threads=True,
+                                  capture_c_calls=True)
     rebuilt = Rebuilt(records(lines))
     assert rebuilt.begin is not None and rebuilt.end is not None, "\n".join(lines[:20])
     # session_begin(session, ceiling, flags) and session_end(session, dropped)
@@ -571,6 +584,24 @@ def test_a_tracer_rebuilds_the_in_process_tree_from_the_probes_alone(tmp_path):
         assert io["text"] in inproc["text"], io
 
     # The whole tree, rebuilt from the probes alone, is the in-process tree.
+    assert comparable(rebuilt.profile().to_tree()) == comparable(inproc["tree"])
+
+
+def test_calls_dropped_or_below_the_ceiling_fire_nothing_and_session_end_counts_the_drops(tmp_path):
+    # 300 calls of leaf at depth 1, 60 events room: most are dropped; leaf's
+    # own callees (depth 2) are below the ceiling.
+    inproc, lines = trace_session(tmp_path, "many(300)", depth=1, max_events=60)
+    rebuilt = Rebuilt(records(lines))
+    dropped = sum(t["dropped"] for t in inproc["threads"].values())
+    assert dropped > 200 and int(rebuilt.end[4]) == dropped
+    assert int(rebuilt.begin[5]) == 0 and int(rebuilt.begin[4]) == 1
+    recorded = sum(t["events"] for t in inproc["threads"].values())
+    assert sum(len(lane["events"]) for lane in rebuilt.lanes.values()) == recorded
+    assert all(e["depth"] <= 1 for e in rebuilt.enters)
+    # The span whose children were dropped says so at its exit.
+    many = [e for e in rebuilt.enters if e["name"] == "many"][0]
+    assert [x["flags"] for x in rebuilt.exits if x["index"] == many["index"]] == [0x10]
+    rebuilt.lanes[0]["dropped"] = dropped
     assert comparable(rebuilt.profile().to_tree()) == comparable(inproc["tree"])
 
 
