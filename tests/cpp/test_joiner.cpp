@@ -60,8 +60,8 @@ void put(char (&dst)[N], const std::string& s) {
   std::memcpy(dst, s.data(), std::min(s.size(), N - 1));
 }
 
-Rec session_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint64_t serial, int64_t ceiling,
-                uint64_t flags) {
+Rec session_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint64_t serial,
+                int64_t ceiling, uint64_t flags) {
   mlprof_ev_session r{};
   r.h = header(kind, tgid, tid, ts);
   r.session = serial;
@@ -85,8 +85,8 @@ Rec span_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint64_t se
   return rec_of(r);
 }
 
-Rec off_cpu_rec(uint32_t tgid, uint32_t tid, int64_t start, int64_t end, bool blocked, int64_t wake = 0,
-                uint32_t waker = 0) {
+Rec off_cpu_rec(uint32_t tgid, uint32_t tid, int64_t start, int64_t end, bool blocked,
+                int64_t wake = 0, uint32_t waker = 0) {
   mlprof_ev_off_cpu r{};
   r.h = header(MLPROF_EV_OFF_CPU, tgid, tid, end);
   r.start_ns = static_cast<__u64>(start);
@@ -98,8 +98,8 @@ Rec off_cpu_rec(uint32_t tgid, uint32_t tid, int64_t start, int64_t end, bool bl
   return rec_of(r);
 }
 
-Rec thread_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint32_t parent, const std::string& comm,
-               uint32_t exit_code = 0) {
+Rec thread_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint32_t parent,
+               const std::string& comm, uint32_t exit_code = 0) {
   mlprof_ev_thread r{};
   r.h = header(kind, tgid, tid, ts);
   r.parent_tid = parent;
@@ -108,8 +108,9 @@ Rec thread_rec(uint16_t kind, uint32_t tgid, uint32_t tid, int64_t ts, uint32_t 
   return rec_of(r);
 }
 
-Rec name_rec(uint32_t tgid, uint32_t tid, int64_t ts, uint32_t id, bool is_label, const std::string& name,
-             const std::string& module = "", const std::string& file = "", int64_t line = 0) {
+Rec name_rec(uint32_t tgid, uint32_t tid, int64_t ts, uint32_t id, bool is_label,
+             const std::string& name, const std::string& module = "", const std::string& file = "",
+             int64_t line = 0) {
   mlprof_ev_name r{};
   r.h = header(MLPROF_EV_NAME, tgid, tid, ts);
   r.id = id;
@@ -139,7 +140,8 @@ std::vector<Rec> records_of(const Profile& p, Process& proc, uint64_t serial, ui
   std::vector<Rec> out;
   const uint32_t tgid = proc.tgid;
   const auto main_tid = static_cast<uint32_t>(p.lanes.empty() ? tgid : p.lanes[0].native_tid);
-  out.push_back(session_rec(MLPROF_EV_SESSION_BEGIN, tgid, main_tid, p.start_ns, serial, p.captured_depth, flags));
+  out.push_back(session_rec(MLPROF_EV_SESSION_BEGIN, tgid, main_tid, p.start_ns, serial,
+                            p.captured_depth, flags));
   struct Item {
     int64_t ts;
     uint32_t lane;
@@ -158,7 +160,8 @@ std::vector<Rec> records_of(const Profile& p, Process& proc, uint64_t serial, ui
     lb.h = header(MLPROF_EV_LANE_BEGIN, tgid, tid, first_ts);
     lb.session = serial;
     lb.lane = li;
-    lb.parent_lane = lane.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(lane.parent_lane);
+    lb.parent_lane =
+        lane.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(lane.parent_lane);
     lb.parent_call = lane.parent_call;
     lb.task = lane.task;
     lb.thread_ident = lane.thread_id;
@@ -179,11 +182,12 @@ std::vector<Rec> records_of(const Profile& p, Process& proc, uint64_t serial, ui
           if (proc.send_names && proc.named.insert({false, fid}).second) {
             const FunctionInfo& f = p.functions.get(e.id);
             const auto& s = p.functions.strings();
-            add(e.ts_ns, name_rec(tgid, tid, e.ts_ns, fid, false, s.get(f.name), s.get(f.module), s.get(f.file),
-                                  f.line));
+            add(e.ts_ns, name_rec(tgid, tid, e.ts_ns, fid, false, s.get(f.name), s.get(f.module),
+                                  s.get(f.file), f.line));
           }
           if (lid && proc.send_names && proc.named.insert({true, lid}).second) {
-            add(e.ts_ns, name_rec(tgid, tid, e.ts_ns, lid, true, p.functions.strings().get(pending_label)));
+            add(e.ts_ns,
+                name_rec(tgid, tid, e.ts_ns, lid, true, p.functions.strings().get(pending_label)));
           }
           add(e.ts_ns, span_rec(MLPROF_EV_SPAN_ENTER, tgid, tid, e.ts_ns, serial, li, i, fid, lid,
                                 static_cast<uint32_t>(stack.size()), e.flags));
@@ -193,7 +197,8 @@ std::vector<Rec> records_of(const Profile& p, Process& proc, uint64_t serial, ui
         }
         case EventKind::kReturn:
           if (stack.empty()) break;  // the builder ignores it; the probe does not fire
-          add(e.ts_ns, span_rec(MLPROF_EV_SPAN_EXIT, tgid, tid, e.ts_ns, serial, li, stack.back(), 0, 0, 0, e.flags));
+          add(e.ts_ns, span_rec(MLPROF_EV_SPAN_EXIT, tgid, tid, e.ts_ns, serial, li, stack.back(),
+                                0, 0, 0, e.flags));
           stack.pop_back();
           break;
         case EventKind::kSuspend: {
@@ -201,7 +206,8 @@ std::vector<Rec> records_of(const Profile& p, Process& proc, uint64_t serial, ui
           if (at == stack.end()) break;
           parked[e.id].assign(at, stack.end());
           stack.erase(at, stack.end());
-          add(e.ts_ns, span_rec(MLPROF_EV_SPAN_SUSPEND, tgid, tid, e.ts_ns, serial, li, e.id, 0, 0, 0, e.flags));
+          add(e.ts_ns, span_rec(MLPROF_EV_SPAN_SUSPEND, tgid, tid, e.ts_ns, serial, li, e.id, 0, 0,
+                                0, e.flags));
           break;
         }
         case EventKind::kResume: {
@@ -233,7 +239,9 @@ std::vector<Rec> records_of(const Profile& p, Process& proc, uint64_t serial, ui
         if (q.bytes.size() != sizeof(s)) continue;
         std::memcpy(&s, q.bytes.data(), sizeof(s));
         if (items[pos].lane != li || s.index != io.call) continue;
-        if (io.role == IORole::kArgument ? s.h.kind == MLPROF_EV_SPAN_ENTER : s.h.kind == MLPROF_EV_SPAN_EXIT) break;
+        if (io.role == IORole::kArgument ? s.h.kind == MLPROF_EV_SPAN_ENTER
+                                         : s.h.kind == MLPROF_EV_SPAN_EXIT)
+          break;
       }
       items.insert(items.begin() + static_cast<long>(std::min(pos + 1, items.size())),
                    Item{at, li, seq++, rec_of(r)});
@@ -253,12 +261,15 @@ std::vector<Rec> records_of(const Profile& p, Process& proc, uint64_t serial, ui
       int best = -1;
       for (size_t k = 0; k < per_lane.size(); ++k) {
         if (next[k] == per_lane[k].size()) continue;
-        if (best < 0 || per_lane[k][next[k]].ts < per_lane[static_cast<size_t>(best)][next[static_cast<size_t>(best)]].ts) {
+        if (best < 0 ||
+            per_lane[k][next[k]].ts <
+                per_lane[static_cast<size_t>(best)][next[static_cast<size_t>(best)]].ts) {
           best = static_cast<int>(k);
         }
       }
       if (best < 0) break;
-      out.push_back(std::move(per_lane[static_cast<size_t>(best)][next[static_cast<size_t>(best)]++].rec));
+      out.push_back(
+          std::move(per_lane[static_cast<size_t>(best)][next[static_cast<size_t>(best)]++].rec));
     }
   }
   uint64_t dropped = 0;
@@ -300,8 +311,9 @@ void feed(Joiner& j, const std::vector<Rec>& recs) {
 std::string function_text(const Profile& p, uint32_t id) {
   const FunctionInfo& f = p.functions.get(id);
   const auto& s = p.functions.strings();
-  return s.get(f.name) + "|" + s.get(f.module) + "|" + s.get(f.file) + "|" + std::to_string(f.line) + "|" +
-         std::to_string(static_cast<int>(f.kind)) + "|" + std::to_string(f.user_code);
+  return s.get(f.name) + "|" + s.get(f.module) + "|" + s.get(f.file) + "|" +
+         std::to_string(f.line) + "|" + std::to_string(static_cast<int>(f.kind)) + "|" +
+         std::to_string(f.user_code);
 }
 
 // The joiner's profile `got` has the tree, lanes and I/O of the in-process `want`.
@@ -383,27 +395,28 @@ Profile rich_session() {
   const uint32_t gen = test::user_fn(p, "batches");
   const uint32_t work = test::user_fn(p, "worker_run", "app.workers");
   const uint32_t task = test::user_fn(p, "fetch_features", "app.io");
-  const uint32_t stdlib = p.functions.add("sleep", "asyncio.tasks", "/usr/lib/python3.11/asyncio/tasks.py", 600,
-                                          FunctionKind::kPython, false);
+  const uint32_t stdlib =
+      p.functions.add("sleep", "asyncio.tasks", "/usr/lib/python3.11/asyncio/tasks.py", 600,
+                      FunctionKind::kPython, false);
   const uint32_t lab = p.functions.strings().intern("prep stage");
   std::vector<Event> main = {
-      call(1000, predict),                           // 0
-      label(lab),                                    // 1
-      call(1100, prep),                              // 2
-      call(1200, scale),                             // 3
-      call(1250, len, kEvCFunction),                 // 4
-      ret(1260),                                     // 5
-      ret(1400, kEvException),                       // 6
-      ret(1500),                                     // 7
-      call(1600, block, kEvBlock),                   // 8
-      ret(2600),                                     // 9
-      call(2700, gen),                               // 10
-      suspend(2800, 10),                             // 11
-      resume(3000, 10),                              // 12
-      suspend(3100, 10),                             // 13
-      resume(3300, 10),                              // 14
-      ret(3400),                                     // 15
-      ret(9000),                                     // 16
+      call(1000, predict),            // 0
+      label(lab),                     // 1
+      call(1100, prep),               // 2
+      call(1200, scale),              // 3
+      call(1250, len, kEvCFunction),  // 4
+      ret(1260),                      // 5
+      ret(1400, kEvException),        // 6
+      ret(1500),                      // 7
+      call(1600, block, kEvBlock),    // 8
+      ret(2600),                      // 9
+      call(2700, gen),                // 10
+      suspend(2800, 10),              // 11
+      resume(3000, 10),               // 12
+      suspend(3100, 10),              // 13
+      resume(3300, 10),               // 14
+      ret(3400),                      // 15
+      ret(9000),                      // 16
   };
   p.captured_depth = 3;
   p.start_ns = 900;
@@ -413,11 +426,13 @@ Profile rich_session() {
   p.lanes[0].native_tid = 100;
   // A worker thread (all_threads) started inside predict: its roots hang
   // under predict (lane 0, call 0). Its timestamps interleave with lane 0's.
-  p.lanes.push_back(make_lane({call(1150, work), call(1300, stdlib), ret(2900), ret(3050)}, "worker-1", 0, 0, 0));
+  p.lanes.push_back(
+      make_lane({call(1150, work), call(1300, stdlib), ret(2900), ret(3050)}, "worker-1", 0, 0, 0));
   p.lanes[1].thread_id = 140002;
   p.lanes[1].native_tid = 101;
   // An asyncio task in the main thread (task 1), created under predict.
-  p.lanes.push_back(make_lane({call(2750, task), suspend(2760, 0), resume(3350, 0), ret(3380)}, "MainThread", 1, 0, 0));
+  p.lanes.push_back(make_lane({call(2750, task), suspend(2760, 0), resume(3350, 0), ret(3380)},
+                              "MainThread", 1, 0, 0));
   p.lanes[2].thread_id = 140001;
   p.lanes[2].native_tid = 100;
   IOSummary df;
@@ -540,8 +555,8 @@ Profile small_session(int64_t t0 = 1000) {
   const uint32_t predict = test::user_fn(p, "predict");
   const uint32_t load = test::user_fn(p, "load");
   const uint32_t read = test::user_fn(p, "read", "app.io");
-  p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 1000, load), call(t0 + 2000, read), ret(t0 + 30000),
-                               ret(t0 + 40000), ret(t0 + 50000)}));
+  p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 1000, load), call(t0 + 2000, read),
+                               ret(t0 + 30000), ret(t0 + 40000), ret(t0 + 50000)}));
   p.lanes[0].native_tid = 100;
   p.captured_depth = 2;
   p.start_ns = t0 - 100;
@@ -698,7 +713,8 @@ TEST(Joiner, TwoProcessesWithEqualTidsAndSessionNumbersStayApart) {
   const uint32_t f0 = test::user_fn(b, "score");
   const uint32_t f1 = test::user_fn(b, "featurize");
   const uint32_t f2 = test::user_fn(b, "lookup");
-  b.lanes.push_back(make_lane({call(1500, f0), call(1600, f1), ret(1700), call(1800, f2), ret(1900), ret(2000)}));
+  b.lanes.push_back(
+      make_lane({call(1500, f0), call(1600, f1), ret(1700), call(1800, f2), ret(1900), ret(2000)}));
   b.lanes[0].native_tid = 100;
   b.captured_depth = 2;
   b.start_ns = 1400;
@@ -735,8 +751,8 @@ TEST(Joiner, AnIndexMismatchStopsTheLaneInsteadOfBuildingAWrongTree) {
   const uint32_t load = test::user_fn(p, "load");
   const uint32_t read = test::user_fn(p, "read");
   const uint32_t post = test::user_fn(p, "post");
-  p.lanes.push_back(make_lane({call(1000, predict), call(2000, load), call(3000, read), ret(4000), ret(5000),
-                               call(6000, post), ret(7000), ret(8000)}));
+  p.lanes.push_back(make_lane({call(1000, predict), call(2000, load), call(3000, read), ret(4000),
+                               ret(5000), call(6000, post), ret(7000), ret(8000)}));
   p.lanes[0].native_tid = 100;
   p.start_ns = 900;
   p.end_ns = 9000;
@@ -834,7 +850,7 @@ TEST(Joiner, ThreadsStartedInTheSessionBecomeLifetimes) {
   EXPECT_EQ(k.threads[0].started_under, 1);  // load(), innermost open on thread 100 at 2500
   EXPECT_EQ(k.threads[1].tid, 151u);
   EXPECT_EQ(k.threads[1].end_ns, 0);  // still running
-  ASSERT_EQ(k.off_cpu.size(), 1u);   // 160 is not the session's
+  ASSERT_EQ(k.off_cpu.size(), 1u);    // 160 is not the session's
   EXPECT_EQ(k.off_cpu[0].tid, 150u);
   // The started thread's off-CPU counts for load() (and predict), not for read().
   EXPECT_EQ(k.spans[1].off_cpu_ns, 10000);
@@ -1021,7 +1037,8 @@ TEST(Joiner, AProcessWithNoSessionHoldsNoSchedulerRecords) {
     name += std::to_string(i);
     feed(j, {name_rec(100, 100, 10, i, false, name)});
   }
-  for (uint32_t i = 0; i < 1000; ++i) feed(j, {off_cpu_rec(100, 100, i * 10, i * 10 + 5, true, i * 10 + 4, 1)});
+  for (uint32_t i = 0; i < 1000; ++i)
+    feed(j, {off_cpu_rec(100, 100, i * 10, i * 10 + 5, true, i * 10 + 4, 1)});
   // A session that starts later sees none of the earlier intervals, and only
   // the names that fit.
   feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 20000, 1, 2, 0),
@@ -1043,7 +1060,8 @@ TEST(Joiner, TooManyOpenSessionsCloseTheOldestFirst) {
   limits.max_open_sessions = 3;
   Joiner j({}, limits);
   for (uint64_t s = 1; s <= 5; ++s) {
-    feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, static_cast<int64_t>(s * 100), s, 2, 0)});
+    feed(j,
+         {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, static_cast<int64_t>(s * 100), s, 2, 0)});
   }
   std::vector<Profile> got = j.take_finished();
   ASSERT_EQ(got.size(), 2u);
@@ -1122,7 +1140,8 @@ TEST(ParseIoText, GivesBackFieldsThatFormatToTheSameText) {
   s.length = 2;
   s.repr_short = "(1, 2)";
   cases.push_back(s);
-  for (int64_t bytes : {1023LL, 1024LL, 1075LL, 1048575LL, 1048576LL, 6451LL, 5LL * 1024 * 1024 * 1024 + 12345}) {
+  for (int64_t bytes :
+       {1023LL, 1024LL, 1075LL, 1048575LL, 1048576LL, 6451LL, 5LL * 1024 * 1024 * 1024 + 12345}) {
     s = {};
     s.type_name = "bytes";
     s.size_bytes = bytes;

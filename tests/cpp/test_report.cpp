@@ -27,15 +27,16 @@ constexpr int64_t kMs = 1'000'000;
 // read() sleeps `blocked` ns from 21 ms and waits 1 ms in the run queue
 // after its wakeup by thread `waker`; compute() is preempted for `preempt`
 // ns at 70 ms. Times are relative to t0.
-Profile session(uint32_t pid, uint64_t serial, int64_t t0, int64_t blocked, int64_t preempt, uint64_t waker = 4250) {
+Profile session(uint32_t pid, uint64_t serial, int64_t t0, int64_t blocked, int64_t preempt,
+                uint64_t waker = 4250) {
   Profile p;
   const uint32_t predict = test::user_fn(p, "predict");
   const uint32_t load = test::user_fn(p, "load");
   const uint32_t read = test::user_fn(p, "read", "app.io");
   const uint32_t compute = test::user_fn(p, "compute");
-  p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 10 * kMs, load), call(t0 + 20 * kMs, read),
-                               ret(t0 + 50 * kMs), ret(t0 + 60 * kMs), call(t0 + 60 * kMs, compute),
-                               ret(t0 + 90 * kMs), ret(t0 + 100 * kMs)}));
+  p.lanes.push_back(make_lane(
+      {call(t0, predict), call(t0 + 10 * kMs, load), call(t0 + 20 * kMs, read), ret(t0 + 50 * kMs),
+       ret(t0 + 60 * kMs), call(t0 + 60 * kMs, compute), ret(t0 + 90 * kMs), ret(t0 + 100 * kMs)}));
   p.lanes[0].native_tid = pid;
   p.lanes[0].pid = pid;
   p.lanes[0].session = serial;
@@ -111,10 +112,12 @@ TEST(SpanStalls, AtTheDepthCutASpanStandsForItsHiddenCallees) {
   depth1.depth = 1;
   const std::vector<Stall> st = span_stalls(p, depth1);
   ASSERT_EQ(st.size(), 2u);
-  EXPECT_EQ(p.display_name(p.spans[static_cast<size_t>(st[0].span)]), "load");  // read is hidden in it
+  EXPECT_EQ(p.display_name(p.spans[static_cast<size_t>(st[0].span)]),
+            "load");  // read is hidden in it
   EXPECT_EQ(st[0].off_cpu_ns, 21 * kMs);
   EXPECT_EQ(st[0].wall_ns, 50 * kMs);
-  EXPECT_EQ(p.display_name(p.spans[static_cast<size_t>(st[1].span)]), "compute");  // a leaf: its own
+  EXPECT_EQ(p.display_name(p.spans[static_cast<size_t>(st[1].span)]),
+            "compute");  // a leaf: its own
   ReportOptions depth0;
   depth0.depth = 0;
   const std::vector<Stall> root = span_stalls(p, depth0);
@@ -163,7 +166,8 @@ TEST(StallReport, RanksCallPathsByTheirOffCpuTimeOverSessions) {
   EXPECT_EQ(line_starting(text, "predict "), "");
   EXPECT_EQ(line_starting(text, "predict/load "), "");
 
-  for (uint64_t s = 1; s <= 3; ++s) all.push_back(session(200, s, (500 + 200 * static_cast<int64_t>(s)) * kMs, 0, 20 * kMs));
+  for (uint64_t s = 1; s <= 3; ++s)
+    all.push_back(session(200, s, (500 + 200 * static_cast<int64_t>(s)) * kMs, 0, 20 * kMs));
   const std::string more = stall_report(all);
   EXPECT_LT(more.find("predict/compute"), more.find("predict/load/read")) << more;
   ReportOptions one;
@@ -195,7 +199,8 @@ TEST(CaptureText, PerCallPathStatisticsThenTheStalls) {
   EXPECT_EQ(text.substr(0, text.find('\n')),
             "3 sessions of 2 processes (pids 100, 101) over 500.00ms, 1 truncated, 3 events lost");
   EXPECT_EQ(cells(line_starting(text, "call path")),
-            (std::vector<std::string>{"call", "path", "calls", "mean", "p50", "p99", "on-CPU", "off-CPU", "runq"}));
+            (std::vector<std::string>{"call", "path", "calls", "mean", "p50", "p99", "on-CPU",
+                                      "off-CPU", "runq"}));
   // predict: 100 ms each; off-CPU 26, 16, 33 ms -> mean 25 ms; on-CPU 75 ms.
   const std::vector<std::string> predict = cells(line_starting(text, "predict "));
   ASSERT_EQ(predict.size(), 8u);
@@ -278,7 +283,8 @@ TEST(SessionText, HeaderTreeAndStalls) {
   EXPECT_NE(line_starting(text, "    read: 30.00ms"), "");
   EXPECT_NE(text.find("\nstalls:\n"), std::string::npos);
   EXPECT_EQ(line_starting(text, "  predict/load/read:"),
-            "  predict/load/read: off-CPU 21.00ms (70.0% of 30.00ms): blocked 20.00ms, runq 1.00ms, woken by "
+            "  predict/load/read: off-CPU 21.00ms (70.0% of 30.00ms): blocked 20.00ms, runq "
+            "1.00ms, woken by "
             "io-worker (tid 4250)");
   EXPECT_EQ(line_starting(text, "  predict/compute:"),
             "  predict/compute: off-CPU 5.00ms (16.7% of 30.00ms): blocked 0.00us, runq 5.00ms");

@@ -74,7 +74,8 @@ int64_t realtime_offset_ns() {
   timespec rt{}, mono{};
   clock_gettime(CLOCK_REALTIME, &rt);
   clock_gettime(CLOCK_MONOTONIC, &mono);
-  return (static_cast<int64_t>(rt.tv_sec) - mono.tv_sec) * 1'000'000'000 + (rt.tv_nsec - mono.tv_nsec);
+  return (static_cast<int64_t>(rt.tv_sec) - mono.tv_sec) * 1'000'000'000 +
+         (rt.tv_nsec - mono.tv_nsec);
 }
 
 std::string session_flags_text(uint64_t flags) {
@@ -156,9 +157,12 @@ IOSummary parse_io_text(const std::string& text) {
         size_t comma = dims.find(',');
         std::string_view d = dims.substr(0, comma);
         while (!d.empty() && d.front() == ' ') d.remove_prefix(1);
-        if (d == "?") shape.push_back(-1);
-        else if (all_digits(d) && d.size() < 19) shape.push_back(std::stoll(std::string(d)));
-        else if (!(d.empty() && comma == std::string_view::npos)) ok = false;
+        if (d == "?")
+          shape.push_back(-1);
+        else if (all_digits(d) && d.size() < 19)
+          shape.push_back(std::stoll(std::string(d)));
+        else if (!(d.empty() && comma == std::string_view::npos))
+          ok = false;
         dims = comma == std::string_view::npos ? std::string_view() : dims.substr(comma + 1);
       }
       if (!ok) break;
@@ -187,8 +191,10 @@ IOSummary parse_io_text(const std::string& text) {
       }
       rest = sep == std::string_view::npos ? std::string_view() : rest.substr(sep);
     }
-    if (rest.starts_with(", ")) rest.remove_prefix(2);
-    else if (!rest.empty()) break;  // "shape=(..)x": not format_io's form
+    if (rest.starts_with(", "))
+      rest.remove_prefix(2);
+    else if (!rest.empty())
+      break;  // "shape=(..)x": not format_io's form
   }
   out.repr_short = std::string(rest);
   return out;
@@ -201,8 +207,8 @@ namespace {
 struct LaneState {
   Lane lane;
   bool seen_begin = false;
-  bool stopped = false;            // an index mismatch or the event cap: ignore the rest
-  std::vector<uint32_t> stack;     // open spans: their kCall indices, innermost last
+  bool stopped = false;         // an index mismatch or the event cap: ignore the rest
+  std::vector<uint32_t> stack;  // open spans: their kCall indices, innermost last
   // Segments detached by a kSuspend, by the suspended span's kCall index.
   std::unordered_map<uint32_t, std::vector<uint32_t>> suspended;
 };
@@ -237,16 +243,16 @@ struct ThreadEvent {
 };
 
 struct ProcessState {
-  std::unordered_map<uint32_t, FunctionName> functions;  // function id -> strings (process-wide ids)
-  std::unordered_map<uint32_t, std::string> labels;      // label id -> text
-  std::map<uint64_t, SessionState> sessions;             // open or ended-not-finished, by serial
+  std::unordered_map<uint32_t, FunctionName>
+      functions;                                     // function id -> strings (process-wide ids)
+  std::unordered_map<uint32_t, std::string> labels;  // label id -> text
+  std::map<uint64_t, SessionState> sessions;         // open or ended-not-finished, by serial
   std::unordered_map<uint32_t, std::deque<OffCpuInterval>> off_cpu;  // by tid, arrival order
   std::deque<ThreadEvent> thread_events;
   uint64_t last_use = 0;  // the joiner's record count when last touched (eviction order)
 };
 
 }  // namespace
-
 
 struct Joiner::State {
   JoinerLimits limits;
@@ -326,7 +332,9 @@ void Joiner::finish(int64_t now_ns) {
   state_->ended.clear();
 }
 
-std::vector<Profile> Joiner::take_finished() { return take_finished(std::numeric_limits<int64_t>::max()); }
+std::vector<Profile> Joiner::take_finished() {
+  return take_finished(std::numeric_limits<int64_t>::max());
+}
 
 std::vector<Profile> Joiner::take_finished(int64_t ended_before_ns) {
   state_->take(ended_before_ns);
@@ -420,7 +428,8 @@ ProcessState& Joiner::State::process(uint32_t tgid) {
     // (typically one that exited without the agent noticing).
     auto victim = processes.end();
     for (auto it = processes.begin(); it != processes.end(); ++it) {
-      if (victim == processes.end() || (it->second.sessions.empty() && !victim->second.sessions.empty()) ||
+      if (victim == processes.end() ||
+          (it->second.sessions.empty() && !victim->second.sessions.empty()) ||
           (it->second.sessions.empty() == victim->second.sessions.empty() &&
            it->second.last_use < victim->second.last_use)) {
         victim = it;
@@ -446,21 +455,21 @@ SessionState* Joiner::State::open_session(uint32_t tgid, uint64_t serial, Proces
 
 LaneState& Joiner::State::lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h) {
   auto [it, added] = s.lanes.try_emplace(lane);
-  LaneState& L = it->second;
+  LaneState& ls = it->second;
   if (added) {
     // A span record before any lane_begin of its lane: the lane_begin was
     // lost. The thread is known from the record; the parent link is not.
-    L.lane.pid = s.tgid;
-    L.lane.session = s.serial;
-    L.lane.native_tid = h.tid;
+    ls.lane.pid = s.tgid;
+    ls.lane.session = s.serial;
+    ls.lane.native_tid = h.tid;
   }
-  return L;
+  return ls;
 }
 
-void Joiner::State::mismatch(LaneState& L) {
+void Joiner::State::mismatch(LaneState& ls) {
   ++stats.index_mismatches;
-  L.stopped = true;
-  L.lane.truncated = true;
+  ls.stopped = true;
+  ls.lane.truncated = true;
 }
 
 void Joiner::State::session_begin(const mlprof_ev_session& r) {
@@ -472,9 +481,9 @@ void Joiner::State::session_begin(const mlprof_ev_session& r) {
     finalize(r.h.tgid, p, r.session, !it->second.ended, ts, "begun again (its end was lost)");
   }
   while (p.sessions.size() >= limits.max_open_sessions && !p.sessions.empty()) {
-    auto oldest = std::min_element(p.sessions.begin(), p.sessions.end(), [](const auto& a, const auto& b) {
-      return a.second.start_ns < b.second.start_ns;
-    });
+    auto oldest = std::min_element(
+        p.sessions.begin(), p.sessions.end(),
+        [](const auto& a, const auto& b) { return a.second.start_ns < b.second.start_ns; });
     ++stats.sessions_evicted;
     finalize(r.h.tgid, p, oldest->first, !oldest->second.ended, ts, "too many open sessions");
   }
@@ -507,18 +516,19 @@ void Joiner::State::lane_begin(const mlprof_ev_lane& r) {
     ++stats.unmatched;
     return;
   }
-  LaneState& L = s->lanes[r.lane];
-  if (L.seen_begin || !L.lane.events.empty()) return;  // a repeat: the first one stands
-  L.seen_begin = true;
-  L.lane.pid = r.h.tgid;
-  L.lane.session = r.session;
-  L.lane.native_tid = r.h.tid;
-  L.lane.thread_id = r.thread_ident;
-  L.lane.thread_name = field(r.thread_name);
-  L.lane.task = r.task;
+  LaneState& ls = s->lanes[r.lane];
+  if (ls.seen_begin || !ls.lane.events.empty()) return;  // a repeat: the first one stands
+  ls.seen_begin = true;
+  ls.lane.pid = r.h.tgid;
+  ls.lane.session = r.session;
+  ls.lane.native_tid = r.h.tid;
+  ls.lane.thread_id = r.thread_ident;
+  ls.lane.thread_name = field(r.thread_name);
+  ls.lane.task = r.task;
   // Kept as the contract's lane number until finalize maps it to an index.
-  L.lane.parent_lane = r.parent_lane == MLPROF_NO_PARENT_LANE ? -1 : static_cast<int32_t>(r.parent_lane);
-  L.lane.parent_call = r.parent_call;
+  ls.lane.parent_lane =
+      r.parent_lane == MLPROF_NO_PARENT_LANE ? -1 : static_cast<int32_t>(r.parent_lane);
+  ls.lane.parent_call = r.parent_call;
   s->last_ts = std::max(s->last_ts, static_cast<int64_t>(r.h.ts_ns));
 }
 
@@ -528,48 +538,50 @@ void Joiner::State::span(const mlprof_ev_span& r) {
     ++stats.unmatched;
     return;
   }
-  LaneState& L = lane_of(*s, r.lane, r.h);
+  LaneState& ls = lane_of(*s, r.lane, r.h);
   const auto ts = static_cast<int64_t>(r.h.ts_ns);
   s->last_ts = std::max(s->last_ts, ts);
-  if (L.stopped) return;
+  if (ls.stopped) return;
   const size_t needed = r.h.kind == MLPROF_EV_SPAN_ENTER && r.label ? 2 : 1;
   if (s->events + needed > limits.max_events_per_session) {
     ++stats.events_over_cap;
-    L.stopped = true;
-    L.lane.truncated = true;
+    ls.stopped = true;
+    ls.lane.truncated = true;
     return;
   }
-  std::vector<Event>& events = L.lane.events;
+  std::vector<Event>& events = ls.lane.events;
   const size_t before = events.size();
   switch (r.h.kind) {
     case MLPROF_EV_SPAN_ENTER: {
       // index is the kCall's position in the lane, after its kLabel.
-      if (r.index != events.size() + (r.label ? 1 : 0)) return mismatch(L);
+      if (r.index != events.size() + (r.label ? 1 : 0)) return mismatch(ls);
       if (r.label) events.push_back(make_event(EventKind::kLabel, ts, r.label, 0));
-      events.push_back(make_event(EventKind::kCall, ts, r.function, static_cast<uint8_t>(r.flags) & kCallFlags));
-      L.stack.push_back(r.index);
+      events.push_back(
+          make_event(EventKind::kCall, ts, r.function, static_cast<uint8_t>(r.flags) & kCallFlags));
+      ls.stack.push_back(r.index);
       break;
     }
     case MLPROF_EV_SPAN_EXIT: {
-      if (L.stack.empty() || L.stack.back() != r.index) return mismatch(L);
-      events.push_back(make_event(EventKind::kReturn, ts, 0, static_cast<uint8_t>(r.flags) & kReturnFlags));
-      L.stack.pop_back();
+      if (ls.stack.empty() || ls.stack.back() != r.index) return mismatch(ls);
+      events.push_back(
+          make_event(EventKind::kReturn, ts, 0, static_cast<uint8_t>(r.flags) & kReturnFlags));
+      ls.stack.pop_back();
       break;
     }
     case MLPROF_EV_SPAN_SUSPEND: {
-      auto at = std::find(L.stack.begin(), L.stack.end(), r.index);
-      if (at == L.stack.end()) return mismatch(L);
-      L.suspended[r.index].assign(at, L.stack.end());
-      L.stack.erase(at, L.stack.end());
-      events.push_back(
-          make_event(EventKind::kSuspend, ts, r.index, static_cast<uint8_t>(r.flags) & kEvChildrenDropped));
+      auto at = std::find(ls.stack.begin(), ls.stack.end(), r.index);
+      if (at == ls.stack.end()) return mismatch(ls);
+      ls.suspended[r.index].assign(at, ls.stack.end());
+      ls.stack.erase(at, ls.stack.end());
+      events.push_back(make_event(EventKind::kSuspend, ts, r.index,
+                                  static_cast<uint8_t>(r.flags) & kEvChildrenDropped));
       break;
     }
     case MLPROF_EV_SPAN_RESUME: {
-      auto it = L.suspended.find(r.index);
-      if (it == L.suspended.end()) return mismatch(L);
-      L.stack.insert(L.stack.end(), it->second.begin(), it->second.end());
-      L.suspended.erase(it);
+      auto it = ls.suspended.find(r.index);
+      if (it == ls.suspended.end()) return mismatch(ls);
+      ls.stack.insert(ls.stack.end(), it->second.begin(), it->second.end());
+      ls.suspended.erase(it);
       events.push_back(make_event(EventKind::kResume, ts, r.index, 0));
       break;
     }
@@ -585,19 +597,20 @@ void Joiner::State::io(const mlprof_ev_io& r) {
     ++stats.unmatched;
     return;
   }
-  LaneState& L = lane_of(*s, r.lane, r.h);
-  if (L.stopped) return;
+  LaneState& ls = lane_of(*s, r.lane, r.h);
+  if (ls.stopped) return;
   IORecord rec;
   rec.call = r.index;  // build_tree drops a record whose call is not a kCall of the lane
   rec.role = r.role == MLPROF_IO_RETURN ? IORole::kReturn : IORole::kArgument;
   rec.name = field(r.name);
   rec.summary = parse_io_text(field(r.summary));
-  L.lane.io.push_back(std::move(rec));
+  ls.lane.io.push_back(std::move(rec));
 }
 
 void Joiner::State::name(const mlprof_ev_name& r) {
   ProcessState& p = process(r.h.tgid);
-  if (p.functions.size() + p.labels.size() >= limits.max_names_per_process) return;  // "<function N>"
+  if (p.functions.size() + p.labels.size() >= limits.max_names_per_process)
+    return;  // "<function N>"
   if (r.is_label) {
     p.labels[r.id] = field(r.name);
   } else {
@@ -693,9 +706,9 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
 
   // Lanes in the contract's lane order; parent lanes mapped to indices.
   std::unordered_map<uint32_t, int32_t> index_of;
-  for (auto& [number, L] : s.lanes) {
+  for (auto& [number, ls] : s.lanes) {
     index_of[number] = static_cast<int32_t>(index_of.size());
-    if (!L.seen_begin) ++stats.lanes_without_begin;
+    if (!ls.seen_begin) ++stats.lanes_without_begin;
   }
   // Process-wide function and label ids -> this profile's tables, in first
   // use order (as the extension copies them out of its registry).
@@ -704,7 +717,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     auto known = proc.functions.find(id);
     if (known == proc.functions.end()) ++stats.names_lost;
     if (auto it = fmap.find(id); it != fmap.end()) return it->second;
-    FunctionKind kind = flags & kEvBlock ? FunctionKind::kBlock
+    FunctionKind kind = flags & kEvBlock       ? FunctionKind::kBlock
                         : flags & kEvCFunction ? FunctionKind::kC
                                                : FunctionKind::kPython;
     uint32_t local;
@@ -712,9 +725,11 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
       local = p.functions.add("<function " + std::to_string(id) + ">", "", "", 0, kind, false);
     } else {
       const FunctionName& f = known->second;
-      const bool user = kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && user_code_of(f.file));
+      const bool user =
+          kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && user_code_of(f.file));
       local = p.functions.add(f.name, f.module, f.file,
-                              static_cast<int32_t>(std::clamp<int64_t>(f.line, 0, INT32_MAX)), kind, user);
+                              static_cast<int32_t>(std::clamp<int64_t>(f.line, 0, INT32_MAX)), kind,
+                              user);
     }
     fmap[id] = local;
     return local;
@@ -730,8 +745,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   };
   uint64_t events = 0;
   int32_t marked_lane = -1;  // the first lane that marks a span kEvChildrenDropped
-  for (auto& [number, L] : s.lanes) {
-    Lane lane = std::move(L.lane);
+  for (auto& [number, ls] : s.lanes) {
+    Lane lane = std::move(ls.lane);
     const int32_t self = index_of[number];
     if (lane.parent_lane >= 0) {
       auto parent = index_of.find(static_cast<uint32_t>(lane.parent_lane));
@@ -739,8 +754,10 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     }
     if (truncated) lane.truncated = true;
     for (Event& e : lane.events) {
-      if (e.kind == EventKind::kCall) e.id = local_function(e.id, e.flags);
-      else if (e.kind == EventKind::kLabel) e.id = local_label(e.id);
+      if (e.kind == EventKind::kCall)
+        e.id = local_function(e.id, e.flags);
+      else if (e.kind == EventKind::kLabel)
+        e.id = local_label(e.id);
       if (marked_lane < 0 && (e.flags & kEvChildrenDropped)) marked_lane = self;
     }
     events += lane.events.size();
@@ -749,8 +766,10 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   // session_end carries the dropped calls of all lanes together: exact for
   // one lane; with several, shown on the lane that marked a span (which keeps
   // build_tree from flagging top-level spans of lanes that lost nothing).
-  if (s.dropped && p.lanes.size() == 1) p.lanes[0].dropped = s.dropped;
-  else if (s.dropped && marked_lane >= 0) p.lanes[static_cast<size_t>(marked_lane)].dropped = s.dropped;
+  if (s.dropped && p.lanes.size() == 1)
+    p.lanes[0].dropped = s.dropped;
+  else if (s.dropped && marked_lane >= 0)
+    p.lanes[static_cast<size_t>(marked_lane)].dropped = s.dropped;
   p.stats.events_captured = events;
   build_tree(p);
 
@@ -796,9 +815,10 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
       if (iv.end_ns > p.start_ns && iv.start_ns < p.end_ns) k.off_cpu.push_back(iv);
     }
   }
-  std::sort(k.off_cpu.begin(), k.off_cpu.end(), [](const OffCpuInterval& a, const OffCpuInterval& b) {
-    return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
-  });
+  std::sort(k.off_cpu.begin(), k.off_cpu.end(),
+            [](const OffCpuInterval& a, const OffCpuInterval& b) {
+              return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
+            });
   attribute_kernel(p);
 
   ++stats.sessions_finished;
@@ -807,7 +827,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   trim(proc);
 }
 
-void Joiner::State::finalize_all(uint32_t tgid, ProcessState& proc, int64_t now_ns, const char* reason) {
+void Joiner::State::finalize_all(uint32_t tgid, ProcessState& proc, int64_t now_ns,
+                                 const char* reason) {
   std::vector<std::pair<int64_t, uint64_t>> order;  // (start, serial): oldest first
   for (const auto& [serial, s] : proc.sessions) order.emplace_back(s.start_ns, serial);
   std::sort(order.begin(), order.end());

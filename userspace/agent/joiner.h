@@ -26,19 +26,20 @@ namespace mlprof::agent {
 
 struct JoinerStats {
   uint64_t records = 0;
-  uint64_t malformed = 0;        // too short or of an unknown kind
-  uint64_t unmatched = 0;        // records of a session never begun (agent attached mid-session),
-                                 // or of a session already ended
+  uint64_t malformed = 0;  // too short or of an unknown kind
+  uint64_t unmatched = 0;  // records of a session never begun (agent attached mid-session),
+                           // or of a session already ended
   uint64_t sessions_finished = 0;
   uint64_t sessions_truncated = 0;  // closed because the process exited or the capture ended
   uint64_t index_mismatches = 0;    // a span record's index disagreed with the rebuilt lane
                                     // (records lost): the lane stops there, flagged truncated
-  uint64_t names_lost = 0;          // spans named "<function N>"/"<label N>": their NAME record was lost
-  uint64_t lanes_without_begin = 0; // lanes whose lane_begin record was lost (rebuilt from the spans)
-  uint64_t events_over_cap = 0;     // span records past JoinerLimits::max_events_per_session
-  uint64_t off_cpu_dropped = 0;     // off-CPU intervals dropped by the per-thread/process bounds
-  uint64_t sessions_evicted = 0;    // open sessions closed early by max_open_sessions (counted
-                                    // in sessions_truncated too)
+  uint64_t names_lost = 0;  // spans named "<function N>"/"<label N>": their NAME record was lost
+  uint64_t lanes_without_begin =
+      0;                          // lanes whose lane_begin record was lost (rebuilt from the spans)
+  uint64_t events_over_cap = 0;   // span records past JoinerLimits::max_events_per_session
+  uint64_t off_cpu_dropped = 0;   // off-CPU intervals dropped by the per-thread/process bounds
+  uint64_t sessions_evicted = 0;  // open sessions closed early by max_open_sessions (counted
+                                  // in sessions_truncated too)
 };
 
 // Bounds on what the joiner holds, so that a session that never ends or a
@@ -46,11 +47,11 @@ struct JoinerStats {
 struct JoinerLimits {
   size_t max_events_per_session = size_t{1} << 22;  // 64 MiB of events; then lanes truncated
   size_t max_open_sessions = 1024;                  // per process; the oldest is closed first
-  size_t max_off_cpu_per_thread = 1 << 16;          // buffered intervals per thread (oldest dropped)
-  size_t max_threads_per_process = 4096;            // threads with buffered intervals
-  size_t max_thread_events = 1 << 16;               // buffered start/exit records per process
-  size_t max_names_per_process = 1 << 20;           // function and label NAME entries
-  size_t max_processes = 1 << 16;                   // processes with state (names, buffers)
+  size_t max_off_cpu_per_thread = 1 << 16;  // buffered intervals per thread (oldest dropped)
+  size_t max_threads_per_process = 4096;    // threads with buffered intervals
+  size_t max_thread_events = 1 << 16;       // buffered start/exit records per process
+  size_t max_names_per_process = 1 << 20;   // function and label NAME entries
+  size_t max_processes = 1 << 16;           // processes with state (names, buffers)
 };
 
 class Joiner {

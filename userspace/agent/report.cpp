@@ -19,7 +19,9 @@ constexpr size_t kPathWidth = 60;         // widest call path cell of the stall 
 
 bool complete(const Span& s) { return !(s.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)); }
 
-bool has_kernel(const Profile& p) { return p.kernel.present && p.kernel.spans.size() == p.spans.size(); }
+bool has_kernel(const Profile& p) {
+  return p.kernel.present && p.kernel.spans.size() == p.spans.size();
+}
 
 // "worker-1 (tid 4250)": a thread by its lane's name or its comm, else its tid.
 std::string thread_text(const Profile& p, uint64_t tid) {
@@ -122,7 +124,8 @@ std::vector<Stall> span_stalls(const Profile& p, const ReportOptions& opts) {
       st.off_cpu_ns = k.off_cpu_ns;
       st.blocked_ns = k.blocked_ns;
       st.runq_ns = k.runq_ns;
-      st.off_fraction = wall > 0 ? static_cast<double>(k.off_cpu_ns) / static_cast<double>(wall) : 0;
+      st.off_fraction =
+          wall > 0 ? static_cast<double>(k.off_cpu_ns) / static_cast<double>(wall) : 0;
       out.push_back(st);
     }
   }
@@ -151,7 +154,8 @@ uint32_t CaptureReport::path_of(uint32_t parent, const std::string& name) {
 
 std::string CaptureReport::path_text(uint32_t path) const {
   std::vector<const std::string*> names;
-  for (uint32_t at = path; at != 0; at = paths_[at - 1].first) names.push_back(&paths_[at - 1].second);
+  for (uint32_t at = path; at != 0; at = paths_[at - 1].first)
+    names.push_back(&paths_[at - 1].second);
   std::string out;
   for (auto it = names.rbegin(); it != names.rend(); ++it) {
     if (!out.empty()) out += '/';
@@ -163,7 +167,8 @@ std::string CaptureReport::path_text(uint32_t path) const {
 void CaptureReport::add(const Profile& p) {
   ++sessions_;
   if (p.meta.count("truncated")) ++truncated_;
-  if (auto pid = p.meta.find("pid"); pid != p.meta.end() && pids_.size() < kMaxPids) pids_.insert(pid->second);
+  if (auto pid = p.meta.find("pid"); pid != p.meta.end() && pids_.size() < kMaxPids)
+    pids_.insert(pid->second);
   lost_events_ += p.kernel.lost_events;
   if (sessions_ == 1 || p.start_ns < first_start_ns_) first_start_ns_ = p.start_ns;
   last_end_ns_ = std::max(last_end_ns_, p.end_ns);
@@ -173,7 +178,8 @@ void CaptureReport::add(const Profile& p) {
   if (kernel) ++kernel_sessions_;
   std::vector<int32_t> stall_of(p.spans.size(), -1);
   const std::vector<Stall> stalls = span_stalls(p, opts_);
-  for (size_t k = 0; k < stalls.size(); ++k) stall_of[static_cast<size_t>(stalls[k].span)] = static_cast<int32_t>(k);
+  for (size_t k = 0; k < stalls.size(); ++k)
+    stall_of[static_cast<size_t>(stalls[k].span)] = static_cast<int32_t>(k);
 
   // Each span's path (index + 1; 0: hidden below the cut or past max_paths),
   // parents first. A parent comes before its children in Profile::spans
@@ -223,8 +229,10 @@ void CaptureReport::add(const Profile& p) {
         if (sk.top_waker_tid != 0 && sk.top_waker_ns > 0) {
           std::string waker = thread_text(p, sk.top_waker_tid);
           auto w = st.wakers.find(waker);
-          if (w != st.wakers.end()) w->second += sk.top_waker_ns;
-          else if (st.wakers.size() < kMaxWakersPerPath) st.wakers.emplace(std::move(waker), sk.top_waker_ns);
+          if (w != st.wakers.end())
+            w->second += sk.top_waker_ns;
+          else if (st.wakers.size() < kMaxWakersPerPath)
+            st.wakers.emplace(std::move(waker), sk.top_waker_ns);
         }
       }
     }
@@ -235,7 +243,8 @@ std::string CaptureReport::summary_text() const {
   if (sessions_ == 0) return "no sessions captured\n";
   std::string out = std::to_string(sessions_) + (sessions_ == 1 ? " session" : " sessions");
   if (!pids_.empty()) {
-    out += " of " + std::to_string(pids_.size()) + (pids_.size() == 1 ? " process (pid " : " processes (pids ");
+    out += " of " + std::to_string(pids_.size()) +
+           (pids_.size() == 1 ? " process (pid " : " processes (pids ");
     size_t shown = 0;
     for (const std::string& pid : pids_) {
       if (shown == 8) {
@@ -288,8 +297,7 @@ std::string CaptureReport::summary_text() const {
   }
   out += table(rows, false);
   out += "(mean, p50, p99: wall time of complete calls";
-  out += kernel ? "; on-CPU, off-CPU, runq: means per complete call, including callees)\n"
-                : ")\n";
+  out += kernel ? "; on-CPU, off-CPU, runq: means per complete call, including callees)\n" : ")\n";
   if (stats_.dropped_paths()) {
     out += "(" + std::to_string(stats_.dropped_paths()) + " calls not shown: past the " +
            std::to_string(max_paths_) + " call paths tracked)\n";
@@ -307,15 +315,18 @@ std::string CaptureReport::stall_text() const {
   }
   if (order.empty()) return "scheduler stalls: none (no span spent time off the CPU)\n";
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return stalls_[a].off_cpu != stalls_[b].off_cpu ? stalls_[a].off_cpu > stalls_[b].off_cpu : a < b;
+    return stalls_[a].off_cpu != stalls_[b].off_cpu ? stalls_[a].off_cpu > stalls_[b].off_cpu
+                                                    : a < b;
   });
   if (order.size() > opts_.top) order.resize(opts_.top);
-  std::string out = "scheduler stalls: the spans most off the CPU (their own time, not their callees'";
+  std::string out =
+      "scheduler stalls: the spans most off the CPU (their own time, not their callees'";
   if (opts_.depth >= 0) out += "; at depth " + std::to_string(opts_.depth) + " with their callees";
   out += "), means per call over " + std::to_string(kernel_sessions_) +
          (kernel_sessions_ == 1 ? " session\n" : " sessions\n");
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"call path", "calls", "wall", "off-CPU", "off %", "blocked", "runq", "top waker"});
+  rows.push_back(
+      {"call path", "calls", "wall", "off-CPU", "off %", "blocked", "runq", "top waker"});
   for (uint32_t i : order) {
     const StallSums& st = stalls_[i];
     std::string waker = "-";
@@ -326,10 +337,11 @@ std::string CaptureReport::stall_text() const {
         waker = name;
       }
     }
-    const double share = st.wall > 0 ? static_cast<double>(st.off_cpu) / static_cast<double>(st.wall) : 0;
-    rows.push_back({cut_left(path_text(i + 1), kPathWidth), std::to_string(st.calls), mean(st.wall, st.calls),
-                    mean(st.off_cpu, st.calls), percent(share), mean(st.blocked, st.calls),
-                    mean(st.runq, st.calls), waker});
+    const double share =
+        st.wall > 0 ? static_cast<double>(st.off_cpu) / static_cast<double>(st.wall) : 0;
+    rows.push_back({cut_left(path_text(i + 1), kPathWidth), std::to_string(st.calls),
+                    mean(st.wall, st.calls), mean(st.off_cpu, st.calls), percent(share),
+                    mean(st.blocked, st.calls), mean(st.runq, st.calls), waker});
   }
   out += table(rows, true);
   return out;

@@ -35,7 +35,8 @@ std::vector<Stall> span_stalls(const Profile& profile, const ReportOptions& opts
 // CallPathStats), not by the number of sessions.
 class CaptureReport {
  public:
-  explicit CaptureReport(ReportOptions opts = {}, size_t max_paths = CallPathStats::kDefaultMaxPaths);
+  explicit CaptureReport(ReportOptions opts = {},
+                         size_t max_paths = CallPathStats::kDefaultMaxPaths);
 
   void add(const Profile& session);
 
