@@ -1037,8 +1037,9 @@ TEST(Joiner, AProcessWithNoSessionHoldsNoSchedulerRecords) {
     name += std::to_string(i);
     feed(j, {name_rec(100, 100, 10, i, false, name)});
   }
-  for (uint32_t i = 0; i < 1000; ++i)
+  for (int64_t i = 0; i < 1000; ++i) {
     feed(j, {off_cpu_rec(100, 100, i * 10, i * 10 + 5, true, i * 10 + 4, 1)});
+  }
   // A session that starts later sees none of the earlier intervals, and only
   // the names that fit.
   feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 20000, 1, 2, 0),

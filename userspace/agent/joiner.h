@@ -26,20 +26,28 @@ namespace mlprof::agent {
 
 struct JoinerStats {
   uint64_t records = 0;
-  uint64_t malformed = 0;  // too short or of an unknown kind
-  uint64_t unmatched = 0;  // records of a session never begun (agent attached mid-session),
-                           // or of a session already ended
+  // Too short or of an unknown kind.
+  uint64_t malformed = 0;
+  // Records of a session never begun (the agent attached mid-session) or
+  // already ended.
+  uint64_t unmatched = 0;
   uint64_t sessions_finished = 0;
-  uint64_t sessions_truncated = 0;  // closed because the process exited or the capture ended
-  uint64_t index_mismatches = 0;    // a span record's index disagreed with the rebuilt lane
-                                    // (records lost): the lane stops there, flagged truncated
-  uint64_t names_lost = 0;  // spans named "<function N>"/"<label N>": their NAME record was lost
-  uint64_t lanes_without_begin =
-      0;                          // lanes whose lane_begin record was lost (rebuilt from the spans)
-  uint64_t events_over_cap = 0;   // span records past JoinerLimits::max_events_per_session
-  uint64_t off_cpu_dropped = 0;   // off-CPU intervals dropped by the per-thread/process bounds
-  uint64_t sessions_evicted = 0;  // open sessions closed early by max_open_sessions (counted
-                                  // in sessions_truncated too)
+  // Closed because the process exited or the capture ended.
+  uint64_t sessions_truncated = 0;
+  // A span record's index disagreed with the rebuilt lane (records were
+  // lost): the lane stops there, flagged truncated.
+  uint64_t index_mismatches = 0;
+  // Spans named "<function N>" / "<label N>": their NAME record was lost.
+  uint64_t names_lost = 0;
+  // Lanes whose lane_begin record was lost (rebuilt from their spans).
+  uint64_t lanes_without_begin = 0;
+  // Span records past JoinerLimits::max_events_per_session.
+  uint64_t events_over_cap = 0;
+  // Scheduler records (off-CPU intervals, thread start/exit) dropped by the
+  // per-thread and per-process bounds.
+  uint64_t off_cpu_dropped = 0;
+  // Open sessions closed early by max_open_sessions (also in sessions_truncated).
+  uint64_t sessions_evicted = 0;
 };
 
 // Bounds on what the joiner holds, so that a session that never ends or a
