@@ -1028,6 +1028,40 @@ TEST(Joiner, ASessionThatNeverEndsIsBoundedByTheEventCap) {
   EXPECT_LE(got[0].kernel.off_cpu.size(), 16u);
 }
 
+TEST(Joiner, ManyOpenSessionsTogetherAreBoundedByTheTotalCap) {
+  // Ten sessions that never end, 40 events each at most: the total cap of
+  // 100 stops the later ones; a finished session gives its room back.
+  JoinerLimits limits;
+  limits.max_events_total = 100;
+  Joiner j({}, limits);
+  for (uint64_t s = 1; s <= 10; ++s) {
+    const auto tid = static_cast<uint32_t>(100 + s);
+    feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, tid, 10, s, -1, 0)});
+    for (uint32_t i = 0; i < 20; ++i) {
+      feed(j, {span_rec(MLPROF_EV_SPAN_ENTER, 100, tid, 20 + i, s, 0, 2 * i, 5),
+               span_rec(MLPROF_EV_SPAN_EXIT, 100, tid, 21 + i, s, 0, 2 * i)});
+    }
+  }
+  EXPECT_EQ(j.stats().events_over_cap, 8u);  // session 3 stopped at 20 events, 4 .. 10 at once
+  feed(j, {session_rec(MLPROF_EV_SESSION_END, 100, 101, 100, 1, 0, 0)});
+  ASSERT_EQ(j.take_finished().size(), 1u);
+  feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 200, 200, 11, -1, 0),
+           span_rec(MLPROF_EV_SPAN_ENTER, 100, 200, 210, 11, 0, 0, 5),
+           span_rec(MLPROF_EV_SPAN_EXIT, 100, 200, 220, 11, 0, 0),
+           session_rec(MLPROF_EV_SESSION_END, 100, 200, 230, 11, 0, 0)});
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].spans.size(), 1u);  // room again after session 1 finished
+  EXPECT_FALSE(got[0].lanes[0].truncated);
+  j.finish(1000);
+  got = j.take_finished();
+  ASSERT_EQ(got.size(), 9u);
+  EXPECT_EQ(got[0].lanes[0].events.size(), 40u);  // session 2
+  EXPECT_EQ(got[1].lanes[0].events.size(), 20u);  // session 3: stopped at the cap
+  EXPECT_TRUE(got[1].lanes[0].truncated);
+  EXPECT_TRUE(got[2].lanes[0].events.empty());  // session 4: nothing fitted
+}
+
 TEST(Joiner, AProcessWithNoSessionHoldsNoSchedulerRecords) {
   JoinerLimits limits;
   limits.max_names_per_process = 10;

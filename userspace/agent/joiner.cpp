@@ -263,6 +263,7 @@ struct Joiner::State {
   std::deque<std::pair<uint32_t, uint64_t>> ended;
   std::vector<Profile> finished;
   uint64_t lost_total = 0;
+  uint64_t events_held = 0;  // events of the sessions not yet finalized
   std::string host;
 
   void record(const void* data, size_t size);
@@ -543,7 +544,8 @@ void Joiner::State::span(const mlprof_ev_span& r) {
   s->last_ts = std::max(s->last_ts, ts);
   if (ls.stopped) return;
   const size_t needed = r.h.kind == MLPROF_EV_SPAN_ENTER && r.label ? 2 : 1;
-  if (s->events + needed > limits.max_events_per_session) {
+  if (s->events + needed > limits.max_events_per_session ||
+      events_held + needed > limits.max_events_total) {
     ++stats.events_over_cap;
     ls.stopped = true;
     ls.lane.truncated = true;
@@ -589,6 +591,7 @@ void Joiner::State::span(const mlprof_ev_span& r) {
       break;
   }
   s->events += events.size() - before;
+  events_held += events.size() - before;
 }
 
 void Joiner::State::io(const mlprof_ev_io& r) {
@@ -686,6 +689,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   auto node = proc.sessions.extract(serial);
   if (node.empty()) return;
   SessionState& s = node.mapped();
+  events_held -= std::min(events_held, s.events);
   if (truncated || !s.ended) {
     truncated = true;
     s.end_ns = std::max(now_ns, s.last_ts);

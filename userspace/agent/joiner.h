@@ -41,7 +41,7 @@ struct JoinerStats {
   uint64_t names_lost = 0;
   // Lanes whose lane_begin record was lost (rebuilt from their spans).
   uint64_t lanes_without_begin = 0;
-  // Span records past JoinerLimits::max_events_per_session.
+  // Span records past JoinerLimits::max_events_per_session or max_events_total.
   uint64_t events_over_cap = 0;
   // Scheduler records (off-CPU intervals, thread start/exit) dropped by the
   // per-thread and per-process bounds.
@@ -54,6 +54,7 @@ struct JoinerStats {
 // process that never begins one cannot grow it without limit.
 struct JoinerLimits {
   size_t max_events_per_session = size_t{1} << 22;  // 64 MiB of events; then lanes truncated
+  size_t max_events_total = size_t{1} << 24;        // all open sessions together (256 MiB)
   size_t max_open_sessions = 1024;                  // per process; the oldest is closed first
   size_t max_off_cpu_per_thread = 1 << 16;  // buffered intervals per thread (oldest dropped)
   size_t max_threads_per_process = 4096;    // threads with buffered intervals
