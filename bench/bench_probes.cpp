@@ -35,7 +35,8 @@ inline void keep(uint64_t v) { asm volatile("" : : "r"(v) : "memory"); }
 // As pyext/probes.h's fire_*: the arguments are computed only here.
 [[gnu::cold, gnu::noinline]] void fire_span_enter(uint64_t session, uint32_t index) {
   static const char* const kName = "bench_span";
-  MLPROF_USDT_SPAN_ENTER(session, 0, index, 1, 0, 1, 0, kName, "bench_probes", __FILE__, __LINE__, nullptr);
+  MLPROF_USDT_SPAN_ENTER(session, 0, index, 1, 0, 1, 0, kName, "bench_probes", __FILE__, __LINE__,
+                         nullptr);
 }
 [[gnu::cold, gnu::noinline]] void fire_span_exit(uint64_t session, uint32_t index) {
   MLPROF_USDT_SPAN_EXIT(session, 0, index, 0);
@@ -45,7 +46,8 @@ inline void keep(uint64_t v) { asm volatile("" : : "r"(v) : "memory"); }
 double floor_loop(uint64_t n) {
   const auto t0 = Clock::now();
   for (uint64_t i = 0; i < n; ++i) keep(i);
-  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / static_cast<double>(n);
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+         static_cast<double>(n);
 }
 
 // ns per iteration with one site (span_enter's gate).
@@ -55,7 +57,8 @@ double one_site(uint64_t n) {
     if (MLPROF_USDT_ENABLED(span_enter)) fire_span_enter(7, static_cast<uint32_t>(i));
     keep(i);
   }
-  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / static_cast<double>(n);
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+         static_cast<double>(n);
 }
 
 // ns per iteration with a span's two sites (enter and exit), as a call pays.
@@ -66,7 +69,8 @@ double two_sites(uint64_t n) {
     keep(i);
     if (MLPROF_USDT_ENABLED(span_exit)) fire_span_exit(7, static_cast<uint32_t>(i));
   }
-  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / static_cast<double>(n);
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+         static_cast<double>(n);
 }
 
 double median(std::vector<double> v) {
@@ -97,9 +101,12 @@ int main(int argc, char** argv) {
                                  {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", longs, nullptr)) != -1) {
-    if (c == 'n') n = parse_count("--iterations", optarg);
-    else if (c == 'r') rounds = static_cast<int>(parse_count("--rounds", optarg));
-    else if (c == 'w') wait_attached = atof(optarg);
+    if (c == 'n')
+      n = parse_count("--iterations", optarg);
+    else if (c == 'r')
+      rounds = static_cast<int>(parse_count("--rounds", optarg));
+    else if (c == 'w')
+      wait_attached = atof(optarg);
     else {
       fprintf(stderr, "usage: bench_probes [--iterations N] [--rounds R] [--wait-attached S]\n");
       return 2;
@@ -111,7 +118,8 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     while (!MLPROF_USDT_ENABLED(span_enter)) {
       if (std::chrono::duration<double>(Clock::now() - t0).count() > wait_attached) {
-        fprintf(stderr, "bench_probes: no tracer attached to span_enter within %.1f s\n", wait_attached);
+        fprintf(stderr, "bench_probes: no tracer attached to span_enter within %.1f s\n",
+                wait_attached);
         return 1;
       }
       usleep(1000);

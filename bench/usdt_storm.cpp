@@ -35,12 +35,12 @@
 namespace {
 
 struct Options {
-  uint64_t sessions = 1000;       // per thread; 0: until --seconds
+  uint64_t sessions = 1000;  // per thread; 0: until --seconds
   uint64_t spans_per_session = 100;
   unsigned threads = 1;
-  double seconds = 0;             // 0: no time limit
-  unsigned sleep_us = 0;          // between sessions
-  double wait_attached = 0;       // wait up to this long for a tracer before starting
+  double seconds = 0;        // 0: no time limit
+  unsigned sleep_us = 0;     // between sessions
+  double wait_attached = 0;  // wait up to this long for a tracer before starting
 };
 
 struct Counts {
@@ -59,7 +59,8 @@ constexpr int kLine = __LINE__;  // the "line" span_enter reports
 
 // The extension's pattern: a load and a branch, and the probe (with its
 // argument set-up) only behind it. A hit is counted only when it fired.
-void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bool timed, Counts* out) {
+void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bool timed,
+                Counts* out) {
   char thread_name[MLPROF_THREAD_NAME_LEN];
   snprintf(thread_name, sizeof thread_name, "storm-%u", index);
   const auto ident = static_cast<uint64_t>(pthread_self());
@@ -79,8 +80,8 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
     for (uint64_t i = 0; i < o.spans_per_session; ++i) {
       const auto call = static_cast<uint32_t>(2 * i);
       if (MLPROF_USDT_ENABLED(span_enter)) {
-        MLPROF_USDT_SPAN_ENTER(session, 0, call, 1, 0, 0, 0, "storm_span", "usdt_storm", __FILE__, kLine,
-                               nullptr);
+        MLPROF_USDT_SPAN_ENTER(session, 0, call, 1, 0, 0, 0, "storm_span", "usdt_storm", __FILE__,
+                               kLine, nullptr);
         ++c.hits;
       }
       if (MLPROF_USDT_ENABLED(span_exit)) {
@@ -119,36 +120,55 @@ uint64_t parse_u64(const char* flag, const char* s) {
   char* end = nullptr;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || !end || *end || !*s || s[0] == '-') usage((std::string(flag) + ": not a count: " + s).c_str());
+  if (errno || !end || *end || !*s || s[0] == '-')
+    usage((std::string(flag) + ": not a count: " + s).c_str());
   return v;
 }
 
 double parse_seconds(const char* flag, const char* s) {
   char* end = nullptr;
   double v = strtod(s, &end);
-  if (!end || *end || !*s || !(v >= 0)) usage((std::string(flag) + ": not a number of seconds: " + s).c_str());
+  if (!end || *end || !*s || !(v >= 0))
+    usage((std::string(flag) + ": not a number of seconds: " + s).c_str());
   return v;
 }
 
 // getopt_long (libc): the parser every tool here uses; no need for a library.
 Options parse(int argc, char** argv) {
-  static const option longs[] = {
-      {"sessions", required_argument, nullptr, 's'}, {"spans-per-session", required_argument, nullptr, 'm'},
-      {"threads", required_argument, nullptr, 't'},  {"seconds", required_argument, nullptr, 'd'},
-      {"sleep-us", required_argument, nullptr, 'u'}, {"wait-attached", required_argument, nullptr, 'w'},
-      {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
+  static const option longs[] = {{"sessions", required_argument, nullptr, 's'},
+                                 {"spans-per-session", required_argument, nullptr, 'm'},
+                                 {"threads", required_argument, nullptr, 't'},
+                                 {"seconds", required_argument, nullptr, 'd'},
+                                 {"sleep-us", required_argument, nullptr, 'u'},
+                                 {"wait-attached", required_argument, nullptr, 'w'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
   Options o;
   int c;
   while ((c = getopt_long(argc, argv, "", longs, nullptr)) != -1) {
     switch (c) {
-      case 's': o.sessions = parse_u64("--sessions", optarg); break;
-      case 'm': o.spans_per_session = parse_u64("--spans-per-session", optarg); break;
-      case 't': o.threads = static_cast<unsigned>(parse_u64("--threads", optarg)); break;
-      case 'd': o.seconds = parse_seconds("--seconds", optarg); break;
-      case 'u': o.sleep_us = static_cast<unsigned>(parse_u64("--sleep-us", optarg)); break;
-      case 'w': o.wait_attached = parse_seconds("--wait-attached", optarg); break;
-      case 'h': usage(nullptr);
-      default: usage("unknown option");
+      case 's':
+        o.sessions = parse_u64("--sessions", optarg);
+        break;
+      case 'm':
+        o.spans_per_session = parse_u64("--spans-per-session", optarg);
+        break;
+      case 't':
+        o.threads = static_cast<unsigned>(parse_u64("--threads", optarg));
+        break;
+      case 'd':
+        o.seconds = parse_seconds("--seconds", optarg);
+        break;
+      case 'u':
+        o.sleep_us = static_cast<unsigned>(parse_u64("--sleep-us", optarg));
+        break;
+      case 'w':
+        o.wait_attached = parse_seconds("--wait-attached", optarg);
+        break;
+      case 'h':
+        usage(nullptr);
+      default:
+        usage("unknown option");
     }
   }
   if (optind < argc) usage((std::string("unexpected argument: ") + argv[optind]).c_str());
@@ -192,10 +212,13 @@ int main(int argc, char** argv) {
     total.hits += c.hits;
     total.busy_ns += c.busy_ns;
   }
-  const double per_site = total.sites ? static_cast<double>(total.busy_ns) / static_cast<double>(total.sites) : 0;
-  printf("threads=%u sessions=%llu sites=%llu hits=%llu seconds=%.3f ns_per_site=%.1f hits_per_second=%.0f\n",
-         o.threads, static_cast<unsigned long long>(total.sessions), static_cast<unsigned long long>(total.sites),
-         static_cast<unsigned long long>(total.hits), wall, per_site,
-         wall > 0 ? static_cast<double>(total.hits) / wall : 0.0);
+  const double per_site =
+      total.sites ? static_cast<double>(total.busy_ns) / static_cast<double>(total.sites) : 0;
+  printf(
+      "threads=%u sessions=%llu sites=%llu hits=%llu seconds=%.3f ns_per_site=%.1f "
+      "hits_per_second=%.0f\n",
+      o.threads, static_cast<unsigned long long>(total.sessions),
+      static_cast<unsigned long long>(total.sites), static_cast<unsigned long long>(total.hits),
+      wall, per_site, wall > 0 ? static_cast<double>(total.hits) / wall : 0.0);
   return 0;
 }

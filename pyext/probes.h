@@ -33,10 +33,12 @@ namespace mlprof::probes {
 void mark_autoprofile(uint64_t session);
 
 // --- out of line, cold: run only while a tracer is attached -------------------
-[[gnu::cold, gnu::noinline]] void fire_session_begin(uint64_t session, int64_t ceiling, uint32_t flags);
+[[gnu::cold, gnu::noinline]] void fire_session_begin(uint64_t session, int64_t ceiling,
+                                                     uint32_t flags);
 [[gnu::cold, gnu::noinline]] void fire_session_end(uint64_t session, uint64_t dropped);
-[[gnu::cold, gnu::noinline]] void fire_lane_begin(uint64_t session, uint32_t lane, int32_t parent_lane,
-                                                  uint32_t parent_call, uint32_t task, uint64_t ident,
+[[gnu::cold, gnu::noinline]] void fire_lane_begin(uint64_t session, uint32_t lane,
+                                                  int32_t parent_lane, uint32_t parent_call,
+                                                  uint32_t task, uint64_t ident,
                                                   const std::string& thread_name);
 // function: registry id (its name, module, file, line are looked up here);
 // label: label string id, 0 none.
@@ -45,7 +47,8 @@ void mark_autoprofile(uint64_t session);
                                                   uint32_t flags);
 [[gnu::cold, gnu::noinline]] void fire_span_exit(uint64_t session, uint32_t lane, uint32_t index,
                                                  uint32_t flags);
-[[gnu::cold, gnu::noinline]] void fire_span_suspend(uint64_t session, uint32_t lane, uint32_t index);
+[[gnu::cold, gnu::noinline]] void fire_span_suspend(uint64_t session, uint32_t lane,
+                                                    uint32_t index);
 [[gnu::cold, gnu::noinline]] void fire_span_resume(uint64_t session, uint32_t lane, uint32_t index);
 // summary: format_io's text, cut to MLPROF_IO_SUMMARY_LEN - 1 bytes.
 [[gnu::cold, gnu::noinline]] void fire_span_io(uint64_t session, uint32_t lane, uint32_t index,
@@ -78,7 +81,8 @@ inline void lane_begin(uint64_t session, uint32_t lane, int32_t parent_lane, uin
 /// The engine pushed [kLabel,] kCall at `index` of the lane.
 inline void span_enter(uint64_t session, uint32_t lane, uint32_t index, uint32_t function,
                        uint32_t label, int32_t depth, uint32_t flags) {
-  if (MLPROF_USDT_ENABLED(span_enter)) fire_span_enter(session, lane, index, function, label, depth, flags);
+  if (MLPROF_USDT_ENABLED(span_enter))
+    fire_span_enter(session, lane, index, function, label, depth, flags);
 }
 /// The engine pushed kReturn closing the span whose kCall is at `index`.
 inline void span_exit(uint64_t session, uint32_t lane, uint32_t index, uint32_t flags) {

@@ -692,3 +692,45 @@ def test_attaching_a_tracer_switches_autoprofile_on_and_detaching_switches_it_of
     assert all(int(r[4]) == 2 and int(r[5]) == SESSION_AUTOPROFILE for r in begins), begins[:3]
     names = {r[3] for r in records(lines) if r[0] == "N"}
     assert {"PyFuncModel.predict", "Model._prep"} <= names, names
+
+
+# -- the synthetic source --------------------------------------------------------------
+
+
+def storm_binary() -> str:
+    """mlprof-usdt-storm of the same CMake build as the extension (or $MLPROF_USDT_STORM)."""
+    path = os.environ.get("MLPROF_USDT_STORM") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(CORE_SO))), "bench", "mlprof-usdt-storm")
+    return require_tool(path if os.access(path, os.X_OK) else None, "mlprof-usdt-storm",
+                        "build it: cmake --build <build> --target mlprof-usdt-storm (MLPROF_BUILD_BENCH or "
+                        "MLPROF_BUILD_AGENT), or set MLPROF_USDT_STORM")
+
+
+def test_the_storm_fires_the_contracts_probes_and_counts_what_fired():
+    storm = storm_binary()
+    notes = probe_notes(storm)
+    assert {n: [a.split("@")[0] for a in v["args"]] for n, v in notes.items()} == {
+        n: [f"{'-' if signed else ''}{size}" for size, signed in args]
+        for n, args in CONTRACT.items() if n in ("session_begin", "session_end", "lane_begin", "span_enter", "span_exit")}
+    assert all(v["semaphore"] for v in notes.values())
+    # No tracer: every site runs, nothing fires.
+    out = subprocess.run([storm, "--sessions", "50", "--spans-per-session", "10", "--threads", "2"],
+                         capture_output=True, text=True, check=True).stdout
+    figures = dict(kv.split("=") for kv in out.splitlines()[-1].split())
+    assert figures["sessions"] == "100" and figures["sites"] == str(100 * 23) and figures["hits"] == "0"
+    # bpftrace attached: every site fires, and bpftrace counts the same hits.
+    bpftrace = require_bpf()
+    with subprocess.Popen([storm, "--sessions", "300", "--spans-per-session", "10", "--threads", "2",
+                           "--wait-attached", "60"], stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline().split()[1])
+        program = (f"usdt:{storm}:mlprof:* {{ @[probe] = count(); @arg[probe] = max(arg0); }}"
+                   f" usdt:{storm}:mlprof:span_enter {{ @depth = max(arg3 >> 32); @name[str(arg4)] = count(); }}")
+        traced = subprocess.run([bpftrace, "-p", str(pid), "-e", program], capture_output=True, text=True,
+                                timeout=120)
+        figures = dict(kv.split("=") for kv in proc.stdout.read().splitlines()[-1].split())
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"@\[usdt:.*:mlprof:(\w+)\]: (\d+)", traced.stdout)}
+    assert counts == {"session_begin": 600, "lane_begin": 600, "span_enter": 6000, "span_exit": 6000,
+                      "session_end": 600}, traced.stdout + traced.stderr
+    assert figures["hits"] == str(sum(counts.values())) == figures["sites"]
+    assert "@name[storm_span]: 6000" in traced.stdout and "@depth: 0" in traced.stdout
