@@ -68,7 +68,7 @@ Profile session(uint32_t pid, uint64_t serial, int64_t t0, int64_t blocked, int6
     k.off_cpu.push_back(iv);
   }
   ThreadLifetime io;
-  io.tid = 4250;
+  io.tid = waker;
   io.pid = pid;
   io.name = "io-worker";
   k.threads.push_back(io);
@@ -175,6 +175,24 @@ TEST(StallReport, RanksCallPathsByTheirOffCpuTimeOverSessions) {
   const std::string top1 = stall_report(all, one);
   EXPECT_NE(top1.find("predict/compute"), std::string::npos);
   EXPECT_EQ(top1.find("predict/load/read"), std::string::npos) << top1;
+}
+
+TEST(StallReport, AWakerIsNamedOnceOverSessionsThoughItsTidChanges) {
+  // A worker started per call wakes read(): another tid each session, one name.
+  std::vector<Profile> all;
+  all.push_back(session(100, 1, 0, 20 * kMs, 0, 4250));
+  all.push_back(session(100, 2, 200 * kMs, 20 * kMs, 0, 4251));
+  const std::string text = stall_report(all);
+  const std::vector<std::string> read = cells(line_starting(text, "predict/load/read"));
+  ASSERT_FALSE(read.empty()) << text;
+  EXPECT_EQ(read.back(), "io-worker") << text;
+  // An unnamed waker is named by its tid.
+  all[1].kernel.threads.clear();
+  all[0].kernel.threads.clear();
+  const std::string unnamed = stall_report(all);
+  const std::vector<std::string> row = cells(line_starting(unnamed, "predict/load/read"));
+  ASSERT_GE(row.size(), 2u) << unnamed;
+  EXPECT_EQ(row[row.size() - 2] + " " + row.back(), "tid 4250") << unnamed;
 }
 
 TEST(StallReport, SaysWhyItIsEmpty) {

@@ -23,28 +23,21 @@ bool has_kernel(const Profile& p) {
   return p.kernel.present && p.kernel.spans.size() == p.spans.size();
 }
 
-// "worker-1 (tid 4250)": a thread by its lane's name or its comm, else its tid.
-std::string thread_text(const Profile& p, uint64_t tid) {
-  std::string name;
+// A thread's name: its lane's thread name, or its comm; "" if unknown.
+std::string thread_name(const Profile& p, uint64_t tid) {
   for (const Lane& lane : p.lanes) {
-    if (lane.native_tid == tid && !lane.thread_name.empty()) {
-      name = lane.thread_name;
-      break;
-    }
+    if (lane.native_tid == tid && !lane.thread_name.empty()) return lane.thread_name;
   }
-  if (name.empty()) {
-    for (const ThreadLifetime& t : p.kernel.threads) {
-      if (t.tid == tid && !t.name.empty()) {
-        name = t.name;
-        break;
-      }
-    }
+  for (const ThreadLifetime& t : p.kernel.threads) {
+    if (t.tid == tid && !t.name.empty()) return t.name;
   }
-  std::string out = name;
-  out += name.empty() ? "tid " : " (tid ";
-  out += std::to_string(tid);
-  if (!name.empty()) out += ')';
-  return out;
+  return "";
+}
+
+// "worker-1 (tid 4250)", or "tid 4250" for a thread whose name is unknown.
+std::string thread_text(const std::string& name, uint64_t tid) {
+  if (name.empty()) return "tid " + std::to_string(tid);
+  return name + " (tid " + std::to_string(tid) + ")";
 }
 
 // A cell cut to `width` characters, keeping its end ("...c/d/encode"):
@@ -227,12 +220,18 @@ void CaptureReport::add(const Profile& p) {
         st.runq += stall.runq_ns;
         const SpanKernel& sk = p.kernel.spans[s];
         if (sk.top_waker_tid != 0 && sk.top_waker_ns > 0) {
-          std::string waker = thread_text(p, sk.top_waker_tid);
-          auto w = st.wakers.find(waker);
-          if (w != st.wakers.end())
-            w->second += sk.top_waker_ns;
-          else if (st.wakers.size() < kMaxWakersPerPath)
-            st.wakers.emplace(std::move(waker), sk.top_waker_ns);
+          // By name: a worker thread started per call is one waker over
+          // sessions, though its tid differs each time.
+          std::string name = thread_name(p, sk.top_waker_tid);
+          std::string key = name.empty() ? "tid " + std::to_string(sk.top_waker_tid) : name;
+          auto w = st.wakers.find(key);
+          if (w == st.wakers.end() && st.wakers.size() < kMaxWakersPerPath) {
+            w = st.wakers.emplace(std::move(key), Waker{0, sk.top_waker_tid, 0}).first;
+          }
+          if (w != st.wakers.end()) {
+            w->second.blocked_ns += sk.top_waker_ns;
+            if (w->second.tid != sk.top_waker_tid) ++w->second.other_tids;
+          }
         }
       }
     }
@@ -331,11 +330,11 @@ std::string CaptureReport::stall_text() const {
     const StallSums& st = stalls_[i];
     std::string waker = "-";
     int64_t most = 0;
-    for (const auto& [name, ns] : st.wakers) {
-      if (ns > most) {
-        most = ns;
-        waker = name;
-      }
+    for (const auto& [key, w] : st.wakers) {
+      if (w.blocked_ns <= most) continue;
+      most = w.blocked_ns;
+      // "worker-1 (tid 4250)" when it was one thread, "worker-1" when several.
+      waker = key.starts_with("tid ") || w.other_tids ? key : thread_text(key, w.tid);
     }
     const double share =
         st.wall > 0 ? static_cast<double>(st.off_cpu) / static_cast<double>(st.wall) : 0;
@@ -389,7 +388,9 @@ std::string session_text(const Profile& p, const ReportOptions& opts) {
     out += "  " + call_path(p, st.span) + ": off-CPU " + format_duration(st.off_cpu_ns) + " (" +
            percent(st.off_fraction) + " of " + format_duration(st.wall_ns) + "): blocked " +
            format_duration(st.blocked_ns) + ", runq " + format_duration(st.runq_ns);
-    if (k.top_waker_tid) out += ", woken by " + thread_text(p, k.top_waker_tid);
+    if (k.top_waker_tid) {
+      out += ", woken by " + thread_text(thread_name(p, k.top_waker_tid), k.top_waker_tid);
+    }
     out += '\n';
   }
   return out;

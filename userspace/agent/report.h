@@ -58,10 +58,15 @@ class CaptureReport {
     uint64_t count = 0;
     int64_t on_cpu = 0, off_cpu = 0, runq = 0;
   };
+  struct Waker {
+    int64_t blocked_ns = 0;   // the blocked time its wakeups ended
+    uint64_t tid = 0;         // the first thread seen under this name
+    uint64_t other_tids = 0;  // times it was another thread of that name
+  };
   struct StallSums {
     uint64_t calls = 0;  // every call of the path, complete or not
     int64_t wall = 0, off_cpu = 0, blocked = 0, runq = 0;
-    std::map<std::string, int64_t> wakers;  // "name (tid N)" -> blocked time its wakeups ended
+    std::map<std::string, Waker> wakers;  // by thread name ("tid N" when unnamed)
   };
   // A call path: index + 1 of its parent (0 for a root) and its name.
   uint32_t path_of(uint32_t parent, const std::string& name);
