@@ -1,9 +1,15 @@
 // to_pprof, read back by a protobuf decoder written here from profile.proto's
 // field numbers (not the encoder's code), after gunzip. `go tool pprof`
-// reading real captures is tests/python/test_export_pprof.py.
+// reading real captures is tests/python/test_export_pprof.py; here it reads
+// the agent's sample types (off_cpu, runq), which only the agent produces.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -13,6 +19,7 @@
 #include "core/export.h"
 #include "core/file_io.h"
 #include "export_fixture.h"
+#include "kernel_fixture.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -361,6 +368,131 @@ TEST(Pprof, EmptyProfile) {
   EXPECT_TRUE(pb.samples.empty());
   EXPECT_EQ(pb.strings.at(0), "");
   EXPECT_EQ(pb.time_nanos, 0);
+}
+
+class PprofKernelTest : public ::testing::Test {
+ protected:
+  Profile p = test::kernel_profile_fixture();
+  PprofProfile pb = decode(to_pprof(p));
+
+  const PprofSample* sample_of(const std::string& leaf) const {
+    for (const PprofSample& s : pb.samples) {
+      if (pb.stack(s).front() == leaf) return &s;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(PprofKernelTest, OffCpuAndRunQueueAreSampleTypesNextToWall) {
+  EXPECT_EQ(pb.sample_types,
+            (std::vector<std::pair<std::string, std::string>>{{"calls", "count"},
+                                                              {"wall", "nanoseconds"},
+                                                              {"off_cpu", "nanoseconds"},
+                                                              {"runq", "nanoseconds"}}));
+  EXPECT_EQ(pb.default_sample_type, "wall");
+  // Self values: the inclusive figures less the children's (kernel_fixture.h).
+  const std::map<std::string, std::pair<int64_t, int64_t>> self = {
+      {"predict", {500, 500}}, {"preprocess", {800, 100}}, {"produce", {0, 0}},
+      {"consume", {0, 0}},     {"my label", {100, 50}},    {"fetch", {0, 0}},
+      {"work", {1'600, 100}}};
+  int64_t off = 0, runq = 0;
+  for (const PprofSample& s : pb.samples) {
+    ASSERT_EQ(s.values.size(), 4u);
+    const auto& want = self.at(pb.stack(s).front());
+    EXPECT_EQ(s.values[2], want.first) << pb.stack(s).front();
+    EXPECT_EQ(s.values[3], want.second) << pb.stack(s).front();
+    off += s.values[2];
+    runq += s.values[3];
+  }
+  EXPECT_EQ(off, p.kernel.spans[0].off_cpu_ns);  // the root's inclusive figure
+  EXPECT_EQ(runq, p.kernel.spans[0].runq_ns);
+}
+
+TEST_F(PprofKernelTest, LanesOfTheAgentAreLabelledWithPidAndSession) {
+  p.lanes[2].pid = 777;
+  p.lanes[2].session = 5;
+  pb = decode(to_pprof(p));
+  EXPECT_EQ(sample_of("work")->labels,
+            (std::map<std::string, std::string>{
+                {"thread", "Worker"}, {"pid", "777"}, {"session", "5"}}));
+  EXPECT_EQ(sample_of("predict")->labels,
+            (std::map<std::string, std::string>{{"thread", "MainThread"}}));
+}
+
+TEST(PprofKernel, AnUnattributedProfileHasOnlyWall) {
+  Profile p = test::kernel_profile_fixture();
+  p.kernel.spans.clear();
+  EXPECT_EQ(decode(to_pprof(p)).sample_types.size(), 2u);
+}
+
+// `go tool pprof` (the Go toolchain's): a skip when Go is not installed, a
+// failure under MLPROF_REQUIRE_TOOLS=1 (CI installs it).
+std::string go_binary() {
+  if (const char* path = std::getenv("PATH")) {
+    std::string dirs = path;
+    for (size_t at = 0; at <= dirs.size();) {
+      const size_t end = std::min(dirs.find(':', at), dirs.size());
+      const std::string candidate = dirs.substr(at, end - at) + "/go";
+      if (end > at && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+      at = end + 1;
+    }
+  }
+  return ::access("/usr/local/go/bin/go", X_OK) == 0 ? "/usr/local/go/bin/go" : "";
+}
+
+std::string run(const std::string& command) {
+  std::string out;
+  FILE* f = ::popen(command.c_str(), "r");
+  if (f == nullptr) return out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  const int status = ::pclose(f);
+  EXPECT_EQ(status, 0) << command << "\n" << out;
+  return out;
+}
+
+// The flat value pprof -top gives a function, in ns (-unit=ns), -1 if absent.
+int64_t flat_ns(const std::string& top, const std::string& name) {
+  size_t at = 0;
+  while ((at = top.find(name, at)) != std::string::npos) {
+    const size_t line = top.rfind('\n', at) + 1;
+    const size_t end = top.find('\n', at);
+    if (top.compare(end - name.size(), name.size(), name) == 0) {
+      return std::strtoll(top.c_str() + top.find_first_not_of(' ', line), nullptr, 10);
+    }
+    at = end;
+  }
+  return -1;
+}
+
+TEST(PprofKernel, GoToolPprofReadsOffCpuAndRunQueue) {
+  const std::string go = go_binary();
+  if (go.empty()) {
+    const char* require = std::getenv("MLPROF_REQUIRE_TOOLS");
+    if (require != nullptr && std::string(require) == "1") {
+      FAIL() << "the Go toolchain (go tool pprof) is required here (MLPROF_REQUIRE_TOOLS=1)";
+    }
+    GTEST_SKIP() << "the Go toolchain is not installed (Go at /usr/local/go or on PATH)";
+  }
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("mlprof-pprof-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "agent.pb.gz";
+  std::ofstream(file, std::ios::binary) << to_pprof(test::kernel_profile_fixture());
+  const std::string base = "PPROF_TMPDIR=" + dir.string() + " " + go + " tool pprof -top -unit=ns ";
+  const std::string off = run(base + "-sample_index=off_cpu " + file.string() + " 2>&1");
+  EXPECT_NE(off.find("Type: off_cpu"), std::string::npos) << off;
+  EXPECT_EQ(flat_ns(off, "work"), 1'600) << off;
+  EXPECT_EQ(flat_ns(off, "preprocess"), 800) << off;
+  EXPECT_EQ(flat_ns(off, "predict"), 500) << off;
+  EXPECT_EQ(flat_ns(off, "my label"), 100) << off;
+  EXPECT_NE(off.find("of 3000ns total"), std::string::npos) << off;
+  const std::string runq = run(base + "-sample_index=runq " + file.string() + " 2>&1");
+  EXPECT_NE(runq.find("Type: runq"), std::string::npos) << runq;
+  EXPECT_EQ(flat_ns(runq, "predict"), 500) << runq;
+  EXPECT_NE(runq.find("of 750ns total"), std::string::npos) << runq;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

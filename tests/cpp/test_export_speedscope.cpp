@@ -4,7 +4,12 @@
 // must be provided in increasing order of cumulative value"), when a close
 // names another frame than the one on top ("Tried to leave frame ..."), when
 // the stack is empty at a close, and when frames are left open at the end
-// ("non-empty stack"). replay() below applies those rules.
+// ("non-empty stack"). replay() below applies those rules. The eBPF agent's
+// off-CPU profile is "sampled" (importSpeedscopeProfile's sampled branch:
+// samples of frame indices, root first, and as many weights); a profile with
+// it was checked once by hand in speedscope 1.25's own page (imported, no
+// errors); tests/python/test_speedscope_import.py does that for our other
+// profiles, which in-process captures produce.
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
@@ -15,6 +20,7 @@
 
 #include "core/export.h"
 #include "export_fixture.h"
+#include "kernel_fixture.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -145,6 +151,41 @@ TEST(Speedscope, RandomCapturesImport) {
 TEST(Speedscope, SameProfileSameBytes) {
   const Profile p = test::export_profile_fixture();
   EXPECT_EQ(to_speedscope(p), to_speedscope(p));
+}
+
+TEST(SpeedscopeKernel, OffCpuTimeIsOneMoreSampledProfile) {
+  const Profile p = test::kernel_profile_fixture();
+  const rapidjson::Document doc = parse(to_speedscope(p));
+  const auto& profiles = doc["profiles"];
+  ASSERT_EQ(profiles.Size(), 4u);  // three lanes, then off-CPU
+  for (rapidjson::SizeType i = 0; i < 3; ++i) EXPECT_EQ(replay(profiles[i]), "");
+  const auto& off = profiles[3];
+  EXPECT_STREQ(off["type"].GetString(), "sampled");
+  EXPECT_STREQ(off["name"].GetString(), "off-CPU time (all threads)");
+  EXPECT_STREQ(off["unit"].GetString(), "nanoseconds");
+  EXPECT_EQ(off["startValue"].GetInt64(), 0);
+  EXPECT_EQ(off["endValue"].GetInt64(), 3'000);
+  const auto& frames = doc["shared"]["frames"];
+  std::map<std::string, int64_t> weight_of_leaf;
+  ASSERT_EQ(off["samples"].Size(), off["weights"].Size());
+  for (rapidjson::SizeType i = 0; i < off["samples"].Size(); ++i) {
+    const auto& stack = off["samples"][i];
+    EXPECT_STREQ(frames[stack[0].GetUint()]["name"].GetString(), "predict");  // root first
+    const std::string leaf = frames[stack[stack.Size() - 1].GetUint()]["name"].GetString();
+    weight_of_leaf[leaf] += off["weights"][i].GetInt64();
+  }
+  EXPECT_EQ(weight_of_leaf, (std::map<std::string, int64_t>{
+                                {"predict", 500}, {"preprocess", 800}, {"my label", 100},
+                                {"work", 1'600}}));
+}
+
+TEST(SpeedscopeKernel, NoOffCpuProfileWithoutOffCpuTime) {
+  Profile p = test::kernel_profile_fixture();
+  p.kernel.off_cpu.clear();
+  p.kernel.threads.clear();
+  attribute_kernel(p);
+  EXPECT_EQ(parse(to_speedscope(p))["profiles"].Size(), 3u);
+  EXPECT_EQ(to_speedscope(test::export_profile_fixture()), to_speedscope(p));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include "core/export.h"
 #include "core/file_io.h"
 #include "core/json_doc.h"
+#include "core/merge.h"
 #include "core/render_text.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
@@ -726,6 +728,33 @@ void fuzz(const std::string& data, uint32_t seed, int rounds) {
 TEST(JsonRead, ByteFlipsOfTheTextLoadOrFailCleanly) {
   fuzz(to_json_document(rich_profile()), 11, 4000);
   fuzz(to_json_document(test::random_profile(3, 300, 5, true)), 12, 2000);
+}
+
+TEST(JsonRead, AnAgentProfileExportsInEveryFormat) {
+  const Profile agent = agent_profile();
+  // Folded stacks are self wall time: the kernel data changes nothing there;
+  // roots name the thread and process, not the session.
+  EXPECT_EQ(export_profile(agent, ExportFormat::kFolded),
+            "thread MainThread, pid 777;predict 11999\n"
+            "thread MainThread, pid 777;predict;preprocess 1500\n"
+            "thread MainThread, pid 777;predict;produce 2000\n"
+            "thread MainThread, pid 777;predict;consume 2000\n"
+            "thread MainThread, pid 777;predict;my label 500\n"
+            "thread MainThread, task 1, pid 777;predict;fetch 3000\n"
+            "thread Worker, pid 777;predict;work 3500\n");
+  // Two sessions of the same threads: one root per thread, values summed.
+  Profile twice;
+  append_profile(twice, agent);
+  Profile again = agent_profile();
+  for (Lane& lane : again.lanes) lane.session = 13;
+  append_profile(twice, again);
+  const std::string folded = export_profile(twice, ExportFormat::kFolded);
+  EXPECT_NE(folded.find("thread MainThread, pid 777;predict 23998\n"), std::string::npos) << folded;
+  EXPECT_EQ(std::count(folded.begin(), folded.end(), '\n'), 7) << folded;
+  // The HTML report embeds the document, kernel data included.
+  const std::string html = export_profile(agent, ExportFormat::kHtml);
+  EXPECT_NE(html.find("\"span_values\":[[0,\"cpu\",\"ns\",16699]"), std::string::npos);
+  use_everything(agent, working_exporters(agent));
 }
 
 TEST(JsonRead, ByteFlipsOfAnAgentDocumentLoadOrFailCleanly) {

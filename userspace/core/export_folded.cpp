@@ -8,7 +8,8 @@
 //   is 0 are left out: they add nothing to a flame graph.
 // - With more than one lane holding spans, every stack starts with the title
 //   of the lane the span ran on ("thread MainThread", "thread MainThread,
-//   task 2"), so the graph has one root per thread and asyncio task.
+//   task 2", with ", pid N" for the agent's lanes), so the graph has one
+//   root per thread and asyncio task; the sessions of one thread share it.
 // - ';' separates frames and '\n' ends a line, so a ';' inside a name becomes
 //   ':' and control characters (newline, tab, ...) become spaces. Spaces stay:
 //   every reader takes the count after the last space. An empty name is "?".
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -129,10 +131,23 @@ std::string to_folded(const Profile& p) {
   for (const bool h : has_spans) lanes_shown += h;
   std::vector<uint32_t> lane_root(p.lanes.size(), 0);
   if (lanes_shown > 1) {
+    // Lanes of one thread in several sessions (the agent's profiles) share
+    // its root: the title leaves the session out.
+    std::map<std::string, uint32_t> root_of;
     for (size_t li = 0; li < p.lanes.size(); ++li) {
       if (!has_spans[li]) continue;
-      frames.push_back(escape_frame(lane_title(p.lanes[li])));
-      lane_root[li] = tree.child(0, static_cast<uint32_t>(frames.size() - 1));
+      const Lane& lane = p.lanes[li];
+      Lane thread;
+      thread.thread_id = lane.thread_id;
+      thread.thread_name = lane.thread_name;
+      thread.task = lane.task;
+      thread.pid = lane.pid;
+      const auto [it, added] = root_of.try_emplace(lane_title(thread), 0);
+      if (added) {
+        frames.push_back(escape_frame(it->first));
+        it->second = tree.child(0, static_cast<uint32_t>(frames.size() - 1));
+      }
+      lane_root[li] = it->second;
     }
   }
 

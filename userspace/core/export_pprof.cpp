@@ -1,7 +1,9 @@
 // pprof's profile.proto (github.com/google/pprof, proto/profile.proto),
 // gzip-compressed. One sample per span: its call stack (leaf first), one
-// call and its self wall time, and string labels for the thread, the asyncio
-// task, the profile_span label and the flags.
+// call and its self wall time (and, with the eBPF agent's kernel figures, its
+// self off-CPU and run-queue time), and string labels for the thread, the
+// asyncio task, the profile_span label, the flags and the agent's pid and
+// session.
 //
 // The protobuf encoding is written by hand: the message is a handful of
 // varint, packed and length-delimited fields, while libprotobuf and protoc
@@ -19,6 +21,7 @@
 #include "core/export_util.h"
 #include "core/file_io.h"
 #include "core/render_text.h"
+#include "core/sched.h"
 
 namespace mlprof {
 
@@ -149,12 +152,18 @@ std::string to_pprof(const Profile& p) {
   ProtoWriter out;
   out.bytes().reserve(1024 + p.spans.size() * 48);
 
-  // Sample values: [calls, wall]. By pprof's convention the count comes first;
-  // default_sample_type makes wall the one pprof shows.
+  // Sample values: [calls, wall], and [off_cpu, runq] after them when the
+  // profile has kernel figures (the agent's). By pprof's convention the count
+  // comes first; default_sample_type makes wall the one pprof shows.
   const int64_t wall = table.add("wall");
   const int64_t nanoseconds = table.add("nanoseconds");
   write_value_type(out, field::kSampleType, table.add("calls"), table.add("count"));
   write_value_type(out, field::kSampleType, wall, nanoseconds);
+  const bool kernel = p.kernel.present && p.kernel.spans.size() == p.spans.size();
+  if (kernel) {
+    write_value_type(out, field::kSampleType, table.add("off_cpu"), nanoseconds);
+    write_value_type(out, field::kSampleType, table.add("runq"), nanoseconds);
+  }
 
   // Functions and locations: one of each per distinct (display name, function).
   // A labelled span is its own function named after the label, with the
@@ -229,11 +238,24 @@ std::string to_pprof(const Profile& p) {
       lane_labels[li].message_field(field::kSampleLabel,
                                     label_bytes(task_key, table.add(std::to_string(lane.task))));
     }
+    // The agent's lanes: which process and session (-tagfocus=pid=4242).
+    if (lane.pid != 0) {
+      lane_labels[li].message_field(
+          field::kSampleLabel, label_bytes(table.add("pid"), table.add(std::to_string(lane.pid))));
+    }
+    if (lane.session != 0) {
+      lane_labels[li].message_field(
+          field::kSampleLabel,
+          label_bytes(table.add("session"), table.add(std::to_string(lane.session))));
+    }
   }
 
   const std::vector<int64_t> self = export_util::self_times(p);
+  // Self off-CPU and run-queue time, so that pprof's cumulative sums give the
+  // inclusive figures back.
+  const std::vector<SelfOffCpu> self_kernel = kernel ? self_off_cpu(p) : std::vector<SelfOffCpu>{};
   std::vector<uint64_t> stack;
-  std::vector<int64_t> values(2);
+  std::vector<int64_t> values(kernel ? 4 : 2);
   ProtoWriter sample;
   for (size_t i = 0; i < p.spans.size(); ++i) {
     const Span& s = p.spans[i];
@@ -244,6 +266,10 @@ std::string to_pprof(const Profile& p) {
     }
     values[0] = 1;
     values[1] = self[i];
+    if (kernel) {
+      values[2] = self_kernel[i].off_cpu_ns;
+      values[3] = self_kernel[i].runq_ns;
+    }
     sample.clear();
     sample.packed_field(field::kSampleLocationId, stack);
     sample.packed_field(field::kSampleValue, values);

@@ -3,7 +3,8 @@
 // (CallTreeProfileBuilder) throws when an event's "at" goes back in time,
 // when a close names another frame than the one on top of the stack, and
 // when frames are still open at the end; every profile here is one lane's
-// stack walked in time order, so none of that can happen.
+// stack walked in time order, so none of that can happen. A profile with the
+// eBPF agent's kernel figures adds a "sampled" profile of off-CPU time.
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -16,6 +17,7 @@
 #include "core/export.h"
 #include "core/export_util.h"
 #include "core/render_text.h"
+#include "core/sched.h"
 
 namespace mlprof {
 
@@ -94,6 +96,51 @@ void write_event(JsonWriter& w, const char* type, uint32_t frame, int64_t at) {
   w.EndObject();
 }
 
+// The eBPF agent's off-CPU time as one more profile, "sampled" with weights:
+// one sample per span with self off-CPU time, its stack root first, weighted
+// by that time in ns. speedscope's left-heavy and sandwich views then show
+// where threads waited, summed over every thread.
+void write_off_cpu_profile(JsonWriter& w, const Profile& p,
+                           const std::vector<uint32_t>& span_frame) {
+  const std::vector<SelfOffCpu> self = self_off_cpu(p);
+  int64_t total = 0;
+  for (const SelfOffCpu& s : self) total += s.off_cpu_ns;
+  if (total == 0) return;
+  w.StartObject();
+  w.Key("type");
+  w.String("sampled");
+  w.Key("name");
+  w.String("off-CPU time (all threads)");
+  w.Key("unit");
+  w.String("nanoseconds");
+  w.Key("startValue");
+  w.Int64(0);
+  w.Key("endValue");
+  w.Int64(total);
+  w.Key("samples");
+  w.StartArray();
+  std::vector<uint32_t> stack;
+  for (size_t i = 0; i < self.size(); ++i) {
+    if (self[i].off_cpu_ns == 0) continue;
+    stack.clear();
+    for (auto j = static_cast<int32_t>(i); j >= 0 && stack.size() <= p.spans.size();
+         j = p.spans[static_cast<size_t>(j)].parent) {
+      stack.push_back(span_frame[static_cast<size_t>(j)]);
+    }
+    w.StartArray();
+    for (auto it = stack.rbegin(); it != stack.rend(); ++it) w.Uint(*it);
+    w.EndArray();
+  }
+  w.EndArray();
+  w.Key("weights");
+  w.StartArray();
+  for (const SelfOffCpu& s : self) {
+    if (s.off_cpu_ns != 0) w.Int64(s.off_cpu_ns);
+  }
+  w.EndArray();
+  w.EndObject();
+}
+
 }  // namespace
 
 std::string to_speedscope(const Profile& p) {
@@ -163,6 +210,7 @@ std::string to_speedscope(const Profile& p) {
     w.EndArray();
     w.EndObject();
   }
+  if (p.kernel.present) write_off_cpu_profile(w, p, span_frame);
   w.EndArray();
 
   w.EndObject();

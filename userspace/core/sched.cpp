@@ -454,22 +454,34 @@ void attribute_kernel(Profile& profile) {
   }
 }
 
-std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns) {
+std::vector<SelfOffCpu> self_off_cpu(const Profile& profile) {
   const auto& ks = profile.kernel.spans;
-  if (ks.size() != profile.spans.size() || n == 0) return {};
-  // Self = inclusive less the children's inclusive.
-  std::vector<Stall> self(profile.spans.size());
-  for (size_t i = 0; i < ks.size(); ++i) {
-    self[i] = Stall{static_cast<int32_t>(i), profile.spans[i].duration_ns(), ks[i].off_cpu_ns,
-                    ks[i].blocked_ns, ks[i].runq_ns, 0};
-  }
+  if (ks.size() != profile.spans.size()) return {};
+  std::vector<SelfOffCpu> self(ks.size());
+  for (size_t i = 0; i < ks.size(); ++i) self[i] = {ks[i].off_cpu_ns, ks[i].blocked_ns, ks[i].runq_ns};
   for (size_t i = 0; i < ks.size(); ++i) {
     const int32_t up = profile.spans[i].parent;
     if (up < 0 || static_cast<size_t>(up) >= ks.size() || static_cast<size_t>(up) == i) continue;
-    Stall& parent = self[static_cast<size_t>(up)];
+    SelfOffCpu& parent = self[static_cast<size_t>(up)];
     parent.off_cpu_ns -= ks[i].off_cpu_ns;
     parent.blocked_ns -= ks[i].blocked_ns;
     parent.runq_ns -= ks[i].runq_ns;
+  }
+  for (SelfOffCpu& s : self) {
+    s.off_cpu_ns = std::max<int64_t>(0, s.off_cpu_ns);
+    s.blocked_ns = std::max<int64_t>(0, s.blocked_ns);
+    s.runq_ns = std::max<int64_t>(0, s.runq_ns);
+  }
+  return self;
+}
+
+std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns) {
+  const std::vector<SelfOffCpu> own = self_off_cpu(profile);
+  if (own.empty() || n == 0) return {};
+  std::vector<Stall> self(own.size());
+  for (size_t i = 0; i < own.size(); ++i) {
+    self[i] = Stall{static_cast<int32_t>(i), profile.spans[i].duration_ns(), own[i].off_cpu_ns,
+                    own[i].blocked_ns, own[i].runq_ns, 0};
   }
   std::vector<Stall> out;
   for (Stall& s : self) {

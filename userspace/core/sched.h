@@ -125,6 +125,17 @@ std::vector<OffCpuPiece> off_cpu_pieces(const Profile& profile);
 // O((spans + intervals) log(spans + intervals)).
 void attribute_kernel(Profile& profile);
 
+// A span's own off-CPU figures: its inclusive ones less its children's (in
+// every lane: the inclusive figures cover them), never negative, so that
+// summing them along stacks (pprof, speedscope) gives the inclusive ones back.
+struct SelfOffCpu {
+  int64_t off_cpu_ns = 0;
+  int64_t blocked_ns = 0;
+  int64_t runq_ns = 0;
+};
+// One per span; empty when attribute_kernel has not run (sizes differ).
+std::vector<SelfOffCpu> self_off_cpu(const Profile& profile);
+
 // A span whose wall time is most off-CPU or in the run queue.
 struct Stall {
   int32_t span = -1;
