@@ -353,12 +353,12 @@ TEST_P(Records, ScriptArrivesInOrderWithItsFields) {
   EXPECT_STREQ(label.name, "step");
 
   const auto& child = recs[7].as<mlprof_ev_span>();
-  EXPECT_EQ(child.index, 1u);
+  EXPECT_EQ(child.index, 2u);  // after the root's call and the label
   EXPECT_EQ(child.function, 2u);
   EXPECT_EQ(child.label, 7u);
   EXPECT_EQ(child.depth, 1u);
   EXPECT_EQ(child.flags, MLPROF_SPAN_BLOCK);
-  for (int i : {8, 9, 10}) EXPECT_EQ(recs[i].as<mlprof_ev_span>().index, 1u) << "record " << i;
+  for (int i : {8, 9, 10}) EXPECT_EQ(recs[i].as<mlprof_ev_span>().index, 2u) << "record " << i;
   EXPECT_EQ(recs[11].as<mlprof_ev_span>().index, 0u);
   EXPECT_EQ(recs[11].as<mlprof_ev_span>().flags, MLPROF_SPAN_CHILDREN_DROPPED);
   EXPECT_EQ(recs[12].as<mlprof_ev_io>().role, MLPROF_IO_RETURN);

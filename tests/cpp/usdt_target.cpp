@@ -85,6 +85,10 @@ class Lane {
   }
   unsigned enter(const Function& f, unsigned depth, unsigned flags = 0, unsigned label_id = 0,
                  const char* label = nullptr) {
+    // The contract's index is the call's position among all the lane's
+    // events: a label is an event before its call; exits, suspends and
+    // resumes are events too.
+    if (label_id) ++next_;
     unsigned index = next_++;
     if (MLPROF_USDT_ENABLED(span_enter))
       MLPROF_USDT_SPAN_ENTER(session_, lane_, index, f.id, label_id, depth, flags, f.name, f.module,
@@ -92,12 +96,15 @@ class Lane {
     return index;
   }
   void exit(unsigned index, unsigned flags = 0) {
+    ++next_;
     if (MLPROF_USDT_ENABLED(span_exit)) MLPROF_USDT_SPAN_EXIT(session_, lane_, index, flags);
   }
   void suspend(unsigned index) {
+    ++next_;
     if (MLPROF_USDT_ENABLED(span_suspend)) MLPROF_USDT_SPAN_SUSPEND(session_, lane_, index);
   }
   void resume(unsigned index) {
+    ++next_;
     if (MLPROF_USDT_ENABLED(span_resume)) MLPROF_USDT_SPAN_RESUME(session_, lane_, index);
   }
   void io(unsigned index, unsigned role, const char* name, const char* summary) {

@@ -379,6 +379,10 @@ int BpfLoader::poll(int timeout_ms,
   impl_->on_record = &on_record;
   impl_->callback_error = nullptr;
   int n = ring_buffer__poll(impl_->ring.get(), timeout_ms);
+  // The programs wake the reader only every 1/16 of the ring (bpf/README.md):
+  // records below that mark are read here, or a process that exits
+  // mid-session would leave its last records unread.
+  if (n == 0) n = ring_buffer__consume(impl_->ring.get());
   impl_->on_record = nullptr;
   if (impl_->callback_error) std::rethrow_exception(std::exchange(impl_->callback_error, nullptr));
   return n;
