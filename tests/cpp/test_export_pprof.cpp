@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -406,6 +407,8 @@ TEST_F(PprofKernelTest, OffCpuAndRunQueueAreSampleTypesNextToWall) {
   }
   EXPECT_EQ(off, p.kernel.spans[0].off_cpu_ns);  // the root's inclusive figure
   EXPECT_EQ(runq, p.kernel.spans[0].runq_ns);
+  EXPECT_NE(std::find(pb.comments.begin(), pb.comments.end(), "lost_kernel_events=3"),
+            pb.comments.end());
 }
 
 TEST_F(PprofKernelTest, LanesOfTheAgentAreLabelledWithPidAndSession) {

@@ -451,6 +451,29 @@ TEST_F(SchedTest, TopStallsNameTheSpanWhereTheTimeWasSpent) {
   EXPECT_TRUE(top_stalls(p, 0).empty());
 }
 
+TEST(SchedSelf, SelfFiguresSumBackToTheInclusiveOnes) {
+  const Profile p = test::kernel_profile_fixture();
+  const std::vector<SelfOffCpu> self = self_off_cpu(p);
+  ASSERT_EQ(self.size(), p.spans.size());
+  int64_t off = 0, blocked = 0, runq = 0;
+  for (const SelfOffCpu& s : self) {
+    off += s.off_cpu_ns;
+    blocked += s.blocked_ns;
+    runq += s.runq_ns;
+  }
+  EXPECT_EQ(off, p.kernel.spans[0].off_cpu_ns);  // one root
+  EXPECT_EQ(blocked, p.kernel.spans[0].blocked_ns);
+  EXPECT_EQ(runq, p.kernel.spans[0].runq_ns);
+  EXPECT_EQ(self[0].off_cpu_ns, 500);  // predict's own preemption
+  EXPECT_EQ(self[6].off_cpu_ns, 1'600);
+  // Inconsistent figures (a hand-edited document) never go negative.
+  Profile bad = test::kernel_profile_fixture();
+  bad.kernel.spans[0].off_cpu_ns = 10;
+  EXPECT_EQ(self_off_cpu(bad)[0].off_cpu_ns, 0);
+  bad.kernel.spans.pop_back();
+  EXPECT_TRUE(self_off_cpu(bad).empty());
+}
+
 TEST_F(SchedTest, TopStallsNeedTheAttribution) {
   p.kernel.off_cpu = {preempted(11'000, 14'000)};
   EXPECT_TRUE(top_stalls(p, 5).empty());  // attribute_kernel not run

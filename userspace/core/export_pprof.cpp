@@ -290,6 +290,9 @@ std::string to_pprof(const Profile& p) {
   std::vector<int64_t> comments = {table.add("mlflow-profiler"),
                                    table.add("captured_depth=" + std::to_string(p.captured_depth))};
   for (const auto& [key, value] : p.meta) comments.push_back(table.add(key + "=" + value));
+  if (p.kernel.present) {
+    comments.push_back(table.add("lost_kernel_events=" + std::to_string(p.kernel.lost_events)));
+  }
 
   // time_nanos is wall-clock (UTC) time; the spans are on CLOCK_MONOTONIC, so
   // it comes from the session's wall-clock start when the capture recorded it.
