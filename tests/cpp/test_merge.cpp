@@ -98,6 +98,27 @@ TEST(Merge, IntoAnEmptyProfileGivesTheSameProfileWithItsPidOnTheLanes) {
   EXPECT_EQ(m.kernel.threads[0].pid, 100u);
 }
 
+TEST(Merge, AnIntoWithoutTimelineTakesFromsTimesDepthAndKeepsItsKernelCounts) {
+  Profile m;
+  m.kernel.present = true;  // lost events recorded before any session ended
+  m.kernel.lost_events = 5;
+  const Profile a = session(100, 1, 1'000, "load", true);
+  append_profile(m, a);
+  EXPECT_EQ(m.start_ns, 1'000);
+  EXPECT_EQ(m.end_ns, 11'000);
+  EXPECT_EQ(m.captured_depth, 2);
+  EXPECT_EQ(m.meta, a.meta);
+  EXPECT_EQ(m.kernel.lost_events, 7u);
+  ASSERT_EQ(m.kernel.spans.size(), 3u);
+  EXPECT_EQ(m.kernel.spans[2].off_cpu_ns, 600);
+
+  Profile preset;
+  preset.meta = {{"host", "box"}, {"agent", "1.0"}};
+  append_profile(preset, a);
+  EXPECT_EQ(preset.meta, (std::map<std::string, std::string>{{"host", "box"}}));
+  EXPECT_EQ(preset.start_ns, 1'000);
+}
+
 class MergeTwo : public ::testing::Test {
  protected:
   void SetUp() override {

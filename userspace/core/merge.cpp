@@ -37,15 +37,14 @@ void pin_provenance(std::vector<Lane>& lanes, std::vector<OffCpuInterval>& off_c
   }
 }
 
-bool is_empty(const Profile& p) {
-  return p.lanes.empty() && p.spans.empty() && p.meta.empty() && !p.kernel.present &&
-         p.kernel.off_cpu.empty() && p.kernel.threads.empty();
-}
+// No timeline yet: its start, end and depth say nothing.
+bool no_timeline(const Profile& p) { return p.lanes.empty() && p.spans.empty(); }
 
 }  // namespace
 
 void append_profile(Profile& into, const Profile& from) {
-  const bool first = is_empty(into);
+  const bool first = no_timeline(into);
+  const bool take_meta = first && into.meta.empty();
   const bool into_attributed = into.kernel.spans.size() == into.spans.size();
   const bool from_attributed = from.kernel.spans.size() == from.spans.size();
   // Copies first: `from` may be `into`.
@@ -119,17 +118,20 @@ void append_profile(Profile& into, const Profile& from) {
   into.stats.events_captured += stats.events_captured;
   into.stats.events_skipped += stats.events_skipped;
   into.stats.unmatched_returns += stats.unmatched_returns;
-  if (first) {
+  if (take_meta) {
     into.meta = from_meta;
-    into.captured_depth = depth;
-    into.start_ns = start_ns;
-    into.end_ns = end_ns;
   } else {
     for (auto it = into.meta.begin(); it != into.meta.end();) {
       const auto other = from_meta.find(it->first);
       it = other == from_meta.end() || other->second != it->second ? into.meta.erase(it)
                                                                      : std::next(it);
     }
+  }
+  if (first) {
+    into.captured_depth = depth;
+    into.start_ns = start_ns;
+    into.end_ns = end_ns;
+  } else {
     into.captured_depth = into.captured_depth < 0 || depth < 0
                               ? -1
                               : std::max(into.captured_depth, depth);

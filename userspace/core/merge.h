@@ -21,8 +21,10 @@ namespace mlprof {
 //   both sides have them, else attribute_kernel recomputes them all;
 // - stats summed; start_ns/end_ns widened; captured_depth the deeper of the
 //   two (-1, unlimited, wins);
-// - meta keeps the keys both have with equal values. An empty `into` (no
-//   lanes, spans or meta) takes from's meta and depth as they are.
+// - meta keeps the keys both have with equal values; an `into` with no
+//   lanes, spans or meta takes from's meta as it is. An `into` with no lanes
+//   or spans (kernel data or meta set ahead, say) takes from's start_ns,
+//   end_ns and captured_depth as they are.
 // `from` may be `into` itself (the profile then holds its sessions twice).
 void append_profile(Profile& into, const Profile& from);
 
