@@ -542,12 +542,18 @@ TEST(TargetFinder, RealProcessThatLoadsTheExtensionLaterThenExits) {
   ASSERT_EQ(::stat((mount + v2).c_str(), &st), 0) << mount << v2;
   EXPECT_EQ(second.started[0].cgroup_id, static_cast<uint64_t>(st.st_ino));
 
-  child.kill_and_reap();
+  // Killed and not reaped yet: a zombie is gone for the agent (its parent may never wait).
   const pid_t gone = second.started[0].pid;
+  ::kill(gone, SIGKILL);
+  for (int i = 0; i < 200 && slurp("/proc/" + std::to_string(gone) + "/stat").find(") Z ") == std::string::npos; ++i) {
+    ::usleep(5000);
+  }
+  ASSERT_NE(slurp("/proc/" + std::to_string(gone) + "/stat").find(") Z "), std::string::npos);
   auto third = f.value()->rescan();
   EXPECT_EQ(third.exited, std::vector<pid_t>{gone});
   EXPECT_TRUE(f.value()->current().empty());
   EXPECT_TRUE(f.value()->pids_all_gone());
+  child.kill_and_reap();
 }
 
 TEST(TargetFinder, RealProgramCarryingTheNotesInItsExecutable) {

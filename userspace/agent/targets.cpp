@@ -734,20 +734,28 @@ uint64_t inode_of(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
-// Field 22 of /proc/PID/stat (start time in clock ticks): tells a reused pid
-// from the process that had it.
-uint64_t start_time(const std::string& proc, pid_t pid) {
+// From /proc/PID/stat: the state (field 3: 'Z' a zombie, dead but not yet
+// reaped, which is gone for us) and the start time (field 22, clock ticks),
+// which tells a reused pid from the process that had it.
+struct ProcStat {
+  char state = '?';
+  uint64_t start_time = 0;
+};
+std::optional<ProcStat> proc_stat(const std::string& proc, pid_t pid) {
   auto stat = read_text(proc + "/" + std::to_string(pid) + "/stat", 4096);
-  if (!stat) return 0;
+  if (!stat) return std::nullopt;
   const size_t close = stat->rfind(')');  // comm may hold spaces and parentheses
-  if (close == std::string::npos) return 0;
+  if (close == std::string::npos || close + 2 >= stat->size()) return std::nullopt;
+  ProcStat out;
+  out.state = (*stat)[close + 2];
   size_t pos = close + 2;
   for (int field = 3; field < 22 && pos < stat->size(); ++field) {
     pos = stat->find(' ', pos);
-    if (pos == std::string::npos) return 0;
+    if (pos == std::string::npos) return out;
     ++pos;
   }
-  return std::strtoull(stat->c_str() + pos, nullptr, 10);
+  out.start_time = std::strtoull(stat->c_str() + pos, nullptr, 10);
+  return out;
 }
 
 // "/" is level 0, "/a" 1, "/a/b" 2.
@@ -890,7 +898,8 @@ TargetFinder::Changes TargetFinder::rescan() {
   for (pid_t pid : candidates) {
     const std::string dir = paths_.proc + "/" + std::to_string(pid);
     auto cgroup_text = read_text(dir + "/cgroup");
-    if (!cgroup_text) {
+    const auto stat = proc_stat(paths_.proc, pid);
+    if (!cgroup_text || !stat || stat->state == 'Z' || stat->state == 'X') {
       if (!selection_.pids.empty()) {
         gone_pids_.insert(pid);
         waiting_pids_.erase(pid);
@@ -898,7 +907,7 @@ TargetFinder::Changes TargetFinder::rescan() {
       continue;
     }
     if (!selected(pid, *cgroup_text)) continue;
-    const uint64_t started = start_time(paths_.proc, pid);
+    const uint64_t started = stat->start_time;
     auto have = current_.find(pid);
     if (have != current_.end()) {
       if (start_times_[pid] == started) {
@@ -928,11 +937,6 @@ TargetFinder::Changes TargetFinder::rescan() {
     changes.exited.push_back(it->first);
     start_times_.erase(it->first);
     it = current_.erase(it);
-  }
-  if (!selection_.pids.empty()) {
-    for (pid_t pid : selection_.pids) {
-      if (::access((paths_.proc + "/" + std::to_string(pid)).c_str(), F_OK) != 0) gone_pids_.insert(pid);
-    }
   }
   return changes;
 }
