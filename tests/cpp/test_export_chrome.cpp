@@ -308,7 +308,8 @@ TEST(ChromeTrace, NamesAreEscaped) {
 }
 
 // Complete events per (pid, tid) track, read as slices_by_tid does.
-std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> slices_by_track(const std::string& text) {
+std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> slices_by_track(
+    const std::string& text) {
   std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> out;
   const rapidjson::Document doc = parse(text);
   size_t pos = 0;
@@ -493,9 +494,9 @@ TEST(ChromeKernel, SessionsOfOneThreadShareItsTrack) {
   EXPECT_EQ(main_names, 1);
   const auto tracks = slices_by_track(text);
   const auto& main = tracks.at({777, 4242});
-  EXPECT_EQ(std::count_if(main.begin(), main.end(),
-                          [](const Slice& s) { return s.name == "predict"; }),
-            2);
+  EXPECT_EQ(
+      std::count_if(main.begin(), main.end(), [](const Slice& s) { return s.name == "predict"; }),
+      2);
   for (const auto& [track, slices] : tracks) EXPECT_EQ(perfetto_drops(slices), 0);
 }
 

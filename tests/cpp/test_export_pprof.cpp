@@ -415,9 +415,9 @@ TEST_F(PprofKernelTest, LanesOfTheAgentAreLabelledWithPidAndSession) {
   p.lanes[2].pid = 777;
   p.lanes[2].session = 5;
   pb = decode(to_pprof(p));
-  EXPECT_EQ(sample_of("work")->labels,
-            (std::map<std::string, std::string>{
-                {"thread", "Worker"}, {"pid", "777"}, {"session", "5"}}));
+  EXPECT_EQ(
+      sample_of("work")->labels,
+      (std::map<std::string, std::string>{{"thread", "Worker"}, {"pid", "777"}, {"session", "5"}}));
   EXPECT_EQ(sample_of("predict")->labels,
             (std::map<std::string, std::string>{{"thread", "MainThread"}}));
 }

@@ -174,9 +174,9 @@ TEST(SpeedscopeKernel, OffCpuTimeIsOneMoreSampledProfile) {
     const std::string leaf = frames[stack[stack.Size() - 1].GetUint()]["name"].GetString();
     weight_of_leaf[leaf] += off["weights"][i].GetInt64();
   }
-  EXPECT_EQ(weight_of_leaf, (std::map<std::string, int64_t>{
-                                {"predict", 500}, {"preprocess", 800}, {"my label", 100},
-                                {"work", 1'600}}));
+  EXPECT_EQ(weight_of_leaf,
+            (std::map<std::string, int64_t>{
+                {"predict", 500}, {"preprocess", 800}, {"my label", 100}, {"work", 1'600}}));
 }
 
 TEST(SpeedscopeKernel, NoOffCpuProfileWithoutOffCpuTime) {

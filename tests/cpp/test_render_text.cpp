@@ -300,15 +300,16 @@ IOSummary array_summary(const char* type, std::vector<int64_t> shape, const char
 
 // The I/O display of spec 000 section 4, on the same capture.
 TEST_F(SpecExampleTest, IoDisplayAtDepthOne) {
-  const IOSummary frame = array_summary("pandas.core.frame.DataFrame", {1000, 50}, "float64", 409600);
+  const IOSummary frame =
+      array_summary("pandas.core.frame.DataFrame", {1000, 50}, "float64", 409600);
   const IOSummary labels = array_summary("numpy.ndarray", {1000}, "int64", 8000);
   const IOSummary features = array_summary("numpy.ndarray", {1000, 128}, "float32", 512000);
   const IOSummary logits = array_summary("numpy.ndarray", {1000, 10}, "float32", 40000);
   // kCall indices in the lane: predict 0, preprocess 1, _run_model 11, postprocess 17.
   p.lanes[0].io = {
-      {0, IORole::kArgument, "df", frame},      {0, IORole::kReturn, "", labels},
-      {1, IORole::kArgument, "df", frame},      {1, IORole::kReturn, "", features},
-      {11, IORole::kArgument, "x", features},   {11, IORole::kReturn, "", logits},
+      {0, IORole::kArgument, "df", frame},       {0, IORole::kReturn, "", labels},
+      {1, IORole::kArgument, "df", frame},       {1, IORole::kReturn, "", features},
+      {11, IORole::kArgument, "x", features},    {11, IORole::kReturn, "", logits},
       {17, IORole::kArgument, "logits", logits}, {17, IORole::kReturn, "", labels},
   };
   build_tree(p);
@@ -333,8 +334,9 @@ TEST_F(SpecExampleTest, IoDisplayAtDepthOne) {
             "    out: (ndarray, shape=(1000,), dtype=int64, 7.8KB)\n");
   // Without show_io the same capture renders the plain tree.
   o.show_io = false;
-  EXPECT_EQ(render_text(p, o),
-            "predict: 48.12ms\n  preprocess: 2.31ms\n  _run_model: 44.50ms\n  postprocess: 0.03ms\n");
+  EXPECT_EQ(
+      render_text(p, o),
+      "predict: 48.12ms\n  preprocess: 2.31ms\n  _run_model: 44.50ms\n  postprocess: 0.03ms\n");
 }
 
 TEST_F(SpecExampleTest, SeveralArgumentsAreNamedAndSpansWithoutIoGetNoBlankLine) {
@@ -398,9 +400,8 @@ TEST(RenderTextKernel, CollapsedNodesAndUnattributedProfilesShowNoFigures) {
   const uint32_t transform = test::lib_fn(p, "transform", "sklearn.preprocessing._data");
   const uint32_t fit = test::lib_fn(p, "fit", "sklearn.preprocessing._data");
   p.end_ns = 100'000;
-  p.lanes.push_back(
-      make_lane({call(0, predict), call(10'000, transform), ret(20'000), call(20'000, fit),
-                 ret(30'000), ret(100'000)}));
+  p.lanes.push_back(make_lane({call(0, predict), call(10'000, transform), ret(20'000),
+                               call(20'000, fit), ret(30'000), ret(100'000)}));
   build_tree(p);
   p.kernel.present = true;
   p.kernel.off_cpu = {test::fixture_interval(4242, 12'000, 12'000, 13'000, false, 0)};

@@ -73,9 +73,9 @@ class SchedTest : public ::testing::Test {
     p.start_ns = 0;
     p.end_ns = 100'000;
     p.meta["pid"] = "77";
-    p.lanes.push_back(make_lane({call(0, predict), call(10'000, load), call(20'000, read),
-                                 ret(30'000), ret(40'000), call(50'000, score), ret(90'000),
-                                 ret(100'000)}));
+    p.lanes.push_back(
+        make_lane({call(0, predict), call(10'000, load), call(20'000, read), ret(30'000),
+                   ret(40'000), call(50'000, score), ret(90'000), ret(100'000)}));
     build_tree(p);
     ASSERT_EQ(p.spans.size(), 4u);
     p.kernel.present = true;
@@ -189,8 +189,7 @@ TEST_F(SchedTest, AThreadWithoutALaneCountsForTheSpanItWasStartedUnder) {
                       lifetime(8000, 31337, 22'000, 0)};
   p.kernel.off_cpu = {blocked(24'000, 26'000, 26'000, kMain, 7000),  // inside read: counts
                       blocked(29'000, 45'000, 46'000, kMain, 7000),  // read ends at 30'000
-                      preempted(25'000, 27'000, 7001),
-                      preempted(25'000, 27'000, 8000)};
+                      preempted(25'000, 27'000, 7001), preempted(25'000, 27'000, 8000)};
   attribute_kernel(p);
   EXPECT_EQ(p.kernel.threads[0].started_under, 2);
   EXPECT_EQ(p.kernel.threads[1].started_under, 2);
@@ -219,7 +218,7 @@ TEST_F(SchedTest, AStartedThreadWithALaneCountsOutsideItsSpansForItsCreator) {
   ASSERT_EQ(p.spans.size(), 5u);
   ASSERT_EQ(p.spans[4].parent, 1);  // under load
   p.kernel.threads = {lifetime(5000, kMain, 15'000, 35'000)};
-  p.kernel.off_cpu = {preempted(16'000, 18'000, 5000),    // before work: load (started under)
+  p.kernel.off_cpu = {preempted(16'000, 18'000, 5000),  // before work: load (started under)
                       blocked(26'000, 27'000, 27'500, 0, 5000)};  // in work
   attribute_kernel(p);
   EXPECT_EQ(p.kernel.threads[0].started_under, 1);
@@ -241,7 +240,7 @@ TEST_F(SchedTest, TwoProcessesWithTheSameTidsAreKeptApartByPid) {
   build_tree(p);
   ASSERT_EQ(p.spans.size(), 5u);
   p.kernel.off_cpu = {preempted(21'000, 22'000, kMain, 77), preempted(51'000, 54'000, kMain, 88),
-                      preempted(61'000, 61'500, kMain, 0)};  // pid 0: the profile's (77)
+                      preempted(61'000, 61'500, kMain, 0)};   // pid 0: the profile's (77)
   p.kernel.threads = {lifetime(7000, kMain, 55'000, 0, 88)};  // started by 88's 4242
   attribute_kernel(p);
   EXPECT_EQ(k(2).off_cpu_ns, 1'000);
@@ -286,9 +285,9 @@ TEST(SchedGenerators, OffCpuWhileAGeneratorIsSuspendedIsNotItsOwn) {
   const uint32_t predict = test::user_fn(p, "predict"), produce = test::user_fn(p, "produce"),
                  consume = test::user_fn(p, "consume");
   p.end_ns = 10'000;
-  p.lanes.push_back(make_lane({call(0, predict), call(1'000, produce), suspend(2'000, 1),
-                               call(3'000, consume), ret(4'000), resume(5'000, 1), ret(6'000),
-                               ret(10'000)}));
+  p.lanes.push_back(
+      make_lane({call(0, predict), call(1'000, produce), suspend(2'000, 1), call(3'000, consume),
+                 ret(4'000), resume(5'000, 1), ret(6'000), ret(10'000)}));
   build_tree(p);
   ASSERT_EQ(p.spans.size(), 3u);
   ASSERT_TRUE(p.spans[1].flags & kSpanGenerator);
@@ -315,9 +314,8 @@ TEST(SchedPieces, PiecesCoverEachIntervalInOrder) {
     int32_t span;
     int64_t start, end;
   };
-  const std::vector<Want> want = {{0, -1, 0, 10},  {0, 0, 10, 30}, {0, 1, 30, 40},
-                                  {1, 1, 45, 50},  {1, 0, 50, 80}, {1, -1, 80, 90},
-                                  {2, -1, 95, 95}};
+  const std::vector<Want> want = {{0, -1, 0, 10}, {0, 0, 10, 30},  {0, 1, 30, 40}, {1, 1, 45, 50},
+                                  {1, 0, 50, 80}, {1, -1, 80, 90}, {2, -1, 95, 95}};
   ASSERT_EQ(pieces.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     SCOPED_TRACE(i);

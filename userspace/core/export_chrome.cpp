@@ -277,7 +277,8 @@ std::map<uint64_t, std::string> thread_names(const Profile& p) {
     if (!t.name.empty()) names[t.tid] = t.name;
   }
   for (const Lane& lane : p.lanes) {
-    if (lane.native_tid != 0 && !lane.thread_name.empty()) names[lane.native_tid] = lane.thread_name;
+    if (lane.native_tid != 0 && !lane.thread_name.empty())
+      names[lane.native_tid] = lane.thread_name;
   }
   return names;
 }
@@ -462,7 +463,8 @@ std::string to_chrome_trace(const Profile& p) {
     if (has_spans[li]) add_pid(tracks[li].first);
   }
   if (p.kernel.present) {
-    for (const ThreadLifetime& t : p.kernel.threads) add_pid(shown_pid(t.pid != 0 ? t.pid : profile_pid(p)));
+    for (const ThreadLifetime& t : p.kernel.threads)
+      add_pid(shown_pid(t.pid != 0 ? t.pid : profile_pid(p)));
   }
   if (pids.empty()) add_pid(shown_pid(profile_pid(p)));
   std::string host;
@@ -481,10 +483,9 @@ std::string to_chrome_trace(const Profile& p) {
     ++lanes_shown;
     if (!named.insert(tracks[li]).second) continue;
     const std::string title = track_title(p.lanes[li]);
-    write_metadata_event(w, "thread_name", tracks[li].first, &tracks[li].second, "name", &title,
-                         0);
-    write_metadata_event(w, "thread_sort_index", tracks[li].first, &tracks[li].second,
-                         "sort_index", nullptr, static_cast<int>(li));
+    write_metadata_event(w, "thread_name", tracks[li].first, &tracks[li].second, "name", &title, 0);
+    write_metadata_event(w, "thread_sort_index", tracks[li].first, &tracks[li].second, "sort_index",
+                         nullptr, static_cast<int>(li));
   }
   if (p.kernel.present) {
     for (const ThreadLifetime& t : p.kernel.threads) {

@@ -140,8 +140,8 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
   w.Key("lost_events");
   w.Uint64(p.kernel.lost_events);
   w.Key("off_cpu_fields");
-  write_fields(w, {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid",
-                   "prev_state"});
+  write_fields(
+      w, {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state"});
   w.Key("off_cpu");
   w.StartArray();
   for (const OffCpuInterval& iv : p.kernel.off_cpu) {
@@ -158,8 +158,8 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
   }
   w.EndArray();
   w.Key("thread_fields");
-  write_fields(w, {"tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
-                   "exit_code"});
+  write_fields(
+      w, {"tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under", "exit_code"});
   w.Key("threads");
   w.StartArray();
   for (const ThreadLifetime& t : p.kernel.threads) {

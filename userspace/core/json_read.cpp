@@ -86,8 +86,8 @@ class DocumentReader {
     }
     if (!read_header()) return take_error();
     if (!read_meta(p) || !read_stats(p) || !read_strings(p) || !read_functions(p) ||
-        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p) ||
-        !read_kernel(p) || !read_span_values(p)) {
+        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p) || !read_kernel(p) ||
+        !read_span_values(p)) {
       return take_error();
     }
     link_tree(p);
@@ -585,10 +585,10 @@ class DocumentReader {
 
   bool read_threads(const Value& kernel, Profile& p) {
     Columns c;
-    const Value* rows = nested_table(kernel, "kernel", "threads", "thread_fields",
-                                     {"tid", "pid", "parent_tid", "start_ns", "end_ns", "name",
-                                      "started_under", "exit_code"},
-                                     c);
+    const Value* rows = nested_table(
+        kernel, "kernel", "threads", "thread_fields",
+        {"tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under", "exit_code"},
+        c);
     if (rows == nullptr) return false;
     p.kernel.threads.resize(rows->Size());
     for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
@@ -651,11 +651,13 @@ class DocumentReader {
       uint64_t value = 0;
       if (!get((*r)[c.at[3]], Where{s, i, "value"}, value)) return false;
       if (value > known->max) {
-        return fail(Where{s, i, "value"}, std::to_string(value) + " is too large for \"" + type + "\"");
+        return fail(Where{s, i, "value"},
+                    std::to_string(value) + " is too large for \"" + type + "\"");
       }
       uint8_t& once = seen[span * kSpanValueTypes.size() +
                            static_cast<size_t>(known - kSpanValueTypes.begin())];
-      if (once != 0) return fail(Where{s, i}, "repeats \"" + type + "\" of span " + std::to_string(span));
+      if (once != 0)
+        return fail(Where{s, i}, "repeats \"" + type + "\" of span " + std::to_string(span));
       once = 1;
       known->set(p.kernel.spans[span], value);
     }

@@ -124,7 +124,7 @@ void append_profile(Profile& into, const Profile& from) {
     for (auto it = into.meta.begin(); it != into.meta.end();) {
       const auto other = from_meta.find(it->first);
       it = other == from_meta.end() || other->second != it->second ? into.meta.erase(it)
-                                                                     : std::next(it);
+                                                                   : std::next(it);
     }
   }
   if (first) {
@@ -132,9 +132,8 @@ void append_profile(Profile& into, const Profile& from) {
     into.start_ns = start_ns;
     into.end_ns = end_ns;
   } else {
-    into.captured_depth = into.captured_depth < 0 || depth < 0
-                              ? -1
-                              : std::max(into.captured_depth, depth);
+    into.captured_depth =
+        into.captured_depth < 0 || depth < 0 ? -1 : std::max(into.captured_depth, depth);
     into.start_ns = std::min(into.start_ns, start_ns);
     into.end_ns = std::max(into.end_ns, end_ns);
   }

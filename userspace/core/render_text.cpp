@@ -60,7 +60,8 @@ std::unordered_map<uint64_t, std::string> waker_names(const Profile& p) {
     if (!t.name.empty()) names[t.tid] = t.name;
   }
   for (const Lane& lane : p.lanes) {
-    if (lane.native_tid != 0 && !lane.thread_name.empty()) names[lane.native_tid] = lane.thread_name;
+    if (lane.native_tid != 0 && !lane.thread_name.empty())
+      names[lane.native_tid] = lane.thread_name;
   }
   return names;
 }

@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <limits>
 #include <map>
-#include <memory>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -177,9 +176,8 @@ class Threads {
     if (it == lifetimes_.end()) return nullptr;
     const auto& threads = p_.kernel.threads;
     const auto& list = it->second;
-    auto after = std::upper_bound(list.begin(), list.end(), t, [&](int64_t v, size_t i) {
-      return v < threads[i].start_ns;
-    });
+    auto after = std::upper_bound(list.begin(), list.end(), t,
+                                  [&](int64_t v, size_t i) { return v < threads[i].start_ns; });
     if (after == list.begin()) return nullptr;
     const size_t* found = &*(after - 1);
     const int64_t end = threads[*found].end_ns;
@@ -193,14 +191,14 @@ class Threads {
     started_under_.assign(threads.size(), -1);
     std::vector<size_t> order(threads.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return threads[a].start_ns < threads[b].start_ns;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return threads[a].start_ns < threads[b].start_ns; });
     const auto n_spans = static_cast<int64_t>(p_.spans.size());
     for (const size_t i : order) {
       const ThreadLifetime& t = threads[i];
       if (t.parent_tid == 0 || t.start_ns == 0) {
-        started_under_[i] = t.started_under >= 0 && t.started_under < n_spans ? t.started_under : -1;
+        started_under_[i] =
+            t.started_under >= 0 && t.started_under < n_spans ? t.started_under : -1;
         continue;
       }
       const ThreadKey parent{pid_or_meta(t.pid), t.parent_tid};
@@ -216,8 +214,8 @@ class Threads {
 
   // A piece with no span of its own thread: the thread's started_under span
   // over that span's wall time, nothing outside it.
-  void add_fallback(std::vector<OffCpuPiece>& out, const ThreadKey& key, uint32_t idx,
-                    int64_t from, int64_t to) const {
+  void add_fallback(std::vector<OffCpuPiece>& out, const ThreadKey& key, uint32_t idx, int64_t from,
+                    int64_t to) const {
     const size_t* life = lifetime_at(key, from);
     const int32_t under = life == nullptr ? -1 : started_under_[*life];
     if (under < 0) {
@@ -279,8 +277,8 @@ struct Forest {
   std::vector<int32_t> parent;  // -1 for a root or a parent that is not a span
   std::vector<int32_t> bfs;     // breadth-first from the roots: parents before children
   std::vector<uint32_t> depth;
-  std::vector<uint32_t> pre;    // depth-first preorder number
-  std::vector<bool> reached;    // reached from a root (false on a parent cycle)
+  std::vector<uint32_t> pre;  // depth-first preorder number
+  std::vector<bool> reached;  // reached from a root (false on a parent cycle)
 
   explicit Forest(const Profile& p) {
     const auto n = static_cast<int32_t>(p.spans.size());
@@ -350,7 +348,8 @@ std::vector<OffCpuPiece> off_cpu_pieces(const Profile& profile) {
 void attribute_kernel(Profile& profile) {
   const Threads threads(profile);
   KernelData& k = profile.kernel;
-  for (size_t i = 0; i < k.threads.size(); ++i) k.threads[i].started_under = threads.started_under()[i];
+  for (size_t i = 0; i < k.threads.size(); ++i)
+    k.threads[i].started_under = threads.started_under()[i];
 
   const size_t n = profile.spans.size();
   k.spans.assign(n, SpanKernel{});
@@ -458,7 +457,8 @@ std::vector<SelfOffCpu> self_off_cpu(const Profile& profile) {
   const auto& ks = profile.kernel.spans;
   if (ks.size() != profile.spans.size()) return {};
   std::vector<SelfOffCpu> self(ks.size());
-  for (size_t i = 0; i < ks.size(); ++i) self[i] = {ks[i].off_cpu_ns, ks[i].blocked_ns, ks[i].runq_ns};
+  for (size_t i = 0; i < ks.size(); ++i)
+    self[i] = {ks[i].off_cpu_ns, ks[i].blocked_ns, ks[i].runq_ns};
   for (size_t i = 0; i < ks.size(); ++i) {
     const int32_t up = profile.spans[i].parent;
     if (up < 0 || static_cast<size_t>(up) >= ks.size() || static_cast<size_t>(up) == i) continue;
@@ -480,13 +480,15 @@ std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall
   if (own.empty() || n == 0) return {};
   std::vector<Stall> self(own.size());
   for (size_t i = 0; i < own.size(); ++i) {
-    self[i] = Stall{static_cast<int32_t>(i), profile.spans[i].duration_ns(), own[i].off_cpu_ns,
-                    own[i].blocked_ns, own[i].runq_ns, 0};
+    self[i] = Stall{static_cast<int32_t>(i), profile.spans[i].duration_ns(),
+                    own[i].off_cpu_ns,       own[i].blocked_ns,
+                    own[i].runq_ns,          0};
   }
   std::vector<Stall> out;
   for (Stall& s : self) {
     if (s.wall_ns < min_wall_ns || s.off_cpu_ns <= 0) continue;
-    s.off_fraction = s.wall_ns > 0 ? static_cast<double>(s.off_cpu_ns) / static_cast<double>(s.wall_ns) : 0;
+    s.off_fraction =
+        s.wall_ns > 0 ? static_cast<double>(s.off_cpu_ns) / static_cast<double>(s.wall_ns) : 0;
     out.push_back(s);
   }
   const auto by_off = [](const Stall& a, const Stall& b) {

@@ -42,25 +42,25 @@ struct OffCpuInterval {
 struct ThreadLifetime {
   uint64_t tid = 0;
   uint32_t pid = 0;
-  uint64_t parent_tid = 0;    // the creating thread; 0 unknown
-  int64_t start_ns = 0;       // 0: started before the capture
-  int64_t end_ns = 0;         // 0: still running when the capture ended
-  std::string name;           // comm
-  int32_t started_under = -1; // span open on the creating thread at start_ns (innermost), -1 none
+  uint64_t parent_tid = 0;     // the creating thread; 0 unknown
+  int64_t start_ns = 0;        // 0: started before the capture
+  int64_t end_ns = 0;          // 0: still running when the capture ended
+  std::string name;            // comm
+  int32_t started_under = -1;  // span open on the creating thread at start_ns (innermost), -1 none
   int32_t exit_code = 0;
 };
 
 // Per-span figures (inclusive). wall = on_cpu + off_cpu for a span of one
 // thread; a span that started threads adds their off-CPU to off_cpu only.
 struct SpanKernel {
-  int64_t on_cpu_ns = 0;      // wall - off-CPU on the span's own thread
-  int64_t off_cpu_ns = 0;     // off the CPU while the span was open
-  int64_t blocked_ns = 0;     // of it, asleep (I/O, locks, sleep)
-  int64_t runq_ns = 0;        // of it, runnable but waiting for a CPU
+  int64_t on_cpu_ns = 0;              // wall - off-CPU on the span's own thread
+  int64_t off_cpu_ns = 0;             // off the CPU while the span was open
+  int64_t blocked_ns = 0;             // of it, asleep (I/O, locks, sleep)
+  int64_t runq_ns = 0;                // of it, runnable but waiting for a CPU
   uint32_t voluntary_switches = 0;    // blocked intervals
   uint32_t involuntary_switches = 0;  // preemptions
-  uint64_t top_waker_tid = 0;  // the thread whose wakeups ended the most blocked time
-  int64_t top_waker_ns = 0;    // the blocked time those wakeups ended
+  uint64_t top_waker_tid = 0;         // the thread whose wakeups ended the most blocked time
+  int64_t top_waker_ns = 0;           // the blocked time those wakeups ended
 };
 
 struct KernelData {
@@ -82,9 +82,9 @@ uint32_t lane_pid(const Profile& profile, const Lane& lane);
 // cut at the boundaries of the spans running on their thread. The pieces of
 // an interval are in time order and cover it exactly.
 struct OffCpuPiece {
-  uint32_t interval = 0;   // index into KernelData::off_cpu
-  int32_t span = -1;       // the span it counts for; -1 none (no span open, no started_under)
-  bool own_thread = false; // span runs on the interval's thread (false: started_under)
+  uint32_t interval = 0;    // index into KernelData::off_cpu
+  int32_t span = -1;        // the span it counts for; -1 none (no span open, no started_under)
+  bool own_thread = false;  // span runs on the interval's thread (false: started_under)
   int64_t start_ns = 0;
   int64_t end_ns = 0;
 };
