@@ -30,7 +30,9 @@
  *       tracer may read name/module/file/label once per id and cache them.
  *       depth_flags = PACK(depth, flags): depth is the span's nesting in its
  *       lane (0: a lane root); flags are MLPROF_SPAN_* (the core's event flags).
- *       label: the profile_span/profile_block label text, or NULL.
+ *       label: the profile_span label text, or NULL: non-NULL exactly when the
+ *       label id != 0. A profile_block's text is `name` (flag BLOCK, module and
+ *       file "", line 0).
  *   span_exit(u64 session, u64 lane_index, u64 flags)
  *       The innermost open span of the lane closes (index names it).
  *       flags: MLPROF_SPAN_EXCEPTION, MLPROF_SPAN_CHILDREN_DROPPED.
@@ -41,7 +43,8 @@
  *   span_io(u64 session, u64 lane_index, u64 role, const char *name, const char *summary)
  *       One I/O summary of a span (capture_io): role MLPROF_IO_ARGUMENT with
  *       the parameter's name, or MLPROF_IO_RETURN with name "". summary: the
- *       compact text the tree shows ("DataFrame (64, 12) float64 6.0 KiB").
+ *       compact text the tree shows, core format_io
+ *       ("(DataFrame, shape=(64, 12), dtype=float64, 6.0KB)").
  *       Fired after the span's enter (arguments) or exit (return value).
  *
  * Times are not arguments: a tracer stamps each probe with CLOCK_MONOTONIC
