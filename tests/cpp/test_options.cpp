@@ -65,8 +65,10 @@ TEST(Options, FormatFromTheFileNameUnlessGiven) {
   EXPECT_EQ(*ok({"--all", "-o", "X.PB.GZ"}).format, ExportFormat::kPprof);
   EXPECT_FALSE(ok({"--all", "-o", "report.txt"}).format.has_value());  // unknown extension: text
   // --format wins over the extension, in either order.
-  EXPECT_EQ(*ok({"--all", "--format", "speedscope", "-o", "x.json"}).format, ExportFormat::kSpeedscope);
-  EXPECT_EQ(*ok({"--all", "-o", "x.json", "--format", "chrome"}).format, ExportFormat::kChromeTrace);
+  EXPECT_EQ(*ok({"--all", "--format", "speedscope", "-o", "x.json"}).format,
+            ExportFormat::kSpeedscope);
+  EXPECT_EQ(*ok({"--all", "-o", "x.json", "--format", "chrome"}).format,
+            ExportFormat::kChromeTrace);
   EXPECT_FALSE(ok({"--all", "-o", "x.json", "--format", "text"}).format.has_value());
   // The core's names work too.
   EXPECT_EQ(*ok({"--all", "--format", "chrome_trace"}).format, ExportFormat::kChromeTrace);
@@ -87,10 +89,13 @@ TEST(Options, HelpAndVersionNeedNoTarget) {
 }
 
 TEST(Options, TargetErrorsSayWhatToGive) {
-  EXPECT_NE(err({}).find("no target: give --pid N, --container NAME|ID, --cgroup PATH or --all"), std::string::npos);
+  EXPECT_NE(err({}).find("no target: give --pid N, --container NAME|ID, --cgroup PATH or --all"),
+            std::string::npos);
   EXPECT_NE(err({"--pid", "1", "--all"}).find("give one of them"), std::string::npos);
-  EXPECT_NE(err({"--container", "a", "--cgroup", "/x"}).find("give one of them"), std::string::npos);
-  EXPECT_NE(err({"--container", "a", "--container", "b"}).find("one container per agent"), std::string::npos);
+  EXPECT_NE(err({"--container", "a", "--cgroup", "/x"}).find("give one of them"),
+            std::string::npos);
+  EXPECT_NE(err({"--container", "a", "--container", "b"}).find("one container per agent"),
+            std::string::npos);
   EXPECT_NE(err({"--container", ""}).find("needs a container name"), std::string::npos);
   EXPECT_NE(err({"4242"}).find("unexpected argument '4242'"), std::string::npos);
 }
@@ -101,15 +106,18 @@ TEST(Options, ValueErrorsNameTheOptionAndTheFix) {
   EXPECT_NE(err({"--pid", "-3"}).find("is not a process id"), std::string::npos);
   EXPECT_NE(err({"--pid", "12x"}).find("is not a process id"), std::string::npos);
   EXPECT_NE(err({"--pid", "99999999999999999999"}).find("is not a process id"), std::string::npos);
-  EXPECT_NE(err({"--all", "--duration", "0"}).find("--duration '0' is not a positive number of seconds"),
-            std::string::npos);
+  EXPECT_NE(
+      err({"--all", "--duration", "0"}).find("--duration '0' is not a positive number of seconds"),
+      std::string::npos);
   EXPECT_NE(err({"--all", "--duration", "nan"}).find("--duration"), std::string::npos);
   EXPECT_NE(err({"--all", "--duration", "5s"}).find("e.g. --duration 30"), std::string::npos);
-  EXPECT_NE(err({"--all", "--depth", "two"}).find("--depth 'two' is not a depth"), std::string::npos);
+  EXPECT_NE(err({"--all", "--depth", "two"}).find("--depth 'two' is not a depth"),
+            std::string::npos);
   EXPECT_NE(err({"--all", "--depth", "-2"}).find("is not a depth"), std::string::npos);
   EXPECT_NE(err({"--all", "--format", "xml"}).find("use text, json, chrome, pprof or speedscope"),
             std::string::npos);
-  EXPECT_NE(err({"--all", "--format", "pprof"}).find("write it to a file with -o FILE"), std::string::npos);
+  EXPECT_NE(err({"--all", "--format", "pprof"}).find("write it to a file with -o FILE"),
+            std::string::npos);
   EXPECT_NE(err({"--all", "--ring-kb", "3"}).find("power of two"), std::string::npos);
   EXPECT_EQ(ok({"--all", "--ring-kb", "64"}).ring_bytes, 64u * 1024);
 }
@@ -118,7 +126,8 @@ TEST(Options, MissingValuesAndUnknownOptions) {
   EXPECT_NE(err({"--all", "-o"}).find("-o needs a value"), std::string::npos);
   EXPECT_NE(err({"--pid"}).find("--pid needs a value"), std::string::npos);
   EXPECT_NE(err({"--all", "--duration"}).find("--duration needs a value"), std::string::npos);
-  EXPECT_NE(err({"--all", "--frobnicate"}).find("unknown option '--frobnicate'"), std::string::npos);
+  EXPECT_NE(err({"--all", "--frobnicate"}).find("unknown option '--frobnicate'"),
+            std::string::npos);
   EXPECT_NE(err({"--all", "-x"}).find("unknown option '-x'"), std::string::npos);
   EXPECT_NE(err({"--all", "--stream=yes"}).find("--stream"), std::string::npos);
 }

@@ -34,8 +34,10 @@ const std::string kWebPod = "8c5e0a937cc2abbb1e1d18a6cb7114d86675df21c50d66c4119
 const std::string kRecordedExtension =
     "/work/main/build-py311/python/mlflow_profiler/_core.cpython-311-x86_64-linux-gnu.so";
 // Written after the runtimes' formats (README).
-const std::string kDockerServing2 = "4059c0fd00c757416e8448633426b154be59261794a9031e0766f6527a0b9053";
-const std::string kDockerLegacy = "9b2e51c7d0a4f8e3c1b6a5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4";
+const std::string kDockerServing2 =
+    "4059c0fd00c757416e8448633426b154be59261794a9031e0766f6527a0b9053";
+const std::string kDockerLegacy =
+    "9b2e51c7d0a4f8e3c1b6a5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4";
 const std::string kK8sSandbox = "5ab1e5ab1e5ab1e5ab1e5ab1e5ab1e5ab1e5ab1e5ab1e5ab1e5ab1e5ab1e5ab1";
 const std::string kK8sModel = "3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d3d0d";
 
@@ -172,7 +174,8 @@ std::string with_stapsdt_note(const std::string& elf, const std::string& provide
   return out;
 }
 
-void write_file(const fs::path& p, const std::string& data, fs::perms perms = fs::perms::owner_read | fs::perms::owner_write) {
+void write_file(const fs::path& p, const std::string& data,
+                fs::perms perms = fs::perms::owner_read | fs::perms::owner_write) {
   fs::create_directories(p.parent_path());
   std::ofstream(p, std::ios::binary) << data;
   fs::permissions(p, perms);
@@ -198,29 +201,40 @@ TEST(ExtensionInMaps, DeletedFilesSpacesAndLookalikes) {
       "7f00-7f10 r-xp 00000000 fe:00 42   /srv/app v2/mlflow_profiler/_core.abi3.so (deleted)\n";
   EXPECT_EQ(extension_in_maps(deleted).value_or("-"), "/srv/app v2/mlflow_profiler/_core.abi3.so");
   // Only mlflow_profiler/_core*.so counts: not another package's _core, not a non-.so file.
-  EXPECT_FALSE(extension_in_maps("7f00-7f10 r-xp 00000000 fe:00 42   /x/numpy/_core.so\n").has_value());
-  EXPECT_FALSE(extension_in_maps("7f00-7f10 r--p 00000000 fe:00 42   /x/mlflow_profiler/_core.pyi\n").has_value());
+  EXPECT_FALSE(
+      extension_in_maps("7f00-7f10 r-xp 00000000 fe:00 42   /x/numpy/_core.so\n").has_value());
+  EXPECT_FALSE(
+      extension_in_maps("7f00-7f10 r--p 00000000 fe:00 42   /x/mlflow_profiler/_core.pyi\n")
+          .has_value());
   EXPECT_FALSE(extension_in_maps("7f00-7f10 rw-p 00000000 00:00 0    [heap]\n").has_value());
 }
 
 TEST(CgroupV2Path, TheZeroLineOfRecordedFiles) {
-  EXPECT_EQ(cgroup_v2_path(slurp(kData + "/proc/12446/cgroup")).value_or("-"), "/libpod_parent/libpod-" + kServing1);
+  EXPECT_EQ(cgroup_v2_path(slurp(kData + "/proc/12446/cgroup")).value_or("-"),
+            "/libpod_parent/libpod-" + kServing1);
   EXPECT_EQ(cgroup_v2_path(slurp(kData + "/proc/12711/cgroup")).value_or("-"), "/");
   EXPECT_FALSE(cgroup_v2_path("4:memory:/docker/abc\n1:cpu:/docker/abc\n").has_value());
 }
 
 TEST(ContainerIdInCgroup, EveryRuntimeLayout) {
   const std::string id = kDockerServing2;
-  EXPECT_EQ(container_id_in_cgroup("/libpod_parent/libpod-" + id), id);              // Podman, cgroupfs
-  EXPECT_EQ(container_id_in_cgroup("/machine.slice/libpod-" + id + ".scope/container"), id);  // Podman, systemd
-  EXPECT_EQ(container_id_in_cgroup("/machine.slice/libpod-conmon-" + id + ".scope"), "");     // its conmon: not it
-  EXPECT_EQ(container_id_in_cgroup("/docker/" + id), id);                            // Docker, cgroupfs
-  EXPECT_EQ(container_id_in_cgroup("/system.slice/docker-" + id + ".scope"), id);    // Docker, systemd
-  EXPECT_EQ(container_id_in_cgroup("/kubepods/burstable/pod8f3c/" + id), id);        // Kubernetes, cgroupfs
-  EXPECT_EQ(container_id_in_cgroup("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8f3c.slice/"
-                                   "cri-containerd-" + id + ".scope"),
+  EXPECT_EQ(container_id_in_cgroup("/libpod_parent/libpod-" + id), id);  // Podman, cgroupfs
+  EXPECT_EQ(container_id_in_cgroup("/machine.slice/libpod-" + id + ".scope/container"),
+            id);  // Podman, systemd
+  EXPECT_EQ(container_id_in_cgroup("/machine.slice/libpod-conmon-" + id + ".scope"),
+            "");                                           // its conmon: not it
+  EXPECT_EQ(container_id_in_cgroup("/docker/" + id), id);  // Docker, cgroupfs
+  EXPECT_EQ(container_id_in_cgroup("/system.slice/docker-" + id + ".scope"),
+            id);  // Docker, systemd
+  EXPECT_EQ(container_id_in_cgroup("/kubepods/burstable/pod8f3c/" + id),
+            id);  // Kubernetes, cgroupfs
+  EXPECT_EQ(container_id_in_cgroup(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8f3c.slice/"
+                "cri-containerd-" +
+                id + ".scope"),
             id);
-  EXPECT_EQ(container_id_in_cgroup("/kubepods.slice/kubepods-pod1.slice/crio-" + id + ".scope"), id);  // CRI-O
+  EXPECT_EQ(container_id_in_cgroup("/kubepods.slice/kubepods-pod1.slice/crio-" + id + ".scope"),
+            id);  // CRI-O
   EXPECT_EQ(container_id_in_cgroup("/nerdctl.slice/nerdctl-" + id + ".scope"), id);
   EXPECT_EQ(container_id_in_cgroup("/user.slice/user-0.slice/session-3.scope"), "");
   EXPECT_EQ(container_id_in_cgroup("/"), "");
@@ -228,10 +242,16 @@ TEST(ContainerIdInCgroup, EveryRuntimeLayout) {
 }
 
 TEST(Cgroup2Mount, RecordedHybridLayoutAndEscapes) {
-  EXPECT_EQ(cgroup2_mount_in_mountinfo(slurp(kData + "/mountinfo-hybrid")), "/sys/fs/cgroup/unified");
-  EXPECT_EQ(cgroup2_mount_in_mountinfo("30 23 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"), "/sys/fs/cgroup");
-  EXPECT_EQ(cgroup2_mount_in_mountinfo("30 23 0:27 / /mnt/cg\\040two rw - cgroup2 none rw\n"), "/mnt/cg two");
-  EXPECT_EQ(cgroup2_mount_in_mountinfo("31 23 0:28 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"), "");
+  EXPECT_EQ(cgroup2_mount_in_mountinfo(slurp(kData + "/mountinfo-hybrid")),
+            "/sys/fs/cgroup/unified");
+  EXPECT_EQ(
+      cgroup2_mount_in_mountinfo("30 23 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"),
+      "/sys/fs/cgroup");
+  EXPECT_EQ(cgroup2_mount_in_mountinfo("30 23 0:27 / /mnt/cg\\040two rw - cgroup2 none rw\n"),
+            "/mnt/cg two");
+  EXPECT_EQ(
+      cgroup2_mount_in_mountinfo("31 23 0:28 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"),
+      "");
 }
 
 // ---- ELF notes -------------------------------------------------------------
@@ -302,7 +322,8 @@ TEST(Bolt, ReadsTheRecordedPodmanState) {
   auto names_bucket = read_bolt_bucket(db, {"name-registry"});
   ASSERT_TRUE(names_bucket.ok());
   bool found = false;
-  for (const BoltEntry& e : names_bucket.value()) found |= e.key == "serving-1" && e.value == kServing1;
+  for (const BoltEntry& e : names_bucket.value())
+    found |= e.key == "serving-1" && e.value == kServing1;
   EXPECT_TRUE(found);
 }
 
@@ -311,7 +332,8 @@ TEST(Bolt, DamagedOrForeignFilesAreErrorsNotCrashes) {
   EXPECT_FALSE(read_bolt_bucket(db, {"no-such-bucket"}).ok());
   EXPECT_FALSE(read_bolt_bucket("", {"all-ctrs"}).ok());
   EXPECT_FALSE(read_bolt_bucket(std::string(8192, 'x'), {"all-ctrs"}).ok());
-  // Cut anywhere: an error or a smaller answer, never a read out of bounds (ASan/valgrind would tell).
+  // Cut anywhere: an error or a smaller answer, never a read out of bounds (ASan/valgrind would
+  // tell).
   for (size_t len : {size_t{4096}, size_t{8192}, size_t{12288}, db.size() / 2, db.size() - 1}) {
     auto r = read_bolt_bucket(std::string_view(db).substr(0, len), {"all-ctrs"});
     if (r.ok()) {
@@ -323,8 +345,8 @@ TEST(Bolt, DamagedOrForeignFilesAreErrorsNotCrashes) {
   for (size_t at = 2 * 4096 + 20; at < bad.size(); at += 4096) bad[at] = static_cast<char>(0xff);
   auto r = read_bolt_bucket(bad, {"all-ctrs"});
   if (r.ok()) {
-      EXPECT_LE(r.value().size(), 3u);
-    }
+    EXPECT_LE(r.value().size(), 3u);
+  }
   // A meta page whose checksum no longer matches is not used.
   std::string meta = db;
   meta[16 + 48] ^= 1;  // txid of meta 0
@@ -342,7 +364,8 @@ TEST(ListContainers, EveryRuntimeOfTheRecordedHost) {
   EXPECT_EQ(serving->runtime, "podman");
   EXPECT_TRUE(serving->running);
   EXPECT_EQ(serving->pid, 12446);
-  EXPECT_EQ(serving->cgroup, "/libpod_parent/libpod-" + kServing1);  // from the process's cgroup file
+  EXPECT_EQ(serving->cgroup,
+            "/libpod_parent/libpod-" + kServing1);  // from the process's cgroup file
 
   const Container* batch = by_id(list, kBatch7);
   ASSERT_NE(batch, nullptr);
@@ -351,23 +374,29 @@ TEST(ListContainers, EveryRuntimeOfTheRecordedHost) {
   const Container* pod = by_id(list, kWebPod);
   ASSERT_NE(pod, nullptr);
   EXPECT_EQ(pod->name, "web-pod");
-  EXPECT_NE(std::find(pod->member_ids.begin(), pod->member_ids.end(), kWebApp), pod->member_ids.end());
+  EXPECT_NE(std::find(pod->member_ids.begin(), pod->member_ids.end(), kWebApp),
+            pod->member_ids.end());
 
   const Container* docker = by_id(list, kDockerServing2);
   ASSERT_NE(docker, nullptr);
-  EXPECT_EQ(docker->name, "serving-2");  // Docker's name, not the nameless "moby" task of containerd
+  EXPECT_EQ(docker->name,
+            "serving-2");  // Docker's name, not the nameless "moby" task of containerd
   EXPECT_EQ(docker->runtime, "docker");
   EXPECT_EQ(docker->pid, 20001);
-  EXPECT_EQ(std::count_if(list.begin(), list.end(), [](const Container& c) { return c.id == kDockerServing2; }), 1);
+  EXPECT_EQ(std::count_if(list.begin(), list.end(),
+                          [](const Container& c) { return c.id == kDockerServing2; }),
+            1);
 
   const Container* model = by_id(list, kK8sModel);
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->name, "model");
   EXPECT_EQ(model->runtime, "kubernetes");
-  EXPECT_NE(std::find(model->aliases.begin(), model->aliases.end(), "ml/scorer-6c5d8/model"), model->aliases.end());
+  EXPECT_NE(std::find(model->aliases.begin(), model->aliases.end(), "ml/scorer-6c5d8/model"),
+            model->aliases.end());
 
   // Seen only through a process's cgroup (no state file): id and runtime from the path.
-  const Container* unknown = by_id(list, "77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa");
+  const Container* unknown =
+      by_id(list, "77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa77aa");
   ASSERT_NE(unknown, nullptr);
   EXPECT_EQ(unknown->runtime, "podman");
   EXPECT_EQ(unknown->name, "");
@@ -382,7 +411,8 @@ TEST(ResolveContainer, NamesIdsPrefixesAndAliases) {
   EXPECT_EQ(resolve_container("nerd-1", list).value().runtime, "containerd");
   EXPECT_EQ(resolve_container("scorer-6c5d8/model", list).value().id, kK8sModel);
   EXPECT_EQ(resolve_container("ml/scorer-6c5d8/model", list).value().id, kK8sModel);
-  EXPECT_EQ(resolve_container("scorer-old/model", list).value().runtime, "docker");  // dockershim labels
+  EXPECT_EQ(resolve_container("scorer-old/model", list).value().runtime,
+            "docker");  // dockershim labels
   auto pod = resolve_container("scorer-6c5d8", list);
   ASSERT_TRUE(pod.ok()) << pod.error().message;
   EXPECT_EQ(pod.value().id, kK8sSandbox);
@@ -399,9 +429,20 @@ TEST(ResolveContainer, NothingMatchesListsTheCandidatesOnOneLine) {
   EXPECT_NE(m.find("serving-1 (podman 52091b1ad541)"), std::string::npos) << m;
   EXPECT_NE(m.find("serving-2 (docker 4059c0fd00c7)"), std::string::npos) << m;
 
+  // The recorded host has a container known only from its cgroup: the line says why it has no name.
+  EXPECT_NE(m.find("run as root or add CAP_DAC_READ_SEARCH"), std::string::npos) << m;
+  Container named;
+  named.id = kServing1;
+  named.name = "serving-1";
+  named.runtime = "podman";
+  auto only_named = resolve_container("x", {named});
+  ASSERT_FALSE(only_named.ok());
+  EXPECT_EQ(only_named.error().message.find("CAP_DAC_READ_SEARCH"), std::string::npos);
+
   auto none = resolve_container("serving-1", {});
   ASSERT_FALSE(none.ok());
-  EXPECT_NE(none.error().message.find("no container at all"), std::string::npos) << none.error().message;
+  EXPECT_NE(none.error().message.find("no container at all"), std::string::npos)
+      << none.error().message;
 }
 
 TEST(ResolveContainer, SeveralMatchesAreListed) {
@@ -463,7 +504,8 @@ TEST(TargetFinder, PodsV1OnlyCgroupsAndNerdctl) {
 TEST(TargetFinder, StoppedOrUnknownContainersAreOneLineErrors) {
   auto stopped = TargetFinder::create({{}, "batch-7", "", false}, recorded_host());
   ASSERT_FALSE(stopped.ok());
-  EXPECT_NE(stopped.error().message.find("batch-7 (podman 1f9518bcdc37) is not running"), std::string::npos)
+  EXPECT_NE(stopped.error().message.find("batch-7 (podman 1f9518bcdc37) is not running"),
+            std::string::npos)
       << stopped.error().message;
   auto unknown = TargetFinder::create({{}, "no-such", "", false}, recorded_host());
   ASSERT_FALSE(unknown.ok());
@@ -493,7 +535,8 @@ TEST(TargetFinder, CgroupSelectsThatCgroupAndBelow) {
   EXPECT_EQ(pids_of(parent.value()->rescan().started), (std::vector<pid_t>{12446, 16019}));
 
   // The same cgroup given as an absolute path under the mount, with a trailing slash.
-  auto one = TargetFinder::create({{}, "", (cg.path / "libpod_parent" / ("libpod-" + kServing1)).string() + "/", false}, host);
+  auto one = TargetFinder::create(
+      {{}, "", (cg.path / "libpod_parent" / ("libpod-" + kServing1)).string() + "/", false}, host);
   ASSERT_TRUE(one.ok()) << one.error().message;
   auto started = one.value()->rescan().started;
   ASSERT_EQ(pids_of(started), std::vector<pid_t>{12446});
@@ -503,14 +546,16 @@ TEST(TargetFinder, CgroupSelectsThatCgroupAndBelow) {
 
   auto missing = TargetFinder::create({{}, "", "/libpod_parent/nope", false}, host);
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.error().message.find("does not exist under the cgroup v2 mount"), std::string::npos);
+  EXPECT_NE(missing.error().message.find("does not exist under the cgroup v2 mount"),
+            std::string::npos);
 }
 
 // ---- TargetFinder on real processes -----------------------------------------
 
 TEST(TargetFinder, RealProcessThatLoadsTheExtensionLaterThenExits) {
   TempDir dir;
-  const fs::path ext = dir.path / "site" / "mlflow_profiler" / "_core.cpython-311-x86_64-linux-gnu.so";
+  const fs::path ext =
+      dir.path / "site" / "mlflow_profiler" / "_core.cpython-311-x86_64-linux-gnu.so";
   write_file(ext, slurp("/bin/sleep"));  // any file: mapping it is what the scan sees
   Child child([&](Child& self) {
     self.signal_ready();
@@ -537,7 +582,8 @@ TEST(TargetFinder, RealProcessThatLoadsTheExtensionLaterThenExits) {
   EXPECT_TRUE(f.value()->waiting_pids().empty());
   // Its cgroup v2 id: the inode of its cgroup directory (the kernel's cgroup id).
   const std::string mount = cgroup2_mount_in_mountinfo(slurp("/proc/self/mountinfo"));
-  const std::string v2 = cgroup_v2_path(slurp("/proc/" + std::to_string(child.pid) + "/cgroup")).value_or("");
+  const std::string v2 =
+      cgroup_v2_path(slurp("/proc/" + std::to_string(child.pid) + "/cgroup")).value_or("");
   struct stat st {};
   ASSERT_EQ(::stat((mount + v2).c_str(), &st), 0) << mount << v2;
   EXPECT_EQ(second.started[0].cgroup_id, static_cast<uint64_t>(st.st_ino));
@@ -545,7 +591,9 @@ TEST(TargetFinder, RealProcessThatLoadsTheExtensionLaterThenExits) {
   // Killed and not reaped yet: a zombie is gone for the agent (its parent may never wait).
   const pid_t gone = second.started[0].pid;
   ::kill(gone, SIGKILL);
-  for (int i = 0; i < 200 && slurp("/proc/" + std::to_string(gone) + "/stat").find(") Z ") == std::string::npos; ++i) {
+  for (int i = 0; i < 200 && slurp("/proc/" + std::to_string(gone) + "/stat").find(") Z ") ==
+                                 std::string::npos;
+       ++i) {
     ::usleep(5000);
   }
   ASSERT_NE(slurp("/proc/" + std::to_string(gone) + "/stat").find(") Z "), std::string::npos);
@@ -599,5 +647,6 @@ TEST(TargetFinder, NoSuchPidIsAnErrorNamingTheFix) {
   // Past pid_max: a pid no process can have.
   auto f = TargetFinder::create({{0x3ffffff0}, "", "", false});
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.error().message.find("no process 1073741808"), std::string::npos) << f.error().message;
+  EXPECT_NE(f.error().message.find("no process 1073741808"), std::string::npos)
+      << f.error().message;
 }

@@ -47,8 +47,9 @@ def test_the_agents_tree_is_the_in_process_tree_inside_the_predict_calls(agent, 
             assert call["t0"] <= span.start_ns <= span.end_ns <= call["t1"], (span.name, call)
     assert {qualname(n) for n in ("_clean", "_features", "_ratio", "_log", "_score")} <= {
         s.name for s in doc.spans}
-    assert doc.meta.get("source") == "ebpf" or any(l.get("pid") == target.pid for l in doc.lanes)
-    assert "1 process" in result.stdout or "sessions" in result.stdout
+    assert doc.meta["source"] == "ebpf" and doc.meta["agent"].startswith("mlprof-ebpf ")
+    assert all(lane["pid"] == target.pid for lane in doc.lanes)
+    assert f"5 sessions of 1 process (pid {target.pid})" in result.stdout, result.stdout
 
     # Detached: switched off again, with no restart.
     after = target.ask("run nested 2")["calls"]

@@ -44,14 +44,15 @@ constexpr int kExitPrivilege = 3;  // not privileged, no BTF, the kernel refused
 constexpr int kExitNoTarget = 4;   // no such pid / container / cgroup
 constexpr int kExitLost = 5;       // events were lost (the outputs are written and say so)
 
-constexpr int kPollMs = 100;            // ring-buffer poll timeout
+constexpr int kPollMs = 100;                // ring-buffer poll timeout
 constexpr int64_t kRescanNs = 500'000'000;  // target rescan period
 constexpr int64_t kSettleNs = 50'000'000;   // late scheduler records of a session still land
 
 volatile sig_atomic_t g_stop_signal = 0;
 
 void on_stop_signal(int signo) {
-  if (g_stop_signal != 0) _exit(128 + signo);  // a second Ctrl-C: leave now (-o is still never partial)
+  if (g_stop_signal != 0)
+    _exit(128 + signo);  // a second Ctrl-C: leave now (-o is still never partial)
   g_stop_signal = signo;
 }
 
@@ -88,7 +89,8 @@ Capabilities effective_capabilities() {
   __user_cap_data_struct data[2]{};
   Capabilities caps;
   if (syscall(SYS_capget, &header, data) == 0) {
-    caps.effective = static_cast<uint64_t>(data[0].effective) | (static_cast<uint64_t>(data[1].effective) << 32);
+    caps.effective =
+        static_cast<uint64_t>(data[0].effective) | (static_cast<uint64_t>(data[1].effective) << 32);
   }
   return caps;
 }
@@ -108,7 +110,8 @@ std::string missing_privileges(const Capabilities& caps) {
   std::string names;
   for (const std::string& m : missing) names += (names.empty() ? "" : ", ") + m;
   return "not privileged (missing " + names +
-         "): run it as root (sudo mlprof-ebpf ...) or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE "
+         "): run it as root (sudo mlprof-ebpf ...) or grant CAP_BPF, CAP_PERFMON and "
+         "CAP_SYS_PTRACE "
          "(sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep mlprof-ebpf; docs/ebpf.md)";
 }
 
@@ -163,7 +166,8 @@ class Agent {
         failed_.insert(t.pid);
         // A process that exited meanwhile is no news.
         if (kill(t.pid, 0) == 0 || errno != ESRCH) {
-          say("cannot attach to pid " + std::to_string(t.pid) + " (" + t.comm + "): " + r.error().message);
+          say("cannot attach to pid " + std::to_string(t.pid) + " (" + t.comm +
+              "): " + r.error().message);
         }
         continue;
       }
@@ -176,7 +180,8 @@ class Agent {
 
   // One poll of the ring buffer; false on an error other than a signal.
   bool poll(int timeout_ms) {
-    const int n = loader_.poll(timeout_ms, [this](const void* data, size_t size) { joiner_.on_record(data, size); });
+    const int n = loader_.poll(
+        timeout_ms, [this](const void* data, size_t size) { joiner_.on_record(data, size); });
     joiner_.set_lost_events(loader_.stats().lost);
     if (n < 0 && n != -EINTR) {
       poll_error_ = -n;
@@ -187,17 +192,21 @@ class Agent {
 
   // Sessions that ended (at least kSettleNs ago unless `all`).
   void collect(bool all) {
-    std::vector<Profile> done = all ? joiner_.take_finished() : joiner_.take_finished(now_ns() - kSettleNs);
+    std::vector<Profile> done =
+        all ? joiner_.take_finished() : joiner_.take_finished(now_ns() - kSettleNs);
     for (const Profile& p : done) {
       report_.add(p);
       if (!opts_.output.empty() || opts_.format) append_profile(combined_, p);
-      if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n")) stdout_broken_ = true;
+      if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
+        stdout_broken_ = true;
     }
   }
 
   void finish() {
     // What is still in the ring buffer, then every open session, truncated.
-    for (int i = 0; i < 64 && loader_.poll(0, [this](const void* d, size_t s) { joiner_.on_record(d, s); }) > 0; ++i) {
+    for (int i = 0;
+         i < 64 && loader_.poll(0, [this](const void*d, size_t s) { joiner_.on_record(d, s); }) > 0;
+         ++i) {
     }
     joiner_.set_lost_events(loader_.stats().lost);
     joiner_.finish(now_ns());
@@ -236,7 +245,8 @@ int run(int argc, char** argv) {
   if (opts.help) return write_stdout(usage()) ? kExitOk : kExitError;
   if (opts.version) return write_stdout(version_line() + "\n") ? kExitOk : kExitError;
 
-  if (std::string m = missing_privileges(effective_capabilities()); !m.empty()) return fail(kExitPrivilege, m);
+  if (std::string m = missing_privileges(effective_capabilities()); !m.empty())
+    return fail(kExitPrivilege, m);
   if (std::string m = missing_btf(); !m.empty()) return fail(kExitPrivilege, m);
 
   // Signals before anything attaches: a Ctrl-C at any later point ends the
@@ -248,7 +258,8 @@ int run(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed stdout is an EPIPE, not a death without the -o file
 
-  auto found = TargetFinder::create(TargetSelection{opts.pids, opts.container, opts.cgroup, opts.all});
+  auto found =
+      TargetFinder::create(TargetSelection{opts.pids, opts.container, opts.cgroup, opts.all});
   if (!found) return fail(kExitNoTarget, found.error().message);
   TargetFinder& finder = *found.value();
 
@@ -270,7 +281,8 @@ int run(int argc, char** argv) {
   Agent agent(opts, loader, std::move(meta));
 
   const int64_t start = now_ns();
-  const int64_t deadline = opts.duration_s > 0 ? start + static_cast<int64_t>(opts.duration_s * 1e9) : INT64_MAX;
+  const int64_t deadline =
+      opts.duration_s > 0 ? start + static_cast<int64_t>(opts.duration_s * 1e9) : INT64_MAX;
   agent.apply(finder.rescan());
   {
     std::string line = "watching " + finder.describe() + " (" + loader.sched_variant() + ")";
@@ -279,12 +291,15 @@ int run(int argc, char** argv) {
     } else if (!finder.current().empty()) {
       line += ": no target could be attached (see above); watching for others";
     } else {
-      line += finder.waiting_pids().empty() ? ": no process has loaded mlflow_profiler yet, waiting"
-                                            : ": the process has not loaded mlflow_profiler yet, waiting";
+      line += finder.waiting_pids().empty()
+                  ? ": no process has loaded mlflow_profiler yet, waiting"
+                  : ": the process has not loaded mlflow_profiler yet, waiting";
     }
     char until[64];
-    if (opts.duration_s > 0) std::snprintf(until, sizeof until, "; stops after %g s", opts.duration_s);
-    else std::snprintf(until, sizeof until, "; Ctrl-C stops");
+    if (opts.duration_s > 0)
+      std::snprintf(until, sizeof until, "; stops after %g s", opts.duration_s);
+    else
+      std::snprintf(until, sizeof until, "; Ctrl-C stops");
     say(line + until);
   }
 
@@ -293,7 +308,8 @@ int run(int argc, char** argv) {
   while (g_stop_signal == 0 && !targets_gone) {
     const int64_t now = now_ns();
     if (now >= deadline) break;
-    const int timeout = static_cast<int>(std::min<int64_t>(kPollMs, (deadline - now) / 1'000'000 + 1));
+    const int timeout =
+        static_cast<int>(std::min<int64_t>(kPollMs, (deadline - now) / 1'000'000 + 1));
     if (!agent.poll(timeout)) break;
     if (now_ns() >= next_rescan) {
       agent.apply(finder.rescan());
@@ -307,9 +323,12 @@ int run(int argc, char** argv) {
   loaded.value().reset();  // detach everything now: the targets' semaphores go back to 0
   agent.set_lost_events(stats.lost);
 
-  if (g_stop_signal != 0) say(std::string("stopping on ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"));
-  else if (targets_gone) say("every target process has exited");
-  if (agent.poll_error() != 0) say(std::string("reading the ring buffer failed: ") + std::strerror(agent.poll_error()));
+  if (g_stop_signal != 0)
+    say(std::string("stopping on ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"));
+  else if (targets_gone)
+    say("every target process has exited");
+  if (agent.poll_error() != 0)
+    say(std::string("reading the ring buffer failed: ") + std::strerror(agent.poll_error()));
 
   int status = agent.poll_error() != 0 ? kExitError : kExitOk;
   const std::string summary = agent.report().summary_text();
@@ -339,9 +358,10 @@ int run(int argc, char** argv) {
   }
   if (opts.verbose > 0) {
     const JoinerStats js = agent.joiner_stats();
-    say("records " + std::to_string(stats.records) + ", lost " + std::to_string(stats.lost) + ", sessions " +
-        std::to_string(js.sessions_finished) + " (truncated " + std::to_string(js.sessions_truncated) +
-        "), unmatched " + std::to_string(js.unmatched) + ", malformed " + std::to_string(js.malformed));
+    say("records " + std::to_string(stats.records) + ", lost " + std::to_string(stats.lost) +
+        ", sessions " + std::to_string(js.sessions_finished) + " (truncated " +
+        std::to_string(js.sessions_truncated) + "), unmatched " + std::to_string(js.unmatched) +
+        ", malformed " + std::to_string(js.malformed));
   }
   if (stats.lost > 0) {
     say(plural(stats.lost, "event was", "events were") +

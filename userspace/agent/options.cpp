@@ -105,21 +105,27 @@ Result<Options> parse_options(int argc, char* const* argv) {
       case kPid: {
         auto pid = parse_integer(arg, 1, 0x3fffffff);
         if (!pid) {
-          return usage_error("--pid '" + arg + "' is not a process id: give a positive number, e.g. --pid 4242");
+          return usage_error("--pid '" + arg +
+                             "' is not a process id: give a positive number, e.g. --pid 4242");
         }
         opts.pids.push_back(static_cast<pid_t>(*pid));
         break;
       }
       case kContainer:
-        if (arg.empty()) return usage_error("--container needs a container name or id, e.g. --container serving-1");
+        if (arg.empty())
+          return usage_error(
+              "--container needs a container name or id, e.g. --container serving-1");
         if (!opts.container.empty()) {
-          return usage_error("--container given twice ('" + opts.container + "', '" + arg +
-                             "'): one container per agent; run one agent per container or use --all");
+          return usage_error(
+              "--container given twice ('" + opts.container + "', '" + arg +
+              "'): one container per agent; run one agent per container or use --all");
         }
         opts.container = arg;
         break;
       case kCgroup:
-        if (arg.empty()) return usage_error("--cgroup needs a cgroup v2 path, e.g. --cgroup /libpod_parent/libpod-<id>");
+        if (arg.empty())
+          return usage_error(
+              "--cgroup needs a cgroup v2 path, e.g. --cgroup /libpod_parent/libpod-<id>");
         if (!opts.cgroup.empty()) {
           return usage_error("--cgroup given twice: give the common parent cgroup once instead");
         }
@@ -132,10 +138,12 @@ Result<Options> parse_options(int argc, char* const* argv) {
         char* end = nullptr;
         errno = 0;
         const double d = std::strtod(arg.c_str(), &end);
-        if (arg.empty() || errno != 0 || end != arg.c_str() + arg.size() || !std::isfinite(d) || d <= 0) {
-          return usage_error("--duration '" + arg +
-                             "' is not a positive number of seconds: e.g. --duration 30 or --duration 0.5 "
-                             "(leave it out to run until Ctrl-C)");
+        if (arg.empty() || errno != 0 || end != arg.c_str() + arg.size() || !std::isfinite(d) ||
+            d <= 0) {
+          return usage_error(
+              "--duration '" + arg +
+              "' is not a positive number of seconds: e.g. --duration 30 or --duration 0.5 "
+              "(leave it out to run until Ctrl-C)");
         }
         opts.duration_s = d;
         break;
@@ -143,8 +151,9 @@ Result<Options> parse_options(int argc, char* const* argv) {
       case kDepth: {
         auto depth = parse_integer(arg, -1, 1 << 20);
         if (!depth) {
-          return usage_error("--depth '" + arg +
-                             "' is not a depth: give 0 (the roots only), 1, 2 ... or -1 for everything captured");
+          return usage_error(
+              "--depth '" + arg +
+              "' is not a depth: give 0 (the roots only), 1, 2 ... or -1 for everything captured");
         }
         opts.depth = static_cast<int>(*depth);
         break;
@@ -178,7 +187,8 @@ Result<Options> parse_options(int argc, char* const* argv) {
       case kRingKb: {
         auto kb = parse_integer(arg, 4, 1 << 20);
         if (!kb || (*kb & (*kb - 1)) != 0) {
-          return usage_error("--ring-kb '" + arg + "' must be a power of two from 4 to 1048576 (KiB)");
+          return usage_error("--ring-kb '" + arg +
+                             "' must be a power of two from 4 to 1048576 (KiB)");
         }
         opts.ring_bytes = static_cast<size_t>(*kb) * 1024;
         break;
@@ -212,7 +222,9 @@ Result<Options> parse_options(int argc, char* const* argv) {
     return usage_error("no target: give --pid N, --container NAME|ID, --cgroup PATH or --all");
   }
   if (kinds > 1) {
-    return usage_error("--pid, --container, --cgroup and --all choose targets in different ways: give one of them");
+    return usage_error(
+        "--pid, --container, --cgroup and --all choose targets in different ways: give one of "
+        "them");
   }
 
   if (format_given) {

@@ -17,21 +17,21 @@ namespace mlprof::agent {
 
 struct Options {
   // Target selection: exactly one kind (several --pid are one kind).
-  std::vector<pid_t> pids;   // --pid N (repeatable)
-  std::string container;     // --container NAME|ID
-  std::string cgroup;        // --cgroup PATH (cgroup v2)
-  bool all = false;          // --all: every process with the extension mapped
+  std::vector<pid_t> pids;  // --pid N (repeatable)
+  std::string container;    // --container NAME|ID
+  std::string cgroup;       // --cgroup PATH (cgroup v2)
+  bool all = false;         // --all: every process with the extension mapped
 
-  double duration_s = 0;     // --duration S; 0: until SIGINT/SIGTERM
-  int depth = -1;            // --depth N: render depth; -1: everything captured
-  std::string output;        // -o FILE; "": the summary goes to stdout only
+  double duration_s = 0;  // --duration S; 0: until SIGINT/SIGTERM
+  int depth = -1;         // --depth N: render depth; -1: everything captured
+  std::string output;     // -o FILE; "": the summary goes to stdout only
   // --format, or the one -o's extension names; nullopt: text.
   std::optional<ExportFormat> format;
-  bool stream = false;       // --stream: print each session as it finishes
-  int verbose = 0;           // -v (repeatable): -v agent progress, -vv libbpf too
-  size_t ring_bytes = 0;     // --ring-kb (hidden, for tests): 0 = the loader's default
-  bool help = false;         // --help: print usage(), exit 0
-  bool version = false;      // --version: print the version, exit 0
+  bool stream = false;    // --stream: print each session as it finishes
+  int verbose = 0;        // -v (repeatable): -v agent progress, -vv libbpf too
+  size_t ring_bytes = 0;  // --ring-kb (hidden, for tests): 0 = the loader's default
+  bool help = false;      // --help: print usage(), exit 0
+  bool version = false;   // --version: print the version, exit 0
 };
 
 // Parses argv (argv[0] is the program name). Errors are one sentence naming

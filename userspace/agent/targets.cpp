@@ -45,7 +45,8 @@ std::vector<std::string> list_dir(const std::string& path) {
   DIR* d = ::opendir(path.c_str());
   if (d == nullptr) return names;
   while (dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+      names.emplace_back(e->d_name);
   }
   ::closedir(d);
   std::sort(names.begin(), names.end());
@@ -91,7 +92,8 @@ const rapidjson::Value* member(const rapidjson::Value& v, const char* name) {
 }
 std::string string_member(const rapidjson::Value& v, const char* name) {
   const rapidjson::Value* m = member(v, name);
-  return m != nullptr && m->IsString() ? std::string(m->GetString(), m->GetStringLength()) : std::string();
+  return m != nullptr && m->IsString() ? std::string(m->GetString(), m->GetStringLength())
+                                       : std::string();
 }
 int64_t int_member(const rapidjson::Value& v, const char* name) {
   const rapidjson::Value* m = member(v, name);
@@ -124,7 +126,9 @@ std::optional<std::string> extension_in_maps(std::string_view maps) {
     const size_t slash = path.rfind('/');
     const std::string_view base = std::string_view(path).substr(slash + 1);
     const std::string_view dir = std::string_view(path).substr(0, slash);
-    if (starts_with(base, "_core") && (ends_with(base, ".so")) && ends_with(dir, "/mlflow_profiler")) return path;
+    if (starts_with(base, "_core") && (ends_with(base, ".so")) &&
+        ends_with(dir, "/mlflow_profiler"))
+      return path;
   }
   return std::nullopt;
 }
@@ -146,7 +150,8 @@ std::string container_id_in_cgroup(std::string_view cgroup_path) {
     rest = slash == std::string_view::npos ? std::string_view() : rest.substr(0, slash);
     if (starts_with(comp, "libpod-conmon-") || starts_with(comp, "crio-conmon-")) continue;
     if (ends_with(comp, ".scope")) comp.remove_suffix(6);
-    for (std::string_view prefix : {"docker-", "libpod-", "cri-containerd-", "crio-", "containerd-", "nerdctl-"}) {
+    for (std::string_view prefix :
+         {"docker-", "libpod-", "cri-containerd-", "crio-", "containerd-", "nerdctl-"}) {
       if (starts_with(comp, prefix)) {
         comp.remove_prefix(prefix.size());
         break;
@@ -238,8 +243,9 @@ Result<bool> has_mlprof_usdt(const std::string& path) {
   uint64_t count = eh.e_shnum;
   uint64_t strndx = eh.e_shstrndx;
   Elf64_Shdr first{};
-  if (!pread_all(f.fd, &first, sizeof first, eh.e_shoff)) return elf_error(path, "section table cut off");
-  if (count == 0) count = first.sh_size;            // more than 0xff00 sections
+  if (!pread_all(f.fd, &first, sizeof first, eh.e_shoff))
+    return elf_error(path, "section table cut off");
+  if (count == 0) count = first.sh_size;  // more than 0xff00 sections
   if (strndx == SHN_XINDEX) strndx = first.sh_link;
   if (count > 65536 || strndx >= count) return elf_error(path, "implausible section table");
 
@@ -250,14 +256,16 @@ Result<bool> has_mlprof_usdt(const std::string& path) {
   const Elf64_Shdr& strtab = sections[strndx];
   if (strtab.sh_size > (16u << 20)) return elf_error(path, "implausible section name table");
   std::string names(strtab.sh_size, '\0');
-  if (!pread_all(f.fd, names.data(), names.size(), strtab.sh_offset)) return elf_error(path, "section names cut off");
+  if (!pread_all(f.fd, names.data(), names.size(), strtab.sh_offset))
+    return elf_error(path, "section names cut off");
 
   for (const Elf64_Shdr& s : sections) {
     if (s.sh_type != SHT_NOTE || s.sh_name >= names.size()) continue;
     if (std::strcmp(names.c_str() + s.sh_name, ".note.stapsdt") != 0) continue;
     if (s.sh_size > (64u << 20)) return elf_error(path, "implausible .note.stapsdt size");
     std::string notes(s.sh_size, '\0');
-    if (!pread_all(f.fd, notes.data(), notes.size(), s.sh_offset)) return elf_error(path, ".note.stapsdt cut off");
+    if (!pread_all(f.fd, notes.data(), notes.size(), s.sh_offset))
+      return elf_error(path, ".note.stapsdt cut off");
     size_t pos = 0;
     auto align4 = [](size_t n) { return (n + 3) & ~size_t{3}; };
     while (pos + sizeof(Elf64_Nhdr) <= notes.size()) {
@@ -268,8 +276,8 @@ Result<bool> has_mlprof_usdt(const std::string& path) {
       const size_t next = desc_at + align4(nh.n_descsz);
       if (next > notes.size() || next <= pos) break;
       // desc: pc, base, semaphore (3 x u64), then "provider\0name\0args\0".
-      if (nh.n_type == 3 && nh.n_namesz == 8 && std::memcmp(notes.data() + name_at, "stapsdt", 8) == 0 &&
-          nh.n_descsz > 24) {
+      if (nh.n_type == 3 && nh.n_namesz == 8 &&
+          std::memcmp(notes.data() + name_at, "stapsdt", 8) == 0 && nh.n_descsz > 24) {
         const std::string_view desc(notes.data() + desc_at + 24, nh.n_descsz - 24);
         const std::string_view provider = desc.substr(0, desc.find('\0'));
         if (provider == "mlprof") return true;
@@ -359,7 +367,10 @@ class BoltReader {
   }
 
  private:
-  static Error corrupt() { return Error{Error::Kind::kCorrupt, 0, "a BoltDB page is out of bounds (file changed while read?)"}; }
+  static Error corrupt() {
+    return Error{Error::Kind::kCorrupt, 0,
+                 "a BoltDB page is out of bounds (file changed while read?)"};
+  }
 
   size_t page_size_guess() const {
     uint32_t psize = 0;
@@ -396,7 +407,7 @@ class BoltReader {
     if (!load(p, 8, flags) || !load(p, 10, count)) return false;
     if (flags & kBranchPage) {
       for (uint16_t i = 0; i < count; ++i) {
-        const size_t elem = kPageHeader + i * 16u;
+        const size_t elem = kPageHeader + size_t{i} * 16;
         uint64_t child = 0;
         if (!load(p, elem + 8, child) || child == 0) return false;
         if (!walk(child, {}, depth + 1, out, values)) return false;
@@ -405,7 +416,7 @@ class BoltReader {
     }
     if (!(flags & kLeafPage)) return false;
     for (uint16_t i = 0; i < count; ++i) {
-      const size_t elem = kPageHeader + i * 16u;
+      const size_t elem = kPageHeader + size_t{i} * 16;
       uint32_t eflags = 0, pos = 0, ksize = 0, vsize = 0;
       if (!load(p, elem, eflags) || !load(p, elem + 4, pos) || !load(p, elem + 8, ksize) ||
           !load(p, elem + 12, vsize)) {
@@ -431,7 +442,8 @@ class BoltReader {
 
 }  // namespace
 
-Result<std::vector<BoltEntry>> read_bolt_bucket(std::string_view db, const std::vector<std::string>& bucket) {
+Result<std::vector<BoltEntry>> read_bolt_bucket(std::string_view db,
+                                                const std::vector<std::string>& bucket) {
   BoltReader reader(db);
   if (auto r = reader.open(); !r) return r.error();
   return reader.bucket(bucket);
@@ -556,8 +568,10 @@ void podman_storage_containers(const HostPaths& paths, std::vector<Container>& l
     if (const rapidjson::Value* names = member(v, "names"); names != nullptr && names->IsArray()) {
       for (const rapidjson::Value& n : names->GetArray()) {
         if (!n.IsString()) continue;
-        if (c.name.empty()) c.name = n.GetString();
-        else c.aliases.emplace_back(n.GetString());
+        if (c.name.empty())
+          c.name = n.GetString();
+        else
+          c.aliases.emplace_back(n.GetString());
       }
     }
     add_container(list, std::move(c));
@@ -579,7 +593,8 @@ void containerd_containers(const HostPaths& paths, std::vector<Container>& list)
       Container c;
       c.id = id;
       c.runtime = ns == "moby" ? "docker" : "containerd";
-      if (auto pid = read_text(bundle + "/init.pid")) c.pid = static_cast<pid_t>(std::atoi(pid->c_str()));
+      if (auto pid = read_text(bundle + "/init.pid"))
+        c.pid = static_cast<pid_t>(std::atoi(pid->c_str()));
       const rapidjson::Value* ann = member(doc, "annotations");
       if (ann != nullptr) {
         const std::string type = string_member(*ann, "io.kubernetes.cri.container-type");
@@ -683,10 +698,12 @@ std::vector<Container> list_containers(const HostPaths& paths) {
   return list;
 }
 
-Result<Container> resolve_container(const std::string& name_or_id, const std::vector<Container>& candidates) {
+Result<Container> resolve_container(const std::string& name_or_id,
+                                    const std::vector<Container>& candidates) {
   std::vector<const Container*> matches;
   for (const Container& c : candidates) {
-    if (c.name == name_or_id || std::find(c.aliases.begin(), c.aliases.end(), name_or_id) != c.aliases.end()) {
+    if (c.name == name_or_id ||
+        std::find(c.aliases.begin(), c.aliases.end(), name_or_id) != c.aliases.end()) {
       matches.push_back(&c);
     }
   }
@@ -709,20 +726,27 @@ Result<Container> resolve_container(const std::string& name_or_id, const std::ve
   };
   if (matches.size() > 1) {
     return Error{Error::Kind::kUnsupported, 0,
-                 "container '" + name_or_id + "' matches " + std::to_string(matches.size()) + ": " + join(matches) +
-                     "; give a full name or a longer id"};
+                 "container '" + name_or_id + "' matches " + std::to_string(matches.size()) + ": " +
+                     join(matches) + "; give a full name or a longer id"};
   }
   std::vector<const Container*> all;
   for (const Container& c : candidates) all.push_back(&c);
   if (all.empty()) {
-    return Error{Error::Kind::kUnsupported, 0,
-                 "container '" + name_or_id +
-                     "' not found, and no container at all was found (Docker, Podman, containerd state "
-                     "files, cgroups of running processes): check the name with docker ps / podman ps, "
-                     "and run as root"};
+    return Error{
+        Error::Kind::kUnsupported, 0,
+        "container '" + name_or_id +
+            "' not found, and no container at all was found (Docker, Podman, containerd state "
+            "files, cgroups of running processes): check the name with docker ps / podman ps, "
+            "and run as root"};
   }
-  return Error{Error::Kind::kUnsupported, 0,
-               "container '" + name_or_id + "' not found; candidates: " + join(all)};
+  const bool unnamed = std::any_of(candidates.begin(), candidates.end(),
+                                   [](const Container& c) { return c.name.empty(); });
+  return Error{
+      Error::Kind::kUnsupported, 0,
+      "container '" + name_or_id + "' not found; candidates: " + join(all) +
+          (unnamed ? " (a container without a name: its runtime's state files were not readable; "
+                     "run as root or add CAP_DAC_READ_SEARCH, or give its id)"
+                   : "")};
 }
 
 // ---- TargetFinder ---------------------------------------------------------
@@ -760,7 +784,8 @@ std::optional<ProcStat> proc_stat(const std::string& proc, pid_t pid) {
 
 // "/" is level 0, "/a" 1, "/a/b" 2.
 int level_of(const std::string& cgroup) {
-  return static_cast<int>(std::count_if(cgroup.begin(), cgroup.end(), [](char c) { return c == '/'; })) -
+  return static_cast<int>(
+             std::count_if(cgroup.begin(), cgroup.end(), [](char c) { return c == '/'; })) -
          (cgroup == "/" ? 1 : 0);
 }
 
@@ -775,34 +800,44 @@ TargetFinder::TargetFinder(TargetSelection selection, HostPaths paths)
     : selection_(std::move(selection)), paths_(std::move(paths)) {}
 
 Result<std::unique_ptr<TargetFinder>> TargetFinder::create(const TargetSelection& selection,
-                                                            const HostPaths& paths) {
+                                                           const HostPaths& paths) {
   std::unique_ptr<TargetFinder> f(new TargetFinder(selection, paths));
   if (f->paths_.cgroup2.empty()) {
-    if (auto mi = read_text(f->paths_.proc + "/self/mountinfo")) f->paths_.cgroup2 = cgroup2_mount_in_mountinfo(*mi);
+    if (auto mi = read_text(f->paths_.proc + "/self/mountinfo"))
+      f->paths_.cgroup2 = cgroup2_mount_in_mountinfo(*mi);
   }
   f->self_mnt_ns_ = inode_of(f->paths_.proc + "/self/ns/mnt");
 
-  auto fail = [](std::string message) { return Error{Error::Kind::kUnsupported, 0, std::move(message)}; };
+  auto fail = [](std::string message) {
+    return Error{Error::Kind::kUnsupported, 0, std::move(message)};
+  };
   for (pid_t pid : selection.pids) {
     struct stat st {};
     if (::stat((f->paths_.proc + "/" + std::to_string(pid)).c_str(), &st) != 0) {
-      return fail("no process " + std::to_string(pid) + ": check the pid (ps -p " + std::to_string(pid) + ")");
+      return fail("no process " + std::to_string(pid) + ": check the pid (ps -p " +
+                  std::to_string(pid) + ")");
     }
   }
   if (!selection.cgroup.empty()) {
     if (f->paths_.cgroup2.empty()) {
-      return fail("--cgroup needs cgroup v2, and no cgroup2 mount was found: mount it (mount -t cgroup2 none /sys/fs/cgroup/unified)");
+      return fail(
+          "--cgroup needs cgroup v2, and no cgroup2 mount was found: mount it (mount -t cgroup2 "
+          "none /sys/fs/cgroup/unified)");
     }
     std::string rel = selection.cgroup;
-    if (starts_with(rel, f->paths_.cgroup2 + "/")) rel.erase(0, f->paths_.cgroup2.size());
-    else if (rel == f->paths_.cgroup2) rel = "/";
+    if (starts_with(rel, f->paths_.cgroup2 + "/"))
+      rel.erase(0, f->paths_.cgroup2.size());
+    else if (rel == f->paths_.cgroup2)
+      rel = "/";
     if (rel.empty() || rel[0] != '/') rel.insert(0, "/");
     while (rel.size() > 1 && rel.back() == '/') rel.pop_back();
     struct stat st {};
     const std::string dir = f->paths_.cgroup2 + (rel == "/" ? "" : rel);
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return fail("cgroup '" + selection.cgroup + "' does not exist under the cgroup v2 mount " + f->paths_.cgroup2 +
-                  ": give a v2 path as /proc/PID/cgroup shows it on its 0:: line (e.g. /libpod_parent/libpod-<id>)");
+      return fail("cgroup '" + selection.cgroup + "' does not exist under the cgroup v2 mount " +
+                  f->paths_.cgroup2 +
+                  ": give a v2 path as /proc/PID/cgroup shows it on its 0:: line (e.g. "
+                  "/libpod_parent/libpod-<id>)");
     }
     f->cgroup_rel_ = rel;
     f->cgroup_id_ = static_cast<uint64_t>(st.st_ino);
@@ -840,8 +875,8 @@ bool TargetFinder::selected(pid_t pid, const std::string& cgroup_text) const {
   }
   if (container_) {
     const std::string id = container_in_proc_cgroup(cgroup_text).first;
-    return !id.empty() &&
-           std::find(container_->member_ids.begin(), container_->member_ids.end(), id) != container_->member_ids.end();
+    return !id.empty() && std::find(container_->member_ids.begin(), container_->member_ids.end(),
+                                    id) != container_->member_ids.end();
   }
   return false;
 }
@@ -862,8 +897,10 @@ std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_t
   if (t.binary.empty()) {
     // The storm and test programs carry the probes in the executable itself.
     struct stat st {};
-    if (::stat((dir + "/exe").c_str(), &st) != 0) return std::nullopt;  // kernel thread, gone, or no access
-    const auto key = std::make_pair(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
+    if (::stat((dir + "/exe").c_str(), &st) != 0)
+      return std::nullopt;  // kernel thread, gone, or no access
+    const auto key =
+        std::make_pair(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
     auto it = exe_notes_.find(key);
     if (it == exe_notes_.end()) {
       auto notes = has_mlprof_usdt(dir + "/exe");
@@ -954,7 +991,8 @@ std::vector<pid_t> TargetFinder::waiting_pids() const {
 std::string TargetFinder::describe() const {
   if (!selection_.pids.empty()) {
     std::string out = selection_.pids.size() == 1 ? "pid" : "pids";
-    for (size_t i = 0; i < selection_.pids.size(); ++i) out += (i == 0 ? " " : ", ") + std::to_string(selection_.pids[i]);
+    for (size_t i = 0; i < selection_.pids.size(); ++i)
+      out += (i == 0 ? " " : ", ") + std::to_string(selection_.pids[i]);
     return out;
   }
   if (container_) return "container " + container_->describe();

@@ -24,11 +24,11 @@ namespace mlprof::agent {
 
 struct Target {
   pid_t pid = 0;
-  std::string binary;     // the ELF with the probes, openable from here (/proc/PID/root/<path>)
-  std::string container;  // container id if in one, else ""
-  uint64_t cgroup_id = 0; // cgroup v2 id of the process
-  std::string comm;       // the process's name (/proc/PID/comm), for messages
-  bool extension = false; // true: binary is the extension; false: the executable's own notes
+  std::string binary;      // the ELF with the probes, openable from here (/proc/PID/root/<path>)
+  std::string container;   // container id if in one, else ""
+  uint64_t cgroup_id = 0;  // cgroup v2 id of the process
+  std::string comm;        // the process's name (/proc/PID/comm), for messages
+  bool extension = false;  // true: binary is the extension; false: the executable's own notes
 };
 
 struct Container {
@@ -56,7 +56,8 @@ struct HostPaths {
   // Podman 4's libpod state (BoltDB) and containers/storage's container list.
   std::string podman_db = "/var/lib/containers/storage/libpod/bolt_state.db";
   std::string podman_storage = "/var/lib/containers/storage";  // overlay-containers/containers.json
-  std::string containerd = "/run/containerd";  // io.containerd.runtime.v2.task/<ns>/<id>/config.json
+  std::string containerd =
+      "/run/containerd";  // io.containerd.runtime.v2.task/<ns>/<id>/config.json
 };
 
 // How to choose targets (Options' target part).
@@ -95,7 +96,8 @@ struct BoltEntry {
   std::string value;
   bool is_bucket = false;
 };
-Result<std::vector<BoltEntry>> read_bolt_bucket(std::string_view db, const std::vector<std::string>& bucket);
+Result<std::vector<BoltEntry>> read_bolt_bucket(std::string_view db,
+                                                const std::vector<std::string>& bucket);
 
 // ---- containers -----------------------------------------------------------
 
@@ -109,7 +111,8 @@ std::vector<Container> list_containers(const HostPaths& paths);
 // or a unique id prefix (3+ hex digits). Errors (kUnsupported) are one line:
 // nothing matched (lists the candidates, or says where it looked) or several
 // did (lists them).
-Result<Container> resolve_container(const std::string& name_or_id, const std::vector<Container>& candidates);
+Result<Container> resolve_container(const std::string& name_or_id,
+                                    const std::vector<Container>& candidates);
 
 // ---- finding and following targets ----------------------------------------
 
@@ -157,7 +160,8 @@ class TargetFinder {
   uint64_t cgroup_id_ = 0;
   int cgroup_level_ = 0;
   std::map<pid_t, Target> current_;
-  std::map<pid_t, uint64_t> start_times_;  // /proc/PID/stat starttime: a reused pid is a new process
+  std::map<pid_t, uint64_t>
+      start_times_;               // /proc/PID/stat starttime: a reused pid is a new process
   std::set<pid_t> gone_pids_;     // --pid processes that exited
   std::set<pid_t> waiting_pids_;  // --pid processes without the extension
   // Executables already checked for USDT notes, by (device, inode).
