@@ -305,7 +305,7 @@ int run(int argc, char** argv) {
 
   int64_t next_rescan = start + kRescanNs;
   bool targets_gone = finder.pids_all_gone();
-  while (g_stop_signal == 0 && !targets_gone) {
+  while (g_stop_signal == 0 && !targets_gone && !agent.stdout_broken()) {
     const int64_t now = now_ns();
     if (now >= deadline) break;
     const int timeout =
@@ -327,6 +327,8 @@ int run(int argc, char** argv) {
     say(std::string("stopping on ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"));
   else if (targets_gone)
     say("every target process has exited");
+  else if (agent.stdout_broken())
+    say("stdout was closed: stopping");
   if (agent.poll_error() != 0)
     say(std::string("reading the ring buffer failed: ") + std::strerror(agent.poll_error()));
 
