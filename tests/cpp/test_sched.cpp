@@ -184,12 +184,14 @@ TEST_F(SchedTest, TheTopWakerEndedTheMostBlockedTimeInTheSubtree) {
 TEST_F(SchedTest, AThreadWithoutALaneCountsForTheSpanItWasStartedUnder) {
   // Thread 7000 started at 21'000 inside read; it starts 7001 at 23'000 (no
   // span of its own: 7001 inherits read). 8000 was started by a thread
-  // nobody follows. 7000 runs on past read's end.
-  p.kernel.threads = {lifetime(7000, kMain, 21'000, 60'000), lifetime(7001, 7000, 23'000, 0),
+  // nobody follows. 7000 runs on past read's end (30'000): asleep until
+  // 45'000, that counts for load (to 40'000), then predict.
+  p.kernel.threads = {lifetime(7000, kMain, 21'000, 0), lifetime(7001, 7000, 23'000, 0),
                       lifetime(8000, 31337, 22'000, 0)};
-  p.kernel.off_cpu = {blocked(24'000, 26'000, 26'000, kMain, 7000),  // inside read: counts
+  p.kernel.off_cpu = {blocked(24'000, 26'000, 26'000, kMain, 7000),  // inside read
                       blocked(29'000, 45'000, 46'000, kMain, 7000),  // read ends at 30'000
-                      preempted(25'000, 27'000, 7001), preempted(25'000, 27'000, 8000)};
+                      preempted(25'000, 27'000, 7001), preempted(25'000, 27'000, 8000),
+                      preempted(99'000, 101'000, 7000)};  // predict ends at 100'000
   attribute_kernel(p);
   EXPECT_EQ(p.kernel.threads[0].started_under, 2);
   EXPECT_EQ(p.kernel.threads[1].started_under, 2);
@@ -202,9 +204,24 @@ TEST_F(SchedTest, AThreadWithoutALaneCountsForTheSpanItWasStartedUnder) {
   EXPECT_EQ(k(2).top_waker_tid, kMain);
   // Other threads' off-CPU time adds to off_cpu only: read's own thread ran throughout.
   EXPECT_EQ(k(2).on_cpu_ns, 10'000);
-  EXPECT_EQ(k(0).off_cpu_ns, 5'000);
+  EXPECT_EQ(k(1).off_cpu_ns, 5'000 + 10'000);
+  EXPECT_EQ(k(1).blocked_ns, 3'000 + 10'000);
+  EXPECT_EQ(k(1).voluntary_switches, 2u);  // the long sleep counts once
+  EXPECT_EQ(k(1).on_cpu_ns, 30'000);
+  EXPECT_EQ(k(0).off_cpu_ns, 15'000 + 6'000 + 1'000);  // 40'000..46'000, 99'000..100'000
+  EXPECT_EQ(k(0).blocked_ns, 13'000 + 5'000);
+  EXPECT_EQ(k(0).runq_ns, 2'000 + 1'000 + 1'000);
+  EXPECT_EQ(k(0).voluntary_switches, 2u);
+  EXPECT_EQ(k(0).involuntary_switches, 2u);
   EXPECT_EQ(k(0).on_cpu_ns, 100'000);
   EXPECT_EQ(k(3).off_cpu_ns, 0);
+  // The pieces say where each part went.
+  std::vector<std::pair<int32_t, int64_t>> long_sleep;
+  for (const OffCpuPiece& piece : off_cpu_pieces(p)) {
+    if (piece.interval == 1) long_sleep.emplace_back(piece.span, piece.end_ns - piece.start_ns);
+  }
+  EXPECT_EQ(long_sleep,
+            (std::vector<std::pair<int32_t, int64_t>>{{2, 1'000}, {1, 10'000}, {0, 6'000}}));
 }
 
 TEST_F(SchedTest, AStartedThreadWithALaneCountsOutsideItsSpansForItsCreator) {

@@ -213,26 +213,58 @@ class Threads {
   }
 
   // A piece with no span of its own thread: the thread's started_under span
-  // over that span's wall time, nothing outside it.
+  // where the piece lies within its wall time, else the nearest ancestor of
+  // it that covers that part (a worker still blocked after the call that
+  // started it returned counts for that call's caller); nothing outside the
+  // root's. Pieces in time order.
   void add_fallback(std::vector<OffCpuPiece>& out, const ThreadKey& key, uint32_t idx, int64_t from,
                     int64_t to) const {
     const size_t* life = lifetime_at(key, from);
     const int32_t under = life == nullptr ? -1 : started_under_[*life];
-    if (under < 0) {
+    if (from == to) {  // an instant: the innermost of the chain that holds it
+      int32_t owner = under;
+      while (owner >= 0 && !(from >= span(owner).start_ns && from < span(owner).end_ns)) {
+        owner = parent_of(owner);
+      }
+      out.push_back({idx, owner, false, from, to});
+      return;
+    }
+    const size_t first = out.size();
+    // [lo, hi): the part of [from, to) a deeper span of the chain took.
+    int64_t lo = 0, hi = 0;
+    bool taken = false;
+    for (int32_t a = under; a >= 0 && !(taken && lo == from && hi == to); a = parent_of(a)) {
+      const int64_t in_lo = std::max(from, span(a).start_ns);
+      const int64_t in_hi = std::min(to, span(a).end_ns);
+      if (in_hi <= in_lo) continue;
+      if (!taken) {
+        out.push_back({idx, a, false, in_lo, in_hi});
+        lo = in_lo;
+        hi = in_hi;
+        taken = true;
+        continue;
+      }
+      if (in_lo < lo) out.push_back({idx, a, false, in_lo, lo});
+      if (in_hi > hi) out.push_back({idx, a, false, hi, in_hi});
+      lo = std::min(lo, in_lo);
+      hi = std::max(hi, in_hi);
+    }
+    if (!taken) {
       out.push_back({idx, -1, false, from, to});
       return;
     }
-    const Span& s = p_.spans[static_cast<size_t>(under)];
-    const int64_t a = std::clamp(s.start_ns, from, to);
-    const int64_t b = std::clamp(s.end_ns, a, to);
-    if (from == to) {  // an instant: inside the span or not
-      const bool inside = from >= s.start_ns && from < s.end_ns;
-      out.push_back({idx, inside ? under : -1, false, from, to});
-      return;
-    }
-    if (a > from) out.push_back({idx, -1, false, from, a});
-    if (b > a) out.push_back({idx, under, false, a, b});
-    if (to > b) out.push_back({idx, -1, false, b, to});
+    if (from < lo) out.push_back({idx, -1, false, from, lo});
+    if (hi < to) out.push_back({idx, -1, false, hi, to});
+    std::sort(out.begin() + static_cast<ptrdiff_t>(first), out.end(),
+              [](const OffCpuPiece& x, const OffCpuPiece& y) { return x.start_ns < y.start_ns; });
+  }
+
+  const Span& span(int32_t s) const { return p_.spans[static_cast<size_t>(s)]; }
+  // The parent of a span, -1 for a root or a parent that is not an earlier
+  // span (a parent cycle must not loop the chain walk).
+  int32_t parent_of(int32_t s) const {
+    const int32_t up = span(s).parent;
+    return up >= 0 && up < s ? up : -1;
   }
 
   const Profile& p_;

@@ -107,8 +107,11 @@ std::vector<OffCpuPiece> off_cpu_pieces(const Profile& profile);
 //   one that started last (then the deepest). An interval is cut at those
 //   boundaries; each piece counts for the innermost span running over it.
 // - A piece with no span running on its thread counts for the thread's
-//   started_under span (the lifetime that covers it), clipped to that span's
-//   [start_ns, end_ns); what lies outside counts for nothing.
+//   started_under span (of the lifetime that covers it) where it lies within
+//   that span's [start_ns, end_ns), and for the nearest ancestor whose wall
+//   time holds it elsewhere (a worker still asleep after the call that
+//   started it returned counts for the caller); outside the root's wall time
+//   it counts for nothing.
 // - started_under: the innermost span running on (pid, parent_tid) at
 //   start_ns; if none, the creating thread's own started_under (a thread
 //   started by a started thread). Kept as it is when parent_tid or start_ns
