@@ -15,6 +15,7 @@ import pytest
 from conftest import TARGET_PY, Document, require, run_agent
 
 NAME = "serving-1"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -85,3 +86,29 @@ def test_container_by_id_prefix_and_minimal_capabilities(agent_path, serving, tm
     trace = json.loads(out.read_text())  # Chrome trace, from the extension of -o
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     assert any(e.get("pid") == host_pid for e in events if isinstance(e, dict))
+
+
+def test_agent_image_with_the_daemonsets_settings(agent_path, serving):
+    """deploy/build-image.sh's image, run as deploy/daemonset.yaml runs it:
+    host pid namespace, only CAP_BPF/CAP_PERFMON/CAP_SYS_PTRACE, seccomp
+    unconfined, the runtime's state mounted read-only."""
+    cid, host_pid = serving
+    image = "localhost/mlprof-ebpf:e2e"
+    build = subprocess.run([os.path.join(REPO, "deploy", "build-image.sh"), agent_path, image],
+                           capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    try:
+        base = ["run", "--rm", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit",
+                "nproc=1024:1024", "--pid=host", "--cap-drop=all", "--cap-add=bpf,perfmon,sys_ptrace",
+                "-v", "/var/lib/containers:/var/lib/containers:ro"]
+        r = podman(*base, "--security-opt", "seccomp=unconfined", image, "--container", NAME,
+                   "--duration", "2", "--depth", "0", check=False)
+        assert r.returncode == 0, r.stderr
+        assert f"attached to pid {host_pid} (python" in r.stderr
+        assert "predict [pyfunc E2EModel]" in r.stdout
+        # The runtime's default seccomp profile refuses bpf(): one line that says so, status 3.
+        r = podman(*base, image, "--container", NAME, "--duration", "1", check=False)
+        assert r.returncode == 3, r.stderr
+        assert "seccomp unconfined" in r.stderr.strip().splitlines()[-1]
+    finally:
+        podman("rmi", "-f", image, check=False)

@@ -269,7 +269,19 @@ int run(int argc, char** argv) {
   if (opts.ring_bytes != 0) lopts.ring_bytes = opts.ring_bytes;
   lopts.verbose = opts.verbose >= 2;
   auto loaded = BpfLoader::open(lopts);
-  if (!loaded) return fail(kExitPrivilege, loaded.error().message);
+  if (!loaded) {
+    // The capability check passed, so a refusal comes from elsewhere: in a
+    // container, the runtime's default seccomp profile blocks bpf().
+    const int e = loaded.error().errnum;
+    if (e == EPERM || e == EACCES) {
+      return fail(kExitPrivilege,
+                  std::string("the kernel refused to load the BPF programs (") + std::strerror(e) +
+                      ") although CAP_BPF and CAP_PERFMON are effective: a seccomp filter or a "
+                      "security module blocks bpf(); in a container, run it with seccomp "
+                      "unconfined (docs/ebpf.md)");
+    }
+    return fail(kExitPrivilege, loaded.error().message);
+  }
   BpfLoader& loader = *loaded.value();
 
   std::map<std::string, std::string> meta{{"agent", version_line()}};

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the agent's container image from a built mlprof-ebpf: a root
+# filesystem holding only the binary and the shared libraries it loads
+# (libbpf is linked in statically; libelf, zlib and the C++ runtime are
+# copied from this host), imported with `podman import`. No base image is
+# pulled, so it also works on a host without a registry.
+#   deploy/build-image.sh build-x/userspace/agent/mlprof-ebpf [IMAGE]   (default localhost/mlprof-ebpf:dev)
+set -euo pipefail
+agent=$(realpath "$1")
+image=${2:-localhost/mlprof-ebpf:dev}
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+install -D -m 0755 "$agent" "$root/usr/local/bin/mlprof-ebpf"
+# The loader and every library ldd resolves, at the same paths.
+for lib in $(ldd "$agent" | grep -o '/[^ ]*'); do
+  install -D -m 0755 "$(realpath "$lib")" "$root$lib"
+done
+mkdir -p "$root/proc" "$root/sys" "$root/tmp" "$root/var/lib/mlprof" "$root/etc"
+echo 'root:x:0:0:root:/:/usr/local/bin/mlprof-ebpf' > "$root/etc/passwd"
+tar -C "$root" -c . | podman import \
+  --change 'ENTRYPOINT ["/usr/local/bin/mlprof-ebpf"]' \
+  --change 'CMD ["--help"]' \
+  --message "mlprof-ebpf from $agent" - "$image" >/dev/null
+echo "$image"
