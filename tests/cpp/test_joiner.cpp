@@ -857,6 +857,32 @@ TEST(Joiner, ThreadsStartedInTheSessionBecomeLifetimes) {
   EXPECT_EQ(k.spans[2].off_cpu_ns, 0);
 }
 
+TEST(Joiner, AThreadTheSessionStartedMayExitJustAfterItEnds) {
+  // CPython's join() returns before the OS thread exits, so the exit record
+  // of a worker comes after session_end; it still belongs to the session.
+  // A lane's own thread (started before the session) exiting later does not.
+  const Profile want = small_session();
+  Process proc;
+  std::vector<Rec> recs = records_of(want, proc, 1);
+  Rec end = recs.back();
+  recs.pop_back();
+  mlprof_ev_header end_h{};
+  std::memcpy(&end_h, end.bytes.data(), sizeof(end_h));
+  const auto end_ns = static_cast<int64_t>(end_h.ts_ns);
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 150, 2500, 100, "worker-a"));
+  recs.push_back(end);
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_EXIT, 100, 150, end_ns + 300, 100, "worker-a", 0));
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 170, end_ns + 400, 100, "after"));
+  Joiner j;
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const KernelData& k = got[0].kernel;
+  ASSERT_EQ(k.threads.size(), 1u);  // 170 started after the end: not the session's
+  EXPECT_EQ(k.threads[0].tid, 150u);
+  EXPECT_EQ(k.threads[0].end_ns, end_ns + 300);
+}
+
 TEST(Joiner, ConcurrentSessionsTakeOnlyThreadsStartedWhileTheyWereOpen) {
   // Session 1 on thread 100 (900..51100) and session 2 on thread 200 of the
   // same process (40000..90000). Thread 150 is started by 200 before session

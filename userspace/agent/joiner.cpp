@@ -786,7 +786,14 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   for (const Lane& lane : p.lanes) tids.insert(lane.native_tid);
   std::unordered_map<uint64_t, size_t> lifetime_of;
   for (const ThreadEvent& ev : proc.thread_events) {
-    if (ev.ts < p.start_ns || ev.ts > p.end_ns) continue;
+    if (ev.ts < p.start_ns) continue;
+    if (ev.ts > p.end_ns) {
+      // CPython's join() returns before the OS thread exits: a thread the
+      // session started often exits just after the session ended (records
+      // up to the joiner's hold still land here).
+      auto started = lifetime_of.find(ev.tid);
+      if (ev.start || started == lifetime_of.end() || k.threads[started->second].start_ns == 0) continue;
+    }
     if (ev.start) {
       if (!tids.count(ev.parent_tid) || lifetime_of.count(ev.tid)) continue;
       ThreadLifetime t;
