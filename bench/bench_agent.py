@@ -53,6 +53,9 @@ import time
 import warnings
 
 warnings.filterwarnings("ignore")
+# MLflow shows its type-hint advice under its own simplefilter("once"), past
+# the filter above, once per process: nine targets would print it nine times.
+warnings.showwarning = lambda *args, **kwargs: None
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TICK = os.sysconf("SC_CLK_TCK")
@@ -79,8 +82,7 @@ def worker(args) -> int:
     import _mlflow_models
 
     quiet_mlflow()
-    with _mlflow_models.tracking_uri(args.store), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # MLflow's advice on type hints, on every load
+    with _mlflow_models.tracking_uri(args.store):
         model = mlflow.pyfunc.load_model(args.model)
     df = _mlflow_models.frame(64)
     mp = None
@@ -231,9 +233,7 @@ def predict_overhead(args, tools, tmp, env):
     import _mlflow_models
 
     quiet_mlflow()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp)
+    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp)
     rates = [int(r) for r in args.pyspy_rates.split(",") if r]
     modes = [("A", "none"), ("B", "inproc"), ("C", "gated"), ("D", "inproc")]
     for r in rates:
@@ -290,8 +290,8 @@ def predict_overhead(args, tools, tmp, env):
     ref = (statistics.median(wall["A"]) + statistics.median(wall["A'"])) / 2
     print(f"\n1. predict at depth 2, ChurnModel on 64 rows: {args.rounds} interleaved rounds x {args.calls} "
           f"predicts per mode, median; ratio to mean(A, A') = {ref / 1000:.1f} us")
-    print("| mode | us per predict | ratio | round spread | target CPU us per predict |")
-    print("|---|---|---|---|---|")
+    print("| mode | us per predict | ratio | added us | round spread | target CPU us per predict |")
+    print("|---|---|---|---|---|---|")
     label = {"A": "A none", "B": "B in-process, sample_rate=1", "C": "C sample_rate=0 + mlprof-ebpf",
              "D": "D in-process + mlprof-ebpf", "A'": "A' none (again)"}
     for m in names:
@@ -299,7 +299,8 @@ def predict_overhead(args, tools, tmp, env):
         spread = (max(wall[m]) - min(wall[m])) / med * 100
         text = label.get(m) or f"{m} py-spy {m[1:].replace('nb', '')} Hz{', --nonblocking' if m.endswith('nb') else ''}"
         cpu_us = statistics.median(cpu[m]) / 1000
-        print(f"| {text} | {med / 1000:.1f} | {med / ref:.3f} | {spread:.1f}% | {cpu_us:.1f} |")
+        print(f"| {text} | {med / 1000:.1f} | {med / ref:.3f} | {(med - ref) / 1000:+.0f} | {spread:.1f}% | "
+              f"{cpu_us:.1f} |")
     a, a2 = statistics.median(wall["A"]), statistics.median(wall["A'"])
     print(f"noise floor A/A' = {a / a2:.3f}")
     print("in-process counters: " + ", ".join(f"{m} {stats[m]}" for m in stats))
