@@ -13,16 +13,21 @@ to this Python (pip install py-spy).
    (the order rotates each round), median per mode:
      A   no profiler
      B   in process: autoprofile(depth=2, sample_rate=1)
-     C   autoprofile(depth=2, sample_rate=0) with mlprof-ebpf --pid attached:
-         capture switched on from outside, every predict fires the probes
+     C   autoprofile(depth=2, sample_rate=0) with mlprof-ebpf --pid attached
+         (summary output, no -o: see 2b): capture switched on from outside,
+         every predict fires the probes
      D   in process (sample_rate=1) and mlprof-ebpf attached
      E*  py-spy record attached to a process with no profiler, at 100 Hz and
-         1000 Hz, blocking (py-spy's default) and --nonblocking
+         1000 Hz, blocking (py-spy's default) and --nonblocking; attached
+         anew for each of its rounds (it samples an idle target too: 14-22%
+         of a CPU at 1000 Hz, which would load the other modes' rounds)
      A'  no profiler again, in another process: A vs A' is the noise floor
    Ratios are to the mean of A and A'.
 2. CPU of the agent (C, D) and of py-spy (E*): utime+stime from
-   /proc/PID/stat read before and after each of that mode's rounds, summed, as
-   % of one CPU over those rounds and per predict.
+   /proc/PID/stat read before and after each of that mode's rounds (the
+   agent's after it has gone idle again), summed, as % of one CPU over
+   those rounds and per predict. 2b: the agent with -o, its CPU per predict
+   in successive blocks of predicts (the profile it keeps for -o grows).
 3. Events per second the agent handles without loss: mlprof-usdt-storm with
    the agent attached (--pid, default ring), at full speed with 1 to 8
    threads, then with the agent starved (nice 19, same CPU as the storm).
@@ -167,11 +172,13 @@ def exact_cpu_ns(pid: int) -> int:
 
 class Watcher:
     """A process attached to a target (the agent, py-spy): started by argv,
-    its stderr kept, stopped with SIGINT so that it writes its outputs."""
+    its messages kept (stderr; stdout too when stdout_path is None), stopped
+    with SIGINT so that it writes its outputs."""
 
     def __init__(self, argv, ready_text=None, stdout_path=None):
-        self.stdout = open(stdout_path, "w") if stdout_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(argv, stdout=self.stdout, stderr=subprocess.PIPE, text=True)
+        self.stdout = open(stdout_path, "w") if stdout_path else None
+        self.proc = subprocess.Popen(argv, stdout=self.stdout or subprocess.PIPE,
+                                     stderr=subprocess.PIPE if self.stdout else subprocess.STDOUT, text=True)
         self.pid = self.proc.pid
         self.lines = []
         self._seen = threading.Event()
@@ -180,7 +187,7 @@ class Watcher:
         self._drain.start()
 
     def _read(self):
-        for line in self.proc.stderr:
+        for line in self.proc.stderr if self.stdout else self.proc.stdout:
             self.lines.append(line)
             if self._ready_text and self._ready_text in line:
                 self._seen.set()
@@ -188,6 +195,18 @@ class Watcher:
     def wait_ready(self, timeout=60.0):
         if self._ready_text and not self._seen.wait(timeout):
             raise RuntimeError(f"{self.proc.args[0]} never said {self._ready_text!r}:\n{''.join(self.lines)}")
+
+    def wait_idle(self, timeout=10.0):
+        """Until its CPU time stops growing (under 1% over 50 ms): the records
+        of the round just measured are handled, none spill into the next."""
+        deadline = time.monotonic() + timeout
+        before = exact_cpu_ns(self.pid)
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = exact_cpu_ns(self.pid)
+            if now - before < 500_000:
+                return
+            before = now
 
     def stop(self, timeout=60.0) -> int:
         if self.proc.poll() is None:
@@ -198,7 +217,7 @@ class Watcher:
             self.proc.kill()
             rc = self.proc.wait()
         self._drain.join(5)
-        if self.stdout is not subprocess.DEVNULL:
+        if self.stdout:
             self.stdout.close()
         return rc
 
@@ -239,50 +258,68 @@ def predict_overhead(args, tools, tmp, env):
     for r in rates:
         modes += [(f"E{r}", "none"), (f"E{r}nb", "none")]
     modes.append(("A'", "none"))
+    names = [m for m, _ in modes]
     targets = {m: Target(m, kind, store, churn_uri, env) for m, kind in modes}
-    watchers = {}
+    agents, ends = {}, {}
+    wall = {m: [] for m in names}
+    cpu = {m: [] for m in names}
+    watch_cpu, watch_exact, watch_wall = {}, {}, {}
+    pyspy_counts = {m: [0, 0, set()] for m in names if m.startswith("E")}  # samples, errors, exit statuses
+
+    def pyspy(m, rnd):
+        """py-spy record attached for this round only: at 1000 Hz it takes 14-22% of a CPU
+        even while its target idles, which would load every other mode's rounds."""
+        rate = m[1:].replace("nb", "")
+        argv = [tools["py-spy"], "record", "--pid", str(targets[m].pid), "--rate", rate, "--format", "speedscope",
+                "-o", os.path.join(tmp, f"pyspy-{m}-{rnd}.speedscope.json")]
+        w = Watcher(argv + (["--nonblocking"] if m.endswith("nb") else []), ready_text="Sampling process")
+        w.wait_ready()
+        return w
+
     try:
         for t in targets.values():
             t.read()  # ready: model loaded, 50 predicts done
         for m in ("C", "D"):
-            argv = [tools["agent"], "--pid", str(targets[m].pid), "-v", "-o", os.path.join(tmp, f"agent-{m}.json")]
-            w = Watcher(argv, ready_text=f"attached to pid {targets[m].pid} ",
+            # The summary only (no -o): with -o the agent's CPU grows with the sessions it has
+            # captured (part 2b measures that apart).
+            pid = targets[m].pid
+            w = Watcher([tools["agent"], "--pid", str(pid), "-v"], ready_text=f"attached to pid {pid} ",
                         stdout_path=os.path.join(tmp, f"agent-{m}.txt"))
             w.wait_ready()
-            watchers[m] = w
-        for r in rates:
-            for nb in (False, True):
-                m = f"E{r}{'nb' if nb else ''}"
-                out = os.path.join(tmp, f"pyspy-{m}.speedscope.json")
-                argv = [tools["py-spy"], "record", "--pid", str(targets[m].pid), "--rate", str(r), "--format",
-                        "speedscope", "-o", out] + (["--nonblocking"] if nb else [])
-                watchers[m] = Watcher(argv)
-        time.sleep(1.0)  # py-spy has no "attached" line: give it a moment to start sampling
-        names = [m for m, _ in modes]
-        for t in targets.values():  # one unmeasured round each, with everything attached
+            agents[m] = w
+        for t in targets.values():  # one unmeasured round each
             t.ask(f"round {args.calls // 4 or 1}")
-        wall = {m: [] for m in names}
-        cpu = {m: [] for m in names}
-        watch_cpu = {m: 0 for m in watchers}
-        watch_exact = {m: 0 for m in watchers}
-        watch_wall = {m: 0 for m in watchers}
+        for w in agents.values():
+            w.wait_idle()
         for rnd in range(args.rounds):
             k = rnd % len(names)
             for m in names[k:] + names[:k]:
-                w = watchers.get(m)
+                w = agents.get(m) or (pyspy(m, rnd) if m.startswith("E") else None)
                 c0, e0 = (cpu_ns(w.pid), exact_cpu_ns(w.pid)) if w else (0, 0)
                 t0 = time.perf_counter_ns()
                 reply = targets[m].ask(f"round {args.calls}")
                 if w:
-                    watch_wall[m] += time.perf_counter_ns() - t0
-                    watch_cpu[m] += cpu_ns(w.pid) - c0
-                    watch_exact[m] += exact_cpu_ns(w.pid) - e0
+                    watch_wall[m] = watch_wall.get(m, 0) + time.perf_counter_ns() - t0
+                    if m in agents:
+                        w.wait_idle()
+                    watch_cpu[m] = watch_cpu.get(m, 0) + cpu_ns(w.pid) - c0
+                    watch_exact[m] = watch_exact.get(m, 0) + exact_cpu_ns(w.pid) - e0
+                    if m.startswith("E"):
+                        counts = pyspy_counts[m]
+                        counts[2].add(w.stop())
+                        found = re.search(r"Samples: (\d+) Errors: (\d+)", w.text())
+                        if found:
+                            counts[0] += int(found.group(1))
+                            counts[1] += int(found.group(2))
                 wall[m].append(reply["wall_ns"] / reply["n"])
                 cpu[m].append(reply["cpu_ns"] / reply["n"])
         stats = {m: targets[m].ask("stats") for m in ("B", "C", "D")}
+        ends = {m: (w.stop(), w.text()) for m, w in agents.items()}
+        growth = agent_growth(args, tools, tmp, targets["C"])
         dump = pyspy_dump(tools, targets["A"], args)
     finally:
-        ends = {m: (w.stop(), w.text()) for m, w in watchers.items()}
+        for w in agents.values():
+            w.stop()
         for t in targets.values():
             t.close()
 
@@ -305,24 +342,57 @@ def predict_overhead(args, tools, tmp, env):
     print(f"noise floor A/A' = {a / a2:.3f}")
     print("in-process counters: " + ", ".join(f"{m} {stats[m]}" for m in stats))
 
-    print(f"\n2. CPU of the watcher over its target's measured rounds ({predicts} predicts each)")
-    print("| watcher | % of one CPU | us CPU per predict | (schedstat: %, us) | exit | records / lost / sessions |")
+    print(f"\n2. CPU of the watcher over its target's measured rounds ({predicts} predicts each; the agent's "
+          f"until it is idle after each round, py-spy's from its first sample to the round's end)")
+    print("| watcher | % of one CPU | us CPU per predict | (schedstat: %, us) | exit | "
+          "agent: records / lost / sessions; py-spy: samples / errors |")
     print("|---|---|---|---|---|---|")
-    for m in watchers:
-        pct = watch_cpu[m] / watch_wall[m] * 100 if watch_wall[m] else 0
-        exact = f"{watch_exact[m] / watch_wall[m] * 100:.1f}%, {watch_exact[m] / predicts / 1000:.2f}" \
-            if watch_wall[m] else ""
-        rc, err = ends[m]
-        counts = agent_counts(err)
-        what = (f"mlprof-ebpf on {m}" if m in ("C", "D") else
-                f"py-spy {m[1:].replace('nb', '')} Hz{' nonblocking' if m.endswith('nb') else ''}")
-        detail = f"{counts['records']} / {counts['lost']} / {counts['sessions']}" if counts else ""
+    for m in watch_wall:
+        pct = watch_cpu[m] / watch_wall[m] * 100
+        exact = f"{watch_exact[m] / watch_wall[m] * 100:.1f}%, {watch_exact[m] / predicts / 1000:.2f}"
+        if m in agents:
+            rc, err = ends[m]
+            c = agent_counts(err)
+            what, detail = f"mlprof-ebpf on {m}", f"{c['records']} / {c['lost']} / {c['sessions']}" if c else ""
+        else:
+            samples, errors, statuses = pyspy_counts[m]
+            rc = ",".join(str(x) for x in sorted(statuses))
+            what = f"py-spy {m[1:].replace('nb', '')} Hz{' nonblocking' if m.endswith('nb') else ''}"
+            detail = f"{samples} / {errors}"
         print(f"| {what} | {pct:.1f}% | {watch_cpu[m] / predicts / 1000:.2f} | {exact} | {rc} | {detail} |")
-    for m in ("C", "D"):
-        counts = agent_counts(ends[m][1])
-        if counts.get("sessions"):
-            print(f"agent on {m}: {counts['records'] / counts['sessions']:.0f} records per predict")
-    show_pyspy(args, tmp, rates, ends, dump)
+    for m in agents:
+        c = agent_counts(ends[m][1])
+        if c.get("sessions"):
+            print(f"agent on {m}: {c['records'] / c['sessions']:.0f} records per predict")
+
+    print(f"\n2b. agent CPU per predict with -o FILE.json, blocks of {growth['block']} predicts on C "
+          f"(the combined profile grows by a session per predict)")
+    print("| sessions captured before the block | agent us CPU per predict |")
+    print("|---|---|")
+    for before, us in growth["rows"]:
+        print(f"| {before} | {us:.0f} |")
+    print(f"agent exit {growth['rc']}; {growth['tail']}")
+    show_pyspy(args, tmp, rates, dump)
+
+
+def agent_growth(args, tools, tmp, target):
+    """The agent with -o on one target, its CPU per predict in successive blocks."""
+    w = Watcher([tools["agent"], "--pid", str(target.pid), "-v", "-o", os.path.join(tmp, "agent-C-growth.json")],
+                ready_text=f"attached to pid {target.pid} ", stdout_path=os.path.join(tmp, "agent-C-growth.txt"))
+    rows = []
+    try:
+        w.wait_ready()
+        done = 0
+        for _ in range(args.growth_blocks):
+            c0 = exact_cpu_ns(w.pid)
+            target.ask(f"round {args.growth_block}")
+            w.wait_idle()
+            rows.append((done, (exact_cpu_ns(w.pid) - c0) / args.growth_block / 1000))
+            done += args.growth_block
+    finally:
+        rc = w.stop(timeout=300)
+    tail = next((line.strip() for line in w.lines if "records" in line and "lost" in line), "")
+    return {"rows": rows, "rc": rc, "tail": tail, "block": args.growth_block}
 
 
 def pyspy_dump(tools, target, args) -> str:
@@ -337,24 +407,25 @@ def pyspy_dump(tools, target, args) -> str:
     return out.stdout + out.stderr
 
 
-def show_pyspy(args, tmp, rates, ends, dump):
+def show_pyspy(args, tmp, rates, dump):
     """Part 5: what py-spy's own output holds, next to the agent's summary of C."""
-    print("\n5. py-spy's output of the same workload, next to the agent's")
+    print("\n5. py-spy's output of the same workload (its blocking runs, all rounds), next to the agent's")
     ours, paths = summary_rows(open(os.path.join(tmp, "agent-C.txt")).read())
     for r in rates:
-        path = os.path.join(tmp, f"pyspy-E{r}.speedscope.json")
-        if not os.path.exists(path):
-            print(f"py-spy {r} Hz wrote no file: {ends.get(f'E{r}', (None, ''))[1].strip()[-300:]}")
-            continue
-        doc = json.load(open(path))
-        frames = doc["shared"]["frames"]
-        samples = [s for p in doc["profiles"] for s in p["samples"]]
-        names_in = [{frames[i]["name"] for i in s} for s in samples]
-        in_predict = sum(1 for n in names_in if "PyFuncModel.predict" in n)
-        line = f"py-spy {r} Hz (speedscope): {len(samples)} samples, {len(doc['profiles'])} thread profile(s), " \
-               f"{in_predict} inside predict"
+        samples, threads = [], 0
+        for rnd in range(args.rounds):
+            path = os.path.join(tmp, f"pyspy-E{r}-{rnd}.speedscope.json")
+            if not os.path.exists(path):
+                continue
+            doc = json.load(open(path))
+            frames = doc["shared"]["frames"]
+            threads = max(threads, len(doc["profiles"]))
+            samples += [{frames[i]["name"] for i in s} for p in doc["profiles"] for s in p["samples"]]
+        in_predict = sum(1 for n in samples if "PyFuncModel.predict" in n)
+        line = f"py-spy {r} Hz (speedscope): {len(samples)} samples over {args.rounds * args.calls} predicts, " \
+               f"at most {threads} thread profile(s), {in_predict} inside PyFuncModel.predict"
         for step in STEPS:
-            line += f"; {step} in {sum(1 for n in names_in if 'ChurnModel.' + step in n)}"
+            line += f"; ChurnModel.{step} in {sum(1 for n in samples if 'ChurnModel.' + step in n)}"
         print(line)
     for step in STEPS:
         key = f"ChurnModel.{step}"
@@ -473,6 +544,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=300, help="predicts per round")
     ap.add_argument("--pyspy-rates", default="100,1000")
+    ap.add_argument("--growth-blocks", type=int, default=6)
+    ap.add_argument("--growth-block", type=int, default=500, help="predicts per block of part 2b")
     ap.add_argument("--storm-seconds", type=float, default=5.0)
     ap.add_argument("--storm-threads", default="1,2,4,8")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -482,7 +555,7 @@ def main() -> int:
     if args.worker:
         return worker(args)
     if args.smoke:
-        args.rounds, args.calls, args.pyspy_rates = 2, 20, "100"
+        args.rounds, args.calls, args.pyspy_rates, args.growth_blocks, args.growth_block = 2, 20, "100", 2, 20
     args.storm_threads = [int(t) for t in str(args.storm_threads).split(",") if t]
     if os.geteuid() != 0:
         sys.exit("bench_agent: run as root (the agent loads BPF programs; py-spy attaches with ptrace)")
