@@ -111,7 +111,7 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
           "  --threads T            threads firing at once (default 1)\n"
           "  --seconds S            stop after S seconds (default: no limit)\n"
           "  --sleep-us U           sleep U microseconds between sessions (default 0)\n"
-          "  --wait-attached S      wait up to S seconds for a tracer on session_begin first\n");
+          "  --wait-attached S      wait up to S seconds for a tracer on every probe first\n");
   exit(2);
 }
 
@@ -185,9 +185,13 @@ int main(int argc, char** argv) {
   fflush(stdout);
   if (o.wait_attached > 0) {
     const auto t0 = Clock::now();
-    while (!MLPROF_USDT_ENABLED(session_begin)) {
+    // A tracer attaches probe by probe: start only when every probe fired
+    // here is on, or the first sessions miss the probes attached last.
+    while (!(MLPROF_USDT_ENABLED(session_begin) && MLPROF_USDT_ENABLED(lane_begin) &&
+             MLPROF_USDT_ENABLED(span_enter) && MLPROF_USDT_ENABLED(span_exit) &&
+             MLPROF_USDT_ENABLED(session_end))) {
       if (ns_since(t0) > static_cast<int64_t>(o.wait_attached * 1e9)) {
-        fprintf(stderr, "mlprof-usdt-storm: no tracer attached to session_begin within %.1f s\n",
+        fprintf(stderr, "mlprof-usdt-storm: no tracer attached to all its probes within %.1f s\n",
                 o.wait_attached);
         return 1;
       }
