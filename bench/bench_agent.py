@@ -30,11 +30,14 @@ to this Python (pip install py-spy).
    in successive blocks of predicts (the profile it keeps for -o grows).
 3. Events per second the agent handles without loss: mlprof-usdt-storm with
    the agent attached (--pid, default ring), at full speed with 1 to 8
-   threads, then with the agent starved (nice 19, same CPU as the storm).
+   threads, then with the agent starved (nice 19 on CPU 0, the storm's
+   threads on every CPU). The storm must have all eight probe sites (the
+   agent refuses a binary without them); one that lacks some is rebuilt
+   from the same source with unreached sites for them.
 4. Probe-site cost: bench_probes (no tracer), and the storm's ns per site
    with no tracer and with the agent attached (every site a uprobe hit).
-5. What py-spy shows of the same workload: its speedscope output of E100
-   (which of predict's steps appear, in how many samples) next to the
+5. What py-spy shows of the same workload: its speedscope output of the
+   blocking runs (which of predict's steps appear, in how many samples) next to the
    agent's per-call figures for the same steps; one py-spy dump --locals
    taken in the middle of a predict loop.
 
