@@ -31,9 +31,8 @@ to this Python (pip install py-spy).
 3. Events per second the agent handles without loss: mlprof-usdt-storm with
    the agent attached (--pid, default ring), at full speed with 1 to 8
    threads, then with the agent starved (nice 19 on CPU 0, the storm's
-   threads on every CPU). The storm must have all eight probe sites (the
-   agent refuses a binary without them); one that lacks some is rebuilt
-   from the same source with unreached sites for them.
+   threads on every CPU). The storm has all eight probe sites (the
+   agent refuses a binary without them).
 4. Probe-site cost: bench_probes (no tracer), and the storm's ns per site
    with no tracer and with the agent attached (every site a uprobe hit).
 5. What py-spy shows of the same workload: its speedscope output of the
@@ -522,21 +521,8 @@ def find_tools(args, tmp):
                      "(build with -DMLPROF_BUILD_AGENT=ON; pip install py-spy)")
     notes = subprocess.run(["readelf", "-n", tools["storm"]], capture_output=True, text=True).stdout
     missing = PROBES - set(re.findall(r"Name: (\w+)", notes))
-    if missing:
-        # The agent attaches all eight probes of a binary and refuses one that
-        # lacks some; the storm fires five. Same source, plus unreached sites.
-        src = os.path.join(tmp, "storm_full.cpp")
-        with open(src, "w") as f:
-            f.write(open(os.path.join(HERE, "usdt_storm.cpp")).read())
-            f.write("\nnamespace {\n[[gnu::used, gnu::noinline]] void unreached_sites(uint64_t s) {\n"
-                    "  if (MLPROF_USDT_ENABLED(span_suspend)) MLPROF_USDT_SPAN_SUSPEND(s, 0, 0);\n"
-                    "  if (MLPROF_USDT_ENABLED(span_resume)) MLPROF_USDT_SPAN_RESUME(s, 0, 0);\n"
-                    "  if (MLPROF_USDT_ENABLED(span_io)) MLPROF_USDT_SPAN_IO(s, 0, 0, 0, \"\", \"\");\n}\n}\n")
-        tools["storm"] = os.path.join(tmp, "mlprof-usdt-storm")
-        subprocess.run([os.environ.get("CXX", "c++"), "-O3", "-DNDEBUG", "-std=c++20", "-pthread",
-                        f"-I{os.path.join(ROOT, 'bpf')}", src, "-o", tools["storm"]], check=True)
-        print(f"note: {build}/bench/mlprof-usdt-storm has no site for {', '.join(sorted(missing))}; the agent "
-              f"refuses it, so the same source with unreached sites for them was built at {tools['storm']}")
+    if missing:  # the agent attaches all eight probes and refuses a binary that lacks one
+        sys.exit(f"bench_agent: {tools['storm']} has no site for {', '.join(sorted(missing))}; rebuild it")
     return tools
 
 

@@ -179,6 +179,14 @@ Options parse(int argc, char** argv) {
 
 }  // namespace
 
+// The agent attaches all eight probes of the contract to a process, so the
+// storm carries the three it never fires too.
+[[gnu::used, gnu::noinline]] void unreached_sites(uint64_t session) {
+  if (MLPROF_USDT_ENABLED(span_suspend)) MLPROF_USDT_SPAN_SUSPEND(session, 0, 0);
+  if (MLPROF_USDT_ENABLED(span_resume)) MLPROF_USDT_SPAN_RESUME(session, 0, 0);
+  if (MLPROF_USDT_ENABLED(span_io)) MLPROF_USDT_SPAN_IO(session, 0, 0, 0, "", "");
+}
+
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   printf("pid %d\n", getpid());

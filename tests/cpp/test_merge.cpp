@@ -236,6 +236,41 @@ TEST(Merge, AProfileAppendedToItselfHoldsItsSessionsTwice) {
   EXPECT_EQ(m.meta.at("pid"), "100");
 }
 
+TEST(Merge, ManyPartsAtOnceGiveWhatAppendingThemOneByOneGives) {
+  // Sessions out of start order, two processes, kernel data: the batch
+  // (what the agent's -o uses) and the one-by-one appends must agree.
+  std::vector<Profile> parts;
+  for (int i = 0; i < 12; ++i) {
+    parts.push_back(session(i % 2 ? 200 : 100, static_cast<uint64_t>(i + 1),
+                            1'000 + 20'000 * ((i * 7) % 12), i % 3 ? "load" : "score", true));
+  }
+  Profile one_by_one;
+  for (const Profile& p : parts) append_profile(one_by_one, p);
+  Profile batch;
+  std::vector<const Profile*> ptrs;
+  for (const Profile& p : parts) ptrs.push_back(&p);
+  append_profiles(batch, ptrs);
+  EXPECT_EQ(paths(batch), paths(one_by_one));
+  EXPECT_EQ(batch.roots, one_by_one.roots);
+  ASSERT_EQ(batch.spans.size(), one_by_one.spans.size());
+  for (size_t i = 0; i < batch.spans.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(batch.spans[i].first_child, one_by_one.spans[i].first_child);
+    EXPECT_EQ(batch.spans[i].next_sibling, one_by_one.spans[i].next_sibling);
+    EXPECT_EQ(batch.kernel.spans[i].off_cpu_ns, one_by_one.kernel.spans[i].off_cpu_ns);
+  }
+  ASSERT_EQ(batch.kernel.off_cpu.size(), one_by_one.kernel.off_cpu.size());
+  for (size_t i = 0; i < batch.kernel.off_cpu.size(); ++i) {
+    EXPECT_EQ(batch.kernel.off_cpu[i].start_ns, one_by_one.kernel.off_cpu[i].start_ns);
+    EXPECT_EQ(batch.kernel.off_cpu[i].pid, one_by_one.kernel.off_cpu[i].pid);
+  }
+  EXPECT_EQ(batch.kernel.lost_events, 24u);
+  EXPECT_EQ(batch.meta, one_by_one.meta);
+  EXPECT_EQ(batch.start_ns, one_by_one.start_ns);
+  EXPECT_EQ(batch.end_ns, one_by_one.end_ns);
+  EXPECT_EQ(batch.captured_depth, one_by_one.captured_depth);
+}
+
 TEST(Merge, ParentLanesAreShifted) {
   Profile a = session(100, 1, 1'000, "load", false);
   Profile b;

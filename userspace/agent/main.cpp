@@ -18,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -147,8 +148,7 @@ class Agent {
       : opts_(opts),
         loader_(loader),
         joiner_(std::move(meta)),
-        report_(ReportOptions{opts.depth}),
-        combined_(combine_sessions({})) {}
+        report_(ReportOptions{opts.depth}) {}
 
   // Attaches the targets that started and lets go of those that exited.
   void apply(const TargetFinder::Changes& changes) {
@@ -194,11 +194,11 @@ class Agent {
   void collect(bool all) {
     std::vector<Profile> done =
         all ? joiner_.take_finished() : joiner_.take_finished(now_ns() - kSettleNs);
-    for (const Profile& p : done) {
+    for (Profile& p : done) {
       report_.add(p);
-      if (!opts_.output.empty() || opts_.format) append_profile(combined_, p);
       if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
         stdout_broken_ = true;
+      if (!opts_.output.empty() || opts_.format) sessions_.push_back(std::move(p));
     }
   }
 
@@ -214,16 +214,23 @@ class Agent {
   }
 
   // The capture's lost records, also those outside any session, in the written profile.
-  void set_lost_events(uint64_t lost) {
-    combined_.kernel.present = true;
-    combined_.kernel.lost_events = std::max(combined_.kernel.lost_events, lost);
-  }
+  void set_lost_events(uint64_t lost) { lost_ = std::max(lost_, lost); }
 
   const std::set<pid_t>& attached() const { return attached_; }
   int poll_error() const { return poll_error_; }
   bool stdout_broken() const { return stdout_broken_; }
   const CaptureReport& report() const { return report_; }
-  const Profile& combined() const { return combined_; }
+  // Every session in one Profile, combined once at the end: appending each
+  // session as it ended redid the whole-profile steps every time, and the
+  // agent's CPU per predict grew with the sessions captured.
+  const Profile& combined() {
+    if (!combined_) {
+      combined_ = std::make_unique<Profile>(combine_sessions(sessions_));
+      combined_->kernel.present = true;
+      combined_->kernel.lost_events = std::max(combined_->kernel.lost_events, lost_);
+    }
+    return *combined_;
+  }
   JoinerStats joiner_stats() const { return joiner_.stats(); }
 
  private:
@@ -231,7 +238,9 @@ class Agent {
   BpfLoader& loader_;
   Joiner joiner_;
   CaptureReport report_;
-  Profile combined_;
+  std::vector<Profile> sessions_;    // for -o / --format
+  std::unique_ptr<Profile> combined_;  // built by combined()
+  uint64_t lost_ = 0;
   std::set<pid_t> attached_;
   std::set<pid_t> failed_;  // attach refused: not retried while the process lives
   int poll_error_ = 0;

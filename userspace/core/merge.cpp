@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,24 +43,17 @@ bool no_timeline(const Profile& p) { return p.lanes.empty() && p.spans.empty(); 
 
 }  // namespace
 
-void append_profile(Profile& into, const Profile& from) {
-  const bool first = no_timeline(into);
-  const bool take_meta = first && into.meta.empty();
-  const bool into_attributed = into.kernel.spans.size() == into.spans.size();
-  const bool from_attributed = from.kernel.spans.size() == from.spans.size();
-  // Copies first: `from` may be `into`.
+namespace {
+
+// One part appended without the whole-profile steps (linking, sorting the
+// intervals, attribution), which append_profiles does once for all parts:
+// appending n sessions one by one stays linear, not quadratic.
+void append_one(Profile& into, const Profile& from, bool& take_meta, bool& first,
+                bool& all_attributed) {
+  all_attributed = all_attributed && from.kernel.spans.size() == from.spans.size();
   std::vector<Lane> lanes = from.lanes;
-  std::vector<Span> spans = from.spans;
-  std::vector<SpanIO> io = from.io;
-  std::vector<Segment> segments = from.segments;
   KernelData kernel = from.kernel;
-  const std::map<std::string, std::string> from_meta = from.meta;
-  const CaptureStats stats = from.stats;
-  const int64_t start_ns = from.start_ns, end_ns = from.end_ns;
-  const int depth = from.captured_depth;
   pin_provenance(lanes, kernel.off_cpu, kernel.threads, profile_pid(from), meta_session(from));
-  pin_provenance(into.lanes, into.kernel.off_cpu, into.kernel.threads, profile_pid(into),
-                 meta_session(into));
 
   // Functions and labels into into's tables.
   std::vector<uint32_t> function_id(from.functions.size());
@@ -84,69 +78,95 @@ void append_profile(Profile& into, const Profile& from) {
     }
     into.lanes.push_back(std::move(lane));
   }
-  into.spans.reserve(into.spans.size() + spans.size());
-  for (Span& s : spans) {
+  into.spans.reserve(into.spans.size() + from.spans.size());
+  for (Span s : from.spans) {
     if (s.parent >= 0) s.parent += span_base;
     if (s.function < function_id.size()) s.function = function_id[s.function];
     s.label = label_id(s.label);
     s.lane += static_cast<uint32_t>(lane_base);
     into.spans.push_back(s);
   }
-  for (SpanIO& r : io) {
+  for (SpanIO r : from.io) {
     r.span += span_base;
     into.io.push_back(std::move(r));
   }
-  for (Segment& seg : segments) {
+  for (Segment seg : from.segments) {
     seg.span += span_base;
     into.segments.push_back(seg);
   }
-  link_tree(into);
 
   KernelData& k = into.kernel;
   k.present = k.present || kernel.present;
   k.lost_events += kernel.lost_events;
   k.off_cpu.insert(k.off_cpu.end(), kernel.off_cpu.begin(), kernel.off_cpu.end());
-  std::stable_sort(k.off_cpu.begin(), k.off_cpu.end(),
-                   [](const OffCpuInterval& a, const OffCpuInterval& b) {
-                     return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
-                   });
   for (ThreadLifetime& t : kernel.threads) {
     if (t.started_under >= 0) t.started_under += span_base;
     k.threads.push_back(std::move(t));
   }
+  k.spans.insert(k.spans.end(), kernel.spans.begin(), kernel.spans.end());
 
-  into.stats.events_captured += stats.events_captured;
-  into.stats.events_skipped += stats.events_skipped;
-  into.stats.unmatched_returns += stats.unmatched_returns;
+  into.stats.events_captured += from.stats.events_captured;
+  into.stats.events_skipped += from.stats.events_skipped;
+  into.stats.unmatched_returns += from.stats.unmatched_returns;
   if (take_meta) {
-    into.meta = from_meta;
+    into.meta = from.meta;
   } else {
     for (auto it = into.meta.begin(); it != into.meta.end();) {
-      const auto other = from_meta.find(it->first);
-      it = other == from_meta.end() || other->second != it->second ? into.meta.erase(it)
+      const auto other = from.meta.find(it->first);
+      it = other == from.meta.end() || other->second != it->second ? into.meta.erase(it)
                                                                    : std::next(it);
     }
   }
+  take_meta = false;
+  const int depth = from.captured_depth;
   if (first) {
     into.captured_depth = depth;
-    into.start_ns = start_ns;
-    into.end_ns = end_ns;
+    into.start_ns = from.start_ns;
+    into.end_ns = from.end_ns;
+    first = false;
   } else {
     into.captured_depth =
         into.captured_depth < 0 || depth < 0 ? -1 : std::max(into.captured_depth, depth);
-    into.start_ns = std::min(into.start_ns, start_ns);
-    into.end_ns = std::max(into.end_ns, end_ns);
+    into.start_ns = std::min(into.start_ns, from.start_ns);
+    into.end_ns = std::max(into.end_ns, from.end_ns);
   }
+}
 
-  if (!k.present) {  // no kernel figures to keep (both are in-process profiles)
-    k.spans.clear();
-    return;
+}  // namespace
+
+void append_profiles(Profile& into, const std::vector<const Profile*>& parts) {
+  if (parts.empty()) return;
+  // A part may be `into` itself: append a copy of what it holds now (a
+  // Profile is not copyable; appending it to an empty one is the copy).
+  std::unique_ptr<Profile> self_copy;
+  for (const Profile* part : parts) {
+    if (part == &into && !self_copy) {
+      self_copy = std::make_unique<Profile>();
+      bool copy_meta = true, copy_first = true, copy_attributed = true;
+      append_one(*self_copy, into, copy_meta, copy_first, copy_attributed);
+    }
   }
-  if (into_attributed && from_attributed) {
-    k.spans.insert(k.spans.end(), kernel.spans.begin(), kernel.spans.end());
-  } else {
+  bool first = no_timeline(into);
+  bool take_meta = first && into.meta.empty();
+  bool all_attributed = into.kernel.spans.size() == into.spans.size();
+  pin_provenance(into.lanes, into.kernel.off_cpu, into.kernel.threads, profile_pid(into),
+                 meta_session(into));
+  for (const Profile* part : parts) {
+    append_one(into, part == &into ? *self_copy : *part, take_meta, first, all_attributed);
+  }
+  link_tree(into);
+  KernelData& k = into.kernel;
+  std::stable_sort(k.off_cpu.begin(), k.off_cpu.end(),
+                   [](const OffCpuInterval& a, const OffCpuInterval& b) {
+                     return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
+                   });
+  if (!k.present) {  // no kernel figures to keep (in-process profiles only)
+    k.spans.clear();
+  } else if (!all_attributed) {
     attribute_kernel(into);
   }
 }
+
+void append_profile(Profile& into, const Profile& from) { append_profiles(into, {&from}); }
 
 }  // namespace mlprof

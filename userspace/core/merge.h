@@ -2,6 +2,8 @@
 // Combining profiles (spec 001): several sessions, processes or hosts into
 // one Profile, with ids remapped and provenance kept per lane.
 
+#include <vector>
+
 #include "core/tree.h"
 
 namespace mlprof {
@@ -27,5 +29,11 @@ namespace mlprof {
 //   end_ns and captured_depth as they are.
 // `from` may be `into` itself (the profile then holds its sessions twice).
 void append_profile(Profile& into, const Profile& from);
+
+// The same for many parts at once, in order: the whole-profile steps (child
+// links and roots, the interval sort, attribution) run once, so combining n
+// sessions costs O(total log total), where n append_profile calls would
+// redo them n times.
+void append_profiles(Profile& into, const std::vector<const Profile*>& parts);
 
 }  // namespace mlprof
