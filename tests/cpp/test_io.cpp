@@ -70,5 +70,98 @@ TEST(ShortTypeName, LastDottedComponent) {
   EXPECT_EQ(short_type_name(""), "");
 }
 
+// ---- parse_io_text ----------------------------------------------------------------
+
+TEST(ParseIoText, GivesBackFieldsThatFormatToTheSameText) {
+  std::vector<IOSummary> cases;
+  IOSummary s;
+  s.type_name = "DataFrame";
+  s.has_shape = true;
+  s.shape = {1000, 50};
+  s.dtype = "float64,object";
+  s.size_bytes = 409600;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "Tensor";
+  s.has_shape = true;
+  s.shape = {8, -1};
+  s.dtype = "float32";
+  s.device = "cuda:0";
+  s.size_bytes = 4096;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "ndarray";
+  s.has_shape = true;
+  s.shape = {7};
+  s.size_bytes = 56;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "ndarray";
+  s.has_shape = true;  // 0-d
+  s.size_bytes = 8;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "list";
+  s.length = 3;
+  s.size_bytes = 120;
+  cases.push_back(s);
+  s = {};
+  s.type_name = "str";
+  s.length = 12;
+  s.repr_short = "'a, b=c, 12B'";  // a repr that looks like fields
+  cases.push_back(s);
+  s = {};
+  s.type_name = "int";
+  s.repr_short = "42";
+  cases.push_back(s);
+  s = {};
+  s.type_name = "NoneType";
+  cases.push_back(s);
+  s = {};
+  s.type_name = "tuple";
+  s.length = 2;
+  s.repr_short = "(1, 2)";
+  cases.push_back(s);
+  for (int64_t bytes :
+       {1023LL, 1024LL, 1075LL, 1048575LL, 1048576LL, 6451LL, 5LL * 1024 * 1024 * 1024 + 12345}) {
+    s = {};
+    s.type_name = "bytes";
+    s.size_bytes = bytes;
+    cases.push_back(s);
+  }
+  for (const IOSummary& c : cases) {
+    const std::string text = format_io(c);
+    SCOPED_TRACE(text);
+    const IOSummary back = parse_io_text(text);
+    EXPECT_EQ(format_io(back), text);
+    EXPECT_EQ(back.type_name, c.type_name);
+    EXPECT_EQ(back.has_shape, c.has_shape);
+    EXPECT_EQ(back.shape, c.shape);
+    EXPECT_EQ(back.dtype, c.dtype);
+    EXPECT_EQ(back.device, c.device);
+    EXPECT_EQ(back.repr_short, c.repr_short);
+    EXPECT_EQ(back.size_bytes >= 0, c.size_bytes >= 0);
+    if (c.size_bytes >= 0 && c.size_bytes < 1024) {
+      EXPECT_EQ(back.size_bytes, c.size_bytes);
+    }
+  }
+}
+
+TEST(ParseIoText, CutOrForeignTextStaysReadable) {
+  // Cut at MLPROF_IO_SUMMARY_LEN - 1: no closing parenthesis.
+  const IOSummary cut = parse_io_text("(str, len=500, 'aaaaaaaaaa");
+  EXPECT_EQ(cut.type_name, "str");
+  EXPECT_EQ(cut.length, 500);
+  EXPECT_EQ(cut.repr_short, "'aaaaaaaaaa");
+  const IOSummary cut_shape = parse_io_text("(DataFrame, shape=(10, 2");
+  EXPECT_EQ(cut_shape.type_name, "DataFrame");
+  EXPECT_EQ(cut_shape.repr_short, "shape=(10, 2");
+  // Not format_io's form at all: kept whole.
+  const IOSummary other = parse_io_text("DataFrame (64, 12) float64 6.0 KiB");
+  EXPECT_EQ(other.repr_short, "DataFrame (64, 12) float64 6.0 KiB");
+  EXPECT_EQ(format_io(other), "(?, DataFrame (64, 12) float64 6.0 KiB)");
+  EXPECT_EQ(parse_io_text("").repr_short, "");
+}
+
 }  // namespace
 }  // namespace mlprof

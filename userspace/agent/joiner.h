@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "core/io.h"
 #include "core/tree.h"
 
 namespace mlprof::agent {
@@ -99,14 +98,5 @@ class Joiner {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-// The IOSummary of a span_io record's compact text, which is core
-// format_io's output ("(DataFrame, shape=(64, 12), dtype=float64, 6.0KB)"),
-// possibly cut to MLPROF_IO_SUMMARY_LEN - 1 bytes. Parsed back into fields so
-// that the document holds shape/dtype/bytes as an in-process capture does,
-// and format_io renders the same text again (the type keeps only its short
-// name; a size is the byte count its text rounds to). Text that is not in
-// that form goes whole into repr_short.
-IOSummary parse_io_text(const std::string& text);
 
 }  // namespace mlprof::agent

@@ -58,4 +58,11 @@ std::string format_bytes(int64_t bytes);
 //   (list, len=3, 120B)   (int, 42)   (str, len=5, 'hello')   (NoneType)
 std::string format_io(const IOSummary& s);
 
+// format_io's text read back (the eBPF agent gets span I/O as that text, cut
+// to MLPROF_IO_SUMMARY_LEN - 1 bytes): the fields, so that a document holds
+// shape/dtype/bytes as an in-process capture does and format_io renders the
+// same text again. The type keeps only its short name; a size is the byte
+// count its text rounds to. Text not in that form goes whole into repr_short.
+IOSummary parse_io_text(const std::string& text);
+
 }  // namespace mlprof
