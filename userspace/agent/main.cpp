@@ -180,9 +180,7 @@ class Agent {
 
   // One poll of the ring buffer; false on an error other than a signal.
   bool poll(int timeout_ms) {
-    const int n = loader_.poll(
-        timeout_ms, [this](const void* data, size_t size) { joiner_.on_record(data, size); });
-    joiner_.set_lost_events(loader_.stats().lost);
+    const int n = read_ring(timeout_ms);
     if (n < 0 && n != -EINTR) {
       poll_error_ = -n;
       return false;
@@ -204,11 +202,8 @@ class Agent {
 
   void finish() {
     // What is still in the ring buffer, then every open session, truncated.
-    for (int i = 0;
-         i < 64 && loader_.poll(0, [this](const void*d, size_t s) { joiner_.on_record(d, s); }) > 0;
-         ++i) {
+    for (int i = 0; i < 64 && read_ring(0) > 0; ++i) {
     }
-    joiner_.set_lost_events(loader_.stats().lost);
     joiner_.finish(now_ns());
     collect(true);
   }
@@ -234,6 +229,15 @@ class Agent {
   JoinerStats joiner_stats() const { return joiner_.stats(); }
 
  private:
+  // Feeds what the ring buffer holds to the joiner, with the lost count so
+  // far; returns the loader's poll result.
+  int read_ring(int timeout_ms) {
+    const int n = loader_.poll(
+        timeout_ms, [this](const void* data, size_t size) { joiner_.on_record(data, size); });
+    joiner_.set_lost_events(loader_.stats().lost);
+    return n;
+  }
+
   const Options& opts_;
   BpfLoader& loader_;
   Joiner joiner_;
