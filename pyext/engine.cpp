@@ -916,6 +916,18 @@ void on_yield(PyCodeObject* code, PyFrameObject* frame) {
   for (int i = 0; i < cl.n; ++i) lane_yield(*cl.lanes[i], code, frame);
 }
 
+bool skip_below_ceiling(PyCodeObject* code) {
+  if (compat::is_generator_code(code)) return false;
+  const CurrentLanes& cl = lanes_now();
+  if (cl.n == 0) return false;
+  for (int i = 0; i < cl.n; ++i) {
+    const CaptureLane& L = *cl.lanes[i];
+    if (L.depth + 1 <= L.ceiling) return false;
+  }
+  for (int i = 0; i < cl.n; ++i) ++cl.lanes[i]->skipped;
+  return true;
+}
+
 void on_c_call(PyObject* callable, PyCodeObject* caller) {
   const CurrentLanes& cl = lanes_now();
   for (int i = 0; i < cl.n; ++i) {

@@ -181,6 +181,13 @@ void on_return(PyCodeObject* code, PyFrameObject* frame, bool exception, PyObjec
 void on_yield(PyCodeObject* code, PyFrameObject* frame);
 void on_c_call(PyObject* callable, PyCodeObject* caller);  // caller: skip our own frames
 void on_c_return(PyObject* callable, bool exception);
+// A Python frame of `code` is about to start on this thread (3.11's frame
+// evaluation hook asks, to run such frames untraced): true when every
+// session current here would skip it, being below each lane's ceiling; it is
+// then counted in their events_skipped as lane_start would. False for
+// generator and coroutine code (a resume may reopen a recorded span) and when
+// no session is current here.
+bool skip_below_ceiling(PyCodeObject* code);
 
 // profile_block / profile_span support.
 struct BlockToken {

@@ -7,6 +7,16 @@
 
 #include "engine.h"
 
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+// 3.11's _PyInterpreterFrame (f_code), for the frame evaluation hook below.
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#define MLPROF_SKIP_UNTRACED 1
+#else
+#define MLPROF_SKIP_UNTRACED 0
+#endif
+
 namespace mlprof::hooks {
 namespace {
 
@@ -315,6 +325,59 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   return 0;
 }
 
+#if MLPROF_SKIP_UNTRACED
+// 3.11 runs every instruction of a thread with a profile function on its
+// tracing path, de-specialised: +40% on a pandas predict whose frames are
+// nearly all below the ceiling (bench/RESULTS.md). While a session is
+// installed, a PEP 523 frame evaluation function runs each frame that every
+// current lane would skip with its C frame's use_tracing off, so it and the
+// frames it calls (each comes back through here: with a frame evaluation
+// function set, 3.11 does not inline Python calls) run at full speed. A
+// frame's traced state is fixed for its whole evaluation, so each lane sees
+// both its start and its return or neither.
+int g_eval_users = 0;
+bool g_eval_ours = false;
+
+PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
+  // Only when we are the thread's sole profiler and nobody traces: a chained
+  // profiler (cProfile) or a tracer (debugger, coverage) must see every frame.
+  if (!t_hook.installed || t_hook.prev_func || ts->c_profilefunc != profile_func || ts->c_tracefunc ||
+      ts->tracing || !g_native_collecting) {
+    return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  }
+  _PyCFrame* cf = ts->cframe;
+  const uint8_t want = skip_below_ceiling(frame->f_code) ? 0 : 255;
+  const uint8_t saved = cf->use_tracing;
+  if (want == saved) return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  cf->use_tracing = want;  // the callee's C frame starts from its caller's value
+  PyObject* result = _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  // The callee copied its value back into ours on exit; ours goes back to
+  // what it was unless the callee changed who profiles or traces this thread
+  // (then CPython's own value stands, as without this hook).
+  if (ts->c_profilefunc == profile_func && !ts->c_tracefunc) cf->use_tracing = saved;
+  return result;
+}
+
+void eval_hook_acquire() {
+  if (g_eval_users++ > 0) return;
+  PyInterpreterState* interp = compat::tstate()->interp;
+  // Another frame evaluator (torch.compile) keeps its place; frames then stay traced.
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) == _PyEval_EvalFrameDefault) {
+    _PyInterpreterState_SetEvalFrameFunc(interp, eval_frame);
+    g_eval_ours = true;
+  }
+}
+
+void eval_hook_release() {
+  if (g_eval_users == 0 || --g_eval_users > 0) return;
+  PyInterpreterState* interp = compat::tstate()->interp;
+  if (g_eval_ours && _PyInterpreterState_GetEvalFrameFunc(interp) == eval_frame) {
+    _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
+  }
+  g_eval_ours = false;
+}
+#endif
+
 void install_here() {
   ThreadHook& h = t_hook;
   if (h.installed) return;
@@ -337,11 +400,17 @@ int tool_id() { return -1; }
 bool install(Engine* /*engine*/, std::string* /*error*/) {
   install_here();
   ++t_hook.users;
+#if MLPROF_SKIP_UNTRACED
+  eval_hook_acquire();
+#endif
   return true;
 }
 
 void uninstall(Engine* /*engine*/) {
   ThreadHook& h = t_hook;
+#if MLPROF_SKIP_UNTRACED
+  eval_hook_release();
+#endif
   if (h.users > 0) --h.users;
   if (h.users > 0 || !h.installed) return;
   PyThreadState* ts = compat::tstate();
@@ -419,3 +488,4 @@ void uninstall_thread_binder() {
 }
 
 }  // namespace mlprof::hooks
+

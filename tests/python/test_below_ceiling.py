@@ -1,0 +1,192 @@
+"""Frames below the ceiling. On 3.11 the native engine runs them untraced
+(a frame evaluation hook turns the interpreter's tracing path off for them,
+pyext/hooks.cpp); on every version the tree, the skipped counts, generators
+resumed down there, sessions started down there and debuggers attached down
+there behave as if every frame were traced."""
+
+from __future__ import annotations
+
+import dis
+import sys
+import threading
+
+import pytest
+
+from mlflow_profiler import profiling
+
+from _helpers import run_engines, shape
+
+
+def leaf(x):
+    return x + 1
+
+
+def numbers(n):
+    for i in range(n):
+        yield leaf(i)
+
+
+def drain(g):
+    return [v for v in g]
+
+
+def middle(g):
+    return drain(g)
+
+
+def started_above_drained_below():
+    g = numbers(3)
+    first = next(g)  # the generator's span opens at depth 1, within the ceiling
+    return [first] + middle(g)  # ... and is resumed from depth 3, below it
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_generator_resumed_below_the_ceiling(depth):
+    out = run_engines(started_above_drained_below, depth=depth)
+    assert shape(out["native"]) == shape(out["reference"])
+    stats = [out[e].statistics() for e in ("native", "reference")]
+    assert stats[0]["events_skipped"] == stats[1]["events_skipped"]
+    assert stats[0]["unmatched_returns"] == 0
+    # one numbers span: opened by next() within the ceiling, resumed from
+    # below it until it finished inside middle()
+    (root,) = out["native"].to_tree()
+    gen, mid = root["children"]
+    assert (gen["label"], mid["label"]) == ("numbers", "middle")
+    assert gen["end_ns"] > mid["start_ns"] and gen["active_ns"] < gen["duration_ns"]
+
+
+def deep_with_inner_session(record):
+    with profiling(depth=1) as inner:
+        leaf(1)
+        middle(iter([1]))
+    record.append(inner)
+
+
+def outer_program(record):
+    middle_of_outer(record)
+    leaf(0)
+
+
+def middle_of_outer(record):
+    below_outer(record)
+
+
+def below_outer(record):
+    deep_with_inner_session(record)
+
+
+def test_session_started_below_another_sessions_ceiling():
+    record = []
+    with profiling(depth=1) as outer:
+        outer_program(record)
+    assert shape(outer) == (("outer_program", (("middle_of_outer", ()), ("leaf", ()))),)
+    assert outer.statistics()["unmatched_returns"] == 0
+    (inner,) = record
+    assert shape(inner) == (("leaf", ()), ("middle", (("drain", ()),)))
+
+
+def test_debugger_attached_below_the_ceiling_sees_its_callers():
+    lines = []
+
+    def tracer(frame, event, arg):
+        if event == "line" and frame.f_code is caller.__code__:
+            lines.append(frame.f_lineno - caller.__code__.co_firstlineno)
+        return tracer
+
+    def attach():
+        # what pdb.set_trace() does: trace the callers too
+        frame = sys._getframe(2)
+        frame.f_trace = tracer
+        sys.settrace(tracer)
+
+    def below():
+        attach()  # from a generator: on 3.11 traced even below the ceiling
+        yield
+
+    def caller():
+        g = below()
+        next(g)
+        a = 1
+        b = a + 1
+        return b  # (g lives to here: its close would re-enable tracing by itself)
+
+    def top():
+        return caller()  # caller and what it calls are below the ceiling
+
+    try:
+        with profiling(depth=0) as session:
+            assert top() == 2
+    finally:
+        sys.settrace(None)
+    assert lines[:3] == [3, 4, 5]  # every line of caller after the attach
+    assert [n["function"].rsplit(".", 1)[-1] for n in session.to_tree()] == ["top"]
+
+
+def test_other_threads_unaffected_while_a_session_runs():
+    results = []
+    go = threading.Event()
+
+    def worker():
+        go.wait()
+        results.append(sum(leaf(i) for i in range(1000)))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    with profiling(depth=0) as session:
+        go.set()
+        t.join()
+    assert results == [sum(range(1, 1001))]
+    assert session.statistics()["thread_count"] == 1
+
+
+SOURCE = """
+def below_{n}(k):
+    total = 0
+    for i in range(k):
+        total = total + i
+    return total
+"""
+
+
+def fresh_function(n):
+    scope = {}
+    exec(SOURCE.format(n=n), scope)  # a code object nobody ran: not yet specialised
+    return scope[f"below_{n}"]
+
+
+def specialised(func):
+    return [i.opname for i in dis.get_instructions(func, adaptive=True) if i.opname.startswith("BINARY_OP_") and not i.opname.endswith("_ADAPTIVE")]
+
+
+def run_under_session(func, depth):
+    def at_depth_0():
+        for _ in range(200):
+            func(50)
+
+    with profiling(depth=depth) as session:
+        at_depth_0()
+    return session
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="3.11's tracing path; 3.12+ uses sys.monitoring")
+def test_frames_below_the_ceiling_run_at_full_speed_on_311():
+    below = fresh_function(1)
+    session = run_under_session(below, depth=0)
+    assert session.statistics()["events_skipped"] == 200
+    # Specialised instructions ran: the frames were not on the tracing path,
+    # which executes every instruction de-specialised.
+    assert specialised(below) == ["BINARY_OP_ADD_INT"]
+
+    within = fresh_function(2)
+    session = run_under_session(within, depth=1)
+    assert session.statistics()["span_count"] == 201
+    assert specialised(within) == []  # recorded frames stay traced
+
+    traced = fresh_function(3)
+    prev = sys.gettrace()
+    sys.settrace(lambda *a: None)  # a tracer (coverage, a debugger) sees every frame
+    try:
+        run_under_session(traced, depth=0)
+    finally:
+        sys.settrace(prev)
+    assert specialised(traced) == []
