@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "bindings.h"
+#include "core/background_writer.h"
 #include "core/export.h"
 #include "core/file_io.h"
 #include "core/json_read.h"
@@ -117,6 +118,29 @@ void save(const ProfilePtr& p, const std::string& path, const std::optional<std:
   if (!written->ok()) raise_os_error(written->error().errnum, path);
 }
 
+bool write_in_background_py(const ProfilePtr& p, const std::string& path, size_t capacity) {
+  const std::optional<ExportFormat> format = format_for_path(path);
+  if (!format) throw py::value_error("cannot tell the file format of '" + path + "' from its extension");
+  return write_in_background(p, path, *format, capacity);
+}
+
+bool flush_background_writes_py(double timeout_s) {
+  py::gil_scoped_release unlocked;
+  return flush_background_writes(timeout_s);
+}
+
+py::dict background_writer_stats_py() {
+  const WriterStats s = background_writer_stats();
+  py::dict out;
+  out["submitted"] = s.submitted;
+  out["written"] = s.written;
+  out["dropped"] = s.dropped;
+  out["failed"] = s.failed;
+  out["queued"] = s.queued;
+  out["last_error"] = s.last_error;
+  return out;
+}
+
 ProfilePtr load_profile(const std::string& path) {
   std::optional<Result<std::string>> data;
   std::optional<Result<Profile>> profile;
@@ -170,6 +194,16 @@ void bind_files(py::module_& m) {
         "Writes `profile` to `path` atomically; the format follows the extension unless named. "
         "ValueError for an unknown extension or format, OSError (with errno and path) if writing "
         "fails.");
+  m.def("write_in_background", &write_in_background_py, py::arg("profile"), py::arg("path"),
+        py::arg("capacity"),
+        "Queues `profile` for an atomic save to `path` (format from the extension) on the "
+        "process's writer thread (nice 19, no GIL); False, counted as dropped, when `capacity` "
+        "writes are already queued. Never blocks.");
+  m.def("flush_background_writes", &flush_background_writes_py, py::arg("timeout_s"),
+        "Waits until the writer thread has written (or failed) everything queued; False if "
+        "`timeout_s` (< 0: no limit) passed first.");
+  m.def("background_writer_stats", &background_writer_stats_py,
+        "The writer thread's counts: submitted, written, dropped, failed, queued, last_error.");
   m.def("load_profile", &load_profile, py::arg("path"),
         "Reads a profile document (.json or .json.gz). FileNotFoundError if it does not exist; "
         "mlflow_profiler.ProfileLoadError (kind 'truncated', 'corrupt', 'version' or 'io') "

@@ -314,3 +314,106 @@ def test_without_mlflow_autoprofile_names_the_extra():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 0, out.stderr
     assert "pip install 'mlflow-profiler[mlflow]'" in out.stdout
+
+
+# -- output_dir: the extension's writer thread ---------------------------------
+
+
+def export_stats():
+    return {k: v for k, v in mlflow_profiler.statistics()["export"].items() if k != "run_id"}
+
+
+def test_output_dir_profiles_are_written_by_the_writer_thread(models, tmp_path):
+    churn, _, _ = models
+    import _mlflow_models
+
+    df = _mlflow_models.frame(16)
+    before = export_stats()
+    out = tmp_path / "new" / "profiles"  # created by the writer
+    mlflow_profiler.autoprofile(depth=2, sample_rate=1.0, output_dir=str(out))
+    results = [churn.predict(df) for _ in range(5)]
+    assert mlflow_profiler.flush(60)
+    after = export_stats()
+    files = sorted(out.glob("profile-*.json.gz"))
+    assert len(files) == 5
+    assert all(r.equals(results[0]) for r in results)
+    loaded = mlflow_profiler.load(files[-1])
+    assert loaded.spans[0].label == "predict [pyfunc ChurnModel]"
+    assert loaded.statistics()["span_count"] == mlflow_profiler.last_profile().statistics()["span_count"]
+    assert after["submitted"] - before["submitted"] == 5
+    assert after["exported"] - before["exported"] == 5
+    assert after["queued"] == 0
+    # the writer runs below the request threads: nice 19, its own name
+    names = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            stat = f.read()
+        names[stat[stat.index("(") + 1:stat.rindex(")")]] = int(stat.rsplit(")", 1)[1].split()[16])
+    assert names.get("mlprof-writer") == 19
+
+
+def test_output_dir_full_queue_drops_and_counts(tmp_path):
+    from mlflow_profiler import _core
+
+    def fib(n):
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+    with mlflow_profiler.profiling(depth=-1) as session:
+        fib(17)  # 5167 spans: each write takes milliseconds
+    profile = session._built()
+    before = export_stats()
+    accepted = [_core.write_in_background(profile, str(tmp_path / f"p{i}.json.gz"), 1) for i in range(20)]
+    assert mlflow_profiler.flush(60)
+    after = export_stats()
+    assert accepted[0] and accepted.count(False) >= 10  # one slot: the rest of the burst is dropped
+    assert after["dropped"] - before["dropped"] == accepted.count(False)
+    assert after["exported"] - before["exported"] == accepted.count(True)
+    assert after["submitted"] - before["submitted"] == 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"p{i}.json.gz" for i, ok in enumerate(accepted) if ok)
+
+
+def test_output_dir_write_failure_is_counted_and_logged_once(models, tmp_path, caplog):
+    churn, _, _ = models
+    import _mlflow_models
+    from mlflow_profiler import _log
+
+    df = _mlflow_models.frame(16)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    before = export_stats()
+    _log._seen.discard("export-failed")
+    mlflow_profiler.autoprofile(depth=2, sample_rate=1.0, output_dir=str(blocker / "profiles"))
+    with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
+        expected = churn.predict(df)
+        for _ in range(3):
+            assert churn.predict(df).equals(expected)  # the model keeps serving
+        mlflow_profiler.flush(60)
+        churn.predict(df)  # a later submit reports too; still once
+        mlflow_profiler.flush(60)
+    after = export_stats()
+    assert after["failed"] - before["failed"] == 5
+    failures = [r for r in caplog.records if "exporting a profile failed" in r.getMessage()]
+    assert len(failures) == 1 and "Not a directory" in failures[0].getMessage()
+
+
+def test_output_dir_writer_works_in_a_forked_child(models, tmp_path):
+    churn, _, _ = models
+    import _mlflow_models
+
+    df = _mlflow_models.frame(16)
+    mlflow_profiler.autoprofile(depth=2, sample_rate=1.0, output_dir=str(tmp_path / "parent"))
+    churn.predict(df)  # the parent's writer thread exists now
+    assert mlflow_profiler.flush(60)
+    mlflow_profiler.autoprofile(depth=2, sample_rate=1.0, output_dir=str(tmp_path / "child"))
+    pid = os.fork()
+    if pid == 0:  # the child: its own writer thread
+        code = 1
+        try:
+            churn.predict(df)
+            code = 0 if mlflow_profiler.flush(30) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(list((tmp_path / "child").glob("profile-*.json.gz"))) == 1

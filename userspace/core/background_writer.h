@@ -1,0 +1,36 @@
+#pragma once
+// A process-wide writer thread for profiles handed off by a serving process
+// (autoprofile with output_dir): save_profile runs there at nice 19, so a
+// write never takes CPU from the requests and, in the extension, never waits
+// for or holds the Python GIL. The queue is bounded: a full queue drops the
+// profile and counts it; the caller never blocks.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/export.h"
+#include "core/tree.h"
+
+namespace mlprof {
+
+struct WriterStats {
+  uint64_t submitted = 0;  // accepted into the queue
+  uint64_t written = 0;
+  uint64_t dropped = 0;  // the queue was full
+  uint64_t failed = 0;   // save_profile returned an error
+  uint64_t queued = 0;   // accepted, not yet written or failed
+  std::string last_error;  // the newest failure's message, "" if none
+};
+
+// Queues `profile` for save_profile(path, format); the directory is created
+// if missing. False (counted as dropped) if `capacity` jobs are already
+// waiting. Starts the thread on first use, again in a forked child.
+bool write_in_background(std::shared_ptr<const Profile> profile, std::string path, ExportFormat format,
+                         size_t capacity);
+// Waits until every queued job is written or failed; false if `timeout_s`
+// (< 0: no limit) passed first.
+bool flush_background_writes(double timeout_s);
+WriterStats background_writer_stats();
+
+}  // namespace mlprof
