@@ -81,22 +81,33 @@ def run_wrk(port, seconds, connections, lua_path, cpus=None):
             "non_2xx": int(errors.group(1)) if errors else 0, "socket_errors": socket_errors.group(1) if socket_errors else ""}
 
 
-def group_cpu_s(pgid):
-    """User + system CPU seconds of every process in the server's process
-    group (mlflow's CLI starts uvicorn as a child)."""
-    total = 0
-    tick = os.sysconf("SC_CLK_TCK")
+def group_pids(pgid):
+    """The processes of the server's process group (mlflow's CLI starts
+    uvicorn as a child)."""
+    out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:  # pgrp
+                    out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def group_cpu_s(pgid):
+    """User + system CPU seconds of every process in the server's group."""
+    total = 0
+    for pid in group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid:  # pgrp
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def percentile_ms(hist, q):
@@ -113,13 +124,8 @@ def percentile_ms(hist, q):
 
 def pin_group(pgid, cpus):
     """Pins every thread of every process in the server's process group."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    for pid in group_pids(pgid):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:
-                    continue
             for tid in os.listdir(f"/proc/{pid}/task"):
                 os.sched_setaffinity(int(tid), cpus)
         except OSError:
@@ -133,15 +139,12 @@ def to_ms(text):
 
 def uvicorn_pid(pgid):
     """The scoring process: mlflow's CLI runs uvicorn as a child."""
-    for pid in os.listdir("/proc"):
+    for pid in group_pids(pgid):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:
-                    continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if b"uvicorn" in f.read():
-                    return int(pid)
-        except (OSError, ValueError):
+                    return pid
+        except OSError:
             continue
     raise RuntimeError("no uvicorn process in the server's process group")
 
