@@ -488,4 +488,3 @@ void uninstall_thread_binder() {
 }
 
 }  // namespace mlprof::hooks
-

@@ -27,8 +27,7 @@ struct Writer {
   std::condition_variable work;  // a job arrived
   std::condition_variable idle;  // the queue drained
   std::deque<Job> jobs;
-  bool busy = false;  // a job is being written
-  WriterStats stats;
+  WriterStats stats;  // stats.queued: waiting plus the one being written
 };
 
 // Never destroyed: the detached thread may outlive static destruction at exit.
@@ -47,7 +46,6 @@ void run(Writer* w) {
     w->work.wait(lock, [w] { return !w->jobs.empty(); });
     Job job = std::move(w->jobs.front());
     w->jobs.pop_front();
-    w->busy = true;
     lock.unlock();
     std::error_code ec;
     const std::filesystem::path parent = std::filesystem::path(job.path).parent_path();
@@ -55,7 +53,6 @@ void run(Writer* w) {
     Result<Ok> done = save_profile(*job.profile, job.path, job.format);
     job.profile.reset();  // freed here, not under the lock
     lock.lock();
-    w->busy = false;
     --w->stats.queued;
     if (done.ok()) {
       ++w->stats.written;
@@ -63,7 +60,7 @@ void run(Writer* w) {
       ++w->stats.failed;
       w->stats.last_error = done.error().message;
     }
-    if (w->jobs.empty()) w->idle.notify_all();
+    if (w->stats.queued == 0) w->idle.notify_all();
   }
 }
 
@@ -109,7 +106,7 @@ bool flush_background_writes(double timeout_s) {
   Writer* w = started();
   if (!w) return true;
   std::unique_lock<std::mutex> lock(w->mu);
-  auto drained = [w] { return w->jobs.empty() && !w->busy; };
+  auto drained = [w] { return w->stats.queued == 0; };
   if (timeout_s < 0) {
     w->idle.wait(lock, drained);
     return true;
