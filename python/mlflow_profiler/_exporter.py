@@ -58,6 +58,17 @@ def _bump(key: str) -> None:
         _counts[key] += 1
 
 
+def _log_queue_full() -> None:
+    log_once("export-full", f"mlflow_profiler: the export queue is full ({_queue_size} profiles); "
+             "profiles are being dropped and counted (mlflow_profiler.statistics()['export']). "
+             "Lower the sample rate or raise MLFLOW_PROFILER_QUEUE_SIZE")
+
+
+def _log_export_failure(cause: str) -> None:
+    log_once("export-failed", f"mlflow_profiler: exporting a profile failed ({cause}); the model keeps "
+             "serving, failures are counted in mlflow_profiler.statistics()['export']")
+
+
 def submit(session, config) -> bool:
     """Queues a finished session for export without blocking; False (and
     counted as dropped) when the queue is full."""
@@ -75,9 +86,7 @@ def submit(session, config) -> bool:
         return True
     except queue.Full:
         _bump("dropped")
-        log_once("export-full", f"mlflow_profiler: the export queue is full ({_queue_size} profiles); "
-                 "profiles are being dropped and counted (mlflow_profiler.statistics()['export']). "
-                 "Lower the sample rate or raise MLFLOW_PROFILER_QUEUE_SIZE")
+        _log_queue_full()
         return False
 
 
@@ -96,9 +105,7 @@ def _submit_file(session, config) -> bool:
     path = os.path.join(config.output_dir, _profile_name() + ".json.gz")
     if _core.write_in_background(session._built(), path, _queue_size):
         return True
-    log_once("export-full", f"mlflow_profiler: the export queue is full ({_queue_size} profiles); "
-             "profiles are being dropped and counted (mlflow_profiler.statistics()['export']). "
-             "Lower the sample rate or raise MLFLOW_PROFILER_QUEUE_SIZE")
+    _log_queue_full()
     return False
 
 
@@ -113,8 +120,7 @@ def _report_writer_failures() -> None:
     stats = _core.background_writer_stats()
     if stats["failed"] > _writer_failures_seen:
         _writer_failures_seen = stats["failed"]
-        log_once("export-failed", f"mlflow_profiler: exporting a profile failed ({stats['last_error']}); the "
-                 "model keeps serving, failures are counted in mlflow_profiler.statistics()['export']")
+        _log_export_failure(stats["last_error"])
 
 
 def _register_atexit() -> None:
@@ -147,8 +153,7 @@ def _worker(q: queue.Queue) -> None:
             _bump("exported")
         except Exception as exc:
             _bump("failed")
-            log_once("export-failed", f"mlflow_profiler: exporting a profile failed ({exc!r}); the model keeps "
-                     "serving, failures are counted in mlflow_profiler.statistics()['export']")
+            _log_export_failure(repr(exc))
         finally:
             q.task_done()
 
