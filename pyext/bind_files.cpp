@@ -197,7 +197,7 @@ void bind_files(py::module_& m) {
   m.def("write_in_background", &write_in_background_py, py::arg("profile"), py::arg("path"),
         py::arg("capacity"),
         "Queues `profile` for an atomic save to `path` (format from the extension) on the "
-        "process's writer thread (nice 19, no GIL); False, counted as dropped, when `capacity` "
+        "process's writer thread (SCHED_IDLE, no GIL); False, counted as dropped, when `capacity` "
         "writes are already queued. Never blocks.");
   m.def("flush_background_writes", &flush_background_writes_py, py::arg("timeout_s"),
         "Waits until the writer thread has written (or failed) everything queued; False if "

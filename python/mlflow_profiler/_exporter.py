@@ -4,7 +4,7 @@ non-blocking put; a full queue drops the profile and counts it. flush() and
 interpreter exit drain the queue (with a time limit).
 
 Files only (output_dir, no MLflow, no span processors): the profile is built
-in `predict` (~30 us) and handed to the extension's writer thread (nice 19,
+in `predict` (~30 us) and handed to the extension's writer thread (SCHED_IDLE,
 never holds the GIL), bounded the same way. A Python thread here would take
 the GIL twice per profile, and each hand-over stalls the thread serving
 requests (bench/RESULTS.md: +18% p50 on a closed loop, against +1% without)."""

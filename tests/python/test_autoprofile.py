@@ -343,13 +343,18 @@ def test_output_dir_profiles_are_written_by_the_writer_thread(models, tmp_path):
     assert after["submitted"] - before["submitted"] == 5
     assert after["exported"] - before["exported"] == 5
     assert after["queued"] == 0
-    # the writer runs below the request threads: nice 19, its own name
-    names = {}
+    # the writer runs below the request threads: SCHED_IDLE (any waking
+    # request thread preempts it), nice 19, its own name
+    writers = []
     for tid in os.listdir("/proc/self/task"):
         with open(f"/proc/self/task/{tid}/stat") as f:
             stat = f.read()
-        names[stat[stat.index("(") + 1:stat.rindex(")")]] = int(stat.rsplit(")", 1)[1].split()[16])
-    assert names.get("mlprof-writer") == 19
+        if stat[stat.index("(") + 1:stat.rindex(")")] == "mlprof-writer":
+            writers.append(int(tid))
+    assert len(writers) == 1
+    assert os.sched_getscheduler(writers[0]) == os.SCHED_IDLE
+    assert os.getpriority(os.PRIO_PROCESS, writers[0]) == 19
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the caller's own policy is untouched
 
 
 def test_output_dir_full_queue_drops_and_counts(tmp_path):

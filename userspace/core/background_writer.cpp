@@ -1,6 +1,7 @@
 #include "core/background_writer.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -37,10 +38,15 @@ std::mutex g_start_mu;
 
 void run(Writer* w) {
   pthread_setname_np(pthread_self(), "mlprof-writer");
-  // Below every request thread. Unprivileged is fine: a thread may always
-  // lower its own priority. It never holds a lock a request thread waits on
-  // while it writes, so no priority inversion.
+  // Below every request thread: SCHED_IDLE, so any waking thread of normal
+  // policy (a request, the load balancer's proxy) preempts it at once, which
+  // nice 19 alone does not promise. Unprivileged is fine: a thread may always
+  // lower its own priority. Nice 19 as well, for kernels without SCHED_IDLE.
+  // It never holds a lock a request thread waits on while it writes, so no
+  // priority inversion.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  sched_param idle{};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
   std::unique_lock<std::mutex> lock(w->mu);
   for (;;) {
     w->work.wait(lock, [w] { return !w->jobs.empty(); });

@@ -1,7 +1,7 @@
 #pragma once
 // A process-wide writer thread for profiles handed off by a serving process
-// (autoprofile with output_dir): save_profile runs there at nice 19, so a
-// write never takes CPU from the requests and, in the extension, never waits
+// (autoprofile with output_dir): save_profile runs there under SCHED_IDLE,
+// so a write never takes CPU from the requests and, in the extension, never waits
 // for or holds the Python GIL. The queue is bounded: a full queue drops the
 // profile and counts it; the caller never blocks.
 
