@@ -1,28 +1,34 @@
 """Latency of the real MLflow scoring server, unprofiled vs profiled through
-the environment (sample_rate 0.1, depth 2), under a bounded load from wrk.
+the environment (sample_rate 0.1, depth 2), under a bounded load: one
+keep-alive connection, closed loop.
 
-    python bench/bench_serving.py [--instances 3] [--blocks 6] [--seconds 3] [--connections 1] [--pin]
+    python bench/bench_serving.py [--instances 3] [--blocks 40] [--slot 50] [--export files|none]
 
-Two instances of the same unprofiled server differ by up to 10% in latency
-for their whole life (measured here: where the kernel puts their threads,
-their address layout), which hides a 2% effect. So each server is measured
-both ways: it starts with profiling on from the environment, and
-serving_toggle/sitecustomize.py switches autoprofile off (the exact original
-predict is back) and on again by signal. Each block of four phases is
-A1 P P A2 (--seconds each, wrk's latencies recorded); the blocks repeat
---blocks times per server and --instances fresh servers are used. Latencies
-are pooled per label over everything: P / mean(A1, A2) at p50 and p99 is the
+Why this shape. Two instances of the same unprofiled server differ by up to
+10% for their whole life, and on this shared machine one server's speed
+drifts by as much over tens of seconds; either hides a 2% effect. So each
+server is measured both ways, alternating quickly: it starts with profiling
+on from the environment, and serving_toggle/sitecustomize.py switches
+autoprofile off (the exact original predict is back; queued profiles are
+flushed first, so their writing is charged to the profiled slot) and on
+again by signal. A block is four slots of --slot requests, A1 P P A2 (about
+a second); --blocks blocks per server, --instances fresh servers.
+
+Latencies are pooled per label: P / mean(A1, A2) at p50 and p99 is the
 figure, A1 / A2 the noise floor (A1 runs before and A2 after the profiled
-phases, so a residue of profiling would show there too). Server CPU per
-request is printed beside them.
+slots, so a residue of profiling would show there too). Each comes with a
+90% confidence interval from resampling whole blocks (bootstrap, 2000
+resamples). Server CPU per request is printed beside them (from one slot's
+start to the next one's, so the flush at a switch off counts in P), and
+every response is checked to be the same bytes as the first.
 
---interval-ms N paces each connection to one request per N ms (wrk's delay()
-hook): a bounded load below the server's capacity. 0 is wrk's closed loop,
-which keeps the single worker saturated, so any added CPU becomes queueing.
+The client is this script (http.client is too slow to be a fair client; a
+raw socket with a prepared request is ~30 us per request). It adds the same
+small constant to both labels, which moves the ratios slightly toward 1.
+
 --export none keeps the profiles in memory (separates capture from export).
-
-Needs the installed package (its .pth starts autoprofile in the server) and
-wrk (Debian: apt install wrk). Figures go to bench/RESULTS.md.
+Needs the installed package (its .pth starts autoprofile in the server).
+Figures go to bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -31,11 +37,8 @@ import argparse
 import collections
 import json
 import os
-import re
-import shutil
 import signal
-import statistics
-import subprocess
+import socket
 import sys
 import tempfile
 import time
@@ -45,40 +48,38 @@ warnings.filterwarnings("ignore")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
-LUA = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = [==[%s]==]
 
--- Every latency wrk recorded (microseconds, count): the rounds are pooled
--- into one distribution per server.
-function done(summary, latency, requests)
-   for i = 1, #latency do
-      local value, count = latency(i)
-      io.write(string.format("H %%d %%d\\n", value, count))
-   end
-end
-"""
-PACE = """
-function delay()
-   return %d
-end
-"""
+class Client:
+    """One keep-alive HTTP/1.1 connection posting the same request."""
 
+    def __init__(self, port, body):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.request = (f"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
 
-def run_wrk(port, seconds, connections, lua_path, cpus=None):
-    pin = ["taskset", "-c", cpus] if cpus else []
-    out = subprocess.run(pin + ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", lua_path,
-                          f"http://127.0.0.1:{port}/invocations"], capture_output=True, text=True, check=True).stdout
-    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
-    requests = int(re.search(r"(\d+) requests in", out).group(1))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    socket_errors = re.search(r"Socket errors: (.*)", out)
-    hist = collections.Counter()
-    for value, count in re.findall(r"^H (\d+) (\d+)$", out, re.M):
-        hist[int(value)] += int(count)
-    return {"p50_ms": to_ms(lat["50"]), "p99_ms": to_ms(lat["99"]), "requests": requests, "hist": hist,
-            "non_2xx": int(errors.group(1)) if errors else 0, "socket_errors": socket_errors.group(1) if socket_errors else ""}
+    def post(self):
+        """(status, body) of one request."""
+        self.sock.sendall(self.request)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            buf += chunk
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        while len(rest) < length:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            rest += chunk
+        return status, rest
+
+    def close(self):
+        self.sock.close()
 
 
 def group_pids(pgid):
@@ -122,19 +123,39 @@ def percentile_ms(hist, q):
     return max(hist) / 1e3
 
 
-def pin_group(pgid, cpus):
-    """Pins every thread of every process in the server's process group."""
-    for pid in group_pids(pgid):
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                os.sched_setaffinity(int(tid), cpus)
-        except OSError:
-            continue
+def bootstrap_ratio(blocks, q, top, bottom=None, resamples=2000, seed=1):
+    """The pooled q-th percentile of label `top` over that of the mean of
+    A1 and A2 (or over label `bottom`), and its 90% confidence interval from
+    resampling whole blocks with replacement: a block keeps its slots
+    together, so the drift between blocks is in the interval."""
+    import numpy as np
 
+    values = np.array(sorted({v for b in blocks for h in b.values() for v in h}))
+    index = {v: i for i, v in enumerate(values)}
 
-def to_ms(text):
-    value, unit = re.match(r"([\d.]+)(\w+)", text).groups()
-    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    def matrix(label):
+        m = np.zeros((len(blocks), len(values)))
+        for i, b in enumerate(blocks):
+            for v, c in b[label].items():
+                m[i, index[v]] = c
+        return m
+
+    def pct(counts):  # rows of pooled histograms -> q-th percentile of each row
+        cum = np.cumsum(counts, axis=1)
+        return values[np.array([np.searchsorted(row, q / 100 * row[-1]) for row in cum])]
+
+    m = {n: matrix(n) for n in ("A1", "P", "A2")}
+    rng = np.random.default_rng(seed)
+    weights = np.vstack([np.ones(len(blocks)),
+                         rng.multinomial(len(blocks), [1 / len(blocks)] * len(blocks), size=resamples)])
+
+    def stat(w):
+        num = pct(w @ m[top])
+        den = pct(w @ m[bottom]) if bottom else (pct(w @ m["A1"]) + pct(w @ m["A2"])) / 2
+        return num / den
+
+    ratios = stat(weights)
+    return ratios[0], np.quantile(ratios[1:], 0.05), np.quantile(ratios[1:], 0.95)
 
 
 def uvicorn_pid(pgid):
@@ -150,7 +171,8 @@ def uvicorn_pid(pgid):
 
 
 def switch(pid, state_file, on):
-    """Profiling on (SIGUSR2) or off (SIGUSR1) in the server; waits until done."""
+    """Profiling on (SIGUSR2) or off (SIGUSR1, after a flush) in the server;
+    waits until done."""
     os.kill(pid, signal.SIGUSR2 if on else signal.SIGUSR1)
     want = "on" if on else "off"
     deadline = time.monotonic() + 10
@@ -158,39 +180,28 @@ def switch(pid, state_file, on):
         try:
             with open(state_file) as f:
                 if f.read() == want:
-                    time.sleep(0.3)  # the exporter finishes what was queued
                     return
         except OSError:
             pass
-        time.sleep(0.02)
+        time.sleep(0.001)
     raise RuntimeError(f"the server did not switch profiling {want}")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--instances", type=int, default=3, help="fresh servers, one after the other")
-    ap.add_argument("--blocks", type=int, default=6, help="A1 P P A2 blocks per server")
-    ap.add_argument("--seconds", type=int, default=3, help="per phase")
-    ap.add_argument("--connections", type=int, default=1)
-    ap.add_argument("--interval-ms", type=int, default=0, help="pace each connection (0: closed loop)")
+    ap.add_argument("--blocks", type=int, default=40, help="A1 P P A2 blocks per server")
+    ap.add_argument("--slot", type=int, default=50, help="requests per slot")
     ap.add_argument("--export", choices=["files", "none"], default="files",
                     help="none: P captures but exports nothing (separates capture from export)")
-    ap.add_argument("--pin", action="store_true", help="the server on CPU 0, wrk on CPU 1")
     args = ap.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("needs wrk: apt install wrk")
     import _mlflow_models
     from test_serving import Server
 
     d = tempfile.mkdtemp()
     store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(d)
     df = _mlflow_models.frame(64)
-    body = json.dumps({"dataframe_split": json.loads(df.to_json(orient="split", index=False))})
-    lua_path = os.path.join(d, "post.lua")
-    with open(lua_path, "w") as f:
-        f.write(LUA % body)
-        if args.interval_ms:
-            f.write(PACE % args.interval_ms)
+    body = json.dumps({"dataframe_split": json.loads(df.to_json(orient="split", index=False))}).encode()
     out_dir = os.path.join(d, "profiles")
     state_file = os.path.join(d, "profiling-state")
     env = {"MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "0.1",
@@ -199,57 +210,72 @@ def main():
                                          [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     if args.export == "files":
         env["MLFLOW_PROFILER_OUTPUT_DIR"] = out_dir
-    wrk_cpus = "1" if args.pin else None
     names = ["A1", "P", "A2"]
-    runs = {name: [] for name in names}
+    blocks = []  # per block: {label: Counter(microseconds -> count)}, the two P slots pooled
+    cpu_s = collections.Counter()
+    requests = collections.Counter()
+    failures = collections.Counter()
+    expected = None
     p_requests = 0
     for i in range(args.instances):
         server = Server(store, churn_uri, env, os.path.join(d, f"server-{i}.log"))
+        client = Client(server.port, body)
         try:
-            if args.pin:
-                pin_group(server.proc.pid, {0})
             pid = uvicorn_pid(server.proc.pid)
-            switch(pid, state_file, False)
-            run_wrk(server.port, 3, args.connections, lua_path, wrk_cpus)  # warm-up, unprofiled
-            switch(pid, state_file, True)
-            run_wrk(server.port, 3, args.connections, lua_path, wrk_cpus)  # warm-up, profiled
+            for on in (True, False):  # warm-up, both ways (off last: it flushes)
+                switch(pid, state_file, on)
+                for _ in range(300):
+                    client.post()
             before = len(os.listdir(out_dir)) if os.path.isdir(out_dir) else 0
+            first = len(blocks)
+            # Server CPU from one slot's start to the next one's, so the
+            # switch off (which flushes the queued profiles) counts in P.
+            charged, mark = None, None
             for _ in range(args.blocks):
+                block = {n: collections.Counter() for n in names}
                 for name in ("A1", "P", "P", "A2"):
                     switch(pid, state_file, name == "P")
-                    cpu0 = group_cpu_s(server.proc.pid)
-                    run = run_wrk(server.port, args.seconds, args.connections, lua_path, wrk_cpus)
-                    run["cpu_s"] = group_cpu_s(server.proc.pid) - cpu0
-                    runs[name].append(run)
-                    p_requests += run["requests"] if name == "P" else 0
+                    now = group_cpu_s(server.proc.pid)
+                    if charged:
+                        cpu_s[charged] += now - mark
+                    charged, mark = name, now
+                    hist = block[name]
+                    for _ in range(args.slot):
+                        t0 = time.perf_counter_ns()
+                        status, answer = client.post()
+                        hist[(time.perf_counter_ns() - t0) // 1000] += 1
+                        if expected is None:
+                            expected = answer
+                        if status != 200 or answer != expected:
+                            failures[status] += 1
+                    requests[name] += args.slot
+                    p_requests += args.slot if name == "P" else 0
+                blocks.append(block)
+            switch(pid, state_file, False)  # flushes the last profiles
+            cpu_s[charged] += group_cpu_s(server.proc.pid) - mark
             after = len(os.listdir(out_dir)) if os.path.isdir(out_dir) else 0
         finally:
+            client.close()
             server.stop()
+        mine = blocks[first:]
         print(f"server {i + 1}: " + "  ".join(
-            f"{n} p50 {percentile_ms(sum((x['hist'] for x in runs[n][-args.blocks * (2 if n == 'P' else 1):]), collections.Counter()), 50):.2f}"
-            for n in names) + f"  ({after - before} profiles)", flush=True)
-    pooled = {n: sum((x["hist"] for x in runs[n]), collections.Counter()) for n in names}
-    # per block: its A1, its two P phases pooled, its A2
-    blocks = [{"A1": runs["A1"][b]["hist"], "A2": runs["A2"][b]["hist"],
-               "P": runs["P"][2 * b]["hist"] + runs["P"][2 * b + 1]["hist"]} for b in range(len(runs["A1"]))]
+            f"{n} p50 {percentile_ms(sum((b[n] for b in mine), collections.Counter()), 50):.2f}" for n in names)
+            + f" ms ({after - before} profiles)", flush=True)
+    pooled = {n: sum((b[n] for b in blocks), collections.Counter()) for n in names}
     for q in (50, 99):
         pool = {n: percentile_ms(pooled[n], q) for n in names}
-        per = [{n: percentile_ms(b[n], q) for n in names} for b in blocks]
-        p_ratio = [x["P"] / ((x["A1"] + x["A2"]) / 2) for x in per]
-        noise = [x["A1"] / x["A2"] for x in per]
+        ratio, lo, hi = bootstrap_ratio(blocks, q, "P")
+        noise, nlo, nhi = bootstrap_ratio(blocks, q, "A1", "A2")
         print(f"p{q}: pooled A1 {pool['A1']:.3f} ms, P {pool['P']:.3f}, A2 {pool['A2']:.3f} -> "
-              f"P/mean(A1,A2) {pool['P'] / ((pool['A1'] + pool['A2']) / 2):.3f}, A1/A2 {pool['A1'] / pool['A2']:.3f} | "
-              f"per block: P/mean median {statistics.median(p_ratio):.3f} ({min(p_ratio):.3f}-{max(p_ratio):.3f}), "
-              f"A1/A2 median {statistics.median(noise):.3f} ({min(noise):.3f}-{max(noise):.3f})")
-    requests = {n: sum(x["requests"] for x in runs[n]) for n in names}
-    cpu_ms = {n: 1e3 * sum(x["cpu_s"] for x in runs[n]) / requests[n] for n in names}
+              f"P/mean(A1,A2) {ratio:.3f} (90% CI {lo:.3f}-{hi:.3f}), "
+              f"noise A1/A2 {noise:.3f} (90% CI {nlo:.3f}-{nhi:.3f})")
+    cpu_ms = {n: 1e3 * cpu_s[n] / requests[n] for n in names}
     print("server CPU per request (ms): " + "  ".join(f"{n} {cpu_ms[n]:.3f}" for n in names) +
           f"  | P/mean(A1,A2) {cpu_ms['P'] / ((cpu_ms['A1'] + cpu_ms['A2']) / 2):.3f}")
-    non_2xx = sum(x["non_2xx"] for n in names for x in runs[n])
-    socket_errors = [x["socket_errors"] for n in names for x in runs[n] if x["socket_errors"]]
     profiles = len(os.listdir(out_dir)) if os.path.isdir(out_dir) else 0
-    print(f"requests measured: {requests}; {profiles} profiles written for {p_requests} profiled requests "
-          f"+ warm-up (expected about 10%); non-2xx {non_2xx}; socket errors {socket_errors or 'none'}")
+    print(f"requests measured: {dict(requests)}; {profiles} profiles written for {p_requests} profiled "
+          f"requests + 300 warm-up per server (expected about 10%); failed or changed responses: "
+          f"{dict(failures) or 'none'}")
 
 
 if __name__ == "__main__":

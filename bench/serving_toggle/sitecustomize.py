@@ -1,9 +1,11 @@
 """bench_serving.py's switch inside the scoring server, loaded through
 PYTHONPATH only by that benchmark: SIGUSR1 turns autoprofile off (the exact
-original predict is back), SIGUSR2 turns it on again with the environment's
-settings. Each switch writes the new state to MLPROF_BENCH_TOGGLE, a file
-the benchmark waits on. One server is then measured both ways, alternating,
-so the difference between two server instances drops out."""
+original predict is back) after writing what is queued, so the writing is
+charged to the profiled slot; SIGUSR2 turns it on again with the
+environment's settings. Each switch writes the new state to
+MLPROF_BENCH_TOGGLE, a file the benchmark waits on. One server is then
+measured both ways, alternating, so the difference between two server
+instances drops out."""
 
 import os
 import signal
@@ -12,12 +14,13 @@ _STATE_FILE = os.environ.get("MLPROF_BENCH_TOGGLE")
 
 
 def _switch(on: bool) -> None:
-    from mlflow_profiler import _bootstrap, _env, autoprofile
+    from mlflow_profiler import _bootstrap, _env, autoprofile, flush
 
     if on:
         _bootstrap._enable(_env.read())
     else:
         autoprofile(disable=True)
+        flush(30)
     with open(_STATE_FILE + ".tmp", "w") as f:
         f.write("on" if on else "off")
     os.replace(_STATE_FILE + ".tmp", _STATE_FILE)
