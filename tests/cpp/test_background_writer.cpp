@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -17,6 +16,7 @@
 #include "core/json_read.h"
 #include "core/tree.h"
 #include "profile_builder.h"
+#include "temp_dir.h"
 
 namespace mlprof {
 namespace {
@@ -34,22 +34,7 @@ WriterStats delta(const WriterStats& before, const WriterStats& after) {
   return d;
 }
 
-// A fresh directory under /tmp, removed with everything in it at the end.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/mlprof-writer-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::shared_ptr<const Profile> sample() {
   Profile p = test::random_profile(7, 40, 4, false);

@@ -1,6 +1,5 @@
 #include "core/file_io.h"
 
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +11,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "temp_dir.h"
 
 namespace mlprof {
 namespace {
@@ -29,33 +30,7 @@ std::string sample_text(size_t n, uint32_t seed = 1) {
   return s;
 }
 
-// A fresh directory under /tmp, removed with its files at the end.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/mlprof-file-io-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    for (const std::string& f : files()) ::unlink((path_ + "/" + f).c_str());
-    ::rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    if (DIR* d = ::opendir(path_.c_str())) {
-      while (dirent* e = ::readdir(d)) {
-        const std::string name = e->d_name;
-        if (name != "." && name != "..") out.push_back(name);
-      }
-      ::closedir(d);
-    }
-    return out;
-  }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
