@@ -137,6 +137,7 @@ py::dict background_writer_stats_py() {
   out["dropped"] = s.dropped;
   out["failed"] = s.failed;
   out["queued"] = s.queued;
+  out["batches"] = s.batches;
   out["last_error"] = s.last_error;
   return out;
 }
@@ -203,7 +204,10 @@ void bind_files(py::module_& m) {
         "Waits until the writer thread has written (or failed) everything queued; False if "
         "`timeout_s` (< 0: no limit) passed first.");
   m.def("background_writer_stats", &background_writer_stats_py,
-        "The writer thread's counts: submitted, written, dropped, failed, queued, last_error.");
+        "The writer thread's counts: submitted, written, dropped, failed, queued, batches, "
+        "last_error.");
+  m.def("background_writer_failures", &background_writer_failures,
+        "background_writer_stats()['failed'] alone, cheaply (read per submitted profile).");
   m.def("load_profile", &load_profile, py::arg("path"),
         "Reads a profile document (.json or .json.gz). FileNotFoundError if it does not exist; "
         "mlflow_profiler.ProfileLoadError (kind 'truncated', 'corrupt', 'version' or 'io') "

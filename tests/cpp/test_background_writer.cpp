@@ -7,10 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/file_io.h"
 #include "core/json_read.h"
@@ -30,6 +34,7 @@ WriterStats delta(const WriterStats& before, const WriterStats& after) {
   d.dropped = after.dropped - before.dropped;
   d.failed = after.failed - before.failed;
   d.queued = after.queued;
+  d.batches = after.batches - before.batches;
   d.last_error = after.last_error;
   return d;
 }
@@ -40,6 +45,16 @@ std::shared_ptr<const Profile> sample() {
   Profile p = test::random_profile(7, 40, 4, false);
   build_tree(p);
   return std::make_shared<const Profile>(std::move(p));
+}
+
+// Queues `count` JSON writes to dir/p<i>.json; false if one was refused.
+bool submit(const std::shared_ptr<const Profile>& profile, const std::string& dir, int count, size_t capacity) {
+  for (int i = 0; i < count; ++i) {
+    if (!write_in_background(profile, dir + "/p" + std::to_string(i) + ".json", ExportFormat::kJson, capacity)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 TEST(BackgroundWriter, WritesLoadableFilesIntoADirectoryItCreates) {
@@ -68,6 +83,54 @@ TEST(BackgroundWriter, WritesLoadableFilesIntoADirectoryItCreates) {
     ASSERT_EQ(back.value().spans.size(), profile->spans.size());
     EXPECT_EQ(back.value().spans.back().end_ns, profile->spans.back().end_ns);
   }
+}
+
+TEST(BackgroundWriter, GathersProfilesIntoOneBatchAndFlushDoesNotWaitOutTheGathering) {
+  TempDir tmp;
+  const WriterStats before = background_writer_stats();
+  auto profile = sample();
+  ASSERT_TRUE(submit(profile, tmp.path(), 5, 64));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(flush_background_writes(30));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  const WriterStats d = delta(before, background_writer_stats());
+  EXPECT_EQ(d.written, 5u);
+  EXPECT_EQ(d.batches, 1u);  // five submits microseconds apart, inside one gathering second
+  // Without the flush cutting it short the writer would still be gathering for ~1 s.
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count(), 900);
+  std::vector<std::string> files = tmp.files();
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"p0.json", "p1.json", "p2.json", "p3.json", "p4.json"}));
+}
+
+TEST(BackgroundWriter, AHalfFullQueueIsWrittenWithoutAFlush) {
+  TempDir tmp;
+  const WriterStats before = background_writer_stats();
+  auto profile = sample();
+  // Capacity 4: the second profile fills half of it, which ends the gathering.
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(submit(profile, tmp.path(), 2, 4));
+  auto waited = std::chrono::milliseconds(0);
+  while (delta(before, background_writer_stats()).written < 2 && waited < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  }
+  EXPECT_EQ(delta(before, background_writer_stats()).written, 2u);
+  // Written before the gathering second ran out: the half-full queue ended it.
+  EXPECT_LT(waited.count(), 900);
+  EXPECT_EQ(tmp.files().size(), 2u);
+}
+
+TEST(BackgroundWriter, ABatchHoldsAtMost16Files) {
+  TempDir tmp;
+  const WriterStats before = background_writer_stats();
+  auto profile = sample();
+  ASSERT_TRUE(submit(profile, tmp.path(), 40, 1000));
+  ASSERT_TRUE(flush_background_writes(30));
+  const WriterStats d = delta(before, background_writer_stats());
+  EXPECT_EQ(d.written, 40u);
+  EXPECT_GE(d.batches, 3u);  // 16 + 16 + 8: one open file per profile in a batch, 16 at most
+  EXPECT_EQ(tmp.files().size(), 40u);
 }
 
 TEST(BackgroundWriter, AFailedWriteIsCountedWithItsReason) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -194,6 +195,46 @@ TEST(WriteFileAtomic, ADirectoryAtThePathIsRefusedAndKept) {
   ASSERT_EQ(::stat(sub.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
   ::rmdir(sub.c_str());
+  EXPECT_TRUE(dir.files().empty());
+}
+
+TEST(AtomicWriteBatch, CommitsEveryFileAndReportsEachFailureAlone) {
+  TempDir dir;
+  ASSERT_EQ(::mkdir((dir.path() + "/sub").c_str(), 0755), 0);
+  AtomicWriteBatch batch;
+  EXPECT_EQ(batch.add(dir.path() + "/a.json", "A"), 0u);
+  EXPECT_EQ(batch.add(dir.path() + "/missing/b.json", "B"), 1u);
+  EXPECT_EQ(batch.add(dir.path() + "/sub", "C"), 2u);  // a directory stands there
+  EXPECT_EQ(batch.add(dir.path() + "/sub/d.json", "D"), 3u);
+  const std::string big = sample_text(2'000'000);
+  EXPECT_EQ(batch.add(dir.path() + "/e.json", big), 4u);
+  std::vector<Result<Ok>> done = batch.commit();
+  ASSERT_EQ(done.size(), 5u);
+  EXPECT_TRUE(done[0].ok());
+  ASSERT_FALSE(done[1].ok());
+  EXPECT_EQ(done[1].error().errnum, ENOENT);
+  EXPECT_NE(done[1].error().message.find("missing/b.json"), std::string::npos) << done[1].error().message;
+  ASSERT_FALSE(done[2].ok());
+  EXPECT_EQ(done[2].error().errnum, EISDIR);
+  EXPECT_TRUE(done[3].ok());
+  EXPECT_TRUE(done[4].ok());
+  EXPECT_EQ(slurp(dir.path() + "/a.json"), "A");
+  EXPECT_EQ(slurp(dir.path() + "/sub/d.json"), "D");
+  EXPECT_EQ(slurp(dir.path() + "/e.json"), big);
+  std::vector<std::string> files = dir.files();
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"a.json", "e.json", "sub"}));  // no temporaries left
+  EXPECT_EQ(batch.size(), 0u);
+}
+
+TEST(AtomicWriteBatch, FilesNeverCommittedLeaveNothingBehind) {
+  TempDir dir;
+  {
+    AtomicWriteBatch batch;
+    batch.add(dir.path() + "/a.json", "A");
+    batch.add(dir.path() + "/b.json", sample_text(100'000));
+    EXPECT_EQ(dir.files().size(), 2u);  // the two temporaries
+  }
   EXPECT_TRUE(dir.files().empty());
 }
 

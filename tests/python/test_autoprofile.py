@@ -421,4 +421,23 @@ def test_output_dir_writer_works_in_a_forked_child(models, tmp_path):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert len(list((tmp_path / "child").glob("profile-*.json.gz"))) == 1
+    (written,) = (tmp_path / "child").glob("profile-*.json.gz")
+    assert f"-{pid}-" in written.name  # the child's pid, not the parent's remembered one
+
+
+def test_profile_names_stay_unique_across_request_threads():
+    from mlflow_profiler import _exporter
+
+    names = []
+
+    def take():
+        names.extend(_exporter._profile_name() for _ in range(2000))
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(names)) == len(names) == 16000
+    stamp, pid, seq = names[0].split("-")[1:]
+    assert pid == str(os.getpid()) and len(stamp) == 15 and stamp[8] == "T" and len(seq) >= 6

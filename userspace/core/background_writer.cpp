@@ -8,11 +8,16 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <deque>
+#include <iterator>
 #include <filesystem>
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
+
+#include "core/file_io.h"
 
 namespace mlprof {
 namespace {
@@ -23,13 +28,49 @@ struct Job {
   ExportFormat format;
 };
 
+// How long the writer lets jobs gather after the first before it writes them
+// as one batch (AtomicWriteBatch): one flush per second instead of one per
+// profile. A flush request, or a queue half full, cuts it short.
+constexpr std::chrono::milliseconds kGather{1000};
+// A batch holds one open file per profile until its commit: at most this many,
+// so the writer never takes many descriptors from the process it serves.
+constexpr size_t kMaxBatch = 16;
+
 struct Writer {
   std::mutex mu;
-  std::condition_variable work;  // a job arrived
+  std::condition_variable work;  // a job arrived, or a flush was asked for
   std::condition_variable idle;  // the queue drained
   std::deque<Job> jobs;
-  WriterStats stats;  // stats.queued: waiting plus the one being written
+  int flush_waiters = 0;
+  size_t capacity = 1;  // the newest submit's; half of it full ends the gathering too
+  WriterStats stats;  // stats.queued: waiting plus those being written
 };
+
+// Writes one gathered batch; returns each job's error message ("" if written).
+std::vector<std::string> write_batch(std::deque<Job>& jobs) {
+  std::vector<std::string> errors(jobs.size());
+  std::vector<size_t> index;  // job -> batch entry, or npos
+  AtomicWriteBatch batch;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& job = jobs[i];
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(job.path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // add() reports a failure
+    try {
+      const std::string bytes = export_profile(*job.profile, job.format);
+      job.profile.reset();  // freed here, not under the lock
+      index.push_back(batch.add(job.path, bytes));
+    } catch (const std::exception& e) {  // out of memory: this profile fails, the thread goes on
+      errors[i] = std::string("cannot export '") + job.path + "': " + e.what();
+      index.push_back(static_cast<size_t>(-1));
+    }
+  }
+  std::vector<Result<Ok>> done = batch.commit();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (index[i] != static_cast<size_t>(-1) && !done[index[i]].ok()) errors[i] = done[index[i]].error().message;
+  }
+  return errors;
+}
 
 // Never destroyed: the detached thread may outlive static destruction at exit.
 Writer* g_writer = nullptr;
@@ -50,21 +91,25 @@ void run(Writer* w) {
   std::unique_lock<std::mutex> lock(w->mu);
   for (;;) {
     w->work.wait(lock, [w] { return !w->jobs.empty(); });
-    Job job = std::move(w->jobs.front());
-    w->jobs.pop_front();
+    w->work.wait_for(lock, kGather, [w] {
+      return w->flush_waiters > 0 || 2 * w->jobs.size() >= w->capacity || w->jobs.size() >= kMaxBatch;
+    });
+    const size_t n = std::min(w->jobs.size(), kMaxBatch);
+    std::deque<Job> jobs(std::make_move_iterator(w->jobs.begin()), std::make_move_iterator(w->jobs.begin() + n));
+    w->jobs.erase(w->jobs.begin(), w->jobs.begin() + n);
     lock.unlock();
-    std::error_code ec;
-    const std::filesystem::path parent = std::filesystem::path(job.path).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // save reports a failure
-    Result<Ok> done = save_profile(*job.profile, job.path, job.format);
-    job.profile.reset();  // freed here, not under the lock
+    const std::vector<std::string> errors = write_batch(jobs);
+    jobs.clear();  // the profiles not yet freed, outside the lock
     lock.lock();
-    --w->stats.queued;
-    if (done.ok()) {
-      ++w->stats.written;
-    } else {
-      ++w->stats.failed;
-      w->stats.last_error = done.error().message;
+    ++w->stats.batches;
+    for (const std::string& error : errors) {
+      --w->stats.queued;
+      if (error.empty()) {
+        ++w->stats.written;
+      } else {
+        ++w->stats.failed;
+        w->stats.last_error = error;
+      }
     }
     if (w->stats.queued == 0) w->idle.notify_all();
   }
@@ -94,6 +139,7 @@ Writer* started() {
 bool write_in_background(std::shared_ptr<const Profile> profile, std::string path, ExportFormat format,
                          size_t capacity) {
   Writer* w = writer();
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(w->mu);
     if (w->stats.queued >= capacity) {
@@ -101,10 +147,14 @@ bool write_in_background(std::shared_ptr<const Profile> profile, std::string pat
       return false;
     }
     w->jobs.push_back(Job{std::move(profile), std::move(path), format});
+    w->capacity = capacity;
     ++w->stats.submitted;
     ++w->stats.queued;
+    // Woken only to start gathering or to stop early: a wake per profile
+    // would cost the request thread a futex call and the writer a pass.
+    wake = w->jobs.size() == 1 || 2 * w->jobs.size() >= capacity || w->jobs.size() == kMaxBatch;
   }
-  w->work.notify_one();
+  if (wake) w->work.notify_one();
   return true;
 }
 
@@ -113,11 +163,23 @@ bool flush_background_writes(double timeout_s) {
   if (!w) return true;
   std::unique_lock<std::mutex> lock(w->mu);
   auto drained = [w] { return w->stats.queued == 0; };
+  ++w->flush_waiters;
+  w->work.notify_one();  // ends the gathering wait
+  bool ok = true;
   if (timeout_s < 0) {
     w->idle.wait(lock, drained);
-    return true;
+  } else {
+    ok = w->idle.wait_for(lock, std::chrono::duration<double>(timeout_s), drained);
   }
-  return w->idle.wait_for(lock, std::chrono::duration<double>(timeout_s), drained);
+  --w->flush_waiters;
+  return ok;
+}
+
+uint64_t background_writer_failures() {
+  Writer* w = started();
+  if (!w) return 0;
+  std::lock_guard<std::mutex> lock(w->mu);
+  return w->stats.failed;
 }
 
 WriterStats background_writer_stats() {

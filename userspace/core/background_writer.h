@@ -1,9 +1,12 @@
 #pragma once
 // A process-wide writer thread for profiles handed off by a serving process
-// (autoprofile with output_dir): save_profile runs there under SCHED_IDLE,
-// so a write never takes CPU from the requests and, in the extension, never waits
-// for or holds the Python GIL. The queue is bounded: a full queue drops the
-// profile and counts it; the caller never blocks.
+// (autoprofile with output_dir): the export and the atomic write run there
+// under SCHED_IDLE, so a write never takes CPU from the requests and, in the
+// extension, never waits for or holds the Python GIL. The queue is bounded:
+// a full queue drops the profile and counts it; the caller never blocks.
+// Profiles gather for up to a second (at most 16, or half the capacity) and
+// are written as one AtomicWriteBatch (one flush per batch, not per file);
+// flush_background_writes cuts that short.
 
 #include <cstdint>
 #include <memory>
@@ -20,6 +23,7 @@ struct WriterStats {
   uint64_t dropped = 0;  // the queue was full
   uint64_t failed = 0;   // save_profile returned an error
   uint64_t queued = 0;   // accepted, not yet written or failed
+  uint64_t batches = 0;  // gathered batches written (each with one flush)
   std::string last_error;  // the newest failure's message, "" if none
 };
 
@@ -32,5 +36,7 @@ bool write_in_background(std::shared_ptr<const Profile> profile, std::string pat
 // (< 0: no limit) passed first.
 bool flush_background_writes(double timeout_s);
 WriterStats background_writer_stats();
+// background_writer_stats().failed, without copying the last error.
+uint64_t background_writer_failures();
 
 }  // namespace mlprof

@@ -48,21 +48,6 @@ class FdGuard {
   int fd_;
 };
 
-// Removes the temporary file on scope exit unless it was renamed into place.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-  ~TempFileGuard() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  void release() { path_.clear(); }
-
- private:
-  std::string path_;
-};
-
 int write_all(int fd, std::string_view data) {
   while (!data.empty()) {
     const size_t n = std::min(data.size(), size_t{1} << 30);
@@ -181,13 +166,32 @@ bool is_gzip(std::string_view data) {
   return data.size() >= 2 && data[0] == '\x1f' && data[1] == '\x8b';
 }
 
-Result<Ok> write_file_atomic(const std::string& path, std::string_view data) {
+AtomicWriteBatch::~AtomicWriteBatch() {
+  for (Entry& e : entries_) {
+    if (e.fd >= 0) ::close(e.fd);
+    if (!e.tmp.empty()) ::unlink(e.tmp.c_str());
+  }
+}
+
+size_t AtomicWriteBatch::add(const std::string& path, std::string_view data) {
+  entries_.push_back(Entry{path, "", "", -1, Ok{}});
+  Entry& e = entries_.back();
+  e.status = stage(e, data);
+  if (!e.status.ok()) {
+    if (e.fd >= 0) ::close(e.fd);
+    e.fd = -1;
+    if (!e.tmp.empty()) ::unlink(e.tmp.c_str());
+    e.tmp.clear();
+  }
+  return entries_.size() - 1;
+}
+
+Result<Ok> AtomicWriteBatch::stage(Entry& e, std::string_view data) {
+  const std::string& path = e.path;
   if (path.empty())
     return Error{Error::Kind::kIo, ENOENT, "cannot write a file with an empty path"};
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
+  e.dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   if (base.empty()) return io_error(EISDIR, "cannot write", path);
 
@@ -200,39 +204,71 @@ Result<Ok> write_file_atomic(const std::string& path, std::string_view data) {
     if (S_ISDIR(existing.st_mode)) return io_error(EISDIR, "cannot write", path);
     replacing = S_ISREG(existing.st_mode);
   }
-
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    tmp = temp_name(dir, base);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && (errno != EEXIST || attempt == 100)) {
-      return io_error(errno, "cannot create a temporary file next to", path);
+  for (int attempt = 0; e.fd < 0; ++attempt) {
+    e.tmp = temp_name(e.dir, base);
+    e.fd = ::open(e.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (e.fd < 0 && (errno != EEXIST || attempt == 100)) {
+      const int err = errno;
+      e.tmp.clear();
+      return io_error(err, "cannot create a temporary file next to", path);
     }
   }
-  FdGuard file(fd);
-  TempFileGuard cleanup(tmp);
-  if (replacing && ::fchmod(fd, existing.st_mode & 0777) != 0) {
+  if (replacing && ::fchmod(e.fd, existing.st_mode & 0777) != 0) {
     return io_error(errno, "cannot set permissions on", path);
   }
-  if (const int err = write_all(fd, data)) return io_error(err, "cannot write", path);
-  // The data must be on disk before the rename makes it visible: otherwise a
-  // crash can leave an empty or partial file under the final name.
-  if (::fsync(fd) != 0) return io_error(errno, "cannot flush", path);
-  if (const int err = file.close_now()) return io_error(err, "cannot write", path);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return io_error(errno, "cannot replace", path);
-  cleanup.release();
+  if (const int err = write_all(e.fd, data)) return io_error(err, "cannot write", path);
+  // Submits the data to the disk now, without waiting, so the flushes in
+  // commit() find every file's blocks already on their way.
+  ::sync_file_range(e.fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  return Ok{};
+}
 
-  // Persist the rename itself. Filesystems that cannot fsync a directory say
-  // EINVAL; nothing more can be done there.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
+std::vector<Result<Ok>> AtomicWriteBatch::commit() {
+  std::vector<Result<Ok>> out;
+  out.reserve(entries_.size());
+  std::vector<std::string> dirs;
+  for (Entry& e : entries_) {
+    if (e.status.ok()) e.status = publish(e);
+    if (!e.tmp.empty()) {  // publish failed before the rename
+      ::unlink(e.tmp.c_str());
+      e.tmp.clear();
+    }
+    if (e.status.ok() && std::find(dirs.begin(), dirs.end(), e.dir) == dirs.end()) dirs.push_back(e.dir);
+  }
+  // Persist the renames, once per directory. Filesystems that cannot fsync
+  // a directory say EINVAL; nothing more can be done there.
+  for (const std::string& dir : dirs) {
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) continue;
     FdGuard dir_fd(dfd);
-    if (::fsync(dfd) != 0 && errno != EINVAL) {
-      return io_error(errno, "wrote, but cannot flush the directory of", path);
+    if (::fsync(dfd) == 0 || errno == EINVAL) continue;
+    const int err = errno;
+    for (Entry& e : entries_) {
+      if (e.status.ok() && e.dir == dir) e.status = io_error(err, "wrote, but cannot flush the directory of", e.path);
     }
   }
+  for (Entry& e : entries_) out.push_back(std::move(e.status));
+  entries_.clear();
+  return out;
+}
+
+Result<Ok> AtomicWriteBatch::publish(Entry& e) {
+  // The data must be on disk before the rename makes it visible: otherwise a
+  // crash can leave an empty or partial file under the final name.
+  const int fd = e.fd;
+  e.fd = -1;
+  FdGuard file(fd);
+  if (::fsync(fd) != 0) return io_error(errno, "cannot flush", e.path);
+  if (const int err = file.close_now()) return io_error(err, "cannot write", e.path);
+  if (::rename(e.tmp.c_str(), e.path.c_str()) != 0) return io_error(errno, "cannot replace", e.path);
+  e.tmp.clear();
   return Ok{};
+}
+
+Result<Ok> write_file_atomic(const std::string& path, std::string_view data) {
+  AtomicWriteBatch batch;
+  batch.add(path, data);
+  return std::move(batch.commit().front());
 }
 
 Result<std::string> read_file(const std::string& path) {

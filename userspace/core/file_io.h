@@ -3,6 +3,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/result.h"
 
@@ -20,6 +21,35 @@ bool is_gzip(std::string_view data);  // starts with the gzip magic bytes
 // fsync and rename(2). On failure the temporary file is removed and `path`
 // is untouched; the Error names the path and the errno.
 Result<Ok> write_file_atomic(const std::string& path, std::string_view data);
+
+// write_file_atomic for many files with one flush: add() writes each to its
+// temporary file, commit() makes each durable, renames it into place and
+// flushes each directory once. The background writer commits what gathered
+// while it waited: on a virtio disk, ~2 disk requests per file instead of 7
+// (bench/RESULTS.md). Each file succeeds or fails alone; the
+// destructor removes the temporaries of files never committed.
+class AtomicWriteBatch {
+ public:
+  AtomicWriteBatch() = default;
+  AtomicWriteBatch(const AtomicWriteBatch&) = delete;
+  AtomicWriteBatch& operator=(const AtomicWriteBatch&) = delete;
+  ~AtomicWriteBatch();
+  // Returns the file's index in commit()'s results.
+  size_t add(const std::string& path, std::string_view data);
+  size_t size() const { return entries_.size(); }
+  // One result per add(), in order; the batch is empty afterwards.
+  std::vector<Result<Ok>> commit();
+
+ private:
+  struct Entry {
+    std::string path, dir, tmp;
+    int fd;
+    Result<Ok> status;
+  };
+  Result<Ok> stage(Entry& e, std::string_view data);
+  static Result<Ok> publish(Entry& e);
+  std::vector<Entry> entries_;
+};
 Result<std::string> read_file(const std::string& path);
 
 }  // namespace mlprof
