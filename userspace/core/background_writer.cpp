@@ -6,12 +6,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <algorithm>
 #include <deque>
-#include <iterator>
 #include <filesystem>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -46,16 +46,23 @@ struct Writer {
   WriterStats stats;  // stats.queued: waiting plus those being written
 };
 
+// Enough waits to write without gathering longer (flush requests aside).
+bool batch_full(const Writer& w) { return 2 * w.jobs.size() >= w.capacity || w.jobs.size() >= kMaxBatch; }
+
 // Writes one gathered batch; returns each job's error message ("" if written).
 std::vector<std::string> write_batch(std::deque<Job>& jobs) {
   std::vector<std::string> errors(jobs.size());
   std::vector<size_t> index;  // job -> batch entry, or npos
   AtomicWriteBatch batch;
+  std::filesystem::path made;  // the previous job's directory: a batch usually shares one
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& job = jobs[i];
-    std::error_code ec;
     const std::filesystem::path parent = std::filesystem::path(job.path).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // add() reports a failure
+    if (!parent.empty() && parent != made) {
+      std::error_code ec;
+      std::filesystem::create_directories(parent, ec);  // add() reports a failure
+      made = parent;
+    }
     try {
       const std::string bytes = export_profile(*job.profile, job.format);
       job.profile.reset();  // freed here, not under the lock
@@ -91,9 +98,7 @@ void run(Writer* w) {
   std::unique_lock<std::mutex> lock(w->mu);
   for (;;) {
     w->work.wait(lock, [w] { return !w->jobs.empty(); });
-    w->work.wait_for(lock, kGather, [w] {
-      return w->flush_waiters > 0 || 2 * w->jobs.size() >= w->capacity || w->jobs.size() >= kMaxBatch;
-    });
+    w->work.wait_for(lock, kGather, [w] { return w->flush_waiters > 0 || batch_full(*w); });
     const size_t n = std::min(w->jobs.size(), kMaxBatch);
     std::deque<Job> jobs(std::make_move_iterator(w->jobs.begin()), std::make_move_iterator(w->jobs.begin() + n));
     w->jobs.erase(w->jobs.begin(), w->jobs.begin() + n);
@@ -152,7 +157,7 @@ bool write_in_background(std::shared_ptr<const Profile> profile, std::string pat
     ++w->stats.queued;
     // Woken only to start gathering or to stop early: a wake per profile
     // would cost the request thread a futex call and the writer a pass.
-    wake = w->jobs.size() == 1 || 2 * w->jobs.size() >= capacity || w->jobs.size() == kMaxBatch;
+    wake = w->jobs.size() == 1 || batch_full(*w);
   }
   if (wake) w->work.notify_one();
   return true;

@@ -167,22 +167,21 @@ bool is_gzip(std::string_view data) {
 }
 
 AtomicWriteBatch::~AtomicWriteBatch() {
-  for (Entry& e : entries_) {
-    if (e.fd >= 0) ::close(e.fd);
-    if (!e.tmp.empty()) ::unlink(e.tmp.c_str());
-  }
+  for (Entry& e : entries_) discard(e);
+}
+
+void AtomicWriteBatch::discard(Entry& e) {
+  if (e.fd >= 0) ::close(e.fd);
+  e.fd = -1;
+  if (!e.tmp.empty()) ::unlink(e.tmp.c_str());
+  e.tmp.clear();
 }
 
 size_t AtomicWriteBatch::add(const std::string& path, std::string_view data) {
   entries_.push_back(Entry{path, "", "", -1, Ok{}});
   Entry& e = entries_.back();
   e.status = stage(e, data);
-  if (!e.status.ok()) {
-    if (e.fd >= 0) ::close(e.fd);
-    e.fd = -1;
-    if (!e.tmp.empty()) ::unlink(e.tmp.c_str());
-    e.tmp.clear();
-  }
+  if (!e.status.ok()) discard(e);
   return entries_.size() - 1;
 }
 
@@ -229,10 +228,7 @@ std::vector<Result<Ok>> AtomicWriteBatch::commit() {
   std::vector<std::string> dirs;
   for (Entry& e : entries_) {
     if (e.status.ok()) e.status = publish(e);
-    if (!e.tmp.empty()) {  // publish failed before the rename
-      ::unlink(e.tmp.c_str());
-      e.tmp.clear();
-    }
+    discard(e);  // what a failed publish left: its temporary file
     if (e.status.ok() && std::find(dirs.begin(), dirs.end(), e.dir) == dirs.end()) dirs.push_back(e.dir);
   }
   // Persist the renames, once per directory. Filesystems that cannot fsync

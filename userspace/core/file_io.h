@@ -48,6 +48,7 @@ class AtomicWriteBatch {
   };
   Result<Ok> stage(Entry& e, std::string_view data);
   static Result<Ok> publish(Entry& e);
+  static void discard(Entry& e);  // closes and removes what is left of a file
   std::vector<Entry> entries_;
 };
 Result<std::string> read_file(const std::string& path);
