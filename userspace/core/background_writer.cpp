@@ -28,26 +28,21 @@ struct Job {
   ExportFormat format;
 };
 
-// How long the writer lets jobs gather after the first before it writes them
-// as one batch (AtomicWriteBatch): one flush per second instead of one per
-// profile. A flush request, or a queue half full, cuts it short.
-constexpr std::chrono::milliseconds kGather{1000};
-// A batch holds one open file per profile until its commit: at most this many,
-// so the writer never takes many descriptors from the process it serves.
+// The writer takes what is queued when it is free, at most this many, and
+// commits them as one AtomicWriteBatch. It does not wait for more to gather:
+// uvicorn re-raises SIGTERM after its shutdown, so atexit never runs in a
+// scoring server and whatever waited would be lost (bench/RESULTS.md). A batch
+// holds one open file per profile until its commit: 16 at most, so the writer
+// never takes many descriptors from the process it serves.
 constexpr size_t kMaxBatch = 16;
 
 struct Writer {
   std::mutex mu;
-  std::condition_variable work;  // a job arrived, or a flush was asked for
+  std::condition_variable work;  // a job arrived
   std::condition_variable idle;  // the queue drained
   std::deque<Job> jobs;
-  int flush_waiters = 0;
-  size_t capacity = 1;  // the newest submit's; half of it full ends the gathering too
   WriterStats stats;  // stats.queued: waiting plus those being written
 };
-
-// Enough waits to write without gathering longer (flush requests aside).
-bool batch_full(const Writer& w) { return 2 * w.jobs.size() >= w.capacity || w.jobs.size() >= kMaxBatch; }
 
 // Writes one gathered batch; returns each job's error message ("" if written).
 std::vector<std::string> write_batch(std::deque<Job>& jobs) {
@@ -98,7 +93,6 @@ void run(Writer* w) {
   std::unique_lock<std::mutex> lock(w->mu);
   for (;;) {
     w->work.wait(lock, [w] { return !w->jobs.empty(); });
-    w->work.wait_for(lock, kGather, [w] { return w->flush_waiters > 0 || batch_full(*w); });
     const size_t n = std::min(w->jobs.size(), kMaxBatch);
     std::deque<Job> jobs(std::make_move_iterator(w->jobs.begin()), std::make_move_iterator(w->jobs.begin() + n));
     w->jobs.erase(w->jobs.begin(), w->jobs.begin() + n);
@@ -144,7 +138,6 @@ Writer* started() {
 bool write_in_background(std::shared_ptr<const Profile> profile, std::string path, ExportFormat format,
                          size_t capacity) {
   Writer* w = writer();
-  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(w->mu);
     if (w->stats.queued >= capacity) {
@@ -152,14 +145,10 @@ bool write_in_background(std::shared_ptr<const Profile> profile, std::string pat
       return false;
     }
     w->jobs.push_back(Job{std::move(profile), std::move(path), format});
-    w->capacity = capacity;
     ++w->stats.submitted;
     ++w->stats.queued;
-    // Woken only to start gathering or to stop early: a wake per profile
-    // would cost the request thread a futex call and the writer a pass.
-    wake = w->jobs.size() == 1 || batch_full(*w);
   }
-  if (wake) w->work.notify_one();
+  w->work.notify_one();
   return true;
 }
 
@@ -168,16 +157,11 @@ bool flush_background_writes(double timeout_s) {
   if (!w) return true;
   std::unique_lock<std::mutex> lock(w->mu);
   auto drained = [w] { return w->stats.queued == 0; };
-  ++w->flush_waiters;
-  w->work.notify_one();  // ends the gathering wait
-  bool ok = true;
   if (timeout_s < 0) {
     w->idle.wait(lock, drained);
-  } else {
-    ok = w->idle.wait_for(lock, std::chrono::duration<double>(timeout_s), drained);
+    return true;
   }
-  --w->flush_waiters;
-  return ok;
+  return w->idle.wait_for(lock, std::chrono::duration<double>(timeout_s), drained);
 }
 
 uint64_t background_writer_failures() {

@@ -4,9 +4,8 @@
 // under SCHED_IDLE, so a write never takes CPU from the requests and, in the
 // extension, never waits for or holds the Python GIL. The queue is bounded:
 // a full queue drops the profile and counts it; the caller never blocks.
-// Profiles gather for up to a second (at most 16, or half the capacity) and
-// are written as one AtomicWriteBatch (one flush per batch, not per file);
-// flush_background_writes cuts that short.
+// What is queued when the thread is free (16 at most) is written as one
+// AtomicWriteBatch: one flush per batch, not per file.
 
 #include <cstdint>
 #include <memory>
@@ -23,7 +22,7 @@ struct WriterStats {
   uint64_t dropped = 0;  // the queue was full
   uint64_t failed = 0;   // save_profile returned an error
   uint64_t queued = 0;   // accepted, not yet written or failed
-  uint64_t batches = 0;  // gathered batches written (each with one flush)
+  uint64_t batches = 0;  // batches written (each with one flush)
   std::string last_error;  // the newest failure's message, "" if none
 };
 
