@@ -5,13 +5,21 @@ environment (docs/autoprofile.md) with no change to the program.
 MLflow is not imported here (that would cost every process seconds): a
 meta-path hook waits for `mlflow.pyfunc` to be imported and patches it then.
 A bad variable is reported on stderr, naming it, and profiling stays off:
-the program itself always runs."""
+the program itself always runs.
+
+With an export destination, a SIGTERM handler is installed here, before
+the program can install its own: uvicorn (`mlflow models serve`) restores
+the handler it found and re-raises SIGTERM after its graceful shutdown, so
+the process dies by the signal and atexit, which drains the export
+queues, never runs. Ours drains them, then dies by the signal as before."""
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import signal
 import sys
+import threading
 
 _TARGET = "mlflow.pyfunc"
 
@@ -74,6 +82,36 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+_draining = False
+
+
+def _on_sigterm(signum, frame) -> None:
+    """Drains the export queues (at most MLFLOW_PROFILER_FLUSH_TIMEOUT), then
+    dies by the signal. A second SIGTERM during the drain dies at once."""
+    global _draining
+    if not _draining:
+        _draining = True
+        exporter = sys.modules.get(f"{__package__}._exporter")
+        if exporter is not None:  # not imported: nothing was ever queued
+            # In a thread, joined with a limit: the signal may have interrupted
+            # this thread inside the queue's lock, which the drain needs.
+            drain = threading.Thread(target=exporter.drain_at_exit, name="mlflow-profiler-drain", daemon=True)
+            drain.start()
+            drain.join(exporter.flush_timeout() + 1.0)
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
+
+
+def _drain_on_sigterm(settings) -> None:
+    if not settings["drain_on_sigterm"] or not (settings["output_dir"] or settings["log_to_mlflow"]):
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # never replace an inherited SIG_IGN
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # not the main thread, or no SIGTERM here
+        pass
+
+
 def install() -> None:
     """Reads the environment and arranges for autoprofile to start."""
     from . import _env
@@ -85,6 +123,7 @@ def install() -> None:
         return
     if not settings["enabled"]:
         return
+    _drain_on_sigterm(settings)
     if _TARGET in sys.modules:
         _enable(settings)
     else:

@@ -135,7 +135,7 @@ def _register_atexit() -> None:
         return
     with _lock:
         if not _atexit_registered:
-            atexit.register(_at_exit)
+            atexit.register(drain_at_exit)
             _atexit_registered = True
 
 
@@ -255,7 +255,15 @@ def statistics() -> Dict[str, Any]:
     return out
 
 
-def _at_exit() -> None:
+def flush_timeout() -> float:
+    """Seconds the exit drain waits (MLFLOW_PROFILER_FLUSH_TIMEOUT)."""
+    return _flush_timeout_s
+
+
+def drain_at_exit() -> None:
+    """flush() for at most flush_timeout() seconds, then a warning naming
+    what was still queued, dropped or failed. Registered with atexit; the
+    bootstrap's SIGTERM handler calls it too."""
     drained = flush(_flush_timeout_s)
     counts = statistics()
     if not drained:

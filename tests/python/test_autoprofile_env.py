@@ -7,9 +7,11 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -229,3 +231,87 @@ def test_a_down_tracking_server_never_blocks_the_model(tmp_path, model_uri):
     assert export["exported"] == 0
     assert export["failed"] >= 1 and export["failed"] + export["dropped"] == 10
     assert r.stderr.count("exporting a profile failed") == 1  # logged once
+
+
+SIGTERM_APP = """
+import os, signal, sys, time
+import mlflow.pyfunc
+import _mlflow_models
+import mlflow_profiler
+{setup}
+model = mlflow.pyfunc.load_model({uri!r})
+df = _mlflow_models.frame(32)
+for _ in range({calls}):
+    assert len(model.predict(df)) == 32
+{before_kill}
+os.kill(os.getpid(), signal.SIGTERM)  # no flush(): what a stopped server gets
+time.sleep(120)
+print("STILL ALIVE")
+"""
+
+
+def logged_profiles(store, experiment_name):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name(experiment_name)
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    return sum(len(client.list_artifacts(r.info.run_id, "profiles")) for r in runs)
+
+
+@pytest.mark.parametrize("drain", ["1", "0"])
+def test_sigterm_logs_the_queued_profiles_then_dies_by_the_signal(tmp_path, model_uri, drain):
+    store, uri = model_uri
+    experiment = f"sigterm-drain-{drain}"
+    r = run_script(tmp_path, SIGTERM_APP.format(uri=uri, calls=8, setup="", before_kill=""), {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
+        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": experiment,
+        "MLFLOW_PROFILER_DRAIN_ON_SIGTERM": drain}, store)
+    assert r.returncode == -signal.SIGTERM, r.stdout + r.stderr  # the exit status a supervisor expects
+    assert "STILL ALIVE" not in r.stdout
+    if drain == "1":
+        assert logged_profiles(store, experiment) == 8, r.stderr
+    else:
+        # The control: logging 8 profiles (a run created, 3 artifacts each)
+        # takes far longer than the signal does to arrive, so some are lost.
+        assert logged_profiles(store, experiment) < 8
+
+
+def test_a_second_sigterm_during_the_drain_dies_at_once(tmp_path, model_uri):
+    store, uri = model_uri
+    setup = "mlflow_profiler.configure(span_processors=[lambda span: time.sleep(10)])  # a drain of minutes"
+    # The second signal comes from a timer thread while the main thread drains.
+    before_kill = "import threading; threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()"
+    start = time.monotonic()
+    r = run_script(tmp_path, SIGTERM_APP.format(uri=uri, calls=3, setup=setup, before_kill=before_kill), {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
+        "MLFLOW_PROFILER_OUTPUT_DIR": str(tmp_path / "out")}, store)
+    assert r.returncode == -signal.SIGTERM, r.stdout + r.stderr
+    assert time.monotonic() - start < 60  # not the drain of minutes (nor the 120 s sleep)
+    assert not glob.glob(str(tmp_path / "out" / "*.json.gz"))
+
+
+@pytest.mark.parametrize("env,inherited,expected", [
+    ({"MLFLOW_PROFILER_OUTPUT_DIR": "out"}, signal.SIG_DFL, "drain"),
+    ({"MLFLOW_PROFILER_LOG_TO_MLFLOW": "1"}, signal.SIG_DFL, "drain"),
+    ({}, signal.SIG_DFL, "SIG_DFL"),  # nothing is exported: nothing to drain
+    ({"MLFLOW_PROFILER_OUTPUT_DIR": "out", "MLFLOW_PROFILER_DRAIN_ON_SIGTERM": "0"}, signal.SIG_DFL, "SIG_DFL"),
+    ({"MLFLOW_PROFILER_OUTPUT_DIR": "out"}, signal.SIG_IGN, "SIG_IGN"),  # e.g. started under nohup
+])
+def test_the_sigterm_handler_is_installed_only_where_it_drains_something(tmp_path, model_uri, env, inherited,
+                                                                        expected):
+    store, _ = model_uri
+    body = """
+        import signal
+        h = signal.getsignal(signal.SIGTERM)
+        print("HANDLER", "drain" if getattr(h, "__module__", "") == "mlflow_profiler._bootstrap" else h.name)
+    """
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(body))
+    import _mlflow_models
+
+    r = subprocess.run(python_with_hook(tmp_path) + [str(script)], capture_output=True, text=True, timeout=120,
+                       env=_mlflow_models.child_env(store, {"MLFLOW_PROFILER_AUTOPROFILE": "1", **env}),
+                       cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGTERM, inherited))
+    assert r.returncode == 0, r.stderr
+    assert f"HANDLER {expected}" in r.stdout

@@ -88,15 +88,26 @@ class Server:
         with open(self.log.name) as f:
             return f.read()[-4000:]
 
-    def stop(self):
+    def stop(self, timeout=60.0):
+        """SIGTERM to the whole group (the CLI and uvicorn), as a supervisor
+        stops it; returns once every process of the group is gone."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._group_alive():
+            time.sleep(0.1)
+        if self._group_alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
         self.log.close()
+
+    def _group_alive(self) -> bool:
+        self.proc.poll()  # reaps the CLI; uvicorn, once orphaned, is reaped by init
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
 
 
 def requests_frames(n):
@@ -174,10 +185,30 @@ def test_sampled_server_writes_one_profile_per_sampled_request(tmp_path, served_
         "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "0.3",
         "MLFLOW_PROFILER_DEPTH": "1", "MLFLOW_PROFILER_CAPTURE_IO": "1",
         "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir)}, frames, tmp_path / "sampled.log")
-    # Written at once or, at the latest, by the exit hook's drain when the server stopped.
+    # Written at once or, at the latest, by the drain on SIGTERM when the server stopped.
     files = glob.glob(str(out_dir / "profile-*.json.gz"))
     sd = math.sqrt(60 * 0.3 * 0.7)
     assert abs(len(files) - 18) < 5 * sd, (len(files), server.output())
     sizes = [mlflow_profiler.load(f).spans[0].input_summary["data"].shape[0] for f in files]
     assert len(set(sizes)) == len(sizes)  # each sampled request once: no duplicates, no merges
     assert set(sizes) <= {len(df) for df in frames}
+
+
+def test_a_stopped_server_logs_every_queued_profile_before_it_dies(tmp_path, served_model):
+    # uvicorn re-raises SIGTERM after its graceful shutdown, so atexit never
+    # runs: the bootstrap's SIGTERM handler drains the queues instead.
+    store, uri = served_model
+    frames = requests_frames(8)
+    out_dir = tmp_path / "stopped"
+    from mlflow.tracking import MlflowClient
+
+    _, server = serve_and_send(store, uri, {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
+        "MLFLOW_PROFILER_DEPTH": "1", "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
+        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": "stopped"},
+        frames, tmp_path / "stopped.log")  # stopped right after the last response
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("stopped")
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    assert sum(len(client.list_artifacts(r.info.run_id, "profiles")) for r in runs) == len(frames), server.output()
+    assert len(glob.glob(str(out_dir / "profile-*.json.gz"))) == len(frames)
