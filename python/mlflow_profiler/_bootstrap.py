@@ -19,7 +19,6 @@ import importlib.abc
 import importlib.util
 import signal
 import sys
-import threading
 
 _TARGET = "mlflow.pyfunc"
 
@@ -93,6 +92,8 @@ def _on_sigterm(signum, frame) -> None:
         _draining = True
         exporter = sys.modules.get(f"{__package__}._exporter")
         if exporter is not None:  # not imported: nothing was ever queued
+            import threading  # not at interpreter start: gevent must patch it first
+
             # In a thread, joined with a limit: the signal may have interrupted
             # this thread inside the queue's lock, which the drain needs.
             drain = threading.Thread(target=exporter.drain_at_exit, name="mlflow-profiler-drain", daemon=True)
