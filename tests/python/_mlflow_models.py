@@ -152,3 +152,14 @@ def child_env(tracking_uri, extra=None):
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
+
+
+def logged_profiles(store, experiment_name: str) -> int:
+    """Profiles autoprofile's exporter logged under `experiment_name` (its
+    `profiles/` artifacts, over every run there); 0 if it does not exist."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name(experiment_name)
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    return sum(len(client.list_artifacts(r.info.run_id, "profiles")) for r in runs)

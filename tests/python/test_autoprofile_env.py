@@ -250,17 +250,10 @@ print("STILL ALIVE")
 """
 
 
-def logged_profiles(store, experiment_name):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(store)
-    experiment = client.get_experiment_by_name(experiment_name)
-    runs = client.search_runs([experiment.experiment_id]) if experiment else []
-    return sum(len(client.list_artifacts(r.info.run_id, "profiles")) for r in runs)
-
-
 @pytest.mark.parametrize("drain", ["1", "0"])
 def test_sigterm_logs_the_queued_profiles_then_dies_by_the_signal(tmp_path, model_uri, drain):
+    from _mlflow_models import logged_profiles
+
     store, uri = model_uri
     experiment = f"sigterm-drain-{drain}"
     r = run_script(tmp_path, SIGTERM_APP.format(uri=uri, calls=8, setup="", before_kill=""), {

@@ -21,6 +21,7 @@ from _helpers import require_mlflow
 
 mlflow = require_mlflow()
 
+import _mlflow_models  # noqa: E402
 import mlflow_profiler  # noqa: E402
 
 
@@ -38,8 +39,6 @@ def mlflow_cli():
 
 @pytest.fixture(scope="module")
 def served_model(tmp_path_factory):
-    import _mlflow_models
-
     store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp_path_factory.mktemp("servestore"))
     return store, churn_uri
 
@@ -48,8 +47,6 @@ class Server:
     """`mlflow models serve` in its own process group, stopped with SIGTERM."""
 
     def __init__(self, store, uri, env_extra, log_path):
-        import _mlflow_models
-
         # The server is a fresh interpreter: only the installed .pth starts autoprofile in it.
         _mlflow_models.require_installed_pth("serving")
         self.port = free_port()
@@ -111,8 +108,6 @@ class Server:
 
 
 def requests_frames(n):
-    import _mlflow_models
-
     return [_mlflow_models.frame(5 + i, seed=i) for i in range(n)]
 
 
@@ -149,13 +144,9 @@ def test_profiled_server_answers_the_same_and_writes_one_profile_per_request(tmp
 
     client = MlflowClient(store)
 
-    def logged():
-        experiment = client.get_experiment_by_name("served")
-        runs = client.search_runs([experiment.experiment_id]) if experiment else []
-        return sum(len(client.list_artifacts(r.info.run_id, "profiles")) for r in runs)
-
     def arrived():
-        return len(glob.glob(str(out_dir / "profile-*.json.gz"))) >= len(frames) and logged() >= len(frames)
+        return (len(glob.glob(str(out_dir / "profile-*.json.gz"))) >= len(frames)
+                and _mlflow_models.logged_profiles(store, "served") >= len(frames))
 
     profiled, server = serve_and_send(store, uri, {
         "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
@@ -200,15 +191,10 @@ def test_a_stopped_server_logs_every_queued_profile_before_it_dies(tmp_path, ser
     store, uri = served_model
     frames = requests_frames(8)
     out_dir = tmp_path / "stopped"
-    from mlflow.tracking import MlflowClient
-
     _, server = serve_and_send(store, uri, {
         "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
         "MLFLOW_PROFILER_DEPTH": "1", "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
         "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": "stopped"},
         frames, tmp_path / "stopped.log")  # stopped right after the last response
-    client = MlflowClient(store)
-    experiment = client.get_experiment_by_name("stopped")
-    runs = client.search_runs([experiment.experiment_id]) if experiment else []
-    assert sum(len(client.list_artifacts(r.info.run_id, "profiles")) for r in runs) == len(frames), server.output()
+    assert _mlflow_models.logged_profiles(store, "stopped") == len(frames), server.output()
     assert len(glob.glob(str(out_dir / "profile-*.json.gz"))) == len(frames)
