@@ -215,6 +215,7 @@ bool install_thread_binder(std::string* error);  // all_threads: threading.setpr
 void uninstall_thread_binder();
 const char* name();
 int tool_id();  // the sys.monitoring tool id held, -1 if none
+uint64_t event_count();  // interpreter events delivered to the hook so far
 }  // namespace hooks
 
 int64_t now_ns();

@@ -12,10 +12,10 @@
 #define Py_BUILD_CORE 1
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
-#define MLPROF_SKIP_UNTRACED 1
-#else
-#define MLPROF_SKIP_UNTRACED 0
 #endif
+// The frame evaluation hook that runs frames below the ceiling untraced
+// (3.11: the tracing path; 3.12+: sys.monitoring's callbacks).
+#define MLPROF_SKIP_UNTRACED (PY_VERSION_HEX >= 0x030B0000)
 
 namespace mlprof::hooks {
 namespace {
@@ -40,7 +40,11 @@ std::string take_error() {
 }
 
 
+uint64_t g_hook_events = 0;  // events delivered to our hook (GIL held)
+
 }  // namespace
+
+uint64_t event_count() { return g_hook_events; }
 
 #if MLPROF_HAS_MONITORING
 // ---------------------------------------------------------------- 3.12+ ------
@@ -59,18 +63,21 @@ inline PyCodeObject* as_code(PyObject* o) {
 // Callbacks: never raise, never return sys.monitoring.DISABLE (that would
 // switch the event off for every thread and tool user of this code).
 PyObject* cb_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_hook_events;
   if (nargs >= 1 && g_native_collecting) {
     if (PyCodeObject* c = as_code(args[0])) on_start(c, nullptr);
   }
   Py_RETURN_NONE;
 }
 PyObject* cb_resume(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_hook_events;
   if (nargs >= 1 && g_native_collecting) {
     if (PyCodeObject* c = as_code(args[0])) on_resume(c, nullptr, /*continued=*/true);
   }
   Py_RETURN_NONE;
 }
 PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_hook_events;
   if (nargs >= 1 && g_native_collecting) {
     // PY_RETURN(code, instruction_offset, retval)
     if (PyCodeObject* c = as_code(args[0])) on_return(c, nullptr, false, nargs >= 3 ? args[2] : nullptr);
@@ -78,12 +85,14 @@ PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 PyObject* cb_unwind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_hook_events;
   if (nargs >= 1 && g_native_collecting) {
     if (PyCodeObject* c = as_code(args[0])) on_return(c, nullptr, true, nullptr);
   }
   Py_RETURN_NONE;
 }
 PyObject* cb_yield(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_hook_events;
   if (nargs >= 1 && g_native_collecting) {
     if (PyCodeObject* c = as_code(args[0])) on_yield(c, nullptr);
   }
@@ -94,6 +103,7 @@ inline bool is_python_callable(PyObject* f) {
   return PyMethod_Check(f) && PyFunction_Check(PyMethod_GET_FUNCTION(f));
 }
 PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_hook_events;
   // CALL fires for every call; C_RETURN/C_RAISE only for callables that are
   // not plain Python functions, so only those open a C span.
   if (nargs >= 3 && g_native_collecting && !is_python_callable(args[2])) {
@@ -102,10 +112,12 @@ PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 PyObject* cb_c_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_hook_events;
   if (nargs >= 3 && g_native_collecting) on_c_return(args[2], false);
   Py_RETURN_NONE;
 }
 PyObject* cb_c_raise(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_hook_events;
   if (nargs >= 3 && g_native_collecting) on_c_return(args[2], true);
   Py_RETURN_NONE;
 }
@@ -196,6 +208,83 @@ bool claim_tool(std::string* error) {
   return false;
 }
 
+// Events of frames below every ceiling are most of a sampled predict's hook
+// cost on 3.12+ (a pandas predict at depth 2: 2,926 frames, 401 within
+// reach; bench/RESULTS.md). While a session with a ceiling runs, a PEP 523
+// frame evaluation function raises the thread's `tracing` count (what
+// CPython itself does while a callback runs, so no tool's events fire) for
+// each frame that every current lane would skip, and for what it calls; a
+// callee within reach again (a generator: a resume may reopen a recorded
+// span; a session started down there) gets it lowered for its own run.
+// A frame's state is fixed for its whole evaluation, so each lane sees both
+// its start and its return or neither. t_untraced: this thread's count holds
+// our raise.
+thread_local bool t_untraced = false;
+int g_eval_users = 0;
+bool g_eval_ours = false;
+
+PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
+  // Not while another tracer or profiler (a debugger, coverage through
+  // sys.settrace) is set on this thread, nor while a callback runs Python
+  // code (summarizing arguments): its frames are not monitored anyway.
+  if (!g_native_collecting || ts->c_tracefunc || ts->c_profilefunc || ts->tracing != (t_untraced ? 1 : 0)) {
+    return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  }
+  PyObject* code = PyUnstable_InterpreterFrame_GetCode(frame);  // the frame keeps it alive
+  Py_XDECREF(code);
+  const bool skip = code && PyCode_Check(code) && skip_below_ceiling(reinterpret_cast<PyCodeObject*>(code));
+  if (skip == t_untraced) return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  if (skip) {
+    PyThreadState_EnterTracing(ts);
+  } else {
+    PyThreadState_LeaveTracing(ts);
+  }
+  t_untraced = skip;
+  PyObject* result = _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  // Back in the caller, which runs untraced iff !skip. A tracer set meanwhile
+  // (pdb.set_trace() in the callee) keeps the rest traced, as CPython would.
+  if (skip) {
+    if (t_untraced) PyThreadState_LeaveTracing(ts);
+    t_untraced = false;
+  } else if (!t_untraced && !ts->c_tracefunc && !ts->c_profilefunc) {
+    PyThreadState_EnterTracing(ts);
+    t_untraced = true;
+  }
+  return result;
+}
+
+// Another sys.monitoring tool (coverage, a debugger) must see every frame.
+bool other_tool_active() {
+  for (int id = 0; id < 6; ++id) {
+    if (id == g_tool) continue;
+    PyObject* r = PyObject_CallMethod(g_monitoring, "get_tool", "i", id);
+    const bool taken = r && r != Py_None;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    if (taken) return true;
+  }
+  return false;
+}
+
+void eval_hook_acquire() {
+  if (g_eval_users++ > 0) return;
+  PyInterpreterState* interp = compat::tstate()->interp;
+  // Another frame evaluator (torch.compile) keeps its place; frames then stay traced.
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) == _PyEval_EvalFrameDefault && !other_tool_active()) {
+    _PyInterpreterState_SetEvalFrameFunc(interp, eval_frame);
+    g_eval_ours = true;
+  }
+}
+
+void eval_hook_release() {
+  if (g_eval_users == 0 || --g_eval_users > 0) return;
+  PyInterpreterState* interp = compat::tstate()->interp;
+  if (g_eval_ours && _PyInterpreterState_GetEvalFrameFunc(interp) == eval_frame) {
+    _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
+  }
+  g_eval_ours = false;
+}
+
 }  // namespace
 
 const char* name() { return "sys.monitoring"; }
@@ -205,8 +294,10 @@ int tool_id() { return g_tool; }
 bool install(Engine* engine, std::string* error) {
   bool c_calls = engine->options().capture_c_calls || g_c_events;
   if (g_users > 0) {
+    if (c_calls && !g_c_events && !set_events(true, error)) return false;
     ++g_users;
-    if (c_calls && !g_c_events) return set_events(true, error);
+    // At unlimited depth no frame is ever below the ceiling (as on 3.11).
+    if (engine->options().depth >= 0) eval_hook_acquire();
     return true;
   }
   if (!g_monitoring) {
@@ -227,11 +318,13 @@ bool install(Engine* engine, std::string* error) {
     return false;
   }
   ++g_users;
+  if (engine->options().depth >= 0) eval_hook_acquire();
   return true;
 }
 
-void uninstall(Engine* /*engine*/) {
+void uninstall(Engine* engine) {
   if (g_users == 0) return;
+  if (engine->options().depth >= 0) eval_hook_release();
   if (--g_users > 0) {
     std::string ignored;
     if (g_c_events && !any_engine_wants_c_calls()) set_events(false, &ignored);
@@ -278,6 +371,7 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     int r = h.prev_func(h.prev_obj, frame, what, arg);
     if (r) return r;
   }
+  ++g_hook_events;
   if (!g_native_collecting) return 0;
   PyCodeObject* code = compat::frame_code(frame);
   switch (what) {

@@ -256,6 +256,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in nanoseconds, the clock of every event.");
   m.def("hook_name", &hooks::name, "The capture hook of this interpreter.");
   m.def("tool_id", &hooks::tool_id, "The sys.monitoring tool id held now, -1 if none.");
+  m.def("hook_event_count", &hooks::event_count,
+        "Interpreter events delivered to the capture hook so far in this process (tests: frames "
+        "below the ceiling deliver none on 3.11+).");
   m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
         "Counts collecting reference sessions, so the C wrappers look for them.");
   m.def("_native_collecting", []() { return g_native_collecting; });

@@ -1,8 +1,9 @@
-"""Frames below the ceiling. On 3.11 the native engine runs them untraced
-(a frame evaluation hook turns the interpreter's tracing path off for them,
-pyext/hooks.cpp); on every version the tree, the skipped counts, generators
-resumed down there, sessions started down there and debuggers attached down
-there behave as if every frame were traced."""
+"""Frames below the ceiling. On 3.11+ the native engine runs them untraced
+(a frame evaluation hook turns the interpreter's tracing path off for them on
+3.11, and stops sys.monitoring's events for them on 3.12+; pyext/hooks.cpp);
+on every version the tree, the skipped counts, generators resumed down there,
+sessions started down there and debuggers attached down there behave as if
+every frame were traced."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import threading
 
 import pytest
 
-from mlflow_profiler import profiling
+from mlflow_profiler import _core, profiling
 
 from _helpers import run_engines, shape
 
@@ -190,3 +191,56 @@ def test_frames_below_the_ceiling_run_at_full_speed_on_311():
     finally:
         sys.settrace(prev)
     assert specialised(traced) == []
+
+
+def hook_events(func, depth):
+    """Events the native hook received while a session at `depth` ran func(50) 200 times."""
+    before = _core.hook_event_count()
+    session = run_under_session(func, depth)
+    return _core.hook_event_count() - before, session
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 trace every frame")
+def test_frames_below_the_ceiling_send_the_hook_no_events():
+    sent, session = hook_events(fresh_function(4), depth=0)
+    assert session.statistics()["events_skipped"] == 200
+    assert session.statistics()["span_count"] == 1
+    # at_depth_0's start and return and the session's own exit; each of the
+    # 200 frames below would send two
+    assert sent < 20
+
+    sent, session = hook_events(fresh_function(5), depth=1)
+    assert session.statistics()["span_count"] == 201
+    assert sent >= 400  # recorded frames are traced
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 trace every frame")
+def test_frames_below_the_ceiling_stay_traced_for_a_tracer():
+    prev = sys.gettrace()
+    sys.settrace(lambda *a: None)  # a debugger, coverage through settrace
+    try:
+        sent, session = hook_events(fresh_function(6), depth=0)
+    finally:
+        sys.settrace(prev)
+    assert session.statistics()["events_skipped"] == 200
+    assert sent >= 400
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_frames_below_the_ceiling_stay_traced_for_another_monitoring_tool():
+    seen = []
+    mon = sys.monitoring
+    tool = next(i for i in (5, 4, 3, 1, 0) if mon.get_tool(i) is None)
+    mon.use_tool_id(tool, "another tool")  # coverage.py's sys.monitoring core, say
+    below = fresh_function(7)
+    mon.register_callback(tool, mon.events.PY_START, lambda code, offset: seen.append(code) if code is below.__code__ else None)
+    mon.set_events(tool, mon.events.PY_START)
+    try:
+        sent, session = hook_events(below, depth=0)
+    finally:
+        mon.set_events(tool, 0)
+        mon.register_callback(tool, mon.events.PY_START, None)
+        mon.free_tool_id(tool)
+    assert session.statistics()["events_skipped"] == 200
+    assert len(seen) == 200  # the other tool saw every frame below our ceiling
+    assert sent >= 400
