@@ -258,9 +258,12 @@ bool other_tool_active() {
   for (int id = 0; id < 6; ++id) {
     if (id == g_tool) continue;
     PyObject* r = PyObject_CallMethod(g_monitoring, "get_tool", "i", id);
-    const bool taken = r && r != Py_None;
-    Py_XDECREF(r);
-    PyErr_Clear();
+    if (!r) {
+      PyErr_Clear();
+      return true;  // cannot tell: keep every frame traced
+    }
+    const bool taken = r != Py_None;
+    Py_DECREF(r);
     if (taken) return true;
   }
   return false;
