@@ -42,6 +42,34 @@ std::string take_error() {
 
 uint64_t g_hook_events = 0;  // events delivered to our hook (GIL held)
 
+#if MLPROF_SKIP_UNTRACED
+// Each version's frame evaluation function (below), and whether it may be
+// installed now.
+PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag);
+bool eval_hook_allowed();
+int g_eval_users = 0;  // sessions with a ceiling
+bool g_eval_ours = false;
+
+void eval_hook_acquire() {
+  if (g_eval_users++ > 0) return;
+  PyInterpreterState* interp = compat::tstate()->interp;
+  // Another frame evaluator (torch.compile) keeps its place; frames then stay traced.
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) == _PyEval_EvalFrameDefault && eval_hook_allowed()) {
+    _PyInterpreterState_SetEvalFrameFunc(interp, eval_frame);
+    g_eval_ours = true;
+  }
+}
+
+void eval_hook_release() {
+  if (g_eval_users == 0 || --g_eval_users > 0) return;
+  PyInterpreterState* interp = compat::tstate()->interp;
+  if (g_eval_ours && _PyInterpreterState_GetEvalFrameFunc(interp) == eval_frame) {
+    _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
+  }
+  g_eval_ours = false;
+}
+#endif
+
 }  // namespace
 
 uint64_t event_count() { return g_hook_events; }
@@ -220,8 +248,6 @@ bool claim_tool(std::string* error) {
 // its start and its return or neither. t_untraced: this thread's count holds
 // our raise.
 thread_local bool t_untraced = false;
-int g_eval_users = 0;
-bool g_eval_ours = false;
 
 PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
   // Not while another tracer or profiler (a debugger, coverage through
@@ -269,24 +295,7 @@ bool other_tool_active() {
   return false;
 }
 
-void eval_hook_acquire() {
-  if (g_eval_users++ > 0) return;
-  PyInterpreterState* interp = compat::tstate()->interp;
-  // Another frame evaluator (torch.compile) keeps its place; frames then stay traced.
-  if (_PyInterpreterState_GetEvalFrameFunc(interp) == _PyEval_EvalFrameDefault && !other_tool_active()) {
-    _PyInterpreterState_SetEvalFrameFunc(interp, eval_frame);
-    g_eval_ours = true;
-  }
-}
-
-void eval_hook_release() {
-  if (g_eval_users == 0 || --g_eval_users > 0) return;
-  PyInterpreterState* interp = compat::tstate()->interp;
-  if (g_eval_ours && _PyInterpreterState_GetEvalFrameFunc(interp) == eval_frame) {
-    _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
-  }
-  g_eval_ours = false;
-}
+bool eval_hook_allowed() { return !other_tool_active(); }
 
 }  // namespace
 
@@ -432,9 +441,6 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
 // function set, 3.11 does not inline Python calls) run at full speed. A
 // frame's traced state is fixed for its whole evaluation, so each lane sees
 // both its start and its return or neither.
-int g_eval_users = 0;
-bool g_eval_ours = false;
-
 PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
   // Only when we are the thread's sole profiler and nobody traces: a chained
   // profiler (cProfile) or a tracer (debugger, coverage) must see every frame.
@@ -455,24 +461,7 @@ PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwfla
   return result;
 }
 
-void eval_hook_acquire() {
-  if (g_eval_users++ > 0) return;
-  PyInterpreterState* interp = compat::tstate()->interp;
-  // Another frame evaluator (torch.compile) keeps its place; frames then stay traced.
-  if (_PyInterpreterState_GetEvalFrameFunc(interp) == _PyEval_EvalFrameDefault) {
-    _PyInterpreterState_SetEvalFrameFunc(interp, eval_frame);
-    g_eval_ours = true;
-  }
-}
-
-void eval_hook_release() {
-  if (g_eval_users == 0 || --g_eval_users > 0) return;
-  PyInterpreterState* interp = compat::tstate()->interp;
-  if (g_eval_ours && _PyInterpreterState_GetEvalFrameFunc(interp) == eval_frame) {
-    _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
-  }
-  g_eval_ours = false;
-}
+bool eval_hook_allowed() { return true; }  // a chained profiler is checked per frame
 #endif
 
 void install_here() {
