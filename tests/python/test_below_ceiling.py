@@ -205,9 +205,10 @@ def test_frames_below_the_ceiling_send_the_hook_no_events():
     sent, session = hook_events(fresh_function(4), depth=0)
     assert session.statistics()["events_skipped"] == 200
     assert session.statistics()["span_count"] == 1
-    # at_depth_0's start and return and the session's own exit; each of the
-    # 200 frames below would send two
-    assert sent < 20
+    # at_depth_0's start and return and the session's own exit (plus any
+    # other thread of this process that runs Python meanwhile: the count is
+    # process-wide); each of the 200 frames below would send two
+    assert sent < 100
 
     sent, session = hook_events(fresh_function(5), depth=1)
     assert session.statistics()["span_count"] == 201
