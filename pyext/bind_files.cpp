@@ -138,6 +138,7 @@ py::dict background_writer_stats_py() {
   out["failed"] = s.failed;
   out["queued"] = s.queued;
   out["batches"] = s.batches;
+  out["sync_failures"] = s.sync_failures;
   out["last_error"] = s.last_error;
   return out;
 }
@@ -201,13 +202,15 @@ void bind_files(py::module_& m) {
         "process's writer thread (SCHED_IDLE, no GIL); False, counted as dropped, when `capacity` "
         "writes are already queued. Never blocks.");
   m.def("flush_background_writes", &flush_background_writes_py, py::arg("timeout_s"),
-        "Waits until the writer thread has written (or failed) everything queued; False if "
-        "`timeout_s` (< 0: no limit) passed first.");
+        "Waits until the writer thread has written (or failed) everything queued, then makes it "
+        "durable (one syncfs per filesystem written to); False if `timeout_s` (< 0: no limit) "
+        "passed before the queue drained.");
   m.def("background_writer_stats", &background_writer_stats_py,
         "The writer thread's counts: submitted, written, dropped, failed, queued, batches, "
-        "last_error.");
+        "sync_failures (flushes whose syncfs failed), last_error.");
   m.def("background_writer_failures", &background_writer_failures,
-        "background_writer_stats()['failed'] alone, cheaply (read per submitted profile).");
+        "background_writer_stats()['failed'] + ['sync_failures'], cheaply (read per submitted "
+        "profile).");
   m.def("load_profile", &load_profile, py::arg("path"),
         "Reads a profile document (.json or .json.gz). FileNotFoundError if it does not exist; "
         "mlflow_profiler.ProfileLoadError (kind 'truncated', 'corrupt', 'version' or 'io') "

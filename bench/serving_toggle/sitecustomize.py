@@ -2,7 +2,8 @@
 PYTHONPATH only by that benchmark: SIGUSR1 turns autoprofile off (the exact
 original predict is back) after writing what is queued, so the writing is
 charged to the profiled slot; SIGUSR2 turns it on again with the
-environment's settings. Each switch writes the new state to
+environment's settings, or without the output directory (capture only) when
+MLPROF_BENCH_TOGGLE + ".want" says "capture". Each switch writes the new state to
 MLPROF_BENCH_TOGGLE, a file the benchmark waits on. One server is then
 measured both ways, alternating, so the difference between two server
 instances drops out."""
@@ -17,7 +18,14 @@ def _switch(on: bool) -> None:
     from mlflow_profiler import _bootstrap, _env, autoprofile, flush
 
     if on:
-        _bootstrap._enable(_env.read())
+        settings = _env.read()
+        try:
+            with open(_STATE_FILE + ".want") as f:
+                if f.read() == "capture":
+                    settings["output_dir"] = None
+        except OSError:
+            pass
+        _bootstrap._enable(settings)
     else:
         autoprofile(disable=True)
         flush(30)

@@ -125,7 +125,7 @@ def _report_writer_failures() -> None:
 
     if _core.background_writer_failures() > _writer_failures_seen:
         stats = _core.background_writer_stats()
-        _writer_failures_seen = stats["failed"]
+        _writer_failures_seen = stats["failed"] + stats["sync_failures"]
         _log_export_failure(stats["last_error"])
 
 
@@ -219,8 +219,9 @@ def _target_run() -> str:
 
 
 def flush(timeout: Optional[float] = None) -> bool:
-    """Waits until every queued profile is exported (or failed); True if the
-    queue drained within `timeout` seconds (None: no limit)."""
+    """Waits until every queued profile is exported (or failed), and makes the
+    files written to `output_dir` durable (one syncfs per filesystem); True
+    if the queue drained within `timeout` seconds (None: no limit)."""
     from . import _core
 
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -198,10 +198,13 @@ TEST(WriteFileAtomic, ADirectoryAtThePathIsRefusedAndKept) {
   EXPECT_TRUE(dir.files().empty());
 }
 
-TEST(AtomicWriteBatch, CommitsEveryFileAndReportsEachFailureAlone) {
+// Both durabilities publish the same files and report the same failures;
+// they differ only in the flushes the kernel is asked for (strace-checked in
+// tests/python/test_autoprofile.py).
+void commits_every_file_and_reports_each_failure_alone(Durability durability) {
   TempDir dir;
   ASSERT_EQ(::mkdir((dir.path() + "/sub").c_str(), 0755), 0);
-  AtomicWriteBatch batch;
+  AtomicWriteBatch batch(durability);
   EXPECT_EQ(batch.add(dir.path() + "/a.json", "A"), 0u);
   EXPECT_EQ(batch.add(dir.path() + "/missing/b.json", "B"), 1u);
   EXPECT_EQ(batch.add(dir.path() + "/sub", "C"), 2u);  // a directory stands there
@@ -225,6 +228,20 @@ TEST(AtomicWriteBatch, CommitsEveryFileAndReportsEachFailureAlone) {
   std::sort(files.begin(), files.end());
   EXPECT_EQ(files, (std::vector<std::string>{"a.json", "e.json", "sub"}));  // no temporaries left
   EXPECT_EQ(batch.size(), 0u);
+}
+
+TEST(AtomicWriteBatch, CommitsEveryFileAndReportsEachFailureAlone) {
+  commits_every_file_and_reports_each_failure_alone(Durability::kEachCommit);
+}
+
+TEST(AtomicWriteBatch, DeferredCommitsEveryFileAndReportsEachFailureAlone) {
+  commits_every_file_and_reports_each_failure_alone(Durability::kDeferred);
+}
+
+TEST(SyncFilesystemOf, SyncsAnExistingDirectoryAndReportsAMissingOne) {
+  TempDir dir;
+  EXPECT_EQ(sync_filesystem_of(dir.path()), 0);
+  EXPECT_EQ(sync_filesystem_of(dir.path() + "/missing"), ENOENT);
 }
 
 TEST(AtomicWriteBatch, FilesNeverCommittedLeaveNothingBehind) {

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from _helpers import require_mlflow, walk
+from _helpers import require_mlflow, require_tool, walk
 
 mlflow = require_mlflow()
 
@@ -376,6 +376,47 @@ def test_output_dir_full_queue_drops_and_counts(tmp_path):
     assert after["submitted"] - before["submitted"] == 20
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         f"p{i}.json.gz" for i, ok in enumerate(accepted) if ok)
+
+
+def test_output_dir_writes_without_a_flush_per_profile_and_flush_makes_them_durable(tmp_path):
+    """What the kernel is asked, seen by strace: the writer thread issues no
+    fsync per profile (each costs a journal commit: bench/RESULTS.md), and
+    flush() makes all of them durable with one syncfs."""
+    import shutil
+
+    strace = require_tool(shutil.which("strace"), "strace", "apt-get install strace")
+    script = textwrap.dedent("""
+        import sys, mlflow_profiler
+        from mlflow_profiler import _core
+
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        with mlflow_profiler.profiling(depth=-1) as session:
+            fib(12)
+        profile = session._built()
+        for i in range(20):
+            assert _core.write_in_background(profile, sys.argv[1] + "/p%d.json.gz" % i, 64)
+            if i == 9:  # let the first ten be written before the rest are queued
+                while _core.background_writer_stats()["queued"]:
+                    pass
+        assert _core.flush_background_writes(60)
+        print(_core.background_writer_stats()["written"])
+    """)
+    out_dir = tmp_path / "profiles"
+    log = tmp_path / "strace.log"
+    proc = subprocess.run([strace, "-f", "-qq", "-e", "trace=fsync,fdatasync,syncfs,sync", "-o", str(log),
+                           sys.executable, "-c", script, str(out_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["20"]
+    calls = [line.split(None, 1)[1].split("(", 1)[0] for line in log.read_text().splitlines()
+             if "(" in line and not line.split(None, 1)[1].startswith("+++")]
+    assert calls == ["syncfs"], calls
+    for i in range(20):  # whole: fib(12) is 465 calls
+        loaded = mlflow_profiler.load(str(out_dir / f"p{i}.json.gz"))
+        assert sum(1 for s in loaded.spans if s.function == "fib") == 465
+    assert not [p for p in out_dir.iterdir() if p.name.startswith(".")]  # no temporaries left
 
 
 def test_output_dir_write_failure_is_counted_and_logged_once(models, tmp_path, caplog):

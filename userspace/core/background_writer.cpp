@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -42,13 +43,19 @@ struct Writer {
   std::condition_variable idle;  // the queue drained
   std::deque<Job> jobs;
   WriterStats stats;  // stats.queued: waiting plus those being written
+  // Directories written to since the last flush: flush_background_writes
+  // syncs their filesystems (the batches themselves defer durability).
+  std::vector<std::string> unsynced;
 };
 
-// Writes one gathered batch; returns each job's error message ("" if written).
-std::vector<std::string> write_batch(std::deque<Job>& jobs) {
+// Writes one gathered batch; returns each job's error message ("" if written)
+// and adds the directories of the files written to `dirs`.
+std::vector<std::string> write_batch(std::deque<Job>& jobs, std::vector<std::string>* dirs) {
   std::vector<std::string> errors(jobs.size());
   std::vector<size_t> index;  // job -> batch entry, or npos
-  AtomicWriteBatch batch;
+  // No flush per batch: a profile is whole under its name at once, and
+  // durable at the filesystem's next commit or at flush (file_io.h).
+  AtomicWriteBatch batch(Durability::kDeferred);
   std::filesystem::path made;  // the previous job's directory: a batch usually shares one
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& job = jobs[i];
@@ -69,7 +76,14 @@ std::vector<std::string> write_batch(std::deque<Job>& jobs) {
   }
   std::vector<Result<Ok>> done = batch.commit();
   for (size_t i = 0; i < jobs.size(); ++i) {
-    if (index[i] != static_cast<size_t>(-1) && !done[index[i]].ok()) errors[i] = done[index[i]].error().message;
+    if (index[i] == static_cast<size_t>(-1)) continue;
+    if (!done[index[i]].ok()) {
+      errors[i] = done[index[i]].error().message;
+      continue;
+    }
+    const std::string parent = std::filesystem::path(jobs[i].path).parent_path().string();
+    const std::string dir = parent.empty() ? "." : parent;
+    if (std::find(dirs->begin(), dirs->end(), dir) == dirs->end()) dirs->push_back(dir);
   }
   return errors;
 }
@@ -97,9 +111,15 @@ void run(Writer* w) {
     std::deque<Job> jobs(std::make_move_iterator(w->jobs.begin()), std::make_move_iterator(w->jobs.begin() + n));
     w->jobs.erase(w->jobs.begin(), w->jobs.begin() + n);
     lock.unlock();
-    const std::vector<std::string> errors = write_batch(jobs);
+    std::vector<std::string> dirs;
+    const std::vector<std::string> errors = write_batch(jobs, &dirs);
     jobs.clear();  // the profiles not yet freed, outside the lock
     lock.lock();
+    for (std::string& dir : dirs) {
+      if (std::find(w->unsynced.begin(), w->unsynced.end(), dir) == w->unsynced.end()) {
+        w->unsynced.push_back(std::move(dir));
+      }
+    }
     ++w->stats.batches;
     for (const std::string& error : errors) {
       --w->stats.queued;
@@ -159,16 +179,33 @@ bool flush_background_writes(double timeout_s) {
   auto drained = [w] { return w->stats.queued == 0; };
   if (timeout_s < 0) {
     w->idle.wait(lock, drained);
-    return true;
+  } else if (!w->idle.wait_for(lock, std::chrono::duration<double>(timeout_s), drained)) {
+    return false;
   }
-  return w->idle.wait_for(lock, std::chrono::duration<double>(timeout_s), drained);
+  // Durable now: one syncfs per filesystem written to (cheaper than an fsync
+  // per file, and flush is rare: shutdown, a test, the user's own call).
+  std::vector<std::string> dirs;
+  dirs.swap(w->unsynced);
+  lock.unlock();
+  std::vector<std::string> failed;
+  for (const std::string& dir : dirs) {
+    if (const int err = sync_filesystem_of(dir)) {
+      failed.push_back("cannot flush the filesystem of '" + dir + "': " + std::strerror(err));
+    }
+  }
+  if (!failed.empty()) {
+    lock.lock();
+    w->stats.sync_failures += failed.size();
+    w->stats.last_error = failed.back();
+  }
+  return true;
 }
 
 uint64_t background_writer_failures() {
   Writer* w = started();
   if (!w) return 0;
   std::lock_guard<std::mutex> lock(w->mu);
-  return w->stats.failed;
+  return w->stats.failed + w->stats.sync_failures;
 }
 
 WriterStats background_writer_stats() {

@@ -233,6 +233,7 @@ std::vector<Result<Ok>> AtomicWriteBatch::commit() {
   }
   // Persist the renames, once per directory. Filesystems that cannot fsync
   // a directory say EINVAL; nothing more can be done there.
+  if (durability_ == Durability::kDeferred) dirs.clear();
   for (const std::string& dir : dirs) {
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) continue;
@@ -248,13 +249,15 @@ std::vector<Result<Ok>> AtomicWriteBatch::commit() {
   return out;
 }
 
-Result<Ok> AtomicWriteBatch::publish(Entry& e) {
+Result<Ok> AtomicWriteBatch::publish(Entry& e) const {
   // The data must be on disk before the rename makes it visible: otherwise a
-  // crash can leave an empty or partial file under the final name.
+  // power loss can leave an empty or partial file under the final name.
+  // Deferred: stage() submitted it; ext4's default ordered mode writes it
+  // before the commit that carries the rename.
   const int fd = e.fd;
   e.fd = -1;
   FdGuard file(fd);
-  if (::fsync(fd) != 0) return io_error(errno, "cannot flush", e.path);
+  if (durability_ == Durability::kEachCommit && ::fsync(fd) != 0) return io_error(errno, "cannot flush", e.path);
   if (const int err = file.close_now()) return io_error(err, "cannot write", e.path);
   if (::rename(e.tmp.c_str(), e.path.c_str()) != 0) return io_error(errno, "cannot replace", e.path);
   e.tmp.clear();
@@ -265,6 +268,13 @@ Result<Ok> write_file_atomic(const std::string& path, std::string_view data) {
   AtomicWriteBatch batch;
   batch.add(path, data);
   return std::move(batch.commit().front());
+}
+
+int sync_filesystem_of(const std::string& dir) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return errno;
+  FdGuard guard(dfd);
+  return ::syncfs(dfd) == 0 ? 0 : errno;
 }
 
 Result<std::string> read_file(const std::string& path) {

@@ -24,13 +24,20 @@ Result<Ok> write_file_atomic(const std::string& path, std::string_view data);
 
 // write_file_atomic for many files with one flush: add() writes each to its
 // temporary file, commit() makes each durable, renames it into place and
-// flushes each directory once. The background writer commits what gathered
-// while it waited: on a virtio disk, 2.4 interrupts per file instead of 7 in
-// batches of 16 (bench/fsync_batch.py). Each file succeeds or fails alone; the
-// destructor removes the temporaries of files never committed.
+// flushes each directory once (on a virtio disk, 2.4 interrupts per file
+// instead of 7 in batches of 16: bench/fsync_batch.py). Each file succeeds or
+// fails alone; the destructor removes the temporaries of files never committed.
+//
+// Durability::kDeferred (the background writer) skips both flushes: each file
+// is still whole before its rename (a killed process never leaves a partial
+// file under the final name), and its data is submitted to the disk before
+// the rename, but surviving a power loss waits for the filesystem's next
+// commit or for sync_filesystem_of() (bench/RESULTS.md: a journal commit
+// per fsync is most of the writer's disk interrupts).
+enum class Durability { kEachCommit, kDeferred };
 class AtomicWriteBatch {
  public:
-  AtomicWriteBatch() = default;
+  explicit AtomicWriteBatch(Durability durability = Durability::kEachCommit) : durability_(durability) {}
   AtomicWriteBatch(const AtomicWriteBatch&) = delete;
   AtomicWriteBatch& operator=(const AtomicWriteBatch&) = delete;
   ~AtomicWriteBatch();
@@ -47,10 +54,15 @@ class AtomicWriteBatch {
     Result<Ok> status;
   };
   Result<Ok> stage(Entry& e, std::string_view data);
-  static Result<Ok> publish(Entry& e);
+  Result<Ok> publish(Entry& e) const;
   static void discard(Entry& e);  // closes and removes what is left of a file
+  Durability durability_;
   std::vector<Entry> entries_;
 };
+
+// syncfs(2) of the filesystem holding directory `dir`: every file written
+// there so far is durable when it returns. Returns 0 or the errno.
+int sync_filesystem_of(const std::string& dir);
 Result<std::string> read_file(const std::string& path);
 
 }  // namespace mlprof
