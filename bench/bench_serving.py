@@ -210,7 +210,8 @@ def switch(pid, state_file, on):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--instances", type=int, default=3, help="fresh servers, one after the other")
-    ap.add_argument("--blocks", type=int, default=40, help="A1 P P A2 blocks per server")
+    ap.add_argument("--blocks", type=int, default=40,
+                    help="blocks per server (A1 P P A2, or A1 C P P C A2 with --export both)")
     ap.add_argument("--slot", type=int, default=50, help="requests per slot")
     ap.add_argument("--export", choices=["files", "none", "both"], default="files",
                     help="none: P captures but exports nothing (separates capture from export); "
@@ -234,7 +235,7 @@ def main():
         env["MLFLOW_PROFILER_OUTPUT_DIR"] = out_dir
     slots = ("A1", "C", "P", "P", "C", "A2") if args.export == "both" else ("A1", "P", "P", "A2")
     names = sorted(set(slots), key=slots.index)
-    blocks = []  # per block: {label: Counter(microseconds -> count)}, the two P slots pooled
+    blocks = []  # per block: {label: Counter(microseconds -> count)}, a label's slots pooled
     cpu_s = collections.Counter()
     requests = collections.Counter()
     failures = collections.Counter()
@@ -301,18 +302,19 @@ def main():
     # Sampling alone moves a percentile: the sampled tenth of the requests is
     # slower by what a sampled call costs in the server (bench/RESULTS.md:
     # about 0.3-0.4 ms on 3.11), with no spillover at all.
-    base = pooled["A1"] + pooled["A2"]
+    unprofiled = pooled["A1"] + pooled["A2"]
     print("no-spillover model, 10% of A's requests slower by X: " + "; ".join(
-        f"X={x} us: p50 {mixture_ratio(base, 50, 0.1, x):.3f}, p99 {mixture_ratio(base, 99, 0.1, x):.3f}"
+        f"X={x} us: p50 {mixture_ratio(unprofiled, 50, 0.1, x):.3f}, "
+        f"p99 {mixture_ratio(unprofiled, 99, 0.1, x):.3f}"
         for x in (100, 200, 400, 800)))
     if args.dump:
         with open(args.dump, "w") as f:
             json.dump({"blocks": [{n: dict(h) for n, h in b.items()} for b in blocks],
                        "cpu_s": dict(cpu_s), "requests": dict(requests)}, f)
     cpu_ms = {n: 1e3 * cpu_s[n] / requests[n] for n in names}
-    base = (cpu_ms["A1"] + cpu_ms["A2"]) / 2
+    cpu_a = (cpu_ms["A1"] + cpu_ms["A2"]) / 2
     print("server CPU per request (ms): " + "  ".join(f"{n} {cpu_ms[n]:.3f}" for n in names) +
-          "  | " + "  ".join(f"{n}/mean(A1,A2) {cpu_ms[n] / base:.3f}" for n in names if n in ("C", "P")))
+          "  | " + "  ".join(f"{n}/mean(A1,A2) {cpu_ms[n] / cpu_a:.3f}" for n in names if n in ("C", "P")))
     profiles = len(os.listdir(out_dir)) if os.path.isdir(out_dir) else 0
     print(f"requests measured: {dict(requests)}; {profiles} profiles written for {p_requests} profiled "
           f"requests + 300 warm-up per server (expected about 10%); failed or changed responses: "

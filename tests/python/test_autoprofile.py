@@ -386,7 +386,7 @@ def test_output_dir_writes_without_a_flush_per_profile_and_flush_makes_them_dura
 
     strace = require_tool(shutil.which("strace"), "strace", "apt-get install strace")
     script = textwrap.dedent("""
-        import sys, mlflow_profiler
+        import sys, time, mlflow_profiler
         from mlflow_profiler import _core
 
         def fib(n):
@@ -399,7 +399,7 @@ def test_output_dir_writes_without_a_flush_per_profile_and_flush_makes_them_dura
             assert _core.write_in_background(profile, sys.argv[1] + "/p%d.json.gz" % i, 64)
             if i == 9:  # let the first ten be written before the rest are queued
                 while _core.background_writer_stats()["queued"]:
-                    pass
+                    time.sleep(0.001)
         assert _core.flush_background_writes(60)
         print(_core.background_writer_stats()["written"])
     """)

@@ -49,21 +49,21 @@ struct Writer {
 };
 
 // Writes one gathered batch; returns each job's error message ("" if written)
-// and adds the directories of the files written to `dirs`.
+// and appends the directory of each file written to `dirs`.
 std::vector<std::string> write_batch(std::deque<Job>& jobs, std::vector<std::string>* dirs) {
   std::vector<std::string> errors(jobs.size());
   std::vector<size_t> index;  // job -> batch entry, or npos
+  std::vector<std::filesystem::path> parents;
   // No flush per batch: a profile is whole under its name at once, and
   // durable at the filesystem's next commit or at flush (file_io.h).
   AtomicWriteBatch batch(Durability::kDeferred);
-  std::filesystem::path made;  // the previous job's directory: a batch usually shares one
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& job = jobs[i];
-    const std::filesystem::path parent = std::filesystem::path(job.path).parent_path();
-    if (!parent.empty() && parent != made) {
+    parents.push_back(std::filesystem::path(job.path).parent_path());
+    // A batch usually shares one directory: create it once.
+    if (!parents.back().empty() && (i == 0 || parents.back() != parents[i - 1])) {
       std::error_code ec;
-      std::filesystem::create_directories(parent, ec);  // add() reports a failure
-      made = parent;
+      std::filesystem::create_directories(parents.back(), ec);  // add() reports a failure
     }
     try {
       const std::string bytes = export_profile(*job.profile, job.format);
@@ -77,13 +77,11 @@ std::vector<std::string> write_batch(std::deque<Job>& jobs, std::vector<std::str
   std::vector<Result<Ok>> done = batch.commit();
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (index[i] == static_cast<size_t>(-1)) continue;
-    if (!done[index[i]].ok()) {
+    if (done[index[i]].ok()) {
+      dirs->push_back(parents[i].empty() ? "." : parents[i].string());
+    } else {
       errors[i] = done[index[i]].error().message;
-      continue;
     }
-    const std::string parent = std::filesystem::path(jobs[i].path).parent_path().string();
-    const std::string dir = parent.empty() ? "." : parent;
-    if (std::find(dirs->begin(), dirs->end(), dir) == dirs->end()) dirs->push_back(dir);
   }
   return errors;
 }

@@ -229,11 +229,13 @@ std::vector<Result<Ok>> AtomicWriteBatch::commit() {
   for (Entry& e : entries_) {
     if (e.status.ok()) e.status = publish(e);
     discard(e);  // what a failed publish left: its temporary file
-    if (e.status.ok() && std::find(dirs.begin(), dirs.end(), e.dir) == dirs.end()) dirs.push_back(e.dir);
+    if (durability_ == Durability::kEachCommit && e.status.ok() &&
+        std::find(dirs.begin(), dirs.end(), e.dir) == dirs.end()) {
+      dirs.push_back(e.dir);
+    }
   }
   // Persist the renames, once per directory. Filesystems that cannot fsync
   // a directory say EINVAL; nothing more can be done there.
-  if (durability_ == Durability::kDeferred) dirs.clear();
   for (const std::string& dir : dirs) {
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) continue;
