@@ -29,13 +29,21 @@ struct Job {
   ExportFormat format;
 };
 
-// The writer takes what is queued when it is free, at most this many, and
-// commits them as one AtomicWriteBatch. It does not wait for more to gather:
-// uvicorn re-raises SIGTERM after its shutdown, so atexit never runs in a
-// scoring server and whatever waited would be lost (bench/RESULTS.md). A batch
-// holds one open file per profile until its commit: 16 at most, so the writer
-// never takes many descriptors from the process it serves.
+// The writer takes what is queued, at most this many, and commits them as
+// one AtomicWriteBatch. A batch holds one open file per profile until its
+// commit: 16 at most, so the writer never takes many descriptors from the
+// process it serves.
 constexpr size_t kMaxBatch = 16;
+
+// A submit does not wake the writer while profiles keep coming: a wake-up is
+// a futex call plus an interrupt to the CPU the writer sleeps on, which cost
+// the request thread more than the write did (bench/RESULTS.md). The writer
+// polls the queue every kPollPeriod instead, and sleeps until woken only
+// after kIdlePolls polls found nothing. A full batch or a flush wakes it at
+// once. The period bounds what a kill without a drain loses; SIGTERM drains
+// (the extension's handler: uvicorn re-raises SIGTERM, so atexit never runs).
+constexpr std::chrono::milliseconds kPollPeriod{50};
+constexpr int kIdlePolls = 20;
 
 struct Writer {
   std::mutex mu;
@@ -46,6 +54,8 @@ struct Writer {
   // Directories written to since the last flush: flush_background_writes
   // syncs their filesystems (the batches themselves defer durability).
   std::vector<std::string> unsynced;
+  bool polling = false;  // the writer looks at the queue by itself: a submit need not wake it
+  int flushers = 0;      // threads in flush_background_writes: the writer must not wait for a poll
 };
 
 // Writes one gathered batch; returns each job's error message ("" if written)
@@ -103,8 +113,21 @@ void run(Writer* w) {
   sched_param idle{};
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
   std::unique_lock<std::mutex> lock(w->mu);
+  int empty_polls = 0;
   for (;;) {
-    w->work.wait(lock, [w] { return !w->jobs.empty(); });
+    if (w->polling) {
+      w->work.wait_for(lock, kPollPeriod, [w] {
+        return (w->flushers > 0 && !w->jobs.empty()) || w->jobs.size() >= kMaxBatch;
+      });
+      if (w->jobs.empty()) {
+        if (++empty_polls >= kIdlePolls) w->polling = false;
+        continue;
+      }
+    } else {
+      w->work.wait(lock, [w] { return !w->jobs.empty(); });
+      w->polling = true;
+    }
+    empty_polls = 0;
     const size_t n = std::min(w->jobs.size(), kMaxBatch);
     std::deque<Job> jobs(std::make_move_iterator(w->jobs.begin()), std::make_move_iterator(w->jobs.begin() + n));
     w->jobs.erase(w->jobs.begin(), w->jobs.begin() + n);
@@ -156,6 +179,7 @@ Writer* started() {
 bool write_in_background(std::shared_ptr<const Profile> profile, std::string path, ExportFormat format,
                          size_t capacity) {
   Writer* w = writer();
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(w->mu);
     if (w->stats.queued >= capacity) {
@@ -165,8 +189,9 @@ bool write_in_background(std::shared_ptr<const Profile> profile, std::string pat
     w->jobs.push_back(Job{std::move(profile), std::move(path), format});
     ++w->stats.submitted;
     ++w->stats.queued;
+    wake = !w->polling || w->jobs.size() >= kMaxBatch;
   }
-  w->work.notify_one();
+  if (wake) w->work.notify_one();
   return true;
 }
 
@@ -175,11 +200,16 @@ bool flush_background_writes(double timeout_s) {
   if (!w) return true;
   std::unique_lock<std::mutex> lock(w->mu);
   auto drained = [w] { return w->stats.queued == 0; };
+  ++w->flushers;
+  w->work.notify_one();  // not a poll period later
+  bool done = true;
   if (timeout_s < 0) {
     w->idle.wait(lock, drained);
-  } else if (!w->idle.wait_for(lock, std::chrono::duration<double>(timeout_s), drained)) {
-    return false;
+  } else {
+    done = w->idle.wait_for(lock, std::chrono::duration<double>(timeout_s), drained);
   }
+  --w->flushers;
+  if (!done) return false;
   // Durable now: one syncfs per filesystem written to (cheaper than an fsync
   // per file, and flush is rare: shutdown, a test, the user's own call).
   std::vector<std::string> dirs;

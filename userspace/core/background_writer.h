@@ -4,10 +4,13 @@
 // under SCHED_IDLE, so a write never takes CPU from the requests and, in the
 // extension, never waits for or holds the Python GIL. The queue is bounded:
 // a full queue drops the profile and counts it; the caller never blocks.
-// What is queued when the thread is free (16 at most) is written as one
-// AtomicWriteBatch with deferred durability (file_io.h): each file is whole
-// under its name at once, and flush_background_writes makes all of them
-// durable with one syncfs per filesystem.
+// A submit wakes the thread only when it sleeps after an idle second; while
+// profiles keep coming it polls the queue every 50 ms (a wake-up per profile
+// cost the request thread more than the write did). What is queued (16 at
+// most) is written as one AtomicWriteBatch with deferred durability
+// (file_io.h): each file is whole under its name at once, and
+// flush_background_writes makes all of them durable with one syncfs per
+// filesystem.
 
 #include <cstdint>
 #include <memory>
