@@ -13,6 +13,13 @@
 #else
 #define MLPROF_HAS_MONITORING 0
 #endif
+// 3.12 and 3.13: the frame evaluation hook reports Python frames itself
+// (hooks.cpp). It reads the interpreter's frame layout, known for these two.
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000
+#define MLPROF_EVAL_TRACER 1
+#else
+#define MLPROF_EVAL_TRACER 0
+#endif
 
 namespace mlprof::compat {
 
@@ -162,6 +169,31 @@ void for_each_parameter(PyFrameObject* frame, PyCodeObject* code, int max, Fn&& 
   }
 #endif
 }
+
+#if MLPROF_EVAL_TRACER
+// The same from a frame's fast locals as the frame evaluation hook sees them
+// (3.12/3.13, before the frame runs or when a generator first resumes): an
+// argument that is also a cell is in its cell once MAKE_CELL ran, which a
+// generator has done before its first resume.
+template <typename Fn>
+void for_each_parameter(PyObject* const* locals, PyCodeObject* code, int max, Fn&& fn) {
+  constexpr unsigned char kFastCell = 0x40;  // CO_FAST_CELL, internal/pycore_code.h
+  int n = code->co_argcount + code->co_kwonlyargcount + ((code->co_flags & CO_VARARGS) ? 1 : 0) +
+          ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  if (n > max) n = max;
+  PyObject* names = code->co_localsplusnames;
+  PyObject* kinds = code->co_localspluskinds;
+  if (!locals || !names || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) < n || !kinds ||
+      !PyBytes_Check(kinds) || PyBytes_GET_SIZE(kinds) < n) {
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    PyObject* value = locals[i];
+    if (value && (PyBytes_AS_STRING(kinds)[i] & kFastCell) && PyCell_Check(value)) value = PyCell_GET(value);
+    if (value) fn(PyTuple_GET_ITEM(names, i), value);
+  }
+}
+#endif
 
 constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
 

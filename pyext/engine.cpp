@@ -45,8 +45,14 @@ constexpr uint32_t kTransparent = UINT32_MAX;
 
 using compat::utf8;
 
+thread_local const HookFrame* t_hook_frame = nullptr;
+
 std::string module_of_current_frame(PyCodeObject* code) {
   // Cold path (first sight of a code object): the module is the frame's __name__.
+  if (const HookFrame* h = t_hook_frame) {
+    return h->globals && PyDict_Check(h->globals) ? utf8(PyDict_GetItemString(h->globals, "__name__"))
+                                                  : std::string();
+  }
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
   if (!f || compat::frame_code(f) != code) return {};
 #if PY_VERSION_HEX >= 0x030B0000
@@ -305,6 +311,7 @@ inline bool is_frame_at(const CaptureLane& L, long j, int depth, PyCodeObject* c
 }
 
 inline uintptr_t generator_key(PyFrameObject* frame) {
+  if (!frame && t_hook_frame) return t_hook_frame->generator;
   if (!frame) frame = PyEval_GetFrame();
   return frame ? compat::frame_generator(frame) : 0;
 }
@@ -315,15 +322,6 @@ inline uintptr_t generator_key(PyFrameObject* frame) {
 // lanes want the I/O of a span (by engine serial, not by pointer), summarize
 // once for all of them, and then look the lanes up again.
 
-struct IOTarget {
-  uint64_t serial;
-  uint32_t lane;
-  uint32_t call;  // index of the span's kCall event
-};
-struct IOTargets {
-  IOTarget t[4];
-  int n = 0;
-};
 constexpr int kMaxIOArguments = 16;  // a summary per parameter, at most this many
 
 inline void want_io(IOTargets* io, const CaptureLane& L, uint32_t call) {
@@ -369,11 +367,9 @@ void restart_calls(const IOTargets& io) {
 }
 
 void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets& io) {
-  if (!frame) frame = PyEval_GetFrame();  // 3.12+: the frame that is starting
-  if (!frame || compat::frame_code(frame) != code) return;
   IOSummary summary;
   bool first = true;
-  compat::for_each_parameter(frame, code, kMaxIOArguments, [&](PyObject* name, PyObject* value) {
+  auto each = [&](PyObject* name, PyObject* value) {
     std::string n = utf8(name);
     // The receiver of a method is the model object itself, not data flowing through.
     bool receiver = first && (n == "self" || n == "cls");
@@ -382,7 +378,17 @@ void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets
     summary = IOSummary{};
     summarize_object(value, &summary);
     append_io(io, IORole::kArgument, n, summary);
-  });
+  };
+#if MLPROF_EVAL_TRACER
+  if (!frame && t_hook_frame) {
+    compat::for_each_parameter(t_hook_frame->locals, code, kMaxIOArguments, each);
+    restart_calls(io);
+    return;
+  }
+#endif
+  if (!frame) frame = PyEval_GetFrame();  // 3.12+ sys.monitoring: the frame that is starting
+  if (!frame || compat::frame_code(frame) != code) return;
+  compat::for_each_parameter(frame, code, kMaxIOArguments, each);
   restart_calls(io);
 }
 
@@ -771,6 +777,27 @@ void Engine::start(PyObject* session) {
   state_ = State::kCollecting;
   if (!binder_ok || !hooks::install(this, &error)) {
     fail("could not install the profiling hook: " + error);
+  } else if (!hooks::sees_running_frames()) {
+    note_running_generators();
+  }
+}
+
+void Engine::note_running_generators() {
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(f);
+  while (f) {
+    PyCodeObject* code = compat::frame_code(f);
+    if (compat::is_generator_code(code)) {
+      PyObject* gen = PyFrame_GetGenerator(f);  // new reference
+      if (gen && !hooks::wraps_generator_run(gen)) {
+        unseen_suspends_.push_back(Unseen{gen, code});
+      } else {
+        Py_XDECREF(gen);
+      }
+    }
+    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
+    Py_DECREF(f);
+    f = back;
   }
 }
 
@@ -818,6 +845,8 @@ void Engine::stop() {
   PyErr_Restore(type, value, tb);
   Py_CLEAR(token_);
   for (auto& lane : lanes_) Py_CLEAR(lane->context);
+  for (const Unseen& u : unseen_suspends_) Py_DECREF(u.gen);
+  unseen_suspends_.clear();
   suspended_.clear();
   gen_labels_.clear();
   session_ = nullptr;
@@ -887,10 +916,47 @@ std::shared_ptr<Profile> Engine::profile() {
 
 // --- hook entry points ---------------------------------------------------------
 
+// Engine::unseen_suspends_: on the origin lane, a running generator that has
+// suspended (or finished) since, or that `resuming` resumes now, is taken to
+// have yielded (or returned) before this event, as sys.monitoring would have
+// reported. Innermost first, as such a chain suspends.
+[[gnu::cold]] void catch_up_slow(CaptureLane& L, uintptr_t resuming) {
+  auto& unseen = L.engine->unseen_suspends_;
+  for (size_t i = 0; i < unseen.size();) {
+    const Engine::Unseen u = unseen[i];
+    const int state = hooks::generator_state(u.gen);
+    const uintptr_t key = reinterpret_cast<uintptr_t>(u.gen);
+    if (state == 0 && key != resuming) {
+      ++i;
+      continue;
+    }
+    const HookFrame described{key, nullptr, nullptr};
+    const HookFrame* saved = t_hook_frame;
+    t_hook_frame = &described;
+    if (state > 0) {
+      lane_return(L, u.code, false, nullptr);
+    } else {
+      lane_yield(L, u.code, nullptr);
+    }
+    t_hook_frame = saved;
+    unseen.erase(unseen.begin() + static_cast<long>(i));
+    Py_DECREF(u.gen);
+  }
+}
+
+inline void catch_up(CaptureLane& L, uintptr_t resuming) {
+  if (!L.engine->unseen_suspends_.empty() && L.index == 0) catch_up_slow(L, resuming);
+}
+
+void set_hook_frame(const HookFrame* frame) { t_hook_frame = frame; }
+
 void on_start(PyCodeObject* code, PyFrameObject* frame) {
   const CurrentLanes& cl = lanes_now();
   IOTargets io;
-  for (int i = 0; i < cl.n; ++i) lane_start(*cl.lanes[i], code, frame, false, &io);
+  for (int i = 0; i < cl.n; ++i) {
+    catch_up(*cl.lanes[i], 0);
+    lane_start(*cl.lanes[i], code, frame, false, &io);
+  }
   if (io.n) capture_arguments(code, frame, io);
 }
 
@@ -899,21 +965,40 @@ void on_resume(PyCodeObject* code, PyFrameObject* frame, bool continued) {
   IOTargets io;
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
+    catch_up(L, generator_key(frame));
     if (!lane_resume(L, code, frame)) lane_start(L, code, frame, continued, &io);
   }
   if (io.n) capture_arguments(code, frame, io);
 }
 
+void on_frame_left(PyCodeObject* code, bool exception, IOTargets* pending) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    catch_up(*cl.lanes[i], 0);
+    lane_return(*cl.lanes[i], code, exception, pending);
+  }
+}
+
+void on_left_frame_value(PyObject* retval, const IOTargets& pending) {
+  if (pending.n) capture_return(retval, pending);
+}
+
 void on_return(PyCodeObject* code, PyFrameObject* /*frame*/, bool exception, PyObject* retval) {
   const CurrentLanes& cl = lanes_now();
   IOTargets io;
-  for (int i = 0; i < cl.n; ++i) lane_return(*cl.lanes[i], code, exception, &io);
+  for (int i = 0; i < cl.n; ++i) {
+    catch_up(*cl.lanes[i], 0);
+    lane_return(*cl.lanes[i], code, exception, &io);
+  }
   if (io.n) capture_return(retval, io);
 }
 
 void on_yield(PyCodeObject* code, PyFrameObject* frame) {
   const CurrentLanes& cl = lanes_now();
-  for (int i = 0; i < cl.n; ++i) lane_yield(*cl.lanes[i], code, frame);
+  for (int i = 0; i < cl.n; ++i) {
+    catch_up(*cl.lanes[i], 0);
+    lane_yield(*cl.lanes[i], code, frame);
+  }
 }
 
 bool skip_below_ceiling(PyCodeObject* code) {

@@ -121,9 +121,20 @@ class Engine {
     PyObject* code;
   };
   std::unordered_map<uintptr_t, GenLabel> gen_labels_;  // generator object -> label
+  // Generators and coroutines running on the starting thread when the session
+  // started (the coroutine that entered it, and those awaiting it), when the
+  // hook cannot see them suspend or finish (hooks::sees_running_frames). Each
+  // is caught up with at the origin lane's first event after it did, or at
+  // its own first resume. gen: a strong reference until stop().
+  struct Unseen {
+    PyObject* gen;
+    PyCodeObject* code;  // the generator keeps it alive
+  };
+  std::vector<Unseen> unseen_suspends_;
 
  private:
   CaptureLane* new_lane(uint64_t thread_key, PyObject* context);
+  void note_running_generators();
 
   EngineOptions opts_;
   State state_ = State::kIdle;
@@ -172,6 +183,30 @@ Engine* newest_all_threads_engine();
 bool any_engine_wants_c_calls();
 
 // --- events from the hooks (GIL held, never raise) -----------------------------
+// 3.12/3.13's frame evaluation hook reports a frame before the interpreter
+// makes it current, so PyEval_GetFrame() is still the caller's: the hook
+// describes the frame here for the duration of its on_* call (null otherwise).
+struct HookFrame {
+  uintptr_t generator;     // the generator/coroutine that owns it, 0 for a plain frame
+  PyObject* globals;       // borrowed
+  PyObject* const* locals;  // its fast locals, parameters first
+};
+void set_hook_frame(const HookFrame* frame);
+// Spans that want a summary of a value later (capture_io).
+struct IOTarget {
+  uint64_t serial;
+  uint32_t lane;
+  uint32_t call;  // index of the span's kCall event
+};
+struct IOTargets {
+  IOTarget t[4];
+  int n = 0;
+};
+// A frame's return seen before its value is known (the hook, when a
+// finalizer runs in the frame's teardown): its spans end now, and `pending`
+// names those that want the value, which on_left_frame_value then summarizes.
+void on_frame_left(PyCodeObject* code, bool exception, IOTargets* pending);
+void on_left_frame_value(PyObject* retval, const IOTargets& pending);
 void on_start(PyCodeObject* code, PyFrameObject* frame);   // frame may be null (3.12+)
 // A resume (3.12+: PY_RESUME/PY_THROW; below: a call event of generator code).
 // If no suspended span matches, it is a start, flagged continued if `continued`.
@@ -215,6 +250,16 @@ bool install_thread_binder(std::string* error);  // all_threads: threading.setpr
 void uninstall_thread_binder();
 const char* name();
 int tool_id();  // the sys.monitoring tool id held, -1 if none
+// False when Python frames are reported by a frame evaluation hook (3.12,
+// 3.13): a frame already running when it was installed is never seen to
+// suspend or return. sys.monitoring and setprofile see those too.
+bool sees_running_frames();
+// A generator or coroutine object's state where the hook needs it (3.12/3.13):
+// < 0 suspended, 0 running (or unknown), > 0 finished.
+int generator_state(PyObject* gen);
+// Whether this thread's hook wraps the current run of `gen` (it will see it
+// suspend or finish); true where the hook sees running frames anyway.
+bool wraps_generator_run(PyObject* gen);
 uint64_t event_count();  // interpreter events delivered to the hook so far
 }  // namespace hooks
 

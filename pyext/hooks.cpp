@@ -1,21 +1,25 @@
-// The two hook paths side by side: sys.monitoring with C callbacks on 3.12+,
-// PyEval_SetProfile with a C function on 3.9-3.11. Both only translate
-// interpreter events into engine.h's on_* calls.
+// The hook paths side by side. 3.12 and 3.13: a PEP 523 frame evaluation
+// function reports Python frames, sys.monitoring only C calls (or everything,
+// when another frame evaluator holds the hook). 3.14+: sys.monitoring.
+// 3.9-3.11: PyEval_SetProfile with a C function, and on 3.11 a frame
+// evaluation function that runs frames below the ceiling untraced. All only
+// translate interpreter events into engine.h's on_* calls.
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "engine.h"
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-// 3.11's _PyInterpreterFrame (f_code), for the frame evaluation hook below.
+#if (PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000) || MLPROF_EVAL_TRACER
+// The interpreter's _PyInterpreterFrame and generator layout, for the frame
+// evaluation hook below (3.11: f_code; 3.12/3.13: owner, locals, globals).
+#include <opcode.h>
 #define Py_BUILD_CORE 1
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 #endif
-// The frame evaluation hook that runs frames below the ceiling untraced
-// (3.11: the tracing path; 3.12+: sys.monitoring's callbacks).
-#define MLPROF_SKIP_UNTRACED (PY_VERSION_HEX >= 0x030B0000)
+#define MLPROF_EVAL_HOOK ((PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000) || MLPROF_EVAL_TRACER)
 
 namespace mlprof::hooks {
 namespace {
@@ -42,19 +46,18 @@ std::string take_error() {
 
 uint64_t g_hook_events = 0;  // events delivered to our hook (GIL held)
 
-#if MLPROF_SKIP_UNTRACED
-// Each version's frame evaluation function (below), and whether it may be
-// installed now.
+#if MLPROF_EVAL_HOOK
+// Each version's frame evaluation function (below).
 PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag);
-bool eval_hook_allowed();
-int g_eval_users = 0;  // sessions with a ceiling
+int g_eval_users = 0;  // sessions using it (3.11: those with a ceiling)
 bool g_eval_ours = false;
 
 void eval_hook_acquire() {
   if (g_eval_users++ > 0) return;
   PyInterpreterState* interp = compat::tstate()->interp;
-  // Another frame evaluator (torch.compile) keeps its place; frames then stay traced.
-  if (_PyInterpreterState_GetEvalFrameFunc(interp) == _PyEval_EvalFrameDefault && eval_hook_allowed()) {
+  // Another frame evaluator (torch.compile) keeps its place: 3.11 then traces
+  // every frame, 3.12/3.13 take their events from sys.monitoring.
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) == _PyEval_EvalFrameDefault) {
     _PyInterpreterState_SetEvalFrameFunc(interp, eval_frame);
     g_eval_ours = true;
   }
@@ -126,6 +129,14 @@ PyObject* cb_yield(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   Py_RETURN_NONE;
 }
+#if MLPROF_EVAL_TRACER
+// The innermost frame of this thread runs below every ceiling (eval_frame):
+// the C-call events sys.monitoring sends from it are not the session's either.
+thread_local bool t_skipped_run = false;
+#else
+constexpr bool t_skipped_run = false;
+#endif
+
 inline bool is_python_callable(PyObject* f) {
   if (PyFunction_Check(f)) return true;
   return PyMethod_Check(f) && PyFunction_Check(PyMethod_GET_FUNCTION(f));
@@ -134,19 +145,19 @@ PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_hook_events;
   // CALL fires for every call; C_RETURN/C_RAISE only for callables that are
   // not plain Python functions, so only those open a C span.
-  if (nargs >= 3 && g_native_collecting && !is_python_callable(args[2])) {
+  if (nargs >= 3 && g_native_collecting && !t_skipped_run && !is_python_callable(args[2])) {
     on_c_call(args[2], as_code(args[0]));
   }
   Py_RETURN_NONE;
 }
 PyObject* cb_c_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_hook_events;
-  if (nargs >= 3 && g_native_collecting) on_c_return(args[2], false);
+  if (nargs >= 3 && g_native_collecting && !t_skipped_run) on_c_return(args[2], false);
   Py_RETURN_NONE;
 }
 PyObject* cb_c_raise(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_hook_events;
-  if (nargs >= 3 && g_native_collecting) on_c_return(args[2], true);
+  if (nargs >= 3 && g_native_collecting && !t_skipped_run) on_c_return(args[2], true);
   Py_RETURN_NONE;
 }
 
@@ -198,6 +209,16 @@ bool register_callbacks(std::string* error) {
   return ok;
 }
 
+// Whether the frame evaluation hook reports Python frames (then sys.monitoring
+// is used for C calls only, if at all).
+bool python_frames_from_hook() {
+#if MLPROF_EVAL_TRACER
+  return g_eval_ours;
+#else
+  return false;
+#endif
+}
+
 bool set_events(bool c_calls, std::string* error) {
   PyObject* events = PyObject_GetAttrString(g_monitoring, "events");
   if (!events) {
@@ -205,9 +226,13 @@ bool set_events(bool c_calls, std::string* error) {
     return false;
   }
   long mask = 0;
-  int n = c_calls ? 8 : kPyEvents;
-  for (int i = 0; i < n; ++i) mask |= event_bit(events, g_events[i]);
-  mask |= event_bit(events, "PY_THROW");
+  if (!python_frames_from_hook()) {
+    for (int i = 0; i < kPyEvents; ++i) mask |= event_bit(events, g_events[i]);
+    mask |= event_bit(events, "PY_THROW");
+  }
+  if (c_calls) {
+    for (int i = kPyEvents; i < 8; ++i) mask |= event_bit(events, g_events[i]);
+  }
   Py_DECREF(events);
   PyObject* r = PyObject_CallMethod(g_monitoring, "set_events", "il", g_tool, mask);
   if (!r) {
@@ -236,82 +261,185 @@ bool claim_tool(std::string* error) {
   return false;
 }
 
-// Events of frames below every ceiling are most of a sampled predict's hook
-// cost on 3.12+ (a pandas predict at depth 2: 2,926 frames, 401 within
-// reach; bench/RESULTS.md). While a session with a ceiling runs, a PEP 523
-// frame evaluation function raises the thread's `tracing` count (what
-// CPython itself does while a callback runs, so no tool's events fire) for
-// each frame that every current lane would skip, and for what it calls; a
-// callee within reach again (a generator: a resume may reopen a recorded
-// span; a session started down there) gets it lowered for its own run.
-// A frame's state is fixed for its whole evaluation, so each lane sees both
-// its start and its return or neither. t_untraced: this thread's count holds
-// our raise.
-thread_local bool t_untraced = false;
+#if MLPROF_EVAL_TRACER
+// Why a frame evaluation function and not sys.monitoring's events: switching
+// the events on instruments every function that runs next, and switching
+// them off undoes it, function by function, in whatever runs after. With a
+// session per sampled request, the sampled call and the unsampled call after
+// it paid that (3.13, a pandas predict: the next call +13%, the sampled one
+// +40%; with the hook, nothing is instrumented; bench/RESULTS.md). While a
+// session runs, this function sees each Python frame before it runs and
+// after it returns, yields or unwinds: with one set, the interpreter inlines
+// no Python call or generator resume, so every frame comes through here.
+// Frames below every ceiling just run. Other tools (coverage, a debugger
+// through sys.settrace) keep their own events.
 
-PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
-  // Not while another tracer or profiler (a debugger, coverage through
-  // sys.settrace) is set on this thread, nor while a callback runs Python
-  // code (summarizing arguments): its frames are not monitored anyway.
-  if (!g_native_collecting || ts->c_tracefunc || ts->c_profilefunc || ts->tracing != (t_untraced ? 1 : 0)) {
-    return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+inline PyCodeObject* code_of(_PyInterpreterFrame* f) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* c = f->f_executable;
+  return c && PyCode_Check(c) ? reinterpret_cast<PyCodeObject*>(c) : nullptr;
+#else
+  return f->f_code;
+#endif
+}
+
+// Index of a generator's RESUME 0 in its code units, read once from the
+// original bytecode (the adaptive copy may hold instrumented opcodes) and
+// kept in a code extra slot as index + 1.
+Py_ssize_t g_resume_extra = -1;
+
+long first_resume(PyCodeObject* code) {
+  void* extra = nullptr;
+  if (g_resume_extra < 0) g_resume_extra = compat::request_code_extra_index();
+  if (g_resume_extra < 0) return -1;
+  if (compat::get_code_extra(reinterpret_cast<PyObject*>(code), g_resume_extra, &extra) < 0) {
+    PyErr_Clear();
+    return -1;
   }
-  PyObject* code = PyUnstable_InterpreterFrame_GetCode(frame);  // the frame keeps it alive
-  Py_XDECREF(code);
-  const bool skip = code && PyCode_Check(code) && skip_below_ceiling(reinterpret_cast<PyCodeObject*>(code));
-  if (skip == t_untraced) return _PyEval_EvalFrameDefault(ts, frame, throwflag);
-  if (skip) {
-    PyThreadState_EnterTracing(ts);
+  if (extra) return static_cast<long>(reinterpret_cast<uintptr_t>(extra)) - 1;
+  long index = -1;
+  if (PyObject* bytes = PyCode_GetCode(code)) {
+    const auto* units = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(bytes));
+    const Py_ssize_t n = PyBytes_GET_SIZE(bytes) / 2;
+    for (Py_ssize_t i = 0; i < n && index < 0; ++i) {
+      if (units[2 * i] == RESUME) index = static_cast<long>(i);
+    }
+    Py_DECREF(bytes);
   } else {
-    PyThreadState_LeaveTracing(ts);
+    PyErr_Clear();
   }
-  t_untraced = skip;
+  if (index >= 0) {
+    compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_resume_extra,
+                           reinterpret_cast<void*>(static_cast<uintptr_t>(index) + 1));
+  }
+  return index;
+}
+
+// Runs one event with the frame described to the engine and the thread's
+// tracing count raised, as CPython does around a monitoring callback, so that
+// Python code the event runs (summarizing an argument) is not reported
+// itself. An exception being raised or thrown in stays pending.
+template <typename Fn>
+void report(PyThreadState* ts, const HookFrame& frame, Fn&& event) {
+  ++g_hook_events;
+  PyObject* pending = PyErr_GetRaisedException();
+  PyThreadState_EnterTracing(ts);
+  set_hook_frame(&frame);
+  event();
+  set_hook_frame(nullptr);
+  PyThreadState_LeaveTracing(ts);
+  PyErr_SetRaisedException(pending);
+}
+
+// The frames this thread's hook reported the start or resume of and is
+// running now, innermost last.
+struct Wrapped {
+  _PyInterpreterFrame* frame;
+  PyCodeObject* code;
+  HookFrame described;
+  bool ended;  // its return was reported early (end_left_frame)
+  IOTargets pending;  // then: the spans that want its return value
+};
+thread_local std::vector<Wrapped> t_wrapped;
+
+inline _PyInterpreterFrame* current_frame(PyThreadState* ts) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return ts->current_frame;
+#else
+  return ts->cframe->current_frame;
+#endif
+}
+
+// A frame that starts while the thread's current frame is the entry frame
+// below the innermost wrapped one runs in that frame's teardown (a weakref
+// callback or a __del__ as its locals are released, after its return: the
+// interpreter has already made the frame's caller current). sys.monitoring
+// reports the return before the teardown; so does this, so the finalizer is
+// the frame's sibling and not its child.
+void end_left_frame(PyThreadState* ts) {
+  if (t_wrapped.empty()) return;
+  Wrapped& w = t_wrapped.back();
+  _PyInterpreterFrame* now = current_frame(ts);
+  if (w.ended || now == w.frame || !now || now != w.frame->previous || now->owner != FRAME_OWNED_BY_CSTACK) return;
+  w.ended = true;
+  report(ts, w.described, [&] { on_frame_left(w.code, PyErr_Occurred() != nullptr, &w.pending); });
+}
+
+// Runs a reported frame; true in `ended` if its exit was reported already
+// (then its return value is summarized here, where it is known).
+PyObject* run_wrapped(PyThreadState* ts, _PyInterpreterFrame* frame, PyCodeObject* code, const HookFrame& hf,
+                      int throwflag, bool* ended) {
+  t_wrapped.push_back(Wrapped{frame, code, hf, false, {}});
+  const bool skipped = t_skipped_run;
+  t_skipped_run = false;
   PyObject* result = _PyEval_EvalFrameDefault(ts, frame, throwflag);
-  // Back in the caller, which runs untraced iff !skip. A tracer set meanwhile
-  // (pdb.set_trace() in the callee) keeps the rest traced, as CPython would.
-  if (skip) {
-    if (t_untraced) PyThreadState_LeaveTracing(ts);
-    t_untraced = false;
-  } else if (!t_untraced && !ts->c_tracefunc && !ts->c_profilefunc) {
-    PyThreadState_EnterTracing(ts);
-    t_untraced = true;
+  t_skipped_run = skipped;
+  const Wrapped done = t_wrapped.back();
+  t_wrapped.pop_back();
+  *ended = done.ended;
+  if (done.ended && result && done.pending.n) {
+    report(ts, hf, [&] { on_left_frame_value(result, done.pending); });
   }
   return result;
 }
 
-// Another sys.monitoring tool (coverage, a debugger) must see every frame.
-bool other_tool_active() {
-  for (int id = 0; id < 6; ++id) {
-    if (id == g_tool) continue;
-    PyObject* r = PyObject_CallMethod(g_monitoring, "get_tool", "i", id);
-    if (!r) {
-      PyErr_Clear();
-      return true;  // cannot tell: keep every frame traced
-    }
-    const bool taken = r != Py_None;
-    Py_DECREF(r);
-    if (taken) return true;
-  }
-  return false;
+PyObject* run_skipped(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
+  const bool skipped = t_skipped_run;
+  t_skipped_run = true;
+  PyObject* result = _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  t_skipped_run = skipped;
+  return result;
 }
 
-bool eval_hook_allowed() { return !other_tool_active(); }
-
-}  // namespace
-
-const char* name() { return "sys.monitoring"; }
-
-int tool_id() { return g_tool; }
-
-bool install(Engine* engine, std::string* error) {
-  bool c_calls = engine->options().capture_c_calls || g_c_events;
-  if (g_users > 0) {
-    if (c_calls && !g_c_events && !set_events(true, error)) return false;
-    ++g_users;
-    // At unlimited depth no frame is ever below the ceiling (as on 3.11).
-    if (engine->options().depth >= 0) eval_hook_acquire();
-    return true;
+PyObject* eval_generator(PyThreadState* ts, _PyInterpreterFrame* frame, PyCodeObject* code, int throwflag) {
+  // The call that creates a generator runs only RETURN_GENERATOR: not an event
+  // (sys.monitoring reports the first resume as the start).
+  if (frame->owner != FRAME_OWNED_BY_GENERATOR) return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  PyGenObject* gen = _PyFrame_GetGenerator(frame);
+  const HookFrame hf{reinterpret_cast<uintptr_t>(gen), frame->f_globals, frame->localsplus};
+  // Before RESUME 0: its first run (a throw into it is a resume, as PY_THROW).
+  const long resume = first_resume(code);
+  const bool first = !throwflag && resume >= 0 && PyUnstable_InterpreterFrame_GetLasti(frame) / 2 < resume;
+  if (first) {
+    report(ts, hf, [&] { on_start(code, nullptr); });
+  } else {
+    report(ts, hf, [&] { on_resume(code, nullptr, true); });
   }
+  bool ended = false;
+  PyObject* result = run_wrapped(ts, frame, code, hf, throwflag, &ended);
+  if (ended) return result;
+  if (!result) {
+    report(ts, hf, [&] { on_return(code, nullptr, true, nullptr); });
+  } else if (gen->gi_frame_state < FRAME_EXECUTING) {  // suspended: a yield or an await
+    report(ts, hf, [&] { on_yield(code, nullptr); });
+  } else {
+    report(ts, hf, [&] { on_return(code, nullptr, false, result); });
+  }
+  return result;
+}
+
+PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
+  // tracing: a callback or one of our events runs this frame (their frames are not reported).
+  if (!g_native_collecting || ts->tracing) return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  PyCodeObject* code = code_of(frame);
+  if (!code) return _PyEval_EvalFrameDefault(ts, frame, throwflag);
+  end_left_frame(ts);
+  if (compat::is_generator_code(code)) return eval_generator(ts, frame, code, throwflag);
+  if (skip_below_ceiling(code)) return run_skipped(ts, frame, throwflag);
+  const HookFrame hf{0, frame->f_globals, frame->localsplus};
+  report(ts, hf, [&] { on_start(code, nullptr); });
+  bool ended = false;
+  PyObject* result = run_wrapped(ts, frame, code, hf, throwflag, &ended);
+  if (!ended) report(ts, hf, [&] { on_return(code, nullptr, result == nullptr, result); });
+  return result;
+}
+
+#endif
+
+// What the newest session's Python frames were reported by.
+const char* g_name = MLPROF_EVAL_TRACER ? "eval_frame" : "sys.monitoring";
+
+bool start_monitoring(bool c_calls, std::string* error) {
   if (!g_monitoring) {
     PyObject* sys = PyImport_ImportModule("sys");
     g_monitoring = sys ? PyObject_GetAttrString(sys, "monitoring") : nullptr;
@@ -329,19 +457,10 @@ bool install(Engine* engine, std::string* error) {
     g_tool = -1;
     return false;
   }
-  ++g_users;
-  if (engine->options().depth >= 0) eval_hook_acquire();
   return true;
 }
 
-void uninstall(Engine* engine) {
-  if (g_users == 0) return;
-  if (engine->options().depth >= 0) eval_hook_release();
-  if (--g_users > 0) {
-    std::string ignored;
-    if (g_c_events && !any_engine_wants_c_calls()) set_events(false, &ignored);
-    return;
-  }
+void stop_monitoring() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   PyObject* r = PyObject_CallMethod(g_monitoring, "set_events", "ii", g_tool, 0);
@@ -361,6 +480,71 @@ void uninstall(Engine* engine) {
   PyErr_Restore(type, value, tb);
   g_tool = -1;
   g_c_events = false;
+}
+
+}  // namespace
+
+const char* name() { return g_name; }
+
+bool sees_running_frames() { return !python_frames_from_hook(); }
+
+bool wraps_generator_run(PyObject* gen) {
+#if MLPROF_EVAL_TRACER
+  const auto key = reinterpret_cast<uintptr_t>(gen);
+  return std::any_of(t_wrapped.begin(), t_wrapped.end(), [key](const Wrapped& w) { return w.described.generator == key; });
+#else
+  (void)gen;
+  return true;
+#endif
+}
+
+int generator_state(PyObject* gen) {
+#if MLPROF_EVAL_TRACER
+  const auto state = reinterpret_cast<PyGenObject*>(gen)->gi_frame_state;  // coroutines share the layout
+  return state < FRAME_EXECUTING ? -1 : state == FRAME_EXECUTING ? 0 : 1;
+#else
+  (void)gen;
+  return 0;
+#endif
+}
+
+int tool_id() { return g_tool; }
+
+bool install(Engine* engine, std::string* error) {
+  const bool c_calls = engine->options().capture_c_calls || g_c_events;
+#if MLPROF_EVAL_TRACER
+  eval_hook_acquire();  // every session, at any depth: the hook is what reports frames
+  if (g_users == 0) g_name = g_eval_ours ? "eval_frame" : "sys.monitoring";
+#endif
+  // sys.monitoring: for C calls, or for every event without the hook.
+  const bool monitoring = c_calls || !python_frames_from_hook();
+  if (monitoring && g_tool < 0 && !start_monitoring(c_calls, error)) {
+#if MLPROF_EVAL_TRACER
+    eval_hook_release();
+#endif
+    return false;
+  }
+  if (monitoring && c_calls && !g_c_events && !set_events(true, error)) {
+#if MLPROF_EVAL_TRACER
+    eval_hook_release();
+#endif
+    return false;
+  }
+  ++g_users;
+  return true;
+}
+
+void uninstall(Engine* /*engine*/) {
+  if (g_users == 0) return;
+#if MLPROF_EVAL_TRACER
+  eval_hook_release();
+#endif
+  if (--g_users > 0) {
+    std::string ignored;
+    if (g_tool >= 0 && g_c_events && !any_engine_wants_c_calls()) set_events(false, &ignored);
+    return;
+  }
+  if (g_tool >= 0) stop_monitoring();
 }
 
 #else
@@ -431,7 +615,7 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   return 0;
 }
 
-#if MLPROF_SKIP_UNTRACED
+#if MLPROF_EVAL_HOOK
 // 3.11 runs every instruction of a thread with a profile function on its
 // tracing path, de-specialised: +40% on a pandas predict whose frames are
 // nearly all below the ceiling (bench/RESULTS.md). While a session is
@@ -461,7 +645,6 @@ PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwfla
   return result;
 }
 
-bool eval_hook_allowed() { return true; }  // a chained profiler is checked per frame
 #endif
 
 void install_here() {
@@ -481,12 +664,18 @@ void install_here() {
 
 const char* name() { return "setprofile"; }
 
+bool sees_running_frames() { return true; }
+
+int generator_state(PyObject* /*gen*/) { return 0; }
+
+bool wraps_generator_run(PyObject* /*gen*/) { return true; }
+
 int tool_id() { return -1; }
 
 bool install([[maybe_unused]] Engine* engine, std::string* /*error*/) {
   install_here();
   ++t_hook.users;
-#if MLPROF_SKIP_UNTRACED
+#if MLPROF_EVAL_HOOK
   // At unlimited depth no frame is ever below the ceiling: the hook would
   // only cost (no inlining, a check per frame; fib at depth -1: 6.6x, not 5.8x).
   if (engine->options().depth >= 0) eval_hook_acquire();
@@ -496,7 +685,7 @@ bool install([[maybe_unused]] Engine* engine, std::string* /*error*/) {
 
 void uninstall([[maybe_unused]] Engine* engine) {
   ThreadHook& h = t_hook;
-#if MLPROF_SKIP_UNTRACED
+#if MLPROF_EVAL_HOOK
   if (engine->options().depth >= 0) eval_hook_release();
 #endif
   if (h.users > 0) --h.users;

@@ -177,6 +177,8 @@ def test_statistics(engine):
 def _native_hook():
     import sys
 
+    if sys.version_info[:2] in ((3, 12), (3, 13)):
+        return "eval_frame"  # a frame evaluation hook reports frames (pyext/hooks.cpp)
     return "sys.monitoring" if sys.version_info >= (3, 12) else "setprofile"
 
 

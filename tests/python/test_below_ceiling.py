@@ -1,6 +1,7 @@
 """Frames below the ceiling. On 3.11+ the native engine runs them untraced
 (a frame evaluation hook turns the interpreter's tracing path off for them on
-3.11, and stops sys.monitoring's events for them on 3.12+; pyext/hooks.cpp);
+3.11, and on 3.12/3.13 it reports frames itself and just runs those;
+pyext/hooks.cpp);
 on every version the tree, the skipped counts, generators resumed down there,
 sessions started down there and debuggers attached down there behave as if
 every frame were traced."""
@@ -215,16 +216,31 @@ def test_frames_below_the_ceiling_send_the_hook_no_events():
     assert sent >= 400  # recorded frames are traced
 
 
+EVAL_FRAME_REPORTS = sys.version_info[:2] in ((3, 12), (3, 13))  # pyext/hooks.cpp
+
+
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 trace every frame")
 def test_frames_below_the_ceiling_stay_traced_for_a_tracer():
+    below = fresh_function(6)
+    calls = []
+
+    def tracer(frame, event, arg):  # a debugger, coverage through settrace
+        if event == "call" and frame.f_code is below.__code__:
+            calls.append(frame)
+        return None
+
     prev = sys.gettrace()
-    sys.settrace(lambda *a: None)  # a debugger, coverage through settrace
+    sys.settrace(tracer)
     try:
-        sent, session = hook_events(fresh_function(6), depth=0)
+        sent, session = hook_events(below, depth=0)
     finally:
         sys.settrace(prev)
     assert session.statistics()["events_skipped"] == 200
-    assert sent >= 400
+    assert len(calls) == 200  # the tracer saw every frame below our ceiling
+    if EVAL_FRAME_REPORTS:
+        assert sent < 100  # and ours still skipped them: the two do not share a switch
+    else:
+        assert sent >= 400  # 3.11: a tracer makes every frame traced for us too
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
@@ -244,4 +260,7 @@ def test_frames_below_the_ceiling_stay_traced_for_another_monitoring_tool():
         mon.free_tool_id(tool)
     assert session.statistics()["events_skipped"] == 200
     assert len(seen) == 200  # the other tool saw every frame below our ceiling
-    assert sent >= 400
+    if EVAL_FRAME_REPORTS:
+        assert sent < 100  # and ours still skipped them
+    else:
+        assert sent >= 400

@@ -66,7 +66,8 @@ def test_cprofile_keeps_its_monitoring_tool_id(engine):
     try:
         assert monitoring.get_tool(monitoring.PROFILER_ID) is not None
         owner = monitoring.get_tool(monitoring.PROFILER_ID)
-        with profiling(depth=-1, engine=engine) as session:
+        # C calls: the native engine needs sys.monitoring for them on every 3.12+
+        with profiling(depth=-1, engine=engine, capture_c_calls=True) as session:
             during()
             ours = _core.tool_id()
             still = monitoring.get_tool(monitoring.PROFILER_ID)
@@ -80,17 +81,35 @@ def test_cprofile_keeps_its_monitoring_tool_id(engine):
     finally:
         prof.disable()
     assert counts(prof).get("during") == 1
-    assert shape(session) == (("during", ()),)
+    assert shape(session, show_c_calls=False) == (("during", ()),)
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
 def test_native_takes_the_profiler_id_when_free():
-    with profiling(engine="native"):
+    with profiling(engine="native", capture_c_calls=True):
         ours = _core.tool_id()
         owner = sys.monitoring.get_tool(sys.monitoring.PROFILER_ID)
     assert ours == sys.monitoring.PROFILER_ID
     assert owner == "mlflow-profiler"
     assert sys.monitoring.get_tool(sys.monitoring.PROFILER_ID) is None
+
+
+@pytest.mark.skipif(sys.version_info[:2] not in ((3, 12), (3, 13)), reason="the frame evaluation hook's versions")
+def test_native_holds_no_monitoring_tool_without_c_calls():
+    """Python frames come from the frame evaluation hook: sys.monitoring is
+    not switched on, so no function is instrumented by a session (and
+    re-instrumented after it)."""
+    import dis
+
+    with profiling(engine="native", depth=2) as session:
+        ours = _core.tool_id()
+        during()
+        instrumented = [i.opname for i in dis.get_instructions(during, adaptive=True) if "INSTRUMENTED" in i.opname]
+        taken = [sys.monitoring.get_tool(i) for i in range(6)]
+    assert ours == -1 and "mlflow-profiler" not in taken
+    assert instrumented == []  # sys.monitoring would have made its RESUME and RETURN instrumented
+    assert session.statistics()["engine"] == "eval_frame"
+    assert shape(session)[0] == ("during", ())  # (then dis, called at depth 0 too)
 
 
 def test_setprofile_function_is_restored(engine):
