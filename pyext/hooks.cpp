@@ -513,20 +513,24 @@ int tool_id() { return g_tool; }
 bool install(Engine* engine, std::string* error) {
   const bool c_calls = engine->options().capture_c_calls || g_c_events;
 #if MLPROF_EVAL_TRACER
-  eval_hook_acquire();  // every session, at any depth: the hook is what reports frames
-  if (g_users == 0) g_name = g_eval_ours ? "eval_frame" : "sys.monitoring";
+  // The first session picks how frames are reported while any runs. With a
+  // ceiling: the hook (nothing instrumented; frames below the ceiling just
+  // run). At unlimited depth every frame is reported, and sys.monitoring's
+  // callbacks cost less per frame than the hook, which also stops inlining
+  // (fib, 3.13: 4.1x against 5.7x; bench/RESULTS.md).
+  if (g_users == 0) {
+    if (engine->options().depth >= 0) eval_hook_acquire();
+    g_name = g_eval_ours ? "eval_frame" : "sys.monitoring";
+  } else if (g_eval_users > 0) {
+    eval_hook_acquire();
+  }
 #endif
   // sys.monitoring: for C calls, or for every event without the hook.
   const bool monitoring = c_calls || !python_frames_from_hook();
-  if (monitoring && g_tool < 0 && !start_monitoring(c_calls, error)) {
+  if ((monitoring && g_tool < 0 && !start_monitoring(c_calls, error)) ||
+      (monitoring && c_calls && !g_c_events && !set_events(true, error))) {
 #if MLPROF_EVAL_TRACER
-    eval_hook_release();
-#endif
-    return false;
-  }
-  if (monitoring && c_calls && !g_c_events && !set_events(true, error)) {
-#if MLPROF_EVAL_TRACER
-    eval_hook_release();
+    if (g_eval_users > 0) eval_hook_release();
 #endif
     return false;
   }
@@ -537,7 +541,7 @@ bool install(Engine* engine, std::string* error) {
 void uninstall(Engine* /*engine*/) {
   if (g_users == 0) return;
 #if MLPROF_EVAL_TRACER
-  eval_hook_release();
+  if (g_eval_users > 0) eval_hook_release();  // every session acquired it, or none
 #endif
   if (--g_users > 0) {
     std::string ignored;

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from mlflow_profiler import current_session, profiling
 
 from _helpers import check_times, find, native_defect, walk
@@ -14,8 +16,8 @@ def own_work(n):
     return n * 2
 
 
-async def job(engine, n):
-    with profiling(depth=-1, engine=engine) as session:
+async def job(engine, n, depth=-1):
+    with profiling(depth=depth, engine=engine) as session:
         for i in range(n + 1):
             await asyncio.sleep(0)
             own_work(n)
@@ -23,9 +25,13 @@ async def job(engine, n):
     return n, session
 
 
-def test_each_task_sees_only_its_own_calls(engine):
+# depth 5: on 3.12/3.13 a session with a ceiling takes its frames from the
+# frame evaluation hook, which does not see the coroutines already running
+# when a session starts suspend (docs/capture.md); -1: sys.monitoring.
+@pytest.mark.parametrize("depth", [-1, 5])
+def test_each_task_sees_only_its_own_calls(engine, depth):
     async def main():
-        return await asyncio.gather(*(job(engine, n) for n in range(4)))
+        return await asyncio.gather(*(job(engine, n, depth) for n in range(4)))
 
     results = asyncio.run(main())
     assert len(results) == 4
