@@ -984,12 +984,8 @@ void on_left_frame_value(PyObject* retval, const IOTargets& pending) {
 }
 
 void on_return(PyCodeObject* code, PyFrameObject* /*frame*/, bool exception, PyObject* retval) {
-  const CurrentLanes& cl = lanes_now();
   IOTargets io;
-  for (int i = 0; i < cl.n; ++i) {
-    catch_up(*cl.lanes[i], 0);
-    lane_return(*cl.lanes[i], code, exception, &io);
-  }
+  on_frame_left(code, exception, &io);
   if (io.n) capture_return(retval, io);
 }
 
