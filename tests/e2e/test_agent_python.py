@@ -110,9 +110,13 @@ def test_worker_threads_started_inside_a_predict_appear_with_their_start_and_exi
     spawn = spawn[0]
     workers = [t for t in doc.threads if t["pid"] == target.pid and t["parent_tid"] == target.ready["tid"]]
     assert len(workers) == 2, doc.threads
+    # join() returns once a worker's Python thread state is released, before
+    # the OS thread has finished exiting: the kernel's exit can be stamped a
+    # little after the span that joined it ended (75 ns seen in CI).
+    exit_slack = 1 * MS
     for t in workers:
-        assert spawn.start_ns <= t["start_ns"] < t["end_ns"] <= spawn.end_ns, (t, spawn)
-        assert call["t0"] <= t["start_ns"] and t["end_ns"] <= call["t1"]
+        assert spawn.start_ns <= t["start_ns"] < t["end_ns"] <= spawn.end_ns + exit_slack, (t, spawn)
+        assert call["t0"] <= t["start_ns"] and t["end_ns"] <= call["t1"] + exit_slack
         # Started under _spawn: the innermost span open then (threading's
         # Thread.start, within the captured depth) or _spawn itself.
         assert t["started_under"] in {s.index for s in spawn.walk()}, (t, spawn.shape())
