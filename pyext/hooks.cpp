@@ -266,8 +266,9 @@ bool claim_tool(std::string* error) {
 // the events on instruments every function that runs next, and switching
 // them off undoes it, function by function, in whatever runs after. With a
 // session per sampled request, the sampled call and the unsampled call after
-// it paid that (3.13, a pandas predict: the next call +13%, the sampled one
-// +40%; with the hook, nothing is instrumented; bench/RESULTS.md). While a
+// it paid that (3.13, a pandas predict: the next call +11%, the sampled one
+// +27-30%; with the hook +3.5% and +22%: nothing is instrumented;
+// bench/RESULTS.md). While a
 // session runs, this function sees each Python frame before it runs and
 // after it returns, yields or unwinds: with one set, the interpreter inlines
 // no Python call or generator resume, so every frame comes through here.
@@ -374,12 +375,10 @@ PyObject* run_wrapped(PyThreadState* ts, _PyInterpreterFrame* frame, PyCodeObjec
   t_skipped_run = false;
   PyObject* result = _PyEval_EvalFrameDefault(ts, frame, throwflag);
   t_skipped_run = skipped;
-  const Wrapped done = t_wrapped.back();
+  *ended = t_wrapped.back().ended;
+  const IOTargets pending = *ended ? t_wrapped.back().pending : IOTargets{};  // no copy per frame
   t_wrapped.pop_back();
-  *ended = done.ended;
-  if (done.ended && result && done.pending.n) {
-    report(ts, hf, [&] { on_left_frame_value(result, done.pending); });
-  }
+  if (result && pending.n) report(ts, hf, [&] { on_left_frame_value(result, pending); });
   return result;
 }
 
@@ -410,7 +409,7 @@ PyObject* eval_generator(PyThreadState* ts, _PyInterpreterFrame* frame, PyCodeOb
   if (ended) return result;
   if (!result) {
     report(ts, hf, [&] { on_return(code, nullptr, true, nullptr); });
-  } else if (gen->gi_frame_state < FRAME_EXECUTING) {  // suspended: a yield or an await
+  } else if (generator_state(reinterpret_cast<PyObject*>(gen)) < 0) {  // suspended: a yield or an await
     report(ts, hf, [&] { on_yield(code, nullptr); });
   } else {
     report(ts, hf, [&] { on_return(code, nullptr, false, result); });

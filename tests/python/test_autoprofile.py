@@ -378,6 +378,17 @@ def test_output_dir_full_queue_drops_and_counts(tmp_path):
         f"p{i}.json.gz" for i, ok in enumerate(accepted) if ok)
 
 
+def _under_strace(strace, syscalls, script, out_dir, tmp_path):
+    """Runs `script` (argv[1]: out_dir) in a child under strace -f tracing
+    `syscalls`; asserts it succeeded and returns (the process, the trace's path)."""
+    log = tmp_path / "strace.log"
+    proc = subprocess.run([strace, "-f", "-qq", "-e", f"trace={syscalls}", "-o", str(log),
+                           sys.executable, "-c", script, str(out_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc, log
+
+
 def test_output_dir_writes_without_a_flush_per_profile_and_flush_makes_them_durable(tmp_path):
     """What the kernel is asked, seen by strace: the writer thread issues no
     fsync per profile (each costs a journal commit: bench/RESULTS.md), and
@@ -404,11 +415,7 @@ def test_output_dir_writes_without_a_flush_per_profile_and_flush_makes_them_dura
         print(_core.background_writer_stats()["written"])
     """)
     out_dir = tmp_path / "profiles"
-    log = tmp_path / "strace.log"
-    proc = subprocess.run([strace, "-f", "-qq", "-e", "trace=fsync,fdatasync,syncfs,sync", "-o", str(log),
-                           sys.executable, "-c", script, str(out_dir)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc, log = _under_strace(strace, "fsync,fdatasync,syncfs,sync", script, out_dir, tmp_path)
     assert proc.stdout.split() == ["20"]
     calls = [line.split(None, 1)[1].split("(", 1)[0] for line in log.read_text().splitlines()
              if "(" in line and not line.split(None, 1)[1].startswith("+++")]
@@ -446,11 +453,7 @@ def test_queueing_a_profile_does_not_wake_the_writer_while_it_polls(tmp_path):
         print(os.getpid(), _core.background_writer_stats()["written"])
     """)
     out_dir = tmp_path / "profiles"
-    log = tmp_path / "strace.log"
-    proc = subprocess.run([strace, "-f", "-qq", "-e", "trace=futex,getppid", "-o", str(log),
-                           sys.executable, "-c", script, str(out_dir)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc, log = _under_strace(strace, "futex,getppid", script, out_dir, tmp_path)
     main, written = proc.stdout.split()
     assert written == "11"
     lines = [line for line in log.read_text().splitlines() if line.split(None, 1)[0] == main]
