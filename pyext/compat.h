@@ -1,6 +1,6 @@
 #pragma once
-// CPython version shims for the capture hooks (3.9 to 3.13). Each shim says
-// which release it covers; everything else uses the stable C API.
+// CPython version shims for the capture mechanisms (3.9 to 3.15). Each shim
+// says which release it covers; everything else uses the stable C API.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -13,12 +13,12 @@
 #else
 #define MLPROF_HAS_MONITORING 0
 #endif
-// 3.12 and 3.13: the frame evaluation hook reports Python frames itself
-// (hooks.cpp). It reads the interpreter's frame layout, known for these two.
-#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000
-#define MLPROF_EVAL_TRACER 1
+// 3.11+: a PEP 523 frame evaluation function reports the frames within the
+// ceiling (capture/eval_frame.cpp).
+#if PY_VERSION_HEX >= 0x030B0000
+#define MLPROF_HAS_EVAL_HOOK 1
 #else
-#define MLPROF_EVAL_TRACER 0
+#define MLPROF_HAS_EVAL_HOOK 0
 #endif
 
 namespace mlprof::compat {
@@ -30,6 +30,35 @@ inline PyThreadState* tstate() {
   return _PyThreadState_UncheckedGet();
 #endif
 }
+
+// Keeps an exception that is being raised or thrown in pending across work
+// that must not see or clear it (a capture event run in the middle).
+class PendingError {
+ public:
+  PendingError() {
+    if (!PyErr_Occurred()) return;
+#if PY_VERSION_HEX >= 0x030C0000
+    value_ = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&type_, &value_, &tb_);
+#endif
+  }
+  ~PendingError() {
+    if (!value_ && !type_) return;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(value_);
+#else
+    PyErr_Restore(type_, value_, tb_);
+#endif
+  }
+  PendingError(const PendingError&) = delete;
+  PendingError& operator=(const PendingError&) = delete;
+
+ private:
+  PyObject* type_ = nullptr;
+  PyObject* value_ = nullptr;
+  PyObject* tb_ = nullptr;
+};
 
 // PEP 523 per-code extra slots, renamed PyUnstable_* in 3.12.
 inline Py_ssize_t request_code_extra_index() {
@@ -170,30 +199,32 @@ void for_each_parameter(PyFrameObject* frame, PyCodeObject* code, int max, Fn&& 
 #endif
 }
 
-#if MLPROF_EVAL_TRACER
-// The same from a frame's fast locals as the frame evaluation hook sees them
-// (3.12/3.13, before the frame runs or when a generator first resumes): an
-// argument that is also a cell is in its cell once MAKE_CELL ran, which a
-// generator has done before its first resume.
-template <typename Fn>
-void for_each_parameter(PyObject* const* locals, PyCodeObject* code, int max, Fn&& fn) {
+// The same from a frame as the frame evaluation hook sees it (3.11+, before
+// the frame runs or when a generator runs): `local(i)` gives fast local i,
+// borrowed. An argument that is also a cell is in its cell once MAKE_CELL
+// ran, which a generator has done before its first run.
+template <typename Local, typename Fn>
+void for_each_parameter_of(Local&& local, PyCodeObject* code, int max, Fn&& fn) {
+#if PY_VERSION_HEX >= 0x030B0000
   constexpr unsigned char kFastCell = 0x40;  // CO_FAST_CELL, internal/pycore_code.h
   int n = code->co_argcount + code->co_kwonlyargcount + ((code->co_flags & CO_VARARGS) ? 1 : 0) +
           ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
   if (n > max) n = max;
   PyObject* names = code->co_localsplusnames;
   PyObject* kinds = code->co_localspluskinds;
-  if (!locals || !names || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) < n || !kinds ||
+  if (!names || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) < n || !kinds ||
       !PyBytes_Check(kinds) || PyBytes_GET_SIZE(kinds) < n) {
     return;
   }
   for (int i = 0; i < n; ++i) {
-    PyObject* value = locals[i];
+    PyObject* value = local(i);
     if (value && (PyBytes_AS_STRING(kinds)[i] & kFastCell) && PyCell_Check(value)) value = PyCell_GET(value);
     if (value) fn(PyTuple_GET_ITEM(names, i), value);
   }
-}
+#else
+  (void)local, (void)code, (void)max, (void)fn;
 #endif
+}
 
 constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
 

@@ -14,6 +14,8 @@
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
 #include "span_api.h"
+#include "capture/capture.h"
+#include "capture/frame_access.h"
 
 namespace mlprof {
 
@@ -49,10 +51,12 @@ thread_local const HookFrame* t_hook_frame = nullptr;
 
 std::string module_of_current_frame(PyCodeObject* code) {
   // Cold path (first sight of a code object): the module is the frame's __name__.
-  if (const HookFrame* h = t_hook_frame) {
-    return h->globals && PyDict_Check(h->globals) ? utf8(PyDict_GetItemString(h->globals, "__name__"))
-                                                  : std::string();
+#if MLPROF_HAS_EVAL_HOOK
+  if (const HookFrame* h = t_hook_frame; h && h->frame) {
+    PyObject* globals = mlprof_frame_globals(h->frame);
+    return globals && PyDict_Check(globals) ? utf8(PyDict_GetItemString(globals, "__name__")) : std::string();
   }
+#endif
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
   if (!f || compat::frame_code(f) != code) return {};
 #if PY_VERSION_HEX >= 0x030B0000
@@ -276,46 +280,65 @@ inline bool room_for_structure(CaptureLane& L) {
   return false;
 }
 
-// Emits returns for entries rec[from..] (innermost first) and drops them.
+// Closes rec[from..] innermost first (recorded entries get their kReturn) and
+// drops them.
 void close_entries(CaptureLane& L, size_t from, bool exception, int64_t ts) {
   for (size_t i = L.rec.size(); i > from; --i) {
-    if (!room_for_structure(L)) return;
+    const StackEntry& e = L.rec[i - 1];
+    if (e.call_index == kNoEvent) continue;
+    if (!room_for_structure(L)) break;
     uint8_t flags = exception ? kEvException : 0;
-    if (L.rec[i - 1].children_dropped) flags |= kEvChildrenDropped;
+    if (e.children_dropped) flags |= kEvChildrenDropped;
     push(L, EventKind::kReturn, 0, flags, ts);
-    probes::span_exit(L.engine->serial(), L.index, L.rec[i - 1].call_index, flags);
+    probes::span_exit(L.engine->serial(), L.index, e.call_index, flags);
   }
   L.rec.resize(from);
 }
 
-// The entry that may be the innermost frame's: below the blocks and C calls
-// opened inside that frame (a chain of levels ending at the counter). Blocks
-// a caller opened sit below the counter and do not belong to it. Returns its
-// index or -1; `extra` = the entries above it.
-inline long top_frame(const CaptureLane& L, int* extra) {
-  long i = static_cast<long>(L.rec.size()) - 1;
-  int k = 0;
-  while (i >= 0 && L.rec[static_cast<size_t>(i)].kind != EntryKind::kFrame &&
-         L.rec[static_cast<size_t>(i)].depth == L.depth - k) {
-    ++k;
-    --i;
-  }
-  *extra = k;
-  return i;
+inline bool frame_like(const StackEntry& e) {
+  return e.kind == EntryKind::kFrame || e.kind == EntryKind::kTransparent || e.kind == EntryKind::kDropped;
 }
 
-inline bool is_frame_at(const CaptureLane& L, long j, int depth, PyCodeObject* code) {
-  if (j < 0) return false;
-  const StackEntry& e = L.rec[static_cast<size_t>(j)];
-  return e.kind == EntryKind::kFrame && e.depth == depth && e.code == code;
+// Entries whose frame has ended without its end being reported (a frame at
+// the same or a shallower frame depth is running now) are closed here: at
+// most they end late. The innermost recorded frame among them is remembered,
+// so that its own report, if it comes, still gives it its flag and value.
+void close_ended(CaptureLane& L, int32_t pydepth, int64_t ts) {
+  size_t from = L.rec.size();
+  while (from > 0 && L.rec[from - 1].pydepth >= pydepth) --from;
+  if (from == L.rec.size()) return;
+  uint32_t returns_before = 0;  // kReturn events close_entries writes before this entry's
+  for (size_t i = L.rec.size(); i > from; --i) {
+    const StackEntry& e = L.rec[i - 1];
+    if (e.kind == EntryKind::kFrame && e.call_index != kNoEvent) {
+      L.inferred = CaptureLane::Inferred{e.code, e.pydepth, e.call_index,
+                                         static_cast<uint32_t>(L.out.events.size() + returns_before), e.want_io};
+      break;
+    }
+    if (e.call_index != kNoEvent) ++returns_before;
+  }
+  close_entries(L, from, false, ts);
 }
+
+// The tree depth a frame at frame depth `pydepth` has in the lane: counted
+// from the innermost open entry (or the lane's base), one level per frame in
+// between. Frames in between that were never reported ran below the ceiling
+// (a window reports every frame), so they count as plain levels.
+inline int32_t depth_at(const CaptureLane& L, int32_t pydepth) {
+  if (L.rec.empty()) return -1 + (pydepth - L.base_pydepth);
+  const StackEntry& t = L.rec.back();
+  return t.depth + (pydepth - t.pydepth);
+}
+
+inline int32_t next_depth(const CaptureLane& L) { return (L.rec.empty() ? -1 : L.rec.back().depth) + 1; }
+
+inline bool is_origin(const CaptureLane& L) { return L.index == 0; }
 
 inline uintptr_t generator_key(PyFrameObject* frame) {
   if (!frame && t_hook_frame) return t_hook_frame->generator;
   if (!frame) frame = PyEval_GetFrame();
   return frame ? compat::frame_generator(frame) : 0;
 }
-
 // --- I/O capture (capture_io) --------------------------------------------------
 // Summarizing runs Python code (properties of a DataFrame ...), during which
 // other threads may run and end the session. So the hooks first note which
@@ -379,14 +402,15 @@ void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets
     summarize_object(value, &summary);
     append_io(io, IORole::kArgument, n, summary);
   };
-#if MLPROF_EVAL_TRACER
-  if (!frame && t_hook_frame) {
-    compat::for_each_parameter(t_hook_frame->locals, code, kMaxIOArguments, each);
+#if MLPROF_HAS_EVAL_HOOK
+  if (!frame && t_hook_frame && t_hook_frame->frame) {
+    struct _PyInterpreterFrame* f = t_hook_frame->frame;
+    compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code, kMaxIOArguments, each);
     restart_calls(io);
     return;
   }
 #endif
-  if (!frame) frame = PyEval_GetFrame();  // 3.12+ sys.monitoring: the frame that is starting
+  if (!frame) frame = PyEval_GetFrame();  // the frame that is starting
   if (!frame || compat::frame_code(frame) != code) return;
   compat::for_each_parameter(frame, code, kMaxIOArguments, each);
   restart_calls(io);
@@ -399,30 +423,52 @@ void capture_return(PyObject* retval, const IOTargets& io) {
   append_io(io, IORole::kReturn, std::string(), summary);
 }
 
-void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool continued,
+// Before an event about a frame at frame depth `pydepth` that starts or
+// resumes: what that frame replaces has ended, and a lane with nothing open
+// (other than the origin) takes its base from it (a task's coroutine resumed
+// by the event loop, a callback). Returns the frame's tree depth, or INT32_MIN
+// when it runs at or above the lane's base: above the root, not the lane's.
+int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
+  if (!is_origin(L) && L.rec.empty()) {
+    L.base_pydepth = pydepth - 1;
+    L.base_known = true;
+  } else if (is_origin(L) && key && key == L.engine->entering_generator_) {
+    // The coroutine that entered the session resumes, perhaps deeper or
+    // shallower than it was: the base follows it.
+    L.base_pydepth = pydepth;
+    return -1;
+  }
+  if (pydepth <= L.base_pydepth) return INT32_MIN;
+  close_ended(L, pydepth, clock::ticks());
+  return depth_at(L, pydepth);
+}
+
+// Whether a frame at `depth` is the lane's to track, and how.
+inline bool track_transparent(CaptureLane& L, PyCodeObject* code, int32_t depth, int32_t pydepth, uint32_t fid) {
+  if (fid != kTransparent && !session_transparent(L, code)) return false;
+  L.rec.push_back(StackEntry{kNoEvent, depth - 1, pydepth, EntryKind::kTransparent, 0, code});
+  return true;
+}
+
+bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame, bool continued,
                 IOTargets* io) {
-  int d = L.depth + 1;
+  const bool generator = compat::is_generator_code(code);
+  const uintptr_t key = generator ? generator_key(frame) : 0;
+  const int32_t d = arrive(L, pydepth, key);
+  if (d == INT32_MIN || d < 0) return false;
   if (d > L.ceiling) {
-    L.depth = d;
     ++L.skipped;
-    return;
+    return false;
   }
-  // Transparency is checked wherever the counter is within the ceiling, above
-  // the root too, so that a frame's start and its return agree on it.
-  if (d < 0) {
-    if (!lane_transparent(L, code)) L.depth = d;
-    return;
-  }
-  uint32_t fid = function_id(code);
-  if (fid == kTransparent || session_transparent(L, code)) return;  // not counted
-  L.depth = d;
-  if (L.truncated) return;
+  const uint32_t fid = function_id(code);
+  if (track_transparent(L, code, d, pydepth, fid)) return true;
+  if (L.truncated) return false;
   if (L.out.events.size() >= L.soft_cap) {
     ++L.out.dropped;
     if (!L.rec.empty()) L.rec.back().children_dropped = true;
-    return;
+    L.rec.push_back(StackEntry{kNoEvent, d, pydepth, EntryKind::kDropped, key, code});
+    return true;
   }
-  uintptr_t key = compat::is_generator_code(code) ? generator_key(frame) : 0;
   uint32_t label = 0;
   if (L.pending_code == reinterpret_cast<PyObject*>(code)) {
     label = L.pending_label;
@@ -434,99 +480,145 @@ void lane_start(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame, bool c
       L.engine->gen_labels_.erase(it);
     }
   }
-  int64_t ts = clock::ticks();
+  const int64_t ts = clock::ticks();
   if (label) push(L, EventKind::kLabel, label, 0, ts);
-  auto idx = static_cast<uint32_t>(L.out.events.size());
+  const auto idx = static_cast<uint32_t>(L.out.events.size());
   const uint8_t flags = continued ? kEvContinued : 0;
   push(L, EventKind::kCall, fid, flags, ts);
-  L.rec.push_back(StackEntry{idx, d, EntryKind::kFrame, key, code});
+  // A continued coroutine's locals are not its arguments any more.
+  const bool io_here = d <= L.io_ceiling;
+  L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kFrame, key, code, false, io_here});
   L.last_was_suspend = false;
   probes::span_enter(L.engine->serial(), L.index, idx, fid, label, d, flags);
-  // A continued coroutine's locals are not its arguments any more.
-  if (d <= L.io_ceiling && !continued) want_io(io, L, idx);
+  if (io_here && !continued) want_io(io, L, idx);
+  // The C calls of a frame whose callees are within the ceiling.
+  if (d < L.ceiling && L.engine->options().capture_c_calls) capture::watch_c_calls(code);
+  return true;
 }
 
-void lane_return(CaptureLane& L, PyCodeObject* code, bool exception, IOTargets* io) {
-  // The common case first: the innermost recorded frame returns (a recorded
-  // frame is never transparent, so no flag lookup is needed).
-  if (!L.rec.empty()) {
-    const StackEntry& top = L.rec.back();
-    if (top.code == code && top.depth == L.depth && top.kind == EntryKind::kFrame) {
-      if (top.depth <= L.io_ceiling && !exception) want_io(io, L, top.call_index);
-      L.depth = top.depth - 1;
-      close_entries(L, L.rec.size() - 1, exception, clock::ticks());
-      L.last_was_suspend = false;
-      return;
-    }
-  }
-  // A transparent frame did not move the counter: it was checked at L.depth + 1.
-  if (L.depth + 1 <= L.ceiling && lane_transparent(L, code)) return;
-  int extra = 0;
-  long j = top_frame(L, &extra);
-  int frame_depth = L.depth - extra;
-  if (is_frame_at(L, j, frame_depth, code)) {
-    if (frame_depth <= L.io_ceiling && !exception) want_io(io, L, L.rec[static_cast<size_t>(j)].call_index);
-    close_entries(L, static_cast<size_t>(j), exception, clock::ticks());
+void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, bool exception, IOTargets* io) {
+  if (pydepth <= L.base_pydepth) return;  // a frame above the root
+  const int64_t ts = clock::ticks();
+  close_ended(L, pydepth + 1, ts);
+  // The frame's own entries: the blocks and C calls it opened, then itself.
+  size_t j = L.rec.size();
+  while (j > 0 && L.rec[j - 1].pydepth == pydepth && !frame_like(L.rec[j - 1])) --j;
+  if (j > 0 && L.rec[j - 1].pydepth == pydepth && L.rec[j - 1].code == code) {
+    const StackEntry& e = L.rec[j - 1];
+    if (e.want_io && !exception && e.call_index != kNoEvent) want_io(io, L, e.call_index);
+    close_entries(L, j - 1, exception, ts);
     L.last_was_suspend = false;
+    return;
   }
-  L.depth = frame_depth - 1;
+  if (j < L.rec.size()) close_entries(L, j, exception, ts);  // blocks of a frame the lane does not track
+  // Its end was inferred earlier (a finalizer started in its teardown).
+  CaptureLane::Inferred& inf = L.inferred;
+  if (inf.code == code && inf.pydepth == pydepth) {
+    if (exception && inf.return_index < L.out.events.size()) L.out.events[inf.return_index].flags |= kEvException;
+    if (inf.want_io && !exception) want_io(io, L, inf.call_index);
+    inf = CaptureLane::Inferred{};
+  }
 }
 
-void lane_yield(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
-  if (L.depth + 1 <= L.ceiling && lane_transparent(L, code)) return;
-  int extra = 0;
-  long j = top_frame(L, &extra);
-  int frame_depth = L.depth - extra;
-  size_t from = L.rec.size() - static_cast<size_t>(extra);
-  if (is_frame_at(L, j, frame_depth, code)) from = static_cast<size_t>(j);
-  if (from < L.rec.size() && !L.truncated && room_for_structure(L)) {
-    uintptr_t key = from == static_cast<size_t>(j) && L.rec[from].key ? L.rec[from].key
-                                                                     : generator_key(frame);
-    if (key) {
-      if (!L.last_was_suspend) {
-        L.chain_top = L.rec.back().call_index;
-        L.chain_top_depth = L.rec.back().depth;
-      }
-      L.last_was_suspend = true;
-      Suspended s{L.index, frame_depth, {L.rec.begin() + static_cast<long>(from), L.rec.end()}};
-      push(L, EventKind::kSuspend, s.entries.front().call_index, 0, clock::ticks());
-      probes::span_suspend(L.engine->serial(), L.index, s.entries.front().call_index);
-      L.engine->suspended_[key] = std::move(s);
-      L.rec.resize(from);
+void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame) {
+  if (pydepth < L.base_pydepth) return;  // above the frame that entered the session
+  const int64_t ts = clock::ticks();
+  close_ended(L, pydepth + 1, ts);
+  // The segment that leaves with the generator: its frame's entry (if the
+  // lane tracks it) and the blocks opened in it.
+  size_t from = L.rec.size();
+  while (from > 0 && L.rec[from - 1].pydepth == pydepth) --from;
+  if (from == L.rec.size()) return;
+  const uintptr_t key = frame_like(L.rec[from]) && L.rec[from].key ? L.rec[from].key : generator_key(frame);
+  if (!key || L.truncated || !room_for_structure(L)) {
+    close_entries(L, from, false, ts);
+    return;
+  }
+  (void)code;
+  Suspended s{L.index, 0, pydepth, {L.rec.begin() + static_cast<long>(from), L.rec.end()}};
+  L.rec.resize(from);
+  s.frame_depth = depth_at(L, pydepth);
+  if (pydepth == L.base_pydepth && is_origin(L)) s.frame_depth = -1;  // the entering coroutine
+  uint32_t first_recorded = kNoEvent;
+  for (const StackEntry& e : s.entries) {
+    if (e.call_index != kNoEvent) {
+      first_recorded = e.call_index;
+      break;
     }
   }
-  L.depth = frame_depth - 1;
+  if (first_recorded != kNoEvent) {
+    if (!L.last_was_suspend) {
+      L.chain_top = s.entries.back().call_index != kNoEvent ? s.entries.back().call_index : first_recorded;
+      L.chain_top_depth = s.entries.back().depth;
+    }
+    L.last_was_suspend = true;
+    push(L, EventKind::kSuspend, first_recorded, 0, ts);
+    probes::span_suspend(L.engine->serial(), L.index, first_recorded);
+  }
+  auto it = L.engine->suspended_.find(key);
+  if (it != L.engine->suspended_.end() && it->second.lane < L.engine->lanes().size()) {
+    --L.engine->lanes()[it->second.lane]->suspended;  // a stale segment of the same generator
+  }
+  ++L.suspended;
+  L.engine->suspended_[key] = std::move(s);
 }
 
 // Returns true if a suspended segment was pushed back.
-bool lane_resume(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
-  int d = L.depth + 1;
-  if (d <= L.ceiling && lane_transparent(L, code)) return true;
-  if (!L.engine->suspended_.empty()) {
-    uintptr_t key = generator_key(frame);
-    auto it = key ? L.engine->suspended_.find(key) : L.engine->suspended_.end();
-    if (it != L.engine->suspended_.end() && it->second.lane == L.index) {
-      Suspended s = std::move(it->second);
-      L.engine->suspended_.erase(it);
-      if (!L.truncated && room_for_structure(L)) {
-        int shift = d - s.frame_depth;
-        push(L, EventKind::kResume, s.entries.front().call_index, 0, clock::ticks());
-        probes::span_resume(L.engine->serial(), L.index, s.entries.front().call_index);
-        int top = d;
-        for (StackEntry e : s.entries) {
-          e.depth += shift;
-          top = e.depth > top ? e.depth : top;
-          L.rec.push_back(e);
-        }
-        L.depth = top;
-        L.last_was_suspend = false;
-        return true;
-      }
-    }
+bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame) {
+  const uintptr_t key = generator_key(frame);
+  auto it = key && !L.engine->suspended_.empty() ? L.engine->suspended_.find(key) : L.engine->suspended_.end();
+  if (it == L.engine->suspended_.end() || it->second.lane != L.index) return false;
+  const int32_t d = arrive(L, pydepth, key);
+  if (d == INT32_MIN) return false;
+  Suspended s = std::move(it->second);
+  L.engine->suspended_.erase(it);
+  --L.suspended;
+  (void)code;
+  if (L.truncated || !room_for_structure(L)) return true;
+  const int32_t shift = d - s.frame_depth;
+  const int32_t pyshift = pydepth - s.frame_pydepth;
+  uint32_t first_recorded = kNoEvent;
+  for (StackEntry e : s.entries) {
+    e.depth += shift;
+    e.pydepth += pyshift;
+    if (first_recorded == kNoEvent) first_recorded = e.call_index;
+    L.rec.push_back(e);
   }
-  return false;
+  if (first_recorded != kNoEvent) {
+    push(L, EventKind::kResume, first_recorded, 0, clock::ticks());
+    probes::span_resume(L.engine->serial(), L.index, first_recorded);
+  }
+  L.last_was_suspend = false;
+  return true;
 }
 
+// Whether this lane wants the frame evaluation hook while the frame at frame
+// depth `current` runs: it does while that frame is one it tracks within the
+// ceiling (or the frame that entered the session), so that everything that
+// frame runs is seen, its callees and the finalizers of its own teardown
+// alike. A frame below the ceiling runs without it.
+inline bool lane_in_window(const CaptureLane& L, int32_t current) {
+  if (L.truncated || L.ceiling < 0) return false;
+#if !MLPROF_HAS_MONITORING
+  // 3.11: only the evaluation hook sees a generator resume, and a suspended
+  // span may resume anywhere (below the ceiling too).
+  if (L.suspended > 0) return true;
+#endif
+  if (L.rec.empty()) return true;  // the roots are next (or the session is starting in our own frames)
+  const StackEntry& t = L.rec.back();
+  return t.pydepth >= current && t.depth <= L.ceiling;
+}
+
+// Whether a lane keeps the hook through frames it does not track (3.11: a
+// suspended span's resume must be seen wherever it happens).
+inline bool lane_keeps_hook(const CaptureLane& L) {
+#if !MLPROF_HAS_MONITORING
+  return L.suspended > 0 && !L.truncated;
+#else
+  (void)L;
+  return false;
+#endif
+}
 }  // namespace
 
 int64_t now_ns() { return clock::monotonic_ns(); }
@@ -562,6 +654,12 @@ Engine* engine_for_session(PyObject* session) {
 }
 
 const CurrentLanes& current_lanes() { return lanes_now(); }
+
+std::vector<Engine*> collecting_engines() {
+  std::vector<Engine*> out;
+  for (auto& [serial, e] : g_by_serial) out.push_back(e);
+  return out;
+}
 
 Engine* newest_all_threads_engine() {
   Engine* best = nullptr;
@@ -671,7 +769,16 @@ Engine::~Engine() {
   for (PyObject* code : opts_.transparent_codes) Py_DECREF(code);
 }
 
-const char* Engine::hook_name() const { return hooks::name(); }
+const char* Engine::hook_name() const {
+  return state_ == State::kIdle || mechanism_.empty() ? capture::name() : mechanism_.c_str();
+}
+
+void Engine::note(const std::string& what) {
+  for (const auto& n : notes_) {
+    if (n == what) return;
+  }
+  notes_.push_back(what);
+}
 
 void Engine::fail(const std::string& why) {
   for (const auto& f : failures_) {
@@ -702,10 +809,12 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   if (!lanes_.empty()) {
     // A lane opened inside the session: adopt the origin lane's innermost span.
     CaptureLane& origin = *lanes_.front();
-    if (!origin.rec.empty()) {
+    auto recorded = std::find_if(origin.rec.rbegin(), origin.rec.rend(),
+                                 [](const StackEntry& e) { return e.call_index != kNoEvent; });
+    if (recorded != origin.rec.rend()) {
       L.out.parent_lane = 0;
-      L.out.parent_call = origin.rec.back().call_index;
-      base = origin.rec.back().depth + 1;
+      L.out.parent_call = recorded->call_index;
+      base = origin.rec.back().depth + 1;  // a transparent entry holds its caller's depth
     } else if (origin.last_was_suspend && origin.chain_top != UINT32_MAX) {
       L.out.parent_lane = 0;
       L.out.parent_call = origin.chain_top;
@@ -741,7 +850,7 @@ CaptureLane* Engine::lane_for(uint64_t thread_key, PyObject* context) {
   }
 }
 
-void Engine::start(PyObject* session) {
+void Engine::start(PyObject* session, int levels_above) {
   if (state_ != State::kIdle) {
     throw std::runtime_error(
         "this ProfileSession has already run; a session records once. Create a new one "
@@ -765,40 +874,43 @@ void Engine::start(PyObject* session) {
   start_thread_ = thread_key();
   std::string error;
   // Before capture starts: threading.setprofile is Python code we must not record.
-  bool binder_ok = !opts_.all_threads || hooks::install_thread_binder(&error);
+  bool binder_ok = !opts_.all_threads || capture::install_thread_binder(&error);
   PyThreadState* ts = compat::tstate();
   // A tracer sees the session before its origin lane (the contract's order).
   probes::session_begin(serial_, opts_.depth, begin_flags(opts_, serial_));
-  new_lane(start_thread_, ts->context);  // the origin lane: the entering frame is depth -1
   g_by_session[session] = this;
   g_by_serial[serial_] = this;
   ++g_native_collecting;
   ++g_generation;
   state_ = State::kCollecting;
-  if (!binder_ok || !hooks::install(this, &error)) {
+  const bool installed = binder_ok && capture::install(this, &error);
+  mechanism_ = capture::name();
+  // The origin lane: the frame that entered the session is its depth -1.
+  CaptureLane* origin = new_lane(start_thread_, ts->context);
+  origin->base_pydepth = capture::entering_frame_depth(levels_above);
+  origin->base_known = true;
+  note_running_frames(levels_above);
+  if (!installed) {
     fail("could not install the profiling hook: " + error);
-  } else if (!hooks::sees_running_frames()) {
-    note_running_generators();
+    return;
   }
+#if MLPROF_HAS_EVAL_HOOK
+  capture::set_window(current_lanes_want_callees());
+#endif
 }
 
-void Engine::note_running_generators() {
+void Engine::note_running_frames(int levels_above) {
+  // The frame that entered the session, when it is a coroutine's or a
+  // generator's (`async with profiling()`): its resumes move the origin lane.
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
   Py_XINCREF(f);
-  while (f) {
-    PyCodeObject* code = compat::frame_code(f);
-    if (compat::is_generator_code(code)) {
-      PyObject* gen = PyFrame_GetGenerator(f);  // new reference
-      if (gen && !hooks::wraps_generator_run(gen)) {
-        unseen_suspends_.push_back(Unseen{gen, code});
-      } else {
-        Py_XDECREF(gen);
-      }
-    }
+  for (int i = 0; i < levels_above && f; ++i) {
     PyFrameObject* back = PyFrame_GetBack(f);  // new reference
     Py_DECREF(f);
     f = back;
   }
+  if (f && compat::is_generator_code(compat::frame_code(f))) entering_generator_ = compat::frame_generator(f);
+  Py_XDECREF(f);
 }
 
 bool Engine::pause() {
@@ -809,6 +921,9 @@ bool Engine::pause() {
   }
   Py_CLEAR(token_);
   ++g_generation;  // setting a context variable does not bump ts->context_ver
+#if MLPROF_HAS_EVAL_HOOK
+  capture::set_window(current_lanes_want_callees());
+#endif
   return true;
 }
 
@@ -820,6 +935,9 @@ bool Engine::resume() {
     return false;
   }
   ++g_generation;
+#if MLPROF_HAS_EVAL_HOOK
+  capture::set_window(current_lanes_want_callees());
+#endif
   return true;
 }
 
@@ -832,8 +950,8 @@ void Engine::stop() {
   g_by_serial.erase(serial_);
   --g_native_collecting;
   ++g_generation;
-  hooks::uninstall(this);
-  if (opts_.all_threads) hooks::uninstall_thread_binder();
+  capture::uninstall(this);
+  if (opts_.all_threads) capture::uninstall_thread_binder();
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);  // stop() runs while an exception may be propagating
   if (token_ && PyContextVar_Reset(g_session_var, token_) < 0) {
@@ -844,9 +962,11 @@ void Engine::stop() {
   }
   PyErr_Restore(type, value, tb);
   Py_CLEAR(token_);
+  ++g_generation;  // the variable changed: lanes cached for this context are stale
+#if MLPROF_HAS_EVAL_HOOK
+  if (g_native_collecting > 0) capture::set_window(current_lanes_want_callees());
+#endif
   for (auto& lane : lanes_) Py_CLEAR(lane->context);
-  for (const Unseen& u : unseen_suspends_) Py_DECREF(u.gen);
-  unseen_suspends_.clear();
   suspended_.clear();
   gen_labels_.clear();
   session_ = nullptr;
@@ -867,7 +987,7 @@ std::shared_ptr<Profile> Engine::profile() {
   clock::Mapping clk = clock::mapping(start_anchor_, end_anchor_);
   p.meta["clock_source"] = clock::g_use_tsc ? "tsc" : "clock_gettime";
   p.meta["clock_error_ns"] = std::to_string(clk.error_ns);
-  p.meta["engine"] = hooks::name();
+  p.meta["engine"] = mechanism_.empty() ? capture::name() : mechanism_;
   p.meta["python"] = Py_GetVersion();
   p.meta["python"] = p.meta["python"].substr(0, p.meta["python"].find(' '));
   p.meta["pid"] = std::to_string(getpid());
@@ -914,108 +1034,92 @@ std::shared_ptr<Profile> Engine::profile() {
   return profile_;
 }
 
-// --- hook entry points ---------------------------------------------------------
+// --- entry points of the capture mechanisms -------------------------------------
 
-// Engine::unseen_suspends_: on the origin lane, a running generator that has
-// suspended (or finished) since, or that `resuming` resumes now, is taken to
-// have yielded (or returned) before this event, as sys.monitoring would have
-// reported. Innermost first, as such a chain suspends.
-[[gnu::cold]] void catch_up_slow(CaptureLane& L, uintptr_t resuming) {
-  auto& unseen = L.engine->unseen_suspends_;
-  for (size_t i = 0; i < unseen.size();) {
-    const Engine::Unseen u = unseen[i];
-    const int state = hooks::generator_state(u.gen);
-    const uintptr_t key = reinterpret_cast<uintptr_t>(u.gen);
-    if (state == 0 && key != resuming) {
-      ++i;
-      continue;
-    }
-    const HookFrame described{key, nullptr, nullptr};
-    const HookFrame* saved = t_hook_frame;
-    t_hook_frame = &described;
-    if (state > 0) {
-      lane_return(L, u.code, false, nullptr);
-    } else {
-      lane_yield(L, u.code, nullptr);
-    }
-    t_hook_frame = saved;
-    unseen.erase(unseen.begin() + static_cast<long>(i));
-    Py_DECREF(u.gen);
-  }
-}
-
-inline void catch_up(CaptureLane& L, uintptr_t resuming) {
-  if (!L.engine->unseen_suspends_.empty() && L.index == 0) catch_up_slow(L, resuming);
-}
+namespace {
+// After each event: whether this thread's current lanes want their callees
+// reported (capture/eval_frame.cpp installs its function while any thread does).
+inline void update_window(const CurrentLanes& cl, int32_t current) {
+#if MLPROF_HAS_EVAL_HOOK
+  bool open = false;
+  for (int i = 0; i < cl.n && !open; ++i) open = lane_in_window(*cl.lanes[i], current);
+  capture::set_window(open);
+#else
+  (void)cl, (void)current;
+#endif
+}}  // namespace
 
 void set_hook_frame(const HookFrame* frame) { t_hook_frame = frame; }
 
-void on_start(PyCodeObject* code, PyFrameObject* frame) {
+bool current_lanes_want_callees() {
   const CurrentLanes& cl = lanes_now();
-  IOTargets io;
+  const int32_t current = cl.n ? capture::frame_depth() : 0;
   for (int i = 0; i < cl.n; ++i) {
-    catch_up(*cl.lanes[i], 0);
-    lane_start(*cl.lanes[i], code, frame, false, &io);
+    if (lane_in_window(*cl.lanes[i], current)) return true;
   }
-  if (io.n) capture_arguments(code, frame, io);
+  return false;
 }
 
-void on_resume(PyCodeObject* code, PyFrameObject* frame, bool continued) {
+bool current_lanes_keep_hook() {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    if (lane_keeps_hook(*cl.lanes[i])) return true;
+  }
+  return false;
+}
+
+bool current_lanes_want_c_calls() {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    if (cl.lanes[i]->engine->options().capture_c_calls) return true;
+  }
+  return false;
+}
+
+bool on_start(PyCodeObject* code, int pydepth, PyFrameObject* frame) {
+  const CurrentLanes& cl = lanes_now();
+  IOTargets io;
+  bool tracked = false;
+  for (int i = 0; i < cl.n; ++i) tracked |= lane_start(*cl.lanes[i], code, pydepth, frame, false, &io);
+  if (io.n) capture_arguments(code, frame, io);
+  update_window(cl, pydepth);
+  return tracked;
+}
+
+void on_resume(PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued) {
   const CurrentLanes& cl = lanes_now();
   IOTargets io;
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
-    catch_up(L, generator_key(frame));
-    if (!lane_resume(L, code, frame)) lane_start(L, code, frame, continued, &io);
+    if (!lane_resume(L, code, pydepth, frame)) lane_start(L, code, pydepth, frame, continued, &io);
   }
   if (io.n) capture_arguments(code, frame, io);
+  update_window(cl, pydepth);
 }
 
-void on_frame_left(PyCodeObject* code, bool exception, IOTargets* pending) {
+void on_return(PyCodeObject* code, int pydepth, bool exception, PyObject* retval) {
   const CurrentLanes& cl = lanes_now();
-  for (int i = 0; i < cl.n; ++i) {
-    catch_up(*cl.lanes[i], 0);
-    lane_return(*cl.lanes[i], code, exception, pending);
-  }
-}
-
-void on_left_frame_value(PyObject* retval, const IOTargets& pending) {
-  if (pending.n) capture_return(retval, pending);
-}
-
-void on_return(PyCodeObject* code, PyFrameObject* /*frame*/, bool exception, PyObject* retval) {
   IOTargets io;
-  on_frame_left(code, exception, &io);
+  for (int i = 0; i < cl.n; ++i) lane_return(*cl.lanes[i], code, pydepth, exception, &io);
   if (io.n) capture_return(retval, io);
+  update_window(cl, pydepth - 1);
 }
 
-void on_yield(PyCodeObject* code, PyFrameObject* frame) {
+void on_yield(PyCodeObject* code, int pydepth, PyFrameObject* frame) {
   const CurrentLanes& cl = lanes_now();
-  for (int i = 0; i < cl.n; ++i) {
-    catch_up(*cl.lanes[i], 0);
-    lane_yield(*cl.lanes[i], code, frame);
-  }
+  for (int i = 0; i < cl.n; ++i) lane_yield(*cl.lanes[i], code, pydepth, frame);
+  update_window(cl, pydepth - 1);
 }
 
-bool skip_below_ceiling(PyCodeObject* code) {
-  if (compat::is_generator_code(code)) return false;
-  const CurrentLanes& cl = lanes_now();
-  if (cl.n == 0) return false;
-  for (int i = 0; i < cl.n; ++i) {
-    const CaptureLane& L = *cl.lanes[i];
-    if (L.depth + 1 <= L.ceiling) return false;
-  }
-  for (int i = 0; i < cl.n; ++i) ++cl.lanes[i]->skipped;
-  return true;
-}
-
-void on_c_call(PyObject* callable, PyCodeObject* caller) {
+void on_c_call(PyObject* callable, PyCodeObject* caller, int pydepth) {
   const CurrentLanes& cl = lanes_now();
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
-    if (!L.engine->options().capture_c_calls) continue;
-    int d = L.depth + 1;
-    if (d < 0 || d > L.ceiling || L.truncated) continue;
+    if (!L.engine->options().capture_c_calls || L.truncated) continue;
+    if (pydepth < L.base_pydepth) continue;  // a frame above the one that entered the session
+    close_ended(L, pydepth + 1, clock::ticks());
+    const int32_t d = depth_at(L, pydepth) + 1;
+    if (d < 0 || d > L.ceiling) continue;
     if (caller && is_transparent(caller)) continue;  // the profiler's own calls
     if (is_own_callable(callable)) continue;
     if (L.out.events.size() >= L.soft_cap) {
@@ -1025,47 +1129,53 @@ void on_c_call(PyObject* callable, PyCodeObject* caller) {
     uint32_t fid = cfunction_id(callable);
     auto idx = static_cast<uint32_t>(L.out.events.size());
     push(L, EventKind::kCall, fid, kEvCFunction, clock::ticks());
-    L.rec.push_back(StackEntry{idx, d, EntryKind::kCCall, reinterpret_cast<uintptr_t>(callable), nullptr});
+    L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kCCall, reinterpret_cast<uintptr_t>(callable), nullptr});
     probes::span_enter(L.engine->serial(), L.index, idx, fid, 0, d, kEvCFunction);
-    L.depth = d;
     L.last_was_suspend = false;
   }
+  update_window(cl, pydepth);
 }
 
-void on_c_return(PyObject* callable, bool exception) {
+void on_c_return(PyObject* callable, int pydepth, bool exception) {
   const CurrentLanes& cl = lanes_now();
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
-    // Same callable and the innermost level: an unrecorded nested call of the
-    // same builtin (sorted inside a key function) must not close this one.
+    if (pydepth < L.base_pydepth) continue;
+    close_ended(L, pydepth + 1, clock::ticks());
+    // Same callable, opened by this frame, innermost: an unrecorded nested
+    // call of the same builtin (sorted inside a key function) must not close it.
     if (L.rec.empty() || L.rec.back().kind != EntryKind::kCCall ||
-        L.rec.back().key != reinterpret_cast<uintptr_t>(callable) || L.rec.back().depth != L.depth) {
+        L.rec.back().key != reinterpret_cast<uintptr_t>(callable) || L.rec.back().pydepth != pydepth) {
       continue;
     }
-    L.depth = L.rec.back().depth - 1;
     close_entries(L, L.rec.size() - 1, exception, clock::ticks());
   }
+  update_window(cl, pydepth);
 }
 
 int block_enter(uint32_t function, BlockToken* out, int max) {
   const CurrentLanes& cl = lanes_now();
+  if (cl.n == 0) return 0;
+  const int pydepth = capture::frame_depth();  // the frame that opens the block
   int n = 0;
   for (int i = 0; i < cl.n && n < max; ++i) {
     CaptureLane& L = *cl.lanes[i];
-    int d = L.depth + 1;
-    if (d < 0 || d > L.ceiling || L.truncated) continue;
+    if (L.truncated || pydepth < L.base_pydepth) continue;
+    close_ended(L, pydepth + 1, clock::ticks());
+    const int32_t d = depth_at(L, pydepth) + 1;
+    if (d < 0 || d > L.ceiling) continue;
     if (L.out.events.size() >= L.soft_cap) {
       ++L.out.dropped;
       continue;
     }
     auto idx = static_cast<uint32_t>(L.out.events.size());
     push(L, EventKind::kCall, function, kEvBlock, clock::ticks());
-    L.rec.push_back(StackEntry{idx, d, EntryKind::kBlock, 0, nullptr});
+    L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kBlock, 0, nullptr});
     probes::span_enter(L.engine->serial(), L.index, idx, function, 0, d, kEvBlock);
-    L.depth = d;
     L.last_was_suspend = false;
     out[n++] = BlockToken{L.engine->serial(), L.index, idx, d <= L.io_ceiling};
   }
+  update_window(cl, pydepth);
   return n;
 }
 
@@ -1078,12 +1188,12 @@ void block_exit(const BlockToken* tokens, int n, bool exception) {
     CaptureLane& L = *e->lanes()[tokens[t].lane];
     for (size_t j = L.rec.size(); j > 0; --j) {
       if (L.rec[j - 1].kind == EntryKind::kBlock && L.rec[j - 1].call_index == tokens[t].call_index) {
-        L.depth = L.rec[j - 1].depth - 1;
         close_entries(L, j - 1, exception, clock::ticks());
         break;
       }
     }
   }
+  if (n > 0) update_window(lanes_now(), capture::frame_depth());
 }
 
 namespace {

@@ -1,7 +1,8 @@
 #pragma once
 // The native capture engine: one Engine per ProfileSession, one CaptureLane
-// per (thread, execution context) that the session sees. The hooks
-// (hooks.cpp: sys.monitoring on 3.12+, PyEval_SetProfile below) translate
+// per (thread, execution context) that the session sees. The capture
+// mechanisms (capture/: the profile function, the frame evaluation hook,
+// sys.monitoring; capture/README.md says which runs where) translate
 // interpreter events into the on_* calls at the bottom of this file; the
 // semantics are docs/capture.md.
 //
@@ -22,46 +23,79 @@
 #include "core/tree.h"
 #include "clock.h"
 
+struct _PyInterpreterFrame;  // CPython's, internal (capture/frame_access.h reads it)
+
 namespace mlprof {
 
 class Engine;
 
-// Entries of a lane's stack of recorded open spans.
-enum class EntryKind : uint8_t { kFrame, kBlock, kCCall };
+// Entries of a lane's stack of open levels. kFrame, kBlock and kCCall are
+// recorded spans; kTransparent (a transparent frame within the ceiling) and
+// kDropped (a frame within the ceiling not recorded because the buffer was
+// full) write no events but keep their place, so the depth of what they call
+// is known.
+enum class EntryKind : uint8_t { kFrame, kBlock, kCCall, kTransparent, kDropped };
+
+constexpr uint32_t kNoEvent = UINT32_MAX;
 
 struct StackEntry {
-  uint32_t call_index;  // index of the kCall event in the lane
-  int32_t depth;        // depth counter value of this entry
+  uint32_t call_index;  // index of the kCall event in the lane; kNoEvent if none
+  int32_t depth;        // tree depth; a transparent entry has its caller's
+  // The Python frame depth (capture::frame_depth()) of the frame: of this
+  // frame, or for a block or a C call of the frame that opened it. It is what
+  // identifies a frame among the open ones: frames of one thread nest, so two
+  // open frames never share it, and a frame the mechanism never reported
+  // (running untraced below the ceiling) cannot be mistaken for one it did.
+  int32_t pydepth;
   EntryKind kind;
   uintptr_t key;  // frame: generator identity (0: plain frame); C call: the callable
   const void* code;  // frame: its code object (identity only)
   bool children_dropped = false;  // a call under it was dropped (buffer full)
+  bool want_io = false;           // a recorded frame within the I/O depth (capture_io)
 };
 
 struct CaptureLane {
   Engine* engine = nullptr;
   uint32_t index = 0;   // position in the engine's lanes
   uint64_t thread_id = 0;
+  uint64_t thread_key = 0;
   PyObject* context = nullptr;  // strong reference while collecting (see new_lane)
   int ceiling = 0;      // levels this lane may record: engine ceiling minus base depth
   int io_ceiling = -1;  // deepest level whose I/O is summarized (same base); -1: none
-  int depth = -1;       // depth of the innermost open level; -1: the entering frame
+  // The frame depth of the lane's base level (depth -1: the frame that entered
+  // the session). A lane other than the origin takes it from its first frame
+  // whenever it has nothing open (a task's coroutine is resumed from the
+  // event loop, a callback called by it).
+  int32_t base_pydepth = 0;
+  bool base_known = false;
   bool truncated = false;
-  uint64_t skipped = 0;  // frame events below the ceiling
+  uint64_t skipped = 0;  // frame events below the ceiling that reached the engine
+  uint32_t suspended = 0;  // segments of this lane waiting in Engine::suspended_
   size_t soft_cap = 0, hard_cap = 0;
-  std::vector<StackEntry> rec;       // recorded open entries, innermost last
+  std::vector<StackEntry> rec;       // open entries, innermost last
   PyObject* pending_code = nullptr;  // profile_span: label the next start of this code
   uint32_t pending_label = 0;
   uint32_t chain_top = UINT32_MAX;   // innermost span of the last suspended chain
   int32_t chain_top_depth = 0;
   bool last_was_suspend = false;
+  // A frame whose end was inferred (a frame of the same depth started, or its
+  // caller returned, before its own return was reported): the report that
+  // comes later still gives it its flag and its return value.
+  struct Inferred {
+    const void* code = nullptr;
+    int32_t pydepth = -1;
+    uint32_t call_index = kNoEvent;
+    uint32_t return_index = kNoEvent;
+    bool want_io = false;
+  } inferred;
   Lane out;  // events and metadata handed to the core
 };
 
 // A segment of a lane's stack detached by a yield/await.
 struct Suspended {
   uint32_t lane;
-  int32_t frame_depth;  // depth of the suspended frame when it yielded
+  int32_t frame_depth;    // tree depth of the suspended frame when it yielded
+  int32_t frame_pydepth;  // and its frame depth
   std::vector<StackEntry> entries;
 };
 
@@ -88,8 +122,10 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Sets session_var to `session` in the current context and installs the
-  // hook. Raises (C++ exception) if the engine was already used.
-  void start(PyObject* session);
+  // hook. `levels_above`: the profiler's own frames between the frame that
+  // entered the session (the root's caller) and this call (ProfileSession's
+  // activate and __enter__). Raises (C++ exception) if the engine was used.
+  void start(PyObject* session, int levels_above = 1);
   // Ends capture; idempotent. Never raises.
   void stop();
   // A collecting session stops being current in this context (pause) and
@@ -107,6 +143,14 @@ class Engine {
   std::shared_ptr<Profile> profile();
   // Failures recorded during capture, logged once per kind when the session ends.
   const std::vector<std::string>& failures() const { return failures_; }
+  // What changed in how frames were reported (logged once per kind, capture goes on).
+  const std::vector<std::string>& notes() const { return notes_; }
+  void note(const std::string& what);
+  // The mechanism that reported this session's frames when it started.
+  const std::string& mechanism() const { return mechanism_; }
+  // 3.12+: this session made sys.monitoring report every frame (capture.cpp).
+  bool global_frames() const { return global_frames_; }
+  void set_global_frames(bool on) { global_frames_ = on; }
   int64_t start_ns() const { return start_ns_; }
   int64_t end_ns() const { return end_ns_; }
   const std::vector<std::unique_ptr<CaptureLane>>& lanes() const { return lanes_; }
@@ -121,20 +165,13 @@ class Engine {
     PyObject* code;
   };
   std::unordered_map<uintptr_t, GenLabel> gen_labels_;  // generator object -> label
-  // Generators and coroutines running on the starting thread when the session
-  // started (the coroutine that entered it, and those awaiting it), when the
-  // hook cannot see them suspend or finish (hooks::sees_running_frames). Each
-  // is caught up with at the origin lane's first event after it did, or at
-  // its own first resume. gen: a strong reference until stop().
-  struct Unseen {
-    PyObject* gen;
-    PyCodeObject* code;  // the generator keeps it alive
-  };
-  std::vector<Unseen> unseen_suspends_;
+  // The generator or coroutine whose frame entered the session (an `async
+  // with`), 0 if a plain frame did: its resumes move the origin lane's base.
+  uintptr_t entering_generator_ = 0;
 
  private:
   CaptureLane* new_lane(uint64_t thread_key, PyObject* context);
-  void note_running_generators();
+  void note_running_frames(int levels_above);
 
   EngineOptions opts_;
   State state_ = State::kIdle;
@@ -150,6 +187,9 @@ class Engine {
   std::vector<std::unique_ptr<CaptureLane>> lanes_;
   std::unordered_map<uint64_t, std::unordered_map<PyObject*, CaptureLane*>> lane_index_;
   std::vector<std::string> failures_;
+  std::vector<std::string> notes_;
+  std::string mechanism_;
+  bool global_frames_ = false;
   std::shared_ptr<Profile> profile_;
 };
 
@@ -182,14 +222,15 @@ void bind_thread(Engine* engine);
 Engine* newest_all_threads_engine();
 bool any_engine_wants_c_calls();
 
-// --- events from the hooks (GIL held, never raise) -----------------------------
-// 3.12/3.13's frame evaluation hook reports a frame before the interpreter
-// makes it current, so PyEval_GetFrame() is still the caller's: the hook
-// describes the frame here for the duration of its on_* call (null otherwise).
+// --- events from the capture mechanisms (GIL held, never raise) ------------------
+// `pydepth`: the Python frame depth of the frame an event is about
+// (capture::frame_depth() counts them), which identifies it among the open
+// ones. A frame evaluation hook reports a frame before the interpreter makes
+// it current, so PyEval_GetFrame() is still the caller's: the hook describes
+// the frame here for the duration of its on_* call (null otherwise).
 struct HookFrame {
-  uintptr_t generator;     // the generator/coroutine that owns it, 0 for a plain frame
-  PyObject* globals;       // borrowed
-  PyObject* const* locals;  // its fast locals, parameters first
+  uintptr_t generator;             // the generator/coroutine that owns it, 0 for a plain frame
+  struct _PyInterpreterFrame* frame;
 };
 void set_hook_frame(const HookFrame* frame);
 // Spans that want a summary of a value later (capture_io).
@@ -202,27 +243,27 @@ struct IOTargets {
   IOTarget t[4];
   int n = 0;
 };
-// A frame's return seen before its value is known (the hook, when a
-// finalizer runs in the frame's teardown): its spans end now, and `pending`
-// names those that want the value, which on_left_frame_value then summarizes.
-void on_frame_left(PyCodeObject* code, bool exception, IOTargets* pending);
-void on_left_frame_value(PyObject* retval, const IOTargets& pending);
-void on_start(PyCodeObject* code, PyFrameObject* frame);   // frame may be null (3.12+)
+// A frame starts. Returns true if a lane keeps an entry for it (recorded,
+// transparent within the ceiling, or dropped): its end must then be reported.
+// frame may be null (3.12+).
+bool on_start(PyCodeObject* code, int pydepth, PyFrameObject* frame);
 // A resume (3.12+: PY_RESUME/PY_THROW; below: a call event of generator code).
 // If no suspended span matches, it is a start, flagged continued if `continued`.
-void on_resume(PyCodeObject* code, PyFrameObject* frame, bool continued);
+void on_resume(PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued);
 // retval: the return value (borrowed; null on an exception or when unknown).
-void on_return(PyCodeObject* code, PyFrameObject* frame, bool exception, PyObject* retval);
-void on_yield(PyCodeObject* code, PyFrameObject* frame);
-void on_c_call(PyObject* callable, PyCodeObject* caller);  // caller: skip our own frames
-void on_c_return(PyObject* callable, bool exception);
-// A Python frame of `code` is about to start on this thread (3.11's frame
-// evaluation hook asks, to run such frames untraced): true when every
-// session current here would skip it, being below each lane's ceiling; it is
-// then counted in their events_skipped as lane_start would. False for
-// generator and coroutine code (a resume may reopen a recorded span) and when
-// no session is current here.
-bool skip_below_ceiling(PyCodeObject* code);
+void on_return(PyCodeObject* code, int pydepth, bool exception, PyObject* retval);
+void on_yield(PyCodeObject* code, int pydepth, PyFrameObject* frame);
+void on_c_call(PyObject* callable, PyCodeObject* caller, int pydepth);  // caller: skip our own frames
+void on_c_return(PyObject* callable, int pydepth, bool exception);
+// Whether this thread's current lanes want the frames their innermost open
+// levels call (the next level is within a ceiling): what keeps the frame
+// evaluation hook installed (capture/eval_frame.cpp).
+bool current_lanes_want_callees();
+// 3.11: whether this thread's lanes want the hook even through frames they do
+// not track (a suspended span may resume anywhere).
+bool current_lanes_keep_hook();
+// Whether a collecting session wants C calls reported.
+bool current_lanes_want_c_calls();
 
 // profile_block / profile_span support.
 struct BlockToken {
@@ -241,27 +282,8 @@ void block_return_io(const BlockToken* tokens, int n, PyObject* retval);
 void set_pending_label(PyObject* code, uint32_t label);
 void clear_pending_label(PyObject* code);
 void label_generator(PyObject* gen, PyObject* code, uint32_t label);
-
-// Hook installation (hooks.cpp).
-namespace hooks {
-bool install(Engine* engine, std::string* error);  // first native session in the process/thread
-void uninstall(Engine* engine);
-bool install_thread_binder(std::string* error);  // all_threads: threading.setprofile
-void uninstall_thread_binder();
-const char* name();
-int tool_id();  // the sys.monitoring tool id held, -1 if none
-// False when Python frames are reported by a frame evaluation hook (3.12,
-// 3.13): a frame already running when it was installed is never seen to
-// suspend or return. sys.monitoring and setprofile see those too.
-bool sees_running_frames();
-// A generator or coroutine object's state where the hook needs it (3.12/3.13):
-// < 0 suspended, 0 running (or unknown), > 0 finished.
-int generator_state(PyObject* gen);
-// Whether this thread's hook wraps the current run of `gen` (it will see it
-// suspend or finish); true where the hook sees running frames anyway.
-bool wraps_generator_run(PyObject* gen);
-uint64_t event_count();  // interpreter events delivered to the hook so far
-}  // namespace hooks
+// Every collecting engine (capture/ switches them to another mechanism).
+std::vector<Engine*> collecting_engines();
 
 int64_t now_ns();
 

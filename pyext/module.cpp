@@ -14,7 +14,9 @@
 #include "core/tree.h"
 #include "core/view.h"
 #include "bindings.h"
+#include "capture/capture.h"
 #include "engine.h"
+#include "capture/capture.h"
 #include "probes.h"
 #include "summarize.h"
 #include "span_api.h"
@@ -254,9 +256,22 @@ PYBIND11_MODULE(_core, m) {
   m.def("add_transparent", [](py::object code) { add_transparent(code.ptr()); }, py::arg("code"),
         "Marks a code object transparent: never a node, not counted toward depth.");
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in nanoseconds, the clock of every event.");
-  m.def("hook_name", &hooks::name, "The capture hook of this interpreter.");
-  m.def("tool_id", &hooks::tool_id, "The sys.monitoring tool id held now, -1 if none.");
-  m.def("hook_event_count", &hooks::event_count,
+  m.def("hook_name", &capture::name, "The capture hook of this interpreter.");
+  m.def("tool_id", &capture::tool_id, "The sys.monitoring tool id held now, -1 if none.");
+  m.def("capture_state", []() {
+        const capture::State s = capture::state();
+        py::dict d;
+        d["tool_id"] = capture::tool_id();
+        d["eval_installed"] = s.eval_installed;
+        d["window_threads"] = s.window_threads;
+        d["global_frames"] = s.global_frames;
+        d["stepped_aside"] = s.stepped_aside;
+        return d;
+      },
+      "How frames are being captured now: the sys.monitoring tool id held (-1: none), whether the "
+      "frame evaluation function is installed and for how many threads, whether sys.monitoring "
+      "reports every frame, and whether the C stack guard stepped aside.");
+  m.def("hook_event_count", &capture::event_count,
         "Interpreter events delivered to the capture hook so far in this process (tests: frames "
         "below the ceiling deliver none on 3.11+).");
   m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
@@ -290,14 +305,15 @@ PYBIND11_MODULE(_core, m) {
            py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
            py::arg("transparent_codes") = py::list())
       .def("start",
-           [](Engine& e, py::object session) {
+           [](Engine& e, py::object session, int levels_above) {
              try {
-               e.start(session.ptr());
+               e.start(session.ptr(), levels_above);
              } catch (const std::runtime_error& err) {
                if (PyErr_Occurred()) throw py::error_already_set();
                throw py::value_error(err.what());
              }
-           })
+           },
+           py::arg("session"), py::arg("levels_above") = 1)
       .def("stop", &Engine::stop)
       .def("_mark_autoprofile", [](const Engine& e) { probes::mark_autoprofile(e.serial()); },
            "Flags this session AUTOPROFILE in its session_begin probe (call before start).")

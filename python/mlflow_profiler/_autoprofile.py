@@ -350,7 +350,7 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sam
         )
         call = _core.SpanFunction(original, info.label)
         session._engine._mark_autoprofile()  # session_begin's AUTOPROFILE flag
-        session.activate()
+        session.activate(2)  # the roots are what the wrapper that called _begin calls
         if sampled:
             _sampled += 1
         else:

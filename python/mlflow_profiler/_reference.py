@@ -1109,7 +1109,7 @@ class ReferenceEngine:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self, session) -> None:
+    def start(self, session, levels_above: int = 1) -> None:
         if self.state != "idle":
             raise RuntimeError(
                 "this ProfileSession has already run; a session records once. Create a new one "

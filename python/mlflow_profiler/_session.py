@@ -134,16 +134,18 @@ class ProfileSession:
         """'idle', 'collecting' or 'finalized'."""
         return self._engine.state
 
-    def activate(self) -> None:
+    def activate(self, _levels_above: int = 1) -> None:
         """Starts capture in the current context. Raises RuntimeError if the
-        session already ran: a session records once."""
+        session already ran: a session records once. (`_levels_above`: the
+        profiler's own frames between the caller whose calls are the roots
+        and this method, this one included.)"""
         if self._engine.state != "idle":
             raise RuntimeError(
                 f"this ProfileSession is {self._engine.state}: a session records once; "
                 "create a new one with profiling()"
             )
         _transparent.refresh()
-        self._engine.start(self)
+        self._engine.start(self, _levels_above)
 
     def deactivate(self) -> None:
         """Ends capture. Idempotent; never raises into the profiled code."""
@@ -155,7 +157,7 @@ class ProfileSession:
             log_once("deactivate", f"mlflow_profiler: ending the session failed: {exc!r}")
 
     def __enter__(self) -> "ProfileSession":
-        self.activate()
+        self.activate(2)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

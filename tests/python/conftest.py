@@ -29,5 +29,10 @@ def _no_leaks():
     assert _core.session_var.get(None) is session_before, "a session is still current after the test"
     assert sys.getprofile() is profile_before, "the profile function was not put back"
     assert _core._native_collecting() == 0, "a native session is still collecting"
+    state = _core.capture_state()
+    assert not state["eval_installed"], "the frame evaluation function is still installed"
+    assert not state["global_frames"], "sys.monitoring still reports every frame"
     if sys.version_info >= (3, 12):
-        assert _core.tool_id() == -1, "the sys.monitoring tool id was not freed"
+        # The id is kept for the process when it is 3 or 4, which no standard
+        # tool uses (docs/capture.md); any other is freed with the last session.
+        assert _core.tool_id() in (-1, 3, 4), "the sys.monitoring tool id was not freed"

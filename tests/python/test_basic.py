@@ -9,7 +9,7 @@ import pytest
 
 from mlflow_profiler import ProfileSession, current_session, profiling
 
-from _helpers import check_times, qn, run_engines, shape, walk
+from _helpers import check_times, qn, run_engines, shape, skipped_seen, walk
 
 
 # No comprehensions: they are frames of their own before 3.12 and inlined after.
@@ -164,7 +164,7 @@ def test_statistics(engine):
     assert stats["span_count"] == 4
     # 4 calls and 4 returns recorded; the 3 calls below the ceiling skipped
     assert stats["events_captured"] == 8
-    assert stats["events_skipped"] == 3
+    assert skipped_seen(engine, 3)(stats["events_skipped"])
     assert stats["unmatched_returns"] == 0
     assert stats["dropped"] == 0
     assert stats["thread_count"] == 1
@@ -177,9 +177,10 @@ def test_statistics(engine):
 def _native_hook():
     import sys
 
-    if sys.version_info[:2] in ((3, 12), (3, 13)):
-        return "eval_frame"  # a frame evaluation hook reports frames (pyext/hooks.cpp)
-    return "sys.monitoring" if sys.version_info >= (3, 12) else "setprofile"
+    # pyext/capture/README.md: what reports frames on each version
+    if sys.version_info >= (3, 12):
+        return "eval_frame+sys.monitoring"
+    return "eval_frame" if sys.version_info >= (3, 11) else "setprofile"
 
 
 def test_statistics_while_collecting(engine):

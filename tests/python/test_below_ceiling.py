@@ -1,10 +1,9 @@
-"""Frames below the ceiling. On 3.11+ the native engine runs them untraced
-(a frame evaluation hook turns the interpreter's tracing path off for them on
-3.11, and on 3.12/3.13 it reports frames itself and just runs those;
-pyext/hooks.cpp);
-on every version the tree, the skipped counts, generators resumed down there,
-sessions started down there and debuggers attached down there behave as if
-every frame were traced."""
+"""Frames below the ceiling. On 3.11+ the native engine runs them with no
+hook at all: a frame evaluation function reports the frames within the
+ceiling, and is taken out while a frame below it runs (pyext/capture/). On
+every version the tree, generators resumed down there, sessions started down
+there and debuggers attached down there behave as if every frame were traced;
+the skipped counts are what reached the engine (docs/capture.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import pytest
 
 from mlflow_profiler import _core, profiling
 
-from _helpers import run_engines, shape
+from _helpers import assert_skipped_agree, run_engines, shape
 
 
 def leaf(x):
@@ -47,7 +46,7 @@ def test_generator_resumed_below_the_ceiling(depth):
     out = run_engines(started_above_drained_below, depth=depth)
     assert shape(out["native"]) == shape(out["reference"])
     stats = [out[e].statistics() for e in ("native", "reference")]
-    assert stats[0]["events_skipped"] == stats[1]["events_skipped"]
+    assert_skipped_agree(out["native"], out["reference"])
     assert stats[0]["unmatched_returns"] == 0
     # one numbers span: opened by next() within the ceiling, resumed from
     # below it until it finished inside middle()
@@ -160,18 +159,25 @@ def specialised(func):
     return [i.opname for i in dis.get_instructions(func, adaptive=True) if i.opname.startswith("BINARY_OP_") and not i.opname.endswith("_ADAPTIVE")]
 
 
-def run_under_session(func, depth):
-    def at_depth_0():
+def run_under_session(func, depth, through=False):
+    def calls():
         for _ in range(200):
             func(50)
+
+    def at_depth_0():
+        if through:
+            calls()  # one level between the root and the 200 frames
+        else:
+            for _ in range(200):
+                func(50)
 
     with profiling(depth=depth) as session:
         at_depth_0()
     return session
 
 
-@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="3.11's tracing path; 3.12+ uses sys.monitoring")
-def test_frames_below_the_ceiling_run_at_full_speed_on_311():
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="3.11's tracing path; 3.12+ has none")
+def test_frames_run_at_full_speed_on_311():
     below = fresh_function(1)
     session = run_under_session(below, depth=0)
     assert session.statistics()["events_skipped"] == 200
@@ -182,7 +188,9 @@ def test_frames_below_the_ceiling_run_at_full_speed_on_311():
     within = fresh_function(2)
     session = run_under_session(within, depth=1)
     assert session.statistics()["span_count"] == 201
-    assert specialised(within) == []  # recorded frames stay traced
+    # Recorded frames too: the evaluation hook reports them, no profile
+    # function puts the thread on the tracing path.
+    assert specialised(within) == ["BINARY_OP_ADD_INT"]
 
     traced = fresh_function(3)
     prev = sys.gettrace()
@@ -194,29 +202,31 @@ def test_frames_below_the_ceiling_run_at_full_speed_on_311():
     assert specialised(traced) == []
 
 
-def hook_events(func, depth):
-    """Events the native hook received while a session at `depth` ran func(50) 200 times."""
+def hook_events(func, depth, through=True):
+    """Events the native hook received while a session at `depth` ran
+    func(50) 200 times, one level below the root (through=True) or right
+    under it."""
     before = _core.hook_event_count()
-    session = run_under_session(func, depth)
+    session = run_under_session(func, depth, through)
     return _core.hook_event_count() - before, session
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 trace every frame")
 def test_frames_below_the_ceiling_send_the_hook_no_events():
     sent, session = hook_events(fresh_function(4), depth=0)
-    assert session.statistics()["events_skipped"] == 200
+    # the frame between (the root's callee) reaches the hook once: its start
+    # shows it is below the ceiling, and the hook is out while it runs
+    assert session.statistics()["events_skipped"] == 1
     assert session.statistics()["span_count"] == 1
-    # at_depth_0's start and return and the session's own exit (plus any
-    # other thread of this process that runs Python meanwhile: the count is
-    # process-wide); each of the 200 frames below would send two
+    # at_depth_0's start and return, calls' start and the session's own exit
+    # (plus any other thread of this process that runs Python meanwhile: the
+    # count is process-wide); each of the 200 frames below would send two
     assert sent < 100
 
-    sent, session = hook_events(fresh_function(5), depth=1)
-    assert session.statistics()["span_count"] == 201
-    assert sent >= 400  # recorded frames are traced
+    sent, session = hook_events(fresh_function(5), depth=2)
+    assert session.statistics()["span_count"] == 202
+    assert sent >= 400  # recorded frames are reported
 
-
-EVAL_FRAME_REPORTS = sys.version_info[:2] in ((3, 12), (3, 13))  # pyext/hooks.cpp
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 trace every frame")
@@ -235,12 +245,9 @@ def test_frames_below_the_ceiling_stay_traced_for_a_tracer():
         sent, session = hook_events(below, depth=0)
     finally:
         sys.settrace(prev)
-    assert session.statistics()["events_skipped"] == 200
+    assert session.statistics()["events_skipped"] == 1
     assert len(calls) == 200  # the tracer saw every frame below our ceiling
-    if EVAL_FRAME_REPORTS:
-        assert sent < 100  # and ours still skipped them: the two do not share a switch
-    else:
-        assert sent >= 400  # 3.11: a tracer makes every frame traced for us too
+    assert sent < 100  # and ours still skipped them: the two do not share a switch
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
@@ -258,9 +265,6 @@ def test_frames_below_the_ceiling_stay_traced_for_another_monitoring_tool():
         mon.set_events(tool, 0)
         mon.register_callback(tool, mon.events.PY_START, None)
         mon.free_tool_id(tool)
-    assert session.statistics()["events_skipped"] == 200
+    assert session.statistics()["events_skipped"] == 1
     assert len(seen) == 200  # the other tool saw every frame below our ceiling
-    if EVAL_FRAME_REPORTS:
-        assert sent < 100  # and ours still skipped them
-    else:
-        assert sent >= 400
+    assert sent < 100  # and ours still skipped them

@@ -1,0 +1,180 @@
+// Which mechanisms a session uses on this interpreter (capture.h), and what
+// happens when one cannot run.
+
+#include <string>
+
+#include "../engine.h"
+#include "mechanisms.h"
+
+namespace mlprof::capture {
+
+uint64_t g_events = 0;
+
+void thread_bound();  // thread_binder.cpp calls it in a newly bound thread
+
+namespace {
+int g_users = 0;  // native sessions installed
+}  // namespace
+
+uint64_t event_count() { return g_events; }
+
+#if MLPROF_HAS_MONITORING
+// ---------------------------------------------------------------- 3.12+ ---------
+namespace {
+int g_global_users = 0;   // sessions that want every frame from sys.monitoring
+int g_c_users = 0;        // sessions that want C calls
+bool g_fallback = false;  // the evaluation hook was lost: every frame from sys.monitoring
+
+bool apply(std::string* error) {
+  const bool frames = g_global_users > 0 || g_fallback;
+  // C calls by local events on window frames' code; with every frame global,
+  // globally.
+  const bool ok = monitoring::set_global(frames, frames && g_c_users > 0, error);
+  eval::sync();  // the evaluation function is out while sys.monitoring reports every frame
+  return ok;
+}
+}  // namespace
+
+bool monitoring_wants_no_hook() { return g_global_users > 0 || g_fallback; }
+
+void eval_lost(const std::string& why) {
+  if (g_fallback || g_users == 0) return;
+  g_fallback = true;
+  std::string error;
+  if (!apply(&error)) {
+    for (Engine* e : collecting_engines()) e->fail("frames could not be reported: " + why + "; " + error);
+    return;
+  }
+  for (Engine* e : collecting_engines()) e->note(why + "; sys.monitoring reports every frame from then on");
+}
+
+const char* name() { return monitoring_wants_no_hook() ? "sys.monitoring" : "eval_frame+sys.monitoring"; }
+
+bool install(Engine* engine, std::string* error) {
+  if (!monitoring::acquire(error)) return false;
+  const EngineOptions& o = engine->options();
+  const bool global = o.depth < 0 || !eval::available();
+  g_global_users += global;
+  g_c_users += o.capture_c_calls;
+  if (!apply(error)) {
+    g_global_users -= global;
+    g_c_users -= o.capture_c_calls;
+    return false;
+  }
+  engine->set_global_frames(global);
+  ++g_users;
+  monitoring::watch_running_generators();
+  return true;
+}
+
+void uninstall(Engine* engine) {
+  if (g_users == 0) return;
+  const EngineOptions& o = engine->options();
+  g_global_users -= engine->global_frames();
+  g_c_users -= o.capture_c_calls;
+  if (--g_users == 0) {
+    g_global_users = g_c_users = 0;
+    g_fallback = false;
+    eval::all_sessions_ended();
+  }
+  std::string ignored;
+  apply(&ignored);
+  if (g_users == 0) monitoring::release();
+}
+
+int frame_depth() {
+  PyThreadState* ts = compat::tstate();
+  return ts->py_recursion_limit - ts->py_recursion_remaining;
+}
+
+int entering_frame_depth(int levels_above) { return frame_depth() - levels_above; }
+
+void thread_bound() { set_window(current_lanes_want_callees()); }
+
+#elif MLPROF_HAS_EVAL_HOOK
+// ---------------------------------------------------------------- 3.11 ----------
+namespace {
+// Decided by the first of the sessions running together: the evaluation
+// hook, or (unlimited depth, where every frame is reported anyway, or another
+// frame evaluator holding the hook) the profile function for every event.
+bool g_profile_mode = false;
+}  // namespace
+
+bool monitoring_wants_no_hook() { return g_profile_mode; }
+
+void eval_lost(const std::string& why) {
+  if (g_users == 0) return;
+  // The frames those sessions would record from here on go unseen: they stop
+  // recording rather than give a partial tree.
+  for (Engine* e : collecting_engines()) e->fail(why);
+}
+
+const char* name() { return g_profile_mode ? "setprofile" : "eval_frame"; }
+
+bool install(Engine* engine, std::string* /*error*/) {
+  const EngineOptions& o = engine->options();
+  if (g_users == 0) g_profile_mode = o.depth < 0 || !eval::available();
+  if (g_profile_mode) {
+    profile_func::install_here(true);
+  } else if (o.capture_c_calls) {
+    profile_func::install_here(false);
+  }
+  ++g_users;
+  return true;
+}
+
+void uninstall(Engine* engine) {
+  if (g_users == 0) return;
+  if (g_profile_mode || engine->options().capture_c_calls) profile_func::uninstall_here();
+  if (--g_users == 0) eval::all_sessions_ended();
+}
+
+int frame_depth() { return g_profile_mode ? profile_func::frame_depth() : eval::frame_depth(); }
+
+int entering_frame_depth(int levels_above) {
+  return g_profile_mode ? profile_func::frame_depth() - levels_above : eval::entering_frame_depth(levels_above);
+}
+
+void thread_bound() {
+  if (g_profile_mode) {
+    profile_func::install_here(true);
+  } else {
+    if (current_lanes_want_c_calls()) profile_func::install_here(false);
+    set_window(current_lanes_want_callees());
+  }
+}
+
+int tool_id() { return -1; }
+void watch_generator_code(PyCodeObject*) {}
+void watch_c_calls(PyCodeObject*) {}
+
+#else
+// ---------------------------------------------------------------- 3.9, 3.10 -----
+
+State state() { return State{}; }
+
+const char* name() { return "setprofile"; }
+
+bool install(Engine* /*engine*/, std::string* /*error*/) {
+  profile_func::install_here(true);
+  ++g_users;
+  return true;
+}
+
+void uninstall(Engine* /*engine*/) {
+  if (g_users == 0) return;
+  profile_func::uninstall_here();
+  --g_users;
+}
+
+int frame_depth() { return profile_func::frame_depth(); }
+int entering_frame_depth(int levels_above) { return frame_depth() - levels_above; }
+void thread_bound() { profile_func::install_here(true); }
+void set_window(bool) {}
+int tool_id() { return -1; }
+void watch_generator_code(PyCodeObject*) {}
+void watch_c_calls(PyCodeObject*) {}
+
+#endif
+
+}  // namespace mlprof::capture

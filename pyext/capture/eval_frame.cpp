@@ -1,0 +1,405 @@
+// The PEP 523 frame evaluation function (3.11+). While it is installed the
+// interpreter calls it for every Python frame it would run, and inlines no
+// Python call: each frame is then a C recursion. So it is installed only
+// while some thread runs a frame whose callees are within a ceiling (a
+// "window"): it reports those callees, and once a thread runs a frame at its
+// ceiling the function is taken out again, so what runs below runs inlined,
+// untraced and at full speed. Per thread it adds at most one C level per
+// window frame, and it steps aside before the C stack or the C recursion
+// limit is at risk (c_stack_at_risk).
+//
+// 3.12+: it reports plain frames only; sys.monitoring reports generator and
+// coroutine frames wherever they resume (monitoring.cpp), so the function
+// just makes sure their code is watched. 3.11: it reports generators too,
+// reading the frame's state after each run (frame_access.h).
+
+#include <pthread.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "../engine.h"
+#include "frame_access.h"
+#include "mechanisms.h"
+
+#if PY_VERSION_HEX >= 0x030B0000
+#if PY_VERSION_HEX < 0x030C0000
+#include <opcode.h>  // 3.11: RESUME
+#endif
+
+namespace mlprof::capture {
+
+void eval_lost(const std::string& why);  // capture.cpp: the sessions go on without this function
+bool monitoring_wants_no_hook();         // capture.cpp: sys.monitoring reports every frame now
+
+namespace {
+
+PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag);
+
+// --- windows ---------------------------------------------------------------------
+// Threads whose flag is on. A thread's flag is set after each of its events
+// (set_window); a thread that exits with it on gives it back in the flag's
+// destructor (no GIL there: the counter is atomic). Flags of an older epoch
+// (before the last session ended) count for nothing.
+std::atomic<int> g_window_threads{0};
+std::atomic<uint64_t> g_epoch{1};
+
+struct WindowFlag {
+  bool on = false;
+  uint64_t epoch = 0;
+  bool live() const { return on && epoch == g_epoch.load(std::memory_order_relaxed); }
+  ~WindowFlag() {
+    if (live()) g_window_threads.fetch_sub(1, std::memory_order_relaxed);
+  }
+};
+thread_local WindowFlag t_window;
+
+bool g_ours = false;         // the interpreter's evaluation function is ours
+bool g_unavailable = false;  // another evaluator held the hook when we wanted it
+bool g_aside = false;        // the guard stepped aside (until the last session ends)
+std::string g_aside_why;
+
+void sync_hook() {
+  PyInterpreterState* interp = compat::tstate()->interp;
+  const bool want = g_window_threads.load(std::memory_order_relaxed) > 0 && g_native_collecting > 0 && !g_aside &&
+                    !monitoring_wants_no_hook();
+  _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+  if (want && !g_ours) {
+    if (current != _PyEval_EvalFrameDefault) {
+      // torch.compile or another tool evaluates frames: it keeps its place.
+      if (!g_unavailable) {
+        g_unavailable = true;
+        eval_lost("another frame evaluation function (PEP 523) is installed");
+      }
+      return;
+    }
+    _PyInterpreterState_SetEvalFrameFunc(interp, eval_frame);
+    g_ours = true;
+  } else if (want && current != eval_frame) {
+    // Replaced by another tool while installed: it keeps its place.
+    g_ours = false;
+    g_unavailable = true;
+    eval_lost("another frame evaluation function (PEP 523) replaced the profiler's");
+  } else if (!want && g_ours) {
+    if (current == eval_frame) _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
+    g_ours = false;
+  }
+}
+
+// --- the C stack guard -------------------------------------------------------------
+// A frame run through this function costs one C level (this function and the
+// interpreter's loop, about 0.5 KiB here) and, on 3.12/3.13, two units of the
+// C recursion limit. The function steps aside (takes itself out for the
+// sessions running now) once a thread has used a quarter of its C stack or
+// of the C recursion limit: the program keeps three quarters of what it had,
+// whatever depth it is at.
+struct StackBounds {
+  uintptr_t top = 0;
+  size_t size = 0;
+};
+thread_local StackBounds t_stack;
+
+const StackBounds& stack_bounds() {
+  if (!t_stack.top) {
+    pthread_attr_t attr;
+    void* addr = nullptr;
+    size_t size = 0;
+    t_stack.top = 1;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size) {
+        t_stack.top = reinterpret_cast<uintptr_t>(addr) + size;
+        // An unlimited main stack reports a huge size: count on 8 MiB.
+        t_stack.size = size > (size_t{1} << 30) ? (size_t{8} << 20) : size;
+      }
+      pthread_attr_destroy(&attr);
+    }
+  }
+  return t_stack;
+}
+
+#if PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000
+constexpr int kCRecursionLimit = Py_C_RECURSION_LIMIT;
+#elif PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+constexpr int kCRecursionLimit = C_RECURSION_LIMIT;
+#endif
+
+bool c_stack_at_risk(PyThreadState* ts, std::string* why) {
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000
+  if (ts->c_recursion_remaining < kCRecursionLimit * 3 / 4) {
+    if (why) *why = "a quarter of the C recursion limit (" + std::to_string(kCRecursionLimit) + ") used";
+    return true;
+  }
+#else
+  (void)ts;
+#endif
+  const StackBounds& b = stack_bounds();
+  if (!b.size) return false;
+  char here;
+  const uintptr_t sp = reinterpret_cast<uintptr_t>(&here);
+  if (sp < b.top && b.top - sp > b.size / 4) {
+    if (why) *why = std::to_string((b.top - sp) >> 10) + " KiB of a " + std::to_string(b.size >> 10) + " KiB C stack used";
+    return true;
+  }
+  return false;
+}
+
+[[gnu::cold, gnu::noinline]] void step_aside(const std::string& why) {
+  if (g_aside) return;
+  g_aside = true;
+  g_aside_why = why;
+  sync_hook();
+  eval_lost("the frame evaluation hook stepped aside to keep the C stack safe: " + why);
+}
+
+// --- running frames ----------------------------------------------------------------
+#if PY_VERSION_HEX < 0x030C0000
+// 3.11: the frames this function ran on this thread (their frame depth is
+// their position here), innermost last.
+struct Run {
+  struct _PyInterpreterFrame* frame;
+  int depth;
+};
+thread_local std::vector<Run> t_runs;
+
+inline int depth_of_new_frame(PyThreadState* ts) {
+  if (t_runs.empty()) return 1;
+  // A frame that starts while the innermost one we ran is already off the
+  // thread's stack runs in its teardown (a finalizer as its locals are
+  // released): it is that frame's sibling, as sys.monitoring reports it.
+  const Run& r = t_runs.back();
+  return mlprof_current_frame(ts) == mlprof_frame_previous(r.frame) ? r.depth : r.depth + 1;
+}
+
+inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth) {
+  t_runs.push_back(Run{f, depth});
+  PyObject* result = _PyEval_EvalFrameDefault(ts, f, throwflag);
+  t_runs.pop_back();
+  return result;
+}
+inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
+  return run(ts, f, throwflag, depth_of_new_frame(ts));
+}
+#else
+inline int depth_of_new_frame(PyThreadState* ts) {
+  return ts->py_recursion_limit - ts->py_recursion_remaining + 1;  // not entered yet
+}
+inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int /*depth*/) {
+  return _PyEval_EvalFrameDefault(ts, f, throwflag);
+}
+inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
+  return _PyEval_EvalFrameDefault(ts, f, throwflag);
+}
+#endif
+
+// Runs one event with the frame described to the engine and the thread's
+// tracing count raised, as CPython does around a monitoring callback, so that
+// Python code the event runs (summarizing an argument) is not reported
+// itself. An exception being raised or thrown in stays pending.
+template <typename Fn>
+inline void report(PyThreadState* ts, const HookFrame& frame, Fn&& event) {
+  ++g_events;
+  compat::PendingError pending;
+  PyThreadState_EnterTracing(ts);
+  set_hook_frame(&frame);
+  event();
+  set_hook_frame(nullptr);
+  PyThreadState_LeaveTracing(ts);
+}
+
+// A frame below every ceiling of this thread: it and everything it calls run
+// without this function (taken out unless another thread's window needs it),
+// inlined and untraced.
+PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth) {
+  if (current_lanes_keep_hook()) return run(ts, f, throwflag, depth);  // 3.11: a suspended span may resume in there
+  set_window(false);
+  PyObject* result = run(ts, f, throwflag, depth);
+  compat::PendingError pending;
+  set_window(current_lanes_want_callees());
+  return result;
+}
+
+PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag) {
+  const int depth = depth_of_new_frame(ts);
+  const HookFrame hf{0, f};
+  bool tracked = false;
+  report(ts, hf, [&] { tracked = on_start(code, depth, nullptr); });
+  if (!tracked) return run_below(ts, f, throwflag, depth);
+  PyObject* result = run(ts, f, throwflag, depth);
+  report(ts, hf, [&] { on_return(code, depth, result == nullptr, result); });
+  return result;
+}
+
+#if PY_VERSION_HEX < 0x030C0000
+// Index of a generator's RESUME 0 in its code units, read once from the
+// original bytecode and kept in a code extra slot as index + 1: a run that
+// starts before it is the generator's first.
+Py_ssize_t g_resume_extra = -1;
+
+long first_resume(PyCodeObject* code) {
+  void* extra = nullptr;
+  if (g_resume_extra < 0) g_resume_extra = compat::request_code_extra_index();
+  if (g_resume_extra < 0) return -1;
+  if (compat::get_code_extra(reinterpret_cast<PyObject*>(code), g_resume_extra, &extra) < 0) {
+    PyErr_Clear();
+    return -1;
+  }
+  if (extra) return static_cast<long>(reinterpret_cast<uintptr_t>(extra)) - 1;
+  long index = -1;
+  if (PyObject* bytes = PyCode_GetCode(code)) {
+    const auto* units = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(bytes));
+    const Py_ssize_t n = PyBytes_GET_SIZE(bytes) / 2;
+    for (Py_ssize_t i = 0; i < n && index < 0; ++i) {
+      if (units[2 * i] == RESUME) index = static_cast<long>(i);
+    }
+    Py_DECREF(bytes);
+  } else {
+    PyErr_Clear();
+  }
+  if (index >= 0) {
+    compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_resume_extra,
+                           reinterpret_cast<void*>(static_cast<uintptr_t>(index) + 1));
+  }
+  return index;
+}
+
+// 3.11: a generator's or coroutine's run. The call that creates one runs only
+// its RETURN_GENERATOR and is not an event; a run that starts before RESUME 0
+// is its start (a throw into it is a resume, as sys.monitoring's PY_THROW),
+// any other a resume; after it, its state tells a yield from a return.
+PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag) {
+  PyObject* gen = mlprof_frame_generator(f);
+  if (!gen) return pass_through(ts, f, throwflag);
+  const int depth = depth_of_new_frame(ts);
+  const HookFrame hf{reinterpret_cast<uintptr_t>(gen), f};
+  const long resume = first_resume(code);
+  const bool first = !throwflag && resume >= 0 && mlprof_frame_lasti(f) < resume;
+  if (first) {
+    report(ts, hf, [&] { on_start(code, depth, nullptr); });
+  } else {
+    report(ts, hf, [&] { on_resume(code, depth, nullptr, true); });
+  }
+  PyObject* result = run(ts, f, throwflag, depth);
+  if (!result) {
+    report(ts, hf, [&] { on_return(code, depth, true, nullptr); });
+  } else if (mlprof_generator_state(gen) < 0) {  // suspended: a yield or an await
+    report(ts, hf, [&] { on_yield(code, depth, nullptr); });
+  } else {
+    report(ts, hf, [&] { on_return(code, depth, false, result); });
+  }
+  return result;
+}
+#endif
+
+PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
+  // tracing: a callback or one of our events runs this frame (not reported).
+  // sys.monitoring reports every frame now: just run it (and take this out).
+  if (monitoring_wants_no_hook()) {
+    sync_hook();
+    return pass_through(ts, f, throwflag);
+  }
+  if (ts->tracing || !t_window.live()) {
+    // Another thread's window keeps this function installed: this thread's
+    // frames pass through it, each a C level.
+    std::string why;
+    if (!g_aside && c_stack_at_risk(ts, &why)) step_aside(why);
+    return pass_through(ts, f, throwflag);
+  }
+  // This thread's context may have changed since its last event.
+  if (!current_lanes_want_callees()) {
+    set_window(false);
+    return pass_through(ts, f, throwflag);
+  }
+  std::string why;
+  if (c_stack_at_risk(ts, &why)) {
+    step_aside(why);
+    return pass_through(ts, f, throwflag);
+  }
+  PyCodeObject* code = mlprof_frame_code(f);
+  if (!code) return pass_through(ts, f, throwflag);
+#if PY_VERSION_HEX >= 0x030C0000
+  if (compat::is_generator_code(code)) {
+    watch_generator_code(code);  // sys.monitoring reports its frames
+    return pass_through(ts, f, throwflag);
+  }
+  return run_plain(ts, f, code, throwflag);
+#else
+  return compat::is_generator_code(code) ? run_generator(ts, f, code, throwflag) : run_plain(ts, f, code, throwflag);
+#endif
+}
+
+}  // namespace
+
+void set_window(bool open) {
+  WindowFlag& w = t_window;
+  const uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+  if (w.epoch != epoch) {  // a void flag from an earlier epoch
+    w.on = false;
+    w.epoch = epoch;
+  }
+  if (open != w.on) {
+    w.on = open;
+    g_window_threads.fetch_add(open ? 1 : -1, std::memory_order_relaxed);
+    sync_hook();
+  } else if (open && !g_ours && !g_aside && !g_unavailable) {
+    sync_hook();
+  }
+}
+
+State state() {
+  State s{};
+  s.eval_installed = g_ours && _PyInterpreterState_GetEvalFrameFunc(compat::tstate()->interp) == eval_frame;
+  s.window_threads = g_window_threads.load(std::memory_order_relaxed);
+  s.global_frames = monitoring_wants_no_hook();
+  s.stepped_aside = g_aside;
+  return s;
+}
+
+namespace eval {
+
+void sync() { sync_hook(); }
+
+bool available() {
+  if (g_ours) return true;
+  return _PyInterpreterState_GetEvalFrameFunc(compat::tstate()->interp) == _PyEval_EvalFrameDefault;
+}
+
+bool stepped_aside(std::string* why) {
+  if (why) *why = g_aside_why;
+  return g_aside;
+}
+
+void all_sessions_ended() {
+  g_epoch.fetch_add(1, std::memory_order_relaxed);
+  g_window_threads.store(0, std::memory_order_relaxed);
+  g_aside = false;
+  g_aside_why.clear();
+  g_unavailable = false;
+  sync_hook();
+}
+
+#if PY_VERSION_HEX < 0x030C0000
+int frame_depth() { return t_runs.empty() ? 0 : t_runs.back().depth; }
+
+int entering_frame_depth(int levels_above) {
+  // The profiler's own frames on top (activate, __enter__) may have been run
+  // by this function (an outer session's window): those are not the entering
+  // frame's level.
+  size_t k = 0;
+  struct _PyInterpreterFrame* cur = mlprof_current_frame(compat::tstate());
+  for (int i = 0; i < levels_above && cur; ++i) {
+    if (k < t_runs.size() && t_runs[t_runs.size() - 1 - k].frame == cur) ++k;
+    cur = mlprof_frame_previous(cur);
+  }
+  return t_runs.size() > k ? t_runs[t_runs.size() - 1 - k].depth : 0;
+}
+#else
+int frame_depth() { return 0; }
+int entering_frame_depth(int) { return 0; }
+#endif
+
+}  // namespace eval
+
+}  // namespace mlprof::capture
+
+#endif

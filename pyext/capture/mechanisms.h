@@ -1,0 +1,49 @@
+#pragma once
+// What the capture files offer each other; capture.cpp decides which run.
+
+#include <cstdint>
+#include <string>
+
+#include "capture.h"
+
+namespace mlprof::capture {
+
+namespace eval {  // eval_frame.cpp, 3.11+
+// False when another frame evaluator holds the interpreter's hook (the
+// caller then reports frames another way).
+bool available();
+// Installs or takes out the function after a change of mode.
+void sync();
+// The C stack guard stepped aside during the sessions running now (set
+// until the last of them ends); `why` says where.
+bool stepped_aside(std::string* why = nullptr);
+// No native session collects any more: every window flag is void.
+void all_sessions_ended();
+int frame_depth();                         // 3.11: frames the hook ran on this thread
+int entering_frame_depth(int levels_above);  // 3.11
+}  // namespace eval
+
+namespace monitoring {  // monitoring.cpp, 3.12+
+// Claims a tool id and registers the callbacks (once per process where the id
+// can be kept: 3 or 4), with PY_UNWIND and PY_THROW on for the process.
+bool acquire(std::string* error);
+void release();  // the last session ended: frees the id unless it is kept
+// Every Python frame through sys.monitoring (unlimited depth, or no frame
+// evaluation hook), with C calls if `c_calls`; off: generators and C-call
+// codes only (their local events).
+bool set_global(bool frames, bool c_calls, std::string* error);
+bool global_frames();
+// At session start: the generators and coroutines running on this thread
+// (the one entering the session and those awaiting it) are watched.
+void watch_running_generators();
+}  // namespace monitoring
+
+namespace profile_func {  // profile_func.cpp, 3.9-3.11
+// Installs the C profile function on this thread (chaining to one installed
+// before it). all_events false: C calls only (3.11 with capture_c_calls).
+void install_here(bool all_events);
+void uninstall_here();
+int frame_depth();  // 3.9/3.10: calls minus returns seen on this thread
+}  // namespace profile_func
+
+}  // namespace mlprof::capture

@@ -1,0 +1,406 @@
+// sys.monitoring (PEP 669, 3.12+): the frames of generators and coroutines
+// reached within a ceiling, through local events on their code (a
+// generator's resume may come from anywhere, below the ceiling too, so the
+// frame evaluation hook, which sees only windows, cannot report them); C
+// calls, through local events on the code of frames whose callees are within
+// the ceiling; and every frame through global events at unlimited depth or
+// when the hook cannot run.
+//
+// Switching global events on or off makes every function re-check its
+// instrumentation when it next runs (3.12: +125 ns for each distinct function,
+// bench/RESULTS.md). So the tool id is claimed once and kept for the process,
+// PY_UNWIND and PY_THROW (which cannot be local) stay on from then, and local
+// events stay on their code across sessions: with no session the callbacks
+// return at once, and a code whose events keep coming with no session stops
+// being watched (DISABLE) until a session reaches it again.
+
+#include <string>
+
+#include "../engine.h"
+#include "frame_access.h"
+#include "mechanisms.h"
+
+#if MLPROF_HAS_MONITORING
+
+namespace mlprof::capture {
+namespace {
+
+PyObject* g_monitoring = nullptr;  // the sys.monitoring module
+PyObject* g_disable = nullptr;     // sys.monitoring.DISABLE
+int g_tool = -1;
+bool g_kept = false;  // the id is kept for the process (3 or 4, which no standard tool uses)
+bool g_registered = false;
+bool g_global_frames = false, g_global_c = false;
+
+// Event bits (sys.monitoring.events), read once.
+long ev(const char* name) {
+  PyObject* events = PyObject_GetAttrString(g_monitoring, "events");
+  PyObject* v = events ? PyObject_GetAttrString(events, name) : nullptr;
+  long bit = v ? PyLong_AsLong(v) : -1;
+  Py_XDECREF(v);
+  Py_XDECREF(events);
+  if (bit < 0) PyErr_Clear();
+  return bit < 0 ? 0 : bit;
+}
+long kPyStart, kPyResume, kPyReturn, kPyYield, kPyUnwind, kPyThrow, kCall, kCReturn, kCRaise;
+long kGenerator, kCCalls, kAlways;
+
+std::string take_error() {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  std::string out = "unknown error";
+  if (value) {
+    PyObject* s = PyObject_Str(value);
+    if (s) {
+      out = compat::utf8(s);
+      Py_DECREF(s);
+    }
+  }
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return out;
+}
+
+// Per code, in a PEP 523 extra slot: the local events set on it (low 16
+// bits), whether they were disabled for want of a session (bit 16), and the
+// events it sent with no session since (above).
+Py_ssize_t g_watch_extra = -1;
+constexpr uintptr_t kDisabledBit = uintptr_t{1} << 16;
+constexpr unsigned kIdleShift = 17;
+constexpr uintptr_t kIdleLimit = 256;  // events with no session before a code is let go
+
+inline uintptr_t watch_state(PyCodeObject* code) {
+  void* extra = nullptr;
+  if (g_watch_extra < 0 || compat::get_code_extra(reinterpret_cast<PyObject*>(code), g_watch_extra, &extra) < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return reinterpret_cast<uintptr_t>(extra);
+}
+inline void set_watch_state(PyCodeObject* code, uintptr_t v) {
+  if (compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_watch_extra, reinterpret_cast<void*>(v)) < 0) {
+    PyErr_Clear();
+  }
+}
+
+void set_local(PyCodeObject* code, long mask) {
+  compat::PendingError pending;
+  PyObject* r = PyObject_CallMethod(g_monitoring, "set_local_events", "iOl", g_tool, code, mask);
+  if (r) {
+    Py_DECREF(r);
+  } else {
+    PyErr_Clear();  // a code object that cannot be instrumented: its frames stay unseen
+  }
+}
+
+// Adds `bits` to the local events of `code` (and re-arms events a DISABLE took away).
+void watch(PyCodeObject* code, long bits) {
+  if (g_tool < 0 || !code) return;
+  const uintptr_t state = watch_state(code);
+  const long have = static_cast<long>(state & 0xffff);
+  const bool disabled = state & kDisabledBit;
+  if ((have & bits) == bits && !disabled) {
+    if (state >> kIdleShift) set_watch_state(code, state & 0x1ffff & ~kDisabledBit);  // in use again
+    return;
+  }
+  if (disabled) set_local(code, 0);  // clearing and setting again re-arms disabled locations
+  set_local(code, have | bits);
+  set_watch_state(code, static_cast<uintptr_t>(have | bits));
+}
+
+inline PyCodeObject* as_code(PyObject* o) { return PyCode_Check(o) ? reinterpret_cast<PyCodeObject*>(o) : nullptr; }
+
+inline int depth_now() {
+  PyThreadState* ts = compat::tstate();
+  return ts->py_recursion_limit - ts->py_recursion_remaining;
+}
+
+// With no session collecting: the callback returns at once, and a code that
+// keeps sending events is let go.
+[[gnu::noinline]] PyObject* idle(PyObject* code_obj, bool local_event) {
+  PyCodeObject* code = as_code(code_obj);
+  if (code && local_event && g_watch_extra >= 0) {
+    const uintptr_t state = watch_state(code);
+    if (state & 0xffff) {
+      const uintptr_t idle_events = (state >> kIdleShift) + 1;
+      if (idle_events >= kIdleLimit) {
+        set_watch_state(code, (state & 0xffff) | kDisabledBit);
+        Py_INCREF(g_disable);
+        return g_disable;  // this event at this place stops reaching us
+      }
+      set_watch_state(code, (state & 0x1ffff) | (idle_events << kIdleShift));
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+// The frame the event is about is the thread's current one: described to the
+// engine (generator identity, locals) without making a frame object.
+struct Described {
+  HookFrame hf;
+  explicit Described(PyCodeObject* code) {
+    struct _PyInterpreterFrame* f = mlprof_current_frame(compat::tstate());
+    hf.frame = f;
+    hf.generator = f && compat::is_generator_code(code) ? reinterpret_cast<uintptr_t>(mlprof_frame_generator(f)) : 0;
+    set_hook_frame(&hf);
+  }
+  ~Described() { set_hook_frame(nullptr); }
+};
+
+// Callbacks (METH_FASTCALL). They never raise.
+PyObject* cb_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_events;
+  if (nargs < 1) Py_RETURN_NONE;
+  if (!g_native_collecting) return idle(args[0], true);
+  if (PyCodeObject* c = as_code(args[0])) {
+    Described d(c);
+    on_start(c, depth_now(), nullptr);
+  }
+  Py_RETURN_NONE;
+}
+PyObject* cb_resume(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_events;
+  if (nargs < 1) Py_RETURN_NONE;
+  if (!g_native_collecting) return idle(args[0], true);
+  if (PyCodeObject* c = as_code(args[0])) {
+    Described d(c);
+    on_resume(c, depth_now(), nullptr, /*continued=*/true);
+  }
+  Py_RETURN_NONE;
+}
+PyObject* cb_throw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // a throw() resumes
+  ++g_events;
+  if (nargs >= 1 && g_native_collecting) {
+    if (PyCodeObject* c = as_code(args[0])) {
+      Described d(c);
+      on_resume(c, depth_now(), nullptr, true);
+    }
+  }
+  Py_RETURN_NONE;
+}
+PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_events;
+  if (nargs < 1) Py_RETURN_NONE;
+  if (!g_native_collecting) return idle(args[0], true);
+  // PY_RETURN(code, instruction_offset, retval)
+  if (PyCodeObject* c = as_code(args[0])) {
+    Described d(c);
+    on_return(c, depth_now(), false, nargs >= 3 ? args[2] : nullptr);
+  }
+  Py_RETURN_NONE;
+}
+PyObject* cb_unwind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_events;
+  if (nargs >= 1 && g_native_collecting) {
+    if (PyCodeObject* c = as_code(args[0])) {
+      Described d(c);
+      on_return(c, depth_now(), true, nullptr);
+    }
+  }
+  Py_RETURN_NONE;
+}
+PyObject* cb_yield(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_events;
+  if (nargs < 1) Py_RETURN_NONE;
+  if (!g_native_collecting) return idle(args[0], true);
+  if (PyCodeObject* c = as_code(args[0])) {
+    Described d(c);
+    on_yield(c, depth_now(), nullptr);
+  }
+  Py_RETURN_NONE;
+}
+
+inline bool is_python_callable(PyObject* f) {
+  if (PyFunction_Check(f)) return true;
+  return PyMethod_Check(f) && PyFunction_Check(PyMethod_GET_FUNCTION(f));
+}
+PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_events;
+  if (nargs < 3) Py_RETURN_NONE;
+  if (!g_native_collecting) return idle(args[0], true);
+  // CALL fires for every call; C_RETURN/C_RAISE only for callables that are
+  // not plain Python functions, so only those open a C span.
+  if (!is_python_callable(args[2])) on_c_call(args[2], as_code(args[0]), depth_now());
+  Py_RETURN_NONE;
+}
+PyObject* cb_c_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_events;
+  if (nargs < 3) Py_RETURN_NONE;
+  if (!g_native_collecting) return idle(args[0], true);
+  on_c_return(args[2], depth_now(), false);
+  Py_RETURN_NONE;
+}
+PyObject* cb_c_raise(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ++g_events;
+  if (nargs >= 3 && g_native_collecting) on_c_return(args[2], depth_now(), true);
+  Py_RETURN_NONE;
+}
+
+#define MLPROF_CB(name) \
+  {#name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(name)), METH_FASTCALL, nullptr}
+PyMethodDef g_defs[] = {MLPROF_CB(cb_start),  MLPROF_CB(cb_resume),   MLPROF_CB(cb_throw),
+                        MLPROF_CB(cb_return), MLPROF_CB(cb_unwind),   MLPROF_CB(cb_yield),
+                        MLPROF_CB(cb_call),   MLPROF_CB(cb_c_return), MLPROF_CB(cb_c_raise)};
+#undef MLPROF_CB
+// Event names in sys.monitoring.events, in g_defs order.
+const char* g_names[] = {"PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_UNWIND",
+                         "PY_YIELD", "CALL",      "C_RETURN", "C_RAISE"};
+
+bool call(const char* method, const char* fmt, int tool, long arg, std::string* error) {
+  PyObject* r = PyObject_CallMethod(g_monitoring, method, fmt, tool, arg);
+  if (!r) {
+    if (error) *error = take_error();
+    PyErr_Clear();
+    return false;
+  }
+  Py_DECREF(r);
+  return true;
+}
+
+bool register_callbacks(std::string* error) {
+  for (size_t i = 0; i < sizeof(g_defs) / sizeof(g_defs[0]); ++i) {
+    PyObject* fn = PyCFunction_New(&g_defs[i], nullptr);
+    PyObject* r = fn ? PyObject_CallMethod(g_monitoring, "register_callback", "ilO", g_tool, ev(g_names[i]), fn) : nullptr;
+    Py_XDECREF(fn);
+    if (!r) {
+      *error = take_error();
+      return false;
+    }
+    Py_DECREF(r);
+  }
+  return true;
+}
+
+bool claim(std::string* error) {
+  // 4 and 3 have no standard user, so holding one for the process blocks no
+  // debugger (0), coverage (1), profiler (2, cProfile) or optimizer (5);
+  // those are taken only for a session's time, when 3 and 4 are both in use.
+  const int order[] = {4, 3, 5, 2, 1, 0};
+  for (int id : order) {
+    PyObject* r = PyObject_CallMethod(g_monitoring, "use_tool_id", "is", id, "mlflow-profiler");
+    if (r) {
+      Py_DECREF(r);
+      g_tool = id;
+      g_kept = id == 3 || id == 4;
+      return true;
+    }
+    PyErr_Clear();
+  }
+  *error = "every sys.monitoring tool id (0-5) is taken by other tools";
+  return false;
+}
+
+// Whether the id we hold is still ours (a tool may free or clear it).
+bool still_ours() {
+  PyObject* name = PyObject_CallMethod(g_monitoring, "get_tool", "i", g_tool);
+  const bool ours = name && compat::utf8(name) == "mlflow-profiler";
+  Py_XDECREF(name);
+  PyErr_Clear();
+  return ours;
+}
+
+bool apply_events(std::string* error) {
+  long mask = kAlways;
+  if (g_global_frames) mask |= kPyStart | kPyResume | kPyReturn | kPyYield;
+  if (g_global_c) mask |= kCCalls;
+  return call("set_events", "il", g_tool, mask, error);
+}
+
+}  // namespace
+
+namespace monitoring {
+
+bool acquire(std::string* error) {
+  compat::PendingError pending;
+  if (!g_monitoring) {
+    PyObject* sys = PyImport_ImportModule("sys");
+    g_monitoring = sys ? PyObject_GetAttrString(sys, "monitoring") : nullptr;
+    Py_XDECREF(sys);
+    g_disable = g_monitoring ? PyObject_GetAttrString(g_monitoring, "DISABLE") : nullptr;
+    if (!g_monitoring || !g_disable) {
+      *error = take_error();
+      return false;
+    }
+    kPyStart = ev("PY_START"), kPyResume = ev("PY_RESUME"), kPyReturn = ev("PY_RETURN");
+    kPyYield = ev("PY_YIELD"), kPyUnwind = ev("PY_UNWIND"), kPyThrow = ev("PY_THROW");
+    kCall = ev("CALL"), kCReturn = ev("C_RETURN"), kCRaise = ev("C_RAISE");
+    kGenerator = kPyStart | kPyResume | kPyReturn | kPyYield;
+    kCCalls = kCall | kCReturn | kCRaise;
+    kAlways = kPyUnwind | kPyThrow;
+    g_watch_extra = compat::request_code_extra_index();
+  }
+  if (g_tool >= 0 && !still_ours()) {
+    // Another tool freed or cleared our id: our local events went with it.
+    g_tool = -1;
+    g_registered = false;
+  }
+  if (g_tool < 0) {
+    if (!claim(error)) return false;
+    g_registered = false;
+  }
+  if (!g_registered) {
+    if (!register_callbacks(error) || !apply_events(error)) {
+      call("free_tool_id", "il", g_tool, 0, nullptr);
+      g_tool = -1;
+      return false;
+    }
+    g_registered = true;
+  }
+  return true;
+}
+
+void release() {
+  if (g_tool < 0 || g_kept) return;
+  compat::PendingError pending;
+  g_global_frames = g_global_c = false;
+  call("set_events", "il", g_tool, 0, nullptr);
+  for (const char* name : g_names) {
+    PyObject* r = PyObject_CallMethod(g_monitoring, "register_callback", "ilO", g_tool, ev(name), Py_None);
+    Py_XDECREF(r);
+    PyErr_Clear();
+  }
+  call("free_tool_id", "il", g_tool, 0, nullptr);
+  g_tool = -1;
+  g_registered = false;
+}
+
+bool set_global(bool frames, bool c_calls, std::string* error) {
+  if (g_tool < 0) {
+    if (error) *error = "no sys.monitoring tool id";
+    return false;
+  }
+  if (frames == g_global_frames && c_calls == g_global_c) return true;
+  compat::PendingError pending;
+  g_global_frames = frames;
+  g_global_c = c_calls;
+  return apply_events(error);
+}
+
+bool global_frames() { return g_global_frames; }
+
+void watch_running_generators() {
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(f);
+  while (f) {
+    PyCodeObject* code = PyFrame_GetCode(f);  // new reference
+    if (compat::is_generator_code(code)) watch(code, kGenerator);
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
+    Py_DECREF(f);
+    f = back;
+  }
+}
+
+}  // namespace monitoring
+
+void watch_generator_code(PyCodeObject* code) { watch(code, kGenerator); }
+
+void watch_c_calls(PyCodeObject* code) { watch(code, kCCalls); }
+
+int tool_id() { return g_tool; }
+
+}  // namespace mlprof::capture
+
+#endif
