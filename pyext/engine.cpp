@@ -196,6 +196,14 @@ struct ThreadCache {
 thread_local ThreadCache t_cache;
 uint64_t g_next_thread_key = 1;
 
+// Suspended segments per thread, over every lane and session of the thread
+// (3.11: while a thread has one, the evaluation hook stays in for it, since
+// only the hook sees a resume; current_lanes_keep_hook).
+std::unordered_map<uint64_t, int> g_thread_suspended;
+inline void count_suspended(const CaptureLane& L, int delta) {
+  if (delta) g_thread_suspended[L.thread_key] += delta;
+}
+
 uint64_t thread_key() {
   if (!t_cache.thread_key) t_cache.thread_key = g_next_thread_key++;
   return t_cache.thread_key;
@@ -248,7 +256,10 @@ void refresh(ThreadCache& c, PyThreadState* ts) {
     uint64_t key = thread_key();
     while (e && c.current.n < 4) {
       if (e->state() == Engine::State::kCollecting) {
-        CaptureLane* lane = e->lane_for(key, ts->context);
+        // A thread bound by all_threads has one lane for all its contexts:
+        // 3.14 runs a thread's target in a context of its own, entered after
+        // the thread's first event (Thread(context=...)).
+        CaptureLane* lane = e->lane_for(key, e == c.bound ? nullptr : ts->context);
         if (lane) c.current.lanes[c.current.n++] = lane;
       }
       e = e->parent();
@@ -557,9 +568,12 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   }
   auto it = L.engine->suspended_.find(key);
   if (it != L.engine->suspended_.end() && it->second.lane < L.engine->lanes().size()) {
-    --L.engine->lanes()[it->second.lane]->suspended;  // a stale segment of the same generator
+    CaptureLane& stale = *L.engine->lanes()[it->second.lane];  // a stale segment of the same generator
+    --stale.suspended;
+    count_suspended(stale, -1);
   }
   ++L.suspended;
+  count_suspended(L, 1);
   L.engine->suspended_[key] = std::move(s);
 }
 
@@ -573,6 +587,7 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObj
   Suspended s = std::move(it->second);
   L.engine->suspended_.erase(it);
   --L.suspended;
+  count_suspended(L, -1);
   (void)code;
   if (L.truncated || !room_for_structure(L)) return true;
   const int32_t shift = d - s.frame_depth;
@@ -599,26 +614,11 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObj
 // alike. A frame below the ceiling runs without it.
 inline bool lane_in_window(const CaptureLane& L, int32_t current) {
   if (L.truncated || L.ceiling < 0) return false;
-#if !MLPROF_HAS_MONITORING
-  // 3.11: only the evaluation hook sees a generator resume, and a suspended
-  // span may resume anywhere (below the ceiling too).
-  if (L.suspended > 0) return true;
-#endif
   if (L.rec.empty()) return true;  // the roots are next (or the session is starting in our own frames)
   const StackEntry& t = L.rec.back();
   return t.pydepth >= current && t.depth <= L.ceiling;
 }
 
-// Whether a lane keeps the hook through frames it does not track (3.11: a
-// suspended span's resume must be seen wherever it happens).
-inline bool lane_keeps_hook(const CaptureLane& L) {
-#if !MLPROF_HAS_MONITORING
-  return L.suspended > 0 && !L.truncated;
-#else
-  (void)L;
-  return false;
-#endif
-}
 }  // namespace
 
 int64_t now_ns() { return clock::monotonic_ns(); }
@@ -795,6 +795,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.engine = this;
   L.index = static_cast<uint32_t>(lanes_.size());
   L.thread_id = thread_id;
+  L.thread_key = thread_key;
   L.context = context;
   Py_XINCREF(context);  // held while collecting: a freed Context's address is reused by new ones
   L.soft_cap = opts_.max_events;
@@ -967,6 +968,10 @@ void Engine::stop() {
   if (g_native_collecting > 0) capture::set_window(current_lanes_want_callees());
 #endif
   for (auto& lane : lanes_) Py_CLEAR(lane->context);
+  for (auto& lane : lanes_) {
+    count_suspended(*lane, -static_cast<int>(lane->suspended));
+    lane->suspended = 0;
+  }
   suspended_.clear();
   gen_labels_.clear();
   session_ = nullptr;
@@ -1041,7 +1046,7 @@ namespace {
 // reported (capture/eval_frame.cpp installs its function while any thread does).
 inline void update_window(const CurrentLanes& cl, int32_t current) {
 #if MLPROF_HAS_EVAL_HOOK
-  bool open = false;
+  bool open = current_lanes_keep_hook();
   for (int i = 0; i < cl.n && !open; ++i) open = lane_in_window(*cl.lanes[i], current);
   capture::set_window(open);
 #else
@@ -1052,6 +1057,7 @@ inline void update_window(const CurrentLanes& cl, int32_t current) {
 void set_hook_frame(const HookFrame* frame) { t_hook_frame = frame; }
 
 bool current_lanes_want_callees() {
+  if (current_lanes_keep_hook()) return true;
   const CurrentLanes& cl = lanes_now();
   const int32_t current = cl.n ? capture::frame_depth() : 0;
   for (int i = 0; i < cl.n; ++i) {
@@ -1061,11 +1067,15 @@ bool current_lanes_want_callees() {
 }
 
 bool current_lanes_keep_hook() {
-  const CurrentLanes& cl = lanes_now();
-  for (int i = 0; i < cl.n; ++i) {
-    if (lane_keeps_hook(*cl.lanes[i])) return true;
-  }
+#if !MLPROF_HAS_MONITORING
+  // Any context of this thread: a task's coroutine resumes after the event
+  // loop, which runs in another context, switched to it.
+  if (g_thread_suspended.empty()) return false;
+  auto it = g_thread_suspended.find(thread_key());
+  return it != g_thread_suspended.end() && it->second > 0;
+#else
   return false;
+#endif
 }
 
 bool current_lanes_want_c_calls() {

@@ -126,7 +126,10 @@ bool install(Engine* engine, std::string* /*error*/) {
 void uninstall(Engine* engine) {
   if (g_users == 0) return;
   if (g_profile_mode || engine->options().capture_c_calls) profile_func::uninstall_here();
-  if (--g_users == 0) eval::all_sessions_ended();
+  if (--g_users == 0) {
+    g_profile_mode = false;
+    eval::all_sessions_ended();
+  }
 }
 
 int frame_depth() { return g_profile_mode ? profile_func::frame_depth() : eval::frame_depth(); }

@@ -118,7 +118,9 @@ inline int depth_now() {
 }
 
 // With no session collecting: the callback returns at once, and a code that
-// keeps sending events is let go.
+// keeps sending events is let go. `local_event`: DISABLE may be returned
+// (PY_START, PY_RESUME, PY_RETURN, PY_YIELD, CALL; not C_RETURN or C_RAISE,
+// for which CPython would remove the callback instead).
 [[gnu::noinline]] PyObject* idle(PyObject* code_obj, bool local_event) {
   PyCodeObject* code = as_code(code_obj);
   if (code && local_event && g_watch_extra >= 0) {
@@ -228,7 +230,8 @@ PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* cb_c_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
   if (nargs < 3) Py_RETURN_NONE;
-  if (!g_native_collecting) return idle(args[0], true);
+  // C_RETURN cannot be disabled (CPython would drop the callback): its CALL is.
+  if (!g_native_collecting) return idle(args[0], false);
   on_c_return(args[2], depth_now(), false);
   Py_RETURN_NONE;
 }

@@ -40,7 +40,7 @@ inline bool generator_continues(PyFrameObject* frame, PyCodeObject* code) {
 #endif
 }
 
-int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
+int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   ThreadHook& h = t_hook;
   if (h.prev_func) {
     // Chain to the profiler that was here first, so it keeps counting.
@@ -94,12 +94,12 @@ void install_here(bool all_events) {
   h.all_events = all_events;  // the same for every session of a process (capture.cpp)
   if (h.users++ > 0) return;
   PyThreadState* ts = compat::tstate();
-  if (ts->c_profilefunc != profile_func) {
+  if (ts->c_profilefunc != on_profile_event) {
     h.prev_func = ts->c_profilefunc;
     h.prev_obj = ts->c_profileobj;
     Py_XINCREF(h.prev_obj);
   }
-  PyEval_SetProfile(profile_func, nullptr);
+  PyEval_SetProfile(on_profile_event, nullptr);
   h.installed = true;
 }
 
@@ -108,7 +108,7 @@ void uninstall_here() {
   if (h.users > 0) --h.users;
   if (h.users > 0 || !h.installed) return;
   PyThreadState* ts = compat::tstate();
-  if (ts->c_profilefunc == profile_func) {
+  if (ts->c_profilefunc == on_profile_event) {
     // Put back whatever was installed before us (cProfile, sys.setprofile).
     PyEval_SetProfile(h.prev_func, h.prev_obj);
   }

@@ -409,7 +409,10 @@ def _lanes_now(st: _ThreadState) -> List["_Lane"]:
     tid = threading.get_ident()
     while e is not None and len(lanes) < 4:
         if e.state == "collecting":
-            lane = e._lane_for(st, tid, mark)
+            # A thread bound by all_threads has one lane for all its contexts:
+            # 3.14 runs a thread's target in a context of its own, entered
+            # after the thread's first event (Thread(context=...)).
+            lane = e._lane_for(st, tid, None if e is st.bound else mark)
             if lane is not None:
                 lanes.append(lane)
         e = e._parent
