@@ -329,6 +329,7 @@ PYBIND11_MODULE(_core, m) {
                              })
       .def_property_readonly("hook", &Engine::hook_name)
       .def_property_readonly("failures", &Engine::failures)
+      .def_property_readonly("notes", &Engine::notes)
       .def_property_readonly("start_ns", &Engine::start_ns)
       .def_property_readonly("end_ns", &Engine::end_ns)
       .def("profile", &Engine::profile);

@@ -341,8 +341,8 @@ void set_window(bool open) {
     w.on = open;
     g_window_threads.fetch_add(open ? 1 : -1, std::memory_order_relaxed);
     sync_hook();
-  } else if (open && !g_ours && !g_aside && !g_unavailable) {
-    sync_hook();
+  } else if (open && !g_aside && !g_unavailable) {
+    sync_hook();  // also notices another tool that replaced the function (torch.compile)
   }
 }
 

@@ -63,13 +63,16 @@ std::string take_error() {
   return out;
 }
 
-// Per code, in a PEP 523 extra slot: the local events set on it (low 16
-// bits), whether they were disabled for want of a session (bit 16), and the
-// events it sent with no session since (above).
+// Per code, in a PEP 523 extra slot: which local events we set on it
+// (kWatch*), whether a DISABLE let them go for want of a session, the claim of
+// the tool id they were set under (a tool that frees our id takes them away;
+// 3.14+ clears them), and the events it sent with no session since.
 Py_ssize_t g_watch_extra = -1;
-constexpr uintptr_t kDisabledBit = uintptr_t{1} << 16;
-constexpr unsigned kIdleShift = 17;
+constexpr uintptr_t kWatchGenerator = 1, kWatchCCalls = 2, kDisabledBit = 4;
+constexpr unsigned kClaimShift = 3, kIdleShift = 11;
+constexpr uintptr_t kClaimMask = uintptr_t{0xff} << kClaimShift;
 constexpr uintptr_t kIdleLimit = 256;  // events with no session before a code is let go
+uintptr_t g_claim = 0;                 // bumped at each claim of a tool id
 
 inline uintptr_t watch_state(PyCodeObject* code) {
   void* extra = nullptr;
@@ -77,13 +80,17 @@ inline uintptr_t watch_state(PyCodeObject* code) {
     PyErr_Clear();
     return 0;
   }
-  return reinterpret_cast<uintptr_t>(extra);
+  const auto v = reinterpret_cast<uintptr_t>(extra);
+  return ((v & kClaimMask) >> kClaimShift) == (g_claim & 0xff) ? v : 0;  // an older claim's events are gone
 }
 inline void set_watch_state(PyCodeObject* code, uintptr_t v) {
+  v = (v & ~kClaimMask) | ((g_claim & 0xff) << kClaimShift);
   if (compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_watch_extra, reinterpret_cast<void*>(v)) < 0) {
     PyErr_Clear();
   }
 }
+
+long events_of(uintptr_t watched);  // the sys.monitoring events of kWatch* bits
 
 void set_local(PyCodeObject* code, long mask) {
   compat::PendingError pending;
@@ -95,19 +102,20 @@ void set_local(PyCodeObject* code, long mask) {
   }
 }
 
-// Adds `bits` to the local events of `code` (and re-arms events a DISABLE took away).
-void watch(PyCodeObject* code, long bits) {
+// Adds the events of `bits` (kWatch*) to those of `code`, and re-arms events
+// a DISABLE took away.
+void watch(PyCodeObject* code, uintptr_t bits) {
   if (g_tool < 0 || !code) return;
   const uintptr_t state = watch_state(code);
-  const long have = static_cast<long>(state & 0xffff);
+  const uintptr_t have = state & (kWatchGenerator | kWatchCCalls);
   const bool disabled = state & kDisabledBit;
   if ((have & bits) == bits && !disabled) {
-    if (state >> kIdleShift) set_watch_state(code, state & 0x1ffff & ~kDisabledBit);  // in use again
+    if (state >> kIdleShift) set_watch_state(code, have);  // in use again
     return;
   }
   if (disabled) set_local(code, 0);  // clearing and setting again re-arms disabled locations
-  set_local(code, have | bits);
-  set_watch_state(code, static_cast<uintptr_t>(have | bits));
+  set_local(code, events_of(have | bits));
+  set_watch_state(code, have | bits);
 }
 
 inline PyCodeObject* as_code(PyObject* o) { return PyCode_Check(o) ? reinterpret_cast<PyCodeObject*>(o) : nullptr; }
@@ -125,14 +133,15 @@ inline int depth_now() {
   PyCodeObject* code = as_code(code_obj);
   if (code && local_event && g_watch_extra >= 0) {
     const uintptr_t state = watch_state(code);
-    if (state & 0xffff) {
+    const uintptr_t watched = state & (kWatchGenerator | kWatchCCalls | kDisabledBit);
+    if (watched) {
       const uintptr_t idle_events = (state >> kIdleShift) + 1;
       if (idle_events >= kIdleLimit) {
-        set_watch_state(code, (state & 0xffff) | kDisabledBit);
+        set_watch_state(code, watched | kDisabledBit);
         Py_INCREF(g_disable);
         return g_disable;  // this event at this place stops reaching us
       }
-      set_watch_state(code, (state & 0x1ffff) | (idle_events << kIdleShift));
+      set_watch_state(code, watched | (idle_events << kIdleShift));
     }
   }
   Py_RETURN_NONE;
@@ -287,6 +296,7 @@ bool claim(std::string* error) {
       Py_DECREF(r);
       g_tool = id;
       g_kept = id == 3 || id == 4;
+      ++g_claim;
       return true;
     }
     PyErr_Clear();
@@ -309,6 +319,10 @@ bool apply_events(std::string* error) {
   if (g_global_frames) mask |= kPyStart | kPyResume | kPyReturn | kPyYield;
   if (g_global_c) mask |= kCCalls;
   return call("set_events", "il", g_tool, mask, error);
+}
+
+long events_of(uintptr_t watched) {
+  return ((watched & kWatchGenerator) ? kGenerator : 0) | ((watched & kWatchCCalls) ? kCCalls : 0);
 }
 
 }  // namespace
@@ -388,7 +402,7 @@ void watch_running_generators() {
   Py_XINCREF(f);
   while (f) {
     PyCodeObject* code = PyFrame_GetCode(f);  // new reference
-    if (compat::is_generator_code(code)) watch(code, kGenerator);
+    if (compat::is_generator_code(code)) watch(code, kWatchGenerator);
     Py_DECREF(code);
     PyFrameObject* back = PyFrame_GetBack(f);  // new reference
     Py_DECREF(f);
@@ -398,9 +412,9 @@ void watch_running_generators() {
 
 }  // namespace monitoring
 
-void watch_generator_code(PyCodeObject* code) { watch(code, kGenerator); }
+void watch_generator_code(PyCodeObject* code) { watch(code, kWatchGenerator); }
 
-void watch_c_calls(PyCodeObject* code) { watch(code, kCCalls); }
+void watch_c_calls(PyCodeObject* code) { watch(code, kWatchCCalls); }
 
 int tool_id() { return g_tool; }
 

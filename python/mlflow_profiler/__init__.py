@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import sysconfig as _sysconfig
 
+from . import _native
+
+_native.load()  # a clear error when the extension was built for another interpreter
+
 from . import _core, _transparent
 from ._autoprofile import autoprofile, last_profile, statistics
 from ._core import profile_block

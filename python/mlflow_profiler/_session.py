@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any, Dict, List, Optional
 
-from . import _core, _transparent
+from . import _core, _native, _transparent
 from ._io import IOSummary
 from ._log import log_once
 from ._reference import ReferenceEngine  # imported here: a lazy import inside a session is recorded
@@ -144,6 +144,12 @@ class ProfileSession:
                 f"this ProfileSession is {self._engine.state}: a session records once; "
                 "create a new one with profiling()"
             )
+        if isinstance(self._engine, _core.Engine) and not _native.gil_enabled():
+            raise RuntimeError(
+                "mlflow_profiler's native capture needs the GIL, and this free-threaded "
+                "interpreter runs without it (PYTHON_GIL=0 or -X gil=0). Run it with the GIL "
+                "(the default once mlflow_profiler is imported), or pass engine='reference'"
+            )
         _transparent.refresh()
         self._engine.start(self, _levels_above)
 
@@ -153,6 +159,8 @@ class ProfileSession:
             self._engine.stop()
             for failure in self._engine.failures:
                 log_once("capture:" + failure, f"mlflow_profiler: capture stopped early: {failure}")
+            for note in getattr(self._engine, "notes", ()):
+                log_once("capture-note:" + note, f"mlflow_profiler: {note}")
         except Exception as exc:  # pragma: no cover - a profiler bug must not break the model
             log_once("deactivate", f"mlflow_profiler: ending the session failed: {exc!r}")
 
@@ -209,6 +217,7 @@ class ProfileSession:
             end_ns=p.end_ns,
             duration_ns=p.end_ns - p.start_ns,
             failures=list(self._engine.failures),
+            notes=list(getattr(self._engine, "notes", ())),
         )
         return out
 

@@ -1,0 +1,374 @@
+"""Bad input and faults around capture (docs/capture.md, "Other tools and
+faults"): none may crash the program, raise into it, or change its result.
+Each fault that leaves process-wide state behind runs in a child process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import threading
+
+import pytest
+
+from mlflow_profiler import _core, profiling
+
+from _helpers import qn, shape, shape_depth
+
+
+def child(code: str, *args: str, env: dict = None, timeout: int = 300) -> dict:
+    """Runs `code` in a new interpreter; it prints one JSON object last."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env or dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+PROGRAM = """
+def leaf(x):
+    return x + 1
+
+def middle(x):
+    return leaf(x) + leaf(x)
+
+def gen(n):
+    for i in range(n):
+        yield middle(i)
+
+def program():
+    return [middle(1), sum(gen(3)), leaf(2)]
+
+def tree(session):
+    return [(r["call_path"], r["depth"]) for r in session.to_flat()]
+"""
+
+EXPECTED_TREE = [
+    ["program", 0], ["program/middle", 1], ["program/middle/leaf", 2], ["program/middle/leaf", 2],
+    ["program/gen", 1], ["program/gen/middle", 2], ["program/gen/middle", 2], ["program/gen/middle", 2],
+    ["program/leaf", 1],
+]
+
+
+def qualified(tree):
+    return [[p, d] for p, d in tree]
+
+
+# --- another sys.monitoring tool --------------------------------------------------
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_another_tool_holding_the_ids_we_prefer():
+    out = child(PROGRAM + """
+import json, sys
+from mlflow_profiler import _core, profiling
+mon = sys.monitoring
+for other in (4, 3):
+    mon.use_tool_id(other, f"another tool {other}")
+with profiling(depth=2) as s:
+    result = program()
+    ours = _core.tool_id()
+after = _core.tool_id()
+print(json.dumps({"result": result, "ours": ours, "after": after, "tree": tree(s),
+                  "others": [mon.get_tool(4), mon.get_tool(3)], "failures": s.statistics()["failures"]}))
+""")
+    assert out["result"] == [4, 12, 3]
+    assert out["tree"] == EXPECTED_TREE
+    assert out["others"] == ["another tool 4", "another tool 3"]  # theirs stay theirs
+    assert out["ours"] in (5, 2, 1, 0) and out["after"] == -1  # a standard id: held for the session only
+    assert out["failures"] == []
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_every_tool_id_taken():
+    out = child(PROGRAM + """
+import json, sys
+from mlflow_profiler import profiling
+for i in range(6):
+    sys.monitoring.use_tool_id(i, "another tool")
+with profiling(depth=2) as s:
+    result = program()
+print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
+""")
+    assert out["result"] == [4, 12, 3]  # the program is untouched
+    assert any("tool id" in f for f in out["failures"])  # and the session says why it recorded nothing
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+@pytest.mark.parametrize("how", ["free_tool_id", "clear_tool_id"])
+def test_a_tool_that_frees_our_id_between_sessions(how):
+    if how == "clear_tool_id" and not hasattr(sys.monitoring, "clear_tool_id"):
+        pytest.skip("sys.monitoring.clear_tool_id is 3.14+")
+    out = child(PROGRAM + """
+import json, sys
+from mlflow_profiler import _core, profiling
+with profiling(depth=2) as s1:
+    program()
+ours = _core.tool_id()
+if sys.argv[1] == "clear_tool_id":
+    sys.monitoring.clear_tool_id(ours)
+sys.monitoring.free_tool_id(ours)
+with profiling(depth=2) as s2:
+    result = program()
+print(json.dumps({"result": result, "tree": tree(s2), "again": _core.tool_id()}))
+""", how)
+    assert out["result"] == [4, 12, 3]
+    assert out["tree"] == EXPECTED_TREE  # the generator's frames again come through sys.monitoring
+    assert out["again"] in (3, 4)
+
+
+# --- another frame evaluator (torch.compile installs one) -----------------------------
+
+EVALUATOR_C = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#if PY_VERSION_HEX >= 0x030B0000
+typedef struct _PyInterpreterFrame Frame;
+#else
+typedef PyFrameObject Frame;
+#endif
+static long long frames = 0;
+static PyObject* eval(PyThreadState* ts, Frame* f, int throwflag) {
+    ++frames;
+    return _PyEval_EvalFrameDefault(ts, f, throwflag);
+}
+static PyObject* install(PyObject* self, PyObject* unused) {
+    _PyInterpreterState_SetEvalFrameFunc(PyThreadState_Get()->interp, eval);
+    Py_RETURN_NONE;
+}
+static PyObject* uninstall(PyObject* self, PyObject* unused) {
+    _PyInterpreterState_SetEvalFrameFunc(PyThreadState_Get()->interp, _PyEval_EvalFrameDefault);
+    Py_RETURN_NONE;
+}
+static PyObject* installed(PyObject* self, PyObject* unused) {
+    return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(PyThreadState_Get()->interp) == eval);
+}
+static PyObject* count(PyObject* self, PyObject* unused) { return PyLong_FromLongLong(frames); }
+static PyMethodDef methods[] = {
+    {"install", install, METH_NOARGS, NULL}, {"uninstall", uninstall, METH_NOARGS, NULL},
+    {"installed", installed, METH_NOARGS, NULL}, {"count", count, METH_NOARGS, NULL}, {NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "tiny_evaluator", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_tiny_evaluator(void) { return PyModule_Create(&module); }
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_evaluator(tmp_path_factory):
+    """A PEP 523 frame evaluator of ten lines, built for this interpreter: the
+    kind torch.compile (TorchDynamo) installs."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("a C compiler is needed to build the test's frame evaluator")
+    d = tmp_path_factory.mktemp("evaluator")
+    (d / "tiny_evaluator.c").write_text(EVALUATOR_C)
+    target = d / ("tiny_evaluator" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", f"-I{sysconfig.get_paths()['include']}", "-o", str(target),
+                    str(d / "tiny_evaluator.c")], check=True, capture_output=True)
+    return str(d)
+
+
+def test_another_frame_evaluator_installed_before_the_session(tiny_evaluator):
+    out = child(PROGRAM + """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import tiny_evaluator
+from mlflow_profiler import profiling
+tiny_evaluator.install()
+before = tiny_evaluator.count()
+with profiling(depth=2) as s:
+    result = program()
+print(json.dumps({"result": result, "tree": tree(s), "still": tiny_evaluator.installed(),
+                  "ran": tiny_evaluator.count() - before, "engine": s.statistics()["engine"],
+                  "failures": s.statistics()["failures"]}))
+""", tiny_evaluator)
+    assert out["result"] == [4, 12, 3]
+    assert out["tree"] == EXPECTED_TREE
+    assert out["still"] and out["ran"] > 0  # it kept its place and kept evaluating frames
+    assert out["failures"] == []
+    if sys.version_info >= (3, 12):
+        assert out["engine"] == "sys.monitoring"  # every frame from sys.monitoring instead
+    else:
+        assert out["engine"] == "setprofile"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 use no frame evaluation function")
+def test_another_frame_evaluator_installed_during_the_session(tiny_evaluator):
+    out = child(PROGRAM + """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import tiny_evaluator
+from mlflow_profiler import profiling
+
+def installs_then_runs():
+    tiny_evaluator.install()   # torch.compile on the first call of a model
+    return program()
+
+with profiling(depth=3) as s:
+    result = installs_then_runs()
+    after = program()
+print(json.dumps({"result": result, "after": after, "tree": tree(s), "still": tiny_evaluator.installed(),
+                  "notes": s.statistics()["notes"], "failures": s.statistics()["failures"]}))
+""", tiny_evaluator)
+    assert out["result"] == out["after"] == [4, 12, 3]
+    assert out["still"]  # ours never took its place back
+    if sys.version_info >= (3, 12):
+        # Noticed at the session's next event (installs_then_runs's return):
+        # what ran in between is not seen, the rest comes from sys.monitoring.
+        paths = [p for p, _ in out["tree"]]
+        assert paths[0] == "installs_then_runs"
+        assert paths.count("program") == 1 and "program/gen/middle" in paths and "program/leaf" in paths
+        assert any("another frame evaluation function" in n for n in out["notes"])
+    else:
+        assert any("another frame evaluation function" in f for f in out["failures"])
+
+
+# --- other faults ------------------------------------------------------------------
+
+def test_sessions_in_many_threads_at_once(engine):
+    barrier = threading.Barrier(8)
+    results, errors = [], []
+
+    def leaf(x):
+        return x + 1
+
+    def work(i):
+        return leaf(i) + leaf(i)
+
+    def thread_main(i):
+        try:
+            barrier.wait()
+            for k in range(40):
+                with profiling(depth=1, engine=engine) as s:
+                    value = work(k)
+                results.append((value == 2 * k + 2, shape(s) == ((qn(work.__qualname__), ((qn(leaf.__qualname__), ()),) * 2),)))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=thread_main, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) == 320 and all(ok and tree for ok, tree in results)
+
+
+def test_session_entered_on_one_thread_and_exited_on_another(engine, caplog):
+    session = profiling(depth=2, engine=engine)
+    entered = threading.Event()
+
+    def enter():
+        session.__enter__()
+        entered.set()
+
+    t = threading.Thread(target=enter)
+    t.start()
+    t.join()
+    assert entered.is_set()
+    session.__exit__(None, None, None)  # here: another thread, another context
+    assert session.state == "finalized"
+    # nothing is left current here, and the next session works
+    with profiling(depth=1, engine=engine) as s:
+        sum(range(3))
+    assert s.state == "finalized"
+
+
+def test_recursion_limit_changed_inside_a_session(engine):
+    def down(k):
+        return 0 if k == 0 else 1 + down(k - 1)
+
+    def program():
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(old + 5000)
+        try:
+            deep = down(old + 1000)
+        finally:
+            sys.setrecursionlimit(max(old - 300, 200))
+        shallow = down(10)
+        sys.setrecursionlimit(old)
+        return deep, shallow
+
+    limit = sys.getrecursionlimit()
+    with profiling(depth=3, engine=engine) as session:
+        assert program() == (limit + 1000, 10)
+    tree = shape(session)
+    assert [label.rsplit(".", 1)[-1] for label, _ in tree[0][1]] == ["down", "down"]
+    assert shape_depth(tree) == 3  # the ceiling holds on both sides of each change
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring's local events are 3.12+")
+def test_watched_code_let_go_while_idle_comes_back():
+    """A generator's code keeps its local events after a session; with no
+    session they are let go after a while (DISABLE) and re-armed when a
+    session reaches the code again. C calls' C_RETURN cannot be disabled:
+    CPython would drop the callback and raise into the program."""
+    def numbers(n):
+        for i in range(n):
+            yield len([i])
+
+    def program():
+        return sum(numbers(3)) + len("ab")
+
+    with profiling(depth=2, capture_c_calls=True) as first:
+        program()
+    for _ in range(2000):  # idle: far past the point where its events are let go
+        program()
+    with profiling(depth=2, capture_c_calls=True) as again:
+        assert program() == 5
+    assert shape(again, show_c_calls=False) == shape(first, show_c_calls=False)
+    assert [r["label"] for r in again.to_flat()].count("len") >= 1
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 use no frame evaluation function")
+def test_the_c_stack_guard_steps_aside_for_a_deep_thread():
+    """A worker recursing deep while the main thread runs a frame within its
+    ceiling (the evaluation function installed for it): the worker's frames
+    pass through the function, a C level each, until the guard takes it out.
+    The program completes; 3.12+ reports the rest of the session through
+    sys.monitoring, 3.11 stops recording (and says so)."""
+    out = child("""
+import json, sys, threading
+sys.setrecursionlimit(200_000)
+from mlflow_profiler import _core, profiling
+def down(k):
+    return 0 if k == 0 else 1 + down(k - 1)
+got = []
+def worker():
+    got.append(down(150_000))
+def waits():
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    return sum(range(3))
+with profiling(depth=2) as s:
+    result = waits()
+stats = s.statistics()
+print(json.dumps({"result": result, "got": got, "notes": stats["notes"], "failures": stats["failures"],
+                  "state": _core.capture_state()}))
+""")
+    assert out["result"] == 3 and out["got"] == [150_000]
+    assert not out["state"]["eval_installed"]
+    if sys.version_info >= (3, 12):
+        assert any("stepped aside" in n for n in out["notes"]) and out["failures"] == []
+    elif sys.version_info >= (3, 11):
+        assert any("stepped aside" in f for f in out["failures"])
+
+
+def test_extension_built_for_another_interpreter(tmp_path):
+    import mlflow_profiler
+
+    src = os.path.dirname(mlflow_profiler.__file__)
+    pkg = tmp_path / "mlflow_profiler"
+    shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (core,) = [p for p in pkg.iterdir() if p.name.startswith("_core.") and p.suffix in (".so", ".pyd")]
+    other = "cpython-399" if "cpython-399" not in core.name else "cpython-398"
+    core.rename(pkg / core.name.replace(core.name.split(".")[1].rsplit("-", 2)[0], other))
+    proc = subprocess.run([sys.executable, "-c", "import mlflow_profiler"], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert last.startswith("ImportError: mlflow_profiler's extension was built for CPython 3.99")
+    assert f"this is CPython {version}" in last and "pip install --force-reinstall" in last

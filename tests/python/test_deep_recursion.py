@@ -1,0 +1,99 @@
+"""Never break the program: a recursion that completes without the profiler
+completes the same way inside a session, at every depth, in the main thread
+and in a worker captured with all_threads. Each program runs in a child
+process, so that a crash is a failed test and not a dead test run, and runs
+there first without the profiler: the oracle is its own bare outcome.
+
+3.11+ runs Python calls without C recursion; 3.9 and 3.10 need a C stack
+for each call, so the children get a large one (RLIMIT_STACK for the main
+thread, threading.stack_size for workers) and the bare program completes
+everywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys, threading
+    n, limit, where, depth = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    if limit:
+        sys.setrecursionlimit(limit)
+    threading.stack_size(256 << 20)
+
+    def down(k):
+        return 0 if k == 0 else 1 + down(k - 1)
+
+    out = {}
+
+    def run():
+        try:
+            out["result"] = down(n)
+        except RecursionError as exc:
+            out["error"] = "RecursionError"
+
+    def program():
+        if where == "main":
+            run()
+        else:
+            t = threading.Thread(target=run, name="worker")
+            t.start()
+            t.join()
+
+    if depth == "bare":
+        program()
+    else:
+        from mlflow_profiler import profiling
+        with profiling(depth=int(depth), all_threads=where == "worker") as session:
+            program()
+        stats = session.statistics()
+        out["spans"] = stats["span_count"]
+        out["failures"] = stats["failures"]
+    print(json.dumps(out))
+    """
+)
+
+CASES = [
+    # (thread, depth of the recursion, recursion limit; 0: the default)
+    ("main", 900, 0),
+    ("main", 20_000, 20_200),
+    ("main", 100_000, 100_200),
+    ("worker", 900, 0),
+    ("worker", 20_000, 20_200),
+    ("worker", 100_000, 100_200),
+]
+
+
+def big_stack():
+    resource.setrlimit(resource.RLIMIT_STACK, (1 << 30, 1 << 30))
+
+
+def run_child(n: int, limit: int, where: str, depth: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(n), str(limit), where, depth],
+        capture_output=True, text=True, timeout=600, preexec_fn=big_stack, env=dict(os.environ),
+    )
+    assert proc.returncode == 0, f"{depth}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    assert proc.stderr == "", proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("where,n,limit", CASES, ids=[f"{w}-{n}" for w, n, _ in CASES])
+@pytest.mark.parametrize("depth", [2, 0, -1])
+def test_recursion_completes_as_it_does_without_the_profiler(where, n, limit, depth):
+    bare = run_child(n, limit, where, "bare")
+    profiled = run_child(n, limit, where, str(depth))
+    assert profiled.get("result") == bare.get("result")
+    assert profiled.get("error") == bare.get("error")
+    if depth == -1 and bare.get("result") == n and not profiled["failures"]:
+        # every frame of the recursion is a span (plus the program's own)
+        assert profiled["spans"] >= n + 1
+    if depth >= 0:
+        assert profiled["spans"] >= depth + 1  # the recursion down to the ceiling was recorded
