@@ -6,7 +6,7 @@
   loading it turns the GIL on for the process. CPython says so with a
   RuntimeWarning; it goes to the `mlflow_profiler` logger instead, since a
   warning raises under `-W error` (docs/capture.md). If the GIL stays off
-  (PYTHON_GIL=0), native sessions refuse to start (gil_enabled())."""
+  (PYTHON_GIL=0), native sessions refuse to start (FREE_THREADED)."""
 
 from __future__ import annotations
 
@@ -63,8 +63,6 @@ def load():
     return _core
 
 
-def gil_enabled() -> bool:
-    """False on a free-threaded interpreter that runs without the GIL
-    (PYTHON_GIL=0): the native engine needs the GIL and refuses to start."""
-    is_enabled = getattr(sys, "_is_gil_enabled", None)
-    return True if is_enabled is None else bool(is_enabled())
+# A free-threaded build: the GIL may be off (PYTHON_GIL=0), and then the
+# native engine, which needs it, refuses to start (ProfileSession.activate).
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))

@@ -144,7 +144,7 @@ class ProfileSession:
                 f"this ProfileSession is {self._engine.state}: a session records once; "
                 "create a new one with profiling()"
             )
-        if isinstance(self._engine, _core.Engine) and not _native.gil_enabled():
+        if _native.FREE_THREADED and not sys._is_gil_enabled() and isinstance(self._engine, _core.Engine):
             raise RuntimeError(
                 "mlflow_profiler's native capture needs the GIL, and this free-threaded "
                 "interpreter runs without it (PYTHON_GIL=0 or -X gil=0). Run it with the GIL "
