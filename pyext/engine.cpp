@@ -614,7 +614,9 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObj
 // alike. A frame below the ceiling runs without it.
 inline bool lane_in_window(const CaptureLane& L, int32_t current) {
   if (L.truncated || L.ceiling < 0) return false;
-  if (L.rec.empty()) return true;  // the roots are next (or the session is starting in our own frames)
+  // Nothing open: the roots are next (or the session is starting in our own
+  // frames), unless this is a bound thread whose target has returned.
+  if (L.rec.empty()) return !(L.thread_lane && !L.out.events.empty());
   const StackEntry& t = L.rec.back();
   return t.pydepth >= current && t.depth <= L.ceiling;
 }
@@ -825,7 +827,10 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   // A task lane continues its creator's depth (its coroutines are the
   // creator's callees). A thread lane gets the whole ceiling for its own
   // frames: its target is its root, shown under the span that started it.
-  if (thread_key != start_thread_) base = 0;
+  if (thread_key != start_thread_) {
+    base = 0;
+    L.thread_lane = true;
+  }
   L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
   if (opts_.capture_io) {
     L.io_ceiling = opts_.io_depth < 0 ? L.ceiling : std::min(L.ceiling, opts_.io_depth - base);

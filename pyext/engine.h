@@ -68,6 +68,7 @@ struct CaptureLane {
   // event loop, a callback called by it).
   int32_t base_pydepth = 0;
   bool base_known = false;
+  bool thread_lane = false;  // a thread bound by all_threads (not the session's own thread)
   bool truncated = false;
   uint64_t skipped = 0;  // frame events below the ceiling that reached the engine
   uint32_t suspended = 0;  // segments of this lane waiting in Engine::suspended_

@@ -258,6 +258,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in nanoseconds, the clock of every event.");
   m.def("hook_name", &capture::name, "The capture hook of this interpreter.");
   m.def("tool_id", &capture::tool_id, "The sys.monitoring tool id held now, -1 if none.");
+  m.def("keep_capture_between_sessions", &capture::keep_between_sessions, py::arg("keep"),
+        "Keeps the sys.monitoring tool id and its local events between sessions (autoprofile), or "
+        "lets them go once no session runs (the default).");
   m.def("capture_state", []() {
         const capture::State s = capture::state();
         py::dict d;

@@ -91,6 +91,8 @@ int entering_frame_depth(int levels_above) { return frame_depth() - levels_above
 
 void thread_bound() { set_window(current_lanes_want_callees()); }
 
+void keep_between_sessions(bool keep) { monitoring::keep_between_sessions(keep); }
+
 #elif MLPROF_HAS_EVAL_HOOK
 // ---------------------------------------------------------------- 3.11 ----------
 namespace {
@@ -150,6 +152,7 @@ void thread_bound() {
 int tool_id() { return -1; }
 void watch_generator_code(PyCodeObject*) {}
 void watch_c_calls(PyCodeObject*) {}
+void keep_between_sessions(bool) {}
 
 #else
 // ---------------------------------------------------------------- 3.9, 3.10 -----
@@ -177,6 +180,7 @@ void set_window(bool) {}
 int tool_id() { return -1; }
 void watch_generator_code(PyCodeObject*) {}
 void watch_c_calls(PyCodeObject*) {}
+void keep_between_sessions(bool) {}
 
 #endif
 

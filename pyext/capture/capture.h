@@ -50,6 +50,10 @@ int entering_frame_depth(int levels_above);
 // thread does).
 void set_window(bool open);
 
+// Keeps what capture claimed (3.12+: the sys.monitoring tool id and the local
+// events on watched code) between sessions, or lets it go when none runs.
+void keep_between_sessions(bool keep);
+
 // 3.12+: the code of a generator or coroutine reached within a ceiling, whose
 // frames sys.monitoring reports from now on (local events, kept across
 // sessions); and the code of a frame whose C calls a session records.

@@ -10,7 +10,7 @@
 //
 // 3.12+: it reports plain frames only; sys.monitoring reports generator and
 // coroutine frames wherever they resume (monitoring.cpp), so the function
-// just makes sure their code is watched. 3.11: it reports generators too,
+// just makes sure their code is watched before they run. 3.11: it reports generators too,
 // reading the frame's state after each run (frame_access.h).
 
 #include <pthread.h>
@@ -38,19 +38,34 @@ namespace {
 PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag);
 
 // --- windows ---------------------------------------------------------------------
-// Threads whose flag is on. A thread's flag is set after each of its events
-// (set_window); a thread that exits with it on gives it back in the flag's
-// destructor (no GIL there: the counter is atomic). Flags of an older epoch
-// (before the last session ended) count for nothing.
-std::atomic<int> g_window_threads{0};
-std::atomic<uint64_t> g_epoch{1};
+// Threads whose flag is on, in one atomic word with the epoch they count in
+// (bumped when the last session ends: older flags count for nothing). A
+// thread's flag is set after each of its events (set_window), with the GIL; a
+// thread that exits with it on gives it back in the flag's destructor, which
+// runs without the GIL, perhaps while another thread ends the last session:
+// the compare-and-swap drops its decrement when the epoch moved on.
+constexpr unsigned kEpochShift = 24;  // up to 16M threads at once
+std::atomic<uint64_t> g_windows{uint64_t{1} << kEpochShift};
+
+inline uint64_t window_epoch() { return g_windows.load(std::memory_order_relaxed) >> kEpochShift; }
+inline int window_threads() {
+  return static_cast<int>(g_windows.load(std::memory_order_relaxed) & ((uint64_t{1} << kEpochShift) - 1));
+}
+// Adds `delta` to the count of `epoch`; nothing if the epoch moved on.
+void add_window(uint64_t epoch, int delta) {
+  uint64_t w = g_windows.load(std::memory_order_relaxed);
+  do {
+    if ((w >> kEpochShift) != epoch) return;
+  } while (!g_windows.compare_exchange_weak(w, w + static_cast<uint64_t>(static_cast<int64_t>(delta)),
+                                            std::memory_order_relaxed));
+}
 
 struct WindowFlag {
   bool on = false;
   uint64_t epoch = 0;
-  bool live() const { return on && epoch == g_epoch.load(std::memory_order_relaxed); }
+  bool live() const { return on && epoch == window_epoch(); }
   ~WindowFlag() {
-    if (live()) g_window_threads.fetch_sub(1, std::memory_order_relaxed);
+    if (on) add_window(epoch, -1);
   }
 };
 thread_local WindowFlag t_window;
@@ -62,8 +77,7 @@ std::string g_aside_why;
 
 void sync_hook() {
   PyInterpreterState* interp = compat::tstate()->interp;
-  const bool want = g_window_threads.load(std::memory_order_relaxed) > 0 && g_native_collecting > 0 && !g_aside &&
-                    !monitoring_wants_no_hook();
+  const bool want = window_threads() > 0 && g_native_collecting > 0 && !g_aside && !monitoring_wants_no_hook();
   _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
   if (want && !g_ours) {
     if (current != _PyEval_EvalFrameDefault) {
@@ -319,7 +333,7 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   if (!code) return pass_through(ts, f, throwflag);
 #if PY_VERSION_HEX >= 0x030C0000
   if (compat::is_generator_code(code)) {
-    watch_generator_code(code);  // sys.monitoring reports its frames
+    watch_generator_code(code);  // sys.monitoring reports its frames wherever they run
     return pass_through(ts, f, throwflag);
   }
   return run_plain(ts, f, code, throwflag);
@@ -332,14 +346,14 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
 
 void set_window(bool open) {
   WindowFlag& w = t_window;
-  const uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+  const uint64_t epoch = window_epoch();
   if (w.epoch != epoch) {  // a void flag from an earlier epoch
     w.on = false;
     w.epoch = epoch;
   }
   if (open != w.on) {
     w.on = open;
-    g_window_threads.fetch_add(open ? 1 : -1, std::memory_order_relaxed);
+    add_window(epoch, open ? 1 : -1);
     sync_hook();
   } else if (open && !g_aside && !g_unavailable) {
     sync_hook();  // also notices another tool that replaced the function (torch.compile)
@@ -349,7 +363,7 @@ void set_window(bool open) {
 State state() {
   State s{};
   s.eval_installed = g_ours && _PyInterpreterState_GetEvalFrameFunc(compat::tstate()->interp) == eval_frame;
-  s.window_threads = g_window_threads.load(std::memory_order_relaxed);
+  s.window_threads = window_threads();
   s.global_frames = monitoring_wants_no_hook();
   s.stepped_aside = g_aside;
   return s;
@@ -370,8 +384,7 @@ bool stepped_aside(std::string* why) {
 }
 
 void all_sessions_ended() {
-  g_epoch.fetch_add(1, std::memory_order_relaxed);
-  g_window_threads.store(0, std::memory_order_relaxed);
+  g_windows.store((window_epoch() + 1) << kEpochShift, std::memory_order_relaxed);
   g_aside = false;
   g_aside_why.clear();
   g_unavailable = false;

@@ -24,10 +24,13 @@ int entering_frame_depth(int levels_above);  // 3.11
 }  // namespace eval
 
 namespace monitoring {  // monitoring.cpp, 3.12+
-// Claims a tool id and registers the callbacks (once per process where the id
-// can be kept: 3 or 4), with PY_UNWIND and PY_THROW on for the process.
+// Claims a tool id (4, 3 if taken, then the standard ones) and registers the
+// callbacks, unless held already.
 bool acquire(std::string* error);
-void release();  // the last session ended: frees the id unless it is kept
+// The last session ended: removes our local events and frees the id, unless
+// kept between sessions (autoprofile) and not `force`d.
+void release(bool force = false);
+void keep_between_sessions(bool keep);
 // Every Python frame through sys.monitoring (unlimited depth, or no frame
 // evaluation hook), with C calls if `c_calls`; off: generators and C-call
 // codes only (their local events).

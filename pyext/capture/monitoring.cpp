@@ -8,11 +8,16 @@
 //
 // Switching global events on or off makes every function re-check its
 // instrumentation when it next runs (3.12: +125 ns for each distinct function,
-// bench/RESULTS.md). So the tool id is claimed once and kept for the process,
-// PY_UNWIND and PY_THROW (which cannot be local) stay on from then, and local
-// events stay on their code across sessions: with no session the callbacks
-// return at once, and a code whose events keep coming with no session stops
-// being watched (DISABLE) until a session reaches it again.
+// bench/RESULTS.md), and so does freeing a tool id on 3.14+. Local events do
+// not. The tool id is held while sessions collect, with PY_UNWIND and PY_THROW
+// on (a generator's throw and its exit by an exception, which cannot be local
+// events; 3.14 reports a close that runs no code only through them), and
+// freed with our local events when the last session ends, so that a program
+// may take that id itself afterwards. Autoprofile keeps it between its
+// sessions (keep_between_sessions), so that sampled requests pay for no
+// switch: local events stay on their code, the callbacks return at once with
+// no session, and a code whose events keep coming with no session is let go
+// (DISABLE) until a session reaches it again.
 
 #include <string>
 
@@ -28,7 +33,8 @@ namespace {
 PyObject* g_monitoring = nullptr;  // the sys.monitoring module
 PyObject* g_disable = nullptr;     // sys.monitoring.DISABLE
 int g_tool = -1;
-bool g_kept = false;  // the id is kept for the process (3 or 4, which no standard tool uses)
+bool g_keep = false;  // autoprofile: hold the id (and our local events) between sessions
+std::vector<PyObject*> g_watched;  // code objects we set local events on (strong references)
 bool g_registered = false;
 bool g_global_frames = false, g_global_c = false;
 
@@ -43,7 +49,7 @@ long ev(const char* name) {
   return bit < 0 ? 0 : bit;
 }
 long kPyStart, kPyResume, kPyReturn, kPyYield, kPyUnwind, kPyThrow, kCall, kCReturn, kCRaise;
-long kGenerator, kCCalls, kAlways;
+long kGenerator, kCCalls, kUnwind;
 
 std::string take_error() {
   PyObject *type, *value, *tb;
@@ -115,6 +121,10 @@ void watch(PyCodeObject* code, uintptr_t bits) {
   }
   if (disabled) set_local(code, 0);  // clearing and setting again re-arms disabled locations
   set_local(code, events_of(have | bits));
+  if (!have) {
+    Py_INCREF(code);
+    g_watched.push_back(reinterpret_cast<PyObject*>(code));
+  }
   set_watch_state(code, have | bits);
 }
 
@@ -260,6 +270,12 @@ PyMethodDef g_defs[] = {MLPROF_CB(cb_start),  MLPROF_CB(cb_resume),   MLPROF_CB(
 const char* g_names[] = {"PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_UNWIND",
                          "PY_YIELD", "CALL",      "C_RETURN", "C_RAISE"};
 
+void free_tool(int tool) {
+  PyObject* r = PyObject_CallMethod(g_monitoring, "free_tool_id", "i", tool);
+  Py_XDECREF(r);
+  PyErr_Clear();
+}
+
 bool call(const char* method, const char* fmt, int tool, long arg, std::string* error) {
   PyObject* r = PyObject_CallMethod(g_monitoring, method, fmt, tool, arg);
   if (!r) {
@@ -286,16 +302,14 @@ bool register_callbacks(std::string* error) {
 }
 
 bool claim(std::string* error) {
-  // 4 and 3 have no standard user, so holding one for the process blocks no
-  // debugger (0), coverage (1), profiler (2, cProfile) or optimizer (5);
-  // those are taken only for a session's time, when 3 and 4 are both in use.
+  // 4 and 3 have no standard user: holding one blocks no debugger (0),
+  // coverage (1), profiler (2, cProfile) or optimizer (5) started meanwhile.
   const int order[] = {4, 3, 5, 2, 1, 0};
   for (int id : order) {
     PyObject* r = PyObject_CallMethod(g_monitoring, "use_tool_id", "is", id, "mlflow-profiler");
     if (r) {
       Py_DECREF(r);
       g_tool = id;
-      g_kept = id == 3 || id == 4;
       ++g_claim;
       return true;
     }
@@ -315,7 +329,7 @@ bool still_ours() {
 }
 
 bool apply_events(std::string* error) {
-  long mask = kAlways;
+  long mask = kUnwind;
   if (g_global_frames) mask |= kPyStart | kPyResume | kPyReturn | kPyYield;
   if (g_global_c) mask |= kCCalls;
   return call("set_events", "il", g_tool, mask, error);
@@ -345,7 +359,7 @@ bool acquire(std::string* error) {
     kCall = ev("CALL"), kCReturn = ev("C_RETURN"), kCRaise = ev("C_RAISE");
     kGenerator = kPyStart | kPyResume | kPyReturn | kPyYield;
     kCCalls = kCall | kCReturn | kCRaise;
-    kAlways = kPyUnwind | kPyThrow;
+    kUnwind = kPyUnwind | kPyThrow;
     g_watch_extra = compat::request_code_extra_index();
   }
   if (g_tool >= 0 && !still_ours()) {
@@ -359,7 +373,7 @@ bool acquire(std::string* error) {
   }
   if (!g_registered) {
     if (!register_callbacks(error) || !apply_events(error)) {
-      call("free_tool_id", "il", g_tool, 0, nullptr);
+      free_tool(g_tool);
       g_tool = -1;
       return false;
     }
@@ -368,9 +382,14 @@ bool acquire(std::string* error) {
   return true;
 }
 
-void release() {
-  if (g_tool < 0 || g_kept) return;
+void release(bool force) {
+  if (g_tool < 0 || (g_keep && !force)) return;
   compat::PendingError pending;
+  for (PyObject* code : g_watched) {
+    set_local(reinterpret_cast<PyCodeObject*>(code), 0);
+    Py_DECREF(code);
+  }
+  g_watched.clear();
   g_global_frames = g_global_c = false;
   call("set_events", "il", g_tool, 0, nullptr);
   for (const char* name : g_names) {
@@ -378,9 +397,15 @@ void release() {
     Py_XDECREF(r);
     PyErr_Clear();
   }
-  call("free_tool_id", "il", g_tool, 0, nullptr);
+  free_tool(g_tool);
   g_tool = -1;
   g_registered = false;
+  ++g_claim;  // what we set is gone
+}
+
+void keep_between_sessions(bool keep) {
+  g_keep = keep;
+  if (!keep && g_native_collecting == 0) release(false);
 }
 
 bool set_global(bool frames, bool c_calls, std::string* error) {

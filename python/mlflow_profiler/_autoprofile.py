@@ -126,6 +126,9 @@ def autoprofile(
     with _lock:
         _config = config
         _patch(PyFuncModel)
+        # Sampled sessions one after another: the sys.monitoring tool id and
+        # its local events stay between them (docs/capture.md).
+        _core.keep_capture_between_sessions(True)
 
 
 def _patch(cls) -> None:
@@ -142,6 +145,7 @@ def _unpatch() -> None:
     global _config
     with _lock:
         _config = None
+        _core.keep_capture_between_sessions(False)
         if not _patched:
             return
         import sys

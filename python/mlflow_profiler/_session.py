@@ -5,6 +5,7 @@ reference for tests); the tree and every renderer live in the C++ core."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -159,8 +160,8 @@ class ProfileSession:
             self._engine.stop()
             for failure in self._engine.failures:
                 log_once("capture:" + failure, f"mlflow_profiler: capture stopped early: {failure}")
-            for note in getattr(self._engine, "notes", ()):
-                log_once("capture-note:" + note, f"mlflow_profiler: {note}")
+            for note in getattr(self._engine, "notes", ()):  # capture went on another way
+                log_once("capture-note:" + note, f"mlflow_profiler: {note}", logging.INFO)
         except Exception as exc:  # pragma: no cover - a profiler bug must not break the model
             log_once("deactivate", f"mlflow_profiler: ending the session failed: {exc!r}")
 

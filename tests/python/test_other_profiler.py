@@ -73,9 +73,8 @@ def test_cprofile_keeps_its_monitoring_tool_id(engine):
             still = monitoring.get_tool(monitoring.PROFILER_ID)
         assert still == owner  # cProfile's id stays cProfile's
         if engine == "native":
-            # one no standard tool uses, kept for the process (docs/capture.md)
-            assert ours in (4, 3)
-            assert monitoring.get_tool(ours) == "mlflow-profiler"
+            assert ours in (4, 3)  # one no standard tool uses
+            assert monitoring.get_tool(ours) is None  # and freed when the session ended
         else:
             assert ours != monitoring.PROFILER_ID  # the reference engine uses sys.setprofile
         assert monitoring.get_tool(monitoring.PROFILER_ID) == owner
@@ -86,15 +85,27 @@ def test_cprofile_keeps_its_monitoring_tool_id(engine):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
-def test_native_leaves_the_standard_tool_ids_free():
-    """The id the engine keeps is one no standard tool uses: a debugger (0),
-    coverage (1), cProfile (2) or an optimizer (5) started after a session
-    gets its own."""
+def test_native_leaves_the_tool_ids_free():
+    """The id the engine holds during a session is one no standard tool uses
+    (a debugger 0, coverage 1, cProfile 2 or an optimizer 5 started meanwhile
+    gets its own), and after the session every id is free again, with none
+    of our events left on the program's code."""
+    import dis
+
+    def numbers():
+        yield 1
+
     with profiling(engine="native", capture_c_calls=True):
         ours = _core.tool_id()
-    assert ours in (4, 3) and sys.monitoring.get_tool(ours) == "mlflow-profiler"
-    for standard in (0, 1, 2, 5):
-        assert sys.monitoring.get_tool(standard) is None
+        standard = [sys.monitoring.get_tool(i) for i in (0, 1, 2, 5)]
+        list(numbers())
+    assert ours in (4, 3) and standard == [None] * 4
+    assert [sys.monitoring.get_tool(i) for i in range(6)] == [None] * 6
+    sys.monitoring.use_tool_id(ours, "the program's own tool")  # takes the id we held
+    try:
+        assert sys.monitoring.get_local_events(ours, numbers.__code__) == 0
+    finally:
+        sys.monitoring.free_tool_id(ours)
     prof = cProfile.Profile()
     prof.enable()  # takes PROFILER_ID
     try:
@@ -118,12 +129,13 @@ def test_native_instruments_no_plain_function():
     with profiling(engine="native", depth=2) as session:
         during()
         list(numbers())
+        watched = sys.monitoring.get_local_events(_core.tool_id(), numbers.__code__)
+    assert watched == sum(getattr(sys.monitoring.events, e) for e in ("PY_START", "PY_RESUME", "PY_YIELD", "PY_RETURN"))
 
     def instrumented(f):
         return [i.opname for i in dis.get_instructions(f, adaptive=True) if "INSTRUMENTED" in i.opname]
 
     assert instrumented(during) == []
-    assert "INSTRUMENTED_RESUME" in instrumented(numbers) or sys.monitoring.get_local_events(_core.tool_id(), numbers.__code__)
     assert session.statistics()["engine"] == "eval_frame+sys.monitoring"
     assert shape(session)[:2] == (("during", ()), (numbers.__qualname__, ()))
 

@@ -1,0 +1,190 @@
+"""CPython's own regression tests as an oracle: a test that passes without
+the profiler must pass inside a session.
+
+    python tests/cpython/regrtest_in_session.py [--depths 2,-1] [--json out.json] [MODULE ...]
+
+Each module runs in a child process inside one `profiling(depth=D)` session
+(D in --depths) wrapped around the whole unittest run. A test that fails or
+errors there is run again in two more children, without the profiler and
+under cProfile: it counts against us only if it passes without the
+profiler, and, for the tests that inspect profile hooks (CPython's own
+"passes under cProfile" baseline), also under cProfile. Exit status 1 if any
+test counts against us. Tests CPython skips stay skipped.
+
+The modules default to MODULES below; they ship with every interpreter under
+lib/pythonX.Y/test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MODULES = [
+    "test.test_generators",
+    "test.test_coroutines",
+    "test.test_asyncgen",
+    "test.test_contextlib",
+    "test.test_contextlib_async",
+    "test.test_exceptions",
+    "test.test_traceback",
+    "test.test_frame",
+    "test.test_threading",
+    "test.test_asyncio.test_tasks",
+    "test.test_asyncio.test_locks",
+    "test.test_sys_setprofile",
+    "test.test_weakref",
+]
+if sys.version_info >= (3, 12):
+    MODULES.append("test.test_monitoring")  # sys.monitoring, which the engine uses on 3.12+
+
+# What each child runs: MODULE, MODE ("bare", "cprofile" or a depth), and
+# optionally test ids to run alone. It prints one JSON line last.
+CHILD = r"""
+import json, sys, unittest, io
+
+module, mode = sys.argv[1], sys.argv[2]
+only = sys.argv[3:]
+
+
+class Collect(unittest.TextTestResult):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.outcomes = {}
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.outcomes.setdefault(test.id(), "pass")
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.outcomes[test.id()] = "fail"
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.outcomes[test.id()] = "error"
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.outcomes[test.id()] = "skip"
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self.outcomes[test.id()] = "pass"
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self.outcomes[test.id()] = "fail"
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.outcomes[test.id()] = "fail" if issubclass(err[0], test.failureException) else "error"
+
+
+loader = unittest.TestLoader()
+suite = loader.loadTestsFromNames(only) if only else loader.loadTestsFromName(module)
+stream = io.StringIO()
+runner = unittest.TextTestRunner(stream=stream, resultclass=Collect, verbosity=0)
+stats = None
+if mode == "bare":
+    result = runner.run(suite)
+elif mode == "cprofile":
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        result = runner.run(suite)
+    finally:
+        prof.disable()
+else:
+    from mlflow_profiler import profiling
+    with profiling(depth=int(mode)) as session:
+        result = runner.run(suite)
+    s = session.statistics()
+    stats = {k: s[k] for k in ("span_count", "dropped", "events_captured", "thread_count", "failures", "notes")}
+sys.stdout.flush()
+print(json.dumps({"outcomes": result.outcomes, "stats": stats, "log": stream.getvalue()[-20000:]}))
+"""
+
+
+def run(module: str, mode: str, only=(), timeout: int = 1200) -> dict:
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", CHILD, module, mode, *only], capture_output=True, text=True,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    seconds = time.monotonic() - t0
+    lines = proc.stdout.strip().splitlines()
+    try:
+        out = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        # the child died (a crash, an exception outside unittest): every test counts
+        out = {"outcomes": None, "stats": None, "log": proc.stderr[-20000:]}
+    out["returncode"] = proc.returncode
+    out["seconds"] = seconds
+    return out
+
+
+def inspects_hooks(test_id: str) -> bool:
+    """Tests whose baseline is cProfile: they look at or set the profile and
+    trace functions or sys.monitoring tools."""
+    words = ("setprofile", "getprofile", "settrace", "gettrace", "monitoring", "profile", "trace")
+    return any(w in test_id.lower() for w in words)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("modules", nargs="*", default=MODULES)
+    ap.add_argument("--depths", default="2,-1", help="session depths, comma-separated")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    depths = [d.strip() for d in args.depths.split(",") if d.strip()]
+    version = ".".join(map(str, sys.version_info[:2]))
+    rows, against = [], []
+    print(f"# CPython {sys.version.split()[0]} ({sys.executable}); depths {', '.join(depths)}")
+    print(f"{'module':<34} {'depth':>5} {'tests':>6} {'failed':>6} {'ours':>5} {'spans':>9} {'dropped':>8} {'s':>6}")
+    for module in args.modules:
+        for depth in depths:
+            got = run(module, depth)
+            outcomes = got["outcomes"]
+            stats = got["stats"] or {}
+            if outcomes is None:
+                ours = [f"{module}: the child exited {got['returncode']} inside the session\n{got['log'][-3000:]}"]
+                failed = []
+            else:
+                failed = sorted(t for t, o in outcomes.items() if o in ("fail", "error"))
+                ours = []
+                if failed:
+                    bare = run(module, "bare", failed)["outcomes"] or {}
+                    hooks = [t for t in failed if inspects_hooks(t)]
+                    cprof = (run(module, "cprofile", hooks)["outcomes"] or {}) if hooks else {}
+                    for t in failed:
+                        if bare.get(t) != "pass":
+                            continue  # fails without the profiler too (this machine, this build)
+                        if t in hooks and cprof.get(t) != "pass":
+                            continue  # a hook-inspecting test that cProfile fails too
+                        ours.append(t)
+            rows.append({"version": version, "module": module, "depth": int(depth),
+                         "tests": len(outcomes or {}), "failed": len(failed), "ours": ours,
+                         "spans": stats.get("span_count"), "dropped": stats.get("dropped"),
+                         "notes": stats.get("notes"), "failures": stats.get("failures"),
+                         "seconds": round(got["seconds"], 1)})
+            print(f"{module[5:]:<34} {depth:>5} {len(outcomes or {}):>6} {len(failed):>6} {len(ours):>5} "
+                  f"{stats.get('span_count', '-'):>9} {stats.get('dropped', '-'):>8} {got['seconds']:>6.1f}",
+                  flush=True)
+            for t in ours:
+                print(f"    FAILS ONLY IN THE SESSION: {t}")
+            against += ours
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"# {len(against)} test(s) fail only inside a session")
+    return 1 if against else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
