@@ -1,7 +1,7 @@
 """CPython's own regression tests as an oracle: a test that passes without
 the profiler must pass inside a session.
 
-    python tests/cpython/regrtest_in_session.py [--depths 2,-1] [--json out.json] [MODULE ...]
+    python tests/cpython/regrtest_in_session.py [--all] [--depths 2,-1] [--json out.json] [MODULE ...]
 
 Each module runs in a child process inside one `profiling(depth=D)` session
 (D in --depths) wrapped around the whole unittest run. A test that fails or
@@ -11,8 +11,8 @@ profiler, and, for the tests that inspect profile hooks (CPython's own
 "passes under cProfile" baseline), also under cProfile. Exit status 1 if any
 test counts against us. Tests CPython skips stay skipped.
 
-The modules default to MODULES below; they ship with every interpreter under
-lib/pythonX.Y/test.
+The modules default to MODULES below (what CI runs on each version; --all
+adds MORE); they ship with every interpreter under lib/pythonX.Y/test.
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ MODULES = [
     "test.test_asyncio.test_tasks",
     "test.test_asyncio.test_locks",
     "test.test_sys_setprofile",
-    "test.test_weakref",
 ]
 if sys.version_info >= (3, 12):
     MODULES.append("test.test_monitoring")  # sys.monitoring, which the engine uses on 3.12+
+# Slower ones (weakref callbacks and finalizers, 10-15 s each at depth -1).
+MORE = ["test.test_weakref", "test.test_finalization", "test.test_scope", "test.test_sys_settrace"]
 
 # What each child runs: MODULE, MODE ("bare", "cprofile" or a depth), and
 # optionally test ids to run alone. It prints one JSON line last.
@@ -129,19 +130,37 @@ def run(module: str, mode: str, only=(), timeout: int = 1200) -> dict:
     return out
 
 
+HOOK_WORDS = ("setprofile", "getprofile", "settrace", "gettrace", "sys.monitoring", "_getframe", "tracing")
+
+
 def inspects_hooks(test_id: str) -> bool:
-    """Tests whose baseline is cProfile: they look at or set the profile and
-    trace functions or sys.monitoring tools."""
-    words = ("setprofile", "getprofile", "settrace", "gettrace", "monitoring", "profile", "trace")
-    return any(w in test_id.lower() for w in words)
+    """Tests whose baseline is cProfile: they set or look at the profile or
+    trace functions, sys.monitoring tools or frame objects (a profiler's own
+    callbacks are there). Told by the test's name and its method's source."""
+    import inspect
+    import unittest
+
+    if any(w in test_id.lower() for w in ("profile", "trace", "monitoring")):
+        return True
+    try:
+        suite = unittest.TestLoader().loadTestsFromName(test_id)
+        (test,) = list(suite)
+        source = inspect.getsource(getattr(test, test._testMethodName))
+    except Exception:
+        return False
+    return any(w in source for w in HOOK_WORDS)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("modules", nargs="*", default=MODULES)
+    ap.add_argument("modules", nargs="*")
+    ap.add_argument("--all", action="store_true", help="also the slower modules (MORE)")
+    ap.add_argument("--ci", action="store_true", help="the default set (what .ci/run runs)")
     ap.add_argument("--depths", default="2,-1", help="session depths, comma-separated")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
+    if not args.modules:
+        args.modules = MODULES + (MORE if args.all else [])
     depths = [d.strip() for d in args.depths.split(",") if d.strip()]
     version = ".".join(map(str, sys.version_info[:2]))
     rows, against = [], []
