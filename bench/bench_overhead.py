@@ -4,6 +4,8 @@ Not a test: it asserts nothing about time. It prints median wall times and
 overhead ratios to the unprofiled run, for two workloads:
 
   fib      a call-heavy one: recursive fib(N), one call per sample
+  tabular  a call-heavy pure-Python predict (rows of dicts, generators,
+           comprehensions, a hand-written tree ensemble), ~16k calls
   empty    a session around a call that does nothing, 100 per sample: the
            fixed cost of starting and stopping each profiler
   loop     a loop with no calls in it (not in the default set): the hook's
@@ -21,6 +23,8 @@ and these contenders, each started and stopped around every single call
             (sys.monitoring with a no-op METH_FASTCALL callback on 3.12+,
             PyEval_SetProfile with a no-op C function on 3.9-3.11); needs
             the _mlprof_floor module that bench/run.sh builds
+  ours-d0   `with profiling(depth=0)`: the root spans only
+  ours-d1   `with profiling(depth=1)`
   ours-d2   `with profiling(depth=2)`
   ours-d2-io `with profiling(depth=2, capture_io=True)`: arguments and return
             values of every recorded call summarized (issue 3: at most 2
@@ -125,6 +129,66 @@ def make_predict(rows: int, trees: int):
 
     run.pipe, run.x = pipe, x
     return run
+
+
+# A call-heavy pure-Python predict: feature extraction over rows of dicts with
+# generators and comprehensions, then a hand-written tree ensemble. About
+# 16k Python calls per predict of 300 rows; no numpy, so the interpreter's
+# own call path is what is measured.
+def _rows(n: int, seed: int = 0) -> list:
+    rng = random.Random(seed)
+    cities = ["paris", "lyon", "nice", "lille", "nantes"]
+    return [{"age": rng.gauss(40, 12), "income": rng.lognormvariate(10, 1), "tenure": rng.randint(0, 30),
+             "city": rng.choice(cities), "visits": [rng.random() for _ in range(5)]} for _ in range(n)]
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    return lo if x < lo else hi if x > hi else x
+
+
+def _scaled(row: dict, key: str, mean: float, std: float) -> float:
+    return _clip((row[key] - mean) / std, -3.0, 3.0)
+
+
+def _visit_stats(visits: list):
+    total = 0.0
+    for i, v in enumerate(visits):
+        total += v
+        yield total / (i + 1)
+
+
+def _one_hot(city: str, cities=("paris", "lyon", "nice", "lille", "nantes")) -> list:
+    return [1.0 if c == city else 0.0 for c in cities]
+
+
+def _features(row: dict) -> list:
+    running = list(_visit_stats(row["visits"]))
+    return [_scaled(row, "age", 40, 12), _scaled(row, "income", 30000, 20000), _scaled(row, "tenure", 15, 9),
+            max(running), sum(running) / len(running)] + _one_hot(row["city"])
+
+
+def _tree(x: list, t: int) -> float:
+    if x[t % 5] > 0.1 * (t % 3):
+        return _leaf(x, t, 1)
+    return _leaf(x, t, -1)
+
+
+def _leaf(x: list, t: int, sign: int) -> float:
+    return sign * (0.5 + 0.01 * t) + 0.1 * x[5 + t % 5]
+
+
+def _score(x: list, trees: int = 12) -> float:
+    return sum(_tree(x, t) for t in range(trees))
+
+
+def make_tabular(rows: int):
+    data = _rows(rows)
+
+    def predict() -> list:
+        feats = [_features(r) for r in data]
+        return [1 if _score(f) > 0 else 0 for f in feats]
+
+    return predict
 
 
 def noop():
@@ -258,6 +322,10 @@ def contenders(names: List[str]) -> Dict[str, Callable]:
             elif name == "floor":
                 out[name], what = make_floor()
                 print(f"# floor: {what}")
+            elif name == "ours-d0":
+                out[name] = make_ours(0)
+            elif name == "ours-d1":
+                out[name] = make_ours(1)
             elif name == "ours-d2":
                 out[name] = make_ours(2)
             elif name == "ours-d2-io":
@@ -281,7 +349,8 @@ def contenders(names: List[str]) -> Dict[str, Callable]:
     return out
 
 
-ALL = ["base", "base2", "floor", "ours-d2", "ours-d2-io", "ours-d-1", "cProfile", "viztracer", "pyinstr", "ref-d-1"]
+ALL = ["base", "base2", "floor", "ours-d0", "ours-d1", "ours-d2", "ours-d2-io", "ours-d-1", "cProfile", "viztracer",
+       "pyinstr", "ref-d-1"]
 
 # --------------------------------------------------------------- measuring ---
 
@@ -396,7 +465,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--predicts", type=int, default=4, help="predicts per sample")
     ap.add_argument("--sessions", type=int, default=100, help="sessions per sample, empty workload")
-    ap.add_argument("--workloads", default="fib,empty,predict")
+    ap.add_argument("--workloads", default="fib,tabular,empty,predict")
     ap.add_argument("--contenders", default=",".join(ALL))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write raw samples and summaries here")
@@ -427,6 +496,8 @@ def main(argv=None) -> int:
     for wl in args.workloads.split(","):
         if wl == "fib":
             fn, k, title = make_fib(args.fib), 1, f"fib({args.fib}), one call per sample"
+        elif wl == "tabular":
+            fn, k, title = make_tabular(20 if args.smoke else 300), 1, "tabular pure-Python predict, one call per sample"
         elif wl == "loop":
             n = 2000 if args.smoke else 300_000
             fn, k, title = (lambda: loop(n)), 1, f"loop({n}), no calls inside"
@@ -443,7 +514,10 @@ def main(argv=None) -> int:
         rows = summarize(times, k, calls["call"])
         by = {r["contender"]: r for r in rows}
         cprof_overhead = by["cProfile"]["ratio"] - 1 if "cProfile" in by and wl == "fib" else None
-        print_table(title, rows, calls, per_call=(wl == "fib"), cprof=cprof_overhead, per_session=(wl == "empty"))
+        if wl == "tabular" and "cProfile" in by:
+            cprof_overhead = by["cProfile"]["ratio"] - 1
+        print_table(title, rows, calls, per_call=(wl in ("fib", "tabular")), cprof=cprof_overhead,
+                    per_session=(wl == "empty"))
         stats = {"d2": engine_stats(fn, 2), "d-1": engine_stats(fn, -1)}
         for d, st in stats.items():
             print(f"ours-{d} statistics: {st}")
