@@ -25,9 +25,10 @@ async def job(engine, n, depth=-1):
     return n, session
 
 
-# depth 5: on 3.12/3.13 a session with a ceiling takes its frames from the
-# frame evaluation hook, which does not see the coroutines already running
-# when a session starts suspend (docs/capture.md); -1: sys.monitoring.
+# depth 5: a session with a ceiling takes its frames from the frame
+# evaluation function (3.11+), which runs no coroutine that was running when
+# the session started (the one that entered it: its yields come from
+# sys.monitoring on 3.12+); -1: sys.monitoring or the profile function.
 @pytest.mark.parametrize("depth", [-1, 5])
 def test_each_task_sees_only_its_own_calls(engine, depth):
     async def main():
