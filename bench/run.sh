@@ -31,12 +31,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRIT
 
 log() { printf '[run.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-find_python() {  # newest pyenv X.Y.Z, else pythonX.Y on PATH
-  local v=$1 py
-  py=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
-  [ -n "$py" ] || py=$(command -v "python$v" || true)
-  [ -n "$py" ] || { echo "no Python $v found (pyenv or python$v on PATH)" >&2; return 1; }
-  echo "$py"
+find_python() {  # scripts/python.sh: pyenv's 3.9-3.13, 3.14/3.15 built from source
+  bash "$ROOT/scripts/python.sh" "$1"
 }
 
 setup_version() {  # prints the PYTHONPATH to use with the venv's python
@@ -50,7 +46,11 @@ setup_version() {  # prints the PYTHONPATH to use with the venv's python
   fi
   if ! "$pyexe" -c "import sklearn, pandas, viztracer, pyinstrument, pybind11" 2>/dev/null; then
     log "$v: installing ${PKGS[*]}"
-    "$pyexe" -m pip install -q --only-binary=:all: "${PKGS[@]}" >&2
+    # one by one: a peer with no wheel for a new CPython is skipped (the
+    # bench prints "skipped" for it), not fatal
+    for pkg in "${PKGS[@]}"; do
+      "$pyexe" -m pip install -q --only-binary=:all: "$pkg" >&2 || log "$v: $pkg has no wheel here; skipped"
+    done
   fi
   "$pyexe" -m pip uninstall -q -y mlflow-profiler >/dev/null 2>&1 || true
   log "$v: pip install $ROOT"
