@@ -546,59 +546,67 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
     return;
   }
   (void)code;
-  Suspended s{L.index, 0, pydepth, {L.rec.begin() + static_cast<long>(from), L.rec.end()}};
-  L.rec.resize(from);
-  s.frame_depth = depth_at(L, pydepth);
-  if (pydepth == L.base_pydepth && is_origin(L)) s.frame_depth = -1;  // the entering coroutine
-  uint32_t first_recorded = kNoEvent;
-  for (const StackEntry& e : s.entries) {
-    if (e.call_index != kNoEvent) {
-      first_recorded = e.call_index;
-      break;
-    }
+  // The segment replaces one this generator left here (its address reused).
+  Suspended* s = nullptr;
+  for (Suspended& old : L.suspended) {
+    if (old.key == key) s = &old;
   }
+  if (!s) {
+    L.suspended.emplace_back();
+    s = &L.suspended.back();
+    count_suspended(L, 1);
+  }
+  s->key = key;
+  s->frame_pydepth = pydepth;
+  s->count = 0;
+  s->more.clear();
+  for (size_t i = from; i < L.rec.size(); ++i) s->add(L.rec[i]);
+  L.rec.resize(from);
+  s->frame_depth = depth_at(L, pydepth);
+  if (pydepth == L.base_pydepth && is_origin(L)) s->frame_depth = -1;  // the entering coroutine
+  uint32_t first_recorded = kNoEvent;
+  for (uint32_t i = 0; i < s->count && first_recorded == kNoEvent; ++i) first_recorded = s->at(i).call_index;
   if (first_recorded != kNoEvent) {
+    const StackEntry& last = s->at(s->count - 1);
     if (!L.last_was_suspend) {
-      L.chain_top = s.entries.back().call_index != kNoEvent ? s.entries.back().call_index : first_recorded;
-      L.chain_top_depth = s.entries.back().depth;
+      L.chain_top = last.call_index != kNoEvent ? last.call_index : first_recorded;
+      L.chain_top_depth = last.depth;
     }
     L.last_was_suspend = true;
     push(L, EventKind::kSuspend, first_recorded, 0, ts);
     probes::span_suspend(L.engine->serial(), L.index, first_recorded);
   }
-  auto it = L.engine->suspended_.find(key);
-  if (it != L.engine->suspended_.end() && it->second.lane < L.engine->lanes().size()) {
-    CaptureLane& stale = *L.engine->lanes()[it->second.lane];  // a stale segment of the same generator
-    --stale.suspended;
-    count_suspended(stale, -1);
-  }
-  ++L.suspended;
-  count_suspended(L, 1);
-  L.engine->suspended_[key] = std::move(s);
 }
 
 // Returns true if a suspended segment was pushed back.
 bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame) {
+  if (L.suspended.empty()) return false;
   const uintptr_t key = generator_key(frame);
-  auto it = key && !L.engine->suspended_.empty() ? L.engine->suspended_.find(key) : L.engine->suspended_.end();
-  if (it == L.engine->suspended_.end() || it->second.lane != L.index) return false;
+  size_t k = 0;
+  while (k < L.suspended.size() && L.suspended[k].key != key) ++k;
+  if (!key || k == L.suspended.size()) return false;
   const int32_t d = arrive(L, pydepth, key);
   if (d == INT32_MIN) return false;
-  Suspended s = std::move(it->second);
-  L.engine->suspended_.erase(it);
-  --L.suspended;
-  count_suspended(L, -1);
   (void)code;
-  if (L.truncated || !room_for_structure(L)) return true;
-  const int32_t shift = d - s.frame_depth;
-  const int32_t pyshift = pydepth - s.frame_pydepth;
+  Suspended& s = L.suspended[k];
+  const bool push_back = !L.truncated && room_for_structure(L);
   uint32_t first_recorded = kNoEvent;
-  for (StackEntry e : s.entries) {
-    e.depth += shift;
-    e.pydepth += pyshift;
-    if (first_recorded == kNoEvent) first_recorded = e.call_index;
-    L.rec.push_back(e);
+  if (push_back) {
+    const int32_t shift = d - s.frame_depth;
+    const int32_t pyshift = pydepth - s.frame_pydepth;
+    for (uint32_t i = 0; i < s.count; ++i) {
+      StackEntry e = s.at(i);
+      e.depth += shift;
+      e.pydepth += pyshift;
+      if (first_recorded == kNoEvent) first_recorded = e.call_index;
+      L.rec.push_back(e);
+    }
   }
+  // Remove the segment (swap with the last: their order does not matter).
+  if (k + 1 != L.suspended.size()) std::swap(L.suspended[k], L.suspended.back());
+  L.suspended.pop_back();
+  count_suspended(L, -1);
+  if (!push_back) return true;
   if (first_recorded != kNoEvent) {
     push(L, EventKind::kResume, first_recorded, 0, clock::ticks());
     probes::span_resume(L.engine->serial(), L.index, first_recorded);
@@ -974,10 +982,9 @@ void Engine::stop() {
 #endif
   for (auto& lane : lanes_) Py_CLEAR(lane->context);
   for (auto& lane : lanes_) {
-    count_suspended(*lane, -static_cast<int>(lane->suspended));
-    lane->suspended = 0;
+    count_suspended(*lane, -static_cast<int>(lane->suspended.size()));
+    lane->suspended.clear();
   }
-  suspended_.clear();
   gen_labels_.clear();
   session_ = nullptr;
   if (MLPROF_USDT_ENABLED(session_end)) {
@@ -1051,6 +1058,7 @@ namespace {
 // reported (capture/eval_frame.cpp installs its function while any thread does).
 inline void update_window(const CurrentLanes& cl, int32_t current) {
 #if MLPROF_HAS_EVAL_HOOK
+  if (cl.n == 0 || capture::every_frame_reported()) return;  // no window wanted, or none needed
   bool open = current_lanes_keep_hook();
   for (int i = 0; i < cl.n && !open; ++i) open = lane_in_window(*cl.lanes[i], current);
   capture::set_window(open);
@@ -1070,6 +1078,24 @@ bool current_lanes_want_callees() {
   }
   return false;
 }
+
+bool below_every_ceiling(int pydepth, bool count) {
+  const CurrentLanes& cl = lanes_now();
+  for (int i = 0; i < cl.n; ++i) {
+    const CaptureLane& L = *cl.lanes[i];
+    if (L.truncated) continue;
+    if (L.rec.empty()) return false;  // the roots are next, or the lane takes a new base
+    const StackEntry& t = L.rec.back();
+    if (t.pydepth >= pydepth) return false;  // what ended unseen is closed on the full path
+    if (t.depth + (pydepth - t.pydepth) <= L.ceiling) return false;
+  }
+  if (count) {
+    for (int i = 0; i < cl.n; ++i) ++cl.lanes[i]->skipped;
+  }
+  return true;
+}
+
+uint64_t lanes_generation() { return g_generation; }
 
 bool current_lanes_keep_hook() {
 #if !MLPROF_HAS_MONITORING

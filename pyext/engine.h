@@ -54,6 +54,24 @@ struct StackEntry {
   bool want_io = false;           // a recorded frame within the I/O depth (capture_io)
 };
 
+// A segment of a lane's stack detached by a yield/await: the generator's
+// frame entry (if the lane tracks it) and the blocks opened in it. Nearly
+// always one or two entries, kept inline: a yield allocates nothing.
+struct Suspended {
+  uintptr_t key = 0;          // the generator or coroutine
+  int32_t frame_depth = 0;    // tree depth of the suspended frame when it yielded
+  int32_t frame_pydepth = 0;  // and its frame depth
+  uint32_t count = 0;
+  StackEntry inline_entries[2];
+  std::vector<StackEntry> more;  // entries past the first two
+  const StackEntry& at(uint32_t i) const { return i < 2 ? inline_entries[i] : more[i - 2]; }
+  void add(const StackEntry& e) {
+    if (count < 2) inline_entries[count] = e;
+    else more.push_back(e);
+    ++count;
+  }
+};
+
 struct CaptureLane {
   Engine* engine = nullptr;
   uint32_t index = 0;   // position in the engine's lanes
@@ -71,7 +89,7 @@ struct CaptureLane {
   bool thread_lane = false;  // a thread bound by all_threads (not the session's own thread)
   bool truncated = false;
   uint64_t skipped = 0;  // frame events below the ceiling that reached the engine
-  uint32_t suspended = 0;  // segments of this lane waiting in Engine::suspended_
+  std::vector<Suspended> suspended;  // segments detached by a yield, by generator
   size_t soft_cap = 0, hard_cap = 0;
   std::vector<StackEntry> rec;       // open entries, innermost last
   PyObject* pending_code = nullptr;  // profile_span: label the next start of this code
@@ -90,14 +108,6 @@ struct CaptureLane {
     bool want_io = false;
   } inferred;
   Lane out;  // events and metadata handed to the core
-};
-
-// A segment of a lane's stack detached by a yield/await.
-struct Suspended {
-  uint32_t lane;
-  int32_t frame_depth;    // tree depth of the suspended frame when it yielded
-  int32_t frame_pydepth;  // and its frame depth
-  std::vector<StackEntry> entries;
 };
 
 struct EngineOptions {
@@ -160,7 +170,6 @@ class Engine {
   // --- used by the hooks -------------------------------------------------
   CaptureLane* lane_for(uint64_t thread_key, PyObject* context);  // thread_key: see thread_key()
   void fail(const std::string& why);  // disables capture, remembers why
-  std::unordered_map<uintptr_t, Suspended> suspended_;
   struct GenLabel {
     uint32_t label;
     PyObject* code;
@@ -260,6 +269,14 @@ void on_c_return(PyObject* callable, int pydepth, bool exception);
 // levels call (the next level is within a ceiling): what keeps the frame
 // evaluation hook installed (capture/eval_frame.cpp).
 bool current_lanes_want_callees();
+// The frame evaluation hook's fast path: true when a frame at `pydepth`
+// starting now is below the ceiling of every current lane (counted as
+// skipped there); false when it may be recorded, or to be safe.
+// `count`: a frame start (not a generator's creation call, which runs no
+// code of it and is no event elsewhere).
+bool below_every_ceiling(int pydepth, bool count = true);
+// Changes whenever sessions start, stop, pause or resume anywhere.
+uint64_t lanes_generation();
 // 3.11: whether this thread's lanes want the hook even through frames they do
 // not track (a suspended span may resume anywhere).
 bool current_lanes_keep_hook();

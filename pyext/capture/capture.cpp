@@ -28,14 +28,19 @@ bool g_fallback = false;  // the evaluation hook was lost: every frame from sys.
 bool apply(std::string* error) {
   const bool frames = g_global_users > 0 || g_fallback;
   // C calls by local events on window frames' code; with every frame global,
-  // globally.
-  const bool ok = monitoring::set_global(frames, frames && g_c_users > 0, error);
+  // globally. No tool id is needed until a session meets a generator or wants
+  // C calls (monitoring.cpp claims one then).
+  bool ok = true;
+  if (frames || g_c_users > 0 || monitoring::holding()) {
+    ok = monitoring::acquire(error) && monitoring::set_global(frames, frames && g_c_users > 0, error);
+  }
   eval::sync();  // the evaluation function is out while sys.monitoring reports every frame
   return ok;
 }
 }  // namespace
 
 bool monitoring_wants_no_hook() { return g_global_users > 0 || g_fallback; }
+bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
 
 void eval_lost(const std::string& why) {
   if (g_fallback || g_users == 0) return;
@@ -51,7 +56,6 @@ void eval_lost(const std::string& why) {
 const char* name() { return monitoring_wants_no_hook() ? "sys.monitoring" : "eval_frame+sys.monitoring"; }
 
 bool install(Engine* engine, std::string* error) {
-  if (!monitoring::acquire(error)) return false;
   const EngineOptions& o = engine->options();
   const bool global = o.depth < 0 || !eval::available();
   g_global_users += global;
@@ -78,7 +82,7 @@ void uninstall(Engine* engine) {
     eval::all_sessions_ended();
   }
   std::string ignored;
-  apply(&ignored);
+  if (g_users > 0 || monitoring::holding()) apply(&ignored);
   if (g_users == 0) monitoring::release();
 }
 
@@ -103,6 +107,7 @@ bool g_profile_mode = false;
 }  // namespace
 
 bool monitoring_wants_no_hook() { return g_profile_mode; }
+bool every_frame_reported() { return g_profile_mode; }
 
 void eval_lost(const std::string& why) {
   if (g_users == 0) return;
@@ -160,6 +165,7 @@ void keep_between_sessions(bool) {}
 State state() { return State{}; }
 
 const char* name() { return "setprofile"; }
+bool every_frame_reported() { return true; }
 
 bool install(Engine* /*engine*/, std::string* /*error*/) {
   profile_func::install_here(true);

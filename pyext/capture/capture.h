@@ -45,6 +45,10 @@ int frame_depth();
 // below the current one (the profiler's own activate/__enter__).
 int entering_frame_depth(int levels_above);
 
+// True while a mechanism reports every frame (sys.monitoring's global events,
+// or 3.11's profile function): windows do not matter then.
+bool every_frame_reported();
+
 // The engine, after each event of this thread: whether its current lanes want
 // their callees reported (the frame evaluation hook is installed while any
 // thread does).

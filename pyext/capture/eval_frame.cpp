@@ -226,10 +226,12 @@ inline void report(PyThreadState* ts, const HookFrame& frame, Fn&& event) {
 // inlined and untraced.
 PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth) {
   if (current_lanes_keep_hook()) return run(ts, f, throwflag, depth);  // 3.11: a suspended span may resume in there
+  const uint64_t generation = lanes_generation();
   set_window(false);
   PyObject* result = run(ts, f, throwflag, depth);
-  compat::PendingError pending;
-  set_window(current_lanes_want_callees());
+  // Nothing below can change this thread's lanes but a session starting or
+  // ending in there (events below close what they open).
+  set_window(lanes_generation() == generation ? true : current_lanes_want_callees());
   return result;
 }
 
@@ -241,6 +243,10 @@ PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObje
   if (!tracked) return run_below(ts, f, throwflag, depth);
   PyObject* result = run(ts, f, throwflag, depth);
   report(ts, hf, [&] { on_return(code, depth, result == nullptr, result); });
+  if (g_ours && _PyInterpreterState_GetEvalFrameFunc(ts->interp) != eval_frame) {
+    compat::PendingError pending;
+    sync_hook();  // another tool (torch.compile) replaced the function while this frame ran
+  }
   return result;
 }
 
@@ -331,14 +337,25 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   }
   PyCodeObject* code = mlprof_frame_code(f);
   if (!code) return pass_through(ts, f, throwflag);
+  // The common case at the ceiling: a frame that would be below it everywhere
+  // (3.11: not a generator's run while a suspended span may be resumed by it).
+  const int depth = depth_of_new_frame(ts);
+  const bool generator = compat::is_generator_code(code);
+  // Counted as skipped: a frame's start, not a generator's creation call
+  // (no event elsewhere); 3.12+ leaves a generator's runs to sys.monitoring,
+  // which counts them where it watches their code.
+  const bool count = !generator || (!MLPROF_HAS_MONITORING && mlprof_frame_generator(f) != nullptr);
+  if ((MLPROF_HAS_MONITORING || !generator || !current_lanes_keep_hook()) && below_every_ceiling(depth, count)) {
+    return run_below(ts, f, throwflag, depth);
+  }
 #if PY_VERSION_HEX >= 0x030C0000
-  if (compat::is_generator_code(code)) {
+  if (generator) {
     watch_generator_code(code);  // sys.monitoring reports its frames wherever they run
     return pass_through(ts, f, throwflag);
   }
   return run_plain(ts, f, code, throwflag);
 #else
-  return compat::is_generator_code(code) ? run_generator(ts, f, code, throwflag) : run_plain(ts, f, code, throwflag);
+  return generator ? run_generator(ts, f, code, throwflag) : run_plain(ts, f, code, throwflag);
 #endif
 }
 
@@ -355,8 +372,6 @@ void set_window(bool open) {
     w.on = open;
     add_window(epoch, open ? 1 : -1);
     sync_hook();
-  } else if (open && !g_aside && !g_unavailable) {
-    sync_hook();  // also notices another tool that replaced the function (torch.compile)
   }
 }
 

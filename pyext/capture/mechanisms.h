@@ -31,6 +31,7 @@ bool acquire(std::string* error);
 // kept between sessions (autoprofile) and not `force`d.
 void release(bool force = false);
 void keep_between_sessions(bool keep);
+bool holding();  // a tool id is held now
 // Every Python frame through sys.monitoring (unlimited depth, or no frame
 // evaluation hook), with C calls if `c_calls`; off: generators and C-call
 // codes only (their local events).

@@ -97,6 +97,7 @@ inline void set_watch_state(PyCodeObject* code, uintptr_t v) {
 }
 
 long events_of(uintptr_t watched);  // the sys.monitoring events of kWatch* bits
+bool claim_for_sessions();         // monitoring::acquire, and on failure the sessions stop
 
 void set_local(PyCodeObject* code, long mask) {
   compat::PendingError pending;
@@ -109,9 +110,10 @@ void set_local(PyCodeObject* code, long mask) {
 }
 
 // Adds the events of `bits` (kWatch*) to those of `code`, and re-arms events
-// a DISABLE took away.
+// a DISABLE took away. Claims a tool id the first time a session needs one.
 void watch(PyCodeObject* code, uintptr_t bits) {
-  if (g_tool < 0 || !code) return;
+  if (!code) return;
+  if (g_tool < 0 && !claim_for_sessions()) return;
   const uintptr_t state = watch_state(code);
   const uintptr_t have = state & (kWatchGenerator | kWatchCCalls);
   const bool disabled = state & kDisabledBit;
@@ -335,6 +337,14 @@ bool apply_events(std::string* error) {
   return call("set_events", "il", g_tool, mask, error);
 }
 
+bool claim_for_sessions() {
+  if (g_native_collecting == 0) return false;
+  std::string error;
+  if (monitoring::acquire(&error)) return true;
+  for (Engine* e : collecting_engines()) e->fail("could not install the profiling hook: " + error);
+  return false;
+}
+
 long events_of(uintptr_t watched) {
   return ((watched & kWatchGenerator) ? kGenerator : 0) | ((watched & kWatchCCalls) ? kCCalls : 0);
 }
@@ -421,6 +431,8 @@ bool set_global(bool frames, bool c_calls, std::string* error) {
 }
 
 bool global_frames() { return g_global_frames; }
+
+bool holding() { return g_tool >= 0; }
 
 void watch_running_generators() {
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
