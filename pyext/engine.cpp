@@ -209,7 +209,10 @@ uint64_t thread_key() {
   return t_cache.thread_key;
 }
 
-uint64_t native_tid() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
+uint64_t native_tid() {
+  thread_local uint64_t tid = static_cast<uint64_t>(syscall(SYS_gettid));  // one syscall per thread
+  return tid;
+}
 
 std::string current_thread_name(uint64_t ident) {
   // threading._active[ident].name, without creating a _DummyThread.
@@ -916,15 +919,19 @@ void Engine::start(PyObject* session, int levels_above) {
 void Engine::note_running_frames(int levels_above) {
   // The frame that entered the session, when it is a coroutine's or a
   // generator's (`async with profiling()`): its resumes move the origin lane.
-  PyFrameObject* f = PyEval_GetFrame();  // borrowed
-  Py_XINCREF(f);
-  for (int i = 0; i < levels_above && f; ++i) {
-    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
-    Py_DECREF(f);
-    f = back;
-  }
+#if MLPROF_HAS_EVAL_HOOK
+  auto python = [](struct _PyInterpreterFrame* f) {  // past the shims of C-to-Python calls
+    while (f && !mlprof_frame_is_python(f)) f = mlprof_frame_previous(f);
+    return f;
+  };
+  struct _PyInterpreterFrame* f = python(mlprof_current_frame(compat::tstate()));  // no frame object made
+  for (int i = 0; i < levels_above && f; ++i) f = python(mlprof_frame_previous(f));
+  if (f && mlprof_frame_code(f)) entering_generator_ = reinterpret_cast<uintptr_t>(mlprof_frame_generator(f));
+#else
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed; 3.9/3.10 frames always have one
+  for (int i = 0; i < levels_above && f; ++i) f = f->f_back;
   if (f && compat::is_generator_code(compat::frame_code(f))) entering_generator_ = compat::frame_generator(f);
-  Py_XDECREF(f);
+#endif
 }
 
 bool Engine::pause() {

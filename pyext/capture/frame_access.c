@@ -75,4 +75,10 @@ struct _PyInterpreterFrame* mlprof_current_frame(PyThreadState* ts) {
 
 struct _PyInterpreterFrame* mlprof_frame_previous(struct _PyInterpreterFrame* f) { return f->previous; }
 
+int mlprof_frame_is_python(struct _PyInterpreterFrame* f) {
+  // THREAD, GENERATOR and FRAME_OBJECT are 0-2 on every release; the shims
+  // (CSTACK 3.12/3.13, INTERPRETER 3.14+) come after.
+  return f->owner <= FRAME_OWNED_BY_FRAME_OBJECT;
+}
+
 #endif

@@ -25,6 +25,9 @@ PyObject* mlprof_frame_generator(struct _PyInterpreterFrame* f);
 int mlprof_frame_lasti(struct _PyInterpreterFrame* f);
 // A generator's state: < 0 created or suspended, 0 running, > 0 finished.
 int mlprof_generator_state(PyObject* gen);
+// Whether a frame is a Python function's (not a shim the interpreter pushes
+// where C code calls into Python, 3.12+).
+int mlprof_frame_is_python(struct _PyInterpreterFrame* f);
 // The thread's innermost frame, and the frame below one (NULL at the bottom).
 struct _PyInterpreterFrame* mlprof_current_frame(PyThreadState* ts);
 struct _PyInterpreterFrame* mlprof_frame_previous(struct _PyInterpreterFrame* f);

@@ -435,15 +435,10 @@ bool global_frames() { return g_global_frames; }
 bool holding() { return g_tool >= 0; }
 
 void watch_running_generators() {
-  PyFrameObject* f = PyEval_GetFrame();  // borrowed
-  Py_XINCREF(f);
-  while (f) {
-    PyCodeObject* code = PyFrame_GetCode(f);  // new reference
-    if (compat::is_generator_code(code)) watch(code, kWatchGenerator);
-    Py_DECREF(code);
-    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
-    Py_DECREF(f);
-    f = back;
+  // The interpreter's frames, not frame objects: a server's stack is deep,
+  // and making a frame object for each level would cost every session.
+  for (struct _PyInterpreterFrame* f = mlprof_current_frame(compat::tstate()); f; f = mlprof_frame_previous(f)) {
+    if (PyCodeObject* code = mlprof_frame_code(f); code && mlprof_frame_generator(f)) watch(code, kWatchGenerator);
   }
 }
 

@@ -54,18 +54,23 @@ def add_module(module) -> None:
             add(value)
 
 
-def _stdlib_plumbing() -> None:
+def _stdlib_plumbing() -> bool:
     # Modules already imported only: importing asyncio here would cost every user.
     # A module still being imported (a session started from inside its import,
     # or from another thread meanwhile) lacks attributes: it is tried again at
-    # the next session start.
+    # the next session start (False: one was).
+    complete = True
     cl = sys.modules.get("contextlib")
+    if cl is not None and "contextlib" not in _done_modules and not hasattr(cl, "AsyncContextDecorator"):
+        complete = False
     if cl is not None and "contextlib" not in _done_modules and hasattr(cl, "AsyncContextDecorator"):
         for name in ("_GeneratorContextManagerBase", "_GeneratorContextManager",
                      "_AsyncGeneratorContextManager", "ContextDecorator", "AsyncContextDecorator"):
             if hasattr(cl, name):
                 add(getattr(cl, name))
         _done_modules.add("contextlib")
+    if sys.modules.get("threading") is not None and not hasattr(sys.modules["threading"], "Thread"):
+        complete = False
     th = getattr(sys.modules.get("threading"), "Thread", None)
     if th is not None and "threading" not in _done_modules:
         for name in ("_bootstrap", "_bootstrap_inner", "run", "_delete"):
@@ -75,6 +80,8 @@ def _stdlib_plumbing() -> None:
     asyncio = sys.modules.get("asyncio")
     events = getattr(asyncio, "events", None)
     tasks = getattr(asyncio, "tasks", None)
+    if asyncio is not None and (events is None or tasks is None):
+        complete = False
     if events is not None and tasks is not None and "asyncio" not in _done_modules:
         add(events.Handle._run)
         py_task = getattr(tasks, "_PyTask", None)
@@ -84,9 +91,15 @@ def _stdlib_plumbing() -> None:
                 if hasattr(py_task, name):
                     add(getattr(py_task, name))
         _done_modules.add("asyncio")
+    return complete
+
+
+_modules_seen = -1
 
 
 def refresh() -> None:
-    """Called at every session start: picks up plumbing modules imported since."""
-    if len(_done_modules) < 3:
-        _stdlib_plumbing()
+    """Called at every session start: picks up plumbing modules imported since
+    (nothing to do while no module was imported since the last look)."""
+    global _modules_seen
+    if len(_done_modules) < 3 and len(sys.modules) != _modules_seen:
+        _modules_seen = len(sys.modules) if _stdlib_plumbing() else -1
