@@ -113,6 +113,9 @@ def core():
 if vs:
     print("### fib (call-heavy)\n")
     overhead_table("fib", True)
+    if all("tabular" in over[v]["workloads"] for v in vs):
+        print("### tabular pure-Python predict (generators, comprehensions)\n")
+        overhead_table("tabular", True)
     print("### Pipeline.predict, 1000 rows (per predict)\n")
     overhead_table("predict", False)
     print("### Session start + stop (empty body)\n")

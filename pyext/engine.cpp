@@ -1052,6 +1052,7 @@ std::shared_ptr<Profile> Engine::profile() {
   }
   p.stats.events_captured = captured;
   p.stats.events_skipped = skipped;
+  drop_empty_lanes(p);
   build_tree(p);
   lanes_.clear();  // the events now live in the profile
   lane_index_.clear();

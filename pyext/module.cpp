@@ -229,6 +229,7 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
   p->stats.events_captured = captured;
   p->stats.events_skipped = skipped;
   p->meta = meta;
+  drop_empty_lanes(*p);
   build_tree(*p);
   return p;
 }

@@ -329,6 +329,26 @@ TEST_F(TreeTest, NestedLanesHangUnderTheirParentCall) {
   EXPECT_EQ(children(p, 1), (std::vector<int32_t>{4, 2}));
 }
 
+TEST_F(TreeTest, EmptyTaskLanesAreLeftOutAndParentsRenumbered) {
+  p.lanes.push_back(make_lane({}));                                               // the session's own lane: kept
+  p.lanes.push_back(make_lane({}, "MainThread", 1));                              // a task that recorded nothing
+  p.lanes.push_back(make_lane({call(0, a), call(10, b), ret(90), ret(100)}, "MainThread", 2));
+  p.lanes.push_back(make_lane({call(20, c), ret(30)}, "MainThread", 3, 2, 1));   // adopted by b
+  Lane lost = make_lane({}, "MainThread", 4);
+  lost.dropped = 2;                                                               // lost calls: kept
+  p.lanes.push_back(lost);
+  drop_empty_lanes(p);
+  build_tree(p);
+  ASSERT_EQ(p.lanes.size(), 4u);
+  EXPECT_EQ(p.lanes[0].task, 0u);
+  EXPECT_EQ(p.lanes[1].task, 2u);  // task numbers are kept
+  EXPECT_EQ(p.lanes[2].parent_lane, 1);
+  EXPECT_EQ(p.lanes[3].task, 4u);
+  ASSERT_EQ(p.spans.size(), 3u);
+  EXPECT_EQ(p.spans[2].parent, 1);  // c still hangs under b
+  EXPECT_EQ(p.spans[2].depth, 2u);
+}
+
 TEST_F(TreeTest, BadParentLaneLeavesRootsAsRoots) {
   p.lanes.push_back(make_lane({call(0, a), ret(100)}));
   p.lanes.push_back(make_lane({call(10, b), ret(20)}, "T", 1, 1, 0));  // itself

@@ -89,7 +89,7 @@ _SESSIONS = {}
 def captured(engine):
     """One session per engine, captured once for the module."""
     if engine not in _SESSIONS:
-        with profiling(depth=4, engine=engine, all_threads=True, capture_io=True) as session:
+        with profiling(depth=6, engine=engine, all_threads=True, capture_io=True) as session:
             predict(list(range(50)))
         _SESSIONS[engine] = session
     return _SESSIONS[engine]

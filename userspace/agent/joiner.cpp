@@ -667,6 +667,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   else if (s.dropped && marked_lane >= 0)
     p.lanes[static_cast<size_t>(marked_lane)].dropped = s.dropped;
   p.stats.events_captured = events;
+  drop_empty_lanes(p);  // as the in-process session does
   build_tree(p);
 
   // What the kernel saw of the session's threads: its lanes' threads and the

@@ -247,6 +247,29 @@ class TreeBuilder {
 
 void build_tree(Profile& profile) { TreeBuilder(profile).build(); }
 
+void drop_empty_lanes(Profile& p) {
+  std::vector<int32_t> index(p.lanes.size(), -1);
+  std::vector<Lane> kept;
+  kept.reserve(p.lanes.size());
+  for (size_t i = 0; i < p.lanes.size(); ++i) {
+    Lane& lane = p.lanes[i];
+    if (lane.task > 0 && lane.events.empty() && lane.recorded == 0 && lane.dropped == 0 && !lane.truncated && lane.io.empty()) continue;
+    index[i] = static_cast<int32_t>(kept.size());
+    kept.push_back(std::move(lane));
+  }
+  if (kept.size() == p.lanes.size()) {
+    p.lanes = std::move(kept);
+    return;
+  }
+  for (Lane& lane : kept) {
+    if (lane.parent_lane < 0) continue;
+    const int32_t to = static_cast<size_t>(lane.parent_lane) < index.size() ? index[lane.parent_lane] : -1;
+    lane.parent_lane = to;
+    if (to < 0) lane.parent_call = 0;
+  }
+  p.lanes = std::move(kept);
+}
+
 void link_tree(Profile& p) {
   std::vector<Span>& spans = p.spans;
   for (Span& s : spans) s.first_child = s.next_sibling = -1;

@@ -113,6 +113,16 @@ struct Profile {
 // - lane.recorded is set to lane.events.size().
 void build_tree(Profile& profile);
 
+// Removes a session's task lanes (task > 0) that hold nothing: no event, no
+// drop, not truncated. A capture mechanism may report a context's frames
+// below the ceiling (the lane is opened, nothing is recorded) or not report
+// them at all; which one is a cost decision, not part of the profile, so such
+// lanes are left out and the lanes agree across CPython versions and engines.
+// Task numbers are kept (they may have gaps). A lane adopted under a removed
+// one becomes a root (none can be: an empty lane opens no span). Call before
+// build_tree, on a session's own lanes only.
+void drop_empty_lanes(Profile& profile);
+
 // Sets first_child/next_sibling and roots from the spans' parent links, as
 // build_tree does: children in start order (index order within a lane, sorted
 // by start where a span adopted another lane's spans), roots by start. Used by
