@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import gc
 import logging
+import signal
 import sys
 import time
 import weakref
@@ -408,6 +409,9 @@ def test_a_keyboard_interrupt_inside_a_summarizer_is_not_lost():
         raise KeyboardInterrupt
 
     register_summarizer(Interrupting, fn)
+    # A process started in the background by a non-interactive shell ignores
+    # SIGINT, and then CPython has no handler to raise the interrupt with.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             s = summarize(Interrupting())  # the summary itself completes ...
@@ -415,6 +419,7 @@ def test_a_keyboard_interrupt_inside_a_summarizer_is_not_lost():
             for _ in range(100_000):  # ... and the interrupt arrives in the caller's code
                 pass
     finally:
+        signal.signal(signal.SIGINT, previous)
         register_summarizer(Interrupting, None)
 
 
