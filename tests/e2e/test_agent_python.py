@@ -57,15 +57,17 @@ def test_the_agents_tree_is_the_in_process_tree_inside_the_predict_calls(agent, 
     assert target.ask("attached") == {"attached": False}
 
 
-def test_a_20ms_sleep_is_18_to_25ms_off_cpu_and_blocked(agent, python_target, tmp_out):
+def test_a_20ms_sleep_is_18_to_25ms_blocked_and_off_cpu_with_its_run_queue_wait(agent, python_target, tmp_out):
     target = python_target()
     _, _, doc = capture(agent, target, tmp_out, "run sleep 5")
     sleeps = doc.find(qualname("_sleep"), target.pid)
     assert len(sleeps) == 5
     for s in sleeps:
-        off, blocked = s.values.get("off_cpu", 0), s.values.get("blocked", 0)
-        assert 18 * MS <= off <= 25 * MS, (s.wall_ns, s.values)
-        assert blocked >= 18 * MS, s.values  # asleep, not waiting for a CPU
+        off, blocked, runq = (s.values.get(k, 0) for k in ("off_cpu", "blocked", "runq"))
+        assert 18 * MS <= blocked <= 25 * MS, (s.wall_ns, s.values)  # asleep
+        # Off-CPU is the sleep plus the wait for a CPU once woken, which a
+        # loaded machine lengthens (6.9 ms seen beside two other test runs).
+        assert off == blocked + runq and off <= s.wall_ns, (s.wall_ns, s.values)
         assert s.values.get("voluntary_switches", 0) >= 1
         # The root holds it too (inclusive figures).
         root = doc.spans[s.parent]
