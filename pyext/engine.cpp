@@ -71,11 +71,99 @@ std::string module_of_current_frame(PyCodeObject* code) {
   return out;
 }
 
+#if PY_VERSION_HEX < 0x030B0000
+// The function with `code` that `value` (a class namespace entry) is or
+// holds: a plain function, a staticmethod's or classmethod's, a property's
+// accessor, or what one of these wraps (`__wrapped__` in an instance dict,
+// as functools.update_wrapper sets it: decorators, sklearn's available_if,
+// profile_span). Read from the C structs and dicts: no Python code runs.
+PyObject* function_with_code(PyObject* value, PyCodeObject* code) {
+  struct Wrapper {  // staticmethod and classmethod keep the callable first
+    PyObject_HEAD
+    PyObject* callable;
+  };
+  struct Property {
+    PyObject_HEAD
+    PyObject *get, *set, *del;
+  };
+  const auto is_code_of = [code](PyObject* f) {
+    return f && PyFunction_Check(f) && PyFunction_GET_CODE(f) == reinterpret_cast<PyObject*>(code);
+  };
+  for (int hops = 0; hops < 4 && value; ++hops) {
+    if (is_code_of(value)) return value;
+    if (Py_TYPE(value) == &PyStaticMethod_Type || Py_TYPE(value) == &PyClassMethod_Type) {
+      value = reinterpret_cast<Wrapper*>(value)->callable;
+      continue;
+    }
+    if (Py_TYPE(value) == &PyProperty_Type) {
+      auto* prop = reinterpret_cast<Property*>(value);
+      for (PyObject* f : {prop->get, prop->set, prop->del}) {
+        if (is_code_of(f)) return f;
+      }
+      return nullptr;
+    }
+    PyObject** dictptr = _PyObject_GetDictPtr(value);
+    PyObject* dict = dictptr ? *dictptr : nullptr;
+    value = dict && PyDict_Check(dict) ? PyDict_GetItemString(dict, "__wrapped__") : nullptr;  // borrowed
+  }
+  return nullptr;
+}
+
+// 3.9/3.10 have no co_qualname. A method's name is found from its first
+// argument (`self`, or `cls` holding a class): the function with this code
+// in the namespace of a class in that argument's MRO gives its __qualname__,
+// which is what the compiler makes co_qualname from on 3.11+. Anything else
+// (a plain or nested function, a static method) keeps co_name. Once per
+// code object.
+std::string name_before_311(PyCodeObject* code) {
+  std::string name = utf8(code->co_name);
+  if (code->co_argcount < 1 || !PyTuple_Check(code->co_varnames) || PyTuple_GET_SIZE(code->co_varnames) < 1) return name;
+  const std::string first_name = utf8(PyTuple_GET_ITEM(code->co_varnames, 0));
+  if (first_name != "self" && first_name != "cls") return name;
+  PyFrameObject* f = PyEval_GetFrame();  // at a call event: the called frame
+  if (!f || f->f_code != code) return name;
+  PyObject* first = f->f_localsplus[0];
+  if (!first && PyTuple_Check(code->co_cellvars)) {
+    // Captured by a closure: the argument was moved into its cell.
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(code->co_cellvars) && !first; ++i) {
+      PyObject* cell = f->f_localsplus[code->co_nlocals + i];
+      if (utf8(PyTuple_GET_ITEM(code->co_cellvars, i)) == first_name && cell && PyCell_Check(cell)) {
+        first = PyCell_GET(cell);
+      }
+    }
+  }
+  if (!first) return name;
+  // `cls` in a classmethod holds the class; in a metaclass method, too.
+  PyTypeObject* candidates[2] = {Py_TYPE(first), nullptr};
+  if (first_name == "cls" && PyType_Check(first)) {
+    candidates[0] = reinterpret_cast<PyTypeObject*>(first);
+    candidates[1] = Py_TYPE(first);
+  }
+  for (PyTypeObject* type : candidates) {
+    PyObject* mro = type ? type->tp_mro : nullptr;
+    if (!mro || !PyTuple_Check(mro)) continue;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
+      PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+      if (!dict || !PyDict_Check(dict)) continue;
+      Py_ssize_t pos = 0;
+      PyObject *key, *value;
+      while (PyDict_Next(dict, &pos, &key, &value)) {
+        PyObject* fn = function_with_code(value, code);
+        if (!fn) continue;
+        std::string qualname = utf8(reinterpret_cast<PyFunctionObject*>(fn)->func_qualname);
+        return qualname.empty() ? name : qualname;
+      }
+    }
+  }
+  return name;
+}
+#endif
+
 uint32_t intern_code(PyCodeObject* code) {
 #if PY_VERSION_HEX >= 0x030B0000
   std::string name = utf8(code->co_qualname);
 #else
-  std::string name = utf8(code->co_name);
+  std::string name = name_before_311(code);
 #endif
   std::string file = utf8(code->co_filename);
   std::string module = module_of_current_frame(code);

@@ -189,6 +189,13 @@ PyMemberDef span_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(SpanFunction, vectorcall), READONLY, nullptr},
     {nullptr, 0, 0, 0, nullptr}};
 
+// `__dict__` is what functools.update_wrapper copies the function's
+// attributes into and sets `__wrapped__` in (inspect.signature and
+// inspect.unwrap follow it; so does the 3.9/3.10 method naming in engine.cpp).
+PyGetSetDef span_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
 PyType_Slot span_slots[] = {
     {Py_tp_doc, const_cast<char*>("A callable labelled by profile_span (see mlflow_profiler.profile_span).")},
     {Py_tp_init, reinterpret_cast<void*>(span_init)},
@@ -200,6 +207,7 @@ PyType_Slot span_slots[] = {
     {Py_tp_descr_get, reinterpret_cast<void*>(span_descr_get)},
     {Py_tp_repr, reinterpret_cast<void*>(span_repr)},
     {Py_tp_members, span_members},
+    {Py_tp_getset, span_getset},
     {0, nullptr}};
 
 PyType_Spec span_spec = {"mlflow_profiler._core.SpanFunction", sizeof(SpanFunction), 0,

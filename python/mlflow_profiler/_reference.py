@@ -300,6 +300,57 @@ def _type_module(t: type) -> str:
     return mod if isinstance(mod, str) and mod else "builtins"
 
 
+
+def _function_with_code(value, code):
+    """The function with `code` that a class namespace entry is or holds: a
+    function, a staticmethod's or classmethod's, a property's accessor, or
+    what one of these wraps (`__wrapped__` in its instance dict)."""
+    for _ in range(4):
+        if isinstance(value, types.FunctionType) and value.__code__ is code:
+            return value
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+            continue
+        if isinstance(value, property):
+            return next((f for f in (value.fget, value.fset, value.fdel) if getattr(f, "__code__", None) is code),
+                        None)
+        try:
+            namespace = object.__getattribute__(value, "__dict__")
+        except Exception:
+            return None
+        value = namespace.get("__wrapped__") if isinstance(namespace, dict) else None
+        if value is None:
+            return None
+    return None
+
+
+def _name_before_311(code, frame) -> str:
+    """3.9/3.10 have no co_qualname: a method's name is the __qualname__ of
+    the function with this code in the namespace of a class in its first
+    argument's MRO (`self`, or `cls` holding a class), which is what the
+    compiler makes co_qualname from on 3.11+; anything else keeps co_name
+    (docs/capture.md, "Versions")."""
+    name = code.co_name
+    if code.co_argcount < 1 or code.co_varnames[0] not in ("self", "cls"):
+        return name
+    if frame is None or frame.f_code is not code:
+        return name
+    first_name = code.co_varnames[0]
+    if first_name not in frame.f_locals:
+        return name
+    first = frame.f_locals[first_name]
+    candidates = [type(first)]
+    if first_name == "cls" and isinstance(first, type):
+        candidates = [first, type(first)]
+    for candidate in candidates:
+        for cls in type.__getattribute__(candidate, "__mro__"):
+            for value in type.__getattribute__(cls, "__dict__").values():
+                fn = _function_with_code(value, code)
+                if fn is not None:
+                    return fn.__qualname__ or name
+    return name
+
+
 def _cfunction_info(callable_) -> Tuple[str, str]:
     if isinstance(callable_, types.BuiltinFunctionType):  # PyCFunction (function or bound method)
         self_ = getattr(callable_, "__self__", None)
@@ -1020,7 +1071,7 @@ class ReferenceEngine:
     def _function_id(self, code, frame) -> int:
         fid = self._code_ids.get(code)
         if fid is None:
-            name = code.co_qualname if _PY >= (3, 11) else code.co_name
+            name = code.co_qualname if _PY >= (3, 11) else _name_before_311(code, frame)
             module = ""
             if frame is not None and frame.f_code is code:
                 m = frame.f_globals.get("__name__")

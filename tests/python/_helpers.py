@@ -35,9 +35,13 @@ def assert_skipped_agree(native: ProfileSession, reference: ProfileSession) -> N
 
 
 def qn(qualname: str) -> str:
-    """The displayed name of a function: its __qualname__ on 3.11+, its
-    __name__ on 3.9/3.10 (code objects have no co_qualname there)."""
-    return qualname if sys.version_info >= (3, 11) else qualname.rsplit(".", 1)[-1]
+    """The displayed name of a function: its __qualname__ on 3.11+. On
+    3.9/3.10 (no co_qualname) a method's is completed from `self` or `cls`,
+    so only a function nested in another keeps its bare __name__."""
+    if sys.version_info >= (3, 11):
+        return qualname
+    tail = qualname.rsplit("<locals>.", 1)[-1]
+    return qualname if "." in tail else tail
 
 
 def shape_of(nodes: List[dict]) -> Shape:

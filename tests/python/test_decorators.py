@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import pytest
 
@@ -106,6 +107,21 @@ def test_bare_decorator_uses_the_qualname(engine):
     assert shape(session) == (("bare_function", (("leaf", ()),)),)
     assert bare_function.__name__ == "bare_function"
     assert bare_function.label == "bare_function"
+
+
+def test_the_wrapper_is_a_functools_wrapper():
+    # inspect.signature, inspect.unwrap and MLflow's signature inference read
+    # through it; the function's own attributes are copied.
+    def scale(df, factor: float = 2.0) -> float:
+        """Scales."""
+        return df * factor
+
+    scale.tag = "kept"
+    wrapped = profile_span(scale)
+    assert wrapped.__wrapped__ is scale and inspect.unwrap(wrapped) is scale
+    assert inspect.signature(wrapped) == inspect.signature(scale)
+    assert wrapped.__doc__ == "Scales." and wrapped.tag == "kept"
+    assert wrapped(3) == 6.0
 
 
 def test_no_session_calls_through():

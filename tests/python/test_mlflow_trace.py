@@ -157,9 +157,11 @@ def test_trace_round_trip(mlflow_store):
         assert s.attributes["mlflow_profiler.file"] == n["file"]
 
     prep = by_name[qn("_prep")]
-    assert prep.inputs == {"df": {"type_name": "pandas.DataFrame", "shape": [64, 3], "dtype": "float64",
+    # The class's own module: "pandas" from pandas 3, "pandas.core.frame" before.
+    frame_type = f"{pd.DataFrame.__module__}.DataFrame"
+    assert prep.inputs == {"df": {"type_name": frame_type, "shape": [64, 3], "dtype": "float64",
                                   "length": 64, "size_bytes": prep.inputs["df"]["size_bytes"]}}
-    assert prep.outputs["type_name"] == "pandas.DataFrame" and prep.outputs["shape"] == [64, 3]
+    assert prep.outputs["type_name"] == frame_type and prep.outputs["shape"] == [64, 3]
     assert by_name[qn("_score")].outputs == {"type_name": "numpy.ndarray", "shape": [64], "dtype": "float64",
                                              "length": 64, "size_bytes": 512}
     assert prep.attributes["mlflow_profiler.module"] == __name__
