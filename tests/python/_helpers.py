@@ -145,7 +145,7 @@ def require_tool(path, what: str, how: str):
     if path is None:
         if os.environ.get("MLPROF_REQUIRE_TOOLS") == "1":
             pytest.fail(f"{what} is required here (MLPROF_REQUIRE_TOOLS=1); install it: {how}")
-        pytest.skip(f"{what} is not installed ({how})")
+        pytest.skip(f"{what} is not installed ({how})", allow_module_level=True)
     return path
 
 
@@ -161,5 +161,6 @@ def require_mlflow():
         if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
             pytest.fail(f"MLflow is required here (MLPROF_REQUIRE_MLFLOW=1): {exc}; "
                         "pip install 'mlflow-profiler[mlflow]'")
-        pytest.skip("MLflow is not installed (pip install 'mlflow-profiler[mlflow]')")
+        # allow_module_level: test modules call this at import
+        pytest.skip("MLflow is not installed (pip install 'mlflow-profiler[mlflow]')", allow_module_level=True)
     return mlflow
