@@ -46,7 +46,13 @@ MORE = ["test.test_weakref", "test.test_finalization", "test.test_scope", "test.
 # What each child runs: MODULE, MODE ("bare", "cprofile" or a depth), and
 # optionally test ids to run alone. It prints one JSON line last.
 CHILD = r"""
-import json, sys, unittest, io
+import json, signal, sys, unittest, io
+
+# A job started in the background by a non-interactive shell ignores SIGINT,
+# and processes the tests start inherit that: _thread.interrupt_main() then
+# does nothing and test_threading's interrupt tests spin forever. Handled
+# here, SIGINT is reset to the default in every process started from this one.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 module, mode = sys.argv[1], sys.argv[2]
 only = sys.argv[3:]
