@@ -300,7 +300,6 @@ def _type_module(t: type) -> str:
     return mod if isinstance(mod, str) and mod else "builtins"
 
 
-
 def _function_with_code(value, code):
     """The function with `code` that a class namespace entry is or holds: a
     function, a staticmethod's or classmethod's, a property's accessor, or
