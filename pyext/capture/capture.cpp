@@ -39,7 +39,6 @@ bool apply(std::string* error) {
 }
 }  // namespace
 
-bool monitoring_wants_no_hook() { return g_global_users > 0 || g_fallback; }
 bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
 
 void eval_lost(const std::string& why) {
@@ -53,7 +52,7 @@ void eval_lost(const std::string& why) {
   for (Engine* e : collecting_engines()) e->note(why + "; sys.monitoring reports every frame from then on");
 }
 
-const char* name() { return monitoring_wants_no_hook() ? "sys.monitoring" : "eval_frame+sys.monitoring"; }
+const char* name() { return every_frame_reported() ? "sys.monitoring" : "eval_frame+sys.monitoring"; }
 
 bool install(Engine* engine, std::string* error) {
   const EngineOptions& o = engine->options();
@@ -106,7 +105,6 @@ namespace {
 bool g_profile_mode = false;
 }  // namespace
 
-bool monitoring_wants_no_hook() { return g_profile_mode; }
 bool every_frame_reported() { return g_profile_mode; }
 
 void eval_lost(const std::string& why) {

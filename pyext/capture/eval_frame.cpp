@@ -31,7 +31,6 @@
 namespace mlprof::capture {
 
 void eval_lost(const std::string& why);  // capture.cpp: the sessions go on without this function
-bool monitoring_wants_no_hook();         // capture.cpp: sys.monitoring reports every frame now
 
 namespace {
 
@@ -77,7 +76,7 @@ std::string g_aside_why;
 
 void sync_hook() {
   PyInterpreterState* interp = compat::tstate()->interp;
-  const bool want = window_threads() > 0 && g_native_collecting > 0 && !g_aside && !monitoring_wants_no_hook();
+  const bool want = window_threads() > 0 && g_native_collecting > 0 && !g_aside && !every_frame_reported();
   _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
   if (want && !g_ours) {
     if (current != _PyEval_EvalFrameDefault) {
@@ -313,8 +312,8 @@ PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCode
 
 PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
   // tracing: a callback or one of our events runs this frame (not reported).
-  // sys.monitoring reports every frame now: just run it (and take this out).
-  if (monitoring_wants_no_hook()) {
+  // Another mechanism reports every frame now: just run it (and take this out).
+  if (every_frame_reported()) {
     sync_hook();
     return pass_through(ts, f, throwflag);
   }
@@ -379,7 +378,7 @@ State state() {
   State s{};
   s.eval_installed = g_ours && _PyInterpreterState_GetEvalFrameFunc(compat::tstate()->interp) == eval_frame;
   s.window_threads = window_threads();
-  s.global_frames = monitoring_wants_no_hook();
+  s.global_frames = every_frame_reported();
   s.stepped_aside = g_aside;
   return s;
 }
