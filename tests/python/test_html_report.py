@@ -424,7 +424,9 @@ def test_works_inside_a_sandboxed_iframe(browser, report, how, tmp_path):
         assert tree_lines(browser) == report.tree
         browser.find_element("id", "search").send_keys("validate")
         wait_for(lambda: browser.find_element("id", "search-count").text == "1 match", what="search in the frame")
-        assert chart_pixels(browser, AMBER) > 0
+        # The chart redraws on the next animation frames, later than the
+        # count under load.
+        wait_for(lambda: chart_pixels(browser, AMBER) > 0, what="the matches drawn highlighted in the frame")
     finally:
         browser.switch_to.default_content()
     assert_no_alert(browser)
