@@ -47,12 +47,13 @@ constexpr uint32_t kTransparent = UINT32_MAX;
 
 using compat::utf8;
 
-thread_local const HookFrame* t_hook_frame = nullptr;
+
+const HookFrame* hook_frame_now();
 
 std::string module_of_current_frame(PyCodeObject* code) {
   // Cold path (first sight of a code object): the module is the frame's __name__.
 #if MLPROF_HAS_EVAL_HOOK
-  if (const HookFrame* h = t_hook_frame; h && h->frame) {
+  if (const HookFrame* h = hook_frame_now(); h && h->frame) {
     PyObject* globals = mlprof_frame_globals(h->frame);
     return globals && PyDict_Check(globals) ? utf8(PyDict_GetItemString(globals, "__name__")) : std::string();
   }
@@ -273,6 +274,7 @@ uint32_t cfunction_id(PyObject* callable) {
 
 // Per-thread cache of the lanes current in this thread and context.
 struct ThreadCache {
+  const HookFrame* hook_frame = nullptr;  // the event being reported (Site::hook)
   uint64_t generation = 0;
   PyObject* context = nullptr;
   uint64_t context_ver = 0;
@@ -282,6 +284,7 @@ struct ThreadCache {
   uint64_t thread_key = 0;  // unique per OS thread; idents are reused once a thread exits
 };
 thread_local ThreadCache t_cache;
+[[maybe_unused]] const HookFrame* hook_frame_now() { return t_cache.hook_frame; }
 uint64_t g_next_thread_key = 1;
 
 // Suspended segments per thread, over every lane and session of the thread
@@ -302,26 +305,39 @@ uint64_t native_tid() {
   return tid;
 }
 
-std::string current_thread_name(uint64_t ident) {
-  // threading._active[ident].name, without creating a _DummyThread.
+// threading._active, once threading is imported: the module clears and
+// refills that dict (after a fork) but never rebinds it, so it is kept.
+PyObject* threading_active() {
+  static PyObject* active = nullptr;
+  if (active) return active;
   PyObject* modname = PyUnicode_FromString("threading");
   PyObject* threading = modname ? PyImport_GetModule(modname) : nullptr;
   Py_XDECREF(modname);
-  std::string out;
   if (threading) {
-    PyObject* active = PyObject_GetAttrString(threading, "_active");
-    if (active && PyDict_Check(active)) {
-      PyObject* key = PyLong_FromUnsignedLongLong(ident);
-      PyObject* th = key ? PyDict_GetItem(active, key) : nullptr;
-      Py_XDECREF(key);
-      if (th) {
-        PyObject* name = PyObject_GetAttrString(th, "_name");  // not the property: no Python frame inside a hook
-        out = utf8(name);
-        Py_XDECREF(name);
-      }
-    }
-    Py_XDECREF(active);
+    PyObject* a = PyObject_GetAttrString(threading, "_active");
+    if (a && PyDict_Check(a)) active = a;  // a strong reference, kept
+    else Py_XDECREF(a);
     Py_DECREF(threading);
+  }
+  PyErr_Clear();
+  return active;
+}
+
+std::string current_thread_name(uint64_t ident) {
+  // threading._active[ident]._name (not the property: no Python frame inside
+  // a hook), without creating a _DummyThread. Once per lane: a session start
+  // costs a lookup, not an import and two attribute lookups by C string.
+  static PyObject* name_attr = PyUnicode_InternFromString("_name");
+  std::string out;
+  if (PyObject* active = threading_active(); active && name_attr) {
+    PyObject* key = PyLong_FromUnsignedLongLong(ident);
+    PyObject* th = key ? PyDict_GetItem(active, key) : nullptr;
+    Py_XDECREF(key);
+    if (th) {
+      PyObject* name = PyObject_GetAttr(th, name_attr);
+      out = utf8(name);
+      Py_XDECREF(name);
+    }
   }
   PyErr_Clear();
   if (out.empty()) out = "Thread-" + std::to_string(ident);
@@ -361,14 +377,30 @@ void refresh(ThreadCache& c, PyThreadState* ts) {
   c.context_ver = ts->context_ver;
 }
 
-inline const CurrentLanes& lanes_now() {
-  ThreadCache& c = t_cache;
-  PyThreadState* ts = compat::tstate();
+inline ThreadCache& cache_now(PyThreadState* ts) {
+  ThreadCache* cp = &t_cache;
+  // Opaque to the optimizer, so that it keeps the address in a register:
+  // GCC would rather derive it again after each call, and in a module loaded
+  // with dlopen every derivation is a call to __tls_get_addr.
+  asm("" : "+r"(cp));
+  ThreadCache& c = *cp;
   if (c.generation != g_generation || c.context != ts->context || c.context_ver != ts->context_ver) {
     refresh(c, ts);
   }
-  return c.current;
+  return c;
 }
+inline const CurrentLanes& lanes_now() { return cache_now(compat::tstate()).current; }
+
+// An event's lanes, with its frame described to the engine while it runs.
+class Reporting {
+ public:
+  explicit Reporting(const Site& site) : c_(cache_now(site.ts)) { c_.hook_frame = site.hook; }
+  ~Reporting() { c_.hook_frame = nullptr; }
+  const CurrentLanes& lanes() const { return c_.current; }
+
+ private:
+  ThreadCache& c_;
+};
 
 inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int64_t ts) {
   L.out.events.push_back(Event{ts, id, kind, flags, 0});
@@ -422,6 +454,12 @@ void close_ended(CaptureLane& L, int32_t pydepth, int64_t ts) {
   close_entries(L, from, false, ts);
 }
 
+// close_ended, reading the clock only when something ended unseen (a clock
+// read costs as much as the rest of an event).
+inline void close_ended_now(CaptureLane& L, int32_t pydepth) {
+  if (!L.rec.empty() && L.rec.back().pydepth >= pydepth) close_ended(L, pydepth, clock::ticks());
+}
+
 // The tree depth a frame at frame depth `pydepth` has in the lane: counted
 // from the innermost open entry (or the lane's base), one level per frame in
 // between. Frames in between that were never reported ran below the ceiling
@@ -437,7 +475,9 @@ inline int32_t next_depth(const CaptureLane& L) { return (L.rec.empty() ? -1 : L
 inline bool is_origin(const CaptureLane& L) { return L.index == 0; }
 
 inline uintptr_t generator_key(PyFrameObject* frame) {
-  if (!frame && t_hook_frame) return t_hook_frame->generator;
+  if (!frame) {
+    if (const HookFrame* h = t_cache.hook_frame) return h->generator;
+  }
   if (!frame) frame = PyEval_GetFrame();
   return frame ? compat::frame_generator(frame) : 0;
 }
@@ -505,8 +545,9 @@ void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets
     append_io(io, IORole::kArgument, n, summary);
   };
 #if MLPROF_HAS_EVAL_HOOK
-  if (!frame && t_hook_frame && t_hook_frame->frame) {
-    struct _PyInterpreterFrame* f = t_hook_frame->frame;
+  const HookFrame* hook = frame ? nullptr : t_cache.hook_frame;
+  if (hook && hook->frame) {
+    struct _PyInterpreterFrame* f = hook->frame;
     compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code, kMaxIOArguments, each);
     restart_calls(io);
     return;
@@ -541,7 +582,7 @@ int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
     return -1;
   }
   if (pydepth <= L.base_pydepth) return INT32_MIN;
-  close_ended(L, pydepth, clock::ticks());
+  close_ended_now(L, pydepth);
   return depth_at(L, pydepth);
 }
 
@@ -1163,7 +1204,6 @@ inline void update_window(const CurrentLanes& cl, int32_t current) {
 #endif
 }}  // namespace
 
-void set_hook_frame(const HookFrame* frame) { t_hook_frame = frame; }
 
 bool current_lanes_want_callees() {
   if (current_lanes_keep_hook()) return true;
@@ -1213,8 +1253,9 @@ bool current_lanes_want_c_calls() {
   return false;
 }
 
-bool on_start(PyCodeObject* code, int pydepth, PyFrameObject* frame) {
-  const CurrentLanes& cl = lanes_now();
+bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame) {
+  const Reporting r(site);
+  const CurrentLanes& cl = r.lanes();
   IOTargets io;
   bool tracked = false;
   for (int i = 0; i < cl.n; ++i) tracked |= lane_start(*cl.lanes[i], code, pydepth, frame, false, &io);
@@ -1223,8 +1264,9 @@ bool on_start(PyCodeObject* code, int pydepth, PyFrameObject* frame) {
   return tracked;
 }
 
-void on_resume(PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued) {
-  const CurrentLanes& cl = lanes_now();
+void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued) {
+  const Reporting r(site);
+  const CurrentLanes& cl = r.lanes();
   IOTargets io;
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
@@ -1234,27 +1276,30 @@ void on_resume(PyCodeObject* code, int pydepth, PyFrameObject* frame, bool conti
   update_window(cl, pydepth);
 }
 
-void on_return(PyCodeObject* code, int pydepth, bool exception, PyObject* retval) {
-  const CurrentLanes& cl = lanes_now();
+void on_return(const Site& site, PyCodeObject* code, int pydepth, bool exception, PyObject* retval) {
+  const Reporting r(site);
+  const CurrentLanes& cl = r.lanes();
   IOTargets io;
   for (int i = 0; i < cl.n; ++i) lane_return(*cl.lanes[i], code, pydepth, exception, &io);
   if (io.n) capture_return(retval, io);
   update_window(cl, pydepth - 1);
 }
 
-void on_yield(PyCodeObject* code, int pydepth, PyFrameObject* frame) {
-  const CurrentLanes& cl = lanes_now();
+void on_yield(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame) {
+  const Reporting r(site);
+  const CurrentLanes& cl = r.lanes();
   for (int i = 0; i < cl.n; ++i) lane_yield(*cl.lanes[i], code, pydepth, frame);
   update_window(cl, pydepth - 1);
 }
 
-void on_c_call(PyObject* callable, PyCodeObject* caller, int pydepth) {
-  const CurrentLanes& cl = lanes_now();
+void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller, int pydepth) {
+  const Reporting r(site);
+  const CurrentLanes& cl = r.lanes();
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
     if (!L.engine->options().capture_c_calls || L.truncated) continue;
     if (pydepth < L.base_pydepth) continue;  // a frame above the one that entered the session
-    close_ended(L, pydepth + 1, clock::ticks());
+    close_ended_now(L, pydepth + 1);
     const int32_t d = depth_at(L, pydepth) + 1;
     if (d < 0 || d > L.ceiling) continue;
     if (caller && is_transparent(caller)) continue;  // the profiler's own calls
@@ -1273,12 +1318,13 @@ void on_c_call(PyObject* callable, PyCodeObject* caller, int pydepth) {
   update_window(cl, pydepth);
 }
 
-void on_c_return(PyObject* callable, int pydepth, bool exception) {
-  const CurrentLanes& cl = lanes_now();
+void on_c_return(const Site& site, PyObject* callable, int pydepth, bool exception) {
+  const Reporting r(site);
+  const CurrentLanes& cl = r.lanes();
   for (int i = 0; i < cl.n; ++i) {
     CaptureLane& L = *cl.lanes[i];
     if (pydepth < L.base_pydepth) continue;
-    close_ended(L, pydepth + 1, clock::ticks());
+    close_ended_now(L, pydepth + 1);
     // Same callable, opened by this frame, innermost: an unrecorded nested
     // call of the same builtin (sorted inside a key function) must not close it.
     if (L.rec.empty() || L.rec.back().kind != EntryKind::kCCall ||
@@ -1298,7 +1344,7 @@ int block_enter(uint32_t function, BlockToken* out, int max) {
   for (int i = 0; i < cl.n && n < max; ++i) {
     CaptureLane& L = *cl.lanes[i];
     if (L.truncated || pydepth < L.base_pydepth) continue;
-    close_ended(L, pydepth + 1, clock::ticks());
+    close_ended_now(L, pydepth + 1);
     const int32_t d = depth_at(L, pydepth) + 1;
     if (d < 0 || d > L.ceiling) continue;
     if (L.out.events.size() >= L.soft_cap) {

@@ -242,7 +242,13 @@ struct HookFrame {
   uintptr_t generator;             // the generator/coroutine that owns it, 0 for a plain frame
   struct _PyInterpreterFrame* frame;
 };
-void set_hook_frame(const HookFrame* frame);
+// Where an event comes from, as its mechanism knows it: the thread state
+// (read once per event: each read, like each thread-local access of this
+// module, is a call into the dynamic linker) and the HookFrame (or null).
+struct Site {
+  PyThreadState* ts;
+  const HookFrame* hook = nullptr;
+};
 // Spans that want a summary of a value later (capture_io).
 struct IOTarget {
   uint64_t serial;
@@ -256,15 +262,15 @@ struct IOTargets {
 // A frame starts. Returns true if a lane keeps an entry for it (recorded,
 // transparent within the ceiling, or dropped): its end must then be reported.
 // frame may be null (3.12+).
-bool on_start(PyCodeObject* code, int pydepth, PyFrameObject* frame);
+bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame);
 // A resume (3.12+: PY_RESUME/PY_THROW; below: a call event of generator code).
 // If no suspended span matches, it is a start, flagged continued if `continued`.
-void on_resume(PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued);
+void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued);
 // retval: the return value (borrowed; null on an exception or when unknown).
-void on_return(PyCodeObject* code, int pydepth, bool exception, PyObject* retval);
-void on_yield(PyCodeObject* code, int pydepth, PyFrameObject* frame);
-void on_c_call(PyObject* callable, PyCodeObject* caller, int pydepth);  // caller: skip our own frames
-void on_c_return(PyObject* callable, int pydepth, bool exception);
+void on_return(const Site& site, PyCodeObject* code, int pydepth, bool exception, PyObject* retval);
+void on_yield(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame);
+void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller, int pydepth);  // caller: skip our own frames
+void on_c_return(const Site& site, PyObject* callable, int pydepth, bool exception);
 // Whether this thread's current lanes want the frames their innermost open
 // levels call (the next level is within a ceiling): what keeps the frame
 // evaluation hook installed (capture/eval_frame.cpp).

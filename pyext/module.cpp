@@ -318,7 +318,13 @@ PYBIND11_MODULE(_core, m) {
              }
            },
            py::arg("session"), py::arg("levels_above") = 1)
-      .def("stop", &Engine::stop)
+      .def(
+          "stop",
+          [](Engine& e) {
+            e.stop();
+            return !e.failures().empty() || !e.notes().empty();
+          },
+          "Ends capture. True when there are failures or notes to log (reading them costs a call each).")
       .def("_mark_autoprofile", [](const Engine& e) { probes::mark_autoprofile(e.serial()); },
            "Flags this session AUTOPROFILE in its session_begin probe (call before start).")
       .def("pause", &Engine::pause, "Stops being the current session in this context; capture goes on.")

@@ -214,9 +214,7 @@ inline void report(PyThreadState* ts, const HookFrame& frame, Fn&& event) {
   ++g_events;
   compat::PendingError pending;
   PyThreadState_EnterTracing(ts);
-  set_hook_frame(&frame);
-  event();
-  set_hook_frame(nullptr);
+  event(Site{ts, &frame});
   PyThreadState_LeaveTracing(ts);
 }
 
@@ -238,10 +236,10 @@ PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObje
   const int depth = depth_of_new_frame(ts);
   const HookFrame hf{0, f};
   bool tracked = false;
-  report(ts, hf, [&] { tracked = on_start(code, depth, nullptr); });
+  report(ts, hf, [&](const Site& site) { tracked = on_start(site, code, depth, nullptr); });
   if (!tracked) return run_below(ts, f, throwflag, depth);
   PyObject* result = run(ts, f, throwflag, depth);
-  report(ts, hf, [&] { on_return(code, depth, result == nullptr, result); });
+  report(ts, hf, [&](const Site& site) { on_return(site, code, depth, result == nullptr, result); });
   if (g_ours && _PyInterpreterState_GetEvalFrameFunc(ts->interp) != eval_frame) {
     compat::PendingError pending;
     sync_hook();  // another tool (torch.compile) replaced the function while this frame ran
@@ -294,17 +292,17 @@ PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCode
   const long resume = first_resume(code);
   const bool first = !throwflag && resume >= 0 && mlprof_frame_lasti(f) < resume;
   if (first) {
-    report(ts, hf, [&] { on_start(code, depth, nullptr); });
+    report(ts, hf, [&](const Site& site) { on_start(site, code, depth, nullptr); });
   } else {
-    report(ts, hf, [&] { on_resume(code, depth, nullptr, true); });
+    report(ts, hf, [&](const Site& site) { on_resume(site, code, depth, nullptr, true); });
   }
   PyObject* result = run(ts, f, throwflag, depth);
   if (!result) {
-    report(ts, hf, [&] { on_return(code, depth, true, nullptr); });
+    report(ts, hf, [&](const Site& site) { on_return(site, code, depth, true, nullptr); });
   } else if (mlprof_generator_state(gen) < 0) {  // suspended: a yield or an await
-    report(ts, hf, [&] { on_yield(code, depth, nullptr); });
+    report(ts, hf, [&](const Site& site) { on_yield(site, code, depth, nullptr); });
   } else {
-    report(ts, hf, [&] { on_return(code, depth, false, result); });
+    report(ts, hf, [&](const Site& site) { on_return(site, code, depth, false, result); });
   }
   return result;
 }

@@ -132,10 +132,7 @@ void watch(PyCodeObject* code, uintptr_t bits) {
 
 inline PyCodeObject* as_code(PyObject* o) { return PyCode_Check(o) ? reinterpret_cast<PyCodeObject*>(o) : nullptr; }
 
-inline int depth_now() {
-  PyThreadState* ts = compat::tstate();
-  return ts->py_recursion_limit - ts->py_recursion_remaining;
-}
+inline int depth_of(PyThreadState* ts) { return ts->py_recursion_limit - ts->py_recursion_remaining; }
 
 // With no session collecting: the callback returns at once, and a code that
 // keeps sending events is let go. `local_event`: DISABLE may be returned
@@ -163,13 +160,18 @@ inline int depth_now() {
 // engine (generator identity, locals) without making a frame object.
 struct Described {
   HookFrame hf;
-  explicit Described(PyCodeObject* code) {
-    struct _PyInterpreterFrame* f = mlprof_current_frame(compat::tstate());
+  Site site;
+  int depth;
+  explicit Described(PyCodeObject* code) : site{compat::tstate(), &hf}, depth(depth_of(site.ts)) {
+    struct _PyInterpreterFrame* f = mlprof_current_frame(site.ts);
     hf.frame = f;
     hf.generator = f && compat::is_generator_code(code) ? reinterpret_cast<uintptr_t>(mlprof_frame_generator(f)) : 0;
-    set_hook_frame(&hf);
   }
-  ~Described() { set_hook_frame(nullptr); }
+};
+// A C call event: about the callable, not a frame.
+struct Plain {
+  Site site{compat::tstate()};
+  int depth = depth_of(site.ts);
 };
 
 // Callbacks (METH_FASTCALL). They never raise.
@@ -178,8 +180,8 @@ PyObject* cb_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   if (PyCodeObject* c = as_code(args[0])) {
-    Described d(c);
-    on_start(c, depth_now(), nullptr);
+    const Described d(c);
+    on_start(d.site, c, d.depth, nullptr);
   }
   Py_RETURN_NONE;
 }
@@ -188,8 +190,8 @@ PyObject* cb_resume(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   if (PyCodeObject* c = as_code(args[0])) {
-    Described d(c);
-    on_resume(c, depth_now(), nullptr, /*continued=*/true);
+    const Described d(c);
+    on_resume(d.site, c, d.depth, nullptr, /*continued=*/true);
   }
   Py_RETURN_NONE;
 }
@@ -197,8 +199,8 @@ PyObject* cb_throw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // a t
   ++g_events;
   if (nargs >= 1 && g_native_collecting) {
     if (PyCodeObject* c = as_code(args[0])) {
-      Described d(c);
-      on_resume(c, depth_now(), nullptr, true);
+      const Described d(c);
+      on_resume(d.site, c, d.depth, nullptr, true);
     }
   }
   Py_RETURN_NONE;
@@ -209,8 +211,8 @@ PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!g_native_collecting) return idle(args[0], true);
   // PY_RETURN(code, instruction_offset, retval)
   if (PyCodeObject* c = as_code(args[0])) {
-    Described d(c);
-    on_return(c, depth_now(), false, nargs >= 3 ? args[2] : nullptr);
+    const Described d(c);
+    on_return(d.site, c, d.depth, false, nargs >= 3 ? args[2] : nullptr);
   }
   Py_RETURN_NONE;
 }
@@ -218,8 +220,8 @@ PyObject* cb_unwind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
   if (nargs >= 1 && g_native_collecting) {
     if (PyCodeObject* c = as_code(args[0])) {
-      Described d(c);
-      on_return(c, depth_now(), true, nullptr);
+      const Described d(c);
+      on_return(d.site, c, d.depth, true, nullptr);
     }
   }
   Py_RETURN_NONE;
@@ -229,8 +231,8 @@ PyObject* cb_yield(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   if (PyCodeObject* c = as_code(args[0])) {
-    Described d(c);
-    on_yield(c, depth_now(), nullptr);
+    const Described d(c);
+    on_yield(d.site, c, d.depth, nullptr);
   }
   Py_RETURN_NONE;
 }
@@ -245,7 +247,10 @@ PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!g_native_collecting) return idle(args[0], true);
   // CALL fires for every call; C_RETURN/C_RAISE only for callables that are
   // not plain Python functions, so only those open a C span.
-  if (!is_python_callable(args[2])) on_c_call(args[2], as_code(args[0]), depth_now());
+  if (!is_python_callable(args[2])) {
+    const Plain p;
+    on_c_call(p.site, args[2], as_code(args[0]), p.depth);
+  }
   Py_RETURN_NONE;
 }
 PyObject* cb_c_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -253,12 +258,16 @@ PyObject* cb_c_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 3) Py_RETURN_NONE;
   // C_RETURN cannot be disabled (CPython would drop the callback): its CALL is.
   if (!g_native_collecting) return idle(args[0], false);
-  on_c_return(args[2], depth_now(), false);
+  const Plain p;
+  on_c_return(p.site, args[2], p.depth, false);
   Py_RETURN_NONE;
 }
 PyObject* cb_c_raise(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
-  if (nargs >= 3 && g_native_collecting) on_c_return(args[2], depth_now(), true);
+  if (nargs >= 3 && g_native_collecting) {
+    const Plain p;
+    on_c_return(p.site, args[2], p.depth, true);
+  }
   Py_RETURN_NONE;
 }
 

@@ -1204,9 +1204,10 @@ class ReferenceEngine:
         except Exception as exc:
             self._fail(f"could not install the profiling hook: {exc!r}")
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """Ends capture; True when there are failures to log (as the native engine)."""
         if self.state != "collecting":
-            return
+            return bool(self.failures)
         st = _thread_state()
         was, st.busy = st.busy, True
         try:
@@ -1215,6 +1216,7 @@ class ReferenceEngine:
             self._fail(f"ending the session failed: {exc!r}")
         finally:
             st.busy = was
+        return bool(self.failures)
 
     def _stop(self) -> None:
         global _generation

@@ -65,6 +65,8 @@ def _io_output(rows: list) -> Optional[IOSummary]:
 
 
 def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
+    if type(depth) is int and depth >= -1:  # the common case first: a session start is on the hot path
+        return depth
     if depth is None and allow_none:
         return -1
     if isinstance(depth, bool) or not isinstance(depth, int):
@@ -78,6 +80,8 @@ def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
 
 
 def _check_max_events(max_events: Any) -> int:
+    if type(max_events) is int and max_events >= 1:
+        return max_events
     if isinstance(max_events, bool) or not isinstance(max_events, int):
         raise TypeError(f"max_events must be an int, got {type(max_events).__name__}")
     if max_events < 1:
@@ -127,6 +131,7 @@ class ProfileSession:
             raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")
         self._profile = None
         self._spans: Optional[List[SpanRecord]] = None
+        self._activated = False  # a session records once (the engine's state, without asking it)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -140,7 +145,7 @@ class ProfileSession:
         session already ran: a session records once. (`_levels_above`: the
         profiler's own frames between the caller whose calls are the roots
         and this method, this one included.)"""
-        if self._engine.state != "idle":
+        if self._activated:
             raise RuntimeError(
                 f"this ProfileSession is {self._engine.state}: a session records once; "
                 "create a new one with profiling()"
@@ -153,11 +158,13 @@ class ProfileSession:
             )
         _transparent.refresh()
         self._engine.start(self, _levels_above)
+        self._activated = True
 
     def deactivate(self) -> None:
         """Ends capture. Idempotent; never raises into the profiled code."""
         try:
-            self._engine.stop()
+            if not self._engine.stop():  # nothing to log
+                return
             for failure in self._engine.failures:
                 log_once("capture:" + failure, f"mlflow_profiler: capture stopped early: {failure}")
             for note in getattr(self._engine, "notes", ()):  # capture went on another way
