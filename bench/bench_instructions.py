@@ -1,0 +1,102 @@
+"""Instructions per profiled call and per session, counted by callgrind.
+
+Wall-clock ratios on a shared 2-core machine move by 10-20% from run to run;
+an instruction count does not move at all. This counts, for one interpreter,
+the user-space instructions (valgrind --tool=callgrind) that a workload costs
+over the same workload without a profiler:
+
+  fib     fib(N) (21,891 calls for N=20) at depth -1, 0 and 2, and cProfile
+  session an empty `with profiling(depth=2)` block, 2,000 times
+
+Instructions are not time (a clock read is one instruction and ~16 ns here,
+a cache miss costs no instruction), so RESULTS.md keeps the wall-clock
+figures of run.sh beside these. Usage:
+
+  python bench/bench_instructions.py [--fib 20] [--sessions 2000]
+
+with mlflow_profiler importable by that python. Needs valgrind.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+CHILD = r'''
+import sys
+what, n = sys.argv[1], int(sys.argv[2])
+def fib(k): return k if k < 2 else fib(k - 1) + fib(k - 2)
+if what == "cprofile":
+    import cProfile
+    p = cProfile.Profile(); p.enable(); fib(n); p.disable()
+elif what == "cprofile-bare":
+    import cProfile
+    p = cProfile.Profile(); p.enable(); p.disable(); fib(n)
+else:
+    import mlflow_profiler as mp
+    with mp.profiling(depth=2):
+        pass
+    if what == "bare":
+        fib(n)
+    elif what == "sessions":
+        for _ in range(n):
+            with mp.profiling(depth=2):
+                pass
+    elif what == "no-sessions":
+        for _ in range(n):
+            pass
+    else:
+        with mp.profiling(depth=int(what)):
+            fib(n)
+'''
+
+
+def instructions(script: str, *args: str) -> int:
+    """User-space instructions of one run of `script` under callgrind."""
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, script, *args],
+        capture_output=True, text=True, check=True,
+    )
+    m = re.search(r"Collected : (\d+)", out.stderr)
+    if not m:
+        raise RuntimeError(f"no callgrind total in: {out.stderr[-500:]}")
+    return int(m.group(1))
+
+
+def fib_calls(n: int) -> int:
+    """How many calls fib(n) makes."""
+    a, b = 1, 1  # calls(0), calls(1)
+    for _ in range(n - 1):
+        a, b = b, a + b + 1
+    return b if n >= 1 else 1
+
+
+def main() -> None:
+    """Prints the table (markdown) for this interpreter."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fib", type=int, default=20)
+    ap.add_argument("--sessions", type=int, default=2000)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "child.py")
+        with open(script, "w") as f:
+            f.write(CHILD)
+        n = str(a.fib)
+        calls = fib_calls(a.fib)
+        bare = instructions(script, "bare", n)
+        per = {d: (instructions(script, d, n) - bare) / calls for d in ("-1", "0", "2")}
+        cprof = (instructions(script, "cprofile", n) - instructions(script, "cprofile-bare", n)) / calls
+        s = str(a.sessions)
+        session = (instructions(script, "sessions", s) - instructions(script, "no-sessions", s)) / a.sessions
+    v = "%d.%d" % sys.version_info[:2]
+    print(f"| {v} | fib({a.fib}), per call | ours d-1 | ours d0 | ours d2 | cProfile | d-1 / cProfile |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {v} | instructions over bare | {per['-1']:.0f} | {per['0']:.0f} | {per['2']:.0f} | {cprof:.0f} "
+          f"| {per['-1'] / cprof:.2f} |")
+    print(f"\n{v}: empty session start + stop: {session:,.0f} instructions")
+
+
+if __name__ == "__main__":
+    main()
