@@ -1,13 +1,14 @@
 """CPython's own regression tests as an oracle: a test that passes without
 the profiler must pass inside a session.
 
-    python tests/cpython/regrtest_in_session.py [--all] [--depths 2,-1] [--json out.json] [MODULE ...]
+    python tests/cpython/regrtest_in_session.py [--all] [--depths 2,-1] [--jobs N] [--json out.json] [MODULE ...]
 
 Each module runs in a child process inside one `profiling(depth=D)` session
-(D in --depths) wrapped around the whole unittest run. A test that fails or
-errors there is run again in two more children, without the profiler and
-under cProfile: it counts against us only if it passes without the
-profiler, and, for the tests that inspect profile hooks (CPython's own
+(D in --depths) wrapped around the whole unittest run; --jobs runs that many
+children at once. A test that fails or errors there is run again in more
+children: in a session again, without the profiler and under cProfile. It
+counts against us only if it fails again in the session and passes without
+the profiler, and, for the tests that inspect profile hooks (CPython's own
 "passes under cProfile" baseline), also under cProfile. Exit status 1 if any
 test counts against us. Tests CPython skips stay skipped.
 
@@ -18,6 +19,7 @@ adds MORE); they ship with every interpreter under lib/pythonX.Y/test.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -157,53 +159,64 @@ def inspects_hooks(test_id: str) -> bool:
     return any(w in source for w in HOOK_WORDS)
 
 
+def judge(module: str, depth: str) -> dict:
+    """One module at one depth: its row, with the tests that fail only in a session."""
+    got = run(module, depth)
+    outcomes = got["outcomes"]
+    stats = got["stats"] or {}
+    if outcomes is None:
+        ours = [f"{module}: the child exited {got['returncode']} inside the session\n{got['log'][-3000:]}"]
+        failed = []
+    else:
+        failed = sorted(t for t, o in outcomes.items() if o in ("fail", "error"))
+        ours = []
+        if failed:
+            # With --jobs, another module runs beside this one: a timing test
+            # that failed under that load must fail again in a session of its
+            # own before it counts.
+            again = run(module, depth, failed)["outcomes"] or {}
+            still = [t for t in failed if again.get(t, "fail") in ("fail", "error")]
+            bare = (run(module, "bare", still)["outcomes"] or {}) if still else {}
+            hooks = [t for t in still if inspects_hooks(t)]
+            cprof = (run(module, "cprofile", hooks)["outcomes"] or {}) if hooks else {}
+            for t in still:
+                if bare.get(t) != "pass":
+                    continue  # fails without the profiler too (this machine, this build)
+                if t in hooks and cprof.get(t) != "pass":
+                    continue  # a hook-inspecting test that cProfile fails too
+                ours.append(t)
+    return {"module": module, "depth": int(depth), "tests": len(outcomes or {}), "failed": len(failed),
+            "ours": ours, "spans": stats.get("span_count"), "dropped": stats.get("dropped"),
+            "notes": stats.get("notes"), "failures": stats.get("failures"), "seconds": round(got["seconds"], 1)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="*")
     ap.add_argument("--all", action="store_true", help="also the slower modules (MORE)")
     ap.add_argument("--ci", action="store_true", help="the default set (what .ci/run runs)")
     ap.add_argument("--depths", default="2,-1", help="session depths, comma-separated")
+    ap.add_argument("--jobs", type=int, default=1, help="modules run at once (each in its own child)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     if not args.modules:
         args.modules = MODULES + (MORE if args.all else [])
     depths = [d.strip() for d in args.depths.split(",") if d.strip()]
     version = ".".join(map(str, sys.version_info[:2]))
-    rows, against = [], []
     print(f"# CPython {sys.version.split()[0]} ({sys.executable}); depths {', '.join(depths)}")
     print(f"{'module':<34} {'depth':>5} {'tests':>6} {'failed':>6} {'ours':>5} {'spans':>9} {'dropped':>8} {'s':>6}")
-    for module in args.modules:
-        for depth in depths:
-            got = run(module, depth)
-            outcomes = got["outcomes"]
-            stats = got["stats"] or {}
-            if outcomes is None:
-                ours = [f"{module}: the child exited {got['returncode']} inside the session\n{got['log'][-3000:]}"]
-                failed = []
-            else:
-                failed = sorted(t for t, o in outcomes.items() if o in ("fail", "error"))
-                ours = []
-                if failed:
-                    bare = run(module, "bare", failed)["outcomes"] or {}
-                    hooks = [t for t in failed if inspects_hooks(t)]
-                    cprof = (run(module, "cprofile", hooks)["outcomes"] or {}) if hooks else {}
-                    for t in failed:
-                        if bare.get(t) != "pass":
-                            continue  # fails without the profiler too (this machine, this build)
-                        if t in hooks and cprof.get(t) != "pass":
-                            continue  # a hook-inspecting test that cProfile fails too
-                        ours.append(t)
-            rows.append({"version": version, "module": module, "depth": int(depth),
-                         "tests": len(outcomes or {}), "failed": len(failed), "ours": ours,
-                         "spans": stats.get("span_count"), "dropped": stats.get("dropped"),
-                         "notes": stats.get("notes"), "failures": stats.get("failures"),
-                         "seconds": round(got["seconds"], 1)})
-            print(f"{module[5:]:<34} {depth:>5} {len(outcomes or {}):>6} {len(failed):>6} {len(ours):>5} "
-                  f"{stats.get('span_count', '-'):>9} {stats.get('dropped', '-'):>8} {got['seconds']:>6.1f}",
-                  flush=True)
-            for t in ours:
+    rows, against = [], []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(judge, m, d) for m in args.modules for d in depths]
+        for future in futures:  # printed in order, as each is ready
+            row = dict(future.result(), version=version)
+            rows.append(row)
+            print(f"{row['module'][5:]:<34} {row['depth']:>5} {row['tests']:>6} {row['failed']:>6} "
+                  f"{len(row['ours']):>5} {row['spans'] if row['spans'] is not None else '-':>9} "
+                  f"{row['dropped'] if row['dropped'] is not None else '-':>8} {row['seconds']:>6.1f}", flush=True)
+            for t in row["ours"]:
                 print(f"    FAILS ONLY IN THE SESSION: {t}")
-            against += ours
+            against += row["ours"]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
