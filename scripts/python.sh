@@ -80,9 +80,11 @@ else
   # release tree comes from the Go module proxy, which serves tags of
   # github.com/python/cpython as module zips; pinned by SHA-256.
   case "$ver" in
-    3.14) mod="v3.14.7+incompatible"; sum=e79b1270b4b62593f6686c8db8edd384b4a9b14e5824a8c9fce0a95656dd6321 ;;
-    # v3.15.0rc2 (commit 435c9e5a798c): the newest 3.15 the proxy has.
-    3.15) mod="v3.6.1-0.20260901091436-435c9e5a798c+incompatible"; sum=b5a0dbe3538cf7c916ec69e6f493e60d900454ffd47a90eeae27518f13fbd935 ;;
+    3.14) mod="v3.14.7+incompatible"; tag=v3.14.7; sum=e79b1270b4b62593f6686c8db8edd384b4a9b14e5824a8c9fce0a95656dd6321 ;;
+    # v3.15.0rc2 (commit 435c9e5a798c): the newest 3.15 the proxy has, under
+    # a pseudo-version (the proxy does not list the tag).
+    3.15) mod="v3.6.1-0.20260901091436-435c9e5a798c+incompatible"; tag="v3.15.0rc2 (commit 435c9e5a798c)"
+          sum=b5a0dbe3538cf7c916ec69e6f493e60d900454ffd47a90eeae27518f13fbd935 ;;
   esac
   echo "python.sh: Debian's python$ver source is not served here; using github.com/python/cpython@$mod from the Go module proxy" >&2
   curl -sSf -m 600 -o "$src/cpython.zip" "https://proxy.golang.org/github.com/python/cpython/@v/$mod.zip" >>"$log" 2>&1 ||
@@ -93,7 +95,7 @@ else
   tree=$(ls -d "$src"/github.com/python/cpython@*)
   # Zip entries carry no modes: scripts get their executable bit back.
   grep -rlI --exclude-dir=.git -m1 '^#!' "$tree" | xargs -d '\n' chmod +x
-  origin="upstream CPython $mod (Go module proxy)"
+  origin="upstream CPython $tag (Go module proxy: $mod)"
 fi
 
 build="$cache/build-$want"
