@@ -47,8 +47,7 @@ constexpr uint32_t kTransparent = UINT32_MAX;
 
 using compat::utf8;
 
-
-const HookFrame* hook_frame_now();
+const HookFrame* hook_frame_now();  // the frame of the event being reported (Site::hook), or null
 
 std::string module_of_current_frame(PyCodeObject* code) {
   // Cold path (first sight of a code object): the module is the frame's __name__.
@@ -284,7 +283,7 @@ struct ThreadCache {
   uint64_t thread_key = 0;  // unique per OS thread; idents are reused once a thread exits
 };
 thread_local ThreadCache t_cache;
-[[maybe_unused]] const HookFrame* hook_frame_now() { return t_cache.hook_frame; }
+const HookFrame* hook_frame_now() { return t_cache.hook_frame; }
 uint64_t g_next_thread_key = 1;
 
 // Suspended segments per thread, over every lane and session of the thread
@@ -476,9 +475,9 @@ inline bool is_origin(const CaptureLane& L) { return L.index == 0; }
 
 inline uintptr_t generator_key(PyFrameObject* frame) {
   if (!frame) {
-    if (const HookFrame* h = t_cache.hook_frame) return h->generator;
+    if (const HookFrame* h = hook_frame_now()) return h->generator;
+    frame = PyEval_GetFrame();
   }
-  if (!frame) frame = PyEval_GetFrame();
   return frame ? compat::frame_generator(frame) : 0;
 }
 // --- I/O capture (capture_io) --------------------------------------------------
@@ -545,7 +544,7 @@ void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets
     append_io(io, IORole::kArgument, n, summary);
   };
 #if MLPROF_HAS_EVAL_HOOK
-  const HookFrame* hook = frame ? nullptr : t_cache.hook_frame;
+  const HookFrame* hook = frame ? nullptr : hook_frame_now();
   if (hook && hook->frame) {
     struct _PyInterpreterFrame* f = hook->frame;
     compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code, kMaxIOArguments, each);
@@ -1203,7 +1202,6 @@ inline void update_window(const CurrentLanes& cl, int32_t current) {
   (void)cl, (void)current;
 #endif
 }}  // namespace
-
 
 bool current_lanes_want_callees() {
   if (current_lanes_keep_hook()) return true;

@@ -49,15 +49,17 @@ int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   }
   ++g_events;
   PyCodeObject* code = compat::frame_code(frame);
-  const Site site{compat::tstate()};
+  // The thread state only for an event that is reported (3.11 with C calls
+  // gets every Python call here and passes them on).
+  auto site = [] { return Site{compat::tstate()}; };
   switch (what) {
     case PyTrace_CALL: {
       const int depth = ++h.depth;
       if (!h.all_events || !g_native_collecting) break;
       if (compat::is_generator_code(code)) {
-        on_resume(site, code, depth, frame, generator_continues(frame, code));
+        on_resume(site(), code, depth, frame, generator_continues(frame, code));
       } else {
-        on_start(site, code, depth, frame);
+        on_start(site(), code, depth, frame);
       }
       break;
     }
@@ -65,20 +67,20 @@ int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
       const int depth = h.depth--;
       if (!h.all_events || !g_native_collecting) break;
       if (compat::is_generator_code(code) && compat::frame_is_suspending(frame)) {
-        on_yield(site, code, depth, frame);
+        on_yield(site(), code, depth, frame);
       } else {
-        on_return(site, code, depth, arg == nullptr, arg);  // arg: the return value, null on an exception
+        on_return(site(), code, depth, arg == nullptr, arg);  // arg: the return value, null on an exception
       }
       break;
     }
     case PyTrace_C_CALL:
-      if (g_native_collecting) on_c_call(site, arg, code, capture::frame_depth());
+      if (g_native_collecting) on_c_call(site(), arg, code, capture::frame_depth());
       break;
     case PyTrace_C_RETURN:
-      if (g_native_collecting) on_c_return(site, arg, capture::frame_depth(), false);
+      if (g_native_collecting) on_c_return(site(), arg, capture::frame_depth(), false);
       break;
     case PyTrace_C_EXCEPTION:
-      if (g_native_collecting) on_c_return(site, arg, capture::frame_depth(), true);
+      if (g_native_collecting) on_c_return(site(), arg, capture::frame_depth(), true);
       break;
     default:
       break;
