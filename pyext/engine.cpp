@@ -360,8 +360,14 @@ void refresh(ThreadCache& c, PyThreadState* ts) {
       else c.bound = nullptr;
     }
     uint64_t key = thread_key();
+    // A thread that only runs a context carrying the session (asyncio.to_thread,
+    // run_in_executor, 3.14t's inherited contexts) is not recorded: a session
+    // records where it was entered, in threads all_threads bound to it, and,
+    // as the outer session of one entered here, where that one was.
+    bool here = false;
     while (e && c.current.n < 4) {
-      if (e->state() == Engine::State::kCollecting) {
+      here = here || e == c.bound || e->entered_in(key);
+      if (here && e->state() == Engine::State::kCollecting) {
         // A thread bound by all_threads has one lane for all its contexts:
         // 3.14 runs a thread's target in a context of its own, entered after
         // the thread's first event (Thread(context=...)).
@@ -635,6 +641,9 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   if (io_here && !continued) want_io(io, L, idx);
   // The C calls of a frame whose callees are within the ceiling.
   if (d < L.ceiling && L.engine->options().capture_c_calls) capture::watch_c_calls(code);
+  if constexpr (capture::kUnspecializeCalls) {
+    if (d < L.ceiling && !capture::every_frame_reported()) capture::watch_calls(code);
+  }
   return true;
 }
 
@@ -1083,6 +1092,8 @@ bool Engine::resume() {
     PyErr_Clear();
     return false;
   }
+  uint64_t key = thread_key();
+  if (!entered_in(key)) resumed_in_.push_back(key);
   ++g_generation;
 #if MLPROF_HAS_EVAL_HOOK
   capture::set_window(current_lanes_want_callees());

@@ -11,6 +11,7 @@
 
 #include "compat.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -149,6 +150,12 @@ class Engine {
   const EngineOptions& options() const { return opts_; }
   uint64_t serial() const { return serial_; }
   Engine* parent() const { return parent_; }
+  // The session records in a thread it was entered in (started, or resumed
+  // there), not in every thread whose context carries it (docs/capture.md).
+  bool entered_in(uint64_t thread_key) const {
+    return thread_key == start_thread_ ||
+           std::find(resumed_in_.begin(), resumed_in_.end(), thread_key) != resumed_in_.end();
+  }
 
   // The built profile (built on first call, after stop()).
   std::shared_ptr<Profile> profile();
@@ -191,6 +198,7 @@ class Engine {
   Engine* parent_ = nullptr;
   PyObject* parent_session_ = nullptr;  // strong ref: keeps parent_ alive
   uint64_t start_thread_ = 0;  // thread key of the starting thread
+  std::vector<uint64_t> resumed_in_;  // other threads resume() ran in (predict_stream)
   int64_t start_ns_ = 0, end_ns_ = 0;
   int64_t start_unix_ns_ = 0;  // CLOCK_REALTIME at start: when, for pprof and the report
   clock::Anchor start_anchor_, end_anchor_;

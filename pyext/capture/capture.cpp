@@ -155,6 +155,7 @@ void thread_bound() {
 int tool_id() { return -1; }
 void watch_generator_code(PyCodeObject*) {}
 void watch_c_calls(PyCodeObject*) {}
+void watch_calls(PyCodeObject*) {}
 void keep_between_sessions(bool) {}
 
 #else
@@ -184,6 +185,7 @@ void set_window(bool) {}
 int tool_id() { return -1; }
 void watch_generator_code(PyCodeObject*) {}
 void watch_c_calls(PyCodeObject*) {}
+void watch_calls(PyCodeObject*) {}
 void keep_between_sessions(bool) {}
 
 #endif

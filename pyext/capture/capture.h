@@ -63,6 +63,16 @@ void keep_between_sessions(bool keep);
 // sessions); and the code of a frame whose C calls a session records.
 void watch_generator_code(PyCodeObject* code);
 void watch_c_calls(PyCodeObject* code);
+// 3.13: the code of a frame whose callees are within the ceiling gets CALL
+// events, which keep its call sites unspecialized: 3.13's
+// CALL_ALLOC_AND_ENTER_INIT runs a Python class's __init__ without the frame
+// evaluation function (3.12 has no such call, 3.14 checks for the function).
+void watch_calls(PyCodeObject* code);
+#if PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000
+constexpr bool kUnspecializeCalls = true;
+#else
+constexpr bool kUnspecializeCalls = false;
+#endif
 
 // For tests and diagnostics: whether the frame evaluation function is
 // installed now, the threads whose windows keep it, and whether sys.monitoring

@@ -74,8 +74,9 @@ std::string take_error() {
 // the tool id they were set under (a tool that frees our id takes them away;
 // 3.14+ clears them), and the events it sent with no session since.
 Py_ssize_t g_watch_extra = -1;
-constexpr uintptr_t kWatchGenerator = 1, kWatchCCalls = 2, kDisabledBit = 4;
-constexpr unsigned kClaimShift = 3, kIdleShift = 11;
+constexpr uintptr_t kWatchGenerator = 1, kWatchCCalls = 2, kDisabledBit = 4, kWatchCalls = 8;
+constexpr uintptr_t kWatchAny = kWatchGenerator | kWatchCCalls | kWatchCalls;
+constexpr unsigned kClaimShift = 4, kIdleShift = 12;
 constexpr uintptr_t kClaimMask = uintptr_t{0xff} << kClaimShift;
 constexpr uintptr_t kIdleLimit = 256;  // events with no session before a code is let go
 uintptr_t g_claim = 0;                 // bumped at each claim of a tool id
@@ -115,7 +116,7 @@ void watch(PyCodeObject* code, uintptr_t bits) {
   if (!code) return;
   if (g_tool < 0 && !claim_for_sessions()) return;
   const uintptr_t state = watch_state(code);
-  const uintptr_t have = state & (kWatchGenerator | kWatchCCalls);
+  const uintptr_t have = state & kWatchAny;
   const bool disabled = state & kDisabledBit;
   if ((have & bits) == bits && !disabled) {
     if (state >> kIdleShift) set_watch_state(code, have);  // in use again
@@ -142,7 +143,7 @@ inline int depth_of(PyThreadState* ts) { return ts->py_recursion_limit - ts->py_
   PyCodeObject* code = as_code(code_obj);
   if (code && local_event && g_watch_extra >= 0) {
     const uintptr_t state = watch_state(code);
-    const uintptr_t watched = state & (kWatchGenerator | kWatchCCalls | kDisabledBit);
+    const uintptr_t watched = state & (kWatchAny | kDisabledBit);
     if (watched) {
       const uintptr_t idle_events = (state >> kIdleShift) + 1;
       if (idle_events >= kIdleLimit) {
@@ -246,8 +247,9 @@ PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 3) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   // CALL fires for every call; C_RETURN/C_RAISE only for callables that are
-  // not plain Python functions, so only those open a C span.
-  if (!is_python_callable(args[2])) {
+  // not plain Python functions, so only those open a C span, and only in
+  // code watched for its C calls (not only to keep its calls unspecialized).
+  if (!is_python_callable(args[2]) && (watch_state(as_code(args[0])) & kWatchCCalls)) {
     const Plain p;
     on_c_call(p.site, args[2], as_code(args[0]), p.depth);
   }
@@ -355,7 +357,8 @@ bool claim_for_sessions() {
 }
 
 long events_of(uintptr_t watched) {
-  return ((watched & kWatchGenerator) ? kGenerator : 0) | ((watched & kWatchCCalls) ? kCCalls : 0);
+  return ((watched & kWatchGenerator) ? kGenerator : 0) | ((watched & kWatchCCalls) ? kCCalls : 0) |
+         ((watched & kWatchCalls) ? kCall : 0);
 }
 
 }  // namespace
@@ -456,6 +459,8 @@ void watch_running_generators() {
 void watch_generator_code(PyCodeObject* code) { watch(code, kWatchGenerator); }
 
 void watch_c_calls(PyCodeObject* code) { watch(code, kWatchCCalls); }
+
+void watch_calls(PyCodeObject* code) { watch(code, kWatchCalls); }
 
 int tool_id() { return g_tool; }
 

@@ -457,8 +457,12 @@ def _lanes_now(st: _ThreadState) -> List["_Lane"]:
         else:
             st.bound = None
     tid = threading.get_ident()
+    # As engine.cpp refresh: a thread that only runs a context carrying the
+    # session (asyncio.to_thread, 3.14t's inherited contexts) is not recorded.
+    here = False
     while e is not None and len(lanes) < 4:
-        if e.state == "collecting":
+        here = here or e is st.bound or e._start_thread is st
+        if here and e.state == "collecting":
             # A thread bound by all_threads has one lane for all its contexts:
             # 3.14 runs a thread's target in a context of its own, entered
             # after the thread's first event (Thread(context=...)).

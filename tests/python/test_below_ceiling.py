@@ -268,3 +268,40 @@ def test_frames_below_the_ceiling_stay_traced_for_another_monitoring_tool():
     assert session.statistics()["events_skipped"] == 1
     assert len(seen) == 200  # the other tool saw every frame below our ceiling
     assert sent < 100  # and ours still skipped them
+
+
+class Plain:
+    def __init__(self, x):
+        self.x = leaf(x)
+
+
+class Record:
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+
+def make(n):
+    out = []
+    for i in range(n):  # no comprehension: a frame of its own before 3.12
+        out.append(Plain(i))
+        out.append(Record(i))
+    return out
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_a_class_called_often_before_the_session_is_seen_within_the_ceiling(engine, depth):
+    # CPython 3.13 specializes the call of a plain Python class into one that
+    # pushes its __init__ frame inline, past any frame evaluation function
+    # (CALL_ALLOC_AND_ENTER_INIT); the call site is warm before the session.
+    for _ in range(50):
+        make(3)
+    with profiling(depth=depth, engine=engine) as session:
+        make(3)
+    calls = {}
+    for row in session.to_flat():
+        name = row["call_path"].split("/")[-1]
+        calls[name] = calls.get(name, 0) + 1
+    assert calls.get("Plain.__init__") == 3 and calls.get("Record.__init__") == 3, calls
+    assert calls.get("leaf", 0) == (3 if depth >= 2 else 0), calls

@@ -32,11 +32,14 @@ def _go_installed():
 
 @pytest.fixture(scope="module")
 def go_env(tmp_path_factory) -> Dict[str, str]:
-    """Go's caches and pprof's files in a temporary directory, shared by the
-    tests of this file: `go tool pprof` is built into GOCACHE on first use."""
+    """pprof's files in a temporary directory, shared by the tests of this
+    file. `go tool pprof` is built into GOCACHE on first use (about 50 s):
+    a GOCACHE set by the caller (CI sets one for the whole run) is kept, so
+    it is built once per machine, not once per test run; otherwise Go's
+    caches go in the temporary directory too."""
     tmp = tmp_path_factory.mktemp("go")
-    return dict(os.environ, GOFLAGS="", GOCACHE=str(tmp / "cache"), GOPATH=str(tmp / "path"),
-                PPROF_TMPDIR=str(tmp / "pprof"), HOME=str(tmp))
+    return dict(os.environ, GOFLAGS="", GOCACHE=os.environ.get("GOCACHE") or str(tmp / "cache"),
+                GOPATH=str(tmp / "path"), PPROF_TMPDIR=str(tmp / "pprof"), HOME=str(tmp))
 
 
 def pprof(go_env: Dict[str, str], path: Path, *args: str) -> str:

@@ -118,9 +118,11 @@ def test_native_leaves_the_tool_ids_free():
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
 def test_native_instruments_no_plain_function():
     """Plain Python frames come from the frame evaluation hook within the
-    ceiling: no function a session runs is instrumented (and none has to be
-    re-instrumented after it). Generators and coroutines are: their resumes
-    may come from anywhere."""
+    ceiling: no function a session runs is instrumented for its frames (and
+    none has to be re-instrumented after it). Generators and coroutines are:
+    their resumes may come from anywhere. On 3.13 a frame whose callees are
+    within the ceiling gets CALL events, which keep its calls of classes
+    from being specialized past the hook (docs/capture.md)."""
     import dis
 
     def numbers():
@@ -130,12 +132,13 @@ def test_native_instruments_no_plain_function():
         during()
         list(numbers())
         watched = sys.monitoring.get_local_events(_core.tool_id(), numbers.__code__)
-    assert watched == sum(getattr(sys.monitoring.events, e) for e in ("PY_START", "PY_RESUME", "PY_YIELD", "PY_RETURN"))
+    calls = sys.monitoring.events.CALL if sys.version_info[:2] == (3, 13) else 0
+    assert watched == calls | sum(getattr(sys.monitoring.events, e) for e in ("PY_START", "PY_RESUME", "PY_YIELD", "PY_RETURN"))
 
     def instrumented(f):
         return [i.opname for i in dis.get_instructions(f, adaptive=True) if "INSTRUMENTED" in i.opname]
 
-    assert instrumented(during) == []
+    assert set(instrumented(during)) <= ({"INSTRUMENTED_CALL"} if calls else set())
     assert session.statistics()["engine"] == "eval_frame+sys.monitoring"
     assert shape(session)[:2] == (("during", ()), (numbers.__qualname__, ()))
 

@@ -3,6 +3,8 @@ follows the threads started during the session."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import threading
 import time
 
@@ -57,6 +59,53 @@ def test_thread_started_in_the_session_is_not_captured_by_default(engine):
         spawn()
     assert find(session.to_tree(), "worker_work") == []
     assert session.statistics()["thread_count"] == 1
+
+
+def in_copied_context(fn, *args):
+    """Runs fn in another thread, in a copy of this context (which carries
+    the session), as asyncio.to_thread and 3.14t's threads do."""
+    ctx = contextvars.copy_context()
+    t = threading.Thread(target=ctx.run, args=(fn, *args))
+    t.start()
+    t.join()
+
+
+async def offload(n):
+    return await asyncio.to_thread(worker_work, n)
+
+
+def test_a_thread_running_a_context_that_carries_the_session_is_not_captured(engine):
+    # The context is not the thread: a session records where it was entered
+    # (docs/capture.md, Threads), on every version and at every depth.
+    for depth in (-1, 0, 3):
+        with profiling(depth=depth, engine=engine) as session:
+            in_copied_context(worker_work, 1)
+            asyncio.run(offload(2))
+        assert find(session.to_tree(), "worker_work") == [], depth
+        assert session.statistics()["thread_count"] == 1, depth
+
+
+def test_all_threads_captures_a_thread_running_a_copied_context(engine):
+    with profiling(depth=-1, engine=engine, all_threads=True) as session:
+        in_copied_context(worker_work, 1)
+    assert len(find(session.to_tree(), "worker_work")) == 1
+    assert session.statistics()["thread_count"] == 2
+
+
+def test_an_outer_session_sees_a_session_entered_in_a_thread_it_reached(engine):
+    # The inner session is entered in a thread whose context carries the
+    # outer one: the outer session sees its part too, like any nested session.
+    inner = []
+
+    def enter_inner():
+        with profiling(depth=-1, engine=engine) as s:
+            worker_work(5)
+        inner.append(s)
+
+    with profiling(depth=-1, engine=engine) as outer:
+        in_copied_context(enter_inner)
+    assert [n["label"] for n in walk(inner[0].to_tree())] == ["worker_work"]
+    assert len(find(outer.to_tree(), "worker_work")) == 1
 
 
 def worker(n):
