@@ -197,7 +197,14 @@ def test_self_time_in_real_time(engine):
     # The parent's own 20 ms, not the child's 10.
     assert parent["self_min_ms"] >= 20
     assert parent["self_total_ms"] <= parent["total_ms"] - 3 * 10
-    assert parent["self_p50_ms"] == pytest.approx(parent["p50_ms"] - child["p50_ms"], abs=5)
+    # Each run's self time is its total less its child's, so the median self
+    # time lies between these bounds (the difference of the two medians can
+    # be off by a whole late wake-up on a loaded machine: not compared). The
+    # quantiles come from a sketch within 1% (min and max are exact).
+    r = 1.01
+    lo = (parent["p50_ms"] / r - child["max_ms"]) / r
+    hi = (parent["p50_ms"] * r - child["min_ms"]) * r
+    assert lo <= parent["self_p50_ms"] <= hi, (lo, parent["self_p50_ms"], hi)
 
 
 def test_depth_cut_when_adding_and_when_reading(engine):
