@@ -122,7 +122,10 @@ void watch(PyCodeObject* code, uintptr_t bits) {
     if (state >> kIdleShift) set_watch_state(code, have);  // in use again
     return;
   }
-  if (disabled) set_local(code, 0);  // clearing and setting again re-arms disabled locations
+  // Clearing and setting again re-arms disabled locations: after a DISABLE
+  // for want of a session, and CALL places let go while only watch_calls
+  // wanted them, once their C calls are wanted.
+  if (disabled || ((have & kWatchCalls) && (bits & kWatchCCalls))) set_local(code, 0);
   set_local(code, events_of(have | bits));
   if (!have) {
     Py_INCREF(code);
@@ -249,9 +252,16 @@ PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   // CALL fires for every call; C_RETURN/C_RAISE only for callables that are
   // not plain Python functions, so only those open a C span, and only in
   // code watched for its C calls (not only to keep its calls unspecialized).
-  if (!is_python_callable(args[2]) && (watch_state(as_code(args[0])) & kWatchCCalls)) {
+  const bool c_calls = watch_state(as_code(args[0])) & kWatchCCalls;
+  if (!is_python_callable(args[2]) && c_calls) {
     const Plain p;
     on_c_call(p.site, args[2], as_code(args[0]), p.depth);
+  }
+  // Watched only to keep calls of classes unspecialized (3.13, watch_calls):
+  // a place that calls something else is let go at its first call.
+  if (!c_calls && !PyType_Check(args[2])) {
+    Py_INCREF(g_disable);
+    return g_disable;
   }
   Py_RETURN_NONE;
 }
