@@ -247,7 +247,7 @@ def test_sessions_in_many_threads_at_once(engine):
             for k in range(40):
                 with profiling(depth=1, engine=engine) as s:
                     value = work(k)
-                results.append((value == 2 * k + 2, shape(s) == ((qn(work.__qualname__), ((qn(leaf.__qualname__), ()),) * 2),)))
+                results.append((value == 2 * k + 2, shape(s)))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(repr(exc))
 
@@ -257,7 +257,9 @@ def test_sessions_in_many_threads_at_once(engine):
     for t in threads:
         t.join()
     assert errors == []
-    assert len(results) == 320 and all(ok and tree for ok, tree in results)
+    want = ((qn(work.__qualname__), ((qn(leaf.__qualname__), ()),) * 2),)
+    assert len(results) == 320 and all(ok for ok, _ in results)
+    assert [tree for _, tree in results if tree != want] == []  # the trees that differ, to read
 
 
 def test_session_entered_on_one_thread_and_exited_on_another(engine, caplog):
