@@ -250,15 +250,22 @@ PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 3) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   // CALL fires for every call; C_RETURN/C_RAISE only for callables that are
-  // not plain Python functions, so only those open a C span, and only in
-  // code watched for its C calls (not only to keep its calls unspecialized).
+  // not plain Python functions, so only those open a C span.
+  if constexpr (!kUnspecializeCalls) {  // CALL events come only from watch_c_calls
+    if (!is_python_callable(args[2])) {
+      const Plain p;
+      on_c_call(p.site, args[2], as_code(args[0]), p.depth);
+    }
+    Py_RETURN_NONE;
+  }
+  // 3.13: only in code watched for its C calls, not only to keep its calls of
+  // classes unspecialized (watch_calls); such a place that calls anything but
+  // a class is let go at its first call.
   const bool c_calls = watch_state(as_code(args[0])) & kWatchCCalls;
   if (!is_python_callable(args[2]) && c_calls) {
     const Plain p;
     on_c_call(p.site, args[2], as_code(args[0]), p.depth);
   }
-  // Watched only to keep calls of classes unspecialized (3.13, watch_calls):
-  // a place that calls something else is let go at its first call.
   if (!c_calls && !PyType_Check(args[2])) {
     Py_INCREF(g_disable);
     return g_disable;
