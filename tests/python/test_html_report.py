@@ -308,6 +308,26 @@ def test_search_counts_highlights_and_opens_matches(page, report):
     wait_for(lambda: page.find_element("id", "search-count").text == "no match", what="no match")
 
 
+@pytest.mark.parametrize("width_px", [1.0, 1.3, 1.5, 1.8, 2.2, 3.6])
+def test_a_match_of_any_width_gets_pixels_of_its_own_colour(page, report, width_px):
+    # A bar between 1 and 2 px wide at a fractional x used to be blended into
+    # both of its pixels: the match was found but not drawn in amber (seen in
+    # CI for the reference engine's `validate`, whose bar happened to be that
+    # wide in a 1380 px frame).
+    i = span_named(report.doc, "validate")
+    row = report.doc["spans"][i]
+    start, end = row[6] - report.doc["meta"]["start_ns"], row[7] - report.doc["meta"]["start_ns"]
+    page.execute_script("window.mlprofReport.search('validate')")
+    width = page.execute_script("return window.mlprofReport.chartWidth()")
+    shown = (end - start) * width / width_px
+    for offset_px in (100.0, 100.25, 100.5, 100.75):
+        v0 = start - offset_px * shown / width
+        page.execute_script("window.mlprofReport.setRange(arguments[0], arguments[1])", v0, v0 + shown)
+        # A column of amber at least as tall as half the bar (the selected
+        # match's outline covers its top and bottom rows).
+        assert chart_pixels(page, AMBER) >= ROW_PX // 2, (width_px, offset_px)
+
+
 def test_depth_control_renders_the_capture_shallower(page, report):
     from selenium.webdriver.support.ui import Select
 

@@ -747,10 +747,13 @@
         k = next > k ? next : k + 1;
         continue;
       }
-      const cx0 = Math.max(x0, -1), cx1 = Math.min(x1, W + 1);
+      // Whole pixels: a rectangle at a fractional x is blended into its
+      // neighbours, and one under 2 px wide would get no pixel of its colour.
+      const cx0 = Math.floor(Math.max(x0, -1)), cx1 = Math.floor(Math.min(x1, W + 1));
       const i = row.span[k];
       ctx.fillStyle = fill ? fill : colorOf(i);
-      ctx.fillRect(cx0, y, Math.max(1, cx1 - cx0 - 0.5), ROW_H - 1);
+      // A 1 px gap keeps neighbours apart once there is room for it.
+      ctx.fillRect(cx0, y, cx1 - cx0 > 2 ? cx1 - cx0 - 1 : Math.max(1, cx1 - cx0), ROW_H - 1);
       drawn++;
       if (labels && cx1 - cx0 > 28) {
         ctx.fillStyle = "#1d2329";
@@ -1192,6 +1195,8 @@
     spans: P.n,
     lastDraw: () => C.lastDraw,
     range: () => [C.v0, C.v1],
+    chartWidth: () => C.width,
+    setRange: (v0, v1) => { setRange(v0, v1, false); drawNow(); },
     trackTitles: () => C.tracks.map((t) => laneTitle(t.lane)),
     // Where each track is drawn: its top (CSS px from the chart's top), rows, lane.
     trackLayout: () => C.tracks.map((t) => ({ title: laneTitle(t.lane), lane: t.lane, y: t.y, rows: t.rows.length, base: t.base })),
