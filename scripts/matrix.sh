@@ -2,8 +2,9 @@
 # scripts/matrix.sh [VERSION ...]: the whole pytest suite (tests/python) on
 # every CPython that requires-python admits, 3.9 to 3.15 and the
 # free-threaded 3.14t, each against a `pip install .` of the package in its
-# own virtualenv (build-matrix/venv-X.Y, reused). Prints a table; exit status
-# 0 only if no version had a failure.
+# own virtualenv (build-matrix/venv-X.Y, reused), as four pytest-xdist
+# workers (MATRIX_WORKERS). Prints a table; exit status 0 only if no version
+# had a failure.
 #
 # Interpreters come from scripts/python.sh (3.14, 3.15 and 3.14t are built
 # on first use, 4-8 minutes each). Test dependencies are installed where
@@ -36,8 +37,12 @@ for v in "${versions[@]}"; do
       "$venv/bin/pip" install -q "$dep" >>"$log" 2>&1 || echo "matrix: $dep is not installable on $v" >>"$log"
     done
   fi
+  # Four workers where pytest-xdist installed, as CI runs it (the tests wait
+  # on servers and subprocesses); a file's tests stay on one worker.
+  workers=()
+  "$venv/bin/python" -c 'import xdist' 2>/dev/null && workers=(-n "${MATRIX_WORKERS:-4}" --dist loadfile)
   (cd "$out" && "$venv/bin/python" -m pytest -c "$root/pyproject.toml" --rootdir "$root" -p no:cacheprovider \
-      --basetemp "$out/tmp-$v" -q "$root/tests/python" >>"$log" 2>&1)
+      --basetemp "$out/tmp-$v" -q "${workers[@]}" "$root/tests/python" >>"$log" 2>&1)
   rc=$?
   summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$log" | tail -n 1 | tr -d '=')
   passed=$(grep -oE "[0-9]+ passed" <<<"$summary" | cut -d' ' -f1)
