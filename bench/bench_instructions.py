@@ -6,6 +6,8 @@ the user-space instructions (valgrind --tool=callgrind) that a workload costs
 over the same workload without a profiler:
 
   fib     fib(N) (21,891 calls for N=20) at depth -1, 0 and 2, and cProfile
+  tabular bench_overhead's tabular predict (200 rows: comprehensions and a
+          generator per row) at depth -1, 0, 1 and 2, and cProfile, per predict
   session an empty `with profiling(depth=2)` block, 2,000 times
 
 Instructions are not time (a clock read is one instruction and ~16 ns here,
@@ -27,19 +29,29 @@ import tempfile
 CHILD = r'''
 import sys
 what, n = sys.argv[1], int(sys.argv[2])
-def fib(k): return k if k < 2 else fib(k - 1) + fib(k - 2)
+if len(sys.argv) > 3:  # the tabular predict, warmed up first
+    sys.path.insert(0, sys.argv[3])
+    import bench_overhead
+    work = bench_overhead.make_tabular(n)
+    for _ in range(3):
+        work()
+else:
+    def fib(k): return k if k < 2 else fib(k - 1) + fib(k - 2)
+    work = lambda: fib(n)
 if what == "cprofile":
     import cProfile
-    p = cProfile.Profile(); p.enable(); fib(n); p.disable()
+    p = cProfile.Profile(); p.enable(); work(); p.disable()
 elif what == "cprofile-bare":
     import cProfile
-    p = cProfile.Profile(); p.enable(); p.disable(); fib(n)
+    p = cProfile.Profile(); p.enable(); p.disable(); work()
 else:
     import mlflow_profiler as mp
     with mp.profiling(depth=2):
         pass
     if what == "bare":
-        fib(n)
+        work()
+    elif what == "nothing":  # the process and the warm-up without the measured predict
+        pass
     elif what == "sessions":
         for _ in range(n):
             with mp.profiling(depth=2):
@@ -49,15 +61,18 @@ else:
             pass
     else:
         with mp.profiling(depth=int(what)):
-            fib(n)
+            work()
 '''
 
 
 def instructions(script: str, *args: str) -> int:
     """User-space instructions of one run of `script` under callgrind."""
+    # One hash seed for every run: string hashes move dict probing by up to
+    # ±150 instructions per call of fib(15) from one run to the next.
+    env = dict(os.environ, PYTHONHASHSEED="0")
     out = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, script, *args],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, env=env,
     )
     m = re.search(r"Collected : (\d+)", out.stderr)
     if not m:
@@ -77,6 +92,7 @@ def main() -> None:
     """Prints the table (markdown) for this interpreter."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fib", type=int, default=20)
+    ap.add_argument("--tabular", type=int, default=200, help="rows of the tabular predict")
     ap.add_argument("--sessions", type=int, default=2000)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,6 +104,12 @@ def main() -> None:
         bare = instructions(script, "bare", n)
         per = {d: (instructions(script, d, n) - bare) / calls for d in ("-1", "0", "2")}
         cprof = (instructions(script, "cprofile", n) - instructions(script, "cprofile-bare", n)) / calls
+        here = os.path.dirname(os.path.abspath(__file__))
+        t = str(a.tabular)
+        tab_bare = instructions(script, "bare", t, here)
+        tab = {d: instructions(script, d, t, here) - tab_bare for d in ("-1", "0", "1", "2")}
+        tab_cprof = instructions(script, "cprofile", t, here) - instructions(script, "cprofile-bare", t, here)
+        tab_predict = tab_bare - instructions(script, "nothing", t, here)
         s = str(a.sessions)
         session = (instructions(script, "sessions", s) - instructions(script, "no-sessions", s)) / a.sessions
     v = "%d.%d" % sys.version_info[:2]
@@ -95,6 +117,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     print(f"| {v} | instructions over bare | {per['-1']:.0f} | {per['0']:.0f} | {per['2']:.0f} | {cprof:.0f} "
           f"| {per['-1'] / cprof:.2f} |")
+    print(f"\n| {v} | tabular({a.tabular}), per predict | ours d-1 | ours d0 | ours d1 | ours d2 | cProfile | d-1 / cProfile |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| {v} | over bare (a bare predict: {tab_predict:,}) | {tab['-1']:,} | {tab['0']:,} | {tab['1']:,} | {tab['2']:,} "
+          f"| {tab_cprof:,} | {tab['-1'] / tab_cprof:.2f} |")
     print(f"\n{v}: empty session start + stop: {session:,.0f} instructions")
 
 
