@@ -250,19 +250,12 @@ PyObject* cb_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 3) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   // CALL fires for every call; C_RETURN/C_RAISE only for callables that are
-  // not plain Python functions, so only those open a C span.
-  if constexpr (!kUnspecializeCalls) {  // CALL events come only from watch_c_calls
-    if (!is_python_callable(args[2])) {
-      const Plain p;
-      on_c_call(p.site, args[2], as_code(args[0]), p.depth);
-    }
-    Py_RETURN_NONE;
-  }
-  // 3.13: only in code watched for its C calls, not only to keep its calls of
-  // classes unspecialized (watch_calls); such a place that calls anything but
-  // a class is let go at its first call.
-  const bool c_calls = watch_state(as_code(args[0])) & kWatchCCalls;
-  if (!is_python_callable(args[2]) && c_calls) {
+  // not plain Python functions, so only those open a C span. Outside 3.13
+  // CALL events come only from watch_c_calls; on 3.13 also from watch_calls,
+  // which keeps calls of classes unspecialized: in code watched only for
+  // that, a place that calls anything but a class is let go at its first call.
+  const bool c_calls = !kUnspecializeCalls || (watch_state(as_code(args[0])) & kWatchCCalls);
+  if (c_calls && !is_python_callable(args[2])) {
     const Plain p;
     on_c_call(p.site, args[2], as_code(args[0]), p.depth);
   }

@@ -13,7 +13,7 @@ import struct
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import List
+from typing import List, Tuple
 
 import pytest
 
@@ -200,13 +200,18 @@ def span_named(doc, name: str) -> int:
     raise AssertionError(f"no span {name!r}")
 
 
+def span_range_ns(doc, name: str) -> Tuple[int, int]:
+    """Start and end of span `name`, from the session's start (the chart's time)."""
+    row = doc["spans"][span_named(doc, name)]
+    return row[6] - doc["meta"]["start_ns"], row[7] - doc["meta"]["start_ns"]
+
+
 def click_span_in_chart(driver, doc, name: str) -> None:
     """Clicks the middle of span `name`'s bar in the chart (main thread lane)."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    i = span_named(doc, name)
-    row = doc["spans"][i]
-    start, end = row[6] - doc["meta"]["start_ns"], row[7] - doc["meta"]["start_ns"]
+    row = doc["spans"][span_named(doc, name)]
+    start, end = span_range_ns(doc, name)
     v0, v1 = driver.execute_script("return window.mlprofReport.range()")
     canvas = driver.find_element("id", "chart")
     width, height = canvas.size["width"], canvas.size["height"]
@@ -314,9 +319,7 @@ def test_a_match_of_any_width_gets_pixels_of_its_own_colour(page, report, width_
     # both of its pixels: the match was found but not drawn in amber (seen in
     # CI for the reference engine's `validate`, whose bar happened to be that
     # wide in a 1380 px frame).
-    i = span_named(report.doc, "validate")
-    row = report.doc["spans"][i]
-    start, end = row[6] - report.doc["meta"]["start_ns"], row[7] - report.doc["meta"]["start_ns"]
+    start, end = span_range_ns(report.doc, "validate")
     page.execute_script("window.mlprofReport.search('validate')")
     width = page.execute_script("return window.mlprofReport.chartWidth()")
     shown = (end - start) * width / width_px
