@@ -85,6 +85,10 @@ def log_models():
 
 
 def _log(fn, name, **kw):
+    # pip_requirements given: MLflow does not infer them, which loads the
+    # model in a child Python (10 s of each log_models here, 30-50 s under a
+    # loaded test run); the tests serve with --env-manager local.
+    kw.setdefault("pip_requirements", ["mlflow", "pandas", "scikit-learn"])
     # MLflow 3 names the model with `name`; 2.x with `artifact_path`.
     major = int(mlflow.__version__.split(".")[0])
     if major >= 3:
