@@ -243,6 +243,10 @@ def start_server(root: Path) -> Server:
     artifacts.mkdir(parents=True, exist_ok=True)
     backend = f"sqlite:///{root / 'mlflow.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    # No job runner: MLflow 3's huey consumers (one per job kind, about 7
+    # processes) poll at ~30% of a core each while the server idles, which
+    # took more CPU than any test did; no test runs an MLflow job.
+    env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     last_error = ""
     for attempt in range(3):  # the free port may be taken before the server binds it
         port = _free_port()
