@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from ._log import log_once, logger
+from ._log import log_once, warn_at_exit
 
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
@@ -268,11 +268,11 @@ def drain_at_exit() -> None:
     drained = flush(_flush_timeout_s)
     counts = statistics()
     if not drained:
-        logger.warning("mlflow_profiler: %d profiles were still being exported at exit (waited %.0f s)",
-                       counts["queued"], _flush_timeout_s)
+        warn_at_exit("mlflow_profiler: %d profiles were still being exported at exit (waited %.0f s)",
+                     counts["queued"], _flush_timeout_s)
     if counts["dropped"] or counts["failed"]:
-        logger.warning("mlflow_profiler: export summary: %d submitted, %d exported, %d dropped (queue full), "
-                       "%d failed", counts["submitted"], counts["exported"], counts["dropped"], counts["failed"])
+        warn_at_exit("mlflow_profiler: export summary: %d submitted, %d exported, %d dropped (queue full), "
+                     "%d failed", counts["submitted"], counts["exported"], counts["dropped"], counts["failed"])
 
 
 def _after_fork_in_child() -> None:

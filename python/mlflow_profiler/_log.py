@@ -18,3 +18,18 @@ def log_once(kind: str, message: str, level: int = logging.WARNING) -> None:
         logger.log(level, message)
     except Exception:  # a broken handler must not reach user code
         pass
+
+
+def warn_at_exit(message: str, *args: object) -> None:
+    """logger.warning from the exit drain. By then a handler's stream may be
+    closed (pytest's capture, a daemon's log file): its failure is dropped
+    instead of printed as a "--- Logging error ---" traceback, and the other
+    handlers still get the record."""
+    previous = logging.raiseExceptions
+    logging.raiseExceptions = False
+    try:
+        logger.warning(message, *args)
+    except Exception:  # a broken handler must not reach user code
+        pass
+    finally:
+        logging.raiseExceptions = previous

@@ -59,6 +59,12 @@ for _ in range(10):
 import mlflow_profiler
 print("FLUSHED", mlflow_profiler.flush(120))
 print("STATS", mlflow_profiler.statistics())
+# A handler whose stream is gone by exit (pytest's capture, a daemon's log
+# file): the exit summary still reaches the others, with no "Logging error".
+import os
+closed = logging.StreamHandler(open(os.devnull, "w"))
+logging.getLogger().addHandler(closed)
+closed.stream.close()
 """
 
 
@@ -81,6 +87,8 @@ def test_a_down_tracking_server_never_blocks_the_model(tmp_path, model_uri):
     assert export["exported"] == 0
     assert export["failed"] >= 1 and export["failed"] + export["dropped"] == 10
     assert r.stderr.count("exporting a profile failed") == 1  # logged once
+    assert "export summary: 10 submitted, 0 exported" in r.stderr  # at exit
+    assert "Logging error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 SIGTERM_APP = """
