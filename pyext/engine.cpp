@@ -938,6 +938,63 @@ void Engine::fail(const std::string& why) {
   for (auto& lane : lanes_) lane->truncated = true;
 }
 
+namespace {
+// The lane's innermost open span, or the innermost span of its last
+// suspended chain when it has none open (a task lane's creator awaiting).
+bool innermost_span(const CaptureLane& L, uint32_t* call, int32_t* depth) {
+  auto recorded = std::find_if(L.rec.rbegin(), L.rec.rend(),
+                               [](const StackEntry& e) { return e.call_index != kNoEvent; });
+  if (recorded != L.rec.rend()) {
+    *call = recorded->call_index;
+    *depth = L.rec.back().depth;  // a transparent entry holds its caller's depth
+    return true;
+  }
+  if (L.last_was_suspend && L.chain_top != UINT32_MAX) {
+    *call = L.chain_top;
+    *depth = L.chain_top_depth;
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+void Engine::note_thread_start(PyObject* thread) {
+  const CurrentLanes& cl = current_lanes();
+  for (int i = 0; i < cl.n; ++i) {
+    const CaptureLane& L = *cl.lanes[i];
+    if (L.engine != this) continue;
+    uint32_t call = kNoEvent;
+    int32_t depth;
+    if (!innermost_span(L, &call, &depth)) call = kNoEvent;
+    Py_INCREF(thread);
+    thread_origins_.push_back(ThreadOrigin{thread, L.index, call});
+    return;
+  }
+  // Started by a thread this session does not record in: the new thread's
+  // lane samples the origin lane when it binds, as before.
+}
+
+// A thread lane whose Thread.start this session saw (note_thread_start)
+// hangs where its thread was started, not where the origin lane is when the
+// new thread first runs (it may be scheduled after its starter moved on).
+void Engine::adopt_thread_origin(CaptureLane& L) {
+  if (thread_origins_.empty()) return;
+  PyObject* active = threading_active();
+  PyObject* key = active ? PyLong_FromUnsignedLongLong(L.thread_id) : nullptr;
+  PyObject* thread = key ? PyDict_GetItem(active, key) : nullptr;  // borrowed
+  Py_XDECREF(key);
+  PyErr_Clear();
+  if (!thread) return;
+  for (auto it = thread_origins_.begin(); it != thread_origins_.end(); ++it) {
+    if (it->thread != thread) continue;
+    L.out.parent_lane = it->call == kNoEvent ? -1 : static_cast<int32_t>(it->lane);
+    L.out.parent_call = it->call == kNoEvent ? 0 : it->call;
+    Py_DECREF(it->thread);
+    thread_origins_.erase(it);
+    return;
+  }
+}
+
 CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   uint64_t thread_id = PyThread_get_thread_ident();  // lanes are created in their thread
   auto lane = std::make_unique<CaptureLane>();
@@ -959,17 +1016,12 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   int base = 0;
   if (!lanes_.empty()) {
     // A lane opened inside the session: adopt the origin lane's innermost span.
-    CaptureLane& origin = *lanes_.front();
-    auto recorded = std::find_if(origin.rec.rbegin(), origin.rec.rend(),
-                                 [](const StackEntry& e) { return e.call_index != kNoEvent; });
-    if (recorded != origin.rec.rend()) {
+    uint32_t call;
+    int32_t depth;
+    if (innermost_span(*lanes_.front(), &call, &depth)) {
       L.out.parent_lane = 0;
-      L.out.parent_call = recorded->call_index;
-      base = origin.rec.back().depth + 1;  // a transparent entry holds its caller's depth
-    } else if (origin.last_was_suspend && origin.chain_top != UINT32_MAX) {
-      L.out.parent_lane = 0;
-      L.out.parent_call = origin.chain_top;
-      base = origin.chain_top_depth + 1;
+      L.out.parent_call = call;
+      base = depth + 1;
     }
   }
   // A task lane continues its creator's depth (its coroutines are the
@@ -978,6 +1030,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   if (thread_key != start_thread_) {
     base = 0;
     L.thread_lane = true;
+    adopt_thread_origin(L);
   }
   L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
   if (opts_.capture_io) {
@@ -1120,6 +1173,8 @@ void Engine::stop() {
     // still names this session, which now records nothing.
     fail("the session was ended in a different context than it was entered in");
   }
+  for (auto& o : thread_origins_) Py_DECREF(o.thread);  // started, never bound
+  thread_origins_.clear();
   PyErr_Restore(type, value, tb);
   Py_CLEAR(token_);
   ++g_generation;  // the variable changed: lanes cached for this context are stale

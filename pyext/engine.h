@@ -176,6 +176,10 @@ class Engine {
 
   // --- used by the hooks -------------------------------------------------
   CaptureLane* lane_for(uint64_t thread_key, PyObject* context);  // thread_key: see thread_key()
+  // all_threads: the calling thread is starting `thread` (a threading.Thread,
+  // from Thread.start): its lane will hang under the span of this thread's
+  // lane that is open now, whenever the new thread gets to run.
+  void note_thread_start(PyObject* thread);
   void fail(const std::string& why);  // disables capture, remembers why
   struct GenLabel {
     uint32_t label;
@@ -188,6 +192,7 @@ class Engine {
 
  private:
   CaptureLane* new_lane(uint64_t thread_key, PyObject* context);
+  void adopt_thread_origin(CaptureLane& L);
   void note_running_frames(int levels_above);
 
   EngineOptions opts_;
@@ -204,6 +209,14 @@ class Engine {
   clock::Anchor start_anchor_, end_anchor_;
   std::vector<std::unique_ptr<CaptureLane>> lanes_;
   std::unordered_map<uint64_t, std::unordered_map<PyObject*, CaptureLane*>> lane_index_;
+  // Threads started in the session and not bound yet, with the span they
+  // hang under (call kNoEvent: a root). `thread` is a strong reference.
+  struct ThreadOrigin {
+    PyObject* thread;
+    uint32_t lane;
+    uint32_t call;
+  };
+  std::vector<ThreadOrigin> thread_origins_;
   std::vector<std::string> failures_;
   std::vector<std::string> notes_;
   std::string mechanism_;

@@ -809,6 +809,38 @@ def _note_throw(callable_) -> None:
         obj = getattr(obj, "gi_yieldfrom", None) or getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)
 
 
+def _innermost_span(L: _Lane) -> Optional[Tuple[int, int]]:
+    """(call, depth) of the lane's innermost open span, or of its last
+    suspended chain's innermost span when none is open (engine.cpp
+    innermost_span)."""
+    if L.rec:
+        return L.rec[-1][0], L.rec[-1][1]
+    if L.last_was_suspend and L.chain_top is not None:
+        return L.chain_top, L.chain_top_depth
+    return None
+
+
+_THREAD_START = "start_joinable_thread" if sys.version_info >= (3, 13) else "start_new_thread"
+
+
+def _note_thread_start(lanes: List[_Lane], callable_, frame) -> None:
+    """all_threads: Thread.start calls _thread's start function (the native
+    engine's wrapper of it has the same name): the new thread's lane will
+    hang under this lane's innermost open span (Engine::note_thread_start)."""
+    if getattr(callable_, "__name__", None) != _THREAD_START or getattr(callable_, "__module__", None) != "_thread":
+        return
+    e = _newest_all_threads_engine()
+    if e is None or frame is None:
+        return
+    for L in lanes:
+        if L.engine is e:
+            th = frame.f_locals.get("self")
+            if isinstance(th, threading.Thread):
+                span = _innermost_span(L)
+                e._thread_origins[id(th)] = (th, L.index, None if span is None else span[0])
+            return
+
+
 # The frames of this module (and of ProfileSession's reference-only
 # methods) stand for C code in the native engine: their events are ignored
 # entirely, as if they were C. Being transparent is not enough: below the
@@ -875,6 +907,8 @@ def _dispatch(frame, event, arg):
             _note_throw(arg)
             lanes = _lanes_now(st)
             _on_c_call(lanes, arg, frame.f_code if frame is not None else None)
+            if _binder_users:
+                _note_thread_start(lanes, arg, frame)
         elif event == "c_return" or event == "c_exception":
             lanes = _lanes_now(st)
             _on_c_return(lanes, arg, event == "c_exception")
@@ -1049,6 +1083,10 @@ class ReferenceEngine:
         # joined, and a new thread must not continue a finished thread's lane.
         self._lane_index: Dict[_ThreadState, Dict[_Mark, _Lane]] = {}
         self._suspended: Dict[int, Tuple[int, int, list]] = {}
+        # all_threads: threads started in the session and not bound yet, by
+        # id(): (the Thread, the lane that started it, the span it hangs under
+        # or None for a root). engine.cpp Engine::note_thread_start.
+        self._thread_origins: Dict[int, Tuple[Any, int, Optional[int]]] = {}
         self._gen_labels: Dict[int, Tuple[int, Any]] = {}
         self._functions: List[tuple] = []
         self._function_index: Dict[tuple, int] = {}
@@ -1131,20 +1169,20 @@ class ReferenceEngine:
         base = 0
         if self._lanes:
             # A lane opened inside the session: adopt the origin lane's innermost span.
-            origin = self._lanes[0]
-            if origin.rec:
+            span = _innermost_span(self._lanes[0])
+            if span is not None:
                 L.parent_lane = 0
-                L.parent_call = origin.rec[-1][0]
-                base = origin.rec[-1][1] + 1
-            elif origin.last_was_suspend and origin.chain_top is not None:
-                L.parent_lane = 0
-                L.parent_call = origin.chain_top
-                base = origin.chain_top_depth + 1
+                L.parent_call, base = span[0], span[1] + 1
         # A task lane continues its creator's depth (its coroutines are the
         # creator's callees). A thread lane gets the whole ceiling for its own
         # frames: its target is its root, shown under the span that started it.
         if st is not self._start_thread:
             base = 0
+            origin = self._thread_origins.pop(id(th), None) if th is not None else None
+            if origin is not None and origin[0] is th:
+                # Where its Thread.start ran, not where the origin lane is now.
+                L.parent_lane = -1 if origin[2] is None else origin[1]
+                L.parent_call = 0 if origin[2] is None else origin[2]
         L.ceiling = _INT32_MAX if self.depth < 0 else self.depth - base
         if self.capture_io:
             L.io_ceiling = L.ceiling if self.io_depth < 0 else min(L.ceiling, self.io_depth - base)
@@ -1244,6 +1282,7 @@ class ReferenceEngine:
                 # variable there still names this session, which records nothing.
                 self._fail("the session was ended in a different context than it was entered in")
         self._token = None
+        self._thread_origins.clear()
         self._suspended.clear()
         self._gen_labels.clear()
         self._session = None

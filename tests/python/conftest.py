@@ -24,14 +24,21 @@ def autoprofile_on() -> bool:
     return _autoprofile.is_enabled()
 
 
+def _thread_start():
+    """What Thread.start calls to start a thread (all_threads wraps it)."""
+    return getattr(threading, "_start_joinable_thread", None) or getattr(threading, "_start_new_thread", None)
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks():
     """A test must leave no session current and no hook installed behind it."""
     profile_before = sys.getprofile()
     session_before = _core.session_var.get(None)
     threading_hook_before = getattr(threading, "_profile_hook", None)
+    start_before = _thread_start()
     yield
     assert getattr(threading, "_profile_hook", None) is threading_hook_before, "threading.setprofile not put back"
+    assert _thread_start() is start_before, "threading's thread start function not put back"
     assert _core.session_var.get(None) is session_before, "a session is still current after the test"
     assert sys.getprofile() is profile_before, "the profile function was not put back"
     assert _core._native_collecting() == 0, "a native session is still collecting"

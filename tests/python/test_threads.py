@@ -8,6 +8,8 @@ import contextvars
 import threading
 import time
 
+import pytest
+
 from mlflow_profiler import profiling
 
 from _helpers import check_times, find, native_defect, qn, walk
@@ -180,6 +182,67 @@ def test_threads_started_one_after_another(engine, request):
     assert len(starts) == 3
     for start, w in zip(starts, workers):
         assert any(n is w for n in walk([start])), "each worker hangs under its own Thread.start"
+
+
+class _LateStarted(threading.Event):
+    """Thread._started for a thread that is scheduled late: the new thread
+    reports that it runs, then sleeps before its first profile event (where
+    all_threads binds it), so its starter has moved on by then."""
+
+    def set(self):
+        super().set()
+        time.sleep(0.05)
+
+
+def start_late(n):
+    t = threading.Thread(target=worker, args=(n,), name="late")
+    t._started = _LateStarted()
+    t.start()
+    return t
+
+
+def after_start():
+    time.sleep(0.2)
+
+
+@pytest.mark.parametrize("depth", [-1, 0, 1])
+def test_a_thread_hangs_where_it_was_started_even_when_it_runs_late(engine, depth):
+    # The thread's lane hangs under the span open in its starter when
+    # Thread.start ran, not under the one open when the thread first ran.
+    with profiling(depth=depth, all_threads=True, engine=engine) as session:
+        t = start_late(2)
+        after_start()
+        t.join()
+    roots = session.to_tree()
+    (w,) = find(roots, "worker")
+    assert w["thread_name"] == "late"
+    parent = _parent_of(roots, w)
+    assert parent is not None
+    assert parent["label"] == (qn("Thread.start") if depth != 0 else "start_late")
+    assert parent["thread_name"] == "MainThread"
+    (late,) = find(roots, "start_late")
+    assert _is_descendant(late, w)
+    assert find(find(roots, "after_start")[0]["children"], "worker") == []
+
+
+def spawn_inner():
+    t = threading.Thread(target=worker, args=(1,), name="inner")
+    t.start()
+    t.join()
+
+
+def test_a_thread_started_by_a_captured_thread_hangs_in_that_thread(engine):
+    with profiling(depth=-1, all_threads=True, engine=engine) as session:
+        t = threading.Thread(target=spawn_inner, name="outer")
+        t.start()
+        t.join()
+    roots = session.to_tree()
+    (inner,) = [w for w in find(roots, "worker") if w["thread_name"] == "inner"]
+    parent = _parent_of(roots, inner)
+    assert parent is not None and parent["label"] == qn("Thread.start")
+    assert parent["thread_name"] == "outer"
+    (outer,) = find(roots, "spawn_inner")
+    assert outer["thread_name"] == "outer" and _is_descendant(outer, inner)
 
 
 def test_all_threads_with_a_ceiling(engine):
