@@ -826,6 +826,11 @@ bool any_engine_wants_c_calls() {
   return false;
 }
 
+bool records_here(Engine* engine) {
+  return (t_cache.bound == engine && t_cache.bound_serial == engine->serial()) ||
+         engine->entered_in(thread_key());
+}
+
 void bind_thread(Engine* engine) {
   t_cache.bound = engine;
   t_cache.bound_serial = engine->serial();

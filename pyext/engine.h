@@ -250,6 +250,8 @@ const CurrentLanes& current_lanes();
 Engine* engine_for_session(PyObject* session);
 // Binds the calling thread to an engine (all_threads).
 void bind_thread(Engine* engine);
+// Whether the engine records in the calling thread already: entered there, or bound.
+bool records_here(Engine* engine);
 Engine* newest_all_threads_engine();
 bool any_engine_wants_c_calls();
 

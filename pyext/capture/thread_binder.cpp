@@ -43,6 +43,10 @@ std::string take_error() {
 
 PyObject* binder(PyObject*, PyObject* const*, Py_ssize_t) {
   Engine* e = newest_all_threads_engine();
+  // Put in a thread the session records in already, by the program
+  // (threading.setprofile_all_threads(threading.getprofile())): it stays,
+  // as the program's profile function, and does nothing.
+  if (e && records_here(e)) Py_RETURN_NONE;
   PyEval_SetProfile(nullptr, nullptr);  // drop the binder itself
   if (e) {
     bind_thread(e);

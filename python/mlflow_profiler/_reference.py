@@ -974,10 +974,12 @@ def _newest_all_threads_engine() -> Optional["ReferenceEngine"]:
 def _binder(frame, event, arg):
     try:
         e = _newest_all_threads_engine()
+        st = _thread_state()
+        if e is not None and (st.bound is e or e._start_thread is st):
+            return  # put here by the program (capture/thread_binder.cpp binder)
         sys.setprofile(None)
         if e is not None:
             _install_hook()
-            st = _thread_state()
             st.bound = e
             st.gen = 0  # force a refresh
     except Exception:  # never raise into the new thread

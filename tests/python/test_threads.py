@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 import threading
 import time
 
@@ -243,6 +244,22 @@ def test_a_thread_started_by_a_captured_thread_hangs_in_that_thread(engine):
     assert parent["thread_name"] == "outer"
     (outer,) = find(roots, "spawn_inner")
     assert outer["thread_name"] == "outer" and _is_descendant(outer, inner)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="threading.setprofile_all_threads is 3.12+")
+def test_threadings_profile_function_put_back_in_every_thread(engine):
+    # CPython's test_threading.test_getprofile_all_threads, inside an
+    # all_threads session: the function threading.getprofile() returns (the
+    # session's binder) is installed in every thread and must stay there.
+    with profiling(depth=-1, all_threads=True, engine=engine):
+        old = threading.getprofile()
+        try:
+            threading.setprofile_all_threads(old)
+            main_work(1)
+            assert sys.getprofile() is old
+            assert threading.getprofile() is old
+        finally:
+            sys.setprofile(None)
 
 
 def test_all_threads_with_a_ceiling(engine):
