@@ -4,7 +4,8 @@ the profiler must pass inside a session.
     python tests/cpython/regrtest_in_session.py [--all] [--depths 2,-1] [--jobs N] [--json out.json] [MODULE ...]
 
 Each module runs in a child process inside one `profiling(depth=D)` session
-(D in --depths) wrapped around the whole unittest run; --jobs runs that many
+(D in --depths; a D written `-1t` is `profiling(depth=-1, all_threads=True)`)
+wrapped around the whole unittest run; --jobs runs that many
 children at once. A test that fails or errors there is run again in more
 children: in a session again, without the profiler and under cProfile. It
 counts against us only if it fails again in the session and passes without
@@ -42,6 +43,9 @@ MODULES = [
 ]
 if sys.version_info >= (3, 12):
     MODULES.append("test.test_monitoring")  # sys.monitoring, which the engine uses on 3.12+
+# Also run in an all_threads session, which binds every thread they start
+# and replaces threading's thread start function while it runs.
+ALL_THREADS = [("test.test_threading", "-1t"), ("test.test_thread", "-1t")]
 # Slower ones (weakref callbacks and finalizers, 10-15 s each at depth -1).
 MORE = ["test.test_weakref", "test.test_finalization", "test.test_scope", "test.test_sys_settrace"]
 
@@ -112,7 +116,7 @@ elif mode == "cprofile":
         prof.disable()
 else:
     from mlflow_profiler import profiling
-    with profiling(depth=int(mode)) as session:
+    with profiling(depth=int(mode.rstrip("t")), all_threads=mode.endswith("t")) as session:
         result = runner.run(suite)
     s = session.statistics()
     stats = {k: s[k] for k in ("span_count", "dropped", "events_captured", "thread_count", "failures", "notes")}
@@ -185,7 +189,7 @@ def judge(module: str, depth: str) -> dict:
                 if t in hooks and cprof.get(t) != "pass":
                     continue  # a hook-inspecting test that cProfile fails too
                 ours.append(t)
-    return {"module": module, "depth": int(depth), "tests": len(outcomes or {}), "failed": len(failed),
+    return {"module": module, "depth": depth, "tests": len(outcomes or {}), "failed": len(failed),
             "ours": ours, "spans": stats.get("span_count"), "dropped": stats.get("dropped"),
             "notes": stats.get("notes"), "failures": stats.get("failures"), "seconds": round(got["seconds"], 1)}
 
@@ -199,15 +203,16 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="modules run at once (each in its own child)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
-    if not args.modules:
-        args.modules = MODULES + (MORE if args.all else [])
     depths = [d.strip() for d in args.depths.split(",") if d.strip()]
+    jobs = [(m, d) for m in args.modules for d in depths]
+    if not args.modules:
+        jobs = [(m, d) for m in MODULES + (MORE if args.all else []) for d in depths] + ALL_THREADS
     version = ".".join(map(str, sys.version_info[:2]))
     print(f"# CPython {sys.version.split()[0]} ({sys.executable}); depths {', '.join(depths)}")
     print(f"{'module':<34} {'depth':>5} {'tests':>6} {'failed':>6} {'ours':>5} {'spans':>9} {'dropped':>8} {'s':>6}")
     rows, against = [], []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(judge, m, d) for m in args.modules for d in depths]
+        futures = [pool.submit(judge, m, d) for m, d in jobs]
         for future in futures:  # printed in order, as each is ready
             row = dict(future.result(), version=version)
             rows.append(row)
