@@ -81,8 +81,23 @@ def run_child(n: int, limit: int, where: str, depth: str) -> dict:
         capture_output=True, text=True, timeout=600, preexec_fn=big_stack, env=dict(os.environ),
     )
     assert proc.returncode == 0, f"{depth}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-    assert proc.stderr == "", proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    out = json.loads(proc.stdout)
+    out["stderr"] = proc.stderr
+    return out
+
+
+STEPPED_ASIDE = "the frame evaluation hook stepped aside to keep the C stack safe"
+
+
+def guard_may_trip(where: str, depth: int) -> bool:
+    """3.11, a worker below a ceiling: the main thread waiting in join at
+    the ceiling keeps its window open, so the evaluation function may be
+    installed while the worker recurses, each frame a C level; at a quarter
+    of the worker's C stack it steps aside and, on 3.11, the sessions stop
+    recording (docs/capture.md, "The C stack guard"). Whether main is there
+    yet when the worker gets deep is a race. 3.12+ goes on with
+    sys.monitoring (a note, not on stderr)."""
+    return sys.version_info[:2] == (3, 11) and where == "worker" and depth >= 0
 
 
 @pytest.mark.parametrize("where,n,limit", CASES, ids=[f"{w}-{n}" for w, n, _ in CASES])
@@ -90,8 +105,16 @@ def run_child(n: int, limit: int, where: str, depth: str) -> dict:
 def test_recursion_completes_as_it_does_without_the_profiler(where, n, limit, depth):
     bare = run_child(n, limit, where, "bare")
     profiled = run_child(n, limit, where, str(depth))
+    assert bare["stderr"] == "", bare["stderr"][-3000:]
     assert profiled.get("result") == bare.get("result")
     assert profiled.get("error") == bare.get("error")
+    if profiled["stderr"] and guard_may_trip(where, depth):
+        # the guard's one logged line, and the failure it names: nothing else
+        lines = profiled["stderr"].splitlines()
+        assert len(lines) == 1 and STEPPED_ASIDE in lines[0], profiled["stderr"][-3000:]
+        assert any(STEPPED_ASIDE in f for f in profiled["failures"])
+    else:
+        assert profiled["stderr"] == "", profiled["stderr"][-3000:]
     if depth == -1 and bare.get("result") == n and not profiled["failures"]:
         # every frame of the recursion is a span (plus the program's own)
         assert profiled["spans"] >= n + 1
