@@ -322,21 +322,30 @@ PyObject* threading_active() {
   return active;
 }
 
-std::string current_thread_name(uint64_t ident) {
-  // threading._active[ident]._name (not the property: no Python frame inside
-  // a hook), without creating a _DummyThread. Once per lane: a session start
-  // costs a lookup, not an import and two attribute lookups by C string.
+// threading._active[ident] (a new reference), or null: no _DummyThread is
+// made for a thread threading does not know.
+PyObject* active_thread(uint64_t ident) {
+  PyObject* th = nullptr;
+  if (PyObject* active = threading_active()) {
+    PyObject* key = PyLong_FromUnsignedLongLong(ident);
+    th = key ? PyDict_GetItem(active, key) : nullptr;
+    Py_XDECREF(key);
+    Py_XINCREF(th);
+  }
+  PyErr_Clear();
+  return th;
+}
+
+std::string thread_name(PyObject* thread, uint64_t ident) {
+  // thread._name (not the property: no Python frame inside a hook). Once per
+  // lane: a session start costs a lookup, not an import and two attribute
+  // lookups by C string.
   static PyObject* name_attr = PyUnicode_InternFromString("_name");
   std::string out;
-  if (PyObject* active = threading_active(); active && name_attr) {
-    PyObject* key = PyLong_FromUnsignedLongLong(ident);
-    PyObject* th = key ? PyDict_GetItem(active, key) : nullptr;
-    Py_XDECREF(key);
-    if (th) {
-      PyObject* name = PyObject_GetAttr(th, name_attr);
-      out = utf8(name);
-      Py_XDECREF(name);
-    }
+  if (thread && name_attr) {
+    PyObject* name = PyObject_GetAttr(thread, name_attr);
+    out = utf8(name);
+    Py_XDECREF(name);
   }
   PyErr_Clear();
   if (out.empty()) out = "Thread-" + std::to_string(ident);
@@ -968,9 +977,9 @@ void Engine::note_thread_start(PyObject* thread) {
   for (int i = 0; i < cl.n; ++i) {
     const CaptureLane& L = *cl.lanes[i];
     if (L.engine != this) continue;
-    uint32_t call = kNoEvent;
+    uint32_t call = kNoEvent;  // no span open: a root
     int32_t depth;
-    if (!innermost_span(L, &call, &depth)) call = kNoEvent;
+    innermost_span(L, &call, &depth);
     Py_INCREF(thread);
     thread_origins_.push_back(ThreadOrigin{thread, L.index, call});
     return;
@@ -982,13 +991,7 @@ void Engine::note_thread_start(PyObject* thread) {
 // A thread lane whose Thread.start this session saw (note_thread_start)
 // hangs where its thread was started, not where the origin lane is when the
 // new thread first runs (it may be scheduled after its starter moved on).
-void Engine::adopt_thread_origin(CaptureLane& L) {
-  if (thread_origins_.empty()) return;
-  PyObject* active = threading_active();
-  PyObject* key = active ? PyLong_FromUnsignedLongLong(L.thread_id) : nullptr;
-  PyObject* thread = key ? PyDict_GetItem(active, key) : nullptr;  // borrowed
-  Py_XDECREF(key);
-  PyErr_Clear();
+void Engine::adopt_thread_origin(CaptureLane& L, PyObject* thread) {
   if (!thread) return;
   for (auto it = thread_origins_.begin(); it != thread_origins_.end(); ++it) {
     if (it->thread != thread) continue;
@@ -1015,7 +1018,8 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.out.events.reserve(std::min<size_t>(opts_.max_events, 4096));
   L.out.thread_id = thread_id;
   L.out.native_tid = native_tid();
-  L.out.thread_name = current_thread_name(thread_id);
+  PyObject* thread = active_thread(thread_id);
+  L.out.thread_name = thread_name(thread, thread_id);
   auto& per_thread = lane_index_[thread_key];
   L.out.task = static_cast<uint32_t>(per_thread.size());
   int base = 0;
@@ -1035,8 +1039,9 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   if (thread_key != start_thread_) {
     base = 0;
     L.thread_lane = true;
-    adopt_thread_origin(L);
+    adopt_thread_origin(L, thread);
   }
+  Py_XDECREF(thread);
   L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
   if (opts_.capture_io) {
     L.io_ceiling = opts_.io_depth < 0 ? L.ceiling : std::min(L.ceiling, opts_.io_depth - base);

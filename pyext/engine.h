@@ -192,7 +192,7 @@ class Engine {
 
  private:
   CaptureLane* new_lane(uint64_t thread_key, PyObject* context);
-  void adopt_thread_origin(CaptureLane& L);
+  void adopt_thread_origin(CaptureLane& L, PyObject* thread);
   void note_running_frames(int levels_above);
 
   EngineOptions opts_;

@@ -58,12 +58,14 @@ PyMethodDef g_binder_def = {"_mlflow_profiler_thread_binder",
                             reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(binder)),
                             METH_FASTCALL, nullptr};
 
-// Thread.start calls threading.<kStartAttr>(self._bootstrap, ...).
+// Thread.start calls threading._<name>(self._bootstrap, ...), threading's
+// reference to _thread.<name>.
 #if PY_VERSION_HEX >= 0x030D0000
-constexpr const char* kStartAttr = "_start_joinable_thread";
+#define MLPROF_THREAD_START "start_joinable_thread"
 #else
-constexpr const char* kStartAttr = "_start_new_thread";
+#define MLPROF_THREAD_START "start_new_thread"
 #endif
+constexpr const char* kStartAttr = "_" MLPROF_THREAD_START;
 PyObject* g_original_start = nullptr;  // kept for good: a stale wrapper still calls it
 PyObject* g_start_wrapper = nullptr;
 
@@ -80,14 +82,9 @@ PyObject* start_thread(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
 }
 // Named like the function it stands for: a session that records C calls
 // shows the same span with or without it.
-PyMethodDef g_start_def = {
-#if PY_VERSION_HEX >= 0x030D0000
-    "start_joinable_thread",
-#else
-    "start_new_thread",
-#endif
-    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(start_thread)),
-    METH_FASTCALL | METH_KEYWORDS, nullptr};
+PyMethodDef g_start_def = {MLPROF_THREAD_START,
+                           reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(start_thread)),
+                           METH_FASTCALL | METH_KEYWORDS, nullptr};
 
 // Best effort: without the wrapper a thread's lane hangs where the origin
 // lane is when the thread first runs.

@@ -1180,8 +1180,9 @@ class ReferenceEngine:
         # frames: its target is its root, shown under the span that started it.
         if st is not self._start_thread:
             base = 0
+            # (the dict holds each Thread, so its id() is not reused meanwhile)
             origin = self._thread_origins.pop(id(th), None) if th is not None else None
-            if origin is not None and origin[0] is th:
+            if origin is not None:
                 # Where its Thread.start ran, not where the origin lane is now.
                 L.parent_lane = -1 if origin[2] is None else origin[1]
                 L.parent_call = 0 if origin[2] is None else origin[2]

@@ -204,8 +204,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     depths = [d.strip() for d in args.depths.split(",") if d.strip()]
-    jobs = [(m, d) for m in args.modules for d in depths]
-    if not args.modules:
+    if args.modules:
+        jobs = [(m, d) for m in args.modules for d in depths]
+    else:
         jobs = [(m, d) for m in MODULES + (MORE if args.all else []) for d in depths] + ALL_THREADS
     version = ".".join(map(str, sys.version_info[:2]))
     print(f"# CPython {sys.version.split()[0]} ({sys.executable}); depths {', '.join(depths)}")
