@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-if ! dpkg -s rapidjson-dev zlib1g-dev cmake ninja-build g++ python3-venv >/dev/null 2>&1; then
+if ! dpkg -s rapidjson-dev zlib1g-dev systemtap-sdt-dev cmake ninja-build g++ python3-venv >/dev/null 2>&1; then
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq rapidjson-dev zlib1g-dev cmake ninja-build g++ python3-venv python3-dev >/dev/null
+  $SUDO apt-get install -y -qq rapidjson-dev zlib1g-dev systemtap-sdt-dev cmake ninja-build g++ python3-venv python3-dev >/dev/null
 fi
 PY=${PYTHON:-python3}
 VENV=.venv-demo
