@@ -1015,7 +1015,9 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   Py_XINCREF(context);  // held while collecting: a freed Context's address is reused by new ones
   L.soft_cap = opts_.max_events;
   L.hard_cap = opts_.max_events * 2 + 64;
-  L.out.events.reserve(std::min<size_t>(opts_.max_events, 4096));
+  // 4 KiB: a short session (autoprofile's predict) frees its buffer cheaply;
+  // 64 KiB and up makes glibc's free() consolidate its fast bins every time.
+  L.out.events.reserve(std::min<size_t>(opts_.max_events, 256));
   L.out.thread_id = thread_id;
   L.out.native_tid = native_tid();
   PyObject* thread = active_thread(thread_id);

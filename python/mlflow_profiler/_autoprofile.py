@@ -343,15 +343,8 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sam
     global _sampled, _traced
     try:
         info = _model_info(model, stream)
-        session = ProfileSession(
-            config.depth,
-            max_events=config.max_events,
-            all_threads=config.all_threads,
-            capture_io=config.capture_io,
-            capture_io_depth=config.capture_io_depth,
-            _transparent_codes=info.transparent_codes,
-            _meta=info.meta,
-        )
+        session = ProfileSession._make(config.depth, config.max_events, config.all_threads, False, config.capture_io,
+                                       config.capture_io_depth, "native", info.transparent_codes, info.meta)
         call = _core.SpanFunction(original, info.label)
         session._engine._mark_autoprofile()  # session_begin's AUTOPROFILE flag
         session.activate(2)  # the roots are what the wrapper that called _begin calls
