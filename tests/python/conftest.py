@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dis
 import sys
 import threading
 
@@ -29,6 +30,18 @@ def _thread_start():
     return getattr(threading, "_start_joinable_thread", None) or getattr(threading, "_start_new_thread", None)
 
 
+def _fresh():
+    return None
+
+
+def _instrumented_everywhere() -> list:
+    """3.12+: the instrumented instructions of a function no tool asked for.
+    Any is a profile or trace function left in some thread (or a tool's
+    global events): every function of the process pays for them."""
+    _fresh()
+    return [i.opname for i in dis.get_instructions(_fresh, adaptive=True) if "INSTRUMENTED" in i.opname]
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks():
     """A test must leave no session current and no hook installed behind it."""
@@ -48,3 +61,5 @@ def _no_leaks():
     if sys.version_info >= (3, 12) and not autoprofile_on():
         # Freed with the last session (autoprofile keeps it between its sessions).
         assert _core.tool_id() == -1, "the sys.monitoring tool id was not freed"
+    if sys.version_info >= (3, 12):
+        assert _instrumented_everywhere() == [], "events left on for every function (a thread's profile function?)"

@@ -251,15 +251,19 @@ def test_threadings_profile_function_put_back_in_every_thread(engine):
     # CPython's test_threading.test_getprofile_all_threads, inside an
     # all_threads session: the function threading.getprofile() returns (the
     # session's binder) is installed in every thread and must stay there.
-    with profiling(depth=-1, all_threads=True, engine=engine):
-        old = threading.getprofile()
-        try:
+    try:
+        with profiling(depth=-1, all_threads=True, engine=engine):
+            old = threading.getprofile()
             threading.setprofile_all_threads(old)
             main_work(1)
             assert sys.getprofile() is old
             assert threading.getprofile() is old
-        finally:
-            sys.setprofile(None)
+    finally:
+        # Out of every thread, not just this one: a thread of an earlier test
+        # parked in C (an exporter waiting on its queue) never runs the
+        # binder's next event, and its profile function keeps sys.monitoring's
+        # events on for every function of the process.
+        threading.setprofile_all_threads(None)
 
 
 def test_all_threads_with_a_ceiling(engine):
