@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dis
 import sys
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -17,6 +18,11 @@ Shape = Tuple[Tuple[str, "Shape"], ...]
 # ceiling that reached it, which is every one only on 3.9/3.10 (the profile
 # function sees each frame) and in the reference engine.
 NATIVE_SEES_EVERY_FRAME = sys.version_info < (3, 11)
+
+
+def instrumented(f) -> List[str]:
+    """3.12+: the sys.monitoring-instrumented instructions of `f` as it is now."""
+    return [i.opname for i in dis.get_instructions(f, adaptive=True) if "INSTRUMENTED" in i.opname]
 
 
 def skipped_seen(engine: str, frames_below: int) -> Callable[[int], bool]:

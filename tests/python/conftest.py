@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import dis
 import sys
 import threading
 
 import pytest
 
 from mlflow_profiler import _core
+
+from _helpers import instrumented
 
 ENGINES = ["native", "reference"]
 
@@ -39,7 +40,7 @@ def _instrumented_everywhere() -> list:
     Any is a profile or trace function left in some thread (or a tool's
     global events): every function of the process pays for them."""
     _fresh()
-    return [i.opname for i in dis.get_instructions(_fresh, adaptive=True) if "INSTRUMENTED" in i.opname]
+    return instrumented(_fresh)
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import pytest
 
 from mlflow_profiler import _core, profiling
 
-from _helpers import shape
+from _helpers import instrumented, shape
 
 
 def during():
@@ -90,8 +90,6 @@ def test_native_leaves_the_tool_ids_free():
     (a debugger 0, coverage 1, cProfile 2 or an optimizer 5 started meanwhile
     gets its own), and after the session every id is free again, with none
     of our events left on the program's code."""
-    import dis
-
     def numbers():
         yield 1
 
@@ -123,8 +121,6 @@ def test_native_instruments_no_plain_function():
     their resumes may come from anywhere. On 3.13 a frame whose callees are
     within the ceiling gets CALL events, which keep its calls of classes
     from being specialized past the hook (docs/capture.md)."""
-    import dis
-
     def numbers():
         yield 1
 
@@ -134,9 +130,6 @@ def test_native_instruments_no_plain_function():
         watched = sys.monitoring.get_local_events(_core.tool_id(), numbers.__code__)
     calls = sys.monitoring.events.CALL if sys.version_info[:2] == (3, 13) else 0
     assert watched == calls | sum(getattr(sys.monitoring.events, e) for e in ("PY_START", "PY_RESUME", "PY_YIELD", "PY_RETURN"))
-
-    def instrumented(f):
-        return [i.opname for i in dis.get_instructions(f, adaptive=True) if "INSTRUMENTED" in i.opname]
 
     assert set(instrumented(during)) <= ({"INSTRUMENTED_CALL"} if calls else set())
     assert session.statistics()["engine"] == "eval_frame+sys.monitoring"
