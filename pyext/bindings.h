@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include "core/io.h"
+#include "engine.h"
 
 namespace mlprof {
 
@@ -11,10 +12,14 @@ void bind_io(pybind11::module_& m);     // bind_io.cpp: summarize, register_summ
 void bind_files(pybind11::module_& m);  // bind_files.cpp: export, save, load
 void bind_summary(pybind11::module_& m);  // bind_summary.cpp: call-path statistics (ProfileCollector)
 void bind_edit(pybind11::module_& m);     // bind_edit.cpp: edited profiles (span processors)
+void bind_session(pybind11::module_& m);  // bind_session.cpp: ProfileSession.__enter__/__exit__ in C (after Engine)
 
 // The Python IOSummary (mlflow_profiler._io) for s: a new reference, or null
 // with an exception set. Absent values ("" / -1) become None. The other way
 // is summarize::from_python (summarize.h).
 PyObject* io_summary_object(const IOSummary& s);
+
+// Engine::start, its errors as a Python exception (false: one is set).
+bool start_engine(Engine& e, PyObject* session, int levels_above);
 
 }  // namespace mlprof

@@ -1119,8 +1119,8 @@ void Engine::start(PyObject* session, int levels_above) {
 }
 
 void Engine::note_running_frames(int levels_above) {
-  // The frame that entered the session, when it is a coroutine's or a
-  // generator's (`async with profiling()`): its resumes move the origin lane.
+  // The frame that entered the session: when it is a coroutine's or a
+  // generator's (`async with profiling()`), its resumes move the origin lane.
 #if MLPROF_HAS_EVAL_HOOK
   auto python = [](struct _PyInterpreterFrame* f) {  // past the shims of C-to-Python calls
     while (f && !mlprof_frame_is_python(f)) f = mlprof_frame_previous(f);
@@ -1129,6 +1129,8 @@ void Engine::note_running_frames(int levels_above) {
   struct _PyInterpreterFrame* f = python(mlprof_current_frame(compat::tstate()));  // no frame object made
   for (int i = 0; i < levels_above && f; ++i) f = python(mlprof_frame_previous(f));
   if (f && mlprof_frame_code(f)) entering_generator_ = reinterpret_cast<uintptr_t>(mlprof_frame_generator(f));
+  // Its C calls are roots (lane_start watches those of the frames it records).
+  if (f && opts_.capture_c_calls) capture::watch_c_calls(mlprof_frame_code(f));
 #else
   PyFrameObject* f = PyEval_GetFrame();  // borrowed; 3.9/3.10 frames always have one
   for (int i = 0; i < levels_above && f; ++i) f = f->f_back;

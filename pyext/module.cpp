@@ -310,12 +310,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("transparent_codes") = py::list())
       .def("start",
            [](Engine& e, py::object session, int levels_above) {
-             try {
-               e.start(session.ptr(), levels_above);
-             } catch (const std::runtime_error& err) {
-               if (PyErr_Occurred()) throw py::error_already_set();
-               throw py::value_error(err.what());
-             }
+             if (!start_engine(e, session.ptr(), levels_above)) throw py::error_already_set();
            },
            py::arg("session"), py::arg("levels_above") = 1)
       .def(
@@ -343,6 +338,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("start_ns", &Engine::start_ns)
       .def_property_readonly("end_ns", &Engine::end_ns)
       .def("profile", &Engine::profile);
+  bind_session(m);
 
   py::class_<Profile, std::shared_ptr<Profile>>(m, "Profile")
       .def("render_text",

@@ -310,11 +310,27 @@ bool own_type(PyTypeObject* t) {
   return reinterpret_cast<PyObject*>(t) == g_span_type || reinterpret_cast<PyObject*>(t) == g_block_type;
 }
 
+PyMethodDef* g_own_functions[4] = {};
+
 }  // namespace
+
+void add_own_function(PyMethodDef* def) {
+  for (auto& slot : g_own_functions) {
+    if (!slot || slot == def) {
+      slot = def;
+      return;
+    }
+  }
+}
 
 bool is_own_callable(PyObject* callable) {
   if (callable == g_span_type || callable == g_block_type || own_type(Py_TYPE(callable))) return true;
+  if (PyMethod_Check(callable)) callable = PyMethod_GET_FUNCTION(callable);
   if (PyCFunction_Check(callable)) {
+    PyMethodDef* def = reinterpret_cast<PyCFunctionObject*>(callable)->m_ml;
+    for (PyMethodDef* own : g_own_functions) {
+      if (own == def) return true;
+    }
     PyObject* self = PyCFunction_GET_SELF(callable);
     return self && own_type(Py_TYPE(self));
   }

@@ -6,6 +6,9 @@ namespace mlprof {
 // types to the module. Returns false with a Python error set on failure.
 bool add_span_types(PyObject* module);
 // True for the profiler's own C callables (a profile_span wrapper, the
-// profile_block type and its methods): never recorded as C calls.
+// profile_block type and its methods, add_own_function's): never recorded
+// as C calls.
 bool is_own_callable(PyObject* callable);
+// Adds a C function of the profiler (the session's __exit__) to those never recorded.
+void add_own_function(PyMethodDef* def);
 }  // namespace mlprof

@@ -347,7 +347,7 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sam
                                        config.capture_io_depth, "native", info.transparent_codes, info.meta)
         call = _core.SpanFunction(original, info.label)
         session._engine._mark_autoprofile()  # session_begin's AUTOPROFILE flag
-        session.activate(2)  # the roots are what the wrapper that called _begin calls
+        _core.session_enter(session, 1)  # activate(): the roots are what the wrapper that called _begin calls
         if sampled:
             _sampled += 1
         else:
@@ -359,7 +359,7 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sam
 
 
 def _end(session: ProfileSession, config: AutoprofileConfig, sampled: bool = True) -> None:
-    session.deactivate()
+    _core.session_exit(session)  # deactivate(), without its frame
     try:
         _last.set(session)
         if not sampled:

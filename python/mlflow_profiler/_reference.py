@@ -744,12 +744,15 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
 
 
 _OWN_TYPES = (_core.profile_block, _core.SpanFunction)
+_OWN_FUNCTIONS = (_core.session_enter.__func__, _core.session_exit.__func__)  # ProfileSession's
 
 
 def _is_own_callable(callable_) -> bool:
-    """The profiler's own C callables (profile_block's __exit__, which a
-    `with` statement calls like any method): plumbing, never a span."""
-    return isinstance(getattr(callable_, "__self__", None), _OWN_TYPES) or callable_ in _OWN_TYPES
+    """The profiler's own C callables (profile_block's and ProfileSession's
+    __exit__, which a `with` statement calls like any method): plumbing,
+    never a span."""
+    return (isinstance(getattr(callable_, "__self__", None), _OWN_TYPES) or callable_ in _OWN_TYPES
+            or any(callable_ is f for f in _OWN_FUNCTIONS))
 
 
 def _on_c_call(lanes: List[_Lane], callable_, caller_code) -> None:

@@ -190,13 +190,10 @@ class ProfileSession:
         except Exception as exc:  # pragma: no cover - a profiler bug must not break the model
             log_once("deactivate", f"mlflow_profiler: ending the session failed: {exc!r}")
 
-    def __enter__(self) -> "ProfileSession":
-        self.activate(2)
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        self.deactivate()
-        return False
+    # activate() and deactivate() in C, without their frames (pyext/bind_session.cpp):
+    # a subclass, a reference engine or an error goes to them.
+    __enter__ = _core.session_enter
+    __exit__ = _core.session_exit
 
     # The C wrappers call these when the current session runs on the reference engine.
     def _label_call(self, label, func, args, kwargs):
@@ -352,6 +349,9 @@ class ProfileSession:
 
     def __repr__(self) -> str:
         return f"<ProfileSession depth={self.depth} state={self._engine.state}>"
+
+
+_core.set_session_class(ProfileSession)
 
 
 class _LoadedEngine:

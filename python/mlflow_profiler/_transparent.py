@@ -97,9 +97,11 @@ def _stdlib_plumbing() -> bool:
 _modules_seen = -1
 
 
-def refresh() -> None:
+def refresh() -> int:
     """Called at every session start: picks up plumbing modules imported since
-    (nothing to do while no module was imported since the last look)."""
+    (nothing to do while no module was imported since the last look). Returns
+    the len(sys.modules) it has nothing left to do for, -1 to be called again."""
     global _modules_seen
     if len(_done_modules) < 3 and len(sys.modules) != _modules_seen:
         _modules_seen = len(sys.modules) if _stdlib_plumbing() else -1
+    return len(sys.modules) if len(_done_modules) >= 3 else _modules_seen

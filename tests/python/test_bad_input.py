@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlflow_profiler import profiling
+from mlflow_profiler import ProfileSession, profiling
 
 from _helpers import shape
 
@@ -125,3 +125,46 @@ def test_bad_render_depth(engine):
         session.to_tree(depth=-2)
     with pytest.raises(TypeError, match="depth"):
         session.format_tree(depth="1")
+
+
+class _Counting(ProfileSession):
+    """A subclass that overrides deactivate (as ProfileCollector's sessions
+    do): `with` must run it (the C __exit__ takes its short path for
+    ProfileSession only)."""
+
+    def __init__(self, engine):
+        super().__init__(2, engine=engine)
+        self.ended = 0
+
+    def deactivate(self):
+        self.ended += 1
+        super().deactivate()
+
+
+def test_a_subclass_deactivate_runs_under_with(engine):
+    session = _Counting(engine)
+    with session as entered:
+        f()
+    assert entered is session
+    assert session.ended == 1
+    assert session.state == "finalized"
+    assert shape(session)[0] == ("f", (("g", (("h", ()),)),))  # the roots are the with block's calls
+
+
+def test_exit_with_an_exception_does_not_swallow_it(engine):
+    session = profiling(engine=engine)
+    with pytest.raises(KeyError):
+        with session:
+            f()
+            raise KeyError("model")
+    assert session.state == "finalized"
+    assert shape(session) == (("f", (("g", (("h", ()),)),)),)
+
+
+def test_enter_and_exit_called_by_hand(engine):
+    session = profiling(engine=engine)
+    assert session.__enter__() is session
+    f()
+    assert session.__exit__(None, None, None) is False
+    assert session.__exit__(None, None, None) is False  # idempotent, like deactivate()
+    assert shape(session) == (("f", (("g", (("h", ()),)),)),)

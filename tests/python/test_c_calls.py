@@ -141,3 +141,12 @@ def test_same_builtin_below_the_ceiling_does_not_close_the_recorded_one(engine, 
         run()
     assert shape(session) == ((session.to_tree()[0]["label"], (("sorted", ()), ("len", ()))),)
     assert all("open_at_end" not in n["flags"] for n in walk(session.to_tree()))
+
+
+def test_the_sessions_own_exit_is_not_a_c_call(engine):
+    # ProfileSession.__exit__ is a C function (pyext/bind_session.cpp), called
+    # by the with block's frame while the session collects.
+    with profiling(depth=2, capture_c_calls=True, engine=engine) as session:
+        len("abc")
+    labels = [n["label"] for n in walk(session.to_tree())]
+    assert labels == ["len"]
