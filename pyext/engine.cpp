@@ -403,7 +403,7 @@ inline ThreadCache& cache_now(PyThreadState* ts) {
   }
   return c;
 }
-inline const CurrentLanes& lanes_now() { return cache_now(compat::tstate()).current; }
+inline const CurrentLanes& lanes_now(PyThreadState* ts = compat::tstate()) { return cache_now(ts).current; }
 
 // An event's lanes, with its frame described to the engine while it runs.
 class Reporting {
@@ -1283,18 +1283,18 @@ inline void update_window(const CurrentLanes& cl, int32_t current) {
 #endif
 }}  // namespace
 
-bool current_lanes_want_callees() {
+bool current_lanes_want_callees(PyThreadState* ts) {
   if (current_lanes_keep_hook()) return true;
-  const CurrentLanes& cl = lanes_now();
-  const int32_t current = cl.n ? capture::frame_depth() : 0;
+  const CurrentLanes& cl = lanes_now(ts);
+  const int32_t current = cl.n ? capture::frame_depth(ts) : 0;
   for (int i = 0; i < cl.n; ++i) {
     if (lane_in_window(*cl.lanes[i], current)) return true;
   }
   return false;
 }
 
-bool below_every_ceiling(int pydepth, bool count) {
-  const CurrentLanes& cl = lanes_now();
+bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count) {
+  const CurrentLanes& cl = lanes_now(ts);
   for (int i = 0; i < cl.n; ++i) {
     const CaptureLane& L = *cl.lanes[i];
     if (L.truncated) continue;

@@ -297,13 +297,15 @@ void on_c_return(const Site& site, PyObject* callable, int pydepth, bool excepti
 // Whether this thread's current lanes want the frames their innermost open
 // levels call (the next level is within a ceiling): what keeps the frame
 // evaluation hook installed (capture/eval_frame.cpp).
-bool current_lanes_want_callees();
+// `ts`: this thread's state, which the frame evaluation function has at hand
+// (reading it again is a call and a __tls_get_addr).
+bool current_lanes_want_callees(PyThreadState* ts = compat::tstate());
 // The frame evaluation hook's fast path: true when a frame at `pydepth`
 // starting now is below the ceiling of every current lane (counted as
 // skipped there); false when it may be recorded, or to be safe.
 // `count`: a frame start (not a generator's creation call, which runs no
 // code of it and is no event elsewhere).
-bool below_every_ceiling(int pydepth, bool count = true);
+bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count = true);
 // Changes whenever sessions start, stop, pause or resume anywhere.
 uint64_t lanes_generation();
 // 3.11: whether this thread's lanes want the hook even through frames they do

@@ -85,10 +85,7 @@ void uninstall(Engine* engine) {
   if (g_users == 0) monitoring::release();
 }
 
-int frame_depth() {
-  PyThreadState* ts = compat::tstate();
-  return ts->py_recursion_limit - ts->py_recursion_remaining;
-}
+int frame_depth(PyThreadState* ts) { return ts->py_recursion_limit - ts->py_recursion_remaining; }
 
 int entering_frame_depth(int levels_above) { return frame_depth() - levels_above; }
 
@@ -137,7 +134,7 @@ void uninstall(Engine* engine) {
   }
 }
 
-int frame_depth() { return g_profile_mode ? profile_func::frame_depth() : eval::frame_depth(); }
+int frame_depth(PyThreadState*) { return g_profile_mode ? profile_func::frame_depth() : eval::frame_depth(); }
 
 int entering_frame_depth(int levels_above) {
   return g_profile_mode ? profile_func::frame_depth() - levels_above : eval::entering_frame_depth(levels_above);
@@ -178,7 +175,7 @@ void uninstall(Engine* /*engine*/) {
   --g_users;
 }
 
-int frame_depth() { return profile_func::frame_depth(); }
+int frame_depth(PyThreadState*) { return profile_func::frame_depth(); }
 int entering_frame_depth(int levels_above) { return frame_depth() - levels_above; }
 void thread_bound() { profile_func::install_here(true); }
 void set_window(bool) {}

@@ -39,8 +39,9 @@ uint64_t event_count();    // interpreter events that reached a mechanism so far
 // The depth of this thread's innermost Python frame as this interpreter's
 // mechanism counts frames (3.12+: the interpreter's own count; 3.11: the
 // frames the evaluation hook ran; 3.9/3.10: the profile function's calls).
-// Only differences between two values matter.
-int frame_depth();
+// Only differences between two values matter. `ts`: this thread's state.
+int frame_depth(PyThreadState* ts);
+inline int frame_depth() { return frame_depth(compat::tstate()); }
 // The frame depth of the frame that entered a session: `levels_above` frames
 // below the current one (the profiler's own activate/__enter__).
 int entering_frame_depth(int levels_above);

@@ -69,13 +69,22 @@ struct WindowFlag {
 };
 thread_local WindowFlag t_window;
 
+// This thread's flag. Opaque to the optimizer, so that a caller keeps the
+// address in a register: in a module loaded with dlopen each derivation of a
+// thread_local's address is a call to __tls_get_addr.
+inline WindowFlag& window_flag() {
+  WindowFlag* w = &t_window;
+  asm("" : "+r"(w));
+  return *w;
+}
+
 bool g_ours = false;         // the interpreter's evaluation function is ours
 bool g_unavailable = false;  // another evaluator held the hook when we wanted it
 bool g_aside = false;        // the guard stepped aside (until the last session ends)
 std::string g_aside_why;
 
-void sync_hook() {
-  PyInterpreterState* interp = compat::tstate()->interp;
+void sync_hook(PyThreadState* ts = compat::tstate()) {
+  PyInterpreterState* interp = ts->interp;
   const bool want = window_threads() > 0 && g_native_collecting > 0 && !g_aside && !every_frame_reported();
   _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
   if (want && !g_ours) {
@@ -157,6 +166,19 @@ bool c_stack_at_risk(PyThreadState* ts, std::string* why) {
   return false;
 }
 
+void set_window(WindowFlag& w, PyThreadState* ts, bool open) {
+  const uint64_t epoch = window_epoch();
+  if (w.epoch != epoch) {  // a void flag from an earlier epoch
+    w.on = false;
+    w.epoch = epoch;
+  }
+  if (open != w.on) {
+    w.on = open;
+    add_window(epoch, open ? 1 : -1);
+    sync_hook(ts);
+  }
+}
+
 [[gnu::cold, gnu::noinline]] void step_aside(const std::string& why) {
   if (g_aside) return;
   g_aside = true;
@@ -219,16 +241,15 @@ inline void report(PyThreadState* ts, const HookFrame& frame, Fn&& event) {
 }
 
 // A frame below every ceiling of this thread: it and everything it calls run
-// without this function (taken out unless another thread's window needs it),
-// inlined and untraced.
-PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth) {
-  if (current_lanes_keep_hook()) return run(ts, f, throwflag, depth);  // 3.11: a suspended span may resume in there
+// without this function (taken out unless another thread's window needs it,
+// and then each of them passes the C stack guard), inlined and untraced.
+PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth, WindowFlag& w) {
   const uint64_t generation = lanes_generation();
-  set_window(false);
+  set_window(w, ts, false);
   PyObject* result = run(ts, f, throwflag, depth);
   // Nothing below can change this thread's lanes but a session starting or
   // ending in there (events below close what they open).
-  set_window(lanes_generation() == generation ? true : current_lanes_want_callees());
+  set_window(w, ts, lanes_generation() == generation ? true : current_lanes_want_callees(ts));
   return result;
 }
 
@@ -237,12 +258,12 @@ PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObje
   const HookFrame hf{0, f};
   bool tracked = false;
   report(ts, hf, [&](const Site& site) { tracked = on_start(site, code, depth, nullptr); });
-  if (!tracked) return run_below(ts, f, throwflag, depth);
+  if (!tracked) return run_below(ts, f, throwflag, depth, window_flag());
   PyObject* result = run(ts, f, throwflag, depth);
   report(ts, hf, [&](const Site& site) { on_return(site, code, depth, result == nullptr, result); });
   if (g_ours && _PyInterpreterState_GetEvalFrameFunc(ts->interp) != eval_frame) {
     compat::PendingError pending;
-    sync_hook();  // another tool (torch.compile) replaced the function while this frame ran
+    sync_hook(ts);  // another tool (torch.compile) replaced the function while this frame ran
   }
   return result;
 }
@@ -312,10 +333,11 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   // tracing: a callback or one of our events runs this frame (not reported).
   // Another mechanism reports every frame now: just run it (and take this out).
   if (every_frame_reported()) {
-    sync_hook();
+    sync_hook(ts);
     return pass_through(ts, f, throwflag);
   }
-  if (ts->tracing || !t_window.live()) {
+  WindowFlag& w = window_flag();
+  if (ts->tracing || !w.live()) {
     // Another thread's window keeps this function installed: this thread's
     // frames pass through it, each a C level.
     std::string why;
@@ -323,28 +345,32 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
     return pass_through(ts, f, throwflag);
   }
   // This thread's context may have changed since its last event.
-  if (!current_lanes_want_callees()) {
-    set_window(false);
+  if (!current_lanes_want_callees(ts)) {
+    set_window(w, ts, false);
     return pass_through(ts, f, throwflag);
   }
+  PyCodeObject* code = mlprof_frame_code(f);
+  // The common case at the ceiling: a frame that would be below it everywhere
+  // (3.11: not a generator's run while a suspended span may be resumed by it).
+  const int depth = depth_of_new_frame(ts);
+  const bool generator = code && compat::is_generator_code(code);
+  // Counted as skipped: a frame's start, not a generator's creation call
+  // (no event elsewhere); 3.12+ leaves a generator's runs to sys.monitoring,
+  // which counts them where it watches their code.
+  const bool count = !generator || (!MLPROF_HAS_MONITORING && mlprof_frame_generator(f) != nullptr);
+  const bool below = code && (MLPROF_HAS_MONITORING || !generator || !current_lanes_keep_hook()) &&
+                     below_every_ceiling(ts, depth, count);
+  // 3.11: a suspended span may resume below, so the function stays in there.
+  if (below && !current_lanes_keep_hook()) return run_below(ts, f, throwflag, depth, w);
+  // A frame run here and not taken out below adds a C level that stays while
+  // its callees run: the guard comes before it.
   std::string why;
   if (c_stack_at_risk(ts, &why)) {
     step_aside(why);
     return pass_through(ts, f, throwflag);
   }
-  PyCodeObject* code = mlprof_frame_code(f);
+  if (below) return run(ts, f, throwflag, depth);
   if (!code) return pass_through(ts, f, throwflag);
-  // The common case at the ceiling: a frame that would be below it everywhere
-  // (3.11: not a generator's run while a suspended span may be resumed by it).
-  const int depth = depth_of_new_frame(ts);
-  const bool generator = compat::is_generator_code(code);
-  // Counted as skipped: a frame's start, not a generator's creation call
-  // (no event elsewhere); 3.12+ leaves a generator's runs to sys.monitoring,
-  // which counts them where it watches their code.
-  const bool count = !generator || (!MLPROF_HAS_MONITORING && mlprof_frame_generator(f) != nullptr);
-  if ((MLPROF_HAS_MONITORING || !generator || !current_lanes_keep_hook()) && below_every_ceiling(depth, count)) {
-    return run_below(ts, f, throwflag, depth);
-  }
 #if PY_VERSION_HEX >= 0x030C0000
   if (generator) {
     watch_generator_code(code);  // sys.monitoring reports its frames wherever they run
@@ -358,19 +384,7 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
 
 }  // namespace
 
-void set_window(bool open) {
-  WindowFlag& w = t_window;
-  const uint64_t epoch = window_epoch();
-  if (w.epoch != epoch) {  // a void flag from an earlier epoch
-    w.on = false;
-    w.epoch = epoch;
-  }
-  if (open != w.on) {
-    w.on = open;
-    add_window(epoch, open ? 1 : -1);
-    sync_hook();
-  }
-}
+void set_window(bool open) { set_window(window_flag(), compat::tstate(), open); }
 
 State state() {
   State s{};
