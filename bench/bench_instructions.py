@@ -22,6 +22,7 @@ with mlflow_profiler importable by that python. Needs valgrind.
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,8 +71,11 @@ def instructions(script: str, *args: str) -> int:
     # One hash seed for every run: string hashes move dict probing by up to
     # ±150 instructions per call of fib(15) from one run to the next.
     env = dict(os.environ, PYTHONHASHSEED="0")
+    # And one address layout: with ASLR two runs of the same tabular predict
+    # differed by up to 350k instructions (sets and dicts keyed by address).
+    norandom = ["setarch", "-R"] if shutil.which("setarch") else []
     out = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, script, *args],
+        [*norandom, "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, script, *args],
         capture_output=True, text=True, check=True, env=env,
     )
     m = re.search(r"Collected : (\d+)", out.stderr)

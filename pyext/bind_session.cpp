@@ -126,9 +126,13 @@ PyObject* session_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyMethodDef g_enter_def = {"__enter__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(session_enter)),
-                           METH_FASTCALL, "Starts capture (ProfileSession.activate, without its frames)."};
+                           METH_FASTCALL,
+                           "__enter__(self, levels_above=0, /)\n--\n\n"
+                           "Starts capture (ProfileSession.activate, without its frames)."};
 PyMethodDef g_exit_def = {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(session_exit)),
-                          METH_FASTCALL, "Ends capture (ProfileSession.deactivate, without its frames)."};
+                          METH_FASTCALL,
+                          "__exit__(self, *exc_info)\n--\n\n"
+                          "Ends capture (ProfileSession.deactivate, without its frames); returns False."};
 
 // A C function that binds like a Python method (instancemethod).
 py::object method(PyMethodDef* def, py::module_& m) {
