@@ -92,12 +92,15 @@ PyObject* session_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyObject* r = PyObject_CallMethod(self, "activate", "i", levels + 1);
     if (!r) return nullptr;
     Py_DECREF(r);
-    return Py_NewRef(self);
+    Py_INCREF(self);
+    return self;
   }
   const bool ok = refresh_transparent() && start_engine(*e, self, levels) &&
                   PyObject_SetAttr(self, g_str_activated, Py_True) == 0;
   Py_DECREF(obj);
-  return ok ? Py_NewRef(self) : nullptr;
+  if (!ok) return nullptr;
+  Py_INCREF(self);
+  return self;
 }
 
 // __exit__(self, *exc_info): ends capture; False (never swallows the
