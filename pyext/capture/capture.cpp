@@ -39,6 +39,8 @@ bool apply(std::string* error) {
 }
 }  // namespace
 
+void init() { monitoring::prepare(); }
+
 bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
 
 void eval_lost(const std::string& why) {
@@ -102,6 +104,8 @@ namespace {
 bool g_profile_mode = false;
 }  // namespace
 
+void init() {}
+
 bool every_frame_reported() { return g_profile_mode; }
 
 void eval_lost(const std::string& why) {
@@ -160,6 +164,7 @@ void keep_between_sessions(bool) {}
 
 State state() { return State{}; }
 
+void init() {}
 const char* name() { return "setprofile"; }
 bool every_frame_reported() { return true; }
 

@@ -25,6 +25,9 @@ class Engine;
 
 namespace mlprof::capture {
 
+// At import: what the mechanisms look up once per process (3.12+:
+// sys.monitoring's functions), so that no session pays for it.
+void init();
 // A native session starts / ends. False (with `error`) if capture cannot run.
 bool install(Engine* engine, std::string* error);
 void uninstall(Engine* engine);

@@ -59,9 +59,27 @@ void add_window(uint64_t epoch, int delta) {
                                             std::memory_order_relaxed));
 }
 
+// 3.12+: the innermost frame this thread runs that is recorded at the
+// ceiling (its callees are below every ceiling of the thread). Its window
+// stays open so that the finalizers its teardown runs (its caller's callees,
+// at its own depth) are seen, and each of its calls passes this function,
+// which takes itself out for the call: about 1,000 instructions per call.
+// After kCloseAfter calls its window is closed instead: its calls run
+// without this function, and a PY_RETURN local event on its code
+// (monitoring.cpp) puts it back in for the teardown.
+struct Ceiling {
+  struct _PyInterpreterFrame* frame = nullptr;
+  int calls = 0;
+  bool closed = false;
+};
+// Fewer calls than this cost less through the window than the tool id, the
+// local event and its callback cost (bench/RESULTS.md, "closed ceilings").
+constexpr int kCloseAfter = 8;
+
 struct WindowFlag {
   bool on = false;
   uint64_t epoch = 0;
+  Ceiling ceiling;
   bool live() const { return on && epoch == window_epoch(); }
   ~WindowFlag() {
     if (on) add_window(epoch, -1);
@@ -253,13 +271,51 @@ PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwf
   return result;
 }
 
+#if MLPROF_HAS_MONITORING
+// A call made by this thread's ceiling frame: through the window for its
+// first calls, then with the window closed for the rest of the frame's run.
+PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth,
+                            WindowFlag& w) {
+  Ceiling& c = w.ceiling;
+  if (!c.closed && ++c.calls == kCloseAfter) c.closed = monitoring::watch_returns(mlprof_frame_code(c.frame));
+  if (!c.closed) return run_below(ts, f, throwflag, depth, w);
+  const uint64_t generation = lanes_generation();
+  set_window(w, ts, false);
+  PyObject* result = run(ts, f, throwflag, depth);
+  // Left closed: the frame's next calls reach no hook. A session started or
+  // ended in there may want it open.
+  if (lanes_generation() != generation) set_window(w, ts, current_lanes_want_callees(ts));
+  return result;
+}
+
+// Runs a recorded frame; at the ceiling it becomes the thread's Ceiling.
+inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag,
+                              int depth) {
+  WindowFlag& w = window_flag();
+  const Ceiling outer = w.ceiling;
+  w.ceiling = Ceiling{};
+  if (below_every_ceiling(ts, depth + 1, false)) {
+    w.ceiling.frame = f;
+    w.ceiling.closed = monitoring::returns_watched(code);  // seen making many calls before
+  }
+  PyObject* result = run(ts, f, throwflag, depth);
+  w.ceiling = outer;
+  return result;
+}
+#else
+inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject*, int throwflag,
+                              int depth) {
+  return run(ts, f, throwflag, depth);
+}
+#endif
+
 PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag) {
   const int depth = depth_of_new_frame(ts);
   const HookFrame hf{0, f};
   bool tracked = false;
   report(ts, hf, [&](const Site& site) { tracked = on_start(site, code, depth, nullptr); });
   if (!tracked) return run_below(ts, f, throwflag, depth, window_flag());
-  PyObject* result = run(ts, f, throwflag, depth);
+  PyObject* result = run_recorded(ts, f, code, throwflag, depth);
   report(ts, hf, [&](const Site& site) { on_return(site, code, depth, result == nullptr, result); });
   if (g_ours && _PyInterpreterState_GetEvalFrameFunc(ts->interp) != eval_frame) {
     compat::PendingError pending;
@@ -361,7 +417,14 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   const bool below = code && (MLPROF_HAS_MONITORING || !generator || !current_lanes_keep_hook()) &&
                      below_every_ceiling(ts, depth, count);
   // 3.11: a suspended span may resume below, so the function stays in there.
-  if (below && !current_lanes_keep_hook()) return run_below(ts, f, throwflag, depth, w);
+  if (below && !current_lanes_keep_hook()) {
+#if MLPROF_HAS_MONITORING
+    if (w.ceiling.frame && w.ceiling.frame == mlprof_current_frame(ts)) {
+      return run_under_ceiling(ts, f, throwflag, depth, w);
+    }
+#endif
+    return run_below(ts, f, throwflag, depth, w);
+  }
   // A frame run here and not taken out below adds a C level that stays while
   // its callees run: the guard comes before it.
   std::string why;
@@ -398,6 +461,16 @@ State state() {
 namespace eval {
 
 void sync() { sync_hook(); }
+
+#if MLPROF_HAS_MONITORING
+bool ceiling_returns(PyThreadState* ts) {
+  WindowFlag& w = window_flag();
+  if (!w.ceiling.closed || w.ceiling.frame != mlprof_current_frame(ts)) return false;
+  w.ceiling.closed = false;
+  set_window(w, ts, true);  // as it would be had the window stayed open
+  return true;
+}
+#endif
 
 bool available() {
   if (g_ours) return true;

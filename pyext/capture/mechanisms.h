@@ -19,11 +19,19 @@ void sync();
 bool stepped_aside(std::string* why = nullptr);
 // No native session collects any more: every window flag is void.
 void all_sessions_ended();
+// 3.12+: a PY_RETURN or PY_UNWIND of a plain frame. If it is this thread's
+// closed ceiling (a frame at the ceiling whose calls run without the hook),
+// puts the hook back in for its teardown and returns true.
+#if PY_VERSION_HEX >= 0x030C0000
+bool ceiling_returns(PyThreadState* ts);
+#endif
 int frame_depth();                         // 3.11: frames the hook ran on this thread
 int entering_frame_depth(int levels_above);  // 3.11
 }  // namespace eval
 
 namespace monitoring {  // monitoring.cpp, 3.12+
+// Looks up sys.monitoring's functions once (at import).
+void prepare();
 // Claims a tool id (4, 3 if taken, then the standard ones) and registers the
 // callbacks, unless held already.
 bool acquire(std::string* error);
@@ -40,6 +48,12 @@ bool global_frames();
 // At session start: the generators and coroutines running on this thread
 // (the one entering the session and those awaiting it) are watched.
 void watch_running_generators();
+// Closed ceilings: PY_RETURN local events on `code`, claiming a tool id if
+// none is held (never failing a session for it). False where they cannot be
+// had (no id free, or the code's returns were given up on: its frames also
+// run below the ceiling, and each of their returns would be a callback).
+bool watch_returns(PyCodeObject* code);
+bool returns_watched(PyCodeObject* code);  // on already: no call, no claim
 }  // namespace monitoring
 
 namespace profile_func {  // profile_func.cpp, 3.9-3.11

@@ -6,14 +6,19 @@
 // the ceiling; and every frame through global events at unlimited depth or
 // when the hook cannot run.
 //
+// Also PY_RETURN on the code of frames recorded at the ceiling whose calls
+// run without the frame evaluation hook (eval_frame.cpp, "closed ceilings"):
+// the return, which comes before the frame's teardown, puts the hook back in
+// for the finalizers the teardown runs.
+//
 // Switching global events on or off makes every function re-check its
 // instrumentation when it next runs (3.12: +125 ns for each distinct function,
 // bench/RESULTS.md), and so does freeing a tool id on 3.14+. Local events do
-// not. The tool id is held while sessions collect, with PY_UNWIND and PY_THROW
-// on (a generator's throw and its exit by an exception, which cannot be local
-// events; 3.14 reports a close that runs no code only through them), and
-// freed with our local events when the last session ends, so that a program
-// may take that id itself afterwards. Autoprofile keeps it between its
+// not. The tool id is held while sessions collect and need it, with PY_UNWIND
+// and PY_THROW on once a generator is watched (a generator's throw and its
+// exit by an exception, which cannot be local events; 3.14 reports a close
+// that runs no code only through them), and freed with our local events when
+// the last session ends, so that a program may take that id itself afterwards. Autoprofile keeps it between its
 // sessions (keep_between_sessions), so that sampled requests pay for no
 // switch: local events stay on their code, the callbacks return at once with
 // no session, and a code whose events keep coming with no session is let go
@@ -32,19 +37,19 @@ namespace {
 
 PyObject* g_monitoring = nullptr;  // the sys.monitoring module
 PyObject* g_disable = nullptr;     // sys.monitoring.DISABLE
+PyObject* g_tool_name = nullptr;   // "mlflow-profiler"
 int g_tool = -1;
 bool g_keep = false;  // autoprofile: hold the id (and our local events) between sessions
 std::vector<PyObject*> g_watched;  // code objects we set local events on (strong references)
 bool g_registered = false;
 bool g_global_frames = false, g_global_c = false;
+bool g_unwind = false;  // PY_UNWIND and PY_THROW on: a generator is watched
 
-// Event bits (sys.monitoring.events), read once.
-long ev(const char* name) {
-  PyObject* events = PyObject_GetAttrString(g_monitoring, "events");
-  PyObject* v = events ? PyObject_GetAttrString(events, name) : nullptr;
+// An event's bit in sys.monitoring.events (`events`), read once.
+long ev(PyObject* events, const char* name) {
+  PyObject* v = PyObject_GetAttrString(events, name);
   long bit = v ? PyLong_AsLong(v) : -1;
   Py_XDECREF(v);
-  Py_XDECREF(events);
   if (bit < 0) PyErr_Clear();
   return bit < 0 ? 0 : bit;
 }
@@ -70,15 +75,18 @@ std::string take_error() {
 }
 
 // Per code, in a PEP 523 extra slot: which local events we set on it
-// (kWatch*), whether a DISABLE let them go for want of a session, the claim of
-// the tool id they were set under (a tool that frees our id takes them away;
-// 3.14+ clears them), and the events it sent with no session since.
+// (kWatch*), whether a DISABLE let them go for want of a session, whether its
+// returns were given up on (kNoReturns), the claim of the tool id they were
+// set under (a tool that frees our id takes them away; 3.14+ clears them),
+// and the events it sent for nothing since (with no session, or the return
+// of a frame that is not a closed ceiling).
 Py_ssize_t g_watch_extra = -1;
 constexpr uintptr_t kWatchGenerator = 1, kWatchCCalls = 2, kDisabledBit = 4, kWatchCalls = 8;
-constexpr uintptr_t kWatchAny = kWatchGenerator | kWatchCCalls | kWatchCalls;
-constexpr unsigned kClaimShift = 4, kIdleShift = 12;
+constexpr uintptr_t kWatchReturns = 16, kNoReturns = 32;
+constexpr uintptr_t kWatchAny = kWatchGenerator | kWatchCCalls | kWatchCalls | kWatchReturns;
+constexpr unsigned kClaimShift = 6, kIdleShift = 14;
 constexpr uintptr_t kClaimMask = uintptr_t{0xff} << kClaimShift;
-constexpr uintptr_t kIdleLimit = 256;  // events with no session before a code is let go
+constexpr uintptr_t kIdleLimit = 256;  // events for nothing before a code is let go
 uintptr_t g_claim = 0;                 // bumped at each claim of a tool id
 
 inline uintptr_t watch_state(PyCodeObject* code) {
@@ -98,11 +106,40 @@ inline void set_watch_state(PyCodeObject* code, uintptr_t v) {
 }
 
 long events_of(uintptr_t watched);  // the sys.monitoring events of kWatch* bits
+void want_unwind();                 // PY_UNWIND and PY_THROW on, for generators
 bool claim_for_sessions();         // monitoring::acquire, and on failure the sessions stop
+
+// sys.monitoring's functions, looked up once and called by vectorcall: a
+// session that needs the tool id claims and frees it, and
+// PyObject_CallMethod's lookup and format parsing were half of that.
+enum MonFn { kUseToolId, kFreeToolId, kGetTool, kRegisterCallback, kSetEvents, kSetLocalEvents, kMonFns };
+const char* const g_fn_names[kMonFns] = {"use_tool_id", "free_tool_id", "get_tool",
+                                         "register_callback", "set_events", "set_local_events"};
+PyObject* g_fns[kMonFns] = {};
+
+// sys.monitoring.<fn>(tool, a, b) with a, b borrowed (b, or both, may be
+// null): a new reference, or null with an exception set.
+PyObject* mon(MonFn fn, long tool, PyObject* a = nullptr, PyObject* b = nullptr) {
+  PyObject* t = PyLong_FromLong(tool);
+  if (!t) return nullptr;
+  PyObject* args[3] = {t, a, b};
+  PyObject* r = PyObject_Vectorcall(g_fns[fn], args, a ? (b ? 3 : 2) : 1, nullptr);
+  Py_DECREF(t);
+  return r;
+}
+PyObject* mon(MonFn fn, long tool, long v, PyObject* b = nullptr) {
+  PyObject* o = PyLong_FromLong(v);
+  if (!o) return nullptr;
+  PyObject* r = mon(fn, tool, o, b);
+  Py_DECREF(o);
+  return r;
+}
 
 void set_local(PyCodeObject* code, long mask) {
   compat::PendingError pending;
-  PyObject* r = PyObject_CallMethod(g_monitoring, "set_local_events", "iOl", g_tool, code, mask);
+  PyObject* m = PyLong_FromLong(mask);
+  PyObject* r = m ? mon(kSetLocalEvents, g_tool, reinterpret_cast<PyObject*>(code), m) : nullptr;
+  Py_XDECREF(m);
   if (r) {
     Py_DECREF(r);
   } else {
@@ -115,11 +152,12 @@ void set_local(PyCodeObject* code, long mask) {
 void watch(PyCodeObject* code, uintptr_t bits) {
   if (!code) return;
   if (g_tool < 0 && !claim_for_sessions()) return;
+  if ((bits & kWatchGenerator) && !g_unwind) want_unwind();
   const uintptr_t state = watch_state(code);
   const uintptr_t have = state & kWatchAny;
   const bool disabled = state & kDisabledBit;
   if ((have & bits) == bits && !disabled) {
-    if (state >> kIdleShift) set_watch_state(code, have);  // in use again
+    if (state >> kIdleShift) set_watch_state(code, have | (state & kNoReturns));  // in use again
     return;
   }
   // Clearing and setting again re-arms disabled locations: after a DISABLE
@@ -131,7 +169,24 @@ void watch(PyCodeObject* code, uintptr_t bits) {
     Py_INCREF(code);
     g_watched.push_back(reinterpret_cast<PyObject*>(code));
   }
-  set_watch_state(code, have | bits);
+  set_watch_state(code, (have | bits) | (state & kNoReturns));
+}
+
+// A PY_RETURN of a code watched for closed ceilings that was not one (its
+// frames run below the ceiling too: a recursion): after kIdleLimit of them
+// its returns are given up, and its frames at the ceiling keep the hook in.
+[[gnu::noinline]] void return_for_nothing(PyCodeObject* code) {
+  const uintptr_t state = watch_state(code);
+  if (!(state & kWatchReturns)) return;
+  const uintptr_t idle_events = (state >> kIdleShift) + 1;
+  const uintptr_t kept = state & (kWatchAny | kDisabledBit | kNoReturns);
+  if (idle_events < kIdleLimit) {
+    set_watch_state(code, kept | (idle_events << kIdleShift));
+    return;
+  }
+  const uintptr_t have = state & kWatchAny & ~kWatchReturns;
+  set_local(code, events_of(have));
+  set_watch_state(code, have | (state & kDisabledBit) | kNoReturns);
 }
 
 inline PyCodeObject* as_code(PyObject* o) { return PyCode_Check(o) ? reinterpret_cast<PyCodeObject*>(o) : nullptr; }
@@ -146,8 +201,8 @@ inline int depth_of(PyThreadState* ts) { return ts->py_recursion_limit - ts->py_
   PyCodeObject* code = as_code(code_obj);
   if (code && local_event && g_watch_extra >= 0) {
     const uintptr_t state = watch_state(code);
-    const uintptr_t watched = state & (kWatchAny | kDisabledBit);
-    if (watched) {
+    const uintptr_t watched = state & (kWatchAny | kDisabledBit | kNoReturns);
+    if (watched & (kWatchAny | kDisabledBit)) {
       const uintptr_t idle_events = (state >> kIdleShift) + 1;
       if (idle_events >= kIdleLimit) {
         set_watch_state(code, watched | kDisabledBit);
@@ -215,6 +270,12 @@ PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!g_native_collecting) return idle(args[0], true);
   // PY_RETURN(code, instruction_offset, retval)
   if (PyCodeObject* c = as_code(args[0])) {
+    if (!g_global_frames && !compat::is_generator_code(c)) {
+      // A plain frame's return comes only for closed ceilings; the frame
+      // evaluation function reports the frame's end itself.
+      if (!eval::ceiling_returns(compat::tstate())) return_for_nothing(c);
+      Py_RETURN_NONE;
+    }
     const Described d(c);
     on_return(d.site, c, d.depth, false, nargs >= 3 ? args[2] : nullptr);
   }
@@ -224,6 +285,7 @@ PyObject* cb_unwind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
   if (nargs >= 1 && g_native_collecting) {
     if (PyCodeObject* c = as_code(args[0])) {
+      if (!g_global_frames) eval::ceiling_returns(compat::tstate());
       const Described d(c);
       on_return(d.site, c, d.depth, true, nullptr);
     }
@@ -289,18 +351,22 @@ PyMethodDef g_defs[] = {MLPROF_CB(cb_start),  MLPROF_CB(cb_resume),   MLPROF_CB(
                         MLPROF_CB(cb_return), MLPROF_CB(cb_unwind),   MLPROF_CB(cb_yield),
                         MLPROF_CB(cb_call),   MLPROF_CB(cb_c_return), MLPROF_CB(cb_c_raise)};
 #undef MLPROF_CB
-// Event names in sys.monitoring.events, in g_defs order.
-const char* g_names[] = {"PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_UNWIND",
-                         "PY_YIELD", "CALL",      "C_RETURN", "C_RAISE"};
+constexpr size_t kCallbacks = sizeof(g_defs) / sizeof(g_defs[0]);
+// Event names in sys.monitoring.events, in g_defs order; their bits and our
+// callback objects, made once.
+const char* g_names[kCallbacks] = {"PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_UNWIND",
+                                   "PY_YIELD", "CALL",      "C_RETURN", "C_RAISE"};
+long g_bits[kCallbacks] = {};
+PyObject* g_callbacks[kCallbacks] = {};
 
 void free_tool(int tool) {
-  PyObject* r = PyObject_CallMethod(g_monitoring, "free_tool_id", "i", tool);
+  PyObject* r = mon(kFreeToolId, tool);
   Py_XDECREF(r);
   PyErr_Clear();
 }
 
-bool call(const char* method, const char* fmt, int tool, long arg, std::string* error) {
-  PyObject* r = PyObject_CallMethod(g_monitoring, method, fmt, tool, arg);
+bool set_events(long mask, std::string* error) {
+  PyObject* r = mon(kSetEvents, g_tool, mask);
   if (!r) {
     if (error) *error = take_error();
     PyErr_Clear();
@@ -311,10 +377,8 @@ bool call(const char* method, const char* fmt, int tool, long arg, std::string* 
 }
 
 bool register_callbacks(std::string* error) {
-  for (size_t i = 0; i < sizeof(g_defs) / sizeof(g_defs[0]); ++i) {
-    PyObject* fn = PyCFunction_New(&g_defs[i], nullptr);
-    PyObject* r = fn ? PyObject_CallMethod(g_monitoring, "register_callback", "ilO", g_tool, ev(g_names[i]), fn) : nullptr;
-    Py_XDECREF(fn);
+  for (size_t i = 0; i < kCallbacks; ++i) {
+    PyObject* r = mon(kRegisterCallback, g_tool, g_bits[i], g_callbacks[i]);
     if (!r) {
       *error = take_error();
       return false;
@@ -329,7 +393,7 @@ bool claim(std::string* error) {
   // coverage (1), profiler (2, cProfile) or optimizer (5) started meanwhile.
   const int order[] = {4, 3, 5, 2, 1, 0};
   for (int id : order) {
-    PyObject* r = PyObject_CallMethod(g_monitoring, "use_tool_id", "is", id, "mlflow-profiler");
+    PyObject* r = mon(kUseToolId, id, g_tool_name);
     if (r) {
       Py_DECREF(r);
       g_tool = id;
@@ -344,18 +408,18 @@ bool claim(std::string* error) {
 
 // Whether the id we hold is still ours (a tool may free or clear it).
 bool still_ours() {
-  PyObject* name = PyObject_CallMethod(g_monitoring, "get_tool", "i", g_tool);
-  const bool ours = name && compat::utf8(name) == "mlflow-profiler";
+  PyObject* name = mon(kGetTool, g_tool);
+  const bool ours = name && PyUnicode_Check(name) && PyUnicode_Compare(name, g_tool_name) == 0;
   Py_XDECREF(name);
   PyErr_Clear();
   return ours;
 }
 
 bool apply_events(std::string* error) {
-  long mask = kUnwind;
+  long mask = g_unwind || g_global_frames ? kUnwind : 0;
   if (g_global_frames) mask |= kPyStart | kPyResume | kPyReturn | kPyYield;
   if (g_global_c) mask |= kCCalls;
-  return call("set_events", "il", g_tool, mask, error);
+  return set_events(mask, error);
 }
 
 bool claim_for_sessions() {
@@ -368,32 +432,65 @@ bool claim_for_sessions() {
 
 long events_of(uintptr_t watched) {
   return ((watched & kWatchGenerator) ? kGenerator : 0) | ((watched & kWatchCCalls) ? kCCalls : 0) |
-         ((watched & kWatchCalls) ? kCall : 0);
+         ((watched & kWatchCalls) ? kCall : 0) | ((watched & kWatchReturns) ? kPyReturn : 0);
+}
+
+void want_unwind() {
+  g_unwind = true;
+  std::string ignored;
+  apply_events(&ignored);
+}
+
+// sys.monitoring's functions, event bits and our callback objects, looked
+// up once per process (at import: a session's claim then makes no lookup).
+bool load(std::string* error) {
+  if (g_monitoring) return true;
+  auto fail = [&]() {
+    *error = take_error();
+    Py_CLEAR(g_monitoring);  // tried again next time
+    return false;
+  };
+  PyObject* sys = PyImport_ImportModule("sys");
+  g_monitoring = sys ? PyObject_GetAttrString(sys, "monitoring") : nullptr;
+  Py_XDECREF(sys);
+  g_disable = g_monitoring ? PyObject_GetAttrString(g_monitoring, "DISABLE") : nullptr;
+  if (!g_monitoring || !g_disable) return fail();
+  for (int i = 0; i < kMonFns; ++i) {
+    if (!(g_fns[i] = PyObject_GetAttrString(g_monitoring, g_fn_names[i]))) return fail();
+  }
+  if (!(g_tool_name = PyUnicode_InternFromString("mlflow-profiler"))) return fail();
+  PyObject* events = PyObject_GetAttrString(g_monitoring, "events");
+  if (!events) return fail();
+  for (size_t i = 0; i < kCallbacks; ++i) {
+    g_bits[i] = ev(events, g_names[i]);
+    if (!(g_callbacks[i] = PyCFunction_New(&g_defs[i], nullptr))) {
+      Py_DECREF(events);
+      return fail();
+    }
+  }
+  Py_DECREF(events);
+  kPyStart = g_bits[0], kPyResume = g_bits[1], kPyThrow = g_bits[2], kPyReturn = g_bits[3];
+  kPyUnwind = g_bits[4], kPyYield = g_bits[5], kCall = g_bits[6], kCReturn = g_bits[7], kCRaise = g_bits[8];
+  kGenerator = kPyStart | kPyResume | kPyReturn | kPyYield;
+  kCCalls = kCall | kCReturn | kCRaise;
+  kUnwind = kPyUnwind | kPyThrow;
+  g_watch_extra = compat::request_code_extra_index();
+  return true;
 }
 
 }  // namespace
 
 namespace monitoring {
 
+void prepare() {
+  compat::PendingError pending;
+  std::string ignored;  // acquire tries again, and says why
+  load(&ignored);
+}
+
 bool acquire(std::string* error) {
   compat::PendingError pending;
-  if (!g_monitoring) {
-    PyObject* sys = PyImport_ImportModule("sys");
-    g_monitoring = sys ? PyObject_GetAttrString(sys, "monitoring") : nullptr;
-    Py_XDECREF(sys);
-    g_disable = g_monitoring ? PyObject_GetAttrString(g_monitoring, "DISABLE") : nullptr;
-    if (!g_monitoring || !g_disable) {
-      *error = take_error();
-      return false;
-    }
-    kPyStart = ev("PY_START"), kPyResume = ev("PY_RESUME"), kPyReturn = ev("PY_RETURN");
-    kPyYield = ev("PY_YIELD"), kPyUnwind = ev("PY_UNWIND"), kPyThrow = ev("PY_THROW");
-    kCall = ev("CALL"), kCReturn = ev("C_RETURN"), kCRaise = ev("C_RAISE");
-    kGenerator = kPyStart | kPyResume | kPyReturn | kPyYield;
-    kCCalls = kCall | kCReturn | kCRaise;
-    kUnwind = kPyUnwind | kPyThrow;
-    g_watch_extra = compat::request_code_extra_index();
-  }
+  if (!load(error)) return false;
   if (g_tool >= 0 && !still_ours()) {
     // Another tool freed or cleared our id: our local events went with it.
     g_tool = -1;
@@ -422,10 +519,10 @@ void release(bool force) {
     Py_DECREF(code);
   }
   g_watched.clear();
-  g_global_frames = g_global_c = false;
-  call("set_events", "il", g_tool, 0, nullptr);
-  for (const char* name : g_names) {
-    PyObject* r = PyObject_CallMethod(g_monitoring, "register_callback", "ilO", g_tool, ev(name), Py_None);
+  g_global_frames = g_global_c = g_unwind = false;
+  set_events(0, nullptr);
+  for (long bit : g_bits) {
+    PyObject* r = mon(kRegisterCallback, g_tool, bit, Py_None);
     Py_XDECREF(r);
     PyErr_Clear();
   }
@@ -471,6 +568,23 @@ void watch_generator_code(PyCodeObject* code) { watch(code, kWatchGenerator); }
 void watch_c_calls(PyCodeObject* code) { watch(code, kWatchCCalls); }
 
 void watch_calls(PyCodeObject* code) { watch(code, kWatchCalls); }
+
+namespace monitoring {
+bool returns_watched(PyCodeObject* code) {
+  return g_tool >= 0 && (watch_state(code) & (kWatchReturns | kDisabledBit | kNoReturns)) == kWatchReturns;
+}
+
+bool watch_returns(PyCodeObject* code) {
+  if (!code || g_native_collecting == 0) return false;
+  if (g_tool < 0) {
+    std::string ignored;  // no id for an optimization: the hook stays in
+    if (!monitoring::acquire(&ignored)) return false;
+  }
+  if (watch_state(code) & kNoReturns) return false;
+  watch(code, kWatchReturns);
+  return returns_watched(code);
+}
+}  // namespace monitoring
 
 int tool_id() { return g_tool; }
 

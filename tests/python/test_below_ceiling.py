@@ -305,3 +305,103 @@ def test_a_class_called_often_before_the_session_is_seen_within_the_ceiling(engi
         calls[name] = calls.get(name, 0) + 1
     assert calls.get("Plain.__init__") == 3 and calls.get("Record.__init__") == 3, calls
     assert calls.get("leaf", 0) == (3 if depth >= 2 else 0), calls
+
+
+# --- a frame at the ceiling that makes many calls (3.12+: a "closed ceiling") ---
+
+CLOSES = sys.version_info >= (3, 12)  # after 8 calls its calls reach no hook
+
+
+class Noted:
+    """Its finalizer runs when the frame holding the last reference tears
+    down, after that frame returned: the frame's sibling."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def __del__(self):
+        self.seen.append(leaf(0))
+
+
+def busy(seen, calls, fail=False):
+    keep = Noted(seen)  # noqa: F841 (released in the teardown)
+    total = 0
+    for i in range(calls):
+        total += leaf(i)
+    if fail:
+        raise KeyError(total)
+    return total
+
+
+def busy_then_teardown(calls, fail=False):
+    seen = []
+    for _ in range(3):
+        busy(seen, calls)
+    if fail:
+        try:
+            busy(seen, calls, fail=True)
+        except KeyError:
+            pass
+    return len(seen)
+
+
+def count(session, name):
+    return sum(1 for row in session.to_flat() if row["call_path"].split("/")[-1] == name)
+
+
+@pytest.mark.parametrize("calls", [2, 40])
+@pytest.mark.parametrize("depth", [2, 3])
+def test_finalizers_in_the_teardown_of_a_frame_at_the_ceiling(depth, calls):
+    # At depth 2 `busy` is at the ceiling; with 40 calls its window closes
+    # (3.12+), and its return puts the hook back for the teardown.
+    runs = run_engines(lambda: busy_then_teardown(calls), depth=depth)
+    assert shape(runs["native"]) == shape(runs["reference"])
+    assert count(runs["native"], "Noted.__del__") == 3
+    # the finalizer's call of leaf is at depth 3, busy's too
+    assert count(runs["native"], "leaf") == (0 if depth == 2 else 3 * calls + 3)
+    assert_skipped_agree(runs["native"], runs["reference"])
+
+
+@pytest.mark.parametrize("calls", [2, 40])
+def test_finalizers_in_the_teardown_of_a_frame_at_the_ceiling_that_raised(calls):
+    runs = run_engines(lambda: busy_then_teardown(calls, fail=True), depth=2)
+    # The traceback holds the raising frame and its locals: the finalizer
+    # runs when the handler drops the exception, as a callee of the handler's
+    # frame (the sibling of `busy` again), not in the teardown.
+    assert count(runs["reference"], "Noted.__del__") == 4
+    assert count(runs["native"], "Noted.__del__") == 4
+    assert shape(runs["native"]) == shape(runs["reference"])
+
+
+def fan(n):
+    total = 1
+    for _ in range(10):
+        if n:
+            total += fan(n - 1)
+    return total
+
+
+@pytest.mark.parametrize("depth", [0, 1])
+def test_a_recursive_frame_at_the_ceiling(engine, depth):
+    # fan(3) at the ceiling closes its window; its 1,110 recursive frames
+    # below return through the same code, whose return event is given up.
+    with profiling(depth=depth, engine=engine) as session:
+        first = fan(3)
+        second = fan(3)  # its code's returns given up: the window stays open
+    assert first == second == fan(3) == 1111
+    assert count(session, "fan") == (2 if depth == 0 else 22)
+    assert session.statistics()["dropped"] == 0
+
+
+def test_a_frame_at_the_ceiling_making_many_calls_sends_few_to_the_hook():
+    def root():
+        for i in range(200):
+            leaf(i)
+
+    with profiling(depth=0) as session:
+        root()
+    skipped = session.statistics()["events_skipped"]
+    if CLOSES:
+        assert skipped == 8  # then the calls reach no hook
+    else:
+        assert skipped == 200
