@@ -414,10 +414,10 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   // (no event elsewhere); 3.12+ leaves a generator's runs to sys.monitoring,
   // which counts them where it watches their code.
   const bool count = !generator || (!MLPROF_HAS_MONITORING && mlprof_frame_generator(f) != nullptr);
-  const bool below = code && (MLPROF_HAS_MONITORING || !generator || !current_lanes_keep_hook()) &&
-                     below_every_ceiling(ts, depth, count);
   // 3.11: a suspended span may resume below, so the function stays in there.
-  if (below && !current_lanes_keep_hook()) {
+  const bool keep = !MLPROF_HAS_MONITORING && current_lanes_keep_hook();
+  const bool below = code && (!generator || !keep) && below_every_ceiling(ts, depth, count);
+  if (below && !keep) {
 #if MLPROF_HAS_MONITORING
     if (w.ceiling.frame && w.ceiling.frame == mlprof_current_frame(ts)) {
       return run_under_ceiling(ts, f, throwflag, depth, w);
