@@ -72,7 +72,7 @@ bool refresh_transparent() {
 // frames between the caller whose calls are the roots and this function.
 PyObject* session_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1 || nargs > 2) {
-    PyErr_SetString(PyExc_TypeError, "__enter__(self, levels_above=0)");
+    PyErr_SetString(PyExc_TypeError, "ProfileSession.__enter__() takes self and an optional levels_above");
     return nullptr;
   }
   PyObject* self = args[0];
@@ -107,7 +107,7 @@ PyObject* session_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // exception). Failures and notes are logged by deactivate().
 PyObject* session_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1) {
-    PyErr_SetString(PyExc_TypeError, "__exit__(self, exc_type, exc, tb)");
+    PyErr_SetString(PyExc_TypeError, "ProfileSession.__exit__() takes self and the exception, if any (type, value, traceback)");
     return nullptr;
   }
   PyObject* self = args[0];

@@ -5,6 +5,9 @@
 
 #include "span_api.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <structmember.h>
 
 #include <string>
@@ -310,16 +313,13 @@ bool own_type(PyTypeObject* t) {
   return reinterpret_cast<PyObject*>(t) == g_span_type || reinterpret_cast<PyObject*>(t) == g_block_type;
 }
 
-PyMethodDef* g_own_functions[4] = {};
+std::vector<PyMethodDef*> g_own_functions;  // a few, registered at import
 
 }  // namespace
 
 void add_own_function(PyMethodDef* def) {
-  for (auto& slot : g_own_functions) {
-    if (!slot || slot == def) {
-      slot = def;
-      return;
-    }
+  if (std::find(g_own_functions.begin(), g_own_functions.end(), def) == g_own_functions.end()) {
+    g_own_functions.push_back(def);
   }
 }
 
