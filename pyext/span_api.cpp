@@ -5,12 +5,11 @@
 
 #include "span_api.h"
 
-#include <algorithm>
-#include <vector>
-
 #include <structmember.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "engine.h"
 

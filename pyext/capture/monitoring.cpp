@@ -18,7 +18,8 @@
 // and PY_THROW on once a generator is watched (a generator's throw and its
 // exit by an exception, which cannot be local events; 3.14 reports a close
 // that runs no code only through them), and freed with our local events when
-// the last session ends, so that a program may take that id itself afterwards. Autoprofile keeps it between its
+// the last session ends, so that a program may take that id itself
+// afterwards. Autoprofile keeps it between its
 // sessions (keep_between_sessions), so that sampled requests pay for no
 // switch: local events stay on their code, the callbacks return at once with
 // no session, and a code whose events keep coming with no session is let go
@@ -172,18 +173,21 @@ void watch(PyCodeObject* code, uintptr_t bits) {
   set_watch_state(code, (have | bits) | (state & kNoReturns));
 }
 
+// Counts one more event `code` (in `state`) sent for nothing. True once
+// kIdleLimit is reached: the caller then lets something go.
+bool limit_for_nothing(PyCodeObject* code, uintptr_t state) {
+  const uintptr_t n = (state >> kIdleShift) + 1;
+  if (n >= kIdleLimit) return true;
+  set_watch_state(code, (state & (kWatchAny | kDisabledBit | kNoReturns)) | (n << kIdleShift));
+  return false;
+}
+
 // A PY_RETURN of a code watched for closed ceilings that was not one (its
 // frames run below the ceiling too: a recursion): after kIdleLimit of them
 // its returns are given up, and its frames at the ceiling keep the hook in.
 [[gnu::noinline]] void return_for_nothing(PyCodeObject* code) {
   const uintptr_t state = watch_state(code);
-  if (!(state & kWatchReturns)) return;
-  const uintptr_t idle_events = (state >> kIdleShift) + 1;
-  const uintptr_t kept = state & (kWatchAny | kDisabledBit | kNoReturns);
-  if (idle_events < kIdleLimit) {
-    set_watch_state(code, kept | (idle_events << kIdleShift));
-    return;
-  }
+  if (!(state & kWatchReturns) || !limit_for_nothing(code, state)) return;
   const uintptr_t have = state & kWatchAny & ~kWatchReturns;
   set_local(code, events_of(have));
   set_watch_state(code, have | (state & kDisabledBit) | kNoReturns);
@@ -201,15 +205,10 @@ inline int depth_of(PyThreadState* ts) { return ts->py_recursion_limit - ts->py_
   PyCodeObject* code = as_code(code_obj);
   if (code && local_event && g_watch_extra >= 0) {
     const uintptr_t state = watch_state(code);
-    const uintptr_t watched = state & (kWatchAny | kDisabledBit | kNoReturns);
-    if (watched & (kWatchAny | kDisabledBit)) {
-      const uintptr_t idle_events = (state >> kIdleShift) + 1;
-      if (idle_events >= kIdleLimit) {
-        set_watch_state(code, watched | kDisabledBit);
-        Py_INCREF(g_disable);
-        return g_disable;  // this event at this place stops reaching us
-      }
-      set_watch_state(code, watched | (idle_events << kIdleShift));
+    if ((state & (kWatchAny | kDisabledBit)) && limit_for_nothing(code, state)) {
+      set_watch_state(code, (state & (kWatchAny | kDisabledBit | kNoReturns)) | kDisabledBit);
+      Py_INCREF(g_disable);
+      return g_disable;  // this event at this place stops reaching us
     }
   }
   Py_RETURN_NONE;
