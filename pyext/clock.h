@@ -31,7 +31,7 @@ inline int64_t monotonic_ns() {
 
 extern bool g_use_tsc;
 
-inline int64_t ticks() {
+[[gnu::always_inline]] inline int64_t ticks() {
 #if defined(__x86_64__)
   if (__builtin_expect(g_use_tsc, 1)) return static_cast<int64_t>(__rdtsc());
 #endif

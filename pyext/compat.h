@@ -75,6 +75,24 @@ inline int get_code_extra(PyObject* code, Py_ssize_t index, void** extra) {
   return _PyCode_GetExtra(code, index, extra);
 #endif
 }
+// get_code_extra without the call into the interpreter (two loads on every
+// event of a full capture). The layout is CPython's internal
+// _PyCodeObjectExtra, unchanged since 3.6; the free-threaded build keeps the
+// API (it may synchronize the read).
+inline void* code_extra(PyCodeObject* code, Py_ssize_t index) {
+#ifdef Py_GIL_DISABLED
+  void* extra = nullptr;
+  if (get_code_extra(reinterpret_cast<PyObject*>(code), index, &extra) < 0) PyErr_Clear();
+  return extra;
+#else
+  struct Extra {
+    Py_ssize_t ce_size;
+    void* ce_extras[1];
+  };
+  const auto* e = static_cast<const Extra*>(code->co_extra);
+  return e && index >= 0 && index < e->ce_size ? e->ce_extras[index] : nullptr;
+#endif
+}
 inline int set_code_extra(PyObject* code, Py_ssize_t index, void* extra) {
 #if PY_VERSION_HEX >= 0x030C0000
   return PyUnstable_Code_SetExtra(code, index, extra);

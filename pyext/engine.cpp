@@ -352,7 +352,7 @@ std::string thread_name(PyObject* thread, uint64_t ident) {
   return out;
 }
 
-void refresh(ThreadCache& c, PyThreadState* ts) {
+[[gnu::noinline]] void refresh(ThreadCache& c, PyThreadState* ts) {
   c.current.n = 0;
   if (g_native_collecting > 0) {
     Engine* e = nullptr;
@@ -1013,6 +1013,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.thread_key = thread_key;
   L.context = context;
   Py_XINCREF(context);  // held while collecting: a freed Context's address is reused by new ones
+  L.quick = !opts_.capture_c_calls && opts_.transparent_codes.empty();
   L.soft_cap = opts_.max_events;
   L.hard_cap = opts_.max_events * 2 + 64;
   // 4 KiB: a short session (autoprofile's predict) frees its buffer cheaply;
@@ -1340,6 +1341,50 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   if (io.n) capture_arguments(code, frame, io);
   update_window(cl, pydepth);
   return tracked;
+}
+
+// What on_start does, for a lane whose innermost open entry is the caller and
+// whose code was seen before (its function id is in the code's extra):
+// arrive(), lane_start() and update_window() reduced to what is left of them.
+[[gnu::flatten]] bool quick_start(PyThreadState* ts, PyCodeObject* code, int pydepth) {
+  const CurrentLanes& cl = lanes_now(ts);
+  if (cl.n != 1 || compat::is_generator_code(code)) return false;
+  CaptureLane& L = *cl.lanes[0];
+  if (!L.quick || L.rec.empty() || L.pending_code) return false;
+  const StackEntry& t = L.rec.back();
+  if (t.pydepth != pydepth - 1) return false;  // a new base, or frames that ended unseen
+  const int32_t d = t.depth + 1;
+  if (d > L.ceiling || d <= L.io_ceiling || L.out.events.size() >= L.soft_cap) return false;
+  const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index));
+  if (!v || v == kExtraTransparent) return false;  // interned or transparent on the full path
+  const auto fid = static_cast<uint32_t>((v >> 1) - 1);
+  const auto idx = static_cast<uint32_t>(L.out.events.size());
+  push(L, EventKind::kCall, fid, 0, clock::ticks());
+  L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kFrame, 0, code, false, false});
+  L.last_was_suspend = false;
+  probes::span_enter(L.engine->serial(), L.index, idx, fid, 0, d, 0);
+  return true;
+}
+
+// What on_return does when the lane's innermost entry is the returning frame.
+[[gnu::flatten]] bool quick_return(PyThreadState* ts, PyCodeObject* code, int pydepth, bool exception) {
+  const CurrentLanes& cl = lanes_now(ts);
+  if (cl.n != 1) return false;
+  CaptureLane& L = *cl.lanes[0];
+  if (!L.quick || L.rec.empty()) return false;
+  const StackEntry& e = L.rec.back();
+  if (e.code != code || e.pydepth != pydepth || e.kind != EntryKind::kFrame || e.want_io ||
+      e.call_index == kNoEvent || L.out.events.size() >= L.hard_cap) {
+    return false;
+  }
+  uint8_t flags = exception ? kEvException : 0;
+  if (e.children_dropped) flags |= kEvChildrenDropped;
+  const uint32_t idx = e.call_index;
+  push(L, EventKind::kReturn, 0, flags, clock::ticks());
+  L.rec.pop_back();
+  L.last_was_suspend = false;
+  probes::span_exit(L.engine->serial(), L.index, idx, flags);
+  return true;
 }
 
 void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued) {

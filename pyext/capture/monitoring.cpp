@@ -238,6 +238,10 @@ PyObject* cb_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   if (PyCodeObject* c = as_code(args[0])) {
+    if (g_global_frames) {
+      PyThreadState* ts = compat::tstate();
+      if (quick_start(ts, c, depth_of(ts))) Py_RETURN_NONE;
+    }
     const Described d(c);
     on_start(d.site, c, d.depth, nullptr);
   }
@@ -275,6 +279,10 @@ PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       if (!eval::ceiling_returns(compat::tstate())) return_for_nothing(c);
       Py_RETURN_NONE;
     }
+    if (g_global_frames) {
+      PyThreadState* ts = compat::tstate();
+      if (quick_return(ts, c, depth_of(ts), false)) Py_RETURN_NONE;
+    }
     const Described d(c);
     on_return(d.site, c, d.depth, false, nargs >= 3 ? args[2] : nullptr);
   }
@@ -284,7 +292,12 @@ PyObject* cb_unwind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
   if (nargs >= 1 && g_native_collecting) {
     if (PyCodeObject* c = as_code(args[0])) {
-      if (!g_global_frames) eval::ceiling_returns(compat::tstate());
+      if (!g_global_frames) {
+        eval::ceiling_returns(compat::tstate());
+      } else {
+        PyThreadState* ts = compat::tstate();
+        if (quick_return(ts, c, depth_of(ts), true)) Py_RETURN_NONE;
+      }
       const Described d(c);
       on_return(d.site, c, d.depth, true, nullptr);
     }
@@ -344,15 +357,33 @@ PyObject* cb_c_raise(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-#define MLPROF_CB(name) \
-  {#name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(name)), METH_FASTCALL, nullptr}
-PyMethodDef g_defs[] = {MLPROF_CB(cb_start),  MLPROF_CB(cb_resume),   MLPROF_CB(cb_throw),
-                        MLPROF_CB(cb_return), MLPROF_CB(cb_unwind),   MLPROF_CB(cb_yield),
-                        MLPROF_CB(cb_call),   MLPROF_CB(cb_c_return), MLPROF_CB(cb_c_raise)};
-#undef MLPROF_CB
-constexpr size_t kCallbacks = sizeof(g_defs) / sizeof(g_defs[0]);
-// Event names in sys.monitoring.events, in g_defs order; their bits and our
-// callback objects, made once.
+// Our callback objects: called by sys.monitoring through vectorcall straight
+// into the function above. A builtin function object would pass each event
+// through cfunction_vectorcall_FASTCALL first (its C recursion check: ~20
+// instructions an event, 5% of a full capture's cost on 3.12).
+using Fn = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);
+struct Callback {
+  PyObject_HEAD
+  vectorcallfunc call;
+};
+template <Fn F>
+PyObject* vectorcall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {
+  return F(nullptr, args, PyVectorcall_NARGS(nargsf));
+}
+PyMemberDef g_callback_members[] = {
+    {"__vectorcalloffset__", Py_T_PYSSIZET, offsetof(Callback, call), Py_READONLY, nullptr}, {}};
+PyType_Slot g_callback_slots[] = {{Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+                                  {Py_tp_members, g_callback_members},
+                                  {0, nullptr}};
+PyType_Spec g_callback_spec = {"mlflow_profiler._core.MonitoringCallback", sizeof(Callback), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL, g_callback_slots};
+
+constexpr vectorcallfunc g_fns_by_event[] = {
+    vectorcall<cb_start>,  vectorcall<cb_resume>, vectorcall<cb_throw>,   vectorcall<cb_return>, vectorcall<cb_unwind>,
+    vectorcall<cb_yield>,  vectorcall<cb_call>,   vectorcall<cb_c_return>, vectorcall<cb_c_raise>};
+constexpr size_t kCallbacks = sizeof(g_fns_by_event) / sizeof(g_fns_by_event[0]);
+// Event names in sys.monitoring.events, in g_fns_by_event order; their bits
+// and our callback objects, made once.
 const char* g_names[kCallbacks] = {"PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_UNWIND",
                                    "PY_YIELD", "CALL",      "C_RETURN", "C_RAISE"};
 long g_bits[kCallbacks] = {};
@@ -460,14 +491,20 @@ bool load(std::string* error) {
   if (!(g_tool_name = PyUnicode_InternFromString("mlflow-profiler"))) return fail();
   PyObject* events = PyObject_GetAttrString(g_monitoring, "events");
   if (!events) return fail();
+  for (size_t i = 0; i < kCallbacks; ++i) g_bits[i] = ev(events, g_names[i]);
+  Py_DECREF(events);
+  PyObject* type = PyType_FromSpec(&g_callback_spec);
+  if (!type) return fail();
   for (size_t i = 0; i < kCallbacks; ++i) {
-    g_bits[i] = ev(events, g_names[i]);
-    if (!(g_callbacks[i] = PyCFunction_New(&g_defs[i], nullptr))) {
-      Py_DECREF(events);
+    auto* cb = PyObject_New(Callback, reinterpret_cast<PyTypeObject*>(type));
+    if (!cb) {
+      Py_DECREF(type);
       return fail();
     }
+    cb->call = g_fns_by_event[i];
+    g_callbacks[i] = reinterpret_cast<PyObject*>(cb);
   }
-  Py_DECREF(events);
+  Py_DECREF(type);  // each callback holds its (heap) type
   kPyStart = g_bits[0], kPyResume = g_bits[1], kPyThrow = g_bits[2], kPyReturn = g_bits[3];
   kPyUnwind = g_bits[4], kPyYield = g_bits[5], kCall = g_bits[6], kCReturn = g_bits[7], kCRaise = g_bits[8];
   kGenerator = kPyStart | kPyResume | kPyReturn | kPyYield;
