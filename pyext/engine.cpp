@@ -1013,7 +1013,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.thread_key = thread_key;
   L.context = context;
   Py_XINCREF(context);  // held while collecting: a freed Context's address is reused by new ones
-  L.quick = !opts_.capture_c_calls && opts_.transparent_codes.empty();
+  L.quick = !opts_.capture_c_calls;
   L.soft_cap = opts_.max_events;
   L.hard_cap = opts_.max_events * 2 + 64;
   // 4 KiB: a short session (autoprofile's predict) frees its buffer cheaply;
@@ -1346,7 +1346,8 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
 // What on_start does, for a lane whose innermost open entry is the caller and
 // whose code was seen before (its function id is in the code's extra):
 // arrive(), lane_start() and update_window() reduced to what is left of them.
-[[gnu::flatten]] bool quick_start(PyThreadState* ts, PyCodeObject* code, int pydepth) {
+[[gnu::flatten]] bool quick_start(PyThreadState* ts, PyCodeObject* code, int pydepth, bool windowed,
+                                  bool* at_ceiling) {
   const CurrentLanes& cl = lanes_now(ts);
   if (cl.n != 1 || compat::is_generator_code(code)) return false;
   CaptureLane& L = *cl.lanes[0];
@@ -1356,13 +1357,17 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   const int32_t d = t.depth + 1;
   if (d > L.ceiling || d <= L.io_ceiling || L.out.events.size() >= L.soft_cap) return false;
   const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index));
-  if (!v || v == kExtraTransparent) return false;  // interned or transparent on the full path
+  if (!v || v == kExtraTransparent || session_transparent(L, code)) return false;  // the full path interns or hides it
   const auto fid = static_cast<uint32_t>((v >> 1) - 1);
   const auto idx = static_cast<uint32_t>(L.out.events.size());
   push(L, EventKind::kCall, fid, 0, clock::ticks());
   L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kFrame, 0, code, false, false});
   L.last_was_suspend = false;
   probes::span_enter(L.engine->serial(), L.index, idx, fid, 0, d, 0);
+  if constexpr (capture::kUnspecializeCalls) {
+    if (windowed && d < L.ceiling) capture::watch_calls(code);
+  }
+  if (at_ceiling) *at_ceiling = d >= L.ceiling;
   return true;
 }
 
@@ -1371,7 +1376,7 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   const CurrentLanes& cl = lanes_now(ts);
   if (cl.n != 1) return false;
   CaptureLane& L = *cl.lanes[0];
-  if (!L.quick || L.rec.empty()) return false;
+  if (!L.quick || L.rec.size() < 2) return false;  // the last entry: the window may close
   const StackEntry& e = L.rec.back();
   if (e.code != code || e.pydepth != pydepth || e.kind != EntryKind::kFrame || e.want_io ||
       e.call_index == kNoEvent || L.out.events.size() >= L.hard_cap) {

@@ -88,7 +88,7 @@ struct CaptureLane {
   int32_t base_pydepth = 0;
   bool base_known = false;
   bool thread_lane = false;  // a thread bound by all_threads (not the session's own thread)
-  bool quick = false;  // quick_start/quick_return may serve it (no C calls, no transparent codes)
+  bool quick = false;  // quick_start/quick_return may serve it (no C calls wanted)
   bool truncated = false;
   uint64_t skipped = 0;  // frame events below the ceiling that reached the engine
   std::vector<Suspended> suspended;  // segments detached by a yield, by generator
@@ -293,13 +293,18 @@ void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject*
 // retval: the return value (borrowed; null on an exception or when unknown).
 void on_return(const Site& site, PyCodeObject* code, int pydepth, bool exception, PyObject* retval);
 void on_yield(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame);
-// The common events of a mechanism that reports every frame (3.12+ global
-// events at depth -1, the profile function), tried before on_start and
-// on_return: one lane on the thread, a plain frame called by the lane's
-// innermost open entry (or that entry's return), nothing else to decide. True
+// The common frame events, tried before on_start and on_return: one lane on
+// the thread, a plain frame called by the lane's innermost open entry (or
+// that entry's return, not the lane's last), nothing else to decide. True
 // when done; false, having changed nothing, when the full call must follow.
-// `ts`: this thread's state. Not for mechanisms that report only some frames.
-bool quick_start(PyThreadState* ts, PyCodeObject* code, int pydepth);
+// `ts`: this thread's state. `windowed`: reported by the frame evaluation
+// function (capture/eval_frame.cpp), which keeps its window open around them
+// itself; `at_ceiling` (if given) is set to whether the frame's callees are
+// below the lane's ceiling.
+// Callers flatten themselves (gnu::flatten, the full path noinline), so that
+// link-time optimization, which the wheel's build uses, inlines these.
+bool quick_start(PyThreadState* ts, PyCodeObject* code, int pydepth, bool windowed = false,
+                 bool* at_ceiling = nullptr);
 bool quick_return(PyThreadState* ts, PyCodeObject* code, int pydepth, bool exception);
 void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller, int pydepth);  // caller: skip our own frames
 void on_c_return(const Site& site, PyObject* callable, int pydepth, bool exception);

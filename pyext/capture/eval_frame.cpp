@@ -289,12 +289,14 @@ PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, in
 }
 
 // Runs a recorded frame; at the ceiling it becomes the thread's Ceiling.
+// `at_ceiling`: whether its callees are below every ceiling of the thread,
+// if known (-1: not known).
 inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag,
-                              int depth) {
+                              int depth, int at_ceiling = -1) {
   WindowFlag& w = window_flag();
   const Ceiling outer = w.ceiling;
   w.ceiling = Ceiling{};
-  if (below_every_ceiling(ts, depth + 1, false)) {
+  if (at_ceiling < 0 ? below_every_ceiling(ts, depth + 1, false) : at_ceiling) {
     w.ceiling.frame = f;
     w.ceiling.closed = monitoring::returns_watched(code);  // seen making many calls before
   }
@@ -304,19 +306,47 @@ inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, 
 }
 #else
 inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject*, int throwflag,
-                              int depth) {
+                              int depth, int = -1) {
   return run(ts, f, throwflag, depth);
 }
 #endif
 
-PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag) {
-  const int depth = depth_of_new_frame(ts);
-  const HookFrame hf{0, f};
+[[gnu::noinline]] void return_in_full(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
+                                      int depth, PyObject* result) {
+  report(ts, HookFrame{0, f}, [&](const Site& site) { on_return(site, code, depth, result == nullptr, result); });
+}
+
+// A plain frame through the engine's full path (on_start, on_return).
+[[gnu::noinline]] PyObject* run_plain_in_full(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
+                                              int throwflag, int depth) {
   bool tracked = false;
-  report(ts, hf, [&](const Site& site) { tracked = on_start(site, code, depth, nullptr); });
+  report(ts, HookFrame{0, f}, [&](const Site& site) { tracked = on_start(site, code, depth, nullptr); });
   if (!tracked) return run_below(ts, f, throwflag, depth, window_flag());
   PyObject* result = run_recorded(ts, f, code, throwflag, depth);
-  report(ts, hf, [&](const Site& site) { on_return(site, code, depth, result == nullptr, result); });
+  return_in_full(ts, f, code, depth, result);
+  return result;
+}
+
+// Flattened: the engine's quick path is inlined here.
+[[gnu::flatten]] PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
+                                     int throwflag) {
+  const int depth = depth_of_new_frame(ts);
+  PyObject* result;
+  bool at_ceiling = false;
+  if (quick_start(ts, code, depth, true, &at_ceiling)) {
+    // The common case: no Python code runs in the events, so no report().
+    g_events += 2;
+    result = run_recorded(ts, f, code, throwflag, depth, at_ceiling);
+    if (quick_return(ts, code, depth, result == nullptr)) {
+      // The caller's callees are within the ceiling: its window is open
+      // (again, if this frame closed it at the ceiling and left by an exception).
+      set_window(window_flag(), ts, true);
+    } else {
+      return_in_full(ts, f, code, depth, result);
+    }
+  } else {
+    result = run_plain_in_full(ts, f, code, throwflag, depth);
+  }
   if (g_ours && _PyInterpreterState_GetEvalFrameFunc(ts->interp) != eval_frame) {
     compat::PendingError pending;
     sync_hook(ts);  // another tool (torch.compile) replaced the function while this frame ran

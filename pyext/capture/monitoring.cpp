@@ -232,8 +232,19 @@ struct Plain {
   int depth = depth_of(site.ts);
 };
 
-// Callbacks (METH_FASTCALL). They never raise.
-PyObject* cb_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// The full path of PY_START and PY_RETURN, apart: cb_start and cb_return
+// are flattened, and only the quick path belongs inlined in them.
+[[gnu::noinline]] void start_in_full(PyCodeObject* c) {
+  const Described d(c);
+  on_start(d.site, c, d.depth, nullptr);
+}
+[[gnu::noinline]] void return_in_full(PyCodeObject* c, PyObject* retval) {
+  const Described d(c);
+  on_return(d.site, c, d.depth, false, retval);
+}
+
+// Callbacks (called by vectorcall, below). They never raise.
+[[gnu::flatten]] PyObject* cb_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
   if (nargs < 1) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
@@ -242,8 +253,7 @@ PyObject* cb_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       PyThreadState* ts = compat::tstate();
       if (quick_start(ts, c, depth_of(ts))) Py_RETURN_NONE;
     }
-    const Described d(c);
-    on_start(d.site, c, d.depth, nullptr);
+    start_in_full(c);
   }
   Py_RETURN_NONE;
 }
@@ -267,7 +277,7 @@ PyObject* cb_throw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // a t
   }
   Py_RETURN_NONE;
 }
-PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+[[gnu::flatten]] PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
   if (nargs < 1) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
@@ -283,8 +293,7 @@ PyObject* cb_return(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       PyThreadState* ts = compat::tstate();
       if (quick_return(ts, c, depth_of(ts), false)) Py_RETURN_NONE;
     }
-    const Described d(c);
-    on_return(d.site, c, d.depth, false, nargs >= 3 ? args[2] : nullptr);
+    return_in_full(c, nargs >= 3 ? args[2] : nullptr);
   }
   Py_RETURN_NONE;
 }

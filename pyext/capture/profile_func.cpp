@@ -40,6 +40,23 @@ inline bool generator_continues(PyFrameObject* frame, PyCodeObject* code) {
 #endif
 }
 
+// A plain frame's start and end: the quick path inlined (flatten), the full
+// one apart.
+[[gnu::noinline]] void start_in_full(PyThreadState* ts, PyCodeObject* code, int depth, PyFrameObject* frame) {
+  on_start(Site{ts}, code, depth, frame);
+}
+[[gnu::noinline]] void return_in_full(PyThreadState* ts, PyCodeObject* code, int depth, PyObject* retval) {
+  on_return(Site{ts}, code, depth, retval == nullptr, retval);  // the return value, null on an exception
+}
+[[gnu::flatten]] void report_start(PyCodeObject* code, int depth, PyFrameObject* frame) {
+  PyThreadState* ts = compat::tstate();
+  if (!quick_start(ts, code, depth)) start_in_full(ts, code, depth, frame);
+}
+[[gnu::flatten]] void report_return(PyCodeObject* code, int depth, PyObject* retval) {
+  PyThreadState* ts = compat::tstate();
+  if (!quick_return(ts, code, depth, retval == nullptr)) return_in_full(ts, code, depth, retval);
+}
+
 int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   ThreadHook& h = t_hook;
   if (h.prev_func) {
@@ -59,7 +76,7 @@ int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
       if (compat::is_generator_code(code)) {
         on_resume(site(), code, depth, frame, generator_continues(frame, code));
       } else {
-        on_start(site(), code, depth, frame);
+        report_start(code, depth, frame);
       }
       break;
     }
@@ -69,7 +86,7 @@ int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
       if (compat::is_generator_code(code) && compat::frame_is_suspending(frame)) {
         on_yield(site(), code, depth, frame);
       } else {
-        on_return(site(), code, depth, arg == nullptr, arg);  // arg: the return value, null on an exception
+        report_return(code, depth, arg);  // arg: the return value, null on an exception
       }
       break;
     }

@@ -131,7 +131,35 @@ def p_offload():
     t.join()
 
 
-PROGRAMS = [p_recursion, p_generators, p_labels_and_blocks, p_exceptions, p_library, p_asyncio]
+def busy_then_raise(n):
+    for i in range(n):
+        leaf(i)
+    raise KeyError(n)
+
+
+def catches(n):
+    try:
+        busy_then_raise(n)
+    except KeyError:
+        pass
+    return leaf(n) + leaf(n + 1)
+
+
+def p_calls_after_a_raise():
+    # A frame that makes many calls (3.12+: at the ceiling its window closes
+    # after 8) and leaves by an exception: its caller's later calls are still
+    # within the ceiling and recorded (the engine's quick path reopens it).
+    for n in (3, 12, 40):
+        catches(n)
+        try:
+            busy_then_raise(n)
+        except KeyError:
+            pass
+        leaf(n)
+
+
+PROGRAMS = [p_recursion, p_generators, p_labels_and_blocks, p_exceptions, p_library, p_asyncio,
+            p_calls_after_a_raise]
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.__name__)
