@@ -937,6 +937,15 @@ const char* Engine::hook_name() const {
   return state_ == State::kIdle || mechanism_.empty() ? capture::name() : mechanism_.c_str();
 }
 
+bool Engine::records_only_here() const {
+  const uint64_t here = thread_key();
+  if (start_thread_ != here || !resumed_in_.empty()) return false;
+  for (const auto& L : lanes_) {
+    if (L->thread_key != here) return false;
+  }
+  return true;
+}
+
 void Engine::note(const std::string& what) {
   for (const auto& n : notes_) {
     if (n == what) return;
@@ -1103,6 +1112,7 @@ void Engine::start(PyObject* session, int levels_above) {
   ++g_native_collecting;
   ++g_generation;
   state_ = State::kCollecting;
+  note_entering_frame(levels_above);  // before install: 3.11 picks its mechanism by it
   const bool installed = binder_ok && capture::install(this, &error);
   mechanism_ = capture::name();
   // The origin lane: the frame that entered the session is its depth -1.
@@ -1119,23 +1129,42 @@ void Engine::start(PyObject* session, int levels_above) {
 #endif
 }
 
-void Engine::note_running_frames(int levels_above) {
-  // The frame that entered the session: when it is a coroutine's or a
-  // generator's (`async with profiling()`), its resumes move the origin lane.
 #if MLPROF_HAS_EVAL_HOOK
+namespace {
+// The frame that entered the session (no frame object made).
+struct _PyInterpreterFrame* entering_frame(int levels_above) {
   auto python = [](struct _PyInterpreterFrame* f) {  // past the shims of C-to-Python calls
     while (f && !mlprof_frame_is_python(f)) f = mlprof_frame_previous(f);
     return f;
   };
-  struct _PyInterpreterFrame* f = python(mlprof_current_frame(compat::tstate()));  // no frame object made
+  struct _PyInterpreterFrame* f = python(mlprof_current_frame(compat::tstate()));
   for (int i = 0; i < levels_above && f; ++i) f = python(mlprof_frame_previous(f));
+  return f;
+}
+}  // namespace
+#endif
+
+void Engine::note_entering_frame(int levels_above) {
+  // When it is a coroutine's or a generator's (`async with profiling()`),
+  // its resumes move the origin lane.
+#if MLPROF_HAS_EVAL_HOOK
+  struct _PyInterpreterFrame* f = entering_frame(levels_above);
   if (f && mlprof_frame_code(f)) entering_generator_ = reinterpret_cast<uintptr_t>(mlprof_frame_generator(f));
-  // Its C calls are roots (lane_start watches those of the frames it records).
-  if (f && opts_.capture_c_calls) capture::watch_c_calls(mlprof_frame_code(f));
 #else
   PyFrameObject* f = PyEval_GetFrame();  // borrowed; 3.9/3.10 frames always have one
   for (int i = 0; i < levels_above && f; ++i) f = f->f_back;
   if (f && compat::is_generator_code(compat::frame_code(f))) entering_generator_ = compat::frame_generator(f);
+#endif
+}
+
+void Engine::note_running_frames(int levels_above) {
+#if MLPROF_HAS_EVAL_HOOK
+  // The entering frame's C calls are roots (lane_start watches those of the
+  // frames it records).
+  struct _PyInterpreterFrame* f = entering_frame(levels_above);
+  if (f && opts_.capture_c_calls) capture::watch_c_calls(mlprof_frame_code(f));
+#else
+  (void)levels_above;
 #endif
 }
 

@@ -182,6 +182,8 @@ class Engine {
   // lane that is open now, whenever the new thread gets to run.
   void note_thread_start(PyObject* thread);
   void fail(const std::string& why);  // disables capture, remembers why
+  // Every lane of the session is on the calling thread (it started here).
+  bool records_only_here() const;
   struct GenLabel {
     uint32_t label;
     PyObject* code;
@@ -194,6 +196,7 @@ class Engine {
  private:
   CaptureLane* new_lane(uint64_t thread_key, PyObject* context);
   void adopt_thread_origin(CaptureLane& L, PyObject* thread);
+  void note_entering_frame(int levels_above);
   void note_running_frames(int levels_above);
 
   EngineOptions opts_;

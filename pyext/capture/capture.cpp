@@ -109,17 +109,40 @@ void init() {}
 bool every_frame_reported() { return g_profile_mode; }
 
 void eval_lost(const std::string& why) {
-  if (g_users == 0) return;
-  // The frames those sessions would record from here on go unseen: they stop
-  // recording rather than give a partial tree.
-  for (Engine* e : collecting_engines()) e->fail(why);
+  if (g_users == 0 || g_profile_mode) return;
+  // The profile function takes over on this thread (3.12+ has sys.monitoring
+  // for all threads). Sessions with lanes on other threads, whose frames
+  // from here on would go unseen there, stop recording rather than give a
+  // partial tree.
+  std::vector<Engine*> here;
+  int installs = 0;
+  for (Engine* e : collecting_engines()) {
+    if (e->records_only_here()) {
+      here.push_back(e);
+      installs += !e->options().capture_c_calls;  // those installed it already
+    } else {
+      e->fail(why);
+    }
+  }
+  if (here.empty()) return;
+  for (Engine* e : here) e->note(why + "; the profile function reports every frame from then on");
+  g_profile_mode = true;
+  profile_func::take_over(installs, eval::frame_depth());
 }
 
 const char* name() { return g_profile_mode ? "setprofile" : "eval_frame"; }
 
 bool install(Engine* engine, std::string* /*error*/) {
   const EngineOptions& o = engine->options();
-  if (g_users == 0) g_profile_mode = o.depth < 0 || !eval::available();
+  // Unlimited depth uses the hook too (about half the instructions of the
+  // profile function a call: bench/RESULTS.md), with the profile function
+  // taking over if the C stack guard steps aside. Not with all_threads (a
+  // deep worker could not be taken over from its own thread), nor in a
+  // session entered by a coroutine or generator (the tasks it starts run
+  // from the event loop, above it, where no window is open).
+  if (g_users == 0) {
+    g_profile_mode = (o.depth < 0 && (o.all_threads || engine->entering_generator_)) || !eval::available();
+  }
   if (g_profile_mode) {
     profile_func::install_here(true);
   } else if (o.capture_c_calls) {

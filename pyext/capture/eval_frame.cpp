@@ -311,8 +311,13 @@ inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, 
 }
 #endif
 
+// 3.11: the profile function took over every frame while this one ran (the
+// C stack guard stepped aside) and has reported its end already.
+inline bool taken_over() { return !MLPROF_HAS_MONITORING && every_frame_reported(); }
+
 [[gnu::noinline]] void return_in_full(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
                                       int depth, PyObject* result) {
+  if (taken_over()) return;
   report(ts, HookFrame{0, f}, [&](const Site& site) { on_return(site, code, depth, result == nullptr, result); });
 }
 
@@ -404,7 +409,9 @@ PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCode
     report(ts, hf, [&](const Site& site) { on_resume(site, code, depth, nullptr, true); });
   }
   PyObject* result = run(ts, f, throwflag, depth);
-  if (!result) {
+  if (taken_over()) {
+    // reported by the profile function
+  } else if (!result) {
     report(ts, hf, [&](const Site& site) { on_return(site, code, depth, true, nullptr); });
   } else if (mlprof_generator_state(gen) < 0) {  // suspended: a yield or an await
     report(ts, hf, [&](const Site& site) { on_yield(site, code, depth, nullptr); });

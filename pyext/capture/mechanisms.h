@@ -61,6 +61,10 @@ namespace profile_func {  // profile_func.cpp, 3.9-3.11
 // before it). all_events false: C calls only (3.11 with capture_c_calls).
 void install_here(bool all_events);
 void uninstall_here();
+// 3.11: the profile function takes over every frame on this thread from the
+// frame evaluation function, for `sessions` more sessions (each uninstalls
+// it once), counting frame depth on from `depth` (the hook's current one).
+void take_over(int sessions, int depth);
 int frame_depth();  // 3.9/3.10: calls minus returns seen on this thread
 }  // namespace profile_func
 

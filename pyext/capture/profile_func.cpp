@@ -137,6 +137,13 @@ void uninstall_here() {
   h.installed = false;
 }
 
+void take_over(int sessions, int depth) {
+  ThreadHook& h = t_hook;
+  h.depth = depth;
+  for (int i = 0; i < sessions; ++i) install_here(true);
+  h.all_events = true;  // a C-calls-only install of a session running already reports frames too
+}
+
 int frame_depth() { return t_hook.depth; }
 
 }  // namespace profile_func

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import json
 import sys
 import threading
@@ -229,3 +230,45 @@ def test_same_threads_for_work_handed_to_other_threads(depth):
     if depth == 1:
         assert shape(out["native"]) == shape(out["reference"])
 
+
+
+def down(k):
+    if k == 0:
+        return [leaf(i) for i in range(3)]
+    return down(k - 1)
+
+
+def p_deep_then_more():
+    # 5,000 deep: on 3.11 at depth -1 the frame evaluation function steps
+    # aside (a quarter of the C stack used, about 3,000 frames) and the
+    # profile function takes over mid-recursion; the frames that started
+    # before it end after it, and calls follow.
+    down(5_000)
+    catches(12)
+    list(gen(3))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9/3.10: every Python call is a C recursion")
+def test_same_tree_across_a_takeover():
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(6_000)
+    # No collection inside: it would finalize the test runner's generators
+    # wherever it happens to run, not at the same place under both engines.
+    gc.collect()
+    gc.disable()
+    try:
+        out = run_engines(p_deep_then_more, depth=-1)
+    finally:
+        gc.enable()
+        sys.setrecursionlimit(limit)
+    native, reference = out["native"], out["reference"]
+    assert native.statistics()["failures"] == []
+    if sys.version_info[:2] == (3, 11):
+        assert any("the profile function reports every frame" in n for n in native.statistics()["notes"])
+    rows = [[(s.label, s.depth, s.parent_index, s.flags) for s in session.spans] for session in (native, reference)]
+    assert len(rows[0]) > 5_000
+    assert rows[0] == rows[1]
+    for s in native.spans:
+        if s.parent_index is not None and s.parent_index >= 0:
+            p = native.spans[s.parent_index]
+            assert p.start_ns <= s.start_ns and s.end_ns <= p.end_ns
