@@ -775,6 +775,15 @@ inline bool lane_in_window(const CaptureLane& L, int32_t current) {
   // frames), unless this is a bound thread whose target has returned.
   if (L.rec.empty()) return !(L.thread_lane && !L.out.events.empty());
   const StackEntry& t = L.rec.back();
+#if MLPROF_HAS_MONITORING
+  // A generator or coroutine running at the ceiling: sys.monitoring, not the
+  // window, reports its own yield, return or unwind (after which its caller's
+  // window opens again), and what it calls is below every ceiling here, so
+  // its window is closed: each of its calls would otherwise pass the frame
+  // evaluation function only to take it out (docs/capture.md, "Closed
+  // ceilings").
+  if (t.depth == L.ceiling && t.pydepth == current && t.kind == EntryKind::kFrame && t.key) return false;
+#endif
   return t.pydepth >= current && t.depth <= L.ceiling;
 }
 
