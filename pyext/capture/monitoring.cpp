@@ -91,12 +91,8 @@ constexpr uintptr_t kIdleLimit = 256;  // events for nothing before a code is le
 uintptr_t g_claim = 0;                 // bumped at each claim of a tool id
 
 inline uintptr_t watch_state(PyCodeObject* code) {
-  void* extra = nullptr;
-  if (g_watch_extra < 0 || compat::get_code_extra(reinterpret_cast<PyObject*>(code), g_watch_extra, &extra) < 0) {
-    PyErr_Clear();
-    return 0;
-  }
-  const auto v = reinterpret_cast<uintptr_t>(extra);
+  if (g_watch_extra < 0) return 0;
+  const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(code, g_watch_extra));
   return ((v & kClaimMask) >> kClaimShift) == (g_claim & 0xff) ? v : 0;  // an older claim's events are gone
 }
 inline void set_watch_state(PyCodeObject* code, uintptr_t v) {
