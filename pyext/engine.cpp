@@ -1322,18 +1322,15 @@ inline void update_window(const CurrentLanes& cl, int32_t current) {
 #endif
 }}  // namespace
 
-bool current_lanes_want_callees(PyThreadState* ts) {
-  if (current_lanes_keep_hook()) return true;
-  const CurrentLanes& cl = lanes_now(ts);
-  const int32_t current = cl.n ? capture::frame_depth(ts) : 0;
+namespace {
+inline bool lanes_want_callees(const CurrentLanes& cl, int32_t current) {
   for (int i = 0; i < cl.n; ++i) {
     if (lane_in_window(*cl.lanes[i], current)) return true;
   }
   return false;
 }
 
-bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count) {
-  const CurrentLanes& cl = lanes_now(ts);
+inline bool lanes_below(const CurrentLanes& cl, int pydepth, bool count) {
   for (int i = 0; i < cl.n; ++i) {
     const CaptureLane& L = *cl.lanes[i];
     if (L.truncated) continue;
@@ -1346,6 +1343,21 @@ bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count) {
     for (int i = 0; i < cl.n; ++i) ++cl.lanes[i]->skipped;
   }
   return true;
+}
+}  // namespace
+
+bool current_lanes_want_callees(PyThreadState* ts) {
+  if (current_lanes_keep_hook()) return true;
+  const CurrentLanes& cl = lanes_now(ts);
+  return cl.n && lanes_want_callees(cl, capture::frame_depth(ts));
+}
+
+bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count) { return lanes_below(lanes_now(ts), pydepth, count); }
+
+Callee classify_callee(PyThreadState* ts, int current, int pydepth, bool ask_below, bool count) {
+  const CurrentLanes& cl = lanes_now(ts);
+  if (!current_lanes_keep_hook() && !lanes_want_callees(cl, current)) return Callee::kNotWanted;
+  return ask_below && lanes_below(cl, pydepth, count) ? Callee::kBelow : Callee::kWithin;
 }
 
 uint64_t lanes_generation() { return g_generation; }

@@ -323,6 +323,12 @@ bool current_lanes_want_callees(PyThreadState* ts = compat::tstate());
 // `count`: a frame start (not a generator's creation call, which runs no
 // code of it and is no event elsewhere).
 bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count = true);
+// Both questions at once, for the frame evaluation function's every frame:
+// kNotWanted (current_lanes_want_callees is false for frames at `current`),
+// else kBelow (below_every_ceiling(ts, pydepth, count), asked only if
+// `ask_below`) or kWithin.
+enum class Callee { kNotWanted, kBelow, kWithin };
+Callee classify_callee(PyThreadState* ts, int current, int pydepth, bool ask_below, bool count);
 // Changes whenever sessions start, stop, pause or resume anywhere.
 uint64_t lanes_generation();
 // 3.11: whether this thread's lanes want the hook even through frames they do

@@ -437,14 +437,7 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
     if (!g_aside && c_stack_at_risk(ts, &why)) step_aside(why);
     return pass_through(ts, f, throwflag);
   }
-  // This thread's context may have changed since its last event.
-  if (!current_lanes_want_callees(ts)) {
-    set_window(w, ts, false);
-    return pass_through(ts, f, throwflag);
-  }
   PyCodeObject* code = mlprof_frame_code(f);
-  // The common case at the ceiling: a frame that would be below it everywhere
-  // (3.11: not a generator's run while a suspended span may be resumed by it).
   const int depth = depth_of_new_frame(ts);
   const bool generator = code && compat::is_generator_code(code);
   // Counted as skipped: a frame's start, not a generator's creation call
@@ -453,7 +446,16 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   const bool count = !generator || (!MLPROF_HAS_MONITORING && mlprof_frame_generator(f) != nullptr);
   // 3.11: a suspended span may resume below, so the function stays in there.
   const bool keep = !MLPROF_HAS_MONITORING && current_lanes_keep_hook();
-  const bool below = code && (!generator || !keep) && below_every_ceiling(ts, depth, count);
+  // Whether this thread (its context may have changed since its last event)
+  // wants the callees of its current frame and, the common case at the
+  // ceiling, whether this one would be below it everywhere (3.11: not a
+  // generator's run while a suspended span may be resumed by it).
+  const Callee callee = classify_callee(ts, frame_depth(ts), depth, code && (!generator || !keep), count);
+  if (callee == Callee::kNotWanted) {
+    set_window(w, ts, false);
+    return pass_through(ts, f, throwflag);
+  }
+  const bool below = callee == Callee::kBelow;
   if (below && !keep) {
 #if MLPROF_HAS_MONITORING
     if (w.ceiling.frame && w.ceiling.frame == mlprof_current_frame(ts)) {
