@@ -353,6 +353,9 @@ std::string thread_name(PyObject* thread, uint64_t ident) {
 }
 
 [[gnu::noinline]] void refresh(ThreadCache& c, PyThreadState* ts) {
+  // The frame evaluation function asks with an exception pending (one being
+  // thrown into a generator); a new lane's thread name lookup would clear it.
+  compat::PendingError pending;
   c.current.n = 0;
   if (g_native_collecting > 0) {
     Engine* e = nullptr;
