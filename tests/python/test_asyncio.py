@@ -214,3 +214,28 @@ def test_async_generator_closed_early(engine):
     assert "exception" in gen["flags"] and "generator" in gen["flags"]  # closed by GeneratorExit
     assert gen["end_ns"] <= roots[1]["start_ns"]
     assert [c["label"] for c in gen["children"]] == ["own_work", "sleep", "own_work"]
+
+
+@pytest.mark.parametrize("depth", [2, -1])
+def test_async_generator_finalized_at_loop_shutdown(engine, depth):
+    # asyncio.run closes the unfinished async generator at shutdown (aclose:
+    # GeneratorExit thrown into its frame). A profiler lookup made while that
+    # exception is pending must not clear it (3.11 at depth -1 did: the loop
+    # reported "error return without exception set"; CPython's
+    # test_asyncgen test_async_gen_asyncio_shutdown_02).
+    messages = []
+
+    async def numbers():
+        yield 1
+        yield 2
+
+    it = numbers()
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: messages.append(context))
+        async for _ in it:
+            break
+
+    with profiling(depth=depth, engine=engine):
+        asyncio.run(main())
+    assert messages == []
