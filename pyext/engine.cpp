@@ -44,6 +44,10 @@ PathRules& path_rules() {
 }
 constexpr uintptr_t kExtraTransparent = 1;
 constexpr uint32_t kTransparent = UINT32_MAX;
+// A code's extra slot (g_extra_index): 0 not seen yet, kExtraTransparent, or
+// its function id, encoded by these two.
+constexpr uintptr_t extra_of_id(uint32_t id) { return (static_cast<uintptr_t>(id) + 1) << 1; }
+constexpr uint32_t id_of_extra(uintptr_t v) { return static_cast<uint32_t>((v >> 1) - 1); }
 
 using compat::utf8;
 
@@ -179,10 +183,9 @@ inline uint32_t function_id(PyCodeObject* code) {
   }
   auto v = reinterpret_cast<uintptr_t>(extra);
   if (v == kExtraTransparent) return kTransparent;
-  if (v) return static_cast<uint32_t>((v >> 1) - 1);
+  if (v) return id_of_extra(v);
   uint32_t id = intern_code(code);
-  compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index,
-                         reinterpret_cast<void*>((static_cast<uintptr_t>(id) + 1) << 1));
+  compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, reinterpret_cast<void*>(extra_of_id(id)));
   return id;
 }
 
@@ -1411,7 +1414,7 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   if (d > L.ceiling || d <= L.io_ceiling || L.out.events.size() >= L.soft_cap) return false;
   const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index));
   if (!v || v == kExtraTransparent || session_transparent(L, code)) return false;  // the full path interns or hides it
-  const auto fid = static_cast<uint32_t>((v >> 1) - 1);
+  const uint32_t fid = id_of_extra(v);
   const auto idx = static_cast<uint32_t>(L.out.events.size());
   push(L, EventKind::kCall, fid, 0, clock::ticks());
   L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kFrame, 0, code, false, false});
