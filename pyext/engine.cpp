@@ -294,7 +294,11 @@ uint64_t g_next_thread_key = 1;
 // only the hook sees a resume; current_lanes_keep_hook).
 std::unordered_map<uint64_t, int> g_thread_suspended;
 inline void count_suspended(const CaptureLane& L, int delta) {
+#if MLPROF_HAS_MONITORING
+  (void)L, (void)delta;  // sys.monitoring sees every resume: nothing keeps a hook in
+#else
   if (delta) g_thread_suspended[L.thread_key] += delta;
+#endif
 }
 
 uint64_t thread_key() {
@@ -1445,6 +1449,85 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   L.rec.pop_back();
   L.last_was_suspend = false;
   probes::span_exit(L.engine->serial(), L.index, idx, flags);
+  return true;
+}
+
+// What on_yield does when the generator's frame is the lane's innermost
+// entry, recorded, with nothing opened in it and its caller's entry below it.
+[[gnu::flatten]] bool quick_yield(PyThreadState* ts, PyCodeObject* code, int pydepth) {
+  const CurrentLanes& cl = lanes_now(ts);
+  if (cl.n != 1) return false;
+  CaptureLane& L = *cl.lanes[0];
+  if (!L.quick || L.truncated || L.rec.size() < 2 || L.out.events.size() >= L.hard_cap) return false;
+  const StackEntry& e = L.rec.back();
+  if (e.code != code || e.pydepth != pydepth || e.kind != EntryKind::kFrame || !e.key ||
+      e.call_index == kNoEvent || L.rec[L.rec.size() - 2].pydepth >= pydepth || pydepth <= L.base_pydepth) {
+    return false;
+  }
+  Suspended* s = nullptr;
+  for (Suspended& old : L.suspended) {
+    if (old.key == e.key) s = &old;
+  }
+  if (!s) {
+    L.suspended.emplace_back();
+    s = &L.suspended.back();
+    count_suspended(L, 1);
+  }
+  const uint32_t idx = e.call_index;
+  if (!L.last_was_suspend) {
+    L.chain_top = idx;
+    L.chain_top_depth = e.depth;
+  }
+  s->key = e.key;
+  s->frame_pydepth = pydepth;
+  s->count = 0;
+  s->more.clear();
+  s->add(e);
+  L.rec.pop_back();
+  s->frame_depth = depth_at(L, pydepth);
+  L.last_was_suspend = true;
+  push(L, EventKind::kSuspend, idx, 0, clock::ticks());
+  probes::span_suspend(L.engine->serial(), L.index, idx);
+  update_window(cl, pydepth - 1);
+  return true;
+}
+
+// What on_resume does for a segment the lane holds, resumed by the lane's
+// innermost entry.
+[[gnu::flatten]] bool quick_resume(PyThreadState* ts, PyCodeObject* code, int pydepth, uintptr_t generator) {
+  (void)code;
+  const CurrentLanes& cl = lanes_now(ts);
+  if (cl.n != 1 || !generator) return false;
+  CaptureLane& L = *cl.lanes[0];
+  if (!L.quick || L.truncated || L.rec.empty() || L.suspended.empty() ||
+      L.out.events.size() >= L.hard_cap || generator == L.engine->entering_generator_) {
+    return false;
+  }
+  const StackEntry& t = L.rec.back();
+  if (t.pydepth != pydepth - 1) return false;  // a new base, or frames that ended unseen
+  size_t k = 0;
+  while (k < L.suspended.size() && L.suspended[k].key != generator) ++k;
+  if (k == L.suspended.size()) return false;
+  Suspended& s = L.suspended[k];
+  const int32_t shift = t.depth + 1 - s.frame_depth;
+  const int32_t pyshift = pydepth - s.frame_pydepth;
+  uint32_t first_recorded = kNoEvent;
+  for (uint32_t i = 0; i < s.count; ++i) {
+    StackEntry e = s.at(i);
+    e.depth += shift;
+    e.pydepth += pyshift;
+    if (first_recorded == kNoEvent) first_recorded = e.call_index;
+    L.rec.push_back(e);
+  }
+  if (k + 1 != L.suspended.size()) std::swap(L.suspended[k], L.suspended.back());
+  L.suspended.pop_back();
+  count_suspended(L, -1);
+  if (first_recorded != kNoEvent) {
+    push(L, EventKind::kResume, first_recorded, 0, clock::ticks());
+    probes::span_resume(L.engine->serial(), L.index, first_recorded);
+  }
+  L.last_was_suspend = false;
+  update_window(cl, pydepth);
   return true;
 }
 

@@ -309,6 +309,12 @@ void on_yield(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
 bool quick_start(PyThreadState* ts, PyCodeObject* code, int pydepth, bool windowed = false,
                  bool* at_ceiling = nullptr);
 bool quick_return(PyThreadState* ts, PyCodeObject* code, int pydepth, bool exception);
+// The same for a generator's or coroutine's yield and resume (3.12+): one
+// lane; a yield of the lane's innermost entry with nothing opened in it; a
+// resume, of a segment the lane holds, called by the lane's innermost entry.
+// `generator`: the generator or coroutine (its identity, not a reference).
+bool quick_yield(PyThreadState* ts, PyCodeObject* code, int pydepth);
+bool quick_resume(PyThreadState* ts, PyCodeObject* code, int pydepth, uintptr_t generator);
 void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller, int pydepth);  // caller: skip our own frames
 void on_c_return(const Site& site, PyObject* callable, int pydepth, bool exception);
 // Whether this thread's current lanes want the frames their innermost open

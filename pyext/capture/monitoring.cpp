@@ -253,13 +253,26 @@ struct Plain {
   }
   Py_RETURN_NONE;
 }
-PyObject* cb_resume(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+[[gnu::noinline]] void resume_in_full(PyCodeObject* c) {
+  const Described d(c);
+  on_resume(d.site, c, d.depth, nullptr, /*continued=*/true);
+}
+[[gnu::noinline]] void yield_in_full(PyCodeObject* c) {
+  const Described d(c);
+  on_yield(d.site, c, d.depth, nullptr);
+}
+
+[[gnu::flatten]] PyObject* cb_resume(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
   if (nargs < 1) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   if (PyCodeObject* c = as_code(args[0])) {
-    const Described d(c);
-    on_resume(d.site, c, d.depth, nullptr, /*continued=*/true);
+    PyThreadState* ts = compat::tstate();
+    struct _PyInterpreterFrame* f = mlprof_current_frame(ts);
+    const auto generator =
+        f && compat::is_generator_code(c) ? reinterpret_cast<uintptr_t>(mlprof_frame_generator(f)) : 0;
+    if (quick_resume(ts, c, depth_of(ts), generator)) Py_RETURN_NONE;
+    resume_in_full(c);
   }
   Py_RETURN_NONE;
 }
@@ -309,13 +322,14 @@ PyObject* cb_unwind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   Py_RETURN_NONE;
 }
-PyObject* cb_yield(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+[[gnu::flatten]] PyObject* cb_yield(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ++g_events;
   if (nargs < 1) Py_RETURN_NONE;
   if (!g_native_collecting) return idle(args[0], true);
   if (PyCodeObject* c = as_code(args[0])) {
-    const Described d(c);
-    on_yield(d.site, c, d.depth, nullptr);
+    PyThreadState* ts = compat::tstate();
+    if (quick_yield(ts, c, depth_of(ts))) Py_RETURN_NONE;
+    yield_in_full(c);
   }
   Py_RETURN_NONE;
 }
