@@ -281,6 +281,7 @@ struct ThreadCache {
   PyObject* context = nullptr;
   uint64_t context_ver = 0;
   CurrentLanes current{};
+  bool awaits_roots = false;  // a session entered by a coroutine of this thread collects
   Engine* bound = nullptr;  // all_threads binding
   uint64_t bound_serial = 0;
   uint64_t thread_key = 0;  // unique per OS thread; idents are reused once a thread exits
@@ -364,6 +365,7 @@ std::string thread_name(PyObject* thread, uint64_t ident) {
   // thrown into a generator); a new lane's thread name lookup would clear it.
   compat::PendingError pending;
   c.current.n = 0;
+  c.awaits_roots = false;
   if (g_native_collecting > 0) {
     Engine* e = nullptr;
     PyObject* val = nullptr;
@@ -379,6 +381,9 @@ std::string thread_name(PyObject* thread, uint64_t ident) {
       else c.bound = nullptr;
     }
     uint64_t key = thread_key();
+    for (auto& [serial, engine] : g_by_serial) {
+      c.awaits_roots = c.awaits_roots || (engine->entered_by_coroutine_ && engine->entered_in(key));
+    }
     // A thread that only runs a context carrying the session (asyncio.to_thread,
     // run_in_executor, 3.14t's inherited contexts) is not recorded: a session
     // records where it was entered, in threads all_threads bound to it, and,
@@ -1168,7 +1173,10 @@ void Engine::note_entering_frame(int levels_above) {
   // its resumes move the origin lane.
 #if MLPROF_HAS_EVAL_HOOK
   struct _PyInterpreterFrame* f = entering_frame(levels_above);
-  if (f && mlprof_frame_code(f)) entering_generator_ = reinterpret_cast<uintptr_t>(mlprof_frame_generator(f));
+  if (f && mlprof_frame_code(f)) {
+    entering_generator_ = reinterpret_cast<uintptr_t>(mlprof_frame_generator(f));
+    entered_by_coroutine_ = mlprof_frame_code(f)->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE);
+  }
 #else
   PyFrameObject* f = PyEval_GetFrame();  // borrowed; 3.9/3.10 frames always have one
   for (int i = 0; i < levels_above && f; ++i) f = f->f_back;
@@ -1365,8 +1373,11 @@ bool current_lanes_want_callees(PyThreadState* ts) {
 bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count) { return lanes_below(lanes_now(ts), pydepth, count); }
 
 Callee classify_callee(PyThreadState* ts, int current, int pydepth, bool ask_below, bool count) {
-  const CurrentLanes& cl = lanes_now(ts);
-  if (!current_lanes_keep_hook() && !lanes_want_callees(cl, current)) return Callee::kNotWanted;
+  const ThreadCache& c = cache_now(ts);
+  const CurrentLanes& cl = c.current;
+  if (!current_lanes_keep_hook() && !lanes_want_callees(cl, current)) {
+    return cl.n == 0 && c.awaits_roots ? Callee::kNotHere : Callee::kNotWanted;
+  }
   return ask_below && lanes_below(cl, pydepth, count) ? Callee::kBelow : Callee::kWithin;
 }
 

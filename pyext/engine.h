@@ -192,6 +192,9 @@ class Engine {
   // The generator or coroutine whose frame entered the session (an `async
   // with`), 0 if a plain frame did: its resumes move the origin lane's base.
   uintptr_t entering_generator_ = 0;
+  // That frame is a coroutine's (or an async generator's): the tasks it
+  // starts run their steps from the event loop, above the session's root.
+  bool entered_by_coroutine_ = false;
 
  private:
   CaptureLane* new_lane(uint64_t thread_key, PyObject* context);
@@ -333,7 +336,10 @@ bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count = true);
 // kNotWanted (current_lanes_want_callees is false for frames at `current`),
 // else kBelow (below_every_ceiling(ts, pydepth, count), asked only if
 // `ask_below`) or kWithin.
-enum class Callee { kNotWanted, kBelow, kWithin };
+// kNotHere: no lane in this context, but the thread runs a session that a
+// coroutine entered, whose tasks and callbacks the event loop may start in a
+// context of theirs with any frame: the window stays open through it.
+enum class Callee { kNotWanted, kNotHere, kBelow, kWithin };
 Callee classify_callee(PyThreadState* ts, int current, int pydepth, bool ask_below, bool count);
 // Changes whenever sessions start, stop, pause or resume anywhere.
 uint64_t lanes_generation();

@@ -455,6 +455,11 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
     set_window(w, ts, false);
     return pass_through(ts, f, throwflag);
   }
+  if (callee == Callee::kNotHere) {  // the event loop's own frames, between task steps
+    std::string why;
+    if (c_stack_at_risk(ts, &why)) step_aside(why);
+    return pass_through(ts, f, throwflag);
+  }
   const bool below = callee == Callee::kBelow;
   if (below && !keep) {
 #if MLPROF_HAS_MONITORING

@@ -4,6 +4,7 @@ a span without closing it."""
 from __future__ import annotations
 
 import asyncio
+import collections
 
 import pytest
 
@@ -75,6 +76,43 @@ def test_session_around_gather(engine):
     # gather itself ran in the session's own lane
     assert [r["label"] for r in roots if r["task"] == 0][0] == "gather"
     check_times(session)
+
+
+def spans_down_to(session, levels):
+    """(task, labels from the root) of every span in the top `levels` levels."""
+    seen = collections.Counter()
+
+    def visit(nodes, path):
+        for n in nodes:
+            here = path + (n["label"],)
+            if len(here) <= levels:
+                seen[(n["task"], here)] += 1
+                visit(n["children"], here)
+
+    visit(session.to_tree(), ())
+    return seen
+
+
+def test_a_ceiling_keeps_what_full_capture_records_around_gather(engine):
+    # A coroutine entered the session: the event loop runs the tasks' steps
+    # and the gather's done callbacks above the session's root, each in a
+    # context that carries the session. A ceiling records what full capture
+    # records down to it (3.11's frame evaluation function missed the tasks,
+    # and 3.12's the callbacks, before the window stayed open between steps).
+    async def main(depth):
+        with profiling(depth=depth, engine=engine) as session:
+            results = await asyncio.gather(child(1), child(2), child(3))
+        return results, session
+
+    results, full = asyncio.run(main(-1))
+    assert results == [2, 4, 6]
+    results, five = asyncio.run(main(5))
+    assert results == [2, 4, 6]
+    assert spans_down_to(five, 5) == spans_down_to(full, 5)
+    roots = [label for (task, path), n in spans_down_to(five, 1).items() for label in path * n]
+    assert roots.count("child") == 3
+    assert roots.count("gather.<locals>._done_callback") == 3
+    check_times(five)
 
 
 def test_await_sleep_inside_a_span(engine):
