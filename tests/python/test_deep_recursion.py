@@ -47,12 +47,37 @@ CHILD = textwrap.dedent(
             t.start()
             t.join()
 
-    if depth == "bare":
+    async def in_a_task():
+        # The recursion runs in a task created before the session (its
+        # context has none) while a coroutine that entered the session
+        # awaits it: the event loop's thread keeps its window open for the
+        # session's own tasks, so each of these frames passes the frame
+        # evaluation function (3.11+) until its guard steps aside.
+        import asyncio
+
+        async def recurse():
+            await asyncio.sleep(0)
+            run()
+
+        task = asyncio.get_running_loop().create_task(recurse())
+        if depth == "bare":
+            await task
+            return None
+        from mlflow_profiler import profiling
+        with profiling(depth=int(depth)) as session:
+            await task
+        return session
+
+    if where == "task":
+        import asyncio
+        session = asyncio.run(in_a_task())
+    elif depth == "bare":
         program()
     else:
         from mlflow_profiler import profiling
         with profiling(depth=int(depth), all_threads=where == "worker") as session:
             program()
+    if depth != "bare":
         stats = session.statistics()
         out["spans"] = stats["span_count"]
         out["failures"] = stats["failures"]
@@ -68,6 +93,9 @@ CASES = [
     ("worker", 900, 0),
     ("worker", 20_000, 20_200),
     ("worker", 100_000, 100_200),
+    ("task", 900, 0),
+    ("task", 20_000, 20_200),
+    ("task", 100_000, 100_200),
 ]
 
 
@@ -95,9 +123,10 @@ def guard_may_trip(where: str, depth: int) -> bool:
     installed while the worker recurses, each frame a C level; at a quarter
     of the worker's C stack it steps aside and, on 3.11, the sessions stop
     recording (docs/capture.md, "The C stack guard"). Whether main is there
-    yet when the worker gets deep is a race. 3.12+ goes on with
-    sys.monitoring (a note, not on stderr)."""
-    return sys.version_info[:2] == (3, 11) and where == "worker" and depth >= 0
+    yet when the worker gets deep is a race. The same for a task that
+    recurses while a session entered by a coroutine awaits it. 3.12+ goes
+    on with sys.monitoring (a note, not on stderr)."""
+    return sys.version_info[:2] == (3, 11) and where in ("worker", "task") and depth >= 0
 
 
 @pytest.mark.parametrize("where,n,limit", CASES, ids=[f"{w}-{n}" for w, n, _ in CASES])
@@ -115,6 +144,8 @@ def test_recursion_completes_as_it_does_without_the_profiler(where, n, limit, de
         assert any(STEPPED_ASIDE in f for f in profiled["failures"])
     else:
         assert profiled["stderr"] == "", profiled["stderr"][-3000:]
+    if where == "task":
+        return  # the recursion is not the session's
     if depth == -1 and bare.get("result") == n and not profiled["failures"]:
         # every frame of the recursion is a span (plus the program's own)
         assert profiled["spans"] >= n + 1
