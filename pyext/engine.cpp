@@ -282,6 +282,7 @@ struct ThreadCache {
   uint64_t context_ver = 0;
   CurrentLanes current{};
   bool awaits_roots = false;  // a session entered by a coroutine of this thread collects
+  const int* suspended = nullptr;  // 3.11: this thread's entry of g_thread_suspended, once it has one
   Engine* bound = nullptr;  // all_threads binding
   uint64_t bound_serial = 0;
   uint64_t thread_key = 0;  // unique per OS thread; idents are reused once a thread exits
@@ -1386,10 +1387,18 @@ uint64_t lanes_generation() { return g_generation; }
 bool current_lanes_keep_hook() {
 #if !MLPROF_HAS_MONITORING
   // Any context of this thread: a task's coroutine resumes after the event
-  // loop, which runs in another context, switched to it.
-  if (g_thread_suspended.empty()) return false;
-  auto it = g_thread_suspended.find(thread_key());
-  return it != g_thread_suspended.end() && it->second > 0;
+  // loop, which runs in another context, switched to it. The map's entries
+  // are never erased, so the thread keeps a pointer to its own (asked for on
+  // every frame the evaluation function sees while it is installed).
+  ThreadCache* cp = &t_cache;
+  asm("" : "+r"(cp));
+  if (!cp->suspended) {
+    if (g_thread_suspended.empty()) return false;
+    auto it = g_thread_suspended.find(thread_key());
+    if (it == g_thread_suspended.end()) return false;
+    cp->suspended = &it->second;
+  }
+  return *cp->suspended > 0;
 #else
   return false;
 #endif

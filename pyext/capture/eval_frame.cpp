@@ -76,10 +76,31 @@ struct Ceiling {
 // local event and its callback cost (bench/RESULTS.md, "closed ceilings").
 constexpr int kCloseAfter = 8;
 
+struct StackBounds {
+  uintptr_t top = 0;
+  size_t size = 0;
+  uintptr_t limit = 0;  // the guard steps aside below this stack pointer (0: no bound known)
+};
+#if PY_VERSION_HEX < 0x030C0000
+// 3.11: a frame this function ran on this thread (its frame depth is its
+// position among them).
+struct Run {
+  struct _PyInterpreterFrame* frame;
+  int depth;
+};
+#endif
+
+// Everything this function keeps per thread, in one thread_local: in a
+// module loaded with dlopen each thread_local's address is a call to
+// __tls_get_addr, and the function passes this block down instead.
 struct WindowFlag {
   bool on = false;
   uint64_t epoch = 0;
   Ceiling ceiling;
+  StackBounds stack;  // read once (c_stack_at_risk)
+#if PY_VERSION_HEX < 0x030C0000
+  std::vector<Run> runs;  // 3.11: the frames this function ran, innermost last
+#endif
   bool live() const { return on && epoch == window_epoch(); }
   ~WindowFlag() {
     if (on) add_window(epoch, -1);
@@ -87,9 +108,8 @@ struct WindowFlag {
 };
 thread_local WindowFlag t_window;
 
-// This thread's flag. Opaque to the optimizer, so that a caller keeps the
-// address in a register: in a module loaded with dlopen each derivation of a
-// thread_local's address is a call to __tls_get_addr.
+// This thread's block. Opaque to the optimizer, so that a caller keeps the
+// address in a register: GCC would rather derive it again after each call.
 inline WindowFlag& window_flag() {
   WindowFlag* w = &t_window;
   asm("" : "+r"(w));
@@ -134,28 +154,25 @@ void sync_hook(PyThreadState* ts = compat::tstate()) {
 // sessions running now) once a thread has used a quarter of its C stack or
 // of the C recursion limit: the program keeps three quarters of what it had,
 // whatever depth it is at.
-struct StackBounds {
-  uintptr_t top = 0;
+[[gnu::cold, gnu::noinline]] void read_stack_bounds(StackBounds& b) {
+  pthread_attr_t attr;
+  void* addr = nullptr;
   size_t size = 0;
-};
-thread_local StackBounds t_stack;
-
-const StackBounds& stack_bounds() {
-  if (!t_stack.top) {
-    pthread_attr_t attr;
-    void* addr = nullptr;
-    size_t size = 0;
-    t_stack.top = 1;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-      if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size) {
-        t_stack.top = reinterpret_cast<uintptr_t>(addr) + size;
-        // An unlimited main stack reports a huge size: count on 8 MiB.
-        t_stack.size = size > (size_t{1} << 30) ? (size_t{8} << 20) : size;
-      }
-      pthread_attr_destroy(&attr);
+  b.top = 1;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size) {
+      b.top = reinterpret_cast<uintptr_t>(addr) + size;
+      // An unlimited main stack reports a huge size: count on 8 MiB.
+      b.size = size > (size_t{1} << 30) ? (size_t{8} << 20) : size;
+      b.limit = b.top - b.size / 4;
     }
+    pthread_attr_destroy(&attr);
   }
-  return t_stack;
+}
+
+inline const StackBounds& stack_bounds(WindowFlag& w) {
+  if (!w.stack.top) read_stack_bounds(w.stack);
+  return w.stack;
 }
 
 #if PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000
@@ -164,24 +181,31 @@ constexpr int kCRecursionLimit = Py_C_RECURSION_LIMIT;
 constexpr int kCRecursionLimit = C_RECURSION_LIMIT;
 #endif
 
-bool c_stack_at_risk(PyThreadState* ts, std::string* why) {
+inline bool c_stack_at_risk(PyThreadState* ts, WindowFlag& w) {
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000
+  if (ts->c_recursion_remaining < kCRecursionLimit * 3 / 4) return true;
+#else
+  (void)ts;
+#endif
+  const StackBounds& b = stack_bounds(w);
+  char here;
+  const uintptr_t sp = reinterpret_cast<uintptr_t>(&here);
+  return sp < b.limit;
+}
+
+// What c_stack_at_risk found, for the note.
+[[gnu::cold, gnu::noinline]] std::string stack_risk(PyThreadState* ts, WindowFlag& w) {
 #if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000
   if (ts->c_recursion_remaining < kCRecursionLimit * 3 / 4) {
-    if (why) *why = "a quarter of the C recursion limit (" + std::to_string(kCRecursionLimit) + ") used";
-    return true;
+    return "a quarter of the C recursion limit (" + std::to_string(kCRecursionLimit) + ") used";
   }
 #else
   (void)ts;
 #endif
-  const StackBounds& b = stack_bounds();
-  if (!b.size) return false;
+  const StackBounds& b = stack_bounds(w);
   char here;
   const uintptr_t sp = reinterpret_cast<uintptr_t>(&here);
-  if (sp < b.top && b.top - sp > b.size / 4) {
-    if (why) *why = std::to_string((b.top - sp) >> 10) + " KiB of a " + std::to_string(b.size >> 10) + " KiB C stack used";
-    return true;
-  }
-  return false;
+  return std::to_string((b.top - sp) >> 10) + " KiB of a " + std::to_string(b.size >> 10) + " KiB C stack used";
 }
 
 void set_window(WindowFlag& w, PyThreadState* ts, bool open) {
@@ -207,42 +231,37 @@ void set_window(WindowFlag& w, PyThreadState* ts, bool open) {
 
 // --- running frames ----------------------------------------------------------------
 #if PY_VERSION_HEX < 0x030C0000
-// 3.11: the frames this function ran on this thread (their frame depth is
-// their position here), innermost last.
-struct Run {
-  struct _PyInterpreterFrame* frame;
-  int depth;
-};
-thread_local std::vector<Run> t_runs;
-
-inline int depth_of_new_frame(PyThreadState* ts) {
-  if (t_runs.empty()) return 1;
+inline int depth_of_new_frame(PyThreadState* ts, const WindowFlag& w) {
+  if (w.runs.empty()) return 1;
   // A frame that starts while the innermost one we ran is already off the
   // thread's stack runs in its teardown (a finalizer as its locals are
   // released): it is that frame's sibling, as sys.monitoring reports it.
-  const Run& r = t_runs.back();
+  const Run& r = w.runs.back();
   return mlprof_current_frame(ts) == mlprof_frame_previous(r.frame) ? r.depth : r.depth + 1;
 }
 
-inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth) {
-  t_runs.push_back(Run{f, depth});
+inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth, WindowFlag& w) {
+  w.runs.push_back(Run{f, depth});
   PyObject* result = _PyEval_EvalFrameDefault(ts, f, throwflag);
-  t_runs.pop_back();
+  w.runs.pop_back();
   return result;
 }
-inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
-  return run(ts, f, throwflag, depth_of_new_frame(ts));
+inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, WindowFlag& w) {
+  return run(ts, f, throwflag, depth_of_new_frame(ts, w), w);
 }
+// The current frame's depth (capture::frame_depth while this function reports).
+inline int current_depth(PyThreadState*, const WindowFlag& w) { return w.runs.empty() ? 0 : w.runs.back().depth; }
 #else
-inline int depth_of_new_frame(PyThreadState* ts) {
+inline int depth_of_new_frame(PyThreadState* ts, const WindowFlag&) {
   return ts->py_recursion_limit - ts->py_recursion_remaining + 1;  // not entered yet
 }
-inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int /*depth*/) {
+inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int /*depth*/, WindowFlag&) {
   return _PyEval_EvalFrameDefault(ts, f, throwflag);
 }
-inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
+inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, WindowFlag&) {
   return _PyEval_EvalFrameDefault(ts, f, throwflag);
 }
+inline int current_depth(PyThreadState* ts, const WindowFlag&) { return frame_depth(ts); }
 #endif
 
 // Runs one event with the frame described to the engine and the thread's
@@ -264,7 +283,7 @@ inline void report(PyThreadState* ts, const HookFrame& frame, Fn&& event) {
 PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth, WindowFlag& w) {
   const uint64_t generation = lanes_generation();
   set_window(w, ts, false);
-  PyObject* result = run(ts, f, throwflag, depth);
+  PyObject* result = run(ts, f, throwflag, depth, w);
   // Nothing below can change this thread's lanes but a session starting or
   // ending in there (events below close what they open).
   set_window(w, ts, lanes_generation() == generation ? true : current_lanes_want_callees(ts));
@@ -281,7 +300,7 @@ PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, in
   if (!c.closed) return run_below(ts, f, throwflag, depth, w);
   const uint64_t generation = lanes_generation();
   set_window(w, ts, false);
-  PyObject* result = run(ts, f, throwflag, depth);
+  PyObject* result = run(ts, f, throwflag, depth, w);
   // Left closed: the frame's next calls reach no hook. A session started or
   // ended in there may want it open.
   if (lanes_generation() != generation) set_window(w, ts, current_lanes_want_callees(ts));
@@ -292,22 +311,21 @@ PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, in
 // `at_ceiling`: whether its callees are below every ceiling of the thread,
 // if known (-1: not known).
 inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag,
-                              int depth, int at_ceiling = -1) {
-  WindowFlag& w = window_flag();
+                              int depth, WindowFlag& w, int at_ceiling = -1) {
   const Ceiling outer = w.ceiling;
   w.ceiling = Ceiling{};
   if (at_ceiling < 0 ? below_every_ceiling(ts, depth + 1, false) : at_ceiling) {
     w.ceiling.frame = f;
     w.ceiling.closed = monitoring::returns_watched(code);  // seen making many calls before
   }
-  PyObject* result = run(ts, f, throwflag, depth);
+  PyObject* result = run(ts, f, throwflag, depth, w);
   w.ceiling = outer;
   return result;
 }
 #else
 inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject*, int throwflag,
-                              int depth, int = -1) {
-  return run(ts, f, throwflag, depth);
+                              int depth, WindowFlag& w, int = -1) {
+  return run(ts, f, throwflag, depth, w);
 }
 #endif
 
@@ -323,34 +341,33 @@ inline bool taken_over() { return !MLPROF_HAS_MONITORING && every_frame_reported
 
 // A plain frame through the engine's full path (on_start, on_return).
 [[gnu::noinline]] PyObject* run_plain_in_full(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
-                                              int throwflag, int depth) {
+                                              int throwflag, int depth, WindowFlag& w) {
   bool tracked = false;
   report(ts, HookFrame{0, f}, [&](const Site& site) { tracked = on_start(site, code, depth, nullptr); });
-  if (!tracked) return run_below(ts, f, throwflag, depth, window_flag());
-  PyObject* result = run_recorded(ts, f, code, throwflag, depth);
+  if (!tracked) return run_below(ts, f, throwflag, depth, w);
+  PyObject* result = run_recorded(ts, f, code, throwflag, depth, w);
   return_in_full(ts, f, code, depth, result);
   return result;
 }
 
 // Flattened: the engine's quick path is inlined here.
 [[gnu::flatten]] PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
-                                     int throwflag) {
-  const int depth = depth_of_new_frame(ts);
+                                     int throwflag, WindowFlag& w, int depth) {
   PyObject* result;
   bool at_ceiling = false;
   if (quick_start(ts, code, depth, true, &at_ceiling)) {
     // The common case: no Python code runs in the events, so no report().
     g_events += 2;
-    result = run_recorded(ts, f, code, throwflag, depth, at_ceiling);
+    result = run_recorded(ts, f, code, throwflag, depth, w, at_ceiling);
     if (quick_return(ts, code, depth, result == nullptr)) {
       // The caller's callees are within the ceiling: its window is open
       // (again, if this frame closed it at the ceiling and left by an exception).
-      set_window(window_flag(), ts, true);
+      set_window(w, ts, true);
     } else {
       return_in_full(ts, f, code, depth, result);
     }
   } else {
-    result = run_plain_in_full(ts, f, code, throwflag, depth);
+    result = run_plain_in_full(ts, f, code, throwflag, depth, w);
   }
   if (g_ours && _PyInterpreterState_GetEvalFrameFunc(ts->interp) != eval_frame) {
     compat::PendingError pending;
@@ -396,10 +413,10 @@ long first_resume(PyCodeObject* code) {
 // its RETURN_GENERATOR and is not an event; a run that starts before RESUME 0
 // is its start (a throw into it is a resume, as sys.monitoring's PY_THROW),
 // any other a resume; after it, its state tells a yield from a return.
-PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag) {
+PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag,
+                        WindowFlag& w, int depth) {
   PyObject* gen = mlprof_frame_generator(f);
-  if (!gen) return pass_through(ts, f, throwflag);
-  const int depth = depth_of_new_frame(ts);
+  if (!gen) return run(ts, f, throwflag, depth, w);
   const HookFrame hf{reinterpret_cast<uintptr_t>(gen), f};
   const long resume = first_resume(code);
   const bool first = !throwflag && resume >= 0 && mlprof_frame_lasti(f) < resume;
@@ -408,7 +425,7 @@ PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCode
   } else {
     report(ts, hf, [&](const Site& site) { on_resume(site, code, depth, nullptr, true); });
   }
-  PyObject* result = run(ts, f, throwflag, depth);
+  PyObject* result = run(ts, f, throwflag, depth, w);
   if (taken_over()) {
     // reported by the profile function
   } else if (!result) {
@@ -425,20 +442,19 @@ PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCode
 PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
   // tracing: a callback or one of our events runs this frame (not reported).
   // Another mechanism reports every frame now: just run it (and take this out).
+  WindowFlag& w = window_flag();
   if (every_frame_reported()) {
     sync_hook(ts);
-    return pass_through(ts, f, throwflag);
+    return pass_through(ts, f, throwflag, w);
   }
-  WindowFlag& w = window_flag();
   if (ts->tracing || !w.live()) {
     // Another thread's window keeps this function installed: this thread's
     // frames pass through it, each a C level.
-    std::string why;
-    if (!g_aside && c_stack_at_risk(ts, &why)) step_aside(why);
-    return pass_through(ts, f, throwflag);
+    if (!g_aside && c_stack_at_risk(ts, w)) step_aside(stack_risk(ts, w));
+    return pass_through(ts, f, throwflag, w);
   }
   PyCodeObject* code = mlprof_frame_code(f);
-  const int depth = depth_of_new_frame(ts);
+  const int depth = depth_of_new_frame(ts, w);
   const bool generator = code && compat::is_generator_code(code);
   // Counted as skipped: a frame's start, not a generator's creation call
   // (no event elsewhere); 3.12+ leaves a generator's runs to sys.monitoring,
@@ -450,15 +466,14 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   // wants the callees of its current frame and, the common case at the
   // ceiling, whether this one would be below it everywhere (3.11: not a
   // generator's run while a suspended span may be resumed by it).
-  const Callee callee = classify_callee(ts, frame_depth(ts), depth, code && (!generator || !keep), count);
+  const Callee callee = classify_callee(ts, current_depth(ts, w), depth, code && (!generator || !keep), count);
   if (callee == Callee::kNotWanted) {
     set_window(w, ts, false);
-    return pass_through(ts, f, throwflag);
+    return run(ts, f, throwflag, depth, w);
   }
   if (callee == Callee::kNotHere) {  // the event loop's own frames, between task steps
-    std::string why;
-    if (c_stack_at_risk(ts, &why)) step_aside(why);
-    return pass_through(ts, f, throwflag);
+    if (c_stack_at_risk(ts, w)) step_aside(stack_risk(ts, w));
+    return run(ts, f, throwflag, depth, w);
   }
   const bool below = callee == Callee::kBelow;
   if (below && !keep) {
@@ -471,21 +486,19 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   }
   // A frame run here and not taken out below adds a C level that stays while
   // its callees run: the guard comes before it.
-  std::string why;
-  if (c_stack_at_risk(ts, &why)) {
-    step_aside(why);
-    return pass_through(ts, f, throwflag);
+  if (c_stack_at_risk(ts, w)) {
+    step_aside(stack_risk(ts, w));
+    return run(ts, f, throwflag, depth, w);
   }
-  if (below) return run(ts, f, throwflag, depth);
-  if (!code) return pass_through(ts, f, throwflag);
+  if (below || !code) return run(ts, f, throwflag, depth, w);
 #if PY_VERSION_HEX >= 0x030C0000
   if (generator) {
     watch_generator_code(code);  // sys.monitoring reports its frames wherever they run
-    return pass_through(ts, f, throwflag);
+    return run(ts, f, throwflag, depth, w);
   }
-  return run_plain(ts, f, code, throwflag);
+  return run_plain(ts, f, code, throwflag, w, depth);
 #else
-  return generator ? run_generator(ts, f, code, throwflag) : run_plain(ts, f, code, throwflag);
+  return generator ? run_generator(ts, f, code, throwflag, w, depth) : run_plain(ts, f, code, throwflag, w, depth);
 #endif
 }
 
@@ -535,12 +548,13 @@ void all_sessions_ended() {
 }
 
 #if PY_VERSION_HEX < 0x030C0000
-int frame_depth() { return t_runs.empty() ? 0 : t_runs.back().depth; }
+int frame_depth() { return current_depth(nullptr, window_flag()); }
 
 int entering_frame_depth(int levels_above) {
   // The profiler's own frames on top (activate, __enter__) may have been run
   // by this function (an outer session's window): those are not the entering
   // frame's level.
+  const std::vector<Run>& t_runs = window_flag().runs;
   size_t k = 0;
   struct _PyInterpreterFrame* cur = mlprof_current_frame(compat::tstate());
   for (int i = 0; i < levels_above && cur; ++i) {
