@@ -4,28 +4,61 @@ session followed by a bare predict (the session's own cost), 400 rounds;
 prints each median over the bare one. run.sh times contenders in separate
 blocks; interleaving takes the machine's drift out of a 1-2% figure.
 
-    PYTHONPATH=<mlflow_profiler> python bench/d0_interleaved.py
+    PYTHONPATH=<mlflow_profiler> python bench/d0_interleaved.py [--rounds 400]
 """
+
+from __future__ import annotations
+
+import argparse
+import os
 import statistics
 import sys
 import time
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
-import bench_overhead, mlflow_profiler as mp
-work = bench_overhead.make_tabular(200)
-for _ in range(20): work()
-def bare():
-    t = time.perf_counter_ns(); work(); return time.perf_counter_ns() - t
-def d0():
-    t = time.perf_counter_ns()
-    with mp.profiling(depth=0): work()
-    return time.perf_counter_ns() - t
-def d0_nowork():
-    t = time.perf_counter_ns()
-    with mp.profiling(depth=0): pass
-    work()
-    return time.perf_counter_ns() - t
-r = {"bare": [], "d0": [], "d0_then_work": []}
-for i in range(400):
-    r["bare"].append(bare()); r["d0"].append(d0()); r["d0_then_work"].append(d0_nowork())
-b = statistics.median(r["bare"])
-for k, v in r.items(): print(k, round(statistics.median(v) / b, 4), round(statistics.median(v)/1000, 1), "us")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_overhead  # noqa: E402
+
+import mlflow_profiler as mp  # noqa: E402
+
+
+def main() -> None:
+    """Runs the rounds and prints median / median of bare per variant."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=400)
+    args = ap.parse_args()
+    work = bench_overhead.make_tabular(200)
+    for _ in range(20):
+        work()
+
+    def bare() -> int:
+        t = time.perf_counter_ns()
+        work()
+        return time.perf_counter_ns() - t
+
+    def depth0() -> int:
+        t = time.perf_counter_ns()
+        with mp.profiling(depth=0):
+            work()
+        return time.perf_counter_ns() - t
+
+    def session_then_work() -> int:
+        t = time.perf_counter_ns()
+        with mp.profiling(depth=0):
+            pass
+        work()
+        return time.perf_counter_ns() - t
+
+    variants = {"bare": bare, "d0": depth0, "d0_then_work": session_then_work}
+    times = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, fn in variants.items():
+            times[name].append(fn())
+    base = statistics.median(times["bare"])
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{name:14s} {med / base:.4f}  {med / 1000:.1f} us")
+
+
+if __name__ == "__main__":
+    main()
