@@ -696,22 +696,9 @@ void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, bool excep
   }
 }
 
-void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame) {
-  if (pydepth < L.base_pydepth) return;  // above the frame that entered the session
-  const int64_t ts = clock::ticks();
-  close_ended(L, pydepth + 1, ts);
-  // The segment that leaves with the generator: its frame's entry (if the
-  // lane tracks it) and the blocks opened in it.
-  size_t from = L.rec.size();
-  while (from > 0 && L.rec[from - 1].pydepth == pydepth) --from;
-  if (from == L.rec.size()) return;
-  const uintptr_t key = frame_like(L.rec[from]) && L.rec[from].key ? L.rec[from].key : generator_key(frame);
-  if (!key || L.truncated || !room_for_structure(L)) {
-    close_entries(L, from, false, ts);
-    return;
-  }
-  (void)code;
-  // The segment replaces one this generator left here (its address reused).
+// Detaches rec[from..] into the segment of generator `key` (one it left
+// here before, its address reused, is replaced); `pydepth`: its frame depth.
+Suspended& detach_segment(CaptureLane& L, uintptr_t key, size_t from, int32_t pydepth) {
   Suspended* s = nullptr;
   for (Suspended& old : L.suspended) {
     if (old.key == key) s = &old;
@@ -728,6 +715,49 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   for (size_t i = from; i < L.rec.size(); ++i) s->add(L.rec[i]);
   L.rec.resize(from);
   s->frame_depth = depth_at(L, pydepth);
+  return *s;
+}
+
+// Removes segment k; first puts its entries back on the lane (if `push_back`)
+// with its frame at tree depth `d` and frame depth `pydepth`. Returns the
+// call index of its first recorded span, or kNoEvent.
+uint32_t reattach_segment(CaptureLane& L, size_t k, int32_t d, int32_t pydepth, bool push_back) {
+  Suspended& s = L.suspended[k];
+  uint32_t first_recorded = kNoEvent;
+  if (push_back) {
+    const int32_t shift = d - s.frame_depth;
+    const int32_t pyshift = pydepth - s.frame_pydepth;
+    for (uint32_t i = 0; i < s.count; ++i) {
+      StackEntry e = s.at(i);
+      e.depth += shift;
+      e.pydepth += pyshift;
+      if (first_recorded == kNoEvent) first_recorded = e.call_index;
+      L.rec.push_back(e);
+    }
+  }
+  // Swap with the last: the segments' order does not matter.
+  if (k + 1 != L.suspended.size()) std::swap(L.suspended[k], L.suspended.back());
+  L.suspended.pop_back();
+  count_suspended(L, -1);
+  return first_recorded;
+}
+
+void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame) {
+  if (pydepth < L.base_pydepth) return;  // above the frame that entered the session
+  const int64_t ts = clock::ticks();
+  close_ended(L, pydepth + 1, ts);
+  // The segment that leaves with the generator: its frame's entry (if the
+  // lane tracks it) and the blocks opened in it.
+  size_t from = L.rec.size();
+  while (from > 0 && L.rec[from - 1].pydepth == pydepth) --from;
+  if (from == L.rec.size()) return;
+  const uintptr_t key = frame_like(L.rec[from]) && L.rec[from].key ? L.rec[from].key : generator_key(frame);
+  if (!key || L.truncated || !room_for_structure(L)) {
+    close_entries(L, from, false, ts);
+    return;
+  }
+  (void)code;
+  Suspended* s = &detach_segment(L, key, from, pydepth);
   if (pydepth == L.base_pydepth && is_origin(L)) s->frame_depth = -1;  // the entering coroutine
   uint32_t first_recorded = kNoEvent;
   for (uint32_t i = 0; i < s->count && first_recorded == kNoEvent; ++i) first_recorded = s->at(i).call_index;
@@ -753,24 +783,8 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObj
   const int32_t d = arrive(L, pydepth, key);
   if (d == INT32_MIN) return false;
   (void)code;
-  Suspended& s = L.suspended[k];
   const bool push_back = !L.truncated && room_for_structure(L);
-  uint32_t first_recorded = kNoEvent;
-  if (push_back) {
-    const int32_t shift = d - s.frame_depth;
-    const int32_t pyshift = pydepth - s.frame_pydepth;
-    for (uint32_t i = 0; i < s.count; ++i) {
-      StackEntry e = s.at(i);
-      e.depth += shift;
-      e.pydepth += pyshift;
-      if (first_recorded == kNoEvent) first_recorded = e.call_index;
-      L.rec.push_back(e);
-    }
-  }
-  // Remove the segment (swap with the last: their order does not matter).
-  if (k + 1 != L.suspended.size()) std::swap(L.suspended[k], L.suspended.back());
-  L.suspended.pop_back();
-  count_suspended(L, -1);
+  const uint32_t first_recorded = reattach_segment(L, k, d, pydepth, push_back);
   if (!push_back) return true;
   if (first_recorded != kNoEvent) {
     push(L, EventKind::kResume, first_recorded, 0, clock::ticks());
@@ -1484,27 +1498,12 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
       e.call_index == kNoEvent || L.rec[L.rec.size() - 2].pydepth >= pydepth || pydepth <= L.base_pydepth) {
     return false;
   }
-  Suspended* s = nullptr;
-  for (Suspended& old : L.suspended) {
-    if (old.key == e.key) s = &old;
-  }
-  if (!s) {
-    L.suspended.emplace_back();
-    s = &L.suspended.back();
-    count_suspended(L, 1);
-  }
   const uint32_t idx = e.call_index;
   if (!L.last_was_suspend) {
     L.chain_top = idx;
     L.chain_top_depth = e.depth;
   }
-  s->key = e.key;
-  s->frame_pydepth = pydepth;
-  s->count = 0;
-  s->more.clear();
-  s->add(e);
-  L.rec.pop_back();
-  s->frame_depth = depth_at(L, pydepth);
+  detach_segment(L, e.key, L.rec.size() - 1, pydepth);  // e is gone after this
   L.last_was_suspend = true;
   push(L, EventKind::kSuspend, idx, 0, clock::ticks());
   probes::span_suspend(L.engine->serial(), L.index, idx);
@@ -1528,20 +1527,7 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   size_t k = 0;
   while (k < L.suspended.size() && L.suspended[k].key != generator) ++k;
   if (k == L.suspended.size()) return false;
-  Suspended& s = L.suspended[k];
-  const int32_t shift = t.depth + 1 - s.frame_depth;
-  const int32_t pyshift = pydepth - s.frame_pydepth;
-  uint32_t first_recorded = kNoEvent;
-  for (uint32_t i = 0; i < s.count; ++i) {
-    StackEntry e = s.at(i);
-    e.depth += shift;
-    e.pydepth += pyshift;
-    if (first_recorded == kNoEvent) first_recorded = e.call_index;
-    L.rec.push_back(e);
-  }
-  if (k + 1 != L.suspended.size()) std::swap(L.suspended[k], L.suspended.back());
-  L.suspended.pop_back();
-  count_suspended(L, -1);
+  const uint32_t first_recorded = reattach_segment(L, k, t.depth + 1, pydepth, true);
   if (first_recorded != kNoEvent) {
     push(L, EventKind::kResume, first_recorded, 0, clock::ticks());
     probes::span_resume(L.engine->serial(), L.index, first_recorded);

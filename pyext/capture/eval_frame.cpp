@@ -181,31 +181,37 @@ constexpr int kCRecursionLimit = Py_C_RECURSION_LIMIT;
 constexpr int kCRecursionLimit = C_RECURSION_LIMIT;
 #endif
 
-inline bool c_stack_at_risk(PyThreadState* ts, WindowFlag& w) {
+// 3.12/3.13: a quarter of the C recursion limit is used.
+inline bool c_recursion_at_risk(PyThreadState* ts) {
 #if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000
-  if (ts->c_recursion_remaining < kCRecursionLimit * 3 / 4) return true;
+  return ts->c_recursion_remaining < kCRecursionLimit * 3 / 4;
 #else
   (void)ts;
+  return false;
 #endif
-  const StackBounds& b = stack_bounds(w);
+}
+
+inline uintptr_t stack_pointer() {
   char here;
-  const uintptr_t sp = reinterpret_cast<uintptr_t>(&here);
-  return sp < b.limit;
+  return reinterpret_cast<uintptr_t>(&here);
+}
+
+inline bool c_stack_at_risk(PyThreadState* ts, WindowFlag& w) {
+  return c_recursion_at_risk(ts) || stack_pointer() < stack_bounds(w).limit;
 }
 
 // What c_stack_at_risk found, for the note.
 [[gnu::cold, gnu::noinline]] std::string stack_risk(PyThreadState* ts, WindowFlag& w) {
 #if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000
-  if (ts->c_recursion_remaining < kCRecursionLimit * 3 / 4) {
+  if (c_recursion_at_risk(ts)) {
     return "a quarter of the C recursion limit (" + std::to_string(kCRecursionLimit) + ") used";
   }
 #else
   (void)ts;
 #endif
   const StackBounds& b = stack_bounds(w);
-  char here;
-  const uintptr_t sp = reinterpret_cast<uintptr_t>(&here);
-  return std::to_string((b.top - sp) >> 10) + " KiB of a " + std::to_string(b.size >> 10) + " KiB C stack used";
+  return std::to_string((b.top - stack_pointer()) >> 10) + " KiB of a " + std::to_string(b.size >> 10) +
+         " KiB C stack used";
 }
 
 void set_window(WindowFlag& w, PyThreadState* ts, bool open) {
