@@ -291,9 +291,10 @@ thread_local ThreadCache t_cache;
 const HookFrame* hook_frame_now() { return t_cache.hook_frame; }
 uint64_t g_next_thread_key = 1;
 
-// Suspended segments per thread, over every lane and session of the thread
-// (3.11: while a thread has one, the evaluation hook stays in for it, since
-// only the hook sees a resume; current_lanes_keep_hook).
+// Suspended segments that keep the hook (Suspended::keeps_hook) per thread,
+// over every lane and session of the thread (3.11: while a thread has one,
+// the evaluation hook stays in for it, since only the hook sees a resume;
+// current_lanes_keep_hook).
 std::unordered_map<uint64_t, int> g_thread_suspended;
 inline void count_suspended(const CaptureLane& L, int delta) {
 #if MLPROF_HAS_MONITORING
@@ -706,13 +707,21 @@ Suspended& detach_segment(CaptureLane& L, uintptr_t key, size_t from, int32_t py
   if (!s) {
     L.suspended.emplace_back();
     s = &L.suspended.back();
-    count_suspended(L, 1);
   }
+  const bool kept = s->keeps_hook;
   s->key = key;
   s->frame_pydepth = pydepth;
   s->count = 0;
   s->more.clear();
-  for (size_t i = from; i < L.rec.size(); ++i) s->add(L.rec[i]);
+  s->keeps_hook = false;
+  for (size_t i = from; i < L.rec.size(); ++i) {
+    s->add(L.rec[i]);
+    // Transparent frames only (autoprofile's set_prediction_context): resumed
+    // where the hook is out, which is below the ceiling, their callees would
+    // be below it too, so missing the resume changes nothing.
+    s->keeps_hook |= L.rec[i].kind != EntryKind::kTransparent;
+  }
+  count_suspended(L, int(s->keeps_hook) - int(kept));
   L.rec.resize(from);
   s->frame_depth = depth_at(L, pydepth);
   return *s;
@@ -724,6 +733,9 @@ Suspended& detach_segment(CaptureLane& L, uintptr_t key, size_t from, int32_t py
 uint32_t reattach_segment(CaptureLane& L, size_t k, int32_t d, int32_t pydepth, bool push_back) {
   Suspended& s = L.suspended[k];
   uint32_t first_recorded = kNoEvent;
+  // Transparent frames resumed below the ceiling: a start there, skipped (as
+  // the reference engine, which keeps no segment for them, counts it).
+  if (!s.keeps_hook && d > L.ceiling) ++L.skipped;
   if (push_back) {
     const int32_t shift = d - s.frame_depth;
     const int32_t pyshift = pydepth - s.frame_pydepth;
@@ -735,10 +747,10 @@ uint32_t reattach_segment(CaptureLane& L, size_t k, int32_t d, int32_t pydepth, 
       L.rec.push_back(e);
     }
   }
+  count_suspended(L, -int(s.keeps_hook));
   // Swap with the last: the segments' order does not matter.
   if (k + 1 != L.suspended.size()) std::swap(L.suspended[k], L.suspended.back());
   L.suspended.pop_back();
-  count_suspended(L, -1);
   return first_recorded;
 }
 
@@ -1269,7 +1281,7 @@ void Engine::stop() {
 #endif
   for (auto& lane : lanes_) Py_CLEAR(lane->context);
   for (auto& lane : lanes_) {
-    count_suspended(*lane, -static_cast<int>(lane->suspended.size()));
+    for (const Suspended& s : lane->suspended) count_suspended(*lane, -int(s.keeps_hook));
     lane->suspended.clear();
   }
   gen_labels_.clear();

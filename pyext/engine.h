@@ -63,6 +63,10 @@ struct Suspended {
   int32_t frame_depth = 0;    // tree depth of the suspended frame when it yielded
   int32_t frame_pydepth = 0;  // and its frame depth
   uint32_t count = 0;
+  // 3.11: whether a resume the evaluation hook does not see would change the
+  // tree (the segment holds more than transparent frames), so that the hook
+  // stays in while it is suspended (current_lanes_keep_hook).
+  bool keeps_hook = false;
   StackEntry inline_entries[2];
   std::vector<StackEntry> more;  // entries past the first two
   const StackEntry& at(uint32_t i) const { return i < 2 ? inline_entries[i] : more[i - 2]; }

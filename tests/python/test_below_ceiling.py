@@ -8,6 +8,7 @@ the skipped counts are what reached the engine (docs/capture.md)."""
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 import threading
 
@@ -405,3 +406,59 @@ def test_a_frame_at_the_ceiling_making_many_calls_sends_few_to_the_hook():
         assert skipped == 8  # then the calls reach no hook
     else:
         assert skipped == 200
+
+
+def plumbing(log):
+    """A @contextmanager generator made transparent, as autoprofile makes
+    MLflow's set_prediction_context: suspended for the whole predict."""
+    log.append("entered")
+    yield
+    log.append(leaf(2))  # a callee after its resume, at the depth of the frame that resumes it
+
+
+def finish(g):
+    return next(g, None)
+
+
+def probe(states):
+    states.append(_core.capture_state()["eval_installed"])  # from a frame below the ceiling
+
+
+def calls_below(func, g, resume_below, states=None):
+    for _ in range(200):
+        func(50)  # below a depth-1 ceiling
+    if states is not None:
+        probe(states)
+    if resume_below:
+        finish(g)  # resumed from depth 2: its callee would be at depth 3
+
+
+def predict_with_plumbing(func, resume_below, states=None):
+    g = plumbing([])
+    next(g)
+    calls_below(func, g, resume_below, states)
+    if not resume_below:
+        next(g, None)  # resumed by the root: its callee leaf is at depth 1
+
+
+@pytest.mark.parametrize("resume_below", [False, True])
+def test_a_transparent_generator_suspended_around_the_work(resume_below):
+    """The two engines agree wherever the transparent generator is resumed,
+    and on 3.11+ the frames below the ceiling run without the hook while it
+    is suspended (3.11 keeps it in for suspended spans, whose resume down
+    there would change the tree; missing this one's changes nothing)."""
+    from mlflow_profiler import _transparent
+
+    _transparent.add(plumbing)
+    func = fresh_function(8 + resume_below)
+    out = run_engines(functools.partial(predict_with_plumbing, func, resume_below), depth=1)
+    assert shape(out["native"]) == shape(out["reference"])
+    (root,) = out["native"].to_tree()
+    labels = [c["label"] for c in root["children"]]
+    assert labels == (["calls_below"] if resume_below else ["calls_below", "leaf"]), labels
+    assert_skipped_agree(out["native"], out["reference"])
+    if sys.version_info >= (3, 11):
+        states = []
+        with profiling(depth=1):
+            predict_with_plumbing(func, resume_below, states)
+        assert states == [False]
