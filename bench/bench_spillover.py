@@ -80,7 +80,7 @@ def main() -> None:
     mlflow_profiler.autoprofile(disable=True)
     mlflow_profiler.flush()
     base = statistics.median(off)
-    unsampled = [x for v in since.values() for x in v]
+    unsampled = [x for v in since.values() for x in v] or [base]  # rate 1.0: none
     print(f"python {sys.version.split()[0]}, rate {args.rate}, depth {args.depth}, export {args.export}: "
           f"A p50 {base / 1000:.0f} us (n={len(off)})")
     print(f"sampled/A p50 {statistics.median(sampled) / base:.3f} (n={len(sampled)}); "
