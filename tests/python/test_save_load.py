@@ -254,6 +254,9 @@ def test_not_json_and_not_a_profile(engine, tmp_path):
     for ext in (".trace.json", ".speedscope.json", ".pb.gz", ".folded", ".html"):
         err = load_error(captured(engine).save(tmp_path / f"real{ext}"))
         assert err.kind == "corrupt", (ext, str(err))
+        # each says what load() reads instead (a .pb.gz is a NUL byte, an
+        # .html invalid JSON, a .trace.json JSON of another format)
+        assert "reads the .json and .json.gz files that save() writes" in str(err), (ext, str(err))
 
 
 def test_newer_version(engine, tmp_path):

@@ -28,6 +28,10 @@ constexpr unsigned kParseFlags = rapidjson::kParseFullPrecisionFlag |
                                  rapidjson::kParseValidateEncodingFlag;
 
 constexpr std::string_view kFormat = "mlflow-profiler";
+// The hint every "not a profile document" error ends with.
+constexpr const char* kWhatLoadReads =
+    "(mlflow_profiler.load reads the .json and .json.gz files that save() writes; the other "
+    "formats are exports for other tools)";
 constexpr int kOldestVersion = 1;
 
 // Where a value sits in the document, for messages: "spans[12].parent",
@@ -234,8 +238,9 @@ class DocumentReader {
         std::string_view(format->GetString(), format->GetStringLength()) != kFormat) {
       error_ =
           Error{Error::Kind::kCorrupt, 0,
-                "not a profile document: it is JSON, but meta.format is not \"mlflow-profiler\" "
-                "(mlflow_profiler.load reads the .json and .json.gz files that save() writes)"};
+                std::string("not a profile document: it is JSON, but meta.format is not "
+                            "\"mlflow-profiler\" ") +
+                    kWhatLoadReads};
       return false;
     }
     const Value* version = member(*meta, "version");
@@ -751,7 +756,7 @@ Result<Profile> read_json_document(std::string_view data) {
   if (const size_t nul = data.find('\0'); nul != std::string_view::npos) {
     return Error{Error::Kind::kCorrupt, 0,
                  "not a profile document: a NUL byte at offset " + std::to_string(nul) +
-                     " (JSON text never holds one)"};
+                     " (JSON text never holds one; a .pb.gz or other binary export?) " + kWhatLoadReads};
   }
   rapidjson::Document doc;
   doc.Parse<kParseFlags>(data.data(), data.size());
@@ -766,7 +771,7 @@ Result<Profile> read_json_document(std::string_view data) {
     return Error{Error::Kind::kCorrupt, 0,
                  std::string("not a profile document: invalid JSON at offset ") +
                      std::to_string(r.Offset()) + " (" + rapidjson::GetParseError_En(r.Code()) +
-                     ")"};
+                     ") " + kWhatLoadReads};
   }
   return DocumentReader(doc).read();
 }
