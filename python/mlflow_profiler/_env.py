@@ -47,13 +47,15 @@ def _at_least(minimum, unit=""):
     return check
 
 
-def _depth(name: str, raw: str) -> int:
+def parse_depth(name: str, raw: str) -> int:
+    """A depth ceiling from text; EnvError names `name` (a variable or a flag)."""
     from ._session import _check_depth
 
     return _number(name, raw, int, lambda v: _check_depth("depth", v), "an integer: use -1 (unlimited) or a depth >= 0")
 
 
-def _rate(name: str, raw: str) -> float:
+def parse_rate(name: str, raw: str) -> float:
+    """A sample rate from text; EnvError names `name` (a variable or a flag)."""
     from ._autoprofile import _check_rate
 
     return _number(name, raw, float, _check_rate, "a number: use a sample rate in [0, 1], e.g. 0.1")
@@ -82,12 +84,12 @@ class Variable(NamedTuple):
 VARIABLES = (
     Variable("MLFLOW_PROFILER_AUTOPROFILE", "enabled", _bool, False,
              "Turns autoprofile on at interpreter start (through the package's .pth hook)."),
-    Variable("MLFLOW_PROFILER_DEPTH", "depth", _depth, 2, "Depth ceiling; -1 is unlimited."),
-    Variable("MLFLOW_PROFILER_SAMPLE_RATE", "sample_rate", _rate, 1.0,
+    Variable("MLFLOW_PROFILER_DEPTH", "depth", parse_depth, 2, "Depth ceiling; -1 is unlimited."),
+    Variable("MLFLOW_PROFILER_SAMPLE_RATE", "sample_rate", parse_rate, 1.0,
              "Probability that a predict call is profiled, in [0, 1]."),
     Variable("MLFLOW_PROFILER_CAPTURE_IO", "capture_io", _bool, False,
              "Summarize arguments and return values (shape, dtype, bytes)."),
-    Variable("MLFLOW_PROFILER_CAPTURE_IO_DEPTH", "capture_io_depth", _depth, None,
+    Variable("MLFLOW_PROFILER_CAPTURE_IO_DEPTH", "capture_io_depth", parse_depth, None,
              "Deepest level whose I/O is summarized (default: the depth)."),
     Variable("MLFLOW_PROFILER_MAX_EVENTS", "max_events", _positive_int, 1_000_000,
              "Event buffer per thread and session; drops beyond it are counted."),

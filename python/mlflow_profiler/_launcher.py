@@ -38,6 +38,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         command = command[1:]
     if not command:
         _parser().error("give the command to run, e.g. mlflow-profiler-run --sample-rate 0.1 -- mlflow models serve ...")
+    # Each flag checked by the rule of the variable it sets, named as typed.
+    for value, flag, parse in ((args.depth, "--depth", _env.parse_depth), (args.sample_rate, "--sample-rate", _env.parse_rate)):
+        if value is not None:
+            try:
+                parse(flag, value)
+            except _env.EnvError as exc:
+                _parser().error(str(exc))
     env = dict(os.environ)
     env["MLFLOW_PROFILER_AUTOPROFILE"] = "1"
     for value, name in ((args.depth, "MLFLOW_PROFILER_DEPTH"), (args.sample_rate, "MLFLOW_PROFILER_SAMPLE_RATE"),

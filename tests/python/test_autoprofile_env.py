@@ -118,6 +118,10 @@ def test_launcher_runs_a_command_with_autoprofile_on(tmp_path, model_uri):
     assert r.returncode == 0, r.stderr
     assert "LAST predict [pyfunc ChurnModel]" in r.stdout
     assert len(glob.glob(str(out_dir / "*.json.gz"))) == 2
-    bad = subprocess.run(launcher(tmp_path) + ["--sample-rate", "2", "--", sys.executable, "-c", "pass"],
-                         capture_output=True, text=True, env=env, timeout=60)
-    assert bad.returncode == 2 and "MLFLOW_PROFILER_SAMPLE_RATE" in bad.stderr
+    for flag, value, says in (("--sample-rate", "2", "in [0, 1]"), ("--sample-rate", "abc", "is not a number"),
+                              ("--depth", "deep", "is not an integer")):
+        bad = subprocess.run(launcher(tmp_path) + [flag, value, "--", sys.executable, "-c", "pass"],
+                             capture_output=True, text=True, env=env, timeout=60)
+        # the error names the flag the user typed, not the variable it sets
+        assert bad.returncode == 2 and f"{flag}='{value}'" in bad.stderr and says in bad.stderr, bad.stderr
+        assert "MLFLOW_PROFILER_" not in bad.stderr.splitlines()[-1], bad.stderr
