@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import _core, _stream
 from ._log import log_once
-from ._session import ProfileSession, _check_depth, _check_max_events
+from ._session import ProfileSession, _check_depth, _check_flag, _check_max_events
 
 _MISSING_MLFLOW = (
     "autoprofile() patches MLflow's PyFuncModel and needs MLflow: "
@@ -106,12 +106,12 @@ def autoprofile(
     config = AutoprofileConfig(
         depth=_check_depth("depth", depth),
         sample_rate=_check_rate(sample_rate),
-        capture_io=bool(capture_io),
+        capture_io=_check_flag("capture_io", capture_io),
         capture_io_depth=None if capture_io_depth is None else _check_depth("capture_io_depth", capture_io_depth),
         max_events=_check_max_events(max_events),
-        all_threads=bool(all_threads),
-        log_to_mlflow=bool(log_to_mlflow),
-        log_as_trace=bool(log_as_trace),
+        all_threads=_check_flag("all_threads", all_threads),
+        log_to_mlflow=_check_flag("log_to_mlflow", log_to_mlflow),
+        log_as_trace=_check_flag("log_as_trace", log_as_trace),
         output_dir=None if output_dir is None else str(output_dir),
         collector=collector,
     )

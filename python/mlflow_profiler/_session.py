@@ -12,7 +12,6 @@ from typing import Any, Dict, List, Optional
 from . import _core, _native, _transparent
 from ._io import IOSummary
 from ._log import log_once
-from ._reference import ReferenceEngine  # imported here: a lazy import inside a session is recorded
 
 _DEFAULT_MAX_EVENTS = 1_000_000
 _new_object = object.__new__
@@ -80,6 +79,16 @@ def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
     return depth
 
 
+def _check_flag(name: str, value: Any) -> bool:
+    """True or False; also numpy's booleans and the ints 0 and 1. Anything
+    else (``capture_io="yes"``) is a TypeError, not silently true."""
+    if value is True or value is False:  # the common case first (hot path)
+        return value
+    if type(value).__name__ in ("bool_", "bool") or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
 def _check_max_events(max_events: Any) -> int:
     if type(max_events) is int and max_events >= 1:
         return max_events
@@ -134,9 +143,9 @@ class ProfileSession:
         self.depth = _check_depth("depth", depth)
         io_depth = _check_depth("capture_io_depth", capture_io_depth, allow_none=True)
         self.max_events = _check_max_events(max_events)
-        self.all_threads = bool(all_threads)
-        self.capture_c_calls = bool(capture_c_calls)
-        self.capture_io = bool(capture_io)
+        self.all_threads = _check_flag("all_threads", all_threads)
+        self.capture_c_calls = _check_flag("capture_c_calls", capture_c_calls)
+        self.capture_io = _check_flag("capture_io", capture_io)
         self.capture_io_depth = io_depth
         args = (self.depth, max_events, self.all_threads, self.capture_c_calls, self.capture_io, io_depth,
                 list(_transparent_codes))
@@ -144,6 +153,9 @@ class ProfileSession:
         if engine == "native":
             self._engine = _core.Engine(*args)
         elif engine == "reference":
+            # Loaded on first use (1,400 lines): the native engine never needs it.
+            from ._reference import ReferenceEngine
+
             self._engine = ReferenceEngine(*args)
         else:
             raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")

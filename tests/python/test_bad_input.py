@@ -44,6 +44,24 @@ def test_bad_max_events_and_engine():
         profiling(engine="fast")
 
 
+@pytest.mark.parametrize("option", ["capture_io", "all_threads", "capture_c_calls"])
+def test_a_flag_that_is_not_a_boolean_is_a_type_error(option):
+    for value in ("yes", "no", 2, None, 1.0):  # "no" would have been silently true
+        with pytest.raises(TypeError, match=option):
+            profiling(**{option: value})
+    for value, expected in ((True, True), (0, False), (1, True)):
+        assert getattr(profiling(**{option: value}), option) is expected
+
+
+def test_autoprofile_flags_are_checked_too():
+    import mlflow_profiler  # checked before MLflow is imported: no MLflow needed
+
+    for option in ("capture_io", "all_threads", "log_to_mlflow", "log_as_trace"):
+        with pytest.raises(TypeError, match=option):
+            mlflow_profiler.autoprofile(**{option: "yes"})
+    assert not mlflow_profiler.statistics()["enabled"]  # a bad call changes nothing
+
+
 def test_render_deeper_than_captured_is_clamped(engine):
     with profiling(depth=2, engine=engine) as session:
         f()
