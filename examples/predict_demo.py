@@ -3,8 +3,15 @@ scaling, one-hot encoding, gradient boosting) wrapped in a monolithic
 `predict` that does pandas feature engineering first, the way production
 models look when nobody instrumented them.
 
-    python examples/predict_demo.py            # needs scikit-learn and pandas
+    python examples/predict_demo.py [report.html]   # needs scikit-learn and pandas
+
+The HTML report goes to the path given, by default predict-demo.html in the
+system's temporary directory (never into the source tree).
 """
+
+import os
+import sys
+import tempfile
 
 import numpy as np
 import pandas as pd
@@ -58,6 +65,7 @@ class ChurnModel:
 
 
 def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.gettempdir(), "predict-demo.html")
     model = ChurnModel()
     batch = make_frame(1000, seed=2)
     model.predict(batch)  # warm up caches, like a server after its first request
@@ -77,7 +85,7 @@ def main():
         model.predict(batch)
     print("\n== depth 1 with I/O summaries (capture_io=True)")
     io_session.print_tree()
-    report = io_session.save("predict-demo.html")
+    report = io_session.save(out)
     print(f"\nHTML report (flame chart, tree, I/O): {report}")
 
 
