@@ -9,6 +9,7 @@ the other tests check that same error and stop."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -76,7 +77,11 @@ def _search(run_id, flush=True):
 
     if flush:  # MLflow writes traces in the background; a flush takes about a second
         mlflow.flush_trace_async_logging()
-    return mlflow.search_traces(run_id=run_id, return_type="list")
+    # as docs/mlflow.md says: the run's experiment named, whatever is active
+    # (`locations` in MLflow 3, which deprecates `experiment_ids`)
+    experiment_id = mlflow.get_run(run_id).info.experiment_id
+    where = "locations" if "locations" in inspect.signature(mlflow.search_traces).parameters else "experiment_ids"
+    return mlflow.search_traces(run_id=run_id, return_type="list", **{where: [experiment_id]})
 
 
 def _get_trace(trace_id, flush=True):
@@ -134,6 +139,9 @@ def test_trace_round_trip(mlflow_store):
     rid = run.info.run_id
     found = _search(rid)
     assert len(found) == 1, "the trace is linked to the run"
+    mlflow.set_experiment("somewhere-else")  # docs/mlflow.md's search finds it from any active experiment
+    assert [t.info.trace_id for t in _search(rid, flush=False)] == [found[0].info.trace_id]
+    mlflow.set_experiment(experiment_id=run.info.experiment_id)
     trace = _get_trace(found[0].info.trace_id, flush=False)
     assert trace.info.experiment_id == run.info.experiment_id
     assert trace.info.trace_metadata["mlflow.sourceRun"] == rid
