@@ -11,6 +11,7 @@ import json
 import re
 import struct
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import List, Tuple
@@ -254,6 +255,8 @@ def test_sleeps_show_with_their_length(page, report):
 def test_header_gives_the_session_figures(page, report):
     meta = report.doc["meta"]
     text = lambda id_: page.find_element("id", id_).text  # noqa: E731
+    # two roots (Model() and its predict): the total is the session's time
+    assert [sp[0] for sp in report.doc["spans"]].count(-1) == 2
     assert text("fact-total") == fmt_ms(meta["duration_ns"])
     assert text("fact-depth") == "3"
     assert text("fact-spans") == f"{len(report.doc['spans']):,}"
@@ -509,6 +512,24 @@ def open_session(browser, session, tmp_path):
     console_errors(browser)
     open_report(browser, path.as_uri())
     return path
+
+
+def test_one_root_gives_the_total_as_the_tree_shows_it(browser, engine, tmp_path):
+    def predict():
+        time.sleep(0.003)
+
+    with profiling(engine=engine) as session:
+        predict()
+        time.sleep(0.003)  # in the session, in no span
+    open_session(browser, session, tmp_path)
+    doc = json.loads(session.to_json())
+    (root,) = doc["spans"]
+    text = lambda id_: browser.find_element("id", id_).text  # noqa: E731
+    assert text("fact-total") == fmt_ms(root[7] - root[6])
+    assert tree_lines(browser)[0].endswith(": " + text("fact-total"))
+    # the session's own time (the sleep, its start and stop) is given apart
+    assert doc["meta"]["duration_ns"] > root[7] - root[6] + 2_000_000
+    assert text("fact-session") == fmt_ms(doc["meta"]["duration_ns"])
 
 
 def test_an_empty_session_says_so(browser, engine, tmp_path):

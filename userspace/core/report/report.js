@@ -1027,8 +1027,11 @@
     let main = -1;
     for (const r of V.roots) if (main < 0 || P.end[r] - P.start[r] > P.end[main] - P.start[main]) main = r;
     const rootName = main >= 0 ? name(main) : "";
+    // One root: its time is the total, as the tree shows it; the session's
+    // wall time (its start and stop included) is given beside it.
+    const total = V.roots.length === 1 ? P.end[main] - P.start[main] : P.duration;
     $("title").textContent = rootName ? rootName + " \u2014 mlflow-profiler" : "mlflow-profiler report";
-    document.title = (rootName ? rootName + " " : "") + fmtDur(P.duration) + " \u2014 mlflow-profiler";
+    document.title = (rootName ? rootName + " " : "") + fmtDur(total) + " \u2014 mlflow-profiler";
     const facts = $("facts");
     const add = (k, v, id) => {
       if (v === undefined || v === null || v === "") return;
@@ -1043,7 +1046,8 @@
     };
     const threads = new Set(P.lanes.map((l) => l.thread_id));
     const tasks = P.lanes.filter((l) => l.task !== 0).length;
-    add("Total", fmtDur(P.duration), "fact-total");
+    add("Total", fmtDur(total), "fact-total");
+    if (fmtDur(total) !== fmtDur(P.duration)) add("Session", fmtDur(P.duration), "fact-session");
     add("Captured depth", m.captured_depth < 0 ? "unlimited" : String(m.captured_depth), "fact-depth");
     add("Spans", P.n.toLocaleString("en-US"), "fact-spans");
     add("Threads", String(threads.size) + (tasks ? ", " + plural(tasks, "task", "tasks") : ""), "fact-threads");
