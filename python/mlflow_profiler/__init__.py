@@ -56,9 +56,8 @@ def _init() -> None:
     paths = _sysconfig.get_paths()
     prefixes = {paths.get("stdlib"), paths.get("platstdlib")}
     _core.set_library_prefixes(sorted(p for p in prefixes if p))
-    from . import _autoprofile, _collector, _exporter, _native, _processors, _reference, _session, _spans, mlflow_sink
+    from . import _autoprofile, _collector, _exporter, _native, _processors, _session, _spans, mlflow_sink
 
-    _reference._register_invisible()
     for module in (_session, _spans, _transparent, _native, _collector, _processors, mlflow_sink, _autoprofile,
                    _exporter):
         _transparent.add_module(module)
