@@ -109,7 +109,7 @@ VARIABLES = (
              "Artifact directory under the run; each profile gets a subdirectory."),
     Variable("MLFLOW_PROFILER_QUEUE_SIZE", "queue_size", _positive_int, 64,
              "Profiles waiting for export; beyond it they are dropped and counted."),
-    Variable("MLFLOW_PROFILER_FLUSH_TIMEOUT", "flush_timeout", _seconds, 30.0,
+    Variable("MLFLOW_PROFILER_FLUSH_TIMEOUT", "flush_timeout", _seconds, 5.0,
              "Seconds the exit hook (or a SIGTERM) waits for queued profiles."),
     Variable("MLFLOW_PROFILER_DRAIN_ON_SIGTERM", "drain_on_sigterm", _bool, True,
              "On SIGTERM, write or log the queued profiles, then die by the signal as before."),

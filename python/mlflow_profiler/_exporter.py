@@ -18,23 +18,34 @@ import queue
 import socket
 import threading
 import time
-from typing import Any, Dict, Optional
+import urllib.parse
+from typing import Any, Dict, Optional, Tuple
 
 from ._log import log_once, warn_at_exit
 
 DEFAULT_QUEUE_SIZE = 64
-DEFAULT_FLUSH_TIMEOUT_S = 30.0
+DEFAULT_FLUSH_TIMEOUT_S = 5.0
+# A tracking server that does not accept a connection is not asked again for
+# this long (doubling while it stays down, up to the maximum): MLflow's own
+# client would retry each request for minutes, logging every retry.
+SINK_BACKOFF_S = 30.0
+SINK_BACKOFF_MAX_S = 300.0
+SINK_CONNECT_TIMEOUT_S = 1.0
 
 _lock = threading.Lock()
 _queue: Optional[queue.Queue] = None
 _thread: Optional[threading.Thread] = None
 _queue_size = DEFAULT_QUEUE_SIZE
 _flush_timeout_s = DEFAULT_FLUSH_TIMEOUT_S
-_counts = {"submitted": 0, "exported": 0, "dropped": 0, "failed": 0}
+# sink_down: not sent to MLflow because its tracking server was unreachable
+_counts = {"submitted": 0, "exported": 0, "dropped": 0, "failed": 0, "sink_down": 0}
 _sequence = itertools.count(1)  # next() on it is atomic under the GIL; `+= 1` on an int is not
 _pid = os.getpid()
 _stamp = (-1, "")  # (UTC second, its "%Y%m%dT%H%M%S"): one strftime per second, not per profile
 _run_id: Optional[str] = None  # the run profiles are logged to, created on first use
+_run_is_ours = False  # created here (ended at exit), not MLFLOW_PROFILER_RUN_ID
+_down_until = 0.0  # time.monotonic() before which the tracking server is not tried
+_backoff_s = 0.0  # the current back-off; 0 while the server answers
 _env_settings: Optional[Dict[str, Any]] = None
 _atexit_registered = False
 
@@ -159,11 +170,17 @@ def _worker(q: queue.Queue) -> None:
             session, config = item
             _export(session, config)
             _bump("exported")
+        except _SinkDown:
+            _bump("sink_down")
         except Exception as exc:
             _bump("failed")
             _log_export_failure(repr(exc))
         finally:
             q.task_done()
+
+
+class _SinkDown(Exception):
+    """The tracking server did not accept a connection: counted apart."""
 
 
 def _export(session, config) -> None:
@@ -177,9 +194,59 @@ def _export(session, config) -> None:
     if config.log_to_mlflow:
         from . import mlflow_sink
 
-        # Already through the span processors: not applied twice.
-        mlflow_sink.log_processed_profile(processed, artifact_path=f"{_artifact_root()}/{name}",
-                                          run_id=_target_run(), log_as_trace=config.log_as_trace)
+        if not _sink_up():
+            raise _SinkDown
+        try:
+            # Already through the span processors: not applied twice.
+            mlflow_sink.log_processed_profile(processed, artifact_path=f"{_artifact_root()}/{name}",
+                                              run_id=_target_run(), log_as_trace=config.log_as_trace)
+        except Exception:
+            _sink_up()  # the server went away meanwhile: back off from now on
+            raise
+
+
+def _tracking_endpoint() -> Optional[Tuple[str, int]]:
+    """(host, port) of an http(s) tracking URI; None for a local store."""
+    import mlflow
+
+    uri = urllib.parse.urlsplit(mlflow.get_tracking_uri())
+    if uri.scheme not in ("http", "https") or not uri.hostname:
+        return None
+    try:
+        port = uri.port
+    except ValueError:
+        return None
+    return uri.hostname, port or (443 if uri.scheme == "https" else 80)
+
+
+def _sink_up() -> bool:
+    """Whether to send to MLflow now: not while backing off; else whether the
+    tracking server accepts a TCP connection (one connect, no retries). The
+    first failure of an outage is logged once; so is the recovery."""
+    global _down_until, _backoff_s
+    now = time.monotonic()
+    if now < _down_until:
+        return False
+    endpoint = _tracking_endpoint()
+    if endpoint is None:
+        return True
+    try:
+        socket.create_connection(endpoint, timeout=SINK_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        first = _backoff_s == 0
+        _backoff_s = min(SINK_BACKOFF_MAX_S, _backoff_s * 2 or SINK_BACKOFF_S)
+        _down_until = now + _backoff_s
+        if first:
+            warn_at_exit("mlflow_profiler: the MLflow tracking server at %s:%d does not answer (%s); profiles "
+                         "are not sent to MLflow while it is down (tried again after %.0f s, then less often), "
+                         "and are counted in mlflow_profiler.statistics()['export']['sink_down']",
+                         endpoint[0], endpoint[1], exc.strerror or exc, _backoff_s)
+        return False
+    if _backoff_s:
+        warn_at_exit("mlflow_profiler: the MLflow tracking server at %s:%d answers again; profiles are sent to "
+                     "it from now on", endpoint[0], endpoint[1])
+    _backoff_s = 0.0
+    return True
 
 
 def _settings() -> Dict[str, Any]:
@@ -198,8 +265,9 @@ def _artifact_root() -> str:
 
 def _target_run() -> str:
     """MLFLOW_PROFILER_RUN_ID, else one run per process, created on first
-    use in MLFLOW_PROFILER_EXPERIMENT (default "mlflow-profiler")."""
-    global _run_id
+    use in MLFLOW_PROFILER_EXPERIMENT (default "mlflow-profiler"), ended
+    (FINISHED) when the process exits."""
+    global _run_id, _run_is_ours
     if _run_id is None:
         settings = _settings()
         run_id = settings["run_id"]
@@ -214,6 +282,7 @@ def _target_run() -> str:
                                     tags={"mlflow_profiler.host": socket.gethostname(),
                                           "mlflow_profiler.pid": str(os.getpid())})
             run_id = run.info.run_id
+            _run_is_ours = True
         _run_id = run_id
     return _run_id
 
@@ -240,8 +309,9 @@ def flush(timeout: Optional[float] = None) -> bool:
 
 
 def statistics() -> Dict[str, Any]:
-    """submitted, exported, dropped (queue full), failed, queued: the Python
-    exporter's and the file writer thread's together."""
+    """submitted, exported, dropped (queue full), failed, sink_down (not sent:
+    the tracking server was unreachable), queued: the Python exporter's and
+    the file writer thread's together."""
     from . import _core
 
     q = _queue
@@ -263,25 +333,46 @@ def flush_timeout() -> float:
 
 def drain_at_exit() -> None:
     """flush() for at most flush_timeout() seconds, then a warning naming
-    what was still queued, dropped or failed. Registered with atexit; the
-    bootstrap's SIGTERM handler calls it too."""
+    what was still queued, dropped or failed, and the end (FINISHED) of the
+    run this process created. Registered with atexit; the bootstrap's SIGTERM
+    handler calls it too."""
     drained = flush(_flush_timeout_s)
     counts = statistics()
     if not drained:
         warn_at_exit("mlflow_profiler: %d profiles were still being exported at exit (waited %.0f s)",
                      counts["queued"], _flush_timeout_s)
-    if counts["dropped"] or counts["failed"]:
+    if counts["dropped"] or counts["failed"] or counts["sink_down"]:
         warn_at_exit("mlflow_profiler: export summary: %d submitted, %d exported, %d dropped (queue full), "
-                     "%d failed", counts["submitted"], counts["exported"], counts["dropped"], counts["failed"])
+                     "%d failed, %d not sent (tracking server down)", counts["submitted"], counts["exported"],
+                     counts["dropped"], counts["failed"], counts["sink_down"])
+    _end_run()
+
+
+def _end_run() -> None:
+    """Ends the run created for this process's profiles, if the tracking
+    server is there to hear it (a run left RUNNING reads as a live server)."""
+    global _run_is_ours
+    if not _run_is_ours or _run_id is None:
+        return
+    _run_is_ours = False
+    try:
+        if _sink_up():
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient().set_terminated(_run_id, "FINISHED")
+    except Exception as exc:  # at exit: say so, never raise
+        warn_at_exit("mlflow_profiler: could not end the profiles' run %s: %r", _run_id, exc)
 
 
 def _after_fork_in_child() -> None:
     # The worker thread does not survive fork; the child starts its own.
-    global _queue, _thread, _run_id, _env_settings, _pid
+    global _queue, _thread, _run_id, _run_is_ours, _env_settings, _pid, _down_until, _backoff_s
     _queue = None
     _thread = None
     _pid = os.getpid()
     _run_id = None
+    _run_is_ours = False
+    _down_until = _backoff_s = 0.0
     _env_settings = None
     for key in _counts:
         _counts[key] = 0

@@ -38,6 +38,7 @@ def test_profiles_are_logged_to_mlflow_in_the_background(tmp_path, model_uri):
     experiment = client.get_experiment_by_name("serving-profiles")
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1
+    assert runs[0].info.status == "FINISHED"  # ended when the process exited
     profiles = client.list_artifacts(runs[0].info.run_id, "profiles")
     assert len(profiles) == 4
     names = {f.path.rsplit("/", 1)[-1] for f in client.list_artifacts(runs[0].info.run_id, profiles[0].path)}
@@ -56,8 +57,11 @@ mlflow.set_tracking_uri("http://127.0.0.1:{port}")  # profiles go to a server th
 df = _mlflow_models.frame(32)
 for _ in range(10):
     assert len(model.predict(df)) == 32
+import time
 import mlflow_profiler
+start = time.monotonic()
 print("FLUSHED", mlflow_profiler.flush(120))
+print("FLUSH_S", time.monotonic() - start)
 print("STATS", mlflow_profiler.statistics())
 # A handler whose stream is gone by exit (pytest's capture, a daemon's log
 # file): the exit summary still reaches the others, with no "Logging error".
@@ -76,19 +80,64 @@ def test_a_down_tracking_server_never_blocks_the_model(tmp_path, model_uri):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
+    # MLflow's own retry settings left at their defaults (minutes of retries
+    # per request, each logged): the exporter does not get that far.
     r = run_script(tmp_path, DOWN_APP.format(uri=uri, port=port), {
         "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
-        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_QUEUE_SIZE": "4",
-        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}, store)
+        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_QUEUE_SIZE": "4"}, store)
     assert r.returncode == 0, r.stderr
-    stats_line = next(line for line in r.stdout.splitlines() if line.startswith("STATS"))
+    lines = r.stdout.splitlines()
+    stats_line = next(line for line in lines if line.startswith("STATS"))
     export = eval(stats_line[len("STATS "):])["export"]  # our own repr of a dict of ints
     assert export["submitted"] == 10
     assert export["exported"] == 0
-    assert export["failed"] >= 1 and export["failed"] + export["dropped"] == 10
-    assert r.stderr.count("exporting a profile failed") == 1  # logged once
+    assert export["sink_down"] >= 1 and export["failed"] == 0
+    assert export["sink_down"] + export["dropped"] == 10
+    assert "FLUSHED True" in lines
+    assert float(next(line for line in lines if line.startswith("FLUSH_S")).split()[1]) < 10  # not MLflow's retries
+    assert r.stderr.count("does not answer") == 1, r.stderr  # one line for the outage
+    assert f"tracking server at 127.0.0.1:{port} does not answer" in r.stderr
+    assert "Retrying" not in r.stderr, r.stderr  # MLflow's client was never asked
     assert "export summary: 10 submitted, 0 exported" in r.stderr  # at exit
+    assert f"{export['sink_down']} not sent (tracking server down)" in r.stderr
     assert "Logging error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_the_exporter_backs_off_from_a_down_server_and_comes_back(monkeypatch):
+    """_sink_up against a real TCP port: refused, then backed off (not even
+    tried), then listening again. The back-off is shortened for the test."""
+    import socket
+
+    from mlflow_profiler import _exporter
+
+    monkeypatch.setattr(_exporter, "SINK_BACKOFF_S", 0.2)
+    monkeypatch.setattr(_exporter, "_down_until", 0.0)
+    monkeypatch.setattr(_exporter, "_backoff_s", 0.0)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"http://127.0.0.1:{port}")
+    try:
+        check_backoff(_exporter, s)
+    finally:
+        mlflow.set_tracking_uri(previous)
+        s.close()
+
+
+def check_backoff(_exporter, s):
+    assert not _exporter._sink_up()  # nothing listens: down, backing off for 0.2 s
+    assert _exporter._backoff_s == 0.2
+    s.listen()
+    assert not _exporter._sink_up()  # within the back-off: not tried, though it listens now
+    time.sleep(0.25)
+    assert _exporter._sink_up()  # tried again: up
+    assert _exporter._backoff_s == 0.0
+    s.close()
+    assert not _exporter._sink_up()
+    time.sleep(0.25)
+    assert not _exporter._sink_up()  # still down: the back-off doubles
+    assert _exporter._backoff_s == 0.4
 
 
 SIGTERM_APP = """
@@ -117,7 +166,8 @@ def test_sigterm_logs_the_queued_profiles_then_dies_by_the_signal(tmp_path, mode
     r = run_script(tmp_path, SIGTERM_APP.format(uri=uri, calls=8, setup="", before_kill=""), {
         "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
         "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": experiment,
-        "MLFLOW_PROFILER_DRAIN_ON_SIGTERM": drain}, store)
+        "MLFLOW_PROFILER_DRAIN_ON_SIGTERM": drain,
+        "MLFLOW_PROFILER_FLUSH_TIMEOUT": "120"}, store)  # the default 5 s may cut a drain on a busy machine
     assert r.returncode == -signal.SIGTERM, r.stdout + r.stderr  # the exit status a supervisor expects
     assert "STILL ALIVE" not in r.stdout
     if drain == "1":

@@ -194,7 +194,14 @@ def test_a_stopped_server_logs_every_queued_profile_before_it_dies(tmp_path, ser
     _, server = serve_and_send(store, uri, {
         "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
         "MLFLOW_PROFILER_DEPTH": "1", "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
-        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": "stopped"},
+        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": "stopped",
+        "MLFLOW_PROFILER_FLUSH_TIMEOUT": "120"},  # the default 5 s may cut the drain on a busy machine
         frames, tmp_path / "stopped.log")  # stopped right after the last response
     assert _mlflow_models.logged_profiles(store, "stopped") == len(frames), server.output()
+    # and the serving run ended with the server, as a run of a job does
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
+    assert [r.info.status for r in runs] == ["FINISHED"] * len(runs) and runs, server.output()
     assert len(glob.glob(str(out_dir / "profile-*.json.gz"))) == len(frames)
