@@ -32,6 +32,19 @@ MIN_MLFLOW = "3.10"
 _SOURCE_RUN = "mlflow.sourceRun"
 ROOT_NAME = "profile"
 ATTR = "mlflow_profiler."
+# MLflow span types (mlflow.entities.SpanType; the UI draws an icon for each,
+# a "?" for none): the model's own code and the steps a user named are the
+# chain; a library's functions and C functions are the tools it calls.
+SPAN_TYPE_STEP = "CHAIN"
+SPAN_TYPE_LIBRARY = "TOOL"
+
+
+def span_type(span) -> str:
+    """The MLflow span type of a profile span: CHAIN for the root, the user's
+    code and labelled spans and blocks; TOOL for library and C functions."""
+    if span.parent_index is None or span.is_user_code or "block" in span.flags or "labelled" in span.flags:
+        return SPAN_TYPE_STEP
+    return SPAN_TYPE_LIBRARY
 
 
 def check_supported(mlflow) -> None:
@@ -160,7 +173,7 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
     try:
         if len(roots) != 1:
             synthetic = mlflow.start_span_no_context(
-                ROOT_NAME, attributes=session_attrs, start_time_ns=epoch(min(
+                ROOT_NAME, span_type=SPAN_TYPE_STEP, attributes=session_attrs, start_time_ns=epoch(min(
                     [stats["start_ns"]] + [spans[i].start_ns for i in roots])), **root_kwargs)
             if not _recording(synthetic):
                 return None
@@ -180,7 +193,7 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
                 attributes.update(session_attrs)
                 kwargs = root_kwargs
             live = mlflow.start_span_no_context(
-                span.label, parent_span=parent, inputs=_inputs(span), attributes=attributes,
+                span.label, span_type=span_type(span), parent_span=parent, inputs=_inputs(span), attributes=attributes,
                 start_time_ns=epoch(span.start_ns), **kwargs)
             if parent is None and not _recording(live):
                 return None

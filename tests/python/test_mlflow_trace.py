@@ -151,6 +151,15 @@ def test_trace_round_trip(mlflow_store):
     # One root (predict): it is the trace's root, with the same tree below it.
     assert _tree(trace) == _profile_shape(session.to_tree())
     by_name = {s.name: s for s in trace.data.spans}
+    # every span has a type (no "?" in the UI): the steps of the user's code
+    # a chain, the library functions it calls tools
+    assert by_name["predict"].span_type == "CHAIN"
+    types = {s.name: s.span_type for s in trace.data.spans}
+    records = {r.label: r for r in session.spans}
+    for name, kind in types.items():
+        rec = records[name]
+        assert kind == ("CHAIN" if rec.is_user_code or rec.parent_index is None else "TOOL"), (name, kind)
+    assert "TOOL" in types.values() and list(types.values()).count("CHAIN") > 1
     root = by_name["predict"]
     assert before <= root.start_time_ns <= root.end_time_ns <= after, "epoch times, in the session's window"
     pairs = list(zip(_walk_trace(trace), walk(session.to_tree())))
