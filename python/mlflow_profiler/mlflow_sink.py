@@ -341,17 +341,46 @@ def profile_path_figures(session, depth: Optional[int] = None) -> Dict[Path, Dic
     return {p: {"wall_ms": w / 1e6, "self_ms": s / 1e6, "calls": n} for p, (w, s, n) in figures.items()}
 
 
+def _check_top(top: Any, what: str) -> Optional[int]:
+    if top is None:
+        return None
+    if isinstance(top, bool) or not isinstance(top, numbers.Integral) or top < 1:
+        raise ValueError(f"{what}: top must be an int >= 1 or None, got {top!r}")
+    return int(top)
+
+
+def _check_metric_depth(depth: Any, what: str) -> Optional[int]:
+    if depth is None:
+        return None
+    if isinstance(depth, bool) or not isinstance(depth, numbers.Integral) or depth < -1:
+        raise ValueError(f"{what}: depth must be an int >= 0, -1 or None (everything), got {depth!r}")
+    return None if depth == -1 else int(depth)
+
+
+def _keep_top(paths: Sequence[Path], wall: Dict[Path, float], top: Optional[int]) -> List[Path]:
+    """The roots, and the `top` other paths with the most wall time (ties by
+    name, so that the same profile always keeps the same ones)."""
+    if top is None:
+        return list(paths)
+    roots = [p for p in paths if len(p) == 1]
+    others = sorted((p for p in paths if len(p) > 1), key=lambda p: (-wall[p], p))[:top]
+    return roots + others
+
+
 def log_profile_metrics(session, *, run_id: Optional[str] = None, prefix: str = "profile",
-                        depth: Optional[int] = None, step: Optional[int] = None) -> Dict[str, float]:
+                        depth: Optional[int] = 1, top: Optional[int] = None,
+                        step: Optional[int] = None) -> Dict[str, float]:
     """Logs span durations of a profile as run metrics and returns them by name.
 
     Per call path (display names from the root to the span, as in
     ``to_flat()``'s ``call_path``): ``<prefix>/<path>/wall_ms`` (summed over
     the calls of that path in the session), ``.../self_ms`` (its own time,
     children excluded) and ``.../calls``. `depth` logs the paths down to that
-    render depth (default: everything captured); `step` is MLflow's step
-    (default 0), e.g. a batch number. Names are made acceptable to MLflow
-    (see ``metric_bases``): ``predict.<locals>.<lambda>`` becomes
+    render depth: by default 1, the root and its direct steps, a few charts
+    a user can read; None or -1 logs everything captured. `top` keeps, besides
+    the roots, only the `top` paths with the most wall time. `step` is
+    MLflow's step (default 0), e.g. a batch number. Names are made acceptable
+    to MLflow (see ``metric_bases``): ``predict.<locals>.<lambda>`` becomes
     ``predict._locals_._lambda_``.
     Logged with ``log_batch``, at most 1000 metrics a call::
 
@@ -360,10 +389,14 @@ def log_profile_metrics(session, *, run_id: Optional[str] = None, prefix: str = 
         # profile/predict/wall_ms, profile/predict/preprocess/self_ms, ...
     """
     check_session(session, "log_profile_metrics")
+    depth = _check_metric_depth(depth, "log_profile_metrics")
+    top = _check_top(top, "log_profile_metrics")
     mlflow = import_mlflow("log_profile_metrics")
     step = _check_step(step, "log_profile_metrics")
     rid = resolve_run_id(mlflow, run_id, "log_profile_metrics")
     figures = profile_path_figures(_processors.process(session), depth)
+    kept = _keep_top(list(figures), {p: f["wall_ms"] for p, f in figures.items()}, top)
+    figures = {p: figures[p] for p in kept}
     bases = metric_bases(list(figures), prefix, METRIC_STATS, "log_profile_metrics")
     values = {f"{bases[p]}/{stat}": fig[stat] for p, fig in figures.items() for stat in METRIC_STATS}
     _log_metrics(mlflow, rid, values, step)
@@ -416,7 +449,8 @@ def _json_default(value: Any):
 
 
 def log_profile_summary(summary, *, run_id: Optional[str] = None, prefix: str = "profile_summary",
-                        artifact_path: str = "profile", step: Optional[int] = None) -> Dict[str, float]:
+                        artifact_path: str = "profile", depth: Optional[int] = 1, top: Optional[int] = None,
+                        step: Optional[int] = None) -> Dict[str, float]:
     """Logs ``ProfileCollector.summary()`` as run metrics and a JSON artifact;
     returns the metrics by name.
 
@@ -424,14 +458,23 @@ def log_profile_summary(summary, *, run_id: Optional[str] = None, prefix: str = 
     p95_ms, p99_ms, max_ms, self_mean_ms and self_p95_ms (names made
     acceptable to MLflow as in ``log_profile_metrics``; a statistic that is
     None is not logged), and the whole dict as
-    ``<artifact_path>/profile_summary.json``. Raises TypeError or ValueError,
-    naming the entry, for anything that is not a summary::
+    ``<artifact_path>/profile_summary.json``. As metrics, by default the paths
+    down to depth 1 (the roots and their direct steps); `depth` None or -1
+    logs every path, `top` only the roots and the `top` paths with the
+    highest mean. The artifact always holds every path. Raises TypeError or
+    ValueError, naming the entry, for anything that is not a summary::
 
         with mlflow.start_run():
             mlflow_profiler.log_profile_summary(collector.summary())
         # profile_summary/predict/p95_ms, profile_summary/predict/preprocess/count, ...
     """
     paths = _summary_paths(summary)
+    depth = _check_metric_depth(depth, "log_profile_summary")
+    top = _check_top(top, "log_profile_summary")
+    shown = [k for k, p in paths.items() if depth is None or len(p) <= depth + 1]
+    mean = {paths[k]: float(summary[k]["mean_ms"] or 0.0) for k in shown}
+    kept = set(_keep_top([paths[k] for k in shown], mean, top))
+    paths = {k: paths[k] for k in shown if paths[k] in kept}
     artifact_path = _check_artifact_path(artifact_path, "log_profile_summary")
     mlflow = import_mlflow("log_profile_summary")
     step = _check_step(step, "log_profile_summary")

@@ -196,7 +196,7 @@ def test_metrics_equal_the_session(mlflow_store):
 
     session = make_session(calls=3)
     with mlflow.start_run() as run:
-        logged = mlflow_profiler.log_profile_metrics(session)
+        logged = mlflow_profiler.log_profile_metrics(session, depth=None)  # every path captured
     metrics = MlflowClient().get_run(run.info.run_id).data.metrics
     assert metrics == pytest.approx(logged, rel=1e-12)
 
@@ -212,6 +212,25 @@ def test_metrics_equal_the_session(mlflow_store):
     assert metrics[f"profile/predict/{lam}/calls"] == 6  # two lambda calls per predict
     history = MlflowClient().get_metric_history(run.info.run_id, "profile/predict/wall_ms")
     assert [(m.step, m.value) for m in history] == [(0, pytest.approx(expected[("predict",)][0]))]
+
+
+def test_metrics_by_default_are_the_root_and_its_steps_and_top_keeps_the_heaviest(local_store):
+    import mlflow
+
+    session = make_session(depth=2)
+    full = expected_figures(session)
+    assert max(len(p) for p in full) == 3  # captured two levels below the root
+    with mlflow.start_run():
+        default = mlflow_profiler.log_profile_metrics(session)
+        top = mlflow_profiler.log_profile_metrics(session, prefix="top", depth=None, top=2)
+    shallow = expected_figures(session, depth=1)
+    assert len(default) == 3 * len(shallow) < 3 * len(full)
+    assert {k.rsplit("/", 1)[0].count("/") for k in default} == {1, 2}  # profile/<root>[/<step>]
+    heaviest = sorted((p for p in full if len(p) > 1), key=lambda p: (-full[p][0], p))[:2]
+    clean = lambda p: "/".join(x.replace("<", "_").replace(">", "_") for x in p)  # noqa: E731
+    assert {k.rsplit("/", 1)[0] for k in top} == {"top/predict"} | {"top/" + clean(p) for p in heaviest}
+    with pytest.raises(ValueError, match="top must be"):
+        mlflow_profiler.log_profile_metrics(session, top=0)
 
 
 def test_metrics_depth_prefix_and_steps(local_store):
@@ -260,7 +279,7 @@ def test_hostile_names_are_accepted_and_stay_apart(mlflow_store):
 
     session, names = _hostile_session()
     with mlflow.start_run() as run:
-        logged = mlflow_profiler.log_profile_metrics(session)
+        logged = mlflow_profiler.log_profile_metrics(session, depth=None)
     metrics = MlflowClient().get_run(run.info.run_id).data.metrics
     paths = expected_figures(session)
     assert len(paths) == 1 + len(names) + 60
@@ -380,6 +399,9 @@ def test_summary_of_a_real_collector(local_store, tmp_path):
     assert metrics["profile_summary/predict/count"] == 5
     assert metrics["profile_summary/predict/_prep/count"] == 5
     assert metrics == pytest.approx(logged)
+    # as metrics the roots and their steps only (depth 1); the artifact has every path
+    assert {len(v["path"]) for v in summary.values()} == {1, 2, 3}
+    assert {k.rsplit("/", 1)[0].count("/") for k in metrics} == {1, 2}
     doc = json.loads(_download(run.info.run_id, "stats/profile_summary.json", tmp_path).read_text())
     assert doc.keys() == summary.keys()
 
