@@ -390,6 +390,7 @@ enum class Kind : uint8_t {
   kPolarsLazy,
   kFunction,  // a Python function: its qualified name, without the address
   kMethod,    // a bound method: never repr(self) (an estimator's repr takes ms)
+  kCRepr,     // a builtin function, a class, a range or a slice: CPython's short repr, in C
 };
 
 // How a pandas Index or ExtensionArray type reports its memory. Chosen per
@@ -568,6 +569,10 @@ bool builtin_kind(PyTypeObject* base, Kind* kind) {
       {Py_TYPE(Py_None), Kind::kNone},
       {&PyFunction_Type, Kind::kFunction},
       {&PyMethod_Type, Kind::kMethod},
+      {&PyCFunction_Type, Kind::kCRepr},
+      {&PyType_Type, Kind::kCRepr},
+      {&PyRange_Type, Kind::kCRepr},
+      {&PySlice_Type, Kind::kCRepr},
       {&PyBaseObject_Type, Kind::kGeneric},
   };
   for (const Exact& e : exact) {
@@ -1527,8 +1532,10 @@ void summarize_polars(PyObject* o, Kind kind, IOSummary* out) {
 
 // --- builtins and the rest -------------------------------------------------------------------
 
-// repr() of an object of any type, guarded: a raising __repr__ gives no repr
-// (logged once per type); a slow one is not called again for its type.
+bool g_repr_objects = false;  // summarize::set_repr_objects
+
+// repr() of an object, guarded: a raising __repr__ gives no repr (logged once
+// per type); a slow one is not called again for its type.
 void guarded_repr(PyObject* o, TypeInfo& info, IOSummary* out) {
   if (info.repr_slow || Py_TYPE(o)->tp_repr == PyBaseObject_Type.tp_repr) {
     return;  // no address noise
@@ -1582,7 +1589,7 @@ void prefix_repr(PyObject* o, Kind kind, IOSummary* out) {
     clear_error();
     return;
   }
-  // The exact builtin's repr: a subclass' own __repr__ went through guarded_repr.
+  // The exact builtin's repr, also for a subclass unless its own was asked for.
   PyTypeObject* base = kind == Kind::kStr     ? &PyUnicode_Type
                        : kind == Kind::kBytes ? &PyBytes_Type
                                               : &PyByteArray_Type;
@@ -1668,10 +1675,10 @@ void summarize_builtin(PyObject* o, TypeInfo& info, IOSummary* out) {
                            : kind == Kind::kFloat ? &PyFloat_Type
                            : kind == Kind::kBool  ? &PyBool_Type
                                                   : &PyComplex_Type;
-      if (Py_TYPE(o)->tp_repr == base->tp_repr) {
-        summarize_number(o, kind, out);
+      if (Py_TYPE(o)->tp_repr == base->tp_repr || !g_repr_objects) {
+        summarize_number(o, kind, out);  // a subclass (IntEnum): the value, by the builtin's repr
       } else {
-        guarded_repr(o, info, out);  // IntEnum and other subclasses
+        guarded_repr(o, info, out);  // its own __repr__, asked for (configure(repr_objects=True))
       }
       return;
     }
@@ -1684,10 +1691,10 @@ void summarize_builtin(PyObject* o, TypeInfo& info, IOSummary* out) {
       PyTypeObject* base = kind == Kind::kStr     ? &PyUnicode_Type
                            : kind == Kind::kBytes ? &PyBytes_Type
                                                   : &PyByteArray_Type;
-      if (Py_TYPE(o)->tp_repr == base->tp_repr) {
-        prefix_repr(o, kind, out);
+      if (Py_TYPE(o)->tp_repr == base->tp_repr || !g_repr_objects) {
+        prefix_repr(o, kind, out);  // a subclass: its text, by the builtin's repr
       } else {
-        guarded_repr(o, info, out);
+        guarded_repr(o, info, out);  // its own __repr__, asked for (configure(repr_objects=True))
       }
       return;
     }
@@ -1752,8 +1759,20 @@ void summarize_builtin(PyObject* o, TypeInfo& info, IOSummary* out) {
       return;
     }
     case Kind::kNumpyDtype:
-    case Kind::kGeneric:
       guarded_repr(o, info, out);
+      return;
+    case Kind::kCRepr: {
+      // CPython's own repr, unless a subclass (a metaclass) has its own.
+      const reprfunc own = Py_TYPE(o)->tp_repr;
+      if (g_repr_objects || own == PyCFunction_Type.tp_repr || own == PyType_Type.tp_repr ||
+          own == PyRange_Type.tp_repr || own == PySlice_Type.tp_repr) {
+        guarded_repr(o, info, out);
+      }
+      return;
+    }
+    case Kind::kGeneric:
+      // Arbitrary code: only if asked for (configure(repr_objects=True)).
+      if (g_repr_objects) guarded_repr(o, info, out);
       return;
   }
 }
@@ -1933,6 +1952,9 @@ void set_summarizer(PyObject* type, PyObject* fn) {
 size_t summarizer_count() { return state().registry.size(); }
 
 size_t cache_size() { return state().types.size(); }
+
+void set_repr_objects(bool on) { g_repr_objects = on; }
+bool repr_objects() { return g_repr_objects; }
 
 }  // namespace summarize
 }  // namespace mlprof

@@ -55,5 +55,12 @@ bool from_python(PyObject* summary, IOSummary* out, std::string* why);
 // Number of types classified in the cache now (tests: it stays bounded).
 size_t cache_size();
 
+// Whether objects of types this file does not know (and subclasses of
+// builtins with a __repr__ of their own) get their repr(): arbitrary code in
+// the hot path (an estimator's repr takes milliseconds), so off unless asked
+// for (mlflow_profiler.configure(repr_objects=True)).
+void set_repr_objects(bool on);
+bool repr_objects();
+
 }  // namespace summarize
 }  // namespace mlprof

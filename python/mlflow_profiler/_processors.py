@@ -20,9 +20,18 @@ from ._session import ProfileSession, SpanRecord
 _processors: Tuple[Callable[[Any], Any], ...] = ()
 
 
-def configure(*, span_processors: Optional[Sequence[Callable[[Any], Any]]] = None) -> None:
+def configure(*, span_processors: Optional[Sequence[Callable[[Any], Any]]] = None,
+              repr_objects: Optional[bool] = None) -> None:
     """Sets process-wide options. Keyword-only; an option left as None keeps
     its current setting.
+
+    repr_objects: whether the I/O summaries of ``capture_io`` call
+    ``repr()`` on objects of types mlflow-profiler does not know (no
+    registered summarizer) and on subclasses of builtins with a ``__repr__``
+    of their own. Off by default: that is arbitrary code run inside the
+    model's calls (a scikit-learn estimator's repr takes milliseconds), so
+    such objects show their type only; numbers and strings always show a
+    short repr, and ``register_summarizer`` gives a type a cheap summary.
 
     span_processors: functions called with each span (a ``SpanRecord``)
     before a profile is exported (``log_profile``, the background exporter
@@ -51,6 +60,12 @@ def configure(*, span_processors: Optional[Sequence[Callable[[Any], Any]]] = Non
     something that is not callable.
     """
     global _processors
+    if repr_objects is not None:
+        if not isinstance(repr_objects, bool):
+            raise TypeError(f"repr_objects must be True or False, got {type(repr_objects).__name__}")
+        from . import _core
+
+        _core._set_repr_objects(repr_objects)
     if span_processors is None:
         return
     if not isinstance(span_processors, (list, tuple)):

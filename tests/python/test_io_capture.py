@@ -17,6 +17,18 @@ from mlflow_profiler import IOSummary, profile_span, profiling
 from _helpers import qn
 
 
+@pytest.fixture
+def with_reprs():
+    """configure(repr_objects=True): unknown objects get their repr()."""
+    import mlflow_profiler
+
+    mlflow_profiler.configure(repr_objects=True)
+    try:
+        yield
+    finally:
+        mlflow_profiler.configure(repr_objects=False)
+
+
 def postprocess(logits):
     return logits.argmax(axis=1)
 
@@ -294,7 +306,7 @@ def test_results_are_unchanged_and_a_failing_repr_does_not_break_the_model(engin
     assert span.input_summary["w"].type_name.endswith("Weird")
 
 
-def test_summarizing_an_argument_is_the_callers_time_not_the_spans(engine):
+def test_summarizing_an_argument_is_the_callers_time_not_the_spans(engine, with_reprs):
     import time
 
     class SlowRepr:  # a fresh type per run: its repr is timed anew
@@ -318,7 +330,7 @@ def test_summarizing_an_argument_is_the_callers_time_not_the_spans(engine):
     assert spans["caller"].duration_ns >= 30_000_000
 
 
-def test_a_multi_line_repr_becomes_one_line(engine):
+def test_a_multi_line_repr_becomes_one_line(engine, with_reprs):
     class Pretty:
         def __repr__(self):
             return "Pretty(a=1,\n       b=[1,\n          2])\t"

@@ -196,7 +196,25 @@ class LoudStr(str):
         return "LoudStr!"
 
 
-def test_subclasses_of_builtins_keep_their_own_repr():
+@pytest.fixture
+def with_reprs():
+    """configure(repr_objects=True): unknown objects get their repr()."""
+    import mlflow_profiler
+
+    mlflow_profiler.configure(repr_objects=True)
+    try:
+        yield
+    finally:
+        mlflow_profiler.configure(repr_objects=False)
+
+
+def test_subclasses_of_builtins_show_their_value_by_default():
+    # their own __repr__ is arbitrary code: not run unless asked for
+    assert summarize(Color.RED) == IOSummary(type_name=qualified(Color), repr_short="1")
+    assert summarize(LoudStr("abc")) == IOSummary(type_name=qualified(LoudStr), length=3, repr_short="'abc'")
+
+
+def test_subclasses_of_builtins_keep_their_own_repr_when_asked_for(with_reprs):
     assert summarize(Color.RED) == IOSummary(type_name=qualified(Color), repr_short=repr(Color.RED))
     assert summarize(LoudStr("abc")) == IOSummary(type_name=qualified(LoudStr), length=3, repr_short="LoudStr!")
 
@@ -226,7 +244,34 @@ class QuotedRepr:
         return repr("q" * 200)
 
 
-def test_unknown_objects_type_name_and_repr():
+class Counted:
+    calls = 0
+
+    def __repr__(self):
+        Counted.calls += 1
+        return "Counted()"
+
+
+def test_unknown_objects_show_their_type_only_and_their_repr_is_never_called():
+    before = Counted.calls
+    assert summarize(Point(1, 2)) == IOSummary(type_name=qualified(Point))
+    assert summarize(Counted()) == IOSummary(type_name=qualified(Counted))
+    assert Counted.calls == before
+    import mlflow_profiler
+
+    with mlflow_profiler.profiling(depth=0, capture_io=True) as session:
+        summarize_me(Counted())
+    assert Counted.calls == before
+    assert session.spans[0].input_summary["x"] == IOSummary(type_name=qualified(Counted))
+    with pytest.raises(TypeError, match="repr_objects"):
+        mlflow_profiler.configure(repr_objects="yes")
+
+
+def summarize_me(x):
+    return None
+
+
+def test_unknown_objects_type_name_and_repr(with_reprs):
     assert summarize(Point(1, 2)) == IOSummary(type_name=qualified(Point), repr_short="Point(1, 2)")
     assert summarize(ValueError("boom")) == IOSummary(type_name="ValueError", repr_short="ValueError('boom')")
 
@@ -237,7 +282,7 @@ def test_no_repr_where_the_type_has_none_of_its_own():
     assert summarize(object()) == IOSummary(type_name="object")
 
 
-def test_long_repr_is_cut_to_80_characters():
+def test_long_repr_is_cut_to_80_characters(with_reprs):
     s = summarize(Wordy()).repr_short
     assert len(s) == 80 and s.endswith("...") and s.startswith("Wordy(field0=0, ")
     q = summarize(QuotedRepr()).repr_short
@@ -254,7 +299,7 @@ class NotAStrRepr:
         return 42
 
 
-def test_a_raising_repr_gives_no_repr_and_is_logged_once(caplog):
+def test_a_raising_repr_gives_no_repr_and_is_logged_once(caplog, with_reprs):
     with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
         for _ in range(3):
             assert summarize(RaisingRepr()) == IOSummary(type_name=qualified(RaisingRepr))
@@ -294,7 +339,7 @@ class SometimesSlowRepr:
         return "SometimesSlowRepr()"
 
 
-def test_a_slow_repr_is_not_called_again_for_its_type(caplog):
+def test_a_slow_repr_is_not_called_again_for_its_type(caplog, with_reprs):
     with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
         assert summarize(SlowRepr()).repr_short == "SlowRepr()"
         assert summarize(SlowRepr()).repr_short == "SlowRepr()"  # slow once: maybe preempted
@@ -510,7 +555,7 @@ def test_a_raising_summarizer_is_logged_once_and_the_builtin_summary_used(regist
     registry(Flaky, broken)
     with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
         for _ in range(3):
-            assert summarize(Flaky()) == IOSummary(type_name=qualified(Flaky), repr_short="Flaky()")
+            assert summarize(Flaky()) == IOSummary(type_name=qualified(Flaky))  # its repr is never called
     logged = records(caplog, "summarizer bug")
     assert len(logged) == 1
     assert "Flaky" in logged[0].getMessage() and "ValueError" in logged[0].getMessage()
@@ -534,8 +579,8 @@ def test_a_summarizer_returning_the_wrong_thing_is_logged_and_the_builtin_summar
     cls = type(f"Wrong_{id(bad)}", (), {"__repr__": lambda self: "W()"})
     registry(cls, bad)
     with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
-        assert summarize(cls()) == IOSummary(type_name=qualified(cls), repr_short="W()")
-        assert summarize(cls()) == IOSummary(type_name=qualified(cls), repr_short="W()")
+        assert summarize(cls()) == IOSummary(type_name=qualified(cls))
+        assert summarize(cls()) == IOSummary(type_name=qualified(cls))
     logged = records(caplog, cls.__name__)
     assert len(logged) == 1 and why in logged[0].getMessage()
 
