@@ -31,6 +31,40 @@ inline PyThreadState* tstate() {
 #endif
 }
 
+// The thread's tracing count raised for a scope, as CPython raises it around
+// a trace or profile callback: the frames run meanwhile reach no profile or
+// trace function, no sys.monitoring callback and no capture hook.
+class Untraced {
+ public:
+  explicit Untraced(PyThreadState* ts) : ts_(ts) {
+#if PY_VERSION_HEX >= 0x030B0000
+    PyThreadState_EnterTracing(ts_);
+#elif PY_VERSION_HEX >= 0x030A0000
+    ++ts_->tracing;
+    ts_->cframe->use_tracing = 0;
+#else
+    ++ts_->tracing;
+    ts_->use_tracing = 0;
+#endif
+  }
+  ~Untraced() {
+#if PY_VERSION_HEX >= 0x030B0000
+    PyThreadState_LeaveTracing(ts_);
+#elif PY_VERSION_HEX >= 0x030A0000
+    --ts_->tracing;
+    ts_->cframe->use_tracing = (ts_->c_tracefunc != nullptr || ts_->c_profilefunc != nullptr);
+#else
+    --ts_->tracing;
+    ts_->use_tracing = (ts_->c_tracefunc != nullptr || ts_->c_profilefunc != nullptr);
+#endif
+  }
+  Untraced(const Untraced&) = delete;
+  Untraced& operator=(const Untraced&) = delete;
+
+ private:
+  PyThreadState* ts_;
+};
+
 // Keeps an exception that is being raised or thrown in pending across work
 // that must not see or clear it (a capture event run in the middle).
 class PendingError {

@@ -42,9 +42,9 @@ ViewOptions view_options(int depth, bool collapse_frameworks, std::vector<std::s
 py::list flag_names(uint32_t flags) {
   static const char* names[] = {"exception", "open_at_end",  "suspended_at_end", "children_dropped",
                                 "c_function", "block",       "labelled",         "continued",
-                                "generator",  "truncated"};
+                                "generator",  "truncated",   "caught"};
   py::list out;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 11; ++i) {
     if (flags & (1u << i)) out.append(names[i]);
   }
   return out;
@@ -282,6 +282,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
         "Counts collecting reference sessions, so the C wrappers look for them.");
   m.def("_native_collecting", []() { return g_native_collecting; });
+  m.def(
+      "_untraced",
+      [](py::object fn) {
+        compat::Untraced untraced(compat::tstate());
+        return fn();
+      },
+      py::arg("fn"),
+      "fn() with no session, profiler or tracer seeing its frames (the profiler's own imports).");
   {
     PyObject* fn = PyCFunction_NewEx(&g_usdt_attached_def, nullptr, m.attr("__name__").ptr());
     if (!fn || PyModule_AddObject(m.ptr(), "usdt_attached", fn) < 0) {

@@ -64,6 +64,21 @@ def _io_output(rows: list) -> Optional[IOSummary]:
     return None
 
 
+def _import_reference():
+    from . import _reference
+
+    return _reference.ReferenceEngine
+
+
+def _reference_engine():
+    """The reference engine's class, imported on first use (1,400 lines the
+    native engine never needs), unseen by sessions running meanwhile."""
+    module = sys.modules.get(__name__.rsplit(".", 1)[0] + "._reference")
+    if module is not None:
+        return module.ReferenceEngine
+    return _core._untraced(_import_reference)
+
+
 def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
     if type(depth) is int and depth >= -1:  # the common case first: a session start is on the hot path
         return depth
@@ -153,10 +168,7 @@ class ProfileSession:
         if engine == "native":
             self._engine = _core.Engine(*args)
         elif engine == "reference":
-            # Loaded on first use (1,400 lines): the native engine never needs it.
-            from ._reference import ReferenceEngine
-
-            self._engine = ReferenceEngine(*args)
+            self._engine = _reference_engine()(*args)
         else:
             raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")
         self._profile = None

@@ -61,6 +61,45 @@ def test_exception_caught_midway(engine):
     assert nodes[("after", 0)]["flags"] == []
 
 
+def probe():
+    raise AttributeError("no such column")  # pandas' attribute probing, say
+
+
+def lookup():
+    try:
+        probe()
+    except AttributeError:
+        return None
+
+
+def fail():
+    raise Boom("the model's error")
+
+
+def model():
+    lookup()
+    fail()
+
+
+def test_an_exception_a_caller_caught_is_no_error_and_one_that_left_the_root_is(engine, tmp_path):
+    with pytest.raises(Boom):
+        with profiling(depth=2, engine=engine) as session:
+            model()
+    flags = {n["label"]: n["flags"] for n in walk(session.to_tree())}
+    assert flags["probe"] == ["exception", "caught"]  # lookup caught it
+    assert flags["fail"] == ["exception"] and flags["model"] == ["exception"]  # it left the root
+    assert flags["lookup"] == []
+    lines = [line.split(":")[0].strip() + ("!" if "[exception]" in line else "")
+             for line in session.format_tree().splitlines()]
+    assert lines == ["model!", "lookup", "probe", "fail!"]
+    # the same after a save and a load (derived again when the tree is linked)
+    import mlflow_profiler
+
+    loaded = mlflow_profiler.load(session.save(tmp_path / "p.json.gz"))
+    assert loaded.format_tree() == session.format_tree()
+    assert {n["label"]: n["flags"] for n in walk(loaded.to_tree())} == flags
+
+
 def _qualnames():
     import sys
 

@@ -38,8 +38,14 @@ def report(request, tmp_path_factory):
     """A session of the model program, its report on disk, and the figures the
     session itself gives (its text tree, its document)."""
     df = model.frame()
-    with profiling(depth=3, capture_io=True, all_threads=True, engine=request.param) as session:
-        model.Model().predict(df)
+    import mlflow_profiler
+
+    mlflow_profiler.configure(repr_objects=True)  # Note's repr (user text) goes into the report
+    try:
+        with profiling(depth=3, capture_io=True, all_threads=True, engine=request.param) as session:
+            model.Model().predict(df)
+    finally:
+        mlflow_profiler.configure(repr_objects=False)
     path = tmp_path_factory.mktemp(f"report-{request.param}") / "predict.html"
     assert session.save(path) == str(path)
     return SimpleNamespace(
@@ -235,7 +241,43 @@ def test_tree_shows_what_print_tree_shows(page, report):
     assert tree_lines(page) == report.tree
     assert any(line.startswith(qn("Model.predict") + ": ") for line in report.tree)
     assert report.frame_line in report.tree
-    assert any(line.startswith("validate: ") and line.endswith("[exception]") for line in report.tree)
+    # validate raised, and predict caught it: no error shown
+    assert any(line.startswith("validate: ") and "[exception]" not in line for line in report.tree)
+
+
+class Boom(Exception):
+    pass
+
+
+def _probe():
+    raise AttributeError("probing")
+
+
+def _lookup():
+    try:
+        _probe()
+    except AttributeError:
+        return None
+
+
+def _fail():
+    raise Boom("the model's error")
+
+
+def _model():
+    _lookup()
+    _fail()
+
+
+def test_an_exception_that_left_the_root_is_marked_and_one_a_caller_caught_is_not(browser, engine, tmp_path):
+    with pytest.raises(Boom):
+        with profiling(depth=2, engine=engine) as session:
+            _model()
+    open_session(browser, session, tmp_path)
+    lines = tree_lines(browser)
+    assert lines == text_lines(session.format_tree())
+    marked = [line.split(":")[0].strip() for line in lines if line.endswith("[exception]")]
+    assert marked == ["_model", "_fail"]
 
 
 def test_sleeps_show_with_their_length(page, report):

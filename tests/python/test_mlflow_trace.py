@@ -260,29 +260,35 @@ def test_max_spans_keeps_the_shallow_levels(local_store):
     assert root.attributes["mlflow_profiler.spans_omitted"] == 50
 
 
-def test_exception_span_is_an_error(local_store):
+def test_an_exception_that_left_the_root_is_an_error_and_a_caught_one_is_not(local_store):
     import mlflow
 
     def fails():
         raise KeyError("missing column")
+
+    def boom():
+        raise ValueError("the model's error")
 
     def model():
         try:
             fails()
         except KeyError:
             pass
+        boom()
 
-    with profiling(depth=1) as session:
-        model()
+    with pytest.raises(ValueError):
+        with profiling(depth=1) as session:
+            model()
     if not needs_tracing(session):
         return
     with mlflow.start_run() as run:
         trace = _get_trace(log_profile_trace(session, run_id=run.info.run_id))
     spans = {s.name: s for s in trace.data.spans}
-    assert spans[qn("test_exception_span_is_an_error.<locals>.fails")].status.status_code == "ERROR"
-    assert "exception" in spans[qn("test_exception_span_is_an_error.<locals>.fails")].attributes[
-        "mlflow_profiler.flags"]
-    assert spans[qn("test_exception_span_is_an_error.<locals>.model")].status.status_code == "OK"
+    name = lambda f: qn(f"test_an_exception_that_left_the_root_is_an_error_and_a_caught_one_is_not.<locals>.{f}")  # noqa: E731
+    assert spans[name("fails")].status.status_code == "OK"  # model caught it
+    assert spans[name("fails")].attributes["mlflow_profiler.flags"] == ["exception", "caught"]
+    assert spans[name("boom")].status.status_code == "ERROR"
+    assert spans[name("model")].status.status_code == "ERROR"  # it left predict
 
 
 def test_without_a_run_the_trace_goes_to_the_experiment(local_store):

@@ -80,6 +80,7 @@ std::string flag_text(uint32_t flags) {
       {kSpanContinued, "continued"},
       {kSpanTruncated, "truncated"},
   };
+  if (flags & kSpanCaught) flags &= ~kSpanException;  // caught by a caller: no error
   std::string out;
   for (const auto& [bit, word] : kWords) {
     if (!(flags & bit)) continue;

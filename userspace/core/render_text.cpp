@@ -110,7 +110,7 @@ void append_node(const Profile& p, const View& view, const Columns& cols, int32_
     if (node.merged > 1) out += " [x" + std::to_string(node.merged) + "]";
   } else {
     const Span& s = p.spans[node.span];
-    if (s.flags & kSpanException) out += " [exception]";
+    if ((s.flags & kSpanException) && !(s.flags & kSpanCaught)) out += " [exception]";
     if (s.flags & kSpanOpenAtEnd) out += " [open]";
     if (s.flags & kSpanSuspendedAtEnd) out += " [suspended]";
     if (s.flags & kSpanGenerator) {

@@ -270,8 +270,33 @@ void drop_empty_lanes(Profile& p) {
   p.lanes = std::move(kept);
 }
 
+namespace {
+// An exception is caught where it stops: by a caller (same lane) that did not
+// exit by an exception, or that called something after it. A caller that did
+// exit by one right after (this was its last call) passed it on. Parents come
+// before their children, and a lane's children in start order: two passes.
+void mark_caught(std::vector<Span>& spans) {
+  std::vector<int32_t> last_child(spans.size(), -1);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    if (s.parent >= 0 && spans[s.parent].lane == s.lane) last_child[s.parent] = static_cast<int32_t>(i);
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    Span& s = spans[i];
+    s.flags &= ~kSpanCaught;
+    if (!(s.flags & kSpanException) || s.parent < 0) continue;
+    const Span& parent = spans[s.parent];
+    if (parent.lane != s.lane) continue;  // a thread's root: it ended its thread
+    const bool passed_on = (parent.flags & kSpanException) && !(parent.flags & kSpanCaught) &&
+                           last_child[s.parent] == static_cast<int32_t>(i);
+    if (!passed_on) s.flags |= kSpanCaught;
+  }
+}
+}  // namespace
+
 void link_tree(Profile& p) {
   std::vector<Span>& spans = p.spans;
+  mark_caught(spans);
   for (Span& s : spans) s.first_child = s.next_sibling = -1;
   p.roots.clear();
   // Walking backwards and prepending gives children in index order, which is

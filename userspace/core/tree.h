@@ -24,6 +24,11 @@ enum SpanFlag : uint32_t {
   kSpanContinued = 1u << 7,       // a coroutine whose start was not seen in this lane
   kSpanGenerator = 1u << 8,       // was suspended at least once (generator/coroutine)
   kSpanTruncated = 1u << 9,       // the lane stopped recording while it was open
+  // Derived (link_tree): exited by an exception that a caller caught (pandas
+  // probing an attribute, say): the caller went on, calling something else or
+  // returning normally. Renderers show no error for it; one that left the
+  // lane's root is the model's error.
+  kSpanCaught = 1u << 10,
 };
 
 struct Span {
@@ -125,8 +130,9 @@ void drop_empty_lanes(Profile& profile);
 
 // Sets first_child/next_sibling and roots from the spans' parent links, as
 // build_tree does: children in start order (index order within a lane, sorted
-// by start where a span adopted another lane's spans), roots by start. Used by
-// build_tree and by the document reader.
+// by start where a span adopted another lane's spans), roots by start; and
+// kSpanCaught from the exception flags. Used by build_tree and by the
+// document reader.
 void link_tree(Profile& profile);
 
 }  // namespace mlprof

@@ -21,12 +21,12 @@
 
   // Span flags (docs/format.md).
   const F_EXCEPTION = 1, F_OPEN = 2, F_SUSPENDED = 4, F_DROPPED = 8, F_C = 16, F_BLOCK = 32,
-    F_LABELLED = 64, F_CONTINUED = 128, F_GENERATOR = 256, F_TRUNCATED = 512;
+    F_LABELLED = 64, F_CONTINUED = 128, F_GENERATOR = 256, F_TRUNCATED = 512, F_CAUGHT = 1024;
   const FLAG_NAMES = [
     [F_EXCEPTION, "exception"], [F_OPEN, "open at end"], [F_SUSPENDED, "suspended at end"],
     [F_DROPPED, "children dropped"], [F_C, "C function"], [F_BLOCK, "profile_block"],
     [F_LABELLED, "labelled"], [F_CONTINUED, "continued"], [F_GENERATOR, "generator/coroutine"],
-    [F_TRUNCATED, "truncated"],
+    [F_TRUNCATED, "truncated"], [F_CAUGHT, "exception caught by a caller"],
   ];
   const KIND_NAMES = ["Python function", "C function", "profile_block region"];
 
@@ -345,7 +345,7 @@
   function nodeNotes(i) {
     const f = P.flags[i];
     let s = "";
-    if (f & F_EXCEPTION) s += " [exception]";
+    if ((f & F_EXCEPTION) && !(f & F_CAUGHT)) s += " [exception]";
     if (f & F_OPEN) s += " [open]";
     if (f & F_SUSPENDED) s += " [suspended]";
     if (f & F_GENERATOR) {
