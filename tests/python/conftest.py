@@ -43,6 +43,18 @@ def _instrumented_everywhere() -> list:
     return instrumented(_fresh)
 
 
+@pytest.fixture
+def with_reprs():
+    """configure(repr_objects=True): unknown objects get their repr()."""
+    import mlflow_profiler
+
+    mlflow_profiler.configure(repr_objects=True)
+    try:
+        yield
+    finally:
+        mlflow_profiler.configure(repr_objects=False)
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks():
     """A test must leave no session current and no hook installed behind it."""

@@ -17,18 +17,6 @@ from mlflow_profiler import IOSummary, profile_span, profiling
 from _helpers import qn
 
 
-@pytest.fixture
-def with_reprs():
-    """configure(repr_objects=True): unknown objects get their repr()."""
-    import mlflow_profiler
-
-    mlflow_profiler.configure(repr_objects=True)
-    try:
-        yield
-    finally:
-        mlflow_profiler.configure(repr_objects=False)
-
-
 def postprocess(logits):
     return logits.argmax(axis=1)
 

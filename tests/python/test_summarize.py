@@ -196,18 +196,6 @@ class LoudStr(str):
         return "LoudStr!"
 
 
-@pytest.fixture
-def with_reprs():
-    """configure(repr_objects=True): unknown objects get their repr()."""
-    import mlflow_profiler
-
-    mlflow_profiler.configure(repr_objects=True)
-    try:
-        yield
-    finally:
-        mlflow_profiler.configure(repr_objects=False)
-
-
 def test_subclasses_of_builtins_show_their_value_by_default():
     # their own __repr__ is arbitrary code: not run unless asked for
     assert summarize(Color.RED) == IOSummary(type_name=qualified(Color), repr_short="1")
