@@ -235,7 +235,7 @@ def test_exceptions_are_flagged(engine):
     check_perfetto_rules(text, doc)
     flagged = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "fails"]
     assert len(flagged) == 3
-    assert all(e["args"]["flags"] == "exception" for e in flagged)
+    assert all(e["args"]["flags"] == "exception, caught" for e in flagged)  # recovers caught it
     (outer,) = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "recovers"]
     assert "flags" not in outer["args"]
 

@@ -74,13 +74,13 @@ std::vector<bool> lanes_with_spans(const Profile& p) {
 std::string flag_text(uint32_t flags) {
   static constexpr std::pair<uint32_t, const char*> kWords[] = {
       {kSpanException, "exception"},
+      {kSpanCaught, "caught"},  // by a caller: no error (tree.h)
       {kSpanOpenAtEnd, "open at end"},
       {kSpanSuspendedAtEnd, "suspended at end"},
       {kSpanChildrenDropped, "calls dropped below"},
       {kSpanContinued, "continued"},
       {kSpanTruncated, "truncated"},
   };
-  if (flags & kSpanCaught) flags &= ~kSpanException;  // caught by a caller: no error
   std::string out;
   for (const auto& [bit, word] : kWords) {
     if (!(flags & bit)) continue;
