@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
 from ._log import log_once, warn_at_exit
@@ -206,7 +207,9 @@ def _export(session, config) -> None:
 
 
 def _tracking_endpoint() -> Optional[Tuple[str, int]]:
-    """(host, port) of an http(s) tracking URI; None for a local store."""
+    """(host, port) of an http(s) tracking URI that is reached directly; None
+    for a local store, or a server reached through a proxy (HTTPS_PROXY):
+    there a direct connection says nothing, and MLflow's client decides."""
     import mlflow
 
     uri = urllib.parse.urlsplit(mlflow.get_tracking_uri())
@@ -215,6 +218,8 @@ def _tracking_endpoint() -> Optional[Tuple[str, int]]:
     try:
         port = uri.port
     except ValueError:
+        return None
+    if urllib.request.getproxies().get(uri.scheme) and not urllib.request.proxy_bypass(uri.hostname):
         return None
     return uri.hostname, port or (443 if uri.scheme == "https" else 80)
 

@@ -125,6 +125,25 @@ def test_the_exporter_backs_off_from_a_down_server_and_comes_back(monkeypatch):
         s.close()
 
 
+def test_a_server_behind_a_proxy_is_left_to_mlflows_client(monkeypatch):
+    """With HTTPS_PROXY set, a direct connection to the server says nothing
+    about whether MLflow reaches it: the exporter does not probe it."""
+    from mlflow_profiler import _exporter
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri("https://tracking.example.internal:5000")
+    try:
+        assert _exporter._tracking_endpoint() == ("tracking.example.internal", 5000)
+        monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        assert _exporter._tracking_endpoint() is None
+        monkeypatch.setenv("NO_PROXY", "example.internal")
+        assert _exporter._tracking_endpoint() == ("tracking.example.internal", 5000)
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
 def check_backoff(_exporter, s):
     assert not _exporter._sink_up()  # nothing listens: down, backing off for 0.2 s
     assert _exporter._backoff_s == 0.2
