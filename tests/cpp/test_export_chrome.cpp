@@ -217,7 +217,7 @@ TEST_F(ChromeTraceTest, ArgsCarryIOFlagsAndLabels) {
 
   const auto failed = events("X", "my label");
   ASSERT_EQ(failed.size(), 1u);
-  EXPECT_STREQ((*failed[0])["args"]["flags"].GetString(), "exception");
+  EXPECT_STREQ((*failed[0])["args"]["flags"].GetString(), "exception, caught");
   EXPECT_STREQ((*failed[0])["args"]["function"].GetString(), "fail");
 }
 

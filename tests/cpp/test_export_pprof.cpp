@@ -333,7 +333,7 @@ TEST_F(PprofTest, LabelsForThreadTaskSpanLabelAndFlags) {
   EXPECT_EQ(sample_of("work")->labels, (std::map<std::string, std::string>{{"thread", "Worker"}}));
   EXPECT_EQ(sample_of("my label")->labels,
             (std::map<std::string, std::string>{
-                {"thread", "MainThread"}, {"label", "my label"}, {"flags", "exception"}}));
+                {"thread", "MainThread"}, {"label", "my label"}, {"flags", "exception, caught"}}));
 }
 
 TEST_F(PprofTest, ProvenanceInComments) {

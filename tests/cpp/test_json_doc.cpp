@@ -148,7 +148,7 @@ TEST_F(JsonDocTest, SpansMatchTheTreeFieldByField) {
   }
   // Spot checks of what the builder made of the events.
   EXPECT_EQ(spans[0][5].GetUint(), static_cast<uint32_t>(kSpanChildrenDropped));
-  EXPECT_EQ(spans[3][5].GetUint(), kSpanBlock | kSpanLabelled | kSpanException);
+  EXPECT_EQ(spans[3][5].GetUint(), kSpanBlock | kSpanLabelled | kSpanException | kSpanCaught);
   EXPECT_EQ(spans[4][5].GetUint(), kSpanGenerator | kSpanSuspendedAtEnd);
   EXPECT_EQ(spans[5][0].GetInt(), 0);  // the task's span under predict
   EXPECT_EQ(spans[5][3].GetUint(), 1u);

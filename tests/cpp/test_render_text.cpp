@@ -139,7 +139,7 @@ TEST(RenderText, MarkersForExceptionsOpenSuspendedGeneratorsAndGroups) {
   opts.collapse_frameworks = true;
   EXPECT_EQ(render_text(p, opts),
             "main: 1.00ms [open]\n"
-            "  fail: 4.00us [exception]\n"
+            "  fail: 4.00us\n"  // main went on: it caught the exception
             "  gen: 0.09ms (active 0.05ms, 2 resumes)\n"
             "  [numpy]: 0.04ms [x3]\n"
             "  gen2: 0.80ms [suspended] (active 0.03ms, 0 resumes)\n"
@@ -371,7 +371,7 @@ TEST(RenderTextKernel, EachSpanShowsOnCpuOffCpuAndRunQueue) {
             "woken by 5000 (Worker)]\n"
             "  produce: 5.00us (active 2.00us, 2 resumes) [cpu 2.00us, off 0.00us]\n"
             "  consume: 2.00us [cpu 2.00us, off 0.00us]\n"
-            "  my label: 0.50us [exception] [cpu 0.50us, off 0.10us: blocked 0.05us, "
+            "  my label: 0.50us [cpu 0.50us, off 0.10us: blocked 0.05us, "
             "runq 0.05us; woken by 4242 (MainThread)]\n"
             "  fetch: 3.00us [cpu 3.00us, off 0.00us]\n"
             "  work: 3.50us [cpu 1.90us, off 1.60us: blocked 1.50us, runq 0.10us; "

@@ -82,8 +82,22 @@ TEST_F(TreeTest, RecursionNestsTheSameFunction) {
 
 TEST_F(TreeTest, ExceptionFlagsOnlyTheFrameThatRaised) {
   build({call(0, a), call(10, b), ret(20, kEvException), ret(30)});
-  EXPECT_EQ(p.spans[1].flags, static_cast<uint32_t>(kSpanException));
+  // a returned normally: it caught b's exception
+  EXPECT_EQ(p.spans[1].flags, static_cast<uint32_t>(kSpanException | kSpanCaught));
   EXPECT_EQ(p.spans[0].flags, 0u);
+}
+
+TEST_F(TreeTest, AnExceptionPassedOnToTheRootIsNotCaught) {
+  build({call(0, a), call(10, b), ret(20, kEvException), ret(30, kEvException)});
+  EXPECT_EQ(p.spans[1].flags, static_cast<uint32_t>(kSpanException));
+  EXPECT_EQ(p.spans[0].flags, static_cast<uint32_t>(kSpanException));
+}
+
+TEST_F(TreeTest, AnExceptionFollowedByAnotherCallWasCaught) {
+  // a caught b's exception, called c, then raised one of its own
+  build({call(0, a), call(10, b), ret(20, kEvException), call(25, c), ret(26), ret(30, kEvException)});
+  EXPECT_EQ(p.spans[1].flags, static_cast<uint32_t>(kSpanException | kSpanCaught));
+  EXPECT_EQ(p.spans[0].flags, static_cast<uint32_t>(kSpanException));
 }
 
 TEST_F(TreeTest, ExceptionUnwindingSeveralFrames) {
