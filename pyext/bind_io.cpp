@@ -169,7 +169,6 @@ void bind_io(py::module_& m) {
   m.def("_summarizer_count", &summarize::summarizer_count);
   m.def("_set_repr_objects", &summarize::set_repr_objects, py::arg("on"),
         "Whether I/O summaries of objects of unknown types carry their repr() (configure(repr_objects=)).");
-  m.def("_repr_objects", &summarize::repr_objects);
   m.def("_summarize_cache_size", &summarize::cache_size,
         "Types classified in the summarizer's cache now.");
   m.def(

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,7 +45,7 @@ py::list flag_names(uint32_t flags) {
                                 "c_function", "block",       "labelled",         "continued",
                                 "generator",  "truncated",   "caught"};
   py::list out;
-  for (int i = 0; i < 11; ++i) {
+  for (size_t i = 0; i < std::size(names); ++i) {  // bit i of SpanFlag (core/tree.h)
     if (flags & (1u << i)) out.append(names[i]);
   }
   return out;

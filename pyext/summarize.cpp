@@ -1954,7 +1954,6 @@ size_t summarizer_count() { return state().registry.size(); }
 size_t cache_size() { return state().types.size(); }
 
 void set_repr_objects(bool on) { g_repr_objects = on; }
-bool repr_objects() { return g_repr_objects; }
 
 }  // namespace summarize
 }  // namespace mlprof

@@ -60,7 +60,6 @@ size_t cache_size();
 // the hot path (an estimator's repr takes milliseconds), so off unless asked
 // for (mlflow_profiler.configure(repr_objects=True)).
 void set_repr_objects(bool on);
-bool repr_objects();
 
 }  // namespace summarize
 }  // namespace mlprof
