@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <unordered_map>
 
 #include "clock.h"
+#include "core/group.h"
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
 #include "span_api.h"
@@ -175,6 +177,32 @@ uint32_t intern_code(PyCodeObject* code) {
                         classify_user_code(file, path_rules()));
 }
 
+// Transparent code objects by value: a code equal to one (==, as Python
+// compares code: not by file) is transparent too, as it is for the reference
+// engine's `code in CODES`. cloudpickle rebuilds a class saved by value, its
+// methods' wrappers included, as such copies.
+std::unordered_multimap<Py_hash_t, PyObject*>& transparent_by_value() {
+  static auto* codes = new std::unordered_multimap<Py_hash_t, PyObject*>();
+  return *codes;
+}
+
+bool equals_transparent(PyCodeObject* code) {
+  auto& codes = transparent_by_value();
+  if (codes.empty()) return false;
+  const Py_hash_t h = PyObject_Hash(reinterpret_cast<PyObject*>(code));
+  if (h == -1) {
+    PyErr_Clear();
+    return false;
+  }
+  auto [lo, hi] = codes.equal_range(h);
+  for (auto it = lo; it != hi; ++it) {
+    const int eq = PyObject_RichCompareBool(reinterpret_cast<PyObject*>(code), it->second, Py_EQ);
+    if (eq < 0) PyErr_Clear();
+    if (eq > 0) return true;
+  }
+  return false;
+}
+
 inline uint32_t function_id(PyCodeObject* code) {
   void* extra = nullptr;
   if (compat::get_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, &extra) < 0) {
@@ -184,6 +212,10 @@ inline uint32_t function_id(PyCodeObject* code) {
   auto v = reinterpret_cast<uintptr_t>(extra);
   if (v == kExtraTransparent) return kTransparent;
   if (v) return id_of_extra(v);
+  if (equals_transparent(code)) {  // first sight only: the extra remembers
+    compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, reinterpret_cast<void*>(kExtraTransparent));
+    return kTransparent;
+  }
   uint32_t id = intern_code(code);
   compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, reinterpret_cast<void*>(extra_of_id(id)));
   return id;
@@ -850,6 +882,13 @@ void set_library_prefixes(std::vector<std::string> prefixes) {
 void add_transparent(PyObject* code) {
   if (!PyCode_Check(code)) return;
   compat::set_code_extra(code, g_extra_index, reinterpret_cast<void*>(kExtraTransparent));
+  const Py_hash_t h = PyObject_Hash(code);
+  if (h == -1) {
+    PyErr_Clear();
+    return;
+  }
+  Py_INCREF(code);  // kept for the process, as the reference engine's CODES keeps it
+  transparent_by_value().emplace(h, code);
 }
 
 uint32_t intern_label(std::string_view label) { return registry().strings().intern(label); }
@@ -1346,6 +1385,7 @@ std::shared_ptr<Profile> Engine::profile() {
   p.stats.events_skipped = skipped;
   drop_empty_lanes(p);
   build_tree(p);
+  group_framework_spans(p);  // MLflow's own calls as one node per run
   lanes_.clear();  // the events now live in the profile
   lane_index_.clear();
   return profile_;

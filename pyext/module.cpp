@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/group.h"
 #include "core/json_doc.h"
 #include "core/render_text.h"
 #include "core/tree.h"
@@ -43,7 +44,7 @@ ViewOptions view_options(int depth, bool collapse_frameworks, std::vector<std::s
 py::list flag_names(uint32_t flags) {
   static const char* names[] = {"exception", "open_at_end",  "suspended_at_end", "children_dropped",
                                 "c_function", "block",       "labelled",         "continued",
-                                "generator",  "truncated",   "caught"};
+                                "generator",  "truncated",   "caught",           "group"};
   py::list out;
   for (size_t i = 0; i < std::size(names); ++i) {  // bit i of SpanFlag (core/tree.h)
     if (flags & (1u << i)) out.append(names[i]);
@@ -71,8 +72,9 @@ py::dict node_dict(const Profile& p, const View& v, int32_t i, const ViewOptions
   d["parent_index"] = n.parent < 0 ? py::object(py::none()) : py::object(py::int_(n.parent));
   d["start_ns"] = n.start_ns;
   d["end_ns"] = n.end_ns;
-  d["duration_ns"] = n.duration_ns;
+  d["duration_ns"] = n.duration_ns;  // as shown: a generator's running time (core/view.h)
   d["duration_ms"] = static_cast<double>(n.duration_ns) / 1e6;
+  d["wall_ns"] = n.collapsed.empty() ? s.duration_ns() : n.duration_ns;
   d["active_ns"] = n.collapsed.empty() ? s.active_ns : n.duration_ns;
   d["call_path"] = paths[static_cast<size_t>(i)];
   d["thread_id"] = lane.thread_id;
@@ -232,6 +234,7 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
   p->meta = meta;
   drop_empty_lanes(*p);
   build_tree(*p);
+  group_framework_spans(*p);
   return p;
 }
 
@@ -257,7 +260,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_library_prefixes", &set_library_prefixes, py::arg("prefixes"),
         "Paths of the standard library: code under them is not user code.");
   m.def("add_transparent", [](py::object code) { add_transparent(code.ptr()); }, py::arg("code"),
-        "Marks a code object transparent: never a node, not counted toward depth.");
+        "Marks a code object, and any code equal to it, transparent: never a node, not counted toward depth.");
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in nanoseconds, the clock of every event.");
   m.def("hook_name", &capture::name, "The capture hook of this interpreter.");
   m.def("tool_id", &capture::tool_id, "The sys.monitoring tool id held now, -1 if none.");

@@ -94,6 +94,99 @@ def _stdlib_plumbing() -> bool:
     return complete
 
 
+# Libraries whose decorators wrap their public functions in frames that only
+# forward: such a frame is never a node, so the function the user called is
+# (pandas' DataFrame.groupby, not deprecate_nonkeyword_arguments' wrapper).
+_LIBRARIES = frozenset(("numpy", "pandas", "sklearn", "scipy", "mlflow", "xgboost", "lightgbm"))
+_scanned: set = set()
+
+
+def _add_code(code) -> None:
+    """A library's forwarding frame: transparent, and so is any code equal to
+    it (cloudpickle rebuilds a class saved by value, wrappers included)."""
+    if code not in CODES:
+        CODES.add(code)
+        _core.add_transparent(code)
+
+
+def _forwarder_code(value):
+    """The code of a function made by functools.wraps (it has __wrapped__ in
+    its own __dict__: no attribute lookup that could run library code)."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    elif isinstance(value, property):
+        value = value.fget
+    if type(value) is types.FunctionType and "__wrapped__" in value.__dict__:
+        wrapped = value.__dict__["__wrapped__"]
+        if getattr(wrapped, "__code__", None) is not value.__code__:
+            return value.__code__
+    return None
+
+
+def _scan_module(name: str, module) -> None:
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return
+    numpy = name.startswith("numpy")
+    for value in list(namespace.values()):
+        if isinstance(value, type):
+            if value.__dict__.get("__module__") != name:
+                continue
+            for attr in list(value.__dict__.values()):
+                code = _forwarder_code(attr)
+                if code is not None:
+                    _add_code(code)
+            continue
+        code = _forwarder_code(value)
+        if code is not None:
+            _add_code(code)
+        elif numpy and type(value) is types.FunctionType and value.__name__.endswith("_dispatcher"):
+            _add_code(value.__code__)  # numpy's __array_function__ dispatchers: called before every np.mean
+    _named_forwarders(name, module)
+
+
+def _named_forwarders(name: str, module) -> None:
+    """Forwarding frames a scan by __wrapped__ cannot see: made per class at
+    run time, or a descriptor."""
+    if name == "sklearn.utils._available_if":
+        # `pipe.predict_proba` is an attribute lookup through this descriptor.
+        desc = getattr(module, "_AvailableIfDescriptor", None)
+        for value in list(getattr(desc, "__dict__", {}).values()):
+            if type(value) is types.FunctionType:
+                _add_code(value.__code__)
+    elif name == "pandas.core.accessor":
+        # `.dt.hour`, `.str.lower()`: properties and methods made per attribute
+        # that hand the call to the accessor's _delegate_property_get / _delegate_method.
+        delegate = getattr(module, "PandasDelegate", None)
+        adder = getattr(getattr(delegate, "_add_delegate_accessors", None), "__func__", None)
+        _add_nested(getattr(adder, "__code__", None), ("_getter", "_setter", "f"))
+    elif name == "mlflow.pyfunc.utils.data_validation":
+        # The wrapper MLflow puts on every PythonModel subclass's predict
+        # (type-hint validation): its code is a constant of the decorator.
+        wrap = getattr(module, "_wrap_predict_with_pyfunc", None)
+        _add_nested(getattr(wrap, "__code__", None), ("wrapper",))
+
+
+def _add_nested(code, names) -> None:
+    """Marks the functions named `names` defined inside `code`, at any level."""
+    for const in getattr(code, "co_consts", ()):
+        if isinstance(const, types.CodeType):
+            if const.co_name in names:
+                _add_code(const)
+            _add_nested(const, names)
+
+
+def _scan_libraries() -> None:
+    for name, module in list(sys.modules.items()):
+        if name in _scanned or name.partition(".")[0] not in _LIBRARIES or module is None:
+            continue
+        _scanned.add(name)
+        try:
+            _scan_module(name, module)
+        except Exception:  # a module mid-import or an odd namespace: it only costs names
+            pass
+
+
 _modules_seen = -1
 
 
@@ -102,6 +195,9 @@ def refresh() -> int:
     (nothing to do while no module was imported since the last look). Returns
     the len(sys.modules) it has nothing left to do for, -1 to be called again."""
     global _modules_seen
-    if len(_done_modules) < 3 and len(sys.modules) != _modules_seen:
-        _modules_seen = len(sys.modules) if _stdlib_plumbing() else -1
-    return len(sys.modules) if len(_done_modules) >= 3 else _modules_seen
+    count = len(sys.modules)
+    if count != _modules_seen:
+        complete = _stdlib_plumbing() if len(_done_modules) < 3 else True
+        _scan_libraries()
+        _modules_seen = count if complete else -1
+    return _modules_seen

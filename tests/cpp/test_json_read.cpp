@@ -488,7 +488,8 @@ TEST(JsonRead, Version1IsConvertedForward) {
   without.segments.clear();
   without.io.clear();
   EXPECT_EQ(to_json_document(q), to_json_document(without));
-  EXPECT_EQ(render_text(q, {}), render_text(p, {}));
+  // Without segments a generator shows its active time (core/view.h).
+  EXPECT_EQ(render_text(q, {}), render_text(without, {}));
 }
 
 TEST(JsonRead, NewerVersionSaysWhichAndWhatToDo) {

@@ -140,9 +140,9 @@ TEST(RenderText, MarkersForExceptionsOpenSuspendedGeneratorsAndGroups) {
   EXPECT_EQ(render_text(p, opts),
             "main: 1.00ms [open]\n"
             "  fail: 4.00us\n"  // main went on: it caught the exception
-            "  gen: 0.09ms (active 0.05ms, 2 resumes)\n"
+            "  gen: 0.05ms (generator, 2 resumes, 0.09ms wall)\n"
             "  [numpy]: 0.04ms [x3]\n"
-            "  gen2: 0.80ms [suspended] (active 0.03ms, 0 resumes)\n"
+            "  gen2: 0.03ms [suspended] (generator, 0 resumes, 0.80ms wall)\n"
             "  work: 0.70ms [open]\n");
   opts.collapse_frameworks = false;
   EXPECT_NE(render_text(p, opts).find("  asarray: 0.02ms\n"), std::string::npos);
@@ -154,7 +154,7 @@ TEST(RenderText, OneResumeIsSingular) {
   p.end_ns = 100'000;
   p.lanes.push_back(make_lane({call(0, gen), suspend(20'000, 0), resume(30'000, 0), ret(50'000)}));
   build_tree(p);
-  EXPECT_EQ(render_text(p, {}), "gen: 0.05ms (active 0.04ms, 1 resume)\n");
+  EXPECT_EQ(render_text(p, {}), "gen: 0.04ms (generator, 1 resume, 0.05ms wall)\n");
 }
 
 TEST(RenderText, CollapsedSpecExample) {
@@ -369,7 +369,7 @@ TEST(RenderTextKernel, EachSpanShowsOnCpuOffCpuAndRunQueue) {
             "woken by 4242 (MainThread)]\n"
             "  preprocess: 1.50us [cpu 0.70us, off 0.80us: blocked 0.70us, runq 0.10us; "
             "woken by 5000 (Worker)]\n"
-            "  produce: 5.00us (active 2.00us, 2 resumes) [cpu 2.00us, off 0.00us]\n"
+            "  produce: 1.50us (generator, 2 resumes, 5.00us wall) [cpu 2.00us, off 0.00us]\n"
             "  consume: 2.00us [cpu 2.00us, off 0.00us]\n"
             "  my label: 0.50us [cpu 0.50us, off 0.10us: blocked 0.05us, "
             "runq 0.05us; woken by 4242 (MainThread)]\n"

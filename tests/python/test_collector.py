@@ -72,7 +72,9 @@ def spans_by_path(sessions):
     appeared in. Self = active time minus the same-lane children's."""
     out = {}
     for index, session in enumerate(sessions):
-        stack = [(n, (n["label"],)) for n in session.to_tree()]
+        # Every span: a depth past the capture's also opens MLflow's grouped
+        # calls below it (the collector counts them all).
+        stack = [(n, (n["label"],)) for n in session.to_tree(depth=1_000)]
         while stack:
             n, path = stack.pop()
             entry = out.setdefault("/".join(path), {"wall": [], "self": [], "sessions": set(), "incomplete": 0})
@@ -82,7 +84,7 @@ def spans_by_path(sessions):
                 entry["incomplete"] += 1
             else:
                 same_lane = [c for c in children if c["thread_id"] == n["thread_id"] and c["task"] == n["task"]]
-                entry["wall"].append(n["duration_ns"])
+                entry["wall"].append(n["wall_ns"])
                 entry["self"].append(max(0, n["active_ns"] - sum(c["active_ns"] for c in same_lane)))
             for c in children:
                 stack.append((c, path + (c["label"],)))

@@ -29,6 +29,8 @@ enum SpanFlag : uint32_t {
   // returning normally. Renderers show no error for it; one that left the
   // lane's root is the model's error.
   kSpanCaught = 1u << 10,
+  // Derived (core/group.h): not a call but a run of MLflow's own calls, its children.
+  kSpanGroup = 1u << 11,
 };
 
 struct Span {

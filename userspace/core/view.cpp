@@ -1,6 +1,7 @@
 #include "core/view.h"
 
 #include <algorithm>
+#include <climits>
 #include <utility>
 
 namespace mlprof {
@@ -45,13 +46,13 @@ namespace {
 
 class ViewBuilder {
  public:
-  ViewBuilder(const Profile& p, const ViewOptions& opts, int filter_depth)
-      : p_(p), opts_(opts), filter_depth_(filter_depth) {}
+  ViewBuilder(const Profile& p, const ViewOptions& opts, int filter_depth, int group_depth)
+      : p_(p), opts_(opts), filter_depth_(filter_depth), group_depth_(group_depth) {}
 
   void build(View& view) {
     visible_.clear();
     for (const int32_t root : p_.roots) expand(root);
-    push_siblings(-1, 0);
+    push_siblings(-1, 0, false);
     while (!pending_.empty()) {
       Pending item = std::move(pending_.back());
       pending_.pop_back();
@@ -73,11 +74,15 @@ class ViewBuilder {
       // A collapsed node hides its descendants; the filter hides deeper ones.
       if (!view.nodes[idx].collapsed.empty()) continue;
       if (filter_depth_ >= 0 && static_cast<int>(item.depth) >= filter_depth_) continue;
+      // A group's calls were within the ceiling before grouping moved them a
+      // level down: they show when the view asks for that level.
+      const bool in_group = item.in_group || (p_.spans[item.span].flags & kSpanGroup);
+      if (in_group && group_depth_ >= 0 && static_cast<int>(item.depth) >= group_depth_) continue;
       visible_.clear();
       for (int32_t c = p_.spans[item.span].first_child; c >= 0; c = p_.spans[c].next_sibling) {
         expand(c);
       }
-      push_siblings(idx, item.depth + 1);
+      push_siblings(idx, item.depth + 1, in_group);
     }
   }
 
@@ -89,6 +94,7 @@ class ViewBuilder {
     uint32_t merged;
     int32_t parent;
     uint32_t depth;
+    bool in_group;  // under a kSpanGroup node
   };
 
   bool folded(int32_t span) const {
@@ -124,11 +130,56 @@ class ViewBuilder {
     return "[" + (module.empty() ? p_.display_name(s) : framework_package(module)) + "]";
   }
 
+  // The time each of visible_ stands for (view.h, "Times add up"): a
+  // generator's running segments, less those that ran inside a sibling.
+  void shown_times() {
+    shown_.resize(visible_.size());
+    busy_.clear();
+    bool generators = false;
+    for (size_t i = 0; i < visible_.size(); ++i) {
+      const Span& s = p_.spans[visible_[i]];
+      shown_[i] = s.duration_ns();
+      if (s.flags & kSpanGenerator) {
+        generators = true;
+      } else if (s.lane == p_.spans[visible_[0]].lane) {
+        busy_.emplace_back(s.start_ns, s.end_ns);
+      }
+    }
+    if (!generators) return;
+    std::sort(busy_.begin(), busy_.end());
+    for (size_t i = 0; i < visible_.size(); ++i) {
+      const Span& s = p_.spans[visible_[i]];
+      if (!(s.flags & kSpanGenerator)) continue;
+      auto [first, last] = p_.segments_of(visible_[i]);
+      if (first == last) {
+        shown_[i] = s.active_ns;
+        continue;
+      }
+      int64_t total = 0;
+      for (const Segment* seg = first; seg != last; ++seg) {
+        int64_t len = seg->end_ns - seg->start_ns;
+        // Siblings on one lane do not overlap each other: those that can
+        // overlap this segment start before its end, from the last one that
+        // starts at or before its start.
+        auto it = std::upper_bound(busy_.begin(), busy_.end(), std::make_pair(seg->start_ns, INT64_MAX));
+        if (it != busy_.begin()) --it;
+        for (; it != busy_.end() && it->first < seg->end_ns; ++it) {
+          len -= std::max<int64_t>(0, std::min(it->second, seg->end_ns) - std::max(it->first, seg->start_ns));
+        }
+        total += std::max<int64_t>(0, len);
+      }
+      shown_[i] = total;
+    }
+  }
+
   // Turns visible_ (siblings in order) into pending nodes, merging runs of
   // library spans, and pushes them so that the first one is popped first.
-  void push_siblings(int32_t parent, uint32_t depth) {
+  void push_siblings(int32_t parent, uint32_t depth, bool in_group) {
     const size_t first = pending_.size();
-    for (const int32_t idx : visible_) {
+    shown_times();
+    for (size_t k = 0; k < visible_.size(); ++k) {
+      const int32_t idx = visible_[k];
+      const int64_t shown = shown_[k];
       const Span& s = p_.spans[idx];
       if (opts_.collapse_frameworks && !is_user_code(p_, s, opts_)) {
         std::string label = package_label(s);
@@ -137,17 +188,16 @@ class ViewBuilder {
           if (!prev.collapsed.empty() && prev.collapsed == label &&
               p_.spans[prev.span].lane == s.lane) {
             prev.end_ns = std::max(prev.end_ns, s.end_ns);
-            prev.duration_ns += s.duration_ns();
+            prev.duration_ns += shown;
             ++prev.merged;
             continue;
           }
         }
-        pending_.push_back(Pending{idx, std::move(label), s.start_ns, s.end_ns, s.duration_ns(), 1,
-                                   parent, depth});
+        pending_.push_back(Pending{idx, std::move(label), s.start_ns, s.end_ns, shown, 1, parent, depth, in_group});
         continue;
       }
       pending_.push_back(
-          Pending{idx, std::string(), s.start_ns, s.end_ns, s.duration_ns(), 1, parent, depth});
+          Pending{idx, std::string(), s.start_ns, s.end_ns, shown, 1, parent, depth, in_group});
     }
     std::reverse(pending_.begin() + static_cast<std::ptrdiff_t>(first), pending_.end());
   }
@@ -155,9 +205,12 @@ class ViewBuilder {
   const Profile& p_;
   const ViewOptions& opts_;
   const int filter_depth_;        // deepest view depth shown, -1: all
+  const int group_depth_;         // deepest depth whose group nodes are opened, -1: all
   std::vector<Pending> pending_;  // DFS stack; back() is the next node in pre-order
   std::vector<int32_t> visible_;  // scratch: the siblings being grouped
   std::vector<int32_t> cursors_;  // scratch: expand()'s stack
+  std::vector<int64_t> shown_;    // scratch: shown_times() of visible_
+  std::vector<std::pair<int64_t, int64_t>> busy_;  // scratch: siblings' intervals
 };
 
 }  // namespace
@@ -177,7 +230,7 @@ View make_view(const Profile& p, const ViewOptions& opts) {
   }
   const bool filter = requested >= 0 && (captured < 0 || requested < captured);
   view.nodes.reserve(p.spans.size());
-  ViewBuilder(p, opts, filter ? requested : -1).build(view);
+  ViewBuilder(p, opts, filter ? requested : -1, requested >= 0 ? requested : captured).build(view);
   return view;
 }
 

@@ -24,7 +24,11 @@ struct ViewOptions {
 struct ViewNode {
   int32_t span = -1;          // index into Profile::spans
   std::string collapsed;      // non-empty for a "[pkg]" node
-  int64_t start_ns = 0, end_ns = 0, duration_ns = 0;  // collapsed: sum of durations
+  // duration_ns: the time the node stands for, what renderers show. A span's
+  // end - start; a generator's or coroutine's running time under this parent
+  // (its segments, less any that ran inside a sibling): suspended in its
+  // consumer, its wall time overlaps its siblings'. Collapsed: the sum.
+  int64_t start_ns = 0, end_ns = 0, duration_ns = 0;
   uint32_t depth = 0;         // depth in the view
   int32_t parent = -1;        // index into View::nodes
   std::vector<int32_t> children;  // indices into View::nodes
@@ -48,6 +52,12 @@ bool is_user_code(const Profile& p, const Span& s, const ViewOptions& opts);
 //   the lines of a view at depth k are the lines of the full view at indent
 //   <= k. Nothing is filtered when opts.depth is -1 or >= captured_depth
 //   (adopted lanes can hold spans deeper than the ceiling; they stay visible).
+// - Under a kSpanGroup node (core/group.h) nodes show down to the requested
+//   depth, or the captured one when none is asked for, even where the
+//   filter is off: grouping moved them one level below where they ran, so
+//   the captured depth keeps its meaning; a deeper request shows them all.
+// - Times add up: on one lane, a node's duration_ns is at least the sum of
+//   its children's (threads adopted from other lanes run beside it).
 // - collapse_frameworks merges only siblings of the same lane, and a single
 //   library span also becomes a "[pkg]" node (merged = 1).
 View make_view(const Profile& p, const ViewOptions& opts);

@@ -158,7 +158,7 @@
     visible: new Uint8Array(P.n),     // in the view at the current depth limit
     vParent: new Int32Array(P.n), vDepth: new Int32Array(P.n),
     childStart: null, childList: null, roots: [], maxDepth: 0,
-    selfNs: new Float64Array(P.n),
+    selfNs: new Float64Array(P.n), shown: new Float64Array(P.n),
   };
 
   function buildView() {
@@ -206,9 +206,17 @@
     }
     roots.sort(byStart);
     V.childStart = childStart; V.childList = childList; V.roots = roots;
+    // Over all siblings, shown or cut by the depth: self times need them all.
+    const sets = new Map();
+    for (let i = 0; i < n; i++) {
+      if (folded(i)) continue;
+      const set = sets.get(V.vParent[i]);
+      if (set) set.push(i); else sets.set(V.vParent[i], [i]);
+    }
+    for (const set of sets.values()) shownTimes(set);
     // Self time: the span's time running less its children in the same lane
     // (threads under it ran concurrently, not inside it).
-    const own = (i) => (P.flags[i] & F_GENERATOR) ? P.active[i] : P.end[i] - P.start[i];
+    const own = (i) => V.shown[i];
     const selfNs = V.selfNs;
     for (let i = 0; i < n; i++) selfNs[i] = own(i);
     for (let i = 0; i < n; i++) {
@@ -219,11 +227,40 @@
     for (let i = 0; i < n; i++) if (selfNs[i] < 0) selfNs[i] = 0;
   }
 
+  // The time a node stands for, as print_tree shows it (core/view.h): a
+  // span's wall time; a generator's running segments, less those that ran
+  // inside a sibling (its wall time overlaps its consumer's other calls).
+  function shownTimes(sib) {
+    const busy = [];
+    for (const i of sib) {
+      V.shown[i] = P.end[i] - P.start[i];
+      if (!(P.flags[i] & F_GENERATOR) && P.lane[i] === P.lane[sib[0]]) busy.push(i);
+    }
+    busy.sort((a, b) => P.start[a] - P.start[b]);
+    for (const i of sib) {
+      if (!(P.flags[i] & F_GENERATOR)) continue;
+      const first = P.segFirst[i], count = P.segCount[i];
+      if (first < 0 || count === 0) { V.shown[i] = P.active[i]; continue; }
+      let total = 0;
+      for (let k = first; k < first + count; k++) {
+        const a = P.segStart[k], b = P.segEnd[k];
+        let len = b - a;
+        let lo = 0, hi = busy.length;  // the last busy sibling starting at or before a
+        while (lo < hi) { const mid = (lo + hi) >> 1; if (P.start[busy[mid]] <= a) lo = mid + 1; else hi = mid; }
+        for (let j = Math.max(0, lo - 1); j < busy.length && P.start[busy[j]] < b; j++) {
+          len -= Math.max(0, Math.min(P.end[busy[j]], b) - Math.max(P.start[busy[j]], a));
+        }
+        total += Math.max(0, len);
+      }
+      V.shown[i] = total;
+    }
+  }
+
   function childrenOf(i) { return V.childList.subarray(V.childStart[i], V.childStart[i + 1]); }
   function hasChildren(i) { return V.childStart[i + 1] > V.childStart[i]; }
   function viewParentDuration(i) {
     const p = V.vParent[i];
-    return p >= 0 ? P.end[p] - P.start[p] : 0;
+    return p >= 0 ? V.shown[p] : 0;
   }
   // Share of the parent's time: a generator counts its running time, not
   // the wall time it spent suspended across its consumer's other calls.
@@ -231,7 +268,7 @@
     const pd = viewParentDuration(i);
     // A thread or task under a span ran beside it, not inside its time.
     if (!(pd > 0) || P.lane[V.vParent[i]] !== P.lane[i]) return "";
-    return fmtPct((P.flags[i] & F_GENERATOR) ? P.active[i] : P.end[i] - P.start[i], pd);
+    return fmtPct(V.shown[i], pd);
   }
 
   // ---- search -------------------------------------------------------------
@@ -349,8 +386,8 @@
     if (f & F_OPEN) s += " [open]";
     if (f & F_SUSPENDED) s += " [suspended]";
     if (f & F_GENERATOR) {
-      s += " (active " + fmtDur(P.active[i]) + ", " + P.resumes[i] +
-        (P.resumes[i] === 1 ? " resume)" : " resumes)");
+      s += " (generator, " + P.resumes[i] + (P.resumes[i] === 1 ? " resume, " : " resumes, ") +
+        fmtDur(P.end[i] - P.start[i]) + " wall)";
     }
     return s;
   }
@@ -431,7 +468,7 @@
     // "name: 48.12ms" as print_tree writes it; the margins are CSS, the text
     // copies as it reads.
     div.appendChild(document.createTextNode(": "));
-    div.appendChild(span("time", fmtDur(P.end[i] - P.start[i])));
+    div.appendChild(span("time", fmtDur(V.shown[i])));
     const pct = parentPct(i);
     if (pct) div.appendChild(span("pct", " " + pct));
     const notes = nodeNotes(i);
@@ -543,9 +580,8 @@
       tr.appendChild(th); tr.appendChild(td);
       table.appendChild(tr);
     };
-    const dur = P.end[i] - P.start[i];
     const pct = parentPct(i);
-    add("Time", fmtDur(dur) + (pct ? "  (" + pct + " of parent)" : ""));
+    add("Time", fmtDur(V.shown[i]) + (pct ? "  (" + pct + " of parent)" : ""));
     add("Self time", fmtDur(V.selfNs[i]));
     if (P.flags[i] & F_GENERATOR) {
       add("Active", fmtDur(P.active[i]) + ", " + plural(P.resumes[i], "resume", "resumes") +

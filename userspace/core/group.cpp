@@ -1,0 +1,226 @@
+#include "core/group.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mlprof {
+
+namespace {
+
+constexpr std::string_view kPackage = "mlflow";
+
+// What a grouped call does, judged by its name; the label lists the ones a
+// run holds in this order. A name that matches none adds no word.
+struct Category {
+  std::string_view word;
+  std::array<std::string_view, 10> needles;  // substrings of the qualified name
+};
+constexpr std::array<Category, 4> kCategories{{
+    {"input checks",
+     {"schema", "Schema", "validate", "enforce", "signature", "type_hint", "_is_list", "params", "input",
+      "Input"}},
+    {"context", {"context", "Context"}},
+    {"tracing", {"trace", "Trace", "span", "Span"}},
+    {"output", {"output", "Output"}},
+}};
+
+// MLflow frames that hand the call on to the model: never grouped, whatever
+// runs under them (the flavor's model may be library code, not user code).
+constexpr std::array<std::string_view, 8> kDelegates{
+    "predict", "_predict", "predict_stream", "_predict_stream", "predict_proba", "wrapper", "_predict_fn",
+    "__call__"};
+
+std::string_view last_component(std::string_view qualname) {
+  const size_t dot = qualname.rfind('.');
+  return dot == std::string_view::npos ? qualname : qualname.substr(dot + 1);
+}
+
+int category_of(std::string_view qualname, std::string_view module) {
+  if (module_in(module, "mlflow.tracing")) return 2;
+  for (size_t c = 0; c < kCategories.size(); ++c) {
+    for (const std::string_view needle : kCategories[c].needles) {
+      if (!needle.empty() && qualname.find(needle) != std::string_view::npos) return static_cast<int>(c);
+    }
+  }
+  return -1;
+}
+
+enum class Kind : uint8_t { kOther, kMlflow, kStdlib };
+
+class Grouper {
+ public:
+  explicit Grouper(Profile& p) : p_(p), n_(p.spans.size()) {}
+
+  void run() {
+    classify();
+    if (!find_runs()) return;
+    rewrite();
+  }
+
+ private:
+  void classify() {
+    kind_.assign(n_, Kind::kOther);
+    category_.assign(n_, -1);
+    std::vector<char> holds_user(n_, 0);
+    for (size_t i = 0; i < n_; ++i) {
+      const Span& s = p_.spans[i];
+      if (s.function >= p_.functions.size()) continue;
+      const FunctionInfo& f = p_.functions.get(s.function);
+      const bool user = f.user_code || f.kind == FunctionKind::kBlock || (s.flags & (kSpanLabelled | kSpanBlock));
+      if (user) {
+        holds_user[i] = 1;
+        continue;
+      }
+      const std::string& module = p_.functions.strings().get(f.module);
+      const std::string& name = p_.functions.strings().get(f.name);
+      if (module_in(module, kPackage)) {
+        const std::string_view last = last_component(name);
+        if (std::find(kDelegates.begin(), kDelegates.end(), last) == kDelegates.end()) {
+          kind_[i] = Kind::kMlflow;
+          category_[i] = category_of(name, module);
+        }
+      } else if (f.kind == FunctionKind::kPython &&
+                 p_.functions.strings().get(f.file).find("-packages/") == std::string::npos) {
+        kind_[i] = Kind::kStdlib;
+      }
+    }
+    // Parents come before children: one backward pass carries "user code
+    // below" up, one forward pass drops spans whose parent is grouped.
+    for (size_t i = n_; i-- > 0;) {
+      const int32_t parent = p_.spans[i].parent;
+      if (holds_user[i] && parent >= 0) holds_user[static_cast<size_t>(parent)] = 1;
+    }
+    for (size_t i = 0; i < n_; ++i) {
+      if (holds_user[i]) kind_[i] = Kind::kOther;
+    }
+  }
+
+  // Marks run members (member_ = group number) and collects each run's
+  // members; returns whether there is any run.
+  bool find_runs() {
+    member_.assign(n_, -1);
+    std::vector<int32_t> siblings;
+    auto scan = [&](const std::vector<int32_t>& sib) {
+      size_t i = 0;
+      while (i < sib.size()) {
+        if (kind_[static_cast<size_t>(sib[i])] != Kind::kMlflow) {
+          ++i;
+          continue;
+        }
+        // Extend over MLflow spans, and standard-library spans followed by one.
+        size_t end = i + 1, last = i;
+        while (end < sib.size()) {
+          const auto k = kind_[static_cast<size_t>(sib[end])];
+          if (k == Kind::kOther || p_.spans[static_cast<size_t>(sib[end])].lane !=
+                                       p_.spans[static_cast<size_t>(sib[i])].lane) {
+            break;
+          }
+          if (k == Kind::kMlflow) last = end;
+          ++end;
+        }
+        const auto group = static_cast<int32_t>(runs_.size());
+        runs_.emplace_back(sib.begin() + static_cast<std::ptrdiff_t>(i),
+                           sib.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+        for (size_t j = i; j <= last; ++j) member_[static_cast<size_t>(sib[j])] = group;
+        i = last + 1;
+      }
+    };
+    scan(p_.roots);
+    for (size_t i = 0; i < n_; ++i) {
+      // Children of a grouped span are inside its group already.
+      if (member_[i] >= 0 || ancestor_grouped(i)) continue;
+      siblings.clear();
+      for (int32_t c = p_.spans[i].first_child; c >= 0; c = p_.spans[static_cast<size_t>(c)].next_sibling) {
+        siblings.push_back(c);
+      }
+      scan(siblings);
+    }
+    return !runs_.empty();
+  }
+
+  bool ancestor_grouped(size_t i) {
+    // inside_[i]: i or an ancestor is a member. Parents come first, so the
+    // parent's value is final when i is reached in index order.
+    if (inside_.size() != n_) inside_.assign(n_, 0);
+    const int32_t parent = p_.spans[i].parent;
+    inside_[i] = member_[i] >= 0 || (parent >= 0 && inside_[static_cast<size_t>(parent)]);
+    return inside_[i];
+  }
+
+  std::string label(const std::vector<int32_t>& run) const {
+    std::array<bool, kCategories.size()> has{};
+    for (const int32_t s : run) {
+      const int c = category_[static_cast<size_t>(s)];
+      if (c >= 0) has[static_cast<size_t>(c)] = true;
+    }
+    std::string out = "[" + std::string(kPackage);
+    const char* sep = ": ";
+    for (size_t c = 0; c < has.size(); ++c) {
+      if (!has[c]) continue;
+      out += sep;
+      out += kCategories[c].word;
+      sep = ", ";
+    }
+    return out + "]";
+  }
+
+  void rewrite() {
+    std::vector<Span> out;
+    out.reserve(n_ + runs_.size());
+    std::vector<int32_t> new_index(n_, -1);
+    std::vector<int32_t> group_index(runs_.size(), -1);
+    std::vector<uint32_t> shift(n_, 0);
+    for (size_t i = 0; i < n_; ++i) {
+      Span s = p_.spans[i];
+      const int32_t old_parent = s.parent;
+      if (old_parent >= 0) shift[i] = shift[static_cast<size_t>(old_parent)];
+      const int32_t group = member_[i];
+      if (group >= 0 && group_index[static_cast<size_t>(group)] < 0) {
+        const std::vector<int32_t>& run = runs_[static_cast<size_t>(group)];
+        Span g;
+        g.parent = old_parent < 0 ? -1 : new_index[static_cast<size_t>(old_parent)];
+        g.function = p_.functions.add(label(run), kPackage, "", 0, FunctionKind::kPython, false);
+        g.lane = s.lane;
+        g.depth = s.depth + shift[i];
+        g.flags = kSpanGroup;
+        g.start_ns = s.start_ns;
+        g.end_ns = p_.spans[static_cast<size_t>(run.back())].end_ns;
+        g.active_ns = g.end_ns - g.start_ns;
+        const Span& last = p_.spans[static_cast<size_t>(run.back())];
+        if ((last.flags & kSpanException) && !(last.flags & kSpanCaught)) g.flags |= kSpanException;
+        group_index[static_cast<size_t>(group)] = static_cast<int32_t>(out.size());
+        out.push_back(g);
+      }
+      if (group >= 0) {
+        s.parent = group_index[static_cast<size_t>(group)];
+        ++shift[i];
+      } else if (old_parent >= 0) {
+        s.parent = new_index[static_cast<size_t>(old_parent)];
+      }
+      s.depth += shift[i];
+      new_index[i] = static_cast<int32_t>(out.size());
+      out.push_back(s);
+    }
+    p_.spans = std::move(out);
+    for (SpanIO& io : p_.io) io.span = new_index[static_cast<size_t>(io.span)];
+    for (Segment& seg : p_.segments) seg.span = new_index[static_cast<size_t>(seg.span)];
+    link_tree(p_);
+  }
+
+  Profile& p_;
+  const size_t n_;
+  std::vector<Kind> kind_;
+  std::vector<int> category_;
+  std::vector<int32_t> member_;
+  std::vector<char> inside_;
+  std::vector<std::vector<int32_t>> runs_;
+};
+
+}  // namespace
+
+void group_framework_spans(Profile& profile) { Grouper(profile).run(); }
+
+}  // namespace mlprof

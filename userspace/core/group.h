@@ -1,0 +1,28 @@
+#pragma once
+// MLflow's own calls, grouped: each run of consecutive sibling spans that are
+// MLflow's work (schema enforcement, prediction context, signature checks,
+// output conversion) becomes one node, "[mlflow: input checks, context]",
+// whose children are those calls. The model's steps stay where they were,
+// so the reader sees at once how much of predict is MLflow's and how much is
+// the model's (docs/architecture.md, "MLflow's frames").
+
+#include "core/tree.h"
+
+namespace mlprof {
+
+// Rewrites a built profile (after build_tree) in place. Settled details:
+// - Grouped: a span of a module in "mlflow" that is not a delegation to the
+//   model (a *predict* method, a wrapper) and has no user code under it,
+//   whose parent is not grouped itself. Standard-library spans (inspect,
+//   typing: no "-packages/" in the file, not user code) between two grouped
+//   siblings join their run; a run never starts or ends with one.
+// - A group span: kSpanGroup, a function named after the run's categories in
+//   a fixed order (stable across calls, so metric names are too), start of
+//   its first member to end of its last, the members' lane. Members and
+//   their descendants go one level deeper; I/O rows and segments follow
+//   their spans. An exception a member passed on goes on the group.
+// - Spans keep their relative order; a group comes right before its first
+//   member, so parents still come before children.
+void group_framework_spans(Profile& profile);
+
+}  // namespace mlprof
