@@ -97,14 +97,14 @@ def _stdlib_plumbing() -> bool:
 # Libraries whose decorators wrap their public functions in frames that only
 # forward: such a frame is never a node, so the function the user called is
 # (pandas' DataFrame.groupby, not deprecate_nonkeyword_arguments' wrapper).
-_LIBRARIES = frozenset(("numpy", "pandas", "sklearn", "scipy", "mlflow", "xgboost", "lightgbm"))
+_LIBRARIES = frozenset(("numpy", "pandas", "sklearn", "scipy", "mlflow", "xgboost", "lightgbm", "typing"))
 _scanned: set = set()
 
 
 def _add_code(code) -> None:
     """A library's forwarding frame: transparent, and so is any code equal to
     it (cloudpickle rebuilds a class saved by value, wrappers included)."""
-    if code not in CODES:
+    if isinstance(code, types.CodeType) and code not in CODES:
         CODES.add(code)
         _core.add_transparent(code)
 
@@ -160,11 +160,39 @@ def _named_forwarders(name: str, module) -> None:
         delegate = getattr(module, "PandasDelegate", None)
         adder = getattr(getattr(delegate, "_add_delegate_accessors", None), "__func__", None)
         _add_nested(getattr(adder, "__code__", None), ("_getter", "_setter", "f"))
-    elif name == "mlflow.pyfunc.utils.data_validation":
+    elif name == "mlflow.pyfunc":
+        # PyFuncModel.predict hands the call to _predict, then to the flavor's
+        # wrapper: not nodes, so the model's predict is one level under it.
+        model = getattr(module, "PyFuncModel", None)
+        for attr in ("_predict", "_predict_stream"):
+            value = getattr(model, "__dict__", {}).get(attr)
+            if type(value) is types.FunctionType:
+                _add_code(value.__code__)
+        for attr in ("predict", "predict_stream"):  # their nested helpers (_gen_with_context, 2.x _predict)
+            _add_nested(getattr(getattr(model, "__dict__", {}).get(attr), "__code__", None),
+                        ("_predict", "_gen_with_context"))
+    elif name == "mlflow.pyfunc.context":
+        setter = getattr(module, "set_prediction_context", None)
+        _add_code(getattr(getattr(setter, "__wrapped__", setter), "__code__", None))
+    elif name.startswith("mlflow.") and name.count(".") <= 2:
+        # A flavor's pyfunc wrapper (_PythonModelPyfuncWrapper, _SklearnModelWrapper):
+        # its predict forwards to the model.
+        for cls_name, cls in list(namespace_items(module)):
+            if isinstance(cls, type) and cls_name.endswith("Wrapper") and cls.__dict__.get("__module__") == name:
+                for attr in ("predict", "predict_stream", "predict_proba"):
+                    value = cls.__dict__.get(attr)
+                    if type(value) is types.FunctionType:
+                        _add_code(value.__code__)
+    if name == "mlflow.pyfunc.utils.data_validation":
         # The wrapper MLflow puts on every PythonModel subclass's predict
         # (type-hint validation): its code is a constant of the decorator.
         wrap = getattr(module, "_wrap_predict_with_pyfunc", None)
         _add_nested(getattr(wrap, "__code__", None), ("wrapper",))
+
+
+def namespace_items(module):
+    namespace = getattr(module, "__dict__", None)
+    return list(namespace.items()) if isinstance(namespace, dict) else []
 
 
 def _add_nested(code, names) -> None:

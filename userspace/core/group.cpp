@@ -39,13 +39,12 @@ std::string_view last_component(std::string_view qualname) {
 }
 
 int category_of(std::string_view qualname, std::string_view module) {
-  if (module_in(module, "mlflow.tracing")) return 2;
   for (size_t c = 0; c < kCategories.size(); ++c) {
     for (const std::string_view needle : kCategories[c].needles) {
       if (!needle.empty() && qualname.find(needle) != std::string_view::npos) return static_cast<int>(c);
     }
   }
-  return -1;
+  return module_in(module, "mlflow.tracing") ? 2 : -1;
 }
 
 enum class Kind : uint8_t { kOther, kMlflow, kStdlib };

@@ -1,0 +1,158 @@
+#include "core/group.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/render_text.h"
+#include "core/view.h"
+#include "profile_builder.h"
+
+namespace mlprof {
+namespace {
+
+using test::call;
+using test::lib_fn;
+using test::make_lane;
+using test::ret;
+using test::user_fn;
+
+uint32_t stdlib_fn(Profile& p, const std::string& name, const std::string& module) {
+  return p.functions.add(name, module, "/usr/lib/python3.12/" + module + ".py", 1, FunctionKind::kPython, false);
+}
+
+std::string name_of(const Profile& p, int32_t s) { return p.display_name(p.spans[static_cast<size_t>(s)]); }
+
+std::vector<std::string> children(const Profile& p, int32_t s) {
+  std::vector<std::string> out;
+  const int32_t first = s < 0 ? (p.roots.empty() ? -1 : p.roots[0]) : p.spans[static_cast<size_t>(s)].first_child;
+  for (int32_t c = first; c >= 0; c = p.spans[static_cast<size_t>(c)].next_sibling) out.push_back(name_of(p, c));
+  return out;
+}
+
+int32_t find(const Profile& p, const std::string& name) {
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    if (name_of(p, static_cast<int32_t>(i)) == name) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+// PyFuncModel.predict as profiling() sees it: MLflow's checks, the model's
+// steps, a stdlib call between MLflow's, MLflow's output conversion.
+class GroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    p.start_ns = 0;
+    p.end_ns = 200;
+    const uint32_t predict = lib_fn(p, "PyFuncModel.predict", "mlflow.pyfunc");
+    const uint32_t context = lib_fn(p, "_try_get_prediction_context", "mlflow.tracing.provider");
+    const uint32_t ctx_init = lib_fn(p, "Context.__init__", "mlflow.pyfunc.context");
+    const uint32_t signature = stdlib_fn(p, "signature", "inspect");
+    const uint32_t validate = lib_fn(p, "_validate_prediction_input", "mlflow.models.utils");
+    const uint32_t enforce = lib_fn(p, "_enforce_schema", "mlflow.models.utils");
+    const uint32_t astype = lib_fn(p, "DataFrame.astype", "pandas.core.generic");
+    const uint32_t wrapper = lib_fn(p, "_PythonModelPyfuncWrapper.predict", "mlflow.pyfunc.model");
+    const uint32_t user_predict = user_fn(p, "FraudScorer.predict");
+    const uint32_t features = user_fn(p, "features");
+    const uint32_t convert = lib_fn(p, "_convert_output", "mlflow.pyfunc");
+    p.lanes.push_back(make_lane({
+        call(0, predict),
+        call(1, context), ret(10),
+        call(10, ctx_init), ret(20),
+        call(20, signature), ret(30),
+        call(30, validate), call(35, enforce), call(40, astype), ret(50), ret(55), ret(60),
+        call(62, wrapper), call(63, user_predict), call(64, features), ret(120), ret(121), ret(122),
+        call(130, signature), ret(135),
+        call(140, convert), ret(150),
+        ret(160),
+    }));
+    IOSummary in;
+    in.type_name = "DataFrame";
+    p.lanes[0].io = {{7, IORole::kArgument, "data", in}};  // _validate_prediction_input's call
+    build_tree(p);
+    group_framework_spans(p);
+  }
+  Profile p;
+};
+
+TEST_F(GroupTest, EachRunOfMlflowCallsBecomesOneNodeNamedForWhatItDoes) {
+  EXPECT_EQ(children(p, p.roots[0]),
+            (std::vector<std::string>{"[mlflow: input checks, context]", "_PythonModelPyfuncWrapper.predict",
+                                      "signature", "[mlflow: output]"}));
+  const int32_t g = find(p, "[mlflow: input checks, context]");
+  // The stdlib call between two of MLflow's joins their run.
+  EXPECT_EQ(children(p, g), (std::vector<std::string>{"_try_get_prediction_context", "Context.__init__", "signature",
+                                                       "_validate_prediction_input"}));
+  const Span& group = p.spans[static_cast<size_t>(g)];
+  EXPECT_TRUE(group.flags & kSpanGroup);
+  EXPECT_EQ(group.start_ns, 1);
+  EXPECT_EQ(group.end_ns, 60);
+  EXPECT_EQ(group.active_ns, 59);
+  EXPECT_EQ(group.depth, 1u);
+  EXPECT_EQ(p.functions.module(group.function), "mlflow");
+  EXPECT_FALSE(p.functions.get(group.function).user_code);
+}
+
+TEST_F(GroupTest, MembersAndTheirCallsGoOneLevelDeeperAndKeepTheirData) {
+  EXPECT_EQ(p.spans[static_cast<size_t>(find(p, "_validate_prediction_input"))].depth, 2u);
+  EXPECT_EQ(p.spans[static_cast<size_t>(find(p, "_enforce_schema"))].depth, 3u);
+  EXPECT_EQ(p.spans[static_cast<size_t>(find(p, "DataFrame.astype"))].depth, 4u);
+  // The delegation to the model is not grouped, and neither is the model.
+  EXPECT_EQ(p.spans[static_cast<size_t>(find(p, "features"))].depth, 3u);
+  ASSERT_EQ(p.io.size(), 1u);
+  EXPECT_EQ(p.io[0].span, find(p, "_validate_prediction_input"));
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    const int32_t parent = p.spans[i].parent;
+    EXPECT_LT(parent, static_cast<int32_t>(i)) << "parents come before children";
+    if (parent >= 0) EXPECT_EQ(p.spans[i].depth, p.spans[static_cast<size_t>(parent)].depth + 1);
+  }
+}
+
+TEST_F(GroupTest, TheTreeShowsTheGroupsAndOpensThemOneLevelDeeper) {
+  ViewOptions one;
+  one.depth = 1;
+  EXPECT_EQ(render_text(p, one),
+            "PyFuncModel.predict: 0.16us\n"
+            "  [mlflow: input checks, context]: 0.06us\n"
+            "  _PythonModelPyfuncWrapper.predict: 0.06us\n"
+            "  signature: 0.01us\n"
+            "  [mlflow: output]: 0.01us\n");
+  ViewOptions two;
+  two.depth = 2;
+  const std::string text = render_text(p, two);
+  EXPECT_NE(text.find("    _validate_prediction_input: 0.03us\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("_enforce_schema"), std::string::npos) << text;
+}
+
+TEST(Group, MlflowCodeThatRunsUserCodeIsNotGrouped) {
+  Profile p;
+  const uint32_t run = lib_fn(p, "run_callbacks", "mlflow.utils");
+  const uint32_t mine = user_fn(p, "my_callback");
+  const uint32_t log = lib_fn(p, "log_metric", "mlflow.tracking.fluent");
+  p.lanes.push_back(make_lane({call(0, run), call(1, mine), ret(5), ret(6), call(7, log), ret(9)}));
+  build_tree(p);
+  group_framework_spans(p);
+  EXPECT_EQ(p.spans.size(), 4u);
+  EXPECT_EQ(name_of(p, p.roots[0]), "run_callbacks");
+  EXPECT_EQ(name_of(p, p.roots[1]), "[mlflow]");  // no category word for log_metric
+  EXPECT_EQ(children(p, p.roots[1]), std::vector<std::string>{"log_metric"});
+}
+
+TEST(Group, AProfileWithoutMlflowIsUnchanged) {
+  Profile p;
+  const uint32_t a = user_fn(p, "a");
+  const uint32_t b = lib_fn(p, "check_array", "sklearn.utils.validation");
+  p.lanes.push_back(make_lane({call(0, a), call(1, b), ret(5), ret(6)}));
+  build_tree(p);
+  const std::vector<Span> before = p.spans;
+  group_framework_spans(p);
+  ASSERT_EQ(p.spans.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(p.spans[i].function, before[i].function);
+    EXPECT_EQ(p.spans[i].depth, before[i].depth);
+  }
+}
+
+}  // namespace
+}  // namespace mlprof
