@@ -583,18 +583,31 @@ void append_io(const IOTargets& io, IORole role, const std::string& name, const 
   if (probes::io_traced()) fire_io(io, role, name, summary);
 }
 
+// The profiler's work from `since` to now, on each target's lane: removed
+// from the lane's timeline at build (CaptureLane::overhead).
+void note_overhead(const IOTargets& io, int64_t since) {
+  const int64_t now = clock::ticks();
+  for (int i = 0; i < io.n; ++i) {
+    if (CaptureLane* L = target_lane(io.t[i])) L->overhead.emplace_back(since, now);
+  }
+}
+
 // Summarizing the arguments happened after the span's start was taken: the
 // span starts again now, so its time is the call's and not the summary's (a
-// first repr of an estimator takes milliseconds). The caller keeps that time.
-void restart_calls(const IOTargets& io) {
+// first repr of an estimator takes milliseconds); the stretch is the
+// profiler's, taken out of the callers' time at build.
+void restart_calls(const IOTargets& io, int64_t since) {
   const int64_t ts = clock::ticks();
   for (int i = 0; i < io.n; ++i) {
     CaptureLane* L = target_lane(io.t[i]);
-    if (L && io.t[i].call < L->out.events.size()) L->out.events[io.t[i].call].ts_ns = ts;
+    if (!L) continue;
+    if (io.t[i].call < L->out.events.size()) L->out.events[io.t[i].call].ts_ns = ts;
+    L->overhead.emplace_back(since, ts);
   }
 }
 
 void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets& io) {
+  const int64_t since = clock::ticks();
   IOSummary summary;
   bool first = true;
   auto each = [&](PyObject* name, PyObject* value) {
@@ -612,21 +625,23 @@ void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets
   if (hook && hook->frame) {
     struct _PyInterpreterFrame* f = hook->frame;
     compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code, kMaxIOArguments, each);
-    restart_calls(io);
+    restart_calls(io, since);
     return;
   }
 #endif
   if (!frame) frame = PyEval_GetFrame();  // the frame that is starting
   if (!frame || compat::frame_code(frame) != code) return;
   compat::for_each_parameter(frame, code, kMaxIOArguments, each);
-  restart_calls(io);
+  restart_calls(io, since);
 }
 
 void capture_return(PyObject* retval, const IOTargets& io) {
   if (!retval) return;
+  const int64_t since = clock::ticks();
   IOSummary summary;
   summarize_object(retval, &summary);
   append_io(io, IORole::kReturn, std::string(), summary);
+  note_overhead(io, since);
 }
 
 // Before an event about a frame at frame depth `pydepth` that starts or
@@ -1370,12 +1385,28 @@ std::shared_ptr<Profile> Engine::profile() {
     return nid;
   };
   uint64_t captured = 0, skipped = 0;
+  int64_t overhead_ticks = 0;
   for (auto& lp : lanes_) {
     Lane lane = std::move(lp->out);
+    // The profiler's stretches leave the lane's timeline: a time after some
+    // moves back by their length, one inside a stretch to its start.
+    const auto& cut = lp->overhead;
+    size_t next_cut = 0;
+    int64_t shift = 0;
+    for (const auto& [from, to] : cut) overhead_ticks += to - from;
     for (Event& e : lane.events) {
-      if (e.kind != EventKind::kLabel) e.ts_ns = clk.to_ns(e.ts_ns);
+      if (e.kind == EventKind::kLabel) {
+        e.id = local_str(e.id);
+        continue;
+      }
+      while (next_cut < cut.size() && cut[next_cut].second <= e.ts_ns) {
+        shift += cut[next_cut].second - cut[next_cut].first;
+        ++next_cut;
+      }
+      int64_t ts = e.ts_ns;
+      if (next_cut < cut.size() && cut[next_cut].first < ts) ts = cut[next_cut].first;
+      e.ts_ns = clk.to_ns(ts - shift);
       if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
-      else if (e.kind == EventKind::kLabel) e.id = local_str(e.id);
     }
     captured += lane.events.size();
     skipped += lp->skipped;
@@ -1383,6 +1414,8 @@ std::shared_ptr<Profile> Engine::profile() {
   }
   p.stats.events_captured = captured;
   p.stats.events_skipped = skipped;
+  // Reported once (the tree's footer, the report's header, statistics()).
+  p.meta["profiler_overhead_ns"] = std::to_string(clk.to_ns(overhead_ticks) - clk.to_ns(0));
   drop_empty_lanes(p);
   build_tree(p);
   group_framework_spans(p);  // MLflow's own calls as one node per run
@@ -1718,6 +1751,7 @@ void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, 
                         PyObject* kwnames) {
   const IOTargets io = io_targets(tokens, n);
   if (!io.n) return;
+  const int64_t since = clock::ticks();
   const Py_ssize_t npos = PyVectorcall_NARGS(nargs);
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
   IOSummary summary;
@@ -1728,7 +1762,7 @@ void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, 
     summarize_object(args[i], &summary);
     append_io(io, IORole::kArgument, name, summary);
   }
-  restart_calls(io);
+  restart_calls(io, since);
 }
 
 void block_return_io(const BlockToken* tokens, int n, PyObject* retval) {

@@ -113,6 +113,10 @@ struct CaptureLane {
     uint32_t return_index = kNoEvent;
     bool want_io = false;
   } inferred;
+  // Stretches (clock ticks) in which the profiler summarized this lane's
+  // I/O: taken out of the lane's timeline when the profile is built, so no
+  // span, ancestors included, holds the profiler's work (in time order).
+  std::vector<std::pair<int64_t, int64_t>> overhead;
   Lane out;  // events and metadata handed to the core
 };
 

@@ -505,7 +505,7 @@ class _Lane:
         "engine", "index", "thread_id", "mark", "ceiling", "depth", "truncated", "skipped",
         "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "chain_top",
         "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
-        "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io",
+        "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io", "overhead",
     )
 
     def __init__(self) -> None:
@@ -539,6 +539,7 @@ class _Lane:
         self.parent_call = 0
         self.io_ceiling = -1  # deepest level whose I/O is summarized; -1: none
         self.io: List[tuple] = []  # (call index, role, name, IOSummary)
+        self.overhead: List[tuple] = []  # (from, to) ns: the profiler summarizing this lane's I/O
 
 
 def _room_for_structure(L: _Lane) -> bool:
@@ -665,16 +666,44 @@ def _append_io(targets, role: int, name: str, summary: tuple) -> None:
             L.io.append((call, role, name, summary))
 
 
-def _restart_calls(targets) -> None:
+def _note_overhead(targets, since: int) -> None:
+    """The profiler's work from `since` to now, on each target's lane: taken
+    out of the lane's timeline when the profile is built (engine.cpp)."""
+    now = _core.now_ns()
+    for L, _ in targets:
+        if L.engine.state == "collecting":
+            L.overhead.append((since, now))
+
+
+def _restart_calls(targets, since: int) -> None:
     """The spans start again after their arguments were summarized (engine.cpp
-    restart_calls): a slow first repr is the caller's time, not the call's."""
+    restart_calls): a slow first repr is the profiler's time, not the call's."""
     ts = _core.now_ns()
     for L, call in targets:
         if L.engine.state == "collecting" and call < len(L.events):
             L.events[call] = (ts,) + L.events[call][1:]
+            L.overhead.append((since, ts))
+
+
+def _without_overhead(events: list, cut: list) -> list:
+    """The lane's events with the profiler's stretches taken out: a time after
+    some moves back by their length, one inside a stretch to its start."""
+    if not cut:
+        return events
+    out, k, shift = [], 0, 0
+    for ev in events:
+        ts = ev[0]
+        while k < len(cut) and cut[k][1] <= ts:
+            shift += cut[k][1] - cut[k][0]
+            k += 1
+        if k < len(cut) and cut[k][0] < ts:
+            ts = cut[k][0]
+        out.append((ts - shift,) + ev[1:])
+    return out
 
 
 def _capture_arguments(frame, code, targets) -> None:
+    since = _core.now_ns()
     n = code.co_argcount + code.co_kwonlyargcount
     n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)
     names = code.co_varnames[:min(n, _MAX_IO_ARGUMENTS)]
@@ -684,11 +713,13 @@ def _capture_arguments(frame, code, targets) -> None:
             continue  # the receiver is the model object, not data flowing through
         if name in local_vars:
             _append_io(targets, 0, name, _core.summarize(local_vars[name]))
-    _restart_calls(targets)
+    _restart_calls(targets, since)
 
 
 def _capture_return(value, targets) -> None:
+    since = _core.now_ns()
     _append_io(targets, 1, "", _core.summarize(value))
+    _note_overhead(targets, since)
 
 
 def _lane_yield(L: _Lane, code, frame) -> None:
@@ -1302,21 +1333,23 @@ class ReferenceEngine:
         if self.state != "finalized":
             raise RuntimeError(f"the session is {self.state}: the profile is built after it ends")
         lanes = []
-        skipped = 0
+        skipped = overhead = 0
         for L in self._lanes:
             lanes.append({
                 "thread_id": L.thread_id, "native_tid": L.native_tid, "thread_name": L.thread_name,
                 "task": L.task, "parent_lane": L.parent_lane, "parent_call": L.parent_call,
-                "dropped": L.dropped, "truncated": L.out_truncated, "events": L.events,
-                "io": L.io,
+                "dropped": L.dropped, "truncated": L.out_truncated,
+                "events": _without_overhead(L.events, L.overhead), "io": L.io,
             })
             skipped += L.skipped
+            overhead += sum(b - a for a, b in L.overhead)
         meta = {
             "engine": self.hook,
             "python": platform.python_version(),
             "pid": str(os.getpid()),
             "start_unix_ns": str(self._start_unix_ns),
             "host": socket.gethostname(),
+            "profiler_overhead_ns": str(overhead),
         }
         end_ns = self.end_ns or _core.now_ns()
         self._profile = _core.build_profile(lanes, self._functions, self._labels, self.depth,
@@ -1369,11 +1402,12 @@ class ReferenceEngine:
         token = self.block_enter(label)
         targets = token.io_targets()
         if targets:
+            since = _core.now_ns()
             for i, value in enumerate(args[:_MAX_IO_ARGUMENTS]):
                 _append_io(targets, 0, f"args[{i}]", _core.summarize(value))
             for name, value in list(kwargs.items())[:max(0, _MAX_IO_ARGUMENTS - len(args))]:
                 _append_io(targets, 0, name, _core.summarize(value))
-            _restart_calls(targets)
+            _restart_calls(targets, since)
         try:
             result = func(*args, **kwargs)
         except BaseException:

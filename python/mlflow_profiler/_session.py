@@ -244,7 +244,9 @@ class ProfileSession:
 
     def statistics(self) -> Dict[str, Any]:
         """Events captured, events skipped below the ceiling, drops per thread,
-        threads seen, duration."""
+        threads seen, duration, and ``profiler_overhead_ns``: the time the
+        profiler spent inside the session summarizing I/O (``capture_io``),
+        which is left out of every span's time."""
         state = self._engine.state
         out: Dict[str, Any] = {"state": state, "engine": self._engine.hook, "depth": self.depth}
         if state != "finalized":
@@ -263,6 +265,7 @@ class ProfileSession:
             start_ns=p.start_ns,
             end_ns=p.end_ns,
             duration_ns=p.end_ns - p.start_ns,
+            profiler_overhead_ns=int(p.meta.get("profiler_overhead_ns", 0)),
             failures=list(self._engine.failures),
             notes=list(getattr(self._engine, "notes", ())),
         )

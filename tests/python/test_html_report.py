@@ -82,8 +82,9 @@ def page(browser, report):
 
 
 def text_lines(text: str) -> List[str]:
-    """print_tree's lines, stripped, without blank lines."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    """print_tree's node and I/O lines, stripped: no blank lines, and not the
+    notes under the tree ("(...)"), which the report gives in its header."""
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("(")]
 
 
 def open_report(driver, url: str) -> None:
@@ -305,6 +306,10 @@ def test_header_gives_the_session_figures(page, report):
     assert text("fact-threads") == "2"  # the main thread and vocab-loader
     assert text("fact-engine") == meta["engine"]
     assert text("fact-python") == meta["python"]
+    # capture_io: the profiler's time summarizing is said once, here.
+    overhead = int(meta["profiler_overhead_ns"])
+    assert overhead > 0
+    assert text("fact-profiler") == fmt_ms(overhead) + " summarizing I/O, not in the times"
     assert page.find_element("id", "title").text.startswith(qn("Model.predict"))
     # No drops, no truncation: nothing to warn about.
     assert page.find_elements("css selector", "#warnings li") == []
@@ -403,7 +408,7 @@ def test_expand_and_collapse(page, report):
     # Collapsed: the roots and their own I/O lines, nothing under them.
     page.find_element("id", "collapse-all").click()
     roots = [line.strip() for line in report.text.splitlines()
-             if re.match(r"\S", line) or re.match(r"  (in|out):", line)]
+             if (re.match(r"\S", line) and not line.startswith("(")) or re.match(r"  (in|out):", line)]
     assert tree_lines(page) == roots
     page.find_element("id", "expand-all").click()
     assert tree_lines(page) == report.tree
@@ -593,7 +598,7 @@ def test_dropped_calls_are_reported_as_print_tree_does(browser, engine, tmp_path
 
     with profiling(depth=-1, max_events=50, engine=engine) as session:
         work()
-    note = next(line for line in text_lines(session.format_tree()) if "calls dropped" in line)
+    note = next(line for line in session.format_tree().splitlines() if "calls dropped" in line)
     open_session(browser, session, tmp_path)
     warnings = [li.text for li in browser.find_elements("css selector", "#warnings li")]
     assert warnings == [note]

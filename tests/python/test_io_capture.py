@@ -294,7 +294,7 @@ def test_results_are_unchanged_and_a_failing_repr_does_not_break_the_model(engin
     assert span.input_summary["w"].type_name.endswith("Weird")
 
 
-def test_summarizing_an_argument_is_the_callers_time_not_the_spans(engine, with_reprs):
+def test_summarizing_an_argument_is_neither_the_spans_time_nor_its_callers(engine, with_reprs):
     import time
 
     class SlowRepr:  # a fresh type per run: its repr is timed anew
@@ -313,9 +313,11 @@ def test_summarizing_an_argument_is_the_callers_time_not_the_spans(engine, with_
         caller(value)
     spans = {sp.function.split(".")[-1]: sp for sp in s.spans}
     assert spans["callee"].input_summary["x"].type_name.endswith("SlowRepr")
-    # callee's argument took 30 ms to summarize: that is caller's time.
+    # callee's argument took 30 ms to summarize: the profiler's time, in no
+    # span (docs/architecture.md, "The profiler's own cost").
     assert spans["callee"].duration_ns < 10_000_000
-    assert spans["caller"].duration_ns >= 30_000_000
+    assert spans["caller"].duration_ns < 10_000_000
+    assert s.statistics()["profiler_overhead_ns"] >= 30_000_000
 
 
 def test_a_multi_line_repr_becomes_one_line(engine, with_reprs):
@@ -331,3 +333,51 @@ def test_a_multi_line_repr_becomes_one_line(engine, with_reprs):
         f(value)
     assert s.spans[0].input_summary["p"].repr_short == "Pretty(a=1, b=[1, 2])"
     assert s.format_tree(show_io=True).splitlines()[1] == "  in:  (Pretty, Pretty(a=1, b=[1, 2]))"
+
+
+class SlowToSummarize:
+    """Data whose registered summarizer takes 20 ms: profiler work inside
+    the session, like the first summary of a big object."""
+
+
+def _slow_summary(obj):
+    import time
+
+    time.sleep(0.02)
+    return IOSummary(type_name="SlowToSummarize")
+
+
+def _nested(x):
+    import time
+
+    def leaf(v):
+        time.sleep(0.001)
+        return v
+
+    def mid(v):
+        return leaf(v)
+
+    return mid(x)
+
+
+def test_the_profilers_work_is_left_out_of_every_span_and_reported_once(engine):
+    from mlflow_profiler import register_summarizer
+
+    register_summarizer(SlowToSummarize, _slow_summary)
+    try:
+        with profiling(depth=3, capture_io=True, engine=engine) as session:
+            _nested(SlowToSummarize())
+    finally:
+        register_summarizer(SlowToSummarize, None)
+    spans = by_label(session)
+    # Six summaries of 20 ms (in and out of three spans): none of that is in
+    # any span, the outermost included; each keeps its own 1 ms of sleep.
+    for name in ("_nested", qn("_nested.<locals>.mid"), qn("_nested.<locals>.leaf")):
+        assert 1e6 <= spans[name].duration_ns < 15e6, (name, spans[name].duration_ns)
+    stats = session.statistics()
+    assert stats["profiler_overhead_ns"] >= 6 * 20e6
+    assert stats["duration_ns"] >= stats["profiler_overhead_ns"]  # the session's wall time keeps it
+    # Said once, under the tree.
+    text = session.format_tree()
+    assert text.count("of profiler work, left out of every time above") == 1, text
+    assert "summaries took" not in text

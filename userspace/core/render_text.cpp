@@ -1,5 +1,7 @@
 #include "core/render_text.h"
 
+#include <cstdlib>
+
 #include <cstdio>
 #include <unordered_map>
 
@@ -193,6 +195,14 @@ std::string render_text(const Profile& p, const ViewOptions& opts) {
     out += " was requested, showing depth ";
     out += captured;
     out += ")\n";
+  }
+  if (const auto it = p.meta.find("profiler_overhead_ns"); it != p.meta.end()) {
+    const int64_t ns = std::strtoll(it->second.c_str(), nullptr, 10);
+    if (ns > 0) {
+      out += "(I/O summaries: ";
+      out += format_duration(ns);
+      out += " of profiler work, left out of every time above)\n";
+    }
   }
   if (p.kernel.present && p.kernel.lost_events > 0) {
     out += '(';
