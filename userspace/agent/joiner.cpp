@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/group.h"
 #include "core/sched.h"
 #include "mlprof_events.h"
 
@@ -669,6 +670,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   p.stats.events_captured = events;
   drop_empty_lanes(p);  // as the in-process session does
   build_tree(p);
+  group_framework_spans(p);  // MLflow's own calls as one node per run, as in process
 
   // What the kernel saw of the session's threads: its lanes' threads and the
   // threads they started while it was open.
