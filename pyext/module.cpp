@@ -42,12 +42,9 @@ ViewOptions view_options(int depth, bool collapse_frameworks, std::vector<std::s
 }
 
 py::list flag_names(uint32_t flags) {
-  static const char* names[] = {"exception", "open_at_end",  "suspended_at_end", "children_dropped",
-                                "c_function", "block",       "labelled",         "continued",
-                                "generator",  "truncated",   "caught",           "group"};
   py::list out;
-  for (size_t i = 0; i < std::size(names); ++i) {  // bit i of SpanFlag (core/tree.h)
-    if (flags & (1u << i)) out.append(names[i]);
+  for (const SpanFlagName& f : kSpanFlagNames) {
+    if (flags & f.bit) out.append(f.name);
   }
   return out;
 }
@@ -139,7 +136,8 @@ py::list span_io(const Profile& p, int32_t span) {
   return out;
 }
 
-// Rows for SpanRecord, one tuple per span of the full capture.
+// One dict per span of the full capture: SpanRecord's fields by name
+// (_session.py), and "io", its (role, name, IOSummary) rows.
 py::list span_rows(const ProfilePtr& p) {
   py::list out;
   const StringTable& st = p->functions.strings();
@@ -147,14 +145,25 @@ py::list span_rows(const ProfilePtr& p) {
     const Span& s = p->spans[i];
     const FunctionInfo& f = p->functions.get(s.function);
     const Lane& lane = p->lanes[s.lane];
-    out.append(py::make_tuple(
-        p->display_name(s), st.get(f.module), s.start_ns,
-        (s.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) ? py::object(py::none())
-                                                            : py::object(py::int_(s.end_ns)),
-        s.parent < 0 ? py::object(py::none()) : py::object(py::int_(s.parent)), s.depth,
-        f.kind == FunctionKind::kBlock || (s.flags & kSpanLabelled) ? true : f.user_code,
-        st.get(f.name), st.get(f.file), f.line, lane.thread_id, lane.thread_name, flag_names(s.flags),
-        s.active_ns, s.end_ns, span_io(*p, static_cast<int32_t>(i))));
+    const std::string& module = st.get(f.module);
+    py::dict d;
+    d["label"] = p->display_name(s);
+    d["module"] = module.empty() ? py::object(py::none()) : py::object(py::str(module));
+    d["start_ns"] = s.start_ns;
+    d["end_ns"] = (s.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) ? py::object(py::none())
+                                                                    : py::object(py::int_(s.end_ns));
+    d["parent_index"] = s.parent < 0 ? py::object(py::none()) : py::object(py::int_(s.parent));
+    d["depth"] = s.depth;
+    d["is_user_code"] = f.kind == FunctionKind::kBlock || (s.flags & kSpanLabelled) ? true : f.user_code;
+    d["function"] = st.get(f.name);
+    d["file"] = st.get(f.file);
+    d["line"] = f.line;
+    d["thread_id"] = lane.thread_id;
+    d["thread_name"] = lane.thread_name;
+    d["flags"] = py::tuple(flag_names(s.flags));
+    d["active_ns"] = s.active_ns;
+    d["io"] = span_io(*p, static_cast<int32_t>(i));
+    out.append(std::move(d));
   }
   return out;
 }
@@ -256,6 +265,12 @@ PYBIND11_MODULE(_core, m) {
   init_engine_module(m.ptr());
   capture::init();
   if (!add_span_types(m.ptr())) throw py::error_already_set();
+  // Contracts defined once in the core (core/io.h, core/tree.h), for Python.
+  m.attr("IO_ARGUMENT") = static_cast<int>(IORole::kArgument);
+  m.attr("IO_RETURN") = static_cast<int>(IORole::kReturn);
+  py::dict span_flags;
+  for (const SpanFlagName& f : kSpanFlagNames) span_flags[f.name] = f.bit;
+  m.attr("SPAN_FLAGS") = span_flags;
 
   m.def("set_library_prefixes", &set_library_prefixes, py::arg("prefixes"),
         "Paths of the standard library: code under them is not user code.");
@@ -385,7 +400,7 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
            py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
-      .def("span_rows", &span_rows)
+      .def("span_rows", &span_rows, "One dict per span: SpanRecord's fields by name, and io rows.")
       .def("io_of", [](const ProfilePtr& p, int32_t span) { return span_io(*p, span); },
            py::arg("span"), "(role, name, IOSummary) rows of a span's I/O; role 0 argument, 1 return.")
       .def_property_readonly("captured_depth", [](const Profile& p) { return p.captured_depth; })

@@ -178,9 +178,9 @@ def _copy_inputs(inputs: Optional[Dict[str, IOSummary]]) -> Optional[Dict[str, I
 
 def _io_rows(span: Any) -> List[tuple]:
     """(role, name, IOSummary) rows, as Profile.io_of gives them: arguments, then the return value."""
-    rows = [(0, name, summary) for name, summary in (span.input_summary or {}).items()]
+    rows = [(_core.IO_ARGUMENT, name, summary) for name, summary in (span.input_summary or {}).items()]
     if span.output_summary is not None:
-        rows.append((1, "", span.output_summary))
+        rows.append((_core.IO_RETURN, "", span.output_summary))
     return rows
 
 

@@ -712,13 +712,13 @@ def _capture_arguments(frame, code, targets) -> None:
         if i == 0 and name in ("self", "cls"):
             continue  # the receiver is the model object, not data flowing through
         if name in local_vars:
-            _append_io(targets, 0, name, _core.summarize(local_vars[name]))
+            _append_io(targets, _core.IO_ARGUMENT, name, _core.summarize(local_vars[name]))
     _restart_calls(targets, since)
 
 
 def _capture_return(value, targets) -> None:
     since = _core.now_ns()
-    _append_io(targets, 1, "", _core.summarize(value))
+    _append_io(targets, _core.IO_RETURN, "", _core.summarize(value))
     _note_overhead(targets, since)
 
 
@@ -1404,9 +1404,9 @@ class ReferenceEngine:
         if targets:
             since = _core.now_ns()
             for i, value in enumerate(args[:_MAX_IO_ARGUMENTS]):
-                _append_io(targets, 0, f"args[{i}]", _core.summarize(value))
+                _append_io(targets, _core.IO_ARGUMENT, f"args[{i}]", _core.summarize(value))
             for name, value in list(kwargs.items())[:max(0, _MAX_IO_ARGUMENTS - len(args))]:
-                _append_io(targets, 0, name, _core.summarize(value))
+                _append_io(targets, _core.IO_ARGUMENT, name, _core.summarize(value))
             _restart_calls(targets, since)
         try:
             result = func(*args, **kwargs)

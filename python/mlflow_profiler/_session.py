@@ -53,13 +53,13 @@ class SpanRecord:
 
 
 def _io_inputs(rows: list) -> Optional[Dict[str, IOSummary]]:
-    inputs = {name: summary for role, name, summary in rows if role == 0}
+    inputs = {name: summary for role, name, summary in rows if role == _core.IO_ARGUMENT}
     return inputs or None
 
 
 def _io_output(rows: list) -> Optional[IOSummary]:
     for role, _name, summary in rows:
-        if role == 1:
+        if role == _core.IO_RETURN:
             return summary
     return None
 
@@ -275,15 +275,11 @@ class ProfileSession:
     def spans(self) -> List[SpanRecord]:
         """Every captured span, parents before children (built on first access)."""
         if self._spans is None:
-            self._spans = [
-                SpanRecord(
-                    label=r[0], module=r[1] or None, start_ns=r[2], end_ns=r[3], parent_index=r[4],
-                    depth=r[5], is_user_code=r[6], function=r[7], file=r[8], line=r[9],
-                    thread_id=r[10], thread_name=r[11], flags=tuple(r[12]), active_ns=r[13],
-                    input_summary=_io_inputs(r[15]), output_summary=_io_output(r[15]),
-                )
-                for r in self._built().span_rows()
-            ]
+            spans = []
+            for fields in self._built().span_rows():  # SpanRecord's fields by name, and "io"
+                io = fields.pop("io")
+                spans.append(SpanRecord(**fields, input_summary=_io_inputs(io), output_summary=_io_output(io)))
+            self._spans = spans
         return self._spans
 
     @property

@@ -47,6 +47,23 @@ std::string report_extras(const Profile& p) {
   w.StartArray();
   for (const Lane& lane : p.lanes) write_string(w, lane_title(lane));
   w.EndArray();
+  w.Key("io_roles");  // the report's role constants (core/io.h)
+  w.StartObject();
+  w.Key("argument");
+  w.Uint(static_cast<unsigned>(IORole::kArgument));
+  w.Key("return");
+  w.Uint(static_cast<unsigned>(IORole::kReturn));
+  w.EndObject();
+  w.Key("flags");  // [bit, name, words]: the report's flag constants (core/tree.h)
+  w.StartArray();
+  for (const SpanFlagName& f : kSpanFlagNames) {
+    w.StartArray();
+    w.Uint(f.bit);
+    w.String(f.name);
+    w.String(f.words);
+    w.EndArray();
+  }
+  w.EndArray();
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
 }

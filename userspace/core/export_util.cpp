@@ -72,20 +72,11 @@ std::vector<bool> lanes_with_spans(const Profile& p) {
 }
 
 std::string flag_text(uint32_t flags) {
-  static constexpr std::pair<uint32_t, const char*> kWords[] = {
-      {kSpanException, "exception"},
-      {kSpanCaught, "caught"},  // by a caller: no error (tree.h)
-      {kSpanOpenAtEnd, "open at end"},
-      {kSpanSuspendedAtEnd, "suspended at end"},
-      {kSpanChildrenDropped, "calls dropped below"},
-      {kSpanContinued, "continued"},
-      {kSpanTruncated, "truncated"},
-  };
   std::string out;
-  for (const auto& [bit, word] : kWords) {
-    if (!(flags & bit)) continue;
+  for (const SpanFlagName& f : kSpanFlagNames) {
+    if (!f.listed || !(flags & f.bit)) continue;
     if (!out.empty()) out += ", ";
-    out += word;
+    out += f.words;
   }
   return out;
 }

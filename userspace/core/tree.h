@@ -33,6 +33,31 @@ enum SpanFlag : uint32_t {
   kSpanGroup = 1u << 11,
 };
 
+// Every span flag, defined once: its bit, its name (documents, Python's
+// SpanRecord.flags, the report; docs/format.md), the words a reader is shown,
+// and whether exports list it in a span's flags text (the others are told by
+// another field: a C function's kind, a generator's segments).
+struct SpanFlagName {
+  uint32_t bit;
+  const char* name;
+  const char* words;
+  bool listed;
+};
+inline constexpr SpanFlagName kSpanFlagNames[] = {
+    {kSpanException, "exception", "exception", true},
+    {kSpanOpenAtEnd, "open_at_end", "open at end", true},
+    {kSpanSuspendedAtEnd, "suspended_at_end", "suspended at end", true},
+    {kSpanChildrenDropped, "children_dropped", "calls dropped below", true},
+    {kSpanCFunction, "c_function", "C function", false},
+    {kSpanBlock, "block", "profile_block", false},
+    {kSpanLabelled, "labelled", "labelled", false},
+    {kSpanContinued, "continued", "continued", true},
+    {kSpanGenerator, "generator", "generator/coroutine", false},
+    {kSpanTruncated, "truncated", "truncated", true},
+    {kSpanCaught, "caught", "caught", true},  // by a caller: no error
+    {kSpanGroup, "group", "MLflow's calls, grouped", false},
+};
+
 struct Span {
   int32_t parent = -1;       // index into Profile::spans, -1 for a root
   uint32_t function = 0;     // FunctionTable id

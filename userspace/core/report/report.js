@@ -19,20 +19,23 @@
   const TREE_OVERSCAN = 12;
   const SMALL_PROFILE = 2000;  // spans: expand the whole tree at first
 
-  // Span flags (docs/format.md).
-  const F_EXCEPTION = 1, F_OPEN = 2, F_SUSPENDED = 4, F_DROPPED = 8, F_C = 16, F_BLOCK = 32,
-    F_LABELLED = 64, F_CONTINUED = 128, F_GENERATOR = 256, F_TRUNCATED = 512, F_CAUGHT = 1024;
-  const FLAG_NAMES = [
-    [F_EXCEPTION, "exception"], [F_OPEN, "open at end"], [F_SUSPENDED, "suspended at end"],
-    [F_DROPPED, "children dropped"], [F_C, "C function"], [F_BLOCK, "profile_block"],
-    [F_LABELLED, "labelled"], [F_CONTINUED, "continued"], [F_GENERATOR, "generator/coroutine"],
-    [F_TRUNCATED, "truncated"], [F_CAUGHT, "exception caught by a caller"],
-  ];
   const KIND_NAMES = ["Python function", "C function", "profile_block region"];
 
   const timings = {};
   const t_start = performance.now();
   const $ = (id) => document.getElementById(id);
+
+  // Span flags: [bit, name, words], written by the C++ core from its one
+  // table (core/tree.h kSpanFlagNames; docs/format.md).
+  const FLAGS = readJson("mlprof-extras").flags || [];
+  const flagBit = (name) => { const f = FLAGS.find((x) => x[1] === name); return f ? f[0] : 0; };
+  const F_EXCEPTION = flagBit("exception"), F_OPEN = flagBit("open_at_end"),
+    F_SUSPENDED = flagBit("suspended_at_end"), F_C = flagBit("c_function"),
+    F_GENERATOR = flagBit("generator"), F_CAUGHT = flagBit("caught");
+  const FLAG_NAMES = FLAGS.map(([bit, , words]) => [bit, words]);
+  // I/O roles (core/io.h IORole), written by the core too.
+  const ROLES = readJson("mlprof-extras").io_roles || {};
+  const ROLE_ARGUMENT = ROLES.argument, ROLE_RETURN = ROLES["return"];
 
   // A failure shows on the page as well as in the console.
   window.addEventListener("error", (ev) => {
@@ -397,10 +400,10 @@
   function ioLine(k) {
     const row = P.io[k];
     const text = P.ioText[k] || "";
-    if (row[1] === 1) return "out: " + text;
+    if (row[1] === ROLE_RETURN) return "out: " + text;
     const s = row[0];
     let args = 0;
-    for (let j = P.ioFirst[s], e = j + P.ioCount[s]; j < e; j++) if (P.io[j][1] === 0) args++;
+    for (let j = P.ioFirst[s], e = j + P.ioCount[s]; j < e; j++) if (P.io[j][1] === ROLE_ARGUMENT) args++;
     return "in:  " + (args > 1 ? row[2] + "=" : "") + text;
   }
 
