@@ -10,7 +10,7 @@ namespace mlprof {
 
 void bind_io(pybind11::module_& m);     // bind_io.cpp: summarize, register_summarizer support
 void bind_files(pybind11::module_& m);  // bind_files.cpp: export, save, load
-void bind_summary(pybind11::module_& m);  // bind_summary.cpp: call-path statistics (ProfileCollector)
+void bind_path_stats(pybind11::module_& m);  // bind_path_stats.cpp: call-path statistics (ProfileCollector)
 void bind_edit(pybind11::module_& m);     // bind_edit.cpp: edited profiles (span processors)
 void bind_session(pybind11::module_& m);  // bind_session.cpp: ProfileSession.__enter__/__exit__ in C (after Engine)
 

@@ -427,6 +427,6 @@ PYBIND11_MODULE(_core, m) {
 
   bind_io(m);
   bind_files(m);
-  bind_summary(m);
+  bind_path_stats(m);
   bind_edit(m);
 }

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "../engine.h"
+#include "../py_util.h"
 #include "frame_access.h"
 #include "mechanisms.h"
 
@@ -56,24 +57,6 @@ long ev(PyObject* events, const char* name) {
 }
 long kPyStart, kPyResume, kPyReturn, kPyYield, kPyUnwind, kPyThrow, kCall, kCReturn, kCRaise;
 long kGenerator, kCCalls, kUnwind;
-
-std::string take_error() {
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  std::string out = "unknown error";
-  if (value) {
-    PyObject* s = PyObject_Str(value);
-    if (s) {
-      out = compat::utf8(s);
-      Py_DECREF(s);
-    }
-  }
-  PyErr_Clear();
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(tb);
-  return out;
-}
 
 // Per code, in a PEP 523 extra slot: which local events we set on it
 // (kWatch*), whether a DISABLE let them go for want of a session, whether its
@@ -417,7 +400,7 @@ void free_tool(int tool) {
 bool set_events(long mask, std::string* error) {
   PyObject* r = mon(kSetEvents, g_tool, mask);
   if (!r) {
-    if (error) *error = take_error();
+    if (error) *error = pyutil::take_error_message();
     PyErr_Clear();
     return false;
   }
@@ -429,7 +412,7 @@ bool register_callbacks(std::string* error) {
   for (size_t i = 0; i < kCallbacks; ++i) {
     PyObject* r = mon(kRegisterCallback, g_tool, g_bits[i], g_callbacks[i]);
     if (!r) {
-      *error = take_error();
+      *error = pyutil::take_error_message();
       return false;
     }
     Py_DECREF(r);
@@ -495,7 +478,7 @@ void want_unwind() {
 bool load(std::string* error) {
   if (g_monitoring) return true;
   auto fail = [&]() {
-    *error = take_error();
+    *error = pyutil::take_error_message();
     Py_CLEAR(g_monitoring);  // tried again next time
     return false;
   };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../engine.h"
+#include "../py_util.h"
 #include "mechanisms.h"
 
 namespace mlprof::capture {
@@ -23,23 +24,6 @@ namespace {
 
 int g_binder_users = 0;
 PyObject* g_saved_threading_hook = nullptr;
-
-std::string take_error() {
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  std::string out = "unknown error";
-  if (value) {
-    if (PyObject* s = PyObject_Str(value)) {
-      out = compat::utf8(s);
-      Py_DECREF(s);
-    }
-  }
-  PyErr_Clear();
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(tb);
-  return out;
-}
 
 PyObject* binder(PyObject*, PyObject* const*, Py_ssize_t) {
   Engine* e = newest_all_threads_engine();
@@ -124,7 +108,7 @@ bool install_thread_binder(std::string* error) {
   if (g_binder_users++ > 0) return true;
   PyObject* threading = PyImport_ImportModule("threading");
   if (!threading) {
-    *error = take_error();
+    *error = pyutil::take_error_message();
     return false;
   }
   g_saved_threading_hook = PyObject_GetAttrString(threading, "_profile_hook");
@@ -135,7 +119,7 @@ bool install_thread_binder(std::string* error) {
   if (r) wrap_thread_start(threading);
   Py_DECREF(threading);
   if (!r) {
-    *error = take_error();
+    *error = pyutil::take_error_message();
     return false;
   }
   Py_DECREF(r);

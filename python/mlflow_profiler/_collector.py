@@ -1,5 +1,5 @@
 """ProfileCollector: statistics per call path over many sessions (spec 000,
-section 7, v1). The statistics live in the C++ core (core/summary.h, bound as
+section 7, v1). The statistics live in the C++ core (core/path_stats.h, bound as
 ``_core.CallPathStats``): a collector holds no session, only counts, exact
 min/max/sum and a quantile sketch per call path (docs/collector.md)."""
 

@@ -88,7 +88,7 @@ def _summarize_cache_size() -> int: ...
 def _summarize_loop(obj: Any, n: int) -> float: ...
 
 class CallPathStats:
-    """Statistics per call path over many profiles (core/summary.h); thread-safe."""
+    """Statistics per call path over many profiles (core/path_stats.h); thread-safe."""
     sessions: int
     dropped_paths: int
     paths: int

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/summary.h"
+#include "core/path_stats.h"
 #include "core/tree.h"
 
 namespace mlprof::agent {

@@ -1,4 +1,4 @@
-#include "core/summary.h"
+#include "core/path_stats.h"
 
 #include <algorithm>
 #include <cmath>
@@ -64,7 +64,7 @@ void QuantileSketch::add(int64_t value) {
     first_index_ = i;
     counts_.assign(1, 0);
   } else if (i < first_index_ || i >= first_index_ + static_cast<int32_t>(counts_.size())) {
-    // Grow to exactly [lo, hi]: the span of indices is bounded (see summary.h),
+    // Grow to exactly [lo, hi]: the span of indices is bounded (see path_stats.h),
     // so the copies are too, and capacity stays equal to size.
     const int32_t lo = std::min(i, first_index_);
     const int32_t hi = std::max(i, first_index_ + static_cast<int32_t>(counts_.size()) - 1);

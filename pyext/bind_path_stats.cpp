@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/summary.h"
+#include "core/path_stats.h"
 
 namespace py = pybind11;
 
@@ -71,9 +71,9 @@ py::dict summary_dict(const std::vector<PathSummary>& paths, int depth) {
 
 }  // namespace
 
-void bind_summary(py::module_& m) {
+void bind_path_stats(py::module_& m) {
   py::class_<LockedStats>(m, "CallPathStats",
-                          "Statistics per call path over many profiles (core/summary.h). "
+                          "Statistics per call path over many profiles (core/path_stats.h). "
                           "Thread-safe: calls are serialized by a mutex.")
       .def(py::init([](int64_t max_paths) {
              if (max_paths < 1) {

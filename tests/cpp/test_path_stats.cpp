@@ -1,4 +1,4 @@
-#include "core/summary.h"
+#include "core/path_stats.h"
 
 #include <gtest/gtest.h>
 
