@@ -102,6 +102,35 @@ def _kept(spans: list, max_spans: int) -> List[int]:
     return [i for i, s in enumerate(spans) if s.depth <= ceiling]
 
 
+def _inside_groups(spans: list) -> set:
+    """Indexes of the spans under a group span (flag "group": MLflow's own
+    calls, grouped; parents come before children)."""
+    inside: set = set()
+    for i, s in enumerate(spans):
+        p = s.parent_index
+        if p is not None and (p in inside or "group" in spans[p].flags):
+            inside.add(i)
+    return inside
+
+
+def _group_calls(spans: list, inside: set, top: int = 8) -> Dict[int, List[str]]:
+    """Per group span: its direct calls, the longest first, as "name 0.62ms"
+    (at most `top`, then how many more)."""
+    calls: Dict[int, List[Any]] = {}
+    for i in inside:
+        p = spans[i].parent_index
+        if "group" in spans[p].flags:
+            calls.setdefault(p, []).append(spans[i])
+    out: Dict[int, List[str]] = {}
+    for g, members in calls.items():
+        members.sort(key=lambda s: -(s.duration_ns or 0))
+        lines = [f"{s.label} {(s.duration_ns or 0) / 1e6:.2f}ms" for s in members[:top]]
+        if len(members) > top:
+            lines.append(f"and {len(members) - top} more calls")
+        out[g] = lines
+    return out
+
+
 def _span_attributes(span) -> Dict[str, Any]:
     return {
         ATTR + "module": span.module or "",
@@ -145,8 +174,13 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
         return wall_origin + (t - origin)
 
     spans = session.spans
-    kept = _kept(spans, max_spans)
+    # MLflow's grouped calls stay inside their group span (named, with its
+    # time; its calls are listed in an attribute): the trace tells the
+    # model's story, the profile artifact has every call.
+    inside = _inside_groups(spans)
+    kept = [i for i in _kept(spans, max_spans) if i not in inside]
     roots = [i for i in kept if spans[i].parent_index is None]
+    group_calls = _group_calls(spans, inside)
 
     session_attrs = {
         ATTR + "host": meta.get("host", ""),
@@ -188,6 +222,8 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
             else:  # not reached: a depth cut keeps every parent of a kept span
                 continue
             attributes = _span_attributes(span)
+            if i in group_calls:
+                attributes[ATTR + "calls"] = group_calls[i]
             kwargs: Dict[str, Any] = {}
             if parent is None:  # the one root of the profile is the trace's root
                 attributes.update(session_attrs)

@@ -38,6 +38,7 @@ SUMMARY_STATS = ("count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "se
 # MLflow accepts [/\w.\- :] (Python's unicode \w). ':' is left out because a
 # tracking server on Windows rejects it, '/' because it separates the path.
 _BAD_CHARS = re.compile(r"[^\w.\- ]")
+_LABEL_PUNCTUATION = re.compile(r"[\[\]]|[:,](?= )")
 # A path segment is a file name in the file store: keep it well under the
 # 255-byte limit of most file systems, whatever its script.
 _SEGMENT_MAX_BYTES = 100
@@ -221,7 +222,10 @@ def _digest(path: Sequence[str]) -> str:
 
 
 def _clean_segment(name: str) -> str:
-    s = _BAD_CHARS.sub("_", name)
+    # Brackets, colons and commas of the tree's own labels are dropped, not
+    # replaced: "predict [pyfunc FraudScorer]" -> "predict pyfunc FraudScorer",
+    # "[mlflow: input checks, context]" -> "mlflow input checks context".
+    s = _BAD_CHARS.sub("_", _LABEL_PUNCTUATION.sub("", name))
     if s in ("", ".", ".."):  # empty or relative segments make MLflow reject the name as a path
         s = "_" * max(1, len(s))
     if len(s.encode("utf-8")) > _SEGMENT_MAX_BYTES:
@@ -257,8 +261,9 @@ def metric_bases(paths: Sequence[Path], prefix: Any, stats: Sequence[str], what:
     """MLflow metric name stems for call paths: ``<prefix>/<name>/.../<name>``,
     to which ``/<stat>`` is appended (every stat in `stats` fits).
 
-    Each display name becomes one segment: characters MLflow does not accept
-    (and ':') become ``_``; ``.``/``..``/empty segments become underscores; a
+    Each display name becomes one segment: brackets, and a ':' or ',' before
+    a space, are dropped (``predict [pyfunc Churn]`` -> ``predict pyfunc
+    Churn``); other characters MLflow does not accept (and ':') become ``_``; ``.``/``..``/empty segments become underscores; a
     segment over 100 bytes is cut and gets an 8-hex hash of the name. A name
     over MLflow's 250 characters keeps the root and the deepest names that fit
     around ``...-<hash of the path>``. Two paths that would get the same

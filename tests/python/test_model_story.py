@@ -6,9 +6,6 @@ called, library wrappers that only forward are not nodes, and times add up."""
 
 from __future__ import annotations
 
-import pickle
-import warnings
-
 import numpy as np
 import pytest
 
@@ -16,8 +13,7 @@ from _helpers import assert_times_add_up, require_mlflow, walk
 
 mlflow = require_mlflow()
 
-import pandas as pd  # noqa: E402
-
+import _fraud_model  # noqa: E402
 import mlflow_profiler  # noqa: E402
 from mlflow_profiler import _autoprofile, profiling  # noqa: E402
 
@@ -28,72 +24,10 @@ pytestmark = [
 ]
 
 
-def make_frame(n: int, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "ts": pd.date_range("2024-01-01", periods=n, freq="h"),
-        "amount": rng.gamma(2.0, 50.0, n),
-        "merchant": rng.choice(["a", "b", "c", "d"], n),
-        "user": rng.integers(0, 20, n),
-    })
-
-
-def features(df: pd.DataFrame) -> pd.DataFrame:
-    out = pd.DataFrame(index=df.index)
-    out["hour"] = df["ts"].dt.hour
-    out["amount"] = df["amount"]
-    out["ratio"] = df["amount"] / df.groupby("user")["amount"].transform("mean")
-    out["merchant"] = df["merchant"]
-    return out
-
-
-def fraud_model_class():
-    """Defined in a function, so cloudpickle saves the class by value and
-    load_model rebuilds it (MLflow's predict wrapper included), as it does for
-    a class defined in a notebook or a script's __main__."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-
-        class FraudScorer(mlflow.pyfunc.PythonModel):
-            def load_context(self, context):
-                with open(context.artifacts["pipe"], "rb") as f:
-                    self.pipe = pickle.load(f)
-
-            def predict(self, context, model_input, params=None):
-                X = self.featurize(model_input)
-                return self.pipe.predict_proba(X)[:, 1]
-
-            def featurize(self, df):
-                return features(df)
-
-    return FraudScorer
-
-
 @pytest.fixture(scope="module")
 def fraud(tmp_path_factory):
     """(the loaded pyfunc model, an input frame)."""
-    from sklearn.compose import ColumnTransformer
-    from sklearn.ensemble import RandomForestClassifier
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
-
-    tmp = tmp_path_factory.mktemp("fraud")
-    df = make_frame(200)
-    X = features(df)
-    y = (df["amount"] > 100).astype(int)
-    pipe = Pipeline([
-        ("ct", ColumnTransformer([("num", StandardScaler(), ["hour", "amount", "ratio"]),
-                                  ("cat", OneHotEncoder(handle_unknown="ignore"), ["merchant"])])),
-        ("rf", RandomForestClassifier(n_estimators=5, random_state=0)),
-    ]).fit(X, y)
-    with open(tmp / "pipe.pkl", "wb") as f:
-        pickle.dump(pipe, f)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mlflow.pyfunc.save_model(str(tmp / "model"), python_model=fraud_model_class()(),
-                                 artifacts={"pipe": str(tmp / "pipe.pkl")}, pip_requirements=["pandas"])
-        model = mlflow.pyfunc.load_model(str(tmp / "model"))
-    return model, make_frame(50, seed=1)
+    return _fraud_model.save_and_load(tmp_path_factory.mktemp("fraud"))
 
 
 @pytest.fixture(autouse=True)
@@ -201,7 +135,7 @@ def test_times_add_up_in_whole_real_trees(fraud, engine):
     _check_tree(session)
     pipe = model.unwrap_python_model()
     with profiling(engine=engine) as session:
-        pipe.pipe.predict_proba(features(df))
+        pipe.pipe.predict_proba(_fraud_model.features(df))
     iters = [n for n in walk(session.to_tree()) if n["label"] == "Pipeline._iter"]
     assert iters and all("generator" in n["flags"] and n["duration_ns"] <= n["active_ns"] < n["wall_ns"]
                          for n in iters)
