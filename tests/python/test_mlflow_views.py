@@ -2,12 +2,15 @@
 (issue 17): a FraudScorer (pandas features, an sklearn pipeline) served by
 autoprofile, its profile recorded as a trace and as metrics on a real
 `mlflow server`, opened in headless Chromium. The screenshots go to the CI
-artifacts (MLPROF_TEST_ARTIFACTS) as mlflow_trace_view.png,
-mlflow_metrics_tab.png and report_fraud_model.png."""
+artifacts (MLPROF_TEST_ARTIFACTS) as mlflow_trace_view_after.png,
+mlflow_metrics_tab_after.png and report_fraud_model_after_pyXY.png, next to
+the same views before issue 17 (docs/screenshots/before-issue17, copied as
+*_before.png)."""
 
 from __future__ import annotations
 
 import pathlib
+import shutil
 import struct
 import sys
 import time
@@ -29,6 +32,9 @@ pytestmark = mlflow_warning_filters() + [
     pytest.mark.filterwarnings("ignore::FutureWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
+
+
+BEFORE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "before-issue17"
 
 
 @pytest.fixture(scope="module")
@@ -105,11 +111,13 @@ def test_the_trace_view_and_the_metrics_tab(fraud, server_store, browser, tmp_pa
     browser.get(f"{uri}/#/experiments/{run.info.experiment_id}/traces?selectedEvaluationId={trace_id}")
     _wait_text(browser, "[mlflow: input checks", "the trace view with MLflow's group")
     time.sleep(1)  # the drawer's animation
-    _shot(browser, out / "mlflow_trace_view.png")
+    _shot(browser, out / "mlflow_trace_view_after.png")
     browser.get(f"{uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/model-metrics")
     _wait_text(browser, "wall_ms", "the run's metric charts")
     time.sleep(1)
-    _shot(browser, out / "mlflow_metrics_tab.png")
+    _shot(browser, out / "mlflow_metrics_tab_after.png")
+    for before in BEFORE.glob("*_before.png"):
+        shutil.copyfile(before, out / before.name)
 
 
 def test_the_report_of_the_served_model(fraud, browser, tmp_path):
@@ -123,4 +131,4 @@ def test_the_report_of_the_served_model(fraud, browser, tmp_path):
     # MLflow's group with its share of the root.
     assert "[mlflow: input checks, context]: " in body, body
     version = "%d%d" % sys.version_info[:2]
-    _shot(browser, artifact_dir(tmp_path) / f"report_fraud_model_py{version}.png")
+    _shot(browser, artifact_dir(tmp_path) / f"report_fraud_model_after_py{version}.png")
