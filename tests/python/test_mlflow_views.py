@@ -128,7 +128,10 @@ def test_the_report_of_the_served_model(fraud, browser, tmp_path):
     wait_for(lambda: browser.execute_script("return !!window.mlprofReport"), what="the report")
     body = browser.find_element("tag name", "body").text
     # The tree's first rows (it draws the rows on screen only): the root, then
-    # MLflow's group with its share of the root.
+    # MLflow's group with its share of the root, closed: none of its calls
+    # show until it is opened.
     assert "[mlflow: input checks, context]: " in body, body
+    assert "_validate_prediction_input" not in body, body
+    assert "FraudScorer.featurize" in body, body
     version = "%d%d" % sys.version_info[:2]
     _shot(browser, artifact_dir(tmp_path) / f"report_fraud_model_after_py{version}.png")

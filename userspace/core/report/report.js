@@ -31,7 +31,7 @@
   const flagBit = (name) => { const f = FLAGS.find((x) => x[1] === name); return f ? f[0] : 0; };
   const F_EXCEPTION = flagBit("exception"), F_OPEN = flagBit("open_at_end"),
     F_SUSPENDED = flagBit("suspended_at_end"), F_C = flagBit("c_function"),
-    F_GENERATOR = flagBit("generator"), F_CAUGHT = flagBit("caught");
+    F_GENERATOR = flagBit("generator"), F_CAUGHT = flagBit("caught"), F_GROUP = flagBit("group");
   const FLAG_NAMES = FLAGS.map(([bit, , words]) => [bit, words]);
   // I/O roles (core/io.h IORole), written by the core too.
   const ROLES = readJson("mlprof-extras").io_roles || {};
@@ -1225,6 +1225,9 @@
   } else {
     for (let i = 0; i < P.n; i++) if (V.vDepth[i] < 2) T.expanded[i] = 1;
   }
+  // MLflow's own calls, grouped, start closed: one line with its time, as
+  // print_tree shows it at the captured depth; a click opens it.
+  for (let i = 0; i < P.n; i++) if (P.flags[i] & F_GROUP) T.expanded[i] = 0;
   fillDepthSelect();
   renderHeader();
   C.tracks = buildTracks(null);
