@@ -1385,15 +1385,34 @@ std::shared_ptr<Profile> Engine::profile() {
     return nid;
   };
   uint64_t captured = 0, skipped = 0;
+  // The profiler's stretches leave its thread's timeline, every lane of that
+  // thread alike (an asyncio task's lane and the lane whose span runs the
+  // loop keep their order): a time after some moves back by their length,
+  // one inside a stretch to its start.
+  std::unordered_map<uint64_t, std::vector<std::pair<int64_t, int64_t>>> cuts;
+  for (auto& lp : lanes_) {
+    auto& c = cuts[lp->thread_id];
+    c.insert(c.end(), lp->overhead.begin(), lp->overhead.end());
+  }
   int64_t overhead_ticks = 0;
+  for (auto& [thread, c] : cuts) {  // sorted, overlaps merged (a stretch noted for several lanes)
+    std::sort(c.begin(), c.end());
+    size_t n = 0;
+    for (const auto& iv : c) {
+      if (n && iv.first <= c[n - 1].second) {
+        c[n - 1].second = std::max(c[n - 1].second, iv.second);
+      } else {
+        c[n++] = iv;
+      }
+    }
+    c.resize(n);
+    for (const auto& [from, to] : c) overhead_ticks += to - from;
+  }
   for (auto& lp : lanes_) {
     Lane lane = std::move(lp->out);
-    // The profiler's stretches leave the lane's timeline: a time after some
-    // moves back by their length, one inside a stretch to its start.
-    const auto& cut = lp->overhead;
+    const auto& cut = cuts[lp->thread_id];
     size_t next_cut = 0;
     int64_t shift = 0;
-    for (const auto& [from, to] : cut) overhead_ticks += to - from;
     for (Event& e : lane.events) {
       if (e.kind == EventKind::kLabel) {
         e.id = local_str(e.id);

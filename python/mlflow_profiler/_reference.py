@@ -1333,16 +1333,29 @@ class ReferenceEngine:
         if self.state != "finalized":
             raise RuntimeError(f"the session is {self.state}: the profile is built after it ends")
         lanes = []
-        skipped = overhead = 0
+        skipped = 0
+        # The profiler's stretches leave its thread's timeline, every lane of
+        # that thread alike (engine.cpp): merged per thread.
+        cuts: Dict[int, list] = {}
+        for L in self._lanes:
+            cuts.setdefault(L.thread_id, []).extend(L.overhead)
+        for thread, stretches in cuts.items():
+            merged: list = []
+            for a, b in sorted(stretches):
+                if merged and a <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+                else:
+                    merged.append((a, b))
+            cuts[thread] = merged
+        overhead = sum(b - a for stretches in cuts.values() for a, b in stretches)
         for L in self._lanes:
             lanes.append({
                 "thread_id": L.thread_id, "native_tid": L.native_tid, "thread_name": L.thread_name,
                 "task": L.task, "parent_lane": L.parent_lane, "parent_call": L.parent_call,
                 "dropped": L.dropped, "truncated": L.out_truncated,
-                "events": _without_overhead(L.events, L.overhead), "io": L.io,
+                "events": _without_overhead(L.events, cuts[L.thread_id]), "io": L.io,
             })
             skipped += L.skipped
-            overhead += sum(b - a for a, b in L.overhead)
         meta = {
             "engine": self.hook,
             "python": platform.python_version(),
