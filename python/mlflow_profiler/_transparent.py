@@ -169,8 +169,12 @@ def _named_forwarders(name: str, module) -> None:
             if type(value) is types.FunctionType:
                 _add_code(value.__code__)
         for attr in ("predict", "predict_stream"):  # their nested helpers (_gen_with_context, 2.x _predict)
-            _add_nested(getattr(getattr(model, "__dict__", {}).get(attr), "__code__", None),
-                        ("_predict", "_gen_with_context"))
+            fn = getattr(model, "__dict__", {}).get(attr)
+            for _ in range(8):  # through wrappers put on it (autoprofile's own) to MLflow's function
+                if type(fn) is not types.FunctionType:
+                    break
+                _add_nested(fn.__code__, ("_predict", "_gen_with_context"))
+                fn = fn.__dict__.get("__wrapped__")
     elif name == "mlflow.pyfunc.context":
         setter = getattr(module, "set_prediction_context", None)
         _add_code(getattr(getattr(setter, "__wrapped__", setter), "__code__", None))
