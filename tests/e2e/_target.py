@@ -165,7 +165,10 @@ def main() -> int:
                 t1 = time.perf_counter_ns()
                 session = mp.last_profile() if mp is not None else None
                 # A call that ran unprofiled leaves the previous session there: null.
-                tree = shape(session.to_tree()) if session is not None and session is not previous else None
+                # Every span (the agent's document holds them all): a depth
+                # past the capture's also opens MLflow's grouped calls below it.
+                tree = (shape(session.to_tree(depth=1_000))
+                        if session is not None and session is not previous else None)
                 previous = session
                 traced = mp.statistics()["traced"] if mp is not None else 0
                 calls.append({"t0": t0, "t1": t1, "tree": tree, "traced": traced})
