@@ -324,7 +324,12 @@ class ProfileSession:
 
     def to_tree(self, depth: Optional[int] = None, collapse_frameworks: bool = False,
                 user_modules: Optional[List[str]] = None, show_c_calls: bool = True) -> List[dict]:
-        """Root nodes as nested dicts, each with its `children`."""
+        """Root nodes as nested dicts, each with its `children`, as
+        print_tree shows them: ``duration_ns`` is the time shown (a
+        generator's or coroutine's running time under its parent, so a
+        node's time is at least its children's on one thread), ``wall_ns``
+        end minus start, ``active_ns`` the time it ran. MLflow's grouped
+        calls below the captured depth show when ``depth`` asks for them."""
         depth = _check_depth("depth", depth, allow_none=True)
         return self._built().to_tree(depth, collapse_frameworks, list(user_modules or []), show_c_calls)
 
