@@ -426,9 +426,14 @@ class Rebuilt:
 
 def comparable(nodes: List[dict]) -> List[dict]:
     """A tree without times and the fields a tracer cannot know (user code
-    classification happens in-process)."""
+    classification happens in-process). Siblings of different threads or
+    tasks are put in lane order, each lane's own order kept: between lanes
+    the order is by start time, and in process the profiler's own work
+    (I/O summaries) is cut from each thread's times, which a tracer does not
+    see (docs/architecture.md, "The profiler's own cost")."""
     keep = ("label", "function", "module", "file", "line", "depth", "flags", "thread_name", "task", "call_path")
-    return [{**{k: n[k] for k in keep}, "children": comparable(n["children"])} for n in nodes]
+    lanes = sorted(nodes, key=lambda n: (n["thread_name"], n["task"]))  # stable: a lane's order stays
+    return [{**{k: n[k] for k in keep}, "children": comparable(n["children"])} for n in lanes]
 
 
 # -- the traced process ------------------------------------------------------------
