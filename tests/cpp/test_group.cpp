@@ -139,6 +139,21 @@ TEST(Group, MlflowCodeThatRunsUserCodeIsNotGrouped) {
   EXPECT_EQ(children(p, p.roots[1]), std::vector<std::string>{"log_metric"});
 }
 
+TEST(Group, MlflowCallsDeepInsideAGroupAreNotGroupedAgain) {
+  Profile p;
+  const uint32_t predict = user_fn(p, "predict");
+  const uint32_t validate = lib_fn(p, "_validate_prediction_input", "mlflow.models.utils");
+  const uint32_t astype = lib_fn(p, "DataFrame.astype", "pandas.core.generic");
+  const uint32_t enforce = lib_fn(p, "_enforce_schema", "mlflow.models.utils");
+  p.lanes.push_back(make_lane({call(0, predict), call(1, validate), call(2, astype), call(3, enforce), ret(4),
+                               ret(5), ret(6), ret(7)}));
+  build_tree(p);
+  group_framework_spans(p);
+  ASSERT_EQ(p.spans.size(), 5u);  // one group: the mlflow call under pandas stays a plain span
+  EXPECT_EQ(children(p, find(p, "DataFrame.astype")), std::vector<std::string>{"_enforce_schema"});
+  EXPECT_EQ(p.spans[static_cast<size_t>(find(p, "_enforce_schema"))].depth, 4u);
+}
+
 TEST(Group, AProfileWithoutMlflowIsUnchanged) {
   Profile p;
   const uint32_t a = user_fn(p, "a");

@@ -128,9 +128,14 @@ class Grouper {
       }
     };
     scan(p_.roots);
+    // inside[i]: i or an ancestor is a member, so its children are inside a
+    // group already. Parents come first, and a span's children are scanned
+    // (member_ set) before the loop reaches them.
+    std::vector<char> inside(n_, 0);
     for (size_t i = 0; i < n_; ++i) {
-      // Children of a grouped span are inside its group already.
-      if (member_[i] >= 0 || ancestor_grouped(i)) continue;
+      const int32_t parent = p_.spans[i].parent;
+      inside[i] = member_[i] >= 0 || (parent >= 0 && inside[static_cast<size_t>(parent)]);
+      if (inside[i]) continue;
       siblings.clear();
       for (int32_t c = p_.spans[i].first_child; c >= 0; c = p_.spans[static_cast<size_t>(c)].next_sibling) {
         siblings.push_back(c);
@@ -138,15 +143,6 @@ class Grouper {
       scan(siblings);
     }
     return !runs_.empty();
-  }
-
-  bool ancestor_grouped(size_t i) {
-    // inside_[i]: i or an ancestor is a member. Parents come first, so the
-    // parent's value is final when i is reached in index order.
-    if (inside_.size() != n_) inside_.assign(n_, 0);
-    const int32_t parent = p_.spans[i].parent;
-    inside_[i] = member_[i] >= 0 || (parent >= 0 && inside_[static_cast<size_t>(parent)]);
-    return inside_[i];
   }
 
   std::string label(const std::vector<int32_t>& run) const {
@@ -214,7 +210,6 @@ class Grouper {
   std::vector<Kind> kind_;
   std::vector<int> category_;
   std::vector<int32_t> member_;
-  std::vector<char> inside_;
   std::vector<std::vector<int32_t>> runs_;
 };
 
