@@ -237,8 +237,25 @@ inline bool session_transparent(const CaptureLane& L, PyCodeObject* code) {
   return std::find(codes.begin(), codes.end(), reinterpret_cast<PyObject*>(code)) != codes.end();
 }
 
-inline bool lane_transparent(const CaptureLane& L, PyCodeObject* code) {
-  return is_transparent(code) || session_transparent(L, code);
+// A code this session may fold (EngineOptions::fold_codes); the full path decides.
+inline bool session_folds(const CaptureLane& L, PyCodeObject* code) {
+  const auto& codes = L.engine->options().fold_codes;
+  return std::any_of(codes.begin(), codes.end(),
+                     [code](const auto& c) { return c.first == reinterpret_cast<PyObject*>(code); });
+}
+
+// The label of a fold of `code` into the lane's innermost recorded span, or
+// 0: a fold code whose nearest non-transparent entry is a fold parent's frame.
+uint32_t fold_label(const CaptureLane& L, PyCodeObject* code) {
+  const auto& o = L.engine->options();
+  auto c = std::find_if(o.fold_codes.begin(), o.fold_codes.end(),
+                        [code](const auto& f) { return f.first == reinterpret_cast<PyObject*>(code); });
+  if (c == o.fold_codes.end()) return 0;
+  auto e = std::find_if(L.rec.rbegin(), L.rec.rend(),
+                        [](const StackEntry& x) { return x.kind != EntryKind::kTransparent; });
+  if (e == L.rec.rend() || e->kind != EntryKind::kFrame) return 0;
+  if (std::find(o.fold_parents.begin(), o.fold_parents.end(), e->code) == o.fold_parents.end()) return 0;
+  return c->second;
 }
 
 // C functions: keyed by (method def or type, self type); names resolved once.
@@ -666,7 +683,11 @@ int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
 
 // Whether a frame at `depth` is the lane's to track, and how.
 inline bool track_transparent(CaptureLane& L, PyCodeObject* code, int32_t depth, int32_t pydepth, uint32_t fid) {
-  if (fid != kTransparent && !session_transparent(L, code)) return false;
+  if (fid != kTransparent && !session_transparent(L, code)) {
+    const uint32_t label = L.engine->options().fold_codes.empty() ? 0 : fold_label(L, code);
+    if (!label) return false;
+    push(L, EventKind::kLabel, label, kEvRelabel, clock::ticks());
+  }
   L.rec.push_back(StackEntry{kNoEvent, depth - 1, pydepth, EntryKind::kTransparent, 0, code});
   return true;
 }
@@ -1028,6 +1049,8 @@ void fire_span_io(uint64_t session, uint32_t lane, uint32_t index, IORole role, 
 
 Engine::Engine(EngineOptions opts) : opts_(opts), serial_(g_next_serial++) {
   for (PyObject* code : opts_.transparent_codes) Py_INCREF(code);
+  for (PyObject* code : opts_.fold_parents) Py_INCREF(code);
+  for (const auto& fold : opts_.fold_codes) Py_INCREF(fold.first);
 }
 
 Engine::~Engine() {
@@ -1036,6 +1059,8 @@ Engine::~Engine() {
   Py_XDECREF(parent_session_);
   Py_XDECREF(token_);
   for (PyObject* code : opts_.transparent_codes) Py_DECREF(code);
+  for (PyObject* code : opts_.fold_parents) Py_DECREF(code);
+  for (const auto& fold : opts_.fold_codes) Py_DECREF(fold.first);
 }
 
 const char* Engine::hook_name() const {
@@ -1555,7 +1580,9 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   const int32_t d = t.depth + 1;
   if (d > L.ceiling || d <= L.io_ceiling || L.out.events.size() >= L.soft_cap) return false;
   const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index));
-  if (!v || v == kExtraTransparent || session_transparent(L, code)) return false;  // the full path interns or hides it
+  if (!v || v == kExtraTransparent || session_transparent(L, code) || session_folds(L, code)) {
+    return false;  // the full path interns, hides or folds it
+  }
   const uint32_t fid = id_of_extra(v);
   const auto idx = static_cast<uint32_t>(L.out.events.size());
   push(L, EventKind::kCall, fid, 0, clock::ticks());

@@ -131,6 +131,13 @@ struct EngineOptions {
   // PythonModel.predict, whose calls are the root's children). Strong refs
   // held by the Engine; a handful at most, so a linear scan.
   std::vector<PyObject*> transparent_codes;
+  // profiling() with MLflow loaded: a PythonModel's predict (a code of
+  // fold_codes) called by PyFuncModel.predict (a code of fold_parents)
+  // through transparent frames only is folded into it: transparent, and its
+  // label names the parent, so depth counts from the model's predict as
+  // under autoprofile. Strong refs held by the Engine.
+  std::vector<PyObject*> fold_parents;
+  std::vector<std::pair<PyObject*, uint32_t>> fold_codes;  // code, label (intern_label)
 };
 
 class Engine {

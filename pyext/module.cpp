@@ -319,11 +319,17 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Engine>(m, "Engine")
       .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
-                       bool capture_io, int io_depth, py::list transparent_codes) {
+                       bool capture_io, int io_depth, py::list transparent_codes, py::list fold_parents,
+                       py::dict fold_codes) {
              EngineOptions o;
-             for (py::handle code : transparent_codes) {
-               if (!PyCode_Check(code.ptr())) throw py::type_error("transparent_codes: code objects only");
-               o.transparent_codes.push_back(code.ptr());
+             auto code_of = [](py::handle code, const char* what) {
+               if (!PyCode_Check(code.ptr())) throw py::type_error(std::string(what) + ": code objects only");
+               return code.ptr();
+             };
+             for (py::handle code : transparent_codes) o.transparent_codes.push_back(code_of(code, "transparent_codes"));
+             for (py::handle code : fold_parents) o.fold_parents.push_back(code_of(code, "fold_parents"));
+             for (auto [code, label] : fold_codes) {
+               o.fold_codes.emplace_back(code_of(code, "fold_codes"), intern_label(py::cast<std::string>(label)));
              }
              o.depth = depth;
              o.max_events = max_events;
@@ -335,7 +341,8 @@ PYBIND11_MODULE(_core, m) {
            }),
            py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
            py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
-           py::arg("transparent_codes") = py::list())
+           py::arg("transparent_codes") = py::list(), py::arg("fold_parents") = py::list(),
+           py::arg("fold_codes") = py::dict())
       .def("start",
            [](Engine& e, py::object session, int levels_above) {
              if (!start_engine(e, session.ptr(), levels_above)) throw py::error_already_set();

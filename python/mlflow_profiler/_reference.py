@@ -143,6 +143,7 @@ EV_CFUNCTION = 2
 EV_BLOCK = 4
 EV_CONTINUED = 8
 EV_CHILDREN_DROPPED = 16
+EV_RELABEL = 32  # K_LABEL: for the innermost open span (a fold)
 
 FN_PYTHON = 0
 FN_C = 1
@@ -590,6 +591,19 @@ def _lane_transparent(L: _Lane, code) -> bool:
     return code in _transparent.CODES or code in L.engine.transparent_codes
 
 
+def _fold_label(L: _Lane, code) -> Optional[str]:
+    """The label of a fold of `code` into the span open at the lane's depth
+    counter: profiling()'s PythonModel.predict called by PyFuncModel.predict
+    through transparent frames only (EngineOptions::fold_codes)."""
+    label = L.engine.fold_codes.get(code)
+    if label is None or not L.rec:
+        return None
+    top = L.rec[-1]
+    if top[2] != E_FRAME or top[1] != L.depth or top[5] not in L.engine.fold_parents:
+        return None
+    return label
+
+
 def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
     """Records a start; returns the call's event index if its I/O is wanted."""
     d = L.depth + 1
@@ -606,6 +620,11 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
     if _lane_transparent(L, code):
         return  # not counted
     eng = L.engine
+    if eng.fold_codes:
+        label = _fold_label(L, code)
+        if label is not None:  # not counted; names the span it folds into
+            L.events.append((_core.now_ns(), K_LABEL, eng._label_id(label), EV_RELABEL))
+            return
     fid = eng._function_id(code, frame)
     L.depth = d
     if L.truncated:
@@ -641,6 +660,8 @@ def _lane_return(L: _Lane, code, exception: bool) -> Optional[int]:
     value is wanted."""
     # A transparent frame did not move the counter: it was checked at depth + 1.
     if L.depth + 1 <= L.ceiling and _lane_transparent(L, code):
+        return None
+    if L.engine.fold_codes and L.depth + 1 <= L.ceiling and _fold_label(L, code) is not None:
         return None
     j, extra = _top_frame(L)
     frame_depth = L.depth - extra
@@ -1096,9 +1117,12 @@ class ReferenceEngine:
     hook = "reference"
 
     def __init__(self, depth: int, max_events: int, all_threads: bool, capture_c_calls: bool,
-                 capture_io: bool = False, io_depth: int = -1, transparent_codes=()) -> None:
+                 capture_io: bool = False, io_depth: int = -1, transparent_codes=(), fold_parents=(),
+                 fold_codes=None) -> None:
         self.depth = depth
         self.transparent_codes = frozenset(transparent_codes)
+        self.fold_parents = frozenset(fold_parents)
+        self.fold_codes = dict(fold_codes or {})
         self.capture_io = bool(capture_io)
         self.io_depth = io_depth
         self.max_events = max_events

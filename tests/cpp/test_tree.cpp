@@ -133,6 +133,19 @@ TEST_F(TreeTest, LabelAttachesToTheNextCallOnly) {
   EXPECT_FALSE(p.spans[0].flags & kSpanLabelled);
 }
 
+TEST_F(TreeTest, RelabelNamesTheInnermostOpenSpan) {
+  // A fold (profiling() around PyFuncModel.predict): the model's predict,
+  // not recorded, names the span it is folded into; the next call keeps its name.
+  const uint32_t l = p.functions.strings().intern("predict [pyfunc Scorer]");
+  build({call(0, a), call(5, b), ret(8), test::make_event(EventKind::kLabel, 9, l, kEvRelabel), call(10, c),
+         ret(20), ret(30)});
+  EXPECT_EQ(p.display_name(p.spans[0]), "predict [pyfunc Scorer]");
+  EXPECT_TRUE(p.spans[0].flags & kSpanLabelled);
+  EXPECT_EQ(p.display_name(p.spans[1]), "b");
+  EXPECT_EQ(p.display_name(p.spans[2]), "c");
+  EXPECT_FALSE(p.spans[2].flags & kSpanLabelled);
+}
+
 TEST_F(TreeTest, CallFlagsBecomeSpanFlags) {
   build({call(0, a, kEvContinued), call(1, b, kEvCFunction), ret(2), call(3, c, kEvBlock), ret(4),
          ret(5)});

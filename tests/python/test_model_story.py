@@ -107,17 +107,31 @@ def test_profiling_around_the_python_model_puts_its_predict_at_the_root(fraud, e
 
 
 @pytest.mark.parametrize("engine", ["native", "reference"])
-def test_profiling_around_the_pyfunc_groups_mlflow_beside_the_model(fraud, engine):
+def test_profiling_around_the_pyfunc_counts_depth_from_the_models_predict(fraud, engine):
+    """profiling() around PyFuncModel.predict: the root is named after the
+    user's model, MLflow's work is one node beside the model's steps, and
+    depth counts from the model's predict (its steps at 1, their calls at 2),
+    as under autoprofile."""
     model, df = fraud
+    expected = model.predict(df)
     with profiling(depth=2, engine=engine) as session:
-        model.predict(df)
+        result = model.predict(df)
+    np.testing.assert_array_equal(np.asarray(result), np.asarray(expected))
     (root,) = session.to_tree()
-    assert root["label"] == "PyFuncModel.predict"
+    assert root["label"] == "predict [pyfunc fraud_model_class.<locals>.FraudScorer]", root["label"]
     names = [c["label"] for c in root["children"]]
-    predict = "fraud_model_class.<locals>.FraudScorer.predict"
-    assert predict in names, names
-    assert _mlflow_nodes(root["children"]), names
-    assert [n for n in names if not n.startswith("[mlflow") and n != predict] == [], names
+    assert len(_mlflow_nodes(root["children"])) == 1, names
+    assert "fraud_model_class.<locals>.FraudScorer.featurize" in names, names
+    assert "Pipeline.predict_proba" in names, names
+    assert not any(n.endswith("FraudScorer.predict") for n in names), names
+    featurize = next(c for c in root["children"] if c["label"].endswith("FraudScorer.featurize"))
+    assert [c["label"] for c in featurize["children"]] == ["features"]  # depth 2 was captured
+    # Called directly, a PythonModel's predict is not folded: it is the root.
+    python_model = model.unwrap_python_model()
+    with profiling(depth=1, engine=engine) as session:
+        python_model.predict(None, df)
+    assert [r["label"] for r in session.to_tree() if not r["label"].startswith("[mlflow")] == [
+        "fraud_model_class.<locals>.FraudScorer.predict"]
 
 
 def _check_tree(session):

@@ -24,7 +24,8 @@ enum class EventKind : uint8_t {
   // A suspended span resumes. id: index of the kCall that opened it. The
   // segment detached by the matching kSuspend is pushed back on the stack.
   kResume = 4,
-  // Attaches a label (string id) to the next kCall of the lane. ts unused.
+  // Attaches a label (string id) to the next kCall of the lane, or with
+  // kEvRelabel to the innermost open span. ts unused.
   kLabel = 5,
 };
 
@@ -38,6 +39,9 @@ enum EventFlag : uint8_t {
   // Optional: when no event of a lane carries it and the lane has dropped > 0,
   // the builder flags the lane's top-level spans instead (see build_tree).
   kEvChildrenDropped = 1 << 4,
+  // kLabel: for the lane's innermost open span (profiling() around a pyfunc:
+  // the model's predict folded into PyFuncModel.predict names it).
+  kEvRelabel = 1 << 5,
 };
 
 struct Event {

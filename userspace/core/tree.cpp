@@ -92,7 +92,12 @@ class TreeBuilder {
       if (ev.kind != EventKind::kLabel) last_ts = std::max(last_ts, ev.ts_ns);
       switch (ev.kind) {
         case EventKind::kLabel:
-          pending_label = ev.id;
+          if (!(ev.flags & kEvRelabel)) {
+            pending_label = ev.id;
+          } else if (!stack_.empty()) {
+            p_.spans[stack_.back()].label = ev.id;
+            p_.spans[stack_.back()].flags |= kSpanLabelled;
+          }
           break;
         case EventKind::kCall: {
           Span s;
