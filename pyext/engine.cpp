@@ -10,11 +10,13 @@
 #include <climits>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "clock.h"
 #include "core/group.h"
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
+#include "py_util.h"
 #include "span_api.h"
 #include "capture/capture.h"
 #include "capture/frame_access.h"
@@ -47,9 +49,21 @@ PathRules& path_rules() {
 constexpr uintptr_t kExtraTransparent = 1;
 constexpr uint32_t kTransparent = UINT32_MAX;
 // A code's extra slot (g_extra_index): 0 not seen yet, kExtraTransparent, or
-// its function id, encoded by these two.
-constexpr uintptr_t extra_of_id(uint32_t id) { return (static_cast<uintptr_t>(id) + 1) << 1; }
-constexpr uint32_t id_of_extra(uintptr_t v) { return static_cast<uint32_t>((v >> 1) - 1); }
+// its function id, encoded by these two, with kExtraLabelled when a labeller
+// names its calls (add_labeller).
+constexpr uintptr_t kExtraLabelled = 2;
+constexpr uintptr_t extra_of_id(uint32_t id) { return (static_cast<uintptr_t>(id) + 1) << 2; }
+constexpr uint32_t id_of_extra(uintptr_t v) { return static_cast<uint32_t>((v >> 2) - 1); }
+
+// Process-wide, strong references, never freed (like the function table).
+std::unordered_map<PyObject*, PyObject*>& labellers() {  // code -> labeller
+  static auto* m = new std::unordered_map<PyObject*, PyObject*>();
+  return *m;
+}
+std::unordered_set<PyObject*>& hidden_codes() {
+  static auto* s = new std::unordered_set<PyObject*>();
+  return *s;
+}
 
 using compat::utf8;
 
@@ -217,7 +231,9 @@ inline uint32_t function_id(PyCodeObject* code) {
     return kTransparent;
   }
   uint32_t id = intern_code(code);
-  compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, reinterpret_cast<void*>(extra_of_id(id)));
+  uintptr_t x = extra_of_id(id);
+  if (!labellers().empty() && labellers().count(reinterpret_cast<PyObject*>(code))) x |= kExtraLabelled;
+  compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, reinterpret_cast<void*>(x));
   return id;
 }
 
@@ -235,6 +251,14 @@ inline bool session_transparent(const CaptureLane& L, PyCodeObject* code) {
   const auto& codes = L.engine->options().transparent_codes;
   if (codes.empty()) return false;
   return std::find(codes.begin(), codes.end(), reinterpret_cast<PyObject*>(code)) != codes.end();
+}
+
+// The profiler worked in this thread from `since` to now (naming a code,
+// running a labeller): every session recording here leaves it out.
+void note_thread_overhead(int64_t since) {
+  const int64_t now = clock::ticks();
+  const CurrentLanes& cl = current_lanes();
+  for (int i = 0; i < cl.n; ++i) cl.lanes[i]->overhead.emplace_back(since, now);
 }
 
 // A code this session may fold (EngineOptions::fold_codes); the full path decides.
@@ -683,13 +707,62 @@ int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
 
 // Whether a frame at `depth` is the lane's to track, and how.
 inline bool track_transparent(CaptureLane& L, PyCodeObject* code, int32_t depth, int32_t pydepth, uint32_t fid) {
-  if (fid != kTransparent && !session_transparent(L, code)) {
+  const bool under_hidden = !L.rec.empty() && L.rec.back().hides;
+  if (!under_hidden && fid != kTransparent && !session_transparent(L, code)) {
     const uint32_t label = L.engine->options().fold_codes.empty() ? 0 : fold_label(L, code);
     if (!label) return false;
     push(L, EventKind::kLabel, label, kEvRelabel, clock::ticks());
   }
-  L.rec.push_back(StackEntry{kNoEvent, depth - 1, pydepth, EntryKind::kTransparent, 0, code});
+  StackEntry e{kNoEvent, depth - 1, pydepth, EntryKind::kTransparent, 0, code};
+  e.hides = under_hidden ||
+            (fid == kTransparent && !hidden_codes().empty() && hidden_codes().count(reinterpret_cast<PyObject*>(code)));
+  L.rec.push_back(e);
   return true;
+}
+
+// Calls fn(name, value) for the first `limit` parameters of the frame of
+// `code` that is starting (borrowed references).
+template <typename Fn>
+void for_each_argument(PyCodeObject* code, PyFrameObject* frame, int limit, Fn&& each) {
+#if MLPROF_HAS_EVAL_HOOK
+  const HookFrame* hook = frame ? nullptr : hook_frame_now();
+  if (hook && hook->frame) {
+    struct _PyInterpreterFrame* f = hook->frame;
+    compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code, limit, each);
+    return;
+  }
+#endif
+  if (!frame) frame = PyEval_GetFrame();  // the frame that is starting
+  if (!frame || compat::frame_code(frame) != code) return;
+  compat::for_each_parameter(frame, code, limit, each);
+}
+
+// The label the code's labeller gives this call, or 0. The event runs
+// untraced; the labeller's time is the profiler's, cut like I/O summaries.
+uint32_t call_labeller(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
+  auto it = labellers().find(reinterpret_cast<PyObject*>(code));
+  if (it == labellers().end()) return 0;
+  const int64_t since = clock::ticks();
+  PyObject* args[2] = {Py_None, Py_None};
+  int n = 0;
+  for_each_argument(code, frame, 2, [&](PyObject*, PyObject* value) {
+    if (n < 2 && value) args[n++] = value;
+  });
+  Py_INCREF(args[0]);
+  Py_INCREF(args[1]);
+  PyObject* result = PyObject_CallFunctionObjArgs(it->second, args[0], args[1], nullptr);
+  Py_DECREF(args[0]);
+  Py_DECREF(args[1]);
+  uint32_t label = 0;
+  if (!result) {
+    L.engine->note("a labeller raised " + pyutil::take_error() + " naming a call of " + utf8(code->co_name) +
+                   "; such calls keep the function's name");
+  } else {
+    if (PyUnicode_Check(result)) label = intern_label(utf8(result));
+    Py_DECREF(result);
+  }
+  note_thread_overhead(since);
+  return label;
 }
 
 bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame, bool continued,
@@ -702,7 +775,11 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
     ++L.skipped;
     return false;
   }
+  // First sight of a code (naming it, finding its module) is the profiler's work.
+  const bool first_sight = !compat::code_extra(code, g_extra_index);
+  const int64_t since = first_sight ? clock::ticks() : 0;
   const uint32_t fid = function_id(code);
+  if (first_sight) note_thread_overhead(since);
   if (track_transparent(L, code, d, pydepth, fid)) return true;
   if (L.truncated) return false;
   if (L.out.events.size() >= L.soft_cap) {
@@ -721,6 +798,9 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
       label = it->second.label;
       L.engine->gen_labels_.erase(it);
     }
+  }
+  if (!label && (reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index)) & kExtraLabelled)) {
+    label = call_labeller(L, code, frame);
   }
   const int64_t ts = clock::ticks();
   if (label) push(L, EventKind::kLabel, label, 0, ts);
@@ -913,6 +993,29 @@ void init_engine_module(PyObject* module) {
 
 void set_library_prefixes(std::vector<std::string> prefixes) {
   path_rules().library_prefixes = std::move(prefixes);
+}
+
+void add_hidden(PyObject* code) {
+  if (!PyCode_Check(code) || hidden_codes().count(code)) return;
+  Py_INCREF(code);
+  hidden_codes().insert(code);
+  add_transparent(code);
+}
+
+void add_labeller(PyObject* code, PyObject* labeller) {
+  if (!PyCode_Check(code)) return;
+  Py_INCREF(labeller);
+  auto [it, fresh] = labellers().emplace(code, labeller);
+  if (fresh) {
+    Py_INCREF(code);
+  } else {
+    Py_DECREF(it->second);
+    it->second = labeller;
+  }
+  const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(reinterpret_cast<PyCodeObject*>(code), g_extra_index));
+  if (v && v != kExtraTransparent) {
+    compat::set_code_extra(code, g_extra_index, reinterpret_cast<void*>(v | kExtraLabelled));
+  }
 }
 
 void add_transparent(PyObject* code) {
@@ -1576,11 +1679,11 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   CaptureLane& L = *cl.lanes[0];
   if (!L.quick || L.rec.empty() || L.pending_code) return false;
   const StackEntry& t = L.rec.back();
-  if (t.pydepth != pydepth - 1) return false;  // a new base, or frames that ended unseen
+  if (t.pydepth != pydepth - 1 || t.hides) return false;  // a new base, or frames that ended unseen
   const int32_t d = t.depth + 1;
   if (d > L.ceiling || d <= L.io_ceiling || L.out.events.size() >= L.soft_cap) return false;
   const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index));
-  if (!v || v == kExtraTransparent || session_transparent(L, code) || session_folds(L, code)) {
+  if (!v || (v & (kExtraTransparent | kExtraLabelled)) || session_transparent(L, code) || session_folds(L, code)) {
     return false;  // the full path interns, hides or folds it
   }
   const uint32_t fid = id_of_extra(v);
@@ -1654,7 +1757,7 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
     return false;
   }
   const StackEntry& t = L.rec.back();
-  if (t.pydepth != pydepth - 1) return false;  // a new base, or frames that ended unseen
+  if (t.pydepth != pydepth - 1 || t.hides) return false;  // a new base, or frames that ended unseen
   size_t k = 0;
   while (k < L.suspended.size() && L.suspended[k].key != generator) ++k;
   if (k == L.suspended.size()) return false;
@@ -1707,6 +1810,7 @@ void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller, int p
     const int32_t d = depth_at(L, pydepth) + 1;
     if (d < 0 || d > L.ceiling) continue;
     if (caller && is_transparent(caller)) continue;  // the profiler's own calls
+    if (!L.rec.empty() && L.rec.back().hides) continue;  // inside a hidden code
     if (is_own_callable(callable)) continue;
     if (L.out.events.size() >= L.soft_cap) {
       ++L.out.dropped;

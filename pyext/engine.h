@@ -53,6 +53,9 @@ struct StackEntry {
   const void* code;  // frame: its code object (identity only)
   bool children_dropped = false;  // a call under it was dropped (buffer full)
   bool want_io = false;           // a recorded frame within the I/O depth (capture_io)
+  // A transparent entry of a hidden code (add_hidden) or under one: what it
+  // calls is transparent too, so its whole time is its caller's self time.
+  bool hides = false;
 };
 
 // A segment of a lane's stack detached by a yield/await: the generator's
@@ -113,9 +116,10 @@ struct CaptureLane {
     uint32_t return_index = kNoEvent;
     bool want_io = false;
   } inferred;
-  // Stretches (clock ticks) in which the profiler summarized this lane's
-  // I/O: taken out of the lane's timeline when the profile is built, so no
-  // span, ancestors included, holds the profiler's work (in time order).
+  // Stretches (clock ticks) of the profiler's own work in this lane: I/O
+  // summaries, labellers, the first sight of a code.
+  // Taken out of the thread's timeline when the profile is built, so no
+  // span, ancestors included, holds the profiler's work.
   std::vector<std::pair<int64_t, int64_t>> overhead;
   Lane out;  // events and metadata handed to the core
 };
@@ -258,6 +262,13 @@ extern int g_reference_collecting;
 void set_library_prefixes(std::vector<std::string> prefixes);
 // Registers a code object as transparent (docs/capture.md).
 void add_transparent(PyObject* code);
+// Registers a code object as hidden: transparent, and so is everything it
+// calls (an attribute lookup's or an isinstance check's plumbing).
+void add_hidden(PyObject* code);
+// Registers `labeller` to name each call of `code`: called with the call's
+// first two arguments (None where missing), it returns the span's label (a
+// str) or None (docs/capture.md, "Names").
+void add_labeller(PyObject* code, PyObject* labeller);
 // Interns a label / block name into the process-wide function table.
 uint32_t intern_label(std::string_view label);
 uint32_t block_function(std::string_view label);

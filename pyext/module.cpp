@@ -276,6 +276,11 @@ PYBIND11_MODULE(_core, m) {
         "Paths of the standard library: code under them is not user code.");
   m.def("add_transparent", [](py::object code) { add_transparent(code.ptr()); }, py::arg("code"),
         "Marks a code object, and any code equal to it, transparent: never a node, not counted toward depth.");
+  m.def("add_hidden", [](py::object code) { add_hidden(code.ptr()); }, py::arg("code"),
+        "Marks a code object hidden: transparent, and so is everything it calls (its time is its caller's).");
+  m.def("add_labeller", [](py::object code, py::object labeller) { add_labeller(code.ptr(), labeller.ptr()); },
+        py::arg("code"), py::arg("labeller"),
+        "labeller(arg0, arg1) names each call of the code (a str), or keeps its name (None).");
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in nanoseconds, the clock of every event.");
   m.def("hook_name", &capture::name, "The capture hook of this interpreter.");
   m.def("tool_id", &capture::tool_id, "The sys.monitoring tool id held now, -1 if none.");
@@ -320,7 +325,7 @@ PYBIND11_MODULE(_core, m) {
   py::class_<Engine>(m, "Engine")
       .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
                        bool capture_io, int io_depth, py::list transparent_codes, py::list fold_parents,
-                       py::dict fold_codes) {
+                       py::list fold_codes) {
              EngineOptions o;
              auto code_of = [](py::handle code, const char* what) {
                if (!PyCode_Check(code.ptr())) throw py::type_error(std::string(what) + ": code objects only");
@@ -328,8 +333,9 @@ PYBIND11_MODULE(_core, m) {
              };
              for (py::handle code : transparent_codes) o.transparent_codes.push_back(code_of(code, "transparent_codes"));
              for (py::handle code : fold_parents) o.fold_parents.push_back(code_of(code, "fold_parents"));
-             for (auto [code, label] : fold_codes) {
-               o.fold_codes.emplace_back(code_of(code, "fold_codes"), intern_label(py::cast<std::string>(label)));
+             for (py::handle pair : fold_codes) {  // (code, label)
+               auto t = py::cast<py::tuple>(pair);
+               o.fold_codes.emplace_back(code_of(t[0], "fold_codes"), intern_label(py::cast<std::string>(t[1])));
              }
              o.depth = depth;
              o.max_events = max_events;
@@ -342,7 +348,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
            py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
            py::arg("transparent_codes") = py::list(), py::arg("fold_parents") = py::list(),
-           py::arg("fold_codes") = py::dict())
+           py::arg("fold_codes") = py::list())
       .def("start",
            [](Engine& e, py::object session, int levels_above) {
              if (!start_engine(e, session.ptr(), levels_above)) throw py::error_already_set();

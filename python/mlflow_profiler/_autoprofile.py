@@ -461,26 +461,28 @@ def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
     return class_name, tuple(codes), flavor
 
 
-# profiling() around PyFuncModel.predict: (parents, {code: label}), keyed by
+# profiling() around PyFuncModel.predict: (parents, [(code, label)]), keyed by
 # PythonModel's subclasses (a class defined or loaded since changes it).
-_folds_cache: list = [None, ([], {})]
+_folds_cache: list = [None, ([], [])]
 
 
-def pyfunc_folds() -> Tuple[list, Dict[Any, str]]:
+def pyfunc_folds() -> Tuple[list, list]:
     """What a profiling() session folds (EngineOptions::fold_codes): the
     codes of `PyFuncModel.predict` (the parents) and, for each loaded
     PythonModel subclass that defines predict, its predict's codes (and what
     MLflow wraps around it) with the label autoprofile gives its root. A
     PythonModel's predict called by PyFuncModel.predict then names that span
     and its calls are the span's children: depth counts from the model's
-    predict, as under autoprofile. Empty while mlflow.pyfunc is not loaded."""
+    predict, as under autoprofile. Codes are matched by identity: two classes
+    with the same source keep their own names. Empty while mlflow.pyfunc is
+    not loaded."""
     import sys
 
     pyfunc = sys.modules.get("mlflow.pyfunc")
     base = getattr(pyfunc, "PythonModel", None)
     model_cls = getattr(pyfunc, "PyFuncModel", None)
     if base is None or model_cls is None:
-        return [], {}
+        return [], []
     classes, todo = [], list(type.__subclasses__(base))
     while todo and len(classes) < 1000:
         cls = todo.pop()
@@ -491,17 +493,20 @@ def pyfunc_folds() -> Tuple[list, Dict[Any, str]]:
         return _folds_cache[1]
     parents: list = []
     _add_codes(_patched.get("predict", (model_cls.__dict__.get("predict"),))[0], parents)
-    codes: Dict[Any, str] = {}
+    folds: list = []
+    seen: set = set()
     for cls in classes:
         if "predict" not in cls.__dict__:
             continue  # inherited: named by the class that defines it
         found: list = []
         _add_codes(inspect.getattr_static(cls, "predict", None), found)
         for code in found:
-            if not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-                codes.setdefault(code, f"predict [pyfunc {cls.__qualname__}]")
-    _folds_cache[:] = [key, (parents, codes)]
-    return parents, codes
+            if id(code) not in seen and not code.co_flags & (
+                    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+                seen.add(id(code))
+                folds.append((code, f"predict [pyfunc {cls.__qualname__}]"))
+    _folds_cache[:] = [key, (parents, folds)]
+    return parents, folds
 
 
 def _add_codes(func, out: list) -> None:

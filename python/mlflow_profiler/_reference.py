@@ -128,7 +128,7 @@ import time
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _core, _transparent
+from . import _core, _labels, _transparent
 
 # --- constants mirrored from userspace/core/event.h ----------------------------
 
@@ -506,7 +506,7 @@ class _Lane:
         "engine", "index", "thread_id", "mark", "ceiling", "depth", "truncated", "skipped",
         "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "chain_top",
         "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
-        "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io", "overhead",
+        "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io", "overhead", "hidden",
     )
 
     def __init__(self) -> None:
@@ -540,7 +540,8 @@ class _Lane:
         self.parent_call = 0
         self.io_ceiling = -1  # deepest level whose I/O is summarized; -1: none
         self.io: List[tuple] = []  # (call index, role, name, IOSummary)
-        self.overhead: List[tuple] = []  # (from, to) ns: the profiler summarizing this lane's I/O
+        self.overhead: List[tuple] = []  # (from, to) ns: the profiler's work (engine.h CaptureLane::overhead)
+        self.hidden = 0  # open frames of a hidden code or under one (StackEntry::hides)
 
 
 def _room_for_structure(L: _Lane) -> bool:
@@ -586,20 +587,50 @@ def _is_frame_at(L: _Lane, j: int, depth: int, code) -> bool:
 
 
 def _lane_transparent(L: _Lane, code) -> bool:
-    """Transparent for every session, or for this lane's session only
-    (`transparent_codes`: autoprofile's user predict)."""
-    return code in _transparent.CODES or code in L.engine.transparent_codes
+    """Transparent for every session, for this lane's session only
+    (`transparent_codes`: autoprofile's user predict), or under a hidden code."""
+    return L.hidden > 0 or code in _transparent.CODES or code in L.engine.transparent_codes
+
+
+def _transparent_start(L: _Lane, code) -> None:
+    if L.hidden or code in _transparent.HIDDEN:
+        L.hidden += 1
+
+
+def _transparent_end(L: _Lane) -> None:
+    if L.hidden:
+        L.hidden -= 1
+
+
+def _call_label(L: _Lane, code, frame) -> Optional[int]:
+    """The label id a labeller (_labels) gives this call, or None; its time
+    is the profiler's (cut like I/O summaries)."""
+    labeller = _labels.LABELLERS.get(code)
+    if labeller is None or frame is None:
+        return None
+    since = _core.now_ns()
+    names = code.co_varnames[:min(2, code.co_argcount + code.co_kwonlyargcount)]
+    local_vars = frame.f_locals
+    args = [local_vars.get(n) for n in names] + [None] * (2 - len(names))
+    try:
+        text = labeller(args[0], args[1])
+    except Exception as exc:
+        L.engine._note(f"a labeller raised {exc!r} naming a call of {code.co_name}; "
+                       "such calls keep the function's name")
+        text = None
+    L.overhead.append((since, _core.now_ns()))
+    return L.engine._label_id(text) if isinstance(text, str) else None
 
 
 def _fold_label(L: _Lane, code) -> Optional[str]:
     """The label of a fold of `code` into the span open at the lane's depth
     counter: profiling()'s PythonModel.predict called by PyFuncModel.predict
     through transparent frames only (EngineOptions::fold_codes)."""
-    label = L.engine.fold_codes.get(code)
+    label = L.engine.fold_codes.get(id(code))
     if label is None or not L.rec:
         return None
     top = L.rec[-1]
-    if top[2] != E_FRAME or top[1] != L.depth or top[5] not in L.engine.fold_parents:
+    if top[2] != E_FRAME or top[1] != L.depth or id(top[5]) not in L.engine.fold_parents:
         return None
     return label
 
@@ -618,14 +649,19 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
             L.depth = d
         return
     if _lane_transparent(L, code):
+        _transparent_start(L, code)
         return  # not counted
     eng = L.engine
+    fid = eng._code_ids.get(code)
+    if fid is None:  # first sight (naming it) is the profiler's work
+        since = _core.now_ns()
+        fid = eng._function_id(code, frame)
+        L.overhead.append((since, _core.now_ns()))
     if eng.fold_codes:
         label = _fold_label(L, code)
         if label is not None:  # not counted; names the span it folds into
             L.events.append((_core.now_ns(), K_LABEL, eng._label_id(label), EV_RELABEL))
             return
-    fid = eng._function_id(code, frame)
     L.depth = d
     if L.truncated:
         return
@@ -644,6 +680,8 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
         if entry is not None and entry[1] is code:
             label = entry[0]
             del eng._gen_labels[key]
+    if label is None and _labels.LABELLERS:
+        label = _call_label(L, code, frame)
     ts = _core.now_ns()
     if label is not None:
         L.events.append((ts, K_LABEL, label, 0))
@@ -660,6 +698,7 @@ def _lane_return(L: _Lane, code, exception: bool) -> Optional[int]:
     value is wanted."""
     # A transparent frame did not move the counter: it was checked at depth + 1.
     if L.depth + 1 <= L.ceiling and _lane_transparent(L, code):
+        _transparent_end(L)
         return None
     if L.engine.fold_codes and L.depth + 1 <= L.ceiling and _fold_label(L, code) is not None:
         return None
@@ -745,6 +784,7 @@ def _capture_return(value, targets) -> None:
 
 def _lane_yield(L: _Lane, code, frame) -> None:
     if L.depth + 1 <= L.ceiling and _lane_transparent(L, code):
+        _transparent_end(L)
         return
     j, extra = _top_frame(L)
     frame_depth = L.depth - extra
@@ -769,6 +809,7 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
     """True if a suspended segment was pushed back (or the frame is transparent)."""
     d = L.depth + 1
     if d <= L.ceiling and _lane_transparent(L, code):
+        _transparent_start(L, code)
         return True
     suspended = L.engine._suspended
     if suspended:
@@ -819,6 +860,8 @@ def _on_c_call(lanes: List[_Lane], callable_, caller_code) -> None:
             continue
         if caller_code is not None and caller_code in _transparent.CODES:
             continue  # the profiler's own calls
+        if L.hidden:
+            continue  # inside a hidden code
         if len(L.events) >= L.soft_cap:
             L.dropped += 1
             continue
@@ -1121,8 +1164,9 @@ class ReferenceEngine:
                  fold_codes=None) -> None:
         self.depth = depth
         self.transparent_codes = frozenset(transparent_codes)
-        self.fold_parents = frozenset(fold_parents)
-        self.fold_codes = dict(fold_codes or {})
+        self._fold_refs = (list(fold_parents), list(fold_codes or ()))  # keeps the codes: their ids stay theirs
+        self.fold_parents = frozenset(map(id, fold_parents))
+        self.fold_codes = {id(code): label for code, label in self._fold_refs[1]}  # by identity, as native
         self.capture_io = bool(capture_io)
         self.io_depth = io_depth
         self.max_events = max_events
@@ -1130,6 +1174,7 @@ class ReferenceEngine:
         self.capture_c_calls = bool(capture_c_calls)
         self.state = "idle"
         self.failures: List[str] = []
+        self.notes: List[str] = []  # what changed in how calls were named (logged once)
         self.start_ns = 0
         self.end_ns = 0
         self._session = None
@@ -1199,6 +1244,10 @@ class ReferenceEngine:
         return self._add_function(label, "", "", 0, FN_BLOCK, True)
 
     # -- lanes ---------------------------------------------------------------------
+
+    def _note(self, what: str) -> None:
+        if what not in self.notes:
+            self.notes.append(what)
 
     def _fail(self, why: str) -> None:
         if why not in self.failures:
@@ -1310,7 +1359,7 @@ class ReferenceEngine:
     def stop(self) -> bool:
         """Ends capture; True when there are failures to log (as the native engine)."""
         if self.state != "collecting":
-            return bool(self.failures)
+            return bool(self.failures or self.notes)
         st = _thread_state()
         was, st.busy = st.busy, True
         try:
@@ -1319,7 +1368,7 @@ class ReferenceEngine:
             self._fail(f"ending the session failed: {exc!r}")
         finally:
             st.busy = was
-        return bool(self.failures)
+        return bool(self.failures or self.notes)
 
     def _stop(self) -> None:
         global _generation

@@ -162,11 +162,10 @@ class ProfileSession:
         self.capture_c_calls = _check_flag("capture_c_calls", capture_c_calls)
         self.capture_io = _check_flag("capture_io", capture_io)
         self.capture_io_depth = io_depth
-        folds = ([], {})
+        folds = ([], [])
         if not _transparent_codes and "mlflow.pyfunc" in sys.modules:  # not under autoprofile
-            from . import _autoprofile
-
-            folds = _autoprofile.pyfunc_folds()
+            # (no import statement: a session made inside another would record importlib's frames)
+            folds = sys.modules[__package__ + "._autoprofile"].pyfunc_folds()
         args = (self.depth, max_events, self.all_threads, self.capture_c_calls, self.capture_io, io_depth,
                 list(_transparent_codes), *folds)
         self._meta = _meta  # provenance added to the profile's meta when it is built

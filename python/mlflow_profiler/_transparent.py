@@ -8,9 +8,10 @@ from __future__ import annotations
 import sys
 import types
 
-from . import _core
+from . import _core, _labels
 
 CODES: set = set()
+HIDDEN: set = set()  # transparent, and so is all they call (add_hidden)
 _done_modules: set = set()
 
 
@@ -77,6 +78,14 @@ def _stdlib_plumbing() -> bool:
             if hasattr(th, name):
                 add(getattr(th, name))
         _done_modules.add("threading")
+    meta = getattr(sys.modules.get("abc"), "ABCMeta", None)
+    if meta is not None and "abc" not in _done_modules:
+        # isinstance(x, SomeABC): the check is its caller's time, not a step.
+        for name in ("__instancecheck__", "__subclasscheck__"):
+            fn = meta.__dict__.get(name)
+            if type(fn) is types.FunctionType:
+                _add_hidden(fn.__code__)
+        _done_modules.add("abc")
     asyncio = sys.modules.get("asyncio")
     events = getattr(asyncio, "events", None)
     tasks = getattr(asyncio, "tasks", None)
@@ -107,6 +116,15 @@ def _add_code(code) -> None:
     if isinstance(code, types.CodeType) and code not in CODES:
         CODES.add(code)
         _core.add_transparent(code)
+
+
+def _add_hidden(code) -> None:
+    """A lookup's plumbing (a descriptor's __get__, an isinstance check): it
+    and everything it calls are transparent, so its time is its caller's."""
+    if isinstance(code, types.CodeType) and code not in HIDDEN:
+        HIDDEN.add(code)
+        CODES.add(code)
+        _core.add_hidden(code)
 
 
 def _forwarder_code(value):
@@ -147,23 +165,40 @@ def _scan_module(name: str, module) -> None:
 
 def _named_forwarders(name: str, module) -> None:
     """Forwarding frames a scan by __wrapped__ cannot see: made per class at
-    run time, or a descriptor."""
+    run time, or a descriptor. Names are read from the module's namespace,
+    never through getattr: a module __getattr__ can warn (pandas'
+    CachedAccessor) or import."""
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return
     if name == "sklearn.utils._available_if":
-        # `pipe.predict_proba` is an attribute lookup through this descriptor.
-        desc = getattr(module, "_AvailableIfDescriptor", None)
-        for value in list(getattr(desc, "__dict__", {}).values()):
+        # `pipe.predict_proba` is an attribute lookup through this descriptor:
+        # its check (`_final_estimator_has.<locals>.check`) is the lookup's.
+        desc = namespace.get("_AvailableIfDescriptor")
+        for attr, value in list(getattr(desc, "__dict__", {}).items()):
             if type(value) is types.FunctionType:
-                _add_code(value.__code__)
+                (_add_hidden if attr == "__get__" else _add_code)(value.__code__)
     elif name == "pandas.core.accessor":
         # `.dt.hour`, `.str.lower()`: properties and methods made per attribute
         # that hand the call to the accessor's _delegate_property_get / _delegate_method.
-        delegate = getattr(module, "PandasDelegate", None)
+        delegate = namespace.get("PandasDelegate")
         adder = getattr(getattr(delegate, "_add_delegate_accessors", None), "__func__", None)
         _add_nested(getattr(adder, "__code__", None), ("_getter", "_setter", "f"))
+        # `s.dt` builds (or fetches) the accessor object: the lookup's.
+        for cls_name in ("CachedAccessor", "Accessor"):
+            get = getattr(namespace.get(cls_name), "__dict__", {}).get("__get__")
+            if type(get) is types.FunctionType:
+                _add_hidden(get.__code__)
+    elif name == "pandas.core.dtypes.generic":
+        # isinstance(x, ABCSeries) runs these metaclass checks: the caller's.
+        factory = namespace.get("create_pandas_abc_type")
+        for const in getattr(getattr(factory, "__code__", None), "co_consts", ()):
+            if isinstance(const, types.CodeType) and const.co_name in ("_instancecheck", "_subclasscheck"):
+                _add_hidden(const)
     elif name == "mlflow.pyfunc":
         # PyFuncModel.predict hands the call to _predict, then to the flavor's
         # wrapper: not nodes, so the model's predict is one level under it.
-        model = getattr(module, "PyFuncModel", None)
+        model = namespace.get("PyFuncModel")
         for attr in ("_predict", "_predict_stream"):
             value = getattr(model, "__dict__", {}).get(attr)
             if type(value) is types.FunctionType:
@@ -176,7 +211,7 @@ def _named_forwarders(name: str, module) -> None:
                 _add_nested(fn.__code__, ("_predict", "_gen_with_context"))
                 fn = fn.__dict__.get("__wrapped__")
     elif name == "mlflow.pyfunc.context":
-        setter = getattr(module, "set_prediction_context", None)
+        setter = namespace.get("set_prediction_context")
         _add_code(getattr(getattr(setter, "__wrapped__", setter), "__code__", None))
     elif name.startswith("mlflow.") and name.count(".") <= 2:
         # A flavor's pyfunc wrapper (_PythonModelPyfuncWrapper, _SklearnModelWrapper):
@@ -190,7 +225,7 @@ def _named_forwarders(name: str, module) -> None:
     if name == "mlflow.pyfunc.utils.data_validation":
         # The wrapper MLflow puts on every PythonModel subclass's predict
         # (type-hint validation): its code is a constant of the decorator.
-        wrap = getattr(module, "_wrap_predict_with_pyfunc", None)
+        wrap = namespace.get("_wrap_predict_with_pyfunc")
         _add_nested(getattr(wrap, "__code__", None), ("wrapper",))
 
 
@@ -229,7 +264,8 @@ def refresh() -> int:
     global _modules_seen
     count = len(sys.modules)
     if count != _modules_seen:
-        complete = _stdlib_plumbing() if len(_done_modules) < 3 else True
+        complete = _stdlib_plumbing() if len(_done_modules) < 4 else True
         _scan_libraries()
+        _labels.refresh()
         _modules_seen = count if complete else -1
     return _modules_seen

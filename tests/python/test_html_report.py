@@ -309,7 +309,7 @@ def test_header_gives_the_session_figures(page, report):
     # capture_io: the profiler's time summarizing is said once, here.
     overhead = int(meta["profiler_overhead_ns"])
     assert overhead > 0
-    assert text("fact-profiler") == fmt_ms(overhead) + " summarizing I/O, not in the times"
+    assert text("fact-profiler") == fmt_ms(overhead) + " of its own work, not in the times"
     assert page.find_element("id", "title").text.startswith(qn("Model.predict"))
     # No drops, no truncation: nothing to warn about.
     assert page.find_elements("css selector", "#warnings li") == []

@@ -118,7 +118,8 @@ def test_profiling_around_the_pyfunc_counts_depth_from_the_models_predict(fraud,
         result = model.predict(df)
     np.testing.assert_array_equal(np.asarray(result), np.asarray(expected))
     (root,) = session.to_tree()
-    assert root["label"] == "predict [pyfunc fraud_model_class.<locals>.FraudScorer]", root["label"]
+    # (cloudpickle may give the loaded class its bare name)
+    assert root["label"].startswith("predict [pyfunc ") and root["label"].endswith("FraudScorer]"), root["label"]
     names = [c["label"] for c in root["children"]]
     assert len(_mlflow_nodes(root["children"])) == 1, names
     assert "fraud_model_class.<locals>.FraudScorer.featurize" in names, names

@@ -1087,10 +1087,11 @@
     const tasks = P.lanes.filter((l) => l.task !== 0).length;
     add("Total", fmtDur(total), "fact-total");
     if (fmtDur(total) !== fmtDur(P.duration)) add("Session", fmtDur(P.duration), "fact-session");
-    // The profiler's own work inside the session (I/O summaries): left out of
-    // every span's time, so it is said once, here.
+    // The profiler's own work inside the session (I/O summaries, naming
+    // calls, first sight of a function): left out of every span's time, so
+    // it is said once, here.
     const overhead = Number(m.profiler_overhead_ns || 0);
-    if (overhead > 0) add("Profiler", fmtDur(overhead) + " summarizing I/O, not in the times", "fact-profiler");
+    if (overhead > 0) add("Profiler", fmtDur(overhead) + " of its own work, not in the times", "fact-profiler");
     add("Captured depth", m.captured_depth < 0 ? "unlimited" : String(m.captured_depth), "fact-depth");
     add("Spans", P.n.toLocaleString("en-US"), "fact-spans");
     add("Threads", String(threads.size) + (tasks ? ", " + plural(tasks, "task", "tasks") : ""), "fact-threads");
