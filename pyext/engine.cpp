@@ -995,6 +995,8 @@ void set_library_prefixes(std::vector<std::string> prefixes) {
   path_rules().library_prefixes = std::move(prefixes);
 }
 
+bool is_user_file(std::string_view file) { return classify_user_code(file, path_rules()); }
+
 void add_hidden(PyObject* code) {
   if (!PyCode_Check(code) || hidden_codes().count(code)) return;
   Py_INCREF(code);

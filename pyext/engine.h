@@ -260,6 +260,8 @@ extern int g_native_collecting;
 extern int g_reference_collecting;
 // Library path prefixes for FunctionInfo::user_code (the stdlib).
 void set_library_prefixes(std::vector<std::string> prefixes);
+// Whether code in `file` is user code (FunctionInfo::user_code's rule).
+bool is_user_file(std::string_view file);
 // Registers a code object as transparent (docs/capture.md).
 void add_transparent(PyObject* code);
 // Registers a code object as hidden: transparent, and so is everything it

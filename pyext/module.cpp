@@ -276,6 +276,8 @@ PYBIND11_MODULE(_core, m) {
         "Paths of the standard library: code under them is not user code.");
   m.def("add_transparent", [](py::object code) { add_transparent(code.ptr()); }, py::arg("code"),
         "Marks a code object, and any code equal to it, transparent: never a node, not counted toward depth.");
+  m.def("is_user_file", [](const std::string& file) { return is_user_file(file); }, py::arg("file"),
+        "Whether code in this file is user code (not site-packages, the standard library or a pseudo-file).");
   m.def("add_hidden", [](py::object code) { add_hidden(code.ptr()); }, py::arg("code"),
         "Marks a code object hidden: transparent, and so is everything it calls (its time is its caller's).");
   m.def("add_labeller", [](py::object code, py::object labeller) { add_labeller(code.ptr(), labeller.ptr()); },

@@ -243,11 +243,29 @@ def _add_nested(code, names) -> None:
             _add_nested(const, names)
 
 
+def _user_module(module) -> bool:
+    namespace = getattr(module, "__dict__", None)
+    file = namespace.get("__file__") if isinstance(namespace, dict) else None
+    return isinstance(file, str) and _core.is_user_file(file)
+
+
 def _scan_libraries() -> None:
+    """The libraries' forwarding frames, and the user's own functools.wraps
+    decorators (a user's `@timed` around featurize: featurize is the node).
+    `__main__` is scanned again whenever modules were imported since, since a
+    script defines its functions after it starts."""
     for name, module in list(sys.modules.items()):
-        if name in _scanned or name.partition(".")[0] not in _LIBRARIES or module is None:
+        if name in _scanned or module is None:
             continue
-        _scanned.add(name)
+        if name.partition(".")[0] not in _LIBRARIES:
+            try:
+                if name != "__main__" and not _user_module(module):
+                    _scanned.add(name)  # the standard library, other site-packages: no scan
+                    continue
+            except Exception:
+                continue
+        if name != "__main__":
+            _scanned.add(name)
         try:
             _scan_module(name, module)
         except Exception:  # a module mid-import or an odd namespace: it only costs names

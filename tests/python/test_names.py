@@ -6,10 +6,12 @@ out of every span's time."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
-from _helpers import assert_times_add_up, walk
+from _helpers import assert_times_add_up, qn, walk
 from mlflow_profiler import _labels, profiling
 
 pd = pytest.importorskip("pandas")
@@ -94,7 +96,7 @@ def test_a_labeller_that_raises_leaves_the_name_and_is_noted_once(engine):
             total = sum(step(i) for i in range(3))
         assert total == 6
         assert [n["label"] for n in walk(session.to_tree())].count(
-            "test_a_labeller_that_raises_leaves_the_name_and_is_noted_once.<locals>.step") == 3
+            qn("test_a_labeller_that_raises_leaves_the_name_and_is_noted_once.<locals>.step")) == 3
         notes = session.statistics()["notes"]
         assert len([n for n in notes if "labeller raised" in n and "labeller broke" in n]) == 1, notes
     finally:
@@ -122,3 +124,29 @@ def test_first_sight_of_functions_is_the_profilers_work(engine):
     for node in walk([root]):
         assert_times_add_up(node)
     assert "(profiler's own work: " in session.format_tree()
+
+
+def timed(fn):
+    """A user's own decorator, as a notebook or a serving module has them."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@timed
+def scale_step(x):
+    return x * 2
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_users_own_decorator_is_not_a_node(engine):
+    """functools.wraps decorators of the user's own modules forward like the
+    libraries': the decorated function is the node, at the level it was called."""
+    def predict(x):
+        return scale_step(x) + 1
+
+    with profiling(depth=1, engine=engine) as session:
+        assert predict(3) == 7
+    (root,) = session.to_tree()
+    assert [c["label"] for c in root["children"]] == ["scale_step"], session.format_tree()
