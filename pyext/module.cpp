@@ -276,6 +276,7 @@ PYBIND11_MODULE(_core, m) {
         "Paths of the standard library: code under them is not user code.");
   m.def("add_transparent", [](py::object code) { add_transparent(code.ptr()); }, py::arg("code"),
         "Marks a code object, and any code equal to it, transparent: never a node, not counted toward depth.");
+  m.def("format_duration", &format_duration, py::arg("ns"), "'48.12ms', '3.20us': the trees' way of writing a time.");
   m.def("is_user_file", [](const std::string& file) { return is_user_file(file); }, py::arg("file"),
         "Whether code in this file is user code (not site-packages, the standard library or a pseudo-file).");
   m.def("add_hidden", [](py::object code) { add_hidden(code.ptr()); }, py::arg("code"),
@@ -444,4 +445,5 @@ PYBIND11_MODULE(_core, m) {
   bind_files(m);
   bind_path_stats(m);
   bind_edit(m);
+  bind_store(m);
 }

@@ -1,0 +1,133 @@
+// The profile store (core/store.h) driven through a Python connection: the
+// extension never links libsqlite3 (two SQLite copies in one process break
+// each other's file locks), so Python's sqlite3 or psycopg runs the SQL the
+// core writes. The driver object has execute(sql, params),
+// executemany(sql, rows) and query(sql, params) -> list of tuples
+// (mlflow_profiler/store.py).
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+
+#include "bindings.h"
+#include "core/store.h"
+
+namespace py = pybind11;
+
+namespace mlprof {
+
+namespace {
+
+using ProfilePtr = std::shared_ptr<Profile>;
+
+py::tuple to_tuple(const SqlRow& row) {
+  py::tuple out(row.size());
+  for (size_t i = 0; i < row.size(); ++i) {
+    const SqlValue& v = row[i];
+    if (const auto* n = std::get_if<int64_t>(&v)) {
+      out[i] = py::int_(*n);
+    } else if (const auto* s = std::get_if<std::string>(&v)) {
+      out[i] = py::str(*s);
+    } else {
+      out[i] = py::none();
+    }
+  }
+  return out;
+}
+
+SqlValue from_python(const py::handle& v) {
+  if (v.is_none()) return {};
+  if (py::isinstance<py::bool_>(v)) return int64_t{v.cast<bool>() ? 1 : 0};
+  if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  throw StoreFailure(std::string("the store returned a ") + Py_TYPE(v.ptr())->tp_name + ", not an int, a str or None");
+}
+
+class PyDriver final : public StoreDriver {
+ public:
+  PyDriver(py::object driver, Dialect dialect) : driver_(std::move(driver)), dialect_(dialect) {}
+  Dialect dialect() const override { return dialect_; }
+  void execute(const std::string& sql, const SqlRow& params) override { driver_.attr("execute")(sql, to_tuple(params)); }
+  void execute_many(const std::string& sql, const std::vector<SqlRow>& rows) override {
+    py::list batch(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) batch[i] = to_tuple(rows[i]);
+    driver_.attr("executemany")(sql, batch);
+  }
+  std::vector<SqlRow> query(const std::string& sql, const SqlRow& params) override {
+    std::vector<SqlRow> out;
+    for (const py::handle row : driver_.attr("query")(sql, to_tuple(params))) {
+      SqlRow r;
+      for (const py::handle v : row) r.push_back(from_python(v));
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+ private:
+  py::object driver_;
+  Dialect dialect_;
+};
+
+Dialect dialect_of(const std::string& name) {
+  if (name == "sqlite") return Dialect::kSqlite;
+  if (name == "postgres") return Dialect::kPostgres;
+  throw py::value_error("dialect must be 'sqlite' or 'postgres', got '" + name + "'");
+}
+
+const char* kind_name(Error::Kind kind) {
+  switch (kind) {
+    case Error::Kind::kVersion:
+      return "version";
+    case Error::Kind::kCorrupt:
+      return "corrupt";
+    case Error::Kind::kUnsupported:
+      return "missing";
+    default:
+      return "io";
+  }
+}
+
+// (kind, message) for an Error, None for success: store.py raises StoreError.
+py::object error_tuple(const Error& e) { return py::make_tuple(kind_name(e.kind), e.message); }
+
+}  // namespace
+
+void bind_store(py::module_& m) {
+  m.def("store_schema", [](const std::string& dialect) { return schema_statements(dialect_of(dialect)); },
+        py::arg("dialect"), "The store's CREATE statements for 'sqlite' or 'postgres' (docs/store.md).");
+  m.def(
+      "store_prepare",
+      [](py::object driver, const std::string& dialect) -> py::object {
+        PyDriver d(std::move(driver), dialect_of(dialect));
+        const Result<Ok> r = prepare_store(d);
+        return r.ok() ? py::object(py::none()) : error_tuple(r.error());
+      },
+      py::arg("driver"), py::arg("dialect"),
+      "Creates the schema in an empty database or checks an existing store's version: None, or (kind, message).");
+  m.def(
+      "store_add",
+      [](py::object driver, const std::string& dialect, const ProfilePtr& profile, const std::string& source_type,
+         const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns) {
+        PyDriver d(std::move(driver), dialect_of(dialect));
+        SourceInfo info{source_type, uri, labels, added_unix_ns};
+        return add_profile(d, *profile, info);
+      },
+      py::arg("driver"), py::arg("dialect"), py::arg("profile"), py::arg("source_type"), py::arg("uri"),
+      py::arg("labels"), py::arg("added_unix_ns"),
+      "Adds the profile as one source (inside the caller's write transaction); returns its source_id.");
+  m.def(
+      "store_read",
+      [](py::object driver, const std::string& dialect, int64_t source_id) -> py::object {
+        PyDriver d(std::move(driver), dialect_of(dialect));
+        Result<Profile> r = read_source(d, source_id);
+        if (!r.ok()) return error_tuple(r.error());
+        return py::cast(std::make_shared<Profile>(std::move(r.value())));
+      },
+      py::arg("driver"), py::arg("dialect"), py::arg("source_id"),
+      "The profile of one source, or (kind, message).");
+  py::register_exception<StoreFailure>(m, "StoreFailure", PyExc_RuntimeError);
+}
+
+}  // namespace mlprof

@@ -1,0 +1,121 @@
+"""`mlprof`: profiles that accumulate and answer questions (docs/store.md).
+
+    mlprof add STORE FILE... [--source-type T] [--uri U] [--label k=v]...
+    mlprof show STORE [SOURCE] [--depth N] [--format text|json]
+
+STORE is a path (SQLite) or `sqlite:///path`. Exit status: 0 done, 1 a file
+or the store failed (each file is added whole or not at all), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from typing import List, Optional
+
+from ._core import format_duration
+from ._files import ProfileLoadError
+from .store import StoreError, open_store
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _labels(pairs: List[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            print(f"mlprof: --label takes KEY=VALUE, got {pair!r}", file=sys.stderr)
+            raise SystemExit(2)  # usage, as argparse exits
+        out[key] = value
+    return out
+
+
+def _add(args) -> int:
+    labels = _labels(args.label)
+    failed = 0
+    with open_store(args.store) as store:
+        for path in args.files:
+            try:
+                source = store.add(path, source_type=args.source_type, uri=args.uri, labels=labels)
+            except (ProfileLoadError, OSError) as exc:
+                print(f"mlprof: {path}: not added: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            row = next(s for s in store.sources() if s["source_id"] == source)
+            print(f"{path}: source {source}, {_plural(row['spans'], 'span')} in "
+                  f"{_plural(row['sessions'], 'session')}")
+    return 1 if failed else 0
+
+
+def _when(unix_ns) -> str:
+    if not unix_ns:
+        return "-"
+    return datetime.datetime.fromtimestamp(unix_ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _show(args) -> int:
+    with open_store(args.store) as store:
+        if args.source is not None:
+            session = store.load(args.source)
+            if args.format == "json":
+                print(session.to_json(depth=args.depth))
+            else:
+                print(session.format_tree(depth=args.depth).rstrip("\n"))
+            return 0
+        sources = store.sources()
+        if args.format == "json":
+            print(json.dumps(sources, indent=2))
+            return 0
+        total = sum(s["spans"] for s in sources)
+        print(f"{args.store}: {_plural(len(sources), 'source')}, {_plural(total, 'span')}")
+        if not sources:
+            return 0
+        header = ("id", "type", "captured", "model", "version", "host", "pid", "spans", "duration")
+        rows = [(str(s["source_id"]), s["source_type"], _when(s["captured_unix_ns"]), s["model"] or "-",
+                 s["version"] or "-", s["host"] or "-", str(s["pid"] or "-"), f"{s['spans']:,}",
+                 format_duration(s["duration_ns"])) for s in sources]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        for row in (header, *rows):
+            print("  ".join(c.rjust(w) if i in (0, 6, 7, 8) else c.ljust(w)
+                            for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlprof", description="Profiles that accumulate and answer questions.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add = sub.add_parser("add", help="add profile documents to a store")
+    add.add_argument("store", help="a SQLite file (created if missing) or sqlite:///path")
+    add.add_argument("files", nargs="+", help="profile documents (.json, .json.gz)")
+    add.add_argument("--source-type", default=None,
+                     help="in-process or ebpf (default: read from the document)")
+    add.add_argument("--uri", default=None, help="where the profile came from (default: the file's path)")
+    add.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                     help="provenance to filter on later: model=fraud, version=3 (repeatable)")
+    add.set_defaults(run=_add)
+    show = sub.add_parser("show", help="list a store's sources, or print one as a tree")
+    show.add_argument("store")
+    show.add_argument("source", nargs="?", type=int, help="a source id: print its tree")
+    show.add_argument("--depth", type=int, default=None, help="render the tree to this depth")
+    show.add_argument("--format", choices=("text", "json"), default="text")
+    show.set_defaults(run=_show)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """The `mlprof` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except StoreError as exc:
+        print(f"mlprof: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

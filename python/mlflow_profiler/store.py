@@ -1,0 +1,199 @@
+"""The profile store (docs/store.md): profiles that accumulate, with their
+provenance, in SQLite (one file, no server: the default) or PostgreSQL (a
+team's or a fleet's, several writers).
+
+    from mlflow_profiler.store import open_store
+
+    with open_store("profiles.db") as store:
+        source_id = store.add(session, labels={"model": "fraud", "version": "3"})
+        again = store.load(source_id)      # the same tree
+
+The schema, the rows a profile becomes and the reading back live in the
+core (userspace/core/store.*); this module owns the connection and the
+transactions: one add is one transaction, so a writer killed midway leaves
+the store as it was. SQLite runs in WAL mode with a busy timeout, so several
+processes can add to one file at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+from . import _core
+
+__all__ = ["Store", "StoreError", "open_store"]
+
+_BUSY_TIMEOUT_MS = 30_000
+
+
+class StoreError(Exception):
+    """A store could not be opened, read or written. ``kind`` says why:
+    'version' (written by a newer mlflow-profiler, or older than this one:
+    `mlprof migrate`), 'corrupt' (not a store), 'missing' (no such source),
+    'unreachable' (a server that does not answer), 'io'."""
+
+    def __init__(self, message: str, kind: str = "io", target: Optional[str] = None) -> None:
+        super().__init__(message if target is None else f"{target}: {message}")
+        self.kind = kind
+        self.target = target
+
+
+class _SqliteDriver:
+    """What the core's StoreDriver calls (pyext/bind_store.cpp)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: tuple) -> None:
+        self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: list) -> None:
+        self.conn.executemany(sql, rows)
+
+    def query(self, sql: str, params: tuple) -> List[tuple]:
+        return self.conn.execute(sql, params).fetchall()
+
+
+def _sqlite_path(target: str) -> str:
+    if target.startswith("sqlite:///"):
+        return target[len("sqlite:///") - 1:] if target.startswith("sqlite:////") else target[len("sqlite:///"):]
+    return target
+
+
+class Store:
+    """An open store. Use `open_store()`; close it (or use it as a context
+    manager) when done."""
+
+    def __init__(self, target: str, conn, driver) -> None:
+        self.target = target
+        self._conn = conn
+        self._driver = driver
+
+    # -- writing -------------------------------------------------------------
+
+    def add(self, profile, *, source_type: Optional[str] = None, uri: Optional[str] = None,
+            labels: Optional[Mapping[str, str]] = None) -> int:
+        """Adds a profile: a ProfileSession (from profiling(), last_profile()
+        or load()) or the path of a profile document. Returns its source id.
+        ``labels`` (model, version, run_id, ...) are kept with its provenance
+        and can be filtered on (`mlprof top --where model=fraud`)."""
+        from ._files import load
+        from ._session import ProfileSession
+
+        if isinstance(profile, (str, os.PathLike)):
+            uri = uri if uri is not None else str(Path(profile).resolve())
+            profile = load(profile)
+        if not isinstance(profile, ProfileSession):
+            raise TypeError(f"Store.add takes a ProfileSession or a path, not {type(profile).__name__}")
+        built = profile._built()
+        if source_type is None:
+            source_type = "ebpf" if built.meta.get("source") == "ebpf" else "in-process"
+        clean = {str(k): str(v) for k, v in (labels or {}).items()}
+        with self._write():
+            return _core.store_add(self._driver, self._driver.dialect, built, source_type, uri or "", clean,
+                                   time.time_ns())
+
+    # -- reading -------------------------------------------------------------
+
+    def load(self, source_id: int):
+        """The profile of one source, as a ProfileSession (the same tree it was added as)."""
+        from ._session import ProfileSession
+
+        result = _core.store_read(self._driver, self._driver.dialect, int(source_id))
+        if isinstance(result, tuple):
+            raise StoreError(result[1], kind=result[0], target=self.target)
+        return ProfileSession._from_profile(result)
+
+    def sources(self) -> List[Dict[str, Any]]:
+        """One dict per source, oldest first: its id, type, uri, host, pid,
+        model, version, run id, when it was captured and added, and its
+        number of sessions and spans."""
+        rows = self._driver.query(
+            "SELECT s.source_id, s.source_type, s.source_uri, s.host, s.pid, s.model_name, s.model_version, "
+            "s.run_id, s.source_timestamp, s.added_unix_ns, s.end_ns - s.start_ns, "
+            "(SELECT count(*) FROM sessions se WHERE se.source_id = s.source_id), "
+            "(SELECT coalesce(sum(se.sample_count), 0) FROM sessions se WHERE se.source_id = s.source_id) "
+            "FROM sources s ORDER BY s.source_id", ())
+        keys = ("source_id", "source_type", "uri", "host", "pid", "model", "version", "run_id",
+                "captured_unix_ns", "added_unix_ns", "duration_ns", "sessions", "spans")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def labels(self, source_id: int) -> Dict[str, str]:
+        """The source's provenance: its document's meta and the labels it was added with."""
+        rows = self._driver.query("SELECT key, value FROM source_labels WHERE source_id = ? ORDER BY key",
+                                  (int(source_id),))
+        return dict(rows)
+
+    # -- plumbing ------------------------------------------------------------
+
+    def _write(self):
+        return _Transaction(self._conn)
+
+    def close(self) -> None:
+        """Closes the connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception: one add is
+    all there or not there."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        else:
+            self.conn.execute("ROLLBACK")
+
+
+def open_store(target: Union[str, os.PathLike, None] = None) -> Store:
+    """Opens (creating it if need be) the store at `target`: a path or
+    ``sqlite:///path`` for SQLite. Without a target, MLFLOW_PROFILER_STORE
+    names it. Raises StoreError for a store of another version or a database
+    that is not a store."""
+    if target is None:
+        target = os.environ.get("MLFLOW_PROFILER_STORE")
+        if not target:
+            raise StoreError("no store given, and MLFLOW_PROFILER_STORE is not set", kind="missing")
+    target = os.fspath(target)
+    path = _sqlite_path(target)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the SQLite store: {exc}", kind="io", target=target) from None
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        driver = _SqliteDriver(conn)
+        with _Transaction(conn):
+            error = _core.store_prepare(driver, driver.dialect)
+        if error is not None:
+            raise StoreError(error[1], kind=error[0], target=target)
+        # WAL: readers never wait for a writer, and writers queue on the busy timeout.
+        conn.execute("PRAGMA journal_mode = WAL")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"not a readable SQLite store: {exc}", kind="corrupt", target=target) from None
+    except BaseException:
+        conn.close()
+        raise
+    return Store(target, conn, driver)

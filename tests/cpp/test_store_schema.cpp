@@ -1,0 +1,47 @@
+#include "core/store_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace mlprof {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
+  const auto stmts = schema_statements(Dialect::kSqlite);
+  std::string names;
+  for (const auto& s : stmts) {
+    ASSERT_TRUE(starts_with(s, "CREATE TABLE ") || starts_with(s, "CREATE VIEW ")) << s;
+    const size_t at = s.find(' ', 7) + 1;
+    names += s.substr(at, s.find_first_of(" (", at) - at) + " ";
+  }
+  EXPECT_EQ(names,
+            "meta id_counters sources source_labels sessions lanes functions locations stacks samples value_types "
+            "sample_values segments io_summaries off_cpu_intervals kernel_threads sample_locations spans span_values ");
+  // Keys are declared: every table but the roots (sources, the dictionaries, meta) references another.
+  for (const auto& s : stmts) {
+    if (!starts_with(s, "CREATE TABLE ")) continue;
+    const std::string name = s.substr(13, s.find(' ', 13) - 13);
+    const bool standalone =
+        name == "meta" || name == "id_counters" || name == "sources" || name == "functions" || name == "value_types";
+    EXPECT_EQ(s.find("REFERENCES") == std::string::npos, standalone) << s;
+  }
+}
+
+TEST(StoreSchema, PostgresGetsBigintsAndNoSqliteTableOptions) {
+  const auto sqlite = schema_statements(Dialect::kSqlite);
+  const auto pg = schema_statements(Dialect::kPostgres);
+  ASSERT_EQ(sqlite.size(), pg.size());
+  for (size_t i = 0; i < pg.size(); ++i) {
+    EXPECT_EQ(pg[i].find("INTEGER"), std::string::npos) << pg[i];
+    EXPECT_EQ(pg[i].find("STRICT"), std::string::npos) << pg[i];
+    EXPECT_EQ(pg[i].find("WITHOUT ROWID"), std::string::npos) << pg[i];
+    if (sqlite[i].find("INTEGER") != std::string::npos) EXPECT_NE(pg[i].find("BIGINT"), std::string::npos);
+  }
+  EXPECT_NE(pg[2].find("source_id BIGINT PRIMARY KEY"), std::string::npos) << pg[2];
+}
+
+}  // namespace
+}  // namespace mlprof

@@ -1,0 +1,306 @@
+"""The profile store (issue 18, docs/store.md), SQLite: a profile added and
+read back is the same tree, with its provenance; the schema's keys are
+enforced; versions are checked; one add is all there or not there, also
+when its writer is killed, and two processes can add at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from mlflow_profiler import profile_span, profiling
+from mlflow_profiler._files import loads
+from mlflow_profiler.store import StoreError, open_store
+
+ENGINES = ["native", "reference"]
+
+
+def _document(session) -> dict:
+    """The session's document with string and function ids resolved, so two
+    documents of one tree compare equal whatever order their tables are in."""
+    doc = json.loads(session.to_json())
+    strings = doc.pop("strings")
+    fields = doc.pop("function_fields")
+    functions = []
+    for row in doc.pop("functions"):
+        f = dict(zip(fields, row))
+        for key in ("name", "module", "file"):
+            f[key] = strings[f[key]]
+        functions.append(f)
+    spans = []
+    for row in doc["spans"]:
+        span = dict(zip(doc["span_fields"], row))
+        span["function"] = functions[span["function"]]
+        span["label"] = strings[span["label"]] if span["label"] else ""
+        spans.append(span)
+    doc["spans"] = spans
+    return doc
+
+
+def _work(n):
+    return sum(i * i for i in range(n))
+
+
+@profile_span("encode step")
+def _encode(x):
+    return [_work(v) for v in x]
+
+
+def _gen(k):
+    for i in range(k):
+        yield _work(i + 10)
+
+
+def _predict(x):
+    out = _encode(x)
+    out.append(sum(_gen(3)))
+    try:
+        {}["missing"]
+    except KeyError:
+        pass
+    worker = threading.Thread(target=_work, args=(2000,), name="worker-1")
+    worker.start()
+    worker.join()
+
+    async def fan_out():
+        return await asyncio.gather(*(asyncio.sleep(0, result=_work(v)) for v in x))
+
+    out.extend(asyncio.run(fan_out()))
+    return out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_profile_read_back_is_the_same_tree(tmp_path, engine):
+    """Threads, asyncio tasks, a generator's segments, a label, a caught
+    exception, I/O summaries, meta and statistics all come back."""
+    with profiling(depth=-1, engine=engine, capture_io=True, all_threads=True) as session:
+        expected = _predict([3, 4, 5])
+    assert expected[:3] == [5, 14, 30]
+    with open_store(tmp_path / "profiles.db") as store:
+        source = store.add(session, labels={"model": "fraud", "version": "3"})
+        back = store.load(source)
+        assert back.to_tree() == session.to_tree()
+        got, want = _document(back), _document(session)
+        # Its labels are part of its provenance now.
+        assert got.pop("meta") == {**want.pop("meta"), "label.model": "fraud", "label.version": "3"}
+        assert got == want
+        assert back.format_tree() == session.format_tree()
+        (row,) = store.sources()
+        assert row["source_id"] == source and row["model"] == "fraud" and row["version"] == "3"
+        assert row["source_type"] == "in-process" and row["pid"] == os.getpid()
+        assert row["spans"] == len(json.loads(session.to_json())["spans"]) and row["sessions"] == 1
+        labels = store.labels(source)
+        assert labels["label.model"] == "fraud" and labels["engine"] == session.statistics()["engine"]
+    # The keys are declared and enforced: nothing dangles.
+    conn = sqlite3.connect(tmp_path / "profiles.db")
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("INSERT INTO samples (sample_id, lane_id, stack_id) VALUES (999999, 424242, 0)")
+
+
+def test_sources_share_functions_and_call_paths(tmp_path):
+    """Ten captures of one predict: ten sources, each span a row, but each
+    function, location and call path stored once."""
+    with open_store(tmp_path / "s.db") as store:
+        for _ in range(10):
+            with profiling(depth=-1) as session:
+                _encode([3, 4])
+            store.add(session)
+        spans = sum(s["spans"] for s in store.sources())
+    nodes = list(_walk(session.to_tree()))
+    paths = {tuple(n["call_path"]) if isinstance(n["call_path"], list) else n["call_path"] for n in nodes}
+    conn = sqlite3.connect(tmp_path / "s.db")
+    count = lambda table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: E731
+    assert count("sources") == 10 and count("samples") == spans == 10 * len(nodes)
+    assert count("functions") == len({(n["function"], n["module"]) for n in nodes})
+    assert count("stacks") == 1 + len(paths)  # the empty stack, then one per call path
+    # spec 001's sample_locations: the stack of each sample, with its depth.
+    assert conn.execute("SELECT max(depth) FROM sample_locations").fetchone()[0] == max(n["depth"] for n in nodes)
+    assert conn.execute("SELECT count(*) FROM sample_locations").fetchone()[0] == 10 * sum(
+        n["depth"] + 1 for n in nodes)
+    names = {r[0] for r in conn.execute("SELECT name FROM spans")}
+    assert names == {n["label"] for n in nodes} and "encode step" in names
+
+
+def _walk(nodes):
+    for n in nodes:
+        yield n
+        yield from _walk(n["children"])
+
+
+def test_kernel_data_of_an_agent_document_comes_back(tmp_path):
+    """An agent's document: per-span kernel values, raw off-CPU intervals,
+    thread lifetimes, lanes of two processes."""
+    with profiling(depth=-1) as session:
+        _encode([3, 4])
+    doc = json.loads(session.to_json())
+    doc["meta"]["source"] = "ebpf"
+    doc["lanes"][0]["pid"], doc["lanes"][0]["session"] = 777, 2
+    doc["span_value_fields"] = ["span", "type", "unit", "value"]
+    doc["span_values"] = [[0, "cpu", "ns", 1000], [0, "off_cpu", "ns", 3000], [0, "blocked", "ns", 2250],
+                          [0, "runq", "ns", 750], [0, "voluntary_switches", "count", 3], [1, "waker", "tid", 4242],
+                          [1, "waker_blocked", "ns", 1550]]
+    start = doc["meta"]["start_ns"]
+    doc["kernel"] = {
+        "lost_events": 2,
+        "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state"],
+        "off_cpu": [[4242, 777, start + 10, start + 20, start + 30, True, 5000, 1]],
+        "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under", "exit_code"],
+        "threads": [[6000, 777, 4242, start + 11, start + 40, "helper", 1, 0]],
+    }
+    agent = loads(json.dumps(doc))
+    with open_store(tmp_path / "k.db") as store:
+        source = store.add(agent)
+        back = store.load(source)
+        assert store.sources()[0]["source_type"] == "ebpf"
+    got, want = _document(back), _document(agent)
+    assert got["span_values"] == want["span_values"] and got["kernel"] == want["kernel"]
+    assert got == want
+
+
+def test_a_newer_or_older_store_or_another_database_is_refused(tmp_path):
+    with open_store(tmp_path / "v.db"):
+        pass
+    conn = sqlite3.connect(tmp_path / "v.db", isolation_level=None)
+    conn.execute("UPDATE meta SET value = '2.7' WHERE key = 'version'")
+    with pytest.raises(StoreError, match="newer mlflow-profiler.*upgrade") as err:
+        open_store(tmp_path / "v.db")
+    assert err.value.kind == "version"
+    conn.execute("UPDATE meta SET value = '1.0' WHERE key = 'version'")
+    with pytest.raises(StoreError, match="mlprof migrate") as err:
+        open_store(tmp_path / "v.db")
+    assert err.value.kind == "version"
+    other = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
+    other.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    other.close()
+    with pytest.raises(StoreError, match="not an mlflow-profiler store") as err:
+        open_store(tmp_path / "other.db")
+    assert err.value.kind == "corrupt"
+    (tmp_path / "junk.db").write_bytes(b"not a database at all" * 200)
+    with pytest.raises(StoreError) as err:
+        open_store(tmp_path / "junk.db")
+    assert err.value.kind == "corrupt" and "junk.db" in str(err.value)
+
+
+_WRITER = textwrap.dedent("""
+    import sys, time
+    from mlflow_profiler import profiling
+    from mlflow_profiler.store import open_store
+
+    def leaf(i):
+        return i
+    def node(n):
+        return [leaf(i) for i in range(n)]
+    with profiling(depth=-1, max_events=10_000_000) as session:
+        for _ in range(int(sys.argv[3])):
+            node(100)
+    store = open_store(sys.argv[1])
+    print("ready", flush=True)
+    for _ in range(int(sys.argv[2])):
+        store.add(session, labels={"writer": sys.argv[4]})
+    print("done", flush=True)
+""")
+
+
+def _writer(tmp_path, db, adds, loops, name):
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    return subprocess.Popen([sys.executable, str(script), str(db), str(adds), str(loops), name],
+                            stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+
+
+def test_two_processes_add_at_once_and_nothing_is_lost(tmp_path):
+    db = tmp_path / "shared.db"
+    open_store(db).close()
+    writers = [_writer(tmp_path, db, 5, 20, name) for name in ("a", "b")]
+    for w in writers:
+        out, _ = w.communicate(timeout=300)
+        assert w.returncode == 0 and out.split() == ["ready", "done"], out
+    conn = sqlite3.connect(db)
+    per_writer = dict(conn.execute(
+        "SELECT value, count(*) FROM source_labels WHERE key = 'label.writer' GROUP BY value"))
+    assert per_writer == {"a": 5, "b": 5}
+    spans = conn.execute("SELECT sum(sample_count) FROM sessions").fetchone()[0]
+    assert spans == conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 10 * 20 * 101
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+
+
+def test_a_writer_killed_mid_add_leaves_the_store_as_it_was(tmp_path):
+    """SIGKILL while a large add is in its transaction: the store keeps the
+    adds that committed and none of the one that did not."""
+    db = tmp_path / "killed.db"
+    with open_store(db) as store, profiling(depth=-1) as session:
+        _encode([3])
+    with open_store(db) as store:
+        store.add(session)
+    writer = _writer(tmp_path, db, 1000, 3000, "killed")
+    assert writer.stdout.readline().strip() == "ready"
+    wal = tmp_path / "killed.db-wal"
+    deadline = time.monotonic() + 120
+    base = wal.stat().st_size if wal.exists() else 0
+    while time.monotonic() < deadline and (not wal.exists() or wal.stat().st_size < base + 1_000_000):
+        time.sleep(0.005)
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    writer.stdout.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    # Every source there is whole: its sessions hold exactly its samples.
+    for source, claimed in conn.execute(
+            "SELECT se.source_id, sum(se.sample_count) FROM sessions se GROUP BY se.source_id").fetchall():
+        stored = conn.execute("SELECT count(*) FROM samples s JOIN lanes l ON l.lane_id = s.lane_id "
+                              "JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
+                              (source,)).fetchone()[0]
+        assert stored == claimed, source
+    killed = conn.execute("SELECT count(*) FROM source_labels WHERE key = 'label.writer'").fetchone()[0]
+    assert killed < 1000  # it did not finish: the kill landed mid-way
+    with open_store(db) as store:
+        assert store.load(1).to_tree() == session.to_tree()  # the first add is intact
+
+
+def _mlprof(*args):
+    return subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_mlprof_add_and_show(tmp_path):
+    """A good file is added with its labels; a cut-off one is named with its
+    cause, adds nothing, and makes the exit status 1; show lists the sources
+    and prints one as the tree it was."""
+    with profiling(depth=-1) as session:
+        _encode([3, 4])
+    good = tmp_path / "predict.json.gz"
+    session.save(good)
+    bad = tmp_path / "cut.json"
+    bad.write_text(session.to_json()[:200])
+    db = tmp_path / "cli.db"
+    run = _mlprof("add", db, good, bad, "--label", "model=fraud", "--label", "version=3")
+    assert run.returncode == 1, run
+    spans = len(list(_walk(session.to_tree())))
+    assert run.stdout == f"{good}: source 1, {spans} spans in 1 session\n"
+    assert f"{bad}: not added:" in run.stderr and "truncated" in run.stderr
+    run = _mlprof("show", db)
+    assert run.returncode == 0, run
+    lines = run.stdout.splitlines()
+    assert lines[0] == f"{db}: 1 source, {spans} spans"
+    assert lines[1].split() == ["id", "type", "captured", "model", "version", "host", "pid", "spans", "duration"]
+    assert lines[2].split()[:2] == ["1", "in-process"] and "fraud" in lines[2].split()
+    run = _mlprof("show", db, 1)
+    assert run.returncode == 0 and run.stdout == session.format_tree().rstrip("\n") + "\n", run
+    run = _mlprof("show", db, 7)
+    assert run.returncode == 1 and "no source 7" in run.stderr, run
+    run = _mlprof("add", db, good, "--label", "oops")
+    assert run.returncode == 2 and "KEY=VALUE" in run.stderr, run

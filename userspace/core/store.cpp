@@ -1,0 +1,597 @@
+#include "core/store.h"
+
+#include <algorithm>
+#include <charconv>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/export_util.h"
+#include "core/json_doc.h"  // kSpanValueTypes
+#include "core/sched.h"
+
+namespace mlprof {
+
+namespace {
+
+// Tables whose ids come from id_counters (reserved in blocks, so that one
+// add's samples are one contiguous range and concurrent PostgreSQL writers
+// never collide).
+constexpr const char* kCounted[] = {"sources", "sessions", "lanes",  "samples",
+                                    "functions", "locations", "stacks", "value_types"};
+
+int64_t as_int(const SqlValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  if (std::holds_alternative<std::monostate>(v)) return 0;
+  throw StoreFailure("the store holds a text where a number belongs");
+}
+
+std::string as_text(const SqlValue& v) {
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  if (std::holds_alternative<std::monostate>(v)) return {};
+  throw StoreFailure("the store holds a number where a text belongs");
+}
+
+bool is_null(const SqlValue& v) { return std::holds_alternative<std::monostate>(v); }
+
+SqlValue text_or_null(const std::string& s) { return s.empty() ? SqlValue{} : SqlValue{s}; }
+
+SqlValue meta_int(const Profile& p, const char* key) {
+  const auto it = p.meta.find(key);
+  if (it == p.meta.end()) return {};
+  int64_t v = 0;
+  const char* end = it->second.data() + it->second.size();
+  const auto [ptr, ec] = std::from_chars(it->second.data(), end, v);
+  return ec == std::errc() && ptr == end ? SqlValue{v} : SqlValue{};
+}
+
+SqlValue meta_text(const Profile& p, const SourceInfo& info, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    if (const auto it = info.labels.find(key); it != info.labels.end()) return it->second;
+    if (const auto it = p.meta.find(key); it != p.meta.end()) return it->second;
+  }
+  return {};
+}
+
+int64_t reserve(StoreDriver& d, const char* table, int64_t n) {
+  const auto rows = d.query("UPDATE id_counters SET next_id = next_id + ? WHERE name = ? RETURNING next_id - ?",
+                            {n, std::string(table), n});
+  if (rows.size() != 1) throw StoreFailure(std::string("the store's id_counters has no row for ") + table);
+  return as_int(rows[0][0]);
+}
+
+// Functions, locations, stacks and value types are stored once across
+// sources: looked up, else inserted (ON CONFLICT: a concurrent writer won).
+class Dictionaries {
+ public:
+  explicit Dictionaries(StoreDriver& d) : d_(d) {}
+
+  int64_t function(const Profile& p, uint32_t id) {
+    if (const auto it = functions_.find(id); it != functions_.end()) return it->second;
+    const FunctionInfo& f = p.functions.get(id);
+    const auto& s = p.functions.strings();
+    const std::string& name = s.get(f.name);
+    const SqlRow key{name, name, s.get(f.file), int64_t{f.line}, s.get(f.module), int64_t(f.kind),
+                     int64_t{f.user_code ? 1 : 0}};
+    const int64_t out = upsert(
+        "functions",
+        "INSERT INTO functions (function_id, name, system_name, filename, start_line, module, kind, user_code) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        "SELECT function_id FROM functions WHERE name = ? AND system_name = ? AND filename = ? AND start_line = ? "
+        "AND module = ? AND kind = ? AND user_code = ?",
+        key);
+    return functions_[id] = out;
+  }
+
+  int64_t location(int64_t function_id, int64_t line, const std::string& label) {
+    const auto k = std::make_tuple(function_id, line, label);
+    if (const auto it = locations_.find(k); it != locations_.end()) return it->second;
+    const int64_t out = upsert(
+        "locations", "INSERT INTO locations (location_id, function_id, line, label) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        "SELECT location_id FROM locations WHERE function_id = ? AND line = ? AND label = ?", {function_id, line, label});
+    return locations_[k] = out;
+  }
+
+  int64_t stack(int64_t parent, int64_t location, int64_t depth) {
+    const auto k = std::make_pair(parent, location);
+    if (const auto it = stacks_.find(k); it != stacks_.end()) return it->second;
+    const auto found = d_.query("SELECT stack_id FROM stacks WHERE parent_stack_id = ? AND location_id = ?",
+                                {parent, location});
+    int64_t out;
+    if (!found.empty()) {
+      out = as_int(found[0][0]);
+    } else {
+      out = reserve(d_, "stacks", 1);
+      d_.execute("INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (?, ?, ?, ?) "
+                 "ON CONFLICT DO NOTHING",
+                 {out, parent, location, depth});
+      out = as_int(d_.query("SELECT stack_id FROM stacks WHERE parent_stack_id = ? AND location_id = ?",
+                            {parent, location})
+                       .at(0)
+                       .at(0));
+    }
+    return stacks_[k] = out;
+  }
+
+  int64_t value_type(const std::string& type, const std::string& unit) {
+    const auto k = std::make_pair(type, unit);
+    if (const auto it = types_.find(k); it != types_.end()) return it->second;
+    const int64_t out = upsert("value_types",
+                               "INSERT INTO value_types (type_id, type, unit) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                               "SELECT type_id FROM value_types WHERE type = ? AND unit = ?", {type, unit});
+    return types_[k] = out;
+  }
+
+ private:
+  int64_t upsert(const char* table, const std::string& insert, const std::string& select, const SqlRow& key) {
+    auto found = d_.query(select, key);
+    if (!found.empty()) return as_int(found[0][0]);
+    SqlRow row{reserve(d_, table, 1)};
+    row.insert(row.end(), key.begin(), key.end());
+    d_.execute(insert, row);
+    found = d_.query(select, key);
+    if (found.empty()) throw StoreFailure(std::string("a row added to ") + table + " is not there");
+    return as_int(found[0][0]);
+  }
+
+  StoreDriver& d_;
+  std::unordered_map<uint32_t, int64_t> functions_;
+  std::map<std::tuple<int64_t, int64_t, std::string>, int64_t> locations_;
+  std::map<std::pair<int64_t, int64_t>, int64_t> stacks_;
+  std::map<std::pair<std::string, std::string>, int64_t> types_;
+};
+
+std::string shape_text(const IOSummary& s) {
+  std::string out;
+  for (const int64_t d : s.shape) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(d);
+  }
+  return out;
+}
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(text.data() + at, text.data() + comma, v);
+    if (ec != std::errc() || ptr != text.data() + comma) throw StoreFailure("an I/O shape is not a list of integers");
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
+
+// A session of a profile: its lanes (in document order) and time window.
+struct SessionPlan {
+  uint32_t pid = 0;
+  uint64_t serial = 0;
+  std::vector<uint32_t> lanes;
+  int64_t start_ns = 0, end_ns = 0;
+  int64_t id = 0;
+};
+
+std::vector<SessionPlan> plan_sessions(const Profile& p, const std::vector<std::vector<int32_t>>& lane_spans) {
+  std::vector<SessionPlan> out;
+  for (uint32_t li = 0; li < p.lanes.size(); ++li) {
+    const Lane& lane = p.lanes[li];
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const SessionPlan& s) { return s.pid == lane.pid && s.serial == lane.session; });
+    if (it == out.end()) {
+      out.push_back(SessionPlan{lane.pid, lane.session, {}, INT64_MAX, INT64_MIN});
+      it = out.end() - 1;
+    }
+    it->lanes.push_back(li);
+    for (const int32_t s : lane_spans[li]) {
+      it->start_ns = std::min(it->start_ns, p.spans[s].start_ns);
+      it->end_ns = std::max(it->end_ns, p.spans[s].end_ns);
+    }
+  }
+  for (auto& s : out) {
+    // The profile's window when it is the only session (in process), or a
+    // session without spans: its times are offsets from this start.
+    if (out.size() == 1 || s.start_ns > s.end_ns) {
+      s.start_ns = std::min(p.start_ns, s.start_ns);
+      s.end_ns = std::max(p.end_ns, s.end_ns);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Ok> prepare_store(StoreDriver& d) {
+  const std::string probe = d.dialect() == Dialect::kSqlite
+                                ? "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+                                : "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'meta'";
+  if (as_int(d.query(probe, {}).at(0).at(0)) == 0) {
+    const std::string tables = d.dialect() == Dialect::kSqlite
+                                   ? "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                                   : "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()";
+    if (as_int(d.query(tables, {}).at(0).at(0)) != 0) {
+      return Error{Error::Kind::kCorrupt, 0,
+                   "the database has tables but no store meta table: it is not an mlflow-profiler store"};
+    }
+    for (const std::string& stmt : schema_statements(d.dialect())) d.execute(stmt, {});
+    d.execute_many("INSERT INTO meta (key, value) VALUES (?, ?)",
+                   {{std::string("format"), std::string(kStoreFormat)},
+                    {std::string("version"), std::to_string(kStoreMajor) + "." + std::to_string(kStoreMinor)}});
+    std::vector<SqlRow> counters;
+    for (const char* t : kCounted) counters.push_back({std::string(t), int64_t{1}});
+    d.execute_many("INSERT INTO id_counters (name, next_id) VALUES (?, ?)", counters);
+    d.execute("INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (0, NULL, NULL, -1)", {});
+    return Ok{};
+  }
+  const auto rows = d.query("SELECT key, value FROM meta WHERE key IN ('format', 'version')", {});
+  std::string format, version;
+  for (const auto& r : rows) (as_text(r[0]) == "format" ? format : version) = as_text(r[1]);
+  if (format != kStoreFormat) {
+    return Error{Error::Kind::kCorrupt, 0, "the database's meta table does not name an mlflow-profiler store"};
+  }
+  int major = 0, minor = 0;
+  const auto dot = version.find('.');
+  const auto [p1, e1] = std::from_chars(version.data(), version.data() + std::min(dot, version.size()), major);
+  if (dot != std::string::npos) std::from_chars(version.data() + dot + 1, version.data() + version.size(), minor);
+  if (e1 != std::errc() || p1 == version.data()) {
+    return Error{Error::Kind::kCorrupt, 0, "the store's version '" + version + "' is not MAJOR.MINOR"};
+  }
+  const std::string ours = std::to_string(kStoreMajor) + "." + std::to_string(kStoreMinor);
+  if (major > kStoreMajor || (major == kStoreMajor && minor > kStoreMinor)) {
+    return Error{Error::Kind::kVersion, 0,
+                 "store version " + version + " was written by a newer mlflow-profiler; this one reads up to " + ours +
+                     ": upgrade mlflow-profiler"};
+  }
+  if (major < kStoreMajor) {
+    return Error{Error::Kind::kVersion, 0,
+                 "store version " + version + " is older than this mlflow-profiler's " + ours +
+                     ": run `mlprof migrate STORE` to bring it up to date"};
+  }
+  return Ok{};
+}
+
+int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
+  std::vector<std::vector<int32_t>> lane_spans(p.lanes.size());
+  for (int32_t s = 0; s < static_cast<int32_t>(p.spans.size()); ++s) lane_spans.at(p.spans[s].lane).push_back(s);
+  std::vector<SessionPlan> sessions = plan_sessions(p, lane_spans);
+
+  const int64_t source_id = reserve(d, "sources", 1);
+  d.execute(
+      "INSERT INTO sources (source_id, source_type, source_uri, source_timestamp, host, pid, container, pod, python, "
+      "model_name, model_version, run_id, start_ns, end_ns, captured_depth, events_captured, events_skipped, "
+      "unmatched_returns, kernel, lost_events, added_unix_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "?, ?, ?, ?, ?)",
+      {source_id, info.type, text_or_null(info.uri), meta_int(p, "start_unix_ns"), meta_text(p, info, {"host"}),
+       meta_int(p, "pid"), meta_text(p, info, {"container", "container.name"}), meta_text(p, info, {"pod", "k8s.pod"}),
+       meta_text(p, info, {"python"}), meta_text(p, info, {"model", "model.name", "model.class"}),
+       meta_text(p, info, {"version", "model.version"}), meta_text(p, info, {"run_id", "model.run_id"}), p.start_ns,
+       p.end_ns, int64_t{p.captured_depth}, static_cast<int64_t>(p.stats.events_captured),
+       static_cast<int64_t>(p.stats.events_skipped), static_cast<int64_t>(p.stats.unmatched_returns),
+       int64_t{p.kernel.present ? 1 : 0}, static_cast<int64_t>(p.kernel.lost_events), info.added_unix_ns});
+  // The document's meta, verbatim, and the labels as label.KEY (a label
+  // named like a meta key, "version", never shadows it).
+  std::map<std::string, std::string> labels = p.meta;
+  for (const auto& [k, v] : info.labels) labels["label." + k] = v;
+  std::vector<SqlRow> label_rows;
+  for (const auto& [k, v] : labels) label_rows.push_back({source_id, k, v});
+  if (!label_rows.empty()) d.execute_many("INSERT INTO source_labels (source_id, key, value) VALUES (?, ?, ?)", label_rows);
+
+  // Ids: sessions, lanes and samples in blocks; a session's samples contiguous.
+  const int64_t session_base = reserve(d, "sessions", static_cast<int64_t>(sessions.size()));
+  const int64_t lane_base = reserve(d, "lanes", static_cast<int64_t>(p.lanes.size()));
+  const int64_t sample_base = reserve(d, "samples", static_cast<int64_t>(p.spans.size()));
+  std::vector<int64_t> sample_id(p.spans.size(), 0), session_of_lane(p.lanes.size(), 0),
+      session_start(p.lanes.size(), 0);
+  int64_t next_sample = sample_base;
+  std::vector<SqlRow> session_rows;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    SessionPlan& s = sessions[i];
+    s.id = session_base + static_cast<int64_t>(i);
+    const int64_t first = next_sample;
+    for (const uint32_t li : s.lanes) {
+      session_of_lane[li] = s.id;
+      session_start[li] = s.start_ns;
+      for (const int32_t span : lane_spans[li]) sample_id[span] = next_sample++;
+    }
+    session_rows.push_back({s.id, source_id, int64_t{s.pid}, static_cast<int64_t>(s.serial), s.start_ns, s.end_ns, first,
+                            next_sample - first});
+  }
+  d.execute_many(
+      "INSERT INTO sessions (session_id, source_id, pid, serial, start_ns, end_ns, first_sample_id, sample_count) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+      session_rows);
+
+  std::vector<SqlRow> lane_rows;
+  for (uint32_t li = 0; li < p.lanes.size(); ++li) {
+    const Lane& l = p.lanes[li];
+    const bool has_parent = l.parent_lane >= 0 && static_cast<uint32_t>(l.parent_lane) < p.lanes.size();
+    lane_rows.push_back({lane_base + li, session_of_lane[li], int64_t{li}, static_cast<int64_t>(l.thread_id),
+                         static_cast<int64_t>(l.native_tid), l.thread_name, int64_t{l.task},
+                         has_parent ? SqlValue{lane_base + l.parent_lane} : SqlValue{}, int64_t{l.parent_call},
+                         static_cast<int64_t>(l.recorded), static_cast<int64_t>(l.dropped),
+                         int64_t{l.truncated ? 1 : 0}});
+  }
+  // Parent lanes come first (an adopted lane's parent is an earlier lane).
+  d.execute_many(
+      "INSERT INTO lanes (lane_id, session_id, ordinal, thread_id, native_tid, thread_name, task, parent_lane_id, "
+      "parent_call, events, dropped, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      lane_rows);
+
+  Dictionaries dict(d);
+  const std::vector<int64_t> self = export_util::self_times(p);
+  std::vector<int64_t> stack_of(p.spans.size(), 0);
+  std::vector<SqlRow> sample_rows;
+  sample_rows.reserve(p.spans.size());
+  std::vector<int32_t> order;  // sample id order: parents before children
+  order.reserve(p.spans.size());
+  for (const auto& s : sessions) {
+    for (const uint32_t li : s.lanes) order.insert(order.end(), lane_spans[li].begin(), lane_spans[li].end());
+  }
+  for (const int32_t i : order) {
+    const Span& sp = p.spans[i];
+    const FunctionInfo& f = p.functions.get(sp.function);
+    const std::string label = sp.label ? p.functions.strings().get(sp.label) : std::string();
+    const int64_t location = dict.location(dict.function(p, sp.function), f.line, label);
+    const int64_t parent_stack = sp.parent >= 0 ? stack_of[sp.parent] : 0;
+    stack_of[i] = dict.stack(parent_stack, location, int64_t{sp.depth});
+    const int64_t base = session_start[sp.lane];
+    const int64_t wall = sp.end_ns - sp.start_ns;
+    sample_rows.push_back({sample_id[i], lane_base + sp.lane, sp.parent >= 0 ? SqlValue{sample_id[sp.parent]} : SqlValue{},
+                           stack_of[i], int64_t{sp.flags}, sp.start_ns - base, sp.end_ns - base,
+                           sp.active_ns == wall ? SqlValue{} : SqlValue{sp.active_ns}, self[i], int64_t{sp.resumes}});
+  }
+  d.execute_many(
+      "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, active_ns, self_ns, "
+      "resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      sample_rows);
+
+  // Per-span kernel figures (the agent), long form; a missing row reads as 0.
+  if (p.kernel.present && p.kernel.spans.size() == p.spans.size()) {
+    std::vector<SqlRow> value_rows;
+    for (const auto& vt : kSpanValueTypes) {
+      const int64_t type_id = dict.value_type(std::string(vt.type), std::string(vt.unit));
+      for (size_t i = 0; i < p.spans.size(); ++i) {
+        const uint64_t v = vt.get(p.kernel.spans[i]);
+        if (v) value_rows.push_back({sample_id[i], type_id, static_cast<int64_t>(v)});
+      }
+    }
+    if (!value_rows.empty()) {
+      d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
+    }
+  }
+  std::vector<SqlRow> segment_rows;
+  for (const Segment& g : p.segments) {
+    const int64_t base = session_start[p.spans.at(g.span).lane];
+    segment_rows.push_back({sample_id[g.span], g.start_ns - base, g.end_ns - base});
+  }
+  if (!segment_rows.empty()) {
+    d.execute_many("INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                   segment_rows);
+  }
+  std::vector<SqlRow> io_rows;
+  int32_t last_span = -1;
+  int64_t ordinal = 0;
+  for (const SpanIO& io : p.io) {
+    ordinal = io.span == last_span ? ordinal + 1 : 0;
+    last_span = io.span;
+    const IOSummary& s = io.summary;
+    io_rows.push_back({sample_id.at(io.span), ordinal, int64_t(io.role), io.name, s.type_name,
+                       s.has_shape ? SqlValue{shape_text(s)} : SqlValue{}, s.dtype, s.length, s.size_bytes, s.device,
+                       s.repr_short});
+  }
+  if (!io_rows.empty()) {
+    d.execute_many(
+        "INSERT INTO io_summaries (sample_id, ordinal, role, name, type, shape, dtype, length, size_bytes, device, repr) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        io_rows);
+  }
+  std::vector<SqlRow> off_rows;
+  for (size_t i = 0; i < p.kernel.off_cpu.size(); ++i) {
+    const OffCpuInterval& o = p.kernel.off_cpu[i];
+    off_rows.push_back({source_id, static_cast<int64_t>(i), int64_t{o.pid}, static_cast<int64_t>(o.tid), o.start_ns,
+                        o.wake_ns, o.end_ns, int64_t{o.blocked ? 1 : 0}, static_cast<int64_t>(o.waker_tid),
+                        int64_t{o.prev_state}});
+  }
+  if (!off_rows.empty()) {
+    d.execute_many(
+        "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, "
+        "prev_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        off_rows);
+  }
+  std::vector<SqlRow> thread_rows;
+  for (size_t i = 0; i < p.kernel.threads.size(); ++i) {
+    const ThreadLifetime& t = p.kernel.threads[i];
+    const bool under = t.started_under >= 0 && static_cast<size_t>(t.started_under) < p.spans.size();
+    thread_rows.push_back({source_id, static_cast<int64_t>(i), int64_t{t.pid}, static_cast<int64_t>(t.tid),
+                           static_cast<int64_t>(t.parent_tid), t.start_ns, t.end_ns, t.name,
+                           under ? SqlValue{sample_id[t.started_under]} : SqlValue{}, int64_t{t.exit_code}});
+  }
+  if (!thread_rows.empty()) {
+    d.execute_many(
+        "INSERT INTO kernel_threads (source_id, ordinal, pid, tid, parent_tid, start_ns, end_ns, name, started_under, "
+        "exit_code) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        thread_rows);
+  }
+  return source_id;
+}
+
+Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
+  const auto src = d.query(
+      "SELECT start_ns, end_ns, captured_depth, events_captured, events_skipped, unmatched_returns, kernel, "
+      "lost_events FROM sources WHERE source_id = ?",
+      {source_id});
+  if (src.empty()) {
+    return Error{Error::Kind::kUnsupported, 0, "the store has no source " + std::to_string(source_id)};
+  }
+  Profile p;
+  const SqlRow& s = src[0];
+  p.start_ns = as_int(s[0]);
+  p.end_ns = as_int(s[1]);
+  p.captured_depth = static_cast<int>(as_int(s[2]));
+  p.stats.events_captured = static_cast<uint64_t>(as_int(s[3]));
+  p.stats.events_skipped = static_cast<uint64_t>(as_int(s[4]));
+  p.stats.unmatched_returns = static_cast<uint64_t>(as_int(s[5]));
+  p.kernel.present = as_int(s[6]) != 0;
+  p.kernel.lost_events = static_cast<uint64_t>(as_int(s[7]));
+  for (const auto& r : d.query("SELECT key, value FROM source_labels WHERE source_id = ?", {source_id})) {
+    p.meta[as_text(r[0])] = as_text(r[1]);
+  }
+
+  // Lanes in document order, with their session's pid and serial.
+  std::unordered_map<int64_t, uint32_t> lane_index;
+  std::unordered_map<int64_t, int64_t> lane_session_start;
+  std::vector<int64_t> parent_lane_ids;
+  for (const auto& r : d.query(
+           "SELECT l.lane_id, l.thread_id, l.native_tid, l.thread_name, l.task, l.parent_lane_id, l.parent_call, "
+           "l.events, l.dropped, l.truncated, se.pid, se.serial, se.start_ns FROM lanes l JOIN sessions se ON "
+           "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY l.ordinal",
+           {source_id})) {
+    Lane lane;
+    lane.thread_id = static_cast<uint64_t>(as_int(r[1]));
+    lane.native_tid = static_cast<uint64_t>(as_int(r[2]));
+    lane.thread_name = as_text(r[3]);
+    lane.task = static_cast<uint32_t>(as_int(r[4]));
+    parent_lane_ids.push_back(is_null(r[5]) ? -1 : as_int(r[5]));
+    lane.parent_call = static_cast<uint32_t>(as_int(r[6]));
+    lane.recorded = static_cast<uint64_t>(as_int(r[7]));
+    lane.dropped = static_cast<uint64_t>(as_int(r[8]));
+    lane.truncated = as_int(r[9]) != 0;
+    lane.pid = static_cast<uint32_t>(as_int(r[10]));
+    lane.session = static_cast<uint64_t>(as_int(r[11]));
+    lane_index[as_int(r[0])] = static_cast<uint32_t>(p.lanes.size());
+    lane_session_start[as_int(r[0])] = as_int(r[12]);
+    p.lanes.push_back(std::move(lane));
+  }
+  for (size_t i = 0; i < p.lanes.size(); ++i) {
+    const auto it = lane_index.find(parent_lane_ids[i]);
+    p.lanes[i].parent_lane = it == lane_index.end() ? -1 : static_cast<int32_t>(it->second);
+  }
+
+  // Spans: grouped by lane in lane order, in sample order within a lane.
+  std::unordered_map<int64_t, int32_t> span_of;
+  std::vector<int64_t> parent_ids;
+  std::unordered_map<int64_t, uint32_t> function_ids;
+  for (const auto& r : d.query(
+           "SELECT s.sample_id, s.lane_id, s.parent_id, s.flags, s.start_ns, s.end_ns, s.active_ns, s.resumes, k.depth, "
+           "lo.label, f.function_id, f.name, f.module, f.filename, f.start_line, f.kind, f.user_code "
+           "FROM samples s JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = l.session_id "
+           "JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = k.location_id "
+           "JOIN functions f ON f.function_id = lo.function_id WHERE se.source_id = ? ORDER BY l.ordinal, s.sample_id",
+           {source_id})) {
+    Span sp;
+    const int64_t lane_id = as_int(r[1]);
+    sp.lane = lane_index.at(lane_id);
+    const int64_t base = lane_session_start.at(lane_id);
+    parent_ids.push_back(is_null(r[2]) ? -1 : as_int(r[2]));
+    sp.flags = static_cast<uint32_t>(as_int(r[3]));
+    sp.start_ns = base + as_int(r[4]);
+    sp.end_ns = base + as_int(r[5]);
+    sp.active_ns = is_null(r[6]) ? sp.end_ns - sp.start_ns : as_int(r[6]);
+    sp.resumes = static_cast<uint32_t>(as_int(r[7]));
+    sp.depth = static_cast<uint32_t>(as_int(r[8]));
+    const std::string label = as_text(r[9]);
+    sp.label = label.empty() ? 0 : p.functions.strings().intern(label);
+    const int64_t fid = as_int(r[10]);
+    auto fit = function_ids.find(fid);
+    if (fit == function_ids.end()) {
+      fit = function_ids
+                .emplace(fid, p.functions.add(as_text(r[11]), as_text(r[12]), as_text(r[13]),
+                                              static_cast<int32_t>(as_int(r[14])),
+                                              static_cast<FunctionKind>(as_int(r[15])), as_int(r[16]) != 0))
+                .first;
+    }
+    sp.function = fit->second;
+    span_of[as_int(r[0])] = static_cast<int32_t>(p.spans.size());
+    p.spans.push_back(sp);
+  }
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    if (parent_ids[i] < 0) continue;
+    const auto it = span_of.find(parent_ids[i]);
+    if (it == span_of.end()) return Error{Error::Kind::kCorrupt, 0, "a span's parent is not in its source"};
+    p.spans[i].parent = it->second;
+  }
+  auto span_at = [&](const SqlValue& v) {
+    const auto it = span_of.find(as_int(v));
+    if (it == span_of.end()) throw StoreFailure("a row names a span that is not in its source");
+    return it->second;
+  };
+  for (const auto& r : d.query(
+           "SELECT g.sample_id, g.start_ns, g.end_ns, l.lane_id FROM segments g JOIN samples s ON s.sample_id = "
+           "g.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = l.session_id "
+           "WHERE se.source_id = ? ORDER BY g.sample_id, g.start_ns",
+           {source_id})) {
+    const int64_t base = lane_session_start.at(as_int(r[3]));
+    p.segments.push_back(Segment{span_at(r[0]), base + as_int(r[1]), base + as_int(r[2])});
+  }
+  for (const auto& r : d.query(
+           "SELECT i.sample_id, i.role, i.name, i.type, i.shape, i.dtype, i.length, i.size_bytes, i.device, i.repr "
+           "FROM io_summaries i JOIN samples s ON s.sample_id = i.sample_id JOIN lanes l ON l.lane_id = s.lane_id "
+           "JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? ORDER BY i.sample_id, i.ordinal",
+           {source_id})) {
+    SpanIO io;
+    io.span = span_at(r[0]);
+    io.role = static_cast<IORole>(as_int(r[1]));
+    io.name = as_text(r[2]);
+    io.summary.type_name = as_text(r[3]);
+    io.summary.has_shape = !is_null(r[4]);
+    if (io.summary.has_shape) io.summary.shape = parse_shape(as_text(r[4]));
+    io.summary.dtype = as_text(r[5]);
+    io.summary.length = as_int(r[6]);
+    io.summary.size_bytes = as_int(r[7]);
+    io.summary.device = as_text(r[8]);
+    io.summary.repr_short = as_text(r[9]);
+    p.io.push_back(std::move(io));
+  }
+  // The document orders both by span; sample ids follow sessions, so sort by span.
+  std::stable_sort(p.segments.begin(), p.segments.end(), [](const Segment& a, const Segment& b) { return a.span < b.span; });
+  std::stable_sort(p.io.begin(), p.io.end(), [](const SpanIO& a, const SpanIO& b) { return a.span < b.span; });
+
+  if (p.kernel.present) {
+    p.kernel.spans.assign(p.spans.size(), SpanKernel{});
+    for (const auto& r : d.query(
+             "SELECT v.sample_id, t.type, t.unit, v.value FROM sample_values v JOIN value_types t ON t.type_id = "
+             "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN "
+             "sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
+             {source_id})) {
+      const std::string type = as_text(r[1]), unit = as_text(r[2]);
+      for (const auto& vt : kSpanValueTypes) {
+        if (type == vt.type && unit == vt.unit) vt.set(p.kernel.spans[span_at(r[0])], static_cast<uint64_t>(as_int(r[3])));
+      }
+    }
+    for (const auto& r : d.query(
+             "SELECT pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, prev_state FROM off_cpu_intervals WHERE "
+             "source_id = ? ORDER BY ordinal",
+             {source_id})) {
+      OffCpuInterval o;
+      o.pid = static_cast<uint32_t>(as_int(r[0]));
+      o.tid = static_cast<uint64_t>(as_int(r[1]));
+      o.start_ns = as_int(r[2]);
+      o.wake_ns = as_int(r[3]);
+      o.end_ns = as_int(r[4]);
+      o.blocked = as_int(r[5]) != 0;
+      o.waker_tid = static_cast<uint64_t>(as_int(r[6]));
+      o.prev_state = static_cast<uint32_t>(as_int(r[7]));
+      p.kernel.off_cpu.push_back(o);
+    }
+    for (const auto& r : d.query(
+             "SELECT pid, tid, parent_tid, start_ns, end_ns, name, started_under, exit_code FROM kernel_threads WHERE "
+             "source_id = ? ORDER BY ordinal",
+             {source_id})) {
+      ThreadLifetime t;
+      t.pid = static_cast<uint32_t>(as_int(r[0]));
+      t.tid = static_cast<uint64_t>(as_int(r[1]));
+      t.parent_tid = static_cast<uint64_t>(as_int(r[2]));
+      t.start_ns = as_int(r[3]);
+      t.end_ns = as_int(r[4]);
+      t.name = as_text(r[5]);
+      t.started_under = is_null(r[6]) ? -1 : span_at(r[6]);
+      t.exit_code = static_cast<int32_t>(as_int(r[7]));
+      p.kernel.threads.push_back(std::move(t));
+    }
+  }
+  link_tree(p);
+  return p;
+}
+
+}  // namespace mlprof

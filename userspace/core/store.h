@@ -1,0 +1,63 @@
+#pragma once
+// The profile store (docs/store.md): a Profile added as rows of the schema
+// in store_schema.h, and read back as the same tree. The SQL runs through a
+// StoreDriver, so one writer and one reader serve every engine and host: the
+// extension drives Python's sqlite3 (or psycopg) connection, the agent its
+// own libsqlite3 one. The caller owns the connection and the transaction:
+// one add is one transaction (BEGIN IMMEDIATE in SQLite), so a killed writer
+// leaves the store as it was.
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/result.h"
+#include "core/store_schema.h"
+#include "core/tree.h"
+
+namespace mlprof {
+
+// A parameter or a column: NULL, an integer or a text.
+using SqlValue = std::variant<std::monostate, int64_t, std::string>;
+using SqlRow = std::vector<SqlValue>;
+
+// Runs SQL with `?` placeholders (a driver for PostgreSQL rewrites them).
+// Failures are thrown (the driver's own exception type, or StoreFailure).
+class StoreDriver {
+ public:
+  virtual ~StoreDriver() = default;
+  virtual Dialect dialect() const = 0;
+  virtual void execute(const std::string& sql, const SqlRow& params) = 0;
+  virtual void execute_many(const std::string& sql, const std::vector<SqlRow>& rows) = 0;
+  virtual std::vector<SqlRow> query(const std::string& sql, const SqlRow& params) = 0;
+};
+
+struct StoreFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Where a profile came from, besides what its meta says (docs/store.md).
+struct SourceInfo {
+  std::string type = "in-process";  // in-process, ebpf, pprof, speedscope, chrome-trace
+  std::string uri;                   // "" = none (written directly)
+  std::map<std::string, std::string> labels;  // --label k=v: model, version, run_id ...
+  int64_t added_unix_ns = 0;
+};
+
+// Creates the schema in an empty database, or checks the version of an
+// existing one: kVersion for a newer store (upgrade mlflow-profiler) or an
+// older one (run `mlprof migrate`), kCorrupt for a database that is not a store.
+Result<Ok> prepare_store(StoreDriver& driver);
+
+// Adds the profile as one source; returns its source_id. Call inside a
+// write transaction.
+int64_t add_profile(StoreDriver& driver, const Profile& profile, const SourceInfo& info);
+
+// The profile of one source, as it was added (the same tree: spans, times,
+// flags, labels, I/O, segments, lanes, kernel data, meta).
+Result<Profile> read_source(StoreDriver& driver, int64_t source_id);
+
+}  // namespace mlprof

@@ -1,0 +1,253 @@
+#include "core/store_schema.h"
+
+#include <regex>
+
+namespace mlprof {
+
+namespace {
+
+// SQLite dialect; the PostgreSQL one is derived (schema_statements). Times
+// of samples and segments are offsets from their session's start_ns (small
+// integers take fewer bytes); kernel intervals stay absolute CLOCK_MONOTONIC.
+// Call paths are stored once (stacks) and spans point at them: spec 001's
+// sample_locations is a view of that.
+const char* const kSchema = R"SQL(
+CREATE TABLE meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID, STRICT;
+
+CREATE TABLE id_counters (
+  name TEXT PRIMARY KEY,
+  next_id INTEGER NOT NULL
+) WITHOUT ROWID, STRICT;
+
+CREATE TABLE sources (
+  source_id INTEGER PRIMARY KEY,
+  source_type TEXT NOT NULL,
+  source_uri TEXT,
+  source_timestamp INTEGER,
+  host TEXT,
+  pid INTEGER,
+  container TEXT,
+  pod TEXT,
+  python TEXT,
+  model_name TEXT,
+  model_version TEXT,
+  run_id TEXT,
+  start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  captured_depth INTEGER NOT NULL,
+  events_captured INTEGER NOT NULL DEFAULT 0,
+  events_skipped INTEGER NOT NULL DEFAULT 0,
+  unmatched_returns INTEGER NOT NULL DEFAULT 0,
+  kernel INTEGER NOT NULL DEFAULT 0 CHECK (kernel IN (0, 1)),
+  lost_events INTEGER NOT NULL DEFAULT 0,
+  added_unix_ns INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE source_labels (
+  source_id INTEGER NOT NULL REFERENCES sources(source_id),
+  key TEXT NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY (source_id, key)
+) WITHOUT ROWID, STRICT;
+
+CREATE TABLE sessions (
+  session_id INTEGER PRIMARY KEY,
+  source_id INTEGER NOT NULL REFERENCES sources(source_id),
+  pid INTEGER NOT NULL DEFAULT 0,
+  serial INTEGER NOT NULL DEFAULT 0,
+  start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  first_sample_id INTEGER NOT NULL,
+  sample_count INTEGER NOT NULL,
+  UNIQUE (source_id, pid, serial)
+) STRICT;
+
+CREATE TABLE lanes (
+  lane_id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL REFERENCES sessions(session_id),
+  ordinal INTEGER NOT NULL,
+  thread_id INTEGER NOT NULL,
+  native_tid INTEGER NOT NULL DEFAULT 0,
+  thread_name TEXT NOT NULL DEFAULT '',
+  task INTEGER NOT NULL DEFAULT 0,
+  parent_lane_id INTEGER REFERENCES lanes(lane_id),
+  parent_call INTEGER NOT NULL DEFAULT 0,
+  events INTEGER NOT NULL DEFAULT 0,
+  dropped INTEGER NOT NULL DEFAULT 0,
+  truncated INTEGER NOT NULL DEFAULT 0 CHECK (truncated IN (0, 1))
+) STRICT;
+
+CREATE TABLE functions (
+  function_id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  system_name TEXT NOT NULL DEFAULT '',
+  filename TEXT NOT NULL DEFAULT '',
+  start_line INTEGER NOT NULL DEFAULT 0,
+  module TEXT NOT NULL DEFAULT '',
+  kind INTEGER NOT NULL DEFAULT 0,
+  user_code INTEGER NOT NULL DEFAULT 0 CHECK (user_code IN (0, 1)),
+  UNIQUE (name, system_name, filename, start_line, module, kind, user_code)
+) STRICT;
+
+CREATE TABLE locations (
+  location_id INTEGER PRIMARY KEY,
+  function_id INTEGER NOT NULL REFERENCES functions(function_id),
+  line INTEGER NOT NULL DEFAULT 0,
+  label TEXT NOT NULL DEFAULT '',
+  UNIQUE (function_id, line, label)
+) STRICT;
+
+CREATE TABLE stacks (
+  stack_id INTEGER PRIMARY KEY,
+  parent_stack_id INTEGER REFERENCES stacks(stack_id),
+  location_id INTEGER REFERENCES locations(location_id),
+  depth INTEGER NOT NULL,
+  UNIQUE (parent_stack_id, location_id),
+  CHECK ((stack_id = 0) = (parent_stack_id IS NULL)),
+  CHECK ((stack_id = 0) = (location_id IS NULL))
+) STRICT;
+
+CREATE TABLE samples (
+  sample_id INTEGER PRIMARY KEY,
+  lane_id INTEGER NOT NULL REFERENCES lanes(lane_id),
+  parent_id INTEGER REFERENCES samples(sample_id),
+  stack_id INTEGER NOT NULL REFERENCES stacks(stack_id),
+  flags INTEGER NOT NULL DEFAULT 0,
+  start_ns INTEGER,
+  end_ns INTEGER,
+  active_ns INTEGER,
+  self_ns INTEGER,
+  resumes INTEGER NOT NULL DEFAULT 0,
+  CHECK ((start_ns IS NULL) = (end_ns IS NULL)),
+  CHECK (end_ns >= start_ns)
+) STRICT;
+
+CREATE TABLE value_types (
+  type_id INTEGER PRIMARY KEY,
+  type TEXT NOT NULL,
+  unit TEXT NOT NULL,
+  UNIQUE (type, unit)
+) STRICT;
+
+CREATE TABLE sample_values (
+  sample_id INTEGER NOT NULL REFERENCES samples(sample_id),
+  type_id INTEGER NOT NULL REFERENCES value_types(type_id),
+  value INTEGER NOT NULL,
+  PRIMARY KEY (sample_id, type_id)
+) WITHOUT ROWID, STRICT;
+
+CREATE TABLE segments (
+  sample_id INTEGER NOT NULL REFERENCES samples(sample_id),
+  start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL CHECK (end_ns >= start_ns),
+  PRIMARY KEY (sample_id, start_ns)
+) WITHOUT ROWID, STRICT;
+
+CREATE TABLE io_summaries (
+  sample_id INTEGER NOT NULL REFERENCES samples(sample_id),
+  ordinal INTEGER NOT NULL,
+  role INTEGER NOT NULL CHECK (role IN (0, 1)),
+  name TEXT NOT NULL,
+  type TEXT NOT NULL,
+  shape TEXT,
+  dtype TEXT NOT NULL DEFAULT '',
+  length INTEGER NOT NULL DEFAULT -1,
+  size_bytes INTEGER NOT NULL DEFAULT -1,
+  device TEXT NOT NULL DEFAULT '',
+  repr TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (sample_id, ordinal)
+) WITHOUT ROWID, STRICT;
+
+CREATE TABLE off_cpu_intervals (
+  source_id INTEGER NOT NULL REFERENCES sources(source_id),
+  ordinal INTEGER NOT NULL,
+  pid INTEGER NOT NULL,
+  tid INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL,
+  wake_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  blocked INTEGER NOT NULL CHECK (blocked IN (0, 1)),
+  waker_tid INTEGER NOT NULL,
+  prev_state INTEGER NOT NULL,
+  PRIMARY KEY (source_id, ordinal)
+) WITHOUT ROWID, STRICT;
+
+CREATE TABLE kernel_threads (
+  source_id INTEGER NOT NULL REFERENCES sources(source_id),
+  ordinal INTEGER NOT NULL,
+  pid INTEGER NOT NULL,
+  tid INTEGER NOT NULL,
+  parent_tid INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  started_under INTEGER REFERENCES samples(sample_id),
+  exit_code INTEGER NOT NULL,
+  PRIMARY KEY (source_id, ordinal)
+) WITHOUT ROWID, STRICT;
+
+CREATE VIEW sample_locations AS
+WITH RECURSIVE frames(sample_id, next_stack, depth, location_id) AS (
+  SELECT s.sample_id, k.parent_stack_id, k.depth, k.location_id
+    FROM samples s JOIN stacks k ON k.stack_id = s.stack_id WHERE k.stack_id <> 0
+  UNION ALL
+  SELECT f.sample_id, k.parent_stack_id, k.depth, k.location_id
+    FROM frames f JOIN stacks k ON k.stack_id = f.next_stack WHERE k.stack_id <> 0)
+SELECT sample_id, depth, location_id FROM frames;
+
+CREATE VIEW spans AS
+SELECT s.sample_id, l.session_id, s.lane_id, s.parent_id, s.stack_id, k.depth,
+       CASE WHEN lo.label <> '' THEN lo.label ELSE f.name END AS name, f.module, f.filename,
+       se.start_ns + s.start_ns AS start_ns, se.start_ns + s.end_ns AS end_ns,
+       s.end_ns - s.start_ns AS wall_ns, COALESCE(s.active_ns, s.end_ns - s.start_ns) AS active_ns,
+       s.self_ns, s.flags
+  FROM samples s JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = l.session_id
+  JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = k.location_id
+  JOIN functions f ON f.function_id = lo.function_id;
+
+CREATE VIEW span_values AS
+SELECT sample_id, 'wall' AS type, 'ns' AS unit, end_ns - start_ns AS value FROM samples WHERE start_ns IS NOT NULL
+UNION ALL SELECT sample_id, 'self', 'ns', self_ns FROM samples WHERE self_ns IS NOT NULL
+UNION ALL SELECT v.sample_id, t.type, t.unit, v.value FROM sample_values v JOIN value_types t ON t.type_id = v.type_id;
+)SQL";
+
+std::vector<std::string> split_statements(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find(";\n", start);
+    const size_t stop = end == std::string::npos ? text.size() : end;
+    std::string stmt = text.substr(start, stop - start);
+    if (stmt.find_first_not_of(" \n") != std::string::npos) out.push_back(stmt.substr(stmt.find_first_not_of(" \n")));
+    start = stop + 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::string& schema_text() {
+  static const std::string text(kSchema + 1);  // without the leading newline
+  return text;
+}
+
+std::vector<std::string> schema_statements(Dialect dialect) {
+  std::vector<std::string> out = split_statements(schema_text());
+  if (dialect == Dialect::kPostgres) {
+    // INTEGER is 32-bit there (64-bit in SQLite); no rowid tables, no STRICT.
+    static const std::regex integer("\\bINTEGER\\b");
+    for (auto& s : out) {
+      s = std::regex_replace(s, integer, "BIGINT");
+      for (const char* tail : {") WITHOUT ROWID, STRICT", ") STRICT"}) {
+        const auto at = s.rfind(tail);
+        if (at != std::string::npos && at + std::string(tail).size() == s.size()) s = s.substr(0, at) + ")";
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace mlprof
