@@ -46,6 +46,7 @@ class _SqliteDriver:
     """What the core's StoreDriver calls (pyext/bind_store.cpp)."""
 
     dialect = "sqlite"
+    begin = "BEGIN IMMEDIATE"  # the write lock at once: no deadlock upgrading a read lock
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -58,6 +59,34 @@ class _SqliteDriver:
 
     def query(self, sql: str, params: tuple) -> List[tuple]:
         return self.conn.execute(sql, params).fetchall()
+
+
+class _PostgresDriver:
+    """The same calls on a psycopg 3 connection (autocommit; the store opens
+    its transactions). The core writes `?` placeholders; psycopg takes `%s`."""
+
+    dialect = "postgres"
+    begin = "BEGIN"
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self._sql: Dict[str, str] = {}
+
+    def _text(self, sql: str) -> str:
+        text = self._sql.get(sql)
+        if text is None:
+            text = self._sql[sql] = sql.replace("%", "%%").replace("?", "%s")
+        return text
+
+    def execute(self, sql: str, params: tuple) -> None:
+        self.conn.execute(self._text(sql), params)
+
+    def executemany(self, sql: str, rows: list) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(self._text(sql), rows)
+
+    def query(self, sql: str, params: tuple) -> List[tuple]:
+        return self.conn.execute(self._text(sql), params).fetchall()
 
 
 def _sqlite_path(target: str) -> str:
@@ -118,7 +147,8 @@ class Store:
             "SELECT s.source_id, s.source_type, s.source_uri, s.host, s.pid, s.model_name, s.model_version, "
             "s.run_id, s.source_timestamp, s.added_unix_ns, s.end_ns - s.start_ns, "
             "(SELECT count(*) FROM sessions se WHERE se.source_id = s.source_id), "
-            "(SELECT coalesce(sum(se.sample_count), 0) FROM sessions se WHERE se.source_id = s.source_id) "
+            "(SELECT CAST(coalesce(sum(se.sample_count), 0) AS BIGINT) FROM sessions se "
+            "WHERE se.source_id = s.source_id) "
             "FROM sources s ORDER BY s.source_id", ())
         keys = ("source_id", "source_type", "uri", "host", "pid", "model", "version", "run_id",
                 "captured_unix_ns", "added_unix_ns", "duration_ns", "sessions", "spans")
@@ -133,7 +163,7 @@ class Store:
     # -- plumbing ------------------------------------------------------------
 
     def _write(self):
-        return _Transaction(self._conn)
+        return _Transaction(self._conn, self._driver.begin)
 
     def close(self) -> None:
         """Closes the connection."""
@@ -152,11 +182,12 @@ class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception: one add is
     all there or not there."""
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn, begin: str) -> None:
         self.conn = conn
+        self.begin = begin
 
     def __enter__(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute(self.begin)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
@@ -167,14 +198,18 @@ class _Transaction:
 
 def open_store(target: Union[str, os.PathLike, None] = None) -> Store:
     """Opens (creating it if need be) the store at `target`: a path or
-    ``sqlite:///path`` for SQLite. Without a target, MLFLOW_PROFILER_STORE
-    names it. Raises StoreError for a store of another version or a database
-    that is not a store."""
+    ``sqlite:///path`` for SQLite, ``postgresql://user@host:port/db`` for
+    PostgreSQL (needs ``pip install 'mlflow-profiler[postgres]'``). Without a
+    target, MLFLOW_PROFILER_STORE names it. Raises StoreError for a store of
+    another version, a database that is not a store, or a server that does
+    not answer."""
     if target is None:
         target = os.environ.get("MLFLOW_PROFILER_STORE")
         if not target:
             raise StoreError("no store given, and MLFLOW_PROFILER_STORE is not set", kind="missing")
     target = os.fspath(target)
+    if target.startswith(("postgresql://", "postgres://")):
+        return _open_postgres(target)
     path = _sqlite_path(target)
     try:
         conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
@@ -184,7 +219,7 @@ def open_store(target: Union[str, os.PathLike, None] = None) -> Store:
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         driver = _SqliteDriver(conn)
-        with _Transaction(conn):
+        with _Transaction(conn, driver.begin):
             error = _core.store_prepare(driver, driver.dialect)
         if error is not None:
             raise StoreError(error[1], kind=error[0], target=target)
@@ -197,3 +232,45 @@ def open_store(target: Union[str, os.PathLike, None] = None) -> Store:
         conn.close()
         raise
     return Store(target, conn, driver)
+
+
+_CONNECT_TIMEOUT_S = 5
+
+
+def _open_postgres(target: str) -> Store:
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError("a PostgreSQL store needs psycopg: pip install 'mlflow-profiler[postgres]'",
+                         kind="missing", target=_safe(target)) from None
+    try:
+        conn = psycopg.connect(target, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S)
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreError(f"cannot reach the PostgreSQL store: {reason}", kind="unreachable",
+                         target=_safe(target)) from None
+    driver = _PostgresDriver(conn)
+    try:
+        # One writer at a time creates the schema (an advisory lock: two
+        # processes opening a new database at once).
+        conn.execute("SELECT pg_advisory_lock(7170687)")
+        try:
+            with _Transaction(conn, driver.begin):
+                error = _core.store_prepare(driver, driver.dialect)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(7170687)")
+        if error is not None:
+            raise StoreError(error[1], kind=error[0], target=_safe(target))
+    except BaseException:
+        conn.close()
+        raise
+    return Store(_safe(target), conn, driver)
+
+
+def _safe(target: str) -> str:
+    """The URL without its password, for messages."""
+    scheme, sep, rest = target.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not at or ":" not in creds:
+        return target
+    return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"

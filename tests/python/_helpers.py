@@ -187,3 +187,29 @@ def require_mlflow():
         # allow_module_level: test modules call this at import
         pytest.skip("MLflow is not installed (pip install 'mlflow-profiler[mlflow]')", allow_module_level=True)
     return mlflow
+
+
+def duckdb_with(extension: str, tmp_path):
+    """A DuckDB connection with its `sqlite` or `postgres` extension loaded
+    from the PyPI wheel (duckdb-extension-sqlite, -postgres), not from
+    DuckDB's download server: CI has no access to it. The wheel names the
+    file `sqlite.duckdb_extension`; LOAD wants the extension's canonical
+    name, `sqlite_scanner`, so it is loaded from a copy of that name."""
+    import glob
+    import importlib
+    import os
+    import shutil
+
+    try:
+        duckdb = importlib.import_module("duckdb")
+        package = importlib.import_module(f"duckdb_extension_{extension}")
+    except ImportError:
+        require_tool(None, f"duckdb and duckdb-extension-{extension}",
+                     f"pip install duckdb==1.5.5 duckdb-extension-{extension}==1.5.5")
+    (found,) = glob.glob(os.path.join(os.path.dirname(package.__file__), "extensions", "*",
+                                      f"{extension}.duckdb_extension"))
+    copy = os.path.join(str(tmp_path), f"{extension}_scanner.duckdb_extension")
+    shutil.copyfile(found, copy)
+    con = duckdb.connect()
+    con.execute(f"LOAD '{copy}'")
+    return con

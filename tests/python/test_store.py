@@ -304,3 +304,39 @@ def test_mlprof_add_and_show(tmp_path):
     assert run.returncode == 1 and "no source 7" in run.stderr, run
     run = _mlprof("add", db, good, "--label", "oops")
     assert run.returncode == 2 and "KEY=VALUE" in run.stderr, run
+
+
+# The query docs/store.md shows: DuckDB reading the store for ad-hoc SQL.
+DUCKDB_QUERY = """
+SELECT name, count(*) AS calls, quantile_disc(wall_ns, 0.95) AS p95_ns
+FROM p.spans GROUP BY name ORDER BY name
+"""
+
+
+def _expected_p95(sessions):
+    """The docs query's answer, from the trees: per name, calls and the
+    lower 95th percentile (quantile_disc) of the wall time."""
+    walls = {}
+    for session in sessions:
+        for node in _walk(session.to_tree()):
+            walls.setdefault(node["label"], []).append(node["end_ns"] - node["start_ns"])
+    out = []
+    for name in sorted(walls):
+        values = sorted(walls[name])
+        out.append((name, len(values), values[max(0, -(-95 * len(values) // 100) - 1)]))
+    return out
+
+
+def test_duckdb_reads_the_store(tmp_path):
+    from _helpers import duckdb_with
+
+    sessions = []
+    with open_store(tmp_path / "duck.db") as store:
+        for n in range(5):
+            with profiling(depth=-1) as session:
+                _encode(list(range(3, 3 + n + 1)))
+            store.add(session)
+            sessions.append(session)
+    con = duckdb_with("sqlite", tmp_path)
+    con.execute(f"ATTACH '{tmp_path / 'duck.db'}' AS p (TYPE sqlite, READ_ONLY)")
+    assert [tuple(r) for r in con.execute(DUCKDB_QUERY).fetchall()] == _expected_p95(sessions)

@@ -1,0 +1,141 @@
+"""The profile store on a real PostgreSQL server (issue 18): the same
+schema and queries as SQLite, several writers at once, and a server that
+is down is a clear error, fast."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from _postgres import free_port, postgres_server
+from mlflow_profiler import profiling
+from mlflow_profiler.store import StoreError, open_store
+from test_store import DUCKDB_QUERY, _document, _encode, _expected_p95, _predict, _walk
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    with postgres_server() as url:
+        yield url
+
+
+def _fresh(pg_url, name):
+    """A database of its own for one test."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return pg_url.rsplit("/", 1)[0] + "/" + name
+
+
+def test_a_profile_read_back_is_the_same_tree(pg_url):
+    url = _fresh(pg_url, "roundtrip")
+    with profiling(depth=-1, capture_io=True, all_threads=True) as session:
+        _predict([3, 4, 5])
+    with open_store(url) as store:
+        source = store.add(session, labels={"model": "fraud"})
+        back = store.load(source)
+        assert back.to_tree() == session.to_tree()
+        got, want = _document(back), _document(session)
+        assert got.pop("meta") == {**want.pop("meta"), "label.model": "fraud"}
+        assert got == want
+        (row,) = store.sources()
+        assert row["model"] == "fraud" and row["spans"] == len(list(_walk(session.to_tree())))
+    # Opened again: the schema is there, the version checked, nothing added twice.
+    with open_store(url) as store:
+        assert [s["source_id"] for s in store.sources()] == [source]
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from mlflow_profiler import profiling
+    from mlflow_profiler.store import open_store
+
+    def leaf(i):
+        return i
+    def node(n):
+        return [leaf(i) for i in range(n)]
+    with profiling(depth=-1) as session:
+        for _ in range(20):
+            node(50)
+    with open_store(sys.argv[1]) as store:
+        for _ in range(5):
+            store.add(session, labels={"writer": sys.argv[2]})
+""")
+
+
+def test_several_writers_at_once(pg_url, tmp_path):
+    url = _fresh(pg_url, "writers")
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    writers = [subprocess.Popen([sys.executable, str(script), url, str(i)], stderr=subprocess.PIPE, text=True)
+               for i in range(4)]
+    for w in writers:
+        _, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        per_writer = dict(conn.execute(
+            "SELECT value, count(*) FROM source_labels WHERE key = 'label.writer' GROUP BY value").fetchall())
+        assert per_writer == {str(i): 5 for i in range(4)}
+        assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 4 * 5 * 20 * 51
+        # Each function and call path once, whoever wrote it first.
+        assert conn.execute("SELECT count(*) FROM functions").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM stacks").fetchone()[0] == 3
+
+
+def test_a_server_that_is_down_is_a_clear_error_at_once():
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    started = time.monotonic()
+    with pytest.raises(StoreError) as err:
+        open_store(url)
+    assert time.monotonic() - started < 10
+    assert err.value.kind == "unreachable"
+    assert str(err.value).startswith(url + ": cannot reach the PostgreSQL store: "), str(err.value)
+
+
+def test_the_password_stays_out_of_messages(pg_url):
+    url = pg_url.replace("postgres@", "postgres:hunter2@").rsplit("/", 1)[0] + "/no_such_db"
+    with pytest.raises(StoreError) as err:
+        open_store(url)
+    assert "hunter2" not in str(err.value) and "postgres:***@" in str(err.value)
+
+
+def test_sqlite_and_postgres_answer_the_same_query(pg_url, tmp_path):
+    """One schema, one set of queries: the spans view over both engines."""
+    url = _fresh(pg_url, "same")
+    with profiling(depth=-1) as session:
+        _encode([3, 4, 5])
+    query = "SELECT name, depth, wall_ns, self_ns FROM spans ORDER BY sample_id"
+    answers = []
+    for target in (tmp_path / "same.db", url):
+        with open_store(target) as store:
+            store.add(session)
+            answers.append([tuple(r) for r in store._driver.query(query, ())])
+    assert answers[0] == answers[1] and len(answers[0]) == len(list(_walk(session.to_tree())))
+    assert os.path.exists(tmp_path / "same.db")
+
+
+def test_duckdb_reads_the_postgres_store(pg_url, tmp_path):
+    from _helpers import duckdb_with
+
+    url = _fresh(pg_url, "duck")
+    sessions = []
+    with open_store(url) as store:
+        for n in range(3):
+            with profiling(depth=-1) as session:
+                _encode(list(range(3, 3 + n + 1)))
+            store.add(session)
+            sessions.append(session)
+    con = duckdb_with("postgres", tmp_path)
+    host_port = url.split("@", 1)[1].split("/", 1)[0]
+    host, port = host_port.split(":")
+    con.execute(f"ATTACH 'host={host} port={port} dbname=duck user=postgres' AS p (TYPE postgres, READ_ONLY)")
+    assert [tuple(r) for r in con.execute(DUCKDB_QUERY).fetchall()] == _expected_p95(sessions)
