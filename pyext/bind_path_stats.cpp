@@ -64,6 +64,10 @@ py::dict summary_dict(const std::vector<PathSummary>& paths, int depth) {
     d["incomplete"] = s.incomplete;
     put_durations(d, "", s.wall);
     put_durations(d, "self_", s.self);
+    // Off-CPU figures only where kernel data (the agent) gave them.
+    d["off_cpu_count"] = s.off_cpu.count;
+    put_durations(d, "off_cpu_", s.off_cpu);
+    if (s.off_cpu.count == 0) d["off_cpu_total_ms"] = py::none();
     out[py::str(key)] = std::move(d);
   }
   return out;
@@ -108,7 +112,8 @@ void bind_path_stats(py::module_& m) {
           py::arg("depth") = -1,
           "{'a/b': {'path': ['a', 'b'], 'depth': 1, 'count', 'sessions', 'incomplete', "
           "'mean_ms', 'min_ms', 'max_ms', 'p50_ms', 'p95_ms', 'p99_ms', 'total_ms', and the same "
-          "with 'self_'}}; depth >= 0 leaves out deeper paths.")
+          "with 'self_' and 'off_cpu_' (None without kernel data; 'off_cpu_count' its samples)}}; "
+          "depth >= 0 leaves out deeper paths.")
       .def(
           "reset",
           [](LockedStats& self) {

@@ -2,6 +2,7 @@
 
     mlprof add STORE FILE... [--source-type T] [--uri U] [--label k=v]...
     mlprof show STORE [SOURCE] [--depth N] [--format text|json]
+    mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json]
 
 STORE is a path (SQLite) or `sqlite:///path`. Exit status: 0 done, 1 a file
 or the store failed (each file is added whole or not at all), 2 usage.
@@ -86,6 +87,17 @@ def _show(args) -> int:
     return 0
 
 
+def _top(args) -> int:
+    from . import analysis
+
+    result = analysis.top(args.inputs, where=_labels(args.where), depth=args.depth)
+    if args.format == "json":
+        print(result.to_json())
+    else:
+        print(result.to_text(limit=args.limit), end="")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlprof", description="Profiles that accumulate and answer questions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -104,6 +116,14 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--depth", type=int, default=None, help="render the tree to this depth")
     show.add_argument("--format", choices=("text", "json"), default="text")
     show.set_defaults(run=_show)
+    top = sub.add_parser("top", help="the bottlenecks: call paths ranked by self time")
+    top.add_argument("inputs", nargs="+", metavar="STORE|FILE", help="stores and profile documents")
+    top.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                     help="only sources whose model, version, run_id, host, type, label or meta matches")
+    top.add_argument("--depth", type=int, default=None, help="fold deeper paths into their ancestors")
+    top.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
+    top.add_argument("--format", choices=("text", "json"), default="text")
+    top.set_defaults(run=_top)
     return parser
 
 
@@ -112,7 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
-    except StoreError as exc:
+    except (StoreError, ProfileLoadError, OSError) as exc:
         print(f"mlprof: {exc}", file=sys.stderr)
         return 1
 

@@ -154,6 +154,24 @@ class Store:
                 "captured_unix_ns", "added_unix_ns", "duration_ns", "sessions", "spans")
         return [dict(zip(keys, r)) for r in rows]
 
+    # Provenance a `where` key can name directly, by column.
+    _WHERE_COLUMNS = {"model": "model_name", "version": "model_version", "run_id": "run_id", "host": "host",
+                      "type": "source_type", "pid": "pid", "container": "container", "pod": "pod"}
+
+    def source_ids(self, where: Optional[Mapping[str, str]] = None) -> List[int]:
+        """The ids of the sources matching every `where` {key: value}: the
+        key's column (model, version, run_id, host, type, pid, container,
+        pod), a label the source was added with, or a key of its meta."""
+        sql = "SELECT s.source_id FROM sources s WHERE 1 = 1"
+        params: list = []
+        for key, value in (where or {}).items():
+            column = self._WHERE_COLUMNS.get(key)
+            clause = (f"CAST(s.{column} AS TEXT) = ? OR " if column else "")
+            sql += (f" AND ({clause}s.source_id IN (SELECT source_id FROM source_labels "
+                    "WHERE key IN (?, ?) AND value = ?))")
+            params += ([str(value)] if column else []) + [f"label.{key}", key, str(value)]
+        return [r[0] for r in self._driver.query(sql + " ORDER BY s.source_id", tuple(params))]
+
     def labels(self, source_id: int) -> Dict[str, str]:
         """The source's provenance: its document's meta and the labels it was added with."""
         rows = self._driver.query("SELECT key, value FROM source_labels WHERE source_id = ? ORDER BY key",

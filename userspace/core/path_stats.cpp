@@ -129,6 +129,7 @@ void CallPathStats::add(const Profile& p, int depth) {
   name_cache_.assign(p.functions.strings().size(), 0);
   stack_.clear();
   const auto n = static_cast<int32_t>(p.spans.size());
+  const bool kernel = p.kernel.present && p.kernel.spans.size() == p.spans.size();
   const auto kept = [&](int32_t s) {
     return s >= 0 && s < n && (depth < 0 || p.spans[s].depth <= static_cast<uint32_t>(depth));
   };
@@ -165,6 +166,7 @@ void CallPathStats::add(const Profile& p, int depth) {
     }
     r.wall.add(span.duration_ns());
     r.self.add(self);
+    if (kernel) r.off_cpu.add(p.kernel.spans[s].off_cpu_ns);
   }
 }
 
@@ -180,13 +182,14 @@ std::vector<PathSummary> CallPathStats::summary() const {
     s.incomplete = r.incomplete;
     s.wall = durations(r.wall);
     s.self = durations(r.self);
+    s.off_cpu = durations(r.off_cpu);
   }
   return out;
 }
 
 size_t CallPathStats::memory_bytes() const {
   size_t bytes = paths_.capacity() * sizeof(PathRecord);
-  for (const PathRecord& r : paths_) bytes += r.wall.heap_bytes() + r.self.heap_bytes();
+  for (const PathRecord& r : paths_) bytes += r.wall.heap_bytes() + r.self.heap_bytes() + r.off_cpu.heap_bytes();
   bytes += names_.size() * sizeof(std::string) + 512;  // + a deque block
   for (const std::string& s : names_) bytes += s.capacity() + 1;
   // Hash nodes: the stored pair and a next pointer, plus the bucket array.

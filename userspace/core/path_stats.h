@@ -73,6 +73,9 @@ struct PathSummary {
   };
   Durations wall;  // Span::duration_ns
   Durations self;  // see CallPathStats::add
+  // Off the CPU while the call was open (the agent's kernel data, SpanKernel::
+  // off_cpu_ns); count 0 when no profile of the path carried kernel data.
+  Durations off_cpu;
 };
 
 // Per-call-path statistics over many profiles. Not thread-safe: callers
@@ -128,6 +131,7 @@ class CallPathStats {
     uint64_t last_session = 0;  // sessions_ when last seen, to count sessions once
     QuantileSketch wall;
     QuantileSketch self;
+    QuantileSketch off_cpu;  // samples from profiles with kernel data only
   };
   static constexpr uint32_t kDropped = UINT32_MAX;
 

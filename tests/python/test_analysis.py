@@ -1,0 +1,158 @@
+"""mlprof top and analysis.top (issue 18): the bottlenecks by call path over
+files and stores, checked against the trees they come from."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mlflow_profiler import analysis, profiling
+from mlflow_profiler.store import open_store
+from test_store import _walk
+
+
+def _spin(n):
+    return sum(i * i for i in range(n))
+
+
+def _encode(n):
+    return _spin(n)
+
+
+def _decode(n):
+    return [_spin(n // 4) for _ in range(2)]
+
+
+def _predict(n):
+    return _encode(n), _decode(n)
+
+
+def _captures(count, n=20_000):
+    out = []
+    for i in range(count):
+        with profiling(depth=-1) as session:
+            _predict(n + 1000 * i)
+        out.append(session)
+    return out
+
+
+def _exact(sessions, depth=None):
+    """Per path (names joined by /): the wall times of its calls, and their
+    self times (wall less the children's), from the trees."""
+    walls, selfs = {}, {}
+
+    def visit(node, prefix):
+        path = f"{prefix}/{node['label']}" if prefix else node["label"]
+        children = node["children"] if depth is None or node["depth"] < depth else []
+        walls.setdefault(path, []).append(node["end_ns"] - node["start_ns"])
+        selfs.setdefault(path, []).append(node["active_ns"] - sum(c["active_ns"] for c in children))
+        for c in children:
+            visit(c, path)
+
+    for s in sessions:
+        for root in s.to_tree():
+            visit(root, "")
+    return walls, selfs
+
+
+def _lower(values, q):
+    values = sorted(values)
+    return values[int(q * (len(values) - 1))]
+
+
+@pytest.fixture(scope="module")
+def captures():
+    return _captures(12)
+
+
+def test_top_ranks_paths_by_self_time_with_their_quantiles(captures):
+    result = analysis.top(captures)
+    walls, selfs = _exact(captures)
+    assert result.sessions == 12
+    assert {"/".join(r.path) for r in result.rows} == set(walls)
+    assert [r.self_time["total"] for r in result.rows] == sorted((r.self_time["total"] for r in result.rows),
+                                                                 reverse=True)
+    assert sum(r.share for r in result.rows) == pytest.approx(1.0)
+    for r in result.rows:
+        key = "/".join(r.path)
+        assert r.count == len(walls[key]) and r.sessions == 12
+        assert r.self_time["total"] == pytest.approx(sum(selfs[key]) / 1e6, rel=1e-9, abs=1e-6)
+        for q, name in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
+            # The sketch's promise: within 1% of the sample of rank floor(q*(n-1)).
+            assert r.wall[name] == pytest.approx(_lower(walls[key], q) / 1e6, rel=0.0101)
+        assert r.off_cpu is None  # no kernel data in process
+    top_row = result.rows[0]
+    assert top_row.path[-1] == "_spin"  # the loop is where the time goes
+    text = result.to_text(limit=3)
+    lines = text.splitlines()
+    assert lines[0] == (f"top: 12 sessions, {len(result.rows)} call paths, "
+                        f"{analysis._ms(result.self_total_ms)} of self time")
+    assert lines[1].split()[:3] == ["share", "calls", "wall"] and lines[2].endswith("/".join(top_row.path))
+    assert lines[-1] == f"({len(result.rows) - 3} more paths: --limit)"
+
+
+def test_a_store_and_files_give_the_same_answer_and_where_selects(captures, tmp_path):
+    db = tmp_path / "top.db"
+    files = []
+    with open_store(db) as store:
+        for i, s in enumerate(captures):
+            store.add(s, labels={"model": "m", "version": str(1 + i % 3)})
+            files.append(s.save(tmp_path / f"p{i}.json.gz"))
+    from_store, from_files = analysis.top([db]), analysis.top(files)
+    assert from_store.rows == from_files.rows and from_store.sessions == from_files.sessions == 12
+    picked = analysis.top([db], where={"version": "2"})
+    assert picked.sessions == 4
+    assert picked.rows == analysis.top(captures[1::3]).rows
+    assert analysis.top([db], where={"model": "nope"}).sessions == 0
+    # depth folds deeper paths into their ancestors' self time.
+    shallow = analysis.top([db], depth=1)
+    assert max(len(r.path) for r in shallow.rows) == 2
+    walls, selfs = _exact(captures, depth=1)
+    for r in shallow.rows:
+        assert r.self_time["total"] == pytest.approx(sum(selfs["/".join(r.path)]) / 1e6, rel=1e-9, abs=1e-6)
+
+
+def test_off_cpu_comes_from_the_agents_kernel_data(tmp_path):
+    import json as _json
+
+    from mlflow_profiler._files import loads
+
+    with profiling(depth=-1) as session:
+        _encode(1000)
+    doc = _json.loads(session.to_json())
+    doc["meta"]["source"] = "ebpf"
+    doc["span_value_fields"] = ["span", "type", "unit", "value"]
+    doc["span_values"] = [[0, "off_cpu", "ns", 3000], [1, "off_cpu", "ns", 1000]]
+    doc["kernel"] = {"lost_events": 0, "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
+                                                          "waker_tid", "prev_state"], "off_cpu": [],
+                     "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
+                                       "exit_code"], "threads": []}
+    agent = loads(_json.dumps(doc))
+    rows = {"/".join(r.path): r for r in analysis.top([agent]).rows}
+    assert rows["_encode"].off_cpu["p95"] == pytest.approx(3000 / 1e6, rel=0.0101)
+    assert rows["_encode/_spin"].off_cpu["total"] == pytest.approx(1000 / 1e6)
+    assert "off-CPU p95" in analysis.top([agent]).to_text()
+
+
+def test_mlprof_top(captures, tmp_path):
+    db = tmp_path / "cli.db"
+    with open_store(db) as store:
+        for i, s in enumerate(captures):
+            store.add(s, labels={"version": str(i % 2)})
+    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(db), "--where", "version=1",
+                          "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["sessions"] == 6 and doc["where"] == {"version": "1"}
+    assert doc["paths"][0]["path"][-1] == "_spin" and sum(p["share"] for p in doc["paths"]) == pytest.approx(1)
+    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(db), "--limit", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.splitlines()[0].startswith("top: 12 sessions"), run
+    assert len(run.stdout.splitlines()) == 2 + 2 + 1
+    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(tmp_path / "missing.json")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and run.stderr.startswith("mlprof: ") and "missing.json" in run.stderr, run
+    assert "Traceback" not in run.stderr
