@@ -3,6 +3,7 @@
     mlprof add STORE FILE... [--source-type T] [--uri U] [--label k=v]...
     mlprof show STORE [SOURCE] [--depth N] [--format text|json]
     mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json]
+    mlprof diff A B [--where-a k=v] [--where-b k=v] [--fail-on-regression PCT] [--format text|json]
 
 STORE is a path (SQLite) or `sqlite:///path`. Exit status: 0 done, 1 a file
 or the store failed (each file is added whole or not at all), 2 usage.
@@ -98,6 +99,21 @@ def _top(args) -> int:
     return 0
 
 
+def _diff(args) -> int:
+    from . import analysis
+
+    result = analysis.diff([args.a], [args.b], where_a=_labels(args.where_a), where_b=_labels(args.where_b),
+                           replicates=args.replicates, confidence=args.confidence, seed=args.seed,
+                           min_count=args.min_count)
+    if args.format == "json":
+        print(result.to_json())
+    else:
+        print(result.to_text(limit=args.limit, fail_pct=args.fail_on_regression), end="")
+    if args.fail_on_regression is not None and result.regressions(args.fail_on_regression):
+        return 1
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlprof", description="Profiles that accumulate and answer questions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -124,6 +140,20 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
     top.add_argument("--format", choices=("text", "json"), default="text")
     top.set_defaults(run=_top)
+    diff = sub.add_parser("diff", help="compare two sets of profiles path by path (a release gate)")
+    diff.add_argument("a", metavar="A", help="the baseline: a store, a profile document or a directory of them")
+    diff.add_argument("b", metavar="B", help="the candidate, the same way")
+    diff.add_argument("--where-a", action="append", default=[], metavar="KEY=VALUE", help="select A's sources")
+    diff.add_argument("--where-b", action="append", default=[], metavar="KEY=VALUE", help="select B's sources")
+    diff.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
+                      help="exit 1 when a path's p95 grew more than PCT%% and its interval is above 0")
+    diff.add_argument("--min-count", type=int, default=20, help="calls a side needs for the gate (20)")
+    diff.add_argument("--confidence", type=float, default=0.95)
+    diff.add_argument("--replicates", type=int, default=2000, help="bootstrap resamples (2000)")
+    diff.add_argument("--seed", type=int, default=0)
+    diff.add_argument("--limit", type=int, default=20)
+    diff.add_argument("--format", choices=("text", "json"), default="text")
+    diff.set_defaults(run=_diff)
     return parser
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import random
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 
-__all__ = ["Top", "TopRow", "profiles", "top"]
+__all__ = ["Diff", "DiffRow", "Top", "TopRow", "diff", "profiles", "top"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -35,6 +37,14 @@ def _is_store(target: str) -> bool:
         return False
 
 
+def _expand(target: str) -> List[str]:
+    """A directory stands for the profile documents in it."""
+    if os.path.isdir(target):
+        names = sorted(n for n in os.listdir(target) if n.endswith((".json", ".json.gz")))
+        return [os.path.join(target, n) for n in names]
+    return [target]
+
+
 def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[str, str]] = None) -> Iterator:
     """The profiles (ProfileSessions) of `inputs`: profile documents, and
     stores (a SQLite file, ``sqlite:///path``, ``postgresql://...``) whose
@@ -45,8 +55,8 @@ def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[
     from .store import open_store
 
     where = dict(where or {})
-    for item in inputs:
-        target = os.fspath(item)
+    targets = [t for item in inputs for t in _expand(os.fspath(item))]
+    for target in targets:
         if _is_store(target):
             with open_store(target) as store:
                 for source_id in store.source_ids(where):
@@ -153,3 +163,182 @@ def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, wher
     ]
     rows.sort(key=lambda r: (-r.self_time["total"], r.path))
     return Top(rows=rows, sessions=count, self_total_ms=total, where=dict(where or {}))
+
+
+# --- diff ----------------------------------------------------------------------
+
+
+def _quantile(sorted_values: Sequence[int], q: float) -> int:
+    """The sample of rank floor(q*(n-1)) (numpy's "lower"): the rule of top()."""
+    return sorted_values[int(q * (len(sorted_values) - 1))]
+
+
+def _bootstrap(sorted_values: Sequence[int], q: float, replicates: int, rng: random.Random) -> List[int]:
+    """The q-quantile of `replicates` resamples (n draws with replacement).
+    Exact and O(1) per resample: the k-th smallest of n uniform draws is
+    Beta(k, n-k+1), and the empirical quantile function maps it to the k-th
+    smallest resampled value, so no resample is drawn in full."""
+    n = len(sorted_values)
+    k = int(q * (n - 1)) + 1
+    out = []
+    for _ in range(replicates):
+        u = rng.betavariate(k, n - k + 1)
+        out.append(sorted_values[min(n - 1, max(0, math.ceil(u * n) - 1))])
+    return out
+
+
+def _walls(sessions) -> Dict[str, List[int]]:
+    """The wall times (ns) of the complete calls of each call path."""
+    out: Dict[str, List[int]] = {}
+
+    def visit(node, prefix):
+        path = f"{prefix}/{node['label']}" if prefix else node["label"]
+        if not {"open_at_end", "suspended_at_end"} & set(node["flags"]):
+            out.setdefault(path, []).append(node["end_ns"] - node["start_ns"])
+        for c in node["children"]:
+            visit(c, path)
+
+    for session in sessions:
+        for root in session.to_tree():
+            visit(root, "")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffRow:
+    """One call path in A and B: calls, p50 and p95 (ns) on each side, the
+    changes, and a bootstrap confidence interval on each change (None when a
+    side has no calls)."""
+
+    path: str
+    count_a: int
+    count_b: int
+    p50_a: Optional[int]
+    p50_b: Optional[int]
+    p95_a: Optional[int]
+    p95_b: Optional[int]
+    delta_p50_ci: Optional[List[int]]
+    delta_p95_ci: Optional[List[int]]
+
+    @property
+    def delta_p95(self) -> Optional[int]:
+        """p95 of B minus p95 of A (ns)."""
+        return None if self.p95_a is None or self.p95_b is None else self.p95_b - self.p95_a
+
+    @property
+    def delta_p50(self) -> Optional[int]:
+        """p50 of B minus p50 of A (ns)."""
+        return None if self.p50_a is None or self.p50_b is None else self.p50_b - self.p50_a
+
+    def p95_change_pct(self) -> Optional[float]:
+        """The p95's change in percent of A's."""
+        d = self.delta_p95
+        return None if d is None or not self.p95_a else 100.0 * d / self.p95_a
+
+
+@dataclasses.dataclass(frozen=True)
+class Diff:
+    """Two sets of profiles compared path by path (`diff()`)."""
+
+    rows: List[DiffRow]
+    sessions_a: int
+    sessions_b: int
+    confidence: float
+    min_count: int
+
+    def regressions(self, pct: float) -> List[DiffRow]:
+        """The paths whose p95 grew by more than `pct` percent with the
+        confidence interval of that growth above 0, each side with at least
+        min_count calls: what `--fail-on-regression PCT` fails on."""
+        return [r for r in self.rows
+                if r.count_a >= self.min_count and r.count_b >= self.min_count and r.delta_p95_ci is not None
+                and (r.p95_change_pct() or 0.0) > pct and r.delta_p95_ci[0] > 0]
+
+    def to_json(self) -> str:
+        """The result as JSON (`mlprof diff --format json`)."""
+        rows = []
+        for r in self.rows:
+            d = dataclasses.asdict(r)
+            d.update(delta_p50=r.delta_p50, delta_p95=r.delta_p95, p95_change_pct=r.p95_change_pct())
+            rows.append(d)
+        return json.dumps({"sessions_a": self.sessions_a, "sessions_b": self.sessions_b,
+                           "confidence": self.confidence, "min_count": self.min_count, "paths": rows}, indent=2)
+
+    def to_text(self, limit: Optional[int] = 20, fail_pct: Optional[float] = None) -> str:
+        """A table, the largest p95 growth first, and the regressions when
+        `fail_pct` is given."""
+        lines = [f"diff: A {self.sessions_a} session{'s' if self.sessions_a != 1 else ''}, "
+                 f"B {self.sessions_b} session{'s' if self.sessions_b != 1 else ''}; "
+                 f"{round(100 * self.confidence)}% intervals by bootstrap"]
+        header = ["calls A/B", "p50 A", "p50 B", "p95 A", "p95 B", "p95 change", f"{round(100 * self.confidence)}% CI",
+                  "path"]
+        table = [header]
+        rows = self.rows if limit is None else self.rows[:limit]
+        for r in rows:
+            pct = r.p95_change_pct()
+            change = "-" if r.delta_p95 is None else (
+                f"{_signed(r.delta_p95)} ({pct:+.1f}%)" if pct is not None else _signed(r.delta_p95))
+            ci = "-" if r.delta_p95_ci is None else f"[{_signed(r.delta_p95_ci[0])}, {_signed(r.delta_p95_ci[1])}]"
+            table.append([f"{r.count_a}/{r.count_b}", _ns(r.p50_a), _ns(r.p50_b), _ns(r.p95_a), _ns(r.p95_b), change,
+                          ci, r.path])
+        widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+        for row in table:
+            lines.append("  ".join([c.rjust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]))
+        if limit is not None and len(self.rows) > limit:
+            lines.append(f"({len(self.rows) - limit} more paths: --limit)")
+        if fail_pct is not None:
+            bad = self.regressions(fail_pct)
+            lines.append(f"regressions (p95 up more than {fail_pct:g}%, interval above 0, at least "
+                         f"{self.min_count} calls a side): {len(bad)}")
+            for r in bad:
+                lines.append(f"  {r.path}: p95 {_ns(r.p95_a)} -> {_ns(r.p95_b)} ({r.p95_change_pct():+.1f}%), "
+                             f"{round(100 * self.confidence)}% CI [{_signed(r.delta_p95_ci[0])}, "
+                             f"{_signed(r.delta_p95_ci[1])}]")
+        return "\n".join(lines) + "\n"
+
+
+def _ns(value: Optional[int]) -> str:
+    return "-" if value is None else _core.format_duration(int(value))
+
+
+def _signed(value: int) -> str:
+    return ("+" if value >= 0 else "-") + _core.format_duration(abs(int(value)))
+
+
+def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional[Mapping[str, str]] = None,
+         replicates: int = 2000, confidence: float = 0.95, seed: int = 0, min_count: int = 20) -> Diff:
+    """Compares the call paths of two sets of profiles (each a list of files,
+    stores or ProfileSessions, as top() takes): per path the calls, p50 and
+    p95 of the wall time on each side, and a percentile-bootstrap interval
+    on each change (`replicates` resamples of each side, `confidence`).
+    Resampling treats calls as independent: calls within one session may
+    not be; many paths are many comparisons, which min_count and a
+    threshold guard against."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    if replicates < 1:
+        raise ValueError(f"replicates must be >= 1, got {replicates}")
+    sides = []
+    for inputs, where in ((a, where_a), (b, where_b)):
+        items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        sessions = items if items and all(hasattr(i, "_built") for i in items) else list(profiles(items, where))
+        sides.append((len(sessions), {k: sorted(v) for k, v in _walls(sessions).items()}))
+    (n_a, walls_a), (n_b, walls_b) = sides
+    rng = random.Random(seed)
+    lo_q, hi_q = (1 - confidence) / 2, (1 + confidence) / 2
+    rows = []
+    for path in list(walls_a) + [p for p in walls_b if p not in walls_a]:
+        xa, xb = walls_a.get(path, []), walls_b.get(path, [])
+        cis = []
+        for q in (0.5, 0.95):
+            if xa and xb:
+                deltas = sorted(db - da for da, db in zip(_bootstrap(xa, q, replicates, rng),
+                                                          _bootstrap(xb, q, replicates, rng)))
+                cis.append([_quantile(deltas, lo_q), _quantile(deltas, hi_q)])
+            else:
+                cis.append(None)
+        rows.append(DiffRow(path, len(xa), len(xb), _quantile(xa, 0.5) if xa else None,
+                            _quantile(xb, 0.5) if xb else None, _quantile(xa, 0.95) if xa else None,
+                            _quantile(xb, 0.95) if xb else None, cis[0], cis[1]))
+    rows.sort(key=lambda r: (r.delta_p95 is None, -(r.delta_p95 or 0), r.path))
+    return Diff(rows=rows, sessions_a=n_a, sessions_b=n_b, confidence=confidence, min_count=min_count)

@@ -15,7 +15,10 @@ from test_store import _walk
 
 
 def _spin(n):
-    return sum(i * i for i in range(n))
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
 
 
 def _encode(n):
@@ -156,3 +159,76 @@ def test_mlprof_top(captures, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and run.stderr.startswith("mlprof: ") and "missing.json" in run.stderr, run
     assert "Traceback" not in run.stderr
+
+
+def _release(slow_decode: bool, count: int = 25):
+    """`count` captures of a predict whose decode is 10x slower in the
+    candidate (slow_decode) and whose encode is unchanged."""
+    def decode(n):
+        return [_spin(n * (10 if slow_decode else 1)) for _ in range(2)]
+
+    def predict(n):
+        return _encode(n), decode(n)
+
+    out = []
+    for _ in range(count):
+        with profiling(depth=-1) as session:
+            predict(5_000)
+        out.append(session)
+    return out
+
+
+@pytest.fixture(scope="module")
+def releases():
+    return _release(False), _release(True)
+
+
+def test_diff_finds_the_path_that_got_slower(releases):
+    base, cand = releases
+    result = analysis.diff(base, cand)
+    rows = {r.path: r for r in result.rows}
+    slow = next(p for p in rows if p.endswith("decode") and "/" in p)
+    r = rows[slow]
+    assert r.count_a == r.count_b == 25 and r.p95_change_pct() > 100 and r.delta_p95_ci[0] > 0
+    # The exact figures are the lower quantiles of each side's calls.
+    walls_a = sorted(w for w in _exact(base)[0][slow])
+    assert r.p95_a == walls_a[int(0.95 * 24)] and r.p50_a == walls_a[12]
+    assert r.delta_p95_ci[0] <= r.delta_p95 <= r.delta_p95_ci[1]
+    assert slow in [x.path for x in result.regressions(50)]
+    # (That an unchanged step is not flagged is the test below, against
+    # itself: timing noise on a loaded machine can move one p95 of 25 calls.)
+    # The same seed gives the same intervals; min_count guards small samples.
+    assert analysis.diff(base, cand).rows == result.rows
+    assert analysis.diff(base, cand, min_count=51).regressions(50) == []  # 25 predicts, 50 _spin calls
+
+
+def test_diff_of_a_set_with_itself_has_no_regression(releases):
+    base, _ = releases
+    result = analysis.diff(base, base)
+    assert all(r.delta_p95 == 0 and r.delta_p95_ci[0] <= 0 <= r.delta_p95_ci[1] for r in result.rows)
+    assert result.regressions(0) == []
+
+
+def test_mlprof_diff_gates_a_release(releases, tmp_path):
+    base, cand = releases
+    db = tmp_path / "releases.db"
+    with open_store(db) as store:
+        for s in base:
+            store.add(s, labels={"version": "1"})
+        for s in cand:
+            store.add(s, labels={"version": "2"})
+    cmd = [sys.executable, "-m", "mlflow_profiler._cli", "diff", str(db), str(db), "--where-a", "version=1",
+           "--where-b", "version=2", "--fail-on-regression", "50"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "diff: A 25 sessions, B 25 sessions; 95% intervals by bootstrap"
+    assert any(line.startswith("regressions (p95 up more than 50%") and not line.endswith(": 0") for line in lines)
+    assert any("decode" in line and "+" in line for line in lines if line.startswith("  "))
+    # Against itself the gate passes.
+    same = [sys.executable, "-m", "mlflow_profiler._cli", "diff", str(db), str(db), "--where-a", "version=1",
+            "--where-b", "version=1", "--fail-on-regression", "50", "--format", "json"]
+    run = subprocess.run(same, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["sessions_a"] == doc["sessions_b"] == 25 and all(p["delta_p95"] == 0 for p in doc["paths"])
