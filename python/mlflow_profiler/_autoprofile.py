@@ -49,6 +49,7 @@ class AutoprofileConfig:
     log_as_trace: bool = False
     output_dir: Optional[str] = None
     collector: Any = None
+    store: Optional[str] = None
 
 
 _config: Optional[AutoprofileConfig] = None  # read once per predict call; None: pass through
@@ -81,6 +82,7 @@ def autoprofile(
     log_as_trace: bool = False,
     output_dir: Optional[str] = None,
     collector: Any = None,
+    store: Optional[str] = None,
     disable: bool = False,
 ) -> None:
     """Profiles every sampled ``predict`` of every MLflow pyfunc model.
@@ -89,8 +91,10 @@ def autoprofile(
     once; calling it again changes the settings, ``disable=True`` puts the
     exact original functions back. Each call is profiled with probability
     ``sample_rate``; the result is ``last_profile()`` in the calling thread
-    or task. ``log_to_mlflow`` / ``output_dir`` export each profile from a
-    background thread through a bounded queue (``flush()`` drains it);
+    or task. ``log_to_mlflow`` / ``output_dir`` / ``store`` (a profile
+    store: a SQLite path or a postgresql:// URL, docs/store.md) export each
+    profile from a background thread through a bounded queue (``flush()``
+    drains it);
     ``collector`` (a ProfileCollector) adds each profile to its statistics::
 
         mlflow_profiler.autoprofile(depth=2, sample_rate=0.1)
@@ -114,6 +118,7 @@ def autoprofile(
         log_as_trace=_check_flag("log_as_trace", log_as_trace),
         output_dir=None if output_dir is None else str(output_dir),
         collector=collector,
+        store=None if store is None else str(store),
     )
     if collector is not None and not callable(getattr(collector, "add", None)):
         raise TypeError(f"collector must be a ProfileCollector, got {type(collector).__name__}")
@@ -366,7 +371,7 @@ def _end(session: ProfileSession, config: AutoprofileConfig, sampled: bool = Tru
             return  # a tracer's session: exported only if in-process sampling chose it
         if config.collector is not None:
             config.collector.add(session)
-        if config.log_to_mlflow or config.output_dir:
+        if config.log_to_mlflow or config.output_dir or config.store:
             from . import _exporter
 
             _exporter.submit(session, config)

@@ -101,6 +101,9 @@ VARIABLES = (
              "Also record each logged profile as an MLflow trace."),
     Variable("MLFLOW_PROFILER_OUTPUT_DIR", "output_dir", _text, None,
              "Write each profile to this directory as profile-<time>-<pid>-<n>.json.gz."),
+    Variable("MLFLOW_PROFILER_STORE", "store", _text, None,
+             "Add each profile to this store: a SQLite path or a postgresql:// URL (docs/store.md); "
+             "log_profile() adds to it too."),
     Variable("MLFLOW_PROFILER_RUN_ID", "run_id", _text, None,
              "Run the profiles are logged to (default: one run per process)."),
     Variable("MLFLOW_PROFILER_EXPERIMENT", "experiment", _text, "mlflow-profiler",
@@ -130,5 +133,5 @@ def read(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
 def autoprofile_kwargs(settings: Mapping[str, Any]) -> Dict[str, Any]:
     """The autoprofile() arguments among `settings`."""
     keys = ("depth", "sample_rate", "capture_io", "capture_io_depth", "max_events", "all_threads",
-            "log_to_mlflow", "log_as_trace", "output_dir")
+            "log_to_mlflow", "log_as_trace", "output_dir", "store")
     return {k: settings[k] for k in keys}

@@ -87,7 +87,7 @@ def _log_export_failure(cause: str) -> None:
 def submit(session, config) -> bool:
     """Queues a finished session for export without blocking; False (and
     counted as dropped) when the queue is full."""
-    if config.output_dir and not config.log_to_mlflow:
+    if config.output_dir and not config.log_to_mlflow and not config.store:
         from . import _processors
 
         if not _processors.span_processors():
@@ -192,6 +192,10 @@ def _export(session, config) -> None:
     if config.output_dir:
         os.makedirs(config.output_dir, exist_ok=True)
         processed.save(os.path.join(config.output_dir, name + ".json.gz"))
+    if config.store:
+        from . import store
+
+        store.add_quietly(config.store, processed, labels=_store_labels(processed))
     if config.log_to_mlflow:
         from . import mlflow_sink
 
@@ -204,6 +208,16 @@ def _export(session, config) -> None:
         except Exception:
             _sink_up()  # the server went away meanwhile: back off from now on
             raise
+
+
+def _store_labels(session) -> dict:
+    """The model's name and version where autoprofile knows them."""
+    meta = session._built().meta
+    out = {}
+    for key, meta_key in (("model", "model.class"), ("run_id", "model.run_id"), ("model_uri", "model.uri")):
+        if meta.get(meta_key):
+            out[key] = meta[meta_key]
+    return out
 
 
 def _tracking_endpoint() -> Optional[Tuple[str, int]]:

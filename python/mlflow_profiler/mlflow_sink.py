@@ -140,17 +140,20 @@ def log_profile(session, artifact_path: str = "profile", *, run_id: Optional[str
     Returns the artifact URI of the directory, e.g.
     ``mlflow-artifacts:/1/<run id>/artifacts/profile``. MLflow's errors (an
     unknown run, a tracking server that cannot be reached) reach the caller.
+    With MLFLOW_PROFILER_STORE set, the profile is also added to that store
+    (docs/store.md) with the run id and the artifact URI as labels; a store
+    that fails is logged once and never raises.
     """
     check_session(session, "log_profile")
     return log_processed_profile(_processors.process(session), artifact_path, run_id=run_id,
-                                 log_as_trace=log_as_trace)
+                                 log_as_trace=log_as_trace, store=os.environ.get("MLFLOW_PROFILER_STORE"))
 
 
 def log_processed_profile(exported, artifact_path: Optional[str] = "profile", *, run_id: Optional[str] = None,
-                          log_as_trace: bool = False) -> str:
+                          log_as_trace: bool = False, store: Optional[str] = None) -> str:
     """log_profile for a session that ``_processors.process()`` already
     returned (the background exporter): the span processors are not applied
-    a second time."""
+    a second time. `store`: also add it there (labelled with the run)."""
     check_session(exported, "log_profile")
     artifact_path = _check_artifact_path(artifact_path, "log_profile")
     mlflow = import_mlflow("log_profile")
@@ -165,6 +168,10 @@ def log_processed_profile(exported, artifact_path: Optional[str] = "profile", *,
             exported.save(os.path.join(tmp, name))
         client.log_artifacts(rid, tmp, artifact_path)
     uri = _artifact_uri(client, rid, artifact_path)
+    if store:
+        from . import store as _store
+
+        _store.add_quietly(store, exported, labels={"run_id": rid, "artifact_uri": uri})
     if log_as_trace:
         from . import _mlflow_trace
 

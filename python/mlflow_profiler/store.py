@@ -21,11 +21,13 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+import threading
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from . import _core
+from ._log import log_once
 
-__all__ = ["Store", "StoreError", "open_store"]
+__all__ = ["Store", "StoreError", "add_quietly", "open_store"]
 
 _BUSY_TIMEOUT_MS = 30_000
 
@@ -292,3 +294,31 @@ def _safe(target: str) -> str:
     if not at or ":" not in creds:
         return target
     return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"
+
+
+_open: Dict[str, Store] = {}
+_open_lock = threading.Lock()
+
+
+def add_quietly(target: str, session, labels: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """Adds a session to the store at `target` for the profiler's own
+    writers (autoprofile's exporter, log_profile with MLFLOW_PROFILER_STORE):
+    the store stays open for the process, and a failure (a server down, a
+    full disk, a store of another version) is logged once and returns None:
+    it never reaches the model."""
+    try:
+        with _open_lock:
+            store = _open.get(target)
+            if store is None:
+                store = _open[target] = open_store(target)
+            return store.add(session, labels=labels)
+    except Exception as exc:
+        with _open_lock:
+            broken = _open.pop(target, None)
+        if broken is not None:
+            try:
+                broken.close()
+            except Exception:
+                pass
+        log_once(f"store-add:{type(exc).__name__}", f"mlflow_profiler: adding a profile to the store failed: {exc}")
+        return None
