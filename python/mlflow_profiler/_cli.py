@@ -141,7 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--format", choices=("text", "json"), default="text")
     top.set_defaults(run=_top)
     diff = sub.add_parser("diff", help="compare two sets of profiles path by path (a release gate)")
-    diff.add_argument("a", metavar="A", help="the baseline: a store, a profile document or a directory of them")
+    diff.add_argument("a", metavar="A",
+                      help="the baseline: a store, a profile document, a directory of them, or an MLflow run id")
     diff.add_argument("b", metavar="B", help="the candidate, the same way")
     diff.add_argument("--where-a", action="append", default=[], metavar="KEY=VALUE", help="select A's sources")
     diff.add_argument("--where-b", action="append", default=[], metavar="KEY=VALUE", help="select B's sources")

@@ -37,6 +37,38 @@ def _is_store(target: str) -> bool:
         return False
 
 
+def _run_id(target: str) -> Optional[str]:
+    """The run id of `runs:/<id>` or of a bare 32-hex MLflow run id."""
+    if target.startswith("runs:/"):
+        return target[len("runs:/"):].strip("/").split("/")[0]
+    if len(target) == 32 and all(c in "0123456789abcdef" for c in target) and not os.path.exists(target):
+        return target
+    return None
+
+
+def _run_profiles(run_id: str) -> Iterator:
+    """The profiles an MLflow run holds: every `profile.json` among its
+    artifacts (log_profile's, and the serving exporter's one per profile)."""
+    import tempfile
+
+    from ._files import load
+    from .mlflow_sink import _client, import_mlflow
+
+    client = _client(import_mlflow("mlprof diff of run ids"))
+    found: List[str] = []
+    todo = [""]
+    while todo:
+        folder = todo.pop()
+        for f in client.list_artifacts(run_id, folder or None):
+            if f.is_dir:
+                todo.append(f.path)
+            elif f.path.rsplit("/", 1)[-1] == "profile.json":
+                found.append(f.path)
+    with tempfile.TemporaryDirectory(prefix="mlprof-run-") as tmp:
+        for path in sorted(found):
+            yield load(client.download_artifacts(run_id, path, tmp))
+
+
 def _expand(target: str) -> List[str]:
     """A directory stands for the profile documents in it."""
     if os.path.isdir(target):
@@ -46,9 +78,11 @@ def _expand(target: str) -> List[str]:
 
 
 def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[str, str]] = None) -> Iterator:
-    """The profiles (ProfileSessions) of `inputs`: profile documents, and
-    stores (a SQLite file, ``sqlite:///path``, ``postgresql://...``) whose
-    every source matching `where` is read. `where` {key: value} matches a
+    """The profiles (ProfileSessions) of `inputs`: profile documents,
+    directories of them, MLflow runs (a run id or ``runs:/<id>``: every
+    ``profile.json`` among its artifacts), and stores (a SQLite file,
+    ``sqlite:///path``, ``postgresql://...``) whose every source matching
+    `where` is read. `where` {key: value} matches a
     store source's model, version, run_id, host, type or pid, a label it was
     added with, or a key of its meta; for a file, a key of its meta."""
     from ._files import load
@@ -57,7 +91,10 @@ def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[
     where = dict(where or {})
     targets = [t for item in inputs for t in _expand(os.fspath(item))]
     for target in targets:
-        if _is_store(target):
+        run_id = _run_id(target)
+        if run_id is not None:
+            yield from _run_profiles(run_id)
+        elif _is_store(target):
             with open_store(target) as store:
                 for source_id in store.source_ids(where):
                     yield store.load(source_id)

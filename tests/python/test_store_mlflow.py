@@ -75,3 +75,30 @@ def test_a_store_that_fails_never_reaches_the_model(server_store, tmp_path, monk
             assert mlflow_profiler.log_profile(session).endswith("/profile")
     lines = [r.getMessage() for r in caplog.records if "store failed" in r.getMessage()]
     assert len(lines) == 1 and "cannot reach the PostgreSQL store" in lines[0], lines
+
+
+def test_mlprof_diff_of_two_mlflow_runs(server_store, tmp_path):
+    """Two runs' logged profiles, compared by run id: a release against the last."""
+    import os
+    import subprocess
+    import sys
+
+    from test_analysis import _release
+
+    runs = []
+    for slow in (False, True):
+        with mlflow.start_run() as run:
+            for i, session in enumerate(_release(slow, count=25)):
+                mlflow_profiler.log_profile(session, f"profiles/{i:03d}")
+        runs.append(run.info.run_id)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+    cmd = [sys.executable, "-m", "mlflow_profiler._cli", "diff", runs[0], f"runs:/{runs[1]}",
+           "--fail-on-regression", "50", "--format", "json"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 1, run.stderr
+    import json
+
+    doc = json.loads(run.stdout)
+    assert doc["sessions_a"] == doc["sessions_b"] == 25
+    slow = [p for p in doc["paths"] if p["path"].endswith("decode")]
+    assert slow and slow[0]["p95_change_pct"] > 100 and slow[0]["delta_p95_ci"][0] > 0
