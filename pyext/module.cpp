@@ -446,4 +446,5 @@ PYBIND11_MODULE(_core, m) {
   bind_path_stats(m);
   bind_edit(m);
   bind_store(m);
+  bind_analysis(m);
 }

@@ -4,6 +4,7 @@
     mlprof show STORE [SOURCE] [--depth N] [--format text|json]
     mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json]
     mlprof diff A B [--where-a k=v] [--where-b k=v] [--fail-on-regression PCT] [--format text|json]
+    mlprof bubbles STORE|FILE... [--where k=v]... [--min-ms MS] [--format text|json]
 
 STORE is a path (SQLite) or `sqlite:///path`. Exit status: 0 done, 1 a file
 or the store failed (each file is added whole or not at all), 2 usage.
@@ -114,6 +115,14 @@ def _diff(args) -> int:
     return 0
 
 
+def _bubbles(args) -> int:
+    from . import analysis
+
+    result = analysis.bubbles(args.inputs, where=_labels(args.where), min_ms=args.min_ms)
+    print(result.to_json() if args.format == "json" else result.to_text(), end="" if args.format != "json" else "\n")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlprof", description="Profiles that accumulate and answer questions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -155,6 +164,12 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--limit", type=int, default=20)
     diff.add_argument("--format", choices=("text", "json"), default="text")
     diff.set_defaults(run=_diff)
+    bub = sub.add_parser("bubbles", help="idle gaps in sessions, and how busy their fan-outs were")
+    bub.add_argument("inputs", nargs="+", metavar="STORE|FILE")
+    bub.add_argument("--where", action="append", default=[], metavar="KEY=VALUE")
+    bub.add_argument("--min-ms", type=float, default=1.0, help="shortest gap reported (1 ms)")
+    bub.add_argument("--format", choices=("text", "json"), default="text")
+    bub.set_defaults(run=_bubbles)
     return parser
 
 

@@ -232,3 +232,113 @@ def test_mlprof_diff_gates_a_release(releases, tmp_path):
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
     assert doc["sessions_a"] == doc["sessions_b"] == 25 and all(p["delta_p95"] == 0 for p in doc["paths"])
+
+
+def test_bubbles_of_a_thread_pool_waiting_on_sleeps():
+    """Two workers sleeping 20 ms twice each, the caller waiting on them:
+    with the blocking calls captured, the gaps are bubbles, each thread's
+    wait named, and the pool's utilization is low."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(x):
+        time.sleep(0.02)
+        return _spin(2000)
+
+    def predict():
+        with ThreadPoolExecutor(2) as ex:
+            return list(ex.map(work, range(4)))
+
+    with profiling(depth=-1, capture_c_calls=True, all_threads=True) as session:
+        assert len(predict()) == 4
+    (report,) = analysis.bubbles([session], min_ms=1.0).sessions
+    assert report["wait_data"]
+    assert report["bubble_ns"] >= 20_000_000, report["bubble_ns"]  # two rounds of 20 ms sleeps, overlapped
+    assert all(b["end_ns"] - b["start_ns"] >= 1_000_000 for b in report["bubbles"])
+    waits = {w["span"] for b in report["bubbles"] for w in b["waiting"]}
+    assert "sleep" in waits and "lock.acquire" in waits, waits
+    (fan_out,) = report["fan_outs"]
+    assert fan_out["span"].endswith("predict") and len(fan_out["lanes"]) == 2
+    assert 0 < fan_out["utilization"] < 0.5 and 1 <= fan_out["max_concurrency"] <= 2
+    text = analysis.bubbles([session]).to_text()
+    assert "fan-out " in text and "lanes, utilization" in text and "idle;" in text
+
+
+def test_bubbles_of_asyncio_tasks_all_awaiting():
+    import asyncio
+
+    async def fetch(i):
+        await asyncio.sleep(0.02)
+        return _spin(1000)
+
+    async def apredict():
+        return await asyncio.gather(*(fetch(i) for i in range(3)))
+
+    async def main():
+        with profiling(depth=-1) as session:
+            await apredict()
+        return session
+
+    session = asyncio.run(main())
+    (report,) = analysis.bubbles([session], min_ms=5).sessions
+    assert report["wait_data"] and len(report["bubbles"]) == 1
+    (bubble,) = report["bubbles"]
+    assert bubble["end_ns"] - bubble["start_ns"] >= 15_000_000
+    assert sorted(w["span"] for w in bubble["waiting"] if w["task"]) == ["sleep"] * 3
+    (fan_out,) = report["fan_outs"]
+    assert fan_out["span"].endswith("apredict") and len(fan_out["lanes"]) == 3
+    assert fan_out["max_concurrency"] == 1  # one thread: one task runs at a time
+
+
+def test_without_waiting_data_bubbles_say_so():
+    with profiling(depth=-1) as session:
+        _predict(10_000)
+    result = analysis.bubbles([session])
+    (report,) = result.sessions
+    assert not report["wait_data"] and report["bubbles"] == []
+    assert "no waiting data" in result.to_text()
+
+
+def test_bubbles_from_the_agents_off_cpu_intervals():
+    """The kernel's off-CPU intervals of the only thread make an exact bubble."""
+    import json as _json
+
+    from mlflow_profiler._files import loads
+
+    with profiling(depth=0) as session:
+        _encode(1000)
+    doc = _json.loads(session.to_json())
+    start, end = doc["spans"][0][6], doc["spans"][0][7]
+    tid = doc["lanes"][0]["native_tid"]
+    a, b = start + (end - start) // 4, start + (end - start) // 2
+    doc["meta"]["source"] = "ebpf"
+    doc["span_value_fields"] = ["span", "type", "unit", "value"]
+    doc["span_values"] = []
+    doc["kernel"] = {"lost_events": 0, "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
+                                                          "waker_tid", "prev_state"],
+                     "off_cpu": [[tid, int(doc["meta"]["pid"]), a, a + 10, b, True, 0, 1]],
+                     "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
+                                       "exit_code"], "threads": []}
+    (report,) = analysis.bubbles([loads(_json.dumps(doc))], min_ms=0).sessions
+    assert report["wait_data"]
+    assert [(x["start_ns"], x["end_ns"]) for x in report["bubbles"]] == [(a, b)]
+    assert report["bubble_ns"] == b - a
+
+
+def test_mlprof_bubbles(tmp_path):
+    import asyncio
+
+    async def main():
+        async def fetch():
+            await asyncio.sleep(0.01)
+
+        with profiling(depth=-1) as session:
+            await asyncio.gather(fetch(), fetch())
+        return session
+
+    path = asyncio.run(main()).save(tmp_path / "a.json")
+    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "bubbles", str(path), "--min-ms", "2",
+                          "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["min_ns"] == 2_000_000 and len(doc["sessions"]) == 1 and doc["total_bubble_ns"] >= 5_000_000

@@ -1,0 +1,83 @@
+#include "core/bubbles.h"
+
+#include <gtest/gtest.h>
+
+#include "profile_builder.h"
+
+namespace mlprof {
+namespace {
+
+using test::call;
+using test::make_lane;
+using test::ret;
+
+// Lane 0: predict [0, 100] waits in time.sleep [20, 60]; a thread started
+// under predict runs work [30, 50]. Idle: [20, 30] and [50, 60].
+Profile thread_waits() {
+  Profile p;
+  p.start_ns = 0;
+  p.end_ns = 100;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t sleep = test::c_fn(p, "sleep", "time");
+  const uint32_t work = test::user_fn(p, "work");
+  p.lanes.push_back(make_lane({call(0, predict), call(20, sleep, kEvCFunction), ret(60), ret(100)}));
+  p.lanes.push_back(make_lane({call(30, work), ret(50)}, "worker", 0, 0, 0));
+  build_tree(p);
+  return p;
+}
+
+TEST(Bubbles, GapsWhereNoLaneRunsAndWhatEachWaitedIn) {
+  const Profile p = thread_waits();
+  const BubbleReport r = find_bubbles(p, 0);
+  EXPECT_TRUE(r.wait_data);
+  EXPECT_EQ(r.window_start_ns, 0);
+  EXPECT_EQ(r.window_end_ns, 100);
+  ASSERT_EQ(r.bubbles.size(), 2u);
+  EXPECT_EQ(r.bubbles[0].start_ns, 20);
+  EXPECT_EQ(r.bubbles[0].end_ns, 30);
+  EXPECT_EQ(r.bubbles[1].start_ns, 50);
+  EXPECT_EQ(r.bubbles[1].end_ns, 60);
+  EXPECT_EQ(r.bubble_ns, 20);
+  ASSERT_EQ(r.bubbles[0].waiting.size(), 1u);  // the worker has nothing open yet
+  EXPECT_EQ(p.display_name(p.spans[r.bubbles[0].waiting[0].second]), "sleep");
+  // min_ns drops the shorter ones.
+  EXPECT_TRUE(find_bubbles(p, 11).bubbles.empty());
+}
+
+TEST(Bubbles, FanOutUtilization) {
+  const Profile p = thread_waits();
+  const BubbleReport r = find_bubbles(p, 0);
+  ASSERT_EQ(r.fan_outs.size(), 1u);
+  const FanOut& f = r.fan_outs[0];
+  EXPECT_EQ(p.display_name(p.spans[f.span]), "predict");
+  ASSERT_EQ(f.lanes.size(), 1u);
+  EXPECT_EQ(f.busy_ns[0], 20);
+  EXPECT_DOUBLE_EQ(f.utilization, 0.2);
+  EXPECT_EQ(f.max_concurrency, 1u);
+}
+
+TEST(Bubbles, OffCpuIntervalsOfTheKernelAreWaits) {
+  Profile p;
+  p.start_ns = 0;
+  p.end_ns = 100;
+  const uint32_t predict = test::user_fn(p, "predict");
+  p.lanes.push_back(make_lane({call(0, predict), ret(100)}));
+  build_tree(p);
+  EXPECT_FALSE(find_bubbles(p, 0).wait_data);
+  EXPECT_TRUE(find_bubbles(p, 0).bubbles.empty());
+  p.kernel.present = true;
+  p.kernel.off_cpu.push_back(OffCpuInterval{p.lanes[0].native_tid, 0, 40, 45, 70, true, 0, 1});
+  const BubbleReport r = find_bubbles(p, 0);
+  ASSERT_EQ(r.bubbles.size(), 1u);
+  EXPECT_EQ(r.bubbles[0].start_ns, 40);
+  EXPECT_EQ(r.bubbles[0].end_ns, 70);
+}
+
+TEST(Bubbles, BlockingCallsAreNamedOnce) {
+  EXPECT_TRUE(is_blocking_call("time", "sleep"));
+  EXPECT_TRUE(is_blocking_call("_thread", "lock.acquire"));
+  EXPECT_FALSE(is_blocking_call("builtins", "len"));
+}
+
+}  // namespace
+}  // namespace mlprof
