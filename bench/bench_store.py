@@ -1,0 +1,94 @@
+"""The profile store's costs (issue 18, docs/store.md): adding a profile
+(spans per second) and its bytes per span, reading it back, and top/diff
+over many sources, beside writing and reading the same profile as a
+.json.gz document in the same run. PostgreSQL too when a URL is given.
+
+    python bench/bench_store.py [--spans 200000] [--sources 200] [--postgres URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+from mlflow_profiler import analysis, load, profiling
+from mlflow_profiler.store import open_store
+
+
+def _leaf(i):
+    return i
+
+
+def _node(n):
+    return [_leaf(i) for i in range(n)]
+
+
+def capture(spans: int):
+    """A profile of about `spans` spans: calls of 100 leaves."""
+    with profiling(depth=-1, max_events=4 * spans + 1000) as session:
+        for _ in range(max(1, spans // 101)):
+            _node(100)
+    return session
+
+
+def timed(fn, repeat=3):
+    times = []
+    out = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=200_000)
+    parser.add_argument("--sources", type=int, default=200, help="small sources for top/diff")
+    parser.add_argument("--postgres", default=None, help="a postgresql:// URL to measure too")
+    args = parser.parse_args()
+    big = capture(args.spans)
+    n = big._built().span_count
+    tmp = tempfile.mkdtemp(prefix="bench-store-")
+    print(f"one profile of {n:,} spans")
+
+    doc = os.path.join(tmp, "p.json.gz")
+    t_save, _ = timed(lambda: big.save(doc))
+    t_load, _ = timed(lambda: load(doc))
+    print(f"  .json.gz   save {t_save:.2f}s ({n / t_save / 1e3:.0f}k spans/s), "
+          f"load {t_load:.2f}s ({n / t_load / 1e3:.0f}k spans/s), {os.path.getsize(doc) / n:.1f} B/span")
+
+    targets = [("sqlite", os.path.join(tmp, "s.db"))]
+    if args.postgres:
+        targets.append(("postgres", args.postgres))
+    for name, target in targets:
+        with open_store(target) as store:
+            t_add, source = timed(lambda: store.add(big), repeat=1)
+            t_read, _ = timed(lambda: store.load(source), repeat=1)
+        size = ""
+        if name == "sqlite":
+            with open_store(target) as store:
+                store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            size = f", {os.path.getsize(target) / n:.1f} B/span (file after checkpoint)"
+        print(f"  {name:9s}  add {t_add:.2f}s ({n / t_add / 1e3:.0f}k spans/s), "
+              f"read back {t_read:.2f}s ({n / t_read / 1e3:.0f}k spans/s){size}")
+
+    small = [capture(500) for _ in range(4)]
+    db = os.path.join(tmp, "many.db")
+    with open_store(db) as store:
+        for i in range(args.sources):
+            store.add(small[i % 4], labels={"version": str(i % 2)})
+    spans = sum(s["spans"] for s in open_store(db).sources())
+    t_top, result = timed(lambda: analysis.top([db]), repeat=1)
+    print(f"{args.sources} sources, {spans:,} spans: top {t_top:.2f}s ({spans / t_top / 1e3:.0f}k spans/s), "
+          f"{len(result.rows)} paths")
+    t_diff, _ = timed(lambda: analysis.diff([db], [db], where_a={"version": "0"}, where_b={"version": "1"}),
+                      repeat=1)
+    print(f"  diff (version 0 vs 1, 2000 resamples a side) {t_diff:.2f}s")
+
+
+if __name__ == "__main__":
+    main()
