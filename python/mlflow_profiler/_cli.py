@@ -5,6 +5,8 @@
     mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json]
     mlprof diff A B [--where-a k=v] [--where-b k=v] [--fail-on-regression PCT] [--format text|json]
     mlprof bubbles STORE|FILE... [--where k=v]... [--min-ms MS] [--format text|json]
+    mlprof combine OUT STORE|FILE...     (sources copied with their provenance)
+    mlprof convert INPUT OUTPUT [--source ID]   (a document or a store's source to any format)
 
 STORE is a path (SQLite) or `sqlite:///path`. Exit status: 0 done, 1 a file
 or the store failed (each file is added whole or not at all), 2 usage.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -123,6 +126,46 @@ def _bubbles(args) -> int:
     return 0
 
 
+def _combine(args) -> int:
+    from . import analysis
+    from ._files import load
+
+    added = 0
+    with open_store(args.out) as out:
+        for item in args.inputs:
+            for target in analysis._expand(item):
+                if analysis._is_store(target):
+                    with open_store(target) as src:
+                        for row in src.sources():
+                            labels = {k[len("label."):]: v for k, v in src.labels(row["source_id"]).items()
+                                      if k.startswith("label.")}
+                            out.add(src.load(row["source_id"]), source_type=row["source_type"],
+                                    uri=row["uri"] or target, labels=labels)
+                            added += 1
+                else:
+                    out.add(load(target), uri=os.path.abspath(target))
+                    added += 1
+        total = len(out.sources())
+    print(f"{args.out}: {_plural(added, 'source')} added, {_plural(total, 'source')} in all")
+    return 0
+
+
+def _convert(args) -> int:
+    from . import analysis
+    from ._files import load
+
+    if analysis._is_store(args.input):
+        if args.source is None:
+            print("mlprof: converting from a store needs --source ID (mlprof show lists them)", file=sys.stderr)
+            return 2
+        with open_store(args.input) as store:
+            session = store.load(args.source)
+    else:
+        session = load(args.input)
+    print(session.save(args.output))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlprof", description="Profiles that accumulate and answer questions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +213,16 @@ def _parser() -> argparse.ArgumentParser:
     bub.add_argument("--min-ms", type=float, default=1.0, help="shortest gap reported (1 ms)")
     bub.add_argument("--format", choices=("text", "json"), default="text")
     bub.set_defaults(run=_bubbles)
+    comb = sub.add_parser("combine", help="copy the sources of stores and files into one store")
+    comb.add_argument("out", help="the store to add to (created if missing)")
+    comb.add_argument("inputs", nargs="+", metavar="STORE|FILE")
+    comb.set_defaults(run=_combine)
+    conv = sub.add_parser("convert", help="write a profile (a document, or a store's source) in another format")
+    conv.add_argument("input", help="a profile document or a store")
+    conv.add_argument("output", help="the file to write; its extension names the format "
+                                     "(.json, .json.gz, .pb.gz, .speedscope.json, .trace.json, .folded, .html)")
+    conv.add_argument("--source", type=int, default=None, help="the store's source to write")
+    conv.set_defaults(run=_convert)
     return parser
 
 

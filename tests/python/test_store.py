@@ -340,3 +340,29 @@ def test_duckdb_reads_the_store(tmp_path):
     con = duckdb_with("sqlite", tmp_path)
     con.execute(f"ATTACH '{tmp_path / 'duck.db'}' AS p (TYPE sqlite, READ_ONLY)")
     assert [tuple(r) for r in con.execute(DUCKDB_QUERY).fetchall()] == _expected_p95(sessions)
+
+
+def test_mlprof_combine_keeps_provenance_and_convert_writes_any_format(tmp_path):
+    with profiling(depth=-1) as one:
+        _encode([3])
+    with profiling(depth=-1) as two:
+        _encode([4, 5])
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    with open_store(a) as store:
+        store.add(one, labels={"model": "fraud", "version": "1"}, uri="runs:/abc/profile")
+    loose = two.save(tmp_path / "two.json.gz")
+    run = _mlprof("combine", b, a, loose)
+    assert run.returncode == 0 and run.stdout == f"{b}: 2 sources added, 2 sources in all\n", run
+    with open_store(b) as store:
+        first, second = store.sources()
+        assert (first["model"], first["version"], first["uri"]) == ("fraud", "1", "runs:/abc/profile")
+        assert store.labels(first["source_id"])["label.model"] == "fraud"
+        assert second["uri"] == str(loose) and second["source_type"] == "in-process"
+        assert store.load(first["source_id"]).to_tree() == one.to_tree()
+        assert store.load(second["source_id"]).to_tree() == two.to_tree()
+    out = tmp_path / "one.speedscope.json"
+    run = _mlprof("convert", a, out, "--source", 1)
+    assert run.returncode == 0 and run.stdout.strip() == str(out), run
+    assert json.loads(out.read_text())["$schema"].startswith("https://www.speedscope.app")
+    run = _mlprof("convert", a, tmp_path / "x.json")
+    assert run.returncode == 2 and "--source" in run.stderr
