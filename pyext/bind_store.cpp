@@ -9,9 +9,12 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bindings.h"
+#include "core/file_io.h"
+#include "core/import.h"
 #include "core/store.h"
 
 namespace py = pybind11;
@@ -21,6 +24,7 @@ namespace mlprof {
 namespace {
 
 using ProfilePtr = std::shared_ptr<Profile>;
+using SamplesPtr = std::shared_ptr<StackSamples>;
 
 py::tuple to_tuple(const SqlRow& row) {
   py::tuple out(row.size());
@@ -82,6 +86,8 @@ const char* kind_name(Error::Kind kind) {
       return "version";
     case Error::Kind::kCorrupt:
       return "corrupt";
+    case Error::Kind::kTruncated:
+      return "truncated";
     case Error::Kind::kUnsupported:
       return "missing";
     default:
@@ -127,6 +133,78 @@ void bind_store(py::module_& m) {
       },
       py::arg("driver"), py::arg("dialect"), py::arg("source_id"),
       "The profile of one source, or (kind, message).");
+  py::class_<StackSamples, SamplesPtr>(m, "StackSamples", "Sampled stacks (core/stack_samples.h): an import of "
+                                                          "pprof, py-spy, speedscope or folded stacks.")
+      .def_property_readonly("sample_count", [](const StackSamples& s) { return s.samples.size(); })
+      .def_property_readonly("value_types", [](const StackSamples& s) { return s.value_types; })
+      .def_property_readonly("threads",
+                             [](const StackSamples& s) {
+                               std::vector<std::string> out;
+                               for (const auto& t : s.threads) out.push_back(t.name);
+                               return out;
+                             })
+      .def_property_readonly("meta", [](const StackSamples& s) { return s.meta; })
+      .def(
+          "stacks",
+          [](const StackSamples& s) {
+            // [(thread name, [frame names root first], [values])] for the CLI and tests.
+            py::list out;
+            const auto& strings = s.functions.strings();
+            for (const auto& sample : s.samples) {
+              py::list frames;
+              for (const auto& f : sample.frames) frames.append(strings.get(s.functions.get(f.function).name));
+              out.append(py::make_tuple(s.threads.at(sample.thread).name, frames, sample.values));
+            }
+            return out;
+          },
+          "Every sample: (thread, frame names root first, values).");
+  m.def(
+      "import_profile",
+      [](const py::bytes& data) -> py::object {
+        std::string raw = data;
+        std::optional<Result<Imported>> r;
+        {
+          py::gil_scoped_release unlocked;
+          r = import_profile(raw);
+        }
+        if (!r->ok()) return error_tuple(r->error());
+        if (auto* p = std::get_if<Profile>(&r->value())) return py::cast(std::make_shared<Profile>(std::move(*p)));
+        return py::cast(std::make_shared<StackSamples>(std::move(std::get<StackSamples>(r->value()))));
+      },
+      py::arg("data"),
+      "Another tool's profile (Chrome trace, speedscope, pprof, folded stacks; gzip or not): a Profile, "
+      "StackSamples, or (kind, message).");
+  m.def(
+      "detect_input",
+      [](const py::bytes& data) {
+        std::string raw = data;
+        if (is_gzip(raw)) {
+          Result<std::string> r = gzip_decompress(raw);
+          if (!r.ok()) return std::string("unknown");
+          raw = std::move(r.value());
+        }
+        return std::string(input_format_name(detect_input(raw)));
+      },
+      py::arg("data"), "'document', 'chrome-trace', 'speedscope', 'pprof', 'folded' or 'unknown', by content.");
+  m.def(
+      "store_add_samples",
+      [](py::object driver, const std::string& dialect, const SamplesPtr& samples, const std::string& source_type,
+         const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns) {
+        PyDriver d(std::move(driver), dialect_of(dialect));
+        SourceInfo info{source_type, uri, labels, added_unix_ns};
+        return add_stack_samples(d, *samples, info);
+      },
+      py::arg("driver"), py::arg("dialect"), py::arg("samples"), py::arg("source_type"), py::arg("uri"),
+      py::arg("labels"), py::arg("added_unix_ns"), "Adds sampled stacks as one source; returns its source_id.");
+  m.def(
+      "store_read_stacks",
+      [](py::object driver, const std::string& dialect, int64_t source_id) -> py::object {
+        PyDriver d(std::move(driver), dialect_of(dialect));
+        Result<StackSamples> r = read_stack_source(d, source_id);
+        if (!r.ok()) return error_tuple(r.error());
+        return py::cast(std::make_shared<StackSamples>(std::move(r.value())));
+      },
+      py::arg("driver"), py::arg("dialect"), py::arg("source_id"), "The sampled stacks of one source, or (kind, message).");
   py::register_exception<StoreFailure>(m, "StoreFailure", PyExc_RuntimeError);
 }
 

@@ -53,7 +53,8 @@ def _add(args) -> int:
                 failed += 1
                 continue
             row = next(s for s in store.sources() if s["source_id"] == source)
-            print(f"{path}: source {source}, {_plural(row['spans'], 'span')} in "
+            unit = "span" if row["kind"] == "spans" else "sample"
+            print(f"{path}: source {source} ({row['source_type']}), {_plural(row['spans'], unit)} in "
                   f"{_plural(row['sessions'], 'session')}")
     return 1 if failed else 0
 
@@ -64,9 +65,34 @@ def _when(unix_ns) -> str:
     return datetime.datetime.fromtimestamp(unix_ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _show_stacks(samples, args) -> int:
+    """Sampled stacks: per thread, the hottest leaf stacks with their share of samples."""
+    stacks = samples.stacks()
+    if args.format == "json":
+        print(json.dumps({"value_types": samples.value_types, "threads": samples.threads,
+                          "samples": [{"thread": t, "frames": f, "values": v} for t, f, v in stacks]}))
+        return 0
+    types = ", ".join(f"{t} ({u})" for t, u in samples.value_types)
+    print(f"{_plural(len(stacks), 'sample')} of {_plural(len(samples.threads), 'thread')}; values: {types}")
+    for thread in samples.threads:
+        counts: dict = {}
+        for t, frames, _ in stacks:
+            if t == thread:
+                key = tuple(frames if args.depth is None else frames[:args.depth + 1])
+                counts[key] = counts.get(key, 0) + 1
+        total = sum(counts.values())
+        print(f"thread {thread}: {_plural(total, 'sample')}")
+        for key, n in sorted(counts.items(), key=lambda kv: -kv[1])[:10]:
+            print(f"  {100.0 * n / total:5.1f}%  {' > '.join(key) or '(no frames)'}")
+    return 0
+
+
 def _show(args) -> int:
     with open_store(args.store) as store:
         if args.source is not None:
+            kind = next((s["kind"] for s in store.sources() if s["source_id"] == args.source), "spans")
+            if kind == "stacks":
+                return _show_stacks(store.load_stacks(args.source), args)
             session = store.load(args.source)
             if args.format == "json":
                 print(session.to_json(depth=args.depth))
@@ -83,8 +109,9 @@ def _show(args) -> int:
             return 0
         header = ("id", "type", "captured", "model", "version", "host", "pid", "spans", "duration")
         rows = [(str(s["source_id"]), s["source_type"], _when(s["captured_unix_ns"]), s["model"] or "-",
-                 s["version"] or "-", s["host"] or "-", str(s["pid"] or "-"), f"{s['spans']:,}",
-                 format_duration(s["duration_ns"])) for s in sources]
+                 s["version"] or "-", s["host"] or "-", str(s["pid"] or "-"),
+                 f"{s['spans']:,}" if s["kind"] == "spans" else f"{s['spans']:,} samples",
+                 format_duration(s["duration_ns"]) if s["duration_ns"] else "-") for s in sources]
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
         for row in (header, *rows):
             print("  ".join(c.rjust(w) if i in (0, 6, 7, 8) else c.ljust(w)

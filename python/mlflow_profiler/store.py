@@ -128,20 +128,45 @@ class Store:
         from ._files import load
         from ._session import ProfileSession
 
+        clean = {str(k): str(v) for k, v in (labels or {}).items()}
         if isinstance(profile, (str, os.PathLike)):
             uri = uri if uri is not None else str(Path(profile).resolve())
-            profile = load(profile)
+            with open(profile, "rb") as f:
+                data = f.read()
+            if _core.detect_input(data) == "document":
+                profile = load(profile)
+            else:  # another tool's: Chrome trace, speedscope, pprof, folded stacks
+                imported = _core.import_profile(data)
+                if isinstance(imported, tuple):
+                    from ._files import ProfileLoadError
+
+                    raise ProfileLoadError(f"cannot import {os.fspath(profile)!r}: {imported[1]}", kind=imported[0],
+                                           path=os.fspath(profile))
+                if isinstance(imported, _core.StackSamples):
+                    with self._write():
+                        return _core.store_add_samples(self._driver, self._driver.dialect, imported,
+                                                       source_type or imported.meta.get("source", "pprof"), uri, clean,
+                                                       time.time_ns())
+                profile = ProfileSession._from_profile(imported)
+                source_type = source_type or imported.meta.get("source")
         if not isinstance(profile, ProfileSession):
             raise TypeError(f"Store.add takes a ProfileSession or a path, not {type(profile).__name__}")
         built = profile._built()
         if source_type is None:
             source_type = "ebpf" if built.meta.get("source") == "ebpf" else "in-process"
-        clean = {str(k): str(v) for k, v in (labels or {}).items()}
         with self._write():
             return _core.store_add(self._driver, self._driver.dialect, built, source_type, uri or "", clean,
                                    time.time_ns())
 
     # -- reading -------------------------------------------------------------
+
+    def load_stacks(self, source_id: int):
+        """The sampled stacks of a source imported from pprof, py-spy,
+        speedscope's sampled profiles or folded stacks (`_core.StackSamples`)."""
+        result = _core.store_read_stacks(self._driver, self._driver.dialect, int(source_id))
+        if isinstance(result, tuple):
+            raise StoreError(result[1], kind=result[0], target=self.target)
+        return result
 
     def load(self, source_id: int):
         """The profile of one source, as a ProfileSession (the same tree it was added as)."""
@@ -157,13 +182,13 @@ class Store:
         model, version, run id, when it was captured and added, and its
         number of sessions and spans."""
         rows = self._driver.query(
-            "SELECT s.source_id, s.source_type, s.source_uri, s.host, s.pid, s.model_name, s.model_version, "
+            "SELECT s.source_id, s.source_type, s.sample_kind, s.source_uri, s.host, s.pid, s.model_name, s.model_version, "
             "s.run_id, s.source_timestamp, s.added_unix_ns, s.end_ns - s.start_ns, "
             "(SELECT count(*) FROM sessions se WHERE se.source_id = s.source_id), "
             "(SELECT CAST(coalesce(sum(se.sample_count), 0) AS BIGINT) FROM sessions se "
             "WHERE se.source_id = s.source_id) "
             "FROM sources s ORDER BY s.source_id", ())
-        keys = ("source_id", "source_type", "uri", "host", "pid", "model", "version", "run_id",
+        keys = ("source_id", "source_type", "kind", "uri", "host", "pid", "model", "version", "run_id",
                 "captured_unix_ns", "added_unix_ns", "duration_ns", "sessions", "spans")
         return [dict(zip(keys, r)) for r in rows]
 

@@ -290,7 +290,7 @@ def test_mlprof_add_and_show(tmp_path):
     run = _mlprof("add", db, good, bad, "--label", "model=fraud", "--label", "version=3")
     assert run.returncode == 1, run
     spans = len(list(_walk(session.to_tree())))
-    assert run.stdout == f"{good}: source 1, {spans} spans in 1 session\n"
+    assert run.stdout == f"{good}: source 1 (in-process), {spans} spans in 1 session\n"
     assert f"{bad}: not added:" in run.stderr and "truncated" in run.stderr
     run = _mlprof("show", db)
     assert run.returncode == 0, run

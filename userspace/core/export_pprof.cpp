@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/export.h"
+#include "core/pprof_fields.h"
 #include "core/export_util.h"
 #include "core/file_io.h"
 #include "core/render_text.h"
@@ -79,19 +80,7 @@ class ProtoWriter {
   std::string scratch_;
 };
 
-// Field numbers of profile.proto.
-namespace field {
-constexpr uint32_t kSampleType = 1, kSample = 2, kLocation = 4, kFunction = 5, kStringTable = 6,
-                   kTimeNanos = 9, kDurationNanos = 10, kPeriodType = 11, kPeriod = 12,
-                   kComment = 13, kDefaultSampleType = 14;
-constexpr uint32_t kValueTypeType = 1, kValueTypeUnit = 2;
-constexpr uint32_t kSampleLocationId = 1, kSampleValue = 2, kSampleLabel = 3;
-constexpr uint32_t kLabelKey = 1, kLabelStr = 2;
-constexpr uint32_t kLocationId = 1, kLocationLine = 4;
-constexpr uint32_t kLineFunctionId = 1, kLineLine = 2;
-constexpr uint32_t kFunctionId = 1, kFunctionName = 2, kFunctionSystemName = 3,
-                   kFunctionFilename = 4, kFunctionStartLine = 5;
-}  // namespace field
+namespace field = pprof_field;
 
 // pprof's string table: index 0 is "", every string once.
 class PprofStrings {

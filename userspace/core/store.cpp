@@ -65,10 +65,10 @@ class Dictionaries {
  public:
   explicit Dictionaries(StoreDriver& d) : d_(d) {}
 
-  int64_t function(const Profile& p, uint32_t id) {
+  int64_t function(const FunctionTable& table, uint32_t id) {
     if (const auto it = functions_.find(id); it != functions_.end()) return it->second;
-    const FunctionInfo& f = p.functions.get(id);
-    const auto& s = p.functions.strings();
+    const FunctionInfo& f = table.get(id);
+    const auto& s = table.strings();
     const std::string& name = s.get(f.name);
     const SqlRow key{name, name, s.get(f.file), int64_t{f.line}, s.get(f.module), int64_t(f.kind),
                      int64_t{f.user_code ? 1 : 0}};
@@ -332,7 +332,7 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     const Span& sp = p.spans[i];
     const FunctionInfo& f = p.functions.get(sp.function);
     const std::string label = sp.label ? p.functions.strings().get(sp.label) : std::string();
-    const int64_t location = dict.location(dict.function(p, sp.function), f.line, label);
+    const int64_t location = dict.location(dict.function(p.functions, sp.function), f.line, label);
     const int64_t parent_stack = sp.parent >= 0 ? stack_of[sp.parent] : 0;
     stack_of[i] = dict.stack(parent_stack, location, int64_t{sp.depth});
     const int64_t base = session_start[sp.lane];
@@ -416,13 +416,155 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   return source_id;
 }
 
+int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceInfo& info) {
+  const int64_t source_id = reserve(d, "sources", 1);
+  Profile meta_only;  // the meta lookups of add_profile
+  meta_only.meta = ss.meta;
+  d.execute(
+      "INSERT INTO sources (source_id, source_type, sample_kind, source_uri, source_timestamp, host, pid, model_name, "
+      "model_version, run_id, start_ns, end_ns, captured_depth, added_unix_ns) VALUES (?, ?, 'stacks', ?, ?, ?, ?, ?, "
+      "?, ?, ?, ?, -1, ?)",
+      {source_id, info.type, text_or_null(info.uri), meta_int(meta_only, "start_unix_ns"),
+       meta_text(meta_only, info, {"host"}), meta_int(meta_only, "pid"),
+       meta_text(meta_only, info, {"model", "model.name"}), meta_text(meta_only, info, {"version", "model.version"}),
+       meta_text(meta_only, info, {"run_id"}), ss.start_ns, ss.end_ns, info.added_unix_ns});
+  std::map<std::string, std::string> labels = ss.meta;
+  for (const auto& [k, v] : info.labels) labels["label." + k] = v;
+  std::vector<SqlRow> label_rows;
+  for (const auto& [k, v] : labels) label_rows.push_back({source_id, k, v});
+  if (!label_rows.empty()) d.execute_many("INSERT INTO source_labels (source_id, key, value) VALUES (?, ?, ?)", label_rows);
+
+  const int64_t session_id = reserve(d, "sessions", 1);
+  const int64_t lane_base = reserve(d, "lanes", static_cast<int64_t>(ss.threads.size()));
+  const int64_t sample_base = reserve(d, "samples", static_cast<int64_t>(ss.samples.size()));
+  d.execute(
+      "INSERT INTO sessions (session_id, source_id, pid, serial, start_ns, end_ns, first_sample_id, sample_count) "
+      "VALUES (?, ?, 0, 0, ?, ?, ?, ?)",
+      {session_id, source_id, ss.start_ns, ss.end_ns, sample_base, static_cast<int64_t>(ss.samples.size())});
+  std::vector<SqlRow> lane_rows;
+  for (size_t i = 0; i < ss.threads.size(); ++i) {
+    lane_rows.push_back({lane_base + static_cast<int64_t>(i), session_id, static_cast<int64_t>(i),
+                         static_cast<int64_t>(ss.threads[i].id), int64_t{0}, ss.threads[i].name, int64_t{0}, SqlValue{},
+                         int64_t{0}, int64_t{0}, int64_t{0}, int64_t{0}});
+  }
+  d.execute_many(
+      "INSERT INTO lanes (lane_id, session_id, ordinal, thread_id, native_tid, thread_name, task, parent_lane_id, "
+      "parent_call, events, dropped, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      lane_rows);
+  Dictionaries dict(d);
+  std::vector<int64_t> type_ids;
+  for (const auto& [type, unit] : ss.value_types) type_ids.push_back(dict.value_type(type, unit));
+  std::vector<SqlRow> sample_rows, value_rows;
+  sample_rows.reserve(ss.samples.size());
+  for (size_t i = 0; i < ss.samples.size(); ++i) {
+    const StackSamples::Sample& s = ss.samples[i];
+    int64_t stack = 0;
+    int64_t depth = 0;
+    for (const StackSamples::Frame& f : s.frames) {
+      stack = dict.stack(stack, dict.location(dict.function(ss.functions, f.function), f.line, ""), depth++);
+    }
+    const int64_t id = sample_base + static_cast<int64_t>(i);
+    sample_rows.push_back({id, lane_base + s.thread, SqlValue{}, stack, int64_t{0}, SqlValue{}, SqlValue{}, SqlValue{},
+                           SqlValue{}, int64_t{0}});
+    for (size_t v = 0; v < s.values.size() && v < type_ids.size(); ++v) {
+      if (s.values[v] != 0) value_rows.push_back({id, type_ids[v], s.values[v]});
+    }
+  }
+  d.execute_many(
+      "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, active_ns, self_ns, "
+      "resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      sample_rows);
+  if (!value_rows.empty()) {
+    d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
+  }
+  return source_id;
+}
+
+Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
+  const auto src = d.query("SELECT sample_kind, start_ns, end_ns FROM sources WHERE source_id = ?", {source_id});
+  if (src.empty()) return Error{Error::Kind::kUnsupported, 0, "the store has no source " + std::to_string(source_id)};
+  if (as_text(src[0][0]) != "stacks") {
+    return Error{Error::Kind::kUnsupported, 0, "source " + std::to_string(source_id) + " holds spans, not sampled stacks"};
+  }
+  StackSamples ss;
+  ss.start_ns = as_int(src[0][1]);
+  ss.end_ns = as_int(src[0][2]);
+  for (const auto& r : d.query("SELECT key, value FROM source_labels WHERE source_id = ?", {source_id})) {
+    ss.meta[as_text(r[0])] = as_text(r[1]);
+  }
+  std::unordered_map<int64_t, uint32_t> thread_of;
+  for (const auto& r : d.query("SELECT l.lane_id, l.thread_id, l.thread_name FROM lanes l JOIN sessions se ON "
+                               "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY l.ordinal",
+                               {source_id})) {
+    thread_of[as_int(r[0])] = static_cast<uint32_t>(ss.threads.size());
+    ss.threads.push_back({as_text(r[2]), static_cast<uint64_t>(as_int(r[1]))});
+  }
+  // Call paths: each stack's frames, root first, built from its parents.
+  std::unordered_map<int64_t, std::vector<StackSamples::Frame>> frames_of{{0, {}}};
+  std::unordered_map<int64_t, uint32_t> fn_of;
+  auto frames = [&](int64_t stack, auto&& self) -> const std::vector<StackSamples::Frame>& {
+    auto it = frames_of.find(stack);
+    if (it != frames_of.end()) return it->second;
+    const auto row = d.query(
+        "SELECT k.parent_stack_id, lo.line, f.function_id, f.name, f.module, f.filename, f.start_line, f.kind, "
+        "f.user_code FROM stacks k JOIN locations lo ON lo.location_id = k.location_id JOIN functions f ON "
+        "f.function_id = lo.function_id WHERE k.stack_id = ?",
+        {stack});
+    if (row.empty()) throw StoreFailure("a sample names a call path that is not there");
+    const auto& r = row[0];
+    std::vector<StackSamples::Frame> out = self(as_int(r[0]), self);
+    const int64_t fid = as_int(r[2]);
+    auto f = fn_of.find(fid);
+    if (f == fn_of.end()) {
+      f = fn_of.emplace(fid, ss.functions.add(as_text(r[3]), as_text(r[4]), as_text(r[5]),
+                                              static_cast<int32_t>(as_int(r[6])),
+                                              static_cast<FunctionKind>(as_int(r[7])), as_int(r[8]) != 0))
+              .first;
+    }
+    out.push_back({f->second, static_cast<int32_t>(as_int(r[1]))});
+    return frames_of.emplace(stack, std::move(out)).first->second;
+  };
+  std::unordered_map<int64_t, size_t> type_index;
+  for (const auto& r : d.query(
+           "SELECT DISTINCT t.type_id, t.type, t.unit FROM sample_values v JOIN value_types t ON t.type_id = v.type_id "
+           "JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON "
+           "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY t.type_id",
+           {source_id})) {
+    type_index[as_int(r[0])] = ss.value_types.size();
+    ss.value_types.emplace_back(as_text(r[1]), as_text(r[2]));
+  }
+  std::unordered_map<int64_t, size_t> sample_index;
+  for (const auto& r : d.query("SELECT s.sample_id, s.lane_id, s.stack_id FROM samples s JOIN lanes l ON l.lane_id = "
+                               "s.lane_id JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? "
+                               "ORDER BY s.sample_id",
+                               {source_id})) {
+    StackSamples::Sample s;
+    s.thread = thread_of.at(as_int(r[1]));
+    s.frames = frames(as_int(r[2]), frames);
+    s.values.assign(ss.value_types.size(), 0);
+    sample_index[as_int(r[0])] = ss.samples.size();
+    ss.samples.push_back(std::move(s));
+  }
+  for (const auto& r : d.query("SELECT v.sample_id, v.type_id, v.value FROM sample_values v JOIN samples s ON "
+                               "s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON "
+                               "se.session_id = l.session_id WHERE se.source_id = ?",
+                               {source_id})) {
+    ss.samples.at(sample_index.at(as_int(r[0]))).values.at(type_index.at(as_int(r[1]))) = as_int(r[2]);
+  }
+  return ss;
+}
+
 Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   const auto src = d.query(
       "SELECT start_ns, end_ns, captured_depth, events_captured, events_skipped, unmatched_returns, kernel, "
-      "lost_events FROM sources WHERE source_id = ?",
+      "lost_events, sample_kind FROM sources WHERE source_id = ?",
       {source_id});
   if (src.empty()) {
     return Error{Error::Kind::kUnsupported, 0, "the store has no source " + std::to_string(source_id)};
+  }
+  if (as_text(src[0][8]) == "stacks") {
+    return Error{Error::Kind::kUnsupported, 0,
+                 "source " + std::to_string(source_id) + " holds sampled stacks, not spans (mlprof show prints them)"};
   }
   Profile p;
   const SqlRow& s = src[0];

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "core/stack_samples.h"
 #include "core/store_schema.h"
 #include "core/tree.h"
 
@@ -56,8 +57,15 @@ Result<Ok> prepare_store(StoreDriver& driver);
 // write transaction.
 int64_t add_profile(StoreDriver& driver, const Profile& profile, const SourceInfo& info);
 
+// Adds sampled stacks (an import of pprof, py-spy, speedscope's sampled
+// profiles, folded stacks) as one source of sample_kind 'stacks': a sample
+// a row with its call path and values, no times.
+int64_t add_stack_samples(StoreDriver& driver, const StackSamples& samples, const SourceInfo& info);
+
 // The profile of one source, as it was added (the same tree: spans, times,
-// flags, labels, I/O, segments, lanes, kernel data, meta).
+// flags, labels, I/O, segments, lanes, kernel data, meta). kUnsupported for
+// a source of sampled stacks (read_stack_source reads those).
 Result<Profile> read_source(StoreDriver& driver, int64_t source_id);
+Result<StackSamples> read_stack_source(StoreDriver& driver, int64_t source_id);
 
 }  // namespace mlprof

@@ -25,6 +25,7 @@ CREATE TABLE id_counters (
 CREATE TABLE sources (
   source_id INTEGER PRIMARY KEY,
   source_type TEXT NOT NULL,
+  sample_kind TEXT NOT NULL DEFAULT 'spans' CHECK (sample_kind IN ('spans', 'stacks')),
   source_uri TEXT,
   source_timestamp INTEGER,
   host TEXT,

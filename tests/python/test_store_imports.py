@@ -1,0 +1,214 @@
+"""Other tools' profiles into the store (issue 18, docs/store.md "Imports"),
+from real runs of the tools: py-spy (speedscope and raw) against a real
+process, viztracer's Chrome trace, a Go program's CPU profile and our own
+pprof export; and every format cut off or corrupt refused whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from _helpers import require_tool
+from mlflow_profiler import profiling
+from mlflow_profiler._files import ProfileLoadError
+from mlflow_profiler.store import open_store
+from test_store import _encode, _walk
+
+BIN = os.path.dirname(sys.executable)
+GO = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+
+TARGET = textwrap.dedent("""
+    def leaf(n):
+        t = 0
+        for i in range(n):
+            t += i
+        return t
+
+    def work():
+        for _ in range(200):
+            leaf(20000)
+
+    if __name__ == "__main__":
+        work()
+""")
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    path = tmp_path_factory.mktemp("target") / "spy_target.py"
+    path.write_text(TARGET)
+    return path
+
+
+def _tool(name):
+    return require_tool(shutil.which(name, path=BIN) or shutil.which(name), name, f"pip install {name}")
+
+
+def test_py_spy_speedscope_and_raw_of_a_real_process(target, tmp_path):
+    py_spy = _tool("py-spy")
+    out = {}
+    for fmt, name in (("speedscope", "spy.speedscope.json"), ("raw", "spy.txt")):
+        path = tmp_path / name
+        run = subprocess.run([py_spy, "record", "-o", str(path), "-f", fmt, "-r", "400", "--", sys.executable,
+                              str(target)], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        out[fmt] = path
+    doc = json.loads(out["speedscope"].read_text())
+    expected = sum(len(p["samples"]) for p in doc["profiles"])
+    raw_total = sum(int(line.rsplit(" ", 1)[1]) for line in out["raw"].read_text().splitlines() if line.strip())
+    with open_store(tmp_path / "spy.db") as store:
+        first = store.add(out["speedscope"])
+        second = store.add(out["raw"])
+        rows = {s["source_id"]: s for s in store.sources()}
+        assert (rows[first]["source_type"], rows[first]["kind"]) == ("speedscope", "stacks")
+        assert (rows[second]["source_type"], rows[second]["kind"]) == ("folded", "stacks")
+        sampled = store.load_stacks(first)
+        assert sampled.sample_count == expected
+        assert sampled.value_types == [("samples", "count"), ("wall", "nanoseconds")]
+        stacks = sampled.stacks()
+        # py-spy saw the target's frames, root first.
+        assert any(frames[-2:] == ["work", "leaf"] for _, frames, _ in stacks), stacks[:3]
+        folded = store.load_stacks(second)
+        assert folded.sample_count == raw_total  # pre-aggregated counts expanded, one row each
+        assert all(values == [1] for _, _, values in folded.stacks())
+        with pytest.raises(Exception, match="sampled stacks, not spans"):
+            store.load(first)
+
+
+def test_viztracer_chrome_trace(target, tmp_path):
+    viztracer = _tool("viztracer")
+    trace = tmp_path / "viz.json"
+    run = subprocess.run([viztracer, "-o", str(trace), str(target)], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    with open_store(tmp_path / "viz.db") as store:
+        source = store.add(trace)
+        assert store.sources()[0]["source_type"] == "chrome-trace"
+        tree = store.load(source).to_tree()
+    works = [n for n in _walk(tree) if n["label"] == "work"]
+    assert len(works) == 1
+    leaves = [c for c in works[0]["children"] if c["label"] == "leaf"]
+    assert len(leaves) == 200 and all(c["file"].endswith("spy_target.py") for c in leaves)
+    assert all(works[0]["start_ns"] <= c["start_ns"] <= c["end_ns"] <= works[0]["end_ns"] for c in leaves)
+
+
+def test_a_go_cpu_profile_keeps_its_types_and_expands_its_counts(tmp_path):
+    go = require_tool(GO, "the Go toolchain", "Go at /usr/local/go or on PATH")
+    (tmp_path / "main.go").write_text(textwrap.dedent("""
+        package main
+
+        import (
+            "os"
+            "runtime/pprof"
+        )
+
+        func spin(n int) int {
+            s := 0
+            for i := 0; i < n; i++ {
+                s += i * i % 7
+            }
+            return s
+        }
+
+        func main() {
+            f, _ := os.Create(os.Args[1])
+            pprof.StartCPUProfile(f)
+            t := 0
+            for i := 0; i < 200; i++ {
+                t += spin(1_000_000)
+            }
+            pprof.StopCPUProfile()
+            f.Close()
+            println(t)
+        }
+    """))
+    env = {**os.environ, "GOCACHE": str(tmp_path / "gocache"), "GOPATH": str(tmp_path / "gopath"), "GOFLAGS": "-mod=mod"}
+    profile = tmp_path / "cpu.pprof"
+    run = subprocess.run([go, "run", "main.go", str(profile)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert run.returncode == 0, run.stderr
+    raw = subprocess.run([go, "tool", "pprof", "-raw", str(profile)], capture_output=True, text=True, timeout=120,
+                         env=env).stdout
+    counts = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^\s+(\d+)\s+(\d+):", raw, re.M)]
+    assert counts, raw
+    with open_store(tmp_path / "go.db") as store:
+        source = store.add(profile)
+        assert store.sources()[0]["source_type"] == "pprof"
+        samples = store.load_stacks(source)
+    assert samples.value_types == [("samples", "count"), ("cpu", "nanoseconds")]
+    stacks = samples.stacks()
+    assert len(stacks) == sum(c for c, _ in counts)  # each counted sample a row of its own
+    assert sum(v[1] for _, _, v in stacks) == sum(ns for _, ns in counts)  # the cpu time, exactly
+    assert any("main.spin" in frames for _, frames, _ in stacks)
+
+
+def test_our_pprof_export_read_back(tmp_path):
+    with profiling(depth=-1) as session:
+        _encode([3, 4])
+    path = session.save(tmp_path / "p.pb.gz")
+    with open_store(tmp_path / "pb.db") as store:
+        samples = store.load_stacks(store.add(path))
+    nodes = list(_walk(session.to_tree()))
+    assert samples.sample_count == len(nodes)  # one sample per span, as the export writes
+    types = [t for t, _ in samples.value_types]
+    assert types[:2] == ["calls", "wall"]
+    self_total = sum(n["active_ns"] - sum(c["active_ns"] for c in n["children"]) for n in nodes)
+    assert sum(v[1] for _, _, v in samples.stacks()) == self_total
+
+
+def test_evented_speedscope_and_begin_end_trace_become_trees(tmp_path):
+    speedscope = {"$schema": "https://www.speedscope.app/file-format-schema.json",
+                  "shared": {"frames": [{"name": "predict", "file": "m.py", "line": 3}, {"name": "encode"}]},
+                  "profiles": [{"type": "evented", "name": "main", "unit": "microseconds", "startValue": 0,
+                                "endValue": 10, "events": [{"type": "O", "frame": 0, "at": 0},
+                                                           {"type": "O", "frame": 1, "at": 2},
+                                                           {"type": "C", "frame": 1, "at": 5},
+                                                           {"type": "C", "frame": 0, "at": 10}]}]}
+    trace = [{"ph": "B", "pid": 1, "tid": 7, "ts": 100, "name": "outer (a.py:1)"},
+             {"ph": "X", "pid": 1, "tid": 7, "ts": 101, "dur": 3, "name": "inner (a.py:9)"},
+             {"ph": "E", "pid": 1, "tid": 7, "ts": 110},
+             {"ph": "M", "pid": 1, "tid": 7, "name": "thread_name", "args": {"name": "worker"}}]
+    (tmp_path / "e.speedscope.json").write_text(json.dumps(speedscope))
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    with open_store(tmp_path / "e.db") as store:
+        s1 = store.load(store.add(tmp_path / "e.speedscope.json")).to_tree()
+        s2 = store.load(store.add(tmp_path / "t.json")).to_tree()
+    assert [(n["label"], n["depth"], n["end_ns"] - n["start_ns"]) for n in _walk(s1)] == [
+        ("predict", 0, 10_000), ("encode", 1, 3_000)]
+    assert [(n["label"], n["file"], n["line"], n["thread_name"], n["end_ns"] - n["start_ns"]) for n in _walk(s2)] == [
+        ("outer", "a.py", 1, "worker", 10_000), ("inner", "a.py", 9, "worker", 3_000)]
+
+
+@pytest.mark.parametrize("name,content", [
+    ("cut.trace.json", b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "na'),
+    ("bad.trace.json", b'{"traceEvents": 7}'),
+    ("cut.speedscope.json", b'{"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {"fr'),
+    ("bad.speedscope.json", b'{"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {}, '
+                            b'"profiles": []}'),
+    ("cut.pprof", b"\x0a\x04\x08\x01\x10\x02\x12\x40\x08"),
+    ("bad.folded", b"a;b;c 3\nd;e notanumber\n"),
+])
+def test_a_cut_off_or_corrupt_import_names_the_file_and_adds_nothing(tmp_path, name, content):
+    db = tmp_path / "x.db"
+    with open_store(db) as store:
+        store.add(session_file(tmp_path))
+    path = tmp_path / name
+    path.write_bytes(content)
+    with open_store(db) as store:
+        with pytest.raises(ProfileLoadError) as err:
+            store.add(path)
+        assert str(path) in str(err.value) and err.value.kind in ("truncated", "corrupt"), str(err.value)
+        assert len(store.sources()) == 1
+
+
+def session_file(tmp_path):
+    with profiling(depth=1) as session:
+        _encode([3])
+    return session.save(tmp_path / "ok.json")
