@@ -207,7 +207,7 @@ _WRITER = textwrap.dedent("""
         for _ in range(int(sys.argv[3])):
             node(100)
     store = open_store(sys.argv[1])
-    print("ready", flush=True)
+    print("ready", session._built().span_count, flush=True)
     for _ in range(int(sys.argv[2])):
         store.add(session, labels={"writer": sys.argv[4]})
     print("done", flush=True)
@@ -225,15 +225,19 @@ def test_two_processes_add_at_once_and_nothing_is_lost(tmp_path):
     db = tmp_path / "shared.db"
     open_store(db).close()
     writers = [_writer(tmp_path, db, 5, 20, name) for name in ("a", "b")]
+    per_add = []
     for w in writers:
         out, _ = w.communicate(timeout=300)
-        assert w.returncode == 0 and out.split() == ["ready", "done"], out
+        words = out.split()
+        assert w.returncode == 0 and words[0] == "ready" and words[-1] == "done", out
+        per_add.append(int(words[1]))  # 20 calls of 101 spans, more where a comprehension is a frame (< 3.12)
     conn = sqlite3.connect(db)
     per_writer = dict(conn.execute(
         "SELECT value, count(*) FROM source_labels WHERE key = 'label.writer' GROUP BY value"))
     assert per_writer == {"a": 5, "b": 5}
     spans = conn.execute("SELECT sum(sample_count) FROM sessions").fetchone()[0]
-    assert spans == conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 10 * 20 * 101
+    assert spans == conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 5 * sum(per_add)
+    assert min(per_add) >= 20 * 101
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
 
 
@@ -246,7 +250,7 @@ def test_a_writer_killed_mid_add_leaves_the_store_as_it_was(tmp_path):
     with open_store(db) as store:
         store.add(session)
     writer = _writer(tmp_path, db, 1000, 3000, "killed")
-    assert writer.stdout.readline().strip() == "ready"
+    assert writer.stdout.readline().split()[0] == "ready"
     wal = tmp_path / "killed.db-wal"
     deadline = time.monotonic() + 120
     base = wal.stat().st_size if wal.exists() else 0
