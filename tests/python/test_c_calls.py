@@ -9,7 +9,7 @@ import pytest
 
 from mlflow_profiler import profile_block, profile_span, profiling
 
-from _helpers import native_defect, shape, walk
+from _helpers import native_defect, shape, tree_lines, walk
 
 
 def key(x):
@@ -48,10 +48,10 @@ def test_c_calls_hidden_from_print_tree_by_default(engine, capsys):
         run()
     session.print_tree()
     text = capsys.readouterr().out
-    names = [ln.split(":")[0] for ln in text.splitlines()]
+    names = [ln.split(":")[0] for ln in tree_lines(text)]
     # the Python callbacks of a folded C call move up to its caller
     assert names == ["run", "  work", "    key", "    key", "    key"]
-    shown = [ln.split(":")[0] for ln in session.format_tree(show_c_calls=True).splitlines()]
+    shown = [ln.split(":")[0] for ln in tree_lines(session.format_tree(show_c_calls=True))]
     assert shown == ["run", "  work", "    len", "    sorted", "      key", "      key", "      key",
                      "    list.append"]
     assert shape(session, show_c_calls=False) == (("run", (("work", (("key", ()),) * 3),)),)

@@ -7,7 +7,7 @@ import pytest
 
 from mlflow_profiler import current_session, profile_block, profiling
 
-from _helpers import check_times, shape, walk
+from _helpers import check_times, shape, tree_lines, walk
 
 
 class Boom(Exception):
@@ -90,7 +90,7 @@ def test_an_exception_a_caller_caught_is_no_error_and_one_that_left_the_root_is(
     assert flags["fail"] == ["exception"] and flags["model"] == ["exception"]  # it left the root
     assert flags["lookup"] == []
     lines = [line.split(":")[0].strip() + ("!" if "[exception]" in line else "")
-             for line in session.format_tree().splitlines()]
+             for line in tree_lines(session.format_tree())]
     assert lines == ["model!", "lookup", "probe", "fail!"]
     # the same after a save and a load (derived again when the tree is linked)
     import mlflow_profiler

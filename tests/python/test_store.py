@@ -23,6 +23,22 @@ from mlflow_profiler._files import loads
 from mlflow_profiler.store import StoreError, open_store
 
 ENGINES = ["native", "reference"]
+_connections: list = []
+
+
+def _connect(path, **kw) -> sqlite3.Connection:
+    """A connection of the test's own, closed when the test ends (3.13 warns
+    of a connection left open, and warnings are errors here)."""
+    conn = sqlite3.connect(path, **kw)
+    _connections.append(conn)
+    return conn
+
+
+@pytest.fixture(autouse=True)
+def _close_connections():
+    yield
+    while _connections:
+        _connections.pop().close()
 
 
 def _document(session) -> dict:
@@ -102,7 +118,7 @@ def test_a_profile_read_back_is_the_same_tree(tmp_path, engine):
         labels = store.labels(source)
         assert labels["label.model"] == "fraud" and labels["engine"] == session.statistics()["engine"]
     # The keys are declared and enforced: nothing dangles.
-    conn = sqlite3.connect(tmp_path / "profiles.db")
+    conn = _connect(tmp_path / "profiles.db")
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     with pytest.raises(sqlite3.IntegrityError):
@@ -121,7 +137,7 @@ def test_sources_share_functions_and_call_paths(tmp_path):
         spans = sum(s["spans"] for s in store.sources())
     nodes = list(_walk(session.to_tree()))
     paths = {tuple(n["call_path"]) if isinstance(n["call_path"], list) else n["call_path"] for n in nodes}
-    conn = sqlite3.connect(tmp_path / "s.db")
+    conn = _connect(tmp_path / "s.db")
     count = lambda table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: E731
     assert count("sources") == 10 and count("samples") == spans == 10 * len(nodes)
     assert count("functions") == len({(n["function"], n["module"]) for n in nodes})
@@ -173,7 +189,7 @@ def test_kernel_data_of_an_agent_document_comes_back(tmp_path):
 def test_a_newer_or_older_store_or_another_database_is_refused(tmp_path):
     with open_store(tmp_path / "v.db"):
         pass
-    conn = sqlite3.connect(tmp_path / "v.db", isolation_level=None)
+    conn = _connect(tmp_path / "v.db", isolation_level=None)
     conn.execute("UPDATE meta SET value = '2.7' WHERE key = 'version'")
     with pytest.raises(StoreError, match="newer mlflow-profiler.*upgrade") as err:
         open_store(tmp_path / "v.db")
@@ -231,7 +247,7 @@ def test_two_processes_add_at_once_and_nothing_is_lost(tmp_path):
         words = out.split()
         assert w.returncode == 0 and words[0] == "ready" and words[-1] == "done", out
         per_add.append(int(words[1]))  # 20 calls of 101 spans, more where a comprehension is a frame (< 3.12)
-    conn = sqlite3.connect(db)
+    conn = _connect(db)
     per_writer = dict(conn.execute(
         "SELECT value, count(*) FROM source_labels WHERE key = 'label.writer' GROUP BY value"))
     assert per_writer == {"a": 5, "b": 5}
@@ -259,7 +275,7 @@ def test_a_writer_killed_mid_add_leaves_the_store_as_it_was(tmp_path):
     os.kill(writer.pid, signal.SIGKILL)
     writer.wait()
     writer.stdout.close()
-    conn = sqlite3.connect(db)
+    conn = _connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     # Every source there is whole: its sessions hold exactly its samples.

@@ -6,7 +6,7 @@ import json
 
 from mlflow_profiler import profiling
 
-from _helpers import walk
+from _helpers import tree_lines, walk
 
 
 def serialize(obj):
@@ -64,7 +64,7 @@ def test_user_modules_override(engine):
 def test_collapse_frameworks(engine):
     session = capture(engine)
     text = session.format_tree(collapse_frameworks=True)
-    lines = text.splitlines()
+    lines = tree_lines(text)
     names = [ln.split(":")[0] for ln in lines]
     assert names == ["model", "  serialize", "    [json]", "  serialize", "    [json]"]
     assert "dumps" not in text and "JSONEncoder" not in text
