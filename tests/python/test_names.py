@@ -123,7 +123,10 @@ def test_first_sight_of_functions_is_the_profilers_work(engine):
     assert len([n for n in walk([root]) if n["label"].startswith("f")]) == 1000
     for node in walk([root]):
         assert_times_add_up(node)
-    assert "(profiler's own work: " in session.format_tree()
+    # The footer says it when it moved the times by 0.1 ms and 1% of the
+    # session (a loaded machine can stretch the session past that share).
+    shown = stats["profiler_overhead_ns"] >= 100_000 and 100 * stats["profiler_overhead_ns"] >= stats["duration_ns"]
+    assert ("(profiler's own work: " in session.format_tree()) == shown
 
 
 def timed(fn):
