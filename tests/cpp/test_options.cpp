@@ -139,3 +139,33 @@ TEST(Options, ParsingTwiceStartsOver) {
   err({"--bad"});
   EXPECT_TRUE(ok({"--all"}).all);
 }
+
+TEST(Options, StoreAndLabels) {
+  Options a = ok({"--pid", "7", "--store", "profiles.db", "--label", "model=fraud", "--label",
+                  "version=3", "--label", "note=a=b", "--label", "empty="});
+  EXPECT_EQ(a.store, "profiles.db");
+  const std::map<std::string, std::string> want{
+      {"model", "fraud"}, {"version", "3"}, {"note", "a=b"}, {"empty", ""}};
+  EXPECT_EQ(a.labels, want);
+  EXPECT_EQ(ok({"--all", "--store", "sqlite:////var/lib/p.db"}).store, "sqlite:////var/lib/p.db");
+  // A later --label of the same key wins, as mlprof add's.
+  EXPECT_EQ(ok({"--all", "--store", "s.db", "--label", "model=a", "--label", "model=b"}).labels.at("model"),
+            "b");
+  EXPECT_TRUE(ok({"--all"}).store.empty());
+  EXPECT_NE(usage().find("--store STORE"), std::string::npos);
+  EXPECT_NE(usage().find("--label KEY=VALUE"), std::string::npos);
+}
+
+TEST(Options, StoreErrorsSayWhatToGive) {
+  EXPECT_NE(err({"--all", "--store", ""}).find("--store needs a SQLite file"), std::string::npos);
+  EXPECT_NE(err({"--all", "--store"}).find("--store needs a value"), std::string::npos);
+  EXPECT_NE(err({"--all", "--store", "a.db", "--store", "b.db"}).find("--store given twice"),
+            std::string::npos);
+  EXPECT_NE(err({"--all", "--store", "postgresql://u@h/db"}).find("mlprof add URL FILE.json"),
+            std::string::npos);
+  EXPECT_NE(err({"--all", "--store", "s.db", "--label", "model"}).find("--label takes KEY=VALUE, got 'model'"),
+            std::string::npos);
+  EXPECT_NE(err({"--all", "--store", "s.db", "--label", "=x"}).find("--label takes KEY=VALUE"),
+            std::string::npos);
+  EXPECT_NE(err({"--all", "--label", "model=m"}).find("give --store FILE too"), std::string::npos);
+}

@@ -26,6 +26,8 @@ enum LongOnly : int {
   kDepth,
   kFormat,
   kStream,
+  kStore,
+  kLabel,
   kHelp,
   kVersion,
   kRingKb,
@@ -41,6 +43,8 @@ constexpr option kLongOptions[] = {
     {"output", required_argument, nullptr, 'o'},
     {"format", required_argument, nullptr, kFormat},
     {"stream", no_argument, nullptr, kStream},
+    {"store", required_argument, nullptr, kStore},
+    {"label", required_argument, nullptr, kLabel},
     {"verbose", no_argument, nullptr, 'v'},
     {"help", no_argument, nullptr, kHelp},
     {"version", no_argument, nullptr, kVersion},
@@ -174,6 +178,27 @@ Result<Options> parse_options(int argc, char* const* argv) {
       case kStream:
         opts.stream = true;
         break;
+      case kStore:
+        if (arg.empty()) return usage_error("--store needs a SQLite file, e.g. --store profiles.db");
+        if (!opts.store.empty()) {
+          return usage_error("--store given twice ('" + opts.store + "', '" + arg +
+                             "'): the agent adds to one store; merge stores later with `mlprof combine`");
+        }
+        if (arg.rfind("postgresql://", 0) == 0 || arg.rfind("postgres://", 0) == 0) {
+          return usage_error("--store '" + arg +
+                             "': the agent writes SQLite stores only; for PostgreSQL write -o FILE.json "
+                             "and run `mlprof add URL FILE.json`");
+        }
+        opts.store = arg;
+        break;
+      case kLabel: {
+        const size_t eq = arg.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          return usage_error("--label takes KEY=VALUE, got '" + arg + "': e.g. --label model=fraud");
+        }
+        opts.labels[arg.substr(0, eq)] = arg.substr(eq + 1);
+        break;
+      }
       case 'v':
         ++opts.verbose;
         break;
@@ -215,6 +240,9 @@ Result<Options> parse_options(int argc, char* const* argv) {
                        "': targets are chosen with --pid, --container, --cgroup or --all");
   }
   if (opts.help || opts.version) return opts;
+  if (!opts.labels.empty() && opts.store.empty()) {
+    return usage_error("--label labels the sources the agent adds to a store: give --store FILE too");
+  }
 
   const int kinds = (opts.pids.empty() ? 0 : 1) + (opts.container.empty() ? 0 : 1) +
                     (opts.cgroup.empty() ? 0 : 1) + (opts.all ? 1 : 0);
@@ -252,7 +280,8 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
 }
 
 std::string usage() {
-  return R"(usage: mlprof-ebpf TARGET [--duration S] [-o FILE] [--format F] [--depth N] [--stream] [-v]
+  return R"(usage: mlprof-ebpf TARGET [--duration S] [-o FILE] [--format F] [--depth N] [--stream]
+                   [--store STORE [--label KEY=VALUE]...] [-v]
 
 Profiles the predict() calls of Python processes that use mlflow_profiler
 from outside, with eBPF: the same span tree as in-process profiling, plus
@@ -271,11 +300,16 @@ TARGET (one kind):
   --format F           text, json, chrome, pprof, speedscope (also json_gz, folded, html)
   --depth N            render depth of the text output (default: everything captured)
   --stream             print each session's tree as it finishes
+  --store STORE        add the capture to a profile store (a SQLite file, or sqlite:///path;
+                       created if need be) as one source of type ebpf when the agent stops;
+                       with --stream, each session as it finishes (docs/store.md)
+  --label KEY=VALUE    a label on those sources (repeatable): model, version, run_id ...
   -v                   progress on stderr (-vv: libbpf's messages too)
   --help, --version
 
-Exit status: 0 all captured; 1 runtime error; 2 usage error; 3 no privilege
-or kernel support; 4 no target found; 5 events were lost (output written).
+Exit status: 0 all captured; 1 runtime error (also: the store cannot be
+opened, or an add to it failed); 2 usage error; 3 no privilege or kernel
+support; 4 no target found; 5 events were lost (output written).
 )";
 }
 

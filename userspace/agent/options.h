@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,11 @@ struct Options {
   // --format, or the one -o's extension names; nullopt: text.
   std::optional<ExportFormat> format;
   bool stream = false;    // --stream: print each session as it finishes
+  // --store STORE: a SQLite store (path or sqlite:///path) the capture is
+  // added to as a source of type ebpf: the whole capture at the end, or with
+  // --stream each session as it finishes. "": none.
+  std::string store;
+  std::map<std::string, std::string> labels;  // --label KEY=VALUE (repeatable; needs --store)
   int verbose = 0;        // -v (repeatable): -v agent progress, -vv libbpf too
   size_t ring_bytes = 0;  // --ring-kb (hidden, for tests): 0 = the loader's default
   bool help = false;      // --help: print usage(), exit 0
