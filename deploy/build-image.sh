@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the agent's container image from a built mlprof-ebpf: a root
 # filesystem holding only the binary and the shared libraries it loads
-# (libbpf is linked in statically; libelf, zlib and the C++ runtime are
+# (libbpf is linked in statically; libelf, zlib, libsqlite3 and the C++ runtime are
 # copied from this host), imported with `podman import`. No base image is
 # pulled, so it also works on a host without a registry.
 #   deploy/build-image.sh build-x/userspace/agent/mlprof-ebpf [IMAGE]   (default localhost/mlprof-ebpf:dev)

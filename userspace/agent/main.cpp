@@ -1,9 +1,11 @@
 // mlprof-ebpf: profiles predict() calls of Python processes from outside.
-// Top to bottom: parse the command line; check privileges and BTF; resolve
-// the targets; load the BPF programs; attach; poll the ring buffer, feeding
-// the joiner, rescanning for targets that start or exit; on SIGINT/SIGTERM,
-// --duration or the last --pid gone: finish, write -o atomically, print the
-// summary. Exit codes: see kExit* below and docs/ebpf.md.
+// Top to bottom: parse the command line; check privileges and BTF; open
+// --store (a typo or a store of another version fails here, before anything
+// attaches); resolve the targets; load the BPF programs; attach; poll the
+// ring buffer, feeding the joiner, rescanning for targets that start or
+// exit; on SIGINT/SIGTERM, --duration or the last --pid gone: finish, write
+// -o atomically, add to the store, print the summary. Exit codes: see kExit*
+// below and docs/ebpf.md.
 
 #include <linux/capability.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #include "agent/joiner.h"
 #include "agent/options.h"
 #include "agent/report.h"
+#include "agent/store_sqlite.h"
 #include "agent/targets.h"
 #include "core/export.h"
 #include "core/file_io.h"
@@ -39,7 +42,7 @@ using namespace mlprof::agent;
 
 // Exit statuses (docs/ebpf.md, usage()).
 constexpr int kExitOk = 0;
-constexpr int kExitError = 1;      // runtime error: writing the output, reading the ring buffer
+constexpr int kExitError = 1;      // runtime error: writing the output or the store, reading the ring buffer
 constexpr int kExitUsage = 2;      // the command line
 constexpr int kExitPrivilege = 3;  // not privileged, no BTF, the kernel refused the programs
 constexpr int kExitNoTarget = 4;   // no such pid / container / cgroup
@@ -55,6 +58,12 @@ void on_stop_signal(int signo) {
   if (g_stop_signal != 0)
     _exit(128 + signo);  // a second Ctrl-C: leave now (-o is still never partial)
   g_stop_signal = signo;
+}
+
+int64_t unix_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 int64_t now_ns() {
@@ -144,11 +153,14 @@ std::string plural(uint64_t n, const char* one, const char* many) {
 
 class Agent {
  public:
-  Agent(const Options& opts, BpfLoader& loader, std::map<std::string, std::string> meta)
+  // `store`: --store's, or null.
+  Agent(const Options& opts, BpfLoader& loader, std::map<std::string, std::string> meta,
+        SqliteStore* store)
       : opts_(opts),
         loader_(loader),
         joiner_(std::move(meta)),
-        report_(ReportOptions{opts.depth}) {}
+        report_(ReportOptions{opts.depth}),
+        store_(store) {}
 
   // Attaches the targets that started and lets go of those that exited.
   void apply(const TargetFinder::Changes& changes) {
@@ -196,9 +208,36 @@ class Agent {
       report_.add(p);
       if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
         stdout_broken_ = true;
-      if (!opts_.output.empty() || opts_.format) sessions_.push_back(std::move(p));
+      // --stream --store: each session is a source as it finishes, so a
+      // long-running agent accumulates; else the capture is one, at the end.
+      if (opts_.stream && store_ != nullptr) add_to_store(p);
+      if (!opts_.output.empty() || opts_.format || (store_ != nullptr && !opts_.stream))
+        sessions_.push_back(std::move(p));
     }
   }
+
+  // Adds `profile` to --store as one source (one transaction). A failure is
+  // said once, naming the store and the cause; later ones are counted.
+  void add_to_store(const Profile& profile) {
+    SourceInfo info;
+    info.type = "ebpf";
+    info.labels = opts_.labels;
+    info.added_unix_ns = unix_now_ns();
+    auto added = store_->add(profile, info);
+    if (!added) {
+      if (store_failed_++ == 0) {
+        say("adding to the store " + store_->target() + " failed: " + added.error().message +
+            " (nothing of that profile is in the store)");
+      }
+      return;
+    }
+    if (store_added_++ == 0) first_source_ = added.value();
+    last_source_ = added.value();
+  }
+  uint64_t store_added() const { return store_added_; }
+  uint64_t store_failed() const { return store_failed_; }
+  int64_t first_source() const { return first_source_; }
+  int64_t last_source() const { return last_source_; }
 
   void finish() {
     // What is still in the ring buffer, then every open session, truncated.
@@ -245,6 +284,9 @@ class Agent {
   std::vector<Profile> sessions_;    // for -o / --format
   std::unique_ptr<Profile> combined_;  // built by combined()
   uint64_t lost_ = 0;
+  SqliteStore* store_;
+  uint64_t store_added_ = 0, store_failed_ = 0;
+  int64_t first_source_ = 0, last_source_ = 0;
   std::set<pid_t> attached_;
   std::set<pid_t> failed_;  // attach refused: not retried while the process lives
   int poll_error_ = 0;
@@ -261,6 +303,17 @@ int run(int argc, char** argv) {
   if (std::string m = missing_privileges(effective_capabilities()); !m.empty())
     return fail(kExitPrivilege, m);
   if (std::string m = missing_btf(); !m.empty()) return fail(kExitPrivilege, m);
+
+  // The store first: a typo or a store of another version is a clear line
+  // now, not a lost capture at the end.
+  std::unique_ptr<SqliteStore> store;
+  if (!opts.store.empty()) {
+    auto opened = SqliteStore::open(opts.store);
+    if (!opened) {
+      return fail(kExitError, "cannot use the store " + opts.store + ": " + opened.error().message);
+    }
+    store = std::move(opened.value());
+  }
 
   // Signals before anything attaches: a Ctrl-C at any later point ends the
   // capture cleanly. No SA_RESTART, so the poll returns at once.
@@ -303,7 +356,7 @@ int run(int argc, char** argv) {
     meta["container_id"] = c->id;
     meta["container_runtime"] = c->runtime;
   }
-  Agent agent(opts, loader, std::move(meta));
+  Agent agent(opts, loader, std::move(meta), store.get());
 
   const int64_t start = now_ns();
   const int64_t deadline =
@@ -370,6 +423,24 @@ int run(int argc, char** argv) {
       say("wrote " + opts.output + " (" + format_label(opts.format) + ", " +
           plural(agent.report().sessions(), "session", "sessions") + ")");
     }
+  }
+  // --store: the capture as one source (with --stream its sessions are in already).
+  if (store && !opts.stream && agent.report().sessions() > 0) agent.add_to_store(agent.combined());
+  if (store && agent.store_added() > 0) {
+    std::string line = "added to the store " + opts.store + ": ";
+    line += agent.store_added() == 1
+                ? "source " + std::to_string(agent.first_source())
+                : "sources " + std::to_string(agent.first_source()) + " to " +
+                      std::to_string(agent.last_source());
+    const uint64_t sessions = opts.stream ? agent.store_added() : agent.report().sessions();
+    say(line + " (ebpf, " + plural(sessions, "session", "sessions") + ")");
+  }
+  if (store && agent.store_failed() > 0) {
+    if (opts.stream) {
+      say(plural(agent.store_failed(), "session was", "sessions were") + " not added to the store " +
+          opts.store + " (the first failure is said above)");
+    }
+    status = kExitError;
   }
   if (opts.output.empty() && opts.format) {
     // The document goes to stdout; the summary to stderr, out of its way.
