@@ -1,9 +1,10 @@
 // Files: export a Profile to bytes, save it atomically, read a profile
-// document back. The Profile is immutable once built, so exporting, writing
-// and parsing run with the GIL released.
+// document back; a pprof aggregated from many sources; the HTML page of an
+// analysis result. The Profile is immutable once built, so exporting,
+// writing and parsing run with the GIL released.
 
 #include <pybind11/pybind11.h>
-#include <pybind11/stl.h>  // std::optional arguments
+#include <pybind11/stl.h>  // std::optional arguments, labels
 
 #include <cstring>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "core/export.h"
 #include "core/file_io.h"
 #include "core/json_read.h"
+#include "core/pprof_aggregate.h"
 
 namespace py = pybind11;
 
@@ -24,6 +26,7 @@ namespace mlprof {
 namespace {
 
 using ProfilePtr = std::shared_ptr<Profile>;
+using SamplesPtr = std::shared_ptr<StackSamples>;
 
 constexpr ExportFormat kAllFormats[] = {ExportFormat::kJson,        ExportFormat::kJsonGz,
                                         ExportFormat::kChromeTrace, ExportFormat::kPprof,
@@ -186,9 +189,53 @@ ProfilePtr loads_profile(const py::object& data) {
   return std::make_shared<Profile>(std::move(profile->value()));
 }
 
+// The aggregate is mutable and unlocked: its methods keep the GIL, so two
+// Python threads never run them at once.
+void bind_pprof_aggregate(py::module_& m) {
+  py::class_<PprofAggregate>(m, "PprofAggregate",
+                             "One pprof aggregated from many sources, added one at a time "
+                             "(core/pprof_aggregate.h): equal call paths with equal labels become one "
+                             "sample whose values are summed; the sample types are the union.")
+      .def(py::init<>())
+      .def(
+          "add_profile",
+          [](PprofAggregate& a, const ProfilePtr& p, const PprofAggregate::Labels& labels) { a.add(*p, labels); },
+          py::arg("profile"), py::arg("labels") = PprofAggregate::Labels{},
+          "Adds a span profile: per call path, calls and self wall time (off_cpu, runq with kernel "
+          "data); `labels` [(key, value)] go on each of its samples.")
+      .def(
+          "add_samples",
+          [](PprofAggregate& a, const SamplesPtr& s, const PprofAggregate::Labels& labels) { a.add(*s, labels); },
+          py::arg("samples"), py::arg("labels") = PprofAggregate::Labels{},
+          "Adds sampled stacks (StackSamples) with their own value types.")
+      .def("add_comment", &PprofAggregate::add_comment, py::arg("comment"),
+           "A line for `go tool pprof -comments`.")
+      .def_property_readonly("sources", &PprofAggregate::sources)
+      .def_property_readonly("samples", &PprofAggregate::samples, "Distinct samples: paths times label sets.")
+      .def_property_readonly("sample_types", &PprofAggregate::sample_types, "[(type, unit)], in order.")
+      .def("total", &PprofAggregate::total, py::arg("type"), py::arg("unit"),
+           "The sum of one sample type over every sample (0 if absent).")
+      .def(
+          "to_bytes",
+          [](const PprofAggregate& a) { return py::bytes(a.to_pprof()); },
+          "The gzip-compressed profile.proto.")
+      .def(
+          "save",
+          [](const PprofAggregate& a, const std::string& path) {
+            const Result<Ok> written = write_file_atomic(path, a.to_pprof());
+            if (!written.ok()) raise_os_error(written.error().errnum, path);
+          },
+          py::arg("path"), "Writes to_bytes() to `path` atomically; OSError if writing fails.");
+}
+
 }  // namespace
 
 void bind_files(py::module_& m) {
+  bind_pprof_aggregate(m);
+  m.def("analysis_html", &to_html_analysis, py::arg("payload"),
+        "The self-contained HTML page of an analysis result (`mlprof top`/`diff --html`): the "
+        "payload JSON (a title, facts, columns and rows) in the report's template and CSS. "
+        "ValueError if the payload is not a JSON object.");
   m.def("export_bytes", &export_bytes, py::arg("profile"), py::arg("format"),
         "The file contents of `profile` in `format` ('json', 'json_gz', 'chrome_trace', 'pprof', "
         "'speedscope', 'folded', 'html').");

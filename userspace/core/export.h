@@ -45,4 +45,11 @@ std::string to_speedscope(const Profile& p);
 std::string to_folded(const Profile& p);
 std::string to_html_report(const Profile& p);
 
+// The self-contained page of an analysis result (`mlprof top`/`diff --html`,
+// docs/store.md): `payload`, a JSON object (title, facts, notes, columns,
+// rows; python/mlflow_profiler/analysis.py writes it), embedded in the
+// report's second template (report/analysis.html with report.css and
+// analysis.js). std::invalid_argument if the payload is not a JSON object.
+std::string to_html_analysis(std::string_view payload);
+
 }  // namespace mlprof

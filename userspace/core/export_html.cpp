@@ -1,8 +1,10 @@
 #include "core/export.h"
 
+#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <stdexcept>
 #include <string_view>
 
 #include "core/io.h"
@@ -82,6 +84,22 @@ std::string to_html_report(const Profile& p) {
   append_script_json(out, extras);
   out += "</script>";
   out += report::kTail;
+  return out;
+}
+
+std::string to_html_analysis(std::string_view payload) {
+  rapidjson::Document doc;
+  doc.Parse(payload.data(), payload.size());
+  if (doc.HasParseError() || !doc.IsObject()) {
+    throw std::invalid_argument("the analysis page's payload must be a JSON object");
+  }
+  std::string out;
+  out.reserve(report::kAnalysisHead.size() + report::kAnalysisTail.size() + payload.size() + 128);
+  out += report::kAnalysisHead;
+  out += "<script type=\"application/json\" id=\"mlprof-analysis\">";
+  append_script_json(out, payload);
+  out += "</script>";
+  out += report::kAnalysisTail;
   return out;
 }
 

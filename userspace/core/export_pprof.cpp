@@ -5,22 +5,18 @@
 // asyncio task, the profile_span label, the flags and the agent's pid and
 // session.
 //
-// The protobuf encoding is written by hand: the message is a handful of
-// varint, packed and length-delimited fields, while libprotobuf and protoc
-// would add a code generator to the build and a runtime library to every
-// binary that links the core (the extension and the agent) for it.
+// The encoding is written by hand (pprof_writer.h says why).
 
 #include <charconv>
-#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "core/export.h"
-#include "core/pprof_fields.h"
 #include "core/export_util.h"
 #include "core/file_io.h"
+#include "core/pprof_writer.h"
 #include "core/render_text.h"
 #include "core/sched.h"
 
@@ -28,101 +24,10 @@ namespace mlprof {
 
 namespace {
 
-enum WireType : uint32_t { kVarint = 0, kLengthDelimited = 2 };
-
-// Appends protobuf wire format to a string. Zero scalars are left out, as
-// proto3 does (a reader sees the default, which is zero).
-class ProtoWriter {
- public:
-  void varint(uint64_t v) {
-    while (v >= 0x80) {
-      out_.push_back(static_cast<char>(v | 0x80));
-      v >>= 7;
-    }
-    out_.push_back(static_cast<char>(v));
-  }
-  void tag(uint32_t field, WireType wire) { varint((static_cast<uint64_t>(field) << 3) | wire); }
-  void uint_field(uint32_t field, uint64_t v) {
-    if (v == 0) return;
-    tag(field, kVarint);
-    varint(v);
-  }
-  // int64 is a plain varint of the two's complement: 10 bytes when negative.
-  void int_field(uint32_t field, int64_t v) { uint_field(field, static_cast<uint64_t>(v)); }
-  void bool_field(uint32_t field, bool v) { uint_field(field, v ? 1 : 0); }
-  void bytes_field(uint32_t field, std::string_view bytes) {
-    tag(field, kLengthDelimited);
-    varint(bytes.size());
-    out_.append(bytes);
-  }
-  void message_field(uint32_t field, const ProtoWriter& m) { bytes_field(field, m.out_); }
-  // A packed repeated varint field (proto3's default for repeated scalars).
-  template <typename T>
-  void packed_field(uint32_t field, const std::vector<T>& values) {
-    if (values.empty()) return;
-    scratch_.clear();
-    for (const T v : values) {
-      uint64_t u = static_cast<uint64_t>(v);
-      while (u >= 0x80) {
-        scratch_.push_back(static_cast<char>(u | 0x80));
-        u >>= 7;
-      }
-      scratch_.push_back(static_cast<char>(u));
-    }
-    bytes_field(field, scratch_);
-  }
-  void clear() { out_.clear(); }
-  const std::string& bytes() const { return out_; }
-  std::string& bytes() { return out_; }
-
- private:
-  std::string out_;
-  std::string scratch_;
-};
-
+using pprof::PprofStrings;
+using pprof::ProtoWriter;
+using pprof::write_value_type;
 namespace field = pprof_field;
-
-// pprof's string table: index 0 is "", every string once.
-class PprofStrings {
- public:
-  explicit PprofStrings(const StringTable& profile_strings)
-      : profile_(profile_strings), from_profile_(profile_strings.size(), -1) {
-    add("");
-  }
-  // A string of the profile's table, by its id there.
-  int64_t of_profile(uint32_t id) {
-    if (id >= from_profile_.size()) return 0;
-    int64_t& slot = from_profile_[id];
-    if (slot < 0) slot = add(profile_.get(id));
-    return slot;
-  }
-  int64_t add(std::string_view s) {
-    auto it = index_.find(s);
-    if (it != index_.end()) return it->second;
-    owned_.emplace_back(s);
-    const auto idx = static_cast<int64_t>(table_.size());
-    table_.push_back(owned_.size() - 1);
-    index_.emplace(owned_.back(), idx);
-    return idx;
-  }
-  void write(ProtoWriter& out) const {
-    for (const size_t i : table_) out.bytes_field(field::kStringTable, owned_[i]);
-  }
-
- private:
-  const StringTable& profile_;
-  std::vector<int64_t> from_profile_;
-  std::deque<std::string> owned_;  // deque: stable addresses for the views in index_
-  std::vector<size_t> table_;
-  std::unordered_map<std::string_view, int64_t> index_;
-};
-
-void write_value_type(ProtoWriter& out, uint32_t field_number, int64_t type, int64_t unit) {
-  ProtoWriter vt;
-  vt.int_field(field::kValueTypeType, type);
-  vt.int_field(field::kValueTypeUnit, unit);
-  out.message_field(field_number, vt);
-}
 
 int64_t meta_int(const Profile& p, const char* key) {
   const auto it = p.meta.find(key);
@@ -137,7 +42,8 @@ int64_t meta_int(const Profile& p, const char* key) {
 
 std::string to_pprof(const Profile& p) {
   const StringTable& strings = p.functions.strings();
-  PprofStrings table(strings);
+  PprofStrings table;
+  table.use(strings);
   ProtoWriter out;
   out.bytes().reserve(1024 + p.spans.size() * 48);
 
@@ -211,12 +117,7 @@ std::string to_pprof(const Profile& p) {
   // Labels, the same for every sample of a lane, encoded once.
   const int64_t thread_key = table.add("thread"), task_key = table.add("task");
   const int64_t label_key = table.add("label"), flags_key = table.add("flags");
-  auto label_bytes = [&](int64_t key, int64_t str) {
-    ProtoWriter label;
-    label.int_field(field::kLabelKey, key);
-    label.int_field(field::kLabelStr, str);
-    return label;
-  };
+  using pprof::label_bytes;
   std::vector<ProtoWriter> lane_labels(p.lanes.size());
   for (size_t li = 0; li < p.lanes.size(); ++li) {
     const Lane& lane = p.lanes[li];
