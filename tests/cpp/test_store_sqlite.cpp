@@ -14,65 +14,14 @@
 
 #include "core/export.h"
 #include "core/sched.h"
-#include "profile_builder.h"
+#include "agent_session.h"
 #include "temp_dir.h"
 
 namespace mlprof::agent {
 namespace {
 
-using test::call;
-using test::make_lane;
-using test::ret;
-constexpr int64_t kMs = 1'000'000;
-
-// One agent session of process `pid`, as the joiner builds it:
-//   predict [0, 100ms] { load [10, 60] { read [20, 50] }  compute [60, 90] }
-// read() sleeps 25 ms (woken by thread 4250), compute() is preempted 4 ms.
-Profile session(uint32_t pid, int64_t t0) {
-  Profile p;
-  const uint32_t predict = test::user_fn(p, "predict");
-  const uint32_t load = test::user_fn(p, "load");
-  const uint32_t read = test::user_fn(p, "read", "app.io");
-  const uint32_t compute = test::user_fn(p, "compute");
-  p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 10 * kMs, load), call(t0 + 20 * kMs, read),
-                               ret(t0 + 50 * kMs), ret(t0 + 60 * kMs), call(t0 + 60 * kMs, compute),
-                               ret(t0 + 90 * kMs), ret(t0 + 100 * kMs)}));
-  p.lanes[0].native_tid = pid;
-  p.lanes[0].pid = pid;
-  p.lanes[0].session = 1;
-  p.captured_depth = 3;
-  p.start_ns = t0;
-  p.end_ns = t0 + 100 * kMs;
-  p.meta = {{"pid", std::to_string(pid)}, {"source", "ebpf"}, {"agent", "mlprof-ebpf test"}};
-  build_tree(p);
-  KernelData& k = p.kernel;
-  k.present = true;
-  k.lost_events = 2;
-  OffCpuInterval sleep;
-  sleep.tid = pid;
-  sleep.pid = pid;
-  sleep.start_ns = t0 + 21 * kMs;
-  sleep.wake_ns = sleep.start_ns + 25 * kMs;
-  sleep.end_ns = sleep.wake_ns + kMs;
-  sleep.blocked = true;
-  sleep.waker_tid = 4250;
-  k.off_cpu.push_back(sleep);
-  OffCpuInterval preempt;
-  preempt.tid = pid;
-  preempt.pid = pid;
-  preempt.start_ns = t0 + 70 * kMs;
-  preempt.wake_ns = preempt.start_ns;
-  preempt.end_ns = preempt.start_ns + 4 * kMs;
-  k.off_cpu.push_back(preempt);
-  ThreadLifetime io;
-  io.tid = 4250;
-  io.pid = pid;
-  io.name = "io-worker";
-  io.start_ns = t0 + 5 * kMs;
-  k.threads.push_back(io);
-  attribute_kernel(p);
-  return p;
-}
+using test::agent_session;
+constexpr int64_t kMs = test::kMs;
 
 SourceInfo ebpf_source(std::map<std::string, std::string> labels) {
   SourceInfo info;
@@ -94,7 +43,7 @@ int64_t count(SqliteStore& s, const std::string& table) {
 
 TEST(StoreSqlite, AProfileReadBackIsTheSameTreeWithItsKernelDataAndLabels) {
   test::TempDir dir;
-  const Profile p = session(4242, 1'000 * kMs);
+  const Profile p = agent_session(4242, 1'000 * kMs);
   int64_t id = 0;
   {
     auto store = open_ok(dir.path() + "/s.db");
@@ -131,7 +80,7 @@ TEST(StoreSqlite, AProfileReadBackIsTheSameTreeWithItsKernelDataAndLabels) {
   EXPECT_EQ(q.kernel.off_cpu.size(), 2u);
   EXPECT_EQ(q.meta.at("label.model"), "fraud");
   // The whole document, but for the labels the store keeps in the meta.
-  Profile want = session(4242, 1'000 * kMs);  // (a Profile is not copied)
+  Profile want = agent_session(4242, 1'000 * kMs);  // (a Profile is not copied)
   want.meta["label.model"] = "fraud";
   want.meta["label.version"] = "3";
   EXPECT_EQ(export_profile(q, ExportFormat::kJson), export_profile(want, ExportFormat::kJson));
@@ -191,7 +140,7 @@ TEST(StoreSqlite, AFailedAddLeavesNothingAndTheNextAddIsWhole) {
   store->execute("CREATE TRIGGER no_spans BEFORE INSERT ON samples BEGIN SELECT RAISE(ABORT, 'disk quota'); END",
                  {});
   const auto counters = store->query("SELECT name, next_id FROM id_counters ORDER BY name", {});
-  auto failed = store->add(session(7, 0), ebpf_source({{"model", "m"}}));
+  auto failed = store->add(agent_session(7, 0), ebpf_source({{"model", "m"}}));
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(failed.error().message.find("disk quota"), std::string::npos) << failed.error().message;
   for (const char* table : {"sources", "source_labels", "sessions", "lanes", "functions", "locations", "samples",
@@ -201,7 +150,7 @@ TEST(StoreSqlite, AFailedAddLeavesNothingAndTheNextAddIsWhole) {
   EXPECT_EQ(store->query("SELECT name, next_id FROM id_counters ORDER BY name", {}), counters);
   // The connection is usable again: no transaction was left open.
   store->execute("DROP TRIGGER no_spans", {});
-  auto added = store->add(session(7, 0), ebpf_source({{"model", "m"}}));
+  auto added = store->add(agent_session(7, 0), ebpf_source({{"model", "m"}}));
   ASSERT_TRUE(added.ok()) << added.error().message;
   EXPECT_EQ(added.value(), 1);
   EXPECT_EQ(count(*store, "samples"), 4);
@@ -228,7 +177,7 @@ TEST(StoreSqlite, TwoProcessesAddingToOneNewFileAtOnceLoseNothing) {
         _exit(2);
       }
       for (int i = 0; i < kAdds; ++i) {
-        auto r = store.value()->add(session(100 + i, i * 200 * kMs), ebpf_source({{"writer", name}}));
+        auto r = store.value()->add(agent_session(100 + i, i * 200 * kMs), ebpf_source({{"writer", name}}));
         if (!r) {
           std::fprintf(stderr, "%s: add %d: %s\n", name, i, r.error().message.c_str());
           _exit(3);

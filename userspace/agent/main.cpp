@@ -30,6 +30,7 @@
 #include "agent/options.h"
 #include "agent/report.h"
 #include "agent/store_sqlite.h"
+#include "agent/store_writer.h"
 #include "agent/targets.h"
 #include "core/export.h"
 #include "core/file_io.h"
@@ -58,12 +59,6 @@ void on_stop_signal(int signo) {
   if (g_stop_signal != 0)
     _exit(128 + signo);  // a second Ctrl-C: leave now (-o is still never partial)
   g_stop_signal = signo;
-}
-
-int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 int64_t now_ns() {
@@ -153,9 +148,9 @@ std::string plural(uint64_t n, const char* one, const char* many) {
 
 class Agent {
  public:
-  // `store`: --store's, or null.
+  // `store`: --store's writer, or null.
   Agent(const Options& opts, BpfLoader& loader, std::map<std::string, std::string> meta,
-        SqliteStore* store)
+        StoreWriter* store)
       : opts_(opts),
         loader_(loader),
         joiner_(std::move(meta)),
@@ -208,36 +203,19 @@ class Agent {
       report_.add(p);
       if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
         stdout_broken_ = true;
-      // --stream --store: each session is a source as it finishes, so a
-      // long-running agent accumulates; else the capture is one, at the end.
-      if (opts_.stream && store_ != nullptr) add_to_store(p);
-      if (!opts_.output.empty() || opts_.format || (store_ != nullptr && !opts_.stream))
-        sessions_.push_back(std::move(p));
-    }
-  }
-
-  // Adds `profile` to --store as one source (one transaction). A failure is
-  // said once, naming the store and the cause; later ones are counted.
-  void add_to_store(const Profile& profile) {
-    SourceInfo info;
-    info.type = "ebpf";
-    info.labels = opts_.labels;
-    info.added_unix_ns = unix_now_ns();
-    auto added = store_->add(profile, info);
-    if (!added) {
-      if (store_failed_++ == 0) {
-        say("adding to the store " + store_->target() + " failed: " + added.error().message +
-            " (nothing of that profile is in the store)");
+      const bool keep = !opts_.output.empty() || opts_.format || (store_ != nullptr && !opts_.stream);
+      // --stream --store: each session is a source as it finishes (on the
+      // writer's thread), so a long-running agent accumulates; else the
+      // capture is one, at the end.
+      if (opts_.stream && store_ != nullptr) {
+        auto shared = std::make_shared<const Profile>(std::move(p));
+        store_->submit(shared);
+        if (keep) sessions_.push_back(std::move(shared));
+      } else if (keep) {
+        sessions_.push_back(std::make_shared<const Profile>(std::move(p)));
       }
-      return;
     }
-    if (store_added_++ == 0) first_source_ = added.value();
-    last_source_ = added.value();
   }
-  uint64_t store_added() const { return store_added_; }
-  uint64_t store_failed() const { return store_failed_; }
-  int64_t first_source() const { return first_source_; }
-  int64_t last_source() const { return last_source_; }
 
   void finish() {
     // What is still in the ring buffer, then every open session, truncated.
@@ -259,7 +237,11 @@ class Agent {
   // agent's CPU per predict grew with the sessions captured.
   const Profile& combined() {
     if (!combined_) {
-      combined_ = std::make_unique<Profile>(combine_sessions(sessions_));
+      std::vector<const Profile*> parts;
+      parts.reserve(sessions_.size());
+      for (const auto& s : sessions_) parts.push_back(s.get());
+      combined_ = std::make_unique<Profile>();
+      append_profiles(*combined_, parts);  // as combine_sessions: linear in the sessions
       combined_->kernel.present = true;
       combined_->kernel.lost_events = std::max(combined_->kernel.lost_events, lost_);
     }
@@ -281,12 +263,10 @@ class Agent {
   BpfLoader& loader_;
   Joiner joiner_;
   CaptureReport report_;
-  std::vector<Profile> sessions_;    // for -o / --format
+  std::vector<std::shared_ptr<const Profile>> sessions_;  // for -o / --format / --store
   std::unique_ptr<Profile> combined_;  // built by combined()
   uint64_t lost_ = 0;
-  SqliteStore* store_;
-  uint64_t store_added_ = 0, store_failed_ = 0;
-  int64_t first_source_ = 0, last_source_ = 0;
+  StoreWriter* store_;
   std::set<pid_t> attached_;
   std::set<pid_t> failed_;  // attach refused: not retried while the process lives
   int poll_error_ = 0;
@@ -314,6 +294,19 @@ int run(int argc, char** argv) {
     }
     store = std::move(opened.value());
   }
+  SourceInfo source;
+  source.type = "ebpf";
+  source.labels = opts.labels;
+  std::unique_ptr<StoreWriter> writer;
+  if (store) writer = std::make_unique<StoreWriter>(*store, source);
+  // A failed add, said when it is seen: naming the store and the cause.
+  auto say_store_failure = [&] {
+    if (!writer) return;
+    if (auto error = writer->take_first_failure()) {
+      say("adding to the store " + opts.store + " failed: " + *error +
+          " (nothing of that profile is in the store)");
+    }
+  };
 
   // Signals before anything attaches: a Ctrl-C at any later point ends the
   // capture cleanly. No SA_RESTART, so the poll returns at once.
@@ -356,7 +349,7 @@ int run(int argc, char** argv) {
     meta["container_id"] = c->id;
     meta["container_runtime"] = c->runtime;
   }
-  Agent agent(opts, loader, std::move(meta), store.get());
+  Agent agent(opts, loader, std::move(meta), writer.get());
 
   const int64_t start = now_ns();
   const int64_t deadline =
@@ -395,6 +388,7 @@ int run(int argc, char** argv) {
       targets_gone = finder.pids_all_gone();
     }
     agent.collect(false);
+    say_store_failure();
   }
   agent.finish();
   const LoaderStats stats = loader.stats();
@@ -424,23 +418,32 @@ int run(int argc, char** argv) {
           plural(agent.report().sessions(), "session", "sessions") + ")");
     }
   }
-  // --store: the capture as one source (with --stream its sessions are in already).
-  if (store && !opts.stream && agent.report().sessions() > 0) agent.add_to_store(agent.combined());
-  if (store && agent.store_added() > 0) {
-    std::string line = "added to the store " + opts.store + ": ";
-    line += agent.store_added() == 1
-                ? "source " + std::to_string(agent.first_source())
-                : "sources " + std::to_string(agent.first_source()) + " to " +
-                      std::to_string(agent.last_source());
-    const uint64_t sessions = opts.stream ? agent.store_added() : agent.report().sessions();
-    say(line + " (ebpf, " + plural(sessions, "session", "sessions") + ")");
-  }
-  if (store && agent.store_failed() > 0) {
-    if (opts.stream) {
-      say(plural(agent.store_failed(), "session was", "sessions were") + " not added to the store " +
-          opts.store + " (the first failure is said above)");
+  // --store: the capture as one source; with --stream, what is still queued.
+  if (writer) {
+    if (!opts.stream && agent.report().sessions() > 0) writer->add(agent.combined());
+    writer->finish();
+    say_store_failure();
+    const StoreWriterStats st = writer->stats();
+    if (st.added > 0) {
+      std::string line = "added to the store " + opts.store + ": ";
+      line += st.added == 1 ? "source " + std::to_string(st.first_source)
+                            : "sources " + std::to_string(st.first_source) + " to " +
+                                  std::to_string(st.last_source);
+      const uint64_t sessions = opts.stream ? st.added : agent.report().sessions();
+      say(line + " (ebpf, " + plural(sessions, "session", "sessions") + ")");
     }
-    status = kExitError;
+    if (opts.stream && st.failed + st.dropped > 0) {
+      std::string line = plural(st.failed + st.dropped, "session was", "sessions were") +
+                         " not added to the store " + opts.store + ":";
+      if (st.failed > 0) line += " " + std::to_string(st.failed) + " failed (the first is said above)";
+      if (st.dropped > 0) {
+        line += std::string(st.failed > 0 ? "," : "") + " " + std::to_string(st.dropped) +
+                " dropped (the store fell " + std::to_string(StoreWriter::kDefaultCapacity) +
+                " sessions behind)";
+      }
+      say(line);
+    }
+    if (st.failed + st.dropped > 0) status = kExitError;
   }
   if (opts.output.empty() && opts.format) {
     // The document goes to stdout; the summary to stderr, out of its way.
