@@ -3,7 +3,7 @@
 over many sources, beside writing and reading the same profile as a
 .json.gz document in the same run. PostgreSQL too when a URL is given.
 
-    python bench/bench_store.py [--spans 200000] [--sources 200] [--postgres URL]
+    python bench/bench_store.py [--spans 1000000] [--sources 10000] [--spans-per-source 100] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def timed(fn, repeat=3):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=200_000)
-    parser.add_argument("--sources", type=int, default=200, help="small sources for top/diff")
+    parser.add_argument("--sources", type=int, default=10_000, help="small sources a store for top/diff")
+    parser.add_argument("--spans-per-source", type=int, default=100)
     parser.add_argument("--postgres", default=None, help="a postgresql:// URL to measure too")
     args = parser.parse_args()
     big = capture(args.spans)
@@ -76,18 +77,26 @@ def main() -> None:
         print(f"  {name:9s}  add {t_add:.2f}s ({n / t_add / 1e3:.0f}k spans/s), "
               f"read back {t_read:.2f}s ({n / t_read / 1e3:.0f}k spans/s){size}")
 
-    small = [capture(500) for _ in range(4)]
-    db = os.path.join(tmp, "many.db")
-    with open_store(db) as store:
-        for i in range(args.sources):
-            store.add(small[i % 4], labels={"version": str(i % 2)})
-    spans = sum(s["spans"] for s in open_store(db).sources())
-    t_top, result = timed(lambda: analysis.top([db]), repeat=1)
-    print(f"{args.sources} sources, {spans:,} spans: top {t_top:.2f}s ({spans / t_top / 1e3:.0f}k spans/s), "
-          f"{len(result.rows)} paths")
-    t_diff, _ = timed(lambda: analysis.diff([db], [db], where_a={"version": "0"}, where_b={"version": "1"}),
-                      repeat=1)
-    print(f"  diff (version 0 vs 1, 2000 resamples a side) {t_diff:.2f}s")
+    # top and diff over many small sources: the issue's figure is 1M spans
+    # in 10k sessions (one per source here) for top, and two such stores for diff.
+    small = [capture(args.spans_per_source) for _ in range(4)]
+    stores = []
+    for side in ("a", "b"):
+        db = os.path.join(tmp, f"many-{side}.db")
+        t = time.perf_counter()
+        with open_store(db) as store:
+            for i in range(args.sources):
+                store.add(small[i % 4], labels={"version": side})
+        stores.append(db)
+        t_add = time.perf_counter() - t
+    with open_store(stores[0]) as store:
+        spans = sum(s["spans"] for s in store.sources())
+    print(f"{args.sources:,} sources a store, {spans:,} spans: added in {t_add:.1f}s "
+          f"({args.sources / t_add:.0f} sources/s, {spans / t_add / 1e3:.0f}k spans/s)")
+    t_top, result = timed(lambda: analysis.top([stores[0]]), repeat=3)
+    print(f"  top over one store {t_top:.2f}s ({spans / t_top / 1e3:.0f}k spans/s), {len(result.rows)} paths")
+    t_diff, _ = timed(lambda: analysis.diff([stores[0]], [stores[1]]), repeat=3)
+    print(f"  diff of the two stores (2000 resamples a side) {t_diff:.2f}s ({2 * spans / t_diff / 1e3:.0f}k spans/s)")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "bindings.h"
+#include "core/bootstrap.h"
 #include "core/bubbles.h"
 
 namespace py = pybind11;
@@ -75,6 +78,23 @@ py::dict bubbles_dict(const std::shared_ptr<Profile>& profile, int64_t min_ns) {
 void bind_analysis(py::module_& m) {
   m.def("find_bubbles", &bubbles_dict, py::arg("profile"), py::arg("min_ns"),
         "The idle gaps of a profile's session and the utilization of its fan-outs (core/bubbles.h).");
+  m.def(
+      "bootstrap_deltas",
+      [](std::vector<int64_t> a, std::vector<int64_t> b, const std::vector<double>& qs, int replicates,
+         double confidence, uint64_t seed) {
+        if (a.empty() || b.empty()) throw py::value_error("bootstrap_deltas needs values on both sides");
+        py::gil_scoped_release unlocked;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        std::vector<std::pair<int64_t, int64_t>> out;
+        for (size_t i = 0; i < qs.size(); ++i) {
+          out.push_back(bootstrap_quantile_delta(a, b, qs[i], replicates, confidence, seed + i));
+        }
+        return out;
+      },
+      py::arg("a"), py::arg("b"), py::arg("quantiles"), py::arg("replicates"), py::arg("confidence"),
+      py::arg("seed"),
+      "Per quantile q, the (lo, hi) bootstrap interval of quantile_q(B) - quantile_q(A) (core/bootstrap.h).");
 }
 
 }  // namespace mlprof

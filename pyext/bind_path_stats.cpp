@@ -14,6 +14,8 @@
 
 #include "bindings.h"
 #include "core/path_stats.h"
+#include "core/store_scan.h"
+#include "py_driver.h"
 
 namespace py = pybind11;
 
@@ -22,7 +24,7 @@ namespace mlprof {
 namespace {
 
 struct LockedStats {
-  explicit LockedStats(size_t max_paths) : stats(max_paths) {}
+  LockedStats(size_t max_paths, bool keep_walls) : stats(max_paths, keep_walls) {}
   std::mutex mu;
   CallPathStats stats;
 };
@@ -68,6 +70,7 @@ py::dict summary_dict(const std::vector<PathSummary>& paths, int depth) {
     d["off_cpu_count"] = s.off_cpu.count;
     put_durations(d, "off_cpu_", s.off_cpu);
     if (s.off_cpu.count == 0) d["off_cpu_total_ms"] = py::none();
+    if (!s.walls.empty()) d["walls_ns"] = py::cast(s.walls);
     out[py::str(key)] = std::move(d);
   }
   return out;
@@ -79,14 +82,15 @@ void bind_path_stats(py::module_& m) {
   py::class_<LockedStats>(m, "CallPathStats",
                           "Statistics per call path over many profiles (core/path_stats.h). "
                           "Thread-safe: calls are serialized by a mutex.")
-      .def(py::init([](int64_t max_paths) {
+      .def(py::init([](int64_t max_paths, bool keep_walls) {
              if (max_paths < 1) {
                throw py::value_error("max_paths must be >= 1 (distinct call paths tracked), got " +
                                      std::to_string(max_paths));
              }
-             return std::make_unique<LockedStats>(static_cast<size_t>(max_paths));
+             return std::make_unique<LockedStats>(static_cast<size_t>(max_paths), keep_walls);
            }),
-           py::arg("max_paths") = static_cast<int64_t>(CallPathStats::kDefaultMaxPaths))
+           py::arg("max_paths") = static_cast<int64_t>(CallPathStats::kDefaultMaxPaths),
+           py::arg("keep_walls") = false)
       .def(
           "add",
           [](LockedStats& self, std::shared_ptr<Profile> profile, int depth) {
@@ -98,6 +102,25 @@ void bind_path_stats(py::module_& m) {
           py::arg("profile"), py::arg("depth") = -1,
           "Adds one finished profile; depth >= 0 ignores deeper spans (their time stays in "
           "their parent's self time).")
+      .def(
+          "add_store",
+          [](LockedStats& self, py::object driver, const std::string& dialect, const std::vector<int64_t>& source_ids,
+             int depth) -> py::object {
+            // The driver calls Python: the GIL stays held (each query releases
+            // it while the database works).
+            PyDriver d(std::move(driver), dialect_of(dialect));
+            std::unique_lock<std::mutex> lock(self.mu, std::defer_lock);
+            {
+              py::gil_scoped_release release;  // never wait for the mutex holding the GIL
+              lock.lock();
+            }
+            Result<uint64_t> r = add_store_paths(d, source_ids, depth, self.stats);
+            if (!r.ok()) return py::make_tuple("corrupt", r.error().message);
+            return py::int_(r.value());
+          },
+          py::arg("driver"), py::arg("dialect"), py::arg("source_ids"), py::arg("depth") = -1,
+          "Adds a store's span sources (store.py's driver), each as one profile, reading rows in ranges "
+          "(core/store_scan.h); returns the number added.")
       .def(
           "summary",
           [](LockedStats& self, int depth) {
@@ -112,7 +135,8 @@ void bind_path_stats(py::module_& m) {
           py::arg("depth") = -1,
           "{'a/b': {'path': ['a', 'b'], 'depth': 1, 'count', 'sessions', 'incomplete', "
           "'mean_ms', 'min_ms', 'max_ms', 'p50_ms', 'p95_ms', 'p99_ms', 'total_ms', and the same "
-          "with 'self_' and 'off_cpu_' (None without kernel data; 'off_cpu_count' its samples)}}; "
+          "with 'self_' and 'off_cpu_' (None without kernel data; 'off_cpu_count' its samples), and "
+          "'walls_ns' (ascending) when the stats keep walls}}; "
           "depth >= 0 leaves out deeper paths.")
       .def(
           "reset",

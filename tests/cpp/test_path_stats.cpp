@@ -227,6 +227,49 @@ TEST_F(StatsTest, PathsPastTheCapAreDroppedAndCounted) {
   EXPECT_EQ(stats.paths(), 3u);
 }
 
+TEST_F(StatsTest, RowsRecordedOneByOneMatchTheTreeWalk) {
+  // The store's scan (core/store_scan.h) feeds calls as rows: the same
+  // calls give the same figures as add() on the tree.
+  build({call(0, fn("predict")), call(10, fn("a")), ret(20), call(30, fn("a")), ret(45), ret(60)});
+  CallPathStats tree(10, true), rows(10, true);
+  tree.add(p);
+  rows.begin_profile();
+  const uint32_t predict = rows.path(CallPathStats::kRoot, "predict");
+  const uint32_t a = rows.path(predict, "a");
+  EXPECT_EQ(rows.path(predict, "a"), a);  // found, not made again
+  rows.record(a, false, 10, 10, -1);
+  rows.record(a, false, 15, 15, -1);
+  rows.record(predict, false, 60, 35, -1);
+  const auto t = by_path(tree), r = by_path(rows);
+  ASSERT_EQ(t.size(), r.size());
+  for (const auto& [key, s] : t) {
+    EXPECT_EQ(r.at(key).wall.sum_ns, s.wall.sum_ns) << key;
+    EXPECT_EQ(r.at(key).self.sum_ns, s.self.sum_ns) << key;
+    EXPECT_EQ(r.at(key).sessions, s.sessions) << key;
+    EXPECT_EQ(r.at(key).walls, s.walls) << key;
+  }
+  EXPECT_EQ(r.at("predict/a").walls, (std::vector<int64_t>{10, 15}));  // kept, ascending
+  // An incomplete call counts in sessions and incomplete, not in the figures.
+  rows.begin_profile();
+  rows.record(a, true, 99, 99, -1);
+  EXPECT_EQ(by_path(rows).at("predict/a").incomplete, 1u);
+  EXPECT_EQ(by_path(rows).at("predict/a").sessions, 2u);
+  EXPECT_EQ(by_path(rows).at("predict/a").wall.count, 2u);
+  // Off-CPU time only where given.
+  rows.record(a, false, 5, 5, 3);
+  EXPECT_EQ(by_path(rows).at("predict/a").off_cpu.count, 1u);
+  // Past the cap: dropped, and so is anything under it.
+  CallPathStats capped(1);
+  capped.begin_profile();
+  const uint32_t root = capped.path(CallPathStats::kRoot, "predict");
+  const uint32_t over = capped.path(root, "a");
+  EXPECT_EQ(over, CallPathStats::kDropped);
+  EXPECT_EQ(capped.path(over, "b"), CallPathStats::kDropped);
+  capped.record(over, false, 1, 1, -1);
+  EXPECT_EQ(capped.dropped_paths(), 1u);
+  EXPECT_EQ(capped.paths(), 1u);
+}
+
 TEST(QuantileSketch, EmptyZeroAndConstant) {
   QuantileSketch q;
   EXPECT_EQ(q.count(), 0u);

@@ -140,6 +140,71 @@ def test_off_cpu_comes_from_the_agents_kernel_data(tmp_path):
     assert "off-CPU p95" in analysis.top([agent]).to_text()
 
 
+def _unfinished():
+    """A session with what the tree walk handles apart: a generator left
+    suspended at the end (an incomplete call), a thread's own lane, two
+    calls of one path."""
+    import threading
+
+    def rows(n):
+        for i in range(n):
+            yield _spin(200 + i)
+
+    def worker():
+        _encode(3000)
+
+    with profiling(depth=-1, all_threads=True) as session:
+        gen = rows(5)
+        next(gen)
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        _encode(2000)
+        _encode(2500)
+    return session
+
+
+def _walk_flags(node):
+    yield from node["flags"]
+    for c in node["children"]:
+        yield from _walk_flags(c)
+
+
+def test_a_store_read_as_rows_matches_the_trees(tmp_path):
+    # top and diff read a store's spans as rows (core/store_scan.h), never as
+    # trees: their answers equal those over the same sessions in memory, with
+    # kernel data, incomplete calls, threads and a depth cut; sampled-stack
+    # sources are not calls and are left out.
+    import json as _json
+
+    from mlflow_profiler._files import loads
+
+    sessions = [_unfinished() for _ in range(3)]
+    doc = _json.loads(sessions[0].to_json())
+    doc["meta"]["source"] = "ebpf"
+    doc["span_value_fields"] = ["span", "type", "unit", "value"]
+    doc["span_values"] = [[0, "off_cpu", "ns", 3000], [2, "off_cpu", "ns", 1000]]
+    doc["kernel"] = {"lost_events": 0, "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
+                                                          "waker_tid", "prev_state"], "off_cpu": [],
+                     "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
+                                       "exit_code"], "threads": []}
+    sessions.append(loads(_json.dumps(doc)))
+    folded = tmp_path / "py-spy.folded"
+    folded.write_text("main;_encode;_spin 7\n")
+    db = tmp_path / "rows.db"
+    with open_store(db) as store:
+        for s in sessions:
+            store.add(s)
+        store.add(folded)
+    flags = [f for root in sessions[0].to_tree() for f in _walk_flags(root)]
+    assert "suspended_at_end" in flags
+    for depth in (None, 0, 1):
+        assert analysis.top([db], depth=depth) == analysis.top(sessions, depth=depth)
+    from_store = analysis.top([db])
+    assert from_store.sessions == 4 and any(r.off_cpu for r in from_store.rows)
+    assert analysis.diff([db], [db]).rows == analysis.diff(sessions, sessions).rows
+
+
 def test_mlprof_top(captures, tmp_path):
     db = tmp_path / "cli.db"
     with open_store(db) as store:

@@ -96,8 +96,29 @@ double QuantileSketch::quantile(double q) const {
   return std::clamp(value, static_cast<double>(min_), static_cast<double>(max_));
 }
 
-CallPathStats::CallPathStats(size_t max_paths)
-    : max_paths_(std::min<size_t>(max_paths, kDropped - 1)) {}
+CallPathStats::CallPathStats(size_t max_paths, bool keep_walls)
+    : max_paths_(std::min<size_t>(max_paths, kDropped - 1)), keep_walls_(keep_walls) {}
+
+uint32_t CallPathStats::name_id(std::string_view name) {
+  const auto it = name_index_.find(name);
+  if (it != name_index_.end()) return it->second;
+  const auto id = static_cast<uint32_t>(names_.size());
+  names_.emplace_back(name);
+  name_index_.emplace(names_.back(), id);
+  return id;
+}
+
+uint32_t CallPathStats::child_of(uint32_t parent, uint32_t name) {
+  const auto it = children_.find(static_cast<uint64_t>(parent) << 32 | name);
+  if (it != children_.end()) return it->second;
+  if (paths_.size() >= max_paths_) return kDropped;
+  const auto path = static_cast<uint32_t>(paths_.size());
+  PathRecord& r = paths_.emplace_back();
+  r.parent = parent;
+  r.name = name;
+  children_.emplace(static_cast<uint64_t>(parent) << 32 | name, path);
+  return path;
+}
 
 uint32_t CallPathStats::child_path(uint32_t parent, const Profile& profile, uint32_t string_id) {
   uint32_t& cached = name_cache_[string_id];
@@ -110,22 +131,39 @@ uint32_t CallPathStats::child_path(uint32_t parent, const Profile& profile, uint
     if (it != children_.end()) return it->second;
   }
   if (paths_.size() >= max_paths_) return kDropped;
-  if (cached == kUnknownName) {
-    const auto name = static_cast<uint32_t>(names_.size());
-    names_.push_back(profile.functions.strings().get(string_id));
-    name_index_.emplace(names_.back(), name);
-    cached = name + 1;
+  if (cached == kUnknownName) cached = name_id(profile.functions.strings().get(string_id)) + 1;
+  return child_of(parent, cached - 1);
+}
+
+uint32_t CallPathStats::path(uint32_t parent, std::string_view name) {
+  if (parent == kDropped) return kDropped;
+  if (paths_.size() >= max_paths_ && name_index_.find(name) == name_index_.end()) return kDropped;
+  const uint32_t path = child_of(parent, name_id(name));
+  return path == kDropped ? kDropped : path + 1;
+}
+
+void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t off_cpu_ns) {
+  if (path == kDropped || path == kRoot) {
+    ++dropped_;
+    return;
   }
-  const auto path = static_cast<uint32_t>(paths_.size());
-  PathRecord& r = paths_.emplace_back();
-  r.parent = parent;
-  r.name = cached - 1;
-  children_.emplace(static_cast<uint64_t>(parent) << 32 | r.name, path);
-  return path;
+  PathRecord& r = paths_[path - 1];
+  if (r.last_session != sessions_) {
+    r.last_session = sessions_;
+    ++r.sessions;
+  }
+  if (incomplete) {
+    ++r.incomplete;
+    return;
+  }
+  r.wall.add(wall_ns);
+  r.self.add(self_ns);
+  if (off_cpu_ns >= 0) r.off_cpu.add(off_cpu_ns);
+  if (keep_walls_) r.walls.push_back(std::max<int64_t>(wall_ns, 0));
 }
 
 void CallPathStats::add(const Profile& p, int depth) {
-  ++sessions_;
+  begin_profile();
   name_cache_.assign(p.functions.strings().size(), 0);
   stack_.clear();
   const auto n = static_cast<int32_t>(p.spans.size());
@@ -151,22 +189,8 @@ void CallPathStats::add(const Profile& p, int depth) {
       stack_.emplace_back(c, path == kDropped ? kDropped : path + 1);
     }
     std::reverse(stack_.begin() + static_cast<std::ptrdiff_t>(first_pushed), stack_.end());
-    if (path == kDropped) {
-      ++dropped_;
-      continue;
-    }
-    PathRecord& r = paths_[path];
-    if (r.last_session != sessions_) {
-      r.last_session = sessions_;
-      ++r.sessions;
-    }
-    if (span.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) {
-      ++r.incomplete;
-      continue;
-    }
-    r.wall.add(span.duration_ns());
-    r.self.add(self);
-    if (kernel) r.off_cpu.add(p.kernel.spans[s].off_cpu_ns);
+    record(path == kDropped ? kDropped : path + 1, (span.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0,
+           span.duration_ns(), self, kernel ? static_cast<int64_t>(p.kernel.spans[s].off_cpu_ns) : -1);
   }
 }
 
@@ -183,13 +207,17 @@ std::vector<PathSummary> CallPathStats::summary() const {
     s.wall = durations(r.wall);
     s.self = durations(r.self);
     s.off_cpu = durations(r.off_cpu);
+    s.walls = r.walls;
+    std::sort(s.walls.begin(), s.walls.end());
   }
   return out;
 }
 
 size_t CallPathStats::memory_bytes() const {
   size_t bytes = paths_.capacity() * sizeof(PathRecord);
-  for (const PathRecord& r : paths_) bytes += r.wall.heap_bytes() + r.self.heap_bytes() + r.off_cpu.heap_bytes();
+  for (const PathRecord& r : paths_) {
+    bytes += r.wall.heap_bytes() + r.self.heap_bytes() + r.off_cpu.heap_bytes() + r.walls.capacity() * sizeof(int64_t);
+  }
   bytes += names_.size() * sizeof(std::string) + 512;  // + a deque block
   for (const std::string& s : names_) bytes += s.capacity() + 1;
   // Hash nodes: the stored pair and a next pointer, plus the bucket array.

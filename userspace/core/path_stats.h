@@ -76,6 +76,9 @@ struct PathSummary {
   // Off the CPU while the call was open (the agent's kernel data, SpanKernel::
   // off_cpu_ns); count 0 when no profile of the path carried kernel data.
   Durations off_cpu;
+  // Every complete call's wall time (ns), ascending: only when the stats
+  // keep them (CallPathStats(max_paths, true): diff's bootstrap needs them).
+  std::vector<int64_t> walls;
 };
 
 // Per-call-path statistics over many profiles. Not thread-safe: callers
@@ -88,7 +91,9 @@ class CallPathStats {
  public:
   static constexpr size_t kDefaultMaxPaths = 10000;
 
-  explicit CallPathStats(size_t max_paths = kDefaultMaxPaths);
+  // keep_walls: also keep each complete call's wall time (8 bytes a call),
+  // for statistics the sketch cannot give (mlprof diff's bootstrap).
+  explicit CallPathStats(size_t max_paths = kDefaultMaxPaths, bool keep_walls = false);
 
   // Adds one finished profile. Per span (walking the tree from its roots):
   // - depth >= 0 ignores spans deeper than `depth` (Span::depth, root = 0);
@@ -105,6 +110,18 @@ class CallPathStats {
   //   recorded, and neither is anything under it: each such call counts in
   //   dropped_paths().
   void add(const Profile& profile, int depth = -1);
+
+  // The same, one call at a time, for callers that have the calls as rows
+  // rather than a tree (the store's scan, core/store_scan.h): begin_profile()
+  // starts a profile; path(parent, name) is the path `name` under `parent`
+  // (a path() result, or kRoot), kDropped past the cap (so is anything under
+  // a dropped parent); record() counts one call of a path as add() does.
+  static constexpr uint32_t kRoot = 0;
+  static constexpr uint32_t kDropped = UINT32_MAX;
+  void begin_profile() { ++sessions_; }
+  uint32_t path(uint32_t parent, std::string_view name);
+  // off_cpu_ns < 0: no kernel data for the call.
+  void record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t off_cpu_ns);
 
   // One entry per tracked path, parents before children, siblings in the
   // order first seen.
@@ -132,15 +149,19 @@ class CallPathStats {
     QuantileSketch wall;
     QuantileSketch self;
     QuantileSketch off_cpu;  // samples from profiles with kernel data only
+    std::vector<int64_t> walls;  // keep_walls_ only
   };
-  static constexpr uint32_t kDropped = UINT32_MAX;
 
   // The path under `parent` (path index + 1, 0 = root) named by the
   // profile's string `string_id`, created if new and under the cap;
   // kDropped past the cap.
   uint32_t child_path(uint32_t parent, const Profile& profile, uint32_t string_id);
+  // The path under `parent` whose name is names_[name], made if new.
+  uint32_t child_of(uint32_t parent, uint32_t name);
+  uint32_t name_id(std::string_view name);
 
   size_t max_paths_;
+  bool keep_walls_;
   uint64_t sessions_ = 0;
   uint64_t dropped_ = 0;
   std::vector<PathRecord> paths_;

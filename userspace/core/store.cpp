@@ -11,6 +11,18 @@
 
 namespace mlprof {
 
+int64_t sql_int(const SqlValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  if (std::holds_alternative<std::monostate>(v)) return 0;
+  throw StoreFailure("the store holds a text where a number belongs");
+}
+
+std::string sql_text(const SqlValue& v) {
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  if (std::holds_alternative<std::monostate>(v)) return {};
+  throw StoreFailure("the store holds a number where a text belongs");
+}
+
 namespace {
 
 // Tables whose ids come from id_counters (reserved in blocks, so that one
@@ -19,17 +31,11 @@ namespace {
 constexpr const char* kCounted[] = {"sources", "sessions", "lanes",  "samples",
                                     "functions", "locations", "stacks", "value_types"};
 
-int64_t as_int(const SqlValue& v) {
-  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
-  if (std::holds_alternative<std::monostate>(v)) return 0;
-  throw StoreFailure("the store holds a text where a number belongs");
-}
+// Sample ids one read of a source's spans covers: bounds the rows held.
+constexpr int64_t kRowsPerRead = 32768;
 
-std::string as_text(const SqlValue& v) {
-  if (const auto* s = std::get_if<std::string>(&v)) return *s;
-  if (std::holds_alternative<std::monostate>(v)) return {};
-  throw StoreFailure("the store holds a number where a text belongs");
-}
+int64_t as_int(const SqlValue& v) { return sql_int(v); }
+std::string as_text(const SqlValue& v) { return sql_text(v); }
 
 bool is_null(const SqlValue& v) { return std::holds_alternative<std::monostate>(v); }
 
@@ -57,6 +63,45 @@ int64_t reserve(StoreDriver& d, const char* table, int64_t n) {
                             {n, std::string(table), n});
   if (rows.size() != 1) throw StoreFailure(std::string("the store's id_counters has no row for ") + table);
   return as_int(rows[0][0]);
+}
+
+// The rows of one INSERT, sent in batches: a large profile never holds all
+// its rows as SqlRows at once (about 400 bytes a span), which bounds an
+// add's memory whatever the profile's size. flush() sends the rest (none:
+// no statement). Rows that refer to another inserter's rows name it as
+// `after`: it is flushed first, since foreign keys are checked per statement.
+class Inserter {
+ public:
+  static constexpr size_t kBatch = 8192;
+  Inserter(StoreDriver& d, std::string sql, Inserter* after = nullptr) : d_(d), sql_(std::move(sql)), after_(after) {}
+  void add(SqlRow row) {
+    rows_.push_back(std::move(row));
+    if (rows_.size() >= kBatch) flush();
+  }
+  void flush() {
+    if (rows_.empty()) return;
+    if (after_ != nullptr) after_->flush();
+    d_.execute_many(sql_, rows_);
+    rows_.clear();
+  }
+
+ private:
+  StoreDriver& d_;
+  std::string sql_;
+  Inserter* after_;
+  std::vector<SqlRow> rows_;
+};
+
+// A source's provenance rows: its meta verbatim, and the labels it was added
+// with as label.KEY (a label named like a meta key, "version", never
+// shadows it).
+void add_labels(StoreDriver& d, int64_t source_id, const std::map<std::string, std::string>& meta,
+                const SourceInfo& info) {
+  std::map<std::string, std::string> labels = meta;
+  for (const auto& [k, v] : info.labels) labels["label." + k] = v;
+  Inserter rows(d, "INSERT INTO source_labels (source_id, key, value) VALUES (?, ?, ?)");
+  for (const auto& [k, v] : labels) rows.add({source_id, k, v});
+  rows.flush();
 }
 
 // Functions, locations, stacks and value types are stored once across
@@ -269,13 +314,7 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
        p.end_ns, int64_t{p.captured_depth}, static_cast<int64_t>(p.stats.events_captured),
        static_cast<int64_t>(p.stats.events_skipped), static_cast<int64_t>(p.stats.unmatched_returns),
        int64_t{p.kernel.present ? 1 : 0}, static_cast<int64_t>(p.kernel.lost_events), info.added_unix_ns});
-  // The document's meta, verbatim, and the labels as label.KEY (a label
-  // named like a meta key, "version", never shadows it).
-  std::map<std::string, std::string> labels = p.meta;
-  for (const auto& [k, v] : info.labels) labels["label." + k] = v;
-  std::vector<SqlRow> label_rows;
-  for (const auto& [k, v] : labels) label_rows.push_back({source_id, k, v});
-  if (!label_rows.empty()) d.execute_many("INSERT INTO source_labels (source_id, key, value) VALUES (?, ?, ?)", label_rows);
+  add_labels(d, source_id, p.meta, info);
 
   // Ids: sessions, lanes and samples in blocks; a session's samples contiguous.
   const int64_t session_base = reserve(d, "sessions", static_cast<int64_t>(sessions.size()));
@@ -321,8 +360,9 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   Dictionaries dict(d);
   const std::vector<int64_t> self = export_util::self_times(p);
   std::vector<int64_t> stack_of(p.spans.size(), 0);
-  std::vector<SqlRow> sample_rows;
-  sample_rows.reserve(p.spans.size());
+  Inserter sample_rows(d,
+                       "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, active_ns, "
+                       "self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   std::vector<int32_t> order;  // sample id order: parents before children
   order.reserve(p.spans.size());
   for (const auto& s : sessions) {
@@ -337,14 +377,11 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     stack_of[i] = dict.stack(parent_stack, location, int64_t{sp.depth});
     const int64_t base = session_start[sp.lane];
     const int64_t wall = sp.end_ns - sp.start_ns;
-    sample_rows.push_back({sample_id[i], lane_base + sp.lane, sp.parent >= 0 ? SqlValue{sample_id[sp.parent]} : SqlValue{},
-                           stack_of[i], int64_t{sp.flags}, sp.start_ns - base, sp.end_ns - base,
-                           sp.active_ns == wall ? SqlValue{} : SqlValue{sp.active_ns}, self[i], int64_t{sp.resumes}});
+    sample_rows.add({sample_id[i], lane_base + sp.lane, sp.parent >= 0 ? SqlValue{sample_id[sp.parent]} : SqlValue{},
+                     stack_of[i], int64_t{sp.flags}, sp.start_ns - base, sp.end_ns - base,
+                     sp.active_ns == wall ? SqlValue{} : SqlValue{sp.active_ns}, self[i], int64_t{sp.resumes}});
   }
-  d.execute_many(
-      "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, active_ns, self_ns, "
-      "resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-      sample_rows);
+  sample_rows.flush();
 
   // Per-span kernel figures (the agent), long form; a missing row reads as 0.
   if (p.kernel.present && p.kernel.spans.size() == p.spans.size()) {
@@ -360,32 +397,39 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
       d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
     }
   }
-  std::vector<SqlRow> segment_rows;
+  // Values measured in process (cpu_time, alloc_bytes): a row per value taken,
+  // 0 included. A span with the kernel's "cpu" keeps that one.
+  if (!p.values.empty()) {
+    const bool attributed = p.kernel.present && p.kernel.spans.size() == p.spans.size();
+    std::vector<SqlRow> value_rows;
+    for (const SpanValue& v : p.values) {
+      if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0) continue;
+      const ValueKindName& name = kValueKindNames[static_cast<int>(v.kind)];
+      value_rows.push_back({sample_id[v.span], dict.value_type(std::string(name.type), std::string(name.unit)),
+                            static_cast<int64_t>(v.value)});
+    }
+    d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
+  }
+  Inserter segment_rows(d, "INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?) ON CONFLICT DO NOTHING");
   for (const Segment& g : p.segments) {
     const int64_t base = session_start[p.spans.at(g.span).lane];
-    segment_rows.push_back({sample_id[g.span], g.start_ns - base, g.end_ns - base});
+    segment_rows.add({sample_id[g.span], g.start_ns - base, g.end_ns - base});
   }
-  if (!segment_rows.empty()) {
-    d.execute_many("INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                   segment_rows);
-  }
-  std::vector<SqlRow> io_rows;
+  segment_rows.flush();
+  Inserter io_rows(d,
+                   "INSERT INTO io_summaries (sample_id, ordinal, role, name, type, shape, dtype, length, size_bytes, "
+                   "device, repr) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   int32_t last_span = -1;
   int64_t ordinal = 0;
   for (const SpanIO& io : p.io) {
     ordinal = io.span == last_span ? ordinal + 1 : 0;
     last_span = io.span;
     const IOSummary& s = io.summary;
-    io_rows.push_back({sample_id.at(io.span), ordinal, int64_t(io.role), io.name, s.type_name,
-                       s.has_shape ? SqlValue{shape_text(s)} : SqlValue{}, s.dtype, s.length, s.size_bytes, s.device,
-                       s.repr_short});
+    io_rows.add({sample_id.at(io.span), ordinal, int64_t(io.role), io.name, s.type_name,
+                 s.has_shape ? SqlValue{shape_text(s)} : SqlValue{}, s.dtype, s.length, s.size_bytes, s.device,
+                 s.repr_short});
   }
-  if (!io_rows.empty()) {
-    d.execute_many(
-        "INSERT INTO io_summaries (sample_id, ordinal, role, name, type, shape, dtype, length, size_bytes, device, repr) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        io_rows);
-  }
+  io_rows.flush();
   std::vector<SqlRow> off_rows;
   for (size_t i = 0; i < p.kernel.off_cpu.size(); ++i) {
     const OffCpuInterval& o = p.kernel.off_cpu[i];
@@ -428,11 +472,7 @@ int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceIn
        meta_text(meta_only, info, {"host"}), meta_int(meta_only, "pid"),
        meta_text(meta_only, info, {"model", "model.name"}), meta_text(meta_only, info, {"version", "model.version"}),
        meta_text(meta_only, info, {"run_id"}), ss.start_ns, ss.end_ns, info.added_unix_ns});
-  std::map<std::string, std::string> labels = ss.meta;
-  for (const auto& [k, v] : info.labels) labels["label." + k] = v;
-  std::vector<SqlRow> label_rows;
-  for (const auto& [k, v] : labels) label_rows.push_back({source_id, k, v});
-  if (!label_rows.empty()) d.execute_many("INSERT INTO source_labels (source_id, key, value) VALUES (?, ?, ?)", label_rows);
+  add_labels(d, source_id, ss.meta, info);
 
   const int64_t session_id = reserve(d, "sessions", 1);
   const int64_t lane_base = reserve(d, "lanes", static_cast<int64_t>(ss.threads.size()));
@@ -454,8 +494,10 @@ int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceIn
   Dictionaries dict(d);
   std::vector<int64_t> type_ids;
   for (const auto& [type, unit] : ss.value_types) type_ids.push_back(dict.value_type(type, unit));
-  std::vector<SqlRow> sample_rows, value_rows;
-  sample_rows.reserve(ss.samples.size());
+  Inserter sample_rows(d,
+                       "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, active_ns, "
+                       "self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Inserter value_rows(d, "INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", &sample_rows);
   for (size_t i = 0; i < ss.samples.size(); ++i) {
     const StackSamples::Sample& s = ss.samples[i];
     int64_t stack = 0;
@@ -464,19 +506,14 @@ int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceIn
       stack = dict.stack(stack, dict.location(dict.function(ss.functions, f.function), f.line, ""), depth++);
     }
     const int64_t id = sample_base + static_cast<int64_t>(i);
-    sample_rows.push_back({id, lane_base + s.thread, SqlValue{}, stack, int64_t{0}, SqlValue{}, SqlValue{}, SqlValue{},
-                           SqlValue{}, int64_t{0}});
+    sample_rows.add({id, lane_base + s.thread, SqlValue{}, stack, int64_t{0}, SqlValue{}, SqlValue{}, SqlValue{},
+                     SqlValue{}, int64_t{0}});
     for (size_t v = 0; v < s.values.size() && v < type_ids.size(); ++v) {
-      if (s.values[v] != 0) value_rows.push_back({id, type_ids[v], s.values[v]});
+      if (s.values[v] != 0) value_rows.add({id, type_ids[v], s.values[v]});
     }
   }
-  d.execute_many(
-      "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, active_ns, self_ns, "
-      "resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-      sample_rows);
-  if (!value_rows.empty()) {
-    d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
-  }
+  value_rows.flush();
+  sample_rows.flush();
   return source_id;
 }
 
@@ -610,53 +647,87 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     p.lanes[i].parent_lane = it == lane_index.end() ? -1 : static_cast<int32_t>(it->second);
   }
 
-  // Spans: grouped by lane in lane order, in sample order within a lane.
-  std::unordered_map<int64_t, int32_t> span_of;
-  std::vector<int64_t> parent_ids;
+  // Spans, read in sample id ranges (one add's ids are contiguous) so that
+  // no more than a range's rows are held at once, then grouped by lane in
+  // lane order, in sample order within a lane, as the document has them.
+  std::vector<int64_t> ids, parent_ids;  // in sample order
   std::unordered_map<int64_t, uint32_t> function_ids;
-  for (const auto& r : d.query(
-           "SELECT s.sample_id, s.lane_id, s.parent_id, s.flags, s.start_ns, s.end_ns, s.active_ns, s.resumes, k.depth, "
-           "lo.label, f.function_id, f.name, f.module, f.filename, f.start_line, f.kind, f.user_code "
-           "FROM samples s JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = l.session_id "
-           "JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = k.location_id "
-           "JOIN functions f ON f.function_id = lo.function_id WHERE se.source_id = ? ORDER BY l.ordinal, s.sample_id",
-           {source_id})) {
-    Span sp;
-    const int64_t lane_id = as_int(r[1]);
-    sp.lane = lane_index.at(lane_id);
-    const int64_t base = lane_session_start.at(lane_id);
-    parent_ids.push_back(is_null(r[2]) ? -1 : as_int(r[2]));
-    sp.flags = static_cast<uint32_t>(as_int(r[3]));
-    sp.start_ns = base + as_int(r[4]);
-    sp.end_ns = base + as_int(r[5]);
-    sp.active_ns = is_null(r[6]) ? sp.end_ns - sp.start_ns : as_int(r[6]);
-    sp.resumes = static_cast<uint32_t>(as_int(r[7]));
-    sp.depth = static_cast<uint32_t>(as_int(r[8]));
-    const std::string label = as_text(r[9]);
-    sp.label = label.empty() ? 0 : p.functions.strings().intern(label);
-    const int64_t fid = as_int(r[10]);
-    auto fit = function_ids.find(fid);
-    if (fit == function_ids.end()) {
-      fit = function_ids
-                .emplace(fid, p.functions.add(as_text(r[11]), as_text(r[12]), as_text(r[13]),
-                                              static_cast<int32_t>(as_int(r[14])),
-                                              static_cast<FunctionKind>(as_int(r[15])), as_int(r[16]) != 0))
-                .first;
+  for (const auto& range : d.query("SELECT first_sample_id, sample_count FROM sessions WHERE source_id = ? ORDER BY "
+                                   "first_sample_id",
+                                   {source_id})) {
+    const int64_t first = as_int(range[0]), end = first + as_int(range[1]);
+    for (int64_t lo = first; lo < end; lo += kRowsPerRead) {
+      for (const auto& r : d.query(
+               "SELECT s.sample_id, s.lane_id, s.parent_id, s.flags, s.start_ns, s.end_ns, s.active_ns, s.resumes, "
+               "k.depth, lo.label, f.function_id, f.name, f.module, f.filename, f.start_line, f.kind, f.user_code "
+               "FROM samples s JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = "
+               "k.location_id JOIN functions f ON f.function_id = lo.function_id WHERE s.sample_id BETWEEN ? AND ? "
+               "ORDER BY s.sample_id",
+               {lo, std::min(lo + kRowsPerRead, end) - 1})) {
+        Span sp;
+        const int64_t lane_id = as_int(r[1]);
+        const auto lane = lane_index.find(lane_id);
+        if (lane == lane_index.end()) return Error{Error::Kind::kCorrupt, 0, "a span's lane is not in its source"};
+        sp.lane = lane->second;
+        const int64_t base = lane_session_start.at(lane_id);
+        parent_ids.push_back(is_null(r[2]) ? -1 : as_int(r[2]));
+        sp.flags = static_cast<uint32_t>(as_int(r[3]));
+        sp.start_ns = base + as_int(r[4]);
+        sp.end_ns = base + as_int(r[5]);
+        sp.active_ns = is_null(r[6]) ? sp.end_ns - sp.start_ns : as_int(r[6]);
+        sp.resumes = static_cast<uint32_t>(as_int(r[7]));
+        sp.depth = static_cast<uint32_t>(as_int(r[8]));
+        const std::string label = as_text(r[9]);
+        sp.label = label.empty() ? 0 : p.functions.strings().intern(label);
+        const int64_t fid = as_int(r[10]);
+        auto fit = function_ids.find(fid);
+        if (fit == function_ids.end()) {
+          fit = function_ids
+                    .emplace(fid, p.functions.add(as_text(r[11]), as_text(r[12]), as_text(r[13]),
+                                                  static_cast<int32_t>(as_int(r[14])),
+                                                  static_cast<FunctionKind>(as_int(r[15])), as_int(r[16]) != 0))
+                    .first;
+        }
+        sp.function = fit->second;
+        ids.push_back(as_int(r[0]));
+        p.spans.push_back(sp);
+      }
     }
-    sp.function = fit->second;
-    span_of[as_int(r[0])] = static_cast<int32_t>(p.spans.size());
-    p.spans.push_back(sp);
   }
-  for (size_t i = 0; i < p.spans.size(); ++i) {
+  // index_of[i]: the span index of the i-th sample in id order.
+  std::vector<int32_t> index_of(p.spans.size());
+  for (size_t i = 0; i < index_of.size(); ++i) index_of[i] = static_cast<int32_t>(i);
+  const auto by_lane_order = [&](const Span& a, const Span& b) { return a.lane < b.lane; };
+  if (!std::is_sorted(p.spans.begin(), p.spans.end(), by_lane_order)) {  // sessions whose lanes interleave
+    std::stable_sort(index_of.begin(), index_of.end(),
+                     [&](int32_t a, int32_t b) { return p.spans[a].lane < p.spans[b].lane; });
+    std::vector<Span> by_lane(p.spans.size());
+    std::vector<int32_t> inverse(p.spans.size());
+    for (size_t k = 0; k < index_of.size(); ++k) {
+      by_lane[k] = p.spans[index_of[k]];
+      inverse[index_of[k]] = static_cast<int32_t>(k);
+    }
+    p.spans.swap(by_lane);
+    index_of.swap(inverse);
+  }
+  const bool ids_sorted = std::is_sorted(ids.begin(), ids.end());
+  if (!ids_sorted) return Error{Error::Kind::kCorrupt, 0, "the source's sessions overlap"};
+  // The span of a sample id; -1 when it is not in this source.
+  auto span_of = [&](int64_t sample_id) -> int32_t {
+    const auto it = std::lower_bound(ids.begin(), ids.end(), sample_id);
+    if (it == ids.end() || *it != sample_id) return -1;
+    return index_of[static_cast<size_t>(it - ids.begin())];
+  };
+  for (size_t i = 0; i < ids.size(); ++i) {
     if (parent_ids[i] < 0) continue;
-    const auto it = span_of.find(parent_ids[i]);
-    if (it == span_of.end()) return Error{Error::Kind::kCorrupt, 0, "a span's parent is not in its source"};
-    p.spans[i].parent = it->second;
+    const int32_t parent = span_of(parent_ids[i]);
+    if (parent < 0) return Error{Error::Kind::kCorrupt, 0, "a span's parent is not in its source"};
+    p.spans[index_of[i]].parent = parent;
   }
   auto span_at = [&](const SqlValue& v) {
-    const auto it = span_of.find(as_int(v));
-    if (it == span_of.end()) throw StoreFailure("a row names a span that is not in its source");
-    return it->second;
+    const int32_t span = span_of(as_int(v));
+    if (span < 0) throw StoreFailure("a row names a span that is not in its source");
+    return span;
   };
   for (const auto& r : d.query(
            "SELECT g.sample_id, g.start_ns, g.end_ns, l.lane_id FROM segments g JOIN samples s ON s.sample_id = "
@@ -689,6 +760,21 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::stable_sort(p.segments.begin(), p.segments.end(), [](const Segment& a, const Segment& b) { return a.span < b.span; });
   std::stable_sort(p.io.begin(), p.io.end(), [](const SpanIO& a, const SpanIO& b) { return a.span < b.span; });
 
+  // Values measured in process; "cpu" is the kernel's where its data is present.
+  for (const auto& r : d.query(
+           "SELECT v.sample_id, t.type, t.unit, v.value FROM sample_values v JOIN value_types t ON t.type_id = "
+           "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN "
+           "sessions se ON se.session_id = l.session_id WHERE se.source_id = ? AND t.type IN ('cpu', 'alloc')",
+           {source_id})) {
+    const std::string type = as_text(r[1]), unit = as_text(r[2]);
+    for (const ValueKindName& name : kValueKindNames) {
+      if (type != name.type || unit != name.unit || (p.kernel.present && name.kind == ValueKind::kCpuNs)) continue;
+      p.values.push_back({span_at(r[0]), name.kind, static_cast<uint64_t>(as_int(r[3]))});
+    }
+  }
+  std::stable_sort(p.values.begin(), p.values.end(), [](const SpanValue& a, const SpanValue& b) {
+    return a.span != b.span ? a.span < b.span : a.kind < b.kind;
+  });
   if (p.kernel.present) {
     p.kernel.spans.assign(p.spans.size(), SpanKernel{});
     for (const auto& r : d.query(

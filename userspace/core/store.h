@@ -40,6 +40,11 @@ struct StoreFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A column as a number (NULL: 0) or a text (NULL: ""); the other type
+// throws StoreFailure.
+int64_t sql_int(const SqlValue& v);
+std::string sql_text(const SqlValue& v);
+
 // Where a profile came from, besides what its meta says (docs/store.md).
 struct SourceInfo {
   std::string type = "in-process";  // in-process, ebpf, pprof, speedscope, chrome-trace

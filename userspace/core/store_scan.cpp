@@ -1,0 +1,148 @@
+#include "core/store_scan.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/tree.h"
+
+namespace mlprof {
+
+namespace {
+
+// Ids a query names at once (SQLite allows 32766 parameters, PostgreSQL 65535).
+constexpr size_t kIdsPerQuery = 500;
+// Sample ids a range query reads at once: bounds the rows held in memory.
+constexpr int64_t kRowsPerRead = 32768;
+
+struct Range {
+  int64_t first = 0, count = 0, source = 0;
+  bool kernel = false;
+};
+
+std::string placeholders(size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += i ? ", ?" : "?";
+  return out;
+}
+
+}  // namespace
+
+Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& source_ids, int depth,
+                                 CallPathStats& stats) {
+  // The selected span sources and their sessions' sample ranges (one add's
+  // samples are contiguous, so a source's ranges are too).
+  std::vector<int64_t> sources;
+  std::vector<Range> ranges;
+  for (size_t at = 0; at < source_ids.size(); at += kIdsPerQuery) {
+    const size_t n = std::min(kIdsPerQuery, source_ids.size() - at);
+    SqlRow ids(source_ids.begin() + static_cast<std::ptrdiff_t>(at),
+               source_ids.begin() + static_cast<std::ptrdiff_t>(at + n));
+    for (const auto& r : d.query("SELECT source_id FROM sources WHERE sample_kind = 'spans' AND source_id IN (" +
+                                     placeholders(n) + ")",
+                                 ids)) {
+      sources.push_back(sql_int(r[0]));
+    }
+    for (const auto& r : d.query("SELECT se.first_sample_id, se.sample_count, se.source_id, so.kernel FROM sessions se "
+                                 "JOIN sources so ON so.source_id = se.source_id WHERE so.sample_kind = 'spans' AND "
+                                 "se.source_id IN (" + placeholders(n) + ")",
+                                 ids)) {
+      if (sql_int(r[1]) > 0) ranges.push_back({sql_int(r[0]), sql_int(r[1]), sql_int(r[2]), sql_int(r[3]) != 0});
+    }
+  }
+  std::sort(sources.begin(), sources.end());
+  sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.first < b.first; });
+
+  // Call paths: each stack's path, made from its parent's (stacks are few:
+  // one per distinct call path in the whole store).
+  struct StackInfo {
+    int64_t parent = 0;
+    int64_t depth = 0;
+    std::string name;
+  };
+  std::unordered_map<int64_t, StackInfo> stack_info;
+  if (!ranges.empty()) {
+    for (const auto& r : d.query("SELECT k.stack_id, k.parent_stack_id, k.depth, CASE WHEN lo.label <> '' THEN lo.label "
+                                 "ELSE f.name END FROM stacks k JOIN locations lo ON lo.location_id = k.location_id "
+                                 "JOIN functions f ON f.function_id = lo.function_id",
+                                 {})) {
+      stack_info[sql_int(r[0])] = {sql_int(r[1]), sql_int(r[2]), sql_text(r[3])};
+    }
+  }
+  std::unordered_map<int64_t, uint32_t> path_of{{0, CallPathStats::kRoot}};
+  std::vector<int64_t> chain;
+  auto path_for = [&](int64_t stack) {
+    if (const auto it = path_of.find(stack); it != path_of.end()) return it->second;
+    chain.clear();
+    for (int64_t s = stack; !path_of.count(s);) {
+      const auto it = stack_info.find(s);
+      if (it == stack_info.end()) throw StoreFailure("a span names a call path that is not in the store");
+      chain.push_back(s);
+      s = it->second.parent;
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const StackInfo& k = stack_info.at(*it);
+      path_of[*it] = stats.path(path_of.at(k.parent), k.name);
+    }
+    return path_of.at(stack);
+  };
+
+  int64_t off_cpu_type = -1;
+  for (const auto& r : d.query("SELECT type_id FROM value_types WHERE type = 'off_cpu' AND unit = 'ns'", {})) {
+    off_cpu_type = sql_int(r[0]);
+  }
+
+  uint64_t added = 0;
+  std::unordered_set<int64_t> begun;
+  int64_t current = -1;
+  std::unordered_map<int64_t, int64_t> off_cpu;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const Range& range = ranges[i];
+    if (range.source != current) {
+      stats.begin_profile();
+      ++added;
+      current = range.source;
+      begun.insert(current);
+    }
+    for (int64_t lo = range.first; lo < range.first + range.count; lo += kRowsPerRead) {
+      const int64_t hi = std::min(lo + kRowsPerRead, range.first + range.count) - 1;
+      off_cpu.clear();
+      if (range.kernel && off_cpu_type >= 0) {
+        for (const auto& r : d.query("SELECT sample_id, value FROM sample_values WHERE type_id = ? AND sample_id "
+                                     "BETWEEN ? AND ?",
+                                     {off_cpu_type, lo, hi})) {
+          off_cpu[sql_int(r[0])] = sql_int(r[1]);
+        }
+      }
+      for (const auto& r : d.query("SELECT sample_id, stack_id, flags, end_ns - start_ns, COALESCE(active_ns, end_ns - "
+                                   "start_ns), self_ns FROM samples WHERE sample_id BETWEEN ? AND ?",
+                                   {lo, hi})) {
+        const int64_t stack = sql_int(r[1]);
+        const auto info = stack_info.find(stack);
+        if (info == stack_info.end()) throw StoreFailure("a span names a call path that is not in the store");
+        // Depth 0 is a root; a span at the cut keeps its children's time.
+        const int64_t span_depth = info->second.depth;
+        if (depth >= 0 && span_depth > depth) continue;
+        const auto flags = static_cast<uint32_t>(sql_int(r[2]));
+        const int64_t self = depth >= 0 && span_depth == depth ? sql_int(r[4]) : sql_int(r[5]);
+        int64_t off = -1;
+        if (range.kernel) {
+          const auto it = off_cpu.find(sql_int(r[0]));
+          off = it == off_cpu.end() ? 0 : it->second;  // no row: 0 (store.cpp writes non-zero values only)
+        }
+        stats.record(path_for(stack), (flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0, sql_int(r[3]), self, off);
+      }
+    }
+  }
+  // Sources without spans are profiles too (CallPathStats::add counts them).
+  for (const int64_t source : sources) {
+    if (begun.count(source)) continue;
+    stats.begin_profile();
+    ++added;
+  }
+  return added;
+}
+
+}  // namespace mlprof
