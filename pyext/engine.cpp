@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "alloc_count.h"
 #include "clock.h"
 #include "core/group.h"
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
@@ -506,8 +507,23 @@ class Reporting {
   ThreadCache& c_;
 };
 
+// The lane's counters (cpu_time, alloc_bytes) for the event just written.
+// The thread's CPU clock is a system call (no vDSO): ~10x a tick.
+[[gnu::noinline]] void take_readings(CaptureLane& L) {
+  const auto event = static_cast<uint32_t>(L.out.events.size() - 1);
+  if (L.values & (1u << static_cast<int>(ValueKind::kAllocBytes))) {
+    L.out.readings.push_back({event, ValueKind::kAllocBytes, static_cast<int64_t>(alloc_count::thread_bytes())});
+  }
+  if (L.values & (1u << static_cast<int>(ValueKind::kCpuNs))) {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    L.out.readings.push_back({event, ValueKind::kCpuNs, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec});
+  }
+}
+
 inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int64_t ts) {
   L.out.events.push_back(Event{ts, id, kind, flags, 0});
+  if (__builtin_expect(L.values != 0, 0) && kind != EventKind::kLabel) take_readings(L);
 }
 
 // Room for one more event of any kind; past the hard cap the lane stops.
@@ -633,6 +649,21 @@ void note_overhead(const IOTargets& io, int64_t since) {
   }
 }
 
+// The span of kCall `call` starts again (restart_calls): so do its readings.
+[[gnu::noinline]] void restart_readings(CaptureLane& L, uint32_t call) {
+  std::vector<Reading>& r = L.out.readings;
+  const size_t end = r.size();
+  take_readings(L);  // fresh readings, tied to the last event: moved onto the call's
+  const size_t fresh = r.size();
+  for (size_t i = end; i-- > 0 && r[i].event >= call;) {
+    if (r[i].event != call) continue;
+    for (size_t j = end; j < fresh; ++j) {
+      if (r[j].kind == r[i].kind) r[i].value = r[j].value;
+    }
+  }
+  r.resize(end);
+}
+
 // Summarizing the arguments happened after the span's start was taken: the
 // span starts again now, so its time is the call's and not the summary's (a
 // first repr of an estimator takes milliseconds); the stretch is the
@@ -643,6 +674,7 @@ void restart_calls(const IOTargets& io, int64_t since) {
     CaptureLane* L = target_lane(io.t[i]);
     if (!L) continue;
     if (io.t[i].call < L->out.events.size()) L->out.events[io.t[i].call].ts_ns = ts;
+    if (L->values) restart_readings(*L, io.t[i].call);
     L->overhead.emplace_back(since, ts);
   }
 }
@@ -1290,6 +1322,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   }
   Py_XDECREF(thread);
   L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
+  L.values = opts_.values;
   if (opts_.capture_io) {
     L.io_ceiling = opts_.io_depth < 0 ? L.ceiling : std::min(L.ceiling, opts_.io_depth - base);
   }
@@ -1337,6 +1370,18 @@ void Engine::start(PyObject* session, int levels_above) {
   start_unix_ns_ = static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec;
   start_thread_ = thread_key();
   std::string error;
+  constexpr uint8_t kAlloc = 1u << static_cast<int>(ValueKind::kAllocBytes);
+  if (opts_.values & kAlloc) {
+    counting_alloc_ = alloc_count::start(&error);
+    if (!counting_alloc_) {
+      opts_.values &= static_cast<uint8_t>(~kAlloc);
+      note(error);
+      static bool warned = false;  // once per process
+      if (!warned && PyErr_WarnEx(PyExc_RuntimeWarning, error.c_str(), 1) < 0) PyErr_Clear();
+      warned = true;
+      error.clear();
+    }
+  }
   // Before capture starts: threading.setprofile is Python code we must not record.
   bool binder_ok = !opts_.all_threads || capture::install_thread_binder(&error);
   PyThreadState* ts = compat::tstate();
@@ -1447,6 +1492,8 @@ void Engine::stop() {
   ++g_generation;
   capture::uninstall(this);
   if (opts_.all_threads) capture::uninstall_thread_binder();
+  if (counting_alloc_) alloc_count::stop();
+  counting_alloc_ = false;
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);  // stop() runs while an exception may be propagating
   if (token_ && PyContextVar_Reset(g_session_var, token_) < 0) {

@@ -97,6 +97,7 @@ struct CaptureLane {
   bool thread_lane = false;  // a thread bound by all_threads (not the session's own thread)
   bool quick = false;  // quick_start/quick_return may serve it (no C calls wanted)
   bool truncated = false;
+  uint8_t values = 0;    // counters read at each span event: bit 1 << ValueKind (cpu_time, alloc_bytes)
   uint64_t skipped = 0;  // frame events below the ceiling that reached the engine
   std::vector<Suspended> suspended;  // segments detached by a yield, by generator
   size_t soft_cap = 0, hard_cap = 0;
@@ -131,6 +132,7 @@ struct EngineOptions {
   bool capture_c_calls = false;
   bool capture_io = false;        // summarize arguments and return values
   int io_depth = -1;              // deepest level with I/O; -1: the ceiling
+  uint8_t values = 0;             // per-span values: bit 1 << ValueKind (cpu_time, alloc_bytes)
   // Code objects transparent for this session only (autoprofile: the user's
   // PythonModel.predict, whose calls are the root's children). Strong refs
   // held by the Engine; a handful at most, so a linear scan.
@@ -231,6 +233,7 @@ class Engine {
   uint64_t start_thread_ = 0;  // thread key of the starting thread
   std::vector<uint64_t> resumed_in_;  // other threads resume() ran in (predict_stream)
   int64_t start_ns_ = 0, end_ns_ = 0;
+  bool counting_alloc_ = false;  // alloc_count::start() succeeded: stop() stops it
   int64_t start_unix_ns_ = 0;  // CLOCK_REALTIME at start: when, for pprof and the report
   clock::Anchor start_anchor_, end_anchor_;
   std::vector<std::unique_ptr<CaptureLane>> lanes_;

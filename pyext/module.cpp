@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc_count.h"
 #include "core/group.h"
 #include "core/json_doc.h"
 #include "core/render_text.h"
@@ -162,6 +163,10 @@ py::list span_rows(const ProfilePtr& p) {
     d["thread_name"] = lane.thread_name;
     d["flags"] = py::tuple(flag_names(s.flags));
     d["active_ns"] = s.active_ns;
+    const uint64_t* cpu = p->value_of(static_cast<int32_t>(i), ValueKind::kCpuNs);
+    const uint64_t* alloc = p->value_of(static_cast<int32_t>(i), ValueKind::kAllocBytes);
+    d["cpu_ns"] = cpu ? py::object(py::int_(*cpu)) : py::object(py::none());
+    d["alloc_bytes"] = alloc ? py::object(py::int_(*alloc)) : py::object(py::none());
     d["io"] = span_io(*p, static_cast<int32_t>(i));
     out.append(std::move(d));
   }
@@ -221,6 +226,14 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
       out.id = id;
       out.flags = e[3].cast<uint8_t>();
       lane.events.push_back(out);
+    }
+    if (d.contains("readings")) {  // (event index, ValueKind, counter)
+      for (const auto& rec : d["readings"].cast<py::list>()) {
+        auto r = rec.cast<py::tuple>();
+        const int kind = r[1].cast<int>();
+        if (kind < 0 || kind >= kValueKinds) throw py::value_error("a reading of an unknown kind");
+        lane.readings.push_back({r[0].cast<uint32_t>(), static_cast<ValueKind>(kind), r[2].cast<int64_t>()});
+      }
     }
     if (d.contains("io")) {
       for (const auto& rec : d["io"].cast<py::list>()) {
@@ -286,6 +299,14 @@ PYBIND11_MODULE(_core, m) {
         "labeller(arg0, arg1) names each call of the code (a str), or keeps its name (None).");
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in nanoseconds, the clock of every event.");
   m.def("hook_name", &capture::name, "The capture hook of this interpreter.");
+  // The reference engine's alloc_bytes reads the native counter (one mechanism).
+  m.def("alloc_count_start", [] {
+    std::string why;
+    return alloc_count::start(&why) ? py::none() : py::object(py::str(why));
+  }, "Starts counting allocated bytes (alloc_bytes); None, or why it cannot.");
+  m.def("alloc_count_stop", &alloc_count::stop, "Stops what one alloc_count_start() started.");
+  m.def("alloc_thread_bytes", &alloc_count::thread_bytes,
+        "Bytes this thread requested from Python's allocators while counting was on.");
   m.def("tool_id", &capture::tool_id, "The sys.monitoring tool id held now, -1 if none.");
   m.def("keep_capture_between_sessions", &capture::keep_between_sessions, py::arg("keep"),
         "Keeps the sys.monitoring tool id and its local events between sessions (autoprofile), or "
@@ -328,7 +349,7 @@ PYBIND11_MODULE(_core, m) {
   py::class_<Engine>(m, "Engine")
       .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
                        bool capture_io, int io_depth, py::list transparent_codes, py::list fold_parents,
-                       py::list fold_codes) {
+                       py::list fold_codes, int values) {
              EngineOptions o;
              auto code_of = [](py::handle code, const char* what) {
                if (!PyCode_Check(code.ptr())) throw py::type_error(std::string(what) + ": code objects only");
@@ -346,12 +367,14 @@ PYBIND11_MODULE(_core, m) {
              o.capture_c_calls = capture_c_calls;
              o.capture_io = capture_io;
              o.io_depth = io_depth;
+             if (values < 0 || values >= (1 << kValueKinds)) throw py::value_error("values: a mask of ValueKind bits");
+             o.values = static_cast<uint8_t>(values);
              return std::make_unique<Engine>(o);
            }),
            py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
            py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
            py::arg("transparent_codes") = py::list(), py::arg("fold_parents") = py::list(),
-           py::arg("fold_codes") = py::list())
+           py::arg("fold_codes") = py::list(), py::arg("values") = 0)
       .def("start",
            [](Engine& e, py::object session, int levels_above) {
              if (!start_engine(e, session.ptr(), levels_above)) throw py::error_already_set();

@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import _core, _stream
 from ._log import log_once
-from ._session import ProfileSession, _check_depth, _check_flag, _check_max_events
+from ._session import ProfileSession, _check_depth, _check_flag, _check_max_events, _values_mask
 
 _MISSING_MLFLOW = (
     "autoprofile() patches MLflow's PyFuncModel and needs MLflow: "
@@ -45,6 +45,7 @@ class AutoprofileConfig:
     capture_io_depth: Optional[int] = None
     max_events: int = 1_000_000
     all_threads: bool = False
+    values: int = 0  # cpu_time/alloc_bytes as the engines' bits (_session._values_mask)
     log_to_mlflow: bool = False
     log_as_trace: bool = False
     output_dir: Optional[str] = None
@@ -78,6 +79,8 @@ def autoprofile(
     capture_io_depth: Optional[int] = None,
     max_events: int = 1_000_000,
     all_threads: bool = False,
+    cpu_time: bool = False,
+    alloc_bytes: bool = False,
     log_to_mlflow: bool = False,
     log_as_trace: bool = False,
     output_dir: Optional[str] = None,
@@ -94,7 +97,8 @@ def autoprofile(
     or task. ``log_to_mlflow`` / ``output_dir`` / ``store`` (a profile
     store: a SQLite path or a postgresql:// URL, docs/store.md) export each
     profile from a background thread through a bounded queue (``flush()``
-    drains it);
+    drains it); ``cpu_time`` / ``alloc_bytes`` record each span's CPU time and
+    allocated bytes, as in ``profiling()``;
     ``collector`` (a ProfileCollector) adds each profile to its statistics::
 
         mlflow_profiler.autoprofile(depth=2, sample_rate=0.1)
@@ -114,6 +118,7 @@ def autoprofile(
         capture_io_depth=None if capture_io_depth is None else _check_depth("capture_io_depth", capture_io_depth),
         max_events=_check_max_events(max_events),
         all_threads=_check_flag("all_threads", all_threads),
+        values=_values_mask(cpu_time, alloc_bytes),
         log_to_mlflow=_check_flag("log_to_mlflow", log_to_mlflow),
         log_as_trace=_check_flag("log_as_trace", log_as_trace),
         output_dir=None if output_dir is None else str(output_dir),
@@ -349,7 +354,8 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sam
     try:
         info = _model_info(model, stream)
         session = ProfileSession._make(config.depth, config.max_events, config.all_threads, False, config.capture_io,
-                                       config.capture_io_depth, "native", info.transparent_codes, info.meta)
+                                       config.capture_io_depth, "native", info.transparent_codes, info.meta,
+                                       config.values)
         call = _core.SpanFunction(original, info.label)
         session._engine._mark_autoprofile()  # session_begin's AUTOPROFILE flag
         _core.session_enter(session, 1)  # activate(): the roots are what the wrapper that called _begin calls

@@ -132,6 +132,15 @@ def _group_calls(spans: list, inside: set, top: int = 8) -> Dict[int, List[str]]
 
 
 def _span_attributes(span) -> Dict[str, Any]:
+    out = _fixed_attributes(span)
+    for name in ("cpu_ns", "alloc_bytes"):  # cpu_time/alloc_bytes, only when captured
+        value = getattr(span, name, None)
+        if value is not None:
+            out[ATTR + name] = value
+    return out
+
+
+def _fixed_attributes(span) -> Dict[str, Any]:
     return {
         ATTR + "module": span.module or "",
         ATTR + "function": span.function,

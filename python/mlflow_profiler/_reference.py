@@ -507,6 +507,7 @@ class _Lane:
         "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "chain_top",
         "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
         "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io", "overhead", "hidden",
+        "readings",
     )
 
     def __init__(self) -> None:
@@ -542,6 +543,7 @@ class _Lane:
         self.io: List[tuple] = []  # (call index, role, name, IOSummary)
         self.overhead: List[tuple] = []  # (from, to) ns: the profiler's work (engine.h CaptureLane::overhead)
         self.hidden = 0  # open frames of a hidden code or under one (StackEntry::hides)
+        self.readings: Optional[list] = None  # (event index, kind, counter) when values are wanted
 
 
 def _room_for_structure(L: _Lane) -> bool:
@@ -743,6 +745,48 @@ def _restart_calls(targets, since: int) -> None:
         if L.engine.state == "collecting" and call < len(L.events):
             L.events[call] = (ts,) + L.events[call][1:]
             L.overhead.append((since, ts))
+            if L.readings is not None:  # so do its readings (engine.cpp restart_readings)
+                now = dict(_take_readings(L.engine.values, call))
+                L.readings[:] = [(e, k, now.get(k, v) if e == call else v) for e, k, v in L.readings]
+
+
+# --- per-span values (cpu_time, alloc_bytes) ---------------------------------------
+
+VALUE_CPU, VALUE_ALLOC = 0, 1  # core/span_value.h ValueKind: bits of the engines' `values`
+
+
+def _take_readings(values: int, event: int) -> list:
+    """The counters of `values` now, as readings of `event` (engine.cpp
+    take_readings): the thread's CPU clock, the native allocation counter."""
+    out = []
+    if values & (1 << VALUE_ALLOC):
+        out.append((event, VALUE_ALLOC, _core.alloc_thread_bytes()))
+    if values & (1 << VALUE_CPU):
+        out.append((event, VALUE_CPU, time.thread_time_ns()))
+    return out
+
+
+_warned: set = set()
+
+
+def _warn_once(why: str) -> None:
+    """A RuntimeWarning once per process and message (engine.cpp does the same)."""
+    if why not in _warned:
+        _warned.add(why)
+        import warnings
+        warnings.warn(why, RuntimeWarning, stacklevel=3)
+
+
+class _ReadingEvents(list):
+    """A lane's events list that reads the counters after each span event,
+    used only when the session wants values (a plain list otherwise: no cost)."""
+
+    __slots__ = ("readings", "values")
+
+    def append(self, ev) -> None:
+        list.append(self, ev)
+        if ev[1] != K_LABEL:
+            self.readings.extend(_take_readings(self.values, len(self) - 1))
 
 
 def _without_overhead(events: list, cut: list) -> list:
@@ -1161,8 +1205,10 @@ class ReferenceEngine:
 
     def __init__(self, depth: int, max_events: int, all_threads: bool, capture_c_calls: bool,
                  capture_io: bool = False, io_depth: int = -1, transparent_codes=(), fold_parents=(),
-                 fold_codes=None) -> None:
+                 fold_codes=None, values: int = 0) -> None:
         self.depth = depth
+        self.values = values  # per-span values: bits 1 << VALUE_CPU, VALUE_ALLOC
+        self._counting_alloc = False
         self.transparent_codes = frozenset(transparent_codes)
         self._fold_refs = (list(fold_parents), list(fold_codes or ()))  # keeps the codes: their ids stay theirs
         self.fold_parents = frozenset(map(id, fold_parents))
@@ -1264,6 +1310,10 @@ class ReferenceEngine:
         L.mark = mark
         L.soft_cap = self.max_events
         L.hard_cap = self.max_events * 2 + 64
+        if self.values:
+            L.events = _ReadingEvents()
+            L.events.readings = L.readings = []
+            L.events.values = self.values
         L.truncated = self._failed
         if threading.get_ident() == thread_id:
             try:
@@ -1342,6 +1392,13 @@ class ReferenceEngine:
         self.start_ns = _core.now_ns()
         self._start_unix_ns = time.time_ns()
         self._start_thread = _thread_state()
+        if self.values & (1 << VALUE_ALLOC):
+            why = _core.alloc_count_start()
+            self._counting_alloc = why is None
+            if why is not None:
+                self.values &= ~(1 << VALUE_ALLOC)
+                self.notes.append(why)
+                _warn_once(why)
         self._new_lane(self._start_thread, threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
         _collecting.append(self)
         _core._reference_collecting(1)
@@ -1378,6 +1435,9 @@ class ReferenceEngine:
             _collecting.remove(self)
         _core._reference_collecting(-1)
         _generation += 1
+        if self._counting_alloc:
+            self._counting_alloc = False
+            _core.alloc_count_stop()
         try:
             _uninstall_hook()
             if self.all_threads:
@@ -1427,6 +1487,7 @@ class ReferenceEngine:
                 "task": L.task, "parent_lane": L.parent_lane, "parent_call": L.parent_call,
                 "dropped": L.dropped, "truncated": L.out_truncated,
                 "events": _without_overhead(L.events, cuts[L.thread_id]), "io": L.io,
+                "readings": L.readings or [],
             })
             skipped += L.skipped
         meta = {

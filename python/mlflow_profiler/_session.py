@@ -39,6 +39,8 @@ class SpanRecord:
     thread_name: str = ""
     flags: tuple = ()
     active_ns: int = 0
+    cpu_ns: Optional[int] = None  # the thread's CPU time while it ran (cpu_time=True), inclusive
+    alloc_bytes: Optional[int] = None  # bytes allocated through Python's allocators (alloc_bytes=True), inclusive
 
     @property
     def duration_ns(self) -> Optional[int]:
@@ -114,6 +116,13 @@ def _check_max_events(max_events: Any) -> int:
     return max_events
 
 
+def _values_mask(cpu_time: Any, alloc_bytes: Any) -> int:
+    """The engines' ``values`` bits (core/span_value.h ValueKind) of the
+    per-span value options, checked like the other flags. The one place that
+    knows them: profiling(), ProfileSession and autoprofile pass it on."""
+    return (_check_flag("cpu_time", cpu_time) << 0) | (_check_flag("alloc_bytes", alloc_bytes) << 1)
+
+
 class ProfileSession:
     """One capture of a call tree, and its views.
 
@@ -135,26 +144,28 @@ class ProfileSession:
         capture_io: bool = False,
         capture_io_depth: Optional[int] = None,
         engine: str = "native",
+        cpu_time: bool = False,
+        alloc_bytes: bool = False,
         _transparent_codes: tuple = (),
         _meta: Optional[Dict[str, str]] = None,
     ) -> None:
         self._setup(depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth, engine,
-                    _transparent_codes, _meta)
+                    _transparent_codes, _meta, _values_mask(cpu_time, alloc_bytes))
 
     @classmethod
     def _make(cls, depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth, engine,
-              transparent_codes, meta) -> "ProfileSession":
+              transparent_codes, meta, values=0) -> "ProfileSession":
         """ProfileSession(...) with every argument positional, for the
         profiler's own callers. Calling a class with keywords costs about
         0.7 us more on 3.12 (type_call packs them in a dict for __init__),
         an eighth of a session's start and stop (bench/RESULTS.md)."""
         self = _new_object(cls)
         self._setup(depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth, engine,
-                    transparent_codes, meta)
+                    transparent_codes, meta, values)
         return self
 
     def _setup(self, depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth, engine,
-               _transparent_codes, _meta) -> None:
+               _transparent_codes, _meta, values=0) -> None:
         self.depth = _check_depth("depth", depth)
         io_depth = _check_depth("capture_io_depth", capture_io_depth, allow_none=True)
         self.max_events = _check_max_events(max_events)
@@ -166,8 +177,10 @@ class ProfileSession:
         if not _transparent_codes and "mlflow.pyfunc" in sys.modules:  # not under autoprofile
             # (no import statement: a session made inside another would record importlib's frames)
             folds = sys.modules[__package__ + "._autoprofile"].pyfunc_folds()
+        self.cpu_time = bool(values & 1)
+        self.alloc_bytes = bool(values & 2)
         args = (self.depth, max_events, self.all_threads, self.capture_c_calls, self.capture_io, io_depth,
-                list(_transparent_codes), *folds)
+                list(_transparent_codes), *folds, values)
         self._meta = _meta  # provenance added to the profile's meta when it is built
         if engine == "native":
             self._engine = _core.Engine(*args)
@@ -413,6 +426,8 @@ def profiling(
     capture_io: bool = False,
     capture_io_depth: Optional[int] = None,
     engine: str = "native",
+    cpu_time: bool = False,
+    alloc_bytes: bool = False,
 ) -> ProfileSession:
     """Profiles the calls made inside a ``with`` block.
 
@@ -423,14 +438,17 @@ def profiling(
     rendered unless show_c_calls=True). capture_io summarizes the arguments
     and return value of every recorded call (type, shape, dtype, bytes,
     device; never a reference to the data) down to capture_io_depth
-    (default: the whole depth)::
+    (default: the whole depth). cpu_time records each recorded span's CPU
+    time (its thread's CPU clock), alloc_bytes the bytes it allocated through
+    Python's allocators (inclusive, not net); both cost a little per recorded
+    span (docs/capture.md, "Per-span CPU time and allocated bytes")::
 
         with profiling(depth=2) as session:
             model.predict(df)
         session.print_tree()
     """
     return ProfileSession._make(depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth,
-                                engine, (), None)
+                                engine, (), None, _values_mask(cpu_time, alloc_bytes))
 
 
 def current_session() -> Optional[ProfileSession]:

@@ -407,6 +407,71 @@ TEST_F(TreeTest, EmptyProfile) {
   EXPECT_TRUE(p.spans.empty());
 }
 
+// --- per-span values (cpu_time, alloc_bytes readings) -------------------------
+
+namespace {
+Reading cpu_at(uint32_t event, int64_t v) { return {event, ValueKind::kCpuNs, v}; }
+Reading alloc_at(uint32_t event, int64_t v) { return {event, ValueKind::kAllocBytes, v}; }
+uint64_t value(const Profile& p, int32_t span, ValueKind k) {
+  const uint64_t* v = p.value_of(span, k);
+  EXPECT_NE(v, nullptr) << "span " << span;
+  return v ? *v : 0;
+}
+}  // namespace
+
+TEST_F(TreeTest, ValuesAreInclusiveDifferencesOfReadings) {
+  // a { b {} c {} }: a's value covers its children's and its own.
+  p.lanes.push_back(make_lane({call(0, a), call(10, b), ret(20), call(30, c), ret(40), ret(50)}));
+  p.lanes[0].readings = {cpu_at(0, 100), alloc_at(0, 5),  cpu_at(1, 110), alloc_at(1, 5),
+                         cpu_at(2, 125), alloc_at(2, 1005), cpu_at(3, 130), cpu_at(4, 131),
+                         alloc_at(4, 2000), cpu_at(5, 160), alloc_at(5, 2000)};
+  build_tree(p);
+  ASSERT_EQ(p.spans.size(), 3u);
+  EXPECT_EQ(value(p, 0, ValueKind::kCpuNs), 60u);
+  EXPECT_EQ(value(p, 0, ValueKind::kAllocBytes), 1995u);
+  EXPECT_EQ(value(p, 1, ValueKind::kCpuNs), 15u);
+  EXPECT_EQ(value(p, 1, ValueKind::kAllocBytes), 1000u);
+  EXPECT_EQ(value(p, 2, ValueKind::kCpuNs), 1u);
+  // c's call has no alloc reading: no alloc value (absent, not 0).
+  EXPECT_EQ(p.value_of(2, ValueKind::kAllocBytes), nullptr);
+  // Sorted by span, then kind.
+  for (size_t i = 1; i < p.values.size(); ++i) {
+    const SpanValue &x = p.values[i - 1], &y = p.values[i];
+    EXPECT_TRUE(x.span < y.span || (x.span == y.span && x.kind < y.kind));
+  }
+}
+
+TEST_F(TreeTest, ValuesOfAGeneratorSumItsRunningStretches) {
+  // a { g (suspended 20..40) g resumes ... }: g counts 10..20 and 40..45 only.
+  p.lanes.push_back(make_lane({call(0, a), call(10, b), suspend(20, 1), resume(40, 1), ret(45), ret(50)}));
+  p.lanes[0].readings = {cpu_at(0, 0), cpu_at(1, 10), cpu_at(2, 20), cpu_at(3, 40), cpu_at(4, 45), cpu_at(5, 50)};
+  build_tree(p);
+  ASSERT_EQ(p.spans.size(), 2u);
+  EXPECT_EQ(value(p, 1, ValueKind::kCpuNs), 15u);
+  EXPECT_EQ(value(p, 0, ValueKind::kCpuNs), 50u);
+}
+
+TEST_F(TreeTest, ValuesOfSpansOpenAtEndRunToTheLanesLastReading) {
+  p.lanes.push_back(make_lane({call(0, a), call(10, b), ret(20)}));
+  p.lanes[0].readings = {cpu_at(0, 100), cpu_at(1, 150), cpu_at(2, 170)};
+  build_tree(p);
+  EXPECT_TRUE(p.spans[0].flags & kSpanOpenAtEnd);
+  EXPECT_EQ(value(p, 0, ValueKind::kCpuNs), 70u);
+  EXPECT_EQ(value(p, 1, ValueKind::kCpuNs), 20u);
+}
+
+TEST_F(TreeTest, ValuesNeverGoNegativeAndAreAbsentWithoutReadings) {
+  p.lanes.push_back(make_lane({call(0, a), ret(10), call(20, b), ret(30)}));
+  p.lanes[0].readings = {cpu_at(0, 100), cpu_at(1, 90)};  // a counter that went back (never should)
+  build_tree(p);
+  EXPECT_EQ(value(p, 0, ValueKind::kCpuNs), 0u);
+  EXPECT_EQ(p.value_of(1, ValueKind::kCpuNs), nullptr);
+  // Rebuilding without readings clears them.
+  p.lanes[0].readings.clear();
+  build_tree(p);
+  EXPECT_TRUE(p.values.empty());
+}
+
 TEST(TreeInvariants, RandomCapturesGiveAWellFormedTree) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const Profile p = test::random_profile(seed, 400, 6, /*generators=*/true);

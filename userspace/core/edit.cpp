@@ -139,6 +139,10 @@ Result<Profile> edit_profile(const Profile& in, const ProfileEdits& edits) {
     if (seg.span < 0 || static_cast<size_t>(seg.span) >= n || gone[seg.span]) continue;
     out.segments.push_back({new_index[seg.span], seg.start_ns, seg.end_ns});
   }
+  for (const SpanValue& v : in.values) {
+    if (v.span < 0 || static_cast<size_t>(v.span) >= n || gone[v.span]) continue;
+    out.values.push_back({new_index[v.span], v.kind, v.value});
+  }
 
   out.lanes.reserve(in.lanes.size());
   for (const Lane& lane : in.lanes) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/io.h"
+#include "core/span_value.h"
 
 namespace mlprof {
 
@@ -72,6 +73,7 @@ struct Lane {
   // back from a document keeps the count but not the events.
   uint64_t recorded = 0;
   std::vector<IORecord> io;  // I/O summaries (capture_io), keyed by kCall index
+  std::vector<Reading> readings;  // cpu_time/alloc_bytes counter readings, by event index
   uint64_t dropped = 0;      // calls not recorded because the buffer was full
   bool truncated = false;    // recording stopped entirely (hard cap reached)
 };

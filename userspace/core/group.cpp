@@ -202,7 +202,34 @@ class Grouper {
     p_.spans = std::move(out);
     for (SpanIO& io : p_.io) io.span = new_index[static_cast<size_t>(io.span)];
     for (Segment& seg : p_.segments) seg.span = new_index[static_cast<size_t>(seg.span)];
+    for (SpanValue& v : p_.values) v.span = new_index[static_cast<size_t>(v.span)];
     link_tree(p_);
+    add_group_values();
+  }
+
+  // A group's value of a kind: the sum of its calls' (siblings, so nothing
+  // counts twice), when every one of them has it.
+  void add_group_values() {
+    if (p_.values.empty()) return;
+    std::vector<SpanValue> added;
+    for (size_t g = 0; g < p_.spans.size(); ++g) {
+      if (!(p_.spans[g].flags & kSpanGroup)) continue;
+      for (int k = 0; k < kValueKinds; ++k) {
+        const auto kind = static_cast<ValueKind>(k);
+        uint64_t sum = 0;
+        bool all = p_.spans[g].first_child >= 0;
+        for (int32_t c = p_.spans[g].first_child; c >= 0 && all; c = p_.spans[c].next_sibling) {
+          const uint64_t* v = p_.value_of(c, kind);
+          all = v != nullptr;
+          if (v) sum += *v;
+        }
+        if (all) added.push_back({static_cast<int32_t>(g), kind, sum});
+      }
+    }
+    p_.values.insert(p_.values.end(), added.begin(), added.end());
+    std::stable_sort(p_.values.begin(), p_.values.end(), [](const SpanValue& a, const SpanValue& b) {
+      return a.span != b.span ? a.span < b.span : a.kind < b.kind;
+    });
   }
 
   Profile& p_;

@@ -107,14 +107,29 @@ void write_meta(JsonWriter& w, const Profile& p, int view_depth) {
   w.EndObject();
 }
 
-// The long-form span values of the kernel figures: one row per non-zero
-// value (absent reads as 0).
+// The long-form span values: the kernel figures, one row per non-zero value
+// (absent reads as 0), then the values measured in process (cpu_time,
+// alloc_bytes: a row per value taken, 0 included; absent: not taken). A span
+// with the kernel's "cpu" keeps that one (a type appears once per span).
 void write_span_values(JsonWriter& w, const Profile& p, const std::vector<int32_t>* renumbered) {
   w.Key("span_value_fields");
   write_fields(w, {"span", "type", "unit", "value"});
   w.Key("span_values");
   w.StartArray();
-  const bool attributed = p.kernel.spans.size() == p.spans.size();
+  const bool attributed = p.kernel.present && p.kernel.spans.size() == p.spans.size();
+  for (const SpanValue& v : p.values) {
+    if (v.span < 0 || static_cast<size_t>(v.span) >= p.spans.size()) continue;
+    const int32_t span = renumbered == nullptr ? v.span : (*renumbered)[v.span];
+    if (span < 0) continue;
+    const ValueKindName& name = kValueKindNames[static_cast<int>(v.kind)];
+    if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0) continue;
+    w.StartArray();
+    w.Int(span);
+    write_string(w, name.type);
+    write_string(w, name.unit);
+    w.Uint64(v.value);
+    w.EndArray();
+  }
   for (size_t i = 0; attributed && i < p.spans.size(); ++i) {
     const int32_t span = renumbered == nullptr ? static_cast<int32_t>(i) : (*renumbered)[i];
     if (span < 0) continue;
@@ -134,7 +149,6 @@ void write_span_values(JsonWriter& w, const Profile& p, const std::vector<int32_
 }
 
 void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* renumbered) {
-  write_span_values(w, p, renumbered);
   w.Key("kernel");
   w.StartObject();
   w.Key("lost_events");
@@ -350,6 +364,7 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.EndArray();
   }
   w.EndArray();
+  if (p.kernel.present || !p.values.empty()) write_span_values(w, p, view_depth < 0 ? nullptr : &renumbered);
   if (p.kernel.present) write_kernel(w, p, view_depth < 0 ? nullptr : &renumbered);
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());

@@ -633,8 +633,9 @@ class DocumentReader {
     if (rows == nullptr || !columns("span_value_fields", {"span", "type", "unit", "value"}, c)) {
       return false;
     }
-    p.kernel.spans.assign(p.spans.size(), SpanKernel{});
+    if (p.kernel.present) p.kernel.spans.assign(p.spans.size(), SpanKernel{});
     std::vector<uint8_t> seen(p.spans.size() * kSpanValueTypes.size(), 0);
+    std::vector<uint8_t> seen_here(p.spans.size() * kValueKinds, 0);
     for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
       const Value* r = row(*rows, "span_values", i, c);
       if (r == nullptr) return false;
@@ -646,9 +647,27 @@ class DocumentReader {
           !get((*r)[c.at[2]], Where{s, i, "unit"}, unit)) {
         return false;
       }
+      // In process (cpu_time, alloc_bytes): "alloc" always, "cpu" where no
+      // kernel data holds it.
+      const auto here = std::find_if(std::begin(kValueKindNames), std::end(kValueKindNames),
+                                     [&](const ValueKindName& t) { return t.type == type; });
+      if (here != std::end(kValueKindNames) && (!p.kernel.present || here->kind != ValueKind::kCpuNs)) {
+        if (unit != here->unit) {
+          return fail(Where{s, i, "unit"}, "\"" + unit + "\" for \"" + type + "\", expected \"" +
+                                               std::string(here->unit) + "\"");
+        }
+        uint64_t value = 0;
+        if (!get((*r)[c.at[3]], Where{s, i, "value"}, value)) return false;
+        uint8_t& once = seen_here[span * kValueKinds + static_cast<size_t>(here->kind)];
+        if (once != 0)
+          return fail(Where{s, i}, "repeats \"" + type + "\" of span " + std::to_string(span));
+        once = 1;
+        p.values.push_back({static_cast<int32_t>(span), here->kind, value});
+        continue;
+      }
       const auto known = std::find_if(kSpanValueTypes.begin(), kSpanValueTypes.end(),
                                       [&](const SpanValueType& t) { return t.type == type; });
-      if (known == kSpanValueTypes.end()) continue;
+      if (known == kSpanValueTypes.end() || !p.kernel.present) continue;
       if (unit != known->unit) {
         return fail(Where{s, i, "unit"}, "\"" + unit + "\" for \"" + type + "\", expected \"" +
                                              std::string(known->unit) + "\"");
@@ -666,6 +685,9 @@ class DocumentReader {
       once = 1;
       known->set(p.kernel.spans[span], value);
     }
+    std::stable_sort(p.values.begin(), p.values.end(), [](const SpanValue& a, const SpanValue& b) {
+      return a.span != b.span ? a.span < b.span : a.kind < b.kind;
+    });
     return true;
   }
 

@@ -94,6 +94,10 @@ void append_one(Profile& into, const Profile& from, bool& take_meta, bool& first
     seg.span += span_base;
     into.segments.push_back(seg);
   }
+  for (SpanValue v : from.values) {
+    v.span += span_base;
+    into.values.push_back(v);
+  }
 
   KernelData& k = into.kernel;
   k.present = k.present || kernel.present;

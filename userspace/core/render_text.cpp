@@ -127,6 +127,16 @@ void append_node(const Profile& p, const View& view, const Columns& cols, int32_
       out += ' ';
       out += format_kernel(k, name == cols.wakers.end() ? std::string() : name->second);
     }
+    // Values measured in process (cpu_time, alloc_bytes); the kernel's cpu wins.
+    const uint64_t* cpu = cols.kernel ? nullptr : p.value_of(node.span, ValueKind::kCpuNs);
+    const uint64_t* alloc = p.value_of(node.span, ValueKind::kAllocBytes);
+    if (cpu || alloc) {
+      out += " [";
+      if (cpu) out += "cpu " + format_duration(static_cast<int64_t>(*cpu));
+      if (cpu && alloc) out += ", ";
+      if (alloc) out += "alloc " + format_bytes(static_cast<int64_t>(*alloc));
+      out += ']';
+    }
   }
   out += '\n';
 }

@@ -25,6 +25,13 @@ std::pair<const Segment*, const Segment*> Profile::segments_of(int32_t s) const 
   return span_range(segments, s);
 }
 
+const uint64_t* Profile::value_of(int32_t s, ValueKind kind) const {
+  for (auto [v, end] = span_range(values, s); v != end; ++v) {
+    if (v->kind == kind) return &v->value;
+  }
+  return nullptr;
+}
+
 int Profile::max_depth() const {
   int deepest = -1;
   for (const Span& s : spans) deepest = std::max(deepest, static_cast<int>(s.depth));
@@ -46,10 +53,12 @@ class TreeBuilder {
     p_.roots.clear();
     p_.io.clear();
     p_.segments.clear();
+    p_.values.clear();
     p_.stats.unmatched_returns = 0;
     size_t calls = 0, events = 0;
     for (const Lane& lane : p_.lanes) {
       events += lane.events.size();
+      with_values_ = with_values_ || !lane.readings.empty();
       for (const Event& ev : lane.events) calls += ev.kind == EventKind::kCall;
     }
     p_.spans.reserve(calls);
@@ -58,7 +67,20 @@ class TreeBuilder {
     segment_of_.reserve(calls);
     call_span_.reserve(events);
     lane_offset_.resize(p_.lanes.size());
+    if (with_values_) {
+      value_run_.assign(calls * kValueKinds, kNoReading);
+      value_sum_.assign(calls * kValueKinds, 0);
+      value_has_.assign(calls * kValueKinds, 0);
+    }
     for (uint32_t li = 0; li < p_.lanes.size(); ++li) build_lane(li);
+    if (with_values_) {
+      for (size_t i = 0; i < p_.spans.size() * kValueKinds; ++i) {
+        if (value_has_[i]) {
+          p_.values.push_back({static_cast<int32_t>(i / kValueKinds), static_cast<ValueKind>(i % kValueKinds),
+                               value_sum_[i]});
+        }
+      }
+    }
     link_tree(p_);
     // Stable: a span's segments stay in time order, its arguments before its return.
     auto by_span = [](const auto& a, const auto& b) { return a.span < b.span; };
@@ -86,9 +108,28 @@ class TreeBuilder {
     auto lookup = [&](uint32_t event_index) -> int32_t {
       return event_index < lane.events.size() ? call_span_[base + event_index] : -1;
     };
+    // The readings taken at event i: at most one per kind (a repeat replaces).
+    size_t next_reading = 0;
+    int64_t at[kValueKinds];
+    bool have[kValueKinds];
+    int64_t last[kValueKinds];
+    bool seen[kValueKinds] = {};
+    auto readings_at = [&](size_t i) {
+      bool any = false;
+      for (int k = 0; k < kValueKinds; ++k) have[k] = false;
+      while (next_reading < lane.readings.size() && lane.readings[next_reading].event <= i) {
+        const Reading& r = lane.readings[next_reading++];
+        const int k = static_cast<int>(r.kind);
+        if (r.event != i || k < 0 || k >= kValueKinds) continue;
+        at[k] = last[k] = r.value;
+        have[k] = seen[k] = any = true;
+      }
+      return any;
+    };
 
     for (size_t i = 0; i < lane.events.size(); ++i) {
       const Event& ev = lane.events[i];
+      const bool readings = with_values_ && readings_at(i);
       if (ev.kind != EventKind::kLabel) last_ts = std::max(last_ts, ev.ts_ns);
       switch (ev.kind) {
         case EventKind::kLabel:
@@ -121,6 +162,7 @@ class TreeBuilder {
           segment_of_.push_back(-1);
           call_span_[base + i] = idx;
           stack_.push_back(idx);
+          if (readings) start_values(idx, at, have);
           break;
         }
         case EventKind::kReturn: {
@@ -130,6 +172,7 @@ class TreeBuilder {
           }
           const int32_t idx = stack_.back();
           stack_.pop_back();
+          if (readings) end_values(idx, at, have);
           Span& s = p_.spans[idx];
           s.end_ns = ev.ts_ns;
           s.active_ns += ev.ts_ns - run_start_[idx];
@@ -150,11 +193,17 @@ class TreeBuilder {
             marked_dropped = true;
           }
           suspend(idx, ev.ts_ns);
+          if (readings) {
+            for (const int32_t s : segments_[segment_of_[idx]]) end_values(s, at, have);
+          }
           break;
         }
         case EventKind::kResume: {
           const int32_t idx = lookup(ev.id);
           if (idx < 0 || state_[idx] != SpanState::kSuspended || segment_of_[idx] < 0) break;
+          if (readings) {
+            for (const int32_t s : segments_[segment_of_[idx]]) start_values(s, at, have);
+          }
           resume(idx, ev.ts_ns);
           break;
         }
@@ -166,6 +215,7 @@ class TreeBuilder {
     const int64_t lane_end = last_ts;
     const uint32_t truncated = lane.truncated ? kSpanTruncated : 0u;
     for (const int32_t idx : stack_) {
+      if (with_values_) end_values(idx, last, seen);
       Span& s = p_.spans[idx];
       s.end_ns = std::max(lane_end, s.start_ns);
       s.active_ns += s.end_ns - run_start_[idx];
@@ -188,6 +238,23 @@ class TreeBuilder {
       for (size_t idx = first_span; idx < p_.spans.size(); ++idx) {
         if (p_.spans[idx].parent == adopt) p_.spans[idx].flags |= kSpanChildrenDropped;
       }
+    }
+  }
+
+  void start_values(int32_t span, const int64_t* at, const bool* have) {
+    for (int k = 0; k < kValueKinds; ++k) {
+      if (have[k]) value_run_[static_cast<size_t>(span) * kValueKinds + k] = at[k];
+    }
+  }
+
+  // Ends a running stretch of `span`: adds what each counter grew since its start.
+  void end_values(int32_t span, const int64_t* at, const bool* have) {
+    for (int k = 0; k < kValueKinds; ++k) {
+      const size_t slot = static_cast<size_t>(span) * kValueKinds + k;
+      if (!have[k] || value_run_[slot] == kNoReading) continue;
+      if (at[k] > value_run_[slot]) value_sum_[slot] += static_cast<uint64_t>(at[k] - value_run_[slot]);
+      value_has_[slot] = 1;
+      value_run_[slot] = kNoReading;
     }
   }
 
@@ -246,6 +313,13 @@ class TreeBuilder {
   std::vector<size_t> lane_offset_;  // per lane: its first slot in call_span_
   std::vector<int32_t> call_span_;   // per (lane, event): the span a kCall opened, -1
   std::vector<int32_t> stack_;       // open, running spans of the lane, innermost last
+  // Per (span, kind), when some lane has readings: the reading the running
+  // stretch started at (kNoReading: none), the sum so far, whether it has one.
+  static constexpr int64_t kNoReading = INT64_MIN;
+  bool with_values_ = false;
+  std::vector<int64_t> value_run_;
+  std::vector<uint64_t> value_sum_;
+  std::vector<uint8_t> value_has_;
 };
 
 }  // namespace

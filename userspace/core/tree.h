@@ -101,6 +101,7 @@ struct Profile {
   std::vector<int32_t> roots;  // root span indices, in start order
   std::vector<SpanIO> io;      // by span, then arguments in order, then the return value
   std::vector<Segment> segments;  // by span, then start (generator spans only)
+  std::vector<SpanValue> values;  // by span, then kind (cpu_time, alloc_bytes; core/span_value.h)
   int captured_depth = 2;      // the ceiling; -1 = unlimited
   int64_t start_ns = 0;        // session activation
   int64_t end_ns = 0;          // session end
@@ -116,6 +117,8 @@ struct Profile {
   std::pair<const SpanIO*, const SpanIO*> io_of(int32_t s) const;
   // The running segments of a kSpanGenerator span: [first, last) in segments.
   std::pair<const Segment*, const Segment*> segments_of(int32_t s) const;
+  // Span `s`'s value of `kind`, or nullptr when it has none.
+  const uint64_t* value_of(int32_t s, ValueKind kind) const;
 };
 
 // Builds spans, roots and child links from profile.lanes. Lanes with a parent_lane hang their roots under that span (which
@@ -142,6 +145,13 @@ struct Profile {
 // - I/O records become Profile::io; a record whose `call` is not a kCall of
 //   its lane is dropped. Segments are recorded for kSpanGenerator spans only;
 //   the last segment of a span still suspended at the end ends at its suspend.
+// - Readings (Lane::readings, in event order) become Profile::values: a span's
+//   value of a kind sums, over its running stretches (call or resume to
+//   return or suspend), the end reading less the start reading, negative
+//   differences counted as 0. A span left open or suspended at the end runs
+//   to the lane's last reading of that kind. A span with no start reading of
+//   a kind has no value of it; readings whose event is not a kCall, kReturn,
+//   kSuspend or kResume that the builder used are ignored.
 // - lane.recorded is set to lane.events.size().
 void build_tree(Profile& profile);
 
