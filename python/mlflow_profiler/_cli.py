@@ -2,11 +2,13 @@
 
     mlprof add STORE FILE... [--source-type T] [--uri U] [--label k=v]...
     mlprof show STORE [SOURCE] [--depth N] [--format text|json]
-    mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json]
-    mlprof diff A B [--where-a k=v] [--where-b k=v] [--fail-on-regression PCT] [--format text|json]
+    mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json] [--html OUT]
+    mlprof diff A B [--where-a k=v] [--where-b k=v] [--fail-on-regression PCT] [--format text|json] [--html OUT]
     mlprof bubbles STORE|FILE... [--where k=v]... [--min-ms MS] [--format text|json]
     mlprof combine OUT STORE|FILE...     (sources copied with their provenance)
     mlprof convert INPUT OUTPUT [--source ID]   (a document or a store's source to any format)
+    mlprof convert STORE OUT.pb.gz [--where k=v]... [--source ID]... [--label-by KEY]...
+                                         (one pprof aggregating the selected sources)
 
 STORE is a path (SQLite) or `sqlite:///path`. Exit status: 0 done, 1 a file
 or the store failed (each file is added whole or not at all), 2 usage.
@@ -127,7 +129,15 @@ def _top(args) -> int:
         print(result.to_json())
     else:
         print(result.to_text(limit=args.limit), end="")
+    if args.html:
+        result.write_html(args.html, inputs=args.inputs)
+        print(f"{args.html}: HTML page of {_plural(len(result.rows), 'call path')}", file=sys.stderr)
     return 0
+
+
+def _side(target: str, where: List[str]) -> str:
+    """A side of a diff as its page's title names it: `profiles.db (version=2)`."""
+    return f"{target} ({', '.join(where)})" if where else target
 
 
 def _diff(args) -> int:
@@ -140,6 +150,12 @@ def _diff(args) -> int:
         print(result.to_json())
     else:
         print(result.to_text(limit=args.limit, fail_pct=args.fail_on_regression), end="")
+    if args.html:
+        result.write_html(args.html, a=_side(args.a, args.where_a), b=_side(args.b, args.where_b),
+                          fail_pct=args.fail_on_regression)
+        print(f"{args.html}: HTML page of {_plural(len(result.rows), 'call path')}, "
+              f"{_plural(len(result.regressions(args.fail_on_regression or 0.0)), 'regression')} marked",
+              file=sys.stderr)
     if args.fail_on_regression is not None and result.regressions(args.fail_on_regression):
         return 1
     return 0
@@ -181,15 +197,31 @@ def _convert(args) -> int:
     from . import analysis
     from ._files import load
 
-    if analysis._is_store(args.input):
-        if args.source is None:
-            print("mlprof: converting from a store needs --source ID (mlprof show lists them)", file=sys.stderr)
+    pprof = args.output.endswith(".pb.gz")
+    if not analysis._is_store(args.input):
+        if args.source or args.where or args.label_by:
+            print("mlprof: --source, --where and --label-by select a store's sources; "
+                  f"{args.input} is a profile document", file=sys.stderr)
             return 2
-        with open_store(args.input) as store:
-            session = store.load(args.source)
-    else:
-        session = load(args.input)
-    print(session.save(args.output))
+        print(load(args.input).save(args.output))
+        return 0
+    with open_store(args.input) as store:
+        one_span_source = (len(args.source) == 1 and not args.where and not args.label_by and
+                           next((s["kind"] for s in store.sources() if s["source_id"] == args.source[0]),
+                                "spans") == "spans")
+        if one_span_source or not pprof:
+            # One source in any format, as it was captured (pprof: a sample per span).
+            if len(args.source) != 1 or args.where or args.label_by:
+                print("mlprof: only a .pb.gz output aggregates several sources; for another format name one "
+                      "source with --source ID (mlprof show lists them)", file=sys.stderr)
+                return 2
+            print(store.load(args.source[0]).save(args.output))
+            return 0
+        written = store.export_pprof(args.output, args.source or None, where=_labels(args.where),
+                                     label_by=args.label_by)
+    types = ", ".join(f"{t}/{u}" for t, u in written["sample_types"])
+    print(f"{args.output}: {_plural(written['sources'], 'source')} aggregated into "
+          f"{_plural(written['samples'], 'sample')}; sample types {types}")
     return 0
 
 
@@ -218,6 +250,8 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--depth", type=int, default=None, help="fold deeper paths into their ancestors")
     top.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
     top.add_argument("--format", choices=("text", "json"), default="text")
+    top.add_argument("--html", metavar="OUT.html", default=None,
+                     help="also write every path to a self-contained HTML page (sortable)")
     top.set_defaults(run=_top)
     diff = sub.add_parser("diff", help="compare two sets of profiles path by path (a release gate)")
     diff.add_argument("a", metavar="A",
@@ -233,6 +267,8 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--seed", type=int, default=0)
     diff.add_argument("--limit", type=int, default=20)
     diff.add_argument("--format", choices=("text", "json"), default="text")
+    diff.add_argument("--html", metavar="OUT.html", default=None,
+                      help="also write every path to a self-contained HTML page, regressions marked")
     diff.set_defaults(run=_diff)
     bub = sub.add_parser("bubbles", help="idle gaps in sessions, and how busy their fan-outs were")
     bub.add_argument("inputs", nargs="+", metavar="STORE|FILE")
@@ -244,11 +280,19 @@ def _parser() -> argparse.ArgumentParser:
     comb.add_argument("out", help="the store to add to (created if missing)")
     comb.add_argument("inputs", nargs="+", metavar="STORE|FILE")
     comb.set_defaults(run=_combine)
-    conv = sub.add_parser("convert", help="write a profile (a document, or a store's source) in another format")
+    conv = sub.add_parser("convert", help="write a profile (a document, or a store's source) in another format; "
+                                          "or one pprof aggregating a store's sources")
     conv.add_argument("input", help="a profile document or a store")
     conv.add_argument("output", help="the file to write; its extension names the format "
                                      "(.json, .json.gz, .pb.gz, .speedscope.json, .trace.json, .folded, .html)")
-    conv.add_argument("--source", type=int, default=None, help="the store's source to write")
+    conv.add_argument("--source", type=int, action="append", default=[], metavar="ID",
+                      help="the store's source to write (repeatable for .pb.gz: aggregated)")
+    conv.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                      help=".pb.gz: aggregate the sources whose model, version, run_id, host, type, label or meta "
+                           "matches (repeatable; all must match)")
+    conv.add_argument("--label-by", action="append", default=[], metavar="KEY",
+                      help=".pb.gz: label each sample with its source's KEY (source, model, version ...), keeping "
+                           "sources apart; by default they merge")
     conv.set_defaults(run=_convert)
     return parser
 

@@ -141,9 +141,7 @@ class Top:
         """A table, most self time first: share, calls, wall and self p50,
         p95, p99, off-CPU p95 (where the agent measured it), path."""
         rows = self.rows if limit is None else self.rows[:limit]
-        where = "".join(f", {k}={v}" for k, v in self.where.items())
-        lines = [f"top: {self.sessions} session{'s' if self.sessions != 1 else ''}, {len(self.rows)} call "
-                 f"path{'s' if len(self.rows) != 1 else ''}, {_ms(self.self_total_ms)} of self time{where}"]
+        lines = [self._headline()]
         if not rows:
             return lines[0] + "\n"
         header = ["share", "calls", "wall p50", "p95", "p99", "self p50", "p95", "p99", "off-CPU p95", "path"]
@@ -160,6 +158,68 @@ class Top:
         if limit is not None and len(self.rows) > limit:
             lines.append(f"({len(self.rows) - limit} more paths: --limit)")
         return "\n".join(lines) + "\n"
+
+    def _headline(self) -> str:
+        where = "".join(f", {k}={v}" for k, v in self.where.items())
+        return (f"top: {self.sessions} session{'s' if self.sessions != 1 else ''}, {len(self.rows)} call "
+                f"path{'s' if len(self.rows) != 1 else ''}, {_ms(self.self_total_ms)} of self time{where}")
+
+    def to_html(self, inputs: Optional[Sequence[str]] = None) -> str:
+        """A self-contained HTML page of every path (`mlprof top --html`):
+        the same figures as to_text in a sortable table, with the report's
+        look (the core's template and CSS). `inputs` (the stores and files
+        read) go in the header.
+
+            analysis.top(["profiles.db"]).write_html("top.html", inputs=["profiles.db"])
+        """
+        columns = [("share", "its self time over all the self time"), ("calls", "complete calls"),
+                   ("wall p50", "wall time, median"), ("wall p95", ""), ("wall p99", ""),
+                   ("self p50", "active time less the children's in the same thread"), ("self p95", ""),
+                   ("self p99", ""), ("off-CPU p95", "time off the CPU (the agent's kernel data; - without)")]
+        rows = []
+        for r in self.rows:
+            off = r.off_cpu["p95"] if r.off_cpu else None
+            cells = [(f"{100 * r.share:.1f}%", r.share), (f"{r.count:,}", r.count)]
+            cells += [(_ms(r.wall[q]), r.wall[q]) for q in ("p50", "p95", "p99")]
+            cells += [(_ms(r.self_time[q]), r.self_time[q]) for q in ("p50", "p95", "p99")]
+            cells.append((_ms(off), off))
+            rows.append({"cells": cells, "path": list(r.path), "mark": None, "note": ""})
+        facts = [("inputs", ", ".join(os.fspath(i) for i in inputs))] if inputs else []
+        facts += [("sessions", f"{self.sessions:,}"), ("call paths", f"{len(self.rows):,}"),
+                  ("self time", _ms(self.self_total_ms))]
+        facts += [("where", ", ".join(f"{k}={v}" for k, v in self.where.items()))] if self.where else []
+        return _html_page("top", self._headline(), facts, [], columns, rows, self.to_json())
+
+    def write_html(self, path: Union[str, os.PathLike], inputs: Optional[Sequence[str]] = None) -> str:
+        """Writes to_html(inputs) to `path` (atomically); returns the path."""
+        return _write_page(path, self.to_html(inputs))
+
+
+def _html_page(kind: str, title: str, facts, notes, columns, rows, result_json: str) -> str:
+    """The page of an analysis result: the payload analysis.js reads
+    (userspace/core/report/analysis.js), in the core's template."""
+    payload = {"kind": kind, "title": title, "facts": [list(f) for f in facts], "notes": list(notes),
+               "columns": [{"name": n, "help": h} for n, h in columns], "rows": rows,
+               "result": json.loads(result_json)}
+    return _core.analysis_html(json.dumps(payload))
+
+
+def _write_page(path: Union[str, os.PathLike], text: str) -> str:
+    """Writes `text` to `path` through a temporary file in its directory and
+    a rename: a reader sees the old page or the new one, never half."""
+    import tempfile
+
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=".mlprof-", suffix=".html", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 def _ms(value: Optional[float]) -> str:
@@ -332,6 +392,56 @@ class Diff:
                              f"{round(100 * self.confidence)}% CI [{_signed(r.delta_p95_ci[0])}, "
                              f"{_signed(r.delta_p95_ci[1])}]")
         return "\n".join(lines) + "\n"
+
+    def to_html(self, a: Optional[str] = None, b: Optional[str] = None, fail_pct: Optional[float] = None) -> str:
+        """A self-contained HTML page of every path (`mlprof diff --html`),
+        the largest p95 growth first, in a sortable table with the report's
+        look. `a` and `b` say what was compared (the title names them). The
+        regressions are marked: the paths `regressions(fail_pct)` returns
+        (with no fail_pct: any growth of the p95 whose interval is above 0),
+        and the paths whose interval is wholly below 0 as improvements.
+
+            result = analysis.diff(["v1.db"], ["v2.db"])
+            result.write_html("diff.html", a="v1.db", b="v2.db", fail_pct=10)
+        """
+        conf = f"{round(100 * self.confidence)}%"
+        pct = 0.0 if fail_pct is None else fail_pct
+        bad = {r.path for r in self.regressions(pct)}
+        rule = (f"p95 up more than {pct:g}%" if fail_pct is not None else "p95 up") + \
+            f", interval above 0, at least {self.min_count} calls a side"
+        side_a = f"{a}, {_plural(self.sessions_a, 'session')}" if a else _plural(self.sessions_a, "session")
+        side_b = f"{b}, {_plural(self.sessions_b, 'session')}" if b else _plural(self.sessions_b, "session")
+        title = (f"diff: A {a} vs B {b}" if a and b else
+                 f"diff: A {side_a}, B {side_b}; {conf} intervals by bootstrap")
+        facts = [("A", side_a), ("B", side_b), ("call paths", f"{len(self.rows):,}"),
+                 ("intervals", f"{conf}, bootstrap"), ("regression", rule)]
+        notes = [f"{len(bad)} regression{'s' if len(bad) != 1 else ''} ({rule}): "
+                 + ", ".join(r.path for r in self.rows if r.path in bad)] if bad else []
+        columns = [("calls A/B", "complete calls on each side"), ("p50 A", "wall time, median"), ("p50 B", ""),
+                   ("p95 A", ""), ("p95 B", ""), ("p95 change", "p95 of B less p95 of A (percent of A's)"),
+                   (f"{conf} CI", "bootstrap interval of the p95's change")]
+        rows = []
+        for r in self.rows:
+            pct_change = r.p95_change_pct()
+            change = "-" if r.delta_p95 is None else (
+                f"{_signed(r.delta_p95)} ({pct_change:+.1f}%)" if pct_change is not None else _signed(r.delta_p95))
+            ci = r.delta_p95_ci
+            mark = "regression" if r.path in bad else ("improvement" if ci is not None and ci[1] < 0 else None)
+            cells = [(f"{r.count_a}/{r.count_b}", min(r.count_a, r.count_b)), (_ns(r.p50_a), r.p50_a),
+                     (_ns(r.p50_b), r.p50_b), (_ns(r.p95_a), r.p95_a), (_ns(r.p95_b), r.p95_b),
+                     (change, r.delta_p95),
+                     ("-" if ci is None else f"[{_signed(ci[0])}, {_signed(ci[1])}]", None if ci is None else ci[0])]
+            rows.append({"cells": cells, "path": r.path.split("/"), "mark": mark, "note": ""})
+        return _html_page("diff", title, facts, notes, columns, rows, self.to_json())
+
+    def write_html(self, path: Union[str, os.PathLike], a: Optional[str] = None, b: Optional[str] = None,
+                   fail_pct: Optional[float] = None) -> str:
+        """Writes to_html(a, b, fail_pct) to `path` (atomically); returns the path."""
+        return _write_page(path, self.to_html(a, b, fail_pct))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _ns(value: Optional[int]) -> str:

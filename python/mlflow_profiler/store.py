@@ -23,7 +23,7 @@ import sqlite3
 import time
 from pathlib import Path
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 from ._log import log_once
@@ -215,6 +215,81 @@ class Store:
         rows = self._driver.query("SELECT key, value FROM source_labels WHERE source_id = ? ORDER BY key",
                                   (int(source_id),))
         return dict(rows)
+
+    # -- exporting -----------------------------------------------------------
+
+    def export_pprof(self, path: Union[str, os.PathLike], source_ids: Optional[Sequence[int]] = None, *,
+                     where: Optional[Mapping[str, str]] = None, label_by: Sequence[str] = ()) -> Dict[str, Any]:
+        """Writes ONE pprof (gzip-compressed profile.proto) aggregating the
+        selected sources: `source_ids`, those matching `where` (as
+        source_ids() reads it), both (the ids that match), or every source.
+        The core (core/pprof_aggregate.h) merges identical call paths
+        (function names, files and lines from the root) into one sample
+        whose values are summed, reading one source at a time: memory holds
+        the aggregate, not the sources. A span source gives what its own
+        pprof export gives (calls/count and wall/nanoseconds, its self time;
+        off_cpu and runq with the agent's data), sampled stacks (imported
+        pprof, py-spy) their own types; the sample types are the union, a
+        value a source lacks is 0.
+
+        `label_by` keeps sources apart: for each key ("source" for the id,
+        model, version, run_id, host, type, pid, or a label or meta key) a
+        label with the source's value goes on its samples
+        (`go tool pprof -tagfocus=model=fraud`). Returns what was written:
+        sources, samples, sample_types and each type's total. StoreError
+        (kind 'missing') for an empty selection or an unknown id.
+
+            with open_store("profiles.db") as store:
+                store.export_pprof("fraud.pb.gz", where={"model": "fraud"})
+        """
+        rows = {s["source_id"]: s for s in self.sources()}
+        if source_ids is None:
+            ids = self.source_ids(where)
+        else:
+            ids = [int(i) for i in source_ids]
+            unknown = [i for i in ids if i not in rows]
+            if unknown:
+                raise StoreError(f"no source {', '.join(map(str, unknown))} in the store (mlprof show lists them)",
+                                 kind="missing", target=self.target)
+            if where:
+                matching = set(self.source_ids(where))
+                ids = [i for i in ids if i in matching]
+        if not ids:
+            what = ", ".join(f"{k}={v}" for k, v in (where or {}).items())
+            raise StoreError(f"no source matches {what} (mlprof show lists the sources and their provenance)"
+                             if what else "no source to export: the selection is empty", kind="missing",
+                             target=self.target)
+        aggregate = _core.PprofAggregate()
+        for source_id in ids:
+            row = rows[source_id]
+            labels = [(key, value) for key in label_by
+                      for value in [self._provenance(source_id, row, key)] if value]
+            aggregate.add_comment(f"source {source_id}: {row['source_type']}"
+                                  + (f", {row['uri']}" if row["uri"] else ""))
+            if row["kind"] == "stacks":
+                aggregate.add_samples(self.load_stacks(source_id), labels)
+            else:
+                profile = _core.store_read(self._driver, self._driver.dialect, source_id)
+                if isinstance(profile, tuple):
+                    raise StoreError(profile[1], kind=profile[0], target=self.target)
+                aggregate.add_profile(profile, labels)
+                del profile  # one source in memory at a time
+        aggregate.save(os.fspath(path))
+        types = aggregate.sample_types
+        return {"sources": aggregate.sources, "samples": aggregate.samples, "sample_types": types,
+                "totals": {f"{t}/{u}": aggregate.total(t, u) for t, u in types}}
+
+    def _provenance(self, source_id: int, row: Mapping[str, Any], key: str) -> str:
+        """A source's value for `key`: "source" (its id), a provenance
+        column, a label it was added with, or a key of its meta; "" if none."""
+        if key == "source":
+            return str(source_id)
+        column = {"model": "model", "version": "version", "run_id": "run_id", "host": "host",
+                  "type": "source_type", "pid": "pid"}.get(key)
+        if column is not None and row.get(column) not in (None, ""):
+            return str(row[column])
+        labels = self.labels(source_id)
+        return labels.get(f"label.{key}") or labels.get(key) or ""
 
     # -- plumbing ------------------------------------------------------------
 
