@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -263,3 +264,31 @@ def test_free_threaded_refuses_alloc_with_a_warning():
         with profiling(depth=1, alloc_bytes=True, engine="reference") as s:
             allocate()
     assert all(sp.alloc_bytes is None for sp in s.spans)
+
+
+@free_threaded
+def test_the_report_shows_them_in_the_span_details(tmp_path):
+    from _browser import console_errors, require_browser, start_chromium, wait_for
+
+    require_browser()
+    with profiling(depth=2, cpu_time=True, alloc_bytes=True) as s:
+        parent()
+    path = s.save(tmp_path / "r.html")
+    a = by_label(s, "allocate")
+    driver = start_chromium()
+    try:
+        driver.get(Path(path).as_uri())
+        wait_for(lambda: driver.execute_script("return !!window.mlprofReport"), what="the report to render")
+        rows = [el for el in driver.find_elements("css selector", "#tree .row[role=treeitem]")
+                if el.text.startswith("allocate")]
+        assert rows, "no tree row for allocate"
+        rows[0].click()
+        wait_for(lambda: driver.find_element("css selector", "#detail h2").text == "allocate", what="the details")
+        detail = driver.find_element("id", "detail").text
+        assert "Allocated 9.5MB" in detail or "Allocated 9.6MB" in detail, detail
+        cpu = [line for line in detail.splitlines() if line.startswith("CPU time ")]
+        assert cpu and cpu[0].endswith(("us", "ms")), detail
+        assert console_errors(driver) == []
+    finally:
+        driver.quit()
+    assert a.alloc_bytes >= MB10

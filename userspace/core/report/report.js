@@ -70,6 +70,14 @@
     return (100 * part / whole).toFixed(1) + "%";
   }
   function plural(n, one, many) { return n + " " + (n === 1 ? one : many); }
+  // format_bytes (core/io.cpp): "812B", "9.5MB", 1024-based.
+  function fmtBytes(b) {
+    if (b < 1024) return b + "B";
+    const units = ["KB", "MB", "GB", "TB", "PB"];
+    let v = b / 1024, u = 0;
+    while (v >= 1024 && u + 1 < units.length) { v /= 1024; u++; }
+    return v.toFixed(1) + units[u];
+  }
 
   // ---- data ---------------------------------------------------------------
 
@@ -123,6 +131,16 @@
     }
     P.span_end_max = maxEnd;
     doc.spans = null;
+    // Values measured in process (cpu_time, alloc_bytes; docs/format.md): NaN when not taken.
+    P.cpu = new Float64Array(n).fill(NaN);
+    P.alloc = new Float64Array(n).fill(NaN);
+    if (!doc.kernel) {
+      for (const [span, type, , value] of doc.span_values || []) {
+        if (span < 0 || span >= n) continue;
+        if (type === "cpu") P.cpu[span] = value;
+        else if (type === "alloc") P.alloc[span] = value;
+      }
+    }
     // Segments and I/O come sorted by span: per span, [first, first + count).
     const segs = doc.segments || [];
     P.segSpan = new Int32Array(segs.length);
@@ -586,6 +604,8 @@
     const pct = parentPct(i);
     add("Time", fmtDur(V.shown[i]) + (pct ? "  (" + pct + " of parent)" : ""));
     add("Self time", fmtDur(V.selfNs[i]));
+    if (!isNaN(P.cpu[i])) add("CPU time", fmtDur(P.cpu[i]));
+    if (!isNaN(P.alloc[i])) add("Allocated", fmtBytes(P.alloc[i]));
     if (P.flags[i] & F_GENERATOR) {
       add("Active", fmtDur(P.active[i]) + ", " + plural(P.resumes[i], "resume", "resumes") +
         ", " + plural(P.segCount[i], "segment", "segments"));
