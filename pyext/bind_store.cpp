@@ -60,6 +60,20 @@ void bind_store(py::module_& m) {
       py::arg("driver"), py::arg("dialect"),
       "Creates the schema in an empty database or checks an existing store's version: None, or (kind, message).");
   m.def(
+      "store_migrate",
+      [](py::object driver, const std::string& dialect) -> py::object {
+        PyDriver d(std::move(driver), dialect_of(dialect));
+        const auto r = migrate_store(d);
+        if (!r.ok()) return error_tuple(r.error());
+        py::dict out;
+        out["from"] = r.value().first;
+        out["to"] = r.value().second;
+        return out;
+      },
+      py::arg("driver"), py::arg("dialect"),
+      "Migrates the store to this build's schema version (inside the caller's write transaction): "
+      "{'from', 'to'}, or (kind, message).");
+  m.def(
       "store_add",
       [](py::object driver, const std::string& dialect, const ProfilePtr& profile, const std::string& source_type,
          const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns) {

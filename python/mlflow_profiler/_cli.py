@@ -7,6 +7,7 @@
     mlprof bubbles STORE|FILE... [--where k=v]... [--min-ms MS] [--format text|json]
     mlprof combine OUT STORE|FILE...     (sources copied with their provenance)
     mlprof convert INPUT OUTPUT [--source ID]   (a document or a store's source to any format)
+    mlprof migrate STORE                 (a store of an older version, brought up to date)
     mlprof convert STORE OUT.pb.gz [--where k=v]... [--source ID]... [--label-by KEY]...
                                          (one pprof aggregating the selected sources)
 
@@ -225,6 +226,15 @@ def _convert(args) -> int:
     return 0
 
 
+def _migrate(args) -> int:
+    from .store import migrate
+
+    before, after = migrate(args.store)
+    print(f"{args.store}: already at store version {after}" if before == after else
+          f"{args.store}: store version {before} -> {after}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlprof", description="Profiles that accumulate and answer questions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -294,6 +304,9 @@ def _parser() -> argparse.ArgumentParser:
                       help=".pb.gz: label each sample with its source's KEY (source, model, version ...), keeping "
                            "sources apart; by default they merge")
     conv.set_defaults(run=_convert)
+    mig = sub.add_parser("migrate", help="bring a store written by an older mlflow-profiler to this version")
+    mig.add_argument("store")
+    mig.set_defaults(run=_migrate)
     return parser
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import math
 import os
-import random
+import zlib
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _core
@@ -233,6 +233,33 @@ def _figures(entry: Mapping[str, Any], prefix: str) -> Dict[str, float]:
             "total": entry[prefix + "total_ms"]}
 
 
+def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int) -> int:
+    """Feeds `inputs` (files, stores, runs or ProfileSessions, see profiles())
+    to a _core.CallPathStats; returns the number of profiles added. A store's
+    sources are read as rows in ranges (core/store_scan.h), never built as
+    trees one by one."""
+    from .store import StoreError, open_store
+
+    items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if items and all(hasattr(i, "_built") for i in items):
+        for session in items:
+            stats.add(session._built(), depth)
+        return len(items)
+    count = 0
+    for target in [t for item in items for t in _expand(os.fspath(item))]:
+        if _run_id(target) is None and _is_store(target):
+            with open_store(target) as store:
+                added = stats.add_store(store._driver, store._driver.dialect, store.source_ids(where), depth)
+                if isinstance(added, tuple):
+                    raise StoreError(added[1], kind=added[0], target=store.target)
+                count += added
+            continue
+        for session in profiles([target], where):
+            stats.add(session._built(), depth)
+            count += 1
+    return count
+
+
 def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, where: Optional[Mapping[str, str]] = None,
         depth: Optional[int] = None) -> Top:
     """The bottlenecks by call path over `inputs` (files and stores, see
@@ -241,17 +268,10 @@ def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, wher
     self time first. depth: paths deeper than this fold into their
     ancestors' self time."""
     stats = _core.CallPathStats(1_000_000)
-    items = list(inputs)
-    if items and all(hasattr(i, "_built") for i in items):
-        sessions = items
-    else:
-        sessions = profiles(items, where)
-    count = 0
-    for session in sessions:
-        stats.add(session._built(), -1 if depth is None else depth)
-        count += 1
-    summary = stats.summary(-1 if depth is None else depth)
-    total = sum(e["self_total_ms"] for e in summary.values())
+    cut = -1 if depth is None else depth
+    count = _add_inputs(stats, inputs, where, cut)
+    summary = stats.summary(cut)
+    total = math.fsum(e["self_total_ms"] for e in summary.values())  # exact: the same whatever the paths' order
     rows = [
         TopRow(path=list(e["path"]), count=e["count"], sessions=e["sessions"], incomplete=e["incomplete"],
                share=(e["self_total_ms"] / total) if total > 0 else 0.0, wall=_figures(e, ""),
@@ -270,35 +290,11 @@ def _quantile(sorted_values: Sequence[int], q: float) -> int:
     return sorted_values[int(q * (len(sorted_values) - 1))]
 
 
-def _bootstrap(sorted_values: Sequence[int], q: float, replicates: int, rng: random.Random) -> List[int]:
-    """The q-quantile of `replicates` resamples (n draws with replacement).
-    Exact and O(1) per resample: the k-th smallest of n uniform draws is
-    Beta(k, n-k+1), and the empirical quantile function maps it to the k-th
-    smallest resampled value, so no resample is drawn in full."""
-    n = len(sorted_values)
-    k = int(q * (n - 1)) + 1
-    out = []
-    for _ in range(replicates):
-        u = rng.betavariate(k, n - k + 1)
-        out.append(sorted_values[min(n - 1, max(0, math.ceil(u * n) - 1))])
-    return out
-
-
-def _walls(sessions) -> Dict[str, List[int]]:
-    """The wall times (ns) of the complete calls of each call path."""
-    out: Dict[str, List[int]] = {}
-
-    def visit(node, prefix):
-        path = f"{prefix}/{node['label']}" if prefix else node["label"]
-        if not {"open_at_end", "suspended_at_end"} & set(node["flags"]):
-            out.setdefault(path, []).append(node["end_ns"] - node["start_ns"])
-        for c in node["children"]:
-            visit(c, path)
-
-    for session in sessions:
-        for root in session.to_tree():
-            visit(root, "")
-    return out
+def _walls(inputs, where: Optional[Mapping[str, str]]):
+    """(profiles, {path: ascending wall times (ns) of its complete calls})."""
+    stats = _core.CallPathStats(1_000_000, keep_walls=True)
+    count = _add_inputs(stats, inputs, where, -1)
+    return count, {key: e.get("walls_ns", []) for key, e in stats.summary().items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,25 +461,15 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
         raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
     if replicates < 1:
         raise ValueError(f"replicates must be >= 1, got {replicates}")
-    sides = []
-    for inputs, where in ((a, where_a), (b, where_b)):
-        items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        sessions = items if items and all(hasattr(i, "_built") for i in items) else list(profiles(items, where))
-        sides.append((len(sessions), {k: sorted(v) for k, v in _walls(sessions).items()}))
-    (n_a, walls_a), (n_b, walls_b) = sides
-    rng = random.Random(seed)
-    lo_q, hi_q = (1 - confidence) / 2, (1 + confidence) / 2
+    (n_a, walls_a), (n_b, walls_b) = _walls(a, where_a), _walls(b, where_b)
     rows = []
     for path in list(walls_a) + [p for p in walls_b if p not in walls_a]:
         xa, xb = walls_a.get(path, []), walls_b.get(path, [])
-        cis = []
-        for q in (0.5, 0.95):
-            if xa and xb:
-                deltas = sorted(db - da for da, db in zip(_bootstrap(xa, q, replicates, rng),
-                                                          _bootstrap(xb, q, replicates, rng)))
-                cis.append([_quantile(deltas, lo_q), _quantile(deltas, hi_q)])
-            else:
-                cis.append(None)
+        cis: List[Optional[List[int]]] = [None, None]
+        if xa and xb:
+            # Seeded by the path, so a path's interval never depends on the order paths were met in.
+            path_seed = (seed * 1_000_003 + zlib.crc32(path.encode())) % 2**64
+            cis = [list(ci) for ci in _core.bootstrap_deltas(xa, xb, [0.5, 0.95], replicates, confidence, path_seed)]
         rows.append(DiffRow(path, len(xa), len(xb), _quantile(xa, 0.5) if xa else None,
                             _quantile(xb, 0.5) if xb else None, _quantile(xa, 0.95) if xa else None,
                             _quantile(xb, 0.95) if xb else None, cis[0], cis[1]))

@@ -23,12 +23,12 @@ import sqlite3
 import time
 from pathlib import Path
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
 from ._log import log_once
 
-__all__ = ["Store", "StoreError", "add_quietly", "open_store"]
+__all__ = ["Store", "StoreError", "add_quietly", "migrate", "open_store"]
 
 _BUSY_TIMEOUT_MS = 30_000
 
@@ -334,13 +334,37 @@ def open_store(target: Union[str, os.PathLike, None] = None) -> Store:
     target, MLFLOW_PROFILER_STORE names it. Raises StoreError for a store of
     another version, a database that is not a store, or a server that does
     not answer."""
+    return _open_target(target, lambda driver: _core.store_prepare(driver, driver.dialect))
+
+
+def migrate(target: Union[str, os.PathLike, None] = None) -> Tuple[str, str]:
+    """Brings the store at `target` (as open_store takes) to this
+    mlflow-profiler's schema version in one transaction (`mlprof migrate`);
+    returns (version before, version after). Raises StoreError (kind
+    'version') when no migration starts at the store's version."""
+    versions: List[Tuple[str, str]] = []
+
+    def step(driver):
+        result = _core.store_migrate(driver, driver.dialect)
+        if not isinstance(result, dict):
+            return result
+        versions.append((result["from"], result["to"]))
+        return _core.store_prepare(driver, driver.dialect)
+
+    with _open_target(target, step):
+        return versions[0]
+
+
+def _open_target(target, prepare) -> Store:
+    """Connects to `target` and runs prepare(driver) (None, or an error
+    (kind, message)) in the schema transaction."""
     if target is None:
         target = os.environ.get("MLFLOW_PROFILER_STORE")
         if not target:
             raise StoreError("no store given, and MLFLOW_PROFILER_STORE is not set", kind="missing")
     target = os.fspath(target)
     if target.startswith(("postgresql://", "postgres://")):
-        return _open_postgres(target)
+        return _open_postgres(target, prepare)
     path = _sqlite_path(target)
     try:
         conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
@@ -351,7 +375,7 @@ def open_store(target: Union[str, os.PathLike, None] = None) -> Store:
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         driver = _SqliteDriver(conn)
         with _Transaction(conn, driver.begin):
-            error = _core.store_prepare(driver, driver.dialect)
+            error = prepare(driver)
         if error is not None:
             raise StoreError(error[1], kind=error[0], target=target)
         # WAL: readers never wait for a writer, and writers queue on the busy timeout.
@@ -368,7 +392,7 @@ def open_store(target: Union[str, os.PathLike, None] = None) -> Store:
 _CONNECT_TIMEOUT_S = 5
 
 
-def _open_postgres(target: str) -> Store:
+def _open_postgres(target: str, prepare) -> Store:
     try:
         import psycopg
     except ImportError:
@@ -387,7 +411,7 @@ def _open_postgres(target: str) -> Store:
         conn.execute("SELECT pg_advisory_lock(7170687)")
         try:
             with _Transaction(conn, driver.begin):
-                error = _core.store_prepare(driver, driver.dialect)
+                error = prepare(driver)
         finally:
             conn.execute("SELECT pg_advisory_unlock(7170687)")
         if error is not None:

@@ -5,17 +5,15 @@ is down is a clear error, fast."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 
 from _postgres import free_port, postgres_server
 from mlflow_profiler import profiling
-from mlflow_profiler.store import StoreError, open_store
-from test_store import DUCKDB_QUERY, _document, _encode, _expected_p95, _predict, _walk
+from mlflow_profiler.store import StoreError, migrate, open_store
+from test_store import DUCKDB_QUERY, _document, _encode, _expected_p95, _predict, _walk, _writer
 
 
 @pytest.fixture(scope="module")
@@ -52,36 +50,15 @@ def test_a_profile_read_back_is_the_same_tree(pg_url):
         assert [s["source_id"] for s in store.sources()] == [source]
 
 
-_WRITER = textwrap.dedent("""
-    import sys
-    from mlflow_profiler import profiling
-    from mlflow_profiler.store import open_store
-
-    def leaf(i):
-        return i
-    def node(n):
-        return [leaf(i) for i in range(n)]
-    with profiling(depth=-1) as session:
-        for _ in range(20):
-            node(50)
-    with open_store(sys.argv[1]) as store:
-        for _ in range(5):
-            store.add(session, labels={"writer": sys.argv[2]})
-    print(session._built().span_count)
-""")
-
-
 def test_several_writers_at_once(pg_url, tmp_path):
     url = _fresh(pg_url, "writers")
-    script = tmp_path / "writer.py"
-    script.write_text(_WRITER)
-    writers = [subprocess.Popen([sys.executable, str(script), url, str(i)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for i in range(4)]
+    writers = [_writer(tmp_path, url, 5, 20, str(i)) for i in range(4)]
     per_add = []
     for w in writers:
-        out, err = w.communicate(timeout=300)
-        assert w.returncode == 0, err
-        per_add.append(int(out.split()[-1]))  # 20 calls of 51 spans, more where a comprehension is a frame
+        out, _ = w.communicate(timeout=300)
+        words = out.split()
+        assert w.returncode == 0 and words[0] == "ready" and words[-1] == "done", out
+        per_add.append(int(words[1]))  # 20 calls of 101 spans, more where a comprehension is a frame
     import psycopg
 
     with psycopg.connect(url) as conn:
@@ -144,3 +121,22 @@ def test_duckdb_reads_the_postgres_store(pg_url, tmp_path):
     host, port = host_port.split(":")
     con.execute(f"ATTACH 'host={host} port={port} dbname=duck user=postgres' AS p (TYPE postgres, READ_ONLY)")
     assert [tuple(r) for r in con.execute(DUCKDB_QUERY).fetchall()] == _expected_p95(sessions)
+
+
+def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
+    import psycopg
+
+    url = _fresh(pg_url, "migrate")
+    with profiling(depth=-1) as session:
+        _predict([3, 4])
+    with open_store(url) as store:
+        source = store.add(session, labels={"model": "m"})
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP INDEX source_labels_by_value")
+        conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
+    assert migrate(url) == ("2.0", "2.1")
+    assert migrate(url) == ("2.1", "2.1")
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT indexname FROM pg_indexes WHERE indexname = 'source_labels_by_value'").fetchall()
+    with open_store(url) as store:
+        assert store.source_ids({"model": "m"}) == [source]

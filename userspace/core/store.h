@@ -11,6 +11,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -57,6 +58,12 @@ struct SourceInfo {
 // existing one: kVersion for a newer store (upgrade mlflow-profiler) or an
 // older one (run `mlprof migrate`), kCorrupt for a database that is not a store.
 Result<Ok> prepare_store(StoreDriver& driver);
+
+// `mlprof migrate`: applies the migrations() steps from the store's version
+// to this build's, inside the caller's write transaction; (from, to) ("2.1",
+// "2.1" when there was nothing to do). kVersion when no chain of steps
+// starts at the store's version.
+Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& driver);
 
 // Adds the profile as one source; returns its source_id. Call inside a
 // write transaction.

@@ -54,6 +54,9 @@ CREATE TABLE source_labels (
   PRIMARY KEY (source_id, key)
 ) WITHOUT ROWID, STRICT;
 
+-- 2.1: `--where` on a label finds its sources without scanning every label.
+CREATE INDEX source_labels_by_value ON source_labels (key, value);
+
 CREATE TABLE sessions (
   session_id INTEGER PRIMARY KEY,
   source_id INTEGER NOT NULL REFERENCES sources(source_id),
@@ -229,6 +232,13 @@ std::vector<std::string> split_statements(const std::string& text) {
 }
 
 }  // namespace
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> steps = {
+      {"2.0", "2.1", {"CREATE INDEX IF NOT EXISTS source_labels_by_value ON source_labels (key, value)"}},
+  };
+  return steps;
+}
 
 const std::string& schema_text() {
   static const std::string text(kSchema + 1);  // without the leading newline

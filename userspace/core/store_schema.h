@@ -13,7 +13,7 @@ enum class Dialect { kSqlite, kPostgres };
 
 // meta('version'): a reader takes the same major with a minor <= its own.
 inline constexpr int kStoreMajor = 2;
-inline constexpr int kStoreMinor = 0;
+inline constexpr int kStoreMinor = 1;
 inline constexpr const char* kStoreFormat = "mlflow-profiler-store";
 
 // The CREATE statements, in order (tables, then views), for `dialect`.
@@ -21,5 +21,16 @@ std::vector<std::string> schema_statements(Dialect dialect);
 
 // The schema as one SQL text (SQLite dialect): what docs/store.md quotes.
 const std::string& schema_text();
+
+// One step of `mlprof migrate`: the statements (both dialects) that bring a
+// store of version `from` to `to`. Steps within a major version are
+// additive, so a reader of that major still reads a store not migrated.
+struct Migration {
+  const char* from;
+  const char* to;
+  std::vector<std::string> statements;
+};
+// Every step, oldest first.
+const std::vector<Migration>& migrations();
 
 }  // namespace mlprof
