@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 import threading
 import time
 import tracemalloc
@@ -18,6 +17,10 @@ import pytest
 import mlflow_profiler
 from mlflow_profiler import _native, profiling
 from mlflow_profiler.store import open_store
+
+from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
+
+pytestmark = mlflow_warning_filters()  # MLflow's own warnings, in the one test that uses it
 
 ENGINES = ["native", "reference"]
 MB10 = 10_000_000
@@ -292,3 +295,61 @@ def test_the_report_shows_them_in_the_span_details(tmp_path):
     finally:
         driver.quit()
     assert a.alloc_bytes >= MB10
+
+
+@free_threaded
+def test_mlflow_trace_spans_carry_them(local_store):
+    import mlflow
+
+    from mlflow_profiler import _mlflow_trace
+    from mlflow_profiler.mlflow_sink import log_profile_trace
+
+    try:
+        _mlflow_trace.check_supported(mlflow)
+    except ImportError:
+        pytest.skip("this MLflow records no traces")
+    with profiling(depth=2, cpu_time=True, alloc_bytes=True) as s:
+        parent()
+    a = by_label(s, "allocate")
+    with mlflow.start_run() as run:
+        trace_id = log_profile_trace(s, run_id=run.info.run_id)
+    mlflow.flush_trace_async_logging()
+    spans = {sp.name: sp for sp in mlflow.get_trace(trace_id).data.spans}
+    attrs = spans[a.label].attributes
+    assert attrs["mlflow_profiler.alloc_bytes"] == a.alloc_bytes >= MB10
+    assert attrs["mlflow_profiler.cpu_ns"] == a.cpu_ns
+    # Not captured: no attribute.
+    with profiling(depth=2) as plain:
+        parent()
+    with mlflow.start_run() as run:
+        trace_id = log_profile_trace(plain, run_id=run.info.run_id)
+    mlflow.flush_trace_async_logging()
+    spans = {sp.name: sp for sp in mlflow.get_trace(trace_id).data.spans}
+    assert "mlflow_profiler.cpu_ns" not in spans[a.label].attributes
+
+
+@free_threaded
+def test_autoprofile_passes_them_on(tmp_path):
+    from _helpers import require_mlflow
+
+    require_mlflow()
+    import mlflow.pyfunc
+
+    import _mlflow_models
+
+    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp_path / "store")
+    with _mlflow_models.tracking_uri(store):
+        churn = mlflow.pyfunc.load_model(churn_uri)
+    df = _mlflow_models.frame(64)
+    try:
+        mlflow_profiler.autoprofile(depth=2, cpu_time=True, alloc_bytes=True)
+        churn.predict(df)
+        session = mlflow_profiler.last_profile()
+    finally:
+        mlflow_profiler.autoprofile(disable=True)
+    assert session is not None and session.spans
+    assert all(sp.cpu_ns is not None and sp.alloc_bytes is not None for sp in session.spans)
+    root = session.spans[0]
+    assert root.cpu_ns > 0 and root.alloc_bytes > 0  # a pandas predict allocates
+    with pytest.raises(TypeError):
+        mlflow_profiler.autoprofile(cpu_time="yes")
