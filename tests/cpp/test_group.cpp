@@ -109,6 +109,26 @@ TEST_F(GroupTest, MembersAndTheirCallsGoOneLevelDeeperAndKeepTheirData) {
   }
 }
 
+TEST_F(GroupTest, MembersKeepTheirValuesAndAGroupSumsItsCalls) {
+  // A counter that grows by 10 per event: a span's value is 10 x its events.
+  Profile& q = p;  // rebuilt from its lanes' events (build_tree starts over)
+  for (uint32_t i = 0; i < q.lanes[0].events.size(); ++i) {
+    q.lanes[0].readings.push_back({i, ValueKind::kAllocBytes, int64_t{i} * 10});
+  }
+  build_tree(q);
+  group_framework_spans(q);
+  const auto value = [&](const std::string& name) {
+    const uint64_t* v = q.value_of(find(q, name), ValueKind::kAllocBytes);
+    return v ? static_cast<int64_t>(*v) : -1;
+  };
+  EXPECT_EQ(value("_validate_prediction_input"), 50);  // events 7..12
+  EXPECT_EQ(value("_try_get_prediction_context"), 10);
+  // Its four calls: 10 + 10 + 10 + 50.
+  EXPECT_EQ(value("[mlflow: input checks, context]"), 80);
+  EXPECT_EQ(value("PyFuncModel.predict"), 10 * static_cast<int64_t>(q.lanes[0].events.size() - 1));
+  EXPECT_EQ(q.value_of(find(q, "[mlflow: input checks, context]"), ValueKind::kCpuNs), nullptr);
+}
+
 TEST_F(GroupTest, TheTreeShowsTheGroupsAndOpensThemOneLevelDeeper) {
   ViewOptions one;
   one.depth = 1;

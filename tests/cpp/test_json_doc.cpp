@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_read.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
 
@@ -329,6 +330,52 @@ TEST(JsonDocKernel, AViewKeepsTheValuesOfItsSpansAndMovesThreadsUp) {
   // "helper" was started under "my label" (depth 1): predict stands for it.
   EXPECT_EQ(doc["kernel"]["threads"][1][6].GetInt(), 0);
   EXPECT_EQ(doc["kernel"]["off_cpu"].Size(), 4u);  // the intervals are raw data: all kept
+}
+
+// --- values measured in process (cpu_time, alloc_bytes) ----------------------
+
+TEST(JsonDocValues, WrittenLongFormAndReadBackToTheSameTable) {
+  Profile p;
+  p.end_ns = 100;
+  const uint32_t a = test::user_fn(p, "a"), b = test::user_fn(p, "b");
+  p.lanes.push_back(make_lane({call(0, a), call(10, b), ret(20), ret(30)}));
+  p.lanes[0].readings = {{0, ValueKind::kCpuNs, 1000}, {0, ValueKind::kAllocBytes, 0},
+                         {1, ValueKind::kCpuNs, 1010}, {1, ValueKind::kAllocBytes, 0},
+                         {2, ValueKind::kCpuNs, 1015}, {2, ValueKind::kAllocBytes, 0},
+                         {3, ValueKind::kCpuNs, 1030}, {3, ValueKind::kAllocBytes, 4096}};
+  build_tree(p);
+  const std::string text = to_json_document(p);
+  const rapidjson::Document doc = parse(text);
+  EXPECT_FALSE(doc.HasMember("kernel"));
+  const rapidjson::Value& v = doc["span_values"];
+  EXPECT_EQ(span_value(v, 0, "cpu", "ns"), 30);
+  EXPECT_EQ(span_value(v, 0, "alloc", "bytes"), 4096);
+  EXPECT_EQ(span_value(v, 1, "cpu", "ns"), 5);
+  EXPECT_EQ(span_value(v, 1, "alloc", "bytes"), 0);  // a value of 0 is written: it was taken
+  Result<Profile> back = read_json_document(text);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value().values, p.values);
+  EXPECT_FALSE(back.value().kernel.present);
+  EXPECT_TRUE(back.value().kernel.spans.empty());
+  // A view keeps the values of the spans it keeps.
+  ViewOptions shallow;
+  shallow.depth = 0;
+  const rapidjson::Document view = parse(to_json_document(p, shallow));
+  EXPECT_EQ(view["span_values"].Size(), 2u);
+  EXPECT_EQ(span_value(view["span_values"], 0, "alloc", "bytes"), 4096);
+}
+
+TEST(JsonDocValues, WithKernelDataTheAgentsCpuWinsAndAllocStays) {
+  Profile p = test::kernel_profile_fixture();
+  p.values = {{0, ValueKind::kCpuNs, 1}, {0, ValueKind::kAllocBytes, 77}};
+  const std::string text = to_json_document(p);
+  const rapidjson::Document doc = parse(text);
+  EXPECT_EQ(span_value(doc["span_values"], 0, "cpu", "ns"), 16'699);  // the agent's, once
+  EXPECT_EQ(span_value(doc["span_values"], 0, "alloc", "bytes"), 77);
+  Result<Profile> back = read_json_document(text);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value().kernel.spans.at(0).on_cpu_ns, 16'699);
+  EXPECT_EQ(back.value().values, (std::vector<SpanValue>{{0, ValueKind::kAllocBytes, 77}}));
 }
 
 }  // namespace
