@@ -10,6 +10,7 @@
 #include "bindings.h"
 #include "core/bootstrap.h"
 #include "core/bubbles.h"
+#include "core/stack_paths.h"
 
 namespace py = pybind11;
 
@@ -78,6 +79,37 @@ py::dict bubbles_dict(const std::shared_ptr<Profile>& profile, int64_t min_ns) {
 void bind_analysis(py::module_& m) {
   m.def("find_bubbles", &bubbles_dict, py::arg("profile"), py::arg("min_ns"),
         "The idle gaps of a profile's session and the utilization of its fan-outs (core/bubbles.h).");
+  py::class_<StackPathTotals>(m, "StackPathTotals",
+                              "Sampled stacks summed per call path, across sources (core/stack_paths.h).")
+      .def(py::init<>())
+      .def(
+          "add",
+          [](StackPathTotals& self, const std::shared_ptr<StackSamples>& samples) {
+            if (!samples) throw py::type_error("add() needs StackSamples, got None");
+            py::gil_scoped_release unlocked;
+            self.add(*samples);
+          },
+          py::arg("samples"), "Adds every sample of one source.")
+      .def(
+          "summary",
+          [](const StackPathTotals& self) {
+            py::dict out;
+            out["value_types"] = self.value_types();
+            out["sources"] = self.sources();
+            out["samples"] = self.samples();
+            py::list rows;
+            for (const auto& r : self.rows()) {
+              py::dict d;
+              d["path"] = r.path;
+              d["self"] = r.self;
+              d["total"] = r.total;
+              rows.append(d);
+            }
+            out["rows"] = rows;
+            return out;
+          },
+          "{'value_types': [(type, unit)], 'sources', 'samples', 'rows': [{'path', 'self', 'total'}]}: "
+          "per path its samples' values as the leaf (self) and at or under it (total), per type.");
   m.def(
       "bootstrap_deltas",
       [](std::vector<int64_t> a, std::vector<int64_t> b, const std::vector<double>& qs, int replicates,

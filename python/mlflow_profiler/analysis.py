@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 
 from . import _core
 
-__all__ = ["Bubbles", "Diff", "DiffRow", "Top", "TopRow", "bubbles", "diff", "profiles", "top"]
+__all__ = ["Bubbles", "Diff", "DiffRow", "Sampled", "SampledRow", "Top", "TopRow", "bubbles", "diff", "profiles", "top"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -122,24 +122,58 @@ class TopRow:
 
 
 @dataclasses.dataclass(frozen=True)
+class SampledRow:
+    """One call path of sampled stacks (py-spy, pprof, a sampled speedscope
+    or folded stacks, which have no calls to time): per value type, as
+    Sampled.value_types orders them, the values of the samples whose leaf
+    it is (self) and of those at or under it (total); its share of the
+    ranking type's self values."""
+
+    path: List[str]
+    self_values: List[int]
+    total_values: List[int]
+    share: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampled:
+    """The sampled-stack sources of a top(): their paths, most self value of
+    the ranking type (the first time-valued type, else the first) first."""
+
+    sources: int
+    samples: int
+    value_types: List[List[str]]
+    rank_by: int
+    rows: List[SampledRow]
+
+
+@dataclasses.dataclass(frozen=True)
 class Top:
-    """The call paths ranked by self time (`top()`)."""
+    """The call paths ranked by self time (`top()`); `sampled` holds the
+    stores' sampled-stack sources (None when there were none)."""
 
     rows: List[TopRow]
     sessions: int
     self_total_ms: float
     where: Dict[str, str]
+    sampled: Optional[Sampled] = None
 
     def to_json(self) -> str:
         """The result as JSON (`mlprof top --format json`)."""
         return json.dumps({
             "sessions": self.sessions, "self_total_ms": self.self_total_ms, "where": self.where,
             "paths": [dataclasses.asdict(r) for r in self.rows],
+            "sampled": dataclasses.asdict(self.sampled) if self.sampled else None,
         }, indent=2)
 
     def to_text(self, limit: Optional[int] = 20) -> str:
         """A table, most self time first: share, calls, wall and self p50,
-        p95, p99, off-CPU p95 (where the agent measured it), path."""
+        p95, p99, off-CPU p95 (where the agent measured it), path; then the
+        sampled stacks' paths, if any."""
+        text = self._spans_text(limit) if self.sessions or not self.sampled else ""
+        return text + (_sampled_text(self.sampled, limit) if self.sampled else "")
+
+    def _spans_text(self, limit: Optional[int]) -> str:
         rows = self.rows if limit is None else self.rows[:limit]
         lines = [self._headline()]
         if not rows:
@@ -222,6 +256,53 @@ def _write_page(path: Union[str, os.PathLike], text: str) -> str:
     return path
 
 
+_TIME_UNITS = {"nanoseconds": 1, "ns": 1, "microseconds": 1_000, "us": 1_000, "milliseconds": 1_000_000,
+               "ms": 1_000_000, "seconds": 1_000_000_000, "s": 1_000_000_000}
+
+
+def _value(value: int, unit: str) -> str:
+    scale = _TIME_UNITS.get(unit)
+    if scale is not None:
+        return _core.format_duration(int(value) * scale)
+    return f"{value:,}" if unit == "count" else f"{value:,} {unit}"
+
+
+def _sampled_text(sampled: Sampled, limit: Optional[int]) -> str:
+    """The sampled stacks' table: share, self, total (of the ranking type), path."""
+    kind, unit = sampled.value_types[sampled.rank_by] if sampled.value_types else ("samples", "count")
+    types = ", ".join(f"{t} ({u})" for t, u in sampled.value_types) or "none"
+    lines = [f"sampled stacks: {sampled.sources} source{'s' if sampled.sources != 1 else ''}, "
+             f"{sampled.samples:,} samples, {len(sampled.rows)} call path{'s' if len(sampled.rows) != 1 else ''}; "
+             f"values {types}; ranked by {kind} as the leaf (self)"]
+    rows = sampled.rows if limit is None else sampled.rows[:limit]
+    table = [["share", f"self {kind}", f"total {kind}", "path"]]
+    for r in rows:
+        table.append([f"{100 * r.share:.1f}%", _value(r.self_values[sampled.rank_by], unit),
+                      _value(r.total_values[sampled.rank_by], unit), "/".join(r.path)])
+    if rows:
+        widths = [max(len(row[i]) for row in table) for i in range(3)]
+        lines += ["  ".join([c.rjust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]) for row in table]
+    if limit is not None and len(sampled.rows) > limit:
+        lines.append(f"({len(sampled.rows) - limit} more paths: --limit)")
+    return "\n".join(lines) + "\n"
+
+
+def _sampled(totals) -> Optional[Sampled]:
+    """The Sampled of a _core.StackPathTotals (None when it saw no source)."""
+    summary = totals.summary()
+    if not summary["sources"]:
+        return None
+    types = [list(t) for t in summary["value_types"]]
+    rank_by = next((i for i, (_, unit) in enumerate(types) if unit in _TIME_UNITS), 0)
+    total = sum(r["self"][rank_by] for r in summary["rows"]) if types else 0
+    rows = [SampledRow(path=r["path"], self_values=r["self"], total_values=r["total"],
+                       share=(r["self"][rank_by] / total) if total > 0 else 0.0) for r in summary["rows"]]
+    if types:
+        rows.sort(key=lambda r: (-r.self_values[rank_by], -r.total_values[rank_by], r.path))
+    return Sampled(sources=summary["sources"], samples=summary["samples"], value_types=types, rank_by=rank_by,
+                   rows=rows)
+
+
 def _ms(value: Optional[float]) -> str:
     if value is None:
         return "-"
@@ -233,11 +314,12 @@ def _figures(entry: Mapping[str, Any], prefix: str) -> Dict[str, float]:
             "total": entry[prefix + "total_ms"]}
 
 
-def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int) -> int:
+def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, stacks=None) -> int:
     """Feeds `inputs` (files, stores, runs or ProfileSessions, see profiles())
     to a _core.CallPathStats; returns the number of profiles added. A store's
     sources are read as rows in ranges (core/store_scan.h), never built as
-    trees one by one."""
+    trees one by one. Sampled stacks (a store's, or another tool's file)
+    go to `stacks` (a _core.StackPathTotals) when given."""
     from .store import StoreError, open_store
 
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
@@ -249,11 +331,33 @@ def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int) -
     for target in [t for item in items for t in _expand(os.fspath(item))]:
         if _run_id(target) is None and _is_store(target):
             with open_store(target) as store:
-                added = stats.add_store(store._driver, store._driver.dialect, store.source_ids(where), depth)
+                ids = store.source_ids(where)
+                added = stats.add_store(store._driver, store._driver.dialect, ids, depth)
                 if isinstance(added, tuple):
                     raise StoreError(added[1], kind=added[0], target=store.target)
                 count += added
+                if stacks is not None:
+                    sampled = {r[0] for r in store._driver.query(
+                        "SELECT source_id FROM sources WHERE sample_kind = 'stacks'", ())}
+                    for source_id in ids:
+                        if source_id in sampled:
+                            stacks.add(store.load_stacks(source_id))
             continue
+        if stacks is not None and os.path.isfile(target):
+            with open(target, "rb") as f:
+                data = f.read()
+            if _core.detect_input(data) not in ("document", "unknown"):  # another tool's file
+                imported = _core.import_profile(data)
+                if isinstance(imported, tuple):
+                    from ._files import ProfileLoadError
+
+                    raise ProfileLoadError(f"cannot import {target!r}: {imported[1]}", kind=imported[0], path=target)
+                if isinstance(imported, _core.StackSamples):
+                    stacks.add(imported)
+                else:
+                    stats.add(imported, depth)
+                    count += 1
+                continue
         for session in profiles([target], where):
             stats.add(session._built(), depth)
             count += 1
@@ -268,8 +372,9 @@ def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, wher
     self time first. depth: paths deeper than this fold into their
     ancestors' self time."""
     stats = _core.CallPathStats(1_000_000)
+    stacks = _core.StackPathTotals()
     cut = -1 if depth is None else depth
-    count = _add_inputs(stats, inputs, where, cut)
+    count = _add_inputs(stats, inputs, where, cut, stacks)
     summary = stats.summary(cut)
     total = math.fsum(e["self_total_ms"] for e in summary.values())  # exact: the same whatever the paths' order
     rows = [
@@ -279,7 +384,7 @@ def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, wher
         for e in summary.values() if e["count"] > 0
     ]
     rows.sort(key=lambda r: (-r.self_time["total"], r.path))
-    return Top(rows=rows, sessions=count, self_total_ms=total, where=dict(where or {}))
+    return Top(rows=rows, sessions=count, self_total_ms=total, where=dict(where or {}), sampled=_sampled(stacks))
 
 
 # --- diff ----------------------------------------------------------------------

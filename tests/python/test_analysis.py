@@ -174,7 +174,7 @@ def test_a_store_read_as_rows_matches_the_trees(tmp_path):
     # top and diff read a store's spans as rows (core/store_scan.h), never as
     # trees: their answers equal those over the same sessions in memory, with
     # kernel data, incomplete calls, threads and a depth cut; sampled-stack
-    # sources are not calls and are left out.
+    # sources are not calls: they are summed apart (Top.sampled).
     import json as _json
 
     from mlflow_profiler._files import loads
@@ -199,7 +199,10 @@ def test_a_store_read_as_rows_matches_the_trees(tmp_path):
     flags = [f for root in sessions[0].to_tree() for f in _walk_flags(root)]
     assert "suspended_at_end" in flags
     for depth in (None, 0, 1):
-        assert analysis.top([db], depth=depth) == analysis.top(sessions, depth=depth)
+        from_store, in_memory = analysis.top([db], depth=depth), analysis.top(sessions, depth=depth)
+        assert (from_store.rows, from_store.sessions, from_store.self_total_ms) == (
+            in_memory.rows, in_memory.sessions, in_memory.self_total_ms)
+        assert from_store.sampled.samples == 7 and in_memory.sampled is None
     from_store = analysis.top([db])
     assert from_store.sessions == 4 and any(r.off_cpu for r in from_store.rows)
     assert analysis.diff([db], [db]).rows == analysis.diff(sessions, sessions).rows
@@ -224,6 +227,40 @@ def test_mlprof_top(captures, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and run.stderr.startswith("mlprof: ") and "missing.json" in run.stderr, run
     assert "Traceback" not in run.stderr
+
+
+def test_top_sums_sampled_stacks_per_path(captures, tmp_path):
+    # A sampler's stacks (py-spy's raw output here) have no calls to time:
+    # top gives each path its samples as the leaf (self) and at or under it
+    # (total), beside the span sources' table, from a store or the file.
+    folded = tmp_path / "py-spy.folded"
+    folded.write_text("main (app.py:1);predict (app.py:5);encode (app.py:9) 6\n"
+                      "main (app.py:1);predict (app.py:5) 3\n"
+                      "main (app.py:1);predict (app.py:5);decode (app.py:14) 1\n"
+                      "main (app.py:1);load (app.py:2) 10\n")
+    db = tmp_path / "mixed.db"
+    with open_store(db) as store:
+        store.add(captures[0])
+        store.add(folded)
+    result = analysis.top([db])
+    assert result.sessions == 1 and result.rows  # the span source, as before
+    sampled = result.sampled
+    assert sampled.sources == 1 and sampled.samples == 20 and sampled.value_types == [["samples", "count"]]
+    rows = {"/".join(r.path): r for r in sampled.rows}
+    main, predict = next(p for p in rows if "/" not in p), next(p for p in rows if p.count("/") == 1 and "predict" in p)
+    assert rows[main].self_values == [0] and rows[main].total_values == [20]
+    assert rows[predict].self_values == [3] and rows[predict].total_values == [10]
+    assert [r.self_values[0] for r in sampled.rows][:2] == [10, 6]  # load, then encode
+    assert sum(r.share for r in sampled.rows) == pytest.approx(1)
+    text = result.to_text()
+    assert "sampled stacks: 1 source, 20 samples, 5 call paths; values samples (count)" in text
+    assert text.splitlines()[-5].split()[:3] == ["50.0%", "10", "10"]
+    assert json.loads(result.to_json())["sampled"]["samples"] == 20
+    # The file itself, without a store: only sampled stacks.
+    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(folded)], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("sampled stacks: 1 source, 20 samples") and "top:" not in run.stdout
 
 
 def _rel_decode(n):
