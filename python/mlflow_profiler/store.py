@@ -89,14 +89,18 @@ class _PostgresDriver:
     _PLAIN_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \([?, ]+\)")
 
     def executemany(self, sql: str, rows: list) -> None:
-        plain = self._PLAIN_INSERT.fullmatch(sql)
         with self.conn.cursor() as cur:
-            if plain is None or len(rows) < 64:
-                cur.executemany(self._text(sql), rows)
-                return
-            with cur.copy(f"COPY {plain.group(1)} ({plain.group(2)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
+            cur.executemany(self._text(sql), rows)
+
+    def copy_text(self, sql: str, text: bytes) -> bool:
+        """Runs a plain INSERT's rows, given as COPY text (the core makes it:
+        pyext/py_driver.h), as one COPY; False for another statement."""
+        plain = self._PLAIN_INSERT.fullmatch(sql)
+        if plain is None:
+            return False
+        with self.conn.cursor() as cur, cur.copy(f"COPY {plain.group(1)} ({plain.group(2)}) FROM STDIN") as copy:
+            copy.write(text)
+        return True
 
     def query(self, sql: str, params: tuple) -> List[tuple]:
         return self.conn.execute(self._text(sql), params).fetchall()

@@ -267,10 +267,15 @@ _WRITER = textwrap.dedent("""
 
 
 def _writer(tmp_path, db, adds, loops, name):
+    # Written aside and renamed: a writer starting meanwhile reads the whole
+    # script (an in-place rewrite could be read empty), and every writer
+    # runs the same file, so they share their functions.
     script = tmp_path / "writer.py"
-    script.write_text(_WRITER)
+    staged = tmp_path / f"writer-{name}.tmp"
+    staged.write_text(_WRITER)
+    os.replace(staged, script)
     return subprocess.Popen([sys.executable, str(script), str(db), str(adds), str(loops), name],
-                            stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
 
 
 def test_two_processes_add_at_once_and_nothing_is_lost(tmp_path):
@@ -279,9 +284,9 @@ def test_two_processes_add_at_once_and_nothing_is_lost(tmp_path):
     writers = [_writer(tmp_path, db, 5, 20, name) for name in ("a", "b")]
     per_add = []
     for w in writers:
-        out, _ = w.communicate(timeout=300)
+        out, err = w.communicate(timeout=300)
         words = out.split()
-        assert w.returncode == 0 and words[0] == "ready" and words[-1] == "done", out
+        assert w.returncode == 0 and words[:1] == ["ready"] and words[-1:] == ["done"], (out, err)
         per_add.append(int(words[1]))  # 20 calls of 101 spans, more where a comprehension is a frame (< 3.12)
     conn = _connect(db)
     per_writer = dict(conn.execute(
@@ -311,6 +316,7 @@ def test_a_writer_killed_mid_add_leaves_the_store_as_it_was(tmp_path):
     os.kill(writer.pid, signal.SIGKILL)
     writer.wait()
     writer.stdout.close()
+    writer.stderr.close()
     conn = _connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []

@@ -50,14 +50,35 @@ def test_a_profile_read_back_is_the_same_tree(pg_url):
         assert [s["source_id"] for s in store.sources()] == [source]
 
 
+def _named(text):
+    return len(text)
+
+
+def test_texts_that_copy_must_escape_come_back_unchanged(pg_url):
+    # Batches of 64 rows or more go to the server as COPY text (made by the
+    # core): backslashes, tabs, newlines, NULLs in many io_summaries rows.
+    url = _fresh(pg_url, "escapes")
+    texts = ["back\\slash", "tab\there", "new\nline", "cr\rhere", "\\N", "", "plain"]
+    with profiling(depth=-1, capture_io=True) as session:
+        for i in range(120):
+            _named(texts[i % len(texts)] + str(i))
+    with open_store(url) as store:
+        back = store.load(store.add(session))
+    assert back.to_tree() == session.to_tree()
+    got = [(r.input_summary, r.output_summary) for r in back.spans]
+    assert got == [(r.input_summary, r.output_summary) for r in session.spans]
+    reprs = {r.input_summary["text"].repr_short for r in back.spans if r.input_summary}
+    assert len(reprs) == 120 and any("\\" in r for r in reprs)
+
+
 def test_several_writers_at_once(pg_url, tmp_path):
     url = _fresh(pg_url, "writers")
     writers = [_writer(tmp_path, url, 5, 20, str(i)) for i in range(4)]
     per_add = []
     for w in writers:
-        out, _ = w.communicate(timeout=300)
+        out, err = w.communicate(timeout=300)
         words = out.split()
-        assert w.returncode == 0 and words[0] == "ready" and words[-1] == "done", out
+        assert w.returncode == 0 and words[:1] == ["ready"] and words[-1:] == ["done"], (out, err)
         per_add.append(int(words[1]))  # 20 calls of 101 spans, more where a comprehension is a frame
     import psycopg
 
