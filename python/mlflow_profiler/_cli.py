@@ -172,7 +172,6 @@ def _bubbles(args) -> int:
 
 def _combine(args) -> int:
     from . import analysis
-    from ._files import load
 
     added = 0
     with open_store(args.out) as out:
@@ -183,11 +182,12 @@ def _combine(args) -> int:
                         for row in src.sources():
                             labels = {k[len("label."):]: v for k, v in src.labels(row["source_id"]).items()
                                       if k.startswith("label.")}
-                            out.add(src.load(row["source_id"]), source_type=row["source_type"],
+                            read = src.load_stacks if row["kind"] == "stacks" else src.load
+                            out.add(read(row["source_id"]), source_type=row["source_type"],
                                     uri=row["uri"] or target, labels=labels)
                             added += 1
                 else:
-                    out.add(load(target), uri=os.path.abspath(target))
+                    out.add(target, uri=os.path.abspath(target))
                     added += 1
         total = len(out.sources())
     print(f"{args.out}: {_plural(added, 'source')} added, {_plural(total, 'source')} in all")

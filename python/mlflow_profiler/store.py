@@ -126,7 +126,8 @@ class Store:
     def add(self, profile, *, source_type: Optional[str] = None, uri: Optional[str] = None,
             labels: Optional[Mapping[str, str]] = None) -> int:
         """Adds a profile: a ProfileSession (from profiling(), last_profile()
-        or load()) or the path of a profile document. Returns its source id.
+        or load()), sampled stacks (load_stacks()), or the path of a profile
+        document or of another tool's file. Returns its source id.
         ``labels`` (model, version, run_id, ...) are kept with its provenance
         and can be filtered on (`mlprof top --where model=fraud`)."""
         from ._files import load
@@ -153,8 +154,13 @@ class Store:
                                                        time.time_ns())
                 profile = ProfileSession._from_profile(imported)
                 source_type = source_type or imported.meta.get("source")
+        if isinstance(profile, _core.StackSamples):  # another store's sampled stacks (mlprof combine)
+            with self._write():
+                return _core.store_add_samples(self._driver, self._driver.dialect, profile,
+                                               source_type or profile.meta.get("source", "pprof"), uri or "", clean,
+                                               time.time_ns())
         if not isinstance(profile, ProfileSession):
-            raise TypeError(f"Store.add takes a ProfileSession or a path, not {type(profile).__name__}")
+            raise TypeError(f"Store.add takes a ProfileSession, StackSamples or a path, not {type(profile).__name__}")
         built = profile._built()
         if source_type is None:
             source_type = "ebpf" if built.meta.get("source") == "ebpf" else "in-process"

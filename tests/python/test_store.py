@@ -413,15 +413,24 @@ def test_mlprof_combine_keeps_provenance_and_convert_writes_any_format(tmp_path)
     with open_store(a) as store:
         store.add(one, labels={"model": "fraud", "version": "1"}, uri="runs:/abc/profile")
     loose = two.save(tmp_path / "two.json.gz")
-    run = _mlprof("combine", b, a, loose)
-    assert run.returncode == 0 and run.stdout == f"{b}: 2 sources added, 2 sources in all\n", run
+    # Sampled stacks too: one in the store, one a loose file of another tool's.
+    folded = tmp_path / "py-spy.folded"
+    folded.write_text("main;predict;encode 6\nmain;load 10\n")
+    with open_store(a) as store:
+        sampled = store.add(folded, labels={"model": "fraud"})
+        want_stacks = store.load_stacks(sampled).stacks()
+    run = _mlprof("combine", b, a, loose, folded)
+    assert run.returncode == 0 and run.stdout == f"{b}: 4 sources added, 4 sources in all\n", run
     with open_store(b) as store:
-        first, second = store.sources()
+        first, stacks, second, loose_stacks = store.sources()
         assert (first["model"], first["version"], first["uri"]) == ("fraud", "1", "runs:/abc/profile")
         assert store.labels(first["source_id"])["label.model"] == "fraud"
         assert second["uri"] == str(loose) and second["source_type"] == "in-process"
         assert store.load(first["source_id"]).to_tree() == one.to_tree()
         assert store.load(second["source_id"]).to_tree() == two.to_tree()
+        assert (stacks["kind"], stacks["source_type"], stacks["model"]) == ("stacks", "folded", "fraud")
+        assert store.load_stacks(stacks["source_id"]).stacks() == want_stacks
+        assert loose_stacks["kind"] == "stacks" and loose_stacks["uri"] == str(folded)
     out = tmp_path / "one.speedscope.json"
     run = _mlprof("convert", a, out, "--source", 1)
     assert run.returncode == 0 and run.stdout.strip() == str(out), run
