@@ -95,6 +95,10 @@ VARIABLES = (
              "Event buffer per thread and session; drops beyond it are counted."),
     Variable("MLFLOW_PROFILER_ALL_THREADS", "all_threads", _bool, False,
              "Also profile threads that predict starts."),
+    Variable("MLFLOW_PROFILER_CPU_TIME", "cpu_time", _bool, False,
+             "Record each span's CPU time (its thread's CPU clock)."),
+    Variable("MLFLOW_PROFILER_ALLOC_BYTES", "alloc_bytes", _bool, False,
+             "Record the bytes each span allocates through Python's allocators."),
     Variable("MLFLOW_PROFILER_LOG_TO_MLFLOW", "log_to_mlflow", _bool, False,
              "Log each profile to MLflow from a background thread."),
     Variable("MLFLOW_PROFILER_LOG_AS_TRACE", "log_as_trace", _bool, False,
@@ -133,5 +137,5 @@ def read(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
 def autoprofile_kwargs(settings: Mapping[str, Any]) -> Dict[str, Any]:
     """The autoprofile() arguments among `settings`."""
     keys = ("depth", "sample_rate", "capture_io", "capture_io_depth", "max_events", "all_threads",
-            "log_to_mlflow", "log_as_trace", "output_dir", "store")
+            "cpu_time", "alloc_bytes", "log_to_mlflow", "log_as_trace", "output_dir", "store")
     return {k: settings[k] for k in keys}
