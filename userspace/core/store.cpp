@@ -289,11 +289,42 @@ Result<Ok> prepare_store(StoreDriver& d) {
                      ": upgrade mlflow-profiler"};
   }
   if (major < kStoreMajor) {
+    const bool known = std::any_of(migrations().begin(), migrations().end(),
+                                   [&](const Migration& m) { return version == m.from; });
     return Error{Error::Kind::kVersion, 0,
                  "store version " + version + " is older than this mlflow-profiler's " + ours +
-                     ": run `mlprof migrate STORE` to bring it up to date"};
+                     (known ? ": run `mlprof migrate STORE` to bring it up to date"
+                            : ": no `mlprof migrate` step starts from it (the oldest is " +
+                                  std::string(migrations().front().from) + "); add its profiles to a new store")};
   }
   return Ok{};
+}
+
+namespace {
+
+std::string store_version(StoreDriver& d) {
+  const auto rows = d.query("SELECT value FROM meta WHERE key = 'version'", {});
+  return rows.empty() ? std::string() : as_text(rows[0][0]);
+}
+
+}  // namespace
+
+Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& d) {
+  const std::string from = store_version(d);
+  std::string at = from;
+  for (const Migration& m : migrations()) {
+    if (at != m.from) continue;
+    for (const std::string& stmt : m.statements) d.execute(stmt, {});
+    d.execute("UPDATE meta SET value = ? WHERE key = 'version'", {std::string(m.to)});
+    at = m.to;
+  }
+  const std::string ours = std::to_string(kStoreMajor) + "." + std::to_string(kStoreMinor);
+  if (at != ours) {
+    return Error{Error::Kind::kVersion, 0,
+                 "no `mlprof migrate` step brings store version " + at + " to " + ours + " (the steps start at " +
+                     std::string(migrations().front().from) + ")"};
+  }
+  return std::make_pair(from, at);
 }
 
 int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
@@ -396,19 +427,6 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     if (!value_rows.empty()) {
       d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
     }
-  }
-  // Values measured in process (cpu_time, alloc_bytes): a row per value taken,
-  // 0 included. A span with the kernel's "cpu" keeps that one.
-  if (!p.values.empty()) {
-    const bool attributed = p.kernel.present && p.kernel.spans.size() == p.spans.size();
-    std::vector<SqlRow> value_rows;
-    for (const SpanValue& v : p.values) {
-      if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0) continue;
-      const ValueKindName& name = kValueKindNames[static_cast<int>(v.kind)];
-      value_rows.push_back({sample_id[v.span], dict.value_type(std::string(name.type), std::string(name.unit)),
-                            static_cast<int64_t>(v.value)});
-    }
-    d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
   }
   // Values measured in process (cpu_time, alloc_bytes): a row per value taken,
   // 0 included. A span with the kernel's "cpu" keeps that one.
@@ -773,21 +791,6 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::stable_sort(p.segments.begin(), p.segments.end(), [](const Segment& a, const Segment& b) { return a.span < b.span; });
   std::stable_sort(p.io.begin(), p.io.end(), [](const SpanIO& a, const SpanIO& b) { return a.span < b.span; });
 
-  // Values measured in process; "cpu" is the kernel's where its data is present.
-  for (const auto& r : d.query(
-           "SELECT v.sample_id, t.type, t.unit, v.value FROM sample_values v JOIN value_types t ON t.type_id = "
-           "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN "
-           "sessions se ON se.session_id = l.session_id WHERE se.source_id = ? AND t.type IN ('cpu', 'alloc')",
-           {source_id})) {
-    const std::string type = as_text(r[1]), unit = as_text(r[2]);
-    for (const ValueKindName& name : kValueKindNames) {
-      if (type != name.type || unit != name.unit || (p.kernel.present && name.kind == ValueKind::kCpuNs)) continue;
-      p.values.push_back({span_at(r[0]), name.kind, static_cast<uint64_t>(as_int(r[3]))});
-    }
-  }
-  std::stable_sort(p.values.begin(), p.values.end(), [](const SpanValue& a, const SpanValue& b) {
-    return a.span != b.span ? a.span < b.span : a.kind < b.kind;
-  });
   // Values measured in process; "cpu" is the kernel's where its data is present.
   for (const auto& r : d.query(
            "SELECT v.sample_id, t.type, t.unit, v.value FROM sample_values v JOIN value_types t ON t.type_id = "

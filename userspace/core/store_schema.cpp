@@ -54,9 +54,6 @@ CREATE TABLE source_labels (
   PRIMARY KEY (source_id, key)
 ) WITHOUT ROWID, STRICT;
 
--- 2.1: `--where` on a label finds its sources without scanning every label.
-CREATE INDEX source_labels_by_value ON source_labels (key, value);
-
 CREATE TABLE sessions (
   session_id INTEGER PRIMARY KEY,
   source_id INTEGER NOT NULL REFERENCES sources(source_id),
@@ -235,6 +232,7 @@ std::vector<std::string> split_statements(const std::string& text) {
 
 const std::vector<Migration>& migrations() {
   static const std::vector<Migration> steps = {
+      // `--where` on a label finds its sources without scanning every label.
       {"2.0", "2.1", {"CREATE INDEX IF NOT EXISTS source_labels_by_value ON source_labels (key, value)"}},
   };
   return steps;
@@ -246,7 +244,11 @@ const std::string& schema_text() {
 }
 
 std::vector<std::string> schema_statements(Dialect dialect) {
+  // Version 2.0's tables and views, then every migration step's statements:
+  // a new store is what migrating an old one gives, with each statement
+  // written once.
   std::vector<std::string> out = split_statements(schema_text());
+  for (const Migration& m : migrations()) out.insert(out.end(), m.statements.begin(), m.statements.end());
   if (dialect == Dialect::kPostgres) {
     // INTEGER is 32-bit there (64-bit in SQLite); no rowid tables, no STRICT.
     static const std::regex integer("\\bINTEGER\\b");

@@ -16,7 +16,8 @@ inline constexpr int kStoreMajor = 2;
 inline constexpr int kStoreMinor = 1;
 inline constexpr const char* kStoreFormat = "mlflow-profiler-store";
 
-// The CREATE statements, in order (tables, then views), for `dialect`.
+// The CREATE statements, in order (tables, views, then the migrations()
+// steps' statements), for `dialect`.
 std::vector<std::string> schema_statements(Dialect dialect);
 
 // The schema as one SQL text (SQLite dialect): what docs/store.md quotes.
