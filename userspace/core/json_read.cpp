@@ -13,19 +13,13 @@
 
 #include "core/file_io.h"
 #include "core/json_doc.h"
+#include "core/json_stream.h"
 
 namespace mlprof {
 
 namespace {
 
 using rapidjson::Value;
-
-// Full precision: nanosecond timestamps need all their digits. Iterative: a
-// hostile file of nested brackets must not exhaust the stack. Encoding: a
-// string that is not UTF-8 would fail later, in the renderers and in Python.
-constexpr unsigned kParseFlags = rapidjson::kParseFullPrecisionFlag |
-                                 rapidjson::kParseIterativeFlag |
-                                 rapidjson::kParseValidateEncodingFlag;
 
 constexpr std::string_view kFormat = "mlflow-profiler";
 // The hint every "not a profile document" error ends with.
@@ -79,7 +73,8 @@ struct Columns {
 // and range before use. The first problem found stops the read.
 class DocumentReader {
  public:
-  explicit DocumentReader(const Value& root) : root_(root) {}
+  // `spans`: the "spans" rows when parse_document kept them out of the DOM.
+  DocumentReader(const Value& root, SpanRows& spans) : root_(root), spans_(spans) {}
 
   Result<Profile> read() {
     Profile p;
@@ -226,6 +221,21 @@ class DocumentReader {
       return nullptr;
     }
     return &r;
+  }
+
+  // Row `i` of the streamed spans table, with row()'s checks and messages.
+  const Value* streamed(rapidjson::SizeType i, const Columns& cols, rapidjson::Document& out) {
+    if (i == spans_.bad_row()) {
+      if (!spans_.bad_row_is_array()) {
+        fail_type(Where{"spans", i}, spans_.bad_row_type(), "an array (one row)");
+      } else {
+        fail(Where{"spans", i}, "has " + std::to_string(spans_.bad_row_cells()) +
+                                    " cells, the header names " + std::to_string(cols.width));
+      }
+      return nullptr;
+    }
+    spans_.next_row(out, out.GetAllocator());
+    return &out;
   }
 
   // -- sections ---------------------------------------------------------------------
@@ -409,15 +419,17 @@ class DocumentReader {
                                     c)) {
       return false;
     }
-    if (rows->Size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    const size_t n_rows = spans_.streamed() ? spans_.size() : rows->Size();
+    if (n_rows > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
       return fail(Where{"spans"}, "more spans than a profile can index");
     }
     const size_t n_functions = p.functions.size();
     const size_t n_strings = p.functions.strings().size();
     const size_t n_lanes = p.lanes.size();
-    p.spans.resize(rows->Size());
-    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
-      const Value* r = row(*rows, "spans", i, c);
+    p.spans.resize(n_rows);
+    rapidjson::Document streamed_row;  // the row spans_ decodes into
+    for (rapidjson::SizeType i = 0; i < n_rows; ++i) {
+      const Value* r = spans_.streamed() ? streamed(i, c, streamed_row) : row(*rows, "spans", i, c);
       if (r == nullptr) return false;
       Span& span = p.spans[i];
       const char* s = "spans";
@@ -448,6 +460,7 @@ class DocumentReader {
       }
       if (span.end_ns < span.start_ns) return fail(Where{s, i}, "ends before it starts");
     }
+    spans_.release();
     return true;
   }
 
@@ -710,6 +723,7 @@ class DocumentReader {
   }
 
   const Value& root_;
+  SpanRows& spans_;
   int version_ = 0;
   Error error_;
 };
@@ -781,9 +795,8 @@ Result<Profile> read_json_document(std::string_view data) {
                      " (JSON text never holds one; a .pb.gz or other binary export?) " + kWhatLoadReads};
   }
   rapidjson::Document doc;
-  doc.Parse<kParseFlags>(data.data(), data.size());
-  if (doc.HasParseError()) {
-    const rapidjson::ParseResult r(doc.GetParseError(), doc.GetErrorOffset());
+  SpanRows spans;
+  if (const rapidjson::ParseResult r = parse_document(data, doc, spans); r.IsError()) {
     if (ran_out(data, r)) {
       return Error{Error::Kind::kTruncated, 0,
                    "the profile is truncated: the JSON text ends early, after " +
@@ -798,7 +811,7 @@ Result<Profile> read_json_document(std::string_view data) {
   // The DOM holds copies of the text's strings: the inflated text (about 54
   // bytes a span) goes before the profile is built beside the DOM.
   std::string().swap(inflated);
-  return DocumentReader(doc).read();
+  return DocumentReader(doc, spans).read();
 }
 
 }  // namespace mlprof
