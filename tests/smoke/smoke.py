@@ -1,6 +1,7 @@
 """The smoke test CI runs on every CPython that requires-python admits: the
 installed package imports, records one session at depth 2 and one at -1
-with the tree a user expects, saves a profile and loads it back.
+with the tree a user expects, saves a profile and loads it back, and
+takes per-span CPU time and allocated bytes (refused on free-threaded builds).
 
     python tests/smoke/smoke.py      # exit status 0 when all of it works
 """
@@ -19,6 +20,10 @@ def leaf(x):
 def numbers(n):
     for i in range(n):
         yield leaf(i)
+
+
+def allocate(n):
+    return bytearray(n)
 
 
 def predict(rows):
@@ -47,6 +52,24 @@ def main() -> int:
         shallow.save(path)
         loaded = mlflow_profiler.load(path)
         assert [r["call_path"] for r in loaded.to_flat()] == [r["call_path"] for r in shallow.to_flat()]
+
+    # Per-span CPU time and allocated bytes on every version; free-threaded
+    # builds refuse the allocation counter with a warning and record none.
+    import warnings
+
+    from mlflow_profiler import _native
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with profiling(depth=1, cpu_time=True, alloc_bytes=True) as values:
+            assert len(allocate(1 << 20)) == 1 << 20
+    span = next(s for s in values.spans if name(s.label) == "allocate")
+    assert span.cpu_ns is not None and span.cpu_ns >= 0, span
+    if _native.FREE_THREADED:
+        assert span.alloc_bytes is None, span
+        assert any("free-threaded" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    else:
+        assert span.alloc_bytes is not None and span.alloc_bytes >= 1 << 20, span
 
     state = _core.capture_state()
     assert not state["eval_installed"] and not state["global_frames"] and state["tool_id"] == -1, state
