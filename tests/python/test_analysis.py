@@ -118,22 +118,26 @@ def test_a_store_and_files_give_the_same_answer_and_where_selects(captures, tmp_
         assert r.self_time["total"] == pytest.approx(sum(selfs["/".join(r.path)]) / 1e6, rel=1e-9, abs=1e-6)
 
 
-def test_off_cpu_comes_from_the_agents_kernel_data(tmp_path):
-    import json as _json
-
+def _as_agent(session, span_values):
+    """The session's document as the agent would write it: kernel data
+    present, per-span values [[span, type, unit, value], ...]."""
     from mlflow_profiler._files import loads
 
-    with profiling(depth=-1) as session:
-        _encode(1000)
-    doc = _json.loads(session.to_json())
+    doc = json.loads(session.to_json())
     doc["meta"]["source"] = "ebpf"
     doc["span_value_fields"] = ["span", "type", "unit", "value"]
-    doc["span_values"] = [[0, "off_cpu", "ns", 3000], [1, "off_cpu", "ns", 1000]]
+    doc["span_values"] = span_values
     doc["kernel"] = {"lost_events": 0, "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
                                                           "waker_tid", "prev_state"], "off_cpu": [],
                      "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
                                        "exit_code"], "threads": []}
-    agent = loads(_json.dumps(doc))
+    return loads(json.dumps(doc))
+
+
+def test_off_cpu_comes_from_the_agents_kernel_data(tmp_path):
+    with profiling(depth=-1) as session:
+        _encode(1000)
+    agent = _as_agent(session, [[0, "off_cpu", "ns", 3000], [1, "off_cpu", "ns", 1000]])
     rows = {"/".join(r.path): r for r in analysis.top([agent]).rows}
     assert rows["_encode"].off_cpu["p95"] == pytest.approx(3000 / 1e6, rel=0.0101)
     assert rows["_encode/_spin"].off_cpu["total"] == pytest.approx(1000 / 1e6)
@@ -175,20 +179,8 @@ def test_a_store_read_as_rows_matches_the_trees(tmp_path):
     # trees: their answers equal those over the same sessions in memory, with
     # kernel data, incomplete calls, threads and a depth cut; sampled-stack
     # sources are not calls: they are summed apart (Top.sampled).
-    import json as _json
-
-    from mlflow_profiler._files import loads
-
     sessions = [_unfinished() for _ in range(3)]
-    doc = _json.loads(sessions[0].to_json())
-    doc["meta"]["source"] = "ebpf"
-    doc["span_value_fields"] = ["span", "type", "unit", "value"]
-    doc["span_values"] = [[0, "off_cpu", "ns", 3000], [2, "off_cpu", "ns", 1000]]
-    doc["kernel"] = {"lost_events": 0, "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
-                                                          "waker_tid", "prev_state"], "off_cpu": [],
-                     "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
-                                       "exit_code"], "threads": []}
-    sessions.append(loads(_json.dumps(doc)))
+    sessions.append(_as_agent(sessions[0], [[0, "off_cpu", "ns", 3000], [2, "off_cpu", "ns", 1000]]))
     folded = tmp_path / "py-spy.folded"
     folded.write_text("main;_encode;_spin 7\n")
     db = tmp_path / "rows.db"

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -22,6 +21,7 @@ from _helpers import require_tool
 from mlflow_profiler import _core, profiling
 from mlflow_profiler.store import StoreError, open_store
 from test_export_pprof import GO, go_env, pprof, top  # noqa: F401 (go_env is a fixture)
+from test_store_imports import GO_PROGRAM
 
 
 @pytest.fixture(autouse=True)
@@ -186,36 +186,6 @@ def test_one_source_converts_as_before(store_path, tmp_path):
     assert run.returncode == 0, run.stderr
     with open_store(store_path) as store:
         assert out.read_bytes() == _core.export_bytes(store.load(1)._built(), "pprof")  # a sample per span
-
-
-GO_PROGRAM = textwrap.dedent("""
-    package main
-
-    import (
-        "os"
-        "runtime/pprof"
-    )
-
-    func spin(n int) int {
-        s := 0
-        for i := 0; i < n; i++ {
-            s += i * i % 7
-        }
-        return s
-    }
-
-    func main() {
-        f, _ := os.Create(os.Args[1])
-        pprof.StartCPUProfile(f)
-        t := 0
-        for i := 0; i < 200; i++ {
-            t += spin(1_000_000)
-        }
-        pprof.StopCPUProfile()
-        f.Close()
-        println(t)
-    }
-""")
 
 
 def test_a_span_source_and_a_go_cpu_profile_give_the_union_of_sample_types(store_path, tmp_path, go_env):

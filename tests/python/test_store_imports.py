@@ -99,36 +99,41 @@ def test_viztracer_chrome_trace(target, tmp_path):
     assert all(works[0]["start_ns"] <= c["start_ns"] <= c["end_ns"] <= works[0]["end_ns"] for c in leaves)
 
 
+# A Go program that spends its CPU in main.spin, profiled by runtime/pprof
+# (the export tests reuse it).
+GO_PROGRAM = textwrap.dedent("""
+    package main
+
+    import (
+        "os"
+        "runtime/pprof"
+    )
+
+    func spin(n int) int {
+        s := 0
+        for i := 0; i < n; i++ {
+            s += i * i % 7
+        }
+        return s
+    }
+
+    func main() {
+        f, _ := os.Create(os.Args[1])
+        pprof.StartCPUProfile(f)
+        t := 0
+        for i := 0; i < 200; i++ {
+            t += spin(1_000_000)
+        }
+        pprof.StopCPUProfile()
+        f.Close()
+        println(t)
+    }
+""")
+
+
 def test_a_go_cpu_profile_keeps_its_types_and_expands_its_counts(tmp_path):
     go = require_tool(GO, "the Go toolchain", "Go at /usr/local/go or on PATH")
-    (tmp_path / "main.go").write_text(textwrap.dedent("""
-        package main
-
-        import (
-            "os"
-            "runtime/pprof"
-        )
-
-        func spin(n int) int {
-            s := 0
-            for i := 0; i < n; i++ {
-                s += i * i % 7
-            }
-            return s
-        }
-
-        func main() {
-            f, _ := os.Create(os.Args[1])
-            pprof.StartCPUProfile(f)
-            t := 0
-            for i := 0; i < 200; i++ {
-                t += spin(1_000_000)
-            }
-            pprof.StopCPUProfile()
-            f.Close()
-            println(t)
-        }
-    """))
+    (tmp_path / "main.go").write_text(GO_PROGRAM)
     env = {**os.environ, "GOCACHE": str(tmp_path / "gocache"), "GOPATH": str(tmp_path / "gopath"), "GOFLAGS": "-mod=mod"}
     profile = tmp_path / "cpu.pprof"
     run = subprocess.run([go, "run", "main.go", str(profile)], cwd=tmp_path, capture_output=True, text=True,
