@@ -414,33 +414,28 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   }
   sample_rows.flush();
 
-  // Per-span kernel figures (the agent), long form; a missing row reads as 0.
-  if (p.kernel.present && p.kernel.spans.size() == p.spans.size()) {
-    std::vector<SqlRow> value_rows;
+  // Per-span values, long form, one statement for both kinds. The kernel's
+  // (the agent): a missing row reads as 0. Those measured in process
+  // (cpu_time, alloc_bytes): a row per value taken, 0 included; a span with
+  // the kernel's "cpu" keeps that one.
+  Inserter value_rows(d, "INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)");
+  const bool attributed = p.kernel.present && p.kernel.spans.size() == p.spans.size();
+  if (attributed) {
     for (const auto& vt : kSpanValueTypes) {
       const int64_t type_id = dict.value_type(std::string(vt.type), std::string(vt.unit));
       for (size_t i = 0; i < p.spans.size(); ++i) {
         const uint64_t v = vt.get(p.kernel.spans[i]);
-        if (v) value_rows.push_back({sample_id[i], type_id, static_cast<int64_t>(v)});
+        if (v) value_rows.add({sample_id[i], type_id, static_cast<int64_t>(v)});
       }
     }
-    if (!value_rows.empty()) {
-      d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
-    }
   }
-  // Values measured in process (cpu_time, alloc_bytes): a row per value taken,
-  // 0 included. A span with the kernel's "cpu" keeps that one.
-  if (!p.values.empty()) {
-    const bool attributed = p.kernel.present && p.kernel.spans.size() == p.spans.size();
-    std::vector<SqlRow> value_rows;
-    for (const SpanValue& v : p.values) {
-      if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0) continue;
-      const ValueKindName& name = kValueKindNames[static_cast<int>(v.kind)];
-      value_rows.push_back({sample_id[v.span], dict.value_type(std::string(name.type), std::string(name.unit)),
-                            static_cast<int64_t>(v.value)});
-    }
-    d.execute_many("INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", value_rows);
+  for (const SpanValue& v : p.values) {
+    if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0) continue;
+    const ValueKindName& name = kValueKindNames[static_cast<int>(v.kind)];
+    value_rows.add({sample_id[v.span], dict.value_type(std::string(name.type), std::string(name.unit)),
+                    static_cast<int64_t>(v.value)});
   }
+  value_rows.flush();
   Inserter segment_rows(d, "INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?) ON CONFLICT DO NOTHING");
   for (const Segment& g : p.segments) {
     const int64_t base = session_start[p.spans.at(g.span).lane];
@@ -791,33 +786,31 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::stable_sort(p.segments.begin(), p.segments.end(), [](const Segment& a, const Segment& b) { return a.span < b.span; });
   std::stable_sort(p.io.begin(), p.io.end(), [](const SpanIO& a, const SpanIO& b) { return a.span < b.span; });
 
-  // Values measured in process; "cpu" is the kernel's where its data is present.
+  // Per-span values, one read for both kinds: the kernel's (when the source
+  // has kernel data) and those measured in process ("cpu" is the kernel's
+  // where its data is present).
+  if (p.kernel.present) p.kernel.spans.assign(p.spans.size(), SpanKernel{});
   for (const auto& r : d.query(
            "SELECT v.sample_id, t.type, t.unit, v.value FROM sample_values v JOIN value_types t ON t.type_id = "
            "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN "
-           "sessions se ON se.session_id = l.session_id WHERE se.source_id = ? AND t.type IN ('cpu', 'alloc')",
+           "sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
            {source_id})) {
     const std::string type = as_text(r[1]), unit = as_text(r[2]);
+    const auto value = static_cast<uint64_t>(as_int(r[3]));
+    if (p.kernel.present) {
+      for (const auto& vt : kSpanValueTypes) {
+        if (type == vt.type && unit == vt.unit) vt.set(p.kernel.spans[span_at(r[0])], value);
+      }
+    }
     for (const ValueKindName& name : kValueKindNames) {
       if (type != name.type || unit != name.unit || (p.kernel.present && name.kind == ValueKind::kCpuNs)) continue;
-      p.values.push_back({span_at(r[0]), name.kind, static_cast<uint64_t>(as_int(r[3]))});
+      p.values.push_back({span_at(r[0]), name.kind, value});
     }
   }
   std::stable_sort(p.values.begin(), p.values.end(), [](const SpanValue& a, const SpanValue& b) {
     return a.span != b.span ? a.span < b.span : a.kind < b.kind;
   });
   if (p.kernel.present) {
-    p.kernel.spans.assign(p.spans.size(), SpanKernel{});
-    for (const auto& r : d.query(
-             "SELECT v.sample_id, t.type, t.unit, v.value FROM sample_values v JOIN value_types t ON t.type_id = "
-             "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN "
-             "sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
-             {source_id})) {
-      const std::string type = as_text(r[1]), unit = as_text(r[2]);
-      for (const auto& vt : kSpanValueTypes) {
-        if (type == vt.type && unit == vt.unit) vt.set(p.kernel.spans[span_at(r[0])], static_cast<uint64_t>(as_int(r[3])));
-      }
-    }
     for (const auto& r : d.query(
              "SELECT pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, prev_state FROM off_cpu_intervals WHERE "
              "source_id = ? ORDER BY ordinal",
