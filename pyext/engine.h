@@ -144,6 +144,11 @@ struct EngineOptions {
   // under autoprofile. Strong refs held by the Engine.
   std::vector<PyObject*> fold_parents;
   std::vector<std::pair<PyObject*, uint32_t>> fold_codes;  // code, label (intern_label)
+  // The OpenTelemetry or MLflow trace context active where the session
+  // started (docs/capture.md, "Traces"): lower-case hex, 32 and 16 digits,
+  // or empty when none. Written to the profile's meta and sent to the agent.
+  std::string trace_id;
+  std::string span_id;
 };
 
 class Engine {
