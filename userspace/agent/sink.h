@@ -33,6 +33,10 @@ struct SpoolItem {
   std::string key;
 };
 
+// The source label under which a store sink records SpoolItem::key, so a
+// re-delivered item is found and not added twice ("agent_item").
+inline constexpr const char* kItemKeyLabel = "agent_item";
+
 enum class DeliveryStatus {
   kDelivered,  // stored; the spool may forget the item
   kRetry,      // transient (server down, store locked, disk full): kept, retried later
