@@ -100,6 +100,25 @@ TEST(Options, TargetErrorsSayWhatToGive) {
   EXPECT_NE(err({"4242"}).find("unexpected argument '4242'"), std::string::npos);
 }
 
+TEST(Options, PodByNamespaceNameAndContainer) {
+  EXPECT_EQ(ok({"--pod", "ml/scorer-6c5d8"}).pod, "ml/scorer-6c5d8");
+  EXPECT_EQ(ok({"--pod", "ml/scorer-6c5d8/model", "--stream"}).pod, "ml/scorer-6c5d8/model");
+  EXPECT_EQ(ok({"--pod=ml/a", "--host-root", "/host"}).host_root, "/host");
+  EXPECT_EQ(ok({"--all"}).host_root, "");  // the node's / itself
+  for (const char* bad : {"scorer", "ml/", "/scorer", "ml//model", "ml/a/b/c", "", "ml/a/"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_NE(err({"--pod", bad}).find("is not NAMESPACE/NAME or NAMESPACE/NAME/CONTAINER: e.g. --pod ml/scorer-6c5d8"),
+              std::string::npos);
+  }
+  EXPECT_NE(err({"--pod", "ml/a", "--pod", "ml/b"}).find("one pod per agent"), std::string::npos);
+  EXPECT_NE(err({"--pod", "ml/a", "--all"}).find("give one of them"), std::string::npos);
+  EXPECT_NE(err({"--pod", "ml/a", "--container", "x"}).find("give one of them"),
+            std::string::npos);
+  EXPECT_NE(err({"--pod", "ml/a", "--host-root", "host"}).find("must be an absolute directory"),
+            std::string::npos);
+  EXPECT_NE(err({"--pod"}).find("--pod needs a value"), std::string::npos);
+}
+
 TEST(Options, ValueErrorsNameTheOptionAndTheFix) {
   EXPECT_NE(err({"--pid", "abc"}).find("--pid 'abc' is not a process id"), std::string::npos);
   EXPECT_NE(err({"--pid", "0"}).find("is not a process id"), std::string::npos);

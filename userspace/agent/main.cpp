@@ -29,6 +29,7 @@
 #include "agent/joiner.h"
 #include "agent/options.h"
 #include "agent/report.h"
+#include "agent/session_labels.h"
 #include "agent/store_sqlite.h"
 #include "agent/store_writer.h"
 #include "agent/targets.h"
@@ -72,6 +73,18 @@ void say(const std::string& line) { std::fprintf(stderr, "mlprof-ebpf: %s\n", li
 int fail(int status, const std::string& line) {
   say(line);
   return status;
+}
+
+// The finder's notes (a runtime's state unreadable ...), each once.
+void say_notes(TargetFinder& finder) {
+  for (const std::string& line : finder.take_notes()) say(line);
+}
+
+// Where the node's state is read: --host-root for the Kubernetes names.
+HostPaths host_paths(const Options& opts) {
+  HostPaths paths;
+  if (!opts.host_root.empty()) paths.host_root = opts.host_root;
+  return paths;
 }
 
 // ---- privileges -----------------------------------------------------------
@@ -153,7 +166,8 @@ class Agent {
         StoreWriter* store)
       : opts_(opts),
         loader_(loader),
-        joiner_(std::move(meta)),
+        joiner_(meta),
+        labels_(std::move(meta)),
         report_(ReportOptions{opts.depth}),
         store_(store) {}
 
@@ -165,6 +179,7 @@ class Agent {
       loader_.detach(pid);
       if (attached_.erase(pid) != 0) say("pid " + std::to_string(pid) + " exited");
       failed_.erase(pid);
+      labels_.exited(pid, now);
     }
     for (const Target& t : changes.started) {
       if (failed_.count(t.pid) != 0) continue;
@@ -179,6 +194,7 @@ class Agent {
         continue;
       }
       attached_.insert(t.pid);
+      labels_.started(t.pid, t.labels);
       std::string line = "attached to pid " + std::to_string(t.pid) + " (" + t.comm + ")";
       if (opts_.verbose > 0) line += ": " + t.binary;
       say(line);
@@ -200,6 +216,7 @@ class Agent {
     std::vector<Profile> done =
         all ? joiner_.take_finished() : joiner_.take_finished(now_ns() - kSettleNs);
     for (Profile& p : done) {
+      labels_.label(p, now_ns());  // namespace, pod, container, node: where it ran
       report_.add(p);
       if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
         stdout_broken_ = true;
@@ -242,12 +259,15 @@ class Agent {
       for (const auto& s : sessions_) parts.push_back(s.get());
       combined_ = std::make_unique<Profile>();
       append_profiles(*combined_, parts);  // as combine_sessions: linear in the sessions
+      labels_.annotate_combined(*combined_);
       combined_->kernel.present = true;
       combined_->kernel.lost_events = std::max(combined_->kernel.lost_events, lost_);
     }
     return *combined_;
   }
   JoinerStats joiner_stats() const { return joiner_.stats(); }
+  // "pod ml/scorer-6c5d8/model (pid 4242), node n1\n" above the summary, or "".
+  std::string pods_line() const { return labels_.summary_line(); }
 
  private:
   // Feeds what the ring buffer holds to the joiner, with the lost count so
@@ -262,6 +282,7 @@ class Agent {
   const Options& opts_;
   BpfLoader& loader_;
   Joiner joiner_;
+  SessionLabels labels_;
   CaptureReport report_;
   std::vector<std::shared_ptr<const Profile>> sessions_;  // for -o / --format / --store
   std::unique_ptr<Profile> combined_;  // built by combined()
@@ -318,7 +339,8 @@ int run(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a closed stdout is an EPIPE, not a death without the -o file
 
   auto found =
-      TargetFinder::create(TargetSelection{opts.pids, opts.container, opts.cgroup, opts.all});
+      TargetFinder::create(TargetSelection{opts.pids, opts.container, opts.cgroup, opts.all, opts.pod},
+                           host_paths(opts));
   if (!found) return fail(kExitNoTarget, found.error().message);
   TargetFinder& finder = *found.value();
 
@@ -349,12 +371,14 @@ int run(int argc, char** argv) {
     meta["container_id"] = c->id;
     meta["container_runtime"] = c->runtime;
   }
+  if (!opts.container.empty() || !opts.pod.empty() || opts.all) meta["node"] = node_name();
   Agent agent(opts, loader, std::move(meta), writer.get());
 
   const int64_t start = now_ns();
   const int64_t deadline =
       opts.duration_s > 0 ? start + static_cast<int64_t>(opts.duration_s * 1e9) : INT64_MAX;
   agent.apply(finder.rescan());
+  say_notes(finder);
   {
     std::string line = "watching " + finder.describe() + " (" + loader.sched_variant() + ")";
     if (!agent.attached().empty()) {
@@ -384,6 +408,7 @@ int run(int argc, char** argv) {
     if (!agent.poll(timeout)) break;
     if (now_ns() >= next_rescan) {
       agent.apply(finder.rescan());
+      say_notes(finder);
       next_rescan = now_ns() + kRescanNs;
       targets_gone = finder.pids_all_gone();
     }
@@ -405,7 +430,7 @@ int run(int argc, char** argv) {
     say(std::string("reading the ring buffer failed: ") + std::strerror(agent.poll_error()));
 
   int status = agent.poll_error() != 0 ? kExitError : kExitOk;
-  const std::string summary = agent.report().summary_text();
+  const std::string summary = agent.pods_line() + agent.report().summary_text();
   // -o FILE: the chosen format, or the text summary; always atomic.
   if (!opts.output.empty()) {
     auto w = opts.format ? save_profile(agent.combined(), opts.output, *opts.format)

@@ -31,6 +31,8 @@ enum LongOnly : int {
   kHelp,
   kVersion,
   kRingKb,
+  kPod,
+  kHostRoot,
 };
 
 constexpr option kLongOptions[] = {
@@ -49,6 +51,8 @@ constexpr option kLongOptions[] = {
     {"help", no_argument, nullptr, kHelp},
     {"version", no_argument, nullptr, kVersion},
     {"ring-kb", required_argument, nullptr, kRingKb},  // hidden: tests of lost events
+    {"pod", required_argument, nullptr, kPod},
+    {"host-root", required_argument, nullptr, kHostRoot},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -137,6 +141,32 @@ Result<Options> parse_options(int argc, char* const* argv) {
         break;
       case kAll:
         opts.all = true;
+        break;
+      case kPod: {
+        // NAMESPACE/NAME[/CONTAINER]: each part a non-empty name without '/'.
+        size_t parts = 1;
+        bool empty_part = arg.empty() || arg.front() == '/' || arg.back() == '/' ||
+                          arg.find("//") != std::string::npos;
+        for (char ch : arg) parts += ch == '/' ? 1 : 0;
+        if (empty_part || parts < 2 || parts > 3) {
+          return usage_error("--pod '" + arg +
+                             "' is not NAMESPACE/NAME or NAMESPACE/NAME/CONTAINER: e.g. --pod "
+                             "ml/scorer-6c5d8 or --pod ml/scorer-6c5d8/model");
+        }
+        if (!opts.pod.empty()) {
+          return usage_error("--pod given twice ('" + opts.pod + "', '" + arg +
+                             "'): one pod per agent; run one agent per pod or use --all");
+        }
+        opts.pod = arg;
+        break;
+      }
+      case kHostRoot:
+        if (arg.empty() || arg.front() != '/') {
+          return usage_error("--host-root '" + arg +
+                             "' must be an absolute directory: where the node's / is mounted, "
+                             "e.g. --host-root /host");
+        }
+        opts.host_root = arg;
         break;
       case kDuration: {
         char* end = nullptr;
@@ -237,7 +267,7 @@ Result<Options> parse_options(int argc, char* const* argv) {
   }
   if (optind < argc) {
     return usage_error("unexpected argument '" + std::string(argv[optind]) +
-                       "': targets are chosen with --pid, --container, --cgroup or --all");
+                       "': targets are chosen with --pid, --container, --pod, --cgroup or --all");
   }
   if (opts.help || opts.version) return opts;
   if (!opts.labels.empty() && opts.store.empty()) {
@@ -245,13 +275,15 @@ Result<Options> parse_options(int argc, char* const* argv) {
   }
 
   const int kinds = (opts.pids.empty() ? 0 : 1) + (opts.container.empty() ? 0 : 1) +
-                    (opts.cgroup.empty() ? 0 : 1) + (opts.all ? 1 : 0);
+                    (opts.cgroup.empty() ? 0 : 1) + (opts.all ? 1 : 0) + (opts.pod.empty() ? 0 : 1);
   if (kinds == 0) {
-    return usage_error("no target: give --pid N, --container NAME|ID, --cgroup PATH or --all");
+    return usage_error(
+        "no target: give --pid N, --container NAME|ID, --cgroup PATH or --all (or --pod "
+        "NAMESPACE/NAME)");
   }
   if (kinds > 1) {
     return usage_error(
-        "--pid, --container, --cgroup and --all choose targets in different ways: give one of "
+        "--pid, --container, --pod, --cgroup and --all choose targets in different ways: give one of "
         "them");
   }
 
@@ -293,6 +325,11 @@ TARGET (one kind):
   --container NAME|ID  a Docker, Podman or containerd container (name, id or id prefix)
   --cgroup PATH        every process in a cgroup v2 and below it
   --all                every process that has the extension loaded
+  --pod NS/NAME[/CONTAINER]  a Kubernetes pod's processes (or one container's), by name,
+                       from the node's cgroups, CRI state and /var/log/pods (no API server)
+
+  --host-root DIR      where the node's / is mounted (default /): the CRI runtimes' state
+                       and /var/log/pods are read under it (a DaemonSet mounting / at /host)
 
   --duration S         stop after S seconds (default: at Ctrl-C / SIGTERM)
   -o FILE              write the profile to FILE atomically (format from the extension:

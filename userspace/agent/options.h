@@ -22,6 +22,9 @@ struct Options {
   std::string container;    // --container NAME|ID
   std::string cgroup;       // --cgroup PATH (cgroup v2)
   bool all = false;         // --all: every process with the extension mapped
+  std::string pod;          // --pod NAMESPACE/NAME[/CONTAINER]: a Kubernetes pod by name
+  // --host-root DIR: the node's / (Kubernetes names: CRI state, /var/log/pods); "" = /.
+  std::string host_root;
 
   double duration_s = 0;  // --duration S; 0: until SIGINT/SIGTERM
   int depth = -1;         // --depth N: render depth; -1: everything captured

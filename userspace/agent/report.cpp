@@ -365,7 +365,13 @@ std::string session_text(const Profile& p, const ReportOptions& opts) {
     auto it = p.meta.find(key);
     return it == p.meta.end() ? std::string("?") : it->second;
   };
-  std::string out = "pid " + meta("pid") + " session " + meta("session") + ": " +
+  // In a pod: where ("in pod ml/scorer-6c5d8/model"), from the agent's session labels.
+  const std::string pod =
+      p.meta.count("pod") == 0
+          ? std::string()
+          : " in pod " + meta("namespace") + "/" + meta("pod") +
+                (p.meta.count("container") != 0 ? "/" + meta("container") : std::string());
+  std::string out = "pid " + meta("pid") + " session " + meta("session") + pod + ": " +
                     format_duration(p.end_ns - p.start_ns) + ", " + std::to_string(p.spans.size()) +
                     (p.spans.size() == 1 ? " span" : " spans");
   if (p.lanes.size() > 1) out += " in " + std::to_string(p.lanes.size()) + " lanes";

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 namespace mlprof::agent {
 
@@ -797,7 +798,7 @@ std::string trim_newline(std::string s) {
 }  // namespace
 
 TargetFinder::TargetFinder(TargetSelection selection, HostPaths paths)
-    : selection_(std::move(selection)), paths_(std::move(paths)) {}
+    : selection_(std::move(selection)), paths_(std::move(paths)), pods_(paths_.host_root) {}
 
 Result<std::unique_ptr<TargetFinder>> TargetFinder::create(const TargetSelection& selection,
                                                            const HostPaths& paths) {
@@ -855,7 +856,123 @@ Result<std::unique_ptr<TargetFinder>> TargetFinder::create(const TargetSelection
       f->cgroup_level_ = level_of(c.value().cgroup);
     }
   }
+  if (!selection.pod.empty()) {
+    if (auto r = f->check_pod(); !r) return r.error();
+  }
   return f;
+}
+
+namespace {
+
+// The pod's own cgroup in a /proc/PID/cgroup text (the path down to the
+// pod<uid> component, v2 line first), for messages.
+std::string pod_cgroup_dir(std::string_view text) {
+  std::vector<std::string_view> lines = split_lines(text);
+  std::stable_partition(lines.begin(), lines.end(),
+                        [](std::string_view l) { return starts_with(l, "0::"); });
+  for (std::string_view line : lines) {
+    const size_t colon = line.find(':', line.find(':') + 1);
+    if (colon == std::string_view::npos) continue;
+    const std::string_view path = line.substr(colon + 1);
+    for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+      const std::string_view prefix = path.substr(0, end);
+      auto pc = pod_cgroup_of_path(prefix);
+      if (pc && pc->container_id.empty()) return std::string(prefix);
+      if (end == std::string_view::npos) break;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Ok> TargetFinder::check_pod() {
+  for (std::string_view rest = selection_.pod;;) {
+    const size_t slash = rest.find('/');
+    pod_sel_.emplace_back(rest.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    rest.remove_prefix(slash + 1);
+  }
+  // The pods with processes on this node, by uid: their names and containers.
+  struct Seen {
+    std::optional<PodNames> names;
+    std::set<std::string> containers;
+    std::string cgroup;  // the pod's cgroup (v2 path, or a v1 line's)
+  };
+  std::map<std::string, Seen> pods;
+  for (const std::string& name : list_dir(paths_.proc)) {
+    if (!is_pid_name(name)) continue;
+    auto text = read_text(paths_.proc + "/" + name + "/cgroup", 1 << 16);
+    if (!text) continue;
+    auto pc = pod_cgroup_in_proc(*text);
+    if (!pc) continue;
+    Seen& seen = pods[pc->pod_uid];
+    auto names = pods_.names(*pc);
+    if (names && !names->container.empty()) seen.containers.insert(names->container);
+    if (names && !seen.names) seen.names = names;
+    if (seen.cgroup.empty()) seen.cgroup = pod_cgroup_dir(*text);
+  }
+  auto fail = [](std::string message) {
+    return Error{Error::Kind::kUnsupported, 0, std::move(message)};
+  };
+  auto describe_pod = [](const std::string& uid, const Seen& s) {
+    std::string out = s.names ? s.names->namespace_ + "/" + s.names->pod
+                              : "pod uid " + uid + " (no names: its runtime state and pod log "
+                                                   "directory were not found)";
+    if (!s.containers.empty()) {
+      out += " (";
+      bool first = true;
+      for (const std::string& c : s.containers) out += (std::exchange(first, false) ? "" : ", ") + c;
+      out += ")";
+    }
+    return out;
+  };
+  std::vector<const std::pair<const std::string, Seen>*> matches;
+  for (const auto& entry : pods) {
+    const Seen& s = entry.second;
+    if (s.names && s.names->namespace_ == pod_sel_[0] && s.names->pod == pod_sel_[1])
+      matches.push_back(&entry);
+  }
+  const std::string ns_name = pod_sel_[0] + "/" + pod_sel_[1];
+  if (matches.empty()) {
+    if (pods.empty()) {
+      return fail("pod '" + selection_.pod +
+                  "' not found: no process on this node runs in a Kubernetes pod (no kubepods "
+                  "cgroup in " + paths_.proc +
+                  "/*/cgroup); on Kubernetes the agent needs hostPID: true");
+    }
+    std::string list;
+    size_t shown = 0;
+    for (const auto& [uid, s] : pods) {
+      if (shown++ == 20) {
+        list += ", ... (" + std::to_string(pods.size()) + " pods)";
+        break;
+      }
+      list += (list.empty() ? "" : ", ") + describe_pod(uid, s);
+    }
+    return fail("pod '" + ns_name + "' not found on this node; pods with processes here: " + list);
+  }
+  if (matches.size() > 1) {
+    std::string list;
+    for (const auto* m : matches) {
+      list += (list.empty() ? "" : ", ") + std::string("uid ") + m->first +
+              (m->second.cgroup.empty() ? "" : " (cgroup " + m->second.cgroup + ")");
+    }
+    return fail("pod '" + ns_name + "' matches " + std::to_string(matches.size()) +
+                " pods on this node (a pod recreated while the old one still runs): " + list +
+                "; wait for the old one to end, or give one with --cgroup");
+  }
+  if (pod_sel_.size() > 2) {
+    const Seen& s = matches.front()->second;
+    if (s.containers.count(pod_sel_[2]) == 0) {
+      std::string list;
+      for (const std::string& c : s.containers) list += (list.empty() ? "" : ", ") + c;
+      return fail("pod " + ns_name + " has no container '" + pod_sel_[2] +
+                  "' with processes on this node; its containers: " +
+                  (list.empty() ? std::string("none named (no runtime state or log links)") : list));
+    }
+  }
+  return Ok{};
 }
 
 bool TargetFinder::same_mount_ns(pid_t pid) const {
@@ -863,11 +980,19 @@ bool TargetFinder::same_mount_ns(pid_t pid) const {
   return ns != 0 && ns == self_mnt_ns_;
 }
 
-bool TargetFinder::selected(pid_t pid, const std::string& cgroup_text) const {
+bool TargetFinder::selected(pid_t pid, const std::string& cgroup_text) {
   if (!selection_.pids.empty()) {
     return std::find(selection_.pids.begin(), selection_.pids.end(), pid) != selection_.pids.end();
   }
   if (selection_.all) return true;
+  if (!pod_sel_.empty()) {
+    // The cgroup rules most processes out before any names are looked up.
+    auto pc = pod_cgroup_in_proc(cgroup_text);
+    if (!pc) return false;
+    auto n = pods_.names(*pc);
+    return n && n->namespace_ == pod_sel_[0] && n->pod == pod_sel_[1] &&
+           (pod_sel_.size() < 3 || n->container == pod_sel_[2]);
+  }
   if (!cgroup_rel_.empty()) {
     auto v2 = cgroup_v2_path(cgroup_text);
     if (!v2) return false;
@@ -918,11 +1043,40 @@ std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_t
     t.cgroup_id = inode_of(paths_.cgroup2 + (*v2 == "/" ? "" : *v2));
   }
   t.container = container_in_proc_cgroup(cgroup_text).first;
+  t.labels = labels_of(cgroup_text);
   return t;
+}
+
+std::map<std::string, std::string> TargetFinder::labels_of(const std::string& cgroup_text) {
+  std::map<std::string, std::string> labels;
+  if (auto pc = pod_cgroup_in_proc(cgroup_text)) {
+    labels["pod_uid"] = pc->pod_uid;
+    if (!pc->container_id.empty()) labels["container_id"] = pc->container_id;
+    if (auto n = pods_.names(*pc)) {
+      labels["namespace"] = n->namespace_;
+      labels["pod"] = n->pod;
+      if (!n->container.empty()) labels["container"] = n->container;
+    }
+    return labels;
+  }
+  const std::string id = container_in_proc_cgroup(cgroup_text).first;
+  if (id.empty()) return labels;
+  labels["container_id"] = id;
+  auto it = container_names_.find(id);
+  if (it == container_names_.end() && !containers_listed_) {
+    containers_listed_ = true;
+    for (const Container& c : list_containers(paths_)) container_names_.emplace(c.id, c.name);
+    if (container_names_.size() > 16384) container_names_.clear();
+    it = container_names_.find(id);
+  }
+  if (it != container_names_.end() && !it->second.empty()) labels["container"] = it->second;
+  return labels;
 }
 
 TargetFinder::Changes TargetFinder::rescan() {
   Changes changes;
+  pods_.next_pass();
+  containers_listed_ = false;
   std::vector<pid_t> candidates;
   if (!selection_.pids.empty()) {
     candidates = selection_.pids;
@@ -935,7 +1089,9 @@ TargetFinder::Changes TargetFinder::rescan() {
   for (pid_t pid : candidates) {
     const std::string dir = paths_.proc + "/" + std::to_string(pid);
     auto cgroup_text = read_text(dir + "/cgroup");
-    const auto stat = proc_stat(paths_.proc, pid);
+    // The cgroup rules a process out before its stat (and maps) are read.
+    if (cgroup_text && !selected(pid, *cgroup_text)) continue;
+    const auto stat = cgroup_text ? proc_stat(paths_.proc, pid) : std::nullopt;
     if (!cgroup_text || !stat || stat->state == 'Z' || stat->state == 'X') {
       if (!selection_.pids.empty()) {
         gone_pids_.insert(pid);
@@ -943,7 +1099,6 @@ TargetFinder::Changes TargetFinder::rescan() {
       }
       continue;
     }
-    if (!selected(pid, *cgroup_text)) continue;
     const uint64_t started = stat->start_time;
     auto have = current_.find(pid);
     if (have != current_.end()) {
@@ -996,6 +1151,7 @@ std::string TargetFinder::describe() const {
     return out;
   }
   if (container_) return "container " + container_->describe();
+  if (!pod_sel_.empty()) return "pod " + selection_.pod;
   if (!cgroup_rel_.empty()) return "cgroup " + cgroup_rel_;
   return "all processes with mlflow_profiler loaded";
 }

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/k8s.h"
 #include "core/result.h"
 
 namespace mlprof::agent {
@@ -29,6 +30,9 @@ struct Target {
   uint64_t cgroup_id = 0;  // cgroup v2 id of the process
   std::string comm;        // the process's name (/proc/PID/comm), for messages
   bool extension = false;  // true: binary is the extension; false: the executable's own notes
+  // Where it runs, for the session's meta (docs/ebpf.md "Choosing targets"):
+  // namespace, pod, container, pod_uid, container_id, each where known.
+  std::map<std::string, std::string> labels;
 };
 
 struct Container {
@@ -58,6 +62,9 @@ struct HostPaths {
   std::string podman_storage = "/var/lib/containers/storage";  // overlay-containers/containers.json
   std::string containerd =
       "/run/containerd";  // io.containerd.runtime.v2.task/<ns>/<id>/config.json
+  // The node's / for Kubernetes names (k8s.h PodResolver: the CRI runtimes'
+  // state, /var/log/pods, /var/log/containers under it). --host-root.
+  std::string host_root = "/";
 };
 
 // How to choose targets (Options' target part).
@@ -66,6 +73,7 @@ struct TargetSelection {
   std::string container;  // name, id or unique id prefix
   std::string cgroup;     // v2 path: absolute under the mount, or relative to it
   bool all = false;
+  std::string pod;        // NAMESPACE/NAME[/CONTAINER]: a Kubernetes pod's processes
 };
 
 // ---- parsers of one file's contents (pure) --------------------------------
@@ -146,11 +154,16 @@ class TargetFinder {
   // "pid 4242", "container serving-1 (podman 3c6dab82bc7d)", "cgroup /x", "all processes".
   std::string describe() const;
   const std::optional<Container>& container() const { return container_; }
+  // One-line notes since the last call (a runtime's state unreadable, so
+  // names come from /var/log/pods), each said once.
+  std::vector<std::string> take_notes() { return pods_.take_notes(); }
 
  private:
   TargetFinder(TargetSelection selection, HostPaths paths);
   std::optional<Target> probe(pid_t pid, const std::string& cgroup_text);
-  bool selected(pid_t pid, const std::string& cgroup_text) const;
+  bool selected(pid_t pid, const std::string& cgroup_text);
+  Result<Ok> check_pod();  // create()'s check of --pod
+  std::map<std::string, std::string> labels_of(const std::string& cgroup_text);
   bool same_mount_ns(pid_t pid) const;
 
   TargetSelection selection_;
@@ -167,6 +180,12 @@ class TargetFinder {
   // Executables already checked for USDT notes, by (device, inode).
   std::map<std::pair<uint64_t, uint64_t>, bool> exe_notes_;
   uint64_t self_mnt_ns_ = 0;
+  PodResolver pods_;
+  std::vector<std::string> pod_sel_;  // --pod split: namespace, name[, container]
+  // Container names by id for labels (non-Kubernetes runtimes), listed when
+  // an id not seen before shows up, at most once per rescan.
+  std::map<std::string, std::string> container_names_;
+  bool containers_listed_ = false;
 };
 
 }  // namespace mlprof::agent
