@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/store.h"
+#include "core/store_copy.h"
 
 namespace py = pybind11;
 
@@ -47,9 +48,10 @@ class PyDriver final : public StoreDriver {
   void execute(const std::string& sql, const SqlRow& params) override { driver_.attr("execute")(sql, to_tuple(params)); }
   void execute_many(const std::string& sql, const std::vector<SqlRow>& rows) override {
     // A driver with copy_text (PostgreSQL) takes many rows as one COPY
-    // text, made here: a Python tuple and a write_row call a row cost more
-    // than the server's work. It returns False for a statement COPY cannot run.
-    if (rows.size() >= kCopyRows && py::hasattr(driver_, "copy_text") &&
+    // text, made here (core/store_copy.h): a Python tuple and a write_row
+    // call a row cost more than the server's work. It returns False for a
+    // statement COPY cannot run.
+    if (rows.size() >= kCopyMinRows && py::hasattr(driver_, "copy_text") &&
         driver_.attr("copy_text")(sql, py::bytes(copy_text(rows))).cast<bool>()) {
       return;
     }
@@ -68,37 +70,6 @@ class PyDriver final : public StoreDriver {
   }
 
  private:
-  static constexpr size_t kCopyRows = 64;
-
-  // PostgreSQL's COPY text format: tab-separated, a row a line, NULL as \N,
-  // backslash, tab, newline and carriage return escaped.
-  static std::string copy_text(const std::vector<SqlRow>& rows) {
-    std::string out;
-    out.reserve(rows.size() * 64);
-    for (const SqlRow& row : rows) {
-      for (size_t i = 0; i < row.size(); ++i) {
-        if (i) out += '\t';
-        if (const auto* n = std::get_if<int64_t>(&row[i])) {
-          out += std::to_string(*n);
-        } else if (const auto* text = std::get_if<std::string>(&row[i])) {
-          for (const char c : *text) {
-            switch (c) {
-              case '\\': out += "\\\\"; break;
-              case '\t': out += "\\t"; break;
-              case '\n': out += "\\n"; break;
-              case '\r': out += "\\r"; break;
-              default: out += c;
-            }
-          }
-        } else {
-          out += "\\N";
-        }
-      }
-      out += '\n';
-    }
-    return out;
-  }
-
   py::object driver_;
   Dialect dialect_;
 };

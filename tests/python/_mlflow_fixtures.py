@@ -235,10 +235,11 @@ def _tail(path: Path, n: int = 4000) -> str:
         return ""
 
 
-def start_server(root: Path) -> Server:
-    """Starts `mlflow server` on 127.0.0.1 (a free port), with a SQLite backend
-    store in `root` and artifacts served by the server from root/artifacts
-    (clients upload and download them over HTTP), and waits for /health."""
+def start_server(root: Path, port: Optional[int] = None) -> Server:
+    """Starts `mlflow server` on 127.0.0.1 (a free port, or `port`: a server
+    started again on its store), with a SQLite backend store in `root` and
+    artifacts served by the server from root/artifacts (clients upload and
+    download them over HTTP), and waits for /health."""
     artifacts = root / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     backend = f"sqlite:///{root / 'mlflow.db'}"
@@ -248,8 +249,9 @@ def start_server(root: Path) -> Server:
     # took more CPU than any test did; no test runs an MLflow job.
     env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     last_error = ""
-    for attempt in range(3):  # the free port may be taken before the server binds it
-        port = _free_port()
+    fixed = port
+    for attempt in range(1 if fixed else 3):  # the free port may be taken before the server binds it
+        port = fixed or _free_port()
         uri = f"http://127.0.0.1:{port}"
         log_path = root / f"server-{attempt}.log"
         cmd = _server_command() + [

@@ -28,37 +28,63 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class PostgresServer:
+    """A cluster in a temporary directory that can be stopped and started
+    again on the same port (a sink's "server down" test); `url` is its
+    `postgres` database. close() stops it and removes the directory."""
+
+    def __init__(self) -> None:
+        self.bindir = require_tool(_bindir(), "PostgreSQL's server", "apt-get install postgresql")
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            require_tool(None, "psycopg", "pip install 'mlflow-profiler[postgres]'")
+        self.root = tempfile.mkdtemp(prefix="mlprof-pg-", dir="/tmp")
+        os.chmod(self.root, 0o755)
+        self.data = os.path.join(self.root, "data")
+        self._run_as = []
+        if os.geteuid() == 0:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+            self._run_as = ["runuser", "-u", "postgres", "--"]
+        self.port = _free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        try:
+            self._run(f"{self.bindir}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8")
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _run(self, *cmd) -> None:
+        subprocess.run([*self._run_as, *cmd], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        """Starts the server and waits until it accepts connections."""
+        log = os.path.join(self.root, "server.log")
+        self._run(f"{self.bindir}/pg_ctl", "-D", self.data, "-l", log, "-w", "-t", "60", "-o",
+                  f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c max_connections=50 -c fsync=off",
+                  "start")
+
+    def stop(self) -> None:
+        """Stops the server at once (connections are cut)."""
+        self._run(f"{self.bindir}/pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+
+    def close(self) -> None:
+        """Stops the server if it runs and removes its directory."""
+        with contextlib.suppress(Exception):
+            self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def postgres_server():
     """Yields the URL of a running server's `postgres` database."""
-    bindir = require_tool(_bindir(), "PostgreSQL's server", "apt-get install postgresql")
+    server = PostgresServer()
     try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        require_tool(None, "psycopg", "pip install 'mlflow-profiler[postgres]'")
-    root = tempfile.mkdtemp(prefix="mlprof-pg-", dir="/tmp")
-    os.chmod(root, 0o755)
-    data = os.path.join(root, "data")
-    run_as = []
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        os.chown(root, user.pw_uid, user.pw_gid)
-        run_as = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    log = os.path.join(root, "server.log")
-
-    def run(*cmd):
-        subprocess.run([*run_as, *cmd], check=True, capture_output=True, timeout=120)
-
-    try:
-        run(f"{bindir}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8")
-        run(f"{bindir}/pg_ctl", "-D", data, "-l", log, "-w", "-t", "60", "-o",
-            f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=50 -c fsync=off", "start")
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        yield server.url
     finally:
-        with contextlib.suppress(Exception):
-            run(f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
-        shutil.rmtree(root, ignore_errors=True)
+        server.close()
 
 
 def free_port() -> int:
