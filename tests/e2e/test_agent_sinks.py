@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -206,54 +207,61 @@ def _runs(uri, experiment, key=None):
     return client.search_runs([exp.experiment_id], filter_string=flt)
 
 
-def test_mlflow_an_item_is_one_finished_run_with_tags_metrics_and_the_profile(sink_deliver, document, tmp_path):
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    server = start_server(tmp_path_factory.mktemp("mlflow"))
+    try:
+        yield server
+    finally:
+        _stop(server.process)
+
+
+def test_mlflow_an_item_is_one_finished_run_with_tags_metrics_and_the_profile(sink_deliver, document, mlflow_server,
+                                                                              tmp_path):
     import mlflow
     from mlflow_profiler import load
 
-    server = start_server(tmp_path / "server")
+    server = mlflow_server
+    url = server.uri + "/?experiment=fleet%20profiles"
+    sink = Deliverer(sink_deliver, url)
     try:
-        url = server.uri + "/?experiment=fleet%20profiles"
-        sink = Deliverer(sink_deliver, url)
-        try:
-            assert sink.opened == ["open", f"{server.uri} (experiment fleet profiles)"], sink.opened
-            status, detail = sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1")
-            assert status == "delivered" and detail.startswith("run "), detail
-            run_id = detail.split()[1]
-            # Delivered again: the run with that key is found, none is made.
-            assert sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1") == (
-                "delivered", f"run {run_id} (already there)")
-        finally:
-            sink.close()
-
-        (run,) = _runs(server.uri, "fleet profiles")
-        assert run.info.run_id == run_id and run.info.status == "FINISHED"
-        assert run.info.run_name == "fraud/scorer-7d9f/model 2025-11-28 03:20:00Z"
-        assert (run.info.start_time, run.info.end_time) == (START_NS // 10**6, END_NS // 10**6)
-        assert run.info.artifact_uri.startswith("mlflow-artifacts:/")
-        tags = run.data.tags
-        assert tags["mlprof.key"] == "node-a/fraud/scorer-7d9f/model/1"
-        assert {k: tags[k] for k in LABELS} == LABELS
-
-        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="profile/profile.json",
-                                                   dst_path=str(tmp_path / "dl"), tracking_uri=server.uri)
-        got, want = load(path), load(document)
-        assert got.to_tree() == want.to_tree()
-        assert json.loads(got.to_json()) == json.loads(want.to_json())
-
-        # The metrics: the document's own figures, computed here independently.
-        m = run.data.metrics
-        roots = sorted(s.duration_ns for s in want.spans if s.parent_index is None)
-        assert roots and None not in roots
-        assert m["profile/sessions"] == 3 and m["profile/spans"] == len(want.spans)
-        assert m["profile/roots/count"] == len(roots)
-        assert m["profile/roots/max_ms"] == pytest.approx(roots[-1] / 1e6)
-        assert m["profile/roots/mean_ms"] == pytest.approx(sum(roots) / len(roots) / 1e6)
-        assert m["profile/roots/p50_ms"] == pytest.approx(roots[int(0.5 * (len(roots) - 1))] / 1e6)
-        # The kernel's totals over the roots: each of the 3 predicts slept 20 ms.
-        assert m["profile/off_cpu_ms"] >= 3 * 20 * 0.9, m
-        assert m["profile/on_cpu_ms"] > 0 and m["profile/runq_ms"] >= 0, m
+        assert sink.opened == ["open", f"{server.uri} (experiment fleet profiles)"], sink.opened
+        status, detail = sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1")
+        assert status == "delivered" and detail.startswith("run "), detail
+        run_id = detail.split()[1]
+        # Delivered again: the run with that key is found, none is made.
+        assert sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1") == (
+            "delivered", f"run {run_id} (already there)")
     finally:
-        _stop(server.process)
+        sink.close()
+
+    (run,) = _runs(server.uri, "fleet profiles")
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    assert run.info.run_name == "fraud/scorer-7d9f/model 2025-11-28 03:20:00Z"
+    assert (run.info.start_time, run.info.end_time) == (START_NS // 10**6, END_NS // 10**6)
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:/")
+    tags = run.data.tags
+    assert tags["mlprof.key"] == "node-a/fraud/scorer-7d9f/model/1"
+    assert {k: tags[k] for k in LABELS} == LABELS
+
+    path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="profile/profile.json",
+                                               dst_path=str(tmp_path / "dl"), tracking_uri=server.uri)
+    got, want = load(path), load(document)
+    assert got.to_tree() == want.to_tree()
+    assert json.loads(got.to_json()) == json.loads(want.to_json())
+
+    # The metrics: the document's own figures, computed here independently.
+    m = run.data.metrics
+    roots = sorted(s.duration_ns for s in want.spans if s.parent_index is None)
+    assert roots and None not in roots
+    assert m["profile/sessions"] == 3 and m["profile/spans"] == len(want.spans)
+    assert m["profile/roots/count"] == len(roots)
+    assert m["profile/roots/max_ms"] == pytest.approx(roots[-1] / 1e6)
+    assert m["profile/roots/mean_ms"] == pytest.approx(sum(roots) / len(roots) / 1e6)
+    assert m["profile/roots/p50_ms"] == pytest.approx(roots[int(0.5 * (len(roots) - 1))] / 1e6)
+    # The kernel's totals over the roots: each of the 3 predicts slept 20 ms.
+    assert m["profile/off_cpu_ms"] >= 3 * 20 * 0.9, m
+    assert m["profile/on_cpu_ms"] > 0 and m["profile/runq_ms"] >= 0, m
 
 
 def test_mlflow_a_server_down_is_a_retry_and_the_run_is_made_once_it_is_back(sink_deliver, document, tmp_path):
@@ -275,3 +283,42 @@ def test_mlflow_a_server_down_is_a_retry_and_the_run_is_made_once_it_is_back(sin
     finally:
         sink.close()
         _stop(server.process)
+
+
+# -- the agent itself ----------------------------------------------------------------
+
+
+def test_the_continuous_agent_delivers_to_postgres_and_mlflow(agent, python_target, postgres, mlflow_server,
+                                                             tmp_path):
+    """mlprof-ebpf --continuous --sink URL, the real agent: its SIGTERM flush
+    delivers the period's sessions, which the store and the server then hold."""
+    from mlflow.tracking import MlflowClient
+    from mlflow_profiler.store import open_store
+
+    urls = {"postgres": _database(postgres, "agent"), "mlflow": mlflow_server.uri + "/?experiment=agent"}
+    pids = {}
+    for name, url in urls.items():
+        target = python_target()
+        pids[name] = target.pid
+        run = agent("--pid", str(target.pid), "--continuous", "--sink", url, "--spool", str(tmp_path / name))
+        run.wait_attached(target.pid)
+        target.ask("run sleep 3")
+        result = run.stop(signal.SIGTERM)
+        assert result.returncode == 0, result.stderr
+        assert "spooled 0, dropped 0" in result.stdout.splitlines()[-1], result.stdout
+
+    with open_store(urls["postgres"]) as store:
+        sources = store.sources()
+        assert sources and all(s["source_type"] == "ebpf" for s in sources)
+        assert sum(s["sessions"] for s in sources) == 3, sources
+        for s in sources:
+            labels = store.labels(s["source_id"])
+            assert labels["label.pid"] == str(pids["postgres"]) and labels["label.agent_item"], labels
+
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    runs = client.search_runs([client.get_experiment_by_name("agent").experiment_id])
+    assert runs and all(r.info.status == "FINISHED" for r in runs)
+    assert sum(r.data.metrics["profile/sessions"] for r in runs) == 3, [r.data.metrics for r in runs]
+    for r in runs:
+        assert r.data.tags["pid"] == str(pids["mlflow"]) and r.data.tags["mlprof.key"], r.data.tags
+        assert [f.path for f in client.list_artifacts(r.info.run_id, "profile")] == ["profile/profile.json"]
