@@ -5,6 +5,8 @@
 # C++ runtime are copied from this host), imported with `podman import`. No base image is
 # pulled, so it also works on a host without a registry.
 #   deploy/build-image.sh build-x/userspace/agent/mlprof-ebpf [IMAGE]   (default localhost/mlprof-ebpf:dev)
+# $PODMAN: the podman command to import with (default podman), e.g. the kube
+# runner's with its own storage (tests/e2e/test_agent_deploy.py).
 set -euo pipefail
 agent=$(realpath "$1")
 image=${2:-localhost/mlprof-ebpf:dev}
@@ -21,7 +23,7 @@ if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
 fi
 mkdir -p "$root/proc" "$root/sys" "$root/tmp" "$root/var/lib/mlprof" "$root/etc"
 echo 'root:x:0:0:root:/:/usr/local/bin/mlprof-ebpf' > "$root/etc/passwd"
-tar -C "$root" -c . | podman import \
+tar -C "$root" -c . | ${PODMAN:-podman} import \
   --change 'ENTRYPOINT ["/usr/local/bin/mlprof-ebpf"]' \
   --change 'CMD ["--help"]' \
   --message "mlprof-ebpf from $agent" - "$image" >/dev/null

@@ -28,6 +28,7 @@
 #include "agent/bpf_loader.h"
 #include "agent/joiner.h"
 #include "agent/options.h"
+#include "agent/preflight.h"
 #include "agent/report.h"
 #include "agent/session_labels.h"
 #include "agent/store_sqlite.h"
@@ -49,10 +50,16 @@ constexpr int kExitUsage = 2;      // the command line
 constexpr int kExitPrivilege = 3;  // not privileged, no BTF, the kernel refused the programs
 constexpr int kExitNoTarget = 4;   // no such pid / container / cgroup
 constexpr int kExitLost = 5;       // events were lost (the outputs are written and say so)
+constexpr int kExitNothing = 6;    // the capture ended without a single session
+constexpr int kExitNotPython = 7;  // a --pid target is not Python, or never loaded the extension
+constexpr int kExitHostPid = 8;    // the agent sees only its own container's pids (no hostPID)
 
 constexpr int kPollMs = 100;                // ring-buffer poll timeout
 constexpr int64_t kRescanNs = 500'000'000;  // target rescan period
 constexpr int64_t kSettleNs = 50'000'000;   // late scheduler records of a session still land
+// How long a --pid Python process may take to load mlflow_profiler before
+// the agent gives up on it (exit 7): a server imports it at startup.
+constexpr int64_t kTargetWaitNs = 30'000'000'000;
 
 volatile sig_atomic_t g_stop_signal = 0;
 
@@ -130,7 +137,8 @@ std::string missing_privileges(const Capabilities& caps) {
   return "not privileged (missing " + names +
          "): run it as root (sudo mlprof-ebpf ...) or grant CAP_BPF, CAP_PERFMON and "
          "CAP_SYS_PTRACE "
-         "(sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep mlprof-ebpf; docs/ebpf.md)";
+         "(sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep mlprof-ebpf; in a pod: "
+         "securityContext.capabilities.add: [BPF, PERFMON, SYS_PTRACE]; docs/ebpf.md)";
 }
 
 // The kernel's BTF, which the CO-RE programs are relocated against.
@@ -315,6 +323,10 @@ int run(int argc, char** argv) {
     }
     store = std::move(opened.value());
   }
+  // -o too: a directory that is missing or read-only is said now, not after the capture.
+  if (!opts.output.empty()) {
+    if (std::string m = output_unwritable(opts.output); !m.empty()) return fail(kExitError, m);
+  }
   SourceInfo source;
   source.type = "ebpf";
   source.labels = opts.labels;
@@ -338,11 +350,29 @@ int run(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed stdout is an EPIPE, not a death without the -o file
 
+  // Without hostPID the host's processes are invisible: --all would wait on
+  // nothing and a --pid would not exist. A --pid that does exist here (a
+  // process of the same pod) is fine.
+  const std::string pids_hidden = host_pids_hidden();
+  if (!pids_hidden.empty() && opts.pids.empty()) return fail(kExitHostPid, pids_hidden);
   auto found =
       TargetFinder::create(TargetSelection{opts.pids, opts.container, opts.cgroup, opts.all, opts.pod},
                            host_paths(opts));
-  if (!found) return fail(kExitNoTarget, found.error().message);
+  if (!found) return fail(pids_hidden.empty() ? kExitNoTarget : kExitHostPid,
+                          pids_hidden.empty() ? found.error().message : pids_hidden);
   TargetFinder& finder = *found.value();
+  // A --pid that can never load the extension (not Python, no USDT notes of
+  // its own): said now, not waited on forever.
+  if (!opts.pids.empty()) {
+    std::vector<std::string> hopeless;
+    for (pid_t pid : opts.pids) {
+      std::string line = not_python_line(pid);
+      auto notes = has_mlprof_usdt("/proc/" + std::to_string(pid) + "/exe");
+      if (!line.empty() && !(notes && notes.value())) hopeless.push_back(std::move(line));
+    }
+    if (hopeless.size() == opts.pids.size()) return fail(kExitNotPython, hopeless.front());
+    for (const std::string& line : hopeless) say(line);
+  }
 
   LoaderOptions lopts;
   lopts.cgroup_id = finder.cgroup_id();
@@ -359,7 +389,8 @@ int run(int argc, char** argv) {
                   std::string("the kernel refused to load the BPF programs (") + std::strerror(e) +
                       ") although CAP_BPF and CAP_PERFMON are effective: a seccomp filter or a "
                       "security module blocks bpf(); in a container, run it with seccomp "
-                      "unconfined (docs/ebpf.md)");
+                      "unconfined (podman/docker: --security-opt seccomp=unconfined; in a pod: "
+                      "securityContext.seccompProfile: {type: Unconfined}; docs/ebpf.md)");
     }
     return fail(kExitPrivilege, loaded.error().message);
   }
@@ -388,7 +419,7 @@ int run(int argc, char** argv) {
     } else {
       line += finder.waiting_pids().empty()
                   ? ": no process has loaded mlflow_profiler yet, waiting"
-                  : ": the process has not loaded mlflow_profiler yet, waiting";
+                  : ": the process has not loaded mlflow_profiler yet, waiting (up to 30 s)";
     }
     char until[64];
     if (opts.duration_s > 0)
@@ -400,9 +431,12 @@ int run(int argc, char** argv) {
 
   int64_t next_rescan = start + kRescanNs;
   bool targets_gone = finder.pids_all_gone();
+  bool attached_once = !agent.attached().empty();
   while (g_stop_signal == 0 && !targets_gone && !agent.stdout_broken()) {
     const int64_t now = now_ns();
     if (now >= deadline) break;
+    attached_once = attached_once || !agent.attached().empty();
+    if (!opts.pids.empty() && !attached_once && now >= start + kTargetWaitNs) break;
     const int timeout =
         static_cast<int>(std::min<int64_t>(kPollMs, (deadline - now) / 1'000'000 + 1));
     if (!agent.poll(timeout)) break;
@@ -430,6 +464,16 @@ int run(int argc, char** argv) {
     say(std::string("reading the ring buffer failed: ") + std::strerror(agent.poll_error()));
 
   int status = agent.poll_error() != 0 ? kExitError : kExitOk;
+  // --pid processes that never loaded the extension, however the capture ended.
+  attached_once = attached_once || !agent.attached().empty();
+  const std::vector<pid_t> never_loaded = attached_once ? std::vector<pid_t>{} : finder.waiting_pids();
+  if (!never_loaded.empty()) {
+    const int64_t waited_s = (now_ns() - start) / 1'000'000'000;
+    say("pid " + std::to_string(never_loaded.front()) + " did not load mlflow_profiler in " +
+        std::to_string(waited_s) + " s: the target must import mlflow_profiler (autoprofile() "
+        "or a profiling session) before it can be profiled from outside");
+    if (status == kExitOk) status = kExitNotPython;
+  }
   const std::string summary = agent.pods_line() + agent.report().summary_text();
   // -o FILE: the chosen format, or the text summary; always atomic.
   if (!opts.output.empty()) {
@@ -478,9 +522,10 @@ int run(int argc, char** argv) {
     say("cannot write to stdout");
     status = kExitError;
   }
-  if (agent.report().sessions() == 0) {
+  if (agent.report().sessions() == 0 && never_loaded.empty()) {
     say("no predict() session was captured: does the target call predict() under autoprofile() "
         "(or a profiling session) while the agent runs?");
+    if (status == kExitOk) status = kExitNothing;
   }
   if (opts.verbose > 0) {
     const JoinerStats js = agent.joiner_stats();

@@ -1,0 +1,220 @@
+"""deploy/daemonset.yaml played for real by `podman kube play` (podman >= 4.7
+plays a DaemonSet as one pod from its template; .ci/run builds podman 4.9.5
+from its Go module, since Debian 12's 4.3.1 refuses the kind and ignores
+hostPID): deploy/build-image.sh's image, beside an autoprofiled Python
+target on this host. Checked: the pod's log (what `kubectl logs` shows)
+carries the target's predict() sessions, the agent runs with exactly
+CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE and no seccomp filter, those are
+enough to write a hostPath directory, and a manifest without hostPID, a
+capability or the seccomp setting gets one line naming the field, and its
+exit status.
+
+No kubelet, API server or scheduler runs here: deploy/README.md says what
+this proves and what it does not. One field is changed for the runner
+(asserted): NODE_NAME's fieldRef spec.nodeName becomes this host's name
+(podman implements no spec.nodeName; the kubelet would set the node's
+name). The capture test also adds `-o` into a hostPath directory (a
+temporary one, DirectoryOrCreate), as the continuous agent's sink would
+write one."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+import yaml
+
+from conftest import Document, require
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MANIFEST = os.path.join(REPO, "deploy", "daemonset.yaml")
+POD = "mlprof-ebpf-pod"              # podman names a DaemonSet's pod <name>-pod
+CONTAINER = "mlprof-ebpf-pod-agent"  # and its containers <pod>-<container>
+# The runner's own storage, so that it never touches the host podman's.
+STORAGE = ["--root", "/var/lib/mlprof-kube/storage", "--runroot", "/run/mlprof-kube/storage",
+           "--tmpdir", "/run/mlprof-kube/libpod"]
+CAPS = (1 << 39) | (1 << 38) | (1 << 19)  # CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE
+
+
+def podman_version(exe: str) -> Optional[tuple]:
+    """(major, minor) of `exe --version`, or None."""
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        return None
+    m = re.search(r"(\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    """The runner: $MLPROF_KUBE_PODMAN, .ci/run's /opt/mlprof-kube/bin/podman,
+    or a podman on PATH, whichever is >= 4.7; with runc and this VM's ulimits
+    (crun refuses the hybrid cgroups here; docs/ebpf.md, troubleshooting)."""
+    candidates = [os.environ.get("MLPROF_KUBE_PODMAN", ""), "/opt/mlprof-kube/bin/podman",
+                  shutil.which("podman") or ""]
+    exe = next((c for c in candidates if c and (podman_version(c) or (0, 0)) >= (4, 7)), None)
+    require(exe is not None, "a podman >= 4.7 is needed to play a DaemonSet (.ci/run builds 4.9.5; "
+            "set MLPROF_KUBE_PODMAN)")
+    conf = tmp_path_factory.mktemp("kube") / "containers.conf"
+    conf.write_text('[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
+                    '[engine]\nruntime = "runc"\n')
+    env = dict(os.environ, CONTAINERS_CONF_OVERRIDE=str(conf))
+
+    def run(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        r = subprocess.run([exe, *STORAGE, *args], capture_output=True, text=True, env=env, timeout=timeout)
+        if check:
+            assert r.returncode == 0, f"podman {' '.join(args)}: {r.stderr[-2000:]}"
+        return r
+
+    run.exe = exe
+    run.env = env
+    return run
+
+
+@pytest.fixture(scope="module")
+def image(kube, agent_path):
+    """build-image.sh's image, under the manifest's image reference."""
+    ref = re.search(r"^\s*image:\s*(\S+)", Path(MANIFEST).read_text(), re.M).group(1)
+    build = subprocess.run([os.path.join(REPO, "deploy", "build-image.sh"), agent_path, ref],
+                           capture_output=True, text=True, timeout=180,
+                           env=dict(kube.env, PODMAN=" ".join([kube.exe, *STORAGE])))
+    assert build.returncode == 0, build.stderr
+    yield ref
+    kube("rmi", "-f", ref, check=False)
+
+
+def manifest(edits: List[tuple] = ()) -> str:
+    """The DaemonSet with the runner's change (module docstring), plus a
+    test's `edits` (old, new), each of which must apply exactly once."""
+    text = Path(MANIFEST).read_text()
+    changes = [("valueFrom: {fieldRef: {fieldPath: spec.nodeName}}", f'value: "{socket.gethostname()}"'),
+               *edits]
+    for old, new in changes:
+        assert text.count(old) == 1, f"the manifest changed: {old!r} is not in it once"
+        text = text.replace(old, new)
+    return text
+
+
+def with_output(text: str, host_dir: str) -> str:
+    """`text` with -o /var/lib/mlprof/profile.json.gz into a hostPath
+    directory mounted there (DirectoryOrCreate)."""
+    doc = yaml.safe_load(text)
+    pod = doc["spec"]["template"]["spec"]
+    agent = pod["containers"][0]
+    agent["args"] += ["-o", "/var/lib/mlprof/profile.json.gz"]
+    agent.setdefault("volumeMounts", []).append({"name": "out", "mountPath": "/var/lib/mlprof"})
+    pod.setdefault("volumes", []).append(
+        {"name": "out", "hostPath": {"path": host_dir, "type": "DirectoryOrCreate"}})
+    return yaml.safe_dump(doc)
+
+
+class Played:
+    """A manifest played; `kube down` at the end."""
+
+    def __init__(self, kube, path):
+        self.kube, self.path = kube, path
+
+    def logs(self) -> str:
+        r = self.kube("logs", CONTAINER, check=False)
+        return r.stdout + r.stderr
+
+    def wait_log(self, pattern: str, count: int = 1, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.logs()
+            if len(re.findall(pattern, text, re.M)) >= count:
+                return text
+            time.sleep(0.3)
+        raise AssertionError(f"{count} x {pattern!r} never in the agent's log:\n{self.logs()[-3000:]}")
+
+    def inspect(self, fmt: str) -> str:
+        return self.kube("inspect", "-f", fmt, CONTAINER).stdout.strip()
+
+
+@pytest.fixture
+def play(kube, image, tmp_path):
+    played = []
+
+    def start(text: str) -> Played:
+        path = tmp_path / f"daemonset-{len(played)}.yaml"
+        path.write_text(text)
+        kube("kube", "down", str(path), check=False)
+        kube("pod", "rm", "-f", POD, check=False)
+        kube("kube", "play", str(path))
+        p = Played(kube, path)
+        played.append(p)
+        return p
+
+    yield start
+    for p in played:
+        kube("kube", "down", str(p.path), check=False)
+
+
+def test_daemonset_captures_the_targets_sessions(play, python_target, tmp_path):
+    out = tmp_path / "out"
+    target = python_target()
+    pod = play(with_output(manifest(), str(out)))
+    pod.wait_log(rf"attached to pid {target.pid} \(python")
+    # Only these capabilities, no seccomp filter, the host's pids (read from the process itself).
+    pid = int(pod.inspect("{{.State.Pid}}"))
+    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                  if ":\t" in line)
+    assert int(status["CapEff"], 16) == CAPS, status["CapEff"]
+    assert int(status["CapBnd"], 16) == CAPS, status["CapBnd"]
+    assert int(status["CapPrm"], 16) == CAPS, status["CapPrm"]
+    assert status["Seccomp"].strip() == "0"
+    assert status["NoNewPrivs"].strip() == "1"  # allowPrivilegeEscalation: false
+    assert os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")  # hostPID
+    assert pod.inspect("{{.HostConfig.CpuQuota}}") != "0"  # the CPU limit is applied
+    assert pod.inspect("{{.Config.Env}}").count(f"NODE_NAME={socket.gethostname()}") == 1
+
+    calls = target.ask("run nested 5")["calls"]
+    assert len(calls) == 5
+    text = pod.wait_log(rf"^pid {target.pid} session ", count=5)
+    sessions = re.findall(rf"^pid {target.pid} session .*\n(.*)", text, re.M)
+    assert len(sessions) == 5, text[-3000:]
+    assert all(s.lstrip().startswith("predict [pyfunc E2EModel]") for s in sessions), sessions
+
+    # SIGTERM (a pod's end): the capture goes to the hostPath (created by the
+    # runtime, written with the three capabilities only); the agent exits 0.
+    pod.kube("pod", "stop", "-t", "60", POD)
+    assert pod.inspect("{{.State.ExitCode}}") == "0", pod.logs()[-3000:]
+    assert "stopping on SIGTERM" in pod.logs()
+    plain = tmp_path / "profile.json"  # conftest's Document reads plain JSON
+    plain.write_bytes(gzip.decompress((out / "profile.json.gz").read_bytes()))
+    doc = Document(str(plain))
+    assert len(doc.roots_of(target.pid)) == 5
+
+
+@pytest.mark.parametrize("edit, line, status", [
+    # No hostPID: the agent sees only its own container; exit 8.
+    (("hostPID: true", "hostPID: false"), "run the pod with hostPID: true", "8"),
+    # A capability short: exit 3, naming the field that grants it.
+    (('add: ["BPF", "PERFMON", "SYS_PTRACE"]', 'add: ["BPF", "PERFMON"]'),
+     "missing CAP_SYS_PTRACE", "3"),
+    # The runtime's default seccomp profile: exit 3, naming seccompProfile.
+    (("container.seccomp.security.alpha.kubernetes.io/agent: unconfined",
+      "container.seccomp.security.alpha.kubernetes.io/agent: runtime/default"),
+     "securityContext.seccompProfile: {type: Unconfined}", "3"),
+], ids=["no-hostPID", "no-SYS_PTRACE", "default-seccomp"])
+def test_daemonset_missing_a_setting_says_which(play, tmp_path, edit, line, status):
+    pod = play(manifest([edit]))
+    text = pod.wait_log(re.escape(line))
+    first = next(l for l in text.splitlines() if line in l)
+    assert first.startswith("mlprof-ebpf: ")
+    if status == "3" and "CAP_" in line:
+        assert "securityContext.capabilities.add" in first
+    # The pod restarts it (restartPolicy Always); each run ends with the same status.
+    deadline = time.monotonic() + 30
+    while pod.inspect("{{.State.ExitCode}}") != status and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert pod.inspect("{{.State.ExitCode}}") == status, text[-2000:]
