@@ -13,11 +13,21 @@
 //   attached); ns_per_site: the threads' busy time per site (sleeps excluded).
 // The events it fires rebuild as the extension's would: lane 0 of each
 // session, span i is kCall at index 2i (kReturn at 2i + 1), depth 0.
+//
+// It carries session_spans too (contract v2), so a v2 tracer attaches that:
+// each session is then session_begin and one session_spans whose body holds
+// the session's 2N events (written as the extension writes them: one 16-byte
+// record per event, stamped with CLOCK_MONOTONIC), and lane_begin is not
+// fired for lane 0, as in the extension. `events` in the figures counts the
+// span events delivered either way (2 per span).
 
 #include <getopt.h>
 #include <pthread.h>
 #include <unistd.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -43,10 +53,53 @@ struct Options {
   double wait_attached = 0;  // wait up to this long for a tracer before starting
 };
 
+std::atomic<uint64_t> g_next_session{1};
+constexpr int kLine = __LINE__;  // the "line" span_enter reports
+
 struct Counts {
-  uint64_t sessions = 0, sites = 0, hits = 0;
+  uint64_t sessions = 0, sites = 0, hits = 0, events = 0;
   int64_t busy_ns = 0;
 };
+
+int64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Contract v2: the session as one body (mlprof_usdt.h), and one hit.
+void fire_session_spans(uint64_t session, uint64_t spans, uint64_t ident, const char* thread_name,
+                        const std::vector<int64_t>& stamps) {
+  thread_local std::string body;
+  const uint64_t max_events = (MLPROF_SPANS_MAX_BYTES - sizeof(mlprof_spans_head) - sizeof(mlprof_spans_lane)) /
+                              sizeof(mlprof_spans_event);
+  const uint64_t n = std::min<uint64_t>(2 * spans, max_events & ~uint64_t{1});
+  body.assign(sizeof(mlprof_spans_head) + sizeof(mlprof_spans_lane) + n * sizeof(mlprof_spans_event), '\0');
+  auto* head = reinterpret_cast<mlprof_spans_head*>(body.data());
+  head->version = MLPROF_USDT_VERSION;
+  head->lanes = 1;
+  head->session = session;
+  head->start_ns = stamps.front();
+  head->end_ns = stamps.back();
+  head->ceiling = -1;
+  auto* lane = reinterpret_cast<mlprof_spans_lane*>(head + 1);
+  lane->parent_lane = MLPROF_NO_PARENT_LANE;
+  lane->thread_ident = ident;
+  lane->native_tid = static_cast<uint64_t>(gettid());
+  lane->events = static_cast<uint32_t>(n);
+  lane->truncated = n < 2 * spans;
+  snprintf(lane->thread_name, sizeof lane->thread_name, "%s", thread_name);
+  auto* ev = reinterpret_cast<mlprof_spans_event*>(lane + 1);
+  for (uint64_t i = 0; i < n; ++i) {
+    ev[i].ts_ns = stamps[1 + i];
+    ev[i].id = i % 2 ? 0 : 1;
+    ev[i].kind = i % 2 ? 2 : 1;  // kReturn : kCall
+  }
+  static const mlprof_spans_name name = {1, 0, kLine, reinterpret_cast<uintptr_t>("storm_span"),
+                                         reinterpret_cast<uintptr_t>("usdt_storm"),
+                                         reinterpret_cast<uintptr_t>(__FILE__)};
+  MLPROF_USDT_SESSION_SPANS(session, body.data(), body.size(), &name, 1, 1);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -54,8 +107,6 @@ int64_t ns_since(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
 }
 
-std::atomic<uint64_t> g_next_session{1};
-constexpr int kLine = __LINE__;  // the "line" span_enter reports
 
 // The extension's pattern: a load and a branch, and the probe (with its
 // argument set-up) only behind it. A hit is counted only when it fired.
@@ -65,13 +116,28 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
   snprintf(thread_name, sizeof thread_name, "storm-%u", index);
   const auto ident = static_cast<uint64_t>(pthread_self());
   Counts c;
+  std::vector<int64_t> stamps;  // v2: the session's start, its events' times, its end
   for (uint64_t s = 0; o.sessions == 0 || s < o.sessions; ++s) {
     if (timed && Clock::now() >= deadline) break;
     const auto t0 = Clock::now();
     const uint64_t session = g_next_session.fetch_add(1, std::memory_order_relaxed);
+    const bool v2 = MLPROF_USDT_ENABLED(session_spans);
     if (MLPROF_USDT_ENABLED(session_begin)) {
       MLPROF_USDT_SESSION_BEGIN(session, -1, 0);
       ++c.hits;
+    }
+    if (v2) {
+      // What in-process capture records: a stamp per event, in memory.
+      stamps.resize(2 * o.spans_per_session + 2);
+      for (int64_t& t : stamps) t = monotonic_ns();
+      fire_session_spans(session, o.spans_per_session, ident, thread_name, stamps);
+      ++c.hits;
+      c.events += 2 * o.spans_per_session;
+      c.busy_ns += ns_since(t0);
+      c.sites += 2;
+      ++c.sessions;
+      if (o.sleep_us) usleep(o.sleep_us);
+      continue;
     }
     if (MLPROF_USDT_ENABLED(lane_begin)) {
       MLPROF_USDT_LANE_BEGIN(session, 0, MLPROF_NO_PARENT_LANE, 0, 0, ident, thread_name);
@@ -87,6 +153,7 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
       if (MLPROF_USDT_ENABLED(span_exit)) {
         MLPROF_USDT_SPAN_EXIT(session, 0, call, 0);
         ++c.hits;
+        c.events += 2;
       }
     }
     if (MLPROF_USDT_ENABLED(session_end)) {
@@ -195,9 +262,12 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     // A tracer attaches probe by probe: start only when every probe fired
     // here is on, or the first sessions miss the probes attached last.
-    while (!(MLPROF_USDT_ENABLED(session_begin) && MLPROF_USDT_ENABLED(lane_begin) &&
-             MLPROF_USDT_ENABLED(span_enter) && MLPROF_USDT_ENABLED(span_exit) &&
-             MLPROF_USDT_ENABLED(session_end))) {
+    // v2 (session_spans): session_begin, lane_begin, session_spans.
+    while (!(MLPROF_USDT_ENABLED(session_spans)
+                 ? MLPROF_USDT_ENABLED(session_begin) && MLPROF_USDT_ENABLED(lane_begin)
+                 : MLPROF_USDT_ENABLED(session_begin) && MLPROF_USDT_ENABLED(lane_begin) &&
+                       MLPROF_USDT_ENABLED(span_enter) && MLPROF_USDT_ENABLED(span_exit) &&
+                       MLPROF_USDT_ENABLED(session_end))) {
       if (ns_since(t0) > static_cast<int64_t>(o.wait_attached * 1e9)) {
         fprintf(stderr, "mlprof-usdt-storm: no tracer attached to all its probes within %.1f s\n",
                 o.wait_attached);
@@ -222,15 +292,18 @@ int main(int argc, char** argv) {
     total.sessions += c.sessions;
     total.sites += c.sites;
     total.hits += c.hits;
+    total.events += c.events;
     total.busy_ns += c.busy_ns;
   }
   const double per_site =
       total.sites ? static_cast<double>(total.busy_ns) / static_cast<double>(total.sites) : 0;
   printf(
       "threads=%u sessions=%llu sites=%llu hits=%llu seconds=%.3f ns_per_site=%.1f "
-      "hits_per_second=%.0f\n",
+      "hits_per_second=%.0f events=%llu events_per_second=%.0f\n",
       o.threads, static_cast<unsigned long long>(total.sessions),
       static_cast<unsigned long long>(total.sites), static_cast<unsigned long long>(total.hits),
-      wall, per_site, wall > 0 ? static_cast<double>(total.hits) / wall : 0.0);
+      wall, per_site, wall > 0 ? static_cast<double>(total.hits) / wall : 0.0,
+      static_cast<unsigned long long>(total.events),
+      wall > 0 ? static_cast<double>(total.events) / wall : 0.0);
   return 0;
 }

@@ -338,13 +338,11 @@ int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags)
 	return 0;
 }
 
-SEC("usdt")
-int BPF_USDT(mlprof_session_end, __u64 session, __u64 dropped)
+/* The end of a session: its SESSION_END record, then it is no longer open
+ * and its thread no longer followed for it. */
+static __always_inline void end_session(const struct usdt_ctx *cp, __u64 session, __u64 dropped)
 {
-	struct usdt_ctx c;
-
-	if (!usdt_begin(&c))
-		return 0;
+	struct usdt_ctx c = *cp;
 	struct mlprof_ev_session *e = reserve(sizeof(*e));
 
 	if (e) {
@@ -368,6 +366,16 @@ int BPF_USDT(mlprof_session_end, __u64 session, __u64 dropped)
 		else
 			bpf_map_delete_elem(&followed, &c.tid);
 	}
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_session_end, __u64 session, __u64 dropped)
+{
+	struct usdt_ctx c;
+
+	if (!usdt_begin(&c))
+		return 0;
+	end_session(&c, session, dropped);
 	return 0;
 }
 
@@ -470,6 +478,89 @@ int BPF_USDT(mlprof_span_io, __u64 session, __u64 lane_index, __u64 role, const 
 	if (bpf_probe_read_user_str(e->summary, sizeof(e->summary), summary) < 0)
 		e->summary[0] = 0;
 	bpf_ringbuf_submit(e, batched(sizeof(*e)));
+	return 0;
+}
+
+/* ---- contract v2: the session's spans in one probe hit ------------------ */
+
+/* session_spans: the NAME records of the ids the body uses (once per process
+ * and id, as span_enter sends them), then the body in MLPROF_CHUNK_BYTES
+ * pieces, then (final, not a checkpoint) SESSION_END. Copied synchronously, while the probe runs: the
+ * body is the extension's scratch buffer, valid only until it returns, and
+ * a copy here cannot race the process (an agent reading it later with
+ * process_vm_readv would need the extension to keep every body until read,
+ * and a process that exits right after its session would lose it).
+ * The loops are bpf_loop callbacks (kernel 5.17+): verified once each, where
+ * unrolled bounded loops of this size took the verifier minutes. */
+struct spans_loop {
+	struct usdt_ctx c;
+	__u64 session;
+	__u64 body;
+	__u64 body_bytes;
+	__u64 names;
+	__u64 name_count;
+};
+
+static long spans_name_cb(__u32 i, void *data)
+{
+	struct spans_loop *x = data;
+	struct mlprof_spans_name n;
+
+	if (i >= x->name_count)
+		return 1;
+	if (bpf_probe_read_user(&n, sizeof(n), (const void *)(x->names + (__u64)i * sizeof(n))))
+		return 1;
+	send_name_once(&x->c, n.id, n.is_label, (const char *)n.name, (const char *)n.module,
+		       (const char *)n.file, n.line);
+	return 0;
+}
+
+static long spans_chunk_cb(__u32 i, void *data)
+{
+	struct spans_loop *x = data;
+	__u64 off = (__u64)i * MLPROF_CHUNK_BYTES;
+
+	if (off >= x->body_bytes)
+		return 1;
+	__u64 n = x->body_bytes - off;
+
+	if (n > MLPROF_CHUNK_BYTES)
+		n = MLPROF_CHUNK_BYTES;
+	struct mlprof_ev_chunk *e = reserve(sizeof(*e));
+
+	if (!e)
+		return 1; /* counted in `lost`; the agent sees the gap */
+	fill_header(&e->h, MLPROF_EV_SPANS_CHUNK, x->c.ts, x->c.tgid, x->c.tid);
+	e->session = x->session;
+	e->offset = (__u32)off;
+	e->total = (__u32)x->body_bytes;
+	e->bytes = (__u32)n;
+	e->reserved = 0;
+	if (bpf_probe_read_user(e->data, n, (const void *)(x->body + off))) {
+		bpf_ringbuf_discard(e, 0);
+		return 1;
+	}
+	bpf_ringbuf_submit(e, batched(sizeof(*e)));
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(mlprof_session_spans, __u64 session, __u64 body, __u64 body_bytes, __u64 names,
+	     __u64 name_count, __u64 final)
+{
+	struct spans_loop x = {};
+
+	if (!usdt_begin(&x.c))
+		return 0;
+	x.session = session;
+	x.body = body;
+	x.body_bytes = body_bytes > MLPROF_SPANS_MAX_BYTES ? MLPROF_SPANS_MAX_BYTES : body_bytes;
+	x.names = names;
+	x.name_count = name_count > MLPROF_SPANS_MAX_NAMES ? MLPROF_SPANS_MAX_NAMES : name_count;
+	bpf_loop(MLPROF_SPANS_MAX_NAMES, spans_name_cb, &x, 0);
+	bpf_loop(MLPROF_SPANS_MAX_CHUNKS, spans_chunk_cb, &x, 0);
+	if (final) /* a checkpoint (final 0) leaves the session open */
+		end_session(&x.c, session, 0);
 	return 0;
 }
 

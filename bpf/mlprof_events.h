@@ -20,6 +20,8 @@ enum mlprof_event_kind {
   /* The strings of a function or label id, sent once per (process, id)
    * before the first span_enter that uses the id. */
   MLPROF_EV_NAME = 9,
+  /* session_spans (contract v2): a piece of a session's body, in order. */
+  MLPROF_EV_SPANS_CHUNK = 20,
   /* From the scheduler tracepoints, for threads the agent follows. */
   MLPROF_EV_OFF_CPU = 10,
   MLPROF_EV_THREAD_START = 11,
@@ -89,6 +91,21 @@ struct mlprof_ev_name {
   char name[MLPROF_NAME_LEN];
   char module[MLPROF_MODULE_LEN];
   char file[MLPROF_FILE_LEN];
+};
+
+/* MLPROF_EV_SPANS_CHUNK: bytes [offset, offset + bytes) of the body of
+ * session `session`'s session_spans (mlprof_usdt.h), total bytes in all. The
+ * pieces of one body come in order, from one thread; a lost piece (ring
+ * full) ends the copy, so a gap means the body is incomplete. The NAME
+ * records of its ids come before its first piece. */
+struct mlprof_ev_chunk {
+  struct mlprof_ev_header h;
+  __u64 session;
+  __u32 offset;
+  __u32 total;
+  __u32 bytes;
+  __u32 reserved;
+  __u8 data[MLPROF_CHUNK_BYTES];
 };
 
 /* MLPROF_EV_OFF_CPU: thread h.tid was off the CPU from start_ns to h.ts_ns

@@ -49,6 +49,36 @@
  *
  * Times are not arguments: a tracer stamps each probe with CLOCK_MONOTONIC
  * (bpf_ktime_get_ns), the clock the in-process profile also maps to.
+ *
+ * Version 2 (MLPROF_USDT_VERSION) adds session-level delivery: one probe per
+ * session carries the session's spans, so a tracer needs no probe per span.
+ *
+ *   session_spans(u64 session, const void *body, u64 body_bytes,
+ *                 const struct mlprof_spans_name *names, u64 name_count, u64 final)
+ *       final 1: fired once, at the session's end, in the thread that ends
+ *       it, before session_end. final 0: a checkpoint of a session still
+ *       open (past MLPROF_CHECKPOINT_AFTER_NS, then at intervals as long as
+ *       its age), fired from a thread of the extension's holding the GIL: the
+ *       spans so far, so that a process killed mid-session still leaves
+ *       them with the tracer. Each body is whole (it replaces the last one).
+ *       body: body_bytes (at most MLPROF_SPANS_MAX_BYTES) laid
+ *       out as below; names: name_count (at most MLPROF_SPANS_MAX_NAMES)
+ *       entries, one per function id and label id the body's events use.
+ *       Both stay valid only while the probe runs: a tracer copies them there
+ *       (the agent's BPF handler does, in MLPROF_CHUNK_BYTES pieces).
+ *
+ *   body = struct mlprof_spans_head, then per lane (head.lanes of them):
+ *          struct mlprof_spans_lane, its `events` struct mlprof_spans_event
+ *          (core/event.h's Event with ts_ns in CLOCK_MONOTONIC ns), then its
+ *          `ios` struct mlprof_spans_io. All 8-byte aligned, host order.
+ *
+ * A v2 tracer attaches session_begin, lane_begin and session_spans only
+ * (session_begin and lane_begin still tell it, as they happen, which threads
+ * work for a session: the scheduler join needs that). The extension also
+ * keeps every v1 probe, so a v1 tracer works unchanged; an extension without
+ * session_spans is v1, and a v2 tracer then attaches the per-span probes.
+ * While session_spans is attached, lane 0's lane_begin is not fired
+ * (session_begin already names its thread; the body carries its details).
  */
 #ifndef MLPROF_USDT_H
 #define MLPROF_USDT_H
@@ -87,6 +117,76 @@
 #define MLPROF_IO_NAME_LEN 32
 #define MLPROF_IO_SUMMARY_LEN 96
 
+/* ---- version 2: session-level delivery (session_spans) -------------------- */
+
+#define MLPROF_USDT_VERSION 2
+/* Bounds of one session_spans: the extension cuts a longer session (its
+ * lanes flagged truncated, in order), the BPF handler's loops stop there. */
+#define MLPROF_CHUNK_BYTES 4096
+#define MLPROF_SPANS_MAX_CHUNKS 256
+#define MLPROF_SPANS_MAX_BYTES (MLPROF_CHUNK_BYTES * MLPROF_SPANS_MAX_CHUNKS)
+#define MLPROF_SPANS_MAX_NAMES 1024
+#define MLPROF_CHECKPOINT_AFTER_NS 200000000LL /* a session open 200 ms gets checkpoints */
+#define MLPROF_TRACE_ID_LEN 40 /* 32 hex digits and a NUL, padded */
+#define MLPROF_SPAN_ID_LEN 24  /* 16 hex digits and a NUL, padded */
+
+struct mlprof_spans_head {
+  unsigned int version; /* MLPROF_USDT_VERSION of the extension that wrote it */
+  unsigned int lanes;   /* struct mlprof_spans_lane records that follow */
+  unsigned long long session;
+  unsigned long long dropped; /* calls not recorded (buffers full), all lanes */
+  long long start_ns;         /* CLOCK_MONOTONIC: the session's start and end */
+  long long end_ns;
+  long long ceiling;          /* the captured depth, -1 unlimited */
+  unsigned long long flags;   /* MLPROF_SESSION_*, as session_begin gave them */
+  char trace_id[MLPROF_TRACE_ID_LEN]; /* lower-case hex, "" when none */
+  char span_id[MLPROF_SPAN_ID_LEN];
+};
+
+struct mlprof_spans_lane {
+  unsigned int lane;
+  unsigned int parent_lane; /* MLPROF_NO_PARENT_LANE: its roots stay roots */
+  unsigned int parent_call;
+  unsigned int task;
+  unsigned long long thread_ident; /* threading.get_ident() */
+  unsigned long long native_tid;   /* gettid() */
+  unsigned long long dropped;
+  unsigned int events; /* struct mlprof_spans_event that follow */
+  unsigned int ios;    /* then struct mlprof_spans_io */
+  unsigned int truncated; /* recording stopped (buffer full, or cut to the bounds) */
+  unsigned int reserved;
+  char thread_name[MLPROF_THREAD_NAME_LEN];
+};
+
+/* core/event.h's Event: kind 1 call (id: function id), 2 return, 3 suspend
+ * and 4 resume (id: the kCall's index in the lane), 5 label (id: label id). */
+struct mlprof_spans_event {
+  long long ts_ns; /* CLOCK_MONOTONIC */
+  unsigned int id;
+  unsigned char kind;
+  unsigned char flags; /* MLPROF_SPAN_* (core's EventFlag) */
+  unsigned short reserved;
+};
+
+struct mlprof_spans_io {
+  unsigned int call; /* the span's kCall index in its lane */
+  unsigned int role; /* MLPROF_IO_* */
+  char name[MLPROF_IO_NAME_LEN];
+  char summary[MLPROF_IO_SUMMARY_LEN];
+};
+
+/* A function id (is_label 0: name, module, file, line) or a label id
+ * (is_label 1: the text at name). Pointers into the extension's registry,
+ * valid for the process's life. */
+struct mlprof_spans_name {
+  unsigned int id;
+  unsigned int is_label;
+  long long line;
+  unsigned long long name;
+  unsigned long long module;
+  unsigned long long file;
+};
+
 /* ---- probe sites (userspace only) -------------------------------------- */
 #if !defined(__bpf__) && !defined(__BPF__)
 
@@ -115,6 +215,7 @@ MLPROF_SEMAPHORE_(span_exit);
 MLPROF_SEMAPHORE_(span_suspend);
 MLPROF_SEMAPHORE_(span_resume);
 MLPROF_SEMAPHORE_(span_io);
+MLPROF_SEMAPHORE_(session_spans);
 #undef MLPROF_SEMAPHORE_
 #ifdef __cplusplus
 }
@@ -146,6 +247,11 @@ MLPROF_SEMAPHORE_(span_io);
 #define MLPROF_USDT_SPAN_IO(session, lane, index, role, name, summary)                       \
   STAP_PROBE5(mlprof, span_io, (unsigned long long)(session), MLPROF_PACK(lane, index),      \
               (unsigned long long)(role), (const char*)(name), (const char*)(summary))
+
+#define MLPROF_USDT_SESSION_SPANS(session, body, body_bytes, names, name_count, final)        \
+  STAP_PROBE6(mlprof, session_spans, (unsigned long long)(session), (const void*)(body),      \
+              (unsigned long long)(body_bytes), (const void*)(names),                         \
+              (unsigned long long)(name_count), (unsigned long long)(final))
 
 #endif /* userspace */
 #endif /* MLPROF_USDT_H */

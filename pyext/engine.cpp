@@ -1328,8 +1328,12 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   }
   per_thread[context] = &L;
   lanes_.push_back(std::move(lane));
-  probes::lane_begin(serial_, L.index, L.out.parent_lane, L.out.parent_call, L.out.task, thread_id,
-                     L.out.thread_name);
+  // A v2 tracer knows lane 0's thread from session_begin and the rest from
+  // session_spans: one probe hit per session saved.
+  if (L.index != 0 || !probes::spans_traced()) {
+    probes::lane_begin(serial_, L.index, L.out.parent_lane, L.out.parent_call, L.out.task, thread_id,
+                       L.out.thread_name);
+  }
   return &L;
 }
 
@@ -1386,7 +1390,15 @@ void Engine::start(PyObject* session, int levels_above) {
   bool binder_ok = !opts_.all_threads || capture::install_thread_binder(&error);
   PyThreadState* ts = compat::tstate();
   // A tracer sees the session before its origin lane (the contract's order).
-  probes::session_begin(serial_, opts_.depth, begin_flags(opts_, serial_));
+  usdt_flags_ = begin_flags(opts_, serial_);
+  // Before session_begin: the checkpoint thread this may start is then no
+  // thread the session started (the agent follows those).
+  if (probes::spans_traced()) {
+    usdt_counted_ = true;
+    usdt_next_checkpoint_ = start_ns_ + MLPROF_CHECKPOINT_AFTER_NS;
+    probes::checkpoints_session_started(start_ns_);
+  }
+  probes::session_begin(serial_, opts_.depth, usdt_flags_);
   g_by_session[session] = this;
   g_by_serial[serial_] = this;
   ++g_native_collecting;
@@ -1517,11 +1529,28 @@ void Engine::stop() {
   }
   gen_labels_.clear();
   session_ = nullptr;
+  // A v2 tracer gets the whole session here, in one probe hit (before
+  // session_end, which ends the session for a v1 tracer).
+  if (probes::spans_traced()) {
+    probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, end_anchor_), usdt_flags_,
+                               true);
+  }
+  if (usdt_counted_) probes::checkpoints_session_stopped();
+  usdt_counted_ = false;
   if (MLPROF_USDT_ENABLED(session_end)) {
     uint64_t dropped = 0;
     for (auto& lane : lanes_) dropped += lane->out.dropped;
     probes::fire_session_end(serial_, dropped);
   }
+}
+
+void Engine::usdt_checkpoint(int64_t now_ns) {
+  if (state_ != State::kCollecting || now_ns < usdt_next_checkpoint_) return;
+  // Each checkpoint sends the whole session so far: at intervals as long as
+  // its age, what is sent in all stays under twice its last body.
+  usdt_next_checkpoint_ = now_ns + std::max<int64_t>(MLPROF_CHECKPOINT_AFTER_NS, now_ns - start_ns_);
+  probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, clock::anchor()), usdt_flags_,
+                             false);
 }
 
 std::shared_ptr<Profile> Engine::profile() {

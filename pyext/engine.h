@@ -200,6 +200,10 @@ class Engine {
   int64_t end_ns() const { return end_ns_; }
   const std::vector<std::unique_ptr<CaptureLane>>& lanes() const { return lanes_; }
   const char* hook_name() const;
+  // Contract v2 checkpoints (session_spans.cpp): the session as it stands,
+  // sent if one is due at `now_ns` (GIL held, collecting).
+  bool usdt_counted() const { return usdt_counted_; }
+  void usdt_checkpoint(int64_t now_ns);
 
   // --- used by the hooks -------------------------------------------------
   CaptureLane* lane_for(uint64_t thread_key, PyObject* context);  // thread_key: see thread_key()
@@ -238,6 +242,9 @@ class Engine {
   uint64_t start_thread_ = 0;  // thread key of the starting thread
   std::vector<uint64_t> resumed_in_;  // other threads resume() ran in (predict_stream)
   int64_t start_ns_ = 0, end_ns_ = 0;
+  uint32_t usdt_flags_ = 0;  // MLPROF_SESSION_* as session_begin gave them (session_spans repeats them)
+  bool usdt_counted_ = false;        // began while session_spans was traced (checkpoints watch it)
+  int64_t usdt_next_checkpoint_ = 0;  // CLOCK_MONOTONIC ns
   bool counting_alloc_ = false;  // alloc_count::start() succeeded: stop() stops it
   int64_t start_unix_ns_ = 0;  // CLOCK_REALTIME at start: when, for pprof and the report
   clock::Anchor start_anchor_, end_anchor_;

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <string>
 
+#include "clock.h"
 #include "core/event.h"
+#include "core/functions.h"
 #include "core/io.h"
 #include "mlprof_usdt.h"
 
@@ -25,6 +27,10 @@ static_assert(MLPROF_SPAN_CONTINUED == mlprof::kEvContinued);
 static_assert(MLPROF_SPAN_CHILDREN_DROPPED == mlprof::kEvChildrenDropped);
 static_assert(MLPROF_IO_ARGUMENT == static_cast<unsigned>(mlprof::IORole::kArgument));
 static_assert(MLPROF_IO_RETURN == static_cast<unsigned>(mlprof::IORole::kReturn));
+
+namespace mlprof {
+class Engine;
+}
 
 namespace mlprof::probes {
 
@@ -55,11 +61,25 @@ void mark_autoprofile(uint64_t session);
                                                IORole role, const std::string& name,
                                                const std::string& summary);
 
+// session_spans (contract v2): the session's lanes in one body, its
+// function and label ids in a names list (session_spans.cpp). flags: the
+// session's MLPROF_SESSION_*. clk maps the events' ticks to CLOCK_MONOTONIC.
+// final: the session ended (false: a checkpoint of an open session).
+[[gnu::cold, gnu::noinline]] void fire_session_spans(const Engine& engine, const FunctionTable& registry,
+                                                     const clock::Mapping& clk, uint32_t flags, bool final);
+// A session began / stopped while session_spans was traced (GIL held): the
+// checkpoint thread (session_spans.cpp) watches how long the oldest is open.
+void checkpoints_session_started(int64_t start_ns);
+void checkpoints_session_stopped();
+
 // --- the sites: a load and a branch each ----------------------------------------
 
 /// True while a tracer is attached to session_begin: autoprofile then
 /// captures every predict (docs/usdt.md, "What the semaphore switches on").
 inline bool session_traced() { return MLPROF_USDT_ENABLED(session_begin); }
+/// True while a v2 tracer is attached (session_spans): the session's spans
+/// go to it at the end, in one piece.
+inline bool spans_traced() { return MLPROF_USDT_ENABLED(session_spans); }
 /// True while a tracer is attached to span_io: summaries are formatted once.
 inline bool io_traced() { return MLPROF_USDT_ENABLED(span_io); }
 

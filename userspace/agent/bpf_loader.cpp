@@ -200,6 +200,7 @@ struct BpfLoader::Impl {
   std::unique_ptr<mlprof_bpf, SkelDeleter> skel;
   std::vector<Link> sched_links;
   std::map<pid_t, std::vector<Link>> pid_links;
+  std::map<pid_t, int> contract;  // the USDT contract version each pid was attached with
   std::unique_ptr<ring_buffer, RingDeleter> ring;
   const char* variant = "";
   uint64_t records = 0;
@@ -224,6 +225,15 @@ struct BpfLoader::Impl {
     bpf_program* prog;
     const char* name;
   };
+  // Contract v2 (mlprof_usdt.h): the session's boundaries as they happen
+  // (threads to follow) and its spans in one hit at its end.
+  std::vector<Usdt> usdt_programs_v2() const {
+    auto& p = skel->progs;
+    return {{p.mlprof_session_begin, "session_begin"},
+            {p.mlprof_lane_begin, "lane_begin"},
+            {p.mlprof_session_spans, "session_spans"}};
+  }
+  // Contract v1: a probe per span (an extension without session_spans).
   std::vector<Usdt> usdt_programs() const {
     auto& p = skel->progs;
     return {{p.mlprof_session_begin, "session_begin"}, {p.mlprof_session_end, "session_end"},
@@ -327,7 +337,22 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
 Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
   if (attached(pid)) return Ok{};
   std::vector<Link> links;
-  for (const Impl::Usdt& u : impl_->usdt_programs()) {
+  // session_spans first: an extension that has it speaks v2, one without it
+  // (ENOENT: no such note in the file) v1, and gets the per-span probes.
+  int version = 2;
+  bool spans_attached = false;
+  if (bpf_link* link = bpf_program__attach_usdt(impl_->skel->progs.mlprof_session_spans, pid,
+                                                binary.c_str(), "mlprof", "session_spans", nullptr)) {
+    links.emplace_back(link);
+    spans_attached = true;
+  } else if (errno == ENOENT) {
+    version = 1;
+    take_last_warning();  // libbpf's "unable to find USDT" is the answer, not a failure
+  }
+  const auto programs = version == 2 ? impl_->usdt_programs_v2() : impl_->usdt_programs();
+  for (const Impl::Usdt& u : programs) {
+    if (spans_attached && std::string_view(u.name) == "session_spans") continue;  // attached above
+    // (not attached for another reason: tried again below, for its message)
     bpf_link* link =
         bpf_program__attach_usdt(u.prog, pid, binary.c_str(), "mlprof", u.name, nullptr);
     if (!link) {
@@ -351,13 +376,20 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
     links.emplace_back(link);
   }
   impl_->pid_links.emplace(pid, std::move(links));
+  impl_->contract[pid] = version;
   return Ok{};
+}
+
+int BpfLoader::contract(pid_t pid) const {
+  auto it = impl_->contract.find(pid);
+  return it == impl_->contract.end() ? 0 : it->second;
 }
 
 void BpfLoader::detach(pid_t pid) {
   auto it = impl_->pid_links.find(pid);
   if (it == impl_->pid_links.end()) return;
   impl_->pid_links.erase(it);  // uprobes removed: the kernel puts the semaphores back
+  impl_->contract.erase(pid);
   // Forget the process's threads, sessions and sent names: a later attach
   // starts clean (names are sent again), and no scheduler records keep
   // coming for a process that left the target set.

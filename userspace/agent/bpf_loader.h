@@ -55,6 +55,10 @@ class BpfLoader {
   // go back to 0 if it still runs. Unknown pid: no-op.
   void detach(pid_t pid);
   bool attached(pid_t pid) const;
+  // The USDT contract (mlprof_usdt.h) `pid` was attached with: 2, session
+  // delivery (session_spans); 1, an older extension's probe per span; 0 not attached.
+  int contract(pid_t pid) const;
+
 
   // Waits up to timeout_ms for records and hands each to on_record. Returns
   // the number consumed, or a negative errno (-EINTR on a signal). An

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -119,6 +120,13 @@ struct SessionState {
   uint64_t events = 0;
   bool ended = false;
   std::map<uint32_t, LaneState> lanes;  // by lane number (lane 0 began the session)
+  // Contract v2: the session_spans body as its pieces arrive (in order).
+  bool delivered = false;       // a piece arrived: the body, not span records, fills the lanes
+  bool body_gap = false;        // a piece is missing
+  uint32_t body_total = 0;
+  std::string body;
+  bool lane_dropped = false;    // the lanes carry their own dropped counts (the body's)
+  std::string trace_id, span_id;
 };
 
 struct FunctionName {
@@ -166,6 +174,8 @@ struct Joiner::State {
   void span(const mlprof_ev_span& r);
   void io(const mlprof_ev_io& r);
   void name(const mlprof_ev_name& r);
+  void chunk(const mlprof_ev_chunk& r);
+  void apply_body(SessionState& s);
   void off_cpu(const mlprof_ev_off_cpu& r);
   void thread(const mlprof_ev_thread& r, bool start);
 
@@ -289,6 +299,15 @@ void Joiner::State::record(const void* data, size_t size) {
       name(r);
       return;
     }
+    case MLPROF_EV_SPANS_CHUNK: {
+      // Large (4 KiB of data): read in place, past the header fields only.
+      if (size < offsetof(mlprof_ev_chunk, data)) break;
+      thread_local mlprof_ev_chunk r;
+      std::memcpy(&r, data, std::min(size, sizeof(r)));
+      if (r.bytes > sizeof(r.data) || offsetof(mlprof_ev_chunk, data) + r.bytes > size) break;
+      chunk(r);
+      return;
+    }
     case MLPROF_EV_OFF_CPU: {
       mlprof_ev_off_cpu r{};
       if (!as(r)) break;
@@ -401,7 +420,127 @@ void Joiner::State::session_end(const mlprof_ev_session& r) {
   s->end_ns = static_cast<int64_t>(r.h.ts_ns);
   s->last_ts = std::max(s->last_ts, s->end_ns);
   s->dropped = r.flags;
+  if (s->delivered && (s->body_gap || !s->body.empty())) {
+    // The final body did not arrive whole: the last whole one (a
+    // checkpoint's), or nothing, stands, flagged truncated.
+    ++stats.bodies_incomplete;
+    for (auto& [number, ls] : s->lanes) ls.lane.truncated = true;
+  }
   ended.emplace_back(r.h.tgid, r.session);
+}
+
+void Joiner::State::chunk(const mlprof_ev_chunk& r) {
+  SessionState* s = open_session(r.h.tgid, r.session, nullptr);
+  if (!s) {
+    ++stats.unmatched;
+    return;
+  }
+  s->delivered = true;
+  s->last_ts = std::max(s->last_ts, static_cast<int64_t>(r.h.ts_ns));
+  if (r.offset == 0) {  // a new body (a checkpoint's, or the final one): it replaces the last
+    s->body.clear();
+    s->body_gap = false;
+  }
+  if (s->body_gap) return;
+  if (r.offset != s->body.size() || r.total > MLPROF_SPANS_MAX_BYTES ||
+      r.offset + r.bytes > r.total) {
+    s->body_gap = true;  // a piece before this one was lost
+    return;
+  }
+  s->body_total = r.total;
+  s->body.append(reinterpret_cast<const char*>(r.data), r.bytes);
+  if (s->body.size() == s->body_total) apply_body(*s);
+}
+
+// The session_spans body (mlprof_usdt.h) into the session's lanes: the
+// extension's own events, so build_tree gives its tree. Every read is
+// bounds-checked; what does not fit stops the lane (flagged truncated).
+void Joiner::State::apply_body(SessionState& s) {
+  const std::string& b = s.body;
+  size_t at = 0;
+  auto read = [&](auto& out) {
+    if (b.size() - at < sizeof(out)) return false;
+    std::memcpy(&out, b.data() + at, sizeof(out));
+    at += sizeof(out);
+    return true;
+  };
+  mlprof_spans_head head{};
+  if (!read(head)) return;
+  if (head.version != MLPROF_USDT_VERSION) {
+    ++stats.bodies_unknown_version;
+    stats.unknown_version = std::max(stats.unknown_version, head.version);
+    s.body.clear();
+    return;
+  }
+  ++stats.bodies_applied;
+  // A later body (the final one after checkpoints) replaces what came before.
+  events_held -= std::min(events_held, s.events);
+  s.events = 0;
+  for (auto& [number, ls] : s.lanes) {
+    ls.lane.events.clear();
+    ls.lane.io.clear();
+  }
+  s.dropped = head.dropped;
+  s.lane_dropped = true;
+  s.trace_id = field(head.trace_id);
+  s.span_id = field(head.span_id);
+  for (uint32_t i = 0; i < head.lanes; ++i) {
+    mlprof_spans_lane ml{};
+    if (!read(ml)) break;
+    LaneState& ls = s.lanes[ml.lane];
+    Lane& lane = ls.lane;
+    ls.seen_begin = true;  // the body describes it whole
+    lane.pid = s.tgid;
+    lane.session = s.serial;
+    lane.native_tid = ml.native_tid;
+    lane.thread_id = ml.thread_ident;
+    lane.thread_name = field(ml.thread_name);
+    lane.task = ml.task;
+    lane.parent_lane = ml.parent_lane == MLPROF_NO_PARENT_LANE ? -1 : static_cast<int32_t>(ml.parent_lane);
+    lane.parent_call = ml.parent_call;
+    lane.dropped = ml.dropped;
+    lane.truncated = ml.truncated != 0;
+    lane.events.clear();
+    const size_t fit = (b.size() - at) / sizeof(mlprof_spans_event);
+    size_t n = std::min<size_t>(ml.events, fit);
+    if (n < ml.events) lane.truncated = true;
+    if (s.events + n > limits.max_events_per_session || events_held + n > limits.max_events_total) {
+      ++stats.events_over_cap;
+      n = std::min(limits.max_events_per_session - std::min(limits.max_events_per_session, s.events),
+                   limits.max_events_total - std::min(limits.max_events_total, events_held));
+      lane.truncated = true;
+    }
+    lane.events.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      mlprof_spans_event e{};
+      std::memcpy(&e, b.data() + at + k * sizeof(e), sizeof(e));
+      if (e.kind < static_cast<uint8_t>(EventKind::kCall) || e.kind > static_cast<uint8_t>(EventKind::kLabel)) {
+        ++stats.malformed;
+        lane.events.resize(k);
+        lane.truncated = true;
+        break;
+      }
+      lane.events[k] = make_event(static_cast<EventKind>(e.kind), e.ts_ns, e.id, e.flags);
+    }
+    at += std::min<size_t>(ml.events, fit) * sizeof(mlprof_spans_event);
+    s.events += lane.events.size();
+    events_held += lane.events.size();
+    for (uint32_t k = 0; k < ml.ios; ++k) {
+      mlprof_spans_io io{};
+      if (!read(io)) {
+        lane.truncated = true;
+        break;
+      }
+      IORecord rec;
+      rec.call = io.call;  // build_tree drops a record whose call is not a kCall of the lane
+      rec.role = io.role == MLPROF_IO_RETURN ? IORole::kReturn : IORole::kArgument;
+      rec.name = field(io.name);
+      rec.summary = parse_io_text(field(io.summary));
+      lane.io.push_back(std::move(rec));
+    }
+  }
+  s.body.clear();
+  s.body.shrink_to_fit();
 }
 
 void Joiner::State::lane_begin(const mlprof_ev_lane& r) {
@@ -600,7 +739,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   if (const std::string f = session_flags_text(s.flags); !f.empty()) p.meta["session_flags"] = f;
   if (truncated) p.meta["truncated"] = reason;
   if (s.dropped) p.meta["calls_dropped"] = std::to_string(s.dropped);
-
+  if (!s.trace_id.empty()) p.meta["trace_id"] = s.trace_id;
+  if (!s.span_id.empty()) p.meta["span_id"] = s.span_id;
   // Lanes in the contract's lane order; parent lanes mapped to indices.
   std::unordered_map<uint32_t, int32_t> index_of;
   for (auto& [number, ls] : s.lanes) {
@@ -663,7 +803,9 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   // session_end carries the dropped calls of all lanes together: exact for
   // one lane; with several, shown on the lane that marked a span (which keeps
   // build_tree from flagging top-level spans of lanes that lost nothing).
-  if (s.dropped && p.lanes.size() == 1)
+  if (s.lane_dropped) {
+    // Contract v2: each lane came with its own count.
+  } else if (s.dropped && p.lanes.size() == 1)
     p.lanes[0].dropped = s.dropped;
   else if (s.dropped && marked_lane >= 0)
     p.lanes[static_cast<size_t>(marked_lane)].dropped = s.dropped;

@@ -47,6 +47,16 @@ struct JoinerStats {
   uint64_t off_cpu_dropped = 0;
   // Open sessions closed early by max_open_sessions (also in sessions_truncated).
   uint64_t sessions_evicted = 0;
+  // session_spans bodies read (USDT contract v2): one per session, and one
+  // per checkpoint of a long session.
+  uint64_t bodies_applied = 0;
+  // A session whose final session_spans body lost a piece (ring full): its
+  // lanes keep the last whole body (a checkpoint's) or nothing, truncated.
+  uint64_t bodies_incomplete = 0;
+  // A session_spans body of a contract version this agent does not read (a
+  // newer extension): its spans are not shown. The newest such version.
+  uint64_t bodies_unknown_version = 0;
+  uint32_t unknown_version = 0;
 };
 
 // Bounds on what the joiner holds, so that a session that never ends or a

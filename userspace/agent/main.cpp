@@ -37,6 +37,7 @@
 #include "core/export.h"
 #include "core/file_io.h"
 #include "core/merge.h"
+#include "mlprof_usdt.h"
 
 namespace {
 
@@ -206,6 +207,13 @@ class Agent {
       std::string line = "attached to pid " + std::to_string(t.pid) + " (" + t.comm + ")";
       if (opts_.verbose > 0) line += ": " + t.binary;
       say(line);
+      if (loader_.contract(t.pid) == 1) {
+        say("pid " + std::to_string(t.pid) +
+            ": its mlflow_profiler is older (USDT contract v1, a probe per span, no session_spans): "
+            "capturing through the per-span probes, which cost the target a uprobe hit per span; "
+            "upgrade mlflow_profiler for session-level delivery (v" +
+            std::to_string(MLPROF_USDT_VERSION) + ")");
+      }
     }
   }
 

@@ -1,0 +1,218 @@
+// session_spans (USDT contract v2, bpf/mlprof_usdt.h): a stopped session's
+// lanes, serialized into one body, handed to a tracer by one probe hit.
+// Runs only while a tracer is attached to session_spans (the caller checks
+// the semaphore), once per session: its cost is a copy of the events (16
+// bytes each, the tick-to-ns mapping applied) and one walk for the ids.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "clock.h"
+#include "engine.h"
+#include "probes.h"
+
+namespace mlprof::probes {
+
+namespace {
+
+// Per id, the serial of the last session that listed it: an id is listed
+// once per session without a set. Grown to the registry's size on demand.
+std::vector<uint64_t> g_listed_function, g_listed_label;
+
+bool first_in_session(std::vector<uint64_t>& listed, uint32_t id, uint64_t serial) {
+  if (id >= listed.size()) listed.resize(std::max<size_t>(id + 1, listed.size() * 2), 0);
+  if (listed[id] == serial) return false;
+  listed[id] = serial;
+  return true;
+}
+
+void copy_text(char* out, size_t size, const std::string& text) {
+  const size_t n = std::min(size - 1, text.size());
+  std::memcpy(out, text.data(), n);
+  std::memset(out + n, 0, size - n);
+}
+
+template <typename T>
+T* append(std::string& body) {
+  const size_t at = body.size();
+  body.resize(at + sizeof(T));
+  return reinterpret_cast<T*>(body.data() + at);
+}
+
+}  // namespace
+
+void fire_session_spans(const Engine& engine, const FunctionTable& registry, const clock::Mapping& clk,
+                        uint32_t flags, bool final) {
+  const uint64_t serial = engine.serial();
+  const EngineOptions& opts = engine.options();
+  // One buffer per thread, reused: a session allocates nothing once warm.
+  thread_local std::string body;
+  thread_local std::vector<mlprof_spans_name> names;
+  body.clear();
+  names.clear();
+  body.reserve(4096);
+
+  {
+    mlprof_spans_head head{};
+    head.version = MLPROF_USDT_VERSION;
+    head.lanes = static_cast<uint32_t>(engine.lanes().size());
+    head.session = serial;
+    head.start_ns = engine.start_ns();
+    head.end_ns = engine.end_ns();
+    head.ceiling = opts.depth;
+    head.flags = flags;
+    for (const auto& lane : engine.lanes()) head.dropped += lane->out.dropped;
+    copy_text(head.trace_id, sizeof(head.trace_id), opts.trace_id);
+    copy_text(head.span_id, sizeof(head.span_id), opts.span_id);
+    std::memcpy(append<mlprof_spans_head>(body), &head, sizeof(head));
+  }
+
+  const StringTable& strings = registry.strings();
+  auto add_name = [&](uint32_t id, bool label) {
+    if (names.size() >= MLPROF_SPANS_MAX_NAMES) return;  // the agent names it "<function N>"
+    if (!first_in_session(label ? g_listed_label : g_listed_function, id, serial)) return;
+    mlprof_spans_name n{};
+    n.id = id;
+    n.is_label = label;
+    if (label) {
+      n.name = reinterpret_cast<uintptr_t>(strings.get(id).c_str());
+    } else {
+      const FunctionInfo& f = registry.get(id);
+      n.name = reinterpret_cast<uintptr_t>(strings.get(f.name).c_str());
+      n.module = reinterpret_cast<uintptr_t>(strings.get(f.module).c_str());
+      n.file = reinterpret_cast<uintptr_t>(strings.get(f.file).c_str());
+      n.line = f.line;
+    }
+    names.push_back(n);
+  };
+
+  bool cut = false;  // the body reached MLPROF_SPANS_MAX_BYTES: later lanes are empty
+  uint32_t lanes = 0;
+  for (const auto& lp : engine.lanes()) {
+    const Lane& out = lp->out;
+    const size_t room = MLPROF_SPANS_MAX_BYTES - std::min<size_t>(MLPROF_SPANS_MAX_BYTES,
+                                                                  body.size() + sizeof(mlprof_spans_lane));
+    size_t n_events = cut ? 0 : std::min(out.events.size(), room / sizeof(mlprof_spans_event));
+    size_t n_io = 0;
+    if (n_events == out.events.size() && !cut) {
+      const size_t left = room - n_events * sizeof(mlprof_spans_event);
+      n_io = std::min(out.io.size(), left / sizeof(mlprof_spans_io));
+    }
+    const bool truncated_here = n_events < out.events.size() || n_io < out.io.size();
+    if (body.size() + sizeof(mlprof_spans_lane) > MLPROF_SPANS_MAX_BYTES) break;  // not even its head fits
+    cut = cut || truncated_here;
+
+    mlprof_spans_lane lane{};
+    lane.lane = lp->index;
+    lane.parent_lane = out.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(out.parent_lane);
+    lane.parent_call = out.parent_call;
+    lane.task = out.task;
+    lane.thread_ident = lp->thread_id;
+    lane.native_tid = out.native_tid;
+    lane.dropped = out.dropped;
+    lane.events = static_cast<uint32_t>(n_events);
+    lane.ios = static_cast<uint32_t>(n_io);
+    lane.truncated = out.truncated || truncated_here;
+    copy_text(lane.thread_name, sizeof(lane.thread_name), out.thread_name);
+    std::memcpy(append<mlprof_spans_lane>(body), &lane, sizeof(lane));
+    ++lanes;
+
+    const size_t at = body.size();
+    body.resize(at + n_events * sizeof(mlprof_spans_event));
+    auto* ev = reinterpret_cast<mlprof_spans_event*>(body.data() + at);
+    for (size_t i = 0; i < n_events; ++i) {
+      const Event& e = out.events[i];
+      ev[i].ts_ns = clk.to_ns(e.ts_ns);
+      ev[i].id = e.id;
+      ev[i].kind = static_cast<uint8_t>(e.kind);
+      ev[i].flags = e.flags;
+      ev[i].reserved = 0;
+      if (e.kind == EventKind::kCall) add_name(e.id, false);
+      else if (e.kind == EventKind::kLabel) add_name(e.id, true);
+    }
+    for (size_t i = 0; i < n_io; ++i) {
+      const IORecord& r = out.io[i];
+      auto* io = append<mlprof_spans_io>(body);
+      io->call = r.call;
+      io->role = static_cast<uint32_t>(r.role);
+      copy_text(io->name, sizeof(io->name), r.name);
+      copy_text(io->summary, sizeof(io->summary), format_io(r.summary));
+    }
+  }
+  reinterpret_cast<mlprof_spans_head*>(body.data())->lanes = lanes;
+  MLPROF_USDT_SESSION_SPANS(serial, body.data(), body.size(), names.data(), names.size(), final ? 1 : 0);
+}
+
+// --- checkpoints: the spans of a long session before it ends -------------------
+//
+// A session's spans reach the tracer when it ends; a process killed in the
+// middle of one would take them along. So while session_spans is traced, a
+// thread of the extension's looks every 50 ms (without the GIL: one atomic
+// load) for a session open longer than MLPROF_CHECKPOINT_AFTER_NS, and only
+// then takes the GIL and sends each such session as it stands (final 0).
+// A predict of a few ms never wakes more than this thread.
+
+namespace {
+std::atomic<int> g_checkpoint_pid{0};        // the process whose thread runs (fork: the child starts its own)
+std::atomic<int64_t> g_oldest_open_ns{0};    // start of the oldest open traced session, 0: none
+int g_open_traced = 0;                       // open sessions counted (GIL held)
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+void checkpoint_loop() {
+  const int pid = getpid();
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_checkpoint_pid.load() != pid) return;
+    const int64_t oldest = g_oldest_open_ns.load(std::memory_order_relaxed);
+    if (!spans_traced() && oldest == 0) break;
+    if (oldest == 0 || clock::monotonic_ns() - oldest < MLPROF_CHECKPOINT_AFTER_NS) continue;
+    if (!Py_IsInitialized() || finalizing()) break;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    const int64_t now = clock::monotonic_ns();
+    int64_t still = 0;
+    for (Engine* e : collecting_engines()) {
+      if (!e->usdt_counted()) continue;
+      if (spans_traced()) e->usdt_checkpoint(now);
+      if (still == 0 || e->start_ns() < still) still = e->start_ns();
+    }
+    g_oldest_open_ns.store(still, std::memory_order_relaxed);
+    PyGILState_Release(gil);
+  }
+  int expected = pid;
+  g_checkpoint_pid.compare_exchange_strong(expected, 0);
+}
+}  // namespace
+
+void checkpoints_session_started(int64_t start_ns) {
+  if (g_open_traced++ == 0) g_oldest_open_ns.store(start_ns, std::memory_order_relaxed);
+  const int pid = getpid();
+  int running = g_checkpoint_pid.load();
+  if (running == pid) return;
+  if (!g_checkpoint_pid.compare_exchange_strong(running, pid)) return;
+  try {
+    std::thread(checkpoint_loop).detach();
+  } catch (const std::system_error&) {
+    g_checkpoint_pid.store(0);  // no thread: sessions still arrive whole at their end
+  }
+}
+
+void checkpoints_session_stopped() {
+  if (g_open_traced > 0 && --g_open_traced == 0) g_oldest_open_ns.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace mlprof::probes
