@@ -206,6 +206,15 @@ struct BpfLoader::Impl {
   uint64_t records = 0;
   const std::function<void(const void*, size_t)>* on_record = nullptr;
   std::exception_ptr callback_error;
+  // Records handed over in this poll(). libbpf's ring_buffer__poll returns
+  // only once the reader has caught up with the producers: a target that
+  // produces as fast as the agent reads kept it there for good, so the
+  // agent never collected a finished session (its memory grew with every
+  // one, bench/RESULTS.md) nor saw SIGTERM. A poll now stops after
+  // kMaxRecordsPerPoll records.
+  static constexpr uint64_t kMaxRecordsPerPoll = 1 << 16;
+  static constexpr int kBudgetSpent = -EXFULL;  // on_sample's "stop here", not an error
+  uint64_t taken = 0;
 
   static int on_sample(void* ctx, void* data, size_t size) {
     auto* self = static_cast<Impl*>(ctx);
@@ -218,7 +227,8 @@ struct BpfLoader::Impl {
       self->callback_error = std::current_exception();
       return -ECANCELED;
     }
-    return 0;
+    // libbpf has consumed this record before the callback: stopping loses nothing.
+    return ++self->taken >= kMaxRecordsPerPoll ? kBudgetSpent : 0;
   }
 
   struct Usdt {
@@ -410,11 +420,13 @@ int BpfLoader::poll(int timeout_ms,
                     const std::function<void(const void* data, size_t size)>& on_record) {
   impl_->on_record = &on_record;
   impl_->callback_error = nullptr;
+  impl_->taken = 0;
   int n = ring_buffer__poll(impl_->ring.get(), timeout_ms);
   // The programs wake the reader only every 1/16 of the ring (bpf/README.md):
   // records below that mark are read here, or a process that exits
   // mid-session would leave its last records unread.
   if (n == 0) n = ring_buffer__consume(impl_->ring.get());
+  if (n == Impl::kBudgetSpent) n = static_cast<int>(impl_->taken);  // more is waiting: the caller polls again
   impl_->on_record = nullptr;
   if (impl_->callback_error) std::rethrow_exception(std::exchange(impl_->callback_error, nullptr));
   return n;

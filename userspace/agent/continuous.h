@@ -45,8 +45,10 @@ struct ContinuousOptions {
   DutyCycle duty;
   // Spans held across the current period's sessions, at most: past it the
   // period is cut short and written out (one more item per workload), so
-  // memory does not grow with the load. About 200 bytes a span held.
-  uint64_t max_held_spans = 500'000;
+  // memory does not grow with the load. About 750 bytes a span at the
+  // rotation's peak (the sessions, then the combined profile and its
+  // document): 200,000 spans keep the agent near 230 MB (bench/RESULTS.md).
+  uint64_t max_held_spans = 200'000;
 };
 
 // What one rotation wrote (also the summary line's figures).

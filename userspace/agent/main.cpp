@@ -26,11 +26,14 @@
 #include <vector>
 
 #include "agent/bpf_loader.h"
+#include "agent/continuous.h"
 #include "agent/joiner.h"
 #include "agent/options.h"
 #include "agent/preflight.h"
 #include "agent/report.h"
 #include "agent/session_labels.h"
+#include "agent/sink.h"
+#include "agent/spool.h"
 #include "agent/store_sqlite.h"
 #include "agent/store_writer.h"
 #include "agent/targets.h"
@@ -73,6 +76,12 @@ void on_stop_signal(int signo) {
 int64_t now_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+int64_t unix_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
@@ -180,8 +189,32 @@ class Agent {
         report_(ReportOptions{opts.depth}),
         store_(store) {}
 
+  // --continuous: finished sessions go to the rotation, nothing else holds them.
+  void set_continuous(Continuous* c) { continuous_ = c; }
+
+  // The duty cycle: off detaches every target (their semaphores drop to 0,
+  // so they pay nothing) and ends the sessions the pause cuts; on attaches
+  // the current targets again, quietly.
+  void set_capture(bool on, const std::map<pid_t, Target>& targets) {
+    if (on == capturing_) return;
+    capturing_ = on;
+    if (!on) {
+      for (pid_t pid : attached_) loader_.detach(pid);
+      attached_.clear();
+      for (int i = 0; i < 64 && read_ring(0) > 0; ++i) {
+      }
+      joiner_.finish(now_ns());
+      collect(true);
+      return;
+    }
+    TargetFinder::Changes again;
+    for (const auto& [pid, t] : targets) again.started.push_back(t);
+    apply(again, true);
+  }
+  bool capturing() const { return capturing_; }
+
   // Attaches the targets that started and lets go of those that exited.
-  void apply(const TargetFinder::Changes& changes) {
+  void apply(const TargetFinder::Changes& changes, bool quiet = false) {
     const int64_t now = now_ns();
     for (pid_t pid : changes.exited) {
       joiner_.on_process_exit(static_cast<uint32_t>(pid), now);
@@ -191,7 +224,7 @@ class Agent {
       labels_.exited(pid, now);
     }
     for (const Target& t : changes.started) {
-      if (failed_.count(t.pid) != 0) continue;
+      if (failed_.count(t.pid) != 0 || !capturing_) continue;  // paused: attached when capture is on
       auto r = loader_.attach(t.pid, t.binary);
       if (!r) {
         failed_.insert(t.pid);
@@ -204,6 +237,7 @@ class Agent {
       }
       attached_.insert(t.pid);
       labels_.started(t.pid, t.labels);
+      if (quiet) continue;
       std::string line = "attached to pid " + std::to_string(t.pid) + " (" + t.comm + ")";
       if (opts_.verbose > 0) line += ": " + t.binary;
       say(line);
@@ -233,6 +267,10 @@ class Agent {
         all ? joiner_.take_finished() : joiner_.take_finished(now_ns() - kSettleNs);
     for (Profile& p : done) {
       labels_.label(p, now_ns());  // namespace, pod, container, node: where it ran
+      if (continuous_ != nullptr) {
+        continuous_->add(std::move(p));
+        continue;
+      }
       report_.add(p);
       if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
         stdout_broken_ = true;
@@ -306,6 +344,8 @@ class Agent {
   StoreWriter* store_;
   std::set<pid_t> attached_;
   std::set<pid_t> failed_;  // attach refused: not retried while the process lives
+  Continuous* continuous_ = nullptr;
+  bool capturing_ = true;  // false: the duty cycle's off time
   int poll_error_ = 0;
   bool stdout_broken_ = false;
 };
@@ -334,6 +374,30 @@ int run(int argc, char** argv) {
   // -o too: a directory that is missing or read-only is said now, not after the capture.
   if (!opts.output.empty()) {
     if (std::string m = output_unwritable(opts.output); !m.empty()) return fail(kExitError, m);
+  }
+  // --continuous: the sink and the spool before attaching too; the spool's
+  // thread starts now, delivering what a previous run left.
+  std::unique_ptr<Sink> sink;
+  std::unique_ptr<Spool> spool;
+  if (opts.continuous) {
+    auto s = open_sink(opts.sink);
+    if (!s) return fail(kExitError, "cannot use the sink " + opts.sink + ": " + s.error().message);
+    sink = std::move(s.value());
+    SpoolLimits limits;
+    limits.max_bytes = opts.spool_max_bytes;
+    Backoff backoff;
+    backoff.max_ms = opts.retry_max_ns / 1'000'000;
+    backoff.initial_ms = std::min<int64_t>(backoff.initial_ms, backoff.max_ms);
+    auto sp = Spool::open(opts.spool, limits, backoff);
+    if (!sp) return fail(kExitError, sp.error().message + " (--spool DIR chooses another)");
+    spool = std::move(sp.value());
+    const SpoolStats st = spool->stats();
+    if (st.resumed + st.corrupt > 0) {
+      say("spool " + spool->dir() + ": " + plural(st.resumed, "item", "items") +
+          " of a previous run to deliver" +
+          (st.corrupt > 0 ? ", " + std::to_string(st.corrupt) + " unreadable set aside in corrupt/" : ""));
+    }
+    spool->start(*sink);
   }
   SourceInfo source;
   source.type = "ebpf";
@@ -412,6 +476,21 @@ int run(int argc, char** argv) {
   }
   if (!opts.container.empty() || !opts.pod.empty() || opts.all) meta["node"] = node_name();
   Agent agent(opts, loader, std::move(meta), writer.get());
+  const DutyCycle duty{opts.duty_on_ns, opts.duty_period_ns};
+  int64_t profiled_ns = 0, on_since = unix_now_ns();  // the duty cycle's share, said at the end
+  std::unique_ptr<Continuous> continuous;
+  if (opts.continuous) {
+    ContinuousOptions copts;
+    copts.rotate_ns = opts.rotate_ns;
+    copts.labels = opts.labels;
+    copts.duty = duty;
+    const char* node = std::getenv("NODE_NAME");  // the DaemonSet's downward API
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    copts.node = node != nullptr && *node != '\0' ? node : host;
+    continuous = std::make_unique<Continuous>(copts, *spool, *sink, stdout, unix_now_ns());
+    agent.set_continuous(continuous.get());
+  }
 
   const int64_t start = now_ns();
   const int64_t deadline =
@@ -456,8 +535,19 @@ int run(int argc, char** argv) {
     }
     agent.collect(false);
     say_store_failure();
+    if (duty.enabled()) {
+      const int64_t unow = unix_now_ns();
+      if (const bool on = duty.on_at(unow); on != agent.capturing()) {
+        agent.set_capture(on, finder.current());
+        if (continuous) continuous->capture_changed(on, unow);
+        if (on) on_since = unow;
+        else profiled_ns += unow - on_since;
+      }
+    }
+    if (continuous) continuous->tick(unix_now_ns());
   }
   agent.finish();
+  if (agent.capturing()) profiled_ns += unix_now_ns() - on_since;
   const LoaderStats stats = loader.stats();
   loaded.value().reset();  // detach everything now: the targets' semaphores go back to 0
   agent.set_lost_events(stats.lost);
@@ -470,6 +560,29 @@ int run(int argc, char** argv) {
     say("stdout was closed: stopping");
   if (agent.poll_error() != 0)
     say(std::string("reading the ring buffer failed: ") + std::strerror(agent.poll_error()));
+  if (duty.enabled()) {
+    char line[160];
+    std::snprintf(line, sizeof line, "profiled %.0f s of %.0f s (%.0f%%, duty cycle %s)", profiled_ns / 1e9,
+                  (now_ns() - start) / 1e9, 100.0 * profiled_ns / std::max<int64_t>(now_ns() - start, 1),
+                  duty.text().c_str());
+    say(line);
+  }
+  if (continuous) {
+    // The partial period into the spool, then a bounded attempt to deliver;
+    // what is left stays in the spool for the next run.
+    continuous->finish(unix_now_ns());
+    constexpr int64_t kFlushMs = 10'000;
+    const bool empty = spool->flush(kFlushMs);
+    spool->stop();
+    const SpoolStats st = spool->stats();
+    std::string line = "stopped: delivered " + std::to_string(st.delivered) + ", spooled " +
+                       std::to_string(st.pending) + ", dropped " + std::to_string(st.dropped()) + "; sink " +
+                       sink->describe();
+    if (!empty) line += "; left in " + spool->dir() + " for the next run (" + st.last_error + ")";
+    write_stdout("mlprof-ebpf: " + line + "\n");
+    if (agent.poll_error() != 0) return kExitError;
+    return stats.lost > 0 ? kExitLost : kExitOk;
+  }
 
   int status = agent.poll_error() != 0 ? kExitError : kExitOk;
   // --pid processes that never loaded the extension, however the capture ended.

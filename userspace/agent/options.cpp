@@ -2,6 +2,7 @@
 
 #include <getopt.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +32,13 @@ enum LongOnly : int {
   kHelp,
   kVersion,
   kRingKb,
+  kContinuous,
+  kSink,
+  kSpool,
+  kRotate,
+  kSpoolMaxMb,
+  kDutyCycle,
+  kRetryMax,
   kPod,
   kHostRoot,
 };
@@ -51,6 +59,13 @@ constexpr option kLongOptions[] = {
     {"help", no_argument, nullptr, kHelp},
     {"version", no_argument, nullptr, kVersion},
     {"ring-kb", required_argument, nullptr, kRingKb},  // hidden: tests of lost events
+    {"continuous", no_argument, nullptr, kContinuous},
+    {"sink", required_argument, nullptr, kSink},
+    {"spool", required_argument, nullptr, kSpool},
+    {"rotate", required_argument, nullptr, kRotate},
+    {"spool-max-mb", required_argument, nullptr, kSpoolMaxMb},
+    {"duty-cycle", required_argument, nullptr, kDutyCycle},
+    {"retry-max", required_argument, nullptr, kRetryMax},
     {"pod", required_argument, nullptr, kPod},
     {"host-root", required_argument, nullptr, kHostRoot},
     {nullptr, 0, nullptr, 0},
@@ -99,6 +114,7 @@ std::string option_name(int c) {
 Result<Options> parse_options(int argc, char* const* argv) {
   Options opts;
   bool format_given = false;
+  std::string given_continuous_only;  // the first option that needs --continuous
   std::optional<ExportFormat> format;
 
   // getopt keeps global state: optind = 0 makes glibc start over (tests parse many times).
@@ -239,6 +255,56 @@ Result<Options> parse_options(int argc, char* const* argv) {
       case kVersion:
         opts.version = true;
         break;
+      case kContinuous:
+        opts.continuous = true;
+        break;
+      case kSink:
+        if (arg.empty()) {
+          return usage_error("--sink needs a URL: a directory, sqlite:///PATH, postgresql://... or "
+                             "http://MLFLOW:5000");
+        }
+        opts.sink = arg;
+        break;
+      case kSpool:
+        if (arg.empty()) return usage_error("--spool needs a directory, e.g. --spool /var/lib/mlprof/spool");
+        opts.spool = arg;
+        break;
+      case kRotate: {
+        auto ns = parse_duration_ns(arg);
+        if (!ns || *ns < 1'000'000'000) {
+          return usage_error("--rotate '" + arg + "' is not a period of at least 1 s: e.g. --rotate 60s or --rotate 5m");
+        }
+        opts.rotate_ns = *ns;
+        given_continuous_only = given_continuous_only.empty() ? "--rotate" : given_continuous_only;
+        break;
+      }
+      case kSpoolMaxMb: {
+        auto mb = parse_integer(arg, 1, 1 << 20);
+        if (!mb) return usage_error("--spool-max-mb '" + arg + "' is not a size in MiB: e.g. --spool-max-mb 256");
+        opts.spool_max_bytes = static_cast<uint64_t>(*mb) << 20;
+        given_continuous_only = given_continuous_only.empty() ? "--spool-max-mb" : given_continuous_only;
+        break;
+      }
+      case kRetryMax: {
+        auto ns = parse_duration_ns(arg);
+        if (!ns) return usage_error("--retry-max '" + arg + "' is not a duration: e.g. --retry-max 60s");
+        opts.retry_max_ns = *ns;
+        given_continuous_only = given_continuous_only.empty() ? "--retry-max" : given_continuous_only;
+        break;
+      }
+      case kDutyCycle: {
+        const size_t slash = arg.find('/');
+        auto on = slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(0, slash));
+        auto period = slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(slash + 1));
+        if (!on || !period || *on >= *period) {
+          return usage_error("--duty-cycle '" + arg +
+                             "' is not ON/PERIOD with ON shorter than PERIOD: e.g. --duty-cycle 10s/60s "
+                             "(capture on for 10 s of every minute)");
+        }
+        opts.duty_on_ns = *on;
+        opts.duty_period_ns = *period;
+        break;
+      }
       case kRingKb: {
         auto kb = parse_integer(arg, 4, 1 << 20);
         if (!kb || (*kb & (*kb - 1)) != 0) {
@@ -270,8 +336,25 @@ Result<Options> parse_options(int argc, char* const* argv) {
                        "': targets are chosen with --pid, --container, --pod, --cgroup or --all");
   }
   if (opts.help || opts.version) return opts;
-  if (!opts.labels.empty() && opts.store.empty()) {
-    return usage_error("--label labels the sources the agent adds to a store: give --store FILE too");
+  if (!opts.sink.empty() || opts.spool != Options{}.spool) {
+    given_continuous_only = given_continuous_only.empty() ? (opts.sink.empty() ? "--spool" : "--sink")
+                                                          : given_continuous_only;
+  }
+  if (!opts.continuous && !given_continuous_only.empty()) {
+    return usage_error(given_continuous_only + " belongs to the continuous agent: give --continuous --sink URL too");
+  }
+  if (opts.continuous) {
+    if (opts.sink.empty()) {
+      return usage_error("--continuous needs --sink URL: a directory, sqlite:///PATH, postgresql://... or "
+                         "http://MLFLOW:5000");
+    }
+    if (!opts.output.empty() || !opts.store.empty() || opts.stream || format_given) {
+      return usage_error("--continuous delivers to --sink every --rotate period: -o, --format, --store and "
+                         "--stream are for a single capture");
+    }
+  }
+  if (!opts.labels.empty() && opts.store.empty() && !opts.continuous) {
+    return usage_error("--label labels the sources the agent adds to a store: give --store FILE too (or --continuous --sink URL)");
   }
 
   const int kinds = (opts.pids.empty() ? 0 : 1) + (opts.container.empty() ? 0 : 1) +
@@ -314,6 +397,8 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
 std::string usage() {
   return R"(usage: mlprof-ebpf TARGET [--duration S] [-o FILE] [--format F] [--depth N] [--stream]
                    [--store STORE [--label KEY=VALUE]...] [-v]
+       mlprof-ebpf TARGET --continuous --sink URL [--rotate D] [--spool DIR] [--duty-cycle ON/P]
+                   [--label KEY=VALUE]...
 
 Profiles the predict() calls of Python processes that use mlflow_profiler
 from outside, with eBPF: the same span tree as in-process profiling, plus
@@ -341,6 +426,18 @@ TARGET (one kind):
                        created if need be) as one source of type ebpf when the agent stops;
                        with --stream, each session as it finishes (docs/store.md)
   --label KEY=VALUE    a label on those sources (repeatable): model, version, run_id ...
+  --continuous         the node agent: until SIGTERM, every --rotate period each workload's
+                       sessions (a pod's container, else a process) become one profile
+                       (.json.gz) delivered to --sink through an on-disk spool; one summary
+                       line per period on stdout (docs/ebpf.md, "Continuous mode")
+  --sink URL           DIR, sqlite:///PATH (or PATH.db), postgresql://..., http(s)://MLFLOW
+  --rotate D           the period (default 60s; 90, 90s, 5m, 1h)
+  --spool DIR          where items wait for the sink (default /var/lib/mlprof/spool)
+  --spool-max-mb N     the spool's bound (default 256); the oldest items go first
+  --retry-max D        the longest wait between deliveries to a sink that is down (default
+                       60s; from 1s, doubling, with jitter)
+  --duty-cycle ON/P    capture only for ON of every P (e.g. 10s/60s): the targets are
+                       detached, and pay nothing, the rest of the time
   -v                   progress on stderr (-vv: libbpf's messages too)
   --help, --version
 
@@ -351,6 +448,32 @@ opened, an add to it failed, -o's directory is not writable); 2 usage error;
 did not load mlflow_profiler in 30 s; 8 the host's pids are not visible
 (a container without hostPID / --pid=host). docs/ebpf.md, "Exit status".
 )";
+}
+
+std::optional<int64_t> parse_duration_ns(const std::string& text) {
+  size_t unit_at = text.size();
+  while (unit_at > 0 && std::isalpha(static_cast<unsigned char>(text[unit_at - 1]))) --unit_at;
+  const std::string number = text.substr(0, unit_at), unit = text.substr(unit_at);
+  if (number.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(number.c_str(), &end);
+  if (errno != 0 || end != number.c_str() + number.size() || !(v > 0)) return std::nullopt;
+  double scale;
+  if (unit.empty() || unit == "s") {
+    scale = 1e9;
+  } else if (unit == "ms") {
+    scale = 1e6;
+  } else if (unit == "m") {
+    scale = 60e9;
+  } else if (unit == "h") {
+    scale = 3600e9;
+  } else {
+    return std::nullopt;
+  }
+  const double ns = v * scale;
+  if (!(ns >= 1e6 && ns <= 1e18)) return std::nullopt;
+  return static_cast<int64_t>(ns);
 }
 
 std::string version_line() { return std::string("mlprof-ebpf ") + MLPROF_VERSION; }

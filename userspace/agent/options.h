@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,7 +37,19 @@ struct Options {
   // added to as a source of type ebpf: the whole capture at the end, or with
   // --stream each session as it finishes. "": none.
   std::string store;
-  std::map<std::string, std::string> labels;  // --label KEY=VALUE (repeatable; needs --store)
+  std::map<std::string, std::string> labels;  // --label KEY=VALUE (repeatable; needs --store or --sink)
+  // --continuous (continuous.h, docs/ebpf.md "Continuous mode"): every
+  // --rotate period, each workload's sessions go through the --spool
+  // directory to --sink, until SIGTERM (or --duration).
+  bool continuous = false;
+  std::string sink;                                // --sink URL (sink.h's forms)
+  std::string spool = "/var/lib/mlprof/spool";     // --spool DIR
+  int64_t rotate_ns = 60'000'000'000;              // --rotate DURATION
+  uint64_t spool_max_bytes = uint64_t{256} << 20;  // --spool-max-mb N
+  int64_t retry_max_ns = 60'000'000'000;           // --retry-max DURATION: the back-off's ceiling
+  // --duty-cycle ON/PERIOD: capture on for ON of every PERIOD (wall-clock
+  // aligned); 0/0: always on.
+  int64_t duty_on_ns = 0, duty_period_ns = 0;
   int verbose = 0;        // -v (repeatable): -v agent progress, -vv libbpf too
   size_t ring_bytes = 0;  // --ring-kb (hidden, for tests): 0 = the loader's default
   bool help = false;      // --help: print usage(), exit 0
@@ -49,6 +62,9 @@ struct Options {
 Result<Options> parse_options(int argc, char* const* argv);
 // Convenience for tests: {"--pid", "4"} (the program name is added).
 Result<Options> parse_options(const std::vector<std::string>& args);
+
+// "90", "90s", "1500ms", "5m", "1h" -> ns (1 ms to ~30 years); nullopt otherwise.
+std::optional<int64_t> parse_duration_ns(const std::string& text);
 
 // The --help text.
 std::string usage();
