@@ -363,6 +363,10 @@ TEST(K8sResolver, UnreadableStateFallsBackToLogs) {
   EXPECT_EQ(a->path(), "ml/scorer-6c5d8/model");
   EXPECT_EQ(b->path(), "search/ranker-7f9b4/ranker");
   EXPECT_EQ(a->source, "pod logs");
+  auto notes = r.take_notes();
+  ASSERT_EQ(notes.size(), 1u);  // the directory in config.json's place; a cut file is not news
+  EXPECT_NE(notes[0].find("cannot read the container runtime's state"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("Is a directory"), std::string::npos) << notes[0];
 }
 
 TEST(K8sResolver, MissesAreLookedUpAgainNextPass) {

@@ -319,10 +319,12 @@ std::optional<PodNames> PodResolver::from_runtime(const std::string& id) {
     int error = 0;
     auto text = read_small(file, &error);
     if (!text) {
-      if (error == EACCES || error == EPERM) {
+      // Missing is normal (another runtime, or none); anything else is said.
+      if (error != ENOENT && error != ENOTDIR) {
         note("denied:" + file.substr(0, file.find(id)),
              "cannot read the container runtime's state (" + file + ": " + std::strerror(error) +
-                 "): pod names come from /var/log/pods; run as root or mount it readable");
+                 "): pod names come from /var/log/pods where it has no answer; run as root and "
+                 "mount the runtime's state readable");
       }
       continue;
     }

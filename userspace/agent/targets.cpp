@@ -765,6 +765,7 @@ uint64_t inode_of(const std::string& path) {
 struct ProcStat {
   char state = '?';
   uint64_t start_time = 0;
+  uint64_t vsize = 0;  // field 23: changes when the process maps a library
 };
 std::optional<ProcStat> proc_stat(const std::string& proc, pid_t pid) {
   auto stat = read_text(proc + "/" + std::to_string(pid) + "/stat", 4096);
@@ -779,7 +780,9 @@ std::optional<ProcStat> proc_stat(const std::string& proc, pid_t pid) {
     if (pos == std::string::npos) return out;
     ++pos;
   }
-  out.start_time = std::strtoull(stat->c_str() + pos, nullptr, 10);
+  char* end = nullptr;
+  out.start_time = std::strtoull(stat->c_str() + pos, &end, 10);
+  if (end != nullptr && *end == ' ') out.vsize = std::strtoull(end + 1, nullptr, 10);
   return out;
 }
 
@@ -1006,14 +1009,16 @@ bool TargetFinder::selected(pid_t pid, const std::string& cgroup_text) {
   return false;
 }
 
-std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_text) {
+std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_text, bool* settled) {
+  *settled = false;
   const std::string dir = paths_.proc + "/" + std::to_string(pid);
   auto host_path = [&](const std::string& path) {
     return same_mount_ns(pid) ? path : dir + "/root" + path;
   };
   Target t;
   t.pid = pid;
-  if (auto maps = read_text(dir + "/maps")) {
+  auto maps = read_text(dir + "/maps");
+  if (maps) {
     if (auto ext = extension_in_maps(*maps)) {
       t.binary = host_path(*ext);
       t.extension = true;
@@ -1032,7 +1037,10 @@ std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_t
       if (!notes) return std::nullopt;  // unreadable now: looked at again at the next scan
       it = exe_notes_.emplace(key, notes.value()).first;
     }
-    if (!it->second) return std::nullopt;
+    if (!it->second) {
+      *settled = maps.has_value();  // no extension mapped, no notes: sure until its mappings change
+      return std::nullopt;
+    }
     char link[4096];
     const ssize_t n = ::readlink((dir + "/exe").c_str(), link, sizeof link - 1);
     if (n <= 0) return std::nullopt;
@@ -1086,13 +1094,20 @@ TargetFinder::Changes TargetFinder::rescan() {
     }
   }
   std::set<pid_t> seen;
+  std::map<pid_t, std::pair<uint64_t, uint64_t>> next_not_targets;
   for (pid_t pid : candidates) {
     const std::string dir = paths_.proc + "/" + std::to_string(pid);
-    auto cgroup_text = read_text(dir + "/cgroup");
-    // The cgroup rules a process out before its stat (and maps) are read.
-    if (cgroup_text && !selected(pid, *cgroup_text)) continue;
-    const auto stat = cgroup_text ? proc_stat(paths_.proc, pid) : std::nullopt;
-    if (!cgroup_text || !stat || stat->state == 'Z' || stat->state == 'X') {
+    // --pid and --all select without the cgroup: it is read only for a
+    // process probed. The others: the cgroup rules a process out before
+    // its stat (and maps) are read.
+    const bool by_cgroup = selection_.pids.empty() && !selection_.all;
+    std::optional<std::string> cgroup_text;
+    if (by_cgroup) {
+      cgroup_text = read_text(dir + "/cgroup");
+      if (cgroup_text && !selected(pid, *cgroup_text)) continue;
+    }
+    const auto stat = cgroup_text || !by_cgroup ? proc_stat(paths_.proc, pid) : std::nullopt;
+    if ((by_cgroup && !cgroup_text) || !stat || stat->state == 'Z' || stat->state == 'X') {
       if (!selection_.pids.empty()) {
         gone_pids_.insert(pid);
         waiting_pids_.erase(pid);
@@ -1110,9 +1125,28 @@ TargetFinder::Changes TargetFinder::rescan() {
       changes.exited.push_back(pid);
       current_.erase(have);
     }
-    auto target = probe(pid, *cgroup_text);
+    // A process found not to be a target, whose mappings have not changed
+    // since (same start time, same vsize: loading the extension grows it),
+    // is not read again: on a node of thousands of processes, --all would
+    // otherwise read every maps file every rescan.
+    const std::pair<uint64_t, uint64_t> mark{started, stat->vsize};
+    if (auto nt = not_targets_.find(pid); nt != not_targets_.end() && nt->second == mark) {
+      next_not_targets[pid] = mark;
+      continue;
+    }
+    if (!cgroup_text) cgroup_text = read_text(dir + "/cgroup");
+    if (!cgroup_text) {  // gone meanwhile
+      if (!selection_.pids.empty()) {
+        gone_pids_.insert(pid);
+        waiting_pids_.erase(pid);
+      }
+      continue;
+    }
+    bool settled = false;
+    auto target = probe(pid, *cgroup_text, &settled);
     if (!target) {
       if (!selection_.pids.empty()) waiting_pids_.insert(pid);
+      if (settled) next_not_targets[pid] = mark;
       continue;
     }
     waiting_pids_.erase(pid);
@@ -1130,6 +1164,7 @@ TargetFinder::Changes TargetFinder::rescan() {
     start_times_.erase(it->first);
     it = current_.erase(it);
   }
+  not_targets_.swap(next_not_targets);  // only processes that still exist
   return changes;
 }
 

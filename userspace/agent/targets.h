@@ -160,7 +160,9 @@ class TargetFinder {
 
  private:
   TargetFinder(TargetSelection selection, HostPaths paths);
-  std::optional<Target> probe(pid_t pid, const std::string& cgroup_text);
+  // nullopt: not a target; *settled then says the answer holds until the
+  // process's mappings change (false: something could not be read).
+  std::optional<Target> probe(pid_t pid, const std::string& cgroup_text, bool* settled);
   bool selected(pid_t pid, const std::string& cgroup_text);
   Result<Ok> check_pod();  // create()'s check of --pod
   std::map<std::string, std::string> labels_of(const std::string& cgroup_text);
@@ -175,6 +177,9 @@ class TargetFinder {
   std::map<pid_t, Target> current_;
   std::map<pid_t, uint64_t>
       start_times_;               // /proc/PID/stat starttime: a reused pid is a new process
+  // Processes found not to be targets, by (starttime, vsize) then: skipped
+  // by later rescans until either changes.
+  std::map<pid_t, std::pair<uint64_t, uint64_t>> not_targets_;
   std::set<pid_t> gone_pids_;     // --pid processes that exited
   std::set<pid_t> waiting_pids_;  // --pid processes without the extension
   // Executables already checked for USDT notes, by (device, inode).

@@ -1,0 +1,391 @@
+"""mlprof-ebpf --pod NAMESPACE/NAME[/CONTAINER] and the pod labels of --all,
+end to end: real autoprofiled Python processes placed (as root) into real
+cgroups laid out exactly as the kubelet lays them out, for both cgroup
+drivers, on the cgroup v2 mount and on a v1 hierarchy of this hybrid host:
+
+  systemd:  kubepods.slice/kubepods-burstable.slice/
+            kubepods-burstable-pod<uid with '_'>.slice/cri-containerd-<64 hex>.scope
+  cgroupfs: kubepods/besteffort/pod<uid>/<64 hex>   (v2, and v1 under pids/)
+
+beside the node state the agent reads for names, under a temporary host
+root (--host-root): containerd's task bundles
+(run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/config.json),
+CRI-O's (run/containers/storage/overlay-containers/<id>/userdata/config.json),
+the kubelet's pod log directories (var/log/pods/<ns>_<pod>_<uid>/<container>/)
+and its /var/log/containers links.
+
+No kubelet and no CRI runtime run here: the tests create the cgroups and
+write the state files themselves, in the formats containerd, CRI-O and the
+kubelet use (tests/fixtures/k8s/README.md says where each comes from). What
+this proves is the agent's side: from /proc/PID/cgroup and those files to
+the right processes and labels. The cgroups are removed at the end, also
+when a test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import time
+import uuid
+from typing import List, Optional
+
+import pytest
+
+from conftest import Document, require, run_agent
+
+NS = "mlprof-e2e"
+NODE = "e2e-node-1"
+
+
+def _mounts():
+    """(v2 mount, v1 pids mount or None) from /proc/self/mountinfo."""
+    v2 = v1_pids = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = right.split()
+            if not fields:
+                continue
+            if fields[0] == "cgroup2" and v2 is None:
+                v2 = left.split()[4]
+            elif fields[0] == "cgroup" and "pids" in fields[-1].split(","):
+                v1_pids = left.split()[4]
+    return v2, v1_pids
+
+
+class KubeNode:
+    """Pods as the kubelet makes them: cgroups, log directories, runtime state."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.v2, self.v1_pids = _mounts()
+        require(self.v2 is not None, "no cgroup v2 mount")
+        self.created: List[str] = []  # cgroup directories, in creation order
+
+    # -- state files ------------------------------------------------------------
+
+    def _write(self, rel: str, text: str) -> str:
+        path = os.path.join(self.root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def logs(self, ns: str, pod: str, uid: str, container: str, cid: str, restart: int = 0,
+             link: bool = True) -> None:
+        """The kubelet's var/log/pods/<ns>_<pod>_<uid>/<container>/<restart>.log and,
+        with `link`, its var/log/containers/<pod>_<ns>_<container>-<id>.log."""
+        log = self._write(f"var/log/pods/{ns}_{pod}_{uid}/{container}/{restart}.log", "")
+        if link:
+            os.makedirs(os.path.join(self.root, "var/log/containers"), exist_ok=True)
+            os.symlink(log, os.path.join(self.root, "var/log/containers", f"{pod}_{ns}_{container}-{cid}.log"))
+
+    def containerd_bundle(self, ns: str, pod: str, uid: str, container: str, cid: str) -> None:
+        """containerd's task bundle with the CRI plugin's annotations."""
+        spec = {"ociVersion": "1.1.0", "process": {"args": ["python"]}, "annotations": {
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.container-name": container,
+            "io.kubernetes.cri.sandbox-id": secrets.token_hex(32),
+            "io.kubernetes.cri.sandbox-name": pod,
+            "io.kubernetes.cri.sandbox-namespace": ns,
+            "io.kubernetes.cri.sandbox-uid": uid}}
+        self._write(f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}/config.json", json.dumps(spec))
+
+    def crio_state(self, ns: str, pod: str, uid: str, container: str, cid: str) -> None:
+        """CRI-O's saved spec, with the kubelet's labels as annotations."""
+        spec = {"ociVersion": "1.0.2-dev", "annotations": {
+            "io.kubernetes.cri-o.ContainerType": "container",
+            "io.kubernetes.container.name": container,
+            "io.kubernetes.pod.name": pod,
+            "io.kubernetes.pod.namespace": ns,
+            "io.kubernetes.pod.uid": uid}}
+        self._write(f"run/containers/storage/overlay-containers/{cid}/userdata/config.json", json.dumps(spec))
+
+    # -- cgroups ------------------------------------------------------------------
+
+    def cgroup(self, driver: str, uid: str, cid: str, v1: bool = False) -> str:
+        """Creates the container's cgroup (and its parents) as the kubelet's
+        driver names it; returns its directory."""
+        if driver == "systemd":
+            u = uid.replace("-", "_")
+            rel = ("kubepods.slice/kubepods-burstable.slice/"
+                   f"kubepods-burstable-pod{u}.slice/cri-containerd-{cid}.scope")
+        else:
+            rel = f"kubepods/besteffort/pod{uid}/{cid}"
+        base = self.v1_pids if v1 else self.v2
+        require(base is not None, "no v1 pids hierarchy on this host")
+        path = base
+        for part in rel.split("/"):
+            path = os.path.join(path, part)
+            if not os.path.isdir(path):
+                os.mkdir(path)
+                self.created.append(path)
+        return path
+
+    @staticmethod
+    def place(pid: int, cgroup: str) -> None:
+        """Moves process `pid` into `cgroup` (what the runtime does at start)."""
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+
+    def remove(self, cgroup: str) -> None:
+        """Removes one container cgroup (its processes already gone), as the runtime does."""
+        self._rmdir(cgroup)
+        if cgroup in self.created:
+            self.created.remove(cgroup)
+
+    @staticmethod
+    def _rmdir(path: str) -> None:
+        """rmdir, retried while the kernel still holds the cgroup (its last process exiting)."""
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                os.rmdir(path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def cleanup(self) -> None:
+        """Kills what is left in our cgroups (only our processes are put
+        there) and removes them, deepest first."""
+        for path in reversed(self.created):
+            try:
+                with open(os.path.join(path, "cgroup.procs")) as f:
+                    for pid in f.read().split():
+                        try:
+                            os.kill(int(pid), signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+            except FileNotFoundError:
+                continue
+        for path in reversed(self.created):
+            try:
+                self._rmdir(path)
+            except OSError:
+                pass  # a parent another run still uses (kubepods.slice): left as it is
+
+
+@pytest.fixture
+def node(tmp_path, agent_path):
+    """A KubeNode under a temporary host root; its cgroups removed at the end."""
+    n = KubeNode(str(tmp_path / "host"))
+    os.makedirs(n.root)
+    yield n
+    n.cleanup()
+
+
+def new_pod(prefix: str):
+    """A pod name unique to this run, and a pod uid."""
+    return f"{prefix}-{secrets.token_hex(3)}", str(uuid.uuid4())
+
+
+def agent_env() -> dict:
+    """The agent's environment, with the node name the DaemonSet's downward API gives."""
+    env = dict(os.environ)
+    env["NODE_NAME"] = NODE
+    return env
+
+
+def sleeper(cgroup: str) -> subprocess.Popen:
+    """A `sleep` placed in `cgroup`: a process of a pod that is not Python."""
+    p = subprocess.Popen(["sleep", "300"])
+    KubeNode.place(p.pid, cgroup)
+    return p
+
+
+def test_pods_by_name_both_drivers_v1_and_v2_and_all_labels_each_process(agent, python_target, node,
+                                                                          tmp_out):
+    # P1: systemd driver on v2, containerd state, two containers.
+    p1, uid1 = new_pod("scorer")
+    model_id, side_id = secrets.token_hex(32), secrets.token_hex(32)
+    for name, cid in (("model", model_id), ("sidecar", side_id)):
+        node.containerd_bundle(NS, p1, uid1, name, cid)
+        node.logs(NS, p1, uid1, name, cid)
+    # P2: cgroupfs driver on v2, names only from the pod's log directory.
+    p2, uid2 = new_pod("ranker")
+    b_id = secrets.token_hex(32)
+    node.logs(NS, p2, uid2, "main", b_id, link=False)
+    # P3: cgroupfs driver on the v1 pids hierarchy only, CRI-O state.
+    p3, uid3 = new_pod("worker")
+    c_id = secrets.token_hex(32)
+    node.crio_state(NS, p3, uid3, "worker", c_id)
+    node.logs(NS, p3, uid3, "worker", c_id)
+
+    a, s, b, c = (python_target() for _ in range(4))
+    node.place(a.pid, node.cgroup("systemd", uid1, model_id))
+    node.place(s.pid, node.cgroup("systemd", uid1, side_id))
+    node.place(b.pid, node.cgroup("cgroupfs", uid2, b_id))
+    node.place(c.pid, node.cgroup("cgroupfs", uid3, c_id, v1=True))
+    with open(f"/proc/{c.pid}/cgroup") as f:
+        assert f"pod{uid3}/{c_id}" in f.read()  # the pod is on a v1 line only
+
+    # The pod: both of its containers, nothing else.
+    out = tmp_out / "p1.json"
+    run = agent("--pod", f"{NS}/{p1}", "--host-root", node.root, "-o", str(out), env=agent_env())
+    run.wait_attached(a.pid)
+    run.wait_attached(s.pid)
+    a.ask("run nested 2")
+    s.ask("run nested 1")
+    result = run.stop()
+    assert result.returncode == 0, result.stderr
+    for other in (b.pid, c.pid):
+        assert f"attached to pid {other} " not in result.stderr
+    doc = Document(str(out))
+    assert len(doc.roots_of(a.pid)) == 2 and len(doc.roots_of(s.pid)) == 1
+    assert doc.roots_of(b.pid) == [] and doc.roots_of(c.pid) == []
+    assert (doc.meta["namespace"], doc.meta["pod"], doc.meta["node"]) == (NS, p1, NODE)
+    assert doc.meta["pod_uid"] == uid1
+    assert "container" not in doc.meta  # two containers: the document keeps what they share
+    assert doc.meta["pods"] == f"{NS}/{p1}/model={a.pid} {NS}/{p1}/sidecar={s.pid}"
+    assert result.stdout.splitlines()[0] == \
+        f"pods {NS}/{p1}/model (pid {a.pid}), {NS}/{p1}/sidecar (pid {s.pid}), node {NODE}"
+
+    # One container of it, its sessions' text headers naming it.
+    run = agent("--pod", f"{NS}/{p1}/sidecar", "--host-root", node.root, "--stream", env=agent_env())
+    run.wait_attached(s.pid)
+    s.ask("run nested 1")
+    result = run.stop()
+    assert f"attached to pid {a.pid} " not in result.stderr
+    assert re.search(rf"^pid {s.pid} session \d+ in pod {NS}/{p1}/sidecar: ", result.stdout, re.M), result.stdout
+
+    # cgroupfs on v2 with names from /var/log/pods, and v1 with CRI-O's state.
+    for target, pod, container, cid in ((b, p2, "main", b_id), (c, p3, "worker", c_id)):
+        out = tmp_out / f"{pod}.json"
+        run = agent("--pod", f"{NS}/{pod}", "--host-root", node.root, "-o", str(out), env=agent_env())
+        run.wait_attached(target.pid)
+        target.ask("run nested 1")
+        result = run.stop()
+        assert result.returncode == 0, result.stderr
+        meta = Document(str(out)).meta
+        assert (meta["namespace"], meta["pod"], meta["container"]) == (NS, pod, container)
+        assert meta["container_id"] == cid and meta["node"] == NODE
+
+    # --all: every process its own pod (other processes on this host are
+    # not looked at: only ours are asserted on).
+    out = tmp_out / "all.json"
+    run = agent("--all", "--host-root", node.root, "--stream", "-o", str(out), env=agent_env())
+    for t in (a, s, b, c):
+        run.wait_attached(t.pid)
+    for t in (a, s, b, c):
+        t.ask("run nested 1")
+    result = run.stop()
+    for t, path in ((a, f"{NS}/{p1}/model"), (s, f"{NS}/{p1}/sidecar"), (b, f"{NS}/{p2}/main"),
+                    (c, f"{NS}/{p3}/worker")):
+        assert re.search(rf"^pid {t.pid} session \d+ in pod {path}: ", result.stdout, re.M), result.stdout
+        assert f"{path}={t.pid}" in Document(str(out)).meta["pods"].split()
+
+
+def test_a_name_matching_nothing_or_several_lists_the_candidates(agent_path, node):
+    dup, uid_old = new_pod("trainer")
+    uid_new = str(uuid.uuid4())
+    procs = []
+    try:
+        for uid in (uid_old, uid_new):  # the pod recreated while the old one still runs
+            cid = secrets.token_hex(32)
+            node.logs(NS, dup, uid, "train", cid)
+            procs.append(sleeper(node.cgroup("cgroupfs", uid, cid)))
+        env = agent_env()
+        r = run_agent(agent_path, "--pod", f"{NS}/nothing-here", "--host-root", node.root, env=env)
+        assert r.returncode == 4, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"pod '{NS}/nothing-here' not found on this node; pods with processes here: " in r.stderr
+        assert f"{NS}/{dup} (train)" in r.stderr
+
+        r = run_agent(agent_path, "--pod", f"{NS}/{dup}", "--host-root", node.root, env=env)
+        assert r.returncode == 4, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"pod '{NS}/{dup}' matches 2 pods on this node" in r.stderr
+        assert f"uid {uid_old} (cgroup /kubepods/besteffort/pod{uid_old})" in r.stderr
+        assert f"uid {uid_new}" in r.stderr
+
+        gone = procs.pop()  # one of the two pods ends: one pod left, but no such container
+        gone.kill()
+        gone.wait()
+        r = run_agent(agent_path, "--pod", f"{NS}/{dup}/serve", "--host-root", node.root, env=env)
+        assert r.returncode == 4, r.stderr
+        assert f"pod {NS}/{dup} has no container 'serve' with processes on this node; its containers: train" \
+            in r.stderr
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_runtime_state_missing_or_unreadable_names_from_pod_logs(agent, python_target, node, tmp_out,
+                                                                  tmp_path):
+    pod, uid = new_pod("scorer")
+    cid, side = secrets.token_hex(32), secrets.token_hex(32)
+    target = python_target()
+    node.place(target.pid, node.cgroup("systemd", uid, cid))
+    # The pod has two containers: only the kubelet's link says which one this is.
+    node.logs(NS, pod, uid, "model", cid)
+    node.logs(NS, pod, uid, "sidecar", side)
+
+    # No runtime state at all under the host root.
+    out = tmp_out / "missing.json"
+    run = agent("--pod", f"{NS}/{pod}/model", "--host-root", node.root, "-o", str(out), env=agent_env())
+    run.wait_attached(target.pid)
+    target.ask("run nested 1")
+    result = run.stop()
+    assert result.returncode == 0, result.stderr
+    assert f"no containerd or CRI-O state under {node.root}/run" in result.stderr
+    assert f"pod names come from {node.root}/var/log/pods" in result.stderr
+    meta = Document(str(out)).meta
+    assert (meta["pod"], meta["container"]) == (pod, "model")
+
+    # Unreadable: root reads through mode bits, so containerd's config.json
+    # is cut off mid-write and CRI-O's is a directory (read() fails).
+    full = json.dumps({"annotations": {"io.kubernetes.cri.sandbox-name": "wrong"}})
+    node._write(f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}/config.json", full[:25])
+    os.makedirs(os.path.join(node.root, f"run/containers/storage/overlay-containers/{cid}/userdata/config.json"))
+    out = tmp_out / "unreadable.json"
+    run = agent("--pod", f"{NS}/{pod}", "--host-root", node.root, "-o", str(out), env=agent_env())
+    run.wait_attached(target.pid)
+    target.ask("run nested 1")
+    result = run.stop()
+    assert result.returncode == 0, result.stderr
+    assert "cannot read the container runtime's state" in result.stderr
+    assert "Is a directory" in result.stderr
+    meta = Document(str(out)).meta
+    assert (meta["pod"], meta["container"]) == (pod, "model")
+
+
+def test_a_restarted_container_is_followed(agent, python_target, node, tmp_out):
+    pod, uid = new_pod("scorer")
+    first = secrets.token_hex(32)
+    node.containerd_bundle(NS, pod, uid, "model", first)
+    node.logs(NS, pod, uid, "model", first)
+    old = python_target()
+    old_cgroup = node.cgroup("systemd", uid, first)
+    node.place(old.pid, old_cgroup)
+
+    out = tmp_out / "restart.json"
+    run = agent("--pod", f"{NS}/{pod}", "--host-root", node.root, "-o", str(out), env=agent_env())
+    run.wait_attached(old.pid)
+    old.ask("run nested 1")
+    old.close()  # the container's process exits ...
+    run.wait_for(f"pid {old.pid} exited")
+    node.remove(old_cgroup)
+    # ... and the kubelet starts the container again: a new id and cgroup in the same pod.
+    second = secrets.token_hex(32)
+    node.containerd_bundle(NS, pod, uid, "model", second)
+    node.logs(NS, pod, uid, "model", second, restart=1)
+    new = python_target()
+    node.place(new.pid, node.cgroup("systemd", uid, second))
+    run.wait_attached(new.pid)
+    new.ask("run nested 2")
+    result = run.stop()
+    assert result.returncode == 0, result.stderr
+    doc = Document(str(out))
+    assert len(doc.roots_of(old.pid)) == 1 and len(doc.roots_of(new.pid)) == 2
+    assert (doc.meta["pod"], doc.meta["container"], doc.meta["pod_uid"]) == (pod, "model", uid)
+    assert "container_id" not in doc.meta  # two container ids: the document keeps what they share
