@@ -61,7 +61,7 @@ struct {
 } events SEC(".maps");
 
 #define FOLLOW_SESSION 0x1 /* in session `session` of its process */
-#define FOLLOW_CHILD 0x2   /* started by a followed thread: until it exits */
+#define FOLLOW_CHILD 0x2   /* started by a followed thread: until its last switch-out */
 
 struct thread_state {
 	__u64 pstart;   /* the process's start time (pid reuse) */
@@ -74,6 +74,9 @@ struct thread_state {
 	__u32 waker_tgid;
 	__u32 prev_state;
 	__u32 blocked;
+	__s32 syscall;    /* the syscall it blocked in, -1 none */
+	__u32 waker_kind; /* enum mlprof_waker_kind */
+	char waker_comm[16];
 };
 
 struct {
@@ -566,6 +569,113 @@ int BPF_USDT(mlprof_session_spans, __u64 session, __u64 body, __u64 body_bytes, 
 
 /* ---- scheduler and thread lifetime (followed threads only) -------------- */
 
+#define MLPROF_TASK_DEAD 0x80 /* TASK_DEAD: the state of a task's final switch-out */
+#define MLPROF_ENOSYS 38
+
+/* What is running now on this CPU besides the current task: timer callbacks
+ * (hrtimer_expire_*, timer_expire_*), softirqs and device interrupt handlers
+ * (irq:*), counted by their tracepoints. A wakeup from one of them is not
+ * the doing of the task it interrupted (the CPU hog, the idle task).
+ * Tracepoints, not the preempt count: the per-CPU __preempt_count (and
+ * pcpu_hot on v6.2 to v6.14) is a typed ksym the kernel resolves through
+ * kallsyms, which lists per-CPU variables only with CONFIG_KALLSYMS_ALL (not
+ * on this 6.18 kernel: the load fails). Counts, not flags: a hard IRQ or an
+ * hrtimer can interrupt a softirq's timer callback. */
+struct irq_depth {
+	__u32 hrtimer;
+	__u32 wheel;
+	__u32 softirq;
+	__u32 hardirq;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct irq_depth);
+} in_irq SEC(".maps");
+
+static __always_inline __u32 waker_kind(void)
+{
+	__u32 zero = 0;
+	struct irq_depth *d = bpf_map_lookup_elem(&in_irq, &zero);
+
+	if (!d)
+		return MLPROF_WAKER_TASK;
+	if (d->hrtimer) /* hard-IRQ context, above any softirq it interrupted */
+		return MLPROF_WAKER_TIMER;
+	if (d->hardirq)
+		return MLPROF_WAKER_HARDIRQ;
+	if (d->wheel)
+		return MLPROF_WAKER_TIMER;
+	if (d->softirq)
+		return MLPROF_WAKER_SOFTIRQ;
+	return MLPROF_WAKER_TASK;
+}
+
+#define IRQ_HRTIMER 0
+#define IRQ_WHEEL 1
+#define IRQ_SOFTIRQ 2
+#define IRQ_HARDIRQ 3
+
+static __always_inline int irq_mark(int which, int delta)
+{
+	__u32 zero = 0;
+	struct irq_depth *d = bpf_map_lookup_elem(&in_irq, &zero);
+
+	if (!d)
+		return 0;
+	__u32 *c = which == IRQ_HRTIMER ? &d->hrtimer
+		   : which == IRQ_WHEEL ? &d->wheel
+		   : which == IRQ_SOFTIRQ ? &d->softirq
+					  : &d->hardirq;
+
+	if (delta > 0)
+		*c += 1;
+	else if (*c) /* an exit whose entry came before the attach */
+		*c -= 1;
+	return 0;
+}
+
+/* The syscall the current task (prev, at sched_switch) is in: the number its
+ * entry saved in pt_regs->orig_ax while ax still holds -ENOSYS (the entry code
+ * sets it so; a fault or interrupt from user mode leaves the user's ax there
+ * and an error code or vector in orig_ax). -1: not in a syscall, or a kernel
+ * without bpf_task_pt_regs (v5.15), or not x86-64. */
+static __always_inline __s32 current_syscall(void)
+{
+#if defined(__TARGET_ARCH_x86)
+	if (!bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs))
+		return -1;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	long ax = BPF_CORE_READ(regs, ax);
+	long orig = BPF_CORE_READ(regs, orig_ax);
+
+	if (ax != -MLPROF_ENOSYS || orig < 0 || orig > 0xffff)
+		return -1;
+	return (__s32)orig;
+#else
+	return -1;
+#endif
+}
+
+/* The final switch-out of a dead followed thread: the end of its following
+ * (sched_process_exit comes earlier, and the thread can still be preempted
+ * on its way out: that run-queue wait is its own). */
+static __always_inline void on_last_switch(struct task_struct *prev, __u32 tid, struct thread_state *st)
+{
+	struct mlprof_ev_thread *e = reserve(sizeof(*e));
+
+	if (e) {
+		fill_header(&e->h, MLPROF_EV_THREAD_EXIT, bpf_ktime_get_ns(), st->tgid, tid);
+		e->parent_tid = 0;
+		e->exit_code = (__u32)BPF_CORE_READ(prev, exit_code);
+		BPF_CORE_READ_STR_INTO(&e->comm, prev, comm);
+		bpf_ringbuf_submit(e, batched(sizeof(*e)));
+	}
+	bpf_map_delete_elem(&followed, &tid);
+}
+
 /* prev_tid/next_tid come from the wrappers: tp_btf reads them with plain
  * loads (BTF pointers), raw_tp with BPF_CORE_READ; this runs ~100k times a
  * second on a busy machine, for every thread, so a helper call counts. */
@@ -581,13 +691,20 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 		 * preempted or yielded and stays runnable: all run-queue wait. */
 		__u32 state = mlprof_switch_prev_state(ctx, prev);
 
-		now = bpf_ktime_get_ns();
-		st->off_start = now;
-		st->prev_state = state;
-		st->blocked = !preempt && state != 0;
-		st->wake_ns = st->blocked ? 0 : now;
-		st->waker_tid = 0;
-		st->waker_tgid = 0;
+		if (state & MLPROF_TASK_DEAD) {
+			on_last_switch(prev, prev_tid, st);
+		} else {
+			now = bpf_ktime_get_ns();
+			st->off_start = now;
+			st->prev_state = state;
+			st->blocked = !preempt && state != 0;
+			st->wake_ns = st->blocked ? 0 : now;
+			st->waker_tid = 0;
+			st->waker_tgid = 0;
+			st->waker_kind = MLPROF_WAKER_TASK;
+			st->waker_comm[0] = 0;
+			st->syscall = st->blocked ? current_syscall() : -1;
+		}
 	}
 
 	st = next_tid ? lookup_followed(next_tid) : NULL;
@@ -605,6 +722,9 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 		e->waker_tgid = st->waker_tgid;
 		e->prev_state = st->prev_state;
 		e->blocked = st->blocked;
+		e->syscall = st->syscall;
+		e->waker_kind = st->waker_kind;
+		__builtin_memcpy(e->waker_comm, st->waker_comm, sizeof(e->waker_comm));
 		bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	}
 	st->off_start = 0;
@@ -613,8 +733,10 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 
 /* sched_waking, not sched_wakeup: it always runs in the waker's context
  * (sched_wakeup may run on the target CPU, from an IPI), so the current task
- * is the waker. A timer wakeup's "waker" is the task the interrupt hit,
- * often the idle task (tid 0). */
+ * is the waker, unless an interrupt is running: then the current task is
+ * whatever the interrupt hit (often the idle task, tid 0) and the waker is
+ * the interrupt (waker_kind). The waker's comm is read now: a thread renamed
+ * since it started is named by its current name. */
 static __always_inline int on_waking(__u32 tid)
 {
 	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
@@ -626,6 +748,9 @@ static __always_inline int on_waking(__u32 tid)
 	st->wake_ns = bpf_ktime_get_ns();
 	st->waker_tid = (__u32)pid_tgid;
 	st->waker_tgid = pid_tgid >> 32;
+	st->waker_kind = waker_kind();
+	if (bpf_get_current_comm(st->waker_comm, sizeof(st->waker_comm)))
+		st->waker_comm[0] = 0;
 	return 0;
 }
 
@@ -648,6 +773,10 @@ static __always_inline int on_wakeup_new(struct task_struct *p)
 	st->waker_tgid = pid_tgid >> 32;
 	st->prev_state = 0;
 	st->blocked = 0;
+	st->syscall = -1;
+	st->waker_kind = MLPROF_WAKER_TASK;
+	if (bpf_get_current_comm(st->waker_comm, sizeof(st->waker_comm)))
+		st->waker_comm[0] = 0;
 	return 0;
 }
 
@@ -671,6 +800,7 @@ static __always_inline int on_fork(struct task_struct *parent, struct task_struc
 	ns.tgid = child_tgid;
 	ns.session = pst->session;
 	ns.flags = FOLLOW_CHILD;
+	ns.syscall = -1;
 	bpf_map_update_elem(&followed, &child_tid, &ns, BPF_ANY);
 
 	struct mlprof_ev_thread *e = reserve(sizeof(*e));
@@ -685,24 +815,17 @@ static __always_inline int on_fork(struct task_struct *parent, struct task_struc
 	return 0;
 }
 
-/* Runs in the exiting thread, for every thread (the process's last one too). */
+/* Runs in the exiting thread, for every thread (the process's last one too).
+ * The thread stays followed until its final switch-out (on_last_switch),
+ * which ships THREAD_EXIT: its way out from here can still be preempted.
+ * A thread followed only for a session that has ended is dropped here, so an
+ * entry outlives its thread only when that final switch is never seen (the
+ * programs detached in between); a new thread with the tid replaces it. */
 static __always_inline int on_exit(struct task_struct *p)
 {
 	__u32 tid = BPF_CORE_READ(p, pid);
-	struct thread_state *st = lookup_followed(tid);
 
-	if (!st)
-		return 0;
-	struct mlprof_ev_thread *e = reserve(sizeof(*e));
-
-	if (e) {
-		fill_header(&e->h, MLPROF_EV_THREAD_EXIT, bpf_ktime_get_ns(), st->tgid, tid);
-		e->parent_tid = 0;
-		e->exit_code = (__u32)BPF_CORE_READ(p, exit_code);
-		BPF_CORE_READ_STR_INTO(&e->comm, p, comm);
-		bpf_ringbuf_submit(e, batched(sizeof(*e)));
-	}
-	bpf_map_delete_elem(&followed, &tid);
+	lookup_followed(tid);
 	return 0;
 }
 
@@ -766,4 +889,54 @@ SEC("raw_tp/sched_process_exit")
 int BPF_PROG(sched_process_exit_raw, struct task_struct *p)
 {
 	return on_exit(p);
+}
+
+/* Interrupt context (waker_kind): raw_tp in both variants, they read no
+ * argument. */
+SEC("raw_tp/hrtimer_expire_entry")
+int BPF_PROG(hrtimer_expire_entry_raw)
+{
+	return irq_mark(IRQ_HRTIMER, 1);
+}
+
+SEC("raw_tp/hrtimer_expire_exit")
+int BPF_PROG(hrtimer_expire_exit_raw)
+{
+	return irq_mark(IRQ_HRTIMER, -1);
+}
+
+SEC("raw_tp/timer_expire_entry")
+int BPF_PROG(timer_expire_entry_raw)
+{
+	return irq_mark(IRQ_WHEEL, 1);
+}
+
+SEC("raw_tp/timer_expire_exit")
+int BPF_PROG(timer_expire_exit_raw)
+{
+	return irq_mark(IRQ_WHEEL, -1);
+}
+
+SEC("raw_tp/softirq_entry")
+int BPF_PROG(softirq_entry_raw)
+{
+	return irq_mark(IRQ_SOFTIRQ, 1);
+}
+
+SEC("raw_tp/softirq_exit")
+int BPF_PROG(softirq_exit_raw)
+{
+	return irq_mark(IRQ_SOFTIRQ, -1);
+}
+
+SEC("raw_tp/irq_handler_entry")
+int BPF_PROG(irq_handler_entry_raw)
+{
+	return irq_mark(IRQ_HARDIRQ, 1);
+}
+
+SEC("raw_tp/irq_handler_exit")
+int BPF_PROG(irq_handler_exit_raw)
+{
+	return irq_mark(IRQ_HARDIRQ, -1);
 }

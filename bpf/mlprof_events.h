@@ -108,6 +108,16 @@ struct mlprof_ev_chunk {
   __u8 data[MLPROF_CHUNK_BYTES];
 };
 
+/* Who made a sleeping thread runnable (mlprof_ev_off_cpu.waker_kind): a
+ * task, or an interrupt that ran on top of whatever task it hit (that task
+ * is then not the waker). */
+enum mlprof_waker_kind {
+  MLPROF_WAKER_TASK = 0,    /* waker_tid/waker_comm: the waking task */
+  MLPROF_WAKER_TIMER = 1,   /* an hrtimer or timer-wheel callback (sleep, timeouts) */
+  MLPROF_WAKER_SOFTIRQ = 2, /* softirq context (network receive, RCU, ...) */
+  MLPROF_WAKER_HARDIRQ = 3, /* a device interrupt's handler (irq_handler_entry/exit) */
+};
+
 /* MLPROF_EV_OFF_CPU: thread h.tid was off the CPU from start_ns to h.ts_ns
  * (switched back in). blocked: it went to sleep (prev_state != running) and
  * was made runnable at wake_ns by waker_tid; the run-queue wait is
@@ -118,10 +128,13 @@ struct mlprof_ev_off_cpu {
   struct mlprof_ev_header h;
   __u64 start_ns;
   __u64 wake_ns;
-  __u32 waker_tid;
+  __u32 waker_tid;  /* the task current at the wakeup (for an interrupt: the one it hit) */
   __u32 waker_tgid;
   __u32 prev_state; /* the task state at switch-out (TASK_* bits) */
   __u32 blocked;
+  __s32 syscall;    /* blocked: the syscall it slept in (the kernel's number), -1 none or unknown */
+  __u32 waker_kind; /* enum mlprof_waker_kind */
+  char waker_comm[16]; /* the waker's comm at the wakeup (task kind only) */
 };
 
 /* MLPROF_EV_THREAD_START (h.tid: the new thread, parent_tid: the creator) and

@@ -23,7 +23,8 @@ namespace mlprof::test {
 // - tid 6000 ("helper", no lane), started by 4242 at 11'200 under "my label":
 //   asleep 11'250..11'300, woken by 4242, on at 11'350 (my label: off 100).
 // predict: off 3'000 = blocked 2'250 + runq 750; 3 voluntary switches and 1
-// involuntary; top waker 4242 (1'550 ns); on-CPU 17'999 - 1'300 = 16'699.
+// involuntary; of its own thread (4242): off 1'300 = blocked 700 + runq 600,
+// top waker 5000 (700 ns); on-CPU 17'999 - 1'300 = 16'699.
 inline OffCpuInterval fixture_interval(uint64_t tid, int64_t start, int64_t wake, int64_t end,
                                        bool blocked, uint64_t waker) {
   OffCpuInterval iv;

@@ -565,6 +565,57 @@ Profile small_session(int64_t t0 = 1000) {
   return p;
 }
 
+TEST(Joiner, OffCpuRecordsCarryTheWakersNameAndKindAndTheSyscall) {
+  const Profile want = small_session();
+  Process proc;
+  Joiner j;
+  std::vector<Rec> recs = records_of(want, proc, 1);
+  Rec end = recs.back();
+  recs.pop_back();
+  // read() sleeps in futex (S), woken by thread 105 whose comm is then
+  // "renamed-waker"; then a sleep ended by a timer (the record's waker_tid is
+  // the task the interrupt hit), and a kind past the known ones.
+  mlprof_ev_off_cpu r{};
+  std::memcpy(&r, off_cpu_rec(100, 100, 5000, 25000, true, 23000, 105).bytes.data(), sizeof(r));
+  r.syscall = 202;
+  r.waker_kind = MLPROF_WAKER_TASK;
+  std::memcpy(r.waker_comm, "renamed-waker", 14);
+  recs.push_back(rec_of(r));
+  r.h = header(MLPROF_EV_OFF_CPU, 100, 100, 29000);
+  r.start_ns = 26000;
+  r.wake_ns = 28000;
+  r.waker_tid = 31337;
+  r.waker_kind = MLPROF_WAKER_TIMER;
+  recs.push_back(rec_of(r));
+  r.h = header(MLPROF_EV_OFF_CPU, 100, 100, 30500);
+  r.start_ns = 30000;
+  r.wake_ns = 30100;
+  r.waker_kind = 77;
+  r.syscall = -5;
+  recs.push_back(rec_of(r));
+  recs.push_back(end);
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const auto& iv = got[0].kernel.off_cpu;
+  ASSERT_EQ(iv.size(), 3u);
+  EXPECT_EQ(iv[0].syscall, 202);
+  EXPECT_EQ(iv[0].waker_kind, WakerKind::kTask);
+  EXPECT_EQ(iv[0].waker_name, "renamed-waker");
+  EXPECT_EQ(iv[0].state_letter(), 'S');
+  EXPECT_EQ(iv[1].waker_kind, WakerKind::kTimer);
+  EXPECT_EQ(iv[1].waker_name, "");  // an interrupt's: not the hit task's comm
+  EXPECT_EQ(iv[2].waker_kind, WakerKind::kTask);  // unknown kinds read as a task
+  EXPECT_EQ(iv[2].syscall, -1);
+  const SpanKernel& read = got[0].kernel.spans[2];
+  EXPECT_EQ(read.top_waker_tid, 105u);
+  EXPECT_EQ(read.top_waker_name, "renamed-waker");
+  ASSERT_FALSE(read.waits.empty());
+  EXPECT_EQ(read.waits[0].syscall, 202);
+  EXPECT_EQ(read.waits[0].blocked_ns, 18000 + 2000);  // both sleeps in futex S
+  EXPECT_EQ(read.waits[0].count, 2u);
+}
+
 TEST(Joiner, OffCpuIntervalLandsOnTheInnermostOpenSpan) {
   const Profile want = small_session();
   Process proc;

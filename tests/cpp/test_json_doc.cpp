@@ -291,13 +291,38 @@ TEST(JsonDocKernel, SpanValuesAreLongFormWithUnits) {
   EXPECT_EQ(span_value(v, 0, "cpu", "ns"), 16'699);
   EXPECT_EQ(span_value(v, 0, "involuntary_switches", "count"), 1);
   EXPECT_EQ(span_value(v, 3, "off_cpu", "ns"), -1);
+  // Its own thread apart: predict's 3'000 less the worker's 1'600 and the
+  // helper's 100; "my label" started the helper and has none of its own.
+  EXPECT_EQ(span_value(v, 0, "own_off_cpu", "ns"), 1'300);
+  EXPECT_EQ(span_value(v, 0, "own_blocked", "ns"), 700);
+  EXPECT_EQ(span_value(v, 0, "own_runq", "ns"), 600);
+  EXPECT_EQ(span_value(v, 4, "off_cpu", "ns"), 100);
+  EXPECT_EQ(span_value(v, 4, "own_off_cpu", "ns"), -1);
+  EXPECT_EQ(span_value(v, 0, "waker_kind", "kind"), -1);  // a task
 
   const rapidjson::Value& k = doc["kernel"];
   EXPECT_EQ(k["lost_events"].GetUint64(), 3u);
   EXPECT_EQ(string_array(k["off_cpu_fields"]),
             (std::vector<std::string>{"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
-                                      "waker_tid", "prev_state"}));
+                                      "waker_tid", "prev_state", "syscall", "waker_kind",
+                                      "waker_name"}));
   ASSERT_EQ(k["off_cpu"].Size(), 4u);
+  EXPECT_EQ(k["off_cpu"][0][8].GetInt(), -1);
+  EXPECT_STREQ(k["off_cpu"][0][9].GetString(), "task");
+  EXPECT_STREQ(k["off_cpu"][0][10].GetString(), "");
+  // Waits: the own thread's blocked time by syscall and state (the fixture's
+  // syscalls are not known: -1, "").
+  EXPECT_EQ(string_array(k["wait_fields"]),
+            (std::vector<std::string>{"span", "syscall", "syscall_name", "state", "blocked_ns",
+                                      "count"}));
+  ASSERT_GE(k["waits"].Size(), 1u);
+  const auto& w = k["waits"][0];
+  EXPECT_EQ(w[0].GetInt(), 0);
+  EXPECT_EQ(w[1].GetInt(), -1);
+  EXPECT_STREQ(w[2].GetString(), "");
+  EXPECT_STREQ(w[3].GetString(), "S");
+  EXPECT_EQ(w[4].GetInt64(), 700);
+  EXPECT_EQ(w[5].GetUint(), 1u);
   const auto& iv = k["off_cpu"][0];
   EXPECT_EQ(iv[0].GetUint64(), 4242u);
   EXPECT_EQ(iv[1].GetUint(), 777u);

@@ -365,14 +365,13 @@ TEST_F(SpecExampleTest, SeveralArgumentsAreNamedAndSpansWithoutIoGetNoBlankLine)
 TEST(RenderTextKernel, EachSpanShowsOnCpuOffCpuAndRunQueue) {
   const Profile p = test::kernel_profile_fixture();
   EXPECT_EQ(render_text(p, {}),
-            "predict: 0.02ms [cpu 0.02ms, off 3.00us: blocked 2.25us, runq 0.75us; "
-            "woken by 4242 (MainThread)]\n"
+            "predict: 0.02ms [cpu 0.02ms, off 1.30us: blocked 0.70us, runq 0.60us; "
+            "threads off 1.70us; woken by 5000 (Worker)]\n"
             "  preprocess: 1.50us [cpu 0.70us, off 0.80us: blocked 0.70us, runq 0.10us; "
             "woken by 5000 (Worker)]\n"
             "  produce: 1.50us (generator, 2 resumes, 5.00us wall) [cpu 2.00us, off 0.00us]\n"
             "  consume: 2.00us [cpu 2.00us, off 0.00us]\n"
-            "  my label: 0.50us [cpu 0.50us, off 0.10us: blocked 0.05us, "
-            "runq 0.05us; woken by 4242 (MainThread)]\n"
+            "  my label: 0.50us [cpu 0.50us, off 0.00us; threads off 0.10us]\n"
             "  fetch: 3.00us [cpu 3.00us, off 0.00us]\n"
             "  work: 3.50us [cpu 1.90us, off 1.60us: blocked 1.50us, runq 0.10us; "
             "woken by 4242 (MainThread)]\n"
@@ -385,13 +384,34 @@ TEST(RenderTextKernel, FormatKernelLeavesOutWhatIsNotKnown) {
   k.off_cpu_ns = 10'200'000;
   k.blocked_ns = 10'100'000;
   k.runq_ns = 100'000;
+  k.own_off_cpu_ns = 10'200'000;
+  k.own_blocked_ns = 10'100'000;
+  k.own_runq_ns = 100'000;
   EXPECT_EQ(format_kernel(k, ""), "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms]");
   k.top_waker_tid = 4243;
   EXPECT_EQ(format_kernel(k, ""), "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms]");
   k.top_waker_ns = 1;
   EXPECT_EQ(format_kernel(k, "Worker"),
             "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms; woken by 4243 (Worker)]");
+  // The name the waker had at the wakeup wins over the one it started with.
+  k.top_waker_name = "renamed";
+  EXPECT_EQ(format_kernel(k, "Worker"),
+            "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms; woken by 4243 (renamed)]");
   EXPECT_EQ(format_kernel(SpanKernel{}, "x"), "[cpu 0.00us, off 0.00us]");
+}
+
+TEST(RenderTextKernel, FormatKernelShowsStartedThreadsWaitsAndTimerWakeupsApart) {
+  SpanKernel k;
+  k.on_cpu_ns = 1'000'000;
+  k.own_off_cpu_ns = 5'000'000;
+  k.own_blocked_ns = 5'000'000;
+  k.off_cpu_ns = 15'000'000;  // two started threads slept 5 ms each
+  k.waits = {{202, 'S', 4'000'000, 1}, {-1, 'D', 600'000, 1}, {0, 'D', 400'000, 2}};
+  k.top_waker_kind = WakerKind::kTimer;
+  k.top_waker_ns = 4'000'000;
+  EXPECT_EQ(format_kernel(k, "ignored"),
+            "[cpu 1.00ms, off 5.00ms: blocked 5.00ms, runq 0.00us; threads off 10.00ms; in " +
+                syscall_name(202) + " S 4.00ms, " + syscall_name(0) + " D 0.40ms; woken by timer]");
 }
 
 TEST(RenderTextKernel, CollapsedNodesAndUnattributedProfilesShowNoFigures) {

@@ -4,6 +4,7 @@
 #include "agent/report.h"
 
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 
 #include <sstream>
 #include <string>
@@ -56,6 +57,8 @@ Profile session(uint32_t pid, uint64_t serial, int64_t t0, int64_t blocked, int6
     iv.wake_ns = iv.start_ns + blocked;
     iv.blocked = true;
     iv.waker_tid = waker;
+    iv.prev_state = 1;  // TASK_INTERRUPTIBLE
+    iv.syscall = SYS_read;
     k.off_cpu.push_back(iv);
   }
   if (preempt > 0) {
@@ -147,16 +150,18 @@ TEST(StallReport, RanksCallPathsByTheirOffCpuTimeOverSessions) {
   SCOPED_TRACE(text);
   // read: 3 calls, mean wall 30 ms, mean off-CPU 20 ms (19 blocked + 1 runq), 66.7%.
   const std::vector<std::string> read = cells(line_starting(text, "predict/load/read"));
-  ASSERT_EQ(read.size(), 10u);
+  ASSERT_EQ(read.size(), 14u);
   EXPECT_EQ(read[1], "3");
   EXPECT_EQ(read[2], "30.00ms");
   EXPECT_EQ(read[3], "20.00ms");
   EXPECT_EQ(read[4], "66.7%");
   EXPECT_EQ(read[5], "19.00ms");
   EXPECT_EQ(read[6], "1.00ms");
-  EXPECT_EQ(read[7] + " " + read[8] + " " + read[9], "io-worker (tid 4250)");
+  EXPECT_EQ(read[7], "-");  // it started no threads
+  EXPECT_EQ(read[8] + " " + read[9] + " " + read[10], "read S 19.00ms");  // waited in
+  EXPECT_EQ(read[11] + " " + read[12] + " " + read[13], "io-worker (tid 4250)");
   const std::vector<std::string> compute = cells(line_starting(text, "predict/compute"));
-  ASSERT_EQ(compute.size(), 8u);
+  ASSERT_EQ(compute.size(), 10u);
   EXPECT_EQ(compute[3], "5.00ms");
   EXPECT_EQ(compute[5], "0.00us");  // preempted: no blocked time
   EXPECT_EQ(compute[7], "-");       // nobody woke it
@@ -269,7 +274,8 @@ TEST(CaptureText, TheDepthHidesDeeperPaths) {
   opts.depth = 1;
   const std::string text = capture_text(all, opts);
   SCOPED_TRACE(text);
-  EXPECT_EQ(text.find("read"), std::string::npos);
+  EXPECT_EQ(text.find("/read"), std::string::npos);
+  EXPECT_EQ(line_starting(text, "    read"), "");
   EXPECT_NE(line_starting(text, "  load "), "");
   // load stands for read in the stalls.
   const std::vector<std::string> load = cells(line_starting(text, "predict/load "));
@@ -302,8 +308,7 @@ TEST(SessionText, HeaderTreeAndStalls) {
   EXPECT_NE(text.find("\nstalls:\n"), std::string::npos);
   EXPECT_EQ(line_starting(text, "  predict/load/read:"),
             "  predict/load/read: off-CPU 21.00ms (70.0% of 30.00ms): blocked 20.00ms, runq "
-            "1.00ms, woken by "
-            "io-worker (tid 4250)");
+            "1.00ms; waited in read S 20.00ms; woken by io-worker (tid 4250)");
   EXPECT_EQ(line_starting(text, "  predict/compute:"),
             "  predict/compute: off-CPU 5.00ms (16.7% of 30.00ms): blocked 0.00us, runq 5.00ms");
   ReportOptions shallow;

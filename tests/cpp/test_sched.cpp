@@ -5,6 +5,7 @@
 #include "core/sched.h"
 
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 
 #include <algorithm>
 #include <random>
@@ -201,9 +202,13 @@ TEST_F(SchedTest, AThreadWithoutALaneCountsForTheSpanItWasStartedUnder) {
   EXPECT_EQ(k(2).runq_ns, 2'000);
   EXPECT_EQ(k(2).voluntary_switches, 2u);
   EXPECT_EQ(k(2).involuntary_switches, 1u);
-  EXPECT_EQ(k(2).top_waker_tid, kMain);
+  // Who woke read's own thread: nobody (it never slept); the threads it
+  // started have wakers of their own.
+  EXPECT_EQ(k(2).top_waker_tid, 0u);
   // Other threads' off-CPU time adds to off_cpu only: read's own thread ran throughout.
   EXPECT_EQ(k(2).on_cpu_ns, 10'000);
+  EXPECT_EQ(k(2).own_off_cpu_ns, 0);
+  EXPECT_EQ(k(2).started_off_cpu_ns(), 5'000);
   EXPECT_EQ(k(1).off_cpu_ns, 5'000 + 10'000);
   EXPECT_EQ(k(1).blocked_ns, 3'000 + 10'000);
   EXPECT_EQ(k(1).voluntary_switches, 2u);  // the long sleep counts once
@@ -431,8 +436,11 @@ TEST(SchedFixture, TheKernelFixtureHasTheFiguresItsCommentGives) {
   EXPECT_EQ(k[0].runq_ns, 750);
   EXPECT_EQ(k[0].voluntary_switches, 3u);
   EXPECT_EQ(k[0].involuntary_switches, 1u);
-  EXPECT_EQ(k[0].top_waker_tid, 4242u);
-  EXPECT_EQ(k[0].top_waker_ns, 1'550);
+  EXPECT_EQ(k[0].top_waker_tid, 5000u);  // of its own thread's sleeps
+  EXPECT_EQ(k[0].top_waker_ns, 700);
+  EXPECT_EQ(k[0].own_off_cpu_ns, 1'300);
+  EXPECT_EQ(k[0].own_blocked_ns, 700);
+  EXPECT_EQ(k[0].own_runq_ns, 600);
   EXPECT_EQ(k[0].on_cpu_ns, 16'699);
   EXPECT_EQ(p.kernel.threads[0].started_under, 5);  // fetch ran on 4242 at 12'400
   EXPECT_EQ(p.kernel.threads[1].started_under, 4);
@@ -494,6 +502,107 @@ TEST_F(SchedTest, TopStallsNeedTheAttribution) {
   EXPECT_TRUE(top_stalls(p, 5).empty());  // attribute_kernel not run
   attribute_kernel(p);
   EXPECT_EQ(top_stalls(p, 5).size(), 1u);
+}
+
+// ---- wakers by name and kind, wait reasons, own thread apart (issue 19) ----
+
+TEST(SchedWakers, ATaskIsNamedByItsLatestNameAndInterruptsAreOneWakerPerKind) {
+  Profile p;
+  const uint32_t f = test::user_fn(p, "predict");
+  p.lanes.push_back(make_lane({call(10'000, f), ret(100'000)}));
+  build_tree(p);
+  p.kernel.present = true;
+  OffCpuInterval early = blocked(20'000, 21'000, 21'000, 900);
+  early.waker_name = "model-main";  // its comm when it started
+  OffCpuInterval late = blocked(30'000, 33'000, 33'000, 900);
+  late.waker_name = "renamed-waker";  // after prctl(PR_SET_NAME)
+  p.kernel.off_cpu = {early, late};
+  attribute_kernel(p);
+  EXPECT_EQ(p.kernel.spans[0].top_waker_tid, 900u);
+  EXPECT_EQ(p.kernel.spans[0].top_waker_name, "renamed-waker");
+  EXPECT_EQ(p.kernel.spans[0].top_waker_kind, WakerKind::kTask);
+
+  // Timer wakeups hit different tasks (a hog, idle): one waker, "timer",
+  // that outweighs the task with 4'000 ns.
+  OffCpuInterval t1 = blocked(40'000, 42'500, 42'500, 31337);
+  t1.waker_kind = WakerKind::kTimer;
+  OffCpuInterval t2 = blocked(50'000, 52'500, 52'500, 0);
+  t2.waker_kind = WakerKind::kTimer;
+  p.kernel.off_cpu.push_back(t1);
+  p.kernel.off_cpu.push_back(t2);
+  attribute_kernel(p);
+  EXPECT_EQ(p.kernel.spans[0].top_waker_kind, WakerKind::kTimer);
+  EXPECT_EQ(p.kernel.spans[0].top_waker_tid, 0u);
+  EXPECT_EQ(p.kernel.spans[0].top_waker_ns, 5'000);
+  EXPECT_EQ(p.kernel.spans[0].top_waker_name, "timer");
+  EXPECT_STREQ(waker_kind_name(WakerKind::kSoftirq), "softirq");
+  WakerKind kind = WakerKind::kTask;
+  EXPECT_TRUE(parse_waker_kind("hardirq", kind));
+  EXPECT_EQ(kind, WakerKind::kHardirq);
+  EXPECT_FALSE(parse_waker_kind("nmi", kind));
+}
+
+TEST(SchedWaits, TheOwnThreadsBlockedTimeBySyscallAndStateSelfLessItsChildren) {
+  // predict [10, 100] { read_it [20, 60] }; kMain sleeps in futex (S) in
+  // predict and in read (D) inside read_it; a thread predict started sleeps
+  // in read too, which is its own, not predict's.
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t read_it = test::user_fn(p, "read_it");
+  p.lanes.push_back(make_lane({call(10'000, predict), call(20'000, read_it), ret(60'000), ret(100'000)}));
+  build_tree(p);
+  p.kernel.present = true;
+  OffCpuInterval futex = blocked(70'000, 80'000, 81'000, 7000);
+  futex.syscall = SYS_futex;
+  OffCpuInterval disk = blocked(30'000, 34'000, 34'500, 0);
+  disk.syscall = SYS_read;
+  disk.prev_state = 2;  // TASK_UNINTERRUPTIBLE
+  OffCpuInterval worker = blocked(72'000, 79'000, 79'000, 0, 7000);
+  worker.syscall = SYS_read;
+  p.kernel.off_cpu = {disk, futex, worker};
+  p.kernel.threads = {lifetime(7000, kMain, 65'000, 90'000)};
+  attribute_kernel(p);
+  const SpanKernel& top = p.kernel.spans[0];
+  ASSERT_EQ(top.waits.size(), 2u);
+  EXPECT_EQ(top.waits[0].text(), syscall_name(SYS_futex) + " S");
+  EXPECT_EQ(top.waits[0].blocked_ns, 10'000);
+  EXPECT_EQ(top.waits[1].text(), syscall_name(SYS_read) + " D");
+  EXPECT_EQ(top.waits[1].blocked_ns, 4'000);
+  EXPECT_EQ(top.own_blocked_ns, 14'000);
+  EXPECT_EQ(top.blocked_ns, 21'000);  // with the started thread's 7'000
+  EXPECT_EQ(top.top_waker_tid, 7000u);  // woke predict's own thread
+  const std::vector<WaitReason> self = self_waits(p, 0);
+  ASSERT_EQ(self.size(), 1u);  // read D is read_it's
+  EXPECT_EQ(self[0].text(), syscall_name(SYS_futex) + " S");
+  EXPECT_EQ(self_waits(p, 1).at(0).blocked_ns, 4'000);
+  EXPECT_EQ(syscall_name(-1), "");
+  EXPECT_EQ(syscall_name(SYS_futex), "futex");
+  EXPECT_EQ(syscall_name(99999), "syscall 99999");
+  EXPECT_EQ(WaitReason{}.text(), "? -");
+}
+
+TEST(SchedStalls, AStartedThreadsOffCpuIsApartAndTheShareNeverPassesTheWall) {
+  // spawn [10, 20] starts two threads that sleep 8'000 ns each while spawn
+  // itself waits 5'000 ns for them: 21'000 off-CPU over a 10'000 wall.
+  Profile p;
+  const uint32_t spawn = test::user_fn(p, "spawn");
+  p.lanes.push_back(make_lane({call(10'000, spawn), ret(20'000)}));
+  build_tree(p);
+  p.kernel.present = true;
+  p.kernel.threads = {lifetime(7000, kMain, 11'000, 19'900), lifetime(7001, kMain, 11'000, 19'900)};
+  p.kernel.off_cpu = {blocked(14'000, 19'000, 19'000, 7000), blocked(11'000, 19'000, 19'000, 0, 7000),
+                      blocked(11'000, 19'000, 19'000, 0, 7001)};
+  attribute_kernel(p);
+  const SpanKernel& k = p.kernel.spans[0];
+  EXPECT_EQ(k.off_cpu_ns, 21'000);
+  EXPECT_EQ(k.own_off_cpu_ns, 5'000);
+  EXPECT_EQ(k.on_cpu_ns + k.own_off_cpu_ns, 10'000);
+  EXPECT_EQ(k.started_off_cpu_ns(), 16'000);
+  const std::vector<Stall> stalls = top_stalls(p, 5);
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].off_cpu_ns, 5'000);
+  EXPECT_EQ(stalls[0].threads_off_cpu_ns, 16'000);
+  EXPECT_DOUBLE_EQ(stalls[0].off_fraction, 0.5);
 }
 
 }  // namespace

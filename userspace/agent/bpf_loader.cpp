@@ -165,6 +165,9 @@ struct SeenKey {
 struct ThreadState {
   uint64_t pstart, session, off_start, wake_ns;
   uint32_t tgid, flags, waker_tid, waker_tgid, prev_state, blocked;
+  int32_t syscall;
+  uint32_t waker_kind;
+  char waker_comm[16];
 };
 
 // Deletes every entry of map `fd` for which doomed(key, value) is true.
@@ -329,7 +332,15 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
         Error::Kind::kCorrupt, 0,
         "internal: bpf_loader.cpp's map layouts differ from mlprof.bpf.c's (rebuild both)");
 
-  for (bpf_program* p : use_btf ? btf_progs : raw_progs) {
+  // The interrupt-context programs (waker kinds) are raw_tp in both variants.
+  bpf_program* const irq_progs[] = {
+      skel.progs.hrtimer_expire_entry_raw, skel.progs.hrtimer_expire_exit_raw,
+      skel.progs.timer_expire_entry_raw,   skel.progs.timer_expire_exit_raw,
+      skel.progs.softirq_entry_raw,        skel.progs.softirq_exit_raw,
+      skel.progs.irq_handler_entry_raw,    skel.progs.irq_handler_exit_raw};
+  std::vector<bpf_program*> sched_progs(std::begin(irq_progs), std::end(irq_progs));
+  for (bpf_program* p : use_btf ? btf_progs : raw_progs) sched_progs.push_back(p);
+  for (bpf_program* p : sched_progs) {
     bpf_link* link = bpf_program__attach(p);
     if (!link)
       return load_error(std::string("attaching ") + bpf_program__name(p) + " (" +

@@ -672,6 +672,11 @@ void Joiner::State::off_cpu(const mlprof_ev_off_cpu& r) {
   iv.blocked = r.blocked != 0;
   iv.waker_tid = r.waker_tid;
   iv.prev_state = r.prev_state;
+  iv.syscall = r.syscall < 0 ? -1 : r.syscall;
+  iv.waker_kind = r.waker_kind <= static_cast<uint32_t>(WakerKind::kHardirq)
+                      ? static_cast<WakerKind>(r.waker_kind)
+                      : WakerKind::kTask;
+  if (iv.blocked && iv.waker_kind == WakerKind::kTask) iv.waker_name = field(r.waker_comm);
   if (iv.end_ns < iv.start_ns) {
     ++stats.malformed;
     return;

@@ -13,6 +13,7 @@ namespace mlprof::agent {
 namespace {
 
 constexpr size_t kMaxWakersPerPath = 64;  // distinct waker threads remembered per call path
+constexpr size_t kMaxWaitsPerPath = 64;   // distinct wait reasons remembered per call path
 constexpr size_t kMaxPids = 10000;        // pids remembered for the header
 constexpr size_t kNameWidth = 48;         // widest name cell of the summary table
 constexpr size_t kPathWidth = 60;         // widest call path cell of the stall table
@@ -32,6 +33,37 @@ std::string thread_name(const Profile& p, uint64_t tid) {
     if (t.tid == tid && !t.name.empty()) return t.name;
   }
   return "";
+}
+
+// The name a span's top waker goes by: "timer", "softirq", "hardirq" for an
+// interrupt; a thread's comm at its wakeup, else its lane or thread name.
+std::string waker_name(const Profile& p, const SpanKernel& k) {
+  if (k.top_waker_kind != WakerKind::kTask) {
+    const char* kind = waker_kind_name(k.top_waker_kind);
+    return kind ? kind : "interrupt";
+  }
+  if (!k.top_waker_name.empty()) return k.top_waker_name;
+  // A document read back: the latest comm the intervals carry for that tid.
+  const OffCpuInterval* latest = nullptr;
+  for (const OffCpuInterval& iv : p.kernel.off_cpu) {
+    if (iv.waker_tid == k.top_waker_tid && iv.waker_kind == WakerKind::kTask &&
+        !iv.waker_name.empty() && (!latest || iv.wake_ns >= latest->wake_ns))
+      latest = &iv;
+  }
+  return latest ? latest->waker_name : thread_name(p, k.top_waker_tid);
+}
+
+// A wait worth a cell: in a known syscall, or in a known state (D, S).
+bool shown_wait(const WaitReason& w) { return w.syscall >= 0 || w.state != '-'; }
+
+// "futex S 12.3ms, read D 2.1ms": the first `n` reasons.
+std::string waits_text(const std::vector<std::pair<std::string, int64_t>>& waits, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < waits.size() && i < n; ++i) {
+    if (i) out += ", ";
+    out += waits[i].first + " " + format_duration(waits[i].second);
+  }
+  return out;
 }
 
 // "worker-1 (tid 4250)", or "tid 4250" for a thread whose name is unknown.
@@ -114,16 +146,19 @@ std::vector<Stall> span_stalls(const Profile& p, const ReportOptions& opts) {
       Stall st;
       st.span = static_cast<int32_t>(i);
       st.wall_ns = wall;
-      st.off_cpu_ns = k.off_cpu_ns;
-      st.blocked_ns = k.blocked_ns;
-      st.runq_ns = k.runq_ns;
+      st.off_cpu_ns = k.own_off_cpu_ns;
+      st.blocked_ns = k.own_blocked_ns;
+      st.runq_ns = k.own_runq_ns;
+      st.threads_off_cpu_ns = k.started_off_cpu_ns();
       st.off_fraction =
-          wall > 0 ? static_cast<double>(k.off_cpu_ns) / static_cast<double>(wall) : 0;
+          wall > 0 ? std::min(1.0, static_cast<double>(k.own_off_cpu_ns) / static_cast<double>(wall))
+                   : 0;
       out.push_back(st);
     }
   }
   std::sort(out.begin(), out.end(), [](const Stall& a, const Stall& b) {
-    return a.off_cpu_ns != b.off_cpu_ns ? a.off_cpu_ns > b.off_cpu_ns : a.span < b.span;
+    const int64_t x = a.off_cpu_ns + a.threads_off_cpu_ns, y = b.off_cpu_ns + b.threads_off_cpu_ns;
+    return x != y ? x > y : a.span < b.span;
   });
   return out;
 }
@@ -207,8 +242,8 @@ void CaptureReport::add(const Profile& p) {
         KernelSums& sums = kernel_[id - 1];
         ++sums.count;
         sums.on_cpu += k.on_cpu_ns;
-        sums.off_cpu += k.off_cpu_ns;
-        sums.runq += k.runq_ns;
+        sums.off_cpu += k.own_off_cpu_ns;  // its thread's: on-CPU + off-CPU = wall
+        sums.runq += k.own_runq_ns;
       }
       StallSums& st = stalls_[id - 1];
       ++st.calls;
@@ -218,11 +253,22 @@ void CaptureReport::add(const Profile& p) {
         st.off_cpu += stall.off_cpu_ns;
         st.blocked += stall.blocked_ns;
         st.runq += stall.runq_ns;
+        st.threads += stall.threads_off_cpu_ns;
         const SpanKernel& sk = p.kernel.spans[s];
-        if (sk.top_waker_tid != 0 && sk.top_waker_ns > 0) {
+        // A span at the depth cut stands for its subtree (inclusive waits).
+        const bool at_cut = opts_.depth >= 0 && static_cast<int>(span.depth) == opts_.depth &&
+                            span.first_child >= 0;
+        for (const WaitReason& w : at_cut ? sk.waits : self_waits(p, static_cast<int32_t>(s))) {
+          if (!shown_wait(w)) continue;
+          auto it = st.waits.find(w.text());
+          if (it == st.waits.end() && st.waits.size() >= kMaxWaitsPerPath) continue;
+          st.waits[w.text()] += w.blocked_ns;
+        }
+        if ((sk.top_waker_tid != 0 || sk.top_waker_kind != WakerKind::kTask) &&
+            sk.top_waker_ns > 0) {
           // By name: a worker thread started per call is one waker over
           // sessions, though its tid differs each time.
-          std::string name = thread_name(p, sk.top_waker_tid);
+          std::string name = waker_name(p, sk);
           std::string key = name.empty() ? "tid " + std::to_string(sk.top_waker_tid) : name;
           auto w = st.wakers.find(key);
           if (w == st.wakers.end() && st.wakers.size() < kMaxWakersPerPath) {
@@ -296,7 +342,9 @@ std::string CaptureReport::summary_text() const {
   }
   out += table(rows, false);
   out += "(mean, p50, p99: wall time of complete calls";
-  out += kernel ? "; on-CPU, off-CPU, runq: means per complete call, including callees)\n" : ")\n";
+  out += kernel ? "; on-CPU, off-CPU, runq: means per complete call on the call's own thread, "
+                  "including callees)\n"
+                : ")\n";
   if (stats_.dropped_paths()) {
     out += "(" + std::to_string(stats_.dropped_paths()) + " calls not shown: past the " +
            std::to_string(max_paths_) + " call paths tracked)\n";
@@ -324,8 +372,8 @@ std::string CaptureReport::stall_text() const {
   out += "), means per call over " + std::to_string(kernel_sessions_) +
          (kernel_sessions_ == 1 ? " session\n" : " sessions\n");
   std::vector<std::vector<std::string>> rows;
-  rows.push_back(
-      {"call path", "calls", "wall", "off-CPU", "off %", "blocked", "runq", "top waker"});
+  rows.push_back({"call path", "calls", "wall", "off-CPU", "off %", "blocked", "runq", "threads",
+                  "waited in", "top waker"});
   for (uint32_t i : order) {
     const StallSums& st = stalls_[i];
     std::string waker = "-";
@@ -333,16 +381,28 @@ std::string CaptureReport::stall_text() const {
     for (const auto& [key, w] : st.wakers) {
       if (w.blocked_ns <= most) continue;
       most = w.blocked_ns;
-      // "worker-1 (tid 4250)" when it was one thread, "worker-1" when several.
-      waker = key.starts_with("tid ") || w.other_tids ? key : thread_text(key, w.tid);
+      // "worker-1 (tid 4250)" when it was one thread, "worker-1" when several;
+      // "timer" for an interrupt kind (its tid is whatever it hit).
+      waker = key.starts_with("tid ") || w.other_tids || w.tid == 0 ? key : thread_text(key, w.tid);
     }
+    // Own thread only: never above 100% (the started threads' are "threads").
     const double share =
-        st.wall > 0 ? static_cast<double>(st.off_cpu) / static_cast<double>(st.wall) : 0;
+        st.wall > 0 ? std::min(1.0, static_cast<double>(st.off_cpu) / static_cast<double>(st.wall))
+                    : 0;
+    std::vector<std::pair<std::string, int64_t>> waits;
+    for (const auto& [reason, ns] : st.waits) waits.emplace_back(reason, ns / static_cast<int64_t>(st.calls));
+    std::stable_sort(waits.begin(), waits.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    const std::string waited = waits.empty() ? "-" : waits_text(waits, 2);
     rows.push_back({cut_left(path_text(i + 1), kPathWidth), std::to_string(st.calls),
                     mean(st.wall, st.calls), mean(st.off_cpu, st.calls), percent(share),
-                    mean(st.blocked, st.calls), mean(st.runq, st.calls), waker});
+                    mean(st.blocked, st.calls), mean(st.runq, st.calls),
+                    st.threads ? mean(st.threads, st.calls) : "-", waited, waker});
   }
   out += table(rows, true);
+  out += "(off-CPU, off %, blocked, runq: the span's own thread; threads: the threads it started "
+         "and its lanes on other threads; waited in: blocked time by syscall and state, D "
+         "uninterruptible, S interruptible)\n";
   return out;
 }
 
@@ -394,9 +454,20 @@ std::string session_text(const Profile& p, const ReportOptions& opts) {
     out += "  " + call_path(p, st.span) + ": off-CPU " + format_duration(st.off_cpu_ns) + " (" +
            percent(st.off_fraction) + " of " + format_duration(st.wall_ns) + "): blocked " +
            format_duration(st.blocked_ns) + ", runq " + format_duration(st.runq_ns);
-    if (k.top_waker_tid) {
-      out += ", woken by " + thread_text(thread_name(p, k.top_waker_tid), k.top_waker_tid);
+    const bool at_cut = opts.depth >= 0 &&
+                        static_cast<int>(p.spans[static_cast<size_t>(st.span)].depth) == opts.depth &&
+                        p.spans[static_cast<size_t>(st.span)].first_child >= 0;
+    std::vector<std::pair<std::string, int64_t>> waits;
+    for (const WaitReason& w : at_cut ? k.waits : self_waits(p, st.span))
+      if (shown_wait(w)) waits.emplace_back(w.text(), w.blocked_ns);
+    if (!waits.empty()) out += "; waited in " + waits_text(waits, 3);
+    if (k.top_waker_kind != WakerKind::kTask) {
+      out += "; woken by " + waker_name(p, k);
+    } else if (k.top_waker_tid) {
+      out += "; woken by " + thread_text(waker_name(p, k), k.top_waker_tid);
     }
+    if (st.threads_off_cpu_ns > 0)
+      out += "; threads it started: off-CPU " + format_duration(st.threads_off_cpu_ns);
     out += '\n';
   }
   return out;

@@ -46,9 +46,12 @@ class CaptureReport {
   // then stall_text().
   std::string summary_text() const;
   // The stall report: call paths ranked by their spans' total off-CPU time
-  // over all sessions, top `opts.top`: calls, mean wall, mean off-CPU and
-  // its share of the wall time, mean blocked and run-queue time, and the
-  // thread whose wakeups ended the most blocked time.
+  // over all sessions, top `opts.top`: calls, mean wall, mean off-CPU of the
+  // span's own thread and its share of the wall time (never above 100%),
+  // mean blocked and run-queue time, mean off-CPU of the threads it started
+  // (and lanes under it on other threads), the two largest wait reasons
+  // ("futex S"), and the waker that ended the most blocked time (a thread by
+  // its name at the wakeup, or timer, softirq, hardirq).
   std::string stall_text() const;
 
   uint64_t sessions() const { return sessions_; }
@@ -65,8 +68,9 @@ class CaptureReport {
   };
   struct StallSums {
     uint64_t calls = 0;  // every call of the path, complete or not
-    int64_t wall = 0, off_cpu = 0, blocked = 0, runq = 0;
-    std::map<std::string, Waker> wakers;  // by thread name ("tid N" when unnamed)
+    int64_t wall = 0, off_cpu = 0, blocked = 0, runq = 0, threads = 0;
+    std::map<std::string, Waker> wakers;  // by thread name ("tid N" when unnamed), or kind
+    std::map<std::string, int64_t> waits;  // blocked time by reason ("futex S")
   };
   // A call path: index + 1 of its parent (0 for a root) and its name.
   uint32_t path_of(uint32_t parent, const std::string& name);

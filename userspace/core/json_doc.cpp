@@ -17,7 +17,7 @@ uint64_t ns(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
 
 // Lambdas without captures: plain function pointers, one table for the
 // writer and the reader.
-const std::array<SpanValueType, 8> kSpanValueTypes = {{
+const std::array<SpanValueType, 12> kSpanValueTypes = {{
     {"cpu", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.on_cpu_ns); },
      [](SpanKernel& k, uint64_t v) { k.on_cpu_ns = static_cast<int64_t>(v); }},
     {"off_cpu", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.off_cpu_ns); },
@@ -37,6 +37,16 @@ const std::array<SpanValueType, 8> kSpanValueTypes = {{
      [](SpanKernel& k, uint64_t v) { k.top_waker_tid = v; }},
     {"waker_blocked", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.top_waker_ns); },
      [](SpanKernel& k, uint64_t v) { k.top_waker_ns = static_cast<int64_t>(v); }},
+    // 1 timer, 2 softirq, 3 hardirq (WakerKind); absent: a task (waker).
+    {"waker_kind", "kind", 3,
+     [](const SpanKernel& k) { return static_cast<uint64_t>(k.top_waker_kind); },
+     [](SpanKernel& k, uint64_t v) { k.top_waker_kind = static_cast<WakerKind>(v); }},
+    {"own_off_cpu", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.own_off_cpu_ns); },
+     [](SpanKernel& k, uint64_t v) { k.own_off_cpu_ns = static_cast<int64_t>(v); }},
+    {"own_blocked", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.own_blocked_ns); },
+     [](SpanKernel& k, uint64_t v) { k.own_blocked_ns = static_cast<int64_t>(v); }},
+    {"own_runq", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.own_runq_ns); },
+     [](SpanKernel& k, uint64_t v) { k.own_runq_ns = static_cast<int64_t>(v); }},
 }};
 
 namespace {
@@ -155,7 +165,8 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
   w.Uint64(p.kernel.lost_events);
   w.Key("off_cpu_fields");
   write_fields(
-      w, {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state"});
+      w, {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state",
+          "syscall", "waker_kind", "waker_name"});
   w.Key("off_cpu");
   w.StartArray();
   for (const OffCpuInterval& iv : p.kernel.off_cpu) {
@@ -168,7 +179,33 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
     w.Bool(iv.blocked);
     w.Uint64(iv.waker_tid);
     w.Uint(iv.prev_state);
+    w.Int(iv.syscall);
+    const char* kind = waker_kind_name(iv.waker_kind);
+    w.String(kind ? kind : "task");
+    write_string(w, iv.waker_name);
     w.EndArray();
+  }
+  w.EndArray();
+  // Why spans waited: their own thread's blocked time by syscall and state
+  // (SpanKernel::waits), inclusive like span_values.
+  w.Key("wait_fields");
+  write_fields(w, {"span", "syscall", "syscall_name", "state", "blocked_ns", "count"});
+  w.Key("waits");
+  w.StartArray();
+  const bool attributed = p.kernel.spans.size() == p.spans.size();
+  for (size_t i = 0; attributed && i < p.spans.size(); ++i) {
+    const int32_t span = renumbered == nullptr ? static_cast<int32_t>(i) : (*renumbered)[i];
+    if (span < 0) continue;
+    for (const WaitReason& wr : p.kernel.spans[i].waits) {
+      w.StartArray();
+      w.Int(span);
+      w.Int(wr.syscall);
+      write_string(w, syscall_name(wr.syscall));
+      write_string(w, std::string_view(&wr.state, 1));
+      w.Int64(wr.blocked_ns);
+      w.Uint(wr.count);
+      w.EndArray();
+    }
   }
   w.EndArray();
   w.Key("thread_fields");
@@ -275,6 +312,12 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     if (lane.session != 0) {
       w.Key("session");
       w.Uint64(lane.session);
+    }
+    if (!lane.trace_id.empty()) {  // the session's trace context, when one was active
+      w.Key("trace_id");
+      write_string(w, lane.trace_id);
+      w.Key("span_id");
+      write_string(w, lane.span_id);
     }
     w.EndObject();
   }

@@ -86,7 +86,7 @@ class DocumentReader {
     if (!read_header()) return take_error();
     if (!read_meta(p) || !read_stats(p) || !read_strings(p) || !read_functions(p) ||
         !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p) || !read_kernel(p) ||
-        !read_span_values(p)) {
+        !read_span_values(p) || !read_waits(p)) {
       return take_error();
     }
     link_tree(p);
@@ -399,7 +399,9 @@ class DocumentReader {
       }
       // The agent's provenance, absent in in-process documents.
       if (!get_absent_ok(v, Where{s, i, "pid"}, lane.pid) ||
-          !get_absent_ok(v, Where{s, i, "session"}, lane.session)) {
+          !get_absent_ok(v, Where{s, i, "session"}, lane.session) ||
+          !get_absent_ok(v, Where{s, i, "trace_id"}, lane.trace_id) ||
+          !get_absent_ok(v, Where{s, i, "span_id"}, lane.span_id)) {
         return false;
       }
       if (lane.parent_lane < -1 || lane.parent_lane >= static_cast<int64_t>(lanes->Size())) {
@@ -597,6 +599,62 @@ class DocumentReader {
         return false;
       }
       if (iv.end_ns < iv.start_ns) return fail(Where{s, i}, "ends before it starts");
+      // Optional columns (written since the agent named wakers and waits).
+      if (int col = optional_column(kernel, "off_cpu_fields", "syscall"); col >= 0) {
+        if (!get((*r)[col], Where{s, i, "syscall"}, iv.syscall)) return false;
+        if (iv.syscall < -1) return fail(Where{s, i, "syscall"}, "below -1");
+      }
+      if (int col = optional_column(kernel, "off_cpu_fields", "waker_kind"); col >= 0) {
+        std::string kind;
+        if (!get((*r)[col], Where{s, i, "waker_kind"}, kind)) return false;
+        if (!parse_waker_kind(kind, iv.waker_kind))
+          return fail(Where{s, i, "waker_kind"}, "\"" + kind + "\" is not a waker kind");
+      }
+      if (int col = optional_column(kernel, "off_cpu_fields", "waker_name"); col >= 0) {
+        if (!get((*r)[col], Where{s, i, "waker_name"}, iv.waker_name)) return false;
+      }
+    }
+    return true;
+  }
+
+  // The column of `name` in the header array obj[fields_key], -1 absent.
+  int optional_column(const Value& obj, const char* fields_key, const char* name) {
+    const Value* fields = member(obj, fields_key);
+    if (fields == nullptr || !fields->IsArray()) return -1;
+    for (rapidjson::SizeType i = 0; i < fields->Size(); ++i) {
+      const Value& f = (*fields)[i];
+      if (f.IsString() && std::strcmp(f.GetString(), name) == 0) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  // kernel.waits (optional): SpanKernel::waits, after the span values.
+  bool read_waits(Profile& p) {
+    const Value* kernel = member(root_, "kernel");
+    if (kernel == nullptr || member(*kernel, "waits") == nullptr) return true;
+    if (p.kernel.spans.size() != p.spans.size()) p.kernel.spans.assign(p.spans.size(), SpanKernel{});
+    Columns c;
+    const Value* rows = nested_table(*kernel, "kernel", "waits", "wait_fields",
+                                     {"span", "syscall", "state", "blocked_ns", "count"}, c);
+    if (rows == nullptr) return false;
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "kernel.waits", i, c);
+      if (r == nullptr) return false;
+      const char* s = "kernel.waits";
+      uint32_t span = 0;
+      WaitReason w;
+      std::string state;
+      if (!get_id((*r)[c.at[0]], Where{s, i, "span"}, p.spans.size(), "spans", span) ||
+          !get((*r)[c.at[1]], Where{s, i, "syscall"}, w.syscall) ||
+          !get((*r)[c.at[2]], Where{s, i, "state"}, state) ||
+          !get((*r)[c.at[3]], Where{s, i, "blocked_ns"}, w.blocked_ns) ||
+          !get((*r)[c.at[4]], Where{s, i, "count"}, w.count)) {
+        return false;
+      }
+      if (state.size() != 1) return fail(Where{s, i, "state"}, "not one letter");
+      if (w.syscall < -1) return fail(Where{s, i, "syscall"}, "below -1");
+      w.state = state[0];
+      p.kernel.spans[span].waits.push_back(w);
     }
     return true;
   }

@@ -29,22 +29,40 @@ std::string lane_title(const Lane& lane) {
 }
 
 std::string format_kernel(const SpanKernel& k, const std::string& waker_name) {
+  // The span's own thread (on + off = wall); the threads it started apart.
   std::string out = "[cpu ";
   out += format_duration(k.on_cpu_ns);
   out += ", off ";
-  out += format_duration(k.off_cpu_ns);
-  if (k.off_cpu_ns > 0) {
+  out += format_duration(k.own_off_cpu_ns);
+  if (k.own_off_cpu_ns > 0) {
     out += ": blocked ";
-    out += format_duration(k.blocked_ns);
+    out += format_duration(k.own_blocked_ns);
     out += ", runq ";
-    out += format_duration(k.runq_ns);
+    out += format_duration(k.own_runq_ns);
   }
-  if (k.top_waker_ns > 0 && k.top_waker_tid != 0) {
+  if (k.started_off_cpu_ns() > 0) {
+    out += "; threads off ";
+    out += format_duration(k.started_off_cpu_ns());
+  }
+  // The two largest waits in a known syscall ("futex S 1.20ms").
+  size_t shown = 0;
+  for (size_t i = 0; i < k.waits.size() && shown < 2; ++i) {
+    if (k.waits[i].syscall < 0) continue;
+    out += shown++ ? ", " : "; in ";
+    out += k.waits[i].text();
+    out += ' ';
+    out += format_duration(k.waits[i].blocked_ns);
+  }
+  if (k.top_waker_ns > 0 && k.top_waker_kind != WakerKind::kTask) {
+    out += "; woken by ";
+    out += waker_kind_name(k.top_waker_kind) ? waker_kind_name(k.top_waker_kind) : "interrupt";
+  } else if (k.top_waker_ns > 0 && k.top_waker_tid != 0) {
     out += "; woken by ";
     out += std::to_string(k.top_waker_tid);
-    if (!waker_name.empty()) {
+    const std::string& name = k.top_waker_name.empty() ? waker_name : k.top_waker_name;
+    if (!name.empty()) {
       out += " (";
-      out += waker_name;
+      out += name;
       out += ')';
     }
   }

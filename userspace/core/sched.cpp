@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sys/syscall.h>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -26,6 +27,251 @@ uint32_t profile_pid(const Profile& profile) {
 
 uint32_t lane_pid(const Profile& profile, const Lane& lane) {
   return lane.pid != 0 ? lane.pid : profile_pid(profile);
+}
+
+namespace {
+constexpr const char* kWakerKindNames[] = {"task", "timer", "softirq", "hardirq"};
+}  // namespace
+
+const char* waker_kind_name(WakerKind kind) {
+  const auto i = static_cast<size_t>(kind);
+  return i < std::size(kWakerKindNames) ? kWakerKindNames[i] : nullptr;
+}
+
+bool parse_waker_kind(std::string_view name, WakerKind& kind) {
+  for (size_t i = 0; i < std::size(kWakerKindNames); ++i) {
+    if (name == kWakerKindNames[i]) {
+      kind = static_cast<WakerKind>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string syscall_name(int32_t nr) {
+  if (nr < 0) return "";
+  // The syscalls a thread sleeps in, by this architecture's numbers (the
+  // agent records the number; it runs where the target runs).
+  struct Entry {
+    long nr;
+    const char* name;
+  };
+  static const Entry kTable[] = {
+#define MLPROF_SYSCALL(n) {SYS_##n, #n},
+#ifdef SYS_read
+      MLPROF_SYSCALL(read)
+#endif
+#ifdef SYS_write
+      MLPROF_SYSCALL(write)
+#endif
+#ifdef SYS_pread64
+      MLPROF_SYSCALL(pread64)
+#endif
+#ifdef SYS_pwrite64
+      MLPROF_SYSCALL(pwrite64)
+#endif
+#ifdef SYS_readv
+      MLPROF_SYSCALL(readv)
+#endif
+#ifdef SYS_writev
+      MLPROF_SYSCALL(writev)
+#endif
+#ifdef SYS_open
+      MLPROF_SYSCALL(open)
+#endif
+#ifdef SYS_openat
+      MLPROF_SYSCALL(openat)
+#endif
+#ifdef SYS_close
+      MLPROF_SYSCALL(close)
+#endif
+#ifdef SYS_fsync
+      MLPROF_SYSCALL(fsync)
+#endif
+#ifdef SYS_fdatasync
+      MLPROF_SYSCALL(fdatasync)
+#endif
+#ifdef SYS_futex
+      MLPROF_SYSCALL(futex)
+#endif
+#ifdef SYS_futex_waitv
+      MLPROF_SYSCALL(futex_waitv)
+#endif
+#ifdef SYS_poll
+      MLPROF_SYSCALL(poll)
+#endif
+#ifdef SYS_ppoll
+      MLPROF_SYSCALL(ppoll)
+#endif
+#ifdef SYS_select
+      MLPROF_SYSCALL(select)
+#endif
+#ifdef SYS_pselect6
+      MLPROF_SYSCALL(pselect6)
+#endif
+#ifdef SYS_epoll_wait
+      MLPROF_SYSCALL(epoll_wait)
+#endif
+#ifdef SYS_epoll_pwait
+      MLPROF_SYSCALL(epoll_pwait)
+#endif
+#ifdef SYS_epoll_pwait2
+      MLPROF_SYSCALL(epoll_pwait2)
+#endif
+#ifdef SYS_nanosleep
+      MLPROF_SYSCALL(nanosleep)
+#endif
+#ifdef SYS_clock_nanosleep
+      MLPROF_SYSCALL(clock_nanosleep)
+#endif
+#ifdef SYS_accept
+      MLPROF_SYSCALL(accept)
+#endif
+#ifdef SYS_accept4
+      MLPROF_SYSCALL(accept4)
+#endif
+#ifdef SYS_connect
+      MLPROF_SYSCALL(connect)
+#endif
+#ifdef SYS_recvfrom
+      MLPROF_SYSCALL(recvfrom)
+#endif
+#ifdef SYS_recvmsg
+      MLPROF_SYSCALL(recvmsg)
+#endif
+#ifdef SYS_recvmmsg
+      MLPROF_SYSCALL(recvmmsg)
+#endif
+#ifdef SYS_sendto
+      MLPROF_SYSCALL(sendto)
+#endif
+#ifdef SYS_sendmsg
+      MLPROF_SYSCALL(sendmsg)
+#endif
+#ifdef SYS_wait4
+      MLPROF_SYSCALL(wait4)
+#endif
+#ifdef SYS_waitid
+      MLPROF_SYSCALL(waitid)
+#endif
+#ifdef SYS_pause
+      MLPROF_SYSCALL(pause)
+#endif
+#ifdef SYS_rt_sigtimedwait
+      MLPROF_SYSCALL(rt_sigtimedwait)
+#endif
+#ifdef SYS_rt_sigsuspend
+      MLPROF_SYSCALL(rt_sigsuspend)
+#endif
+#ifdef SYS_sched_yield
+      MLPROF_SYSCALL(sched_yield)
+#endif
+#ifdef SYS_mmap
+      MLPROF_SYSCALL(mmap)
+#endif
+#ifdef SYS_munmap
+      MLPROF_SYSCALL(munmap)
+#endif
+#ifdef SYS_mprotect
+      MLPROF_SYSCALL(mprotect)
+#endif
+#ifdef SYS_madvise
+      MLPROF_SYSCALL(madvise)
+#endif
+#ifdef SYS_brk
+      MLPROF_SYSCALL(brk)
+#endif
+#ifdef SYS_ioctl
+      MLPROF_SYSCALL(ioctl)
+#endif
+#ifdef SYS_flock
+      MLPROF_SYSCALL(flock)
+#endif
+#ifdef SYS_fcntl
+      MLPROF_SYSCALL(fcntl)
+#endif
+#ifdef SYS_io_getevents
+      MLPROF_SYSCALL(io_getevents)
+#endif
+#ifdef SYS_io_uring_enter
+      MLPROF_SYSCALL(io_uring_enter)
+#endif
+#ifdef SYS_splice
+      MLPROF_SYSCALL(splice)
+#endif
+#ifdef SYS_sendfile
+      MLPROF_SYSCALL(sendfile)
+#endif
+#ifdef SYS_exit
+      MLPROF_SYSCALL(exit)
+#endif
+#ifdef SYS_exit_group
+      MLPROF_SYSCALL(exit_group)
+#endif
+#ifdef SYS_clone
+      MLPROF_SYSCALL(clone)
+#endif
+#ifdef SYS_clone3
+      MLPROF_SYSCALL(clone3)
+#endif
+#ifdef SYS_execve
+      MLPROF_SYSCALL(execve)
+#endif
+#ifdef SYS_getdents64
+      MLPROF_SYSCALL(getdents64)
+#endif
+#ifdef SYS_newfstatat
+      MLPROF_SYSCALL(newfstatat)
+#endif
+#ifdef SYS_statx
+      MLPROF_SYSCALL(statx)
+#endif
+#ifdef SYS_unlink
+      MLPROF_SYSCALL(unlink)
+#endif
+#ifdef SYS_unlinkat
+      MLPROF_SYSCALL(unlinkat)
+#endif
+#ifdef SYS_rename
+      MLPROF_SYSCALL(rename)
+#endif
+#ifdef SYS_renameat2
+      MLPROF_SYSCALL(renameat2)
+#endif
+#ifdef SYS_mkdir
+      MLPROF_SYSCALL(mkdir)
+#endif
+#ifdef SYS_mkdirat
+      MLPROF_SYSCALL(mkdirat)
+#endif
+#ifdef SYS_sync
+      MLPROF_SYSCALL(sync)
+#endif
+#ifdef SYS_syncfs
+      MLPROF_SYSCALL(syncfs)
+#endif
+#ifdef SYS_msync
+      MLPROF_SYSCALL(msync)
+#endif
+#ifdef SYS_ftruncate
+      MLPROF_SYSCALL(ftruncate)
+#endif
+#ifdef SYS_fallocate
+      MLPROF_SYSCALL(fallocate)
+#endif
+#undef MLPROF_SYSCALL
+  };
+  for (const Entry& e : kTable) {
+    if (e.nr == nr) return e.name;
+  }
+  return "syscall " + std::to_string(nr);
+}
+
+std::string WaitReason::text() const {
+  std::string out = syscall < 0 ? std::string("?") : syscall_name(syscall);
+  out += ' ';
+  out += state;
+  return out;
 }
 
 namespace {
@@ -286,7 +532,15 @@ std::pair<int64_t, int64_t> split_piece(const OffCpuInterval& iv, int64_t from, 
   return {overlap(from, to, iv.start_ns, iv.wake_ns), overlap(from, to, iv.wake_ns, end)};
 }
 
-// Blocked time ended, per waker thread, of one span's subtree; the best entry
+// A waker as the sums key it: a task by its tid, an interrupt kind by the
+// kind in the top bits (all timer wakeups are one waker, whatever they hit).
+constexpr uint64_t kKindKey = uint64_t{1} << 63;
+uint64_t waker_key(const OffCpuInterval& iv) {
+  return iv.waker_kind == WakerKind::kTask ? iv.waker_tid
+                                           : kKindKey | static_cast<uint64_t>(iv.waker_kind);
+}
+
+// Blocked time ended, per waker, of one span's subtree; the best entry
 // is kept up to date as sums only grow, so merging small into large is
 // O(entries of the smaller) and the top waker never needs a scan.
 struct Wakers {
@@ -302,6 +556,15 @@ struct Wakers {
     }
   }
 };
+
+// The thread a span runs on: its lane's (pid, native_tid); (0, 0) unknown.
+ThreadKey span_thread(const Profile& profile, int32_t s) {
+  const Span& span = profile.spans[static_cast<size_t>(s)];
+  const Lane* lane = span.lane < profile.lanes.size() ? &profile.lanes[span.lane] : nullptr;
+  return lane == nullptr || lane->native_tid == 0
+             ? ThreadKey{0, 0}
+             : ThreadKey{lane_pid(profile, *lane), lane->native_tid};
+}
 
 // The span tree as the attribution walks it: parents from Span::parent only
 // (child links and depths may not be set on a hand-built profile).
@@ -386,6 +649,8 @@ void attribute_kernel(Profile& profile) {
   const size_t n = profile.spans.size();
   k.spans.assign(n, SpanKernel{});
   std::vector<int64_t> own(n, 0);  // off-CPU of the span's own thread in its subtree
+  using WaitKey = std::pair<int32_t, char>;  // (syscall, state)
+  std::vector<std::map<WaitKey, std::pair<int64_t, uint32_t>>> waits(n);
   std::vector<int32_t> waker_of(n, -1);
   std::vector<Wakers> wakers;
   auto wakers_for = [&](int32_t s) -> Wakers& {
@@ -420,8 +685,20 @@ void attribute_kernel(Profile& profile) {
       sk.off_cpu_ns += len;
       sk.blocked_ns += blocked;
       sk.runq_ns += runq;
-      if (piece.own_thread) own[static_cast<size_t>(piece.span)] += len;
-      if (blocked > 0 && iv.waker_tid != 0) wakers_for(piece.span).add(iv.waker_tid, blocked);
+      if (piece.own_thread) {
+        own[static_cast<size_t>(piece.span)] += len;
+        sk.own_blocked_ns += blocked;
+        sk.own_runq_ns += runq;
+        if (blocked > 0) {
+          auto& w = waits[static_cast<size_t>(piece.span)][{iv.syscall, iv.state_letter()}];
+          w.first += blocked;
+          ++w.second;
+        }
+      }
+      // Who woke the span's own thread (the threads it started have wakers of their own).
+      if (piece.own_thread && blocked > 0 &&
+          (iv.waker_tid != 0 || iv.waker_kind != WakerKind::kTask))
+        wakers_for(piece.span).add(waker_key(iv), blocked);
       if (forest.reached[static_cast<size_t>(piece.span)]) hit.push_back(piece.span);
     }
     std::sort(hit.begin(), hit.end(), [&](int32_t a, int32_t b) {
@@ -436,15 +713,16 @@ void attribute_kernel(Profile& profile) {
     }
   }
 
+  // A task waker's name: the latest comm its wakeups carried (a thread that
+  // renamed itself is named by its new name).
+  std::unordered_map<uint64_t, std::pair<int64_t, const std::string*>> waker_names;
+  for (const OffCpuInterval& iv : k.off_cpu) {
+    if (iv.waker_kind != WakerKind::kTask || iv.waker_tid == 0 || iv.waker_name.empty()) continue;
+    auto [it, added] = waker_names.try_emplace(iv.waker_tid, iv.wake_ns, &iv.waker_name);
+    if (!added && iv.wake_ns >= it->second.first) it->second = {iv.wake_ns, &iv.waker_name};
+  }
+
   // Inclusive sums, children first.
-  auto thread_of = [&](int32_t s) {
-    const Lane* lane = profile.spans[static_cast<size_t>(s)].lane < profile.lanes.size()
-                           ? &profile.lanes[profile.spans[static_cast<size_t>(s)].lane]
-                           : nullptr;
-    return lane == nullptr || lane->native_tid == 0
-               ? ThreadKey{0, 0}
-               : ThreadKey{lane_pid(profile, *lane), lane->native_tid};
-  };
   for (auto it = forest.bfs.rbegin(); it != forest.bfs.rend(); ++it) {
     const int32_t s = *it;
     const auto si = static_cast<size_t>(s);
@@ -453,12 +731,25 @@ void attribute_kernel(Profile& profile) {
     sk.involuntary_switches = static_cast<uint32_t>(std::max<int64_t>(0, invol[si]));
     if (waker_of[si] >= 0) {
       const Wakers& w = wakers[static_cast<size_t>(waker_of[si])];
-      sk.top_waker_tid = w.best_tid;
+      if (w.best_tid & kKindKey) {
+        sk.top_waker_kind = static_cast<WakerKind>(w.best_tid & 0xff);
+        sk.top_waker_name = waker_kind_name(sk.top_waker_kind);
+      } else {
+        sk.top_waker_tid = w.best_tid;
+        if (auto n = waker_names.find(w.best_tid); n != waker_names.end())
+          sk.top_waker_name = *n->second.second;
+      }
       sk.top_waker_ns = w.best_ns;
     }
     const Span& span = profile.spans[si];
     const int64_t wall = (span.flags & kSpanGenerator) ? span.active_ns : span.duration_ns();
     sk.on_cpu_ns = std::max<int64_t>(0, wall - own[si]);
+    sk.own_off_cpu_ns = own[si];
+    for (const auto& [key, w] : waits[si])
+      sk.waits.push_back(WaitReason{key.first, key.second, w.first, w.second});
+    std::stable_sort(sk.waits.begin(), sk.waits.end(), [](const WaitReason& a, const WaitReason& b) {
+      return a.blocked_ns > b.blocked_ns;
+    });
     if (forest.parent[si] < 0) continue;
     const auto pi = static_cast<size_t>(span.parent);
     SpanKernel& pk = k.spans[pi];
@@ -467,9 +758,22 @@ void attribute_kernel(Profile& profile) {
     pk.runq_ns += sk.runq_ns;
     vol[pi] += vol[si];
     invol[pi] += invol[si];
-    const ThreadKey mine = thread_of(s);
-    if (mine.second != 0 && mine == thread_of(span.parent)) own[pi] += own[si];
-    if (waker_of[si] < 0) continue;
+    const ThreadKey mine = span_thread(profile, s);
+    const bool same_thread = mine.second != 0 && mine == span_thread(profile, span.parent);
+    if (same_thread) {
+      own[pi] += own[si];
+      pk.own_blocked_ns += sk.own_blocked_ns;
+      pk.own_runq_ns += sk.own_runq_ns;
+      auto& into = waits[pi];
+      if (into.size() < waits[si].size()) std::swap(into, waits[si]);
+      for (const auto& [key, w] : waits[si]) {
+        auto& t = into[key];
+        t.first += w.first;
+        t.second += w.second;
+      }
+    }
+    waits[si].clear();
+    if (waker_of[si] < 0 || !same_thread) continue;
     if (waker_of[pi] < 0) {
       waker_of[pi] = waker_of[si];  // the child's sums become the parent's
       continue;
@@ -507,24 +811,48 @@ std::vector<SelfOffCpu> self_off_cpu(const Profile& profile) {
   return self;
 }
 
+namespace {
+// A span's children on its own thread, for the own-thread self figures.
+bool same_thread_child(const Profile& p, size_t child, int32_t up) {
+  const ThreadKey mine = span_thread(p, static_cast<int32_t>(child));
+  return mine.second != 0 && mine == span_thread(p, up);
+}
+}  // namespace
+
 std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns) {
-  const std::vector<SelfOffCpu> own = self_off_cpu(profile);
-  if (own.empty() || n == 0) return {};
-  std::vector<Stall> self(own.size());
-  for (size_t i = 0; i < own.size(); ++i) {
-    self[i] = Stall{static_cast<int32_t>(i), profile.spans[i].duration_ns(),
-                    own[i].off_cpu_ns,       own[i].blocked_ns,
-                    own[i].runq_ns,          0};
+  const std::vector<SelfOffCpu> total = self_off_cpu(profile);
+  if (total.empty() || n == 0) return {};
+  const auto& ks = profile.kernel.spans;
+  std::vector<SelfOffCpu> own(ks.size());
+  for (size_t i = 0; i < ks.size(); ++i)
+    own[i] = {ks[i].own_off_cpu_ns, ks[i].own_blocked_ns, ks[i].own_runq_ns};
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const int32_t up = profile.spans[i].parent;
+    if (up < 0 || static_cast<size_t>(up) >= ks.size() || static_cast<size_t>(up) == i) continue;
+    if (!same_thread_child(profile, i, up)) continue;
+    SelfOffCpu& parent = own[static_cast<size_t>(up)];
+    parent.off_cpu_ns -= ks[i].own_off_cpu_ns;
+    parent.blocked_ns -= ks[i].own_blocked_ns;
+    parent.runq_ns -= ks[i].own_runq_ns;
   }
   std::vector<Stall> out;
-  for (Stall& s : self) {
-    if (s.wall_ns < min_wall_ns || s.off_cpu_ns <= 0) continue;
+  for (size_t i = 0; i < own.size(); ++i) {
+    Stall s;
+    s.span = static_cast<int32_t>(i);
+    s.wall_ns = profile.spans[i].duration_ns();
+    s.off_cpu_ns = std::max<int64_t>(0, own[i].off_cpu_ns);
+    s.blocked_ns = std::max<int64_t>(0, own[i].blocked_ns);
+    s.runq_ns = std::max<int64_t>(0, own[i].runq_ns);
+    s.threads_off_cpu_ns = std::max<int64_t>(0, total[i].off_cpu_ns - s.off_cpu_ns);
+    if (s.wall_ns < min_wall_ns || s.off_cpu_ns + s.threads_off_cpu_ns <= 0) continue;
     s.off_fraction =
-        s.wall_ns > 0 ? static_cast<double>(s.off_cpu_ns) / static_cast<double>(s.wall_ns) : 0;
+        s.wall_ns > 0 ? std::min(1.0, static_cast<double>(s.off_cpu_ns) / static_cast<double>(s.wall_ns))
+                      : 0;
     out.push_back(s);
   }
   const auto by_off = [](const Stall& a, const Stall& b) {
-    return a.off_cpu_ns != b.off_cpu_ns ? a.off_cpu_ns > b.off_cpu_ns : a.span < b.span;
+    const int64_t x = a.off_cpu_ns + a.threads_off_cpu_ns, y = b.off_cpu_ns + b.threads_off_cpu_ns;
+    return x != y ? x > y : a.span < b.span;
   };
   if (out.size() > n) {
     std::partial_sort(out.begin(), out.begin() + static_cast<ptrdiff_t>(n), out.end(), by_off);
@@ -532,6 +860,39 @@ std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall
   } else {
     std::sort(out.begin(), out.end(), by_off);
   }
+  return out;
+}
+
+std::vector<WaitReason> self_waits(const Profile& profile, int32_t span) {
+  const auto& ks = profile.kernel.spans;
+  if (ks.size() != profile.spans.size() || span < 0 || static_cast<size_t>(span) >= ks.size())
+    return {};
+  std::map<std::pair<int32_t, char>, WaitReason> sums;
+  for (const WaitReason& w : ks[static_cast<size_t>(span)].waits) sums[{w.syscall, w.state}] = w;
+  const Span& s = profile.spans[static_cast<size_t>(span)];
+  // Children: Span::first_child/next_sibling when linked, else a scan.
+  std::vector<size_t> children;
+  if (s.first_child >= 0) {
+    for (int32_t c = s.first_child; c >= 0; c = profile.spans[static_cast<size_t>(c)].next_sibling)
+      children.push_back(static_cast<size_t>(c));
+  } else {
+    for (size_t i = 0; i < profile.spans.size(); ++i)
+      if (profile.spans[i].parent == span && static_cast<int32_t>(i) != span) children.push_back(i);
+  }
+  for (size_t c : children) {
+    if (!same_thread_child(profile, c, span)) continue;
+    for (const WaitReason& w : ks[c].waits) {
+      auto it = sums.find({w.syscall, w.state});
+      if (it == sums.end()) continue;
+      it->second.blocked_ns -= w.blocked_ns;
+      it->second.count -= std::min(it->second.count, w.count);
+    }
+  }
+  std::vector<WaitReason> out;
+  for (auto& [key, w] : sums)
+    if (w.blocked_ns > 0) out.push_back(w);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const WaitReason& a, const WaitReason& b) { return a.blocked_ns > b.blocked_ns; });
   return out;
 }
 

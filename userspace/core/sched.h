@@ -7,14 +7,28 @@
 // thread it started that has no lane of its own, that thread too (see
 // ThreadLifetime::started_under).
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mlprof {
 
 struct Profile;
 struct Lane;
+
+// Who made a sleeping thread runnable (bpf/mlprof_events.h, mlprof_waker_kind):
+// a task, or an interrupt that ran on top of whatever task it hit.
+enum class WakerKind : uint8_t { kTask = 0, kTimer = 1, kSoftirq = 2, kHardirq = 3 };
+// "task", "timer", "softirq", "hardirq"; nullptr for a value out of range.
+const char* waker_kind_name(WakerKind kind);
+// The kind named so, false for an unknown name.
+bool parse_waker_kind(std::string_view name, WakerKind& kind);
+
+// The name of syscall `nr` on this machine's architecture ("futex"), or
+// "syscall N" for one not in the table; "" for -1 (none).
+std::string syscall_name(int32_t nr);
 
 // One stretch a followed thread spent off the CPU: switched out at start_ns,
 // switched back in at end_ns.
@@ -27,6 +41,16 @@ struct OffCpuInterval {
   bool blocked = false;     // went to sleep (vs preempted while runnable)
   uint64_t waker_tid = 0;   // the thread that woke it; 0 unknown or preempted
   uint32_t prev_state = 0;  // task state bits at switch-out
+  int32_t syscall = -1;     // blocked: the syscall it slept in (kernel number), -1 none/unknown
+  WakerKind waker_kind = WakerKind::kTask;  // not kTask: waker_tid is the task the interrupt hit
+  std::string waker_name;   // the waker's comm at the wakeup; "" unknown
+
+  // 'D' (uninterruptible), 'S' (interruptible) or '-' (preempted, or another state).
+  char state_letter() const {
+    if (!blocked) return '-';
+    if (prev_state & 2) return 'D';
+    return prev_state & 1 ? 'S' : '-';
+  }
 
   int64_t off_ns() const { return end_ns - start_ns; }
   // Asleep: from switch-out to the wakeup (0 when preempted or the wakeup was not seen).
@@ -50,8 +74,19 @@ struct ThreadLifetime {
   int32_t exit_code = 0;
 };
 
-// Per-span figures (inclusive). wall = on_cpu + off_cpu for a span of one
-// thread; a span that started threads adds their off-CPU to off_cpu only.
+// Why a span's thread waited: its blocked time in one syscall and state.
+struct WaitReason {
+  int32_t syscall = -1;  // -1: not in a syscall (a page fault ...) or not known
+  char state = '-';      // 'D', 'S' (OffCpuInterval::state_letter)
+  int64_t blocked_ns = 0;
+  uint32_t count = 0;  // blocked intervals (pieces) of it
+  // "futex S", "read D", "? D" (not in a syscall, or not known)
+  std::string text() const;
+};
+
+// Per-span figures (inclusive). wall = on_cpu + own_off_cpu; a span that
+// started threads (or has lanes on other threads under it) adds their
+// off-CPU to off_cpu, never to the own_* figures.
 struct SpanKernel {
   int64_t on_cpu_ns = 0;              // wall - off-CPU on the span's own thread
   int64_t off_cpu_ns = 0;             // off the CPU while the span was open
@@ -59,8 +94,21 @@ struct SpanKernel {
   int64_t runq_ns = 0;                // of it, runnable but waiting for a CPU
   uint32_t voluntary_switches = 0;    // blocked intervals
   uint32_t involuntary_switches = 0;  // preemptions
-  uint64_t top_waker_tid = 0;         // the thread whose wakeups ended the most blocked time
+  uint64_t top_waker_tid = 0;         // the thread whose wakeups ended the most own blocked time
   int64_t top_waker_ns = 0;           // the blocked time those wakeups ended
+  // Not kTask: the most blocked time was ended by interrupts of this kind
+  // (top_waker_tid then 0).
+  WakerKind top_waker_kind = WakerKind::kTask;
+  std::string top_waker_name;  // the waker's comm at its latest wakeup in the profile; "" unknown
+  // The span's own thread only (in its subtree): never more than its wall.
+  int64_t own_off_cpu_ns = 0;
+  int64_t own_blocked_ns = 0;
+  int64_t own_runq_ns = 0;
+  // The own thread's blocked time by reason, largest first.
+  std::vector<WaitReason> waits;
+
+  // Off-CPU of the threads it started and of lanes under it on other threads.
+  int64_t started_off_cpu_ns() const { return std::max<int64_t>(0, off_cpu_ns - own_off_cpu_ns); }
 };
 
 struct KernelData {
@@ -123,8 +171,16 @@ std::vector<OffCpuPiece> off_cpu_pieces(const Profile& profile);
 //   piece of it (voluntary when blocked, involuntary when preempted).
 // - on_cpu_ns = wall - off-CPU of the span's own thread within its subtree,
 //   where wall is active_ns for a generator span; never negative.
-// - top waker: the waker_tid whose wakeups ended the most blocked time in the
-//   subtree; ties go to the lower tid.
+// - top waker: the waker whose wakeups ended the most blocked time of the
+//   span's own thread in its subtree (as own_blocked_ns); ties go to the
+//   lower tid. A waker is a task (waker_tid, named
+//   by the latest waker_name the profile has for that tid) or an interrupt
+//   kind (timer, softirq, hardirq: all wakeups of that kind are one waker,
+//   whatever task they hit). Task wakeups with waker_tid 0 are not counted.
+// - own_*: the part on the span's own thread (Lane::native_tid); children
+//   on the same thread add theirs, other lanes' and started threads' never.
+// - waits: the own thread's blocked time by (syscall, state), summed like
+//   own_blocked_ns.
 // O((spans + intervals) log(spans + intervals)).
 void attribute_kernel(Profile& profile);
 
@@ -147,13 +203,22 @@ struct Stall {
   int64_t blocked_ns = 0;
   int64_t runq_ns = 0;
   double off_fraction = 0;  // off_cpu / wall
+  int64_t threads_off_cpu_ns = 0;  // started threads' and other lanes' off-CPU, self
 };
 // The n spans with the most off-CPU time (self, not inherited from children,
-// so a stall is named where it happens), largest first (ties: lower span
-// index); spans under min_wall_ns wall time and spans with no self off-CPU
-// time are left out. Stall's times are self times; off_fraction is self
-// off-CPU over the span's wall time. Reads profile.kernel.spans: empty when
-// attribute_kernel has not run (their sizes differ).
+// so a stall is named where it happens), largest first by off_cpu +
+// threads_off_cpu (ties: lower span index); spans under min_wall_ns wall
+// time and spans with no self off-CPU time are left out. Stall's times are
+// self times: off_cpu, blocked and runq of the span's own thread (its
+// children on that thread taken out), threads_off_cpu of the others (threads
+// it started, lanes under it on other threads); off_fraction is the own
+// off-CPU over the span's wall time, so never above 1. Reads
+// profile.kernel.spans: empty when attribute_kernel has not run (their sizes
+// differ).
 std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns = 0);
+
+// A span's own wait reasons less those of its children on the same thread
+// (SpanKernel::waits are inclusive), largest first, none below 0.
+std::vector<WaitReason> self_waits(const Profile& profile, int32_t span);
 
 }  // namespace mlprof
