@@ -39,6 +39,15 @@ class PostgresSink final : public Sink {
     info.labels[kItemKeyLabel] = item.key;
     info.added_unix_ns = unix_now_ns();
     auto added = store_->add_once(profile.value(), info, kItemKeyLabel);
+    if (!added && !store_->connected()) {
+      // The connection was lost while idle (a server restart, an idle
+      // timeout): one new connection at once rather than a back-off.
+      store_.reset();
+      auto reopened = PostgresStore::open(url_);
+      if (!reopened) return {DeliveryStatus::kRetry, reopened.error().message};
+      store_ = std::move(reopened.value());
+      added = store_->add_once(profile.value(), info, kItemKeyLabel);
+    }
     if (!added) {
       // The connection lost mid-add, a server error: rolled back, retried on
       // a new connection.

@@ -140,7 +140,7 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& ur
     }
     store->exec((std::string("SELECT pg_advisory_unlock(") + kSchemaLock + ")").c_str());
     if (!prepared) return prepared.error();
-  } catch (const StoreFailure& e) {
+  } catch (const std::exception& e) {  // the server's, or the core's own checks
     return Error{Error::Kind::kIo, 0, e.what()};
   }
   return store;
