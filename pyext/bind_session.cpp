@@ -60,7 +60,11 @@ bool refresh_transparent() {
     Py_DECREF(mod);
     if (!g_refresh) return false;
   }
-  PyObject* r = PyObject_CallNoArgs(g_refresh);
+  PyObject* r;
+  {
+    compat::Untraced untraced(compat::tstate());  // an enclosing session records none of it
+    r = PyObject_CallNoArgs(g_refresh);
+  }
   if (!r) return false;
   g_refreshed_for = PyLong_Check(r) ? PyLong_AsSsize_t(r) : -1;
   Py_DECREF(r);

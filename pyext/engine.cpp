@@ -19,6 +19,7 @@
 #include "probes.h"
 #include "py_util.h"
 #include "span_api.h"
+#include "trace_context.h"
 #include "capture/capture.h"
 #include "capture/frame_access.h"
 
@@ -1386,6 +1387,14 @@ void Engine::start(PyObject* session, int levels_above) {
       error.clear();
     }
   }
+  // Before the session is announced: the agent's session record carries it.
+  if (opts_.trace_id.empty()) {
+    trace_context::read(&opts_.trace_id, &opts_.span_id, &error);
+    if (!error.empty()) {
+      note(error);
+      error.clear();
+    }
+  }
   // Before capture starts: threading.setprofile is Python code we must not record.
   bool binder_ok = !opts_.all_threads || capture::install_thread_binder(&error);
   PyThreadState* ts = compat::tstate();
@@ -1635,6 +1644,8 @@ std::shared_ptr<Profile> Engine::profile() {
     }
     captured += lane.events.size();
     skipped += lp->skipped;
+    lane.trace_id = opts_.trace_id;
+    lane.span_id = opts_.span_id;
     p.lanes.push_back(std::move(lane));
   }
   p.stats.events_captured = captured;

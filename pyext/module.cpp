@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -190,6 +191,26 @@ py::dict lanes_info(const Profile& p) {
   return threads;
 }
 
+// One dict per session that had a trace context: pid (0: in process),
+// session, trace_id, span_id; in lane order, each session once.
+py::list traces_info(const Profile& p) {
+  py::list out;
+  std::vector<std::pair<uint32_t, uint64_t>> seen;
+  for (const Lane& l : p.lanes) {
+    if (l.trace_id.empty()) continue;
+    const std::pair<uint32_t, uint64_t> key{l.pid, l.session};
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    py::dict d;
+    d["pid"] = l.pid;
+    d["session"] = l.session;
+    d["trace_id"] = l.trace_id;
+    d["span_id"] = l.span_id;
+    out.append(d);
+  }
+  return out;
+}
+
 // The reference engine hands its lanes over as plain tuples.
 ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
                              const std::vector<std::string>& labels, int depth,
@@ -215,6 +236,10 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
     lane.parent_call = d["parent_call"].cast<uint32_t>();
     lane.dropped = d["dropped"].cast<uint64_t>();
     lane.truncated = d["truncated"].cast<bool>();
+    if (d.contains("trace_id")) {  // the session's trace context, when one was active
+      lane.trace_id = d["trace_id"].cast<std::string>();
+      lane.span_id = d["span_id"].cast<std::string>();
+    }
     for (const auto& ev : d["events"].cast<py::list>()) {
       auto e = ev.cast<py::tuple>();
       Event out{};
@@ -449,6 +474,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("span_count", [](const Profile& p) { return p.spans.size(); })
       .def_property_readonly("meta", [](const Profile& p) { return p.meta; })
       .def_property_readonly("threads", &lanes_info)
+      .def_property_readonly("traces", &traces_info)
       .def("set_meta", [](Profile& p, const std::string& key, const std::string& value) { p.meta[key] = value; },
            py::arg("key"), py::arg("value"), "Sets one provenance entry (written to the document's meta).")
       .def_property_readonly("stats", [](const Profile& p) {

@@ -128,7 +128,7 @@ import time
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _core, _labels, _transparent
+from . import _core, _labels, _traces, _transparent
 
 # --- constants mirrored from userspace/core/event.h ----------------------------
 
@@ -1229,6 +1229,7 @@ class ReferenceEngine:
         self._parent_session = None
         self._lanes: List[_Lane] = []
         self._start_thread: Optional[_ThreadState] = None
+        self._trace: Optional[Tuple[str, str]] = None  # the trace context at start (_traces.current)
         # Lanes by thread, then by context. A thread is its _ThreadState, not
         # its ident: idents (pthread_t) are reused as soon as a thread is
         # joined, and a new thread must not continue a finished thread's lane.
@@ -1391,6 +1392,7 @@ class ReferenceEngine:
         self._session = session
         self.start_ns = _core.now_ns()
         self._start_unix_ns = time.time_ns()
+        self._trace = _traces.current()  # (trace_id, span_id) or None
         self._start_thread = _thread_state()
         if self.values & (1 << VALUE_ALLOC):
             why = _core.alloc_count_start()
@@ -1488,6 +1490,7 @@ class ReferenceEngine:
                 "dropped": L.dropped, "truncated": L.out_truncated,
                 "events": _without_overhead(L.events, cuts[L.thread_id]), "io": L.io,
                 "readings": L.readings or [],
+                **({"trace_id": self._trace[0], "span_id": self._trace[1]} if self._trace else {}),
             })
             skipped += L.skipped
         meta = {

@@ -300,6 +300,27 @@ class ProfileSession:
         return self._spans
 
     @property
+    def traces(self) -> List[Dict[str, Any]]:
+        """The trace context of each session that had one, as a dict: pid (0
+        in process), session, trace_id (32 hex digits) and span_id (16): the
+        OpenTelemetry or MLflow span active where the session started
+        (docs/capture.md, "Traces"). Empty when there was none."""
+        return list(self._built().traces)
+
+    @property
+    def trace_id(self) -> Optional[str]:
+        """The trace id of the span active where the session started, or
+        None. With MLflow 3, the MLflow trace is ``"tr-" + trace_id``."""
+        traces = self._built().traces
+        return traces[0]["trace_id"] if traces else None
+
+    @property
+    def span_id(self) -> Optional[str]:
+        """The id of the span active where the session started, or None."""
+        traces = self._built().traces
+        return traces[0]["span_id"] if traces else None
+
+    @property
     def captured_depth(self) -> int:
         """The ceiling the session recorded at (-1: unlimited)."""
         return self.depth

@@ -106,6 +106,12 @@ class _PostgresDriver:
         return self.conn.execute(self._text(sql), params).fetchall()
 
 
+def _trace_hex(trace_id: str) -> str:
+    """A trace id as session_traces keeps it: MLflow 3's ``tr-<hex>`` is its
+    OpenTelemetry trace id in hex."""
+    return trace_id[3:] if trace_id.startswith("tr-") else trace_id.lower()
+
+
 def _sqlite_path(target: str) -> str:
     if target.startswith("sqlite:///"):
         return target[len("sqlite:///") - 1:] if target.startswith("sqlite:////") else target[len("sqlite:///"):]
@@ -209,16 +215,49 @@ class Store:
     def source_ids(self, where: Optional[Mapping[str, str]] = None) -> List[int]:
         """The ids of the sources matching every `where` {key: value}: the
         key's column (model, version, run_id, host, type, pid, container,
-        pod), a label the source was added with, or a key of its meta."""
+        pod), a label the source was added with, or a key of its meta.
+        ``trace_id`` and ``span_id`` match the trace context of any of the
+        source's sessions (an MLflow trace id ``tr-...`` is taken too)."""
         sql = "SELECT s.source_id FROM sources s WHERE 1 = 1"
         params: list = []
         for key, value in (where or {}).items():
+            if key in ("trace_id", "span_id") and self._has_traces():
+                sql += (" AND s.source_id IN (SELECT se.source_id FROM sessions se JOIN session_traces t "
+                        f"ON t.session_id = se.session_id WHERE t.{key} = ?)")
+                params.append(_trace_hex(str(value)))
+                continue
             column = self._WHERE_COLUMNS.get(key)
             clause = (f"CAST(s.{column} AS TEXT) = ? OR " if column else "")
             sql += (f" AND ({clause}s.source_id IN (SELECT source_id FROM source_labels "
                     "WHERE key IN (?, ?) AND value = ?))")
             params += ([str(value)] if column else []) + [f"label.{key}", key, str(value)]
         return [r[0] for r in self._driver.query(sql + " ORDER BY s.source_id", tuple(params))]
+
+    def traces(self, source_id: Optional[int] = None, *, trace_id: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The trace context of each session that had one (the OpenTelemetry
+        or MLflow span active where it started), oldest first: source_id,
+        pid, session, trace_id, span_id. ``source_id`` keeps one source's;
+        ``trace_id`` (hex, or MLflow's ``tr-...``) finds a trace's sessions."""
+        if not self._has_traces():
+            return []
+        sql = ("SELECT se.source_id, se.pid, se.serial, t.trace_id, t.span_id FROM session_traces t "
+               "JOIN sessions se ON se.session_id = t.session_id WHERE 1 = 1")
+        params: list = []
+        if source_id is not None:
+            sql += " AND se.source_id = ?"
+            params.append(int(source_id))
+        if trace_id is not None:
+            sql += " AND t.trace_id = ?"
+            params.append(_trace_hex(trace_id))
+        rows = self._driver.query(sql + " ORDER BY se.session_id", tuple(params))
+        keys = ("source_id", "pid", "session", "trace_id", "span_id")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def _has_traces(self) -> bool:
+        """Whether the store has session_traces (version 2.2 and later)."""
+        version = self._driver.query("SELECT value FROM meta WHERE key = 'version'", ())[0][0]
+        major, _, minor = str(version).partition(".")
+        return (int(major), int(minor or 0)) >= (2, 2)
 
     def labels(self, source_id: int) -> Dict[str, str]:
         """The source's provenance: its document's meta and the labels it was added with."""

@@ -187,8 +187,10 @@ def test_kernel_data_of_an_agent_document_comes_back(tmp_path):
 
 
 def _as_version_2_0(conn):
-    """What a store written by 2.0 looks like: 2.1 added one index."""
+    """What a store written by 2.0 looks like: 2.1 added one index, 2.2 the
+    session_traces table."""
     conn.execute("DROP INDEX source_labels_by_value")
+    conn.execute("DROP TABLE session_traces")
     conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
 
 
@@ -205,15 +207,15 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
     with open_store(db) as store:
         assert store.source_ids({"model": "m"}) == [source]
     done = _mlprof("migrate", db)
-    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.1\n"
-    assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.1",)
+    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.2\n"
+    assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.2",)
     plan = " ".join(r[-1] for r in conn.execute(
         "EXPLAIN QUERY PLAN SELECT source_id FROM source_labels WHERE key = 'label.model' AND value = 'm'"))
     assert "source_labels_by_value" in plan
     with open_store(db) as store:
         assert store.load(source).to_tree() == before
     again = _mlprof("migrate", db)
-    assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.1\n"
+    assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.2\n"
     # No step starts at 1.0: the store is left as it was, and both messages say so.
     conn.execute("UPDATE meta SET value = '1.0' WHERE key = 'version'")
     refused = _mlprof("migrate", db)

@@ -154,9 +154,10 @@ def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
         source = store.add(session, labels={"model": "m"})
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP INDEX source_labels_by_value")
+        conn.execute("DROP TABLE session_traces")
         conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
-    assert migrate(url) == ("2.0", "2.1")
-    assert migrate(url) == ("2.1", "2.1")
+    assert migrate(url) == ("2.0", "2.2")
+    assert migrate(url) == ("2.2", "2.2")
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT indexname FROM pg_indexes WHERE indexname = 'source_labels_by_value'").fetchall()
     with open_store(url) as store:

@@ -76,6 +76,11 @@ struct Lane {
   std::vector<Reading> readings;  // cpu_time/alloc_bytes counter readings, by event index
   uint64_t dropped = 0;      // calls not recorded because the buffer was full
   bool truncated = false;    // recording stopped entirely (hard cap reached)
+  // The trace context active where the lane's session started (an
+  // OpenTelemetry or MLflow span): lower-case hex, 32 and 16 digits, or
+  // empty. Every lane of a session carries its session's.
+  std::string trace_id;
+  std::string span_id;
 };
 
 }  // namespace mlprof

@@ -307,6 +307,17 @@ std::string store_version(StoreDriver& d) {
   return rows.empty() ? std::string() : as_text(rows[0][0]);
 }
 
+// Whether the store has session_traces (2.2). A writer leaves a store of an
+// older minor version in that version's format, which its readers still read.
+bool has_session_traces(StoreDriver& d) {
+  const std::string v = store_version(d);
+  int major = 0, minor = 0;
+  const auto dot = v.find('.');
+  std::from_chars(v.data(), v.data() + std::min(dot, v.size()), major);
+  if (dot != std::string::npos) std::from_chars(v.data() + dot + 1, v.data() + v.size(), minor);
+  return major > 2 || (major == 2 && minor >= 2);
+}
+
 }  // namespace
 
 Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& d) {
@@ -314,7 +325,7 @@ Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& d) {
   std::string at = from;
   for (const Migration& m : migrations()) {
     if (at != m.from) continue;
-    for (const std::string& stmt : m.statements) d.execute(stmt, {});
+    for (const std::string& stmt : m.statements) d.execute(in_dialect(stmt, d.dialect()), {});
     d.execute("UPDATE meta SET value = ? WHERE key = 'version'", {std::string(m.to)});
     at = m.to;
   }
@@ -371,6 +382,14 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
       "INSERT INTO sessions (session_id, source_id, pid, serial, start_ns, end_ns, first_sample_id, sample_count) "
       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
       session_rows);
+  std::vector<SqlRow> trace_rows;  // a session's lanes all carry its trace context
+  for (const SessionPlan& s : sessions) {
+    const Lane& first = p.lanes[s.lanes.front()];
+    if (!first.trace_id.empty()) trace_rows.push_back({s.id, first.trace_id, first.span_id});
+  }
+  if (!trace_rows.empty() && has_session_traces(d)) {
+    d.execute_many("INSERT INTO session_traces (session_id, trace_id, span_id) VALUES (?, ?, ?)", trace_rows);
+  }
 
   std::vector<SqlRow> lane_rows;
   for (uint32_t li = 0; li < p.lanes.size(); ++li) {
@@ -647,10 +666,14 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::unordered_map<int64_t, uint32_t> lane_index;
   std::unordered_map<int64_t, int64_t> lane_session_start;
   std::vector<int64_t> parent_lane_ids;
+  const bool traces = has_session_traces(d);
   for (const auto& r : d.query(
-           "SELECT l.lane_id, l.thread_id, l.native_tid, l.thread_name, l.task, l.parent_lane_id, l.parent_call, "
-           "l.events, l.dropped, l.truncated, se.pid, se.serial, se.start_ns FROM lanes l JOIN sessions se ON "
-           "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY l.ordinal",
+           std::string("SELECT l.lane_id, l.thread_id, l.native_tid, l.thread_name, l.task, l.parent_lane_id, "
+                       "l.parent_call, l.events, l.dropped, l.truncated, se.pid, se.serial, se.start_ns, ") +
+               (traces ? "t.trace_id, t.span_id FROM lanes l JOIN sessions se ON se.session_id = l.session_id "
+                         "LEFT JOIN session_traces t ON t.session_id = se.session_id"
+                       : "NULL, NULL FROM lanes l JOIN sessions se ON se.session_id = l.session_id") +
+               " WHERE se.source_id = ? ORDER BY l.ordinal",
            {source_id})) {
     Lane lane;
     lane.thread_id = static_cast<uint64_t>(as_int(r[1]));
@@ -664,6 +687,10 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     lane.truncated = as_int(r[9]) != 0;
     lane.pid = static_cast<uint32_t>(as_int(r[10]));
     lane.session = static_cast<uint64_t>(as_int(r[11]));
+    if (!is_null(r[13])) {
+      lane.trace_id = as_text(r[13]);
+      lane.span_id = as_text(r[14]);
+    }
     lane_index[as_int(r[0])] = static_cast<uint32_t>(p.lanes.size());
     lane_session_start[as_int(r[0])] = as_int(r[12]);
     p.lanes.push_back(std::move(lane));

@@ -234,6 +234,16 @@ const std::vector<Migration>& migrations() {
   static const std::vector<Migration> steps = {
       // `--where` on a label finds its sources without scanning every label.
       {"2.0", "2.1", {"CREATE INDEX IF NOT EXISTS source_labels_by_value ON source_labels (key, value)"}},
+      // The trace context active where each session started: a profile is
+      // found from a trace (`--where trace_id=...`) and a trace from a profile.
+      {"2.1",
+       "2.2",
+       {"CREATE TABLE IF NOT EXISTS session_traces (\n"
+        "  session_id INTEGER PRIMARY KEY REFERENCES sessions(session_id),\n"
+        "  trace_id TEXT NOT NULL,\n"
+        "  span_id TEXT NOT NULL DEFAULT ''\n"
+        ") STRICT",
+        "CREATE INDEX IF NOT EXISTS session_traces_by_trace ON session_traces (trace_id)"}},
   };
   return steps;
 }
@@ -249,18 +259,22 @@ std::vector<std::string> schema_statements(Dialect dialect) {
   // written once.
   std::vector<std::string> out = split_statements(schema_text());
   for (const Migration& m : migrations()) out.insert(out.end(), m.statements.begin(), m.statements.end());
-  if (dialect == Dialect::kPostgres) {
-    // INTEGER is 32-bit there (64-bit in SQLite); no rowid tables, no STRICT.
-    static const std::regex integer("\\bINTEGER\\b");
-    for (auto& s : out) {
-      s = std::regex_replace(s, integer, "BIGINT");
-      for (const char* tail : {") WITHOUT ROWID, STRICT", ") STRICT"}) {
-        const auto at = s.rfind(tail);
-        if (at != std::string::npos && at + std::string(tail).size() == s.size()) s = s.substr(0, at) + ")";
-      }
+  for (auto& s : out) s = in_dialect(std::move(s), dialect);
+  return out;
+}
+
+std::string in_dialect(std::string statement, Dialect dialect) {
+  if (dialect != Dialect::kPostgres) return statement;
+  // INTEGER is 32-bit there (64-bit in SQLite); no rowid tables, no STRICT.
+  static const std::regex integer("\\bINTEGER\\b");
+  statement = std::regex_replace(statement, integer, "BIGINT");
+  for (const char* tail : {") WITHOUT ROWID, STRICT", ") STRICT"}) {
+    const auto at = statement.rfind(tail);
+    if (at != std::string::npos && at + std::string(tail).size() == statement.size()) {
+      statement = statement.substr(0, at) + ")";
     }
   }
-  return out;
+  return statement;
 }
 
 }  // namespace mlprof

@@ -13,12 +13,15 @@ enum class Dialect { kSqlite, kPostgres };
 
 // meta('version'): a reader takes the same major with a minor <= its own.
 inline constexpr int kStoreMajor = 2;
-inline constexpr int kStoreMinor = 1;
+inline constexpr int kStoreMinor = 2;
 inline constexpr const char* kStoreFormat = "mlflow-profiler-store";
 
 // The CREATE statements, in order (tables, views, then the migrations()
 // steps' statements), for `dialect`.
 std::vector<std::string> schema_statements(Dialect dialect);
+
+// One statement written in SQLite's dialect, as `dialect` takes it.
+std::string in_dialect(std::string statement, Dialect dialect);
 
 // The schema as one SQL text (SQLite dialect): what docs/store.md quotes.
 const std::string& schema_text();
