@@ -268,25 +268,25 @@ def test_mlflow_an_item_is_one_finished_run_with_tags_metrics_and_the_profile(si
     assert m["profile/on_cpu_ms"] > 0 and m["profile/runq_ms"] >= 0, m
 
 
-def test_mlflow_a_server_down_is_a_retry_and_the_run_is_made_once_it_is_back(sink_deliver, document, tmp_path):
-    server = start_server(tmp_path / "server")
-    port = int(server.uri.rsplit(":", 1)[1])
-    sink = Deliverer(sink_deliver, server.uri)
+def test_mlflow_a_server_down_is_a_retry_and_the_run_is_made_once_it_is_back(sink_deliver, document, mlflow_server):
+    # The module's server, stopped and started again on its port and store
+    # (the fixture then stops the new process).
+    port = int(mlflow_server.uri.rsplit(":", 1)[1])
+    sink = Deliverer(sink_deliver, mlflow_server.uri + "/?experiment=down")
     try:
         assert sink.deliver(document, "k/1")[0] == "delivered"
-        _stop(server.process)
+        _stop(mlflow_server.process)
         status, detail = sink.deliver(document, "k/2")
         assert status == "retry" and "did not answer" in detail, detail
-        server = start_server(tmp_path / "server", port=port)  # the same store, back
+        mlflow_server.process = start_server(mlflow_server.artifacts_dir.parent, port=port).process
         status, detail = sink.deliver(document, "k/2")
         assert status == "delivered", detail
         assert sink.deliver(document, "k/2")[1].endswith("(already there)")
-        runs = _runs(server.uri, "mlprof-ebpf")
-        assert sorted(r.data.tags["mlprof.key"] for r in runs) == ["k/1", "k/2"]
-        assert all(r.info.status == "FINISHED" for r in runs)
     finally:
         sink.close()
-        _stop(server.process)
+    runs = _runs(mlflow_server.uri, "down")
+    assert sorted(r.data.tags["mlprof.key"] for r in runs) == ["k/1", "k/2"]
+    assert all(r.info.status == "FINISHED" for r in runs)
 
 
 # -- the agent itself ----------------------------------------------------------------
