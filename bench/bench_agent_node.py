@@ -107,18 +107,22 @@ def main() -> int:
             p.wait()
     attached = sum(1 for line in open(log.name) if "attached to pid" in line)
     own = {str(p.pid) for p in targets}
-    sessions = {"own": 0, "other": 0}
+    sessions = {"own": 0, "other": 0, "continuous": 0}
     with open(out.name, errors="replace") as f:
         for line in f:
-            m = re.match(r"pid (\d+) session ", line)
+            m = re.match(r"pid (\d+) session ", line)  # --stream
             if m:
                 sessions["own" if m.group(1) in own else "other"] += 1
+            m = re.match(r"mlprof-ebpf: period .*?, (\d+) sessions?, ", line)  # --continuous
+            if m:
+                sessions["continuous"] += int(m.group(1))
     log_bytes = os.path.getsize(out.name)
     os.unlink(out.name)
     print(f"agent {a.agent} {' '.join(args)}")
     print(f"targets {a.targets} x {a.mode} every {a.interval} s ({a.targets / a.interval:.0f} predicts/s); "
           f"{attached} processes attached (log {log.name}); sessions printed: {sessions['own']} of "
-          f"these targets', {sessions['other']} of other processes")
+          f"these targets', {sessions['other']} of other processes; {sessions['continuous']} in the "
+          f"continuous agent's period lines (all processes)")
     print(f"{'t_s':>7} {'cpu_share':>9} {'rss_mib':>8} {'hwm_mib':>8}")
     for (t_prev, c_prev, _), (t, c, m) in zip(rows, rows[1:]):
         print(f"{t:7.1f} {(c - c_prev) / (t - t_prev):9.4f} {m['VmRSS'] / 1024:8.1f} {m['VmHWM'] / 1024:8.1f}")
@@ -129,7 +133,7 @@ def main() -> int:
         "rss_mib_first": rows[1][2]["VmRSS"] / 1024,
         "rss_mib_last": m_end["VmRSS"] / 1024,
         "hwm_mib": m_end["VmHWM"] / 1024,
-        "sessions_per_s": (sessions["own"] + sessions["other"]) / t_end,
+        "sessions_per_s": (sessions["own"] + sessions["other"] + sessions["continuous"]) / t_end,
         "stdout_kib_per_s": log_bytes / 1024 / t_end,
         "exit": agent.returncode,
     }
