@@ -744,8 +744,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   if (const std::string f = session_flags_text(s.flags); !f.empty()) p.meta["session_flags"] = f;
   if (truncated) p.meta["truncated"] = reason;
   if (s.dropped) p.meta["calls_dropped"] = std::to_string(s.dropped);
-  if (!s.trace_id.empty()) p.meta["trace_id"] = s.trace_id;
-  if (!s.span_id.empty()) p.meta["span_id"] = s.span_id;
+
   // Lanes in the contract's lane order; parent lanes mapped to indices.
   std::unordered_map<uint32_t, int32_t> index_of;
   for (auto& [number, ls] : s.lanes) {
@@ -803,6 +802,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
       if (marked_lane < 0 && (e.flags & kEvChildrenDropped)) marked_lane = self;
     }
     events += lane.events.size();
+    lane.trace_id = s.trace_id;  // the session's trace context, as in process
+    lane.span_id = s.span_id;
     p.lanes.push_back(std::move(lane));
   }
   // session_end carries the dropped calls of all lanes together: exact for
