@@ -98,7 +98,11 @@ void fire_session_spans(uint64_t session, uint64_t spans, uint64_t ident, const 
   static const mlprof_spans_name name = {1, 0, kLine, reinterpret_cast<uintptr_t>("storm_span"),
                                          reinterpret_cast<uintptr_t>("usdt_storm"),
                                          reinterpret_cast<uintptr_t>(__FILE__)};
-  MLPROF_USDT_SESSION_SPANS(session, body.data(), body.size(), &name, 1, 1);
+  // In registers, not %fs-relative (thread_local): libbpf reads no such operand.
+  const char* body_at = body.data();
+  uint64_t body_bytes = body.size();
+  asm volatile("" : "+r"(body_at), "+r"(body_bytes));
+  MLPROF_USDT_SESSION_SPANS(session, body_at, body_bytes, &name, 1, 1);
 }
 
 using Clock = std::chrono::steady_clock;

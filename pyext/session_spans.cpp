@@ -148,7 +148,14 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
     }
   }
   reinterpret_cast<mlprof_spans_head*>(body.data())->lanes = lanes;
-  MLPROF_USDT_SESSION_SPANS(serial, body.data(), body.size(), names.data(), names.size(), final ? 1 : 0);
+  // In registers: the buffers are thread_local, and an operand the compiler
+  // leaves %fs-relative is one libbpf cannot read ("unrecognized register").
+  const char* body_at = body.data();
+  uint64_t body_bytes = body.size();
+  const mlprof_spans_name* names_at = names.data();
+  uint64_t name_count = names.size();
+  asm volatile("" : "+r"(body_at), "+r"(body_bytes), "+r"(names_at), "+r"(name_count));
+  MLPROF_USDT_SESSION_SPANS(serial, body_at, body_bytes, names_at, name_count, final ? 1 : 0);
 }
 
 // --- checkpoints: the spans of a long session before it ends -------------------
