@@ -343,7 +343,7 @@ int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags)
 
 /* The end of a session: its SESSION_END record, then it is no longer open
  * and its thread no longer followed for it. */
-static __always_inline void end_session(const struct usdt_ctx *cp, __u64 session, __u64 dropped)
+static __always_inline void end_session(const struct usdt_ctx *cp, __u64 session, __u64 dropped, bool wake)
 {
 	struct usdt_ctx c = *cp;
 	struct mlprof_ev_session *e = reserve(sizeof(*e));
@@ -353,9 +353,12 @@ static __always_inline void end_session(const struct usdt_ctx *cp, __u64 session
 		e->session = session;
 		e->ceiling = 0;
 		e->flags = dropped;
-		/* A finished session: wake the reader now (a plain submit would not,
-		 * with records it was not woken for still ahead of it). */
-		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+		/* v1: a finished session wakes the reader now (a plain submit would
+		 * not, with records it was not woken for still ahead of it). v2
+		 * (wake false): the batched rule; the reader's 100 ms poll timeout
+		 * bounds the delay. A wakeup per session cost the agent ~90 us of
+		 * CPU a session (a context switch and a poll for 3 records). */
+		bpf_ringbuf_submit(e, wake ? BPF_RB_FORCE_WAKEUP : batched(sizeof(*e)));
 	}
 	/* Other lanes' threads are dropped lazily, at their next switch. */
 	struct session_key k = {.pstart = c.pstart, .session = session, .tgid = c.tgid};
@@ -378,7 +381,7 @@ int BPF_USDT(mlprof_session_end, __u64 session, __u64 dropped)
 
 	if (!usdt_begin(&c))
 		return 0;
-	end_session(&c, session, dropped);
+	end_session(&c, session, dropped, true);
 	return 0;
 }
 
@@ -563,7 +566,7 @@ int BPF_USDT(mlprof_session_spans, __u64 session, __u64 body, __u64 body_bytes, 
 	bpf_loop(MLPROF_SPANS_MAX_NAMES, spans_name_cb, &x, 0);
 	bpf_loop(MLPROF_SPANS_MAX_CHUNKS, spans_chunk_cb, &x, 0);
 	if (final) /* a checkpoint (final 0) leaves the session open */
-		end_session(&x.c, session, 0);
+		end_session(&x.c, session, 0, false);
 	return 0;
 }
 
@@ -659,20 +662,12 @@ static __always_inline __s32 current_syscall(void)
 #endif
 }
 
-/* The final switch-out of a dead followed thread: the end of its following
- * (sched_process_exit comes earlier, and the thread can still be preempted
- * on its way out: that run-queue wait is its own). */
-static __always_inline void on_last_switch(struct task_struct *prev, __u32 tid, struct thread_state *st)
+/* The final switch-out of a dead followed thread: the end of its following.
+ * THREAD_EXIT went out at sched_process_exit, which comes earlier: on its way
+ * out from there the thread can still be preempted, and wait for a CPU (its
+ * OFF_CPU records are its own, stamped after its exit). */
+static __always_inline void on_last_switch(__u32 tid)
 {
-	struct mlprof_ev_thread *e = reserve(sizeof(*e));
-
-	if (e) {
-		fill_header(&e->h, MLPROF_EV_THREAD_EXIT, bpf_ktime_get_ns(), st->tgid, tid);
-		e->parent_tid = 0;
-		e->exit_code = (__u32)BPF_CORE_READ(prev, exit_code);
-		BPF_CORE_READ_STR_INTO(&e->comm, prev, comm);
-		bpf_ringbuf_submit(e, batched(sizeof(*e)));
-	}
 	bpf_map_delete_elem(&followed, &tid);
 }
 
@@ -692,7 +687,7 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 		__u32 state = mlprof_switch_prev_state(ctx, prev);
 
 		if (state & MLPROF_TASK_DEAD) {
-			on_last_switch(prev, prev_tid, st);
+			on_last_switch(prev_tid);
 		} else {
 			now = bpf_ktime_get_ns();
 			st->off_start = now;
@@ -816,16 +811,29 @@ static __always_inline int on_fork(struct task_struct *parent, struct task_struc
 }
 
 /* Runs in the exiting thread, for every thread (the process's last one too).
- * The thread stays followed until its final switch-out (on_last_switch),
- * which ships THREAD_EXIT: its way out from here can still be preempted.
- * A thread followed only for a session that has ended is dropped here, so an
- * entry outlives its thread only when that final switch is never seen (the
+ * THREAD_EXIT goes out now (the joiner places the session's threads by it,
+ * and a session's end waits only 50 ms for late records: the final
+ * switch-out can come later on a loaded CPU), but the thread stays followed
+ * until its final switch-out (on_last_switch). A thread followed only for a
+ * session that has ended was dropped by lookup_followed, so an entry
+ * outlives its thread only when that final switch is never seen (the
  * programs detached in between); a new thread with the tid replaces it. */
 static __always_inline int on_exit(struct task_struct *p)
 {
 	__u32 tid = BPF_CORE_READ(p, pid);
+	struct thread_state *st = lookup_followed(tid);
 
-	lookup_followed(tid);
+	if (!st)
+		return 0;
+	struct mlprof_ev_thread *e = reserve(sizeof(*e));
+
+	if (e) {
+		fill_header(&e->h, MLPROF_EV_THREAD_EXIT, bpf_ktime_get_ns(), st->tgid, tid);
+		e->parent_tid = 0;
+		e->exit_code = (__u32)BPF_CORE_READ(p, exit_code);
+		BPF_CORE_READ_STR_INTO(&e->comm, p, comm);
+		bpf_ringbuf_submit(e, batched(sizeof(*e)));
+	}
 	return 0;
 }
 

@@ -17,12 +17,25 @@ Loop mode (--loop MODE): predict() in MODE forever, --interval seconds apart
 
 Modes (predict() calls self._MODE()): nested (plain Python helpers, three levels), sleep (a 20 ms sleep),
 spin (a CPU-bound loop), compute (a short loop that never blocks), threads
-(two worker threads started, 5 ms each, joined), hang (sleeps 60 s).
+(two worker threads started, 5 ms each, joined), linger (threads, then a
+100 ms sleep that the workers' exits fall in), hang (sleeps 60 s); and for
+the kernel's wait reasons and wakers, each in a span of its own that starts a
+helper thread which, after 10 ms, ends the wait: pipe (os.read on a pipe the
+helper writes), lock (a threading.Lock the helper releases), rename (an
+Event the helper sets, after renaming its comm to "renamed-waker"; the main
+thread's comm is "model-main" then).
+
+Each call's reply also carries "sched": the main thread's
+/proc/thread-self/schedstat (run_time_ns, run_delay_ns, then the
+perf_counter_ns of the read) read before t0 and after t1, each after a 1 ms
+sleep so that the running thread's figures are current, and "workers": [tid, run_time_ns, run_delay_ns] that the threads
+started by threads/pipe/lock/rename read last thing in their function.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import sys
@@ -82,6 +95,50 @@ with warnings.catch_warnings():
 
         def _work(self):
             time.sleep(0.005)
+            self.note_worker()
+
+        def note_worker(self):
+            """A started thread records its schedstat as the last thing it does
+            (on the instance: the loaded model's class is a pickled copy, with
+            globals of its own)."""
+            self.workers.append([threading.get_native_id(), *schedstat()])
+
+        def _helper(self, finish, comm=None):
+            """Started by pipe/lock/rename: renames itself (comm), then ends the
+            caller's wait after 10 ms."""
+            def run():
+                if comm:
+                    set_comm(comm)
+                time.sleep(0.010)
+                finish()
+                self.note_worker()
+            t = threading.Thread(target=run, name="helper")
+            t.start()
+            return t
+
+        def _pipe(self):
+            r, w = os.pipe()
+            try:
+                t = self._helper(lambda: os.write(w, b"x"))
+                os.read(r, 1)
+                t.join()
+            finally:
+                os.close(r)
+                os.close(w)
+
+        def _lock(self):
+            lock = threading.Lock()
+            lock.acquire()
+            t = self._helper(lock.release)
+            lock.acquire()
+            t.join()
+
+        def _rename(self):
+            set_comm("model-main")
+            done = threading.Event()
+            t = self._helper(done.set, comm="renamed-waker")
+            done.wait()
+            t.join()
 
         def _spawn(self):
             workers = [threading.Thread(target=self._work, name=f"worker-{i}") for i in range(2)]
@@ -93,8 +150,26 @@ with warnings.catch_warnings():
         def _threads(self):
             self._spawn()
 
+        def _linger(self):
+            # The workers' exits (scheduled after join() returned) fall inside the session.
+            self._spawn()
+            time.sleep(0.1)
+
         def _hang(self):
             time.sleep(60)
+
+
+def schedstat():
+    """This thread's (run_time_ns, run_delay_ns) from /proc/thread-self/schedstat."""
+    with open("/proc/thread-self/schedstat") as f:
+        run, delay, _ = f.read().split()
+    return int(run), int(delay)
+
+
+def set_comm(name):
+    """Sets this thread's comm (prctl PR_SET_NAME), as a worker renaming itself does."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, name.encode()[:15], 0, 0, 0)
 
 
 def build_model():
@@ -160,9 +235,14 @@ def main() -> int:
             calls = []
             previous = mp.last_profile() if mp is not None else None
             for _ in range(n):
+                impl.workers = []  # [tid, run_time_ns, run_delay_ns] of the threads this call starts
+                time.sleep(0.001)
+                s0 = (*schedstat(), time.perf_counter_ns())
                 t0 = time.perf_counter_ns()
                 model.predict([0])
                 t1 = time.perf_counter_ns()
+                time.sleep(0.001)
+                s1 = (*schedstat(), time.perf_counter_ns())
                 session = mp.last_profile() if mp is not None else None
                 # A call that ran unprofiled leaves the previous session there: null.
                 # Every span (the agent's document holds them all): a depth
@@ -171,7 +251,8 @@ def main() -> int:
                         if session is not None and session is not previous else None)
                 previous = session
                 traced = mp.statistics()["traced"] if mp is not None else 0
-                calls.append({"t0": t0, "t1": t1, "tree": tree, "traced": traced})
+                calls.append({"t0": t0, "t1": t1, "tree": tree, "traced": traced,
+                              "sched": [*s0, *s1], "workers": list(impl.workers)})
             reply = {"calls": calls}
         else:
             reply = {"error": f"unknown command {words[0]!r}"}

@@ -333,11 +333,15 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
         "internal: bpf_loader.cpp's map layouts differ from mlprof.bpf.c's (rebuild both)");
 
   // The interrupt-context programs (waker kinds) are raw_tp in both variants.
+  // Exits before entries: an entry seen without its exit (a callback running
+  // while the pair was being attached) would leave its CPU's count up for
+  // good, and every later wakeup there labelled an interrupt's; an exit
+  // without its entry is ignored.
   bpf_program* const irq_progs[] = {
-      skel.progs.hrtimer_expire_entry_raw, skel.progs.hrtimer_expire_exit_raw,
-      skel.progs.timer_expire_entry_raw,   skel.progs.timer_expire_exit_raw,
-      skel.progs.softirq_entry_raw,        skel.progs.softirq_exit_raw,
-      skel.progs.irq_handler_entry_raw,    skel.progs.irq_handler_exit_raw};
+      skel.progs.hrtimer_expire_exit_raw, skel.progs.timer_expire_exit_raw,
+      skel.progs.softirq_exit_raw,        skel.progs.irq_handler_exit_raw,
+      skel.progs.hrtimer_expire_entry_raw, skel.progs.timer_expire_entry_raw,
+      skel.progs.softirq_entry_raw,        skel.progs.irq_handler_entry_raw};
   std::vector<bpf_program*> sched_progs(std::begin(irq_progs), std::end(irq_progs));
   for (bpf_program* p : use_btf ? btf_progs : raw_progs) sched_progs.push_back(p);
   for (bpf_program* p : sched_progs) {

@@ -416,7 +416,10 @@ class Threads {
   }
 
   // The lifetime of thread `key` that covers time t: the last one started at
-  // or before t (0: before the capture) that had not ended before t.
+  // or before t (0: before the capture). Also after its end_ns: the agent
+  // stamps a thread's exit at sched_process_exit and follows it to its last
+  // switch-out, so an interval after its exit is its way out (a wait for a
+  // CPU), still the doing of the span that started it.
   const size_t* lifetime_at(const ThreadKey& key, int64_t t) const {
     const auto it = lifetimes_.find(key);
     if (it == lifetimes_.end()) return nullptr;
@@ -425,9 +428,7 @@ class Threads {
     auto after = std::upper_bound(list.begin(), list.end(), t,
                                   [&](int64_t v, size_t i) { return v < threads[i].start_ns; });
     if (after == list.begin()) return nullptr;
-    const size_t* found = &*(after - 1);
-    const int64_t end = threads[*found].end_ns;
-    return end == 0 || t <= end ? found : nullptr;
+    return &*(after - 1);
   }
 
   // In start order, so a creating thread that was itself started is resolved

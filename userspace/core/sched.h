@@ -155,7 +155,8 @@ std::vector<OffCpuPiece> off_cpu_pieces(const Profile& profile);
 //   one that started last (then the deepest). An interval is cut at those
 //   boundaries; each piece counts for the innermost span running over it.
 // - A piece with no span running on its thread counts for the thread's
-//   started_under span (of the lifetime that covers it) where it lies within
+//   started_under span (of the lifetime that covers it: the last one started
+//   before it, also past its exit, which is the thread's way out) where it lies within
 //   that span's [start_ns, end_ns), and for the nearest ancestor whose wall
 //   time holds it elsewhere (a worker still asleep after the call that
 //   started it returned counts for the caller); outside the root's wall time
