@@ -662,20 +662,12 @@ static __always_inline __s32 current_syscall(void)
 #endif
 }
 
-/* The final switch-out of a dead followed thread: the end of its following
- * (sched_process_exit comes earlier, and the thread can still be preempted
- * on its way out: that run-queue wait is its own). */
-static __always_inline void on_last_switch(struct task_struct *prev, __u32 tid, struct thread_state *st)
+/* The final switch-out of a dead followed thread: the end of its following.
+ * THREAD_EXIT went out at sched_process_exit, which comes earlier: on its way
+ * out from there the thread can still be preempted, and wait for a CPU (its
+ * OFF_CPU records are its own, stamped after its exit). */
+static __always_inline void on_last_switch(__u32 tid)
 {
-	struct mlprof_ev_thread *e = reserve(sizeof(*e));
-
-	if (e) {
-		fill_header(&e->h, MLPROF_EV_THREAD_EXIT, bpf_ktime_get_ns(), st->tgid, tid);
-		e->parent_tid = 0;
-		e->exit_code = (__u32)BPF_CORE_READ(prev, exit_code);
-		BPF_CORE_READ_STR_INTO(&e->comm, prev, comm);
-		bpf_ringbuf_submit(e, batched(sizeof(*e)));
-	}
 	bpf_map_delete_elem(&followed, &tid);
 }
 
@@ -695,7 +687,7 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 		__u32 state = mlprof_switch_prev_state(ctx, prev);
 
 		if (state & MLPROF_TASK_DEAD) {
-			on_last_switch(prev, prev_tid, st);
+			on_last_switch(prev_tid);
 		} else {
 			now = bpf_ktime_get_ns();
 			st->off_start = now;
@@ -819,16 +811,29 @@ static __always_inline int on_fork(struct task_struct *parent, struct task_struc
 }
 
 /* Runs in the exiting thread, for every thread (the process's last one too).
- * The thread stays followed until its final switch-out (on_last_switch),
- * which ships THREAD_EXIT: its way out from here can still be preempted.
- * A thread followed only for a session that has ended is dropped here, so an
- * entry outlives its thread only when that final switch is never seen (the
+ * THREAD_EXIT goes out now (the joiner places the session's threads by it,
+ * and a session's end waits only 50 ms for late records: the final
+ * switch-out can come later on a loaded CPU), but the thread stays followed
+ * until its final switch-out (on_last_switch). A thread followed only for a
+ * session that has ended was dropped by lookup_followed, so an entry
+ * outlives its thread only when that final switch is never seen (the
  * programs detached in between); a new thread with the tid replaces it. */
 static __always_inline int on_exit(struct task_struct *p)
 {
 	__u32 tid = BPF_CORE_READ(p, pid);
+	struct thread_state *st = lookup_followed(tid);
 
-	lookup_followed(tid);
+	if (!st)
+		return 0;
+	struct mlprof_ev_thread *e = reserve(sizeof(*e));
+
+	if (e) {
+		fill_header(&e->h, MLPROF_EV_THREAD_EXIT, bpf_ktime_get_ns(), st->tgid, tid);
+		e->parent_tid = 0;
+		e->exit_code = (__u32)BPF_CORE_READ(p, exit_code);
+		BPF_CORE_READ_STR_INTO(&e->comm, p, comm);
+		bpf_ringbuf_submit(e, batched(sizeof(*e)));
+	}
 	return 0;
 }
 
