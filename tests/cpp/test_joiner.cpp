@@ -1200,5 +1200,194 @@ TEST(Joiner, ASessionBegunAgainClosesTheOneWhoseEndWasLost) {
   EXPECT_EQ(got[1].captured_depth, 2);
 }
 
+// ---- USDT contract v2: a session's spans in one session_spans body -----------
+
+// The records the v2 probes let the BPF side emit for session `serial` of
+// `p`: SESSION_BEGIN, the NAME records of its ids, the body (as the
+// extension writes it, mlprof_usdt.h) in MLPROF_CHUNK_BYTES pieces, then
+// SESSION_END (none for a checkpoint: final false).
+std::vector<Rec> body_records_of(const Profile& p, Process& proc, uint64_t serial, uint64_t flags,
+                                 const std::string& trace_id, const std::string& span_id,
+                                 bool begin = true, bool final = true) {
+  std::vector<Rec> out;
+  const uint32_t tgid = proc.tgid;
+  const auto tid = static_cast<uint32_t>(p.lanes[0].native_tid);
+  if (begin) {
+    out.push_back(session_rec(MLPROF_EV_SESSION_BEGIN, tgid, tid, p.start_ns, serial,
+                              p.captured_depth, flags));
+  }
+  std::string body(sizeof(mlprof_spans_head), '\0');
+  mlprof_spans_head head{};
+  head.version = MLPROF_USDT_VERSION;
+  head.lanes = static_cast<uint32_t>(p.lanes.size());
+  head.session = serial;
+  head.start_ns = p.start_ns;
+  head.end_ns = p.end_ns;
+  head.ceiling = p.captured_depth;
+  head.flags = flags;
+  put(head.trace_id, trace_id);
+  put(head.span_id, span_id);
+  for (uint32_t li = 0; li < p.lanes.size(); ++li) {
+    const Lane& lane = p.lanes[li];
+    head.dropped += lane.dropped;
+    mlprof_spans_lane ml{};
+    ml.lane = li;
+    ml.parent_lane = lane.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(lane.parent_lane);
+    ml.parent_call = lane.parent_call;
+    ml.task = lane.task;
+    ml.thread_ident = lane.thread_id;
+    ml.native_tid = lane.native_tid;
+    ml.dropped = lane.dropped;
+    ml.events = static_cast<uint32_t>(lane.events.size());
+    ml.ios = static_cast<uint32_t>(lane.io.size());
+    put(ml.thread_name, lane.thread_name);
+    body.append(reinterpret_cast<const char*>(&ml), sizeof(ml));
+    for (const Event& e : lane.events) {
+      mlprof_spans_event me{};
+      me.ts_ns = e.ts_ns;
+      me.kind = static_cast<uint8_t>(e.kind);
+      me.flags = e.flags;
+      me.id = e.kind == EventKind::kCall || e.kind == EventKind::kLabel ? e.id + proc.id_offset : e.id;
+      body.append(reinterpret_cast<const char*>(&me), sizeof(me));
+      if ((e.kind == EventKind::kCall || e.kind == EventKind::kLabel) && proc.send_names &&
+          proc.named.insert({e.kind == EventKind::kLabel, me.id}).second) {
+        const auto& s = p.functions.strings();
+        if (e.kind == EventKind::kLabel) {
+          out.push_back(name_rec(tgid, tid, p.end_ns, me.id, true, s.get(e.id)));
+        } else {
+          const FunctionInfo& f = p.functions.get(e.id);
+          out.push_back(name_rec(tgid, tid, p.end_ns, me.id, false, s.get(f.name), s.get(f.module),
+                                 s.get(f.file), f.line));
+        }
+      }
+    }
+    for (const IORecord& io : lane.io) {
+      mlprof_spans_io mi{};
+      mi.call = io.call;
+      mi.role = static_cast<uint32_t>(io.role);
+      put(mi.name, io.name);
+      put(mi.summary, format_io(io.summary));
+      body.append(reinterpret_cast<const char*>(&mi), sizeof(mi));
+    }
+  }
+  std::memcpy(body.data(), &head, sizeof(head));
+  for (size_t off = 0; off < body.size(); off += MLPROF_CHUNK_BYTES) {
+    mlprof_ev_chunk c{};
+    c.h = header(MLPROF_EV_SPANS_CHUNK, tgid, tid, p.end_ns);
+    c.session = serial;
+    c.offset = static_cast<uint32_t>(off);
+    c.total = static_cast<uint32_t>(body.size());
+    c.bytes = static_cast<uint32_t>(std::min<size_t>(MLPROF_CHUNK_BYTES, body.size() - off));
+    std::memcpy(c.data, body.data() + off, c.bytes);
+    out.push_back(rec_of(c));
+  }
+  if (final) out.push_back(session_rec(MLPROF_EV_SESSION_END, tgid, tid, p.end_ns, serial, 0, 0));
+  return out;
+}
+
+TEST(JoinerV2, ASessionSpansBodyGivesTheInProcessTreeAndTheTraceIds) {
+  const Profile want = as_seen(rich_session());
+  Process proc;
+  Joiner j;
+  feed(j, body_records_of(want, proc, 7, MLPROF_SESSION_CAPTURE_IO | MLPROF_SESSION_ALL_THREADS,
+                          "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  expect_same_tree(want, got[0]);
+  const Profile& p = got[0];
+  ASSERT_EQ(p.spans.size(), 9u);
+  EXPECT_EQ(p.display_name(p.spans[1]), "prep stage");
+  EXPECT_EQ(p.spans[5].resumes, 2u);
+  EXPECT_EQ(p.spans[6].parent, 0);  // the worker thread's root under predict
+  EXPECT_EQ(p.lanes[1].native_tid, 101u);
+  EXPECT_EQ(format_io(p.io[0].summary), "(DataFrame, shape=(64, 12), dtype=float64, 6.0KB)");
+  for (const Lane& lane : p.lanes) {  // on the lanes, as in process (d0f2cca)
+    EXPECT_EQ(lane.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+    EXPECT_EQ(lane.span_id, "00f067aa0ba902b7");
+  }
+  EXPECT_EQ(p.meta.count("truncated"), 0u);
+  const JoinerStats st = j.stats();
+  EXPECT_EQ(st.bodies_applied, 1u);
+  EXPECT_EQ(st.bodies_incomplete, 0u);
+  EXPECT_EQ(st.names_lost, 0u);
+  EXPECT_EQ(st.malformed, 0u);
+}
+
+TEST(JoinerV2, NoTraceContextWritesNoKeys) {
+  const Profile want = as_seen(rich_session());
+  Process proc;
+  Joiner j;
+  feed(j, body_records_of(want, proc, 3, 0, "", ""));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  for (const Lane& lane : got[0].lanes) {
+    EXPECT_EQ(lane.trace_id, "");
+    EXPECT_EQ(lane.span_id, "");
+  }
+  EXPECT_EQ(got[0].meta.count("trace_id"), 0u);
+}
+
+TEST(JoinerV2, ALostPieceFlagsTheSessionTruncatedAndIsCounted) {
+  // A body over one piece (a long lane), its second piece lost in a full ring.
+  Profile p;
+  const uint32_t f = p.functions.add("step", "m", "/app/m.py", 1, FunctionKind::kPython, true);
+  std::vector<Event> ev;
+  for (int i = 0; i < 400; ++i) {
+    ev.push_back(call(1000 + 10 * i, f));
+    ev.push_back(ret(1005 + 10 * i));
+  }
+  p.start_ns = 900;
+  p.end_ns = 6000;
+  p.captured_depth = 2;
+  p.lanes.push_back(make_lane(ev, "MainThread"));
+  p.lanes[0].native_tid = 100;
+  build_tree(p);
+  Process proc;
+  std::vector<Rec> recs = body_records_of(p, proc, 1, 0, "", "");
+  size_t chunks = 0;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    mlprof_ev_header h{};
+    std::memcpy(&h, recs[i].bytes.data(), sizeof(h));
+    if (h.kind == MLPROF_EV_SPANS_CHUNK && ++chunks == 2) {
+      recs.erase(recs.begin() + static_cast<long>(i));
+      break;
+    }
+  }
+  ASSERT_EQ(chunks, 2u);
+  Joiner j;
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(j.stats().bodies_incomplete, 1u);
+  EXPECT_EQ(j.stats().bodies_applied, 0u);
+  for (const Lane& lane : got[0].lanes) EXPECT_TRUE(lane.truncated);
+}
+
+TEST(JoinerV2, ACheckpointOfAnOpenSessionStandsWhenTheProcessDies) {
+  // predict -> load, both open: the extension's checkpoint of a session
+  // still running, then the process exits (no final body, no end).
+  Profile p;
+  const uint32_t predict = p.functions.add("predict", "m", "/app/m.py", 1, FunctionKind::kPython, true);
+  const uint32_t load = p.functions.add("load", "m", "/app/m.py", 9, FunctionKind::kPython, true);
+  p.start_ns = 1000;
+  p.end_ns = 0;
+  p.captured_depth = 2;
+  p.lanes.push_back(make_lane({call(1100, predict), call(1200, load)}, "MainThread"));
+  p.lanes[0].native_tid = 100;
+  Process proc;
+  Joiner j;
+  feed(j, body_records_of(p, proc, 5, 0, "", "", true, false));
+  EXPECT_TRUE(j.take_finished().empty());  // still open
+  j.on_process_exit(proc.tgid, 900000);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const Profile& q = got[0];
+  ASSERT_EQ(q.spans.size(), 2u);
+  EXPECT_EQ(q.functions.strings().get(q.functions.get(q.spans[1].function).name), "load");
+  EXPECT_TRUE(q.spans[0].flags & (kSpanTruncated | kSpanOpenAtEnd));
+  EXPECT_TRUE(q.spans[1].flags & (kSpanTruncated | kSpanOpenAtEnd));
+  EXPECT_EQ(q.meta.at("truncated"), "process exited");
+}
+
 }  // namespace
 }  // namespace mlprof::agent
