@@ -33,7 +33,18 @@ TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
             "  trace_id TEXT NOT NULL,\n"
             "  span_id TEXT NOT NULL DEFAULT ''\n"
             ") STRICT\n"
-            "CREATE INDEX IF NOT EXISTS session_traces_by_trace ON session_traces (trace_id)\n");
+            "CREATE INDEX IF NOT EXISTS session_traces_by_trace ON session_traces (trace_id)\n"
+            "ALTER TABLE off_cpu_intervals ADD COLUMN syscall INTEGER NOT NULL DEFAULT -1\n"
+            "ALTER TABLE off_cpu_intervals ADD COLUMN waker_kind INTEGER NOT NULL DEFAULT 0\n"
+            "ALTER TABLE off_cpu_intervals ADD COLUMN waker_name TEXT NOT NULL DEFAULT ''\n"
+            "CREATE TABLE IF NOT EXISTS span_waits (\n"
+            "  sample_id INTEGER NOT NULL REFERENCES samples(sample_id),\n"
+            "  syscall INTEGER NOT NULL,\n"
+            "  state TEXT NOT NULL,\n"
+            "  blocked_ns INTEGER NOT NULL,\n"
+            "  count INTEGER NOT NULL,\n"
+            "  PRIMARY KEY (sample_id, syscall, state)\n"
+            ") WITHOUT ROWID, STRICT\n");
   // Keys are declared: every table but the roots (sources, the dictionaries, meta) references another.
   for (const auto& s : stmts) {
     if (!starts_with(s, "CREATE TABLE ")) continue;

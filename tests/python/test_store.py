@@ -186,11 +186,19 @@ def test_kernel_data_of_an_agent_document_comes_back(tmp_path):
     assert got == want
 
 
-def _as_version_2_0(conn):
-    """What a store written by 2.0 looks like: 2.1 added one index, 2.2 the
-    session_traces table."""
-    conn.execute("DROP INDEX source_labels_by_value")
+def _undo_2_2(conn):
+    """Takes away what 2.2 added (SQLite or PostgreSQL): the store 2.1 wrote."""
     conn.execute("DROP TABLE session_traces")
+    conn.execute("DROP TABLE span_waits")
+    for column in ("syscall", "waker_kind", "waker_name"):
+        conn.execute(f"ALTER TABLE off_cpu_intervals DROP COLUMN {column}")
+
+
+def _as_version_2_0(conn):
+    """What a store written by 2.0 looks like: 2.1 added one index, 2.2 two
+    tables and three columns."""
+    conn.execute("DROP INDEX source_labels_by_value")
+    _undo_2_2(conn)
     conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
 
 

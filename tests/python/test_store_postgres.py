@@ -13,7 +13,7 @@ import pytest
 from _postgres import free_port, postgres_server
 from mlflow_profiler import profiling
 from mlflow_profiler.store import StoreError, migrate, open_store
-from test_store import DUCKDB_QUERY, _document, _encode, _expected_p95, _predict, _walk, _writer
+from test_store import DUCKDB_QUERY, _document, _encode, _expected_p95, _predict, _undo_2_2, _walk, _writer
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
         source = store.add(session, labels={"model": "m"})
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP INDEX source_labels_by_value")
-        conn.execute("DROP TABLE session_traces")
+        _undo_2_2(conn)
         conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
     assert migrate(url) == ("2.0", "2.2")
     assert migrate(url) == ("2.2", "2.2")

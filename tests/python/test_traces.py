@@ -17,6 +17,7 @@ from mlflow_profiler import profiling
 from mlflow_profiler.store import migrate, open_store
 
 from _helpers import walk
+from test_store import _undo_2_2
 from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
 
 pytestmark = mlflow_warning_filters()
@@ -129,7 +130,7 @@ def test_a_store_of_2_1_is_written_without_traces_and_migrated(tmp_path):
     with open_store(db):
         pass
     conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("DROP TABLE session_traces")  # what 2.1 wrote
+    _undo_2_2(conn)  # what 2.1 wrote
     conn.execute("UPDATE meta SET value = '2.1' WHERE key = 'version'")
     with open_store(db) as store:  # still written, in 2.1's format, which 2.1 readers read
         source = store.add(session)

@@ -307,9 +307,10 @@ std::string store_version(StoreDriver& d) {
   return rows.empty() ? std::string() : as_text(rows[0][0]);
 }
 
-// Whether the store has session_traces (2.2). A writer leaves a store of an
-// older minor version in that version's format, which its readers still read.
-bool has_session_traces(StoreDriver& d) {
+// Whether the store has 2.2's tables and columns (session_traces, span_waits,
+// the intervals' waker and syscall). A writer leaves a store of an older
+// minor version in that version's format, which its readers still read.
+bool has_2_2(StoreDriver& d) {
   const std::string v = store_version(d);
   int major = 0, minor = 0;
   const auto dot = v.find('.');
@@ -387,7 +388,8 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     const Lane& first = p.lanes[s.lanes.front()];
     if (!first.trace_id.empty()) trace_rows.push_back({s.id, first.trace_id, first.span_id});
   }
-  if (!trace_rows.empty() && has_session_traces(d)) {
+  const bool v2_2 = has_2_2(d);
+  if (!trace_rows.empty() && v2_2) {
     d.execute_many("INSERT INTO session_traces (session_id, trace_id, span_id) VALUES (?, ?, ?)", trace_rows);
   }
 
@@ -481,12 +483,27 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     off_rows.push_back({source_id, static_cast<int64_t>(i), int64_t{o.pid}, static_cast<int64_t>(o.tid), o.start_ns,
                         o.wake_ns, o.end_ns, int64_t{o.blocked ? 1 : 0}, static_cast<int64_t>(o.waker_tid),
                         int64_t{o.prev_state}});
+    if (v2_2) {
+      off_rows.back().insert(off_rows.back().end(),
+                             {int64_t{o.syscall}, int64_t{static_cast<uint8_t>(o.waker_kind)}, o.waker_name});
+    }
   }
   if (!off_rows.empty()) {
-    d.execute_many(
-        "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, "
-        "prev_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        off_rows);
+    d.execute_many(v2_2 ? "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
+                          "blocked, waker_tid, prev_state, syscall, waker_kind, waker_name) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                          "?, ?, ?, ?, ?, ?)"
+                        : "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
+                          "blocked, waker_tid, prev_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   off_rows);
+  }
+  if (v2_2 && attributed) {  // why spans waited (SpanKernel::waits)
+    Inserter wait_rows(d, "INSERT INTO span_waits (sample_id, syscall, state, blocked_ns, count) VALUES (?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < p.spans.size(); ++i) {
+      for (const WaitReason& w : p.kernel.spans[i].waits) {
+        wait_rows.add({sample_id[i], int64_t{w.syscall}, std::string(1, w.state), w.blocked_ns, int64_t{w.count}});
+      }
+    }
+    wait_rows.flush();
   }
   std::vector<SqlRow> thread_rows;
   for (size_t i = 0; i < p.kernel.threads.size(); ++i) {
@@ -666,7 +683,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::unordered_map<int64_t, uint32_t> lane_index;
   std::unordered_map<int64_t, int64_t> lane_session_start;
   std::vector<int64_t> parent_lane_ids;
-  const bool traces = has_session_traces(d);
+  const bool traces = has_2_2(d);
   for (const auto& r : d.query(
            std::string("SELECT l.lane_id, l.thread_id, l.native_tid, l.thread_name, l.task, l.parent_lane_id, "
                        "l.parent_call, l.events, l.dropped, l.truncated, se.pid, se.serial, se.start_ns, ") +
@@ -838,9 +855,11 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     return a.span != b.span ? a.span < b.span : a.kind < b.kind;
   });
   if (p.kernel.present) {
+    const bool v2_2 = has_2_2(d);
     for (const auto& r : d.query(
-             "SELECT pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, prev_state FROM off_cpu_intervals WHERE "
-             "source_id = ? ORDER BY ordinal",
+             std::string("SELECT pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, prev_state, ") +
+                 (v2_2 ? "syscall, waker_kind, waker_name" : "-1, 0, ''") +
+                 " FROM off_cpu_intervals WHERE source_id = ? ORDER BY ordinal",
              {source_id})) {
       OffCpuInterval o;
       o.pid = static_cast<uint32_t>(as_int(r[0]));
@@ -851,7 +870,26 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
       o.blocked = as_int(r[5]) != 0;
       o.waker_tid = static_cast<uint64_t>(as_int(r[6]));
       o.prev_state = static_cast<uint32_t>(as_int(r[7]));
-      p.kernel.off_cpu.push_back(o);
+      o.syscall = static_cast<int32_t>(as_int(r[8]));
+      const int64_t kind = as_int(r[9]);
+      o.waker_kind = kind >= 0 && kind <= 3 ? static_cast<WakerKind>(kind) : WakerKind::kTask;
+      o.waker_name = as_text(r[10]);
+      p.kernel.off_cpu.push_back(std::move(o));
+    }
+    if (v2_2) {
+      for (const auto& r : d.query(
+               "SELECT w.sample_id, w.syscall, w.state, w.blocked_ns, w.count FROM span_waits w JOIN samples s ON "
+               "s.sample_id = w.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = "
+               "l.session_id WHERE se.source_id = ? ORDER BY w.sample_id, w.blocked_ns DESC, w.syscall, w.state",
+               {source_id})) {
+        WaitReason w;
+        w.syscall = static_cast<int32_t>(as_int(r[1]));
+        const std::string state = as_text(r[2]);
+        w.state = state.empty() ? '-' : state[0];
+        w.blocked_ns = as_int(r[3]);
+        w.count = static_cast<uint32_t>(as_int(r[4]));
+        p.kernel.spans[span_at(r[0])].waits.push_back(w);
+      }
     }
     for (const auto& r : d.query(
              "SELECT pid, tid, parent_tid, start_ns, end_ns, name, started_under, exit_code FROM kernel_threads WHERE "

@@ -235,7 +235,9 @@ const std::vector<Migration>& migrations() {
       // `--where` on a label finds its sources without scanning every label.
       {"2.0", "2.1", {"CREATE INDEX IF NOT EXISTS source_labels_by_value ON source_labels (key, value)"}},
       // The trace context active where each session started: a profile is
-      // found from a trace (`--where trace_id=...`) and a trace from a profile.
+      // found from a trace (`--where trace_id=...`) and a trace from a
+      // profile. The agent's wakers and wait reasons: each interval's
+      // syscall, waker kind and name, and each span's blocked time by reason.
       {"2.1",
        "2.2",
        {"CREATE TABLE IF NOT EXISTS session_traces (\n"
@@ -243,7 +245,18 @@ const std::vector<Migration>& migrations() {
         "  trace_id TEXT NOT NULL,\n"
         "  span_id TEXT NOT NULL DEFAULT ''\n"
         ") STRICT",
-        "CREATE INDEX IF NOT EXISTS session_traces_by_trace ON session_traces (trace_id)"}},
+        "CREATE INDEX IF NOT EXISTS session_traces_by_trace ON session_traces (trace_id)",
+        "ALTER TABLE off_cpu_intervals ADD COLUMN syscall INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE off_cpu_intervals ADD COLUMN waker_kind INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE off_cpu_intervals ADD COLUMN waker_name TEXT NOT NULL DEFAULT ''",
+        "CREATE TABLE IF NOT EXISTS span_waits (\n"
+        "  sample_id INTEGER NOT NULL REFERENCES samples(sample_id),\n"
+        "  syscall INTEGER NOT NULL,\n"
+        "  state TEXT NOT NULL,\n"
+        "  blocked_ns INTEGER NOT NULL,\n"
+        "  count INTEGER NOT NULL,\n"
+        "  PRIMARY KEY (sample_id, syscall, state)\n"
+        ") WITHOUT ROWID, STRICT"}},
   };
   return steps;
 }
