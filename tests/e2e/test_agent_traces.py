@@ -51,7 +51,7 @@ def test_the_agents_document_and_store_keep_each_sessions_trace(agent, python_ex
     target = LineProcess([python_exe, str(script)], env=dict(os.environ))
     try:
         out, db = tmp_out / "out.json", tmp_out / "s.db"
-        run = agent("--pid", str(target.pid), "-o", str(out), "--store", str(db))
+        run = agent("--pid", str(target.pid), "-o", str(out), "--store", str(db), "--stream")
         run.wait_attached(target.pid)
         ids = target.ask("run 4")["ids"]
         result = run.stop()
@@ -71,9 +71,18 @@ def test_the_agents_document_and_store_keep_each_sessions_trace(agent, python_ex
     in_order = [by_session[s] for s in sorted(by_session)]
     assert in_order == [{traced[0]}, {(None, None)}, {traced[1]}, {(None, None)}], in_order
 
+    # --stream: each session's header names its trace.
+    headers = [line for line in result.stdout.splitlines() if line.startswith(f"pid {target.pid} session ")]
+    assert len(headers) == 4, result.stdout
+    assert [h.split(", trace ")[1] if ", trace " in h else None for h in headers] == \
+        [traced[0][0], None, traced[1][0], None], headers
+
+    # --store with --stream: a source per session; the traced two keep their ids.
     with open_store(str(db)) as store:
-        (source,) = store.sources()
-        rows = store.traces(source["source_id"])
+        sources = [s["source_id"] for s in store.sources()]
+        assert len(sources) == 4
+        rows = store.traces()
         assert [(r["trace_id"], r["span_id"]) for r in rows] == traced
+        assert [r["source_id"] for r in rows] == [sources[0], sources[2]]
         assert {r["pid"] for r in rows} == {target.pid}
-        assert store.source_ids({"trace_id": "tr-" + traced[1][0]}) == [source["source_id"]]
+        assert store.source_ids({"trace_id": "tr-" + traced[1][0]}) == [sources[2]]

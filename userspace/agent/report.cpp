@@ -436,6 +436,8 @@ std::string session_text(const Profile& p, const ReportOptions& opts) {
                     (p.spans.size() == 1 ? " span" : " spans");
   if (p.lanes.size() > 1) out += " in " + std::to_string(p.lanes.size()) + " lanes";
   if (auto t = p.meta.find("truncated"); t != p.meta.end()) out += ", truncated: " + t->second;
+  // The trace it ran in: what finds it in MLflow or an OpenTelemetry backend.
+  if (!p.lanes.empty() && !p.lanes[0].trace_id.empty()) out += ", trace " + p.lanes[0].trace_id;
   if (p.kernel.lost_events) out += ", " + std::to_string(p.kernel.lost_events) + " events lost";
   out += '\n';
   ViewOptions view;
