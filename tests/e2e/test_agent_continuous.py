@@ -416,7 +416,9 @@ def test_the_duty_cycle_switches_capture_off_and_on(agent, python_target, tmp_pa
         sf = {n: i for i, n in enumerate(doc["span_fields"])}
         starts += [(row[sf["start_ns"]] + offset) / 1e9 for row in doc["spans"] if row[sf["parent"]] < 0]
     assert starts
-    assert all(phase(t) < on_s + edge for t in starts), sorted(phase(t) for t in starts)
+    # Sessions that began in the off time are not kept, however long detaching takes.
+    late = sorted(round(phase(t), 3) for t in starts if phase(t) >= on_s + 0.05)
+    assert not late, (late, len(starts))
     lines = summaries(run)
     assert any("profiled" in s["rest"] and "duty cycle 2s/4s" in s["rest"] for s in lines), result.stdout
     assert re.search(r"profiled \d+ s of \d+ s \(\d+%, duty cycle 2s/4s\)", result.stderr), result.stderr

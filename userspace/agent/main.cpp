@@ -267,6 +267,13 @@ class Agent {
         all ? joiner_.take_finished() : joiner_.take_finished(now_ns() - kSettleNs);
     for (Profile& p : done) {
       labels_.label(p, now_ns());  // namespace, pod, container, node: where it ran
+      // The duty cycle's off time starts at its edge, not when the targets
+      // are detached (a few hundred ms later, more on a loaded node): a
+      // session that began after the edge is not part of the capture.
+      if (const DutyCycle duty{opts_.duty_on_ns, opts_.duty_period_ns}; duty.enabled()) {
+        const auto it = p.meta.find("start_unix_ns");
+        if (it != p.meta.end() && !duty.on_at(std::strtoll(it->second.c_str(), nullptr, 10))) continue;
+      }
       if (continuous_ != nullptr) {
         continuous_->add(std::move(p));
         continue;
