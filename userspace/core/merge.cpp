@@ -78,7 +78,6 @@ void append_one(Profile& into, const Profile& from, bool& take_meta, bool& first
     }
     into.lanes.push_back(std::move(lane));
   }
-  into.spans.reserve(into.spans.size() + from.spans.size());
   for (Span s : from.spans) {
     if (s.parent >= 0) s.parent += span_base;
     if (s.function < function_id.size()) s.function = function_id[s.function];
