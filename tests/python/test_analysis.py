@@ -404,10 +404,15 @@ def test_bubbles_of_asyncio_tasks_all_awaiting():
 
     session = asyncio.run(main())
     (report,) = analysis.bubbles([session], min_ms=5).sessions
-    assert report["wait_data"] and len(report["bubbles"]) == 1
-    (bubble,) = report["bubbles"]
-    assert bubble["end_ns"] - bubble["start_ns"] >= 15_000_000
-    assert sorted(w["span"] for w in bubble["waiting"] if w["task"]) == ["sleep"] * 3
+    bubbles = report["bubbles"]
+    assert report["wait_data"] and bubbles, report
+    # One gap of the three sleeps. On a loaded machine (CI's 3.11 stage
+    # shares both cores with CPython builds) it was once seen cut in two,
+    # 6 ms and the rest, by a moment of activity: the gaps still hold the
+    # 20 ms sleep, and each has the three tasks asleep.
+    assert sum(b["end_ns"] - b["start_ns"] for b in bubbles) >= 15_000_000, bubbles
+    for bubble in bubbles:
+        assert sorted(w["span"] for w in bubble["waiting"] if w["task"]) == ["sleep"] * 3, bubbles
     (fan_out,) = report["fan_outs"]
     assert fan_out["span"].endswith("apredict") and len(fan_out["lanes"]) == 3
     assert fan_out["max_concurrency"] == 1  # one thread: one task runs at a time
