@@ -1,20 +1,11 @@
 #include "agent/sink_postgres.h"
 
-#include <time.h>
-
+#include "agent/store_item.h"
 #include "agent/store_postgres.h"
-#include "core/file_io.h"
-#include "core/json_read.h"
 
 namespace mlprof::agent {
 
 namespace {
-
-int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 class PostgresSink final : public Sink {
  public:
@@ -22,10 +13,10 @@ class PostgresSink final : public Sink {
       : url_(std::move(url)), store_(std::move(store)) {}
 
   Delivery deliver(const SpoolItem& item) override {
-    auto data = read_file(item.path);
-    if (!data) return {DeliveryStatus::kReject, "the spooled document cannot be read: " + data.error().message};
-    auto profile = read_json_document(data.value());
-    if (!profile) return {DeliveryStatus::kReject, "the spooled document is not a profile: " + profile.error().message};
+    auto it = store_item(item);
+    if (!it) return {DeliveryStatus::kReject, it.error().message};
+    const Profile& profile = it.value().profile;
+    const SourceInfo& info = it.value().info;
     if (!store_ || !store_->connected()) {
       store_.reset();
       auto opened = PostgresStore::open(url_);
@@ -33,12 +24,7 @@ class PostgresSink final : public Sink {
       if (!opened) return {DeliveryStatus::kRetry, opened.error().message};
       store_ = std::move(opened.value());
     }
-    SourceInfo info;
-    info.type = "ebpf";
-    info.labels = item.labels;
-    info.labels[kItemKeyLabel] = item.key;
-    info.added_unix_ns = unix_now_ns();
-    auto added = store_->add_once(profile.value(), info, kItemKeyLabel);
+    auto added = store_->add_once(profile, info, kItemKeyLabel);
     if (!added && !store_->connected()) {
       // The connection was lost while idle (a server restart, an idle
       // timeout): one new connection at once rather than a back-off.
@@ -46,7 +32,7 @@ class PostgresSink final : public Sink {
       auto reopened = PostgresStore::open(url_);
       if (!reopened) return {DeliveryStatus::kRetry, reopened.error().message};
       store_ = std::move(reopened.value());
-      added = store_->add_once(profile.value(), info, kItemKeyLabel);
+      added = store_->add_once(profile, info, kItemKeyLabel);
     }
     if (!added) {
       // The connection lost mid-add, a server error: rolled back, retried on

@@ -1,20 +1,11 @@
 #include "agent/sink_sqlite.h"
 
-#include <time.h>
-
+#include "agent/store_item.h"
 #include "agent/store_sqlite.h"
-#include "core/file_io.h"
-#include "core/json_read.h"
 
 namespace mlprof::agent {
 
 namespace {
-
-int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 class SqliteSink final : public Sink {
  public:
@@ -22,21 +13,16 @@ class SqliteSink final : public Sink {
       : target_(std::move(target)), store_(std::move(store)) {}
 
   Delivery deliver(const SpoolItem& item) override {
-    auto data = read_file(item.path);
-    if (!data) return {DeliveryStatus::kReject, "the spooled document cannot be read: " + data.error().message};
-    auto profile = read_json_document(data.value());
-    if (!profile) return {DeliveryStatus::kReject, "the spooled document is not a profile: " + profile.error().message};
+    auto it = store_item(item);
+    if (!it) return {DeliveryStatus::kReject, it.error().message};
+    const Profile& profile = it.value().profile;
+    const SourceInfo& info = it.value().info;
     if (!store_) {
       auto opened = SqliteStore::open(target_);
       if (!opened) return {DeliveryStatus::kRetry, "cannot open the store: " + opened.error().message};
       store_ = std::move(opened.value());
     }
-    SourceInfo info;
-    info.type = "ebpf";
-    info.labels = item.labels;
-    info.labels[kItemKeyLabel] = item.key;
-    info.added_unix_ns = unix_now_ns();
-    auto added = store_->add_once(profile.value(), info, kItemKeyLabel);
+    auto added = store_->add_once(profile, info, kItemKeyLabel);
     if (!added) {
       // A read-only or full file, a lock held past the busy timeout: the
       // connection is opened afresh for the next try.
