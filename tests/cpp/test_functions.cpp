@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 namespace mlprof {
 namespace {
 
@@ -100,6 +102,31 @@ TEST(FunctionTable, SharesStringsWithItsTable) {
   EXPECT_EQ(t.get(a).module, t.get(b).module);
   EXPECT_EQ(t.strings().intern("pkg"), t.get(a).module);
   EXPECT_THROW(t.get(99), std::out_of_range);
+}
+
+TEST(FunctionTable, ATableOnABaseKeepsItsIdsAndAddsOnlyWhatIsNew) {
+  auto base = std::make_shared<FunctionTable>();
+  const uint32_t predict = base->add("predict", "app", "/srv/app.py", 10, FunctionKind::kPython, true);
+  const uint32_t load = base->add("load", "app", "/srv/app.py", 20, FunctionKind::kPython, true);
+  FunctionTable t(base);
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.add("load", "app", "/srv/app.py", 20, FunctionKind::kPython, true), load);
+  EXPECT_EQ(t.name(predict), "predict");
+  EXPECT_TRUE(t.get(predict).user_code);
+  // A new function, and one that differs from a base one by its kind only.
+  const uint32_t score = t.add("score", "app", "/srv/app.py", 30, FunctionKind::kPython, true);
+  const uint32_t load_c = t.add("load", "app", "/srv/app.py", 20, FunctionKind::kC, false);
+  EXPECT_EQ(score, 2u);
+  EXPECT_EQ(load_c, 3u);
+  EXPECT_EQ(t.size(), 4u);
+  EXPECT_EQ(t.name(score), "score");
+  EXPECT_EQ(t.get(load_c).kind, FunctionKind::kC);
+  EXPECT_EQ(t.module(score), "app");
+  // Strings go through the base too: "app" kept its id.
+  EXPECT_EQ(t.get(score).module, base->get(predict).module);
+  EXPECT_EQ(base->size(), 2u);  // never written
+  EXPECT_EQ(t.base(), base.get());
+  EXPECT_EQ(t.strings().base(), &base->strings());
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/merge.h"
 #include "mlprof_events.h"
 #include "profile_builder.h"
 
@@ -754,6 +755,49 @@ TEST(Joiner, NamesArePerProcessAndOutliveSessions) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[1].display_name(got[1].spans[1]), "load");
   EXPECT_EQ(j.stats().names_lost, 0u);
+}
+
+// A process's sessions start on its names (FunctionTable's shared base), so
+// a session interns no name an earlier one used. A name whose NAME record
+// was lost is not learnt as its placeholder: when it comes, later sessions
+// show it.
+TEST(Joiner, SessionsStartOnTheirProcesssNamesAndALateNameIsLearnt) {
+  Process proc;
+  Joiner j;
+  std::vector<Rec> first = records_of(small_session(1000), proc, 1);
+  std::erase_if(first, [](const Rec& r) {  // load()'s NAME (id 1001) lost
+    mlprof_ev_name n{};
+    if (r.bytes.size() != sizeof(n)) return false;
+    std::memcpy(&n, r.bytes.data(), sizeof(n));
+    return n.h.kind == MLPROF_EV_NAME && n.id == 1001;
+  });
+  feed(j, first);
+  std::vector<Profile> got = j.take_finished();
+  proc.named.erase({false, 1001});  // sent again with the next session
+  feed(j, records_of(small_session(100000), proc, 2));
+  feed(j, records_of(small_session(200000), proc, 3));
+  feed(j, records_of(small_session(300000), proc, 4));
+  for (Profile& p : j.take_finished()) got.push_back(std::move(p));
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].display_name(got[0].spans[1]), "<function 1001>");
+  for (size_t i = 1; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].spans.size(), 3u);
+    EXPECT_EQ(got[i].display_name(got[i].spans[0]), "predict");
+    EXPECT_EQ(got[i].display_name(got[i].spans[1]), "load");
+    EXPECT_EQ(got[i].display_name(got[i].spans[2]), "read");
+    EXPECT_EQ(got[i].functions.module(got[i].spans[2].function), "app.io");
+    EXPECT_TRUE(got[i].functions.get(got[i].spans[1].function).user_code);
+    EXPECT_NE(got[i].functions.base(), nullptr);
+  }
+  // Sessions 3 and 4 added no name: they share one base, and their own tables are empty.
+  EXPECT_EQ(got[2].functions.base(), got[3].functions.base());
+  EXPECT_EQ(got[3].functions.size(), got[3].functions.base()->size());
+  EXPECT_EQ(got[3].spans[1].function, got[2].spans[1].function);
+  EXPECT_EQ(j.stats().names_lost, 1u);
+  // Combined, the sessions name each function once (the placeholder too, as used).
+  Profile all;
+  append_profiles(all, {&got[0], &got[1], &got[2], &got[3]});
+  EXPECT_EQ(all.functions.size(), 4u);
 }
 
 TEST(Joiner, TwoProcessesWithEqualTidsAndSessionNumbersStayApart) {

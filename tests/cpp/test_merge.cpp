@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -289,6 +290,42 @@ TEST(Merge, ParentLanesAreShifted) {
   build_tree(a);
   EXPECT_EQ(paths(a), before);
   EXPECT_EQ(a.start_ns, 0);
+}
+
+// The agent's sessions of one process start on their process's names
+// (FunctionTable's shared base): merged, the names are those the sessions
+// use, each once, whatever else the base holds.
+TEST(Merge, PartsOnOneSharedBaseGiveTheNamesTheyUseOnce) {
+  auto names = std::make_shared<FunctionTable>();
+  names->add("unused", "app", "/srv/app.py", 1, FunctionKind::kPython, true);
+  const uint32_t base_predict = names->add("predict", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
+  names->strings().intern("unused label");
+  auto part = [&](int64_t t0, const std::string& child) {
+    Profile p;
+    p.functions = FunctionTable(names);
+    const uint32_t predict = test::user_fn(p, "predict"), c = test::user_fn(p, child);
+    EXPECT_EQ(predict, base_predict);  // the base's
+    p.start_ns = t0;
+    p.end_ns = t0 + 100;
+    p.meta = {{"pid", "100"}, {"session", std::to_string(t0)}};
+    p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 10, c), ret(t0 + 20), ret(t0 + 100)}));
+    build_tree(p);
+    return p;
+  };
+  const Profile a = part(0, "load"), b = part(1'000, "score"), c = part(2'000, "load");
+  Profile m;
+  append_profiles(m, {&a, &b, &c});
+  ASSERT_EQ(m.spans.size(), 6u);
+  EXPECT_EQ(m.functions.size(), 3u);  // predict, load, score; not "unused"
+  EXPECT_FALSE(m.functions.strings().find("unused").has_value());
+  EXPECT_FALSE(m.functions.strings().find("unused label").has_value());
+  EXPECT_EQ(m.spans[0].function, m.spans[2].function);
+  EXPECT_EQ(m.spans[1].function, m.spans[5].function);
+  EXPECT_EQ(m.functions.name(m.spans[3].function), "score");
+  std::vector<std::string> want = paths(a);
+  for (const Profile* p : {&b, &c})
+    for (const std::string& s : paths(*p)) want.push_back(s);
+  EXPECT_EQ(paths(m), want);
 }
 
 }  // namespace

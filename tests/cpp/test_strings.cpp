@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +69,40 @@ TEST(StringTable, EmbeddedNulsAndUtf8AreDistinctStrings) {
   EXPECT_NE(a, b);
   EXPECT_EQ(t.get(a).size(), 3u);
   EXPECT_EQ(t.get(c), "caf\xc3\xa9");
+}
+
+TEST(StringTable, ATableOnABaseKeepsTheBasesIdsAndAddsItsOwnPastThem) {
+  auto base = std::make_shared<StringTable>();
+  const uint32_t predict = base->intern("predict");
+  const uint32_t load = base->intern("load");
+  StringTable t(base);
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_EQ(t.get(predict), "predict");
+  EXPECT_EQ(t.intern("load"), load);  // found in the base, not added
+  EXPECT_EQ(t.intern(""), 0u);
+  const uint32_t score = t.intern("score");
+  EXPECT_EQ(score, 3u);
+  EXPECT_EQ(t.get(score), "score");
+  EXPECT_EQ(t.find("score"), score);
+  EXPECT_EQ(t.find("absent"), std::nullopt);
+  EXPECT_EQ(t.get(99), "");
+  // The base is shared, never written: a second table on it does not see "score".
+  StringTable u(base);
+  EXPECT_EQ(base->size(), 3u);
+  EXPECT_EQ(u.find("score"), std::nullopt);
+  EXPECT_EQ(u.intern("other"), 3u);
+  EXPECT_EQ(t.base(), base.get());
+}
+
+TEST(StringTable, ATableOnABaseStaysValidAfterTheBaseIsDropped) {
+  auto base = std::make_shared<StringTable>();
+  const uint32_t predict = base->intern("predict");
+  StringTable t(base);
+  base.reset();
+  EXPECT_EQ(t.get(predict), "predict");
+  StringTable moved = std::move(t);
+  EXPECT_EQ(moved.get(predict), "predict");
+  EXPECT_EQ(moved.intern("predict"), predict);
 }
 
 }  // namespace

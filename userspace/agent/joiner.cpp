@@ -8,6 +8,7 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -132,7 +133,13 @@ struct SessionState {
 struct FunctionName {
   std::string name, module, file;
   int64_t line = 0;
+  bool user_file = false;  // user_code_of(file), once per name rather than per session
 };
+
+constexpr uint32_t kNotNamed = UINT32_MAX;
+// Process-wide ids past this are not cached in ProcessState's names (the
+// ids are the extension's registry indexes: dense; a bad record's is not).
+constexpr uint32_t kMaxCachedId = 1u << 20;
 
 struct ThreadEvent {
   bool start = false;
@@ -148,8 +155,17 @@ struct ProcessState {
       functions;                                     // function id -> strings (process-wide ids)
   std::unordered_map<uint32_t, std::string> labels;  // label id -> text
   std::map<uint64_t, SessionState> sessions;         // open or ended-not-finished, by serial
+  std::set<std::pair<int64_t, uint64_t>> by_start;   // the same sessions: (start, serial)
   std::unordered_map<uint32_t, std::deque<OffCpuInterval>> off_cpu;  // by tid, arrival order
   std::deque<ThreadEvent> thread_events;
+  // The names its sessions used, as the table every session Profile of it
+  // starts on (FunctionTable's shared base): a session interns only names
+  // no session before it used. By process-wide id, the id in `names`
+  // (kNotNamed: not there yet).
+  std::shared_ptr<const FunctionTable> names;
+  std::vector<uint32_t> named_function;
+  std::vector<FunctionKind> named_kind;  // the kind it was added with
+  std::vector<uint32_t> named_label;
   uint64_t last_use = 0;  // the joiner's record count when last touched (eviction order)
 };
 
@@ -175,7 +191,7 @@ struct Joiner::State {
   void io(const mlprof_ev_io& r);
   void name(const mlprof_ev_name& r);
   void chunk(const mlprof_ev_chunk& r);
-  void apply_body(SessionState& s);
+  void apply_body(SessionState& s, std::string_view b);
   void off_cpu(const mlprof_ev_off_cpu& r);
   void thread(const mlprof_ev_thread& r, bool start);
 
@@ -192,6 +208,8 @@ struct Joiner::State {
   void finalize_all(uint32_t tgid, ProcessState& proc, int64_t now_ns, const char* reason);
   void close_process(uint32_t tgid, int64_t now_ns);
   void trim(ProcessState& proc);
+  void learn_names(ProcessState& proc, const Profile& p, const std::unordered_map<uint32_t, uint32_t>& fmap,
+                   const std::unordered_map<uint32_t, uint32_t>& smap);
   void take(int64_t ended_before_ns);
 };
 
@@ -393,17 +411,16 @@ void Joiner::State::session_begin(const mlprof_ev_session& r) {
     // waits for take_finished). Close it before the new one starts.
     finalize(r.h.tgid, p, r.session, !it->second.ended, ts, "begun again (its end was lost)");
   }
-  while (p.sessions.size() >= limits.max_open_sessions && !p.sessions.empty()) {
-    auto oldest = std::min_element(
-        p.sessions.begin(), p.sessions.end(),
-        [](const auto& a, const auto& b) { return a.second.start_ns < b.second.start_ns; });
+  while (p.sessions.size() >= limits.max_open_sessions && !p.by_start.empty()) {
+    const uint64_t oldest = p.by_start.begin()->second;
     ++stats.sessions_evicted;
-    finalize(r.h.tgid, p, oldest->first, !oldest->second.ended, ts, "too many open sessions");
+    finalize(r.h.tgid, p, oldest, !p.sessions.at(oldest).ended, ts, "too many open sessions");
   }
   SessionState& s = p.sessions[r.session];
   s.tgid = r.h.tgid;
   s.serial = r.session;
   s.start_ns = ts;
+  p.by_start.emplace(ts, r.session);
   s.last_ts = ts;
   s.ceiling = r.ceiling < 0 ? -1 : static_cast<int32_t>(std::min<int64_t>(r.ceiling, INT32_MAX));
   s.flags = r.flags;
@@ -448,15 +465,17 @@ void Joiner::State::chunk(const mlprof_ev_chunk& r) {
     return;
   }
   s->body_total = r.total;
-  s->body.append(reinterpret_cast<const char*>(r.data), r.bytes);
-  if (s->body.size() == s->body_total) apply_body(*s);
+  const std::string_view piece(reinterpret_cast<const char*>(r.data), r.bytes);
+  if (r.offset == 0 && r.bytes == r.total) return apply_body(*s, piece);  // one piece: read in place
+  if (r.offset == 0) s->body.reserve(r.total);
+  s->body.append(piece);
+  if (s->body.size() == s->body_total) apply_body(*s, s->body);
 }
 
 // The session_spans body (mlprof_usdt.h) into the session's lanes: the
 // extension's own events, so build_tree gives its tree. Every read is
 // bounds-checked; what does not fit stops the lane (flagged truncated).
-void Joiner::State::apply_body(SessionState& s) {
-  const std::string& b = s.body;
+void Joiner::State::apply_body(SessionState& s, std::string_view b) {
   size_t at = 0;
   auto read = [&](auto& out) {
     if (b.size() - at < sizeof(out)) return false;
@@ -469,7 +488,7 @@ void Joiner::State::apply_body(SessionState& s) {
   if (head.version != MLPROF_USDT_VERSION) {
     ++stats.bodies_unknown_version;
     stats.unknown_version = std::max(stats.unknown_version, head.version);
-    s.body.clear();
+    s.body = std::string();
     return;
   }
   ++stats.bodies_applied;
@@ -539,8 +558,7 @@ void Joiner::State::apply_body(SessionState& s) {
       lane.io.push_back(std::move(rec));
     }
   }
-  s.body.clear();
-  s.body.shrink_to_fit();
+  s.body = std::string();  // the next body (a later checkpoint's) starts afresh
 }
 
 void Joiner::State::lane_begin(const mlprof_ev_lane& r) {
@@ -654,6 +672,7 @@ void Joiner::State::name(const mlprof_ev_name& r) {
     f.module = field(r.module);
     f.file = field(r.file);
     f.line = r.line;
+    f.user_file = user_code_of(f.file);
   }
 }
 
@@ -726,6 +745,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   auto node = proc.sessions.extract(serial);
   if (node.empty()) return;
   SessionState& s = node.mapped();
+  proc.by_start.erase({s.start_ns, serial});
   events_held -= std::min(events_held, s.events);
   if (truncated || !s.ended) {
     truncated = true;
@@ -753,21 +773,23 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   }
   // Process-wide function and label ids -> this profile's tables, in first
   // use order (as the extension copies them out of its registry).
-  std::unordered_map<uint32_t, uint32_t> fmap, smap;
+  std::unordered_map<uint32_t, uint32_t> fmap, smap;  // ids this session added itself
+  if (proc.names) p.functions = FunctionTable(proc.names);
   auto local_function = [&](uint32_t id, uint8_t flags) {
-    auto known = proc.functions.find(id);
-    if (known == proc.functions.end()) ++stats.names_lost;
-    if (auto it = fmap.find(id); it != fmap.end()) return it->second;
     FunctionKind kind = flags & kEvBlock       ? FunctionKind::kBlock
                         : flags & kEvCFunction ? FunctionKind::kC
                                                : FunctionKind::kPython;
+    if (id < proc.named_function.size() && proc.named_function[id] != kNotNamed && proc.named_kind[id] == kind)
+      return proc.named_function[id];
+    auto known = proc.functions.find(id);
+    if (known == proc.functions.end()) ++stats.names_lost;
+    if (auto it = fmap.find(id); it != fmap.end()) return it->second;
     uint32_t local;
     if (known == proc.functions.end()) {
       local = p.functions.add("<function " + std::to_string(id) + ">", "", "", 0, kind, false);
     } else {
       const FunctionName& f = known->second;
-      const bool user =
-          kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && user_code_of(f.file));
+      const bool user = kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && f.user_file);
       local = p.functions.add(f.name, f.module, f.file,
                               static_cast<int32_t>(std::clamp<int64_t>(f.line, 0, INT32_MAX)), kind,
                               user);
@@ -776,6 +798,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     return local;
   };
   auto local_label = [&](uint32_t id) {
+    if (id < proc.named_label.size() && proc.named_label[id] != kNotNamed) return proc.named_label[id];
     auto known = proc.labels.find(id);
     if (known == proc.labels.end()) ++stats.names_lost;
     if (auto it = smap.find(id); it != smap.end()) return it->second;
@@ -819,6 +842,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   drop_empty_lanes(p);  // as the in-process session does
   build_tree(p);
   group_framework_spans(p);  // MLflow's own calls as one node per run, as in process
+  learn_names(proc, p, fmap, smap);
 
   // What the kernel saw of the session's threads: its lanes' threads and the
   // threads they started while it was open.
@@ -899,6 +923,42 @@ void Joiner::State::close_process(uint32_t tgid, int64_t now_ns) {
   processes.erase(it);
 }
 
+// A session that added names of its own: the process's names become its
+// whole table (a copy with the same ids, then shared), so later sessions
+// add none of them. Names lost (<function N>) are not kept: they may come
+// later. A big table is copied only when the session added a sizeable part
+// of it, so a trickle of new names does not copy it every session.
+void Joiner::State::learn_names(ProcessState& proc, const Profile& p,
+                                const std::unordered_map<uint32_t, uint32_t>& fmap,
+                                const std::unordered_map<uint32_t, uint32_t>& smap) {
+  const size_t base = proc.names ? proc.names->size() : 0;
+  const size_t added = p.functions.size() - base;
+  if (added == 0 && smap.empty()) return;
+  if (base >= 4096 && added * 16 < base) return;
+  auto names = std::make_shared<FunctionTable>();
+  const StringTable& from = p.functions.strings();
+  for (uint32_t i = 1; i < from.size(); ++i) names->strings().intern(from.get(i));  // same ids
+  for (uint32_t i = 0; i < p.functions.size(); ++i) {
+    const FunctionInfo& f = p.functions.get(i);
+    names->add(from.get(f.name), from.get(f.module), from.get(f.file), f.line, f.kind, f.user_code);
+  }
+  proc.names = std::move(names);
+  for (const auto& [id, local] : fmap) {
+    if (id >= kMaxCachedId || !proc.functions.count(id)) continue;
+    if (proc.named_function.size() <= id) {
+      proc.named_function.resize(id + 1, kNotNamed);
+      proc.named_kind.resize(id + 1, FunctionKind::kPython);
+    }
+    proc.named_function[id] = local;
+    proc.named_kind[id] = p.functions.get(local).kind;
+  }
+  for (const auto& [id, local] : smap) {
+    if (id >= kMaxCachedId || !proc.labels.count(id)) continue;
+    if (proc.named_label.size() <= id) proc.named_label.resize(id + 1, kNotNamed);
+    proc.named_label[id] = local;
+  }
+}
+
 void Joiner::State::trim(ProcessState& proc) {
   if (proc.sessions.empty()) {
     proc.off_cpu.clear();
@@ -906,8 +966,7 @@ void Joiner::State::trim(ProcessState& proc) {
     return;
   }
   // Nothing that ended before the oldest held session began can land in one.
-  int64_t horizon = std::numeric_limits<int64_t>::max();
-  for (const auto& [serial, s] : proc.sessions) horizon = std::min(horizon, s.start_ns);
+  const int64_t horizon = proc.by_start.begin()->first;
   for (auto it = proc.off_cpu.begin(); it != proc.off_cpu.end();) {
     auto& q = it->second;
     while (!q.empty() && q.front().end_ns <= horizon) q.pop_front();

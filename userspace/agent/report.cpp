@@ -168,30 +168,6 @@ std::vector<Stall> span_stalls(const Profile& p, const ReportOptions& opts) {
 CaptureReport::CaptureReport(ReportOptions opts, size_t max_paths)
     : opts_(opts), max_paths_(max_paths), stats_(max_paths) {}
 
-uint32_t CaptureReport::path_of(uint32_t parent, const std::string& name) {
-  auto key = std::make_pair(parent, name);
-  if (auto it = path_index_.find(key); it != path_index_.end()) return it->second + 1;
-  if (paths_.size() >= max_paths_) return 0;
-  const auto index = static_cast<uint32_t>(paths_.size());
-  paths_.emplace_back(parent, name);
-  path_index_.emplace(std::move(key), index);
-  kernel_.emplace_back();
-  stalls_.emplace_back();
-  return index + 1;
-}
-
-std::string CaptureReport::path_text(uint32_t path) const {
-  std::vector<const std::string*> names;
-  for (uint32_t at = path; at != 0; at = paths_[at - 1].first)
-    names.push_back(&paths_[at - 1].second);
-  std::string out;
-  for (auto it = names.rbegin(); it != names.rend(); ++it) {
-    if (!out.empty()) out += '/';
-    out += **it;
-  }
-  return out;
-}
-
 void CaptureReport::add(const Profile& p) {
   ++sessions_;
   if (p.meta.count("truncated")) ++truncated_;
@@ -200,7 +176,9 @@ void CaptureReport::add(const Profile& p) {
   lost_events_ += p.kernel.lost_events;
   if (sessions_ == 1 || p.start_ns < first_start_ns_) first_start_ns_ = p.start_ns;
   last_end_ns_ = std::max(last_end_ns_, p.end_ns);
-  stats_.add(p, opts_.depth);
+  stats_.add(p, opts_.depth, &span_path_);
+  kernel_.resize(stats_.paths());
+  stalls_.resize(stats_.paths());
 
   const bool kernel = has_kernel(p);
   if (kernel) ++kernel_sessions_;
@@ -209,75 +187,51 @@ void CaptureReport::add(const Profile& p) {
   for (size_t k = 0; k < stalls.size(); ++k)
     stall_of[static_cast<size_t>(stalls[k].span)] = static_cast<int32_t>(k);
 
-  // Each span's path (index + 1; 0: hidden below the cut or past max_paths),
-  // parents first. A parent comes before its children in Profile::spans
-  // (lanes hang under earlier lanes), but that is not relied on.
-  std::vector<uint32_t> path(p.spans.size(), 0);
-  std::vector<uint8_t> done(p.spans.size(), 0);
-  std::vector<size_t> chain;
-  for (size_t i = 0; i < p.spans.size(); ++i) {
-    chain.clear();
-    for (size_t at = i; !done[at];) {
-      chain.push_back(at);
-      const int32_t parent = p.spans[at].parent;
-      if (parent < 0 || static_cast<size_t>(parent) >= p.spans.size()) break;
-      at = static_cast<size_t>(parent);
+  // Each span's path (index + 1; 0: cut by depth or past max_paths).
+  for (size_t s = 0; s < p.spans.size(); ++s) {
+    const uint32_t id = span_path_[s];
+    if (id == 0) continue;
+    const Span& span = p.spans[s];
+    if (kernel && complete(span)) {
+      const SpanKernel& k = p.kernel.spans[s];
+      KernelSums& sums = kernel_[id - 1];
+      ++sums.count;
+      sums.on_cpu += k.on_cpu_ns;
+      sums.off_cpu += k.own_off_cpu_ns;  // its thread's: on-CPU + off-CPU = wall
+      sums.runq += k.own_runq_ns;
     }
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      const size_t s = *it;
-      done[s] = 1;
-      const Span& span = p.spans[s];
-      if (opts_.depth >= 0 && static_cast<int>(span.depth) > opts_.depth) continue;
-      const bool has_parent = span.parent >= 0 && static_cast<size_t>(span.parent) < p.spans.size();
-      const uint32_t parent_path = has_parent ? path[static_cast<size_t>(span.parent)] : 0;
-      if (has_parent && parent_path == 0) continue;  // under a path past the cap
-      const uint32_t id = path_of(parent_path, p.display_name(span));
-      if (id == 0) {
-        ++dropped_paths_;
-        continue;
+    StallSums& st = stalls_[id - 1];
+    ++st.calls;
+    st.wall += span.duration_ns();
+    if (const int32_t k = stall_of[s]; k >= 0) {
+      const Stall& stall = stalls[static_cast<size_t>(k)];
+      st.off_cpu += stall.off_cpu_ns;
+      st.blocked += stall.blocked_ns;
+      st.runq += stall.runq_ns;
+      st.threads += stall.threads_off_cpu_ns;
+      const SpanKernel& sk = p.kernel.spans[s];
+      // A span at the depth cut stands for its subtree (inclusive waits).
+      const bool at_cut = opts_.depth >= 0 && static_cast<int>(span.depth) == opts_.depth &&
+                          span.first_child >= 0;
+      for (const WaitReason& w : at_cut ? sk.waits : self_waits(p, static_cast<int32_t>(s))) {
+        if (!shown_wait(w)) continue;
+        auto it = st.waits.find(w.text());
+        if (it == st.waits.end() && st.waits.size() >= kMaxWaitsPerPath) continue;
+        st.waits[w.text()] += w.blocked_ns;
       }
-      path[s] = id;
-      if (kernel && complete(span)) {
-        const SpanKernel& k = p.kernel.spans[s];
-        KernelSums& sums = kernel_[id - 1];
-        ++sums.count;
-        sums.on_cpu += k.on_cpu_ns;
-        sums.off_cpu += k.own_off_cpu_ns;  // its thread's: on-CPU + off-CPU = wall
-        sums.runq += k.own_runq_ns;
-      }
-      StallSums& st = stalls_[id - 1];
-      ++st.calls;
-      st.wall += span.duration_ns();
-      if (const int32_t k = stall_of[s]; k >= 0) {
-        const Stall& stall = stalls[static_cast<size_t>(k)];
-        st.off_cpu += stall.off_cpu_ns;
-        st.blocked += stall.blocked_ns;
-        st.runq += stall.runq_ns;
-        st.threads += stall.threads_off_cpu_ns;
-        const SpanKernel& sk = p.kernel.spans[s];
-        // A span at the depth cut stands for its subtree (inclusive waits).
-        const bool at_cut = opts_.depth >= 0 && static_cast<int>(span.depth) == opts_.depth &&
-                            span.first_child >= 0;
-        for (const WaitReason& w : at_cut ? sk.waits : self_waits(p, static_cast<int32_t>(s))) {
-          if (!shown_wait(w)) continue;
-          auto it = st.waits.find(w.text());
-          if (it == st.waits.end() && st.waits.size() >= kMaxWaitsPerPath) continue;
-          st.waits[w.text()] += w.blocked_ns;
+      if ((sk.top_waker_tid != 0 || sk.top_waker_kind != WakerKind::kTask) &&
+          sk.top_waker_ns > 0) {
+        // By name: a worker thread started per call is one waker over
+        // sessions, though its tid differs each time.
+        std::string name = waker_name(p, sk);
+        std::string key = name.empty() ? "tid " + std::to_string(sk.top_waker_tid) : name;
+        auto w = st.wakers.find(key);
+        if (w == st.wakers.end() && st.wakers.size() < kMaxWakersPerPath) {
+          w = st.wakers.emplace(std::move(key), Waker{0, sk.top_waker_tid, 0}).first;
         }
-        if ((sk.top_waker_tid != 0 || sk.top_waker_kind != WakerKind::kTask) &&
-            sk.top_waker_ns > 0) {
-          // By name: a worker thread started per call is one waker over
-          // sessions, though its tid differs each time.
-          std::string name = waker_name(p, sk);
-          std::string key = name.empty() ? "tid " + std::to_string(sk.top_waker_tid) : name;
-          auto w = st.wakers.find(key);
-          if (w == st.wakers.end() && st.wakers.size() < kMaxWakersPerPath) {
-            w = st.wakers.emplace(std::move(key), Waker{0, sk.top_waker_tid, 0}).first;
-          }
-          if (w != st.wakers.end()) {
-            w->second.blocked_ns += sk.top_waker_ns;
-            if (w->second.tid != sk.top_waker_tid) ++w->second.other_tids;
-          }
+        if (w != st.wakers.end()) {
+          w->second.blocked_ns += sk.top_waker_ns;
+          if (w->second.tid != sk.top_waker_tid) ++w->second.other_tids;
         }
       }
     }
@@ -311,7 +265,9 @@ std::string CaptureReport::summary_text() const {
   std::vector<std::string> head = {"call path", "calls", "mean", "p50", "p99"};
   if (kernel) head.insert(head.end(), {"on-CPU", "off-CPU", "runq"});
   rows.push_back(head);
-  for (const PathSummary& ps : stats_.summary()) {
+  const std::vector<PathSummary> paths = stats_.summary();
+  for (size_t index = 0; index < paths.size(); ++index) {
+    const PathSummary& ps = paths[index];
     if (ps.path.empty()) continue;
     std::string name(2 * (ps.path.size() - 1), ' ');
     name += ps.path.back();
@@ -322,16 +278,7 @@ std::string CaptureReport::summary_text() const {
     row.push_back(any ? format_duration(static_cast<int64_t>(ps.wall.p50_ns)) : "-");
     row.push_back(any ? format_duration(static_cast<int64_t>(ps.wall.p99_ns)) : "-");
     if (kernel) {
-      // The same path in this report's own index (the names from the root).
-      uint32_t at = 0;
-      for (const std::string& n : ps.path) {
-        auto it = path_index_.find({at, n});
-        if (it == path_index_.end()) {
-          at = 0;
-          break;
-        }
-        at = it->second + 1;
-      }
+      const uint32_t at = static_cast<uint32_t>(index) + 1;  // the same path's figures here
       const KernelSums* k = at ? &kernel_[at - 1] : nullptr;
       const uint64_t n = k ? k->count : 0;
       row.push_back(mean(k ? k->on_cpu : 0, n));
@@ -371,6 +318,15 @@ std::string CaptureReport::stall_text() const {
   if (opts_.depth >= 0) out += "; at depth " + std::to_string(opts_.depth) + " with their callees";
   out += "), means per call over " + std::to_string(kernel_sessions_) +
          (kernel_sessions_ == 1 ? " session\n" : " sessions\n");
+  const std::vector<PathSummary> paths = stats_.summary();
+  auto path_text = [&](uint32_t index) {
+    std::string out;
+    for (const std::string& name : paths[index].path) {
+      if (!out.empty()) out += '/';
+      out += name;
+    }
+    return out;
+  };
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"call path", "calls", "wall", "off-CPU", "off %", "blocked", "runq", "threads",
                   "waited in", "top waker"});
@@ -394,7 +350,7 @@ std::string CaptureReport::stall_text() const {
     std::stable_sort(waits.begin(), waits.end(),
                      [](const auto& a, const auto& b) { return a.second > b.second; });
     const std::string waited = waits.empty() ? "-" : waits_text(waits, 2);
-    rows.push_back({cut_left(path_text(i + 1), kPathWidth), std::to_string(st.calls),
+    rows.push_back({cut_left(path_text(i), kPathWidth), std::to_string(st.calls),
                     mean(st.wall, st.calls), mean(st.off_cpu, st.calls), percent(share),
                     mean(st.blocked, st.calls), mean(st.runq, st.calls),
                     st.threads ? mean(st.threads, st.calls) : "-", waited, waker});

@@ -72,22 +72,16 @@ class CaptureReport {
     std::map<std::string, Waker> wakers;  // by thread name ("tid N" when unnamed), or kind
     std::map<std::string, int64_t> waits;  // blocked time by reason ("futex S")
   };
-  // A call path: index + 1 of its parent (0 for a root) and its name.
-  uint32_t path_of(uint32_t parent, const std::string& name);
-  std::string path_text(uint32_t path) const;
-
   ReportOptions opts_;
   size_t max_paths_;
-  CallPathStats stats_;
-  std::vector<std::pair<uint32_t, std::string>> paths_;  // path index -> (parent + 1, name)
-  std::map<std::pair<uint32_t, std::string>, uint32_t> path_index_;
+  CallPathStats stats_;             // the call paths: kernel_ and stalls_ go by its path index
+  std::vector<uint32_t> span_path_;  // scratch for add(): each span's path (CallPathStats::add)
   std::vector<KernelSums> kernel_;  // by path index
   std::vector<StallSums> stalls_;   // by path index
   uint64_t sessions_ = 0;
   uint64_t kernel_sessions_ = 0;  // sessions with kernel data
   uint64_t truncated_ = 0;
   uint64_t lost_events_ = 0;
-  uint64_t dropped_paths_ = 0;
   std::set<std::string> pids_;
   int64_t first_start_ns_ = 0, last_end_ns_ = 0;
 };

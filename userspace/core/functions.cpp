@@ -1,6 +1,7 @@
 #include "core/functions.h"
 
 #include <functional>
+#include <utility>
 
 namespace mlprof {
 
@@ -49,11 +50,24 @@ size_t FunctionTable::KeyHash::operator()(const Key& k) const {
   return std::hash<uint64_t>{}(h ^ (h >> 29));
 }
 
+FunctionTable::FunctionTable(std::shared_ptr<const FunctionTable> base)
+    : base_(std::move(base)),
+      base_size_(base_ ? static_cast<uint32_t>(base_->size()) : 0),
+      strings_(base_ ? std::shared_ptr<const StringTable>(base_, &base_->strings_) : nullptr) {}
+
+const uint32_t* FunctionTable::find(const Key& key) const {
+  if (base_) {
+    if (const uint32_t* id = base_->find(key)) return id;
+  }
+  const auto it = index_.find(key);
+  return it == index_.end() ? nullptr : &it->second;
+}
+
 uint32_t FunctionTable::add(std::string_view name, std::string_view module, std::string_view file,
                             int32_t line, FunctionKind kind, bool user_code) {
   const Key key{strings_.intern(name), strings_.intern(module), strings_.intern(file), line, kind};
-  if (auto it = index_.find(key); it != index_.end()) return it->second;
-  const auto id = static_cast<uint32_t>(functions_.size());
+  if (const uint32_t* id = find(key)) return *id;
+  const auto id = static_cast<uint32_t>(size());
   functions_.push_back(FunctionInfo{key.name, key.module, key.file, line, kind, user_code});
   index_.emplace(key, id);
   return id;

@@ -3,6 +3,7 @@
 // labelled block. Interned so that events carry a 32-bit id.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -38,15 +39,27 @@ bool classify_user_code(std::string_view file, const PathRules& rules);
 // True when `module` is `prefix` or inside it ("a.b" is inside "a", not "ab").
 bool module_in(std::string_view module, std::string_view prefix);
 
+// A table may start on a shared, immutable base, as its StringTable does:
+// the agent gives every session Profile of a process that process's names
+// this way, so a session adds none of them again (ids below base()->size()
+// are the base's).
 class FunctionTable {
  public:
+  FunctionTable() = default;
+  // Starts as `base`'s functions and strings, same ids (base must not change afterwards).
+  explicit FunctionTable(std::shared_ptr<const FunctionTable> base);
+
   // Interns a function; the same (name, module, file, line, kind) gives the same id.
   uint32_t add(std::string_view name, std::string_view module, std::string_view file,
                int32_t line, FunctionKind kind, bool user_code);
-  const FunctionInfo& get(uint32_t id) const { return functions_.at(id); }
-  size_t size() const { return functions_.size(); }
+  const FunctionInfo& get(uint32_t id) const {
+    return id < base_size_ ? base_->get(id) : functions_.at(id - base_size_);
+  }
+  size_t size() const { return base_size_ + functions_.size(); }
   StringTable& strings() { return strings_; }
   const StringTable& strings() const { return strings_; }
+  // The base this table started on; nullptr if none.
+  const FunctionTable* base() const { return base_.get(); }
   // Convenience accessors.
   const std::string& name(uint32_t id) const { return strings_.get(get(id).name); }
   const std::string& module(uint32_t id) const { return strings_.get(get(id).module); }
@@ -61,6 +74,11 @@ class FunctionTable {
   struct KeyHash {
     size_t operator()(const Key& k) const;
   };
+  // The id of `key` if it is here (in the base or the table's own).
+  const uint32_t* find(const Key& key) const;
+
+  std::shared_ptr<const FunctionTable> base_;
+  uint32_t base_size_ = 0;  // ids below it are the base's
   StringTable strings_;
   std::vector<FunctionInfo> functions_;
   std::unordered_map<Key, uint32_t, KeyHash> index_;

@@ -45,10 +45,70 @@ bool no_timeline(const Profile& p) { return p.lanes.empty() && p.spans.empty(); 
 
 namespace {
 
+// A part's function and string ids in `into`'s tables, each made on first
+// use: names no span or event of the part uses are not copied, and the ids
+// of a shared base (the agent's sessions of one process start on their
+// process's names, FunctionTable's base) are mapped once for all the parts
+// that share it rather than once per part.
+class Remap {
+ public:
+  explicit Remap(Profile& into) : into_(into) {}
+
+  void start(const Profile& from) {
+    from_ = &from;
+    const FunctionTable* base = from.functions.base();
+    shared_ = base ? &by_base_[base] : nullptr;
+    function_base_ = base ? static_cast<uint32_t>(base->size()) : 0;
+    string_base_ = base ? static_cast<uint32_t>(base->strings().size()) : 0;
+    own_.functions.assign(from.functions.size() - function_base_, kUnset);
+    own_.strings.assign(from.functions.strings().size() - string_base_, kUnset);
+  }
+
+  // Out-of-range ids are kept as they are.
+  uint32_t function(uint32_t id) {
+    if (id >= from_->functions.size()) return id;
+    uint32_t& slot = id < function_base_ ? slot_of(shared_->functions, function_base_, id)
+                                         : own_.functions[id - function_base_];
+    if (slot == kUnset) {
+      const FunctionInfo& fn = from_->functions.get(id);
+      const StringTable& strings = from_->functions.strings();
+      slot = into_.functions.add(strings.get(fn.name), strings.get(fn.module), strings.get(fn.file), fn.line,
+                                 fn.kind, fn.user_code);
+    }
+    return slot;
+  }
+
+  uint32_t string(uint32_t id) {
+    if (id == 0) return 0;
+    if (id >= from_->functions.strings().size()) return into_.functions.strings().intern("");
+    uint32_t& slot = id < string_base_ ? slot_of(shared_->strings, string_base_, id)
+                                       : own_.strings[id - string_base_];
+    if (slot == kUnset) slot = into_.functions.strings().intern(from_->functions.strings().get(id));
+    return slot;
+  }
+
+ private:
+  static constexpr uint32_t kUnset = UINT32_MAX;
+  struct Ids {
+    std::vector<uint32_t> functions, strings;
+  };
+  static uint32_t& slot_of(std::vector<uint32_t>& ids, uint32_t size, uint32_t id) {
+    if (ids.size() < size) ids.resize(size, kUnset);
+    return ids[id];
+  }
+
+  Profile& into_;
+  const Profile* from_ = nullptr;
+  std::map<const FunctionTable*, Ids> by_base_;  // the parts keep their bases alive meanwhile
+  Ids* shared_ = nullptr;
+  uint32_t function_base_ = 0, string_base_ = 0;
+  Ids own_;
+};
+
 // One part appended without the whole-profile steps (linking, sorting the
 // intervals, attribution), which append_profiles does once for all parts:
 // appending n sessions one by one stays linear, not quadratic.
-void append_one(Profile& into, const Profile& from, bool& take_meta, bool& first,
+void append_one(Profile& into, const Profile& from, Remap& remap, bool& take_meta, bool& first,
                 bool& all_attributed) {
   all_attributed = all_attributed && from.kernel.spans.size() == from.spans.size();
   std::vector<Lane> lanes = from.lanes;
@@ -56,32 +116,23 @@ void append_one(Profile& into, const Profile& from, bool& take_meta, bool& first
   pin_provenance(lanes, kernel.off_cpu, kernel.threads, profile_pid(from), meta_session(from));
 
   // Functions and labels into into's tables.
-  std::vector<uint32_t> function_id(from.functions.size());
-  const StringTable& strings = from.functions.strings();
-  for (uint32_t i = 0; i < from.functions.size(); ++i) {
-    const FunctionInfo& fn = from.functions.get(i);
-    function_id[i] = into.functions.add(strings.get(fn.name), strings.get(fn.module),
-                                        strings.get(fn.file), fn.line, fn.kind, fn.user_code);
-  }
+  remap.start(from);
   const auto lane_base = static_cast<int32_t>(into.lanes.size());
   const auto span_base = static_cast<int32_t>(into.spans.size());
   // Events name functions (kCall) and strings (kLabel) too: a rebuild of the
   // merged profile from its lanes gives the same tree.
-  auto label_id = [&](uint32_t id) -> uint32_t {
-    return id == 0 ? 0 : into.functions.strings().intern(strings.get(id));
-  };
   for (Lane& lane : lanes) {
     if (lane.parent_lane >= 0) lane.parent_lane += lane_base;
     for (Event& e : lane.events) {
-      if (e.kind == EventKind::kCall && e.id < function_id.size()) e.id = function_id[e.id];
-      if (e.kind == EventKind::kLabel) e.id = label_id(e.id);
+      if (e.kind == EventKind::kCall) e.id = remap.function(e.id);
+      if (e.kind == EventKind::kLabel) e.id = remap.string(e.id);
     }
     into.lanes.push_back(std::move(lane));
   }
   for (Span s : from.spans) {
     if (s.parent >= 0) s.parent += span_base;
-    if (s.function < function_id.size()) s.function = function_id[s.function];
-    s.label = label_id(s.label);
+    s.function = remap.function(s.function);
+    s.label = remap.string(s.label);
     s.lane += static_cast<uint32_t>(lane_base);
     into.spans.push_back(s);
   }
@@ -146,7 +197,8 @@ void append_profiles(Profile& into, const std::vector<const Profile*>& parts) {
     if (part == &into && !self_copy) {
       self_copy = std::make_unique<Profile>();
       bool copy_meta = true, copy_first = true, copy_attributed = true;
-      append_one(*self_copy, into, copy_meta, copy_first, copy_attributed);
+      Remap copy_remap(*self_copy);
+      append_one(*self_copy, into, copy_remap, copy_meta, copy_first, copy_attributed);
     }
   }
   bool first = no_timeline(into);
@@ -161,8 +213,9 @@ void append_profiles(Profile& into, const std::vector<const Profile*>& parts) {
   size_t spans = into.spans.size();
   for (const Profile* part : parts) spans += (part == &into ? *self_copy : *part).spans.size();
   into.spans.reserve(spans);
+  Remap remap(into);
   for (const Profile* part : parts) {
-    append_one(into, part == &into ? *self_copy : *part, take_meta, first, all_attributed);
+    append_one(into, part == &into ? *self_copy : *part, remap, take_meta, first, all_attributed);
   }
   link_tree(into);
   KernelData& k = into.kernel;

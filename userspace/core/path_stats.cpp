@@ -162,9 +162,15 @@ void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int6
   if (keep_walls_) r.walls.push_back(std::max<int64_t>(wall_ns, 0));
 }
 
-void CallPathStats::add(const Profile& p, int depth) {
+void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span_paths) {
   begin_profile();
-  name_cache_.assign(p.functions.strings().size(), 0);
+  if (span_paths) span_paths->assign(p.spans.size(), 0);
+  if (const auto& base = p.functions.strings().shared_base(); base != cache_base_) {
+    cache_base_ = base;
+    name_cache_.clear();
+  }
+  name_cache_.resize(std::min(name_cache_.size(), cache_base_ ? cache_base_->size() : 0));
+  name_cache_.resize(p.functions.strings().size(), 0);  // the profile's own strings: not looked up yet
   stack_.clear();
   const auto n = static_cast<int32_t>(p.spans.size());
   const bool kernel = p.kernel.present && p.kernel.spans.size() == p.spans.size();
@@ -180,6 +186,7 @@ void CallPathStats::add(const Profile& p, int depth) {
     const Span& span = p.spans[s];
     const uint32_t path =
         parent == kDropped ? kDropped : child_path(parent, p, display_string(p, span));
+    if (span_paths && path != kDropped) (*span_paths)[static_cast<size_t>(s)] = path + 1;
     // Children go on the stack in reverse so that paths are made in start order.
     const size_t first_pushed = stack_.size();
     int64_t self = span.active_ns;
@@ -238,6 +245,7 @@ void CallPathStats::reset() {
   name_index_ = {};
   children_ = {};
   name_cache_ = {};
+  cache_base_ = nullptr;
   stack_ = {};
 }
 

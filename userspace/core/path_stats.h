@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -109,7 +110,10 @@ class CallPathStats {
   // - A span whose path is new while max_paths paths are tracked is not
   //   recorded, and neither is anything under it: each such call counts in
   //   dropped_paths().
-  void add(const Profile& profile, int depth = -1);
+  // span_paths (optional): per span of the profile, its path (index + 1,
+  // as path() gives) or 0 when it is cut by depth or past the cap, so a
+  // caller can keep figures of its own by path.
+  void add(const Profile& profile, int depth = -1, std::vector<uint32_t>* span_paths = nullptr);
 
   // The same, one call at a time, for callers that have the calls as rows
   // rather than a tree (the store's scan, core/store_scan.h): begin_profile()
@@ -169,7 +173,10 @@ class CallPathStats {
   std::unordered_map<std::string_view, uint32_t> name_index_;
   std::unordered_map<uint64_t, uint32_t> children_;  // (parent << 32 | name) -> path index
   // Scratch for add(): the profile's string id -> names_ index + 1 (0 = not looked up).
+  // Entries for the ids of a shared base (StringTable::base) outlive the
+  // profile: they stay valid while the next profiles start on the same base.
   std::vector<uint32_t> name_cache_;
+  std::shared_ptr<const StringTable> cache_base_;
   std::vector<std::pair<int32_t, uint32_t>> stack_;  // (span, path or kDropped)
 };
 

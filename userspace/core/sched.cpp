@@ -353,19 +353,73 @@ class Threads {
 
   // Per thread, the innermost running span over time: a sweep over the
   // running intervals (export_util::lane_intervals: whole spans, generator
-  // segments) of every lane of the thread, with the open ones in a set
-  // ordered by (start, depth, span): the innermost is the last.
+  // segments) of every lane of the thread. Only for the threads something
+  // is attributed on (an off-CPU interval, a thread start): most sessions
+  // have none, and the agent builds this for every session.
   void build_timelines() {
-    const auto lanes = export_util::lane_intervals(p_);
-    std::map<ThreadKey, std::vector<const export_util::RunInterval*>> by_thread;
+    std::vector<ThreadKey> needed;
+    for (const OffCpuInterval& iv : p_.kernel.off_cpu) needed.emplace_back(pid_or_meta(iv.pid), iv.tid);
+    for (const ThreadLifetime& t : p_.kernel.threads) {
+      if (t.parent_tid != 0 && t.start_ns != 0) needed.emplace_back(pid_or_meta(t.pid), t.parent_tid);
+    }
+    std::sort(needed.begin(), needed.end());
+    needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+    std::map<ThreadKey, std::vector<size_t>> lanes_of;  // needed threads' lanes
     for (size_t li = 0; li < p_.lanes.size(); ++li) {
       const Lane& lane = p_.lanes[li];
       if (lane.native_tid == 0) continue;  // not joinable with kernel events
-      auto& runs = by_thread[{lane_pid(p_, lane), lane.native_tid}];
-      for (const auto& iv : lanes[li]) {
-        if (iv.end_ns > iv.start_ns) runs.push_back(&iv);
+      const ThreadKey key{lane_pid(p_, lane), lane.native_tid};
+      if (std::binary_search(needed.begin(), needed.end(), key)) lanes_of[key].push_back(li);
+    }
+    if (lanes_of.empty()) return;
+    const auto lanes = export_util::lane_intervals(p_);
+    for (const auto& [key, list] : lanes_of) {
+      Timeline& t = timelines_[key];
+      if (list.size() == 1) {
+        one_lane(lanes[list[0]], t);
+      } else {
+        several_lanes(lanes, list, t);
       }
     }
+  }
+
+  // The owner from `ts` on: a later change at the same instant replaces an
+  // earlier one, and a change to the owner already in force is none.
+  static void change(Timeline& t, int64_t ts, int32_t owner) {
+    if (!t.at.empty() && t.at.back() == ts) {
+      t.at.pop_back();
+      t.owner.pop_back();
+    }
+    if (!t.owner.empty() && t.owner.back() == owner) return;
+    t.at.push_back(ts);
+    t.owner.push_back(owner);
+  }
+
+  // One lane: its intervals come sorted and nested (lane_intervals), so the
+  // innermost open one is the top of a stack.
+  static void one_lane(const std::vector<export_util::RunInterval>& runs, Timeline& t) {
+    std::vector<const export_util::RunInterval*> open;
+    auto close_until = [&](int64_t ts) {
+      while (!open.empty() && open.back()->end_ns <= ts) {
+        const int64_t end = open.back()->end_ns;
+        open.pop_back();
+        change(t, end, open.empty() ? -1 : open.back()->span);
+      }
+    };
+    for (const auto& iv : runs) {
+      if (iv.end_ns <= iv.start_ns) continue;
+      close_until(iv.start_ns);
+      open.push_back(&iv);
+      change(t, iv.start_ns, iv.span);
+    }
+    close_until(std::numeric_limits<int64_t>::max());
+  }
+
+  // Several lanes on one thread (tasks of an event loop): their intervals
+  // interleave, so the open ones are kept in a set ordered by (start,
+  // depth, span), the innermost last.
+  void several_lanes(const std::vector<std::vector<export_util::RunInterval>>& lanes,
+                     const std::vector<size_t>& list, Timeline& t) const {
     using Open = std::tuple<int64_t, uint32_t, int32_t>;  // start, depth, span
     struct Change {
       int64_t ts;
@@ -373,33 +427,28 @@ class Threads {
       Open key;
     };
     std::vector<Change> changes;
+    for (const size_t li : list) {
+      for (const auto& iv : lanes[li]) {
+        if (iv.end_ns <= iv.start_ns) continue;
+        const Open k{iv.start_ns, p_.spans[iv.span].depth, iv.span};
+        changes.push_back({iv.start_ns, true, k});
+        changes.push_back({iv.end_ns, false, k});
+      }
+    }
+    std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+      return std::tie(a.ts, a.opens, a.key) < std::tie(b.ts, b.opens, b.key);
+    });
     std::set<Open> open;
-    for (auto& [key, runs] : by_thread) {
-      changes.clear();
-      for (const auto* iv : runs) {
-        const Open k{iv->start_ns, p_.spans[iv->span].depth, iv->span};
-        changes.push_back({iv->start_ns, true, k});
-        changes.push_back({iv->end_ns, false, k});
-      }
-      std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
-        return std::tie(a.ts, a.opens, a.key) < std::tie(b.ts, b.opens, b.key);
-      });
-      Timeline& t = timelines_[key];
-      open.clear();
-      for (size_t i = 0; i < changes.size();) {
-        const int64_t ts = changes[i].ts;
-        for (; i < changes.size() && changes[i].ts == ts; ++i) {
-          if (changes[i].opens) {
-            open.insert(changes[i].key);
-          } else {
-            open.erase(changes[i].key);
-          }
+    for (size_t i = 0; i < changes.size();) {
+      const int64_t ts = changes[i].ts;
+      for (; i < changes.size() && changes[i].ts == ts; ++i) {
+        if (changes[i].opens) {
+          open.insert(changes[i].key);
+        } else {
+          open.erase(changes[i].key);
         }
-        const int32_t owner = open.empty() ? -1 : std::get<2>(*open.rbegin());
-        if (!t.owner.empty() && t.owner.back() == owner) continue;
-        t.at.push_back(ts);
-        t.owner.push_back(owner);
       }
+      change(t, ts, open.empty() ? -1 : std::get<2>(*open.rbegin()));
     }
   }
 
@@ -648,7 +697,8 @@ void attribute_kernel(Profile& profile) {
     k.threads[i].started_under = threads.started_under()[i];
 
   const size_t n = profile.spans.size();
-  k.spans.assign(n, SpanKernel{});
+  k.spans.clear();
+  k.spans.resize(n);
   std::vector<int64_t> own(n, 0);  // off-CPU of the span's own thread in its subtree
   using WaitKey = std::pair<int32_t, char>;  // (syscall, state)
   std::vector<std::map<WaitKey, std::pair<int64_t, uint32_t>>> waits(n);

@@ -1,12 +1,27 @@
 #include "core/strings.h"
 
+#include <utility>
+
 namespace mlprof {
 
 StringTable::StringTable() { intern(""); }
 
-uint32_t StringTable::intern(std::string_view s) {
+StringTable::StringTable(std::shared_ptr<const StringTable> base)
+    : base_(std::move(base)), base_size_(base_ ? static_cast<uint32_t>(base_->size()) : 0) {
+  if (!base_) intern("");
+}
+
+std::optional<uint32_t> StringTable::find(std::string_view s) const {
+  if (base_) {
+    if (auto id = base_->find(s)) return id;
+  }
   if (auto it = index_.find(s); it != index_.end()) return it->second;
-  const auto id = static_cast<uint32_t>(strings_.size());
+  return std::nullopt;
+}
+
+uint32_t StringTable::intern(std::string_view s) {
+  if (auto id = find(s)) return *id;
+  const auto id = static_cast<uint32_t>(size());
   // The key views the deque's copy, never the caller's buffer.
   const std::string& stored = strings_.emplace_back(s);
   index_.emplace(std::string_view(stored), id);
@@ -15,6 +30,8 @@ uint32_t StringTable::intern(std::string_view s) {
 
 const std::string& StringTable::get(uint32_t id) const {
   static const std::string kEmpty;
+  if (id < base_size_) return base_->get(id);
+  id -= base_size_;
   return id < strings_.size() ? strings_[id] : kEmpty;
 }
 
