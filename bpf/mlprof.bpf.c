@@ -49,11 +49,20 @@ const volatile int filter_cgroup_level = -1;
  * thread tens of thousands of times a second under load (both on 2 CPUs);
  * the reader polls with a timeout, so a quiet ring is still drained. */
 const volatile __u64 wakeup_bytes = 1 << 20;
+/* Shed whole sessions, at their begin, while this many bytes wait in the
+ * ring (0: never): a reader that cannot keep up gets fewer sessions, each
+ * whole, instead of records lost from sessions in flight (torn trees). */
+const volatile __u64 shed_bytes = 16 << 20;
 
 /* ---- state ------------------------------------------------------------- */
 
 /* Records the ring buffer could not take (reserve failed): read by stats(). */
 __u64 lost = 0;
+/* Sessions shed at their begin (the reader was behind): read by stats(). */
+__u64 shed = 0;
+/* Shed sessions not ended yet: a hint, so that the handlers look a session
+ * up in shed_sessions only while there may be one. */
+__s64 shed_open = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -101,6 +110,15 @@ struct {
 	__type(key, struct session_key);
 	__type(value, __u32); /* the thread that began it */
 } sessions SEC(".maps");
+
+/* Sessions shed at their begin: their records are not sent either. LRU: one
+ * whose end never comes ages out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct session_key);
+	__type(value, __u8);
+} shed_sessions SEC(".maps");
 
 /* Function and label ids whose strings were sent (MLPROF_EV_NAME). Keyed by
  * the process's start time too, so a new process that reuses a pid gets its
@@ -204,6 +222,24 @@ static __always_inline bool session_open(const struct usdt_ctx *c, __u64 session
 	struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
 
 	return bpf_map_lookup_elem(&sessions, &k) != NULL;
+}
+
+static __always_inline bool is_shed(const struct usdt_ctx *c, __u64 session)
+{
+	if (*(volatile __s64 *)&shed_open <= 0)
+		return false;
+	struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
+
+	return bpf_map_lookup_elem(&shed_sessions, &k) != NULL;
+}
+
+/* A shed session ended: forget it. */
+static __always_inline void end_shed(const struct usdt_ctx *c, __u64 session)
+{
+	struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
+
+	if (bpf_map_delete_elem(&shed_sessions, &k) == 0)
+		__sync_fetch_and_add(&shed_open, -1);
 }
 
 /* The current thread works in `session`: follow it. check_open: only if the
@@ -326,6 +362,14 @@ int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags)
 		return 0;
 	struct session_key k = {.pstart = c.pstart, .session = session, .tgid = c.tgid};
 
+	if (shed_bytes && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= shed_bytes) {
+		__u8 one = 1;
+
+		if (bpf_map_update_elem(&shed_sessions, &k, &one, BPF_NOEXIST) == 0)
+			__sync_fetch_and_add(&shed_open, 1);
+		__sync_fetch_and_add(&shed, 1);
+		return 0;
+	}
 	bpf_map_update_elem(&sessions, &k, &c.tid, BPF_ANY);
 	follow_current(&c, session, false);
 
@@ -381,6 +425,10 @@ int BPF_USDT(mlprof_session_end, __u64 session, __u64 dropped)
 
 	if (!usdt_begin(&c))
 		return 0;
+	if (is_shed(&c, session)) {
+		end_shed(&c, session);
+		return 0;
+	}
 	end_session(&c, session, dropped, true);
 	return 0;
 }
@@ -391,7 +439,7 @@ int BPF_USDT(mlprof_lane_begin, __u64 session, __u64 lane_parent, __u64 parent_c
 {
 	struct usdt_ctx c;
 
-	if (!usdt_begin(&c))
+	if (!usdt_begin(&c) || is_shed(&c, session))
 		return 0;
 	follow_current(&c, session, true);
 
@@ -418,7 +466,7 @@ int BPF_USDT(mlprof_span_enter, __u64 session, __u64 lane_index, __u64 function_
 {
 	struct usdt_ctx c;
 
-	if (!usdt_begin(&c))
+	if (!usdt_begin(&c) || is_shed(&c, session))
 		return 0;
 	follow_current(&c, session, true);
 
@@ -437,7 +485,7 @@ int BPF_USDT(mlprof_span_exit, __u64 session, __u64 lane_index, __u64 flags)
 {
 	struct usdt_ctx c;
 
-	if (!usdt_begin(&c))
+	if (!usdt_begin(&c) || is_shed(&c, session))
 		return 0;
 	return emit_span(&c, MLPROF_EV_SPAN_EXIT, session, lane_index, 0, 0, 0, (__u32)flags);
 }
@@ -447,7 +495,7 @@ int BPF_USDT(mlprof_span_suspend, __u64 session, __u64 lane_index)
 {
 	struct usdt_ctx c;
 
-	if (!usdt_begin(&c))
+	if (!usdt_begin(&c) || is_shed(&c, session))
 		return 0;
 	return emit_span(&c, MLPROF_EV_SPAN_SUSPEND, session, lane_index, 0, 0, 0, 0);
 }
@@ -457,7 +505,7 @@ int BPF_USDT(mlprof_span_resume, __u64 session, __u64 lane_index)
 {
 	struct usdt_ctx c;
 
-	if (!usdt_begin(&c))
+	if (!usdt_begin(&c) || is_shed(&c, session))
 		return 0;
 	return emit_span(&c, MLPROF_EV_SPAN_RESUME, session, lane_index, 0, 0, 0, 0);
 }
@@ -467,7 +515,7 @@ int BPF_USDT(mlprof_span_io, __u64 session, __u64 lane_index, __u64 role, const 
 {
 	struct usdt_ctx c;
 
-	if (!usdt_begin(&c))
+	if (!usdt_begin(&c) || is_shed(&c, session))
 		return 0;
 	struct mlprof_ev_io *e = reserve(sizeof(*e));
 
@@ -558,6 +606,11 @@ int BPF_USDT(mlprof_session_spans, __u64 session, __u64 body, __u64 body_bytes, 
 
 	if (!usdt_begin(&x.c))
 		return 0;
+	if (is_shed(&x.c, session)) {
+		if (final)
+			end_shed(&x.c, session);
+		return 0;
+	}
 	x.session = session;
 	x.body = body;
 	x.body_bytes = body_bytes > MLPROF_SPANS_MAX_BYTES ? MLPROF_SPANS_MAX_BYTES : body_bytes;

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -603,6 +604,7 @@ TEST(BpfLoader, ALostNameRecordIsSentAgain) {
   REQUIRE_ROOT();
   LoaderOptions opts;
   opts.ring_bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  opts.shed_at = 0;  // "nested" must begin in the full ring, for its NAMEs to be lost
   auto loader = open_loader(opts);
   ASSERT_TRUE(loader);
   Target target;
@@ -627,6 +629,47 @@ TEST(BpfLoader, ALostNameRecordIsSentAgain) {
   int enter = find(recs, MLPROF_EV_SPAN_ENTER,
                    [](const Rec& r) { return r.as<mlprof_ev_span>().function == 2; });
   EXPECT_LT(name(2, 0), enter) << "a NAME comes before the span that uses it";
+}
+
+// A reader that falls behind: past half the ring unread, sessions are shed
+// whole at their begin (counted), so no record is lost and every session
+// that was begun arrives complete, none of the shed ones' records with it.
+TEST(BpfLoader, AReaderThatFallsBehindGetsFewerSessionsEachWhole) {
+  REQUIRE_ROOT();
+  LoaderOptions opts;
+  opts.ring_bytes = 16 * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto loader = open_loader(opts);
+  ASSERT_TRUE(loader);
+  Target target;
+  ASSERT_TRUE(loader->attach(target.pid(), kTarget));
+  const uint64_t n = 2000;
+  target.run("sessions " + std::to_string(n));  // not polled meanwhile
+  auto recs = collect(
+      *loader, [](const std::vector<Rec>&) { return false; }, 200);
+  const auto stats = loader->stats();
+  std::set<uint64_t> begun, ended, with_spans;
+  for (const Rec& r : recs) {
+    if (r.h().kind == MLPROF_EV_SESSION_BEGIN) begun.insert(r.as<mlprof_ev_session>().session);
+    if (r.h().kind == MLPROF_EV_SESSION_END) ended.insert(r.as<mlprof_ev_session>().session);
+    if (r.h().kind == MLPROF_EV_SPAN_ENTER) with_spans.insert(r.as<mlprof_ev_span>().session);
+  }
+  std::printf("[   INFO   ] %llu sessions into a %zu-byte ring, unread: %zu captured, %llu shed, %llu lost\n",
+              static_cast<unsigned long long>(n), opts.ring_bytes, begun.size(),
+              static_cast<unsigned long long>(stats.shed), static_cast<unsigned long long>(stats.lost));
+  EXPECT_EQ(stats.lost, 0u);
+  EXPECT_GT(stats.shed, 0u);
+  EXPECT_GT(begun.size(), 0u);
+  EXPECT_EQ(begun.size() + stats.shed, n);
+  EXPECT_EQ(ended, begun);       // each captured session whole
+  EXPECT_EQ(with_spans, begun);  // and no record of a shed one
+  // Once read, the ring takes sessions again.
+  auto again = target.run("nested");
+  auto more = collect_session(*loader, target.pid(), again.session);
+  EXPECT_GE(find(more, MLPROF_EV_SESSION_BEGIN, [&](const Rec& r) {
+              return r.as<mlprof_ev_session>().session == again.session;
+            }),
+            0);
+  EXPECT_EQ(loader->stats().shed, stats.shed);
 }
 
 TEST(BpfLoader, AStormIntoADefaultRingLosesNothing) {

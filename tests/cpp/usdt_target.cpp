@@ -237,6 +237,8 @@ int main() {
       o = run_cpu();
     } else if (s == "storm") {
       o = run_storm(n > 0 ? n : 1000);
+    } else if (s == "sessions") {  // n nested sessions back to back; the last one's outcome
+      for (long i = 0; i < (n > 0 ? n : 1); ++i) o = run_nested();
     } else if (s == "sleep_outside") {
       sleep_ms(20);
     } else {

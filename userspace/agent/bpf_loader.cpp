@@ -309,6 +309,8 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   // Batched wakeups (mlprof.bpf.c): the reader is woken when 1/16 of the ring
   // waits, at a session's end, or by its own poll timeout.
   skel.rodata->wakeup_bytes = opts.ring_bytes / 16;
+  skel.rodata->shed_bytes =
+      opts.shed_at > 0 ? static_cast<uint64_t>(static_cast<double>(opts.ring_bytes) * std::min(opts.shed_at, 1.0)) : 0;
   if (int err = bpf_map__set_max_entries(skel.maps.events, static_cast<__u32>(opts.ring_bytes));
       err)
     return load_error("sizing the ring buffer", -err);
@@ -451,6 +453,7 @@ LoaderStats BpfLoader::stats() const {
   LoaderStats s;
   // .bss is mmapped: the kernel's counter, read without a syscall.
   s.lost = __atomic_load_n(&impl_->skel->bss->lost, __ATOMIC_RELAXED);
+  s.shed = __atomic_load_n(&impl_->skel->bss->shed, __ATOMIC_RELAXED);
   s.records = impl_->records;
   return s;
 }

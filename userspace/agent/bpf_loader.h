@@ -30,11 +30,16 @@ struct LoaderOptions {
   size_t ring_bytes = 32u << 20;  // ring buffer size, a power of two
   bool force_raw_tp = false;      // testing: skip tp_btf even where it loads
   bool verbose = false;           // libbpf's own messages to stderr
+  // Sessions are shed whole, at their begin, while this share of the ring
+  // waits unread (the reader is behind): fewer sessions, none torn by lost
+  // records. 0: never shed.
+  double shed_at = 0.5;
 };
 
 struct LoaderStats {
   uint64_t lost = 0;     // records dropped in the kernel: the ring buffer was full
   uint64_t records = 0;  // records handed to the callback
+  uint64_t shed = 0;     // sessions not captured: begun while the ring was past LoaderOptions::shed_at
 };
 
 class BpfLoader {

@@ -174,6 +174,10 @@ void Continuous::rotate(int64_t end) {
   }
   r.profiled_ns = opts_.duty.enabled() ? profiled_ns_ : end - period_start_;
   profiled_ns_ = 0;
+  r.lost = lost_total_ - std::min(lost_total_, lost_reported_);
+  r.shed = shed_total_ - std::min(shed_total_, shed_reported_);
+  lost_reported_ = std::max(lost_reported_, lost_total_);
+  shed_reported_ = std::max(shed_reported_, shed_total_);
   ++rotations_;
   for (auto& [key, w] : workloads_) {
     if (w.sessions.empty()) continue;
@@ -241,6 +245,11 @@ std::string Continuous::summary_line(const RotationSummary& r) const {
             std::to_string(static_cast<int>(100.0 * static_cast<double>(r.profiled_ns) / len + 0.5)) +
             "%, duty cycle " + opts_.duty.text() + ")";
   }
+  if (r.shed > 0) {
+    line += "; " + std::to_string(r.shed) + (r.shed == 1 ? " session" : " sessions") +
+            " shed (the agent was behind)";
+  }
+  if (r.lost > 0) line += "; " + std::to_string(r.lost) + (r.lost == 1 ? " record" : " records") + " lost";
   if (r.items_failed > 0) {
     line += "; " + std::to_string(r.items_failed) + (r.items_failed == 1 ? " item" : " items") +
             " not spooled (" + r.spool_error + ")";

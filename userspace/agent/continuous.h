@@ -60,6 +60,8 @@ struct RotationSummary {
   size_t items_failed = 0;  // could not be spooled (counted in the spool's dropped)
   std::string spool_error;  // the last one's cause
   int64_t profiled_ns = 0;  // of the period, with capture on
+  uint64_t lost = 0;        // ring-buffer records lost in the period
+  uint64_t shed = 0;        // sessions shed in the period (the agent was behind)
 };
 
 class Continuous {
@@ -73,6 +75,12 @@ class Continuous {
   // Called every poll: rotates when the period ended, or early when the
   // sessions held pass max_held_spans. Returns true when it rotated.
   bool tick(int64_t now_unix_ns);
+  // The loader's running totals of lost records and shed sessions
+  // (LoaderStats): each rotation reports their increase.
+  void set_capture_counters(uint64_t lost, uint64_t shed) {
+    lost_total_ = lost;
+    shed_total_ = shed;
+  }
   // The duty cycle's accounting: capture switched on or off at `unix_ns`.
   void capture_changed(bool on, int64_t unix_ns);
   // SIGTERM / --duration: the current, partial period is written now.
@@ -113,6 +121,8 @@ class Continuous {
   int64_t profiled_ns_ = 0;
   mutable std::map<uint32_t, std::string> comm_;  // pid -> /proc/PID/comm, while its workload is held
   RotationSummary last_;
+  uint64_t lost_total_ = 0, shed_total_ = 0;
+  uint64_t lost_reported_ = 0, shed_reported_ = 0;
 };
 
 }  // namespace mlprof::agent

@@ -305,6 +305,11 @@ class Agent {
 
   // The capture's lost records, also those outside any session, in the written profile.
   void set_lost_events(uint64_t lost) { lost_ = std::max(lost_, lost); }
+  // Sessions the kernel side shed (LoaderStats::shed): in the report and the written profile's meta.
+  void set_sessions_shed(uint64_t shed) {
+    shed_ = shed;
+    report_.set_sessions_shed(shed);
+  }
 
   const std::set<pid_t>& attached() const { return attached_; }
   int poll_error() const { return poll_error_; }
@@ -323,6 +328,7 @@ class Agent {
       labels_.annotate_combined(*combined_);
       combined_->kernel.present = true;
       combined_->kernel.lost_events = std::max(combined_->kernel.lost_events, lost_);
+      if (shed_ > 0) combined_->meta["sessions_shed"] = std::to_string(shed_);
     }
     return *combined_;
   }
@@ -348,6 +354,7 @@ class Agent {
   std::vector<std::shared_ptr<const Profile>> sessions_;  // for -o / --format / --store
   std::unique_ptr<Profile> combined_;  // built by combined()
   uint64_t lost_ = 0;
+  uint64_t shed_ = 0;
   StoreWriter* store_;
   std::set<pid_t> attached_;
   std::set<pid_t> failed_;  // attach refused: not retried while the process lives
@@ -551,13 +558,19 @@ int run(int argc, char** argv) {
         else profiled_ns += unow - on_since;
       }
     }
-    if (continuous) continuous->tick(unix_now_ns());
+    if (continuous) {
+      const LoaderStats ls = loader.stats();
+      continuous->set_capture_counters(ls.lost, ls.shed);
+      continuous->tick(unix_now_ns());
+    }
   }
   agent.finish();
   if (agent.capturing()) profiled_ns += unix_now_ns() - on_since;
   const LoaderStats stats = loader.stats();
   loaded.value().reset();  // detach everything now: the targets' semaphores go back to 0
   agent.set_lost_events(stats.lost);
+  agent.set_sessions_shed(stats.shed);
+  if (continuous) continuous->set_capture_counters(stats.lost, stats.shed);
 
   if (g_stop_signal != 0)
     say(std::string("stopping on ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"));
@@ -658,9 +671,15 @@ int run(int argc, char** argv) {
   if (opts.verbose > 0) {
     const JoinerStats js = agent.joiner_stats();
     say("records " + std::to_string(stats.records) + ", lost " + std::to_string(stats.lost) +
+        ", shed " + std::to_string(stats.shed) +
         ", sessions " + std::to_string(js.sessions_finished) + " (truncated " +
         std::to_string(js.sessions_truncated) + "), unmatched " + std::to_string(js.unmatched) +
         ", malformed " + std::to_string(js.malformed));
+  }
+  if (stats.shed > 0) {
+    say(plural(stats.shed, "session was", "sessions were") +
+        " not captured: the agent fell behind (half its ring buffer unread) and skipped them whole, "
+        "so every session captured is complete; --duty-cycle, or fewer targets per agent, lowers the load");
   }
   if (stats.lost > 0) {
     say(plural(stats.lost, "event was", "events were") +

@@ -258,6 +258,7 @@ std::string CaptureReport::summary_text() const {
   out += " over " + format_duration(std::max<int64_t>(0, last_end_ns_ - first_start_ns_));
   if (truncated_) out += ", " + std::to_string(truncated_) + " truncated";
   if (lost_events_) out += ", " + std::to_string(lost_events_) + " events lost";
+  if (shed_) out += ", " + std::to_string(shed_) + " more shed (the agent was behind)";
   out += "\n\n";
 
   const bool kernel = kernel_sessions_ > 0;

@@ -55,6 +55,8 @@ class CaptureReport {
   std::string stall_text() const;
 
   uint64_t sessions() const { return sessions_; }
+  // Sessions the agent shed, not captured (LoaderStats::shed): in the header.
+  void set_sessions_shed(uint64_t shed) { shed_ = shed; }
 
  private:
   struct KernelSums {  // complete calls of a path (CallPathStats' samples)
@@ -82,6 +84,7 @@ class CaptureReport {
   uint64_t kernel_sessions_ = 0;  // sessions with kernel data
   uint64_t truncated_ = 0;
   uint64_t lost_events_ = 0;
+  uint64_t shed_ = 0;
   std::set<std::string> pids_;
   int64_t first_start_ns_ = 0, last_end_ns_ = 0;
 };

@@ -60,31 +60,52 @@ class Grouper {
   }
 
  private:
+  // A function's kind and category: the same for every span of it, so
+  // worked out once per function used (a session has fewer functions than
+  // spans, and its table may hold many it does not use).
+  struct FunctionClass {
+    bool known = false;
+    bool user = false;
+    Kind kind = Kind::kOther;
+    int category = -1;
+  };
+  const FunctionClass& class_of(uint32_t function) {
+    FunctionClass& c = classes_[function];
+    if (c.known) return c;
+    c.known = true;
+    const FunctionInfo& f = p_.functions.get(function);
+    c.user = f.user_code || f.kind == FunctionKind::kBlock;
+    if (c.user) return c;
+    const std::string& module = p_.functions.strings().get(f.module);
+    const std::string& name = p_.functions.strings().get(f.name);
+    if (module_in(module, kPackage)) {
+      const std::string_view last = last_component(name);
+      if (std::find(kDelegates.begin(), kDelegates.end(), last) == kDelegates.end()) {
+        c.kind = Kind::kMlflow;
+        c.category = category_of(name, module);
+      }
+    } else if (f.kind == FunctionKind::kPython &&
+               p_.functions.strings().get(f.file).find("-packages/") == std::string::npos) {
+      c.kind = Kind::kStdlib;
+    }
+    return c;
+  }
+
   void classify() {
     kind_.assign(n_, Kind::kOther);
     category_.assign(n_, -1);
+    classes_.assign(p_.functions.size(), FunctionClass{});
     std::vector<char> holds_user(n_, 0);
     for (size_t i = 0; i < n_; ++i) {
       const Span& s = p_.spans[i];
       if (s.function >= p_.functions.size()) continue;
-      const FunctionInfo& f = p_.functions.get(s.function);
-      const bool user = f.user_code || f.kind == FunctionKind::kBlock || (s.flags & (kSpanLabelled | kSpanBlock));
-      if (user) {
+      const FunctionClass& c = class_of(s.function);
+      if (c.user || (s.flags & (kSpanLabelled | kSpanBlock))) {
         holds_user[i] = 1;
         continue;
       }
-      const std::string& module = p_.functions.strings().get(f.module);
-      const std::string& name = p_.functions.strings().get(f.name);
-      if (module_in(module, kPackage)) {
-        const std::string_view last = last_component(name);
-        if (std::find(kDelegates.begin(), kDelegates.end(), last) == kDelegates.end()) {
-          kind_[i] = Kind::kMlflow;
-          category_[i] = category_of(name, module);
-        }
-      } else if (f.kind == FunctionKind::kPython &&
-                 p_.functions.strings().get(f.file).find("-packages/") == std::string::npos) {
-        kind_[i] = Kind::kStdlib;
-      }
+      kind_[i] = c.kind;
+      category_[i] = c.category;
     }
     // Parents come before children: one backward pass carries "user code
     // below" up, one forward pass drops spans whose parent is grouped.
@@ -236,6 +257,7 @@ class Grouper {
   const size_t n_;
   std::vector<Kind> kind_;
   std::vector<int> category_;
+  std::vector<FunctionClass> classes_;  // by function id, filled on first use
   std::vector<int32_t> member_;
   std::vector<std::vector<int32_t>> runs_;
 };

@@ -690,9 +690,27 @@ std::vector<OffCpuPiece> off_cpu_pieces(const Profile& profile) {
   return Threads(profile).pieces();
 }
 
-void attribute_kernel(Profile& profile) {
-  const Threads threads(profile);
+namespace {
+
+// No interval and no thread: each span's wall is on the CPU, the rest is 0
+// (what the general case below gives, without its tree and timelines; most
+// sessions of a served model are like this).
+void attribute_nothing(Profile& profile) {
   KernelData& k = profile.kernel;
+  k.spans.clear();
+  k.spans.resize(profile.spans.size());
+  for (size_t i = 0; i < k.spans.size(); ++i) {
+    const Span& span = profile.spans[i];
+    k.spans[i].on_cpu_ns = std::max<int64_t>(0, (span.flags & kSpanGenerator) ? span.active_ns : span.duration_ns());
+  }
+}
+
+}  // namespace
+
+void attribute_kernel(Profile& profile) {
+  KernelData& k = profile.kernel;
+  if (k.off_cpu.empty() && k.threads.empty()) return attribute_nothing(profile);
+  const Threads threads(profile);
   for (size_t i = 0; i < k.threads.size(); ++i)
     k.threads[i].started_under = threads.started_under()[i];
 
@@ -871,9 +889,10 @@ bool same_thread_child(const Profile& p, size_t child, int32_t up) {
 }  // namespace
 
 std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns) {
+  const auto& ks = profile.kernel.spans;
+  if (std::none_of(ks.begin(), ks.end(), [](const SpanKernel& k) { return k.off_cpu_ns > 0; })) return {};
   const std::vector<SelfOffCpu> total = self_off_cpu(profile);
   if (total.empty() || n == 0) return {};
-  const auto& ks = profile.kernel.spans;
   std::vector<SelfOffCpu> own(ks.size());
   for (size_t i = 0; i < ks.size(); ++i)
     own[i] = {ks[i].own_off_cpu_ns, ks[i].own_blocked_ns, ks[i].own_runq_ns};
