@@ -7,6 +7,7 @@
 //
 //   mlprof-usdt-storm [--sessions N] [--spans-per-session M] [--threads T]
 //                     [--seconds S] [--sleep-us U] [--wait-attached S]
+//                     [--body-version V]
 //
 // Prints its pid first (for --pid), then one line of figures at the end:
 //   sites: probe sites executed; hits: sites whose probe fired (a tracer was
@@ -51,6 +52,7 @@ struct Options {
   double seconds = 0;        // 0: no time limit
   unsigned sleep_us = 0;     // between sessions
   double wait_attached = 0;  // wait up to this long for a tracer before starting
+  uint32_t body_version = MLPROF_USDT_VERSION;  // session_spans bodies claim this contract version
 };
 
 std::atomic<uint64_t> g_next_session{1};
@@ -68,15 +70,15 @@ int64_t monotonic_ns() {
 }
 
 // Contract v2: the session as one body (mlprof_usdt.h), and one hit.
-void fire_session_spans(uint64_t session, uint64_t spans, uint64_t ident, const char* thread_name,
-                        const std::vector<int64_t>& stamps) {
+void fire_session_spans(uint32_t version, uint64_t session, uint64_t spans, uint64_t ident,
+                        const char* thread_name, const std::vector<int64_t>& stamps) {
   thread_local std::string body;
   const uint64_t max_events = (MLPROF_SPANS_MAX_BYTES - sizeof(mlprof_spans_head) - sizeof(mlprof_spans_lane)) /
                               sizeof(mlprof_spans_event);
   const uint64_t n = std::min<uint64_t>(2 * spans, max_events & ~uint64_t{1});
   body.assign(sizeof(mlprof_spans_head) + sizeof(mlprof_spans_lane) + n * sizeof(mlprof_spans_event), '\0');
   auto* head = reinterpret_cast<mlprof_spans_head*>(body.data());
-  head->version = MLPROF_USDT_VERSION;
+  head->version = version;
   head->lanes = 1;
   head->session = session;
   head->start_ns = stamps.front();
@@ -134,7 +136,7 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
       // What in-process capture records: a stamp per event, in memory.
       stamps.resize(2 * o.spans_per_session + 2);
       for (int64_t& t : stamps) t = monotonic_ns();
-      fire_session_spans(session, o.spans_per_session, ident, thread_name, stamps);
+      fire_session_spans(o.body_version, session, o.spans_per_session, ident, thread_name, stamps);
       ++c.hits;
       c.events += 2 * o.spans_per_session;
       c.busy_ns += ns_since(t0);
@@ -182,7 +184,9 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
           "  --threads T            threads firing at once (default 1)\n"
           "  --seconds S            stop after S seconds (default: no limit)\n"
           "  --sleep-us U           sleep U microseconds between sessions (default 0)\n"
-          "  --wait-attached S      wait up to S seconds for a tracer on every probe first\n");
+          "  --wait-attached S      wait up to S seconds for a tracer on every probe first\n"
+          "  --body-version V       session_spans bodies say contract version V (default: this build's;\n"
+          "                         another one plays an extension newer than the agent)\n");
   exit(2);
 }
 
@@ -212,6 +216,7 @@ Options parse(int argc, char** argv) {
                                  {"seconds", required_argument, nullptr, 'd'},
                                  {"sleep-us", required_argument, nullptr, 'u'},
                                  {"wait-attached", required_argument, nullptr, 'w'},
+                                 {"body-version", required_argument, nullptr, 'v'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   Options o;
@@ -235,6 +240,9 @@ Options parse(int argc, char** argv) {
         break;
       case 'w':
         o.wait_attached = parse_seconds("--wait-attached", optarg);
+        break;
+      case 'v':
+        o.body_version = static_cast<uint32_t>(parse_u64("--body-version", optarg));
         break;
       case 'h':
         usage(nullptr);

@@ -1357,6 +1357,33 @@ TEST(JoinerV2, ASessionSpansBodyGivesTheInProcessTreeAndTheTraceIds) {
   EXPECT_EQ(st.malformed, 0u);
 }
 
+// A newer extension's body (a contract version this agent does not read):
+// counted with its process, and no Profile (an empty tree would say nothing).
+TEST(JoinerV2, ABodyOfANewerContractIsCountedAndShowsNoSession) {
+  Process proc;
+  Joiner j;
+  std::vector<Rec> recs = body_records_of(small_session(), proc, 3, 0, "", "");
+  for (Rec& r : recs) {
+    mlprof_ev_chunk c{};
+    if (r.bytes.size() < offsetof(mlprof_ev_chunk, data)) continue;
+    std::memcpy(&c, r.bytes.data(), offsetof(mlprof_ev_chunk, data));
+    if (c.h.kind != MLPROF_EV_SPANS_CHUNK || c.offset != 0) continue;
+    const uint32_t newer = MLPROF_USDT_VERSION + 1;
+    std::memcpy(r.bytes.data() + offsetof(mlprof_ev_chunk, data) + offsetof(mlprof_spans_head, version), &newer,
+                sizeof(newer));
+  }
+  feed(j, recs);
+  EXPECT_TRUE(j.take_finished().empty());
+  const JoinerStats st = j.stats();
+  EXPECT_EQ(st.bodies_unknown_version, 1u);
+  EXPECT_EQ(st.unknown_version, MLPROF_USDT_VERSION + 1);
+  EXPECT_EQ(st.unknown_version_pid, proc.tgid);
+  EXPECT_EQ(st.bodies_applied, 0u);
+  // The same process's next session, of this contract, is read as usual.
+  feed(j, body_records_of(small_session(100000), proc, 4, 0, "", ""));
+  EXPECT_EQ(j.take_finished().size(), 1u);
+}
+
 TEST(JoinerV2, NoTraceContextWritesNoKeys) {
   const Profile want = as_seen(rich_session());
   Process proc;

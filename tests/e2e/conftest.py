@@ -62,6 +62,14 @@ def usdt_target_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def usdt_storm_path() -> str:
+    path = os.environ.get("MLPROF_USDT_STORM", "")
+    require(bool(path) and os.access(path, os.X_OK),
+            "set MLPROF_USDT_STORM to the built bench/mlprof-usdt-storm")
+    return path
+
+
+@pytest.fixture(scope="session")
 def python_exe() -> str:
     exe = os.environ.get("MLPROF_E2E_PYTHON", sys.executable)
     probe = subprocess.run([exe, "-c", "import mlflow, mlflow_profiler._core as c; c.usdt_attached"],

@@ -127,6 +127,7 @@ struct SessionState {
   uint32_t body_total = 0;
   std::string body;
   bool lane_dropped = false;    // the lanes carry their own dropped counts (the body's)
+  bool unreadable = false;      // its body is of a newer contract: it is not shown
   std::string trace_id, span_id;
 };
 
@@ -488,6 +489,8 @@ void Joiner::State::apply_body(SessionState& s, std::string_view b) {
   if (head.version != MLPROF_USDT_VERSION) {
     ++stats.bodies_unknown_version;
     stats.unknown_version = std::max(stats.unknown_version, head.version);
+    if (stats.unknown_version_pid == 0) stats.unknown_version_pid = s.tgid;
+    s.unreadable = true;
     s.body = std::string();
     return;
   }
@@ -746,6 +749,11 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   if (node.empty()) return;
   SessionState& s = node.mapped();
   proc.by_start.erase({s.start_ns, serial});
+  if (s.unreadable && s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
+    events_held -= std::min(events_held, s.events);
+    trim(proc);
+    return;
+  }
   events_held -= std::min(events_held, s.events);
   if (truncated || !s.ended) {
     truncated = true;

@@ -57,6 +57,7 @@ struct JoinerStats {
   // newer extension): its spans are not shown. The newest such version.
   uint64_t bodies_unknown_version = 0;
   uint32_t unknown_version = 0;
+  uint32_t unknown_version_pid = 0;  // the first process that sent one
 };
 
 // Bounds on what the joiner holds, so that a session that never ends or a

@@ -215,6 +215,13 @@ class Agent {
 
   // Attaches the targets that started and lets go of those that exited.
   void apply(const TargetFinder::Changes& changes, bool quiet = false) {
+    // An exited process's last records may still wait in the ring (a busy
+    // agent is behind): read them first, or its last sessions would be cut
+    // short and the records after the cut count as unmatched.
+    if (!changes.exited.empty()) {
+      for (int i = 0; i < 64 && read_ring(0) > 0; ++i) {
+      }
+    }
     const int64_t now = now_ns();
     for (pid_t pid : changes.exited) {
       joiner_.on_process_exit(static_cast<uint32_t>(pid), now);
@@ -363,6 +370,18 @@ class Agent {
   int poll_error_ = 0;
   bool stdout_broken_ = false;
 };
+
+// A process whose session bodies are of a newer contract than this agent
+// reads (a newer mlflow_profiler): once, when its first body arrives.
+void say_newer_contract(const JoinerStats& js) {
+  static bool said = false;
+  if (said || js.bodies_unknown_version == 0) return;
+  said = true;
+  say("pid " + std::to_string(js.unknown_version_pid) +
+      ": its mlflow_profiler is newer (USDT contract v" + std::to_string(js.unknown_version) +
+      " session bodies; this agent reads v" + std::to_string(MLPROF_USDT_VERSION) +
+      "): its sessions are not captured; upgrade mlprof-ebpf");
+}
 
 int run(int argc, char** argv) {
   auto parsed = parse_options(argc, argv);
@@ -548,6 +567,7 @@ int run(int argc, char** argv) {
       targets_gone = finder.pids_all_gone();
     }
     agent.collect(false);
+    say_newer_contract(agent.joiner_stats());
     say_store_failure();
     if (duty.enabled()) {
       const int64_t unow = unix_now_ns();
@@ -565,6 +585,7 @@ int run(int argc, char** argv) {
     }
   }
   agent.finish();
+  say_newer_contract(agent.joiner_stats());
   if (agent.capturing()) profiled_ns += unix_now_ns() - on_since;
   const LoaderStats stats = loader.stats();
   loaded.value().reset();  // detach everything now: the targets' semaphores go back to 0
@@ -664,8 +685,9 @@ int run(int argc, char** argv) {
     status = kExitError;
   }
   if (agent.report().sessions() == 0 && never_loaded.empty()) {
-    say("no predict() session was captured: does the target call predict() under autoprofile() "
-        "(or a profiling session) while the agent runs?");
+    if (agent.joiner_stats().bodies_unknown_version == 0)  // else the newer contract's line said why
+      say("no predict() session was captured: does the target call predict() under autoprofile() "
+          "(or a profiling session) while the agent runs?");
     if (status == kExitOk) status = kExitNothing;
   }
   if (opts.verbose > 0) {
