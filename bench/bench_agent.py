@@ -228,9 +228,14 @@ class Watcher:
 
 
 def agent_counts(stderr: str) -> dict:
-    """The agent's -v closing line: records, lost, sessions."""
-    m = re.search(r"records (\d+), lost (\d+), sessions (\d+)", stderr)
-    return {"records": int(m.group(1)), "lost": int(m.group(2)), "sessions": int(m.group(3))} if m else {}
+    """The agent's -v closing line: records, lost, shed, sessions, truncated, unmatched (shed is 0 for an
+    agent from before session shedding, which did not print it)."""
+    m = re.search(r"records (\d+), lost (\d+)(?:, shed (\d+))?, sessions (\d+) \(truncated (\d+)\), unmatched (\d+)",
+                  stderr)
+    if not m:
+        return {}
+    keys = ("records", "lost", "shed", "sessions", "truncated", "unmatched")
+    return {k: int(v or 0) for k, v in zip(keys, m.groups())}
 
 
 def summary_rows(text: str) -> dict:

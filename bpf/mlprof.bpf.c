@@ -399,7 +399,7 @@ static __always_inline void end_session(const struct usdt_ctx *cp, __u64 session
 		e->flags = dropped;
 		/* v1: a finished session wakes the reader now (a plain submit would
 		 * not, with records it was not woken for still ahead of it). v2
-		 * (wake false): the batched rule; the reader's 100 ms poll timeout
+		 * (wake false): the batched rule; the reader's 250 ms poll timeout
 		 * bounds the delay. A wakeup per session cost the agent ~90 us of
 		 * CPU a session (a context switch and a poll for 3 records). */
 		bpf_ringbuf_submit(e, wake ? BPF_RB_FORCE_WAKEUP : batched(sizeof(*e)));

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -187,6 +188,39 @@ TEST(Group, AProfileWithoutMlflowIsUnchanged) {
     EXPECT_EQ(p.spans[i].function, before[i].function);
     EXPECT_EQ(p.spans[i].depth, before[i].depth);
   }
+}
+
+// The agent's sessions of a process start on one shared base of names and
+// keep a GroupCache: each session is grouped exactly as without the cache,
+// and a function the base lacks (the session's own) is classified too.
+TEST(GroupCache, SessionsOnOneBaseGroupAsWithoutTheCache) {
+  auto base = std::make_shared<FunctionTable>();
+  const uint32_t predict = base->add("PyFuncModel.predict", "mlflow.pyfunc", "/v/site-packages/mlflow/pyfunc.py", 1,
+                                     FunctionKind::kPython, false);
+  const uint32_t enforce = base->add("_enforce_schema", "mlflow.models.utils", "/v/site-packages/mlflow/u.py", 1,
+                                     FunctionKind::kPython, false);
+  const uint32_t score = base->add("score", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
+  auto session = [&](bool own_function) {
+    Profile p;
+    p.functions = FunctionTable(base);
+    const uint32_t convert = own_function ? lib_fn(p, "_convert_output", "mlflow.pyfunc") : enforce;
+    p.end_ns = 100;
+    p.lanes.push_back(make_lane({call(0, predict), call(1, enforce), ret(10), call(10, score), ret(50),
+                                 call(50, convert), ret(60), ret(100)}));
+    build_tree(p);
+    return p;
+  };
+  GroupCache cache;
+  for (const bool own : {false, true, false, true}) {
+    Profile with = session(own), without = session(own);
+    group_framework_spans(with, &cache);
+    group_framework_spans(without);
+    ASSERT_EQ(render_text(with, {}), render_text(without, {}));
+    EXPECT_EQ(children(with, with.roots[0]), children(without, without.roots[0]));
+    EXPECT_EQ(children(with, with.roots[0]).front(), "[mlflow: input checks]");
+  }
+  EXPECT_EQ(cache.base, base);
+  EXPECT_EQ(cache.classes.size(), base->size());
 }
 
 }  // namespace

@@ -167,6 +167,7 @@ struct ProcessState {
   std::vector<uint32_t> named_function;
   std::vector<FunctionKind> named_kind;  // the kind it was added with
   std::vector<uint32_t> named_label;
+  GroupCache grouping;  // the framework grouping's classes of `names`
   uint64_t last_use = 0;  // the joiner's record count when last touched (eviction order)
 };
 
@@ -191,7 +192,8 @@ struct Joiner::State {
   void span(const mlprof_ev_span& r);
   void io(const mlprof_ev_io& r);
   void name(const mlprof_ev_name& r);
-  void chunk(const mlprof_ev_chunk& r);
+  // r's fields before `data`; the piece's bytes are at `data` (read in place).
+  void chunk(const mlprof_ev_chunk& r, const char* data);
   void apply_body(SessionState& s, std::string_view b);
   void off_cpu(const mlprof_ev_off_cpu& r);
   void thread(const mlprof_ev_thread& r, bool start);
@@ -319,12 +321,13 @@ void Joiner::State::record(const void* data, size_t size) {
       return;
     }
     case MLPROF_EV_SPANS_CHUNK: {
-      // Large (4 KiB of data): read in place, past the header fields only.
-      if (size < offsetof(mlprof_ev_chunk, data)) break;
+      // Large (4 KiB of data): the fields are copied, the bytes read in place.
+      constexpr size_t kFields = offsetof(mlprof_ev_chunk, data);
+      if (size < kFields) break;
       thread_local mlprof_ev_chunk r;
-      std::memcpy(&r, data, std::min(size, sizeof(r)));
-      if (r.bytes > sizeof(r.data) || offsetof(mlprof_ev_chunk, data) + r.bytes > size) break;
-      chunk(r);
+      std::memcpy(&r, data, kFields);
+      if (r.bytes > sizeof(r.data) || kFields + r.bytes > size) break;
+      chunk(r, static_cast<const char*>(data) + kFields);
       return;
     }
     case MLPROF_EV_OFF_CPU: {
@@ -447,7 +450,7 @@ void Joiner::State::session_end(const mlprof_ev_session& r) {
   ended.emplace_back(r.h.tgid, r.session);
 }
 
-void Joiner::State::chunk(const mlprof_ev_chunk& r) {
+void Joiner::State::chunk(const mlprof_ev_chunk& r, const char* data) {
   SessionState* s = open_session(r.h.tgid, r.session, nullptr);
   if (!s) {
     ++stats.unmatched;
@@ -466,7 +469,7 @@ void Joiner::State::chunk(const mlprof_ev_chunk& r) {
     return;
   }
   s->body_total = r.total;
-  const std::string_view piece(reinterpret_cast<const char*>(r.data), r.bytes);
+  const std::string_view piece(data, r.bytes);
   if (r.offset == 0 && r.bytes == r.total) return apply_body(*s, piece);  // one piece: read in place
   if (r.offset == 0) s->body.reserve(r.total);
   s->body.append(piece);
@@ -849,7 +852,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   p.stats.events_captured = events;
   drop_empty_lanes(p);  // as the in-process session does
   build_tree(p);
-  group_framework_spans(p);  // MLflow's own calls as one node per run, as in process
+  group_framework_spans(p, &proc.grouping);  // MLflow's own calls as one node per run, as in process
   learn_names(proc, p, fmap, smap);
 
   // What the kernel saw of the session's threads: its lanes' threads and the

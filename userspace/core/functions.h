@@ -60,6 +60,7 @@ class FunctionTable {
   const StringTable& strings() const { return strings_; }
   // The base this table started on; nullptr if none.
   const FunctionTable* base() const { return base_.get(); }
+  const std::shared_ptr<const FunctionTable>& shared_base() const { return base_; }
   // Convenience accessors.
   const std::string& name(uint32_t id) const { return strings_.get(get(id).name); }
   const std::string& module(uint32_t id) const { return strings_.get(get(id).module); }

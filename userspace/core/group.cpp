@@ -51,7 +51,7 @@ enum class Kind : uint8_t { kOther, kMlflow, kStdlib };
 
 class Grouper {
  public:
-  explicit Grouper(Profile& p) : p_(p), n_(p.spans.size()) {}
+  Grouper(Profile& p, GroupCache* cache) : p_(p), n_(p.spans.size()), cache_(cache) {}
 
   void run() {
     classify();
@@ -62,15 +62,11 @@ class Grouper {
  private:
   // A function's kind and category: the same for every span of it, so
   // worked out once per function used (a session has fewer functions than
-  // spans, and its table may hold many it does not use).
-  struct FunctionClass {
-    bool known = false;
-    bool user = false;
-    Kind kind = Kind::kOther;
-    int category = -1;
-  };
+  // spans, and its table may hold many it does not use), and once per
+  // shared base with a cache.
+  using FunctionClass = GroupCache::FunctionClass;
   const FunctionClass& class_of(uint32_t function) {
-    FunctionClass& c = classes_[function];
+    FunctionClass& c = function < shared_ ? cache_->classes[function] : classes_[function - shared_];
     if (c.known) return c;
     c.known = true;
     const FunctionInfo& f = p_.functions.get(function);
@@ -81,12 +77,12 @@ class Grouper {
     if (module_in(module, kPackage)) {
       const std::string_view last = last_component(name);
       if (std::find(kDelegates.begin(), kDelegates.end(), last) == kDelegates.end()) {
-        c.kind = Kind::kMlflow;
-        c.category = category_of(name, module);
+        c.kind = static_cast<uint8_t>(Kind::kMlflow);
+        c.category = static_cast<int8_t>(category_of(name, module));
       }
     } else if (f.kind == FunctionKind::kPython &&
                p_.functions.strings().get(f.file).find("-packages/") == std::string::npos) {
-      c.kind = Kind::kStdlib;
+      c.kind = static_cast<uint8_t>(Kind::kStdlib);
     }
     return c;
   }
@@ -94,7 +90,15 @@ class Grouper {
   void classify() {
     kind_.assign(n_, Kind::kOther);
     category_.assign(n_, -1);
-    classes_.assign(p_.functions.size(), FunctionClass{});
+    const auto& base = p_.functions.shared_base();
+    if (cache_ && base) {
+      if (cache_->base != base) {
+        cache_->base = base;
+        cache_->classes.assign(base->size(), FunctionClass{});
+      }
+      shared_ = static_cast<uint32_t>(base->size());
+    }
+    classes_.assign(p_.functions.size() - shared_, FunctionClass{});
     std::vector<char> holds_user(n_, 0);
     for (size_t i = 0; i < n_; ++i) {
       const Span& s = p_.spans[i];
@@ -104,7 +108,7 @@ class Grouper {
         holds_user[i] = 1;
         continue;
       }
-      kind_[i] = c.kind;
+      kind_[i] = static_cast<Kind>(c.kind);
       category_[i] = c.category;
     }
     // Parents come before children: one backward pass carries "user code
@@ -257,13 +261,15 @@ class Grouper {
   const size_t n_;
   std::vector<Kind> kind_;
   std::vector<int> category_;
-  std::vector<FunctionClass> classes_;  // by function id, filled on first use
+  GroupCache* cache_;
+  uint32_t shared_ = 0;                 // function ids below it: cache_'s classes
+  std::vector<FunctionClass> classes_;  // the profile's own functions' (id - shared_), filled on first use
   std::vector<int32_t> member_;
   std::vector<std::vector<int32_t>> runs_;
 };
 
 }  // namespace
 
-void group_framework_spans(Profile& profile) { Grouper(profile).run(); }
+void group_framework_spans(Profile& profile, GroupCache* cache) { Grouper(profile, cache).run(); }
 
 }  // namespace mlprof

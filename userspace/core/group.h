@@ -6,9 +6,28 @@
 // so the reader sees at once how much of predict is MLflow's and how much is
 // the model's (docs/architecture.md, "MLflow's frames").
 
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "core/tree.h"
 
 namespace mlprof {
+
+// What the grouping works out per function, kept across profiles that start
+// on one shared base (FunctionTable's: the agent's sessions of a process),
+// so the next session does not work it out again. Filled by
+// group_framework_spans; a caller only keeps it from one call to the next.
+struct GroupCache {
+  struct FunctionClass {
+    bool known = false;
+    bool user = false;
+    uint8_t kind = 0;
+    int8_t category = -1;
+  };
+  std::shared_ptr<const FunctionTable> base;
+  std::vector<FunctionClass> classes;  // by function id of `base`
+};
 
 // Rewrites a built profile (after build_tree) in place. Settled details:
 // - Grouped: a span of a module in "mlflow" that is not a delegation to the
@@ -23,6 +42,7 @@ namespace mlprof {
 //   their spans. An exception a member passed on goes on the group.
 // - Spans keep their relative order; a group comes right before its first
 //   member, so parents still come before children.
-void group_framework_spans(Profile& profile);
+// cache: optional; see GroupCache.
+void group_framework_spans(Profile& profile, GroupCache* cache = nullptr);
 
 }  // namespace mlprof
