@@ -723,18 +723,22 @@ TEST(Joiner, FinishEndsOpenSessionsAtTheGivenTime) {
   EXPECT_EQ(j.stats().sessions_finished, 1u);
 }
 
+// The NAME record of process-wide function id `id` lost.
+void drop_name(std::vector<Rec>& recs, uint32_t id) {
+  std::erase_if(recs, [id](const Rec& r) {
+    mlprof_ev_name n{};
+    if (r.bytes.size() != sizeof(n)) return false;
+    std::memcpy(&n, r.bytes.data(), sizeof(n));
+    return n.h.kind == MLPROF_EV_NAME && n.id == id;
+  });
+}
+
 TEST(Joiner, ALostNameRecordGivesAPlaceholderNameAndIsCounted) {
   const Profile want = small_session();
   Process proc;
   Joiner j;
   std::vector<Rec> recs = records_of(want, proc, 1);
-  // Drop the NAME of load() (process-wide id 1001).
-  std::erase_if(recs, [](const Rec& r) {
-    mlprof_ev_name n{};
-    if (r.bytes.size() != sizeof(n)) return false;
-    std::memcpy(&n, r.bytes.data(), sizeof(n));
-    return n.h.kind == MLPROF_EV_NAME && n.id == 1001;
-  });
+  drop_name(recs, 1001);  // load()'s
   feed(j, recs);
   std::vector<Profile> got = j.take_finished();
   ASSERT_EQ(got.size(), 1u);
@@ -765,12 +769,7 @@ TEST(Joiner, SessionsStartOnTheirProcesssNamesAndALateNameIsLearnt) {
   Process proc;
   Joiner j;
   std::vector<Rec> first = records_of(small_session(1000), proc, 1);
-  std::erase_if(first, [](const Rec& r) {  // load()'s NAME (id 1001) lost
-    mlprof_ev_name n{};
-    if (r.bytes.size() != sizeof(n)) return false;
-    std::memcpy(&n, r.bytes.data(), sizeof(n));
-    return n.h.kind == MLPROF_EV_NAME && n.id == 1001;
-  });
+  drop_name(first, 1001);  // load()'s NAME lost
   feed(j, first);
   std::vector<Profile> got = j.take_finished();
   proc.named.erase({false, 1001});  // sent again with the next session

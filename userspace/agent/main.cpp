@@ -534,12 +534,22 @@ int run(int argc, char** argv) {
   const int64_t start = now_ns();
   const int64_t deadline =
       opts.duration_s > 0 ? start + static_cast<int64_t>(opts.duration_s * 1e9) : INT64_MAX;
+  // Started in the duty cycle's off time: nothing is attached before its on time.
+  if (const int64_t unow = unix_now_ns(); duty.enabled() && !duty.on_at(unow)) {
+    agent.set_capture(false, {});
+    if (continuous) continuous->capture_changed(false, unow);
+  }
   agent.apply(finder.rescan());
   say_notes(finder);
   {
     std::string line = "watching " + finder.describe() + " (" + loader.sched_variant() + ")";
     if (!agent.attached().empty()) {
       line += ", " + plural(agent.attached().size(), "process", "processes") + " attached";
+    } else if (!agent.capturing() && !finder.current().empty()) {
+      char when[96];
+      std::snprintf(when, sizeof when, " found; attached at the duty cycle's next on time, in %.1f s",
+                    static_cast<double>(duty.next_change(unix_now_ns()) - unix_now_ns()) / 1e9);
+      line += ", " + plural(finder.current().size(), "process", "processes") + when;
     } else if (!finder.current().empty()) {
       line += ": no target could be attached (see above); watching for others";
     } else {
@@ -557,11 +567,16 @@ int run(int argc, char** argv) {
 
   int64_t next_rescan = start + kRescanNs;
   bool targets_gone = finder.pids_all_gone();
-  bool attached_once = !agent.attached().empty();
+  // Found while the duty cycle paused capture counts as attached: --pid's
+  // 30 s wait is for a process that never loads the extension.
+  auto attached_or_paused = [&] {
+    return !agent.attached().empty() || (!agent.capturing() && !finder.current().empty());
+  };
+  bool attached_once = attached_or_paused();
   while (g_stop_signal == 0 && !targets_gone && !agent.stdout_broken()) {
     const int64_t now = now_ns();
     if (now >= deadline) break;
-    attached_once = attached_once || !agent.attached().empty();
+    attached_once = attached_once || attached_or_paused();
     if (!opts.pids.empty() && !attached_once && now >= start + kTargetWaitNs) break;
     const int timeout =
         static_cast<int>(std::min<int64_t>(kPollMs, (deadline - now) / 1'000'000 + 1));
@@ -634,7 +649,7 @@ int run(int argc, char** argv) {
 
   int status = agent.poll_error() != 0 ? kExitError : kExitOk;
   // --pid processes that never loaded the extension, however the capture ended.
-  attached_once = attached_once || !agent.attached().empty();
+  attached_once = attached_once || attached_or_paused();
   const std::vector<pid_t> never_loaded = attached_once ? std::vector<pid_t>{} : finder.waiting_pids();
   if (!never_loaded.empty()) {
     const int64_t waited_s = (now_ns() - start) / 1'000'000'000;
