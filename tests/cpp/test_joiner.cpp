@@ -1228,6 +1228,33 @@ TEST(Joiner, TooManyOpenSessionsCloseTheOldestFirst) {
   EXPECT_EQ(j.take_finished().size(), 3u);
 }
 
+// Past the bound, sessions that ended and wait out the settle delay go out
+// first (whole, early); an open session is closed only when none ended. A
+// busy thread's many short sessions must not cut another thread's long one.
+TEST(Joiner, TooManySessionsFinishEndedOnesBeforeAnOpenOne) {
+  JoinerLimits limits;
+  limits.max_open_sessions = 3;
+  Joiner j({}, limits);
+  feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 101, 50, 1, 2, 0)});  // thread 101: long, open
+  for (uint64_t s = 2; s <= 6; ++s) {  // thread 100: short ones, each ended
+    const auto t = static_cast<int64_t>(s * 100);
+    feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, t, s, 2, 0),
+             session_rec(MLPROF_EV_SESSION_END, 100, 100, t + 10, s, 0, 0)});
+  }
+  std::vector<Profile> got = j.take_finished(0);  // nothing has settled: only what the bound pushed out
+  ASSERT_EQ(got.size(), 3u);
+  for (const Profile& p : got) {
+    EXPECT_NE(p.meta.at("session"), "1");
+    EXPECT_EQ(p.meta.count("truncated"), 0u) << p.meta.at("session");
+  }
+  EXPECT_EQ(j.stats().sessions_evicted, 0u);
+  feed(j, {session_rec(MLPROF_EV_SESSION_END, 100, 101, 900, 1, 0, 0)});
+  got = j.take_finished();
+  ASSERT_EQ(got.size(), 3u);  // sessions 5, 6 and the long one, whole
+  EXPECT_EQ(got.back().meta.at("session"), "1");
+  EXPECT_EQ(got.back().meta.count("truncated"), 0u);
+}
+
 TEST(Joiner, ASessionBegunAgainClosesTheOneWhoseEndWasLost) {
   Joiner j;
   feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 100, 1, 2, 0),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 from conftest import Document
 
 OLDER = "is older (USDT contract v1"
@@ -41,15 +43,17 @@ def test_a_v2_extension_is_taken_whole_with_no_version_line(agent, python_target
     assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [c["tree"] for c in calls]
 
 
-def test_a_storm_faster_than_the_agent_loses_no_record_and_no_session_is_torn(agent_path, usdt_storm_path):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_storm_faster_than_the_agent_loses_no_record_and_no_session_is_torn(agent_path, usdt_storm_path, threads):
     """mlprof-usdt-storm at full speed (v2: session_begin and session_spans per
     session of 70 spans): faster than the agent can build sessions on this
     machine. What the agent cannot take it sheds whole at the session's begin
     (counted, one line); nothing is lost in the ring, no session arrives
     truncated or in pieces, and every session fired is either captured or
-    shed."""
+    shed. With two threads, one thread's many short sessions, held for the
+    settle delay, must not cut the other's open one."""
     storm = subprocess.Popen([usdt_storm_path, "--sessions", "0", "--seconds", "3", "--spans-per-session", "70",
-                              "--wait-attached", "30"], stdout=subprocess.PIPE, text=True)
+                              "--threads", str(threads), "--wait-attached", "30"], stdout=subprocess.PIPE, text=True)
     try:
         pid = int(storm.stdout.readline().split()[1])
         agent = subprocess.run([agent_path, "--pid", str(pid), "-v"], capture_output=True, text=True, timeout=120)

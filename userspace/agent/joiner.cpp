@@ -416,9 +416,18 @@ void Joiner::State::session_begin(const mlprof_ev_session& r) {
     finalize(r.h.tgid, p, r.session, !it->second.ended, ts, "begun again (its end was lost)");
   }
   while (p.sessions.size() >= limits.max_open_sessions && !p.by_start.empty()) {
-    const uint64_t oldest = p.by_start.begin()->second;
-    ++stats.sessions_evicted;
-    finalize(r.h.tgid, p, oldest, !p.sessions.at(oldest).ended, ts, "too many open sessions");
+    // The oldest session that ended (waiting out the settle delay: whole, so
+    // it goes out early, not truncated); an open one only if none ended.
+    uint64_t victim = p.by_start.begin()->second;
+    for (const auto& [start, serial] : p.by_start) {
+      if (p.sessions.at(serial).ended) {
+        victim = serial;
+        break;
+      }
+    }
+    const bool open = !p.sessions.at(victim).ended;
+    if (open) ++stats.sessions_evicted;
+    finalize(r.h.tgid, p, victim, open, ts, "too many open sessions");
   }
   SessionState& s = p.sessions[r.session];
   s.tgid = r.h.tgid;
