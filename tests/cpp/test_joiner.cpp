@@ -799,6 +799,42 @@ TEST(Joiner, SessionsStartOnTheirProcesssNamesAndALateNameIsLearnt) {
   EXPECT_EQ(all.functions.size(), 4u);
 }
 
+// A process that labels each session with a new name (a request id in a
+// profile_span label): the table of names is copied when what sessions
+// added is an eighth of it, so it is copied about log(n) times, not n.
+TEST(Joiner, ANewNameEverySessionDoesNotCopyTheNamesEverySession) {
+  Process proc;
+  Joiner j;
+  std::vector<const FunctionTable*> bases;
+  std::vector<Profile> kept;  // alive, so that no two bases share an address
+  for (int i = 0; i < 200; ++i) {
+    Profile p;
+    const uint32_t predict = test::user_fn(p, "predict");
+    // The extension's label ids are its registry's: a new text, a new id.
+    for (int k = 0; k < i; ++k) p.functions.strings().intern("unused " + std::to_string(k));
+    const uint32_t request = p.functions.strings().intern("request " + std::to_string(i));
+    const int64_t t0 = 1000 + i * 100000;
+    p.lanes.push_back(make_lane({call(t0, predict), test::label(request), call(t0 + 10, predict), ret(t0 + 20),
+                                 ret(t0 + 30)}));
+    p.lanes[0].native_tid = 100;
+    p.start_ns = t0 - 1;
+    p.end_ns = t0 + 40;
+    build_tree(p);
+    feed(j, records_of(p, proc, static_cast<uint64_t>(i + 1)));
+    for (Profile& got : j.take_finished()) {
+      ASSERT_EQ(got.spans.size(), 2u);
+      EXPECT_EQ(got.display_name(got.spans[1]), "request " + std::to_string(i));
+      bases.push_back(got.functions.base());
+      kept.push_back(std::move(got));
+    }
+  }
+  ASSERT_EQ(bases.size(), 200u);
+  std::sort(bases.begin(), bases.end());
+  const auto copies = std::unique(bases.begin(), bases.end()) - bases.begin();
+  EXPECT_LE(copies, 30) << "the names were copied " << copies << " times in 200 sessions";
+  EXPECT_EQ(j.stats().names_lost, 0u);
+}
+
 TEST(Joiner, TwoProcessesWithEqualTidsAndSessionNumbersStayApart) {
   // Process 100 runs predict/load/read; process 200 (the same tid numbers,
   // session serial and function ids, other names) runs its own tree.

@@ -946,15 +946,17 @@ void Joiner::State::close_process(uint32_t tgid, int64_t now_ns) {
 // A session that added names of its own: the process's names become its
 // whole table (a copy with the same ids, then shared), so later sessions
 // add none of them. Names lost (<function N>) are not kept: they may come
-// later. A big table is copied only when the session added a sizeable part
-// of it, so a trickle of new names does not copy it every session.
+// later.
 void Joiner::State::learn_names(ProcessState& proc, const Profile& p,
                                 const std::unordered_map<uint32_t, uint32_t>& fmap,
                                 const std::unordered_map<uint32_t, uint32_t>& smap) {
-  const size_t base = proc.names ? proc.names->size() : 0;
-  const size_t added = p.functions.size() - base;
-  if (added == 0 && smap.empty()) return;
-  if (base >= 4096 && added * 16 < base) return;
+  // Names (functions and strings) the session added past its base. The
+  // table is copied only when they are an eighth of it or more: it grows
+  // geometrically, so copying costs O(1) per name learnt, even for a
+  // process that adds a name or two per session (a label per request).
+  const size_t base = proc.names ? proc.names->size() + proc.names->strings().size() : 0;
+  const size_t added = p.functions.size() + p.functions.strings().size() - base;
+  if (added == 0 || added * 8 < base) return;
   auto names = std::make_shared<FunctionTable>();
   const StringTable& from = p.functions.strings();
   for (uint32_t i = 1; i < from.size(); ++i) names->strings().intern(from.get(i));  // same ids
