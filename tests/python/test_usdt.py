@@ -198,9 +198,10 @@ class Tracer:
     comes: bpftrace does not drain its buffers when it is stopped, so a test
     waits for the lines it needs (wait_for) before stop()."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, program: Optional[str] = None) -> None:
         env = dict(os.environ, BPFTRACE_STRLEN="160")
-        self.proc = subprocess.Popen([require_bpf(), "-p", str(pid), "-e", bpftrace_program(CORE_SO)],
+        program = program or bpftrace_program(CORE_SO)
+        self.proc = subprocess.Popen([require_bpf(), "-p", str(pid), "-e", program],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: List[str] = []
         self.errors: List[str] = []
@@ -748,6 +749,70 @@ def test_attaching_a_tracer_switches_autoprofile_on_and_detaching_switches_it_of
     assert all(int(r[4]) == 2 and int(r[5]) == SESSION_AUTOPROFILE for r in begins), begins[:3]
     names = {r[3] for r in records(lines) if r[0] == "N"}
     assert {"PyFuncModel.predict", "Model._prep"} <= names, names
+
+
+CHECKPOINTED = '''
+import os, sys, time
+import mlflow_profiler as mp
+from mlflow_profiler import _core
+
+def step():
+    time.sleep(0.25)
+
+print(os.getpid(), flush=True)
+sys.stdin.readline()  # the tracer is attached
+assert _core.usdt_attached()
+with mp.profiling(depth=2):
+    for _ in range(3):
+        step()
+print("done", flush=True)
+sys.stdin.readline()
+'''
+
+
+def test_a_long_session_sends_checkpoints_while_session_spans_is_traced(tmp_path):
+    """USDT contract v2 (docs/usdt.md): while session_spans is traced, a
+    session open past MLPROF_CHECKPOINT_AFTER_NS (200 ms) is sent as it
+    stands (final 0) by the extension's checkpoint thread, which takes the
+    GIL from outside the interpreter's own threads; then whole at its end
+    (final 1). Run on every interpreter the suite runs on."""
+    require_bpf()
+    (tmp_path / "main.py").write_text(CHECKPOINTED)
+    u = f"usdt:{CORE_SO}:mlprof"
+    program = textwrap.dedent(f"""
+        BEGIN {{ printf("READY\\n"); }}
+        {u}:session_begin {{ printf("B|%llu|%llu\\n", nsecs, arg0); }}
+        {u}:session_spans {{ printf("P|%llu|%llu|%llu|%llu\\n", nsecs, arg0, arg2, arg5); }}
+    """)
+    with subprocess.Popen([sys.executable, str(tmp_path / "main.py")], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            pid = int(readline(proc, 60))
+            with Tracer(pid, program) as tracer:
+                say(proc, "go")
+                assert readline(proc, 60).strip() == "done"
+                assert tracer.wait_for(lambda lines: any(ln.startswith("P|") and ln.endswith("|1") for ln in lines),
+                                       30), tracer.lines
+                lines = tracer.stop()
+            say(proc, "quit")
+            assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+        finally:
+            proc.kill()
+    begins = [ln.split("|") for ln in lines if ln.startswith("B|")]
+    bodies = [ln.split("|") for ln in lines if ln.startswith("P|")]
+    assert len(begins) == 1, lines
+    session, started = begins[0][2], int(begins[0][1])
+    assert all(b[2] == session for b in bodies), lines
+    checkpoints = [b for b in bodies if b[4] == "0"]
+    finals = [b for b in bodies if b[4] == "1"]
+    assert len(finals) == 1 and bodies[-1] is finals[0], lines
+    # Open 750 ms: the first checkpoint past 200 ms, the next after an
+    # interval as long as the session's age then (so at about 400 ms).
+    assert len(checkpoints) >= 2, lines
+    assert int(checkpoints[0][1]) - started >= 200_000_000, (started, checkpoints[0])
+    assert int(checkpoints[1][1]) - int(checkpoints[0][1]) >= 200_000_000, checkpoints
+    sizes = [int(b[3]) for b in bodies]
+    assert all(x > 0 for x in sizes) and sizes == sorted(sizes), sizes  # the body only grows
 
 
 # -- the synthetic source --------------------------------------------------------------
