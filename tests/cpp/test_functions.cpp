@@ -129,5 +129,28 @@ TEST(FunctionTable, ATableOnABaseKeepsItsIdsAndAddsOnlyWhatIsNew) {
   EXPECT_EQ(t.strings().base(), &base->strings());
 }
 
+TEST(FunctionTable, FlattenedKeepsEveryIdWithoutTheBase) {
+  auto base = std::make_shared<FunctionTable>();
+  base->add("predict", "app", "/srv/app.py", 10, FunctionKind::kPython, true);
+  base->strings().intern("a label");
+  FunctionTable t(base);
+  const uint32_t score = t.add("score", "app", "/srv/app.py", 30, FunctionKind::kC, false);
+  const uint32_t label = t.strings().intern("another label");
+  const FunctionTable flat = t.flattened();
+  EXPECT_EQ(flat.base(), nullptr);
+  ASSERT_EQ(flat.size(), t.size());
+  ASSERT_EQ(flat.strings().size(), t.strings().size());
+  for (uint32_t i = 0; i < t.strings().size(); ++i) EXPECT_EQ(flat.strings().get(i), t.strings().get(i));
+  for (uint32_t i = 0; i < t.size(); ++i) {
+    EXPECT_EQ(flat.name(i), t.name(i));
+    EXPECT_EQ(flat.get(i).name, t.get(i).name);
+    EXPECT_EQ(flat.get(i).kind, t.get(i).kind);
+    EXPECT_EQ(flat.get(i).user_code, t.get(i).user_code);
+    EXPECT_EQ(flat.get(i).line, t.get(i).line);
+  }
+  EXPECT_EQ(flat.name(score), "score");
+  EXPECT_EQ(flat.strings().get(label), "another label");
+}
+
 }  // namespace
 }  // namespace mlprof

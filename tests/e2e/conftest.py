@@ -53,20 +53,21 @@ def agent_path() -> str:
     return path
 
 
+def built_program(variable: str, what: str) -> str:
+    """The executable $variable names: required (a skip, or a failure under MLPROF_REQUIRE_BPF=1)."""
+    path = os.environ.get(variable, "")
+    require(bool(path) and os.access(path, os.X_OK), f"set {variable} to the built {what}")
+    return path
+
+
 @pytest.fixture(scope="session")
 def usdt_target_path() -> str:
-    path = os.environ.get("MLPROF_USDT_TARGET", "")
-    require(bool(path) and os.access(path, os.X_OK),
-            "set MLPROF_USDT_TARGET to the built tests/cpp/usdt_target")
-    return path
+    return built_program("MLPROF_USDT_TARGET", "tests/cpp/usdt_target")
 
 
 @pytest.fixture(scope="session")
 def usdt_storm_path() -> str:
-    path = os.environ.get("MLPROF_USDT_STORM", "")
-    require(bool(path) and os.access(path, os.X_OK),
-            "set MLPROF_USDT_STORM to the built bench/mlprof-usdt-storm")
-    return path
+    return built_program("MLPROF_USDT_STORM", "bench/mlprof-usdt-storm")
 
 
 @pytest.fixture(scope="session")

@@ -761,12 +761,11 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   if (node.empty()) return;
   SessionState& s = node.mapped();
   proc.by_start.erase({s.start_ns, serial});
+  events_held -= std::min(events_held, s.events);
   if (s.unreadable && s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
-    events_held -= std::min(events_held, s.events);
     trim(proc);
     return;
   }
-  events_held -= std::min(events_held, s.events);
   if (truncated || !s.ended) {
     truncated = true;
     s.end_ns = std::max(now_ns, s.last_ts);
@@ -791,8 +790,9 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     index_of[number] = static_cast<int32_t>(index_of.size());
     if (!ls.seen_begin) ++stats.lanes_without_begin;
   }
-  // Process-wide function and label ids -> this profile's tables, in first
-  // use order (as the extension copies them out of its registry).
+  // Process-wide function and label ids -> this profile's tables: the
+  // process's names (the shared base) keep their ids; a name no earlier
+  // session used is added in first use order.
   std::unordered_map<uint32_t, uint32_t> fmap, smap;  // ids this session added itself
   if (proc.names) p.functions = FunctionTable(proc.names);
   auto local_function = [&](uint32_t id, uint8_t flags) {
@@ -957,14 +957,7 @@ void Joiner::State::learn_names(ProcessState& proc, const Profile& p,
   const size_t base = proc.names ? proc.names->size() + proc.names->strings().size() : 0;
   const size_t added = p.functions.size() + p.functions.strings().size() - base;
   if (added == 0 || added * 8 < base) return;
-  auto names = std::make_shared<FunctionTable>();
-  const StringTable& from = p.functions.strings();
-  for (uint32_t i = 1; i < from.size(); ++i) names->strings().intern(from.get(i));  // same ids
-  for (uint32_t i = 0; i < p.functions.size(); ++i) {
-    const FunctionInfo& f = p.functions.get(i);
-    names->add(from.get(f.name), from.get(f.module), from.get(f.file), f.line, f.kind, f.user_code);
-  }
-  proc.names = std::move(names);
+  proc.names = std::make_shared<const FunctionTable>(p.functions.flattened());
   for (const auto& [id, local] : fmap) {
     if (id >= kMaxCachedId || !proc.functions.count(id)) continue;
     if (proc.named_function.size() <= id) {

@@ -207,10 +207,7 @@ class Agent {
     if (!on) {
       for (pid_t pid : attached_) loader_.detach(pid);
       attached_.clear();
-      for (int i = 0; i < 64 && read_ring(0) > 0; ++i) {
-      }
-      joiner_.finish(now_ns());
-      collect(true);
+      finish();
       return;
     }
     TargetFinder::Changes again;
@@ -224,10 +221,7 @@ class Agent {
     // An exited process's last records may still wait in the ring (a busy
     // agent is behind): read them first, or its last sessions would be cut
     // short and the records after the cut count as unmatched.
-    if (!changes.exited.empty()) {
-      for (int i = 0; i < 64 && read_ring(0) > 0; ++i) {
-      }
-    }
+    if (!changes.exited.empty()) drain_ring();
     const int64_t now = now_ns();
     for (pid_t pid : changes.exited) {
       joiner_.on_process_exit(static_cast<uint32_t>(pid), now);
@@ -310,8 +304,7 @@ class Agent {
 
   void finish() {
     // What is still in the ring buffer, then every open session, truncated.
-    for (int i = 0; i < 64 && read_ring(0) > 0; ++i) {
-    }
+    drain_ring();
     joiner_.finish(now_ns());
     collect(true);
   }
@@ -357,6 +350,11 @@ class Agent {
         timeout_ms, [this](const void* data, size_t size) { joiner_.on_record(data, size); });
     joiner_.set_lost_events(loader_.stats().lost);
     return n;
+  }
+  // What the ring holds now; bounded, since a busy target keeps filling it.
+  void drain_ring() {
+    for (int i = 0; i < 64 && read_ring(0) > 0; ++i) {
+    }
   }
 
   const Options& opts_;

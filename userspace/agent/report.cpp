@@ -279,12 +279,10 @@ std::string CaptureReport::summary_text() const {
     row.push_back(any ? format_duration(static_cast<int64_t>(ps.wall.p50_ns)) : "-");
     row.push_back(any ? format_duration(static_cast<int64_t>(ps.wall.p99_ns)) : "-");
     if (kernel) {
-      const uint32_t at = static_cast<uint32_t>(index) + 1;  // the same path's figures here
-      const KernelSums* k = at ? &kernel_[at - 1] : nullptr;
-      const uint64_t n = k ? k->count : 0;
-      row.push_back(mean(k ? k->on_cpu : 0, n));
-      row.push_back(mean(k ? k->off_cpu : 0, n));
-      row.push_back(mean(k ? k->runq : 0, n));
+      const KernelSums& k = kernel_[index];  // the same path's figures here
+      row.push_back(mean(k.on_cpu, k.count));
+      row.push_back(mean(k.off_cpu, k.count));
+      row.push_back(mean(k.runq, k.count));
     }
     rows.push_back(std::move(row));
   }

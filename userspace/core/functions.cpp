@@ -63,6 +63,17 @@ const uint32_t* FunctionTable::find(const Key& key) const {
   return it == index_.end() ? nullptr : &it->second;
 }
 
+FunctionTable FunctionTable::flattened() const {
+  // Interning in id order gives the same ids: a table holds no duplicates.
+  FunctionTable out;
+  for (uint32_t i = 1; i < strings_.size(); ++i) out.strings_.intern(strings_.get(i));
+  for (uint32_t i = 0; i < size(); ++i) {
+    const FunctionInfo& f = get(i);
+    out.add(strings_.get(f.name), strings_.get(f.module), strings_.get(f.file), f.line, f.kind, f.user_code);
+  }
+  return out;
+}
+
 uint32_t FunctionTable::add(std::string_view name, std::string_view module, std::string_view file,
                             int32_t line, FunctionKind kind, bool user_code) {
   const Key key{strings_.intern(name), strings_.intern(module), strings_.intern(file), line, kind};

@@ -61,6 +61,9 @@ class FunctionTable {
   // The base this table started on; nullptr if none.
   const FunctionTable* base() const { return base_.get(); }
   const std::shared_ptr<const FunctionTable>& shared_base() const { return base_; }
+  // A table with no base holding the same functions and strings under the
+  // same ids (the base's and this table's own).
+  FunctionTable flattened() const;
   // Convenience accessors.
   const std::string& name(uint32_t id) const { return strings_.get(get(id).name); }
   const std::string& module(uint32_t id) const { return strings_.get(get(id).module); }

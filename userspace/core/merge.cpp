@@ -80,7 +80,7 @@ class Remap {
 
   uint32_t string(uint32_t id) {
     if (id == 0) return 0;
-    if (id >= from_->functions.strings().size()) return into_.functions.strings().intern("");
+    if (id >= from_->functions.strings().size()) return 0;  // names the empty string, as StringTable::get
     uint32_t& slot = id < string_base_ ? slot_of(shared_->strings, string_base_, id)
                                        : own_.strings[id - string_base_];
     if (slot == kUnset) slot = into_.functions.strings().intern(from_->functions.strings().get(id));
