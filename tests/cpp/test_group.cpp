@@ -223,5 +223,57 @@ TEST(GroupCache, SessionsOnOneBaseGroupAsWithoutTheCache) {
   EXPECT_EQ(cache.classes.size(), base->size());
 }
 
+// The cache keeps the grouping's working arrays from one session to the
+// next: sessions of other shapes after it (more runs, none, fewer spans)
+// are grouped exactly as each would be alone.
+TEST(GroupCache, ItsReusedArraysCarryNothingFromOneSessionToTheNext) {
+  auto base = std::make_shared<FunctionTable>();
+  const uint32_t predict = base->add("PyFuncModel.predict", "mlflow.pyfunc", "/v/site-packages/mlflow/pyfunc.py", 1,
+                                     FunctionKind::kPython, false);
+  const uint32_t enforce = base->add("_enforce_schema", "mlflow.models.utils", "/v/site-packages/mlflow/u.py", 1,
+                                     FunctionKind::kPython, false);
+  const uint32_t context = base->add("_set_context", "mlflow.utils", "/v/site-packages/mlflow/c.py", 1,
+                                     FunctionKind::kPython, false);
+  const uint32_t score = base->add("score", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
+  // `runs` groups of MLflow calls, each followed by the model's step.
+  auto session = [&](int runs) {
+    Profile p;
+    p.functions = FunctionTable(base);
+    std::vector<Event> events{call(0, predict)};
+    int64_t t = 0;
+    for (int r = 0; r < runs; ++r) {
+      for (const uint32_t f : {enforce, context}) {
+        events.push_back(call(++t, f));
+        events.push_back(ret(++t));
+      }
+      events.push_back(call(++t, score));
+      events.push_back(ret(++t));
+    }
+    if (runs == 0) {
+      events.push_back(call(++t, score));
+      events.push_back(ret(++t));
+    }
+    events.push_back(ret(++t));
+    p.end_ns = t;
+    p.lanes.push_back(make_lane(events));
+    build_tree(p);
+    return p;
+  };
+  GroupCache cache;
+  for (const int runs : {5, 0, 1, 3, 0, 2}) {
+    Profile with = session(runs), without = session(runs);
+    group_framework_spans(with, &cache);
+    group_framework_spans(without);
+    ASSERT_EQ(render_text(with, {}), render_text(without, {})) << runs << " runs";
+    ASSERT_EQ(with.spans.size(), without.spans.size());
+    for (size_t i = 0; i < with.spans.size(); ++i) {
+      EXPECT_EQ(with.spans[i].parent, without.spans[i].parent);
+      EXPECT_EQ(with.spans[i].depth, without.spans[i].depth);
+      EXPECT_EQ(with.spans[i].flags, without.spans[i].flags);
+    }
+    EXPECT_EQ(children(with, with.roots[0]).size(), runs == 0 ? 1u : 2u * runs);
+  }
+}
+
 }  // namespace
 }  // namespace mlprof

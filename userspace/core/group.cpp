@@ -51,7 +51,8 @@ enum class Kind : uint8_t { kOther, kMlflow, kStdlib };
 
 class Grouper {
  public:
-  Grouper(Profile& p, GroupCache* cache) : p_(p), n_(p.spans.size()), cache_(cache) {}
+  Grouper(Profile& p, GroupCache* cache)
+      : p_(p), n_(p.spans.size()), cache_(cache), w_(cache ? cache->scratch : local_) {}
 
   void run() {
     classify();
@@ -66,7 +67,7 @@ class Grouper {
   // shared base with a cache.
   using FunctionClass = GroupCache::FunctionClass;
   const FunctionClass& class_of(uint32_t function) {
-    FunctionClass& c = function < shared_ ? cache_->classes[function] : classes_[function - shared_];
+    FunctionClass& c = function < shared_ ? cache_->classes[function] : w_.classes[function - shared_];
     if (c.known) return c;
     c.known = true;
     const FunctionInfo& f = p_.functions.get(function);
@@ -87,9 +88,11 @@ class Grouper {
     return c;
   }
 
+  Kind kind(int32_t span) const { return static_cast<Kind>(w_.kind[static_cast<size_t>(span)]); }
+
   void classify() {
-    kind_.assign(n_, Kind::kOther);
-    category_.assign(n_, -1);
+    w_.kind.assign(n_, static_cast<uint8_t>(Kind::kOther));
+    w_.category.assign(n_, -1);
     const auto& base = p_.functions.shared_base();
     if (cache_ && base) {
       if (cache_->base != base) {
@@ -98,8 +101,9 @@ class Grouper {
       }
       shared_ = static_cast<uint32_t>(base->size());
     }
-    classes_.assign(p_.functions.size() - shared_, FunctionClass{});
-    std::vector<char> holds_user(n_, 0);
+    w_.classes.assign(p_.functions.size() - shared_, FunctionClass{});
+    std::vector<char>& holds_user = w_.holds_user;
+    holds_user.assign(n_, 0);
     for (size_t i = 0; i < n_; ++i) {
       const Span& s = p_.spans[i];
       if (s.function >= p_.functions.size()) continue;
@@ -108,8 +112,8 @@ class Grouper {
         holds_user[i] = 1;
         continue;
       }
-      kind_[i] = static_cast<Kind>(c.kind);
-      category_[i] = c.category;
+      w_.kind[i] = c.kind;
+      w_.category[i] = c.category;
     }
     // Parents come before children: one backward pass carries "user code
     // below" up, one forward pass drops spans whose parent is grouped.
@@ -118,26 +122,32 @@ class Grouper {
       if (holds_user[i] && parent >= 0) holds_user[static_cast<size_t>(parent)] = 1;
     }
     for (size_t i = 0; i < n_; ++i) {
-      if (holds_user[i]) kind_[i] = Kind::kOther;
+      if (holds_user[i]) w_.kind[i] = static_cast<uint8_t>(Kind::kOther);
     }
   }
 
-  // Marks run members (member_ = group number) and collects each run's
+  size_t runs() const { return w_.run_end.size(); }
+  // Run r's members: [begin, end) of run_members.
+  size_t run_begin(size_t r) const { return r == 0 ? 0 : w_.run_end[r - 1]; }
+  int32_t run_last(size_t r) const { return w_.run_members[w_.run_end[r] - 1]; }
+
+  // Marks run members (member = run number) and collects each run's
   // members; returns whether there is any run.
   bool find_runs() {
-    member_.assign(n_, -1);
-    std::vector<int32_t> siblings;
+    w_.member.assign(n_, -1);
+    w_.run_members.clear();
+    w_.run_end.clear();
     auto scan = [&](const std::vector<int32_t>& sib) {
       size_t i = 0;
       while (i < sib.size()) {
-        if (kind_[static_cast<size_t>(sib[i])] != Kind::kMlflow) {
+        if (kind(sib[i]) != Kind::kMlflow) {
           ++i;
           continue;
         }
         // Extend over MLflow spans, and standard-library spans followed by one.
         size_t end = i + 1, last = i;
         while (end < sib.size()) {
-          const auto k = kind_[static_cast<size_t>(sib[end])];
+          const Kind k = kind(sib[end]);
           if (k == Kind::kOther || p_.spans[static_cast<size_t>(sib[end])].lane !=
                                        p_.spans[static_cast<size_t>(sib[i])].lane) {
             break;
@@ -145,38 +155,42 @@ class Grouper {
           if (k == Kind::kMlflow) last = end;
           ++end;
         }
-        const auto group = static_cast<int32_t>(runs_.size());
-        runs_.emplace_back(sib.begin() + static_cast<std::ptrdiff_t>(i),
-                           sib.begin() + static_cast<std::ptrdiff_t>(last) + 1);
-        for (size_t j = i; j <= last; ++j) member_[static_cast<size_t>(sib[j])] = group;
+        const auto group = static_cast<int32_t>(runs());
+        w_.run_members.insert(w_.run_members.end(), sib.begin() + static_cast<std::ptrdiff_t>(i),
+                              sib.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+        w_.run_end.push_back(w_.run_members.size());
+        for (size_t j = i; j <= last; ++j) w_.member[static_cast<size_t>(sib[j])] = group;
         i = last + 1;
       }
     };
     scan(p_.roots);
     // inside[i]: i or an ancestor is a member, so its children are inside a
     // group already. Parents come first, and a span's children are scanned
-    // (member_ set) before the loop reaches them.
-    std::vector<char> inside(n_, 0);
+    // (member set) before the loop reaches them.
+    std::vector<char>& inside = w_.inside;
+    inside.assign(n_, 0);
     for (size_t i = 0; i < n_; ++i) {
       const int32_t parent = p_.spans[i].parent;
-      inside[i] = member_[i] >= 0 || (parent >= 0 && inside[static_cast<size_t>(parent)]);
+      inside[i] = w_.member[i] >= 0 || (parent >= 0 && inside[static_cast<size_t>(parent)]);
       if (inside[i]) continue;
-      siblings.clear();
+      w_.siblings.clear();
       for (int32_t c = p_.spans[i].first_child; c >= 0; c = p_.spans[static_cast<size_t>(c)].next_sibling) {
-        siblings.push_back(c);
+        w_.siblings.push_back(c);
       }
-      scan(siblings);
+      scan(w_.siblings);
     }
-    return !runs_.empty();
+    return runs() > 0;
   }
 
-  std::string label(const std::vector<int32_t>& run) const {
+  // "[mlflow: input checks, context]" for run r, into the scratch string.
+  const std::string& label(size_t r) {
     std::array<bool, kCategories.size()> has{};
-    for (const int32_t s : run) {
-      const int c = category_[static_cast<size_t>(s)];
+    for (size_t k = run_begin(r); k < w_.run_end[r]; ++k) {
+      const int c = w_.category[static_cast<size_t>(w_.run_members[k])];
       if (c >= 0) has[static_cast<size_t>(c)] = true;
     }
-    std::string out = "[" + std::string(kPackage);
+    std::string& out = w_.label;
+    out.assign("[").append(kPackage);
     const char* sep = ": ";
     for (size_t c = 0; c < has.size(); ++c) {
       if (!has[c]) continue;
@@ -184,34 +198,39 @@ class Grouper {
       out += kCategories[c].word;
       sep = ", ";
     }
-    return out + "]";
+    out += ']';
+    return out;
   }
 
   void rewrite() {
-    std::vector<Span> out;
-    out.reserve(n_ + runs_.size());
-    std::vector<int32_t> new_index(n_, -1);
-    std::vector<int32_t> group_index(runs_.size(), -1);
-    std::vector<uint32_t> shift(n_, 0);
+    std::vector<Span>& out = w_.spans;
+    out.clear();
+    out.reserve(n_ + runs());
+    std::vector<int32_t>& new_index = w_.new_index;
+    std::vector<int32_t>& group_index = w_.group_index;
+    std::vector<uint32_t>& shift = w_.shift;
+    new_index.assign(n_, -1);
+    group_index.assign(runs(), -1);
+    shift.assign(n_, 0);
     for (size_t i = 0; i < n_; ++i) {
       Span s = p_.spans[i];
       const int32_t old_parent = s.parent;
       if (old_parent >= 0) shift[i] = shift[static_cast<size_t>(old_parent)];
-      const int32_t group = member_[i];
+      const int32_t group = w_.member[i];
       if (group >= 0 && group_index[static_cast<size_t>(group)] < 0) {
-        const std::vector<int32_t>& run = runs_[static_cast<size_t>(group)];
+        const auto r = static_cast<size_t>(group);
+        const Span& last = p_.spans[static_cast<size_t>(run_last(r))];
         Span g;
         g.parent = old_parent < 0 ? -1 : new_index[static_cast<size_t>(old_parent)];
-        g.function = p_.functions.add(label(run), kPackage, "", 0, FunctionKind::kPython, false);
+        g.function = p_.functions.add(label(r), kPackage, "", 0, FunctionKind::kPython, false);
         g.lane = s.lane;
         g.depth = s.depth + shift[i];
         g.flags = kSpanGroup;
         g.start_ns = s.start_ns;
-        g.end_ns = p_.spans[static_cast<size_t>(run.back())].end_ns;
+        g.end_ns = last.end_ns;
         g.active_ns = g.end_ns - g.start_ns;
-        const Span& last = p_.spans[static_cast<size_t>(run.back())];
         if ((last.flags & kSpanException) && !(last.flags & kSpanCaught)) g.flags |= kSpanException;
-        group_index[static_cast<size_t>(group)] = static_cast<int32_t>(out.size());
+        group_index[r] = static_cast<int32_t>(out.size());
         out.push_back(g);
       }
       if (group >= 0) {
@@ -224,7 +243,7 @@ class Grouper {
       new_index[i] = static_cast<int32_t>(out.size());
       out.push_back(s);
     }
-    p_.spans = std::move(out);
+    p_.spans.swap(out);  // the old spans' memory stays in the scratch for the next profile
     for (SpanIO& io : p_.io) io.span = new_index[static_cast<size_t>(io.span)];
     for (Segment& seg : p_.segments) seg.span = new_index[static_cast<size_t>(seg.span)];
     for (SpanValue& v : p_.values) v.span = new_index[static_cast<size_t>(v.span)];
@@ -259,17 +278,20 @@ class Grouper {
 
   Profile& p_;
   const size_t n_;
-  std::vector<Kind> kind_;
-  std::vector<int> category_;
   GroupCache* cache_;
-  uint32_t shared_ = 0;                 // function ids below it: cache_'s classes
-  std::vector<FunctionClass> classes_;  // the profile's own functions' (id - shared_), filled on first use
-  std::vector<int32_t> member_;
-  std::vector<std::vector<int32_t>> runs_;
+  GroupCache::Scratch local_;  // without a cache: this call's own
+  GroupCache::Scratch& w_;
+  uint32_t shared_ = 0;  // function ids below it: cache_'s classes
 };
 
 }  // namespace
 
-void group_framework_spans(Profile& profile, GroupCache* cache) { Grouper(profile, cache).run(); }
+void group_framework_spans(Profile& profile, GroupCache* cache) {
+  Grouper(profile, cache).run();
+  // A rare huge profile's arrays are not kept for the ordinary ones after it.
+  constexpr size_t kKeptSpans = size_t{1} << 16;
+  if (cache && std::max(cache->scratch.kind.capacity(), cache->scratch.spans.capacity()) > kKeptSpans)
+    cache->scratch = GroupCache::Scratch{};
+}
 
 }  // namespace mlprof

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tree.h"
@@ -27,6 +28,20 @@ struct GroupCache {
   };
   std::shared_ptr<const FunctionTable> base;
   std::vector<FunctionClass> classes;  // by function id of `base`
+  // The grouping's working arrays, kept so that the next profile reuses
+  // their memory instead of allocating a dozen arrays per profile.
+  struct Scratch {
+    std::vector<uint8_t> kind;
+    std::vector<int8_t> category;
+    std::vector<FunctionClass> classes;  // the profile's own functions' (id - base size)
+    std::vector<char> holds_user, inside;
+    std::vector<int32_t> member, siblings, new_index, group_index;
+    std::vector<int32_t> run_members;  // every run's members, run after run
+    std::vector<size_t> run_end;       // per run: its end in run_members
+    std::vector<uint32_t> shift;
+    std::vector<Span> spans;           // the rewritten spans (then the old ones' memory)
+    std::string label;
+  } scratch;
 };
 
 // Rewrites a built profile (after build_tree) in place. Settled details:
