@@ -206,6 +206,7 @@ struct BpfLoader::Impl {
   std::map<pid_t, int> contract;  // the USDT contract version each pid was attached with
   std::unique_ptr<ring_buffer, RingDeleter> ring;
   const char* variant = "";
+  bool session_spans = true;  // mlprof_session_spans loaded (bpf_loop)
   uint64_t records = 0;
   const std::function<void(const void*, size_t)>* on_record = nullptr;
   std::exception_ptr callback_error;
@@ -323,6 +324,11 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
       skel.progs.sched_process_fork_raw, skel.progs.sched_process_exit_raw};
   for (bpf_program* p : btf_progs) bpf_program__set_autoload(p, use_btf);
   for (bpf_program* p : raw_progs) bpf_program__set_autoload(p, !use_btf);
+  // session_spans reads the body in bpf_loop callbacks (5.17+); the
+  // verifier rejects the whole object without it. Without it, the spans come
+  // through the per-span probes, which every extension fires.
+  impl.session_spans = !opts.force_per_span && libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_loop, nullptr) > 0;
+  bpf_program__set_autoload(skel.progs.mlprof_session_spans, impl.session_spans);
 
   if (int err = mlprof_bpf__load(&skel); err)
     return load_error(std::string("loading the BPF programs (") + impl.variant + ")", -err);
@@ -366,10 +372,12 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
   std::vector<Link> links;
   // session_spans first: an extension that has it speaks v2, one without it
   // (ENOENT: no such note in the file) v1, and gets the per-span probes.
-  int version = 2;
+  int version = impl_->session_spans ? 2 : 1;
   bool spans_attached = false;
-  if (bpf_link* link = bpf_program__attach_usdt(impl_->skel->progs.mlprof_session_spans, pid,
-                                                binary.c_str(), "mlprof", "session_spans", nullptr)) {
+  if (!impl_->session_spans) {
+    // per-span probes on this kernel, whatever the extension's version
+  } else if (bpf_link* link = bpf_program__attach_usdt(impl_->skel->progs.mlprof_session_spans, pid,
+                                                       binary.c_str(), "mlprof", "session_spans", nullptr)) {
     links.emplace_back(link);
     spans_attached = true;
   } else if (errno == ENOENT) {
@@ -459,5 +467,6 @@ LoaderStats BpfLoader::stats() const {
 }
 
 const char* BpfLoader::sched_variant() const { return impl_->variant; }
+bool BpfLoader::session_spans() const { return impl_->session_spans; }
 
 }  // namespace mlprof::agent

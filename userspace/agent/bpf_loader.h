@@ -29,6 +29,9 @@ struct LoaderOptions {
   int cgroup_level = -1;
   size_t ring_bytes = 32u << 20;  // ring buffer size, a power of two
   bool force_raw_tp = false;      // testing: skip tp_btf even where it loads
+  // Testing: deliver spans through the per-span probes, as on a kernel
+  // without bpf_loop (session_spans is not loaded).
+  bool force_per_span = false;
   bool verbose = false;           // libbpf's own messages to stderr
   // Sessions are shed whole, at their begin, while this share of the ring
   // waits unread (the reader is behind): fewer sessions, none torn by lost
@@ -61,8 +64,12 @@ class BpfLoader {
   void detach(pid_t pid);
   bool attached(pid_t pid) const;
   // The USDT contract (mlprof_usdt.h) `pid` was attached with: 2, session
-  // delivery (session_spans); 1, an older extension's probe per span; 0 not attached.
+  // delivery (session_spans); 1, a probe per span (an older extension, or
+  // any extension where session_spans() is false); 0 not attached.
   int contract(pid_t pid) const;
+  // Whether the session_spans program loaded: it reads the body with
+  // bpf_loop (kernel 5.17+). Without it every target gets the per-span probes.
+  bool session_spans() const;
 
 
   // Waits up to timeout_ms for records and hands each to on_record. Returns

@@ -248,7 +248,7 @@ class Agent {
       std::string line = "attached to pid " + std::to_string(t.pid) + " (" + t.comm + ")";
       if (opts_.verbose > 0) line += ": " + t.binary;
       say(line);
-      if (loader_.contract(t.pid) == 1) {
+      if (loader_.contract(t.pid) == 1 && loader_.session_spans()) {
         say("pid " + std::to_string(t.pid) +
             ": its mlflow_profiler is older (USDT contract v1, a probe per span, no session_spans): "
             "capturing through the per-span probes, which cost the target a uprobe hit per span; "
@@ -488,6 +488,7 @@ int run(int argc, char** argv) {
   lopts.cgroup_level = finder.cgroup_level();
   if (opts.ring_bytes != 0) lopts.ring_bytes = opts.ring_bytes;
   lopts.verbose = opts.verbose >= 2;
+  lopts.force_per_span = opts.per_span_probes;
   auto loaded = BpfLoader::open(lopts);
   if (!loaded) {
     // The capability check passed, so a refusal comes from elsewhere: in a
@@ -504,6 +505,10 @@ int run(int argc, char** argv) {
     return fail(kExitPrivilege, loaded.error().message);
   }
   BpfLoader& loader = *loaded.value();
+  if (!loader.session_spans() && !opts.per_span_probes) {
+    say("this kernel has no bpf_loop (Linux 5.17+): spans come through the per-span probes, which cost "
+        "the targets a uprobe hit per span (about 3 us) instead of one per session; docs/ebpf.md, \"Kernels\"");
+  }
 
   std::map<std::string, std::string> meta{{"agent", version_line()}};
   if (const auto& c = finder.container()) {

@@ -32,6 +32,7 @@ enum LongOnly : int {
   kHelp,
   kVersion,
   kRingKb,
+  kPerSpanProbes,
   kContinuous,
   kSink,
   kSpool,
@@ -59,6 +60,7 @@ constexpr option kLongOptions[] = {
     {"help", no_argument, nullptr, kHelp},
     {"version", no_argument, nullptr, kVersion},
     {"ring-kb", required_argument, nullptr, kRingKb},  // hidden: tests of lost events
+    {"per-span-probes", no_argument, nullptr, kPerSpanProbes},  // hidden: tests of the pre-5.17 delivery
     {"continuous", no_argument, nullptr, kContinuous},
     {"sink", required_argument, nullptr, kSink},
     {"spool", required_argument, nullptr, kSpool},
@@ -314,6 +316,9 @@ Result<Options> parse_options(int argc, char* const* argv) {
         opts.ring_bytes = static_cast<size_t>(*kb) * 1024;
         break;
       }
+      case kPerSpanProbes:
+        opts.per_span_probes = true;
+        break;
       case ':':
         return usage_error(option_name(optopt) + " needs a value: see mlprof-ebpf --help");
       case '?':

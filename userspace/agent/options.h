@@ -52,6 +52,9 @@ struct Options {
   int64_t duty_on_ns = 0, duty_period_ns = 0;
   int verbose = 0;        // -v (repeatable): -v agent progress, -vv libbpf too
   size_t ring_bytes = 0;  // --ring-kb (hidden, for tests): 0 = the loader's default
+  // --per-span-probes (hidden, for tests): spans through the per-span probes,
+  // as on a kernel without bpf_loop.
+  bool per_span_probes = false;
   bool help = false;      // --help: print usage(), exit 0
   bool version = false;   // --version: print the version, exit 0
 };
