@@ -8,9 +8,11 @@ set -euo pipefail
 kdir=${1:?usage: make-initramfs.sh KERNEL_DIR OUT}
 out=${2:?usage: make-initramfs.sh KERNEL_DIR OUT}
 here=$(cd "$(dirname "$0")" && pwd)
-busybox=$(command -v busybox || true)
-[ -n "$busybox" ] && file -L "$busybox" 2>/dev/null | grep -q 'statically linked' || busybox=/bin/busybox
-[ -x "$busybox" ] || { echo "make-initramfs.sh: needs a static busybox (apt-get install busybox-static)" >&2; exit 2; }
+busybox=/bin/busybox  # busybox-static's: the initramfs has no libc
+case "$(ldd "$busybox" 2>&1)" in
+  *"not a dynamic"*) ;;
+  *) echo "make-initramfs.sh: needs a static $busybox (apt-get install busybox-static)" >&2; exit 2 ;;
+esac
 release=$(basename "$(ls -d "$kdir"/lib/modules/*/ | head -n 1)")
 mods="$kdir/lib/modules/$release"
 root=$(mktemp -d)

@@ -545,7 +545,8 @@ int run(int argc, char** argv) {
   agent.apply(finder.rescan());
   say_notes(finder);
   {
-    std::string line = "watching " + finder.describe() + " (" + loader.sched_variant() + ")";
+    std::string line = "watching " + finder.describe() + " (" + loader.sched_variant() + ", " +
+                       (loader.session_spans() ? "session_spans" : "per-span probes") + ")";
     if (!agent.attached().empty()) {
       line += ", " + plural(agent.attached().size(), "process", "processes") + " attached";
     } else if (!agent.capturing() && !finder.current().empty()) {
