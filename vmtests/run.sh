@@ -7,6 +7,11 @@
 #                    $PYTHONPATH (default: $MLPROF_VM_PYTHON, else python3)
 #   --timeout S      per guest, boot to power-off (default 600)
 #   --keep DIR       keep each guest's files (console.log, guest.log, smoke.json) under DIR
+#   --memory MB      the guest's memory (default 3072)
+#   --run 'COMMAND'  run COMMAND (sh -c, as root, in the host's root, cwd /mnt,
+#                    which is written back to the host with --keep) instead of
+#                    the smoke, and print its output: your own model server and
+#                    mlprof-ebpf on that kernel (docs/ebpf.md, "Diagnosis in a VM")
 # The guest runs the host's own root (9p, read-only, under an in-memory
 # overlay), so it runs the same agent, Python and extension. Prints one line
 # per kernel; exit status 0 only if every guest passed. QEMU runs under TCG
@@ -19,6 +24,8 @@ agent=${MLPROF_AGENT:-}
 python=${MLPROF_VM_PYTHON:-$(command -v python3)}
 limit=600
 keep=""
+memory=3072
+run_cmd=""
 kernels=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,15 +33,19 @@ while [ $# -gt 0 ]; do
     --python) python=$2; shift 2 ;;
     --timeout) limit=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
+    --memory) memory=$2; shift 2 ;;
+    --run) run_cmd=$2; shift 2 ;;
     all) kernels+=(5.10 6.1 6.12 newest); shift ;;
     5.10|6.1|6.12|newest) kernels+=("$1"); shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "vmtests/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [ ${#kernels[@]} -gt 0 ] || { echo "vmtests/run.sh: name a kernel: 5.10, 6.1, 6.12, newest or all" >&2; exit 2; }
-[ -x "$agent" ] || { echo "vmtests/run.sh: --agent (or MLPROF_AGENT) must name the built mlprof-ebpf" >&2; exit 2; }
-agent=$(realpath "$agent")
+if [ -z "$run_cmd" ]; then
+  [ -x "$agent" ] || { echo "vmtests/run.sh: --agent (or MLPROF_AGENT) must name the built mlprof-ebpf" >&2; exit 2; }
+  agent=$(realpath "$agent")
+fi
 python=$(realpath -s "$python")
 
 # What the guests need on the host: QEMU, a static busybox, and the tools
@@ -83,14 +94,18 @@ for kernel in "${kernels[@]}"; do
     echo "export PYTHONPATH='${PYTHONPATH:-}'"
     echo "cat /sys/kernel/security/lockdown > /mnt/lockdown 2>/dev/null"
     echo "[ -r /sys/kernel/btf/vmlinux ] && echo yes > /mnt/btf || echo no > /mnt/btf"
-    echo "'$python' '$here/guest_smoke.py' --agent '$agent' --out /mnt"
+    if [ -n "$run_cmd" ]; then
+      printf 'cd /mnt\n%s\n' "$run_cmd"
+    else
+      echo "'$python' '$here/guest_smoke.py' --agent '$agent' --out /mnt"
+    fi
   } > "$work/guest.sh"
   accel=${MLPROF_VM_ACCEL:-tcg}
   # One host thread for all vCPUs: multi-threaded TCG races the kernel's live
   # text patching (a 6.12 guest died of an int3 in handle_softirqs while the
   # agent enabled the softirq tracepoints).
   [ "$accel" = tcg ] && accel="tcg,thread=single"
-  timeout --kill-after=10 "$limit" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m 3072 \
+  timeout --kill-after=10 "$limit" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m "$memory" \
     -nographic -no-reboot -kernel "$kdir/boot/vmlinuz-$release" -initrd "$work/initrd.gz" \
     -append "console=ttyS0 panic=-1 quiet" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
@@ -106,28 +121,18 @@ for kernel in "${kernels[@]}"; do
     failed=1
   else
     rc=$(cat "$work/guest.rc" 2>/dev/null || echo "?")
-    summary=$("$python" - "$work" <<'EOF'
-import json, sys, os
-w = sys.argv[1]
-try:
-    d = json.load(open(os.path.join(w, "smoke.json")))
-except (OSError, ValueError):
-    print("no smoke.json"); sys.exit()
-lines = d.get("agent_lines", [])
-watching = next((l for l in lines if ": watching " in l), "")
-variant = watching[watching.rfind("(") + 1: watching.rfind(")")] if watching else "?"
-lock = open(os.path.join(w, "lockdown")).read().strip() if os.path.exists(os.path.join(w, "lockdown")) else "-"
-btf = open(os.path.join(w, "btf")).read().strip() if os.path.exists(os.path.join(w, "btf")) else "?"
-lock = lock[lock.find("[") + 1: lock.find("]")] if "[" in lock else lock
-state = "ok" if d.get("ok") else "FAILED: " + "; ".join(d.get("failed", []))[:300]
-print(f"{state} | btf {btf}, lockdown {lock} | programs: {variant} | smoke {d.get('seconds')} s")
-EOF
-)
-    if [ "$rc" = 0 ]; then
-      line "$summary | boot ${up} s, total ${seconds} s"
+    if [ -n "$run_cmd" ]; then
+      [ "$rc" = 0 ] && state=ok || { state="FAILED: exit $rc"; failed=1; }
+      line "$state | boot ${up} s, total ${seconds} s"
+      sed 's/^/    /' "$work/guest.log"
     else
-      line "$summary | guest exit $rc, boot ${up} s, total ${seconds} s"
-      failed=1
+      summary=$("$python" "$here/smoke_line.py" "$work")
+      if [ "$rc" = 0 ]; then
+        line "$summary | boot ${up} s, total ${seconds} s"
+      else
+        line "$summary | guest exit $rc, boot ${up} s, total ${seconds} s"
+        failed=1
+      fi
     fi
   fi
   if [ -n "$keep" ]; then mkdir -p "$keep" && cp -r "$work" "$keep/"; fi
