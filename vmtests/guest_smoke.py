@@ -87,10 +87,10 @@ def read_line(proc, want: str, timeout: float) -> str:
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
-            break
+            raise RuntimeError(f"{proc.args[1:3]} exited ({proc.wait()}) before '{want}'")
         if line.startswith(want):
             return line.strip()
-    raise RuntimeError(f"no '{want}' from {proc.args[:3]} in {timeout:.0f} s")
+    raise RuntimeError(f"no '{want}' from {proc.args[1:3]} in {timeout:.0f} s")
 
 
 def check(doc, pid: int) -> list:

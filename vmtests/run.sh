@@ -117,7 +117,10 @@ for kernel in "${kernels[@]}"; do
     line "FAILED: the guest did not finish in ${limit} s (booted: ${up:-no}; $work/console.log)"
     failed=1
   elif [ -z "$up" ]; then
-    line "FAILED: the guest did not boot to its init ($(grep -a -m 1 -i 'panic\|error' "$work/console.log" | tr -d '\r' | cut -c1-120))"
+    # The kernel's panic line if it printed one, else the console's last words.
+    why=$(tr -d '\r' < "$work/console.log" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' | grep -a . | grep -a -m 1 -i 'panic' \
+          || tr -d '\r' < "$work/console.log" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' | grep -a . | tail -n 1)
+    line "FAILED: the guest did not boot to its init (QEMU exit $qemu_rc; its console ends: $(echo "$why" | cut -c1-120))"
     failed=1
   else
     rc=$(cat "$work/guest.rc" 2>/dev/null || echo "?")
