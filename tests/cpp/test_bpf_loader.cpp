@@ -264,6 +264,32 @@ TEST(BpfLoader, LoadsAndPicksTheVariantByProbingTheKernel) {
   EXPECT_EQ(forced->stats().lost, 0u);
 }
 
+// This kernel has bpf_loop, so session_spans loads; force_per_span loads as
+// on a kernel before 5.17 (session_spans left out), and a target still gets
+// its sessions, through the per-span probes.
+TEST(BpfLoader, WithoutBpfLoopTheSessionsComeThroughThePerSpanProbes) {
+  REQUIRE_ROOT();
+  auto loader = open_loader();
+  ASSERT_TRUE(loader);
+  EXPECT_TRUE(loader->session_spans());
+
+  LoaderOptions per_span;
+  per_span.force_per_span = true;
+  auto forced = open_loader(per_span);
+  ASSERT_TRUE(forced);
+  EXPECT_FALSE(forced->session_spans());
+  Target target;
+  ASSERT_GT(target.pid(), 0);
+  auto a = forced->attach(target.pid(), kTarget);
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_EQ(forced->contract(target.pid()), 1);
+  auto run = target.run("nested");
+  auto recs = collect_session(*forced, target.pid(), run.session);
+  EXPECT_EQ(std::count_if(recs.begin(), recs.end(), [](const Rec& r) { return r.h().kind == MLPROF_EV_SPAN_ENTER; }),
+            2);
+  EXPECT_EQ(forced->stats().lost, 0u);
+}
+
 TEST(BpfLoader, RejectsARingThatIsNotAPowerOfTwo) {
   REQUIRE_ROOT();
   LoaderOptions opts;
