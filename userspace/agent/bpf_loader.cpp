@@ -290,6 +290,13 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
         std::string("reading the kernel's BTF (") + kBtfPath + ") failed: " + std::strerror(e));
   }
 
+  // The ring buffer (5.8) has no fallback: named here, before the verifier
+  // refuses the object with a bare EINVAL. (1: there, 0: not, < 0: cannot tell.)
+  if (libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 0)
+    return error(Error::Kind::kUnsupported, ENOTSUP,
+                 "this kernel has no BPF ring buffer (BPF_MAP_TYPE_RINGBUF, Linux 5.8+): "
+                 "mlprof-ebpf needs Linux 5.8 or newer");
+
   std::unique_ptr<BpfLoader> self(new BpfLoader());
   Impl& impl = *self->impl_;
 
