@@ -109,7 +109,10 @@ def check(doc, pid: int) -> list:
         blocked, off = s.values.get("blocked", 0), s.values.get("off_cpu", 0)
         expect(45 * MS <= blocked <= off <= s.wall_ns, f"_sleep blocked {blocked} off {off} wall {s.wall_ns}")
     for s in (s for s in doc.spans if s.name.endswith("_spin")):
-        expect(s.values.get("blocked", 0) < 0.1 * s.wall_ns, f"_spin blocked {s.values} wall {s.wall_ns}")
+        # On the CPU for most of its wall time. Not all: under emulation a
+        # page of it read over 9p can block it for a few ms (6 of 57 seen).
+        cpu, blocked = s.values.get("cpu", 0), s.values.get("blocked", 0)
+        expect(cpu >= 0.6 * s.wall_ns and blocked < 0.25 * s.wall_ns, f"_spin {s.values} wall {s.wall_ns}")
     workers = [t for t in doc.threads if t["pid"] == pid and t.get("start_ns") and t.get("end_ns")]
     expect(len(workers) >= 2 * CALLS, f"{len(workers)} worker threads with start and exit, not {2 * CALLS}")
     for t in workers:

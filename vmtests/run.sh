@@ -8,6 +8,7 @@
 #   --timeout S      per guest, boot to power-off (default 600)
 #   --keep DIR       keep each guest's files (console.log, guest.log, smoke.json) under DIR
 #   --memory MB      the guest's memory (default 3072)
+#   --lockdown MODE  boot the guest with lockdown=MODE (integrity, confidentiality)
 #   --run 'COMMAND'  run COMMAND (sh -c, as root, in the host's root, cwd /mnt,
 #                    which is written back to the host with --keep) instead of
 #                    the smoke, and print its output: your own model server and
@@ -25,6 +26,7 @@ python=${MLPROF_VM_PYTHON:-$(command -v python3)}
 limit=600
 keep=""
 memory=3072
+lockdown=""
 run_cmd=""
 kernels=()
 while [ $# -gt 0 ]; do
@@ -34,10 +36,11 @@ while [ $# -gt 0 ]; do
     --timeout) limit=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --memory) memory=$2; shift 2 ;;
+    --lockdown) lockdown=$2; shift 2 ;;
     --run) run_cmd=$2; shift 2 ;;
     all) kernels+=(5.10 6.1 6.12 newest); shift ;;
     5.10|6.1|6.12|newest) kernels+=("$1"); shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "vmtests/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -107,7 +110,7 @@ for kernel in "${kernels[@]}"; do
   [ "$accel" = tcg ] && accel="tcg,thread=single"
   timeout --kill-after=10 "$limit" qemu-system-x86_64 -accel "$accel" -cpu max -smp 2 -m "$memory" \
     -nographic -no-reboot -kernel "$kdir/boot/vmlinuz-$release" -initrd "$work/initrd.gz" \
-    -append "console=ttyS0 panic=-1 quiet" \
+    -append "console=ttyS0 panic=-1 quiet${lockdown:+ lockdown=$lockdown}" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$work,mount_tag=work,security_model=none" </dev/null >"$work/console.log" 2>&1
   qemu_rc=$?

@@ -90,3 +90,15 @@ def test_the_diagnosis_walkthrough_profiles_a_model_server_inside_the_guest(agen
     stall = [l for l in r.stdout.splitlines() if "Model.predict/Model._lookup" in l]
     assert stall and re.search(r"\? S [\d.]+ms\s+timer$", stall[0].rstrip()), r.stdout
     assert os.path.getsize(tmp_path / "5.10" / "profile.json") > 0
+
+
+def test_under_lockdown_confidentiality_the_agent_names_it_in_one_line_and_exits_3(agent):
+    # confidentiality takes bpf_probe_read_kernel away: no variant of the
+    # scheduler programs loads, so the agent says why and how to boot instead.
+    r = run(agent, "--lockdown", "confidentiality", "--run", f"{agent} --all --duration 1; echo exit $?", "5.10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = [l.strip() for l in r.stdout.splitlines() if "mlprof-ebpf:" in l]
+    assert len(said) == 1, r.stdout
+    assert said[0].startswith("mlprof-ebpf: kernel lockdown is in confidentiality mode") and \
+        "lockdown=integrity" in said[0], said
+    assert "exit 3" in r.stdout, r.stdout

@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -118,6 +120,15 @@ struct BtfDeleter {
   void operator()(btf* b) const { btf__free(b); }
 };
 using BtfPtr = std::unique_ptr<btf, BtfDeleter>;
+
+// The kernel's lockdown mode: "none", "integrity", "confidentiality", or ""
+// when the kernel has no lockdown (or securityfs is not mounted).
+std::string lockdown_mode() {
+  std::ifstream f("/sys/kernel/security/lockdown");
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t open = all.find('['), close = all.find(']');
+  return open == std::string::npos || close < open ? "" : all.substr(open + 1, close - open - 1);
+}
 
 // A real probe (bpftool feature probe misreports tracing programs here):
 // load a two-instruction tp_btf program for sched_switch and attach it for
@@ -290,6 +301,14 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
         std::string("reading the kernel's BTF (") + kBtfPath + ") failed: " + std::strerror(e));
   }
 
+  // Lockdown's confidentiality mode takes bpf_probe_read_kernel away, which
+  // every scheduler program uses: the verifier would refuse them with a bare
+  // EINVAL. (integrity, the default where lockdown is on, leaves it.)
+  if (lockdown_mode() == "confidentiality")
+    return error(Error::Kind::kUnsupported, ENOTSUP,  // not EPERM: that says seccomp (main.cpp)
+                 "kernel lockdown is in confidentiality mode (/sys/kernel/security/lockdown): BPF may not "
+                 "read kernel memory (bpf_probe_read_kernel), which the scheduler programs need; boot with "
+                 "lockdown=integrity or none");
   // The ring buffer (5.8) has no fallback: named here, before the verifier
   // refuses the object with a bare EINVAL. (1: there, 0: not, < 0: cannot tell.)
   if (libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 0)
