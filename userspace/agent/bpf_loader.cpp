@@ -130,6 +130,19 @@ std::string lockdown_mode() {
   return open == std::string::npos || close < open ? "" : all.substr(open + 1, close - open - 1);
 }
 
+// 1: the kernel has BPF ring buffers; 0: it does not (it refuses the map
+// type with EINVAL); -errno: it could not tell (EPERM: no capability).
+// Not libbpf_probe_bpf_map_type: it says 0 for EPERM too.
+int probe_ringbuf() {
+  const int fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, nullptr, 0, 0, static_cast<__u32>(sysconf(_SC_PAGESIZE)),
+                                nullptr);
+  if (fd >= 0) {
+    close(fd);
+    return 1;
+  }
+  return errno == EINVAL ? 0 : -errno;
+}
+
 // A real probe (bpftool feature probe misreports tracing programs here):
 // load a two-instruction tp_btf program for sched_switch and attach it for
 // an instant. 0, or the negative errno that refused it.
@@ -310,11 +323,14 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
                  "read kernel memory (bpf_probe_read_kernel), which the scheduler programs need; boot with "
                  "lockdown=integrity or none");
   // The ring buffer (5.8) has no fallback: named here, before the verifier
-  // refuses the object with a bare EINVAL. (1: there, 0: not, < 0: cannot tell.)
-  if (libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 0)
+  // refuses the object with a bare EINVAL.
+  if (const int ring = probe_ringbuf(); ring == 0) {
     return error(Error::Kind::kUnsupported, ENOTSUP,
                  "this kernel has no BPF ring buffer (BPF_MAP_TYPE_RINGBUF, Linux 5.8+): "
                  "mlprof-ebpf needs Linux 5.8 or newer");
+  } else if (ring < 0 && permission_errno(-ring)) {
+    return load_error("creating a BPF ring buffer", -ring);
+  }
 
   std::unique_ptr<BpfLoader> self(new BpfLoader());
   Impl& impl = *self->impl_;
