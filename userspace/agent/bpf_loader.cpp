@@ -14,8 +14,6 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -24,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/file_io.h"
 #include "mlprof.skel.h"
 
 namespace mlprof::agent {
@@ -124,8 +123,8 @@ using BtfPtr = std::unique_ptr<btf, BtfDeleter>;
 // The kernel's lockdown mode: "none", "integrity", "confidentiality", or ""
 // when the kernel has no lockdown (or securityfs is not mounted).
 std::string lockdown_mode() {
-  std::ifstream f("/sys/kernel/security/lockdown");
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const Result<std::string> read = read_file("/sys/kernel/security/lockdown");
+  const std::string all = read ? read.value() : "";
   const size_t open = all.find('['), close = all.find(']');
   return open == std::string::npos || close < open ? "" : all.substr(open + 1, close - open - 1);
 }
