@@ -11,12 +11,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/json_doc.h"
 #include "core/merge.h"
 #include "mlprof_events.h"
 #include "profile_builder.h"
@@ -564,6 +566,87 @@ Profile small_session(int64_t t0 = 1000) {
   p.end_ns = t0 + 50100;
   build_tree(p);
   return p;
+}
+
+// drain_finished hands each session out as it is built and builds the next
+// in the memory of the last one: sessions of other sizes and kinds in turn
+// (300 random spans with generators, three with sleeps and wakers, a rich
+// one with threads, tasks and I/O) come out exactly as take_finished gives
+// them, with nothing left over from the session before.
+// `p` moved later by `by` ns (its events and session times).
+Profile shifted(Profile p, int64_t by) {
+  for (Lane& lane : p.lanes) {
+    for (Event& e : lane.events) e.ts_ns += by;
+  }
+  p.start_ns += by;
+  p.end_ns += by;
+  build_tree(p);
+  return p;
+}
+
+TEST(Joiner, SessionsHandedOutOneAtATimeEqualThoseTakenTogether) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Process proc;
+    std::vector<std::vector<Rec>> sessions;
+    for (uint64_t serial = 1; serial <= 8; ++serial) {
+      // Sessions 100 ms apart (none lasts 2 ms): each gets only its own sleeps.
+      const auto at = static_cast<int64_t>(serial) * 100'000'000;
+      auto off_cpu = [&](int64_t start, int64_t end, bool blocked, int64_t wake = 0, uint32_t waker = 0) {
+        return off_cpu_rec(100, 100, at + start, at + end, blocked, wake ? at + wake : 0, waker);
+      };
+      switch (serial % 4) {
+        case 1: {
+          Profile big = test::random_profile(seed * 10 + static_cast<uint32_t>(serial), 300, 6, true);
+          big.start_ns = 500;
+          big.lanes[0].native_tid = 100;
+          build_tree(big);
+          std::vector<Rec> recs = records_of(shifted(std::move(big), at), proc, serial);
+          recs.insert(recs.end() - 1, off_cpu(600, 900, true, 850, 105));
+          sessions.push_back(std::move(recs));
+          break;
+        }
+        case 2: {
+          std::vector<Rec> recs = records_of(small_session(at + 1000), proc, serial);
+          mlprof_ev_off_cpu r{};
+          std::memcpy(&r, off_cpu(5000, 25000, true, 23000, 105).bytes.data(), sizeof(r));
+          r.syscall = 202;
+          std::memcpy(r.waker_comm, "a-waker-with-a-long-name", 16);
+          recs.insert(recs.end() - 1, rec_of(r));
+          recs.insert(recs.end() - 1, off_cpu(33000, 35000, false));
+          sessions.push_back(std::move(recs));
+          break;
+        }
+        case 3:
+          sessions.push_back(records_of(shifted(as_seen(rich_session()), at), proc, serial,
+                                        MLPROF_SESSION_CAPTURE_IO | MLPROF_SESSION_ALL_THREADS));
+          break;
+        default:
+          sessions.push_back(records_of(small_session(at + 1000), proc, serial));
+      }
+    }
+    Joiner together, one_by_one;
+    std::vector<std::string> handed;
+    for (const std::vector<Rec>& recs : sessions) {
+      feed(together, recs);
+      feed(one_by_one, recs);
+      one_by_one.drain_finished(std::numeric_limits<int64_t>::max(), [&](Profile& p) {
+        p.meta.erase("start_unix_ns");  // the wall clock at finalize
+        handed.push_back(to_json_document(p));
+      });
+    }
+    std::vector<Profile> taken = together.take_finished();
+    ASSERT_EQ(taken.size(), sessions.size());
+    ASSERT_EQ(handed.size(), sessions.size());
+    for (size_t i = 0; i < taken.size(); ++i) {
+      SCOPED_TRACE("session " + std::to_string(i + 1));
+      taken[i].meta.erase("start_unix_ns");
+      EXPECT_GT(taken[i].spans.size(), 2u);
+      EXPECT_FALSE(taken[i].kernel.spans.empty());
+      EXPECT_EQ(handed[i], to_json_document(taken[i]));
+    }
+    EXPECT_EQ(together.stats().sessions_finished, one_by_one.stats().sessions_finished);
+  }
 }
 
 TEST(Joiner, OffCpuRecordsCarryTheWakersNameAndKindAndTheSyscall) {

@@ -117,6 +117,39 @@ TEST_F(StatsTest, SelfTimeIsWallMinusTheChildren) {
   EXPECT_EQ(s.at("predict").wall.p95_ns, 100);
 }
 
+// Figures::kWallOnly (the agent's report): the same paths, sessions and
+// wall-time figures as kAll, and no self or off-CPU figures at all.
+TEST(CallPathStatsFigures, WallOnlyKeepsTheWallFiguresAndNothingElse) {
+  CallPathStats all, wall_only(CallPathStats::kDefaultMaxPaths, false, CallPathStats::Figures::kWallOnly);
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    Profile p = test::random_profile(seed, 200, 5, true);
+    p.kernel.present = true;
+    p.kernel.spans.resize(p.spans.size());
+    for (size_t i = 0; i < p.spans.size(); ++i) p.kernel.spans[i].off_cpu_ns = static_cast<int64_t>(i % 7) * 1000;
+    all.add(p, 3);
+    wall_only.add(p, 3);
+  }
+  const std::vector<PathSummary> a = all.summary(), w = wall_only.summary();
+  ASSERT_EQ(a.size(), w.size());
+  ASSERT_GT(a.size(), 10u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(w[i].path, a[i].path);
+    EXPECT_EQ(w[i].sessions, a[i].sessions);
+    EXPECT_EQ(w[i].incomplete, a[i].incomplete);
+    EXPECT_EQ(w[i].wall.count, a[i].wall.count);
+    EXPECT_EQ(w[i].wall.min_ns, a[i].wall.min_ns);
+    EXPECT_EQ(w[i].wall.max_ns, a[i].wall.max_ns);
+    EXPECT_EQ(w[i].wall.sum_ns, a[i].wall.sum_ns);
+    EXPECT_EQ(w[i].wall.p50_ns, a[i].wall.p50_ns);
+    EXPECT_EQ(w[i].wall.p99_ns, a[i].wall.p99_ns);
+    EXPECT_EQ(a[i].self.count, a[i].wall.count);  // kAll keeps them
+    EXPECT_EQ(a[i].off_cpu.count, a[i].wall.count);
+    EXPECT_EQ(w[i].self.count, 0u);
+    EXPECT_EQ(w[i].off_cpu.count, 0u);
+  }
+  EXPECT_LT(wall_only.memory_bytes(), all.memory_bytes());
+}
+
 TEST(StatsFixture, SelfTimeFollowsTheExportersAcrossLanesAndGenerators) {
   // export_fixture.h: predict's self is 11'999 (other lanes are concurrent,
   // the generator `produce` counts its running time only).

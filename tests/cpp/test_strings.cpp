@@ -19,6 +19,30 @@ TEST(StringTable, IdZeroIsTheEmptyString) {
   EXPECT_EQ(t.size(), 1u);
 }
 
+// The empty string is id 0 before any string is stored (a table that stores
+// nothing allocates nothing), after others are, on a base, and after a move.
+TEST(StringTable, TheEmptyStringIsIdZeroBeforeAndAfterOthersAreStored) {
+  StringTable t;
+  EXPECT_EQ(t.find(""), std::optional<uint32_t>(0));
+  EXPECT_EQ(t.intern("a"), 1u);
+  EXPECT_EQ(t.get(0), "");
+  EXPECT_EQ(t.find(""), std::optional<uint32_t>(0));
+  EXPECT_EQ(t.intern(""), 0u);
+  EXPECT_EQ(t.size(), 2u);
+  auto empty_base = std::make_shared<const StringTable>();
+  StringTable on(empty_base);
+  EXPECT_EQ(on.size(), 1u);
+  EXPECT_EQ(on.intern(""), 0u);
+  EXPECT_EQ(on.intern("b"), 1u);
+  EXPECT_EQ(on.get(0), "");
+  EXPECT_EQ(on.get(1), "b");
+  EXPECT_EQ(on.size(), 2u);
+  StringTable moved(std::move(t));
+  EXPECT_EQ(moved.get(1), "a");
+  EXPECT_EQ(moved.find("a"), std::optional<uint32_t>(1));
+  EXPECT_EQ(moved.intern("c"), 2u);
+}
+
 TEST(StringTable, InternGivesOneIdPerDistinctString) {
   StringTable t;
   const uint32_t a = t.intern("predict");

@@ -181,6 +181,9 @@ struct Joiner::State {
   // Ended sessions not yet turned into Profiles (tgid, serial), in end order.
   std::deque<std::pair<uint32_t, uint64_t>> ended;
   std::vector<Profile> finished;
+  // The last Profile drain_finished handed out: the next session's arrays
+  // take their memory (new_profile).
+  Profile spare;
   uint64_t lost_total = 0;
   uint64_t events_held = 0;  // events of the sessions not yet finalized
   std::string host;
@@ -209,11 +212,18 @@ struct Joiner::State {
   void finalize(uint32_t tgid, ProcessState& proc, uint64_t serial, bool truncated, int64_t now_ns,
                 const char* reason);
   void finalize_all(uint32_t tgid, ProcessState& proc, int64_t now_ns, const char* reason);
+  // A session's Profile on the process's names, every member new except
+  // the arrays' memory, taken from `spare`.
+  Profile new_profile(const std::shared_ptr<const FunctionTable>& names);
+  // Hands each of `finished` to `each`, in order; the last is kept as `spare`.
+  void hand_out(const std::function<void(Profile&)>& each);
   void close_process(uint32_t tgid, int64_t now_ns);
   void trim(ProcessState& proc);
   void learn_names(ProcessState& proc, const Profile& p, const std::unordered_map<uint32_t, uint32_t>& fmap,
                    const std::unordered_map<uint32_t, uint32_t>& smap);
-  void take(int64_t ended_before_ns);
+  // Finalizes the sessions that ended before ended_before_ns; with `each`,
+  // hands each out as it is built (hand_out).
+  void take(int64_t ended_before_ns, const std::function<void(Profile&)>* each = nullptr);
 };
 
 Joiner::Joiner(std::map<std::string, std::string> meta, JoinerLimits limits)
@@ -266,6 +276,11 @@ std::vector<Profile> Joiner::take_finished(int64_t ended_before_ns) {
   std::vector<Profile> out = std::move(state_->finished);
   state_->finished.clear();
   return out;
+}
+
+void Joiner::drain_finished(int64_t ended_before_ns, const std::function<void(Profile&)>& each) {
+  state_->hand_out(each);  // finalized by records (evicted, begun again, exited)
+  state_->take(ended_before_ns, &each);
 }
 
 // ---- records --------------------------------------------------------------------
@@ -770,7 +785,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     truncated = true;
     s.end_ns = std::max(now_ns, s.last_ts);
   }
-  Profile p;
+  Profile p = new_profile(proc.names);
   p.captured_depth = s.ceiling;
   p.start_ns = s.start_ns;
   p.end_ns = std::max(s.end_ns, s.start_ns);
@@ -794,7 +809,6 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   // process's names (the shared base) keep their ids; a name no earlier
   // session used is added in first use order.
   std::unordered_map<uint32_t, uint32_t> fmap, smap;  // ids this session added itself
-  if (proc.names) p.functions = FunctionTable(proc.names);
   auto local_function = [&](uint32_t id, uint8_t flags) {
     FunctionKind kind = flags & kEvBlock       ? FunctionKind::kBlock
                         : flags & kEvCFunction ? FunctionKind::kC
@@ -925,6 +939,33 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   trim(proc);
 }
 
+Profile Joiner::State::new_profile(const std::shared_ptr<const FunctionTable>& names) {
+  Profile p;
+  p.functions = FunctionTable(names);
+  auto reuse = [](auto& to, auto& from) {
+    from.clear();  // capacity stays
+    std::swap(to, from);
+  };
+  reuse(p.lanes, spare.lanes);
+  reuse(p.spans, spare.spans);
+  reuse(p.roots, spare.roots);
+  reuse(p.io, spare.io);
+  reuse(p.segments, spare.segments);
+  reuse(p.values, spare.values);
+  reuse(p.kernel.off_cpu, spare.kernel.off_cpu);
+  reuse(p.kernel.threads, spare.kernel.threads);
+  reuse(p.kernel.spans, spare.kernel.spans);
+  return p;
+}
+
+void Joiner::State::hand_out(const std::function<void(Profile&)>& each) {
+  for (Profile& p : finished) {
+    each(p);
+    spare = std::move(p);
+  }
+  finished.clear();
+}
+
 void Joiner::State::finalize_all(uint32_t tgid, ProcessState& proc, int64_t now_ns,
                                  const char* reason) {
   std::vector<std::pair<int64_t, uint64_t>> order;  // (start, serial): oldest first
@@ -992,7 +1033,7 @@ void Joiner::State::trim(ProcessState& proc) {
   }
 }
 
-void Joiner::State::take(int64_t ended_before_ns) {
+void Joiner::State::take(int64_t ended_before_ns, const std::function<void(Profile&)>* each) {
   std::deque<std::pair<uint32_t, uint64_t>> keep;
   while (!ended.empty()) {
     auto [tgid, serial] = ended.front();
@@ -1003,6 +1044,7 @@ void Joiner::State::take(int64_t ended_before_ns) {
     if (s == p->second.sessions.end() || !s->second.ended) continue;  // finalized meanwhile
     if (s->second.end_ns < ended_before_ns) {
       finalize(tgid, p->second, serial, false, s->second.end_ns, "");
+      if (each) hand_out(*each);
     } else {
       keep.emplace_back(tgid, serial);
     }

@@ -13,6 +13,7 @@
 // never used to order records.
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -103,6 +104,12 @@ class Joiner {
   // inside the session ends, and is shipped, later) still land in it. Pass
   // CLOCK_MONOTONIC now minus a settling delay (say 50 ms).
   std::vector<Profile> take_finished(int64_t ended_before_ns);
+  // The same, one session at a time, each handed to `each` as soon as it is
+  // built (while its arrays are still in the cache). What `each` leaves in
+  // the Profile (it may move it out) is reused for the next session's
+  // arrays, so a caller that only reads them (the agent's report) costs no
+  // allocation for them.
+  void drain_finished(int64_t ended_before_ns, const std::function<void(Profile&)>& each);
   JoinerStats stats() const;
 
  private:

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -269,36 +270,39 @@ class Agent {
   }
 
   // Sessions that ended (at least kSettleNs ago unless `all`).
+  // One at a time, as each is built: a Profile this does not keep lends its
+  // memory to the next (Joiner::drain_finished).
   void collect(bool all) {
-    std::vector<Profile> done =
-        all ? joiner_.take_finished() : joiner_.take_finished(now_ns() - kSettleNs);
-    for (Profile& p : done) {
-      labels_.label(p, now_ns());  // namespace, pod, container, node: where it ran
-      // The duty cycle's off time starts at its edge, not when the targets
-      // are detached (a few hundred ms later, more on a loaded node): a
-      // session that began after the edge is not part of the capture.
-      if (const DutyCycle duty{opts_.duty_on_ns, opts_.duty_period_ns}; duty.enabled()) {
-        const auto it = p.meta.find("start_unix_ns");
-        if (it != p.meta.end() && !duty.on_at(std::strtoll(it->second.c_str(), nullptr, 10))) continue;
-      }
-      if (continuous_ != nullptr) {
-        continuous_->add(std::move(p));
-        continue;
-      }
-      report_.add(p);
-      if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
-        stdout_broken_ = true;
-      const bool keep = !opts_.output.empty() || opts_.format || (store_ != nullptr && !opts_.stream);
-      // --stream --store: each session is a source as it finishes (on the
-      // writer's thread), so a long-running agent accumulates; else the
-      // capture is one, at the end.
-      if (opts_.stream && store_ != nullptr) {
-        auto shared = std::make_shared<const Profile>(std::move(p));
-        store_->submit(shared);
-        if (keep) sessions_.push_back(std::move(shared));
-      } else if (keep) {
-        sessions_.push_back(std::make_shared<const Profile>(std::move(p)));
-      }
+    joiner_.drain_finished(all ? std::numeric_limits<int64_t>::max() : now_ns() - kSettleNs,
+                           [this](Profile& p) { collect_one(p); });
+  }
+
+  void collect_one(Profile& p) {
+    labels_.label(p, now_ns());  // namespace, pod, container, node: where it ran
+    // The duty cycle's off time starts at its edge, not when the targets
+    // are detached (a few hundred ms later, more on a loaded node): a
+    // session that began after the edge is not part of the capture.
+    if (const DutyCycle duty{opts_.duty_on_ns, opts_.duty_period_ns}; duty.enabled()) {
+      const auto it = p.meta.find("start_unix_ns");
+      if (it != p.meta.end() && !duty.on_at(std::strtoll(it->second.c_str(), nullptr, 10))) return;
+    }
+    if (continuous_ != nullptr) {
+      continuous_->add(std::move(p));
+      return;
+    }
+    report_.add(p);
+    if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
+      stdout_broken_ = true;
+    const bool keep = !opts_.output.empty() || opts_.format || (store_ != nullptr && !opts_.stream);
+    // --stream --store: each session is a source as it finishes (on the
+    // writer's thread), so a long-running agent accumulates; else the
+    // capture is one, at the end.
+    if (opts_.stream && store_ != nullptr) {
+      auto shared = std::make_shared<const Profile>(std::move(p));
+      store_->submit(shared);
+      if (keep) sessions_.push_back(std::move(shared));
+    } else if (keep) {
+      sessions_.push_back(std::make_shared<const Profile>(std::move(p)));
     }
   }
 

@@ -166,7 +166,10 @@ std::vector<Stall> span_stalls(const Profile& p, const ReportOptions& opts) {
 // ---- CaptureReport ------------------------------------------------------------------
 
 CaptureReport::CaptureReport(ReportOptions opts, size_t max_paths)
-    : opts_(opts), max_paths_(max_paths), stats_(max_paths) {}
+    : opts_(opts),
+      max_paths_(max_paths),
+      // Only wall-time quantiles are shown: its kernel figures are kernel_'s sums.
+      stats_(max_paths, false, CallPathStats::Figures::kWallOnly) {}
 
 void CaptureReport::add(const Profile& p) {
   ++sessions_;

@@ -96,8 +96,10 @@ double QuantileSketch::quantile(double q) const {
   return std::clamp(value, static_cast<double>(min_), static_cast<double>(max_));
 }
 
-CallPathStats::CallPathStats(size_t max_paths, bool keep_walls)
-    : max_paths_(std::min<size_t>(max_paths, kDropped - 1)), keep_walls_(keep_walls) {}
+CallPathStats::CallPathStats(size_t max_paths, bool keep_walls, Figures figures)
+    : max_paths_(std::min<size_t>(max_paths, kDropped - 1)),
+      keep_walls_(keep_walls),
+      wall_only_(figures == Figures::kWallOnly) {}
 
 uint32_t CallPathStats::name_id(std::string_view name) {
   const auto it = name_index_.find(name);
@@ -157,8 +159,10 @@ void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int6
     return;
   }
   r.wall.add(wall_ns);
-  r.self.add(self_ns);
-  if (off_cpu_ns >= 0) r.off_cpu.add(off_cpu_ns);
+  if (!wall_only_) {
+    r.self.add(self_ns);
+    if (off_cpu_ns >= 0) r.off_cpu.add(off_cpu_ns);
+  }
   if (keep_walls_) r.walls.push_back(std::max<int64_t>(wall_ns, 0));
 }
 

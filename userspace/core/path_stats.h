@@ -92,9 +92,16 @@ class CallPathStats {
  public:
   static constexpr size_t kDefaultMaxPaths = 10000;
 
+  // Which figures get quantile sketches. kWallOnly leaves self and off_cpu
+  // out altogether (their Durations count 0): two sketch inserts fewer per
+  // call, for a caller that shows only wall-time quantiles (the agent's
+  // capture report, which keeps its own kernel sums).
+  enum class Figures { kAll, kWallOnly };
+
   // keep_walls: also keep each complete call's wall time (8 bytes a call),
   // for statistics the sketch cannot give (mlprof diff's bootstrap).
-  explicit CallPathStats(size_t max_paths = kDefaultMaxPaths, bool keep_walls = false);
+  explicit CallPathStats(size_t max_paths = kDefaultMaxPaths, bool keep_walls = false,
+                         Figures figures = Figures::kAll);
 
   // Adds one finished profile. Per span (walking the tree from its roots):
   // - depth >= 0 ignores spans deeper than `depth` (Span::depth, root = 0);
@@ -166,6 +173,7 @@ class CallPathStats {
 
   size_t max_paths_;
   bool keep_walls_;
+  bool wall_only_;
   uint64_t sessions_ = 0;
   uint64_t dropped_ = 0;
   std::vector<PathRecord> paths_;
