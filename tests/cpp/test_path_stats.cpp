@@ -150,6 +150,56 @@ TEST(CallPathStatsFigures, WallOnlyKeepsTheWallFiguresAndNothingElse) {
   EXPECT_LT(wall_only.memory_bytes(), all.memory_bytes());
 }
 
+// Profiles on one shared base of names (the agent's sessions of a process)
+// whose spans sit at the same indices under other parents or names, and one
+// with a name of its own at an index where the one before had a base name:
+// each call goes to its own path, as when each profile is added alone.
+TEST(CallPathStatsBase, ProfilesOnOneBaseWithOtherShapesKeepTheirPaths) {
+  auto names = std::make_shared<FunctionTable>();
+  for (const char* n : {"predict", "a", "b"}) names->add(n, "app", "/app.py", 1, FunctionKind::kPython, true);
+  auto session = [&](const std::vector<std::pair<std::string, int>>& calls) {
+    // calls: (name, depth) in start order, one lane, 10 ns each level.
+    Profile p;
+    p.functions = FunctionTable(names);
+    std::vector<Event> ev;
+    int depth = -1;
+    int64_t t = 0;
+    for (const auto& [name, d] : calls) {
+      for (; depth >= d; --depth) ev.push_back(ret(t += 10));
+      ev.push_back(call(t += 10, test::user_fn(p, name)));
+      depth = d;
+    }
+    for (; depth >= 0; --depth) ev.push_back(ret(t += 10));
+    p.end_ns = t;
+    p.lanes.push_back(make_lane(std::move(ev)));
+    build_tree(p);
+    return p;
+  };
+  const std::vector<std::vector<std::pair<std::string, int>>> shapes = {
+      {{"predict", 0}, {"a", 1}, {"b", 2}},  // predict/a/b
+      {{"predict", 0}, {"b", 1}, {"a", 2}},  // same indices, names swapped
+      {{"predict", 0}, {"a", 1}, {"b", 1}},  // b under predict, not under a
+      {{"predict", 0}, {"c", 1}, {"b", 2}},  // c: a name of the profile's own
+      {{"predict", 0}, {"a", 1}, {"b", 2}},
+  };
+  CallPathStats together;
+  std::map<std::string, uint64_t> want;
+  for (const auto& shape : shapes) {
+    const Profile p = session(shape);
+    together.add(p);
+    CallPathStats alone;
+    alone.add(p);
+    for (const auto& [path, s] : by_path(alone)) want[path] += s.wall.count;
+  }
+  std::map<std::string, uint64_t> got;
+  for (const auto& [path, s] : by_path(together)) got[path] = s.wall.count;
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got.at("predict/a/b"), 2u);
+  EXPECT_EQ(got.at("predict/b/a"), 1u);
+  EXPECT_EQ(got.at("predict/b"), 2u);
+  EXPECT_EQ(got.at("predict/c/b"), 1u);
+}
+
 TEST(StatsFixture, SelfTimeFollowsTheExportersAcrossLanesAndGenerators) {
   // export_fixture.h: predict's self is 11'999 (other lanes are concurrent,
   // the generator `produce` counts its running time only).

@@ -172,8 +172,10 @@ void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span
   if (const auto& base = p.functions.strings().shared_base(); base != cache_base_) {
     cache_base_ = base;
     name_cache_.clear();
+    memo_.clear();
   }
-  name_cache_.resize(std::min(name_cache_.size(), cache_base_ ? cache_base_->size() : 0));
+  const size_t base_size = cache_base_ ? cache_base_->size() : 0;
+  name_cache_.resize(std::min(name_cache_.size(), base_size));
   name_cache_.resize(p.functions.strings().size(), 0);  // the profile's own strings: not looked up yet
   stack_.clear();
   const auto n = static_cast<int32_t>(p.spans.size());
@@ -188,8 +190,20 @@ void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span
     const auto [s, parent] = stack_.back();
     stack_.pop_back();
     const Span& span = p.spans[s];
-    const uint32_t path =
-        parent == kDropped ? kDropped : child_path(parent, p, display_string(p, span));
+    uint32_t path = kDropped;
+    if (parent != kDropped) {
+      const uint32_t sid = display_string(p, span);
+      const auto at = static_cast<size_t>(s);
+      if (at < memo_.size() && memo_[at].parent == parent && memo_[at].string_id == sid) {
+        path = memo_[at].path;
+      } else {
+        path = child_path(parent, p, sid);
+        if (sid < base_size && path != kDropped) {  // the base's ids mean the same in the next profile
+          if (memo_.size() <= at) memo_.resize(at + 1);
+          memo_[at] = Memo{parent, sid, path};
+        }
+      }
+    }
     if (span_paths && path != kDropped) (*span_paths)[static_cast<size_t>(s)] = path + 1;
     // Children go on the stack in reverse so that paths are made in start order.
     const size_t first_pushed = stack_.size();
@@ -236,7 +250,7 @@ size_t CallPathStats::memory_bytes() const {
            name_index_.bucket_count() * sizeof(void*);
   bytes += children_.size() * (sizeof(uint64_t) + sizeof(uint32_t) + sizeof(void*)) +
            children_.bucket_count() * sizeof(void*);
-  bytes += name_cache_.capacity() * sizeof(uint32_t) +
+  bytes += name_cache_.capacity() * sizeof(uint32_t) + memo_.capacity() * sizeof(Memo) +
            stack_.capacity() * sizeof(std::pair<int32_t, uint32_t>);
   return bytes;
 }
@@ -250,6 +264,7 @@ void CallPathStats::reset() {
   children_ = {};
   name_cache_ = {};
   cache_base_ = nullptr;
+  memo_ = {};
   stack_ = {};
 }
 

@@ -185,6 +185,15 @@ class CallPathStats {
   // profile: they stay valid while the next profiles start on the same base.
   std::vector<uint32_t> name_cache_;
   std::shared_ptr<const StringTable> cache_base_;
+  // By span index, the last profile's path lookups of names in cache_base_:
+  // profiles of one served model mostly repeat the same tree, and a
+  // comparison costs less than the hash lookup of child_path.
+  struct Memo {
+    uint32_t parent = kDropped;
+    uint32_t string_id = 0;
+    uint32_t path = 0;
+  };
+  std::vector<Memo> memo_;
   std::vector<std::pair<int32_t, uint32_t>> stack_;  // (span, path or kDropped)
 };
 
