@@ -8,7 +8,7 @@
  *     session_begin ran on it, or lane_begin/span_enter of an open session
  *     ran on it (another lane of that session);
  *   - a thread started by a followed thread is followed until it exits.
- * sched_switch/sched_waking/sched_wakeup_new look the thread up in
+ * sched_switch/sched_waking/sched_wakeup/sched_wakeup_new look the thread up in
  * `followed` and return before any ring-buffer reserve when it is not there:
  * unfiltered, sched_switch fires ~68k times a second on an idle machine.
  *
@@ -779,12 +779,13 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 	return 0;
 }
 
-/* sched_waking, not sched_wakeup: it always runs in the waker's context
+/* The waker comes from sched_waking: it always runs in the waker's context
  * (sched_wakeup may run on the target CPU, from an IPI), so the current task
  * is the waker, unless an interrupt is running: then the current task is
  * whatever the interrupt hit (often the idle task, tid 0) and the waker is
  * the interrupt (waker_kind). The waker's comm is read now: a thread renamed
- * since it started is named by its current name. */
+ * since it started is named by its current name. wake_ns is stamped here
+ * and again at sched_wakeup (on_wakeup), the enqueue. */
 static __always_inline int on_waking(__u32 tid)
 {
 	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
@@ -799,6 +800,24 @@ static __always_inline int on_waking(__u32 tid)
 	st->waker_kind = waker_kind();
 	if (bpf_get_current_comm(st->waker_comm, sizeof(st->waker_comm)))
 		st->waker_comm[0] = 0;
+	return 0;
+}
+
+/* sched_wakeup: the thread is on a run queue now. Its run-queue wait starts
+ * here, as the kernel's run_delay (schedstat) does: between sched_waking and
+ * this, the wakeup can wait for an IPI to an idle CPU (in a VM, for the host
+ * to run that vCPU: hundreds of microseconds), and neither the kernel nor
+ * this counts that as waiting for a CPU; it stays blocked time. Runs before
+ * the thread's next switch-in (it must be enqueued to run), after
+ * on_waking of the same wakeup; without one (attached in between) the
+ * thread's wake time is stamped here alone. */
+static __always_inline int on_wakeup(__u32 tid)
+{
+	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
+
+	if (!st || !st->off_start || !st->blocked)
+		return 0;
+	st->wake_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -903,6 +922,12 @@ int BPF_PROG(sched_waking_btf, struct task_struct *p)
 	return on_waking(p->pid);
 }
 
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sched_wakeup_btf, struct task_struct *p)
+{
+	return on_wakeup(p->pid);
+}
+
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(sched_wakeup_new_btf, struct task_struct *p)
 {
@@ -932,6 +957,12 @@ SEC("raw_tp/sched_waking")
 int BPF_PROG(sched_waking_raw, struct task_struct *p)
 {
 	return on_waking(BPF_CORE_READ(p, pid));
+}
+
+SEC("raw_tp/sched_wakeup")
+int BPF_PROG(sched_wakeup_raw, struct task_struct *p)
+{
+	return on_wakeup(BPF_CORE_READ(p, pid));
 }
 
 SEC("raw_tp/sched_wakeup_new")

@@ -120,8 +120,9 @@ enum mlprof_waker_kind {
 
 /* MLPROF_EV_OFF_CPU: thread h.tid was off the CPU from start_ns to h.ts_ns
  * (switched back in). blocked: it went to sleep (prev_state != running) and
- * was made runnable at wake_ns by waker_tid; the run-queue wait is
- * h.ts_ns - wake_ns. Preempted (blocked 0): runnable throughout, wake_ns ==
+ * was put on a run queue at wake_ns (sched_wakeup), woken by waker_tid
+ * (sched_waking); the run-queue wait is h.ts_ns - wake_ns, as the kernel's
+ * run_delay counts it. Preempted (blocked 0): runnable throughout, wake_ns ==
  * start_ns, the whole interval is run-queue wait. wake_ns 0: the wakeup was
  * not seen (the agent attached meanwhile). */
 struct mlprof_ev_off_cpu {
