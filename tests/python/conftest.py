@@ -43,6 +43,22 @@ def _instrumented_everywhere() -> list:
     return instrumented(_fresh)
 
 
+# Fixtures that start other processes: a real tracking server, `mlflow models
+# serve`, or a fresh Python that imports MLflow and loads a model. CI runs the
+# tests that use them on the oldest and newest full stages only (.ci/run).
+PROCESS_FIXTURES = {"tracking_server", "model_uri", "served_model"}
+
+
+def pytest_collection_modifyitems(items):
+    """Marks `processes` every test that uses one of PROCESS_FIXTURES, the
+    tracking server through mlflow_store's "server" case included."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        server_case = callspec is not None and callspec.params.get("mlflow_store") == "server"
+        if server_case or PROCESS_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.processes)
+
+
 @pytest.fixture
 def with_reprs():
     """configure(repr_objects=True): unknown objects get their repr()."""
