@@ -203,8 +203,9 @@ def test_a_workers_run_queue_with_its_exit_path_agrees_with_bpftrace_and_schedst
         agent_runq, n = runq_of(doc, tid)
         assert n >= 2, (tid, n)  # its first run and the one after its sleep
         # Same events, same tracepoints (sched_wakeup, sched_switch): the two
-X
-        # plus 3% for the rare event one side missed at attach.
+        # programs' clocks are read microseconds apart (under 2 us per
+        # thread measured; 20 us per interval allowed), plus 3% for the rare
+        # event one side missed at attach.
         slack = n * 0.02 * MS + 0.03 * kernel[tid]
         assert abs(agent_runq - kernel[tid]) <= slack, (tid, agent_runq, kernel[tid], n)
         # schedstat, read last thing in the worker's function, has all but
