@@ -358,10 +358,12 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
     return load_error("sizing the ring buffer", -err);
 
   bpf_program* const btf_progs[] = {
-      skel.progs.sched_switch_btf, skel.progs.sched_waking_btf, skel.progs.sched_wakeup_btf, skel.progs.sched_wakeup_new_btf,
+      skel.progs.sched_switch_btf,       skel.progs.sched_waking_btf,
+      skel.progs.sched_wakeup_btf,       skel.progs.sched_wakeup_new_btf,
       skel.progs.sched_process_fork_btf, skel.progs.sched_process_exit_btf};
   bpf_program* const raw_progs[] = {
-      skel.progs.sched_switch_raw, skel.progs.sched_waking_raw, skel.progs.sched_wakeup_raw, skel.progs.sched_wakeup_new_raw,
+      skel.progs.sched_switch_raw,       skel.progs.sched_waking_raw,
+      skel.progs.sched_wakeup_raw,       skel.progs.sched_wakeup_new_raw,
       skel.progs.sched_process_fork_raw, skel.progs.sched_process_exit_raw};
   for (bpf_program* p : btf_progs) bpf_program__set_autoload(p, use_btf);
   for (bpf_program* p : raw_progs) bpf_program__set_autoload(p, !use_btf);
