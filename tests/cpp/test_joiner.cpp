@@ -1605,5 +1605,97 @@ TEST(JoinerV2, ACheckpointOfAnOpenSessionStandsWhenTheProcessDies) {
   EXPECT_EQ(q.meta.at("truncated"), "process exited");
 }
 
+// A target in its own pid namespace (a container, a pod): the body names
+// its threads by gettid() there (1, 7), the kernel's records by the host's
+// (5001, 5007). Off-CPU time joins by the host's tids: lane 0's from
+// session_begin, lane 1's from its lane_begin; a later session whose
+// lane_begin was lost finds the worker's host tid from the first; a thread
+// no kernel record ever named is counted.
+std::vector<Rec> namespaced_session(const Profile& p, Process& proc, uint64_t serial, bool lane_begin,
+                                    uint32_t worker_host_tid) {
+  std::vector<Rec> recs = body_records_of(p, proc, serial, 0, "", "");
+  for (Rec& r : recs) {  // every record of the BPF side names the host's tid
+    mlprof_ev_header h{};
+    std::memcpy(&h, r.bytes.data(), sizeof(h));
+    h.tid = 5001;
+    std::memcpy(r.bytes.data(), &h, sizeof(h));
+  }
+  std::vector<Rec> out;
+  out.push_back(recs.front());  // session_begin
+  if (lane_begin) {
+    mlprof_ev_lane lb{};
+    lb.h = header(MLPROF_EV_LANE_BEGIN, proc.tgid, worker_host_tid, p.lanes[1].events.front().ts_ns);
+    lb.session = serial;
+    lb.lane = 1;
+    lb.parent_lane = 0;
+    lb.parent_call = p.lanes[1].parent_call;
+    out.push_back(rec_of(lb));
+  }
+  const int64_t t0 = p.start_ns;
+  out.push_back(off_cpu_rec(proc.tgid, 5001, t0 + 2000, t0 + 12000, true, t0 + 11000, worker_host_tid));
+  out.push_back(off_cpu_rec(proc.tgid, worker_host_tid, t0 + 3000, t0 + 8000, true, t0 + 7500, 5001));
+  // A namespace tid as the host's: another host thread of the same number must not count.
+  out.push_back(off_cpu_rec(proc.tgid, 1, t0 + 2000, t0 + 30000, true, t0 + 29000, 0));
+  out.insert(out.end(), recs.begin() + 1, recs.end());
+  return out;
+}
+
+Profile namespaced_profile(int64_t t0) {
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t wait = test::user_fn(p, "wait_for_worker");
+  const uint32_t work = test::user_fn(p, "worker_run", "app.workers");
+  p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 1000, wait), ret(t0 + 20000), ret(t0 + 21000)},
+                              "MainThread"));
+  p.lanes.push_back(make_lane({call(t0 + 2500, work), ret(t0 + 9000)}, "worker"));
+  p.lanes[0].native_tid = 1;  // gettid() in the target's pid namespace
+  p.lanes[1].native_tid = 7;
+  p.lanes[1].parent_lane = 0;
+  p.lanes[1].parent_call = 1;
+  p.captured_depth = 2;
+  p.start_ns = t0 - 100;
+  p.end_ns = t0 + 21100;
+  build_tree(p);
+  return p;
+}
+
+TEST(JoinerV2, AProcessInItsOwnPidNamespaceJoinsByTheHostsTids) {
+  Process proc;
+  Joiner j;
+  feed(j, namespaced_session(namespaced_profile(100000), proc, 1, true, 5007));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  auto check = [](const Profile& p) {
+    ASSERT_EQ(p.lanes.size(), 2u);
+    EXPECT_EQ(p.lanes[0].native_tid, 5001u);
+    EXPECT_EQ(p.lanes[1].native_tid, 5007u);
+    ASSERT_EQ(p.spans.size(), 3u);
+    ASSERT_EQ(p.kernel.spans.size(), 3u);
+    EXPECT_EQ(p.kernel.spans[0].own_off_cpu_ns, 10000);  // predict's thread slept 10 us
+    EXPECT_EQ(p.kernel.spans[0].off_cpu_ns, 15000);      // and the worker lane under it 5 us
+    EXPECT_EQ(p.kernel.spans[1].own_blocked_ns, 9000);   // wait_for_worker, woken by the worker
+    EXPECT_EQ(p.kernel.spans[1].top_waker_tid, 5007u);
+    EXPECT_EQ(p.kernel.spans[2].own_off_cpu_ns, 5000);   // worker_run on the worker's thread
+    EXPECT_EQ(p.kernel.off_cpu.size(), 2u);
+  };
+  check(got[0]);
+  EXPECT_EQ(j.stats().lanes_unjoined, 0u);
+  // The worker's lane_begin lost: the thread is known from the first session.
+  feed(j, namespaced_session(namespaced_profile(200000), proc, 2, false, 5007));
+  got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  check(got[0]);
+  EXPECT_EQ(j.stats().lanes_unjoined, 0u);
+  // A new worker thread whose lane_begin was lost: not joined, and counted.
+  Profile fresh = namespaced_profile(300000);
+  fresh.lanes[1].native_tid = 9;
+  feed(j, namespaced_session(fresh, proc, 3, false, 5009));
+  got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].lanes[1].native_tid, 9u);
+  EXPECT_EQ(got[0].kernel.spans[2].off_cpu_ns, 0);
+  EXPECT_EQ(j.stats().lanes_unjoined, 1u);
+}
+
 }  // namespace
 }  // namespace mlprof::agent

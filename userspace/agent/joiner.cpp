@@ -102,6 +102,10 @@ namespace {
 struct LaneState {
   Lane lane;
   bool seen_begin = false;
+  // Where lane.native_tid came from. A session body's native_tid is gettid()
+  // in the target's own pid namespace, which in a container is not the tid
+  // the scheduler records carry; a kernel record's is the host's.
+  enum class Tid : uint8_t { kBody, kLearnt, kRecord } tid_from = Tid::kBody;
   bool stopped = false;         // an index mismatch or the event cap: ignore the rest
   std::vector<uint32_t> stack;  // open spans: their kCall indices, innermost last
   // Segments detached by a kSuspend, by the suspended span's kCall index.
@@ -111,6 +115,7 @@ struct LaneState {
 struct SessionState {
   uint32_t tgid = 0;
   uint64_t serial = 0;
+  uint32_t begin_tid = 0;  // the host tid session_begin fired in: lane 0's thread
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   int64_t last_ts = 0;
@@ -159,6 +164,10 @@ struct ProcessState {
   std::set<std::pair<int64_t, uint64_t>> by_start;   // the same sessions: (start, serial)
   std::unordered_map<uint32_t, std::deque<OffCpuInterval>> off_cpu;  // by tid, arrival order
   std::deque<ThreadEvent> thread_events;
+  // A thread's tid in the process's own pid namespace -> the host's, learnt
+  // from lanes whose body and kernel records both named it: the fallback for
+  // a lane whose lane_begin record was lost (a thread pool's threads recur).
+  std::unordered_map<uint64_t, uint32_t> host_tid_of;
   // The names its sessions used, as the table every session Profile of it
   // starts on (FunctionTable's shared base): a session interns only names
   // no session before it used. By process-wide id, the id in `names`
@@ -197,7 +206,8 @@ struct Joiner::State {
   void name(const mlprof_ev_name& r);
   // r's fields before `data`; the piece's bytes are at `data` (read in place).
   void chunk(const mlprof_ev_chunk& r, const char* data);
-  void apply_body(SessionState& s, std::string_view b);
+  void apply_body(ProcessState& p, SessionState& s, std::string_view b);
+  void join_thread(ProcessState& p, SessionState& s, uint32_t lane, LaneState& ls, uint64_t ns_tid);
   void off_cpu(const mlprof_ev_off_cpu& r);
   void thread(const mlprof_ev_thread& r, bool start);
 
@@ -412,6 +422,7 @@ LaneState& Joiner::State::lane_of(SessionState& s, uint32_t lane, const mlprof_e
     ls.lane.pid = s.tgid;
     ls.lane.session = s.serial;
     ls.lane.native_tid = h.tid;
+    ls.tid_from = LaneState::Tid::kRecord;
   }
   return ls;
 }
@@ -447,6 +458,7 @@ void Joiner::State::session_begin(const mlprof_ev_session& r) {
   SessionState& s = p.sessions[r.session];
   s.tgid = r.h.tgid;
   s.serial = r.session;
+  s.begin_tid = r.h.tid;
   s.start_ns = ts;
   p.by_start.emplace(ts, r.session);
   s.last_ts = ts;
@@ -475,7 +487,8 @@ void Joiner::State::session_end(const mlprof_ev_session& r) {
 }
 
 void Joiner::State::chunk(const mlprof_ev_chunk& r, const char* data) {
-  SessionState* s = open_session(r.h.tgid, r.session, nullptr);
+  ProcessState* p = nullptr;
+  SessionState* s = open_session(r.h.tgid, r.session, &p);
   if (!s) {
     ++stats.unmatched;
     return;
@@ -494,16 +507,40 @@ void Joiner::State::chunk(const mlprof_ev_chunk& r, const char* data) {
   }
   s->body_total = r.total;
   const std::string_view piece(data, r.bytes);
-  if (r.offset == 0 && r.bytes == r.total) return apply_body(*s, piece);  // one piece: read in place
+  if (r.offset == 0 && r.bytes == r.total) return apply_body(*p, *s, piece);  // one piece: read in place
   if (r.offset == 0) s->body.reserve(r.total);
   s->body.append(piece);
-  if (s->body.size() == s->body_total) apply_body(*s, s->body);
+  if (s->body.size() == s->body_total) apply_body(*p, *s, s->body);
+}
+
+// A body lane's thread by the host's tid, which the scheduler records carry:
+// lane 0's is session_begin's, another lane's its lane_begin's. The body's
+// `ns_tid` is gettid() in the target's pid namespace: the same number only
+// in the host's. Without a kernel record of the lane (lost), a tid learnt
+// from an earlier lane of the same thread stands, else the body's, counted.
+void Joiner::State::join_thread(ProcessState& p, SessionState& s, uint32_t lane, LaneState& ls,
+                                uint64_t ns_tid) {
+  using Tid = LaneState::Tid;
+  if (ls.tid_from != Tid::kRecord && lane == 0 && s.begin_tid != 0) {
+    ls.lane.native_tid = s.begin_tid;
+    ls.tid_from = Tid::kRecord;
+  }
+  if (ls.tid_from == Tid::kRecord) {
+    if (ns_tid != ls.lane.native_tid) {
+      if (p.host_tid_of.size() >= limits.max_threads_per_process) p.host_tid_of.clear();
+      p.host_tid_of[ns_tid] = static_cast<uint32_t>(ls.lane.native_tid);
+    }
+    return;
+  }
+  auto it = p.host_tid_of.find(ns_tid);
+  ls.lane.native_tid = it != p.host_tid_of.end() ? it->second : ns_tid;
+  ls.tid_from = it != p.host_tid_of.end() ? Tid::kLearnt : Tid::kBody;
 }
 
 // The session_spans body (mlprof_usdt.h) into the session's lanes: the
 // extension's own events, so build_tree gives its tree. Every read is
 // bounds-checked; what does not fit stops the lane (flagged truncated).
-void Joiner::State::apply_body(SessionState& s, std::string_view b) {
+void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_view b) {
   size_t at = 0;
   auto read = [&](auto& out) {
     if (b.size() - at < sizeof(out)) return false;
@@ -541,7 +578,7 @@ void Joiner::State::apply_body(SessionState& s, std::string_view b) {
     ls.seen_begin = true;  // the body describes it whole
     lane.pid = s.tgid;
     lane.session = s.serial;
-    lane.native_tid = ml.native_tid;
+    join_thread(p, s, ml.lane, ls, ml.native_tid);
     lane.thread_id = ml.thread_ident;
     lane.thread_name = field(ml.thread_name);
     lane.task = ml.task;
@@ -598,11 +635,14 @@ void Joiner::State::lane_begin(const mlprof_ev_lane& r) {
     return;
   }
   LaneState& ls = s->lanes[r.lane];
+  if (ls.tid_from != LaneState::Tid::kRecord) {  // the scheduler's name of it, even after a body
+    ls.lane.native_tid = r.h.tid;
+    ls.tid_from = LaneState::Tid::kRecord;
+  }
   if (ls.seen_begin || !ls.lane.events.empty()) return;  // a repeat: the first one stands
   ls.seen_begin = true;
   ls.lane.pid = r.h.tgid;
   ls.lane.session = r.session;
-  ls.lane.native_tid = r.h.tid;
   ls.lane.thread_id = r.thread_ident;
   ls.lane.thread_name = field(r.thread_name);
   ls.lane.task = r.task;
@@ -804,6 +844,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   for (auto& [number, ls] : s.lanes) {
     index_of[number] = static_cast<int32_t>(index_of.size());
     if (!ls.seen_begin) ++stats.lanes_without_begin;
+    if (ls.tid_from == LaneState::Tid::kBody) ++stats.lanes_unjoined;
   }
   // Process-wide function and label ids -> this profile's tables: the
   // process's names (the shared base) keep their ids; a name no earlier

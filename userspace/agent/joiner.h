@@ -41,6 +41,10 @@ struct JoinerStats {
   uint64_t names_lost = 0;
   // Lanes whose lane_begin record was lost (rebuilt from their spans).
   uint64_t lanes_without_begin = 0;
+  // session_spans lanes whose thread no kernel record named (its lane_begin
+  // lost, the thread not seen before): joined by the body's tid, which is
+  // the host's only when the target shares the host's pid namespace.
+  uint64_t lanes_unjoined = 0;
   // Span records past JoinerLimits::max_events_per_session or max_events_total.
   uint64_t events_over_cap = 0;
   // Scheduler records (off-CPU intervals, thread start/exit) dropped by the
