@@ -7,7 +7,7 @@
 //
 //   mlprof-usdt-storm [--sessions N] [--spans-per-session M] [--threads T]
 //                     [--seconds S] [--sleep-us U] [--wait-attached S]
-//                     [--body-version V]
+//                     [--body-version V] [--rate R]
 //
 // Prints its pid first (for --pid), then one line of figures at the end:
 //   sites: probe sites executed; hits: sites whose probe fired (a tracer was
@@ -51,6 +51,7 @@ struct Options {
   unsigned threads = 1;
   double seconds = 0;        // 0: no time limit
   unsigned sleep_us = 0;     // between sessions
+  double rate = 0;           // sessions per second, all threads together; 0: as fast as it can
   double wait_attached = 0;  // wait up to this long for a tracer before starting
   uint32_t body_version = MLPROF_USDT_VERSION;  // session_spans bodies claim this contract version
 };
@@ -123,7 +124,16 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
   const auto ident = static_cast<uint64_t>(pthread_self());
   Counts c;
   std::vector<int64_t> stamps;  // v2: the session's start, its events' times, its end
+  // --rate: each thread's sessions start on a fixed schedule (absolute
+  // deadlines), so a slow session or a late wake-up does not lower the rate.
+  const int64_t every_ns = o.rate > 0 ? static_cast<int64_t>(1e9 * o.threads / o.rate) : 0;
+  int64_t next_ns = monotonic_ns();
   for (uint64_t s = 0; o.sessions == 0 || s < o.sessions; ++s) {
+    if (every_ns > 0) {
+      const timespec at{static_cast<time_t>(next_ns / 1'000'000'000), static_cast<long>(next_ns % 1'000'000'000)};
+      clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr);
+      next_ns += every_ns;
+    }
     if (timed && Clock::now() >= deadline) break;
     const auto t0 = Clock::now();
     const uint64_t session = g_next_session.fetch_add(1, std::memory_order_relaxed);
@@ -184,6 +194,7 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
           "  --threads T            threads firing at once (default 1)\n"
           "  --seconds S            stop after S seconds (default: no limit)\n"
           "  --sleep-us U           sleep U microseconds between sessions (default 0)\n"
+          "  --rate R               R sessions per second in all, on a fixed schedule (default: no pacing)\n"
           "  --wait-attached S      wait up to S seconds for a tracer on every probe first\n"
           "  --body-version V       session_spans bodies say contract version V (default: this build's;\n"
           "                         another one plays an extension newer than the agent)\n");
@@ -217,6 +228,7 @@ Options parse(int argc, char** argv) {
                                  {"sleep-us", required_argument, nullptr, 'u'},
                                  {"wait-attached", required_argument, nullptr, 'w'},
                                  {"body-version", required_argument, nullptr, 'v'},
+                                 {"rate", required_argument, nullptr, 'r'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   Options o;
@@ -243,6 +255,9 @@ Options parse(int argc, char** argv) {
         break;
       case 'v':
         o.body_version = static_cast<uint32_t>(parse_u64("--body-version", optarg));
+        break;
+      case 'r':
+        o.rate = parse_seconds("--rate", optarg);  // a non-negative number
         break;
       case 'h':
         usage(nullptr);
