@@ -6,10 +6,12 @@
 #include "agent/continuous.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 
 #include "agent/options.h"
+#include "agent/sink_dir.h"
 #include "core/file_io.h"
 #include "core/json_read.h"
 #include "profile_builder.h"
@@ -213,12 +215,53 @@ TEST(Options, ContinuousModeFlags) {
   EXPECT_EQ(error({"--all", "--duty-cycle", "10s/1m"}), "");  // a single capture may have one too
 }
 
+TEST(Options, TheDirectorySinksRetentionBoundsTheDiskByDefault) {
+  auto d = parse_options({"--all", "--continuous", "--sink", "/srv/p"});
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d.value().sink_max_bytes, uint64_t{1024} << 20);
+  EXPECT_EQ(d.value().sink_max_age_ns, 7 * 86400 * kS);
+  EXPECT_EQ(d.value().sink_bound_given, "");
+  auto o = parse_options({"--all", "--continuous", "--sink", "/srv/p", "--sink-max-age", "36h", "--sink-max-mb", "200"});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o.value().sink_max_bytes, uint64_t{200} << 20);
+  EXPECT_EQ(o.value().sink_max_age_ns, 36 * 3600 * kS);
+  EXPECT_EQ(o.value().sink_bound_given, "--sink-max-age");
+  auto error = [](std::vector<std::string> args) {
+    auto r = parse_options(args);
+    return r ? std::string() : r.error().message;
+  };
+  EXPECT_EQ(error({"--all", "--continuous", "--sink", "/p", "--sink-max-mb", "0"}).rfind("--sink-max-mb '0' is not", 0),
+            0u);
+  EXPECT_EQ(error({"--all", "--continuous", "--sink", "/p", "--sink-max-age", "500ms"}).rfind("--sink-max-age", 0), 0u);
+  EXPECT_EQ(error({"--all", "--sink-max-mb", "10"}).rfind("--sink-max-mb belongs to the continuous agent", 0), 0u);
+}
+
+TEST(Continuous, ADirectorySinksLineSaysWhatItHoldsAndPruned) {
+  Rig rig;
+  const std::string dir = rig.dir.path() + "/profiles";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  auto sink = open_directory_sink(dir, {uint64_t{1} << 20, 0});  // no age: this clock is in 2027
+  Continuous c(options(), *rig.spool, *sink, rig.out, kT0);
+  c.add(session(11, 2));
+  c.tick(kT0 + 60 * kS);
+  ASSERT_TRUE(rig.spool->deliver_one(*sink));
+  c.tick(kT0 + 120 * kS);
+  const std::string printed = rig.printed();
+  const uint64_t size = sink->retention()->bytes;
+  ASSERT_GT(size, 0u);
+  char expected[160];
+  std::snprintf(expected, sizeof expected, "; sink %s; directory %.1f MB in 1 file (bound 1 MB), pruned 0\n",
+                dir.c_str(), static_cast<double>(size) / (1 << 20));
+  EXPECT_NE(printed.find(expected), std::string::npos) << printed << expected;
+}
+
 TEST(Options, Durations) {
   EXPECT_EQ(parse_duration_ns("90"), 90 * kS);
   EXPECT_EQ(parse_duration_ns("90s"), 90 * kS);
   EXPECT_EQ(parse_duration_ns("1500ms"), 1500'000'000);
   EXPECT_EQ(parse_duration_ns("1.5m"), 90 * kS);
   EXPECT_EQ(parse_duration_ns("2h"), 7200 * kS);
+  EXPECT_EQ(parse_duration_ns("7d"), 7 * 86400 * kS);
   for (const char* bad : {"", "s", "0", "-5s", "5x", "5 s", "1e30h", "0.1ms"})
     EXPECT_FALSE(parse_duration_ns(bad)) << bad;
 }

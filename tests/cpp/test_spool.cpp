@@ -279,6 +279,165 @@ TEST(Spool, BackoffDoublesUpToItsMaximum) {
   EXPECT_EQ(b.ceiling_ms(1000), 60'000);
 }
 
+// ---- items of another sink ----------------------------------------------------
+
+// A first run for sink A leaves an item; a run for sink B neither delivers
+// it nor waits for it, and names it; a run for A delivers it.
+TEST(Spool, AnItemIsDeliveredOnlyToTheSinkItWasWrittenFor) {
+  TempDir dir;
+  {
+    auto a = Spool::open(dir.path(), {}, {}, "sqlite:/tmp/scratch.db");
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(a.value()->put(item_of("scratch"), std::string(3 << 20, 's')));
+    EXPECT_EQ(a.value()->items()[0].sink, "sqlite:/tmp/scratch.db");
+  }
+  EXPECT_NE(read_file(dir.path() + "/0000000000000001.item").value().find("\"sink\":\"sqlite:/tmp/scratch.db\""),
+            std::string::npos);
+  {
+    auto b = Spool::open(dir.path(), {}, {}, "postgresql://prof@db:5432/profiles");
+    ASSERT_TRUE(b);
+    Spool& s = *b.value();
+    SpoolStats st = s.stats();
+    EXPECT_EQ(st.resumed, 0u);
+    EXPECT_EQ(st.pending, 0u);
+    EXPECT_EQ(st.others, 1u);
+    EXPECT_EQ(s.others_text(), "1 item (3.0 MB) for sqlite:/tmp/scratch.db");
+    RecordingSink sink;
+    EXPECT_FALSE(s.deliver_one(sink));  // nothing of its own
+    ASSERT_TRUE(s.put(item_of("prod"), "P"));
+    EXPECT_TRUE(s.deliver_one(sink));
+    EXPECT_FALSE(s.deliver_one(sink));
+    EXPECT_EQ(sink.delivered, (std::vector<std::string>{"prod"}));
+    s.start(sink);
+    EXPECT_TRUE(s.flush(5'000));  // the other sink's item is not waited for
+    s.stop();
+    EXPECT_EQ(s.stats().others, 1u);
+    EXPECT_TRUE(exists(dir.path() + "/0000000000000001.json.gz"));
+  }
+  auto a = Spool::open(dir.path(), {}, {}, "sqlite:/tmp/scratch.db");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a.value()->stats().resumed, 1u);
+  EXPECT_EQ(a.value()->others_text(), "");
+  RecordingSink sink;
+  EXPECT_TRUE(a.value()->deliver_one(sink));
+  EXPECT_EQ(sink.delivered, (std::vector<std::string>{"scratch"}));
+}
+
+TEST(Spool, AnItemOfAnOlderAgentRecordsNoSinkAndIsLeftAndNamed) {
+  TempDir dir;
+  {
+    auto s = Spool::open(dir.path());
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(s.value()->put(item_of("old"), "O"));
+  }
+  // The metadata an agent before sinks were recorded wrote: no "sink".
+  const std::string meta_path = dir.path() + "/0000000000000001.item";
+  std::string meta = read_file(meta_path).value();
+  const size_t at = meta.find(",\"sink\":\"\"");
+  ASSERT_NE(at, std::string::npos) << meta;
+  meta.erase(at, std::string(",\"sink\":\"\"").size());
+  ASSERT_TRUE(write_file_atomic(meta_path, meta));
+  auto s = Spool::open(dir.path(), {}, {}, "dir:/srv/profiles");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s.value()->stats().corrupt, 0u);
+  EXPECT_EQ(s.value()->stats().others, 1u);
+  EXPECT_EQ(s.value()->others_text(), "1 item (0.0 MB) for a sink not recorded (an older agent's)");
+}
+
+TEST(Spool, AnotherSinksItemsCountInTheBoundsAndTheOldestGoFirst) {
+  TempDir dir;
+  SpoolLimits limits;
+  limits.max_items = 2;
+  {
+    auto a = Spool::open(dir.path(), limits, {}, "A");
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(a.value()->put(item_of("a1"), "1"));
+    ASSERT_TRUE(a.value()->put(item_of("a2"), "2"));
+  }
+  auto b = Spool::open(dir.path(), limits, {}, "B");
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b.value()->put(item_of("b1"), "3"));
+  EXPECT_EQ(keys(*b.value()), (std::vector<std::string>{"a2", "b1"}));
+  EXPECT_EQ(b.value()->stats().dropped_bound, 1u);
+}
+
+// ---- corrupt/ and rejected/ -----------------------------------------------------
+
+// Bytes of the regular files under `dir`, its subdirectories too: the oracle.
+uint64_t tree_bytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) total += e.file_size();
+  }
+  return total;
+}
+
+size_t files_in(const std::string& dir) {
+  if (!exists(dir)) return 0;
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.is_regular_file();
+  return n;
+}
+
+TEST(Spool, SetAsideItemsAreAtMostAHundredTheNewest) {
+  TempDir dir;
+  auto opened = Spool::open(dir.path());
+  ASSERT_TRUE(opened);
+  Spool& s = *opened.value();
+  RecordingSink sink(1000, DeliveryStatus::kReject);
+  for (int i = 0; i < 105; ++i) {
+    ASSERT_TRUE(s.put(item_of("r" + std::to_string(i)), "R"));
+    ASSERT_TRUE(s.deliver_one(sink));
+  }
+  EXPECT_EQ(s.stats().rejected, 105u);
+  EXPECT_EQ(s.stats().set_aside, kMaxSetAside);
+  EXPECT_EQ(s.stats().set_aside_removed, 5u);
+  EXPECT_EQ(files_in(dir.path() + "/rejected"), 2 * kMaxSetAside);
+  EXPECT_FALSE(exists(dir.path() + "/rejected/0000000000000005.item"));
+  EXPECT_TRUE(exists(dir.path() + "/rejected/0000000000000006.item"));
+  EXPECT_EQ(s.stats().set_aside_bytes, tree_bytes(dir.path() + "/rejected"));
+}
+
+TEST(Spool, SetAsideItemsCountInTheByteBoundAndGoFirstAtThisRunAndTheNext) {
+  TempDir dir;
+  SpoolLimits limits;
+  limits.max_bytes = 2000;
+  const std::string doc(500, 'x');  // with its metadata about 750 bytes: 2 fit, not 3
+  {
+    auto opened = Spool::open(dir.path(), limits);
+    ASSERT_TRUE(opened);
+    Spool& s = *opened.value();
+    ASSERT_TRUE(s.put(item_of("bad"), doc));
+    RecordingSink rejecting(1, DeliveryStatus::kReject);
+    ASSERT_TRUE(s.deliver_one(rejecting));
+    ASSERT_TRUE(s.put(item_of("a"), doc));
+    EXPECT_EQ(s.stats().set_aside, 1u);
+    EXPECT_EQ(tree_bytes(dir.path()), s.stats().pending_bytes + s.stats().set_aside_bytes);
+    ASSERT_TRUE(s.put(item_of("b"), doc));  // room: the rejected item goes, not "a"
+    EXPECT_EQ(keys(s), (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(s.stats().dropped_bound, 0u);
+    EXPECT_EQ(s.stats().set_aside, 0u);
+    EXPECT_EQ(s.stats().set_aside_removed, 1u);
+    EXPECT_EQ(files_in(dir.path() + "/rejected"), 0u);
+    EXPECT_LE(tree_bytes(dir.path()), 2000u);
+  }
+  // The next run finds a corrupt item (metadata cut short) and a smaller
+  // bound: the corrupt item is set aside and counted, then removed first.
+  { std::ofstream(dir.path() + "/0000000000000002.item", std::ios::trunc) << "{\"version\": 1, \"ke"; }
+  limits.max_bytes = 1000;
+  auto again = Spool::open(dir.path(), limits);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again.value()->stats().corrupt, 1u);
+  EXPECT_EQ(keys(*again.value()), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(again.value()->stats().dropped_bound, 0u);
+  EXPECT_LE(tree_bytes(dir.path()), 1000u);
+  EXPECT_EQ(tree_bytes(dir.path()),
+            again.value()->stats().pending_bytes + again.value()->stats().set_aside_bytes);
+  // New items are numbered past the set-aside ones too.
+  ASSERT_TRUE(again.value()->put(item_of("c"), "c"));
+  EXPECT_EQ(again.value()->items().back().path, dir.path() + "/0000000000000004.json.gz");
+}
+
 // ---- the sinks' re-delivery --------------------------------------------------
 
 std::string document_of_one_session() {

@@ -83,7 +83,7 @@ std::string DutyCycle::text() const { return seconds_text(on_ns) + "/" + seconds
 
 // ---- the rotation ---------------------------------------------------------------
 
-Continuous::Continuous(ContinuousOptions opts, Spool& spool, const Sink& sink, std::FILE* out,
+Continuous::Continuous(ContinuousOptions opts, Spool& spool, Sink& sink, std::FILE* out,
                        int64_t now_unix_ns)
     : opts_(std::move(opts)), spool_(spool), sink_(sink), out_(out) {
   if (opts_.rotate_ns <= 0) opts_.rotate_ns = 60 * kSecond;
@@ -224,6 +224,7 @@ void Continuous::rotate(int64_t end) {
   held_sessions_ = 0;
   held_spans_ = 0;
   last_ = r;
+  sink_.maintain(end);
   const std::string line = summary_line(r) + "\n";
   std::fputs(line.c_str(), out_);
   std::fflush(out_);
@@ -238,6 +239,7 @@ std::string Continuous::summary_line(const RotationSummary& r) const {
                      (r.spans == 1 ? " span" : " spans");
   line += "; delivered " + std::to_string(st.delivered) + ", spooled " + std::to_string(st.pending) +
           ", dropped " + std::to_string(st.dropped()) + "; sink " + sink_.describe();
+  if (const auto kept = sink_.retention()) line += "; " + retention_text(*kept);
   if (opts_.duty.enabled()) {
     const int64_t len = std::max<int64_t>(r.end_unix_ns - r.start_unix_ns, 1);
     line += "; profiled " + seconds_text(r.profiled_ns / 1'000'000 * 1'000'000) + " of " +

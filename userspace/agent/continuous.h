@@ -67,8 +67,9 @@ struct RotationSummary {
 class Continuous {
  public:
   // `spool` (started on `sink`) outlives this. `out`: where the summary
-  // lines go (stdout).
-  Continuous(ContinuousOptions opts, Spool& spool, const Sink& sink, std::FILE* out, int64_t now_unix_ns);
+  // lines go (stdout). Each rotation calls sink.maintain() (the directory's
+  // retention) and its line carries sink.retention().
+  Continuous(ContinuousOptions opts, Spool& spool, Sink& sink, std::FILE* out, int64_t now_unix_ns);
 
   // A finished session of the current period.
   void add(Profile&& session);
@@ -107,7 +108,7 @@ class Continuous {
 
   ContinuousOptions opts_;
   Spool& spool_;
-  const Sink& sink_;
+  Sink& sink_;
   std::FILE* out_;
   std::string run_id_;  // this run's start: keys stay unique across restarts
   uint64_t rotations_ = 0;

@@ -421,22 +421,30 @@ int run(int argc, char** argv) {
   std::unique_ptr<Sink> sink;
   std::unique_ptr<Spool> spool;
   if (opts.continuous) {
-    auto s = open_sink(opts.sink);
+    auto s = open_sink(opts.sink, {opts.sink_max_bytes, opts.sink_max_age_ns});
     if (!s) return fail(kExitError, "cannot use the sink " + opts.sink + ": " + s.error().message);
     sink = std::move(s.value());
+    if (!opts.sink_bound_given.empty() && !sink->retention()) {
+      return fail(kExitUsage, opts.sink_bound_given + " bounds a directory sink; " + sink->describe() +
+                                  " keeps what it is given: leave " + opts.sink_bound_given + " out");
+    }
     SpoolLimits limits;
     limits.max_bytes = opts.spool_max_bytes;
     Backoff backoff;
     backoff.max_ms = opts.retry_max_ns / 1'000'000;
     backoff.initial_ms = std::min<int64_t>(backoff.initial_ms, backoff.max_ms);
-    auto sp = Spool::open(opts.spool, limits, backoff);
+    auto sp = Spool::open(opts.spool, limits, backoff, sink->identity());
     if (!sp) return fail(kExitError, sp.error().message + " (--spool DIR chooses another)");
     spool = std::move(sp.value());
     const SpoolStats st = spool->stats();
-    if (st.resumed + st.corrupt > 0) {
+    if (st.resumed + st.corrupt + st.others > 0) {
+      // Another sink's items are never delivered here (a scratch run's must
+      // not land in a production store): said, and left for a run with it.
       say("spool " + spool->dir() + ": " + plural(st.resumed, "item", "items") +
           " of a previous run to deliver" +
-          (st.corrupt > 0 ? ", " + std::to_string(st.corrupt) + " unreadable set aside in corrupt/" : ""));
+          (st.corrupt > 0 ? ", " + std::to_string(st.corrupt) + " unreadable set aside in corrupt/" : "") +
+          (st.others > 0 ? "; left there, not for this sink (" + sink->identity() + "): " + spool->others_text()
+                         : ""));
     }
     spool->start(*sink);
   }
@@ -649,7 +657,9 @@ int run(int argc, char** argv) {
     std::string line = "stopped: delivered " + std::to_string(st.delivered) + ", spooled " +
                        std::to_string(st.pending) + ", dropped " + std::to_string(st.dropped()) + "; sink " +
                        sink->describe();
+    if (const auto kept = sink->retention()) line += "; " + retention_text(*kept);
     if (!empty) line += "; left in " + spool->dir() + " for the next run (" + st.last_error + ")";
+    if (st.others > 0) line += "; left in " + spool->dir() + " for other sinks: " + spool->others_text();
     write_stdout("mlprof-ebpf: " + line + "\n");
     if (agent.poll_error() != 0) return kExitError;
     return stats.lost > 0 ? kExitLost : kExitOk;

@@ -38,6 +38,8 @@ enum LongOnly : int {
   kSpool,
   kRotate,
   kSpoolMaxMb,
+  kSinkMaxMb,
+  kSinkMaxAge,
   kDutyCycle,
   kRetryMax,
   kPod,
@@ -66,6 +68,8 @@ constexpr option kLongOptions[] = {
     {"spool", required_argument, nullptr, kSpool},
     {"rotate", required_argument, nullptr, kRotate},
     {"spool-max-mb", required_argument, nullptr, kSpoolMaxMb},
+    {"sink-max-mb", required_argument, nullptr, kSinkMaxMb},
+    {"sink-max-age", required_argument, nullptr, kSinkMaxAge},
     {"duty-cycle", required_argument, nullptr, kDutyCycle},
     {"retry-max", required_argument, nullptr, kRetryMax},
     {"pod", required_argument, nullptr, kPod},
@@ -287,6 +291,24 @@ Result<Options> parse_options(int argc, char* const* argv) {
         given_continuous_only = given_continuous_only.empty() ? "--spool-max-mb" : given_continuous_only;
         break;
       }
+      case kSinkMaxMb: {
+        auto mb = parse_integer(arg, 1, 1 << 30);
+        if (!mb) return usage_error("--sink-max-mb '" + arg + "' is not a size in MiB: e.g. --sink-max-mb 1024");
+        opts.sink_max_bytes = static_cast<uint64_t>(*mb) << 20;
+        if (opts.sink_bound_given.empty()) opts.sink_bound_given = "--sink-max-mb";
+        given_continuous_only = given_continuous_only.empty() ? "--sink-max-mb" : given_continuous_only;
+        break;
+      }
+      case kSinkMaxAge: {
+        auto ns = parse_duration_ns(arg);
+        if (!ns || *ns < 1'000'000'000) {
+          return usage_error("--sink-max-age '" + arg + "' is not an age of at least 1 s: e.g. --sink-max-age 7d");
+        }
+        opts.sink_max_age_ns = *ns;
+        if (opts.sink_bound_given.empty()) opts.sink_bound_given = "--sink-max-age";
+        given_continuous_only = given_continuous_only.empty() ? "--sink-max-age" : given_continuous_only;
+        break;
+      }
       case kRetryMax: {
         auto ns = parse_duration_ns(arg);
         if (!ns) return usage_error("--retry-max '" + arg + "' is not a duration: e.g. --retry-max 60s");
@@ -439,6 +461,8 @@ TARGET (one kind):
   --rotate D           the period (default 60s; 90, 90s, 5m, 1h)
   --spool DIR          where items wait for the sink (default /var/lib/mlprof/spool)
   --spool-max-mb N     the spool's bound (default 256); the oldest items go first
+  --sink-max-mb N      a directory sink's bound on the agent's files there (default 1024 MiB)
+  --sink-max-age D     ... and on their age (default 7d); the oldest go first, counted
   --retry-max D        the longest wait between deliveries to a sink that is down (default
                        60s; from 1s, doubling, with jitter)
   --duty-cycle ON/P    capture only for ON of every P (e.g. 10s/60s): the targets are
@@ -473,6 +497,8 @@ std::optional<int64_t> parse_duration_ns(const std::string& text) {
     scale = 60e9;
   } else if (unit == "h") {
     scale = 3600e9;
+  } else if (unit == "d") {
+    scale = 86400e9;
   } else {
     return std::nullopt;
   }

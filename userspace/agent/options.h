@@ -46,6 +46,13 @@ struct Options {
   std::string spool = "/var/lib/mlprof/spool";     // --spool DIR
   int64_t rotate_ns = 60'000'000'000;              // --rotate DURATION
   uint64_t spool_max_bytes = uint64_t{256} << 20;  // --spool-max-mb N
+  // A directory sink's retention (sink_dir.h): its files together at most
+  // --sink-max-mb MiB, none older than --sink-max-age; the oldest go first.
+  uint64_t sink_max_bytes = uint64_t{1024} << 20;       // --sink-max-mb N
+  int64_t sink_max_age_ns = int64_t{7} * 86'400'000'000'000;  // --sink-max-age D
+  // The first of them given on the command line ("" if neither): refused
+  // for a sink that is not a directory (main.cpp, once the sink is open).
+  std::string sink_bound_given;
   int64_t retry_max_ns = 60'000'000'000;           // --retry-max DURATION: the back-off's ceiling
   // --duty-cycle ON/PERIOD: capture on for ON of every PERIOD (wall-clock
   // aligned); 0/0: always on.
@@ -66,7 +73,7 @@ Result<Options> parse_options(int argc, char* const* argv);
 // Convenience for tests: {"--pid", "4"} (the program name is added).
 Result<Options> parse_options(const std::vector<std::string>& args);
 
-// "90", "90s", "1500ms", "5m", "1h" -> ns (1 ms to ~30 years); nullopt otherwise.
+// "90", "90s", "1500ms", "5m", "1h", "7d" -> ns (1 ms to ~30 years); nullopt otherwise.
 std::optional<int64_t> parse_duration_ns(const std::string& text);
 
 // The --help text.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/result.h"
@@ -31,7 +32,26 @@ struct SpoolItem {
   // whose key it already holds as delivered, so an item re-sent after a
   // crash between delivery and acknowledgement is not stored twice.
   std::string key;
+  // The identity of the sink it was written for (Sink::identity()); set by
+  // the spool. A run delivers only its own sink's items. "": not recorded
+  // (written by an older agent).
+  std::string sink;
 };
+
+// What a sink that prunes what it wrote holds and has removed (the
+// directory sink's retention, --sink-max-mb and --sink-max-age).
+struct RetentionStats {
+  uint64_t max_bytes = 0;   // 0: no bound
+  int64_t max_age_ns = 0;   // 0: no bound
+  uint64_t files = 0;       // the agent's files there now
+  uint64_t bytes = 0;       // their size
+  uint64_t pruned_files = 0, pruned_bytes = 0;  // removed since the agent started, oldest first
+  std::string last_error;   // the last removal that failed ("" if none)
+};
+
+// "directory 41.2 MB in 14 files (bound 1024 MB, 7d), pruned 3 (9.6 MB)":
+// the summary lines' part (MB: MiB, one decimal).
+std::string retention_text(const RetentionStats& r);
 
 // The source label under which a store sink records SpoolItem::key, so a
 // re-delivered item is found and not added twice ("agent_item").
@@ -57,6 +77,27 @@ class Sink {
   virtual Delivery deliver(const SpoolItem& item) = 0;
   // The URL as log lines show it, any password removed.
   virtual std::string describe() const = 0;
+  // Where items go, stable across runs and spellings of the URL, never a
+  // password: "dir:/abs/path", "sqlite:/abs/path.db",
+  // "postgresql://USER@HOST:PORT/DB", "mlflow:http://HOST:PORT/PREFIX?experiment=NAME".
+  // The spool records it with every item and delivers only its own sink's.
+  virtual std::string identity() const { return describe(); }
+  // Housekeeping between deliveries, from the rotation (another thread
+  // than deliver()'s): the directory sink prunes what is past its age.
+  virtual void maintain(int64_t /*now_unix_ns*/) {}
+  // A sink that bounds what it keeps (the directory): its figures.
+  virtual std::optional<RetentionStats> retention() const { return std::nullopt; }
+};
+
+// `path` absolute (against the working directory) and lexically normal: no
+// "." or ".." parts, no repeated or trailing '/'. Symbolic links are kept
+// (the path may not exist yet): a sink's identity.
+std::string absolute_path(const std::string& path);
+
+// Options of the sinks that take any (the directory's retention).
+struct SinkOptions {
+  uint64_t dir_max_bytes = 0;  // --sink-max-mb; 0: no bound
+  int64_t dir_max_age_ns = 0;  // --sink-max-age; 0: no bound
 };
 
 // Opens a --sink URL:
@@ -69,6 +110,6 @@ class Sink {
 //                               artifact, its top-level figures as metrics
 // A malformed URL, or a store of another version, is an error here; a
 // server that is down is not (the spool holds items until it is back).
-Result<std::unique_ptr<Sink>> open_sink(const std::string& url);
+Result<std::unique_ptr<Sink>> open_sink(const std::string& url, const SinkOptions& options = {});
 
 }  // namespace mlprof::agent

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <vector>
 
@@ -92,8 +93,11 @@ bool ok(const HttpResponse& r) { return r.status >= 200 && r.status < 300; }
 
 class MlflowSink final : public Sink {
  public:
-  MlflowSink(std::string base, std::string experiment, std::string shown)
-      : base_(std::move(base)), experiment_(std::move(experiment)), shown_(std::move(shown)) {}
+  MlflowSink(std::string base, std::string experiment, std::string shown, std::string identity)
+      : base_(std::move(base)),
+        experiment_(std::move(experiment)),
+        shown_(std::move(shown)),
+        identity_(std::move(identity)) {}
 
   Delivery deliver(const SpoolItem& item) override {
     auto data = read_file(item.path);
@@ -157,6 +161,7 @@ class MlflowSink final : public Sink {
   }
 
   std::string describe() const override { return shown_; }
+  std::string identity() const override { return identity_; }
 
  private:
   struct Run {
@@ -317,6 +322,7 @@ class MlflowSink final : public Sink {
   std::string base_;        // scheme://host:port[/path], no trailing slash
   std::string experiment_;  // its name
   std::string shown_;
+  std::string identity_;
   std::string experiment_id_;  // "" until looked up
   HttpClient client_;
 };
@@ -408,7 +414,15 @@ Result<std::unique_ptr<Sink>> open_mlflow_sink(const std::string& url) {
   std::string shown = part(CURLUPART_URL);
   while (!shown.empty() && shown.back() == '/') shown.pop_back();
   shown += " (experiment " + experiment + ")";
-  return std::unique_ptr<Sink>(std::make_unique<MlflowSink>(std::move(base), std::move(experiment), std::move(shown)));
+  // The identity: no user, no password, the port always, the host in lower case.
+  std::string host = part(CURLUPART_HOST);
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string path = part(CURLUPART_PATH);
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  const std::string identity = "mlflow:" + scheme + "://" + host + ":" + part(CURLUPART_PORT, CURLU_DEFAULT_PORT) +
+                               path + "?experiment=" + experiment;
+  return std::unique_ptr<Sink>(std::make_unique<MlflowSink>(std::move(base), std::move(experiment), std::move(shown),
+                                                            identity));
 }
 
 }  // namespace mlprof::agent

@@ -45,6 +45,7 @@ class PostgresSink final : public Sink {
   }
 
   std::string describe() const override { return postgres_url_for_display(url_); }
+  std::string identity() const override { return postgres_identity(url_); }
 
  private:
   std::string url_;

@@ -34,6 +34,7 @@ class SqliteSink final : public Sink {
   }
 
   std::string describe() const override { return target_; }
+  std::string identity() const override { return "sqlite:" + absolute_path(sqlite_store_path(target_)); }
 
  private:
   std::string target_;

@@ -83,12 +83,15 @@ std::string meta_json(const SpoolItem& item, uint64_t doc_bytes) {
   w.Uint64(item.spans);
   w.Key("document_bytes");
   w.Uint64(doc_bytes);
+  w.Key("sink");
+  w.String(item.sink.c_str(), static_cast<rapidjson::SizeType>(item.sink.size()));
   w.EndObject();
   return std::string(buf.GetString(), buf.GetSize());
 }
 
 // The .item text back; false when it is not one (cut short, another
-// version, a field missing).
+// version, a field missing). "sink" may be missing (an older agent's item:
+// its sink was not recorded).
 bool parse_meta(const std::string& text, SpoolItem& item, uint64_t& doc_bytes) {
   rapidjson::Document d;
   d.Parse(text.data(), text.size());
@@ -105,12 +108,14 @@ bool parse_meta(const std::string& text, SpoolItem& item, uint64_t& doc_bytes) {
   const auto* sessions = member("sessions");
   const auto* spans = member("spans");
   const auto* bytes = member("document_bytes");
+  const auto* sink = member("sink");
   if (!version || !version->IsInt() || version->GetInt() != kMetaVersion || !key || !key->IsString() ||
       key->GetStringLength() == 0 || !labels || !labels->IsObject() || !start || !start->IsInt64() || !end ||
       !end->IsInt64() || !sessions || !sessions->IsUint64() || !spans || !spans->IsUint64() || !bytes ||
-      !bytes->IsUint64()) {
+      !bytes->IsUint64() || (sink && !sink->IsString())) {
     return false;
   }
+  item.sink = sink ? sink->GetString() : "";
   item.key = key->GetString();
   item.labels.clear();
   for (const auto& m : labels->GetObject()) {
@@ -141,18 +146,23 @@ int64_t Backoff::ceiling_ms(uint64_t failures) const {
   return std::min(d, std::max<int64_t>(max_ms, 1));
 }
 
-Spool::Spool(std::string dir, SpoolLimits limits, Backoff backoff)
-    : dir_(std::move(dir)), limits_(limits), backoff_(backoff), rng_(std::random_device{}()) {}
+Spool::Spool(std::string dir, SpoolLimits limits, Backoff backoff, std::string sink)
+    : dir_(std::move(dir)),
+      limits_(limits),
+      backoff_(backoff),
+      sink_(std::move(sink)),
+      rng_(std::random_device{}()) {}
 
 Spool::~Spool() { stop(); }
 
-Result<std::unique_ptr<Spool>> Spool::open(const std::string& dir, SpoolLimits limits, Backoff backoff) {
+Result<std::unique_ptr<Spool>> Spool::open(const std::string& dir, SpoolLimits limits, Backoff backoff,
+                                           std::string sink) {
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
   if (int e = make_dirs(d); e != 0) {
     return Error{Error::Kind::kIo, e, "cannot create the spool directory " + d + ": " + std::strerror(e)};
   }
-  std::unique_ptr<Spool> spool(new Spool(d, limits, backoff));
+  std::unique_ptr<Spool> spool(new Spool(d, limits, backoff, std::move(sink)));
   if (auto r = spool->resume(); !r) return r.error();
   return spool;
 }
@@ -183,6 +193,9 @@ Result<Ok> Spool::resume() {
     }
   }
   ::closedir(d);
+  std::lock_guard<std::mutex> lock(mu_);
+  resume_set_aside("corrupt");
+  resume_set_aside("rejected");
   for (const std::string& t : temporaries) ::unlink((dir_ + "/" + t).c_str());
   for (const std::string& doc : docs) {
     uint64_t seq = 0;
@@ -204,18 +217,20 @@ Result<Ok> Spool::resume() {
     const off_t actual = has_doc ? file_size(b + kDocSuffix) : -1;
     if (!text || !parse_meta(text.value(), e.item, doc_bytes) || actual < 0 ||
         static_cast<uint64_t>(actual) != doc_bytes) {
-      set_aside(b, "corrupt");
+      set_aside_locked(seq, "corrupt");
       ++stats_.corrupt;
       continue;
     }
     e.item.path = b + kDocSuffix;
     e.bytes = doc_bytes + text.value().size();
+    e.other = e.item.sink != sink_;
     bytes_ += e.bytes;
+    if (!e.other) ++stats_.resumed;
     entries_.push_back(std::move(e));
-    ++stats_.resumed;
   }
-  // Bounds that shrank since the last run: the oldest go first.
-  std::lock_guard<std::mutex> lock(mu_);
+  // Bounds that shrank since the last run: set-aside items first, then the
+  // oldest items.
+  while (!set_aside_.empty() && bytes_ > limits_.max_bytes) remove_set_aside_locked();
   while (!entries_.empty() && (entries_.size() > limits_.max_items || bytes_ > limits_.max_bytes)) {
     remove_entry_locked(0);
     ++stats_.dropped_bound;
@@ -223,14 +238,62 @@ Result<Ok> Spool::resume() {
   return Ok{};
 }
 
-void Spool::set_aside(const std::string& base_path, const std::string& where) {
+void Spool::resume_set_aside(const std::string& where) {
+  const std::string sub = dir_ + "/" + where;
+  DIR* d = ::opendir(sub.c_str());
+  if (d == nullptr) return;  // none yet
+  std::map<uint64_t, uint64_t> found;  // seq -> bytes of its files
+  while (dirent* ent = ::readdir(d)) {
+    const std::string name = ent->d_name;
+    uint64_t seq = 0;
+    const bool item = ends_with(name, kItemSuffix) && parse_seq(name.substr(0, name.size() - 5), seq);
+    if (!item && !(ends_with(name, kDocSuffix) && parse_seq(name.substr(0, name.size() - 8), seq))) continue;
+    const off_t size = file_size(sub + "/" + name);
+    found[seq] += size > 0 ? static_cast<uint64_t>(size) : 0;
+  }
+  ::closedir(d);
+  for (const auto& [seq, bytes] : found) {
+    next_seq_ = std::max(next_seq_, seq + 1);  // a new item is never named as a set-aside one
+    const SetAside a{seq, where, bytes};
+    set_aside_.insert(std::upper_bound(set_aside_.begin(), set_aside_.end(), a,
+                                       [](const SetAside& x, const SetAside& y) { return x.seq < y.seq; }),
+                      a);
+    bytes_ += bytes;
+  }
+  while (set_aside_.size() > kMaxSetAside) remove_set_aside_locked();
+}
+
+void Spool::set_aside_locked(uint64_t seq, const std::string& where) {
   const std::string to = dir_ + "/" + where;
   ::mkdir(to.c_str(), 0755);
+  const std::string base_path = base(seq);
+  SetAside a{seq, where, 0};
   for (const char* suffix : {kItemSuffix, kDocSuffix}) {
     const std::string from = base_path + suffix;
     const std::string dest = to + from.substr(from.rfind('/'));
-    if (::rename(from.c_str(), dest.c_str()) != 0) ::unlink(from.c_str());
+    if (::rename(from.c_str(), dest.c_str()) != 0) {
+      ::unlink(from.c_str());
+    } else if (const off_t size = file_size(dest); size > 0) {
+      a.bytes += static_cast<uint64_t>(size);
+    }
   }
+  set_aside_.insert(std::upper_bound(set_aside_.begin(), set_aside_.end(), a,
+                                     [](const SetAside& x, const SetAside& y) { return x.seq < y.seq; }),
+                    a);
+  bytes_ += a.bytes;
+  while (set_aside_.size() > kMaxSetAside) remove_set_aside_locked();
+}
+
+void Spool::remove_set_aside_locked() {
+  const SetAside& a = set_aside_.front();
+  char name[32];
+  std::snprintf(name, sizeof name, "/%016" PRIu64, a.seq);
+  const std::string b = dir_ + "/" + a.where + name;
+  ::unlink((b + kItemSuffix).c_str());
+  ::unlink((b + kDocSuffix).c_str());
+  bytes_ -= std::min(bytes_, a.bytes);
+  set_aside_.pop_front();
+  ++stats_.set_aside_removed;
 }
 
 void Spool::remove_entry_locked(size_t i) {
@@ -242,10 +305,13 @@ void Spool::remove_entry_locked(size_t i) {
   changed_.notify_all();
 }
 
-bool Spool::make_room_locked(uint64_t bytes) {
-  if (bytes > limits_.max_bytes || limits_.max_items == 0) return false;
+bool Spool::make_room_locked(uint64_t bytes, size_t items) {
+  if (bytes > limits_.max_bytes || items > limits_.max_items) return false;
+  // Set-aside items are kept to be looked at, not delivered: they go first.
+  while (!set_aside_.empty() && bytes_ + bytes > limits_.max_bytes) remove_set_aside_locked();
   size_t i = 0;
-  while (i < entries_.size() && (entries_.size() + 1 > limits_.max_items || bytes_ + bytes > limits_.max_bytes)) {
+  while (i < entries_.size() &&
+         (entries_.size() + items > limits_.max_items || bytes_ + bytes > limits_.max_bytes)) {
     if (entries_[i].in_flight) {
       ++i;
       continue;
@@ -253,7 +319,7 @@ bool Spool::make_room_locked(uint64_t bytes) {
     remove_entry_locked(i);
     ++stats_.dropped_bound;
   }
-  return entries_.size() + 1 <= limits_.max_items && bytes_ + bytes <= limits_.max_bytes;
+  return entries_.size() + items <= limits_.max_items && bytes_ + bytes <= limits_.max_bytes;
 }
 
 Result<Ok> Spool::put(SpoolItem item, std::string_view document) {
@@ -264,11 +330,12 @@ Result<Ok> Spool::put(SpoolItem item, std::string_view document) {
   }
   const std::string b = base(seq);
   item.path = b + kDocSuffix;
+  item.sink = sink_;
   const std::string meta = meta_json(item, document.size());
   const uint64_t bytes = document.size() + meta.size();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!make_room_locked(bytes)) {
+    if (!make_room_locked(bytes, 1)) {
       ++stats_.dropped_write;
       return Error{Error::Kind::kIo, EFBIG,
                    "the item (" + std::to_string(bytes) + " bytes) is larger than the spool's bound (" +
@@ -307,14 +374,16 @@ bool Spool::deliver_one(Sink& sink) {
   uint64_t seq = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.in_flight; });
+    auto it = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.in_flight && !e.other; });
     if (it == entries_.end()) return false;
     it->in_flight = true;
     item = it->item;
     seq = it->seq;
+    stats_.call_since_ms = mono_ms();
   }
   const Delivery d = sink.deliver(item);  // may block: outside the lock
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.call_since_ms = 0;
   auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.seq == seq; });
   if (it == entries_.end()) return true;  // cannot happen: in_flight entries are never dropped
   it->in_flight = false;
@@ -323,14 +392,15 @@ bool Spool::deliver_one(Sink& sink) {
     case DeliveryStatus::kDelivered:
       remove_entry_locked(i);
       ++stats_.delivered;
+      stats_.last_delivered_ms = mono_ms();
       consecutive_failures_ = 0;
       next_attempt_ms_ = 0;
       stats_.last_error.clear();
       break;
     case DeliveryStatus::kReject:
-      set_aside(base(seq), "rejected");
       bytes_ -= std::min(bytes_, entries_[i].bytes);
       entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
+      set_aside_locked(seq, "rejected");  // its bytes counted there now
       changed_.notify_all();
       ++stats_.rejected;
       stats_.last_error = d.detail;
@@ -362,7 +432,8 @@ void Spool::run(Sink& sink) {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
         if (stop_) return;
-        const bool any = std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.in_flight; });
+        const bool any =
+            std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.in_flight && !e.other; });
         const int64_t now = mono_ms();
         if (any && now >= next_attempt_ms_) break;
         if (any) {
@@ -382,7 +453,8 @@ bool Spool::flush(int64_t timeout_ms) {
   flush_until_ms_ = deadline;
   next_attempt_ms_ = 0;
   wake_.notify_all();
-  while (!entries_.empty()) {
+  auto own = [&] { return std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.other; }); };
+  while (own()) {
     const int64_t now = mono_ms();
     if (now >= deadline) break;
     // A retry scheduled past the deadline is brought forward.
@@ -393,7 +465,7 @@ bool Spool::flush(int64_t timeout_ms) {
     changed_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(deadline - now, 100)));
   }
   flush_until_ms_ = 0;
-  return entries_.empty();
+  return !own();
 }
 
 void Spool::stop() {
@@ -408,9 +480,34 @@ void Spool::stop() {
 SpoolStats Spool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SpoolStats s = stats_;
-  s.pending = entries_.size();
-  s.pending_bytes = bytes_;
+  for (const Entry& e : entries_) {
+    (e.other ? s.others : s.pending) += 1;
+    (e.other ? s.others_bytes : s.pending_bytes) += e.bytes;
+  }
+  s.set_aside = set_aside_.size();
+  for (const SetAside& a : set_aside_) s.set_aside_bytes += a.bytes;
   return s;
+}
+
+std::string Spool::others_text() const {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> per_sink;  // items, bytes
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Entry& e : entries_) {
+      if (!e.other) continue;
+      auto& [n, bytes] = per_sink[e.item.sink];
+      ++n;
+      bytes += e.bytes;
+    }
+  }
+  std::string out;
+  for (const auto& [sink, figures] : per_sink) {
+    char size[48];
+    std::snprintf(size, sizeof size, " (%.1f MB)", static_cast<double>(figures.second) / (1 << 20));
+    out += (out.empty() ? "" : ", ") + std::to_string(figures.first) + (figures.first == 1 ? " item" : " items") +
+           size + " for " + (sink.empty() ? "a sink not recorded (an older agent's)" : sink);
+  }
+  return out;
 }
 
 std::vector<SpoolItem> Spool::items() const {

@@ -2,6 +2,7 @@
 
 #include <libpq-fe.h>
 
+#include <cctype>
 #include <charconv>
 #include <string_view>
 #include <utility>
@@ -96,6 +97,24 @@ std::string postgres_url_for_display(const std::string& url) {
   const auto colon = url.find(':', scheme + 3);
   if (colon == std::string::npos || colon > at) return url;
   return url.substr(0, colon) + ":***" + url.substr(at);
+}
+
+std::string postgres_identity(const std::string& url) {
+  PQconninfoOption* parsed = PQconninfoParse(url.c_str(), nullptr);
+  if (parsed == nullptr) return postgres_url_for_display(url);
+  std::string host, port, db, user;
+  for (const PQconninfoOption* o = parsed; o->keyword != nullptr; ++o) {
+    const std::string key = o->keyword, value = o->val != nullptr ? o->val : "";
+    if (key == "host" || (key == "hostaddr" && host.empty())) host = value;
+    if (key == "port") port = value;
+    if (key == "dbname") db = value;
+    if (key == "user") user = value;
+  }
+  PQconninfoFree(parsed);
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (port.empty()) port = "5432";
+  if (db.empty()) db = user;
+  return "postgresql://" + (user.empty() ? "" : user + "@") + host + ":" + port + "/" + db;
 }
 
 Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& url) {

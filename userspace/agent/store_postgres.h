@@ -26,6 +26,11 @@ inline constexpr int kPostgresConnectTimeoutS = 5;
 
 // The URL without its password, for messages (store.py's _safe).
 std::string postgres_url_for_display(const std::string& url);
+// The server and database a URL names, as a sink's identity (sink.h):
+// "postgresql://USER@HOST:PORT/DB", libpq's reading of the URL (its
+// parameters too), the port 5432 and the database USER when not given; no
+// password. The URL itself when libpq cannot read it.
+std::string postgres_identity(const std::string& url);
 
 class PostgresStore final : public StoreDriver {
  public:
