@@ -28,6 +28,7 @@
 
 #include "agent/bpf_loader.h"
 #include "agent/continuous.h"
+#include "agent/health.h"
 #include "agent/joiner.h"
 #include "agent/options.h"
 #include "agent/preflight.h"
@@ -392,6 +393,7 @@ void say_newer_contract(const JoinerStats& js) {
 }
 
 int run(int argc, char** argv) {
+  if (is_health_probe(argc, argv)) return health_main(argc, argv);  // a kubelet's exec probe
   auto parsed = parse_options(argc, argv);
   if (!parsed) return fail(kExitUsage, parsed.error().message);
   const Options& opts = parsed.value();
@@ -415,6 +417,13 @@ int run(int argc, char** argv) {
   // -o too: a directory that is missing or read-only is said now, not after the capture.
   if (!opts.output.empty()) {
     if (std::string m = output_unwritable(opts.output); !m.empty()) return fail(kExitError, m);
+  }
+  // --health-file: written now, so a missing or read-only mount is said at start.
+  std::unique_ptr<HealthFile> health;
+  if (!opts.health_file.empty()) {
+    health = std::make_unique<HealthFile>(opts.health_file);
+    if (auto w = health->start(health_clock_ns()); !w)
+      return fail(kExitError, "--health-file: " + w.error().message + " (mount a writable emptyDir there)");
   }
   // --continuous: the sink and the spool before attaching too; the spool's
   // thread starts now, delivering what a previous run left.
@@ -580,6 +589,10 @@ int run(int argc, char** argv) {
       std::snprintf(until, sizeof until, "; Ctrl-C stops");
     say(line + until);
   }
+  if (health) {
+    if (spool) health->set_delivery([&] { return delivery_progress(*spool, *sink); });
+    health->set_ready(health_clock_ns());  // programs loaded, first scan done
+  }
 
   int64_t next_rescan = start + kRescanNs;
   bool targets_gone = finder.pids_all_gone();
@@ -621,7 +634,9 @@ int run(int argc, char** argv) {
       continuous->set_capture_counters(ls.lost, ls.shed);
       continuous->tick(unix_now_ns());
     }
+    if (health) health->beat(health_clock_ns());
   }
+  if (health) health->set_stopping(health_clock_ns());
   agent.finish();
   say_newer_contract(agent.joiner_stats());
   if (agent.capturing()) profiled_ns += unix_now_ns() - on_since;

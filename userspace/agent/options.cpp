@@ -44,6 +44,7 @@ enum LongOnly : int {
   kRetryMax,
   kPod,
   kHostRoot,
+  kHealthFile,
 };
 
 constexpr option kLongOptions[] = {
@@ -74,6 +75,7 @@ constexpr option kLongOptions[] = {
     {"retry-max", required_argument, nullptr, kRetryMax},
     {"pod", required_argument, nullptr, kPod},
     {"host-root", required_argument, nullptr, kHostRoot},
+    {"health-file", required_argument, nullptr, kHealthFile},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -189,6 +191,12 @@ Result<Options> parse_options(int argc, char* const* argv) {
                              "e.g. --host-root /host");
         }
         opts.host_root = arg;
+        break;
+      case kHealthFile:
+        if (arg.empty()) {
+          return usage_error("--health-file needs a file name, e.g. --health-file /run/mlprof/health");
+        }
+        opts.health_file = arg;
         break;
       case kDuration: {
         char* end = nullptr;
@@ -430,7 +438,8 @@ std::string usage() {
 Profiles the predict() calls of Python processes that use mlflow_profiler
 from outside, with eBPF: the same span tree as in-process profiling, plus
 on-CPU, off-CPU (blocked) and run-queue time per span. Needs root, or
-CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (docs/ebpf.md).
+CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE; not as uid 0, --container by name
+also needs CAP_DAC_READ_SEARCH (docs/ebpf.md, "Privileges").
 
 TARGET (one kind):
   --pid N              a process (repeatable)
@@ -467,8 +476,16 @@ TARGET (one kind):
                        60s; from 1s, doubling, with jitter)
   --duty-cycle ON/P    capture only for ON of every P (e.g. 10s/60s): the targets are
                        detached, and pay nothing, the rest of the time
+  --health-file FILE   keep a status file for `--health` (a kubelet exec probe): the main
+                       loop's last pass, readiness, the delivery thread's progress
   -v                   progress on stderr (-vv: libbpf's messages too)
   --help, --version
+
+       mlprof-ebpf --health FILE [--ready] [--max-loop-gap D] [--max-sink-call D]
+The probe: one line; exit 0 when the agent writing FILE is live (its loop
+drained the ring within D, default 60s; no call to its sink in flight longer
+than D, default 300s) or, with --ready, also has its programs loaded and the
+first scan done; 1 when not; 2 usage (docs/ebpf.md, "Health").
 
 Exit status: 0 all captured; 1 runtime error (also: the store cannot be
 opened, an add to it failed, -o's directory is not writable); 2 usage error;

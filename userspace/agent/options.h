@@ -57,6 +57,9 @@ struct Options {
   // --duty-cycle ON/PERIOD: capture on for ON of every PERIOD (wall-clock
   // aligned); 0/0: always on.
   int64_t duty_on_ns = 0, duty_period_ns = 0;
+  // --health-file FILE: the status file `mlprof-ebpf --health FILE` probes
+  // (health.h); "": none.
+  std::string health_file;
   int verbose = 0;        // -v (repeatable): -v agent progress, -vv libbpf too
   size_t ring_bytes = 0;  // --ring-kb (hidden, for tests): 0 = the loader's default
   // --per-span-probes (hidden, for tests): spans through the per-span probes,
