@@ -171,10 +171,15 @@ def test_every_period_is_one_item_per_workload_in_a_directory_sink(agent, python
 
     lines = summaries(run)
     assert sum(s["sessions"] for s in lines) == sum(ran.values()), result.stdout
-    assert all(s["rest"] == str(sink) for s in lines), result.stdout
+    # The directory's retention (the defaults) after the sink on each line.
+    held = re.compile(rf"{re.escape(str(sink))}; directory [\d.]+ MB in \d+ files? \(bound 1024 MB, 7d\), pruned 0")
+    assert all(held.fullmatch(s["rest"]) for s in lines), result.stdout
     # One line per rotation and the end's: nothing else on stdout.
     assert len(result.stdout.splitlines()) == len(lines) + 1, result.stdout
-    assert result.stdout.splitlines()[-1] == f"mlprof-ebpf: stopped: delivered {len(items)}, spooled 0, dropped 0; sink {sink}"
+    size = sum(os.path.getsize(sink / name) for name in items) / 2**20
+    assert result.stdout.splitlines()[-1] == (
+        f"mlprof-ebpf: stopped: delivered {len(items)}, spooled 0, dropped 0; sink {sink}; "
+        f"directory {size:.1f} MB in {len(items)} file{'s' if len(items) != 1 else ''} (bound 1024 MB, 7d), pruned 0")
 
 
 def test_sigterm_spools_and_delivers_the_partial_period_to_a_sqlite_store(agent, python_target, tmp_path):
