@@ -111,13 +111,18 @@ def test_the_directory_sink_never_holds_more_than_its_bound_and_counts_what_it_p
     assert len(pruned) >= 3 and pruned == sorted(pruned) and pruned[0] >= 1
 
 
-def test_a_store_or_server_sink_refuses_the_directory_bounds(agent_path, tmp_path):
-    r = subprocess.run([agent_path, "--all", "--continuous", "--sink", f"sqlite:///{tmp_path}/p.db", "--spool",
-                        str(tmp_path / "spool"), "--sink-max-mb", "10"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.strip().splitlines() == [
-        f"mlprof-ebpf: --sink-max-mb bounds a directory sink; sqlite:///{tmp_path}/p.db keeps what it is given: "
-        "leave --sink-max-mb out"], r.stderr
+def test_a_store_sink_says_the_directory_bounds_are_ignored(agent, storm, tmp_path):
+    """A DaemonSet's --sink changed to a store, its bounds left: one line, and it runs."""
+    pid = storm(rate=100, spans=3)
+    run = agent("--pid", str(pid), "--continuous", "--sink", f"sqlite:///{tmp_path}/p.db", "--spool",
+                str(tmp_path / "spool"), "--sink-max-mb", "10", "--sink-max-age", "1d")
+    run.wait_attached(pid)
+    result = run.stop(signal.SIGTERM)
+    assert result.returncode == 0, result.stderr
+    said = [l for l in result.stderr.splitlines() if "--sink-max" in l]
+    assert said == [f"mlprof-ebpf: --sink-max-mb bounds a directory sink; sqlite:///{tmp_path}/p.db keeps what it "
+                    "is given (its own retention is the store's or server's): ignored"], result.stderr
+    assert STOPPED.search(result.stdout) and "; directory " not in result.stdout, result.stdout
 
 
 def spooled(spool) -> dict:

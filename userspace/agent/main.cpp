@@ -434,8 +434,8 @@ int run(int argc, char** argv) {
     if (!s) return fail(kExitError, "cannot use the sink " + opts.sink + ": " + s.error().message);
     sink = std::move(s.value());
     if (!opts.sink_bound_given.empty() && !sink->retention()) {
-      return fail(kExitUsage, opts.sink_bound_given + " bounds a directory sink; " + sink->describe() +
-                                  " keeps what it is given: leave " + opts.sink_bound_given + " out");
+      say(opts.sink_bound_given + " bounds a directory sink; " + sink->describe() +
+          " keeps what it is given (its own retention is the store's or server's): ignored");
     }
     SpoolLimits limits;
     limits.max_bytes = opts.spool_max_bytes;

@@ -50,8 +50,8 @@ struct Options {
   // --sink-max-mb MiB, none older than --sink-max-age; the oldest go first.
   uint64_t sink_max_bytes = uint64_t{1024} << 20;       // --sink-max-mb N
   int64_t sink_max_age_ns = int64_t{7} * 86'400'000'000'000;  // --sink-max-age D
-  // The first of them given on the command line ("" if neither): refused
-  // for a sink that is not a directory (main.cpp, once the sink is open).
+  // The first of them given on the command line ("" if neither): said to
+  // be ignored for a sink that is not a directory (main.cpp, once it is open).
   std::string sink_bound_given;
   int64_t retry_max_ns = 60'000'000'000;           // --retry-max DURATION: the back-off's ceiling
   // --duty-cycle ON/PERIOD: capture on for ON of every PERIOD (wall-clock
