@@ -7,6 +7,8 @@
 
 #include "agent/inject.h"
 
+#include "agent/options.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -186,6 +188,27 @@ TEST_F(InjectScript, AnyBytesInThePathsAreSafe) {
   run_script(odd, pkg_.path());
   EXPECT_EQ(outcome_of_result(1, slurp(odd + "/result.json"), pkg_.path()).verdict,
             InjectVerdict::kLoaded);
+}
+
+TEST(InjectOptions, TheFlagTheDirectoryAndTheirErrors) {
+  auto a = parse_options({"--pid", "4242", "--inject", "--inject-path", "/opt/mlprof-314"});
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_TRUE(a.value().inject);
+  EXPECT_EQ(a.value().inject_path, "/opt/mlprof-314");
+  auto plain = parse_options({"--pid", "4242"});
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain.value().inject);
+  auto err = [](std::vector<std::string> args) {
+    auto r = parse_options(args);
+    return r ? std::string() : r.error().message;
+  };
+  EXPECT_NE(err({"--all", "--inject"}).find("give --pid N"), std::string::npos);
+  EXPECT_NE(err({"--pid", "1", "--inject-path", "/x"}).find("give --inject too"), std::string::npos);
+  EXPECT_NE(err({"--pid", "1", "--inject", "--inject-path", "site-packages"})
+                .find("must be an absolute directory, as the target process sees it"),
+            std::string::npos);
+  EXPECT_NE(err({"--pid", "1", "--inject=yes"}).find("--inject takes no value"), std::string::npos);
+  EXPECT_NE(usage().find("--inject-path DIR"), std::string::npos);
 }
 
 TEST(InjectLines, OutcomeOfAnUnreadableResult) {

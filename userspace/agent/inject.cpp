@@ -381,8 +381,8 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
   return in;
 }
 
-const InjectOutcome& Injection::wait() {
-  if (outcome_) return *outcome_;
+const InjectOutcome* Injection::wait(const std::function<bool()>& stop) {
+  if (outcome_) return &*outcome_;
   const std::string who = pid_text(pid_);
   const int64_t deadline = started_ns_ + opts_.timeout_ns;
   bool taken_back_tried = false;
@@ -410,6 +410,11 @@ const InjectOutcome& Injection::wait() {
     if (::kill(pid_, 0) != 0 && errno == ESRCH) {
       refuse(InjectVerdict::kCannotProfile, who + " exited before the injected script ran");
       break;
+    }
+    if (stop && stop()) {
+      process_.cancel(*offsets_);
+      remove_files();
+      return nullptr;
     }
     const int64_t now = now_ns();
     if (now >= until) {
@@ -440,7 +445,7 @@ const InjectOutcome& Injection::wait() {
     ::usleep(5000);
   }
   remove_files();
-  return *outcome_;
+  return &*outcome_;
 }
 
 void Injection::remove_files() {
@@ -479,11 +484,14 @@ std::optional<InjectVerdict> InjectBatch::say_refusals(const Say& say) {
   return refused == injections_.size() ? first : std::nullopt;
 }
 
-std::optional<InjectVerdict> InjectBatch::finish(const Say& say) {
+std::optional<InjectVerdict> InjectBatch::finish(const Say& say,
+                                                 const std::function<bool()>& stop) {
   std::optional<InjectVerdict> first;
   bool any_loaded = false;
   for (size_t i = 0; i < injections_.size(); ++i) {
-    const InjectOutcome& o = injections_[i]->wait();
+    const InjectOutcome* waited = injections_[i]->wait(stop);
+    if (waited == nullptr) return std::nullopt;
+    const InjectOutcome& o = *waited;
     if (!said_[i]) say(o.line);
     said_[i] = true;
     if (o.verdict == InjectVerdict::kLoaded || o.verdict == InjectVerdict::kAlreadyLoaded) {

@@ -98,8 +98,10 @@ class Injection {
   pid_t pid() const { return pid_; }
   // Set once the injection has ended (refused at start, or waited for).
   const std::optional<InjectOutcome>& outcome() const { return outcome_; }
-  // Waits for the script's result (until opts.timeout_ns after start).
-  const InjectOutcome& wait();
+  // Waits for the script's result (until opts.timeout_ns after start), or
+  // until `stop` says so (a Ctrl-C): nullptr then, the script taken back
+  // if the interpreter has not taken it yet.
+  const InjectOutcome* wait(const std::function<bool()>& stop = {});
 
  private:
   Injection(pid_t pid, const InjectOptions& opts);
@@ -128,8 +130,9 @@ class InjectBatch {
   // every pid was refused (the agent exits then), else nullopt.
   std::optional<InjectVerdict> say_refusals(const Say& say);
   // Waits for the rest and says each outcome. Returns the first refusal's
-  // verdict when no pid has mlflow_profiler loaded now, else nullopt.
-  std::optional<InjectVerdict> finish(const Say& say);
+  // verdict when no pid has mlflow_profiler loaded now, else nullopt (also
+  // when `stop` ended the wait: the capture then ends as a Ctrl-C ends it).
+  std::optional<InjectVerdict> finish(const Say& say, const std::function<bool()>& stop = {});
 
  private:
   std::vector<std::unique_ptr<Injection>> injections_;

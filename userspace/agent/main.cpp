@@ -28,6 +28,7 @@
 
 #include "agent/bpf_loader.h"
 #include "agent/continuous.h"
+#include "agent/inject.h"
 #include "agent/health.h"
 #include "agent/joiner.h"
 #include "agent/options.h"
@@ -503,6 +504,20 @@ int run(int argc, char** argv) {
     if (hopeless.size() == opts.pids.size()) return fail(kExitNotPython, hopeless.front());
     for (const std::string& line : hopeless) say(line);
   }
+  // --inject: each --pid loads mlflow_profiler through PEP 768 (inject.h)
+  // while the programs load below; refusals are said now.
+  auto inject_status = [](InjectVerdict v) {
+    return v == InjectVerdict::kPrivilege       ? kExitPrivilege
+           : v == InjectVerdict::kCannotProfile ? kExitNotPython
+                                                : kExitError;
+  };
+  std::unique_ptr<InjectBatch> injections;
+  if (opts.inject) {
+    InjectOptions iopts;
+    iopts.package_dir = opts.inject_path;
+    injections = std::make_unique<InjectBatch>(opts.pids, iopts);
+    if (auto refused = injections->say_refusals(say)) return inject_status(*refused);
+  }
 
   LoaderOptions lopts;
   lopts.cgroup_id = finder.cgroup_id();
@@ -529,6 +544,10 @@ int run(int argc, char** argv) {
   if (!loader.session_spans() && !opts.per_span_probes) {
     say("this kernel has no bpf_loop (Linux 5.17+): spans come through the per-span probes, which cost "
         "the targets a uprobe hit per span (about 3 us) instead of one per session; docs/ebpf.md, \"Kernels\"");
+  }
+  if (injections) {
+    const auto stopped = [] { return g_stop_signal != 0; };  // a Ctrl-C while the target imports
+    if (auto refused = injections->finish(say, stopped)) return inject_status(*refused);
   }
 
   std::map<std::string, std::string> meta{{"agent", version_line()}};

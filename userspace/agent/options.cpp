@@ -33,6 +33,8 @@ enum LongOnly : int {
   kVersion,
   kRingKb,
   kPerSpanProbes,
+  kInject,
+  kInjectPath,
   kContinuous,
   kSink,
   kSpool,
@@ -64,6 +66,8 @@ constexpr option kLongOptions[] = {
     {"version", no_argument, nullptr, kVersion},
     {"ring-kb", required_argument, nullptr, kRingKb},  // hidden: tests of lost events
     {"per-span-probes", no_argument, nullptr, kPerSpanProbes},  // hidden: tests of the pre-5.17 delivery
+    {"inject", no_argument, nullptr, kInject},
+    {"inject-path", required_argument, nullptr, kInjectPath},
     {"continuous", no_argument, nullptr, kContinuous},
     {"sink", required_argument, nullptr, kSink},
     {"spool", required_argument, nullptr, kSpool},
@@ -349,6 +353,17 @@ Result<Options> parse_options(int argc, char* const* argv) {
       case kPerSpanProbes:
         opts.per_span_probes = true;
         break;
+      case kInject:
+        opts.inject = true;
+        break;
+      case kInjectPath:
+        if (arg.empty() || arg.front() != '/') {
+          return usage_error("--inject-path '" + arg +
+                             "' must be an absolute directory, as the target process sees it, "
+                             "holding mlflow_profiler: e.g. --inject-path /opt/mlprof/site-packages");
+        }
+        opts.inject_path = arg;
+        break;
       case ':':
         return usage_error(option_name(optopt) + " needs a value: see mlprof-ebpf --help");
       case '?':
@@ -387,6 +402,13 @@ Result<Options> parse_options(int argc, char* const* argv) {
       return usage_error("--continuous delivers to --sink every --rotate period: -o, --format, --store and "
                          "--stream are for a single capture");
     }
+  }
+  if (!opts.inject_path.empty() && !opts.inject) {
+    return usage_error("--inject-path says where --inject finds mlflow_profiler: give --inject too");
+  }
+  if (opts.inject && opts.pids.empty()) {
+    return usage_error("--inject loads mlflow_profiler into the processes --pid names (PEP 768, "
+                       "one interpreter at a time): give --pid N");
   }
   if (!opts.labels.empty() && opts.store.empty() && !opts.continuous) {
     return usage_error("--label labels the sources the agent adds to a store: give --store FILE too (or --continuous --sink URL)");
@@ -443,6 +465,10 @@ also needs CAP_DAC_READ_SEARCH (docs/ebpf.md, "Privileges").
 
 TARGET (one kind):
   --pid N              a process (repeatable)
+    --inject           first load mlflow_profiler into it, live, if it never imported it:
+                       CPython 3.14+ (PEP 768; docs/ebpf.md, "Injecting into a running Python")
+    --inject-path DIR  where it finds mlflow_profiler, as the target sees it (default: its
+                       own sys.path); a build for the target's Python version
   --container NAME|ID  a Docker, Podman or containerd container (name, id or id prefix)
   --cgroup PATH        every process in a cgroup v2 and below it
   --all                every process that has the extension loaded

@@ -65,6 +65,11 @@ struct Options {
   // --per-span-probes (hidden, for tests): spans through the per-span probes,
   // as on a kernel without bpf_loop.
   bool per_span_probes = false;
+  // --inject (inject.h): a --pid CPython 3.14+ that never imported
+  // mlflow_profiler loads it through PEP 768 first; --inject-path DIR: the
+  // directory holding mlflow_profiler, as the target sees it ("": its sys.path).
+  bool inject = false;
+  std::string inject_path;
   bool help = false;      // --help: print usage(), exit 0
   bool version = false;   // --version: print the version, exit 0
 };
