@@ -434,6 +434,8 @@ int run(int argc, char** argv) {
     auto s = open_sink(opts.sink, {opts.sink_max_bytes, opts.sink_max_age_ns});
     if (!s) return fail(kExitError, "cannot use the sink " + opts.sink + ": " + s.error().message);
     sink = std::move(s.value());
+    // Not an error: a DaemonSet's --sink can be changed to a store without
+    // touching the bounds around it.
     if (!opts.sink_bound_given.empty() && !sink->retention()) {
       say(opts.sink_bound_given + " bounds a directory sink; " + sink->describe() +
           " keeps what it is given (its own retention is the store's or server's): ignored");
