@@ -6,7 +6,10 @@ target on this host. Checked: the continuous agent's profiles in the
 hostPath directory hold the target's predict() sessions, the pod's log
 (what `kubectl logs` shows) has the rotation's summary line counting them,
 the agent runs with exactly CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE and no
-seccomp filter (enough to write the hostPaths), and a manifest without
+seccomp filter (enough to write the hostPaths), on a read-only root
+filesystem whose only writable directories are the manifest's volumes, and
+its liveness and readiness commands pass; the liveness probe (podman's
+healthcheck) fails for a frozen agent and passes once it runs again; a manifest without
 hostPID, a capability or the seccomp setting gets one line naming the
 field, and its exit status.
 
@@ -23,6 +26,7 @@ import gzip
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import pytest
+import yaml
 
 from conftest import Document, require
 
@@ -150,6 +155,49 @@ def play(kube, image, tmp_path):
         kube("kube", "down", str(p.path), check=False)
 
 
+def mounts_of(pid: int) -> dict:
+    """Mount point -> its options (per mount and per superblock), as the
+    kernel reports them for `pid`'s mount namespace."""
+    out = {}
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, super_fields = left.split(), right.split()
+        out[fields[4]] = set(fields[5].split(",")) | set(super_fields[2].split(","))
+    return out
+
+
+def test_the_manifest_fields_an_sre_checks():
+    """What podman cannot play (it ignores them), read from the manifest as
+    the API server would: no token, a priority class of its own that never
+    preempts, no NoExecute toleration, the control plane left out, every
+    writable path a volume, both probes the health command."""
+    docs = list(yaml.safe_load_all(Path(MANIFEST).read_text()))
+    kinds = {d["kind"]: d for d in docs}
+    assert set(kinds) == {"PriorityClass", "DaemonSet"}
+    pc, ds = kinds["PriorityClass"], kinds["DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["priorityClassName"] == pc["metadata"]["name"]
+    assert pc["preemptionPolicy"] == "Never" and 0 < pc["value"] < 1_000_000_000  # below system-*
+    assert spec["tolerations"] == [{"operator": "Exists", "effect": "NoSchedule"}]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"} in terms[0]["matchExpressions"]
+    (agent,) = spec["containers"]
+    assert agent["securityContext"]["readOnlyRootFilesystem"] is True
+    args = agent["args"]
+    health = args[args.index("--health-file") + 1]
+    writable = {args[args.index("--spool") + 1], os.path.dirname(health)}
+    if args[args.index("--sink") + 1].startswith("/"):
+        writable.add(args[args.index("--sink") + 1])
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    for path in writable:
+        assert path in mounts and not mounts[path].get("readOnly"), path
+    assert all(m.get("readOnly") for p, m in mounts.items() if p not in writable), mounts
+    probe = ["/usr/local/bin/mlprof-ebpf", "--health", health]
+    assert agent["livenessProbe"]["exec"]["command"] == probe
+    assert agent["readinessProbe"]["exec"]["command"] == probe + ["--ready"]
+
+
 def test_daemonset_captures_the_targets_sessions(play, python_target, tmp_path):
     target = python_target()
     pod = play(manifest(str(tmp_path)))
@@ -168,9 +216,31 @@ def test_daemonset_captures_the_targets_sessions(play, python_target, tmp_path):
     assert pod.inspect("{{.Config.Env}}").count(f"NODE_NAME={socket.gethostname()}") == 1
     # The hostPaths, created by the runtime (DirectoryOrCreate).
     assert (tmp_path / "profiles").is_dir() and (tmp_path / "spool").is_dir()
-
-    calls = target.ask("run nested 5")["calls"]
+    # readOnlyRootFilesystem, as the kernel has it: / read-only, the
+    # directories the agent writes are the manifest's volumes.
+    mounts = mounts_of(pid)
+    assert "ro" in mounts["/"], mounts["/"]
+    for path in ("/var/lib/mlprof/profiles", "/var/lib/mlprof/spool", "/run/mlprof"):
+        assert "rw" in mounts[path], (path, mounts.get(path))
+    assert "/var/lib/mlprof" not in mounts, sorted(mounts)
+    # The probes' commands, run in the container as the kubelet runs them
+    # (podman plays the liveness probe as its healthcheck, and no readiness probe).
+    assert "--health" in pod.inspect("{{.Config.Healthcheck.Test}}")
+    # What the agent wrote outside its volumes, in the tmpfs mounts podman adds
+    # (/tmp, /var/tmp, /run) that a kubelet would not: nothing.
+    root = Path(f"/proc/{pid}/root")
+    calls = target.ask("run nested 5")["calls"]  # sessions first, so the agent works meanwhile
     assert len(calls) == 5
+    time.sleep(1.5)  # a health write or two
+    leftovers = [str(p.relative_to(root)) for d in ("tmp", "var/tmp", "run") if (root / d).is_dir()
+                 for p in (root / d).rglob("*")
+                 if not str(p.relative_to(root)).startswith(("run/mlprof", "run/.containerenv", "run/secrets"))]
+    assert leftovers == [], leftovers
+    live = pod.kube("healthcheck", "run", CONTAINER, check=False)
+    assert live.returncode == 0, (live.stdout, live.stderr)
+    ready = pod.kube("exec", CONTAINER, "/usr/local/bin/mlprof-ebpf", "--health", "/run/mlprof/health", "--ready",
+                     check=False)
+    assert ready.returncode == 0 and ready.stdout.startswith("mlprof-ebpf: ready: "), (ready.stdout, ready.stderr)
 
     # SIGTERM (a pod's end): the partial period goes through the spool to the
     # profiles directory, the log says so, and the agent exits 0.
@@ -186,6 +256,39 @@ def test_daemonset_captures_the_targets_sessions(play, python_target, tmp_path):
         plain.write_bytes(gzip.decompress(item.read_bytes()))
         roots += len(Document(str(plain)).roots_of(target.pid))
     assert roots == 5, sorted(p.name for p in (tmp_path / "profiles").iterdir())
+
+
+def test_daemonset_liveness_probe_fails_for_a_frozen_agent(play, tmp_path):
+    """The manifest's liveness probe, as podman plays it (its healthcheck),
+    fails once the agent's main loop stops draining the ring (SIGSTOP
+    freezes it, as a deadlock would) and passes again after SIGCONT. Cut for
+    the test: the probe's limit, from 60 s to 3 s. The healthcheck is run by
+    hand (podman's timer needs systemd); podman 4.9.5 does not restart the
+    container on it (kube play gives the container no restart policy, so its
+    on-failure action is none), which the kubelet does."""
+    pod = play(manifest(str(tmp_path), [
+        ('exec: {command: ["/usr/local/bin/mlprof-ebpf", "--health", "/run/mlprof/health"]}',
+         'exec: {command: ["/usr/local/bin/mlprof-ebpf", "--health", "/run/mlprof/health", "--max-loop-gap", "3s"]}')]))
+    pod.wait_log(r"^mlprof-ebpf: watching ")
+    pid = int(pod.inspect("{{.State.Pid}}"))
+    ok = pod.kube("healthcheck", "run", CONTAINER, check=False)
+    assert ok.returncode == 0 and ok.stdout.strip() == "", (ok.stdout, ok.stderr)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(4)
+        # failureThreshold (3) failures in a row: the container is unhealthy.
+        runs = [pod.kube("healthcheck", "run", CONTAINER, check=False) for _ in range(3)]
+        assert [(r.returncode, r.stdout.strip()) for r in runs] == [(1, "unhealthy")] * 3, runs
+        assert pod.inspect("{{.State.Health.Status}}") == "unhealthy"
+        log = pod.inspect("{{json .State.Health.Log}}")
+        assert "stuck: the main loop last drained the ring buffer" in log, log
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while (again := pod.kube("healthcheck", "run", CONTAINER, check=False)).returncode != 0:
+        assert time.monotonic() < deadline, (again.stdout, again.stderr)
+        time.sleep(0.5)
+    assert pod.inspect("{{.State.Health.Status}}") == "healthy"
 
 
 @pytest.mark.parametrize("edit, line, status", [
