@@ -28,8 +28,8 @@
 
 #include "agent/bpf_loader.h"
 #include "agent/continuous.h"
-#include "agent/inject.h"
 #include "agent/health.h"
+#include "agent/inject.h"
 #include "agent/joiner.h"
 #include "agent/options.h"
 #include "agent/preflight.h"
@@ -74,13 +74,30 @@ constexpr int64_t kSettleNs = 50'000'000;   // late scheduler records of a sessi
 // the agent gives up on it (exit 7): a server imports it at startup.
 constexpr int64_t kTargetWaitNs = 30'000'000'000;
 
+// The first SIGINT/SIGTERM stops the capture; a second skips what is left
+// to wait for (the late records in the ring, the spool's delivery) but
+// still writes what was captured; a third leaves at once, saying so. Two
+// Ctrl-C in a row used to lose the whole capture without a word.
 volatile sig_atomic_t g_stop_signal = 0;
+volatile sig_atomic_t g_stop_signals = 0;
 
 void on_stop_signal(int signo) {
-  if (g_stop_signal != 0)
-    _exit(128 + signo);  // a second Ctrl-C: leave now (-o is still never partial)
-  g_stop_signal = signo;
+  if (++g_stop_signals >= 3) {
+    static const char kLine[] =
+        "mlprof-ebpf: a third stop signal: exiting now; what was not written yet is discarded "
+        "(-o is never partial; the spool keeps what it acknowledged)\n";
+    ssize_t ignored = write(STDERR_FILENO, kLine, sizeof kLine - 1);
+    (void)ignored;
+    _exit(128 + signo);
+  }
+  if (g_stop_signal == 0) g_stop_signal = signo;
 }
+
+// A second stop signal came: nothing more is waited for.
+bool hurried() { return g_stop_signals >= 2; }
+
+// The stop signal's name for a line ("SIGINT").
+const char* stop_signal_name() { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 int64_t now_ns() {
   timespec ts{};
@@ -309,8 +326,16 @@ class Agent {
   }
 
   void finish() {
-    // What is still in the ring buffer, then every open session, truncated.
-    drain_ring();
+    // What is still in the ring buffer (not after a second stop signal),
+    // then every open session, truncated.
+    if (!hurried()) {
+      drain_ring();
+    } else if (!said_hurried_) {
+      said_hurried_ = true;
+      say(std::string("a second ") + stop_signal_name() +
+          ": the records still in the ring buffer are not read; what was captured is written "
+          "(sessions still open end now, flagged truncated)");
+    }
     joiner_.finish(now_ns());
     collect(true);
   }
@@ -379,6 +404,7 @@ class Agent {
   bool capturing_ = true;  // false: the duty cycle's off time
   int poll_error_ = 0;
   bool stdout_broken_ = false;
+  bool said_hurried_ = false;
 };
 
 // A process whose session bodies are of a newer contract than this agent
@@ -658,6 +684,11 @@ int run(int argc, char** argv) {
     if (health) health->beat(health_clock_ns());
   }
   if (health) health->set_stopping(health_clock_ns());
+  // From here on a stop signal interrupts no system call (a write to a pipe
+  // cut short would lose the summary): it only hurries what is left.
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   agent.finish();
   say_newer_contract(agent.joiner_stats());
   if (agent.capturing()) profiled_ns += unix_now_ns() - on_since;
@@ -667,8 +698,7 @@ int run(int argc, char** argv) {
   agent.set_sessions_shed(stats.shed);
   if (continuous) continuous->set_capture_counters(stats.lost, stats.shed);
 
-  if (g_stop_signal != 0)
-    say(std::string("stopping on ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"));
+  if (g_stop_signal != 0) say(std::string("stopping on ") + stop_signal_name());
   else if (targets_gone)
     say("every target process has exited");
   else if (agent.stdout_broken())
@@ -686,15 +716,27 @@ int run(int argc, char** argv) {
     // The partial period into the spool, then a bounded attempt to deliver;
     // what is left stays in the spool for the next run.
     continuous->finish(unix_now_ns());
-    constexpr int64_t kFlushMs = 10'000;
-    const bool empty = spool->flush(kFlushMs);
+    // In steps, so that a second stop signal ends the wait (the spool keeps
+    // what it holds for the next run).
+    constexpr int64_t kFlushMs = 10'000, kFlushStepMs = 1'000;
+    bool empty = false;
+    for (int64_t waited = 0; !empty && waited < kFlushMs && !hurried(); waited += kFlushStepMs)
+      empty = spool->flush(kFlushStepMs);
+    if (!empty && hurried()) {
+      say(std::string("a second ") + stop_signal_name() + ": not waiting for the sink; " +
+          plural(spool->stats().pending, "item stays", "items stay") + " in " + spool->dir() +
+          " for the next run");
+    }
     spool->stop();
     const SpoolStats st = spool->stats();
     std::string line = "stopped: delivered " + std::to_string(st.delivered) + ", spooled " +
                        std::to_string(st.pending) + ", dropped " + std::to_string(st.dropped()) + "; sink " +
                        sink->describe();
     if (const auto kept = sink->retention()) line += "; " + retention_text(*kept);
-    if (!empty) line += "; left in " + spool->dir() + " for the next run (" + st.last_error + ")";
+    if (!empty) {
+      line += "; left in " + spool->dir() + " for the next run";
+      if (!st.last_error.empty()) line += " (" + st.last_error + ")";
+    }
     if (st.others > 0) line += "; left in " + spool->dir() + " for other sinks: " + spool->others_text();
     write_stdout("mlprof-ebpf: " + line + "\n");
     if (agent.poll_error() != 0) return kExitError;
