@@ -16,6 +16,7 @@ Loop mode (--loop MODE): predict() in MODE forever, --interval seconds apart
 (containers, and the kill test).
 
 Modes (predict() calls self._MODE()): nested (plain Python helpers, three levels), sleep (a 20 ms sleep),
+mixed (a 5 ms sleep, then a short CPU-bound loop),
 spin (a CPU-bound loop), compute (a short loop that never blocks), threads
 (two worker threads started, 5 ms each, joined), linger (threads, then a
 100 ms sleep that the workers' exits fall in), hang (sleeps 60 s); and for
@@ -84,6 +85,14 @@ with warnings.catch_warnings():
         def _spin(self):
             x = 0
             for i in range(self.spin_iterations):
+                x += i * i
+            return x
+
+        def _mixed(self):
+            # Asleep 5 ms, then on the CPU: run-queue waits where a hog shares it.
+            time.sleep(0.005)
+            x = 0
+            for i in range(60_000):
                 x += i * i
             return x
 

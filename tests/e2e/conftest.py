@@ -16,6 +16,7 @@ run is a failure there, not a pass.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import select
@@ -320,6 +321,8 @@ class Document:
     def __init__(self, path: str):
         with open(path, "rb") as f:
             raw = f.read()
+        if raw[:2] == b"\x1f\x8b":  # a .json.gz (the continuous agent's items)
+            raw = gzip.decompress(raw)
         self.doc = json.loads(raw)
         d = self.doc
         strings = d["strings"]
