@@ -131,6 +131,8 @@ def test_a_wedged_sink_fails_liveness_a_refusing_one_does_not(agent, agent_path,
         target.ask("run nested 2")
         refused = wait_probe(agent_path, health, "--max-sink-call", "3s", status=0, text="retrying: ")
         assert "1 waiting" in refused.stdout or "2 waiting" in refused.stdout, refused.stdout
+        server.start()  # back: delivered, so SIGTERM's flush does not wait out its 10 s
+        wait_probe(agent_path, health, status=0, text=": 3 delivered, ")
         result = run.stop(signal.SIGTERM)
         assert result.returncode == 0, result.stderr
     finally:
