@@ -29,6 +29,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -196,6 +197,28 @@ def test_the_manifest_fields_an_sre_checks():
     probe = ["/usr/local/bin/mlprof-ebpf", "--health", health]
     assert agent["livenessProbe"]["exec"]["command"] == probe
     assert agent["readinessProbe"]["exec"]["command"] == probe + ["--ready"]
+
+
+def test_the_manifest_is_made_of_kubernetes_api_objects(tmp_path):
+    """deploy/check-manifest.py: every field of both documents is a field of
+    its API type, with a value of the right kind, and the required fields are
+    there, as the Kubernetes Python client's models (generated from the API's
+    OpenAPI schema) say; so the fields podman ignores are checked against the
+    API itself. A typo is named. The client runs in its own interpreter
+    (MLPROF_K8S_PYTHON; CI's venv-tools), away from MLflow's pins."""
+    python = os.environ.get("MLPROF_K8S_PYTHON", sys.executable)
+    has = subprocess.run([python, "-c", "import kubernetes, yaml"], capture_output=True)
+    require(has.returncode == 0, "the Kubernetes Python client is needed (pip install kubernetes pyyaml; "
+            "MLPROF_K8S_PYTHON=the python that has it)")
+    script = os.path.join(REPO, "deploy", "check-manifest.py")
+    ok = subprocess.run([python, script, MANIFEST], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(Path(MANIFEST).read_text().replace("automountServiceAccountToken", "automountServiceAcountToken"))
+    bad = subprocess.run([python, script, str(typo)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
+        f"{typo}: document 2 (DaemonSet): DaemonSet.spec.template.spec.automountServiceAcountToken: "
+        "not a field of V1PodSpec"], bad.stderr
 
 
 def test_daemonset_captures_the_targets_sessions(play, python_target, tmp_path):
