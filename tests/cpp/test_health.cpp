@@ -101,7 +101,8 @@ TEST(Health, OtherTextIsRefusedWithTheReason) {
   EXPECT_FALSE(parse_health("mlprof-ebpf health 1\npid=x\nstarted_ns=1\nloop_ns=1\nready=1\n"));
   EXPECT_FALSE(parse_health("mlprof-ebpf health 1\npid=1\nstarted_ns=1\nready=1\n"));
   // Unknown keys are skipped (a newer agent's additions).
-  EXPECT_TRUE(parse_health("mlprof-ebpf health 1\npid=1\nstarted_ns=1\nloop_ns=1\nready=1\nnew=2\n"));
+  EXPECT_TRUE(
+      parse_health("mlprof-ebpf health 1\npid=1\nstarted_ns=1\nloop_ns=1\nready=1\nnew=2\n"));
 }
 
 TEST(Health, ARunningAgentIsLiveAndReady) {
@@ -125,7 +126,9 @@ TEST(Health, AStuckLoopFailsPastItsLimit) {
   s.loop_ns = now - 61 * kS;
   HealthVerdict v = judge_health(s, now, false);
   EXPECT_FALSE(v.ok);
-  EXPECT_EQ(v.line.rfind("stuck: the main loop last drained the ring buffer 61.0 s ago (limit 60.0 s)", 0), 0u)
+  EXPECT_EQ(v.line.rfind(
+                "stuck: the main loop last drained the ring buffer 61.0 s ago (limit 60.0 s)", 0),
+            0u)
       << v.line;
   EXPECT_NE(v.line.find("/proc/4242/task/*/stack"), std::string::npos) << v.line;
   EXPECT_FALSE(judge_health(s, now, true).ok);  // not ready either
@@ -249,7 +252,7 @@ TEST(Health, TheProbeCommandExitsZeroOneOrTwo) {
   EXPECT_EQ(probe({"--health", path}), 1);
   HealthFile f(path);
   ASSERT_TRUE(f.start(health_clock_ns()));
-  EXPECT_EQ(probe({"--health", path}), 0);            // live while starting
+  EXPECT_EQ(probe({"--health", path}), 0);             // live while starting
   EXPECT_EQ(probe({"--health", path, "--ready"}), 1);  // not ready yet
   f.set_ready(health_clock_ns());
   EXPECT_EQ(probe({"--ready", "--health=" + path}), 0);

@@ -68,7 +68,8 @@ std::string delivery_text(const HealthState& s, int64_t now_ns) {
   std::string t = "; sink " + s.sink + ": " + std::to_string(s.delivered) + " delivered";
   if (s.last_delivered_ns > 0) t += ", the last " + seconds(now_ns - s.last_delivered_ns) + " ago";
   t += ", " + std::to_string(s.pending) + " waiting";
-  if (s.sink_call_since_ns > 0) t += ", a call in flight for " + seconds(now_ns - s.sink_call_since_ns);
+  if (s.sink_call_since_ns > 0)
+    t += ", a call in flight for " + seconds(now_ns - s.sink_call_since_ns);
   if (!s.last_error.empty()) t += "; retrying: " + s.last_error;
   return t;
 }
@@ -171,8 +172,9 @@ Result<HealthState> parse_health(std::string_view text) {
     s.has_sink = true;
     s.sink = it->second;
     if (!num("sink_call_since_ns", s.sink_call_since_ns, true) ||
-        !num("last_delivered_ns", s.last_delivered_ns, true) || !num("delivered", delivered, true) ||
-        !num("pending", pending, true) || !num("failures", failures, true)) {
+        !num("last_delivered_ns", s.last_delivered_ns, true) ||
+        !num("delivered", delivered, true) || !num("pending", pending, true) ||
+        !num("failures", failures, true)) {
       return corrupt("a delivery figure missing or not a number");
     }
     s.delivered = static_cast<uint64_t>(delivered);
@@ -189,15 +191,16 @@ HealthVerdict judge_health(const HealthState& s, int64_t now_ns, bool readiness,
   // ahead of this boot's clock: it says nothing about the agent now.
   constexpr int64_t kSlackNs = 5'000'000'000;
   if (s.loop_ns > now_ns + kSlackNs || s.started_ns > now_ns + kSlackNs) {
-    return {false, "the health file's times are ahead of this machine's monotonic clock (a file "
-                   "of an earlier boot, or of another machine): the agent has not written it "
-                   "since it started"};
+    return {false,
+            "the health file's times are ahead of this machine's monotonic clock (a file "
+            "of an earlier boot, or of another machine): the agent has not written it "
+            "since it started"};
   }
   const int64_t gap = now_ns - s.loop_ns;
   if (gap > limits.max_loop_gap_ns) {
     if (!s.ready) {
-      return {false, "stuck starting: no progress for " + seconds(gap) + " since the start (limit " +
-                         seconds(limits.max_loop_gap_ns) +
+      return {false, "stuck starting: no progress for " + seconds(gap) +
+                         " since the start (limit " + seconds(limits.max_loop_gap_ns) +
                          "): loading the BPF programs or the first scan for targets hangs"};
     }
     return {false, "stuck: the main loop last drained the ring buffer " + seconds(gap) +
@@ -332,18 +335,22 @@ int health_main(int argc, char* const* argv) {
     };
     if (word == "--health") {
       if (!take_value() || value.empty())
-        return usage_error("--health needs the agent's health file, e.g. --health /run/mlprof/health");
+        return usage_error(
+            "--health needs the agent's health file, e.g. --health /run/mlprof/health");
       file = value;
     } else if (word == "--ready" && !inline_value) {
       readiness = true;
     } else if (word == "--max-loop-gap" || word == "--max-sink-call") {
       std::optional<int64_t> ns;
       if (take_value()) ns = parse_duration_ns(value);
-      if (!ns) return usage_error(word + " '" + value + "' is not a duration: e.g. " + word + " 60s");
+      if (!ns)
+        return usage_error(word + " '" + value + "' is not a duration: e.g. " + word + " 60s");
       (word == "--max-loop-gap" ? limits.max_loop_gap_ns : limits.max_sink_call_ns) = *ns;
     } else {
-      return usage_error("the health probe takes --health FILE [--ready] [--max-loop-gap D] "
-                         "[--max-sink-call D], not '" + std::string(argv[i]) + "'");
+      return usage_error(
+          "the health probe takes --health FILE [--ready] [--max-loop-gap D] "
+          "[--max-sink-call D], not '" +
+          std::string(argv[i]) + "'");
     }
   }
   auto text = read_small_file(file);

@@ -43,8 +43,8 @@ struct HealthState {
   int64_t sink_call_since_ns = 0;  // a call to the sink in flight since (0: none)
   int64_t last_delivered_ns = 0;   // the last item the sink took (0: none yet)
   uint64_t delivered = 0, pending = 0, failures = 0;
-  std::string last_error;          // the last failure's cause, "" after a delivery
-  int64_t written_unix_ns = 0;     // wall clock of the write, for a person reading the file
+  std::string last_error;       // the last failure's cause, "" after a delivery
+  int64_t written_unix_ns = 0;  // wall clock of the write, for a person reading the file
 };
 
 // The file's text: "key=value" lines (a person can `cat` it).
