@@ -449,8 +449,10 @@ int run(int argc, char** argv) {
   std::unique_ptr<HealthFile> health;
   if (!opts.health_file.empty()) {
     health = std::make_unique<HealthFile>(opts.health_file);
-    if (auto w = health->start(health_clock_ns()); !w)
-      return fail(kExitError, "--health-file: " + w.error().message + " (mount a writable emptyDir there)");
+    if (auto w = health->start(health_clock_ns()); !w) {
+      return fail(kExitError,
+                  "--health-file: " + w.error().message + " (mount a writable emptyDir there)");
+    }
   }
   // --continuous: the sink and the spool before attaching too; the spool's
   // thread starts now, delivering what a previous run left.
