@@ -95,7 +95,7 @@ def test_agent_image_with_the_daemonsets_settings(agent_path, serving):
     cid, host_pid = serving
     image = "localhost/mlprof-ebpf:e2e"
     build = subprocess.run([os.path.join(REPO, "deploy", "build-image.sh"), agent_path, image],
-                           capture_output=True, text=True, timeout=300)  # dpkg-query per library (build-image.sh)
+                           capture_output=True, text=True, timeout=300)  # dpkg-query per library
     assert build.returncode == 0, build.stderr
     try:
         base = ["run", "--rm", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit",
