@@ -81,19 +81,27 @@ class DirectorySink final : public Sink {
     }
     const std::string name = item_file_name(item.key);
     const std::string to = dir_ + "/" + name;
-    std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = unix_now_ns();
-    if (!scanned_ && !scan_locked(now)) return {DeliveryStatus::kRetry, "cannot list " + dir_ + ": " + stats_.last_error};
-    // Room first: the new file (and its temporary) never takes the
-    // directory past the bound, even for a moment. A re-delivery replaces
-    // its own file, whose size is freed by the rename.
-    forget_locked(name);
-    if (!prune_locked(now, size)) {
-      return {DeliveryStatus::kRetry, "cannot make room in " + dir_ + ": " + stats_.last_error};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!scanned_ && !scan_locked(now)) {
+        return {DeliveryStatus::kRetry, "cannot list " + dir_ + ": " + stats_.last_error};
+      }
+      // Room first: the new file (and its temporary) never takes the
+      // directory past the bound, even for a moment. A re-delivery replaces
+      // its own file, whose size is freed by the rename.
+      forget_locked(name);
+      if (!prune_locked(now, size)) {
+        return {DeliveryStatus::kRetry, "cannot make room in " + dir_ + ": " + stats_.last_error};
+      }
     }
+    // Written without the lock (the rotation's maintain() does not wait for
+    // the disk); only this thread writes, so the room made stays free.
     if (auto w = write_file_atomic(to, data.value()); !w) {
       return {DeliveryStatus::kRetry, w.error().message};  // ENOSPC, EROFS, EACCES: all may pass
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    forget_locked(name);  // a listing in between may have found it already
     files_.push_back({now, name, size});
     bytes_ += size;
     return {DeliveryStatus::kDelivered, to};
