@@ -56,6 +56,16 @@ def status_kb(pid: int) -> dict:
     return out
 
 
+def cpu_s(pid: int) -> float:
+    """utime + stime of `pid` in seconds (/proc/PID/stat fields 14 and 15); -1 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return -1.0
+
+
 def slope(points) -> float:
     """Least-squares slope of (x, y) points (0 with fewer than two)."""
     n = len(points)
@@ -127,6 +137,8 @@ def main() -> int:
     ap.add_argument("--rotate", default="60s")
     ap.add_argument("--json", help="write the figures and samples here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="in the agent's environment (e.g. MALLOC_ARENA_MAX=1), repeatable")
     ap.add_argument("agent_args", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     extra = args.agent_args[1:] if args.agent_args[:1] == ["--"] else args.agent_args
@@ -146,11 +158,14 @@ def main() -> int:
         cmd = [args.agent, "--pid", str(pid), "--continuous", "--rotate", args.rotate, "--sink", sink.url,
                "--spool", os.path.join(root, "spool"), *extra]
         with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
-            agent = subprocess.Popen(cmd, stdout=out_f, stderr=err_f)
+            env = dict(os.environ, **dict(e.split("=", 1) for e in args.env))
+            agent = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env)
         t0 = time.monotonic()
         while time.monotonic() - t0 < args.seconds and agent.poll() is None:
             st = status_kb(agent.pid)
-            if st:
+            cpu = cpu_s(agent.pid)
+            if st and cpu >= 0:
+                st["cpu_s"] = cpu
                 samples.append((time.monotonic() - t0, st))
             if args.sink == "dir":
                 dir_max = max(dir_max, dir_bytes(sink.path))
@@ -200,6 +215,10 @@ def main() -> int:
         "floor_slope_mb_per_hour": round(floor_per_hour, 2), "peak_slope_mb_per_hour": round(peak_per_hour, 2),
         "minute_floor_first_last_mb": [round(min(whole[0][1]), 1), round(min(whole[-1][1]), 1)] if whole else None,
         "sessions": sessions, "sessions_per_s": round(sessions / max(elapsed, 1)), "periods": periods,
+        "env": args.env,
+        "cpu_s": round(samples[-1][1].get("cpu_s", 0), 1) if samples else None,
+        "cpu_us_per_session": round(1e6 * samples[-1][1].get("cpu_s", 0) / sessions, 2) if samples and sessions
+        else None,
         "items_delivered": delivered, "items_spooled_at_end": spooled, "items_dropped": dropped,
         "exit": agent.returncode if agent else None,
         "final_line": final, "stderr_tail": err.strip().splitlines()[-3:],
@@ -214,6 +233,7 @@ def main() -> int:
     for t, s in samples[:: max(1, len(samples) // 20)]:
         print(f"{t:5.0f}  {s.get('VmRSS', 0) / 1024:8.1f}  {s.get('RssAnon', 0) / 1024:10.1f}  "
               f"{s.get('RssFile', 0) / 1024:10.1f}")
+    print(f"agent CPU {result['cpu_s']} s ({result['cpu_us_per_session']} us per session); env {args.env}")
     print(f"RSS start {result['rss_start_mb']} MB, at {args.warmup:.0f} s {result['rss_at_warmup_mb']} MB, "
           f"end {result['rss_end_mb']} MB, max {result['rss_max_mb']} MB; "
           f"slopes after {args.warmup:.0f} s: {per_hour:.2f} MB/hour (every sample), "

@@ -31,6 +31,7 @@
 #include "agent/health.h"
 #include "agent/inject.h"
 #include "agent/joiner.h"
+#include "agent/memory.h"
 #include "agent/options.h"
 #include "agent/preflight.h"
 #include "agent/report.h"
@@ -459,6 +460,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<Sink> sink;
   std::unique_ptr<Spool> spool;
   if (opts.continuous) {
+    bound_allocator();  // before the spool's thread: the node agent's heap stays flat (memory.h)
     auto s = open_sink(opts.sink, {opts.sink_max_bytes, opts.sink_max_age_ns});
     if (!s) return fail(kExitError, "cannot use the sink " + opts.sink + ": " + s.error().message);
     sink = std::move(s.value());

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 
+#include "agent/memory.h"
 #include "core/file_io.h"
 
 namespace mlprof::agent {
@@ -444,6 +445,9 @@ void Spool::run(Sink& sink) {
       }
     }
     deliver_one(sink);
+    // The item's document, parsed profile and rows were just freed: given
+    // back now, or the heap keeps the largest item's worth (agent/memory.h).
+    release_free_memory();
   }
 }
 
