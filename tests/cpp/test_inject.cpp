@@ -181,6 +181,18 @@ TEST_F(InjectScript, APackageImportedFromElsewhereIsNotTakenForThePackageDir) {
       << o.line;
 }
 
+TEST_F(InjectScript, APackageOfSymlinkedFilesCountsAsThePackageDir) {
+  // scripts/devpath.sh's layout: the files are symlinks into the sources.
+  mlprof::test::TempDir sources;
+  fake_package(sources.path(), "    pass");
+  fs::create_directories(pkg_.path() + "/mlflow_profiler");
+  for (const char* f : {"__init__.py", "_autoprofile.py"})
+    fs::create_symlink(sources.path() + "/mlflow_profiler/" + f, pkg_.path() + "/mlflow_profiler/" + f);
+  run_script(dir_.path(), pkg_.path());
+  const InjectOutcome o = outcome_of_result(1, slurp(dir_.path() + "/result.json"), pkg_.path());
+  EXPECT_EQ(o.verdict, InjectVerdict::kLoaded) << o.line;
+}
+
 TEST_F(InjectScript, AnyBytesInThePathsAreSafe) {
   const std::string odd = dir_.path() + "/it's \"odd\"\\ dir";
   fs::create_directories(odd);

@@ -114,8 +114,9 @@ def _mlprof_inject(result_dir, package_dir):
         out["file"] = str(getattr(mlflow_profiler, "__file__", "") or "")
         out["version"] = str(getattr(mlflow_profiler, "__version__", ""))
         if package_dir:
-            found = os.path.dirname(os.path.dirname(os.path.realpath(out["file"])))
-            if found != os.path.realpath(package_dir):
+            # The package directory's parent: its files may be symlinks elsewhere.
+            found = os.path.dirname(os.path.abspath(list(mlflow_profiler.__path__)[0]))
+            if os.path.realpath(found) != os.path.realpath(package_dir):
                 raise ImportError("mlflow_profiler came from %s, not from %s"
                                   % (out["file"], package_dir))
         out["stage"] = "autoprofile"

@@ -517,8 +517,9 @@ Exit status: 0 all captured; 1 runtime error (also: the store cannot be
 opened, an add to it failed, -o's directory is not writable); 2 usage error;
 3 no privilege or kernel support; 4 no target found; 5 events were lost
 (output written); 6 no session captured; 7 a --pid target is not Python or
-did not load mlflow_profiler in 30 s; 8 the host's pids are not visible
-(a container without hostPID / --pid=host). docs/ebpf.md, "Exit status".
+did not load mlflow_profiler in 30 s, or --inject could not load it; 8 the
+host's pids are not visible (a container without hostPID / --pid=host).
+docs/ebpf.md, "Exit status".
 )";
 }
 

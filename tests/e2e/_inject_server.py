@@ -1,0 +1,99 @@
+"""A model server that never imports mlflow_profiler: the target of
+`mlprof-ebpf --pid P --inject` in tests/e2e/test_agent_inject.py.
+
+With --model (needs MLflow): an MLflow pyfunc model saved with
+mlflow.pyfunc.save_model and loaded back with load_model, served by the
+standard library's ThreadingHTTPServer: POST /predict runs model.predict()
+and answers {"t0", "t1"} (time.perf_counter_ns(), CLOCK_MONOTONIC, around
+the call) and "profiler": whether mlflow_profiler is in sys.modules now.
+Without --model: the same server with no model (POST /predict answers
+{"t0", "t1"} at once): the refusal tests need no MLflow.
+
+Prints one JSON line when serving: {"port", "pid", "python", "imported"},
+imported being whether mlflow_profiler was in sys.modules then; "quit" or
+EOF on stdin stops it. The main
+thread runs serve_forever(), which runs Python code at least every 0.5 s
+(its poll interval): that is where the injected script runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+if "--model" in sys.argv:  # at module level: the spans are named InjectModel.<method>
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLflow's type-hint advice: not ours
+        import mlflow.pyfunc
+
+        class InjectModel(mlflow.pyfunc.PythonModel):
+            def predict(self, context, model_input, params=None):
+                self._features()
+                self._wait()
+                return [1.0]
+
+            def _features(self):
+                return sum(i * i for i in range(2000))
+
+            def _wait(self):
+                time.sleep(0.005)
+
+
+def load_model():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = os.path.join(tempfile.mkdtemp(prefix="mlprof-e2e-inject-model-"), "model")
+        mlflow.pyfunc.save_model(path, python_model=InjectModel(), pip_requirements=[])
+        return mlflow.pyfunc.load_model(path)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", action="store_true")
+    args = ap.parse_args()
+    model = load_model() if args.model else None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            n = int(self.headers.get("Content-Length", "0"))
+            self.rfile.read(n)
+            t0 = time.perf_counter_ns()
+            if model is not None:
+                model.predict([[1.0, 2.0]])
+            t1 = time.perf_counter_ns()
+            body = json.dumps({"t0": t0, "t1": t1, "profiler": "mlflow_profiler" in sys.modules}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):  # quiet: stderr is checked for tracebacks
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    print(json.dumps({"port": server.server_address[1], "pid": os.getpid(),
+                      "python": "%d.%d" % sys.version_info[:2],
+                      "imported": "mlflow_profiler" in sys.modules}), flush=True)
+
+    def until_quit() -> None:  # "quit" or EOF on stdin (the tests' LineProcess.close)
+        for line in sys.stdin:
+            if line.strip() == "quit":
+                break
+        server.shutdown()
+
+    threading.Thread(target=until_quit, daemon=True).start()
+    server.serve_forever(poll_interval=0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""mlprof-ebpf --pid P --inject against live CPython 3.14 servers that never
+imported mlflow_profiler (PEP 768; docs/ebpf.md, "Injecting into a running
+Python"): the agent loads it, then profiles the server's predict() calls as
+for any autoprofiled process; the refusals are one line each with their exit
+status, and a refused or failed injection leaves the server as it was.
+
+  MLPROF_INJECT_PYTHON  a CPython 3.14+ with MLflow, without mlflow_profiler
+                        (.ci/run: a venv of scripts/python.sh 3.14)
+  MLPROF_INJECT_PATH    a directory holding mlflow_profiler built for it (a
+                        cp314 wheel installed with --target), given to the
+                        agent with --inject-path
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+from typing import List, Optional
+
+import pytest
+
+from conftest import HERE, Document, LineProcess, require, run_agent
+
+SERVER_PY = os.path.join(HERE, "_inject_server.py")
+MS = 1_000_000
+
+
+def clean_env(**extra: str) -> dict:
+    """The servers' environment: nothing of this test run's PYTHONPATH (which
+    holds a mlflow_profiler) or of autoprofile's variables."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and not k.startswith(("MLFLOW_PROFILER_", "PYTHON_DISABLE_REMOTE"))}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def inject_python() -> str:
+    exe = os.environ.get("MLPROF_INJECT_PYTHON", "")
+    require(bool(exe) and os.access(exe, os.X_OK),
+            "set MLPROF_INJECT_PYTHON to a CPython 3.14+ with MLflow and without mlflow_profiler")
+    probe = subprocess.run(
+        [exe, "-c", "import sys, importlib.util as u; print(sys.version_info >= (3, 14), "
+                    "u.find_spec('mlflow') is not None, u.find_spec('mlflow_profiler') is None)"],
+        capture_output=True, text=True, env=clean_env())
+    require(probe.stdout.split() == ["True", "True", "True"],
+            f"MLPROF_INJECT_PYTHON={exe} must be 3.14+, have mlflow and not mlflow_profiler: "
+            f"{probe.stdout.strip()} {probe.stderr.strip()[-300:]}")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def inject_path(inject_python) -> str:
+    path = os.environ.get("MLPROF_INJECT_PATH", "")
+    require(bool(path) and os.path.isdir(os.path.join(path, "mlflow_profiler")),
+            "set MLPROF_INJECT_PATH to a directory holding mlflow_profiler built for MLPROF_INJECT_PYTHON")
+    probe = subprocess.run([inject_python, "-c", "import mlflow_profiler"], capture_output=True, text=True,
+                           env=clean_env(PYTHONPATH=path))
+    require(probe.returncode == 0, f"{path}'s mlflow_profiler does not import: {probe.stderr.strip()[-300:]}")
+    return path
+
+
+@pytest.fixture
+def server():
+    started: List[LineProcess] = []
+
+    def start(python: str, *args: str, env: Optional[dict] = None) -> LineProcess:
+        p = LineProcess([python, *args, SERVER_PY] if args and args[0].startswith("-X") else
+                        [python, SERVER_PY, *args], env=env or clean_env(), ready_timeout=120)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.close()
+
+
+def post(port: int) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/predict", data=b"{}", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+        return json.loads(r.read())
+
+
+class Client(threading.Thread):
+    """Requests every 20 ms, as a serving node gets them; records each reply."""
+
+    def __init__(self, port: int):
+        super().__init__(daemon=True)
+        self.port = port
+        self.replies: List[dict] = []
+        self.errors: List[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.replies.append(post(self.port))
+            except Exception as exc:  # any failure is the server broken by the injection
+                self.errors.append(repr(exc))
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(15)
+
+
+def leftovers(pid: int) -> List[str]:
+    """The injection's directories in the target's /tmp and /dev/shm."""
+    return [p for d in ("tmp", "dev/shm", "var/tmp") for p in glob.glob(f"/proc/{pid}/root/{d}/mlprof-inject-*")]
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("mlprof-ebpf: "), lines
+    return lines[0]
+
+
+def test_injected_into_a_live_314_model_server_the_first_session_is_captured_within_2s(
+        agent, server, inject_python, inject_path, tmp_out):
+    srv = server(inject_python, "--model")
+    pid = srv.ready["pid"]
+    assert srv.ready["imported"] is False and srv.ready["python"] >= "3.14"
+    client = Client(srv.ready["port"])
+    client.start()
+    deadline = time.monotonic() + 30
+    while len(client.replies) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(client.replies) >= 5 and not any(r["profiler"] for r in client.replies), client.errors
+
+    out = tmp_out / "inject.json"
+    said_before = len(srv.stderr)  # MLflow's warnings while the model loaded
+    t_cmd = time.monotonic_ns()  # CLOCK_MONOTONIC, as the spans' start_ns
+    run = agent("--pid", str(pid), "--inject", "--inject-path", inject_path, "--stream", "-o", str(out))
+    # The first session's tree on stdout (--stream): when the test sees it captured.
+    t_seen = None
+    while time.monotonic_ns() - t_cmd < 15_000 * MS and run.proc.poll() is None:
+        if run._out:
+            t_seen = time.monotonic_ns()
+            break
+        time.sleep(0.005)
+    run.wait_attached(pid, 5)
+    time.sleep(0.5)
+    result = run.stop()
+    client.stop()
+    assert result.returncode == 0, result.stderr
+    injected = [line for line in result.stderr.splitlines() if "loaded mlflow_profiler" in line]
+    assert len(injected) == 1, result.stderr
+    assert f"pid {pid} (Python {srv.ready['python']}" in injected[0]
+    assert f"from {inject_path}/mlflow_profiler/__init__.py (PEP 768)" in injected[0]
+
+    doc = Document(str(out))
+    roots = doc.roots_of(pid)
+    assert roots, result.stderr
+    first = roots[0]
+    assert first.name.startswith("predict [pyfunc InjectModel]"), first.name
+    first_s = (first.start_ns - t_cmd) / 1e9
+    seen_s = (t_seen - t_cmd) / 1e9 if t_seen else None
+    print(f"first session: began {first_s:.3f} s, on stdout {seen_s} s after the command; {injected[0]}")
+    assert t_seen is not None, result.stderr
+    # The target: the first session began, and was captured, within 2 s of the command.
+    assert 0 < first.start_ns - t_cmd <= 2_000 * MS, (first_s, result.stderr)
+    assert t_seen - t_cmd <= 2_000 * MS, (seen_s, result.stderr)
+    # Each session is the model's predict with its steps, and the 5 ms sleep
+    # is off the CPU (asleep, then waiting for a CPU: on this loaded VM the run
+    # queue took from 0.04 to 11 ms of it; test_agent_python.py checks the split).
+    names = {s.name for s in doc.spans}
+    assert {"InjectModel._features", "InjectModel._wait"} <= names, names
+    for wait in doc.find("InjectModel._wait", pid):
+        off, blocked, runq = (wait.values.get(k, 0) for k in ("off_cpu", "blocked", "runq"))
+        assert 4 * MS <= off == blocked + runq <= wait.wall_ns, (wait.wall_ns, wait.values)
+    # Each session is one of the client's requests (inside its predict call).
+    calls = [(r["t0"], r["t1"]) for r in client.replies]
+    for root in roots:
+        assert any(t0 <= root.start_ns <= root.end_ns <= t1 for t0, t1 in calls), root.start_ns
+
+    # The server never failed a request nor printed anything, and kept
+    # mlflow_profiler after the agent left; the script's directory is gone.
+    assert client.errors == []
+    assert client.replies[-1]["profiler"] is True
+    assert post(srv.ready["port"])["profiler"] is True
+    assert leftovers(pid) == []
+    assert srv.alive() and srv.stderr[said_before:] == []
+
+    # A second agent attaches with no injection.
+    again = run_agent(run.proc.args[0], "--pid", str(pid), "--inject", "--duration", "1")
+    assert f"pid {pid} has loaded mlflow_profiler already: nothing to inject" in again.stderr
+    assert f"attached to pid {pid} " in again.stderr
+
+
+def test_a_target_whose_sys_path_lacks_the_package_is_refused_naming_the_paths_tried(
+        agent_path, server, inject_python):
+    srv = server(inject_python)
+    pid = srv.ready["pid"]
+    result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
+    assert result.returncode == 7, result.stderr
+    line = one_line(result.stderr)
+    prefix = subprocess.run([inject_python, "-c", "import sys; print(sys.base_prefix)"], capture_output=True,
+                            text=True).stdout.strip()
+    assert f"pid {pid} (Python 3.1" in line and "cannot import mlflow_profiler: ModuleNotFoundError: " \
+           "No module named 'mlflow_profiler'; tried its sys.path (" in line, line
+    assert f"{prefix}/lib/python3." in line and "--inject-path DIR" in line, line
+    # The server is as it was: serving, without the package, nothing left behind.
+    assert post(srv.ready["port"])["profiler"] is False
+    assert leftovers(pid) == [] and "".join(srv.stderr) == ""
+
+
+def test_an_inject_path_whose_package_does_not_import_is_refused_naming_it(
+        agent_path, server, inject_python, python_exe):
+    # The e2e interpreter's own mlflow_profiler: built for another Python.
+    other = subprocess.run([python_exe, "-c", "import os, mlflow_profiler as m; "
+                                              "print(os.path.dirname(os.path.dirname(m.__file__)))"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    srv = server(inject_python)
+    pid = srv.ready["pid"]
+    result = run_agent(agent_path, "--pid", str(pid), "--inject", "--inject-path", other, timeout=60)
+    assert result.returncode == 7, result.stderr
+    line = one_line(result.stderr)
+    assert f"pid {pid} (Python 3.1" in line and "cannot import mlflow_profiler: ImportError: " in line, line
+    assert f"tried --inject-path {other} (as the target sees it)" in line, line
+    # No half-imported module is left in the server.
+    assert post(srv.ready["port"])["profiler"] is False
+    assert leftovers(pid) == [] and "".join(srv.stderr) == ""
+
+
+@pytest.mark.parametrize("how", ["PYTHON_DISABLE_REMOTE_DEBUG=1", "-X disable-remote-debug"])
+def test_an_interpreter_that_forbids_remote_code_is_refused_saying_why(agent_path, server, inject_python, how):
+    if how.startswith("-X"):
+        srv = server(inject_python, "-X", "disable-remote-debug")
+        why = "-X disable-remote-debug is on its command line"
+    else:
+        srv = server(inject_python, env=clean_env(PYTHON_DISABLE_REMOTE_DEBUG="1"))
+        why = "PYTHON_DISABLE_REMOTE_DEBUG is set in its environment"
+    pid = srv.ready["pid"]
+    result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
+    assert result.returncode == 7, result.stderr
+    line = one_line(result.stderr)
+    assert f"pid {pid} (Python 3.1" in line and "does not allow code sent from outside (PEP 768)" in line, line
+    assert why in line and "MLFLOW_PROFILER_AUTOPROFILE=1" in line, line
+    assert post(srv.ready["port"])["profiler"] is False
+    assert leftovers(pid) == []
+
+
+def test_an_older_interpreter_gets_one_line_saying_what_to_do_instead(agent_path, server, python_exe):
+    srv = server(python_exe)
+    pid = srv.ready["pid"]
+    version = srv.ready["python"]
+    result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
+    assert result.returncode == 7, result.stderr
+    line = one_line(result.stderr)
+    assert f"pid {pid} runs Python {version}" in line and "PEP 768 came in Python 3.14" in line, line
+    assert "MLFLOW_PROFILER_AUTOPROFILE=1" in line and "--pid without --inject" in line, line
+    assert leftovers(pid) == []
+
+
+def test_inject_needs_pid(agent_path):
+    result = run_agent(agent_path, "--all", "--inject")
+    assert result.returncode == 2
+    assert "--inject loads mlflow_profiler into the processes --pid names" in one_line(result.stderr)
