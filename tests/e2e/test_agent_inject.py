@@ -16,7 +16,9 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -69,9 +71,9 @@ def inject_path(inject_python) -> str:
 def server():
     started: List[LineProcess] = []
 
-    def start(python: str, *args: str, env: Optional[dict] = None) -> LineProcess:
-        p = LineProcess([python, *args, SERVER_PY] if args and args[0].startswith("-X") else
-                        [python, SERVER_PY, *args], env=env or clean_env(), ready_timeout=120)
+    def start(python: str, *args: str, env: Optional[dict] = None, wrapper: List[str] = ()) -> LineProcess:
+        p = LineProcess([*wrapper, *([python, *args, SERVER_PY] if args and args[0].startswith("-X") else
+                                     [python, SERVER_PY, *args])], env=env or clean_env(), ready_timeout=120)
         started.append(p)
         return p
 
@@ -263,3 +265,43 @@ def test_inject_needs_pid(agent_path):
     result = run_agent(agent_path, "--all", "--inject")
     assert result.returncode == 2
     assert "--inject loads mlflow_profiler into the processes --pid names" in one_line(result.stderr)
+
+
+def test_agent_and_target_of_different_uids_exchange_the_script_and_its_result(agent_path, server, inject_python):
+    """The script's directory is the agent's, 0733 when the target runs as
+    another uid: the target can create its result there, and the agent
+    trusts a result its uid owns. Both ways, each ending in the import's
+    failure read back (no --inject-path): a server as uid nobody (with
+    CAP_DAC_READ_SEARCH only to reach the interpreter under /root, which
+    does not let it write) and a root agent; a root server and an agent as
+    nobody with CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (ambient)."""
+    setpriv = shutil.which("setpriv")
+    require(setpriv is not None, "setpriv (util-linux) sets the uid and capabilities")
+
+    def as_nobody(caps: str) -> List[str]:
+        return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps={caps}",
+                f"--ambient-caps={caps}"]
+
+    srv = server(inject_python, wrapper=as_nobody("+dac_read_search"))
+    pid = srv.ready["pid"]
+    assert os.stat(f"/proc/{pid}").st_uid == 65534
+    result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
+    assert result.returncode == 7, result.stderr
+    assert "cannot import mlflow_profiler: ModuleNotFoundError" in one_line(result.stderr)
+    assert leftovers(pid) == [] and post(srv.ready["port"])["profiler"] is False
+
+    srv = server(inject_python)
+    pid = srv.ready["pid"]
+    home = tempfile.mkdtemp(prefix="mlprof-inject-agent-", dir="/tmp")  # nobody can run it here
+    try:
+        os.chmod(home, 0o755)
+        agent = os.path.join(home, "mlprof-ebpf")
+        shutil.copy(agent_path, agent)
+        os.chmod(agent, 0o755)
+        result = subprocess.run([*as_nobody("+bpf,+perfmon,+sys_ptrace"), agent, "--pid", str(pid), "--inject"],
+                                capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert result.returncode == 7, result.stderr
+    assert "cannot import mlflow_profiler: ModuleNotFoundError" in one_line(result.stderr)
+    assert leftovers(pid) == [] and post(srv.ready["port"])["profiler"] is False
