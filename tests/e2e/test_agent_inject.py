@@ -305,3 +305,38 @@ def test_agent_and_target_of_different_uids_exchange_the_script_and_its_result(a
     assert result.returncode == 7, result.stderr
     assert "cannot import mlflow_profiler: ModuleNotFoundError" in one_line(result.stderr)
     assert leftovers(pid) == [] and post(srv.ready["port"])["profiler"] is False
+
+
+def test_a_container_gets_the_script_in_its_own_tmp(agent_path, inject_python):
+    """A Podman container with a /tmp of its own (a tmpfs): the script and its
+    result go through /proc/PID/root/tmp, the container's, and the import's
+    failure comes back from there (its sys.path named), nothing left."""
+    require(shutil.which("podman") is not None, "podman is needed (apt-get install podman)")
+    name = "mlprof-inject-314"
+    podman = ["podman"]
+    subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
+    # -i: the server runs until its stdin closes.
+    run = subprocess.run([*podman, "run", "-d", "-i", "--name", name, "--runtime", "runc", "--network", "host",
+                          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+                          "--tmpfs", "/tmp:notmpcopyup", "--rootfs", "/:O", inject_python, SERVER_PY],
+                         capture_output=True, text=True, timeout=120)
+    require(run.returncode == 0, f"podman run failed: {run.stderr.strip()[-500:]}")
+    try:
+        ready = None
+        deadline = time.monotonic() + 60
+        while ready is None and time.monotonic() < deadline:
+            logs = subprocess.run([*podman, "logs", name], capture_output=True, text=True).stdout
+            ready = next((json.loads(line) for line in logs.splitlines() if line.startswith("{")), None)
+            time.sleep(0.2)
+        assert ready is not None, "the container's server never got ready"
+        pid = int(subprocess.run([*podman, "inspect", "-f", "{{.State.Pid}}", name], capture_output=True,
+                                 text=True, check=True).stdout.strip())
+        assert pid != ready["pid"]  # its own pid namespace
+        assert os.stat(f"/proc/{pid}/root/tmp").st_dev != os.stat("/tmp").st_dev  # its own /tmp
+        result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
+        assert result.returncode == 7, result.stderr
+        line = one_line(result.stderr)
+        assert f"pid {pid} (Python 3.1" in line and "cannot import mlflow_profiler: ModuleNotFoundError" in line, line
+        assert leftovers(pid) == [] and post(ready["port"])["profiler"] is False
+    finally:
+        subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
