@@ -13,7 +13,9 @@ Prints one JSON line when serving: {"port", "pid", "python", "imported"},
 imported being whether mlflow_profiler was in sys.modules then; "quit" or
 EOF on stdin stops it. The main
 thread runs serve_forever(), which runs Python code at least every 0.5 s
-(its poll interval): that is where the injected script runs.
+(its poll interval): that is where the injected script runs. With --block
+the server runs in another thread and the main thread waits in C (an
+Event's lock, no timeout) until "wake" on stdin, then runs Python again.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def load_model():
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", action="store_true")
+    ap.add_argument("--block", action="store_true")
     args = ap.parse_args()
     model = load_model() if args.model else None
 
@@ -84,14 +87,27 @@ def main() -> int:
                       "python": "%d.%d" % sys.version_info[:2],
                       "imported": "mlflow_profiler" in sys.modules}), flush=True)
 
+    wake = threading.Event()
+
     def until_quit() -> None:  # "quit" or EOF on stdin (the tests' LineProcess.close)
         for line in sys.stdin:
+            if line.strip() == "wake":
+                wake.set()
+                print(json.dumps({"woken": True}), flush=True)
             if line.strip() == "quit":
                 break
         server.shutdown()
+        wake.set()
 
     threading.Thread(target=until_quit, daemon=True).start()
-    server.serve_forever(poll_interval=0.5)
+    if not args.block:
+        server.serve_forever(poll_interval=0.5)
+        return 0
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5})
+    serving.start()
+    wake.wait()  # in C: no eval-breaker check until woken
+    while serving.is_alive():
+        serving.join(0.05)
     return 0
 
 

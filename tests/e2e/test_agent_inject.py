@@ -340,3 +340,28 @@ def test_a_container_gets_the_script_in_its_own_tmp(agent_path, inject_python):
         assert leftovers(pid) == [] and post(ready["port"])["profiler"] is False
     finally:
         subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
+
+
+def test_a_main_thread_blocked_in_c_is_given_up_and_the_script_taken_back(agent_path, server, inject_python,
+                                                                          inject_path):
+    """The main thread waits on a lock with no timeout: it never checks its
+    eval breaker, so the script cannot run. After the timeout (1 s here,
+    MLPROF_INJECT_TIMEOUT_S; 10 s by default) the agent clears the pending
+    flag and says so; woken later, the thread runs Python again and the
+    script does not run (nothing imported, nothing on its stderr)."""
+    srv = server(inject_python, "--block")
+    pid = srv.ready["pid"]
+    t0 = time.monotonic()
+    result = run_agent(agent_path, "--pid", str(pid), "--inject", "--inject-path", inject_path, timeout=60,
+                       env=dict(os.environ, MLPROF_INJECT_TIMEOUT_S="1"))
+    assert result.returncode == 7, result.stderr
+    assert time.monotonic() - t0 < 10
+    line = one_line(result.stderr)
+    assert f"pid {pid}: its main thread ran no Python code in 1 s, so the injected script did not run " \
+           "(it was taken back: nothing changed in the process)" in line, line
+    assert leftovers(pid) == []
+    said_before = len(srv.stderr)
+    assert srv.ask("wake") == {"woken": True}
+    time.sleep(1.0)  # the main thread's loop checks its eval breaker many times meanwhile
+    assert post(srv.ready["port"])["profiler"] is False
+    assert srv.stderr[said_before:] == []

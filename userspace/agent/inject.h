@@ -121,6 +121,8 @@ class Injection {
 };
 
 // --inject over every --pid: starts them all, says refusals and outcomes.
+// MLPROF_INJECT_TIMEOUT_S (seconds; only the tests set it) overrides
+// opts.timeout_ns.
 class InjectBatch {
  public:
   using Say = std::function<void(const std::string&)>;
