@@ -10,10 +10,12 @@
 // the arenas (free: held by the allocator, not given back to the kernel);
 // mmapped: hblkhd. RssAnon minus in-use is what the allocator keeps.
 //
-//   bench_sink_deliver URL DOCUMENT.json.gz N [--trim-each]
+//   bench_sink_deliver URL DOCUMENT.json.gz N [--as-agent]
 //
-// --trim-each: malloc_trim(0) after every delivery, as the agent does
-// (agent/memory.h), to tell the allocator's keeping from a leak.
+// --as-agent: the heap as the continuous agent sets it (agent/memory.h:
+// bound_allocator() at start, release_free_memory() after each delivery);
+// without it, glibc's defaults. The two tell the allocator's keeping from
+// a leak.
 
 #include <malloc.h>
 #include <sqlite3.h>
@@ -25,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/memory.h"
 #include "agent/sink.h"
 #include "core/file_io.h"
 
@@ -59,12 +62,13 @@ int arenas() {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: bench_sink_deliver URL DOCUMENT.json.gz N [--trim-each]\n");
+    std::fprintf(stderr, "usage: bench_sink_deliver URL DOCUMENT.json.gz N [--as-agent]\n");
     return 2;
   }
   const std::string url = argv[1], doc = argv[2];
   const int n = std::atoi(argv[3]);
-  const bool trim = argc > 4 && std::strcmp(argv[4], "--trim-each") == 0;
+  const bool as_agent = argc > 4 && std::strcmp(argv[4], "--as-agent") == 0;
+  if (as_agent) bound_allocator();
   auto opened = open_sink(url);
   if (!opened) {
     std::fprintf(stderr, "bench_sink_deliver: %s\n", opened.error().message.c_str());
@@ -84,7 +88,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_sink_deliver: delivery %d: %s\n", i, d.detail.c_str());
         return;
       }
-      if (trim) malloc_trim(0);
+      if (as_agent) release_free_memory();
       const struct mallinfo2 mi = mallinfo2();
       std::printf("%d %ld %ld %" PRId64 " %zu %zu %zu %d\n", i + 1, status_kb("VmRSS"), status_kb("RssAnon"),
                   static_cast<int64_t>(sqlite3_memory_used() / 1024), mi.uordblks / 1024, mi.fordblks / 1024,
