@@ -20,11 +20,11 @@ namespace mlprof::agent {
 namespace {
 
 struct Positions {  // byte positions in _Py_DebugOffsets
-  size_t interpreters_head = 40, interp_size = 48, threads_main = 80, tstate_size = 176,
-         debugger_support = 712, total = 760;
+  size_t interpreters_head = 40, interp_size = 48, interp_id = 56, interp_next = 64,
+         threads_main = 80, tstate_size = 176, debugger_support = 712, total = 760;
 };
 constexpr Positions k314{};
-constexpr Positions k315{40, 48, 80, 176, 840, 888};
+constexpr Positions k315{40, 48, 56, 64, 80, 176, 840, 888};
 
 void put(std::string& b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, sizeof v); }
 
@@ -36,6 +36,8 @@ std::string offsets_bytes(uint64_t version, const Positions& p = k314) {
   put(b, 8, version);
   put(b, p.interpreters_head, 0x28);
   put(b, p.interp_size, 0x4000);
+  put(b, p.interp_id, 0x10);
+  put(b, p.interp_next, 0x18);
   put(b, p.threads_main, 0x70);
   put(b, p.tstate_size, 0x600);
   const size_t d = p.debugger_support;
@@ -61,6 +63,8 @@ TEST(ParseDebugOffsets, ThreeFourteenFieldsComeFromTheirBytePositions) {
   ASSERT_TRUE(o) << why.message;
   EXPECT_EQ(o.value().version.text(), "3.14.7");
   EXPECT_EQ(o.value().runtime_interpreters_head, 0x28u);
+  EXPECT_EQ(o.value().interp_id, 0x10u);
+  EXPECT_EQ(o.value().interp_next, 0x18u);
   EXPECT_EQ(o.value().interp_threads_main, 0x70u);
   EXPECT_EQ(o.value().tstate_eval_breaker, 0x90u);
   EXPECT_EQ(o.value().tstate_debugger_support, 0x200u);
@@ -150,6 +154,7 @@ struct FakeRuntime {
 };
 __attribute__((section(".PyRuntime"), used)) FakeRuntime g_runtime;
 alignas(8) char g_interp[0x4000];
+alignas(8) char g_subinterp[0x4000];  // a subinterpreter: the list's head, id 1
 alignas(8) char g_tstate[0x600];
 
 class FakeInterpreter : public ::testing::Test {
@@ -157,6 +162,7 @@ class FakeInterpreter : public ::testing::Test {
   void SetUp() override {
     std::memset(&g_runtime, 0, sizeof g_runtime);
     std::memset(g_interp, 0, sizeof g_interp);
+    std::memset(g_subinterp, 0, sizeof g_subinterp);
     std::memset(g_tstate, 0, sizeof g_tstate);
     std::string b = offsets_bytes(0x030E07F0);
     put(b, k314.interpreters_head, offsetof(FakeRuntime, interpreters_head));
@@ -225,6 +231,23 @@ TEST_F(FakeInterpreter, SendWritesThePathTheFlagAndOnlyTheEventByteOfTheBreaker)
   EXPECT_TRUE(p.cancel(o.value()));
   EXPECT_EQ(pending(), 0);
   EXPECT_FALSE(p.cancel(o.value()));
+}
+
+TEST_F(FakeInterpreter, TheMainInterpreterIsFoundBehindASubinterpreter) {
+  // Each new interpreter goes to the head of the list; a subinterpreter
+  // has no threads.main of its own.
+  const int64_t one = 1;
+  std::memcpy(g_subinterp + 0x10, &one, 8);  // id 1
+  const uint64_t main_interp = reinterpret_cast<uint64_t>(g_interp);
+  std::memcpy(g_subinterp + 0x18, &main_interp, 8);  // next
+  g_runtime.interpreters_head = reinterpret_cast<uint64_t>(g_subinterp);
+  RemoteProcess p(getpid());
+  RemoteExecError why;
+  auto o = p.debug_offsets_in("/proc/self/exe", self().start, &why);
+  ASSERT_TRUE(o) << why.message;
+  ASSERT_TRUE(p.send(o.value(), "/tmp/s.py", &why)) << why.message;
+  EXPECT_STREQ(script_path(), "/tmp/s.py");
+  EXPECT_EQ(pending(), 1);
 }
 
 TEST_F(FakeInterpreter, RefusalsOfTheInterpreterState) {

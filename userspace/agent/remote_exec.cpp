@@ -114,6 +114,8 @@ DebugOffsets fields_of(const Layout& l) {
   o.version.hex = l.version;
   o.free_threaded = l.free_threaded != 0;
   o.runtime_interpreters_head = l.runtime_state.interpreters_head;
+  o.interp_id = l.interpreter_state.id;
+  o.interp_next = l.interpreter_state.next;
   o.interp_threads_main = l.interpreter_state.threads_main;
   o.interp_size = l.interpreter_state.size;
   o.interp_remote_debug = l.debugger_support.remote_debugging_enabled;
@@ -134,7 +136,8 @@ bool plausible(const DebugOffsets& o) {
       o.tstate_size > kMaxStruct)
     return false;
   if (o.runtime_interpreters_head > kMaxStruct) return false;
-  if (o.interp_threads_main + 8 > o.interp_size || o.interp_remote_debug + 4 > o.interp_size)
+  if (o.interp_threads_main + 8 > o.interp_size || o.interp_remote_debug + 4 > o.interp_size ||
+      o.interp_id + 8 > o.interp_size || o.interp_next + 8 > o.interp_size)
     return false;
   if (o.tstate_eval_breaker + 8 > o.tstate_size) return false;
   if (o.support_script_path_size < 64 || o.support_script_path_size > 65536) return false;
@@ -466,9 +469,26 @@ bool RemoteProcess::send(const DebugOffsets& o, const std::string& script_path,
     *why = io_error("reading its interpreter");
     return false;
   }
+  // The main interpreter: the list's last (each new one goes to the head).
+  for (int hops = 0; interp != 0; ++hops) {
+    int64_t id = -1;
+    if (!read(interp + o.interp_id, &id, sizeof id)) {
+      *why = io_error("reading its interpreters");
+      return false;
+    }
+    if (id == 0) break;
+    if (hops == 256) {
+      *why = {RemoteExecRefusal::kIo, 0, "its list of interpreters does not end", o.version};
+      return false;
+    }
+    if (!read_u64(interp + o.interp_next, &interp)) {
+      *why = io_error("reading its interpreters");
+      return false;
+    }
+  }
   if (interp == 0) {
     *why = {RemoteExecRefusal::kNoMainThread, 0,
-            "its interpreter is not running (starting up or shutting down)", o.version};
+            "its main interpreter is not running (starting up or shutting down)", o.version};
     return false;
   }
   int32_t enabled = 0;

@@ -9,7 +9,9 @@
 //      /proc/PID/root, so a container's is found too).
 //   2. _Py_DebugOffsets at its start: the cookie "xdebugpy", the version
 //      (PY_VERSION_HEX), and the offsets of the fields below.
-//   3. interpreters.head -> the interpreter; its config.remote_debug must be
+//   3. interpreters.head, then each one's next -> the main interpreter (id
+//      0; CPython's own sys.remote_exec takes the head, the newest
+//      subinterpreter when there are any); its config.remote_debug must be
 //      1 (PYTHON_DISABLE_REMOTE_DEBUG, -X disable-remote-debug and a build
 //      --without-remote-debug make it 0).
 //   4. threads.main -> the main thread's state: the script's path goes into
@@ -79,6 +81,8 @@ struct DebugOffsets {
   PyVersion version;
   bool free_threaded = false;
   uint64_t runtime_interpreters_head = 0;  // in _PyRuntimeState
+  uint64_t interp_id = 0;                  // in PyInterpreterState (int64_t; the main one's is 0)
+  uint64_t interp_next = 0;                // in PyInterpreterState
   uint64_t interp_threads_main = 0;        // in PyInterpreterState
   uint64_t interp_remote_debug = 0;        // PyInterpreterState.config.remote_debug (int)
   uint64_t interp_size = 0;
