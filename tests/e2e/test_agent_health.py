@@ -43,41 +43,6 @@ def wait_probe(agent_path: str, health: str, *extra: str, status: int, text: str
         time.sleep(0.2)
 
 
-def test_a_running_agent_is_live_and_ready_a_frozen_one_is_not(agent, agent_path, python_target, tmp_path):
-    health = str(tmp_path / "health")
-    (tmp_path / "profiles").mkdir()
-    target = python_target()
-    run = agent("--pid", str(target.pid), "--continuous", "--sink", str(tmp_path / "profiles"),
-                "--spool", str(tmp_path / "spool"), "--health-file", health)
-    run.wait_for("watching ")
-    ready = wait_probe(agent_path, health, "--ready", status=0)
-    assert ready.stdout.startswith("mlprof-ebpf: ready: the ring drained "), ready.stdout
-    assert ready.stderr == ""
-    live = probe(agent_path, health)
-    assert live.returncode == 0 and live.stdout.startswith("mlprof-ebpf: live: "), (live.stdout, live.stderr)
-    assert f"sink {tmp_path / 'profiles'}: 0 delivered, 0 waiting" in live.stdout, live.stdout
-
-    run.proc.send_signal(signal.SIGSTOP)
-    try:
-        stuck = wait_probe(agent_path, health, "--max-loop-gap", "2s", status=1,
-                           text="stuck: the main loop last drained the ring buffer")
-        assert stuck.stdout == "" and len(stuck.stderr.splitlines()) == 1, stuck.stderr
-        assert f"(pid {run.proc.pid};" in stuck.stderr
-        # The default limit (60 s) is not past yet: still live.
-        assert probe(agent_path, health).returncode == 0
-        assert probe(agent_path, health, "--ready", "--max-loop-gap", "2s").returncode == 1
-    finally:
-        run.proc.send_signal(signal.SIGCONT)
-    wait_probe(agent_path, health, "--max-loop-gap", "2s", status=0, timeout=10)
-
-    # SIGTERM: the file says stopping (not ready) before the flush, and the agent ends cleanly.
-    target.ask("run nested 2")
-    result = run.stop(signal.SIGTERM)
-    assert result.returncode == 0, result.stderr
-    after = probe(agent_path, health, "--ready")
-    assert after.returncode == 1 and "not ready: stopping" in after.stderr, (after.stdout, after.stderr)
-
-
 def server_processes(server: PostgresServer) -> List[int]:
     """The cluster's postmaster and its children (the backends)."""
     with open(os.path.join(server.data, "postmaster.pid")) as f:
@@ -95,7 +60,8 @@ def server_processes(server: PostgresServer) -> List[int]:
     return pids
 
 
-def test_a_wedged_sink_fails_liveness_a_refusing_one_does_not(agent, agent_path, python_target, tmp_path):
+def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(agent, agent_path, python_target, tmp_path):
+    """One agent, one PostgreSQL sink: each state in turn (module docstring)."""
     require(os.geteuid() == 0, "root: the PostgreSQL server is stopped with SIGSTOP")
     server = PostgresServer()
     stopped: List[int] = []
@@ -105,6 +71,27 @@ def test_a_wedged_sink_fails_liveness_a_refusing_one_does_not(agent, agent_path,
         run = agent("--pid", str(target.pid), "--continuous", "--rotate", "1s", "--retry-max", "2s",
                     "--sink", server.url, "--spool", str(tmp_path / "spool"), "--health-file", health)
         run.wait_attached(target.pid)
+        ready = wait_probe(agent_path, health, "--ready", status=0)
+        assert ready.stdout.startswith("mlprof-ebpf: ready: the ring drained "), ready.stdout
+        assert ready.stderr == ""
+        live = probe(agent_path, health)
+        assert live.returncode == 0 and live.stdout.startswith("mlprof-ebpf: live: "), (live.stdout, live.stderr)
+        assert ": 0 delivered, 0 waiting" in live.stdout, live.stdout
+
+        # Frozen: the main loop stops draining the ring.
+        run.proc.send_signal(signal.SIGSTOP)
+        try:
+            stuck = wait_probe(agent_path, health, "--max-loop-gap", "2s", status=1,
+                               text="stuck: the main loop last drained the ring buffer")
+            assert stuck.stdout == "" and len(stuck.stderr.splitlines()) == 1, stuck.stderr
+            assert f"(pid {run.proc.pid};" in stuck.stderr
+            # The default limit (60 s) is not past yet: still live.
+            assert probe(agent_path, health).returncode == 0
+            assert probe(agent_path, health, "--ready", "--max-loop-gap", "2s").returncode == 1
+        finally:
+            run.proc.send_signal(signal.SIGCONT)
+        wait_probe(agent_path, health, "--max-loop-gap", "2s", status=0, timeout=10)
+
         # A first item delivered: the sink holds its connection open.
         target.ask("run nested 2")
         wait_probe(agent_path, health, status=0, text=": 1 delivered")
@@ -135,6 +122,9 @@ def test_a_wedged_sink_fails_liveness_a_refusing_one_does_not(agent, agent_path,
         wait_probe(agent_path, health, status=0, text=": 3 delivered, ")
         result = run.stop(signal.SIGTERM)
         assert result.returncode == 0, result.stderr
+        # The file says stopping (not ready) from before the flush on.
+        after = probe(agent_path, health, "--ready")
+        assert after.returncode == 1 and "not ready: stopping" in after.stderr, (after.stdout, after.stderr)
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
