@@ -9,6 +9,8 @@ status, and a refused or failed injection leaves the server as it was.
   MLPROF_INJECT_PATH    a directory holding mlflow_profiler built for it (a
                         cp314 wheel installed with --target), given to the
                         agent with --inject-path
+  MLPROF_INJECT_PYTHON315  a CPython 3.15 (scripts/python.sh 3.15): its
+                        debug offsets' own layout, with a stand-in package
 """
 
 from __future__ import annotations
@@ -365,3 +367,34 @@ def test_a_main_thread_blocked_in_c_is_given_up_and_the_script_taken_back(agent_
     time.sleep(1.0)  # the main thread's loop checks its eval breaker many times meanwhile
     assert post(srv.ready["port"])["profiler"] is False
     assert srv.stderr[said_before:] == []
+
+
+def test_a_315_interpreter_runs_the_script_through_its_own_offsets_layout(agent_path, server, tmp_path):
+    """3.15 lays _Py_DebugOffsets out differently (888 bytes, the debugger
+    block at 840 against 3.14's 760 and 712): a stand-in mlflow_profiler in
+    --inject-path (no cp315 build needed) is imported and its autoprofile()
+    called with sample_rate=0; -X disable-remote-debug is read there too."""
+    exe = os.environ.get("MLPROF_INJECT_PYTHON315", "")
+    require(bool(exe) and os.access(exe, os.X_OK), "set MLPROF_INJECT_PYTHON315 to a CPython 3.15 (scripts/python.sh 3.15)")
+    pkg = tmp_path / "pkg"
+    (pkg / "mlflow_profiler").mkdir(parents=True)
+    called = tmp_path / "called"
+    (pkg / "mlflow_profiler" / "__init__.py").write_text(
+        "__version__ = 'stand-in'\nfrom . import _autoprofile\n"
+        f"def autoprofile(**kw):\n    open({str(called)!r}, 'w').write(repr(kw))\n")
+    (pkg / "mlflow_profiler" / "_autoprofile.py").write_text("def is_enabled():\n    return False\n")
+    srv = server(exe)
+    pid = srv.ready["pid"]
+    assert srv.ready["python"] == "3.15"
+    result = run_agent(agent_path, "--pid", str(pid), "--inject", "--inject-path", str(pkg), "--duration", "0.5",
+                       timeout=60)
+    assert f"pid {pid} (Python 3.15." in result.stderr and "loaded mlflow_profiler stand-in from " in result.stderr, \
+        result.stderr
+    assert called.read_text() == "{'sample_rate': 0}"
+    # The stand-in has no extension: the agent then waits for one, in vain (exit 7).
+    assert result.returncode == 7, result.stderr
+    assert leftovers(pid) == [] and srv.stderr == []
+
+    off = server(exe, "-X", "disable-remote-debug")
+    result = run_agent(agent_path, "--pid", str(off.ready["pid"]), "--inject", timeout=60)
+    assert result.returncode == 7 and "-X disable-remote-debug is on its command line" in one_line(result.stderr)

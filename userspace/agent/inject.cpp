@@ -90,7 +90,7 @@ std::string inject_script(const std::string& result_dir, const std::string& pack
 def _mlprof_inject(result_dir, package_dir):
     import sys, time
     t0 = time.monotonic()
-    out = {"ok": False, "python": "%d.%d.%d" % sys.version_info[:3],
+    out = {"ok": False, "python": sys.version.split()[0],
            "executable": sys.executable or "", "stage": "start"}
     ours = lambda m: m == "mlflow_profiler" or m.startswith("mlflow_profiler.")
     before = set(m for m in list(sys.modules) if ours(m))
