@@ -4,7 +4,8 @@ on a clean Debian 12 root: debootstrap --variant=minbase and nothing else
 (MLPROF_BUILD_ROOT; .ci/run makes it, as it makes the wheel test's root),
 with the network for apt, in a copy of the repository's files.
 Checked: mlprof-ebpf is built and runs (--version, --help, every library
-resolved), and bpftool is the only package installed from
+resolved), libbpf-dev's control file is kept where deploy/build-image.sh
+reads it, and bpftool is the only package installed from
 bookworm-backports (the old `-t bookworm-backports` line also took
 linux-libc-dev from there).
 
@@ -147,6 +148,8 @@ def test_the_docs_build_lines_build_the_agent_on_a_clean_debian_root(provisioned
               "build/userspace/agent/mlprof-ebpf --version\n"
               "build/userspace/agent/mlprof-ebpf --help > /dev/null\n"
               "! ldd build/userspace/agent/mlprof-ebpf | grep 'not found'\n"
+              # the control file deploy/build-image.sh names libbpf-dev from
+              "grep -x 'Version: 1:1.4.6-1~bpo12+1' /opt/libbpf-1.4.6/DEBIAN/control\n"
               "echo '--- packages ---'\n"
               "dpkg-query -W -f '${Package} ${Version}\\n'\n")
     t0 = time.monotonic()
