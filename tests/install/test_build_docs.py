@@ -52,7 +52,7 @@ PRELUDE = ("set -euxo pipefail\nexport DEBIAN_FRONTEND=noninteractive\n"
            "echo 'APT::Get::Assume-Yes \"true\";' > /etc/apt/apt.conf.d/90mlprof-test-assume-yes\n")
 # After the doc's apt lines: a compiler cache for the build lines (not the doc's).
 CCACHE_SETUP = "apt-get install ccache\n"
-CCACHE_ENV = ("export CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CMAKE_C_COMPILER_LAUNCHER=ccache "
+CCACHE_ENV = ("export CCACHE_DIR=/ccache CCACHE_MAXSIZE=500M CCACHE_BASEDIR=/src CMAKE_C_COMPILER_LAUNCHER=ccache "
               "CMAKE_CXX_COMPILER_LAUNCHER=ccache\n")
 
 
