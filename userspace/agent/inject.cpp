@@ -262,6 +262,28 @@ void Injection::refuse(InjectVerdict verdict, std::string line) {
   outcome_ = InjectOutcome{verdict, std::move(line)};
 }
 
+void Injection::refuse_send(const RemoteExecError& why) {
+  const std::string dir = opts_.proc + "/" + std::to_string(pid_);
+  const std::string who = pid_text(pid_) + " (Python " + offsets_->version.text() + ")";
+  switch (why.reason) {
+    case RemoteExecRefusal::kDisabled: {
+      const std::string reason = remote_debug_off_reason(
+          read_file(dir + "/environ").value_or(""), read_file(dir + "/cmdline").value_or(""));
+      refuse(InjectVerdict::kCannotProfile, who + " does not allow code sent from outside " +
+                                                "(PEP 768): " + reason + "; " + kRestartFix);
+      break;
+    }
+    case RemoteExecRefusal::kPermission:
+      refuse(InjectVerdict::kPrivilege, pid_text(pid_) + ": " + why.message);
+      break;
+    case RemoteExecRefusal::kNoMainThread:
+      refuse(InjectVerdict::kCannotProfile, who + ": " + why.message);
+      break;
+    default:
+      refuse(InjectVerdict::kError, who + ": " + why.message);
+  }
+}
+
 std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts) {
   std::unique_ptr<Injection> in(new Injection(pid, opts));
   const std::string dir = opts.proc + "/" + std::to_string(pid);
@@ -301,7 +323,11 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
     return in;
   }
   in->offsets_ = offsets.value();
-  const std::string version = offsets.value().version.text();
+  // The interpreter's state, checked before anything is written.
+  if (!in->process_.locate(in->offsets_.value(), &why)) {
+    in->refuse_send(why);
+    return in;
+  }
 
   // 4. The script, in the target's filesystem. The directory is the
   // agent's (it reads and removes it); 0700 when the target runs as the
@@ -359,28 +385,11 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
     return in;
   }
 
-  // 5. PEP 768.
-  if (!in->process_.send(in->offsets_.value(), in->dir_target_ + "/inject.py", &why)) {
-    switch (why.reason) {
-      case RemoteExecRefusal::kDisabled: {
-        const std::string reason = remote_debug_off_reason(
-            read_file(dir + "/environ").value_or(""), read_file(dir + "/cmdline").value_or(""));
-        in->refuse(InjectVerdict::kCannotProfile,
-                   who + " (Python " + version + ") does not allow code sent from outside " +
-                       "(PEP 768): " + reason + "; " + kRestartFix);
-        break;
-      }
-      case RemoteExecRefusal::kPermission:
-        in->refuse(InjectVerdict::kPrivilege, who + ": " + why.message);
-        break;
-      case RemoteExecRefusal::kNoMainThread:
-        in->refuse(InjectVerdict::kCannotProfile,
-                   who + " (Python " + version + "): " + why.message);
-        break;
-      default:
-        in->refuse(InjectVerdict::kError, who + " (Python " + version + "): " + why.message);
-    }
-  }
+  // 5. PEP 768. From here until its result is read, the script may be
+  // pending: the destructor takes it back.
+  in->may_be_pending_ = true;
+  if (!in->process_.send(in->offsets_.value(), in->dir_target_ + "/inject.py", &why))
+    in->refuse_send(why);
   return in;
 }
 
@@ -402,6 +411,7 @@ const InjectOutcome* Injection::wait(const std::function<bool()>& stop) {
           text.clear();
       }
       ::close(fd);
+      may_be_pending_ = false;
       if (text.empty()) {
         refuse(InjectVerdict::kError, who + ": the injected script's result could not be read "
                                             "(not a file of the target's uid)");
@@ -416,6 +426,7 @@ const InjectOutcome* Injection::wait(const std::function<bool()>& stop) {
     }
     if (stop && stop()) {
       process_.cancel(*offsets_);
+      may_be_pending_ = false;
       remove_files();
       return nullptr;
     }
@@ -425,7 +436,9 @@ const InjectOutcome* Injection::wait(const std::function<bool()>& stop) {
         taken_back_tried = true;
         // Not taken yet: take it back, so that it never runs later. Taken
         // (it is running now): give it a few more seconds to finish.
-        if (process_.cancel(*offsets_)) {
+        const bool taken_back = process_.cancel(*offsets_);
+        may_be_pending_ = false;
+        if (taken_back) {
           char line[320];
           std::snprintf(line, sizeof line,
                         "%s: its main thread ran no Python code in %g s, so the injected "
@@ -460,7 +473,7 @@ void Injection::remove_files() {
 }
 
 Injection::~Injection() {
-  if (offsets_ && dir_fd_ >= 0 && !outcome_) process_.cancel(*offsets_);
+  if (may_be_pending_) process_.cancel(*offsets_);
   remove_files();
 }
 

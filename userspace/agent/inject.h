@@ -106,6 +106,7 @@ class Injection {
  private:
   Injection(pid_t pid, const InjectOptions& opts);
   void refuse(InjectVerdict verdict, std::string line);
+  void refuse_send(const RemoteExecError& why);  // the interpreter's refusals
   void remove_files();
 
   pid_t pid_;
@@ -117,6 +118,7 @@ class Injection {
   std::string dir_host_;        // that directory, as the agent opens it
   std::string dir_target_;      // and as the target sees it
   uint32_t target_uid_ = 0;     // the target's fsuid: the owner its result file has
+  bool may_be_pending_ = false;  // sent, and neither its result read nor taken back
   int64_t started_ns_ = 0;
 };
 

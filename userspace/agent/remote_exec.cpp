@@ -462,8 +462,8 @@ Result<DebugOffsets> RemoteProcess::debug_offsets_in(const std::string& file, ui
   return parsed;
 }
 
-bool RemoteProcess::send(const DebugOffsets& o, const std::string& script_path,
-                         RemoteExecError* why) {
+bool RemoteProcess::locate(const DebugOffsets& o, RemoteExecError* why) {
+  main_tstate_ = 0;
   uint64_t interp = 0;
   if (!read_u64(runtime_ + o.runtime_interpreters_head, &interp)) {
     *why = io_error("reading its interpreter");
@@ -509,16 +509,9 @@ bool RemoteProcess::send(const DebugOffsets& o, const std::string& script_path,
     *why = {RemoteExecRefusal::kNoMainThread, 0, "it has no main thread state", o.version};
     return false;
   }
-  if (script_path.size() + 1 > o.support_script_path_size) {
-    *why = {RemoteExecRefusal::kPathTooLong, 0,
-            "the script path " + script_path + " is longer than its " +
-                std::to_string(o.support_script_path_size - 1) + " bytes",
-            o.version};
-    return false;
-  }
-  const uint64_t support = tstate + o.tstate_debugger_support;
   int32_t pending = 0;
-  if (!read(support + o.support_pending_call, &pending, sizeof pending)) {
+  const uint64_t pending_at = tstate + o.tstate_debugger_support + o.support_pending_call;
+  if (!read(pending_at, &pending, sizeof pending)) {
     *why = io_error("reading its main thread's state");
     return false;
   }
@@ -528,6 +521,22 @@ bool RemoteProcess::send(const DebugOffsets& o, const std::string& script_path,
             o.version};
     return false;
   }
+  main_tstate_ = tstate;
+  return true;
+}
+
+bool RemoteProcess::send(const DebugOffsets& o, const std::string& script_path,
+                         RemoteExecError* why) {
+  if (main_tstate_ == 0 && !locate(o, why)) return false;
+  const uint64_t tstate = main_tstate_;
+  if (script_path.size() + 1 > o.support_script_path_size) {
+    *why = {RemoteExecRefusal::kPathTooLong, 0,
+            "the script path " + script_path + " is longer than its " +
+                std::to_string(o.support_script_path_size - 1) + " bytes",
+            o.version};
+    return false;
+  }
+  const uint64_t support = tstate + o.tstate_debugger_support;
   // The path, then the flag, then the eval breaker: the interpreter reads
   // them in the opposite order. CPython writes the whole eval_breaker word
   // back; only its low byte (the event bits) is written here, so the
@@ -545,7 +554,6 @@ bool RemoteProcess::send(const DebugOffsets& o, const std::string& script_path,
     *why = io_error("writing to its main thread's state");
     return false;
   }
-  main_tstate_ = tstate;
   return true;
 }
 

@@ -141,8 +141,13 @@ class RemoteProcess {
   // The address of _PyRuntime found by debug_offsets() (0 before).
   uint64_t runtime_address() const { return runtime_; }
 
-  // Steps 3 and 4 above for `script_path` (as the target sees it). On
-  // success the main thread's state address is kept for cancel().
+  // Step 3 and the checks of step 4, writing nothing: the main interpreter,
+  // remote debugging enabled in it, its main thread's state, no script
+  // pending there (kBusy). The state's address is kept for send().
+  bool locate(const DebugOffsets& offsets, RemoteExecError* why);
+  // Step 4's writes for `script_path` (as the target sees it), after
+  // locate() (called here if it was not). A failed write may leave the
+  // pending flag set: cancel() takes it back.
   bool send(const DebugOffsets& offsets, const std::string& script_path, RemoteExecError* why);
   // True while the script sent is still pending (the main thread has not
   // taken it); false once taken, or on a read error.
