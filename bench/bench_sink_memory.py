@@ -66,15 +66,56 @@ def cpu_s(pid: int) -> float:
         return -1.0
 
 
-def slope(points) -> float:
-    """Least-squares slope of (x, y) points (0 with fewer than two)."""
+def slope(points):
+    """Least-squares slope of (x, y) points and its standard error ((0, 0) with fewer than three)."""
     n = len(points)
-    if n < 2:
-        return 0.0
+    if n < 3:
+        return 0.0, 0.0
     mx = sum(x for x, _ in points) / n
     my = sum(y for _, y in points) / n
     den = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / den if den else 0.0
+    if not den:
+        return 0.0, 0.0
+    b = sum((x - mx) * (y - my) for x, y in points) / den
+    resid = sum((y - my - b * (x - mx)) ** 2 for x, y in points)
+    return b, (resid / (n - 2) / den) ** 0.5
+
+
+def analyze(samples, warmup: float, every: float) -> dict:
+    """The RSS figures of (t, /proc status) samples: start, end, max, and the
+    slopes (MB/hour, with standard errors) after `warmup` of every sample and
+    of each whole minute's lowest and highest."""
+    rss = [(t, s["VmRSS"] / 1024) for t, s in samples if "VmRSS" in s]
+    fit = [(t, mb) for t, mb in rss if t >= warmup]
+    minutes = {}
+    for t, mb in fit:
+        minutes.setdefault(int((t - warmup) // 60), []).append(mb)
+    whole = [(k * 60 + 30 + warmup, v) for k, v in sorted(minutes.items()) if len(v) >= 0.8 * 60 / every]
+    out = {
+        "rss_start_mb": round(rss[0][1], 1) if rss else None,
+        "rss_at_warmup_mb": round(fit[0][1], 1) if fit else None,
+        "rss_end_mb": round(rss[-1][1], 1) if rss else None,
+        "rss_max_mb": round(max(mb for _, mb in rss), 1) if rss else None,
+        "minute_floors_mb": [round(min(v), 1) for _, v in whole],
+        "minute_peaks_mb": [round(max(v), 1) for _, v in whole],
+    }
+    for name, points in (("slope", fit), ("floor_slope", [(t, min(v)) for t, v in whole]),
+                         ("peak_slope", [(t, max(v)) for t, v in whole])):
+        b, se = slope(points)
+        out[name + "_mb_per_hour"] = round(b * 3600, 2)
+        out[name + "_se_mb_per_hour"] = round(se * 3600, 2)
+    return out
+
+
+def print_rss(r: dict, warmup: float) -> None:
+    print(f"RSS start {r['rss_start_mb']} MB, at {warmup:.0f} s {r['rss_at_warmup_mb']} MB, end {r['rss_end_mb']} MB, "
+          f"max {r['rss_max_mb']} MB; slopes after {warmup:.0f} s (MB/hour, +- standard error): "
+          f"{r['slope_mb_per_hour']} +- {r['slope_se_mb_per_hour']} (every sample), "
+          f"{r['floor_slope_mb_per_hour']} +- {r['floor_slope_se_mb_per_hour']} (each minute's lowest), "
+          f"{r['peak_slope_mb_per_hour']} +- {r['peak_slope_se_mb_per_hour']} (each minute's highest)")
+    if r["minute_floors_mb"]:
+        print(f"each minute's lowest: {min(r['minute_floors_mb'])}-{max(r['minute_floors_mb'])} MB, "
+              f"highest: {min(r['minute_peaks_mb'])}-{max(r['minute_peaks_mb'])} MB")
 
 
 def dir_bytes(path: str) -> int:
@@ -126,9 +167,10 @@ class SinkServer:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--storm", required=True, help="mlprof-usdt-storm")
-    ap.add_argument("--sink", required=True, choices=["dir", "sqlite", "postgres", "mlflow"])
+    ap.add_argument("--agent")
+    ap.add_argument("--storm", help="mlprof-usdt-storm")
+    ap.add_argument("--sink", choices=["dir", "sqlite", "postgres", "mlflow"])
+    ap.add_argument("--reanalyze", metavar="JSON", help="print the figures of a run's --json again, and exit")
     ap.add_argument("--seconds", type=float, default=1800)
     ap.add_argument("--every", type=float, default=1)
     ap.add_argument("--warmup", type=float, default=300, help="samples before this are left out of the fit")
@@ -142,6 +184,16 @@ def main() -> int:
     ap.add_argument("agent_args", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     extra = args.agent_args[1:] if args.agent_args[:1] == ["--"] else args.agent_args
+    if args.reanalyze:
+        with open(args.reanalyze) as f:
+            saved = json.load(f)
+        r = analyze(saved["samples"], saved["warmup_s"], args.every)
+        print(f"{saved['sink']}: {saved['sessions']} sessions in {saved['seconds']} s; items delivered "
+              f"{saved['items_delivered']}, dropped {saved['items_dropped']}; agent CPU {saved.get('cpu_s')} s")
+        print_rss(r, saved["warmup_s"])
+        return 0
+    if not (args.agent and args.storm and args.sink):
+        ap.error("--agent, --storm and --sink are needed (or --reanalyze JSON)")
 
     root = tempfile.mkdtemp(prefix=f"mlprof-sinkmem-{args.sink}-", dir="/tmp")
     os.chmod(root, 0o755)
@@ -194,26 +246,11 @@ def main() -> int:
     final = next((ln for ln in reversed(out.splitlines()) if ln.startswith("mlprof-ebpf: stopped:")), "")
     m = re.search(r"delivered (\d+), spooled (\d+), dropped (\d+)", final)
     delivered, spooled, dropped = (int(x) for x in m.groups()) if m else (0, 0, 0)
-    rss = [(t, s["VmRSS"] / 1024) for t, s in samples if "VmRSS" in s]
-    fit = [(t, mb) for t, mb in rss if t >= args.warmup]
-    per_hour = slope(fit) * 3600
-    minutes = {}
-    for t, mb in fit:
-        minutes.setdefault(int((t - args.warmup) // 60), []).append(mb)
-    whole = [(k * 60 + 30 + args.warmup, v) for k, v in sorted(minutes.items()) if len(v) >= 0.8 * 60 / args.every]
-    floor_per_hour = slope([(t, min(v)) for t, v in whole]) * 3600
-    peak_per_hour = slope([(t, max(v)) for t, v in whole]) * 3600
-    elapsed = rss[-1][0] if rss else 0
+    figures = analyze(samples, args.warmup, args.every)
+    elapsed = samples[-1][0] if samples else 0
     result = {
         "sink": args.sink, "agent_args": cmd[1:], "rate": args.rate, "spans": args.spans,
-        "seconds": round(elapsed), "warmup_s": args.warmup,
-        "rss_start_mb": round(rss[0][1], 1) if rss else None,
-        "rss_at_warmup_mb": round(fit[0][1], 1) if fit else None,
-        "rss_end_mb": round(rss[-1][1], 1) if rss else None,
-        "rss_max_mb": round(max(mb for _, mb in rss), 1) if rss else None,
-        "slope_mb_per_hour": round(per_hour, 2),
-        "floor_slope_mb_per_hour": round(floor_per_hour, 2), "peak_slope_mb_per_hour": round(peak_per_hour, 2),
-        "minute_floor_first_last_mb": [round(min(whole[0][1]), 1), round(min(whole[-1][1]), 1)] if whole else None,
+        "seconds": round(elapsed), "warmup_s": args.warmup, **figures,
         "sessions": sessions, "sessions_per_s": round(sessions / max(elapsed, 1)), "periods": periods,
         "env": args.env,
         "cpu_s": round(samples[-1][1].get("cpu_s", 0), 1) if samples else None,
@@ -222,7 +259,7 @@ def main() -> int:
         "items_delivered": delivered, "items_spooled_at_end": spooled, "items_dropped": dropped,
         "exit": agent.returncode if agent else None,
         "final_line": final, "stderr_tail": err.strip().splitlines()[-3:],
-        "samples": [(round(t), s) for t, s in samples],
+        "samples": [(round(t, 1), s) for t, s in samples],
     }
     if args.sink == "dir":
         result["dir_max_bytes"] = dir_max
@@ -234,10 +271,7 @@ def main() -> int:
         print(f"{t:5.0f}  {s.get('VmRSS', 0) / 1024:8.1f}  {s.get('RssAnon', 0) / 1024:10.1f}  "
               f"{s.get('RssFile', 0) / 1024:10.1f}")
     print(f"agent CPU {result['cpu_s']} s ({result['cpu_us_per_session']} us per session); env {args.env}")
-    print(f"RSS start {result['rss_start_mb']} MB, at {args.warmup:.0f} s {result['rss_at_warmup_mb']} MB, "
-          f"end {result['rss_end_mb']} MB, max {result['rss_max_mb']} MB; "
-          f"slopes after {args.warmup:.0f} s: {per_hour:.2f} MB/hour (every sample), "
-          f"{floor_per_hour:.2f} (each minute's lowest), {peak_per_hour:.2f} (each minute's highest)")
+    print_rss(result, args.warmup)
     if args.sink == "dir":
         print(f"sink directory: at most {dir_max / 2**20:.1f} MiB seen")
     print("final:", final)
