@@ -139,7 +139,7 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
     const uint64_t session = g_next_session.fetch_add(1, std::memory_order_relaxed);
     const bool v2 = MLPROF_USDT_ENABLED(session_spans);
     if (MLPROF_USDT_ENABLED(session_begin)) {
-      MLPROF_USDT_SESSION_BEGIN(session, -1, 0);
+      MLPROF_USDT_SESSION_BEGIN(session, -1, 0, 0, 0);
       ++c.hits;
     }
     if (v2) {

@@ -86,6 +86,10 @@ struct thread_state {
 	__s32 syscall;    /* the syscall it blocked in, -1 none */
 	__u32 waker_kind; /* enum mlprof_waker_kind */
 	char waker_comm[16];
+	__u64 futex_addr;  /* blocked in futex: its address */
+	__u64 sem_addr;    /* inside sem_wait & co. on this semaphore (a lock), 0 not */
+	__u32 wait_object; /* enum mlprof_wait_object */
+	__u32 pad;
 };
 
 struct {
@@ -354,7 +358,7 @@ static __always_inline int emit_span(const struct usdt_ctx *c, __u16 kind, __u64
 /* ---- USDT handlers (attached per pid by the loader) --------------------- */
 
 SEC("usdt")
-int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags)
+int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags, __u64 gil, __u64 gil_bytes)
 {
 	struct usdt_ctx c;
 
@@ -381,6 +385,8 @@ int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags)
 	e->session = session;
 	e->ceiling = ceiling;
 	e->flags = flags;
+	e->gil = gil; /* an extension of three arguments: bpf_usdt_arg gives 0 */
+	e->gil_bytes = gil_bytes;
 	bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	return 0;
 }
@@ -397,6 +403,8 @@ static __always_inline void end_session(const struct usdt_ctx *cp, __u64 session
 		e->session = session;
 		e->ceiling = 0;
 		e->flags = dropped;
+		e->gil = 0;
+		e->gil_bytes = 0;
 		/* v1: a finished session wakes the reader now (a plain submit would
 		 * not, with records it was not woken for still ahead of it). v2
 		 * (wake false): the batched rule; the reader's 250 ms poll timeout
@@ -623,6 +631,36 @@ int BPF_USDT(mlprof_session_spans, __u64 session, __u64 body, __u64 body_bytes, 
 	return 0;
 }
 
+/* ---- locks: sem_wait & co. in the target's C library ---------------------- */
+
+/* CPython's locks (threading.Lock, RLock, Condition, Event, Queue; 3.13+
+ * every PyMutex that parks) sleep in sem_wait, sem_timedwait or
+ * sem_clockwait once the lock is taken: a futex sleep of a followed thread
+ * between the entry and the return, on the semaphore, is a lock wait. The
+ * loader attaches these per target pid to the C library it maps; an
+ * uncontended acquire never calls them (CPython tries the lock first). */
+static __always_inline int sem_mark(__u64 sem)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
+
+	if (st)
+		st->sem_addr = sem;
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(mlprof_sem_wait, void *sem)
+{
+	return sem_mark((__u64)sem);
+}
+
+SEC("uretprobe")
+int BPF_URETPROBE(mlprof_sem_wait_return)
+{
+	return sem_mark(0);
+}
+
 /* ---- scheduler and thread lifetime (followed threads only) -------------- */
 
 #define MLPROF_TASK_DEAD 0x80 /* TASK_DEAD: the state of a task's final switch-out */
@@ -698,7 +736,9 @@ static __always_inline int irq_mark(int which, int delta)
  * sets it so; a fault or interrupt from user mode leaves the user's ax there
  * and an error code or vector in orig_ax). -1: not in a syscall, or a kernel
  * without bpf_task_pt_regs (v5.15), or not x86-64. */
-static __always_inline __s32 current_syscall(void)
+#define MLPROF_SYS_FUTEX 202 /* x86-64 */
+
+static __always_inline __s32 current_syscall(__u64 *first_arg)
 {
 #if defined(__TARGET_ARCH_x86)
 	if (!bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs))
@@ -709,10 +749,22 @@ static __always_inline __s32 current_syscall(void)
 
 	if (ax != -MLPROF_ENOSYS || orig < 0 || orig > 0xffff)
 		return -1;
+	if (orig == MLPROF_SYS_FUTEX) /* its uaddr: which futex (the GIL's, a lock's) */
+		*first_arg = BPF_CORE_READ(regs, di);
 	return (__s32)orig;
 #else
 	return -1;
 #endif
+}
+
+/* What a thread that went to sleep in futex waited on: a lock when the
+ * futex is the semaphore of the sem_*wait call it is in (a glibc sem_t is
+ * 32 bytes; its futex word is at its start), else a futex the agent
+ * classifies by address (the GIL's range comes with session_begin). */
+static __always_inline void note_futex(struct thread_state *st, __u64 addr)
+{
+	st->futex_addr = addr;
+	st->wait_object = st->sem_addr && addr - st->sem_addr < 32 ? MLPROF_WAIT_LOCK : MLPROF_WAIT_FUTEX;
 }
 
 /* The final switch-out of a dead followed thread: the end of its following.
@@ -751,7 +803,13 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 			st->waker_tgid = 0;
 			st->waker_kind = MLPROF_WAKER_TASK;
 			st->waker_comm[0] = 0;
-			st->syscall = st->blocked ? current_syscall() : -1;
+			__u64 arg = 0;
+
+			st->syscall = st->blocked ? current_syscall(&arg) : -1;
+			st->futex_addr = 0;
+			st->wait_object = MLPROF_WAIT_NONE;
+			if (st->syscall == MLPROF_SYS_FUTEX)
+				note_futex(st, arg);
 		}
 	}
 
@@ -773,6 +831,9 @@ static __always_inline int on_switch(unsigned long long *ctx, bool preempt, stru
 		e->syscall = st->syscall;
 		e->waker_kind = st->waker_kind;
 		__builtin_memcpy(e->waker_comm, st->waker_comm, sizeof(e->waker_comm));
+		e->futex_addr = st->futex_addr;
+		e->wait_object = st->wait_object;
+		e->reserved = 0;
 		bpf_ringbuf_submit(e, batched(sizeof(*e)));
 	}
 	st->off_start = 0;
@@ -841,6 +902,8 @@ static __always_inline int on_wakeup_new(struct task_struct *p)
 	st->prev_state = 0;
 	st->blocked = 0;
 	st->syscall = -1;
+	st->futex_addr = 0;
+	st->wait_object = MLPROF_WAIT_NONE;
 	st->waker_kind = MLPROF_WAKER_TASK;
 	if (bpf_get_current_comm(st->waker_comm, sizeof(st->waker_comm)))
 		st->waker_comm[0] = 0;

@@ -43,6 +43,8 @@ struct mlprof_ev_session {
   __u64 session;
   __s64 ceiling; /* begin: the captured depth, -1 unlimited */
   __u64 flags;   /* begin: MLPROF_SESSION_*; end: calls dropped (buffers full) */
+  __u64 gil;     /* begin: the interpreter's GIL state, gil_bytes long (0 unknown) */
+  __u64 gil_bytes;
 };
 
 /* MLPROF_EV_LANE_BEGIN */
@@ -118,6 +120,13 @@ enum mlprof_waker_kind {
   MLPROF_WAKER_HARDIRQ = 3, /* a device interrupt's handler (irq_handler_entry/exit) */
 };
 
+/* What a thread asleep in futex waited on (mlprof_ev_off_cpu.wait_object). */
+enum mlprof_wait_object {
+  MLPROF_WAIT_NONE = 0,  /* not in futex (or not known) */
+  MLPROF_WAIT_FUTEX = 1, /* a futex at futex_addr: the agent tells the GIL's by its range */
+  MLPROF_WAIT_LOCK = 2,  /* the semaphore of a sem_*wait: a CPython lock (threading.Lock ...) */
+};
+
 /* MLPROF_EV_OFF_CPU: thread h.tid was off the CPU from start_ns to h.ts_ns
  * (switched back in). blocked: it went to sleep (prev_state != running) and
  * was put on a run queue at wake_ns (sched_wakeup), woken by waker_tid
@@ -136,6 +145,9 @@ struct mlprof_ev_off_cpu {
   __s32 syscall;    /* blocked: the syscall it slept in (the kernel's number), -1 none or unknown */
   __u32 waker_kind; /* enum mlprof_waker_kind */
   char waker_comm[16]; /* the waker's comm at the wakeup (task kind only) */
+  __u64 futex_addr;    /* blocked in futex: its address (its first argument), else 0 */
+  __u32 wait_object;   /* enum mlprof_wait_object */
+  __u32 reserved;
 };
 
 /* MLPROF_EV_THREAD_START (h.tid: the new thread, parent_tid: the creator) and

@@ -10,9 +10,14 @@
  * where noted (MLPROF_PACK: high << 32 | low), to stay well inside the 12
  * arguments sys/sdt.h allows and to keep register pressure low at the site.
  *
- *   session_begin(u64 session, s64 ceiling, u64 flags)
+ *   session_begin(u64 session, s64 ceiling, u64 flags, u64 gil, u64 gil_bytes)
  *       session: the session's serial, unique within the process.
  *       ceiling: the captured depth (-1 unlimited). flags: MLPROF_SESSION_*.
+ *       gil, gil_bytes: the address and size of the interpreter's GIL state
+ *       (its condition variables and mutexes): a thread asleep in futex on
+ *       an address in it waits for the GIL. 0, 0 when unknown. Added after
+ *       version 2 without a new version: an extension before it fires three
+ *       arguments, and a tracer reads the missing two as 0.
  *   session_end(u64 session, u64 dropped)
  *       dropped: calls not recorded because a buffer was full, summed over lanes.
  *   lane_begin(u64 session, u64 lane_parent, u64 parent_call_task, u64 thread_ident,
@@ -224,9 +229,9 @@ MLPROF_SEMAPHORE_(session_spans);
 /* True while a tracer is attached to this probe: the one load and branch. */
 #define MLPROF_USDT_ENABLED(name) __builtin_expect(mlprof_##name##_semaphore != 0, 0)
 
-#define MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags) \
-  STAP_PROBE3(mlprof, session_begin, (unsigned long long)(session), (long long)(ceiling), \
-              (unsigned long long)(flags))
+#define MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags, gil, gil_bytes)                   \
+  STAP_PROBE5(mlprof, session_begin, (unsigned long long)(session), (long long)(ceiling),      \
+              (unsigned long long)(flags), (unsigned long long)(gil), (unsigned long long)(gil_bytes))
 #define MLPROF_USDT_SESSION_END(session, dropped) \
   STAP_PROBE2(mlprof, session_end, (unsigned long long)(session), (unsigned long long)(dropped))
 #define MLPROF_USDT_LANE_BEGIN(session, lane, parent_lane, parent_call, task, ident, thread_name) \

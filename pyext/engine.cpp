@@ -15,6 +15,7 @@
 #include "alloc_count.h"
 #include "clock.h"
 #include "core/group.h"
+#include "gil_range.h"
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
 #include "py_util.h"
@@ -1141,7 +1142,9 @@ void mark_autoprofile(uint64_t session) {
 }
 
 void fire_session_begin(uint64_t session, int64_t ceiling, uint32_t flags) {
-  MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags);
+  uint64_t gil = 0, gil_bytes = 0;  // the agent tells GIL waits by it
+  mlprof_gil_range(&gil, &gil_bytes);
+  MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags, gil, gil_bytes);
 }
 
 void fire_session_end(uint64_t session, uint64_t dropped) { MLPROF_USDT_SESSION_END(session, dropped); }

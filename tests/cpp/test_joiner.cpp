@@ -742,6 +742,47 @@ TEST(Joiner, OffCpuIntervalLandsOnTheInnermostOpenSpan) {
   EXPECT_EQ(p.kernel.spans[0].off_cpu_ns, 22000);
 }
 
+// session_begin carries the interpreter's GIL range: a futex sleep on an
+// address in it is a GIL wait; the BPF side's lock flag is a lock wait;
+// any other futex stays a futex.
+TEST(Joiner, FutexWaitsAreToldApartByTheGilRangeAndTheLockFlag) {
+  const Profile want = small_session();
+  Process proc;
+  std::vector<Rec> recs = records_of(want, proc, 1);
+  mlprof_ev_session begin{};
+  std::memcpy(&begin, recs.front().bytes.data(), sizeof(begin));
+  begin.gil = 0x7f0000001000;
+  begin.gil_bytes = 208;
+  recs.front() = rec_of(begin);
+  Rec end = recs.back();
+  recs.pop_back();
+  auto wait = [&](int64_t start, uint64_t addr, uint32_t object) {
+    mlprof_ev_off_cpu r{};
+    std::memcpy(&r, off_cpu_rec(100, 100, start, start + 2000, true, start + 1500, 7).bytes.data(), sizeof(r));
+    r.syscall = 202;
+    r.futex_addr = addr;
+    r.wait_object = object;
+    return rec_of(r);
+  };
+  recs.push_back(wait(4000, 0x7f0000001000 + 40, MLPROF_WAIT_FUTEX));   // the GIL's cond
+  recs.push_back(wait(7000, 0x7f0000001000 + 208, MLPROF_WAIT_FUTEX));  // just past it
+  recs.push_back(wait(10000, 0x55aa00, MLPROF_WAIT_LOCK));
+  recs.push_back(wait(13000, 0x7f0000001000 + 8, MLPROF_WAIT_NONE));    // not in futex
+  recs.push_back(end);
+  Joiner j;
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const auto& iv = got[0].kernel.off_cpu;
+  ASSERT_EQ(iv.size(), 4u);
+  EXPECT_EQ(iv[0].wait, WaitObject::kGil);
+  EXPECT_EQ(iv[1].wait, WaitObject::kFutex);
+  EXPECT_EQ(iv[2].wait, WaitObject::kLock);
+  EXPECT_EQ(iv[3].wait, WaitObject::kNone);
+  EXPECT_EQ(got[0].kernel.spans[0].own_gil_ns, 1500);
+  EXPECT_EQ(got[0].kernel.spans[0].own_lock_ns, 1500);
+}
+
 TEST(Joiner, ProcessExitMidSessionTruncatesItsOpenSpans) {
   const Profile full = small_session();
   Process proc;

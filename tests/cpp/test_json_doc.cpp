@@ -305,16 +305,17 @@ TEST(JsonDocKernel, SpanValuesAreLongFormWithUnits) {
   EXPECT_EQ(string_array(k["off_cpu_fields"]),
             (std::vector<std::string>{"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
                                       "waker_tid", "prev_state", "syscall", "waker_kind",
-                                      "waker_name"}));
+                                      "waker_name", "wait"}));
   ASSERT_EQ(k["off_cpu"].Size(), 4u);
   EXPECT_EQ(k["off_cpu"][0][8].GetInt(), -1);
   EXPECT_STREQ(k["off_cpu"][0][9].GetString(), "task");
   EXPECT_STREQ(k["off_cpu"][0][10].GetString(), "");
+  EXPECT_STREQ(k["off_cpu"][0][11].GetString(), "");  // not a futex wait
   // Waits: the own thread's blocked time by syscall and state (the fixture's
   // syscalls are not known: -1, "").
   EXPECT_EQ(string_array(k["wait_fields"]),
             (std::vector<std::string>{"span", "syscall", "syscall_name", "state", "blocked_ns",
-                                      "count"}));
+                                      "count", "wait", "waker", "waker_ns"}));
   ASSERT_GE(k["waits"].Size(), 1u);
   const auto& w = k["waits"][0];
   EXPECT_EQ(w[0].GetInt(), 0);

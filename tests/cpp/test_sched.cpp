@@ -581,6 +581,76 @@ TEST(SchedWaits, TheOwnThreadsBlockedTimeBySyscallAndStateSelfLessItsChildren) {
   EXPECT_EQ(WaitReason{}.text(), "? -");
 }
 
+TEST(SchedWaits, GilLockAndOtherFutexWaitsAreReasonsOfTheirOwnWithTheirWakers) {
+  // predict [0, 200us] { write_db [10, 150] }: its thread waits for a
+  // threading.Lock 40 us (woken by "worker"), for the GIL 30 us twice (woken
+  // by "python3" then "worker"), in another futex 5 us, and in fsync (D) 60 us
+  // in two pieces ended by two kernel workers and once by a softirq.
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t write_db = test::user_fn(p, "write_db");
+  p.lanes.push_back(make_lane({call(0, predict), call(10'000, write_db), ret(150'000), ret(200'000)}));
+  build_tree(p);
+  p.kernel.present = true;
+  auto futex = [](int64_t start, int64_t wake, WaitObject what, const char* waker) {
+    OffCpuInterval iv = blocked(start, wake, wake + 1'000, 900);
+    iv.syscall = SYS_futex;
+    iv.prev_state = 1;
+    iv.wait = what;
+    iv.waker_name = waker;
+    return iv;
+  };
+  auto disk = [](int64_t start, int64_t wake, const char* waker, WakerKind kind = WakerKind::kTask) {
+    OffCpuInterval iv = blocked(start, wake, wake + 500, 800);
+    iv.syscall = SYS_fsync;
+    iv.prev_state = 2;
+    iv.waker_name = waker;
+    iv.waker_kind = kind;
+    return iv;
+  };
+  p.kernel.off_cpu = {futex(12'000, 52'000, WaitObject::kLock, "worker"),
+                      disk(54'000, 74'000, "kworker/u4:1"),
+                      disk(75'000, 95'000, "kworker/0:2H"),
+                      disk(96'000, 116'000, "", WakerKind::kSoftirq),
+                      futex(118'000, 133'000, WaitObject::kGil, "python3"),
+                      futex(160'000, 175'000, WaitObject::kGil, "worker"),
+                      futex(180'000, 185'000, WaitObject::kFutex, "worker")};
+  attribute_kernel(p);
+  const SpanKernel& top = p.kernel.spans[0];
+  EXPECT_EQ(top.own_gil_ns, 30'000);
+  EXPECT_EQ(top.own_lock_ns, 40'000);
+  EXPECT_EQ(p.kernel.spans[1].own_gil_ns, 15'000);
+  EXPECT_EQ(p.kernel.spans[1].own_lock_ns, 40'000);
+  ASSERT_EQ(top.waits.size(), 4u);
+  EXPECT_EQ(top.waits[0].text(), "fsync D");
+  EXPECT_EQ(top.waits[0].blocked_ns, 60'000);
+  EXPECT_EQ(top.waits[0].waker, "kworker");  // two kernel workers, one waker: 40 us against 20
+  EXPECT_EQ(top.waits[0].waker_ns, 40'000);
+  EXPECT_EQ(top.waits[1].text(), "lock");
+  EXPECT_EQ(top.waits[1].waker, "worker");
+  EXPECT_EQ(top.waits[2].text(), "GIL");
+  EXPECT_EQ(top.waits[2].blocked_ns, 30'000);
+  EXPECT_EQ(top.waits[2].count, 2u);
+  EXPECT_EQ(top.waits[2].waker, "python3");  // a tie (15 us each): the first name in order
+  EXPECT_EQ(top.waits[3].text(), "futex S");
+  EXPECT_EQ(top.waits[3].blocked_ns, 5'000);
+  // predict's own: the GIL wait after write_db returned, and the other futex.
+  const std::vector<WaitReason> self = self_waits(p, 0);
+  ASSERT_EQ(self.size(), 2u);
+  EXPECT_EQ(self[0].text(), "GIL");
+  EXPECT_EQ(self[0].blocked_ns, 15'000);
+  EXPECT_EQ(self[0].waker, "");  // the top waker's 15 us were write_db's: the rest's is not known
+  EXPECT_EQ(self[1].text(), "futex S");
+  EXPECT_EQ(self[1].waker, "worker");
+  WaitObject w = WaitObject::kNone;
+  EXPECT_TRUE(parse_wait_object("gil", w));
+  EXPECT_EQ(w, WaitObject::kGil);
+  EXPECT_TRUE(parse_wait_object("", w));
+  EXPECT_EQ(w, WaitObject::kNone);
+  EXPECT_FALSE(parse_wait_object("mutex", w));
+  EXPECT_STREQ(wait_object_name(WaitObject::kLock), "lock");
+}
+
 TEST(SchedStalls, AStartedThreadsOffCpuIsApartAndTheShareNeverPassesTheWall) {
   // spawn [10, 20] starts two threads that sleep 8'000 ns each while spawn
   // itself waits 5'000 ns for them: 21'000 off-CPU over a 10'000 wall.

@@ -25,7 +25,7 @@ TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
   EXPECT_EQ(names,
             "meta id_counters sources source_labels sessions lanes functions locations stacks samples value_types "
             "sample_values segments io_summaries off_cpu_intervals kernel_threads sample_locations spans span_values ");
-  // Versions 2.1's and 2.2's steps: a new store is what migrating a 2.0 one gives.
+  // Versions 2.1's, 2.2's and 2.3's steps: a new store is what migrating a 2.0 one gives.
   EXPECT_EQ(steps,
             "CREATE INDEX IF NOT EXISTS source_labels_by_value ON source_labels (key, value)\n"
             "CREATE TABLE IF NOT EXISTS session_traces (\n"
@@ -44,7 +44,23 @@ TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
             "  blocked_ns INTEGER NOT NULL,\n"
             "  count INTEGER NOT NULL,\n"
             "  PRIMARY KEY (sample_id, syscall, state)\n"
-            ") WITHOUT ROWID, STRICT\n");
+            ") WITHOUT ROWID, STRICT\n"
+            "ALTER TABLE off_cpu_intervals ADD COLUMN wait TEXT NOT NULL DEFAULT ''\n"
+            "CREATE TABLE span_waits_2_3 (\n"
+            "  sample_id INTEGER NOT NULL REFERENCES samples(sample_id),\n"
+            "  syscall INTEGER NOT NULL,\n"
+            "  state TEXT NOT NULL,\n"
+            "  wait TEXT NOT NULL DEFAULT '',\n"
+            "  blocked_ns INTEGER NOT NULL,\n"
+            "  count INTEGER NOT NULL,\n"
+            "  waker TEXT NOT NULL DEFAULT '',\n"
+            "  waker_ns INTEGER NOT NULL DEFAULT 0,\n"
+            "  PRIMARY KEY (sample_id, syscall, state, wait)\n"
+            ") WITHOUT ROWID, STRICT\n"
+            "INSERT INTO span_waits_2_3 (sample_id, syscall, state, blocked_ns, count) SELECT sample_id, syscall, "
+            "state, blocked_ns, count FROM span_waits\n"
+            "DROP TABLE span_waits\n"
+            "ALTER TABLE span_waits_2_3 RENAME TO span_waits\n");
   // Keys are declared: every table but the roots (sources, the dictionaries, meta) references another.
   for (const auto& s : stmts) {
     if (!starts_with(s, "CREATE TABLE ")) continue;

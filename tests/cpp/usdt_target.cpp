@@ -67,7 +67,7 @@ constexpr unsigned kStepLabel = 7;
 
 // The probe sites: a load and a branch unless a tracer is attached.
 void session_begin(uint64_t session, long long ceiling, uint64_t flags) {
-  if (MLPROF_USDT_ENABLED(session_begin)) MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags);
+  if (MLPROF_USDT_ENABLED(session_begin)) MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags, 0, 0);
 }
 void session_end(uint64_t session, uint64_t dropped) {
   if (MLPROF_USDT_ENABLED(session_end)) MLPROF_USDT_SESSION_END(session, dropped);

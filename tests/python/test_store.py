@@ -186,8 +186,19 @@ def test_kernel_data_of_an_agent_document_comes_back(tmp_path):
     assert got == want
 
 
+def _undo_2_3(conn):
+    """Takes away what 2.3 added (SQLite or PostgreSQL): the store 2.2 wrote,
+    its span_waits keyed by (syscall, state)."""
+    conn.execute("ALTER TABLE off_cpu_intervals DROP COLUMN wait")
+    conn.execute("DROP TABLE span_waits")
+    conn.execute("CREATE TABLE span_waits (sample_id BIGINT NOT NULL REFERENCES samples(sample_id), "
+                 "syscall BIGINT NOT NULL, state TEXT NOT NULL, blocked_ns BIGINT NOT NULL, count BIGINT NOT NULL, "
+                 "PRIMARY KEY (sample_id, syscall, state))")
+
+
 def _undo_2_2(conn):
-    """Takes away what 2.2 added (SQLite or PostgreSQL): the store 2.1 wrote."""
+    """Takes away what 2.2 and 2.3 added (SQLite or PostgreSQL): the store 2.1 wrote."""
+    _undo_2_3(conn)
     conn.execute("DROP TABLE session_traces")
     conn.execute("DROP TABLE span_waits")
     for column in ("syscall", "waker_kind", "waker_name"):
@@ -196,10 +207,71 @@ def _undo_2_2(conn):
 
 def _as_version_2_0(conn):
     """What a store written by 2.0 looks like: 2.1 added one index, 2.2 two
-    tables and three columns."""
+    tables and three columns, 2.3 a column and span_waits' new key."""
     conn.execute("DROP INDEX source_labels_by_value")
     _undo_2_2(conn)
     conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
+
+
+def _waiting_agent_document():
+    """An agent's document whose predict waited for a lock, for the GIL and
+    in another futex (kernel.off_cpu's and kernel.waits' `wait`), and in
+    fsync (D) until a kernel worker's I/O completion (`waker`)."""
+    with profiling(depth=-1) as session:
+        _encode([3, 4])
+    doc = json.loads(session.to_json())
+    doc["meta"]["source"] = "ebpf"
+    doc["lanes"][0]["pid"], doc["lanes"][0]["session"] = 777, 2
+    tid = doc["lanes"][0]["native_tid"]
+    start = doc["meta"]["start_ns"]
+    doc["span_value_fields"] = ["span", "type", "unit", "value"]
+    doc["span_values"] = [[0, "blocked", "ns", 70], [0, "own_blocked", "ns", 70], [0, "gil_wait", "ns", 20],
+                          [0, "lock_wait", "ns", 30]]
+    fields = ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state", "syscall",
+              "waker_kind", "waker_name", "wait"]
+    doc["kernel"] = {
+        "lost_events": 0, "off_cpu_fields": fields,
+        "off_cpu": [[tid, 777, start + 10, start + 40, start + 41, True, 5000, 1, 202, "task", "worker", "lock"],
+                    [tid, 777, start + 50, start + 70, start + 71, True, 5000, 1, 202, "task", "worker", "gil"],
+                    [tid, 777, start + 80, start + 85, start + 86, True, 5000, 1, 202, "task", "worker", "futex"],
+                    [tid, 777, start + 90, start + 105, start + 106, True, 0, 2, 74, "task", "kworker/u4:1", ""]],
+        "wait_fields": ["span", "syscall", "syscall_name", "state", "blocked_ns", "count", "wait", "waker",
+                        "waker_ns"],
+        "waits": [[0, 202, "futex", "S", 30, 1, "lock", "worker", 30], [0, 202, "futex", "S", 20, 1, "gil", "worker", 20],
+                  [0, 74, "fsync", "D", 15, 1, "", "kworker", 15], [0, 202, "futex", "S", 5, 1, "futex", "worker", 5]],
+        "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under", "exit_code"],
+        "threads": [],
+    }
+    return doc
+
+
+def test_wait_objects_and_wakers_come_back_and_a_2_2_store_keeps_working(tmp_path):
+    doc = _waiting_agent_document()
+    agent = loads(json.dumps(doc))
+    with open_store(tmp_path / "w.db") as store:
+        back = _document(store.load(store.add(agent)))
+    assert back["kernel"]["off_cpu"] == _document(agent)["kernel"]["off_cpu"]
+    assert back["kernel"]["waits"] == _document(agent)["kernel"]["waits"]
+    assert [0, "gil_wait", "ns", 20] in back["span_values"] and [0, "lock_wait", "ns", 30] in back["span_values"]
+    # A store 2.2 wrote: written in its own format (a futex's objects as one
+    # reason, no objects, no wakers), read back so, then migrated to 2.3.
+    db = tmp_path / "old.db"
+    with open_store(db):
+        pass
+    conn = _connect(db, isolation_level=None)
+    _undo_2_3(conn)
+    conn.execute("UPDATE meta SET value = '2.2' WHERE key = 'version'")
+    with open_store(db) as store:
+        source = store.add(agent)
+        old = _document(store.load(source))
+    waits = {(w[2], w[3]): w[4] for w in old["kernel"]["waits"]}
+    assert waits == {("futex", "S"): 55, ("fsync", "D"): 15}
+    assert all(iv[-1] == "" for iv in old["kernel"]["off_cpu"])
+    done = _mlprof("migrate", db)
+    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.2 -> 2.3\n"
+    with open_store(db) as store:
+        assert _document(store.load(source))["kernel"]["waits"] == old["kernel"]["waits"]
+    conn.close()
 
 
 def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
@@ -215,15 +287,15 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
     with open_store(db) as store:
         assert store.source_ids({"model": "m"}) == [source]
     done = _mlprof("migrate", db)
-    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.2\n"
-    assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.2",)
+    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.3\n"
+    assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.3",)
     plan = " ".join(r[-1] for r in conn.execute(
         "EXPLAIN QUERY PLAN SELECT source_id FROM source_labels WHERE key = 'label.model' AND value = 'm'"))
     assert "source_labels_by_value" in plan
     with open_store(db) as store:
         assert store.load(source).to_tree() == before
     again = _mlprof("migrate", db)
-    assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.2\n"
+    assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.3\n"
     # No step starts at 1.0: the store is left as it was, and both messages say so.
     conn.execute("UPDATE meta SET value = '1.0' WHERE key = 'version'")
     refused = _mlprof("migrate", db)

@@ -156,8 +156,8 @@ def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
         conn.execute("DROP INDEX source_labels_by_value")
         _undo_2_2(conn)
         conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
-    assert migrate(url) == ("2.0", "2.2")
-    assert migrate(url) == ("2.2", "2.2")
+    assert migrate(url) == ("2.0", "2.3")
+    assert migrate(url) == ("2.3", "2.3")
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT indexname FROM pg_indexes WHERE indexname = 'source_labels_by_value'").fetchall()
     with open_store(url) as store:

@@ -10,6 +10,7 @@
 #include <linux/bpf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -19,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -191,6 +193,8 @@ struct ThreadState {
   int32_t syscall;
   uint32_t waker_kind;
   char waker_comm[16];
+  uint64_t futex_addr, sem_addr;
+  uint32_t wait_object, pad;
 };
 
 // Deletes every entry of map `fd` for which doomed(key, value) is true.
@@ -410,6 +414,60 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   return self;
 }
 
+namespace {
+
+// The C libraries a process maps that may hold sem_wait: libc.so.6 (glibc
+// 2.34+), libpthread.so.0 (before), musl's libc; as paths the agent can open
+// (under /proc/PID/root when `binary` is, a container's own).
+std::vector<std::string> c_libraries(pid_t pid, const std::string& binary) {
+  std::vector<std::string> out;
+  auto maps = read_file("/proc/" + std::to_string(pid) + "/maps");
+  if (!maps) return out;
+  const std::string root = "/proc/" + std::to_string(pid) + "/root";
+  const bool through_root = binary.rfind(root + "/", 0) == 0;
+  size_t at = 0;
+  while (at < maps.value().size()) {
+    size_t end = maps.value().find('\n', at);
+    if (end == std::string::npos) end = maps.value().size();
+    const std::string_view line(maps.value().data() + at, end - at);
+    at = end + 1;
+    const size_t slash = line.find('/');
+    if (slash == std::string_view::npos) continue;
+    const std::string_view path = line.substr(slash);
+    const std::string_view base = path.substr(path.rfind('/') + 1);
+    if (base.rfind("libc.so", 0) != 0 && base.rfind("libpthread.so", 0) != 0 &&
+        base.rfind("libc.musl", 0) != 0 && base.rfind("ld-musl", 0) != 0)
+      continue;
+    std::string full = (through_root ? root : "") + std::string(path);
+    if (std::find(out.begin(), out.end(), full) == out.end()) out.push_back(std::move(full));
+  }
+  return out;
+}
+
+// Lock waits (mlprof.bpf.c, "locks"): sem_wait, sem_timedwait and
+// sem_clockwait of the process's C library, entry and return, for this pid
+// only. A library without one of them (sem_clockwait is glibc 2.30+) is
+// passed over; a failure costs the lock label, never the capture.
+void attach_locks(mlprof_bpf& skel, pid_t pid, const std::string& binary, std::vector<Link>& links) {
+  static const char* const kFunctions[] = {"sem_wait", "sem_timedwait", "sem_clockwait"};
+  for (const std::string& lib : c_libraries(pid, binary)) {
+    for (const char* fn : kFunctions) {
+      for (bool ret : {false, true}) {
+        LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret, .func_name = fn);
+        bpf_link* link = bpf_program__attach_uprobe_opts(
+            ret ? skel.progs.mlprof_sem_wait_return : skel.progs.mlprof_sem_wait, pid, lib.c_str(), 0, &opts);
+        if (!link) {
+          take_last_warning();  // "failed to find symbol": not this library's
+          break;
+        }
+        links.emplace_back(link);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
   if (attached(pid)) return Ok{};
   std::vector<Link> links;
@@ -453,10 +511,13 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
     }
     links.emplace_back(link);
   }
+  attach_locks(*impl_->skel, pid, binary, links);
   impl_->pid_links.emplace(pid, std::move(links));
   impl_->contract[pid] = version;
   return Ok{};
 }
+
+
 
 int BpfLoader::contract(pid_t pid) const {
   auto it = impl_->contract.find(pid);

@@ -168,6 +168,8 @@ struct ProcessState {
   // from lanes whose body and kernel records both named it: the fallback for
   // a lane whose lane_begin record was lost (a thread pool's threads recur).
   std::unordered_map<uint64_t, uint32_t> host_tid_of;
+  // The interpreter's GIL state (session_begin): a futex in it is the GIL.
+  uint64_t gil = 0, gil_bytes = 0;
   // The names its sessions used, as the table every session Profile of it
   // starts on (FunctionTable's shared base): a session interns only names
   // no session before it used. By process-wide id, the id in `names`
@@ -459,6 +461,10 @@ void Joiner::State::session_begin(const mlprof_ev_session& r) {
   s.tgid = r.h.tgid;
   s.serial = r.session;
   s.begin_tid = r.h.tid;
+  if (r.gil_bytes != 0) {
+    p.gil = r.gil;
+    p.gil_bytes = r.gil_bytes;
+  }
   s.start_ns = ts;
   p.by_start.emplace(ts, r.session);
   s.last_ts = ts;
@@ -766,6 +772,11 @@ void Joiner::State::off_cpu(const mlprof_ev_off_cpu& r) {
                       ? static_cast<WakerKind>(r.waker_kind)
                       : WakerKind::kTask;
   if (iv.blocked && iv.waker_kind == WakerKind::kTask) iv.waker_name = field(r.waker_comm);
+  if (iv.blocked && r.wait_object == MLPROF_WAIT_LOCK) {
+    iv.wait = WaitObject::kLock;
+  } else if (iv.blocked && r.wait_object == MLPROF_WAIT_FUTEX) {
+    iv.wait = r.futex_addr - p->gil < p->gil_bytes ? WaitObject::kGil : WaitObject::kFutex;
+  }
   if (iv.end_ns < iv.start_ns) {
     ++stats.malformed;
     return;

@@ -56,12 +56,23 @@ std::string waker_name(const Profile& p, const SpanKernel& k) {
 // A wait worth a cell: in a known syscall, or in a known state (D, S).
 bool shown_wait(const WaitReason& w) { return w.syscall >= 0 || w.state != '-'; }
 
-// "futex S 12.3ms, read D 2.1ms": the first `n` reasons.
+// A reason as the report groups it: its text, and for an uninterruptible
+// wait (disk I/O, page faults) who ended it, the I/O completion's
+// ("fsync D by kworker", "read D by softirq"): the span's top waker is
+// often the thread that handed it the GIL afterwards, not the disk.
+std::string wait_label(const WaitReason& w) {
+  return w.state == 'D' && !w.waker.empty() ? w.text() + " by " + w.waker : w.text();
+}
+
+// "futex S 12.3ms, fsync D 2.1ms by kworker": the first `n` reasons.
 std::string waits_text(const std::vector<std::pair<std::string, int64_t>>& waits, size_t n) {
   std::string out;
   for (size_t i = 0; i < waits.size() && i < n; ++i) {
     if (i) out += ", ";
-    out += waits[i].first + " " + format_duration(waits[i].second);
+    const std::string& label = waits[i].first;
+    const size_t by = label.find(" by ");
+    out += label.substr(0, by) + " " + format_duration(waits[i].second);
+    if (by != std::string::npos) out += label.substr(by);
   }
   return out;
 }
@@ -218,9 +229,10 @@ void CaptureReport::add(const Profile& p) {
                           span.first_child >= 0;
       for (const WaitReason& w : at_cut ? sk.waits : self_waits(p, static_cast<int32_t>(s))) {
         if (!shown_wait(w)) continue;
-        auto it = st.waits.find(w.text());
+        const std::string label = wait_label(w);
+        auto it = st.waits.find(label);
         if (it == st.waits.end() && st.waits.size() >= kMaxWaitsPerPath) continue;
-        st.waits[w.text()] += w.blocked_ns;
+        st.waits[label] += w.blocked_ns;
       }
       if ((sk.top_waker_tid != 0 || sk.top_waker_kind != WakerKind::kTask) &&
           sk.top_waker_ns > 0) {
@@ -419,7 +431,7 @@ std::string session_text(const Profile& p, const ReportOptions& opts) {
                         p.spans[static_cast<size_t>(st.span)].first_child >= 0;
     std::vector<std::pair<std::string, int64_t>> waits;
     for (const WaitReason& w : at_cut ? k.waits : self_waits(p, st.span))
-      if (shown_wait(w)) waits.emplace_back(w.text(), w.blocked_ns);
+      if (shown_wait(w)) waits.emplace_back(wait_label(w), w.blocked_ns);
     if (!waits.empty()) out += "; waited in " + waits_text(waits, 3);
     if (k.top_waker_kind != WakerKind::kTask) {
       out += "; woken by " + waker_name(p, k);

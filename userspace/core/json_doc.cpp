@@ -17,7 +17,7 @@ uint64_t ns(int64_t v) { return v > 0 ? static_cast<uint64_t>(v) : 0; }
 
 // Lambdas without captures: plain function pointers, one table for the
 // writer and the reader.
-const std::array<SpanValueType, 12> kSpanValueTypes = {{
+const std::array<SpanValueType, 14> kSpanValueTypes = {{
     {"cpu", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.on_cpu_ns); },
      [](SpanKernel& k, uint64_t v) { k.on_cpu_ns = static_cast<int64_t>(v); }},
     {"off_cpu", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.off_cpu_ns); },
@@ -47,6 +47,11 @@ const std::array<SpanValueType, 12> kSpanValueTypes = {{
      [](SpanKernel& k, uint64_t v) { k.own_blocked_ns = static_cast<int64_t>(v); }},
     {"own_runq", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.own_runq_ns); },
      [](SpanKernel& k, uint64_t v) { k.own_runq_ns = static_cast<int64_t>(v); }},
+    // Of own_blocked: asleep waiting for the GIL, and for a CPython lock.
+    {"gil_wait", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.own_gil_ns); },
+     [](SpanKernel& k, uint64_t v) { k.own_gil_ns = static_cast<int64_t>(v); }},
+    {"lock_wait", "ns", kMaxNs, [](const SpanKernel& k) { return ns(k.own_lock_ns); },
+     [](SpanKernel& k, uint64_t v) { k.own_lock_ns = static_cast<int64_t>(v); }},
 }};
 
 namespace {
@@ -166,7 +171,7 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
   w.Key("off_cpu_fields");
   write_fields(
       w, {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state",
-          "syscall", "waker_kind", "waker_name"});
+          "syscall", "waker_kind", "waker_name", "wait"});
   w.Key("off_cpu");
   w.StartArray();
   for (const OffCpuInterval& iv : p.kernel.off_cpu) {
@@ -183,13 +188,17 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
     const char* kind = waker_kind_name(iv.waker_kind);
     w.String(kind ? kind : "task");
     write_string(w, iv.waker_name);
+    const char* wait = wait_object_name(iv.wait);
+    write_string(w, wait ? wait : "");
     w.EndArray();
   }
   w.EndArray();
-  // Why spans waited: their own thread's blocked time by syscall and state
-  // (SpanKernel::waits), inclusive like span_values.
+  // Why spans waited: their own thread's blocked time by syscall, state and
+  // futex object (SpanKernel::waits), inclusive like span_values, with the
+  // waker that ended the most of it.
   w.Key("wait_fields");
-  write_fields(w, {"span", "syscall", "syscall_name", "state", "blocked_ns", "count"});
+  write_fields(w, {"span", "syscall", "syscall_name", "state", "blocked_ns", "count", "wait", "waker",
+                   "waker_ns"});
   w.Key("waits");
   w.StartArray();
   const bool attributed = p.kernel.spans.size() == p.spans.size();
@@ -204,6 +213,10 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
       write_string(w, std::string_view(&wr.state, 1));
       w.Int64(wr.blocked_ns);
       w.Uint(wr.count);
+      const char* wait = wait_object_name(wr.object);
+      write_string(w, wait ? wait : "");
+      write_string(w, wr.waker);
+      w.Int64(wr.waker_ns);
       w.EndArray();
     }
   }

@@ -23,7 +23,7 @@ struct SpanValueType {
   uint64_t (*get)(const SpanKernel&);
   void (*set)(SpanKernel&, uint64_t);
 };
-extern const std::array<SpanValueType, 12> kSpanValueTypes;
+extern const std::array<SpanValueType, 14> kSpanValueTypes;
 
 // Writes the document. opts.depth limits spans (a view); the default writes all.
 std::string to_json_document(const Profile& p, const ViewOptions& opts = {});

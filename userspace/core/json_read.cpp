@@ -583,6 +583,7 @@ class DocumentReader {
         {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state"}, c);
     if (rows == nullptr) return false;
     p.kernel.off_cpu.resize(rows->Size());
+    const int wait_col = optional_column(kernel, "off_cpu_fields", "wait");
     for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
       const Value* r = row(*rows, "kernel.off_cpu", i, c);
       if (r == nullptr) return false;
@@ -613,7 +614,16 @@ class DocumentReader {
       if (int col = optional_column(kernel, "off_cpu_fields", "waker_name"); col >= 0) {
         if (!get((*r)[col], Where{s, i, "waker_name"}, iv.waker_name)) return false;
       }
+      if (wait_col >= 0 && !read_wait_object((*r)[wait_col], Where{s, i, "wait"}, iv.wait)) return false;
     }
+    return true;
+  }
+
+  // A "wait" cell: "", "futex", "lock" or "gil" (WaitObject).
+  bool read_wait_object(const Value& cell, const Where& where, WaitObject& out) {
+    std::string name;
+    if (!get(cell, where, name)) return false;
+    if (!parse_wait_object(name, out)) return fail(where, "\"" + name + "\" is not a wait object");
     return true;
   }
 
@@ -637,6 +647,10 @@ class DocumentReader {
     const Value* rows = nested_table(*kernel, "kernel", "waits", "wait_fields",
                                      {"span", "syscall", "state", "blocked_ns", "count"}, c);
     if (rows == nullptr) return false;
+    // Optional (written since the agent told GIL and lock waits apart).
+    const int wait_col = optional_column(*kernel, "wait_fields", "wait");
+    const int waker_col = optional_column(*kernel, "wait_fields", "waker");
+    const int waker_ns_col = optional_column(*kernel, "wait_fields", "waker_ns");
     for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
       const Value* r = row(*rows, "kernel.waits", i, c);
       if (r == nullptr) return false;
@@ -654,6 +668,16 @@ class DocumentReader {
       if (state.size() != 1) return fail(Where{s, i, "state"}, "not one letter");
       if (w.syscall < -1) return fail(Where{s, i, "syscall"}, "below -1");
       w.state = state[0];
+      const rapidjson::SizeType cells = (*r).Size();
+      if (wait_col >= 0 && static_cast<rapidjson::SizeType>(wait_col) < cells &&
+          !read_wait_object((*r)[wait_col], Where{s, i, "wait"}, w.object))
+        return false;
+      if (waker_col >= 0 && static_cast<rapidjson::SizeType>(waker_col) < cells &&
+          !get((*r)[waker_col], Where{s, i, "waker"}, w.waker))
+        return false;
+      if (waker_ns_col >= 0 && static_cast<rapidjson::SizeType>(waker_ns_col) < cells &&
+          !get((*r)[waker_ns_col], Where{s, i, "waker_ns"}, w.waker_ns))
+        return false;
       p.kernel.spans[span].waits.push_back(w);
     }
     return true;

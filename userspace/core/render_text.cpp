@@ -52,6 +52,10 @@ std::string format_kernel(const SpanKernel& k, const std::string& waker_name) {
     out += k.waits[i].text();
     out += ' ';
     out += format_duration(k.waits[i].blocked_ns);
+    if (k.waits[i].state == 'D' && !k.waits[i].waker.empty()) {  // the I/O completion's
+      out += " by ";
+      out += k.waits[i].waker;
+    }
   }
   if (k.top_waker_ns > 0 && k.top_waker_kind != WakerKind::kTask) {
     out += "; woken by ";

@@ -48,6 +48,25 @@ bool parse_waker_kind(std::string_view name, WakerKind& kind) {
   return false;
 }
 
+namespace {
+constexpr const char* kWaitObjectNames[] = {"", "futex", "lock", "gil"};
+}  // namespace
+
+const char* wait_object_name(WaitObject w) {
+  const auto i = static_cast<size_t>(w);
+  return i < std::size(kWaitObjectNames) ? kWaitObjectNames[i] : nullptr;
+}
+
+bool parse_wait_object(std::string_view name, WaitObject& w) {
+  for (size_t i = 0; i < std::size(kWaitObjectNames); ++i) {
+    if (name == kWaitObjectNames[i]) {
+      w = static_cast<WaitObject>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string syscall_name(int32_t nr) {
   if (nr < 0) return "";
   // The syscalls a thread sleeps in, by this architecture's numbers (the
@@ -268,6 +287,8 @@ std::string syscall_name(int32_t nr) {
 }
 
 std::string WaitReason::text() const {
+  if (object == WaitObject::kGil) return "GIL";
+  if (object == WaitObject::kLock) return "lock";
   std::string out = syscall < 0 ? std::string("?") : syscall_name(syscall);
   out += ' ';
   out += state;
@@ -590,6 +611,64 @@ uint64_t waker_key(const OffCpuInterval& iv) {
                                            : kKindKey | static_cast<uint64_t>(iv.waker_kind);
 }
 
+// A wait reason: (syscall, state, futex object).
+using WaitKey = std::tuple<int32_t, char, WaitObject>;
+
+WaitKey wait_key(const OffCpuInterval& iv) { return {iv.syscall, iv.state_letter(), iv.wait}; }
+
+// Who ended a wait, as a reason's waker is named: the interrupt's kind, a
+// thread's comm at the wakeup (the kernel's workers, "kworker/u4:2" ...,
+// together as "kworker": which one ran an I/O completion does not matter),
+// "tid N" when the comm is unknown; "" when nobody is known.
+std::string waker_label(const OffCpuInterval& iv) {
+  if (iv.waker_kind != WakerKind::kTask) {
+    const char* kind = waker_kind_name(iv.waker_kind);
+    return kind ? kind : "interrupt";
+  }
+  if (iv.waker_name.rfind("kworker/", 0) == 0) return "kworker";
+  if (!iv.waker_name.empty()) return iv.waker_name;
+  return iv.waker_tid ? "tid " + std::to_string(iv.waker_tid) : "";
+}
+
+// One reason's blocked time in a span's subtree, and per waker the time
+// each ended (a few at most: a short list, not a map).
+struct WaitSum {
+  int64_t ns = 0;
+  uint32_t count = 0;
+  std::vector<std::pair<std::string, int64_t>> wakers;
+
+  void add_waker(const std::string& label, int64_t piece_ns) {
+    if (label.empty()) return;
+    for (auto& [name, sum] : wakers) {
+      if (name == label) {
+        sum += piece_ns;
+        return;
+      }
+    }
+    wakers.emplace_back(label, piece_ns);
+  }
+  void add(const OffCpuInterval& iv, int64_t blocked_ns) {
+    ns += blocked_ns;
+    ++count;
+    add_waker(waker_label(iv), blocked_ns);
+  }
+  void merge(const WaitSum& o) {
+    ns += o.ns;
+    count += o.count;
+    for (const auto& [name, sum] : o.wakers) add_waker(name, sum);
+  }
+  WaitReason reason(const WaitKey& key) const {
+    WaitReason r{std::get<0>(key), std::get<1>(key), ns, count, std::get<2>(key), "", 0};
+    for (const auto& [name, sum] : wakers) {
+      if (sum > r.waker_ns || (sum == r.waker_ns && name < r.waker)) {
+        r.waker = name;
+        r.waker_ns = sum;
+      }
+    }
+    return r;
+  }
+};
+
 // Blocked time ended, per waker, of one span's subtree; the best entry
 // is kept up to date as sums only grow, so merging small into large is
 // O(entries of the smaller) and the top waker never needs a scan.
@@ -718,8 +797,7 @@ void attribute_kernel(Profile& profile) {
   k.spans.clear();
   k.spans.resize(n);
   std::vector<int64_t> own(n, 0);  // off-CPU of the span's own thread in its subtree
-  using WaitKey = std::pair<int32_t, char>;  // (syscall, state)
-  std::vector<std::map<WaitKey, std::pair<int64_t, uint32_t>>> waits(n);
+  std::vector<std::map<WaitKey, WaitSum>> waits(n);
   std::vector<int32_t> waker_of(n, -1);
   std::vector<Wakers> wakers;
   auto wakers_for = [&](int32_t s) -> Wakers& {
@@ -758,11 +836,7 @@ void attribute_kernel(Profile& profile) {
         own[static_cast<size_t>(piece.span)] += len;
         sk.own_blocked_ns += blocked;
         sk.own_runq_ns += runq;
-        if (blocked > 0) {
-          auto& w = waits[static_cast<size_t>(piece.span)][{iv.syscall, iv.state_letter()}];
-          w.first += blocked;
-          ++w.second;
-        }
+        if (blocked > 0) waits[static_cast<size_t>(piece.span)][wait_key(iv)].add(iv, blocked);
       }
       // Who woke the span's own thread (the threads it started have wakers of their own).
       if (piece.own_thread && blocked > 0 &&
@@ -814,8 +888,11 @@ void attribute_kernel(Profile& profile) {
     const int64_t wall = (span.flags & kSpanGenerator) ? span.active_ns : span.duration_ns();
     sk.on_cpu_ns = std::max<int64_t>(0, wall - own[si]);
     sk.own_off_cpu_ns = own[si];
-    for (const auto& [key, w] : waits[si])
-      sk.waits.push_back(WaitReason{key.first, key.second, w.first, w.second});
+    for (const auto& [key, w] : waits[si]) {
+      sk.waits.push_back(w.reason(key));
+      if (std::get<2>(key) == WaitObject::kGil) sk.own_gil_ns += w.ns;
+      if (std::get<2>(key) == WaitObject::kLock) sk.own_lock_ns += w.ns;
+    }
     std::stable_sort(sk.waits.begin(), sk.waits.end(), [](const WaitReason& a, const WaitReason& b) {
       return a.blocked_ns > b.blocked_ns;
     });
@@ -835,11 +912,7 @@ void attribute_kernel(Profile& profile) {
       pk.own_runq_ns += sk.own_runq_ns;
       auto& into = waits[pi];
       if (into.size() < waits[si].size()) std::swap(into, waits[si]);
-      for (const auto& [key, w] : waits[si]) {
-        auto& t = into[key];
-        t.first += w.first;
-        t.second += w.second;
-      }
+      for (const auto& [key, w] : waits[si]) into[key].merge(w);
     }
     waits[si].clear();
     if (waker_of[si] < 0 || !same_thread) continue;
@@ -937,8 +1010,8 @@ std::vector<WaitReason> self_waits(const Profile& profile, int32_t span) {
   const auto& ks = profile.kernel.spans;
   if (ks.size() != profile.spans.size() || span < 0 || static_cast<size_t>(span) >= ks.size())
     return {};
-  std::map<std::pair<int32_t, char>, WaitReason> sums;
-  for (const WaitReason& w : ks[static_cast<size_t>(span)].waits) sums[{w.syscall, w.state}] = w;
+  std::map<WaitKey, WaitReason> sums;
+  for (const WaitReason& w : ks[static_cast<size_t>(span)].waits) sums[{w.syscall, w.state, w.object}] = w;
   const Span& s = profile.spans[static_cast<size_t>(span)];
   // Children: Span::first_child/next_sibling when linked, else a scan.
   std::vector<size_t> children;
@@ -952,10 +1025,17 @@ std::vector<WaitReason> self_waits(const Profile& profile, int32_t span) {
   for (size_t c : children) {
     if (!same_thread_child(profile, c, span)) continue;
     for (const WaitReason& w : ks[c].waits) {
-      auto it = sums.find({w.syscall, w.state});
+      auto it = sums.find({w.syscall, w.state, w.object});
       if (it == sums.end()) continue;
       it->second.blocked_ns -= w.blocked_ns;
       it->second.count -= std::min(it->second.count, w.count);
+      // Only the sums per waker could say who ended the rest: a waker
+      // the child's own differs from is not claimed for it.
+      it->second.waker_ns = w.waker == it->second.waker ? it->second.waker_ns - w.waker_ns : 0;
+      if (it->second.waker_ns <= 0) {  // the rest's waker is not known
+        it->second.waker.clear();
+        it->second.waker_ns = 0;
+      }
     }
   }
   std::vector<WaitReason> out;

@@ -26,6 +26,18 @@ const char* waker_kind_name(WakerKind kind);
 // The kind named so, false for an unknown name.
 bool parse_waker_kind(std::string_view name, WakerKind& kind);
 
+// What a thread asleep in futex waited on (bpf/mlprof_events.h,
+// mlprof_wait_object): the GIL (the futex is in the interpreter's GIL state,
+// whose range the extension gives at session_begin), a CPython lock (the
+// futex is the semaphore of the sem_*wait the thread is in: threading.Lock,
+// RLock, Condition, Event, Queue ...), another futex; kNone for any other sleep.
+enum class WaitObject : uint8_t { kNone = 0, kFutex = 1, kLock = 2, kGil = 3 };
+// "", "futex", "lock", "gil" (the document's and the store's names);
+// nullptr for a value out of range.
+const char* wait_object_name(WaitObject w);
+// The object named so ("" is kNone), false for an unknown name.
+bool parse_wait_object(std::string_view name, WaitObject& w);
+
 // The name of syscall `nr` on this machine's architecture ("futex"), or
 // "syscall N" for one not in the table; "" for -1 (none).
 std::string syscall_name(int32_t nr);
@@ -44,6 +56,7 @@ struct OffCpuInterval {
   int32_t syscall = -1;     // blocked: the syscall it slept in (kernel number), -1 none/unknown
   WakerKind waker_kind = WakerKind::kTask;  // not kTask: waker_tid is the task the interrupt hit
   std::string waker_name;   // the waker's comm at the wakeup; "" unknown
+  WaitObject wait = WaitObject::kNone;  // blocked in futex: on what
 
   // 'D' (uninterruptible), 'S' (interruptible) or '-' (preempted, or another state).
   char state_letter() const {
@@ -74,13 +87,20 @@ struct ThreadLifetime {
   int32_t exit_code = 0;
 };
 
-// Why a span's thread waited: its blocked time in one syscall and state.
+// Why a span's thread waited: its blocked time in one syscall, state and
+// (in futex) object, and who ended most of it.
 struct WaitReason {
   int32_t syscall = -1;  // -1: not in a syscall (a page fault ...) or not known
   char state = '-';      // 'D', 'S' (OffCpuInterval::state_letter)
   int64_t blocked_ns = 0;
   uint32_t count = 0;  // blocked intervals (pieces) of it
-  // "futex S", "read D", "? D" (not in a syscall, or not known)
+  WaitObject object = WaitObject::kNone;
+  // The waker that ended the most of it: a thread's comm at the wakeup
+  // (kernel workers "kworker/u4:2" as "kworker"), "timer", "softirq",
+  // "hardirq", or "tid N" for a thread of unknown name; "" unknown.
+  std::string waker;
+  int64_t waker_ns = 0;
+  // "GIL", "lock", "futex S", "read D", "? D" (not in a syscall, or not known)
   std::string text() const;
 };
 
@@ -104,6 +124,9 @@ struct SpanKernel {
   int64_t own_off_cpu_ns = 0;
   int64_t own_blocked_ns = 0;
   int64_t own_runq_ns = 0;
+  // Of own_blocked_ns, asleep waiting for the GIL, and for a CPython lock.
+  int64_t own_gil_ns = 0;
+  int64_t own_lock_ns = 0;
   // The own thread's blocked time by reason, largest first.
   std::vector<WaitReason> waits;
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <tuple>
 #include <unordered_map>
 
@@ -307,17 +308,19 @@ std::string store_version(StoreDriver& d) {
   return rows.empty() ? std::string() : as_text(rows[0][0]);
 }
 
-// Whether the store has 2.2's tables and columns (session_traces, span_waits,
-// the intervals' waker and syscall). A writer leaves a store of an older
-// minor version in that version's format, which its readers still read.
-bool has_2_2(StoreDriver& d) {
+// Whether the store is version 2.`minor` or later: 2.2 has session_traces,
+// span_waits and the intervals' waker and syscall; 2.3 the futex waits'
+// object (`wait`) and each reason's waker. A writer leaves a store of an
+// older minor version in that version's format, which its readers still read.
+bool has_2_(StoreDriver& d, int at_least) {
   const std::string v = store_version(d);
   int major = 0, minor = 0;
   const auto dot = v.find('.');
   std::from_chars(v.data(), v.data() + std::min(dot, v.size()), major);
   if (dot != std::string::npos) std::from_chars(v.data() + dot + 1, v.data() + v.size(), minor);
-  return major > 2 || (major == 2 && minor >= 2);
+  return major > 2 || (major == 2 && minor >= at_least);
 }
+bool has_2_2(StoreDriver& d) { return has_2_(d, 2); }
 
 }  // namespace
 
@@ -477,6 +480,7 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
                  s.repr_short});
   }
   io_rows.flush();
+  const bool v2_3 = v2_2 && has_2_(d, 3);
   std::vector<SqlRow> off_rows;
   for (size_t i = 0; i < p.kernel.off_cpu.size(); ++i) {
     const OffCpuInterval& o = p.kernel.off_cpu[i];
@@ -487,20 +491,39 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
       off_rows.back().insert(off_rows.back().end(),
                              {int64_t{o.syscall}, int64_t{static_cast<uint8_t>(o.waker_kind)}, o.waker_name});
     }
+    if (v2_3) off_rows.back().push_back(std::string(wait_object_name(o.wait)));
   }
   if (!off_rows.empty()) {
-    d.execute_many(v2_2 ? "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
-                          "blocked, waker_tid, prev_state, syscall, waker_kind, waker_name) VALUES (?, ?, ?, ?, ?, ?, ?, "
-                          "?, ?, ?, ?, ?, ?)"
-                        : "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
-                          "blocked, waker_tid, prev_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    d.execute_many(v2_3 ? "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
+                          "blocked, waker_tid, prev_state, syscall, waker_kind, waker_name, wait) VALUES (?, ?, ?, ?, "
+                          "?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                   : v2_2 ? "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
+                            "blocked, waker_tid, prev_state, syscall, waker_kind, waker_name) VALUES (?, ?, ?, ?, ?, ?, "
+                            "?, ?, ?, ?, ?, ?, ?)"
+                          : "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
+                            "blocked, waker_tid, prev_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    off_rows);
   }
   if (v2_2 && attributed) {  // why spans waited (SpanKernel::waits)
-    Inserter wait_rows(d, "INSERT INTO span_waits (sample_id, syscall, state, blocked_ns, count) VALUES (?, ?, ?, ?, ?)");
+    Inserter wait_rows(d, v2_3 ? "INSERT INTO span_waits (sample_id, syscall, state, blocked_ns, count, wait, waker, "
+                                 "waker_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                               : "INSERT INTO span_waits (sample_id, syscall, state, blocked_ns, count) VALUES (?, ?, "
+                                 "?, ?, ?)");
     for (size_t i = 0; i < p.spans.size(); ++i) {
+      if (!v2_3) {  // 2.2 keys a reason by (syscall, state): a futex's objects as one
+        std::map<std::pair<int32_t, char>, std::pair<int64_t, int64_t>> sums;
+        for (const WaitReason& w : p.kernel.spans[i].waits) {
+          auto& t = sums[{w.syscall, w.state}];
+          t.first += w.blocked_ns;
+          t.second += w.count;
+        }
+        for (const auto& [key, t] : sums)
+          wait_rows.add({sample_id[i], int64_t{key.first}, std::string(1, key.second), t.first, t.second});
+        continue;
+      }
       for (const WaitReason& w : p.kernel.spans[i].waits) {
-        wait_rows.add({sample_id[i], int64_t{w.syscall}, std::string(1, w.state), w.blocked_ns, int64_t{w.count}});
+        wait_rows.add({sample_id[i], int64_t{w.syscall}, std::string(1, w.state), w.blocked_ns, int64_t{w.count},
+                       std::string(wait_object_name(w.object)), w.waker, w.waker_ns});
       }
     }
     wait_rows.flush();
@@ -856,9 +879,10 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   });
   if (p.kernel.present) {
     const bool v2_2 = has_2_2(d);
+    const bool v2_3 = v2_2 && has_2_(d, 3);
     for (const auto& r : d.query(
              std::string("SELECT pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, prev_state, ") +
-                 (v2_2 ? "syscall, waker_kind, waker_name" : "-1, 0, ''") +
+                 (v2_2 ? "syscall, waker_kind, waker_name" : "-1, 0, ''") + (v2_3 ? ", wait" : ", ''") +
                  " FROM off_cpu_intervals WHERE source_id = ? ORDER BY ordinal",
              {source_id})) {
       OffCpuInterval o;
@@ -874,13 +898,17 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
       const int64_t kind = as_int(r[9]);
       o.waker_kind = kind >= 0 && kind <= 3 ? static_cast<WakerKind>(kind) : WakerKind::kTask;
       o.waker_name = as_text(r[10]);
+      if (!parse_wait_object(as_text(r[11]), o.wait)) o.wait = WaitObject::kNone;
       p.kernel.off_cpu.push_back(std::move(o));
     }
     if (v2_2) {
       for (const auto& r : d.query(
-               "SELECT w.sample_id, w.syscall, w.state, w.blocked_ns, w.count FROM span_waits w JOIN samples s ON "
-               "s.sample_id = w.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = "
-               "l.session_id WHERE se.source_id = ? ORDER BY w.sample_id, w.blocked_ns DESC, w.syscall, w.state",
+               std::string("SELECT w.sample_id, w.syscall, w.state, w.blocked_ns, w.count, ") +
+                   (v2_3 ? "w.wait, w.waker, w.waker_ns" : "'', '', 0") +
+                   " FROM span_waits w JOIN samples s ON s.sample_id = w.sample_id JOIN lanes l ON l.lane_id = "
+                   "s.lane_id JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? ORDER BY "
+                   "w.sample_id, w.blocked_ns DESC, w.syscall, w.state" +
+                   (v2_3 ? ", w.wait" : ""),
                {source_id})) {
         WaitReason w;
         w.syscall = static_cast<int32_t>(as_int(r[1]));
@@ -888,6 +916,9 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
         w.state = state.empty() ? '-' : state[0];
         w.blocked_ns = as_int(r[3]);
         w.count = static_cast<uint32_t>(as_int(r[4]));
+        if (!parse_wait_object(as_text(r[5]), w.object)) w.object = WaitObject::kNone;
+        w.waker = as_text(r[6]);
+        w.waker_ns = as_int(r[7]);
         p.kernel.spans[span_at(r[0])].waits.push_back(w);
       }
     }

@@ -257,6 +257,28 @@ const std::vector<Migration>& migrations() {
         "  count INTEGER NOT NULL,\n"
         "  PRIMARY KEY (sample_id, syscall, state)\n"
         ") WITHOUT ROWID, STRICT"}},
+      // What a futex wait waited on (the GIL, a CPython lock, another
+      // futex), on each interval and each span's reasons, which it keys
+      // (a new table: SQLite cannot change a primary key), and the waker
+      // that ended the most of each reason.
+      {"2.2",
+       "2.3",
+       {"ALTER TABLE off_cpu_intervals ADD COLUMN wait TEXT NOT NULL DEFAULT ''",
+        "CREATE TABLE span_waits_2_3 (\n"
+        "  sample_id INTEGER NOT NULL REFERENCES samples(sample_id),\n"
+        "  syscall INTEGER NOT NULL,\n"
+        "  state TEXT NOT NULL,\n"
+        "  wait TEXT NOT NULL DEFAULT '',\n"
+        "  blocked_ns INTEGER NOT NULL,\n"
+        "  count INTEGER NOT NULL,\n"
+        "  waker TEXT NOT NULL DEFAULT '',\n"
+        "  waker_ns INTEGER NOT NULL DEFAULT 0,\n"
+        "  PRIMARY KEY (sample_id, syscall, state, wait)\n"
+        ") WITHOUT ROWID, STRICT",
+        "INSERT INTO span_waits_2_3 (sample_id, syscall, state, blocked_ns, count) "
+        "SELECT sample_id, syscall, state, blocked_ns, count FROM span_waits",
+        "DROP TABLE span_waits",
+        "ALTER TABLE span_waits_2_3 RENAME TO span_waits"}},
   };
   return steps;
 }
