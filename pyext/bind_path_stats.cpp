@@ -70,6 +70,15 @@ py::dict summary_dict(const std::vector<PathSummary>& paths, int depth) {
     d["off_cpu_count"] = s.off_cpu.count;
     put_durations(d, "off_cpu_", s.off_cpu);
     if (s.off_cpu.count == 0) d["off_cpu_total_ms"] = py::none();
+    // Where the calls' own thread spent its time: sums over 'kernel_calls'.
+    d["kernel_calls"] = s.kernel.calls;
+    const auto total = [&](uint64_t ns) -> py::object {
+      return s.kernel.calls == 0 ? py::object(py::none()) : py::object(py::float_(static_cast<double>(ns) / kNsPerMs));
+    };
+    d["on_cpu_total_ms"] = total(s.kernel.on_cpu_ns);
+    d["blocked_total_ms"] = total(s.kernel.blocked_ns);
+    d["runq_total_ms"] = total(s.kernel.runq_ns);
+    d["gil_total_ms"] = total(s.kernel.gil_ns);
     if (!s.walls.empty()) d["walls_ns"] = py::cast(s.walls);
     out[py::str(key)] = std::move(d);
   }
@@ -135,7 +144,9 @@ void bind_path_stats(py::module_& m) {
           py::arg("depth") = -1,
           "{'a/b': {'path': ['a', 'b'], 'depth': 1, 'count', 'sessions', 'incomplete', "
           "'mean_ms', 'min_ms', 'max_ms', 'p50_ms', 'p95_ms', 'p99_ms', 'total_ms', and the same "
-          "with 'self_' and 'off_cpu_' (None without kernel data; 'off_cpu_count' its samples), and "
+          "with 'self_' and 'off_cpu_' (None without kernel data; 'off_cpu_count' its samples), "
+          "'kernel_calls' and the own thread's 'on_cpu_total_ms', 'blocked_total_ms', 'runq_total_ms', "
+          "'gil_total_ms' over them (None without kernel data), and "
           "'walls_ns' (ascending) when the stats keep walls}}; "
           "depth >= 0 leaves out deeper paths.")
       .def(
@@ -149,25 +160,28 @@ void bind_path_stats(py::module_& m) {
       .def(
           "statistics",
           [](LockedStats& self) {
-            uint64_t sessions = 0, dropped = 0;
+            uint64_t sessions = 0, session_count = 0, dropped = 0;
             size_t paths = 0, bytes = 0;
             {
               py::gil_scoped_release release;
               std::lock_guard<std::mutex> lock(self.mu);
               sessions = self.stats.sessions();
+              session_count = self.stats.session_count();
               dropped = self.stats.dropped_paths();
               paths = self.stats.paths();
               bytes = self.stats.memory_bytes();
             }
             py::dict d;
             d["sessions"] = sessions;
+            d["session_count"] = session_count;
             d["paths"] = paths;
             d["max_paths"] = self.stats.max_paths();
             d["dropped_paths"] = dropped;
             d["memory_bytes"] = bytes;
             return d;
           },
-          "sessions, paths, max_paths, dropped_paths and memory_bytes, read together.")
+          "sessions (profiles added), session_count (the predict() sessions they held), paths, "
+          "max_paths, dropped_paths and memory_bytes, read together.")
       .def("memory_bytes",
            [](LockedStats& self) {
              py::gil_scoped_release release;

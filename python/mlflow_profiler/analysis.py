@@ -109,7 +109,10 @@ def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[
 class TopRow:
     """One call path: its calls, their wall, self and off-CPU times
     (milliseconds: p50, p95, p99, total; off-CPU None without kernel data),
-    and its share of all the self time."""
+    and its share of all the self time. `kernel` (the agent's data; None
+    without): where the calls' own thread spent its time, mean milliseconds
+    per call: on_cpu, blocked (asleep), runq (waiting for a CPU), gil (of
+    blocked, waiting for the GIL), over `calls` calls."""
 
     path: List[str]
     count: int
@@ -119,6 +122,7 @@ class TopRow:
     wall: Dict[str, float]
     self_time: Dict[str, float]
     off_cpu: Optional[Dict[str, float]]
+    kernel: Optional[Dict[str, float]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,19 +161,23 @@ class Top:
     self_total_ms: float
     where: Dict[str, str]
     sampled: Optional[Sampled] = None
+    profiles: Optional[int] = None  # the documents or stored sources read, when not one per session
 
     def to_json(self) -> str:
         """The result as JSON (`mlprof top --format json`)."""
         return json.dumps({
-            "sessions": self.sessions, "self_total_ms": self.self_total_ms, "where": self.where,
+            "sessions": self.sessions, "profiles": self.profiles, "self_total_ms": self.self_total_ms,
+            "where": self.where,
             "paths": [dataclasses.asdict(r) for r in self.rows],
             "sampled": dataclasses.asdict(self.sampled) if self.sampled else None,
         }, indent=2)
 
     def to_text(self, limit: Optional[int] = 20) -> str:
         """A table, most self time first: share, calls, wall and self p50,
-        p95, p99, off-CPU p95 (where the agent measured it), path; then the
-        sampled stacks' paths, if any."""
+        p95, p99, off-CPU p95 (where the agent measured it), then with the
+        agent's data the mean per call of the own thread's on-CPU, blocked,
+        run-queue and GIL-wait time, path; then the sampled stacks' paths,
+        if any."""
         text = self._spans_text(limit) if self.sessions or not self.sampled else ""
         return text + (_sampled_text(self.sampled, limit) if self.sampled else "")
 
@@ -178,24 +186,34 @@ class Top:
         lines = [self._headline()]
         if not rows:
             return lines[0] + "\n"
-        header = ["share", "calls", "wall p50", "p95", "p99", "self p50", "p95", "p99", "off-CPU p95", "path"]
+        kernel = any(r.kernel for r in rows)
+        header = ["share", "calls", "wall p50", "p95", "p99", "self p50", "p95", "p99", "off-CPU p95"]
+        header += ["on-CPU", "blocked", "runq", "GIL"] if kernel else []
+        header.append("path")
         table = [header]
         for r in rows:
-            table.append([f"{100 * r.share:.1f}%", f"{r.count:,}", _ms(r.wall["p50"]), _ms(r.wall["p95"]),
-                          _ms(r.wall["p99"]), _ms(r.self_time["p50"]), _ms(r.self_time["p95"]),
-                          _ms(r.self_time["p99"]), _ms(r.off_cpu["p95"]) if r.off_cpu else "-",
-                          "/".join(r.path)])
+            cells = [f"{100 * r.share:.1f}%", f"{r.count:,}", _ms(r.wall["p50"]), _ms(r.wall["p95"]),
+                     _ms(r.wall["p99"]), _ms(r.self_time["p50"]), _ms(r.self_time["p95"]),
+                     _ms(r.self_time["p99"]), _ms(r.off_cpu["p95"]) if r.off_cpu else "-"]
+            if kernel:
+                cells += [_ms(r.kernel[k]) if r.kernel else "-" for k in ("on_cpu", "blocked", "runq", "gil")]
+            table.append(cells + ["/".join(r.path)])
         widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
         for row in table:
             cells = [c.rjust(w) for c, w in zip(row[:-1], widths)]
             lines.append("  ".join(cells + [row[-1]]))
         if limit is not None and len(self.rows) > limit:
             lines.append(f"({len(self.rows) - limit} more paths: --limit)")
+        if kernel:
+            lines.append("on-CPU, blocked, runq, GIL: mean per call of the call's own thread (the agent's kernel "
+                         "data): on the CPU, asleep, waiting for a CPU, and of asleep, waiting for the GIL")
         return "\n".join(lines) + "\n"
 
     def _headline(self) -> str:
         where = "".join(f", {k}={v}" for k, v in self.where.items())
-        return (f"top: {self.sessions} session{'s' if self.sessions != 1 else ''}, {len(self.rows)} call "
+        held = (f" in {self.profiles} profile{'s' if self.profiles != 1 else ''}"
+                if self.profiles is not None and self.profiles != self.sessions else "")
+        return (f"top: {self.sessions} session{'s' if self.sessions != 1 else ''}{held}, {len(self.rows)} call "
                 f"path{'s' if len(self.rows) != 1 else ''}, {_ms(self.self_total_ms)} of self time{where}")
 
     def to_html(self, inputs: Optional[Sequence[str]] = None) -> str:
@@ -210,6 +228,12 @@ class Top:
                    ("wall p50", "wall time, median"), ("wall p95", ""), ("wall p99", ""),
                    ("self p50", "active time less the children's in the same thread"), ("self p95", ""),
                    ("self p99", ""), ("off-CPU p95", "time off the CPU (the agent's kernel data; - without)")]
+        kernel = any(r.kernel for r in self.rows)
+        if kernel:
+            columns += [("on-CPU", "the call's own thread on the CPU, mean per call"),
+                        ("blocked", "asleep (I/O, locks, sleep, the GIL), mean per call"),
+                        ("runq", "runnable, waiting for a CPU, mean per call"),
+                        ("GIL", "of blocked, waiting for the GIL, mean per call")]
         rows = []
         for r in self.rows:
             off = r.off_cpu["p95"] if r.off_cpu else None
@@ -217,6 +241,9 @@ class Top:
             cells += [(_ms(r.wall[q]), r.wall[q]) for q in ("p50", "p95", "p99")]
             cells += [(_ms(r.self_time[q]), r.self_time[q]) for q in ("p50", "p95", "p99")]
             cells.append((_ms(off), off))
+            if kernel:
+                cells += [(_ms(r.kernel[k]) if r.kernel else "-", r.kernel[k] if r.kernel else None)
+                          for k in ("on_cpu", "blocked", "runq", "gil")]
             rows.append({"cells": cells, "path": list(r.path), "mark": None, "note": ""})
         facts = [("inputs", ", ".join(os.fspath(i) for i in inputs))] if inputs else []
         facts += [("sessions", f"{self.sessions:,}"), ("call paths", f"{len(self.rows):,}"),
@@ -380,11 +407,23 @@ def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, wher
     rows = [
         TopRow(path=list(e["path"]), count=e["count"], sessions=e["sessions"], incomplete=e["incomplete"],
                share=(e["self_total_ms"] / total) if total > 0 else 0.0, wall=_figures(e, ""),
-               self_time=_figures(e, "self_"), off_cpu=_figures(e, "off_cpu_") if e["off_cpu_count"] else None)
+               self_time=_figures(e, "self_"), off_cpu=_figures(e, "off_cpu_") if e["off_cpu_count"] else None,
+               kernel=_kernel_means(e))
         for e in summary.values() if e["count"] > 0
     ]
     rows.sort(key=lambda r: (-r.self_time["total"], r.path))
-    return Top(rows=rows, sessions=count, self_total_ms=total, where=dict(where or {}), sampled=_sampled(stacks))
+    sessions = stats.statistics()["session_count"]
+    return Top(rows=rows, sessions=sessions, self_total_ms=total, where=dict(where or {}), sampled=_sampled(stacks),
+               profiles=count)
+
+
+def _kernel_means(entry: Mapping[str, Any]) -> Optional[Dict[str, float]]:
+    """The own thread's mean on-CPU, blocked, run-queue and GIL-wait ms per
+    call (with the calls they are over), or None without kernel data."""
+    n = entry["kernel_calls"]
+    if not n:
+        return None
+    return {"calls": n, **{k: entry[f"{k}_total_ms"] / n for k in ("on_cpu", "blocked", "runq", "gil")}}
 
 
 # --- diff ----------------------------------------------------------------------

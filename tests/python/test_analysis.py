@@ -144,6 +144,45 @@ def test_off_cpu_comes_from_the_agents_kernel_data(tmp_path):
     assert "off-CPU p95" in analysis.top([agent]).to_text()
 
 
+def test_top_of_agent_data_splits_each_calls_time_and_counts_sessions(tmp_path):
+    """An agent's item holds many sessions: top counts them as sessions (not
+    items), and shows where each call's own thread spent its time (means per
+    call of on-CPU, blocked, run-queue and GIL wait), from a file and from a
+    store alike."""
+    with profiling(depth=-1) as session:
+        _encode(1000)
+    values = [[0, "cpu", "ns", 4000], [0, "off_cpu", "ns", 6000], [0, "own_off_cpu", "ns", 6000],
+              [0, "own_blocked", "ns", 5000], [0, "own_runq", "ns", 1000], [0, "gil_wait", "ns", 3000]]
+    items = []
+    for item in range(3):  # three items of two sessions each: lanes of sessions 2k+1 and 2k+2
+        doc = json.loads(_as_agent(session, values).to_json())
+        doc["lanes"][0]["pid"], doc["lanes"][0]["session"] = 777, 2 * item + 1
+        doc["lanes"].append(dict(doc["lanes"][0], session=2 * item + 2, native_tid=4243))
+        path = tmp_path / f"item{item}.json"
+        path.write_text(json.dumps(doc))
+        items.append(path)
+    db = tmp_path / "agent.db"
+    with open_store(db) as store:
+        for path in items:
+            store.add(path)
+    for inputs in (items, [db]):
+        result = analysis.top(inputs)
+        assert (result.sessions, result.profiles) == (6, 3)
+        root = next(r for r in result.rows if r.path == ["_encode"])
+        assert root.kernel == pytest.approx({"calls": 3, "on_cpu": 0.004, "blocked": 0.005, "runq": 0.001,
+                                             "gil": 0.003})
+        lines = result.to_text().splitlines()
+        assert lines[0].startswith("top: 6 sessions in 3 profiles, ")
+        header = lines[1].split()
+        assert header[-5:] == ["on-CPU", "blocked", "runq", "GIL", "path"], header
+        row = next(l for l in lines[2:] if l.endswith("  _encode"))
+        assert row.split()[-5:-1] == ["4.00us", "5.00us", "1.00us", "3.00us"], row
+        assert json.loads(result.to_json())["profiles"] == 3
+    # In process there is no kernel data: no such columns, one session per profile.
+    plain = analysis.top([session])
+    assert plain.rows[0].kernel is None and "GIL" not in plain.to_text() and plain.profiles == plain.sessions == 1
+
+
 def _unfinished():
     """A session with what the tree walk handles apart: a generator left
     suspended at the end (an incomplete call), a thread's own lane, two

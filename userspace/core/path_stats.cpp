@@ -144,7 +144,8 @@ uint32_t CallPathStats::path(uint32_t parent, std::string_view name) {
   return path == kDropped ? kDropped : path + 1;
 }
 
-void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t off_cpu_ns) {
+void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns,
+                           const CallKernel& kernel) {
   if (path == kDropped || path == kRoot) {
     ++dropped_;
     return;
@@ -161,13 +162,31 @@ void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int6
   r.wall.add(wall_ns);
   if (!wall_only_) {
     r.self.add(self_ns);
-    if (off_cpu_ns >= 0) r.off_cpu.add(off_cpu_ns);
+    if (kernel.off_cpu_ns >= 0) {
+      r.off_cpu.add(kernel.off_cpu_ns);
+      const auto ns = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
+      ++r.kernel.calls;
+      r.kernel.on_cpu_ns += ns(kernel.on_cpu_ns);
+      r.kernel.blocked_ns += ns(kernel.blocked_ns);
+      r.kernel.runq_ns += ns(kernel.runq_ns);
+      r.kernel.gil_ns += ns(kernel.gil_ns);
+    }
   }
   if (keep_walls_) r.walls.push_back(std::max<int64_t>(wall_ns, 0));
 }
 
+uint64_t profile_sessions(const Profile& profile) {
+  std::vector<std::pair<uint32_t, uint64_t>> seen;
+  for (const Lane& lane : profile.lanes) {
+    if (lane.session == 0) continue;
+    const std::pair<uint32_t, uint64_t> key{lane.pid, lane.session};
+    if (std::find(seen.begin(), seen.end(), key) == seen.end()) seen.push_back(key);
+  }
+  return std::max<uint64_t>(1, seen.size());
+}
+
 void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span_paths) {
-  begin_profile();
+  begin_profile(profile_sessions(p));
   if (span_paths) span_paths->assign(p.spans.size(), 0);
   if (const auto& base = p.functions.strings().shared_base(); base != cache_base_) {
     cache_base_ = base;
@@ -214,8 +233,13 @@ void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span
       stack_.emplace_back(c, path == kDropped ? kDropped : path + 1);
     }
     std::reverse(stack_.begin() + static_cast<std::ptrdiff_t>(first_pushed), stack_.end());
+    CallKernel k;
+    if (kernel) {
+      const SpanKernel& sk = p.kernel.spans[s];
+      k = CallKernel{sk.off_cpu_ns, sk.on_cpu_ns, sk.own_blocked_ns, sk.own_runq_ns, sk.own_gil_ns};
+    }
     record(path == kDropped ? kDropped : path + 1, (span.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0,
-           span.duration_ns(), self, kernel ? static_cast<int64_t>(p.kernel.spans[s].off_cpu_ns) : -1);
+           span.duration_ns(), self, k);
   }
 }
 
@@ -232,6 +256,7 @@ std::vector<PathSummary> CallPathStats::summary() const {
     s.wall = durations(r.wall);
     s.self = durations(r.self);
     s.off_cpu = durations(r.off_cpu);
+    s.kernel = r.kernel;
     s.walls = r.walls;
     std::sort(s.walls.begin(), s.walls.end());
   }
@@ -257,6 +282,7 @@ size_t CallPathStats::memory_bytes() const {
 
 void CallPathStats::reset() {
   sessions_ = 0;
+  session_count_ = 0;
   dropped_ = 0;
   paths_ = {};
   names_ = {};

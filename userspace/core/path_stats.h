@@ -61,6 +61,10 @@ class QuantileSketch {
   std::vector<uint64_t> counts_;  // counts_[k]: bucket first_index_ + k
 };
 
+// The predict() sessions a profile holds: its lanes' distinct (pid,
+// session) pairs (an agent's document combines many), at least 1.
+uint64_t profile_sessions(const Profile& profile);
+
 // One call path's figures, as summary() reports them.
 struct PathSummary {
   std::vector<std::string> path;  // display names from the root to the span
@@ -77,6 +81,16 @@ struct PathSummary {
   // Off the CPU while the call was open (the agent's kernel data, SpanKernel::
   // off_cpu_ns); count 0 when no profile of the path carried kernel data.
   Durations off_cpu;
+  // Where the call's own thread spent its wall time (the agent's kernel
+  // data): sums over the `calls` complete calls that carried it.
+  struct Kernel {
+    uint64_t calls = 0;
+    uint64_t on_cpu_ns = 0;   // SpanKernel::on_cpu_ns
+    uint64_t blocked_ns = 0;  // own_blocked_ns
+    uint64_t runq_ns = 0;     // own_runq_ns
+    uint64_t gil_ns = 0;      // own_gil_ns: of blocked, waiting for the GIL
+  };
+  Kernel kernel;
   // Every complete call's wall time (ns), ascending: only when the stats
   // keep them (CallPathStats(max_paths, true): diff's bootstrap needs them).
   std::vector<int64_t> walls;
@@ -129,16 +143,33 @@ class CallPathStats {
   // a dropped parent); record() counts one call of a path as add() does.
   static constexpr uint32_t kRoot = 0;
   static constexpr uint32_t kDropped = UINT32_MAX;
-  void begin_profile() { ++sessions_; }
+  // sessions: the predict() sessions the profile holds (an agent's item
+  // holds many; see profile_sessions()).
+  void begin_profile(uint64_t sessions = 1) {
+    ++sessions_;
+    session_count_ += sessions;
+  }
   uint32_t path(uint32_t parent, std::string_view name);
-  // off_cpu_ns < 0: no kernel data for the call.
-  void record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t off_cpu_ns);
+  // A call's kernel figures (SpanKernel); off_cpu_ns < 0: none.
+  struct CallKernel {
+    int64_t off_cpu_ns = -1;
+    int64_t on_cpu_ns = 0, blocked_ns = 0, runq_ns = 0, gil_ns = 0;
+  };
+  void record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, const CallKernel& kernel);
+  // The same with the off-CPU time alone (< 0: no kernel data).
+  void record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t off_cpu_ns) {
+    CallKernel k;
+    k.off_cpu_ns = off_cpu_ns;
+    record(path, incomplete, wall_ns, self_ns, k);
+  }
 
   // One entry per tracked path, parents before children, siblings in the
   // order first seen.
   std::vector<PathSummary> summary() const;
 
   uint64_t sessions() const { return sessions_; }  // profiles added
+  // The sessions those profiles held (begin_profile's, add's profile_sessions).
+  uint64_t session_count() const { return session_count_; }
   // Calls not recorded because their path was past the max_paths cap (a path
   // past the cap counts once per call, in every profile it appears in).
   uint64_t dropped_paths() const { return dropped_; }
@@ -160,6 +191,7 @@ class CallPathStats {
     QuantileSketch wall;
     QuantileSketch self;
     QuantileSketch off_cpu;  // samples from profiles with kernel data only
+    PathSummary::Kernel kernel;  // sums, calls with kernel data only
     std::vector<int64_t> walls;  // keep_walls_ only
   };
 
@@ -175,6 +207,7 @@ class CallPathStats {
   bool keep_walls_;
   bool wall_only_;
   uint64_t sessions_ = 0;
+  uint64_t session_count_ = 0;
   uint64_t dropped_ = 0;
   std::vector<PathRecord> paths_;
   std::deque<std::string> names_;  // distinct names of tracked paths (deque: stable for the views)

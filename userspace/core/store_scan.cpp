@@ -35,6 +35,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
   // samples are contiguous, so a source's ranges are too).
   std::vector<int64_t> sources;
   std::vector<Range> ranges;
+  std::unordered_map<int64_t, uint64_t> sessions_of;  // by source: an agent's item holds many
   for (size_t at = 0; at < source_ids.size(); at += kIdsPerQuery) {
     const size_t n = std::min(kIdsPerQuery, source_ids.size() - at);
     SqlRow ids(source_ids.begin() + static_cast<std::ptrdiff_t>(at),
@@ -48,6 +49,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
                                  "JOIN sources so ON so.source_id = se.source_id WHERE so.sample_kind = 'spans' AND "
                                  "se.source_id IN (" + placeholders(n) + ")",
                                  ids)) {
+      ++sessions_of[sql_int(r[2])];
       if (sql_int(r[1]) > 0) ranges.push_back({sql_int(r[0]), sql_int(r[1]), sql_int(r[2]), sql_int(r[3]) != 0});
     }
   }
@@ -89,31 +91,46 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
     return path_of.at(stack);
   };
 
-  int64_t off_cpu_type = -1;
-  for (const auto& r : d.query("SELECT type_id FROM value_types WHERE type = 'off_cpu' AND unit = 'ns'", {})) {
-    off_cpu_type = sql_int(r[0]);
+  // The kernel figures a call's row carries (store.cpp writes the
+  // kSpanValueTypes of json_doc.cpp; a type never written has no id).
+  using CallKernel = CallPathStats::CallKernel;
+  static const std::pair<const char*, int64_t CallKernel::*> kKernelTypes[] = {
+      {"off_cpu", &CallKernel::off_cpu_ns}, {"cpu", &CallKernel::on_cpu_ns},
+      {"own_blocked", &CallKernel::blocked_ns}, {"own_runq", &CallKernel::runq_ns},
+      {"gil_wait", &CallKernel::gil_ns}};
+  std::unordered_map<int64_t, int64_t CallKernel::*> field_of;
+  SqlRow type_ids;
+  for (const auto& [type, field] : kKernelTypes) {
+    for (const auto& r : d.query("SELECT type_id FROM value_types WHERE type = ? AND unit = 'ns'", {std::string(type)})) {
+      field_of[sql_int(r[0])] = field;
+      type_ids.push_back(sql_int(r[0]));
+    }
   }
 
   uint64_t added = 0;
   std::unordered_set<int64_t> begun;
   int64_t current = -1;
-  std::unordered_map<int64_t, int64_t> off_cpu;
+  std::unordered_map<int64_t, CallKernel> kernel_of;
   for (size_t i = 0; i < ranges.size(); ++i) {
     const Range& range = ranges[i];
     if (range.source != current) {
-      stats.begin_profile();
+      stats.begin_profile(sessions_of[range.source]);
       ++added;
       current = range.source;
       begun.insert(current);
     }
     for (int64_t lo = range.first; lo < range.first + range.count; lo += kRowsPerRead) {
       const int64_t hi = std::min(lo + kRowsPerRead, range.first + range.count) - 1;
-      off_cpu.clear();
-      if (range.kernel && off_cpu_type >= 0) {
-        for (const auto& r : d.query("SELECT sample_id, value FROM sample_values WHERE type_id = ? AND sample_id "
-                                     "BETWEEN ? AND ?",
-                                     {off_cpu_type, lo, hi})) {
-          off_cpu[sql_int(r[0])] = sql_int(r[1]);
+      kernel_of.clear();
+      if (range.kernel && !type_ids.empty()) {
+        SqlRow params = type_ids;
+        params.insert(params.end(), {lo, hi});
+        for (const auto& r : d.query("SELECT sample_id, type_id, value FROM sample_values WHERE type_id IN (" +
+                                         placeholders(type_ids.size()) + ") AND sample_id BETWEEN ? AND ?",
+                                     params)) {
+          // No row: 0 (store.cpp writes non-zero values only).
+          auto [it, added_now] = kernel_of.try_emplace(sql_int(r[0]), CallKernel{0, 0, 0, 0, 0});
+          it->second.*field_of.at(sql_int(r[1])) = sql_int(r[2]);
         }
       }
       for (const auto& r : d.query("SELECT sample_id, stack_id, flags, end_ns - start_ns, COALESCE(active_ns, end_ns - "
@@ -127,19 +144,19 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
         if (depth >= 0 && span_depth > depth) continue;
         const auto flags = static_cast<uint32_t>(sql_int(r[2]));
         const int64_t self = depth >= 0 && span_depth == depth ? sql_int(r[4]) : sql_int(r[5]);
-        int64_t off = -1;
+        CallKernel k;  // off_cpu_ns -1: no kernel data
         if (range.kernel) {
-          const auto it = off_cpu.find(sql_int(r[0]));
-          off = it == off_cpu.end() ? 0 : it->second;  // no row: 0 (store.cpp writes non-zero values only)
+          const auto it = kernel_of.find(sql_int(r[0]));
+          k = it == kernel_of.end() ? CallKernel{0, 0, 0, 0, 0} : it->second;
         }
-        stats.record(path_for(stack), (flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0, sql_int(r[3]), self, off);
+        stats.record(path_for(stack), (flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0, sql_int(r[3]), self, k);
       }
     }
   }
   // Sources without spans are profiles too (CallPathStats::add counts them).
   for (const int64_t source : sources) {
     if (begun.count(source)) continue;
-    stats.begin_profile();
+    stats.begin_profile(std::max<uint64_t>(1, sessions_of[source]));
     ++added;
   }
   return added;
