@@ -16,7 +16,9 @@ Loop mode (--loop MODE): predict() in MODE forever, --interval seconds apart
 (containers, and the kill test).
 
 Modes (predict() calls self._MODE()): nested (plain Python helpers, three levels), sleep (a 20 ms sleep),
-mixed (a 5 ms sleep, then a short CPU-bound loop),
+mixed (a 5 ms sleep, then a short CPU-bound loop), gil (a 30 ms pure-Python loop
+against a thread spinning in pure Python: GIL waits), fsync (1 MiB written and
+fsync'ed: a D-state wait; MLPROF_E2E_DISK_DIR picks the directory),
 spin (a CPU-bound loop), compute (a short loop that never blocks), threads
 (two worker threads started, 5 ms each, joined), linger (threads, then a
 100 ms sleep that the workers' exits fall in), hang (sleeps 60 s); and for
@@ -139,8 +141,36 @@ with warnings.catch_warnings():
             lock = threading.Lock()
             lock.acquire()
             t = self._helper(lock.release)
+            t0 = time.perf_counter_ns()
             lock.acquire()
+            self.waits.append([t0, time.perf_counter_ns()])  # the target's own clock around the wait
             t.join()
+
+        def _gil(self):
+            # A thread that never releases the GIL (pure Python) against this
+            # one's pure-Python loop: each waits for the GIL in turn.
+            stop = threading.Event()
+
+            def spin():
+                while not stop.is_set():
+                    for _ in range(1000):
+                        pass
+            t = threading.Thread(target=spin, name="spinner")
+            t.start()
+            end = time.perf_counter() + 0.030
+            x = 0
+            while time.perf_counter() < end:
+                x += 1
+            stop.set()
+            t.join()
+            return x
+
+        def _fsync(self):
+            # A write forced to the disk: an uninterruptible wait the I/O completion ends.
+            with tempfile.NamedTemporaryFile(dir=os.environ.get("MLPROF_E2E_DISK_DIR")) as f:
+                f.write(os.urandom(1 << 20))
+                f.flush()
+                os.fsync(f.fileno())
 
         def _rename(self):
             set_comm("model-main")
@@ -245,6 +275,7 @@ def main() -> int:
             previous = mp.last_profile() if mp is not None else None
             for _ in range(n):
                 impl.workers = []  # [tid, run_time_ns, run_delay_ns] of the threads this call starts
+                impl.waits = []  # [t0, t1] (CLOCK_MONOTONIC ns) the call measured itself waiting (lock)
                 time.sleep(0.001)
                 s0 = (*schedstat(), time.perf_counter_ns())
                 t0 = time.perf_counter_ns()
@@ -261,7 +292,7 @@ def main() -> int:
                 previous = session
                 traced = mp.statistics()["traced"] if mp is not None else 0
                 calls.append({"t0": t0, "t1": t1, "tree": tree, "traced": traced,
-                              "sched": [*s0, *s1], "workers": list(impl.workers)})
+                              "sched": [*s0, *s1], "workers": list(impl.workers), "waits": list(impl.waits)})
             reply = {"calls": calls}
         else:
             reply = {"error": f"unknown command {words[0]!r}"}
