@@ -818,7 +818,10 @@ int run(int argc, char** argv) {
         ", shed " + std::to_string(stats.shed) +
         ", sessions " + std::to_string(js.sessions_finished) + " (truncated " +
         std::to_string(js.sessions_truncated) + "), unmatched " + std::to_string(js.unmatched) +
-        ", malformed " + std::to_string(js.malformed));
+        ", malformed " + std::to_string(js.malformed) +
+        (js.lanes_unjoined > 0
+             ? ", lanes without a host thread id " + std::to_string(js.lanes_unjoined)
+             : ""));
   }
   if (stats.shed > 0) {
     say(plural(stats.shed, "session was", "sessions were") +
