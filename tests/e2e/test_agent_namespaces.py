@@ -157,8 +157,10 @@ def wait_ready(pid: int, log_path: str, timeout: float = 120) -> None:
     raise AssertionError(f"the target never got ready: {open(log_path).read()[-2000:]}")
 
 
-def python_child(pid: int, timeout: float = 30) -> int:
-    """The Python process under unshare's forks (pid's descendants)."""
+def python_child(pid: int, levels: int, timeout: float = 30) -> int:
+    """The target's Python process under unshare's forks (pid or a
+    descendant running _target.py in `levels` new pid namespaces: until
+    unshare execs, the forked child still looks like the test's Python)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         todo, seen = [pid], []
@@ -172,8 +174,8 @@ def python_child(pid: int, timeout: float = 30) -> int:
                 pass
         for p in seen:
             try:
-                with open(f"/proc/{p}/comm") as f:
-                    if f.read().startswith("python"):
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if TARGET_PY.encode() in f.read() and len(ns_pids(p)) == levels + 1:
                         return p
             except FileNotFoundError:
                 pass
@@ -233,8 +235,7 @@ def unshared(python_exe: str, levels: int, log_path: str) -> Tuple[subprocess.Po
     proc = subprocess.Popen(argv + target_argv(python_exe), stdout=log, stderr=subprocess.STDOUT,
                             env=dict(os.environ))
     log.close()
-    pid = python_child(proc.pid)
-    assert len(ns_pids(pid)) == levels + 1, ns_pids(pid)
+    pid = python_child(proc.pid, levels)
     return proc, pid
 
 

@@ -72,19 +72,17 @@ class Bpftrace:
 
 
 def waker_of(comm: str, stack: str) -> str:
-    """The waker as the kernel stack at sched_waking shows it: the kind of
-    interrupt running on top of the current task, else that task's comm
-    (the kernel's workers as one "kworker")."""
-    frames = stack.split()
-    if any(f.startswith(("__hrtimer_run_queues", "hrtimer_wakeup")) for f in frames):
-        return "timer"
-    if any(f.startswith(("handle_irq_event", "__handle_irq_event", "common_interrupt", "__common_interrupt"))
-           for f in frames):
-        return "hardirq"
-    if any(f.startswith("call_timer_fn") for f in frames):
-        return "timer"
-    if any(f.startswith(("handle_softirqs", "__do_softirq", "run_ksoftirqd")) for f in frames):
-        return "softirq"
+    """The waker as the kernel stack at sched_waking shows it: the innermost
+    interrupt context running on top of the current task (a softirq run on
+    a hard interrupt's way out is a softirq), else that task's comm (the
+    kernel's workers as one "kworker")."""
+    markers = (("hrtimer_wakeup", "timer"), ("__hrtimer_run_queues", "timer"), ("call_timer_fn", "timer"),
+               ("handle_softirqs", "softirq"), ("__do_softirq", "softirq"), ("run_ksoftirqd", "softirq"),
+               ("handle_irq_event", "hardirq"), ("__handle_irq_event_percpu", "hardirq"))
+    for frame in stack.split():  # innermost first
+        for prefix, kind in markers:
+            if frame.startswith(prefix + "+") or frame == prefix:
+                return kind
     return "kworker" if comm.startswith("kworker/") else comm
 
 
