@@ -301,10 +301,11 @@ def test_container_by_host_pid(agent_path, container, delivery, tmp_out):
     assert_agrees(doc, pid, pid, oracle, f"--pid, {delivery}")
 
 
-def test_container_under_all(agent_path, container, tmp_out):
+@pytest.mark.parametrize("delivery", DELIVERIES)
+def test_container_under_all(agent_path, container, delivery, tmp_out):
     name, pid, oracle = container
-    doc = capture(agent_path, tmp_out / "all.json", "--all")
-    assert_agrees(doc, pid, pid, oracle, "--all")
+    doc = capture(agent_path, tmp_out / "all.json", "--all", *DELIVERIES[delivery])
+    assert_agrees(doc, pid, pid, oracle, f"--all, {delivery}")
 
 
 @pytest.mark.parametrize("delivery", DELIVERIES)
@@ -337,10 +338,11 @@ def test_pod_with_its_own_pid_namespace(agent_path, pod, delivery, tmp_out):
     assert_agrees(doc, pid, pid, oracle, f"--pod, {delivery}")
 
 
-def test_pod_by_cgroup(agent_path, pod, tmp_out):
+@pytest.mark.parametrize("delivery", DELIVERIES)
+def test_pod_by_cgroup(agent_path, pod, delivery, tmp_out):
     node, name, cgroup, pid, oracle = pod
-    doc = capture(agent_path, tmp_out / "cg.json", "--cgroup", cgroup)
-    assert_agrees(doc, pid, pid, oracle, "--cgroup")
+    doc = capture(agent_path, tmp_out / "cg.json", "--cgroup", cgroup, *DELIVERIES[delivery])
+    assert_agrees(doc, pid, pid, oracle, f"--cgroup, {delivery}")
 
 
 @pytest.mark.parametrize("delivery", DELIVERIES)
