@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "agent/targets.h"
+#include "core/file_io.h"
 
 namespace mlprof::agent {
 
@@ -26,20 +27,12 @@ int64_t now_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-std::optional<std::string> read_file(const std::string& path, size_t limit = 1u << 20) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string out;
-  char buf[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > limit) break;
-  }
-  ::close(fd);
-  return out;
+// A /proc file's text (core's read_file), at most `limit` bytes; nullopt
+// when it cannot be read.
+std::optional<std::string> proc_text(const std::string& path, size_t limit = 1u << 20) {
+  auto r = read_file(path, limit);
+  if (!r) return std::nullopt;
+  return std::move(r.value());
 }
 
 std::string hex(std::string_view bytes) {
@@ -268,7 +261,7 @@ void Injection::refuse_send(const RemoteExecError& why) {
   switch (why.reason) {
     case RemoteExecRefusal::kDisabled: {
       const std::string reason = remote_debug_off_reason(
-          read_file(dir + "/environ").value_or(""), read_file(dir + "/cmdline").value_or(""));
+          proc_text(dir + "/environ").value_or(""), proc_text(dir + "/cmdline").value_or(""));
       refuse(InjectVerdict::kCannotProfile, who + " does not allow code sent from outside " +
                                                 "(PEP 768): " + reason + "; " + kRestartFix);
       break;
@@ -290,13 +283,13 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
   const std::string who = pid_text(pid);
 
   // 1. Loaded already: the agent attaches as usual.
-  if (auto maps = read_file(dir + "/maps", 64u << 20); maps && extension_in_maps(*maps)) {
+  if (auto maps = proc_text(dir + "/maps", 64u << 20); maps && extension_in_maps(*maps)) {
     in->refuse(InjectVerdict::kAlreadyLoaded,
                who + " has loaded mlflow_profiler already: nothing to inject");
     return in;
   }
   // 2. Yama.
-  if (auto scope = read_file(opts.ptrace_scope)) {
+  if (auto scope = proc_text(opts.ptrace_scope)) {
     if (std::string line = ptrace_scope_refusal(pid, *scope); !line.empty()) {
       in->refuse(InjectVerdict::kPrivilege, line);
       return in;
@@ -334,7 +327,7 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
   // agent's uid, else 0733: the target may create its result there but
   // nobody may list it, and the result is trusted only if its owner is
   // the target's uid.
-  auto status = read_file(dir + "/status");
+  auto status = proc_text(dir + "/status");
   const auto uid = status ? fs_uid(*status) : std::nullopt;
   if (!uid) {
     in->refuse(InjectVerdict::kError, who + ": cannot read its uid from " + dir + "/status");

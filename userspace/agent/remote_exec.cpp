@@ -12,6 +12,8 @@
 #include <functional>
 #include <set>
 
+#include "core/file_io.h"
+
 namespace mlprof::agent {
 
 namespace {
@@ -191,35 +193,6 @@ std::optional<uint64_t> pyruntime_in_elf(const ReadAt& read, uint64_t start) {
   return std::nullopt;
 }
 
-bool pread_all(int fd, void* buf, size_t size, uint64_t offset) {
-  auto* p = static_cast<char*>(buf);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return true;
-}
-
-std::optional<std::string> read_small(const std::string& path, size_t limit = 64u << 20) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string out;
-  char buf[16384];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > limit) break;
-  }
-  ::close(fd);
-  return out;
-}
-
 std::string cut_deleted(std::string path) {
   constexpr std::string_view kDeleted = " (deleted)";
   if (path.size() > kDeleted.size() && path.compare(path.size() - kDeleted.size(), kDeleted.size(),
@@ -396,7 +369,7 @@ RemoteExecError RemoteProcess::io_error(const std::string& what) const {
 
 Result<DebugOffsets> RemoteProcess::debug_offsets(RemoteExecError* why) {
   const std::string dir = proc_ + "/" + std::to_string(pid_);
-  auto maps = read_small(dir + "/maps");
+  auto maps = read_file(dir + "/maps", 64u << 20);
   if (!maps) {
     *why = io_error("reading " + dir + "/maps");
     return Error{Error::Kind::kIo, why->errnum, why->message};
@@ -406,7 +379,7 @@ Result<DebugOffsets> RemoteProcess::debug_offsets(RemoteExecError* why) {
   const std::string exe = n > 0 ? cut_deleted(std::string(link, static_cast<size_t>(n))) : "";
 
   std::optional<RemoteExecError> first_refusal;
-  for (const RuntimeCandidate& c : runtime_candidates(*maps)) {
+  for (const RuntimeCandidate& c : runtime_candidates(maps.value())) {
     // The executable through /proc/PID/exe (also when replaced on disk);
     // a library through the target's own root (its mount namespace).
     const std::string file = c.path == exe ? dir + "/exe" : dir + "/root" + c.path;
@@ -424,7 +397,7 @@ Result<DebugOffsets> RemoteProcess::debug_offsets(RemoteExecError* why) {
     return Error{Error::Kind::kUnsupported, 0, why->message};
   }
   // No debug offsets: a Python older than 3.13 is named by its files.
-  if (auto v = python_version_in_maps(*maps); v && (v->major() < 3 || v->minor() < 14)) {
+  if (auto v = python_version_in_maps(maps.value()); v && (v->major() < 3 || v->minor() < 14)) {
     *why = RemoteExecError{RemoteExecRefusal::kTooOld, 0, "Python " + v->text() + " has no PEP 768",
                            *v};
   } else {

@@ -14,6 +14,8 @@
 #include <functional>
 #include <utility>
 
+#include "core/file_io.h"
+
 namespace mlprof::agent {
 
 namespace {
@@ -207,19 +209,6 @@ struct Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
 };
-
-bool pread_all(int fd, void* buf, size_t size, uint64_t offset) {
-  auto* p = static_cast<char*>(buf);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return true;
-}
 
 Error elf_error(const std::string& path, const std::string& what) {
   return Error{Error::Kind::kCorrupt, 0, path + ": " + what};

@@ -279,7 +279,7 @@ int sync_filesystem_of(const std::string& dir) {
   return ::syncfs(dfd) == 0 ? 0 : errno;
 }
 
-Result<std::string> read_file(const std::string& path) {
+Result<std::string> read_file(const std::string& path, size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return io_error(errno, "cannot open", path);
   FdGuard file(fd);
@@ -288,10 +288,10 @@ Result<std::string> read_file(const std::string& path) {
   if (S_ISDIR(st.st_mode)) return io_error(EISDIR, "cannot read", path);
   std::string out;
   // st_size is a hint (0 for /proc and pipes): read to EOF either way.
-  out.resize(st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 65536);
+  out.resize(std::min(st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 65536, max_bytes));
   size_t got = 0;
-  for (;;) {
-    if (got == out.size()) out.resize(out.size() * 2);
+  while (got < max_bytes) {
+    if (got == out.size()) out.resize(std::min(out.size() * 2, max_bytes));
     const ssize_t r = ::read(fd, out.data() + got, std::min(out.size() - got, size_t{1} << 30));
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -302,6 +302,19 @@ Result<std::string> read_file(const std::string& path) {
   }
   out.resize(got);
   return out;
+}
+
+bool pread_all(int fd, void* buf, size_t size, uint64_t offset) {
+  auto* p = static_cast<char*>(buf);
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
 }
 
 }  // namespace mlprof

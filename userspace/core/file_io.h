@@ -1,6 +1,7 @@
 #pragma once
 // Files: gzip (zlib) and atomic writes. Reading a profile back is json_read.h.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,11 @@ class AtomicWriteBatch {
 // syncfs(2) of the filesystem holding directory `dir`: every file written
 // there so far is durable when it returns. Returns 0 or the errno.
 int sync_filesystem_of(const std::string& dir);
-Result<std::string> read_file(const std::string& path);
+// The whole file (to EOF: /proc files report size 0), or its first
+// max_bytes for a file that is not trusted to be small (cut there).
+Result<std::string> read_file(const std::string& path, size_t max_bytes = SIZE_MAX);
+// pread(2) of exactly `size` bytes at `offset`, retried on EINTR and short
+// reads; false at EOF or an error.
+bool pread_all(int fd, void* buf, size_t size, uint64_t offset);
 
 }  // namespace mlprof

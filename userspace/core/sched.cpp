@@ -31,41 +31,30 @@ uint32_t lane_pid(const Profile& profile, const Lane& lane) {
 
 namespace {
 constexpr const char* kWakerKindNames[] = {"task", "timer", "softirq", "hardirq"};
-}  // namespace
-
-const char* waker_kind_name(WakerKind kind) {
-  const auto i = static_cast<size_t>(kind);
-  return i < std::size(kWakerKindNames) ? kWakerKindNames[i] : nullptr;
-}
-
-bool parse_waker_kind(std::string_view name, WakerKind& kind) {
-  for (size_t i = 0; i < std::size(kWakerKindNames); ++i) {
-    if (name == kWakerKindNames[i]) {
-      kind = static_cast<WakerKind>(i);
-      return true;
-    }
-  }
-  return false;
-}
-
-namespace {
 constexpr const char* kWaitObjectNames[] = {"", "futex", "lock", "gil"};
-}  // namespace
 
-const char* wait_object_name(WaitObject w) {
-  const auto i = static_cast<size_t>(w);
-  return i < std::size(kWaitObjectNames) ? kWaitObjectNames[i] : nullptr;
+// An enum's name in its table (by value), nullptr past the end; and back.
+template <typename E, size_t N>
+const char* name_in(const char* const (&names)[N], E value) {
+  const auto i = static_cast<size_t>(value);
+  return i < N ? names[i] : nullptr;
 }
-
-bool parse_wait_object(std::string_view name, WaitObject& w) {
-  for (size_t i = 0; i < std::size(kWaitObjectNames); ++i) {
-    if (name == kWaitObjectNames[i]) {
-      w = static_cast<WaitObject>(i);
+template <typename E, size_t N>
+bool parse_in(const char* const (&names)[N], std::string_view name, E& value) {
+  for (size_t i = 0; i < N; ++i) {
+    if (name == names[i]) {
+      value = static_cast<E>(i);
       return true;
     }
   }
   return false;
 }
+}  // namespace
+
+const char* waker_kind_name(WakerKind kind) { return name_in(kWakerKindNames, kind); }
+bool parse_waker_kind(std::string_view name, WakerKind& kind) { return parse_in(kWakerKindNames, name, kind); }
+const char* wait_object_name(WaitObject w) { return name_in(kWaitObjectNames, w); }
+bool parse_wait_object(std::string_view name, WaitObject& w) { return parse_in(kWaitObjectNames, name, w); }
 
 std::string syscall_name(int32_t nr) {
   if (nr < 0) return "";
