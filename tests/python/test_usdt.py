@@ -36,7 +36,7 @@ CORE_SO = os.path.realpath(_core.__file__)
 # The contract: probe -> arguments as (size, signed). Every value is passed
 # as a 64-bit integer or pointer; ceiling and line are signed.
 CONTRACT: Dict[str, List[Tuple[int, bool]]] = {
-    "session_begin": [(8, False), (8, True), (8, False)],
+    "session_begin": [(8, False), (8, True), (8, False), (8, False), (8, False)],  # + gil, gil_bytes
     "session_end": [(8, False)] * 2,
     "lane_begin": [(8, False)] * 5,
     "span_enter": [(8, False)] * 7 + [(8, True), (8, False)],
