@@ -1,9 +1,10 @@
 // See gil_range.h. Reads two fields; changes nothing.
 #include "gil_range.h"
 
-#include <Python.h>
-
+// Before Python.h, as CPython builds itself: 3.12.1's cpython/objimpl.h
+// otherwise defines a _PyGC_FINALIZED macro that pycore_gc.h then clashes with.
 #define Py_BUILD_CORE 1
+#include <Python.h>
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #if PY_VERSION_HEX >= 0x030C0000

@@ -861,3 +861,65 @@ def test_the_storm_fires_the_contracts_probes_and_counts_what_fired():
                       "session_end": 600}, traced.stdout + traced.stderr
     assert figures["hits"] == str(sum(counts.values())) == figures["sites"]
     assert "@name[storm_span]: 6000" in traced.stdout and "@depth: 0" in traced.stdout
+
+
+GIL_MAIN = '''
+import os, sys, threading
+import mlflow_profiler as mp
+from mlflow_profiler import _core
+
+def spin(seconds):
+    import time
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+print(os.getpid(), flush=True)
+sys.stdin.readline()  # the tracer is attached
+assert _core.usdt_attached()
+sys.setswitchinterval(0.001)
+with mp.profiling(depth=1, all_threads=True):
+    other = threading.Thread(target=spin, args=(0.4,))
+    other.start()
+    spin(0.4)  # two threads want the GIL: each waits for it in turn
+    other.join()
+print("done", flush=True)
+sys.stdin.readline()
+'''
+
+
+def test_session_begin_gives_the_gil_that_contending_threads_sleep_on(tmp_path):
+    """session_begin's gil and gil_bytes (docs/usdt.md) against the kernel:
+    while two threads take turns on the GIL, the futexes they sleep on are
+    the GIL's condition variable and mutex, inside that range. A wrong
+    offset, a wrong interpreter or a wrong size on any CPython fails here."""
+    require_bpf()
+    (tmp_path / "main.py").write_text(GIL_MAIN)
+    with subprocess.Popen([sys.executable, str(tmp_path / "main.py")], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            pid = int(readline(proc, 60))
+            # FUTEX_WAIT (0) and FUTEX_WAIT_BITSET (9), private or not: each sleep's address.
+            program = textwrap.dedent(f"""
+                BEGIN {{ printf("READY\\n"); }}
+                usdt:{CORE_SO}:mlprof:session_begin {{ printf("B|%llu|%llu\\n", arg3, arg4); }}
+                tracepoint:syscalls:sys_enter_futex /pid == {pid} && ((args->op & 0x7f) == 0 ||
+                    (args->op & 0x7f) == 9)/ {{ @[args->uaddr] = count(); }}
+            """)
+            with Tracer(pid, program) as tracer:
+                say(proc, "go")
+                assert readline(proc, 60).strip() == "done"
+                lines = tracer.stop()
+            say(proc, "quit")
+            assert proc.wait(timeout=30) == 0
+        finally:
+            proc.kill()
+    begin = [ln.split("|") for ln in lines if ln.startswith("B|")]
+    assert len(begin) == 1, lines
+    gil, size = int(begin[0][1]), int(begin[0][2])
+    assert gil != 0 and 64 <= size <= 4096, (hex(gil), size)  # a struct of two mutexes and two conditions
+    waits = {int(m.group(1), 16): int(m.group(2)) for m in re.finditer(r"@\[0x([0-9a-f]+)\]: (\d+)", "\n".join(lines))}
+    inside = sum(n for addr, n in waits.items() if gil <= addr < gil + size)
+    assert inside >= 20, (hex(gil), size, {hex(a): n for a, n in waits.items()})
+    # The rest: a thread's start and join, each a lock of its own.
+    assert inside >= 0.8 * sum(waits.values()), (hex(gil), size, {hex(a): n for a, n in waits.items()})
