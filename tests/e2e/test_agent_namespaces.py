@@ -235,8 +235,12 @@ def unshared(python_exe: str, levels: int, log_path: str) -> Tuple[subprocess.Po
     proc = subprocess.Popen(argv + target_argv(python_exe), stdout=log, stderr=subprocess.STDOUT,
                             env=dict(os.environ))
     log.close()
-    pid = python_child(proc.pid, levels)
-    return proc, pid
+    try:
+        return proc, python_child(proc.pid, levels)
+    except BaseException:  # no target left running, and no Popen left unwaited
+        proc.kill()
+        proc.wait()
+        raise
 
 
 @pytest.fixture(scope="module")
