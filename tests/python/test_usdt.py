@@ -899,16 +899,24 @@ def test_session_begin_gives_the_gil_that_contending_threads_sleep_on(tmp_path):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             pid = int(readline(proc, 60))
-            # FUTEX_WAIT (0) and FUTEX_WAIT_BITSET (9), private or not: each sleep's address.
+            # FUTEX_WAIT (0) and FUTEX_WAIT_BITSET (9), private or not: each sleep's
+            # address, as a line (a map printed at exit is lost when bpftrace
+            # hangs on SIGINT and is killed; see Tracer.stop).
             program = textwrap.dedent(f"""
                 BEGIN {{ printf("READY\\n"); }}
                 usdt:{CORE_SO}:mlprof:session_begin {{ printf("B|%llu|%llu\\n", arg3, arg4); }}
+                usdt:{CORE_SO}:mlprof:session_end {{ printf("Z|\\n"); }}
                 tracepoint:syscalls:sys_enter_futex /pid == {pid} && ((args->op & 0x7f) == 0 ||
-                    (args->op & 0x7f) == 9)/ {{ @[args->uaddr] = count(); }}
+                    (args->op & 0x7f) == 9)/ {{ printf("W|%llu\\n", args->uaddr); }}
             """)
             with Tracer(pid, program) as tracer:
                 say(proc, "go")
                 assert readline(proc, 60).strip() == "done"
+                assert tracer.wait_for(lambda lines: "Z|" in lines, 30)
+                seen = -1
+                while seen != len(tracer.lines):  # until a second passes with no new line
+                    seen = len(tracer.lines)
+                    tracer.wait_for(lambda lines: len(lines) > seen, 1)
                 lines = tracer.stop()
             say(proc, "quit")
             assert proc.wait(timeout=30) == 0
@@ -918,7 +926,10 @@ def test_session_begin_gives_the_gil_that_contending_threads_sleep_on(tmp_path):
     assert len(begin) == 1, lines
     gil, size = int(begin[0][1]), int(begin[0][2])
     assert gil != 0 and 64 <= size <= 4096, (hex(gil), size)  # a struct of two mutexes and two conditions
-    waits = {int(m.group(1), 16): int(m.group(2)) for m in re.finditer(r"@\[0x([0-9a-f]+)\]: (\d+)", "\n".join(lines))}
+    waits: Dict[int, int] = {}
+    for ln in lines:
+        if ln.startswith("W|"):
+            waits[int(ln[2:])] = waits.get(int(ln[2:]), 0) + 1
     inside = sum(n for addr, n in waits.items() if gil <= addr < gil + size)
     assert inside >= 20, (hex(gil), size, {hex(a): n for a, n in waits.items()})
     # The rest: a thread's start and join, each a lock of its own.
