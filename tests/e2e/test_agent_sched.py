@@ -148,11 +148,13 @@ def test_a_span_blocked_in_a_pipe_read_waited_in_read_S_and_on_a_lock_in_futex_S
         spans = doc.find(qualname(name), target.pid)
         assert len(spans) == 3
         for s in spans:
-            # The helper ends the wait after 10 ms (less its own start-up);
+            # The helper ends the wait 10 ms after it starts; the span reaches
+            # its read or acquire after Thread.start returns, which under load
+            # takes the GIL and the run queue a few ms (CI: a read of 7.3 ms).
             # Thread.start's own wait for the helper is a lock too.
             rows = [w for w in waits_of(doc, s) if (w["syscall_name"], w["state"], w["wait"]) == (syscall, "S", wait)]
             assert rows, waits_of(doc, s)
-            assert 8 * MS <= rows[0]["blocked_ns"] <= s.values["own_blocked"], (rows, s.values)
+            assert 5 * MS <= rows[0]["blocked_ns"] <= s.values["own_blocked"], (rows, s.values)
         assert f"{text} " in result.stdout, result.stdout
 
 
