@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/bootstrap.h"
 #include "core/bubbles.h"
 #include "core/stack_paths.h"
 
@@ -110,23 +109,6 @@ void bind_analysis(py::module_& m) {
           },
           "{'value_types': [(type, unit)], 'sources', 'samples', 'rows': [{'path', 'self', 'total'}]}: "
           "per path its samples' values as the leaf (self) and at or under it (total), per type.");
-  m.def(
-      "bootstrap_deltas",
-      [](std::vector<int64_t> a, std::vector<int64_t> b, const std::vector<double>& qs, int replicates,
-         double confidence, uint64_t seed) {
-        if (a.empty() || b.empty()) throw py::value_error("bootstrap_deltas needs values on both sides");
-        py::gil_scoped_release unlocked;
-        std::sort(a.begin(), a.end());
-        std::sort(b.begin(), b.end());
-        std::vector<std::pair<int64_t, int64_t>> out;
-        for (size_t i = 0; i < qs.size(); ++i) {
-          out.push_back(bootstrap_quantile_delta(a, b, qs[i], replicates, confidence, seed + i));
-        }
-        return out;
-      },
-      py::arg("a"), py::arg("b"), py::arg("quantiles"), py::arg("replicates"), py::arg("confidence"),
-      py::arg("seed"),
-      "Per quantile q, the (lo, hi) bootstrap interval of quantile_q(B) - quantile_q(A) (core/bootstrap.h).");
 }
 
 }  // namespace mlprof

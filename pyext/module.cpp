@@ -493,7 +493,10 @@ PYBIND11_MODULE(_core, m) {
   bind_io(m);
   bind_files(m);
   bind_path_stats(m);
+  bind_run_values(m);
   bind_edit(m);
   bind_store(m);
   bind_analysis(m);
+  bind_trend(m);
+  bind_function_stats(m);
 }

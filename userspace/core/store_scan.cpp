@@ -30,7 +30,7 @@ std::string placeholders(size_t n) {
 }  // namespace
 
 Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& source_ids, int depth,
-                                 CallPathStats& stats) {
+                                 CallPathStats& stats, const ScanHooks* hooks) {
   // The selected span sources and their sessions' sample ranges (one add's
   // samples are contiguous, so a source's ranges are too).
   std::vector<int64_t> sources;
@@ -100,10 +100,12 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
       {"gil_wait", &CallKernel::gil_ns}};
   std::unordered_map<int64_t, int64_t CallKernel::*> field_of;
   SqlRow type_ids;
+  SqlRow cpu_type;  // hooks->want_cpu: the in-process sources' cpu_time too
   for (const auto& [type, field] : kKernelTypes) {
     for (const auto& r : d.query("SELECT type_id FROM value_types WHERE type = ? AND unit = 'ns'", {std::string(type)})) {
       field_of[sql_int(r[0])] = field;
       type_ids.push_back(sql_int(r[0]));
+      if (field == &CallKernel::on_cpu_ns && hooks && hooks->want_cpu) cpu_type.push_back(sql_int(r[0]));
     }
   }
 
@@ -111,6 +113,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
   std::unordered_set<int64_t> begun;
   int64_t current = -1;
   std::unordered_map<int64_t, CallKernel> kernel_of;
+  std::unordered_map<int64_t, int64_t> cpu_of;
   for (size_t i = 0; i < ranges.size(); ++i) {
     const Range& range = ranges[i];
     if (range.source != current) {
@@ -122,6 +125,14 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
     for (int64_t lo = range.first; lo < range.first + range.count; lo += kRowsPerRead) {
       const int64_t hi = std::min(lo + kRowsPerRead, range.first + range.count) - 1;
       kernel_of.clear();
+      cpu_of.clear();
+      if (!range.kernel && !cpu_type.empty() && hooks && hooks->on_call) {
+        for (const auto& r : d.query("SELECT sample_id, value FROM sample_values WHERE type_id = ? AND sample_id "
+                                     "BETWEEN ? AND ?",
+                                     {cpu_type[0], lo, hi})) {
+          cpu_of[sql_int(r[0])] = sql_int(r[1]);
+        }
+      }
       if (range.kernel && !type_ids.empty()) {
         SqlRow params = type_ids;
         params.insert(params.end(), {lo, hi});
@@ -134,7 +145,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
         }
       }
       for (const auto& r : d.query("SELECT sample_id, stack_id, flags, end_ns - start_ns, COALESCE(active_ns, end_ns - "
-                                   "start_ns), self_ns FROM samples WHERE sample_id BETWEEN ? AND ?",
+                                   "start_ns), self_ns, parent_id FROM samples WHERE sample_id BETWEEN ? AND ?",
                                    {lo, hi})) {
         const int64_t stack = sql_int(r[1]);
         const auto info = stack_info.find(stack);
@@ -149,9 +160,22 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
           const auto it = kernel_of.find(sql_int(r[0]));
           k = it == kernel_of.end() ? CallKernel{0, 0, 0, 0, 0} : it->second;
         }
-        stats.record(path_for(stack), (flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0, sql_int(r[3]), self, k);
+        const uint32_t path = path_for(stack);
+        const bool incomplete = (flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0;
+        stats.record(path, incomplete, sql_int(r[3]), self, k);
+        if (hooks && hooks->on_call) {
+          ScanCall call{range.source, sql_int(r[0]), -1, span_depth, path, incomplete, sql_int(r[3]), -1};
+          if (!std::holds_alternative<std::monostate>(r[6])) call.parent_id = sql_int(r[6]);
+          if (range.kernel) {
+            call.cpu_ns = k.on_cpu_ns;
+          } else if (const auto it = cpu_of.find(call.sample_id); it != cpu_of.end()) {
+            call.cpu_ns = it->second;
+          }
+          hooks->on_call(call);
+        }
       }
     }
+    if (hooks && hooks->on_session_end) hooks->on_session_end();
   }
   // Sources without spans are profiles too (CallPathStats::add counts them).
   for (const int64_t source : sources) {
