@@ -3,7 +3,8 @@
     mlprof add STORE FILE... [--source-type T] [--uri U] [--label k=v]...
     mlprof show STORE [SOURCE] [--depth N] [--format text|json]
     mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json] [--html OUT]
-    mlprof diff A B [--where-a k=v] [--where-b k=v] [--fail-on-regression PCT] [--format text|json] [--html OUT]
+    mlprof diff A B [--where-a k=v] [--where-b k=v] [--run-by KEY] [--statistic S] [--threshold PCT] ...
+                                         (exit 0 pass, 1 regression, 2 error, 3 inconclusive)
     mlprof bubbles STORE|FILE... [--where k=v]... [--min-ms MS] [--format text|json]
     mlprof combine OUT STORE|FILE...     (sources copied with their provenance)
     mlprof convert INPUT OUTPUT [--source ID]   (a document or a store's source to any format)
@@ -33,12 +34,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def _labels(pairs: List[str]) -> dict:
+def _labels(pairs: List[str], option: str = "--label") -> dict:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            print(f"mlprof: --label takes KEY=VALUE, got {pair!r}", file=sys.stderr)
+            print(f"mlprof: {option} takes KEY=VALUE, got {pair!r}", file=sys.stderr)
             raise SystemExit(2)  # usage, as argparse exits
         out[key] = value
     return out
@@ -142,24 +143,27 @@ def _side(target: str, where: List[str]) -> str:
 
 
 def _diff(args) -> int:
+    """Exit 0 pass, 1 regression, 2 the sides cannot be compared, 3 inconclusive."""
     from . import analysis
 
-    result = analysis.diff([args.a], [args.b], where_a=_labels(args.where_a), where_b=_labels(args.where_b),
-                           replicates=args.replicates, confidence=args.confidence, seed=args.seed,
-                           min_count=args.min_count)
+    try:
+        result = analysis.diff([args.a], [args.b], where_a=_labels(args.where_a, "--where-a"),
+                               where_b=_labels(args.where_b, "--where-b"), run_by=args.run_by,
+                               statistic=args.statistic, quantity=args.quantity, threshold=args.threshold,
+                               confidence=args.confidence, min_share=args.min_share, min_time_us=args.min_time_us,
+                               depth=args.depth)
+    except analysis.DiffError as exc:
+        print(f"mlprof diff: {exc}", file=sys.stderr)
+        return 2
     if args.format == "json":
         print(result.to_json())
     else:
-        print(result.to_text(limit=args.limit, fail_pct=args.fail_on_regression), end="")
+        print(result.to_text(limit=args.limit), end="")
     if args.html:
-        result.write_html(args.html, a=_side(args.a, args.where_a), b=_side(args.b, args.where_b),
-                          fail_pct=args.fail_on_regression)
-        print(f"{args.html}: HTML page of {_plural(len(result.rows), 'call path')}, "
-              f"{_plural(len(result.regressions(args.fail_on_regression or 0.0)), 'regression')} marked",
+        result.write_html(args.html, a=_side(args.a, args.where_a), b=_side(args.b, args.where_b))
+        print(f"{args.html}: HTML page of {_plural(len(result.paths), 'call path')}, verdict {result.verdict}",
               file=sys.stderr)
-    if args.fail_on_regression is not None and result.regressions(args.fail_on_regression):
-        return 1
-    return 0
+    return result.exit_code
 
 
 def _bubbles(args) -> int:
@@ -263,19 +267,32 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--html", metavar="OUT.html", default=None,
                      help="also write every path to a self-contained HTML page (sortable)")
     top.set_defaults(run=_top)
-    diff = sub.add_parser("diff", help="compare two sets of profiles path by path (a release gate)")
+    diff = sub.add_parser("diff", help="a release gate: compare two sets of runs path by path",
+                          description="Compares the runs of A and B path by path and decides: exit 0 pass, "
+                                      "1 regression, 2 the inputs cannot be compared, 3 inconclusive (too few "
+                                      "runs or too noisy; the output says how many runs would tell).")
     diff.add_argument("a", metavar="A",
                       help="the baseline: a store, a profile document, a directory of them, or an MLflow run id")
     diff.add_argument("b", metavar="B", help="the candidate, the same way")
     diff.add_argument("--where-a", action="append", default=[], metavar="KEY=VALUE", help="select A's sources")
     diff.add_argument("--where-b", action="append", default=[], metavar="KEY=VALUE", help="select B's sources")
-    diff.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
-                      help="exit 1 when a path's p95 grew more than PCT%% and its interval is above 0")
-    diff.add_argument("--min-count", type=int, default=20, help="calls a side needs for the gate (20)")
-    diff.add_argument("--confidence", type=float, default=0.95)
-    diff.add_argument("--replicates", type=int, default=2000, help="bootstrap resamples (2000)")
-    diff.add_argument("--seed", type=int, default=0)
-    diff.add_argument("--limit", type=int, default=20)
+    diff.add_argument("--run-by", default="source", metavar="KEY",
+                      help="what one run is: source (each store source or document; default) or a key whose value "
+                           "groups sources (pid, a label such as job, a meta key)")
+    diff.add_argument("--statistic", choices=("mean", "p50", "p95"), default="mean",
+                      help="per run, over its root calls, of each path's time per root call (default mean)")
+    diff.add_argument("--quantity", choices=("wall", "cpu"), default="wall",
+                      help="gate on wall time (default) or CPU time (cpu_time=True, or the agent's on-CPU time)")
+    diff.add_argument("--threshold", "--fail-on-regression", dest="threshold", type=float, default=10.0,
+                      metavar="PCT", help="a gated path slower by more than PCT%% (significant) is a regression "
+                                          "(default 10)")
+    diff.add_argument("--min-share", type=float, default=5.0, metavar="PCT",
+                      help="gate paths of at least PCT%% of their root's time (default 5; roots always)")
+    diff.add_argument("--min-time-us", type=float, default=20.0, metavar="US",
+                      help="and of at least US microseconds per root call (default 20)")
+    diff.add_argument("--confidence", type=float, default=0.95, help="of the intervals; the tests' level is 1 - it")
+    diff.add_argument("--depth", type=int, default=None, help="compare paths down to this depth")
+    diff.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
     diff.add_argument("--format", choices=("text", "json"), default="text")
     diff.add_argument("--html", metavar="OUT.html", default=None,
                       help="also write every path to a self-contained HTML page, regressions marked")

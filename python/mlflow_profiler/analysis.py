@@ -17,12 +17,11 @@ import dataclasses
 import json
 import math
 import os
-import zlib
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 
-__all__ = ["Bubbles", "Diff", "DiffRow", "Sampled", "SampledRow", "Top", "TopRow", "bubbles", "diff", "profiles", "top"]
+__all__ = ["Bubbles", "Diff", "DiffError", "DiffPath", "Sampled", "SampledRow", "Top", "TopRow", "bubbles", "diff", "profiles", "top"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -426,199 +425,12 @@ def _kernel_means(entry: Mapping[str, Any]) -> Optional[Dict[str, float]]:
     return {"calls": n, **{k: entry[f"{k}_total_ms"] / n for k in ("on_cpu", "blocked", "runq", "gil")}}
 
 
-# --- diff ----------------------------------------------------------------------
-
-
-def _quantile(sorted_values: Sequence[int], q: float) -> int:
-    """The sample of rank floor(q*(n-1)) (numpy's "lower"): the rule of top()."""
-    return sorted_values[int(q * (len(sorted_values) - 1))]
-
-
-def _walls(inputs, where: Optional[Mapping[str, str]]):
-    """(profiles, {path: ascending wall times (ns) of its complete calls})."""
-    stats = _core.CallPathStats(1_000_000, keep_walls=True)
-    count = _add_inputs(stats, inputs, where, -1)
-    return count, {key: e.get("walls_ns", []) for key, e in stats.summary().items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class DiffRow:
-    """One call path in A and B: calls, p50 and p95 (ns) on each side, the
-    changes, and a bootstrap confidence interval on each change (None when a
-    side has no calls)."""
-
-    path: str
-    count_a: int
-    count_b: int
-    p50_a: Optional[int]
-    p50_b: Optional[int]
-    p95_a: Optional[int]
-    p95_b: Optional[int]
-    delta_p50_ci: Optional[List[int]]
-    delta_p95_ci: Optional[List[int]]
-
-    @property
-    def delta_p95(self) -> Optional[int]:
-        """p95 of B minus p95 of A (ns)."""
-        return None if self.p95_a is None or self.p95_b is None else self.p95_b - self.p95_a
-
-    @property
-    def delta_p50(self) -> Optional[int]:
-        """p50 of B minus p50 of A (ns)."""
-        return None if self.p50_a is None or self.p50_b is None else self.p50_b - self.p50_a
-
-    def p95_change_pct(self) -> Optional[float]:
-        """The p95's change in percent of A's."""
-        d = self.delta_p95
-        return None if d is None or not self.p95_a else 100.0 * d / self.p95_a
-
-
-@dataclasses.dataclass(frozen=True)
-class Diff:
-    """Two sets of profiles compared path by path (`diff()`)."""
-
-    rows: List[DiffRow]
-    sessions_a: int
-    sessions_b: int
-    confidence: float
-    min_count: int
-
-    def regressions(self, pct: float) -> List[DiffRow]:
-        """The paths whose p95 grew by more than `pct` percent with the
-        confidence interval of that growth above 0, each side with at least
-        min_count calls: what `--fail-on-regression PCT` fails on."""
-        return [r for r in self.rows
-                if r.count_a >= self.min_count and r.count_b >= self.min_count and r.delta_p95_ci is not None
-                and (r.p95_change_pct() or 0.0) > pct and r.delta_p95_ci[0] > 0]
-
-    def to_json(self) -> str:
-        """The result as JSON (`mlprof diff --format json`)."""
-        rows = []
-        for r in self.rows:
-            d = dataclasses.asdict(r)
-            d.update(delta_p50=r.delta_p50, delta_p95=r.delta_p95, p95_change_pct=r.p95_change_pct())
-            rows.append(d)
-        return json.dumps({"sessions_a": self.sessions_a, "sessions_b": self.sessions_b,
-                           "confidence": self.confidence, "min_count": self.min_count, "paths": rows}, indent=2)
-
-    def to_text(self, limit: Optional[int] = 20, fail_pct: Optional[float] = None) -> str:
-        """A table, the largest p95 growth first, and the regressions when
-        `fail_pct` is given."""
-        lines = [f"diff: A {self.sessions_a} session{'s' if self.sessions_a != 1 else ''}, "
-                 f"B {self.sessions_b} session{'s' if self.sessions_b != 1 else ''}; "
-                 f"{round(100 * self.confidence)}% intervals by bootstrap"]
-        header = ["calls A/B", "p50 A", "p50 B", "p95 A", "p95 B", "p95 change", f"{round(100 * self.confidence)}% CI",
-                  "path"]
-        table = [header]
-        rows = self.rows if limit is None else self.rows[:limit]
-        for r in rows:
-            pct = r.p95_change_pct()
-            change = "-" if r.delta_p95 is None else (
-                f"{_signed(r.delta_p95)} ({pct:+.1f}%)" if pct is not None else _signed(r.delta_p95))
-            ci = "-" if r.delta_p95_ci is None else f"[{_signed(r.delta_p95_ci[0])}, {_signed(r.delta_p95_ci[1])}]"
-            table.append([f"{r.count_a}/{r.count_b}", _ns(r.p50_a), _ns(r.p50_b), _ns(r.p95_a), _ns(r.p95_b), change,
-                          ci, r.path])
-        widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
-        for row in table:
-            lines.append("  ".join([c.rjust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]))
-        if limit is not None and len(self.rows) > limit:
-            lines.append(f"({len(self.rows) - limit} more paths: --limit)")
-        if fail_pct is not None:
-            bad = self.regressions(fail_pct)
-            lines.append(f"regressions (p95 up more than {fail_pct:g}%, interval above 0, at least "
-                         f"{self.min_count} calls a side): {len(bad)}")
-            for r in bad:
-                lines.append(f"  {r.path}: p95 {_ns(r.p95_a)} -> {_ns(r.p95_b)} ({r.p95_change_pct():+.1f}%), "
-                             f"{round(100 * self.confidence)}% CI [{_signed(r.delta_p95_ci[0])}, "
-                             f"{_signed(r.delta_p95_ci[1])}]")
-        return "\n".join(lines) + "\n"
-
-    def to_html(self, a: Optional[str] = None, b: Optional[str] = None, fail_pct: Optional[float] = None) -> str:
-        """A self-contained HTML page of every path (`mlprof diff --html`),
-        the largest p95 growth first, in a sortable table with the report's
-        look. `a` and `b` say what was compared (the title names them). The
-        regressions are marked: the paths `regressions(fail_pct)` returns
-        (with no fail_pct: any growth of the p95 whose interval is above 0),
-        and the paths whose interval is wholly below 0 as improvements.
-
-            result = analysis.diff(["v1.db"], ["v2.db"])
-            result.write_html("diff.html", a="v1.db", b="v2.db", fail_pct=10)
-        """
-        conf = f"{round(100 * self.confidence)}%"
-        pct = 0.0 if fail_pct is None else fail_pct
-        bad = {r.path for r in self.regressions(pct)}
-        rule = (f"p95 up more than {pct:g}%" if fail_pct is not None else "p95 up") + \
-            f", interval above 0, at least {self.min_count} calls a side"
-        side_a = f"{a}, {_plural(self.sessions_a, 'session')}" if a else _plural(self.sessions_a, "session")
-        side_b = f"{b}, {_plural(self.sessions_b, 'session')}" if b else _plural(self.sessions_b, "session")
-        title = (f"diff: A {a} vs B {b}" if a and b else
-                 f"diff: A {side_a}, B {side_b}; {conf} intervals by bootstrap")
-        facts = [("A", side_a), ("B", side_b), ("call paths", f"{len(self.rows):,}"),
-                 ("intervals", f"{conf}, bootstrap"), ("regression", rule)]
-        notes = [f"{len(bad)} regression{'s' if len(bad) != 1 else ''} ({rule}): "
-                 + ", ".join(r.path for r in self.rows if r.path in bad)] if bad else []
-        columns = [("calls A/B", "complete calls on each side"), ("p50 A", "wall time, median"), ("p50 B", ""),
-                   ("p95 A", ""), ("p95 B", ""), ("p95 change", "p95 of B less p95 of A (percent of A's)"),
-                   (f"{conf} CI", "bootstrap interval of the p95's change")]
-        rows = []
-        for r in self.rows:
-            pct_change = r.p95_change_pct()
-            change = "-" if r.delta_p95 is None else (
-                f"{_signed(r.delta_p95)} ({pct_change:+.1f}%)" if pct_change is not None else _signed(r.delta_p95))
-            ci = r.delta_p95_ci
-            mark = "regression" if r.path in bad else ("improvement" if ci is not None and ci[1] < 0 else None)
-            cells = [(f"{r.count_a}/{r.count_b}", min(r.count_a, r.count_b)), (_ns(r.p50_a), r.p50_a),
-                     (_ns(r.p50_b), r.p50_b), (_ns(r.p95_a), r.p95_a), (_ns(r.p95_b), r.p95_b),
-                     (change, r.delta_p95),
-                     ("-" if ci is None else f"[{_signed(ci[0])}, {_signed(ci[1])}]", None if ci is None else ci[0])]
-            rows.append({"cells": cells, "path": r.path.split("/"), "mark": mark, "note": ""})
-        return _html_page("diff", title, facts, notes, columns, rows, self.to_json())
-
-    def write_html(self, path: Union[str, os.PathLike], a: Optional[str] = None, b: Optional[str] = None,
-                   fail_pct: Optional[float] = None) -> str:
-        """Writes to_html(a, b, fail_pct) to `path` (atomically); returns the path."""
-        return _write_page(path, self.to_html(a, b, fail_pct))
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _ns(value: Optional[int]) -> str:
     return "-" if value is None else _core.format_duration(int(value))
-
-
-def _signed(value: int) -> str:
-    return ("+" if value >= 0 else "-") + _core.format_duration(abs(int(value)))
-
-
-def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional[Mapping[str, str]] = None,
-         replicates: int = 2000, confidence: float = 0.95, seed: int = 0, min_count: int = 20) -> Diff:
-    """Compares the call paths of two sets of profiles (each a list of files,
-    stores or ProfileSessions, as top() takes): per path the calls, p50 and
-    p95 of the wall time on each side, and a percentile-bootstrap interval
-    on each change (`replicates` resamples of each side, `confidence`).
-    Resampling treats calls as independent: calls within one session may
-    not be; many paths are many comparisons, which min_count and a
-    threshold guard against."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
-    if replicates < 1:
-        raise ValueError(f"replicates must be >= 1, got {replicates}")
-    (n_a, walls_a), (n_b, walls_b) = _walls(a, where_a), _walls(b, where_b)
-    rows = []
-    for path in list(walls_a) + [p for p in walls_b if p not in walls_a]:
-        xa, xb = walls_a.get(path, []), walls_b.get(path, [])
-        cis: List[Optional[List[int]]] = [None, None]
-        if xa and xb:
-            # Seeded by the path, so a path's interval never depends on the order paths were met in.
-            path_seed = (seed * 1_000_003 + zlib.crc32(path.encode())) % 2**64
-            cis = [list(ci) for ci in _core.bootstrap_deltas(xa, xb, [0.5, 0.95], replicates, confidence, path_seed)]
-        rows.append(DiffRow(path, len(xa), len(xb), _quantile(xa, 0.5) if xa else None,
-                            _quantile(xb, 0.5) if xb else None, _quantile(xa, 0.95) if xa else None,
-                            _quantile(xb, 0.95) if xb else None, cis[0], cis[1]))
-    rows.sort(key=lambda r: (r.delta_p95 is None, -(r.delta_p95 or 0), r.path))
-    return Diff(rows=rows, sessions_a=n_a, sessions_b=n_b, confidence=confidence, min_count=min_count)
 
 
 # --- bubbles -------------------------------------------------------------------
@@ -687,3 +499,6 @@ def bubbles(inputs, *, where: Optional[Mapping[str, str]] = None, min_ms: float 
         report["label"] = built.meta.get("label.model") or ""
         out.append(report)
     return Bubbles(sessions=out, min_ns=min_ns)
+
+
+from ._diff import Diff, DiffError, DiffPath, diff  # noqa: E402  (it imports this module's helpers)

@@ -72,7 +72,7 @@ def pages(tmp_path_factory):
     return SimpleNamespace(
         db=db, top_html=top_html, diff_html=diff_html, top_text=top_text, diff_text=diff_text,
         top=analysis.top([db], where={"model": "hostile"}),
-        diff=analysis.diff([db], [db], where_a={"version": "1"}, where_b={"version": "2"}))
+        diff=analysis.diff([db], [db], where_a={"version": "1"}, where_b={"version": "2"}, threshold=50))
 
 
 @pytest.fixture(scope="module")
@@ -154,20 +154,24 @@ def test_diff_page_marks_the_regressions_of_the_gate(pages, browser):
     shown = open_page(browser, pages.diff_html)
     assert console_errors(browser) == [] and shown["error"] == ""
     result = pages.diff
-    assert len(shown["rows"]) == len(result.rows)
-    assert [r["path"] for r in shown["rows"]] == [r.path for r in result.rows]
-    assert [" ".join(r["cells"] + [r["path"]]).split() for r in shown["rows"]] == text_rows(pages.diff_text)
+    assert len(shown["rows"]) == len(result.paths)
+    assert [r["path"] for r in shown["rows"]] == [p.name for p in result.paths]
+    # The table's cells are the text's (the text's header lines and the spelled-out verdicts aside).
+    lines = pages.diff_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:3] == ["A", "B", "change"]) + 1
+    table = [line.split() for line in lines[start:] if not line.startswith(("(", "regression:", "inconclusive:"))]
+    assert [" ".join(r["cells"] + [r["path"]]).split() for r in shown["rows"]] == table
     # The title says what was compared.
     db = str(pages.db)
     assert shown["title"] == f"diff: A {db} (version=1) vs B {db} (version=2)"
-    assert ["A", f"{db} (version=1), 25 sessions"] in shown["facts"]
-    bad = {r.path for r in result.regressions(50)}
+    assert ["A", f"{db} (version=1), 25 runs (25 root calls)"] in shown["facts"]
+    bad = {p.name for p in result.regressions()}
     assert len(bad) == 2  # decode, and predict whose wall time holds it
     marked = {r["path"] for r in shown["rows"] if "regression" in r["classes"]}
     assert marked == bad
     assert all(r["badge"] == "regression" for r in shown["rows"] if r["path"] in bad)
-    assert shown["notes"][0].startswith("2 regressions (p95 up more than 50%, interval above 0, at least 20 calls")
-    assert ["regression", "p95 up more than 50%, interval above 0, at least 20 calls a side"] in shown["facts"]
+    assert shown["notes"][0] == "verdict: regression in 2 paths (exit 1)"
+    assert ["verdict", "regression"] in shown["facts"]
     # The unchanged step is not marked either way.
     encode = next(r for r in shown["rows"] if r["path"].endswith("/_encode"))
     assert encode["classes"] == [] and encode["badge"] is None

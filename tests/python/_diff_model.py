@@ -1,0 +1,73 @@
+"""A model run as one process, for diff's tests and bench/bench_diff.py:
+`python _diff_model.py OUT.json [--score-ms MS] [--spin N] [--twice] [--calls N]`.
+predict() calls featurize (a 1 ms sleep), score (a sleep of --score-ms, or a
+CPU loop of --spin iterations), once or, with --twice, twice, each with a
+small `normalize` under it, and postprocess (a few microseconds). Profiles
+the calls into OUT.json and prints the program's own clock: the mean time
+of score per predict call, in ns (the oracle for diff's change)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from mlflow_profiler import profiling
+
+
+def featurize():
+    time.sleep(0.001)
+
+
+def normalize(x):
+    return x / 3
+
+
+def spin(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def score(ms, n):
+    if n:
+        spin(n)
+    else:
+        time.sleep(ms / 1e3)
+    return normalize(1.0)
+
+
+def postprocess(x):
+    return round(x, 3)
+
+
+def predict(ms, n, twice, clock):
+    featurize()
+    t = time.perf_counter_ns()
+    s = score(ms, n)
+    if twice:
+        s += score(ms, n)
+    clock.append(time.perf_counter_ns() - t)
+    return postprocess(s)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--score-ms", type=float, default=3.0)
+    ap.add_argument("--spin", type=int, default=0)
+    ap.add_argument("--twice", action="store_true")
+    ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--cpu-time", action="store_true")
+    args = ap.parse_args()
+    clock: list = []
+    with profiling(depth=-1, cpu_time=args.cpu_time) as session:
+        for _ in range(args.calls):
+            predict(args.score_ms, args.spin, args.twice, clock)
+    session.save(args.out)
+    print(json.dumps({"score_ns": sum(clock) / len(clock)}))
+
+
+if __name__ == "__main__":
+    main()
