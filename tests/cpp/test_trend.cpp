@@ -1,0 +1,107 @@
+// One path's history (core/trend.h): the latest release's verdict from its
+// change points, on series whose truth is known.
+
+#include "core/trend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace mlprof {
+namespace {
+
+struct Series {
+  std::vector<double> values;
+  std::vector<size_t> group_of;
+};
+
+// `groups` releases of `runs` runs, lognormal noise `sigma` around 1 ms,
+// times factor from release step_at on.
+Series make_series(uint64_t seed, size_t groups, size_t runs, double sigma, size_t step_at, double factor) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> noise(0.0, sigma);
+  Series s;
+  for (size_t g = 0; g < groups; ++g) {
+    for (size_t r = 0; r < runs; ++r) {
+      s.values.push_back(1e6 * std::exp(noise(gen)) * (g >= step_at ? factor : 1.0));
+      s.group_of.push_back(g);
+    }
+  }
+  return s;
+}
+
+ChangePointOptions options() {
+  ChangePointOptions o;
+  o.alpha = 0.05;
+  o.permutations = 1999;
+  return o;
+}
+
+TEST(Trend, StepAtTheLatestReleaseIsARegression) {
+  const Series s = make_series(1, 4, 5, 0.03, 3, 1.30);
+  const PathTrend t = path_trend(s.values, s.group_of, 3, 4, 0.10, options());
+  ASSERT_EQ(t.points.size(), 1u);
+  EXPECT_EQ(t.points[0].group, 3u);
+  ASSERT_TRUE(t.has_latest);
+  EXPECT_EQ(t.verdict, Verdict::kRegression);
+  EXPECT_EQ(t.latest.runs_a, 15u);
+  EXPECT_EQ(t.latest.runs_b, 5u);
+  EXPECT_NEAR(t.latest.change, 0.30, 0.05);
+}
+
+TEST(Trend, SmallerThanTheThresholdIsNotARegression) {
+  // +30% is found, but the gate asks for more than +50%, which the
+  // interval (30% give or take a few points) excludes: pass.
+  const Series s = make_series(1, 4, 5, 0.03, 3, 1.30);
+  const PathTrend t = path_trend(s.values, s.group_of, 3, 4, 0.50, options());
+  ASSERT_EQ(t.points.size(), 1u);
+  EXPECT_EQ(t.verdict, Verdict::kPass);
+}
+
+TEST(Trend, NoiseOnlyPasses) {
+  const Series s = make_series(2, 4, 5, 0.02, 99, 1.0);
+  const PathTrend t = path_trend(s.values, s.group_of, 3, 4, 0.10, options());
+  EXPECT_TRUE(t.points.empty());
+  ASSERT_TRUE(t.has_latest);
+  EXPECT_EQ(t.verdict, Verdict::kPass);
+  EXPECT_EQ(t.latest.runs_a, 15u);
+  EXPECT_LT(t.latest.ci_hi, 0.10);
+}
+
+TEST(Trend, EarlierStepSetsTheBaseline) {
+  // +40% at release 2 of 5: release 4 is judged against releases 2 and 3.
+  const Series s = make_series(3, 5, 5, 0.03, 2, 1.40);
+  const PathTrend t = path_trend(s.values, s.group_of, 4, 4, 0.10, options());
+  ASSERT_EQ(t.points.size(), 1u);
+  EXPECT_EQ(t.points[0].group, 2u);
+  EXPECT_GT(t.points[0].change.change, 0.30);
+  ASSERT_TRUE(t.has_latest);
+  EXPECT_EQ(t.latest.runs_a, 10u);
+  EXPECT_EQ(t.verdict, Verdict::kPass);
+}
+
+TEST(Trend, OneRunAReleaseIsInconclusive) {
+  // Three releases of one run: a split of 2 + 1 runs has 3 arrangements, so
+  // even a doubling cannot reach 0.05 / 4.
+  const Series s = make_series(4, 3, 1, 0.02, 2, 2.0);
+  const PathTrend t = path_trend(s.values, s.group_of, 2, 4, 0.10, options());
+  EXPECT_TRUE(t.points.empty());
+  ASSERT_TRUE(t.has_latest);
+  EXPECT_EQ(t.verdict, Verdict::kInconclusive);
+  EXPECT_NEAR(t.min_p_value, 1.0 / 3, 1e-12);
+  // C(2 + k, k) >= 80 first at k = 12 (C(14, 2) = 91).
+  EXPECT_GE(t.runs_needed, 12u);
+}
+
+TEST(Trend, AbsentFromTheLatestReleaseHasNoVerdict) {
+  Series s = make_series(5, 3, 4, 0.02, 99, 1.0);
+  for (size_t i = 8; i < 12; ++i) s.values[i] = std::numeric_limits<double>::quiet_NaN();
+  const PathTrend t = path_trend(s.values, s.group_of, 2, 1, 0.10, options());
+  EXPECT_FALSE(t.has_latest);
+}
+
+}  // namespace
+}  // namespace mlprof
