@@ -5,6 +5,8 @@
     mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json] [--html OUT]
     mlprof diff A B [--where-a k=v] [--where-b k=v] [--run-by KEY] [--statistic S] [--threshold PCT] ...
                                          (exit 0 pass, 1 regression, 2 error, 3 inconclusive)
+    mlprof trend STORE [--by version|KEY] [--where k=v]... [--format text|json] [--html OUT]
+                                         (change points by release; exit 0, 1, 2, 3 as diff)
     mlprof bubbles STORE|FILE... [--where k=v]... [--min-ms MS] [--format text|json]
     mlprof combine OUT STORE|FILE...     (sources copied with their provenance)
     mlprof convert INPUT OUTPUT [--source ID]   (a document or a store's source to any format)
@@ -297,6 +299,9 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--html", metavar="OUT.html", default=None,
                       help="also write every path to a self-contained HTML page, regressions marked")
     diff.set_defaults(run=_diff)
+    from ._trend import add_parser as add_trend  # its options live with it
+
+    add_trend(sub)
     bub = sub.add_parser("bubbles", help="idle gaps in sessions, and how busy their fan-outs were")
     bub.add_argument("inputs", nargs="+", metavar="STORE|FILE")
     bub.add_argument("--where", action="append", default=[], metavar="KEY=VALUE")

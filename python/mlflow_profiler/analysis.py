@@ -502,3 +502,6 @@ def bubbles(inputs, *, where: Optional[Mapping[str, str]] = None, min_ms: float 
 
 
 from ._diff import Diff, DiffError, DiffPath, diff  # noqa: E402  (it imports this module's helpers)
+from ._trend import Trend, TrendError, TrendPath, trend  # noqa: E402  (the same)
+
+__all__ += ["Trend", "TrendError", "TrendPath", "trend"]
