@@ -1,0 +1,269 @@
+"""How often `mlprof diff` is right (issue 41): false alarms and power of the
+gate on real captured runs.
+
+    python bench/bench_diff.py --out bench/out/diff            # about 25 min
+    python bench/bench_diff.py --out /tmp/d --pool 8 --pairs 10 --kinds cpu --loads quiet   # smoke
+
+1. Capture. Per model kind (diff_workload.py: cpu, sleep, mlflow) and
+   machine load (quiet; loaded: one busy-looping process per CPU), a pool
+   of runs of each variant: a (the baseline), a2 (the same code again),
+   b15 and b40 (score 15% and 40% slower). A run is one forked process
+   (MLflow imported once by the parent, the model loaded in each child) of
+   --calls predicts under profiling(). Variants are interleaved, their
+   order rotated each round, so drift in the machine's load falls on all.
+2. Decide. For each effect (0 = a vs a2, 15, 40) and runs a side (5, 10,
+   20), --pairs pairs of disjoint draws (A from pool a, B from the
+   variant's pool, without replacement within a pair), each given to
+   analysis.diff at its defaults. Pairs drawn from one pool share runs,
+   so the rates are less certain than --pairs independent pairs would make
+   them; the pool size is printed with them.
+3. Report: per configuration the share of pairs whose verdict is
+   regression, pass, inconclusive; whether score was named; and the wrong
+   verdicts: a regression in an A/A pair, "pass" when score is slower, or
+   a named path that is neither score nor an ancestor of it. results.json,
+   a markdown table (results.md) and a plot (power.svg, with matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+VARIANTS = {"a": 1.0, "a2": 1.0, "b15": 1.15, "b40": 1.40}
+EFFECTS = {0: "a2", 15: "b15", 40: "b40"}
+
+
+def _capture_one(kind: str, factor: float, out: Path, calls: int, model_dir: Path) -> None:
+    """In the forked child: one run's profile to `out`."""
+    from mlflow_profiler import profiling
+
+    if kind == "mlflow":
+        import mlflow.pyfunc
+        import numpy as np
+        import pandas as pd
+
+        os.environ["BENCH_SCORE_FACTOR"] = str(factor)
+        model = mlflow.pyfunc.load_model(str(model_dir))
+        df = pd.DataFrame(np.random.default_rng(1).standard_normal((64, 8)), columns=[f"f{i}" for i in range(8)])
+        model.predict(df)  # warm, outside the profile, as a served model is
+        with profiling(depth=3) as session:
+            for _ in range(calls):
+                model.predict(df)
+    else:
+        from diff_workload import Steps
+
+        steps = Steps(kind, factor)
+        with profiling(depth=-1) as session:
+            for _ in range(calls):
+                steps.predict()
+    session.save(str(out))
+
+
+def _save_model(model_dir: Path) -> None:
+    import mlflow.pyfunc
+    import numpy as np
+    import pandas as pd
+    from mlflow.models import infer_signature
+
+    from diff_workload import pyfunc_model_class
+
+    if model_dir.exists():
+        return
+    df = pd.DataFrame(np.random.default_rng(1).standard_normal((4, 8)), columns=[f"f{i}" for i in range(8)])
+    mlflow.pyfunc.save_model(str(model_dir), python_model=pyfunc_model_class()(),
+                             signature=infer_signature(df, np.zeros(4, dtype=int)))
+
+
+def capture(kind: str, load: str, pool: int, calls: int, out: Path) -> Path:
+    """Captures `pool` runs of every variant into out/KIND-LOAD/; returns that folder."""
+    folder = out / f"{kind}-{load}"
+    folder.mkdir(parents=True, exist_ok=True)
+    model_dir = out / "model"
+    if kind == "mlflow":
+        _save_model(model_dir)
+        import mlflow.pyfunc  # noqa: F401  (imported once: each forked run skips the 5 s import)
+        import pandas  # noqa: F401
+    hogs = []
+    if load == "loaded":
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        names = list(VARIANTS)
+        for i in range(pool):
+            for v in names[i % len(names):] + names[:i % len(names)]:
+                path = folder / f"{v}-{i:03d}.json"
+                if path.exists():
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    code = 0
+                    try:
+                        _capture_one(kind, VARIANTS[v], path, calls, model_dir)
+                    except BaseException:
+                        traceback.print_exc()
+                        code = 1
+                    os._exit(code)
+                _, status = os.waitpid(pid, 0)
+                if status != 0:
+                    raise SystemExit(f"bench_diff: the run for {path} failed")
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    return folder
+
+
+def _score_path(result):
+    """The slowed step's path: the shortest one ending in score."""
+    paths = [p.path for p in result.paths if p.path[-1].rsplit(".", 1)[-1].startswith("score")]
+    return min(paths, key=len) if paths else None
+
+
+def decide(folder: Path, pool: int, pairs: int, runs_list, seed: int):
+    """Every pair's verdicts for one capture folder: {effect: {runs: counts}}."""
+    from mlflow_profiler import analysis, load
+
+    sessions = {v: [load(str(folder / f"{v}-{i:03d}.json")) for i in range(pool)] for v in VARIANTS}
+    out = {}
+    for effect, variant in EFFECTS.items():
+        out[effect] = {}
+        for runs in runs_list:
+            if runs > pool:
+                continue
+            rng = random.Random(f"{seed}-{folder.name}-{effect}-{runs}")
+            c = {"pairs": 0, "regression": 0, "pass": 0, "inconclusive": 0, "score_named": 0, "wrong": 0,
+                 "other_named": 0, "error": 0, "seconds": 0.0}
+            for _ in range(pairs):
+                a = rng.sample(sessions["a"], runs)
+                b = rng.sample(sessions[variant], runs)
+                t = time.perf_counter()
+                try:
+                    result = analysis.diff(a, b)
+                except analysis.DiffError:
+                    c["error"] += 1
+                    continue
+                c["seconds"] += time.perf_counter() - t
+                c["pairs"] += 1
+                c[result.verdict] += 1
+                score = _score_path(result)
+                named = [p.path for p in result.regressions()]
+                # score, its ancestors, and what it calls (the slowed work itself).
+                allowed = [score[:k] for k in range(1, len(score) + 1)] if score else []
+                score_named = score in named
+                other = any(p not in allowed and p[:len(score or [])] != score for p in named)
+                c["score_named"] += score_named
+                c["other_named"] += other
+                slowed = next((p for p in result.paths if p.path == score), None)
+                wrong = (effect == 0 and result.verdict == "regression") or other or (
+                    effect > 0 and slowed is not None and slowed.verdict == "pass")
+                c["wrong"] += wrong
+            out[effect][runs] = c
+    return out
+
+
+def _rate(n: int, d: int) -> str:
+    return "-" if d == 0 else f"{100 * n / d:.0f}%"
+
+
+def report(results: dict, meta: dict) -> str:
+    """The markdown table of every configuration."""
+    lines = [f"pool {meta['pool']} runs a variant (mlflow {meta['mlflow_pool']}), {meta['calls']} predicts a run, "
+             f"{meta['pairs']} pairs a cell; diff at its defaults (mean wall time per root call, threshold 10%, "
+             f"95%, floors 5% and 20 us)", "",
+             "| model | machine | effect on score | runs a side | regression | score named | pass | inconclusive "
+             "| wrong | other path named | s a diff |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, per_effect in results.items():
+        kind, load = key.split("-")
+        for effect, per_runs in per_effect.items():
+            for runs, c in per_runs.items():
+                n = c["pairs"]
+                lines.append(f"| {kind} | {load} | {'A/A' if int(effect) == 0 else '+' + str(effect) + '%'} | {runs} "
+                             f"| {_rate(c['regression'], n)} | {_rate(c['score_named'], n)} | {_rate(c['pass'], n)} "
+                             f"| {_rate(c['inconclusive'], n)} | {_rate(c['wrong'], n)} | {_rate(c['other_named'], n)} "
+                             f"| {c['seconds'] / max(n, 1):.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> bool:
+    """Detection rate of score (and A/A false alarms) against runs a side, a
+    panel per model and machine; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    keys = list(results)
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3), sharey=True, squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for effect, per_runs in results[key].items():
+            xs = sorted(int(r) for r in per_runs)
+            if int(effect) == 0:
+                ys = [100 * per_runs[str(r) if str(r) in per_runs else r]["regression"]
+                      / max(per_runs[str(r) if str(r) in per_runs else r]["pairs"], 1) for r in xs]
+                ax.plot(xs, ys, "k--o", label="A/A false alarms")
+            else:
+                ys = [100 * per_runs[str(r) if str(r) in per_runs else r]["score_named"]
+                      / max(per_runs[str(r) if str(r) in per_runs else r]["pairs"], 1) for r in xs]
+                ax.plot(xs, ys, "-o", label=f"+{effect}% caught")
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("runs a side")
+        ax.set_ylim(-5, 105)
+        ax.axhline(5, color="grey", lw=0.5)
+        ax.axhline(90, color="grey", lw=0.5)
+    axes[0][0].set_ylabel("% of pairs")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return True
+
+
+def main() -> int:
+    """Captures, decides, reports."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--kinds", default="cpu,sleep,mlflow")
+    ap.add_argument("--loads", default="quiet,loaded")
+    ap.add_argument("--pool", type=int, default=40)
+    ap.add_argument("--mlflow-pool", type=int, default=30)
+    ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--pairs", type=int, default=100)
+    ap.add_argument("--runs", default="5,10,20")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    runs_list = [int(r) for r in args.runs.split(",")]
+    results, timing = {}, {}
+    for kind in args.kinds.split(","):
+        for load in args.loads.split(","):
+            pool = args.mlflow_pool if kind == "mlflow" else args.pool
+            t = time.time()
+            folder = capture(kind, load, pool, args.calls, args.out)
+            t2 = time.time()
+            results[f"{kind}-{load}"] = decide(folder, pool, args.pairs, runs_list, args.seed)
+            timing[f"{kind}-{load}"] = {"capture_s": round(t2 - t, 1), "decide_s": round(time.time() - t2, 1)}
+            print(f"{kind}-{load}: captured in {t2 - t:.0f} s, decided in {time.time() - t2:.0f} s", flush=True)
+    meta = {"pool": args.pool, "mlflow_pool": args.mlflow_pool, "calls": args.calls, "pairs": args.pairs,
+            "timing": timing, "python": sys.version.split()[0], "loadavg": os.getloadavg()}
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    table = report(results, meta)
+    (args.out / "results.md").write_text(table)
+    print(table)
+    if plot(results, args.out / "power.svg"):
+        print(f"plot: {args.out / 'power.svg'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
