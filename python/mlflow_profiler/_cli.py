@@ -2,7 +2,7 @@
 
     mlprof add STORE FILE... [--source-type T] [--uri U] [--label k=v]...
     mlprof show STORE [SOURCE] [--depth N] [--format text|json]
-    mlprof top STORE|FILE... [--where k=v]... [--depth N] [--limit N] [--format text|json] [--html OUT]
+    mlprof top STORE|FILE... [--where k=v]... [--depth N] [--by path|function] [--limit N] [--format text|json] [--html OUT]
     mlprof diff A B [--where-a k=v] [--where-b k=v] [--run-by KEY] [--statistic S] [--threshold PCT] ...
                                          (exit 0 pass, 1 regression, 2 error, 3 inconclusive)
     mlprof trend STORE [--by version|KEY] [--where k=v]... [--format text|json] [--html OUT]
@@ -128,14 +128,15 @@ def _show(args) -> int:
 def _top(args) -> int:
     from . import analysis
 
-    result = analysis.top(args.inputs, where=_labels(args.where), depth=args.depth)
+    result = analysis.top(args.inputs, where=_labels(args.where), depth=args.depth, by=args.by)
     if args.format == "json":
         print(result.to_json())
     else:
         print(result.to_text(limit=args.limit), end="")
     if args.html:
         result.write_html(args.html, inputs=args.inputs)
-        print(f"{args.html}: HTML page of {_plural(len(result.rows), 'call path')}", file=sys.stderr)
+        what = "call path" if args.by == "path" else "function"
+        print(f"{args.html}: HTML page of {_plural(len(result.rows), what)}", file=sys.stderr)
     return 0
 
 
@@ -259,11 +260,13 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--depth", type=int, default=None, help="render the tree to this depth")
     show.add_argument("--format", choices=("text", "json"), default="text")
     show.set_defaults(run=_show)
-    top = sub.add_parser("top", help="the bottlenecks: call paths ranked by self time")
+    top = sub.add_parser("top", help="the bottlenecks: call paths (or functions: --by function) ranked by self time")
     top.add_argument("inputs", nargs="+", metavar="STORE|FILE", help="stores and profile documents")
     top.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                      help="only sources whose model, version, run_id, host, type, label or meta matches")
     top.add_argument("--depth", type=int, default=None, help="fold deeper paths into their ancestors")
+    top.add_argument("--by", choices=("path", "function"), default="path",
+                     help="rank call paths (default) or functions: flat and cumulative time, as pprof's -top")
     top.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
     top.add_argument("--format", choices=("text", "json"), default="text")
     top.add_argument("--html", metavar="OUT.html", default=None,

@@ -12,6 +12,8 @@ namespace {
 constexpr uint32_t kNoNode = UINT32_MAX;
 // Ids a query names at once (SQLite allows 32766 parameters, PostgreSQL 65535).
 constexpr size_t kIdsPerQuery = 500;
+// Sample ids a summing query reads at once.
+constexpr int64_t kRowsPerRead = 32768;
 
 std::string placeholders(size_t n) {
   std::string out;
@@ -286,24 +288,29 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
     return node_of.at(stack);
   };
 
-  for (const auto& [lo, hi] : merged) {
-    // Summed by the database: a row per call path, not per call.
-    for (const auto& r : d.query(
-             "SELECT stack_id, count(*), CAST(sum(self_ns) AS BIGINT), "
-             "CAST(sum(COALESCE(active_ns, "
-             "end_ns - start_ns)) AS BIGINT) FROM samples WHERE sample_id BETWEEN ? AND ? GROUP BY "
-             "stack_id",
-             {lo, hi})) {
-      const int64_t stack = sql_int(r[0]);
-      const auto info = stack_info.find(stack);
-      if (info == stack_info.end())
-        throw StoreFailure("a span names a call path that is not in the store");
-      // Depth 0 is a root; a span at the cut keeps its children's time.
-      if (depth >= 0 && info->second.depth > depth) continue;
-      const uint32_t node = node_for(stack);
-      spans_.add(node, kSelf,
-                 depth >= 0 && info->second.depth == depth ? sql_int(r[3]) : sql_int(r[2]));
-      spans_.add(node, kCalls, sql_int(r[1]));
+  // Summed by the database: a row per call path and read, not per call. In
+  // reads of kRowsPerRead ids: SQLite sorts to group, and 1.5M rows sort in
+  // 1.0 s at once against 0.65 s in reads of 32,768 (bench_top_functions.py).
+  for (const auto& [first, last] : merged) {
+    for (int64_t lo = first; lo <= last; lo += kRowsPerRead) {
+      const int64_t hi = std::min(last, lo + kRowsPerRead - 1);
+      for (const auto& r : d.query("SELECT stack_id, count(*), CAST(sum(self_ns) AS BIGINT), "
+                                   "CAST(sum(COALESCE(active_ns, "
+                                   "end_ns - start_ns)) AS BIGINT) FROM samples WHERE sample_id "
+                                   "BETWEEN ? AND ? GROUP BY stack_id",
+                                   {lo, hi})) {
+        const int64_t stack = sql_int(r[0]);
+        const auto info = stack_info.find(stack);
+        if (info == stack_info.end()) {
+          throw StoreFailure("a span names a call path that is not in the store");
+        }
+        // Depth 0 is a root; a span at the cut keeps its children's time.
+        if (depth >= 0 && info->second.depth > depth) continue;
+        const uint32_t node = node_for(stack);
+        spans_.add(node, kSelf,
+                   depth >= 0 && info->second.depth == depth ? sql_int(r[3]) : sql_int(r[2]));
+        spans_.add(node, kCalls, sql_int(r[1]));
+      }
     }
   }
   for (const int64_t source : sources) {
