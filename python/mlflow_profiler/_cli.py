@@ -172,7 +172,11 @@ def _diff(args) -> int:
 def _bubbles(args) -> int:
     from . import analysis
 
-    result = analysis.bubbles(args.inputs, where=_labels(args.where), min_ms=args.min_ms)
+    try:
+        result = analysis.bubbles(args.inputs, where=_labels(args.where, "--where"), min_ms=args.min_ms)
+    except analysis.AnalysisError as exc:
+        print(f"mlprof bubbles: {exc}", file=sys.stderr)
+        return 2
     print(result.to_json() if args.format == "json" else result.to_text(), end="" if args.format != "json" else "\n")
     return 0
 

@@ -18,6 +18,7 @@ import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
+from ._errors import AnalysisError
 
 __all__ = ["Diff", "DiffPath", "DiffError", "diff"]
 
@@ -26,7 +27,7 @@ QUANTITIES = ("wall", "cpu")
 VERDICT_EXIT = {"pass": 0, "regression": 1, "inconclusive": 3}
 
 
-class DiffError(ValueError):
+class DiffError(AnalysisError):
     """The inputs cannot be compared: an empty or one-sided selection,
     different roots, no common path, no CPU time to gate on. `mlprof diff`
     exits 2 with its message."""

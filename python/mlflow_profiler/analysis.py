@@ -20,9 +20,11 @@ import os
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _core
+from ._errors import AnalysisError
 
-__all__ = ["Bubbles", "Diff", "DiffError", "DiffPath", "FunctionRow", "FunctionTop", "Sampled", "SampledFunctionRow",
-           "SampledFunctions", "SampledRow", "Top", "TopRow", "bubbles", "diff", "profiles", "top", "top_functions"]
+__all__ = ["AnalysisError", "Bubbles", "Diff", "DiffError", "DiffPath", "FunctionRow", "FunctionTop", "Sampled",
+           "SampledFunctionRow", "SampledFunctions", "SampledRow", "Top", "TopRow", "bubbles", "diff", "profiles", "top",
+           "top_functions"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -755,6 +757,10 @@ def bubbles(inputs, *, where: Optional[Mapping[str, str]] = None, min_ms: float 
         report = _core.find_bubbles(built, min_ns)
         report["label"] = built.meta.get("label.model") or ""
         out.append(report)
+    if not out:
+        sel = ", ".join(f"{k}={v}" for k, v in (where or {}).items())
+        raise AnalysisError(f"no session to look at in {', '.join(map(str, items)) or 'no input'}"
+                            + (f" with --where {sel}" if sel else ""))
     return Bubbles(sessions=out, min_ns=min_ns)
 
 

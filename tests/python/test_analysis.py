@@ -450,3 +450,16 @@ def test_mlprof_bubbles(tmp_path):
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
     assert doc["min_ns"] == 2_000_000 and len(doc["sessions"]) == 1 and doc["total_bubble_ns"] >= 5_000_000
+
+
+def test_bubbles_of_an_empty_selection_is_an_error_naming_it(captures, tmp_path):
+    db = tmp_path / "one.db"
+    with open_store(db) as store:
+        store.add(captures[0], labels={"model": "fraud"})
+    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "bubbles", str(db), "--where", "model=typo"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert "no session to look at" in run.stderr and "--where model=typo" in run.stderr
+    with pytest.raises(analysis.AnalysisError):
+        analysis.bubbles([db], where={"model": "typo"})
+    assert analysis.bubbles([db], where={"model": "fraud"}).sessions
