@@ -72,6 +72,7 @@ void bind_trend(py::module_& m) {
         }
         py::dict out;
         out["change_points"] = points;
+        out["minor"] = t.minor;
         if (t.has_latest) {
           py::dict latest = comparison_dict(t.latest);
           latest["group"] = t.latest_group;
@@ -88,9 +89,10 @@ void bind_trend(py::module_& m) {
       py::arg("alpha") = 0.05, py::arg("permutations") = 999, py::arg("stop_after") = 10,
       py::arg("confidence") = 0.95, py::arg("seed") = 0,
       "One call path's history: per run its value (ns, None: none), group_of its release (non-decreasing). "
-      "Returns {'change_points': [...], 'latest': {...} or None}: E-divisive change points tested by permutation "
-      "at alpha / tests (core/changepoints.h), each with the change (B/A - 1, Hodges-Lehmann) and its interval "
-      "(None: too few runs), and the verdict on release last_group (core/trend.h).");
+      "Returns {'change_points': [...], 'minor': n, 'latest': {...} or None}: E-divisive change points tested "
+      "by permutation at alpha / tests (core/changepoints.h), those within +-threshold dropped (minor counts "
+      "them), each with the change (B/A - 1, Hodges-Lehmann) and its interval (None: too few runs), and the "
+      "verdict on release last_group (core/trend.h).");
   m.def("min_split_p_value", &min_split_p_value, py::arg("before"), py::arg("after"),
         "1 / C(before + after, after): the smallest p-value a permutation test of that split can reach.");
 }

@@ -53,12 +53,15 @@ TEST(Trend, StepAtTheLatestReleaseIsARegression) {
 }
 
 TEST(Trend, SmallerThanTheThresholdIsNotARegression) {
-  // +30% is found, but the gate asks for more than +50%, which the
-  // interval (30% give or take a few points) excludes: pass.
+  // +30% is found, but the gate asks for more than +50%: it is left out as
+  // minor, and the latest release's interval against all before it
+  // (30% give or take a few points) excludes +50%: pass.
   const Series s = make_series(1, 4, 5, 0.03, 3, 1.30);
   const PathTrend t = path_trend(s.values, s.group_of, 3, 4, 0.50, options());
-  ASSERT_EQ(t.points.size(), 1u);
+  EXPECT_TRUE(t.points.empty());
+  EXPECT_EQ(t.minor, 1u);
   EXPECT_EQ(t.verdict, Verdict::kPass);
+  EXPECT_EQ(t.latest.runs_a, 15u);
 }
 
 TEST(Trend, NoiseOnlyPasses) {
@@ -81,6 +84,24 @@ TEST(Trend, EarlierStepSetsTheBaseline) {
   ASSERT_TRUE(t.has_latest);
   EXPECT_EQ(t.latest.runs_a, 10u);
   EXPECT_EQ(t.verdict, Verdict::kPass);
+}
+
+TEST(Trend, StepsWithinTheThresholdAreLeftOut) {
+  // +4% at release 2 (significant with 1% noise) and +30% at release 4:
+  // only the second is a change point, sized against releases 0-3 merged.
+  Series s = make_series(6, 6, 5, 0.01, 2, 1.04);
+  for (size_t i = 0; i < s.values.size(); ++i) {
+    if (s.group_of[i] >= 4) s.values[i] *= 1.30;
+  }
+  const auto all = find_change_points(s.values, s.group_of, options());
+  ASSERT_EQ(all.size(), 2u);  // the detector sees both
+  const PathTrend t = path_trend(s.values, s.group_of, 5, 1, 0.10, options());
+  ASSERT_EQ(t.points.size(), 1u);
+  EXPECT_EQ(t.minor, 1u);
+  EXPECT_EQ(t.points[0].group, 4u);
+  EXPECT_EQ(t.points[0].change.runs_a, 20u);
+  EXPECT_NEAR(t.points[0].change.change, 1.04 * 1.30 / 1.02 - 1, 0.04);
+  EXPECT_EQ(t.verdict, Verdict::kPass);  // release 5 against release 4
 }
 
 TEST(Trend, OneRunAReleaseIsInconclusive) {

@@ -157,23 +157,21 @@ std::vector<ChangePoint> find_change_points(const std::vector<double>& values, c
     bounds.insert(bounds.begin() + static_cast<std::ptrdiff_t>(segment) + 1, split.tau);
   }
 
-  // Sizes: each change point against its neighbours in the final segmentation.
   std::sort(found.begin(), found.end(), [](const ChangePoint& a, const ChangePoint& b) { return a.run < b.run; });
-  for (size_t c = 0; c < found.size(); ++c) {
-    const size_t at = static_cast<size_t>(std::lower_bound(index.begin(), index.end(), found[c].run) - index.begin());
-    const size_t from = c == 0 ? 0
-                               : static_cast<size_t>(std::lower_bound(index.begin(), index.end(), found[c - 1].run) -
-                                                     index.begin());
-    const size_t to = c + 1 == found.size()
-                          ? x.size()
-                          : static_cast<size_t>(std::lower_bound(index.begin(), index.end(), found[c + 1].run) -
-                                                index.begin());
-    std::vector<double> before, after;
-    for (size_t i = from; i < at; ++i) before.push_back(values[index[i]]);
-    for (size_t i = at; i < to; ++i) after.push_back(values[index[i]]);
-    found[c].change = compare_runs(before, after, options.confidence);
-  }
+  size_change_points(values, found, options.confidence);
   return found;
+}
+
+void size_change_points(const std::vector<double>& values, std::vector<ChangePoint>& points, double confidence) {
+  for (size_t c = 0; c < points.size(); ++c) {
+    const size_t from = c == 0 ? 0 : points[c - 1].run;
+    const size_t to = c + 1 == points.size() ? values.size() : points[c + 1].run;
+    std::vector<double> before, after;
+    for (size_t i = from; i < to; ++i) {
+      if (!std::isnan(values[i])) (i < points[c].run ? before : after).push_back(values[i]);
+    }
+    points[c].change = compare_runs(before, after, confidence);
+  }
 }
 
 }  // namespace mlprof

@@ -61,6 +61,11 @@ struct ChangePoint {
 std::vector<ChangePoint> find_change_points(const std::vector<double>& values, const std::vector<size_t>& group_of,
                                             const ChangePointOptions& options);
 
+// Sizes each change point of `points` (in order of their run) by
+// compare_runs: the runs from it to the next one against those from the
+// previous one to it (NaN values left out).
+void size_change_points(const std::vector<double>& values, std::vector<ChangePoint>& points, double confidence);
+
 // The smallest p-value a permutation test of a split of `before` runs from
 // `after` runs can give, whatever the values: 1 / C(before + after, after)
 // (only that many distinct arrangements exist). A split it cannot bring to

@@ -17,6 +17,25 @@ PathTrend path_trend(const std::vector<double>& values, const std::vector<size_t
   o.alpha = options.alpha / static_cast<double>(std::max<size_t>(tests, 1));
   PathTrend t;
   t.points = find_change_points(values, group_of, o);
+  // A significant step smaller than the threshold is not the change that
+  // matters (Otava's minimum magnitude): the smallest such goes first, its
+  // neighbours are sized again over the merged runs, until none is left.
+  while (true) {
+    size_t smallest = t.points.size();
+    double magnitude = 0;
+    for (size_t c = 0; c < t.points.size(); ++c) {
+      const double change = t.points[c].change.change;
+      const double m = std::fabs(std::log1p(change));
+      if (change <= threshold && change >= -threshold && (smallest == t.points.size() || m < magnitude)) {
+        smallest = c;
+        magnitude = m;
+      }
+    }
+    if (smallest == t.points.size()) break;
+    t.points.erase(t.points.begin() + static_cast<std::ptrdiff_t>(smallest));
+    ++t.minor;
+    size_change_points(values, t.points, o.confidence);
+  }
 
   // The latest release against the level before it: back to the last change
   // point that starts before the latest release.

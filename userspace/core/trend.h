@@ -12,8 +12,10 @@
 namespace mlprof {
 
 struct PathTrend {
-  // Every change point of the history, in release order.
+  // The change points of the history larger than the threshold either
+  // way, in release order; `minor`: the significant ones left out as smaller.
   std::vector<ChangePoint> points;
+  size_t minor = 0;
   // The latest release (the last group holding a value) against the runs
   // before it back to the previous change point. has_latest false: the
   // path has no value in the last group, or none before it.
@@ -33,9 +35,11 @@ struct PathTrend {
 // sequence of tests, so Holm's step-down across paths does not apply), and
 // the latest release's verdict, `last_group` being the last release of the
 // selection:
+// - change points within +-`threshold` (a fraction: 0.1 is +10%) are
+//   dropped, the smallest (on a log scale) first, the others sized again
+//   each time;
 // - regression: a change point where the latest release starts, its change
-//   above `threshold` (a fraction: 0.1 is +10%); improvement: below
-//   -threshold;
+//   above `threshold`; improvement: below -threshold;
 // - inconclusive: the runs cannot reach the level (min_p_value), or the
 //   change's interval does not exclude `threshold` (runs_needed says how
 //   many runs the latest release would need);
