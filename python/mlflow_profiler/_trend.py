@@ -50,9 +50,10 @@ class TrendPath:
     """One call path's history. `medians_ns`: per release (Trend.groups'
     order), the median of its runs' values (None: no run had one);
     `values_ns` the runs' values themselves. `change_points`: dicts with the
-    release (`group`, its value), the change (fraction, B/A - 1) and its
+    release (`group`, its index), the change (fraction, B/A - 1) and its
     interval (`ci`, None when too few runs), the p-value, the runs either
-    side. `latest`: the latest release's verdict (regression, improvement,
+    side; only changes beyond the threshold either way (`minor` counts the
+    significant ones within it, left out). `latest`: the latest release's verdict (regression, improvement,
     pass, inconclusive) with its change, interval and the runs it would
     need; None for an ungated path or one absent from the latest release
     or with no history before it."""
@@ -63,6 +64,7 @@ class TrendPath:
     values_ns: List[List[float]]
     change_points: List[Dict[str, Any]]
     latest: Optional[Dict[str, Any]]
+    minor: int = 0  # significant change points within +-threshold, left out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +149,8 @@ class Trend:
             "min_time_us": self.min_time_us, "fail_on": self.fail_on, "run_by": self.run_by,
             "left_out": self.left_out,
             "paths": [{"path": p.path, "gated": p.gated, "medians_ns": p.medians_ns, "values_ns": p.values_ns,
-                       "change_points": [point(cp) for cp in p.change_points], "latest": latest(p.latest)}
+                       "change_points": [point(cp) for cp in p.change_points], "minor_change_points": p.minor,
+                       "latest": latest(p.latest)}
                       for p in self.paths],
             "drift": self.drift,
             "verdict": self.verdict(fail_on_drift), "exit_status": self.exit_status(fail_on_drift),
@@ -172,7 +175,9 @@ class Trend:
                  f"{_plural(self.tests, 'gated path')}; threshold {self.threshold_pct:g}%"]
         points = [(p, cp) for p in self.paths if p.gated for cp in p.change_points]
         points.sort(key=lambda pc: (pc[1]["group"], len(pc[0].path), pc[0].path))
-        lines.append(f"change points: {len(points)}")
+        minor = sum(p.minor for p in self.paths if p.gated)
+        lines.append(f"change points: {len(points)}" +
+                     (f" ({minor} more within +-{self.threshold_pct:g}% left out)" if minor else ""))
         for p, cp in points:
             lines.append(f"  {self.by} {names[cp['group']]}: {_change(cp)}  {_ns(cp['before_ns'])} -> "
                          f"{_ns(cp['after_ns'])}  p={cp['p_value']:.2g}  {_kind(cp, self.threshold_pct)}  "
@@ -563,7 +568,7 @@ def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optiona
                 cps.append({**cp, "before_ns": statistics.median(before), "after_ns": statistics.median(after)})
             latest = got["latest"]
         paths.append(TrendPath(path=p, gated=gt, medians_ns=medians(v), values_ns=runs, change_points=cps,
-                               latest=latest))
+                               latest=latest, minor=got["minor"] if gt and releases(v) >= 2 else 0))
     groups_out = [{"value": n, "runs": runs_in[g], "sources": ids, "first_captured_unix_ns": min(when(s) for s in ids)}
                   for g, (n, ids) in enumerate(zip(names, ids_by_group))]
     return Trend(store=target, by=by, order=used, where=where, groups=groups_out, paths=paths, drift=drift,
