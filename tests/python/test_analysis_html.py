@@ -7,6 +7,7 @@ nothing."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,155 @@ def test_the_page_is_the_cores_template_around_a_json_object():
         _core.analysis_html("[1, 2]")
     with pytest.raises(ValueError, match="JSON object"):
         _core.analysis_html("{not json")
+
+
+# --- the diff page's differential flame graph (userspace/core/report/diff_flame.js) ---
+
+RED, GREEN, GREY = "rgb(224, 84, 76)", "rgb(63, 157, 90)", "rgb(207, 213, 219)"  # report.css
+
+
+def flame_frames(driver) -> dict:
+    """What the flame graph shows: per frame (by its path joined with '/')
+    its left edge and width in px from the graph's left edge, its row, its
+    fill colour, its background image (hatching) and its text."""
+    return driver.execute_script("""
+        const box = document.getElementById('flame').getBoundingClientRect();
+        const out = {};
+        for (const e of document.querySelectorAll('#flame .frame')) {
+          const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+          out[JSON.parse(e.dataset.path).join('/')] = {x: r.left - box.left, width: r.width,
+            row: Math.round((r.top - box.top) / 18), bg: s.backgroundColor, image: s.backgroundImage,
+            text: e.textContent};
+        }
+        return {width: box.width, frames: out};
+    """)
+
+
+def test_diff_page_flame_graph_is_b_wide_and_coloured_by_the_verdicts(pages, browser):
+    """The CLI's page for the two releases: the root spans the graph, each
+    step's width is its share of B's time per root call, the regressions
+    (decode and the root holding it) are red, the unchanged encode grey."""
+    open_page(browser, pages.diff_html)
+    assert console_errors(browser) == []
+    shown = flame_frames(browser)
+    paths = {p.name: p for p in pages.diff.paths}
+    root = next(p for p in pages.diff.paths if len(p.path) == 1)
+    assert set(shown["frames"]) == set(paths)
+    W = shown["width"]
+    for name, f in shown["frames"].items():
+        p = paths[name]
+        assert f["row"] == len(p.path) - 1, name
+        assert f["width"] == pytest.approx(W * p.b_ns / root.b_ns, abs=1.0), name
+        assert f["bg"] == {"regression": RED, "improvement": GREEN}.get(p.verdict, GREY), (name, p.verdict)
+    decode = next(n for n in paths if n.endswith("/_rel_decode"))
+    encode = next(n for n in paths if n.endswith("/_encode"))
+    assert paths[decode].verdict == "regression" and shown["frames"][decode]["bg"] == RED
+    assert paths[encode].verdict == "pass" and shown["frames"][encode]["bg"] == GREY
+    assert shown["frames"][root.name]["width"] == pytest.approx(W, abs=0.5)
+
+
+def _hand_made_diff() -> dict:
+    """A diff JSON of the shape Diff.to_json gives, with every verdict: ms per root call."""
+    def entry(path, a, b, verdict, change=None, ci=None, gated=True):
+        ms = lambda v: None if v is None else v * 1e6  # noqa: E731
+        return {"path": path, "a_ns": ms(a), "b_ns": ms(b), "change_pct": change, "ci_pct": ci, "gated": gated,
+                "verdict": verdict, "p_holm": 0.0004 if verdict == "regression" else None, "runs_a": 8, "runs_b": 8}
+    return {"confidence": 0.95, "verdict": "regression", "paths": [
+        entry(["predict"], 8, 10, "regression", 25.0, [10.0, 40.0]),
+        entry(["predict", "load"], 2, 2, "pass", 0.4, [-3.0, 4.1]),
+        entry(["predict", "score"], 2.6, 4, "regression", 53.8, [30.2, 80.0]),
+        entry(["predict", "score", "forward"], 1.5, 3, "regression", 100.0, [70.0, 130.0]),
+        entry(["predict", "score", "forward", "relu"], 1, 1, "ungated", 0.0, [-1.0, 1.0], gated=False),
+        entry(["predict", "post"], 1.5, 1, "improvement", -33.3, [-40.0, -25.0]),
+        entry(["predict", "cache"], 1, None, "only_a"),
+        entry(["predict", "warm"], None, 0.5, "only_b"),
+        entry(["predict", "fetch"], 0.9, 1, "inconclusive", 11.0, [-2.0, 30.0]),
+        entry(["predict", "log"], 0.1, 0.2, "ungated", 100.0, [50.0, 150.0], gated=False),
+    ]}
+
+
+def test_flame_graph_of_every_verdict_with_tooltip_and_zoom(browser, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    result = _hand_made_diff()
+    payload = {"kind": "diff", "title": "diff: hand-made", "facts": [], "notes": [], "columns": [], "rows": [],
+               "result": result}
+    page = tmp_path / "hand.html"
+    page.write_text(_core.analysis_html(json.dumps(payload)))
+    open_page(browser, page)
+    assert console_errors(browser) == []
+    shown = flame_frames(browser)
+    frames, W = shown["frames"], shown["width"]
+    assert len(frames) == len(result["paths"])
+    # Width: B's time over the root's B (10 ms); a path only in A: A's time.
+    widths = {"predict": 10, "predict/load": 2, "predict/score": 4, "predict/score/forward": 3,
+              "predict/score/forward/relu": 1, "predict/post": 1, "predict/cache": 1, "predict/warm": 0.5,
+              "predict/fetch": 1, "predict/log": 0.2}
+    for name, ms in widths.items():
+        assert frames[name]["width"] == pytest.approx(W * ms / 10, abs=1.0), name
+    # Children side by side inside their parent, by name.
+    kids = sorted((n for n in frames if n.count("/") == 1), key=lambda n: frames[n]["x"])
+    assert [n.split("/")[1] for n in kids] == ["cache", "fetch", "load", "log", "post", "score", "warm"]
+    # Colour: the verdict only; a one-sided path hatched, each side its own way.
+    assert frames["predict"]["bg"] == frames["predict/score"]["bg"] == frames["predict/score/forward"]["bg"] == RED
+    assert frames["predict/post"]["bg"] == GREEN
+    for name in ("predict/load", "predict/fetch", "predict/log", "predict/score/forward/relu"):
+        assert frames[name]["bg"] == GREY and frames[name]["image"] == "none", name  # +100% ungated: still grey
+    for name in ("predict/cache", "predict/warm"):
+        assert frames[name]["image"].startswith("repeating-linear-gradient"), name
+    assert frames["predict/cache"]["image"] != frames["predict/warm"]["image"]
+    # The tooltip: A, B, the change and its interval, the verdict.
+    score = browser.find_element("css selector", '#flame .frame[data-path=\'["predict","score"]\']')
+    ActionChains(browser).move_to_element(score).perform()
+    tip = browser.find_element("id", "tooltip")
+    assert tip.is_displayed()
+    lines = lambda: [" ".join(line.split()) for line in tip.text.splitlines()]  # noqa: E731
+    assert lines() == ["predict/score", "A 2.60ms B 4.00ms per root call", "change +53.8% 95% CI [+30.2%, +80.0%]",
+                       "verdict: regression (gated, p 0.00040 Holm)", "runs A/B 8/8"]
+    cache = browser.find_element("css selector", '#flame .frame[data-path=\'["predict","cache"]\']')
+    ActionChains(browser).move_to_element(cache).perform()
+    assert lines()[1] == "only in A: 1.00ms per root call"
+    # Click zooms: the frame and its ancestors span the graph, its children
+    # scale with it, the other steps leave; Escape and Back undo.
+    score.click()
+    zoomed = flame_frames(browser)["frames"]
+    assert set(zoomed) == {"predict", "predict/score", "predict/score/forward", "predict/score/forward/relu"}
+    assert zoomed["predict"]["width"] == pytest.approx(W, abs=0.5)
+    assert zoomed["predict/score"]["width"] == pytest.approx(W, abs=0.5)
+    assert zoomed["predict/score/forward"]["width"] == pytest.approx(W * 3 / 4, abs=1.0)
+    assert browser.find_element("id", "flame-focus").text.startswith("zoomed to predict/score (4.00ms)")
+    browser.find_element("css selector", "body").send_keys("\ue00c")  # Escape
+    assert len(flame_frames(browser)["frames"]) == len(result["paths"])
+    browser.find_element("id", "flame-back").click()
+    assert set(flame_frames(browser)["frames"]) == set(zoomed)
+    assert console_errors(browser) == []
+
+
+def test_children_wider_than_their_parent_are_squeezed_into_it(browser, tmp_path):
+    """Medians need not add up: children whose B times sum past their
+    parent's share its width in proportion; a table page has no graph."""
+    result = {"confidence": 0.95, "paths": [
+        {"path": ["p"], "a_ns": 1e6, "b_ns": 1e6, "change_pct": 0.0, "ci_pct": [-1, 1], "gated": True,
+         "verdict": "pass"},
+        {"path": ["p", "a"], "a_ns": 9e5, "b_ns": 9e5, "change_pct": 0.0, "ci_pct": None, "gated": True,
+         "verdict": "pass"},
+        {"path": ["p", "b"], "a_ns": 3e5, "b_ns": 3e5, "change_pct": 0.0, "ci_pct": None, "gated": True,
+         "verdict": "pass"}]}
+    page = tmp_path / "squeeze.html"
+    page.write_text(_core.analysis_html(json.dumps({"kind": "diff", "title": "t", "facts": [], "notes": [],
+                                                    "columns": [], "rows": [], "result": result})))
+    open_page(browser, page)
+    shown = flame_frames(browser)
+    W = shown["width"]
+    assert shown["frames"]["p/a"]["width"] == pytest.approx(W * 0.75, abs=1.0)
+    assert shown["frames"]["p/b"]["width"] == pytest.approx(W * 0.25, abs=1.0)
+    open_page(browser, _top_page(tmp_path))
+    assert browser.execute_script("return document.getElementById('flame-section').hidden") is True
+    assert console_errors(browser) == []
+
+
+def _top_page(tmp_path):
+    page = tmp_path / "t.html"
+    page.write_text(_core.analysis_html(json.dumps({"kind": "top", "title": "t", "facts": [], "notes": [],
+                                                    "columns": [], "rows": [], "result": {}})))
+    return page

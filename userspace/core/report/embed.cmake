@@ -1,5 +1,6 @@
 # Turns the report templates (report.html with report.css and report.js
-# inlined where it links them; analysis.html with report.css and analysis.js)
+# inlined where it links them; analysis.html with report.css, analysis.js
+# and diff_flame.js)
 # into a C++ header holding them as raw string literals, so the files stay
 # plain HTML/CSS/JS that are easy to edit.
 # Run as: cmake -DREPORT_DIR=<dir> -DOUTPUT=<header> -P embed.cmake
@@ -16,32 +17,34 @@ if(NOT at EQUAL -1)
 endif()
 set(delim "mlprof_report")
 
-# Sets <prefix>_head and <prefix>_tail: the page with the CSS and script
-# inlined, split at the data marker.
-function(embed_page html_name js_name prefix)
+# Sets <prefix>_head and <prefix>_tail: the page with the CSS and scripts
+# (js_names: a list, each linked by the page) inlined, split at the data marker.
+function(embed_page html_name js_names prefix)
   file(READ "${REPORT_DIR}/${html_name}" html)
-  file(READ "${REPORT_DIR}/${js_name}" js)
   set(css_link [[<link rel="stylesheet" href="report.css">]])
-  set(js_link "<script src=\"${js_name}\"></script>")
-  foreach(needle IN ITEMS css_link js_link)
-    string(FIND "${html}" "${${needle}}" at)
-    if(at EQUAL -1)
-      message(FATAL_ERROR "${html_name} must contain ${${needle}}")
-    endif()
-  endforeach()
-
-  # Inline code must not end its own <style>/<script> element early, nor put
-  # the HTML tokenizer into its "escaped" script states.
-  string(TOLOWER "${js}" js_lower)
-  foreach(bad IN ITEMS "</script" "<script" "<!--")
-    string(FIND "${js_lower}" "${bad}" at)
-    if(NOT at EQUAL -1)
-      message(FATAL_ERROR "${js_name} must not contain ${bad}: split the string, e.g. '<' + '/script'")
-    endif()
-  endforeach()
-
+  string(FIND "${html}" "${css_link}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${html_name} must contain ${css_link}")
+  endif()
   string(REPLACE "${css_link}" "<style>\n${css}</style>" html "${html}")
-  string(REPLACE "${js_link}" "<script>\n${js}</script>" html "${html}")
+  foreach(js_name IN LISTS js_names)
+    file(READ "${REPORT_DIR}/${js_name}" js)
+    set(js_link "<script src=\"${js_name}\"></script>")
+    string(FIND "${html}" "${js_link}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "${html_name} must contain ${js_link}")
+    endif()
+    # Inline code must not end its own <style>/<script> element early, nor put
+    # the HTML tokenizer into its "escaped" script states.
+    string(TOLOWER "${js}" js_lower)
+    foreach(bad IN ITEMS "</script" "<script" "<!--")
+      string(FIND "${js_lower}" "${bad}" at)
+      if(NOT at EQUAL -1)
+        message(FATAL_ERROR "${js_name} must not contain ${bad}: split the string, e.g. '<' + '/script'")
+      endif()
+    endforeach()
+    string(REPLACE "${js_link}" "<script>\n${js}</script>" html "${html}")
+  endforeach()
 
   # The data go where the marker is: split there, so the C++ side only
   # concatenates.
@@ -64,7 +67,7 @@ function(embed_page html_name js_name prefix)
 endfunction()
 
 embed_page(report.html report.js report)
-embed_page(analysis.html analysis.js analysis)
+embed_page(analysis.html "analysis.js;diff_flame.js" analysis)
 
 # GCC and Clang take raw string literals of any length; the template is a few
 # tens of kB, so one literal per half of each page.
