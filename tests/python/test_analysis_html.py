@@ -360,3 +360,17 @@ def _top_page(tmp_path):
     page.write_text(_core.analysis_html(json.dumps({"kind": "top", "title": "t", "facts": [], "notes": [],
                                                     "columns": [], "rows": [], "result": {}})))
     return page
+
+
+def test_top_by_function_page_reads_like_its_text(pages, browser, tmp_path):
+    """`top --by function`'s page: pprof's columns, a row per function,
+    each reading like the text table's."""
+    result = analysis.top([pages.db], where={"model": "hostile"}, by="function")
+    page = result.write_html(tmp_path / "functions.html", inputs=[str(pages.db)])
+    shown = open_page(browser, Path(page))
+    assert console_errors(browser) == [] and shown["error"] == ""
+    assert shown["headers"] == ["flat", "flat%", "sum%", "cum", "cum%", "calls", "path"]
+    assert shown["title"] == result.to_text().splitlines()[0]
+    text = [line.split() for line in result.to_text(limit=None).splitlines()[2:]]
+    assert [" ".join(r["cells"] + [r["path"]]).split() for r in shown["rows"]] == text
+    assert any(r["path"].startswith(HOSTILE + " (") for r in shown["rows"]) and shown["markup"] == 0
