@@ -126,6 +126,31 @@ def test_sqlite_and_postgres_answer_the_same_query(pg_url, tmp_path):
     assert os.path.exists(tmp_path / "same.db")
 
 
+def _fib(n):
+    return n if n < 2 else _fib(n - 1) + _fib(n - 2)
+
+
+def test_top_by_function_sums_what_sqlite_sums(pg_url, tmp_path):
+    """top --by function's GROUP BY per call path on PostgreSQL (sum of a
+    bigint is a numeric there, cast back): the same rows as from SQLite."""
+    from mlflow_profiler import analysis
+
+    url = _fresh(pg_url, "byfunction")
+    sessions = []
+    for _ in range(3):
+        with profiling(depth=-1) as session:
+            _fib(9)
+            _encode([3, 4])
+        sessions.append(session)
+    for target in (tmp_path / "fn.db", url):
+        with open_store(target) as store:
+            for s in sessions:
+                store.add(s)
+    for depth in (None, 2):
+        rows = analysis.top([url], by="function", depth=depth).rows
+        assert rows == analysis.top([tmp_path / "fn.db"], by="function", depth=depth).rows and len(rows) >= 3
+
+
 def test_duckdb_reads_the_postgres_store(pg_url, tmp_path):
     from _helpers import duckdb_with
 
