@@ -5,7 +5,7 @@
 
     result = analysis.trend("profiles.db", by="version", where={"model": "fraud"})
     print(result.to_text())
-    result.exit_status()      # 0 pass, 1 regression, 3 inconclusive
+    result.exit_code          # 0 pass, 1 regression, 3 inconclusive
 
 The sources are grouped into releases by a key, ordered, and per call path
 the series of per-run values (core/run_values.h: the path's time per root
@@ -53,10 +53,10 @@ class TrendPath:
     release (`group`, its index), the change (fraction, B/A - 1) and its
     interval (`ci`, None when too few runs), the p-value, the runs either
     side; only changes beyond the threshold either way (`minor` counts the
-    significant ones within it, left out). `latest`: the latest release's verdict (regression, improvement,
-    pass, inconclusive) with its change, interval and the runs it would
-    need; None for an ungated path or one absent from the latest release
-    or with no history before it."""
+    significant ones within it, left out). `latest`: the latest release's
+    verdict (regression, improvement, pass, inconclusive) with its change,
+    interval and the runs it would need; None for an ungated path or one
+    absent from the latest release or with no history before it."""
 
     path: List[str]
     gated: bool
@@ -90,6 +90,7 @@ class Trend:
     run_by: str
     left_out: Dict[str, int]  # sources not used: without the key, sampled stacks
     tests: int  # the gated paths with values in two releases or more: the Bonferroni family
+    fail_on_drift: bool = False
 
 
     def regressions(self) -> List[Tuple[TrendPath, Dict[str, Any]]]:
@@ -113,16 +114,20 @@ class Trend:
         a regression of the threshold's size."""
         return [p for p in self.paths if p.gated and p.latest and p.latest["verdict"] == "inconclusive"]
 
-    def exit_status(self, fail_on_drift: bool = False) -> int:
-        """1 regression (or I/O drift with fail_on_drift), 3 inconclusive, 0 pass."""
-        if self.regressions() or (fail_on_drift and self.drift):
+    @property
+    def exit_code(self) -> int:
+        """`mlprof trend`'s exit status: 1 regression (or I/O drift with
+        fail_on_drift), else 3 when a gated path is inconclusive, else 0."""
+        if self.regressions() or (self.fail_on_drift and self.drift):
             return 1
         return 3 if self.inconclusive() else 0
 
-    def verdict(self, fail_on_drift: bool = False) -> str:
-        return {0: "pass", 1: "regression", 3: "inconclusive"}[self.exit_status(fail_on_drift)]
+    @property
+    def verdict(self) -> str:
+        """regression, inconclusive or pass, as exit_code says."""
+        return {0: "pass", 1: "regression", 3: "inconclusive"}[self.exit_code]
 
-    def to_json(self, fail_on_drift: bool = False) -> str:
+    def to_json(self) -> str:
         """The result as JSON (`mlprof trend --format json`)."""
         names = [g["value"] for g in self.groups]
 
@@ -153,7 +158,7 @@ class Trend:
                        "latest": latest(p.latest)}
                       for p in self.paths],
             "drift": self.drift,
-            "verdict": self.verdict(fail_on_drift), "exit_status": self.exit_status(fail_on_drift),
+            "fail_on_drift": self.fail_on_drift, "verdict": self.verdict, "exit_code": self.exit_code,
         }, indent=2)
 
     def _headline(self) -> str:
@@ -164,7 +169,7 @@ class Trend:
         return (f"trend: {_plural(runs, 'run')} in {len(self.groups)} releases by {self.by} ({names}; in "
                 f"{self.order} order){where}; {_plural(len(self.paths), 'call path')}, {gated} gated")
 
-    def to_text(self, limit: Optional[int] = 20, fail_on_drift: bool = False) -> str:
+    def to_text(self, limit: Optional[int] = 20) -> str:
         """The change points of the gated paths, the latest release's
         verdicts, a table of the paths' medians per release, the I/O drift
         and the verdict."""
@@ -212,8 +217,7 @@ class Trend:
         left = ", ".join(f"{n} {what}" for what, n in self.left_out.items() if n)
         if left:
             lines.append(f"left out: {left}")
-        status = self.exit_status(fail_on_drift)
-        lines.append(f"verdict: {self.verdict(fail_on_drift)} (exit {status})")
+        lines.append(f"verdict: {self.verdict} (exit {self.exit_code})")
         return "\n".join(lines) + "\n"
 
     def _table(self, limit: Optional[int]) -> List[str]:
@@ -233,7 +237,7 @@ class Trend:
             out.append(f"  ({len(rows) - limit} more paths: --limit)")
         return out
 
-    def to_html(self, fail_on_drift: bool = False) -> str:
+    def to_html(self) -> str:
         """A self-contained page (`mlprof trend --html`): per path its median
         per release, sortable; paths with a regression marked."""
         from .analysis import _html_page
@@ -257,17 +261,17 @@ class Trend:
         facts = [("store", self.store), ("releases", f"{len(names)} by {self.by}: {', '.join(names)}"),
                  ("runs", ", ".join(str(g["runs"]) for g in self.groups)),
                  ("test", f"E-divisive means, alpha {self.alpha:g} over {self.tests} gated paths"),
-                 ("threshold", f"{self.threshold_pct:g}%"), ("verdict", self.verdict(fail_on_drift))]
+                 ("threshold", f"{self.threshold_pct:g}%"), ("verdict", self.verdict)]
         notes = [f"I/O drift, {self.by} {d['from']} -> {d['to']}: {'/'.join(d['path'])} "
                  f"{d['name'] if d['role'] == 'in' else 'return'}: {' | '.join(d['old'])} -> {' | '.join(d['new'])}"
                  for d in self.drift]
-        return _html_page("trend", self._headline(), facts, notes, columns, rows, self.to_json(fail_on_drift))
+        return _html_page("trend", self._headline(), facts, notes, columns, rows, self.to_json())
 
-    def write_html(self, path: Union[str, os.PathLike], fail_on_drift: bool = False) -> str:
+    def write_html(self, path: Union[str, os.PathLike]) -> str:
         """Writes to_html() to `path` (atomically); returns the path."""
         from .analysis import _write_page
 
-        return _write_page(path, self.to_html(fail_on_drift))
+        return _write_page(path, self.to_html())
 
 
 def _plural(n: int, word: str) -> str:
@@ -413,7 +417,7 @@ def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optiona
           threshold: float = DEFAULT_THRESHOLD_PCT, confidence: float = DEFAULT_CONFIDENCE,
           min_share: float = DEFAULT_MIN_SHARE_PCT, min_time_us: float = DEFAULT_MIN_TIME_US,
           permutations: Optional[int] = None, seed: int = 0, fail_on: str = "latest",
-          depth: Optional[int] = None) -> Trend:
+          fail_on_drift: bool = False, depth: Optional[int] = None) -> Trend:
     """The history of a store (a SQLite path, ``sqlite:///path`` or
     ``postgresql://...``): its span sources matching `where` (as top()
     reads it) grouped into releases by `by` (a provenance column such as
@@ -437,7 +441,7 @@ def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optiona
     since the change point before it. `threshold` (percent): the change
     that makes a regression. `fail_on`: "latest" (a regression change
     point where the latest release starts) or "any" (anywhere in the
-    history) makes exit_status() 1.
+    history) makes exit_code 1; `fail_on_drift` makes I/O drift do so too.
 
     Raises TrendError for an input or usage error (mlprof trend exits 2):
     no such store, an empty selection, a key no selected source has,
@@ -574,7 +578,7 @@ def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optiona
     return Trend(store=target, by=by, order=used, where=where, groups=groups_out, paths=paths, drift=drift,
                  statistic=statistic, quantity=quantity, threshold_pct=threshold, alpha=alpha,
                  permutations=permutations, seed=seed, min_share_pct=min_share, min_time_us=min_time_us,
-                 fail_on=fail_on, run_by=run_by, left_out=left_out, tests=tests)
+                 fail_on=fail_on, run_by=run_by, left_out=left_out, tests=tests, fail_on_drift=fail_on_drift)
 
 
 def add_parser(sub) -> None:
@@ -644,15 +648,16 @@ def run_cli(args) -> int:
         result = trend(args.store, by=args.by, where=where, order=args.order, run_by=args.run_by,
                        statistic=args.statistic, quantity=args.quantity, threshold=args.threshold,
                        confidence=args.confidence, min_share=args.min_share, min_time_us=args.min_time_us,
-                       permutations=args.permutations, seed=args.seed, fail_on=args.fail_on, depth=args.depth)
+                       permutations=args.permutations, seed=args.seed, fail_on=args.fail_on,
+                       fail_on_drift=args.fail_on_drift, depth=args.depth)
     except (TrendError, StoreError, ProfileLoadError) as exc:
         print(f"mlprof trend: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
-        print(result.to_json(args.fail_on_drift))
+        print(result.to_json())
     else:
-        print(result.to_text(limit=args.limit, fail_on_drift=args.fail_on_drift), end="")
+        print(result.to_text(limit=args.limit), end="")
     if args.html:
-        result.write_html(args.html, args.fail_on_drift)
+        result.write_html(args.html)
         print(f"{args.html}: HTML page of {_plural(len(result.paths), 'call path')}", file=sys.stderr)
-    return result.exit_status(args.fail_on_drift)
+    return result.exit_code

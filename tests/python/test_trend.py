@@ -130,7 +130,7 @@ def test_the_slowed_step_and_its_ancestors_change_at_version_3_by_the_clocks_amo
     assert post.latest is None and post.change_points == [] and max(post.medians_ns) < 20e3
     # The regression is in the history: version 5 is judged against the runs
     # since the path's last change point (3 and 4), or all before it.
-    assert result.regressions() == [] and result.exit_status() in (0, 3)
+    assert result.regressions() == [] and result.exit_code in (0, 3)
     for p in (p for p in result.paths if p.gated):
         assert p.latest["runs_before"] == (8 if p.change_points else 16), p
         assert p.latest["verdict"] in ("pass", "inconclusive"), p
@@ -153,7 +153,7 @@ def test_versions_that_differ_by_noise_only_have_no_change_point(runs):
     result = analysis.trend(runs["noise"], quantity="cpu")
     assert _named(result) == {}
     # Pass, or where the load made the runs too noisy, inconclusive: never a regression.
-    assert result.exit_status() in (0, 3)
+    assert result.exit_code in (0, 3) and result.verdict in ("pass", "inconclusive")
     judged = [p for p in result.paths if p.gated]
     assert len(judged) == 3 and all(p.latest["verdict"] in ("pass", "inconclusive") for p in judged)
     assert all(p.latest["runs_needed"] for p in judged if p.latest["verdict"] == "inconclusive")
@@ -188,6 +188,7 @@ def test_io_drift_names_the_step_the_argument_and_the_old_and_new_dtype_and_shap
            "(dtype, shape changed)" in run.stdout
     assert "runs in the latest release would tell" in run.stdout
     assert _mlprof("trend", runs["drift"], "--fail-on-drift").returncode == 1
+    assert analysis.trend(runs["drift"], fail_on_drift=True).exit_code == 1
 
 
 def test_releases_in_capture_order_when_they_are_not_versions(runs, tmp_path):
@@ -204,7 +205,7 @@ def test_json_shape(runs):
     run = _mlprof("trend", runs["regressed"], "--quantity", "cpu", "--format", "json")
     assert run.returncode == 1
     doc = json.loads(run.stdout)
-    assert doc["verdict"] == "regression" and doc["exit_status"] == 1 and doc["by"] == "version"
+    assert doc["verdict"] == "regression" and doc["exit_code"] == 1 and doc["by"] == "version"
     assert [r["value"] for r in doc["releases"]] == ["1", "2", "3"] and doc["threshold_pct"] == 10.0
     assert {"store", "order", "where", "statistic", "quantity", "alpha", "tests", "permutations", "seed",
             "min_share_pct", "min_time_us", "fail_on", "run_by", "paths", "drift"} <= set(doc)
