@@ -44,11 +44,12 @@ def _run(*jobs) -> list:
 
 
 def _store(path: Path, versions) -> Path:
-    """A store of (version, [files]) in that order."""
+    """A store of (version, [files]) in that order; label job pairs a
+    version's files."""
     with open_store(path) as store:
         for version, files in versions:
-            for f in files:
-                store.add(str(f), labels={"version": version})
+            for i, f in enumerate(files):
+                store.add(str(f), labels={"version": version, "job": f"{version}-{i // 2}"})
     return path
 
 
@@ -191,6 +192,12 @@ def test_io_drift_names_the_step_the_argument_and_the_old_and_new_dtype_and_shap
     assert analysis.trend(runs["drift"], fail_on_drift=True).exit_code == 1
 
 
+def test_runs_grouped_by_a_label(runs):
+    result = analysis.trend(runs["regressed"], run_by="job", quantity="cpu")
+    assert [g["runs"] for g in result.groups] == [2, 2, 2] and result.run_by == "job"
+    assert all(len(v) == 2 for p in result.paths for v in p.values_ns)
+
+
 def test_releases_in_capture_order_when_they_are_not_versions(runs, tmp_path):
     # Names that sort the other way: the order is the captures'.
     first, _, later = runs["drift_files"]
@@ -234,6 +241,7 @@ def test_html_page(runs, tmp_path):
     (["--where", "version=2"], "one release only (version=2)"),
     (["--where", "nolabel"], "--where takes KEY=VALUE"),
     (["--confidence", "2"], "--confidence: invalid value 2.0"),
+    (["--run-by", "nokey"], "--run-by nokey: source 1 has no 'nokey'"),
 ])
 def test_input_errors_exit_2_and_write_nothing(runs, tmp_path, args, message):
     out = tmp_path / "page.html"
