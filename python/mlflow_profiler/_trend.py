@@ -29,6 +29,7 @@ import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
+from ._errors import AnalysisError
 
 __all__ = ["Trend", "TrendError", "TrendPath", "trend"]
 
@@ -40,7 +41,7 @@ DEFAULT_MIN_TIME_US = 20.0
 _STOP_AFTER = 10  # shuffles reaching the statistic that end a test early
 
 
-class TrendError(ValueError):
+class TrendError(AnalysisError):
     """An input or usage error of trend(): an empty selection, a key no
     source has, fewer than two releases (mlprof trend exits 2)."""
 
