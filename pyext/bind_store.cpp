@@ -48,8 +48,14 @@ py::object error_tuple(const Error& e) { return py::make_tuple(kind_name(e.kind)
 }  // namespace
 
 void bind_store(py::module_& m) {
-  m.def("store_schema", [](const std::string& dialect) { return schema_statements(dialect_of(dialect)); },
-        py::arg("dialect"), "The store's CREATE statements for 'sqlite' or 'postgres' (docs/store.md).");
+  m.def(
+      "store_schema",
+      [](const std::string& dialect, const std::string& version) {
+        return schema_statements(dialect_of(dialect), version);
+      },
+      py::arg("dialect"), py::arg("version") = "",
+      "The store's CREATE statements for 'sqlite' or 'postgres' (docs/store.md); with a version ('2.3'), what "
+      "that older version created (empty when no step reaches it).");
   m.def(
       "store_prepare",
       [](py::object driver, const std::string& dialect) -> py::object {
@@ -76,13 +82,14 @@ void bind_store(py::module_& m) {
   m.def(
       "store_add",
       [](py::object driver, const std::string& dialect, const ProfilePtr& profile, const std::string& source_type,
-         const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns) {
+         const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns,
+         const std::string& tool, const std::string& content_hash) {
         PyDriver d(std::move(driver), dialect_of(dialect));
-        SourceInfo info{source_type, uri, labels, added_unix_ns};
+        SourceInfo info{source_type, uri, labels, added_unix_ns, tool, content_hash};
         return add_profile(d, *profile, info);
       },
       py::arg("driver"), py::arg("dialect"), py::arg("profile"), py::arg("source_type"), py::arg("uri"),
-      py::arg("labels"), py::arg("added_unix_ns"),
+      py::arg("labels"), py::arg("added_unix_ns"), py::arg("tool") = "", py::arg("content_hash") = "",
       "Adds the profile as one source (inside the caller's write transaction); returns its source_id.");
   m.def(
       "store_read",
@@ -150,13 +157,26 @@ void bind_store(py::module_& m) {
   m.def(
       "store_add_samples",
       [](py::object driver, const std::string& dialect, const SamplesPtr& samples, const std::string& source_type,
-         const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns) {
+         const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns,
+         const std::string& tool, const std::string& content_hash) {
         PyDriver d(std::move(driver), dialect_of(dialect));
-        SourceInfo info{source_type, uri, labels, added_unix_ns};
+        SourceInfo info{source_type, uri, labels, added_unix_ns, tool, content_hash};
         return add_stack_samples(d, *samples, info);
       },
       py::arg("driver"), py::arg("dialect"), py::arg("samples"), py::arg("source_type"), py::arg("uri"),
-      py::arg("labels"), py::arg("added_unix_ns"), "Adds sampled stacks as one source; returns its source_id.");
+      py::arg("labels"), py::arg("added_unix_ns"), py::arg("tool") = "", py::arg("content_hash") = "",
+      "Adds sampled stacks as one source; returns its source_id.");
+  m.def(
+      "store_remove",
+      [](py::object driver, const std::string& dialect, const std::vector<int64_t>& source_ids) -> py::object {
+        PyDriver d(std::move(driver), dialect_of(dialect));
+        const Result<int64_t> r = remove_sources(d, source_ids);
+        if (!r.ok()) return error_tuple(r.error());
+        return py::int_(r.value());
+      },
+      py::arg("driver"), py::arg("dialect"), py::arg("source_ids"),
+      "Deletes the sources and their rows (inside the caller's write transaction): the samples deleted, or "
+      "(kind, message).");
   m.def(
       "store_read_stacks",
       [](py::object driver, const std::string& dialect, int64_t source_id) -> py::object {

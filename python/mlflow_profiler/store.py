@@ -17,10 +17,14 @@ processes can add to one file at once.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
 import os
 import re
 import sqlite3
 import time
+import urllib.parse
 from pathlib import Path
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -28,7 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from . import _core
 from ._log import log_once
 
-__all__ = ["Store", "StoreError", "add_quietly", "migrate", "open_store"]
+__all__ = ["DuplicateSource", "Store", "StoreError", "add_quietly", "migrate", "open_store"]
 
 _BUSY_TIMEOUT_MS = 30_000
 
@@ -36,13 +40,27 @@ _BUSY_TIMEOUT_MS = 30_000
 class StoreError(Exception):
     """A store could not be opened, read or written. ``kind`` says why:
     'version' (written by a newer mlflow-profiler, or older than this one:
-    `mlprof migrate`), 'corrupt' (not a store), 'missing' (no such source),
-    'unreachable' (a server that does not answer), 'io'."""
+    `mlprof migrate`), 'corrupt' (not a store), 'missing' (no such source,
+    or no store where one must exist), 'unreachable' (a server that does not
+    answer), 'duplicate' (DuplicateSource), 'io'."""
 
     def __init__(self, message: str, kind: str = "io", target: Optional[str] = None) -> None:
         super().__init__(message if target is None else f"{target}: {message}")
         self.kind = kind
         self.target = target
+
+
+class DuplicateSource(StoreError):
+    """Store.add of a file whose content (its sha256) a source of the store
+    already has: nothing was added. ``source_id`` is that source;
+    ``allow_duplicate=True`` adds it again."""
+
+    def __init__(self, target: str, path: str, source_id: int) -> None:
+        super().__init__(f"{path}: already in the store as source {source_id} (the same content); not added",
+                         kind="duplicate", target=None)
+        self.store = target
+        self.path = path
+        self.source_id = source_id
 
 
 class _SqliteDriver:
@@ -126,24 +144,34 @@ class Store:
         self.target = target
         self._conn = conn
         self._driver = driver
+        self._batched = False
 
     # -- writing -------------------------------------------------------------
 
     def add(self, profile, *, source_type: Optional[str] = None, uri: Optional[str] = None,
-            labels: Optional[Mapping[str, str]] = None) -> int:
+            labels: Optional[Mapping[str, str]] = None, allow_duplicate: bool = False,
+            content_hash: Optional[str] = None) -> int:
         """Adds a profile: a ProfileSession (from profiling(), last_profile()
         or load()), sampled stacks (load_stacks()), or the path of a profile
         document or of another tool's file. Returns its source id.
         ``labels`` (model, version, run_id, ...) are kept with its provenance
-        and can be filtered on (`mlprof top --where model=fraud`)."""
+        and can be filtered on (`mlprof top --where model=fraud`).
+
+        A file's content hash (sha256 of its bytes) is kept with the source:
+        a file whose content the store already has raises DuplicateSource and
+        adds nothing, unless ``allow_duplicate``. ``content_hash`` gives the
+        hash of a profile that is not a path (mlprof combine copies it)."""
         from ._files import load
         from ._session import ProfileSession
 
         clean = {str(k): str(v) for k, v in (labels or {}).items()}
         if isinstance(profile, (str, os.PathLike)):
+            path = os.fspath(profile)
             uri = uri if uri is not None else str(Path(profile).resolve())
             with open(profile, "rb") as f:
                 data = f.read()
+            content_hash = hashlib.sha256(data).hexdigest()
+            self._check_duplicate(content_hash, path, allow_duplicate)  # before the work of reading it
             if _core.detect_input(data) == "document":
                 profile = load(profile)
             else:  # another tool's: Chrome trace, speedscope, pprof, folded stacks
@@ -154,25 +182,78 @@ class Store:
                     raise ProfileLoadError(f"cannot import {os.fspath(profile)!r}: {imported[1]}", kind=imported[0],
                                            path=os.fspath(profile))
                 if isinstance(imported, _core.StackSamples):
-                    with self._write():
+                    with self._adding(content_hash, path, allow_duplicate) as hashed:
                         return _core.store_add_samples(self._driver, self._driver.dialect, imported,
                                                        source_type or imported.meta.get("source", "pprof"), uri, clean,
-                                                       time.time_ns())
+                                                       time.time_ns(), content_hash=hashed)
                 profile = ProfileSession._from_profile(imported)
                 source_type = source_type or imported.meta.get("source")
+        else:
+            path = uri or "the profile"
         if isinstance(profile, _core.StackSamples):  # another store's sampled stacks (mlprof combine)
-            with self._write():
+            with self._adding(content_hash, path, allow_duplicate) as hashed:
                 return _core.store_add_samples(self._driver, self._driver.dialect, profile,
                                                source_type or profile.meta.get("source", "pprof"), uri or "", clean,
-                                               time.time_ns())
+                                               time.time_ns(), content_hash=hashed)
         if not isinstance(profile, ProfileSession):
             raise TypeError(f"Store.add takes a ProfileSession, StackSamples or a path, not {type(profile).__name__}")
         built = profile._built()
         if source_type is None:
             source_type = "ebpf" if built.meta.get("source") == "ebpf" else "in-process"
-        with self._write():
+        with self._adding(content_hash, path, allow_duplicate) as hashed:
             return _core.store_add(self._driver, self._driver.dialect, built, source_type, uri or "", clean,
-                                   time.time_ns())
+                                   time.time_ns(), content_hash=hashed)
+
+    def remove(self, source_ids: Sequence[int]) -> int:
+        """Deletes the sources and every row of theirs (sessions, spans or
+        samples, values, I/O, kernel data, labels) in one transaction
+        (`mlprof rm`); returns the number of spans and samples deleted. The
+        functions and call paths they shared with others stay. StoreError
+        (kind 'missing') naming ids the store does not have: nothing is
+        deleted then."""
+        ids = sorted({int(i) for i in source_ids})
+        sqlite = self._driver.dialect == "sqlite"
+        if sqlite:
+            # SQLite checks a deleted span's children by scanning the table
+            # for each (samples.parent_id has no index): rm deletes every
+            # child itself, so the checks are off for its transaction only.
+            self._conn.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with self._write():
+                removed = _core.store_remove(self._driver, self._driver.dialect, ids)
+                if isinstance(removed, tuple):
+                    raise StoreError(removed[1], kind=removed[0], target=self.target)
+        finally:
+            if sqlite:
+                self._conn.execute("PRAGMA foreign_keys = ON")
+        return removed
+
+    def find(self, content_hash: str) -> Optional[int]:
+        """The first source whose content hash (sha256 hex of the file it was
+        added from) is `content_hash`; None if none (or a store before 2.4)."""
+        if self._version() < (2, 4):
+            return None
+        rows = self._driver.query("SELECT min(source_id) FROM sources WHERE content_hash = ?", (content_hash,))
+        return rows[0][0] if rows and rows[0][0] is not None else None
+
+    def _check_duplicate(self, content_hash: Optional[str], path: str, allow: bool) -> None:
+        if content_hash and not allow:
+            found = self.find(content_hash)
+            if found is not None:
+                raise DuplicateSource(self.target, path, found)
+
+    @contextlib.contextmanager
+    def _adding(self, content_hash: Optional[str], path: str, allow: bool):
+        """The add's transaction, in which the content hash is checked again
+        (another writer may have added the same file meanwhile: SQLite's
+        write lock, or PostgreSQL's advisory lock on the hash, orders them).
+        Yields the hash to store ("" for none, or a store before 2.4)."""
+        with self._write():
+            hashed = content_hash if content_hash and self._version() >= (2, 4) else ""
+            if hashed and self._driver.dialect == "postgres":
+                self._driver.query("SELECT pg_advisory_xact_lock(?)", (int(hashed[:15], 16),))
+            self._check_duplicate(hashed, path, allow)
+            yield hashed
 
     # -- reading -------------------------------------------------------------
 
@@ -195,17 +276,21 @@ class Store:
 
     def sources(self) -> List[Dict[str, Any]]:
         """One dict per source, oldest first: its id, type, uri, host, pid,
-        model, version, run id, when it was captured and added, and its
-        number of sessions and spans."""
+        model, version, run id, when it was captured (Unix ns; None when its
+        file does not say) and added, the tool that made it (``py-spy@0.4.3``;
+        None when its file does not say), its content hash, and its number
+        of sessions and spans (or samples)."""
+        v2_4 = self._version() >= (2, 4)
         rows = self._driver.query(
             "SELECT s.source_id, s.source_type, s.sample_kind, s.source_uri, s.host, s.pid, s.model_name, s.model_version, "
-            "s.run_id, s.source_timestamp, s.added_unix_ns, s.end_ns - s.start_ns, "
+            f"s.run_id, {'s.start_unix_ns' if v2_4 else 's.source_timestamp'}, s.added_unix_ns, s.end_ns - s.start_ns, "
+            f"{'s.tool, s.content_hash' if v2_4 else 'NULL, NULL'}, "
             "(SELECT count(*) FROM sessions se WHERE se.source_id = s.source_id), "
             "(SELECT CAST(coalesce(sum(se.sample_count), 0) AS BIGINT) FROM sessions se "
             "WHERE se.source_id = s.source_id) "
             "FROM sources s ORDER BY s.source_id", ())
         keys = ("source_id", "source_type", "kind", "uri", "host", "pid", "model", "version", "run_id",
-                "captured_unix_ns", "added_unix_ns", "duration_ns", "sessions", "spans")
+                "captured_unix_ns", "added_unix_ns", "duration_ns", "tool", "content_hash", "sessions", "spans")
         return [dict(zip(keys, r)) for r in rows]
 
     # Provenance a `where` key can name directly, by column.
@@ -255,9 +340,13 @@ class Store:
 
     def _has_traces(self) -> bool:
         """Whether the store has session_traces (version 2.2 and later)."""
+        return self._version() >= (2, 2)
+
+    def _version(self) -> Tuple[int, int]:
+        """The store's (major, minor) version (a migration may change it)."""
         version = self._driver.query("SELECT value FROM meta WHERE key = 'version'", ())[0][0]
         major, _, minor = str(version).partition(".")
-        return (int(major), int(minor or 0)) >= (2, 2)
+        return int(major), int(minor or 0)
 
     def labels(self, source_id: int) -> Dict[str, str]:
         """The source's provenance: its document's meta and the labels it was added with."""
@@ -343,7 +432,23 @@ class Store:
     # -- plumbing ------------------------------------------------------------
 
     def _write(self):
+        if self._batched:
+            return contextlib.nullcontext()
         return _Transaction(self._conn, self._driver.begin)
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Every add and remove inside is one transaction: all there, or (on
+        an exception) none (`mlprof combine`)."""
+        if self._batched:
+            yield self
+            return
+        with _Transaction(self._conn, self._driver.begin):
+            self._batched = True
+            try:
+                yield self
+            finally:
+                self._batched = False
 
     def close(self) -> None:
         """Closes the connection."""
@@ -376,21 +481,33 @@ class _Transaction:
             self.conn.execute("ROLLBACK")
 
 
-def open_store(target: Union[str, os.PathLike, None] = None) -> Store:
-    """Opens (creating it if need be) the store at `target`: a path or
-    ``sqlite:///path`` for SQLite, ``postgresql://user@host:port/db`` for
-    PostgreSQL (needs ``pip install 'mlflow-profiler[postgres]'``). Without a
-    target, MLFLOW_PROFILER_STORE names it. Raises StoreError for a store of
+# Whether open_store() creates a store that is not there, when its caller
+# does not say: `mlprof`'s read-only commands set it False for their run, so
+# no module they call creates a file.
+creating: contextvars.ContextVar[bool] = contextvars.ContextVar("mlflow_profiler_store_creating", default=True)
+
+
+def open_store(target: Union[str, os.PathLike, None] = None, *, create: Optional[bool] = None) -> Store:
+    """Opens the store at `target`: a path or ``sqlite:///path`` for SQLite,
+    ``postgresql://user@host:port/db`` for PostgreSQL (needs ``pip install
+    'mlflow-profiler[postgres]'``). Without a target, MLFLOW_PROFILER_STORE
+    names it. With ``create`` (the default) a store that is not there is
+    created (the file, or the schema in an empty database); with
+    ``create=False`` (reading) it must exist: StoreError (kind 'missing')
+    naming it, and nothing is created. Raises StoreError for a store of
     another version, a database that is not a store, or a server that does
     not answer."""
-    return _open_target(target, lambda driver: _core.store_prepare(driver, driver.dialect))
+    if create is None:
+        create = creating.get()
+    return _open_target(target, lambda driver: _core.store_prepare(driver, driver.dialect), create=create)
 
 
 def migrate(target: Union[str, os.PathLike, None] = None) -> Tuple[str, str]:
-    """Brings the store at `target` (as open_store takes) to this
-    mlflow-profiler's schema version in one transaction (`mlprof migrate`);
-    returns (version before, version after). Raises StoreError (kind
-    'version') when no migration starts at the store's version."""
+    """Brings the store at `target` (as open_store takes; it must exist) to
+    this mlflow-profiler's schema version in one transaction (`mlprof
+    migrate`); returns (version before, version after). Raises StoreError
+    (kind 'version') when no migration starts at the store's version, (kind
+    'missing') when there is no store there."""
     versions: List[Tuple[str, str]] = []
 
     def step(driver):
@@ -400,29 +517,58 @@ def migrate(target: Union[str, os.PathLike, None] = None) -> Tuple[str, str]:
         versions.append((result["from"], result["to"]))
         return _core.store_prepare(driver, driver.dialect)
 
-    with _open_target(target, step):
+    with _open_target(target, step, create=False):
         return versions[0]
 
 
-def _open_target(target, prepare) -> Store:
+_NO_STORE = "there is no store here (mlprof add creates one)"
+
+
+def _must_exist(driver, target: str) -> None:
+    """StoreError (kind 'missing') when the database has no store's meta
+    table: open_store(create=False) refuses it, creating nothing. A read
+    outside any transaction (SQLite's write transaction would give an empty
+    file its header page)."""
+    sql = ("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'" if driver.dialect == "sqlite"
+           else "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'meta'")
+    if driver.query(sql, ())[0][0] == 0:
+        raise StoreError(_NO_STORE if driver.dialect == "postgres" else
+                         "not an mlflow-profiler store (no tables); mlprof add creates one in a new file",
+                         kind="missing", target=target)
+
+
+def _open_target(target, prepare, create: bool = True) -> Store:
     """Connects to `target` and runs prepare(driver) (None, or an error
-    (kind, message)) in the schema transaction."""
+    (kind, message)) in the schema transaction. Without `create`, the store
+    must be there: a missing file or an empty database is StoreError
+    'missing', and nothing is created."""
     if target is None:
         target = os.environ.get("MLFLOW_PROFILER_STORE")
         if not target:
             raise StoreError("no store given, and MLFLOW_PROFILER_STORE is not set", kind="missing")
     target = os.fspath(target)
     if target.startswith(("postgresql://", "postgres://")):
-        return _open_postgres(target, prepare)
+        return _open_postgres(target, prepare, create)
     path = _sqlite_path(target)
+    if not create and not os.path.isfile(path):
+        raise StoreError(f"no such store: {'no such file' if not os.path.exists(path) else 'not a file'} "
+                         "(mlprof add creates one)", kind="missing", target=target)
     try:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        if create:
+            conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000,
+                                   check_same_thread=False)
+        else:  # mode=rw: a file removed meanwhile is an error, not a new store
+            uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=rw"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000,
+                                   check_same_thread=False)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the SQLite store: {exc}", kind="io", target=target) from None
     try:
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         driver = _SqliteDriver(conn)
+        if not create:
+            _must_exist(driver, target)
         with _Transaction(conn, driver.begin):
             error = prepare(driver)
         if error is not None:
@@ -441,7 +587,7 @@ def _open_target(target, prepare) -> Store:
 _CONNECT_TIMEOUT_S = 5
 
 
-def _open_postgres(target: str, prepare) -> Store:
+def _open_postgres(target: str, prepare, create: bool = True) -> Store:
     try:
         import psycopg
     except ImportError:
@@ -455,6 +601,8 @@ def _open_postgres(target: str, prepare) -> Store:
                          target=_safe(target)) from None
     driver = _PostgresDriver(conn)
     try:
+        if not create:
+            _must_exist(driver, _safe(target))
         # One writer at a time creates the schema (an advisory lock: two
         # processes opening a new database at once).
         conn.execute("SELECT pg_advisory_lock(7170687)")

@@ -6,6 +6,7 @@ when its writer is killed, and two processes can add at once."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import time
 
 import pytest
 
+import mlflow_profiler
 from mlflow_profiler import profile_span, profiling
 from mlflow_profiler._files import loads
 from mlflow_profiler.store import StoreError, open_store
@@ -142,8 +144,8 @@ def test_sources_share_functions_and_call_paths(tmp_path):
     assert count("sources") == 10 and count("samples") == spans == 10 * len(nodes)
     assert count("functions") == len({(n["function"], n["module"]) for n in nodes})
     assert count("stacks") == 1 + len(paths)  # the empty stack, then one per call path
-    # spec 001's sample_locations: the stack of each sample, with its depth.
-    assert conn.execute("SELECT max(depth) FROM sample_locations").fetchone()[0] == max(n["depth"] for n in nodes)
+    # spec 001's sample_locations: the stack of each sample, depth 1 its innermost frame (the span itself).
+    assert conn.execute("SELECT max(depth) FROM sample_locations").fetchone()[0] == max(n["depth"] for n in nodes) + 1
     assert conn.execute("SELECT count(*) FROM sample_locations").fetchone()[0] == 10 * sum(
         n["depth"] + 1 for n in nodes)
     names = {r[0] for r in conn.execute("SELECT name FROM spans")}
@@ -186,31 +188,21 @@ def test_kernel_data_of_an_agent_document_comes_back(tmp_path):
     assert got == want
 
 
-def _undo_2_3(conn):
-    """Takes away what 2.3 added (SQLite or PostgreSQL): the store 2.2 wrote,
-    its span_waits keyed by (syscall, state)."""
-    conn.execute("ALTER TABLE off_cpu_intervals DROP COLUMN wait")
-    conn.execute("DROP TABLE span_waits")
-    conn.execute("CREATE TABLE span_waits (sample_id BIGINT NOT NULL REFERENCES samples(sample_id), "
-                 "syscall BIGINT NOT NULL, state TEXT NOT NULL, blocked_ns BIGINT NOT NULL, count BIGINT NOT NULL, "
-                 "PRIMARY KEY (sample_id, syscall, state))")
+def _old_store(conn, version, dialect="sqlite"):
+    """Makes the empty store mlflow-profiler `version` ("2.0" ...) created,
+    in an empty database (an autocommit sqlite3 or psycopg connection): that
+    version's tables and views (the core keeps every step's statements), its
+    meta, id counters and empty stack, as prepare_store writes them."""
+    from mlflow_profiler import _core
 
-
-def _undo_2_2(conn):
-    """Takes away what 2.2 and 2.3 added (SQLite or PostgreSQL): the store 2.1 wrote."""
-    _undo_2_3(conn)
-    conn.execute("DROP TABLE session_traces")
-    conn.execute("DROP TABLE span_waits")
-    for column in ("syscall", "waker_kind", "waker_name"):
-        conn.execute(f"ALTER TABLE off_cpu_intervals DROP COLUMN {column}")
-
-
-def _as_version_2_0(conn):
-    """What a store written by 2.0 looks like: 2.1 added one index, 2.2 two
-    tables and three columns, 2.3 a column and span_waits' new key."""
-    conn.execute("DROP INDEX source_labels_by_value")
-    _undo_2_2(conn)
-    conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
+    statements = _core.store_schema(dialect, version)
+    assert statements, version
+    for statement in statements:
+        conn.execute(statement)
+    conn.execute(f"INSERT INTO meta (key, value) VALUES ('format', 'mlflow-profiler-store'), ('version', '{version}')")
+    for table in ("sources", "sessions", "lanes", "samples", "functions", "locations", "stacks", "value_types"):
+        conn.execute(f"INSERT INTO id_counters (name, next_id) VALUES ('{table}', 1)")
+    conn.execute("INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (0, NULL, NULL, -1)")
 
 
 def _waiting_agent_document():
@@ -254,13 +246,10 @@ def test_wait_objects_and_wakers_come_back_and_a_2_2_store_keeps_working(tmp_pat
     assert back["kernel"]["waits"] == _document(agent)["kernel"]["waits"]
     assert [0, "gil_wait", "ns", 20] in back["span_values"] and [0, "lock_wait", "ns", 30] in back["span_values"]
     # A store 2.2 wrote: written in its own format (a futex's objects as one
-    # reason, no objects, no wakers), read back so, then migrated to 2.3.
+    # reason, no objects, no wakers), read back so, then migrated to 2.4.
     db = tmp_path / "old.db"
-    with open_store(db):
-        pass
     conn = _connect(db, isolation_level=None)
-    _undo_2_3(conn)
-    conn.execute("UPDATE meta SET value = '2.2' WHERE key = 'version'")
+    _old_store(conn, "2.2")
     with open_store(db) as store:
         source = store.add(agent)
         old = _document(store.load(source))
@@ -268,7 +257,7 @@ def test_wait_objects_and_wakers_come_back_and_a_2_2_store_keeps_working(tmp_pat
     assert waits == {("futex", "S"): 55, ("fsync", "D"): 15}
     assert all(iv[-1] == "" for iv in old["kernel"]["off_cpu"])
     done = _mlprof("migrate", db)
-    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.2 -> 2.3\n"
+    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.2 -> 2.4\n"
     with open_store(db) as store:
         assert _document(store.load(source))["kernel"]["waits"] == old["kernel"]["waits"]
     conn.close()
@@ -278,28 +267,42 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
     db = tmp_path / "old.db"
     with profiling(depth=-1) as session:
         _predict([200, 300])
+    conn = _connect(db, isolation_level=None)
+    _old_store(conn, "2.0")
+    # A 2.0 store is still read and written, in its own format (minor steps only add).
     with open_store(db) as store:
         source = store.add(session, labels={"model": "m"})
+        folded = tmp_path / "spy.folded"
+        folded.write_text("main;load 3\nmain;predict 2\n")
+        stacks = store.add(folded)
         before = store.load(source).to_tree()
-    conn = _connect(db, isolation_level=None)
-    _as_version_2_0(conn)
-    # A 2.0 store is still read (minor steps only add).
-    with open_store(db) as store:
         assert store.source_ids({"model": "m"}) == [source]
+        assert store.sources()[0]["tool"] is None  # kept from 2.4 on
     done = _mlprof("migrate", db)
-    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.3\n"
-    assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.3",)
+    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.4\n"
+    assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.4",)
     plan = " ".join(r[-1] for r in conn.execute(
         "EXPLAIN QUERY PLAN SELECT source_id FROM source_labels WHERE key = 'label.model' AND value = 'm'"))
     assert "source_labels_by_value" in plan
+    # 2.4's step on rows an older version wrote: spec 001's shapes over them.
+    spans = len(list(_walk(before)))
+    assert conn.execute("SELECT source_id, count(*) FROM samples GROUP BY source_id ORDER BY 1").fetchall() == [
+        (source, spans), (stacks, 5)]
+    unix_ns = int(session._built().meta["start_unix_ns"])
+    assert conn.execute("SELECT source_timestamp, start_unix_ns FROM sources WHERE source_id = ?",
+                        (source,)).fetchone() == (unix_ns / 1e9, unix_ns)
+    assert conn.execute("SELECT count(*) FROM spans").fetchone() == (spans,)  # calls only
+    assert conn.execute("SELECT count(*) FROM sample_values WHERE type = 'wall'").fetchone() == (spans,)
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     with open_store(db) as store:
         assert store.load(source).to_tree() == before
+        assert [s[1] for s in store.load_stacks(stacks).stacks()] == [["main", "load"]] * 3 + [["main", "predict"]] * 2
     again = _mlprof("migrate", db)
-    assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.3\n"
+    assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.4\n"
     # No step starts at 1.0: the store is left as it was, and both messages say so.
     conn.execute("UPDATE meta SET value = '1.0' WHERE key = 'version'")
     refused = _mlprof("migrate", db)
-    assert refused.returncode == 1 and "no `mlprof migrate` step" in refused.stderr
+    assert refused.returncode == 2 and "no `mlprof migrate` step" in refused.stderr
     assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("1.0",)
     conn.close()
 
@@ -422,7 +425,7 @@ def _mlprof(*args):
 
 def test_mlprof_add_and_show(tmp_path):
     """A good file is added with its labels; a cut-off one is named with its
-    cause, adds nothing, and makes the exit status 1; show lists the sources
+    cause, adds nothing, and makes the exit status 2; show lists the sources
     and prints one as the tree it was."""
     with profiling(depth=-1) as session:
         _encode([3, 4])
@@ -432,7 +435,7 @@ def test_mlprof_add_and_show(tmp_path):
     bad.write_text(session.to_json()[:200])
     db = tmp_path / "cli.db"
     run = _mlprof("add", db, good, bad, "--label", "model=fraud", "--label", "version=3")
-    assert run.returncode == 1, run
+    assert run.returncode == 2, run
     spans = len(list(_walk(session.to_tree())))
     assert run.stdout == f"{good}: source 1 (in-process), {spans} spans in 1 session\n"
     assert f"{bad}: not added:" in run.stderr and "truncated" in run.stderr
@@ -440,12 +443,14 @@ def test_mlprof_add_and_show(tmp_path):
     assert run.returncode == 0, run
     lines = run.stdout.splitlines()
     assert lines[0] == f"{db}: 1 source, {spans} spans"
-    assert lines[1].split() == ["id", "type", "captured", "model", "version", "host", "pid", "spans", "duration"]
-    assert lines[2].split()[:2] == ["1", "in-process"] and "fraud" in lines[2].split()
+    assert lines[1].split() == ["id", "type", "tool", "captured", "model", "version", "host", "pid", "spans",
+                                "duration"]
+    assert lines[2].split()[:3] == ["1", "in-process", f"mlflow-profiler@{mlflow_profiler.__version__}"]
+    assert "fraud" in lines[2].split()
     run = _mlprof("show", db, 1)
     assert run.returncode == 0 and run.stdout == session.format_tree().rstrip("\n") + "\n", run
     run = _mlprof("show", db, 7)
-    assert run.returncode == 1 and "no source 7" in run.stderr, run
+    assert run.returncode == 2 and "no source 7" in run.stderr, run
     run = _mlprof("add", db, good, "--label", "oops")
     assert run.returncode == 2 and "KEY=VALUE" in run.stderr, run
 
@@ -501,8 +506,12 @@ def test_mlprof_combine_keeps_provenance_and_convert_writes_any_format(tmp_path)
     with open_store(a) as store:
         sampled = store.add(folded, labels={"model": "fraud"})
         want_stacks = store.load_stacks(sampled).stacks()
-    run = _mlprof("combine", b, a, loose, folded)
-    assert run.returncode == 0 and run.stdout == f"{b}: 4 sources added, 4 sources in all\n", run
+    # A loose file of another tool's; the folded file again is the content a.db has: not copied twice.
+    other = tmp_path / "other.folded"
+    other.write_text("main;load 4\n")
+    run = _mlprof("combine", b, a, loose, other, folded)
+    assert run.returncode == 0 and run.stdout == (
+        f"{b}: 4 sources added, 4 sources in all; 1 source already there (the same content), not added\n"), run
     with open_store(b) as store:
         first, stacks, second, loose_stacks = store.sources()
         assert (first["model"], first["version"], first["uri"]) == ("fraud", "1", "runs:/abc/profile")
@@ -512,7 +521,8 @@ def test_mlprof_combine_keeps_provenance_and_convert_writes_any_format(tmp_path)
         assert store.load(second["source_id"]).to_tree() == two.to_tree()
         assert (stacks["kind"], stacks["source_type"], stacks["model"]) == ("stacks", "folded", "fraud")
         assert store.load_stacks(stacks["source_id"]).stacks() == want_stacks
-        assert loose_stacks["kind"] == "stacks" and loose_stacks["uri"] == str(folded)
+        assert loose_stacks["kind"] == "stacks" and loose_stacks["uri"] == str(other)
+        assert stacks["content_hash"] == hashlib.sha256(folded.read_bytes()).hexdigest()  # copied with it
     out = tmp_path / "one.speedscope.json"
     run = _mlprof("convert", a, out, "--source", 1)
     assert run.returncode == 0 and run.stdout.strip() == str(out), run

@@ -13,7 +13,7 @@ import pytest
 from _postgres import free_port, postgres_server
 from mlflow_profiler import profiling
 from mlflow_profiler.store import StoreError, migrate, open_store
-from test_store import DUCKDB_QUERY, _document, _encode, _expected_p95, _predict, _undo_2_2, _walk, _writer
+from test_store import DUCKDB_QUERY, _document, _encode, _expected_p95, _old_store, _predict, _walk, _writer
 
 
 @pytest.fixture(scope="module")
@@ -175,15 +175,82 @@ def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
     url = _fresh(pg_url, "migrate")
     with profiling(depth=-1) as session:
         _predict([3, 4])
-    with open_store(url) as store:
-        source = store.add(session, labels={"model": "m"})
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP INDEX source_labels_by_value")
-        _undo_2_2(conn)
-        conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'version'")
-    assert migrate(url) == ("2.0", "2.3")
-    assert migrate(url) == ("2.3", "2.3")
+        _old_store(conn, "2.0", "postgres")
+    with open_store(url) as store:  # written in 2.0's format
+        source = store.add(session, labels={"model": "m"})
+        before = store.load(source).to_tree()
+    assert migrate(url) == ("2.0", "2.4")
+    assert migrate(url) == ("2.4", "2.4")
+    spans = len(list(_walk(before)))
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT indexname FROM pg_indexes WHERE indexname = 'source_labels_by_value'").fetchall()
+        assert conn.execute("SELECT source_id, count(*) FROM samples GROUP BY source_id").fetchall() == [
+            (source, spans)]
+        unix_ns = int(session._built().meta["start_unix_ns"])
+        assert conn.execute("SELECT source_timestamp, start_unix_ns FROM sources").fetchone() == (unix_ns / 1e9, unix_ns)
+        assert conn.execute("SELECT count(*) FROM sample_values WHERE type = 'wall'").fetchone() == (spans,)
     with open_store(url) as store:
         assert store.source_ids({"model": "m"}) == [source]
+        assert store.load(source).to_tree() == before
+
+
+def test_spec_001s_queries_run_as_written_on_postgres(pg_url, tmp_path):
+    import psycopg
+
+    from test_store_spec001 import check, fill
+
+    url = _fresh(pg_url, "spec")
+    with open_store(url) as store:
+        session, spans_id, folded_id = fill(store, tmp_path)
+    with psycopg.connect(url, autocommit=True) as conn:
+        check(lambda sql: conn.execute(sql).fetchall(), session, spans_id, folded_id)
+
+
+def test_rm_and_the_same_file_twice_on_postgres(pg_url, tmp_path):
+    import psycopg
+
+    from test_store_hygiene import FOLDED, _mlprof
+
+    url = _fresh(pg_url, "rm")
+    folded = tmp_path / "spy.folded"
+    folded.write_text(FOLDED)
+    with profiling(depth=-1) as threads:
+        _predict([3, 4])
+    with open_store(url) as store:
+        gone = store.add(threads)
+        stacks = store.add(folded)
+        with pytest.raises(StoreError, match="already in the store as source 2"):
+            store.add(folded)
+        kept = store.add(folded, allow_duplicate=True)
+        want = store.load_stacks(kept).stacks()
+    with psycopg.connect(url, autocommit=True) as conn:
+        total = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+        spans = conn.execute("SELECT count(*) FROM samples WHERE source_id = %s", (gone,)).fetchone()[0]
+        assert spans == len(list(_walk(threads.to_tree())))
+        run = _mlprof("rm", url, gone, stacks)
+        assert run.returncode == 0, run.stderr
+        for table in ("sources", "source_labels", "sessions", "samples"):
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE source_id IN (%s, %s)",
+                                (gone, stacks)).fetchone()[0] == 0, table
+        assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == total - spans - 18
+        assert conn.execute("SELECT count(*) FROM lanes").fetchone()[0] == 1  # the kept source's one thread
+        assert conn.execute("SELECT count(*) FROM sample_value_rows").fetchone()[0] == 18  # its samples' counts
+    with open_store(url) as store:
+        assert [r["source_id"] for r in store.sources()] == [kept]
+        assert store.load_stacks(kept).stacks() == want
+    run = _mlprof("rm", url, gone)
+    assert run.returncode == 2 and f"no source {gone}" in run.stderr
+
+
+def test_a_read_only_command_on_an_empty_database_creates_no_tables(pg_url):
+    import psycopg
+
+    from test_store_hygiene import _mlprof
+
+    url = _fresh(pg_url, "empty")
+    for argv in (["show", url], ["top", url], ["migrate", url]):
+        run = _mlprof(*argv)
+        assert run.returncode == 2 and "there is no store here" in run.stderr, run
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)

@@ -322,6 +322,41 @@ bool has_2_(StoreDriver& d, int at_least) {
 }
 bool has_2_2(StoreDriver& d) { return has_2_(d, 2); }
 
+// The table of the stored values (spec 001's sample_values is a view of it
+// since 2.4; before, the table itself).
+std::string values_table(bool v2_4) { return v2_4 ? "sample_value_rows" : "sample_values"; }
+
+// What made the profile: the tool its file names (meta "tool", set by the
+// imports and the capture), or the agent's version line.
+SqlValue tool_of(const std::map<std::string, std::string>& meta, const SourceInfo& info) {
+  if (!info.tool.empty()) return info.tool;
+  if (const auto it = meta.find("tool"); it != meta.end() && !it->second.empty()) return it->second;
+  if (const auto it = meta.find("agent"); it != meta.end() && !it->second.empty()) {
+    std::string line = it->second;  // "mlprof-ebpf 0.1.0"
+    if (const auto space = line.find(' '); space != std::string::npos) line[space] = '@';
+    return line;
+  }
+  return {};
+}
+
+// The sources row: 2.4's columns (start_unix_ns, spec 001's seconds, the
+// tool and content hash) or the older ones, with `extra` columns and values.
+void insert_source(StoreDriver& d, int64_t source_id, const SourceInfo& info, const SqlValue& start_unix_ns,
+                   const std::map<std::string, std::string>& meta, const std::string& columns,
+                   const SqlRow& values) {
+  const bool v2_4 = has_2_(d, 4);
+  std::string sql = "INSERT INTO sources (source_id, source_type, source_uri, " +
+                    std::string(v2_4 ? "start_unix_ns, source_timestamp, tool, content_hash" : "source_timestamp") +
+                    ", " + columns + ") VALUES (?, ?, ?, ?" + (v2_4 ? ", ? / 1e9, ?, ?" : "");
+  SqlRow row{source_id, info.type, text_or_null(info.uri), start_unix_ns};
+  if (v2_4) row.insert(row.end(), {start_unix_ns, tool_of(meta, info), text_or_null(info.content_hash)});
+  for (const SqlValue& v : values) {
+    sql += ", ?";
+    row.push_back(v);
+  }
+  d.execute(sql + ")", row);
+}
+
 }  // namespace
 
 Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& d) {
@@ -329,7 +364,10 @@ Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& d) {
   std::string at = from;
   for (const Migration& m : migrations()) {
     if (at != m.from) continue;
-    for (const std::string& stmt : m.statements) d.execute(in_dialect(stmt, d.dialect()), {});
+    for (const std::string& stmt : m.statements) {
+      const std::string sql = in_dialect(stmt, d.dialect());
+      if (!sql.empty()) d.execute(sql, {});
+    }
     d.execute("UPDATE meta SET value = ? WHERE key = 'version'", {std::string(m.to)});
     at = m.to;
   }
@@ -348,18 +386,17 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   std::vector<SessionPlan> sessions = plan_sessions(p, lane_spans);
 
   const int64_t source_id = reserve(d, "sources", 1);
-  d.execute(
-      "INSERT INTO sources (source_id, source_type, source_uri, source_timestamp, host, pid, container, pod, python, "
-      "model_name, model_version, run_id, start_ns, end_ns, captured_depth, events_captured, events_skipped, "
-      "unmatched_returns, kernel, lost_events, added_unix_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-      "?, ?, ?, ?, ?)",
-      {source_id, info.type, text_or_null(info.uri), meta_int(p, "start_unix_ns"), meta_text(p, info, {"host"}),
-       meta_int(p, "pid"), meta_text(p, info, {"container", "container.name"}), meta_text(p, info, {"pod", "k8s.pod"}),
-       meta_text(p, info, {"python"}), meta_text(p, info, {"model", "model.name", "model.class"}),
-       meta_text(p, info, {"version", "model.version"}), meta_text(p, info, {"run_id", "model.run_id"}), p.start_ns,
-       p.end_ns, int64_t{p.captured_depth}, static_cast<int64_t>(p.stats.events_captured),
-       static_cast<int64_t>(p.stats.events_skipped), static_cast<int64_t>(p.stats.unmatched_returns),
-       int64_t{p.kernel.present ? 1 : 0}, static_cast<int64_t>(p.kernel.lost_events), info.added_unix_ns});
+  insert_source(
+      d, source_id, info, meta_int(p, "start_unix_ns"), p.meta,
+      "host, pid, container, pod, python, model_name, model_version, run_id, start_ns, end_ns, captured_depth, "
+      "events_captured, events_skipped, unmatched_returns, kernel, lost_events, added_unix_ns",
+      {meta_text(p, info, {"host"}), meta_int(p, "pid"), meta_text(p, info, {"container", "container.name"}),
+       meta_text(p, info, {"pod", "k8s.pod"}), meta_text(p, info, {"python"}),
+       meta_text(p, info, {"model", "model.name", "model.class"}), meta_text(p, info, {"version", "model.version"}),
+       meta_text(p, info, {"run_id", "model.run_id"}), p.start_ns, p.end_ns, int64_t{p.captured_depth},
+       static_cast<int64_t>(p.stats.events_captured), static_cast<int64_t>(p.stats.events_skipped),
+       static_cast<int64_t>(p.stats.unmatched_returns), int64_t{p.kernel.present ? 1 : 0},
+       static_cast<int64_t>(p.kernel.lost_events), info.added_unix_ns});
   add_labels(d, source_id, p.meta, info);
 
   // Ids: sessions, lanes and samples in blocks; a session's samples contiguous.
@@ -392,6 +429,7 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     if (!first.trace_id.empty()) trace_rows.push_back({s.id, first.trace_id, first.span_id});
   }
   const bool v2_2 = has_2_2(d);
+  const bool v2_4 = has_2_(d, 4);
   if (!trace_rows.empty() && v2_2) {
     d.execute_many("INSERT INTO session_traces (session_id, trace_id, span_id) VALUES (?, ?, ?)", trace_rows);
   }
@@ -415,9 +453,10 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   Dictionaries dict(d);
   const std::vector<int64_t> self = export_util::self_times(p);
   std::vector<int64_t> stack_of(p.spans.size(), 0);
-  Inserter sample_rows(d,
-                       "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, active_ns, "
-                       "self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Inserter sample_rows(d, v2_4 ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
+                              "active_ns, self_ns, resumes, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                            : "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
+                              "active_ns, self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   std::vector<int32_t> order;  // sample id order: parents before children
   order.reserve(p.spans.size());
   for (const auto& s : sessions) {
@@ -432,9 +471,11 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     stack_of[i] = dict.stack(parent_stack, location, int64_t{sp.depth});
     const int64_t base = session_start[sp.lane];
     const int64_t wall = sp.end_ns - sp.start_ns;
-    sample_rows.add({sample_id[i], lane_base + sp.lane, sp.parent >= 0 ? SqlValue{sample_id[sp.parent]} : SqlValue{},
-                     stack_of[i], int64_t{sp.flags}, sp.start_ns - base, sp.end_ns - base,
-                     sp.active_ns == wall ? SqlValue{} : SqlValue{sp.active_ns}, self[i], int64_t{sp.resumes}});
+    SqlRow row{sample_id[i], lane_base + sp.lane, sp.parent >= 0 ? SqlValue{sample_id[sp.parent]} : SqlValue{},
+               stack_of[i], int64_t{sp.flags}, sp.start_ns - base, sp.end_ns - base,
+               sp.active_ns == wall ? SqlValue{} : SqlValue{sp.active_ns}, self[i], int64_t{sp.resumes}};
+    if (v2_4) row.push_back(source_id);
+    sample_rows.add(std::move(row));
   }
   sample_rows.flush();
 
@@ -442,7 +483,7 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   // (the agent): a missing row reads as 0. Those measured in process
   // (cpu_time, alloc_bytes): a row per value taken, 0 included; a span with
   // the kernel's "cpu" keeps that one.
-  Inserter value_rows(d, "INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)");
+  Inserter value_rows(d, "INSERT INTO " + values_table(v2_4) + " (sample_id, type_id, value) VALUES (?, ?, ?)");
   const bool attributed = p.kernel.present && p.kernel.spans.size() == p.spans.size();
   if (attributed) {
     for (const auto& vt : kSpanValueTypes) {
@@ -549,14 +590,14 @@ int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceIn
   const int64_t source_id = reserve(d, "sources", 1);
   Profile meta_only;  // the meta lookups of add_profile
   meta_only.meta = ss.meta;
-  d.execute(
-      "INSERT INTO sources (source_id, source_type, sample_kind, source_uri, source_timestamp, host, pid, model_name, "
-      "model_version, run_id, start_ns, end_ns, captured_depth, added_unix_ns) VALUES (?, ?, 'stacks', ?, ?, ?, ?, ?, "
-      "?, ?, ?, ?, -1, ?)",
-      {source_id, info.type, text_or_null(info.uri), meta_int(meta_only, "start_unix_ns"),
-       meta_text(meta_only, info, {"host"}), meta_int(meta_only, "pid"),
-       meta_text(meta_only, info, {"model", "model.name"}), meta_text(meta_only, info, {"version", "model.version"}),
-       meta_text(meta_only, info, {"run_id"}), ss.start_ns, ss.end_ns, info.added_unix_ns});
+  insert_source(d, source_id, info, meta_int(meta_only, "start_unix_ns"), ss.meta,
+                "sample_kind, host, pid, model_name, model_version, run_id, start_ns, end_ns, captured_depth, "
+                "added_unix_ns",
+                {std::string("stacks"), meta_text(meta_only, info, {"host"}), meta_int(meta_only, "pid"),
+                 meta_text(meta_only, info, {"model", "model.name"}),
+                 meta_text(meta_only, info, {"version", "model.version"}), meta_text(meta_only, info, {"run_id"}),
+                 ss.start_ns, ss.end_ns, int64_t{-1}, info.added_unix_ns});
+  const bool v2_4 = has_2_(d, 4);
   add_labels(d, source_id, ss.meta, info);
 
   const int64_t session_id = reserve(d, "sessions", 1);
@@ -579,10 +620,12 @@ int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceIn
   Dictionaries dict(d);
   std::vector<int64_t> type_ids;
   for (const auto& [type, unit] : ss.value_types) type_ids.push_back(dict.value_type(type, unit));
-  Inserter sample_rows(d,
-                       "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, active_ns, "
-                       "self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  Inserter value_rows(d, "INSERT INTO sample_values (sample_id, type_id, value) VALUES (?, ?, ?)", &sample_rows);
+  Inserter sample_rows(d, v2_4 ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
+                              "active_ns, self_ns, resumes, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                            : "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
+                              "active_ns, self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Inserter value_rows(d, "INSERT INTO " + values_table(v2_4) + " (sample_id, type_id, value) VALUES (?, ?, ?)",
+                      &sample_rows);
   for (size_t i = 0; i < ss.samples.size(); ++i) {
     const StackSamples::Sample& s = ss.samples[i];
     int64_t stack = 0;
@@ -591,8 +634,10 @@ int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceIn
       stack = dict.stack(stack, dict.location(dict.function(ss.functions, f.function), f.line, ""), depth++);
     }
     const int64_t id = sample_base + static_cast<int64_t>(i);
-    sample_rows.add({id, lane_base + s.thread, SqlValue{}, stack, int64_t{0}, SqlValue{}, SqlValue{}, SqlValue{},
-                     SqlValue{}, int64_t{0}});
+    SqlRow row{id, lane_base + s.thread, SqlValue{}, stack, int64_t{0}, SqlValue{}, SqlValue{}, SqlValue{},
+               SqlValue{}, int64_t{0}};
+    if (v2_4) row.push_back(source_id);
+    sample_rows.add(std::move(row));
     for (size_t v = 0; v < s.values.size() && v < type_ids.size(); ++v) {
       if (s.values[v] != 0) value_rows.add({id, type_ids[v], s.values[v]});
     }
@@ -648,8 +693,9 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
   };
   std::unordered_map<int64_t, size_t> type_index;
   for (const auto& r : d.query(
-           "SELECT DISTINCT t.type_id, t.type, t.unit FROM sample_values v JOIN value_types t ON t.type_id = v.type_id "
-           "JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON "
+           "SELECT DISTINCT t.type_id, t.type, t.unit FROM " + values_table(has_2_(d, 4)) +
+               " v JOIN value_types t ON t.type_id = v.type_id "
+               "JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON "
            "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY t.type_id",
            {source_id})) {
     type_index[as_int(r[0])] = ss.value_types.size();
@@ -667,13 +713,60 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
     sample_index[as_int(r[0])] = ss.samples.size();
     ss.samples.push_back(std::move(s));
   }
-  for (const auto& r : d.query("SELECT v.sample_id, v.type_id, v.value FROM sample_values v JOIN samples s ON "
+  for (const auto& r : d.query("SELECT v.sample_id, v.type_id, v.value FROM " + values_table(has_2_(d, 4)) +
+                                   " v JOIN samples s ON "
                                "s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON "
                                "se.session_id = l.session_id WHERE se.source_id = ?",
                                {source_id})) {
     ss.samples.at(sample_index.at(as_int(r[0]))).values.at(type_index.at(as_int(r[1]))) = as_int(r[2]);
   }
   return ss;
+}
+
+std::string value_rows_table(StoreDriver& d) { return values_table(has_2_(d, 4)); }
+
+Result<int64_t> remove_sources(StoreDriver& d, const std::vector<int64_t>& source_ids) {
+  std::string missing;
+  for (const int64_t id : source_ids) {
+    if (d.query("SELECT 1 FROM sources WHERE source_id = ?", {id}).empty()) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+    }
+  }
+  if (!missing.empty()) {
+    return Error{Error::Kind::kUnsupported, 0,
+                 "no source " + missing + " in the store (mlprof show lists them); nothing was removed"};
+  }
+  const bool v2_2 = has_2_2(d);
+  const std::string values = values_table(has_2_(d, 4));
+  int64_t removed = 0;
+  for (const int64_t id : source_ids) {
+    // Children before parents, a source's samples by their sessions' ranges
+    // (one add's ids are contiguous): every statement uses a key.
+    const auto ranges = d.query("SELECT first_sample_id, sample_count FROM sessions WHERE source_id = ?", {id});
+    std::vector<std::string> by_sample = {values, "segments", "io_summaries"};
+    if (v2_2) by_sample.push_back("span_waits");
+    for (const auto& r : ranges) {
+      const int64_t lo = as_int(r[0]), hi = as_int(r[0]) + as_int(r[1]) - 1;
+      if (hi < lo) continue;
+      for (const std::string& table : by_sample) {
+        d.execute("DELETE FROM " + table + " WHERE sample_id BETWEEN ? AND ?", {lo, hi});
+      }
+    }
+    d.execute("DELETE FROM kernel_threads WHERE source_id = ?", {id});
+    d.execute("DELETE FROM off_cpu_intervals WHERE source_id = ?", {id});
+    for (const auto& r : ranges) {
+      const int64_t lo = as_int(r[0]), hi = as_int(r[0]) + as_int(r[1]) - 1;
+      if (hi >= lo) removed += as_int(r[1]);
+      if (hi >= lo) d.execute("DELETE FROM samples WHERE sample_id BETWEEN ? AND ?", {lo, hi});
+    }
+    const std::string sessions = "(SELECT session_id FROM sessions WHERE source_id = ?)";
+    if (v2_2) d.execute("DELETE FROM session_traces WHERE session_id IN " + sessions, {id});
+    d.execute("DELETE FROM lanes WHERE session_id IN " + sessions, {id});
+    d.execute("DELETE FROM sessions WHERE source_id = ?", {id});
+    d.execute("DELETE FROM source_labels WHERE source_id = ?", {id});
+    d.execute("DELETE FROM sources WHERE source_id = ?", {id});
+  }
+  return removed;
 }
 
 Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
@@ -858,8 +951,9 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   // where its data is present).
   if (p.kernel.present) p.kernel.spans.assign(p.spans.size(), SpanKernel{});
   for (const auto& r : d.query(
-           "SELECT v.sample_id, t.type, t.unit, v.value FROM sample_values v JOIN value_types t ON t.type_id = "
-           "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN "
+           "SELECT v.sample_id, t.type, t.unit, v.value FROM " + values_table(has_2_(d, 4)) +
+               " v JOIN value_types t ON t.type_id = "
+               "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN "
            "sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
            {source_id})) {
     const std::string type = as_text(r[1]), unit = as_text(r[2]);

@@ -52,6 +52,8 @@ struct SourceInfo {
   std::string uri;                   // "" = none (written directly)
   std::map<std::string, std::string> labels;  // --label k=v: model, version, run_id ...
   int64_t added_unix_ns = 0;
+  std::string tool;          // "" = the meta's "tool" (or the agent's version line), if any
+  std::string content_hash;  // sha256 of the added file's bytes, hex; "" = none (2.4)
 };
 
 // Creates the schema in an empty database, or checks the version of an
@@ -79,5 +81,17 @@ int64_t add_stack_samples(StoreDriver& driver, const StackSamples& samples, cons
 // a source of sampled stacks (read_stack_source reads those).
 Result<Profile> read_source(StoreDriver& driver, int64_t source_id);
 Result<StackSamples> read_stack_source(StoreDriver& driver, int64_t source_id);
+
+// `mlprof rm`: deletes the sources and every row of theirs (sessions,
+// lanes, samples, values, I/O, segments, kernel data, labels) inside the
+// caller's write transaction; the shared functions, locations, call paths
+// and value types stay. Returns the samples deleted; kUnsupported naming
+// the ids the store does not have (nothing deleted then).
+Result<int64_t> remove_sources(StoreDriver& driver, const std::vector<int64_t>& source_ids);
+
+// The table of the stored values keyed by type_id: sample_value_rows since
+// 2.4 (spec 001's sample_values is a view of it, with spans' wall and self),
+// sample_values before.
+std::string value_rows_table(StoreDriver& driver);
 
 }  // namespace mlprof

@@ -109,6 +109,9 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
     }
   }
 
+  // The stored values' table (not spec 001's sample_values view: its spans'
+  // wall and self rows would be read and dropped).
+  const std::string values = value_rows_table(d);
   uint64_t added = 0;
   std::unordered_set<int64_t> begun;
   int64_t current = -1;
@@ -127,8 +130,8 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
       kernel_of.clear();
       cpu_of.clear();
       if (!range.kernel && !cpu_type.empty() && hooks && hooks->on_call) {
-        for (const auto& r : d.query("SELECT sample_id, value FROM sample_values WHERE type_id = ? AND sample_id "
-                                     "BETWEEN ? AND ?",
+        for (const auto& r : d.query("SELECT sample_id, value FROM " + values +
+                                         " WHERE type_id = ? AND sample_id BETWEEN ? AND ?",
                                      {cpu_type[0], lo, hi})) {
           cpu_of[sql_int(r[0])] = sql_int(r[1]);
         }
@@ -136,7 +139,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
       if (range.kernel && !type_ids.empty()) {
         SqlRow params = type_ids;
         params.insert(params.end(), {lo, hi});
-        for (const auto& r : d.query("SELECT sample_id, type_id, value FROM sample_values WHERE type_id IN (" +
+        for (const auto& r : d.query("SELECT sample_id, type_id, value FROM " + values + " WHERE type_id IN (" +
                                          placeholders(type_ids.size()) + ") AND sample_id BETWEEN ? AND ?",
                                      params)) {
           // No row: 0 (store.cpp writes non-zero values only).

@@ -279,6 +279,61 @@ const std::vector<Migration>& migrations() {
         "SELECT sample_id, syscall, state, blocked_ns, count FROM span_waits",
         "DROP TABLE span_waits",
         "ALTER TABLE span_waits_2_3 RENAME TO span_waits"}},
+      // Spec 001's tables as it names them (its SQL runs unchanged): the
+      // normalised values table makes way for its sample_values (type and
+      // unit, spans' wall and self included); sample_locations counts 1 =
+      // innermost; samples gets its source_id; source_timestamp is seconds
+      // (a REAL), the nanoseconds kept as start_unix_ns; spans holds calls
+      // only. Provenance: the producing tool and a content hash (`mlprof add`
+      // of the same file again adds nothing). PostgreSQL indexes the keys
+      // `mlprof rm` checks row by row (SQLite's rm runs without the checks).
+      {"2.3",
+       "2.4",
+       {"DROP VIEW IF EXISTS span_values",
+        "DROP VIEW IF EXISTS spans",
+        "DROP VIEW IF EXISTS sample_locations",
+        "ALTER TABLE sample_values RENAME TO sample_value_rows",
+        "ALTER TABLE sources RENAME COLUMN source_timestamp TO start_unix_ns",
+        "ALTER TABLE sources ADD COLUMN source_timestamp REAL",
+        "UPDATE sources SET source_timestamp = start_unix_ns / 1e9 WHERE start_unix_ns IS NOT NULL",
+        "ALTER TABLE sources ADD COLUMN tool TEXT",
+        "ALTER TABLE sources ADD COLUMN content_hash TEXT",
+        "CREATE INDEX IF NOT EXISTS sources_by_content_hash ON sources (content_hash)",
+        "ALTER TABLE samples ADD COLUMN source_id INTEGER REFERENCES sources(source_id)",
+        "UPDATE samples SET source_id = (SELECT se.source_id FROM lanes l JOIN sessions se ON se.session_id = "
+        "l.session_id WHERE l.lane_id = samples.lane_id)",
+        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS samples_by_parent ON samples (parent_id)",
+        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS samples_by_lane ON samples (lane_id)",
+        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS lanes_by_session ON lanes (session_id)",
+        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS lanes_by_parent ON lanes (parent_lane_id)",
+        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS kernel_threads_by_span ON kernel_threads "
+                                     "(started_under)",
+        "CREATE VIEW sample_values AS\n"
+        "SELECT sample_id, 'wall' AS type, 'ns' AS unit, end_ns - start_ns AS value,\n"
+        "       CAST(NULL AS INTEGER) AS type_id FROM samples WHERE start_ns IS NOT NULL\n"
+        "UNION ALL SELECT sample_id, 'self', 'ns', self_ns, CAST(NULL AS INTEGER) FROM samples\n"
+        "           WHERE self_ns IS NOT NULL\n"
+        "UNION ALL SELECT v.sample_id, t.type, t.unit, v.value, v.type_id\n"
+        "            FROM sample_value_rows v JOIN value_types t ON t.type_id = v.type_id",
+        "CREATE VIEW sample_locations AS\n"
+        "WITH RECURSIVE frames(sample_id, next_stack, depth, location_id) AS (\n"
+        "  SELECT s.sample_id, k.parent_stack_id, 1, k.location_id\n"
+        "    FROM samples s JOIN stacks k ON k.stack_id = s.stack_id WHERE k.stack_id <> 0\n"
+        "  UNION ALL\n"
+        "  SELECT f.sample_id, k.parent_stack_id, f.depth + 1, k.location_id\n"
+        "    FROM frames f JOIN stacks k ON k.stack_id = f.next_stack WHERE k.stack_id <> 0)\n"
+        "SELECT sample_id, depth, location_id FROM frames",
+        "CREATE VIEW spans AS\n"
+        "SELECT s.sample_id, s.source_id, l.session_id, s.lane_id, s.parent_id, s.stack_id, k.depth,\n"
+        "       CASE WHEN lo.label <> '' THEN lo.label ELSE f.name END AS name, f.module, f.filename,\n"
+        "       se.start_ns + s.start_ns AS start_ns, se.start_ns + s.end_ns AS end_ns,\n"
+        "       s.end_ns - s.start_ns AS wall_ns, COALESCE(s.active_ns, s.end_ns - s.start_ns) AS active_ns,\n"
+        "       s.self_ns, s.flags\n"
+        "  FROM samples s JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = l.session_id\n"
+        "  JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = k.location_id\n"
+        "  JOIN functions f ON f.function_id = lo.function_id\n"
+        " WHERE s.start_ns IS NOT NULL",
+        "CREATE VIEW span_values AS SELECT sample_id, type, unit, value FROM sample_values"}},
   };
   return steps;
 }
@@ -288,21 +343,38 @@ const std::string& schema_text() {
   return text;
 }
 
-std::vector<std::string> schema_statements(Dialect dialect) {
-  // Version 2.0's tables and views, then every migration step's statements:
-  // a new store is what migrating an old one gives, with each statement
-  // written once.
-  std::vector<std::string> out = split_statements(schema_text());
-  for (const Migration& m : migrations()) out.insert(out.end(), m.statements.begin(), m.statements.end());
-  for (auto& s : out) s = in_dialect(std::move(s), dialect);
+std::vector<std::string> schema_statements(Dialect dialect, const std::string& version) {
+  // Version 2.0's tables and views, then every migration step's statements
+  // (up to `version`'s): a new store is what migrating an old one gives,
+  // with each statement written once.
+  std::vector<std::string> all = split_statements(schema_text());
+  bool reached = version == "2.0";
+  for (const Migration& m : migrations()) {
+    if (reached) break;
+    all.insert(all.end(), m.statements.begin(), m.statements.end());
+    reached = !version.empty() && version == m.to;
+  }
+  if (!version.empty() && !reached) return {};
+  std::vector<std::string> out;
+  for (auto& s : all) {
+    std::string stmt = in_dialect(std::move(s), dialect);
+    if (!stmt.empty()) out.push_back(std::move(stmt));
+  }
   return out;
 }
 
 std::string in_dialect(std::string statement, Dialect dialect) {
+  if (statement.rfind(kPostgresOnly, 0) == 0) {
+    if (dialect != Dialect::kPostgres) return {};
+    statement.erase(0, std::string(kPostgresOnly).size());
+  }
   if (dialect != Dialect::kPostgres) return statement;
-  // INTEGER is 32-bit there (64-bit in SQLite); no rowid tables, no STRICT.
+  // INTEGER is 32-bit there (64-bit in SQLite), REAL 32-bit (64-bit in
+  // SQLite; STRICT tables take no other name); no rowid tables, no STRICT.
   static const std::regex integer("\\bINTEGER\\b");
+  static const std::regex real("\\bREAL\\b");
   statement = std::regex_replace(statement, integer, "BIGINT");
+  statement = std::regex_replace(statement, real, "DOUBLE PRECISION");
   for (const char* tail : {") WITHOUT ROWID, STRICT", ") STRICT"}) {
     const auto at = statement.rfind(tail);
     if (at != std::string::npos && at + std::string(tail).size() == statement.size()) {

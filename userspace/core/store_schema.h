@@ -13,14 +13,20 @@ enum class Dialect { kSqlite, kPostgres };
 
 // meta('version'): a reader takes the same major with a minor <= its own.
 inline constexpr int kStoreMajor = 2;
-inline constexpr int kStoreMinor = 3;
+inline constexpr int kStoreMinor = 4;
 inline constexpr const char* kStoreFormat = "mlflow-profiler-store";
 
 // The CREATE statements, in order (tables, views, then the migrations()
-// steps' statements), for `dialect`.
-std::vector<std::string> schema_statements(Dialect dialect);
+// steps' statements), for `dialect`: this version's, or those of an older
+// `version` ("2.0" ... : what that version created; empty when no step
+// reaches it), which the migration tests start from.
+std::vector<std::string> schema_statements(Dialect dialect, const std::string& version = "");
 
-// One statement written in SQLite's dialect, as `dialect` takes it.
+// A migration statement that starts with this runs on PostgreSQL only.
+inline constexpr const char* kPostgresOnly = "-- postgres only\n";
+
+// One statement written in SQLite's dialect, as `dialect` takes it ("" for
+// a PostgreSQL-only statement in SQLite).
 std::string in_dialect(std::string statement, Dialect dialect);
 
 // The schema as one SQL text (SQLite dialect): what docs/store.md quotes.
