@@ -254,6 +254,10 @@ class ProfileSession:
                     "`with profiling()` block has ended"
                 )
             profile = self._engine.profile()
+            if "tool" not in profile.meta:  # what made it: the store's provenance (docs/store.md)
+                from . import __version__
+
+                profile.set_meta("tool", f"mlflow-profiler@{__version__}")
             for key, value in (self._meta or {}).items():
                 profile.set_meta(key, value)
             self._profile = profile

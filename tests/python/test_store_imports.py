@@ -5,6 +5,7 @@ pprof export; and every format cut off or corrupt refused whole."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
@@ -12,10 +13,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from _helpers import require_tool
+import mlflow_profiler
 from mlflow_profiler import profiling
 from mlflow_profiler._files import ProfileLoadError
 from mlflow_profiler.store import open_store
@@ -69,6 +72,10 @@ def test_py_spy_speedscope_and_raw_of_a_real_process(target, tmp_path):
         rows = {s["source_id"]: s for s in store.sources()}
         assert (rows[first]["source_type"], rows[first]["kind"]) == ("speedscope", "stacks")
         assert (rows[second]["source_type"], rows[second]["kind"]) == ("folded", "stacks")
+        # The tool, where the file names it (speedscope's "exporter"; raw names nothing); neither has a time.
+        version = subprocess.run([py_spy, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        assert (rows[first]["tool"], rows[second]["tool"]) == (f"py-spy@{version}", None)
+        assert rows[first]["captured_unix_ns"] is None and rows[second]["captured_unix_ns"] is None
         sampled = store.load_stacks(first)
         assert sampled.sample_count == expected
         assert sampled.value_types == [("samples", "count"), ("wall", "nanoseconds")]
@@ -91,6 +98,8 @@ def test_viztracer_chrome_trace(target, tmp_path):
     with open_store(tmp_path / "viz.db") as store:
         source = store.add(trace)
         assert store.sources()[0]["source_type"] == "chrome-trace"
+        version = subprocess.run([viztracer, "--version"], capture_output=True, text=True).stdout.strip()
+        assert store.sources()[0]["tool"] == f"viztracer@{version}"  # viztracer_metadata.version
         tree = store.load(source).to_tree()
     works = [n for n in _walk(tree) if n["label"] == "work"]
     assert len(works) == 1
@@ -146,9 +155,16 @@ def test_a_go_cpu_profile_keeps_its_types_and_expands_its_counts(tmp_path):
                          env=env).stdout
     counts = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^\s+(\d+)\s+(\d+):", raw, re.M)]
     assert counts, raw
+    # The capture time, as go tool pprof reads it ("Time: 2026-11-29 15:54:11.496409216 +0000 UTC").
+    when = re.search(r"^Time: (\d+-\d+-\d+ \d+:\d+:\d+)\.(\d+) \+0000 UTC$", raw, re.M)
+    assert when, raw[:300]
+    unix_ns = calendar.timegm(time.strptime(when.group(1), "%Y-%m-%d %H:%M:%S")) * 10**9 + int(
+        when.group(2).ljust(9, "0"))
     with open_store(tmp_path / "go.db") as store:
         source = store.add(profile)
-        assert store.sources()[0]["source_type"] == "pprof"
+        row = store.sources()[0]
+        assert row["source_type"] == "pprof"
+        assert (row["tool"], row["captured_unix_ns"]) == ("go", unix_ns)  # time_nanos; Go's runtime named it
         samples = store.load_stacks(source)
     assert samples.value_types == [("samples", "count"), ("cpu", "nanoseconds")]
     stacks = samples.stacks()
@@ -163,6 +179,10 @@ def test_our_pprof_export_read_back(tmp_path):
     path = session.save(tmp_path / "p.pb.gz")
     with open_store(tmp_path / "pb.db") as store:
         samples = store.load_stacks(store.add(path))
+        row = store.sources()[0]
+    # The tool and time it names (its comments, time_nanos): the capture's.
+    assert row["tool"] == f"mlflow-profiler@{mlflow_profiler.__version__}"
+    assert row["captured_unix_ns"] == int(session._built().meta["start_unix_ns"])
     nodes = list(_walk(session.to_tree()))
     assert samples.sample_count == len(nodes)  # one sample per span, as the export writes
     types = [t for t, _ in samples.value_types]

@@ -29,6 +29,28 @@ const Value* member(const Value& o, const char* name) {
   return it == o.MemberEnd() ? nullptr : &it->value;
 }
 
+// The tool and capture time where the trace names them: viztracer's
+// viztracer_metadata.version; ours (and others') otherData.tool or
+// .producer, and otherData.start_unix_ns (wall-clock ns of the capture).
+void provenance(const Value& doc, std::map<std::string, std::string>& meta) {
+  const Value* viz = member(doc, "viztracer_metadata");
+  const Value* version = viz && viz->IsObject() ? member(*viz, "version") : nullptr;
+  if (version && version->IsString()) meta["tool"] = std::string("viztracer@") + version->GetString();
+  const Value* other = member(doc, "otherData");
+  if (!other || !other->IsObject()) return;
+  for (const char* key : {"producer", "tool"}) {  // tool (with a version) over producer
+    const Value* v = member(*other, key);
+    if (v && v->IsString() && v->GetStringLength() > 0) meta["tool"] = v->GetString();
+  }
+  const Value* start = member(*other, "start_unix_ns");
+  if (start && start->IsString()) {
+    const std::string text = start->GetString();
+    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) meta["start_unix_ns"] = text;
+  } else if (start && start->IsUint64()) {
+    meta["start_unix_ns"] = std::to_string(start->GetUint64());
+  }
+}
+
 }  // namespace
 
 Result<Imported> import_chrome_trace(std::string_view json) {
@@ -41,6 +63,7 @@ Result<Imported> import_chrome_trace(std::string_view json) {
   Profile p;
   p.captured_depth = -1;
   p.meta["source"] = "chrome-trace";
+  if (doc.IsObject()) provenance(doc, p.meta);
   using Thread = std::pair<int64_t, int64_t>;  // (pid, tid)
   std::map<Thread, std::vector<Call>> calls;
   std::map<Thread, std::vector<std::pair<double, uint32_t>>> open;  // B events awaiting their E

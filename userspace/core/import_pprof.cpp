@@ -6,6 +6,7 @@
 // thread comes from a "thread", "thread_name" or "thread_id" label; other
 // labels are dropped and counted (meta "pprof.dropped_labels").
 
+#include <cstring>
 #include <string>
 #include <unordered_map>
 
@@ -131,6 +132,7 @@ Result<Imported> import_pprof(std::string_view bytes) {
   std::unordered_map<uint64_t, RawLocation> locations;
   std::unordered_map<uint64_t, RawFunction> functions;
   uint64_t time_nanos = 0, duration_nanos = 0;
+  std::vector<uint64_t> comments;
   uint32_t f = 0, wire = 0;
   while (r.next(&f, &wire)) {
     std::string_view msg;
@@ -249,6 +251,8 @@ Result<Imported> import_pprof(std::string_view bytes) {
       if (!r.varint(&time_nanos)) break;
     } else if (f == field::kDurationNanos && wire == 0) {
       if (!r.varint(&duration_nanos)) break;
+    } else if (f == field::kComment) {
+      if (!r.ints(wire, &comments)) break;
     } else if (!r.skip(wire)) {
       break;
     }
@@ -263,6 +267,26 @@ Result<Imported> import_pprof(std::string_view bytes) {
   StackSamples out;
   out.meta["source"] = "pprof";
   if (time_nanos) out.meta["start_unix_ns"] = std::to_string(time_nanos);
+  // The tool: ours names itself in the comments ("tool=mlflow-profiler@..."
+  // from a profile's meta, or "mlflow-profiler"); Go's runtime/pprof names
+  // nothing, but its runtime's functions are Go (.go or .s files).
+  for (const uint64_t c : comments) {
+    const std::string text = c < strings.size() ? std::string(strings[c]) : std::string();
+    if (text.rfind("tool=", 0) == 0) out.meta["tool"] = text.substr(5);
+    if (text == "mlflow-profiler" && !out.meta.count("tool")) out.meta["tool"] = text;
+  }
+  if (!out.meta.count("tool")) {
+    for (const auto& [id, fn] : functions) {
+      const std::string name = str(fn.name), file = str(fn.filename);
+      const auto ends = [&](const char* tail) {
+        return file.size() > std::strlen(tail) && file.compare(file.size() - std::strlen(tail), std::string::npos, tail) == 0;
+      };
+      if (name.rfind("runtime.", 0) == 0 && (ends(".go") || ends(".s"))) {
+        out.meta["tool"] = "go";
+        break;
+      }
+    }
+  }
   out.end_ns = static_cast<int64_t>(duration_nanos);
   int count_index = -1;
   for (size_t i = 0; i < types.size(); ++i) {

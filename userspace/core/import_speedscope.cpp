@@ -51,6 +51,9 @@ Result<Imported> import_speedscope(std::string_view json) {
     (std::string(type->GetString()) == "evented" ? evented : sampled) = true;
   }
   if (sampled && evented) return corrupt("it mixes sampled and evented profiles, which this import keeps apart");
+  // The tool that wrote it ("py-spy@0.4.3"); speedscope's format has no capture time.
+  const Value* exporter = member(doc, "exporter");
+  const std::string tool = exporter && exporter->IsString() ? exporter->GetString() : "";
 
   // Functions of the frames, for whichever model we build.
   FunctionTable functions;
@@ -75,6 +78,7 @@ Result<Imported> import_speedscope(std::string_view json) {
     StackSamples out;
     out.functions = std::move(functions);
     out.meta["source"] = "speedscope";
+    if (!tool.empty()) out.meta["tool"] = tool;
     std::string unit;
     for (const Value& pr : profiles->GetArray()) {
       const Value* u = member(pr, "unit");
@@ -131,6 +135,7 @@ Result<Imported> import_speedscope(std::string_view json) {
   p.functions = std::move(functions);
   p.captured_depth = -1;
   p.meta["source"] = "speedscope";
+  if (!tool.empty()) p.meta["tool"] = tool;
   p.start_ns = INT64_MAX;
   p.end_ns = INT64_MIN;
   for (const Value& pr : profiles->GetArray()) {
