@@ -83,12 +83,13 @@ void bind_analysis(py::module_& m) {
       .def(py::init<>())
       .def(
           "add",
-          [](StackPathTotals& self, const std::shared_ptr<StackSamples>& samples) {
+          [](StackPathTotals& self, const std::shared_ptr<StackSamples>& samples, int depth) {
             if (!samples) throw py::type_error("add() needs StackSamples, got None");
             py::gil_scoped_release unlocked;
-            self.add(*samples);
+            self.add(*samples, depth);
           },
-          py::arg("samples"), "Adds every sample of one source.")
+          py::arg("samples"), py::arg("depth") = -1,
+          "Adds every sample of one source; depth >= 0 folds deeper frames into their ancestor at it.")
       .def(
           "summary",
           [](const StackPathTotals& self) {

@@ -51,6 +51,23 @@ TEST(StackPathTotals, SelfIsTheLeafsTotalIsEverythingUnder) {
   EXPECT_EQ(t.sources(), 1u);
 }
 
+TEST(StackPathTotals, DeeperFramesFoldIntoTheirAncestorAtTheDepth) {
+  const auto ss = samples({{"samples", "count"}}, {{{"main", "a", "b"}, {3}}, {{"main", "a"}, {2}},
+                                                   {{"main", "c", "d", "e"}, {5}}, {{"main"}, {1}}});
+  StackPathTotals t;
+  t.add(ss, 1);  // main is depth 0
+  const auto rows = by_path(t);
+  ASSERT_EQ(rows.size(), 3u);  // no path deeper than main;x
+  EXPECT_EQ(rows.at("main").self, (std::vector<int64_t>{1}));
+  EXPECT_EQ(rows.at("main;a").self, (std::vector<int64_t>{5}));  // b's 3 folded in
+  EXPECT_EQ(rows.at("main;c").self, (std::vector<int64_t>{5}));  // d and e's
+  EXPECT_EQ(rows.at("main").total, (std::vector<int64_t>{11}));  // totals unchanged
+  StackPathTotals root;
+  root.add(ss, 0);
+  ASSERT_EQ(by_path(root).size(), 1u);
+  EXPECT_EQ(by_path(root).at("main").self, (std::vector<int64_t>{11}));
+}
+
 TEST(StackPathTotals, TypesAreTheUnionAndAMissingValueIsZero) {
   StackPathTotals t;
   t.add(samples({{"samples", "count"}, {"cpu", "nanoseconds"}}, {{{"main", "a"}, {2, 20}}}));

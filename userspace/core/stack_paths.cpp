@@ -4,7 +4,7 @@
 
 namespace mlprof {
 
-void StackPathTotals::add(const StackSamples& ss) {
+void StackPathTotals::add(const StackSamples& ss, int depth) {
   ++sources_;
   // This source's value types as indices into the union.
   std::vector<size_t> slot;
@@ -24,7 +24,8 @@ void StackPathTotals::add(const StackSamples& ss) {
   for (const StackSamples::Sample& s : ss.samples) {
     ++samples_;
     uint32_t parent = 0;
-    for (size_t f = 0; f < s.frames.size(); ++f) {
+    const size_t frames = depth < 0 ? s.frames.size() : std::min(s.frames.size(), static_cast<size_t>(depth) + 1);
+    for (size_t f = 0; f < frames; ++f) {
       const std::string& name = strings.get(ss.functions.get(s.frames[f].function).name);
       std::string key = std::to_string(parent);
       key += '\0';
@@ -37,7 +38,7 @@ void StackPathTotals::add(const StackSamples& ss) {
       Node& node = nodes_[it->second];
       for (size_t v = 0; v < s.values.size() && v < slot.size(); ++v) {
         node.total[slot[v]] += s.values[v];
-        if (f + 1 == s.frames.size()) node.self[slot[v]] += s.values[v];
+        if (f + 1 == frames) node.self[slot[v]] += s.values[v];
       }
       parent = it->second + 1;
     }

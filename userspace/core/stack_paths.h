@@ -23,8 +23,11 @@ class StackPathTotals {
   };
 
   // Adds every sample of `samples`; its value types join the union (a type
-  // is its (type, unit) pair; a source without one adds 0 to it).
-  void add(const StackSamples& samples);
+  // is its (type, unit) pair; a source without one adds 0 to it). With
+  // `depth` >= 0, frames deeper than it fold into their ancestor at that
+  // depth (0 = the root), which takes their samples as its self, as `top
+  // --depth` folds calls.
+  void add(const StackSamples& samples, int depth = -1);
   // (type, unit) in first-seen order.
   const std::vector<std::pair<std::string, std::string>>& value_types() const { return types_; }
   uint64_t sources() const { return sources_; }
