@@ -236,6 +236,20 @@ void bind_files(py::module_& m) {
         "The self-contained HTML page of an analysis result (`mlprof top`/`diff --html`): the "
         "payload JSON (a title, facts, columns and rows) in the report's template and CSS. "
         "ValueError if the payload is not a JSON object.");
+  m.def(
+      "write_file",
+      [](const std::string& path, const py::bytes& data) {
+        const std::string bytes = data;
+        Result<Ok> written = Ok{};
+        {
+          py::gil_scoped_release unlocked;
+          written = write_file_atomic(path, bytes);
+        }
+        if (!written.ok()) raise_os_error(written.error().errnum, path);
+      },
+      py::arg("path"), py::arg("data"),
+      "Writes `data` to `path` as every output is written (core/file_io.h): atomically (a temporary file "
+      "and a rename), a new file 0644 less the umask, a replaced one keeping its mode; OSError if it fails.");
   m.def("export_bytes", &export_bytes, py::arg("profile"), py::arg("format"),
         "The file contents of `profile` in `format` ('json', 'json_gz', 'chrome_trace', 'pprof', "
         "'speedscope', 'folded', 'html').");

@@ -97,7 +97,7 @@ def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[
         if run_id is not None:
             yield from _run_profiles(run_id)
         elif _is_store(target):
-            with open_store(target) as store:
+            with open_store(target, create=False) as store:  # reading: a store that is not there is an error
                 for source_id in store.source_ids(where):
                     yield store.load(source_id)
         else:
@@ -268,20 +268,11 @@ def _html_page(kind: str, title: str, facts, notes, columns, rows, result_json: 
 
 
 def _write_page(path: Union[str, os.PathLike], text: str) -> str:
-    """Writes `text` to `path` through a temporary file in its directory and
-    a rename: a reader sees the old page or the new one, never half."""
-    import tempfile
-
+    """Writes `text` to `path` as the core writes every output: through a
+    temporary file in its directory and a rename (a reader sees the old page
+    or the new one, never half), a new file 0644 less the umask."""
     path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".mlprof-", suffix=".html", dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _core.write_file(path, text.encode("utf-8"))
     return path
 
 
@@ -359,7 +350,7 @@ def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, s
     count = 0
     for target in [t for item in items for t in _expand(os.fspath(item))]:
         if _run_id(target) is None and _is_store(target):
-            with open_store(target) as store:
+            with open_store(target, create=False) as store:
                 ids = store.source_ids(where)
                 added = stats.add_store(store._driver, store._driver.dialect, ids, depth)
                 if isinstance(added, tuple):
@@ -370,7 +361,7 @@ def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, s
                         "SELECT source_id FROM sources WHERE sample_kind = 'stacks'", ())}
                     for source_id in ids:
                         if source_id in sampled:
-                            stacks.add(store.load_stacks(source_id))
+                            stacks.add(store.load_stacks(source_id), depth)
             continue
         if stacks is not None and os.path.isfile(target):
             with open(target, "rb") as f:
@@ -382,7 +373,7 @@ def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, s
 
                     raise ProfileLoadError(f"cannot import {target!r}: {imported[1]}", kind=imported[0], path=target)
                 if isinstance(imported, _core.StackSamples):
-                    stacks.add(imported)
+                    stacks.add(imported, depth)
                 else:
                     stats.add(imported, depth)
                     count += 1
