@@ -1,6 +1,8 @@
 """`mlprof`: profiles that accumulate and answer questions (docs/store.md).
 
-    mlprof add STORE FILE... [--source-type T] [--uri U] [--label k=v]...
+    mlprof add STORE FILE... [--source-type T] [--uri U] [--label k=v]... [--allow-duplicate]
+                                         (documents, pprof, py-spy raw or speedscope, Chrome traces)
+    mlprof rm STORE ID...                (sources deleted with all their rows, in one transaction)
     mlprof show STORE [SOURCE] [--depth N] [--format text|json]
     mlprof top STORE|FILE... [--where k=v]... [--depth N] [--by path|function] [--limit N] [--format text|json] [--html OUT]
     mlprof diff A B [--where-a k=v] [--where-b k=v] [--run-by KEY] [--statistic S] [--threshold PCT] ...
@@ -14,8 +16,14 @@
     mlprof convert STORE OUT.pb.gz [--where k=v]... [--source ID]... [--label-by KEY]...
                                          (one pprof aggregating the selected sources)
 
-STORE is a path (SQLite) or `sqlite:///path`. Exit status: 0 done, 1 a file
-or the store failed (each file is added whole or not at all), 2 usage.
+STORE is a path (SQLite), `sqlite:///path` or `postgresql://...`. Only add and
+combine create a store; every other command needs one that is there.
+Exit status: 0 done (also for a file add finds already in the store), 1 a
+regression (diff, trend), 2 an input or usage error (a file that cannot be
+read, each added whole or not at all; a store missing, unreachable or
+corrupt; an empty selection; a bad option), 3 inconclusive (diff, trend).
+A closed output pipe (`mlprof top ... | head`) ends quietly: the rest of the
+output is dropped and the status is the command's own (diff's verdict stays).
 """
 
 from __future__ import annotations
@@ -48,12 +56,19 @@ def _labels(pairs: List[str], option: str = "--label") -> dict:
 
 
 def _add(args) -> int:
+    from .store import DuplicateSource
+
     labels = _labels(args.label)
     failed = 0
     with open_store(args.store) as store:
         for path in args.files:
             try:
-                source = store.add(path, source_type=args.source_type, uri=args.uri, labels=labels)
+                source = store.add(path, source_type=args.source_type, uri=args.uri, labels=labels,
+                                   allow_duplicate=args.allow_duplicate)
+            except DuplicateSource as dup:
+                print(f"{path}: already in the store as source {dup.source_id} (the same content); not added "
+                      "(--allow-duplicate adds it again)")
+                continue
             except (ProfileLoadError, OSError) as exc:
                 print(f"mlprof: {path}: not added: {exc}", file=sys.stderr)
                 failed += 1
@@ -62,7 +77,16 @@ def _add(args) -> int:
             unit = "span" if row["kind"] == "spans" else "sample"
             print(f"{path}: source {source} ({row['source_type']}), {_plural(row['spans'], unit)} in "
                   f"{_plural(row['sessions'], 'session')}")
-    return 1 if failed else 0
+    return 2 if failed else 0
+
+
+def _rm(args) -> int:
+    with open_store(args.store, create=False) as store:
+        removed = store.remove(args.ids)
+        left = len(store.sources())
+    print(f"{args.store}: {_plural(len(set(args.ids)), 'source')} removed with {removed:,} spans or samples, "
+          f"{_plural(left, 'source')} left")
+    return 0
 
 
 def _when(unix_ns) -> str:
@@ -94,7 +118,7 @@ def _show_stacks(samples, args) -> int:
 
 
 def _show(args) -> int:
-    with open_store(args.store) as store:
+    with open_store(args.store, create=False) as store:
         if args.source is not None:
             kind = next((s["kind"] for s in store.sources() if s["source_id"] == args.source), "spans")
             if kind == "stacks":
@@ -113,14 +137,14 @@ def _show(args) -> int:
         print(f"{args.store}: {_plural(len(sources), 'source')}, {_plural(total, 'span')}")
         if not sources:
             return 0
-        header = ("id", "type", "captured", "model", "version", "host", "pid", "spans", "duration")
-        rows = [(str(s["source_id"]), s["source_type"], _when(s["captured_unix_ns"]), s["model"] or "-",
-                 s["version"] or "-", s["host"] or "-", str(s["pid"] or "-"),
+        header = ("id", "type", "tool", "captured", "model", "version", "host", "pid", "spans", "duration")
+        rows = [(str(s["source_id"]), s["source_type"], s["tool"] or "-", _when(s["captured_unix_ns"]),
+                 s["model"] or "-", s["version"] or "-", s["host"] or "-", str(s["pid"] or "-"),
                  f"{s['spans']:,}" if s["kind"] == "spans" else f"{s['spans']:,} samples",
                  format_duration(s["duration_ns"]) if s["duration_ns"] else "-") for s in sources]
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
         for row in (header, *rows):
-            print("  ".join(c.rjust(w) if i in (0, 6, 7, 8) else c.ljust(w)
+            print("  ".join(c.rjust(w) if i in (0, 7, 8, 9) else c.ljust(w)
                             for i, (c, w) in enumerate(zip(row, widths))).rstrip())
     return 0
 
@@ -128,7 +152,12 @@ def _show(args) -> int:
 def _top(args) -> int:
     from . import analysis
 
-    result = analysis.top(args.inputs, where=_labels(args.where), depth=args.depth, by=args.by)
+    result = analysis.top(args.inputs, where=_labels(args.where, "--where"), depth=args.depth, by=args.by)
+    if result.sessions == 0 and result.sampled is None:  # an empty selection is an error, not an empty table
+        where = "".join(f" --where {w}" for w in args.where)
+        print(f"mlprof top: no profile in {', '.join(args.inputs)}{' matches' + where if where else ''} "
+              "(mlprof show lists a store's sources)", file=sys.stderr)
+        return 2
     if args.format == "json":
         print(result.to_json())
     else:
@@ -182,26 +211,49 @@ def _bubbles(args) -> int:
 
 
 def _combine(args) -> int:
+    """All or nothing: the copies are one transaction, and an OUT file this
+    command created is removed when it fails (an existing one is left as it
+    was)."""
     from . import analysis
+    from .store import DuplicateSource, _sqlite_path
 
-    added = 0
-    with open_store(args.out) as out:
-        for item in args.inputs:
-            for target in analysis._expand(item):
-                if analysis._is_store(target):
-                    with open_store(target) as src:
-                        for row in src.sources():
-                            labels = {k[len("label."):]: v for k, v in src.labels(row["source_id"]).items()
-                                      if k.startswith("label.")}
-                            read = src.load_stacks if row["kind"] == "stacks" else src.load
-                            out.add(read(row["source_id"]), source_type=row["source_type"],
-                                    uri=row["uri"] or target, labels=labels)
+    is_file = not args.out.startswith(("postgresql://", "postgres://"))
+    out_path = _sqlite_path(args.out) if is_file else ""
+    new_file = is_file and not os.path.exists(out_path)
+    added = same = 0
+    try:
+        with open_store(args.out, create=True) as out, out.batch():
+            for item in args.inputs:
+                for target in analysis._expand(item):
+                    try:
+                        if analysis._is_store(target):
+                            with open_store(target, create=False) as src:
+                                for row in src.sources():
+                                    labels = {k[len("label."):]: v for k, v in src.labels(row["source_id"]).items()
+                                              if k.startswith("label.")}
+                                    read = src.load_stacks if row["kind"] == "stacks" else src.load
+                                    try:
+                                        out.add(read(row["source_id"]), source_type=row["source_type"],
+                                                uri=row["uri"] or target, labels=labels,
+                                                content_hash=row["content_hash"],
+                                                allow_duplicate=args.allow_duplicate)
+                                        added += 1
+                                    except DuplicateSource:
+                                        same += 1
+                        else:
+                            out.add(target, uri=os.path.abspath(target), allow_duplicate=args.allow_duplicate)
                             added += 1
-                else:
-                    out.add(target, uri=os.path.abspath(target))
-                    added += 1
-        total = len(out.sources())
-    print(f"{args.out}: {_plural(added, 'source')} added, {_plural(total, 'source')} in all")
+                    except DuplicateSource:
+                        same += 1
+            total = len(out.sources())
+    except BaseException:
+        if new_file:
+            for leftover in (out_path, out_path + "-wal", out_path + "-shm"):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+        raise
+    print(f"{args.out}: {_plural(added, 'source')} added, {_plural(total, 'source')} in all"
+          + (f"; {_plural(same, 'source')} already there (the same content), not added" if same else ""))
     return 0
 
 
@@ -217,7 +269,7 @@ def _convert(args) -> int:
             return 2
         print(load(args.input).save(args.output))
         return 0
-    with open_store(args.input) as store:
+    with open_store(args.input, create=False) as store:
         one_span_source = (len(args.source) == 1 and not args.where and not args.label_by and
                            next((s["kind"] for s in store.sources() if s["source_id"] == args.source[0]),
                                 "spans") == "spans")
@@ -229,7 +281,7 @@ def _convert(args) -> int:
                 return 2
             print(store.load(args.source[0]).save(args.output))
             return 0
-        written = store.export_pprof(args.output, args.source or None, where=_labels(args.where),
+        written = store.export_pprof(args.output, args.source or None, where=_labels(args.where, "--where"),
                                      label_by=args.label_by)
     types = ", ".join(f"{t}/{u}" for t, u in written["sample_types"])
     print(f"{args.output}: {_plural(written['sources'], 'source')} aggregated into "
@@ -249,26 +301,44 @@ def _migrate(args) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlprof", description="Profiles that accumulate and answer questions.")
     sub = parser.add_subparsers(dest="command", required=True)
-    add = sub.add_parser("add", help="add profile documents to a store")
-    add.add_argument("store", help="a SQLite file (created if missing) or sqlite:///path")
-    add.add_argument("files", nargs="+", help="profile documents (.json, .json.gz)")
+    add = sub.add_parser(
+        "add", help="add profiles to a store: ours, pprof, py-spy, speedscope, Chrome traces",
+        description="Adds each file as one source, in its own transaction, recognised by its content: a profile "
+                    "document (.json, .json.gz), pprof (.pb.gz or plain: Go's, ours), py-spy's raw (folded "
+                    "stacks) or speedscope output, other speedscope files, a Chrome trace (viztracer, Perfetto's "
+                    "JSON). A file whose content the store already has is said and not added (exit 0). Exit 2 "
+                    "when a file cannot be read (it adds nothing; the others are added).")
+    add.add_argument("store", help="a SQLite file (created if missing), sqlite:///path or postgresql://...")
+    add.add_argument("files", nargs="+", metavar="FILE",
+                     help="profile documents, pprof, py-spy raw or speedscope, Chrome trace JSON")
     add.add_argument("--source-type", default=None,
-                     help="in-process or ebpf (default: read from the document)")
+                     help="the source's type (default: read from the file: in-process, ebpf, pprof, speedscope, "
+                          "folded, chrome-trace)")
     add.add_argument("--uri", default=None, help="where the profile came from (default: the file's path)")
     add.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                      help="provenance to filter on later: model=fraud, version=3 (repeatable)")
+    add.add_argument("--allow-duplicate", action="store_true",
+                     help="add a file even when a source of the store has the same content (sha256)")
     add.set_defaults(run=_add)
+    rm = sub.add_parser("rm", help="delete sources and all their rows",
+                        description="Deletes the sources with their sessions, spans or samples, values, I/O and "
+                                    "kernel data in one transaction (nothing when an id is not there: exit 2).")
+    rm.add_argument("store", help="a store (it must exist)")
+    rm.add_argument("ids", nargs="+", type=int, metavar="ID", help="source ids (mlprof show lists them)")
+    rm.set_defaults(run=_rm)
     show = sub.add_parser("show", help="list a store's sources, or print one as a tree")
     show.add_argument("store")
     show.add_argument("source", nargs="?", type=int, help="a source id: print its tree")
-    show.add_argument("--depth", type=int, default=None, help="render the tree to this depth")
+    show.add_argument("--depth", type=int, default=None,
+                      help="render the tree to this depth; sampled stacks: deeper frames fold into their ancestor")
     show.add_argument("--format", choices=("text", "json"), default="text")
     show.set_defaults(run=_show)
     top = sub.add_parser("top", help="the bottlenecks: call paths (or functions: --by function) ranked by self time")
     top.add_argument("inputs", nargs="+", metavar="STORE|FILE", help="stores and profile documents")
     top.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                      help="only sources whose model, version, run_id, host, type, label or meta matches")
-    top.add_argument("--depth", type=int, default=None, help="fold deeper paths into their ancestors")
+    top.add_argument("--depth", type=int, default=None,
+                     help="fold deeper paths into their ancestors (calls and sampled stacks alike)")
     top.add_argument("--by", choices=("path", "function"), default="path",
                      help="rank call paths (default) or functions: flat and cumulative time, as pprof's -top")
     top.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
@@ -316,8 +386,10 @@ def _parser() -> argparse.ArgumentParser:
     bub.add_argument("--format", choices=("text", "json"), default="text")
     bub.set_defaults(run=_bubbles)
     comb = sub.add_parser("combine", help="copy the sources of stores and files into one store")
-    comb.add_argument("out", help="the store to add to (created if missing)")
+    comb.add_argument("out", help="the store to add to (created if missing; removed again if the command fails)")
     comb.add_argument("inputs", nargs="+", metavar="STORE|FILE")
+    comb.add_argument("--allow-duplicate", action="store_true",
+                      help="copy a source even when OUT has one of the same content (sha256 of its file)")
     comb.set_defaults(run=_combine)
     conv = sub.add_parser("convert", help="write a profile (a document, or a store's source) in another format; "
                                           "or one pprof aggregating a store's sources")
@@ -339,14 +411,65 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that only read stores: no store they name is created.
+_READ_ONLY = ("show", "top", "diff", "bubbles", "convert", "trend", "migrate", "rm")
+
+
+class _PipeSafeStdout:
+    """sys.stdout for a command's run: once the reader has closed the pipe
+    (`mlprof top ... | head`), the rest of the output goes to /dev/null
+    instead of raising BrokenPipeError, so the command ends as it would
+    have (diff's verdict is its exit status still) and prints no error."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _closed(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+            self._stream.flush()  # what was buffered, to /dev/null
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """The `mlprof` console script."""
+    """The `mlprof` console script. Exit status: 0 done, 1 a regression
+    (diff, trend), 2 an input or usage error, 3 inconclusive (diff, trend).
+    A closed output pipe ends quietly with the command's own status."""
+    from . import store as _store
+
     args = _parser().parse_args(argv)
+    token = _store.creating.set(args.command not in _READ_ONLY)
+    stdout = sys.stdout
+    sys.stdout = _PipeSafeStdout(stdout)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # written past the proxy: the status cannot be told
+        _PipeSafeStdout(stdout)._closed()
+        return 141  # as a shell reports a command SIGPIPE ended
     except (StoreError, ProfileLoadError, OSError) as exc:
         print(f"mlprof: {exc}", file=sys.stderr)
-        return 1
+        return 2
+    finally:
+        sys.stdout = stdout
+        _store.creating.reset(token)
 
 
 if __name__ == "__main__":

@@ -256,7 +256,7 @@ def test_mlprof_top(captures, tmp_path):
     assert len(run.stdout.splitlines()) == 2 + 2 + 1
     run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(tmp_path / "missing.json")],
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode == 1 and run.stderr.startswith("mlprof: ") and "missing.json" in run.stderr, run
+    assert run.returncode == 2 and run.stderr.startswith("mlprof: ") and "missing.json" in run.stderr, run
     assert "Traceback" not in run.stderr
 
 

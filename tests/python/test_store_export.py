@@ -167,11 +167,11 @@ def test_where_and_source_select_and_label_by_keeps_sources_apart(store_path, tm
 
 def test_an_empty_selection_or_an_unknown_source_is_a_clear_error(store_path, tmp_path):
     run = mlprof("convert", store_path, tmp_path / "none.pb.gz", "--where", "model=nope")
-    assert run.returncode == 1
+    assert run.returncode == 2
     assert "no source matches model=nope" in run.stderr and "mlprof show" in run.stderr
     assert not (tmp_path / "none.pb.gz").exists()
     run = mlprof("convert", store_path, tmp_path / "none.pb.gz", "--source", "1", "--source", "99")
-    assert run.returncode == 1 and "no source 99 in the store" in run.stderr
+    assert run.returncode == 2 and "no source 99 in the store" in run.stderr
     with open_store(tmp_path / "empty.db") as empty, pytest.raises(StoreError) as err:
         empty.export_pprof(tmp_path / "none.pb.gz")
     assert err.value.kind == "missing" and "the selection is empty" in str(err.value)
