@@ -1,27 +1,27 @@
 """How often `mlprof diff` is right (issue 41): false alarms and power of the
 gate on real captured runs.
 
-    python bench/bench_diff.py --out bench/out/diff            # about 25 min
-    python bench/bench_diff.py --out /tmp/d --pool 8 --pairs 10 --kinds cpu --loads quiet   # smoke
+    python bench/bench_diff.py --out bench/out/diff                 # about 15 min quiet, 30 loaded
+    python bench/bench_diff.py --out /tmp/d --quads 4 --mlflow-quads 2 --loads quiet    # smoke
 
 1. Capture. Per model kind (diff_workload.py: cpu, sleep, mlflow) and
-   machine load (quiet; loaded: one busy-looping process per CPU), a pool
-   of runs of each variant: a (the baseline), a2 (the same code again),
-   b15 and b40 (score 15% and 40% slower). A run is one forked process
-   (MLflow imported once by the parent, the model loaded in each child) of
-   --calls predicts under profiling(). Variants are interleaved, their
-   order rotated each round, so drift in the machine's load falls on all.
-2. Decide. For each effect (0 = a vs a2, 15, 40) and runs a side (5, 10,
-   20), --pairs pairs of disjoint draws (A from pool a, B from the
-   variant's pool, without replacement within a pair), each given to
-   analysis.diff at its defaults. Pairs drawn from one pool share runs,
-   so the rates are less certain than --pairs independent pairs would make
-   them; the pool size is printed with them.
+   machine load (quiet; loaded: one busy-looping process per CPU), QUADS
+   independent quads: each 10 runs of every variant, a (the baseline), a2
+   (the same code again), b15 and b40 (score 15% and 40% slower). A run is
+   one forked process (MLflow imported once by the parent, the model loaded
+   in each child) of --calls predicts under profiling(). Within a quad the
+   variants are interleaved run by run, their order rotated, so drift in
+   the machine's load falls on all alike.
+2. Decide. Each quad is one A/A pair (a vs a2), one +15% pair and one +40%
+   pair (a vs b15, b40), given to analysis.diff at its defaults with 10
+   runs a side, and with its first 5; two quads together make a pair of 20
+   runs a side. Pairs of one effect share no run: they are independent.
 3. Report: per configuration the share of pairs whose verdict is
    regression, pass, inconclusive; whether score was named; and the wrong
    verdicts: a regression in an A/A pair, "pass" when score is slower, or
-   a named path that is neither score nor an ancestor of it. results.json,
-   a markdown table (results.md) and a plot (power.svg, with matplotlib).
+   a named path that is not score, an ancestor of it, or under it (the
+   slowed work itself). results.json, a markdown table (results.md) and a
+   plot (power.svg, with matplotlib).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VARIANTS = {"a": 1.0, "a2": 1.0, "b15": 1.15, "b40": 1.40}
+RUNS_A_QUAD = 10
 EFFECTS = {0: "a2", 15: "b15", 40: "b40"}
 
 
@@ -53,7 +53,7 @@ def _capture_one(kind: str, factor: float, out: Path, calls: int, model_dir: Pat
 
         os.environ["BENCH_SCORE_FACTOR"] = str(factor)
         model = mlflow.pyfunc.load_model(str(model_dir))
-        df = pd.DataFrame(np.random.default_rng(1).standard_normal((64, 8)), columns=[f"f{i}" for i in range(8)])
+        df = pd.DataFrame(np.random.default_rng(1).standard_normal((64, 4)), columns=[f"f{i}" for i in range(4)])
         model.predict(df)  # warm, outside the profile, as a served model is
         with profiling(depth=3) as session:
             for _ in range(calls):
@@ -78,13 +78,14 @@ def _save_model(model_dir: Path) -> None:
 
     if model_dir.exists():
         return
-    df = pd.DataFrame(np.random.default_rng(1).standard_normal((4, 8)), columns=[f"f{i}" for i in range(8)])
+    df = pd.DataFrame(np.random.default_rng(1).standard_normal((4, 4)), columns=[f"f{i}" for i in range(4)])
     mlflow.pyfunc.save_model(str(model_dir), python_model=pyfunc_model_class()(),
                              signature=infer_signature(df, np.zeros(4, dtype=int)))
 
 
-def capture(kind: str, load: str, pool: int, calls: int, out: Path) -> Path:
-    """Captures `pool` runs of every variant into out/KIND-LOAD/; returns that folder."""
+def capture(kind: str, load: str, quads: int, calls: int, out: Path) -> Path:
+    """Captures `quads` quads of 10 runs a variant into out/KIND-LOAD/
+    (q{quad}-{variant}-{run}.json); returns that folder."""
     folder = out / f"{kind}-{load}"
     folder.mkdir(parents=True, exist_ok=True)
     model_dir = out / "model"
@@ -97,23 +98,25 @@ def capture(kind: str, load: str, pool: int, calls: int, out: Path) -> Path:
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         names = list(VARIANTS)
-        for i in range(pool):
-            for v in names[i % len(names):] + names[:i % len(names)]:
-                path = folder / f"{v}-{i:03d}.json"
-                if path.exists():
-                    continue
-                pid = os.fork()
-                if pid == 0:
-                    code = 0
-                    try:
-                        _capture_one(kind, VARIANTS[v], path, calls, model_dir)
-                    except BaseException:
-                        traceback.print_exc()
-                        code = 1
-                    os._exit(code)
-                _, status = os.waitpid(pid, 0)
-                if status != 0:
-                    raise SystemExit(f"bench_diff: the run for {path} failed")
+        for q in range(quads):
+            for r in range(RUNS_A_QUAD):
+                turn = (q * RUNS_A_QUAD + r) % len(names)
+                for v in names[turn:] + names[:turn]:
+                    path = folder / f"q{q:03d}-{v}-{r:02d}.json"
+                    if path.exists():
+                        continue
+                    pid = os.fork()
+                    if pid == 0:
+                        code = 0
+                        try:
+                            _capture_one(kind, VARIANTS[v], path, calls, model_dir)
+                        except BaseException:
+                            traceback.print_exc()
+                            code = 1
+                        os._exit(code)
+                    _, status = os.waitpid(pid, 0)
+                    if status != 0:
+                        raise SystemExit(f"bench_diff: the run for {path} failed")
     finally:
         for h in hogs:
             h.kill()
@@ -127,23 +130,38 @@ def _score_path(result):
     return min(paths, key=len) if paths else None
 
 
-def decide(folder: Path, pool: int, pairs: int, runs_list, seed: int):
-    """Every pair's verdicts for one capture folder: {effect: {runs: counts}}."""
+def _tally(c: dict, result, effect: int) -> None:
+    c["pairs"] += 1
+    c[result.verdict] += 1
+    score = _score_path(result)
+    named = [p.path for p in result.regressions()]
+    # score, its ancestors, and what it calls (the slowed work itself).
+    allowed = [score[:k] for k in range(1, len(score) + 1)] if score else []
+    other = any(p not in allowed and p[:len(score or [])] != score for p in named)
+    c["score_named"] += score in named
+    c["other_named"] += other
+    slowed = next((p for p in result.paths if p.path == score), None)
+    c["wrong"] += (effect == 0 and result.verdict == "regression") or other or (
+        effect > 0 and slowed is not None and slowed.verdict == "pass")
+
+
+def decide(folder: Path, quads: int):
+    """Every pair's verdicts for one capture folder: {effect: {runs a side: counts}}."""
     from mlflow_profiler import analysis, load
 
-    sessions = {v: [load(str(folder / f"{v}-{i:03d}.json")) for i in range(pool)] for v in VARIANTS}
+    def runs(q: int, v: str, n: int):
+        return [load(str(folder / f"q{q:03d}-{v}-{r:02d}.json")) for r in range(n)]
+
     out = {}
     for effect, variant in EFFECTS.items():
         out[effect] = {}
-        for runs in runs_list:
-            if runs > pool:
-                continue
-            rng = random.Random(f"{seed}-{folder.name}-{effect}-{runs}")
+        for n in (5, 10, 20):
             c = {"pairs": 0, "regression": 0, "pass": 0, "inconclusive": 0, "score_named": 0, "wrong": 0,
                  "other_named": 0, "error": 0, "seconds": 0.0}
-            for _ in range(pairs):
-                a = rng.sample(sessions["a"], runs)
-                b = rng.sample(sessions[variant], runs)
+            groups = [[q] for q in range(quads)] if n <= RUNS_A_QUAD else [[q, q + 1] for q in range(0, quads - 1, 2)]
+            for group in groups:
+                a = [s for q in group for s in runs(q, "a", min(n, RUNS_A_QUAD))]
+                b = [s for q in group for s in runs(q, variant, min(n, RUNS_A_QUAD))]
                 t = time.perf_counter()
                 try:
                     result = analysis.diff(a, b)
@@ -151,21 +169,8 @@ def decide(folder: Path, pool: int, pairs: int, runs_list, seed: int):
                     c["error"] += 1
                     continue
                 c["seconds"] += time.perf_counter() - t
-                c["pairs"] += 1
-                c[result.verdict] += 1
-                score = _score_path(result)
-                named = [p.path for p in result.regressions()]
-                # score, its ancestors, and what it calls (the slowed work itself).
-                allowed = [score[:k] for k in range(1, len(score) + 1)] if score else []
-                score_named = score in named
-                other = any(p not in allowed and p[:len(score or [])] != score for p in named)
-                c["score_named"] += score_named
-                c["other_named"] += other
-                slowed = next((p for p in result.paths if p.path == score), None)
-                wrong = (effect == 0 and result.verdict == "regression") or other or (
-                    effect > 0 and slowed is not None and slowed.verdict == "pass")
-                c["wrong"] += wrong
-            out[effect][runs] = c
+                _tally(c, result, effect)
+            out[effect][n] = c
     return out
 
 
@@ -175,18 +180,19 @@ def _rate(n: int, d: int) -> str:
 
 def report(results: dict, meta: dict) -> str:
     """The markdown table of every configuration."""
-    lines = [f"pool {meta['pool']} runs a variant (mlflow {meta['mlflow_pool']}), {meta['calls']} predicts a run, "
-             f"{meta['pairs']} pairs a cell; diff at its defaults (mean wall time per root call, threshold 10%, "
-             f"95%, floors 5% and 20 us)", "",
-             "| model | machine | effect on score | runs a side | regression | score named | pass | inconclusive "
+    lines = [f"{meta['quads']} quads (mlflow {meta['mlflow_quads']}) of 10 runs a variant, {meta['calls']} predicts "
+             "a run; pairs of 20 runs a side join two quads; diff at its defaults (mean wall time per root call, "
+             "threshold 10%, 95%, floors 5% and 20 us)", "",
+             "| model | machine | effect on score | runs a side | pairs | regression | score named | pass | inconclusive "
              "| wrong | other path named | s a diff |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, per_effect in results.items():
         kind, load = key.split("-")
         for effect, per_runs in per_effect.items():
             for runs, c in per_runs.items():
                 n = c["pairs"]
-                lines.append(f"| {kind} | {load} | {'A/A' if int(effect) == 0 else '+' + str(effect) + '%'} | {runs} "
+                what = "A/A" if int(effect) == 0 else f"+{effect}%"
+                lines.append(f"| {kind} | {load} | {what} | {runs} | {n} "
                              f"| {_rate(c['regression'], n)} | {_rate(c['score_named'], n)} | {_rate(c['pass'], n)} "
                              f"| {_rate(c['inconclusive'], n)} | {_rate(c['wrong'], n)} | {_rate(c['other_named'], n)} "
                              f"| {c['seconds'] / max(n, 1):.3f} |")
@@ -234,27 +240,23 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--kinds", default="cpu,sleep,mlflow")
     ap.add_argument("--loads", default="quiet,loaded")
-    ap.add_argument("--pool", type=int, default=40)
-    ap.add_argument("--mlflow-pool", type=int, default=30)
+    ap.add_argument("--quads", type=int, default=100)
+    ap.add_argument("--mlflow-quads", type=int, default=25)
     ap.add_argument("--calls", type=int, default=30)
-    ap.add_argument("--pairs", type=int, default=100)
-    ap.add_argument("--runs", default="5,10,20")
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    runs_list = [int(r) for r in args.runs.split(",")]
     results, timing = {}, {}
     for kind in args.kinds.split(","):
         for load in args.loads.split(","):
-            pool = args.mlflow_pool if kind == "mlflow" else args.pool
+            quads = args.mlflow_quads if kind == "mlflow" else args.quads
             t = time.time()
-            folder = capture(kind, load, pool, args.calls, args.out)
+            folder = capture(kind, load, quads, args.calls, args.out)
             t2 = time.time()
-            results[f"{kind}-{load}"] = decide(folder, pool, args.pairs, runs_list, args.seed)
+            results[f"{kind}-{load}"] = decide(folder, quads)
             timing[f"{kind}-{load}"] = {"capture_s": round(t2 - t, 1), "decide_s": round(time.time() - t2, 1)}
             print(f"{kind}-{load}: captured in {t2 - t:.0f} s, decided in {time.time() - t2:.0f} s", flush=True)
-    meta = {"pool": args.pool, "mlflow_pool": args.mlflow_pool, "calls": args.calls, "pairs": args.pairs,
+    meta = {"quads": args.quads, "mlflow_quads": args.mlflow_quads, "calls": args.calls,
             "timing": timing, "python": sys.version.split()[0], "loadavg": os.getloadavg()}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     table = report(results, meta)

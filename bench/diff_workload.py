@@ -1,8 +1,9 @@
 """The models bench_diff.py captures runs of (one forked process per run).
 
 Each predict() calls featurize, score and postprocess. score is the step a
-release slows by a known factor; it is about a fifth of predict, above the
-gate's floors (5% of the root, 20 us). Three kinds:
+release slows by a known factor; it is a sixth to a third of predict, above
+the gate's floors (5% of the root, 20 us). Steps are short so that a run of
+30 predicts takes about 0.1 s and thousands of runs fit in minutes. Three kinds:
 - cpu: pure-Python loops (CPU-bound, so a loaded machine stretches them);
 - sleep: time.sleep (waiting; the load shows only as wakeup latency);
 - mlflow: a pyfunc model loaded with mlflow.pyfunc.load_model, predict
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import time
 
-FEATURIZE_SPIN = 60_000  # about 3 ms of CPython 3.11 here
-SCORE_SPIN = 20_000      # about 1 ms
+FEATURIZE_SPIN = 12_000  # about 0.6 ms of CPython 3.11 here
+SCORE_SPIN = 5_000       # about 0.25 ms
+FEATURIZE_SLEEP = 0.001
+SCORE_SLEEP = 0.0005     # timer slack (50 us) dilutes a change of the request by a tenth
 SCORE_MATMULS = 20       # about 2 ms of 64x128 @ 128x128 matmuls: 1.15 and 1.4 times are whole numbers
 
 
@@ -35,17 +38,17 @@ class Steps:
         self.factor = factor
 
     def featurize(self) -> int:
-        """3 ms of work or of sleep."""
+        """0.6 ms of work, or 1 ms of sleep."""
         if self.kind == "cpu":
             return spin(FEATURIZE_SPIN)
-        time.sleep(0.003)
+        time.sleep(FEATURIZE_SLEEP)
         return 0
 
     def score(self) -> int:
-        """1 ms times the release's factor."""
+        """0.25 ms of work or 0.5 ms of sleep, times the release's factor."""
         if self.kind == "cpu":
             return spin(int(SCORE_SPIN * self.factor))
-        time.sleep(0.001 * self.factor)
+        time.sleep(SCORE_SLEEP * self.factor)
         return 0
 
     def postprocess(self, x: int) -> int:
