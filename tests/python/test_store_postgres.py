@@ -254,3 +254,40 @@ def test_a_read_only_command_on_an_empty_database_creates_no_tables(pg_url):
         assert run.returncode == 2 and "there is no store here" in run.stderr, run
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)
+
+
+class _Small:
+    def featurize(self, X):
+        return X * 2
+
+    def predict(self, X):
+        return self.featurize(X)[:, 0]
+
+
+def test_trend_on_postgres_gives_what_sqlite_gives(pg_url, tmp_path):
+    """mlprof trend over the same sessions in SQLite and PostgreSQL: the same
+    series, change points, verdicts and I/O drift (the drift query's GROUP
+    BY and the paths' names are SQL both engines must read alike)."""
+    import numpy as np
+
+    from mlflow_profiler import analysis
+
+    url = _fresh(pg_url, "trend")
+    sessions = []
+    for version, dtype in (("1", "float64"), ("1", "float64"), ("2", "float32"), ("2", "float32")):
+        X, model = np.ones((4, 3), dtype=dtype), _Small()
+        with profiling(depth=1, capture_io=True) as session:
+            for _ in range(5):
+                model.predict(X)
+        sessions.append((version, session))
+    results = []
+    for target in (tmp_path / "t.db", url):
+        with open_store(target) as store:
+            for version, session in sessions:
+                store.add(session, labels={"version": version})
+        results.append(analysis.trend(target, permutations=99))
+    lite, pg = results
+    assert pg.paths == lite.paths and pg.drift == lite.drift and pg.groups == lite.groups
+    assert sorted((d["path"][-1], d["role"], d["name"], tuple(d["changed"])) for d in pg.drift) == [
+        ("_Small.featurize", "in", "X", ("dtype",)), ("_Small.featurize", "out", "", ("dtype",)),
+        ("_Small.predict", "in", "X", ("dtype",)), ("_Small.predict", "out", "", ("dtype",))]

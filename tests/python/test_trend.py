@@ -257,3 +257,4 @@ def test_a_store_that_is_not_there_is_an_error_and_is_not_made(tmp_path):
     empty = _store(tmp_path / "empty.db", [])
     run = _mlprof("trend", empty)
     assert run.returncode == 2 and "the store has no source" in run.stderr
+
