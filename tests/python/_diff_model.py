@@ -1,7 +1,7 @@
 """A model run as one process, for diff's tests and bench/bench_diff.py:
 `python _diff_model.py OUT.json [--score-ms MS] [--spin N] [--twice] [--calls N]`.
-predict() calls featurize (a 1 ms sleep), score (a sleep of --score-ms, or a
-CPU loop of --spin iterations), once or, with --twice, twice, each with a
+predict() calls featurize (a 1 ms sleep), score (a CPU loop of --spin
+iterations, then a sleep of --score-ms), once or, with --twice, twice, each with a
 small `normalize` under it, and postprocess (a few microseconds). Profiles
 the calls into OUT.json and prints the program's own clock: the mean time
 of score per predict call, in ns (the oracle for diff's change)."""
@@ -31,9 +31,8 @@ def spin(n):
 
 
 def score(ms, n):
-    if n:
-        spin(n)
-    else:
+    spin(n)
+    if ms:
         time.sleep(ms / 1e3)
     return normalize(1.0)
 

@@ -158,13 +158,14 @@ def test_different_roots_are_an_error(runs, tmp_path):
 
 
 def test_cpu_time_is_the_gated_quantity_with_wall_beside_it(runs, tmp_path):
-    """score sleeps longer in B: its wall time grows, its CPU time does not.
-    Gated on CPU time the sleep is no regression; the wall change is shown."""
+    """score computes (a CPU loop), then sleeps, longer in B: its wall time
+    grows, its CPU time does not. Gated on CPU time the sleep is no
+    regression; the wall change is shown beside it."""
     sides = {"a": [], "b": []}
     for i in range(6):
-        for side, ms in (("a", "3"), ("b", "6")):
+        for side, ms in (("a", "3"), ("b", "9")):
             out = tmp_path / f"{side}{i}.json"
-            _run(out, "--score-ms", ms, "--cpu-time", "--calls", "10")
+            _run(out, "--spin", "30000", "--score-ms", ms, "--cpu-time", "--calls", "10")
             sides[side].append(str(out))
     cpu = analysis.diff(sides["a"], sides["b"], quantity="cpu")
     wall = analysis.diff(sides["a"], sides["b"])
