@@ -209,25 +209,28 @@ def plot(results: dict, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    keys = list(results)
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3), sharey=True, squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        for effect, per_runs in results[key].items():
-            xs = sorted(int(r) for r in per_runs)
-            if int(effect) == 0:
-                ys = [100 * per_runs[str(r) if str(r) in per_runs else r]["regression"]
-                      / max(per_runs[str(r) if str(r) in per_runs else r]["pairs"], 1) for r in xs]
-                ax.plot(xs, ys, "k--o", label="A/A false alarms")
-            else:
-                ys = [100 * per_runs[str(r) if str(r) in per_runs else r]["score_named"]
-                      / max(per_runs[str(r) if str(r) in per_runs else r]["pairs"], 1) for r in xs]
-                ax.plot(xs, ys, "-o", label=f"+{effect}% caught")
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("runs a side")
-        ax.set_ylim(-5, 105)
-        ax.axhline(5, color="grey", lw=0.5)
-        ax.axhline(90, color="grey", lw=0.5)
-    axes[0][0].set_ylabel("% of pairs")
+    results = json.loads(json.dumps(results))  # every key a string
+    kinds = sorted({k.split("-")[0] for k in results})
+    loads = sorted({k.split("-")[1] for k in results}, reverse=True)  # quiet first
+    fig, axes = plt.subplots(len(loads), len(kinds), figsize=(3.3 * len(kinds), 2.8 * len(loads)), sharey=True,
+                             squeeze=False)
+    for row, load in enumerate(loads):
+        for col, kind in enumerate(kinds):
+            ax = axes[row][col]
+            for effect, per_runs in results.get(f"{kind}-{load}", {}).items():
+                xs = sorted(int(r) for r in per_runs)
+                key = "regression" if effect == "0" else "score_named"
+                ys = [100 * per_runs[str(r)][key] / max(per_runs[str(r)]["pairs"], 1) for r in xs]
+                ax.plot(xs, ys, "k--o" if effect == "0" else "-o",
+                        label="A/A: false alarms" if effect == "0" else f"+{effect}%: score caught")
+            ax.set_title(f"{kind}, {load} machine", fontsize=9)
+            ax.set_xlabel("runs a side")
+            ax.set_xticks([5, 10, 20])
+            ax.set_ylim(-5, 105)
+            ax.axhline(5, color="grey", lw=0.5)
+            ax.axhline(90, color="grey", lw=0.5)
+    for row in range(len(loads)):
+        axes[row][0].set_ylabel("% of pairs")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
@@ -258,7 +261,12 @@ def main() -> int:
             print(f"{kind}-{load}: captured in {t2 - t:.0f} s, decided in {time.time() - t2:.0f} s", flush=True)
     meta = {"quads": args.quads, "mlflow_quads": args.mlflow_quads, "calls": args.calls,
             "timing": timing, "python": sys.version.split()[0], "loadavg": os.getloadavg()}
-    (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    saved = args.out / "results.json"
+    if saved.exists():  # another --loads or --kinds run into the same folder: kept beside this one's
+        before = json.loads(saved.read_text())
+        results = {**before["results"], **json.loads(json.dumps(results))}
+        meta["timing"] = {**before["meta"].get("timing", {}), **timing}
+    saved.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     table = report(results, meta)
     (args.out / "results.md").write_text(table)
     print(table)
