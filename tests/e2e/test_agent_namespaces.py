@@ -230,7 +230,7 @@ def unshared(python_exe: str, levels: int, log_path: str) -> Tuple[subprocess.Po
     """The target under `levels` nested pid namespaces (unshare): (unshare's process, Python's host pid)."""
     argv: List[str] = []
     for _ in range(levels):
-        argv += ["unshare", "--pid", "--fork", "--mount-proc"]
+        argv += ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]  # killing the outer one kills all
     log = open(log_path, "w")
     proc = subprocess.Popen(argv + target_argv(python_exe), stdout=log, stderr=subprocess.STDOUT,
                             env=dict(os.environ))
