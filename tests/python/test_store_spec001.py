@@ -129,3 +129,15 @@ def test_spans_holds_calls_and_the_docs_count_counts_calls_only(tmp_path):
     got = dict(conn.execute("SELECT name, count(*) AS calls FROM spans GROUP BY name").fetchall())
     assert got == dict(Counter(n["label"] for n in _walk(session.to_tree())))
     assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == sum(got.values()) + 19
+
+
+def test_spec_001s_queries_run_as_written_in_duckdb(tmp_path):
+    """The same text through DuckDB's sqlite extension (docs/store.md, "Ad-hoc SQL")."""
+    from _helpers import duckdb_with
+
+    with open_store(tmp_path / "duck.db") as store:
+        session, spans_id, folded_id = fill(store, tmp_path)
+    con = duckdb_with("sqlite", tmp_path)
+    con.execute(f"ATTACH '{tmp_path / 'duck.db'}' AS p (TYPE sqlite, READ_ONLY)")
+    con.execute("USE p")
+    check(lambda sql: con.execute(sql).fetchall(), session, spans_id, folded_id)
