@@ -131,7 +131,9 @@ with warnings.catch_warnings():
             r, w = os.pipe()
             try:
                 t = self._helper(lambda: os.write(w, b"x"))
+                t0 = time.perf_counter_ns()
                 os.read(r, 1)
+                self.waits.append([t0, time.perf_counter_ns()])  # the target's own clock around the read
                 t.join()
             finally:
                 os.close(r)
@@ -275,7 +277,7 @@ def main() -> int:
             previous = mp.last_profile() if mp is not None else None
             for _ in range(n):
                 impl.workers = []  # [tid, run_time_ns, run_delay_ns] of the threads this call starts
-                impl.waits = []  # [t0, t1] (CLOCK_MONOTONIC ns) the call measured itself waiting (lock)
+                impl.waits = []  # [t0, t1] (CLOCK_MONOTONIC ns) the call measured itself waiting (lock, pipe)
                 time.sleep(0.001)
                 s0 = (*schedstat(), time.perf_counter_ns())
                 t0 = time.perf_counter_ns()
