@@ -165,7 +165,10 @@ def _top(args) -> int:
     if args.html:
         result.write_html(args.html, inputs=args.inputs)
         what = "call path" if args.by == "path" else "function"
-        print(f"{args.html}: HTML page of {_plural(len(result.rows), what)}", file=sys.stderr)
+        # A page by function shows the sampled stacks' functions when there are no spans.
+        only_sampled = args.by == "function" and not result.sessions and result.sampled is not None
+        rows = len(result.sampled.rows) if only_sampled else len(result.rows)
+        print(f"{args.html}: HTML page of {_plural(rows, what)}", file=sys.stderr)
     return 0
 
 
