@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 
@@ -19,9 +18,21 @@ import pytest
 from mlflow_profiler import _cli, profiling
 from mlflow_profiler._files import loads
 from mlflow_profiler.store import DuplicateSource, StoreError, open_store
-from test_store import _connect, _document, _encode, _mlprof, _predict, _waiting_agent_document, _walk
+from test_store import _connect, _document, _encode, _mlprof, _predict, _waiting_agent_document
 
 FOLDED = "main;predict;encode 6\nmain;load 10\nmain 2\n"
+
+
+def _main(capsys, *argv):
+    """`mlprof ARGV` in this process (what the console script runs:
+    sys.exit(main())): its exit status, stdout and stderr. Quicker than a
+    process for the many cases below; the process tests are the others."""
+    try:
+        code = _cli.main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's and _labels' usage errors
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def _session(n=3):
@@ -128,13 +139,13 @@ READERS = [("show", "{db}"), ("top", "{db}"), ("bubbles", "{db}"), ("diff", "{db
 
 @pytest.mark.parametrize("argv", READERS, ids=[a[0] for a in READERS])
 @pytest.mark.parametrize("form", ["path", "url"])
-def test_a_read_only_command_on_a_missing_store_creates_nothing(tmp_path, argv, form):
+def test_a_read_only_command_on_a_missing_store_creates_nothing(tmp_path, capsys, argv, form):
     name = tmp_path / "typo.db"
     db = str(name) if form == "path" else f"sqlite:///{name}"
     out = tmp_path / "out.json"
-    run = _mlprof(*[a.format(db=db, out=out) for a in argv])
-    assert run.returncode == 2, (run.stdout, run.stderr)
-    assert str(name) in run.stderr and "Traceback" not in run.stderr, run.stderr
+    code, stdout, stderr = _main(capsys, *[a.format(db=db, out=out) for a in argv])
+    assert code == 2, (stdout, stderr)
+    assert str(name) in stderr and "Traceback" not in stderr, stderr
     assert sorted(os.listdir(tmp_path)) == [], os.listdir(tmp_path)
 
 
@@ -182,16 +193,16 @@ def test_a_failed_combine_leaves_no_output_or_the_old_one_as_it_was(tmp_path):
     (["diff", "{db}", "{db}", "--where-b", "nolabel"], "--where-b"),
     (["trend", "{db}", "--where", "nolabel"], "--where"),
 ], ids=lambda v: v if isinstance(v, str) else v[0])
-def test_an_option_error_names_the_option_given(tmp_path, argv, option):
+def test_an_option_error_names_the_option_given(tmp_path, capsys, argv, option):
     db = tmp_path / "o.db"
     doc = _session().save(tmp_path / "p.json")
     with open_store(db) as store:
         store.add(doc)
-    run = _mlprof(*[a.format(db=db, tmp=tmp_path, doc=doc) for a in argv])
-    assert run.returncode == 2, run
-    assert f"{option} takes KEY=VALUE, got 'nolabel'" in run.stderr, run.stderr
+    code, _, stderr = _main(capsys, *[a.format(db=db, tmp=tmp_path, doc=doc) for a in argv])
+    assert code == 2, stderr
+    assert f"{option} takes KEY=VALUE, got 'nolabel'" in stderr, stderr
     others = {"--where", "--where-a", "--where-b", "--label"} - {option}
-    assert not any(o + " " in run.stderr for o in others), run.stderr
+    assert not any(o + " " in stderr for o in others), stderr
 
 
 def test_every_output_has_the_same_mode(tmp_path):
@@ -217,7 +228,7 @@ def test_every_output_has_the_same_mode(tmp_path):
     assert run.returncode == 0 and page.stat().st_mode & 0o777 == 0o600  # replaced: its mode kept
 
 
-def test_depth_folds_sampled_stacks_into_their_ancestor(tmp_path):
+def test_depth_folds_sampled_stacks_into_their_ancestor(tmp_path, capsys):
     folded = tmp_path / "spy.folded"
     folded.write_text(FOLDED)  # main 2 self; main/load 10; main/predict/encode 6
     db = tmp_path / "d.db"
@@ -229,9 +240,9 @@ def test_depth_folds_sampled_stacks_into_their_ancestor(tmp_path):
                             (None, {("main",): (2, 18), ("main", "load"): (10, 10), ("main", "predict"): (0, 6),
                                     ("main", "predict", "encode"): (6, 6)})):
             argv = ["top", target, "--format", "json"] + ([] if depth is None else ["--depth", depth])
-            run = _mlprof(*argv)
-            assert run.returncode == 0, run.stderr
-            rows = json.loads(run.stdout)["sampled"]["rows"]
+            code, stdout, stderr = _main(capsys, *argv)
+            assert code == 0, stderr
+            rows = json.loads(stdout)["sampled"]["rows"]
             assert {tuple(r["path"]): (r["self_values"][0], r["total_values"][0]) for r in rows} == want, depth
     run = _mlprof("show", db, 1, "--depth", 1)
     assert run.returncode == 0, run.stderr
