@@ -5,7 +5,8 @@ gate on real captured runs.
     python bench/bench_diff.py --out /tmp/d --quads 4 --mlflow-quads 2 --loads quiet    # smoke
 
 1. Capture. Per model kind (diff_workload.py: cpu, sleep, mlflow) and
-   machine load (quiet; loaded: one busy-looping process per CPU), QUADS
+   machine load (quiet; loaded: --hogs busy-looping processes, one per CPU
+   by default, or whatever else runs beside), QUADS
    independent quads: each 10 runs of every variant, a (the baseline), a2
    (the same code again), b15 and b40 (score 15% and 40% slower). A run is
    one forked process (MLflow imported once by the parent, the model loaded
@@ -83,7 +84,7 @@ def _save_model(model_dir: Path) -> None:
                              signature=infer_signature(df, np.zeros(4, dtype=int)))
 
 
-def capture(kind: str, load: str, quads: int, calls: int, out: Path) -> Path:
+def capture(kind: str, load: str, quads: int, calls: int, out: Path, hogs: int) -> Path:
     """Captures `quads` quads of 10 runs a variant into out/KIND-LOAD/
     (q{quad}-{variant}-{run}.json); returns that folder."""
     folder = out / f"{kind}-{load}"
@@ -93,9 +94,10 @@ def capture(kind: str, load: str, quads: int, calls: int, out: Path) -> Path:
         _save_model(model_dir)
         import mlflow.pyfunc  # noqa: F401  (imported once: each forked run skips the 5 s import)
         import pandas  # noqa: F401
-    hogs = []
+    busy = []
     if load == "loaded":
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
+    loads = [os.getloadavg()[0]]
     try:
         names = list(VARIANTS)
         for q in range(quads):
@@ -117,10 +119,12 @@ def capture(kind: str, load: str, quads: int, calls: int, out: Path) -> Path:
                     _, status = os.waitpid(pid, 0)
                     if status != 0:
                         raise SystemExit(f"bench_diff: the run for {path} failed")
+            loads.append(os.getloadavg()[0])
     finally:
-        for h in hogs:
+        for h in busy:
             h.kill()
             h.wait()
+    (folder / "load.json").write_text(json.dumps({"hogs": len(busy), "loadavg_1min": loads}))
     return folder
 
 
@@ -246,6 +250,9 @@ def main() -> int:
     ap.add_argument("--quads", type=int, default=100)
     ap.add_argument("--mlflow-quads", type=int, default=25)
     ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--hogs", type=int, default=os.cpu_count() or 1,
+                    help="busy-looping processes while a loaded machine is captured (default: one per CPU); 0 when "
+                         "something else loads it (the project's CI, run beside)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -254,7 +261,7 @@ def main() -> int:
         for load in args.loads.split(","):
             quads = args.mlflow_quads if kind == "mlflow" else args.quads
             t = time.time()
-            folder = capture(kind, load, quads, args.calls, args.out)
+            folder = capture(kind, load, quads, args.calls, args.out, args.hogs)
             t2 = time.time()
             results[f"{kind}-{load}"] = decide(folder, quads)
             timing[f"{kind}-{load}"] = {"capture_s": round(t2 - t, 1), "decide_s": round(time.time() - t2, 1)}
