@@ -185,7 +185,7 @@ def _rate(n: int, d: int) -> str:
 def report(results: dict, meta: dict) -> str:
     """The markdown table of every configuration."""
     lines = [f"{meta['quads']} quads (mlflow {meta['mlflow_quads']}) of 10 runs a variant, {meta['calls']} predicts "
-             "a run; pairs of 20 runs a side join two quads; diff at its defaults (mean wall time per root call, "
+             "a run; pairs of 20 runs a side join two quads; diff at its defaults (p50 wall time per root call, "
              "threshold 10%, 95%, floors 5% and 20 us)", "",
              "| model | machine | effect on score | runs a side | pairs | regression | score named | pass | inconclusive "
              "| wrong | other path named | s a diff |",

@@ -361,8 +361,9 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--run-by", default="source", metavar="KEY",
                       help="what one run is: source (each store source or document; default) or a key whose value "
                            "groups sources (pid, a label such as job, a meta key)")
-    diff.add_argument("--statistic", choices=("mean", "p50", "p95"), default="mean",
-                      help="per run, over its root calls, of each path's time per root call (default mean)")
+    diff.add_argument("--statistic", choices=("mean", "p50", "p95"), default="p50",
+                      help="per run, over its root calls, of each path's time per root call (default p50; mean for a "
+                           "step in fewer than half the root calls)")
     diff.add_argument("--quantity", choices=("wall", "cpu"), default="wall",
                       help="gate on wall time (default) or CPU time (cpu_time=True, or the agent's on-CPU time)")
     diff.add_argument("--threshold", "--fail-on-regression", dest="threshold", type=float, default=10.0,

@@ -286,7 +286,7 @@ def _describe(inputs, where: Optional[Mapping[str, str]], option: str) -> str:
 
 
 def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional[Mapping[str, str]] = None,
-         run_by: str = "source", statistic: str = "mean", quantity: str = "wall", threshold: float = 10.0,
+         run_by: str = "source", statistic: str = "p50", quantity: str = "wall", threshold: float = 10.0,
          confidence: float = 0.95, min_share: float = 5.0, min_time_us: float = 20.0,
          depth: Optional[int] = None) -> Diff:
     """Compares two sides run by run and gates the paths that matter.
@@ -295,8 +295,10 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
     analysis.profiles()), or lists of ProfileSessions (one run each).
     run_by: what a run is: "source" (each store source or document) or a key
     whose value groups sources into runs (pid, a label such as job, a meta key).
-    statistic: per run, the mean (default), p50 or p95 over its root calls of
-    the path's time per root call. quantity: wall, or cpu (cpu_time=True or
+    statistic: per run, the p50 (default: robust to the preemptions of a
+    shared machine), mean or p95 over its root calls of the path's time per
+    root call (a step in fewer than half the root calls has a p50 of 0: use
+    the mean for it). quantity: wall, or cpu (cpu_time=True or
     the agent's on-CPU time; the wall time's change is shown beside it).
     threshold: the change in percent that counts as a regression. A path is
     gated when it is a root, or its time per root call is at least

@@ -414,7 +414,7 @@ def _changed(old: set, new: set) -> List[str]:
 
 
 def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optional[Mapping[str, str]] = None,
-          order: str = "auto", run_by: str = "source", statistic: str = "mean", quantity: str = "wall",
+          order: str = "auto", run_by: str = "source", statistic: str = "p50", quantity: str = "wall",
           threshold: float = DEFAULT_THRESHOLD_PCT, confidence: float = DEFAULT_CONFIDENCE,
           min_share: float = DEFAULT_MIN_SHARE_PCT, min_time_us: float = DEFAULT_MIN_TIME_US,
           permutations: Optional[int] = None, seed: int = 0, fail_on: str = "latest",
@@ -603,8 +603,8 @@ def add_parser(sub) -> None:
     p.add_argument("--run-by", default="source", metavar="KEY",
                    help="what one run is: source (default) or a key whose value groups a release's sources "
                         "(pid, a label such as job)")
-    p.add_argument("--statistic", choices=("mean", "p50", "p95"), default="mean",
-                   help="per run, over its root calls, of each path's time per root call (default mean)")
+    p.add_argument("--statistic", choices=("mean", "p50", "p95"), default="p50",
+                   help="per run, over its root calls, of each path's time per root call (default p50, as diff's)")
     p.add_argument("--quantity", choices=("wall", "cpu"), default="wall",
                    help="wall time (default) or CPU time (cpu_time=True, or the agent's on-CPU time)")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
