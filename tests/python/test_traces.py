@@ -17,7 +17,7 @@ from mlflow_profiler import profiling
 from mlflow_profiler.store import migrate, open_store
 
 from _helpers import walk
-from test_store import _undo_2_2
+from test_store import _old_store
 from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
 
 pytestmark = mlflow_warning_filters()
@@ -127,16 +127,13 @@ def test_a_store_of_2_1_is_written_without_traces_and_migrated(tmp_path):
         with profiling(depth=1) as session:
             _work()
     db = tmp_path / "old.db"
-    with open_store(db):
-        pass
     conn = sqlite3.connect(db, isolation_level=None)
-    _undo_2_2(conn)  # what 2.1 wrote
-    conn.execute("UPDATE meta SET value = '2.1' WHERE key = 'version'")
+    _old_store(conn, "2.1")  # what 2.1 wrote
     with open_store(db) as store:  # still written, in 2.1's format, which 2.1 readers read
         source = store.add(session)
         assert store.traces() == [] and store.load(source).traces == []
         assert store.source_ids({"trace_id": session.trace_id}) == []
-    assert migrate(str(db)) == ("2.1", "2.3")  # through 2.2 to the current
+    assert migrate(str(db)) == ("2.1", "2.4")  # through 2.2 and 2.3 to the current
     with open_store(db) as store:
         again = store.add(session)
         assert store.source_ids({"trace_id": session.trace_id}) == [again]
