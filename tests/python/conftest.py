@@ -47,16 +47,24 @@ def _instrumented_everywhere() -> list:
 # serve`, or a fresh Python that imports MLflow and loads a model. CI runs the
 # tests that use them on the oldest and newest full stages only (.ci/run).
 PROCESS_FIXTURES = {"tracking_server", "model_uri", "served_model"}
+# Fixtures of an MLflow tracking store (_mlflow_fixtures.py): what MLflow's
+# own Python code makes of a profile (runs, artifacts, metrics, traces), which
+# does not depend on how the extension handles each CPython. CI runs these
+# tests where it runs the `processes` ones.
+STORE_FIXTURES = {"local_store", "server_store", "mlflow_store"}
 
 
 def pytest_collection_modifyitems(items):
     """Marks `processes` every test that uses one of PROCESS_FIXTURES, the
-    tracking server through mlflow_store's "server" case included."""
+    tracking server through mlflow_store's "server" case included, and
+    `mlflow_tracking` every test that uses one of STORE_FIXTURES."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         server_case = callspec is not None and callspec.params.get("mlflow_store") == "server"
         if server_case or PROCESS_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.processes)
+        if STORE_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.mlflow_tracking)
 
 
 @pytest.fixture
