@@ -137,7 +137,8 @@ Result<Profile> edit_profile(const Profile& in, const ProfileEdits& edits) {
   }
   for (const Segment& seg : in.segments) {
     if (seg.span < 0 || static_cast<size_t>(seg.span) >= n || gone[seg.span]) continue;
-    out.segments.push_back({new_index[seg.span], seg.start_ns, seg.end_ns});
+    out.segments.push_back(seg);
+    out.segments.back().span = new_index[seg.span];
   }
   for (const SpanValue& v : in.values) {
     if (v.span < 0 || static_cast<size_t>(v.span) >= n || gone[v.span]) continue;

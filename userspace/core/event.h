@@ -28,6 +28,17 @@ enum class EventKind : uint8_t {
   // Attaches a label (string id) to the next kCall of the lane, or with
   // kEvRelabel to the innermost open span. ts unused.
   kLabel = 5,
+  // Coalesced resumes (core/resume.h): a run of kSuspend/kResume pairs of one
+  // span with nothing recorded in the lane between each pair (the generator
+  // went straight back to its consumer) is one kFold followed by one
+  // kFoldCount. kFold: id = the span's kCall index; kFoldCount: id = the
+  // number of resumes, ts = the last resume. kFoldCount.ts - kFold.ts is the
+  // time the span was paused in all (kFold.ts is not an event's time: it is
+  // the last resume less that total, never before the events that precede
+  // it). The span keeps running across the pair. Readings of a kFold event
+  // are what each counter grew while the span was paused (not counters).
+  kFold = 6,
+  kFoldCount = 7,
 };
 
 // Flags on events.

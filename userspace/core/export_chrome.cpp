@@ -186,6 +186,12 @@ void write_span_args(JsonWriter& w, const Profile& p, const std::vector<std::str
       w.Key("segment");
       write_string(w, std::to_string(iv.segment) + " of " + std::to_string(iv.segments));
     }
+    if (iv.folded_resumes > 0) {  // coalesced: drawn whole, paused inside
+      w.Key("folded resumes");
+      w.Uint(iv.folded_resumes);
+      w.Key("paused");
+      write_string(w, format_duration(iv.paused_ns));
+    }
   }
   w.EndObject();
 }

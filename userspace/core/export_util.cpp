@@ -38,7 +38,7 @@ std::vector<std::vector<RunInterval>> lane_intervals(const Profile& p) {
       const auto n = static_cast<uint32_t>(last - first);
       uint32_t k = 0;
       for (const Segment* seg = first; seg != last; ++seg) {
-        out.push_back({span, seg->start_ns, seg->end_ns, ++k, n});
+        out.push_back({span, seg->start_ns, seg->end_ns, ++k, n, seg->resumes, seg->paused_ns});
       }
     } else {
       out.push_back({span, s.start_ns, s.end_ns, 0, 0});

@@ -30,6 +30,10 @@ struct RunInterval {
   int64_t end_ns = 0;
   uint32_t segment = 0;   // 1-based index of the segment; 0 for a whole span
   uint32_t segments = 0;  // segments of the span; 0 for a whole span
+  // A coalesced segment (Segment::resumes): drawn whole, its pauses (the
+  // consumer's unrecorded code) inside it.
+  uint32_t folded_resumes = 0;
+  int64_t paused_ns = 0;
 };
 
 // The running intervals of each lane (indexed like p.lanes), in the order a

@@ -371,7 +371,7 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
 
   auto kept = [&](int32_t span) { return view_depth < 0 ? span : renumbered[span]; };
   w.Key("segment_fields");
-  write_fields(w, {"span", "start_ns", "end_ns"});
+  write_fields(w, {"span", "start_ns", "end_ns", "resumes", "paused_ns"});
   w.Key("segments");
   w.StartArray();
   for (const Segment& seg : p.segments) {
@@ -381,6 +381,8 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.Int(span);
     w.Int64(seg.start_ns);
     w.Int64(seg.end_ns);
+    w.Uint(seg.resumes);
+    w.Int64(seg.paused_ns);
     w.EndArray();
   }
   w.EndArray();

@@ -473,6 +473,9 @@ class DocumentReader {
     const Value* rows = table("segments");
     if (rows == nullptr || !columns("segment_fields", {"span", "start_ns", "end_ns"}, c))
       return false;
+    // Coalesced resumes (optional: a document written before them has none).
+    const int resumes_col = optional_column(root_, "segment_fields", "resumes");
+    const int paused_col = optional_column(root_, "segment_fields", "paused_ns");
     p.segments.resize(rows->Size());
     for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
       const Value* r = row(*rows, "segments", i, c);
@@ -482,13 +485,18 @@ class DocumentReader {
       const char* s = "segments";
       if (!get_id((*r)[c.at[0]], Where{s, i, "span"}, p.spans.size(), "spans", span) ||
           !get((*r)[c.at[1]], Where{s, i, "start_ns"}, seg.start_ns) ||
-          !get((*r)[c.at[2]], Where{s, i, "end_ns"}, seg.end_ns)) {
+          !get((*r)[c.at[2]], Where{s, i, "end_ns"}, seg.end_ns) ||
+          (resumes_col >= 0 && !get((*r)[resumes_col], Where{s, i, "resumes"}, seg.resumes)) ||
+          (paused_col >= 0 && !get((*r)[paused_col], Where{s, i, "paused_ns"}, seg.paused_ns))) {
         return false;
       }
       seg.span = static_cast<int32_t>(span);
       // Profile::segments_of looks segments up by binary search on span.
       if (i > 0 && seg.span < p.segments[i - 1].span) return fail(Where{s, i}, "not in span order");
       if (seg.end_ns < seg.start_ns) return fail(Where{s, i}, "ends before it starts");
+      if (seg.paused_ns < 0 || seg.paused_ns > seg.end_ns - seg.start_ns) {
+        return fail(Where{s, i, "paused_ns"}, "is not within the segment's length");
+      }
     }
     return true;
   }

@@ -65,6 +65,8 @@ class TreeBuilder {
     run_start_.reserve(calls);
     state_.reserve(calls);
     segment_of_.reserve(calls);
+    fold_paused_.reserve(calls);
+    fold_count_.reserve(calls);
     call_span_.reserve(events);
     lane_offset_.resize(p_.lanes.size());
     if (with_values_) {
@@ -109,27 +111,32 @@ class TreeBuilder {
       return event_index < lane.events.size() ? call_span_[base + event_index] : -1;
     };
     // The readings taken at event i: at most one per kind (a repeat replaces).
+    // A kFold's are not counters but what they grew while paused.
     size_t next_reading = 0;
     int64_t at[kValueKinds];
     bool have[kValueKinds];
     int64_t last[kValueKinds];
     bool seen[kValueKinds] = {};
-    auto readings_at = [&](size_t i) {
+    auto readings_at = [&](size_t i, bool counters) {
       bool any = false;
       for (int k = 0; k < kValueKinds; ++k) have[k] = false;
       while (next_reading < lane.readings.size() && lane.readings[next_reading].event <= i) {
         const Reading& r = lane.readings[next_reading++];
         const int k = static_cast<int>(r.kind);
         if (r.event != i || k < 0 || k >= kValueKinds) continue;
-        at[k] = last[k] = r.value;
-        have[k] = seen[k] = any = true;
+        at[k] = r.value;
+        have[k] = any = true;
+        if (counters) {
+          last[k] = r.value;
+          seen[k] = true;
+        }
       }
       return any;
     };
 
     for (size_t i = 0; i < lane.events.size(); ++i) {
       const Event& ev = lane.events[i];
-      const bool readings = with_values_ && readings_at(i);
+      const bool readings = with_values_ && readings_at(i, ev.kind != EventKind::kFold);
       if (ev.kind != EventKind::kLabel) last_ts = std::max(last_ts, ev.ts_ns);
       switch (ev.kind) {
         case EventKind::kLabel:
@@ -160,6 +167,8 @@ class TreeBuilder {
           run_start_.push_back(ev.ts_ns);
           state_.push_back(SpanState::kRunning);
           segment_of_.push_back(-1);
+          fold_paused_.push_back(0);
+          fold_count_.push_back(0);
           call_span_[base + i] = idx;
           stack_.push_back(idx);
           if (readings) start_values(idx, at, have);
@@ -175,9 +184,8 @@ class TreeBuilder {
           if (readings) end_values(idx, at, have);
           Span& s = p_.spans[idx];
           s.end_ns = ev.ts_ns;
-          s.active_ns += ev.ts_ns - run_start_[idx];
+          end_run(idx, ev.ts_ns);
           state_[idx] = SpanState::kClosed;
-          if (s.flags & kSpanGenerator) p_.segments.push_back({idx, run_start_[idx], ev.ts_ns});
           if (ev.flags & kEvException) s.flags |= kSpanException;
           if (ev.flags & kEvChildrenDropped) {
             s.flags |= kSpanChildrenDropped;
@@ -207,6 +215,17 @@ class TreeBuilder {
           resume(idx, ev.ts_ns);
           break;
         }
+        case EventKind::kFold: {
+          if (i + 1 >= lane.events.size() || lane.events[i + 1].kind != EventKind::kFoldCount) break;
+          const Event& count = lane.events[++i];
+          last_ts = std::max(last_ts, count.ts_ns);
+          const int32_t idx = lookup(ev.id);
+          if (idx < 0 || state_[idx] != SpanState::kRunning) break;
+          const auto pos = std::find(stack_.begin(), stack_.end(), idx);
+          if (pos == stack_.end()) break;
+          fold(pos, count.id, std::max<int64_t>(0, count.ts_ns - ev.ts_ns), readings ? at : nullptr, have);
+          break;
+        }
         default:
           break;  // an unknown kind from a newer writer: skip it, keep the tree
       }
@@ -218,9 +237,8 @@ class TreeBuilder {
       if (with_values_) end_values(idx, last, seen);
       Span& s = p_.spans[idx];
       s.end_ns = std::max(lane_end, s.start_ns);
-      s.active_ns += s.end_ns - run_start_[idx];
+      end_run(idx, s.end_ns);
       s.flags |= kSpanOpenAtEnd | truncated;
-      if (s.flags & kSpanGenerator) p_.segments.push_back({idx, run_start_[idx], s.end_ns});
       state_[idx] = SpanState::kClosed;
     }
     for (size_t idx = first_span; idx < p_.spans.size(); ++idx) {
@@ -284,12 +302,43 @@ class TreeBuilder {
     segment.assign(pos, stack_.end());
     stack_.erase(pos, stack_.end());
     for (const int32_t s : segment) {
-      p_.segments.push_back({s, run_start_[s], ts});
-      p_.spans[s].active_ns += ts - run_start_[s];
       p_.spans[s].flags |= kSpanGenerator;
+      end_run(s, ts);
       state_[s] = SpanState::kSuspended;
     }
     segment_of_[idx] = slot;
+  }
+
+  // Ends the running stretch of `span` at `ts`: its active time, and its
+  // segment if it is a generator, less the pauses folded into the stretch.
+  void end_run(int32_t span, int64_t ts) {
+    Span& s = p_.spans[span];
+    s.active_ns += ts - run_start_[span] - fold_paused_[span];
+    if (s.flags & kSpanGenerator) {
+      p_.segments.push_back({span, run_start_[span], ts, fold_count_[span], fold_paused_[span]});
+    }
+    fold_paused_[span] = 0;
+    fold_count_[span] = 0;
+  }
+
+  // Coalesced resumes (kFold) of the span at `pos` of the stack: it and the
+  // spans above it (its segment) were paused `paused` ns over `count`
+  // resumes; `grew` (or nullptr): what the counters grew meanwhile, which
+  // moves the start readings of their running stretches forward.
+  void fold(std::vector<int32_t>::iterator pos, uint32_t count, int64_t paused, const int64_t* grew,
+            const bool* have) {
+    for (auto it = pos; it != stack_.end(); ++it) {
+      const int32_t s = *it;
+      p_.spans[s].flags |= kSpanGenerator;
+      p_.spans[s].resumes += count;
+      fold_paused_[s] += paused;
+      fold_count_[s] += count;
+      if (grew == nullptr) continue;
+      for (int k = 0; k < kValueKinds; ++k) {
+        const size_t slot = static_cast<size_t>(s) * kValueKinds + k;
+        if (have[k] && value_run_[slot] != kNoReading) value_run_[slot] += grew[k];
+      }
+    }
   }
 
   void resume(int32_t idx, int64_t ts) {
@@ -308,6 +357,8 @@ class TreeBuilder {
   std::vector<int64_t> run_start_;              // per span: when it last started running
   std::vector<SpanState> state_;                // per span
   std::vector<int32_t> segment_of_;             // per span: its detached segment's slot, -1
+  std::vector<int64_t> fold_paused_;            // per span: pauses folded into its running stretch
+  std::vector<uint32_t> fold_count_;            // per span: and their resumes
   std::vector<std::vector<int32_t>> segments_;  // detached segments of the lane
   std::vector<int32_t> free_segments_;
   std::vector<size_t> lane_offset_;  // per lane: its first slot in call_span_

@@ -78,12 +78,18 @@ struct Span {
 // A stretch of time in which a suspended-and-resumed span was running: one
 // per start or resume of a span flagged kSpanGenerator. Timeline exporters
 // draw these instead of the span's whole wall time, which overlaps the
-// consumer's other calls.
+// consumer's other calls. A coalesced segment (core/resume.h: resumes that
+// went straight back to the consumer, folded) also holds `resumes` pauses of
+// `paused_ns` in all, during which only the consumer's unrecorded code ran:
+// the span ran running_ns() of it.
 struct Segment {
   int32_t span = -1;
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  uint32_t resumes = 0;   // resumes folded into the segment; 0: a plain segment
+  int64_t paused_ns = 0;  // time paused within it, in all
 
+  int64_t running_ns() const { return end_ns - start_ns - paused_ns; }
   bool operator==(const Segment&) const = default;
 };
 
@@ -130,6 +136,12 @@ struct Profile {
 // - Rebuilding is allowed: spans, roots and stats.unmatched_returns are reset.
 // - A lane whose parent_lane is not an earlier lane, or whose parent_call is
 //   not a recorded kCall there, keeps its roots as roots.
+// - kFold/kFoldCount (coalesced resumes, core/resume.h) of a running span
+//   count the resumes and take the paused total out of active_ns and out of
+//   each value (the kFold's readings: what the counters grew while paused)
+//   for the span and every span above it in the lane; its segment carries
+//   both (Segment::resumes, paused_ns). A kFold of a span that is not
+//   running, or not followed by its kFoldCount, is ignored.
 // - kSuspend/kResume for a span that is not open (resp. not suspended by its
 //   own kSuspend) are ignored. Every span of a suspended segment (the
 //   generator and, say, a profile_block open inside it) gets kSpanGenerator,

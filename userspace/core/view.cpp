@@ -157,7 +157,9 @@ class ViewBuilder {
       }
       int64_t total = 0;
       for (const Segment* seg = first; seg != last; ++seg) {
-        int64_t len = seg->end_ns - seg->start_ns;
+        // A coalesced segment's pauses hold no recorded span, so a sibling
+        // holds all of it or none: taking them out first is exact.
+        int64_t len = seg->running_ns();
         // Siblings on one lane do not overlap each other: those that can
         // overlap this segment start before its end, from the last one that
         // starts at or before its start.

@@ -146,11 +146,15 @@
     P.segSpan = new Int32Array(segs.length);
     P.segStart = new Float64Array(segs.length);
     P.segEnd = new Float64Array(segs.length);
+    // A coalesced segment's pauses (core/resume.h): the "paused_ns" column.
+    const pausedCol = (doc.segment_fields || []).indexOf("paused_ns");
+    P.segPaused = new Float64Array(segs.length);
     P.segFirst = new Int32Array(n).fill(-1);
     P.segCount = new Int32Array(n);
     for (let k = 0; k < segs.length; k++) {
       const s = segs[k][0];
       P.segSpan[k] = s; P.segStart[k] = segs[k][1] - t0; P.segEnd[k] = segs[k][2] - t0;
+      if (pausedCol >= 0) P.segPaused[k] = segs[k][pausedCol] || 0;
       if (s >= 0 && s < n) { if (P.segFirst[s] < 0) P.segFirst[s] = k; P.segCount[s]++; }
     }
     P.io = doc.io || [];
@@ -265,7 +269,7 @@
       let total = 0;
       for (let k = first; k < first + count; k++) {
         const a = P.segStart[k], b = P.segEnd[k];
-        let len = b - a;
+        let len = b - a - P.segPaused[k];  // a sibling holds a coalesced segment whole or not at all
         let lo = 0, hi = busy.length;  // the last busy sibling starting at or before a
         while (lo < hi) { const mid = (lo + hi) >> 1; if (P.start[busy[mid]] <= a) lo = mid + 1; else hi = mid; }
         for (let j = Math.max(0, lo - 1); j < busy.length && P.start[busy[j]] < b; j++) {
