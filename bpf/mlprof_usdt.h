@@ -125,6 +125,11 @@
 /* ---- version 2: session-level delivery (session_spans) -------------------- */
 
 #define MLPROF_USDT_VERSION 2
+/* A body that holds coalesced resumes (event kinds 6 and 7, core/event.h)
+ * says this version instead, so that an agent older than them reports the
+ * extension newer rather than reading those lanes as malformed; every other
+ * body stays MLPROF_USDT_VERSION. The layout is the same. */
+#define MLPROF_SPANS_FOLDS_VERSION 3
 /* Bounds of one session_spans: the extension cuts a longer session (its
  * lanes flagged truncated, in order), the BPF handler's loops stop there. */
 #define MLPROF_CHUNK_BYTES 4096
@@ -164,7 +169,9 @@ struct mlprof_spans_lane {
 };
 
 /* core/event.h's Event: kind 1 call (id: function id), 2 return, 3 suspend
- * and 4 resume (id: the kCall's index in the lane), 5 label (id: label id). */
+ * and 4 resume (id: the kCall's index in the lane), 5 label (id: label id),
+ * 6 fold (id: the kCall's index) and 7 fold count (id: resumes): coalesced
+ * resumes, in a body of version MLPROF_SPANS_FOLDS_VERSION only. */
 struct mlprof_spans_event {
   long long ts_ns; /* CLOCK_MONOTONIC */
   unsigned int id;

@@ -15,6 +15,7 @@
 #include "alloc_count.h"
 #include "clock.h"
 #include "core/group.h"
+#include "core/resume.h"
 #include "gil_range.h"
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
@@ -509,23 +510,59 @@ class Reporting {
   ThreadCache& c_;
 };
 
-// The lane's counters (cpu_time, alloc_bytes) for the event just written.
-// The thread's CPU clock is a system call (no vDSO): ~10x a tick.
-[[gnu::noinline]] void take_readings(CaptureLane& L) {
-  const auto event = static_cast<uint32_t>(L.out.events.size() - 1);
+// The lane's counters (cpu_time, alloc_bytes) now, as readings of `event`:
+// how many were written to `out`. The thread's CPU clock is a system call
+// (no vDSO): ~10x a tick.
+size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
+  size_t n = 0;
   if (L.values & (1u << static_cast<int>(ValueKind::kAllocBytes))) {
-    L.out.readings.push_back({event, ValueKind::kAllocBytes, static_cast<int64_t>(alloc_count::thread_bytes())});
+    out[n++] = {event, ValueKind::kAllocBytes, static_cast<int64_t>(alloc_count::thread_bytes())};
   }
   if (L.values & (1u << static_cast<int>(ValueKind::kCpuNs))) {
     timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    L.out.readings.push_back({event, ValueKind::kCpuNs, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec});
+    out[n++] = {event, ValueKind::kCpuNs, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec};
   }
+  return n;
+}
+
+// The lane's counters for the event just written.
+[[gnu::noinline]] void take_readings(CaptureLane& L) {
+  Reading now[kValueKinds];
+  const size_t n = read_counters(L, static_cast<uint32_t>(L.out.events.size() - 1), now);
+  L.out.readings.insert(L.out.readings.end(), now, now + n);
 }
 
 inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int64_t ts) {
   L.out.events.push_back(Event{ts, id, kind, flags, 0});
   if (__builtin_expect(L.values != 0, 0) && kind != EventKind::kLabel) take_readings(L);
+}
+
+// Whether a resume of `code` may fold (core/resume.h): a plain generator's,
+// while no v1 tracer rebuilds the lanes from per-event probes (its kCall
+// indices count every kSuspend and kResume). A coroutine's or an async
+// generator's suspension is an await, where its task waits: it keeps its
+// kSuspend/kResume, so timelines, bubbles and the kernel's attribution see it.
+inline bool may_fold(PyCodeObject* code) {
+  constexpr int kAwaits = CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR;
+  return code != nullptr && !(code->co_flags & kAwaits) && !MLPROF_USDT_ENABLED(span_resume);
+}
+
+[[gnu::noinline]] void push_resume_read(CaptureLane& L, uint32_t call, int64_t ts, bool fold) {
+  Reading now[kValueKinds];
+  const size_t n = read_counters(L, 0, now);
+  append_resume(L.out, call, ts, fold, now, n);
+}
+
+// The resume of the span whose kCall is at `call`: written by the core's one
+// writer of resumes, which folds it when the generator went straight back to
+// its consumer (core/resume.h), so a busy generator costs no events.
+inline void push_resume(CaptureLane& L, uint32_t call, int64_t ts, PyCodeObject* code) {
+  if (__builtin_expect(L.values != 0, 0)) {
+    push_resume_read(L, call, ts, may_fold(code));
+  } else {
+    append_resume(L.out, call, ts, may_fold(code));
+  }
 }
 
 // Room for one more event of any kind; past the hard cap the lane stops.
@@ -981,7 +1018,7 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObj
   const uint32_t first_recorded = reattach_segment(L, k, d, pydepth, push_back);
   if (!push_back) return true;
   if (first_recorded != kNoEvent) {
-    push(L, EventKind::kResume, first_recorded, 0, clock::ticks());
+    push_resume(L, first_recorded, clock::ticks(), code);
     probes::span_resume(L.engine->serial(), L.index, first_recorded);
   }
   L.last_was_suspend = false;
@@ -1855,7 +1892,7 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   if (k == L.suspended.size()) return false;
   const uint32_t first_recorded = reattach_segment(L, k, t.depth + 1, pydepth, true);
   if (first_recorded != kNoEvent) {
-    push(L, EventKind::kResume, first_recorded, 0, clock::ticks());
+    push_resume(L, first_recorded, clock::ticks(), code);
     probes::span_resume(L.engine->serial(), L.index, first_recorded);
   }
   L.last_was_suspend = false;

@@ -137,6 +137,10 @@ K_RETURN = 2
 K_SUSPEND = 3
 K_RESUME = 4
 K_LABEL = 5
+K_FOLD = 6  # coalesced resumes: id = the kCall's index (core/resume.h)
+K_FOLD_COUNT = 7  # follows K_FOLD: id = the resumes, ts = the last one
+_MAX_FOLD = 0xFFFFFFFF
+_CO_AWAITS = 0x80 | 0x100 | 0x200  # CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: never folded
 
 EV_EXCEPTION = 1
 EV_CFUNCTION = 2
@@ -864,7 +868,8 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
             if not L.truncated and _room_for_structure(L):
                 _, frame_depth, entries = s
                 shift = d - frame_depth
-                L.events.append((_core.now_ns(), K_RESUME, entries[0][0], 0))
+                fold = not (code.co_flags & _CO_AWAITS)  # engine.cpp may_fold (this engine fires no probes)
+                _append_resume(L.events, L.readings, L.engine.values, entries[0][0], _core.now_ns(), fold)
                 top = d
                 for call_index, depth, kind, ekey, dropped, ecode in entries:
                     depth += shift
@@ -875,6 +880,56 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
                 L.last_was_suspend = False
                 return True
     return False
+
+
+def _append_resume(ev: list, readings: Optional[list], values: int, call: int, ts: int, fold: bool) -> None:
+    """The resume of the span whose kCall is at `call`, appended to the
+    events `ev` (with `readings` of the counters in `values`, or None):
+    core/resume.h's append_resume, mirrored (same events, same readings). When
+    `fold`, a resume right after that span's flag-free kSuspend (the generator
+    went straight back to its consumer) folds into a K_FOLD/K_FOLD_COUNT pair
+    that counts the resumes and keeps the paused total as K_FOLD_COUNT.ts -
+    K_FOLD.ts; its readings are what the counters grew while paused."""
+    n = len(ev)
+    last = ev[-1] if n else None
+    if fold and last is not None and last[1] == K_SUSPEND and last[2] == call and last[3] == 0:
+        paused = max(0, ts - last[0])
+        now = dict((k, v) for _, k, v in _take_readings(values, 0)) if readings is not None else {}
+        if n >= 3 and ev[-3][1] == K_FOLD and ev[-3][2] == call and ev[-2][1] == K_FOLD_COUNT \
+                and ev[-2][2] < _MAX_FOLD:
+            total = (ev[-2][0] - ev[-3][0]) + paused
+            stamp = max(ts, ev[-2][0])
+            list.__setitem__(ev, n - 3, (stamp - total, K_FOLD, call, 0))
+            list.__setitem__(ev, n - 2, (stamp, K_FOLD_COUNT, ev[-2][2] + 1, 0))
+            del ev[-1]
+            if readings is not None:  # the last ones are the kSuspend's, then the fold's
+                suspend, fold = n - 1, n - 3
+                grew = {}
+                while readings and readings[-1][0] >= suspend:
+                    e, k, v = readings.pop()
+                    if e == suspend and k in now:
+                        grew[k] = max(0, now[k] - v)
+                i = len(readings) - 1
+                while i >= 0 and readings[i][0] >= fold:
+                    e, k, v = readings[i]
+                    if e == fold and k in grew:
+                        readings[i] = (e, k, v + grew.pop(k))
+                    i -= 1
+                readings.extend((fold, k, g) for k, g in sorted(grew.items()))
+            return
+        if n < _MAX_FOLD:
+            list.__setitem__(ev, n - 1, (last[0], K_FOLD, call, 0))
+            list.append(ev, (max(ts, last[0]), K_FOLD_COUNT, 1, 0))
+            if readings is not None:
+                suspend = n - 1
+                i = len(readings) - 1
+                while i >= 0 and readings[i][0] >= suspend:
+                    e, k, v = readings[i]
+                    if e == suspend:
+                        readings[i] = (e, k, max(0, now[k] - v) if k in now else 0)
+                    i -= 1
+            return
+    ev.append((ts, K_RESUME, call, 0))
 
 
 # --- the hook -----------------------------------------------------------------------

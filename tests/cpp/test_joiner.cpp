@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/json_doc.h"
+#include "core/resume.h"
 #include "core/merge.h"
 #include "mlprof_events.h"
 #include "profile_builder.h"
@@ -1479,6 +1480,8 @@ std::vector<Rec> body_records_of(const Profile& p, Process& proc, uint64_t seria
       me.flags = e.flags;
       me.id = e.kind == EventKind::kCall || e.kind == EventKind::kLabel ? e.id + proc.id_offset : e.id;
       body.append(reinterpret_cast<const char*>(&me), sizeof(me));
+      // As session_spans.cpp: a body with coalesced resumes says so.
+      if (e.kind == EventKind::kFold) head.version = MLPROF_SPANS_FOLDS_VERSION;
       if ((e.kind == EventKind::kCall || e.kind == EventKind::kLabel) && proc.send_names &&
           proc.named.insert({e.kind == EventKind::kLabel, me.id}).second) {
         const auto& s = p.functions.strings();
@@ -1543,6 +1546,59 @@ TEST(JoinerV2, ASessionSpansBodyGivesTheInProcessTreeAndTheTraceIds) {
   EXPECT_EQ(st.malformed, 0u);
 }
 
+// A busy generator's resumes, folded by the engine (core/resume.h), arrive in
+// a body of version 3: the agent's tree is the in-process one, and a version
+// 2 body holding a fold is malformed (an older writer cannot have made it).
+TEST(JoinerV2, ABodyWithFoldedResumesGivesTheInProcessTree) {
+  Profile p;
+  p.start_ns = 1000;
+  p.end_ns = 900000;
+  p.captured_depth = 2;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t gen = test::user_fn(p, "<genexpr>");
+  Lane lane = test::make_lane({call(1000, predict), call(1100, gen)});
+  int64_t ts = 1100;
+  for (int i = 0; i < 20000; ++i) {
+    lane.events.push_back(test::suspend(ts + 20, 1));
+    append_resume(lane, 1, ts + 30, true);
+    ts += 30;
+  }
+  lane.events.push_back(ret(ts + 20));
+  lane.events.push_back(ret(ts + 40));
+  ASSERT_EQ(lane.events.size(), 6u);
+  p.lanes.push_back(lane);
+  build_tree(p);
+  const Profile want = as_seen(p);
+  Process proc;
+  Joiner j;
+  feed(j, body_records_of(want, proc, 3, 0, "", ""));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  expect_same_tree(want, got[0]);
+  EXPECT_EQ(got[0].spans[1].resumes, 20000u);
+  EXPECT_EQ(got[0].spans[1].active_ns, int64_t{20} * 20001);
+  ASSERT_EQ(got[0].segments.size(), 1u);
+  EXPECT_EQ(got[0].segments[0].resumes, 20000u);
+  EXPECT_EQ(j.stats().malformed, 0u);
+
+  // The same events under version 2: read up to the fold, the lane truncated.
+  std::vector<Rec> recs = body_records_of(want, proc, 4, 0, "", "");
+  for (Rec& r : recs) {
+    mlprof_ev_chunk c{};
+    if (r.bytes.size() < offsetof(mlprof_ev_chunk, data)) continue;
+    std::memcpy(&c, r.bytes.data(), offsetof(mlprof_ev_chunk, data));
+    if (c.h.kind != MLPROF_EV_SPANS_CHUNK || c.offset != 0) continue;
+    const uint32_t v2 = MLPROF_USDT_VERSION;
+    std::memcpy(r.bytes.data() + offsetof(mlprof_ev_chunk, data) + offsetof(mlprof_spans_head, version), &v2,
+                sizeof(v2));
+  }
+  feed(j, recs);
+  got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(j.stats().malformed, 1u);
+  EXPECT_TRUE(got[0].lanes[0].truncated);
+}
+
 // A newer extension's body (a contract version this agent does not read):
 // counted with its process, and no Profile (an empty tree would say nothing).
 TEST(JoinerV2, ABodyOfANewerContractIsCountedAndShowsNoSession) {
@@ -1554,7 +1610,7 @@ TEST(JoinerV2, ABodyOfANewerContractIsCountedAndShowsNoSession) {
     if (r.bytes.size() < offsetof(mlprof_ev_chunk, data)) continue;
     std::memcpy(&c, r.bytes.data(), offsetof(mlprof_ev_chunk, data));
     if (c.h.kind != MLPROF_EV_SPANS_CHUNK || c.offset != 0) continue;
-    const uint32_t newer = MLPROF_USDT_VERSION + 1;
+    const uint32_t newer = MLPROF_SPANS_FOLDS_VERSION + 1;
     std::memcpy(r.bytes.data() + offsetof(mlprof_ev_chunk, data) + offsetof(mlprof_spans_head, version), &newer,
                 sizeof(newer));
   }
@@ -1562,7 +1618,7 @@ TEST(JoinerV2, ABodyOfANewerContractIsCountedAndShowsNoSession) {
   EXPECT_TRUE(j.take_finished().empty());
   const JoinerStats st = j.stats();
   EXPECT_EQ(st.bodies_unknown_version, 1u);
-  EXPECT_EQ(st.unknown_version, MLPROF_USDT_VERSION + 1);
+  EXPECT_EQ(st.unknown_version, MLPROF_SPANS_FOLDS_VERSION + 1);
   EXPECT_EQ(st.unknown_version_pid, proc.tgid);
   EXPECT_EQ(st.bodies_applied, 0u);
   // The same process's next session, of this contract, is read as usual.

@@ -21,7 +21,8 @@ against a thread spinning in pure Python: GIL waits), fsync (1 MiB written and
 fsync'ed: a D-state wait; MLPROF_E2E_DISK_DIR picks the directory),
 spin (a CPU-bound loop), compute (a short loop that never blocks), threads
 (two worker threads started, 5 ms each, joined), linger (threads, then a
-100 ms sleep that the workers' exits fall in), hang (sleeps 60 s); and for
+100 ms sleep that the workers' exits fall in), hang (sleeps 60 s), busy
+(sum(i * i for i in range(20000)): a generator resumed 20,000 times); and for
 the kernel's wait reasons and wakers, each in a span of its own that starts a
 helper thread which, after 10 ms, ends the wait: pipe (os.read on a pipe the
 helper writes), lock (a threading.Lock the helper releases), rename (an
@@ -97,6 +98,9 @@ with warnings.catch_warnings():
             for i in range(60_000):
                 x += i * i
             return x
+
+        def _busy(self):
+            return sum(i * i for i in range(20_000))
 
         def _compute(self):
             x = 0

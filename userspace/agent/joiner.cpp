@@ -556,7 +556,7 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
   };
   mlprof_spans_head head{};
   if (!read(head)) return;
-  if (head.version != MLPROF_USDT_VERSION) {
+  if (head.version != MLPROF_USDT_VERSION && head.version != MLPROF_SPANS_FOLDS_VERSION) {
     ++stats.bodies_unknown_version;
     stats.unknown_version = std::max(stats.unknown_version, head.version);
     if (stats.unknown_version_pid == 0) stats.unknown_version_pid = s.tgid;
@@ -606,7 +606,8 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
     for (size_t k = 0; k < n; ++k) {
       mlprof_spans_event e{};
       std::memcpy(&e, b.data() + at + k * sizeof(e), sizeof(e));
-      if (e.kind < static_cast<uint8_t>(EventKind::kCall) || e.kind > static_cast<uint8_t>(EventKind::kLabel)) {
+      const auto newest = head.version == MLPROF_SPANS_FOLDS_VERSION ? EventKind::kFoldCount : EventKind::kLabel;
+      if (e.kind < static_cast<uint8_t>(EventKind::kCall) || e.kind > static_cast<uint8_t>(newest)) {
         ++stats.malformed;
         lane.events.resize(k);
         lane.truncated = true;
@@ -710,6 +711,8 @@ void Joiner::State::span(const mlprof_ev_span& r) {
       if (it == ls.suspended.end()) return mismatch(ls);
       ls.stack.insert(ls.stack.end(), it->second.begin(), it->second.end());
       ls.suspended.erase(it);
+      // Not folded (core/resume.h): the engine folds no resume while a v1
+      // tracer is attached, and an extension that speaks v1 only never does.
       events.push_back(make_event(EventKind::kResume, ts, r.index, 0));
       break;
     }
