@@ -14,6 +14,7 @@ namespace mlprof {
 namespace {
 
 using test::call;
+using test::label;
 using test::lib_fn;
 using test::make_lane;
 using test::ret;
@@ -146,7 +147,9 @@ TEST_F(GroupTest, TheTreeShowsTheGroupsAndOpensThemOneLevelDeeper) {
   EXPECT_EQ(text.find("_enforce_schema"), std::string::npos) << text;
 }
 
-TEST(Group, MlflowCodeThatRunsUserCodeIsNotGrouped) {
+TEST(Group, WhatRunsUnderAnMlflowCallDoesNotChangeItsGroup) {
+  // A capture one level shallower would not see my_callback: the grouping
+  // must not depend on it. It stays under run_callbacks, a level deeper.
   Profile p;
   const uint32_t run = lib_fn(p, "run_callbacks", "mlflow.utils");
   const uint32_t mine = user_fn(p, "my_callback");
@@ -154,10 +157,115 @@ TEST(Group, MlflowCodeThatRunsUserCodeIsNotGrouped) {
   p.lanes.push_back(make_lane({call(0, run), call(1, mine), ret(5), ret(6), call(7, log), ret(9)}));
   build_tree(p);
   group_framework_spans(p);
-  EXPECT_EQ(p.spans.size(), 4u);
-  EXPECT_EQ(name_of(p, p.roots[0]), "run_callbacks");
-  EXPECT_EQ(name_of(p, p.roots[1]), "[mlflow]");  // no category word for log_metric
-  EXPECT_EQ(children(p, p.roots[1]), std::vector<std::string>{"log_metric"});
+  ASSERT_EQ(p.spans.size(), 4u);
+  ASSERT_EQ(p.roots.size(), 1u);
+  EXPECT_EQ(name_of(p, p.roots[0]), "[mlflow]");  // no category word for either
+  EXPECT_EQ(children(p, p.roots[0]), (std::vector<std::string>{"run_callbacks", "log_metric"}));
+  EXPECT_EQ(children(p, find(p, "run_callbacks")), std::vector<std::string>{"my_callback"});
+  EXPECT_EQ(p.spans[static_cast<size_t>(find(p, "my_callback"))].depth, 2u);
+}
+
+// `events` as a capture at depth `ceiling` records them: calls deeper than
+// the ceiling (and everything under them) left out, with their returns.
+std::vector<Event> cut_at(const std::vector<Event>& events, int ceiling) {
+  std::vector<Event> out;
+  std::vector<bool> kept;  // per open call
+  bool label_pending = false;
+  Event label_event;
+  for (const Event& e : events) {
+    if (e.kind == EventKind::kLabel) {
+      label_pending = true;
+      label_event = e;
+      continue;
+    }
+    if (e.kind == EventKind::kCall) {
+      const bool keep = static_cast<int>(kept.size()) <= ceiling && (kept.empty() || kept.back());
+      kept.push_back(keep);
+      if (keep && label_pending) out.push_back(label_event);
+      if (keep) out.push_back(e);
+      label_pending = false;
+      continue;
+    }
+    if (e.kind == EventKind::kReturn) {
+      if (kept.back()) out.push_back(e);
+      kept.pop_back();
+    }
+  }
+  return out;
+}
+
+// Issue 42, item 5: PyFuncModel.predict captured at every depth, rendered at
+// every depth up to it, reads the same. Under _validate_prediction_input,
+// levels down, run a labelled pandas call (a labeller names it) and user
+// code (a callback): once they kept it out of the group, so depth 1 held
+// three MLflow nodes when captured deep enough to see them, one otherwise.
+TEST(Group, EveryViewAtDepthDIsTheSameForEveryCaptureDepthFromD) {
+  // Every capture names its functions in this order: the same ids in each.
+  struct Names {
+    uint32_t predict, context, validate, enforce, column, astype, hook, check, user_predict, step,
+        convert, relabel;
+  };
+  const auto name = [](Profile& p) {
+    return Names{lib_fn(p, "PyFuncModel.predict", "mlflow.pyfunc"),
+                 lib_fn(p, "_try_get_prediction_context", "mlflow.tracing.provider"),
+                 lib_fn(p, "_validate_prediction_input", "mlflow.models.utils"),
+                 lib_fn(p, "_enforce_schema", "mlflow.models.utils"),
+                 lib_fn(p, "_enforce_named_col_schema", "mlflow.models.utils"),
+                 lib_fn(p, "NDFrame.astype", "pandas.core.generic"),
+                 user_fn(p, "my_dtype_hook"),
+                 lib_fn(p, "_check_input", "mlflow.models.utils"),
+                 user_fn(p, "predict"),
+                 user_fn(p, "step"),
+                 lib_fn(p, "_convert_output", "mlflow.pyfunc"),
+                 p.functions.strings().intern("DataFrame.astype")};
+  };
+  Profile names_only;
+  const auto [predict, context, validate, enforce, column, astype, hook, check, user_predict, step,
+              convert, relabel] = name(names_only);
+  std::vector<Event> events{
+      call(0, predict),                                     // 0
+      call(1, context), ret(2),                             // 1
+      call(3, validate),                                    // 1
+      call(4, enforce),                                     // 2
+      call(5, column),                                      // 3
+      label(relabel), call(6, astype), call(7, hook), ret(8), ret(9),  // 4, 5
+      ret(10), ret(11),
+      call(12, check), ret(13),                             // 2
+      ret(14),
+      call(15, context), ret(16),                           // 1
+      call(20, user_predict), call(21, step), call(22, step), ret(23), ret(24), ret(30),  // 1-3
+      call(31, convert), ret(32),                           // 1
+      ret(40),
+  };
+  for (Event& e : events) e.ts_ns *= 100'000;  // 0.1 ms a unit
+  auto capture = [&](int ceiling) {
+    Profile p;
+    name(p);
+    p.start_ns = 0;
+    p.end_ns = 4'000'000;
+    p.captured_depth = ceiling;
+    p.lanes.push_back(make_lane(ceiling < 0 ? events : cut_at(events, ceiling)));
+    build_tree(p);
+    group_framework_spans(p);
+    return p;
+  };
+  const Profile all = capture(-1);
+  ViewOptions one;
+  one.depth = 1;
+  EXPECT_EQ(render_text(all, one),
+            "PyFuncModel.predict: 4.00ms\n"
+            "  [mlflow: input checks, context]: 1.50ms\n"
+            "  predict: 1.00ms\n"
+            "  [mlflow: output]: 0.10ms\n");
+  for (int ceiling = 0; ceiling <= 6; ++ceiling) {
+    const Profile p = capture(ceiling);
+    for (int depth = 0; depth <= ceiling; ++depth) {
+      ViewOptions view;
+      view.depth = depth;
+      EXPECT_EQ(render_text(p, view), render_text(all, view))
+          << "captured at " << ceiling << ", shown at " << depth;
+    }
+  }
 }
 
 TEST(Group, MlflowCallsDeepInsideAGroupAreNotGroupedAgain) {

@@ -102,27 +102,18 @@ class Grouper {
       shared_ = static_cast<uint32_t>(base->size());
     }
     w_.classes.assign(p_.functions.size() - shared_, FunctionClass{});
-    std::vector<char>& holds_user = w_.holds_user;
-    holds_user.assign(n_, 0);
+    // A span's kind is its own: nothing under it counts. What runs under a
+    // span at depth k is captured only at depths > k, so a rule that looked
+    // there (it once kept an MLflow call that had user code or a labelled
+    // pandas call under it out of its run) would group the same predict one
+    // way at depth 5 and another at depth 6 (issue 42, item 5).
     for (size_t i = 0; i < n_; ++i) {
       const Span& s = p_.spans[i];
       if (s.function >= p_.functions.size()) continue;
       const FunctionClass& c = class_of(s.function);
-      if (c.user || (s.flags & (kSpanLabelled | kSpanBlock))) {
-        holds_user[i] = 1;
-        continue;
-      }
+      if (c.user || (s.flags & (kSpanLabelled | kSpanBlock))) continue;
       w_.kind[i] = c.kind;
       w_.category[i] = c.category;
-    }
-    // Parents come before children: one backward pass carries "user code
-    // below" up, one forward pass drops spans whose parent is grouped.
-    for (size_t i = n_; i-- > 0;) {
-      const int32_t parent = p_.spans[i].parent;
-      if (holds_user[i] && parent >= 0) holds_user[static_cast<size_t>(parent)] = 1;
-    }
-    for (size_t i = 0; i < n_; ++i) {
-      if (holds_user[i]) w_.kind[i] = static_cast<uint8_t>(Kind::kOther);
     }
   }
 

@@ -34,7 +34,7 @@ struct GroupCache {
     std::vector<uint8_t> kind;
     std::vector<int8_t> category;
     std::vector<FunctionClass> classes;  // the profile's own functions' (id - base size)
-    std::vector<char> holds_user, inside;
+    std::vector<char> inside;
     std::vector<int32_t> member, siblings, new_index, group_index;
     std::vector<int32_t> run_members;  // every run's members, run after run
     std::vector<size_t> run_end;       // per run: its end in run_members
@@ -46,10 +46,15 @@ struct GroupCache {
 
 // Rewrites a built profile (after build_tree) in place. Settled details:
 // - Grouped: a span of a module in "mlflow" that is not a delegation to the
-//   model (a *predict* method, a wrapper) and has no user code under it,
+//   model (a *predict* method, a wrapper), not labelled and not a block,
 //   whose parent is not grouped itself. Standard-library spans (inspect,
 //   typing: no "-packages/" in the file, not user code) between two grouped
 //   siblings join their run; a run never starts or ends with one.
+// - Whether a span is grouped depends on it, its siblings and its ancestors
+//   only, never on what runs under it (user code under an MLflow call stays
+//   in its group, a level deeper): a capture at depth d and one deeper
+//   group every span down to depth d alike, so every view at depth d is the
+//   same for any capture depth >= d (docs/capture.md, "Depth").
 // - A group span: kSpanGroup, a function named after the run's categories in
 //   a fixed order (stable across calls, so metric names are too), start of
 //   its first member to end of its last, the members' lane. Members and
