@@ -33,6 +33,9 @@ int g_reference_collecting = 0;
 namespace {
 
 PyObject* g_session_var = nullptr;
+// A task lane's context carries the lane's context id here, so that a copy
+// made in it (a task created inside that task) names its creator.
+PyObject* g_lane_var = nullptr;
 Py_ssize_t g_extra_index = -1;
 uint64_t g_generation = 1;
 uint64_t g_next_serial = 1;
@@ -474,7 +477,9 @@ std::string thread_name(PyObject* thread, uint64_t ident) {
         // A thread bound by all_threads has one lane for all its contexts:
         // 3.14 runs a thread's target in a context of its own, entered after
         // the thread's first event (Thread(context=...)).
-        CaptureLane* lane = e->lane_for(key, e == c.bound ? nullptr : ts->context);
+        // A copy of a task's context (asyncio.to_thread) has a lane of its
+        // own there, hung under the task's span that awaits the work.
+        CaptureLane* lane = e->lane_for(key, e == c.bound ? e->awaited_context(ts->context) : ts->context);
         if (lane) c.current.lanes[c.current.n++] = lane;
       }
       e = e->parent();
@@ -1056,6 +1061,7 @@ PyObject* session_var() { return g_session_var; }
 
 void init_engine_module(PyObject* module) {
   if (!g_session_var) g_session_var = PyContextVar_New("mlflow_profiler.session", nullptr);
+  if (!g_lane_var) g_lane_var = PyContextVar_New("mlflow_profiler.lane", nullptr);
   if (g_extra_index < 0) g_extra_index = compat::request_code_extra_index();
   clock::init();
   Py_INCREF(g_session_var);
@@ -1270,6 +1276,66 @@ void Engine::fail(const std::string& why) {
 }
 
 namespace {
+// Per context object that some collecting session's task lane holds (the
+// lane's strong reference keeps the address unique): the id it was given in
+// lane_var, the id it carried before (its creator's), and how many lanes use it.
+struct ContextIds {
+  uint64_t id = 0;
+  uint64_t from = 0;
+  int lanes = 0;
+};
+std::unordered_map<PyObject*, ContextIds> g_context_ids;
+uint64_t g_next_context_id = 1;
+
+// The context id the current context carries in lane_var; 0: none.
+uint64_t context_id_now() {
+  PyObject* v = nullptr;
+  if (PyContextVar_Get(g_lane_var, nullptr, &v) < 0 || !v) {
+    PyErr_Clear();
+    return 0;
+  }
+  const uint64_t id = PyLong_AsUnsignedLongLong(v);
+  Py_DECREF(v);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  return id;
+}
+
+// Gives `context` (the current one) its id in lane_var, once for all the
+// sessions that open a lane for it, and returns the id it carried before:
+// its creator's, when it is a copy of a context a lane was opened for.
+// Returns 0 and sets nothing when it cannot (the lane then hangs as before).
+uint64_t mark_context(CaptureLane& L, PyObject* context) {
+  auto [it, fresh] = g_context_ids.try_emplace(context);
+  ContextIds& c = it->second;
+  if (fresh) {
+    c.from = context_id_now();
+    PyObject* id = PyLong_FromUnsignedLongLong(g_next_context_id);
+    PyObject* token = id ? PyContextVar_Set(g_lane_var, id) : nullptr;
+    Py_XDECREF(id);
+    if (!token) {
+      PyErr_Clear();
+      g_context_ids.erase(it);
+      return 0;
+    }
+    Py_DECREF(token);
+    c.id = g_next_context_id++;
+  }
+  ++c.lanes;
+  L.context_id = c.id;
+  return c.from;
+}
+
+// The lane no longer holds its context (the session ended).
+void unmark_context(CaptureLane& L) {
+  if (!L.context_id) return;
+  auto it = g_context_ids.find(L.context);
+  if (it != g_context_ids.end() && --it->second.lanes <= 0) g_context_ids.erase(it);
+  L.context_id = 0;
+}
+
 // The lane's innermost open span, or the innermost span of its last
 // suspended chain when it has none open (a task lane's creator awaiting).
 bool innermost_span(const CaptureLane& L, uint32_t* call, int32_t* depth) {
@@ -1342,26 +1408,44 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.out.thread_name = thread_name(thread, thread_id);
   auto& per_thread = lane_index_[thread_key];
   L.out.task = static_cast<uint32_t>(per_thread.size());
+  // A task's context: in the session's thread, or, in a thread bound to it, a
+  // copy of a task's context (refresh asks awaited_context).
+  const bool in_bound_thread = t_cache.bound == this && t_cache.bound_serial == serial_;
+  const bool task_context = context && (thread_key == start_thread_ || in_bound_thread);
   int base = 0;
   if (!lanes_.empty()) {
-    // A lane opened inside the session: adopt the origin lane's innermost span.
+    // A lane opened inside the session hangs under the innermost span of
+    // the lane its context was copied from: the lane whose id the copy
+    // carries (a task created in a task), else the origin lane. A creator
+    // with no span open passes on where it hangs itself.
+    const CaptureLane* creator = lanes_.front().get();
+    if (task_context) {
+      auto it = lane_by_context_id_.find(mark_context(L, context));
+      if (it != lane_by_context_id_.end()) creator = lanes_[it->second].get();
+      if (L.context_id) lane_by_context_id_[L.context_id] = L.index;
+    }
     uint32_t call;
     int32_t depth;
-    if (innermost_span(*lanes_.front(), &call, &depth)) {
-      L.out.parent_lane = 0;
+    if (innermost_span(*creator, &call, &depth)) {
+      L.out.parent_lane = static_cast<int32_t>(creator->index);
       L.out.parent_call = call;
-      base = depth + 1;
+      base = creator->depth_base + depth + 1;
+    } else {
+      L.out.parent_lane = creator->out.parent_lane;
+      L.out.parent_call = creator->out.parent_call;
+      base = creator->depth_base;
     }
   }
   // A task lane continues its creator's depth (its coroutines are the
   // creator's callees). A thread lane gets the whole ceiling for its own
   // frames: its target is its root, shown under the span that started it.
-  if (thread_key != start_thread_) {
+  if (thread_key != start_thread_ && !task_context) {
     base = 0;
     L.thread_lane = true;
     adopt_thread_origin(L, thread);
   }
   Py_XDECREF(thread);
+  L.depth_base = base;
   L.ceiling = opts_.depth < 0 ? INT32_MAX : opts_.depth - base;
   L.values = opts_.values;
   if (opts_.capture_io) {
@@ -1376,6 +1460,14 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
                        L.out.thread_name);
   }
   return &L;
+}
+
+PyObject* Engine::awaited_context(PyObject* context) const {
+  if (!context || lane_by_context_id_.empty()) return nullptr;
+  auto it = lane_by_context_id_.find(context_id_now());
+  if (it == lane_by_context_id_.end()) return nullptr;
+  const CaptureLane& L = *lanes_[it->second];
+  return L.out.task > 0 && !L.thread_lane ? context : nullptr;
 }
 
 CaptureLane* Engine::lane_for(uint64_t thread_key, PyObject* context) {
@@ -1571,7 +1663,10 @@ void Engine::stop() {
 #if MLPROF_HAS_EVAL_HOOK
   if (g_native_collecting > 0) capture::set_window(current_lanes_want_callees());
 #endif
-  for (auto& lane : lanes_) Py_CLEAR(lane->context);
+  for (auto& lane : lanes_) {
+    unmark_context(*lane);
+    Py_CLEAR(lane->context);
+  }
   for (auto& lane : lanes_) {
     for (const Suspended& s : lane->suspended) count_suspended(*lane, -int(s.keeps_hook));
     lane->suspended.clear();
@@ -1697,6 +1792,7 @@ std::shared_ptr<Profile> Engine::profile() {
   group_framework_spans(p);  // MLflow's own calls as one node per run
   lanes_.clear();  // the events now live in the profile
   lane_index_.clear();
+  lane_by_context_id_.clear();
   return profile_;
 }
 

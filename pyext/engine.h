@@ -95,6 +95,8 @@ struct CaptureLane {
   int32_t base_pydepth = 0;
   bool base_known = false;
   bool thread_lane = false;  // a thread bound by all_threads (not the session's own thread)
+  int32_t depth_base = 0;    // tree depth of the lane's own level 0 (below the span it hangs under)
+  uint64_t context_id = 0;   // the id its context carries in lane_var (a task lane's); 0: none
   bool quick = false;  // quick_start/quick_return may serve it (no C calls wanted)
   bool truncated = false;
   uint8_t values = 0;    // counters read at each span event: bit 1 << ValueKind (cpu_time, alloc_bytes)
@@ -207,6 +209,11 @@ class Engine {
 
   // --- used by the hooks -------------------------------------------------
   CaptureLane* lane_for(uint64_t thread_key, PyObject* context);  // thread_key: see thread_key()
+  // In a thread bound to this session (all_threads), which has one lane for
+  // all its contexts: `context` (the current one) if it is a copy of one of
+  // this session's asyncio task contexts (asyncio.to_thread), which gets a
+  // lane of its own; else null.
+  PyObject* awaited_context(PyObject* context) const;
   // all_threads: the calling thread is starting `thread` (a threading.Thread,
   // from Thread.start): its lane will hang under the span of this thread's
   // lane that is open now, whenever the new thread gets to run.
@@ -250,6 +257,7 @@ class Engine {
   clock::Anchor start_anchor_, end_anchor_;
   std::vector<std::unique_ptr<CaptureLane>> lanes_;
   std::unordered_map<uint64_t, std::unordered_map<PyObject*, CaptureLane*>> lane_index_;
+  std::unordered_map<uint64_t, uint32_t> lane_by_context_id_;  // CaptureLane::context_id -> index
   // Threads started in the session and not bound yet, with the span they
   // hang under (call kNoEvent: a root). `thread` is a strong reference.
   struct ThreadOrigin {

@@ -126,6 +126,7 @@ import sysconfig
 import threading
 import time
 import types
+import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core, _labels, _traces, _transparent
@@ -389,9 +390,11 @@ _ctx_marker: contextvars.ContextVar = contextvars.ContextVar("mlflow_profiler._r
 
 
 class _Mark:
-    """Identity of one contextvars.Context (see the module docstring)."""
+    """Identity of one contextvars.Context (see the module docstring).
+    `parent`: a weak reference to the mark of the context it was copied
+    from (an asyncio task's creator), None for a context first seen bare."""
 
-    __slots__ = ("token", "__weakref__")
+    __slots__ = ("token", "parent", "__weakref__")
 
 
 def _ctx_mark() -> _Mark:
@@ -404,9 +407,10 @@ def _ctx_mark() -> _Mark:
         else:
             m.token = _ctx_marker.set(m)
             return m
-    m = _Mark()
-    m.token = _ctx_marker.set(m)
-    return m
+    new = _Mark()
+    new.parent = None if m is None else weakref.ref(m)
+    new.token = _ctx_marker.set(new)
+    return new
 
 
 _collecting: List["ReferenceEngine"] = []  # collecting engines, oldest first
@@ -471,7 +475,9 @@ def _lanes_now(st: _ThreadState) -> List["_Lane"]:
             # A thread bound by all_threads has one lane for all its contexts:
             # 3.14 runs a thread's target in a context of its own, entered
             # after the thread's first event (Thread(context=...)).
-            lane = e._lane_for(st, tid, None if e is st.bound else mark)
+            # A copy of a task's context (asyncio.to_thread) has a lane of
+            # its own there, hung under the task's span that awaits the work.
+            lane = e._lane_for(st, tid, mark if e is not st.bound or e._awaited(mark) else None)
             if lane is not None:
                 lanes.append(lane)
         e = e._parent
@@ -511,7 +517,7 @@ class _Lane:
         "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "chain_top",
         "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
         "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io", "overhead", "hidden",
-        "readings",
+        "readings", "depth_base",
     )
 
     def __init__(self) -> None:
@@ -548,6 +554,7 @@ class _Lane:
         self.overhead: List[tuple] = []  # (from, to) ns: the profiler's work (engine.h CaptureLane::overhead)
         self.hidden = 0  # open frames of a hidden code or under one (StackEntry::hides)
         self.readings: Optional[list] = None  # (event index, kind, counter) when values are wanted
+        self.depth_base = 0  # tree depth of the lane's own level 0 (engine.h CaptureLane::depth_base)
 
 
 def _room_for_structure(L: _Lane) -> bool:
@@ -1289,6 +1296,7 @@ class ReferenceEngine:
         # its ident: idents (pthread_t) are reused as soon as a thread is
         # joined, and a new thread must not continue a finished thread's lane.
         self._lane_index: Dict[_ThreadState, Dict[_Mark, _Lane]] = {}
+        self._lane_by_mark: Dict[_Mark, _Lane] = {}  # every lane of a context (not a thread's own)
         self._suspended: Dict[int, Tuple[int, int, list]] = {}
         # all_threads: threads started in the session and not bound yet, by
         # id(): (the Thread, the lane that started it, the span it hangs under
@@ -1381,17 +1389,27 @@ class ReferenceEngine:
         L.thread_name = name if isinstance(name, str) and name else f"Thread-{thread_id}"
         per_thread = self._lane_index.setdefault(st, {})
         L.task = len(per_thread)
+        bound_task = st.bound is self and mark is not None  # _lanes_now: _awaited(mark)
         base = 0
         if self._lanes:
-            # A lane opened inside the session: adopt the origin lane's innermost span.
-            span = _innermost_span(self._lanes[0])
+            # A lane opened inside the session hangs under the innermost span
+            # of the lane its context was copied from (a task created in a
+            # task), else the origin lane's (engine.cpp new_lane). A creator
+            # with no span open passes on where it hangs itself.
+            creator = self._lanes[0]
+            parent = mark.parent() if mark is not None and mark.parent is not None else None
+            if parent is not None and (st is self._start_thread or bound_task):
+                creator = self._lane_by_mark.get(parent, creator)
+            span = _innermost_span(creator)
             if span is not None:
-                L.parent_lane = 0
-                L.parent_call, base = span[0], span[1] + 1
+                L.parent_lane = creator.index
+                L.parent_call, base = span[0], creator.depth_base + span[1] + 1
+            else:
+                L.parent_lane, L.parent_call, base = creator.parent_lane, creator.parent_call, creator.depth_base
         # A task lane continues its creator's depth (its coroutines are the
         # creator's callees). A thread lane gets the whole ceiling for its own
         # frames: its target is its root, shown under the span that started it.
-        if st is not self._start_thread:
+        if st is not self._start_thread and not bound_task:
             base = 0
             # (the dict holds each Thread, so its id() is not reused meanwhile)
             origin = self._thread_origins.pop(id(th), None) if th is not None else None
@@ -1399,12 +1417,24 @@ class ReferenceEngine:
                 # Where its Thread.start ran, not where the origin lane is now.
                 L.parent_lane = -1 if origin[2] is None else origin[1]
                 L.parent_call = 0 if origin[2] is None else origin[2]
+        L.depth_base = base
         L.ceiling = _INT32_MAX if self.depth < 0 else self.depth - base
         if self.capture_io:
             L.io_ceiling = L.ceiling if self.io_depth < 0 else min(L.ceiling, self.io_depth - base)
         per_thread[mark] = L
+        if mark is not None:
+            self._lane_by_mark[mark] = L
         self._lanes.append(L)
         return L
+
+    def _awaited(self, mark: _Mark) -> bool:
+        """In a thread bound to this session: whether the current context
+        (`mark`) is a copy of one of its asyncio task contexts (engine.cpp
+        Engine::awaited_context)."""
+        L = self._lane_by_mark.get(mark)
+        if L is None and mark.parent is not None:
+            L = self._lane_by_mark.get(mark.parent())
+        return L is not None and L.task > 0  # (a thread's own lane has no mark)
 
     def _lane_for(self, st: _ThreadState, thread_id: int, mark: _Mark) -> Optional[_Lane]:
         per_thread = self._lane_index.get(st)
@@ -1561,6 +1591,7 @@ class ReferenceEngine:
                                             self.start_ns, end_ns, skipped, meta)
         self._lanes = []  # the events now live in the profile
         self._lane_index = {}
+        self._lane_by_mark = {}
         self._code_ids = {}
         return self._profile
 

@@ -87,20 +87,109 @@ def _stdlib_plumbing() -> bool:
                 _add_hidden(fn.__code__)
         _done_modules.add("abc")
     asyncio = sys.modules.get("asyncio")
-    events = getattr(asyncio, "events", None)
-    tasks = getattr(asyncio, "tasks", None)
-    if asyncio is not None and (events is None or tasks is None):
+    parts = [getattr(asyncio, name, None) for name in _ASYNCIO_PARTS]
+    if asyncio is not None and None in parts:
         complete = False
-    if events is not None and tasks is not None and "asyncio" not in _done_modules:
-        add(events.Handle._run)
-        py_task = getattr(tasks, "_PyTask", None)
-        if py_task is not None:
-            for name in ("_Task__step", "_Task__wakeup", "_PyTask__step", "_PyTask__wakeup",
-                         "_Task__step_run_and_handle_result"):
-                if hasattr(py_task, name):
-                    add(getattr(py_task, name))
+    if asyncio is not None and None not in parts and "asyncio" not in _done_modules:
+        _asyncio_plumbing(asyncio)
         _done_modules.add("asyncio")
     return complete
+
+
+# asyncio's modules that hold its plumbing; asyncio/__init__ imports them all.
+_ASYNCIO_PARTS = ("events", "tasks", "futures", "base_events", "runners", "locks")
+
+
+def _hide_function(fn, nested=()) -> None:
+    """Hides a function (and the functions named `nested` defined in it)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return
+    _add_hidden(code)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and const.co_name in nested:
+            _add_hidden(const)
+
+
+def _asyncio_plumbing(asyncio) -> None:
+    """The event loop's frames and asyncio's internal callbacks
+    (docs/capture.md, "asyncio"), CPython 3.9-3.14.
+
+    Transparent (wrappers; what they run counts at their caller's level):
+    Handle._run, the pure-Python Task's step and wakeup, the `async with`
+    halves of TaskGroup and of locks and semaphores, tasks._wrap_awaitable.
+    Hidden (they and everything they call): the loop's entry points
+    (asyncio.run, Runner, run_until_complete, run_forever, _run_once, the
+    selector's select under it), its shutdown coroutines and thread, and
+    the callbacks asyncio schedules for itself (a future's
+    _set_result_unless_cancelled, gather's _done_callback,
+    _run_until_complete_cb ...): a lane that runs nothing else records
+    nothing and is left out of the profile."""
+    events, tasks, futures, base_events, runners, locks = (getattr(asyncio, n) for n in _ASYNCIO_PARTS)
+    add(events.Handle._run)
+    py_task = getattr(tasks, "_PyTask", None)
+    if py_task is not None:
+        for name in ("_Task__step", "_Task__wakeup", "_PyTask__step", "_PyTask__wakeup",
+                     "_Task__step_run_and_handle_result"):
+            if hasattr(py_task, name):
+                add(getattr(py_task, name))
+    if hasattr(tasks, "_wrap_awaitable"):  # 3.9-3.11: ensure_future of a non-coroutine awaitable
+        add(tasks._wrap_awaitable)
+    mixin = getattr(locks, "_ContextManagerMixin", None)  # `async with lock:` -> Lock.acquire
+    for cls in (mixin, getattr(locks, "Semaphore", None)):
+        for name in ("__aenter__", "__aexit__"):
+            fn = getattr(cls, "__dict__", {}).get(name)
+            if type(fn) is types.FunctionType:
+                add(fn)
+    taskgroups = getattr(asyncio, "taskgroups", None)  # 3.11+
+    group = getattr(taskgroups, "TaskGroup", None)
+    if group is not None:
+        for name in ("__aenter__", "__aexit__"):
+            if name in group.__dict__:
+                add(group.__dict__[name])
+        if "_on_task_done" in group.__dict__:
+            _hide_function(group.__dict__["_on_task_done"])
+    # The loop's entry points: whatever runs in the caller's own context under
+    # them is the loop's; the user's coroutines and callbacks run in copies.
+    _hide_function(getattr(runners, "run", None))
+    _hide_function(getattr(runners, "_cancel_all_tasks", None))
+    runner = getattr(runners, "Runner", None)  # 3.11+
+    for value in list(getattr(runner, "__dict__", {}).values()):
+        if type(value) is types.FunctionType:
+            _hide_function(value)
+    loop = base_events.BaseEventLoop
+    for name in ("run_until_complete", "run_forever", "_run_once", "_run_forever_setup",
+                 "_run_forever_cleanup", "shutdown_asyncgens", "shutdown_default_executor",
+                 "_do_shutdown", "_asyncgen_firstiter_hook", "_asyncgen_finalizer_hook",
+                 # What the C Task and Future call back into the loop for: a task
+                 # that finished schedules its done callbacks from its own
+                 # context, after its coroutine returned (a root of its lane).
+                 "call_soon", "call_soon_threadsafe", "_call_soon", "get_debug",
+                 "__del__"):  # (the loop's finalizer: a warning if left open)
+        _hide_function(loop.__dict__.get(name))
+    # Callbacks asyncio schedules for itself.
+    _hide_function(getattr(base_events, "_run_until_complete_cb", None))
+    for name in ("_set_result_unless_cancelled", "_copy_future_state", "_set_concurrent_future_state"):
+        _hide_function(getattr(futures, name, None))
+    _hide_function(getattr(futures, "_chain_future", None), ("_set_state", "_call_check_cancel", "_call_set_state"))
+    _hide_function(getattr(tasks, "_release_waiter", None))
+    for fn_name, nested in (("gather", ("_done_callback",)), ("_wait", ("_on_completion",)),
+                            ("as_completed", ("_on_completion", "_on_timeout")),
+                            ("shield", ("_inner_done_callback", "_outer_done_callback")),
+                            ("_cancel_and_wait", ("_on_cancel",)), ("run_coroutine_threadsafe", ("callback",))):
+        code = getattr(getattr(tasks, fn_name, None), "__code__", None)
+        for const in getattr(code, "co_consts", ()):
+            if isinstance(const, types.CodeType) and const.co_name in nested:
+                _add_hidden(const)
+    completer = getattr(tasks, "_AsCompletedIterator", None)  # 3.13+
+    for name in ("_handle_completion", "_handle_timeout"):
+        _hide_function(getattr(completer, "__dict__", {}).get(name))
+    timeout = getattr(getattr(asyncio, "timeouts", None), "Timeout", None)  # 3.11+
+    _hide_function(getattr(timeout, "__dict__", {}).get("_on_timeout"))
+    try:  # uvloop's run (a Python wrapper of asyncio.run), when it is imported
+        _hide_function(getattr(sys.modules.get("uvloop"), "run", None))
+    except Exception:
+        pass
 
 
 # Libraries whose decorators wrap their public functions in frames that only

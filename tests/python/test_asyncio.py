@@ -111,8 +111,9 @@ def test_a_ceiling_keeps_what_full_capture_records_around_gather(engine):
     assert spans_down_to(five, 5) == spans_down_to(full, 5)
     roots = [label for (task, path), n in spans_down_to(five, 1).items() for label in path * n]
     assert roots.count("child") == 3
-    # (3.9 and 3.10 have no qualified names in code objects)
-    assert sum(label.endswith("_done_callback") for label in roots) == 3
+    # gather's done callbacks are asyncio's own: hidden, their lanes left out
+    # (docs/capture.md, "asyncio"; 3.9 and 3.10 name them bare)
+    assert sum(label.endswith("_done_callback") for label in roots) == 0
     check_times(five)
 
 

@@ -1,0 +1,342 @@
+"""Awaited work under the span that awaited it (issue 42, item 2;
+docs/capture.md, "asyncio"): the event loop's frames are transparent and
+count no depth, asyncio's own callbacks are no lanes, and a task hangs under
+the span open in the lane that created it, a task's lane included.
+
+The oracle for every time is the coroutine's own perf_counter around its
+body; the oracle for the structure is the program's text."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import warnings
+
+import pytest
+
+from mlflow_profiler import profiling
+
+from _helpers import check_times, require_mlflow, walk
+
+FAST, SMART = 0.02, 0.04  # seconds each endpoint call sleeps once it holds a slot
+CALLS = 16
+
+# asyncio's plumbing: none of it may be a node of the tree.
+INTERNALS = ("run_until_complete", "run_forever", "_run_once", "Runner", "_done_callback",
+             "_set_result_unless_cancelled", "_run_until_complete_cb", "shutdown_asyncgens",
+             "shutdown_default_executor", "_cancel_all_tasks", "Handle._run", "select", "_on_task_done")
+
+
+async def endpoint_call(i, slots, latency, truth):
+    t0 = time.perf_counter()
+    async with slots:
+        await asyncio.sleep(latency)
+    truth[i] = time.perf_counter() - t0
+    return i
+
+
+def calls(truth, fast, smart):
+    # Odd calls go to "fast" (4 slots), even ones to "smart" (2 slots).
+    return [endpoint_call(i, fast if i % 2 else smart, FAST if i % 2 else SMART, truth) for i in range(CALLS)]
+
+
+async def fan_out(truth):
+    fast, smart = asyncio.Semaphore(4), asyncio.Semaphore(2)
+    return await asyncio.gather(*calls(truth, fast, smart))
+
+
+def call_endpoints(truth):
+    """The fan-out run by asyncio.run: fan_out is the main task's coroutine."""
+    return asyncio.run(fan_out(truth))
+
+
+def call_endpoints_on_loop(truth):
+    """The tasks made here, in plain code, and run to completion on a loop."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        fast, smart = asyncio.Semaphore(4), asyncio.Semaphore(2)
+        return loop.run_until_complete(asyncio.gather(*calls(truth, fast, smart)))
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def predict(truth, on_loop=False):
+    return (call_endpoints_on_loop if on_loop else call_endpoints)(truth)
+
+
+def kids(node):
+    """A node's children, less the event loop's waits in its selector (flag
+    `wait`: docs/capture.md, "Waiting"), which are leaves of the span that
+    ran the loop."""
+    return [c for c in node["children"] if "wait" not in c["flags"]]
+
+
+def shape(session, depth=None):
+    def of(nodes):
+        return tuple((n["label"], of(kids(n))) for n in nodes if "wait" not in n["flags"])
+    return of(session.to_tree(depth))
+
+
+def task_lanes(session):
+    return [lane for lane in json.loads(session.to_json())["lanes"] if lane["task"] > 0]
+
+
+def no_internals(session):
+    names = [n["label"] for n in walk(session.to_tree()) if "wait" not in n["flags"]]
+    assert not [n for n in names if any(part in n for part in INTERNALS)], names
+
+
+def check_calls(nodes, truth):
+    """Each call's wall time within 5% of its own clock; in start order, the
+    calls are made (and first run) in the order of i."""
+    assert len(nodes) == CALLS
+    nodes = sorted(nodes, key=lambda n: n["start_ns"])
+    for i, node in enumerate(nodes):
+        wall = node["wall_ns"] / 1e9
+        assert abs(wall - truth[i]) <= 0.05 * truth[i], (i, wall, truth[i])
+        # Waiting for a slot and sleeping are not running.
+        assert node["active_ns"] < 0.5 * node["wall_ns"], node
+
+
+@pytest.mark.parametrize("depth", [3, -1])
+def test_fan_out_hangs_under_the_coroutine_that_gathered_it(engine, depth):
+    truth = {}
+    with profiling(depth=depth, engine=engine) as session:
+        assert predict(truth) == list(range(CALLS))
+    (root,) = session.to_tree()
+    assert root["label"] == "predict"
+    (ce,) = kids(root)
+    assert ce["label"] == "call_endpoints" and ce["depth"] == 1
+    # asyncio.run, Runner, the loop: transparent; the main task's coroutine
+    # takes their place one level under the call that ran the loop.
+    (fo,) = kids(ce)
+    assert fo["label"] == "fan_out" and fo["depth"] == 2 and fo["task"] > 0
+    ends = [c for c in fo["children"] if c["label"] == "endpoint_call"]
+    assert all(c["depth"] == 3 and c["task"] not in (0, fo["task"]) for c in ends)
+    check_calls(ends, truth)
+    # 16 calls and the main task: asyncio's callbacks and shutdown left no lane.
+    assert len(task_lanes(session)) == CALLS + 1
+    no_internals(session)
+    check_times(session)
+
+
+def test_fan_out_at_depth_2(engine):
+    truth = {}
+    with profiling(depth=2, engine=engine) as session:
+        predict(truth)
+    assert shape(session) == (("predict", (("call_endpoints", (("fan_out", ()),)),)),)
+    (fo,) = kids(kids(session.to_tree()[0])[0])
+    # The calls are below the ceiling: their lanes recorded nothing.
+    assert len(task_lanes(session)) == 1
+    # fan_out's wall is the fan-out's: the slowest call's own clock, at least.
+    assert fo["wall_ns"] / 1e9 >= max(truth.values())
+    assert fo["active_ns"] < 0.5 * fo["wall_ns"]
+
+
+def test_tasks_made_in_plain_code_at_depth_2(engine):
+    # gather called outside the loop: the tasks hang under the span that ran
+    # the loop until they were done, at depth 2 under predict.
+    truth = {}
+    with profiling(depth=2, engine=engine) as session:
+        assert predict(truth, on_loop=True) == list(range(CALLS))
+    (root,) = session.to_tree()
+    # (the loop's finalizer, BaseEventLoop.__del__, runs as predict returns)
+    (ce,) = [c for c in kids(root) if c["label"] == "call_endpoints_on_loop"]
+    ends = [c for c in kids(ce) if c["label"] == "endpoint_call"]
+    assert all(c["depth"] == 2 and c["task"] > 0 for c in ends)
+    check_calls(ends, truth)
+    # What else ran there is the user's own calls (gather, Semaphore()...).
+    assert len(task_lanes(session)) == CALLS
+    no_internals(session)
+    check_times(session)
+
+
+def test_engines_agree_on_the_fan_out():
+    trees = {}
+    for engine in ("native", "reference"):
+        for depth in (2, 3):
+            with profiling(depth=depth, engine=engine) as session:
+                predict({})
+            trees[engine, depth] = shape(session)
+    assert trees["native", 2] == trees["reference", 2]
+    assert trees["native", 3] == trees["reference", 3]
+
+
+def test_chrome_trace_and_report_have_one_track_per_task(engine, tmp_path):
+    with profiling(depth=3, engine=engine) as session:
+        predict({})
+    session.save(str(tmp_path / "t.json"), "chrome_trace")
+    trace = json.loads((tmp_path / "t.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    tracks = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    assert len([t for t in tracks if ", task " in t]) == CALLS + 1, sorted(tracks)
+    names = {e.get("name", "") for e in events if e.get("ph") == "X" and "select" not in e.get("name", "")}
+    assert not [n for n in names if any(part in n for part in INTERNALS)], sorted(names)
+    session.save(str(tmp_path / "r.html"))
+    doc = (tmp_path / "r.html").read_text()
+    assert "_set_result_unless_cancelled" not in doc and "_done_callback" not in doc
+
+
+# --- tasks made inside tasks ------------------------------------------------------
+
+
+async def leaf(n):
+    t0 = time.perf_counter()
+    await asyncio.sleep(0.01)
+    return n, time.perf_counter() - t0
+
+
+async def spawner(n):
+    task = asyncio.create_task(leaf(n))
+    return await task
+
+
+async def spawn_all():
+    return await asyncio.gather(spawner(1), spawner(2))
+
+
+def run_spawn():
+    return asyncio.run(spawn_all())
+
+
+@pytest.mark.parametrize("depth", [3, -1])
+def test_a_task_made_in_a_task_hangs_under_it(engine, depth):
+    with profiling(depth=depth, engine=engine) as session:
+        results = run_spawn()
+    roots = session.to_tree()
+    (spawn,) = [n for n in walk(roots) if n["label"] == "spawn_all"]
+    assert spawn["depth"] == 1
+    spawners = [c for c in kids(spawn) if c["label"] == "spawner"]
+    assert len(spawners) == 2
+    for s, (n, own) in zip(sorted(spawners, key=lambda s: s["start_ns"]), results):
+        (lf,) = [c for c in s["children"] if c["label"] == "leaf"]
+        assert lf["depth"] == 3 and lf["task"] not in (s["task"], 0)
+        assert abs(lf["wall_ns"] / 1e9 - own) <= 0.05 * own, (lf["wall_ns"], own)
+    assert len([n for n in walk(roots) if n["label"] == "leaf"]) == 2
+    assert len(task_lanes(session)) == 5  # spawn_all, two spawners, two leaves
+    no_internals(session)
+    check_times(session)
+
+
+async def grouped():
+    async with asyncio.TaskGroup() as tg:
+        for i in range(3):
+            tg.create_task(leaf(i))
+
+
+def run_group():
+    asyncio.run(grouped())
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="TaskGroup is 3.11+")
+def test_task_group_tasks_hang_under_the_block(engine):
+    with profiling(depth=2, engine=engine) as session:
+        run_group()
+    (root,) = session.to_tree()
+    (g,) = kids(root)
+    assert g["label"] == "grouped" and g["depth"] == 1
+    leaves = [c for c in g["children"] if c["label"] == "leaf"]
+    assert len(leaves) == 3 and all(c["depth"] == 2 for c in leaves)
+    # (TaskGroup's __aenter__/__aexit__ are transparent: what they call is
+    # grouped's callees, TaskGroup.__init__ and the loop's create_future)
+    others = [c["label"] for c in kids(g) if c["label"] != "leaf"]
+    assert others.count("TaskGroup.create_task") == 3, others
+    no_internals(session)
+    check_times(session)
+
+
+# --- work handed to a thread pool ----------------------------------------------------
+
+
+def blocking(n):
+    t0 = time.perf_counter()
+    time.sleep(0.01)
+    return n, time.perf_counter() - t0
+
+
+async def offload(n):
+    return await asyncio.to_thread(blocking, n)
+
+
+async def offload_all():
+    return await asyncio.gather(*(offload(n) for n in range(4)))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 9), reason="asyncio.to_thread is 3.9+")
+def test_to_thread_work_hangs_under_the_task_that_awaited_it(engine):
+    with profiling(depth=-1, engine=engine, all_threads=True) as session:
+        results = asyncio.run(offload_all())
+    roots = session.to_tree()
+    offloads = sorted((n for n in walk(roots) if n["label"] == "offload"), key=lambda n: n["start_ns"])
+    assert len(offloads) == 4
+    for o in offloads:
+        work = [n for n in walk([o]) if n["label"] == "blocking"]
+        assert len(work) == 1, [n["label"] for n in walk([o])]
+        (w,) = work
+        assert w["thread_id"] != o["thread_id"]
+    assert len([n for n in walk(roots) if n["label"] == "blocking"]) == 4
+
+
+# --- an MLflow PythonModel ------------------------------------------------------------
+
+
+def router_class(mlflow):
+    class TicketRouter(mlflow.pyfunc.PythonModel):
+        def predict(self, context, model_input, params=None):
+            truth = {}
+            self._call_endpoints(truth)
+            return [truth[i] for i in range(CALLS)]
+
+        def _call_endpoints(self, truth):
+            return asyncio.run(self._fan_out(truth))
+
+        async def _fan_out(self, truth):
+            fast, smart = asyncio.Semaphore(4), asyncio.Semaphore(2)
+            return await asyncio.gather(*(
+                self._endpoint_call(i, fast if i % 2 else smart, FAST if i % 2 else SMART, truth)
+                for i in range(CALLS)))
+
+        async def _endpoint_call(self, i, slots, latency, truth):
+            t0 = time.perf_counter()
+            async with slots:
+                await asyncio.sleep(latency)
+            truth[i] = time.perf_counter() - t0
+            return i
+
+    return TicketRouter
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_mlflow_python_model_fan_out(engine, tmp_path):
+    mlflow = require_mlflow()
+    import pandas as pd
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = str(tmp_path / "router")
+        mlflow.pyfunc.save_model(path, python_model=router_class(mlflow)(), pip_requirements=["pandas"])
+        model = mlflow.pyfunc.load_model(path)
+        frame = pd.DataFrame({"ticket": ["a"]})
+        model.predict(frame)  # first call: imports, caches
+        for depth in (2, 3):
+            with profiling(depth=depth, engine=engine) as session:
+                out = model.predict(frame)
+            truth = list(out)
+            (root,) = session.to_tree()
+            assert root["label"].startswith("predict [pyfunc "), root["label"]
+            (ce,) = [c for c in kids(root) if c["label"].endswith("._call_endpoints")]
+            assert ce["depth"] == 1
+            (fo,) = kids(ce)
+            assert fo["label"].endswith("._fan_out") and fo["depth"] == 2
+            ends = [c for c in fo["children"] if c["label"].endswith("._endpoint_call")]
+            if depth == 2:
+                assert ends == [] and len(task_lanes(session)) == 1
+                continue
+            assert all(c["depth"] == 3 for c in ends)
+            check_calls(ends, dict(enumerate(truth)))
+            assert len(task_lanes(session)) == CALLS + 1
+            no_internals(session)
