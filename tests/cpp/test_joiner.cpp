@@ -1568,7 +1568,7 @@ TEST(JoinerV2, ABodyWithFoldedResumesGivesTheInProcessTree) {
   ASSERT_EQ(lane.events.size(), 6u);
   p.lanes.push_back(lane);
   build_tree(p);
-  const Profile want = as_seen(p);
+  const Profile want = as_seen(std::move(p));
   Process proc;
   Joiner j;
   feed(j, body_records_of(want, proc, 3, 0, "", ""));
