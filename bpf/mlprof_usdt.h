@@ -107,6 +107,7 @@
 #define MLPROF_SPAN_BLOCK 0x04u             /* enter: a profile_block region */
 #define MLPROF_SPAN_CONTINUED 0x08u         /* enter: a coroutine resumed with no start seen */
 #define MLPROF_SPAN_CHILDREN_DROPPED 0x10u  /* exit: calls under it were dropped */
+#define MLPROF_SPAN_WAIT 0x40u              /* enter: the event loop's selector waiting */
 
 /* span_io roles: the same values as mlprof::IORole. */
 #define MLPROF_IO_ARGUMENT 0u

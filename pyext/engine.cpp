@@ -17,6 +17,7 @@
 #include "core/group.h"
 #include "core/resume.h"
 #include "gil_range.h"
+#include "loop_watch.h"
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
 #include "py_util.h"
@@ -1453,6 +1454,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   }
   per_thread[context] = &L;
   lanes_.push_back(std::move(lane));
+  loop_watched_ = loop_watch::watch_selectors() || loop_watched_;
   // A v2 tracer knows lane 0's thread from session_begin and the rest from
   // session_spans: one probe hit per session saved.
   if (L.index != 0 || !probes::spans_traced()) {
@@ -1590,6 +1592,10 @@ void Engine::note_entering_frame(int levels_above) {
   PyFrameObject* f = PyEval_GetFrame();  // borrowed; 3.9/3.10 frames always have one
   for (int i = 0; i < levels_above && f; ++i) f = f->f_back;
   if (f && compat::is_generator_code(compat::frame_code(f))) entering_generator_ = compat::frame_generator(f);
+  origin_awaits_ = f && (compat::frame_code(f)->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE));
+#endif
+#if MLPROF_HAS_EVAL_HOOK
+  origin_awaits_ = entered_by_coroutine_;
 #endif
 }
 
@@ -1679,6 +1685,7 @@ void Engine::stop() {
     probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, end_anchor_), usdt_flags_,
                                true);
   }
+  if (g_native_collecting == 0 && g_reference_collecting == 0) loop_watch::unwatch_all();
   if (usdt_counted_) probes::checkpoints_session_stopped();
   usdt_counted_ = false;
   if (MLPROF_USDT_ENABLED(session_end)) {
@@ -1711,6 +1718,8 @@ std::shared_ptr<Profile> Engine::profile() {
   p.meta["python"] = Py_GetVersion();
   p.meta["python"] = p.meta["python"].substr(0, p.meta["python"].find(' '));
   p.meta["pid"] = std::to_string(getpid());
+  if (loop_watched_) p.meta["loop_waits"] = "selector";
+  else if (origin_awaits_) p.meta["loop_waits"] = "awaits";
   p.meta["start_unix_ns"] = std::to_string(start_unix_ns_);
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -2110,6 +2119,54 @@ void block_exit(const BlockToken* tokens, int n, bool exception) {
     }
   }
   if (n > 0) update_window(lanes_now(), capture::frame_depth());
+}
+
+uint32_t wait_function(std::string_view name, std::string_view module, std::string_view file, int line) {
+  return registry().add(name, module, file, line, FunctionKind::kPython, false);
+}
+
+int wait_begin(WaitToken* out, int max) {
+  const CurrentLanes& cl = lanes_now();
+  if (cl.n == 0) return 0;
+  const int pydepth = capture::frame_depth();  // the loop's frame that calls select
+  int n = 0;
+  for (int i = 0; i < cl.n && n < max; ++i) {
+    CaptureLane& L = *cl.lanes[i];
+    if (L.truncated || pydepth < L.base_pydepth) continue;
+    close_ended_now(L, pydepth + 1);
+    // Nothing open: no span waited (the loop runs outside the session's roots).
+    const bool open = std::any_of(L.rec.begin(), L.rec.end(),
+                                  [](const StackEntry& e) { return e.call_index != kNoEvent; });
+    if (!open) continue;
+    out[n++] = WaitToken{L.engine->serial(), L.index, L.out.events.size(), L.rec.back().depth + 1};
+  }
+  return n;
+}
+
+void wait_end(const WaitToken* tokens, int n, uint32_t function, int64_t start, int64_t end) {
+  for (int t = 0; t < n; ++t) {
+    auto it = g_by_serial.find(tokens[t].serial);
+    if (it == g_by_serial.end() || tokens[t].lane >= it->second->lanes().size()) continue;
+    CaptureLane& L = *it->second->lanes()[tokens[t].lane];
+    std::vector<Event>& ev = L.out.events;
+    if (L.truncated) continue;
+    if (ev.size() > tokens[t].events) {
+      // The select frame itself was recorded (within the ceiling): it is the wait.
+      Event& first = ev[tokens[t].events];
+      if (first.kind == EventKind::kCall && first.id == function) first.flags |= kEvWait;
+      continue;  // else something else ran in between (a signal handler): no leaf
+    }
+    if (ev.size() + 2 > L.soft_cap) {
+      ++L.out.dropped;
+      continue;
+    }
+    const auto idx = static_cast<uint32_t>(ev.size());
+    push(L, EventKind::kCall, function, kEvWait, start);
+    push(L, EventKind::kReturn, 0, 0, end);
+    probes::span_enter(L.engine->serial(), L.index, idx, function, 0, tokens[t].depth, kEvWait);
+    probes::span_exit(L.engine->serial(), L.index, idx, 0);
+    L.last_was_suspend = false;
+  }
 }
 
 namespace {

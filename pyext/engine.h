@@ -269,6 +269,8 @@ class Engine {
   std::vector<std::string> failures_;
   std::vector<std::string> notes_;
   std::string mechanism_;
+  bool loop_watched_ = false;  // an event loop's selector was watched (loop_watch.h)
+  bool origin_awaits_ = false;  // entered by a coroutine: its awaits are the loop's idle time
   bool global_frames_ = false;
   std::shared_ptr<Profile> profile_;
 };
@@ -414,6 +416,19 @@ void block_exit(const BlockToken* tokens, int n, bool exception);
 void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, size_t nargs,
                         PyObject* kwnames);
 void block_return_io(const BlockToken* tokens, int n, PyObject* retval);
+// A selector waiting for I/O or a timer (pyext/loop_watch.cpp). A wait
+// is a leaf span flagged kEvWait under the lane's innermost open span, or,
+// when the selector's select frame was itself recorded (within the ceiling),
+// that span flagged. wait_begin notes the current lanes before the call.
+struct WaitToken {
+  uint64_t serial;
+  uint32_t lane;
+  size_t events;  // the lane's events before the call
+  int32_t depth;  // the leaf's tree depth
+};
+uint32_t wait_function(std::string_view name, std::string_view module, std::string_view file, int line);
+int wait_begin(WaitToken* out, int max);  // returns tokens written
+void wait_end(const WaitToken* tokens, int n, uint32_t function, int64_t start, int64_t end);
 void set_pending_label(PyObject* code, uint32_t label);
 void clear_pending_label(PyObject* code);
 void label_generator(PyObject* gen, PyObject* code, uint32_t label);

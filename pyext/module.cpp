@@ -23,6 +23,7 @@
 #include "capture/capture.h"
 #include "probes.h"
 #include "summarize.h"
+#include "loop_watch.h"
 #include "span_api.h"
 
 namespace py = pybind11;
@@ -303,6 +304,7 @@ PYBIND11_MODULE(_core, m) {
   init_engine_module(m.ptr());
   capture::init();
   if (!add_span_types(m.ptr())) throw py::error_already_set();
+  if (!loop_watch::add_loop_watch(m.ptr())) throw py::error_already_set();
   // Contracts defined once in the core (core/io.h, core/tree.h), for Python.
   m.attr("IO_ARGUMENT") = static_cast<int>(IORole::kArgument);
   m.attr("IO_RETURN") = static_cast<int>(IORole::kReturn);
@@ -355,6 +357,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
         "Counts collecting reference sessions, so the C wrappers look for them.");
   m.def("_native_collecting", []() { return g_native_collecting; });
+  m.def("unwatch_loops", []() {
+    if (g_native_collecting == 0 && g_reference_collecting == 0) loop_watch::unwatch_all();
+  }, "Puts the event loops' selectors back once no session collects (the reference engine's stop).");
   m.def(
       "_untraced",
       [](py::object fn) {

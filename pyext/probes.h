@@ -25,6 +25,7 @@ static_assert(MLPROF_SPAN_C_FUNCTION == mlprof::kEvCFunction);
 static_assert(MLPROF_SPAN_BLOCK == mlprof::kEvBlock);
 static_assert(MLPROF_SPAN_CONTINUED == mlprof::kEvContinued);
 static_assert(MLPROF_SPAN_CHILDREN_DROPPED == mlprof::kEvChildrenDropped);
+static_assert(MLPROF_SPAN_WAIT == mlprof::kEvWait);
 static_assert(MLPROF_IO_ARGUMENT == static_cast<unsigned>(mlprof::IORole::kArgument));
 static_assert(MLPROF_IO_RETURN == static_cast<unsigned>(mlprof::IORole::kReturn));
 

@@ -12,24 +12,9 @@
 #include <vector>
 
 #include "engine.h"
+#include "loop_watch.h"
 
 namespace mlprof {
-namespace {
-
-enum class WrapKind : int { kFunction = 0, kGenerator = 1, kOther = 2 };
-
-struct SpanFunction {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
-  PyObject* func;
-  PyObject* label;  // str
-  PyObject* code;   // func.__code__ for Python functions, else null
-  PyObject* dict;
-  PyObject* weakrefs;
-  WrapKind kind;
-  uint32_t label_id;  // interned on first use in a session
-  uint32_t block_fn;
-};
 
 // A reference-engine session (pure Python) is current: let it do the work.
 PyObject* reference_session() {
@@ -67,6 +52,23 @@ PyObject* call_reference(PyObject* session, const char* method, PyObject* label,
   Py_DECREF(kwargs);
   return r;
 }
+
+namespace {
+
+enum class WrapKind : int { kFunction = 0, kGenerator = 1, kOther = 2 };
+
+struct SpanFunction {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* func;
+  PyObject* label;  // str
+  PyObject* code;   // func.__code__ for Python functions, else null
+  PyObject* dict;
+  PyObject* weakrefs;
+  WrapKind kind;
+  uint32_t label_id;  // interned on first use in a session
+  uint32_t block_fn;
+};
 
 using compat::utf8;
 
@@ -323,6 +325,7 @@ void add_own_function(PyMethodDef* def) {
 }
 
 bool is_own_callable(PyObject* callable) {
+  if (loop_watch::is_wrapper(callable)) return true;
   if (callable == g_span_type || callable == g_block_type || own_type(Py_TYPE(callable))) return true;
   if (PyMethod_Check(callable)) callable = PyMethod_GET_FUNCTION(callable);
   if (PyCFunction_Check(callable)) {

@@ -9,6 +9,12 @@ bool add_span_types(PyObject* module);
 // profile_block type and its methods, add_own_function's): never recorded
 // as C calls.
 bool is_own_callable(PyObject* callable);
+// The current reference-engine (pure Python) session, a new reference, or
+// null: that engine then does the work of a C entry point itself.
+PyObject* reference_session();
+// session.<method>(label, func, args, kwargs) with a vectorcall's arguments.
+PyObject* call_reference(PyObject* session, const char* method, PyObject* label, PyObject* func,
+                         PyObject* const* args, size_t nargsf, PyObject* kwnames);
 // Adds a C function of the profiler (the session's __exit__) to those never recorded.
 void add_own_function(PyMethodDef* def);
 }  // namespace mlprof

@@ -210,6 +210,9 @@ def _bubbles(args) -> int:
         print(f"mlprof bubbles: {exc}", file=sys.stderr)
         return 2
     print(result.to_json() if args.format == "json" else result.to_text(), end="" if args.format != "json" else "\n")
+    if any(not s["wait_data"] for s in result.sessions):
+        print("mlprof bubbles: a session has no waiting data, so its bubbles cannot be told (exit 3)", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -149,6 +149,7 @@ EV_BLOCK = 4
 EV_CONTINUED = 8
 EV_CHILDREN_DROPPED = 16
 EV_RELABEL = 32  # K_LABEL: for the innermost open span (a fold)
+EV_WAIT = 64  # K_CALL: a selector's select waiting (loop_watch.cpp)
 
 FN_PYTHON = 0
 FN_C = 1
@@ -942,7 +943,7 @@ def _append_resume(ev: list, readings: Optional[list], values: int, call: int, t
 # --- the hook -----------------------------------------------------------------------
 
 
-_OWN_TYPES = (_core.profile_block, _core.SpanFunction)
+_OWN_TYPES = (_core.profile_block, _core.SpanFunction, _core.SelectWait)
 _OWN_FUNCTIONS = (_core.session_enter.__func__, _core.session_exit.__func__)  # ProfileSession's
 
 
@@ -1011,6 +1012,20 @@ def _note_throw(callable_) -> None:
             return
         _throw_pending.add(id(f))
         obj = getattr(obj, "gi_yieldfrom", None) or getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)
+
+
+def _entered_by_coroutine() -> bool:
+    """Whether the frame that enters the session (past the profiler's own and
+    contextlib's) is a coroutine's: its awaits are then the event loop's idle
+    time (engine.cpp origin_awaits_)."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_globals.get("__name__", "")
+        if not (f.f_code in _INVISIBLE or (isinstance(name, str) and (
+                name == "contextlib" or name == "mlflow_profiler" or name.startswith("mlflow_profiler.")))):
+            break
+        f = f.f_back
+    return f is not None and bool(f.f_code.co_flags & (0x80 | 0x200 | 0x100))
 
 
 def _innermost_span(L: _Lane) -> Optional[Tuple[int, int]]:
@@ -1312,6 +1327,8 @@ class ReferenceEngine:
         self._profile = None
         self._failed = False
         self._start_unix_ns = 0
+        self._loop_watched = False
+        self._origin_awaits = False
 
     # -- interning ---------------------------------------------------------------
 
@@ -1425,6 +1442,8 @@ class ReferenceEngine:
         if mark is not None:
             self._lane_by_mark[mark] = L
         self._lanes.append(L)
+        if _core.watch_selectors():  # loop_watch.cpp: their waits come to wait_call
+            self._loop_watched = True
         return L
 
     def _awaited(self, mark: _Mark) -> bool:
@@ -1486,6 +1505,7 @@ class ReferenceEngine:
                 self.values &= ~(1 << VALUE_ALLOC)
                 self.notes.append(why)
                 _warn_once(why)
+        self._origin_awaits = _entered_by_coroutine()
         self._new_lane(self._start_thread, threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
         _collecting.append(self)
         _core._reference_collecting(1)
@@ -1546,6 +1566,7 @@ class ReferenceEngine:
         if not _collecting:
             _throw_pending.clear()
             _throw_at.clear()
+        _core.unwatch_loops()
 
     def profile(self):
         if self._profile is not None:
@@ -1585,6 +1606,8 @@ class ReferenceEngine:
             "start_unix_ns": str(self._start_unix_ns),
             "host": socket.gethostname(),
             "profiler_overhead_ns": str(overhead),
+            **({"loop_waits": "selector"} if self._loop_watched else
+               {"loop_waits": "awaits"} if self._origin_awaits else {}),
         }
         end_ns = self.end_ns or _core.now_ns()
         self._profile = _core.build_profile(lanes, self._functions, self._labels, self.depth,
@@ -1654,6 +1677,60 @@ class ReferenceEngine:
             _capture_return(result, targets)
         return result
 
+    def wait_call(self, select, args, kwargs):
+        """What loop_watch.cpp's wrapper of a selector's select does when
+        this session is current (engine.cpp wait_begin/wait_end):
+        the wait is a leaf span flagged EV_WAIT under each lane's innermost
+        open span, or the select frame itself, flagged, when it was recorded."""
+        st = _thread_state()
+        was, st.busy = st.busy, True
+        notes = []
+        try:
+            fid = None
+            for L in _lanes_now(st):
+                if L.truncated or not any(e[0] is not None for e in L.rec):
+                    continue
+                if fid is None:
+                    fid = self._wait_function(select)
+                notes.append((L, len(L.events), fid))
+        except Exception as exc:  # never raise into user code
+            self._fail(f"internal error timing the event loop: {exc!r}")
+            notes = []
+        finally:
+            st.busy = was
+        start = _core.now_ns()
+        try:
+            return select(*args, **kwargs)
+        finally:
+            end = _core.now_ns()
+            was, st.busy = st.busy, True
+            try:
+                for L, before, fid in notes:
+                    if L.truncated or L.engine.state != "collecting":
+                        continue
+                    if len(L.events) > before:
+                        ts, kind, id_, flags = L.events[before]
+                        if kind == K_CALL and id_ == L.engine._wait_function(select):
+                            L.events[before] = (ts, kind, id_, flags | EV_WAIT)
+                        continue
+                    if len(L.events) + 2 > L.soft_cap:
+                        L.dropped += 1
+                        continue
+                    L.events.append((start, K_CALL, fid, EV_WAIT))
+                    L.events.append((end, K_RETURN, 0, 0))
+                    L.last_was_suspend = False
+            except Exception as exc:  # never raise into user code
+                self._fail(f"internal error timing the event loop: {exc!r}")
+            finally:
+                st.busy = was
+
+    def _wait_function(self, select) -> int:
+        """The function id of a selector's select method, named as its frame is."""
+        func = getattr(select, "__func__", select)
+        code = func.__code__
+        return self._add_function(func.__qualname__, func.__module__, code.co_filename, code.co_firstlineno,
+                                  FN_PYTHON, False)
+
     def block_enter(self, label) -> _BlockToken:
         """Opens a profile_block span in the current lanes; returns its token."""
         entries = []
@@ -1706,7 +1783,7 @@ def _register_invisible() -> None:
     for value in list(vars(module).values()):
         if getattr(value, "__module__", None) == __name__:
             _transparent.collect_codes(value, _INVISIBLE)
-    for fn in (ProfileSession._label_call, ProfileSession._block_enter):
+    for fn in (ProfileSession._label_call, ProfileSession._block_enter, ProfileSession._wait_call):
         _transparent.collect_codes(fn, _INVISIBLE)
 
 

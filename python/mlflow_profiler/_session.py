@@ -243,6 +243,9 @@ class ProfileSession:
     def _block_enter(self, label):
         return self._engine.block_enter(label)
 
+    def _wait_call(self, _label, select, args, kwargs):
+        return self._engine.wait_call(select, args, kwargs)
+
     # -- results ---------------------------------------------------------------
 
     def _built(self):

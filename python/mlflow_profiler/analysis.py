@@ -715,8 +715,9 @@ class Bubbles:
             lines.append(f"{label}: {_ns(window)}, {len(s['bubbles'])} bubble{'s' if len(s['bubbles']) != 1 else ''} "
                          f"of at least {_ns(self.min_ns)}, {_ns(s['bubble_ns'])} idle ({share:.1f}%)")
             if not s["wait_data"]:
-                lines.append("  no waiting data: the root keeps its thread running throughout. Capture with "
-                             "capture_c_calls=True (blocking calls) or mlprof-ebpf (off-CPU time) to see bubbles")
+                lines.append("  no waiting data: nothing says when its threads waited (no selectors "
+                             "watched, no blocking C call captured, no kernel data), so idle gaps cannot be told. "
+                             "Capture with capture_c_calls=True (blocking calls) or under mlprof-ebpf (off-CPU time)")
             for b in s["bubbles"]:
                 start = b["start_ns"] - s["window_start_ns"]
                 waits = ", ".join(f"{_lane(w)} in {w['span']}" for w in b["waiting"]) or "nothing open"

@@ -73,6 +73,34 @@ TEST(Bubbles, OffCpuIntervalsOfTheKernelAreWaits) {
   EXPECT_EQ(r.bubbles[0].end_ns, 70);
 }
 
+// The event loop's selector watched (loop_watch.cpp): predict [0, 100] runs
+// the loop, whose waits are kSpanWait spans [10, 40] and [50, 90] (a leaf
+// under predict, whatever the depth); a task lane works [40, 50].
+TEST(Bubbles, TheWatchedSelectorsWaitsAreIdleTime) {
+  Profile p;
+  p.start_ns = 0;
+  p.end_ns = 100;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t select = test::lib_fn(p, "_PollLikeSelector.select", "selectors");
+  const uint32_t work = test::user_fn(p, "call");
+  p.lanes.push_back(make_lane({test::call(0, predict), test::call(10, select, kEvWait), ret(40),
+                               test::call(50, select, kEvWait), ret(90), ret(100)}));
+  p.lanes.push_back(make_lane({test::call(40, work), ret(50)}, "MainThread", 1, 0, 0));
+  build_tree(p);
+  EXPECT_TRUE(p.spans[1].flags & kSpanWait);
+  // Without the meta saying the loop was watched, nothing says when it waited.
+  EXPECT_FALSE(find_bubbles(p, 0).wait_data);
+  p.meta["loop_waits"] = "selector";
+  const BubbleReport r = find_bubbles(p, 0);
+  EXPECT_TRUE(r.wait_data);
+  ASSERT_EQ(r.bubbles.size(), 2u);
+  EXPECT_EQ(r.bubbles[0].start_ns, 10);
+  EXPECT_EQ(r.bubbles[0].end_ns, 40);
+  EXPECT_EQ(r.bubbles[1].start_ns, 50);
+  EXPECT_EQ(r.bubbles[1].end_ns, 90);
+  EXPECT_EQ(p.display_name(p.spans[r.bubbles[0].waiting[0].second]), "_PollLikeSelector.select");
+}
+
 TEST(Bubbles, BlockingCallsAreNamedOnce) {
   EXPECT_TRUE(is_blocking_call("time", "sleep"));
   EXPECT_TRUE(is_blocking_call("_thread", "lock.acquire"));

@@ -109,13 +109,17 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
   // Each lane's running time, less its waits.
   const auto intervals = export_util::lane_intervals(p);
   std::vector<std::vector<Interval>> busy(p.lanes.size());
-  bool c_calls = false, tasks = false;
+  bool c_calls = false, event_loop = false;
   const auto& strings = p.functions.strings();
   for (size_t li = 0; li < intervals.size() && li < p.lanes.size(); ++li) {
     std::vector<Interval> running, waits;
     for (const export_util::RunInterval& iv : intervals[li]) {
       const Span& s = p.spans[iv.span];
       running.emplace_back(iv.start_ns, iv.end_ns);
+      if (s.flags & kSpanWait) {
+        event_loop = true;
+        waits.emplace_back(iv.start_ns, iv.end_ns);
+      }
       if (s.flags & kSpanCFunction) {
         c_calls = true;
         const FunctionInfo& f = p.functions.get(s.function);
@@ -130,11 +134,18 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
       }
     }
     busy[li] = minus(merged(std::move(running)), merged(std::move(waits)));
-    if (p.lanes[li].task != 0) tasks = true;
+    event_loop = event_loop || p.lanes[li].task != 0;
   }
   // An asyncio task's coroutine suspended at an await is waiting; a plain
-  // generator suspended is not (its consumer runs).
-  r.wait_data = p.kernel.present || c_calls || tasks;
+  // generator suspended is not (its consumer runs). But the thread that runs
+  // the event loop is seen to wait only where the selectors were watched
+  // (loop_watch.cpp) or a coroutine entered the session, in captured
+  // blocking C calls, or by the agent. Watched selectors say nothing of a
+  // thread asleep elsewhere (time.sleep below the ceiling): they count for
+  // a session that ran an event loop (task lanes, or waits seen).
+  const auto watched = p.meta.find("loop_waits");  // "selector" or "awaits" (docs/format.md)
+  r.wait_data = p.kernel.present || c_calls ||
+                (event_loop && watched != p.meta.end() && !watched->second.empty());
 
   // Bubbles: the window less every lane's running time.
   std::vector<Interval> all;

@@ -5,8 +5,9 @@
 //
 // A lane runs while one of its spans runs (a generator or coroutine only in
 // its segments: a task between awaits does not run), less the time it waits:
-// inside a blocking C call (time.sleep, a lock's acquire, a queue's get ...,
-// seen with capture_c_calls) or off the CPU (the agent's kernel data).
+// in a selector (an event loop with nothing ready; kSpanWait, at any depth), inside a blocking C
+// call (time.sleep, a lock's acquire, a queue's get ..., seen with
+// capture_c_calls) or off the CPU (the agent's kernel data).
 
 #include <cstdint>
 #include <string>
@@ -43,8 +44,10 @@ struct BubbleReport {
   std::vector<Bubble> bubbles;
   std::vector<FanOut> fan_outs;
   // Whether anything says when a lane waited: kernel data, captured C calls
-  // or asyncio tasks (suspended at their awaits). Without it a session's root
-  // keeps its lane running throughout, so no bubble can be seen.
+  // or, for a session that ran an event loop (task lanes or kSpanWait
+  // spans), the watched selectors (meta "loop_waits"). Without it a
+  // session's root keeps its lane running throughout, so no bubble can be
+  // seen.
   bool wait_data = false;
 };
 

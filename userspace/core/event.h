@@ -54,6 +54,9 @@ enum EventFlag : uint8_t {
   // kLabel: for the lane's innermost open span (profiling() around a pyfunc:
   // the model's predict folded into PyFuncModel.predict names it).
   kEvRelabel = 1 << 5,
+  // kCall: a selector's select waiting for I/O or a timer (an event loop
+  // with nothing ready; pyext/loop_watch.cpp): the thread was idle in it.
+  kEvWait = 1 << 6,
 };
 
 struct Event {

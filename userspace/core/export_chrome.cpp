@@ -103,6 +103,7 @@ std::string track_title(const Lane& lane) {
 }
 
 const char* category(const Profile& p, const Span& s) {
+  if (s.flags & kSpanWait) return "wait";  // the event loop idle: its own colour in a viewer's legend
   if (s.flags & kSpanBlock) return "block";
   if (s.flags & kSpanCFunction) return "c";
   if (s.function < p.functions.size() && p.functions.get(s.function).kind == FunctionKind::kC) {

@@ -157,6 +157,7 @@ class TreeBuilder {
           if (ev.flags & kEvCFunction) s.flags |= kSpanCFunction;
           if (ev.flags & kEvBlock) s.flags |= kSpanBlock;
           if (ev.flags & kEvContinued) s.flags |= kSpanContinued;
+          if (ev.flags & kEvWait) s.flags |= kSpanWait;
           if (pending_label != 0) {
             s.label = pending_label;
             s.flags |= kSpanLabelled;

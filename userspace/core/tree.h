@@ -31,6 +31,9 @@ enum SpanFlag : uint32_t {
   kSpanCaught = 1u << 10,
   // Derived (core/group.h): not a call but a run of MLflow's own calls, its children.
   kSpanGroup = 1u << 11,
+  // A selector's select waiting (kEvWait): its thread was idle in it,
+  // recorded whatever the depth ceiling (docs/capture.md, "Waiting").
+  kSpanWait = 1u << 12,
 };
 
 // Every span flag, defined once: its bit, its name (documents, Python's
@@ -56,6 +59,7 @@ inline constexpr SpanFlagName kSpanFlagNames[] = {
     {kSpanTruncated, "truncated", "truncated", true},
     {kSpanCaught, "caught", "caught", true},  // by a caller: no error
     {kSpanGroup, "group", "MLflow's calls, grouped", false},
+    {kSpanWait, "wait", "waiting in select", true},
 };
 
 struct Span {

@@ -1,0 +1,182 @@
+"""The event loop's idle time, measured at its selector (docs/capture.md,
+"Waiting"): bubbles at the default depth without capture_c_calls, against
+the program's own clocks; the selector is put back and nothing changes for
+the program."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from mlflow_profiler import analysis, profiling
+
+
+def _busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+class Router:
+    """predict -> _call_endpoints -> asyncio.run(fan-out): 4 calls to a fast
+    endpoint (Semaphore(4), 100 ms), then 2 to a slow one (Semaphore(2), 200
+    ms), each with 1 ms of work before its call. Each call logs, with
+    CLOCK_MONOTONIC (the profile's clock), when it started and stopped
+    awaiting its endpoint."""
+
+    def __init__(self) -> None:
+        self.awaits = {"fast": [], "slow": []}
+
+    async def call(self, endpoint: str, sem: asyncio.Semaphore, delay: float) -> float:
+        async with sem:
+            _busy(1)
+            t0 = time.monotonic_ns()
+            await asyncio.sleep(delay)
+            self.awaits[endpoint].append((t0, time.monotonic_ns()))
+        return delay
+
+    async def fan_out(self) -> list:
+        fast, slow = asyncio.Semaphore(4), asyncio.Semaphore(2)
+        a = await asyncio.gather(*(self.call("fast", fast, 0.1) for _ in range(4)))
+        return a + await asyncio.gather(*(self.call("slow", slow, 0.2) for _ in range(2)))
+
+    def _call_endpoints(self) -> list:
+        return asyncio.run(self.fan_out())
+
+    def predict(self) -> list:
+        _busy(2)
+        out = self._call_endpoints()
+        _busy(2)
+        return out
+
+
+@pytest.mark.parametrize("depth", [2, 1, -1])
+def test_idle_gaps_of_a_fan_out_at_any_depth_without_c_calls(engine, depth):
+    """While every call of a phase awaits its endpoint, nothing runs: the
+    truth is, per phase, from the last call's start of awaiting to the first
+    call's end, by the program's own clocks (about 97 ms and 199 ms). The
+    bubbles found in that stretch add up to it within 5%."""
+    router = Router()
+    with profiling(depth=depth, engine=engine) as session:
+        result = router.predict()
+    assert result == [0.1] * 4 + [0.2] * 2
+    assert session._built().meta.get("loop_waits") == "selector"
+    (report,) = analysis.bubbles([session], min_ms=1).sessions
+    assert report["wait_data"]
+    measured = [(b["start_ns"], b["end_ns"]) for b in report["bubbles"]]
+    for endpoint in ("fast", "slow"):
+        awaits = router.awaits[endpoint]
+        ta, tb = max(a for a, _ in awaits), min(b for _, b in awaits)
+        # The profile's times leave out the profiler's own work, so they may
+        # run a little early: bubbles overlapping the stretch count.
+        inside = sum(min(mb, tb) - max(ma, ta) for ma, mb in measured if ma < tb and ta < mb)
+        assert abs(inside - (tb - ta)) <= 0.05 * (tb - ta), (endpoint, ta, tb, measured)
+    spans = session.spans
+    waits = [s for s in spans if "wait" in s.flags]
+    assert waits and all(s.label.endswith(".select") and s.module == "selectors" for s in waits), waits
+    if depth == 1:
+        # Below the ceiling: a leaf under the span that ran the loop.
+        assert {spans[s.parent_index].label for s in waits} == {"Router._call_endpoints"}
+
+
+def test_the_selectors_are_put_back_and_the_loop_runs_the_same(engine):
+    import selectors
+
+    from mlflow_profiler import _core
+
+    async def work():
+        await asyncio.sleep(0.005)
+        return 42
+
+    own = {c: vars(c)["select"] for c in (selectors.SelectSelector, selectors.EpollSelector,
+                                           selectors.PollSelector.__mro__[1])}
+    loop = asyncio.new_event_loop()
+
+    def predict():
+        return loop.run_until_complete(work())
+
+    try:
+        with profiling(depth=2, engine=engine) as session:
+            assert predict() == 42
+            for cls, func in own.items():  # watched while the session collects
+                assert isinstance(vars(cls)["select"], _core.SelectWait) and vars(cls)["select"].__wrapped__ is func
+            assert loop._selector.select.__name__ == "select"
+        assert {c: vars(c)["select"] for c in own} == own
+        assert loop.run_until_complete(work()) == 42  # and runs on without it
+    finally:
+        loop.close()
+    assert any("wait" in s.flags for s in session.spans)
+
+
+def test_a_subprocess_waited_for_is_a_wait(engine):
+    """subprocess.communicate waits in a selector too, below the ceiling."""
+    import subprocess as sp
+
+    def predict():
+        with sp.Popen([sys.executable, "-c", "import time; time.sleep(0.05); print('done')"],
+                      stdout=sp.PIPE, stderr=sp.PIPE) as proc:
+            return proc.communicate(timeout=60)[0]
+
+    with profiling(depth=0, engine=engine) as session:
+        assert predict().strip() == b"done"
+    waits = [s for s in session.spans if "wait" in s.flags]
+    assert waits and sum(s.duration_ns for s in waits) >= 20_000_000, waits
+    assert all(s.depth == 1 for s in waits)  # a leaf under the root, below depth 0
+
+
+def test_a_session_entered_by_a_coroutine_knows_its_awaits(engine):
+    async def fetch():
+        await asyncio.sleep(0.02)
+
+    async def main():
+        with profiling(depth=2, engine=engine) as session:
+            await asyncio.gather(fetch(), fetch())
+        assert "select" not in vars(asyncio.get_running_loop()._selector)
+        return session
+
+    session = asyncio.run(main())
+    assert session._built().meta.get("loop_waits") in ("selector", "awaits")
+    (report,) = analysis.bubbles([session], min_ms=5).sessions
+    assert report["wait_data"] and report["bubble_ns"] >= 15_000_000, report
+
+
+def test_a_select_that_raises_raises_the_same(engine):
+    """The wrapper returns what select returns and raises what it raises."""
+    loop = asyncio.new_event_loop()
+    try:
+        with profiling(depth=2, engine=engine):
+            loop.run_until_complete(asyncio.sleep(0.001))
+            with pytest.raises(TypeError):
+                loop._selector.select("not a timeout")
+    finally:
+        loop.close()
+
+
+def test_mlprof_bubbles_exits_3_without_waiting_data(tmp_path):
+    """Threads waiting in sleeps at depth 2, no C calls captured: nothing says
+    when they waited, so the command says it cannot tell."""
+
+    def worker():
+        time.sleep(0.02)
+
+    def predict():
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    with profiling(depth=2) as session:
+        predict()
+    path = session.save(tmp_path / "threads.json")
+    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "bubbles", str(path), "--format", "json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, (run.returncode, run.stderr)
+    assert "no waiting data" in run.stderr
+    assert json.loads(run.stdout)["sessions"][0]["wait_data"] is False
