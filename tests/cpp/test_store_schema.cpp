@@ -102,6 +102,15 @@ TEST(StoreSchema, Version2_4GivesSpec001sNamesAfterTheOlderSteps) {
   EXPECT_FALSE(has("samples_by_parent"));             // PostgreSQL's only
 }
 
+TEST(StoreSchema, Version2_5GivesSegmentsTheirCoalescedResumes) {
+  const auto now = schema_statements(Dialect::kSqlite);
+  const auto before = schema_statements(Dialect::kSqlite, "2.4");
+  ASSERT_EQ(now.size(), before.size() + 2);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), now.begin()));
+  EXPECT_EQ(now[before.size()], "ALTER TABLE segments ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0");
+  EXPECT_EQ(now[before.size() + 1], "ALTER TABLE segments ADD COLUMN paused_ns INTEGER NOT NULL DEFAULT 0");
+}
+
 TEST(StoreSchema, PostgresGetsBigintsAndNoSqliteTableOptions) {
   const auto sqlite = schema_statements(Dialect::kSqlite);
   const auto pg = schema_statements(Dialect::kPostgres);

@@ -77,11 +77,22 @@ def test_the_document_stays_flat_in_the_resumes(engine, depth, c_calls):
     assert large.statistics()["events_captured"] == small.statistics()["events_captured"]
 
 
+def _path(session):
+    g = _generator(session)[0]
+    out = []
+    while g is not None:
+        out.append(session.spans[g].label)
+        g = session.spans[g].parent_index
+    return out
+
+
 @pytest.mark.parametrize("depth,c_calls", CASES)
 def test_the_engines_agree_on_a_busy_generator(depth, c_calls):
     native = _capture("native", depth, c_calls)
     reference = _capture("reference", depth, c_calls)
-    assert shape(native) == shape(reference)
+    # The path to the generator (3.12+ records `range(n)`, a type's call, as
+    # a C call in one engine only: not this test's matter).
+    assert _path(native) == _path(reference)
     _, n_span, n_segments, _ = _generator(native)
     _, r_span, r_segments, _ = _generator(reference)
     assert n_span["resumes"] == r_span["resumes"] == N
@@ -94,11 +105,26 @@ def test_the_consumers_cpu_stays_out_of_the_generators(engine):
     parent = session.spans[g].parent_index
     gen_cpu, busy_cpu = session.spans[g].cpu_ns, session.spans[parent].cpu_ns
     assert gen_cpu is not None and busy_cpu is not None
-    # The CPU clock counts about the running time (the readings sit a few
-    # hundred ns after the timestamps they go with); the consumer's work
-    # between resumes (sum's additions, each next()) is its parent's, not the
-    # generator's, and would show as CPU beyond the generator's running time.
+    # The CPU clock counts about the running time (each reading sits after
+    # the hook's work that follows its timestamp: a yield's is the longer,
+    # some 40 ns a resume); the consumer's work between resumes (sum's
+    # additions, each next()) is its parent's, not the generator's: counted
+    # in, the generator's CPU would reach its wall time.
     wall = span["end_ns"] - span["start_ns"]
-    assert span["active_ns"] < 0.9 * wall, "the consumer's share is what this test tells apart"
-    assert gen_cpu <= span["active_ns"] * 1.05 + 50_000
+    paused = wall - span["active_ns"]
+    assert paused > 0.1 * wall, "the consumer's share is what this test tells apart"
+    assert gen_cpu < span["active_ns"] + paused / 2
     assert gen_cpu < busy_cpu
+
+
+def test_a_store_keeps_the_folded_segments(tmp_path, engine):
+    from mlflow_profiler.store import open_store
+
+    session = _capture(engine, 2, False)
+    with open_store(tmp_path / "profiles.db") as store:
+        back = store.load(store.add(session))
+        assert back.to_tree() == session.to_tree()
+        _, span, segments, _ = _generator(back)
+        _, want_span, want_segments, _ = _generator(session)
+    assert segments == want_segments and span["resumes"] == N
+    assert span["active_ns"] == want_span["active_ns"]

@@ -501,10 +501,20 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
                     static_cast<int64_t>(v.value)});
   }
   value_rows.flush();
-  Inserter segment_rows(d, "INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?) ON CONFLICT DO NOTHING");
+  // 2.5: a segment's coalesced resumes; an older store keeps it as a plain one.
+  const bool v2_5 = has_2_(d, 5);
+  Inserter segment_rows(d, v2_5 ? "INSERT INTO segments (sample_id, start_ns, end_ns, resumes, paused_ns) VALUES "
+                                  "(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                                : "INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?) ON CONFLICT DO "
+                                  "NOTHING");
   for (const Segment& g : p.segments) {
     const int64_t base = session_start[p.spans.at(g.span).lane];
-    segment_rows.add({sample_id[g.span], g.start_ns - base, g.end_ns - base});
+    if (v2_5) {
+      segment_rows.add({sample_id[g.span], g.start_ns - base, g.end_ns - base, static_cast<int64_t>(g.resumes),
+                        g.paused_ns});
+    } else {
+      segment_rows.add({sample_id[g.span], g.start_ns - base, g.end_ns - base});
+    }
   }
   segment_rows.flush();
   Inserter io_rows(d,
@@ -916,12 +926,15 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     return span;
   };
   for (const auto& r : d.query(
-           "SELECT g.sample_id, g.start_ns, g.end_ns, l.lane_id FROM segments g JOIN samples s ON s.sample_id = "
-           "g.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = l.session_id "
-           "WHERE se.source_id = ? ORDER BY g.sample_id, g.start_ns",
+           std::string("SELECT g.sample_id, g.start_ns, g.end_ns, l.lane_id") +
+               (has_2_(d, 5) ? ", g.resumes, g.paused_ns" : ", 0, 0") +
+               " FROM segments g JOIN samples s ON s.sample_id = g.sample_id JOIN lanes l ON l.lane_id = s.lane_id "
+               "JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? ORDER BY g.sample_id, "
+               "g.start_ns",
            {source_id})) {
     const int64_t base = lane_session_start.at(as_int(r[3]));
-    p.segments.push_back(Segment{span_at(r[0]), base + as_int(r[1]), base + as_int(r[2])});
+    p.segments.push_back(Segment{span_at(r[0]), base + as_int(r[1]), base + as_int(r[2]),
+                                 static_cast<uint32_t>(as_int(r[4])), as_int(r[5])});
   }
   for (const auto& r : d.query(
            "SELECT i.sample_id, i.role, i.name, i.type, i.shape, i.dtype, i.length, i.size_bytes, i.device, i.repr "

@@ -334,6 +334,12 @@ const std::vector<Migration>& migrations() {
         "  JOIN functions f ON f.function_id = lo.function_id\n"
         " WHERE s.start_ns IS NOT NULL",
         "CREATE VIEW span_values AS SELECT sample_id, type, unit, value FROM sample_values"}},
+      // Coalesced resumes (core/resume.h): a segment counts the resumes folded
+      // into it and the time paused within it; older rows are plain segments.
+      {"2.4",
+       "2.5",
+       {"ALTER TABLE segments ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE segments ADD COLUMN paused_ns INTEGER NOT NULL DEFAULT 0"}},
   };
   return steps;
 }
