@@ -203,13 +203,19 @@ def test_generators_are_drawn_by_segment(engine):
     pdoc = document(session)
     strings, functions = pdoc["strings"], pdoc["functions"]
     (gen_span,) = [i for i, s in enumerate(pdoc["spans"]) if strings[functions[s[1]][0]] == "produce"]
-    segments = [seg for seg in pdoc["segments"] if seg[0] == gen_span]
-    assert len(segments) == 5  # first start, three resumes, the final one that returns
+    fields = pdoc["segment_fields"]
+    segments = [dict(zip(fields, seg)) for seg in pdoc["segments"] if seg[0] == gen_span]
+    # The first start, the resume in consume, then `*gen` resumes it three
+    # times straight from pipeline: one segment, the last two resumes folded
+    # into it (docs/capture.md, "Busy generators").
+    assert [s["resumes"] for s in segments] == [0, 0, 2]
     assert len(drawn) == len(segments)
     assert [(textual_ns(e["ts"]), textual_ns(e["dur"])) for e in drawn] == [
-        (start - pdoc["meta"]["start_ns"], end - start) for _, start, end in segments]
-    assert sum(textual_ns(e["dur"]) for e in drawn) == pdoc["spans"][gen_span][8]  # active_ns
-    assert [e["args"]["segment"] for e in drawn] == [f"{k} of 5" for k in range(1, 6)]
+        (s["start_ns"] - pdoc["meta"]["start_ns"], s["end_ns"] - s["start_ns"]) for s in segments]
+    paused = sum(s["paused_ns"] for s in segments)
+    assert sum(textual_ns(e["dur"]) for e in drawn) - paused == pdoc["spans"][gen_span][8]  # active_ns
+    assert [e["args"]["segment"] for e in drawn] == [f"{k} of 3" for k in range(1, 4)]
+    assert drawn[2]["args"]["folded resumes"] == 2 and "folded resumes" not in drawn[1]["args"]
     # The second segment runs inside consume, on the same track.
     (consume_ev,) = [e for e in events if e["name"] == "consume"]
     c0, c1 = textual_ns(consume_ev["ts"]), textual_ns(consume_ev["ts"]) + textual_ns(consume_ev["dur"])
