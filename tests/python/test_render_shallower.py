@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import warnings
 
 import numpy as np
@@ -248,3 +249,46 @@ def test_the_user_steps_are_captured_down_to_the_capture_depth(sessions):
     assert deepest[2] <= 3 and deepest[8] >= 8 and deepest[-1] >= 8, deepest
     labels = {n["label"] for n in walk(sessions[-1].to_tree())}
     assert {"level2", "level3", "level4", "level5", "level6", "level7"} <= labels
+
+
+# A thread bound by all_threads gets the whole ceiling for its own frames
+# (docs/capture.md), so its spans sit deeper than the capture depth; a view
+# at depth d cuts them at d, for d equal to the capture depth too.
+def _thread_leaf():
+    return sum(range(100))
+
+
+def _thread_c():
+    return _thread_leaf()
+
+
+def _thread_b():
+    return _thread_c()
+
+
+def _thread_a():
+    return _thread_b()
+
+
+def _start_thread():
+    t = threading.Thread(target=_thread_a)
+    t.start()
+    t.join()
+
+
+def test_a_threads_spans_are_cut_at_the_view_depth_whatever_the_capture_depth(engine):
+    captured = {}
+    for depth in (1, 2, 3, -1):
+        with profiling(depth=depth, all_threads=True, engine=engine) as session:
+            _start_thread()
+        captured[depth] = session
+    # The capture at depth 1 holds the thread's frames below depth 1.
+    assert max(n["depth"] for n in walk(captured[1].to_tree())) >= 3
+    for d in (1, 2):
+        shapes = {c: _tree(s.to_tree(d)) for c, s in captured.items() if c < 0 or c >= d}
+        texts = {c: _text(s, d) for c, s in captured.items() if c < 0 or c >= d}
+        first = min(c for c in shapes if c >= 0)
+        for c in shapes:
+            assert shapes[c] == shapes[first], (d, c)
+            assert texts[c] == texts[first], (d, c)
+        assert max(n["depth"] for n in walk(captured[d].to_tree(d))) == d

@@ -230,7 +230,10 @@ View make_view(const Profile& p, const ViewOptions& opts) {
     view.effective_depth = std::min(requested, captured);
     view.depth_clamped = requested > captured;
   }
-  const bool filter = requested >= 0 && (captured < 0 || requested < captured);
+  // A view at depth k shows nothing deeper than k, even at k >= the captured
+  // depth, where only adopted thread lanes (whose frames get the whole
+  // ceiling) go deeper: so it is the same for every capture depth >= k.
+  const bool filter = requested >= 0;
   view.nodes.reserve(p.spans.size());
   ViewBuilder(p, opts, filter ? requested : -1, requested >= 0 ? requested : captured).build(view);
   return view;

@@ -50,8 +50,10 @@ bool is_user_code(const Profile& p, const Span& s, const ViewOptions& opts);
 // Builds the view. Settled details:
 // - Depth filtering uses the depth in the view (after C calls are folded), so
 //   the lines of a view at depth k are the lines of the full view at indent
-//   <= k. Nothing is filtered when opts.depth is -1 or >= captured_depth
-//   (adopted lanes can hold spans deeper than the ceiling; they stay visible).
+//   <= k. Nothing is filtered when opts.depth is -1 (adopted thread lanes
+//   can hold spans deeper than the ceiling; they stay visible). A view at
+//   depth k is the same for every capture depth >= k (-1 included), k equal
+//   to the captured depth too: a thread's spans deeper than k are cut there.
 // - Under a kSpanGroup node (core/group.h) nodes show down to the requested
 //   depth, or the captured one when none is asked for, even where the
 //   filter is off: grouping moved them one level below where they ran, so
