@@ -1339,7 +1339,21 @@ void unmark_context(CaptureLane& L) {
 
 // The lane's innermost open span, or the innermost span of its last
 // suspended chain when it has none open (a task lane's creator awaiting).
-bool innermost_span(const CaptureLane& L, uint32_t* call, int32_t* depth) {
+// `awaiting`: for work another thread runs for the lane's task, which may
+// still be running rather than awaiting it (a pool thread can start
+// asyncio.to_thread's function while the task is inside Thread.start): the
+// innermost coroutine or generator open in it, where it will await.
+bool innermost_span(const CaptureLane& L, uint32_t* call, int32_t* depth, bool awaiting = false) {
+  if (awaiting) {
+    auto gen = std::find_if(L.rec.rbegin(), L.rec.rend(), [](const StackEntry& e) {
+      return e.call_index != kNoEvent && e.kind == EntryKind::kFrame && e.key;
+    });
+    if (gen != L.rec.rend()) {
+      *call = gen->call_index;
+      *depth = gen->depth;
+      return true;
+    }
+  }
   auto recorded = std::find_if(L.rec.rbegin(), L.rec.rend(),
                                [](const StackEntry& e) { return e.call_index != kNoEvent; });
   if (recorded != L.rec.rend()) {
@@ -1427,7 +1441,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
     }
     uint32_t call;
     int32_t depth;
-    if (innermost_span(*creator, &call, &depth)) {
+    if (innermost_span(*creator, &call, &depth, thread_key != start_thread_)) {
       L.out.parent_lane = static_cast<int32_t>(creator->index);
       L.out.parent_call = call;
       base = creator->depth_base + depth + 1;

@@ -1028,10 +1028,15 @@ def _entered_by_coroutine() -> bool:
     return f is not None and bool(f.f_code.co_flags & (0x80 | 0x200 | 0x100))
 
 
-def _innermost_span(L: _Lane) -> Optional[Tuple[int, int]]:
+def _innermost_span(L: _Lane, awaiting: bool = False) -> Optional[Tuple[int, int]]:
     """(call, depth) of the lane's innermost open span, or of its last
     suspended chain's innermost span when none is open (engine.cpp
-    innermost_span)."""
+    innermost_span). `awaiting`: for work another thread runs for the lane's
+    task, which may still be running: its innermost open coroutine."""
+    if awaiting:
+        for e in reversed(L.rec):
+            if e[2] == E_FRAME and e[3]:
+                return e[0], e[1]
     if L.rec:
         return L.rec[-1][0], L.rec[-1][1]
     if L.last_was_suspend and L.chain_top is not None:
@@ -1417,7 +1422,7 @@ class ReferenceEngine:
             parent = mark.parent() if mark is not None and mark.parent is not None else None
             if parent is not None and (st is self._start_thread or bound_task):
                 creator = self._lane_by_mark.get(parent, creator)
-            span = _innermost_span(creator)
+            span = _innermost_span(creator, st is not self._start_thread)
             if span is not None:
                 L.parent_lane = creator.index
                 L.parent_call, base = span[0], creator.depth_base + span[1] + 1

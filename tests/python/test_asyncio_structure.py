@@ -90,14 +90,22 @@ def no_internals(session):
     assert not [n for n in names if any(part in n for part in INTERNALS)], names
 
 
-def check_calls(nodes, truth):
+def tolerance(engine):
+    """How close a span's wall time is to its own clock: 5% (the target) for
+    the native engine. The reference engine's Python hook takes tens of
+    microseconds an event, milliseconds on a loaded machine, and its own
+    time is cut from every lane of its thread: its spans are checked loosely."""
+    return 0.05 if engine == "native" else 0.3
+
+
+def check_calls(nodes, truth, engine="native"):
     """Each call's wall time within 5% of its own clock; in start order, the
     calls are made (and first run) in the order of i."""
     assert len(nodes) == CALLS
     nodes = sorted(nodes, key=lambda n: n["start_ns"])
     for i, node in enumerate(nodes):
         wall = node["wall_ns"] / 1e9
-        assert abs(wall - truth[i]) <= 0.05 * truth[i], (i, wall, truth[i])
+        assert abs(wall - truth[i]) <= tolerance(engine) * truth[i], (i, wall, truth[i])
         # Waiting for a slot and sleeping are not running.
         assert node["active_ns"] < 0.5 * node["wall_ns"], node
 
@@ -117,7 +125,7 @@ def test_fan_out_hangs_under_the_coroutine_that_gathered_it(engine, depth):
     assert fo["label"] == "fan_out" and fo["depth"] == 2 and fo["task"] > 0
     ends = [c for c in fo["children"] if c["label"] == "endpoint_call"]
     assert all(c["depth"] == 3 and c["task"] not in (0, fo["task"]) for c in ends)
-    check_calls(ends, truth)
+    check_calls(ends, truth, engine)
     # 16 calls and the main task: asyncio's callbacks and shutdown left no lane.
     assert len(task_lanes(session)) == CALLS + 1
     no_internals(session)
@@ -148,7 +156,7 @@ def test_tasks_made_in_plain_code_at_depth_2(engine):
     (ce,) = [c for c in kids(root) if c["label"] == "call_endpoints_on_loop"]
     ends = [c for c in kids(ce) if c["label"] == "endpoint_call"]
     assert all(c["depth"] == 2 and c["task"] > 0 for c in ends)
-    check_calls(ends, truth)
+    check_calls(ends, truth, engine)
     # What else ran there is the user's own calls (gather, Semaphore()...).
     assert len(task_lanes(session)) == CALLS
     no_internals(session)
@@ -215,7 +223,7 @@ def test_a_task_made_in_a_task_hangs_under_it(engine, depth):
     for s, (n, own) in zip(sorted(spawners, key=lambda s: s["start_ns"]), results):
         (lf,) = [c for c in s["children"] if c["label"] == "leaf"]
         assert lf["depth"] == 3 and lf["task"] not in (s["task"], 0)
-        assert abs(lf["wall_ns"] / 1e9 - own) <= 0.05 * own, (lf["wall_ns"], own)
+        assert abs(lf["wall_ns"] / 1e9 - own) <= tolerance(engine) * own, (lf["wall_ns"], own)
     assert len([n for n in walk(roots) if n["label"] == "leaf"]) == 2
     assert len(task_lanes(session)) == 5  # spawn_all, two spawners, two leaves
     no_internals(session)
@@ -266,18 +274,22 @@ async def offload_all():
     return await asyncio.gather(*(offload(n) for n in range(4)))
 
 
-@pytest.mark.skipif(sys.version_info < (3, 9), reason="asyncio.to_thread is 3.9+")
-def test_to_thread_work_hangs_under_the_task_that_awaited_it(engine):
-    with profiling(depth=-1, engine=engine, all_threads=True) as session:
+@pytest.mark.parametrize("depth", [3, -1])
+def test_to_thread_work_hangs_under_the_task_that_awaited_it(engine, depth):
+    # The pool's threads start during the session (all_threads binds them);
+    # the first calls start a thread each, later ones may reuse one. Each
+    # call's work is a child of the to_thread that awaited it, whichever
+    # thread ran it, even when the thread ran it before its task got to await.
+    with profiling(depth=depth, engine=engine, all_threads=True) as session:
         results = asyncio.run(offload_all())
     roots = session.to_tree()
     offloads = sorted((n for n in walk(roots) if n["label"] == "offload"), key=lambda n: n["start_ns"])
     assert len(offloads) == 4
-    for o in offloads:
-        work = [n for n in walk([o]) if n["label"] == "blocking"]
-        assert len(work) == 1, [n["label"] for n in walk([o])]
-        (w,) = work
-        assert w["thread_id"] != o["thread_id"]
+    for o, (n, own) in zip(offloads, results):
+        (awaiting,) = [c for c in kids(o) if c["label"] == "to_thread"]
+        (w,) = [c for c in kids(awaiting) if c["label"] == "blocking"]
+        assert w["thread_id"] != o["thread_id"] and w["depth"] == 3
+        assert abs(w["wall_ns"] / 1e9 - own) <= tolerance(engine) * own, (w["wall_ns"], own)
     assert len([n for n in walk(roots) if n["label"] == "blocking"]) == 4
 
 
@@ -337,6 +349,6 @@ def test_mlflow_python_model_fan_out(engine, tmp_path):
                 assert ends == [] and len(task_lanes(session)) == 1
                 continue
             assert all(c["depth"] == 3 for c in ends)
-            check_calls(ends, dict(enumerate(truth)))
+            check_calls(ends, dict(enumerate(truth)), engine)
             assert len(task_lanes(session)) == CALLS + 1
             no_internals(session)
