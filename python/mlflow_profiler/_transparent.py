@@ -169,6 +169,13 @@ def _asyncio_plumbing(asyncio) -> None:
         _hide_function(loop.__dict__.get(name))
     # Callbacks asyncio schedules for itself.
     _hide_function(getattr(base_events, "_run_until_complete_cb", None))
+    # The self-pipe reader that call_soon_threadsafe wakes (run_in_executor's
+    # results): a handle made in the context where the loop was created.
+    for module in ("selector_events", "unix_events"):
+        for cls in list(vars(getattr(asyncio, module, None) or types).values()):
+            if isinstance(cls, type) and issubclass(cls, loop):
+                for name in ("_read_from_self", "_process_self_data", "_write_to_self"):
+                    _hide_function(cls.__dict__.get(name))
     for name in ("_set_result_unless_cancelled", "_copy_future_state", "_set_concurrent_future_state"):
         _hide_function(getattr(futures, name, None))
     _hide_function(getattr(futures, "_chain_future", None), ("_set_state", "_call_check_cancel", "_call_set_state"))
