@@ -189,15 +189,13 @@ bool watch_selectors() {
   // here would run Python code inside the session.
   PyObject* modules = PyImport_GetModuleDict();  // borrowed
   PyObject* selectors = modules ? PyDict_GetItemString(modules, "selectors") : nullptr;
-  if (!selectors) return false;
+  if (!selectors || !PyModule_Check(selectors)) return false;
+  // The module's dict, not getattr: a missing name (KqueueSelector on Linux)
+  // makes 3.13's module getattr run ModuleSpec.has_location, Python code
+  // that would run, and be recorded, inside the hook.
+  PyObject* dict = PyModule_GetDict(selectors);  // borrowed
   for (const char* name : kClasses) {
-    PyObject* cls = PyObject_GetAttrString(selectors, name);
-    if (!cls) {
-      PyErr_Clear();
-      continue;
-    }
-    patch(cls);
-    Py_DECREF(cls);
+    if (PyObject* cls = PyDict_GetItemString(dict, name)) patch(cls);  // borrowed
   }
   if (PyErr_Occurred()) PyErr_Clear();
   return !g_patched.empty();
