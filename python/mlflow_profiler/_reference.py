@@ -1691,13 +1691,11 @@ class ReferenceEngine:
         was, st.busy = st.busy, True
         notes = []
         try:
-            fid = None
             for L in _lanes_now(st):
                 if L.truncated or not any(e[0] is not None for e in L.rec):
                     continue
-                if fid is None:
-                    fid = self._wait_function(select)
-                notes.append((L, len(L.events), fid))
+                # Named in the lane's own session: an outer one has its own function table.
+                notes.append((L, len(L.events), L.engine._wait_function(select)))
         except Exception as exc:  # never raise into user code
             self._fail(f"internal error timing the event loop: {exc!r}")
             notes = []
@@ -1715,7 +1713,7 @@ class ReferenceEngine:
                         continue
                     if len(L.events) > before:
                         ts, kind, id_, flags = L.events[before]
-                        if kind == K_CALL and id_ == L.engine._wait_function(select):
+                        if kind == K_CALL and id_ == fid:
                             L.events[before] = (ts, kind, id_, flags | EV_WAIT)
                         continue
                     if len(L.events) + 2 > L.soft_cap:

@@ -208,3 +208,21 @@ def test_mlprof_bubbles_exits_3_without_waiting_data(tmp_path):
     assert run.returncode == 3, (run.returncode, run.stderr)
     assert "no waiting data" in run.stderr
     assert json.loads(run.stdout)["sessions"][0]["wait_data"] is False
+
+
+def test_nested_sessions_each_name_the_wait(engine):
+    """A wait belongs to every session in the chain, each naming it in its
+    own function table."""
+
+    async def work():
+        await asyncio.sleep(0.01)
+
+    def predict():
+        asyncio.run(work())
+
+    with profiling(depth=2, engine=engine) as outer:
+        with profiling(depth=2, engine=engine) as inner:
+            predict()
+    for session in (outer, inner):
+        waits = [s for s in session.spans if "wait" in s.flags]
+        assert waits and all(s.label.endswith(".select") and s.module == "selectors" for s in waits), waits
