@@ -1699,7 +1699,7 @@ void Engine::stop() {
     probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, end_anchor_), usdt_flags_,
                                true);
   }
-  if (g_native_collecting == 0 && g_reference_collecting == 0) loop_watch::unwatch_all();
+  loop_watch::unwatch_when_idle();
   if (usdt_counted_) probes::checkpoints_session_stopped();
   usdt_counted_ = false;
   if (MLPROF_USDT_ENABLED(session_end)) {

@@ -94,15 +94,6 @@ void select_dealloc(PyObject* self_) {
   Py_TYPE(self_)->tp_free(self_);
 }
 
-// Binds like the function it stands for (selector.select is a bound method).
-PyObject* select_descr_get(PyObject* self, PyObject* obj, PyObject*) {
-  if (!obj || obj == Py_None) {
-    Py_INCREF(self);
-    return self;
-  }
-  return PyMethod_New(self, obj);
-}
-
 PyObject* select_repr(PyObject* self_) {
   return PyUnicode_FromFormat("<mlflow_profiler waiting %R>", reinterpret_cast<SelectWait*>(self_)->orig);
 }
@@ -126,7 +117,7 @@ PyType_Slot select_slots[] = {
     {Py_tp_traverse, reinterpret_cast<void*>(select_traverse)},
     {Py_tp_clear, reinterpret_cast<void*>(select_clear)},
     {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
-    {Py_tp_descr_get, reinterpret_cast<void*>(select_descr_get)},
+    {Py_tp_descr_get, reinterpret_cast<void*>(bind_like_function)},  // selector.select is a bound method
     {Py_tp_getattro, reinterpret_cast<void*>(select_getattr)},
     {Py_tp_repr, reinterpret_cast<void*>(select_repr)},
     {Py_tp_members, select_members},
@@ -201,7 +192,8 @@ bool watch_selectors() {
   return !g_patched.empty();
 }
 
-void unwatch_all() {
+void unwatch_when_idle() {
+  if (g_native_collecting != 0 || g_reference_collecting != 0) return;
   compat::PendingError pending;
   for (auto& [cls, w] : g_patched) {
     PyObject* dict = reinterpret_cast<PyTypeObject*>(cls)->tp_dict;

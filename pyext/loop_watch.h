@@ -10,8 +10,9 @@ namespace mlprof::loop_watch {
 // program imported it, for as long as sessions collect. Never raises.
 // Returns true when they are watched.
 bool watch_selectors();
-// Gives the classes their own select back (no session collects).
-void unwatch_all();
+// Gives the classes their own select back once no session (of either
+// engine) collects; does nothing while one does.
+void unwatch_when_idle();
 // Adds the wrapper's type to the module (_core.SelectWait) and the function
 // `watch_selectors`. Returns false with a Python error set on failure.
 bool add_loop_watch(PyObject* module);

@@ -357,9 +357,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
         "Counts collecting reference sessions, so the C wrappers look for them.");
   m.def("_native_collecting", []() { return g_native_collecting; });
-  m.def("unwatch_loops", []() {
-    if (g_native_collecting == 0 && g_reference_collecting == 0) loop_watch::unwatch_all();
-  }, "Puts the event loops' selectors back once no session collects (the reference engine's stop).");
+  m.def("unwatch_loops", &loop_watch::unwatch_when_idle,
+        "Puts the selectors' own select back once no session collects (the reference engine's stop).");
   m.def(
       "_untraced",
       [](py::object fn) {

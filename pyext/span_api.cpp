@@ -28,6 +28,14 @@ PyObject* reference_session() {
   return val;
 }
 
+PyObject* bind_like_function(PyObject* self, PyObject* obj, PyObject*) {
+  if (!obj || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
 PyObject* call_reference(PyObject* session, const char* method, PyObject* label, PyObject* func,
                          PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -173,13 +181,6 @@ void span_dealloc(PyObject* self_) {
   Py_TYPE(self_)->tp_free(self_);
 }
 
-PyObject* span_descr_get(PyObject* self, PyObject* obj, PyObject*) {
-  if (!obj || obj == Py_None) {
-    Py_INCREF(self);
-    return self;
-  }
-  return PyMethod_New(self, obj);  // decorated methods bind like functions
-}
 
 PyObject* span_repr(PyObject* self_) {
   auto* self = reinterpret_cast<SpanFunction*>(self_);
@@ -208,7 +209,7 @@ PyType_Slot span_slots[] = {
     {Py_tp_traverse, reinterpret_cast<void*>(span_traverse)},
     {Py_tp_clear, reinterpret_cast<void*>(span_clear)},
     {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
-    {Py_tp_descr_get, reinterpret_cast<void*>(span_descr_get)},
+    {Py_tp_descr_get, reinterpret_cast<void*>(bind_like_function)},
     {Py_tp_repr, reinterpret_cast<void*>(span_repr)},
     {Py_tp_members, span_members},
     {Py_tp_getset, span_getset},

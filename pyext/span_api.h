@@ -12,6 +12,9 @@ bool is_own_callable(PyObject* callable);
 // The current reference-engine (pure Python) session, a new reference, or
 // null: that engine then does the work of a C entry point itself.
 PyObject* reference_session();
+// tp_descr_get of a C callable that stands for a Python function: looked up
+// on an instance, it binds to it as the function would (a bound method).
+PyObject* bind_like_function(PyObject* self, PyObject* obj, PyObject* type);
 // session.<method>(label, func, args, kwargs) with a vectorcall's arguments.
 PyObject* call_reference(PyObject* session, const char* method, PyObject* label, PyObject* func,
                          PyObject* const* args, size_t nargsf, PyObject* kwnames);
