@@ -5,9 +5,9 @@
 //
 // A lane runs while one of its spans runs (a generator or coroutine only in
 // its segments: a task between awaits does not run), less the time it waits:
-// in a selector (an event loop with nothing ready; kSpanWait, at any depth), inside a blocking C
-// call (time.sleep, a lock's acquire, a queue's get ..., seen with
-// capture_c_calls) or off the CPU (the agent's kernel data).
+// in a selector (an event loop with nothing ready; kSpanWait, at any
+// depth), inside a blocking C call (time.sleep, a lock's acquire, a queue's
+// get ..., seen with capture_c_calls) or off the CPU (the agent's kernel data).
 
 #include <cstdint>
 #include <string>
