@@ -188,7 +188,9 @@ def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
         assert conn.execute("SELECT source_id, count(*) FROM samples GROUP BY source_id").fetchall() == [
             (source, spans)]
         unix_ns = int(session._built().meta["start_unix_ns"])
-        assert conn.execute("SELECT source_timestamp, start_unix_ns FROM sources").fetchone() == (unix_ns / 1e9, unix_ns)
+        # the server divides exactly; unix_ns / 1e9 here rounds twice
+        seconds, ns = conn.execute("SELECT source_timestamp, start_unix_ns FROM sources").fetchone()
+        assert (seconds, ns) == (pytest.approx(unix_ns / 1e9, abs=1e-6), unix_ns)
         assert conn.execute("SELECT count(*) FROM sample_values WHERE type = 'wall'").fetchone() == (spans,)
     with open_store(url) as store:
         assert store.source_ids({"model": "m"}) == [source]
