@@ -1,5 +1,6 @@
 #include "clock.h"
 
+#include <atomic>
 #include <fstream>
 #include <string>
 
@@ -45,6 +46,19 @@ Anchor anchor() {
 void init() {
   g_use_tsc = invariant_tsc();
   g_process_anchor = anchor();
+}
+
+int64_t ticks_for(int64_t ns) {
+  static std::atomic<double> ticks_per_ns{0.0};
+  if (!g_use_tsc) return ns;
+  double rate = ticks_per_ns.load(std::memory_order_relaxed);
+  if (rate == 0.0) {
+    const Anchor now = anchor();
+    if (now.ns - g_process_anchor.ns < 100'000'000 || now.ticks <= g_process_anchor.ticks) return ns;
+    rate = static_cast<double>(now.ticks - g_process_anchor.ticks) / static_cast<double>(now.ns - g_process_anchor.ns);
+    ticks_per_ns.store(rate, std::memory_order_relaxed);
+  }
+  return static_cast<int64_t>(static_cast<double>(ns) * rate);
 }
 
 Mapping mapping(const Anchor& origin, const Anchor& end) {

@@ -59,5 +59,9 @@ struct Mapping {
 };
 // origin: the session start anchor; end: an anchor taken at session end.
 Mapping mapping(const Anchor& origin, const Anchor& end);
+// About `ns` nanoseconds in ticks, for thresholds on the hot path, not for
+// times: measured once the process is 100 ms old; until then a tick counts
+// as a nanosecond (a TSC ticks faster, so the threshold comes sooner).
+int64_t ticks_for(int64_t ns);
 
 }  // namespace mlprof::clock

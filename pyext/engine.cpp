@@ -539,9 +539,25 @@ size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
   L.out.readings.insert(L.out.readings.end(), now, now + n);
 }
 
+// Reads the thread's CPU clock for running vs waiting (core/waiting.h), at
+// event time `ts`.
+[[gnu::noinline]] void read_off_cpu(CaptureLane& L, int64_t ts) {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  L.cpu_reads.emplace_back(ts, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec);
+  L.off_read_ticks = ts;
+}
+
+// At most once a quantum of wall time per lane: one compare on the hot path.
+inline void maybe_read_off_cpu(CaptureLane& L, int64_t ts) {
+  if (__builtin_expect(ts - L.off_read_ticks >= L.off_quantum, 0)) read_off_cpu(L, ts);
+}
+
 inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int64_t ts) {
   L.out.events.push_back(Event{ts, id, kind, flags, 0});
-  if (__builtin_expect(L.values != 0, 0) && kind != EventKind::kLabel) take_readings(L);
+  if (kind == EventKind::kLabel) return;
+  if (__builtin_expect(L.values != 0, 0)) take_readings(L);
+  maybe_read_off_cpu(L, ts);
 }
 
 // Whether a resume of `code` may fold (core/resume.h): a plain generator's,
@@ -569,6 +585,7 @@ inline void push_resume(CaptureLane& L, uint32_t call, int64_t ts, PyCodeObject*
   } else {
     append_resume(L.out, call, ts, may_fold(code));
   }
+  maybe_read_off_cpu(L, ts);
 }
 
 // Room for one more event of any kind; past the hard cap the lane stops.
@@ -1414,6 +1431,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.quick = !opts_.capture_c_calls;
   L.soft_cap = opts_.max_events;
   L.hard_cap = opts_.max_events * 2 + 64;
+  L.off_quantum = clock::ticks_for(kOffCpuQuantumNs);
   // 4 KiB: a short session (autoprofile's predict) frees its buffer cheaply;
   // 64 KiB and up makes glibc's free() consolidate its fast bins every time.
   L.out.events.reserve(std::min<size_t>(opts_.max_events, 256));
@@ -1799,6 +1817,23 @@ std::shared_ptr<Profile> Engine::profile() {
       if (next_cut < cut.size() && cut[next_cut].first < ts) ts = cut[next_cut].first;
       e.ts_ns = clk.to_ns(ts - shift);
       if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
+    }
+    // Off-CPU time between the CPU clock's readings: against the raw wall
+    // time (the profiler's stretches ran on the CPU too), placed at the
+    // reading's time on the cut timeline, as the events are.
+    next_cut = 0;
+    shift = 0;
+    const auto& reads = lp->cpu_reads;
+    for (size_t r = 1; r < reads.size(); ++r) {
+      const int64_t off = (clk.to_ns(reads[r].first) - clk.to_ns(reads[r - 1].first)) -
+                          (reads[r].second - reads[r - 1].second);
+      const int64_t t = reads[r].first;
+      while (next_cut < cut.size() && cut[next_cut].second <= t) {
+        shift += cut[next_cut].second - cut[next_cut].first;
+        ++next_cut;
+      }
+      const int64_t at = (next_cut < cut.size() && cut[next_cut].first < t) ? cut[next_cut].first : t;
+      if (off >= kOffCpuMinNs) lane.off_cpu.push_back({clk.to_ns(at - shift), off});
     }
     captured += lane.events.size();
     skipped += lp->skipped;

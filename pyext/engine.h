@@ -100,6 +100,12 @@ struct CaptureLane {
   bool quick = false;  // quick_start/quick_return may serve it (no C calls wanted)
   bool truncated = false;
   uint8_t values = 0;    // counters read at each span event: bit 1 << ValueKind (cpu_time, alloc_bytes)
+  // Readings of the thread's CPU clock for running vs waiting (core/waiting.h):
+  // (ticks, CPU ns), at most one per off_quantum ticks; turned into the
+  // lane's OffCpuReadings when the profile is built.
+  std::vector<std::pair<int64_t, int64_t>> cpu_reads;
+  int64_t off_quantum = 0;
+  int64_t off_read_ticks = 0;
   uint64_t skipped = 0;  // frame events below the ceiling that reached the engine
   std::vector<Suspended> suspended;  // segments detached by a yield, by generator
   size_t soft_cap = 0, hard_cap = 0;

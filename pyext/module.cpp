@@ -76,6 +76,7 @@ py::dict node_dict(const Profile& p, const View& v, int32_t i, const ViewOptions
   d["duration_ms"] = static_cast<double>(n.duration_ns) / 1e6;
   d["wall_ns"] = n.collapsed.empty() ? s.duration_ns() : n.duration_ns;
   d["active_ns"] = n.collapsed.empty() ? s.active_ns : n.duration_ns;
+  d["waiting_ns"] = n.waiting_ns;  // of duration_ns (core/view.h)
   d["call_path"] = paths[static_cast<size_t>(i)];
   d["thread_id"] = lane.thread_id;
   d["thread_name"] = lane.thread_name;
@@ -165,6 +166,7 @@ py::list span_rows(const ProfilePtr& p) {
     d["thread_name"] = lane.thread_name;
     d["flags"] = py::tuple(flag_names(s.flags));
     d["active_ns"] = s.active_ns;
+    d["waiting_ns"] = s.waiting_ns;
     const uint64_t* cpu = p->value_of(static_cast<int32_t>(i), ValueKind::kCpuNs);
     const uint64_t* alloc = p->value_of(static_cast<int32_t>(i), ValueKind::kAllocBytes);
     d["cpu_ns"] = cpu ? py::object(py::int_(*cpu)) : py::object(py::none());
@@ -261,6 +263,12 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
         lane.readings.push_back({r[0].cast<uint32_t>(), static_cast<ValueKind>(kind), r[2].cast<int64_t>()});
       }
     }
+    if (d.contains("off_cpu")) {  // (end_ns, off_ns): core/waiting.h
+      for (const auto& rec : d["off_cpu"].cast<py::list>()) {
+        auto r = rec.cast<py::tuple>();
+        lane.off_cpu.push_back({r[0].cast<int64_t>(), r[1].cast<int64_t>()});
+      }
+    }
     if (d.contains("io")) {
       for (const auto& rec : d["io"].cast<py::list>()) {
         auto r = rec.cast<py::tuple>();
@@ -308,6 +316,8 @@ PYBIND11_MODULE(_core, m) {
   // Contracts defined once in the core (core/io.h, core/tree.h), for Python.
   m.attr("IO_ARGUMENT") = static_cast<int>(IORole::kArgument);
   m.attr("IO_RETURN") = static_cast<int>(IORole::kReturn);
+  m.attr("OFF_CPU_QUANTUM_NS") = kOffCpuQuantumNs;  // core/waiting.h, for the reference engine
+  m.attr("OFF_CPU_MIN_NS") = kOffCpuMinNs;
   py::dict span_flags;
   for (const SpanFlagName& f : kSpanFlagNames) span_flags[f.name] = f.bit;
   m.attr("SPAN_FLAGS") = span_flags;

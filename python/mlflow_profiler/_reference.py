@@ -790,15 +790,47 @@ def _warn_once(why: str) -> None:
 
 
 class _ReadingEvents(list):
-    """A lane's events list that reads the counters after each span event,
-    used only when the session wants values (a plain list otherwise: no cost)."""
+    """A lane's events list that reads the counters after each span event
+    when the session wants values, and the thread's CPU clock at most once a
+    quantum for running vs waiting (engine.cpp push, core/waiting.h)."""
 
-    __slots__ = ("readings", "values")
+    __slots__ = ("readings", "values", "cpu_reads", "read_at")
+
+    def __init__(self, values: int) -> None:
+        super().__init__()
+        self.values = values
+        self.readings: Optional[list] = [] if values else None
+        self.cpu_reads: list = []  # (ns, the thread's CPU ns)
+        self.read_at = None
 
     def append(self, ev) -> None:
         list.append(self, ev)
         if ev[1] != K_LABEL:
-            self.readings.extend(_take_readings(self.values, len(self) - 1))
+            if self.values:
+                self.readings.extend(_take_readings(self.values, len(self) - 1))
+            self.maybe_read_cpu(ev[0])
+
+    def maybe_read_cpu(self, ts: int) -> None:
+        """Reads the CPU clock when a quantum has passed since the last reading."""
+        if self.read_at is None or ts - self.read_at >= _core.OFF_CPU_QUANTUM_NS:
+            self.read_at = ts
+            self.cpu_reads.append((ts, time.thread_time_ns()))
+
+
+def _off_cpu(reads: list, cut: list) -> list:
+    """(end_ns, off_ns) between consecutive CPU clock readings (engine.cpp's
+    build): off the CPU against the raw wall time, placed at the reading's
+    time with the profiler's stretches taken out, as the events are."""
+    out, k, shift = [], 0, 0
+    for (t0, c0), (t, c) in zip(reads, reads[1:]):
+        off = (t - t0) - (c - c0)
+        while k < len(cut) and cut[k][1] <= t:
+            shift += cut[k][1] - cut[k][0]
+            k += 1
+        at = cut[k][0] if k < len(cut) and cut[k][0] < t else t
+        if off >= _core.OFF_CPU_MIN_NS:
+            out.append((at - shift, off))
+    return out
 
 
 def _without_overhead(events: list, cut: list) -> list:
@@ -877,7 +909,9 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
                 _, frame_depth, entries = s
                 shift = d - frame_depth
                 fold = not (code.co_flags & _CO_AWAITS)  # engine.cpp may_fold (this engine fires no probes)
-                _append_resume(L.events, L.readings, L.engine.values, entries[0][0], _core.now_ns(), fold)
+                now = _core.now_ns()
+                _append_resume(L.events, L.readings, L.engine.values, entries[0][0], now, fold)
+                L.events.maybe_read_cpu(now)
                 top = d
                 for call_index, depth, kind, ekey, dropped, ecode in entries:
                     depth += shift
@@ -1396,10 +1430,8 @@ class ReferenceEngine:
         L.mark = mark
         L.soft_cap = self.max_events
         L.hard_cap = self.max_events * 2 + 64
-        if self.values:
-            L.events = _ReadingEvents()
-            L.events.readings = L.readings = []
-            L.events.values = self.values
+        L.events = _ReadingEvents(self.values)
+        L.readings = L.events.readings
         L.truncated = self._failed
         if threading.get_ident() == thread_id:
             try:
@@ -1601,6 +1633,7 @@ class ReferenceEngine:
                 "dropped": L.dropped, "truncated": L.out_truncated,
                 "events": _without_overhead(L.events, cuts[L.thread_id]), "io": L.io,
                 "readings": L.readings or [],
+                "off_cpu": _off_cpu(L.events.cpu_reads, cuts[L.thread_id]),
                 **({"trace_id": self._trace[0], "span_id": self._trace[1]} if self._trace else {}),
             })
             skipped += L.skipped

@@ -39,6 +39,7 @@ class SpanRecord:
     thread_name: str = ""
     flags: tuple = ()
     active_ns: int = 0
+    waiting_ns: int = 0  # of the wall time, suspended or off the CPU (docs/capture.md, "Waiting")
     cpu_ns: Optional[int] = None  # the thread's CPU time while it ran (cpu_time=True), inclusive
     alloc_bytes: Optional[int] = None  # bytes allocated through Python's allocators (alloc_bytes=True), inclusive
 

@@ -110,11 +110,14 @@ def check_times(session: ProfileSession) -> None:
     for n in walk(roots):
         assert n["start_ns"] <= n["end_ns"], n
         assert n["wall_ns"] == n["end_ns"] - n["start_ns"], n
-        # The time shown: wall time, or a generator's running time.
+        # The time shown: wall time, or a generator's running time (an
+        # awaited one, on another lane or awaited by its parent, in flight:
+        # its wall time). Of it, what waited.
         if "generator" in n["flags"]:
-            assert 0 <= n["duration_ns"] <= n["active_ns"], n
+            assert 0 <= n["duration_ns"] <= n["active_ns"] or n["duration_ns"] == n["wall_ns"], n
         else:
             assert n["duration_ns"] == n["wall_ns"], n
+        assert 0 <= n["waiting_ns"] <= n["duration_ns"], n
         assert stats["start_ns"] <= n["start_ns"], n
         if "open_at_end" not in n["flags"] and "suspended_at_end" not in n["flags"]:
             assert n["end_ns"] <= stats["end_ns"], n

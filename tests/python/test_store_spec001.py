@@ -79,6 +79,7 @@ def expected(session, spans_id, folded_id):
         innermost[frames[-1]] += n
     span_functions = Counter(n["function"] for n in nodes)
     cpu = [v for _, t, u, v in doc["span_values"] if (t, u) == ("cpu", "ns")]
+    waiting = [s.waiting_ns for s in session.spans if s.waiting_ns]  # a row per span that waited
     assert len(cpu) == len(nodes)  # cpu_time: a value per span
     wall = Counter()
     for n in nodes:
@@ -92,6 +93,7 @@ def expected(session, spans_id, folded_id):
             (spans_id, "self", "ns", len(nodes), sum(n["active_ns"] - sum(c["active_ns"] for c in n["children"])
                                                      for n in nodes)),
             (spans_id, "wall", "ns", len(nodes), sum(n["end_ns"] - n["start_ns"] for n in nodes)),
+            *([(spans_id, "waiting", "ns", len(waiting), sum(waiting))] if waiting else []),
             (folded_id, "samples", "count", folded_total, folded_total)]),
         "values_key": [],
         "stack_depths": [(spans_id, max(n["depth"] for n in nodes) + 1, sum(n["depth"] + 1 for n in nodes)),

@@ -9,6 +9,7 @@
 
 #include "core/io.h"
 #include "core/span_value.h"
+#include "core/waiting.h"
 
 namespace mlprof {
 
@@ -88,6 +89,7 @@ struct Lane {
   uint64_t recorded = 0;
   std::vector<IORecord> io;  // I/O summaries (capture_io), keyed by kCall index
   std::vector<Reading> readings;  // cpu_time/alloc_bytes counter readings, by event index
+  std::vector<OffCpuReading> off_cpu;  // the thread's off-CPU time, by time (core/waiting.h)
   uint64_t dropped = 0;      // calls not recorded because the buffer was full
   bool truncated = false;    // recording stopped entirely (hard cap reached)
   // The trace context active where the lane's session started (an

@@ -226,6 +226,7 @@ class Grouper {
       }
       if (group >= 0) {
         s.parent = group_index[static_cast<size_t>(group)];
+        out[static_cast<size_t>(s.parent)].waiting_ns += s.waiting_ns;
         ++shift[i];
       } else if (old_parent >= 0) {
         s.parent = new_index[static_cast<size_t>(old_parent)];

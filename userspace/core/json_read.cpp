@@ -14,6 +14,7 @@
 #include "core/file_io.h"
 #include "core/json_doc.h"
 #include "core/json_stream.h"
+#include "core/waiting.h"
 
 namespace mlprof {
 
@@ -90,6 +91,7 @@ class DocumentReader {
       return take_error();
     }
     link_tree(p);
+    if (waiting_col_ < 0) compute_waiting(p);  // suspended time, and the kernel's if it has it
     return p;
   }
 
@@ -425,6 +427,9 @@ class DocumentReader {
     if (n_rows > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
       return fail(Where{"spans"}, "more spans than a profile can index");
     }
+    // Running vs waiting (optional: a document written before it has none;
+    // read_document computes what it can then).
+    waiting_col_ = optional_column(root_, "span_fields", "waiting_ns");
     const size_t n_functions = p.functions.size();
     const size_t n_strings = p.functions.strings().size();
     const size_t n_lanes = p.lanes.size();
@@ -445,7 +450,8 @@ class DocumentReader {
           !get((*r)[c.at[6]], Where{s, i, "start_ns"}, span.start_ns) ||
           !get((*r)[c.at[7]], Where{s, i, "end_ns"}, span.end_ns) ||
           !get((*r)[c.at[8]], Where{s, i, "active_ns"}, span.active_ns) ||
-          !get((*r)[c.at[9]], Where{s, i, "resumes"}, span.resumes)) {
+          !get((*r)[c.at[9]], Where{s, i, "resumes"}, span.resumes) ||
+          (waiting_col_ >= 0 && !get((*r)[waiting_col_], Where{s, i, "waiting_ns"}, span.waiting_ns))) {
         return false;
       }
       // A parent comes first: that is what makes the links a tree (no cycles)
@@ -461,6 +467,9 @@ class DocumentReader {
                                      std::to_string(depth) + ")");
       }
       if (span.end_ns < span.start_ns) return fail(Where{s, i}, "ends before it starts");
+      if (span.waiting_ns < 0 || span.waiting_ns > span.end_ns - span.start_ns) {
+        return fail(Where{s, i, "waiting_ns"}, "is not within the span's wall time");
+      }
     }
     spans_.release();
     return true;
@@ -815,6 +824,7 @@ class DocumentReader {
   const Value& root_;
   SpanRows& spans_;
   int version_ = 0;
+  int waiting_col_ = -1;  // span_fields' waiting_ns, -1: absent
   Error error_;
 };
 

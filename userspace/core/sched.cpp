@@ -13,6 +13,7 @@
 
 #include "core/export_util.h"
 #include "core/tree.h"
+#include "core/waiting.h"
 
 namespace mlprof {
 
@@ -775,7 +776,17 @@ void attribute_nothing(Profile& profile) {
 
 }  // namespace
 
+namespace {
+void attribute_spans(Profile& profile);
+}  // namespace
+
 void attribute_kernel(Profile& profile) {
+  attribute_spans(profile);
+  if (profile.kernel.present) compute_waiting(profile);  // the kernel's off-CPU time, now
+}
+
+namespace {
+void attribute_spans(Profile& profile) {
   KernelData& k = profile.kernel;
   if (k.off_cpu.empty() && k.threads.empty()) return attribute_nothing(profile);
   const Threads threads(profile);
@@ -919,6 +930,7 @@ void attribute_kernel(Profile& profile) {
     small->sums.clear();
   }
 }
+}  // namespace
 
 std::vector<SelfOffCpu> self_off_cpu(const Profile& profile) {
   const auto& ks = profile.kernel.spans;

@@ -9,6 +9,7 @@
 #include "core/export_util.h"
 #include "core/json_doc.h"  // kSpanValueTypes
 #include "core/sched.h"
+#include "core/waiting.h"
 
 namespace mlprof {
 
@@ -500,6 +501,12 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     value_rows.add({sample_id[v.span], dict.value_type(std::string(name.type), std::string(name.unit)),
                     static_cast<int64_t>(v.value)});
   }
+  int64_t waiting_type = -1;  // running vs waiting (core/waiting.h): a row per span that waited
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    if (p.spans[i].waiting_ns == 0) continue;
+    if (waiting_type < 0) waiting_type = dict.value_type(kWaitingType, "ns");
+    value_rows.add({sample_id[i], waiting_type, p.spans[i].waiting_ns});
+  }
   value_rows.flush();
   // 2.5: a segment's coalesced resumes; an older store keeps it as a plain one.
   const bool v2_5 = has_2_(d, 5);
@@ -963,6 +970,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   // has kernel data) and those measured in process ("cpu" is the kernel's
   // where its data is present).
   if (p.kernel.present) p.kernel.spans.assign(p.spans.size(), SpanKernel{});
+  bool waiting_rows = false;  // none: stored before running vs waiting, or nothing waited
   for (const auto& r : d.query(
            "SELECT v.sample_id, t.type, t.unit, v.value FROM " + values_table(has_2_(d, 4)) +
                " v JOIN value_types t ON t.type_id = "
@@ -971,6 +979,11 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
            {source_id})) {
     const std::string type = as_text(r[1]), unit = as_text(r[2]);
     const auto value = static_cast<uint64_t>(as_int(r[3]));
+    if (type == kWaitingType && unit == "ns") {
+      p.spans[span_at(r[0])].waiting_ns = as_int(r[3]);
+      waiting_rows = true;
+      continue;
+    }
     if (p.kernel.present) {
       for (const auto& vt : kSpanValueTypes) {
         if (type == vt.type && unit == vt.unit) vt.set(p.kernel.spans[span_at(r[0])], value);
@@ -984,6 +997,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::stable_sort(p.values.begin(), p.values.end(), [](const SpanValue& a, const SpanValue& b) {
     return a.span != b.span ? a.span < b.span : a.kind < b.kind;
   });
+  if (!waiting_rows) compute_waiting(p);  // the suspended time (and the kernel's, if any) is known
   if (p.kernel.present) {
     const bool v2_2 = has_2_2(d);
     const bool v2_3 = v2_2 && has_2_(d, 3);

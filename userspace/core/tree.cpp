@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/waiting.h"
+
 namespace mlprof {
 
 const std::string& Profile::display_name(const Span& s) const {
@@ -88,6 +90,7 @@ class TreeBuilder {
     auto by_span = [](const auto& a, const auto& b) { return a.span < b.span; };
     std::stable_sort(p_.segments.begin(), p_.segments.end(), by_span);
     std::stable_sort(p_.io.begin(), p_.io.end(), by_span);
+    compute_waiting(p_);  // reads the segments in span order
   }
 
  private:

@@ -73,10 +73,13 @@ struct Span {
   int64_t end_ns = 0;        // final return (or session end, see flags)
   int64_t active_ns = 0;     // time actually running (< end-start for suspended spans)
   uint32_t resumes = 0;      // times a suspended span was resumed
+  int64_t waiting_ns = 0;    // of the wall, suspended or off the CPU (core/waiting.h)
   int32_t first_child = -1;  // children in start order
   int32_t next_sibling = -1;
 
   int64_t duration_ns() const { return end_ns - start_ns; }
+  // Of the wall time, the time its code (and its callees') ran.
+  int64_t running_ns() const { return duration_ns() - waiting_ns; }
 };
 
 // A stretch of time in which a suspended-and-resumed span was running: one

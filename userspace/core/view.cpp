@@ -52,7 +52,7 @@ class ViewBuilder {
   void build(View& view) {
     visible_.clear();
     for (const int32_t root : p_.roots) expand(root);
-    push_siblings(-1, 0, false);
+    push_siblings(-1, 0, false, -1);
     while (!pending_.empty()) {
       Pending item = std::move(pending_.back());
       pending_.pop_back();
@@ -63,6 +63,7 @@ class ViewBuilder {
       node.start_ns = item.start_ns;
       node.end_ns = item.end_ns;
       node.duration_ns = item.duration_ns;
+      node.waiting_ns = item.waiting_ns;
       node.depth = item.depth;
       node.parent = item.parent;
       node.merged = item.merged;
@@ -82,7 +83,7 @@ class ViewBuilder {
       for (int32_t c = p_.spans[item.span].first_child; c >= 0; c = p_.spans[c].next_sibling) {
         expand(c);
       }
-      push_siblings(idx, item.depth + 1, in_group);
+      push_siblings(idx, item.depth + 1, in_group, item.span);
     }
   }
 
@@ -90,7 +91,7 @@ class ViewBuilder {
   struct Pending {
     int32_t span;
     std::string collapsed;
-    int64_t start_ns, end_ns, duration_ns;
+    int64_t start_ns, end_ns, duration_ns, waiting_ns;
     uint32_t merged;
     int32_t parent;
     uint32_t depth;
@@ -131,15 +132,21 @@ class ViewBuilder {
   }
 
   // The time each of visible_ stands for (view.h, "Times add up"): a
-  // generator's running segments, less those that ran inside a sibling.
-  void shown_times() {
+  // generator's running segments, less those that ran inside a sibling; the
+  // wall time of a span on another lane than its parent's (an awaited task:
+  // its time in flight) or one its parent awaited (suspended whenever it
+  // was: an await chain). Then the waiting part of it.
+  void shown_times(int32_t parent) {
     shown_.resize(visible_.size());
+    waiting_.resize(visible_.size());
     busy_.clear();
     bool generators = false;
     for (size_t i = 0; i < visible_.size(); ++i) {
       const Span& s = p_.spans[visible_[i]];
       shown_[i] = s.duration_ns();
-      if (s.flags & kSpanGenerator) {
+      waiting_[i] = s.waiting_ns;
+      if ((s.flags & kSpanGenerator) && parent >= 0 && in_flight(visible_[i], parent)) {
+      } else if (s.flags & kSpanGenerator) {
         generators = true;
       } else if (s.lane == p_.spans[visible_[0]].lane) {
         busy_.emplace_back(s.start_ns, s.end_ns);
@@ -150,9 +157,13 @@ class ViewBuilder {
     for (size_t i = 0; i < visible_.size(); ++i) {
       const Span& s = p_.spans[visible_[i]];
       if (!(s.flags & kSpanGenerator)) continue;
+      if (parent >= 0 && in_flight(visible_[i], parent)) continue;
+      // Running time only: what it waited of it is its off-CPU time.
+      const int64_t off = std::max<int64_t>(0, s.waiting_ns - (s.duration_ns() - s.active_ns));
       auto [first, last] = p_.segments_of(visible_[i]);
       if (first == last) {
         shown_[i] = s.active_ns;
+        waiting_[i] = std::min(off, shown_[i]);
         continue;
       }
       int64_t total = 0;
@@ -171,17 +182,41 @@ class ViewBuilder {
         total += std::max<int64_t>(0, len);
       }
       shown_[i] = total;
+      waiting_[i] = std::min(off, total);
     }
   }
 
   // Turns visible_ (siblings in order) into pending nodes, merging runs of
   // library spans, and pushes them so that the first one is popped first.
-  void push_siblings(int32_t parent, uint32_t depth, bool in_group) {
+  // Whether suspended span `s` stands for its wall time under `parent`: on
+  // another lane, or awaited by it (the parent ran in none of its pauses).
+  bool in_flight(int32_t s, int32_t parent) const {
+    const Span& c = p_.spans[s];
+    const Span& up = p_.spans[parent];
+    if (c.lane != up.lane) return true;
+    if (!(up.flags & kSpanGenerator)) return false;
+    auto [first, last] = p_.segments_of(s);
+    auto [pf, pl] = p_.segments_of(parent);
+    if (first == last) return false;
+    const Segment* ps = pf;  // both in time order: one pass
+    for (const Segment* seg = first; seg != last; ++seg) {
+      if (seg->resumes > 0) return false;  // folded pauses: its consumer ran in them
+    }
+    for (const Segment* seg = first; seg + 1 != last; ++seg) {
+      const int64_t a = seg->end_ns, b = (seg + 1)->start_ns;  // a pause
+      while (ps != pl && ps->end_ns <= a) ++ps;
+      if (ps != pl && ps->start_ns < b) return false;
+    }
+    return true;
+  }
+
+  void push_siblings(int32_t parent_node, uint32_t depth, bool in_group, int32_t parent) {
     const size_t first = pending_.size();
-    shown_times();
+    shown_times(parent);
     for (size_t k = 0; k < visible_.size(); ++k) {
       const int32_t idx = visible_[k];
       const int64_t shown = shown_[k];
+      const int64_t waiting = waiting_[k];
       const Span& s = p_.spans[idx];
       if (opts_.collapse_frameworks && !is_user_code(p_, s, opts_)) {
         std::string label = package_label(s);
@@ -191,15 +226,17 @@ class ViewBuilder {
               p_.spans[prev.span].lane == s.lane) {
             prev.end_ns = std::max(prev.end_ns, s.end_ns);
             prev.duration_ns += shown;
+            prev.waiting_ns += waiting;
             ++prev.merged;
             continue;
           }
         }
-        pending_.push_back(Pending{idx, std::move(label), s.start_ns, s.end_ns, shown, 1, parent, depth, in_group});
+        pending_.push_back(
+            Pending{idx, std::move(label), s.start_ns, s.end_ns, shown, waiting, 1, parent_node, depth, in_group});
         continue;
       }
       pending_.push_back(
-          Pending{idx, std::string(), s.start_ns, s.end_ns, shown, 1, parent, depth, in_group});
+          Pending{idx, std::string(), s.start_ns, s.end_ns, shown, waiting, 1, parent_node, depth, in_group});
     }
     std::reverse(pending_.begin() + static_cast<std::ptrdiff_t>(first), pending_.end());
   }
@@ -212,6 +249,7 @@ class ViewBuilder {
   std::vector<int32_t> visible_;  // scratch: the siblings being grouped
   std::vector<int32_t> cursors_;  // scratch: expand()'s stack
   std::vector<int64_t> shown_;    // scratch: shown_times() of visible_
+  std::vector<int64_t> waiting_;  // scratch: the waiting part of shown_
   std::vector<std::pair<int64_t, int64_t>> busy_;  // scratch: siblings' intervals
 };
 

@@ -29,6 +29,10 @@ struct ViewNode {
   // (its segments, less any that ran inside a sibling): suspended in its
   // consumer, its wall time overlaps its siblings'. Collapsed: the sum.
   int64_t start_ns = 0, end_ns = 0, duration_ns = 0;
+  // Of duration_ns, the time it waited (core/waiting.h): a span's
+  // waiting_ns; for a generator's running time, its off-CPU part.
+  // Collapsed: the sum.
+  int64_t waiting_ns = 0;
   uint32_t depth = 0;         // depth in the view
   int32_t parent = -1;        // index into View::nodes
   std::vector<int32_t> children;  // indices into View::nodes

@@ -1,0 +1,115 @@
+#include "core/waiting.h"
+
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "core/json_doc.h"
+#include "core/json_read.h"
+#include "core/tree.h"
+#include "profile_builder.h"
+
+namespace mlprof {
+namespace {
+
+using test::call;
+using test::make_lane;
+using test::resume;
+using test::ret;
+using test::suspend;
+
+class WaitingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    p.start_ns = 0;
+    p.end_ns = 10'000;
+    a = test::user_fn(p, "a");
+    b = test::user_fn(p, "b");
+    c = test::user_fn(p, "c");
+  }
+  Profile p;
+  uint32_t a = 0, b = 0, c = 0;
+};
+
+// a [0, 1000] calls b [100, 700] (which slept 400 below the ceiling) and
+// c [700, 900] (busy): the off-CPU reading at b's return counts for b and a.
+TEST_F(WaitingTest, AnOffCpuReadingCountsForTheSpansRunningBeforeItsEvent) {
+  Lane lane = make_lane({call(0, a), call(100, b), ret(700), call(700, c), ret(900), ret(1000)});
+  lane.off_cpu = {{700, 400}, {1000, 30}};  // 30: a's own, after c
+  p.lanes.push_back(lane);
+  build_tree(p);
+  ASSERT_EQ(p.spans.size(), 3u);
+  EXPECT_EQ(p.spans[0].waiting_ns, 430);
+  EXPECT_EQ(p.spans[1].waiting_ns, 400);
+  EXPECT_EQ(p.spans[2].waiting_ns, 0);
+  EXPECT_EQ(p.spans[0].running_ns(), 570);
+}
+
+// A coroutine suspended for 500 waits 500 however little ran; its consumer
+// does not wait for it, and off-CPU time during the pause is not counted
+// twice for the coroutine.
+TEST_F(WaitingTest, SuspendedTimeIsWaitingAndOffCpuInAPauseIsNotCountedAgain) {
+  Lane lane = make_lane({call(0, a), call(100, b), suspend(200, 1), call(250, c), ret(800), resume(800, 1), ret(900),
+                         ret(1000)});
+  lane.off_cpu = {{800, 500}};  // c slept
+  p.lanes.push_back(lane);
+  build_tree(p);
+  EXPECT_EQ(p.spans[1].duration_ns(), 800);
+  EXPECT_EQ(p.spans[1].waiting_ns, 600);  // suspended [200, 800]
+  EXPECT_EQ(p.spans[2].waiting_ns, 500);  // c
+  EXPECT_EQ(p.spans[0].waiting_ns, 500);  // a ran throughout; c's sleep is its
+}
+
+TEST_F(WaitingTest, AReadingPlacedBeforeASpanStartedCountsOnlyWithinIt) {
+  Lane lane = make_lane({call(0, a), call(100, b), ret(200), call(200, c), ret(400), ret(1000)});
+  lane.off_cpu = {{200, 5000}, {400, 150}};  // the first: placed before a started, clipped
+  p.lanes.push_back(lane);
+  build_tree(p);
+  EXPECT_EQ(p.spans[1].waiting_ns, 100);
+  EXPECT_EQ(p.spans[2].waiting_ns, 150);
+  EXPECT_EQ(p.spans[0].waiting_ns, 350);  // 200 of the first, clipped at its start
+  for (const Span& s : p.spans) EXPECT_LE(s.waiting_ns, s.duration_ns());
+}
+
+TEST_F(WaitingTest, TheKernelsOffCpuTimeReplacesTheReadings) {
+  Lane lane = make_lane({call(0, a), call(100, b), ret(700), ret(1000)});
+  lane.off_cpu = {{700, 400}};
+  p.lanes.push_back(lane);
+  build_tree(p);
+  p.kernel.present = true;
+  p.kernel.spans.resize(2);
+  p.kernel.spans[0].own_off_cpu_ns = 250;
+  p.kernel.spans[1].own_off_cpu_ns = 200;
+  compute_waiting(p);
+  EXPECT_EQ(p.spans[0].waiting_ns, 250);
+  EXPECT_EQ(p.spans[1].waiting_ns, 200);
+}
+
+TEST_F(WaitingTest, TheDocumentKeepsItAndAnOlderOneGetsTheSuspendedTime) {
+  Lane lane = make_lane({call(0, a), call(100, b), suspend(200, 1), resume(800, 1), ret(900), ret(1000)});
+  lane.off_cpu = {{1000, 50}};
+  p.lanes.push_back(lane);
+  build_tree(p);
+  ASSERT_EQ(p.spans[0].waiting_ns, 50);
+  Result<Profile> back = read_json_document(to_json_document(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value().spans[0].waiting_ns, 50);
+  EXPECT_EQ(back.value().spans[1].waiting_ns, 600);
+  // Written before the column: the suspended time is all that can be known.
+  rapidjson::Document d;
+  d.Parse(to_json_document(p).c_str());
+  ASSERT_EQ(std::string(d["span_fields"][10].GetString()), "waiting_ns");
+  d["span_fields"].PopBack();
+  for (auto& row : d["spans"].GetArray()) row.PopBack();
+  rapidjson::StringBuffer out;
+  rapidjson::Writer<rapidjson::StringBuffer> w(out);
+  d.Accept(w);
+  Result<Profile> old = read_json_document(out.GetString());
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  EXPECT_EQ(old.value().spans[0].waiting_ns, 0);
+  EXPECT_EQ(old.value().spans[1].waiting_ns, 600);
+}
+
+}  // namespace
+}  // namespace mlprof
