@@ -433,10 +433,12 @@ TEST(RenderTextKernel, CollapsedNodesAndUnattributedProfilesShowNoFigures) {
   EXPECT_EQ(render_text(p, opts),
             "predict: 0.10ms [cpu 0.10ms, off 1.00us: blocked 0.00us, runq 1.00us]\n"
             "  [sklearn.preprocessing]: 0.02ms [x2]\n");
-  p.kernel.spans.clear();  // attribute_kernel not run: no columns, no guesses
+  // The kernel's figures gone: no columns, no guesses; what the spans
+  // waited (taken from them when they were attributed) stays.
+  p.kernel.spans.clear();
   EXPECT_EQ(render_text(p, {}),
-            "predict: 0.10ms\n"
-            "  transform: 0.01ms\n"
+            "predict: 0.10ms, waiting 1.00us\n"
+            "  transform: 0.01ms, waiting 1.00us\n"
             "  fit: 0.01ms\n");
 }
 

@@ -573,7 +573,9 @@ def test_one_root_gives_the_total_as_the_tree_shows_it(browser, engine, tmp_path
     (root,) = doc["spans"]
     text = lambda id_: browser.find_element("id", id_).text  # noqa: E731
     assert text("fact-total") == fmt_ms(root[7] - root[6])
-    assert tree_lines(browser)[0].endswith(": " + text("fact-total"))
+    # the root's line: its time, then what of it waited (the sleep), as print_tree writes it
+    assert tree_lines(browser)[0].endswith(": " + text("fact-total") + ", waiting " + fmt_ms(root[10]))
+    assert root[10] >= 0.9 * 3_000_000 and doc["span_fields"][10] == "waiting_ns"
     # the session's own time (the sleep, its start and stop) is given apart
     assert doc["meta"]["duration_ns"] > root[7] - root[6] + 2_000_000
     assert text("fact-session") == fmt_ms(doc["meta"]["duration_ns"])

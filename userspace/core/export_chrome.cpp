@@ -176,6 +176,12 @@ void write_span_args(JsonWriter& w, const Profile& p, const std::vector<std::str
     w.Key("flags");
     write_string(w, flags);
   }
+  if (s.waiting_ns > 0) {  // running vs waiting, of the wall time (core/waiting.h)
+    w.Key("waiting");
+    write_string(w, format_duration(s.waiting_ns));
+    w.Key("running");
+    write_string(w, format_duration(s.running_ns()));
+  }
   if (s.flags & kSpanGenerator) {
     w.Key("wall");
     write_string(w, format_duration(s.duration_ns()));

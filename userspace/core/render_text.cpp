@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "core/waiting.h"
+
 namespace mlprof {
 
 std::string format_duration(int64_t ns) {
@@ -130,6 +132,19 @@ void append_node(const Profile& p, const View& view, const Columns& cols, int32_
   out += node_name(p, node);
   out += ": ";
   out += format_duration(node.duration_ns);
+  // Running vs waiting (core/waiting.h): what of it waited, once it is more
+  // than the clocks' jitter and 1% of it. With the kernel's figures, their
+  // off-CPU time says it (refined): only a suspended span's is added.
+  int64_t waiting = node.waiting_ns;
+  if (cols.kernel) {
+    waiting = node.collapsed.empty()
+                  ? waiting - p.kernel.spans[static_cast<size_t>(node.span)].own_off_cpu_ns
+                  : 0;
+    if (waiting > 0) waiting = node.waiting_ns;
+  }
+  if (waiting >= kOffCpuMinNs && waiting * 100 >= node.duration_ns) {
+    out += ", waiting " + format_duration(waiting);
+  }
   if (!node.collapsed.empty()) {
     if (node.merged > 1) out += " [x" + std::to_string(node.merged) + "]";
   } else {
@@ -137,7 +152,7 @@ void append_node(const Profile& p, const View& view, const Columns& cols, int32_
     if ((s.flags & kSpanException) && !(s.flags & kSpanCaught)) out += " [exception]";
     if (s.flags & kSpanOpenAtEnd) out += " [open]";
     if (s.flags & kSpanSuspendedAtEnd) out += " [suspended]";
-    if (s.flags & kSpanGenerator) {
+    if ((s.flags & kSpanGenerator) && node.duration_ns != s.duration_ns()) {
       // The headline is its running time; wall time overlaps its consumer's other calls.
       out += " (generator, " + std::to_string(s.resumes) + (s.resumes == 1 ? " resume, " : " resumes, ") +
              format_duration(s.duration_ns()) + " wall)";

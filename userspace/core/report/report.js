@@ -130,6 +130,13 @@
       if (P.end[i] > maxEnd) maxEnd = P.end[i];
     }
     P.span_end_max = maxEnd;
+    // Running vs waiting (docs/format.md, optional): of each span's wall time,
+    // what it waited; a document written before it knows the suspended time.
+    const waitCol = (doc.span_fields || []).indexOf("waiting_ns");
+    P.waiting = new Float64Array(n);
+    for (let i = 0; i < n; i++) {
+      P.waiting[i] = waitCol >= 0 ? rows[i][waitCol] : Math.max(0, P.end[i] - P.start[i] - P.active[i]);
+    }
     doc.spans = null;
     // Values measured in process (cpu_time, alloc_bytes; docs/format.md): NaN when not taken.
     P.cpu = new Float64Array(n).fill(NaN);
@@ -149,12 +156,15 @@
     // A coalesced segment's pauses (core/resume.h): the "paused_ns" column.
     const pausedCol = (doc.segment_fields || []).indexOf("paused_ns");
     P.segPaused = new Float64Array(segs.length);
+    const resumesCol = (doc.segment_fields || []).indexOf("resumes");
+    P.segResumes = new Int32Array(segs.length);
     P.segFirst = new Int32Array(n).fill(-1);
     P.segCount = new Int32Array(n);
     for (let k = 0; k < segs.length; k++) {
       const s = segs[k][0];
       P.segSpan[k] = s; P.segStart[k] = segs[k][1] - t0; P.segEnd[k] = segs[k][2] - t0;
       if (pausedCol >= 0) P.segPaused[k] = segs[k][pausedCol] || 0;
+      if (resumesCol >= 0) P.segResumes[k] = segs[k][resumesCol] || 0;
       if (s >= 0 && s < n) { if (P.segFirst[s] < 0) P.segFirst[s] = k; P.segCount[s]++; }
     }
     P.io = doc.io || [];
@@ -183,7 +193,7 @@
     visible: new Uint8Array(P.n),     // in the view at the current depth limit
     vParent: new Int32Array(P.n), vDepth: new Int32Array(P.n),
     childStart: null, childList: null, roots: [], maxDepth: 0,
-    selfNs: new Float64Array(P.n), shown: new Float64Array(P.n),
+    selfNs: new Float64Array(P.n), shown: new Float64Array(P.n), wait: new Float64Array(P.n),
   };
 
   function buildView() {
@@ -239,9 +249,9 @@
       if (set) set.push(i); else sets.set(V.vParent[i], [i]);
     }
     for (const set of sets.values()) shownTimes(set);
-    // Self time: the span's time running less its children in the same lane
-    // (threads under it ran concurrently, not inside it).
-    const own = (i) => V.shown[i];
+    // Self time: the span's running time (not waiting) less its children's
+    // in the same lane (threads under it ran concurrently, not inside it).
+    const own = (i) => V.shown[i] - V.wait[i];
     const selfNs = V.selfNs;
     for (let i = 0; i < n; i++) selfNs[i] = own(i);
     for (let i = 0; i < n; i++) {
@@ -252,20 +262,43 @@
     for (let i = 0; i < n; i++) if (selfNs[i] < 0) selfNs[i] = 0;
   }
 
+  // Whether suspended span i stands for its wall time under p (core/view.cpp
+  // in_flight): on another lane, or awaited by p (p ran in none of its pauses).
+  function inFlight(i, p) {
+    if (P.lane[i] !== P.lane[p]) return true;
+    if (!(P.flags[p] & F_GENERATOR)) return false;
+    const first = P.segFirst[i], count = P.segCount[i];
+    if (first < 0 || count === 0) return false;
+    for (let k = first; k < first + count; k++) if (P.segResumes[k] > 0) return false;
+    let q = P.segFirst[p];
+    const qEnd = q < 0 ? q : q + P.segCount[p];
+    for (let k = first; k + 1 < first + count; k++) {
+      const a = P.segEnd[k], b = P.segStart[k + 1];  // a pause
+      while (q < qEnd && P.segEnd[q] <= a) q++;
+      if (q < qEnd && P.segStart[q] < b) return false;
+    }
+    return true;
+  }
+
   // The time a node stands for, as print_tree shows it (core/view.h): a
   // span's wall time; a generator's running segments, less those that ran
-  // inside a sibling (its wall time overlaps its consumer's other calls).
+  // inside a sibling (its wall time overlaps its consumer's other calls),
+  // unless it was in flight. Then the waiting part of it.
   function shownTimes(sib) {
     const busy = [];
+    const p = V.vParent[sib[0]];
     for (const i of sib) {
       V.shown[i] = P.end[i] - P.start[i];
+      V.wait[i] = P.waiting[i];
       if (!(P.flags[i] & F_GENERATOR) && P.lane[i] === P.lane[sib[0]]) busy.push(i);
     }
     busy.sort((a, b) => P.start[a] - P.start[b]);
     for (const i of sib) {
       if (!(P.flags[i] & F_GENERATOR)) continue;
+      if (p >= 0 && inFlight(i, p)) continue;
+      const off = Math.max(0, P.waiting[i] - (P.end[i] - P.start[i] - P.active[i]));
       const first = P.segFirst[i], count = P.segCount[i];
-      if (first < 0 || count === 0) { V.shown[i] = P.active[i]; continue; }
+      if (first < 0 || count === 0) { V.shown[i] = P.active[i]; V.wait[i] = Math.min(off, V.shown[i]); continue; }
       let total = 0;
       for (let k = first; k < first + count; k++) {
         const a = P.segStart[k], b = P.segEnd[k];
@@ -278,6 +311,7 @@
         total += Math.max(0, len);
       }
       V.shown[i] = total;
+      V.wait[i] = Math.min(off, total);
     }
   }
 
@@ -410,7 +444,7 @@
     if ((f & F_EXCEPTION) && !(f & F_CAUGHT)) s += " [exception]";
     if (f & F_OPEN) s += " [open]";
     if (f & F_SUSPENDED) s += " [suspended]";
-    if (f & F_GENERATOR) {
+    if ((f & F_GENERATOR) && V.shown[i] !== P.end[i] - P.start[i]) {
       s += " (generator, " + P.resumes[i] + (P.resumes[i] === 1 ? " resume, " : " resumes, ") +
         fmtDur(P.end[i] - P.start[i]) + " wall)";
     }
@@ -494,6 +528,10 @@
     // copies as it reads.
     div.appendChild(document.createTextNode(": "));
     div.appendChild(span("time", fmtDur(V.shown[i])));
+    // ", waiting 243.12ms" past the clocks' jitter and 1% (render_text.cpp).
+    if (V.wait[i] >= 1000 && V.wait[i] * 100 >= V.shown[i]) {
+      div.appendChild(span("wait", ", waiting " + fmtDur(V.wait[i])));
+    }
     const pct = parentPct(i);
     if (pct) div.appendChild(span("pct", " " + pct));
     const notes = nodeNotes(i);
@@ -607,7 +645,9 @@
     };
     const pct = parentPct(i);
     add("Time", fmtDur(V.shown[i]) + (pct ? "  (" + pct + " of parent)" : ""));
-    add("Self time", fmtDur(V.selfNs[i]));
+    add("Running", fmtDur(V.shown[i] - V.wait[i]));
+    add("Waiting", fmtDur(V.wait[i]) + (P.waiting[i] !== V.wait[i] ? "  (" + fmtDur(P.waiting[i]) + " of its wall time)" : ""));
+    add("Self time", fmtDur(V.selfNs[i]) + " running");
     if (!isNaN(P.cpu[i])) add("CPU time", fmtDur(P.cpu[i]));
     if (!isNaN(P.alloc[i])) add("Allocated", fmtBytes(P.alloc[i]));
     if (P.flags[i] & F_GENERATOR) {
