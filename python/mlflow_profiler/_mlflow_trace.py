@@ -131,8 +131,10 @@ def _group_calls(spans: list, inside: set, top: int = 8) -> Dict[int, List[str]]
     return out
 
 
-def _span_attributes(span) -> Dict[str, Any]:
-    out = _fixed_attributes(span)
+def _span_attributes(span, end_ns: Optional[int] = None) -> Dict[str, Any]:
+    """The span's attributes; `end_ns` stands for the end of a span still
+    open when the session ended (its running time runs up to there)."""
+    out = _fixed_attributes(span, end_ns)
     for name in ("cpu_ns", "alloc_bytes"):  # cpu_time/alloc_bytes, only when captured
         value = getattr(span, name, None)
         if value is not None:
@@ -140,7 +142,11 @@ def _span_attributes(span) -> Dict[str, Any]:
     return out
 
 
-def _fixed_attributes(span) -> Dict[str, Any]:
+def _fixed_attributes(span, end_ns: Optional[int] = None) -> Dict[str, Any]:
+    # waiting_ns: of the wall time, suspended at an await or yield or off the
+    # CPU, at any depth; running_ns: the rest of the wall time.
+    end = span.end_ns if span.end_ns is not None else end_ns
+    wall = max(0, end - span.start_ns) if end is not None else 0
     return {
         ATTR + "module": span.module or "",
         ATTR + "function": span.function,
@@ -150,6 +156,8 @@ def _fixed_attributes(span) -> Dict[str, Any]:
         ATTR + "thread_name": span.thread_name,
         ATTR + "flags": list(span.flags),
         ATTR + "active_ns": span.active_ns,
+        ATTR + "waiting_ns": span.waiting_ns,
+        ATTR + "running_ns": max(0, wall - span.waiting_ns),
         ATTR + "depth": span.depth,
         ATTR + "is_user_code": span.is_user_code,
     }
@@ -230,7 +238,8 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
                 parent = live_of[span.parent_index]
             else:  # not reached: a depth cut keeps every parent of a kept span
                 continue
-            attributes = _span_attributes(span)
+            end = span.end_ns if span.end_ns is not None else stats["end_ns"]
+            attributes = _span_attributes(span, end)
             if i in group_calls:
                 attributes[ATTR + "calls"] = group_calls[i]
             kwargs: Dict[str, Any] = {}
@@ -243,7 +252,6 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
             if parent is None and not _recording(live):
                 return None
             live_of[i] = live
-            end = span.end_ns if span.end_ns is not None else stats["end_ns"]
             outputs = summary_dict(span.output_summary) if span.output_summary is not None else None
             # an exception a caller caught (pandas probing an attribute) is no error
             status = "ERROR" if "exception" in span.flags and "caught" not in span.flags else "OK"

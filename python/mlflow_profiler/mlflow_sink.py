@@ -32,7 +32,7 @@ SUMMARY_FILE = "profile_summary.json"
 MAX_METRIC_NAME = 250
 MAX_METRICS_PER_BATCH = 1000
 
-METRIC_STATS = ("wall_ms", "self_ms", "calls")
+METRIC_STATS = ("wall_ms", "running_ms", "waiting_ms", "self_ms", "calls")
 SUMMARY_STATS = ("count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "self_mean_ms", "self_p95_ms")
 
 # MLflow accepts [/\w.\- :] (Python's unicode \w). ':' is left out because a
@@ -185,7 +185,7 @@ def log_profile_trace(session, *, run_id: Optional[str] = None, experiment_id: O
 
     One MLflow span per profile span, with the profile's real start and end
     times, the I/O summaries as inputs and outputs, and module, file, line,
-    thread, flags and active time as attributes (``mlflow_profiler.*``).
+    thread, flags, active, waiting and running time as attributes (``mlflow_profiler.*``).
     Several roots (threads, several calls) hang under one ``profile`` span.
     The trace goes to the experiment of `run_id` (or `experiment_id`, or the
     active run's, or the current experiment) and is linked to the run, so it
@@ -328,29 +328,56 @@ def _log_metrics(mlflow, run_id: str, values: Dict[str, float], step: int) -> No
         client.log_batch(run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
 
 
+# A render depth below every capture: the view of every captured span, the
+# MLflow calls grouped below the captured depth included (to_flat(None) shows
+# those down to the captured depth only).
+_EVERYTHING = 1 << 30
+
+
 def profile_path_figures(session, depth: Optional[int] = None) -> Dict[Path, Dict[str, float]]:
-    """Per call path of `session` (display names root -> span) at render
-    depth `depth`: ``wall_ms`` (sum over its calls), ``self_ms`` and
-    ``calls``. Self time follows the exporters (docs/exports.md): active time
-    less the active time of the children shown at that depth in the same lane,
-    never below 0. Spans still open at the end count up to the session's end."""
-    rows = session.to_flat(depth)
+    """Per call path of `session` (display names root -> span, the paths of
+    ``to_flat(depth)``) down to render depth `depth` (None: everything
+    captured), summed over the calls of that path:
+
+    - ``wall_ms``: the time shown (``to_flat()``'s ``duration_ns``);
+    - ``waiting_ms``: of it, the time suspended at an await or yield or off
+      the CPU, at any depth below (``waiting_ns``);
+    - ``running_ms``: the rest, ``wall_ms - waiting_ms``;
+    - ``self_ms``: the span's own running code: its running time less the
+      running time of its children in the same lane (thread and task), never
+      below 0. Taken from the full capture, not cut at `depth`: a path at
+      `depth` with captured children does not count their running time as
+      its own. A span at the capture ceiling had no children recorded: its
+      self time includes the running time of the functions it called;
+    - ``calls``.
+
+    Spans still open at the end count up to the session's end."""
+    if depth is not None and depth < 0:
+        depth = None
+    rows = session.to_flat(_EVERYTHING)
     paths: List[Path] = []
-    child_active = [0] * len(rows)
+    child_running = [0] * len(rows)
     for r in rows:
         parent = r["parent_index"]
         paths.append((paths[parent] if parent is not None else ()) + (r["label"],))
         if parent is not None:
             p = rows[parent]
             if p["thread_id"] == r["thread_id"] and p["task"] == r["task"]:
-                child_active[parent] += r["active_ns"]
+                child_running[parent] += max(0, r["duration_ns"] - r["waiting_ns"])
     figures: Dict[Path, List[int]] = {}
     for i, r in enumerate(rows):
-        fig = figures.setdefault(paths[i], [0, 0, 0])
+        if depth is not None and len(paths[i]) > depth + 1:
+            continue
+        running = max(0, r["duration_ns"] - r["waiting_ns"])
+        fig = figures.setdefault(paths[i], [0, 0, 0, 0, 0])
         fig[0] += r["duration_ns"]
-        fig[1] += max(0, r["active_ns"] - child_active[i])
-        fig[2] += 1
-    return {p: {"wall_ms": w / 1e6, "self_ms": s / 1e6, "calls": n} for p, (w, s, n) in figures.items()}
+        fig[1] += running
+        fig[2] += r["duration_ns"] - running
+        fig[3] += max(0, running - child_running[i])
+        fig[4] += 1
+    return {p: {"wall_ms": w / 1e6, "running_ms": run / 1e6, "waiting_ms": wait / 1e6, "self_ms": s / 1e6,
+                "calls": n}
+            for p, (w, run, wait, s, n) in figures.items()}
 
 
 def _check_top(top: Any, what: str) -> Optional[int]:
@@ -385,9 +412,13 @@ def log_profile_metrics(session, *, run_id: Optional[str] = None, prefix: str = 
     """Logs span durations of a profile as run metrics and returns them by name.
 
     Per call path (display names from the root to the span, as in
-    ``to_flat()``'s ``call_path``): ``<prefix>/<path>/wall_ms`` (summed over
-    the calls of that path in the session), ``.../self_ms`` (its own time,
-    children excluded) and ``.../calls``. `depth` logs the paths down to that
+    ``to_flat()``'s ``call_path``), summed over the calls of that path in
+    the session: ``<prefix>/<path>/wall_ms``, ``.../waiting_ms`` (of the
+    wall time, suspended at an await or yield or off the CPU, at any depth),
+    ``.../running_ms`` (the rest), ``.../self_ms`` (its own running code:
+    running time less its captured children's in the same lane, at any
+    depth; at the capture ceiling it includes the functions it called) and
+    ``.../calls`` (see ``profile_path_figures``). `depth` logs the paths down to that
     render depth: by default 1, the root and its direct steps, a few charts
     a user can read; None or -1 logs everything captured. `top` keeps, besides
     the roots, only the `top` paths with the most wall time. `step` is

@@ -62,24 +62,38 @@ def _download(run_id, path, dst):
     return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(dst)))
 
 
+def _running(node):
+    return max(0, node["duration_ns"] - node["waiting_ns"])
+
+
+def _self_ns(node):
+    """A node's own running code: its running time (duration_ns less
+    waiting_ns) less its same-lane children's, as the full capture has them."""
+    kids = [c for c in node["children"] if c["thread_id"] == node["thread_id"] and c["task"] == node["task"]]
+    return max(0, _running(node) - sum(_running(c) for c in kids))
+
+
 def expected_figures(session, depth=None):
-    """Per call path from to_tree(): wall ms summed, self ms (active minus the
-    same-lane children's active, as docs/exports.md defines it), calls."""
-    out = defaultdict(lambda: [0, 0, 0])
+    """Per call path from to_tree() (every captured span): wall ms, running
+    ms, waiting ms and self ms (own running code, children as captured, not
+    cut at `depth`) summed, and calls; the paths down to `depth`."""
+    out = defaultdict(lambda: [0, 0, 0, 0, 0])
 
     def visit(node, path):
         path = path + (node["label"],)
-        kids = [c for c in node["children"] if c["thread_id"] == node["thread_id"] and c["task"] == node["task"]]
-        fig = out[path]
-        fig[0] += node["duration_ns"]
-        fig[1] += max(0, node["active_ns"] - sum(c["active_ns"] for c in kids))
-        fig[2] += 1
+        if depth is None or len(path) <= depth + 1:
+            fig = out[path]
+            fig[0] += node["duration_ns"]
+            fig[1] += _running(node)
+            fig[2] += node["waiting_ns"]
+            fig[3] += _self_ns(node)
+            fig[4] += 1
         for c in node["children"]:
             visit(c, path)
 
-    for root in session.to_tree(depth):
+    for root in session.to_tree():
         visit(root, ())
-    return {p: (w / 1e6, s / 1e6, n) for p, (w, s, n) in out.items()}
+    return {p: (w / 1e6, r / 1e6, wt / 1e6, s / 1e6, n) for p, (w, r, wt, s, n) in out.items()}
 
 
 # -- log_profile ---------------------------------------------------------------------------
@@ -201,11 +215,14 @@ def test_metrics_equal_the_session(mlflow_store):
     assert metrics == pytest.approx(logged, rel=1e-12)
 
     expected = expected_figures(session)
-    assert len(metrics) == 3 * len(expected)
+    assert len(metrics) == len(mlflow_sink.METRIC_STATS) * len(expected)
     lam = qn("predict.<locals>.<lambda>").replace("<", "_").replace(">", "_")
-    for path, (wall, self_ms, calls) in expected.items():
+    for path, (wall, running, waiting, self_ms, calls) in expected.items():
         name = "profile/" + "/".join(p.replace("<", "_").replace(">", "_") for p in path)
         assert metrics[name + "/wall_ms"] == pytest.approx(wall, rel=1e-9, abs=1e-9)
+        assert metrics[name + "/running_ms"] == pytest.approx(running, rel=1e-9, abs=1e-9)
+        assert metrics[name + "/waiting_ms"] == pytest.approx(waiting, rel=1e-9, abs=1e-9)
+        assert running + waiting == pytest.approx(wall, rel=1e-9, abs=1e-9)
         assert metrics[name + "/self_ms"] == pytest.approx(self_ms, rel=1e-9, abs=1e-9)
         assert metrics[name + "/calls"] == calls
     assert metrics["profile/predict/calls"] == 3
@@ -224,7 +241,13 @@ def test_metrics_by_default_are_the_root_and_its_steps_and_top_keeps_the_heavies
         default = mlflow_profiler.log_profile_metrics(session)
         top = mlflow_profiler.log_profile_metrics(session, prefix="top", depth=None, top=2)
     shallow = expected_figures(session, depth=1)
-    assert len(default) == 3 * len(shallow) < 3 * len(full)
+    assert len(default) == 5 * len(shallow) < 5 * len(full)
+    for path, (wall, running, waiting, self_ms, calls) in shallow.items():
+        # The steps' self time is their own running code, their captured
+        # children excluded though depth=1 does not show them.
+        base = "profile/" + "/".join(p.replace("<", "_").replace(">", "_") for p in path)
+        assert default[base + "/self_ms"] == pytest.approx(self_ms, rel=1e-9, abs=1e-9)
+        assert default[base + "/self_ms"] <= default[base + "/running_ms"] + 1e-9
     assert {k.rsplit("/", 1)[0].count("/") for k in default} == {1, 2}  # profile/<root>[/<step>]
     heaviest = sorted((p for p in full if len(p) > 1), key=lambda p: (-full[p][0], p))[:2]
     clean = lambda p: "/".join(x.replace("<", "_").replace(">", "_") for x in p)  # noqa: E731
@@ -243,15 +266,18 @@ def test_metrics_depth_prefix_and_steps(local_store):
         mlflow_profiler.log_profile_metrics(second, prefix="serving/profile", depth=0, step=2)
     client = MlflowClient()
     metrics = client.get_run(run.info.run_id).data.metrics
-    # depth=0: the root only, its children's time is its own.
-    assert sorted(metrics) == ["serving/profile/predict/calls", "serving/profile/predict/self_ms",
+    # depth=0: the root only; its self time is still its own running code.
+    assert sorted(metrics) == ["serving/profile/predict/calls", "serving/profile/predict/running_ms",
+                               "serving/profile/predict/self_ms", "serving/profile/predict/waiting_ms",
                                "serving/profile/predict/wall_ms"]
     history = client.get_metric_history(run.info.run_id, "serving/profile/predict/wall_ms")
     root2 = second.to_tree()[0]
     assert [m.step for m in sorted(history, key=lambda m: m.step)] == [1, 2]
     assert sorted(history, key=lambda m: m.step)[1].value == pytest.approx(root2["duration_ns"] / 1e6)
     self2 = client.get_metric_history(run.info.run_id, "serving/profile/predict/self_ms")
-    assert max(self2, key=lambda m: m.step).value == pytest.approx(root2["active_ns"] / 1e6)
+    assert max(self2, key=lambda m: m.step).value == pytest.approx(_self_ns(root2) / 1e6)
+    running2 = client.get_metric_history(run.info.run_id, "serving/profile/predict/running_ms")
+    assert max(running2, key=lambda m: m.step).value == pytest.approx(_running(root2) / 1e6)
 
 
 def _hostile_session():
@@ -283,7 +309,7 @@ def test_hostile_names_are_accepted_and_stay_apart(mlflow_store):
     metrics = MlflowClient().get_run(run.info.run_id).data.metrics
     paths = expected_figures(session)
     assert len(paths) == 1 + len(names) + 60
-    assert len(logged) == 3 * len(paths), "two paths got the same name"
+    assert len(logged) == len(mlflow_sink.METRIC_STATS) * len(paths), "two paths got the same name"
     assert set(metrics) == set(logged)
     assert max(len(k) for k in metrics) <= 250
     assert "profile/predict/_lambda_/calls" in metrics
@@ -294,7 +320,7 @@ def test_hostile_names_are_accepted_and_stay_apart(mlflow_store):
     assert "profile/predict/a_b/calls" in metrics, "an unchanged name keeps its name"
     assert any(k.startswith("profile/predict/a_b-") for k in metrics), "a:b is told apart from a_b"
     deepest = [k for k in metrics if "level_59_" in k]
-    assert len(deepest) == 3 and all(k.startswith("profile/predict/...-") for k in deepest)
+    assert len(deepest) == len(mlflow_sink.METRIC_STATS) and all(k.startswith("profile/predict/...-") for k in deepest)
 
 
 def test_metrics_over_one_batch(server_store):
@@ -308,7 +334,7 @@ def test_metrics_over_one_batch(server_store):
                     pass
     with mlflow.start_run() as run:
         logged = mlflow_profiler.log_profile_metrics(session)
-    assert len(logged) == 3 * 421 > 1000
+    assert len(logged) == len(mlflow_sink.METRIC_STATS) * 421 > 1000
     metrics = MlflowClient().get_run(run.info.run_id).data.metrics
     assert len(metrics) == len(logged)
     assert metrics["profile/predict/step_419/calls"] == 1

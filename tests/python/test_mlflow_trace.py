@@ -170,6 +170,9 @@ def test_trace_round_trip(mlflow_store):
         assert abs((s.end_time_ns - s.start_time_ns) - n["duration_ns"]) <= 1000
         assert s.attributes["mlflow_profiler.thread_name"] == n["thread_name"]
         assert s.attributes["mlflow_profiler.active_ns"] == n["active_ns"]
+        rec = session.spans[n["span_index"]]
+        assert s.attributes["mlflow_profiler.waiting_ns"] == rec.waiting_ns
+        assert s.attributes["mlflow_profiler.running_ns"] == rec.duration_ns - rec.waiting_ns >= 0
         assert s.attributes["mlflow_profiler.line"] == n["line"]
         assert s.attributes["mlflow_profiler.file"] == n["file"]
 

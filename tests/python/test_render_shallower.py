@@ -178,7 +178,8 @@ def _report_tree(session, d):
 def _metrics(session, d):
     figures = profile_path_figures(session, d)
     for fig in figures.values():
-        assert 0 <= fig["self_ms"] <= fig["wall_ms"] + 1e-9, fig
+        assert 0 <= fig["self_ms"] <= fig["running_ms"] + 1e-9, fig
+        assert fig["running_ms"] + fig["waiting_ms"] == pytest.approx(fig["wall_ms"], abs=1e-9), fig
     names = metric_bases(list(figures), "profile", METRIC_STATS)
     return sorted((names[p], fig["calls"]) for p, fig in figures.items())
 
