@@ -138,8 +138,9 @@ _TIME = re.compile(r"\d+(?:\.\d+)?(?:ns|us|ms|s)\b")
 
 
 def _text(session, d):
-    # Times out, names and indentation kept.
-    return [_TIME.sub("T", line) for line in tree_lines(session.format_tree(depth=d))]
+    # Times out (and whether a span waited over 1% of it: a matter of
+    # timing), names and indentation kept.
+    return [_TIME.sub("T", line).replace(", waiting T", "") for line in tree_lines(session.format_tree(depth=d))]
 
 
 def _doc_spans(doc):
