@@ -299,6 +299,8 @@ class Span:
     start_ns: int
     end_ns: int
     values: Dict[str, int] = field(default_factory=dict)  # the kernel figures (span_values)
+    active_ns: int = 0
+    waiting_ns: int = 0  # running vs waiting (docs/format.md): suspended + the kernel's own off-CPU
     children: List["Span"] = field(default_factory=list)
 
     @property
@@ -336,7 +338,8 @@ class Document:
             label = row[sf["label"]]
             name = strings[label] if label else functions[row[sf["function"]]]
             self.spans.append(Span(i, row[sf["parent"]], name, row[sf["lane"]], row[sf["depth"]],
-                                   row[sf["flags"]], row[sf["start_ns"]], row[sf["end_ns"]]))
+                                   row[sf["flags"]], row[sf["start_ns"]], row[sf["end_ns"]],
+                                   active_ns=row[sf["active_ns"]], waiting_ns=row[sf["waiting_ns"]]))
         if "span_values" in d:
             vf = {n: i for i, n in enumerate(d["span_value_fields"])}
             for row in d["span_values"]:

@@ -159,6 +159,11 @@ def test_a_span_blocked_in_a_pipe_read_waited_in_read_S_and_on_a_lock_in_futex_S
             assert rows, waits_of(doc, s)
             top = t1 - t0 if name == "_pipe" else s.values["own_blocked"]
             assert 0.5 * (t1 - t0) <= rows[0]["blocked_ns"] <= min(top, s.values["own_blocked"]), (rows, t1 - t0)
+            # Running vs waiting under the agent: the kernel's own off-CPU
+            # time (blocked + run queue), never less than the blocked time
+            # of the read or acquire, within the span's wall time.
+            assert s.waiting_ns == s.values.get("own_off_cpu", 0) + (s.wall_ns - s.active_ns), (s, s.values)
+            assert rows[0]["blocked_ns"] <= s.waiting_ns <= s.wall_ns, (s, rows)
         assert f"{text} " in result.stdout, result.stdout
 
 
@@ -191,6 +196,7 @@ def test_a_span_starting_threads_keeps_its_own_thread_apart_and_agrees_with_sche
         assert own_off <= window_off + 0.2 * MS, figures  # with the workers' sleeps it was 2x
         assert window_off - own_off <= 1.2 * MS + (delay1 - delay0 - runq) + 0.1 * window_off, figures
         assert runq <= (delay1 - delay0) + 0.2 * MS, figures
+        assert root.waiting_ns == own_off + (root.wall_ns - root.active_ns), (root, figures)
 
 
 def test_a_workers_run_queue_with_its_exit_path_agrees_with_bpftrace_and_schedstat(agent, python_target, cpu_hog,
