@@ -114,6 +114,8 @@ void bind_function_stats(py::module_& m) {
               d["calls"] = r.calls;
               d["flat_ns"] = r.flat_ns;
               d["cum_ns"] = r.cum_ns;
+              d["flat_waiting_ns"] = r.flat_waiting_ns;
+              d["cum_waiting_ns"] = r.cum_waiting_ns;
               functions.append(d);
             }
             out["functions"] = functions;
@@ -133,7 +135,7 @@ void bind_function_stats(py::module_& m) {
             return out;
           },
           "{'profiles', 'sessions', 'functions': [{'name', 'file', 'line', 'calls', 'flat_ns', "
-          "'cum_ns'}], "
+          "'cum_ns', 'flat_waiting_ns', 'cum_waiting_ns'}] (self time is running time), "
           "'sampled': {'sources', 'samples', 'value_types': [(type, unit)], 'functions': [{'name', "
           "'file', "
           "'line', 'flat': [per type], 'cum': [per type]}]}}, functions in first-seen order.");

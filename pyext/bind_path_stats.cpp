@@ -66,6 +66,8 @@ py::dict summary_dict(const std::vector<PathSummary>& paths, int depth) {
     d["incomplete"] = s.incomplete;
     put_durations(d, "", s.wall);
     put_durations(d, "self_", s.self);
+    // Running vs waiting (core/waiting.h): every complete call has a waiting time.
+    put_durations(d, "waiting_", s.waiting);
     // Off-CPU figures only where kernel data (the agent) gave them.
     d["off_cpu_count"] = s.off_cpu.count;
     put_durations(d, "off_cpu_", s.off_cpu);
@@ -144,7 +146,8 @@ void bind_path_stats(py::module_& m) {
           py::arg("depth") = -1,
           "{'a/b': {'path': ['a', 'b'], 'depth': 1, 'count', 'sessions', 'incomplete', "
           "'mean_ms', 'min_ms', 'max_ms', 'p50_ms', 'p95_ms', 'p99_ms', 'total_ms', and the same "
-          "with 'self_' and 'off_cpu_' (None without kernel data; 'off_cpu_count' its samples), "
+          "with 'self_' (running self time), 'waiting_' (waiting time) and 'off_cpu_' (None without "
+          "kernel data; 'off_cpu_count' its samples), "
           "'kernel_calls' and the own thread's 'on_cpu_total_ms', 'blocked_total_ms', 'runq_total_ms', "
           "'gil_total_ms' over them (None without kernel data), and "
           "'walls_ns' (ascending) when the stats keep walls}}; "

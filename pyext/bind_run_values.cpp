@@ -32,7 +32,8 @@ RunPathValues::Statistic statistic_of(const std::string& s) {
 RunPathValues::Quantity quantity_of(const std::string& s) {
   if (s == "wall") return RunPathValues::Quantity::kWall;
   if (s == "cpu") return RunPathValues::Quantity::kCpu;
-  throw py::value_error("quantity must be wall or cpu, got " + s);
+  if (s == "waiting") return RunPathValues::Quantity::kWaiting;
+  throw py::value_error("quantity must be wall, cpu or waiting, got " + s);
 }
 
 py::object finite_or_none(double v) { return std::isfinite(v) ? py::object(py::float_(v)) : py::object(py::none()); }
@@ -94,7 +95,7 @@ void bind_run_values(py::module_& m) {
           },
           py::arg("statistic") = "mean", py::arg("quantity") = "wall",
           "[(path, per-run value in ns or None, per-run calls)], parents first: the statistic (mean, p50, p95) "
-          "over each run's root calls of the path's time (wall or cpu) per root call.")
+          "over each run's root calls of the path's time (wall, cpu or waiting) per root call.")
       .def("root_calls", &RunPathValues::root_calls, "Per run, its complete root calls.")
       .def("dropped", &RunPathValues::dropped, "Calls left out (past the path cap, or under no complete root call).");
 

@@ -122,7 +122,9 @@ class ProfileCollector:
         count: complete calls (the samples); sessions: sessions the path
         appeared in; incomplete: calls still open or suspended when their
         session ended (not samples). Times are wall time in milliseconds; the
-        ``self_`` ones leave out the children's time. Min, max, mean and total
+        ``self_`` ones are running time (wall less waiting) less the
+        children's running time, the ``waiting_`` ones the time the calls
+        waited (suspended, or off the CPU at any depth). Min, max, mean and total
         are exact; the quantiles are within 1% of the exact sample of rank
         floor(q*(count-1)). A path with no complete call has None for them.
         depth: leave out paths deeper than this (0: the roots); it does not

@@ -57,6 +57,10 @@ class DiffPath:
     verdict: str
     runs_needed: int = 0
     wall_change: Optional[float] = None  # gated on cpu: the wall time's change beside it
+    # The median over a side's runs of the path's waiting time per root call
+    # (core/waiting.h: suspended, or off the CPU), beside the compared time.
+    waiting_a_ns: Optional[float] = None
+    waiting_b_ns: Optional[float] = None
 
     @property
     def name(self) -> str:
@@ -118,7 +122,8 @@ class Diff:
                   "calls_a": p.calls_a, "calls_b": p.calls_b, "share_pct": pct(p.share),
                   "change_pct": pct(p.change), "ci_pct": None if p.ci is None else [pct(p.ci[0]), pct(p.ci[1])],
                   "p_holm": p.p, "gated": p.gated, "verdict": p.verdict, "runs_needed": p.runs_needed,
-                  "wall_change_pct": pct(p.wall_change)} for p in self.paths]
+                  "wall_change_pct": pct(p.wall_change), "waiting_a_ns": p.waiting_a_ns,
+                  "waiting_b_ns": p.waiting_b_ns} for p in self.paths]
         return json.dumps({"verdict": self.verdict, "exit_code": self.exit_code, "runs_needed": self.runs_needed(),
                            "a": {"runs": self.runs_a, "profiles": self.profiles_a, "root_calls": self.root_calls_a},
                            "b": {"runs": self.runs_b, "profiles": self.profiles_b, "root_calls": self.root_calls_b},
@@ -150,13 +155,13 @@ class Diff:
         inconclusive, improvements, passes; then the others by time) and the
         regressions and inconclusive paths spelled out."""
         conf = f"{round(100 * self.confidence)}% CI"
-        header = ["A", "B", "change", conf, "p (Holm)", "runs A/B", "verdict", "path"]
+        header = ["A", "B", "change", conf, "p (Holm)", "runs A/B", "waiting A", "waiting B", "verdict", "path"]
         table = [header]
         shown = self.paths if limit is None else self.paths[:limit]
         for p in shown:
             table.append([_ns(p.a_ns), _ns(p.b_ns), _pct(p.change), _ci(p.ci) if p.change is not None else "-",
-                          "-" if p.p is None else f"{p.p:.2g}", f"{p.runs_a}/{p.runs_b}", p.verdict.replace("_", " "),
-                          p.name])
+                          "-" if p.p is None else f"{p.p:.2g}", f"{p.runs_a}/{p.runs_b}", _ns(p.waiting_a_ns),
+                          _ns(p.waiting_b_ns), p.verdict.replace("_", " "), p.name])
         widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
         lines = [self.headline(), *self.notes, self.verdict_line()]
         for row in table:
@@ -188,13 +193,16 @@ class Diff:
         notes = [self.verdict_line(), *self.notes]
         columns = [("A", "median over A's runs of the time per root call"), ("B", ""),
                    ("change", "B/A - 1, Hodges-Lehmann over runs"), (f"{conf} CI", "of the change"),
-                   ("p (Holm)", "one-sided, B slower"), ("runs A/B", ""), ("verdict", "")]
+                   ("p (Holm)", "one-sided, B slower"), ("runs A/B", ""),
+                   ("waiting A", "median over A's runs of the waiting time per root call: suspended, or off the CPU"),
+                   ("waiting B", ""), ("verdict", "")]
         rows = []
         for p in self.paths:
             mark = {"regression": "regression", "improvement": "improvement"}.get(p.verdict)
             cells = [(_ns(p.a_ns), p.a_ns), (_ns(p.b_ns), p.b_ns), (_pct(p.change), p.change),
                      (_ci(p.ci) if p.change is not None else "-", None if p.ci is None else p.ci[0]),
                      ("-" if p.p is None else f"{p.p:.2g}", p.p), (f"{p.runs_a}/{p.runs_b}", min(p.runs_a, p.runs_b)),
+                     (_ns(p.waiting_a_ns), p.waiting_a_ns), (_ns(p.waiting_b_ns), p.waiting_b_ns),
                      (p.verdict.replace("_", " "), p.verdict)]
             rows.append({"cells": cells, "path": p.path, "mark": mark, "note": ""})
         return _html_page("diff", title, facts, notes, columns, rows, self.to_json())
@@ -329,6 +337,7 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
     if quantity == "cpu" and not any(v is not None for _, vals, _ in measured for v in vals):
         raise DiffError("--quantity cpu: no span has CPU time (profile with cpu_time=True, or the eBPF agent)")
     wall = values.values(statistic, "wall") if quantity == "cpu" else None
+    waiting = values.values(statistic, "waiting")
 
     def side_values(vals: Sequence[Optional[float]], runs: Sequence[int]) -> List[float]:
         return [vals[r] for r in runs if vals[r] is not None]
@@ -371,6 +380,10 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
         wall_results = _core.gate_runs([(x, y) if x and y else ([], []) for _, x, y in wall_rows],
                                        [False] * len(wall_rows), threshold / 100, confidence)
         wall_changes = {tuple(p): r["change"] for (p, _, _), r in zip(wall_rows, wall_results)}
+    waits: Dict[Tuple[str, ...], Tuple[Optional[float], Optional[float]]] = {}
+    for p, v, _ in waiting:
+        wa, wb = side_values(v, ra), side_values(v, rb)
+        waits[tuple(p)] = (statistics.median(wa) if wa else None, statistics.median(wb) if wb else None)
     paths = []
     for (path, xa, xb, ma, mb, ca, cb), share, res in zip(rows, shares, results):
         verdict = res["verdict"] or ("only_b" if ca == 0 else "only_a" if cb == 0 else "ungated")
@@ -378,7 +391,9 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
                               calls_b=cb, share=share, change=res["change"] if ca and cb else None,
                               ci=res["ci"] if ca and cb else None, p=res["holm_greater"] if res["gated"] else None,
                               gated=res["gated"], verdict=verdict, runs_needed=res["runs_needed"],
-                              wall_change=wall_changes.get(tuple(path))))
+                              wall_change=wall_changes.get(tuple(path)),
+                              waiting_a_ns=waits.get(tuple(path), (None, None))[0] if ca else None,
+                              waiting_b_ns=waits.get(tuple(path), (None, None))[1] if cb else None))
     order = {"regression": 0, "inconclusive": 1, "improvement": 2, "pass": 3}
     paths.sort(key=lambda p: (order.get(p.verdict, 4) if p.gated else 5,
                               -abs(p.change or 0) if p.gated else -max(p.a_ns or 0, p.b_ns or 0), p.name))

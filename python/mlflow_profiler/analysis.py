@@ -109,9 +109,14 @@ def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[
 
 @dataclasses.dataclass(frozen=True)
 class TopRow:
-    """One call path: its calls, their wall, self and off-CPU times
-    (milliseconds: p50, p95, p99, total; off-CPU None without kernel data),
-    and its share of all the self time. `kernel` (the agent's data; None
+    """One call path: its calls, their wall, self, waiting and off-CPU
+    times (milliseconds: p50, p95, p99, total; off-CPU None without kernel
+    data), and its share of all the self time. Self time is running time:
+    the call's wall less its waiting, less its same-thread children's
+    running time (core/path_stats.h). Waiting (`waiting`) is the part of the
+    wall the call was suspended at an await or yield, or off the CPU (asleep
+    in sleep, a lock, select or I/O, or in the run queue) at any depth, also
+    below the capture's depth ceiling. `kernel` (the agent's data; None
     without): where the calls' own thread spent its time, mean milliseconds
     per call: on_cpu, blocked (asleep), runq (waiting for a CPU), gil (of
     blocked, waiting for the GIL), over `calls` calls."""
@@ -125,6 +130,7 @@ class TopRow:
     self_time: Dict[str, float]
     off_cpu: Optional[Dict[str, float]]
     kernel: Optional[Dict[str, float]] = None
+    waiting: Optional[Dict[str, float]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,8 +181,9 @@ class Top:
         }, indent=2)
 
     def to_text(self, limit: Optional[int] = 20) -> str:
-        """A table, most self time first: share, calls, wall and self p50,
-        p95, p99, off-CPU p95 (where the agent measured it), then with the
+        """A table, most self (running) time first: share, calls, wall and
+        self p50, p95, p99, waiting p95, off-CPU p95 (only where the agent
+        measured it), then with the
         agent's data the mean per call of the own thread's on-CPU, blocked,
         run-queue and GIL-wait time, path; then the sampled stacks' paths,
         if any."""
@@ -189,14 +196,18 @@ class Top:
         if not rows:
             return lines[0] + "\n"
         kernel = any(r.kernel for r in rows)
-        header = ["share", "calls", "wall p50", "p95", "p99", "self p50", "p95", "p99", "off-CPU p95"]
+        off_cpu = any(r.off_cpu for r in rows)
+        header = ["share", "calls", "wall p50", "p95", "p99", "self p50", "p95", "p99", "waiting p95"]
+        header += ["off-CPU p95"] if off_cpu else []
         header += ["on-CPU", "blocked", "runq", "GIL"] if kernel else []
         header.append("path")
         table = [header]
         for r in rows:
             cells = [f"{100 * r.share:.1f}%", f"{r.count:,}", _ms(r.wall["p50"]), _ms(r.wall["p95"]),
                      _ms(r.wall["p99"]), _ms(r.self_time["p50"]), _ms(r.self_time["p95"]),
-                     _ms(r.self_time["p99"]), _ms(r.off_cpu["p95"]) if r.off_cpu else "-"]
+                     _ms(r.self_time["p99"]), _ms(r.waiting["p95"]) if r.waiting else "-"]
+            if off_cpu:
+                cells.append(_ms(r.off_cpu["p95"]) if r.off_cpu else "-")
             if kernel:
                 cells += [_ms(r.kernel[k]) if r.kernel else "-" for k in ("on_cpu", "blocked", "runq", "gil")]
             table.append(cells + ["/".join(r.path)])
@@ -206,6 +217,10 @@ class Top:
             lines.append("  ".join(cells + [row[-1]]))
         if limit is not None and len(self.rows) > limit:
             lines.append(f"({len(self.rows) - limit} more paths: --limit)")
+        lines.append(_SELF_WAITING_LEGEND)
+        if off_cpu:
+            lines.append("off-CPU: the call's time off the CPU while it was open, any thread (the agent's kernel "
+                         "data)")
         if kernel:
             lines.append("on-CPU, blocked, runq, GIL: mean per call of the call's own thread (the agent's kernel "
                          "data): on the CPU, asleep, waiting for a CPU, and of asleep, waiting for the GIL")
@@ -216,7 +231,8 @@ class Top:
         held = (f" in {self.profiles} profile{'s' if self.profiles != 1 else ''}"
                 if self.profiles is not None and self.profiles != self.sessions else "")
         return (f"top: {self.sessions} session{'s' if self.sessions != 1 else ''}{held}, {len(self.rows)} call "
-                f"path{'s' if len(self.rows) != 1 else ''}, {_ms(self.self_total_ms)} of self time{where}")
+                f"path{'s' if len(self.rows) != 1 else ''}, {_ms(self.self_total_ms)} of self (running) "
+                f"time{where}")
 
     def to_html(self, inputs: Optional[Sequence[str]] = None) -> str:
         """A self-contained HTML page of every path (`mlprof top --html`):
@@ -226,10 +242,15 @@ class Top:
 
             analysis.top(["profiles.db"]).write_html("top.html", inputs=["profiles.db"])
         """
-        columns = [("share", "its self time over all the self time"), ("calls", "complete calls"),
+        columns = [("share", "its self (running) time over all the self time"), ("calls", "complete calls"),
                    ("wall p50", "wall time, median"), ("wall p95", ""), ("wall p99", ""),
-                   ("self p50", "active time less the children's in the same thread"), ("self p95", ""),
-                   ("self p99", ""), ("off-CPU p95", "time off the CPU (the agent's kernel data; - without)")]
+                   ("self p50", "running time (wall less waiting) less the children's in the same thread"),
+                   ("self p95", ""), ("self p99", ""),
+                   ("waiting p95", "suspended at an await or yield, or off the CPU (asleep, in the run queue), "
+                                   "at any depth")]
+        off_cpu = any(r.off_cpu for r in self.rows)
+        if off_cpu:
+            columns.append(("off-CPU p95", "time off the CPU (the agent's kernel data; - without)"))
         kernel = any(r.kernel for r in self.rows)
         if kernel:
             columns += [("on-CPU", "the call's own thread on the CPU, mean per call"),
@@ -242,7 +263,10 @@ class Top:
             cells = [(f"{100 * r.share:.1f}%", r.share), (f"{r.count:,}", r.count)]
             cells += [(_ms(r.wall[q]), r.wall[q]) for q in ("p50", "p95", "p99")]
             cells += [(_ms(r.self_time[q]), r.self_time[q]) for q in ("p50", "p95", "p99")]
-            cells.append((_ms(off), off))
+            waited = r.waiting["p95"] if r.waiting else None
+            cells.append((_ms(waited), waited))
+            if off_cpu:
+                cells.append((_ms(off), off))
             if kernel:
                 cells += [(_ms(r.kernel[k]) if r.kernel else "-", r.kernel[k] if r.kernel else None)
                           for k in ("on_cpu", "blocked", "runq", "gil")]
@@ -323,6 +347,11 @@ def _sampled(totals) -> Optional[Sampled]:
                    rows=rows)
 
 
+_SELF_WAITING_LEGEND = ("self: the call's running time (its wall less its waiting) less its same-thread children's, "
+                        "the share is of all the self time; waiting: of the wall, suspended at an await or yield, "
+                        "or off the CPU (asleep in sleep, a lock, select or I/O, or in the run queue) at any depth")
+
+
 def _ms(value: Optional[float]) -> str:
     if value is None:
         return "-"
@@ -388,9 +417,10 @@ def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, wher
         depth: Optional[int] = None, by: str = "path") -> Union[Top, "FunctionTop"]:
     """The bottlenecks by call path over `inputs` (files and stores, see
     profiles(); or ProfileSessions): per path the calls, the p50/p95/p99 of
-    wall, self and off-CPU time, and its share of all the self time, most
-    self time first. depth: paths deeper than this fold into their
-    ancestors' self time. by="function": time per function instead
+    wall, self (running), waiting and off-CPU time, and its share of all the
+    self time, most self time first: a call that slept or awaited ranks by
+    the time it ran, its waits are in `waiting`. depth: paths deeper than
+    this fold into their ancestors' self time (their waits stay waits). by="function": time per function instead
     (top_functions(), a FunctionTop)."""
     if by == "function":
         return top_functions(inputs, where=where, depth=depth)
@@ -406,7 +436,7 @@ def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, wher
         TopRow(path=list(e["path"]), count=e["count"], sessions=e["sessions"], incomplete=e["incomplete"],
                share=(e["self_total_ms"] / total) if total > 0 else 0.0, wall=_figures(e, ""),
                self_time=_figures(e, "self_"), off_cpu=_figures(e, "off_cpu_") if e["off_cpu_count"] else None,
-               kernel=_kernel_means(e))
+               kernel=_kernel_means(e), waiting=_figures(e, "waiting_"))
         for e in summary.values() if e["count"] > 0
     ]
     rows.sort(key=lambda r: (-r.self_time["total"], r.path))
@@ -431,9 +461,13 @@ def _kernel_means(entry: Mapping[str, Any]) -> Optional[Dict[str, float]]:
 class FunctionRow:
     """One function of `top(..., by="function")`: its name (a span's label,
     else the function's), file and line of definition (0: unknown), which
-    together tell it apart; its calls; flat (ns), the self time of its calls;
-    cum (ns), the time of every call on a path through it, a call under
-    another call of it counted once; each as a share of all the self time.
+    together tell it apart; its calls; flat (ns), the self time of its calls
+    (running time: a call's wall less its waiting, less its same-thread
+    children's running time); cum (ns), the time of every call on a path
+    through it, a call under another call of it counted once; each as a
+    share of all the self time. `waiting` (ns): "flat_ns", its calls' own
+    waits (suspended, or off the CPU, not in a same-thread child), and
+    "cum_ns", the waits of the paths through it, recursion counted once.
     `display` is the name with a short file:line."""
 
     name: str
@@ -445,6 +479,7 @@ class FunctionRow:
     cum_ns: int
     flat_share: float
     cum_share: float
+    waiting: Optional[Dict[str, int]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -509,16 +544,20 @@ class FunctionTop:
 
     def to_text(self, limit: Optional[int] = 20) -> str:
         """pprof's -top table: flat, flat%, sum% (the flat shares so far),
-        cum, cum%, calls, function; then the sampled stacks' table, if any."""
+        cum, cum%, calls, waiting (cum), function; then the sampled stacks'
+        table, if any."""
         text = ""
         if self.sessions or not self.sampled:
-            table = [["flat", "flat%", "sum%", "cum", "cum%", "calls", "function"]]
+            table = [["flat", "flat%", "sum%", "cum", "cum%", "calls", "waiting", "function"]]
             running = 0.0
             for r in self.rows:
                 running += r.flat_share
                 table.append([_ns(r.flat_ns), _pct(r.flat_share), _pct(running), _ns(r.cum_ns), _pct(r.cum_share),
-                              f"{r.calls:,}", r.display])
+                              f"{r.calls:,}", _ns(r.waiting["cum_ns"]) if r.waiting else "-", r.display])
             text = _table_text(self.headline(), table, limit, "functions")
+            if self.rows:
+                text += ("flat, cum: running time (a call's wall less its waiting); waiting: of the paths through "
+                         "it, suspended at an await or yield, or off the CPU (asleep, in the run queue)\n")
         if self.sampled:
             text += _sampled_functions_text(self.sampled, limit)
         return text
@@ -547,10 +586,13 @@ class FunctionTop:
             title = _sampled_functions_text(sampled, 0).splitlines()[0]
         else:
             columns.append(("calls", "its calls, recursive ones too"))
+            columns.append(("waiting", "the waits of the paths through it: suspended, or off the CPU"))
             for r in self.rows:
                 running += r.flat_share
+                waited = r.waiting["cum_ns"] if r.waiting else None
                 cells = [(_ns(r.flat_ns), r.flat_ns), (_pct(r.flat_share), r.flat_share), (_pct(running), running),
-                         (_ns(r.cum_ns), r.cum_ns), (_pct(r.cum_share), r.cum_share), (f"{r.calls:,}", r.calls)]
+                         (_ns(r.cum_ns), r.cum_ns), (_pct(r.cum_share), r.cum_share), (f"{r.calls:,}", r.calls),
+                         (_ns(waited), waited)]
                 rows.append({"cells": cells, "path": [r.display], "mark": None, "note": ""})
             facts = [("sessions", f"{self.sessions:,}"), ("functions", f"{len(self.rows):,}"),
                      ("self time", _ns(self.total_ns))]
@@ -668,7 +710,8 @@ def top_functions(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]
     share = (lambda v: v / total) if total > 0 else (lambda v: 0.0)  # noqa: E731
     rows = [FunctionRow(name=f["name"], file=f["file"], line=f["line"], display=d, calls=f["calls"],
                         flat_ns=f["flat_ns"], cum_ns=f["cum_ns"], flat_share=share(f["flat_ns"]),
-                        cum_share=share(f["cum_ns"]))
+                        cum_share=share(f["cum_ns"]),
+                        waiting={"flat_ns": f["flat_waiting_ns"], "cum_ns": f["cum_waiting_ns"]})
             for f, d in zip(functions, _short_files(functions))]
     rows.sort(key=lambda r: (-r.flat_ns, -r.cum_ns, r.name, r.file, r.line))
     return FunctionTop(rows=rows, sessions=summary["sessions"], profiles=summary["profiles"], total_ns=total,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -53,6 +54,35 @@ TEST(FunctionStats, RecursionCountsOnceInCum) {
   EXPECT_EQ(g.cum_ns, 40);
   EXPECT_EQ(s.profiles(), 1u);
   EXPECT_EQ(s.sessions(), 1u);
+}
+
+// Running vs waiting (core/waiting.h): f [0, 1000] calls g [100, 900],
+// which slept 600 below the depth ceiling. g's flat is what it ran (200),
+// its 600 are its flat waiting; f's cum waiting holds them once.
+TEST(FunctionStats, SelfIsRunningTimeAndWaitsAreKeptApart) {
+  Profile p;
+  p.end_ns = 1000;
+  const uint32_t f = p.functions.add("f", "m", "/app/m.py", 3, FunctionKind::kPython, true);
+  const uint32_t g = p.functions.add("g", "m", "/app/m.py", 9, FunctionKind::kPython, true);
+  Lane lane = test::make_lane({call(0, f), call(100, g), ret(900), ret(1000)});
+  lane.off_cpu = {{900, 600}};
+  p.lanes.push_back(lane);
+  build_tree(p);
+  ASSERT_EQ(p.spans[1].waiting_ns, 600);
+  FunctionStats s;
+  s.add(p);
+  auto rows = by_name(s);
+  EXPECT_EQ(rows.at("g@/app/m.py").flat_ns, 200);
+  EXPECT_EQ(rows.at("g@/app/m.py").flat_waiting_ns, 600);
+  EXPECT_EQ(rows.at("f@/app/m.py").flat_ns, 200);  // 1000 - 600 running, less g's 200
+  EXPECT_EQ(rows.at("f@/app/m.py").flat_waiting_ns, 0);
+  EXPECT_EQ(rows.at("f@/app/m.py").cum_ns, 400);
+  EXPECT_EQ(rows.at("f@/app/m.py").cum_waiting_ns, 600);
+  FunctionStats cut;
+  cut.add(p, 0);  // f at the cut keeps its whole running and waiting time
+  rows = by_name(cut);
+  EXPECT_EQ(rows.at("f@/app/m.py").flat_ns, 400);
+  EXPECT_EQ(rows.at("f@/app/m.py").flat_waiting_ns, 600);
 }
 
 TEST(FunctionStats, DepthFoldsDeeperCallsIntoTheCut) {
@@ -120,13 +150,19 @@ TEST(FunctionStats, RandomProfilesAgreeWithPprofsDefinitions) {
     for (const int depth : {-1, 2}) {
       FunctionStats s;
       s.add(p, depth);
-      const std::vector<int64_t> self = export_util::self_times(p);
+      // Self time is running time: the span's less its same-lane children's.
+      std::vector<int64_t> self(p.spans.size());
+      for (size_t i = 0; i < p.spans.size(); ++i) self[i] = p.spans[i].running_ns();
+      for (const Span& sp : p.spans) {
+        if (sp.parent >= 0 && p.spans[sp.parent].lane == sp.lane) self[sp.parent] -= sp.running_ns();
+      }
+      for (int64_t& v : self) v = std::max<int64_t>(v, 0);
       std::map<std::string, int64_t> flat, cum, calls;
       for (size_t i = 0; i < p.spans.size(); ++i) {
         const Span& sp = p.spans[i];
         if (depth >= 0 && sp.depth > static_cast<uint32_t>(depth)) continue;
         const int64_t v =
-            depth >= 0 && sp.depth == static_cast<uint32_t>(depth) ? sp.active_ns : self[i];
+            depth >= 0 && sp.depth == static_cast<uint32_t>(depth) ? sp.running_ns() : self[i];
         const std::string name = p.display_name(sp);
         flat[name] += v;
         ++calls[name];

@@ -310,6 +310,39 @@ TEST_F(StatsTest, PathsPastTheCapAreDroppedAndCounted) {
   EXPECT_EQ(stats.paths(), 3u);
 }
 
+// Running vs waiting (core/waiting.h): predict [0, 1000] calls fan_out
+// [100, 900], which slept 600 below the depth ceiling, then work [900, 950].
+// fan_out's self is what it ran (200), its 600 are waiting; predict's self
+// is its running time less fan_out's and work's running time.
+TEST_F(StatsTest, SelfIsRunningTimeAndWaitingIsKeptApart) {
+  p.start_ns = 0;
+  p.end_ns = 1000;
+  Lane lane = make_lane({call(0, fn("predict")), call(100, fn("fan_out")), ret(900), call(900, fn("work")), ret(950),
+                         ret(1000)});
+  lane.off_cpu = {{900, 600}};
+  p.lanes.push_back(lane);
+  build_tree(p);
+  ASSERT_EQ(p.spans[1].waiting_ns, 600);
+  CallPathStats stats;
+  stats.add(p);
+  const auto s = by_path(stats);
+  EXPECT_EQ(s.at("predict/fan_out").wall.sum_ns, 800u);
+  EXPECT_EQ(s.at("predict/fan_out").self.sum_ns, 200u);
+  EXPECT_EQ(s.at("predict/fan_out").waiting.sum_ns, 600u);
+  EXPECT_EQ(s.at("predict/fan_out").waiting.count, 1u);
+  EXPECT_EQ(s.at("predict/work").self.sum_ns, 50u);
+  EXPECT_EQ(s.at("predict/work").waiting.count, 1u);  // every complete call, 0 included
+  EXPECT_EQ(s.at("predict/work").waiting.sum_ns, 0u);
+  // predict: running 1000 - 600 = 400, less fan_out's 200 and work's 50.
+  EXPECT_EQ(s.at("predict").self.sum_ns, 150u);
+  EXPECT_EQ(s.at("predict").waiting.sum_ns, 600u);
+  // Cut at depth 0: predict keeps its whole running time; the wait stays a wait.
+  CallPathStats cut;
+  cut.add(p, 0);
+  EXPECT_EQ(by_path(cut).at("predict").self.sum_ns, 400u);
+  EXPECT_EQ(by_path(cut).at("predict").waiting.sum_ns, 600u);
+}
+
 TEST_F(StatsTest, RowsRecordedOneByOneMatchTheTreeWalk) {
   // The store's scan (core/store_scan.h) feeds calls as rows: the same
   // calls give the same figures as add() on the tree.
@@ -320,9 +353,9 @@ TEST_F(StatsTest, RowsRecordedOneByOneMatchTheTreeWalk) {
   const uint32_t predict = rows.path(CallPathStats::kRoot, "predict");
   const uint32_t a = rows.path(predict, "a");
   EXPECT_EQ(rows.path(predict, "a"), a);  // found, not made again
-  rows.record(a, false, 10, 10, -1);
-  rows.record(a, false, 15, 15, -1);
-  rows.record(predict, false, 60, 35, -1);
+  rows.record(a, false, 10, 10, 0, -1);
+  rows.record(a, false, 15, 15, 0, -1);
+  rows.record(predict, false, 60, 35, 0, -1);
   const auto t = by_path(tree), r = by_path(rows);
   ASSERT_EQ(t.size(), r.size());
   for (const auto& [key, s] : t) {
@@ -334,12 +367,12 @@ TEST_F(StatsTest, RowsRecordedOneByOneMatchTheTreeWalk) {
   EXPECT_EQ(r.at("predict/a").walls, (std::vector<int64_t>{10, 15}));  // kept, ascending
   // An incomplete call counts in sessions and incomplete, not in the figures.
   rows.begin_profile();
-  rows.record(a, true, 99, 99, -1);
+  rows.record(a, true, 99, 99, 0, -1);
   EXPECT_EQ(by_path(rows).at("predict/a").incomplete, 1u);
   EXPECT_EQ(by_path(rows).at("predict/a").sessions, 2u);
   EXPECT_EQ(by_path(rows).at("predict/a").wall.count, 2u);
   // Off-CPU time only where given.
-  rows.record(a, false, 5, 5, 3);
+  rows.record(a, false, 5, 5, 0, 3);
   EXPECT_EQ(by_path(rows).at("predict/a").off_cpu.count, 1u);
   // Past the cap: dropped, and so is anything under it.
   CallPathStats capped(1);
@@ -348,7 +381,7 @@ TEST_F(StatsTest, RowsRecordedOneByOneMatchTheTreeWalk) {
   const uint32_t over = capped.path(root, "a");
   EXPECT_EQ(over, CallPathStats::kDropped);
   EXPECT_EQ(capped.path(over, "b"), CallPathStats::kDropped);
-  capped.record(over, false, 1, 1, -1);
+  capped.record(over, false, 1, 1, 0, -1);
   EXPECT_EQ(capped.dropped_paths(), 1u);
   EXPECT_EQ(capped.paths(), 1u);
 }

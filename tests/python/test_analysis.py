@@ -3,9 +3,12 @@ files and stores, checked against the trees they come from."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -44,14 +47,18 @@ def _captures(count, n=20_000):
 
 def _exact(sessions, depth=None):
     """Per path (names joined by /): the wall times of its calls, and their
-    self times (wall less the children's), from the trees."""
+    self times (running time, wall less waiting, less the children's; at
+    least 0), from the trees."""
     walls, selfs = {}, {}
+
+    def running(node):
+        return node["end_ns"] - node["start_ns"] - node["waiting_ns"]
 
     def visit(node, prefix):
         path = f"{prefix}/{node['label']}" if prefix else node["label"]
         children = node["children"] if depth is None or node["depth"] < depth else []
         walls.setdefault(path, []).append(node["end_ns"] - node["start_ns"])
-        selfs.setdefault(path, []).append(node["active_ns"] - sum(c["active_ns"] for c in children))
+        selfs.setdefault(path, []).append(max(0, running(node) - sum(running(c) for c in children)))
         for c in children:
             visit(c, path)
 
@@ -87,14 +94,17 @@ def test_top_ranks_paths_by_self_time_with_their_quantiles(captures):
             # The sketch's promise: within 1% of the sample of rank floor(q*(n-1)).
             assert r.wall[name] == pytest.approx(_lower(walls[key], q) / 1e6, rel=0.0101)
         assert r.off_cpu is None  # no kernel data in process
+        assert r.waiting is not None and r.waiting["total"] >= 0  # in process: always there
     top_row = result.rows[0]
     assert top_row.path[-1] == "_spin"  # the loop is where the time goes
     text = result.to_text(limit=3)
     lines = text.splitlines()
     assert lines[0] == (f"top: 12 sessions, {len(result.rows)} call paths, "
-                        f"{analysis._ms(result.self_total_ms)} of self time")
+                        f"{analysis._ms(result.self_total_ms)} of self (running) time")
     assert lines[1].split()[:3] == ["share", "calls", "wall"] and lines[2].endswith("/".join(top_row.path))
-    assert lines[-1] == f"({len(result.rows) - 3} more paths: --limit)"
+    assert "waiting p95" in lines[1] and "off-CPU" not in lines[1]  # in process: waiting, no kernel column
+    assert lines[-2] == f"({len(result.rows) - 3} more paths: --limit)"
+    assert lines[-1].startswith("self: the call's running time")
 
 
 def test_a_store_and_files_give_the_same_answer_and_where_selects(captures, tmp_path):
@@ -253,7 +263,7 @@ def test_mlprof_top(captures, tmp_path):
     run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(db), "--limit", "2"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.splitlines()[0].startswith("top: 12 sessions"), run
-    assert len(run.stdout.splitlines()) == 2 + 2 + 1
+    assert len(run.stdout.splitlines()) == 2 + 2 + 1 + 1  # headline, header, rows, --limit, the legend
     run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(tmp_path / "missing.json")],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.startswith("mlprof: ") and "missing.json" in run.stderr, run
@@ -463,3 +473,103 @@ def test_bubbles_of_an_empty_selection_is_an_error_naming_it(captures, tmp_path)
     with pytest.raises(analysis.AnalysisError):
         analysis.bubbles([db], where={"model": "typo"})
     assert analysis.bubbles([db], where={"model": "fraud"}).sessions
+
+
+def _nap(seconds):
+    time.sleep(seconds)
+
+
+def _wait_below_the_ceiling(seconds):
+    return _nap(seconds)
+
+
+def _fan_out(seconds, measured):
+    """Sleeps `seconds` two calls below itself (`measured["slept"]`, by
+    perf_counter), then runs ~5 ms on the CPU."""
+    t0 = time.perf_counter()
+    _wait_below_the_ceiling(seconds)
+    measured["slept"] = time.perf_counter() - t0
+    c0 = time.thread_time()
+    while time.thread_time() - c0 < 0.005:
+        pass
+
+
+def _entry(seconds, measured):
+    """`measured["off_cpu"]`: the program's own count of _fan_out's time off
+    the CPU, its wall less its thread's CPU time: the sleep, and on a busy
+    machine some time in the run queue."""
+    w0, c0 = time.perf_counter(), time.thread_time()
+    _fan_out(seconds, measured)
+    measured["off_cpu"] = (time.perf_counter() - w0) - (time.thread_time() - c0)
+
+
+def test_a_sleep_below_the_ceiling_is_waiting_not_self_time(tmp_path):
+    """Issue 42: a call that slept 50 ms below the depth ceiling (depth=1:
+    _entry, then _fan_out; the sleep is two calls deeper) ranks by the time
+    it ran; the sleep is its waiting, as the program measured it."""
+    measured = {}
+    with profiling(depth=1) as session:
+        _entry(0.05, measured)
+    path = session.save(tmp_path / "nap.json.gz")
+    result = analysis.top([path])
+    rows = {r.path[-1]: r for r in result.rows}
+    assert set(rows) == {"_entry", "_fan_out"}, rows  # the sleep's helpers are below the ceiling
+    row = rows["_fan_out"]
+    # Its waits: the sleep, and on a busy machine its time in the run queue,
+    # which the program's own off-CPU count holds too (on an idle one, ~0).
+    assert row.waiting["p50"] == pytest.approx(measured["off_cpu"] * 1e3, rel=0.05, abs=0.5), (row, measured)
+    assert row.waiting["p50"] >= measured["slept"] * 1e3 * 0.95 - 0.5, (row, measured)
+    assert row.self_time["p50"] < row.wall["p50"] - 40, row
+    assert row.self_time["p50"] + row.waiting["p50"] == pytest.approx(row.wall["p50"], rel=0.03)
+    assert rows["_entry"].self_time["p50"] < 2, rows["_entry"]  # _fan_out's running time is not _entry's
+    text = result.to_text()
+    assert "waiting p95" in text.splitlines()[1] and "waiting: of the wall" in text
+
+
+async def _fetch(i):
+    await asyncio.sleep(0.01 + 0.002 * i)
+    return _spin(5_000)
+
+
+async def _gather():
+    return await asyncio.gather(*(_fetch(i) for i in range(4)))
+
+
+def _steps():
+    for i in range(3):
+        time.sleep(0.002)
+        yield i
+
+
+def _served():
+    asyncio.run(_gather())
+    worker = threading.Thread(target=time.sleep, args=(0.005,))
+    worker.start()
+    worker.join()
+    return sum(_steps())
+
+
+def test_running_and_waiting_agree_between_a_store_and_its_documents(tmp_path):
+    """Coroutines awaiting, a generator sleeping between items, a thread
+    joined: top by path and by function give the same running and waiting
+    figures from the store's rows (core/store_scan.cpp, FunctionStats::
+    add_store) as from the documents."""
+    sessions = []
+    for _ in range(3):
+        with profiling(depth=-1) as session:
+            _served()
+        sessions.append(session)
+    files = [s.save(tmp_path / f"w{i}.json.gz") for i, s in enumerate(sessions)]
+    db = tmp_path / "w.db"
+    with open_store(db) as store:
+        for s in sessions:
+            store.add(s)
+    for depth in (None, 2):
+        from_files, from_store = analysis.top(files, depth=depth), analysis.top([db], depth=depth)
+        assert from_store.rows == from_files.rows
+        fetch = next(r for r in from_files.rows if r.path[-1] == "_fetch")
+        assert fetch.waiting["p50"] > 9 and fetch.self_time["p50"] < fetch.wall["p50"] - 9  # the await is waiting
+        fa = analysis.top(files, by="function", depth=depth)
+        fb = analysis.top([db], by="function", depth=depth)
+        assert [(r.name, r.calls, r.flat_ns, r.cum_ns, r.waiting) for r in fa.rows] == \
+            [(r.name, r.calls, r.flat_ns, r.cum_ns, r.waiting) for r in fb.rows]

@@ -117,10 +117,11 @@ def open_page(driver, path: Path) -> dict:
 
 def text_rows(text: str) -> list:
     """The table rows of to_text, as words: the lines after the title and the
-    column titles, up to the notes ("(N more paths", "regressions ...")."""
+    column titles, up to the notes ("(N more paths", "regressions ...", the
+    legends of the columns)."""
     rows = []
     for line in text.splitlines()[2:]:
-        if line.startswith(("(", "regressions")):
+        if line.startswith(("(", "regressions", "self: ", "off-CPU: ", "on-CPU, ")):
             break
         rows.append(line.split())
     return rows
@@ -369,8 +370,8 @@ def test_top_by_function_page_reads_like_its_text(pages, browser, tmp_path):
     page = result.write_html(tmp_path / "functions.html", inputs=[str(pages.db)])
     shown = open_page(browser, Path(page))
     assert console_errors(browser) == [] and shown["error"] == ""
-    assert shown["headers"] == ["flat", "flat%", "sum%", "cum", "cum%", "calls", "path"]
+    assert shown["headers"] == ["flat", "flat%", "sum%", "cum", "cum%", "calls", "waiting", "path"]
     assert shown["title"] == result.to_text().splitlines()[0]
-    text = [line.split() for line in result.to_text(limit=None).splitlines()[2:]]
+    text = [line.split() for line in result.to_text(limit=None).splitlines()[2:-1]]  # the legend aside
     assert [" ".join(r["cells"] + [r["path"]]).split() for r in shown["rows"]] == text
     assert any(r["path"].startswith(HOSTILE + " (") for r in shown["rows"]) and shown["markup"] == 0

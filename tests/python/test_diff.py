@@ -75,6 +75,20 @@ def test_a_slowed_step_is_named_with_its_ancestors_and_its_change_matches_the_cl
     assert _by_name(result)["predict/featurize"].verdict in ("pass", "inconclusive")
 
 
+def test_the_waiting_time_per_root_call_is_shown_beside_each_side(runs):
+    """Issue 42: score sleeps 3 ms (base) or 4.5 ms (slow): its waiting per
+    predict, the median over each side's runs, holds the sleep; featurize's
+    1 ms sleep in both."""
+    result = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"})
+    score, featurize = _by_name(result)["predict/score"], _by_name(result)["predict/featurize"]
+    assert 2.9e6 <= score.waiting_a_ns <= score.a_ns and 4.4e6 <= score.waiting_b_ns <= score.b_ns, score
+    assert 0.95e6 <= featurize.waiting_a_ns <= featurize.a_ns and 0.95e6 <= featurize.waiting_b_ns, featurize
+    header = next(line for line in result.to_text().splitlines() if line.split()[:3] == ["A", "B", "change"])
+    assert "waiting A" in header and "waiting B" in header
+    doc = json.loads(result.to_json())
+    assert {p["path"][-1]: p["waiting_b_ns"] for p in doc["paths"]}["score"] == score.waiting_b_ns
+
+
 def test_a_step_called_twice_doubles_its_time_per_predict_and_its_childrens(runs):
     result = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "twice"})
     paths = _by_name(result)

@@ -4,6 +4,7 @@
 
 #include "core/export_util.h"
 #include "core/path_stats.h"
+#include "core/waiting.h"
 
 namespace mlprof {
 
@@ -127,7 +128,18 @@ std::vector<FunctionTotals::Row> FunctionTotals::rows() const {
 void FunctionStats::add(const Profile& p, int depth) {
   ++profiles_;
   sessions_ += profile_sessions(p);
-  const std::vector<int64_t> self = export_util::self_times(p);
+  // Running and waiting self times: the span's less its same-lane children's.
+  std::vector<int64_t> self(p.spans.size()), waiting(p.spans.size());
+  for (size_t i = 0; i < p.spans.size(); ++i) {
+    self[i] = p.spans[i].running_ns();
+    waiting[i] = p.spans[i].waiting_ns;
+  }
+  for (const Span& s : p.spans) {
+    if (s.parent >= 0 && static_cast<size_t>(s.parent) < p.spans.size() && p.spans[s.parent].lane == s.lane) {
+      self[s.parent] -= s.running_ns();
+      waiting[s.parent] -= s.waiting_ns;
+    }
+  }
   const auto& strings = p.functions.strings();
   const auto text = [&](uint32_t id) -> std::string_view {
     return id < strings.size() ? std::string_view(strings.get(id)) : std::string_view();
@@ -168,8 +180,12 @@ void FunctionStats::add(const Profile& p, int depth) {
     if (depth >= 0 && s.depth > static_cast<uint32_t>(depth)) continue;
     const uint32_t node = node_for(i);
     const bool at_cut = depth >= 0 && s.depth == static_cast<uint32_t>(depth);
-    spans_.add(node, kSelf, at_cut ? s.active_ns : self[i]);
+    spans_.add(node, kSelf, std::max<int64_t>(at_cut ? s.running_ns() : self[i], 0));
     spans_.add(node, kCalls, 1);
+    // Not clamped per call: a child's waits can exceed its parent's by a
+    // reading's placement (core/waiting.h), and the store's sums per path
+    // (add_store) must come out the same.
+    spans_.add(node, kWaiting, at_cut ? s.waiting_ns : waiting[i]);
   }
 }
 
@@ -269,6 +285,23 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
     }
   }
   std::unordered_map<int64_t, uint32_t> node_of{{0, FunctionTotals::kRoot}};
+  // Running vs waiting (core/waiting.h): the store's waiting rows (a span
+  // without one did not wait); no such type yet: no row matches -1.
+  int64_t waiting_type = -1;
+  for (const auto& r : d.query("SELECT type_id FROM value_types WHERE type = ? AND unit = 'ns'",
+                               {std::string(kWaitingType)})) {
+    waiting_type = sql_int(r[0]);
+  }
+  const std::string values = value_rows_table(d);
+  // Per stack (a call path), summed over its calls, in first-seen order.
+  struct Sums {
+    int64_t calls = 0, self = 0, running = 0, waiting = 0;
+    int64_t off_cpu = 0;            // waiting less the suspended time
+    int64_t parent_off_cpu = 0;     // of the calls whose parent is in their lane
+    int64_t parent_waiting = 0;     // the same
+  };
+  std::unordered_map<int64_t, Sums> sums;
+  std::vector<int64_t> seen_stacks;
   std::vector<int64_t> chain;
   const auto node_for = [&](int64_t stack) {
     if (const auto it = node_of.find(stack); it != node_of.end()) return it->second;
@@ -294,11 +327,21 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
   for (const auto& [first, last] : merged) {
     for (int64_t lo = first; lo <= last; lo += kRowsPerRead) {
       const int64_t hi = std::min(last, lo + kRowsPerRead - 1);
-      for (const auto& r : d.query("SELECT stack_id, count(*), CAST(sum(self_ns) AS BIGINT), "
-                                   "CAST(sum(COALESCE(active_ns, "
-                                   "end_ns - start_ns)) AS BIGINT) FROM samples WHERE sample_id "
-                                   "BETWEEN ? AND ? GROUP BY stack_id",
-                                   {lo, hi})) {
+      // The parent's lane is looked up only for a call that waited.
+      for (const auto& r : d.query(
+               "SELECT s.stack_id, count(*), CAST(sum(s.self_ns) AS BIGINT), "
+               "CAST(sum(s.end_ns - s.start_ns - COALESCE(w.value, 0)) AS BIGINT), "
+               "CAST(sum(COALESCE(w.value, 0)) AS BIGINT), "
+               "CAST(sum(CASE WHEN w.value IS NULL THEN 0 ELSE w.value - (s.end_ns - s.start_ns - "
+               "COALESCE(s.active_ns, s.end_ns - s.start_ns)) END) AS BIGINT), "
+               "CAST(sum(CASE WHEN w.value IS NOT NULL AND s.lane_id = (SELECT pa.lane_id FROM samples pa "
+               "WHERE pa.sample_id = s.parent_id) THEN w.value - (s.end_ns - s.start_ns - "
+               "COALESCE(s.active_ns, s.end_ns - s.start_ns)) ELSE 0 END) AS BIGINT), "
+               "CAST(sum(CASE WHEN w.value IS NOT NULL AND s.lane_id = (SELECT pa.lane_id FROM samples pa "
+               "WHERE pa.sample_id = s.parent_id) THEN w.value ELSE 0 END) AS BIGINT) "
+               "FROM samples s LEFT JOIN " + values + " w ON w.sample_id = s.sample_id AND w.type_id = ? "
+               "WHERE s.sample_id BETWEEN ? AND ? GROUP BY s.stack_id",
+               {waiting_type, lo, hi})) {
         const int64_t stack = sql_int(r[0]);
         const auto info = stack_info.find(stack);
         if (info == stack_info.end()) {
@@ -306,12 +349,40 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
         }
         // Depth 0 is a root; a span at the cut keeps its children's time.
         if (depth >= 0 && info->second.depth > depth) continue;
-        const uint32_t node = node_for(stack);
-        spans_.add(node, kSelf,
-                   depth >= 0 && info->second.depth == depth ? sql_int(r[3]) : sql_int(r[2]));
-        spans_.add(node, kCalls, sql_int(r[1]));
+        node_for(stack);
+        auto [it, added] = sums.try_emplace(stack);
+        if (added) seen_stacks.push_back(stack);
+        Sums& t = it->second;
+        t.calls += sql_int(r[1]);
+        t.self += sql_int(r[2]);
+        t.running += sql_int(r[3]);
+        t.waiting += sql_int(r[4]);
+        t.off_cpu += sql_int(r[5]);
+        t.parent_off_cpu += sql_int(r[6]);
+        t.parent_waiting += sql_int(r[7]);
       }
     }
+  }
+  // A call's running self time is its self_ns (active time less its
+  // same-lane children's) less its off-CPU time plus its same-lane
+  // children's; its self waiting, its waiting less theirs.
+  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> from_children;  // parent stack -> (off-CPU, waiting)
+  for (const int64_t stack : seen_stacks) {
+    const Sums& t = sums.at(stack);
+    auto& c = from_children[stack_info.at(stack).parent];
+    c.first += t.parent_off_cpu;
+    c.second += t.parent_waiting;
+  }
+  for (const int64_t stack : seen_stacks) {
+    const Sums& t = sums.at(stack);
+    const bool at_cut = depth >= 0 && stack_info.at(stack).depth == depth;
+    const auto it = from_children.find(stack);
+    const int64_t child_off_cpu = it == from_children.end() ? 0 : it->second.first;
+    const int64_t child_waiting = it == from_children.end() ? 0 : it->second.second;
+    const uint32_t node = node_of.at(stack);
+    spans_.add(node, kSelf, std::max<int64_t>(at_cut ? t.running : t.self - t.off_cpu + child_off_cpu, 0));
+    spans_.add(node, kCalls, t.calls);
+    spans_.add(node, kWaiting, at_cut ? t.waiting : t.waiting - child_waiting);  // not clamped, as add's
   }
   for (const int64_t source : sources) {
     ++profiles_;
@@ -324,7 +395,7 @@ std::vector<FunctionStats::SpanRow> FunctionStats::span_rows() const {
   std::vector<SpanRow> out;
   for (FunctionTotals::Row& r : spans_.rows()) {
     out.push_back({std::move(r.function), static_cast<uint64_t>(r.flat[kCalls]), r.flat[kSelf],
-                   r.cum[kSelf]});
+                   r.cum[kSelf], r.flat[kWaiting], r.cum[kWaiting]});
   }
   return out;
 }

@@ -2,7 +2,9 @@
 // Time per function rather than per call path (mlprof top --by function, as
 // pprof's -top): a function's flat time (its calls' self time, or its
 // samples as the leaf) and its cum time (the time of the call paths it is
-// on, counted once per path however often it recurses there).
+// on, counted once per path however often it recurses there). A span
+// source's self time is running time (core/path_stats.h, CallPathStats::add):
+// its waits (core/waiting.h) are kept apart, as flat and cum waiting.
 //
 // Values are summed per call path first; flat and cum are read off the
 // paths at the end, which is how pprof computes them from its samples:
@@ -78,14 +80,16 @@ class FunctionTotals {
 // times of calls, a sampler counts of samples.
 class FunctionStats {
  public:
-  FunctionStats() : spans_(2), sampled_(0) {}
+  FunctionStats() : spans_(3), sampled_(0) {}
 
-  // A span profile. Per call: its function's calls + 1, its self time (the
-  // flame graphs' rule, export_util::self_times: active time less the
-  // same-thread children's, at least 0) on its call path. Every call counts,
-  // those open at the end too, as the pprof export counts them. depth >= 0
-  // leaves out spans deeper than `depth`; one at the cut keeps its whole
-  // active time as its self.
+  // A span profile. Per call: its function's calls + 1, its self time
+  // (running time: Span::running_ns less the same-thread children's, at
+  // least 0, CallPathStats::add's rule) and its self waiting time
+  // (Span::waiting_ns less the same-thread children's, not clamped: a
+  // child's waits can exceed its parent's by a few us of placement) on its
+  // call path. Every call counts, those open at the end too, as the pprof
+  // export counts them. depth >= 0 leaves out spans deeper than `depth`; one
+  // at the cut keeps its whole running and waiting time as its own.
   void add(const Profile& profile, int depth = -1);
   // Sampled stacks: each sample's values on its stack's path. depth >= 0
   // cuts stacks to their first depth + 1 frames (root first): a deeper
@@ -94,7 +98,10 @@ class FunctionStats {
   // The span sources of `source_ids` read from a store as rows, each as one
   // profile (sampled-stack sources are skipped: add them as StackSamples);
   // the figures add(read_source(id), depth) gives, summed in SQL per call
-  // path. Returns the number of profiles added.
+  // path (the store's self_ns is the flame graphs' rule, active time less
+  // the children's: the off-CPU part of the waits, waiting_ns less the
+  // suspended time, is moved from it to the waiting). Returns the number of
+  // profiles added.
   Result<uint64_t> add_store(StoreDriver& driver, const std::vector<int64_t>& source_ids,
                              int depth = -1);
 
@@ -103,6 +110,8 @@ class FunctionStats {
     uint64_t calls = 0;
     int64_t flat_ns = 0;  // self time of its calls
     int64_t cum_ns = 0;   // self time of every call on a path through it, once per path
+    int64_t flat_waiting_ns = 0;  // self waiting time of its calls
+    int64_t cum_waiting_ns = 0;   // the same as cum: its outermost calls' waiting, in the same thread
   };
   std::vector<SpanRow> span_rows() const;
   uint64_t profiles() const { return profiles_; }
@@ -120,7 +129,7 @@ class FunctionStats {
   uint64_t samples() const { return samples_; }
 
  private:
-  static constexpr size_t kSelf = 0, kCalls = 1;  // spans_ slots
+  static constexpr size_t kSelf = 0, kCalls = 1, kWaiting = 2;  // spans_ slots
   FunctionTotals spans_;
   FunctionTotals sampled_;
   std::vector<std::pair<std::string, std::string>> types_;

@@ -144,7 +144,7 @@ uint32_t CallPathStats::path(uint32_t parent, std::string_view name) {
   return path == kDropped ? kDropped : path + 1;
 }
 
-void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns,
+void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t waiting_ns,
                            const CallKernel& kernel) {
   if (path == kDropped || path == kRoot) {
     ++dropped_;
@@ -162,6 +162,7 @@ void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int6
   r.wall.add(wall_ns);
   if (!wall_only_) {
     r.self.add(self_ns);
+    r.waiting.add(waiting_ns);
     if (kernel.off_cpu_ns >= 0) {
       r.off_cpu.add(kernel.off_cpu_ns);
       const auto ns = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
@@ -226,10 +227,10 @@ void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span
     if (span_paths && path != kDropped) (*span_paths)[static_cast<size_t>(s)] = path + 1;
     // Children go on the stack in reverse so that paths are made in start order.
     const size_t first_pushed = stack_.size();
-    int64_t self = span.active_ns;
+    int64_t self = span.running_ns();
     for (int32_t c = span.first_child; c >= 0 && c < n; c = p.spans[c].next_sibling) {
       if (!kept(c)) continue;
-      if (p.spans[c].lane == span.lane) self -= p.spans[c].active_ns;
+      if (p.spans[c].lane == span.lane) self -= p.spans[c].running_ns();
       stack_.emplace_back(c, path == kDropped ? kDropped : path + 1);
     }
     std::reverse(stack_.begin() + static_cast<std::ptrdiff_t>(first_pushed), stack_.end());
@@ -238,8 +239,9 @@ void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span
       const SpanKernel& sk = p.kernel.spans[s];
       k = CallKernel{sk.off_cpu_ns, sk.on_cpu_ns, sk.own_blocked_ns, sk.own_runq_ns, sk.own_gil_ns};
     }
+    const int64_t waiting = std::clamp<int64_t>(span.waiting_ns, 0, std::max<int64_t>(span.duration_ns(), 0));
     record(path == kDropped ? kDropped : path + 1, (span.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0,
-           span.duration_ns(), self, k);
+           span.duration_ns(), std::max<int64_t>(self, 0), waiting, k);
   }
 }
 
@@ -255,6 +257,7 @@ std::vector<PathSummary> CallPathStats::summary() const {
     s.incomplete = r.incomplete;
     s.wall = durations(r.wall);
     s.self = durations(r.self);
+    s.waiting = durations(r.waiting);
     s.off_cpu = durations(r.off_cpu);
     s.kernel = r.kernel;
     s.walls = r.walls;
@@ -266,7 +269,8 @@ std::vector<PathSummary> CallPathStats::summary() const {
 size_t CallPathStats::memory_bytes() const {
   size_t bytes = paths_.capacity() * sizeof(PathRecord);
   for (const PathRecord& r : paths_) {
-    bytes += r.wall.heap_bytes() + r.self.heap_bytes() + r.off_cpu.heap_bytes() + r.walls.capacity() * sizeof(int64_t);
+    bytes += r.wall.heap_bytes() + r.self.heap_bytes() + r.waiting.heap_bytes() + r.off_cpu.heap_bytes() +
+             r.walls.capacity() * sizeof(int64_t);
   }
   bytes += names_.size() * sizeof(std::string) + 512;  // + a deque block
   for (const std::string& s : names_) bytes += s.capacity() + 1;

@@ -1,7 +1,8 @@
 #pragma once
 // Statistics per call path over many profiles (ProfileCollector): count,
-// sessions, exact min/max/sum/mean and sketched p50/p95/p99 of wall and self
-// time, in memory that does not grow with the number of profiles.
+// sessions, exact min/max/sum/mean and sketched p50/p95/p99 of wall, self
+// (running) and waiting time, in memory that does not grow with the number
+// of profiles.
 
 #include <cstddef>
 #include <cstdint>
@@ -77,7 +78,11 @@ struct PathSummary {
     double mean_ns = 0, p50_ns = 0, p95_ns = 0, p99_ns = 0;  // 0 when count == 0
   };
   Durations wall;  // Span::duration_ns
-  Durations self;  // see CallPathStats::add
+  Durations self;  // running self time, see CallPathStats::add
+  // Of the wall, the time the call waited (Span::waiting_ns, core/waiting.h):
+  // suspended, or off the CPU at any depth. Every complete call is a sample
+  // (0 when it never waited), so count == wall.count.
+  Durations waiting;
   // Off the CPU while the call was open (the agent's kernel data, SpanKernel::
   // off_cpu_ns); count 0 when no profile of the path carried kernel data.
   Durations off_cpu;
@@ -106,8 +111,8 @@ class CallPathStats {
  public:
   static constexpr size_t kDefaultMaxPaths = 10000;
 
-  // Which figures get quantile sketches. kWallOnly leaves self and off_cpu
-  // out altogether (their Durations count 0): two sketch inserts fewer per
+  // Which figures get quantile sketches. kWallOnly leaves self, waiting and
+  // off_cpu out altogether (their Durations count 0): sketch inserts fewer per
   // call, for a caller that shows only wall-time quantiles (the agent's
   // capture report, which keeps its own kernel sums).
   enum class Figures { kAll, kWallOnly };
@@ -122,12 +127,18 @@ class CallPathStats {
   //   their time stays in their parent's self time.
   // - A span flagged kSpanOpenAtEnd or kSpanSuspendedAtEnd is not a sample:
   //   it counts in `incomplete` of its path (and in `sessions`).
-  // - Wall time is Span::duration_ns. Self time is the span's active_ns minus
-  //   the active_ns of its children kept by the depth cut in the same lane,
-  //   never negative: the rule of the flame graph exporters (a thread or task
-  //   hung under the span ran concurrently and is not subtracted; a generator
-  //   does not count the time it was suspended). For an ordinary call that is
-  //   its wall time minus its children's wall time.
+  // - Wall time is Span::duration_ns; waiting time is Span::waiting_ns (the
+  //   part of the wall it was suspended or off the CPU, at any depth, also
+  //   below the depth ceiling and below the cut).
+  // - Self time is the span's own RUNNING time: its running_ns (wall less
+  //   waiting) minus the running_ns of its children kept by the depth cut in
+  //   the same lane, never negative (a thread or task hung under the span ran
+  //   concurrently and is not subtracted). A span at the cut keeps its whole
+  //   running_ns. So a call that slept or awaited for most of its wall has a
+  //   small self time, its waiting is in `waiting`; for an ordinary call that
+  //   never waited self is its wall time minus its children's wall time, the
+  //   flame graph exporters' rule (export_util::self_times, which counts
+  //   waits as self time) differs from it by the waits.
   // - A span whose path is new while max_paths paths are tracked is not
   //   recorded, and neither is anything under it: each such call counts in
   //   dropped_paths().
@@ -155,12 +166,15 @@ class CallPathStats {
     int64_t off_cpu_ns = -1;
     int64_t on_cpu_ns = 0, blocked_ns = 0, runq_ns = 0, gil_ns = 0;
   };
-  void record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, const CallKernel& kernel);
+  // self_ns: the running self time (add's rule); waiting_ns: Span::waiting_ns.
+  void record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t waiting_ns,
+              const CallKernel& kernel);
   // The same with the off-CPU time alone (< 0: no kernel data).
-  void record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t off_cpu_ns) {
+  void record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t waiting_ns,
+              int64_t off_cpu_ns) {
     CallKernel k;
     k.off_cpu_ns = off_cpu_ns;
-    record(path, incomplete, wall_ns, self_ns, k);
+    record(path, incomplete, wall_ns, self_ns, waiting_ns, k);
   }
 
   // One entry per tracked path, parents before children, siblings in the
@@ -190,6 +204,7 @@ class CallPathStats {
     uint64_t last_session = 0;  // sessions_ when last seen, to count sessions once
     QuantileSketch wall;
     QuantileSketch self;
+    QuantileSketch waiting;
     QuantileSketch off_cpu;  // samples from profiles with kernel data only
     PathSummary::Kernel kernel;  // sums, calls with kernel data only
     std::vector<int64_t> walls;  // keep_walls_ only

@@ -59,6 +59,7 @@ void RunPathValues::flush(size_t run, std::vector<Call>& calls) {
     }
     Cell& cell = cells_[root_of[i] << 32 | c.path];
     cell.wall_ns += std::max<int64_t>(c.wall_ns, 0);
+    cell.waiting_ns += std::max<int64_t>(c.waiting_ns, 0);
     ++cell.calls;
     if (c.cpu_ns >= 0) {
       cell.cpu_ns += c.cpu_ns;
@@ -83,6 +84,7 @@ void RunPathValues::add(const Profile& p, size_t run, int depth) {
     c.root = span.parent < 0;
     c.incomplete = (span.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0;
     c.wall_ns = span.duration_ns();
+    c.waiting_ns = span.waiting_ns;
     if (kernel) {
       c.cpu_ns = p.kernel.spans[s].on_cpu_ns;
     } else if (const uint64_t* v = p.value_of(static_cast<int32_t>(s), ValueKind::kCpuNs)) {
@@ -104,7 +106,7 @@ Result<uint64_t> RunPathValues::add_store(StoreDriver& driver, const std::vector
   hooks.on_call = [&](const ScanCall& call) {
     current = run_by_source.at(call.source);
     pending_.push_back(Call{call.sample_id, call.parent_id, call.path, call.depth == 0, call.incomplete,
-                            call.wall_ns, call.cpu_ns});
+                            call.wall_ns, call.cpu_ns, call.waiting_ns});
   };
   hooks.on_session_end = [&] {
     if (!pending_.empty()) flush(current, pending_);
@@ -137,7 +139,9 @@ std::vector<RunPathValues::PathRuns> RunPathValues::values(Statistic statistic, 
     const size_t path = static_cast<size_t>(key & 0xffffffffu) - 1;
     if (cell.has_cpu) run_has_cpu[rc.run] = true;
     calls[path][rc.run] += cell.calls;
-    seen[path][rc.run].push_back(quantity == Quantity::kCpu ? cell.cpu_ns : cell.wall_ns);
+    seen[path][rc.run].push_back(quantity == Quantity::kCpu       ? cell.cpu_ns
+                                 : quantity == Quantity::kWaiting ? cell.waiting_ns
+                                                                  : cell.wall_ns);
   }
   // A path's root: the summary entry of its first name alone.
   std::unordered_map<std::string, uint32_t> root_path_of;

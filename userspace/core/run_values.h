@@ -24,7 +24,9 @@ namespace mlprof {
 class RunPathValues {
  public:
   enum class Statistic { kMean, kP50, kP95 };
-  enum class Quantity { kWall, kCpu };  // kCpu: the span's `cpu` value (cpu_time, or the agent's on-CPU)
+  // kCpu: the span's `cpu` value (cpu_time, or the agent's on-CPU); kWaiting:
+  // Span::waiting_ns, the part of the wall it waited (core/waiting.h).
+  enum class Quantity { kWall, kCpu, kWaiting };
 
   explicit RunPathValues(size_t max_paths = CallPathStats::kDefaultMaxPaths) : paths_(max_paths) {}
 
@@ -59,6 +61,7 @@ class RunPathValues {
   struct Cell {  // one path under one root call
     int64_t wall_ns = 0;
     int64_t cpu_ns = 0;
+    int64_t waiting_ns = 0;
     uint64_t calls = 0;
     bool has_cpu = false;
   };
@@ -71,6 +74,7 @@ class RunPathValues {
     uint32_t path = 0;
     bool root = false, incomplete = false;
     int64_t wall_ns = 0, cpu_ns = -1;
+    int64_t waiting_ns = 0;
   };
 
   // Attributes `calls` (one session's spans, any order) to root calls.

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/tree.h"
+#include "core/waiting.h"
 
 namespace mlprof {
 
@@ -109,6 +110,14 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
     }
   }
 
+  // Running vs waiting (core/waiting.h): a row per span that waited, none
+  // for one that did not (0).
+  SqlRow waiting_type;
+  for (const auto& r : d.query("SELECT type_id FROM value_types WHERE type = ? AND unit = 'ns'",
+                               {std::string(kWaitingType)})) {
+    waiting_type.push_back(sql_int(r[0]));
+  }
+
   // The stored values' table (not spec 001's sample_values view: its spans'
   // wall and self rows would be read and dropped).
   const std::string values = value_rows_table(d);
@@ -117,6 +126,35 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
   int64_t current = -1;
   std::unordered_map<int64_t, CallKernel> kernel_of;
   std::unordered_map<int64_t, int64_t> cpu_of;
+  std::unordered_map<int64_t, int64_t> waiting_of;
+  // A session's kept calls, recorded at its end: a call's self time is its
+  // running time less its same-lane children's, and a child's row may come
+  // in a later read than its parent's. Memory: one entry per call of one
+  // session (RunPathValues holds as much).
+  struct Pending {
+    int64_t lane = 0;
+    int64_t parent = -1;  // index into pending, -1: none kept
+    uint32_t path = 0;
+    bool incomplete = false;
+    bool at_cut = false;
+    int64_t wall = 0, waiting = 0, children_running = 0;
+    CallKernel kernel;
+  };
+  std::vector<Pending> pending;
+  std::unordered_map<int64_t, size_t> pending_of;  // sample id -> index
+  const auto record_pending = [&] {
+    for (const Pending& c : pending) {
+      if (c.parent < 0) continue;
+      Pending& parent = pending[static_cast<size_t>(c.parent)];
+      if (parent.lane == c.lane && !parent.at_cut) parent.children_running += c.wall - c.waiting;
+    }
+    for (const Pending& c : pending) {
+      const int64_t self = std::max<int64_t>(c.wall - c.waiting - c.children_running, 0);
+      stats.record(c.path, c.incomplete, c.wall, self, c.waiting, c.kernel);
+    }
+    pending.clear();
+    pending_of.clear();
+  };
   for (size_t i = 0; i < ranges.size(); ++i) {
     const Range& range = ranges[i];
     if (range.source != current) {
@@ -129,11 +167,19 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
       const int64_t hi = std::min(lo + kRowsPerRead, range.first + range.count) - 1;
       kernel_of.clear();
       cpu_of.clear();
+      waiting_of.clear();
       if (!range.kernel && !cpu_type.empty() && hooks && hooks->on_call) {
         for (const auto& r : d.query("SELECT sample_id, value FROM " + values +
                                          " WHERE type_id = ? AND sample_id BETWEEN ? AND ?",
                                      {cpu_type[0], lo, hi})) {
           cpu_of[sql_int(r[0])] = sql_int(r[1]);
+        }
+      }
+      if (!waiting_type.empty()) {
+        for (const auto& r : d.query("SELECT sample_id, value FROM " + values +
+                                         " WHERE type_id = ? AND sample_id BETWEEN ? AND ?",
+                                     {waiting_type[0], lo, hi})) {
+          waiting_of[sql_int(r[0])] = sql_int(r[1]);
         }
       }
       if (range.kernel && !type_ids.empty()) {
@@ -147,8 +193,8 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
           it->second.*field_of.at(sql_int(r[1])) = sql_int(r[2]);
         }
       }
-      for (const auto& r : d.query("SELECT sample_id, stack_id, flags, end_ns - start_ns, COALESCE(active_ns, end_ns - "
-                                   "start_ns), self_ns, parent_id FROM samples WHERE sample_id BETWEEN ? AND ?",
+      for (const auto& r : d.query("SELECT sample_id, stack_id, flags, end_ns - start_ns, parent_id, lane_id "
+                                   "FROM samples WHERE sample_id BETWEEN ? AND ?",
                                    {lo, hi})) {
         const int64_t stack = sql_int(r[1]);
         const auto info = stack_info.find(stack);
@@ -157,18 +203,35 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
         const int64_t span_depth = info->second.depth;
         if (depth >= 0 && span_depth > depth) continue;
         const auto flags = static_cast<uint32_t>(sql_int(r[2]));
-        const int64_t self = depth >= 0 && span_depth == depth ? sql_int(r[4]) : sql_int(r[5]);
+        const int64_t sample_id = sql_int(r[0]);
+        const int64_t wall = sql_int(r[3]);
         CallKernel k;  // off_cpu_ns -1: no kernel data
         if (range.kernel) {
-          const auto it = kernel_of.find(sql_int(r[0]));
+          const auto it = kernel_of.find(sample_id);
           k = it == kernel_of.end() ? CallKernel{0, 0, 0, 0, 0} : it->second;
         }
         const uint32_t path = path_for(stack);
         const bool incomplete = (flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0;
-        stats.record(path, incomplete, sql_int(r[3]), self, k);
+        const bool has_parent = !std::holds_alternative<std::monostate>(r[4]);
+        Pending c;
+        c.lane = sql_int(r[5]);
+        if (has_parent) {
+          const auto it = pending_of.find(sql_int(r[4]));
+          if (it != pending_of.end()) c.parent = static_cast<int64_t>(it->second);
+        }
+        c.path = path;
+        c.incomplete = incomplete;
+        c.at_cut = depth >= 0 && span_depth == depth;
+        c.wall = wall;
+        if (const auto it = waiting_of.find(sample_id); it != waiting_of.end()) {
+          c.waiting = std::clamp<int64_t>(it->second, 0, std::max<int64_t>(wall, 0));
+        }
+        c.kernel = k;
+        pending_of[sample_id] = pending.size();
+        pending.push_back(c);
         if (hooks && hooks->on_call) {
-          ScanCall call{range.source, sql_int(r[0]), -1, span_depth, path, incomplete, sql_int(r[3]), -1};
-          if (!std::holds_alternative<std::monostate>(r[6])) call.parent_id = sql_int(r[6]);
+          ScanCall call{range.source, sample_id, -1, span_depth, path, incomplete, wall, -1, c.waiting};
+          if (has_parent) call.parent_id = sql_int(r[4]);
           if (range.kernel) {
             call.cpu_ns = k.on_cpu_ns;
           } else if (const auto it = cpu_of.find(call.sample_id); it != cpu_of.end()) {
@@ -178,6 +241,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
         }
       }
     }
+    record_pending();
     if (hooks && hooks->on_session_end) hooks->on_session_end();
   }
   // Sources without spans are profiles too (CallPathStats::add counts them).

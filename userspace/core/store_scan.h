@@ -2,7 +2,8 @@
 // Call-path statistics straight from the store's rows (mlprof top and diff
 // over a store): the spans of many sources are read in id ranges and fed to
 // CallPathStats without building a tree per source, in memory bounded by
-// one range whatever the store's size. The figures are those of
+// one session's calls (a call's running self time needs its children's)
+// whatever the store's size. The figures are those of
 // CallPathStats::add on each source's profile (read_source), which the tests
 // check.
 
@@ -27,6 +28,7 @@ struct ScanCall {
   bool incomplete = false;
   int64_t wall_ns = 0;
   int64_t cpu_ns = -1;  // the span's `cpu` value (in process or the agent's); -1: none
+  int64_t waiting_ns = 0;  // its "waiting" value (core/waiting.h); 0: none
 };
 
 struct ScanHooks {
