@@ -51,8 +51,8 @@ def _exact(sessions, depth=None):
     least 0), from the trees."""
     walls, selfs = {}, {}
 
-    def running(node):
-        return node["end_ns"] - node["start_ns"] - node["waiting_ns"]
+    def running(node):  # to_tree's waiting_ns is of the time shown: a generator's running segments
+        return node["active_ns"] - node["waiting_ns"]
 
     def visit(node, prefix):
         path = f"{prefix}/{node['label']}" if prefix else node["label"]
