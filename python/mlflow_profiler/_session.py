@@ -372,8 +372,11 @@ class ProfileSession:
                 user_modules: Optional[List[str]] = None, show_c_calls: bool = True) -> List[dict]:
         """Root nodes as nested dicts, each with its `children`, as
         print_tree shows them: ``duration_ns`` is the time shown (a
-        generator's or coroutine's running time under its parent, so a
-        node's time is at least its children's on one thread), ``wall_ns``
+        generator's running time under its consumer, so a node's time is at
+        least its children's on one thread; a coroutine its parent awaited,
+        or a task, its wall time in flight), ``waiting_ns`` what of that time
+        it waited (docs/capture.md, "Running vs waiting"; the span's own
+        figure is ``SpanRecord.waiting_ns``, of its wall time), ``wall_ns``
         end minus start, ``active_ns`` the time it ran. MLflow's grouped
         calls below the captured depth show when ``depth`` asks for them."""
         depth = _check_depth("depth", depth, allow_none=True)
