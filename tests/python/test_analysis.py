@@ -340,7 +340,7 @@ def _release(slow_decode: bool, count: int = 25, seed: int = 0):
         for row in doc["spans"]:
             span = dict(zip(fields, row))
             start, end = times[names[span["function"]].rsplit(".", 1)[-1]]
-            span.update(start_ns=base + start, end_ns=base + end, active_ns=end - start)
+            span.update(start_ns=base + start, end_ns=base + end, active_ns=end - start, waiting_ns=0)
             spans.append([span[f] for f in fields])
         copy = dict(doc, spans=spans, meta=dict(doc["meta"], end_ns=base + e + d + 4000, duration_ns=e + d + 4000))
         out.append(loads(json.dumps(copy)))

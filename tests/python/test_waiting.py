@@ -186,7 +186,6 @@ def test_a_busy_step_waits_only_what_the_run_queue_kept_it(engine):
         if ok:
             break
     assert ok, (n["waiting_ns"], runq, model.clock.total["computes"])
-    assert n["waiting_ns"] < n["duration_ns"] / 2
 
 
 @pytest.mark.parametrize("depth", [1, 2, -1])
