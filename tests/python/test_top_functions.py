@@ -144,9 +144,15 @@ def test_a_recursive_model_is_one_row_per_function_with_its_own_counts_and_clock
     # Cum: the outermost calls' running time, and their waits (the run
     # queue of a busy machine) apart: together, against the model's own clock
     # around them, which also holds the outermost call's hooks (a few us a call).
+    # The profiler's own stretches (first sight of a function, naming) are
+    # cut from the timeline, with any preemption inside them: on CI's busy
+    # two cores that was 37% of is_even's clock once. They are reported
+    # (meta.profiler_overhead_ns): the clock less them is the floor.
+    overhead = sum(int(s._built().meta.get("profiler_overhead_ns", 0)) for s in sessions)
     for row, clock in ((fib, m.CLOCK["fib"]), (even, m.CLOCK["is_even"])):
         whole = row.cum_ns + row.waiting["cum_ns"]
-        assert clock - max(0.05 * clock, RUNS * 5000) <= whole <= clock, (row.display, row.cum_ns, whole, clock)
+        floor = clock - max(0.05 * clock, RUNS * 5000) - overhead
+        assert floor <= whole <= clock, (row.display, row.cum_ns, whole, clock, overhead)
     assert odd.cum_ns < even.cum_ns  # is_odd's outermost call is under is_even's
     # Recursion counted once: fib's cum is at most the whole, its flat less.
     assert predict.cum_ns == result.total_ns == sum(r.flat_ns for r in result.rows)
