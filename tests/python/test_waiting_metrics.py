@@ -108,9 +108,11 @@ def test_waiting_and_own_running_time_per_step(engine):
 
     fan = figures[("predict", "_fan_out")]
     outside = _outside(fan, measured["fan_out"])
+    # The oracle is the program's own off-CPU count: the loop's own CPU
+    # (asyncio.run's setup, 6.6 ms of a 112 ms fan-out under CI's load once)
+    # is running time, so waiting is not the fan-out's whole wall.
     assert _close(fan["waiting_ms"], measured["fan_out_off_cpu"], outside), (fan, measured)
-    if engine == "native":  # the reference engine's own Python code runs in the loop: running time
-        assert _close(fan["waiting_ms"], measured["fan_out"], outside), (fan, measured)
+    assert fan["waiting_ms"] >= 0.8 * max(FAN_OUT_S) * 1e3, (fan, measured)
     assert fan["wall_ms"] >= max(FAN_OUT_S) * 1e3
 
     root = figures[("predict",)]
