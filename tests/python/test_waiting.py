@@ -198,7 +198,9 @@ def test_awaits_are_waiting_and_the_loop_is_idle_in_them(engine, depth):
         with profiling(depth=depth, engine=engine) as session:
             model.predict()
         fan = _steps(session)["Model.fans_out"]
-        ok = _close(fan["waiting_ns"], model.clock.total["await2"])
+        # The reference engine's Python hook runs in the loop (on 3.9/3.10 for
+        # every event): running time, 3-4 ms of the 61 ms here.
+        ok = _close(fan["waiting_ns"], model.clock.total["await2"], rel=0.05 if engine == "native" else 0.15)
         calls = sorted((n for n in walk([fan]) if n["label"] == "_call"), key=lambda n: n["duration_ns"])
         if depth != -1:  # the calls are at depth 3
             ok = ok and not calls
