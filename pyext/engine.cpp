@@ -1802,20 +1802,23 @@ std::shared_ptr<Profile> Engine::profile() {
   for (auto& lp : lanes_) {
     Lane lane = std::move(lp->out);
     const auto& cut = cuts[lp->thread_id];
+    // A tick time on the cut timeline, in ns, for times in increasing order.
     size_t next_cut = 0;
     int64_t shift = 0;
+    auto on_cut_timeline = [&](int64_t t) {
+      while (next_cut < cut.size() && cut[next_cut].second <= t) {
+        shift += cut[next_cut].second - cut[next_cut].first;
+        ++next_cut;
+      }
+      if (next_cut < cut.size() && cut[next_cut].first < t) t = cut[next_cut].first;
+      return clk.to_ns(t - shift);
+    };
     for (Event& e : lane.events) {
       if (e.kind == EventKind::kLabel) {
         e.id = local_str(e.id);
         continue;
       }
-      while (next_cut < cut.size() && cut[next_cut].second <= e.ts_ns) {
-        shift += cut[next_cut].second - cut[next_cut].first;
-        ++next_cut;
-      }
-      int64_t ts = e.ts_ns;
-      if (next_cut < cut.size() && cut[next_cut].first < ts) ts = cut[next_cut].first;
-      e.ts_ns = clk.to_ns(ts - shift);
+      e.ts_ns = on_cut_timeline(e.ts_ns);
       if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
     }
     // Off-CPU time between the CPU clock's readings: against the raw wall
@@ -1827,13 +1830,8 @@ std::shared_ptr<Profile> Engine::profile() {
     for (size_t r = 1; r < reads.size(); ++r) {
       const int64_t off = (clk.to_ns(reads[r].first) - clk.to_ns(reads[r - 1].first)) -
                           (reads[r].second - reads[r - 1].second);
-      const int64_t t = reads[r].first;
-      while (next_cut < cut.size() && cut[next_cut].second <= t) {
-        shift += cut[next_cut].second - cut[next_cut].first;
-        ++next_cut;
-      }
-      const int64_t at = (next_cut < cut.size() && cut[next_cut].first < t) ? cut[next_cut].first : t;
-      if (off >= kOffCpuMinNs) lane.off_cpu.push_back({clk.to_ns(at - shift), off});
+      const int64_t at = on_cut_timeline(reads[r].first);
+      if (off >= kOffCpuMinNs) lane.off_cpu.push_back({at, off});
     }
     captured += lane.events.size();
     skipped += lp->skipped;

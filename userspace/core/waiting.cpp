@@ -70,10 +70,7 @@ void compute_waiting(Profile& p) {
     const int64_t suspended = (s.flags & kSpanGroup) ? 0 : std::max<int64_t>(0, wall - s.active_ns);
     s.waiting_ns = std::clamp<int64_t>(suspended + off, 0, std::max<int64_t>(0, wall));
   }
-  // A group's members come after it: sum them from the last span up.
-  for (size_t i = p.spans.size(); i-- > 0;) {
-    if (p.spans[i].flags & kSpanGroup) p.spans[i].waiting_ns = 0;
-  }
+  // A group (0 so far) sums its members, which come after it: from the last span up.
   for (size_t i = p.spans.size(); i-- > 0;) {
     const int32_t parent = p.spans[i].parent;
     if (parent >= 0 && (p.spans[parent].flags & kSpanGroup)) p.spans[parent].waiting_ns += p.spans[i].waiting_ns;
