@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import sys
+import threading
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
@@ -18,6 +19,16 @@ Shape = Tuple[Tuple[str, "Shape"], ...]
 # ceiling that reached it, which is every one only on 3.9/3.10 (the profile
 # function sees each frame) and in the reference engine.
 NATIVE_SEES_EVERY_FRAME = sys.version_info < (3, 11)
+
+
+def schedstat() -> Tuple[int, int]:
+    """(on-CPU ns, run-queue ns) of the calling thread so far, from
+    /proc/self/task/TID/schedstat: the kernel's oracle for time a busy
+    machine kept a thread runnable but off the CPU, which a program's own
+    clock counts as part of whatever it was timing."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+        run, wait, _ = f.read().split()
+    return int(run), int(wait)
 
 
 def instrumented(f) -> List[str]:

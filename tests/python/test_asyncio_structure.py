@@ -18,7 +18,7 @@ import pytest
 
 from mlflow_profiler import profiling
 
-from _helpers import check_times, require_mlflow, walk
+from _helpers import check_times, require_mlflow, schedstat, walk
 
 FAST, SMART = 0.02, 0.04  # seconds each endpoint call sleeps once it holds a slot
 CALLS = 16
@@ -98,34 +98,58 @@ def tolerance(engine):
     return 0.05 if engine == "native" else 0.3
 
 
-def check_calls(nodes, truth, engine="native"):
-    """Each call's wall time within 5% of its own clock; in start order, the
-    calls are made (and first run) in the order of i."""
+def call_misses(nodes, truth, engine="native", runq_s=0.0):
+    """The calls whose wall time is not within 5% of their own clock: a span
+    opens before the coroutine's first clock read and closes after its last,
+    so a busy machine may also put up to the thread's run-queue time
+    (schedstat, runq_s) between them. In start order, the calls are made (and
+    first run) in the order of i. Waiting for a slot and sleeping are not
+    running."""
     assert len(nodes) == CALLS
     nodes = sorted(nodes, key=lambda n: n["start_ns"])
+    misses = []
     for i, node in enumerate(nodes):
         wall = node["wall_ns"] / 1e9
-        assert abs(wall - truth[i]) <= tolerance(engine) * truth[i], (i, wall, truth[i])
-        # Waiting for a slot and sleeping are not running.
+        slack = tolerance(engine) * truth[i]
+        if not truth[i] - slack <= wall <= truth[i] + slack + runq_s:
+            misses.append((i, wall, truth[i], runq_s))
         assert node["active_ns"] < 0.5 * node["wall_ns"], node
+    return misses
+
+
+def captured(run, attempts=3):
+    """Run `run(truth)` -> (session, nodes) until its calls' times are within
+    call_misses (a busy machine may preempt the thread between a clock and
+    the hook): the last try's session, and its misses, which must be none."""
+    for attempt in range(attempts):
+        truth = {}
+        q0 = schedstat()[1]
+        session, nodes, engine = run(truth)
+        misses = call_misses(nodes, truth, engine, (schedstat()[1] - q0) / 1e9)
+        if not misses:
+            break
+    assert not misses, misses
+    return session, truth
 
 
 @pytest.mark.parametrize("depth", [3, -1])
 def test_fan_out_hangs_under_the_coroutine_that_gathered_it(engine, depth):
-    truth = {}
-    with profiling(depth=depth, engine=engine) as session:
-        assert predict(truth) == list(range(CALLS))
-    (root,) = session.to_tree()
-    assert root["label"] == "predict"
-    (ce,) = kids(root)
-    assert ce["label"] == "call_endpoints" and ce["depth"] == 1
-    # asyncio.run, Runner, the loop: transparent; the main task's coroutine
-    # takes their place one level under the call that ran the loop.
-    (fo,) = kids(ce)
-    assert fo["label"] == "fan_out" and fo["depth"] == 2 and fo["task"] > 0
-    ends = [c for c in fo["children"] if c["label"] == "endpoint_call"]
-    assert all(c["depth"] == 3 and c["task"] not in (0, fo["task"]) for c in ends)
-    check_calls(ends, truth, engine)
+    def run(truth):
+        with profiling(depth=depth, engine=engine) as session:
+            assert predict(truth) == list(range(CALLS))
+        (root,) = session.to_tree()
+        assert root["label"] == "predict"
+        (ce,) = kids(root)
+        assert ce["label"] == "call_endpoints" and ce["depth"] == 1
+        # asyncio.run, Runner, the loop: transparent; the main task's coroutine
+        # takes their place one level under the call that ran the loop.
+        (fo,) = kids(ce)
+        assert fo["label"] == "fan_out" and fo["depth"] == 2 and fo["task"] > 0
+        ends = [c for c in fo["children"] if c["label"] == "endpoint_call"]
+        assert all(c["depth"] == 3 and c["task"] not in (0, fo["task"]) for c in ends)
+        return session, ends, engine
+
+    session, _ = captured(run)
     # 16 calls and the main task: asyncio's callbacks and shutdown left no lane.
     assert len(task_lanes(session)) == CALLS + 1
     no_internals(session)
@@ -148,15 +172,17 @@ def test_fan_out_at_depth_2(engine):
 def test_tasks_made_in_plain_code_at_depth_2(engine):
     # gather called outside the loop: the tasks hang under the span that ran
     # the loop until they were done, at depth 2 under predict.
-    truth = {}
-    with profiling(depth=2, engine=engine) as session:
-        assert predict(truth, on_loop=True) == list(range(CALLS))
-    (root,) = session.to_tree()
-    # (the loop's finalizer, BaseEventLoop.__del__, runs as predict returns)
-    (ce,) = [c for c in kids(root) if c["label"] == "call_endpoints_on_loop"]
-    ends = [c for c in kids(ce) if c["label"] == "endpoint_call"]
-    assert all(c["depth"] == 2 and c["task"] > 0 for c in ends)
-    check_calls(ends, truth, engine)
+    def run(truth):
+        with profiling(depth=2, engine=engine) as session:
+            assert predict(truth, on_loop=True) == list(range(CALLS))
+        (root,) = session.to_tree()
+        # (the loop's finalizer, BaseEventLoop.__del__, runs as predict returns)
+        (ce,) = [c for c in kids(root) if c["label"] == "call_endpoints_on_loop"]
+        ends = [c for c in kids(ce) if c["label"] == "endpoint_call"]
+        assert all(c["depth"] == 2 and c["task"] > 0 for c in ends)
+        return session, ends, engine
+
+    session, _ = captured(run)
     # What else ran there is the user's own calls (gather, Semaphore()...).
     assert len(task_lanes(session)) == CALLS
     no_internals(session)
@@ -339,21 +365,23 @@ def test_mlflow_python_model_fan_out(engine, tmp_path):
         model = mlflow.pyfunc.load_model(path)
         frame = pd.DataFrame({"ticket": ["a"]})
         model.predict(frame)  # first call: imports, caches
-        for depth in (2, 3):
+
+        def run(depth, truth):
             with profiling(depth=depth, engine=engine) as session:
                 out = model.predict(frame)
-            truth = list(out)
+            truth.update(enumerate(out))
             (root,) = session.to_tree()
             assert root["label"].startswith("predict [pyfunc "), root["label"]
             (ce,) = [c for c in kids(root) if c["label"].endswith("._call_endpoints")]
             assert ce["depth"] == 1
             (fo,) = kids(ce)
             assert fo["label"].endswith("._fan_out") and fo["depth"] == 2
-            ends = [c for c in fo["children"] if c["label"].endswith("._endpoint_call")]
-            if depth == 2:
-                assert ends == [] and len(task_lanes(session)) == 1
-                continue
-            assert all(c["depth"] == 3 for c in ends)
-            check_calls(ends, dict(enumerate(truth)), engine)
-            assert len(task_lanes(session)) == CALLS + 1
-            no_internals(session)
+            return session, [c for c in fo["children"] if c["label"].endswith("._endpoint_call")], engine
+
+        session, ends, _ = run(2, {})
+        assert ends == [] and len(task_lanes(session)) == 1
+        session, _ = captured(lambda truth: run(3, truth))
+        ends = [c for c in walk(session.to_tree()) if c["label"].endswith("._endpoint_call")]
+        assert all(c["depth"] == 3 for c in ends)
+        assert len(task_lanes(session)) == CALLS + 1
+        no_internals(session)

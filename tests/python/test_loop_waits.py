@@ -16,19 +16,13 @@ import pytest
 
 from mlflow_profiler import analysis, profiling
 
+from _helpers import schedstat
+
 
 def _busy(ms: float) -> None:
     end = time.perf_counter() + ms / 1000
     while time.perf_counter() < end:
         pass
-
-
-def _runqueue_ns() -> int:
-    """This thread's time runnable but not running, so far (schedstat's
-    second field): on a busy machine the loop may wait for a CPU before it
-    reaches select, which the process cannot see as waiting."""
-    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
-        return int(f.read().split()[1])
 
 
 class Router:
@@ -44,9 +38,9 @@ class Router:
     async def call(self, endpoint: str, sem: asyncio.Semaphore, delay: float) -> float:
         async with sem:
             _busy(1)
-            t0, q0 = time.monotonic_ns(), _runqueue_ns()
+            t0, q0 = time.monotonic_ns(), schedstat()[1]
             await asyncio.sleep(delay)
-            self.awaits[endpoint].append((t0, time.monotonic_ns(), q0, _runqueue_ns()))
+            self.awaits[endpoint].append((t0, time.monotonic_ns(), q0, schedstat()[1]))
         return delay
 
     async def fan_out(self) -> list:
