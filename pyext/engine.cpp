@@ -882,14 +882,16 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
     L.rec.push_back(StackEntry{kNoEvent, d, pydepth, EntryKind::kDropped, key, code});
     return true;
   }
-  uint32_t label = 0;
+  uint32_t label = 0, resource = 0;
   if (L.pending_code == reinterpret_cast<PyObject*>(code)) {
     label = L.pending_label;
+    resource = L.pending_resource;
     L.pending_code = nullptr;
   } else if (key && !L.engine->gen_labels_.empty()) {
     auto it = L.engine->gen_labels_.find(key);
     if (it != L.engine->gen_labels_.end() && it->second.code == reinterpret_cast<PyObject*>(code)) {
       label = it->second.label;
+      resource = it->second.resource;
       L.engine->gen_labels_.erase(it);
     }
   }
@@ -898,6 +900,7 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   }
   const int64_t ts = clock::ticks();
   if (label) push(L, EventKind::kLabel, label, 0, ts);
+  if (resource) push(L, EventKind::kLabel, resource, kEvResource, ts);
   const auto idx = static_cast<uint32_t>(L.out.events.size());
   const uint8_t flags = continued ? kEvContinued : 0;
   push(L, EventKind::kCall, fid, flags, ts);
@@ -2125,7 +2128,7 @@ void on_c_return(const Site& site, PyObject* callable, int pydepth, bool excepti
   update_window(cl, pydepth);
 }
 
-int block_enter(uint32_t function, BlockToken* out, int max) {
+int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max) {
   const CurrentLanes& cl = lanes_now();
   if (cl.n == 0) return 0;
   const int pydepth = capture::frame_depth();  // the frame that opens the block
@@ -2140,8 +2143,10 @@ int block_enter(uint32_t function, BlockToken* out, int max) {
       ++L.out.dropped;
       continue;
     }
+    const int64_t ts = clock::ticks();
+    if (resource) push(L, EventKind::kLabel, resource, kEvResource, ts);
     auto idx = static_cast<uint32_t>(L.out.events.size());
-    push(L, EventKind::kCall, function, kEvBlock, clock::ticks());
+    push(L, EventKind::kCall, function, kEvBlock, ts);
     L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kBlock, 0, nullptr});
     probes::span_enter(L.engine->serial(), L.index, idx, function, 0, d, kEvBlock);
     L.last_was_suspend = false;
@@ -2249,11 +2254,12 @@ void block_return_io(const BlockToken* tokens, int n, PyObject* retval) {
   if (io.n) capture_return(retval, io);
 }
 
-void set_pending_label(PyObject* code, uint32_t label) {
+void set_pending_label(PyObject* code, uint32_t label, uint32_t resource) {
   const CurrentLanes& cl = lanes_now();
   for (int i = 0; i < cl.n; ++i) {
     cl.lanes[i]->pending_code = code;
     cl.lanes[i]->pending_label = label;
+    cl.lanes[i]->pending_resource = resource;
   }
 }
 
@@ -2264,10 +2270,10 @@ void clear_pending_label(PyObject* code) {
   }
 }
 
-void label_generator(PyObject* gen, PyObject* code, uint32_t label) {
+void label_generator(PyObject* gen, PyObject* code, uint32_t label, uint32_t resource) {
   const CurrentLanes& cl = lanes_now();
   for (int i = 0; i < cl.n; ++i) {
-    cl.lanes[i]->engine->gen_labels_[reinterpret_cast<uintptr_t>(gen)] = Engine::GenLabel{label, code};
+    cl.lanes[i]->engine->gen_labels_[reinterpret_cast<uintptr_t>(gen)] = Engine::GenLabel{label, code, resource};
   }
 }
 

@@ -112,6 +112,7 @@ struct CaptureLane {
   std::vector<StackEntry> rec;       // open entries, innermost last
   PyObject* pending_code = nullptr;  // profile_span: label the next start of this code
   uint32_t pending_label = 0;
+  uint32_t pending_resource = 0;     // profile_span(resource=): string id, 0 none
   uint32_t chain_top = UINT32_MAX;   // innermost span of the last suspended chain
   int32_t chain_top_depth = 0;
   bool last_was_suspend = false;
@@ -230,6 +231,7 @@ class Engine {
   struct GenLabel {
     uint32_t label;
     PyObject* code;
+    uint32_t resource;  // string id, 0 none
   };
   std::unordered_map<uintptr_t, GenLabel> gen_labels_;  // generator object -> label
   // The generator or coroutine whose frame entered the session (an `async
@@ -415,7 +417,8 @@ struct BlockToken {
   uint32_t call_index;
   bool want_io;  // within the lane's I/O depth (capture_io)
 };
-int block_enter(uint32_t function, BlockToken* out, int max);  // returns tokens written
+// resource: the string id of the resource the block uses, 0 none.
+int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max);  // returns tokens written
 void block_exit(const BlockToken* tokens, int n, bool exception);
 // profile_span around a callable without a Python frame: the I/O of its
 // block, from the call's own arguments ("args[0]", ..., keyword names) and result.
@@ -435,9 +438,9 @@ struct WaitToken {
 uint32_t wait_function(std::string_view name, std::string_view module, std::string_view file, int line);
 int wait_begin(WaitToken* out, int max);  // returns tokens written
 void wait_end(const WaitToken* tokens, int n, uint32_t function, int64_t start, int64_t end);
-void set_pending_label(PyObject* code, uint32_t label);
+void set_pending_label(PyObject* code, uint32_t label, uint32_t resource);
 void clear_pending_label(PyObject* code);
-void label_generator(PyObject* gen, PyObject* code, uint32_t label);
+void label_generator(PyObject* gen, PyObject* code, uint32_t label, uint32_t resource);
 // Every collecting engine (capture/ switches them to another mechanism).
 std::vector<Engine*> collecting_engines();
 

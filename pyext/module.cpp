@@ -64,6 +64,7 @@ py::dict node_dict(const Profile& p, const View& v, int32_t i, const ViewOptions
   d["index"] = i;
   d["span_index"] = n.span;
   d["label"] = n.collapsed.empty() ? p.display_name(s) : n.collapsed;
+  d["resource"] = s.resource == 0 ? py::object(py::none()) : py::object(py::str(p.functions.strings().get(s.resource)));
   d["function"] = st.get(f.name);
   d["module"] = st.get(f.module);
   d["file"] = st.get(f.file);
@@ -152,6 +153,7 @@ py::list span_rows(const ProfilePtr& p) {
     const std::string& module = st.get(f.module);
     py::dict d;
     d["label"] = p->display_name(s);
+    d["resource"] = s.resource == 0 ? py::object(py::none()) : py::object(py::str(st.get(s.resource)));
     d["module"] = module.empty() ? py::object(py::none()) : py::object(py::str(module));
     d["start_ns"] = s.start_ns;
     d["end_ns"] = (s.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) ? py::object(py::none())

@@ -24,8 +24,29 @@ PyObject* reference_session() {
     PyErr_Clear();
     return nullptr;
   }
-  if (val && engine_for_session(val)) Py_CLEAR(val);
-  return val;
+  if (val) {
+    if (engine_for_session(val)) Py_CLEAR(val);
+    return val;
+  }
+  // A thread the reference engine records without the session in its
+  // context (all_threads): ask it (_reference._thread_session).
+  static PyObject* lookup = nullptr;
+  if (!lookup) {
+    PyObject* module = PyImport_ImportModule("mlflow_profiler._reference");
+    lookup = module ? PyObject_GetAttrString(module, "_thread_session") : nullptr;
+    Py_XDECREF(module);
+    if (!lookup) {
+      PyErr_Clear();
+      return nullptr;
+    }
+  }
+  PyObject* session = PyObject_CallNoArgs(lookup);
+  if (!session) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (session == Py_None) Py_CLEAR(session);
+  return session;
 }
 
 PyObject* bind_like_function(PyObject* self, PyObject* obj, PyObject*) {
@@ -37,7 +58,7 @@ PyObject* bind_like_function(PyObject* self, PyObject* obj, PyObject*) {
 }
 
 PyObject* call_reference(PyObject* session, const char* method, PyObject* label, PyObject* func,
-                         PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+                         PyObject* const* args, size_t nargsf, PyObject* kwnames, PyObject* extra) {
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   PyObject* tuple = PyTuple_New(nargs);
   PyObject* kwargs = PyDict_New();
@@ -55,7 +76,8 @@ PyObject* call_reference(PyObject* session, const char* method, PyObject* label,
       PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]);
     }
   }
-  PyObject* r = PyObject_CallMethod(session, method, "OOOO", label, func, tuple, kwargs);
+  PyObject* r = extra ? PyObject_CallMethod(session, method, "OOOOO", label, func, tuple, kwargs, extra)
+                      : PyObject_CallMethod(session, method, "OOOO", label, func, tuple, kwargs);
   Py_DECREF(tuple);
   Py_DECREF(kwargs);
   return r;
@@ -69,14 +91,33 @@ struct SpanFunction {
   PyObject_HEAD
   vectorcallfunc vectorcall;
   PyObject* func;
-  PyObject* label;  // str
-  PyObject* code;   // func.__code__ for Python functions, else null
+  PyObject* label;     // str
+  PyObject* resource;  // str, or null: the resource its calls use (core/resources.h)
+  PyObject* code;      // func.__code__ for Python functions, else null
   PyObject* dict;
   PyObject* weakrefs;
   WrapKind kind;
   uint32_t label_id;  // interned on first use in a session
+  uint32_t resource_id;
   uint32_t block_fn;
 };
+
+// resource=: a non-empty str, or None (stored as null).
+bool check_resource(PyObject** resource) {
+  if (*resource == Py_None) *resource = nullptr;
+  if (*resource && (!PyUnicode_Check(*resource) || PyUnicode_GET_LENGTH(*resource) == 0)) {
+    PyErr_Format(PyExc_TypeError, "resource must be a non-empty str or None, got %.100R", *resource);
+    return false;
+  }
+  return true;
+}
+
+// The string id of a resource name, interned on first use; 0 for none.
+uint32_t resource_id(PyObject* resource, uint32_t* cached) {
+  if (!resource) return 0;
+  if (!*cached) *cached = intern_label(compat::utf8(resource));
+  return *cached;
+}
 
 using compat::utf8;
 
@@ -86,7 +127,8 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
     return PyObject_Vectorcall(self->func, args, nargsf, kwnames);  // the disabled path
   }
   if (PyObject* ref = reference_session()) {
-    PyObject* r = call_reference(ref, "_label_call", self->label, self->func, args, nargsf, kwnames);
+    PyObject* r = call_reference(ref, "_label_call", self->label, self->func, args, nargsf, kwnames,
+                                 self->resource);
     Py_DECREF(ref);
     return r;
   }
@@ -95,7 +137,7 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
   switch (self->kind) {
     case WrapKind::kFunction: {
       if (!self->label_id) self->label_id = intern_label(utf8(self->label));
-      set_pending_label(self->code, self->label_id);
+      set_pending_label(self->code, self->label_id, resource_id(self->resource, &self->resource_id));
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
       clear_pending_label(self->code);
       return r;
@@ -104,7 +146,7 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
       if (r && (PyGen_Check(r) || PyCoro_CheckExact(r) || PyAsyncGen_CheckExact(r))) {
         if (!self->label_id) self->label_id = intern_label(utf8(self->label));
-        label_generator(r, self->code, self->label_id);
+        label_generator(r, self->code, self->label_id, resource_id(self->resource, &self->resource_id));
       }
       return r;
     }
@@ -112,7 +154,7 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
     default: {
       if (!self->block_fn) self->block_fn = block_function(utf8(self->label));
       BlockToken tokens[4];
-      int n = block_enter(self->block_fn, tokens, 4);
+      int n = block_enter(self->block_fn, resource_id(self->resource, &self->resource_id), tokens, 4);
       block_arguments_io(tokens, n, args, nargsf, kwnames);
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
       block_exit(tokens, n, r == nullptr);
@@ -124,10 +166,11 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
 
 int span_init(PyObject* self_, PyObject* args, PyObject* kwds) {
   auto* self = reinterpret_cast<SpanFunction*>(self_);
-  static const char* kwlist[] = {"func", "label", nullptr};
+  static const char* kwlist[] = {"func", "label", "resource", nullptr};
   PyObject* func = nullptr;
   PyObject* label = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OU", const_cast<char**>(kwlist), &func, &label)) {
+  PyObject* resource = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OU|O", const_cast<char**>(kwlist), &func, &label, &resource)) {
     return -1;
   }
   if (!PyCallable_Check(func)) {
@@ -141,6 +184,9 @@ int span_init(PyObject* self_, PyObject* args, PyObject* kwds) {
   Py_XSETREF(self->func, func);
   Py_INCREF(label);
   Py_XSETREF(self->label, label);
+  if (!check_resource(&resource)) return -1;
+  Py_XINCREF(resource);
+  Py_XSETREF(self->resource, resource);
   Py_CLEAR(self->code);
   self->kind = WrapKind::kOther;
   if (PyFunction_Check(func)) {
@@ -152,6 +198,7 @@ int span_init(PyObject* self_, PyObject* args, PyObject* kwds) {
                      : WrapKind::kFunction;
   }
   self->label_id = 0;
+  self->resource_id = 0;
   self->block_fn = 0;
   self->vectorcall = span_vectorcall;
   return 0;
@@ -168,6 +215,7 @@ int span_clear(PyObject* self_) {
   auto* self = reinterpret_cast<SpanFunction*>(self_);
   Py_CLEAR(self->func);
   Py_CLEAR(self->label);
+  Py_CLEAR(self->resource);
   Py_CLEAR(self->code);
   Py_CLEAR(self->dict);
   return 0;
@@ -189,6 +237,7 @@ PyObject* span_repr(PyObject* self_) {
 
 PyMemberDef span_members[] = {
     {"label", T_OBJECT, offsetof(SpanFunction, label), READONLY, "the span label"},
+    {"resource", T_OBJECT, offsetof(SpanFunction, resource), READONLY, "the resource its calls use, or None"},
     {"__dictoffset__", T_PYSSIZET, offsetof(SpanFunction, dict), READONLY, nullptr},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(SpanFunction, weakrefs), READONLY, nullptr},
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(SpanFunction, vectorcall), READONLY, nullptr},
@@ -225,6 +274,8 @@ PyType_Spec span_spec = {"mlflow_profiler._core.SpanFunction", sizeof(SpanFuncti
 struct Block {
   PyObject_HEAD
   PyObject* label;
+  PyObject* resource;   // str or null
+  uint32_t resource_id;
   PyObject* reference;  // token from a reference session, else null
   int entered;
   int n;
@@ -233,11 +284,16 @@ struct Block {
 
 int block_init(PyObject* self_, PyObject* args, PyObject* kwds) {
   auto* self = reinterpret_cast<Block*>(self_);
-  static const char* kwlist[] = {"label", nullptr};
+  static const char* kwlist[] = {"label", "resource", nullptr};
   PyObject* label = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "U", const_cast<char**>(kwlist), &label)) return -1;
+  PyObject* resource = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|O", const_cast<char**>(kwlist), &label, &resource)) return -1;
   Py_INCREF(label);
   Py_XSETREF(self->label, label);
+  if (!check_resource(&resource)) return -1;
+  Py_XINCREF(resource);
+  Py_XSETREF(self->resource, resource);
+  self->resource_id = 0;
   self->entered = 0;
   self->n = 0;
   return 0;
@@ -246,6 +302,7 @@ int block_init(PyObject* self_, PyObject* args, PyObject* kwds) {
 void block_dealloc(PyObject* self_) {
   auto* self = reinterpret_cast<Block*>(self_);
   Py_CLEAR(self->label);
+  Py_CLEAR(self->resource);
   Py_CLEAR(self->reference);
   Py_TYPE(self_)->tp_free(self_);
 }
@@ -254,12 +311,14 @@ PyObject* block_enter_method(PyObject* self_, PyObject*) {
   auto* self = reinterpret_cast<Block*>(self_);
   if (self->entered++ == 0 && (g_native_collecting | g_reference_collecting)) {
     if (PyObject* ref = reference_session()) {
-      PyObject* token = PyObject_CallMethod(ref, "_block_enter", "O", self->label);
+      PyObject* token = PyObject_CallMethod(ref, "_block_enter", "OO", self->label,
+                                            self->resource ? self->resource : Py_None);
       Py_DECREF(ref);
       if (!token) return nullptr;
       Py_XSETREF(self->reference, token);
     } else {
-      self->n = block_enter(block_function(utf8(self->label)), self->tokens, 4);
+      self->n = block_enter(block_function(utf8(self->label)), resource_id(self->resource, &self->resource_id),
+                            self->tokens, 4);
     }
   }
   Py_INCREF(self_);
@@ -291,12 +350,16 @@ PyMethodDef block_methods[] = {
 
 PyMemberDef block_members[] = {
     {"label", T_OBJECT, offsetof(Block, label), READONLY, "the block label"},
+    {"resource", T_OBJECT, offsetof(Block, resource), READONLY, "the resource it uses, or None"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyType_Slot block_slots[] = {
-    {Py_tp_doc, const_cast<char*>("profile_block(label): a labelled span around a region of code.\n\n"
+    {Py_tp_doc, const_cast<char*>("profile_block(label, resource=None): a labelled span around a region of code.\n\n"
                                   "    with profile_block(\"tensor_conversion\"):\n"
                                   "        tensor = to_tensor(features)\n\n"
+                                  "    async with slots:\n"
+                                  "        with profile_block(\"ask\", resource=\"smart\"):  # a call in flight\n"
+                                  "            answer = await client.post(...)\n\n"
                                   "Does nothing when no session is active.")},
     {Py_tp_init, reinterpret_cast<void*>(block_init)},
     {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},

@@ -15,9 +15,9 @@ PyObject* reference_session();
 // tp_descr_get of a C callable that stands for a Python function: looked up
 // on an instance, it binds to it as the function would (a bound method).
 PyObject* bind_like_function(PyObject* self, PyObject* obj, PyObject* type);
-// session.<method>(label, func, args, kwargs) with a vectorcall's arguments.
+// session.<method>(label, func, args, kwargs[, extra]) with a vectorcall's arguments.
 PyObject* call_reference(PyObject* session, const char* method, PyObject* label, PyObject* func,
-                         PyObject* const* args, size_t nargsf, PyObject* kwnames);
+                         PyObject* const* args, size_t nargsf, PyObject* kwnames, PyObject* extra = nullptr);
 // Adds a C function of the profiler (the session's __exit__) to those never recorded.
 void add_own_function(PyMethodDef* def);
 }  // namespace mlprof

@@ -150,6 +150,7 @@ EV_CONTINUED = 8
 EV_CHILDREN_DROPPED = 16
 EV_RELABEL = 32  # K_LABEL: for the innermost open span (a fold)
 EV_WAIT = 64  # K_CALL: a selector's select waiting (loop_watch.cpp)
+EV_RESOURCE = 128  # K_LABEL: names the resource the next call uses (core/resources.h)
 
 FN_PYTHON = 0
 FN_C = 1
@@ -509,13 +510,21 @@ def _current_lanes() -> List["_Lane"]:
         st.busy = was
 
 
+def _thread_session():
+    """The session whose reference engine records this thread, for a thread
+    that does not have it in its context (all_threads): profile_span's and
+    profile_block's C wrappers ask here (pyext/span_api.cpp), else None."""
+    lanes = _current_lanes()
+    return lanes[0].engine._session if lanes else None
+
+
 # --- lanes ------------------------------------------------------------------------
 
 
 class _Lane:
     __slots__ = (
         "engine", "index", "thread_id", "mark", "ceiling", "depth", "truncated", "skipped",
-        "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "chain_top",
+        "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "pending_resource", "chain_top",
         "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
         "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io", "overhead", "hidden",
         "readings", "depth_base",
@@ -539,6 +548,7 @@ class _Lane:
         self.rec: List[list] = []
         self.pending_code = None
         self.pending_label: Optional[int] = None
+        self.pending_resource: Optional[int] = None
         self.chain_top: Optional[int] = None
         self.chain_top_depth = 0
         self.last_was_suspend = False
@@ -685,20 +695,22 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
             L.rec[-1][4] = True
         return
     key = id(frame) if code.co_flags & _GEN_FLAGS else 0
-    label = None
+    label = resource = None
     if L.pending_code is code:
-        label = L.pending_label
+        label, resource = L.pending_label, L.pending_resource
         L.pending_code = None
     elif key and eng._gen_labels:
         entry = eng._gen_labels.get(key)
         if entry is not None and entry[1] is code:
-            label = entry[0]
+            label, resource = entry[0], entry[2]
             del eng._gen_labels[key]
     if label is None and _labels.LABELLERS:
         label = _call_label(L, code, frame)
     ts = _core.now_ns()
     if label is not None:
         L.events.append((ts, K_LABEL, label, 0))
+    if resource is not None:
+        L.events.append((ts, K_LABEL, resource, EV_RESOURCE))
     idx = len(L.events)
     L.events.append((ts, K_CALL, fid, EV_CONTINUED if continued else 0))
     L.rec.append([idx, d, E_FRAME, key, False, code])
@@ -1363,7 +1375,7 @@ class ReferenceEngine:
         # id(): (the Thread, the lane that started it, the span it hangs under
         # or None for a root). engine.cpp Engine::note_thread_start.
         self._thread_origins: Dict[int, Tuple[Any, int, Optional[int]]] = {}
-        self._gen_labels: Dict[int, Tuple[int, Any]] = {}
+        self._gen_labels: Dict[int, Tuple[int, Any, Optional[int]]] = {}  # frame -> (label, code, resource)
         self._functions: List[tuple] = []
         self._function_index: Dict[tuple, int] = {}
         self._code_ids: Dict[Any, int] = {}
@@ -1665,7 +1677,7 @@ class ReferenceEngine:
 
     # -- profile_span / profile_block ------------------------------------------------------
 
-    def label_call(self, label, func, args, kwargs):
+    def label_call(self, label, func, args, kwargs, resource=None):
         """What profile_span's wrapper does when this session is current."""
         lanes = _current_lanes()
         if not lanes:
@@ -1681,7 +1693,8 @@ class ReferenceEngine:
                         f = _gen_frame(result)
                         if f is not None:
                             for L in _lanes_now(st):
-                                L.engine._gen_labels[id(f)] = (L.engine._label_id(label), code)
+                                L.engine._gen_labels[id(f)] = (L.engine._label_id(label), code,
+                                                               None if resource is None else L.engine._label_id(resource))
                     finally:
                         st.busy = was
                 return result
@@ -1691,6 +1704,7 @@ class ReferenceEngine:
                 for L in lanes:
                     L.pending_code = code
                     L.pending_label = L.engine._label_id(label)
+                    L.pending_resource = None if resource is None else L.engine._label_id(resource)
             finally:
                 st.busy = was
             try:
@@ -1703,7 +1717,7 @@ class ReferenceEngine:
                             L.pending_code = None
                 finally:
                     st.busy = was
-        token = self.block_enter(label)
+        token = self.block_enter(label, resource)
         targets = token.io_targets()
         if targets:
             since = _core.now_ns()
@@ -1774,8 +1788,9 @@ class ReferenceEngine:
         return self._add_function(func.__qualname__, func.__module__, code.co_filename, code.co_firstlineno,
                                   FN_PYTHON, False)
 
-    def block_enter(self, label) -> _BlockToken:
-        """Opens a profile_block span in the current lanes; returns its token."""
+    def block_enter(self, label, resource=None) -> _BlockToken:
+        """Opens a profile_block span in the current lanes (using `resource`,
+        a str, if given); returns its token."""
         entries = []
         if not _collecting:
             return _BlockToken(entries)
@@ -1790,8 +1805,11 @@ class ReferenceEngine:
                     L.dropped += 1
                     continue
                 fid = L.engine._block_function(label)
+                ts = _core.now_ns()
+                if resource is not None:
+                    L.events.append((ts, K_LABEL, L.engine._label_id(resource), EV_RESOURCE))
                 idx = len(L.events)
-                L.events.append((_core.now_ns(), K_CALL, fid, EV_BLOCK))
+                L.events.append((ts, K_CALL, fid, EV_BLOCK))
                 L.rec.append([idx, d, E_BLOCK, 0, False, None])
                 L.depth = d
                 L.last_was_suspend = False

@@ -42,6 +42,7 @@ class SpanRecord:
     waiting_ns: int = 0  # of the wall time, suspended or off the CPU (docs/capture.md, "Waiting")
     cpu_ns: Optional[int] = None  # the thread's CPU time while it ran (cpu_time=True), inclusive
     alloc_bytes: Optional[int] = None  # bytes allocated through Python's allocators (alloc_bytes=True), inclusive
+    resource: Optional[str] = None  # what it used: profile_span/profile_block's resource= (docs/capture.md, "Resources")
 
     @property
     def duration_ns(self) -> Optional[int]:
@@ -238,11 +239,11 @@ class ProfileSession:
     __exit__ = _core.session_exit
 
     # The C wrappers call these when the current session runs on the reference engine.
-    def _label_call(self, label, func, args, kwargs):
-        return self._engine.label_call(label, func, args, kwargs)
+    def _label_call(self, label, func, args, kwargs, resource=None):
+        return self._engine.label_call(label, func, args, kwargs, resource)
 
-    def _block_enter(self, label):
-        return self._engine.block_enter(label)
+    def _block_enter(self, label, resource=None):
+        return self._engine.block_enter(label, resource)
 
     def _wait_call(self, _label, select, args, kwargs):
         return self._engine.wait_call(select, args, kwargs)

@@ -179,8 +179,9 @@ TEST_F(ChromeTraceTest, ProcessAndThreadMetadata) {
   EXPECT_EQ(tid_of["thread MainThread"], 4242u);  // the kernel tid of the thread
   EXPECT_EQ(tid_of["thread Worker"], 5000u);
   // The task runs on MainThread too, but its spans overlap MainThread's
-  // without nesting: it gets a track of its own, on a tid no thread has.
-  EXPECT_GE(tid_of["thread MainThread, task 1"], 1u << 22);
+  // without nesting: it gets a track of its own, on a tid no thread has,
+  // named by its coroutine.
+  EXPECT_GE(tid_of["thread MainThread, task 1: fetch"], 1u << 22);
   std::map<uint32_t, int> sort_index;
   for (const auto* ev : events("M", "thread_sort_index")) {
     sort_index[(*ev)["tid"].GetUint()] = (*ev)["args"]["sort_index"].GetInt();

@@ -129,13 +129,14 @@ TEST_F(JsonDocTest, SpansMatchTheTreeFieldByField) {
   const rapidjson::Document doc = parse(to_json_document(p));
   EXPECT_EQ(string_array(doc["span_fields"]),
             (std::vector<std::string>{"parent", "function", "label", "lane", "depth", "flags",
-                                      "start_ns", "end_ns", "active_ns", "resumes", "waiting_ns"}));
+                                      "start_ns", "end_ns", "active_ns", "resumes", "waiting_ns",
+                                      "resource"}));
   const auto& spans = doc["spans"].GetArray();
   ASSERT_EQ(spans.Size(), p.spans.size());
   for (size_t i = 0; i < p.spans.size(); ++i) {
     const Span& s = p.spans[i];
     const auto& row = spans[static_cast<rapidjson::SizeType>(i)].GetArray();
-    ASSERT_EQ(row.Size(), 11u);
+    ASSERT_EQ(row.Size(), 12u);
     EXPECT_EQ(row[0].GetInt(), s.parent);
     EXPECT_EQ(row[1].GetUint(), s.function);
     EXPECT_EQ(row[2].GetUint(), s.label);
@@ -147,6 +148,7 @@ TEST_F(JsonDocTest, SpansMatchTheTreeFieldByField) {
     EXPECT_EQ(row[8].GetInt64(), s.active_ns);
     EXPECT_EQ(row[9].GetUint(), s.resumes);
     EXPECT_EQ(row[10].GetInt64(), s.waiting_ns);
+    EXPECT_EQ(row[11].GetUint(), s.resource);
   }
   // Spot checks of what the builder made of the events.
   EXPECT_EQ(spans[0][5].GetUint(), static_cast<uint32_t>(kSpanChildrenDropped));

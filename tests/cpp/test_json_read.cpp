@@ -549,7 +549,7 @@ TEST(JsonRead, CorruptDocumentsNameWhatAndWhere) {
       {"ends before it starts", [](auto& d) { d["spans"][1][7].SetInt64(0); },
        "spans[1]: ends before it starts"},
       {"short row", [](auto& d) { d["spans"][4].PopBack(); },
-       "spans[4]: has 10 cells, the header names 11"},
+       "spans[4]: has 11 cells, the header names 12"},
       {"row not an array", [](auto& d) { d["spans"][4].SetNull(); },
        "spans[4]: expected an array (one row)"},
       {"no parent column", [](auto& d) { d["span_fields"][0].SetString("mother"); },

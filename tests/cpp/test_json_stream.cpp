@@ -126,9 +126,9 @@ TEST(JsonStream, SpansThatAreNoArrayStayInTheDom) {
 TEST(JsonStream, BadRowsFailAsTheDomPathDoes) {
   using Edit = std::function<void(rapidjson::Document&)>;
   const std::vector<std::pair<Edit, std::string>> cases = {
-      {[](auto& d) { d["spans"][4].PopBack(); }, "spans[4]: has 10 cells, the header names 11"},
+      {[](auto& d) { d["spans"][4].PopBack(); }, "spans[4]: has 11 cells, the header names 12"},
       {[](auto& d) { d["spans"][4].PushBack(1, d.GetAllocator()); },
-       "spans[4]: has 12 cells, the header names 11"},
+       "spans[4]: has 13 cells, the header names 12"},
       {[](auto& d) { d["spans"][3].SetObject(); },
        "spans[3]: expected an array (one row), found an object"},
       {[](auto& d) { d["spans"][3].SetString("row"); }, "found a string"},
@@ -154,7 +154,7 @@ TEST(JsonStream, BadRowsFailAsTheDomPathDoes) {
          d["spans"][5].SetNull();
          d["spans"][2].PopBack();
        },
-       "spans[2]: has 10 cells"},
+       "spans[2]: has 11 cells"},
   };
   const std::string doc = to_json_document(test::random_profile(3, 200, 5, false));
   for (const auto& [edit, message] : cases) {

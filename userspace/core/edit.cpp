@@ -82,6 +82,7 @@ Result<Profile> edit_profile(const Profile& in, const ProfileEdits& edits) {
     function_used[s.function] = true;
     const bool relabelled = edits.labels.count(static_cast<int32_t>(i)) != 0;
     if (!relabelled && s.label < old_strings.size()) string_used[s.label] = true;
+    if (s.resource < old_strings.size()) string_used[s.resource] = true;
   }
   for (uint32_t f = 0; f < in.functions.size(); ++f) {
     if (!function_used[f]) continue;
@@ -115,6 +116,7 @@ Result<Profile> edit_profile(const Profile& in, const ProfileEdits& edits) {
     s.function = function_map[s.function];
     const auto label = edits.labels.find(static_cast<int32_t>(i));
     s.label = label == edits.labels.end() ? new_string(s.label) : strings.intern(label->second);
+    s.resource = new_string(s.resource);
     out.spans.push_back(s);
   }
 

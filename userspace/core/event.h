@@ -58,6 +58,9 @@ enum EventFlag : uint8_t {
   // kCall: a selector's select waiting for I/O or a timer (an event loop
   // with nothing ready; pyext/loop_watch.cpp): the thread was idle in it.
   kEvWait = 1 << 6,
+  // kLabel: the string names the resource the span uses (profile_span's and
+  // profile_block's `resource=`; core/resources.h), not its label.
+  kEvResource = 1 << 7,
 };
 
 struct Event {

@@ -30,6 +30,7 @@
 #include "core/export_util.h"
 #include "core/io.h"
 #include "core/render_text.h"
+#include "core/resources.h"
 #include "core/sched.h"
 
 namespace mlprof {
@@ -93,13 +94,13 @@ std::vector<Track> lane_tracks(const Profile& p) {
 }
 
 // The track title of a lane: its title without the pid and session, which
-// the process and the shared track already say.
-std::string track_title(const Lane& lane) {
+// the process and the shared track already say; a task's names its coroutine.
+std::string track_title(const Lane& lane, const std::string& coroutine) {
   Lane bare;
   bare.thread_id = lane.thread_id;
   bare.thread_name = lane.thread_name;
   bare.task = lane.task;
-  return lane_title(bare);
+  return coroutine.empty() ? lane_title(bare) : lane_title(bare) + ": " + coroutine;
 }
 
 const char* category(const Profile& p, const Span& s) {
@@ -126,7 +127,8 @@ std::vector<std::string> function_locations(const Profile& p) {
 }
 
 void write_span_args(JsonWriter& w, const Profile& p, const std::vector<std::string>& locations,
-                     int32_t idx, const RunInterval& iv) {
+                     int32_t idx, const RunInterval& iv, const ResourceCall* call = nullptr,
+                     const std::string* resource = nullptr) {
   const Span& s = p.spans[idx];
   const StringTable& strings = p.functions.strings();
   w.Key("args");
@@ -175,6 +177,23 @@ void write_span_args(JsonWriter& w, const Profile& p, const std::vector<std::str
   if (!flags.empty()) {
     w.Key("flags");
     write_string(w, flags);
+  }
+  if (resource != nullptr) {
+    w.Key("resource");
+    write_string(w, *resource);
+  } else if (s.resource != 0) {
+    w.Key("resource");
+    write_string(w, p.functions.strings().get(s.resource));
+  }
+  if (call != nullptr) {
+    w.Key("slot");
+    w.Uint(call->slot);
+    w.Key("in flight");
+    write_string(w, format_duration(call->end_ns - call->start_ns));
+    if (call->queued_from_ns < call->start_ns) {
+      w.Key("queued");
+      write_string(w, format_duration(call->start_ns - call->queued_from_ns));
+    }
   }
   if (s.waiting_ns > 0) {  // running vs waiting, of the wall time (core/waiting.h)
     w.Key("waiting");
@@ -403,6 +422,70 @@ void write_thread_events(JsonWriter& w, const Profile& p, int64_t origin, std::s
   }
 }
 
+// Spec 002's view: each resource a process (above any real pid), each slot
+// in use a thread, each call a slice on the slot it took, and per resource
+// the counters "in flight" and "queued" (core/resources.h).
+constexpr uint32_t kResourcePidBase = 1u << 30;
+
+void write_resources(JsonWriter& w, const Profile& p, const std::vector<Resource>& resources,
+                     const std::vector<std::string>& locations, int64_t origin, std::string& scratch) {
+  const StringTable& strings = p.functions.strings();
+  for (size_t k = 0; k < resources.size(); ++k) {
+    const Resource& r = resources[k];
+    const auto pid = static_cast<uint32_t>(kResourcePidBase + k);
+    const std::string name = "resource " + strings.get(r.name);
+    write_metadata_event(w, "process_name", pid, nullptr, "name", &name, 0);
+    write_metadata_event(w, "process_sort_index", pid, nullptr, "sort_index", nullptr, static_cast<int>(k) - 1000);
+    for (uint32_t slot = 1; slot <= r.slots; ++slot) {
+      const std::string title = "slot " + std::to_string(slot);
+      write_metadata_event(w, "thread_name", pid, &slot, "name", &title, 0);
+      write_metadata_event(w, "thread_sort_index", pid, &slot, "sort_index", nullptr, static_cast<int>(slot));
+    }
+    for (const ResourceCall& c : r.calls) {
+      const Span& s = p.spans[static_cast<size_t>(c.span)];
+      w.StartObject();
+      w.Key("ph");
+      w.String("X");
+      w.Key("ts");
+      write_us(w, scratch, c.start_ns - origin);
+      w.Key("dur");
+      write_us(w, scratch, c.end_ns - c.start_ns);
+      w.Key("pid");
+      w.Uint(pid);
+      w.Key("tid");
+      w.Uint(c.slot);
+      w.Key("name");
+      write_string(w, p.display_name(s));
+      w.Key("cat");
+      w.String("resource");
+      RunInterval whole;
+      whole.span = c.span;
+      write_span_args(w, p, locations, c.span, whole, &c, &strings.get(r.name));
+      w.EndObject();
+    }
+    for (const ResourceSample& smp : r.samples) {
+      for (const bool queued : {false, true}) {
+        if (queued && r.peak_queued == 0) continue;
+        w.StartObject();
+        w.Key("ph");
+        w.String("C");
+        w.Key("ts");
+        write_us(w, scratch, smp.ts_ns - origin);
+        w.Key("pid");
+        w.Uint(pid);
+        w.Key("name");
+        w.String(queued ? "queued" : "in flight");
+        w.Key("args");
+        w.StartObject();
+        w.Key("calls");
+        w.Uint(queued ? smp.queued : smp.in_flight);
+        w.EndObject();
+        w.EndObject();
+      }
+    }
+  }
+}
+
 // Time zero: the timeline's, or an earlier kernel event's.
 int64_t trace_origin(const Profile& p) {
   int64_t origin = export_util::time_origin(p);
@@ -489,13 +572,14 @@ std::string to_chrome_trace(const Profile& p) {
     write_metadata_event(w, "process_name", pid, nullptr, "name", &process, 0);
   }
   // One name per track, from the first lane drawn on it.
+  const std::vector<std::string> coroutines = lane_coroutines(p);
   std::set<Track> named;
   size_t lanes_shown = 0;
   for (size_t li = 0; li < p.lanes.size(); ++li) {
     if (!has_spans[li]) continue;
     ++lanes_shown;
     if (!named.insert(tracks[li]).second) continue;
-    const std::string title = track_title(p.lanes[li]);
+    const std::string title = track_title(p.lanes[li], coroutines[li]);
     write_metadata_event(w, "thread_name", tracks[li].first, &tracks[li].second, "name", &title, 0);
     write_metadata_event(w, "thread_sort_index", tracks[li].first, &tracks[li].second, "sort_index",
                          nullptr, static_cast<int>(li));
@@ -538,6 +622,7 @@ std::string to_chrome_trace(const Profile& p) {
     write_thread_events(w, p, origin, scratch);
   }
   if (lanes_shown > 1) write_active_lanes(w, lanes, pids.front(), origin, scratch);
+  write_resources(w, p, resource_view(p), locations, origin, scratch);
   w.EndArray();
 
   w.Key("displayTimeUnit");

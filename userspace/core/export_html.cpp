@@ -7,10 +7,12 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "core/bubbles.h"
 #include "core/io.h"
 #include "core/json_doc.h"
 #include "core/render_text.h"
 #include "core/report_assets.h"  // generated from report/ by report/embed.cmake
+#include "core/resources.h"
 
 namespace mlprof {
 
@@ -47,8 +49,63 @@ std::string report_extras(const Profile& p) {
   w.EndArray();
   w.Key("lane_titles");
   w.StartArray();
-  for (const Lane& lane : p.lanes) write_string(w, lane_title(lane));
+  const std::vector<std::string> coroutines = lane_coroutines(p);
+  for (size_t i = 0; i < p.lanes.size(); ++i) {
+    write_string(w, coroutines[i].empty() ? lane_title(p.lanes[i]) : lane_title(p.lanes[i]) + ": " + coroutines[i]);
+  }
   w.EndArray();
+  // Spec 002's view (core/resources.h): per resource, its calls
+  // [span, slot, start_ns, end_ns, queued_from_ns] and its samples
+  // [ts_ns, in_flight, queued].
+  w.Key("resources");
+  w.StartArray();
+  for (const Resource& r : resource_view(p)) {
+    w.StartObject();
+    w.Key("name");
+    write_string(w, p.functions.strings().get(r.name));
+    w.Key("slots");
+    w.Uint(r.slots);
+    w.Key("peak_queued");
+    w.Uint(r.peak_queued);
+    w.Key("calls");
+    w.StartArray();
+    for (const ResourceCall& c : r.calls) {
+      w.StartArray();
+      w.Int(c.span);
+      w.Uint(c.slot);
+      w.Int64(c.start_ns);
+      w.Int64(c.end_ns);
+      w.Int64(c.queued_from_ns);
+      w.EndArray();
+    }
+    w.EndArray();
+    w.Key("samples");
+    w.StartArray();
+    for (const ResourceSample& s : r.samples) {
+      w.StartArray();
+      w.Int64(s.ts_ns);
+      w.Uint(s.in_flight);
+      w.Uint(s.queued);
+      w.EndArray();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  // The idle gaps of at least 1 ms (mlprof bubbles' default), [start_ns,
+  // end_ns], and whether anything said when lanes waited (else none can be seen).
+  const BubbleReport bubbles = find_bubbles(p, 1'000'000);
+  w.Key("bubbles");
+  w.StartArray();
+  for (const Bubble& b : bubbles.bubbles) {
+    w.StartArray();
+    w.Int64(b.start_ns);
+    w.Int64(b.end_ns);
+    w.EndArray();
+  }
+  w.EndArray();
+  w.Key("bubble_wait_data");
+  w.Bool(bubbles.wait_data);
   w.Key("io_roles");  // the report's role constants (core/io.h)
   w.StartObject();
   w.Key("argument");

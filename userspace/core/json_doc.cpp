@@ -338,7 +338,7 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
 
   w.Key("span_fields");
   write_fields(w, {"parent", "function", "label", "lane", "depth", "flags", "start_ns", "end_ns",
-                   "active_ns", "resumes", "waiting_ns"});
+                   "active_ns", "resumes", "waiting_ns", "resource"});
   // A view keeps spans at depth <= k. Parents are shallower, so they are kept
   // and come earlier: one pass renumbers.
   std::vector<int32_t> renumbered;
@@ -366,6 +366,7 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.Int64(s.active_ns);
     w.Uint(s.resumes);
     w.Int64(s.waiting_ns);
+    w.Uint(s.resource);
     w.EndArray();
   }
   w.EndArray();

@@ -430,6 +430,7 @@ class DocumentReader {
     // Running vs waiting (optional: a document written before it has none;
     // read_document computes what it can then).
     waiting_col_ = optional_column(root_, "span_fields", "waiting_ns");
+    const int resource_col = optional_column(root_, "span_fields", "resource");
     const size_t n_functions = p.functions.size();
     const size_t n_strings = p.functions.strings().size();
     const size_t n_lanes = p.lanes.size();
@@ -451,7 +452,9 @@ class DocumentReader {
           !get((*r)[c.at[7]], Where{s, i, "end_ns"}, span.end_ns) ||
           !get((*r)[c.at[8]], Where{s, i, "active_ns"}, span.active_ns) ||
           !get((*r)[c.at[9]], Where{s, i, "resumes"}, span.resumes) ||
-          (waiting_col_ >= 0 && !get((*r)[waiting_col_], Where{s, i, "waiting_ns"}, span.waiting_ns))) {
+          (waiting_col_ >= 0 && !get((*r)[waiting_col_], Where{s, i, "waiting_ns"}, span.waiting_ns)) ||
+          (resource_col >= 0 &&
+           !get_id((*r)[resource_col], Where{s, i, "resource"}, n_strings, "strings", span.resource))) {
         return false;
       }
       // A parent comes first: that is what makes the links a tree (no cycles)

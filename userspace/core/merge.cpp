@@ -133,6 +133,7 @@ void append_one(Profile& into, const Profile& from, Remap& remap, bool& take_met
     if (s.parent >= 0) s.parent += span_base;
     s.function = remap.function(s.function);
     s.label = remap.string(s.label);
+    s.resource = remap.string(s.resource);
     s.lane += static_cast<uint32_t>(lane_base);
     into.spans.push_back(s);
   }

@@ -30,6 +30,18 @@ std::string lane_title(const Lane& lane) {
   return title;
 }
 
+std::vector<std::string> lane_coroutines(const Profile& p) {
+  std::vector<std::string> out(p.lanes.size());
+  std::vector<bool> seen(p.lanes.size(), false);
+  for (const Span& s : p.spans) {
+    if (s.lane >= p.lanes.size() || seen[s.lane]) continue;
+    if (s.parent >= 0 && p.spans[static_cast<size_t>(s.parent)].lane == s.lane) continue;
+    seen[s.lane] = true;
+    if (p.lanes[s.lane].task != 0) out[s.lane] = p.display_name(s);
+  }
+  return out;
+}
+
 std::string format_kernel(const SpanKernel& k, const std::string& waker_name) {
   // The span's own thread (on + off = wall); the threads it started apart.
   std::string out = "[cpu ";

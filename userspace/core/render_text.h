@@ -6,6 +6,7 @@
 // the tree.
 
 #include <string>
+#include <vector>
 
 #include "core/tree.h"
 #include "core/view.h"
@@ -23,6 +24,9 @@ std::string render_text(const Profile& p, const ViewOptions& opts);
 // otherwise; a lane with no thread name is named by its thread_id. A lane
 // with a pid or session (the agent's) adds them: ", pid 4242, session 3".
 std::string lane_title(const Lane& lane);
+// Each lane's coroutine: for an asyncio task's lane, the display name of its
+// first root span (what the task runs); "" for a thread's own lane.
+std::vector<std::string> lane_coroutines(const Profile& p);
 
 // A span's kernel figures as the text tree shows them:
 // "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms; woken by 4243 (Worker)]";

@@ -107,6 +107,7 @@ class TreeBuilder {
     segments_.clear();
     free_segments_.clear();
     uint32_t pending_label = 0;
+    uint32_t pending_resource = 0;
     bool marked_dropped = false;
     int64_t last_ts = p_.end_ns;
 
@@ -143,7 +144,13 @@ class TreeBuilder {
       if (ev.kind != EventKind::kLabel) last_ts = std::max(last_ts, ev.ts_ns);
       switch (ev.kind) {
         case EventKind::kLabel:
-          if (!(ev.flags & kEvRelabel)) {
+          if (ev.flags & kEvResource) {
+            if (!(ev.flags & kEvRelabel)) {
+              pending_resource = ev.id;
+            } else if (!stack_.empty()) {
+              p_.spans[stack_.back()].resource = ev.id;
+            }
+          } else if (!(ev.flags & kEvRelabel)) {
             pending_label = ev.id;
           } else if (!stack_.empty()) {
             p_.spans[stack_.back()].label = ev.id;
@@ -166,6 +173,8 @@ class TreeBuilder {
             s.flags |= kSpanLabelled;
             pending_label = 0;
           }
+          s.resource = pending_resource;
+          pending_resource = 0;
           const auto idx = static_cast<int32_t>(p_.spans.size());
           p_.spans.push_back(s);
           run_start_.push_back(ev.ts_ns);

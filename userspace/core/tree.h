@@ -74,6 +74,7 @@ struct Span {
   int64_t active_ns = 0;     // time actually running (< end-start for suspended spans)
   uint32_t resumes = 0;      // times a suspended span was resumed
   int64_t waiting_ns = 0;    // of the wall, suspended or off the CPU (core/waiting.h)
+  uint32_t resource = 0;     // string id of the resource it uses, 0 if none (core/resources.h)
   int32_t first_child = -1;  // children in start order
   int32_t next_sibling = -1;
 
