@@ -142,8 +142,10 @@ def test_each_resource_is_a_process_with_a_thread_per_slot(engine, depth, tmp_pa
 
 
 def test_the_counters_follow_the_programs_clock(engine, tmp_path):
-    """In flight at each sample is what the calls' own clocks say, a few
-    microseconds after the change (the block opens after the clock read)."""
+    """In flight at each sample is what the calls' own clocks say. Each
+    stretch is compared at its middle, give or take 0.5 ms: the profile's
+    times leave out the profiler's own work (first sight of a code, I/O summaries),
+    so they drift from the program's clock by what the hook took so far."""
     model = Router()
     with profiling(depth=-1, engine=engine) as session:
         model.predict()
@@ -156,10 +158,11 @@ def test_the_counters_follow_the_programs_clock(engine, tmp_path):
         samples = r["in flight"]
         assert samples[-1][1] == 0 and len(samples) >= 4
         for (ts, n), (nxt, _) in zip(samples, samples[1:]):
-            if nxt - ts < (200_000 if engine == "native" else 2_000_000):
+            if nxt - ts < (1_500_000 if engine == "native" else 3_000_000):
                 continue  # too short to compare with another clock (the reference's hook takes 100s of us)
-            # Midway through the stretch the sample stands for.
-            assert n == _truth_in_flight(model.log, name, origin + (ts + nxt) // 2), (name, ts, n)
+            mid = origin + (ts + nxt) // 2
+            truths = {_truth_in_flight(model.log, name, mid + d) for d in (-500_000, 0, 500_000)}
+            assert n in truths, (name, ts, n, truths)
 
 
 def test_profile_span_resource_on_a_coroutine_and_on_threads(engine, tmp_path):
@@ -247,3 +250,16 @@ def test_a_resource_costs_nothing_without_a_session():
     with profile_block("b", resource="db") as b:
         pass
     assert b.resource == "db"
+
+
+def test_a_store_keeps_each_spans_resource(engine, tmp_path):
+    from mlflow_profiler.store import open_store
+
+    model = Router()
+    with profiling(depth=-1, engine=engine) as session:
+        model.predict()
+    with open_store(str(tmp_path / "p.db")) as store:
+        source = store.add(session)
+        back = store.load(source)
+    assert [s.resource for s in back.spans] == [s.resource for s in session.spans]
+    assert sum(s.resource == "smart" for s in back.spans) == CALLS // 2

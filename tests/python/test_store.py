@@ -257,7 +257,7 @@ def test_wait_objects_and_wakers_come_back_and_a_2_2_store_keeps_working(tmp_pat
     assert waits == {("futex", "S"): 55, ("fsync", "D"): 15}
     assert all(iv[-1] == "" for iv in old["kernel"]["off_cpu"])
     done = _mlprof("migrate", db)
-    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.2 -> 2.5\n"
+    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.2 -> 2.6\n"
     with open_store(db) as store:
         assert _document(store.load(source))["kernel"]["waits"] == old["kernel"]["waits"]
     conn.close()
@@ -279,8 +279,8 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
         assert store.source_ids({"model": "m"}) == [source]
         assert store.sources()[0]["tool"] is None  # kept from 2.4 on
     done = _mlprof("migrate", db)
-    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.5\n"
-    assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.5",)
+    assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.6\n"
+    assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.6",)
     plan = " ".join(r[-1] for r in conn.execute(
         "EXPLAIN QUERY PLAN SELECT source_id FROM source_labels WHERE key = 'label.model' AND value = 'm'"))
     assert "source_labels_by_value" in plan
@@ -298,7 +298,7 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
         assert store.load(source).to_tree() == before
         assert [s[1] for s in store.load_stacks(stacks).stacks()] == [["main", "load"]] * 3 + [["main", "predict"]] * 2
     again = _mlprof("migrate", db)
-    assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.5\n"
+    assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.6\n"
     # No step starts at 1.0: the store is left as it was, and both messages say so.
     conn.execute("UPDATE meta SET value = '1.0' WHERE key = 'version'")
     refused = _mlprof("migrate", db)

@@ -180,8 +180,8 @@ def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
     with open_store(url) as store:  # written in 2.0's format
         source = store.add(session, labels={"model": "m"})
         before = store.load(source).to_tree()
-    assert migrate(url) == ("2.0", "2.5")
-    assert migrate(url) == ("2.5", "2.5")
+    assert migrate(url) == ("2.0", "2.6")
+    assert migrate(url) == ("2.6", "2.6")
     spans = len(list(_walk(before)))
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT indexname FROM pg_indexes WHERE indexname = 'source_labels_by_value'").fetchall()

@@ -133,7 +133,7 @@ def test_a_store_of_2_1_is_written_without_traces_and_migrated(tmp_path):
         source = store.add(session)
         assert store.traces() == [] and store.load(source).traces == []
         assert store.source_ids({"trace_id": session.trace_id}) == []
-    assert migrate(str(db)) == ("2.1", "2.5")  # through 2.2 and 2.3 to the current
+    assert migrate(str(db)) == ("2.1", "2.6")  # through 2.2 and 2.3 to the current
     with open_store(db) as store:
         again = store.add(session)
         assert store.source_ids({"trace_id": session.trace_id}) == [again]

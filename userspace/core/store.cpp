@@ -454,10 +454,14 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   Dictionaries dict(d);
   const std::vector<int64_t> self = export_util::self_times(p);
   std::vector<int64_t> stack_of(p.spans.size(), 0);
-  Inserter sample_rows(d, v2_4 ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
-                              "active_ns, self_ns, resumes, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                            : "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
-                              "active_ns, self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  const bool v2_6 = has_2_(d, 6);  // 2.6: the span's resource
+  Inserter sample_rows(d, v2_6   ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
+                                   "active_ns, self_ns, resumes, source_id, resource) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                                   "?, ?, ?)"
+                          : v2_4 ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
+                                   "active_ns, self_ns, resumes, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                                 : "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
+                                   "active_ns, self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   std::vector<int32_t> order;  // sample id order: parents before children
   order.reserve(p.spans.size());
   for (const auto& s : sessions) {
@@ -476,6 +480,7 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
                stack_of[i], int64_t{sp.flags}, sp.start_ns - base, sp.end_ns - base,
                sp.active_ns == wall ? SqlValue{} : SqlValue{sp.active_ns}, self[i], int64_t{sp.resumes}};
     if (v2_4) row.push_back(source_id);
+    if (v2_6) row.push_back(sp.resource ? SqlValue{p.functions.strings().get(sp.resource)} : SqlValue{});
     sample_rows.add(std::move(row));
   }
   sample_rows.flush();
@@ -855,6 +860,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   // lane order, in sample order within a lane, as the document has them.
   std::vector<int64_t> ids, parent_ids;  // in sample order
   std::unordered_map<int64_t, uint32_t> function_ids;
+  const bool v2_6 = has_2_(d, 6);  // the span's resource
   for (const auto& range : d.query("SELECT first_sample_id, sample_count FROM sessions WHERE source_id = ? ORDER BY "
                                    "first_sample_id",
                                    {source_id})) {
@@ -862,8 +868,9 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     for (int64_t lo = first; lo < end; lo += kRowsPerRead) {
       for (const auto& r : d.query(
                "SELECT s.sample_id, s.lane_id, s.parent_id, s.flags, s.start_ns, s.end_ns, s.active_ns, s.resumes, "
-               "k.depth, lo.label, f.function_id, f.name, f.module, f.filename, f.start_line, f.kind, f.user_code "
-               "FROM samples s JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = "
+               "k.depth, lo.label, f.function_id, f.name, f.module, f.filename, f.start_line, f.kind, f.user_code" +
+                   std::string(v2_6 ? ", s.resource " : ", NULL ") +
+                   "FROM samples s JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = "
                "k.location_id JOIN functions f ON f.function_id = lo.function_id WHERE s.sample_id BETWEEN ? AND ? "
                "ORDER BY s.sample_id",
                {lo, std::min(lo + kRowsPerRead, end) - 1})) {
@@ -892,6 +899,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
                     .first;
         }
         sp.function = fit->second;
+        if (!is_null(r[17])) sp.resource = p.functions.strings().intern(as_text(r[17]));
         ids.push_back(as_int(r[0]));
         p.spans.push_back(sp);
       }

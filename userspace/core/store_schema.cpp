@@ -340,6 +340,8 @@ const std::vector<Migration>& migrations() {
        "2.5",
        {"ALTER TABLE segments ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE segments ADD COLUMN paused_ns INTEGER NOT NULL DEFAULT 0"}},
+      // The resource a span used (core/resources.h); NULL: none, as in older rows.
+      {"2.5", "2.6", {"ALTER TABLE samples ADD COLUMN resource TEXT"}},
   };
   return steps;
 }

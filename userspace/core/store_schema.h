@@ -13,7 +13,7 @@ enum class Dialect { kSqlite, kPostgres };
 
 // meta('version'): a reader takes the same major with a minor <= its own.
 inline constexpr int kStoreMajor = 2;
-inline constexpr int kStoreMinor = 5;
+inline constexpr int kStoreMinor = 6;
 inline constexpr const char* kStoreFormat = "mlflow-profiler-store";
 
 // The CREATE statements, in order (tables, views, then the migrations()
