@@ -103,12 +103,20 @@ TEST(StoreSchema, Version2_4GivesSpec001sNamesAfterTheOlderSteps) {
 }
 
 TEST(StoreSchema, Version2_5GivesSegmentsTheirCoalescedResumes) {
-  const auto now = schema_statements(Dialect::kSqlite);
+  const auto now = schema_statements(Dialect::kSqlite, "2.5");
   const auto before = schema_statements(Dialect::kSqlite, "2.4");
   ASSERT_EQ(now.size(), before.size() + 2);
   EXPECT_TRUE(std::equal(before.begin(), before.end(), now.begin()));
   EXPECT_EQ(now[before.size()], "ALTER TABLE segments ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0");
   EXPECT_EQ(now[before.size() + 1], "ALTER TABLE segments ADD COLUMN paused_ns INTEGER NOT NULL DEFAULT 0");
+}
+
+TEST(StoreSchema, Version2_6GivesSamplesTheirResource) {
+  const auto now = schema_statements(Dialect::kSqlite);
+  const auto before = schema_statements(Dialect::kSqlite, "2.5");
+  ASSERT_EQ(now.size(), before.size() + 1);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), now.begin()));
+  EXPECT_EQ(now.back(), "ALTER TABLE samples ADD COLUMN resource TEXT");
 }
 
 TEST(StoreSchema, PostgresGetsBigintsAndNoSqliteTableOptions) {
