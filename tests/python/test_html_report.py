@@ -676,6 +676,160 @@ def test_asyncio_tasks_get_their_own_tracks(browser, engine, tmp_path):
             t_ns, y)
 
     asleep = ((segments[0][2] + segments[1][1]) / 2) - t0
-    assert alpha_at(asleep) == 0
-    assert alpha_at(segments[1][1] - t0) > 0
+    # Bars are opaque; an idle gap's shade over the sleep is translucent.
+    assert alpha_at(asleep) < 64
+    assert alpha_at(segments[1][1] - t0) == 255
+    assert console_errors(browser) == []
+
+
+# ---- resources and idle gaps (issue 42 item 3) ------------------------------------
+
+
+def _pixel(driver, x, y):
+    """The chart's [r, g, b, a] at CSS pixel (x, y) of the canvas, once drawn."""
+    settle(driver)
+    return driver.execute_script(
+        """
+        const c = document.getElementById('chart');
+        const r = window.devicePixelRatio || 1;
+        return Array.from(c.getContext('2d').getImageData(Math.floor(arguments[0] * r), Math.floor(arguments[1] * r), 1, 1).data);
+        """,
+        x, y)
+
+
+def _x_of(driver, t_ns):
+    v0, v1 = driver.execute_script("return window.mlprofReport.range()")
+    return (t_ns - v0) / (v1 - v0) * driver.execute_script("return window.mlprofReport.chartWidth()")
+
+
+def _hover_tip(driver, x, y):
+    """The tooltip's lines with the pointer at canvas CSS pixel (x, y); [] when none shows."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    canvas = driver.find_element("id", "chart")
+    width, height = canvas.size["width"], canvas.size["height"]
+    ActionChains(driver).move_to_element_with_offset(canvas, int(x - width / 2), int(y - height / 2)).perform()
+    settle(driver)
+    tip = driver.find_element("id", "tooltip")
+    return tip.text.splitlines() if tip.is_displayed() else []
+
+
+def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_path):
+    # Router (test_resources.py): 16 calls through asyncio semaphores, 4 slots
+    # for "fast", 2 for "smart"; its own clock logs each call's slot time.
+    from test_resources import CALLS, LATENCY, LIMITS, Router, _truth_in_flight
+
+    model = Router()
+    with profiling(depth=-1, engine=engine) as session:
+        model.predict()
+    open_session(browser, session, tmp_path)
+    doc = json.loads(session.to_json())
+    t0 = doc["meta"]["start_ns"]
+    layout = {t["title"]: t for t in browser.execute_script("return window.mlprofReport.resourceLayout()")}
+    assert set(layout) == {"resource fast", "resource smart"}
+    for name, limit in LIMITS.items():
+        track = layout["resource " + name]
+        # the semaphore's limit is the slots, and the calls beyond it queued at the start
+        assert track["rows"] == [f"slot {k}" for k in range(1, limit + 1)]
+        assert track["counters"] == [f"in flight (peak {limit})", f"queued (peak {CALLS // 2 - limit})"]
+    # The lanes' tracks are as before, above the resources'.
+    lanes = browser.execute_script("return window.mlprofReport.trackLayout()")
+    assert max(t["y"] for t in lanes) < min(t["y"] for t in layout.values())
+
+    # Scroll the resources into view, as a person would.
+    fast = layout["resource fast"]
+    browser.execute_script("document.getElementById('chart-scroll').scrollTop = arguments[0]", fast["y"] - AXIS_PX - 2)
+    scroll = browser.execute_script("return document.getElementById('chart-scroll').scrollTop")
+    height = browser.find_element("id", "chart").size["height"]
+
+    def slot_y(track, k):  # middle of slot row k (1-based) on the canvas
+        return track["y"] + TITLE_PX + (k - 1) * ROW_PX + ROW_PX // 2 - scroll
+
+    # Every slot row has bars: opaque pixels along its middle line.
+    for name, limit in LIMITS.items():
+        track = layout["resource " + name]
+        for k in range(1, limit + 1):
+            y = slot_y(track, k)
+            assert AXIS_PX < y < height, (name, k, y, height)
+            opaque = browser.execute_script(
+                """
+                const c = document.getElementById('chart'), r = window.devicePixelRatio || 1;
+                const d = c.getContext('2d').getImageData(0, Math.floor(arguments[0] * r), c.width, 1).data;
+                let n = 0;
+                for (let i = 3; i < d.length; i += 4) if (d[i] === 255) n++;
+                return n;
+                """, y)
+            assert opaque > 20, (name, k)
+
+    # Hover the slot rows of "smart" in the middle of its last call (by its
+    # own clock): a bar on as many slots as its log says were in flight, each
+    # named like its span, with its resource, slot and the times.
+    smart = layout["resource smart"]
+    _, _, t1, t2 = max((e for e in model.log if e[0] == "smart"), key=lambda e: e[2])
+    mid = (t1 + t2) // 2
+    x = _x_of(browser, mid - t0)
+    hits = {}
+    for k in (1, 2):
+        lines = _hover_tip(browser, x, slot_y(smart, k))
+        if lines:
+            hits[k] = lines
+    assert len(hits) == _truth_in_flight(model.log, "smart", mid) >= 1, hits
+    for k, lines in hits.items():
+        assert lines[0] == "ask smart"
+        assert f"resource smart, slot {k}" in lines
+        flight = next(line for line in lines if line.startswith("in flight "))
+        assert float(flight[len("in flight "):-2]) >= LATENCY["smart"] * 1e3  # the sleep is inside the block
+        # the last calls waited for 3 rounds of the 2 slots before them
+        queued = next(line for line in lines if line.startswith("queued "))
+        assert float(queued[len("queued "):-2]) >= 3 * LATENCY["smart"] * 1e3 - 5, lines
+
+    # Idle gaps: while every call sleeps nothing runs. The header gives their
+    # count and total; each is shaded over the chart's whole height.
+    extras = json.loads(re.search(r'id="mlprof-extras">(.*?)</script>',
+                                  (tmp_path / "session.html").read_text(), re.S).group(1))
+    bubbles = extras["bubbles"]
+    assert extras["bubble_wait_data"] and bubbles
+    for s, e in bubbles:  # some call was in flight in each (the program's clock)
+        assert any(t1 <= (s + e) // 2 < t2 for _, _, t1, t2 in model.log), (s, e)
+    total = sum(e - s for s, e in bubbles)
+    assert browser.find_element("id", "fact-bubbles").text == f"{len(bubbles)}, {fmt_ms(total)}"
+    # In the 4px gap under the last track, where nothing else is drawn.
+    last = max(layout.values(), key=lambda t: t["y"])
+    gap_y = last["y"] + TITLE_PX + len(last["rows"]) * ROW_PX + len(last["counters"]) * last["counterH"] + 1 - scroll
+    assert gap_y < height
+    s, e = max(bubbles, key=lambda b: b[1] - b[0])
+    shade = _pixel(browser, _x_of(browser, (s + e) / 2 - t0), gap_y)
+    assert 0 < shade[3] < 255 and shade[2] > shade[0], shade  # light, translucent, blue
+    # A time where some lane runs: the first call's start, outside every gap.
+    busy = min(t1 for _, _, t1, _ in model.log)
+    if not any(s <= busy <= e for s, e in bubbles):
+        assert _pixel(browser, _x_of(browser, busy - t0), gap_y)[3] == 0
+
+    # Clicking a call's bar selects its span and zooms to it.
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    k = next(iter(hits))
+    canvas = browser.find_element("id", "chart")
+    ActionChains(browser).move_to_element_with_offset(
+        canvas, int(x - canvas.size["width"] / 2), int(slot_y(smart, k) - height / 2)).click().perform()
+    wait_for(lambda: browser.find_element("css selector", "#detail h2").text == "ask smart", what="the detail panel")
+    assert shown_range_ns(browser) < (LATENCY["smart"] * 2 + 0.05) * 1e9
+    version = "%d%d" % sys.version_info[:2]
+    browser.execute_script("document.getElementById('zoom-reset').click()")
+    settle(browser)
+    assert browser.save_screenshot(str(artifact_dir(tmp_path) / f"html_report_resources_py{version}_{engine}.png"))
+    assert console_errors(browser) == []
+
+
+def test_idle_gaps_are_unknown_without_waiting_data(browser, engine, tmp_path):
+    # A plain function: nothing says when it waited, so no gap can be seen,
+    # and the header says so rather than 0. No resource: no resource rows.
+    def predict():
+        time.sleep(0.005)
+
+    with profiling(engine=engine) as session:
+        predict()
+    open_session(browser, session, tmp_path)
+    assert browser.find_element("id", "fact-bubbles").text == "unknown (no waiting data)"
+    assert browser.execute_script("return window.mlprofReport.resourceLayout()") == []
     assert console_errors(browser) == []

@@ -177,6 +177,20 @@
     }
     P.hasC = false;
     for (let i = 0; i < n; i++) if (P.flags[i] & F_C) { P.hasC = true; break; }
+    // Resources (core/resources.h) and idle gaps (core/bubbles.h), computed
+    // by the core: the page only moves them to the chart's time.
+    P.resources = (extras.resources || []).map((r) => ({
+      name: r.name, slots: r.slots, peakQueued: r.peak_queued,
+      calls: r.calls.map(([span, slot, s, e, q]) => ({ span, slot, start: s - t0, end: e - t0, queuedFrom: q - t0 })),
+      ts: Float64Array.from(r.samples, (x) => x[0] - t0),
+      inFlight: Int32Array.from(r.samples, (x) => x[1]),
+      queued: Int32Array.from(r.samples, (x) => x[2]),
+    }));
+    // Per span, its call to a resource (a span is at most one call): [resource, call].
+    P.callOf = new Map();
+    P.resources.forEach((r, ri) => r.calls.forEach((c, k) => P.callOf.set(c.span, [ri, k])));
+    P.bubbles = (extras.bubbles || []).map(([s, e]) => [s - t0, e - t0]);
+    P.bubbleWaitData = extras.bubble_wait_data !== false;
     return P;
   }
 
@@ -692,8 +706,10 @@
   // start, with a running maximum of their ends for binary search.
   const C = {
     canvas: $("chart"), scroll: $("chart-scroll"), spacer: $("chart-spacer"),
-    tracks: [], v0: 0, v1: 1, back: [], width: 0, height: 0, hover: -1,
+    tracks: [], res: [], v0: 0, v1: 1, back: [], width: 0, height: 0, hover: -1,
   };
+  const COUNTER_H = 30;  // a resource's "in flight"/"queued" step chart
+  const BUBBLE_FILL = "rgba(40, 90, 160, 0.11)";  // idle gaps, over everything
 
   // Items arrive in document order; generator segments can interleave, so
   // a row is sorted by start if it is not already. Then the running maximum
@@ -706,6 +722,7 @@
       order.sort((a, b) => row.start[a] - row.start[b] || a - b);
       const s = row.start.slice(), e = row.end.slice(), sp = row.span.slice();
       for (let k = 0; k < row.n; k++) { row.start[k] = s[order[k]]; row.end[k] = e[order[k]]; row.span[k] = sp[order[k]]; }
+      if (row.call) { const c = row.call.slice(); for (let k = 0; k < row.n; k++) row.call[k] = c[order[k]]; }
     }
     let m = -Infinity;
     for (let k = 0; k < row.n; k++) { if (row.end[k] > m) m = row.end[k]; row.maxEnd[k] = m; }
@@ -788,11 +805,42 @@
     return tracks;
   }
 
+  // Per resource a track below the lanes': one row per slot, each call a
+  // bar on the slot the core gave it (rows like a lane's, so drawRow and the
+  // hit test serve both), then its counters. `filter`: the search's matches.
+  function buildResourceTracks(filter) {
+    return P.resources.map((r, ri) => {
+      const rows = [];
+      for (let slot = 1; slot <= r.slots; slot++) {
+        const ks = [];
+        r.calls.forEach((c, k) => { if (c.slot === slot && (!filter || filter[c.span])) ks.push(k); });
+        const row = { n: ks.length, start: new Float64Array(ks.length), end: new Float64Array(ks.length),
+          maxEnd: new Float64Array(ks.length), span: new Int32Array(ks.length), call: new Int32Array(ks.length) };
+        ks.forEach((k, j) => {
+          const c = r.calls[k];
+          row.start[j] = c.start; row.end[j] = c.end; row.span[j] = c.span; row.call[j] = k;
+        });
+        finishRowItems(row);
+        rows.push(row);
+      }
+      // The peaks are the core's: in flight peaks at the slots used.
+      const counters = [{ label: "in flight (peak " + r.slots + ")", values: r.inFlight, peak: r.slots, color: "#6f9bd1" }];
+      if (r.peakQueued > 0) {
+        counters.push({ label: "queued (peak " + r.peakQueued + ")", values: r.queued, peak: r.peakQueued, color: "#d99a4e" });
+      }
+      return { res: ri, rows, counters };
+    });
+  }
+
   function layoutTracks() {
     let y = AXIS_H;
     for (const t of C.tracks) {
       t.y = y;
       y += TRACK_TITLE_H + t.rows.length * ROW_H + 4;
+    }
+    for (const t of C.res) {
+      t.y = y;
+      y += TRACK_TITLE_H + t.rows.length * ROW_H + t.counters.length * COUNTER_H + 4;
     }
     C.height = y;
     C.spacer.style.height = y + "px";
@@ -942,11 +990,85 @@
         if (searching && S.tracks) drawn += drawRow(ctx, S.tracks[ti].rows[r], y, scale, "#ffb000", true);
       }
     }
+    drawn += drawResources(ctx, W, H, scale, scrollY, searching);
+    drawBubbles(ctx, W, H, scale);
     outlineSpan(ctx, T.selected, "#0b57d0", scale, scrollY);
     if (C.hover >= 0 && C.hover !== T.selected) outlineSpan(ctx, C.hover, "#1d2329", scale, scrollY);
     drawAxis(ctx, W, scale);
     C.lastDraw = { ms: performance.now() - t, drawn };
     updateRangeLabel();
+  }
+
+  function drawResources(ctx, W, H, scale, scrollY, searching) {
+    let drawn = 0;
+    for (let ti = 0; ti < C.res.length; ti++) {
+      const tr = C.res[ti], r = P.resources[tr.res];
+      const ty = tr.y - scrollY;
+      if (ty > H || ty + TRACK_TITLE_H + tr.rows.length * ROW_H + tr.counters.length * COUNTER_H < 0) continue;
+      ctx.fillStyle = "#e6ecf3";
+      ctx.fillRect(0, ty, W, TRACK_TITLE_H - 2);
+      ctx.fillStyle = "#5f6b76";
+      ctx.fillText("resource " + r.name, 4, ty + TRACK_TITLE_H - 6);
+      for (let k = 0; k < tr.rows.length; k++) {
+        const y = ty + TRACK_TITLE_H + k * ROW_H;
+        if (y > H || y + ROW_H < 0) continue;
+        drawn += drawRow(ctx, tr.rows[k], y, scale, searching ? "#d9dde1" : null, !searching);
+        if (searching && S.res) drawn += drawRow(ctx, S.res[ti].rows[k], y, scale, "#ffb000", true);
+        rowLabel(ctx, "slot " + (k + 1), y, ROW_H - 1);
+      }
+      for (let k = 0; k < tr.counters.length; k++) {
+        const y = ty + TRACK_TITLE_H + tr.rows.length * ROW_H + k * COUNTER_H;
+        if (y > H || y + COUNTER_H < 0) continue;
+        drawCounter(ctx, r.ts, tr.counters[k], y, scale);
+        rowLabel(ctx, tr.counters[k].label, y, 14);
+      }
+    }
+    return drawn;
+  }
+
+  // A row's name at its left edge, on a light box so the bars under it
+  // do not hide it (the hit test still finds those bars).
+  function rowLabel(ctx, text, y, h) {
+    ctx.fillStyle = "rgba(255,255,255,0.85)";
+    ctx.fillRect(0, y, ctx.measureText(text).width + 8, h);
+    ctx.fillStyle = "#5f6b76";
+    ctx.fillText(text, 4, y + h - 4);
+  }
+
+  // A step chart: each sample holds until the next. Steps narrower than a
+  // pixel share it at their largest value.
+  function drawCounter(ctx, ts, cnt, y, scale) {
+    const v0 = C.v0, v1 = C.v1, n = ts.length, base = y + COUNTER_H - 2;
+    const h = (v) => Math.round((COUNTER_H - 4) * v / Math.max(1, cnt.peak));
+    ctx.fillStyle = "#f6f8fa";
+    ctx.fillRect(0, y, C.width, COUNTER_H - 1);
+    ctx.fillStyle = cnt.color;
+    let px = NaN, pmax = 0;
+    const flush = () => { if (pmax > 0) ctx.fillRect(px, base - h(pmax), 1, h(pmax)); pmax = 0; };
+    for (let k = Math.max(0, lowerBound(ts, n, v0) - 1); k < n && ts[k] <= v1; k++) {
+      const v = cnt.values[k];
+      const x0 = (ts[k] - v0) * scale, x1 = ((k + 1 < n ? ts[k + 1] : v1) - v0) * scale;
+      if (x1 - x0 < 1) {
+        const p = Math.floor(x0);
+        if (p !== px) { flush(); px = p; }
+        if (v > pmax) pmax = v;
+        continue;
+      }
+      flush(); px = NaN;
+      const a = Math.floor(Math.max(x0, -1)), b = Math.floor(Math.min(x1, C.width + 1));
+      if (v > 0) ctx.fillRect(a, base - h(v), Math.max(1, b - a), h(v));
+    }
+    flush();
+  }
+
+  // Idle gaps (no thread or task running): shaded over the whole height.
+  function drawBubbles(ctx, W, H, scale) {
+    ctx.fillStyle = BUBBLE_FILL;
+    for (const [s, e] of P.bubbles) {
+      if (e < C.v0 || s > C.v1) continue;
+      const x0 = Math.floor(Math.max(-1, (s - C.v0) * scale)), x1 = Math.ceil(Math.min(W + 1, (e - C.v0) * scale));
+      ctx.fillRect(x0, AXIS_H, Math.max(1, x1 - x0), H - AXIS_H);
+    }
   }
 
   function drawAxis(ctx, W, scale) {
@@ -969,20 +1091,28 @@
   }
 
   function outlineSpan(ctx, i, color, scale, scrollY) {
-    if (i < 0 || !V.visible[i]) return;
-    const t = trackOfSpan(i);
-    if (!t) return;
-    const y = t.y - scrollY + TRACK_TITLE_H + (V.vDepth[i] - t.base) * ROW_H;
+    if (i < 0) return;
     ctx.strokeStyle = color;
     ctx.lineWidth = 2;
-    forEachRect(i, (s, e) => {
+    const outline = (s, e, y) => {
       const x0 = Math.max(-2, (s - C.v0) * scale), x1 = Math.min(C.width + 2, (e - C.v0) * scale);
       if (x1 < -2 || x0 > C.width + 2) return;
       // Around the bar, not on it: a sub-pixel span keeps its own pixel
       // (and its search highlight) visible inside the outline.
       const px0 = Math.floor(x0), px1 = Math.max(px0 + 1, Math.ceil(x1));
       ctx.strokeRect(px0 - 1.5, y + 0.5, px1 - px0 + 3, ROW_H - 2);
-    });
+    };
+    const t = V.visible[i] ? trackOfSpan(i) : null;
+    if (t) {
+      const y = t.y - scrollY + TRACK_TITLE_H + (V.vDepth[i] - t.base) * ROW_H;
+      forEachRect(i, (s, e) => outline(s, e, y));
+    }
+    // Its call to a resource too, on its slot (shown whatever the depth).
+    const rc = P.callOf.get(i);
+    if (rc) {
+      const c = P.resources[rc[0]].calls[rc[1]];
+      outline(c.start, c.end, C.res[rc[0]].y - scrollY + TRACK_TITLE_H + (c.slot - 1) * ROW_H);
+    }
     ctx.lineWidth = 1;
   }
 
@@ -991,10 +1121,12 @@
     $("zoom-back").disabled = C.back.length === 0;
   }
 
-  // The span under a point of the canvas, or -1.
-  function hitTest(x, y) {
+  // What is under a point of the canvas: { span, call } where call is
+  // [resource, call index] on a resource's slot row, else null; span -1: nothing.
+  function hitAt(x, y) {
     const yy = y + C.scroll.scrollTop;
-    for (const t of C.tracks) {
+    const tracks = C.res.length ? C.tracks.concat(C.res) : C.tracks;
+    for (const t of tracks) {
       const r = Math.floor((yy - t.y - TRACK_TITLE_H) / ROW_H);
       if (r < 0 || r >= t.rows.length) continue;
       const row = t.rows[r];
@@ -1004,12 +1136,16 @@
       for (let k = lowerBound(row.maxEnd, row.n, tt - slack); k < row.n && row.start[k] <= tt + slack; k++) {
         if (row.end[k] < tt - slack) continue;
         const dist = tt < row.start[k] ? row.start[k] - tt : tt > row.end[k] ? tt - row.end[k] : 0;
-        if (dist < bestDist) { best = row.span[k]; bestDist = dist; if (dist === 0) break; }
+        if (dist < bestDist) { best = k; bestDist = dist; if (dist === 0) break; }
       }
-      return best;
+      if (best < 0) return { span: -1, call: null };
+      return { span: row.span[best], call: row.call ? [t.res, row.call[best]] : null };
     }
-    return -1;
+    return { span: -1, call: null };
   }
+
+  // The span under a point of the canvas, or -1.
+  function hitTest(x, y) { return hitAt(x, y).span; }
 
   function fullRange() { return [0, Math.max(P.duration, P.span_end_max, 1)]; }
 
@@ -1037,7 +1173,7 @@
   }
 
   const tooltip = $("tooltip");
-  function showTooltip(i, x, y) {
+  function showTooltip(i, x, y, call) {
     if (i < 0) { tooltip.hidden = true; return; }
     const dur = P.end[i] - P.start[i];
     let text = name(i) + "\n" + fmtDur(dur);
@@ -1048,6 +1184,11 @@
     const f = P.func[i];
     if (f < P.fnModule.length && P.strings[P.fnModule[f]]) text += "\n" + P.strings[P.fnModule[f]];
     for (let k = 0; k < P.ioCount[i]; k++) text += "\n" + ioLine(P.ioFirst[i] + k);
+    if (call) {
+      const r = P.resources[call[0]], c = r.calls[call[1]];
+      text += "\nresource " + r.name + ", slot " + c.slot + "\nin flight " + fmtDur(c.end - c.start);
+      if (c.queuedFrom < c.start) text += "\nqueued " + fmtDur(c.start - c.queuedFrom);
+    }
     tooltip.textContent = text;
     tooltip.hidden = false;
     const box = C.scroll.getBoundingClientRect();
@@ -1089,10 +1230,10 @@
     if (drag && drag.moved) return;
     const rect = C.canvas.getBoundingClientRect();
     const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
-    const i = hitTest(x, y);
+    const hit = hitAt(x, y), i = hit.span;
     if (i !== C.hover) { C.hover = i; drawChart(); if (i >= 0) showDetail(i); }
     const sec = $("chart-section").getBoundingClientRect();
-    showTooltip(i, ev.clientX - sec.left, ev.clientY - sec.top);
+    showTooltip(i, ev.clientX - sec.left, ev.clientY - sec.top, hit.call);
   });
   C.canvas.addEventListener("mouseleave", () => {
     C.hover = -1; tooltip.hidden = true; drawChart();
@@ -1159,6 +1300,11 @@
     add("Captured depth", m.captured_depth < 0 ? "unlimited" : String(m.captured_depth), "fact-depth");
     add("Spans", P.n.toLocaleString("en-US"), "fact-spans");
     add("Threads", String(threads.size) + (tasks ? ", " + plural(tasks, "task", "tasks") : ""), "fact-threads");
+    // Without waiting data no gap can be seen (core/bubbles.h): not 0 but unknown.
+    let idle = 0;
+    for (const [s, e] of P.bubbles) idle += e - s;
+    add("Idle gaps", P.bubbleWaitData ? P.bubbles.length + (P.bubbles.length ? ", " + fmtDur(idle) : "")
+      : "unknown (no waiting data)", "fact-bubbles");
     add("Engine", m.engine, "fact-engine");
     add("Python", m.python, "fact-python");
     add("Host", m.host, "fact-host");
@@ -1216,6 +1362,7 @@
     const ms = runSearch(query);
     const t1 = performance.now();
     S.tracks = query ? buildTracks(S.match) : null;
+    S.res = query && C.res.length ? buildResourceTracks(S.match) : null;
     const parts = { match_ms: ms, chart_ms: performance.now() - t1 };
     const count = $("search-count");
     if (!query) count.textContent = "";
@@ -1296,6 +1443,7 @@
   fillDepthSelect();
   renderHeader();
   C.tracks = buildTracks(null);
+  C.res = buildResourceTracks(null);  // the view does not change them
   layoutTracks();
   [C.v0, C.v1] = fullRange();
   buildRows();
@@ -1315,6 +1463,11 @@
     trackTitles: () => C.tracks.map((t) => laneTitle(t.lane)),
     // Where each track is drawn: its top (CSS px from the chart's top), rows, lane.
     trackLayout: () => C.tracks.map((t) => ({ title: laneTitle(t.lane), lane: t.lane, y: t.y, rows: t.rows.length, base: t.base })),
+    // The resources' tracks as drawn: title, top, slot rows' and counter rows' labels.
+    resourceLayout: () => C.res.map((t) => ({
+      title: "resource " + P.resources[t.res].name, y: t.y,
+      rows: t.rows.map((_, k) => "slot " + (k + 1)), counters: t.counters.map((c) => c.label),
+      rowH: ROW_H, counterH: COUNTER_H, titleH: TRACK_TITLE_H })),
     search: (q) => { const t = performance.now(); searchInput.value = q; applySearch(q, true); return performance.now() - t; },
     redraw: () => { const t = performance.now(); drawNow(); return performance.now() - t; },
     zoomToSpan: (i) => { const t = performance.now(); zoomToSpan(i); drawNow(); return performance.now() - t; },
