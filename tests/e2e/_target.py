@@ -16,6 +16,7 @@ Loop mode (--loop MODE): predict() in MODE forever, --interval seconds apart
 (containers, and the kill test).
 
 Modes (predict() calls self._MODE()): nested (plain Python helpers, three levels), sleep (a 20 ms sleep),
+resource (a 5 ms sleep in profile_block("ask llm", resource="llm")),
 mixed (a 5 ms sleep, then a short CPU-bound loop), gil (a 30 ms pure-Python loop
 against a thread spinning in pure Python: GIL waits), fsync (1 MiB written and
 fsync'ed: a D-state wait; MLPROF_E2E_DISK_DIR picks the directory),
@@ -84,6 +85,13 @@ with warnings.catch_warnings():
 
         def _sleep(self):
             time.sleep(0.020)
+
+        def _resource(self):
+            # A call to the resource "llm": a block that names it (docs/capture.md, "Resources").
+            from mlflow_profiler import profile_block
+
+            with profile_block("ask llm", resource="llm"):
+                time.sleep(0.005)
 
         def _spin(self):
             x = 0

@@ -182,6 +182,31 @@ def test_every_period_is_one_item_per_workload_in_a_directory_sink(agent, python
         f"directory {size:.1f} MB in {len(items)} file{'s' if len(items) != 1 else ''} (bound 1024 MB, 7d), pruned 0")
 
 
+def test_a_spans_resource_reaches_the_agents_documents(agent, python_target, tmp_path):
+    """profile_block(resource=) in the target: each delivered call names its
+    resource, through the session data the agent reads (docs/capture.md,
+    "Resources")."""
+    a = python_target()
+    sink = tmp_path / "sink"
+    sink.mkdir()
+    run = continuous(agent, [a.pid], sink, tmp_path / "spool", "--rotate", "2s")
+    ran = predicts(a, 3, "resource")
+    wait_summary(run, lambda s: sessions_of(run) >= ran)
+    result = run.stop(signal.SIGTERM)
+    assert result.returncode == 0, result.stderr
+    calls = []
+    for doc in dir_items(sink).values():
+        fields = doc["span_fields"]
+        for row in doc["spans"]:
+            span = dict(zip(fields, row))
+            if span["resource"]:
+                calls.append((doc["strings"][span["resource"]], doc["strings"][span["label"]] if span["label"]
+                              else doc["strings"][doc["functions"][span["function"]][0]],
+                              span["end_ns"] - span["start_ns"]))
+    assert [c[:2] for c in calls] == [("llm", "ask llm")] * ran, calls
+    assert all(5_000_000 <= c[2] < 50_000_000 for c in calls), calls
+
+
 def test_sigterm_spools_and_delivers_the_partial_period_to_a_sqlite_store(agent, python_target, tmp_path):
     from mlflow_profiler.store import open_store
 
