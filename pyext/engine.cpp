@@ -2135,10 +2135,16 @@ int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max) 
   int n = 0;
   for (int i = 0; i < cl.n && n < max; ++i) {
     CaptureLane& L = *cl.lanes[i];
+    // A task lane with nothing open took its base from the last frame that
+    // arrived, which may have returned since (a semaphore's acquire): the
+    // frame opening the block is the lane's base then.
+    if (!is_origin(L) && L.rec.empty() && pydepth < L.base_pydepth) L.base_pydepth = pydepth - 1;
     if (L.truncated || pydepth < L.base_pydepth) continue;
     close_ended_now(L, pydepth + 1);
     const int32_t d = depth_at(L, pydepth) + 1;
-    if (d < 0 || d > L.ceiling) continue;
+    // A block that names a resource is a call the user asked to see: below
+    // the ceiling too, as a leaf (nothing under it is deeper than d).
+    if (d < 0 || (d > L.ceiling && !resource)) continue;
     if (L.out.events.size() >= L.soft_cap) {
       ++L.out.dropped;
       continue;

@@ -1799,7 +1799,8 @@ class ReferenceEngine:
         try:
             for L in _lanes_now(st):
                 d = L.depth + 1
-                if d < 0 or d > L.ceiling or L.truncated:
+                # A block that names a resource: below the ceiling too, as a leaf.
+                if d < 0 or (d > L.ceiling and resource is None) or L.truncated:
                     continue
                 if len(L.events) >= L.soft_cap:
                     L.dropped += 1

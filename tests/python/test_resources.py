@@ -90,8 +90,11 @@ def _truth_in_flight(log, endpoint, t):
     return sum(1 for e, _, t1, t2 in log if e == endpoint and t1 <= t < t2)
 
 
-@pytest.mark.parametrize("depth", [4, -1])
+@pytest.mark.parametrize("depth", [2, 4, -1])
 def test_each_resource_is_a_process_with_a_thread_per_slot(engine, depth, tmp_path):
+    """At depth 2 the blocks (depth 4) are below the ceiling: recorded all
+    the same, as leaves, since they name a resource; their tasks' coroutines
+    are not, so nothing says how long a call was queued."""
     for attempt in range(3):  # a busy machine may stretch a call past its clock (run-queue time)
         model = Router()
         q0 = schedstat()[1]
@@ -125,6 +128,9 @@ def test_each_resource_is_a_process_with_a_thread_per_slot(engine, depth, tmp_pa
             for spans in by_slot.values():
                 spans.sort()
                 assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+            if depth == 2:
+                assert r["queued"] == [] and not any("queued" in c[3] for c in calls)
+                continue
             # Queued: the calls that waited for their semaphore, at most all
             # but the slots; at the fan-out's start every call beyond the
             # limit is queued.
@@ -139,6 +145,11 @@ def test_each_resource_is_a_process_with_a_thread_per_slot(engine, depth, tmp_pa
         if not misses:
             break
     assert not misses, misses
+    if depth == 2:  # the leaves hang under the coroutine that gathered their tasks
+        deep = [n for n in walk(session.to_tree()) if n["depth"] > 2]
+        assert len(deep) == CALLS and {n["label"] for n in deep} == {"ask fast", "ask smart"}
+        (fan,) = [n for n in walk(session.to_tree()) if n["label"] == "Router._fan_out"]
+        assert all(n["parent_index"] == fan["index"] and n["depth"] == 3 for n in deep)
 
 
 def test_the_counters_follow_the_programs_clock(engine, tmp_path):
