@@ -135,6 +135,8 @@ def _span_attributes(span, end_ns: Optional[int] = None) -> Dict[str, Any]:
     """The span's attributes; `end_ns` stands for the end of a span still
     open when the session ended (its running time runs up to there)."""
     out = _fixed_attributes(span, end_ns)
+    if getattr(span, "resource", None):  # what the call used (docs/capture.md, "Resources")
+        out[ATTR + "resource"] = span.resource
     for name in ("cpu_ns", "alloc_bytes"):  # cpu_time/alloc_bytes, only when captured
         value = getattr(span, name, None)
         if value is not None:

@@ -385,3 +385,34 @@ TEST(GroupCache, ItsReusedArraysCarryNothingFromOneSessionToTheNext) {
 
 }  // namespace
 }  // namespace mlprof
+
+namespace mlprof {
+namespace {
+
+// Two of MLflow's generators consumed in turn overlap in time: each is
+// suspended while the other runs. Their waits summed (160) would exceed the
+// group's wall (110); the group waits what its members did not run: 110 - 40.
+TEST(GroupWaiting, OverlappingMembersWaitNoMoreThanTheWallTheyDidNotRun) {
+  Profile q;
+  q.start_ns = 0;
+  q.end_ns = 200;
+  const uint32_t predict = test::user_fn(q, "predict");
+  const uint32_t a = test::lib_fn(q, "_wrap_generator", "mlflow.pyfunc.utils");
+  const uint32_t b = test::lib_fn(q, "_stream_wrapper", "mlflow.tracing.fluent");
+  q.lanes.push_back(test::make_lane({test::call(0, predict), test::call(10, a), test::suspend(20, 1),
+                                     test::call(20, b), test::suspend(30, 3), test::resume(100, 1),
+                                     test::ret(110), test::resume(110, 3), test::ret(120), test::ret(130)}));
+  build_tree(q);
+  group_framework_spans(q);
+  int32_t group = -1;
+  for (size_t i = 0; i < q.spans.size(); ++i) {
+    if (q.spans[i].flags & kSpanGroup) group = static_cast<int32_t>(i);
+  }
+  ASSERT_GE(group, 0);
+  const Span& g = q.spans[static_cast<size_t>(group)];
+  EXPECT_EQ(g.duration_ns(), 110);
+  EXPECT_EQ(g.waiting_ns, 70);
+}
+
+}  // namespace
+}  // namespace mlprof

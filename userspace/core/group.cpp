@@ -202,6 +202,7 @@ class Grouper {
     std::vector<uint32_t>& shift = w_.shift;
     new_index.assign(n_, -1);
     group_index.assign(runs(), -1);
+    std::vector<int64_t> group_running(runs(), 0);
     shift.assign(n_, 0);
     for (size_t i = 0; i < n_; ++i) {
       Span s = p_.spans[i];
@@ -227,6 +228,7 @@ class Grouper {
       if (group >= 0) {
         s.parent = group_index[static_cast<size_t>(group)];
         out[static_cast<size_t>(s.parent)].waiting_ns += s.waiting_ns;
+        group_running[static_cast<size_t>(group)] += s.running_ns();
         ++shift[i];
       } else if (old_parent >= 0) {
         s.parent = new_index[static_cast<size_t>(old_parent)];
@@ -234,6 +236,13 @@ class Grouper {
       s.depth += shift[i];
       new_index[i] = static_cast<int32_t>(out.size());
       out.push_back(s);
+    }
+    // Members that overlap in time (generators consumed in turn) would count
+    // a wait twice: a group waits at most the wall its members did not run.
+    for (size_t r = 0; r < group_index.size(); ++r) {
+      if (group_index[r] < 0) continue;
+      Span& g = out[static_cast<size_t>(group_index[r])];
+      g.waiting_ns = std::clamp<int64_t>(g.waiting_ns, 0, std::max<int64_t>(0, g.duration_ns() - group_running[r]));
     }
     p_.spans.swap(out);  // the old spans' memory stays in the scratch for the next profile
     for (SpanIO& io : p_.io) io.span = new_index[static_cast<size_t>(io.span)];
