@@ -26,7 +26,9 @@ def collect_codes(obj, seen: set) -> None:
     elif isinstance(obj, type):
         if obj not in seen:
             seen.add(obj)
-            for value in vars(obj).values():
+            # A snapshot: another thread may set a class's or module's
+            # attributes while this one is between items (GIL released).
+            for value in list(vars(obj).values()):
                 collect_codes(value, seen)
     elif isinstance(obj, (staticmethod, classmethod)):
         collect_codes(obj.__func__, seen)
@@ -50,7 +52,7 @@ def add(obj) -> None:
 
 def add_module(module) -> None:
     """Marks every function and class method defined in `module` transparent."""
-    for value in vars(module).values():
+    for value in list(vars(module).values()):  # a snapshot, as in collect_codes
         if getattr(value, "__module__", None) == module.__name__:
             add(value)
 

@@ -291,8 +291,11 @@ def _pprof_top(env, path: Path, *args: str) -> Dict[Tuple[str, str], Tuple[int, 
             table = True
         elif table and line.strip():
             flat, _, _, cum, _, name, file = line.split(None, 6)
+            # pprof marks a function seen only inlined: its display, not its file
+            file = file[:-len(" (inline)")] if file.endswith(" (inline)") else file
             value = lambda v: int(re.sub(r"[a-z]+$", "", v) or 0)  # noqa: E731
-            rows[(name, file)] = (value(flat), value(cum))
+            old = rows.get((name, file), (0, 0))
+            rows[(name, file)] = (old[0] + value(flat), max(old[1], value(cum)))
     assert rows, out.stdout
     return rows
 
