@@ -499,9 +499,12 @@ def pyfunc_folds() -> Tuple[list, list]:
         cls = todo.pop()
         classes.append(cls)
         todo.extend(type.__subclasses__(cls))
-    key = tuple(map(id, classes))
-    if _folds_cache[0] == key:
+    # Weak references, compared by identity: an id alone may be a dead
+    # class's, reused by a new one (a stale cache kept its predict unfolded).
+    key = _folds_cache[0]
+    if key is not None and len(key) == len(classes) and all(r() is c for r, c in zip(key, classes)):
         return _folds_cache[1]
+    key = [weakref.ref(c) for c in classes]
     parents: list = []
     _add_codes(_patched.get("predict", (model_cls.__dict__.get("predict"),))[0], parents)
     folds: list = []
