@@ -182,19 +182,21 @@ def test_a_span_starting_threads_keeps_its_own_thread_apart_and_agrees_with_sche
     assert max(shares(result.stdout)) <= 100.0, result.stdout
     # The root span against the main thread's schedstat over a window that
     # holds it (read, predict, 1 ms sleep, read): the kernel's figures are at
-    # least the agent's, and more only by what the window adds: the 1 ms
-    # sleep, the run-queue wait after it, and the in-process session's own
-    # work after the root span ended (on the CPU, ~2 ms here).
+    # least the agent's, and more only by what the window adds outside the
+    # span. Off the CPU outside it is at most the window's wall time outside
+    # it (the 1 ms sleep, the GIL after the workers' exits, the session's
+    # own work): so the span's off-CPU time is at least the rest.
     roots = doc.roots_of(target.pid)
     assert len(roots) == 5
     for root, call in zip(roots, reply["calls"]):
         run0, delay0, ts0, run1, delay1, ts1 = call["sched"]
         window_off = (ts1 - ts0) - (run1 - run0)  # the main thread off the CPU in the window
         cpu, own_off, runq = (root.values.get(k, 0) for k in ("cpu", "own_off_cpu", "own_runq"))
-        figures = (cpu, own_off, runq, run1 - run0, window_off, delay1 - delay0)
+        outside = (ts1 - ts0) - root.wall_ns  # the window's wall time outside the span
+        figures = (cpu, own_off, runq, run1 - run0, window_off, delay1 - delay0, outside)
         assert cpu <= (run1 - run0) + 0.2 * MS, figures
         assert own_off <= window_off + 0.2 * MS, figures  # with the workers' sleeps it was 2x
-        assert window_off - own_off <= 1.2 * MS + (delay1 - delay0 - runq) + 0.1 * window_off, figures
+        assert window_off - own_off <= outside + 0.2 * MS, figures
         assert runq <= (delay1 - delay0) + 0.2 * MS, figures
         assert root.waiting_ns == own_off + (root.wall_ns - root.active_ns), (root, figures)
 
