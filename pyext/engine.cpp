@@ -187,6 +187,21 @@ std::string name_before_311(PyCodeObject* code) {
 }
 #endif
 
+// sys.modules[module].__file__, or "" (not loaded, no file, not a str).
+std::string loaded_module_file(const std::string& module) {
+  if (module.empty()) return {};
+  PyObject* name = PyUnicode_FromStringAndSize(module.data(), static_cast<Py_ssize_t>(module.size()));
+  PyObject* mod = name ? PyImport_GetModule(name) : nullptr;
+  Py_XDECREF(name);
+  // Its namespace, not getattr: a module __getattr__ may import or warn.
+  PyObject* ns = mod && PyModule_Check(mod) ? PyModule_GetDict(mod) : nullptr;
+  PyObject* file = ns ? PyDict_GetItemString(ns, "__file__") : nullptr;  // borrowed
+  std::string out = file && PyUnicode_Check(file) ? utf8(file) : std::string();
+  Py_XDECREF(mod);
+  PyErr_Clear();
+  return out;
+}
+
 uint32_t intern_code(PyCodeObject* code) {
 #if PY_VERSION_HEX >= 0x030B0000
   std::string name = utf8(code->co_qualname);
@@ -195,8 +210,9 @@ uint32_t intern_code(PyCodeObject* code) {
 #endif
   std::string file = utf8(code->co_filename);
   std::string module = module_of_current_frame(code);
+  const std::string module_file = file == kDynamicCode ? loaded_module_file(module) : std::string();
   return registry().add(name, module, file, code->co_firstlineno, FunctionKind::kPython,
-                        classify_user_code(file, path_rules()));
+                        classify_user_code(file, path_rules(), module_file));
 }
 
 // Transparent code objects by value: a code equal to one (==, as Python

@@ -280,8 +280,15 @@ def _under_prefix(file: str, prefix: str) -> bool:
     return prefix[-1] in "/\\" or file[len(prefix)] in "/\\"
 
 
-def classify_user_code(file: str) -> bool:
-    """Same rule as userspace/core/functions.cpp classify_user_code."""
+def classify_user_code(file: str, module: str = "") -> bool:
+    """Same rule as userspace/core/functions.cpp classify_user_code: code
+    cloudpickle pickled by value is the user's unless its module is a
+    loaded library's."""
+    if file == "<dynamic-code>":
+        # The namespace, not getattr: a module __getattr__ may import or warn.
+        namespace = getattr(sys.modules.get(module), "__dict__", None) if module else None
+        module_file = namespace.get("__file__") if isinstance(namespace, dict) else None
+        return not isinstance(module_file, str) or classify_user_code(module_file)
     if not file or file[0] == "<":
         return False
     for part in ("/site-packages/", "/dist-packages/", "\\site-packages\\", "\\dist-packages\\"):
@@ -1409,7 +1416,7 @@ class ReferenceEngine:
                 module = m if isinstance(m, str) else ""
             file = code.co_filename or ""
             fid = self._add_function(name, module, file, code.co_firstlineno, FN_PYTHON,
-                                     classify_user_code(file))
+                                     classify_user_code(file, module))
             self._code_ids[code] = fid
         return fid
 

@@ -35,6 +35,15 @@ TEST(ClassifyUserCode, StandardLibraryPrefixesAreNot) {
   EXPECT_TRUE(classify_user_code("/usr/lib/python3.12-extras/mine.py", rules));
 }
 
+TEST(ClassifyUserCode, CodeCloudpicklePickledByValueIs) {
+  // A notebook's model class, logged with MLflow and loaded back.
+  EXPECT_TRUE(classify_user_code("<dynamic-code>", PathRules{}));
+  EXPECT_TRUE(classify_user_code("<dynamic-code>", stdlib_rules(), "/home/me/proj/agent.py"));
+  EXPECT_FALSE(classify_user_code("<dynamic-code-x>", PathRules{}));
+  // MLflow's tracing closure on a pickled class: its module is MLflow's.
+  EXPECT_FALSE(classify_user_code("<dynamic-code>", PathRules{}, "/venv/lib/python3.11/site-packages/mlflow/tracing/fluent.py"));
+}
+
 TEST(ClassifyUserCode, PseudoFilesAndEmptyPathsAreNot) {
   EXPECT_FALSE(classify_user_code("<frozen importlib._bootstrap>", PathRules{}));
   EXPECT_FALSE(classify_user_code("<string>", PathRules{}));

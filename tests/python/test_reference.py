@@ -143,6 +143,9 @@ def test_user_code_classification():
     assert not _reference.classify_user_code(json.__file__)
     assert not _reference.classify_user_code("<frozen importlib._bootstrap>")
     assert not _reference.classify_user_code("")
+    assert _reference.classify_user_code("<dynamic-code>")  # cloudpickle: a class pickled by value
+    assert _reference.classify_user_code("<dynamic-code>", "a_module_not_loaded")
+    assert not _reference.classify_user_code("<dynamic-code>", "json.decoder")  # a library closure, pickled
     assert not _reference.classify_user_code("/x/lib/python3/site-packages/sklearn/base.py")
     assert not _reference.classify_user_code("/usr/lib/python3/dist-packages/numpy/core.py")
     stdlib = sysconfig.get_paths()["stdlib"]

@@ -23,7 +23,12 @@ bool under_prefix(std::string_view file, std::string_view prefix) {
 
 }  // namespace
 
-bool classify_user_code(std::string_view file, const PathRules& rules) {
+bool classify_user_code(std::string_view file, const PathRules& rules, std::string_view module_file) {
+  // cloudpickle names every code it pickled by value "<dynamic-code>": a
+  // model class defined in a notebook or script and logged with MLflow, and
+  // the closures a library put on it (MLflow's tracing wrappers), whose
+  // module is still the library's.
+  if (file == kDynamicCode) return module_file.empty() || classify_user_code(module_file, rules);
   if (file.empty() || file.front() == '<') return false;  // "<frozen ...>", "<string>"
   if (contains(file, "/site-packages/") || contains(file, "/dist-packages/") ||
       contains(file, "\\site-packages\\") || contains(file, "\\dist-packages\\")) {

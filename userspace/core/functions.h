@@ -34,7 +34,11 @@ struct FunctionInfo {
 struct PathRules {
   std::vector<std::string> library_prefixes;
 };
-bool classify_user_code(std::string_view file, const PathRules& rules);
+// The file name cloudpickle gives code it pickled by value: user code
+// unless `module_file`, the file of the loaded module the code's globals
+// name, is a library's.
+inline constexpr std::string_view kDynamicCode = "<dynamic-code>";
+bool classify_user_code(std::string_view file, const PathRules& rules, std::string_view module_file = {});
 
 // True when `module` is `prefix` or inside it ("a.b" is inside "a", not "ab").
 bool module_in(std::string_view module, std::string_view prefix);
