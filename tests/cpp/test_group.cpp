@@ -416,3 +416,65 @@ TEST(GroupWaiting, OverlappingMembersWaitNoMoreThanTheWallTheyDidNotRun) {
 
 }  // namespace
 }  // namespace mlprof
+
+namespace mlprof {
+namespace {
+
+// MLflow's context manager (a generator) entered before the model's step
+// and left after it: grouped, it would stretch its group over the step. It
+// stays a node of its own; the MLflow call before it is grouped alone.
+TEST(GroupRuns, AMemberSuspendedAcrossTheNextSiblingEndsTheRunAndStaysANode) {
+  Profile q;
+  q.start_ns = 0;
+  q.end_ns = 200;
+  const uint32_t predict = test::user_fn(q, "predict");
+  const uint32_t check = test::lib_fn(q, "_validate_prediction_input", "mlflow.models.utils");
+  const uint32_t cm = test::lib_fn(q, "safe_set_span_in_context", "mlflow.tracing.provider");
+  const uint32_t step = test::user_fn(q, "step");
+  q.lanes.push_back(test::make_lane({test::call(0, predict), test::call(10, check), test::ret(15),
+                                     test::call(20, cm), test::suspend(25, 3), test::call(30, step),
+                                     test::ret(80), test::resume(90, 3), test::ret(95), test::ret(100)}));
+  build_tree(q);
+  group_framework_spans(q);
+  std::vector<const Span*> groups;
+  for (const Span& s : q.spans) {
+    if (s.flags & kSpanGroup) groups.push_back(&s);
+  }
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0]->duration_ns(), 5);
+  for (const Span& s : q.spans) {
+    if (s.function == cm || s.function == step) {
+      EXPECT_EQ(s.parent, 0) << s.function;  // predict's children
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mlprof
+
+namespace mlprof {
+namespace {
+
+// A stream's MLflow calls before and after a yield are two groups: one
+// group would hold the consumer's time between them.
+TEST(GroupRuns, ARunNeverSpansItsParentsSuspension) {
+  Profile q;
+  q.start_ns = 0;
+  q.end_ns = 200;
+  const uint32_t stream = test::user_fn(q, "stream");
+  const uint32_t enter = test::lib_fn(q, "_start_stream_span", "mlflow.tracing.fluent");
+  const uint32_t leave = test::lib_fn(q, "_end_stream_span", "mlflow.tracing.fluent");
+  q.lanes.push_back(test::make_lane({test::call(0, stream), test::call(10, enter), test::ret(20),
+                                     test::suspend(25, 0), test::resume(150, 0), test::call(160, leave),
+                                     test::ret(170), test::ret(180)}));
+  build_tree(q);
+  group_framework_spans(q);
+  std::vector<int64_t> walls;
+  for (const Span& s : q.spans) {
+    if (s.flags & kSpanGroup) walls.push_back(s.duration_ns());
+  }
+  EXPECT_EQ(walls, (std::vector<int64_t>{10, 10}));
+}
+
+}  // namespace
+}  // namespace mlprof

@@ -128,7 +128,18 @@ class Grouper {
     w_.member.assign(n_, -1);
     w_.run_members.clear();
     w_.run_end.clear();
-    auto scan = [&](const std::vector<int32_t>& sib) {
+    // Whether `parent` (a generator) was suspended between t0 and t1: a run
+    // never spans its parent's suspension (its wall would hold the consumer's).
+    auto across_suspension = [&](int32_t parent, int64_t t0, int64_t t1) {
+      if (parent < 0 || !(p_.spans[static_cast<size_t>(parent)].flags & kSpanGenerator)) return false;
+      auto [seg, end] = p_.segments_of(parent);
+      if (seg == end) return false;
+      for (; seg != end; ++seg) {
+        if (seg->start_ns <= t0 && t1 <= seg->end_ns) return false;
+      }
+      return true;
+    };
+    auto scan = [&](const std::vector<int32_t>& sib, int32_t parent) {
       size_t i = 0;
       while (i < sib.size()) {
         if (kind(sib[i]) != Kind::kMlflow) {
@@ -139,12 +150,30 @@ class Grouper {
         size_t end = i + 1, last = i;
         while (end < sib.size()) {
           const Kind k = kind(sib[end]);
-          if (k == Kind::kOther || p_.spans[static_cast<size_t>(sib[end])].lane !=
-                                       p_.spans[static_cast<size_t>(sib[i])].lane) {
+          const Span& first = p_.spans[static_cast<size_t>(sib[i])];
+          const Span& next = p_.spans[static_cast<size_t>(sib[end])];
+          if (k == Kind::kOther || next.lane != first.lane ||
+              across_suspension(parent, first.start_ns, next.start_ns)) {
             break;
           }
           if (k == Kind::kMlflow) last = end;
           ++end;
+        }
+        // A member still suspended when the sibling after the run starts
+        // (MLflow's context manager around the model's steps) would stretch
+        // the group over them: the run ends before it, and it stays a node.
+        if (last + 1 < sib.size()) {
+          const int64_t next = p_.spans[static_cast<size_t>(sib[last + 1])].start_ns;
+          size_t j = i;
+          while (j <= last && p_.spans[static_cast<size_t>(sib[j])].end_ns <= next) ++j;
+          if (j <= last) {
+            while (j > i && kind(sib[j - 1]) != Kind::kMlflow) --j;  // a run never ends with a stdlib span
+            if (j == i) {
+              ++i;
+              continue;
+            }
+            last = j - 1;
+          }
         }
         const auto group = static_cast<int32_t>(runs());
         w_.run_members.insert(w_.run_members.end(), sib.begin() + static_cast<std::ptrdiff_t>(i),
@@ -154,7 +183,7 @@ class Grouper {
         i = last + 1;
       }
     };
-    scan(p_.roots);
+    scan(p_.roots, -1);
     // inside[i]: i or an ancestor is a member, so its children are inside a
     // group already. Parents come first, and a span's children are scanned
     // (member set) before the loop reaches them.
@@ -168,7 +197,7 @@ class Grouper {
       for (int32_t c = p_.spans[i].first_child; c >= 0; c = p_.spans[static_cast<size_t>(c)].next_sibling) {
         w_.siblings.push_back(c);
       }
-      scan(w_.siblings);
+      scan(w_.siblings, static_cast<int32_t>(i));
     }
     return runs() > 0;
   }

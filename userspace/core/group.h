@@ -45,6 +45,10 @@ struct GroupCache {
 };
 
 // Rewrites a built profile (after build_tree) in place. Settled details:
+// - A group's wall is MLflow's alone: a run never spans a suspension of
+//   its parent (a generator's calls before and after a yield), and it ends
+//   before a member still suspended when the sibling after the run starts
+//   (MLflow's context manager around the model's steps), which stays a node.
 // - Grouped: a span of a module in "mlflow" that is not a delegation to the
 //   model (a *predict* method, a wrapper), not labelled and not a block,
 //   whose parent is not grouped itself. Standard-library spans (inspect,
