@@ -465,8 +465,11 @@ def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
         for name in ("predict", "predict_stream", "_convert_input"):
             _add_codes(type(impl).__dict__.get(name), codes)
     # The user's PythonModel.predict and MLflow's wrappers around it
-    # (__init_subclass__ type-hint validation): its calls are depth 1.
-    if getattr(impl, "python_model", None) is inner and inner is not None:
+    # (__init_subclass__ type-hint validation, a ResponsesAgent's or
+    # ChatAgent's tracing and pydantic wrappers): its calls are depth 1.
+    base = getattr(sys.modules.get("mlflow.pyfunc"), "PythonModel", None)
+    if inner is not None and (getattr(impl, "python_model", None) is inner
+                              or (base is not None and isinstance(inner, base))):
         for name in ("predict", "predict_stream"):
             _add_codes(inspect.getattr_static(type(inner), name, None), codes)
     return class_name, tuple(codes), flavor

@@ -311,9 +311,9 @@ def _named_forwarders(name: str, module) -> None:
     elif name == "mlflow.pyfunc.context":
         setter = namespace.get("set_prediction_context")
         _add_code(getattr(getattr(setter, "__wrapped__", setter), "__code__", None))
-    elif name.startswith("mlflow.") and name.count(".") <= 2:
-        # A flavor's pyfunc wrapper (_PythonModelPyfuncWrapper, _SklearnModelWrapper):
-        # its predict forwards to the model.
+    elif name.startswith("mlflow.") and (name.count(".") <= 2 or name.startswith("mlflow.pyfunc.loaders.")):
+        # A flavor's pyfunc wrapper (_PythonModelPyfuncWrapper, _SklearnModelWrapper,
+        # a ResponsesAgent's or ChatModel's loader): its predict forwards to the model.
         for cls_name, cls in list(namespace_items(module)):
             if isinstance(cls, type) and cls_name.endswith("Wrapper") and cls.__dict__.get("__module__") == name:
                 for attr in ("predict", "predict_stream", "predict_proba"):
@@ -325,6 +325,14 @@ def _named_forwarders(name: str, module) -> None:
         # (type-hint validation): its code is a constant of the decorator.
         wrap = namespace.get("_wrap_predict_with_pyfunc")
         _add_nested(getattr(wrap, "__code__", None), ("wrapper",))
+        # A ResponsesAgent's, ChatAgent's predict and predict_stream: pydantic input.
+        wrap = namespace.get("wrap_non_list_predict_pydantic")
+        _add_nested(getattr(wrap, "__code__", None), ("wrapper",))
+    elif name == "mlflow.tracing.fluent":
+        # @mlflow.trace (and a ResponsesAgent's own tracing): the traced
+        # function is the node; the span's bookkeeping is MLflow's, beside it.
+        for maker in ("_wrap_function", "_wrap_generator"):
+            _add_nested(getattr(namespace.get(maker), "__code__", None), ("wrapper",))
 
 
 def namespace_items(module):
