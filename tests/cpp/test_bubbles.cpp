@@ -22,6 +22,8 @@ Profile thread_waits() {
   const uint32_t work = test::user_fn(p, "work");
   p.lanes.push_back(make_lane({call(0, predict), call(20, sleep, kEvCFunction), ret(60), ret(100)}));
   p.lanes.push_back(make_lane({call(30, work), ret(50)}, "worker", 0, 0, 0));
+  p.lanes.back().thread_id = 2;  // a thread of its own: main's sleep is not its wait
+  p.lanes.back().native_tid = 4243;
   build_tree(p);
   return p;
 }
@@ -99,6 +101,29 @@ TEST(Bubbles, TheWatchedSelectorsWaitsAreIdleTime) {
   EXPECT_EQ(r.bubbles[1].start_ns, 50);
   EXPECT_EQ(r.bubbles[1].end_ns, 90);
   EXPECT_EQ(p.display_name(p.spans[r.bubbles[0].waiting[0].second]), "_PollLikeSelector.select");
+}
+
+// On 3.12+ a task's coroutine below the ceiling is not seen to suspend: its
+// profile_block [12, 88] has no segments and looks busy throughout. A task
+// cannot run while its thread waits in the selector: the same two bubbles.
+TEST(Bubbles, ATasksLaneIsIdleWhileItsThreadWaitsInTheSelector) {
+  Profile p;
+  p.start_ns = 0;
+  p.end_ns = 100;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t select = test::lib_fn(p, "_PollLikeSelector.select", "selectors");
+  const uint32_t ask = test::user_fn(p, "ask");
+  p.lanes.push_back(make_lane({test::call(0, predict), test::call(10, select, kEvWait), ret(40),
+                               test::call(50, select, kEvWait), ret(90), ret(100)}));
+  p.lanes.push_back(make_lane({test::call(12, ask), ret(88)}, "MainThread", 1, 0, 0));
+  p.meta["loop_waits"] = "selector";
+  build_tree(p);
+  const BubbleReport r = find_bubbles(p, 0);
+  ASSERT_EQ(r.bubbles.size(), 2u);
+  EXPECT_EQ(r.bubbles[0].start_ns, 10);
+  EXPECT_EQ(r.bubbles[0].end_ns, 40);
+  EXPECT_EQ(r.bubbles[1].start_ns, 50);
+  EXPECT_EQ(r.bubbles[1].end_ns, 90);
 }
 
 TEST(Bubbles, BlockingCallsAreNamedOnce) {

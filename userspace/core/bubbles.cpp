@@ -106,13 +106,19 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
     r.window_end_ns = std::max(r.window_end_ns, p.spans[root].end_ns);
   }
 
-  // Each lane's running time, less its waits.
+  // Each lane's running time, less its thread's waits: a task cannot run
+  // while its thread sleeps in the selector or a blocking call, whatever
+  // the task's own lane saw (below the ceiling on 3.12+, sys.monitoring
+  // does not report a task's suspensions, so its block looks busy).
   const auto intervals = export_util::lane_intervals(p);
-  std::vector<std::vector<Interval>> busy(p.lanes.size());
+  std::vector<std::vector<Interval>> busy(p.lanes.size()), running_of(p.lanes.size());
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<Interval>> thread_waits;  // (pid, thread id)
+  auto thread_of = [&](size_t li) { return std::make_pair(lane_pid(p, p.lanes[li]), p.lanes[li].thread_id); };
   bool c_calls = false, event_loop = false;
   const auto& strings = p.functions.strings();
   for (size_t li = 0; li < intervals.size() && li < p.lanes.size(); ++li) {
-    std::vector<Interval> running, waits;
+    std::vector<Interval>& running = running_of[li];
+    std::vector<Interval>& waits = thread_waits[thread_of(li)];
     for (const export_util::RunInterval& iv : intervals[li]) {
       const Span& s = p.spans[iv.span];
       running.emplace_back(iv.start_ns, iv.end_ns);
@@ -133,8 +139,11 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
         if (o.tid == lane.native_tid && (o.pid == 0 || pid == 0 || o.pid == pid)) waits.emplace_back(o.start_ns, o.end_ns);
       }
     }
-    busy[li] = minus(merged(std::move(running)), merged(std::move(waits)));
     event_loop = event_loop || p.lanes[li].task != 0;
+  }
+  for (auto& [thread, waits] : thread_waits) waits = merged(std::move(waits));
+  for (size_t li = 0; li < intervals.size() && li < p.lanes.size(); ++li) {
+    busy[li] = minus(merged(std::move(running_of[li])), thread_waits[thread_of(li)]);
   }
   // An asyncio task's coroutine suspended at an await is waiting; a plain
   // generator suspended is not (its consumer runs). But the thread that runs
