@@ -22,7 +22,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from _helpers import require_tool
+from _helpers import require_tool, schedstat
 from mlflow_profiler import analysis, profiling
 from mlflow_profiler.store import open_store
 
@@ -112,9 +112,12 @@ def model(tmp_path_factory):
     m.enc = _load("fn_enc_layers", tmp / "enc" / "layers.py")
     m.dec = _load("fn_dec_layers", tmp / "dec" / "layers.py")
     sessions = []
+    m.RUNQ = 0  # the run-queue time schedstat counted over the profiled calls
     for _ in range(RUNS):
+        q0 = schedstat()[1]
         with profiling(depth=-1) as session:
             m.predict(N)
+        m.RUNQ += schedstat()[1] - q0
         sessions.append(session)
     db = tmp / "fib.db"
     files = []
@@ -147,12 +150,14 @@ def test_a_recursive_model_is_one_row_per_function_with_its_own_counts_and_clock
     # The profiler's own stretches (first sight of a function, naming) are
     # cut from the timeline, with any preemption inside them: on CI's busy
     # two cores that was 37% of is_even's clock once. They are reported
-    # (meta.profiler_overhead_ns): the clock less them is the floor.
+    # (meta.profiler_overhead_ns): the clock less them is the floor. The
+    # run queue (schedstat) may fall in the hooks' own stretches too: once
+    # 2.7 ms of fib's 4.0 ms clock on 3.13 under 4 workers.
     overhead = sum(int(s._built().meta.get("profiler_overhead_ns", 0)) for s in sessions)
     for row, clock in ((fib, m.CLOCK["fib"]), (even, m.CLOCK["is_even"])):
         whole = row.cum_ns + row.waiting["cum_ns"]
-        floor = clock - max(0.05 * clock, RUNS * 5000) - overhead
-        assert floor <= whole <= clock, (row.display, row.cum_ns, whole, clock, overhead)
+        floor = clock - max(0.05 * clock, RUNS * 5000) - overhead - m.RUNQ
+        assert floor <= whole <= clock, (row.display, row.cum_ns, whole, clock, overhead, m.RUNQ)
     assert odd.cum_ns < even.cum_ns  # is_odd's outermost call is under is_even's
     # Recursion counted once: fib's cum is at most the whole, its flat less.
     assert predict.cum_ns == result.total_ns == sum(r.flat_ns for r in result.rows)
