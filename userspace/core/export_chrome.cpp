@@ -93,16 +93,6 @@ std::vector<Track> lane_tracks(const Profile& p) {
   return tracks;
 }
 
-// The track title of a lane: its title without the pid and session, which
-// the process and the shared track already say; a task's names its coroutine.
-std::string track_title(const Lane& lane, const std::string& coroutine) {
-  Lane bare;
-  bare.thread_id = lane.thread_id;
-  bare.thread_name = lane.thread_name;
-  bare.task = lane.task;
-  return coroutine.empty() ? lane_title(bare) : lane_title(bare) + ": " + coroutine;
-}
-
 const char* category(const Profile& p, const Span& s) {
   if (s.flags & kSpanWait) return "wait";  // the event loop idle: its own colour in a viewer's legend
   if (s.flags & kSpanBlock) return "block";
@@ -572,15 +562,15 @@ std::string to_chrome_trace(const Profile& p) {
     write_metadata_event(w, "process_name", pid, nullptr, "name", &process, 0);
   }
   // One name per track, from the first lane drawn on it.
-  const std::vector<std::string> coroutines = lane_coroutines(p);
+  // Without the pid and session: the process and the shared track say them.
+  const std::vector<std::string> titles = lane_track_titles(p, false);
   std::set<Track> named;
   size_t lanes_shown = 0;
   for (size_t li = 0; li < p.lanes.size(); ++li) {
     if (!has_spans[li]) continue;
     ++lanes_shown;
     if (!named.insert(tracks[li]).second) continue;
-    const std::string title = track_title(p.lanes[li], coroutines[li]);
-    write_metadata_event(w, "thread_name", tracks[li].first, &tracks[li].second, "name", &title, 0);
+    write_metadata_event(w, "thread_name", tracks[li].first, &tracks[li].second, "name", &titles[li], 0);
     write_metadata_event(w, "thread_sort_index", tracks[li].first, &tracks[li].second, "sort_index",
                          nullptr, static_cast<int>(li));
   }

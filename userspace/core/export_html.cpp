@@ -49,10 +49,7 @@ std::string report_extras(const Profile& p) {
   w.EndArray();
   w.Key("lane_titles");
   w.StartArray();
-  const std::vector<std::string> coroutines = lane_coroutines(p);
-  for (size_t i = 0; i < p.lanes.size(); ++i) {
-    write_string(w, coroutines[i].empty() ? lane_title(p.lanes[i]) : lane_title(p.lanes[i]) + ": " + coroutines[i]);
-  }
+  for (const std::string& title : lane_track_titles(p)) write_string(w, title);
   w.EndArray();
   // Spec 002's view (core/resources.h): per resource, its calls
   // [span, slot, start_ns, end_ns, queued_from_ns] and its samples

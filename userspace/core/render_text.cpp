@@ -30,14 +30,24 @@ std::string lane_title(const Lane& lane) {
   return title;
 }
 
-std::vector<std::string> lane_coroutines(const Profile& p) {
+std::vector<std::string> lane_track_titles(const Profile& p, bool with_origin) {
   std::vector<std::string> out(p.lanes.size());
+  for (size_t i = 0; i < p.lanes.size(); ++i) {
+    Lane bare;
+    const Lane& lane = p.lanes[i];
+    if (!with_origin) {
+      bare.thread_id = lane.thread_id;
+      bare.thread_name = lane.thread_name;
+      bare.task = lane.task;
+    }
+    out[i] = lane_title(with_origin ? lane : bare);
+  }
   std::vector<bool> seen(p.lanes.size(), false);
   for (const Span& s : p.spans) {
     if (s.lane >= p.lanes.size() || seen[s.lane]) continue;
     if (s.parent >= 0 && p.spans[static_cast<size_t>(s.parent)].lane == s.lane) continue;
     seen[s.lane] = true;
-    if (p.lanes[s.lane].task != 0) out[s.lane] = p.display_name(s);
+    if (p.lanes[s.lane].task != 0) out[s.lane] += ": " + p.display_name(s);
   }
   return out;
 }

@@ -24,9 +24,11 @@ std::string render_text(const Profile& p, const ViewOptions& opts);
 // otherwise; a lane with no thread name is named by its thread_id. A lane
 // with a pid or session (the agent's) adds them: ", pid 4242, session 3".
 std::string lane_title(const Lane& lane);
-// Each lane's coroutine: for an asyncio task's lane, the display name of its
-// first root span (what the task runs); "" for a thread's own lane.
-std::vector<std::string> lane_coroutines(const Profile& p);
+// Each lane's title as timelines show it (the HTML report, the Chrome
+// trace): lane_title, and for an asyncio task's lane ": " and the display
+// name of its first root span (what the task runs). `with_origin` false
+// leaves out the pid and session (a Chrome track's process says them).
+std::vector<std::string> lane_track_titles(const Profile& p, bool with_origin = true);
 
 // A span's kernel figures as the text tree shows them:
 // "[cpu 2.10ms, off 10.20ms: blocked 10.10ms, runq 0.10ms; woken by 4243 (Worker)]";
