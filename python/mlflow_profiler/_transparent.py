@@ -146,7 +146,7 @@ def _asyncio_plumbing(asyncio) -> None:
     taskgroups = getattr(asyncio, "taskgroups", None)  # 3.11+
     group = getattr(taskgroups, "TaskGroup", None)
     if group is not None:
-        for name in ("__aenter__", "__aexit__"):
+        for name in ("__aenter__", "__aexit__", "_aexit"):  # 3.14: __aexit__ awaits _aexit
             if name in group.__dict__:
                 add(group.__dict__[name])
         if "_on_task_done" in group.__dict__:
