@@ -95,7 +95,8 @@ def test_idle_gaps_of_a_fan_out_at_any_depth_without_c_calls(engine, depth):
         errors = _idle_errors(router, measured)
         for truth, inside, _ in errors:
             assert inside <= 1.05 * truth, (errors, measured)
-        if all(abs(inside - truth) <= 0.05 * truth for truth, inside, _ in errors):
+        # Short of the truth by at most 5% and the run queue the stretch held.
+        if all(truth - inside <= 0.05 * truth + runq for truth, inside, runq in errors):
             break
     else:
         pytest.fail(f"idle found off by more than 5% in 3 runs: (truth, found, run-queue) {errors}")
