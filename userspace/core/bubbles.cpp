@@ -114,6 +114,7 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
   std::vector<std::vector<Interval>> busy(p.lanes.size()), running_of(p.lanes.size());
   std::map<std::pair<uint32_t, uint64_t>, std::vector<Interval>> thread_waits;  // (pid, thread id)
   auto thread_of = [&](size_t li) { return std::make_pair(lane_pid(p, p.lanes[li]), p.lanes[li].thread_id); };
+  std::set<std::pair<uint32_t, uint64_t>> kernel_added;
   bool c_calls = false, event_loop = false;
   const auto& strings = p.functions.strings();
   for (size_t li = 0; li < intervals.size() && li < p.lanes.size(); ++li) {
@@ -132,7 +133,8 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
         if (is_blocking_call(strings.get(f.module), strings.get(f.name))) waits.emplace_back(iv.start_ns, iv.end_ns);
       }
     }
-    if (p.kernel.present) {
+    // The kernel's off-CPU intervals are the thread's: added once, by its first lane.
+    if (p.kernel.present && kernel_added.insert(thread_of(li)).second) {
       const Lane& lane = p.lanes[li];
       const uint32_t pid = lane_pid(p, lane);
       for (const OffCpuInterval& o : p.kernel.off_cpu) {
