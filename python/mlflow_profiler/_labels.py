@@ -17,6 +17,7 @@ import types
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _core
+from ._snapshot import copy_of
 
 LABELLERS: Dict[types.CodeType, Callable[[Any, Any], Optional[str]]] = {}
 
@@ -86,7 +87,7 @@ class _Accessors:
             found: Dict[type, Tuple[str, str]] = {}
             pandas = sys.modules.get("pandas")
             for owner in ("Series", "DataFrame", "Index"):
-                for attr, value in list(getattr(vars(pandas).get(owner), "__dict__", {}).items()):
+                for attr, value in copy_of(getattr(vars(pandas).get(owner), "__dict__", {})).items():
                     accessor = getattr(value, "__dict__", {}).get("_accessor")  # CachedAccessor, Accessor
                     if isinstance(accessor, type):
                         found.setdefault(accessor, (attr, owner))
@@ -147,7 +148,7 @@ def refresh() -> None:
     for module_name, cls_name in (("pandas.core.generic", "NDFrame"), ("pandas.core.arraylike", "OpsMixin"),
                                   ("pandas.core.base", "IndexOpsMixin")):
         cls = getattr(sys.modules.get(module_name), "__dict__", {}).get(cls_name)
-        for attr, value in list(getattr(cls, "__dict__", {}).items()):
+        for attr, value in copy_of(getattr(cls, "__dict__", {})).items():
             if attr in _OPERATORS or (not attr.startswith("_") and type(value) is types.FunctionType):
                 _add(_innermost_code(value), _receiver_method(attr))
     # Accessors (s.dt, s.str, s.cat): their members, by accessor and owner.
@@ -155,7 +156,7 @@ def refresh() -> None:
         for cls in accessor.__mro__:
             if not cls.__module__.startswith("pandas."):
                 continue
-            for attr, value in list(cls.__dict__.items()):
+            for attr, value in copy_of(cls.__dict__).items():
                 if attr in ("_delegate_property_get", "_delegate_method"):
                     _add(_innermost_code(value), _delegate())
                 elif not attr.startswith("_") and isinstance(value, (types.FunctionType, property)):

@@ -9,6 +9,7 @@ import sys
 import types
 
 from . import _core, _labels
+from ._snapshot import copy_of
 
 CODES: set = set()
 HIDDEN: set = set()  # transparent, and so is all they call (add_hidden)
@@ -28,7 +29,7 @@ def collect_codes(obj, seen: set) -> None:
             seen.add(obj)
             # A snapshot: another thread may set a class's or module's
             # attributes while this one is between items (GIL released).
-            for value in list(vars(obj).values()):
+            for value in copy_of(vars(obj)).values():
                 collect_codes(value, seen)
     elif isinstance(obj, (staticmethod, classmethod)):
         collect_codes(obj.__func__, seen)
@@ -52,7 +53,7 @@ def add(obj) -> None:
 
 def add_module(module) -> None:
     """Marks every function and class method defined in `module` transparent."""
-    for value in list(vars(module).values()):  # a snapshot, as in collect_codes
+    for value in copy_of(vars(module)).values():  # a snapshot, as in collect_codes
         if getattr(value, "__module__", None) == module.__name__:
             add(value)
 
@@ -156,7 +157,7 @@ def _asyncio_plumbing(asyncio) -> None:
     _hide_function(getattr(runners, "run", None))
     _hide_function(getattr(runners, "_cancel_all_tasks", None))
     runner = getattr(runners, "Runner", None)  # 3.11+
-    for value in list(getattr(runner, "__dict__", {}).values()):
+    for value in copy_of(getattr(runner, "__dict__", {})).values():
         if type(value) is types.FunctionType:
             _hide_function(value)
     loop = base_events.BaseEventLoop
@@ -174,7 +175,7 @@ def _asyncio_plumbing(asyncio) -> None:
     # The self-pipe reader that call_soon_threadsafe wakes (run_in_executor's
     # results): a handle made in the context where the loop was created.
     for module in ("selector_events", "unix_events"):
-        for cls in list(vars(getattr(asyncio, module, None) or types).values()):
+        for cls in copy_of(vars(getattr(asyncio, module, None) or types)).values():
             if isinstance(cls, type) and issubclass(cls, loop):
                 for name in ("_read_from_self", "_process_self_data", "_write_to_self"):
                     _hide_function(cls.__dict__.get(name))
@@ -273,7 +274,7 @@ def _named_forwarders(name: str, module) -> None:
         # `pipe.predict_proba` is an attribute lookup through this descriptor:
         # its check (`_final_estimator_has.<locals>.check`) is the lookup's.
         desc = namespace.get("_AvailableIfDescriptor")
-        for attr, value in list(getattr(desc, "__dict__", {}).items()):
+        for attr, value in copy_of(getattr(desc, "__dict__", {})).items():
             if type(value) is types.FunctionType:
                 (_add_hidden if attr == "__get__" else _add_code)(value.__code__)
     elif name == "pandas.core.accessor":
@@ -337,7 +338,7 @@ def _named_forwarders(name: str, module) -> None:
 
 def namespace_items(module):
     namespace = getattr(module, "__dict__", None)
-    return list(namespace.items()) if isinstance(namespace, dict) else []
+    return list(copy_of(namespace).items()) if isinstance(namespace, dict) else []
 
 
 def _add_nested(code, names) -> None:
@@ -360,7 +361,7 @@ def _scan_libraries() -> None:
     decorators (a user's `@timed` around featurize: featurize is the node).
     `__main__` is scanned again whenever modules were imported since, since a
     script defines its functions after it starts."""
-    for name, module in list(sys.modules.items()):
+    for name, module in copy_of(sys.modules).items():
         if name in _scanned or module is None:
             continue
         if name.partition(".")[0] not in _LIBRARIES:
