@@ -239,22 +239,29 @@ def run_spawn():
 
 @pytest.mark.parametrize("depth", [3, -1])
 def test_a_task_made_in_a_task_hangs_under_it(engine, depth):
-    with profiling(depth=depth, engine=engine) as session:
-        results = run_spawn()
-    roots = session.to_tree()
-    (spawn,) = [n for n in walk(roots) if n["label"] == "spawn_all"]
-    assert spawn["depth"] == 1
-    spawners = [c for c in kids(spawn) if c["label"] == "spawner"]
-    assert len(spawners) == 2
-    for s, (n, own) in zip(sorted(spawners, key=lambda s: s["start_ns"]), results):
-        (lf,) = [c for c in s["children"] if c["label"] == "leaf"]
-        assert lf["depth"] == 3 and lf["task"] not in (s["task"], 0)
-        # The reference engine's hook opens the leaf's lane in Python before
-        # the leaf's first line runs: milliseconds under CI's two-core load
-        # (30 ms for an 11.7 ms leaf once, within 0.1 ms idle), so its time
-        # is the native engine's to check here.
-        if engine == "native":
-            assert abs(lf["wall_ns"] / 1e9 - own) <= tolerance(engine) * own, (lf["wall_ns"], own)
+    for attempt in range(3):  # a busy machine may preempt the thread between the clock and the hook
+        q0 = schedstat()[1]
+        with profiling(depth=depth, engine=engine) as session:
+            results = run_spawn()
+        runq = (schedstat()[1] - q0) / 1e9
+        roots = session.to_tree()
+        (spawn,) = [n for n in walk(roots) if n["label"] == "spawn_all"]
+        assert spawn["depth"] == 1
+        spawners = [c for c in kids(spawn) if c["label"] == "spawner"]
+        assert len(spawners) == 2
+        misses = []
+        for s, (n, own) in zip(sorted(spawners, key=lambda s: s["start_ns"]), results):
+            (lf,) = [c for c in s["children"] if c["label"] == "leaf"]
+            assert lf["depth"] == 3 and lf["task"] not in (s["task"], 0)
+            # The reference engine's hook opens the leaf's lane in Python before
+            # the leaf's first line runs: milliseconds under CI's two-core load
+            # (30 ms for an 11.7 ms leaf once, within 0.1 ms idle), so its time
+            # is the native engine's to check here.
+            if engine == "native" and abs(lf["wall_ns"] / 1e9 - own) > tolerance(engine) * own + runq:
+                misses.append((lf["wall_ns"], own, runq))
+        if not misses:
+            break
+    assert not misses, misses
     assert len([n for n in walk(roots) if n["label"] == "leaf"]) == 2
     assert len(task_lanes(session)) == 5  # spawn_all, two spawners, two leaves
     no_internals(session)

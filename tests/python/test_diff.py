@@ -95,8 +95,12 @@ def test_a_step_called_twice_doubles_its_time_per_predict_and_its_childrens(runs
     paths = _by_name(result)
     oracle = _hl(runs["clock"]["base"], runs["clock"]["twice"])
     assert abs(paths["predict/score"].change - oracle) < 0.08 and oracle > 0.8
-    # The child's calls double too: per root call it is slower, never "-50%".
-    assert paths["predict/score/normalize"].change > 0.5
+    # The child's calls double too: per root call it is slower, never "-50%"
+    # (per visit) nor "0%" (per call). normalize is a division of a few us
+    # after a sleep (cold caches): its per-call time varies by tens of percent
+    # between runs (CI: +40% for a doubling), so only the side is checked.
+    normalize = paths["predict/score/normalize"]
+    assert normalize.change > 0.2 and normalize.calls_b == 2 * normalize.calls_a, normalize
     assert paths["predict/score"].calls_b == 2 * paths["predict/score"].calls_a
 
 
