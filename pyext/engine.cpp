@@ -2144,7 +2144,19 @@ void on_c_return(const Site& site, PyObject* callable, int pydepth, bool excepti
   update_window(cl, pydepth);
 }
 
-int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max) {
+namespace {
+// An open span of the lane names a resource: its kCall follows a kLabel
+// flagged kEvResource (lane_start and block_enter write them in that order).
+bool open_span_names_resource(const CaptureLane& L) {
+  const std::vector<Event>& ev = L.out.events;
+  return std::any_of(L.rec.begin(), L.rec.end(), [&ev](const StackEntry& e) {
+    return e.call_index != kNoEvent && e.call_index > 0 && e.call_index < ev.size() &&
+           ev[e.call_index - 1].kind == EventKind::kLabel && (ev[e.call_index - 1].flags & kEvResource);
+  });
+}
+}  // namespace
+
+int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max, bool automatic) {
   const CurrentLanes& cl = lanes_now();
   if (cl.n == 0) return 0;
   const int pydepth = capture::frame_depth();  // the frame that opens the block
@@ -2161,6 +2173,7 @@ int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max) 
     // A block that names a resource is a call the user asked to see: below
     // the ceiling too, as a leaf (nothing under it is deeper than d).
     if (d < 0 || (d > L.ceiling && !resource)) continue;
+    if (automatic && open_span_names_resource(L)) continue;  // the user's name wins
     if (L.out.events.size() >= L.soft_cap) {
       ++L.out.dropped;
       continue;

@@ -418,7 +418,10 @@ struct BlockToken {
   bool want_io;  // within the lane's I/O depth (capture_io)
 };
 // resource: the string id of the resource the block uses, 0 none.
-int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max);  // returns tokens written
+// automatic: named by the profiler, not the user (an HTTP client's host,
+// _clients.py): left out of a lane where an open span already names one.
+int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max,
+                bool automatic = false);  // returns tokens written
 void block_exit(const BlockToken* tokens, int n, bool exception);
 // profile_span around a callable without a Python frame: the I/O of its
 // block, from the call's own arguments ("args[0]", ..., keyword names) and result.

@@ -369,6 +369,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
         "Counts collecting reference sessions, so the C wrappers look for them.");
   m.def("_native_collecting", []() { return g_native_collecting; });
+  m.def("collecting", []() { return (g_native_collecting | g_reference_collecting) != 0; },
+        "Whether a session of either engine is collecting in this process (a cheap check before work "
+        "that only a session needs).");
   m.def("unwatch_loops", &loop_watch::unwatch_when_idle,
         "Puts the selectors' own select back once no session collects (the reference engine's stop).");
   m.def(

@@ -277,6 +277,7 @@ struct Block {
   PyObject* resource;   // str or null
   uint32_t resource_id;
   PyObject* reference;  // token from a reference session, else null
+  int automatic;        // named by the profiler (block_enter's `automatic`)
   int entered;
   int n;
   BlockToken tokens[4];
@@ -284,10 +285,15 @@ struct Block {
 
 int block_init(PyObject* self_, PyObject* args, PyObject* kwds) {
   auto* self = reinterpret_cast<Block*>(self_);
-  static const char* kwlist[] = {"label", "resource", nullptr};
+  static const char* kwlist[] = {"label", "resource", "automatic", nullptr};
   PyObject* label = nullptr;
   PyObject* resource = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|O", const_cast<char**>(kwlist), &label, &resource)) return -1;
+  int automatic = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|O$p", const_cast<char**>(kwlist), &label, &resource,
+                                   &automatic)) {
+    return -1;
+  }
+  self->automatic = automatic;
   Py_INCREF(label);
   Py_XSETREF(self->label, label);
   if (!check_resource(&resource)) return -1;
@@ -311,14 +317,15 @@ PyObject* block_enter_method(PyObject* self_, PyObject*) {
   auto* self = reinterpret_cast<Block*>(self_);
   if (self->entered++ == 0 && (g_native_collecting | g_reference_collecting)) {
     if (PyObject* ref = reference_session()) {
-      PyObject* token = PyObject_CallMethod(ref, "_block_enter", "OO", self->label,
-                                            self->resource ? self->resource : Py_None);
+      PyObject* token = PyObject_CallMethod(ref, "_block_enter", "OOO", self->label,
+                                            self->resource ? self->resource : Py_None,
+                                            self->automatic ? Py_True : Py_False);
       Py_DECREF(ref);
       if (!token) return nullptr;
       Py_XSETREF(self->reference, token);
     } else {
       self->n = block_enter(block_function(utf8(self->label)), resource_id(self->resource, &self->resource_id),
-                            self->tokens, 4);
+                            self->tokens, 4, self->automatic != 0);
     }
   }
   Py_INCREF(self_);
@@ -360,7 +367,8 @@ PyType_Slot block_slots[] = {
                                   "    async with slots:\n"
                                   "        with profile_block(\"ask\", resource=\"smart\"):  # a call in flight\n"
                                   "            answer = await client.post(...)\n\n"
-                                  "Does nothing when no session is active.")},
+                                  "Does nothing when no session is active. automatic=True (the profiler's\n"
+                                  "HTTP client hooks): left out inside a span that already names a resource.")},
     {Py_tp_init, reinterpret_cast<void*>(block_init)},
     {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
     {Py_tp_dealloc, reinterpret_cast<void*>(block_dealloc)},

@@ -726,6 +726,19 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
     return idx if d <= L.io_ceiling and not continued else None
 
 
+def _names_resource(L: _Lane) -> bool:
+    """An open span of the lane names a resource: its K_CALL follows a
+    K_LABEL flagged EV_RESOURCE."""
+    events = L.events
+    for entry in L.rec:
+        idx = entry[0]
+        if isinstance(idx, int) and 0 < idx < len(events):
+            before = events[idx - 1]
+            if before[1] == K_LABEL and before[3] & EV_RESOURCE:
+                return True
+    return False
+
+
 def _lane_return(L: _Lane, code, exception: bool) -> Optional[int]:
     """Records a return; returns the closed call's event index if its return
     value is wanted."""
@@ -1795,9 +1808,10 @@ class ReferenceEngine:
         return self._add_function(func.__qualname__, func.__module__, code.co_filename, code.co_firstlineno,
                                   FN_PYTHON, False)
 
-    def block_enter(self, label, resource=None) -> _BlockToken:
+    def block_enter(self, label, resource=None, automatic=False) -> _BlockToken:
         """Opens a profile_block span in the current lanes (using `resource`,
-        a str, if given); returns its token."""
+        a str, if given); returns its token. `automatic` (named by the
+        profiler): not in a lane where an open span already names a resource."""
         entries = []
         if not _collecting:
             return _BlockToken(entries)
@@ -1808,6 +1822,8 @@ class ReferenceEngine:
                 d = L.depth + 1
                 # A block that names a resource: below the ceiling too, as a leaf.
                 if d < 0 or (d > L.ceiling and resource is None) or L.truncated:
+                    continue
+                if automatic and _names_resource(L):  # the user's name wins
                     continue
                 if len(L.events) >= L.soft_cap:
                     L.dropped += 1

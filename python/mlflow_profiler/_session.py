@@ -242,8 +242,8 @@ class ProfileSession:
     def _label_call(self, label, func, args, kwargs, resource=None):
         return self._engine.label_call(label, func, args, kwargs, resource)
 
-    def _block_enter(self, label, resource=None):
-        return self._engine.block_enter(label, resource)
+    def _block_enter(self, label, resource=None, automatic=False):
+        return self._engine.block_enter(label, resource, automatic)
 
     def _wait_call(self, _label, select, args, kwargs):
         return self._engine.wait_call(select, args, kwargs)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import types
 
-from . import _core, _labels
+from . import _clients, _core, _labels
 from ._snapshot import copy_of
 
 CODES: set = set()
@@ -103,6 +103,19 @@ def _stdlib_plumbing() -> bool:
 _ASYNCIO_PARTS = ("events", "tasks", "futures", "base_events", "runners", "locks")
 
 
+def _hide_finalizers(package: str) -> None:
+    """Hides the `__del__` of the classes of a package's loaded modules: a
+    response, session or transport freed in the model's frame is the
+    library's housekeeping, not a step (12 `ClientResponse.__del__` and
+    `_SelectorTransport.__del__` nodes under an aiohttp fan-out)."""
+    for name, module in copy_of(sys.modules).items():
+        if name != package and not name.startswith(package + "."):
+            continue
+        for value in copy_of(getattr(module, "__dict__", None)).values():
+            if isinstance(value, type) and value.__dict__.get("__module__") == name:
+                _hide_function(value.__dict__.get("__del__"))
+
+
 def _hide_function(fn, nested=()) -> None:
     """Hides a function (and the functions named `nested` defined in it)."""
     code = getattr(fn, "__code__", None)
@@ -121,7 +134,7 @@ def _asyncio_plumbing(asyncio) -> None:
     Transparent (wrappers; what they run counts at their caller's level):
     Handle._run, the pure-Python Task's step and wakeup, the `async with`
     halves of TaskGroup and of locks and semaphores, tasks._wrap_awaitable.
-    Hidden (they and everything they call): the loop's entry points
+    Hidden (they and everything they call): its classes' finalizers, the loop's entry points
     (asyncio.run, Runner, run_until_complete, run_forever, _run_once, the
     selector's select under it), its shutdown coroutines and thread, and
     the callbacks asyncio schedules for itself (a future's
@@ -130,6 +143,7 @@ def _asyncio_plumbing(asyncio) -> None:
     nothing and is left out of the profile."""
     events, tasks, futures, base_events, runners, locks = (getattr(asyncio, n) for n in _ASYNCIO_PARTS)
     add(events.Handle._run)
+    _hide_finalizers("asyncio")  # a transport closed where its last reference went
     py_task = getattr(tasks, "_PyTask", None)
     if py_task is not None:
         for name in ("_Task__step", "_Task__wakeup", "_PyTask__step", "_PyTask__wakeup",
@@ -392,5 +406,10 @@ def refresh() -> int:
         complete = _stdlib_plumbing() if len(_done_modules) < 4 else True
         _scan_libraries()
         _labels.refresh()
+        wrappers, libraries = _clients.refresh()
+        for wrapper in wrappers:  # aiohttp's, httpx's request: the block inside is the node
+            add(wrapper)
+        for library in libraries:
+            _hide_finalizers(library)
         _modules_seen = count if complete else -1
     return _modules_seen

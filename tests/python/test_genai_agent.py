@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import threading
 import time
 import warnings
 
@@ -31,6 +30,7 @@ import mlflow_profiler as mp
 from mlflow_profiler import analysis, profile_block, profiling
 
 from _browser import artifact_dir, console_errors, require_browser, start_chromium, wait_for
+from _endpoints import serve
 from _helpers import require_mlflow, schedstat, walk
 from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
 
@@ -44,52 +44,11 @@ TICKETS = 12
 
 @pytest.fixture(scope="module")
 def endpoints():
-    """Two aiohttp servers on 127.0.0.1 in a thread of their own: {name: url},
-    and the log of each request the server handled: (name, t0, t1)."""
-    aiohttp_web = pytest.importorskip("aiohttp.web")
-    handled = []
-    urls = {}
-    ready = threading.Event()
-    loop = asyncio.new_event_loop()
-
-    def handler(name):
-        async def handle(request):
-            t0 = time.perf_counter_ns()
-            body = await request.json()
-            await asyncio.sleep(LATENCY[name])
-            handled.append((name, t0, time.perf_counter_ns()))
-            return aiohttp_web.json_response({"answer": f"{name}: {body['ticket']} resolved"})
-        return handle
-
-    async def start():
-        runners = []
-        for name in LATENCY:
-            app = aiohttp_web.Application()
-            app.router.add_post("/v1/responses", handler(name))
-            runner = aiohttp_web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = aiohttp_web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = runner.addresses[0][1]
-            urls[name] = f"http://127.0.0.1:{port}/v1/responses"
-            runners.append(runner)
-        return runners
-
-    def serve():
-        asyncio.set_event_loop(loop)
-        runners = loop.run_until_complete(start())
-        ready.set()
-        loop.run_forever()
-        for r in runners:
-            loop.run_until_complete(r.cleanup())
-        loop.close()
-
-    t = threading.Thread(target=serve, name="endpoints", daemon=True)
-    t.start()
-    assert ready.wait(30)
-    yield {"urls": urls, "handled": handled}
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(10)
+    """Two aiohttp servers on 127.0.0.1 (_endpoints.py): {"urls": {name: url},
+    "handled": [(name, t0, t1)]}, the log of each request the server handled."""
+    pytest.importorskip("aiohttp.web")
+    with serve(LATENCY) as servers:
+        yield servers
 
 
 def agent_class(mlflow):
