@@ -927,7 +927,7 @@ def _lane_yield(L: _Lane, code, frame) -> None:
             L.last_was_suspend = True
             entries = L.rec[start:]
             L.events.append((_core.now_ns(), K_SUSPEND, entries[0][0], 0))
-            L.engine._suspended[key] = (L.index, frame_depth, entries)
+            L.engine._suspended[key] = (L.index, frame_depth, entries, code)
             del L.rec[start:]
     L.depth = frame_depth - 1
 
@@ -942,10 +942,15 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
     if suspended:
         key = id(frame)
         s = suspended.get(key)
-        if s is not None and s[0] == L.index:
+        if s is not None and s[3] is not code:
+            # A generator closed at a yield without running (3.12+ closes one
+            # resting outside any try so) left its segment; a new frame took
+            # its address. Not this frame's: dropped.
+            del suspended[key]
+        elif s is not None and s[0] == L.index:
             del suspended[key]
             if not L.truncated and _room_for_structure(L):
-                _, frame_depth, entries = s
+                _, frame_depth, entries, _code = s
                 shift = d - frame_depth
                 fold = not (code.co_flags & _CO_AWAITS)  # engine.cpp may_fold (this engine fires no probes)
                 now = _core.now_ns()
@@ -1390,7 +1395,7 @@ class ReferenceEngine:
         # joined, and a new thread must not continue a finished thread's lane.
         self._lane_index: Dict[_ThreadState, Dict[_Mark, _Lane]] = {}
         self._lane_by_mark: Dict[_Mark, _Lane] = {}  # every lane of a context (not a thread's own)
-        self._suspended: Dict[int, Tuple[int, int, list]] = {}
+        self._suspended: Dict[int, Tuple[int, int, list, Any]] = {}  # id(frame) -> (lane, depth, entries, code)
         # all_threads: threads started in the session and not bound yet, by
         # id(): (the Thread, the lane that started it, the span it hangs under
         # or None for a root). engine.cpp Engine::note_thread_start.

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 import warnings
 
@@ -167,15 +166,7 @@ def _profile(model, how="serving"):
     raise AssertionError(misses)
 
 
-# A known bug of the reference engine on 3.12+ (issue 42's note, stop 50):
-# in this predict_stream its stack stays inside pandas' to_dict under
-# MLflow's _convert_llm_input_data ("[open]"), and every later call is
-# counted below the ceiling; 3.11 and the native engine are right.
-REFERENCE_312 = pytest.mark.xfail(sys.version_info >= (3, 12), strict=False,
-                                  reason="reference engine, 3.12+: its stack stays in DataFrame.to_dict")
-
-
-@pytest.mark.parametrize("how", ["serving", "native", pytest.param("reference", marks=REFERENCE_312)])
+@pytest.mark.parametrize("how", ["serving", "native", "reference"])
 def test_the_tree_shows_every_call_in_flight_under_the_coroutine_that_gathered_them(served, how):
     session, truth = _profile(served, how)
     tree = session.to_tree()

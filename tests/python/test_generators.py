@@ -138,6 +138,41 @@ def test_generator_closed_early_by_break(engine):
     check_times(session)
 
 
+def _any_positive():
+    return any(x > 0 for x in [1, 2, 3])  # any() stops at the first: the generator is abandoned at a yield
+
+
+def _sum_small():
+    return sum(x for x in range(3))
+
+
+def _deeper():
+    return _sum_small()
+
+
+def test_a_generator_abandoned_at_a_yield_leaves_nothing_behind(engine):
+    """3.12+ closes a generator resting at a yield outside any try without
+    running it: no event says it ended. Its suspended segment must not be
+    taken by a later generator at the same address (the reference engine
+    then nested every later step under the abandoned generator, and in an
+    MLflow agent's predict_stream kept its stack in pandas' to_dict). The
+    later generators run below the ceiling, where only the resume sees them."""
+    def predict():
+        for _ in range(50):
+            _any_positive()
+            _deeper()
+
+    with profiling(depth=2, engine=engine) as session:
+        predict()
+    (root,) = session.to_tree()
+    assert [c["label"] for c in root["children"]] == ["_any_positive", "_deeper"] * 50
+    assert not root["flags"]
+    for step in root["children"][::2]:
+        (gen,) = step["children"]
+        assert gen["label"] == "_any_positive.<locals>.<genexpr>" and gen["children"] == []
+    check_times(session)
+
+
 def test_generator_closed_explicitly(engine):
     def run():
         g = guarded()
