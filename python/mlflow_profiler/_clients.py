@@ -1,9 +1,9 @@
 """Resources named from the HTTP clients a model calls (docs/capture.md,
 "Resources"): each aiohttp or httpx request is a call to its server, as if
 the user had written `profile_block("POST host:port", resource="host:port")`
-around it. The request method is wrapped once, at the first session start
-after the library is imported; with no session active the wrapper only
-calls the original. A span the user named a resource for keeps its name:
+around it. The request method is wrapped once, when mlflow_profiler is
+imported or at the first session start after the library is; with no
+session active the wrapper only calls the original. A span the user named a resource for keeps its name:
 the request's block is then left out (block_enter's `automatic`)."""
 
 from __future__ import annotations
