@@ -3,8 +3,9 @@
 the user had written `profile_block("POST host:port", resource="host:port")`
 around it. The request method is wrapped once, when mlflow_profiler is
 imported or at the first session start after the library is; with no
-session active the wrapper only calls the original. A span the user named a resource for keeps its name:
-the request's block is then left out (block_enter's `automatic`)."""
+session active the wrapper only calls the original. A span the user named a
+resource for keeps its name: the request's block is then left out
+(block_enter's `automatic`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from urllib.parse import urlsplit
 from . import _core
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
-_MARK = "__mlprof_client__"
 
 
 def authority(url: Any) -> Optional[str]:
@@ -47,15 +47,18 @@ def _aiohttp_host(session: Any, url: Any) -> Optional[str]:
     return host
 
 
+def _call(method: Any, host: str):
+    """The request's block: `POST host:port`, a call to resource `host:port`."""
+    return _core.profile_block(f"{str(method).upper()} {host}", host, automatic=True)
+
+
 def _wrap_aiohttp(original: Callable) -> Callable:
     @functools.wraps(original)
     async def _request(self, method, str_or_url, *args, **kwargs):
-        if not _core.collecting():
-            return await original(self, method, str_or_url, *args, **kwargs)
-        host = _aiohttp_host(self, str_or_url)
+        host = _aiohttp_host(self, str_or_url) if _core.collecting() else None
         if host is None:
             return await original(self, method, str_or_url, *args, **kwargs)
-        with _core.profile_block(f"{str(method).upper()} {host}", host, automatic=True):
+        with _call(method, host):
             return await original(self, method, str_or_url, *args, **kwargs)
 
     return _request
@@ -67,7 +70,7 @@ def _wrap_httpx_async(original: Callable) -> Callable:
         host = authority(getattr(request, "url", None)) if _core.collecting() else None
         if host is None:
             return await original(self, request, *args, **kwargs)
-        with _core.profile_block(f"{getattr(request, 'method', '?')} {host}", host, automatic=True):
+        with _call(getattr(request, "method", "?"), host):
             return await original(self, request, *args, **kwargs)
 
     return send
@@ -79,7 +82,7 @@ def _wrap_httpx(original: Callable) -> Callable:
         host = authority(getattr(request, "url", None)) if _core.collecting() else None
         if host is None:
             return original(self, request, *args, **kwargs)
-        with _core.profile_block(f"{getattr(request, 'method', '?')} {host}", host, automatic=True):
+        with _call(getattr(request, "method", "?"), host):
             return original(self, request, *args, **kwargs)
 
     return send
@@ -98,7 +101,7 @@ def refresh() -> Tuple[List[Callable], List[str]]:
     """Wraps the request methods of the clients imported since the last call
     (each once, and only while it is the library's own function: another
     tool's patch is left alone). Returns the wrappers installed now, for the
-    caller to make transparent, and the names of the libraries they wrap."""
+    caller to make transparent, and the libraries they wrap (each once)."""
     installed: List[Callable] = []
     libraries: List[str] = []
     for module_name, cls_name, attr, library, wrap in _TARGETS:
@@ -114,8 +117,8 @@ def refresh() -> Tuple[List[Callable], List[str]]:
         if type(original) is not types.FunctionType or not str(original.__module__).startswith(library):
             continue
         wrapper = wrap(original)
-        setattr(wrapper, _MARK, True)
         setattr(cls, attr, wrapper)
         installed.append(wrapper)
-        libraries.append(library)
+        if library not in libraries:  # httpx: two methods, one scan of its finalizers
+            libraries.append(library)
     return installed, libraries
