@@ -811,6 +811,12 @@ int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
     return -1;
   }
   if (pydepth <= L.base_pydepth) return INT32_MIN;
+  // A generator the lane does not track resuming inside its own block, its
+  // yield unreported (no window was open there): nothing ended, nothing to record.
+  if (key && !L.rec.empty() && L.rec.back().kind == EntryKind::kBlock && L.rec.back().key == key &&
+      L.rec.back().pydepth == pydepth) {
+    return INT32_MIN;
+  }
   close_ended_now(L, pydepth);
   return depth_at(L, pydepth);
 }
@@ -818,7 +824,8 @@ int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
 // Whether a frame at `depth` is the lane's to track, and how.
 inline bool track_transparent(CaptureLane& L, PyCodeObject* code, int32_t depth, int32_t pydepth, uint32_t fid) {
   const bool under_hidden = !L.rec.empty() && L.rec.back().hides;
-  if (!under_hidden && fid != kTransparent && !session_transparent(L, code)) {
+  const bool loop_main = L.rec.empty() && L.loop_main == code;
+  if (!under_hidden && fid != kTransparent && !loop_main && !session_transparent(L, code)) {
     const uint32_t label = L.engine->options().fold_codes.empty() ? 0 : fold_label(L, code);
     if (!label) return false;
     push(L, EventKind::kLabel, label, kEvRelabel, clock::ticks());
@@ -875,6 +882,66 @@ uint32_t call_labeller(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame)
   return label;
 }
 
+// sys.modules[module].<name> from the module's namespace (no getattr: a
+// module __getattr__ runs Python code), as a new reference, or null.
+PyObject* loaded_module_attr(const char* module, const char* name) {
+  pyutil::Ref key(PyUnicode_FromString(module));
+  pyutil::Ref mod(key ? PyImport_GetModule(key.get()) : nullptr);
+  PyObject* ns = mod && PyModule_Check(mod.get()) ? PyModule_GetDict(mod.get()) : nullptr;
+  PyObject* value = ns ? PyDict_GetItemString(ns, name) : nullptr;  // borrowed
+  Py_XINCREF(value);
+  return value;
+}
+
+// The running task of this thread's loop, as a new reference, or null: C
+// calls only (_asyncio's current_task on 3.12+, its _current_tasks before).
+PyObject* current_c_task() {
+  pyutil::Ref type(loaded_module_attr("_asyncio", "Task"));
+  if (!type) return nullptr;
+  pyutil::Ref task;
+  if (pyutil::Ref current{loaded_module_attr("_asyncio", "current_task")}) {
+    if (PyCFunction_Check(current.get())) task = pyutil::Ref(PyObject_CallNoArgs(current.get()));
+  } else {
+    pyutil::Ref tasks(loaded_module_attr("_asyncio", "_current_tasks"));
+    pyutil::Ref running(loaded_module_attr("_asyncio", "get_running_loop"));
+    pyutil::Ref loop(running && tasks && PyDict_Check(tasks.get()) && PyCFunction_Check(running.get())
+                         ? PyObject_CallNoArgs(running.get())
+                         : nullptr);
+    if (loop) task = pyutil::borrow(PyDict_GetItemWithError(tasks.get(), loop.get()));
+  }
+  // Exactly asyncio's C task: a subclass's or a Python task's methods would
+  // run Python code under the hook.
+  if (!task || reinterpret_cast<PyObject*>(Py_TYPE(task.get())) != type.get()) return nullptr;
+  return task.release();
+}
+
+// Whether the coroutine `generator` (its object's address) is the one an
+// event loop runs to completion: the current task's coroutine, and the task
+// carries run_until_complete's done callback (asyncio.run runs its main
+// coroutine so). Any error: no, and the pending state is as it was.
+bool runs_to_completion(uintptr_t generator) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  bool yes = false;
+  {
+    pyutil::Ref done(loaded_module_attr("asyncio.base_events", "_run_until_complete_cb"));
+    pyutil::Ref task(done ? current_c_task() : nullptr);
+    pyutil::Ref coro(task ? PyObject_CallMethod(task.get(), "get_coro", nullptr) : nullptr);
+    pyutil::Ref callbacks(coro && reinterpret_cast<uintptr_t>(coro.get()) == generator
+                              ? PyObject_GetAttrString(task.get(), "_callbacks")
+                              : nullptr);
+    if (callbacks && PyList_Check(callbacks.get())) {
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(callbacks.get()) && !yes; ++i) {
+        PyObject* entry = PyList_GET_ITEM(callbacks.get(), i);
+        yes = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) > 0 && PyTuple_GET_ITEM(entry, 0) == done.get();
+      }
+    }
+  }
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+  return yes;
+}
+
 bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame, bool continued,
                 IOTargets* io) {
   const bool generator = compat::is_generator_code(code);
@@ -890,6 +957,20 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   const int64_t since = first_sight ? clock::ticks() : 0;
   const uint32_t fid = function_id(code);
   if (first_sight) note_thread_overhead(since);
+  // (Only under a recorded span: with none, as in a session entered around
+  // asyncio.run, the coroutine is the root its work hangs under.)
+  if (key && d == 0 && L.rec.empty() && !L.loop_main_checked && L.out.task > 0 && !L.thread_lane &&
+      L.out.parent_lane >= 0) {
+    L.loop_main_checked = true;
+    const int64_t since_check = clock::ticks();
+    if (runs_to_completion(key)) L.loop_main = code;
+    note_thread_overhead(since_check);
+    // Its callees are at its own level: their calls are to be seen (lane_start).
+    if (L.loop_main && L.engine->options().capture_c_calls) capture::watch_c_calls(code);
+    if constexpr (capture::kUnspecializeCalls) {
+      if (L.loop_main && !capture::every_frame_reported()) capture::watch_calls(code);
+    }
+  }
   if (track_transparent(L, code, d, pydepth, fid)) return true;
   if (L.truncated) return false;
   if (L.out.events.size() >= L.soft_cap) {
@@ -1018,12 +1099,28 @@ uint32_t reattach_segment(CaptureLane& L, size_t k, int32_t d, int32_t pydepth, 
 void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame) {
   if (pydepth < L.base_pydepth) return;  // above the frame that entered the session
   const int64_t ts = clock::ticks();
-  close_ended(L, pydepth + 1, ts);
+  // Blocks opened deeper, by frames whose yields no hook reported (below the
+  // ceiling: a request's block in a client's coroutine under one at the
+  // ceiling), are in the chain that suspends with this frame: they leave
+  // with it rather than end. Anything else deeper ended unseen.
+  size_t chain = L.rec.size();
+  while (chain > 0 && L.rec[chain - 1].pydepth > pydepth && L.rec[chain - 1].kind == EntryKind::kBlock) --chain;
+  if (chain == L.rec.size() || (chain > 0 && L.rec[chain - 1].pydepth > pydepth)) {
+    close_ended(L, pydepth + 1, ts);
+    chain = L.rec.size();
+  }
   // The segment that leaves with the generator: its frame's entry (if the
-  // lane tracks it) and the blocks opened in it.
-  size_t from = L.rec.size();
+  // lane tracks it), the blocks opened in it, and those deeper in its chain.
+  size_t from = chain;
   while (from > 0 && L.rec[from - 1].pydepth == pydepth) --from;
   if (from == L.rec.size()) return;
+  // A coroutine the lane does not track, with only blocks of its own, awaited
+  // by one it tracks (3.11 reports such a yield): its blocks wait for the
+  // awaiting coroutine's yield, so that one suspend holds the whole chain.
+  if (!frame_like(L.rec[from]) && (code->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) && from > 0 &&
+      frame_like(L.rec[from - 1]) && L.rec[from - 1].key && L.rec[from - 1].pydepth < pydepth) {
+    return;
+  }
   const uintptr_t key = frame_like(L.rec[from]) && L.rec[from].key ? L.rec[from].key : generator_key(frame);
   if (!key || L.truncated || !room_for_structure(L)) {
     close_entries(L, from, false, ts);
@@ -2160,6 +2257,9 @@ int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max, 
   const CurrentLanes& cl = lanes_now();
   if (cl.n == 0) return 0;
   const int pydepth = capture::frame_depth();  // the frame that opens the block
+  // A generator's block: its resumes are not the end of the block (arrive).
+  PyFrameObject* opener = PyEval_GetFrame();
+  const uintptr_t generator = opener ? compat::frame_generator(opener) : 0;
   int n = 0;
   for (int i = 0; i < cl.n && n < max; ++i) {
     CaptureLane& L = *cl.lanes[i];
@@ -2182,7 +2282,7 @@ int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max, 
     if (resource) push(L, EventKind::kLabel, resource, kEvResource, ts);
     auto idx = static_cast<uint32_t>(L.out.events.size());
     push(L, EventKind::kCall, function, kEvBlock, ts);
-    L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kBlock, 0, nullptr});
+    L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kBlock, generator, nullptr});
     probes::span_enter(L.engine->serial(), L.index, idx, function, 0, d, kEvBlock);
     L.last_was_suspend = false;
     out[n++] = BlockToken{L.engine->serial(), L.index, idx, d <= L.io_ceiling};

@@ -97,6 +97,12 @@ struct CaptureLane {
   bool thread_lane = false;  // a thread bound by all_threads (not the session's own thread)
   int32_t depth_base = 0;    // tree depth of the lane's own level 0 (below the span it hangs under)
   uint64_t context_id = 0;   // the id its context carries in lane_var (a task lane's); 0: none
+  // A task lane's root coroutine when a loop runs its task to completion
+  // (asyncio.run, run_until_complete): the body of the call that ran the
+  // loop, so transparent at the lane's root (docs/capture.md, "asyncio").
+  // Compared only; decided at the lane's first root start.
+  const void* loop_main = nullptr;
+  bool loop_main_checked = false;
   bool quick = false;  // quick_start/quick_return may serve it (no C calls wanted)
   bool truncated = false;
   uint8_t values = 0;    // counters read at each span event: bit 1 << ValueKind (cpu_time, alloc_bytes)

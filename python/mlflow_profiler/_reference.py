@@ -534,7 +534,7 @@ class _Lane:
         "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "pending_resource", "chain_top",
         "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
         "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io", "overhead", "hidden",
-        "readings", "depth_base",
+        "readings", "depth_base", "loop_main", "loop_main_checked",
     )
 
     def __init__(self) -> None:
@@ -573,6 +573,10 @@ class _Lane:
         self.hidden = 0  # open frames of a hidden code or under one (StackEntry::hides)
         self.readings: Optional[list] = None  # (event index, kind, counter) when values are wanted
         self.depth_base = 0  # tree depth of the lane's own level 0 (engine.h CaptureLane::depth_base)
+        # (id(frame), code) of the coroutine a loop runs to completion, the
+        # body of the call that ran the loop (engine.h CaptureLane::loop_main).
+        self.loop_main: Optional[tuple] = None
+        self.loop_main_checked = False
 
 
 def _room_for_structure(L: _Lane) -> bool:
@@ -594,7 +598,7 @@ def _close_entries(L: _Lane, start: int, exception: bool, ts: int) -> None:
     del rec[start:]
 
 
-def _top_frame(L: _Lane) -> Tuple[int, int]:
+def _top_frame(L: _Lane, end: Optional[int] = None) -> Tuple[int, int]:
     """For the frame that returns or yields now: (index of the entry that may
     be its own, or -1; the block/C-call entries above it). Those entries are
     the ones opened inside the frame and still open: a chain of levels
@@ -602,7 +606,7 @@ def _top_frame(L: _Lane) -> Tuple[int, int]:
     counter and are not the frame's (a frame below the ceiling running under
     a block or C call at the ceiling)."""
     rec = L.rec
-    i = len(rec) - 1
+    i = (len(rec) if end is None else end) - 1
     k = 0
     while i >= 0 and rec[i][2] != E_FRAME and rec[i][1] == L.depth - k:
         k += 1
@@ -621,6 +625,38 @@ def _lane_transparent(L: _Lane, code) -> bool:
     """Transparent for every session, for this lane's session only
     (`transparent_codes`: autoprofile's user predict), or under a hidden code."""
     return L.hidden > 0 or code in _transparent.CODES or code in L.engine.transparent_codes
+
+
+def _runs_to_completion(frame) -> bool:
+    """Whether `frame` is the coroutine an event loop runs to completion
+    (asyncio.run, run_until_complete): the current task's, an asyncio C task
+    (as engine.cpp, which calls no Python code), carrying run_until_complete's
+    done callback (engine.cpp runs_to_completion)."""
+    base_events, c_asyncio = sys.modules.get("asyncio.base_events"), sys.modules.get("_asyncio")
+    done = getattr(base_events, "_run_until_complete_cb", None)
+    tasks = sys.modules.get("asyncio.tasks")
+    if done is None or c_asyncio is None or tasks is None:
+        return False
+    try:
+        task = tasks.current_task()
+        if type(task) is not c_asyncio.Task or getattr(task.get_coro(), "cr_frame", None) is not frame:
+            return False
+        return any(entry[0] is done for entry in task._callbacks or ())
+    except Exception:
+        return False
+
+
+def _loop_main(L: _Lane, code, frame, decide: bool = False) -> bool:
+    """Whether `frame`, at the lane's root level, is its loop-run coroutine:
+    decided (`decide`) at the task lane's first root start, then by identity;
+    only under a recorded span (engine.cpp lane_start)."""
+    if decide and not L.loop_main_checked and L.task > 0 and L.parent_lane >= 0 and code.co_flags & _GEN_FLAGS:
+        L.loop_main_checked = True
+        since = _core.now_ns()
+        if _runs_to_completion(frame):
+            L.loop_main = (id(frame), code)
+        L.overhead.append((since, _core.now_ns()))
+    return L.loop_main is not None and L.loop_main[0] == id(frame) and L.loop_main[1] is code
 
 
 def _transparent_start(L: _Lane, code) -> None:
@@ -679,7 +715,7 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
         if not _lane_transparent(L, code):
             L.depth = d
         return
-    if _lane_transparent(L, code):
+    if _lane_transparent(L, code) or (d == 0 and _loop_main(L, code, frame, decide=True)):
         _transparent_start(L, code)
         return  # not counted
     eng = L.engine
@@ -739,11 +775,11 @@ def _names_resource(L: _Lane) -> bool:
     return False
 
 
-def _lane_return(L: _Lane, code, exception: bool) -> Optional[int]:
+def _lane_return(L: _Lane, code, exception: bool, frame=None) -> Optional[int]:
     """Records a return; returns the closed call's event index if its return
     value is wanted."""
     # A transparent frame did not move the counter: it was checked at depth + 1.
-    if L.depth + 1 <= L.ceiling and _lane_transparent(L, code):
+    if L.depth + 1 <= L.ceiling and (_lane_transparent(L, code) or (L.depth == -1 and _loop_main(L, code, frame))):
         _transparent_end(L)
         return None
     if L.engine.fold_codes and L.depth + 1 <= L.ceiling and _fold_label(L, code) is not None:
@@ -910,14 +946,26 @@ def _capture_return(value, targets) -> None:
 
 
 def _lane_yield(L: _Lane, code, frame) -> None:
-    if L.depth + 1 <= L.ceiling and _lane_transparent(L, code):
+    if L.depth + 1 <= L.ceiling and (_lane_transparent(L, code) or (L.depth == -1 and _loop_main(L, code, frame))):
         _transparent_end(L)
         return
-    j, extra = _top_frame(L)
+    # Blocks deeper than the counter were left by a coroutine of the chain
+    # that suspends with this frame (below): they leave with it (engine.cpp
+    # lane_yield).
+    chain = len(L.rec)
+    while chain and L.rec[chain - 1][2] == E_BLOCK and L.rec[chain - 1][1] > L.depth:
+        chain -= 1
+    j, extra = _top_frame(L, chain)
     frame_depth = L.depth - extra
-    start = len(L.rec) - extra
+    start = chain - extra
     if _is_frame_at(L, j, frame_depth, code):
         start = j
+    elif (start < len(L.rec) and code.co_flags & (0x80 | 0x100) and start > 0
+          and L.rec[start - 1][2] == E_FRAME and L.rec[start - 1][3]):
+        # A coroutine the lane does not track, with only blocks of its own,
+        # awaited by one it tracks: its blocks wait for that one's yield.
+        L.depth = frame_depth - 1
+        return
     if start < len(L.rec) and not L.truncated and _room_for_structure(L):
         key = L.rec[start][3] if (start == j and L.rec[start][3]) else id(frame)
         if key:
@@ -927,7 +975,7 @@ def _lane_yield(L: _Lane, code, frame) -> None:
             L.last_was_suspend = True
             entries = L.rec[start:]
             L.events.append((_core.now_ns(), K_SUSPEND, entries[0][0], 0))
-            L.engine._suspended[key] = (L.index, frame_depth, entries, code)
+            L.engine._suspended[key] = (L.index, frame_depth, entries, code, extra)
             del L.rec[start:]
     L.depth = frame_depth - 1
 
@@ -935,8 +983,13 @@ def _lane_yield(L: _Lane, code, frame) -> None:
 def _lane_resume(L: _Lane, code, frame) -> bool:
     """True if a suspended segment was pushed back (or the frame is transparent)."""
     d = L.depth + 1
-    if d <= L.ceiling and _lane_transparent(L, code):
+    if d <= L.ceiling and (_lane_transparent(L, code) or (d == 0 and _loop_main(L, code, frame))):
         _transparent_start(L, code)
+        return True
+    if L.rec and L.rec[-1][2] == E_BLOCK and L.rec[-1][1] == d + 1 and d > L.ceiling:
+        # A coroutine the lane does not track resuming inside its own block
+        # (its yield left it to the chain): the block's level again.
+        L.depth = d + 1
         return True
     suspended = L.engine._suspended
     if suspended:
@@ -950,19 +1003,15 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
         elif s is not None and s[0] == L.index:
             del suspended[key]
             if not L.truncated and _room_for_structure(L):
-                _, frame_depth, entries, _code = s
+                _, frame_depth, entries, _code, own = s
                 shift = d - frame_depth
                 fold = not (code.co_flags & _CO_AWAITS)  # engine.cpp may_fold (this engine fires no probes)
                 now = _core.now_ns()
                 _append_resume(L.events, L.readings, L.engine.values, entries[0][0], now, fold)
                 L.events.maybe_read_cpu(now)
-                top = d
                 for call_index, depth, kind, ekey, dropped, ecode in entries:
-                    depth += shift
-                    if depth > top:
-                        top = depth
-                    L.rec.append([call_index, depth, kind, ekey, dropped, ecode])
-                L.depth = top
+                    L.rec.append([call_index, depth + shift, kind, ekey, dropped, ecode])
+                L.depth = d + own  # the frame and its own blocks; the chain's are deeper
                 L.last_was_suspend = False
                 return True
     return False
@@ -1200,7 +1249,7 @@ def _dispatch(frame, event, arg):
             exception = arg is None and not _at_return(frame)
             targets = []
             for L in lanes:
-                call = _lane_return(L, code, exception)
+                call = _lane_return(L, code, exception, frame)
                 if call is not None:
                     targets.append((L, call))
             if targets:

@@ -99,9 +99,9 @@ def _peak(intervals):
 def test_each_aiohttp_request_is_a_call_to_its_server(endpoints, engine, depth, tmp_path):
     """Every request the servers handled is one call of its host:port, in
     flight as long as the model's clock around it says, the peak in flight
-    what the clocks give. At depth 2 (predict 0, _call_endpoints 1,
-    _fan_out 2) the calls hang, as leaves, under the coroutine that gathered
-    their tasks."""
+    what the clocks give. At depth 2 (predict 0, _call_endpoints 1 with
+    _fan_out, run by asyncio.run, as its body, _ask 2) the calls hang, as
+    leaves, under their tasks' coroutines."""
     ports = endpoints["ports"]
     hosts = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
     for attempt in range(3):  # a busy machine may stretch a call past its clock (run-queue time)
@@ -135,9 +135,13 @@ def test_each_aiohttp_request_is_a_call_to_its_server(endpoints, engine, depth, 
     assert len(asks) == TICKETS
     # The clients' finalizers (a response freed in _fan_out's frame) are theirs, not steps.
     assert not [n["label"] for n in nodes if n["label"].endswith("__del__")]
-    if depth == 2:
-        (fan,) = [n for n in nodes if n["label"] == "Router._fan_out"]
-        assert all(n["parent_index"] == fan["index"] and n["children"] == [] for n in asks)
+    if depth == 2:  # leaves under their tasks' coroutines (_ask, depth 2)
+        by_index = {n["index"]: n for n in nodes}
+        assert all(by_index[n["parent_index"]]["label"] == "Router._ask" and n["children"] == [] for n in asks)
+        # Each request waited for its server, as long as its _ask did, give or take its own work.
+        for n in asks:
+            ask = by_index[n["parent_index"]]
+            assert n["waiting_ns"] > 0.8 * n["wall_ns"] and ask["waiting_ns"] >= n["waiting_ns"]
 
 
 def test_a_resource_the_user_named_wins(endpoints, engine, tmp_path):
