@@ -131,6 +131,9 @@
  * extension newer rather than reading those lanes as malformed; every other
  * body stays MLPROF_USDT_VERSION. The layout is the same. */
 #define MLPROF_SPANS_FOLDS_VERSION 3
+/* A body that holds instants (event kind 8) says this version, for the same
+ * reason; it may hold coalesced resumes too. */
+#define MLPROF_SPANS_MARKS_VERSION 4
 /* Bounds of one session_spans: the extension cuts a longer session (its
  * lanes flagged truncated, in order), the BPF handler's loops stop there. */
 #define MLPROF_CHUNK_BYTES 4096
@@ -172,7 +175,8 @@ struct mlprof_spans_lane {
 /* core/event.h's Event: kind 1 call (id: function id), 2 return, 3 suspend
  * and 4 resume (id: the kCall's index in the lane), 5 label (id: label id),
  * 6 fold (id: the kCall's index) and 7 fold count (id: resumes): coalesced
- * resumes, in a body of version MLPROF_SPANS_FOLDS_VERSION only. */
+ * resumes, in a body of version MLPROF_SPANS_FOLDS_VERSION or later only;
+ * 8 mark (id: label id), an instant, in a body of MLPROF_SPANS_MARKS_VERSION. */
 struct mlprof_spans_event {
   long long ts_ns; /* CLOCK_MONOTONIC */
   unsigned int id;

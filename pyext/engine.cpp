@@ -1934,6 +1934,7 @@ std::shared_ptr<Profile> Engine::profile() {
         e.id = local_str(e.id);
         continue;
       }
+      if (e.kind == EventKind::kMark) e.id = local_str(e.id);
       e.ts_ns = on_cut_timeline(e.ts_ns);
       if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
     }
@@ -2306,6 +2307,24 @@ void block_exit(const BlockToken* tokens, int n, bool exception) {
     }
   }
   if (n > 0) update_window(lanes_now(), capture::frame_depth());
+}
+
+int mark(uint32_t name, uint32_t resource) {
+  const CurrentLanes& cl = lanes_now();
+  int n = 0;
+  for (int i = 0; i < cl.n; ++i) {
+    CaptureLane& L = *cl.lanes[i];
+    if (L.truncated) continue;
+    if (L.out.events.size() >= L.soft_cap) {
+      ++L.out.dropped;
+      continue;
+    }
+    const int64_t ts = clock::ticks();
+    if (resource) push(L, EventKind::kLabel, resource, kEvResource, ts);
+    push(L, EventKind::kMark, name, 0, ts);
+    ++n;
+  }
+  return n;
 }
 
 uint32_t wait_function(std::string_view name, std::string_view module, std::string_view file, int line) {

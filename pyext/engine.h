@@ -429,6 +429,9 @@ struct BlockToken {
 int block_enter(uint32_t function, uint32_t resource, BlockToken* out, int max,
                 bool automatic = false);  // returns tokens written
 void block_exit(const BlockToken* tokens, int n, bool exception);
+// An instant (kMark) named `name` (a string id) in the current lanes, about
+// `resource` (string id, 0 none); returns the lanes it was recorded in.
+int mark(uint32_t name, uint32_t resource);
 // profile_span around a callable without a Python frame: the I/O of its
 // block, from the call's own arguments ("args[0]", ..., keyword names) and result.
 void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, size_t nargs,

@@ -252,7 +252,9 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
       out.kind = static_cast<EventKind>(e[1].cast<int>());
       uint32_t id = e[2].cast<uint32_t>();
       if (out.kind == EventKind::kCall) id = fmap.at(id);
-      else if (out.kind == EventKind::kLabel) id = p->functions.strings().intern(labels.at(id));
+      else if (out.kind == EventKind::kLabel || out.kind == EventKind::kMark) {
+        id = p->functions.strings().intern(labels.at(id));
+      }
       out.id = id;
       out.flags = e[3].cast<uint8_t>();
       lane.events.push_back(out);

@@ -96,6 +96,7 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
 
   bool cut = false;  // the body reached MLPROF_SPANS_MAX_BYTES: later lanes are empty
   bool folds = false;  // coalesced resumes: the body says MLPROF_SPANS_FOLDS_VERSION
+  bool marks = false;  // instants: MLPROF_SPANS_MARKS_VERSION
   uint32_t lanes = 0;
   for (const auto& lp : engine.lanes()) {
     const Lane& out = lp->out;
@@ -139,6 +140,10 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
       if (e.kind == EventKind::kCall) add_name(e.id, false);
       else if (e.kind == EventKind::kLabel) add_name(e.id, true);
       else if (e.kind == EventKind::kFold) folds = true;
+      else if (e.kind == EventKind::kMark) {
+        add_name(e.id, true);
+        marks = true;
+      }
     }
     for (size_t i = 0; i < n_io; ++i) {
       const IORecord& r = out.io[i];
@@ -151,6 +156,7 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
   }
   reinterpret_cast<mlprof_spans_head*>(body.data())->lanes = lanes;
   if (folds) reinterpret_cast<mlprof_spans_head*>(body.data())->version = MLPROF_SPANS_FOLDS_VERSION;
+  if (marks) reinterpret_cast<mlprof_spans_head*>(body.data())->version = MLPROF_SPANS_MARKS_VERSION;
   // In registers: the buffers are thread_local, and an operand the compiler
   // leaves %fs-relative is one libbpf cannot read ("unrecognized register").
   const char* body_at = body.data();

@@ -414,7 +414,34 @@ bool is_own_callable(PyObject* callable) {
   return false;
 }
 
+namespace {
+// _core.mark(name, resource=None): an instant in the current lanes (native
+// sessions) or the reference session's (its _mark); nothing outside one.
+PyObject* mark_function(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2 || !PyUnicode_Check(args[0]) ||
+      (nargs == 2 && args[1] != Py_None && !PyUnicode_Check(args[1]))) {
+    PyErr_SetString(PyExc_TypeError, "mark(name: str, resource: str | None = None)");
+    return nullptr;
+  }
+  PyObject* resource = nargs == 2 && args[1] != Py_None ? args[1] : nullptr;
+  if (!(g_native_collecting | g_reference_collecting)) Py_RETURN_NONE;
+  if (PyObject* ref = reference_session()) {
+    PyObject* r = PyObject_CallMethod(ref, "_mark", "OO", args[0], resource ? resource : Py_None);
+    Py_DECREF(ref);
+    return r;
+  }
+  mark(intern_label(utf8(args[0])), resource ? intern_label(utf8(resource)) : 0);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_mark_def = {"mark", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(mark_function)),
+                          METH_FASTCALL, "mark(name, resource=None): an instant in the current lanes."};
+}  // namespace
+
 bool add_span_types(PyObject* module) {
+  add_own_function(&g_mark_def);
+  PyObject* mark_fn = PyCFunction_NewEx(&g_mark_def, nullptr, nullptr);
+  if (!mark_fn || PyModule_AddObject(module, "mark", mark_fn) < 0) return false;
   g_span_type = PyType_FromSpec(&span_spec);
   if (!g_span_type) return false;
   Py_INCREF(g_span_type);  // kept for is_own_callable

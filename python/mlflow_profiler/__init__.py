@@ -17,6 +17,7 @@ _native.load()  # a clear error when the extension was built for another interpr
 from . import _core, _transparent
 from ._autoprofile import autoprofile, last_profile, statistics
 from ._core import profile_block
+from ._marks import mark, rate_limit_hit, retry
 from ._exporter import flush
 from ._files import ProfileLoadError, load
 from ._io import IOSummary, register_summarizer, summarize
@@ -43,10 +44,13 @@ __all__ = [
     "log_profile_metrics",
     "log_profile_summary",
     "log_profile_trace",
+    "mark",
     "profile_block",
     "profile_span",
     "profiling",
+    "rate_limit_hit",
     "register_summarizer",
+    "retry",
     "statistics",
     "summarize",
 ]
@@ -56,10 +60,10 @@ def _init() -> None:
     paths = _sysconfig.get_paths()
     prefixes = {paths.get("stdlib"), paths.get("platstdlib")}
     _core.set_library_prefixes(sorted(p for p in prefixes if p))
-    from . import _autoprofile, _collector, _exporter, _native, _processors, _session, _spans, mlflow_sink
+    from . import _autoprofile, _collector, _exporter, _marks, _native, _processors, _session, _spans, mlflow_sink
 
     for module in (_session, _spans, _transparent, _native, _collector, _processors, mlflow_sink, _autoprofile,
-                   _exporter):
+                   _exporter, _marks):
         _transparent.add_module(module)
     _transparent.refresh()
 

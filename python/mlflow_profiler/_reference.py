@@ -140,6 +140,7 @@ K_RESUME = 4
 K_LABEL = 5
 K_FOLD = 6  # coalesced resumes: id = the kCall's index (core/resume.h)
 K_FOLD_COUNT = 7  # follows K_FOLD: id = the resumes, ts = the last one
+K_MARK = 8  # an instant: id = its name (a label id), after an EV_RESOURCE label naming its resource
 _MAX_FOLD = 0xFFFFFFFF
 _CO_AWAITS = 0x80 | 0x100 | 0x200  # CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: never folded
 
@@ -1862,6 +1863,29 @@ class ReferenceEngine:
         return self._add_function(func.__qualname__, func.__module__, code.co_filename, code.co_firstlineno,
                                   FN_PYTHON, False)
 
+    def mark(self, name, resource=None) -> None:
+        """An instant named `name` in the current lanes, about `resource`
+        (engine.cpp mark)."""
+        if not _collecting:
+            return
+        st = _thread_state()
+        was, st.busy = st.busy, True
+        try:
+            for L in _lanes_now(st):
+                if L.truncated:
+                    continue
+                if len(L.events) >= L.soft_cap:
+                    L.dropped += 1
+                    continue
+                ts = _core.now_ns()
+                if resource is not None:
+                    L.events.append((ts, K_LABEL, L.engine._label_id(resource), EV_RESOURCE))
+                L.events.append((ts, K_MARK, L.engine._label_id(name), 0))
+        except Exception as exc:  # never raise into user code
+            self._fail(f"internal error recording a mark: {exc!r}")
+        finally:
+            st.busy = was
+
     def block_enter(self, label, resource=None, automatic=False) -> _BlockToken:
         """Opens a profile_block span in the current lanes (using `resource`,
         a str, if given); returns its token. `automatic` (named by the
@@ -1922,7 +1946,8 @@ def _register_invisible() -> None:
     for value in list(vars(module).values()):
         if getattr(value, "__module__", None) == __name__:
             _transparent.collect_codes(value, _INVISIBLE)
-    for fn in (ProfileSession._label_call, ProfileSession._block_enter, ProfileSession._wait_call):
+    for fn in (ProfileSession._label_call, ProfileSession._block_enter, ProfileSession._wait_call,
+               ProfileSession._mark):
         _transparent.collect_codes(fn, _INVISIBLE)
 
 

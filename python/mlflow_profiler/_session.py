@@ -248,6 +248,9 @@ class ProfileSession:
     def _wait_call(self, _label, select, args, kwargs):
         return self._engine.wait_call(select, args, kwargs)
 
+    def _mark(self, name, resource=None):
+        return self._engine.mark(name, resource)
+
     # -- results ---------------------------------------------------------------
 
     def _built(self):

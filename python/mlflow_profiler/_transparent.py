@@ -409,6 +409,9 @@ def refresh() -> int:
         wrappers, libraries = _clients.refresh()
         for wrapper in wrappers:  # aiohttp's, httpx's request: the block inside is the node
             add(wrapper)
+        if wrappers:  # their own work (naming the host, instants) is no node
+            for helper in _clients.helpers():
+                _hide_function(helper)
         for library in libraries:
             _hide_finalizers(library)
         _modules_seen = count if complete else -1

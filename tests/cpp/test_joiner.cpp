@@ -347,7 +347,7 @@ void expect_same_tree(const Profile& want, const Profile& got) {
       EXPECT_EQ(y.flags, x.flags);
       if (x.kind == EventKind::kCall) {
         EXPECT_EQ(function_text(got, y.id), function_text(want, x.id));
-      } else if (x.kind == EventKind::kLabel) {
+      } else if (x.kind == EventKind::kLabel || x.kind == EventKind::kMark) {
         EXPECT_EQ(got.functions.strings().get(y.id), want.functions.strings().get(x.id));
       } else {
         EXPECT_EQ(y.id, x.id);
@@ -1478,14 +1478,17 @@ std::vector<Rec> body_records_of(const Profile& p, Process& proc, uint64_t seria
       me.ts_ns = e.ts_ns;
       me.kind = static_cast<uint8_t>(e.kind);
       me.flags = e.flags;
-      me.id = e.kind == EventKind::kCall || e.kind == EventKind::kLabel ? e.id + proc.id_offset : e.id;
+      const bool label = e.kind == EventKind::kLabel || e.kind == EventKind::kMark;
+      me.id = e.kind == EventKind::kCall || label ? e.id + proc.id_offset : e.id;
       body.append(reinterpret_cast<const char*>(&me), sizeof(me));
-      // As session_spans.cpp: a body with coalesced resumes says so.
-      if (e.kind == EventKind::kFold) head.version = MLPROF_SPANS_FOLDS_VERSION;
-      if ((e.kind == EventKind::kCall || e.kind == EventKind::kLabel) && proc.send_names &&
-          proc.named.insert({e.kind == EventKind::kLabel, me.id}).second) {
+      // As session_spans.cpp: a body with coalesced resumes or instants says so.
+      if (e.kind == EventKind::kFold && head.version < MLPROF_SPANS_FOLDS_VERSION) {
+        head.version = MLPROF_SPANS_FOLDS_VERSION;
+      }
+      if (e.kind == EventKind::kMark) head.version = MLPROF_SPANS_MARKS_VERSION;
+      if ((e.kind == EventKind::kCall || label) && proc.send_names && proc.named.insert({label, me.id}).second) {
         const auto& s = p.functions.strings();
-        if (e.kind == EventKind::kLabel) {
+        if (label) {
           out.push_back(name_rec(tgid, tid, p.end_ns, me.id, true, s.get(e.id)));
         } else {
           const FunctionInfo& f = p.functions.get(e.id);
@@ -1549,6 +1552,18 @@ TEST(JoinerV2, ASessionSpansBodyGivesTheInProcessTreeAndTheTraceIds) {
 // A busy generator's resumes, folded by the engine (core/resume.h), arrive in
 // a body of version 3: the agent's tree is the in-process one, and a version
 // 2 body holding a fold is malformed (an older writer cannot have made it).
+// The records of a body, rewritten to say contract `version` in its head.
+void set_body_version(std::vector<Rec>& recs, uint32_t version) {
+  for (Rec& r : recs) {
+    mlprof_ev_chunk c{};
+    if (r.bytes.size() < offsetof(mlprof_ev_chunk, data)) continue;
+    std::memcpy(&c, r.bytes.data(), offsetof(mlprof_ev_chunk, data));
+    if (c.h.kind != MLPROF_EV_SPANS_CHUNK || c.offset != 0) continue;
+    std::memcpy(r.bytes.data() + offsetof(mlprof_ev_chunk, data) + offsetof(mlprof_spans_head, version), &version,
+                sizeof(version));
+  }
+}
+
 TEST(JoinerV2, ABodyWithFoldedResumesGivesTheInProcessTree) {
   Profile p;
   p.start_ns = 1000;
@@ -1583,20 +1598,55 @@ TEST(JoinerV2, ABodyWithFoldedResumesGivesTheInProcessTree) {
 
   // The same events under version 2: read up to the fold, the lane truncated.
   std::vector<Rec> recs = body_records_of(want, proc, 4, 0, "", "");
-  for (Rec& r : recs) {
-    mlprof_ev_chunk c{};
-    if (r.bytes.size() < offsetof(mlprof_ev_chunk, data)) continue;
-    std::memcpy(&c, r.bytes.data(), offsetof(mlprof_ev_chunk, data));
-    if (c.h.kind != MLPROF_EV_SPANS_CHUNK || c.offset != 0) continue;
-    const uint32_t v2 = MLPROF_USDT_VERSION;
-    std::memcpy(r.bytes.data() + offsetof(mlprof_ev_chunk, data) + offsetof(mlprof_spans_head, version), &v2,
-                sizeof(v2));
-  }
+  set_body_version(recs, MLPROF_USDT_VERSION);
   feed(j, recs);
   got = j.take_finished();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(j.stats().malformed, 1u);
   EXPECT_TRUE(got[0].lanes[0].truncated);
+}
+
+// Instants (kMark, a body of MLPROF_SPANS_MARKS_VERSION): joined with their
+// names and resources, under the span open then, as in process; an agent
+// reading the body as version 3 stops at the mark (the lane truncated).
+TEST(JoinerV2, ABodyWithMarksGivesThemBack) {
+  Profile p;
+  p.start_ns = 1000;
+  p.end_ns = 90000;
+  p.captured_depth = 2;
+  const uint32_t predict = test::user_fn(p, "predict");
+  const uint32_t name = p.functions.strings().intern("rate limited, retry after 2s");
+  const uint32_t host = p.functions.strings().intern("api.example:8443");
+  Lane lane = test::make_lane({call(1000, predict)});
+  lane.events.push_back(Event{5000, host, EventKind::kLabel, kEvResource, 0});
+  lane.events.push_back(Event{5000, name, EventKind::kMark, 0, 0});
+  lane.events.push_back(ret(8000));
+  p.lanes.push_back(lane);
+  build_tree(p);
+  ASSERT_EQ(p.marks.size(), 1u);
+  const Profile want = as_seen(std::move(p));
+  Process proc;
+  Joiner j;
+  feed(j, body_records_of(want, proc, 3, 0, "", ""));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  expect_same_tree(want, got[0]);
+  ASSERT_EQ(got[0].marks.size(), 1u);
+  const Mark& m = got[0].marks[0];
+  const StringTable& strings = got[0].functions.strings();
+  EXPECT_EQ(strings.get(m.name), "rate limited, retry after 2s");
+  EXPECT_EQ(strings.get(m.resource), "api.example:8443");
+  EXPECT_EQ(m.span, 0);
+  EXPECT_EQ(m.ts_ns, want.marks[0].ts_ns);
+  EXPECT_EQ(j.stats().malformed, 0u);
+
+  std::vector<Rec> recs = body_records_of(want, proc, 4, 0, "", "");
+  set_body_version(recs, MLPROF_SPANS_FOLDS_VERSION);
+  feed(j, recs);
+  got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(j.stats().malformed, 1u);
+  EXPECT_TRUE(got[0].marks.empty());
 }
 
 // A newer extension's body (a contract version this agent does not read):
@@ -1605,20 +1655,12 @@ TEST(JoinerV2, ABodyOfANewerContractIsCountedAndShowsNoSession) {
   Process proc;
   Joiner j;
   std::vector<Rec> recs = body_records_of(small_session(), proc, 3, 0, "", "");
-  for (Rec& r : recs) {
-    mlprof_ev_chunk c{};
-    if (r.bytes.size() < offsetof(mlprof_ev_chunk, data)) continue;
-    std::memcpy(&c, r.bytes.data(), offsetof(mlprof_ev_chunk, data));
-    if (c.h.kind != MLPROF_EV_SPANS_CHUNK || c.offset != 0) continue;
-    const uint32_t newer = MLPROF_SPANS_FOLDS_VERSION + 1;
-    std::memcpy(r.bytes.data() + offsetof(mlprof_ev_chunk, data) + offsetof(mlprof_spans_head, version), &newer,
-                sizeof(newer));
-  }
+  set_body_version(recs, MLPROF_SPANS_MARKS_VERSION + 1);
   feed(j, recs);
   EXPECT_TRUE(j.take_finished().empty());
   const JoinerStats st = j.stats();
   EXPECT_EQ(st.bodies_unknown_version, 1u);
-  EXPECT_EQ(st.unknown_version, MLPROF_SPANS_FOLDS_VERSION + 1);
+  EXPECT_EQ(st.unknown_version, MLPROF_SPANS_MARKS_VERSION + 1);
   EXPECT_EQ(st.unknown_version_pid, proc.tgid);
   EXPECT_EQ(st.bodies_applied, 0u);
   // The same process's next session, of this contract, is read as usual.

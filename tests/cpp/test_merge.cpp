@@ -35,6 +35,7 @@ Profile session(uint32_t pid, uint64_t serial, int64_t t0, const std::string& ex
   const uint32_t predict = test::user_fn(p, "predict"), produce = test::user_fn(p, "produce"),
                  extra = test::user_fn(p, extra_name);
   const uint32_t step = p.functions.strings().intern("step");
+  const uint32_t hit = p.functions.strings().intern("hit in " + extra_name);
   p.start_ns = t0;
   p.end_ns = t0 + 10'000;
   p.captured_depth = pid == 100 ? 2 : 3;
@@ -45,7 +46,8 @@ Profile session(uint32_t pid, uint64_t serial, int64_t t0, const std::string& ex
   p.stats.events_captured = 8;
   p.stats.events_skipped = pid;
   Lane lane = make_lane({call(t0, predict), call(t0 + 1'000, produce), suspend(t0 + 2'000, 1),
-                         test::label(step), call(t0 + 3'000, extra), ret(t0 + 4'000),
+                         test::label(step), call(t0 + 3'000, extra),
+                         Event{t0 + 3'500, hit, EventKind::kMark, 0, 0}, ret(t0 + 4'000),
                          resume(t0 + 5'000, 1), ret(t0 + 6'000), ret(t0 + 10'000)});
   IOSummary arr;
   arr.type_name = "numpy.ndarray";
@@ -163,6 +165,21 @@ TEST_F(MergeTwo, SpansLanesIoAndSegmentsAreReindexed) {
   auto [s0, s1] = m.segments_of(4);
   ASSERT_EQ(s1 - s0, 2);
   EXPECT_EQ(s0->start_ns, 51'000);
+}
+
+TEST_F(MergeTwo, MarksAreReindexedAndRenamed) {
+  ASSERT_EQ(a.marks.size(), 1u);
+  ASSERT_EQ(m.marks.size(), 2u);
+  const Mark& second = m.marks[1];
+  EXPECT_EQ(second.lane, 1u);
+  EXPECT_EQ(second.span, 5);
+  EXPECT_EQ(second.ts_ns, 53'500);
+  EXPECT_EQ(m.functions.strings().get(second.name), "hit in score");
+  EXPECT_EQ(m.functions.strings().get(m.marks[0].name), "hit in load");
+  // The merged lanes' events name the same strings: a rebuild gives the same marks.
+  const std::vector<Mark> merged = m.marks;
+  build_tree(m);
+  EXPECT_EQ(m.marks, merged);
 }
 
 TEST_F(MergeTwo, StatsSumAndMetaKeepsWhatBothSay) {

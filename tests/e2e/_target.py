@@ -87,11 +87,13 @@ with warnings.catch_warnings():
             time.sleep(0.020)
 
         def _resource(self):
-            # A call to the resource "llm": a block that names it (docs/capture.md, "Resources").
-            from mlflow_profiler import profile_block
+            # A call to the resource "llm": a block that names it (docs/capture.md,
+            # "Resources"), which the endpoint rate-limits: an instant ("Instants").
+            from mlflow_profiler import profile_block, rate_limit_hit
 
             with profile_block("ask llm", resource="llm"):
                 time.sleep(0.005)
+                rate_limit_hit("llm", 0.5)
 
         def _spin(self):
             x = 0

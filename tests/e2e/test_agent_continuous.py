@@ -185,7 +185,8 @@ def test_every_period_is_one_item_per_workload_in_a_directory_sink(agent, python
 def test_a_spans_resource_reaches_the_agents_documents(agent, python_target, tmp_path):
     """profile_block(resource=) in the target: each delivered call names its
     resource, through the session data the agent reads (docs/capture.md,
-    "Resources")."""
+    "Resources"), and the instant marked inside it (rate_limit_hit,
+    "Instants") is in the document, inside the call."""
     a = python_target()
     sink = tmp_path / "sink"
     sink.mkdir()
@@ -194,17 +195,24 @@ def test_a_spans_resource_reaches_the_agents_documents(agent, python_target, tmp
     wait_summary(run, lambda s: sessions_of(run) >= ran)
     result = run.stop(signal.SIGTERM)
     assert result.returncode == 0, result.stderr
-    calls = []
+    calls, marks = [], []
     for doc in dir_items(sink).values():
         fields = doc["span_fields"]
-        for row in doc["spans"]:
-            span = dict(zip(fields, row))
+        spans = [dict(zip(fields, row)) for row in doc["spans"]]
+        for span in spans:
             if span["resource"]:
                 calls.append((doc["strings"][span["resource"]], doc["strings"][span["label"]] if span["label"]
                               else doc["strings"][doc["functions"][span["function"]][0]],
                               span["end_ns"] - span["start_ns"]))
+        for row in doc.get("marks", []):
+            m = dict(zip(doc["mark_fields"], row))
+            inside = spans[m["span"]] if m["span"] >= 0 else None
+            marks.append((doc["strings"][m["name"]], doc["strings"][m["resource"]],
+                          inside is not None and inside["resource"] != 0
+                          and inside["start_ns"] <= m["ts_ns"] <= inside["end_ns"]))
     assert [c[:2] for c in calls] == [("llm", "ask llm")] * ran, calls
     assert all(5_000_000 <= c[2] < 50_000_000 for c in calls), calls
+    assert marks == [("rate limited, retry after 0.5s", "llm", True)] * ran, marks
 
 
 def test_sigterm_spools_and_delivers_the_partial_period_to_a_sqlite_store(agent, python_target, tmp_path):

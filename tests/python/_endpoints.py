@@ -13,14 +13,19 @@ from typing import Dict, Iterator, Optional
 
 
 @contextlib.contextmanager
-def serve(latency: Dict[str, float], slots: Optional[Dict[str, int]] = None) -> Iterator[dict]:
+def serve(latency: Dict[str, float], slots: Optional[Dict[str, int]] = None,
+          answers: Optional[Dict[str, list]] = None) -> Iterator[dict]:
     """Starts one server per name of `latency` (seconds); yields {"urls":
     {name: "http://127.0.0.1:PORT/v1/responses"}, "ports": {name: PORT},
-    "handled": [(name, t0, t1)]}. `slots`: a server-side semaphore per name,
-    so requests beyond it queue in the server."""
+    "handled": [(name, t0, t1)], "answers": answers}. `slots`: a server-side
+    semaphore per name, so requests beyond it queue in the server.
+    `answers`: per name, the statuses of its next requests, in order, each
+    (status, Retry-After header or None); 200 once the list is empty (the
+    test may refill it)."""
     from aiohttp import web
 
     handled: list = []
+    scripted: dict = answers if answers is not None else {}
     urls: dict = {}
     ports: dict = {}
     ready = threading.Event()
@@ -37,6 +42,11 @@ def serve(latency: Dict[str, float], slots: Optional[Dict[str, int]] = None) -> 
             else:
                 await asyncio.sleep(latency[name])
             handled.append((name, t0, time.perf_counter_ns()))
+            script = scripted.get(name)
+            if script:
+                status, retry_after = script.pop(0)
+                headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+                return web.json_response({"error": status}, status=status, headers=headers)
             return web.json_response({"answer": f"{name}: {body.get('ticket', '')} resolved"})
         return handle
 
@@ -71,7 +81,7 @@ def serve(latency: Dict[str, float], slots: Optional[Dict[str, int]] = None) -> 
     t.start()
     assert ready.wait(30)
     try:
-        yield {"urls": urls, "ports": ports, "handled": handled}
+        yield {"urls": urls, "ports": ports, "handled": handled, "answers": scripted}
     finally:
         loop.call_soon_threadsafe(loop.stop)
         t.join(10)

@@ -556,7 +556,8 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
   };
   mlprof_spans_head head{};
   if (!read(head)) return;
-  if (head.version != MLPROF_USDT_VERSION && head.version != MLPROF_SPANS_FOLDS_VERSION) {
+  if (head.version != MLPROF_USDT_VERSION && head.version != MLPROF_SPANS_FOLDS_VERSION &&
+      head.version != MLPROF_SPANS_MARKS_VERSION) {
     ++stats.bodies_unknown_version;
     stats.unknown_version = std::max(stats.unknown_version, head.version);
     if (stats.unknown_version_pid == 0) stats.unknown_version_pid = s.tgid;
@@ -606,7 +607,9 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
     for (size_t k = 0; k < n; ++k) {
       mlprof_spans_event e{};
       std::memcpy(&e, b.data() + at + k * sizeof(e), sizeof(e));
-      const auto newest = head.version == MLPROF_SPANS_FOLDS_VERSION ? EventKind::kFoldCount : EventKind::kLabel;
+      const auto newest = head.version == MLPROF_SPANS_MARKS_VERSION   ? EventKind::kMark
+                          : head.version == MLPROF_SPANS_FOLDS_VERSION ? EventKind::kFoldCount
+                                                                       : EventKind::kLabel;
       if (e.kind < static_cast<uint8_t>(EventKind::kCall) || e.kind > static_cast<uint8_t>(newest)) {
         ++stats.malformed;
         lane.events.resize(k);
@@ -909,7 +912,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     for (Event& e : lane.events) {
       if (e.kind == EventKind::kCall)
         e.id = local_function(e.id, e.flags);
-      else if (e.kind == EventKind::kLabel)
+      else if (e.kind == EventKind::kLabel || e.kind == EventKind::kMark)
         e.id = local_label(e.id);
       if (marked_lane < 0 && (e.flags & kEvChildrenDropped)) marked_lane = self;
     }

@@ -84,6 +84,11 @@ Result<Profile> edit_profile(const Profile& in, const ProfileEdits& edits) {
     if (!relabelled && s.label < old_strings.size()) string_used[s.label] = true;
     if (s.resource < old_strings.size()) string_used[s.resource] = true;
   }
+  for (const Mark& m : in.marks) {
+    for (const uint32_t id : {m.name, m.resource}) {
+      if (id < old_strings.size()) string_used[id] = true;
+    }
+  }
   for (uint32_t f = 0; f < in.functions.size(); ++f) {
     if (!function_used[f]) continue;
     const FunctionInfo& fn = in.functions.get(f);
@@ -145,6 +150,15 @@ Result<Profile> edit_profile(const Profile& in, const ProfileEdits& edits) {
   for (const SpanValue& v : in.values) {
     if (v.span < 0 || static_cast<size_t>(v.span) >= n || gone[v.span]) continue;
     out.values.push_back({new_index[v.span], v.kind, v.value});
+  }
+  // A mark under a span that is gone is under the nearest kept span above it.
+  for (Mark m : in.marks) {
+    int32_t s = m.span;
+    while (s >= 0 && static_cast<size_t>(s) < n && gone[s]) s = in.spans[static_cast<size_t>(s)].parent;
+    m.span = s >= 0 && static_cast<size_t>(s) < n ? new_index[s] : -1;
+    m.name = new_string(m.name);
+    m.resource = new_string(m.resource);
+    out.marks.push_back(m);
   }
 
   out.lanes.reserve(in.lanes.size());

@@ -40,6 +40,10 @@ enum class EventKind : uint8_t {
   // are what each counter grew while the span was paused (not counters).
   kFold = 6,
   kFoldCount = 7,
+  // An instant of the lane (mlflow_profiler.mark: a rate limit hit, a
+  // retry): id = its name (string id). A kLabel flagged kEvResource just
+  // before it names the resource it concerns. It opens and closes nothing.
+  kMark = 8,
 };
 
 // Flags on events.

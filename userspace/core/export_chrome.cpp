@@ -412,6 +412,42 @@ void write_thread_events(JsonWriter& w, const Profile& p, int64_t origin, std::s
   }
 }
 
+// One instant event ("ph": "i"): scope "t" on a thread's track, "p" across
+// a resource's process.
+void write_instant(JsonWriter& w, const Profile& p, const Mark& m, uint32_t pid, const uint32_t* tid,
+                   int64_t origin, std::string& scratch) {
+  const StringTable& strings = p.functions.strings();
+  w.StartObject();
+  w.Key("ph");
+  w.String("i");
+  w.Key("ts");  // right after "ph": Perfetto's tokenizer scans for it
+  write_us(w, scratch, m.ts_ns - origin);
+  w.Key("s");
+  w.String(tid ? "t" : "p");
+  w.Key("pid");
+  w.Uint(pid);
+  if (tid) {
+    w.Key("tid");
+    w.Uint(*tid);
+  }
+  w.Key("name");
+  write_string(w, strings.get(m.name));
+  w.Key("cat");
+  w.String("mark");
+  w.Key("args");
+  w.StartObject();
+  if (m.resource != 0) {
+    w.Key("resource");
+    write_string(w, strings.get(m.resource));
+  }
+  if (m.span >= 0) {
+    w.Key("under");
+    write_string(w, p.display_name(p.spans[static_cast<size_t>(m.span)]));
+  }
+  w.EndObject();
+  w.EndObject();
+}
+
 // Spec 002's view: each resource a process (above any real pid), each slot
 // in use a thread, each call a slice on the slot it took, and per resource
 // the counters "in flight" and "queued" (core/resources.h).
@@ -452,6 +488,9 @@ void write_resources(JsonWriter& w, const Profile& p, const std::vector<Resource
       whole.span = c.span;
       write_span_args(w, p, locations, c.span, whole, &c, &strings.get(r.name));
       w.EndObject();
+    }
+    for (const Mark& m : p.marks) {
+      if (m.resource == r.name) write_instant(w, p, m, pid, nullptr, origin, scratch);
     }
     for (const ResourceSample& smp : r.samples) {
       for (const bool queued : {false, true}) {
@@ -610,6 +649,11 @@ std::string to_chrome_trace(const Profile& p) {
   if (p.kernel.present) {
     write_off_cpu(w, p, tracks, origin, scratch);
     write_thread_events(w, p, origin, scratch);
+  }
+  for (const Mark& m : p.marks) {
+    if (m.lane < p.lanes.size() && has_spans[m.lane]) {
+      write_instant(w, p, m, tracks[m.lane].first, &tracks[m.lane].second, origin, scratch);
+    }
   }
   if (lanes_shown > 1) write_active_lanes(w, lanes, pids.front(), origin, scratch);
   write_resources(w, p, resource_view(p), locations, origin, scratch);

@@ -76,6 +76,17 @@ std::string report_extras(const Profile& p) {
       w.EndArray();
     }
     w.EndArray();
+    // Its instants (Profile::marks): [ts_ns, name].
+    w.Key("marks");
+    w.StartArray();
+    for (const Mark& m : p.marks) {
+      if (m.resource != r.name) continue;
+      w.StartArray();
+      w.Int64(m.ts_ns);
+      write_string(w, p.functions.strings().get(m.name));
+      w.EndArray();
+    }
+    w.EndArray();
     w.Key("samples");
     w.StartArray();
     for (const ResourceSample& s : r.samples) {

@@ -277,6 +277,9 @@ class Grouper {
     for (SpanIO& io : p_.io) io.span = new_index[static_cast<size_t>(io.span)];
     for (Segment& seg : p_.segments) seg.span = new_index[static_cast<size_t>(seg.span)];
     for (SpanValue& v : p_.values) v.span = new_index[static_cast<size_t>(v.span)];
+    for (Mark& m : p_.marks) {
+      if (m.span >= 0) m.span = new_index[static_cast<size_t>(m.span)];
+    }
     link_tree(p_);
     add_group_values();
   }

@@ -424,6 +424,28 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     w.EndArray();
   }
   w.EndArray();
+  if (!p.marks.empty()) {
+    // Instants (optional table): a mark under a span the view cut is under
+    // its nearest kept ancestor.
+    auto kept_or_above = [&](int32_t span) {
+      while (span >= 0 && kept(span) < 0) span = p.spans[static_cast<size_t>(span)].parent;
+      return span < 0 ? -1 : kept(span);
+    };
+    w.Key("mark_fields");
+    write_fields(w, {"lane", "ts_ns", "span", "name", "resource"});
+    w.Key("marks");
+    w.StartArray();
+    for (const Mark& m : p.marks) {
+      w.StartArray();
+      w.Uint(m.lane);
+      w.Int64(m.ts_ns);
+      w.Int(kept_or_above(m.span));
+      w.Uint(m.name);
+      w.Uint(m.resource);
+      w.EndArray();
+    }
+    w.EndArray();
+  }
   if (p.kernel.present || !p.values.empty()) write_span_values(w, p, view_depth < 0 ? nullptr : &renumbered);
   if (p.kernel.present) write_kernel(w, p, view_depth < 0 ? nullptr : &renumbered);
   w.EndObject();

@@ -86,7 +86,7 @@ class DocumentReader {
     }
     if (!read_header()) return take_error();
     if (!read_meta(p) || !read_stats(p) || !read_strings(p) || !read_functions(p) ||
-        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p) || !read_kernel(p) ||
+        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p) || !read_marks(p) || !read_kernel(p) ||
         !read_span_values(p) || !read_waits(p)) {
       return take_error();
     }
@@ -550,6 +550,34 @@ class DocumentReader {
       io.role = static_cast<IORole>(role);
       // Profile::io_of looks summaries up by binary search on span.
       if (i > 0 && io.span < p.io[i - 1].span) return fail(Where{s, i}, "not in span order");
+    }
+    return true;
+  }
+
+  // Instants (optional: a document with none, or written before them, has
+  // no "marks" table).
+  bool read_marks(Profile& p) {
+    if (member(root_, "marks") == nullptr) return true;
+    Columns c;
+    const Value* rows = table("marks");
+    if (rows == nullptr || !columns("mark_fields", {"lane", "ts_ns", "span", "name", "resource"}, c)) return false;
+    const size_t n_strings = p.functions.strings().size();
+    p.marks.resize(rows->Size());
+    for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
+      const Value* r = row(*rows, "marks", i, c);
+      if (r == nullptr) return false;
+      Mark& m = p.marks[i];
+      const char* s = "marks";
+      if (!get_id((*r)[c.at[0]], Where{s, i, "lane"}, p.lanes.size(), "lanes", m.lane) ||
+          !get((*r)[c.at[1]], Where{s, i, "ts_ns"}, m.ts_ns) || !get((*r)[c.at[2]], Where{s, i, "span"}, m.span) ||
+          !get_id((*r)[c.at[3]], Where{s, i, "name"}, n_strings, "strings", m.name) ||
+          !get_id((*r)[c.at[4]], Where{s, i, "resource"}, n_strings, "strings", m.resource)) {
+        return false;
+      }
+      if (m.span < -1 || m.span >= static_cast<int64_t>(p.spans.size())) {
+        return fail(Where{s, i, "span"}, "is not -1 or a span");
+      }
+      if (i > 0 && m.ts_ns < p.marks[i - 1].ts_ns) return fail(Where{s, i}, "not in time order");
     }
     return true;
   }

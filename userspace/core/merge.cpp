@@ -125,7 +125,7 @@ void append_one(Profile& into, const Profile& from, Remap& remap, bool& take_met
     if (lane.parent_lane >= 0) lane.parent_lane += lane_base;
     for (Event& e : lane.events) {
       if (e.kind == EventKind::kCall) e.id = remap.function(e.id);
-      if (e.kind == EventKind::kLabel) e.id = remap.string(e.id);
+      if (e.kind == EventKind::kLabel || e.kind == EventKind::kMark) e.id = remap.string(e.id);
     }
     into.lanes.push_back(std::move(lane));
   }
@@ -148,6 +148,13 @@ void append_one(Profile& into, const Profile& from, Remap& remap, bool& take_met
   for (SpanValue v : from.values) {
     v.span += span_base;
     into.values.push_back(v);
+  }
+  for (Mark m : from.marks) {
+    m.lane += static_cast<uint32_t>(lane_base);
+    if (m.span >= 0) m.span += span_base;
+    m.name = remap.string(m.name);
+    m.resource = remap.string(m.resource);
+    into.marks.push_back(m);
   }
 
   KernelData& k = into.kernel;

@@ -56,6 +56,7 @@ class TreeBuilder {
     p_.io.clear();
     p_.segments.clear();
     p_.values.clear();
+    p_.marks.clear();
     p_.stats.unmatched_returns = 0;
     size_t calls = 0, events = 0;
     for (const Lane& lane : p_.lanes) {
@@ -90,6 +91,7 @@ class TreeBuilder {
     auto by_span = [](const auto& a, const auto& b) { return a.span < b.span; };
     std::stable_sort(p_.segments.begin(), p_.segments.end(), by_span);
     std::stable_sort(p_.io.begin(), p_.io.end(), by_span);
+    std::stable_sort(p_.marks.begin(), p_.marks.end(), [](const Mark& x, const Mark& y) { return x.ts_ns < y.ts_ns; });
     compute_waiting(p_);  // reads the segments in span order
   }
 
@@ -239,6 +241,10 @@ class TreeBuilder {
           fold(pos, count.id, std::max<int64_t>(0, count.ts_ns - ev.ts_ns), readings ? at : nullptr, have);
           break;
         }
+        case EventKind::kMark:
+          p_.marks.push_back(Mark{li, ev.ts_ns, stack_.empty() ? adopt : stack_.back(), ev.id, pending_resource});
+          pending_resource = 0;
+          break;
         default:
           break;  // an unknown kind from a newer writer: skip it, keep the tree
       }

@@ -101,6 +101,16 @@ struct Segment {
   bool operator==(const Segment&) const = default;
 };
 
+// An instant of a lane (EventKind::kMark): a rate limit hit, a retry.
+struct Mark {
+  uint32_t lane = 0;
+  int64_t ts_ns = 0;
+  int32_t span = -1;      // the innermost span open in its lane then; -1: none
+  uint32_t name = 0;      // string id
+  uint32_t resource = 0;  // string id of the resource it concerns; 0: none
+  bool operator==(const Mark&) const = default;
+};
+
 // Per-session figures reported by ProfileSession.statistics().
 struct CaptureStats {
   uint64_t events_captured = 0;  // events written to lanes
@@ -116,6 +126,7 @@ struct Profile {
   std::vector<SpanIO> io;      // by span, then arguments in order, then the return value
   std::vector<Segment> segments;  // by span, then start (generator spans only)
   std::vector<SpanValue> values;  // by span, then kind (cpu_time, alloc_bytes; core/span_value.h)
+  std::vector<Mark> marks;        // instants, in time order
   int captured_depth = 2;      // the ceiling; -1 = unlimited
   int64_t start_ns = 0;        // session activation
   int64_t end_ns = 0;          // session end

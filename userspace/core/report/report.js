@@ -185,6 +185,7 @@
       ts: Float64Array.from(r.samples, (x) => x[0] - t0),
       inFlight: Int32Array.from(r.samples, (x) => x[1]),
       queued: Int32Array.from(r.samples, (x) => x[2]),
+      marks: (r.marks || []).map(([ts, name]) => ({ t: ts - t0, name })),
     }));
     // Per span, its call to a resource (a span is at most one call): [resource, call].
     P.callOf = new Map();
@@ -1009,6 +1010,12 @@
       ctx.fillRect(0, ty, W, TRACK_TITLE_H - 2);
       ctx.fillStyle = "#5f6b76";
       ctx.fillText("resource " + r.name, 4, ty + TRACK_TITLE_H - 6);
+      // Its instants (a rate limit hit, a retry): a tick down the title bar.
+      ctx.fillStyle = "#c5221f";
+      for (const m of r.marks) {
+        const x = (m.t - C.v0) * scale;
+        if (x >= -2 && x <= W + 2) ctx.fillRect(Math.floor(x) - 1, ty, 3, TRACK_TITLE_H - 2);
+      }
       for (let k = 0; k < tr.rows.length; k++) {
         const y = ty + TRACK_TITLE_H + k * ROW_H;
         if (y > H || y + ROW_H < 0) continue;
@@ -1467,7 +1474,9 @@
     resourceLayout: () => C.res.map((t) => ({
       title: "resource " + P.resources[t.res].name, y: t.y,
       rows: t.rows.map((_, k) => "slot " + (k + 1)), counters: t.counters.map((c) => c.label),
-      rowH: ROW_H, counterH: COUNTER_H, titleH: TRACK_TITLE_H })),
+      rowH: ROW_H, counterH: COUNTER_H, titleH: TRACK_TITLE_H,
+      // its instants: name and x (CSS px in the chart) at the current range
+      marks: P.resources[t.res].marks.map((m) => ({ name: m.name, x: (m.t - C.v0) * C.width / (C.v1 - C.v0) })) })),
     search: (q) => { const t = performance.now(); searchInput.value = q; applySearch(q, true); return performance.now() - t; },
     redraw: () => { const t = performance.now(); drawNow(); return performance.now() - t; },
     zoomToSpan: (i) => { const t = performance.now(); zoomToSpan(i); drawNow(); return performance.now() - t; },
