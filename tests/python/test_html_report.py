@@ -807,9 +807,15 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
     shade = _pixel(browser, _x_of(browser, (s + e) / 2 - t0), gap_y)
     assert 0 < shade[3] < 255 and shade[2] > shade[0], shade  # light, translucent, blue
     # A time where some lane runs: the first call's start, outside every gap.
+    # Zoomed to 40 us around it: at the whole range a pixel is ~130 us, and
+    # a gap starting within one after it shades that pixel in part.
     busy = min(t1 for _, _, t1, _ in model.log)
     if not any(s <= busy <= e for s, e in bubbles):
+        whole = browser.execute_script("return window.mlprofReport.range()")
+        browser.execute_script("window.mlprofReport.setRange(arguments[0], arguments[1])",
+                               busy - t0 - 20_000, busy - t0 + 20_000)
         assert _pixel(browser, _x_of(browser, busy - t0), gap_y)[3] == 0
+        browser.execute_script("window.mlprofReport.setRange(arguments[0], arguments[1])", *whole)
 
     # Clicking a call's bar selects its span and zooms to it.
     from selenium.webdriver.common.action_chains import ActionChains
