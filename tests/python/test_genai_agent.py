@@ -227,19 +227,28 @@ def test_bubbles_are_where_every_call_waited(served, tmp_path):
     """At the middle of each idle gap of the loop some call was in flight
     (by the calls' own clocks, give or take 1 ms: profile times leave out
     the profiler's own work), and together the gaps are most of the time
-    the calls were in flight: the model waits on its endpoints."""
-    session, truth = _profile(served)
-    path = tmp_path / "agent.json"
-    session.save(str(path))
-    result = analysis.bubbles([str(path)])
-    (s,) = result.sessions
-    gaps = [(b["start_ns"], b["end_ns"]) for b in s["bubbles"]]
-    assert gaps, s
-    for start, end in gaps:
-        mid = (start + end) // 2
-        assert any(t0 - 1_000_000 <= mid <= t1 + 1_000_000 for _, t0, t1 in truth), (start, end)
-    in_flight = max(t1 for _, _, t1 in truth) - min(t0 for _, t0, _ in truth)
-    assert sum(e - b for b, e in gaps) >= 0.5 * in_flight
+    the calls were in flight: the model waits on its endpoints. A loaded
+    machine can hold the loop's thread off the CPU, or off the GIL, while
+    the calls are in flight (CI's 3.13 stage once: 1.04 s in flight for
+    ~130 ms of latency, 133 ms of gaps): 3 tries, less its run-queue time."""
+    for attempt in range(3):
+        q0 = schedstat()[1]
+        session, truth = _profile(served)
+        runq = schedstat()[1] - q0
+        path = tmp_path / "agent.json"
+        session.save(str(path))
+        result = analysis.bubbles([str(path)])
+        (s,) = result.sessions
+        gaps = [(b["start_ns"], b["end_ns"]) for b in s["bubbles"]]
+        assert gaps, s
+        for start, end in gaps:
+            mid = (start + end) // 2
+            assert any(t0 - 1_000_000 <= mid <= t1 + 1_000_000 for _, t0, t1 in truth), (start, end)
+        in_flight = max(t1 for _, _, t1 in truth) - min(t0 for _, t0, _ in truth)
+        idle = sum(e - b for b, e in gaps)
+        if idle >= 0.5 * (in_flight - runq):
+            break
+    assert idle >= 0.5 * (in_flight - runq), (idle, in_flight, runq)
 
 
 def test_the_mlflow_trace_names_each_call_and_its_resource(served, local_store):  # noqa: F811
