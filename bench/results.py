@@ -39,12 +39,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS_DIR = os.path.join(HERE, "results")
 PAGE = os.path.join(HERE, "RESULTS.md")
 
+# The last commit at which bench/RESULTS.md was the lab notebook.
+NOTEBOOK = "b21c769"
+
 # Above this 1-minute load average on the 2-core VM a figure is marked.
 LOADED = 2.0
 
 AREAS = ["Capture", "autoprofile and serving", "Exports and report", "eBPF agent", "Store and queries", "diff"]
 
 PEER_COLUMNS = ["base2", "ours-d0", "ours-d1", "ours-d2", "ours-d-1", "cProfile", "viztracer", "pyinstr"]
+PEER_NAMES = {"cProfile": "cProfile", "viztracer": "viztracer", "pyinstr": "pyinstrument"}
+OVERHEAD_METHOD = (
+    "bench_overhead.py runs every contender once per repeat in a shuffled order, one profiler session per "
+    "call as in production; start and stop are timed, tree building and saving are not, for anyone. Figures "
+    "are median time over the unprofiled run's median, paired = median of the per-repeat ratio; `base2`, a "
+    "second unprofiled run, is the noise floor. Full capture's share is (ours - 1) / (cProfile - 1). The "
+    "physical limit is the `floor` contender, a no-op C hook on the same events (its row in the raw file)."
+)
 PEER_TITLES = {
     "fib": "fib(25), 242,786 Python calls",
     "tabular": "tabular pure-Python predict, ~16k calls",
@@ -68,6 +79,11 @@ def overhead_doc(raw: dict, name: str) -> dict:
     def ratio(r):
         return f"{r['ratio']:.3f}"
 
+    def peers(rs):
+        return ", ".join(f"{PEER_NAMES[n]} {ratio(rs[n])}" for n in PEER_NAMES if n in rs)
+
+    order = {"3.11": 0, "3.12": 1, "3.13": 2}.get(ver, 3)
+
     targets = []
     pred = rows("predict")
     if "ours-d2" in pred:
@@ -79,9 +95,10 @@ def overhead_doc(raw: dict, name: str) -> dict:
             "target": f"Depth 2 on the Pipeline predict, {ver}: at most +{round((limit - 1) * 100)}%",
             "figure": f"{r['ratio']:.3f} (paired {r['paired_p50']:.3f})",
             "verdict": "met" if r["paired_p50"] <= limit else "**missed**",
-            "peers": ", ".join(f"{n} {ratio(pred[n])}" for n in ("cProfile", "viztracer", "pyinstr") if n in pred),
+            "peers": peers(pred),
+            "order": 10 + order,
         })
-    for wl in ("fib", "tabular"):
+    for first, wl in ((20, "fib"), (24, "tabular")):
         rs = rows(wl)
         if "ours-d-1" in rs and "cProfile" in rs:
             share = (rs["ours-d-1"]["ratio"] - 1) / (rs["cProfile"]["ratio"] - 1)
@@ -92,7 +109,8 @@ def overhead_doc(raw: dict, name: str) -> dict:
                 "target": f"Full capture (depth -1) on {wl}, {ver}: at most {limit}x cProfile's overhead",
                 "figure": f"{share:.2f}x ({ratio(rs['ours-d-1'])} against {ratio(rs['cProfile'])})",
                 "verdict": "met" if share <= limit else "**missed**",
-                "peers": ", ".join(f"{n} {ratio(rs[n])}" for n in ("cProfile", "viztracer", "pyinstr") if n in rs),
+                "peers": peers(rs),
+                "order": first + order,
             })
     tables = []
     for wl, title in PEER_TITLES.items():
@@ -117,6 +135,7 @@ def overhead_doc(raw: dict, name: str) -> dict:
         "loaded": isinstance(load, (int, float)) and load >= LOADED,
         "command": "bench/run.sh " + ver + " (bench_overhead.py --repeats "
                    f"{raw.get('args', {}).get('repeats', '?')} --json)",
+        "method": OVERHEAD_METHOD,
         "targets": targets,
         "tables": tables,
     }
@@ -217,6 +236,13 @@ def render(docs: List[dict]) -> str:
             w(f"- **Physical limit:** {doc['limit']}")
         w(f"- **Raw:** [results/{doc['file']}](results/{doc['file']})")
         w("")
+    w("### History")
+    w("")
+    w(f"Until {NOTEBOOK} this page was a lab notebook: every session's runs, what was tried and")
+    w("not kept, and why targets were missed at the time. Code and docs that cite a section of")
+    w("bench/RESULTS.md by name (\"Issue 16, eighth session\", \"Issue 19, item 2\", ...) cite")
+    w(f"that notebook: `git show {NOTEBOOK}:bench/RESULTS.md`.")
+    w("")
     w("### Regenerating")
     w("")
     w("Run a benchmark (its command above; `bench/run.sh V` writes `bench/out/overhead-V.json`),")
