@@ -17,6 +17,13 @@ Two kinds of file live in bench/results/:
                    this kind, marked "carried over" with the notebook
                    section they came from.
 
+A figures file holds: title, bench, command, commit, date (YYYY-MM-DD),
+load (as measured) and loaded (true when at least LOADED), provenance
+("measured" or "carried over") and carried_from, method, limit (how far
+from the physical limit), targets (rows of key, area, order, target,
+figure, verdict, peers), tables (rows of table, key, cells) and
+table_heads (table, order, title, columns) for tables of its own.
+
 Each row has a key (a target, or a row of a peer table); when two files
 give the same key, the later date wins, so publishing a new run replaces
 the old figure without editing anything else.
@@ -131,6 +138,7 @@ def overhead_doc(raw: dict, name: str) -> dict:
         "provenance": "measured",
         "commit": meta.get("commit", "?"),
         "date": meta.get("date", "?")[:10],
+        "when": meta.get("date", "?"),
         "load": f"{load:.1f}" if isinstance(load, (int, float)) else load,
         "loaded": isinstance(load, (int, float)) and load >= LOADED,
         "command": "bench/run.sh " + ver + " (bench_overhead.py --repeats "
@@ -162,7 +170,7 @@ def current(docs: List[dict], field: str) -> Dict[str, tuple]:
     for doc in docs:
         for row in doc.get(field, []):
             old = best.get(row["key"])
-            if old is None or doc["date"] > old[1]["date"]:
+            if old is None or doc.get("when", doc["date"]) > old[1].get("when", old[1]["date"]):
                 best[row["key"]] = (row, doc)
     return best
 
