@@ -75,6 +75,8 @@ PEER_TITLES = {
 
 def overhead_doc(raw: dict, name: str) -> dict:
     """A figures document computed from one bench_overhead.py --json output."""
+    if raw.get("args", {}).get("smoke"):
+        raise SystemExit(f"{name}: a --smoke run (one repeat, tiny inputs) is not a result")
     meta = raw.get("meta", {})
     py = raw["python"]
     ver = ".".join(py.split(".")[:2])
