@@ -458,16 +458,26 @@ def print_table(title: str, rows: List[dict], calls: Dict[str, int], per_call: b
 
 
 def run_meta() -> dict:
-    """When, where and at which commit this run was made (bench/results.py shows it)."""
-    try:
-        commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short",
-                                 "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "?"
+    """When, where and at which commit this run was made (bench/results.py shows it).
+
+    The commit is the last one that changed anything outside bench/ (what is
+    measured), so a run made beside a change of the benches names the code's
+    commit; "uncommitted" lists changes outside bench/ not in it.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "?"
+
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load": os.getloadavg()[0],
-        "commit": commit,
+        "commit": git("log", "-1", "--format=%h", "--", ".", ":!bench"),
+        "uncommitted": git("status", "--short", "--", ".", ":!bench").splitlines(),
         "cpus": os.cpu_count(),
     }
 

@@ -138,7 +138,7 @@ def overhead_doc(raw: dict, name: str) -> dict:
         "title": f"Capture overhead beside the peers, {py}",
         "bench": "bench_overhead.py",
         "provenance": "measured",
-        "commit": meta.get("commit", "?"),
+        "commit": meta.get("commit", "?") + (" + uncommitted changes" if meta.get("uncommitted") else ""),
         "date": meta.get("date", "?")[:10],
         "when": meta.get("date", "?"),
         "load": f"{load:.1f}" if isinstance(load, (int, float)) else load,
