@@ -55,6 +55,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from typing import Callable, Dict, List, Optional
@@ -456,6 +457,31 @@ def print_table(title: str, rows: List[dict], calls: Dict[str, int], per_call: b
     print("ratio = median / median of base; paired = per-repeat contender/base, same repeat")
 
 
+def run_meta() -> dict:
+    """When, where and at which commit this run was made (bench/results.py shows it).
+
+    The commit is the last one that changed anything outside bench/ (what is
+    measured), so a run made beside a change of the benches names the code's
+    commit; "uncommitted" lists changes outside bench/ not in it.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "?"
+
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load": os.getloadavg()[0],
+        "commit": git("log", "-1", "--format=%h", "--", ".", ":!bench"),
+        "uncommitted": git("status", "--short", "--", ".", ":!bench").splitlines(),
+        "cpus": os.cpu_count(),
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="each contender once on tiny inputs (seconds)")
@@ -491,7 +517,8 @@ def main(argv=None) -> int:
           f"{args.trees} trees, {args.predicts} predicts per sample")
 
     runners = contenders([c for c in args.contenders.split(",") if c])
-    result = {"python": platform.python_version(), "versions": versions, "args": vars(args), "workloads": {}}
+    result = {"python": platform.python_version(), "versions": versions, "args": vars(args),
+              "meta": run_meta(), "workloads": {}}
     cprof_overhead = None
     for wl in args.workloads.split(","):
         if wl == "fib":

@@ -115,4 +115,4 @@ if [ -z "$SMOKE" ]; then
   cmake --build "$OUT/build-core" --target bench_core >>"$OUT/cmake-core.log" 2>&1
   "$OUT/build-core/bench/bench_core" 1000000 | tee "$OUT/core.txt"
 fi
-log "done; raw outputs in $OUT"
+log "done; raw outputs in $OUT (to publish: cp $OUT/overhead-V.json bench/results/ && python bench/results.py)"
