@@ -13,7 +13,7 @@ last_profile() but is not exported in-process (docs/usdt.md).
 The root span is `PyFuncModel.predict`, labelled with the model; MLflow's
 delegation frames and the user's own `PythonModel.predict` are transparent
 for that session only, so the root's depth-1 children are what the user's
-predict calls (docs/architecture.md, "Depth counts from the root").
+predict calls (docs/decisions/0003-depth-counts-from-the-root.md).
 """
 
 from __future__ import annotations
