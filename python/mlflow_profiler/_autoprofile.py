@@ -1,9 +1,11 @@
 """autoprofile(): profiles MLflow's `PyFuncModel.predict` (and
-`predict_stream`) with no change to the model (spec 000 sections 2.5, 5.6).
+`predict_stream`) with no change to the model (docs/design/capture.md,
+"autoprofile" and "Safety guarantees").
 
 The patch goes on MLflow's wrapper class, never on the user's: the original
 function objects are kept and put back exactly by `autoprofile(disable=True)`.
-A call is sampled at random (`random() < sample_rate`, spec 000 section 9).
+A call is sampled at random (`random() < sample_rate`, docs/design/capture.md,
+"autoprofile").
 A call that was not sampled is still profiled while a tracer (mlprof-ebpf,
 bpftrace) is attached to the extension's session_begin USDT probe: it is
 switched on from outside, with no restart, and such a session updates
@@ -11,7 +13,7 @@ last_profile() but is not exported in-process (docs/usdt.md).
 The root span is `PyFuncModel.predict`, labelled with the model; MLflow's
 delegation frames and the user's own `PythonModel.predict` are transparent
 for that session only, so the root's depth-1 children are what the user's
-predict calls (docs/architecture.md, "Depth counts from the root").
+predict calls (docs/decisions/0003-depth-counts-from-the-root.md).
 """
 
 from __future__ import annotations

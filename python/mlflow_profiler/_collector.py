@@ -1,7 +1,8 @@
-"""ProfileCollector: statistics per call path over many sessions (spec 000,
-section 7, v1). The statistics live in the C++ core (core/path_stats.h, bound as
-``_core.CallPathStats``): a collector holds no session, only counts, exact
-min/max/sum and a quantile sketch per call path (docs/collector.md)."""
+"""ProfileCollector: statistics per call path over many sessions
+(docs/design/capture.md, "The API, by layer"). The statistics live in the C++
+core (core/path_stats.h, bound as ``_core.CallPathStats``): a collector holds
+no session, only counts, exact min/max/sum and a quantile sketch per call path
+(docs/collector.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""I/O summaries (spec 000, section 3.2): what a value flowing through a span
-looked like, as primitives only (type, shape, dtype, length, bytes, device, a
-short repr). A summary never refers to the object it describes.
+"""I/O summaries (docs/design/capture.md, "I/O summaries"): what a value
+flowing through a span looked like, as primitives only (type, shape, dtype,
+length, bytes, device, a short repr). A summary never refers to the object it
+describes.
 
 The summaries are made in C++ (``_core.summarize``), by the same code that the
 capture hooks call, so ``summarize(x)`` is exactly what ``capture_io=True``

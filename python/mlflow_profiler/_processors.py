@@ -1,6 +1,7 @@
-"""Span processors (spec 000, section 7, v3): user functions that see every
-span of a profile before it is exported, and may relabel it, change its I/O
-summaries or remove it. ``configure(span_processors=[...])`` sets them;
+"""Span processors (docs/design/capture.md, "The API, by layer"): user
+functions that see every span of a profile before it is exported, and may
+relabel it, change its I/O summaries or remove it.
+``configure(span_processors=[...])`` sets them;
 ``process(session)`` applies them (the exporters call it). See
 docs/processors.md."""
 

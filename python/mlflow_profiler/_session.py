@@ -20,8 +20,8 @@ _dataclass = dataclasses.dataclass(slots=True) if sys.version_info >= (3, 10) el
 
 @_dataclass
 class SpanRecord:
-    """One captured call (spec 000, section 3.1). Built lazily from the core
-    on first access to `ProfileSession.spans`; holds primitives only."""
+    """One captured call (docs/design/capture.md, "Spans"). Built lazily from
+    the core on first access to `ProfileSession.spans`; holds primitives only."""
 
     label: str
     module: Optional[str]
@@ -345,7 +345,7 @@ class ProfileSession:
         user_modules: Optional[List[str]] = None,
         show_c_calls: bool = False,
     ) -> str:
-        """The text tree of spec 000 section 4, as a string (see print_tree)."""
+        """The text tree (docs/design/capture.md), as a string (see print_tree)."""
         depth = _check_depth("depth", depth, allow_none=True)
         return self._built().render_text(
             depth, collapse_frameworks, list(user_modules or []), show_c_calls, bool(show_io)

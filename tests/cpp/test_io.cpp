@@ -9,7 +9,7 @@ TEST(FormatBytes, OneDecimal1024Based) {
   EXPECT_EQ(format_bytes(0), "0B");
   EXPECT_EQ(format_bytes(1023), "1023B");
   EXPECT_EQ(format_bytes(1024), "1.0KB");
-  EXPECT_EQ(format_bytes(8000), "7.8KB");      // spec 000 section 4: int64 (1000,)
+  EXPECT_EQ(format_bytes(8000), "7.8KB");      // docs/design/capture.md, "The text tree"
   EXPECT_EQ(format_bytes(40000), "39.1KB");    // float32 (1000, 10)
   EXPECT_EQ(format_bytes(512000), "500.0KB");  // float32 (1000, 128)
   EXPECT_EQ(format_bytes(3LL << 30), "3.0GB");

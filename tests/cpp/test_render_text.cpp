@@ -28,7 +28,7 @@ TEST(FormatDuration, MillisecondsDownToOneHundredthThenMicroseconds) {
   EXPECT_EQ(format_duration(2'000'000'000), "2000.00ms");
 }
 
-// The spec 000 section 4 example, captured at depth 3.
+// The example of docs/design/capture.md's "The text tree", captured at depth 3.
 class SpecExampleTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -298,7 +298,7 @@ IOSummary array_summary(const char* type, std::vector<int64_t> shape, const char
   return s;
 }
 
-// The I/O display of spec 000 section 4, on the same capture.
+// The I/O display (docs/design/capture.md, "The text tree"), same capture.
 TEST_F(SpecExampleTest, IoDisplayAtDepthOne) {
   const IOSummary frame =
       array_summary("pandas.core.frame.DataFrame", {1000, 50}, "float64", 409600);

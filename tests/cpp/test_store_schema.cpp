@@ -85,7 +85,7 @@ TEST(StoreSchema, Version2_4GivesSpec001sNamesAfterTheOlderSteps) {
     if (starts_with(s, "CREATE VIEW ")) views += s.substr(12, s.find(' ', 12) - 12) + " ";
     if (s.find(" RENAME ") != std::string::npos) renames += s + "\n";
   }
-  // Spec 001's names: its sample_values is a view, the normalised table renamed.
+  // docs/design/store.md's names: its sample_values is a view, the normalised table renamed.
   EXPECT_EQ(views, "sample_values sample_locations spans span_values ");
   EXPECT_EQ(renames,
             "ALTER TABLE sample_values RENAME TO sample_value_rows\n"

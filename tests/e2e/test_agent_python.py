@@ -1,7 +1,7 @@
 """mlprof-ebpf against a real Python process serving an MLflow pyfunc model
 under autoprofile(sample_rate=0): the agent switches capture on from outside,
 its tree is the in-process tree, and the kernel's figures hold the off-CPU
-tolerances of docs/architecture.md."""
+tolerances of docs/decisions/0025-off-cpu-test-tolerances.md."""
 
 from __future__ import annotations
 

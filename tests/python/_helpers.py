@@ -146,7 +146,7 @@ def check_times(session: ProfileSession) -> None:
 
 
 def assert_times_add_up(node: dict) -> None:
-    """The tree's promise (docs/architecture.md, "Times add up"): a node's
+    """The tree's promise (docs/capture.md, "Times add up"): a node's
     time as shown is at least the sum of its children's on its own lane
     (a thread hung under the span that started it runs beside it)."""
     kids = [c for c in node["children"] if same_lane(c, node)]

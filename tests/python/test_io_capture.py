@@ -314,7 +314,7 @@ def test_summarizing_an_argument_is_neither_the_spans_time_nor_its_callers(engin
     spans = {sp.function.split(".")[-1]: sp for sp in s.spans}
     assert spans["callee"].input_summary["x"].type_name.endswith("SlowRepr")
     # callee's argument took 30 ms to summarize: the profiler's time, in no
-    # span (docs/architecture.md, "The profiler's own cost").
+    # span (docs/decisions/0006-profilers-own-cost-is-cut-out.md).
     assert spans["callee"].duration_ns < 10_000_000
     assert spans["caller"].duration_ns < 10_000_000
     assert s.statistics()["profiler_overhead_ns"] >= 30_000_000

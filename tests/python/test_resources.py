@@ -1,4 +1,4 @@
-"""Resources and slots (issue 42 item 3, spec 002's view; docs/capture.md,
+"""Resources and slots (issue 42 item 3, docs/design/analysis.md, "Resources and slots"; docs/capture.md,
 "Resources"): `profile_span(resource=)` and `profile_block(resource=)` name
 what a call uses. The Chrome trace has a process per resource and a thread
 per slot in use, each call on the lowest free slot, and counters of calls in

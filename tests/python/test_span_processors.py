@@ -1,6 +1,6 @@
 """Span processors: configure(span_processors=[...]) and process(session), on
-real sessions of both engines. What a user checks: the redaction of spec 000
-section 7 reaches every export and leaves the session alone; relabelling and
+real sessions of both engines. What a user checks: the redaction of docs/design/
+capture.md ("The API, by layer") reaches every export and leaves the session alone; relabelling and
 removing spans; a processor that fails does not lose the profile and does not
 leak what it failed to redact."""
 
@@ -50,7 +50,7 @@ def run_model(engine, depth=2):
 
 
 def redact_pii(span):
-    # spec 000 section 7 (v3), verbatim
+    # the example of docs/design/capture.md, "The API, by layer", verbatim
     if span.input_summary:
         for key in span.input_summary:
             if 'ssn' in key.lower():

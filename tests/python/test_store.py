@@ -144,7 +144,7 @@ def test_sources_share_functions_and_call_paths(tmp_path):
     assert count("sources") == 10 and count("samples") == spans == 10 * len(nodes)
     assert count("functions") == len({(n["function"], n["module"]) for n in nodes})
     assert count("stacks") == 1 + len(paths)  # the empty stack, then one per call path
-    # spec 001's sample_locations: the stack of each sample, depth 1 its innermost frame (the span itself).
+    # docs/design/store.md's sample_locations: the stack of each sample, depth 1 its innermost frame (the span itself).
     assert conn.execute("SELECT max(depth) FROM sample_locations").fetchone()[0] == max(n["depth"] for n in nodes) + 1
     assert conn.execute("SELECT count(*) FROM sample_locations").fetchone()[0] == 10 * sum(
         n["depth"] + 1 for n in nodes)
@@ -284,7 +284,7 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
     plan = " ".join(r[-1] for r in conn.execute(
         "EXPLAIN QUERY PLAN SELECT source_id FROM source_labels WHERE key = 'label.model' AND value = 'm'"))
     assert "source_labels_by_value" in plan
-    # 2.4's step on rows an older version wrote: spec 001's shapes over them.
+    # 2.4's step on rows an older version wrote: docs/design/store.md's shapes over them.
     spans = len(list(_walk(before)))
     assert conn.execute("SELECT source_id, count(*) FROM samples GROUP BY source_id ORDER BY 1").fetchall() == [
         (source, spans), (stacks, 5)]

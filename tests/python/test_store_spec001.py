@@ -1,9 +1,9 @@
-"""Spec 001's shapes, exactly (issue 41, item 8; docs/store.md "Schema"):
+"""The shapes of docs/design/store.md, exactly (issue 41, item 8; docs/store.md "Schema"):
 its table names, columns and conventions (sample_values with type and unit,
 sample_locations' depth 1 = the innermost frame, samples.source_id,
 sources.source_timestamp in seconds) answer its queries over a real store.
 
-Spec 001 (/work/shared/spec/001_*.txt) defines the tables but prints no SQL,
+docs/design/store.md ("Tables") defines the tables but prints no SQL,
 so SPEC_QUERIES are its definitions written as queries, word for word in its
 names: each is what a reader of the spec would type. They run unchanged on
 SQLite here and on PostgreSQL (test_store_postgres.py), and every answer is

@@ -1,4 +1,4 @@
-"""summarize(obj) and register_summarizer (spec 000 section 3.2; issue 3).
+"""summarize(obj) and register_summarizer (docs/design/capture.md, "I/O summaries"; issue 3).
 
 Each library type is checked field by field against the library's own public
 API on real objects; a library that is not installed skips its tests.

@@ -437,7 +437,7 @@ def comparable(nodes: List[dict]) -> List[dict]:
     tasks are put in lane order, each lane's own order kept: between lanes
     the order is by start time, and in process the profiler's own work
     (I/O summaries) is cut from each thread's times, which a tracer does not
-    see (docs/architecture.md, "The profiler's own cost")."""
+    see (docs/decisions/0006-profilers-own-cost-is-cut-out.md)."""
     keep = ("label", "function", "module", "file", "line", "depth", "flags", "thread_name", "task", "call_path")
     lanes = sorted(nodes, key=lambda n: (n["thread_name"], n["task"]))  # stable: a lane's order stays
     return [{**{k: n[k] for k in keep}, "children": comparable(n["children"])} for n in lanes]
