@@ -1,7 +1,7 @@
 // The store's lifecycle (docs/store.md): creating the schema in an empty
 // database or checking an existing store's version, `mlprof migrate`,
-// and `mlprof rm`. Adding a profile is store_write.cpp's job, reading one
-// back store_read.cpp's.
+// `mlprof rm`, and the label look-up of an add made once. Adding a profile
+// is store_write.cpp's job, reading one back store_read.cpp's.
 
 #include "core/store.h"
 
@@ -36,11 +36,15 @@ constexpr const char* kCounted[] = {"sources", "sessions", "lanes",  "samples",
 
 }  // namespace
 
-Result<Ok> prepare_store(StoreDriver& d) {
+bool store_present(StoreDriver& d) {
   const std::string probe = d.dialect() == Dialect::kSqlite
                                 ? "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
                                 : "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'meta'";
-  if (as_int(d.query(probe, {}).at(0).at(0)) == 0) {
+  return as_int(d.query(probe, {}).at(0).at(0)) != 0;
+}
+
+Result<Ok> prepare_store(StoreDriver& d) {
+  if (!store_present(d)) {
     const std::string tables = d.dialect() == Dialect::kSqlite
                                    ? "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
                                    : "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()";
@@ -89,12 +93,12 @@ Result<Ok> prepare_store(StoreDriver& d) {
   return Ok{};
 }
 
-namespace store_detail {
-
 std::string store_version(StoreDriver& d) {
   const auto rows = d.query("SELECT value FROM meta WHERE key = 'version'", {});
   return rows.empty() ? std::string() : as_text(rows[0][0]);
 }
+
+namespace store_detail {
 
 // Whether the store is version 2.`minor` or later: 2.2 has session_traces,
 // span_waits and the intervals' waker and syscall; 2.3 the futex waits'
@@ -130,6 +134,23 @@ Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& d) {
                      std::string(migrations().front().from) + ")"};
   }
   return std::make_pair(from, at);
+}
+
+std::string label_key(std::string_view key) { return std::string(kLabelPrefix) + std::string(key); }
+
+std::optional<int64_t> find_labelled_source(StoreDriver& d, const std::string& key, const std::string& value) {
+  const auto rows =
+      d.query("SELECT source_id FROM source_labels WHERE key = ? AND value = ? LIMIT 1", {label_key(key), value});
+  if (rows.empty()) return std::nullopt;
+  return as_int(rows[0][0]);
+}
+
+Result<AddedOnce> add_profile_once(StoreDriver& d, const Profile& profile, const SourceInfo& info,
+                                   const std::string& label) {
+  const auto value = info.labels.find(label);
+  if (value == info.labels.end()) return Error{Error::Kind::kUnsupported, 0, "no label " + label + " to add once by"};
+  if (const auto found = find_labelled_source(d, label, value->second)) return AddedOnce{*found, false};
+  return AddedOnce{add_profile(d, profile, info), true};
 }
 
 std::string value_rows_table(StoreDriver& d) { return values_table(has_2_(d, 4)); }

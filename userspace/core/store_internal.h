@@ -17,9 +17,6 @@ inline int64_t as_int(const SqlValue& v) { return sql_int(v); }
 inline std::string as_text(const SqlValue& v) { return sql_text(v); }
 inline bool is_null(const SqlValue& v) { return std::holds_alternative<std::monostate>(v); }
 
-// meta('version') as stored ("2.6"); "" when there is none.
-std::string store_version(StoreDriver& d);
-
 // Whether the store is version 2.`at_least` or later (store.cpp says what
 // each minor version added).
 bool has_2_(StoreDriver& d, int at_least);

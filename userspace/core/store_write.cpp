@@ -76,12 +76,11 @@ class Inserter {
 };
 
 // A source's provenance rows: its meta verbatim, and the labels it was added
-// with as label.KEY (a label named like a meta key, "version", never
-// shadows it).
+// with under their label_key (store.h's kLabelPrefix).
 void add_labels(StoreDriver& d, int64_t source_id, const std::map<std::string, std::string>& meta,
                 const SourceInfo& info) {
   std::map<std::string, std::string> labels = meta;
-  for (const auto& [k, v] : info.labels) labels["label." + k] = v;
+  for (const auto& [k, v] : info.labels) labels[label_key(k)] = v;
   Inserter rows(d, "INSERT INTO source_labels (source_id, key, value) VALUES (?, ?, ?)");
   for (const auto& [k, v] : labels) rows.add({source_id, k, v});
   rows.flush();
