@@ -14,6 +14,7 @@ void bind_path_stats(pybind11::module_& m);  // bind_path_stats.cpp: call-path s
 void bind_run_values(pybind11::module_& m);  // bind_run_values.cpp: per-run values and the release gate
 void bind_edit(pybind11::module_& m);     // bind_edit.cpp: edited profiles (span processors)
 void bind_store(pybind11::module_& m);     // bind_store.cpp: the profile store through a Python connection
+void bind_store_sql(pybind11::module_& m);  // bind_store_sql.cpp: the store's label prefix and COPY text
 void bind_analysis(pybind11::module_& m);  // bind_analysis.cpp: bubbles and fan-outs
 void bind_trend(pybind11::module_& m);     // bind_trend.cpp: change points over releases (mlprof trend)
 void bind_function_stats(pybind11::module_& m);  // bind_function_stats.cpp: time per function (top --by function)

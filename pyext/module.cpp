@@ -517,6 +517,7 @@ PYBIND11_MODULE(_core, m) {
   bind_run_values(m);
   bind_edit(m);
   bind_store(m);
+  bind_store_sql(m);
   bind_analysis(m);
   bind_trend(m);
   bind_function_stats(m);

@@ -221,7 +221,7 @@ def _combine(args) -> int:
     command created is removed when it fails (an existing one is left as it
     was)."""
     from . import analysis
-    from .store import DuplicateSource, _sqlite_path
+    from .store import LABEL_PREFIX, DuplicateSource, _sqlite_path
 
     is_file = not args.out.startswith(("postgresql://", "postgres://"))
     out_path = _sqlite_path(args.out) if is_file else ""
@@ -235,8 +235,8 @@ def _combine(args) -> int:
                         if analysis._is_store(target):
                             with open_store(target, create=False) as src:
                                 for row in src.sources():
-                                    labels = {k[len("label."):]: v for k, v in src.labels(row["source_id"]).items()
-                                              if k.startswith("label.")}
+                                    labels = {k[len(LABEL_PREFIX):]: v for k, v in src.labels(row["source_id"]).items()
+                                              if k.startswith(LABEL_PREFIX)}
                                     read = src.load_stacks if row["kind"] == "stacks" else src.load
                                     try:
                                         out.add(read(row["source_id"]), source_type=row["source_type"],

@@ -790,7 +790,7 @@ def bubbles(inputs, *, where: Optional[Mapping[str, str]] = None, min_ms: float 
     for session in sessions:
         built = session._built()
         report = _core.find_bubbles(built, min_ns)
-        report["label"] = built.meta.get("label.model") or ""
+        report["label"] = built.meta.get(_core.STORE_LABEL_PREFIX + "model") or ""
         out.append(report)
     if not out:
         sel = ", ".join(f"{k}={v}" for k, v in (where or {}).items())

@@ -21,7 +21,6 @@ import contextlib
 import contextvars
 import hashlib
 import os
-import re
 import sqlite3
 import time
 import urllib.parse
@@ -32,9 +31,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from . import _core
 from ._log import log_once
 
-__all__ = ["DuplicateSource", "Store", "StoreError", "add_quietly", "migrate", "open_store"]
+__all__ = ["DuplicateSource", "LABEL_PREFIX", "Store", "StoreError", "add_quietly", "migrate", "open_store"]
 
 _BUSY_TIMEOUT_MS = 30_000
+
+# source_labels keeps the labels a source was added with as "label.KEY",
+# beside its meta's keys (so a label named like a meta key never shadows
+# it). Defined once, in the core (core/store.h kLabelPrefix).
+LABEL_PREFIX: str = _core.STORE_LABEL_PREFIX
 
 
 class StoreError(Exception):
@@ -92,6 +96,7 @@ class _PostgresDriver:
     def __init__(self, conn) -> None:
         self.conn = conn
         self._sql: Dict[str, str] = {}
+        self._copy: Dict[str, str] = {}
 
     def _text(self, sql: str) -> str:
         text = self._sql.get(sql)
@@ -102,21 +107,22 @@ class _PostgresDriver:
     def execute(self, sql: str, params: tuple) -> None:
         self.conn.execute(self._text(sql), params)
 
-    # A plain INSERT of many rows goes as COPY: one stream, not a statement a
-    # row (9x the rate for 200k spans). ON CONFLICT inserts stay statements.
-    _PLAIN_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \([?, ]+\)")
-
     def executemany(self, sql: str, rows: list) -> None:
         with self.conn.cursor() as cur:
             cur.executemany(self._text(sql), rows)
 
     def copy_text(self, sql: str, text: bytes) -> bool:
         """Runs a plain INSERT's rows, given as COPY text (the core makes it:
-        pyext/py_driver.h), as one COPY; False for another statement."""
-        plain = self._PLAIN_INSERT.fullmatch(sql)
-        if plain is None:
+        pyext/py_driver.h), as one COPY; False for another statement. A plain
+        INSERT of many rows goes as COPY: one stream, not a statement a row
+        (9x the rate for 200k spans); ON CONFLICT inserts stay statements.
+        The core says which is which (core/store_copy.h)."""
+        statement = self._copy.get(sql)
+        if statement is None:
+            statement = self._copy[sql] = _core.store_copy_statement(sql)
+        if not statement:
             return False
-        with self.conn.cursor() as cur, cur.copy(f"COPY {plain.group(1)} ({plain.group(2)}) FROM STDIN") as copy:
+        with self.conn.cursor() as cur, cur.copy(statement) as copy:
             copy.write(text)
         return True
 
@@ -315,7 +321,7 @@ class Store:
             clause = (f"CAST(s.{column} AS TEXT) = ? OR " if column else "")
             sql += (f" AND ({clause}s.source_id IN (SELECT source_id FROM source_labels "
                     "WHERE key IN (?, ?) AND value = ?))")
-            params += ([str(value)] if column else []) + [f"label.{key}", key, str(value)]
+            params += ([str(value)] if column else []) + [LABEL_PREFIX + key, key, str(value)]
         return [r[0] for r in self._driver.query(sql + " ORDER BY s.source_id", tuple(params))]
 
     def traces(self, source_id: Optional[int] = None, *, trace_id: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -344,8 +350,8 @@ class Store:
 
     def _version(self) -> Tuple[int, int]:
         """The store's (major, minor) version (a migration may change it)."""
-        version = self._driver.query("SELECT value FROM meta WHERE key = 'version'", ())[0][0]
-        major, _, minor = str(version).partition(".")
+        version = _core.store_version(self._driver, self._driver.dialect)
+        major, _, minor = version.partition(".")
         return int(major), int(minor or 0)
 
     def labels(self, source_id: int) -> Dict[str, str]:
@@ -427,7 +433,7 @@ class Store:
         if column is not None and row.get(column) not in (None, ""):
             return str(row[column])
         labels = self.labels(source_id)
-        return labels.get(f"label.{key}") or labels.get(key) or ""
+        return labels.get(LABEL_PREFIX + key) or labels.get(key) or ""
 
     # -- plumbing ------------------------------------------------------------
 
@@ -529,9 +535,7 @@ def _must_exist(driver, target: str) -> None:
     table: open_store(create=False) refuses it, creating nothing. A read
     outside any transaction (SQLite's write transaction would give an empty
     file its header page)."""
-    sql = ("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'" if driver.dialect == "sqlite"
-           else "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'meta'")
-    if driver.query(sql, ())[0][0] == 0:
+    if not _core.store_present(driver, driver.dialect):
         raise StoreError(_NO_STORE if driver.dialect == "postgres" else
                          "not an mlflow-profiler store (no tables); mlprof add creates one in a new file",
                          kind="missing", target=target)

@@ -236,6 +236,19 @@ def fmt_ms(ns: int) -> str:
 # ---- the tests ------------------------------------------------------------------
 
 
+def test_the_script_is_report_js_with_its_parts_in_place(report):
+    """report.js is split by job into parts it @includes; the build puts each
+    in place of its line (report/embed.cmake), so the page runs them as one
+    script, in report.js's order."""
+    html = report.path.read_text(encoding="utf-8")
+    source = Path(__file__).resolve().parents[2] / "userspace" / "core" / "report"
+    parts = re.findall(r"^  // @include (\S+)$", (source / "report.js").read_text(encoding="utf-8"), re.M)
+    assert parts
+    assert "// @include" not in html
+    at = [html.index((source / part).read_text(encoding="utf-8")) for part in parts]
+    assert at == sorted(at)
+
+
 def test_tree_shows_what_print_tree_shows(page, report):
     # Every node with its time, flags and I/O lines, in print_tree's order and
     # formatting: names, "20.31ms", "[exception]", "in:  (DataFrame, ...)".

@@ -128,6 +128,17 @@ def test_a_profile_read_back_is_the_same_tree(tmp_path, engine):
         conn.execute("INSERT INTO samples (sample_id, lane_id, stack_id) VALUES (999999, 424242, 0)")
 
 
+def test_the_label_prefix_and_the_copy_statement_are_the_cores():
+    """The store's "label." prefix and which INSERTs go as COPY are defined
+    once, in the core (core/store.h, core/store_copy.h); Python reads them
+    from _core rather than writing them again."""
+    from mlflow_profiler import _core, store
+
+    assert store.LABEL_PREFIX == _core.STORE_LABEL_PREFIX == "label."
+    assert _core.store_copy_statement("INSERT INTO t (a, b) VALUES (?, ?)") == "COPY t (a, b) FROM STDIN"
+    assert _core.store_copy_statement("INSERT INTO t (a) VALUES (?) ON CONFLICT DO NOTHING") == ""
+
+
 def test_sources_share_functions_and_call_paths(tmp_path):
     """Ten captures of one predict: ten sources, each span a row, but each
     function, location and call path stored once."""

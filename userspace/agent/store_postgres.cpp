@@ -171,22 +171,11 @@ bool PostgresStore::connected() const { return PQstatus(conn_) == CONNECTION_OK;
 
 Result<PostgresStore::Once> PostgresStore::add_once(const Profile& profile, const SourceInfo& info,
                                                     const std::string& label) {
-  const auto value = info.labels.find(label);
-  if (value == info.labels.end()) return Error{Error::Kind::kUnsupported, 0, "no label " + label + " to add once by"};
   try {
     exec("BEGIN");
     try {
-      Once once;
-      // add_profile stores the labels as label.KEY (store.cpp's add_labels).
-      const auto rows = query("SELECT source_id FROM source_labels WHERE key = ? AND value = ? LIMIT 1",
-                              {"label." + label, value->second});
-      if (!rows.empty()) {
-        once.source_id = sql_int(rows[0][0]);
-      } else {
-        once.source_id = add_profile(*this, profile, info);
-        once.added = true;
-      }
-      exec("COMMIT");
+      Result<Once> once = add_profile_once(*this, profile, info, label);
+      exec(once ? "COMMIT" : "ROLLBACK");
       return once;
     } catch (...) {
       rollback();

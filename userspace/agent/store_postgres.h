@@ -48,12 +48,9 @@ class PostgresStore final : public StoreDriver {
 
   // Adds `profile` as one source in one transaction, unless a source already
   // carries the label `label` with the value info.labels[label] (the
-  // continuous agent's item key, sink.h): then nothing is added and that
-  // source's id comes back with `added` false. kIo with the server's message.
-  struct Once {
-    int64_t source_id = 0;
-    bool added = false;
-  };
+  // continuous agent's item key, sink.h): core add_profile_once in this
+  // store's transaction. kIo with the server's message.
+  using Once = AddedOnce;
   Result<Once> add_once(const Profile& profile, const SourceInfo& info, const std::string& label);
 
   // False once the connection is lost (the server went away): a new one

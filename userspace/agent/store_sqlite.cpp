@@ -112,22 +112,11 @@ Result<int64_t> SqliteStore::add(const Profile& profile, const SourceInfo& info)
 
 Result<SqliteStore::Once> SqliteStore::add_once(const Profile& profile, const SourceInfo& info,
                                                 const std::string& label) {
-  const auto value = info.labels.find(label);
-  if (value == info.labels.end()) return Error{Error::Kind::kUnsupported, 0, "no label " + label + " to add once by"};
   try {
     exec("BEGIN IMMEDIATE");
     try {
-      Once once;
-      // add_profile stores the labels as label.KEY (store.cpp's add_labels).
-      const auto rows = query("SELECT source_id FROM source_labels WHERE key = ? AND value = ? LIMIT 1",
-                              {"label." + label, value->second});
-      if (!rows.empty()) {
-        once.source_id = std::get<int64_t>(rows[0][0]);
-      } else {
-        once.source_id = add_profile(*this, profile, info);
-        once.added = true;
-      }
-      exec("COMMIT");
+      Result<Once> once = add_profile_once(*this, profile, info, label);
+      exec(once ? "COMMIT" : "ROLLBACK");
       return once;
     } catch (...) {
       if (sqlite3_get_autocommit(db_) == 0) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);

@@ -49,14 +49,10 @@ class SqliteStore final : public StoreDriver {
   // source_id, or kIo with sqlite's message.
   Result<int64_t> add(const Profile& profile, const SourceInfo& info);
   // add(), unless a source already carries the label `label` with the value
-  // info.labels[label] (the continuous agent's item key, sink.h): then
-  // nothing is added and that source's id comes back with `added` false.
-  // The look-up and the add are one transaction, so two deliveries of one
+  // info.labels[label] (the continuous agent's item key, sink.h): core
+  // add_profile_once in this store's transaction, so two deliveries of one
   // item store it once.
-  struct Once {
-    int64_t source_id = 0;
-    bool added = false;
-  };
+  using Once = AddedOnce;
   Result<Once> add_once(const Profile& profile, const SourceInfo& info, const std::string& label);
 
   const std::string& target() const { return target_; }

@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -46,6 +48,15 @@ struct StoreFailure : std::runtime_error {
 int64_t sql_int(const SqlValue& v);
 std::string sql_text(const SqlValue& v);
 
+// The labels a source is added with (SourceInfo::labels) are kept in
+// source_labels as "label.KEY", beside its meta's keys, so that a label
+// named like a meta key ("version") never shadows it. The one definition:
+// the agent's backends use it, and Python reads it from _core.
+inline constexpr std::string_view kLabelPrefix = "label.";
+
+// "label.KEY": the source_labels key of the label `key`.
+std::string label_key(std::string_view key);
+
 // Where a profile came from, besides what its meta says (docs/store.md).
 struct SourceInfo {
   std::string type = "in-process";  // in-process, ebpf, pprof, speedscope, chrome-trace
@@ -55,6 +66,14 @@ struct SourceInfo {
   std::string tool;          // "" = the meta's "tool" (or the agent's version line), if any
   std::string content_hash;  // sha256 of the added file's bytes, hex; "" = none (2.4)
 };
+
+// Whether the database has a store's meta table (one that prepare_store
+// created, or a database that merely has one): read-only, so a reader can
+// refuse a database without creating anything.
+bool store_present(StoreDriver& driver);
+
+// meta('version') as stored ("2.6"); "" when there is none.
+std::string store_version(StoreDriver& driver);
 
 // Creates the schema in an empty database, or checks the version of an
 // existing one: kVersion for a newer store (upgrade mlflow-profiler) or an
@@ -70,6 +89,22 @@ Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& driver);
 // Adds the profile as one source; returns its source_id. Call inside a
 // write transaction.
 int64_t add_profile(StoreDriver& driver, const Profile& profile, const SourceInfo& info);
+
+// The first source added with the label `key` = `value`; none when no
+// source has it.
+std::optional<int64_t> find_labelled_source(StoreDriver& driver, const std::string& key, const std::string& value);
+
+// add_profile, unless a source already carries the label `label` with the
+// value info.labels[label] (the continuous agent's item key): then nothing
+// is added and that source's id comes back with `added` false. Call inside
+// one write transaction, so that two deliveries of one item store it once.
+// kUnsupported when info has no label `label`.
+struct AddedOnce {
+  int64_t source_id = 0;
+  bool added = false;
+};
+Result<AddedOnce> add_profile_once(StoreDriver& driver, const Profile& profile, const SourceInfo& info,
+                                   const std::string& label);
 
 // Adds sampled stacks (an import of pprof, py-spy, speedscope's sampled
 // profiles, folded stacks) as one source of sample_kind 'stacks': a sample

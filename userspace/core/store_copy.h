@@ -1,6 +1,6 @@
 #pragma once
 // PostgreSQL's COPY for the store's bulk inserts: a batch of a plain INSERT's
-// rows (core store.cpp's Inserter) sent as one COPY FROM STDIN in text
+// rows (core store_write.cpp's Inserter) sent as one COPY FROM STDIN in text
 // format instead of a statement a row. Both PostgreSQL drivers use it: the
 // extension's (pyext/py_driver.h, through psycopg) and the agent's libpq one
 // (agent/store_postgres.h).

@@ -92,7 +92,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
     return path_of.at(stack);
   };
 
-  // The kernel figures a call's row carries (store.cpp writes the
+  // The kernel figures a call's row carries (store_write.cpp writes the
   // kSpanValueTypes of json_doc.cpp; a type never written has no id).
   using CallKernel = CallPathStats::CallKernel;
   static const std::pair<const char*, int64_t CallKernel::*> kKernelTypes[] = {
@@ -188,7 +188,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
         for (const auto& r : d.query("SELECT sample_id, type_id, value FROM " + values + " WHERE type_id IN (" +
                                          placeholders(type_ids.size()) + ") AND sample_id BETWEEN ? AND ?",
                                      params)) {
-          // No row: 0 (store.cpp writes non-zero values only).
+          // No row: 0 (store_write.cpp writes non-zero values only).
           auto [it, added_now] = kernel_of.try_emplace(sql_int(r[0]), CallKernel{0, 0, 0, 0, 0});
           it->second.*field_of.at(sql_int(r[1])) = sql_int(r[2]);
         }

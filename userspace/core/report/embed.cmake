@@ -1,5 +1,5 @@
-# Turns the report templates (report.html with report.css and report.js
-# inlined where it links them; analysis.html with report.css, analysis.js
+# Turns the report templates (report.html with report.css and report.js,
+# with the parts report.js @includes, inlined where it links them; analysis.html with report.css, analysis.js
 # and diff_flame.js)
 # into a C++ header holding them as raw string literals, so the files stay
 # plain HTML/CSS/JS that are easy to edit.
@@ -17,6 +17,20 @@ if(NOT at EQUAL -1)
 endif()
 set(delim "mlprof_report")
 
+# Sets `out` to the script `js_name` as the page runs it: each line
+# "  // @include NAME.js" in it replaced by that file (report.js is split by
+# job so; one level deep), so the parts run as one script in one scope.
+function(read_script js_name out)
+  file(READ "${REPORT_DIR}/${js_name}" js)
+  string(REGEX MATCHALL "  // @include [A-Za-z0-9_]+\\.js\n" lines "${js}")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^  // @include ([A-Za-z0-9_]+\\.js)\n$" "\\1" part "${line}")
+    file(READ "${REPORT_DIR}/${part}" part_js)
+    string(REPLACE "${line}" "${part_js}" js "${js}")
+  endforeach()
+  set(${out} "${js}" PARENT_SCOPE)
+endfunction()
+
 # Sets <prefix>_head and <prefix>_tail: the page with the CSS and scripts
 # (js_names: a list, each linked by the page) inlined, split at the data marker.
 function(embed_page html_name js_names prefix)
@@ -28,7 +42,7 @@ function(embed_page html_name js_names prefix)
   endif()
   string(REPLACE "${css_link}" "<style>\n${css}</style>" html "${html}")
   foreach(js_name IN LISTS js_names)
-    file(READ "${REPORT_DIR}/${js_name}" js)
+    read_script("${js_name}" js)
     set(js_link "<script src=\"${js_name}\"></script>")
     string(FIND "${html}" "${js_link}" at)
     if(at EQUAL -1)
