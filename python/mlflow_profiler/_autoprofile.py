@@ -188,10 +188,10 @@ def statistics() -> Dict[str, Any]:
     """autoprofile's counters: sessions sampled, sessions profiled only
     because a tracer was attached (``traced``, not exported), and the
     background export queue's (submitted, exported, dropped, failed, queued)."""
-    from . import _exporter
+    from . import _delivery
 
     return {"enabled": _config is not None, "sampled": _sampled, "traced": _traced,
-            "export": _exporter.statistics()}
+            "export": _delivery.statistics()}
 
 
 # -- the wrappers ---------------------------------------------------------------
@@ -242,7 +242,7 @@ def _has_signature(func, names) -> bool:
 
 def _sampled_call(original, config, model, args, kwargs, sampled=True):
     """One profiled call; sampled False: only a tracer asked for it, so it is
-    not handed to the collector or the exporter."""
+    not handed to the collector or the delivery thread."""
     started = _begin(model, config, original, sampled=sampled)
     if started is None:
         return original(model, *args, **kwargs)
@@ -378,9 +378,9 @@ def _end(session: ProfileSession, config: AutoprofileConfig, sampled: bool = Tru
         if config.collector is not None:
             config.collector.add(session)
         if config.log_to_mlflow or config.output_dir or config.store:
-            from . import _exporter
+            from . import _delivery
 
-            _exporter.submit(session, config)
+            _delivery.submit(session, config)
     except Exception as exc:
         log_once("end", f"mlflow_profiler: autoprofile could not hand the profile on: {exc!r}")
 

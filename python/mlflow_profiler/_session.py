@@ -10,7 +10,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from . import _core, _native, _transparent
-from ._io import IOSummary
+from ._summaries import IOSummary
 from ._log import log_once
 
 _DEFAULT_MAX_EVENTS = 1_000_000

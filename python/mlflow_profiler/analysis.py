@@ -50,7 +50,7 @@ def _run_id(target: str) -> Optional[str]:
 
 def _run_profiles(run_id: str) -> Iterator:
     """The profiles an MLflow run holds: every `profile.json` among its
-    artifacts (log_profile's, and the serving exporter's one per profile)."""
+    artifacts (log_profile's, and the serving delivery thread's one per profile)."""
     import tempfile
 
     from ._files import load
