@@ -23,7 +23,7 @@ import inspect
 import random
 import threading
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core, _stream
 from ._log import log_once
@@ -446,7 +446,7 @@ def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
     if flavor.startswith("pyfunc"):
         flavor = "pyfunc"
     class_name = type(inner).__qualname__ if inner is not None else type(impl).__qualname__
-    codes = []
+    codes: List[Any] = []
     cls = type(model)
     for name in ("_predict", "_predict_stream"):
         _add_codes(cls.__dict__.get(name), codes)
@@ -497,7 +497,8 @@ def pyfunc_folds() -> Tuple[list, list]:
     model_cls = getattr(pyfunc, "PyFuncModel", None)
     if base is None or model_cls is None:
         return [], []
-    classes, todo = [], list(type.__subclasses__(base))
+    classes: List[type] = []
+    todo = list(type.__subclasses__(base))
     while todo and len(classes) < 1000:
         cls = todo.pop()
         classes.append(cls)

@@ -492,7 +492,7 @@ def _json_default(value: Any):
 
 
 def log_profile_summary(summary, *, run_id: Optional[str] = None, prefix: str = "profile_summary",
-                        artifact_path: str = "profile", depth: Optional[int] = 1, top: Optional[int] = None,
+                        artifact_path: Optional[str] = "profile", depth: Optional[int] = 1, top: Optional[int] = None,
                         step: Optional[int] = None) -> Dict[str, float]:
     """Logs ``ProfileCollector.summary()`` as run metrics and a JSON artifact;
     returns the metrics by name.
