@@ -12,8 +12,8 @@
 #     with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)
 #   - shellcheck: scripts/*.sh and .ci/run
 # Missing tools are installed first: ruff and mypy (pinned below) into a venv
-# under ~/.cache/mlflow-profiler-lint, clang-format, clang-tidy and
-# shellcheck from Debian's archive (apt-get waits for another apt's lock).
+# under ~/.cache/mlflow-profiler-lint; clang-format, clang-tidy and
+# ShellCheck from Debian's archive (apt-get waits for another apt's lock).
 # Every step runs and prints its time; the script fails if any found anything.
 #   scripts/lint.sh [--stubtest PYTHON] [--build DIR]... [--only STEP[,STEP...]]
 #   scripts/lint.sh --tools   installs the tools only, and prints the venv's path
