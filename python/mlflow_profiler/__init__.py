@@ -1,5 +1,7 @@
 """mlflow-profiler: where does the time of this predict() go?
 
+A session records the call tree of what runs inside it:
+
     from mlflow_profiler import profiling
     with profiling(depth=2) as session:
         model.predict(df)
