@@ -17,7 +17,7 @@
 # Every step runs and prints its time; the script fails if any found anything.
 #   scripts/lint.sh [--stubtest PYTHON] [--build DIR]... [--only STEP[,STEP...]]
 #                   [--tidy-fast] [--tidy-files REGEX]
-# --tidy-fast leaves out clang-analyzer-* (CI: see below); --tidy-files
+# --tidy-fast leaves out clang-analyzer-* (CI's choice: its cost, below); --tidy-files
 # narrows clang-tidy to the sources whose path matches REGEX.
 #   scripts/lint.sh --tools   installs the tools only, and prints the venv's path
 set -euo pipefail
@@ -176,13 +176,17 @@ for d in dirs:
 json.dump(merged, open(out, "w"), indent=1)
 print(f"lint.sh: clang-tidy on {len(merged)} translation units")
 PY
-  # --tidy-fast: without the clang-analyzer-* checks (path-sensitive, most
-  # of the time: see the note in scripts/lint.sh's CI stage).
+  # --tidy-fast: without clang-analyzer-* (path-sensitive). Measured on this
+  # 2-core machine over 6 of the 98 product units: about 11 s of CPU a unit
+  # with it, 4.3 s without, so about 9 minutes against 3.5 for all 98. CI
+  # runs --tidy-fast; the analyzer runs when a developer leaves it out.
   [ "$tidy_fast" = 0 ] || checks=(-checks=-clang-analyzer-*)
   log="$tmp/clang-tidy.log"
   run-clang-tidy -quiet -j "$jobs" -p "$tmp" "${checks[@]}" \
     >"$log" 2>&1 || rc=1
   # Its exit status is not enough: warnings are findings. A header's show once.
+  # (run-clang-tidy colours clang-tidy's output: the colour codes go.)
+  sed -i 's/\x1b\[[0-9;]*m//g' "$log"
   if grep -E '^/.*: (warning|error): ' "$log" | sort -u | grep .; then rc=1; fi
   if [ $rc != 0 ]; then
     mkdir -p "$root/build-lint" && cp "$log" "$root/build-lint/clang-tidy.log"
