@@ -39,7 +39,7 @@ import sys  # noqa: E402
 import timeit  # noqa: E402
 
 from mlflow_profiler import _core  # noqa: E402
-from mlflow_profiler._io import summarize  # noqa: E402
+from mlflow_profiler._summaries import summarize  # noqa: E402
 
 
 class Point:

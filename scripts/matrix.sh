@@ -31,7 +31,7 @@ for v in "${versions[@]}"; do
     "$venv/bin/pip" install -q --upgrade pip >>"$log" 2>&1
   fi
   # The package with every test extra PyPI has for this version.
-  if ! "$venv/bin/pip" install -q "$root[test,mlflow]" >>"$log" 2>&1; then
+  if ! "$venv/bin/pip" install -q "${root}[test,mlflow]" >>"$log" 2>&1; then
     "$venv/bin/pip" install -q "$root" pytest >>"$log" 2>&1 || { rows+=("$v|install failed|||||"); status=1; continue; }
     for dep in numpy pandas scipy pyarrow polars selenium scikit-learn "mlflow>=2.10"; do
       "$venv/bin/pip" install -q "$dep" >>"$log" 2>&1 || echo "matrix: $dep is not installable on $v" >>"$log"

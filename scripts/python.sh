@@ -15,6 +15,7 @@ cache=${MLPROF_PYTHON_CACHE:-$HOME/.cache/mlflow-profiler-tests}
 
 case "$want" in
   3.9|3.10|3.11|3.12|3.13)
+    # shellcheck disable=SC2012  # ls: pyenv's own directory names, sorted by version
     py=$(ls -d "$HOME"/.pyenv/versions/"$want".*/bin/python 2>/dev/null | sort -V | tail -n 1 || true)
     if [ -z "$py" ]; then
       command -v pyenv >/dev/null || { echo "python.sh: no CPython $want under ~/.pyenv and no pyenv to install it" >&2; exit 1; }
@@ -70,6 +71,7 @@ apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/etc/sources.list" -o "Dir::Etc::Sour
 tree=""
 if apt-get "${apt_opts[@]}" update -qq >>"$log" 2>&1 &&
    (cd "$src" && apt-get "${apt_opts[@]}" source --download-only "python$ver" >>"$log" 2>&1); then
+  # shellcheck disable=SC2012  # ls: the one tarball apt-get source just wrote
   tarball=$(ls "$src"/python"$ver"_*.orig.tar.* | head -n 1)
   mkdir -p "$src/tree" && tar -xf "$tarball" -C "$src/tree" --strip-components=1
   tree="$src/tree"

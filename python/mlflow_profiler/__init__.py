@@ -1,5 +1,7 @@
 """mlflow-profiler: where does the time of this predict() go?
 
+A session records the call tree of what runs inside it:
+
     from mlflow_profiler import profiling
     with profiling(depth=2) as session:
         model.predict(df)
@@ -18,9 +20,9 @@ from . import _core, _transparent
 from ._autoprofile import autoprofile, last_profile, statistics
 from ._core import profile_block
 from ._marks import mark, rate_limit_hit, retry
-from ._exporter import flush
+from ._delivery import flush
 from ._files import ProfileLoadError, load
-from ._io import IOSummary, register_summarizer, summarize
+from ._summaries import IOSummary, register_summarizer, summarize
 from ._collector import ProfileCollector
 from ._processors import configure
 from ._session import ProfileSession, SpanRecord, current_session, profiling
@@ -60,10 +62,10 @@ def _init() -> None:
     paths = _sysconfig.get_paths()
     prefixes = {paths.get("stdlib"), paths.get("platstdlib")}
     _core.set_library_prefixes(sorted(p for p in prefixes if p))
-    from . import _autoprofile, _collector, _exporter, _marks, _native, _processors, _session, _spans, mlflow_sink
+    from . import _autoprofile, _collector, _delivery, _marks, _native, _processors, _session, _spans, mlflow_sink
 
     for module in (_session, _spans, _transparent, _native, _collector, _processors, mlflow_sink, _autoprofile,
-                   _exporter, _marks):
+                   _delivery, _marks):
         _transparent.add_module(module)
     _transparent.refresh()
 

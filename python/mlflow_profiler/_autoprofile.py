@@ -25,7 +25,7 @@ import inspect
 import random
 import threading
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core, _stream
 from ._log import log_once
@@ -190,10 +190,10 @@ def statistics() -> Dict[str, Any]:
     """autoprofile's counters: sessions sampled, sessions profiled only
     because a tracer was attached (``traced``, not exported), and the
     background export queue's (submitted, exported, dropped, failed, queued)."""
-    from . import _exporter
+    from . import _delivery
 
     return {"enabled": _config is not None, "sampled": _sampled, "traced": _traced,
-            "export": _exporter.statistics()}
+            "export": _delivery.statistics()}
 
 
 # -- the wrappers ---------------------------------------------------------------
@@ -244,7 +244,7 @@ def _has_signature(func, names) -> bool:
 
 def _sampled_call(original, config, model, args, kwargs, sampled=True):
     """One profiled call; sampled False: only a tracer asked for it, so it is
-    not handed to the collector or the exporter."""
+    not handed to the collector or the delivery thread."""
     started = _begin(model, config, original, sampled=sampled)
     if started is None:
         return original(model, *args, **kwargs)
@@ -380,9 +380,9 @@ def _end(session: ProfileSession, config: AutoprofileConfig, sampled: bool = Tru
         if config.collector is not None:
             config.collector.add(session)
         if config.log_to_mlflow or config.output_dir or config.store:
-            from . import _exporter
+            from . import _delivery
 
-            _exporter.submit(session, config)
+            _delivery.submit(session, config)
     except Exception as exc:
         log_once("end", f"mlflow_profiler: autoprofile could not hand the profile on: {exc!r}")
 
@@ -448,7 +448,7 @@ def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
     if flavor.startswith("pyfunc"):
         flavor = "pyfunc"
     class_name = type(inner).__qualname__ if inner is not None else type(impl).__qualname__
-    codes = []
+    codes: List[Any] = []
     cls = type(model)
     for name in ("_predict", "_predict_stream"):
         _add_codes(cls.__dict__.get(name), codes)
@@ -499,7 +499,8 @@ def pyfunc_folds() -> Tuple[list, list]:
     model_cls = getattr(pyfunc, "PyFuncModel", None)
     if base is None or model_cls is None:
         return [], []
-    classes, todo = [], list(type.__subclasses__(base))
+    classes: List[type] = []
+    todo = list(type.__subclasses__(base))
     while todo and len(classes) < 1000:
         cls = todo.pop()
         classes.append(cls)

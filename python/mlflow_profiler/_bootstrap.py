@@ -31,10 +31,10 @@ def _report(message: str) -> None:
 
 
 def _enable(settings) -> None:
-    from . import _autoprofile, _env, _exporter
+    from . import _autoprofile, _env, _delivery
 
     try:
-        _exporter.set_limits(settings["queue_size"], settings["flush_timeout"])
+        _delivery.set_limits(settings["queue_size"], settings["flush_timeout"])
         _autoprofile.autoprofile(**_env.autoprofile_kwargs(settings))
     except Exception as exc:  # never break the program that is starting
         _report(f"could not enable autoprofile: {exc}")
@@ -85,20 +85,20 @@ _draining = False
 
 
 def _on_sigterm(signum, frame) -> None:
-    """Drains the export queues (at most MLFLOW_PROFILER_FLUSH_TIMEOUT), then
+    """Drains the delivery queues (at most MLFLOW_PROFILER_FLUSH_TIMEOUT), then
     dies by the signal. A second SIGTERM during the drain dies at once."""
     global _draining
     if not _draining:
         _draining = True
-        exporter = sys.modules.get(f"{__package__}._exporter")
-        if exporter is not None:  # not imported: nothing was ever queued
+        delivery = sys.modules.get(f"{__package__}._delivery")
+        if delivery is not None:  # not imported: nothing was ever queued
             import threading  # not at interpreter start: gevent must patch it first
 
             # In a thread, joined with a limit: the signal may have interrupted
             # this thread inside the queue's lock, which the drain needs.
-            drain = threading.Thread(target=exporter.drain_at_exit, name="mlflow-profiler-drain", daemon=True)
+            drain = threading.Thread(target=delivery.drain_at_exit, name="mlflow-profiler-drain", daemon=True)
             drain.start()
-            drain.join(exporter.flush_timeout() + 1.0)
+            drain.join(delivery.flush_timeout() + 1.0)
     signal.signal(signum, signal.SIG_DFL)
     signal.raise_signal(signum)
 

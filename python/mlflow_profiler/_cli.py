@@ -167,7 +167,7 @@ def _top(args) -> int:
         what = "call path" if args.by == "path" else "function"
         # A page by function shows the sampled stacks' functions when there are no spans.
         only_sampled = args.by == "function" and not result.sessions and result.sampled is not None
-        rows = len(result.sampled.rows) if only_sampled else len(result.rows)
+        rows = len(result.sampled.rows) if only_sampled and result.sampled is not None else len(result.rows)
         print(f"{args.html}: HTML page of {_plural(rows, what)}", file=sys.stderr)
     return 0
 

@@ -112,6 +112,7 @@ class _Attempt:
     are logged once and never reach the model."""
 
     __slots__ = ("host", "of", "owner", "_identity")
+    _identity: Any  # identity, then what it returned
 
     def __init__(self, host: str, identity: Callable[..., tuple], *of: Any) -> None:
         # identity(*of): what the request is (method, URL, body), computed

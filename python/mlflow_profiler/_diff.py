@@ -340,7 +340,7 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
     waiting = values.values(statistic, "waiting")
 
     def side_values(vals: Sequence[Optional[float]], runs: Sequence[int]) -> List[float]:
-        return [vals[r] for r in runs if vals[r] is not None]
+        return [v for v in (vals[r] for r in runs) if v is not None]
 
     root_a = {tuple(p) for p, vals, _ in measured if len(p) == 1 and side_values(vals, ra)}
     root_b = {tuple(p) for p, vals, _ in measured if len(p) == 1 and side_values(vals, rb)}
@@ -348,9 +348,9 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
         raise DiffError(f"different roots: A's are {', '.join(sorted(r[0] for r in root_a))}; B's are "
                         f"{', '.join(sorted(r[0] for r in root_b))}: nothing to compare")
     notes = []
-    for only, side in ((root_a - root_b, "A"), (root_b - root_a, "B")):
+    for only, side_name in ((root_a - root_b, "A"), (root_b - root_a, "B")):
         if only:
-            notes.append(f"note: roots only in {side}, not compared: {', '.join(sorted(r[0] for r in only))}")
+            notes.append(f"note: roots only in {side_name}, not compared: {', '.join(sorted(r[0] for r in only))}")
 
     rows = []
     root_median: Dict[str, Tuple[float, float]] = {}

@@ -21,7 +21,7 @@ def log_once(kind: str, message: str, level: int = logging.WARNING) -> None:
 
 
 def warn_at_exit(message: str, *args: object) -> None:
-    """logger.warning from the exit drain (or the exporter's thread, which may
+    """logger.warning from the exit drain (or the delivery thread, which may
     run into it). By then a handler's stream may be
     closed (pytest's capture, a daemon's log file): its failure is dropped
     instead of printed as a "--- Logging error ---" traceback, and the other

@@ -3,7 +3,7 @@
 the Traces tab next to GenAI traces.
 
 Called after capture only (``log_profile(log_as_trace=True)``,
-``log_profile_trace``, the background exporter): never on the hot path.
+``log_profile_trace``, the delivery thread (_delivery.py)): never on the hot path.
 
 Times: profile times are CLOCK_MONOTONIC ns; a span's epoch time is the
 session's wall clock at its start (meta ``start_unix_ns``) plus its offset
@@ -13,7 +13,7 @@ profile's durations to the nanosecond.
 MLflow 3.10 is the first release whose ``start_span_no_context`` takes
 ``metadata``: that is what links the trace to a run given by id. Earlier 3.x
 releases link a trace to whichever run was started last in any thread, which
-is wrong for the background exporter, so they are not supported.
+is wrong for the delivery thread (_delivery.py), so they are not supported.
 """
 
 from __future__ import annotations

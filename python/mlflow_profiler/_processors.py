@@ -2,7 +2,7 @@
 functions that see every span of a profile before it is exported, and may
 relabel it, change its I/O summaries or remove it.
 ``configure(span_processors=[...])`` sets them;
-``process(session)`` applies them (the exporters call it). See
+``process(session)`` applies them (every delivery calls it). See
 docs/processors.md."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
-from ._io import IOSummary
+from ._summaries import IOSummary
 from ._log import log_once
 from ._session import ProfileSession, SpanRecord
 
@@ -35,7 +35,7 @@ def configure(*, span_processors: Optional[Sequence[Callable[[Any], Any]]] = Non
     short repr, and ``register_summarizer`` gives a type a cheap summary.
 
     span_processors: functions called with each span (a ``SpanRecord``)
-    before a profile is exported (``log_profile``, the background exporter
+    before a profile is exported (``log_profile``, the delivery thread (_delivery.py)
     of ``autoprofile(log_to_mlflow=True)``, autoprofile's file output). A
     processor may change the span's ``label``, ``input_summary`` (a dict of
     argument name -> ``IOSummary``: replace, delete or add entries, or set
@@ -270,7 +270,7 @@ def _without_io(session: Any, processors: Tuple[Callable[[Any], Any], ...], erro
 
 
 def process(session: Any) -> Any:
-    """The session as exporters should see it: a new, finalized
+    """The session as deliveries should see it: a new, finalized
     ProfileSession with the configured span processors applied, or `session`
     itself when none are configured. `session` is never modified.
 

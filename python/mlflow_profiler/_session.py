@@ -7,15 +7,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _core, _native, _transparent
-from ._io import IOSummary
+from ._summaries import IOSummary
 from ._log import log_once
 
 _DEFAULT_MAX_EVENTS = 1_000_000
 _new_object = object.__new__
-_dataclass = dataclasses.dataclass(slots=True) if sys.version_info >= (3, 10) else dataclasses.dataclass
+if TYPE_CHECKING:  # mypy checks against 3.9, whose dataclass takes no slots
+    from dataclasses import dataclass as _dataclass
+else:
+    _dataclass = dataclasses.dataclass(slots=True) if sys.version_info >= (3, 10) else dataclasses.dataclass
 
 
 @_dataclass
@@ -175,7 +178,7 @@ class ProfileSession:
         self.capture_c_calls = _check_flag("capture_c_calls", capture_c_calls)
         self.capture_io = _check_flag("capture_io", capture_io)
         self.capture_io_depth = io_depth
-        folds = ([], [])
+        folds: Tuple[List[Any], List[Any]] = ([], [])
         if not _transparent_codes and "mlflow.pyfunc" in sys.modules:  # not under autoprofile
             # (no import statement: a session made inside another would record importlib's frames)
             folds = sys.modules[__package__ + "._autoprofile"].pyfunc_folds()
@@ -184,13 +187,15 @@ class ProfileSession:
         args = (self.depth, max_events, self.all_threads, self.capture_c_calls, self.capture_io, io_depth,
                 list(_transparent_codes), *folds, values)
         self._meta = _meta  # provenance added to the profile's meta when it is built
+        # The native Engine, the reference engine, or a _LoadedEngine.
+        self._engine: Any
         if engine == "native":
             self._engine = _core.Engine(*args)
         elif engine == "reference":
             self._engine = _reference_engine()(*args)
         else:
             raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")
-        self._profile = None
+        self._profile: Optional[_core.Profile] = None
         self._spans: Optional[List[SpanRecord]] = None
         self._activated = False  # a session records once (the engine's state, without asking it)
 
@@ -211,7 +216,8 @@ class ProfileSession:
                 f"this ProfileSession is {self._engine.state}: a session records once; "
                 "create a new one with profiling()"
             )
-        if _native.FREE_THREADED and not sys._is_gil_enabled() and isinstance(self._engine, _core.Engine):
+        gil_off = _native.FREE_THREADED and not sys._is_gil_enabled()  # type: ignore[attr-defined]
+        if gil_off and isinstance(self._engine, _core.Engine):
             raise RuntimeError(
                 "mlflow_profiler's native capture needs the GIL, and this free-threaded "
                 "interpreter runs without it (PYTHON_GIL=0 or -X gil=0). Run it with the GIL "

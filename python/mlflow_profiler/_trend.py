@@ -189,14 +189,13 @@ class Trend:
                          f"{_ns(cp['after_ns'])}  p={cp['p_value']:.2g}  {_kind(cp, self.threshold_pct)}  "
                          f"{'/'.join(p.path)}")
         last = names[-1]
-        judged = [p for p in self.paths if p.gated and p.latest]
+        judged = [(p, p.latest) for p in self.paths if p.gated and p.latest]
         counts: Dict[str, int] = {}
-        for p in judged:
-            counts[p.latest["verdict"]] = counts.get(p.latest["verdict"], 0) + 1
+        for _, lt in judged:
+            counts[lt["verdict"]] = counts.get(lt["verdict"], 0) + 1
         lines.append(f"latest release {self.by} {last}: " +
                      (", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no gated path to judge"))
-        for p in judged:
-            lt = p.latest
+        for p, lt in judged:
             if lt["verdict"] == "pass":
                 continue
             note = ""
@@ -251,7 +250,7 @@ class Trend:
         columns += [("change points", "release: change [interval], p-value"), ("latest", "the latest release's verdict")]
         rows = []
         for p in self.paths:
-            cells = [("yes" if p.gated else "no", 1 if p.gated else 0)]
+            cells: List[Tuple[str, Any]] = [("yes" if p.gated else "no", 1 if p.gated else 0)]
             cells += [(_ns(m), m) for m in p.medians_ns]
             cps = "; ".join(f"{names[cp['group']]}: {_change(cp)} p={cp['p_value']:.2g}" for cp in p.change_points)
             cells.append((cps or "-", len(p.change_points)))
@@ -372,7 +371,7 @@ def _io_drift(store, ids_by_group: List[List[int]], names: List[str]) -> List[Di
     if not seen:
         return []
     paths = _stack_paths(driver, {k[0] for k in seen})
-    out = []
+    out: List[Dict[str, Any]] = []
     for (stack, role, name), by_group in seen.items():
         previous = None
         for g in sorted(by_group):
@@ -404,9 +403,9 @@ def _changed(old: set, new: set) -> List[str]:
     if ranks_old != ranks_new:
         changed.append("shape")
     elif len(ranks_old) == 1 and None not in ranks_old:
-        for axis in range(1, next(iter(ranks_old))):
-            a = {s[axis] for s in shapes_old}
-            b = {s[axis] for s in shapes_new}
+        for axis in range(1, next(iter(ranks_old)) or 0):  # None is not in them: every shape is a list
+            a = {s[axis] for s in shapes_old if s is not None}
+            b = {s[axis] for s in shapes_new if s is not None}
             if len(a) == 1 and len(b) == 1 and a != b:
                 changed.append("shape")
                 break
@@ -492,8 +491,8 @@ def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optiona
             if not run_key[s]:
                 raise TrendError(f"{target}: --run-by {run_by}: source {s} has no {run_by!r}")
         groups: Dict[str, List[int]] = {}
-        for s, v in keyed:
-            groups.setdefault(v, []).append(s)
+        for s, release in keyed:
+            groups.setdefault(release, []).append(s)
         if len(groups) < 2:
             raise TrendError(f"{target}: one release only ({by}={next(iter(groups))}): a trend needs two or more")
 
@@ -505,8 +504,11 @@ def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optiona
             bad = next(v for v, k in keys.items() if k is None)
             raise TrendError(f"--order version: {by}={bad!r} is not a version (1, 1.2, v2.0rc1 ...); use --order time")
         used = "version" if order == "version" or (order == "auto" and None not in keys.values()) else "time"
-        names = sorted(groups, key=(lambda v: (keys[v], v)) if used == "version" else
-                       (lambda v: (min(when(s) for s in groups[v]), v)))
+
+        def release_key(v: str) -> Tuple[Any, str]:
+            return (keys[v], v) if used == "version" else (min(when(s) for s in groups[v]), v)
+
+        names = sorted(groups, key=release_key)
         ids_by_group = [sorted(groups[v], key=lambda s: (when(s), s)) for v in names]
         ordered = [s for ids in ids_by_group for s in ids]
 
@@ -516,9 +518,9 @@ def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optiona
         for g, ids in enumerate(ids_by_group):
             for s in ids:
                 key = f"{g}\x00{run_key[s]}"  # a run never spans two releases
-                before = len(values.runs())
+                n_runs = len(values.runs())
                 run_of.append(values.run(key))
-                if len(values.runs()) > before:
+                if len(values.runs()) > n_runs:
                     group_of.append(g)
         added = values.add_store(st._driver, st._driver.dialect, ordered, run_of, -1 if depth is None else depth)
         if isinstance(added, tuple):

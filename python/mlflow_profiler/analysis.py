@@ -17,7 +17,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
 from ._errors import AnalysisError
@@ -50,7 +50,7 @@ def _run_id(target: str) -> Optional[str]:
 
 def _run_profiles(run_id: str) -> Iterator:
     """The profiles an MLflow run holds: every `profile.json` among its
-    artifacts (log_profile's, and the serving exporter's one per profile)."""
+    artifacts (log_profile's, and the serving delivery thread's one per profile)."""
     import tempfile
 
     from ._files import load
@@ -260,7 +260,7 @@ class Top:
         rows = []
         for r in self.rows:
             off = r.off_cpu["p95"] if r.off_cpu else None
-            cells = [(f"{100 * r.share:.1f}%", r.share), (f"{r.count:,}", r.count)]
+            cells: List[Tuple[str, Any]] = [(f"{100 * r.share:.1f}%", r.share), (f"{r.count:,}", r.count)]
             cells += [(_ms(r.wall[q]), r.wall[q]) for q in ("p50", "p95", "p99")]
             cells += [(_ms(r.self_time[q]), r.self_time[q]) for q in ("p50", "p95", "p99")]
             waited = r.waiting["p95"] if r.waiting else None
@@ -578,8 +578,9 @@ class FunctionTop:
             for r in sampled.rows:
                 running += r.flat_share
                 flat, cum = r.flat[sampled.rank_by], r.cum[sampled.rank_by]
-                cells = [(_value(flat, unit), flat), (_pct(r.flat_share), r.flat_share), (_pct(running), running),
-                         (_value(cum, unit), cum), (_pct(r.cum_share), r.cum_share)]
+                cells: List[Tuple[str, Any]] = [
+                    (_value(flat, unit), flat), (_pct(r.flat_share), r.flat_share), (_pct(running), running),
+                    (_value(cum, unit), cum), (_pct(r.cum_share), r.cum_share)]
                 rows.append({"cells": cells, "path": [r.display], "mark": None, "note": ""})
             facts = [("sampled stacks", f"{_plural(sampled.sources, 'source')}, {sampled.samples:,} samples"),
                      ("ranked by", f"{kind} ({unit})"), ("functions", f"{len(sampled.rows):,}")]
@@ -587,13 +588,13 @@ class FunctionTop:
         else:
             columns.append(("calls", "its calls, recursive ones too"))
             columns.append(("waiting", "the waits of the paths through it: suspended, or off the CPU"))
-            for r in self.rows:
-                running += r.flat_share
-                waited = r.waiting["cum_ns"] if r.waiting else None
-                cells = [(_ns(r.flat_ns), r.flat_ns), (_pct(r.flat_share), r.flat_share), (_pct(running), running),
-                         (_ns(r.cum_ns), r.cum_ns), (_pct(r.cum_share), r.cum_share), (f"{r.calls:,}", r.calls),
+            for fr in self.rows:
+                running += fr.flat_share
+                waited = fr.waiting["cum_ns"] if fr.waiting else None
+                cells = [(_ns(fr.flat_ns), fr.flat_ns), (_pct(fr.flat_share), fr.flat_share), (_pct(running), running),
+                         (_ns(fr.cum_ns), fr.cum_ns), (_pct(fr.cum_share), fr.cum_share), (f"{fr.calls:,}", fr.calls),
                          (_ns(waited), waited)]
-                rows.append({"cells": cells, "path": [r.display], "mark": None, "note": ""})
+                rows.append({"cells": cells, "path": [fr.display], "mark": None, "note": ""})
             facts = [("sessions", f"{self.sessions:,}"), ("functions", f"{len(self.rows):,}"),
                      ("self time", _ns(self.total_ns))]
             title = self.headline()

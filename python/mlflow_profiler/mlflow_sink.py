@@ -4,7 +4,7 @@ MLflow traces.
 MLflow is imported when one of these functions is called, never by
 ``import mlflow_profiler``. Every function here works on the active run or on
 the run named by ``run_id``; with ``run_id`` it can be called from any thread
-(the background exporter does). These are explicit calls, not best-effort
+(the delivery thread (_delivery.py) does). These are explicit calls, not best-effort
 paths: a tracking server that is down raises MLflow's own error to the caller.
 """
 
@@ -152,7 +152,7 @@ def log_profile(session, artifact_path: str = "profile", *, run_id: Optional[str
 def log_processed_profile(exported, artifact_path: Optional[str] = "profile", *, run_id: Optional[str] = None,
                           log_as_trace: bool = False, store: Optional[str] = None) -> str:
     """log_profile for a session that ``_processors.process()`` already
-    returned (the background exporter): the span processors are not applied
+    returned (the delivery thread (_delivery.py)): the span processors are not applied
     a second time. `store`: also add it there (labelled with the run)."""
     check_session(exported, "log_profile")
     artifact_path = _check_artifact_path(artifact_path, "log_profile")
@@ -492,7 +492,7 @@ def _json_default(value: Any):
 
 
 def log_profile_summary(summary, *, run_id: Optional[str] = None, prefix: str = "profile_summary",
-                        artifact_path: str = "profile", depth: Optional[int] = 1, top: Optional[int] = None,
+                        artifact_path: Optional[str] = "profile", depth: Optional[int] = 1, top: Optional[int] = None,
                         step: Optional[int] = None) -> Dict[str, float]:
     """Logs ``ProfileCollector.summary()`` as run metrics and a JSON artifact;
     returns the metrics by name.

@@ -515,12 +515,12 @@ def test_output_dir_writer_works_in_a_forked_child(models, tmp_path):
 
 
 def test_profile_names_stay_unique_across_request_threads():
-    from mlflow_profiler import _exporter
+    from mlflow_profiler import _delivery
 
     names = []
 
     def take():
-        names.extend(_exporter._profile_name() for _ in range(2000))
+        names.extend(_delivery._profile_name() for _ in range(2000))
 
     threads = [threading.Thread(target=take) for _ in range(8)]
     for t in threads:

@@ -108,18 +108,18 @@ def test_the_exporter_backs_off_from_a_down_server_and_comes_back(monkeypatch):
     tried), then listening again. The back-off is shortened for the test."""
     import socket
 
-    from mlflow_profiler import _exporter
+    from mlflow_profiler import _delivery
 
-    monkeypatch.setattr(_exporter, "SINK_BACKOFF_S", 0.2)
-    monkeypatch.setattr(_exporter, "_down_until", 0.0)
-    monkeypatch.setattr(_exporter, "_backoff_s", 0.0)
+    monkeypatch.setattr(_delivery, "SINK_BACKOFF_S", 0.2)
+    monkeypatch.setattr(_delivery, "_down_until", 0.0)
+    monkeypatch.setattr(_delivery, "_backoff_s", 0.0)
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(f"http://127.0.0.1:{port}")
     try:
-        check_backoff(_exporter, s)
+        check_backoff(_delivery, s)
     finally:
         mlflow.set_tracking_uri(previous)
         s.close()
@@ -128,35 +128,35 @@ def test_the_exporter_backs_off_from_a_down_server_and_comes_back(monkeypatch):
 def test_a_server_behind_a_proxy_is_left_to_mlflows_client(monkeypatch):
     """With HTTPS_PROXY set, a direct connection to the server says nothing
     about whether MLflow reaches it: the exporter does not probe it."""
-    from mlflow_profiler import _exporter
+    from mlflow_profiler import _delivery
 
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri("https://tracking.example.internal:5000")
     try:
-        assert _exporter._tracking_endpoint() == ("tracking.example.internal", 5000)
+        assert _delivery._tracking_endpoint() == ("tracking.example.internal", 5000)
         monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        assert _exporter._tracking_endpoint() is None
+        assert _delivery._tracking_endpoint() is None
         monkeypatch.setenv("NO_PROXY", "example.internal")
-        assert _exporter._tracking_endpoint() == ("tracking.example.internal", 5000)
+        assert _delivery._tracking_endpoint() == ("tracking.example.internal", 5000)
     finally:
         mlflow.set_tracking_uri(previous)
 
 
-def check_backoff(_exporter, s):
-    assert not _exporter._sink_up()  # nothing listens: down, backing off for 0.2 s
-    assert _exporter._backoff_s == 0.2
+def check_backoff(_delivery, s):
+    assert not _delivery._sink_up()  # nothing listens: down, backing off for 0.2 s
+    assert _delivery._backoff_s == 0.2
     s.listen()
-    assert not _exporter._sink_up()  # within the back-off: not tried, though it listens now
+    assert not _delivery._sink_up()  # within the back-off: not tried, though it listens now
     time.sleep(0.25)
-    assert _exporter._sink_up()  # tried again: up
-    assert _exporter._backoff_s == 0.0
+    assert _delivery._sink_up()  # tried again: up
+    assert _delivery._backoff_s == 0.0
     s.close()
-    assert not _exporter._sink_up()
+    assert not _delivery._sink_up()
     time.sleep(0.25)
-    assert not _exporter._sink_up()  # still down: the back-off doubles
-    assert _exporter._backoff_s == 0.4
+    assert not _delivery._sink_up()  # still down: the back-off doubles
+    assert _delivery._backoff_s == 0.4
 
 
 SIGTERM_APP = """

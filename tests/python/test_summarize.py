@@ -19,7 +19,7 @@ import weakref
 import pytest
 
 from mlflow_profiler import _core
-from mlflow_profiler._io import IOSummary, register_summarizer, summarize
+from mlflow_profiler._summaries import IOSummary, register_summarizer, summarize
 
 
 def qualified(t: type) -> str:
@@ -58,9 +58,9 @@ def test_docstring_examples():
     pytest.importorskip("numpy")
     import doctest
 
-    from mlflow_profiler import _io
+    from mlflow_profiler import _summaries
 
-    result = doctest.testmod(_io, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(_summaries, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 8 and result.failed == 0
     assert _core._summarizer_count() == 0  # the example unregistered what it registered
 

@@ -21,7 +21,7 @@ else:
     torch = pytest.importorskip("torch")
 
 from mlflow_profiler import _core
-from mlflow_profiler._io import IOSummary, summarize
+from mlflow_profiler._summaries import IOSummary, summarize
 
 # Debian's torch is built against Debian's numpy 1.x; where the test extras
 # bring numpy 2, its first tensor warns that numpy interop is off. Nothing

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _core, _log
 
-_frozen = (
-    dataclasses.dataclass(slots=True, frozen=True)
-    if sys.version_info >= (3, 10)
-    else dataclasses.dataclass(frozen=True)
-)
+if TYPE_CHECKING:  # mypy checks against 3.9, whose dataclass takes no slots
+    _frozen = dataclasses.dataclass(frozen=True)
+else:
+    _frozen = (
+        dataclasses.dataclass(slots=True, frozen=True)
+        if sys.version_info >= (3, 10)
+        else dataclasses.dataclass(frozen=True)
+    )
 
 
 @_frozen

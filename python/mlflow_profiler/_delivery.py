@@ -1,4 +1,4 @@
-"""The background exporter of autoprofile(log_to_mlflow=True / output_dir=...):
+"""The delivery thread of autoprofile(log_to_mlflow=True / output_dir=...):
 one daemon thread fed through a bounded queue. `predict` only does a
 non-blocking put; a full queue drops the profile and counts it. flush() and
 interpreter exit drain the queue (with a time limit).
@@ -329,7 +329,7 @@ def flush(timeout: Optional[float] = None) -> bool:
 
 def statistics() -> Dict[str, Any]:
     """submitted, exported, dropped (queue full), failed, sink_down (not sent:
-    the tracking server was unreachable), queued: the Python exporter's and
+    the tracking server was unreachable), queued: the Python delivery thread's and
     the file writer thread's together."""
     from . import _core
 
