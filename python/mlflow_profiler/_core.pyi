@@ -3,6 +3,7 @@
 from contextvars import ContextVar
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+__version__: str  # pyproject.toml's version, through CMake
 session_var: ContextVar[Any]
 
 def set_library_prefixes(prefixes: List[str]) -> None: ...
