@@ -313,6 +313,7 @@ PyMethodDef g_usdt_attached_def = {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mlflow_profiler's native part: capture hooks and the C++ core.";
+  m.attr("__version__") = MLPROF_VERSION;  // pyproject.toml's, through CMake
   init_engine_module(m.ptr());
   capture::init();
   if (!add_span_types(m.ptr())) throw py::error_already_set();

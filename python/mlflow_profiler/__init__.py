@@ -29,7 +29,7 @@ from ._session import ProfileSession, SpanRecord, current_session, profiling
 from ._spans import profile_span
 from .mlflow_sink import log_profile, log_profile_metrics, log_profile_summary, log_profile_trace
 
-__version__ = "0.1.0"
+__version__: str = _core.__version__  # pyproject.toml's version, compiled into the extension by CMake
 __all__ = [
     "IOSummary",
     "ProfileCollector",

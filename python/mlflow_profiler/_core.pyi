@@ -8,6 +8,7 @@ classes have another metaclass than `type`: scripts/stubtest-allowlist.txt.
 from contextvars import ContextVar
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union, final
 
+__version__: str  # pyproject.toml's version, through CMake
 session_var: ContextVar[Any]
 
 def set_library_prefixes(prefixes: List[str]) -> None: ...

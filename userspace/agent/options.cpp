@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#ifndef MLPROF_VERSION
-#define MLPROF_VERSION "0.1.0"  // CMake's PROJECT_VERSION where the build passes it
+#ifndef MLPROF_VERSION  // pyproject.toml's version, passed by CMake (userspace/agent/CMakeLists.txt)
+#error "MLPROF_VERSION: build through CMake, which reads it from pyproject.toml"
 #endif
 
 namespace mlprof::agent {
