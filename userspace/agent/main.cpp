@@ -34,7 +34,7 @@
 #include "agent/memory.h"
 #include "agent/options.h"
 #include "agent/preflight.h"
-#include "agent/report.h"
+#include "agent/stall_report.h"
 #include "agent/session_labels.h"
 #include "agent/sink.h"
 #include "agent/spool.h"
@@ -213,7 +213,7 @@ class Agent {
         loader_(loader),
         joiner_(meta),
         labels_(std::move(meta)),
-        report_(ReportOptions{opts.depth}),
+        stall_report_(StallReportOptions{opts.depth}),
         store_(store) {}
 
   // --continuous: finished sessions go to the rotation, nothing else holds them.
@@ -310,8 +310,8 @@ class Agent {
       continuous_->add(std::move(p));
       return;
     }
-    report_.add(p);
-    if (opts_.stream && !write_stdout(session_text(p, ReportOptions{opts_.depth}) + "\n"))
+    stall_report_.add(p);
+    if (opts_.stream && !write_stdout(session_text(p, StallReportOptions{opts_.depth}) + "\n"))
       stdout_broken_ = true;
     const bool keep = !opts_.output.empty() || opts_.format || (store_ != nullptr && !opts_.stream);
     // --stream --store: each session is a source as it finishes (on the
@@ -343,16 +343,16 @@ class Agent {
 
   // The capture's lost records, also those outside any session, in the written profile.
   void set_lost_events(uint64_t lost) { lost_ = std::max(lost_, lost); }
-  // Sessions the kernel side shed (LoaderStats::shed): in the report and the written profile's meta.
+  // Sessions the kernel side shed (LoaderStats::shed): in the stall report and the written profile's meta.
   void set_sessions_shed(uint64_t shed) {
     shed_ = shed;
-    report_.set_sessions_shed(shed);
+    stall_report_.set_sessions_shed(shed);
   }
 
   const std::set<pid_t>& attached() const { return attached_; }
   int poll_error() const { return poll_error_; }
   bool stdout_broken() const { return stdout_broken_; }
-  const CaptureReport& report() const { return report_; }
+  const CaptureStallReport& stall_report() const { return stall_report_; }
   // Every session in one Profile, combined once at the end: appending each
   // session as it ended redid the whole-profile steps every time, and the
   // agent's CPU per predict grew with the sessions captured.
@@ -393,7 +393,7 @@ class Agent {
   BpfLoader& loader_;
   Joiner joiner_;
   SessionLabels labels_;
-  CaptureReport report_;
+  CaptureStallReport stall_report_;
   std::vector<std::shared_ptr<const Profile>> sessions_;  // for -o / --format / --store
   std::unique_ptr<Profile> combined_;  // built by combined()
   uint64_t lost_ = 0;
@@ -758,7 +758,7 @@ int run(int argc, char** argv) {
         "or a profiling session) before it can be profiled from outside");
     if (status == kExitOk) status = kExitNotPython;
   }
-  const std::string summary = agent.pods_line() + agent.report().summary_text();
+  const std::string summary = agent.pods_line() + agent.stall_report().summary_text();
   // -o FILE: the chosen format, or the text summary; always atomic.
   if (!opts.output.empty()) {
     auto w = opts.format ? save_profile(agent.combined(), opts.output, *opts.format)
@@ -768,12 +768,12 @@ int run(int argc, char** argv) {
       status = kExitError;
     } else {
       say("wrote " + opts.output + " (" + format_label(opts.format) + ", " +
-          plural(agent.report().sessions(), "session", "sessions") + ")");
+          plural(agent.stall_report().sessions(), "session", "sessions") + ")");
     }
   }
   // --store: the capture as one source; with --stream, what is still queued.
   if (writer) {
-    if (!opts.stream && agent.report().sessions() > 0) writer->add(agent.combined());
+    if (!opts.stream && agent.stall_report().sessions() > 0) writer->add(agent.combined());
     writer->finish();
     say_store_failure();
     const StoreWriterStats st = writer->stats();
@@ -782,7 +782,7 @@ int run(int argc, char** argv) {
       line += st.added == 1 ? "source " + std::to_string(st.first_source)
                             : "sources " + std::to_string(st.first_source) + " to " +
                                   std::to_string(st.last_source);
-      const uint64_t sessions = opts.stream ? st.added : agent.report().sessions();
+      const uint64_t sessions = opts.stream ? st.added : agent.stall_report().sessions();
       say(line + " (ebpf, " + plural(sessions, "session", "sessions") + ")");
     }
     if (opts.stream && st.failed + st.dropped > 0) {
@@ -806,7 +806,7 @@ int run(int argc, char** argv) {
     say("cannot write to stdout");
     status = kExitError;
   }
-  if (agent.report().sessions() == 0 && never_loaded.empty()) {
+  if (agent.stall_report().sessions() == 0 && never_loaded.empty()) {
     if (agent.joiner_stats().bodies_unknown_version == 0)  // else the newer contract's line said why
       say("no predict() session was captured: does the target call predict() under autoprofile() "
           "(or a profiling session) while the agent runs?");

@@ -7,18 +7,18 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <utility>
+
+#include "core/file_io.h"
 
 namespace mlprof::agent {
 
 namespace {
 
+// The file's text (core's read_file), or "" when it cannot be read.
 std::string read_small(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = read_file(path);
+  return text ? std::move(text.value()) : std::string();
 }
 
 std::string read_link(const std::string& path) {

@@ -73,14 +73,9 @@ bool is_hex(std::string_view s) {
   });
 }
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
-
 std::string cut_deleted(std::string path) {
   constexpr std::string_view kDeleted = " (deleted)";
-  if (ends_with(path, kDeleted)) path.resize(path.size() - kDeleted.size());
+  if (path.ends_with(kDeleted)) path.resize(path.size() - kDeleted.size());
   return path;
 }
 
@@ -129,8 +124,8 @@ std::optional<std::string> extension_in_maps(std::string_view maps) {
     const size_t slash = path.rfind('/');
     const std::string_view base = std::string_view(path).substr(slash + 1);
     const std::string_view dir = std::string_view(path).substr(0, slash);
-    if (starts_with(base, "_core") && (ends_with(base, ".so")) &&
-        ends_with(dir, "/mlflow_profiler"))
+    if (base.starts_with("_core") && (base.ends_with(".so")) &&
+        dir.ends_with("/mlflow_profiler"))
       return path;
   }
   return std::nullopt;
@@ -138,7 +133,7 @@ std::optional<std::string> extension_in_maps(std::string_view maps) {
 
 std::optional<std::string> cgroup_v2_path(std::string_view proc_cgroup) {
   for (std::string_view line : split_lines(proc_cgroup)) {
-    if (starts_with(line, "0::")) return std::string(line.substr(3));
+    if (line.starts_with("0::")) return std::string(line.substr(3));
   }
   return std::nullopt;
 }
@@ -151,11 +146,11 @@ std::string container_id_in_cgroup(std::string_view cgroup_path) {
     const size_t slash = rest.rfind('/');
     std::string_view comp = slash == std::string_view::npos ? rest : rest.substr(slash + 1);
     rest = slash == std::string_view::npos ? std::string_view() : rest.substr(0, slash);
-    if (starts_with(comp, "libpod-conmon-") || starts_with(comp, "crio-conmon-")) continue;
-    if (ends_with(comp, ".scope")) comp.remove_suffix(6);
+    if (comp.starts_with("libpod-conmon-") || comp.starts_with("crio-conmon-")) continue;
+    if (comp.ends_with(".scope")) comp.remove_suffix(6);
     for (std::string_view prefix :
          {"docker-", "libpod-", "cri-containerd-", "crio-", "containerd-", "nerdctl-"}) {
-      if (starts_with(comp, prefix)) {
+      if (comp.starts_with(prefix)) {
         comp.remove_prefix(prefix.size());
         break;
       }
@@ -168,7 +163,7 @@ std::string container_id_in_cgroup(std::string_view cgroup_path) {
 std::string cgroup2_mount_in_mountinfo(std::string_view mountinfo) {
   for (std::string_view line : split_lines(mountinfo)) {
     const size_t sep = line.find(" - ");
-    if (sep == std::string_view::npos || !starts_with(line.substr(sep + 3), "cgroup2 ")) continue;
+    if (sep == std::string_view::npos || !line.substr(sep + 3).starts_with("cgroup2 ")) continue;
     // Fields: id parent major:minor root mountpoint ...
     size_t pos = 0;
     std::string_view field;
@@ -704,7 +699,7 @@ Result<Container> resolve_container(const std::string& name_or_id,
   }
   if (matches.empty() && name_or_id.size() >= 3 && is_hex(name_or_id)) {
     for (const Container& c : candidates) {
-      if (starts_with(c.id, name_or_id)) matches.push_back(&c);
+      if (c.id.starts_with(name_or_id)) matches.push_back(&c);
     }
   }
   if (matches.size() == 1) return *matches.front();
@@ -818,7 +813,7 @@ Result<std::unique_ptr<TargetFinder>> TargetFinder::create(const TargetSelection
           "none /sys/fs/cgroup/unified)");
     }
     std::string rel = selection.cgroup;
-    if (starts_with(rel, f->paths_.cgroup2 + "/"))
+    if (rel.starts_with(f->paths_.cgroup2 + "/"))
       rel.erase(0, f->paths_.cgroup2.size());
     else if (rel == f->paths_.cgroup2)
       rel = "/";
@@ -861,7 +856,7 @@ namespace {
 std::string pod_cgroup_dir(std::string_view text) {
   std::vector<std::string_view> lines = split_lines(text);
   std::stable_partition(lines.begin(), lines.end(),
-                        [](std::string_view l) { return starts_with(l, "0::"); });
+                        [](std::string_view l) { return l.starts_with("0::"); });
   for (std::string_view line : lines) {
     const size_t colon = line.find(':', line.find(':') + 1);
     if (colon == std::string_view::npos) continue;
@@ -988,7 +983,7 @@ bool TargetFinder::selected(pid_t pid, const std::string& cgroup_text) {
   if (!cgroup_rel_.empty()) {
     auto v2 = cgroup_v2_path(cgroup_text);
     if (!v2) return false;
-    return cgroup_rel_ == "/" || *v2 == cgroup_rel_ || starts_with(*v2, cgroup_rel_ + "/");
+    return cgroup_rel_ == "/" || *v2 == cgroup_rel_ || v2->starts_with(cgroup_rel_ + "/");
   }
   if (container_) {
     const std::string id = container_in_proc_cgroup(cgroup_text).first;
