@@ -24,7 +24,7 @@
 
 #include "agent/bpf_loader.h"
 #include "agent/joiner.h"
-#include "agent/report.h"
+#include "agent/stall_report.h"
 #include "agent/targets.h"
 
 namespace {
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   uint64_t sessions = 0;
   for (int k = 0; k < repeat; ++k) {
     Joiner joiner;
-    CaptureReport report;
+    CaptureStallReport report;
     int64_t report_ns = 0;
     // The report's part is timed around its calls (CLOCK_MONOTONIC: a vDSO
     // read, where the thread's CPU clock is a system call per session); the

@@ -1,6 +1,7 @@
-// targets.cpp: the /proc and container-state parsers on recorded files
-// (tests/cpp/data, see its README for where each file comes from), and
-// TargetFinder against real child processes of this test.
+// targets.cpp and its parts (procfs, stapsdt, boltdb, containers): the /proc
+// and container-state parsers on recorded files (tests/cpp/data, see its
+// README for where each file comes from), and TargetFinder against real
+// child processes of this test.
 #include "agent/targets.h"
 
 #include <elf.h>
@@ -17,6 +18,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "agent/boltdb.h"
+#include "agent/stapsdt.h"
 
 namespace fs = std::filesystem;
 using namespace mlprof;

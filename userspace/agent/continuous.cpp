@@ -197,7 +197,7 @@ void Continuous::rotate(int64_t end) {
       std::vector<const Profile*> parts;
       parts.reserve(w.sessions.size());
       for (const Profile& s : w.sessions) parts.push_back(&s);
-      append_profiles(combined, parts);  // linear in the sessions (report.h, combine_sessions)
+      append_profiles(combined, parts);  // linear in the sessions (stall_report.h, combine_sessions)
     }
     std::vector<Profile>().swap(w.sessions);  // the sessions' memory goes now, before the export's
     combined.kernel.present = true;

@@ -15,6 +15,7 @@
 #include "agent/options.h"
 #include "agent/sink.h"
 #include "agent/spool.h"
+#include "core/file_io.h"
 
 namespace mlprof::agent {
 
@@ -74,24 +75,12 @@ std::string delivery_text(const HealthState& s, int64_t now_ns) {
   return t;
 }
 
+// The health file's text through core's read_file, cut a little past 64 KiB
+// (then not a health file; parse_health says so). The error's message is
+// strerror alone: the probe's line names the file itself.
 Result<std::string> read_small_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error{Error::Kind::kIo, errno, std::strerror(errno)};
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      return Error{Error::Kind::kIo, e, std::strerror(e)};
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > (64u << 10)) break;  // not a health file; parse_health says so
-  }
-  ::close(fd);
+  auto text = read_file(path, (64u << 10) + 1);
+  if (!text) return Error{Error::Kind::kIo, text.error().errnum, std::strerror(text.error().errnum)};
   return text;
 }
 

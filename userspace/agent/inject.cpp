@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "agent/targets.h"
+#include "agent/procfs.h"
 #include "core/file_io.h"
 
 namespace mlprof::agent {

@@ -111,7 +111,7 @@ class Joiner {
   // The same, one session at a time, each handed to `each` as soon as it is
   // built (while its arrays are still in the cache). What `each` leaves in
   // the Profile (it may move it out) is reused for the next session's
-  // arrays, so a caller that only reads them (the agent's report) costs no
+  // arrays, so a caller that only reads them (the agent's stall report) costs no
   // allocation for them.
   void drain_finished(int64_t ended_before_ns, const std::function<void(Profile&)>& each);
   JoinerStats stats() const;

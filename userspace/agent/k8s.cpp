@@ -11,15 +11,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
+
+#include "core/file_io.h"
 
 namespace mlprof::agent {
 
 namespace {
-
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
 
 bool is_hex64(std::string_view s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
@@ -58,13 +56,13 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 
 // The container in the component below the pod's: "<runtime prefix>-<id>[.scope]" or a bare id.
 void container_of(std::string_view comp, PodCgroup& out) {
-  if (ends_with(comp, ".scope")) comp.remove_suffix(6);
-  if (starts_with(comp, "crio-conmon-")) return;  // CRI-O's monitor, beside the container
+  if (comp.ends_with(".scope")) comp.remove_suffix(6);
+  if (comp.starts_with("crio-conmon-")) return;  // CRI-O's monitor, beside the container
   static constexpr std::pair<std::string_view, std::string_view> kPrefixes[] = {
       {"cri-containerd-", "containerd"}, {"crio-", "cri-o"}, {"docker-", "docker"}};
   std::string_view runtime;
   for (const auto& [prefix, name] : kPrefixes) {
-    if (starts_with(comp, prefix)) {
+    if (comp.starts_with(prefix)) {
       comp.remove_prefix(prefix.size());
       runtime = name;
       break;
@@ -78,19 +76,19 @@ void container_of(std::string_view comp, PodCgroup& out) {
 // "kubepods-burstable-pod<uid>.slice" (systemd) -> qos and uid; also with a
 // prefix before "kubepods" ("kubelet-kubepods-...": kind's nodes).
 bool systemd_pod_slice(std::string_view comp, PodCgroup& out) {
-  if (!ends_with(comp, ".slice")) return false;
+  if (!comp.ends_with(".slice")) return false;
   comp.remove_suffix(6);
   const size_t k = comp.find("kubepods-");
   if (k == std::string_view::npos) return false;
   comp.remove_prefix(k + 9);
   std::string_view qos = "guaranteed";
   for (std::string_view q : {"burstable-", "besteffort-"}) {
-    if (starts_with(comp, q)) {
+    if (comp.starts_with(q)) {
       qos = q.substr(0, q.size() - 1);
       comp.remove_prefix(q.size());
     }
   }
-  if (!starts_with(comp, "pod")) return false;
+  if (!comp.starts_with("pod")) return false;
   auto uid = pod_uid(comp.substr(3));
   if (!uid) return false;
   out.driver = "systemd";
@@ -125,7 +123,7 @@ std::optional<PodCgroup> pod_cgroup_of_path(std::string_view path) {
       out.qos = std::string(comps[j]);
       ++j;
     }
-    if (j >= comps.size() || !starts_with(comps[j], "pod")) continue;
+    if (j >= comps.size() || !comps[j].starts_with("pod")) continue;
     auto uid = pod_uid(comps[j].substr(3));
     if (!uid) continue;
     out.driver = "cgroupfs";
@@ -208,9 +206,9 @@ std::optional<PodNames> pod_names_of_log_dir(std::string_view dir_name) {
 
 std::optional<PodNames> pod_names_of_log_link(std::string_view file_name,
                                               std::string_view container_id) {
-  if (!ends_with(file_name, ".log") || container_id.empty()) return std::nullopt;
+  if (!file_name.ends_with(".log") || container_id.empty()) return std::nullopt;
   file_name.remove_suffix(4);
-  if (!ends_with(file_name, container_id) || file_name.size() <= container_id.size() + 1)
+  if (!file_name.ends_with(container_id) || file_name.size() <= container_id.size() + 1)
     return std::nullopt;
   file_name.remove_suffix(container_id.size());
   if (file_name.back() != '-') return std::nullopt;
@@ -237,28 +235,15 @@ std::string node_name() {
 
 namespace {
 
-// The file's contents; nullopt with errno set when it cannot be read.
+// The file's contents (core's read_file, cut a little past 4 MiB); nullopt
+// with errno set when it cannot be read.
 std::optional<std::string> read_small(const std::string& path, int* error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *error = errno;
+  auto text = read_file(path, (4u << 20) + 1);
+  if (!text) {
+    *error = text.error().errnum;
     return std::nullopt;
   }
-  std::string out;
-  char buf[16384];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      *error = errno;
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (n == 0 || out.size() > (4u << 20)) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
+  return std::move(text.value());
 }
 
 // Entries of a directory; errno in *error when it cannot be opened.

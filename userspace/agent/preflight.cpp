@@ -1,24 +1,29 @@
+// The checks before attaching (preflight.h).
+
 #include "agent/preflight.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "core/file_io.h"
 
 namespace mlprof::agent {
 
 namespace {
 
+// The file's text (core's read_file), or "" when it cannot be read.
 std::string read_small(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = read_file(path);
+  return text ? std::move(text.value()) : std::string();
 }
 
 std::string read_link(const std::string& path) {
@@ -32,7 +37,49 @@ std::string trim(std::string s) {
   return s;
 }
 
+// Capability numbers newer than some installed headers.
+constexpr int kCapSysPtrace = 19;
+constexpr int kCapSysAdmin = 21;
+constexpr int kCapPerfmon = 38;
+constexpr int kCapBpf = 39;
+
 }  // namespace
+
+Capabilities effective_capabilities() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  Capabilities caps;
+  if (syscall(SYS_capget, &header, data) == 0) {
+    caps.effective =
+        static_cast<uint64_t>(data[0].effective) | (static_cast<uint64_t>(data[1].effective) << 32);
+  }
+  return caps;
+}
+
+std::string missing_privileges(const Capabilities& caps) {
+  std::vector<std::string> missing;
+  const bool admin = caps.has(kCapSysAdmin);
+  if (!caps.has(kCapBpf) && !admin) missing.emplace_back("CAP_BPF");
+  if (!caps.has(kCapPerfmon) && !admin) missing.emplace_back("CAP_PERFMON");
+  if (!caps.has(kCapSysPtrace)) missing.emplace_back("CAP_SYS_PTRACE");
+  if (missing.empty()) return {};
+  std::string names;
+  for (const std::string& m : missing) names += (names.empty() ? "" : ", ") + m;
+  return "not privileged (missing " + names +
+         "): run it as root (sudo mlprof-ebpf ...) or grant CAP_BPF, CAP_PERFMON and "
+         "CAP_SYS_PTRACE "
+         "(sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep mlprof-ebpf; in a pod: "
+         "securityContext.capabilities.add: [BPF, PERFMON, SYS_PTRACE]; docs/ebpf.md)";
+}
+
+std::string missing_btf() {
+  const char* env = std::getenv("MLPROF_VMLINUX_BTF");
+  const std::string path = env != nullptr && *env != '\0' ? env : "/sys/kernel/btf/vmlinux";
+  if (access(path.c_str(), R_OK) == 0) return {};
+  return "no kernel BTF at " + path +
+         ": this kernel was built without CONFIG_DEBUG_INFO_BTF; run a kernel with BTF "
+         "(Debian 11+, Ubuntu 20.10+, RHEL 8.2+ kernels have it)";
+}
 
 std::string output_unwritable(const std::string& output) {
   const size_t slash = output.rfind('/');

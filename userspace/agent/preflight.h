@@ -1,9 +1,10 @@
 #pragma once
 // Checks made before anything attaches, each answering "" (fine) or one line
-// that names the cause and the fix (docs/ebpf.md, "Exit status"): -o can be
-// written, the agent sees the host's processes (hostPID), a --pid target can
-// ever be profiled. The deciding logic is pure, so tests/cpp checks it on
-// plain values; the wrappers read /proc.
+// that names the cause and the fix (docs/ebpf.md, "Exit status"): the agent
+// has the capabilities it needs and the kernel has BTF, -o can be written,
+// the agent sees the host's processes (hostPID), a --pid target can ever be
+// profiled. The deciding logic is pure, so tests/cpp checks it on plain
+// values; the wrappers read /proc.
 
 #include <sys/types.h>
 
@@ -12,6 +13,27 @@
 #include <string_view>
 
 namespace mlprof::agent {
+
+// The effective capability set (capget(2)).
+struct Capabilities {
+  uint64_t effective = 0;
+  bool has(int cap) const { return (effective >> cap) & 1u; }
+};
+// The agent's own effective set through capget(2) (libcap only for this
+// would be one more library to ship in the image).
+Capabilities effective_capabilities();
+
+// One line naming what is missing and how to grant it, or "" when all is there.
+// CAP_BPF + CAP_PERFMON load and attach the programs (CAP_SYS_ADMIN stands
+// for both before 5.8); CAP_SYS_PTRACE reads another process's maps and
+// opens its binary through /proc/PID/root, which a container's process
+// (with capabilities the agent's set lacks) refuses even to the same uid.
+std::string missing_privileges(const Capabilities& caps);
+
+// The kernel's BTF, which the CO-RE programs are relocated against: "" or
+// the line saying it is missing. MLPROF_VMLINUX_BTF names another file: only
+// the tests use it, to see this message on a kernel that does have BTF.
+std::string missing_btf();
 
 // -o FILE: its directory exists, is a directory, and a file can be created
 // there (a temporary one is created and removed). "" or one line.

@@ -12,6 +12,7 @@
 #include <functional>
 #include <set>
 
+#include "agent/procfs.h"
 #include "core/file_io.h"
 
 namespace mlprof::agent {
@@ -191,14 +192,6 @@ std::optional<uint64_t> pyruntime_in_elf(const ReadAt& read, uint64_t start) {
     return start + runtime->sh_addr - load;
   }
   return std::nullopt;
-}
-
-std::string cut_deleted(std::string path) {
-  constexpr std::string_view kDeleted = " (deleted)";
-  if (path.size() > kDeleted.size() && path.compare(path.size() - kDeleted.size(), kDeleted.size(),
-                                                    kDeleted) == 0)
-    path.resize(path.size() - kDeleted.size());
-  return path;
 }
 
 }  // namespace

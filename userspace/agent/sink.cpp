@@ -18,11 +18,6 @@ namespace mlprof::agent {
 
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
-
 // "1024 MB", "41.2 MB": MiB, one decimal unless whole.
 std::string mib_text(uint64_t bytes) {
   char buf[32];
@@ -87,22 +82,22 @@ Result<std::unique_ptr<Sink>> open_sink(const std::string& url, const SinkOption
     return Error{Error::Kind::kUnsupported, 0, "--sink '" + url + "': " + why};
   };
   if (url.empty()) return bad("give a directory, sqlite:///PATH, postgresql://... or http://HOST:PORT");
-  if (starts_with(url, "postgresql://") || starts_with(url, "postgres://")) return open_postgres_sink(url);
-  if (starts_with(url, "http://") || starts_with(url, "https://")) return open_mlflow_sink(url);
-  if (starts_with(url, "sqlite://")) {
-    if (!starts_with(url, "sqlite:///") || url.size() == 10)
+  if (url.starts_with("postgresql://") || url.starts_with("postgres://")) return open_postgres_sink(url);
+  if (url.starts_with("http://") || url.starts_with("https://")) return open_mlflow_sink(url);
+  if (url.starts_with("sqlite://")) {
+    if (!url.starts_with("sqlite:///") || url.size() == 10)
       return bad("a SQLite store is sqlite:///relative.db or sqlite:////absolute.db");
     return open_sqlite_sink(url);
   }
-  if (starts_with(url, "file://")) {
-    if (!starts_with(url, "file:///")) return bad("a directory URL is file:///absolute/path");
+  if (url.starts_with("file://")) {
+    if (!url.starts_with("file:///")) return bad("a directory URL is file:///absolute/path");
     return open_directory_sink(url.substr(7), {options.dir_max_bytes, options.dir_max_age_ns});
   }
   if (const size_t colon = url.find("://"); colon != std::string::npos) {
     return bad("unknown scheme '" + url.substr(0, colon) +
                "': use a directory, sqlite:///PATH, postgresql://... or http(s)://HOST:PORT");
   }
-  if (ends_with(url, ".db") || ends_with(url, ".sqlite") || ends_with(url, ".sqlite3")) return open_sqlite_sink(url);
+  if (url.ends_with(".db") || url.ends_with(".sqlite") || url.ends_with(".sqlite3")) return open_sqlite_sink(url);
   return open_directory_sink(url, {options.dir_max_bytes, options.dir_max_age_ns});
 }
 

@@ -33,11 +33,6 @@ int64_t mono_ms() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 // mkdir -p.
 int make_dirs(const std::string& path) {
   if (path.empty()) return ENOENT;
@@ -187,9 +182,9 @@ Result<Ok> Spool::resume() {
     uint64_t seq = 0;
     if (name.rfind(".", 0) == 0 && name.find(".tmp-") != std::string::npos) {
       temporaries.push_back(name);  // write_file_atomic's, of a write a crash cut short
-    } else if (ends_with(name, kItemSuffix) && parse_seq(name.substr(0, name.size() - 5), seq)) {
+    } else if (name.ends_with(kItemSuffix) && parse_seq(name.substr(0, name.size() - 5), seq)) {
       items.emplace(seq, false);
-    } else if (ends_with(name, kDocSuffix) && parse_seq(name.substr(0, name.size() - 8), seq)) {
+    } else if (name.ends_with(kDocSuffix) && parse_seq(name.substr(0, name.size() - 8), seq)) {
       docs.push_back(name);
     }
   }
@@ -247,8 +242,8 @@ void Spool::resume_set_aside(const std::string& where) {
   while (dirent* ent = ::readdir(d)) {
     const std::string name = ent->d_name;
     uint64_t seq = 0;
-    const bool item = ends_with(name, kItemSuffix) && parse_seq(name.substr(0, name.size() - 5), seq);
-    if (!item && !(ends_with(name, kDocSuffix) && parse_seq(name.substr(0, name.size() - 8), seq))) continue;
+    const bool item = name.ends_with(kItemSuffix) && parse_seq(name.substr(0, name.size() - 5), seq);
+    if (!item && !(name.ends_with(kDocSuffix) && parse_seq(name.substr(0, name.size() - 8), seq))) continue;
     const off_t size = file_size(sub + "/" + name);
     found[seq] += size > 0 ? static_cast<uint64_t>(size) : 0;
   }

@@ -26,8 +26,6 @@ class Bound {
   sqlite3_stmt* stmt_;
 };
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
 // The start of a statement, for messages.
 std::string excerpt(const std::string& sql) { return sql.size() <= 48 ? sql : sql.substr(0, 45) + "..."; }
 
@@ -36,11 +34,11 @@ std::string excerpt(const std::string& sql) { return sql.size() <= 48 ? sql : sq
 std::string sqlite_store_path(const std::string& target) {
   // store.py's _sqlite_path: sqlite:///rel -> rel, sqlite:////abs -> /abs.
   constexpr std::string_view kScheme = "sqlite:///";
-  return starts_with(target, kScheme) ? target.substr(kScheme.size()) : target;
+  return target.starts_with(kScheme) ? target.substr(kScheme.size()) : target;
 }
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& target) {
-  if (starts_with(target, "postgresql://") || starts_with(target, "postgres://")) {
+  if (target.starts_with("postgresql://") || target.starts_with("postgres://")) {
     return Error{Error::Kind::kUnsupported, 0,
                  "the agent writes SQLite stores only: write its profile with -o FILE.json and add that "
                  "to PostgreSQL with `mlprof add URL FILE.json`"};

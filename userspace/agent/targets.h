@@ -3,9 +3,12 @@
 // or that carry mlprof USDT notes themselves, selected by pid, container,
 // cgroup or all; resolved through /proc and the container runtimes' state.
 //
-// Nothing here needs BPF: the parsers are pure functions of file contents,
-// and TargetFinder reads /proc and the runtimes' files under HostPaths, so
-// tests point it at recorded state (tests/cpp/data) or at real processes.
+// This file is target resolution: TargetFinder follows the selection over
+// /proc rescans. Its parts live beside it: the /proc readers and parsers
+// (procfs.h), the ELF note check (stapsdt.h), container discovery
+// (containers.h, with Podman's BoltDB in boltdb.h). Nothing here needs BPF:
+// TargetFinder reads /proc and the runtimes' files under HostPaths, so tests
+// point it at recorded state (tests/cpp/data) or at real processes.
 
 #include <sys/types.h>
 
@@ -18,7 +21,9 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/containers.h"
 #include "agent/k8s.h"
+#include "agent/procfs.h"
 #include "core/result.h"
 
 namespace mlprof::agent {
@@ -35,38 +40,6 @@ struct Target {
   std::map<std::string, std::string> labels;
 };
 
-struct Container {
-  std::string id;       // full id (a Kubernetes pod: its sandbox id)
-  std::string name;     // name if the runtime records one
-  std::string runtime;  // "docker", "podman", "containerd", "kubernetes"
-  std::string cgroup;   // cgroup v2 path, relative to the v2 mount ("" until a process is seen)
-  pid_t pid = 0;        // the init process the runtime recorded; 0 unknown or not running
-  bool running = true;  // the runtime's state says running (true when it says nothing)
-  // Other names that select it: "pod/container", "namespace/pod/container".
-  std::vector<std::string> aliases;
-  // Ids whose processes belong to it: its own id; a pod: its containers' ids too.
-  std::vector<std::string> member_ids;
-
-  // "serving-1 (podman 3c6dab82bc7d)": how messages name it.
-  std::string describe() const;
-};
-
-// Where the host keeps what TargetFinder reads. Defaults are the real
-// locations; tests point them at recorded copies.
-struct HostPaths {
-  std::string proc = "/proc";
-  std::string cgroup2;  // the cgroup v2 mount; "" = found in /proc/self/mountinfo
-  std::string docker = "/var/lib/docker";  // containers/<id>/config.v2.json
-  // Podman 4's libpod state (BoltDB) and containers/storage's container list.
-  std::string podman_db = "/var/lib/containers/storage/libpod/bolt_state.db";
-  std::string podman_storage = "/var/lib/containers/storage";  // overlay-containers/containers.json
-  std::string containerd =
-      "/run/containerd";  // io.containerd.runtime.v2.task/<ns>/<id>/config.json
-  // The node's / for Kubernetes names (k8s.h PodResolver: the CRI runtimes'
-  // state, /var/log/pods, /var/log/containers under it). --host-root.
-  std::string host_root = "/";
-};
-
 // How to choose targets (Options' target part).
 struct TargetSelection {
   std::vector<pid_t> pids;
@@ -75,52 +48,6 @@ struct TargetSelection {
   bool all = false;
   std::string pod;        // NAMESPACE/NAME[/CONTAINER]: a Kubernetes pod's processes
 };
-
-// ---- parsers of one file's contents (pure) --------------------------------
-
-// The path of the extension in a /proc/PID/maps text (the first line whose
-// file is .../mlflow_profiler/_core*.so, " (deleted)" cut), or nullopt.
-std::optional<std::string> extension_in_maps(std::string_view maps);
-// The cgroup v2 path in a /proc/PID/cgroup text (the "0::" line), or nullopt
-// (a v1-only process: no such line).
-std::optional<std::string> cgroup_v2_path(std::string_view proc_cgroup);
-// The container id (64 hex) a cgroup path names, for the layouts of Docker
-// (cgroupfs /docker/<id>, systemd docker-<id>.scope), Podman (libpod-<id>,
-// libpod-conmon excluded), containerd/CRI (cri-containerd-<id>.scope, nerdctl-<id>.scope,
-// /kubepods/.../<id>), CRI-O (crio-<id>.scope); "" if none.
-std::string container_id_in_cgroup(std::string_view cgroup_path);
-// The v2 mount point in a /proc/self/mountinfo text ("" if none).
-std::string cgroup2_mount_in_mountinfo(std::string_view mountinfo);
-
-// True if the ELF file at `path` has a .note.stapsdt note of provider
-// "mlprof". Errors: the file cannot be read, or is not a 64-bit ELF.
-Result<bool> has_mlprof_usdt(const std::string& path);
-
-// Keys and values of one bucket of a BoltDB file (Podman 4's libpod state),
-// read-only from a copy in memory. `bucket` is the path of nested bucket
-// names from the root. Sub-buckets are listed with value "" and is_bucket.
-struct BoltEntry {
-  std::string key;
-  std::string value;
-  bool is_bucket = false;
-};
-Result<std::vector<BoltEntry>> read_bolt_bucket(std::string_view db,
-                                                const std::vector<std::string>& bucket);
-
-// ---- containers -----------------------------------------------------------
-
-// Every container the runtimes' state files under `paths` record, plus
-// containers seen only through the cgroup paths of running processes
-// (runtime "" and no name). One entry per id; Docker's name wins over the
-// same id seen in containerd's "moby" namespace.
-std::vector<Container> list_containers(const HostPaths& paths);
-
-// The one container `name_or_id` names: an exact name or alias, an exact id,
-// or a unique id prefix (3+ hex digits). Errors (kUnsupported) are one line:
-// nothing matched (lists the candidates, or says where it looked) or several
-// did (lists them).
-Result<Container> resolve_container(const std::string& name_or_id,
-                                    const std::vector<Container>& candidates);
 
 // ---- finding and following targets ----------------------------------------
 

@@ -1,7 +1,7 @@
 // The agent's reports over sessions built as the joiner builds them: spans
 // from lanes, off-CPU intervals attributed by core attribute_kernel.
 
-#include "agent/report.h"
+#include "agent/stall_report.h"
 
 #include <gtest/gtest.h>
 #include <sys/syscall.h>
@@ -111,7 +111,7 @@ TEST(SpanStalls, SelfFiguresNameTheSpanWhereTheStallHappens) {
 
 TEST(SpanStalls, AtTheDepthCutASpanStandsForItsHiddenCallees) {
   const Profile p = session(100, 1, 0, 20 * kMs, 5 * kMs);
-  ReportOptions depth1;
+  StallReportOptions depth1;
   depth1.depth = 1;
   const std::vector<Stall> st = span_stalls(p, depth1);
   ASSERT_EQ(st.size(), 2u);
@@ -121,13 +121,13 @@ TEST(SpanStalls, AtTheDepthCutASpanStandsForItsHiddenCallees) {
   EXPECT_EQ(st[0].wall_ns, 50 * kMs);
   EXPECT_EQ(p.display_name(p.spans[static_cast<size_t>(st[1].span)]),
             "compute");  // a leaf: its own
-  ReportOptions depth0;
+  StallReportOptions depth0;
   depth0.depth = 0;
   const std::vector<Stall> root = span_stalls(p, depth0);
   ASSERT_EQ(root.size(), 1u);
   EXPECT_EQ(root[0].span, 0);
   EXPECT_EQ(root[0].off_cpu_ns, 26 * kMs);
-  ReportOptions long_only;
+  StallReportOptions long_only;
   long_only.min_wall_ns = 31 * kMs;  // read (30 ms) and compute (30 ms) are too short
   EXPECT_TRUE(span_stalls(p, long_only).empty());
 }
@@ -175,7 +175,7 @@ TEST(StallReport, RanksCallPathsByTheirOffCpuTimeOverSessions) {
     all.push_back(session(200, s, (500 + 200 * static_cast<int64_t>(s)) * kMs, 0, 20 * kMs));
   const std::string more = stall_report(all);
   EXPECT_LT(more.find("predict/compute"), more.find("predict/load/read")) << more;
-  ReportOptions one;
+  StallReportOptions one;
   one.top = 1;
   const std::string top1 = stall_report(all, one);
   EXPECT_NE(top1.find("predict/compute"), std::string::npos);
@@ -270,7 +270,7 @@ TEST(CaptureText, OpenCallsAreCountedApartFromSamples) {
 TEST(CaptureText, TheDepthHidesDeeperPaths) {
   std::vector<Profile> all;
   all.push_back(session(100, 1, 0, 20 * kMs, 5 * kMs));
-  ReportOptions opts;
+  StallReportOptions opts;
   opts.depth = 1;
   const std::string text = capture_text(all, opts);
   SCOPED_TRACE(text);
@@ -284,7 +284,7 @@ TEST(CaptureText, TheDepthHidesDeeperPaths) {
 }
 
 TEST(CaptureText, PathsPastTheCapAreCountedNotShown) {
-  CaptureReport r({}, 2);
+  CaptureStallReport r({}, 2);
   r.add(session(100, 1, 0, 20 * kMs, 5 * kMs));
   const std::string text = r.summary_text();
   SCOPED_TRACE(text);
@@ -292,7 +292,7 @@ TEST(CaptureText, PathsPastTheCapAreCountedNotShown) {
   EXPECT_EQ(text.find("compute"), std::string::npos);
   EXPECT_NE(text.find("(2 calls not shown: past the 2 call paths tracked)"), std::string::npos);
   EXPECT_EQ(r.sessions(), 1u);
-  EXPECT_EQ(CaptureReport().summary_text(), "no sessions captured\n");
+  EXPECT_EQ(CaptureStallReport().summary_text(), "no sessions captured\n");
 }
 
 TEST(SessionText, HeaderTreeAndStalls) {
@@ -311,7 +311,7 @@ TEST(SessionText, HeaderTreeAndStalls) {
             "1.00ms; waited in read S 20.00ms; woken by io-worker (tid 4250)");
   EXPECT_EQ(line_starting(text, "  predict/compute:"),
             "  predict/compute: off-CPU 5.00ms (16.7% of 30.00ms): blocked 0.00us, runq 5.00ms");
-  ReportOptions shallow;
+  StallReportOptions shallow;
   shallow.depth = 1;
   shallow.top = 1;
   const std::string top = session_text(p, shallow);

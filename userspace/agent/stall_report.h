@@ -16,7 +16,7 @@
 
 namespace mlprof::agent {
 
-struct ReportOptions {
+struct StallReportOptions {
   // Spans deeper than this (Span::depth, root = 0) are not shown; their
   // figures stay in the shown ancestor at this depth. -1: all captured.
   int depth = -1;
@@ -24,18 +24,18 @@ struct ReportOptions {
   int64_t min_wall_ns = 0;  // spans shorter than this are not stalls
 };
 
-// One span's stall as the reports show it: self figures (core top_stalls:
+// One span's stall as the stall report shows it: self figures (core top_stalls:
 // not what its children already show), except for a span at the depth cut,
 // which stands for its hidden subtree and shows its inclusive figures.
 // Largest off-CPU first; spans with none are left out.
-std::vector<Stall> span_stalls(const Profile& profile, const ReportOptions& opts);
+std::vector<Stall> span_stalls(const Profile& profile, const StallReportOptions& opts);
 
 // Accumulates finished sessions for the capture summary and the stall
 // report, in memory bounded by the number of call paths (max_paths, as
 // CallPathStats), not by the number of sessions.
-class CaptureReport {
+class CaptureStallReport {
  public:
-  explicit CaptureReport(ReportOptions opts = {},
+  explicit CaptureStallReport(StallReportOptions opts = {},
                          size_t max_paths = CallPathStats::kDefaultMaxPaths);
 
   void add(const Profile& session);
@@ -74,7 +74,7 @@ class CaptureReport {
     std::map<std::string, Waker> wakers;  // by thread name ("tid N" when unnamed), or kind
     std::map<std::string, int64_t> waits;  // blocked time by reason ("futex S")
   };
-  ReportOptions opts_;
+  StallReportOptions opts_;
   size_t max_paths_;
   CallPathStats stats_;             // the call paths: kernel_ and stalls_ go by its path index
   std::vector<uint32_t> span_path_;  // scratch for add(): each span's path (CallPathStats::add)
@@ -89,14 +89,14 @@ class CaptureReport {
   int64_t first_start_ns_ = 0, last_end_ns_ = 0;
 };
 
-// (a) The stall report of one or many sessions (CaptureReport::stall_text).
-std::string stall_report(const std::vector<Profile>& sessions, const ReportOptions& opts = {});
-// (b) The text output of a capture (CaptureReport::summary_text).
-std::string capture_text(const std::vector<Profile>& sessions, const ReportOptions& opts = {});
+// (a) The stall report of one or many sessions (CaptureStallReport::stall_text).
+std::string stall_report(const std::vector<Profile>& sessions, const StallReportOptions& opts = {});
+// (b) The text output of a capture (CaptureStallReport::summary_text).
+std::string capture_text(const std::vector<Profile>& sessions, const StallReportOptions& opts = {});
 // (c) One finished session, for --stream: a header line, the text tree at
 // opts.depth (core render_text, with its kernel columns), then its top
 // stalls, one line each.
-std::string session_text(const Profile& session, const ReportOptions& opts = {});
+std::string session_text(const Profile& session, const StallReportOptions& opts = {});
 
 // All sessions in one Profile (core append_profile: ids remapped, lanes keep
 // their pid and session) for -o/--format. No sessions: an empty Profile,

@@ -1,4 +1,4 @@
-#include "agent/report.h"
+#include "agent/stall_report.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -133,7 +133,7 @@ std::string table(const std::vector<std::vector<std::string>>& rows, bool last_l
 
 }  // namespace
 
-std::vector<Stall> span_stalls(const Profile& p, const ReportOptions& opts) {
+std::vector<Stall> span_stalls(const Profile& p, const StallReportOptions& opts) {
   if (!has_kernel(p)) return {};
   std::vector<Stall> out;
   const bool cut = opts.depth >= 0;
@@ -174,15 +174,15 @@ std::vector<Stall> span_stalls(const Profile& p, const ReportOptions& opts) {
   return out;
 }
 
-// ---- CaptureReport ------------------------------------------------------------------
+// ---- CaptureStallReport ------------------------------------------------------------------
 
-CaptureReport::CaptureReport(ReportOptions opts, size_t max_paths)
+CaptureStallReport::CaptureStallReport(StallReportOptions opts, size_t max_paths)
     : opts_(opts),
       max_paths_(max_paths),
       // Only wall-time quantiles are shown: its kernel figures are kernel_'s sums.
       stats_(max_paths, false, CallPathStats::Figures::kWallOnly) {}
 
-void CaptureReport::add(const Profile& p) {
+void CaptureStallReport::add(const Profile& p) {
   ++sessions_;
   if (p.meta.count("truncated")) ++truncated_;
   if (auto pid = p.meta.find("pid"); pid != p.meta.end() && pids_.size() < kMaxPids)
@@ -253,7 +253,7 @@ void CaptureReport::add(const Profile& p) {
   }
 }
 
-std::string CaptureReport::summary_text() const {
+std::string CaptureStallReport::summary_text() const {
   if (sessions_ == 0) return "no sessions captured\n";
   std::string out = std::to_string(sessions_) + (sessions_ == 1 ? " session" : " sessions");
   if (!pids_.empty()) {
@@ -315,7 +315,7 @@ std::string CaptureReport::summary_text() const {
   return out;
 }
 
-std::string CaptureReport::stall_text() const {
+std::string CaptureStallReport::stall_text() const {
   if (kernel_sessions_ == 0) return "scheduler stalls: no kernel figures in these sessions\n";
   std::vector<uint32_t> order;
   for (uint32_t i = 0; i < stalls_.size(); ++i) {
@@ -378,19 +378,19 @@ std::string CaptureReport::stall_text() const {
 
 // ---- free functions -------------------------------------------------------------------
 
-std::string stall_report(const std::vector<Profile>& sessions, const ReportOptions& opts) {
-  CaptureReport r(opts);
+std::string stall_report(const std::vector<Profile>& sessions, const StallReportOptions& opts) {
+  CaptureStallReport r(opts);
   for (const Profile& p : sessions) r.add(p);
   return r.stall_text();
 }
 
-std::string capture_text(const std::vector<Profile>& sessions, const ReportOptions& opts) {
-  CaptureReport r(opts);
+std::string capture_text(const std::vector<Profile>& sessions, const StallReportOptions& opts) {
+  CaptureStallReport r(opts);
   for (const Profile& p : sessions) r.add(p);
   return r.summary_text();
 }
 
-std::string session_text(const Profile& p, const ReportOptions& opts) {
+std::string session_text(const Profile& p, const StallReportOptions& opts) {
   auto meta = [&](const char* key) {
     auto it = p.meta.find(key);
     return it == p.meta.end() ? std::string("?") : it->second;
