@@ -1,3 +1,8 @@
+// The kernel join: each off-CPU interval the agent saw, cut at the spans
+// running on its thread, summed into the spans' inclusive figures
+// (attribute_kernel, off_cpu_pieces). The names of its numbers are
+// sched_names.cpp; the self figures derived from its sums, sched_self.cpp.
+
 #include "core/sched.h"
 
 #include <algorithm>
@@ -6,12 +11,12 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <sys/syscall.h>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 
 #include "core/export_util.h"
+#include "core/sched_detail.h"
 #include "core/tree.h"
 #include "core/waiting.h"
 
@@ -30,266 +35,24 @@ uint32_t lane_pid(const Profile& profile, const Lane& lane) {
   return lane.pid != 0 ? lane.pid : profile_pid(profile);
 }
 
-namespace {
-constexpr const char* kWakerKindNames[] = {"task", "timer", "softirq", "hardirq"};
-constexpr const char* kWaitObjectNames[] = {"", "futex", "lock", "gil"};
+namespace sched_detail {
 
-// An enum's name in its table (by value), nullptr past the end; and back.
-template <typename E, size_t N>
-const char* name_in(const char* const (&names)[N], E value) {
-  const auto i = static_cast<size_t>(value);
-  return i < N ? names[i] : nullptr;
-}
-template <typename E, size_t N>
-bool parse_in(const char* const (&names)[N], std::string_view name, E& value) {
-  for (size_t i = 0; i < N; ++i) {
-    if (name == names[i]) {
-      value = static_cast<E>(i);
-      return true;
-    }
-  }
-  return false;
-}
-}  // namespace
-
-const char* waker_kind_name(WakerKind kind) { return name_in(kWakerKindNames, kind); }
-bool parse_waker_kind(std::string_view name, WakerKind& kind) { return parse_in(kWakerKindNames, name, kind); }
-const char* wait_object_name(WaitObject w) { return name_in(kWaitObjectNames, w); }
-bool parse_wait_object(std::string_view name, WaitObject& w) { return parse_in(kWaitObjectNames, name, w); }
-
-std::string syscall_name(int32_t nr) {
-  if (nr < 0) return "";
-  // The syscalls a thread sleeps in, by this architecture's numbers (the
-  // agent records the number; it runs where the target runs).
-  struct Entry {
-    long nr;
-    const char* name;
-  };
-  static const Entry kTable[] = {
-#define MLPROF_SYSCALL(n) {SYS_##n, #n},
-#ifdef SYS_read
-      MLPROF_SYSCALL(read)
-#endif
-#ifdef SYS_write
-      MLPROF_SYSCALL(write)
-#endif
-#ifdef SYS_pread64
-      MLPROF_SYSCALL(pread64)
-#endif
-#ifdef SYS_pwrite64
-      MLPROF_SYSCALL(pwrite64)
-#endif
-#ifdef SYS_readv
-      MLPROF_SYSCALL(readv)
-#endif
-#ifdef SYS_writev
-      MLPROF_SYSCALL(writev)
-#endif
-#ifdef SYS_open
-      MLPROF_SYSCALL(open)
-#endif
-#ifdef SYS_openat
-      MLPROF_SYSCALL(openat)
-#endif
-#ifdef SYS_close
-      MLPROF_SYSCALL(close)
-#endif
-#ifdef SYS_fsync
-      MLPROF_SYSCALL(fsync)
-#endif
-#ifdef SYS_fdatasync
-      MLPROF_SYSCALL(fdatasync)
-#endif
-#ifdef SYS_futex
-      MLPROF_SYSCALL(futex)
-#endif
-#ifdef SYS_futex_waitv
-      MLPROF_SYSCALL(futex_waitv)
-#endif
-#ifdef SYS_poll
-      MLPROF_SYSCALL(poll)
-#endif
-#ifdef SYS_ppoll
-      MLPROF_SYSCALL(ppoll)
-#endif
-#ifdef SYS_select
-      MLPROF_SYSCALL(select)
-#endif
-#ifdef SYS_pselect6
-      MLPROF_SYSCALL(pselect6)
-#endif
-#ifdef SYS_epoll_wait
-      MLPROF_SYSCALL(epoll_wait)
-#endif
-#ifdef SYS_epoll_pwait
-      MLPROF_SYSCALL(epoll_pwait)
-#endif
-#ifdef SYS_epoll_pwait2
-      MLPROF_SYSCALL(epoll_pwait2)
-#endif
-#ifdef SYS_nanosleep
-      MLPROF_SYSCALL(nanosleep)
-#endif
-#ifdef SYS_clock_nanosleep
-      MLPROF_SYSCALL(clock_nanosleep)
-#endif
-#ifdef SYS_accept
-      MLPROF_SYSCALL(accept)
-#endif
-#ifdef SYS_accept4
-      MLPROF_SYSCALL(accept4)
-#endif
-#ifdef SYS_connect
-      MLPROF_SYSCALL(connect)
-#endif
-#ifdef SYS_recvfrom
-      MLPROF_SYSCALL(recvfrom)
-#endif
-#ifdef SYS_recvmsg
-      MLPROF_SYSCALL(recvmsg)
-#endif
-#ifdef SYS_recvmmsg
-      MLPROF_SYSCALL(recvmmsg)
-#endif
-#ifdef SYS_sendto
-      MLPROF_SYSCALL(sendto)
-#endif
-#ifdef SYS_sendmsg
-      MLPROF_SYSCALL(sendmsg)
-#endif
-#ifdef SYS_wait4
-      MLPROF_SYSCALL(wait4)
-#endif
-#ifdef SYS_waitid
-      MLPROF_SYSCALL(waitid)
-#endif
-#ifdef SYS_pause
-      MLPROF_SYSCALL(pause)
-#endif
-#ifdef SYS_rt_sigtimedwait
-      MLPROF_SYSCALL(rt_sigtimedwait)
-#endif
-#ifdef SYS_rt_sigsuspend
-      MLPROF_SYSCALL(rt_sigsuspend)
-#endif
-#ifdef SYS_sched_yield
-      MLPROF_SYSCALL(sched_yield)
-#endif
-#ifdef SYS_mmap
-      MLPROF_SYSCALL(mmap)
-#endif
-#ifdef SYS_munmap
-      MLPROF_SYSCALL(munmap)
-#endif
-#ifdef SYS_mprotect
-      MLPROF_SYSCALL(mprotect)
-#endif
-#ifdef SYS_madvise
-      MLPROF_SYSCALL(madvise)
-#endif
-#ifdef SYS_brk
-      MLPROF_SYSCALL(brk)
-#endif
-#ifdef SYS_ioctl
-      MLPROF_SYSCALL(ioctl)
-#endif
-#ifdef SYS_flock
-      MLPROF_SYSCALL(flock)
-#endif
-#ifdef SYS_fcntl
-      MLPROF_SYSCALL(fcntl)
-#endif
-#ifdef SYS_io_getevents
-      MLPROF_SYSCALL(io_getevents)
-#endif
-#ifdef SYS_io_uring_enter
-      MLPROF_SYSCALL(io_uring_enter)
-#endif
-#ifdef SYS_splice
-      MLPROF_SYSCALL(splice)
-#endif
-#ifdef SYS_sendfile
-      MLPROF_SYSCALL(sendfile)
-#endif
-#ifdef SYS_exit
-      MLPROF_SYSCALL(exit)
-#endif
-#ifdef SYS_exit_group
-      MLPROF_SYSCALL(exit_group)
-#endif
-#ifdef SYS_clone
-      MLPROF_SYSCALL(clone)
-#endif
-#ifdef SYS_clone3
-      MLPROF_SYSCALL(clone3)
-#endif
-#ifdef SYS_execve
-      MLPROF_SYSCALL(execve)
-#endif
-#ifdef SYS_getdents64
-      MLPROF_SYSCALL(getdents64)
-#endif
-#ifdef SYS_newfstatat
-      MLPROF_SYSCALL(newfstatat)
-#endif
-#ifdef SYS_statx
-      MLPROF_SYSCALL(statx)
-#endif
-#ifdef SYS_unlink
-      MLPROF_SYSCALL(unlink)
-#endif
-#ifdef SYS_unlinkat
-      MLPROF_SYSCALL(unlinkat)
-#endif
-#ifdef SYS_rename
-      MLPROF_SYSCALL(rename)
-#endif
-#ifdef SYS_renameat2
-      MLPROF_SYSCALL(renameat2)
-#endif
-#ifdef SYS_mkdir
-      MLPROF_SYSCALL(mkdir)
-#endif
-#ifdef SYS_mkdirat
-      MLPROF_SYSCALL(mkdirat)
-#endif
-#ifdef SYS_sync
-      MLPROF_SYSCALL(sync)
-#endif
-#ifdef SYS_syncfs
-      MLPROF_SYSCALL(syncfs)
-#endif
-#ifdef SYS_msync
-      MLPROF_SYSCALL(msync)
-#endif
-#ifdef SYS_ftruncate
-      MLPROF_SYSCALL(ftruncate)
-#endif
-#ifdef SYS_fallocate
-      MLPROF_SYSCALL(fallocate)
-#endif
-#undef MLPROF_SYSCALL
-  };
-  for (const Entry& e : kTable) {
-    if (e.nr == nr) return e.name;
-  }
-  return "syscall " + std::to_string(nr);
+// The thread a span runs on: its lane's (pid, native_tid); (0, 0) unknown.
+ThreadKey span_thread(const Profile& profile, int32_t s) {
+  const Span& span = profile.spans[static_cast<size_t>(s)];
+  const Lane* lane = span.lane < profile.lanes.size() ? &profile.lanes[span.lane] : nullptr;
+  return lane == nullptr || lane->native_tid == 0
+             ? ThreadKey{0, 0}
+             : ThreadKey{lane_pid(profile, *lane), lane->native_tid};
 }
 
-std::string WaitReason::text() const {
-  if (object == WaitObject::kGil) return "GIL";
-  if (object == WaitObject::kLock) return "lock";
-  std::string out = syscall < 0 ? std::string("?") : syscall_name(syscall);
-  out += ' ';
-  out += state;
-  return out;
-}
+}  // namespace sched_detail
 
 namespace {
 
 constexpr int64_t kForever = std::numeric_limits<int64_t>::max();
 
-using ThreadKey = std::pair<uint32_t, uint64_t>;  // (pid, tid)
+using sched_detail::ThreadKey;
 
 // Which span is innermost on one thread, over time: piecewise constant,
 // owner[i] over [at[i], at[i + 1]) (the last one to forever), -1 before at[0].
@@ -602,7 +365,7 @@ uint64_t waker_key(const OffCpuInterval& iv) {
 }
 
 // A wait reason: (syscall, state, futex object).
-using WaitKey = std::tuple<int32_t, char, WaitObject>;
+using sched_detail::WaitKey;
 
 WaitKey wait_key(const OffCpuInterval& iv) { return {iv.syscall, iv.state_letter(), iv.wait}; }
 
@@ -615,7 +378,7 @@ std::string waker_label(const OffCpuInterval& iv) {
     const char* kind = waker_kind_name(iv.waker_kind);
     return kind ? kind : "interrupt";
   }
-  if (iv.waker_name.rfind("kworker/", 0) == 0) return "kworker";
+  if (iv.waker_name.starts_with("kworker/")) return "kworker";
   if (!iv.waker_name.empty()) return iv.waker_name;
   return iv.waker_tid ? "tid " + std::to_string(iv.waker_tid) : "";
 }
@@ -676,14 +439,7 @@ struct Wakers {
   }
 };
 
-// The thread a span runs on: its lane's (pid, native_tid); (0, 0) unknown.
-ThreadKey span_thread(const Profile& profile, int32_t s) {
-  const Span& span = profile.spans[static_cast<size_t>(s)];
-  const Lane* lane = span.lane < profile.lanes.size() ? &profile.lanes[span.lane] : nullptr;
-  return lane == nullptr || lane->native_tid == 0
-             ? ThreadKey{0, 0}
-             : ThreadKey{lane_pid(profile, *lane), lane->native_tid};
-}
+using sched_detail::span_thread;
 
 // The span tree as the attribution walks it: parents from Span::parent only
 // (child links and depths may not be set on a hand-built profile).
@@ -931,120 +687,5 @@ void attribute_spans(Profile& profile) {
   }
 }
 }  // namespace
-
-std::vector<SelfOffCpu> self_off_cpu(const Profile& profile) {
-  const auto& ks = profile.kernel.spans;
-  if (ks.size() != profile.spans.size()) return {};
-  std::vector<SelfOffCpu> self(ks.size());
-  for (size_t i = 0; i < ks.size(); ++i)
-    self[i] = {ks[i].off_cpu_ns, ks[i].blocked_ns, ks[i].runq_ns};
-  for (size_t i = 0; i < ks.size(); ++i) {
-    const int32_t up = profile.spans[i].parent;
-    if (up < 0 || static_cast<size_t>(up) >= ks.size() || static_cast<size_t>(up) == i) continue;
-    SelfOffCpu& parent = self[static_cast<size_t>(up)];
-    parent.off_cpu_ns -= ks[i].off_cpu_ns;
-    parent.blocked_ns -= ks[i].blocked_ns;
-    parent.runq_ns -= ks[i].runq_ns;
-  }
-  for (SelfOffCpu& s : self) {
-    s.off_cpu_ns = std::max<int64_t>(0, s.off_cpu_ns);
-    s.blocked_ns = std::max<int64_t>(0, s.blocked_ns);
-    s.runq_ns = std::max<int64_t>(0, s.runq_ns);
-  }
-  return self;
-}
-
-namespace {
-// A span's children on its own thread, for the own-thread self figures.
-bool same_thread_child(const Profile& p, size_t child, int32_t up) {
-  const ThreadKey mine = span_thread(p, static_cast<int32_t>(child));
-  return mine.second != 0 && mine == span_thread(p, up);
-}
-}  // namespace
-
-std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns) {
-  const auto& ks = profile.kernel.spans;
-  if (std::none_of(ks.begin(), ks.end(), [](const SpanKernel& k) { return k.off_cpu_ns > 0; })) return {};
-  const std::vector<SelfOffCpu> total = self_off_cpu(profile);
-  if (total.empty() || n == 0) return {};
-  std::vector<SelfOffCpu> own(ks.size());
-  for (size_t i = 0; i < ks.size(); ++i)
-    own[i] = {ks[i].own_off_cpu_ns, ks[i].own_blocked_ns, ks[i].own_runq_ns};
-  for (size_t i = 0; i < ks.size(); ++i) {
-    const int32_t up = profile.spans[i].parent;
-    if (up < 0 || static_cast<size_t>(up) >= ks.size() || static_cast<size_t>(up) == i) continue;
-    if (!same_thread_child(profile, i, up)) continue;
-    SelfOffCpu& parent = own[static_cast<size_t>(up)];
-    parent.off_cpu_ns -= ks[i].own_off_cpu_ns;
-    parent.blocked_ns -= ks[i].own_blocked_ns;
-    parent.runq_ns -= ks[i].own_runq_ns;
-  }
-  std::vector<Stall> out;
-  for (size_t i = 0; i < own.size(); ++i) {
-    Stall s;
-    s.span = static_cast<int32_t>(i);
-    s.wall_ns = profile.spans[i].duration_ns();
-    s.off_cpu_ns = std::max<int64_t>(0, own[i].off_cpu_ns);
-    s.blocked_ns = std::max<int64_t>(0, own[i].blocked_ns);
-    s.runq_ns = std::max<int64_t>(0, own[i].runq_ns);
-    s.threads_off_cpu_ns = std::max<int64_t>(0, total[i].off_cpu_ns - s.off_cpu_ns);
-    if (s.wall_ns < min_wall_ns || s.off_cpu_ns + s.threads_off_cpu_ns <= 0) continue;
-    s.off_fraction =
-        s.wall_ns > 0 ? std::min(1.0, static_cast<double>(s.off_cpu_ns) / static_cast<double>(s.wall_ns))
-                      : 0;
-    out.push_back(s);
-  }
-  const auto by_off = [](const Stall& a, const Stall& b) {
-    const int64_t x = a.off_cpu_ns + a.threads_off_cpu_ns, y = b.off_cpu_ns + b.threads_off_cpu_ns;
-    return x != y ? x > y : a.span < b.span;
-  };
-  if (out.size() > n) {
-    std::partial_sort(out.begin(), out.begin() + static_cast<ptrdiff_t>(n), out.end(), by_off);
-    out.resize(n);
-  } else {
-    std::sort(out.begin(), out.end(), by_off);
-  }
-  return out;
-}
-
-std::vector<WaitReason> self_waits(const Profile& profile, int32_t span) {
-  const auto& ks = profile.kernel.spans;
-  if (ks.size() != profile.spans.size() || span < 0 || static_cast<size_t>(span) >= ks.size())
-    return {};
-  std::map<WaitKey, WaitReason> sums;
-  for (const WaitReason& w : ks[static_cast<size_t>(span)].waits) sums[{w.syscall, w.state, w.object}] = w;
-  const Span& s = profile.spans[static_cast<size_t>(span)];
-  // Children: Span::first_child/next_sibling when linked, else a scan.
-  std::vector<size_t> children;
-  if (s.first_child >= 0) {
-    for (int32_t c = s.first_child; c >= 0; c = profile.spans[static_cast<size_t>(c)].next_sibling)
-      children.push_back(static_cast<size_t>(c));
-  } else {
-    for (size_t i = 0; i < profile.spans.size(); ++i)
-      if (profile.spans[i].parent == span && static_cast<int32_t>(i) != span) children.push_back(i);
-  }
-  for (size_t c : children) {
-    if (!same_thread_child(profile, c, span)) continue;
-    for (const WaitReason& w : ks[c].waits) {
-      auto it = sums.find({w.syscall, w.state, w.object});
-      if (it == sums.end()) continue;
-      it->second.blocked_ns -= w.blocked_ns;
-      it->second.count -= std::min(it->second.count, w.count);
-      // Only the sums per waker could say who ended the rest: a waker
-      // the child's own differs from is not claimed for it.
-      it->second.waker_ns = w.waker == it->second.waker ? it->second.waker_ns - w.waker_ns : 0;
-      if (it->second.waker_ns <= 0) {  // the rest's waker is not known
-        it->second.waker.clear();
-        it->second.waker_ns = 0;
-      }
-    }
-  }
-  std::vector<WaitReason> out;
-  for (auto& [key, w] : sums)
-    if (w.blocked_ns > 0) out.push_back(w);
-  std::stable_sort(out.begin(), out.end(),
-                   [](const WaitReason& a, const WaitReason& b) { return a.blocked_ns > b.blocked_ns; });
-  return out;
-}
 
 }  // namespace mlprof
