@@ -59,8 +59,8 @@ bool is_plumbing(const Profile& p, int32_t span) {
   const Span& s = p.spans[span];
   const std::string& module = p.functions.strings().get(p.functions.get(s.function).module);
   return (s.flags & kSpanCFunction) || module == "threading" || module == "_thread" ||
-         module.rfind("concurrent.futures", 0) == 0 || module.rfind("asyncio", 0) == 0 ||
-         module.rfind("multiprocessing", 0) == 0;
+         module.starts_with("concurrent.futures") || module.starts_with("asyncio") ||
+         module.starts_with("multiprocessing");
 }
 
 int32_t fan_out_anchor(const Profile& p, int32_t span) {

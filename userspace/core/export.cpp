@@ -27,7 +27,7 @@ constexpr std::array<FormatInfo, 7> kFormats = {{
 }};
 
 // Case-insensitive: "Predict.JSON.GZ" is a .json.gz file.
-bool ends_with(std::string_view s, std::string_view suffix) {
+bool ends_with_any_case(std::string_view s, std::string_view suffix) {
   if (s.size() < suffix.size()) return false;
   s = s.substr(s.size() - suffix.size());
   for (size_t i = 0; i < s.size(); ++i) {
@@ -41,7 +41,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 std::optional<ExportFormat> format_for_path(std::string_view path) {
   for (const FormatInfo& f : kFormats) {
-    if (ends_with(path, f.extension)) return f.format;
+    if (ends_with_any_case(path, f.extension)) return f.format;
   }
   return std::nullopt;
 }

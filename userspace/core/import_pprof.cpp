@@ -272,16 +272,16 @@ Result<Imported> import_pprof(std::string_view bytes) {
   // nothing, but its runtime's functions are Go (.go or .s files).
   for (const uint64_t c : comments) {
     const std::string text = c < strings.size() ? std::string(strings[c]) : std::string();
-    if (text.rfind("tool=", 0) == 0) out.meta["tool"] = text.substr(5);
+    if (text.starts_with("tool=")) out.meta["tool"] = text.substr(5);
     if (text == "mlflow-profiler" && !out.meta.count("tool")) out.meta["tool"] = text;
   }
   if (!out.meta.count("tool")) {
     for (const auto& [id, fn] : functions) {
       const std::string name = str(fn.name), file = str(fn.filename);
       const auto ends = [&](const char* tail) {
-        return file.size() > std::strlen(tail) && file.compare(file.size() - std::strlen(tail), std::string::npos, tail) == 0;
+        return file.size() > std::strlen(tail) && file.ends_with(tail);
       };
-      if (name.rfind("runtime.", 0) == 0 && (ends(".go") || ends(".s"))) {
+      if (name.starts_with("runtime.") && (ends(".go") || ends(".s"))) {
         out.meta["tool"] = "go";
         break;
       }
