@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "analysis/bubbles.h"
 #include "bindings.h"
-#include "core/bubbles.h"
-#include "core/stack_paths.h"
+#include "views/stack_paths.h"
 
 namespace py = pybind11;
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/edit.h"
 #include "summarize.h"
+#include "views/edit.h"
 
 namespace py = pybind11;
 

@@ -13,11 +13,11 @@
 #include <string_view>
 
 #include "bindings.h"
-#include "core/background_writer.h"
-#include "core/export.h"
-#include "core/file_io.h"
-#include "core/json_read.h"
-#include "core/pprof_aggregate.h"
+#include "formats/export.h"
+#include "formats/json_read.h"
+#include "formats/pprof_aggregate.h"
+#include "util/background_writer.h"
+#include "util/file_io.h"
 
 namespace py = pybind11;
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/function_stats.h"
 #include "py_driver.h"
+#include "views/function_stats.h"
 
 namespace py = pybind11;
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/path_stats.h"
-#include "core/store_scan.h"
 #include "py_driver.h"
+#include "store/store_scan.h"
+#include "views/path_stats.h"
 
 namespace py = pybind11;
 

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/run_compare.h"
+#include "analysis/run_values.h"
 #include "bindings.h"
-#include "core/run_compare.h"
-#include "core/run_values.h"
 #include "py_driver.h"
 
 namespace py = pybind11;

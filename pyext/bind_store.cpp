@@ -13,10 +13,10 @@
 #include <string>
 
 #include "bindings.h"
-#include "core/file_io.h"
-#include "core/import.h"
-#include "core/store.h"
+#include "formats/import.h"
 #include "py_driver.h"
+#include "store/store.h"
+#include "util/file_io.h"
 
 namespace py = pybind11;
 

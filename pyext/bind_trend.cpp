@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "analysis/trend.h"
 #include "bindings.h"
-#include "core/trend.h"
 
 namespace py = pybind11;
 

@@ -14,10 +14,10 @@
 
 #include "alloc_count.h"
 #include "clock.h"
-#include "core/group.h"
-#include "core/resume.h"
 #include "gil_range.h"
 #include "loop_watch.h"
+#include "model/resume.h"
+#include "views/group.h"
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
 #include "py_util.h"

@@ -19,10 +19,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/event.h"
-#include "core/functions.h"
-#include "core/tree.h"
 #include "clock.h"
+#include "model/event.h"
+#include "model/functions.h"
+#include "model/tree.h"
 
 struct _PyInterpreterFrame;  // CPython's, internal (capture/frame_access.h reads it)
 

@@ -12,19 +12,19 @@
 #include <vector>
 
 #include "alloc_count.h"
-#include "core/group.h"
-#include "core/json_doc.h"
-#include "core/render_text.h"
-#include "core/tree.h"
-#include "core/view.h"
 #include "bindings.h"
 #include "capture/capture.h"
-#include "engine.h"
 #include "capture/capture.h"
-#include "probes.h"
-#include "summarize.h"
+#include "engine.h"
+#include "formats/json_doc.h"
 #include "loop_watch.h"
+#include "model/tree.h"
+#include "probes.h"
+#include "render/render_text.h"
 #include "span_api.h"
+#include "summarize.h"
+#include "views/group.h"
+#include "views/view.h"
 
 namespace py = pybind11;
 using namespace mlprof;

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/store.h"
-#include "core/store_copy.h"
+#include "store/store.h"
+#include "store/store_copy.h"
 
 namespace py = pybind11;
 

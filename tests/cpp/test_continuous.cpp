@@ -12,10 +12,10 @@
 
 #include "agent/options.h"
 #include "agent/sink_dir.h"
-#include "core/file_io.h"
-#include "core/json_read.h"
+#include "formats/json_read.h"
 #include "profile_builder.h"
 #include "temp_dir.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 namespace {

@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
-#include "core/merge.h"
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "export_fixture.h"
+#include "formats/export.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
+#include "views/merge.h"
 
 namespace mlprof {
 namespace {

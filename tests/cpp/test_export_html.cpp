@@ -7,11 +7,11 @@
 #include <string>
 #include <string_view>
 
-#include "core/export.h"
-#include "core/io.h"
-#include "core/json_doc.h"
-#include "core/render_text.h"
+#include "formats/export.h"
+#include "formats/json_doc.h"
+#include "model/summary.h"
 #include "profile_builder.h"
+#include "render/render_text.h"
 
 namespace mlprof {
 namespace {

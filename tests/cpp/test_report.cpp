@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/merge.h"
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "profile_builder.h"
+#include "views/merge.h"
 
 namespace mlprof::agent {
 namespace {

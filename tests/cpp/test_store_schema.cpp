@@ -1,4 +1,4 @@
-#include "core/store_schema.h"
+#include "store/store_schema.h"
 
 #include <gtest/gtest.h>
 

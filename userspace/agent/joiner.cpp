@@ -13,9 +13,9 @@
 #include <unordered_set>
 #include <utility>
 
-#include "core/group.h"
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "mlprof_events.h"
+#include "views/group.h"
 
 namespace mlprof::agent {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "agent/k8s.h"
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 
