@@ -3,7 +3,7 @@
 30 predicts, each `sum(i * i for i in range(20000))` at depth 2, in one
 session; prints the document's size (JSON and gzip), its segments, the
 events captured and the capture's wall time. Run it against builds before
-and after resumes were coalesced (core/resume.h):
+and after resumes were coalesced (model/resume.h):
 
     PYTHONPATH=... python bench/bench_busy_generator.py [--predicts 30] [--resumes 20000]
 """

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/json_doc.h"
-#include "core/render_text.h"
-#include "core/tree.h"
+#include "formats/json_doc.h"
+#include "model/tree.h"
+#include "render/render_text.h"
 #include "synthetic.h"
 
 namespace {

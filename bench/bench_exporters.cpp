@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
-#include "core/tree.h"
+#include "formats/export.h"
+#include "model/tree.h"
 #include "synthetic.h"
 
 namespace {

@@ -29,7 +29,7 @@
 
 #include "agent/memory.h"
 #include "agent/sink.h"
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 using namespace mlprof::agent;
 

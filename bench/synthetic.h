@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tree.h"
+#include "model/tree.h"
 
 namespace mlprof::bench {
 

@@ -74,7 +74,7 @@
  *
  *   body = struct mlprof_spans_head, then per lane (head.lanes of them):
  *          struct mlprof_spans_lane, its `events` struct mlprof_spans_event
- *          (core/event.h's Event with ts_ns in CLOCK_MONOTONIC ns), then its
+ *          (model/event.h's Event with ts_ns in CLOCK_MONOTONIC ns), then its
  *          `ios` struct mlprof_spans_io. All 8-byte aligned, host order.
  *
  * A v2 tracer attaches session_begin, lane_begin and session_spans only
@@ -100,7 +100,7 @@
 #define MLPROF_SESSION_ALL_THREADS 0x2u  /* other threads open lanes */
 #define MLPROF_SESSION_AUTOPROFILE 0x4u  /* started by autoprofile() around a predict */
 
-/* span flags: the same values as mlprof::EventFlag (core/event.h); the
+/* span flags: the same values as mlprof::EventFlag (model/event.h); the
  * extension static_asserts that they agree. */
 #define MLPROF_SPAN_EXCEPTION 0x01u         /* exit: left by an exception */
 #define MLPROF_SPAN_C_FUNCTION 0x02u        /* enter: a C function (capture_c_calls) */
@@ -126,7 +126,7 @@
 /* ---- version 2: session-level delivery (session_spans) -------------------- */
 
 #define MLPROF_USDT_VERSION 2
-/* A body that holds coalesced resumes (event kinds 6 and 7, core/event.h)
+/* A body that holds coalesced resumes (event kinds 6 and 7, model/event.h)
  * says this version instead, so that an agent older than them reports the
  * extension newer rather than reading those lanes as malformed; every other
  * body stays MLPROF_USDT_VERSION. The layout is the same. */
@@ -172,7 +172,7 @@ struct mlprof_spans_lane {
   char thread_name[MLPROF_THREAD_NAME_LEN];
 };
 
-/* core/event.h's Event: kind 1 call (id: function id), 2 return, 3 suspend
+/* model/event.h's Event: kind 1 call (id: function id), 2 return, 3 suspend
  * and 4 resume (id: the kCall's index in the lane), 5 label (id: label id),
  * 6 fold (id: the kCall's index) and 7 fold count (id: resumes): coalesced
  * resumes, in a body of version MLPROF_SPANS_FOLDS_VERSION or later only;

@@ -1,4 +1,4 @@
-// Analysis over one profile (core/bubbles.h) for mlflow_profiler.analysis.
+// Analysis over one profile (analysis/bubbles.h) for mlflow_profiler.analysis.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "analysis/bubbles.h"
 #include "bindings.h"
-#include "core/bubbles.h"
-#include "core/stack_paths.h"
+#include "views/stack_paths.h"
 
 namespace py = pybind11;
 
@@ -77,9 +77,9 @@ py::dict bubbles_dict(const std::shared_ptr<Profile>& profile, int64_t min_ns) {
 
 void bind_analysis(py::module_& m) {
   m.def("find_bubbles", &bubbles_dict, py::arg("profile"), py::arg("min_ns"),
-        "The idle gaps of a profile's session and the utilization of its fan-outs (core/bubbles.h).");
+        "The idle gaps of a profile's session and the utilization of its fan-outs (analysis/bubbles.h).");
   py::class_<StackPathTotals>(m, "StackPathTotals",
-                              "Sampled stacks summed per call path, across sources (core/stack_paths.h).")
+                              "Sampled stacks summed per call path, across sources (views/stack_paths.h).")
       .def(py::init<>())
       .def(
           "add",

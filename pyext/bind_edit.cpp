@@ -1,4 +1,4 @@
-// Edited copies of a profile (core/edit.h), for span processors
+// Edited copies of a profile (views/edit.h), for span processors
 // (mlflow_profiler._processors). The arguments are converted with the GIL
 // held; the copy is made with it released.
 
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/edit.h"
 #include "summarize.h"
+#include "views/edit.h"
 
 namespace py = pybind11;
 

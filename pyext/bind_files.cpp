@@ -13,11 +13,11 @@
 #include <string_view>
 
 #include "bindings.h"
-#include "core/background_writer.h"
-#include "core/export.h"
-#include "core/file_io.h"
-#include "core/json_read.h"
-#include "core/pprof_aggregate.h"
+#include "formats/export.h"
+#include "formats/json_read.h"
+#include "formats/pprof_aggregate.h"
+#include "util/background_writer.h"
+#include "util/file_io.h"
 
 namespace py = pybind11;
 
@@ -194,7 +194,7 @@ ProfilePtr loads_profile(const py::object& data) {
 void bind_pprof_aggregate(py::module_& m) {
   py::class_<PprofAggregate>(m, "PprofAggregate",
                              "One pprof aggregated from many sources, added one at a time "
-                             "(core/pprof_aggregate.h): equal call paths with equal labels become one "
+                             "(formats/pprof_aggregate.h): equal call paths with equal labels become one "
                              "sample whose values are summed; the sample types are the union.")
       .def(py::init<>())
       .def(
@@ -248,7 +248,7 @@ void bind_files(py::module_& m) {
         if (!written.ok()) raise_os_error(written.error().errnum, path);
       },
       py::arg("path"), py::arg("data"),
-      "Writes `data` to `path` as every output is written (core/file_io.h): atomically (a temporary file "
+      "Writes `data` to `path` as every output is written (util/file_io.h): atomically (a temporary file "
       "and a rename), a new file 0644 less the umask, a replaced one keeping its mode; OSError if it fails.");
   m.def("export_bytes", &export_bytes, py::arg("profile"), py::arg("format"),
         "The file contents of `profile` in `format` ('json', 'json_gz', 'chrome_trace', 'pprof', "

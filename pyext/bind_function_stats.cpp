@@ -1,5 +1,5 @@
 // Time per function (mlprof top --by function): _core.FunctionStats over
-// core/function_stats.h. The core class is not thread-safe, so the bound
+// views/function_stats.h. The core class is not thread-safe, so the bound
 // object pairs it with a mutex; the adds of profiles and samples run with
 // the GIL released.
 
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/function_stats.h"
 #include "py_driver.h"
+#include "views/function_stats.h"
 
 namespace py = pybind11;
 
@@ -50,7 +50,7 @@ void bind_function_stats(py::module_& m) {
   py::class_<LockedFunctions>(
       m, "FunctionStats",
       "Flat and cumulative time per function, recursion counted once, over span "
-      "profiles, store rows and sampled stacks (core/function_stats.h).")
+      "profiles, store rows and sampled stacks (views/function_stats.h).")
       .def(py::init<>())
       .def(
           "add",

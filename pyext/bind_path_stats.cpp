@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/path_stats.h"
-#include "core/store_scan.h"
 #include "py_driver.h"
+#include "store/store_scan.h"
+#include "views/path_stats.h"
 
 namespace py = pybind11;
 
@@ -66,7 +66,7 @@ py::dict summary_dict(const std::vector<PathSummary>& paths, int depth) {
     d["incomplete"] = s.incomplete;
     put_durations(d, "", s.wall);
     put_durations(d, "self_", s.self);
-    // Running vs waiting (core/waiting.h): every complete call has a waiting time.
+    // Running vs waiting (views/waiting.h): every complete call has a waiting time.
     put_durations(d, "waiting_", s.waiting);
     // Off-CPU figures only where kernel data (the agent) gave them.
     d["off_cpu_count"] = s.off_cpu.count;
@@ -91,7 +91,7 @@ py::dict summary_dict(const std::vector<PathSummary>& paths, int depth) {
 
 void bind_path_stats(py::module_& m) {
   py::class_<LockedStats>(m, "CallPathStats",
-                          "Statistics per call path over many profiles (core/path_stats.h). "
+                          "Statistics per call path over many profiles (views/path_stats.h). "
                           "Thread-safe: calls are serialized by a mutex.")
       .def(py::init([](int64_t max_paths, bool keep_walls) {
              if (max_paths < 1) {
@@ -131,7 +131,7 @@ void bind_path_stats(py::module_& m) {
           },
           py::arg("driver"), py::arg("dialect"), py::arg("source_ids"), py::arg("depth") = -1,
           "Adds a store's span sources (store.py's driver), each as one profile, reading rows in ranges "
-          "(core/store_scan.h); returns the number added.")
+          "(store/store_scan.h); returns the number added.")
       .def(
           "summary",
           [](LockedStats& self, int depth) {

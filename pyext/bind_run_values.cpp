@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/run_compare.h"
+#include "analysis/run_values.h"
 #include "bindings.h"
-#include "core/run_compare.h"
-#include "core/run_values.h"
 #include "py_driver.h"
 
 namespace py = pybind11;
@@ -43,7 +43,7 @@ py::object finite_or_none(double v) { return std::isfinite(v) ? py::object(py::f
 void bind_run_values(py::module_& m) {
   py::class_<RunPathValues>(m, "RunPathValues",
                             "Per run (a group of profiles) and call path, the path's time per root call "
-                            "(core/run_values.h). Not thread-safe.")
+                            "(analysis/run_values.h). Not thread-safe.")
       .def(py::init([](int64_t max_paths) {
              if (max_paths < 1) throw py::value_error("max_paths must be >= 1, got " + std::to_string(max_paths));
              return std::make_unique<RunPathValues>(static_cast<size_t>(max_paths));
@@ -134,7 +134,7 @@ void bind_run_values(py::module_& m) {
       "Per path (A's per-run values, B's): the change B/A - 1 (Hodges-Lehmann), its distribution-free "
       "interval (None: too few runs), one-sided Mann-Whitney p-values, Holm-adjusted over the gated paths, and "
       "the gated paths' verdict (regression, improvement, pass, inconclusive) with the runs a side an "
-      "inconclusive one needs (core/run_compare.h).");
+      "inconclusive one needs (analysis/run_compare.h).");
 }
 
 }  // namespace mlprof

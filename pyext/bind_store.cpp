@@ -1,4 +1,4 @@
-// The profile store (core/store.h) driven through a Python connection: the
+// The profile store (store/store.h) driven through a Python connection: the
 // extension never links libsqlite3 (two SQLite copies in one process break
 // each other's file locks), so Python's sqlite3 or psycopg runs the SQL the
 // core writes. The driver object has execute(sql, params),
@@ -13,10 +13,10 @@
 #include <string>
 
 #include "bindings.h"
-#include "core/file_io.h"
-#include "core/import.h"
-#include "core/store.h"
+#include "formats/import.h"
 #include "py_driver.h"
+#include "store/store.h"
+#include "util/file_io.h"
 
 namespace py = pybind11;
 
@@ -101,7 +101,7 @@ void bind_store(py::module_& m) {
       },
       py::arg("driver"), py::arg("dialect"), py::arg("source_id"),
       "The profile of one source, or (kind, message).");
-  py::class_<StackSamples, SamplesPtr>(m, "StackSamples", "Sampled stacks (core/stack_samples.h): an import of "
+  py::class_<StackSamples, SamplesPtr>(m, "StackSamples", "Sampled stacks (model/stack_samples.h): an import of "
                                                           "pprof, py-spy, speedscope or folded stacks.")
       .def_property_readonly("sample_count", [](const StackSamples& s) { return s.samples.size(); })
       .def_property_readonly("value_types", [](const StackSamples& s) { return s.value_types; })

@@ -1,5 +1,5 @@
 // The store's SQL facts that Python needs, from their one definition in the
-// core (core/store.h, core/store_copy.h), so that mlflow_profiler/store.py
+// core (store/store.h, store/store_copy.h), so that mlflow_profiler/store.py
 // writes none of them again: the key prefix of a source's labels, whether a
 // database holds a store and its version, and the COPY statement that runs
 // a plain INSERT's rows on PostgreSQL.
@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "bindings.h"
-#include "core/store.h"
-#include "core/store_copy.h"
 #include "py_driver.h"
+#include "store/store.h"
+#include "store/store_copy.h"
 
 namespace py = pybind11;
 
@@ -20,7 +20,7 @@ namespace mlprof {
 
 void bind_store_sql(py::module_& m) {
   // "label.": source_labels keeps the labels a source was added with as
-  // label.KEY (core/store.h kLabelPrefix).
+  // label.KEY (store/store.h kLabelPrefix).
   m.attr("STORE_LABEL_PREFIX") = std::string(kLabelPrefix);
   m.def(
       "store_present",
@@ -39,7 +39,7 @@ void bind_store_sql(py::module_& m) {
       py::arg("driver"), py::arg("dialect"), "The store's meta version as stored ('2.6'); '' when there is none.");
   m.def("store_copy_statement", &copy_statement, py::arg("insert_sql"),
         "'COPY t (a, b) FROM STDIN' for a plain 'INSERT INTO t (a, b) VALUES (?, ?)'; '' for any other "
-        "statement, which COPY cannot run (core/store_copy.h).");
+        "statement, which COPY cannot run (store/store_copy.h).");
 }
 
 }  // namespace mlprof

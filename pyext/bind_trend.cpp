@@ -1,4 +1,4 @@
-// A call path's history over releases (core/trend.h, core/changepoints.h)
+// A call path's history over releases (analysis/trend.h, analysis/changepoints.h)
 // for mlflow_profiler.analysis.trend: _core.path_trend.
 
 #include <pybind11/pybind11.h>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "analysis/trend.h"
 #include "bindings.h"
-#include "core/trend.h"
 
 namespace py = pybind11;
 
@@ -90,9 +90,9 @@ void bind_trend(py::module_& m) {
       py::arg("confidence") = 0.95, py::arg("seed") = 0,
       "One call path's history: per run its value (ns, None: none), group_of its release (non-decreasing). "
       "Returns {'change_points': [...], 'minor': n, 'latest': {...} or None}: E-divisive change points tested "
-      "by permutation at alpha / tests (core/changepoints.h), those within +-threshold dropped (minor counts "
+      "by permutation at alpha / tests (analysis/changepoints.h), those within +-threshold dropped (minor counts "
       "them), each with the change (B/A - 1, Hodges-Lehmann) and its interval (None: too few runs), and the "
-      "verdict on release last_group (core/trend.h).");
+      "verdict on release last_group (analysis/trend.h).");
   m.def("min_split_p_value", &min_split_p_value, py::arg("before"), py::arg("after"),
         "1 / C(before + after, after): the smallest p-value a permutation test of that split can reach.");
 }

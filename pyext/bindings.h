@@ -3,8 +3,8 @@
 
 #include <pybind11/pybind11.h>
 
-#include "core/io.h"
 #include "engine.h"
+#include "model/summary.h"
 
 namespace mlprof {
 

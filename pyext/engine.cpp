@@ -14,10 +14,10 @@
 
 #include "alloc_count.h"
 #include "clock.h"
-#include "core/group.h"
-#include "core/resume.h"
 #include "gil_range.h"
 #include "loop_watch.h"
+#include "model/resume.h"
+#include "views/group.h"
 #define MLPROF_USDT_DEFINE_SEMAPHORES  // this TU owns the probes' semaphores
 #include "probes.h"
 #include "py_util.h"
@@ -555,7 +555,7 @@ size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
   L.out.readings.insert(L.out.readings.end(), now, now + n);
 }
 
-// Reads the thread's CPU clock for running vs waiting (core/waiting.h), at
+// Reads the thread's CPU clock for running vs waiting (views/waiting.h), at
 // event time `ts`.
 [[gnu::noinline]] void read_off_cpu(CaptureLane& L, int64_t ts) {
   timespec t;
@@ -576,7 +576,7 @@ inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int
   maybe_read_off_cpu(L, ts);
 }
 
-// Whether a resume of `code` may fold (core/resume.h): a plain generator's,
+// Whether a resume of `code` may fold (model/resume.h): a plain generator's,
 // while no v1 tracer rebuilds the lanes from per-event probes (its kCall
 // indices count every kSuspend and kResume). A coroutine's or an async
 // generator's suspension is an await, where its task waits: it keeps its
@@ -594,7 +594,7 @@ inline bool may_fold(PyCodeObject* code) {
 
 // The resume of the span whose kCall is at `call`: written by the core's one
 // writer of resumes, which folds it when the generator went straight back to
-// its consumer (core/resume.h), so a busy generator costs no events.
+// its consumer (model/resume.h), so a busy generator costs no events.
 inline void push_resume(CaptureLane& L, uint32_t call, int64_t ts, PyCodeObject* code) {
   if (__builtin_expect(L.values != 0, 0)) {
     push_resume_read(L, call, ts, may_fold(code));

@@ -19,10 +19,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/event.h"
-#include "core/functions.h"
-#include "core/tree.h"
 #include "clock.h"
+#include "model/event.h"
+#include "model/functions.h"
+#include "model/tree.h"
 
 struct _PyInterpreterFrame;  // CPython's, internal (capture/frame_access.h reads it)
 
@@ -106,7 +106,7 @@ struct CaptureLane {
   bool quick = false;  // quick_start/quick_return may serve it (no C calls wanted)
   bool truncated = false;
   uint8_t values = 0;    // counters read at each span event: bit 1 << ValueKind (cpu_time, alloc_bytes)
-  // Readings of the thread's CPU clock for running vs waiting (core/waiting.h):
+  // Readings of the thread's CPU clock for running vs waiting (views/waiting.h):
   // (ticks, CPU ns), at most one per off_quantum ticks; turned into the
   // lane's OffCpuReadings when the profile is built.
   std::vector<std::pair<int64_t, int64_t>> cpu_reads;

@@ -12,19 +12,19 @@
 #include <vector>
 
 #include "alloc_count.h"
-#include "core/group.h"
-#include "core/json_doc.h"
-#include "core/render_text.h"
-#include "core/tree.h"
-#include "core/view.h"
 #include "bindings.h"
 #include "capture/capture.h"
-#include "engine.h"
 #include "capture/capture.h"
-#include "probes.h"
-#include "summarize.h"
+#include "engine.h"
+#include "formats/json_doc.h"
 #include "loop_watch.h"
+#include "model/tree.h"
+#include "probes.h"
+#include "render/render_text.h"
 #include "span_api.h"
+#include "summarize.h"
+#include "views/group.h"
+#include "views/view.h"
 
 namespace py = pybind11;
 using namespace mlprof;
@@ -73,11 +73,11 @@ py::dict node_dict(const Profile& p, const View& v, int32_t i, const ViewOptions
   d["parent_index"] = n.parent < 0 ? py::object(py::none()) : py::object(py::int_(n.parent));
   d["start_ns"] = n.start_ns;
   d["end_ns"] = n.end_ns;
-  d["duration_ns"] = n.duration_ns;  // as shown: a generator's running time (core/view.h)
+  d["duration_ns"] = n.duration_ns;  // as shown: a generator's running time (views/view.h)
   d["duration_ms"] = static_cast<double>(n.duration_ns) / 1e6;
   d["wall_ns"] = n.collapsed.empty() ? s.duration_ns() : n.duration_ns;
   d["active_ns"] = n.collapsed.empty() ? s.active_ns : n.duration_ns;
-  d["waiting_ns"] = n.waiting_ns;  // of duration_ns (core/view.h)
+  d["waiting_ns"] = n.waiting_ns;  // of duration_ns (views/view.h)
   d["call_path"] = paths[static_cast<size_t>(i)];
   d["thread_id"] = lane.thread_id;
   d["thread_name"] = lane.thread_name;
@@ -267,7 +267,7 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
         lane.readings.push_back({r[0].cast<uint32_t>(), static_cast<ValueKind>(kind), r[2].cast<int64_t>()});
       }
     }
-    if (d.contains("off_cpu")) {  // (end_ns, off_ns): core/waiting.h
+    if (d.contains("off_cpu")) {  // (end_ns, off_ns): views/waiting.h
       for (const auto& rec : d["off_cpu"].cast<py::list>()) {
         auto r = rec.cast<py::tuple>();
         lane.off_cpu.push_back({r[0].cast<int64_t>(), r[1].cast<int64_t>()});
@@ -318,10 +318,10 @@ PYBIND11_MODULE(_core, m) {
   capture::init();
   if (!add_span_types(m.ptr())) throw py::error_already_set();
   if (!loop_watch::add_loop_watch(m.ptr())) throw py::error_already_set();
-  // Contracts defined once in the core (core/io.h, core/tree.h), for Python.
+  // Contracts defined once in the core (model/summary.h, model/tree.h), for Python.
   m.attr("IO_ARGUMENT") = static_cast<int>(IORole::kArgument);
   m.attr("IO_RETURN") = static_cast<int>(IORole::kReturn);
-  m.attr("OFF_CPU_QUANTUM_NS") = kOffCpuQuantumNs;  // core/waiting.h, for the reference engine
+  m.attr("OFF_CPU_QUANTUM_NS") = kOffCpuQuantumNs;  // views/waiting.h, for the reference engine
   m.attr("OFF_CPU_MIN_NS") = kOffCpuMinNs;
   py::dict span_flags;
   for (const SpanFlagName& f : kSpanFlagNames) span_flags[f.name] = f.bit;

@@ -14,10 +14,10 @@
 #include <string>
 
 #include "clock.h"
-#include "core/event.h"
-#include "core/functions.h"
-#include "core/io.h"
 #include "mlprof_usdt.h"
+#include "model/event.h"
+#include "model/functions.h"
+#include "model/summary.h"
 
 // The contract's values are the core's: the agent copies flags into events.
 static_assert(MLPROF_SPAN_EXCEPTION == mlprof::kEvException);

@@ -1,5 +1,5 @@
 #pragma once
-// The core's StoreDriver (core/store.h) over a Python object with
+// The core's StoreDriver (store/store.h) over a Python object with
 // execute(sql, params), executemany(sql, rows) and query(sql, params) -> list
 // of tuples (mlflow_profiler/store.py's drivers): the extension never links
 // libsqlite3 (two SQLite copies in one process break each other's file
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/store.h"
-#include "core/store_copy.h"
+#include "store/store.h"
+#include "store/store_copy.h"
 
 namespace py = pybind11;
 
@@ -48,7 +48,7 @@ class PyDriver final : public StoreDriver {
   void execute(const std::string& sql, const SqlRow& params) override { driver_.attr("execute")(sql, to_tuple(params)); }
   void execute_many(const std::string& sql, const std::vector<SqlRow>& rows) override {
     // A driver with copy_text (PostgreSQL) takes many rows as one COPY
-    // text, made here (core/store_copy.h): a Python tuple and a write_row
+    // text, made here (store/store_copy.h): a Python tuple and a write_row
     // call a row cost more than the server's work. It returns False for a
     // statement COPY cannot run.
     if (rows.size() >= kCopyMinRows && py::hasattr(driver_, "copy_text") &&

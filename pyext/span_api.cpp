@@ -92,7 +92,7 @@ struct SpanFunction {
   vectorcallfunc vectorcall;
   PyObject* func;
   PyObject* label;     // str
-  PyObject* resource;  // str, or null: the resource its calls use (core/resources.h)
+  PyObject* resource;  // str, or null: the resource its calls use (model/resources.h)
   PyObject* code;      // func.__code__ for Python functions, else null
   PyObject* dict;
   PyObject* weakrefs;

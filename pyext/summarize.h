@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/io.h"
+#include "model/summary.h"
 
 namespace mlprof {
 

@@ -1,6 +1,6 @@
 """ProfileCollector: statistics per call path over many sessions
 (docs/design/capture.md, "The API, by layer"). The statistics live in the C++
-core (core/path_stats.h, bound as ``_core.CallPathStats``): a collector holds
+core (views/path_stats.h, bound as ``_core.CallPathStats``): a collector holds
 no session, only counts, exact min/max/sum and a quantile sketch per call path
 (docs/collector.md)."""
 

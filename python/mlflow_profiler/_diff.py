@@ -2,9 +2,9 @@
 
 A run is one process's profiles: a store's source, a profile document, or
 the sources sharing a label (`run_by`). Per run and call path the core
-computes the path's time per root call (core/run_values.h); the two sides'
+computes the path's time per root call (analysis/run_values.h); the two sides'
 per-run values are compared with a rank test and a Hodges-Lehmann change
-(core/run_compare.h), Holm-adjusted over the paths that matter; the verdict
+(analysis/run_compare.h), Holm-adjusted over the paths that matter; the verdict
 is pass, regression or inconclusive. This module selects, gates and
 formats; the statistics are the core's.
 """
@@ -58,7 +58,7 @@ class DiffPath:
     runs_needed: int = 0
     wall_change: Optional[float] = None  # gated on cpu: the wall time's change beside it
     # The median over a side's runs of the path's waiting time per root call
-    # (core/waiting.h: suspended, or off the CPU), beside the compared time.
+    # (views/waiting.h: suspended, or off the CPU), beside the compared time.
     waiting_a_ns: Optional[float] = None
     waiting_b_ns: Optional[float] = None
 

@@ -1,7 +1,7 @@
 """Saving a profile to a file and reading it back.
 
 The formats, the atomic write and the document reader are in the C++ core
-(userspace/core/export.h, file_io.h, json_read.h); this module is the Python
+(userspace/core/formats/export.h, file_io.h, json_read.h); this module is the Python
 face of them.
 """
 

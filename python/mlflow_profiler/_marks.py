@@ -1,6 +1,6 @@
 """Instants: points in time a span cannot show, such as a rate limit hit or a
 retry (docs/capture.md, "Instants"). Recorded in the current lanes of the
-session collecting here, as an event of kind kMark (core/event.h); nothing
+session collecting here, as an event of kind kMark (model/event.h); nothing
 happens outside a session."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ It implements the same semantics as the native engine (pyext/engine.cpp),
 function by function where the two can be compared (``_lane_start``,
 ``_lane_return``, ``_lane_yield``, ``_lane_resume``, ``_new_lane``,
 ``_close_entries`` ...), and writes the same events
-(userspace/core/event.h) into the same lanes. It never builds a tree or
+(userspace/core/model/event.h) into the same lanes. It never builds a tree or
 renders: ``profile()`` hands the lanes to ``_core.build_profile`` and the C++
 core does the rest, so the two engines can be compared on tree shape.
 
@@ -131,14 +131,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core, _labels, _traces, _transparent
 
-# --- constants mirrored from userspace/core/event.h ----------------------------
+# --- constants mirrored from userspace/core/model/event.h ----------------------------
 
 K_CALL = 1
 K_RETURN = 2
 K_SUSPEND = 3
 K_RESUME = 4
 K_LABEL = 5
-K_FOLD = 6  # coalesced resumes: id = the kCall's index (core/resume.h)
+K_FOLD = 6  # coalesced resumes: id = the kCall's index (model/resume.h)
 K_FOLD_COUNT = 7  # follows K_FOLD: id = the resumes, ts = the last one
 K_MARK = 8  # an instant: id = its name (a label id), after an EV_RESOURCE label naming its resource
 _MAX_FOLD = 0xFFFFFFFF
@@ -151,7 +151,7 @@ EV_CONTINUED = 8
 EV_CHILDREN_DROPPED = 16
 EV_RELABEL = 32  # K_LABEL: for the innermost open span (a fold)
 EV_WAIT = 64  # K_CALL: a selector's select waiting (loop_watch.cpp)
-EV_RESOURCE = 128  # K_LABEL: names the resource the next call uses (core/resources.h)
+EV_RESOURCE = 128  # K_LABEL: names the resource the next call uses (model/resources.h)
 
 FN_PYTHON = 0
 FN_C = 1
@@ -282,7 +282,7 @@ def _under_prefix(file: str, prefix: str) -> bool:
 
 
 def classify_user_code(file: str, module: str = "") -> bool:
-    """Same rule as userspace/core/functions.cpp classify_user_code: code
+    """Same rule as userspace/core/model/functions.cpp classify_user_code: code
     cloudpickle pickled by value is the user's unless its module is a
     loaded library's."""
     if file == "<dynamic-code>":
@@ -833,7 +833,7 @@ def _restart_calls(targets, since: int) -> None:
 
 # --- per-span values (cpu_time, alloc_bytes) ---------------------------------------
 
-VALUE_CPU, VALUE_ALLOC = 0, 1  # core/span_value.h ValueKind: bits of the engines' `values`
+VALUE_CPU, VALUE_ALLOC = 0, 1  # model/span_value.h ValueKind: bits of the engines' `values`
 
 
 def _take_readings(values: int, event: int) -> list:
@@ -861,7 +861,7 @@ def _warn_once(why: str) -> None:
 class _ReadingEvents(list):
     """A lane's events list that reads the counters after each span event
     when the session wants values, and the thread's CPU clock at most once a
-    quantum for running vs waiting (engine.cpp push, core/waiting.h)."""
+    quantum for running vs waiting (engine.cpp push, views/waiting.h)."""
 
     __slots__ = ("readings", "values", "cpu_reads", "read_at")
 
@@ -1021,7 +1021,7 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
 def _append_resume(ev: list, readings: Optional[list], values: int, call: int, ts: int, fold: bool) -> None:
     """The resume of the span whose kCall is at `call`, appended to the
     events `ev` (with `readings` of the counters in `values`, or None):
-    core/resume.h's append_resume, mirrored (same events, same readings). When
+    model/resume.h's append_resume, mirrored (same events, same readings). When
     `fold`, a resume right after that span's flag-free kSuspend (the generator
     went straight back to its consumer) folds into a K_FOLD/K_FOLD_COUNT pair
     that counts the resumes and keeps the paused total as K_FOLD_COUNT.ts -

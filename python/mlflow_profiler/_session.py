@@ -122,7 +122,7 @@ def _check_max_events(max_events: Any) -> int:
 
 
 def _values_mask(cpu_time: Any, alloc_bytes: Any) -> int:
-    """The engines' ``values`` bits (core/span_value.h ValueKind) of the
+    """The engines' ``values`` bits (model/span_value.h ValueKind) of the
     per-span value options, checked like the other flags. The one place that
     knows them: profiling(), ProfileSession and autoprofile pass it on."""
     return (_check_flag("cpu_time", cpu_time) << 0) | (_check_flag("alloc_bytes", alloc_bytes) << 1)

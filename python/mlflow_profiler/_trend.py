@@ -8,10 +8,10 @@
     result.exit_code          # 0 pass, 1 regression, 3 inconclusive
 
 The sources are grouped into releases by a key, ordered, and per call path
-the series of per-run values (core/run_values.h: the path's time per root
+the series of per-run values (analysis/run_values.h: the path's time per root
 call, one value per source) is searched for change points by E-divisive
-means with a permutation test (core/changepoints.h); the latest release gets
-diff's verdict (core/trend.h). Steps whose arguments or return value changed
+means with a permutation test (analysis/changepoints.h); the latest release gets
+diff's verdict (analysis/trend.h). Steps whose arguments or return value changed
 type, dtype or shape between releases are listed as I/O drift. This module
 picks and orders the sources, gates the paths and formats; the figures are
 the core's.
@@ -317,7 +317,7 @@ def _version_key(value: str) -> Optional[tuple]:
 
 def _stack_paths(driver, stack_ids) -> Dict[int, List[str]]:
     """Each stack's call path: the names from the root, a location's label
-    before its function's name (the rule of core/store_scan.cpp's paths)."""
+    before its function's name (the rule of store/store_scan.cpp's paths)."""
     info = {r[0]: (r[1], r[2]) for r in driver.query(
         "SELECT k.stack_id, k.parent_stack_id, CASE WHEN lo.label <> '' THEN lo.label ELSE f.name END FROM stacks k "
         "JOIN locations lo ON lo.location_id = k.location_id JOIN functions f ON f.function_id = lo.function_id", ())}
@@ -430,7 +430,7 @@ def trend(store: Union[str, os.PathLike], *, by: str = "version", where: Optiona
     (pid, a label such as job), within a release. Per call path and run the
     value is the `statistic` (mean, p50, p95) over the run's root calls of
     the path's `quantity` (wall, cpu) time per root call
-    (core/run_values.h). As in diff, a path is gated when it is a root, or
+    (analysis/run_values.h). As in diff, a path is gated when it is a root, or
     when in some release the median of its runs is at least `min_share`
     percent of its root's and in some release at least `min_time_us`.
     Each gated path's series (runs in release order) gets its change

@@ -113,7 +113,7 @@ class TopRow:
     times (milliseconds: p50, p95, p99, total; off-CPU None without kernel
     data), and its share of all the self time. Self time is running time:
     the call's wall less its waiting, less its same-thread children's
-    running time (core/path_stats.h). Waiting (`waiting`) is the part of the
+    running time (views/path_stats.h). Waiting (`waiting`) is the part of the
     wall the call was suspended at an await or yield, or off the CPU (asleep
     in sleep, a lock, select or I/O, or in the run queue) at any depth, also
     below the capture's depth ceiling. `kernel` (the agent's data; None
@@ -284,7 +284,7 @@ class Top:
 
 def _html_page(kind: str, title: str, facts, notes, columns, rows, result_json: str) -> str:
     """The page of an analysis result: the payload analysis.js reads
-    (userspace/core/report/analysis.js), in the core's template."""
+    (userspace/core/render/report/analysis.js), in the core's template."""
     payload = {"kind": kind, "title": title, "facts": [list(f) for f in facts], "notes": list(notes),
                "columns": [{"name": n, "help": h} for n, h in columns], "rows": rows,
                "result": json.loads(result_json)}
@@ -366,7 +366,7 @@ def _figures(entry: Mapping[str, Any], prefix: str) -> Dict[str, float]:
 def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, stacks=None) -> int:
     """Feeds `inputs` (files, stores, runs or ProfileSessions, see profiles())
     to a _core.CallPathStats; returns the number of profiles added. A store's
-    sources are read as rows in ranges (core/store_scan.h), never built as
+    sources are read as rows in ranges (store/store_scan.h), never built as
     trees one by one. Sampled stacks (a store's, or another tool's file)
     go to `stacks` (a _core.StackPathTotals) when given."""
     from .store import StoreError, open_store
@@ -701,7 +701,7 @@ def top_functions(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]
     folded ...) get flat (samples as the leaf) and cum (samples whose stack
     holds it) per value type in `sampled`. depth: deeper spans fold into
     their ancestor at the cut; deeper frames of sampled stacks likewise.
-    The sums are the core's (core/function_stats.h)."""
+    The sums are the core's (views/function_stats.h)."""
     stats = _core.FunctionStats()
     cut = -1 if depth is None else depth
     _add_inputs(stats, inputs, where, cut, _StacksAt(stats, cut))
@@ -733,7 +733,7 @@ def _ns(value: Optional[int]) -> str:
 @dataclasses.dataclass(frozen=True)
 class Bubbles:
     """The idle gaps and fan-outs of each session (`bubbles()`): one dict per
-    session, as core/bubbles.h computes them (times in ns)."""
+    session, as analysis/bubbles.h computes them (times in ns)."""
 
     sessions: List[Dict[str, Any]]
     min_ns: int

@@ -37,7 +37,7 @@ _BUSY_TIMEOUT_MS = 30_000
 
 # source_labels keeps the labels a source was added with as "label.KEY",
 # beside its meta's keys (so a label named like a meta key never shadows
-# it). Defined once, in the core (core/store.h kLabelPrefix).
+# it). Defined once, in the core (store/store.h kLabelPrefix).
 LABEL_PREFIX: str = _core.STORE_LABEL_PREFIX
 
 
@@ -116,7 +116,7 @@ class _PostgresDriver:
         pyext/py_driver.h), as one COPY; False for another statement. A plain
         INSERT of many rows goes as COPY: one stream, not a statement a row
         (9x the rate for 200k spans); ON CONFLICT inserts stay statements.
-        The core says which is which (core/store_copy.h)."""
+        The core says which is which (store/store_copy.h)."""
         statement = self._copy.get(sql)
         if statement is None:
             statement = self._copy[sql] = _core.store_copy_statement(sql)
@@ -367,7 +367,7 @@ class Store:
         """Writes ONE pprof (gzip-compressed profile.proto) aggregating the
         selected sources: `source_ids`, those matching `where` (as
         source_ids() reads it), both (the ids that match), or every source.
-        The core (core/pprof_aggregate.h) merges identical call paths
+        The core (formats/pprof_aggregate.h) merges identical call paths
         (function names, files and lines from the root) into one sample
         whose values are summed, reading one source at a time: memory holds
         the aggregate, not the sources. A span source gives what its own

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "profile_builder.h"
 
 namespace mlprof::test {

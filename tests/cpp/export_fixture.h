@@ -7,7 +7,7 @@
 
 #include <utility>
 
-#include "core/tree.h"
+#include "model/tree.h"
 #include "profile_builder.h"
 
 namespace mlprof::test {

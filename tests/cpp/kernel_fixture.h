@@ -5,9 +5,9 @@
 
 #include <utility>
 
-#include "core/sched.h"
-#include "core/tree.h"
+#include "analysis/sched.h"
 #include "export_fixture.h"
+#include "model/tree.h"
 
 namespace mlprof::test {
 

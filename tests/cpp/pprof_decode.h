@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::test {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tree.h"
+#include "model/tree.h"
 
 namespace mlprof::test {
 

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string url = argv[1];
-  const bool postgres = url.rfind("postgres", 0) == 0;
+  const bool postgres = url.starts_with("postgres");
   auto opened = postgres ? open_postgres_sink(url) : open_mlflow_sink(url);
   if (!opened) {
     std::cout << "error\t" << opened.error().message << std::endl;

@@ -1,4 +1,4 @@
-#include "core/background_writer.h"
+#include "util/background_writer.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/file_io.h"
-#include "core/json_read.h"
-#include "core/tree.h"
+#include "formats/json_read.h"
+#include "model/tree.h"
 #include "profile_builder.h"
 #include "temp_dir.h"
+#include "util/file_io.h"
 
 namespace mlprof {
 namespace {

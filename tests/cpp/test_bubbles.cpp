@@ -1,4 +1,4 @@
-#include "core/bubbles.h"
+#include "analysis/bubbles.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
-// E-divisive change points (core/changepoints.h) on series whose truth is
+// E-divisive change points (analysis/changepoints.h) on series whose truth is
 // known: steps of a given size at a given release, and pure noise. The
 // false-alarm rate and the power are measured over 100 seeded series each
 // and printed, not taken from one draw.
 
-#include "core/changepoints.h"
+#include "analysis/changepoints.h"
 
 #include <gtest/gtest.h>
 

@@ -12,10 +12,10 @@
 
 #include "agent/options.h"
 #include "agent/sink_dir.h"
-#include "core/file_io.h"
-#include "core/json_read.h"
+#include "formats/json_read.h"
 #include "profile_builder.h"
 #include "temp_dir.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 namespace {
@@ -102,7 +102,7 @@ TEST(Continuous, EachPeriodIsOneItemPerWorkloadWithItsLabels) {
   EXPECT_EQ(pod.spans, 5u);
   EXPECT_EQ(pod.period_start_unix_ns, kT0 + 20 * kS);
   EXPECT_EQ(pod.period_end_unix_ns, kT0 + 60 * kS);
-  EXPECT_EQ(pod.key.rfind("node-1_ml-scorer-6c5d8-model_20270115T080020Z_", 0), 0u) << pod.key;
+  EXPECT_TRUE(pod.key.starts_with("node-1_ml-scorer-6c5d8-model_20270115T080020Z_")) << pod.key;
   const SpoolItem& proc = items[0];
   EXPECT_EQ(proc.labels.at("pid"), "11");
   EXPECT_EQ(proc.sessions, 2u);
@@ -203,9 +203,9 @@ TEST(Options, ContinuousModeFlags) {
     auto r = parse_options(args);
     return r ? std::string() : r.error().message;
   };
-  EXPECT_EQ(error({"--all", "--continuous"}).rfind("--continuous needs --sink URL", 0), 0u);
-  EXPECT_EQ(error({"--all", "--sink", "/x"}).rfind("--sink belongs to the continuous agent", 0), 0u);
-  EXPECT_EQ(error({"--all", "--rotate", "1m"}).rfind("--rotate belongs to the continuous agent", 0), 0u);
+  EXPECT_TRUE(error({"--all", "--continuous"}).starts_with("--continuous needs --sink URL"));
+  EXPECT_TRUE(error({"--all", "--sink", "/x"}).starts_with("--sink belongs to the continuous agent"));
+  EXPECT_TRUE(error({"--all", "--rotate", "1m"}).starts_with("--rotate belongs to the continuous agent"));
   EXPECT_NE(error({"--all", "--continuous", "--sink", "/x", "-o", "a.json"}).find("single capture"),
             std::string::npos);
   EXPECT_NE(error({"--all", "--continuous", "--sink", "/x", "--rotate", "500ms"}).find("at least 1 s"),
@@ -230,10 +230,9 @@ TEST(Options, TheDirectorySinksRetentionBoundsTheDiskByDefault) {
     auto r = parse_options(args);
     return r ? std::string() : r.error().message;
   };
-  EXPECT_EQ(error({"--all", "--continuous", "--sink", "/p", "--sink-max-mb", "0"}).rfind("--sink-max-mb '0' is not", 0),
-            0u);
-  EXPECT_EQ(error({"--all", "--continuous", "--sink", "/p", "--sink-max-age", "500ms"}).rfind("--sink-max-age", 0), 0u);
-  EXPECT_EQ(error({"--all", "--sink-max-mb", "10"}).rfind("--sink-max-mb belongs to the continuous agent", 0), 0u);
+  EXPECT_TRUE(error({"--all", "--continuous", "--sink", "/p", "--sink-max-mb", "0"}).starts_with("--sink-max-mb '0' is not"));
+  EXPECT_TRUE(error({"--all", "--continuous", "--sink", "/p", "--sink-max-age", "500ms"}).starts_with("--sink-max-age"));
+  EXPECT_TRUE(error({"--all", "--sink-max-mb", "10"}).starts_with("--sink-max-mb belongs to the continuous agent"));
 }
 
 TEST(Continuous, ADirectorySinksLineSaysWhatItHoldsAndPruned) {

@@ -1,4 +1,4 @@
-#include "core/edit.h"
+#include "views/edit.h"
 
 #include <gtest/gtest.h>
 
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "core/json_doc.h"
-#include "core/json_read.h"
-#include "core/render_text.h"
+#include "formats/json_doc.h"
+#include "formats/json_read.h"
 #include "profile_builder.h"
+#include "render/render_text.h"
 
 namespace mlprof {
 namespace {

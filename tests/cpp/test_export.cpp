@@ -1,4 +1,4 @@
-#include "core/export.h"
+#include "formats/export.h"
 
 #include <gtest/gtest.h>
 

@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
-#include "core/merge.h"
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "export_fixture.h"
+#include "formats/export.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
+#include "views/merge.h"
 
 namespace mlprof {
 namespace {
@@ -143,7 +143,7 @@ class ChromeTraceTest : public ::testing::Test {
 };
 
 TEST_F(ChromeTraceTest, ObjectFormWithTraceEventsFirst) {
-  EXPECT_EQ(text.rfind("{\"traceEvents\":[", 0), 0u);
+  EXPECT_TRUE(text.starts_with("{\"traceEvents\":["));
   EXPECT_STREQ(doc["displayTimeUnit"].GetString(), "ms");
   const auto& other = doc["otherData"];
   EXPECT_STREQ(other["clock"].GetString(), "CLOCK_MONOTONIC");
@@ -408,7 +408,7 @@ TEST_F(ChromeKernelTest, PerfettoKeepsEverySliceWithTheOffCpuOnes) {
   size_t off = 0;
   for (const auto& [track, slices] : tracks) {
     EXPECT_EQ(perfetto_drops(slices), 0) << "tid " << track.second;
-    for (const Slice& s : slices) off += s.name.rfind("off-CPU", 0) == 0;
+    for (const Slice& s : slices) off += s.name.starts_with("off-CPU");
   }
   EXPECT_EQ(off, 4u);
 }
@@ -522,7 +522,7 @@ TEST(ChromeKernel, RandomCapturesWithOffCpuIntervalsImportWithoutDrops) {
     for (const auto& [track, slices] : slices_by_track(text)) {
       ASSERT_EQ(perfetto_drops(slices), 0);
       for (const Slice& s : slices) {
-        if (s.name.rfind("off-CPU", 0) == 0) drawn += s.dur;
+        if (s.name.starts_with("off-CPU")) drawn += s.dur;
       }
     }
     EXPECT_EQ(drawn, total);  // every interval drawn whole, in pieces

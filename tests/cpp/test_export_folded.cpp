@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
 #include "export_fixture.h"
+#include "formats/export.h"
 #include "profile_builder.h"
 
 namespace mlprof {

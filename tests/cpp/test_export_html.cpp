@@ -7,11 +7,11 @@
 #include <string>
 #include <string_view>
 
-#include "core/export.h"
-#include "core/io.h"
-#include "core/json_doc.h"
-#include "core/render_text.h"
+#include "formats/export.h"
+#include "formats/json_doc.h"
+#include "model/summary.h"
 #include "profile_builder.h"
+#include "render/render_text.h"
 
 namespace mlprof {
 namespace {
@@ -96,7 +96,7 @@ class HtmlReportTest : public ::testing::Test {
 };
 
 TEST_F(HtmlReportTest, IsOnePageWithTheDocumentEmbeddedIntact) {
-  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_TRUE(html.starts_with("<!DOCTYPE html>"));
   EXPECT_EQ(count(html, "id=\"mlprof-doc\""), 1u);
   EXPECT_EQ(unescape_lt(json_block(html, "mlprof-doc")), to_json_document(p));
   EXPECT_NE(html.find("</html>"), std::string::npos);
@@ -154,7 +154,7 @@ TEST_F(HtmlReportTest, NeedsNoNetworkNorStorage) {
 TEST(HtmlReport, AnEmptyProfileIsStillAPage) {
   Profile p;
   const std::string html = to_html_report(p);
-  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_TRUE(html.starts_with("<!DOCTYPE html>"));
   EXPECT_EQ(unescape_lt(json_block(html, "mlprof-doc")), to_json_document(p));
   EXPECT_NE(html.find("\"io_text\":[]"), std::string::npos);
 }

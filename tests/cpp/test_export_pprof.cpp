@@ -17,12 +17,12 @@
 #include <string_view>
 #include <vector>
 
-#include "core/export.h"
-#include "core/file_io.h"
 #include "export_fixture.h"
+#include "formats/export.h"
 #include "kernel_fixture.h"
 #include "pprof_decode.h"
 #include "profile_builder.h"
+#include "util/file_io.h"
 
 namespace mlprof {
 namespace {

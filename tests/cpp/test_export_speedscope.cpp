@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
 #include "export_fixture.h"
+#include "formats/export.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
 

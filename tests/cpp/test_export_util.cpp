@@ -1,4 +1,4 @@
-#include "core/export_util.h"
+#include "formats/export_util.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/function_stats.h"
+#include "views/function_stats.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "core/export_util.h"
+#include "formats/export_util.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -56,7 +56,7 @@ TEST(FunctionStats, RecursionCountsOnceInCum) {
   EXPECT_EQ(s.sessions(), 1u);
 }
 
-// Running vs waiting (core/waiting.h): f [0, 1000] calls g [100, 900],
+// Running vs waiting (views/waiting.h): f [0, 1000] calls g [100, 900],
 // which slept 600 below the depth ceiling. g's flat is what it ran (200),
 // its 600 are its flat waiting; f's cum waiting holds them once.
 TEST(FunctionStats, SelfIsRunningTimeAndWaitsAreKeptApart) {

@@ -1,4 +1,4 @@
-#include "core/functions.h"
+#include "model/functions.h"
 
 #include <gtest/gtest.h>
 

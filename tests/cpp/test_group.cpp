@@ -1,4 +1,4 @@
-#include "core/group.h"
+#include "views/group.h"
 
 #include <gtest/gtest.h>
 
@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/render_text.h"
-#include "core/view.h"
 #include "profile_builder.h"
+#include "render/render_text.h"
+#include "views/view.h"
 
 namespace mlprof {
 namespace {

@@ -59,7 +59,7 @@ TEST(Health, TheFileReadsBackAsWritten) {
   s.failures = 7;
   s.last_error = "cannot reach the server:\nConnection refused";  // a newline stays on its line
   const std::string text = format_health(s);
-  EXPECT_EQ(text.rfind("mlprof-ebpf health 1\n", 0), 0u) << text;
+  EXPECT_TRUE(text.starts_with("mlprof-ebpf health 1\n")) << text;
   EXPECT_NE(text.find("\nwritten=2023-11-14T22:13:20Z\n"), std::string::npos) << text;
   auto back = parse_health(text);
   ASSERT_TRUE(back) << back.error().message;
@@ -115,7 +115,7 @@ TEST(Health, ARunningAgentIsLiveAndReady) {
             "the last 20.0 s ago, 0 waiting");
   HealthVerdict ready = judge_health(s, now, true);
   EXPECT_TRUE(ready.ok);
-  EXPECT_EQ(ready.line.rfind("ready: ", 0), 0u) << ready.line;
+  EXPECT_TRUE(ready.line.starts_with("ready: ")) << ready.line;
 }
 
 TEST(Health, AStuckLoopFailsPastItsLimit) {
@@ -174,7 +174,7 @@ TEST(Health, StartingIsLiveNotReadyAndStuckPastTheLimit) {
   s.loop_ns = s.started_ns;
   HealthVerdict live = judge_health(s, now, false);
   EXPECT_TRUE(live.ok);
-  EXPECT_EQ(live.line.rfind("live, starting:", 0), 0u) << live.line;
+  EXPECT_TRUE(live.line.starts_with("live, starting:")) << live.line;
   HealthVerdict ready = judge_health(s, now, true);
   EXPECT_FALSE(ready.ok);
   EXPECT_EQ(ready.line,
@@ -182,7 +182,7 @@ TEST(Health, StartingIsLiveNotReadyAndStuckPastTheLimit) {
   s.started_ns = s.loop_ns = now - 61 * kS;
   HealthVerdict stuck = judge_health(s, now, false);
   EXPECT_FALSE(stuck.ok);
-  EXPECT_EQ(stuck.line.rfind("stuck starting: no progress for 61.0 s", 0), 0u) << stuck.line;
+  EXPECT_TRUE(stuck.line.starts_with("stuck starting: no progress for 61.0 s")) << stuck.line;
 }
 
 TEST(Health, StoppingIsLiveButNotReady) {

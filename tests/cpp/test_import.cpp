@@ -1,10 +1,10 @@
-#include "core/import.h"
+#include "formats/import.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "core/export.h"
+#include "formats/export.h"
 #include "profile_builder.h"
 
 namespace mlprof {

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "core/json_doc.h"
-#include "core/resume.h"
-#include "core/merge.h"
+#include "formats/json_doc.h"
 #include "mlprof_events.h"
+#include "model/resume.h"
 #include "profile_builder.h"
+#include "views/merge.h"
 
 namespace mlprof::agent {
 namespace {
@@ -1549,7 +1549,7 @@ TEST(JoinerV2, ASessionSpansBodyGivesTheInProcessTreeAndTheTraceIds) {
   EXPECT_EQ(st.malformed, 0u);
 }
 
-// A busy generator's resumes, folded by the engine (core/resume.h), arrive in
+// A busy generator's resumes, folded by the engine (model/resume.h), arrive in
 // a body of version 3: the agent's tree is the in-process one, and a version
 // 2 body holding a fold is malformed (an older writer cannot have made it).
 // The records of a body, rewritten to say contract `version` in its head.

@@ -1,4 +1,4 @@
-#include "core/json_doc.h"
+#include "formats/json_doc.h"
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_read.h"
+#include "formats/json_read.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
 

@@ -1,4 +1,4 @@
-#include "core/json_read.h"
+#include "formats/json_read.h"
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
-#include "core/file_io.h"
-#include "core/json_doc.h"
-#include "core/merge.h"
-#include "core/render_text.h"
+#include "formats/export.h"
+#include "formats/json_doc.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
+#include "render/render_text.h"
+#include "util/file_io.h"
+#include "views/merge.h"
 
 namespace mlprof {
 namespace {
@@ -496,7 +496,7 @@ TEST(JsonRead, Version1IsConvertedForward) {
   without.segments.clear();
   without.io.clear();
   EXPECT_EQ(to_json_document(q), to_json_document(without));
-  // Without segments a generator shows its active time (core/view.h).
+  // Without segments a generator shows its active time (views/view.h).
   EXPECT_EQ(render_text(q, {}), render_text(without, {}));
 }
 

@@ -1,4 +1,4 @@
-#include "core/json_stream.h"
+#include "formats/json_stream.h"
 
 #include <gtest/gtest.h>
 #include <rapidjson/stringbuffer.h>
@@ -9,8 +9,8 @@
 #include <limits>
 #include <string>
 
-#include "core/json_doc.h"
-#include "core/json_read.h"
+#include "formats/json_doc.h"
+#include "formats/json_read.h"
 #include "profile_builder.h"
 
 namespace mlprof {

@@ -28,7 +28,7 @@ long rss_anon_kb() {
   std::ifstream f("/proc/self/status");
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind("RssAnon:", 0) == 0) return std::stol(line.substr(8));
+    if (line.starts_with("RssAnon:")) return std::stol(line.substr(8));
   }
   return -1;
 }

@@ -2,7 +2,7 @@
 // functions, strings, lanes, spans, I/O, segments and kernel data remapped
 // and each lane keeping its process and session.
 
-#include "core/merge.h"
+#include "views/merge.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/sched.h"
-#include "core/tree.h"
-#include "core/view.h"
+#include "analysis/sched.h"
+#include "model/tree.h"
 #include "profile_builder.h"
+#include "views/view.h"
 
 namespace mlprof {
 namespace {

@@ -85,7 +85,7 @@ TEST(Options, HelpAndVersionNeedNoTarget) {
   EXPECT_NE(usage().find("--container NAME|ID"), std::string::npos);
   EXPECT_NE(usage().find("Exit status"), std::string::npos);
   EXPECT_EQ(usage().find("ring-kb"), std::string::npos);  // hidden
-  EXPECT_EQ(version_line().rfind("mlprof-ebpf ", 0), 0u);
+  EXPECT_TRUE(version_line().starts_with("mlprof-ebpf "));
 }
 
 TEST(Options, TargetErrorsSayWhatToGive) {

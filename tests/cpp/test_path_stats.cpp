@@ -1,4 +1,4 @@
-#include "core/path_stats.h"
+#include "views/path_stats.h"
 
 #include <gtest/gtest.h>
 
@@ -310,7 +310,7 @@ TEST_F(StatsTest, PathsPastTheCapAreDroppedAndCounted) {
   EXPECT_EQ(stats.paths(), 3u);
 }
 
-// Running vs waiting (core/waiting.h): predict [0, 1000] calls fan_out
+// Running vs waiting (views/waiting.h): predict [0, 1000] calls fan_out
 // [100, 900], which slept 600 below the depth ceiling, then work [900, 950].
 // fan_out's self is what it ran (200), its 600 are waiting; predict's self
 // is its running time less fan_out's and work's running time.
@@ -344,7 +344,7 @@ TEST_F(StatsTest, SelfIsRunningTimeAndWaitingIsKeptApart) {
 }
 
 TEST_F(StatsTest, RowsRecordedOneByOneMatchTheTreeWalk) {
-  // The store's scan (core/store_scan.h) feeds calls as rows: the same
+  // The store's scan (store/store_scan.h) feeds calls as rows: the same
   // calls give the same figures as add() on the tree.
   build({call(0, fn("predict")), call(10, fn("a")), ret(20), call(30, fn("a")), ret(45), ret(60)});
   CallPathStats tree(10, true), rows(10, true);

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/export.h"
-#include "core/pprof_aggregate.h"
 #include "export_fixture.h"
+#include "formats/export.h"
+#include "formats/pprof_aggregate.h"
 #include "kernel_fixture.h"
 #include "pprof_decode.h"
 #include "profile_builder.h"

@@ -185,8 +185,7 @@ class FakeInterpreter : public ::testing::Test {
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     const std::string path(exe, n > 0 ? static_cast<size_t>(n) : 0);
     for (std::string line; std::getline(text, line);) {
-      const bool ends_with_path = line.size() > path.size() &&
-                                  line.compare(line.size() - path.size(), path.size(), path) == 0;
+      const bool ends_with_path = line.size() > path.size() && line.ends_with(path);
       if (ends_with_path && line.find(" 00000000 ") != std::string::npos)
         return {path, std::stoull(line.substr(0, line.find('-')), nullptr, 16)};
     }

@@ -1,4 +1,4 @@
-#include "core/render_text.h"
+#include "render/render_text.h"
 
 #include <gtest/gtest.h>
 
@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/merge.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
+#include "views/merge.h"
 
 namespace mlprof {
 namespace {

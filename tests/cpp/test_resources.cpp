@@ -1,9 +1,9 @@
-// Resources and slots (core/resources.h): a span names the resource it uses
+// Resources and slots (model/resources.h): a span names the resource it uses
 // (a kLabel flagged kEvResource before its kCall); calls take the lowest
 // free slot; counters of calls in flight and queued; the Chrome trace draws
 // a process per resource and a thread per slot.
 
-#include "core/resources.h"
+#include "model/resources.h"
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
-#include "core/json_doc.h"
-#include "core/json_read.h"
-#include "core/tree.h"
+#include "formats/export.h"
+#include "formats/json_doc.h"
+#include "formats/json_read.h"
+#include "model/tree.h"
 #include "profile_builder.h"
 
 namespace mlprof {

@@ -1,14 +1,14 @@
-#include "core/resume.h"
+#include "model/resume.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "core/json_doc.h"
-#include "core/json_read.h"
-#include "core/tree.h"
-#include "core/view.h"
+#include "formats/json_doc.h"
+#include "formats/json_read.h"
+#include "model/tree.h"
 #include "profile_builder.h"
+#include "views/view.h"
 
 namespace mlprof {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/run_compare.h"
+#include "analysis/run_compare.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/run_values.h"
+#include "analysis/run_values.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // attribute_kernel, off_cpu_pieces and top_stalls on hand-built profiles:
-// each rule of core/sched.h pinned by a profile whose figures are worked out
+// each rule of analysis/sched.h pinned by a profile whose figures are worked out
 // in the comments, and a randomized check against a brute-force overlap sum.
 
-#include "core/sched.h"
+#include "analysis/sched.h"
 
 #include <gtest/gtest.h>
 #include <sys/syscall.h>
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "core/tree.h"
 #include "kernel_fixture.h"
+#include "model/tree.h"
 #include "profile_builder.h"
 
 namespace mlprof {

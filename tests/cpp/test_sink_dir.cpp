@@ -22,9 +22,9 @@
 #include "agent/sink_mlflow.h"
 #include "agent/spool.h"
 #include "agent/store_postgres.h"
-#include "core/file_io.h"
 #include "profile_builder.h"
 #include "temp_dir.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 namespace {

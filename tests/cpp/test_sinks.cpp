@@ -11,11 +11,11 @@
 
 #include "agent/sink_mlflow.h"
 #include "agent/sink_postgres.h"
-#include "core/file_io.h"
-#include "core/json_doc.h"
-#include "core/store_copy.h"
+#include "formats/json_doc.h"
 #include "profile_builder.h"
+#include "store/store_copy.h"
 #include "temp_dir.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 namespace {

@@ -21,10 +21,10 @@
 #include "agent/sink_dir.h"
 #include "agent/sink_sqlite.h"
 #include "agent/store_sqlite.h"
-#include "core/export.h"
-#include "core/file_io.h"
+#include "formats/export.h"
 #include "profile_builder.h"
 #include "temp_dir.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 namespace {

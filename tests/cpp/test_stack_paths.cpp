@@ -1,4 +1,4 @@
-#include "core/stack_paths.h"
+#include "views/stack_paths.h"
 
 #include <gtest/gtest.h>
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/merge.h"
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "profile_builder.h"
+#include "views/merge.h"
 
 namespace mlprof::agent {
 namespace {
@@ -83,7 +83,7 @@ Profile session(uint32_t pid, uint64_t serial, int64_t t0, int64_t blocked, int6
 std::string line_starting(const std::string& text, const std::string& prefix) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind(prefix, 0) == 0) return line;
+    if (line.starts_with(prefix)) return line;
   }
   return "";
 }

@@ -1,4 +1,4 @@
-#include "core/store_schema.h"
+#include "store/store_schema.h"
 
 #include <gtest/gtest.h>
 
@@ -8,18 +8,16 @@
 namespace mlprof {
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
 TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
   const auto stmts = schema_statements(Dialect::kSqlite, "2.3");
   std::string names;
   std::string steps;  // migrations() steps come last, from the first index on
   for (const auto& s : stmts) {
-    if (starts_with(s, "CREATE INDEX ") || !steps.empty()) {
+    if (s.starts_with("CREATE INDEX ") || !steps.empty()) {
       steps += s + "\n";
       continue;
     }
-    ASSERT_TRUE(starts_with(s, "CREATE TABLE ") || starts_with(s, "CREATE VIEW ")) << s;
+    ASSERT_TRUE(s.starts_with("CREATE TABLE ") || s.starts_with("CREATE VIEW ")) << s;
     const size_t at = s.find(' ', 7) + 1;
     names += s.substr(at, s.find_first_of(" (", at) - at) + " ";
   }
@@ -64,7 +62,7 @@ TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
             "ALTER TABLE span_waits_2_3 RENAME TO span_waits\n");
   // Keys are declared: every table but the roots (sources, the dictionaries, meta) references another.
   for (const auto& s : schema_statements(Dialect::kSqlite)) {
-    if (!starts_with(s, "CREATE TABLE ")) continue;
+    if (!s.starts_with("CREATE TABLE ")) continue;
     const std::string name = s.substr(13, s.find(' ', 13) - 13);
     const bool standalone =
         name == "meta" || name == "id_counters" || name == "sources" || name == "functions" || name == "value_types";
@@ -77,12 +75,12 @@ TEST(StoreSchema, Version2_4GivesSpec001sNamesAfterTheOlderSteps) {
   const auto before = schema_statements(Dialect::kSqlite, "2.3");
   ASSERT_GT(now.size(), before.size());
   EXPECT_TRUE(std::equal(before.begin(), before.end(), now.begin()));  // 2.4 is a step after 2.3's
-  EXPECT_EQ(schema_statements(Dialect::kSqlite, "2.0").back().rfind("CREATE VIEW span_values", 0), 0u);  // no step
+  EXPECT_TRUE(schema_statements(Dialect::kSqlite, "2.0").back().starts_with("CREATE VIEW span_values"));  // no step
   EXPECT_TRUE(schema_statements(Dialect::kSqlite, "9.9").empty());
   std::string views, renames;
   for (size_t i = before.size(); i < now.size(); ++i) {
     const std::string& s = now[i];
-    if (starts_with(s, "CREATE VIEW ")) views += s.substr(12, s.find(' ', 12) - 12) + " ";
+    if (s.starts_with("CREATE VIEW ")) views += s.substr(12, s.find(' ', 12) - 12) + " ";
     if (s.find(" RENAME ") != std::string::npos) renames += s + "\n";
   }
   // docs/design/store.md's names: its sample_values is a view, the normalised table renamed.

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
-#include "core/sched.h"
 #include "agent_session.h"
+#include "analysis/sched.h"
+#include "formats/export.h"
 #include "temp_dir.h"
 
 namespace mlprof::agent {

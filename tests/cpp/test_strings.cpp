@@ -1,4 +1,4 @@
-#include "core/strings.h"
+#include "util/strings.h"
 
 #include <gtest/gtest.h>
 

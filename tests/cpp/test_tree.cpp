@@ -1,4 +1,4 @@
-#include "core/tree.h"
+#include "model/tree.h"
 
 #include <gtest/gtest.h>
 

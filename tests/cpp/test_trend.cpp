@@ -1,7 +1,7 @@
-// One path's history (core/trend.h): the latest release's verdict from its
+// One path's history (analysis/trend.h): the latest release's verdict from its
 // change points, on series whose truth is known.
 
-#include "core/trend.h"
+#include "analysis/trend.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/view.h"
+#include "views/view.h"
 
 #include <gtest/gtest.h>
 

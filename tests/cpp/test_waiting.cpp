@@ -1,13 +1,13 @@
-#include "core/waiting.h"
+#include "views/waiting.h"
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "core/json_doc.h"
-#include "core/json_read.h"
-#include "core/tree.h"
+#include "formats/json_doc.h"
+#include "formats/json_read.h"
+#include "model/tree.h"
 #include "profile_builder.h"
 
 namespace mlprof {

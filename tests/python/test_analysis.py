@@ -224,7 +224,7 @@ def _walk_flags(node):
 
 
 def test_a_store_read_as_rows_matches_the_trees(tmp_path):
-    # top and diff read a store's spans as rows (core/store_scan.h), never as
+    # top and diff read a store's spans as rows (store/store_scan.h), never as
     # trees: their answers equal those over the same sessions in memory, with
     # kernel data, incomplete calls, threads and a depth cut; sampled-stack
     # sources are not calls: they are summed apart (Top.sampled).
@@ -552,7 +552,7 @@ def _served():
 def test_running_and_waiting_agree_between_a_store_and_its_documents(tmp_path):
     """Coroutines awaiting, a generator sleeping between items, a thread
     joined: top by path and by function give the same running and waiting
-    figures from the store's rows (core/store_scan.cpp, FunctionStats::
+    figures from the store's rows (store/store_scan.cpp, FunctionStats::
     add_store) as from the documents."""
     sessions = []
     for _ in range(3):

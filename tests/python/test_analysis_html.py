@@ -211,7 +211,7 @@ def test_the_page_is_the_cores_template_around_a_json_object():
         _core.analysis_html("{not json")
 
 
-# --- the diff page's differential flame graph (userspace/core/report/diff_flame.js) ---
+# --- the diff page's differential flame graph (userspace/core/render/report/diff_flame.js) ---
 
 RED, GREEN, GREY = "rgb(224, 84, 76)", "rgb(63, 157, 90)", "rgb(207, 213, 219)"  # report.css
 

@@ -130,7 +130,7 @@ def test_a_profile_read_back_is_the_same_tree(tmp_path, engine):
 
 def test_the_label_prefix_and_the_copy_statement_are_the_cores():
     """The store's "label." prefix and which INSERTs go as COPY are defined
-    once, in the core (core/store.h, core/store_copy.h); Python reads them
+    once, in the core (store/store.h, store/store_copy.h); Python reads them
     from _core rather than writing them again."""
     from mlflow_profiler import _core, store
 

@@ -52,8 +52,8 @@ V1_PROBES = ("session_begin", "session_end", "lane_begin", "span_enter", "span_e
 SPAN_EXCEPTION, SPAN_C_FUNCTION, SPAN_BLOCK, SPAN_CONTINUED = 0x1, 0x2, 0x4, 0x8
 SESSION_CAPTURE_IO, SESSION_ALL_THREADS, SESSION_AUTOPROFILE = 0x1, 0x2, 0x4
 NO_PARENT_LANE = 0xFFFFFFFF
-K_CALL, K_RETURN, K_SUSPEND, K_RESUME, K_LABEL = 1, 2, 3, 4, 5  # core/event.h
-FN_PYTHON, FN_C, FN_BLOCK = 0, 1, 2  # core/functions.h
+K_CALL, K_RETURN, K_SUSPEND, K_RESUME, K_LABEL = 1, 2, 3, 4, 5  # model/event.h
+FN_PYTHON, FN_C, FN_BLOCK = 0, 1, 2  # model/functions.h
 
 
 def hi(v: int) -> int:

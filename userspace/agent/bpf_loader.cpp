@@ -24,8 +24,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/file_io.h"
 #include "mlprof.skel.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 namespace {

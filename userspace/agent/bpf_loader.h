@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

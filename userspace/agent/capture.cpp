@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "agent/cli.h"
-#include "core/merge.h"
 #include "mlprof_usdt.h"
+#include "views/merge.h"
 
 namespace mlprof::agent {
 

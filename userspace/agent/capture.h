@@ -23,7 +23,7 @@
 #include "agent/stall_report.h"
 #include "agent/store_writer.h"
 #include "agent/targets.h"
-#include "core/tree.h"
+#include "model/tree.h"
 
 namespace mlprof::agent {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

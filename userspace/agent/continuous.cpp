@@ -8,9 +8,9 @@
 #include <cinttypes>
 #include <cstdlib>
 
-#include "core/export.h"
-#include "core/file_io.h"
-#include "core/merge.h"
+#include "formats/export.h"
+#include "util/file_io.h"
+#include "views/merge.h"
 
 namespace mlprof::agent {
 

@@ -18,8 +18,8 @@
 
 #include "agent/sink.h"
 #include "agent/spool.h"
-#include "core/result.h"
-#include "core/tree.h"
+#include "model/tree.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

@@ -15,7 +15,7 @@
 #include "agent/options.h"
 #include "agent/sink.h"
 #include "agent/spool.h"
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

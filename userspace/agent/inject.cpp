@@ -15,7 +15,7 @@
 #include <cstring>
 
 #include "agent/procfs.h"
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

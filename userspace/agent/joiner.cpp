@@ -19,9 +19,9 @@
 #include <utility>
 
 #include "agent/joiner_state.h"
-#include "core/group.h"
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "mlprof_events.h"
+#include "views/group.h"
 
 namespace mlprof::agent {
 

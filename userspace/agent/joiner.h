@@ -4,7 +4,7 @@
 // the extension recorded them (kCall/kReturn/kSuspend/kResume/kLabel), so
 // core's build_tree gives the same span tree as in-process; then each
 // off-CPU interval of a followed thread is attributed to the innermost span
-// open on that thread (core/sched.h).
+// open on that thread (analysis/sched.h).
 //
 // Ordering: records of one thread arrive in the order the thread produced
 // them (one ring buffer, reserved in program order), but records of threads
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tree.h"
+#include "model/tree.h"
 
 namespace mlprof::agent {
 

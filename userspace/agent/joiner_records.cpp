@@ -16,9 +16,9 @@
 #include <utility>
 
 #include "agent/joiner_state.h"
-#include "core/group.h"
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "mlprof_events.h"
+#include "views/group.h"
 
 namespace mlprof::agent {
 
@@ -496,7 +496,7 @@ void Joiner::State::span(const mlprof_ev_span& r) {
       if (it == ls.suspended.end()) return mismatch(ls);
       ls.stack.insert(ls.stack.end(), it->second.begin(), it->second.end());
       ls.suspended.erase(it);
-      // Not folded (core/resume.h): the engine folds no resume while a v1
+      // Not folded (model/resume.h): the engine folds no resume while a v1
       // tracer is attached, and an extension that speaks v1 only never does.
       events.push_back(make_event(EventKind::kResume, ts, r.index, 0));
       break;

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "agent/joiner.h"
-#include "core/group.h"
-#include "core/sched.h"
+#include "analysis/sched.h"
 #include "mlprof_events.h"
+#include "views/group.h"
 
 namespace mlprof::agent {
 

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

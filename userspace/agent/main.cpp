@@ -44,10 +44,10 @@
 #include "agent/store_sqlite.h"
 #include "agent/store_writer.h"
 #include "agent/targets.h"
-#include "core/export.h"
-#include "core/file_io.h"
-#include "core/merge.h"
+#include "formats/export.h"
 #include "mlprof_usdt.h"
+#include "util/file_io.h"
+#include "views/merge.h"
 
 namespace {
 

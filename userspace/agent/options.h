@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/export.h"
-#include "core/result.h"
+#include "formats/export.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

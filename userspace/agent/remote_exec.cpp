@@ -13,7 +13,7 @@
 #include <set>
 
 #include "agent/procfs.h"
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

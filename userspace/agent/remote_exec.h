@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

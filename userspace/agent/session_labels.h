@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "core/tree.h"
+#include "model/tree.h"
 
 namespace mlprof::agent {
 

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "agent/http_client.h"
-#include "core/file_io.h"
-#include "core/json_read.h"
+#include "formats/json_read.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

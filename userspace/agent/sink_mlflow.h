@@ -16,8 +16,8 @@
 #include <string>
 
 #include "agent/sink.h"
-#include "core/result.h"
-#include "core/tree.h"
+#include "model/tree.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

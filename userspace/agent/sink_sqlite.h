@@ -9,7 +9,7 @@
 #include <string>
 
 #include "agent/sink.h"
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

@@ -17,7 +17,7 @@
 #include <map>
 
 #include "agent/memory.h"
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

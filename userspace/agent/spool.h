@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "agent/sink.h"
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/merge.h"
-#include "core/render_text.h"
-#include "core/sched.h"
-#include "core/view.h"
+#include "analysis/sched.h"
+#include "render/render_text.h"
+#include "views/merge.h"
+#include "views/view.h"
 
 namespace mlprof::agent {
 

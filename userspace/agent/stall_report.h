@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/path_stats.h"
-#include "core/tree.h"
+#include "model/tree.h"
+#include "views/path_stats.h"
 
 namespace mlprof::agent {
 

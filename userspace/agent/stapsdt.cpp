@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/file_io.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "agent/sink.h"
-#include "core/file_io.h"
-#include "core/json_read.h"
-#include "core/store.h"
+#include "formats/json_read.h"
+#include "store/store.h"
+#include "util/file_io.h"
 
 namespace mlprof::agent {
 

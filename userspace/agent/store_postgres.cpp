@@ -7,7 +7,7 @@
 #include <string_view>
 #include <utility>
 
-#include "core/store_copy.h"
+#include "store/store_copy.h"
 
 namespace mlprof::agent {
 

@@ -3,7 +3,7 @@
 // agent itself through Debian's libpq: core store.h's StoreDriver on one
 // connection, as store.py's _PostgresDriver drives psycopg (autocommit, the
 // store's own BEGIN ... COMMIT, a batch of a plain INSERT's rows as one COPY
-// FROM STDIN: core/store_copy.h). The SQL and the rows are the core's, so
+// FROM STDIN: store/store_copy.h). The SQL and the rows are the core's, so
 // `mlprof top postgresql://...` reads what the agent wrote as what
 // `mlprof add` wrote.
 
@@ -13,9 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/result.h"
-#include "core/store.h"
-#include "core/tree.h"
+#include "model/tree.h"
+#include "store/store.h"
+#include "util/result.h"
 
 typedef struct pg_conn PGconn;
 

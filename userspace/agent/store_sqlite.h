@@ -12,9 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/result.h"
-#include "core/store.h"
-#include "core/tree.h"
+#include "model/tree.h"
+#include "store/store.h"
+#include "util/result.h"
 
 struct sqlite3;
 struct sqlite3_stmt;

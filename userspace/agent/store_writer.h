@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "agent/store_sqlite.h"
-#include "core/store.h"
-#include "core/tree.h"
+#include "model/tree.h"
+#include "store/store.h"
 
 namespace mlprof::agent {
 

@@ -24,7 +24,7 @@
 #include "agent/containers.h"
 #include "agent/k8s.h"
 #include "agent/procfs.h"
-#include "core/result.h"
+#include "util/result.h"
 
 namespace mlprof::agent {
 

@@ -1,0 +1,41 @@
+#pragma once
+// Sampled stacks (py-spy, pprof, speedscope's sampled profiles, folded
+// stacks): what a sampler saw, with no call boundaries or per-call times.
+// The counterpart of Profile for the store's imports (docs/store.md).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/functions.h"
+
+namespace mlprof {
+
+struct StackSamples {
+  FunctionTable functions;
+  // Kinds of value each sample carries, in order: ("samples", "count"),
+  // ("cpu", "nanoseconds") ... as the input names them.
+  std::vector<std::pair<std::string, std::string>> value_types;
+  struct Thread {
+    std::string name;
+    uint64_t id = 0;
+  };
+  std::vector<Thread> threads;  // at least one
+  struct Frame {
+    uint32_t function = 0;  // FunctionTable id
+    int32_t line = 0;
+  };
+  struct Sample {
+    uint32_t thread = 0;
+    std::vector<Frame> frames;    // root first
+    std::vector<int64_t> values;  // one per value type
+  };
+  std::vector<Sample> samples;
+  std::map<std::string, std::string> meta;  // what the input says of itself
+  int64_t start_ns = 0;  // 0 when the input has no clock (folded stacks)
+  int64_t end_ns = 0;
+};
+
+}  // namespace mlprof
