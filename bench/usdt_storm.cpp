@@ -2,8 +2,8 @@
 // (bpf/mlprof_usdt.h), with no Python. Each thread runs sessions in a tight
 // loop: session_begin, lane_begin, N x (span_enter, span_exit), session_end,
 // gated by the semaphores exactly as the extension's sites are. The agent's
-// throughput test and benchmark attach to it (docs/architecture.md: "Throughput
-// is measured with a synthetic source").
+// throughput test and benchmark attach to it (docs/decisions/0026-throughput-from-a-synthetic-source.md:
+// "Throughput is measured with a synthetic source").
 //
 //   mlprof-usdt-storm [--sessions N] [--spans-per-session M] [--threads T]
 //                     [--seconds S] [--sleep-us U] [--wait-attached S]

@@ -1,4 +1,4 @@
-/* CO-RE shims for kernel drift, one place (STYLE.md, as bcc libbpf-tools'
+/* CO-RE shims for kernel drift, one place (docs/design/style.md, as bcc libbpf-tools'
  * core_fixes.bpf.h). Each names the kernel change it covers. BPF only. */
 #ifndef MLPROF_CORE_FIXES_BPF_H
 #define MLPROF_CORE_FIXES_BPF_H

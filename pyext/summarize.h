@@ -1,5 +1,5 @@
 #pragma once
-// summarize(obj) -> IOSummary in C++ (spec 000 section 3.2; issue 3). Called
+// summarize(obj) -> IOSummary in C++ (docs/design/capture.md, "I/O summaries"; issue 3). Called
 // by the capture hooks for arguments and return values within the I/O depth,
 // and by mlflow_profiler.summarize().
 //

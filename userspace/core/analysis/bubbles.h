@@ -1,5 +1,5 @@
 #pragma once
-// Bubbles and utilization (spec 002): the idle gaps of a session, when none
+// Bubbles and utilization (docs/design/analysis.md, "Analysis verbs"): the idle gaps of a session, when none
 // of its threads or tasks runs, and how busy the lanes of a fan-out were
 // (docs/store.md, "mlprof bubbles").
 //

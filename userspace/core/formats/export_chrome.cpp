@@ -1,4 +1,4 @@
-// Chrome Trace Event JSON (spec 002), in the shape Perfetto's JSON importer
+// Chrome Trace Event JSON (docs/design/analysis.md, "Trace export"), in the shape Perfetto's JSON importer
 // (src/trace_processor/importers/json/ of google/perfetto) takes without
 // dropping anything:
 // - "traceEvents" is the first key: its tokenizer ignores the rest of the
@@ -448,7 +448,7 @@ void write_instant(JsonWriter& w, const Profile& p, const Mark& m, uint32_t pid,
   w.EndObject();
 }
 
-// Spec 002's view: each resource a process (above any real pid), each slot
+// docs/design/analysis.md, "Resources and slots": each resource a process (above any real pid), each slot
 // in use a thread, each call a slice on the slot it took, and per resource
 // the counters "in flight" and "queued" (model/resources.h).
 constexpr uint32_t kResourcePidBase = 1u << 30;

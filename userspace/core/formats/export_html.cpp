@@ -51,7 +51,7 @@ std::string report_extras(const Profile& p) {
   w.StartArray();
   for (const std::string& title : lane_track_titles(p)) write_string(w, title);
   w.EndArray();
-  // Spec 002's view (model/resources.h): per resource, its calls
+  // docs/design/analysis.md's resource view (model/resources.h): per resource, its calls
   // [span, slot, start_ns, end_ns, queued_from_ns] and its samples
   // [ts_ns, in_flight, queued].
   w.Key("resources");

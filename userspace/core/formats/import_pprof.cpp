@@ -1,5 +1,5 @@
-// pprof (profile.proto, gzip-compressed or not) as StackSamples: spec 001's
-// "v1", pre-aggregated. Expanded as spec 001 says: a sample counted c times
+// pprof (profile.proto, gzip-compressed or not) as StackSamples: docs/design/store.md's
+// "v1", pre-aggregated. Expanded as docs/design/store.md says: a sample counted c times
 // becomes c samples of count 1; its other values (cpu nanoseconds, bytes)
 // are shared among them, the remainder to the first, so every sum stays
 // exact. Sample types and units are kept as the file names them. The

@@ -1,5 +1,5 @@
 #pragma once
-// Resources and their slots (spec 002's view: process = endpoint, thread =
+// Resources and their slots (docs/design/analysis.md: process = resource, thread =
 // concurrent slot). A span may name the resource it uses (profile_span's and
 // profile_block's `resource=`, kEvResource): an LLM endpoint, a database, a
 // host. Each such span is a call to it, in flight for its wall time. The

@@ -1,5 +1,5 @@
 #pragma once
-// I/O summaries (spec 000, section 3.2): what the data flowing through a span
+// I/O summaries (docs/design/capture.md, "I/O summaries"): what the data flowing through a span
 // looked like (type, shape, dtype, length, bytes, device, a short repr).
 // Primitives only: a summary never refers to the object it describes.
 
@@ -49,10 +49,10 @@ struct SpanIO {
 // "DataFrame" for "pandas.core.frame.DataFrame": the last dotted component.
 std::string short_type_name(const std::string& type_name);
 
-// "7.8KB", "512B", "1.5GB": 1024-based, one decimal (spec 000, section 4).
+// "7.8KB", "512B", "1.5GB": 1024-based, one decimal (docs/design/capture.md, "The text tree").
 std::string format_bytes(int64_t bytes);
 
-// The parenthesised form of spec 000 section 4, fields present only when set:
+// The parenthesised form (docs/design/capture.md, "The text tree"), fields present only when set:
 //   (DataFrame, shape=(1000, 50), dtype=float64, 400.0KB)
 //   (Tensor, shape=(8, 128), dtype=float32, device=cuda:0, 4.0KB)
 //   (list, len=3, 120B)   (int, 42)   (str, len=5, 'hello')   (NoneType)

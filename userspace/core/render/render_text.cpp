@@ -114,8 +114,8 @@ std::unordered_map<uint64_t, std::string> waker_names(const Profile& p) {
   return names;
 }
 
-// The in:/out: lines of spec 000 section 4 under a node, indented one level
-// deeper. One argument is shown bare, as in the spec; several are named.
+// The in:/out: lines (docs/design/capture.md, "The text tree") under a node, indented one level
+// deeper. One argument is shown bare, as the design shows; several are named.
 // Returns true if it wrote any.
 bool append_io(const Profile& p, const ViewNode& node, std::string& out) {
   if (!node.collapsed.empty()) return false;
@@ -201,7 +201,7 @@ void append_node(const Profile& p, const View& view, const Columns& cols, int32_
 }
 
 // blank_pending: the last node written had I/O lines; a blank line separates
-// it from the next node (spec 000 section 4), never ends the text.
+// it from the next node (docs/design/capture.md, "The text tree"), never ends the text.
 void append_subtree(const Profile& p, const View& view, const Columns& cols, int32_t root,
                     bool show_io, bool& blank_pending, std::string& out,
                     std::vector<int32_t>& stack) {

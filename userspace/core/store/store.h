@@ -125,7 +125,7 @@ Result<StackSamples> read_stack_source(StoreDriver& driver, int64_t source_id);
 Result<int64_t> remove_sources(StoreDriver& driver, const std::vector<int64_t>& source_ids);
 
 // The table of the stored values keyed by type_id: sample_value_rows since
-// 2.4 (spec 001's sample_values is a view of it, with spans' wall and self),
+// 2.4 (docs/design/store.md's sample_values is a view of it, with spans' wall and self),
 // sample_values before.
 std::string value_rows_table(StoreDriver& driver);
 

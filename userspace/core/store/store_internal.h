@@ -22,7 +22,7 @@ inline bool is_null(const SqlValue& v) { return std::holds_alternative<std::mono
 bool has_2_(StoreDriver& d, int at_least);
 inline bool has_2_2(StoreDriver& d) { return has_2_(d, 2); }
 
-// The table of the stored values (spec 001's sample_values is a view of it
+// The table of the stored values (docs/design/store.md's sample_values is a view of it
 // since 2.4; before, the table itself).
 inline std::string values_table(bool v2_4) { return v2_4 ? "sample_value_rows" : "sample_values"; }
 

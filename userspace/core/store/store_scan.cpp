@@ -118,7 +118,7 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
     waiting_type.push_back(sql_int(r[0]));
   }
 
-  // The stored values' table (not spec 001's sample_values view: its spans'
+  // The stored values' table (not docs/design/store.md's sample_values view: its spans'
   // wall and self rows would be read and dropped).
   const std::string values = value_rows_table(d);
   uint64_t added = 0;

@@ -9,7 +9,7 @@ namespace {
 // SQLite dialect; the PostgreSQL one is derived (schema_statements). Times
 // of samples and segments are offsets from their session's start_ns (small
 // integers take fewer bytes); kernel intervals stay absolute CLOCK_MONOTONIC.
-// Call paths are stored once (stacks) and spans point at them: spec 001's
+// Call paths are stored once (stacks) and spans point at them: docs/design/store.md's
 // sample_locations is a view of that.
 const char* const kSchema = R"SQL(
 CREATE TABLE meta (
@@ -279,7 +279,7 @@ const std::vector<Migration>& migrations() {
         "SELECT sample_id, syscall, state, blocked_ns, count FROM span_waits",
         "DROP TABLE span_waits",
         "ALTER TABLE span_waits_2_3 RENAME TO span_waits"}},
-      // Spec 001's tables as it names them (its SQL runs unchanged): the
+      // docs/design/store.md's tables as it names them (its SQL runs unchanged): the
       // normalised values table makes way for its sample_values (type and
       // unit, spans' wall and self included); sample_locations counts 1 =
       // innermost; samples gets its source_id; source_timestamp is seconds

@@ -1,5 +1,5 @@
 #pragma once
-// The profile store's schema (spec 001's v2 model adapted to spans;
+// The profile store's schema (docs/design/store.md's model adapted to spans;
 // docs/store.md): one text, two dialects. Every writer and reader (the
 // extension through Python's sqlite3 or psycopg, the agent through
 // libsqlite3) creates and checks it from here.

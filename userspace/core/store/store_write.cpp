@@ -225,7 +225,7 @@ SqlValue tool_of(const std::map<std::string, std::string>& meta, const SourceInf
   return {};
 }
 
-// The sources row: 2.4's columns (start_unix_ns, spec 001's seconds, the
+// The sources row: 2.4's columns (start_unix_ns, docs/design/store.md's seconds, the
 // tool and content hash) or the older ones, with `extra` columns and values.
 void insert_source(StoreDriver& d, int64_t source_id, const SourceInfo& info, const SqlValue& start_unix_ns,
                    const std::map<std::string, std::string>& meta, const std::string& columns,

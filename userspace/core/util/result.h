@@ -1,5 +1,5 @@
 #pragma once
-// Recoverable errors as values (STYLE.md): a Result holds a T or an Error
+// Recoverable errors as values (docs/design/style.md, "C++"): a Result holds a T or an Error
 // that names the cause and, where there is one, the fix.
 
 #include <string>

@@ -4,7 +4,7 @@
 // output conversion) becomes one node, "[mlflow: input checks, context]",
 // whose children are those calls. The model's steps stay where they were,
 // so the reader sees at once how much of predict is MLflow's and how much is
-// the model's (docs/architecture.md, "MLflow's frames").
+// the model's (docs/decisions/0004-mlflow-work-as-named-groups.md).
 
 #include <cstdint>
 #include <memory>

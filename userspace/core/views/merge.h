@@ -1,5 +1,5 @@
 #pragma once
-// Combining profiles (spec 001): several sessions, processes or hosts into
+// Combining profiles (docs/design/store.md, "Combining profiles"): several sessions, processes or hosts into
 // one Profile, with ids remapped and provenance kept per lane.
 
 #include <vector>

@@ -89,7 +89,7 @@
     return s;
   }
 
-  // print_tree's I/O lines: one argument bare (spec 000 section 4),
+  // print_tree's I/O lines: one argument bare (docs/design/capture.md, "The text tree"),
   // several named.
   function ioLine(k) {
     const row = P.io[k];
