@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "probes.h"
 #include "span_api.h"
+#include "suspend_resume.h"
 
 namespace mlprof {
 

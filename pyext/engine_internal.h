@@ -3,7 +3,7 @@
 // is what the rest of the extension sees). Its jobs, a file each: engine.cpp
 // (the thread cache and the on_*/quick_* entry points: the hot path, in one
 // translation unit), lane_stack.cpp (a lane's stack of open levels),
-// suspend_resume.cpp (generators and coroutines that yield and resume),
+// suspend_resume.h (generators and coroutines that yield and resume),
 // code_names.cpp (naming and interning), code_registries.cpp (transparent,
 // hidden and labelled codes), engine_lanes.cpp (threads, contexts and their
 // lanes), engine_session.cpp (the Engine's lifecycle and profile build),
@@ -26,7 +26,9 @@
 namespace mlprof {
 
 // Internal to the module: with hidden visibility, the other translation units
-// reach these globals directly, not through the GOT.
+// reach these globals directly, not through the GOT. The inline helpers have
+// internal linkage (an unnamed namespace), as when the engine was one file:
+// GCC inlines them by the same rules, so the hot path compiles as before.
 #pragma GCC visibility push(hidden)
 
 // --- process-wide state and the thread cache (engine.cpp) --------------------
@@ -69,6 +71,7 @@ bool equals_transparent(PyCodeObject* code);
 uint32_t fold_label(const CaptureLane& L, PyCodeObject* code);
 uint32_t call_labeller(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame);
 
+namespace {
 inline uint32_t function_id(PyCodeObject* code) {
   void* extra = nullptr;
   if (compat::get_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, &extra) < 0) {
@@ -111,6 +114,7 @@ inline bool session_folds(const CaptureLane& L, PyCodeObject* code) {
   return std::any_of(codes.begin(), codes.end(),
                      [code](const auto& c) { return c.first == reinterpret_cast<PyObject*>(code); });
 }
+}  // namespace
 
 // --- the lane stack (lane_stack.cpp) -----------------------------------------
 
@@ -122,8 +126,8 @@ void close_ended(CaptureLane& L, int32_t pydepth, int64_t ts);
 int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key);
 bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame, bool continued,
                 IOTargets* io);
-void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, bool exception, IOTargets* io);
 
+namespace {
 inline void count_suspended(const CaptureLane& L, int delta) {
 #if MLPROF_HAS_MONITORING
   (void)L, (void)delta;  // sys.monitoring sees every resume: nothing keeps a hook in
@@ -205,22 +209,44 @@ inline uintptr_t generator_key(PyFrameObject* frame) {
   }
   return frame ? compat::frame_generator(frame) : 0;
 }
-
-// --- generator suspend and resume (suspend_resume.cpp) -----------------------
-
-Suspended& detach_segment(CaptureLane& L, uintptr_t key, size_t from, int32_t pydepth);
-uint32_t reattach_segment(CaptureLane& L, size_t k, int32_t d, int32_t pydepth, bool push_back);
-void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame);
-bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame);
+}  // namespace
 
 // --- I/O capture (io_capture.cpp) --------------------------------------------
 
+void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets& io);
+void capture_return(PyObject* retval, const IOTargets& io);
 
+namespace {
 inline void want_io(IOTargets* io, const CaptureLane& L, uint32_t call) {
   if (io && io->n < 4) io->t[io->n++] = IOTarget{L.engine->serial(), L.index, call};
 }
-void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets& io);
-void capture_return(PyObject* retval, const IOTargets& io);
+
+// A frame returns (lane_stack.cpp has the rest of the lane stack); inline:
+// once per Python return, in on_return.
+inline void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, bool exception, IOTargets* io) {
+  if (pydepth <= L.base_pydepth) return;  // a frame above the root
+  const int64_t ts = clock::ticks();
+  close_ended(L, pydepth + 1, ts);
+  // The frame's own entries: the blocks and C calls it opened, then itself.
+  size_t j = L.rec.size();
+  while (j > 0 && L.rec[j - 1].pydepth == pydepth && !frame_like(L.rec[j - 1])) --j;
+  if (j > 0 && L.rec[j - 1].pydepth == pydepth && L.rec[j - 1].code == code) {
+    const StackEntry& e = L.rec[j - 1];
+    if (e.want_io && !exception && e.call_index != kNoEvent) want_io(io, L, e.call_index);
+    close_entries(L, j - 1, exception, ts);
+    L.last_was_suspend = false;
+    return;
+  }
+  if (j < L.rec.size()) close_entries(L, j, exception, ts);  // blocks of a frame the lane does not track
+  // Its end was inferred earlier (a finalizer started in its teardown).
+  CaptureLane::Inferred& inf = L.inferred;
+  if (inf.code == code && inf.pydepth == pydepth) {
+    if (exception && inf.return_index < L.out.events.size()) L.out.events[inf.return_index].flags |= kEvException;
+    if (inf.want_io && !exception) want_io(io, L, inf.call_index);
+    inf = CaptureLane::Inferred{};
+  }
+}
+}  // namespace
 
 // --- threads, contexts and their lanes (engine_lanes.cpp) --------------------
 
@@ -232,6 +258,7 @@ uint32_t begin_flags(const EngineOptions& o, uint64_t serial);
 
 // --- the frame evaluation hook's window (engine.cpp) -------------------------
 
+namespace {
 // Whether this lane wants the frame evaluation hook while the frame at frame
 // depth `current` runs: it does while that frame is one it tracks within the
 // ceiling (or the frame that entered the session), so that everything that
@@ -266,6 +293,7 @@ inline void update_window(const CurrentLanes& cl, int32_t current) {
   (void)cl, (void)current;
 #endif
 }
+}  // namespace
 
 #pragma GCC visibility pop
 

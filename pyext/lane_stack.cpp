@@ -269,28 +269,4 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   return true;
 }
 
-void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, bool exception, IOTargets* io) {
-  if (pydepth <= L.base_pydepth) return;  // a frame above the root
-  const int64_t ts = clock::ticks();
-  close_ended(L, pydepth + 1, ts);
-  // The frame's own entries: the blocks and C calls it opened, then itself.
-  size_t j = L.rec.size();
-  while (j > 0 && L.rec[j - 1].pydepth == pydepth && !frame_like(L.rec[j - 1])) --j;
-  if (j > 0 && L.rec[j - 1].pydepth == pydepth && L.rec[j - 1].code == code) {
-    const StackEntry& e = L.rec[j - 1];
-    if (e.want_io && !exception && e.call_index != kNoEvent) want_io(io, L, e.call_index);
-    close_entries(L, j - 1, exception, ts);
-    L.last_was_suspend = false;
-    return;
-  }
-  if (j < L.rec.size()) close_entries(L, j, exception, ts);  // blocks of a frame the lane does not track
-  // Its end was inferred earlier (a finalizer started in its teardown).
-  CaptureLane::Inferred& inf = L.inferred;
-  if (inf.code == code && inf.pydepth == pydepth) {
-    if (exception && inf.return_index < L.out.events.size()) L.out.events[inf.return_index].flags |= kEvException;
-    if (inf.want_io && !exception) want_io(io, L, inf.call_index);
-    inf = CaptureLane::Inferred{};
-  }
-}
-
 }  // namespace mlprof

@@ -1,6 +1,6 @@
 """The reference engine (_reference.py): a lane and its stack of open levels.
 Starts, returns, yields and resumes of frames in one lane
-(pyext/lane_stack.cpp, pyext/suspend_resume.cpp), I/O summaries
+(pyext/lane_stack.cpp, pyext/suspend_resume.h), I/O summaries
 (pyext/io_capture.cpp), per-span readings and the off-CPU readings of a
 lane's events."""
 

@@ -3,10 +3,15 @@
 // into a suspended segment (CaptureLane::suspended) and writes a kSuspend; a
 // resume puts the segment back where the generator runs now and writes the
 // resume (folded by the core when nothing ran in between). docs/capture.md
-// says what a suspension of each kind means.
+// says what a suspension of each kind means. Included by engine.cpp only
+// (an unnamed namespace, as before the split): these run per yield and
+// resume, and GCC inlines them into its entry points.
+#pragma once
+
 #include "engine_internal.h"
 
 namespace mlprof {
+namespace {
 
 // Detaches rec[from..] into the segment of generator `key` (one it left
 // here before, its address reused, is replaced); `pydepth`: its frame depth.
@@ -133,4 +138,5 @@ bool lane_resume(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObj
   return true;
 }
 
+}  // namespace
 }  // namespace mlprof
