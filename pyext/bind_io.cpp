@@ -78,7 +78,7 @@ PyObject* io_summary_object(const IOSummary& s) {
   PyObject* cls = summarize::summary_class();
   if (!cls) {
     PyErr_SetString(PyExc_RuntimeError,
-                    "mlflow_profiler._io is not initialised: import mlflow_profiler");
+                    "mlflow_profiler._summaries is not initialised: import mlflow_profiler");
     return nullptr;
   }
   PyObject* shape = Py_None;
@@ -158,7 +158,7 @@ void bind_io(py::module_& m) {
         summarize::set_support(summary_class.ptr(), log.is_none() ? nullptr : log.ptr());
       },
       py::arg("summary_class"), py::arg("log"),
-      "Called by mlflow_profiler._io: the IOSummary class and log_once(kind, message).");
+      "Called by mlflow_profiler._summaries: the IOSummary class and log_once(kind, message).");
   m.def(
       "_set_summarizer",
       [](py::object cls, py::object fn) {

@@ -20,7 +20,7 @@ void bind_trend(pybind11::module_& m);     // bind_trend.cpp: change points over
 void bind_function_stats(pybind11::module_& m);  // bind_function_stats.cpp: time per function (top --by function)
 void bind_session(pybind11::module_& m);  // bind_session.cpp: ProfileSession.__enter__/__exit__ in C (after Engine)
 
-// The Python IOSummary (mlflow_profiler._io) for s: a new reference, or null
+// The Python IOSummary (mlflow_profiler._summaries) for s: a new reference, or null
 // with an exception set. Absent values ("" / -1) become None. The other way
 // is summarize::from_python (summarize.h).
 PyObject* io_summary_object(const IOSummary& s);

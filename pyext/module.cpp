@@ -1,6 +1,6 @@
 // mlflow_profiler._core: the capture engine, the span types and bindings to
 // the C++ core (tree, views, renderers). Python-facing conversions only; the
-// logic lives in engine.cpp and userspace/core.
+// logic lives in the engine (engine_internal.h lists its files) and userspace/core.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

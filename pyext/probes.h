@@ -8,7 +8,7 @@
 // module, file and line, the label text, the I/O summary text) and hits the
 // probe. Events that the engine does not push (dropped, below the ceiling,
 // transparent) have no site, so a tracer rebuilds each lane's events exactly.
-// The fire_* functions and the semaphores are defined in engine.cpp.
+// The fire_* functions are defined in usdt_fire.cpp, the semaphores in engine.cpp.
 
 #include <cstdint>
 #include <string>

@@ -245,7 +245,7 @@ PyMemberDef span_members[] = {
 
 // `__dict__` is what functools.update_wrapper copies the function's
 // attributes into and sets `__wrapped__` in (inspect.signature and
-// inspect.unwrap follow it; so does the 3.9/3.10 method naming in engine.cpp).
+// inspect.unwrap follow it; so does the 3.9/3.10 method naming in code_names.cpp).
 PyGetSetDef span_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};

@@ -37,7 +37,7 @@ constexpr int64_t kSlowFirstReprNs = 20'000'000;
 // Types whose classification is cached at most (the cache is emptied when full).
 constexpr size_t kTypeCacheMax = 512;
 
-// Hooks from mlflow_profiler._io: the IOSummary class (what a registered
+// Hooks from mlflow_profiler._summaries: the IOSummary class (what a registered
 // summarizer must return) and log(kind, message) (its _log.log_once). Both
 // strong references; either may be null.
 void set_support(PyObject* summary_class, PyObject* log);

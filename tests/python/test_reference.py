@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mlflow_profiler import _reference, profiling
+from mlflow_profiler import _reference, _reference_hook, profiling
 
 from _helpers import shape, walk
 
@@ -84,7 +84,7 @@ def test_context_marks_leave_user_variables_alone():
 
 def test_an_internal_failure_disables_capture_and_is_logged(monkeypatch, caplog):
     calls = {"n": 0}
-    real = _reference._lane_start
+    real = _reference_hook._lane_start
 
     def broken(L, code, frame, continued):
         calls["n"] += 1
@@ -92,7 +92,7 @@ def test_an_internal_failure_disables_capture_and_is_logged(monkeypatch, caplog)
             raise MemoryError("simulated")  # an Exception subclass: recorded, not raised
         real(L, code, frame, continued)
 
-    monkeypatch.setattr(_reference, "_lane_start", broken)
+    monkeypatch.setattr(_reference_hook, "_lane_start", broken)
 
     def model():
         return leaf(1) + leaf(2) + leaf(3)
@@ -117,7 +117,7 @@ def test_a_chained_profile_function_is_called_first():
         if frame.f_code is leaf.__code__ and event == "call":
             order.append("tracer")
 
-    real = _reference._lane_start
+    real = _reference_hook._lane_start
 
     def spy(L, code, frame, continued):
         if code is leaf.__code__:
@@ -125,12 +125,12 @@ def test_a_chained_profile_function_is_called_first():
         real(L, code, frame, continued)
 
     sys.setprofile(tracer)
-    _reference._lane_start = spy
+    _reference_hook._lane_start = spy
     try:
         with profiling(depth=-1, engine="reference"):
             leaf(1)
     finally:
-        _reference._lane_start = real
+        _reference_hook._lane_start = real
         sys.setprofile(None)
     assert order == ["tracer", "reference"]
 
