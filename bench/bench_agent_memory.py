@@ -53,19 +53,28 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--every", type=float, default=5)
     ap.add_argument("--warmup", type=float, default=60)
-    ap.add_argument("--mode", default="nested", help="the target's predict() (tests/e2e/_target.py modes)")
-    ap.add_argument("--interval", type=float, default=0.0, help="seconds between the target's predict() calls")
+    ap.add_argument(
+        "--mode", default="nested", help="the target's predict() (tests/e2e/_target.py modes)"
+    )
+    ap.add_argument(
+        "--interval", type=float, default=0.0, help="seconds between the target's predict() calls"
+    )
     ap.add_argument("agent_args", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     extra = args.agent_args[1:] if args.agent_args[:1] == ["--"] else args.agent_args
 
-    target = subprocess.Popen([sys.executable, TARGET, "--loop", args.mode, "--interval", str(args.interval)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    target = subprocess.Popen(
+        [sys.executable, TARGET, "--loop", args.mode, "--interval", str(args.interval)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     ready = json.loads(target.stdout.readline())
     # Files, not pipes: a --stream agent must never block on a full pipe.
     out_f, err_f = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-    agent = subprocess.Popen([args.agent, "--pid", str(ready["ready"]), *extra], stdout=out_f, stderr=err_f,
-                             text=True)
+    agent = subprocess.Popen(
+        [args.agent, "--pid", str(ready["ready"]), *extra], stdout=out_f, stderr=err_f, text=True
+    )
     samples = []
     t0 = time.monotonic()
     try:
@@ -97,15 +106,25 @@ def main() -> int:
     rate = slope(after)
     elapsed = samples[-1][0] if samples else 0
     print(f"agent args: --pid TARGET {' '.join(extra)}")
-    print(f"target: _target.py --loop {args.mode} --interval {args.interval}; ran {elapsed:.0f} s, "
-          f"{sessions} sessions ({sessions / max(elapsed, 1):.0f}/s)")
+    print(
+        f"target: _target.py --loop {args.mode} --interval {args.interval}; ran {elapsed:.0f} s, "
+        f"{sessions} sessions ({sessions / max(elapsed, 1):.0f}/s)"
+    )
     print("t_s  VmRSS_MB")
     for t, kb in samples[:: max(1, len(samples) // 24)]:
         print(f"{t:5.0f}  {kb / 1024:7.1f}")
     if samples:
-        print(f"last {samples[-1][1] / 1024:.1f} MB, max {max(kb for _, kb in samples) / 1024:.1f} MB")
-    print(f"growth after {args.warmup:.0f} s: {rate:.4f} MB/s"
-          + (f", {rate * 1000 / (sessions / max(elapsed, 1)):.3f} MB per 1000 sessions" if sessions else ""))
+        print(
+            f"last {samples[-1][1] / 1024:.1f} MB, max {max(kb for _, kb in samples) / 1024:.1f} MB"
+        )
+    print(
+        f"growth after {args.warmup:.0f} s: {rate:.4f} MB/s"
+        + (
+            f", {rate * 1000 / (sessions / max(elapsed, 1)):.3f} MB per 1000 sessions"
+            if sessions
+            else ""
+        )
+    )
     print("agent stderr tail:", err.strip().splitlines()[-3:])
     return 0
 

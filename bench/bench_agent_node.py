@@ -54,8 +54,12 @@ def start_targets(python: str, n: int, mode: str, interval: float) -> list:
     """N targets in loop mode; waits until each printed its ready line."""
     procs = []
     for _ in range(n):
-        p = subprocess.Popen([python, TARGET, "--loop", mode, "--interval", str(interval)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        p = subprocess.Popen(
+            [python, TARGET, "--loop", mode, "--interval", str(interval)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         procs.append(p)
     for p in procs:
         line = p.stdout.readline()
@@ -70,7 +74,9 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--targets", type=int, default=4)
     ap.add_argument("--mode", default="nested")
-    ap.add_argument("--interval", type=float, default=0.05, help="seconds between a target's predicts")
+    ap.add_argument(
+        "--interval", type=float, default=0.05, help="seconds between a target's predicts"
+    )
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--every", type=float, default=10)
     ap.add_argument("agent_args", nargs=argparse.REMAINDER)
@@ -100,8 +106,10 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 agent.kill()  # -o of a long capture: said below
                 agent.wait()
-            print(f"SIGTERM to exit: {time.monotonic() - t_term:.1f} s (killed after 120 s: "
-                  f"{agent.returncode == -signal.SIGKILL})")
+            print(
+                f"SIGTERM to exit: {time.monotonic() - t_term:.1f} s (killed after 120 s: "
+                f"{agent.returncode == -signal.SIGKILL})"
+            )
         for p in targets:
             p.kill()
             p.wait()
@@ -119,17 +127,23 @@ def main() -> int:
     log_bytes = os.path.getsize(out.name)
     os.unlink(out.name)
     print(f"agent {a.agent} {' '.join(args)}")
-    print(f"targets {a.targets} x {a.mode} every {a.interval} s ({a.targets / a.interval:.0f} predicts/s); "
-          f"{attached} processes attached (log {log.name}); sessions printed: {sessions['own']} of "
-          f"these targets', {sessions['other']} of other processes; {sessions['continuous']} in the "
-          f"continuous agent's period lines (all processes)")
+    print(
+        f"targets {a.targets} x {a.mode} every {a.interval} s ({a.targets / a.interval:.0f} predicts/s); "
+        f"{attached} processes attached (log {log.name}); sessions printed: {sessions['own']} of "
+        f"these targets', {sessions['other']} of other processes; {sessions['continuous']} in the "
+        f"continuous agent's period lines (all processes)"
+    )
     print(f"{'t_s':>7} {'cpu_share':>9} {'rss_mib':>8} {'hwm_mib':>8}")
     for (t_prev, c_prev, _), (t, c, m) in zip(rows, rows[1:]):
-        print(f"{t:7.1f} {(c - c_prev) / (t - t_prev):9.4f} {m['VmRSS'] / 1024:8.1f} {m['VmHWM'] / 1024:8.1f}")
+        print(
+            f"{t:7.1f} {(c - c_prev) / (t - t_prev):9.4f} {m['VmRSS'] / 1024:8.1f} {m['VmHWM'] / 1024:8.1f}"
+        )
     t_end, c_end, m_end = rows[-1]
     summary = {
         "cpu_share_overall": (c_end - rows[0][1]) / t_end,
-        "cpu_share_max_interval": max((c - cp) / (t - tp) for (tp, cp, _), (t, c, _) in zip(rows, rows[1:])),
+        "cpu_share_max_interval": max(
+            (c - cp) / (t - tp) for (tp, cp, _), (t, c, _) in zip(rows, rows[1:])
+        ),
         "rss_mib_first": rows[1][2]["VmRSS"] / 1024,
         "rss_mib_last": m_end["VmRSS"] / 1024,
         "hwm_mib": m_end["VmHWM"] / 1024,

@@ -50,7 +50,8 @@ double median(std::vector<double> v) {
 int record(int pid, double seconds, std::vector<std::string>& records, uint64_t& lost) {
   using namespace mlprof::agent;
   std::ifstream maps_file("/proc/" + std::to_string(pid) + "/maps");
-  const std::string maps((std::istreambuf_iterator<char>(maps_file)), std::istreambuf_iterator<char>());
+  const std::string maps((std::istreambuf_iterator<char>(maps_file)),
+                         std::istreambuf_iterator<char>());
   const auto ext = extension_in_maps(maps);
   if (!ext) {
     std::fprintf(stderr, "pid %d has not loaded mlflow_profiler\n", pid);
@@ -112,11 +113,16 @@ int main(int argc, char** argv) {
   int repeat = 9;
   std::string save, load;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--pid")) pid = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--save")) save = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--load")) load = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--repeat")) repeat = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--pid"))
+      pid = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--save"))
+      save = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--load"))
+      load = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--seconds"))
+      seconds = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--repeat"))
+      repeat = std::atoi(argv[i + 1]);
   }
   std::vector<std::string> records;
   uint64_t lost = 0;
@@ -126,8 +132,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   } else if (pid <= 0) {
-    std::fprintf(stderr, "usage: bench_agent_replay --pid PID [--seconds S] [--repeat K] [--save FILE]\n"
-                         "       bench_agent_replay --load FILE [--repeat K]\n");
+    std::fprintf(stderr,
+                 "usage: bench_agent_replay --pid PID [--seconds S] [--repeat K] [--save FILE]\n"
+                 "       bench_agent_replay --load FILE [--repeat K]\n");
     return 2;
   } else if (int rc = record(pid, seconds, records, lost); rc != 0) {
     return rc;
@@ -169,18 +176,21 @@ int main(int argc, char** argv) {
     report_us.push_back(static_cast<double>(report_ns) / 1000.0 / static_cast<double>(sessions));
   }
   if (sessions == 0) {
-    std::fprintf(stderr, "no session in %zu records (is capture on in pid %d?)\n", records.size(), pid);
+    std::fprintf(stderr, "no session in %zu records (is capture on in pid %d?)\n", records.size(),
+                 pid);
     return 1;
   }
-  std::printf("records=%zu lost=%llu sessions=%llu records_per_session=%.2f repeat=%d\n", records.size(),
-              static_cast<unsigned long long>(lost), static_cast<unsigned long long>(sessions),
+  std::printf("records=%zu lost=%llu sessions=%llu records_per_session=%.2f repeat=%d\n",
+              records.size(), static_cast<unsigned long long>(lost),
+              static_cast<unsigned long long>(sessions),
               static_cast<double>(records.size()) / static_cast<double>(sessions), repeat);
-  std::printf("us_per_session joiner=%.2f report=%.2f total=%.2f (median of %zu replays; min total %.2f)\n",
-              median(join_us), median(report_us), median(join_us) + median(report_us), join_us.size(),
-              [&] {
-                double best = 1e18;
-                for (size_t i = 0; i < join_us.size(); ++i) best = std::min(best, join_us[i] + report_us[i]);
-                return best;
-              }());
+  std::printf(
+      "us_per_session joiner=%.2f report=%.2f total=%.2f (median of %zu replays; min total %.2f)\n",
+      median(join_us), median(report_us), median(join_us) + median(report_us), join_us.size(), [&] {
+        double best = 1e18;
+        for (size_t i = 0; i < join_us.size(); ++i)
+          best = std::min(best, join_us[i] + report_us[i]);
+        return best;
+      }());
   return 0;
 }

@@ -53,8 +53,11 @@ def overhead(args, agent: str, env: dict, tmp: str) -> None:
         for t in targets.values():
             t.read()
         pid = targets["C"].pid
-        w = ba.Watcher([agent, "--pid", str(pid), "-v"], ready_text=f"attached to pid {pid} ",
-                       stdout_path=os.path.join(tmp, "agent-C.txt"))
+        w = ba.Watcher(
+            [agent, "--pid", str(pid), "-v"],
+            ready_text=f"attached to pid {pid} ",
+            stdout_path=os.path.join(tmp, "agent-C.txt"),
+        )
         w.wait_ready()
         for t in targets.values():  # one unmeasured round each
             t.ask(f"round {args.calls // 4 or 1}")
@@ -81,25 +84,37 @@ def overhead(args, agent: str, env: dict, tmp: str) -> None:
             t.close()
     med = {m: statistics.median(wall[m]) for m in names}
     ref = (med["A"] + med["A'"]) / 2
-    print(f"1. ChurnModel predict, depth 2, 64 rows: {args.rounds} interleaved rounds x {args.calls} predicts, "
-          f"median per mode; ref = mean(A, A') = {ref / 1000:.1f} us")
+    print(
+        f"1. ChurnModel predict, depth 2, 64 rows: {args.rounds} interleaved rounds x {args.calls} predicts, "
+        f"median per mode; ref = mean(A, A') = {ref / 1000:.1f} us"
+    )
     print("| mode | us per predict | ratio to ref | round spread |")
     print("|---|---|---|---|")
-    label = {"A": "A none", "B": "B in process (sample_rate=1)", "C": "C sample_rate=0 + mlprof-ebpf (v2)",
-             "A'": "A' none"}
+    label = {
+        "A": "A none",
+        "B": "B in process (sample_rate=1)",
+        "C": "C sample_rate=0 + mlprof-ebpf (v2)",
+        "A'": "A' none",
+    }
     for m in names:
         spread = (max(wall[m]) - min(wall[m])) / med[m] * 100
         print(f"| {label[m]} | {med[m] / 1000:.1f} | {med[m] / ref:.3f} | {spread:.0f}% |")
     floor = med["A"] / med["A'"]
     print(f"C / B = {med['C'] / med['B']:.3f} (target <= 1.05); noise floor A / A' = {floor:.3f}")
-    print(f"per round C / B: median {statistics.median(c / b for c, b in zip(wall['C'], wall['B'])):.3f}")
+    print(
+        f"per round C / B: median {statistics.median(c / b for c, b in zip(wall['C'], wall['B'])):.3f}"
+    )
     print(f"in-process counters: {stats}")
     sessions = counts.get("sessions", 0)
     predicts = args.rounds * args.calls
-    print(f"\n2. agent: exit {rc}; records {counts.get('records')}, lost {counts.get('lost')}, "
-          f"sessions {sessions} (measured rounds: {predicts} predicts)")
-    print(f"   CPU over C's measured rounds: {cpu / predicts / 1000:.1f} us per session (utime+stime, ticks), "
-          f"{exact / predicts / 1000:.1f} us (schedstat); target <= 20")
+    print(
+        f"\n2. agent: exit {rc}; records {counts.get('records')}, lost {counts.get('lost')}, "
+        f"sessions {sessions} (measured rounds: {predicts} predicts)"
+    )
+    print(
+        f"   CPU over C's measured rounds: {cpu / predicts / 1000:.1f} us per session (utime+stime, ticks), "
+        f"{exact / predicts / 1000:.1f} us (schedstat); target <= 20"
+    )
     if sessions:
         print(f"   {counts['records'] / sessions:.1f} records per session")
     for line in lines:
@@ -108,27 +123,47 @@ def overhead(args, agent: str, env: dict, tmp: str) -> None:
 
 def storm(args, tools: dict) -> None:
     """Part 3."""
-    print(f"\n3. mlprof-usdt-storm, {args.spans} spans per session, {args.storm_seconds} s, default ring; "
-          f"--sleep-us between sessions, 0: full speed")
-    print("| threads | sleep us | sessions/s fired | span events/s | captured | shed | lost | truncated | unmatched | "
-          "agent CPU % | agent us per captured session |")
+    print(
+        f"\n3. mlprof-usdt-storm, {args.spans} spans per session, {args.storm_seconds} s, default ring; "
+        f"--sleep-us between sessions, 0: full speed"
+    )
+    print(
+        "| threads | sleep us | sessions/s fired | span events/s | captured | shed | lost | truncated | unmatched | "
+        "agent CPU % | agent us per captured session |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     runs = [(1, us) for us in args.storm_sleeps] + [(t, 0) for t in args.storm_threads if t != 1]
     for threads, sleep_us in runs:
         fig, rc, counts, cpu_s = ba.storm_once(
-            tools, ["--sessions", "0", "--seconds", str(args.storm_seconds), "--threads", str(threads),
-                    "--spans-per-session", str(args.spans), "--sleep-us", str(sleep_us)])
+            tools,
+            [
+                "--sessions",
+                "0",
+                "--seconds",
+                str(args.storm_seconds),
+                "--threads",
+                str(threads),
+                "--spans-per-session",
+                str(args.spans),
+                "--sleep-us",
+                str(sleep_us),
+            ],
+        )
         secs = float(fig.get("seconds", 0)) or 1
         sessions = float(fig.get("sessions", 0))
         captured = counts.get("sessions", 0)
-        print(f"| {threads} | {sleep_us} | {sessions / secs / 1000:.1f}k | {float(fig.get('events_per_second', 0)) / 1e6:.2f}M | "
-              f"{captured} | {counts.get('shed', -1)} | {counts.get('lost', -1)} | {counts.get('truncated', -1)} | "
-              f"{counts.get('unmatched', -1)} | {cpu_s / secs * 100:.0f}% | "
-              f"{cpu_s * 1e6 / captured if captured else 0:.2f} |")
+        print(
+            f"| {threads} | {sleep_us} | {sessions / secs / 1000:.1f}k | {float(fig.get('events_per_second', 0)) / 1e6:.2f}M | "
+            f"{captured} | {counts.get('shed', -1)} | {counts.get('lost', -1)} | {counts.get('truncated', -1)} | "
+            f"{counts.get('unmatched', -1)} | {cpu_s / secs * 100:.0f}% | "
+            f"{cpu_s * 1e6 / captured if captured else 0:.2f} |"
+        )
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--build", required=True, help="CMake build directory with the extension")
     ap.add_argument("--agent", help="mlprof-ebpf (default: BUILD's)")
     ap.add_argument("--storm", help="mlprof-usdt-storm (default: BUILD's)")
@@ -136,8 +171,14 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--spans", type=int, default=70, help="storm spans per session")
     ap.add_argument("--storm-seconds", type=float, default=5.0)
-    ap.add_argument("--storm-threads", default="1,2", help="full speed with these many threads (1: see --storm-sleeps)")
-    ap.add_argument("--storm-sleeps", default="60,30,15,0", help="one thread, these sleeps between sessions")
+    ap.add_argument(
+        "--storm-threads",
+        default="1,2",
+        help="full speed with these many threads (1: see --storm-sleeps)",
+    )
+    ap.add_argument(
+        "--storm-sleeps", default="60,30,15,0", help="one thread, these sleeps between sessions"
+    )
     args = ap.parse_args()
     args.storm_threads = [int(t) for t in args.storm_threads.split(",") if t]
     args.storm_sleeps = [int(u) for u in args.storm_sleeps.split(",") if u]
@@ -145,15 +186,30 @@ def main() -> int:
         sys.exit("bench_agent_session: run as root")
     build = os.path.abspath(args.build)
     agent = args.agent or os.path.join(build, "userspace", "agent", "mlprof-ebpf")
-    tools = {"agent": agent, "storm": args.storm or os.path.join(build, "bench", "mlprof-usdt-storm")}
+    tools = {
+        "agent": agent,
+        "storm": args.storm or os.path.join(build, "bench", "mlprof-usdt-storm"),
+    }
     tmp = tempfile.mkdtemp(prefix="bench-agent-session-")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1")
-    pp = subprocess.run(["bash", os.path.join(ROOT, "scripts", "devpath.sh"), build, os.path.join(tmp, "pp")],
-                        cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    pp = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "devpath.sh"), build, os.path.join(tmp, "pp")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     env["PYTHONPATH"] = pp.strip().split("=", 1)[1]
-    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
-          f"extension {build}; agent {agent}; raw outputs in {tmp}; {time.strftime('%Y-%m-%d %H:%M')}")
+    print(
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
+        f"extension {build}; agent {agent}; raw outputs in {tmp}; {time.strftime('%Y-%m-%d %H:%M')}"
+    )
     overhead(args, agent, env, tmp)
     storm(args, tools)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")

@@ -52,7 +52,9 @@ def gate(rounds=9, n=300_000):
         base = median_of(rounds, noop, n, obj, data)
         flo = median_of(rounds, floor, n, obj, data)
         r0 = median_of(rounds, wrapped, n, obj, data)
-        _autoprofile._config = None  # autoprofile(disable=True) with a wrapper left in another patch chain
+        _autoprofile._config = (
+            None  # autoprofile(disable=True) with a wrapper left in another patch chain
+        )
         off = median_of(rounds, wrapped, n, obj, data)
     finally:
         _autoprofile._config = saved
@@ -60,10 +62,10 @@ def gate(rounds=9, n=300_000):
 
 
 def real_model(rounds=15, n=300):
+    import _mlflow_models
     import mlflow
     import mlflow.pyfunc
 
-    import _mlflow_models
     import mlflow_profiler
 
     d = tempfile.mkdtemp()
@@ -90,14 +92,18 @@ def main():
     print("gate (ns per call, median of 9 x 300k):")
     print(f"  no-op called directly            {base:8.1f}")
     print(f"  floor: bare forwarding wrapper   {flo:8.1f}   (+{flo - base:.1f})")
-    print(f"  autoprofile, sample_rate=0       {r0:8.1f}   (+{r0 - base:.1f}; +{r0 - flo:.1f} over the floor)")
+    print(
+        f"  autoprofile, sample_rate=0       {r0:8.1f}   (+{r0 - base:.1f}; +{r0 - flo:.1f} over the floor)"
+    )
     print(f"  autoprofile disabled, wrapper    {off:8.1f}   (+{off - base:.1f})")
     plain, patched, p_all, q_all = real_model(rounds=1, n=5) if smoke else real_model()
     spread = (max(p_all) - min(p_all)) / plain * 100
     print("real pyfunc predict (us per call, median of 15 interleaved rounds x 300):")
     print(f"  unpatched                        {plain / 1000:8.1f}   (round spread {spread:.1f}%)")
-    print(f"  autoprofile, sample_rate=0       {patched / 1000:8.1f}   (ratio {patched / plain:.4f}, "
-          f"{patched - plain:+.0f} ns)")
+    print(
+        f"  autoprofile, sample_rate=0       {patched / 1000:8.1f}   (ratio {patched / plain:.4f}, "
+        f"{patched - plain:+.0f} ns)"
+    )
 
 
 if __name__ == "__main__":

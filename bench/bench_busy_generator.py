@@ -43,11 +43,17 @@ def main() -> None:
     written = time.perf_counter() - t0
     doc = json.loads(text)
     segments = json.dumps(doc["segments"], separators=(",", ":"))
-    print(f"predicts {args.predicts} x {args.resumes} resumes, depth {args.depth}, engine {args.engine}")
-    print(f"  spans {len(doc['spans'])}, segments {len(doc['segments'])}, "
-          f"events {session.statistics()['events_captured']}")
-    print(f"  document {len(text)} B JSON, {len(gzip.compress(text.encode()))} B gzip; "
-          f"segments {len(segments)} B of it")
+    print(
+        f"predicts {args.predicts} x {args.resumes} resumes, depth {args.depth}, engine {args.engine}"
+    )
+    print(
+        f"  spans {len(doc['spans'])}, segments {len(doc['segments'])}, "
+        f"events {session.statistics()['events_captured']}"
+    )
+    print(
+        f"  document {len(text)} B JSON, {len(gzip.compress(text.encode()))} B gzip; "
+        f"segments {len(segments)} B of it"
+    )
     print(f"  capture {captured * 1e3:.1f} ms, to_json {written * 1e3:.1f} ms")
 
 

@@ -111,7 +111,15 @@ def rows_of(session):
     while stack:
         n, path = stack.pop()
         kids = n["children"]
-        self_ns = max(0, n["active_ns"] - sum(c["active_ns"] for c in kids if (c["thread_id"], c["task"]) == (n["thread_id"], n["task"])))
+        self_ns = max(
+            0,
+            n["active_ns"]
+            - sum(
+                c["active_ns"]
+                for c in kids
+                if (c["thread_id"], c["task"]) == (n["thread_id"], n["task"])
+            ),
+        )
         rows.append((path, n["duration_ns"], self_ns))
         for c in kids:
             stack.append((c, path + "/" + c["label"]))
@@ -176,15 +184,24 @@ def main():
     profiles = [s._built() for s in sessions]
     rows = [rows_of(s) for s in sessions]
     spans = sorted({p.span_count for p in profiles})
-    results = {"python": platform.python_version(), "machine": platform.machine(), "spans": spans,
-               "ddsketch": DDSketch is not None, "ns_per_add": {}, "memory": {}}
+    results = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "spans": spans,
+        "ddsketch": DDSketch is not None,
+        "ns_per_add": {},
+        "memory": {},
+    }
 
     # Time: a fresh aggregate per contender, warmed by one round first.
     core = _core.CallPathStats()
     collector = mlflow_profiler.ProfileCollector()
     exact, ddsk = PyExact(), (PyDDSketch() if DDSketch else None)
-    contenders = [("core", core.add, profiles), ("collector", collector.add, sessions),
-                  ("py-exact", exact.add, rows)]
+    contenders = [
+        ("core", core.add, profiles),
+        ("collector", collector.add, sessions),
+        ("py-exact", exact.add, rows),
+    ]
     if ddsk is not None:
         contenders.append(("py-ddsketch", ddsk.add, rows))
     for name, add, items in contenders:
@@ -198,8 +215,12 @@ def main():
     rss0 = rss_bytes()
     for i in range(args.sessions):
         core.add(profiles[i % len(profiles)])
-    results["memory"]["core"] = {"memory_bytes": core.memory_bytes(), "rss_growth": rss_bytes() - rss0,
-                                 "paths": core.paths, "sessions": core.sessions}
+    results["memory"]["core"] = {
+        "memory_bytes": core.memory_bytes(),
+        "rss_growth": rss_bytes() - rss0,
+        "paths": core.paths,
+        "sessions": core.sessions,
+    }
     summary = core.summary()
     del core
     peers = [("py-exact", PyExact)] + ([("py-ddsketch", PyDDSketch)] if DDSketch else [])
@@ -214,21 +235,27 @@ def main():
         results["memory"][name] = {"python_bytes": current, "paths": len(agg.paths)}
         del agg
 
-    print(f"Python {results['python']} ({results['machine']}), profiles of {spans} spans, "
-          f"ddsketch {'yes' if DDSketch else 'not installed'}")
+    print(
+        f"Python {results['python']} ({results['machine']}), profiles of {spans} spans, "
+        f"ddsketch {'yes' if DDSketch else 'not installed'}"
+    )
     print(f"ns per add() (median of {args.repeats} x {args.number}):")
     for name, ns in results["ns_per_add"].items():
         print(f"  {name:<12} {ns:>10.0f} ns   {ns / max(spans):>7.1f} ns/span")
     print(f"memory after {args.sessions} sessions:")
     m = results["memory"]["core"]
-    print(f"  core         memory_bytes {m['memory_bytes']:>12,d}   RSS growth {m['rss_growth']:>12,d}   "
-          f"({m['paths']} paths, {m['memory_bytes'] // max(m['paths'], 1):,d} B/path)")
+    print(
+        f"  core         memory_bytes {m['memory_bytes']:>12,d}   RSS growth {m['rss_growth']:>12,d}   "
+        f"({m['paths']} paths, {m['memory_bytes'] // max(m['paths'], 1):,d} B/path)"
+    )
     for name, _ in peers:
         m = results["memory"][name]
         print(f"  {name:<12} python allocations {m['python_bytes']:>12,d}   ({m['paths']} paths)")
     p = summary["predict"]
-    print(f"predict over {args.sessions} sessions: p50 {p['p50_ms']:.3f} ms, p99 {p['p99_ms']:.3f} ms, "
-          f"count {p['count']}")
+    print(
+        f"predict over {args.sessions} sessions: p50 {p['p50_ms']:.3f} ms, p99 {p['p99_ms']:.3f} ms, "
+        f"count {p['count']}"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -54,7 +54,9 @@ def _capture_one(kind: str, factor: float, out: Path, calls: int, model_dir: Pat
 
         os.environ["BENCH_SCORE_FACTOR"] = str(factor)
         model = mlflow.pyfunc.load_model(str(model_dir))
-        df = pd.DataFrame(np.random.default_rng(1).standard_normal((64, 4)), columns=[f"f{i}" for i in range(4)])
+        df = pd.DataFrame(
+            np.random.default_rng(1).standard_normal((64, 4)), columns=[f"f{i}" for i in range(4)]
+        )
         model.predict(df)  # warm, outside the profile, as a served model is
         with profiling(depth=3) as session:
             for _ in range(calls):
@@ -73,15 +75,19 @@ def _save_model(model_dir: Path) -> None:
     import mlflow.pyfunc
     import numpy as np
     import pandas as pd
-    from mlflow.models import infer_signature
-
     from diff_workload import pyfunc_model_class
+    from mlflow.models import infer_signature
 
     if model_dir.exists():
         return
-    df = pd.DataFrame(np.random.default_rng(1).standard_normal((4, 4)), columns=[f"f{i}" for i in range(4)])
-    mlflow.pyfunc.save_model(str(model_dir), python_model=pyfunc_model_class()(),
-                             signature=infer_signature(df, np.zeros(4, dtype=int)))
+    df = pd.DataFrame(
+        np.random.default_rng(1).standard_normal((4, 4)), columns=[f"f{i}" for i in range(4)]
+    )
+    mlflow.pyfunc.save_model(
+        str(model_dir),
+        python_model=pyfunc_model_class()(),
+        signature=infer_signature(df, np.zeros(4, dtype=int)),
+    )
 
 
 def capture(kind: str, load: str, quads: int, calls: int, out: Path, hogs: int) -> Path:
@@ -141,12 +147,15 @@ def _tally(c: dict, result, effect: int) -> None:
     named = [p.path for p in result.regressions()]
     # score, its ancestors, and what it calls (the slowed work itself).
     allowed = [score[:k] for k in range(1, len(score) + 1)] if score else []
-    other = any(p not in allowed and p[:len(score or [])] != score for p in named)
+    other = any(p not in allowed and p[: len(score or [])] != score for p in named)
     c["score_named"] += score in named
     c["other_named"] += other
     slowed = next((p for p in result.paths if p.path == score), None)
-    c["wrong"] += (effect == 0 and result.verdict == "regression") or other or (
-        effect > 0 and slowed is not None and slowed.verdict == "pass")
+    c["wrong"] += (
+        (effect == 0 and result.verdict == "regression")
+        or other
+        or (effect > 0 and slowed is not None and slowed.verdict == "pass")
+    )
 
 
 def decide(folder: Path, quads: int):
@@ -160,9 +169,22 @@ def decide(folder: Path, quads: int):
     for effect, variant in EFFECTS.items():
         out[effect] = {}
         for n in (5, 10, 20):
-            c = {"pairs": 0, "regression": 0, "pass": 0, "inconclusive": 0, "score_named": 0, "wrong": 0,
-                 "other_named": 0, "error": 0, "seconds": 0.0}
-            groups = [[q] for q in range(quads)] if n <= RUNS_A_QUAD else [[q, q + 1] for q in range(0, quads - 1, 2)]
+            c = {
+                "pairs": 0,
+                "regression": 0,
+                "pass": 0,
+                "inconclusive": 0,
+                "score_named": 0,
+                "wrong": 0,
+                "other_named": 0,
+                "error": 0,
+                "seconds": 0.0,
+            }
+            groups = (
+                [[q] for q in range(quads)]
+                if n <= RUNS_A_QUAD
+                else [[q, q + 1] for q in range(0, quads - 1, 2)]
+            )
             for group in groups:
                 a = [s for q in group for s in runs(q, "a", min(n, RUNS_A_QUAD))]
                 b = [s for q in group for s in runs(q, variant, min(n, RUNS_A_QUAD))]
@@ -184,22 +206,27 @@ def _rate(n: int, d: int) -> str:
 
 def report(results: dict, meta: dict) -> str:
     """The markdown table of every configuration."""
-    lines = [f"{meta['quads']} quads (mlflow {meta['mlflow_quads']}) of 10 runs a variant, {meta['calls']} predicts "
-             "a run; pairs of 20 runs a side join two quads; diff at its defaults (p50 wall time per root call, "
-             "threshold 10%, 95%, floors 5% and 20 us)", "",
-             "| model | machine | effect on score | runs a side | pairs | regression | score named | pass | inconclusive "
-             "| wrong | other path named | s a diff |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{meta['quads']} quads (mlflow {meta['mlflow_quads']}) of 10 runs a variant, {meta['calls']} predicts "
+        "a run; pairs of 20 runs a side join two quads; diff at its defaults (p50 wall time per root call, "
+        "threshold 10%, 95%, floors 5% and 20 us)",
+        "",
+        "| model | machine | effect on score | runs a side | pairs | regression | score named | pass | inconclusive "
+        "| wrong | other path named | s a diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for key, per_effect in results.items():
         kind, load = key.split("-")
         for effect, per_runs in per_effect.items():
             for runs, c in per_runs.items():
                 n = c["pairs"]
                 what = "A/A" if int(effect) == 0 else f"+{effect}%"
-                lines.append(f"| {kind} | {load} | {what} | {runs} | {n} "
-                             f"| {_rate(c['regression'], n)} | {_rate(c['score_named'], n)} | {_rate(c['pass'], n)} "
-                             f"| {_rate(c['inconclusive'], n)} | {_rate(c['wrong'], n)} | {_rate(c['other_named'], n)} "
-                             f"| {c['seconds'] / max(n, 1):.3f} |")
+                lines.append(
+                    f"| {kind} | {load} | {what} | {runs} | {n} "
+                    f"| {_rate(c['regression'], n)} | {_rate(c['score_named'], n)} | {_rate(c['pass'], n)} "
+                    f"| {_rate(c['inconclusive'], n)} | {_rate(c['wrong'], n)} | {_rate(c['other_named'], n)} "
+                    f"| {c['seconds'] / max(n, 1):.3f} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -216,8 +243,13 @@ def plot(results: dict, path: Path) -> bool:
     results = json.loads(json.dumps(results))  # every key a string
     kinds = sorted({k.split("-")[0] for k in results})
     loads = sorted({k.split("-")[1] for k in results}, reverse=True)  # quiet first
-    fig, axes = plt.subplots(len(loads), len(kinds), figsize=(3.3 * len(kinds), 2.8 * len(loads)), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(loads),
+        len(kinds),
+        figsize=(3.3 * len(kinds), 2.8 * len(loads)),
+        sharey=True,
+        squeeze=False,
+    )
     for row, load in enumerate(loads):
         for col, kind in enumerate(kinds):
             ax = axes[row][col]
@@ -225,8 +257,12 @@ def plot(results: dict, path: Path) -> bool:
                 xs = sorted(int(r) for r in per_runs)
                 key = "regression" if effect == "0" else "score_named"
                 ys = [100 * per_runs[str(r)][key] / max(per_runs[str(r)]["pairs"], 1) for r in xs]
-                ax.plot(xs, ys, "k--o" if effect == "0" else "-o",
-                        label="A/A: false alarms" if effect == "0" else f"+{effect}%: score caught")
+                ax.plot(
+                    xs,
+                    ys,
+                    "k--o" if effect == "0" else "-o",
+                    label="A/A: false alarms" if effect == "0" else f"+{effect}%: score caught",
+                )
             ax.set_title(f"{kind}, {load} machine", fontsize=9)
             ax.set_xlabel("runs a side")
             ax.set_xticks([5, 10, 20])
@@ -243,16 +279,22 @@ def plot(results: dict, path: Path) -> bool:
 
 def main() -> int:
     """Captures, decides, reports."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--kinds", default="cpu,sleep,mlflow")
     ap.add_argument("--loads", default="quiet,loaded")
     ap.add_argument("--quads", type=int, default=100)
     ap.add_argument("--mlflow-quads", type=int, default=25)
     ap.add_argument("--calls", type=int, default=30)
-    ap.add_argument("--hogs", type=int, default=os.cpu_count() or 1,
-                    help="busy-looping processes while a loaded machine is captured (default: one per CPU); 0 when "
-                         "something else loads it (the project's CI, run beside)")
+    ap.add_argument(
+        "--hogs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="busy-looping processes while a loaded machine is captured (default: one per CPU); 0 when "
+        "something else loads it (the project's CI, run beside)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -264,12 +306,26 @@ def main() -> int:
             folder = capture(kind, load, quads, args.calls, args.out, args.hogs)
             t2 = time.time()
             results[f"{kind}-{load}"] = decide(folder, quads)
-            timing[f"{kind}-{load}"] = {"capture_s": round(t2 - t, 1), "decide_s": round(time.time() - t2, 1)}
-            print(f"{kind}-{load}: captured in {t2 - t:.0f} s, decided in {time.time() - t2:.0f} s", flush=True)
-    meta = {"quads": args.quads, "mlflow_quads": args.mlflow_quads, "calls": args.calls,
-            "timing": timing, "python": sys.version.split()[0], "loadavg": os.getloadavg()}
+            timing[f"{kind}-{load}"] = {
+                "capture_s": round(t2 - t, 1),
+                "decide_s": round(time.time() - t2, 1),
+            }
+            print(
+                f"{kind}-{load}: captured in {t2 - t:.0f} s, decided in {time.time() - t2:.0f} s",
+                flush=True,
+            )
+    meta = {
+        "quads": args.quads,
+        "mlflow_quads": args.mlflow_quads,
+        "calls": args.calls,
+        "timing": timing,
+        "python": sys.version.split()[0],
+        "loadavg": os.getloadavg(),
+    }
     saved = args.out / "results.json"
-    if saved.exists():  # another --loads or --kinds run into the same folder: kept beside this one's
+    if (
+        saved.exists()
+    ):  # another --loads or --kinds run into the same folder: kept beside this one's
         before = json.loads(saved.read_text())
         results = {**before["results"], **json.loads(json.dumps(results))}
         meta["timing"] = {**before["meta"].get("timing", {}), **timing}

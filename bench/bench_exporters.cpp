@@ -149,9 +149,10 @@ int main(int argc, char** argv) {
 
   // Every format save() writes, through the same dispatch.
   using mlprof::ExportFormat;
-  for (const ExportFormat f : {ExportFormat::kJson, ExportFormat::kJsonGz, ExportFormat::kChromeTrace,
-                               ExportFormat::kPprof, ExportFormat::kSpeedscope, ExportFormat::kFolded,
-                               ExportFormat::kHtml}) {
+  for (const ExportFormat f :
+       {ExportFormat::kJson, ExportFormat::kJsonGz, ExportFormat::kChromeTrace,
+        ExportFormat::kPprof, ExportFormat::kSpeedscope, ExportFormat::kFolded,
+        ExportFormat::kHtml}) {
     size_t bytes = 0;
     const double ms = median_ms([&] { bytes = mlprof::export_profile(p, f).size(); }, runs);
     std::printf("%-16s median %8.1f ms of %d runs, %8.1f MB\n", mlprof::format_name(f), ms, runs,

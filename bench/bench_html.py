@@ -96,20 +96,32 @@ def measure(driver, spans: int, workdir: Path, repeats: int) -> dict:
         "script_ms": round(timings["first_render_ms"]),
         "json_parse_ms": round(timings["parse_ms"]),
         "open_wall_ms": round(open_wall_ms),
-        "search_90pct_ms": round(median_ms(lambda: driver.execute_script(api + ".search('feature')"), repeats), 1),
+        "search_90pct_ms": round(
+            median_ms(lambda: driver.execute_script(api + ".search('feature')"), repeats), 1
+        ),
         "search_count": driver.find_element("id", "search-count").text,
-        "search_one_ms": round(median_ms(lambda: driver.execute_script(api + ".search('predict')"), repeats), 1),
+        "search_one_ms": round(
+            median_ms(lambda: driver.execute_script(api + ".search('predict')"), repeats), 1
+        ),
     }
     driver.execute_script(api + ".search('')")
     # A batch in the middle: span 1 + k * 1001 is the k-th batch.
     mid = 1 + (count // 1001 // 2) * 1001
-    result["zoom_ms"] = round(median_ms(lambda: driver.execute_script(api + f".zoomToSpan({mid})"), repeats), 1)
-    result["redraw_zoomed_ms"] = round(median_ms(lambda: driver.execute_script(api + ".redraw()"), repeats), 1)
+    result["zoom_ms"] = round(
+        median_ms(lambda: driver.execute_script(api + f".zoomToSpan({mid})"), repeats), 1
+    )
+    result["redraw_zoomed_ms"] = round(
+        median_ms(lambda: driver.execute_script(api + ".redraw()"), repeats), 1
+    )
     driver.find_element("id", "zoom-reset").click()
-    result["redraw_full_ms"] = round(median_ms(lambda: driver.execute_script(api + ".redraw()"), repeats), 1)
+    result["redraw_full_ms"] = round(
+        median_ms(lambda: driver.execute_script(api + ".redraw()"), repeats), 1
+    )
     result["rects_drawn_full"] = driver.execute_script(api + ".lastDraw()")["drawn"]
     result["expand_all_ms"] = round(driver.execute_script(api + ".expandAll()"), 1)
-    result["dom_rows"] = driver.execute_script("return document.querySelectorAll('#tree .row').length")
+    result["dom_rows"] = driver.execute_script(
+        "return document.querySelectorAll('#tree .row').length"
+    )
     # The DevTools protocol's figure: performance.memory is bucketed and stale.
     driver.execute_cdp_cmd("HeapProfiler.collectGarbage", {})
     # Typed arrays live outside the JS heap, in backing stores: count both.
@@ -122,9 +134,13 @@ def measure(driver, spans: int, workdir: Path, repeats: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--spans", type=int, nargs="+", default=[100_000, 1_000_000])
-    ap.add_argument("--repeats", type=int, default=5, help="median of this many runs per interaction")
+    ap.add_argument(
+        "--repeats", type=int, default=5, help="median of this many runs per interaction"
+    )
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     why = browser_missing()
@@ -144,10 +160,24 @@ def main() -> int:
         finally:
             driver.quit()
     version = driver.capabilities.get("browserVersion", "?") if results else "?"
-    print(f"\nHTML report, headless Chromium {version}, {os.cpu_count()} cores; median of {args.repeats}\n")
-    keys = ["spans", "file_mb", "save_ms", "first_render_ms", "json_parse_ms", "search_90pct_ms",
-            "search_one_ms", "zoom_ms", "redraw_zoomed_ms", "redraw_full_ms", "expand_all_ms",
-            "dom_rows", "js_heap_mb"]
+    print(
+        f"\nHTML report, headless Chromium {version}, {os.cpu_count()} cores; median of {args.repeats}\n"
+    )
+    keys = [
+        "spans",
+        "file_mb",
+        "save_ms",
+        "first_render_ms",
+        "json_parse_ms",
+        "search_90pct_ms",
+        "search_one_ms",
+        "zoom_ms",
+        "redraw_zoomed_ms",
+        "redraw_full_ms",
+        "expand_all_ms",
+        "dom_rows",
+        "js_heap_mb",
+    ]
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for r in results:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 
-CHILD = r'''
+CHILD = r"""
 import sys
 what, n = sys.argv[1], int(sys.argv[2])
 if len(sys.argv) > 3:  # the tabular predict, warmed up first
@@ -68,7 +68,7 @@ else:
             work()
 if len(sys.argv) > 3 and what not in ("nothing", "sessions", "no-sessions"):
     work()  # the next predict pays for what the session changed (3.14+: freeing a tool id)
-'''
+"""
 
 
 def instructions(script: str, *args: str) -> int:
@@ -80,8 +80,19 @@ def instructions(script: str, *args: str) -> int:
     # differed by up to 350k instructions (sets and dicts keyed by address).
     norandom = ["setarch", "-R"] if shutil.which("setarch") else []
     out = subprocess.run(
-        [*norandom, "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, script, *args],
-        capture_output=True, text=True, check=True, env=env,
+        [
+            *norandom,
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            script,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     m = re.search(r"Collected : (\d+)", out.stderr)
     if not m:
@@ -99,7 +110,9 @@ def fib_calls(n: int) -> int:
 
 def main() -> None:
     """Prints the table (markdown) for this interpreter."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--fib", type=int, default=20)
     ap.add_argument("--tabular", type=int, default=200, help="rows of the tabular predict")
     ap.add_argument("--sessions", type=int, default=2000)
@@ -112,24 +125,38 @@ def main() -> None:
         calls = fib_calls(a.fib)
         bare = instructions(script, "bare", n)
         per = {d: (instructions(script, d, n) - bare) / calls for d in ("-1", "0", "2")}
-        cprof = (instructions(script, "cprofile", n) - instructions(script, "cprofile-bare", n)) / calls
+        cprof = (
+            instructions(script, "cprofile", n) - instructions(script, "cprofile-bare", n)
+        ) / calls
         here = os.path.dirname(os.path.abspath(__file__))
         t = str(a.tabular)
         tab_bare = instructions(script, "bare", t, here)
         tab = {d: instructions(script, d, t, here) - tab_bare for d in ("-1", "0", "1", "2")}
-        tab_cprof = instructions(script, "cprofile", t, here) - instructions(script, "cprofile-bare", t, here)
+        tab_cprof = instructions(script, "cprofile", t, here) - instructions(
+            script, "cprofile-bare", t, here
+        )
         tab_predict = (tab_bare - instructions(script, "nothing", t, here)) // 2  # bare runs two
         s = str(a.sessions)
-        session = (instructions(script, "sessions", s) - instructions(script, "no-sessions", s)) / a.sessions
+        session = (
+            instructions(script, "sessions", s) - instructions(script, "no-sessions", s)
+        ) / a.sessions
     v = "%d.%d" % sys.version_info[:2]
-    print(f"| {v} | fib({a.fib}), per call | ours d-1 | ours d0 | ours d2 | cProfile | d-1 / cProfile |")
+    print(
+        f"| {v} | fib({a.fib}), per call | ours d-1 | ours d0 | ours d2 | cProfile | d-1 / cProfile |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| {v} | instructions over bare | {per['-1']:.0f} | {per['0']:.0f} | {per['2']:.0f} | {cprof:.0f} "
-          f"| {per['-1'] / cprof:.2f} |")
-    print(f"\n| {v} | tabular({a.tabular}), per predict | ours d-1 | ours d0 | ours d1 | ours d2 | cProfile | d-1 / cProfile |")
+    print(
+        f"| {v} | instructions over bare | {per['-1']:.0f} | {per['0']:.0f} | {per['2']:.0f} | {cprof:.0f} "
+        f"| {per['-1'] / cprof:.2f} |"
+    )
+    print(
+        f"\n| {v} | tabular({a.tabular}), per predict | ours d-1 | ours d0 | ours d1 | ours d2 | cProfile | d-1 / cProfile |"
+    )
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| {v} | over bare (a bare predict: {tab_predict:,}) | {tab['-1']:,} | {tab['0']:,} | {tab['1']:,} | {tab['2']:,} "
-          f"| {tab_cprof:,} | {tab['-1'] / tab_cprof:.2f} |")
+    print(
+        f"| {v} | over bare (a bare predict: {tab_predict:,}) | {tab['-1']:,} | {tab['0']:,} | {tab['1']:,} | {tab['2']:,} "
+        f"| {tab_cprof:,} | {tab['-1'] / tab_cprof:.2f} |"
+    )
     print(f"\n{v}: empty session start + stop: {session:,.0f} instructions")
 
 

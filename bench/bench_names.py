@@ -32,12 +32,14 @@ def features(df: pd.DataFrame) -> pd.DataFrame:
 
 def frame(n: int = 50) -> pd.DataFrame:
     rng = np.random.default_rng(1)
-    return pd.DataFrame({
-        "ts": pd.date_range("2024-01-01", periods=n, freq="h"),
-        "amount": rng.gamma(2.0, 50.0, n),
-        "merchant": rng.choice(list("abc"), n),
-        "user": rng.integers(0, 10, n),
-    })
+    return pd.DataFrame(
+        {
+            "ts": pd.date_range("2024-01-01", periods=n, freq="h"),
+            "amount": rng.gamma(2.0, 50.0, n),
+            "merchant": rng.choice(list("abc"), n),
+            "user": rng.integers(0, 10, n),
+        }
+    )
 
 
 def walk(nodes):
@@ -100,9 +102,19 @@ def wall(repeat: int) -> dict:
         "median_us": {k: statistics.median(v) / 1e3 for k, v in runs.items()},
         "ratio": {k: statistics.median(v) / base for k, v in runs.items()},
         "cut_us": statistics.median(cut) / 1e3,
-        "labelled_spans": sum(1 for x in labels if x.startswith(("Series.", "DataFrame."))
-                              and not x.startswith(("DataFrame.__getitem__", "DataFrame.__setitem__",
-                                                    "DataFrame.__init__", "DataFrame.groupby"))),
+        "labelled_spans": sum(
+            1
+            for x in labels
+            if x.startswith(("Series.", "DataFrame."))
+            and not x.startswith(
+                (
+                    "DataFrame.__getitem__",
+                    "DataFrame.__setitem__",
+                    "DataFrame.__init__",
+                    "DataFrame.groupby",
+                )
+            )
+        ),
         "spans": len(labels),
     }
 
@@ -114,8 +126,10 @@ def main() -> None:
     print(f"first sight: {first_sight(2000):.2f} us per code (2,000 new functions)")
     print(f"labeller: {labelled(args.repeat):.2f} us per labelled call (s / 2, s.dt.hour)")
     w = wall(args.repeat)
-    print(f"features(df) at depth 3: {w['spans']} spans, about {w['labelled_spans']} labelled; "
-          f"profiler work cut from the times {w['cut_us']:.1f} us")
+    print(
+        f"features(df) at depth 3: {w['spans']} spans, about {w['labelled_spans']} labelled; "
+        f"profiler work cut from the times {w['cut_us']:.1f} us"
+    )
     for k in w["median_us"]:
         print(f"  {k:26s} {w['median_us'][k]:8.0f} us  {w['ratio'][k]:.2f}x")
 

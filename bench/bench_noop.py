@@ -88,8 +88,16 @@ except ImportError:  # pragma: no cover
     nullcontext = None
 
 NS = {
-    "g0": g0, "g2": g2, "span0": span0, "span2": span2, "pywrap0": pywrap0, "obj": obj,
-    "profile_block": profile_block, "blk": blk, "nullcontext": nullcontext, "lock": lock,
+    "g0": g0,
+    "g2": g2,
+    "span0": span0,
+    "span2": span2,
+    "pywrap0": pywrap0,
+    "obj": obj,
+    "profile_block": profile_block,
+    "blk": blk,
+    "nullcontext": nullcontext,
+    "lock": lock,
 }
 
 # (name, statement, the baseline case it is compared with)
@@ -112,7 +120,9 @@ CASES = [
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repeats", type=int, default=21)
     ap.add_argument("--number", type=int, default=200_000, help="loop iterations per sample")
     ap.add_argument("--smoke", action="store_true")
@@ -134,8 +144,10 @@ def main(argv=None) -> int:
         for name in order:
             samples[name].append(timers[name].timeit(args.number) * 1e9 / (args.number * UNROLL))
 
-    print(f"# python {platform.python_version()}; hook {_core.hook_name()}; {args.repeats} repeats x "
-          f"{args.number} x {UNROLL} statements; ns per statement, median (p25-p75)")
+    print(
+        f"# python {platform.python_version()}; hook {_core.hook_name()}; {args.repeats} repeats x "
+        f"{args.number} x {UNROLL} statements; ns per statement, median (p25-p75)"
+    )
     print(f"{'case':<14} {'ns':>7} {'p25-p75':>13} {'over bare':>10}")
     med = {n: statistics.median(s) for n, s in samples.items()}
     out = {"python": platform.python_version(), "cases": {}}
@@ -143,10 +155,17 @@ def main(argv=None) -> int:
         s = sorted(samples[name])
         q = (s[len(s) // 4], s[(3 * len(s)) // 4])
         over = med[name] - med[base] if base else None
-        print(f"{name:<14} {med[name]:>7.1f} {q[0]:>6.1f}-{q[1]:<6.1f} "
-              + (f"{over:>+10.1f}" if over is not None else f"{'':>10}"))
-        out["cases"][name] = {"median_ns": med[name], "p25": q[0], "p75": q[1], "over_bare_ns": over,
-                              "samples_ns": samples[name]}
+        print(
+            f"{name:<14} {med[name]:>7.1f} {q[0]:>6.1f}-{q[1]:<6.1f} "
+            + (f"{over:>+10.1f}" if over is not None else f"{'':>10}")
+        )
+        out["cases"][name] = {
+            "median_ns": med[name],
+            "p25": q[0],
+            "p75": q[1],
+            "over_bare_ns": over,
+            "samples_ns": samples[name],
+        }
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)

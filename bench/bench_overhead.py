@@ -88,7 +88,7 @@ def make_predict(rows: int, trees: int):
 
     rng = np.random.default_rng(0)
 
-    def frame(n: int) -> "pd.DataFrame":
+    def frame(n: int) -> pd.DataFrame:
         df = pd.DataFrame(
             {
                 "age": rng.normal(40, 12, n),
@@ -111,13 +111,24 @@ def make_predict(rows: int, trees: int):
                 "prep",
                 ColumnTransformer(
                     [
-                        ("num", Pipeline([("impute", SimpleImputer(strategy="median")),
-                                          ("scale", StandardScaler())]), numeric),
+                        (
+                            "num",
+                            Pipeline(
+                                [
+                                    ("impute", SimpleImputer(strategy="median")),
+                                    ("scale", StandardScaler()),
+                                ]
+                            ),
+                            numeric,
+                        ),
                         ("cat", OneHotEncoder(handle_unknown="ignore"), categorical),
                     ]
                 ),
             ),
-            ("model", RandomForestClassifier(n_estimators=trees, max_depth=10, n_jobs=1, random_state=0)),
+            (
+                "model",
+                RandomForestClassifier(n_estimators=trees, max_depth=10, n_jobs=1, random_state=0),
+            ),
         ]
     )
     train = frame(4000)
@@ -139,8 +150,16 @@ def make_predict(rows: int, trees: int):
 def _rows(n: int, seed: int = 0) -> list:
     rng = random.Random(seed)
     cities = ["paris", "lyon", "nice", "lille", "nantes"]
-    return [{"age": rng.gauss(40, 12), "income": rng.lognormvariate(10, 1), "tenure": rng.randint(0, 30),
-             "city": rng.choice(cities), "visits": [rng.random() for _ in range(5)]} for _ in range(n)]
+    return [
+        {
+            "age": rng.gauss(40, 12),
+            "income": rng.lognormvariate(10, 1),
+            "tenure": rng.randint(0, 30),
+            "city": rng.choice(cities),
+            "visits": [rng.random() for _ in range(5)],
+        }
+        for _ in range(n)
+    ]
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -164,8 +183,13 @@ def _one_hot(city: str, cities=("paris", "lyon", "nice", "lille", "nantes")) -> 
 
 def _features(row: dict) -> list:
     running = list(_visit_stats(row["visits"]))
-    return [_scaled(row, "age", 40, 12), _scaled(row, "income", 30000, 20000), _scaled(row, "tenure", 15, 9),
-            max(running), sum(running) / len(running)] + _one_hot(row["city"])
+    return [
+        _scaled(row, "age", 40, 12),
+        _scaled(row, "income", 30000, 20000),
+        _scaled(row, "tenure", 15, 9),
+        max(running),
+        sum(running) / len(running),
+    ] + _one_hot(row["city"])
 
 
 def _tree(x: list, t: int) -> float:
@@ -350,8 +374,20 @@ def contenders(names: List[str]) -> Dict[str, Callable]:
     return out
 
 
-ALL = ["base", "base2", "floor", "ours-d0", "ours-d1", "ours-d2", "ours-d2-io", "ours-d-1", "cProfile", "viztracer",
-       "pyinstr", "ref-d-1"]
+ALL = [
+    "base",
+    "base2",
+    "floor",
+    "ours-d0",
+    "ours-d1",
+    "ours-d2",
+    "ours-d2-io",
+    "ours-d-1",
+    "cProfile",
+    "viztracer",
+    "pyinstr",
+    "ref-d-1",
+]
 
 # --------------------------------------------------------------- measuring ---
 
@@ -379,7 +415,10 @@ def engine_stats(fn, depth: int, engine: str = "native") -> Optional[dict]:
         with profiling(depth=depth, engine=engine) as s:
             fn()
         st = s.statistics()
-        return {k: st.get(k) for k in ("engine", "events_captured", "events_skipped", "span_count", "dropped")}
+        return {
+            k: st.get(k)
+            for k in ("engine", "events_captured", "events_skipped", "span_count", "dropped")
+        }
     except Exception as exc:  # a profiler bug is reported, not fatal to the bench
         return {"error": repr(exc)}
 
@@ -394,7 +433,9 @@ def quantile(xs: List[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def measure(fn, k: int, runners: Dict[str, Callable], repeats: int, seed: int) -> Dict[str, List[int]]:
+def measure(
+    fn, k: int, runners: Dict[str, Callable], repeats: int, seed: int
+) -> Dict[str, List[int]]:
     times: Dict[str, List[int]] = {n: [] for n in runners}
     for name, run in runners.items():  # warm-up, untimed
         run(fn, 1)
@@ -431,12 +472,20 @@ def summarize(times: Dict[str, List[int]], k: int, calls: int) -> List[dict]:
     return rows
 
 
-def print_table(title: str, rows: List[dict], calls: Dict[str, int], per_call: bool, cprof: Optional[float],
-                per_session: bool = False):
+def print_table(
+    title: str,
+    rows: List[dict],
+    calls: Dict[str, int],
+    per_call: bool,
+    cprof: Optional[float],
+    per_session: bool = False,
+):
     print(f"\n## {title}")
     print(f"Python calls per run: {calls['call']:,}; C calls: {calls['c_call']:,}")
-    head = (f"{'contender':<10} {'median ms':>10} {'ratio':>7} {'overhead':>9}"
-            f" {'paired p50 (p25-p75)':>22}")
+    head = (
+        f"{'contender':<10} {'median ms':>10} {'ratio':>7} {'overhead':>9}"
+        f" {'paired p50 (p25-p75)':>22}"
+    )
     if per_call:
         head += f" {'ns/call':>8} {'vs cProf':>8}"
     if per_session:
@@ -468,8 +517,9 @@ def run_meta() -> dict:
 
     def git(*args):
         try:
-            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                                  check=True).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", root, *args], capture_output=True, text=True, check=True
+            ).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return "?"
 
@@ -483,8 +533,12 @@ def run_meta() -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true", help="each contender once on tiny inputs (seconds)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--smoke", action="store_true", help="each contender once on tiny inputs (seconds)"
+    )
     ap.add_argument("--repeats", type=int, default=21)
     ap.add_argument("--fib", type=int, default=25, help="fib(N) for the call-heavy workload")
     ap.add_argument("--rows", type=int, default=1000)
@@ -495,17 +549,30 @@ def main(argv=None) -> int:
     ap.add_argument("--contenders", default=",".join(ALL))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write raw samples and summaries here")
-    ap.add_argument("--show-tree", action="store_true", help="print ours' depth-2 tree of one predict")
+    ap.add_argument(
+        "--show-tree", action="store_true", help="print ours' depth-2 tree of one predict"
+    )
     args = ap.parse_args(argv)
     if args.smoke:
-        args.repeats, args.fib, args.rows, args.trees, args.predicts, args.sessions = 1, 12, 50, 5, 1, 2
+        args.repeats, args.fib, args.rows, args.trees, args.predicts, args.sessions = (
+            1,
+            12,
+            50,
+            5,
+            1,
+            2,
+        )
 
     import mlflow_profiler
     from mlflow_profiler import _core
 
-    print(f"# python {platform.python_version()} ({sys.executable}) on {platform.machine()}, "
-          f"{os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}")
-    print(f"# mlflow_profiler from {os.path.dirname(mlflow_profiler.__file__)}; hook {_core.hook_name()}")
+    print(
+        f"# python {platform.python_version()} ({sys.executable}) on {platform.machine()}, "
+        f"{os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"# mlflow_profiler from {os.path.dirname(mlflow_profiler.__file__)}; hook {_core.hook_name()}"
+    )
     versions = {}
     for mod in ("numpy", "pandas", "sklearn", "viztracer", "pyinstrument"):
         try:
@@ -513,23 +580,38 @@ def main(argv=None) -> int:
         except Exception:
             versions[mod] = None
     print("# " + ", ".join(f"{m} {v}" for m, v in versions.items()))
-    print(f"# repeats {args.repeats}, shuffled per repeat; fib({args.fib}); predict: {args.rows} rows, "
-          f"{args.trees} trees, {args.predicts} predicts per sample")
+    print(
+        f"# repeats {args.repeats}, shuffled per repeat; fib({args.fib}); predict: {args.rows} rows, "
+        f"{args.trees} trees, {args.predicts} predicts per sample"
+    )
 
     runners = contenders([c for c in args.contenders.split(",") if c])
-    result = {"python": platform.python_version(), "versions": versions, "args": vars(args),
-              "meta": run_meta(), "workloads": {}}
+    result = {
+        "python": platform.python_version(),
+        "versions": versions,
+        "args": vars(args),
+        "meta": run_meta(),
+        "workloads": {},
+    }
     cprof_overhead = None
     for wl in args.workloads.split(","):
         if wl == "fib":
             fn, k, title = make_fib(args.fib), 1, f"fib({args.fib}), one call per sample"
         elif wl == "tabular":
-            fn, k, title = make_tabular(20 if args.smoke else 300), 1, "tabular pure-Python predict, one call per sample"
+            fn, k, title = (
+                make_tabular(20 if args.smoke else 300),
+                1,
+                "tabular pure-Python predict, one call per sample",
+            )
         elif wl == "loop":
             n = 2000 if args.smoke else 300_000
             fn, k, title = (lambda: loop(n)), 1, f"loop({n}), no calls inside"
         elif wl == "empty":
-            fn, k, title = noop, args.sessions, f"empty session, {args.sessions} per sample, per session"
+            fn, k, title = (
+                noop,
+                args.sessions,
+                f"empty session, {args.sessions} per sample, per session",
+            )
         elif wl == "predict":
             fn, k = make_predict(args.rows, args.trees), args.predicts
             title = f"Pipeline.predict of {args.rows} rows ({args.trees} trees), per predict"
@@ -543,13 +625,24 @@ def main(argv=None) -> int:
         cprof_overhead = by["cProfile"]["ratio"] - 1 if "cProfile" in by and wl == "fib" else None
         if wl == "tabular" and "cProfile" in by:
             cprof_overhead = by["cProfile"]["ratio"] - 1
-        print_table(title, rows, calls, per_call=(wl in ("fib", "tabular")), cprof=cprof_overhead,
-                    per_session=(wl == "empty"))
+        print_table(
+            title,
+            rows,
+            calls,
+            per_call=(wl in ("fib", "tabular")),
+            cprof=cprof_overhead,
+            per_session=(wl == "empty"),
+        )
         stats = {"d2": engine_stats(fn, 2), "d-1": engine_stats(fn, -1)}
         for d, st in stats.items():
             print(f"ours-{d} statistics: {st}")
         print(f"({time.monotonic() - t0:.1f} s)")
-        result["workloads"][wl] = {"title": title, "calls": calls, "rows": rows, "engine_stats": stats}
+        result["workloads"][wl] = {
+            "title": title,
+            "calls": calls,
+            "rows": rows,
+            "engine_stats": stats,
+        }
         if wl == "predict" and args.show_tree:
             from mlflow_profiler import profiling
 

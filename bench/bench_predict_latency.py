@@ -31,10 +31,10 @@ def main():
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    import mlflow
-    import mlflow_profiler
-
     import _mlflow_models
+    import mlflow
+
+    import mlflow_profiler
 
     d = tempfile.mkdtemp()
     store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(d)
@@ -69,8 +69,10 @@ def main():
 
     print(f"Python {sys.version.split()[0]}, {args.rounds} rounds x 300 calls per mode")
     for mode, xs in times.items():
-        print(f"{mode:8s} p50 {q(xs, 50):7.0f} us ({q(xs, 50) / q(times['off'], 50):.3f})   "
-              f"p99 {q(xs, 99):7.0f} us ({q(xs, 99) / q(times['off'], 99):.3f})")
+        print(
+            f"{mode:8s} p50 {q(xs, 50):7.0f} us ({q(xs, 50) / q(times['off'], 50):.3f})   "
+            f"p99 {q(xs, 99):7.0f} us ({q(xs, 99) / q(times['off'], 99):.3f})"
+        )
 
 
 if __name__ == "__main__":

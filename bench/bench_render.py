@@ -27,7 +27,9 @@ def fib(n: int) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--fib", type=int, default=27, help="fib(27): 635,621 calls, 1.27M events")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--smoke", action="store_true")
@@ -53,11 +55,15 @@ def main(argv=None) -> int:
         events, spans, size = st["events_captured"], st["span_count"], len(doc)
         del s, doc
     b, j, t = (statistics.median(x) * 1e3 for x in (build, js, text))
-    print(f"# python {platform.python_version()}; fib({args.fib}) at depth -1; median of {args.repeats}")
+    print(
+        f"# python {platform.python_version()}; fib({args.fib}) at depth -1; median of {args.repeats}"
+    )
     print(f"events {events:,}, spans {spans:,}, JSON {size / 1e6:.1f} MB")
-    print(f"build (first access): {b:.1f} ms; to_json: {j:.1f} ms; build + JSON: {b + j:.1f} ms "
-          f"({(b + j) * 1e6 / max(events, 1):.0f} ns/event, {(b + j) * 1e6 / max(events, 1) * 1e6 / 1e9:.3f} s "
-          f"per 1M events); format_tree(depth=3): {t:.1f} ms")
+    print(
+        f"build (first access): {b:.1f} ms; to_json: {j:.1f} ms; build + JSON: {b + j:.1f} ms "
+        f"({(b + j) * 1e6 / max(events, 1):.0f} ns/event, {(b + j) * 1e6 / max(events, 1) * 1e6 / 1e9:.3f} s "
+        f"per 1M events); format_tree(depth=3): {t:.1f} ms"
+    )
     return 0
 
 

@@ -45,7 +45,8 @@ std::pair<double, double> rescan_ms(TargetFinder& f, int rounds) {
   for (int i = 0; i < rounds; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     f.rescan();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
   return {first, ms[ms.size() / 2]};
@@ -105,8 +106,8 @@ int main(int argc, char** argv) {
   pod.pod = "bench/rescan-0";
   TargetSelection cg;
   cg.cgroup = dirs[2].substr(v2.size());
-  for (const auto& [name, sel] : {std::pair{"--all", all}, std::pair{"--pod", pod},
-                                   std::pair{"--cgroup", cg}}) {
+  for (const auto& [name, sel] :
+       {std::pair{"--all", all}, std::pair{"--pod", pod}, std::pair{"--cgroup", cg}}) {
     auto f = TargetFinder::create(sel, paths);
     if (!f) {
       std::printf("%-9s %s\n", name, f.error().message.c_str());

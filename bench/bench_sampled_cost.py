@@ -47,7 +47,9 @@ def main() -> None:
     with _mlflow_models.tracking_uri(store):
         model = mlflow.pyfunc.load_model(churn_uri)
     df = _mlflow_models.frame(64)
-    data = json.dumps({"dataframe_split": json.loads(df.to_json(orient="split", index=False))}).encode()
+    data = json.dumps(
+        {"dataframe_split": json.loads(df.to_json(orient="split", index=False))}
+    ).encode()
     schema = model.metadata.get_input_schema()
 
     def call():
@@ -78,9 +80,13 @@ def main() -> None:
             per_call[name].append((time.perf_counter() - t) / args.calls * 1e6)
             mlflow_profiler.autoprofile(disable=True)
     base = statistics.median(per_call["off"])
-    print(f"python {sys.version.split()[0]}{' (events kept on)' if args.keep_events else ''}: "
-          f"off {base:.0f} us per call; "
-          + ", ".join(f"{k} +{statistics.median(v) - base:.0f} us" for k, v in per_call.items() if k != "off"))
+    print(
+        f"python {sys.version.split()[0]}{' (events kept on)' if args.keep_events else ''}: "
+        f"off {base:.0f} us per call; "
+        + ", ".join(
+            f"{k} +{statistics.median(v) - base:.0f} us" for k, v in per_call.items() if k != "off"
+        )
+    )
 
 
 if __name__ == "__main__":

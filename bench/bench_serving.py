@@ -59,8 +59,10 @@ class Client:
     def __init__(self, port, body):
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.request = (f"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+        self.request = (
+            f"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
     def post(self):
         """(status, body) of one request."""
@@ -73,8 +75,11 @@ class Client:
             buf += chunk
         head, _, rest = buf.partition(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
-        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
         while len(rest) < length:
             chunk = self.sock.recv(65536)
             if not chunk:
@@ -150,8 +155,12 @@ def bootstrap_ratio(blocks, q, top, bottom=None, resamples=2000, seed=1):
 
     m = {n: matrix(n) for n in blocks[0]}
     rng = np.random.default_rng(seed)
-    weights = np.vstack([np.ones(len(blocks)),
-                         rng.multinomial(len(blocks), [1 / len(blocks)] * len(blocks), size=resamples)])
+    weights = np.vstack(
+        [
+            np.ones(len(blocks)),
+            rng.multinomial(len(blocks), [1 / len(blocks)] * len(blocks), size=resamples),
+        ]
+    )
 
     def stat(w):
         num = pct(w @ m[top])
@@ -210,12 +219,20 @@ def switch(pid, state_file, on):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--instances", type=int, default=3, help="fresh servers, one after the other")
-    ap.add_argument("--blocks", type=int, default=40,
-                    help="blocks per server (A1 P P A2, or A1 C P P C A2 with --export both)")
+    ap.add_argument(
+        "--blocks",
+        type=int,
+        default=40,
+        help="blocks per server (A1 P P A2, or A1 C P P C A2 with --export both)",
+    )
     ap.add_argument("--slot", type=int, default=50, help="requests per slot")
-    ap.add_argument("--export", choices=["files", "none", "both"], default="files",
-                    help="none: P captures but exports nothing (separates capture from export); "
-                         "both: C slots capture only and P slots write files, in the same server")
+    ap.add_argument(
+        "--export",
+        choices=["files", "none", "both"],
+        default="files",
+        help="none: P captures but exports nothing (separates capture from export); "
+        "both: C slots capture only and P slots write files, in the same server",
+    )
     ap.add_argument("--dump", help="write every block's latency histograms (JSON) here")
     args = ap.parse_args()
     import _mlflow_models
@@ -224,13 +241,22 @@ def main():
     d = tempfile.mkdtemp()
     store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(d)
     df = _mlflow_models.frame(64)
-    body = json.dumps({"dataframe_split": json.loads(df.to_json(orient="split", index=False))}).encode()
+    body = json.dumps(
+        {"dataframe_split": json.loads(df.to_json(orient="split", index=False))}
+    ).encode()
     out_dir = os.path.join(d, "profiles")
     state_file = os.path.join(d, "profiling-state")
-    env = {"MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "0.1",
-           "MLFLOW_PROFILER_DEPTH": "2", "PYTHONHASHSEED": "0", "MLPROF_BENCH_TOGGLE": state_file,
-           "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "serving_toggle")] +
-                                         [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    env = {
+        "MLFLOW_PROFILER_AUTOPROFILE": "1",
+        "MLFLOW_PROFILER_SAMPLE_RATE": "0.1",
+        "MLFLOW_PROFILER_DEPTH": "2",
+        "PYTHONHASHSEED": "0",
+        "MLPROF_BENCH_TOGGLE": state_file,
+        "PYTHONPATH": os.pathsep.join(
+            [os.path.join(HERE, "serving_toggle")]
+            + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    }
     if args.export != "none":
         env["MLFLOW_PROFILER_OUTPUT_DIR"] = out_dir
     slots = ("A1", "C", "P", "P", "C", "A2") if args.export == "both" else ("A1", "P", "P", "A2")
@@ -246,7 +272,9 @@ def main():
         client = Client(server.port, body)
         try:
             pid = uvicorn_pid(server.proc.pid)
-            for on in [x for x in ("C", "P") if x in names] + [False]:  # warm-up, every way (off last: it flushes)
+            for on in [x for x in ("C", "P") if x in names] + [
+                False
+            ]:  # warm-up, every way (off last: it flushes)
                 switch(pid, state_file, on)
                 for _ in range(300):
                     client.post()
@@ -282,9 +310,15 @@ def main():
             client.close()
             server.stop()
         mine = blocks[first:]
-        print(f"server {i + 1}: " + "  ".join(
-            f"{n} p50 {percentile_ms(sum((b[n] for b in mine), collections.Counter()), 50):.2f}" for n in names)
-            + f" ms ({after - before} profiles)", flush=True)
+        print(
+            f"server {i + 1}: "
+            + "  ".join(
+                f"{n} p50 {percentile_ms(sum((b[n] for b in mine), collections.Counter()), 50):.2f}"
+                for n in names
+            )
+            + f" ms ({after - before} profiles)",
+            flush=True,
+        )
     pooled = {n: sum((b[n] for b in blocks), collections.Counter()) for n in names}
     for q in (50, 99):
         pool = {n: percentile_ms(pooled[n], q) for n in names}
@@ -294,31 +328,51 @@ def main():
         if "C" in names:
             c, clo, chi = bootstrap_ratio(blocks, q, "C")
             pc, pclo, pchi = bootstrap_ratio(blocks, q, "P", "C")
-            extra = (f", C/mean(A1,A2) {c:.3f} (90% CI {clo:.3f}-{chi:.3f}), "
-                     f"P/C {pc:.3f} (90% CI {pclo:.3f}-{pchi:.3f})")
-        print(f"p{q}: pooled " + ", ".join(f"{n} {pool[n]:.3f}" for n in names) + " ms -> "
-              f"P/mean(A1,A2) {ratio:.3f} (90% CI {lo:.3f}-{hi:.3f}), "
-              f"noise A1/A2 {noise:.3f} (90% CI {nlo:.3f}-{nhi:.3f})" + extra)
+            extra = (
+                f", C/mean(A1,A2) {c:.3f} (90% CI {clo:.3f}-{chi:.3f}), "
+                f"P/C {pc:.3f} (90% CI {pclo:.3f}-{pchi:.3f})"
+            )
+        print(
+            f"p{q}: pooled " + ", ".join(f"{n} {pool[n]:.3f}" for n in names) + " ms -> "
+            f"P/mean(A1,A2) {ratio:.3f} (90% CI {lo:.3f}-{hi:.3f}), "
+            f"noise A1/A2 {noise:.3f} (90% CI {nlo:.3f}-{nhi:.3f})" + extra
+        )
     # Sampling alone moves a percentile: the sampled tenth of the requests is
     # slower by what a sampled call costs in the server (bench/RESULTS.md:
     # about 0.3-0.4 ms on 3.11), with no spillover at all.
     unprofiled = pooled["A1"] + pooled["A2"]
-    print("no-spillover model, 10% of A's requests slower by X: " + "; ".join(
-        f"X={x} us: p50 {mixture_ratio(unprofiled, 50, 0.1, x):.3f}, "
-        f"p99 {mixture_ratio(unprofiled, 99, 0.1, x):.3f}"
-        for x in (100, 200, 400, 800)))
+    print(
+        "no-spillover model, 10% of A's requests slower by X: "
+        + "; ".join(
+            f"X={x} us: p50 {mixture_ratio(unprofiled, 50, 0.1, x):.3f}, "
+            f"p99 {mixture_ratio(unprofiled, 99, 0.1, x):.3f}"
+            for x in (100, 200, 400, 800)
+        )
+    )
     if args.dump:
         with open(args.dump, "w") as f:
-            json.dump({"blocks": [{n: dict(h) for n, h in b.items()} for b in blocks],
-                       "cpu_s": dict(cpu_s), "requests": dict(requests)}, f)
+            json.dump(
+                {
+                    "blocks": [{n: dict(h) for n, h in b.items()} for b in blocks],
+                    "cpu_s": dict(cpu_s),
+                    "requests": dict(requests),
+                },
+                f,
+            )
     cpu_ms = {n: 1e3 * cpu_s[n] / requests[n] for n in names}
     cpu_a = (cpu_ms["A1"] + cpu_ms["A2"]) / 2
-    print("server CPU per request (ms): " + "  ".join(f"{n} {cpu_ms[n]:.3f}" for n in names) +
-          "  | " + "  ".join(f"{n}/mean(A1,A2) {cpu_ms[n] / cpu_a:.3f}" for n in names if n in ("C", "P")))
+    print(
+        "server CPU per request (ms): "
+        + "  ".join(f"{n} {cpu_ms[n]:.3f}" for n in names)
+        + "  | "
+        + "  ".join(f"{n}/mean(A1,A2) {cpu_ms[n] / cpu_a:.3f}" for n in names if n in ("C", "P"))
+    )
     profiles = len(os.listdir(out_dir)) if os.path.isdir(out_dir) else 0
-    print(f"requests measured: {dict(requests)}; {profiles} profiles written for {p_requests} profiled "
-          f"requests + 300 warm-up per server (expected about 10%); failed or changed responses: "
-          f"{dict(failures) or 'none'}")
+    print(
+        f"requests measured: {dict(requests)}; {profiles} profiles written for {p_requests} profiled "
+        f"requests + 300 warm-up per server (expected about 10%); failed or changed responses: "
+        f"{dict(failures) or 'none'}"
+    )
 
 
 if __name__ == "__main__":

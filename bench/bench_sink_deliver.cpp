@@ -40,7 +40,8 @@ long status_kb(const char* key) {
   std::string line;
   const size_t n = std::strlen(key);
   while (std::getline(f, line)) {
-    if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':') return std::stol(line.substr(n + 1));
+    if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':')
+      return std::stol(line.substr(n + 1));
   }
   return -1;
 }
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   Sink& sink = *opened.value();
-  std::printf("n VmRSS_kB RssAnon_kB sqlite_kB malloc_in_use_kB malloc_free_kB mmapped_kB arenas\n");
+  std::printf(
+      "n VmRSS_kB RssAnon_kB sqlite_kB malloc_in_use_kB malloc_free_kB mmapped_kB arenas\n");
   std::thread worker([&] {
     for (int i = 0; i < n; ++i) {
       SpoolItem item;
@@ -90,9 +92,9 @@ int main(int argc, char** argv) {
       }
       if (as_agent) release_free_memory();
       const struct mallinfo2 mi = mallinfo2();
-      std::printf("%d %ld %ld %" PRId64 " %zu %zu %zu %d\n", i + 1, status_kb("VmRSS"), status_kb("RssAnon"),
-                  static_cast<int64_t>(sqlite3_memory_used() / 1024), mi.uordblks / 1024, mi.fordblks / 1024,
-                  mi.hblkhd / 1024, arenas());
+      std::printf("%d %ld %ld %" PRId64 " %zu %zu %zu %d\n", i + 1, status_kb("VmRSS"),
+                  status_kb("RssAnon"), static_cast<int64_t>(sqlite3_memory_used() / 1024),
+                  mi.uordblks / 1024, mi.fordblks / 1024, mi.hblkhd / 1024, arenas());
       std::fflush(stdout);
     }
   });

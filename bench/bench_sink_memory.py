@@ -90,7 +90,9 @@ def analyze(samples, warmup: float, every: float) -> dict:
     minutes = {}
     for t, mb in fit:
         minutes.setdefault(int((t - warmup) // 60), []).append(mb)
-    whole = [(k * 60 + 30 + warmup, v) for k, v in sorted(minutes.items()) if len(v) >= 0.8 * 60 / every]
+    whole = [
+        (k * 60 + 30 + warmup, v) for k, v in sorted(minutes.items()) if len(v) >= 0.8 * 60 / every
+    ]
     out = {
         "rss_start_mb": round(rss[0][1], 1) if rss else None,
         "rss_at_warmup_mb": round(fit[0][1], 1) if fit else None,
@@ -99,8 +101,11 @@ def analyze(samples, warmup: float, every: float) -> dict:
         "minute_floors_mb": [round(min(v), 1) for _, v in whole],
         "minute_peaks_mb": [round(max(v), 1) for _, v in whole],
     }
-    for name, points in (("slope", fit), ("floor_slope", [(t, min(v)) for t, v in whole]),
-                         ("peak_slope", [(t, max(v)) for t, v in whole])):
+    for name, points in (
+        ("slope", fit),
+        ("floor_slope", [(t, min(v)) for t, v in whole]),
+        ("peak_slope", [(t, max(v)) for t, v in whole]),
+    ):
         b, se = slope(points)
         out[name + "_mb_per_hour"] = round(b * 3600, 2)
         out[name + "_se_mb_per_hour"] = round(se * 3600, 2)
@@ -108,14 +113,18 @@ def analyze(samples, warmup: float, every: float) -> dict:
 
 
 def print_rss(r: dict, warmup: float) -> None:
-    print(f"RSS start {r['rss_start_mb']} MB, at {warmup:.0f} s {r['rss_at_warmup_mb']} MB, end {r['rss_end_mb']} MB, "
-          f"max {r['rss_max_mb']} MB; slopes after {warmup:.0f} s (MB/hour, +- standard error): "
-          f"{r['slope_mb_per_hour']} +- {r['slope_se_mb_per_hour']} (every sample), "
-          f"{r['floor_slope_mb_per_hour']} +- {r['floor_slope_se_mb_per_hour']} (each minute's lowest), "
-          f"{r['peak_slope_mb_per_hour']} +- {r['peak_slope_se_mb_per_hour']} (each minute's highest)")
+    print(
+        f"RSS start {r['rss_start_mb']} MB, at {warmup:.0f} s {r['rss_at_warmup_mb']} MB, end {r['rss_end_mb']} MB, "
+        f"max {r['rss_max_mb']} MB; slopes after {warmup:.0f} s (MB/hour, +- standard error): "
+        f"{r['slope_mb_per_hour']} +- {r['slope_se_mb_per_hour']} (every sample), "
+        f"{r['floor_slope_mb_per_hour']} +- {r['floor_slope_se_mb_per_hour']} (each minute's lowest), "
+        f"{r['peak_slope_mb_per_hour']} +- {r['peak_slope_se_mb_per_hour']} (each minute's highest)"
+    )
     if r["minute_floors_mb"]:
-        print(f"each minute's lowest: {min(r['minute_floors_mb'])}-{max(r['minute_floors_mb'])} MB, "
-              f"highest: {min(r['minute_peaks_mb'])}-{max(r['minute_peaks_mb'])} MB")
+        print(
+            f"each minute's lowest: {min(r['minute_floors_mb'])}-{max(r['minute_floors_mb'])} MB, "
+            f"highest: {min(r['minute_peaks_mb'])}-{max(r['minute_peaks_mb'])} MB"
+        )
 
 
 def dir_bytes(path: str) -> int:
@@ -170,17 +179,28 @@ def main() -> int:
     ap.add_argument("--agent")
     ap.add_argument("--storm", help="mlprof-usdt-storm")
     ap.add_argument("--sink", choices=["dir", "sqlite", "postgres", "mlflow"])
-    ap.add_argument("--reanalyze", metavar="JSON", help="print the figures of a run's --json again, and exit")
+    ap.add_argument(
+        "--reanalyze", metavar="JSON", help="print the figures of a run's --json again, and exit"
+    )
     ap.add_argument("--seconds", type=float, default=1800)
     ap.add_argument("--every", type=float, default=1)
-    ap.add_argument("--warmup", type=float, default=300, help="samples before this are left out of the fit")
+    ap.add_argument(
+        "--warmup", type=float, default=300, help="samples before this are left out of the fit"
+    )
     ap.add_argument("--rate", type=float, default=1000, help="sessions per second")
     ap.add_argument("--spans", type=int, default=37, help="spans per session")
     ap.add_argument("--rotate", default="60s")
     ap.add_argument("--json", help="write the figures and samples here")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
-    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                    help="in the agent's environment (e.g. MALLOC_ARENA_MAX=1), repeatable")
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory (its path is printed)"
+    )
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="in the agent's environment (e.g. MALLOC_ARENA_MAX=1), repeatable",
+    )
     ap.add_argument("agent_args", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     extra = args.agent_args[1:] if args.agent_args[:1] == ["--"] else args.agent_args
@@ -188,8 +208,10 @@ def main() -> int:
         with open(args.reanalyze) as f:
             saved = json.load(f)
         r = analyze(saved["samples"], saved["warmup_s"], args.every)
-        print(f"{saved['sink']}: {saved['sessions']} sessions in {saved['seconds']} s; items delivered "
-              f"{saved['items_delivered']}, dropped {saved['items_dropped']}; agent CPU {saved.get('cpu_s')} s")
+        print(
+            f"{saved['sink']}: {saved['sessions']} sessions in {saved['seconds']} s; items delivered "
+            f"{saved['items_delivered']}, dropped {saved['items_dropped']}; agent CPU {saved.get('cpu_s')} s"
+        )
         print_rss(r, saved["warmup_s"])
         return 0
     if not (args.agent and args.storm and args.sink):
@@ -202,13 +224,38 @@ def main() -> int:
     out_path, err_path = os.path.join(root, "agent.out"), os.path.join(root, "agent.err")
     samples, dir_max = [], 0
     try:
-        storm = subprocess.Popen([args.storm, "--sessions", "0", "--seconds", str(args.seconds + 120),
-                                  "--spans-per-session", str(args.spans), "--rate", str(args.rate),
-                                  "--wait-attached", "60"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        storm = subprocess.Popen(
+            [
+                args.storm,
+                "--sessions",
+                "0",
+                "--seconds",
+                str(args.seconds + 120),
+                "--spans-per-session",
+                str(args.spans),
+                "--rate",
+                str(args.rate),
+                "--wait-attached",
+                "60",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         pid = int(storm.stdout.readline().split()[1])
-        cmd = [args.agent, "--pid", str(pid), "--continuous", "--rotate", args.rotate, "--sink", sink.url,
-               "--spool", os.path.join(root, "spool"), *extra]
+        cmd = [
+            args.agent,
+            "--pid",
+            str(pid),
+            "--continuous",
+            "--rotate",
+            args.rotate,
+            "--sink",
+            sink.url,
+            "--spool",
+            os.path.join(root, "spool"),
+            *extra,
+        ]
         with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
             env = dict(os.environ, **dict(e.split("=", 1) for e in args.env))
             agent = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env)
@@ -243,34 +290,53 @@ def main() -> int:
         if m:
             sessions += int(m.group(1))
             periods += 1
-    final = next((ln for ln in reversed(out.splitlines()) if ln.startswith("mlprof-ebpf: stopped:")), "")
+    final = next(
+        (ln for ln in reversed(out.splitlines()) if ln.startswith("mlprof-ebpf: stopped:")), ""
+    )
     m = re.search(r"delivered (\d+), spooled (\d+), dropped (\d+)", final)
     delivered, spooled, dropped = (int(x) for x in m.groups()) if m else (0, 0, 0)
     figures = analyze(samples, args.warmup, args.every)
     elapsed = samples[-1][0] if samples else 0
     result = {
-        "sink": args.sink, "agent_args": cmd[1:], "rate": args.rate, "spans": args.spans,
-        "seconds": round(elapsed), "warmup_s": args.warmup, **figures,
-        "sessions": sessions, "sessions_per_s": round(sessions / max(elapsed, 1)), "periods": periods,
+        "sink": args.sink,
+        "agent_args": cmd[1:],
+        "rate": args.rate,
+        "spans": args.spans,
+        "seconds": round(elapsed),
+        "warmup_s": args.warmup,
+        **figures,
+        "sessions": sessions,
+        "sessions_per_s": round(sessions / max(elapsed, 1)),
+        "periods": periods,
         "env": args.env,
         "cpu_s": round(samples[-1][1].get("cpu_s", 0), 1) if samples else None,
-        "cpu_us_per_session": round(1e6 * samples[-1][1].get("cpu_s", 0) / sessions, 2) if samples and sessions
+        "cpu_us_per_session": round(1e6 * samples[-1][1].get("cpu_s", 0) / sessions, 2)
+        if samples and sessions
         else None,
-        "items_delivered": delivered, "items_spooled_at_end": spooled, "items_dropped": dropped,
+        "items_delivered": delivered,
+        "items_spooled_at_end": spooled,
+        "items_dropped": dropped,
         "exit": agent.returncode if agent else None,
-        "final_line": final, "stderr_tail": err.strip().splitlines()[-3:],
+        "final_line": final,
+        "stderr_tail": err.strip().splitlines()[-3:],
         "samples": [(round(t, 1), s) for t, s in samples],
     }
     if args.sink == "dir":
         result["dir_max_bytes"] = dir_max
     print(f"sink {args.sink} ({sink.url}); agent {' '.join(cmd[1:])}")
-    print(f"ran {elapsed:.0f} s: {sessions} sessions ({sessions / max(elapsed, 1):.0f}/s) in {periods} period lines; "
-          f"items delivered {delivered}, spooled at the end {spooled}, dropped {dropped}; exit {result['exit']}")
+    print(
+        f"ran {elapsed:.0f} s: {sessions} sessions ({sessions / max(elapsed, 1):.0f}/s) in {periods} period lines; "
+        f"items delivered {delivered}, spooled at the end {spooled}, dropped {dropped}; exit {result['exit']}"
+    )
     print("t_s  VmRSS_MB  RssAnon_MB  RssFile_MB")
     for t, s in samples[:: max(1, len(samples) // 20)]:
-        print(f"{t:5.0f}  {s.get('VmRSS', 0) / 1024:8.1f}  {s.get('RssAnon', 0) / 1024:10.1f}  "
-              f"{s.get('RssFile', 0) / 1024:10.1f}")
-    print(f"agent CPU {result['cpu_s']} s ({result['cpu_us_per_session']} us per session); env {args.env}")
+        print(
+            f"{t:5.0f}  {s.get('VmRSS', 0) / 1024:8.1f}  {s.get('RssAnon', 0) / 1024:10.1f}  "
+            f"{s.get('RssFile', 0) / 1024:10.1f}"
+        )
+    print(
+        f"agent CPU {result['cpu_s']} s ({result['cpu_us_per_session']} us per session); env {args.env}"
+    )
     print_rss(result, args.warmup)
     if args.sink == "dir":
         print(f"sink directory: at most {dir_max / 2**20:.1f} MiB seen")

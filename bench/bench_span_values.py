@@ -81,9 +81,14 @@ def main() -> None:
     variants = dict(VARIANTS)
     if _native.FREE_THREADED:
         del variants["alloc_bytes"], variants["both"]  # refused there
-    print(f"python {sys.version.split()[0]}, hook {mlflow_profiler._core.hook_name()}, "
-          f"{args.calls} recorded spans x {args.repeats} repeats, median")
-    for title, body in (("leaf() returns its argument", loop), ("leaf_alloc() makes 5 small lists", loop_alloc)):
+    print(
+        f"python {sys.version.split()[0]}, hook {mlflow_profiler._core.hook_name()}, "
+        f"{args.calls} recorded spans x {args.repeats} repeats, median"
+    )
+    for title, body in (
+        ("leaf() returns its argument", loop),
+        ("leaf_alloc() makes 5 small lists", loop_alloc),
+    ):
         times = {k: [] for k in variants}
         for kw in variants.values():
             one(kw, 1000, body)  # warm up: first sight of the codes
@@ -97,17 +102,23 @@ def main() -> None:
         print(f"\n{title}")
         print(f"{'variant':<12} {'ns/span':>9} {'over off':>9} {'ratio':>6}")
         for k in variants:
-            print(f"{k:<12} {span_ns[k]:9.1f} {span_ns[k] - span_ns['off']:9.1f} {med[k] / med['off']:6.2f}")
+            print(
+                f"{k:<12} {span_ns[k]:9.1f} {span_ns[k] - span_ns['off']:9.1f} {med[k] / med['off']:6.2f}"
+            )
     clocks = clock_cost(args.calls)
     print()
     syscall = clocks["thread_time_ns"] - clocks["monotonic_ns"]
-    print(f"clock from Python: thread_time_ns {clocks['thread_time_ns']:.1f} ns, monotonic_ns "
-          f"{clocks['monotonic_ns']:.1f} ns: the CPU clock's system call ~{syscall:.1f} ns over the vDSO, "
-          f"~{clocks['thread_time_ns'] - 30:.0f} ns a reading (less Python's ~30 ns call)")
+    print(
+        f"clock from Python: thread_time_ns {clocks['thread_time_ns']:.1f} ns, monotonic_ns "
+        f"{clocks['monotonic_ns']:.1f} ns: the CPU clock's system call ~{syscall:.1f} ns over the vDSO, "
+        f"~{clocks['thread_time_ns'] - 30:.0f} ns a reading (less Python's ~30 ns call)"
+    )
     if "cpu_time" in per_span:
         limit = 2 * (clocks["thread_time_ns"] - 30)
-        print(f"cpu_time: {per_span['cpu_time'] - per_span['off']:.1f} ns/span over off; "
-              f"physical limit two readings ~{limit:.0f} ns")
+        print(
+            f"cpu_time: {per_span['cpu_time'] - per_span['off']:.1f} ns/span over off; "
+            f"physical limit two readings ~{limit:.0f} ns"
+        )
 
 
 if __name__ == "__main__":

@@ -81,12 +81,21 @@ def main() -> None:
     mlflow_profiler.flush()
     base = statistics.median(off)
     unsampled = [x for v in since.values() for x in v] or [base]  # rate 1.0: none
-    print(f"python {sys.version.split()[0]}, rate {args.rate}, depth {args.depth}, export {args.export}: "
-          f"A p50 {base / 1000:.0f} us (n={len(off)})")
-    print(f"sampled/A p50 {statistics.median(sampled) / base:.3f} (n={len(sampled)}); "
-          f"unsampled/A p50 {statistics.median(unsampled) / base:.3f} (n={len(unsampled)})")
-    print("after a sampled call, p50/A: " + " ".join(
-        f"+{k}{'+' if k == 10 else ''} {statistics.median(v) / base:.3f}" for k, v in sorted(since.items())))
+    print(
+        f"python {sys.version.split()[0]}, rate {args.rate}, depth {args.depth}, export {args.export}: "
+        f"A p50 {base / 1000:.0f} us (n={len(off)})"
+    )
+    print(
+        f"sampled/A p50 {statistics.median(sampled) / base:.3f} (n={len(sampled)}); "
+        f"unsampled/A p50 {statistics.median(unsampled) / base:.3f} (n={len(unsampled)})"
+    )
+    print(
+        "after a sampled call, p50/A: "
+        + " ".join(
+            f"+{k}{'+' if k == 10 else ''} {statistics.median(v) / base:.3f}"
+            for k, v in sorted(since.items())
+        )
+    )
 
 
 if __name__ == "__main__":

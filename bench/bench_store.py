@@ -55,7 +55,9 @@ CPU = [0.0]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=200_000)
-    parser.add_argument("--sources", type=int, default=10_000, help="small sources a store for top/diff")
+    parser.add_argument(
+        "--sources", type=int, default=10_000, help="small sources a store for top/diff"
+    )
     parser.add_argument("--spans-per-source", type=int, default=100)
     parser.add_argument("--postgres", default=None, help="a postgresql:// URL to measure too")
     args = parser.parse_args()
@@ -67,8 +69,10 @@ def main() -> None:
     doc = os.path.join(tmp, "p.json.gz")
     t_save, _ = timed(lambda: big.save(doc))
     t_load, _ = timed(lambda: load(doc))
-    print(f"  .json.gz   save {t_save:.2f}s ({n / t_save / 1e3:.0f}k spans/s), "
-          f"load {t_load:.2f}s ({n / t_load / 1e3:.0f}k spans/s), {os.path.getsize(doc) / n:.1f} B/span")
+    print(
+        f"  .json.gz   save {t_save:.2f}s ({n / t_save / 1e3:.0f}k spans/s), "
+        f"load {t_load:.2f}s ({n / t_load / 1e3:.0f}k spans/s), {os.path.getsize(doc) / n:.1f} B/span"
+    )
 
     targets = [("sqlite", os.path.join(tmp, "s.db"))]
     if args.postgres:
@@ -82,8 +86,10 @@ def main() -> None:
             with open_store(target) as store:
                 store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             size = f", {os.path.getsize(target) / n:.1f} B/span (file after checkpoint)"
-        print(f"  {name:9s}  add {t_add:.2f}s ({n / t_add / 1e3:.0f}k spans/s), "
-              f"read back {t_read:.2f}s ({n / t_read / 1e3:.0f}k spans/s){size}")
+        print(
+            f"  {name:9s}  add {t_add:.2f}s ({n / t_add / 1e3:.0f}k spans/s), "
+            f"read back {t_read:.2f}s ({n / t_read / 1e3:.0f}k spans/s){size}"
+        )
 
     # top and diff over many small sources: the figure is 1M spans
     # in 10k sessions (one per source here) for top, and two such stores for diff.
@@ -99,19 +105,29 @@ def main() -> None:
         t_add = time.perf_counter() - t
     with open_store(stores[0]) as store:
         spans = sum(s["spans"] for s in store.sources())
-    print(f"{args.sources:,} sources a store, {spans:,} spans: added in {t_add:.1f}s "
-          f"({args.sources / t_add:.0f} sources/s, {spans / t_add / 1e3:.0f}k spans/s)")
+    print(
+        f"{args.sources:,} sources a store, {spans:,} spans: added in {t_add:.1f}s "
+        f"({args.sources / t_add:.0f} sources/s, {spans / t_add / 1e3:.0f}k spans/s)"
+    )
     t_top, result = timed(lambda: analysis.top([stores[0]]), repeat=3)
-    print(f"  top over one store {t_top:.2f}s (CPU {CPU[0]:.2f}s; {spans / t_top / 1e3:.0f}k spans/s), "
-          f"{len(result.rows)} paths")
+    print(
+        f"  top over one store {t_top:.2f}s (CPU {CPU[0]:.2f}s; {spans / t_top / 1e3:.0f}k spans/s), "
+        f"{len(result.rows)} paths"
+    )
     t_diff, _ = timed(lambda: analysis.diff([stores[0]], [stores[1]]), repeat=3)
-    print(f"  diff of the two stores (2000 resamples a side) {t_diff:.2f}s (CPU {CPU[0]:.2f}s; "
-          f"{2 * spans / t_diff / 1e3:.0f}k spans/s)")
+    print(
+        f"  diff of the two stores (2000 resamples a side) {t_diff:.2f}s (CPU {CPU[0]:.2f}s; "
+        f"{2 * spans / t_diff / 1e3:.0f}k spans/s)"
+    )
     # The floor: Python's sqlite3 fetching the columns top reads, nothing done with them.
     with open_store(stores[0]) as store:
-        t_fetch, _ = timed(lambda: store._conn.execute(
-            "SELECT sample_id, stack_id, flags, end_ns - start_ns, COALESCE(active_ns, end_ns - start_ns), self_ns "
-            "FROM samples").fetchall(), repeat=3)
+        t_fetch, _ = timed(
+            lambda: store._conn.execute(
+                "SELECT sample_id, stack_id, flags, end_ns - start_ns, COALESCE(active_ns, end_ns - start_ns), self_ns "
+                "FROM samples"
+            ).fetchall(),
+            repeat=3,
+        )
     print(f"  (sqlite3 fetching those rows alone: {t_fetch:.2f}s, CPU {CPU[0]:.2f}s)")
 
 

@@ -92,11 +92,22 @@ def cases(smoke: bool) -> list:
     if pd is not None and np is not None:
         kinds = ["float64", "int64", "float32", "int32", "bool"]
         numeric = {f"n{i}": (np.arange(rows) % 2).astype(kinds[i % 5]) for i in range(8)}
-        df = pd.DataFrame({**numeric, "o": pd.Series(["x"] * rows, dtype=object),
-                           "t": pd.date_range("2020", periods=rows)})
+        df = pd.DataFrame(
+            {
+                **numeric,
+                "o": pd.Series(["x"] * rows, dtype=object),
+                "t": pd.date_range("2020", periods=rows),
+            }
+        )
         out.append(("DataFrame 10 numpy", df, public_frame))
-        ext = pd.DataFrame({**{k: v for k, v in list(numeric.items())[:7]}, "s": [f"s{i % 7}" for i in range(rows)],
-                            "c": pd.Categorical(["u", "v"] * (rows // 2)), "i": pd.array(range(rows), dtype="Int64")})
+        ext = pd.DataFrame(
+            {
+                **{k: v for k, v in list(numeric.items())[:7]},
+                "s": [f"s{i % 7}" for i in range(rows)],
+                "c": pd.Categorical(["u", "v"] * (rows // 2)),
+                "i": pd.array(range(rows), dtype="Int64"),
+            }
+        )
         out.append(("DataFrame 10 ext", ext, public_frame))
         out.append(("Series f8", df["n0"], public_series))
     try:
@@ -116,7 +127,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--number", type=int, default=20000)
-    ap.add_argument("--smoke", action="store_true", help="tiny inputs, 2 repeats: checks that it runs")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny inputs, 2 repeats: checks that it runs"
+    )
     ap.add_argument("--json", help="also write the medians here")
     args = ap.parse_args()
     if args.smoke:
@@ -144,12 +157,16 @@ def main() -> None:
         for (name, value, public), how in work:
             timings[(name, how)].append(measure(value, public, how, calls[(name, how)]))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# bench_summarize: Python {platform.python_version()}, {args.repeats} repeats of up to {args.number} "
-          f"calls (about 20 ms each), load {load:.1f}")
+    print(
+        f"# bench_summarize: Python {platform.python_version()}, {args.repeats} repeats of up to {args.number} "
+        f"calls (about 20 ms each), load {load:.1f}"
+    )
     print(f"{'value':22s} {'native':>9s} {'python':>9s} {'public':>9s}   ns per call (median)")
     medians = {}
     for name, value, _ in todo:
-        row = {how: statistics.median(timings[(name, how)]) for how in ("native", "python", "public")}
+        row = {
+            how: statistics.median(timings[(name, how)]) for how in ("native", "python", "public")
+        }
         medians[name] = row
         print(f"{name:22s} {row['native']:9.0f} {row['python']:9.0f} {row['public']:9.0f}")
     print("\nsummaries:")
@@ -157,8 +174,17 @@ def main() -> None:
         print(f"  {name:22s} {summarize(value)}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"python": platform.python_version(), "repeats": args.repeats, "number": args.number,
-                       "load": load, "ns_per_call": medians}, f, indent=1)
+            json.dump(
+                {
+                    "python": platform.python_version(),
+                    "repeats": args.repeats,
+                    "number": args.number,
+                    "load": load,
+                    "ns_per_call": medians,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -56,11 +56,15 @@ def main() -> None:
                 store.add(loads(text))
         result = analysis.top([db], by="function")
         calls = sum(r.calls for r in result.rows)
-        print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; {args.sources} sources, "
-              f"{calls:,} spans ({calls // args.sources:,} a source), "
-              f"{len(analysis.top([db]).rows)} call paths, {len(result.rows)} functions")
-        for name, fn in (("top --by function (API)", lambda: analysis.top([db], by="function")),
-                         ("top by path (API)", lambda: analysis.top([db]))):
+        print(
+            f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; {args.sources} sources, "
+            f"{calls:,} spans ({calls // args.sources:,} a source), "
+            f"{len(analysis.top([db]).rows)} call paths, {len(result.rows)} functions"
+        )
+        for name, fn in (
+            ("top --by function (API)", lambda: analysis.top([db], by="function")),
+            ("top by path (API)", lambda: analysis.top([db])),
+        ):
             wall, cpu = timed(fn, args.repeat)
             print(f"{name}: wall {wall:.3f} s, CPU {cpu:.3f} s (median of {args.repeat})")
         cmd = [sys.executable, "-m", "mlflow_profiler._cli", "top", db, "--by", "function"]
@@ -69,10 +73,15 @@ def main() -> None:
             t = time.perf_counter()
             subprocess.run(cmd, check=True, capture_output=True)
             walls.append(time.perf_counter() - t)
-        print(f"mlprof top --by function (a new process): wall {statistics.median(walls):.3f} s "
-              f"(median of {args.repeat})")
+        print(
+            f"mlprof top --by function (a new process): wall {statistics.median(walls):.3f} s "
+            f"(median of {args.repeat})"
+        )
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import mlflow_profiler.analysis, mlflow_profiler._cli"], check=True)
+        subprocess.run(
+            [sys.executable, "-c", "import mlflow_profiler.analysis, mlflow_profiler._cli"],
+            check=True,
+        )
         print(f"  of which interpreter start and imports: {time.perf_counter() - t:.3f} s")
 
 

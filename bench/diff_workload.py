@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 
 FEATURIZE_SPIN = 12_000  # about 0.6 ms of CPython 3.11 here
-SCORE_SPIN = 5_000       # about 0.25 ms
+SCORE_SPIN = 5_000  # about 0.25 ms
 FEATURIZE_SLEEP = 0.001
-SCORE_SLEEP = 0.0005     # timer slack (50 us) dilutes a change of the request by a tenth
-SCORE_MATMULS = 20       # about 2 ms of 64x128 @ 128x128 matmuls: 1.15 and 1.4 times are whole numbers
+SCORE_SLEEP = 0.0005  # timer slack (50 us) dilutes a change of the request by a tenth
+SCORE_MATMULS = 20  # about 2 ms of 64x128 @ 128x128 matmuls: 1.15 and 1.4 times are whole numbers
 
 
 def spin(n: int) -> int:

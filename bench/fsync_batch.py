@@ -69,11 +69,15 @@ def write_batch(directory: str, start: int, batch: int, scheme: str, data: bytes
 
 def main() -> None:
     """Runs every scheme and prints wall time and interrupts per file."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--batch", type=int, default=30)
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--irq", default="virtio1-req", help="the disk's name in /proc/interrupts")
-    ap.add_argument("--dir", default=None, help="where to write (default: a new directory under /tmp)")
+    ap.add_argument(
+        "--dir", default=None, help="where to write (default: a new directory under /tmp)"
+    )
     args = ap.parse_args()
     directory = tempfile.mkdtemp(dir=args.dir or "/tmp")
     data = os.urandom(3000)
@@ -89,7 +93,9 @@ def main() -> None:
         wall = time.perf_counter() - t0
         os.sync()
         n = args.batch * args.batches
-        print(f"{scheme:15s} {wall / n * 1e6:7.0f} us/file  {(interrupts(args.irq) - irq0) / n:5.2f} interrupts/file")
+        print(
+            f"{scheme:15s} {wall / n * 1e6:7.0f} us/file  {(interrupts(args.irq) - irq0) / n:5.2f} interrupts/file"
+        )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,11 @@ import os
 import re
 import sys
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+OUT = (
+    sys.argv[1]
+    if len(sys.argv) > 1
+    else os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+)
 VERSIONS = sys.argv[2:] or ["3.11", "3.13"]
 
 
@@ -53,26 +57,38 @@ def overhead_table(wl, per_call):
             if r is None:
                 line += " n/a | n/a | n/a |" + (" n/a |" if per_call else "")
                 continue
-            line += (f" {r['median_ms']:.4g} | {r['ratio']:.3f} |"
-                     f" {r['paired_p50']:.3f} ({r['paired_p25']:.3f}-{r['paired_p75']:.3f}) |")
+            line += (
+                f" {r['median_ms']:.4g} | {r['ratio']:.3f} |"
+                f" {r['paired_p50']:.3f} ({r['paired_p25']:.3f}-{r['paired_p75']:.3f}) |"
+            )
             if per_call:
                 line += f" {r['ns_per_call']:.0f} |"
         print(line)
     calls = " / ".join(
         f"{over[v]['python']}: {over[v]['workloads'][wl]['calls']['call']:,} Python calls, "
-        f"{over[v]['workloads'][wl]['calls']['c_call']:,} C calls" for v in vs)
+        f"{over[v]['workloads'][wl]['calls']['c_call']:,} C calls"
+        for v in vs
+    )
     print(f"\nCalls per run ({wl}): {calls}\n")
 
 
 def session_table():
     names = list(rows_of(vs[0], "empty"))
-    print("| contender | " + " | ".join(f"{over[v]['python']} us/session over base" for v in vs) + " |")
+    print(
+        "| contender | "
+        + " | ".join(f"{over[v]['python']} us/session over base" for v in vs)
+        + " |"
+    )
     print("|---|" + "---:|" * len(vs))
     for n in names:
         cells = []
         for v in vs:
             rows = rows_of(v, "empty")
-            cells.append(f"{(rows[n]['median_ms'] - rows['base']['median_ms']) * 1e3:.1f}" if n in rows else "n/a")
+            cells.append(
+                f"{(rows[n]['median_ms'] - rows['base']['median_ms']) * 1e3:.1f}"
+                if n in rows
+                else "n/a"
+            )
         print(f"| {n} | " + " | ".join(cells) + " |")
     print()
 
@@ -82,8 +98,13 @@ def noop_table():
     if not nv:
         return
     cases = list(noop[nv[0]]["cases"])
-    print("| case | " + " | ".join(f"{noop[v]['python']} ns (p25-p75) | {noop[v]['python']} over bare"
-                                    for v in nv) + " |")
+    print(
+        "| case | "
+        + " | ".join(
+            f"{noop[v]['python']} ns (p25-p75) | {noop[v]['python']} over bare" for v in nv
+        )
+        + " |"
+    )
     print("|---|" + "---:|---:|" * len(nv))
     for c in cases:
         cells = []
@@ -104,11 +125,17 @@ def core():
     b = re.search(r"build_tree:.*median ([\d.]+) ms", text)
     j = re.search(r"to_json_document:.*median ([\d.]+) ms", text)
     if b and j:
-        print(f"\nbuild + JSON: {float(b.group(1)) + float(j.group(1)):.1f} ms (sum of the medians)\n")
+        print(
+            f"\nbuild + JSON: {float(b.group(1)) + float(j.group(1)):.1f} ms (sum of the medians)\n"
+        )
     for v in VERSIONS:
         path = os.path.join(OUT, f"render-{v}.txt")
         if os.path.exists(path):
-            print("From Python (`bench_render.py`), a real capture:\n\n```\n" + open(path).read().strip() + "\n```\n")
+            print(
+                "From Python (`bench_render.py`), a real capture:\n\n```\n"
+                + open(path).read().strip()
+                + "\n```\n"
+            )
 
 
 if vs:

@@ -52,9 +52,25 @@ NOTEBOOK = "b21c769"
 # Above this 1-minute load average on the 2-core VM a figure is marked.
 LOADED = 2.0
 
-AREAS = ["Capture", "autoprofile and serving", "Exports and report", "eBPF agent", "Store and queries", "diff"]
+AREAS = [
+    "Capture",
+    "autoprofile and serving",
+    "Exports and report",
+    "eBPF agent",
+    "Store and queries",
+    "diff",
+]
 
-PEER_COLUMNS = ["base2", "ours-d0", "ours-d1", "ours-d2", "ours-d-1", "cProfile", "viztracer", "pyinstr"]
+PEER_COLUMNS = [
+    "base2",
+    "ours-d0",
+    "ours-d1",
+    "ours-d2",
+    "ours-d-1",
+    "cProfile",
+    "viztracer",
+    "pyinstr",
+]
 PEER_NAMES = {"cProfile": "cProfile", "viztracer": "viztracer", "pyinstr": "pyinstrument"}
 OVERHEAD_METHOD = (
     "bench_overhead.py runs every contender once per repeat in a shuffled order, one profiler session per "
@@ -98,29 +114,33 @@ def overhead_doc(raw: dict, name: str) -> dict:
     if "ours-d2" in pred:
         r = pred["ours-d2"]
         limit = 1.05 if ver == "3.11" else 1.02
-        targets.append({
-            "key": f"capture.predict.d2.{ver}",
-            "area": "Capture",
-            "target": f"Depth 2 on the Pipeline predict, {ver}: at most +{round((limit - 1) * 100)}%",
-            "figure": f"{r['ratio']:.3f} (paired {r['paired_p50']:.3f})",
-            "verdict": "met" if r["paired_p50"] <= limit else "**missed**",
-            "peers": peers(pred),
-            "order": 10 + order,
-        })
+        targets.append(
+            {
+                "key": f"capture.predict.d2.{ver}",
+                "area": "Capture",
+                "target": f"Depth 2 on the Pipeline predict, {ver}: at most +{round((limit - 1) * 100)}%",
+                "figure": f"{r['ratio']:.3f} (paired {r['paired_p50']:.3f})",
+                "verdict": "met" if r["paired_p50"] <= limit else "**missed**",
+                "peers": peers(pred),
+                "order": 10 + order,
+            }
+        )
     for first, wl in ((20, "fib"), (24, "tabular")):
         rs = rows(wl)
         if "ours-d-1" in rs and "cProfile" in rs:
             share = (rs["ours-d-1"]["ratio"] - 1) / (rs["cProfile"]["ratio"] - 1)
             limit = 0.85 if ver == "3.11" else 0.6
-            targets.append({
-                "key": f"capture.full.{wl}.{ver}",
-                "area": "Capture",
-                "target": f"Full capture (depth -1) on {wl}, {ver}: at most {limit}x cProfile's overhead",
-                "figure": f"{share:.2f}x ({ratio(rs['ours-d-1'])} against {ratio(rs['cProfile'])})",
-                "verdict": "met" if share <= limit else "**missed**",
-                "peers": peers(rs),
-                "order": first + order,
-            })
+            targets.append(
+                {
+                    "key": f"capture.full.{wl}.{ver}",
+                    "area": "Capture",
+                    "target": f"Full capture (depth -1) on {wl}, {ver}: at most {limit}x cProfile's overhead",
+                    "figure": f"{share:.2f}x ({ratio(rs['ours-d-1'])} against {ratio(rs['cProfile'])})",
+                    "verdict": "met" if share <= limit else "**missed**",
+                    "peers": peers(rs),
+                    "order": first + order,
+                }
+            )
     tables = []
     for wl, title in PEER_TITLES.items():
         rs = rows(wl)
@@ -138,13 +158,14 @@ def overhead_doc(raw: dict, name: str) -> dict:
         "title": f"Capture overhead beside the peers, {py}",
         "bench": "bench_overhead.py",
         "provenance": "measured",
-        "commit": meta.get("commit", "?") + (" + uncommitted changes" if meta.get("uncommitted") else ""),
+        "commit": meta.get("commit", "?")
+        + (" + uncommitted changes" if meta.get("uncommitted") else ""),
         "date": meta.get("date", "?")[:10],
         "when": meta.get("date", "?"),
         "load": f"{load:.1f}" if isinstance(load, (int, float)) else load,
         "loaded": isinstance(load, (int, float)) and load >= LOADED,
         "command": "bench/run.sh " + ver + " (bench_overhead.py --repeats "
-                   f"{raw.get('args', {}).get('repeats', '?')} --json)",
+        f"{raw.get('args', {}).get('repeats', '?')} --json)",
         "method": OVERHEAD_METHOD,
         "targets": targets,
         "tables": tables,
@@ -207,22 +228,26 @@ def render(docs: List[dict]) -> str:
     w("     Regenerate: python bench/results.py; CI checks: python bench/results.py --check -->")
     w("")
     w("The current figure for each target, the commit and date it was measured at (linked to")
-    w("its raw file in bench/results/), and the peers of the same run. \"carried\": carried over")
+    w('its raw file in bench/results/), and the peers of the same run. "carried": carried over')
     w("from the lab notebook this page replaced (`git log -p bench/RESULTS.md` keeps it), not")
-    w("re-run since. \"load\": measured while the shared 2-vCPU VM's 1-minute load average was")
+    w('re-run since. "load": measured while the shared 2-vCPU VM\'s 1-minute load average was')
     w(f"{LOADED:.0f} or more: read the ratios, not the milliseconds. How each figure is measured,")
     w("and how far it is from its physical limit: [Method](#method).")
     w("")
     targets = current(docs, "targets")
     order = {a: i for i, a in enumerate(AREAS)}
-    rows = sorted(targets.values(), key=lambda rd: (order.get(rd[0]["area"], 99), rd[0].get("order", 0)))
+    rows = sorted(
+        targets.values(), key=lambda rd: (order.get(rd[0]["area"], 99), rd[0].get("order", 0))
+    )
     w("## Targets")
     w("")
     w("| area | target | current figure | verdict | peers, same run | measured at |")
     w("|---|---|---|---|---|---|")
     for row, doc in rows:
-        w(f"| {cell(row['area'])} | {cell(row['target'])} | {cell(row['figure'])} | {cell(row['verdict'])} |"
-          f" {cell(row.get('peers')) or '-'} | {measured_at(doc)} |")
+        w(
+            f"| {cell(row['area'])} | {cell(row['target'])} | {cell(row['figure'])} | {cell(row['verdict'])} |"
+            f" {cell(row.get('peers')) or '-'} | {measured_at(doc)} |"
+        )
     w("")
     render_peers(docs, w)
     w("## Method")
@@ -235,8 +260,11 @@ def render(docs: List[dict]) -> str:
     for doc in sorted(docs, key=lambda d: d["file"]):
         w(f"### {doc['title']}")
         w("")
-        w(f"- **Measured at** {measured_at(doc, link=False)}"
-          + (f"; load average {doc['load']}" if doc.get("load") and not doc.get("loaded") else "") + ".")
+        w(
+            f"- **Measured at** {measured_at(doc, link=False)}"
+            + (f"; load average {doc['load']}" if doc.get("load") and not doc.get("loaded") else "")
+            + "."
+        )
         if doc.get("carried_from"):
             w(f"- **Carried over from** {doc['carried_from']}.")
         w(f"- **Command:** `{doc['command']}`")
@@ -250,7 +278,7 @@ def render(docs: List[dict]) -> str:
     w("")
     w(f"Until {NOTEBOOK} this page was a lab notebook: every session's runs, what was tried and")
     w("not kept, and why targets were missed at the time. Code and docs that cite a section of")
-    w("bench/RESULTS.md by name (\"Issue 16, eighth session\", \"Issue 19, item 2\", ...) cite")
+    w('bench/RESULTS.md by name ("Issue 16, eighth session", "Issue 19, item 2", ...) cite')
     w(f"that notebook: `git show {NOTEBOOK}:bench/RESULTS.md`.")
     w("")
     w("### Regenerating")
@@ -298,8 +326,12 @@ def render_peers(docs: List[dict], w) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="compare, do not write; exit 1 on a difference")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--check", action="store_true", help="compare, do not write; exit 1 on a difference"
+    )
     ap.add_argument("--results", default=RESULTS_DIR, help="the raw results folder")
     ap.add_argument("--out", default=PAGE, help="the page to write or check")
     args = ap.parse_args(argv)
@@ -311,10 +343,14 @@ def main(argv=None) -> int:
         except FileNotFoundError:
             have = ""
         if have != page:
-            diff = difflib.unified_diff(have.splitlines(True), page.splitlines(True), args.out, "generated")
+            diff = difflib.unified_diff(
+                have.splitlines(True), page.splitlines(True), args.out, "generated"
+            )
             sys.stdout.writelines(list(diff)[:80])
-            print(f"\n{args.out} is not what bench/results.py generates: run python bench/results.py",
-                  file=sys.stderr)
+            print(
+                f"\n{args.out} is not what bench/results.py generates: run python bench/results.py",
+                file=sys.stderr,
+            )
             return 1
         print(f"{args.out}: up to date with {args.results}")
         return 0

@@ -2,8 +2,9 @@
 // (bpf/mlprof_usdt.h), with no Python. Each thread runs sessions in a tight
 // loop: session_begin, lane_begin, N x (span_enter, span_exit), session_end,
 // gated by the semaphores exactly as the extension's sites are. The agent's
-// throughput test and benchmark attach to it (docs/decisions/0026-throughput-from-a-synthetic-source.md:
-// "Throughput is measured with a synthetic source").
+// throughput test and benchmark attach to it
+// (docs/decisions/0026-throughput-from-a-synthetic-source.md: "Throughput is measured with a
+// synthetic source").
 //
 //   mlprof-usdt-storm [--sessions N] [--spans-per-session M] [--threads T]
 //                     [--seconds S] [--sleep-us U] [--wait-attached S]
@@ -74,10 +75,12 @@ int64_t monotonic_ns() {
 void fire_session_spans(uint32_t version, uint64_t session, uint64_t spans, uint64_t ident,
                         const char* thread_name, const std::vector<int64_t>& stamps) {
   thread_local std::string body;
-  const uint64_t max_events = (MLPROF_SPANS_MAX_BYTES - sizeof(mlprof_spans_head) - sizeof(mlprof_spans_lane)) /
-                              sizeof(mlprof_spans_event);
+  const uint64_t max_events =
+      (MLPROF_SPANS_MAX_BYTES - sizeof(mlprof_spans_head) - sizeof(mlprof_spans_lane)) /
+      sizeof(mlprof_spans_event);
   const uint64_t n = std::min<uint64_t>(2 * spans, max_events & ~uint64_t{1});
-  body.assign(sizeof(mlprof_spans_head) + sizeof(mlprof_spans_lane) + n * sizeof(mlprof_spans_event), '\0');
+  body.assign(
+      sizeof(mlprof_spans_head) + sizeof(mlprof_spans_lane) + n * sizeof(mlprof_spans_event), '\0');
   auto* head = reinterpret_cast<mlprof_spans_head*>(body.data());
   head->version = version;
   head->lanes = 1;
@@ -98,7 +101,10 @@ void fire_session_spans(uint32_t version, uint64_t session, uint64_t spans, uint
     ev[i].id = i % 2 ? 0 : 1;
     ev[i].kind = i % 2 ? 2 : 1;  // kReturn : kCall
   }
-  static const mlprof_spans_name name = {1, 0, kLine, reinterpret_cast<uintptr_t>("storm_span"),
+  static const mlprof_spans_name name = {1,
+                                         0,
+                                         kLine,
+                                         reinterpret_cast<uintptr_t>("storm_span"),
                                          reinterpret_cast<uintptr_t>("usdt_storm"),
                                          reinterpret_cast<uintptr_t>(__FILE__)};
   // In registers, not %fs-relative (thread_local): libbpf reads no such operand.
@@ -113,7 +119,6 @@ using Clock = std::chrono::steady_clock;
 int64_t ns_since(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
 }
-
 
 // The extension's pattern: a load and a branch, and the probe (with its
 // argument set-up) only behind it. A hit is counted only when it fired.
@@ -130,7 +135,8 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
   int64_t next_ns = monotonic_ns();
   for (uint64_t s = 0; o.sessions == 0 || s < o.sessions; ++s) {
     if (every_ns > 0) {
-      const timespec at{static_cast<time_t>(next_ns / 1'000'000'000), static_cast<long>(next_ns % 1'000'000'000)};
+      const timespec at{static_cast<time_t>(next_ns / 1'000'000'000),
+                        static_cast<long>(next_ns % 1'000'000'000)};
       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr);
       next_ns += every_ns;
     }
@@ -194,9 +200,11 @@ void run_thread(const Options& o, unsigned index, Clock::time_point deadline, bo
           "  --threads T            threads firing at once (default 1)\n"
           "  --seconds S            stop after S seconds (default: no limit)\n"
           "  --sleep-us U           sleep U microseconds between sessions (default 0)\n"
-          "  --rate R               R sessions per second in all, on a fixed schedule (default: no pacing)\n"
+          "  --rate R               R sessions per second in all, on a fixed schedule (default: no "
+          "pacing)\n"
           "  --wait-attached S      wait up to S seconds for a tracer on every probe first\n"
-          "  --body-version V       session_spans bodies say contract version V (default: this build's;\n"
+          "  --body-version V       session_spans bodies say contract version V (default: this "
+          "build's;\n"
           "                         another one plays an extension newer than the agent)\n");
   exit(2);
 }

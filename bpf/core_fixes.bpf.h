@@ -3,27 +3,25 @@
 #ifndef MLPROF_CORE_FIXES_BPF_H
 #define MLPROF_CORE_FIXES_BPF_H
 
-#include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
+#include "vmlinux.h"
 
 /* commit 2f064a59a11f ("sched: Change task_struct::state", v5.14) renamed
  * task_struct::state (volatile long) to task_struct::__state (unsigned int).
  * The ___o / ___x flavours let one object read whichever this kernel has. */
 struct task_struct___o {
-	volatile long int state;
+  volatile long int state;
 } __attribute__((preserve_access_index));
 
 struct task_struct___x {
-	unsigned int __state;
+  unsigned int __state;
 } __attribute__((preserve_access_index));
 
-static __always_inline __u32 mlprof_task_state(void *task)
-{
-	struct task_struct___x *t = task;
+static __always_inline __u32 mlprof_task_state(void* task) {
+  struct task_struct___x* t = task;
 
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return (__u32)BPF_CORE_READ((struct task_struct___o *)task, state);
+  if (bpf_core_field_exists(t->__state)) return BPF_CORE_READ(t, __state);
+  return (__u32)BPF_CORE_READ((struct task_struct___o*)task, state);
 }
 
 /* commit fa2c3254d7cf ("sched/tracing: Don't re-read p->state when emitting
@@ -41,11 +39,10 @@ static __always_inline __u32 mlprof_task_state(void *task)
  * trace_sched_switch(.prev_state)", v6.16). */
 const volatile bool sched_switch_has_prev_state = true;
 
-static __always_inline __u32 mlprof_switch_prev_state(unsigned long long *ctx, struct task_struct *prev)
-{
-	if (sched_switch_has_prev_state)
-		return (__u32)ctx[3];
-	return mlprof_task_state(prev);
+static __always_inline __u32 mlprof_switch_prev_state(unsigned long long* ctx,
+                                                      struct task_struct* prev) {
+  if (sched_switch_has_prev_state) return (__u32)ctx[3];
+  return mlprof_task_state(prev);
 }
 
 #endif /* MLPROF_CORE_FIXES_BPF_H */

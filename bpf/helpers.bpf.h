@@ -7,213 +7,186 @@
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static __always_inline void *reserve(__u64 size)
-{
-	void *p = bpf_ringbuf_reserve(&events, size, 0);
+static __always_inline void* reserve(__u64 size) {
+  void* p = bpf_ringbuf_reserve(&events, size, 0);
 
-	if (!p)
-		__sync_fetch_and_add(&lost, 1);
-	return p;
+  if (!p) __sync_fetch_and_add(&lost, 1);
+  return p;
 }
 
 /* Submit flags for a record of `size` bytes: wake the reader only with the
  * record that brings the pending data to wakeup_bytes. Forcing a wakeup with
  * every record past the mark (a reader that lags) cost a self-IPI per
  * record: 5 us per probe hit in this VM instead of ~1. */
-static __always_inline __u64 batched(__u64 size)
-{
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA); /* ours included */
+static __always_inline __u64 batched(__u64 size) {
+  __u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA); /* ours included */
 
-	return avail >= wakeup_bytes && avail < wakeup_bytes + size ? BPF_RB_FORCE_WAKEUP
-								      : BPF_RB_NO_WAKEUP;
+  return avail >= wakeup_bytes && avail < wakeup_bytes + size ? BPF_RB_FORCE_WAKEUP
+                                                              : BPF_RB_NO_WAKEUP;
 }
 
-static __always_inline void fill_header(struct mlprof_ev_header *h, __u16 kind, __u64 ts, __u32 tgid,
-					__u32 tid)
-{
-	h->ts_ns = ts;
-	h->tgid = tgid;
-	h->tid = tid;
-	h->kind = kind;
-	h->reserved = 0;
-	h->cpu = bpf_get_smp_processor_id();
+static __always_inline void fill_header(struct mlprof_ev_header* h, __u16 kind, __u64 ts,
+                                        __u32 tgid, __u32 tid) {
+  h->ts_ns = ts;
+  h->tgid = tgid;
+  h->tid = tid;
+  h->kind = kind;
+  h->reserved = 0;
+  h->cpu = bpf_get_smp_processor_id();
 }
 
-static __always_inline bool cgroup_ok(void)
-{
-	if (!filter_cgroup_id)
-		return true;
-	if (filter_cgroup_level >= 0)
-		return bpf_get_current_ancestor_cgroup_id(filter_cgroup_level) == filter_cgroup_id;
-	for (int level = 0; level < 16; level++) {
-		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
+static __always_inline bool cgroup_ok(void) {
+  if (!filter_cgroup_id) return true;
+  if (filter_cgroup_level >= 0)
+    return bpf_get_current_ancestor_cgroup_id(filter_cgroup_level) == filter_cgroup_id;
+  for (int level = 0; level < 16; level++) {
+    __u64 id = bpf_get_current_ancestor_cgroup_id(level);
 
-		if (id == filter_cgroup_id)
-			return true;
-		if (!id) /* above the current cgroup's own level */
-			break;
-	}
-	return false;
+    if (id == filter_cgroup_id) return true;
+    if (!id) /* above the current cgroup's own level */
+      break;
+  }
+  return false;
 }
 
 /* Start time of the current process (its thread group leader). */
-static __always_inline __u64 current_pstart(void)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+static __always_inline __u64 current_pstart(void) {
+  struct task_struct* task = (struct task_struct*)bpf_get_current_task();
 
-	return BPF_CORE_READ(task, group_leader, start_time);
+  return BPF_CORE_READ(task, group_leader, start_time);
 }
 
 struct usdt_ctx {
-	__u64 ts;
-	__u64 pstart;
-	__u32 tgid;
-	__u32 tid;
+  __u64 ts;
+  __u64 pstart;
+  __u32 tgid;
+  __u32 tid;
 };
 
-static __always_inline bool usdt_begin(struct usdt_ctx *c)
-{
-	if (!cgroup_ok())
-		return false;
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+static __always_inline bool usdt_begin(struct usdt_ctx* c) {
+  if (!cgroup_ok()) return false;
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
 
-	c->tgid = pid_tgid >> 32;
-	c->tid = (__u32)pid_tgid;
-	c->ts = bpf_ktime_get_ns();
-	c->pstart = current_pstart();
-	return true;
+  c->tgid = pid_tgid >> 32;
+  c->tid = (__u32)pid_tgid;
+  c->ts = bpf_ktime_get_ns();
+  c->pstart = current_pstart();
+  return true;
 }
 
-static __always_inline bool session_open(const struct usdt_ctx *c, __u64 session)
-{
-	struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
+static __always_inline bool session_open(const struct usdt_ctx* c, __u64 session) {
+  struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
 
-	return bpf_map_lookup_elem(&sessions, &k) != NULL;
+  return bpf_map_lookup_elem(&sessions, &k) != NULL;
 }
 
-static __always_inline bool is_shed(const struct usdt_ctx *c, __u64 session)
-{
-	if (*(volatile __s64 *)&shed_open <= 0)
-		return false;
-	struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
+static __always_inline bool is_shed(const struct usdt_ctx* c, __u64 session) {
+  if (*(volatile __s64*)&shed_open <= 0) return false;
+  struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
 
-	return bpf_map_lookup_elem(&shed_sessions, &k) != NULL;
+  return bpf_map_lookup_elem(&shed_sessions, &k) != NULL;
 }
 
 /* A shed session ended: forget it. */
-static __always_inline void end_shed(const struct usdt_ctx *c, __u64 session)
-{
-	struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
+static __always_inline void end_shed(const struct usdt_ctx* c, __u64 session) {
+  struct session_key k = {.pstart = c->pstart, .session = session, .tgid = c->tgid};
 
-	if (bpf_map_delete_elem(&shed_sessions, &k) == 0)
-		__sync_fetch_and_add(&shed_open, -1);
+  if (bpf_map_delete_elem(&shed_sessions, &k) == 0) __sync_fetch_and_add(&shed_open, -1);
 }
 
 /* The current thread works in `session`: follow it. check_open: only if the
  * session is known to be open (a lane or span event of a session whose
  * begin the agent did not see, attached mid-session, follows nothing). */
-static __always_inline void follow_current(const struct usdt_ctx *c, __u64 session, bool check_open)
-{
-	struct thread_state *st = bpf_map_lookup_elem(&followed, &c->tid);
+static __always_inline void follow_current(const struct usdt_ctx* c, __u64 session,
+                                           bool check_open) {
+  struct thread_state* st = bpf_map_lookup_elem(&followed, &c->tid);
 
-	if (st && (st->flags & FOLLOW_SESSION) && st->session == session && st->pstart == c->pstart)
-		return; /* the common case: every span of a session after its first */
-	if (check_open && !session_open(c, session))
-		return;
-	if (st) {
-		st->pstart = c->pstart;
-		st->tgid = c->tgid;
-		st->session = session;
-		st->flags |= FOLLOW_SESSION;
-		return;
-	}
-	struct thread_state ns = {};
+  if (st && (st->flags & FOLLOW_SESSION) && st->session == session && st->pstart == c->pstart)
+    return; /* the common case: every span of a session after its first */
+  if (check_open && !session_open(c, session)) return;
+  if (st) {
+    st->pstart = c->pstart;
+    st->tgid = c->tgid;
+    st->session = session;
+    st->flags |= FOLLOW_SESSION;
+    return;
+  }
+  struct thread_state ns = {};
 
-	ns.pstart = c->pstart;
-	ns.tgid = c->tgid;
-	ns.session = session;
-	ns.flags = FOLLOW_SESSION;
-	bpf_map_update_elem(&followed, &c->tid, &ns, BPF_NOEXIST);
+  ns.pstart = c->pstart;
+  ns.tgid = c->tgid;
+  ns.session = session;
+  ns.flags = FOLLOW_SESSION;
+  bpf_map_update_elem(&followed, &c->tid, &ns, BPF_NOEXIST);
 }
 
 /* A followed thread, or NULL; a thread followed only for a session that has
  * ended since is dropped here. Called on the thread's own CPU (switch,
  * fork, exit), never from a waker on another CPU, so it cannot race the
  * thread's own USDT handlers re-following it. */
-static __always_inline struct thread_state *lookup_followed(__u32 tid)
-{
-	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
+static __always_inline struct thread_state* lookup_followed(__u32 tid) {
+  struct thread_state* st = bpf_map_lookup_elem(&followed, &tid);
 
-	if (!st)
-		return NULL;
-	if (st->flags & FOLLOW_CHILD)
-		return st;
-	struct session_key k = {.pstart = st->pstart, .session = st->session, .tgid = st->tgid};
+  if (!st) return NULL;
+  if (st->flags & FOLLOW_CHILD) return st;
+  struct session_key k = {.pstart = st->pstart, .session = st->session, .tgid = st->tgid};
 
-	if (bpf_map_lookup_elem(&sessions, &k))
-		return st;
-	bpf_map_delete_elem(&followed, &tid);
-	return NULL;
+  if (bpf_map_lookup_elem(&sessions, &k)) return st;
+  bpf_map_delete_elem(&followed, &tid);
+  return NULL;
 }
 
 /* MLPROF_EV_NAME for a function (is_label 0) or label id, the first time the
  * process uses it. The id is marked seen only when the record was reserved
  * and the name was read: a lost or unreadable NAME is sent again with the
  * next span that uses the id (a later NAME for an id replaces the earlier). */
-static __always_inline void send_name_once(const struct usdt_ctx *c, __u32 id, __u32 is_label,
-					   const char *name, const char *module, const char *file,
-					   __s64 line)
-{
-	struct seen_key k = {.pstart = c->pstart, .tgid = c->tgid, .id = id, .is_label = is_label};
+static __always_inline void send_name_once(const struct usdt_ctx* c, __u32 id, __u32 is_label,
+                                           const char* name, const char* module, const char* file,
+                                           __s64 line) {
+  struct seen_key k = {.pstart = c->pstart, .tgid = c->tgid, .id = id, .is_label = is_label};
 
-	if (bpf_map_lookup_elem(&seen_ids, &k))
-		return;
-	struct mlprof_ev_name *e = reserve(sizeof(*e));
+  if (bpf_map_lookup_elem(&seen_ids, &k)) return;
+  struct mlprof_ev_name* e = reserve(sizeof(*e));
 
-	if (!e)
-		return;
-	fill_header(&e->h, MLPROF_EV_NAME, c->ts, c->tgid, c->tid);
-	e->id = id;
-	e->is_label = is_label;
-	e->line = line;
-	long n;
+  if (!e) return;
+  fill_header(&e->h, MLPROF_EV_NAME, c->ts, c->tgid, c->tid);
+  e->id = id;
+  e->is_label = is_label;
+  e->line = line;
+  long n;
 
-	if (is_label) {
-		n = bpf_probe_read_user_str(e->name, MLPROF_LABEL_LEN, name);
-		e->module[0] = 0;
-		e->file[0] = 0;
-	} else {
-		n = bpf_probe_read_user_str(e->name, sizeof(e->name), name);
-		if (bpf_probe_read_user_str(e->module, sizeof(e->module), module) < 0)
-			e->module[0] = 0;
-		if (bpf_probe_read_user_str(e->file, sizeof(e->file), file) < 0)
-			e->file[0] = 0;
-	}
-	if (n < 0)
-		e->name[0] = 0;
-	bpf_ringbuf_submit(e, batched(sizeof(*e)));
-	if (n > 0) {
-		__u8 one = 1;
+  if (is_label) {
+    n = bpf_probe_read_user_str(e->name, MLPROF_LABEL_LEN, name);
+    e->module[0] = 0;
+    e->file[0] = 0;
+  } else {
+    n = bpf_probe_read_user_str(e->name, sizeof(e->name), name);
+    if (bpf_probe_read_user_str(e->module, sizeof(e->module), module) < 0) e->module[0] = 0;
+    if (bpf_probe_read_user_str(e->file, sizeof(e->file), file) < 0) e->file[0] = 0;
+  }
+  if (n < 0) e->name[0] = 0;
+  bpf_ringbuf_submit(e, batched(sizeof(*e)));
+  if (n > 0) {
+    __u8 one = 1;
 
-		bpf_map_update_elem(&seen_ids, &k, &one, BPF_ANY);
-	}
+    bpf_map_update_elem(&seen_ids, &k, &one, BPF_ANY);
+  }
 }
 
-static __always_inline int emit_span(const struct usdt_ctx *c, __u16 kind, __u64 session, __u64 lane_index,
-				     __u32 function, __u32 label, __u32 depth, __u32 flags)
-{
-	struct mlprof_ev_span *e = reserve(sizeof(*e));
+static __always_inline int emit_span(const struct usdt_ctx* c, __u16 kind, __u64 session,
+                                     __u64 lane_index, __u32 function, __u32 label, __u32 depth,
+                                     __u32 flags) {
+  struct mlprof_ev_span* e = reserve(sizeof(*e));
 
-	if (!e)
-		return 0;
-	fill_header(&e->h, kind, c->ts, c->tgid, c->tid);
-	e->session = session;
-	e->lane = MLPROF_HI(lane_index);
-	e->index = MLPROF_LO(lane_index);
-	e->function = function;
-	e->label = label;
-	e->depth = depth;
-	e->flags = flags;
-	bpf_ringbuf_submit(e, batched(sizeof(*e)));
-	return 0;
+  if (!e) return 0;
+  fill_header(&e->h, kind, c->ts, c->tgid, c->tid);
+  e->session = session;
+  e->lane = MLPROF_HI(lane_index);
+  e->index = MLPROF_LO(lane_index);
+  e->function = function;
+  e->label = label;
+  e->depth = depth;
+  e->flags = flags;
+  bpf_ringbuf_submit(e, batched(sizeof(*e)));
+  return 0;
 }

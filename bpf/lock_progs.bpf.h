@@ -11,24 +11,16 @@
  * between the entry and the return, on the semaphore, is a lock wait. The
  * loader attaches these per target pid to the C library it maps; an
  * uncontended acquire never calls them (CPython tries the lock first). */
-static __always_inline int sem_mark(__u64 sem)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct thread_state *st = bpf_map_lookup_elem(&followed, &tid);
+static __always_inline int sem_mark(__u64 sem) {
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  struct thread_state* st = bpf_map_lookup_elem(&followed, &tid);
 
-	if (st)
-		st->sem_addr = sem;
-	return 0;
+  if (st) st->sem_addr = sem;
+  return 0;
 }
 
 SEC("uprobe")
-int BPF_UPROBE(mlprof_sem_wait, void *sem)
-{
-	return sem_mark((__u64)sem);
-}
+int BPF_UPROBE(mlprof_sem_wait, void* sem) { return sem_mark((__u64)sem); }
 
 SEC("uretprobe")
-int BPF_URETPROBE(mlprof_sem_wait_return)
-{
-	return sem_mark(0);
-}
+int BPF_URETPROBE(mlprof_sem_wait_return) { return sem_mark(0); }

@@ -25,10 +25,10 @@
  * programs are in the parts it includes at its end (helpers.bpf.h,
  * usdt_progs.bpf.h, lock_progs.bpf.h, sched_progs.bpf.h): one object.
  */
-#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
+#include "vmlinux.h"
 
 /* libbpf keeps one USDT spec per (attach call, distinct argument layout) in a
  * map of this many entries, default 256. The agent attaches per pid (8
@@ -37,8 +37,8 @@
 #define BPF_USDT_MAX_SPEC_CNT 4096
 #include <bpf/usdt.bpf.h>
 
-#include "mlprof_events.h"
 #include "core_fixes.bpf.h"
+#include "mlprof_events.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -69,86 +69,86 @@ __u64 shed = 0;
 __s64 shed_open = 0;
 
 struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 32 << 20); /* the loader sets LoaderOptions::ring_bytes */
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 32 << 20); /* the loader sets LoaderOptions::ring_bytes */
 } events SEC(".maps");
 
 #define FOLLOW_SESSION 0x1 /* in session `session` of its process */
 #define FOLLOW_CHILD 0x2   /* started by a followed thread: until its last switch-out */
 
 struct thread_state {
-	__u64 pstart;   /* the process's start time (pid reuse) */
-	__u64 session;  /* the session it was last seen in */
-	__u64 off_start; /* switched out at; 0: on the CPU */
-	__u64 wake_ns;   /* made runnable at; 0: not yet */
-	__u32 tgid;
-	__u32 flags; /* FOLLOW_* */
-	__u32 waker_tid;
-	__u32 waker_tgid;
-	__u32 prev_state;
-	__u32 blocked;
-	__s32 syscall;    /* the syscall it blocked in, -1 none */
-	__u32 waker_kind; /* enum mlprof_waker_kind */
-	char waker_comm[16];
-	__u64 futex_addr;  /* blocked in futex: its address */
-	__u64 sem_addr;    /* inside sem_wait & co. on this semaphore (a lock), 0 not */
-	__u32 wait_object; /* enum mlprof_wait_object */
-	__u32 pad;
+  __u64 pstart;    /* the process's start time (pid reuse) */
+  __u64 session;   /* the session it was last seen in */
+  __u64 off_start; /* switched out at; 0: on the CPU */
+  __u64 wake_ns;   /* made runnable at; 0: not yet */
+  __u32 tgid;
+  __u32 flags; /* FOLLOW_* */
+  __u32 waker_tid;
+  __u32 waker_tgid;
+  __u32 prev_state;
+  __u32 blocked;
+  __s32 syscall;    /* the syscall it blocked in, -1 none */
+  __u32 waker_kind; /* enum mlprof_waker_kind */
+  char waker_comm[16];
+  __u64 futex_addr;  /* blocked in futex: its address */
+  __u64 sem_addr;    /* inside sem_wait & co. on this semaphore (a lock), 0 not */
+  __u32 wait_object; /* enum mlprof_wait_object */
+  __u32 pad;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32); /* tid */
-	__type(value, struct thread_state);
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 16384);
+  __type(key, __u32); /* tid */
+  __type(value, struct thread_state);
 } followed SEC(".maps");
 
 /* Open sessions. LRU: a process that dies mid-session never sends
  * session_end; its entry ages out instead of filling the map. */
 struct session_key {
-	__u64 pstart;
-	__u64 session;
-	__u32 tgid;
-	__u32 pad;
+  __u64 pstart;
+  __u64 session;
+  __u32 tgid;
+  __u32 pad;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct session_key);
-	__type(value, __u32); /* the thread that began it */
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 8192);
+  __type(key, struct session_key);
+  __type(value, __u32); /* the thread that began it */
 } sessions SEC(".maps");
 
 /* Sessions shed at their begin: their records are not sent either. LRU: one
  * whose end never comes ages out. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct session_key);
-	__type(value, __u8);
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 8192);
+  __type(key, struct session_key);
+  __type(value, __u8);
 } shed_sessions SEC(".maps");
 
 /* Function and label ids whose strings were sent (MLPROF_EV_NAME). Keyed by
  * the process's start time too, so a new process that reuses a pid gets its
  * names sent again. */
 struct seen_key {
-	__u64 pstart;
-	__u32 tgid;
-	__u32 id;
-	__u32 is_label;
-	__u32 pad;
+  __u64 pstart;
+  __u32 tgid;
+  __u32 id;
+  __u32 is_label;
+  __u32 pad;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct seen_key);
-	__type(value, __u8);
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 65536);
+  __type(key, struct seen_key);
+  __type(value, __u8);
 } seen_ids SEC(".maps");
 
 /* The programs, in parts (one object: these are not standalone headers).
  * The order is the object's: helpers first, then the programs. */
 #include "helpers.bpf.h"
-#include "usdt_progs.bpf.h"
 #include "lock_progs.bpf.h"
 #include "sched_progs.bpf.h"
+#include "usdt_progs.bpf.h"

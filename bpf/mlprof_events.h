@@ -138,7 +138,7 @@ struct mlprof_ev_off_cpu {
   struct mlprof_ev_header h;
   __u64 start_ns;
   __u64 wake_ns;
-  __u32 waker_tid;  /* the task current at the wakeup (for an interrupt: the one it hit) */
+  __u32 waker_tid; /* the task current at the wakeup (for an interrupt: the one it hit) */
   __u32 waker_tgid;
   __u32 prev_state; /* the task state at switch-out (TASK_* bits) */
   __u32 blocked;

@@ -92,22 +92,22 @@
 
 #define MLPROF_PACK(hi, lo) ((((unsigned long long)(unsigned int)(hi)) << 32) | (unsigned int)(lo))
 #define MLPROF_HI(v) ((unsigned int)((unsigned long long)(v) >> 32))
-#define MLPROF_LO(v) ((unsigned int)((unsigned long long)(v) & 0xffffffffu))
+#define MLPROF_LO(v) ((unsigned int)((unsigned long long)(v)&0xffffffffu))
 #define MLPROF_NO_PARENT_LANE 0xffffffffu
 
 /* session_begin flags */
-#define MLPROF_SESSION_CAPTURE_IO 0x1u   /* span_io probes will fire */
-#define MLPROF_SESSION_ALL_THREADS 0x2u  /* other threads open lanes */
-#define MLPROF_SESSION_AUTOPROFILE 0x4u  /* started by autoprofile() around a predict */
+#define MLPROF_SESSION_CAPTURE_IO 0x1u  /* span_io probes will fire */
+#define MLPROF_SESSION_ALL_THREADS 0x2u /* other threads open lanes */
+#define MLPROF_SESSION_AUTOPROFILE 0x4u /* started by autoprofile() around a predict */
 
 /* span flags: the same values as mlprof::EventFlag (model/event.h); the
  * extension static_asserts that they agree. */
-#define MLPROF_SPAN_EXCEPTION 0x01u         /* exit: left by an exception */
-#define MLPROF_SPAN_C_FUNCTION 0x02u        /* enter: a C function (capture_c_calls) */
-#define MLPROF_SPAN_BLOCK 0x04u             /* enter: a profile_block region */
-#define MLPROF_SPAN_CONTINUED 0x08u         /* enter: a coroutine resumed with no start seen */
-#define MLPROF_SPAN_CHILDREN_DROPPED 0x10u  /* exit: calls under it were dropped */
-#define MLPROF_SPAN_WAIT 0x40u              /* enter: the event loop's selector waiting */
+#define MLPROF_SPAN_EXCEPTION 0x01u        /* exit: left by an exception */
+#define MLPROF_SPAN_C_FUNCTION 0x02u       /* enter: a C function (capture_c_calls) */
+#define MLPROF_SPAN_BLOCK 0x04u            /* enter: a profile_block region */
+#define MLPROF_SPAN_CONTINUED 0x08u        /* enter: a coroutine resumed with no start seen */
+#define MLPROF_SPAN_CHILDREN_DROPPED 0x10u /* exit: calls under it were dropped */
+#define MLPROF_SPAN_WAIT 0x40u             /* enter: the event loop's selector waiting */
 
 /* span_io roles: the same values as mlprof::IORole. */
 #define MLPROF_IO_ARGUMENT 0u
@@ -141,8 +141,8 @@
 #define MLPROF_SPANS_MAX_BYTES (MLPROF_CHUNK_BYTES * MLPROF_SPANS_MAX_CHUNKS)
 #define MLPROF_SPANS_MAX_NAMES 1024
 #define MLPROF_CHECKPOINT_AFTER_NS 200000000LL /* a session open 200 ms gets checkpoints */
-#define MLPROF_TRACE_ID_LEN 40 /* 32 hex digits and a NUL, padded */
-#define MLPROF_SPAN_ID_LEN 24  /* 16 hex digits and a NUL, padded */
+#define MLPROF_TRACE_ID_LEN 40                 /* 32 hex digits and a NUL, padded */
+#define MLPROF_SPAN_ID_LEN 24                  /* 16 hex digits and a NUL, padded */
 
 struct mlprof_spans_head {
   unsigned int version; /* MLPROF_USDT_VERSION of the extension that wrote it */
@@ -151,8 +151,8 @@ struct mlprof_spans_head {
   unsigned long long dropped; /* calls not recorded (buffers full), all lanes */
   long long start_ns;         /* CLOCK_MONOTONIC: the session's start and end */
   long long end_ns;
-  long long ceiling;          /* the captured depth, -1 unlimited */
-  unsigned long long flags;   /* MLPROF_SESSION_*, as session_begin gave them */
+  long long ceiling;                  /* the captured depth, -1 unlimited */
+  unsigned long long flags;           /* MLPROF_SESSION_*, as session_begin gave them */
   char trace_id[MLPROF_TRACE_ID_LEN]; /* lower-case hex, "" when none */
   char span_id[MLPROF_SPAN_ID_LEN];
 };
@@ -165,8 +165,8 @@ struct mlprof_spans_lane {
   unsigned long long thread_ident; /* threading.get_ident() */
   unsigned long long native_tid;   /* gettid() */
   unsigned long long dropped;
-  unsigned int events; /* struct mlprof_spans_event that follow */
-  unsigned int ios;    /* then struct mlprof_spans_io */
+  unsigned int events;    /* struct mlprof_spans_event that follow */
+  unsigned int ios;       /* then struct mlprof_spans_io */
   unsigned int truncated; /* recording stopped (buffer full, or cut to the bounds) */
   unsigned int reserved;
   char thread_name[MLPROF_THREAD_NAME_LEN];
@@ -219,8 +219,9 @@ extern "C" {
  * attached. Defined once per binary: MLPROF_USDT_DEFINE_SEMAPHORES in exactly
  * one translation unit before including this header. */
 #ifdef MLPROF_USDT_DEFINE_SEMAPHORES
-#define MLPROF_SEMAPHORE_(name) \
-  __extension__ volatile unsigned short mlprof_##name##_semaphore __attribute__((used, section(".probes")))
+#define MLPROF_SEMAPHORE_(name)                                   \
+  __extension__ volatile unsigned short mlprof_##name##_semaphore \
+      __attribute__((used, section(".probes")))
 #else
 #define MLPROF_SEMAPHORE_(name) extern volatile unsigned short mlprof_##name##_semaphore
 #endif
@@ -241,33 +242,35 @@ MLPROF_SEMAPHORE_(session_spans);
 /* True while a tracer is attached to this probe: the one load and branch. */
 #define MLPROF_USDT_ENABLED(name) __builtin_expect(mlprof_##name##_semaphore != 0, 0)
 
-#define MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags, gil, gil_bytes)                   \
-  STAP_PROBE5(mlprof, session_begin, (unsigned long long)(session), (long long)(ceiling),      \
-              (unsigned long long)(flags), (unsigned long long)(gil), (unsigned long long)(gil_bytes))
+#define MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags, gil, gil_bytes)                \
+  STAP_PROBE5(mlprof, session_begin, (unsigned long long)(session), (long long)(ceiling), \
+              (unsigned long long)(flags), (unsigned long long)(gil),                     \
+              (unsigned long long)(gil_bytes))
 #define MLPROF_USDT_SESSION_END(session, dropped) \
   STAP_PROBE2(mlprof, session_end, (unsigned long long)(session), (unsigned long long)(dropped))
 #define MLPROF_USDT_LANE_BEGIN(session, lane, parent_lane, parent_call, task, ident, thread_name) \
-  STAP_PROBE5(mlprof, lane_begin, (unsigned long long)(session), MLPROF_PACK(lane, parent_lane), \
-              MLPROF_PACK(parent_call, task), (unsigned long long)(ident), (const char*)(thread_name))
-#define MLPROF_USDT_SPAN_ENTER(session, lane, index, function, label_id, depth, flags, name, module, \
-                               file, line, label)                                                 \
-  STAP_PROBE9(mlprof, span_enter, (unsigned long long)(session), MLPROF_PACK(lane, index),         \
-              MLPROF_PACK(function, label_id), MLPROF_PACK(depth, flags), (const char*)(name),     \
+  STAP_PROBE5(mlprof, lane_begin, (unsigned long long)(session), MLPROF_PACK(lane, parent_lane),  \
+              MLPROF_PACK(parent_call, task), (unsigned long long)(ident),                        \
+              (const char*)(thread_name))
+#define MLPROF_USDT_SPAN_ENTER(session, lane, index, function, label_id, depth, flags, name,   \
+                               module, file, line, label)                                      \
+  STAP_PROBE9(mlprof, span_enter, (unsigned long long)(session), MLPROF_PACK(lane, index),     \
+              MLPROF_PACK(function, label_id), MLPROF_PACK(depth, flags), (const char*)(name), \
               (const char*)(module), (const char*)(file), (long long)(line), (const char*)(label))
-#define MLPROF_USDT_SPAN_EXIT(session, lane, index, flags) \
+#define MLPROF_USDT_SPAN_EXIT(session, lane, index, flags)                                \
   STAP_PROBE3(mlprof, span_exit, (unsigned long long)(session), MLPROF_PACK(lane, index), \
               (unsigned long long)(flags))
 #define MLPROF_USDT_SPAN_SUSPEND(session, lane, index) \
   STAP_PROBE2(mlprof, span_suspend, (unsigned long long)(session), MLPROF_PACK(lane, index))
 #define MLPROF_USDT_SPAN_RESUME(session, lane, index) \
   STAP_PROBE2(mlprof, span_resume, (unsigned long long)(session), MLPROF_PACK(lane, index))
-#define MLPROF_USDT_SPAN_IO(session, lane, index, role, name, summary)                       \
-  STAP_PROBE5(mlprof, span_io, (unsigned long long)(session), MLPROF_PACK(lane, index),      \
+#define MLPROF_USDT_SPAN_IO(session, lane, index, role, name, summary)                  \
+  STAP_PROBE5(mlprof, span_io, (unsigned long long)(session), MLPROF_PACK(lane, index), \
               (unsigned long long)(role), (const char*)(name), (const char*)(summary))
 
-#define MLPROF_USDT_SESSION_SPANS(session, body, body_bytes, names, name_count, final)        \
-  STAP_PROBE6(mlprof, session_spans, (unsigned long long)(session), (const void*)(body),      \
-              (unsigned long long)(body_bytes), (const void*)(names),                         \
+#define MLPROF_USDT_SESSION_SPANS(session, body, body_bytes, names, name_count, final)   \
+  STAP_PROBE6(mlprof, session_spans, (unsigned long long)(session), (const void*)(body), \
+              (unsigned long long)(body_bytes), (const void*)(names),                    \
               (unsigned long long)(name_count), (unsigned long long)(final))
 
 #endif /* userspace */

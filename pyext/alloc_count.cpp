@@ -90,7 +90,9 @@ bool start(std::string* why) {
   // and objects must come from the allocator it expects; a wrapper that
   // chains would keep that, but swapping allocators while other threads
   // allocate without a GIL is not safe through this API.
-  *why = "alloc_bytes is not supported on a free-threaded build of Python; no allocated bytes are recorded";
+  *why =
+      "alloc_bytes is not supported on a free-threaded build of Python; no allocated bytes are "
+      "recorded";
   return false;
 #else
   if (g_users > 0) {
@@ -109,8 +111,10 @@ bool start(std::string* why) {
       }
     }
     if (!use) {
-      *why = "alloc_bytes: other allocator hooks were installed over this one too many times; no allocated "
-             "bytes are recorded";
+      *why =
+          "alloc_bytes: other allocator hooks were installed over this one too many times; no "
+          "allocated "
+          "bytes are recorded";
       return false;
     }
     const int k = static_cast<int>(use - g_slots);
@@ -135,7 +139,8 @@ void stop() {
   g_active = nullptr;
   if (!s) return;
   s->counting = false;
-  if (!on_top(s)) return;  // wrapped since, or taken out by whoever it wrapped: stays, passing through
+  if (!on_top(s))
+    return;  // wrapped since, or taken out by whoever it wrapped: stays, passing through
   // Taken out only when every domain still chains to what it wrapped at
   // install; blocks allocated through it are freed by those same functions.
   for (int d = 0; d < kDomainCount; ++d) PyMem_SetAllocator(kDomains[d], &s->prev[d]);

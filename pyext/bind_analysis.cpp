@@ -77,9 +77,11 @@ py::dict bubbles_dict(const std::shared_ptr<Profile>& profile, int64_t min_ns) {
 
 void bind_analysis(py::module_& m) {
   m.def("find_bubbles", &bubbles_dict, py::arg("profile"), py::arg("min_ns"),
-        "The idle gaps of a profile's session and the utilization of its fan-outs (analysis/bubbles.h).");
-  py::class_<StackPathTotals>(m, "StackPathTotals",
-                              "Sampled stacks summed per call path, across sources (views/stack_paths.h).")
+        "The idle gaps of a profile's session and the utilization of its fan-outs "
+        "(analysis/bubbles.h).");
+  py::class_<StackPathTotals>(
+      m, "StackPathTotals",
+      "Sampled stacks summed per call path, across sources (views/stack_paths.h).")
       .def(py::init<>())
       .def(
           "add",
@@ -89,7 +91,8 @@ void bind_analysis(py::module_& m) {
             self.add(*samples, depth);
           },
           py::arg("samples"), py::arg("depth") = -1,
-          "Adds every sample of one source; depth >= 0 folds deeper frames into their ancestor at it.")
+          "Adds every sample of one source; depth >= 0 folds deeper frames into their ancestor at "
+          "it.")
       .def(
           "summary",
           [](const StackPathTotals& self) {
@@ -108,7 +111,8 @@ void bind_analysis(py::module_& m) {
             out["rows"] = rows;
             return out;
           },
-          "{'value_types': [(type, unit)], 'sources', 'samples', 'rows': [{'path', 'self', 'total'}]}: "
+          "{'value_types': [(type, unit)], 'sources', 'samples', 'rows': [{'path', 'self', "
+          "'total'}]}: "
           "per path its samples' values as the leaf (self) and at or under it (total), per type.");
 }
 

@@ -123,7 +123,8 @@ void save(const ProfilePtr& p, const std::string& path, const std::optional<std:
 
 bool write_in_background_py(const ProfilePtr& p, const std::string& path, size_t capacity) {
   const std::optional<ExportFormat> format = format_for_path(path);
-  if (!format) throw py::value_error("cannot tell the file format of '" + path + "' from its extension");
+  if (!format)
+    throw py::value_error("cannot tell the file format of '" + path + "' from its extension");
   return write_in_background(p, path, *format, capacity);
 }
 
@@ -192,32 +193,38 @@ ProfilePtr loads_profile(const py::object& data) {
 // The aggregate is mutable and unlocked: its methods keep the GIL, so two
 // Python threads never run them at once.
 void bind_pprof_aggregate(py::module_& m) {
-  py::class_<PprofAggregate>(m, "PprofAggregate",
-                             "One pprof aggregated from many sources, added one at a time "
-                             "(formats/pprof_aggregate.h): equal call paths with equal labels become one "
-                             "sample whose values are summed; the sample types are the union.")
+  py::class_<PprofAggregate>(
+      m, "PprofAggregate",
+      "One pprof aggregated from many sources, added one at a time "
+      "(formats/pprof_aggregate.h): equal call paths with equal labels become one "
+      "sample whose values are summed; the sample types are the union.")
       .def(py::init<>())
       .def(
           "add_profile",
-          [](PprofAggregate& a, const ProfilePtr& p, const PprofAggregate::Labels& labels) { a.add(*p, labels); },
+          [](PprofAggregate& a, const ProfilePtr& p, const PprofAggregate::Labels& labels) {
+            a.add(*p, labels);
+          },
           py::arg("profile"), py::arg("labels") = PprofAggregate::Labels{},
           "Adds a span profile: per call path, calls and self wall time (off_cpu, runq with kernel "
           "data); `labels` [(key, value)] go on each of its samples.")
       .def(
           "add_samples",
-          [](PprofAggregate& a, const SamplesPtr& s, const PprofAggregate::Labels& labels) { a.add(*s, labels); },
+          [](PprofAggregate& a, const SamplesPtr& s, const PprofAggregate::Labels& labels) {
+            a.add(*s, labels);
+          },
           py::arg("samples"), py::arg("labels") = PprofAggregate::Labels{},
           "Adds sampled stacks (StackSamples) with their own value types.")
       .def("add_comment", &PprofAggregate::add_comment, py::arg("comment"),
            "A line for `go tool pprof -comments`.")
       .def_property_readonly("sources", &PprofAggregate::sources)
-      .def_property_readonly("samples", &PprofAggregate::samples, "Distinct samples: paths times label sets.")
-      .def_property_readonly("sample_types", &PprofAggregate::sample_types, "[(type, unit)], in order.")
+      .def_property_readonly("samples", &PprofAggregate::samples,
+                             "Distinct samples: paths times label sets.")
+      .def_property_readonly("sample_types", &PprofAggregate::sample_types,
+                             "[(type, unit)], in order.")
       .def("total", &PprofAggregate::total, py::arg("type"), py::arg("unit"),
            "The sum of one sample type over every sample (0 if absent).")
       .def(
-          "to_bytes",
-          [](const PprofAggregate& a) { return py::bytes(a.to_pprof()); },
+          "to_bytes", [](const PprofAggregate& a) { return py::bytes(a.to_pprof()); },
           "The gzip-compressed profile.proto.")
       .def(
           "save",
@@ -248,8 +255,10 @@ void bind_files(py::module_& m) {
         if (!written.ok()) raise_os_error(written.error().errnum, path);
       },
       py::arg("path"), py::arg("data"),
-      "Writes `data` to `path` as every output is written (util/file_io.h): atomically (a temporary file "
-      "and a rename), a new file 0644 less the umask, a replaced one keeping its mode; OSError if it fails.");
+      "Writes `data` to `path` as every output is written (util/file_io.h): atomically (a "
+      "temporary file "
+      "and a rename), a new file 0644 less the umask, a replaced one keeping its mode; OSError if "
+      "it fails.");
   m.def("export_bytes", &export_bytes, py::arg("profile"), py::arg("format"),
         "The file contents of `profile` in `format` ('json', 'json_gz', 'chrome_trace', 'pprof', "
         "'speedscope', 'folded', 'html').");

@@ -168,7 +168,8 @@ void bind_io(py::module_& m) {
       py::arg("cls"), py::arg("fn"), "Registers fn for cls and its subclasses (None removes it).");
   m.def("_summarizer_count", &summarize::summarizer_count);
   m.def("_set_repr_objects", &summarize::set_repr_objects, py::arg("on"),
-        "Whether I/O summaries of objects of unknown types carry their repr() (configure(repr_objects=)).");
+        "Whether I/O summaries of objects of unknown types carry their repr() "
+        "(configure(repr_objects=)).");
   m.def("_summarize_cache_size", &summarize::cache_size,
         "Types classified in the summarizer's cache now.");
   m.def(

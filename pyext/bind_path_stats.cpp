@@ -75,7 +75,8 @@ py::dict summary_dict(const std::vector<PathSummary>& paths, int depth) {
     // Where the calls' own thread spent its time: sums over 'kernel_calls'.
     d["kernel_calls"] = s.kernel.calls;
     const auto total = [&](uint64_t ns) -> py::object {
-      return s.kernel.calls == 0 ? py::object(py::none()) : py::object(py::float_(static_cast<double>(ns) / kNsPerMs));
+      return s.kernel.calls == 0 ? py::object(py::none())
+                                 : py::object(py::float_(static_cast<double>(ns) / kNsPerMs));
     };
     d["on_cpu_total_ms"] = total(s.kernel.on_cpu_ns);
     d["blocked_total_ms"] = total(s.kernel.blocked_ns);
@@ -115,8 +116,8 @@ void bind_path_stats(py::module_& m) {
           "their parent's self time).")
       .def(
           "add_store",
-          [](LockedStats& self, py::object driver, const std::string& dialect, const std::vector<int64_t>& source_ids,
-             int depth) -> py::object {
+          [](LockedStats& self, py::object driver, const std::string& dialect,
+             const std::vector<int64_t>& source_ids, int depth) -> py::object {
             // The driver calls Python: the GIL stays held (each query releases
             // it while the database works).
             PyDriver d(std::move(driver), dialect_of(dialect));
@@ -130,7 +131,8 @@ void bind_path_stats(py::module_& m) {
             return py::int_(r.value());
           },
           py::arg("driver"), py::arg("dialect"), py::arg("source_ids"), py::arg("depth") = -1,
-          "Adds a store's span sources (store.py's driver), each as one profile, reading rows in ranges "
+          "Adds a store's span sources (store.py's driver), each as one profile, reading rows in "
+          "ranges "
           "(store/store_scan.h); returns the number added.")
       .def(
           "summary",
@@ -146,9 +148,11 @@ void bind_path_stats(py::module_& m) {
           py::arg("depth") = -1,
           "{'a/b': {'path': ['a', 'b'], 'depth': 1, 'count', 'sessions', 'incomplete', "
           "'mean_ms', 'min_ms', 'max_ms', 'p50_ms', 'p95_ms', 'p99_ms', 'total_ms', and the same "
-          "with 'self_' (running self time), 'waiting_' (waiting time) and 'off_cpu_' (None without "
+          "with 'self_' (running self time), 'waiting_' (waiting time) and 'off_cpu_' (None "
+          "without "
           "kernel data; 'off_cpu_count' its samples), "
-          "'kernel_calls' and the own thread's 'on_cpu_total_ms', 'blocked_total_ms', 'runq_total_ms', "
+          "'kernel_calls' and the own thread's 'on_cpu_total_ms', 'blocked_total_ms', "
+          "'runq_total_ms', "
           "'gil_total_ms' over them (None without kernel data), and "
           "'walls_ns' (ascending) when the stats keep walls}}; "
           "depth >= 0 leaves out deeper paths.")

@@ -26,8 +26,8 @@ PyObject* g_session_type = nullptr;  // ProfileSession: a subclass may override 
 PyObject* g_str_engine = nullptr;
 PyObject* g_str_activated = nullptr;
 PyObject* g_str_deactivate = nullptr;
-PyObject* g_refresh = nullptr;        // _transparent.refresh, imported at first use
-Py_ssize_t g_refreshed_for = -1;      // len(sys.modules) it last had nothing left to do for
+PyObject* g_refresh = nullptr;    // _transparent.refresh, imported at first use
+Py_ssize_t g_refreshed_for = -1;  // len(sys.modules) it last had nothing left to do for
 
 // The native engine of a plain ProfileSession (a new reference in *obj), or
 // null (no error set) for any other.
@@ -76,7 +76,8 @@ bool refresh_transparent() {
 // frames between the caller whose calls are the roots and this function.
 PyObject* session_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1 || nargs > 2) {
-    PyErr_SetString(PyExc_TypeError, "ProfileSession.__enter__() takes self and an optional levels_above");
+    PyErr_SetString(PyExc_TypeError,
+                    "ProfileSession.__enter__() takes self and an optional levels_above");
     return nullptr;
   }
   PyObject* self = args[0];
@@ -111,7 +112,9 @@ PyObject* session_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // exception). Failures and notes are logged by deactivate().
 PyObject* session_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1) {
-    PyErr_SetString(PyExc_TypeError, "ProfileSession.__exit__() takes self and the exception, if any (type, value, traceback)");
+    PyErr_SetString(
+        PyExc_TypeError,
+        "ProfileSession.__exit__() takes self and the exception, if any (type, value, traceback)");
     return nullptr;
   }
   PyObject* self = args[0];
@@ -132,14 +135,16 @@ PyObject* session_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_FALSE;
 }
 
-PyMethodDef g_enter_def = {"__enter__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(session_enter)),
-                           METH_FASTCALL,
-                           "__enter__(self, levels_above=0, /)\n--\n\n"
-                           "Starts capture (ProfileSession.activate, without its frames)."};
-PyMethodDef g_exit_def = {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(session_exit)),
-                          METH_FASTCALL,
-                          "__exit__(self, *exc_info)\n--\n\n"
-                          "Ends capture (ProfileSession.deactivate, without its frames); returns False."};
+PyMethodDef g_enter_def = {
+    "__enter__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(session_enter)),
+    METH_FASTCALL,
+    "__enter__(self, levels_above=0, /)\n--\n\n"
+    "Starts capture (ProfileSession.activate, without its frames)."};
+PyMethodDef g_exit_def = {
+    "__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(session_exit)),
+    METH_FASTCALL,
+    "__exit__(self, *exc_info)\n--\n\n"
+    "Ends capture (ProfileSession.deactivate, without its frames); returns False."};
 
 // A C function that binds like a Python method (instancemethod).
 py::object method(PyMethodDef* def, py::module_& m) {

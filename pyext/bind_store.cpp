@@ -54,7 +54,8 @@ void bind_store(py::module_& m) {
         return schema_statements(dialect_of(dialect), version);
       },
       py::arg("dialect"), py::arg("version") = "",
-      "The store's CREATE statements for 'sqlite' or 'postgres' (docs/store.md); with a version ('2.3'), what "
+      "The store's CREATE statements for 'sqlite' or 'postgres' (docs/store.md); with a version "
+      "('2.3'), what "
       "that older version created (empty when no step reaches it).");
   m.def(
       "store_prepare",
@@ -64,7 +65,8 @@ void bind_store(py::module_& m) {
         return r.ok() ? py::object(py::none()) : error_tuple(r.error());
       },
       py::arg("driver"), py::arg("dialect"),
-      "Creates the schema in an empty database or checks an existing store's version: None, or (kind, message).");
+      "Creates the schema in an empty database or checks an existing store's version: None, or "
+      "(kind, message).");
   m.def(
       "store_migrate",
       [](py::object driver, const std::string& dialect) -> py::object {
@@ -81,16 +83,19 @@ void bind_store(py::module_& m) {
       "{'from', 'to'}, or (kind, message).");
   m.def(
       "store_add",
-      [](py::object driver, const std::string& dialect, const ProfilePtr& profile, const std::string& source_type,
-         const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns,
+      [](py::object driver, const std::string& dialect, const ProfilePtr& profile,
+         const std::string& source_type, const std::string& uri,
+         const std::map<std::string, std::string>& labels, int64_t added_unix_ns,
          const std::string& tool, const std::string& content_hash) {
         PyDriver d(std::move(driver), dialect_of(dialect));
         SourceInfo info{source_type, uri, labels, added_unix_ns, tool, content_hash};
         return add_profile(d, *profile, info);
       },
-      py::arg("driver"), py::arg("dialect"), py::arg("profile"), py::arg("source_type"), py::arg("uri"),
-      py::arg("labels"), py::arg("added_unix_ns"), py::arg("tool") = "", py::arg("content_hash") = "",
-      "Adds the profile as one source (inside the caller's write transaction); returns its source_id.");
+      py::arg("driver"), py::arg("dialect"), py::arg("profile"), py::arg("source_type"),
+      py::arg("uri"), py::arg("labels"), py::arg("added_unix_ns"), py::arg("tool") = "",
+      py::arg("content_hash") = "",
+      "Adds the profile as one source (inside the caller's write transaction); returns its "
+      "source_id.");
   m.def(
       "store_read",
       [](py::object driver, const std::string& dialect, int64_t source_id) -> py::object {
@@ -101,8 +106,9 @@ void bind_store(py::module_& m) {
       },
       py::arg("driver"), py::arg("dialect"), py::arg("source_id"),
       "The profile of one source, or (kind, message).");
-  py::class_<StackSamples, SamplesPtr>(m, "StackSamples", "Sampled stacks (model/stack_samples.h): an import of "
-                                                          "pprof, py-spy, speedscope or folded stacks.")
+  py::class_<StackSamples, SamplesPtr>(m, "StackSamples",
+                                       "Sampled stacks (model/stack_samples.h): an import of "
+                                       "pprof, py-spy, speedscope or folded stacks.")
       .def_property_readonly("sample_count", [](const StackSamples& s) { return s.samples.size(); })
       .def_property_readonly("value_types", [](const StackSamples& s) { return s.value_types; })
       .def_property_readonly("threads",
@@ -120,7 +126,8 @@ void bind_store(py::module_& m) {
             const auto& strings = s.functions.strings();
             for (const auto& sample : s.samples) {
               py::list frames;
-              for (const auto& f : sample.frames) frames.append(strings.get(s.functions.get(f.function).name));
+              for (const auto& f : sample.frames)
+                frames.append(strings.get(s.functions.get(f.function).name));
               out.append(py::make_tuple(s.threads.at(sample.thread).name, frames, sample.values));
             }
             return out;
@@ -136,11 +143,14 @@ void bind_store(py::module_& m) {
           r = import_profile(raw);
         }
         if (!r->ok()) return error_tuple(r->error());
-        if (auto* p = std::get_if<Profile>(&r->value())) return py::cast(std::make_shared<Profile>(std::move(*p)));
-        return py::cast(std::make_shared<StackSamples>(std::move(std::get<StackSamples>(r->value()))));
+        if (auto* p = std::get_if<Profile>(&r->value()))
+          return py::cast(std::make_shared<Profile>(std::move(*p)));
+        return py::cast(
+            std::make_shared<StackSamples>(std::move(std::get<StackSamples>(r->value()))));
       },
       py::arg("data"),
-      "Another tool's profile (Chrome trace, speedscope, pprof, folded stacks; gzip or not): a Profile, "
+      "Another tool's profile (Chrome trace, speedscope, pprof, folded stacks; gzip or not): a "
+      "Profile, "
       "StackSamples, or (kind, message).");
   m.def(
       "detect_input",
@@ -153,29 +163,33 @@ void bind_store(py::module_& m) {
         }
         return std::string(input_format_name(detect_input(raw)));
       },
-      py::arg("data"), "'document', 'chrome-trace', 'speedscope', 'pprof', 'folded' or 'unknown', by content.");
+      py::arg("data"),
+      "'document', 'chrome-trace', 'speedscope', 'pprof', 'folded' or 'unknown', by content.");
   m.def(
       "store_add_samples",
-      [](py::object driver, const std::string& dialect, const SamplesPtr& samples, const std::string& source_type,
-         const std::string& uri, const std::map<std::string, std::string>& labels, int64_t added_unix_ns,
+      [](py::object driver, const std::string& dialect, const SamplesPtr& samples,
+         const std::string& source_type, const std::string& uri,
+         const std::map<std::string, std::string>& labels, int64_t added_unix_ns,
          const std::string& tool, const std::string& content_hash) {
         PyDriver d(std::move(driver), dialect_of(dialect));
         SourceInfo info{source_type, uri, labels, added_unix_ns, tool, content_hash};
         return add_stack_samples(d, *samples, info);
       },
-      py::arg("driver"), py::arg("dialect"), py::arg("samples"), py::arg("source_type"), py::arg("uri"),
-      py::arg("labels"), py::arg("added_unix_ns"), py::arg("tool") = "", py::arg("content_hash") = "",
-      "Adds sampled stacks as one source; returns its source_id.");
+      py::arg("driver"), py::arg("dialect"), py::arg("samples"), py::arg("source_type"),
+      py::arg("uri"), py::arg("labels"), py::arg("added_unix_ns"), py::arg("tool") = "",
+      py::arg("content_hash") = "", "Adds sampled stacks as one source; returns its source_id.");
   m.def(
       "store_remove",
-      [](py::object driver, const std::string& dialect, const std::vector<int64_t>& source_ids) -> py::object {
+      [](py::object driver, const std::string& dialect,
+         const std::vector<int64_t>& source_ids) -> py::object {
         PyDriver d(std::move(driver), dialect_of(dialect));
         const Result<int64_t> r = remove_sources(d, source_ids);
         if (!r.ok()) return error_tuple(r.error());
         return py::int_(r.value());
       },
       py::arg("driver"), py::arg("dialect"), py::arg("source_ids"),
-      "Deletes the sources and their rows (inside the caller's write transaction): the samples deleted, or "
+      "Deletes the sources and their rows (inside the caller's write transaction): the samples "
+      "deleted, or "
       "(kind, message).");
   m.def(
       "store_read_stacks",
@@ -185,7 +199,8 @@ void bind_store(py::module_& m) {
         if (!r.ok()) return error_tuple(r.error());
         return py::cast(std::make_shared<StackSamples>(std::move(r.value())));
       },
-      py::arg("driver"), py::arg("dialect"), py::arg("source_id"), "The sampled stacks of one source, or (kind, message).");
+      py::arg("driver"), py::arg("dialect"), py::arg("source_id"),
+      "The sampled stacks of one source, or (kind, message).");
   py::register_exception<StoreFailure>(m, "StoreFailure", PyExc_RuntimeError);
 }
 

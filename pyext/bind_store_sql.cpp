@@ -36,9 +36,11 @@ void bind_store_sql(py::module_& m) {
         PyDriver d(std::move(driver), dialect_of(dialect));
         return store_version(d);
       },
-      py::arg("driver"), py::arg("dialect"), "The store's meta version as stored ('2.6'); '' when there is none.");
+      py::arg("driver"), py::arg("dialect"),
+      "The store's meta version as stored ('2.6'); '' when there is none.");
   m.def("store_copy_statement", &copy_statement, py::arg("insert_sql"),
-        "'COPY t (a, b) FROM STDIN' for a plain 'INSERT INTO t (a, b) VALUES (?, ?)'; '' for any other "
+        "'COPY t (a, b) FROM STDIN' for a plain 'INSERT INTO t (a, b) VALUES (?, ?)'; '' for any "
+        "other "
         "statement, which COPY cannot run (store/store_copy.h).");
 }
 

@@ -24,8 +24,9 @@ py::dict comparison_dict(const RunComparison& c) {
   d["runs_before"] = c.runs_a;
   d["runs_after"] = c.runs_b;
   d["change"] = both ? py::object(py::float_(c.change)) : py::object(py::none());
-  d["ci"] = both && std::isfinite(c.ci_lo) && std::isfinite(c.ci_hi) ? py::object(py::make_tuple(c.ci_lo, c.ci_hi))
-                                                                      : py::object(py::none());
+  d["ci"] = both && std::isfinite(c.ci_lo) && std::isfinite(c.ci_hi)
+                ? py::object(py::make_tuple(c.ci_lo, c.ci_hi))
+                : py::object(py::none());
   return d;
 }
 
@@ -34,15 +35,18 @@ py::dict comparison_dict(const RunComparison& c) {
 void bind_trend(py::module_& m) {
   m.def(
       "path_trend",
-      [](const std::vector<py::object>& values, const std::vector<size_t>& group_of, size_t last_group, size_t tests,
-         double threshold, double alpha, uint32_t permutations, uint32_t stop_after, double confidence,
-         uint64_t seed) {
-        if (values.size() != group_of.size()) throw py::value_error("values and group_of differ in length");
+      [](const std::vector<py::object>& values, const std::vector<size_t>& group_of,
+         size_t last_group, size_t tests, double threshold, double alpha, uint32_t permutations,
+         uint32_t stop_after, double confidence, uint64_t seed) {
+        if (values.size() != group_of.size())
+          throw py::value_error("values and group_of differ in length");
         if (!(alpha > 0 && alpha < 1)) throw py::value_error("alpha must be in (0, 1)");
-        if (!(confidence > 0 && confidence < 1)) throw py::value_error("confidence must be in (0, 1)");
+        if (!(confidence > 0 && confidence < 1))
+          throw py::value_error("confidence must be in (0, 1)");
         if (permutations < 1) throw py::value_error("permutations must be >= 1");
         for (size_t i = 1; i < group_of.size(); ++i) {
-          if (group_of[i] < group_of[i - 1]) throw py::value_error("group_of must be non-decreasing");
+          if (group_of[i] < group_of[i - 1])
+            throw py::value_error("group_of must be non-decreasing");
         }
         std::vector<double> v;
         v.reserve(values.size());
@@ -85,16 +89,21 @@ void bind_trend(py::module_& m) {
         }
         return out;
       },
-      py::arg("values"), py::arg("group_of"), py::arg("last_group"), py::arg("tests"), py::arg("threshold"),
-      py::arg("alpha") = 0.05, py::arg("permutations") = 999, py::arg("stop_after") = 10,
-      py::arg("confidence") = 0.95, py::arg("seed") = 0,
-      "One call path's history: per run its value (ns, None: none), group_of its release (non-decreasing). "
-      "Returns {'change_points': [...], 'minor': n, 'latest': {...} or None}: E-divisive change points tested "
-      "by permutation at alpha / tests (analysis/changepoints.h), those within +-threshold dropped (minor counts "
-      "them), each with the change (B/A - 1, Hodges-Lehmann) and its interval (None: too few runs), and the "
+      py::arg("values"), py::arg("group_of"), py::arg("last_group"), py::arg("tests"),
+      py::arg("threshold"), py::arg("alpha") = 0.05, py::arg("permutations") = 999,
+      py::arg("stop_after") = 10, py::arg("confidence") = 0.95, py::arg("seed") = 0,
+      "One call path's history: per run its value (ns, None: none), group_of its release "
+      "(non-decreasing). "
+      "Returns {'change_points': [...], 'minor': n, 'latest': {...} or None}: E-divisive change "
+      "points tested "
+      "by permutation at alpha / tests (analysis/changepoints.h), those within +-threshold dropped "
+      "(minor counts "
+      "them), each with the change (B/A - 1, Hodges-Lehmann) and its interval (None: too few "
+      "runs), and the "
       "verdict on release last_group (analysis/trend.h).");
   m.def("min_split_p_value", &min_split_p_value, py::arg("before"), py::arg("after"),
-        "1 / C(before + after, after): the smallest p-value a permutation test of that split can reach.");
+        "1 / C(before + after, after): the smallest p-value a permutation test of that split can "
+        "reach.");
 }
 
 }  // namespace mlprof

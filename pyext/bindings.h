@@ -10,15 +10,22 @@ namespace mlprof {
 
 void bind_io(pybind11::module_& m);     // bind_io.cpp: summarize, register_summarizer support
 void bind_files(pybind11::module_& m);  // bind_files.cpp: export, save, load
-void bind_path_stats(pybind11::module_& m);  // bind_path_stats.cpp: call-path statistics (ProfileCollector)
-void bind_run_values(pybind11::module_& m);  // bind_run_values.cpp: per-run values and the release gate
-void bind_edit(pybind11::module_& m);     // bind_edit.cpp: edited profiles (span processors)
-void bind_store(pybind11::module_& m);     // bind_store.cpp: the profile store through a Python connection
-void bind_store_sql(pybind11::module_& m);  // bind_store_sql.cpp: the store's label prefix and COPY text
+void bind_path_stats(
+    pybind11::module_& m);  // bind_path_stats.cpp: call-path statistics (ProfileCollector)
+void bind_run_values(
+    pybind11::module_& m);             // bind_run_values.cpp: per-run values and the release gate
+void bind_edit(pybind11::module_& m);  // bind_edit.cpp: edited profiles (span processors)
+void bind_store(
+    pybind11::module_& m);  // bind_store.cpp: the profile store through a Python connection
+void bind_store_sql(
+    pybind11::module_& m);  // bind_store_sql.cpp: the store's label prefix and COPY text
 void bind_analysis(pybind11::module_& m);  // bind_analysis.cpp: bubbles and fan-outs
-void bind_trend(pybind11::module_& m);     // bind_trend.cpp: change points over releases (mlprof trend)
-void bind_function_stats(pybind11::module_& m);  // bind_function_stats.cpp: time per function (top --by function)
-void bind_session(pybind11::module_& m);  // bind_session.cpp: ProfileSession.__enter__/__exit__ in C (after Engine)
+void bind_trend(
+    pybind11::module_& m);  // bind_trend.cpp: change points over releases (mlprof trend)
+void bind_function_stats(
+    pybind11::module_& m);  // bind_function_stats.cpp: time per function (top --by function)
+void bind_session(pybind11::module_& m);  // bind_session.cpp: ProfileSession.__enter__/__exit__ in
+                                          // C (after Engine)
 
 // The Python IOSummary (mlflow_profiler._summaries) for s: a new reference, or null
 // with an exception set. Absent values ("" / -1) become None. The other way

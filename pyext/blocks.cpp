@@ -15,7 +15,8 @@ bool open_span_names_resource(const CaptureLane& L) {
   const std::vector<Event>& ev = L.out.events;
   return std::any_of(L.rec.begin(), L.rec.end(), [&ev](const StackEntry& e) {
     return e.call_index != kNoEvent && e.call_index > 0 && e.call_index < ev.size() &&
-           ev[e.call_index - 1].kind == EventKind::kLabel && (ev[e.call_index - 1].flags & kEvResource);
+           ev[e.call_index - 1].kind == EventKind::kLabel &&
+           (ev[e.call_index - 1].flags & kEvResource);
   });
 }
 }  // namespace
@@ -66,7 +67,8 @@ void block_exit(const BlockToken* tokens, int n, bool exception) {
     if (tokens[t].lane >= e->lanes().size()) continue;
     CaptureLane& L = *e->lanes()[tokens[t].lane];
     for (size_t j = L.rec.size(); j > 0; --j) {
-      if (L.rec[j - 1].kind == EntryKind::kBlock && L.rec[j - 1].call_index == tokens[t].call_index) {
+      if (L.rec[j - 1].kind == EntryKind::kBlock &&
+          L.rec[j - 1].call_index == tokens[t].call_index) {
         close_entries(L, j - 1, exception, clock::ticks());
         break;
       }
@@ -137,7 +139,6 @@ void wait_end(const WaitToken* tokens, int n, uint32_t function, int64_t start, 
   }
 }
 
-
 void set_pending_label(PyObject* code, uint32_t label, uint32_t resource) {
   const CurrentLanes& cl = current_lanes();
   for (int i = 0; i < cl.n; ++i) {
@@ -157,7 +158,8 @@ void clear_pending_label(PyObject* code) {
 void label_generator(PyObject* gen, PyObject* code, uint32_t label, uint32_t resource) {
   const CurrentLanes& cl = current_lanes();
   for (int i = 0; i < cl.n; ++i) {
-    cl.lanes[i]->engine->gen_labels_[reinterpret_cast<uintptr_t>(gen)] = Engine::GenLabel{label, code, resource};
+    cl.lanes[i]->engine->gen_labels_[reinterpret_cast<uintptr_t>(gen)] =
+        Engine::GenLabel{label, code, resource};
   }
 }
 

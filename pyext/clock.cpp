@@ -17,7 +17,9 @@ bool invariant_tsc() {
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("flags", 0) == 0) {
-      auto has = [&](const char* f) { return line.find(std::string(" ") + f) != std::string::npos; };
+      auto has = [&](const char* f) {
+        return line.find(std::string(" ") + f) != std::string::npos;
+      };
       return has("constant_tsc") && has("nonstop_tsc");
     }
   }
@@ -54,8 +56,10 @@ int64_t ticks_for(int64_t ns) {
   double rate = ticks_per_ns.load(std::memory_order_relaxed);
   if (rate == 0.0) {
     const Anchor now = anchor();
-    if (now.ns - g_process_anchor.ns < 100'000'000 || now.ticks <= g_process_anchor.ticks) return ns;
-    rate = static_cast<double>(now.ticks - g_process_anchor.ticks) / static_cast<double>(now.ns - g_process_anchor.ns);
+    if (now.ns - g_process_anchor.ns < 100'000'000 || now.ticks <= g_process_anchor.ticks)
+      return ns;
+    rate = static_cast<double>(now.ticks - g_process_anchor.ticks) /
+           static_cast<double>(now.ns - g_process_anchor.ns);
     ticks_per_ns.store(rate, std::memory_order_relaxed);
   }
   return static_cast<int64_t>(static_cast<double>(ns) * rate);
@@ -70,10 +74,13 @@ Mapping mapping(const Anchor& origin, const Anchor& end) {
     return m;
   }
   // The longest interval gives the most exact rate.
-  const Anchor& from = g_process_anchor.ticks && g_process_anchor.ticks < origin.ticks ? g_process_anchor : origin;
+  const Anchor& from =
+      g_process_anchor.ticks && g_process_anchor.ticks < origin.ticks ? g_process_anchor : origin;
   int64_t dt = end.ticks - from.ticks;
-  if (dt > 0 && end.ns > from.ns) m.ns_per_tick = static_cast<double>(end.ns - from.ns) / static_cast<double>(dt);
-  m.error_ns = static_cast<int64_t>(static_cast<double>(origin.error_ns + end.error_ns) * m.ns_per_tick) + 1;
+  if (dt > 0 && end.ns > from.ns)
+    m.ns_per_tick = static_cast<double>(end.ns - from.ns) / static_cast<double>(dt);
+  m.error_ns =
+      static_cast<int64_t>(static_cast<double>(origin.error_ns + end.error_ns) * m.ns_per_tick) + 1;
   return m;
 }
 

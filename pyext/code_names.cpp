@@ -15,7 +15,6 @@ namespace mlprof {
 
 using compat::utf8;
 
-
 // Process-wide interning of what events name. Code objects cache their id in
 // a PEP 523 extra slot, so the hot path never hashes; the profile copies out
 // the entries it uses when it is built.
@@ -34,7 +33,8 @@ std::string module_of_current_frame(PyCodeObject* code) {
 #if MLPROF_HAS_EVAL_HOOK
   if (const HookFrame* h = hook_frame_now(); h && h->frame) {
     PyObject* globals = mlprof_frame_globals(h->frame);
-    return globals && PyDict_Check(globals) ? utf8(PyDict_GetItemString(globals, "__name__")) : std::string();
+    return globals && PyDict_Check(globals) ? utf8(PyDict_GetItemString(globals, "__name__"))
+                                            : std::string();
   }
 #endif
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
@@ -59,12 +59,10 @@ std::string module_of_current_frame(PyCodeObject* code) {
 // profile_span). Read from the C structs and dicts: no Python code runs.
 PyObject* function_with_code(PyObject* value, PyCodeObject* code) {
   struct Wrapper {  // staticmethod and classmethod keep the callable first
-    PyObject_HEAD
-    PyObject* callable;
+    PyObject_HEAD PyObject* callable;
   };
   struct Property {
-    PyObject_HEAD
-    PyObject *get, *set, *del;
+    PyObject_HEAD PyObject *get, *set, *del;
   };
   const auto is_code_of = [code](PyObject* f) {
     return f && PyFunction_Check(f) && PyFunction_GET_CODE(f) == reinterpret_cast<PyObject*>(code);
@@ -84,7 +82,8 @@ PyObject* function_with_code(PyObject* value, PyCodeObject* code) {
     }
     PyObject** dictptr = _PyObject_GetDictPtr(value);
     PyObject* dict = dictptr ? *dictptr : nullptr;
-    value = dict && PyDict_Check(dict) ? PyDict_GetItemString(dict, "__wrapped__") : nullptr;  // borrowed
+    value = dict && PyDict_Check(dict) ? PyDict_GetItemString(dict, "__wrapped__")
+                                       : nullptr;  // borrowed
   }
   return nullptr;
 }
@@ -97,7 +96,9 @@ PyObject* function_with_code(PyObject* value, PyCodeObject* code) {
 // code object.
 std::string name_before_311(PyCodeObject* code) {
   std::string name = utf8(code->co_name);
-  if (code->co_argcount < 1 || !PyTuple_Check(code->co_varnames) || PyTuple_GET_SIZE(code->co_varnames) < 1) return name;
+  if (code->co_argcount < 1 || !PyTuple_Check(code->co_varnames) ||
+      PyTuple_GET_SIZE(code->co_varnames) < 1)
+    return name;
   const std::string first_name = utf8(PyTuple_GET_ITEM(code->co_varnames, 0));
   if (first_name != "self" && first_name != "cls") return name;
   PyFrameObject* f = PyEval_GetFrame();  // at a call event: the called frame
@@ -107,7 +108,8 @@ std::string name_before_311(PyCodeObject* code) {
     // Captured by a closure: the argument was moved into its cell.
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(code->co_cellvars) && !first; ++i) {
       PyObject* cell = f->f_localsplus[code->co_nlocals + i];
-      if (utf8(PyTuple_GET_ITEM(code->co_cellvars, i)) == first_name && cell && PyCell_Check(cell)) {
+      if (utf8(PyTuple_GET_ITEM(code->co_cellvars, i)) == first_name && cell &&
+          PyCell_Check(cell)) {
         first = PyCell_GET(cell);
       }
     }
@@ -142,7 +144,8 @@ std::string name_before_311(PyCodeObject* code) {
 // sys.modules[module].__file__, or "" (not loaded, no file, not a str).
 std::string loaded_module_file(const std::string& module) {
   if (module.empty()) return {};
-  PyObject* name = PyUnicode_FromStringAndSize(module.data(), static_cast<Py_ssize_t>(module.size()));
+  PyObject* name =
+      PyUnicode_FromStringAndSize(module.data(), static_cast<Py_ssize_t>(module.size()));
   PyObject* mod = name ? PyImport_GetModule(name) : nullptr;
   Py_XDECREF(name);
   // Its namespace, not getattr: a module __getattr__ may import or warn.
@@ -242,14 +245,14 @@ void set_library_prefixes(std::vector<std::string> prefixes) {
 
 bool is_user_file(std::string_view file) { return classify_user_code(file, path_rules()); }
 
-
 uint32_t intern_label(std::string_view label) { return registry().strings().intern(label); }
 
 uint32_t block_function(std::string_view label) {
   return registry().add(label, "", "", 0, FunctionKind::kBlock, true);
 }
 
-uint32_t wait_function(std::string_view name, std::string_view module, std::string_view file, int line) {
+uint32_t wait_function(std::string_view name, std::string_view module, std::string_view file,
+                       int line) {
   return registry().add(name, module, file, line, FunctionKind::kPython, false);
 }
 

@@ -57,13 +57,15 @@ bool equals_transparent(PyCodeObject* code) {
 // 0: a fold code whose nearest non-transparent entry is a fold parent's frame.
 uint32_t fold_label(const CaptureLane& L, PyCodeObject* code) {
   const auto& o = L.engine->options();
-  auto c = std::find_if(o.fold_codes.begin(), o.fold_codes.end(),
-                        [code](const auto& f) { return f.first == reinterpret_cast<PyObject*>(code); });
+  auto c = std::find_if(o.fold_codes.begin(), o.fold_codes.end(), [code](const auto& f) {
+    return f.first == reinterpret_cast<PyObject*>(code);
+  });
   if (c == o.fold_codes.end()) return 0;
   auto e = std::find_if(L.rec.rbegin(), L.rec.rend(),
                         [](const StackEntry& x) { return x.kind != EntryKind::kTransparent; });
   if (e == L.rec.rend() || e->kind != EntryKind::kFrame) return 0;
-  if (std::find(o.fold_parents.begin(), o.fold_parents.end(), e->code) == o.fold_parents.end()) return 0;
+  if (std::find(o.fold_parents.begin(), o.fold_parents.end(), e->code) == o.fold_parents.end())
+    return 0;
   return c->second;
 }
 
@@ -76,7 +78,8 @@ void for_each_argument(PyCodeObject* code, PyFrameObject* frame, int limit, Fn&&
   const HookFrame* hook = frame ? nullptr : hook_frame_now();
   if (hook && hook->frame) {
     struct _PyInterpreterFrame* f = hook->frame;
-    compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code, limit, each);
+    compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code, limit,
+                                  each);
     return;
   }
 #endif
@@ -105,8 +108,8 @@ uint32_t call_labeller(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame)
   Py_DECREF(args[1]);
   uint32_t label = 0;
   if (!result) {
-    L.engine->note("a labeller raised " + pyutil::take_error() + " naming a call of " + utf8(code->co_name) +
-                   "; such calls keep the function's name");
+    L.engine->note("a labeller raised " + pyutil::take_error() + " naming a call of " +
+                   utf8(code->co_name) + "; such calls keep the function's name");
   } else {
     if (PyUnicode_Check(result)) label = intern_label(utf8(result));
     Py_DECREF(result);
@@ -132,7 +135,8 @@ void add_labeller(PyObject* code, PyObject* labeller) {
     Py_DECREF(it->second);
     it->second = labeller;
   }
-  const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(reinterpret_cast<PyCodeObject*>(code), g_extra_index));
+  const auto v = reinterpret_cast<uintptr_t>(
+      compat::code_extra(reinterpret_cast<PyCodeObject*>(code), g_extra_index));
   if (v && v != kExtraTransparent) {
     compat::set_code_extra(code, g_extra_index, reinterpret_cast<void*>(v | kExtraLabelled));
   }

@@ -228,8 +228,10 @@ void for_each_parameter(PyFrameObject* frame, PyCodeObject* code, int max, Fn&& 
   if (PyDict_Check(locals)) {
     for (int i = 0; i < n; ++i) {
       PyObject* name = PyTuple_GET_ITEM(names, i);
-      if (PyObject* value = PyDict_GetItemWithError(locals, name)) fn(name, value);
-      else PyErr_Clear();
+      if (PyObject* value = PyDict_GetItemWithError(locals, name))
+        fn(name, value);
+      else
+        PyErr_Clear();
     }
   }
   Py_DECREF(locals);
@@ -270,7 +272,8 @@ void for_each_parameter_of(Local&& local, PyCodeObject* code, int max, Fn&& fn) 
   }
   for (int i = 0; i < n; ++i) {
     PyObject* value = local(i);
-    if (value && (PyBytes_AS_STRING(kinds)[i] & kFastCell) && PyCell_Check(value)) value = PyCell_GET(value);
+    if (value && (PyBytes_AS_STRING(kinds)[i] & kFastCell) && PyCell_Check(value))
+      value = PyCell_GET(value);
     if (value) fn(PyTuple_GET_ITEM(names, i), value);
   }
 #else
@@ -278,8 +281,11 @@ void for_each_parameter_of(Local&& local, PyCodeObject* code, int max, Fn&& fn) 
 #endif
 }
 
-constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
+constexpr int kGeneratorFlags =
+    CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
 
-inline bool is_generator_code(PyCodeObject* code) { return (code->co_flags & kGeneratorFlags) != 0; }
+inline bool is_generator_code(PyCodeObject* code) {
+  return (code->co_flags & kGeneratorFlags) != 0;
+}
 
 }  // namespace mlprof::compat

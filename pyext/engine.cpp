@@ -20,7 +20,6 @@
 
 namespace mlprof {
 
-
 int g_native_collecting = 0;
 int g_reference_collecting = 0;
 
@@ -44,7 +43,8 @@ struct ThreadCache {
   uint64_t context_ver = 0;
   CurrentLanes current{};
   bool awaits_roots = false;  // a session entered by a coroutine of this thread collects
-  const int* suspended = nullptr;  // 3.11: this thread's entry of g_thread_suspended, once it has one
+  const int* suspended =
+      nullptr;              // 3.11: this thread's entry of g_thread_suspended, once it has one
   Engine* bound = nullptr;  // all_threads binding
   uint64_t bound_serial = 0;
   uint64_t thread_key = 0;  // unique per OS thread; idents are reused once a thread exits
@@ -84,8 +84,10 @@ namespace {
     }
     if (!e && c.bound) {
       auto it = g_by_serial.find(c.bound_serial);
-      if (it != g_by_serial.end()) e = it->second;
-      else c.bound = nullptr;
+      if (it != g_by_serial.end())
+        e = it->second;
+      else
+        c.bound = nullptr;
     }
     uint64_t key = thread_key();
     for (auto& [serial, engine] : g_by_serial) {
@@ -104,7 +106,8 @@ namespace {
         // the thread's first event (Thread(context=...)).
         // A copy of a task's context (asyncio.to_thread) has a lane of its
         // own there, hung under the task's span that awaits the work.
-        CaptureLane* lane = e->lane_for(key, e == c.bound ? e->awaited_context(ts->context) : ts->context);
+        CaptureLane* lane =
+            e->lane_for(key, e == c.bound ? e->awaited_context(ts->context) : ts->context);
         if (lane) c.current.lanes[c.current.n++] = lane;
       }
       e = e->parent();
@@ -122,12 +125,15 @@ inline ThreadCache& cache_now(PyThreadState* ts) {
   // with dlopen every derivation is a call to __tls_get_addr.
   asm("" : "+r"(cp));
   ThreadCache& c = *cp;
-  if (c.generation != g_generation || c.context != ts->context || c.context_ver != ts->context_ver) {
+  if (c.generation != g_generation || c.context != ts->context ||
+      c.context_ver != ts->context_ver) {
     refresh(c, ts);
   }
   return c;
 }
-inline const CurrentLanes& lanes_now(PyThreadState* ts = compat::tstate()) { return cache_now(ts).current; }
+inline const CurrentLanes& lanes_now(PyThreadState* ts = compat::tstate()) {
+  return cache_now(ts).current;
+}
 
 // An event's lanes, with its frame described to the engine while it runs.
 class Reporting {
@@ -142,12 +148,9 @@ class Reporting {
 
 }  // namespace
 
-
 PyObject* session_var() { return g_session_var; }
 
-
 const CurrentLanes& current_lanes() { return lanes_now(); }
-
 
 bool records_here(Engine* engine) {
   return (t_cache.bound == engine && t_cache.bound_serial == engine->serial()) ||
@@ -172,9 +175,7 @@ void note_thread_overhead(int64_t since) {
   for (int i = 0; i < cl.n; ++i) cl.lanes[i]->overhead.emplace_back(since, now);
 }
 
-
 // --- entry points of the capture mechanisms -------------------------------------
-
 
 namespace {
 inline bool lanes_want_callees(const CurrentLanes& cl, int32_t current) {
@@ -206,7 +207,9 @@ bool current_lanes_want_callees(PyThreadState* ts) {
   return cl.n && lanes_want_callees(cl, capture::frame_depth(ts));
 }
 
-bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count) { return lanes_below(lanes_now(ts), pydepth, count); }
+bool below_every_ceiling(PyThreadState* ts, int pydepth, bool count) {
+  return lanes_below(lanes_now(ts), pydepth, count);
+}
 
 Callee classify_callee(PyThreadState* ts, int current, int pydepth, bool ask_below, bool count) {
   const ThreadCache& c = cache_now(ts);
@@ -252,7 +255,8 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   const CurrentLanes& cl = r.lanes();
   IOTargets io;
   bool tracked = false;
-  for (int i = 0; i < cl.n; ++i) tracked |= lane_start(*cl.lanes[i], code, pydepth, frame, false, &io);
+  for (int i = 0; i < cl.n; ++i)
+    tracked |= lane_start(*cl.lanes[i], code, pydepth, frame, false, &io);
   if (io.n) capture_arguments(code, frame, io);
   update_window(cl, pydepth);
   return tracked;
@@ -272,7 +276,8 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   const int32_t d = t.depth + 1;
   if (d > L.ceiling || d <= L.io_ceiling || L.out.events.size() >= L.soft_cap) return false;
   const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index));
-  if (!v || (v & (kExtraTransparent | kExtraLabelled)) || session_transparent(L, code) || session_folds(L, code)) {
+  if (!v || (v & (kExtraTransparent | kExtraLabelled)) || session_transparent(L, code) ||
+      session_folds(L, code)) {
     return false;  // the full path interns, hides or folds it
   }
   const uint32_t fid = id_of_extra(v);
@@ -289,7 +294,8 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
 }
 
 // What on_return does when the lane's innermost entry is the returning frame.
-[[gnu::flatten]] bool quick_return(PyThreadState* ts, PyCodeObject* code, int pydepth, bool exception) {
+[[gnu::flatten]] bool quick_return(PyThreadState* ts, PyCodeObject* code, int pydepth,
+                                   bool exception) {
   const CurrentLanes& cl = lanes_now(ts);
   if (cl.n != 1) return false;
   CaptureLane& L = *cl.lanes[0];
@@ -315,10 +321,12 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   const CurrentLanes& cl = lanes_now(ts);
   if (cl.n != 1) return false;
   CaptureLane& L = *cl.lanes[0];
-  if (!L.quick || L.truncated || L.rec.size() < 2 || L.out.events.size() >= L.hard_cap) return false;
+  if (!L.quick || L.truncated || L.rec.size() < 2 || L.out.events.size() >= L.hard_cap)
+    return false;
   const StackEntry& e = L.rec.back();
   if (e.code != code || e.pydepth != pydepth || e.kind != EntryKind::kFrame || !e.key ||
-      e.call_index == kNoEvent || L.rec[L.rec.size() - 2].pydepth >= pydepth || pydepth <= L.base_pydepth) {
+      e.call_index == kNoEvent || L.rec[L.rec.size() - 2].pydepth >= pydepth ||
+      pydepth <= L.base_pydepth) {
     return false;
   }
   const uint32_t idx = e.call_index;
@@ -336,7 +344,8 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
 
 // What on_resume does for a segment the lane holds, resumed by the lane's
 // innermost entry.
-[[gnu::flatten]] bool quick_resume(PyThreadState* ts, PyCodeObject* code, int pydepth, uintptr_t generator) {
+[[gnu::flatten]] bool quick_resume(PyThreadState* ts, PyCodeObject* code, int pydepth,
+                                   uintptr_t generator) {
   (void)code;
   const CurrentLanes& cl = lanes_now(ts);
   if (cl.n != 1 || !generator) return false;
@@ -360,7 +369,8 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   return true;
 }
 
-void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued) {
+void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame,
+               bool continued) {
   const Reporting r(site);
   const CurrentLanes& cl = r.lanes();
   IOTargets io;
@@ -372,7 +382,8 @@ void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject*
   update_window(cl, pydepth);
 }
 
-void on_return(const Site& site, PyCodeObject* code, int pydepth, bool exception, PyObject* retval) {
+void on_return(const Site& site, PyCodeObject* code, int pydepth, bool exception,
+               PyObject* retval) {
   const Reporting r(site);
   const CurrentLanes& cl = r.lanes();
   IOTargets io;
@@ -398,7 +409,7 @@ void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller, int p
     close_ended_now(L, pydepth + 1);
     const int32_t d = depth_at(L, pydepth) + 1;
     if (d < 0 || d > L.ceiling) continue;
-    if (caller && is_transparent(caller)) continue;  // the profiler's own calls
+    if (caller && is_transparent(caller)) continue;      // the profiler's own calls
     if (!L.rec.empty() && L.rec.back().hides) continue;  // inside a hidden code
     if (is_own_callable(callable)) continue;
     if (L.out.events.size() >= L.soft_cap) {
@@ -408,7 +419,8 @@ void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller, int p
     uint32_t fid = cfunction_id(callable);
     auto idx = static_cast<uint32_t>(L.out.events.size());
     push(L, EventKind::kCall, fid, kEvCFunction, clock::ticks());
-    L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kCCall, reinterpret_cast<uintptr_t>(callable), nullptr});
+    L.rec.push_back(StackEntry{idx, d, pydepth, EntryKind::kCCall,
+                               reinterpret_cast<uintptr_t>(callable), nullptr});
     probes::span_enter(L.engine->serial(), L.index, idx, fid, 0, d, kEvCFunction);
     L.last_was_suspend = false;
   }
@@ -425,7 +437,8 @@ void on_c_return(const Site& site, PyObject* callable, int pydepth, bool excepti
     // Same callable, opened by this frame, innermost: an unrecorded nested
     // call of the same builtin (sorted inside a key function) must not close it.
     if (L.rec.empty() || L.rec.back().kind != EntryKind::kCCall ||
-        L.rec.back().key != reinterpret_cast<uintptr_t>(callable) || L.rec.back().pydepth != pydepth) {
+        L.rec.back().key != reinterpret_cast<uintptr_t>(callable) ||
+        L.rec.back().pydepth != pydepth) {
       continue;
     }
     close_entries(L, L.rec.size() - 1, exception, clock::ticks());

@@ -49,7 +49,7 @@ struct StackEntry {
   // (running untraced below the ceiling) cannot be mistaken for one it did.
   int32_t pydepth;
   EntryKind kind;
-  uintptr_t key;  // frame: generator identity (0: plain frame); C call: the callable
+  uintptr_t key;     // frame: generator identity (0: plain frame); C call: the callable
   const void* code;  // frame: its code object (identity only)
   bool children_dropped = false;  // a call under it was dropped (buffer full)
   bool want_io = false;           // a recorded frame within the I/O depth (capture_io)
@@ -74,20 +74,22 @@ struct Suspended {
   std::vector<StackEntry> more;  // entries past the first two
   const StackEntry& at(uint32_t i) const { return i < 2 ? inline_entries[i] : more[i - 2]; }
   void add(const StackEntry& e) {
-    if (count < 2) inline_entries[count] = e;
-    else more.push_back(e);
+    if (count < 2)
+      inline_entries[count] = e;
+    else
+      more.push_back(e);
     ++count;
   }
 };
 
 struct CaptureLane {
   Engine* engine = nullptr;
-  uint32_t index = 0;   // position in the engine's lanes
+  uint32_t index = 0;  // position in the engine's lanes
   uint64_t thread_id = 0;
   uint64_t thread_key = 0;
   PyObject* context = nullptr;  // strong reference while collecting (see new_lane)
-  int ceiling = 0;      // levels this lane may record: engine ceiling minus base depth
-  int io_ceiling = -1;  // deepest level whose I/O is summarized (same base); -1: none
+  int ceiling = 0;              // levels this lane may record: engine ceiling minus base depth
+  int io_ceiling = -1;          // deepest level whose I/O is summarized (same base); -1: none
   // The frame depth of the lane's base level (depth -1: the frame that entered
   // the session). A lane other than the origin takes it from its first frame
   // whenever it has nothing open (a task's coroutine is resumed from the
@@ -105,21 +107,22 @@ struct CaptureLane {
   bool loop_main_checked = false;
   bool quick = false;  // quick_start/quick_return may serve it (no C calls wanted)
   bool truncated = false;
-  uint8_t values = 0;    // counters read at each span event: bit 1 << ValueKind (cpu_time, alloc_bytes)
+  uint8_t values =
+      0;  // counters read at each span event: bit 1 << ValueKind (cpu_time, alloc_bytes)
   // Readings of the thread's CPU clock for running vs waiting (views/waiting.h):
   // (ticks, CPU ns), at most one per off_quantum ticks; turned into the
   // lane's OffCpuReadings when the profile is built.
   std::vector<std::pair<int64_t, int64_t>> cpu_reads;
   int64_t off_quantum = 0;
   int64_t off_read_ticks = 0;
-  uint64_t skipped = 0;  // frame events below the ceiling that reached the engine
+  uint64_t skipped = 0;              // frame events below the ceiling that reached the engine
   std::vector<Suspended> suspended;  // segments detached by a yield, by generator
   size_t soft_cap = 0, hard_cap = 0;
   std::vector<StackEntry> rec;       // open entries, innermost last
   PyObject* pending_code = nullptr;  // profile_span: label the next start of this code
   uint32_t pending_label = 0;
-  uint32_t pending_resource = 0;     // profile_span(resource=): string id, 0 none
-  uint32_t chain_top = UINT32_MAX;   // innermost span of the last suspended chain
+  uint32_t pending_resource = 0;    // profile_span(resource=): string id, 0 none
+  uint32_t chain_top = UINT32_MAX;  // innermost span of the last suspended chain
   int32_t chain_top_depth = 0;
   bool last_was_suspend = false;
   // A frame whose end was inferred (a frame of the same depth started, or its
@@ -141,13 +144,13 @@ struct CaptureLane {
 };
 
 struct EngineOptions {
-  int depth = 2;                  // -1: unlimited
-  size_t max_events = 1000000;    // per lane
+  int depth = 2;                // -1: unlimited
+  size_t max_events = 1000000;  // per lane
   bool all_threads = false;
   bool capture_c_calls = false;
-  bool capture_io = false;        // summarize arguments and return values
-  int io_depth = -1;              // deepest level with I/O; -1: the ceiling
-  uint8_t values = 0;             // per-span values: bit 1 << ValueKind (cpu_time, alloc_bytes)
+  bool capture_io = false;  // summarize arguments and return values
+  int io_depth = -1;        // deepest level with I/O; -1: the ceiling
+  uint8_t values = 0;       // per-span values: bit 1 << ValueKind (cpu_time, alloc_bytes)
   // Code objects transparent for this session only (autoprofile: the user's
   // PythonModel.predict, whose calls are the root's children). Strong refs
   // held by the Engine; a handful at most, so a linear scan.
@@ -260,14 +263,15 @@ class Engine {
   PyObject* token_ = nullptr;
   Engine* parent_ = nullptr;
   PyObject* parent_session_ = nullptr;  // strong ref: keeps parent_ alive
-  uint64_t start_thread_ = 0;  // thread key of the starting thread
-  std::vector<uint64_t> resumed_in_;  // other threads resume() ran in (predict_stream)
+  uint64_t start_thread_ = 0;           // thread key of the starting thread
+  std::vector<uint64_t> resumed_in_;    // other threads resume() ran in (predict_stream)
   int64_t start_ns_ = 0, end_ns_ = 0;
-  uint32_t usdt_flags_ = 0;  // MLPROF_SESSION_* as session_begin gave them (session_spans repeats them)
-  bool usdt_counted_ = false;        // began while session_spans was traced (checkpoints watch it)
+  uint32_t usdt_flags_ =
+      0;  // MLPROF_SESSION_* as session_begin gave them (session_spans repeats them)
+  bool usdt_counted_ = false;         // began while session_spans was traced (checkpoints watch it)
   int64_t usdt_next_checkpoint_ = 0;  // CLOCK_MONOTONIC ns
-  bool counting_alloc_ = false;  // alloc_count::start() succeeded: stop() stops it
-  int64_t start_unix_ns_ = 0;  // CLOCK_REALTIME at start: when, for pprof and the report
+  bool counting_alloc_ = false;       // alloc_count::start() succeeded: stop() stops it
+  int64_t start_unix_ns_ = 0;         // CLOCK_REALTIME at start: when, for pprof and the report
   clock::Anchor start_anchor_, end_anchor_;
   std::vector<std::unique_ptr<CaptureLane>> lanes_;
   std::unordered_map<uint64_t, std::unordered_map<PyObject*, CaptureLane*>> lane_index_;
@@ -283,7 +287,7 @@ class Engine {
   std::vector<std::string> failures_;
   std::vector<std::string> notes_;
   std::string mechanism_;
-  bool loop_watched_ = false;  // an event loop's selector was watched (loop_watch.h)
+  bool loop_watched_ = false;   // an event loop's selector was watched (loop_watch.h)
   bool origin_awaits_ = false;  // entered by a coroutine: its awaits are the loop's idle time
   bool global_frames_ = false;
   std::shared_ptr<Profile> profile_;
@@ -336,7 +340,7 @@ bool any_engine_wants_c_calls();
 // it current, so PyEval_GetFrame() is still the caller's: the hook describes
 // the frame here for the duration of its on_* call (null otherwise).
 struct HookFrame {
-  uintptr_t generator;             // the generator/coroutine that owns it, 0 for a plain frame
+  uintptr_t generator;  // the generator/coroutine that owns it, 0 for a plain frame
   struct _PyInterpreterFrame* frame;
 };
 // Where an event comes from, as its mechanism knows it: the thread state
@@ -362,7 +366,8 @@ struct IOTargets {
 bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame);
 // A resume (3.12+: PY_RESUME/PY_THROW; below: a call event of generator code).
 // If no suspended span matches, it is a start, flagged continued if `continued`.
-void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame, bool continued);
+void on_resume(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame,
+               bool continued);
 // retval: the return value (borrowed; null on an exception or when unknown).
 void on_return(const Site& site, PyCodeObject* code, int pydepth, bool exception, PyObject* retval);
 void on_yield(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* frame);
@@ -385,7 +390,8 @@ bool quick_return(PyThreadState* ts, PyCodeObject* code, int pydepth, bool excep
 // `generator`: the generator or coroutine (its identity, not a reference).
 bool quick_yield(PyThreadState* ts, PyCodeObject* code, int pydepth);
 bool quick_resume(PyThreadState* ts, PyCodeObject* code, int pydepth, uintptr_t generator);
-void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller, int pydepth);  // caller: skip our own frames
+void on_c_call(const Site& site, PyObject* callable, PyCodeObject* caller,
+               int pydepth);  // caller: skip our own frames
 void on_c_return(const Site& site, PyObject* callable, int pydepth, bool exception);
 // Whether this thread's current lanes want the frames their innermost open
 // levels call (the next level is within a ceiling): what keeps the frame
@@ -447,7 +453,8 @@ struct WaitToken {
   size_t events;  // the lane's events before the call
   int32_t depth;  // the leaf's tree depth
 };
-uint32_t wait_function(std::string_view name, std::string_view module, std::string_view file, int line);
+uint32_t wait_function(std::string_view name, std::string_view module, std::string_view file,
+                       int line);
 int wait_begin(WaitToken* out, int max);  // returns tokens written
 void wait_end(const WaitToken* tokens, int n, uint32_t function, int64_t start, int64_t end);
 void set_pending_label(PyObject* code, uint32_t label, uint32_t resource);

@@ -42,7 +42,7 @@ extern std::unordered_map<PyObject*, Engine*> g_by_session;
 extern std::unordered_map<uint64_t, Engine*> g_by_serial;
 extern std::unordered_map<uint64_t, int> g_thread_suspended;
 
-uint64_t thread_key();  // unique per OS thread; idents are reused once a thread exits
+uint64_t thread_key();              // unique per OS thread; idents are reused once a thread exits
 const HookFrame* hook_frame_now();  // the frame of the event being reported (Site::hook), or null
 bool bound_here(const Engine* engine);  // the calling thread is bound to it (all_threads)
 void note_thread_overhead(int64_t since);
@@ -82,13 +82,16 @@ inline uint32_t function_id(PyCodeObject* code) {
   if (v == kExtraTransparent) return kTransparent;
   if (v) return id_of_extra(v);
   if (equals_transparent(code)) {  // first sight only: the extra remembers
-    compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, reinterpret_cast<void*>(kExtraTransparent));
+    compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index,
+                           reinterpret_cast<void*>(kExtraTransparent));
     return kTransparent;
   }
   uint32_t id = intern_code(code);
   uintptr_t x = extra_of_id(id);
-  if (!labellers().empty() && labellers().count(reinterpret_cast<PyObject*>(code))) x |= kExtraLabelled;
-  compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index, reinterpret_cast<void*>(x));
+  if (!labellers().empty() && labellers().count(reinterpret_cast<PyObject*>(code)))
+    x |= kExtraLabelled;
+  compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_extra_index,
+                         reinterpret_cast<void*>(x));
   return id;
 }
 
@@ -111,8 +114,9 @@ inline bool session_transparent(const CaptureLane& L, PyCodeObject* code) {
 // A code this session may fold (EngineOptions::fold_codes); the full path decides.
 inline bool session_folds(const CaptureLane& L, PyCodeObject* code) {
   const auto& codes = L.engine->options().fold_codes;
-  return std::any_of(codes.begin(), codes.end(),
-                     [code](const auto& c) { return c.first == reinterpret_cast<PyObject*>(code); });
+  return std::any_of(codes.begin(), codes.end(), [code](const auto& c) {
+    return c.first == reinterpret_cast<PyObject*>(code);
+  });
 }
 }  // namespace
 
@@ -124,8 +128,8 @@ inline bool session_folds(const CaptureLane& L, PyCodeObject* code) {
 void close_entries(CaptureLane& L, size_t from, bool exception, int64_t ts);
 void close_ended(CaptureLane& L, int32_t pydepth, int64_t ts);
 int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key);
-bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame, bool continued,
-                IOTargets* io);
+bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame,
+                bool continued, IOTargets* io);
 
 namespace {
 inline void count_suspended(const CaptureLane& L, int delta) {
@@ -179,7 +183,8 @@ inline bool room_for_structure(CaptureLane& L) {
 }
 
 inline bool frame_like(const StackEntry& e) {
-  return e.kind == EntryKind::kFrame || e.kind == EntryKind::kTransparent || e.kind == EntryKind::kDropped;
+  return e.kind == EntryKind::kFrame || e.kind == EntryKind::kTransparent ||
+         e.kind == EntryKind::kDropped;
 }
 
 // close_ended, reading the clock only when something ended unseen (a clock
@@ -198,7 +203,9 @@ inline int32_t depth_at(const CaptureLane& L, int32_t pydepth) {
   return t.depth + (pydepth - t.pydepth);
 }
 
-inline int32_t next_depth(const CaptureLane& L) { return (L.rec.empty() ? -1 : L.rec.back().depth) + 1; }
+inline int32_t next_depth(const CaptureLane& L) {
+  return (L.rec.empty() ? -1 : L.rec.back().depth) + 1;
+}
 
 inline bool is_origin(const CaptureLane& L) { return L.index == 0; }
 
@@ -223,7 +230,8 @@ inline void want_io(IOTargets* io, const CaptureLane& L, uint32_t call) {
 
 // A frame returns (lane_stack.cpp has the rest of the lane stack); inline:
 // once per Python return, in on_return.
-inline void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, bool exception, IOTargets* io) {
+inline void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, bool exception,
+                        IOTargets* io) {
   if (pydepth <= L.base_pydepth) return;  // a frame above the root
   const int64_t ts = clock::ticks();
   close_ended(L, pydepth + 1, ts);
@@ -237,11 +245,13 @@ inline void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, boo
     L.last_was_suspend = false;
     return;
   }
-  if (j < L.rec.size()) close_entries(L, j, exception, ts);  // blocks of a frame the lane does not track
+  if (j < L.rec.size())
+    close_entries(L, j, exception, ts);  // blocks of a frame the lane does not track
   // Its end was inferred earlier (a finalizer started in its teardown).
   CaptureLane::Inferred& inf = L.inferred;
   if (inf.code == code && inf.pydepth == pydepth) {
-    if (exception && inf.return_index < L.out.events.size()) L.out.events[inf.return_index].flags |= kEvException;
+    if (exception && inf.return_index < L.out.events.size())
+      L.out.events[inf.return_index].flags |= kEvException;
     if (inf.want_io && !exception) want_io(io, L, inf.call_index);
     inf = CaptureLane::Inferred{};
   }
@@ -277,7 +287,8 @@ inline bool lane_in_window(const CaptureLane& L, int32_t current) {
   // its window is closed: each of its calls would otherwise pass the frame
   // evaluation function only to take it out (docs/capture.md, "Closed
   // ceilings").
-  if (t.depth == L.ceiling && t.pydepth == current && t.kind == EntryKind::kFrame && t.key) return false;
+  if (t.depth == L.ceiling && t.pydepth == current && t.kind == EntryKind::kFrame && t.key)
+    return false;
 #endif
   return t.pydepth >= current && t.depth <= L.ceiling;
 }

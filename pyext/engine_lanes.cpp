@@ -33,8 +33,10 @@ PyObject* threading_active() {
   Py_XDECREF(modname);
   if (threading) {
     PyObject* a = PyObject_GetAttrString(threading, "_active");
-    if (a && PyDict_Check(a)) active = a;  // a strong reference, kept
-    else Py_XDECREF(a);
+    if (a && PyDict_Check(a))
+      active = a;  // a strong reference, kept
+    else
+      Py_XDECREF(a);
     Py_DECREF(threading);
   }
   PyErr_Clear();
@@ -272,8 +274,8 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   // A v2 tracer knows lane 0's thread from session_begin and the rest from
   // session_spans: one probe hit per session saved.
   if (L.index != 0 || !probes::spans_traced()) {
-    probes::lane_begin(serial_, L.index, L.out.parent_lane, L.out.parent_call, L.out.task, thread_id,
-                       L.out.thread_name);
+    probes::lane_begin(serial_, L.index, L.out.parent_lane, L.out.parent_call, L.out.task,
+                       thread_id, L.out.thread_name);
   }
   return &L;
 }

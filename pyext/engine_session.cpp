@@ -108,11 +108,14 @@ void Engine::start(PyObject* session, int levels_above) {
         "with profiling()");
   }
   PyObject* current = nullptr;
-  if (PyContextVar_Get(g_session_var, nullptr, &current) < 0) throw std::runtime_error("session_var");
+  if (PyContextVar_Get(g_session_var, nullptr, &current) < 0)
+    throw std::runtime_error("session_var");
   if (current) {
     parent_ = engine_for_session(current);
-    if (parent_) parent_session_ = current;  // keep the reference
-    else Py_DECREF(current);
+    if (parent_)
+      parent_session_ = current;  // keep the reference
+    else
+      Py_DECREF(current);
   }
   token_ = PyContextVar_Set(g_session_var, session);
   if (!token_) throw std::runtime_error("could not set the session context variable");
@@ -201,13 +204,16 @@ void Engine::note_entering_frame(int levels_above) {
   struct _PyInterpreterFrame* f = entering_frame(levels_above);
   if (f && mlprof_frame_code(f)) {
     entering_generator_ = reinterpret_cast<uintptr_t>(mlprof_frame_generator(f));
-    entered_by_coroutine_ = mlprof_frame_code(f)->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE);
+    entered_by_coroutine_ = mlprof_frame_code(f)->co_flags &
+                            (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE);
   }
 #else
   PyFrameObject* f = PyEval_GetFrame();  // borrowed; 3.9/3.10 frames always have one
   for (int i = 0; i < levels_above && f; ++i) f = f->f_back;
-  if (f && compat::is_generator_code(compat::frame_code(f))) entering_generator_ = compat::frame_generator(f);
-  origin_awaits_ = f && (compat::frame_code(f)->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE));
+  if (f && compat::is_generator_code(compat::frame_code(f)))
+    entering_generator_ = compat::frame_generator(f);
+  origin_awaits_ = f && (compat::frame_code(f)->co_flags &
+                         (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE));
 #endif
 #if MLPROF_HAS_EVAL_HOOK
   origin_awaits_ = entered_by_coroutine_;
@@ -297,8 +303,8 @@ void Engine::stop() {
   // A v2 tracer gets the whole session here, in one probe hit (before
   // session_end, which ends the session for a v1 tracer).
   if (probes::spans_traced()) {
-    probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, end_anchor_), usdt_flags_,
-                               true);
+    probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, end_anchor_),
+                               usdt_flags_, true);
   }
   loop_watch::unwatch_when_idle();
   if (usdt_counted_) probes::checkpoints_session_stopped();
@@ -314,9 +320,10 @@ void Engine::usdt_checkpoint(int64_t now_ns) {
   if (state_ != State::kCollecting || now_ns < usdt_next_checkpoint_) return;
   // Each checkpoint sends the whole session so far: at intervals as long as
   // its age, what is sent in all stays under twice its last body.
-  usdt_next_checkpoint_ = now_ns + std::max<int64_t>(MLPROF_CHECKPOINT_AFTER_NS, now_ns - start_ns_);
-  probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, clock::anchor()), usdt_flags_,
-                             false);
+  usdt_next_checkpoint_ =
+      now_ns + std::max<int64_t>(MLPROF_CHECKPOINT_AFTER_NS, now_ns - start_ns_);
+  probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, clock::anchor()),
+                             usdt_flags_, false);
 }
 
 std::shared_ptr<Profile> Engine::profile() {
@@ -333,8 +340,10 @@ std::shared_ptr<Profile> Engine::profile() {
   p.meta["python"] = Py_GetVersion();
   p.meta["python"] = p.meta["python"].substr(0, p.meta["python"].find(' '));
   p.meta["pid"] = std::to_string(getpid());
-  if (loop_watched_) p.meta["loop_waits"] = "selector";
-  else if (origin_awaits_) p.meta["loop_waits"] = "awaits";
+  if (loop_watched_)
+    p.meta["loop_waits"] = "selector";
+  else if (origin_awaits_)
+    p.meta["loop_waits"] = "awaits";
   p.meta["start_unix_ns"] = std::to_string(start_unix_ns_);
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -430,7 +439,7 @@ std::shared_ptr<Profile> Engine::profile() {
   drop_empty_lanes(p);
   build_tree(p);
   group_framework_spans(p);  // MLflow's own calls as one node per run
-  lanes_.clear();  // the events now live in the profile
+  lanes_.clear();            // the events now live in the profile
   lane_index_.clear();
   lane_by_context_id_.clear();
   return profile_;

@@ -30,7 +30,8 @@ CaptureLane* target_lane(const IOTarget& t);
   std::string text = format_io(summary);
   if (text.size() > MLPROF_IO_SUMMARY_LEN - 1) text.resize(MLPROF_IO_SUMMARY_LEN - 1);
   for (int i = 0; i < io.n; ++i) {
-    if (target_lane(io.t[i])) probes::fire_span_io(io.t[i].serial, io.t[i].lane, io.t[i].call, role, name, text);
+    if (target_lane(io.t[i]))
+      probes::fire_span_io(io.t[i].serial, io.t[i].lane, io.t[i].call, role, name, text);
   }
 }
 
@@ -42,9 +43,11 @@ CaptureLane* target_lane(const IOTarget& t) {
   return t.lane < lanes.size() ? lanes[t.lane].get() : nullptr;
 }
 
-void append_io(const IOTargets& io, IORole role, const std::string& name, const IOSummary& summary) {
+void append_io(const IOTargets& io, IORole role, const std::string& name,
+               const IOSummary& summary) {
   for (int i = 0; i < io.n; ++i) {
-    if (CaptureLane* L = target_lane(io.t[i])) L->out.io.push_back(IORecord{io.t[i].call, role, name, summary});
+    if (CaptureLane* L = target_lane(io.t[i]))
+      L->out.io.push_back(IORecord{io.t[i].call, role, name, summary});
   }
   if (probes::io_traced()) fire_io(io, role, name, summary);
 }
@@ -107,7 +110,8 @@ void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets
   const HookFrame* hook = frame ? nullptr : hook_frame_now();
   if (hook && hook->frame) {
     struct _PyInterpreterFrame* f = hook->frame;
-    compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code, kMaxIOArguments, each);
+    compat::for_each_parameter_of([f](int i) { return mlprof_frame_local(f, i); }, code,
+                                  kMaxIOArguments, each);
     restart_calls(io, since);
     return;
   }
@@ -131,7 +135,8 @@ namespace {
 IOTargets io_targets(const BlockToken* tokens, int n) {
   IOTargets io;
   for (int i = 0; i < n && io.n < 4; ++i) {
-    if (tokens[i].want_io) io.t[io.n++] = IOTarget{tokens[i].serial, tokens[i].lane, tokens[i].call_index};
+    if (tokens[i].want_io)
+      io.t[io.n++] = IOTarget{tokens[i].serial, tokens[i].lane, tokens[i].call_index};
   }
   return io;
 }
@@ -146,8 +151,8 @@ void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, 
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
   IOSummary summary;
   for (Py_ssize_t i = 0; i < npos + nkw && i < kMaxIOArguments; ++i) {
-    std::string name = i < npos ? "args[" + std::to_string(i) + "]"
-                                : utf8(PyTuple_GET_ITEM(kwnames, i - npos));
+    std::string name =
+        i < npos ? "args[" + std::to_string(i) + "]" : utf8(PyTuple_GET_ITEM(kwnames, i - npos));
     summary = IOSummary{};
     summarize_object(args[i], &summary);
     append_io(io, IORole::kArgument, name, summary);

@@ -81,15 +81,15 @@ void close_ended(CaptureLane& L, int32_t pydepth, int64_t ts) {
   for (size_t i = L.rec.size(); i > from; --i) {
     const StackEntry& e = L.rec[i - 1];
     if (e.kind == EntryKind::kFrame && e.call_index != kNoEvent) {
-      L.inferred = CaptureLane::Inferred{e.code, e.pydepth, e.call_index,
-                                         static_cast<uint32_t>(L.out.events.size() + returns_before), e.want_io};
+      L.inferred = CaptureLane::Inferred{
+          e.code, e.pydepth, e.call_index,
+          static_cast<uint32_t>(L.out.events.size() + returns_before), e.want_io};
       break;
     }
     if (e.call_index != kNoEvent) ++returns_before;
   }
   close_entries(L, from, false, ts);
 }
-
 
 // Before an event about a frame at frame depth `pydepth` that starts or
 // resumes: what that frame replaces has ended, and a lane with nothing open
@@ -119,7 +119,8 @@ int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
 
 namespace {
 // Whether a frame at `depth` is the lane's to track, and how.
-inline bool track_transparent(CaptureLane& L, PyCodeObject* code, int32_t depth, int32_t pydepth, uint32_t fid) {
+inline bool track_transparent(CaptureLane& L, PyCodeObject* code, int32_t depth, int32_t pydepth,
+                              uint32_t fid) {
   const bool under_hidden = !L.rec.empty() && L.rec.back().hides;
   const bool loop_main = L.rec.empty() && L.loop_main == code;
   if (!under_hidden && fid != kTransparent && !loop_main && !session_transparent(L, code)) {
@@ -128,8 +129,8 @@ inline bool track_transparent(CaptureLane& L, PyCodeObject* code, int32_t depth,
     push(L, EventKind::kLabel, label, kEvRelabel, clock::ticks());
   }
   StackEntry e{kNoEvent, depth - 1, pydepth, EntryKind::kTransparent, 0, code};
-  e.hides = under_hidden ||
-            (fid == kTransparent && !hidden_codes().empty() && hidden_codes().count(reinterpret_cast<PyObject*>(code)));
+  e.hides = under_hidden || (fid == kTransparent && !hidden_codes().empty() &&
+                             hidden_codes().count(reinterpret_cast<PyObject*>(code)));
   L.rec.push_back(e);
   return true;
 }
@@ -156,7 +157,8 @@ PyObject* current_c_task() {
   } else {
     pyutil::Ref tasks(loaded_module_attr("_asyncio", "_current_tasks"));
     pyutil::Ref running(loaded_module_attr("_asyncio", "get_running_loop"));
-    pyutil::Ref loop(running && tasks && PyDict_Check(tasks.get()) && PyCFunction_Check(running.get())
+    pyutil::Ref loop(running && tasks && PyDict_Check(tasks.get()) &&
+                             PyCFunction_Check(running.get())
                          ? PyObject_CallNoArgs(running.get())
                          : nullptr);
     if (loop) task = pyutil::borrow(PyDict_GetItemWithError(tasks.get(), loop.get()));
@@ -185,7 +187,8 @@ bool runs_to_completion(uintptr_t generator) {
     if (callbacks && PyList_Check(callbacks.get())) {
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(callbacks.get()) && !yes; ++i) {
         PyObject* entry = PyList_GET_ITEM(callbacks.get(), i);
-        yes = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) > 0 && PyTuple_GET_ITEM(entry, 0) == done.get();
+        yes = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) > 0 &&
+              PyTuple_GET_ITEM(entry, 0) == done.get();
       }
     }
   }
@@ -196,8 +199,8 @@ bool runs_to_completion(uintptr_t generator) {
 
 }  // namespace
 
-bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame, bool continued,
-                IOTargets* io) {
+bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame,
+                bool continued, IOTargets* io) {
   const bool generator = compat::is_generator_code(code);
   const uintptr_t key = generator ? generator_key(frame) : 0;
   const int32_t d = arrive(L, pydepth, key);
@@ -246,7 +249,8 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
       L.engine->gen_labels_.erase(it);
     }
   }
-  if (!label && (reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index)) & kExtraLabelled)) {
+  if (!label &&
+      (reinterpret_cast<uintptr_t>(compat::code_extra(code, g_extra_index)) & kExtraLabelled)) {
     label = call_labeller(L, code, frame);
   }
   const int64_t ts = clock::ticks();

@@ -27,8 +27,7 @@ namespace mlprof::loop_watch {
 namespace {
 
 struct SelectWait {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyObject* orig;     // the class's own select function
   uint32_t function;  // its registry id
 };
@@ -38,8 +37,8 @@ PyObject* g_type = nullptr;
 std::vector<std::pair<PyObject*, PyObject*>> g_patched;
 
 // The selectors module's classes that define select (CPython 3.9-3.15).
-constexpr const char* kClasses[] = {"SelectSelector", "_PollLikeSelector", "EpollSelector", "DevpollSelector",
-                                    "KqueueSelector"};
+constexpr const char* kClasses[] = {"SelectSelector", "_PollLikeSelector", "EpollSelector",
+                                    "DevpollSelector", "KqueueSelector"};
 
 // select(self, timeout=None): timeout None (wait for ever) or positive.
 bool waits(PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -47,7 +46,8 @@ bool waits(PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   PyObject* timeout = n > 1 ? args[1] : Py_None;
   if (kwnames) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
-      if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "timeout") == 0) timeout = args[n + i];
+      if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "timeout") == 0)
+        timeout = args[n + i];
     }
   }
   if (timeout == Py_None) return true;
@@ -95,7 +95,8 @@ void select_dealloc(PyObject* self_) {
 }
 
 PyObject* select_repr(PyObject* self_) {
-  return PyUnicode_FromFormat("<mlflow_profiler waiting %R>", reinterpret_cast<SelectWait*>(self_)->orig);
+  return PyUnicode_FromFormat("<mlflow_profiler waiting %R>",
+                              reinterpret_cast<SelectWait*>(self_)->orig);
 }
 
 PyObject* select_getattr(PyObject* self_, PyObject* name) {
@@ -108,16 +109,19 @@ PyObject* select_getattr(PyObject* self_, PyObject* name) {
 
 PyMemberDef select_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(SelectWait, vectorcall), READONLY, nullptr},
-    {"__wrapped__", T_OBJECT, offsetof(SelectWait, orig), READONLY, "the selector class's own select"},
+    {"__wrapped__", T_OBJECT, offsetof(SelectWait, orig), READONLY,
+     "the selector class's own select"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyType_Slot select_slots[] = {
-    {Py_tp_doc, const_cast<char*>("A selector's select, timed by mlflow_profiler while it profiles.")},
+    {Py_tp_doc,
+     const_cast<char*>("A selector's select, timed by mlflow_profiler while it profiles.")},
     {Py_tp_dealloc, reinterpret_cast<void*>(select_dealloc)},
     {Py_tp_traverse, reinterpret_cast<void*>(select_traverse)},
     {Py_tp_clear, reinterpret_cast<void*>(select_clear)},
     {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
-    {Py_tp_descr_get, reinterpret_cast<void*>(bind_like_function)},  // selector.select is a bound method
+    {Py_tp_descr_get,
+     reinterpret_cast<void*>(bind_like_function)},  // selector.select is a bound method
     {Py_tp_getattro, reinterpret_cast<void*>(select_getattr)},
     {Py_tp_repr, reinterpret_cast<void*>(select_repr)},
     {Py_tp_members, select_members},
@@ -139,7 +143,8 @@ bool function_of(PyObject* func, uint32_t* out) {
     PyErr_Clear();
     return false;
   }
-  *out = wait_function(compat::utf8(qualname), module && PyUnicode_Check(module) ? compat::utf8(module) : "",
+  *out = wait_function(compat::utf8(qualname),
+                       module && PyUnicode_Check(module) ? compat::utf8(module) : "",
                        compat::utf8(code->co_filename), code->co_firstlineno);
   Py_DECREF(qualname);
   return true;
@@ -147,10 +152,11 @@ bool function_of(PyObject* func, uint32_t* out) {
 
 void patch(PyObject* cls) {
   if (!PyType_Check(cls)) return;
-  PyObject* dict = reinterpret_cast<PyTypeObject*>(cls)->tp_dict;  // borrowed
+  PyObject* dict = reinterpret_cast<PyTypeObject*>(cls)->tp_dict;          // borrowed
   PyObject* func = dict ? PyDict_GetItemString(dict, "select") : nullptr;  // borrowed
   uint32_t function = 0;
-  if (!func || !PyFunction_Check(func) || !function_of(func, &function)) return;  // ours, or replaced by someone
+  if (!func || !PyFunction_Check(func) || !function_of(func, &function))
+    return;  // ours, or replaced by someone
   auto* w = PyObject_GC_New(SelectWait, reinterpret_cast<PyTypeObject*>(g_type));
   if (!w) return;
   w->vectorcall = select_call;
@@ -168,8 +174,9 @@ void patch(PyObject* cls) {
 
 PyObject* py_watch_selectors(PyObject*, PyObject*) { return PyBool_FromLong(watch_selectors()); }
 
-PyMethodDef watch_def = {"watch_selectors", py_watch_selectors, METH_NOARGS,
-                         "Watch the selectors module's select methods while sessions collect (loop_watch.cpp)."};
+PyMethodDef watch_def = {
+    "watch_selectors", py_watch_selectors, METH_NOARGS,
+    "Watch the selectors module's select methods while sessions collect (loop_watch.cpp)."};
 
 }  // namespace
 

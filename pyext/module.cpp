@@ -14,7 +14,6 @@
 #include "alloc_count.h"
 #include "bindings.h"
 #include "capture/capture.h"
-#include "capture/capture.h"
 #include "engine.h"
 #include "formats/json_doc.h"
 #include "loop_watch.h"
@@ -64,7 +63,8 @@ py::dict node_dict(const Profile& p, const View& v, int32_t i, const ViewOptions
   d["index"] = i;
   d["span_index"] = n.span;
   d["label"] = n.collapsed.empty() ? p.display_name(s) : n.collapsed;
-  d["resource"] = s.resource == 0 ? py::object(py::none()) : py::object(py::str(p.functions.strings().get(s.resource)));
+  d["resource"] = s.resource == 0 ? py::object(py::none())
+                                  : py::object(py::str(p.functions.strings().get(s.resource)));
   d["function"] = st.get(f.name);
   d["module"] = st.get(f.module);
   d["file"] = st.get(f.file);
@@ -93,8 +93,8 @@ std::vector<std::string> view_paths(const Profile& p, const View& v) {
   std::vector<std::string> paths(v.nodes.size());
   for (size_t i = 0; i < v.nodes.size(); ++i) {  // pre-order: parents first
     const ViewNode& n = v.nodes[i];
-    std::string name = n.collapsed.empty() ? p.display_name(p.spans[static_cast<size_t>(n.span)])
-                                           : n.collapsed;
+    std::string name =
+        n.collapsed.empty() ? p.display_name(p.spans[static_cast<size_t>(n.span)]) : n.collapsed;
     paths[i] = n.parent < 0 ? name : paths[static_cast<size_t>(n.parent)] + "/" + name;
   }
   return paths;
@@ -123,8 +123,10 @@ py::list to_tree(const ProfilePtr& p, const ViewOptions& o) {
   py::list roots;
   for (size_t i = 0; i < v.nodes.size(); ++i) {
     int32_t parent = v.nodes[i].parent;
-    if (parent < 0) roots.append(dicts[i]);
-    else py::list(dicts[static_cast<size_t>(parent)]["children"]).append(dicts[i]);
+    if (parent < 0)
+      roots.append(dicts[i]);
+    else
+      py::list(dicts[static_cast<size_t>(parent)]["children"]).append(dicts[i]);
   }
   return roots;
 }
@@ -136,7 +138,8 @@ py::list span_io(const Profile& p, int32_t span) {
   for (const SpanIO* io = first; io != last; ++io) {
     PyObject* summary = io_summary_object(io->summary);
     if (!summary) throw py::error_already_set();
-    out.append(py::make_tuple(static_cast<int>(io->role), io->name, py::reinterpret_steal<py::object>(summary)));
+    out.append(py::make_tuple(static_cast<int>(io->role), io->name,
+                              py::reinterpret_steal<py::object>(summary)));
   }
   return out;
 }
@@ -153,14 +156,17 @@ py::list span_rows(const ProfilePtr& p) {
     const std::string& module = st.get(f.module);
     py::dict d;
     d["label"] = p->display_name(s);
-    d["resource"] = s.resource == 0 ? py::object(py::none()) : py::object(py::str(st.get(s.resource)));
+    d["resource"] =
+        s.resource == 0 ? py::object(py::none()) : py::object(py::str(st.get(s.resource)));
     d["module"] = module.empty() ? py::object(py::none()) : py::object(py::str(module));
     d["start_ns"] = s.start_ns;
-    d["end_ns"] = (s.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) ? py::object(py::none())
-                                                                    : py::object(py::int_(s.end_ns));
+    d["end_ns"] = (s.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd))
+                      ? py::object(py::none())
+                      : py::object(py::int_(s.end_ns));
     d["parent_index"] = s.parent < 0 ? py::object(py::none()) : py::object(py::int_(s.parent));
     d["depth"] = s.depth;
-    d["is_user_code"] = f.kind == FunctionKind::kBlock || (s.flags & kSpanLabelled) ? true : f.user_code;
+    d["is_user_code"] =
+        f.kind == FunctionKind::kBlock || (s.flags & kSpanLabelled) ? true : f.user_code;
     d["function"] = st.get(f.name);
     d["file"] = st.get(f.file);
     d["line"] = f.line;
@@ -218,16 +224,16 @@ py::list traces_info(const Profile& p) {
 
 // The reference engine hands its lanes over as plain tuples.
 ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
-                             const std::vector<std::string>& labels, int depth,
-                             int64_t start_ns, int64_t end_ns, uint64_t skipped,
+                             const std::vector<std::string>& labels, int depth, int64_t start_ns,
+                             int64_t end_ns, uint64_t skipped,
                              const std::map<std::string, std::string>& meta) {
   auto p = std::make_shared<Profile>();
   std::vector<uint32_t> fmap;
   for (const auto& item : functions) {
     auto t = item.cast<py::tuple>();
-    fmap.push_back(p->functions.add(t[0].cast<std::string>(), t[1].cast<std::string>(),
-                                    t[2].cast<std::string>(), t[3].cast<int32_t>(),
-                                    static_cast<FunctionKind>(t[4].cast<int>()), t[5].cast<bool>()));
+    fmap.push_back(p->functions.add(
+        t[0].cast<std::string>(), t[1].cast<std::string>(), t[2].cast<std::string>(),
+        t[3].cast<int32_t>(), static_cast<FunctionKind>(t[4].cast<int>()), t[5].cast<bool>()));
   }
   uint64_t captured = 0;
   for (const auto& item : lanes) {
@@ -251,7 +257,8 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
       out.ts_ns = e[0].cast<int64_t>();
       out.kind = static_cast<EventKind>(e[1].cast<int>());
       uint32_t id = e[2].cast<uint32_t>();
-      if (out.kind == EventKind::kCall) id = fmap.at(id);
+      if (out.kind == EventKind::kCall)
+        id = fmap.at(id);
       else if (out.kind == EventKind::kLabel || out.kind == EventKind::kMark) {
         id = p->functions.strings().intern(labels.at(id));
       }
@@ -264,7 +271,8 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
         auto r = rec.cast<py::tuple>();
         const int kind = r[1].cast<int>();
         if (kind < 0 || kind >= kValueKinds) throw py::value_error("a reading of an unknown kind");
-        lane.readings.push_back({r[0].cast<uint32_t>(), static_cast<ValueKind>(kind), r[2].cast<int64_t>()});
+        lane.readings.push_back(
+            {r[0].cast<uint32_t>(), static_cast<ValueKind>(kind), r[2].cast<int64_t>()});
       }
     }
     if (d.contains("off_cpu")) {  // (end_ns, off_ns): views/waiting.h
@@ -276,10 +284,13 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
     if (d.contains("io")) {
       for (const auto& rec : d["io"].cast<py::list>()) {
         auto r = rec.cast<py::tuple>();
-        IORecord io{r[0].cast<uint32_t>(), static_cast<IORole>(r[1].cast<int>()),
-                    r[2].cast<std::string>(), {}};
+        IORecord io{r[0].cast<uint32_t>(),
+                    static_cast<IORole>(r[1].cast<int>()),
+                    r[2].cast<std::string>(),
+                    {}};
         std::string why;
-        if (!summarize::from_python(r[3].ptr(), &io.summary, &why)) throw py::type_error("an I/O record: " + why);
+        if (!summarize::from_python(r[3].ptr(), &io.summary, &why))
+          throw py::type_error("an I/O record: " + why);
         lane.io.push_back(std::move(io));
       }
     }
@@ -329,23 +340,35 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("set_library_prefixes", &set_library_prefixes, py::arg("prefixes"),
         "Paths of the standard library: code under them is not user code.");
-  m.def("add_transparent", [](py::object code) { add_transparent(code.ptr()); }, py::arg("code"),
-        "Marks a code object, and any code equal to it, transparent: never a node, not counted toward depth.");
-  m.def("format_duration", &format_duration, py::arg("ns"), "'48.12ms', '3.20us': the trees' way of writing a time.");
-  m.def("is_user_file", [](const std::string& file) { return is_user_file(file); }, py::arg("file"),
-        "Whether code in this file is user code (not site-packages, the standard library or a pseudo-file).");
-  m.def("add_hidden", [](py::object code) { add_hidden(code.ptr()); }, py::arg("code"),
-        "Marks a code object hidden: transparent, and so is everything it calls (its time is its caller's).");
-  m.def("add_labeller", [](py::object code, py::object labeller) { add_labeller(code.ptr(), labeller.ptr()); },
-        py::arg("code"), py::arg("labeller"),
-        "labeller(arg0, arg1) names each call of the code (a str), or keeps its name (None).");
+  m.def(
+      "add_transparent", [](py::object code) { add_transparent(code.ptr()); }, py::arg("code"),
+      "Marks a code object, and any code equal to it, transparent: never a node, not counted "
+      "toward depth.");
+  m.def("format_duration", &format_duration, py::arg("ns"),
+        "'48.12ms', '3.20us': the trees' way of writing a time.");
+  m.def(
+      "is_user_file", [](const std::string& file) { return is_user_file(file); }, py::arg("file"),
+      "Whether code in this file is user code (not site-packages, the standard library or a "
+      "pseudo-file).");
+  m.def(
+      "add_hidden", [](py::object code) { add_hidden(code.ptr()); }, py::arg("code"),
+      "Marks a code object hidden: transparent, and so is everything it calls (its time is its "
+      "caller's).");
+  m.def(
+      "add_labeller",
+      [](py::object code, py::object labeller) { add_labeller(code.ptr(), labeller.ptr()); },
+      py::arg("code"), py::arg("labeller"),
+      "labeller(arg0, arg1) names each call of the code (a str), or keeps its name (None).");
   m.def("now_ns", &now_ns, "CLOCK_MONOTONIC in nanoseconds, the clock of every event.");
   m.def("hook_name", &capture::name, "The capture hook of this interpreter.");
   // The reference engine's alloc_bytes reads the native counter (one mechanism).
-  m.def("alloc_count_start", [] {
-    std::string why;
-    return alloc_count::start(&why) ? py::none() : py::object(py::str(why));
-  }, "Starts counting allocated bytes (alloc_bytes); None, or why it cannot.");
+  m.def(
+      "alloc_count_start",
+      [] {
+        std::string why;
+        return alloc_count::start(&why) ? py::none() : py::object(py::str(why));
+      },
+      "Starts counting allocated bytes (alloc_bytes); None, or why it cannot.");
   m.def("alloc_count_stop", &alloc_count::stop, "Stops what one alloc_count_start() started.");
   m.def("alloc_thread_bytes", &alloc_count::thread_bytes,
         "Bytes this thread requested from Python's allocators while counting was on.");
@@ -353,7 +376,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("keep_capture_between_sessions", &capture::keep_between_sessions, py::arg("keep"),
         "Keeps the sys.monitoring tool id and its local events between sessions (autoprofile), or "
         "lets them go once no session runs (the default).");
-  m.def("capture_state", []() {
+  m.def(
+      "capture_state",
+      []() {
         const capture::State s = capture::state();
         py::dict d;
         d["tool_id"] = capture::tool_id();
@@ -369,14 +394,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("hook_event_count", &capture::event_count,
         "Interpreter events delivered to the capture hook so far in this process (tests: frames "
         "below the ceiling deliver none on 3.11+).");
-  m.def("_reference_collecting", [](int delta) { g_reference_collecting += delta; },
-        "Counts collecting reference sessions, so the C wrappers look for them.");
+  m.def(
+      "_reference_collecting", [](int delta) { g_reference_collecting += delta; },
+      "Counts collecting reference sessions, so the C wrappers look for them.");
   m.def("_native_collecting", []() { return g_native_collecting; });
-  m.def("collecting", []() { return (g_native_collecting | g_reference_collecting) != 0; },
-        "Whether a session of either engine is collecting in this process (a cheap check before work "
-        "that only a session needs).");
+  m.def(
+      "collecting", []() { return (g_native_collecting | g_reference_collecting) != 0; },
+      "Whether a session of either engine is collecting in this process (a cheap check before work "
+      "that only a session needs).");
   m.def("unwatch_loops", &loop_watch::unwatch_when_idle,
-        "Puts the selectors' own select back once no session collects (the reference engine's stop).");
+        "Puts the selectors' own select back once no session collects (the reference engine's "
+        "stop).");
   m.def(
       "_untraced",
       [](py::object fn) {
@@ -395,18 +423,22 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Engine>(m, "Engine")
       .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
-                       bool capture_io, int io_depth, py::list transparent_codes, py::list fold_parents,
-                       py::list fold_codes, int values) {
+                       bool capture_io, int io_depth, py::list transparent_codes,
+                       py::list fold_parents, py::list fold_codes, int values) {
              EngineOptions o;
              auto code_of = [](py::handle code, const char* what) {
-               if (!PyCode_Check(code.ptr())) throw py::type_error(std::string(what) + ": code objects only");
+               if (!PyCode_Check(code.ptr()))
+                 throw py::type_error(std::string(what) + ": code objects only");
                return code.ptr();
              };
-             for (py::handle code : transparent_codes) o.transparent_codes.push_back(code_of(code, "transparent_codes"));
-             for (py::handle code : fold_parents) o.fold_parents.push_back(code_of(code, "fold_parents"));
+             for (py::handle code : transparent_codes)
+               o.transparent_codes.push_back(code_of(code, "transparent_codes"));
+             for (py::handle code : fold_parents)
+               o.fold_parents.push_back(code_of(code, "fold_parents"));
              for (py::handle pair : fold_codes) {  // (code, label)
                auto t = py::cast<py::tuple>(pair);
-               o.fold_codes.emplace_back(code_of(t[0], "fold_codes"), intern_label(py::cast<std::string>(t[1])));
+               o.fold_codes.emplace_back(code_of(t[0], "fold_codes"),
+                                         intern_label(py::cast<std::string>(t[1])));
              }
              o.depth = depth;
              o.max_events = max_events;
@@ -414,7 +446,8 @@ PYBIND11_MODULE(_core, m) {
              o.capture_c_calls = capture_c_calls;
              o.capture_io = capture_io;
              o.io_depth = io_depth;
-             if (values < 0 || values >= (1 << kValueKinds)) throw py::value_error("values: a mask of ValueKind bits");
+             if (values < 0 || values >= (1 << kValueKinds))
+               throw py::value_error("values: a mask of ValueKind bits");
              o.values = static_cast<uint8_t>(values);
              return std::make_unique<Engine>(o);
            }),
@@ -422,28 +455,35 @@ PYBIND11_MODULE(_core, m) {
            py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
            py::arg("transparent_codes") = py::list(), py::arg("fold_parents") = py::list(),
            py::arg("fold_codes") = py::list(), py::arg("values") = 0)
-      .def("start",
-           [](Engine& e, py::object session, int levels_above) {
-             if (!start_engine(e, session.ptr(), levels_above)) throw py::error_already_set();
-           },
-           py::arg("session"), py::arg("levels_above") = 1)
+      .def(
+          "start",
+          [](Engine& e, py::object session, int levels_above) {
+            if (!start_engine(e, session.ptr(), levels_above)) throw py::error_already_set();
+          },
+          py::arg("session"), py::arg("levels_above") = 1)
       .def(
           "stop",
           [](Engine& e) {
             e.stop();
             return !e.failures().empty() || !e.notes().empty();
           },
-          "Ends capture. True when there are failures or notes to log (reading them costs a call each).")
-      .def("_mark_autoprofile", [](const Engine& e) { probes::mark_autoprofile(e.serial()); },
-           "Flags this session AUTOPROFILE in its session_begin probe (call before start).")
-      .def("pause", &Engine::pause, "Stops being the current session in this context; capture goes on.")
+          "Ends capture. True when there are failures or notes to log (reading them costs a call "
+          "each).")
+      .def(
+          "_mark_autoprofile", [](const Engine& e) { probes::mark_autoprofile(e.serial()); },
+          "Flags this session AUTOPROFILE in its session_begin probe (call before start).")
+      .def("pause", &Engine::pause,
+           "Stops being the current session in this context; capture goes on.")
       .def("resume", &Engine::resume, "Becomes the current session in this context again.")
       .def_property_readonly("state",
                              [](const Engine& e) {
                                switch (e.state()) {
-                                 case Engine::State::kIdle: return "idle";
-                                 case Engine::State::kCollecting: return "collecting";
-                                 default: return "finalized";
+                                 case Engine::State::kIdle:
+                                   return "idle";
+                                 case Engine::State::kCollecting:
+                                   return "collecting";
+                                 default:
+                                   return "finalized";
                                }
                              })
       .def_property_readonly("hook", &Engine::hook_name)
@@ -455,40 +495,46 @@ PYBIND11_MODULE(_core, m) {
   bind_session(m);
 
   py::class_<Profile, std::shared_ptr<Profile>>(m, "Profile")
-      .def("render_text",
-           [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
-              bool show_c_calls, bool show_io) {
-             return render_text(*p, view_options(depth, collapse, std::move(user_modules), show_c_calls,
-                                                 show_io));
-           },
-           py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
-           py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = false,
-           py::arg("show_io") = false)
-      .def("to_json",
-           [](const ProfilePtr& p, int depth) {
-             ViewOptions o;
-             o.depth = depth;
-             o.show_c_calls = true;
-             return to_json_document(*p, o);
-           },
-           py::arg("depth") = -1)
-      .def("to_flat",
-           [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
-              bool show_c_calls) {
-             return to_flat(p, view_options(depth, collapse, std::move(user_modules), show_c_calls));
-           },
-           py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
-           py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
-      .def("to_tree",
-           [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
-              bool show_c_calls) {
-             return to_tree(p, view_options(depth, collapse, std::move(user_modules), show_c_calls));
-           },
-           py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
-           py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
+      .def(
+          "render_text",
+          [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
+             bool show_c_calls, bool show_io) {
+            return render_text(
+                *p, view_options(depth, collapse, std::move(user_modules), show_c_calls, show_io));
+          },
+          py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
+          py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = false,
+          py::arg("show_io") = false)
+      .def(
+          "to_json",
+          [](const ProfilePtr& p, int depth) {
+            ViewOptions o;
+            o.depth = depth;
+            o.show_c_calls = true;
+            return to_json_document(*p, o);
+          },
+          py::arg("depth") = -1)
+      .def(
+          "to_flat",
+          [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
+             bool show_c_calls) {
+            return to_flat(p, view_options(depth, collapse, std::move(user_modules), show_c_calls));
+          },
+          py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
+          py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
+      .def(
+          "to_tree",
+          [](const ProfilePtr& p, int depth, bool collapse, std::vector<std::string> user_modules,
+             bool show_c_calls) {
+            return to_tree(p, view_options(depth, collapse, std::move(user_modules), show_c_calls));
+          },
+          py::arg("depth") = -1, py::arg("collapse_frameworks") = false,
+          py::arg("user_modules") = std::vector<std::string>{}, py::arg("show_c_calls") = true)
       .def("span_rows", &span_rows, "One dict per span: SpanRecord's fields by name, and io rows.")
-      .def("io_of", [](const ProfilePtr& p, int32_t span) { return span_io(*p, span); },
-           py::arg("span"), "(role, name, IOSummary) rows of a span's I/O; role 0 argument, 1 return.")
+      .def(
+          "io_of", [](const ProfilePtr& p, int32_t span) { return span_io(*p, span); },
+          py::arg("span"),
+          "(role, name, IOSummary) rows of a span's I/O; role 0 argument, 1 return.")
       .def_property_readonly("captured_depth", [](const Profile& p) { return p.captured_depth; })
       .def_property_readonly("max_depth", &Profile::max_depth)
       .def_property_readonly("start_ns", [](const Profile& p) { return p.start_ns; })
@@ -497,8 +543,11 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("meta", [](const Profile& p) { return p.meta; })
       .def_property_readonly("threads", &lanes_info)
       .def_property_readonly("traces", &traces_info)
-      .def("set_meta", [](Profile& p, const std::string& key, const std::string& value) { p.meta[key] = value; },
-           py::arg("key"), py::arg("value"), "Sets one provenance entry (written to the document's meta).")
+      .def(
+          "set_meta",
+          [](Profile& p, const std::string& key, const std::string& value) { p.meta[key] = value; },
+          py::arg("key"), py::arg("value"),
+          "Sets one provenance entry (written to the document's meta).")
       .def_property_readonly("stats", [](const Profile& p) {
         py::dict d;
         d["events_captured"] = p.stats.events_captured;
@@ -508,8 +557,8 @@ PYBIND11_MODULE(_core, m) {
       });
 
   m.def("build_profile", &build_from_python, py::arg("lanes"), py::arg("functions"),
-        py::arg("labels"), py::arg("depth"), py::arg("start_ns"), py::arg("end_ns"), py::arg("skipped"),
-        py::arg("meta"),
+        py::arg("labels"), py::arg("depth"), py::arg("start_ns"), py::arg("end_ns"),
+        py::arg("skipped"), py::arg("meta"),
         "Builds a Profile from events recorded by the pure-Python reference engine.");
 
   bind_io(m);

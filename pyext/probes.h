@@ -66,8 +66,10 @@ void mark_autoprofile(uint64_t session);
 // function and label ids in a names list (session_spans.cpp). flags: the
 // session's MLPROF_SESSION_*. clk maps the events' ticks to CLOCK_MONOTONIC.
 // final: the session ended (false: a checkpoint of an open session).
-[[gnu::cold, gnu::noinline]] void fire_session_spans(const Engine& engine, const FunctionTable& registry,
-                                                     const clock::Mapping& clk, uint32_t flags, bool final);
+[[gnu::cold, gnu::noinline]] void fire_session_spans(const Engine& engine,
+                                                     const FunctionTable& registry,
+                                                     const clock::Mapping& clk, uint32_t flags,
+                                                     bool final);
 // A session began / stopped while session_spans was traced (GIL held): the
 // checkpoint thread (session_spans.cpp) watches how long the oldest is open.
 void checkpoints_session_started(int64_t start_ns);

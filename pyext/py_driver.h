@@ -38,14 +38,17 @@ inline SqlValue from_python(const py::handle& v) {
   if (py::isinstance<py::bool_>(v)) return int64_t{v.cast<bool>() ? 1 : 0};
   if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
-  throw StoreFailure(std::string("the store returned a ") + Py_TYPE(v.ptr())->tp_name + ", not an int, a str or None");
+  throw StoreFailure(std::string("the store returned a ") + Py_TYPE(v.ptr())->tp_name +
+                     ", not an int, a str or None");
 }
 
 class PyDriver final : public StoreDriver {
  public:
   PyDriver(py::object driver, Dialect dialect) : driver_(std::move(driver)), dialect_(dialect) {}
   Dialect dialect() const override { return dialect_; }
-  void execute(const std::string& sql, const SqlRow& params) override { driver_.attr("execute")(sql, to_tuple(params)); }
+  void execute(const std::string& sql, const SqlRow& params) override {
+    driver_.attr("execute")(sql, to_tuple(params));
+  }
   void execute_many(const std::string& sql, const std::vector<SqlRow>& rows) override {
     // A driver with copy_text (PostgreSQL) takes many rows as one COPY
     // text, made here (store/store_copy.h): a Python tuple and a write_row

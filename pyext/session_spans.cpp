@@ -49,8 +49,8 @@ T* append(std::string& body) {
 
 }  // namespace
 
-void fire_session_spans(const Engine& engine, const FunctionTable& registry, const clock::Mapping& clk,
-                        uint32_t flags, bool final) {
+void fire_session_spans(const Engine& engine, const FunctionTable& registry,
+                        const clock::Mapping& clk, uint32_t flags, bool final) {
   const uint64_t serial = engine.serial();
   const EngineOptions& opts = engine.options();
   // One buffer per thread, reused: a session allocates nothing once warm.
@@ -94,14 +94,15 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
     names.push_back(n);
   };
 
-  bool cut = false;  // the body reached MLPROF_SPANS_MAX_BYTES: later lanes are empty
+  bool cut = false;    // the body reached MLPROF_SPANS_MAX_BYTES: later lanes are empty
   bool folds = false;  // coalesced resumes: the body says MLPROF_SPANS_FOLDS_VERSION
   bool marks = false;  // instants: MLPROF_SPANS_MARKS_VERSION
   uint32_t lanes = 0;
   for (const auto& lp : engine.lanes()) {
     const Lane& out = lp->out;
-    const size_t room = MLPROF_SPANS_MAX_BYTES - std::min<size_t>(MLPROF_SPANS_MAX_BYTES,
-                                                                  body.size() + sizeof(mlprof_spans_lane));
+    const size_t room =
+        MLPROF_SPANS_MAX_BYTES -
+        std::min<size_t>(MLPROF_SPANS_MAX_BYTES, body.size() + sizeof(mlprof_spans_lane));
     size_t n_events = cut ? 0 : std::min(out.events.size(), room / sizeof(mlprof_spans_event));
     size_t n_io = 0;
     if (n_events == out.events.size() && !cut) {
@@ -109,12 +110,14 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
       n_io = std::min(out.io.size(), left / sizeof(mlprof_spans_io));
     }
     const bool truncated_here = n_events < out.events.size() || n_io < out.io.size();
-    if (body.size() + sizeof(mlprof_spans_lane) > MLPROF_SPANS_MAX_BYTES) break;  // not even its head fits
+    if (body.size() + sizeof(mlprof_spans_lane) > MLPROF_SPANS_MAX_BYTES)
+      break;  // not even its head fits
     cut = cut || truncated_here;
 
     mlprof_spans_lane lane{};
     lane.lane = lp->index;
-    lane.parent_lane = out.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(out.parent_lane);
+    lane.parent_lane =
+        out.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(out.parent_lane);
     lane.parent_call = out.parent_call;
     lane.task = out.task;
     lane.thread_ident = lp->thread_id;
@@ -137,9 +140,12 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
       ev[i].kind = static_cast<uint8_t>(e.kind);
       ev[i].flags = e.flags;
       ev[i].reserved = 0;
-      if (e.kind == EventKind::kCall) add_name(e.id, false);
-      else if (e.kind == EventKind::kLabel) add_name(e.id, true);
-      else if (e.kind == EventKind::kFold) folds = true;
+      if (e.kind == EventKind::kCall)
+        add_name(e.id, false);
+      else if (e.kind == EventKind::kLabel)
+        add_name(e.id, true);
+      else if (e.kind == EventKind::kFold)
+        folds = true;
       else if (e.kind == EventKind::kMark) {
         add_name(e.id, true);
         marks = true;
@@ -155,8 +161,10 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
     }
   }
   reinterpret_cast<mlprof_spans_head*>(body.data())->lanes = lanes;
-  if (folds) reinterpret_cast<mlprof_spans_head*>(body.data())->version = MLPROF_SPANS_FOLDS_VERSION;
-  if (marks) reinterpret_cast<mlprof_spans_head*>(body.data())->version = MLPROF_SPANS_MARKS_VERSION;
+  if (folds)
+    reinterpret_cast<mlprof_spans_head*>(body.data())->version = MLPROF_SPANS_FOLDS_VERSION;
+  if (marks)
+    reinterpret_cast<mlprof_spans_head*>(body.data())->version = MLPROF_SPANS_MARKS_VERSION;
   // In registers: the buffers are thread_local, and an operand the compiler
   // leaves %fs-relative is one libbpf cannot read ("unrecognized register").
   const char* body_at = body.data();
@@ -177,9 +185,10 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry, con
 // A predict of a few ms never wakes more than this thread.
 
 namespace {
-std::atomic<int> g_checkpoint_pid{0};        // the process whose thread runs (fork: the child starts its own)
-std::atomic<int64_t> g_oldest_open_ns{0};    // start of the oldest open traced session, 0: none
-int g_open_traced = 0;                       // open sessions counted (GIL held)
+std::atomic<int> g_checkpoint_pid{
+    0};  // the process whose thread runs (fork: the child starts its own)
+std::atomic<int64_t> g_oldest_open_ns{0};  // start of the oldest open traced session, 0: none
+int g_open_traced = 0;                     // open sessions counted (GIL held)
 
 bool finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -228,7 +237,8 @@ void checkpoints_session_started(int64_t start_ns) {
 }
 
 void checkpoints_session_stopped() {
-  if (g_open_traced > 0 && --g_open_traced == 0) g_oldest_open_ns.store(0, std::memory_order_relaxed);
+  if (g_open_traced > 0 && --g_open_traced == 0)
+    g_oldest_open_ns.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace mlprof::probes

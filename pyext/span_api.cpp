@@ -76,8 +76,9 @@ PyObject* call_reference(PyObject* session, const char* method, PyObject* label,
       PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]);
     }
   }
-  PyObject* r = extra ? PyObject_CallMethod(session, method, "OOOOO", label, func, tuple, kwargs, extra)
-                      : PyObject_CallMethod(session, method, "OOOO", label, func, tuple, kwargs);
+  PyObject* r =
+      extra ? PyObject_CallMethod(session, method, "OOOOO", label, func, tuple, kwargs, extra)
+            : PyObject_CallMethod(session, method, "OOOO", label, func, tuple, kwargs);
   Py_DECREF(tuple);
   Py_DECREF(kwargs);
   return r;
@@ -88,8 +89,7 @@ namespace {
 enum class WrapKind : int { kFunction = 0, kGenerator = 1, kOther = 2 };
 
 struct SpanFunction {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyObject* func;
   PyObject* label;     // str
   PyObject* resource;  // str, or null: the resource its calls use (model/resources.h)
@@ -106,7 +106,8 @@ struct SpanFunction {
 bool check_resource(PyObject** resource) {
   if (*resource == Py_None) *resource = nullptr;
   if (*resource && (!PyUnicode_Check(*resource) || PyUnicode_GET_LENGTH(*resource) == 0)) {
-    PyErr_Format(PyExc_TypeError, "resource must be a non-empty str or None, got %.100R", *resource);
+    PyErr_Format(PyExc_TypeError, "resource must be a non-empty str or None, got %.100R",
+                 *resource);
     return false;
   }
   return true;
@@ -121,7 +122,8 @@ uint32_t resource_id(PyObject* resource, uint32_t* cached) {
 
 using compat::utf8;
 
-PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
+                          PyObject* kwnames) {
   auto* self = reinterpret_cast<SpanFunction*>(self_);
   if (!(g_native_collecting | g_reference_collecting)) {
     return PyObject_Vectorcall(self->func, args, nargsf, kwnames);  // the disabled path
@@ -137,7 +139,8 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
   switch (self->kind) {
     case WrapKind::kFunction: {
       if (!self->label_id) self->label_id = intern_label(utf8(self->label));
-      set_pending_label(self->code, self->label_id, resource_id(self->resource, &self->resource_id));
+      set_pending_label(self->code, self->label_id,
+                        resource_id(self->resource, &self->resource_id));
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
       clear_pending_label(self->code);
       return r;
@@ -146,7 +149,8 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
       if (r && (PyGen_Check(r) || PyCoro_CheckExact(r) || PyAsyncGen_CheckExact(r))) {
         if (!self->label_id) self->label_id = intern_label(utf8(self->label));
-        label_generator(r, self->code, self->label_id, resource_id(self->resource, &self->resource_id));
+        label_generator(r, self->code, self->label_id,
+                        resource_id(self->resource, &self->resource_id));
       }
       return r;
     }
@@ -154,7 +158,8 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
     default: {
       if (!self->block_fn) self->block_fn = block_function(utf8(self->label));
       BlockToken tokens[4];
-      int n = block_enter(self->block_fn, resource_id(self->resource, &self->resource_id), tokens, 4);
+      int n =
+          block_enter(self->block_fn, resource_id(self->resource, &self->resource_id), tokens, 4);
       block_arguments_io(tokens, n, args, nargsf, kwnames);
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
       block_exit(tokens, n, r == nullptr);
@@ -170,7 +175,8 @@ int span_init(PyObject* self_, PyObject* args, PyObject* kwds) {
   PyObject* func = nullptr;
   PyObject* label = nullptr;
   PyObject* resource = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OU|O", const_cast<char**>(kwlist), &func, &label, &resource)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OU|O", const_cast<char**>(kwlist), &func, &label,
+                                   &resource)) {
     return -1;
   }
   if (!PyCallable_Check(func)) {
@@ -229,7 +235,6 @@ void span_dealloc(PyObject* self_) {
   Py_TYPE(self_)->tp_free(self_);
 }
 
-
 PyObject* span_repr(PyObject* self_) {
   auto* self = reinterpret_cast<SpanFunction*>(self_);
   return PyUnicode_FromFormat("<profile_span %R of %R>", self->label, self->func);
@@ -237,7 +242,8 @@ PyObject* span_repr(PyObject* self_) {
 
 PyMemberDef span_members[] = {
     {"label", T_OBJECT, offsetof(SpanFunction, label), READONLY, "the span label"},
-    {"resource", T_OBJECT, offsetof(SpanFunction, resource), READONLY, "the resource its calls use, or None"},
+    {"resource", T_OBJECT, offsetof(SpanFunction, resource), READONLY,
+     "the resource its calls use, or None"},
     {"__dictoffset__", T_PYSSIZET, offsetof(SpanFunction, dict), READONLY, nullptr},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(SpanFunction, weakrefs), READONLY, nullptr},
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(SpanFunction, vectorcall), READONLY, nullptr},
@@ -251,7 +257,8 @@ PyGetSetDef span_getset[] = {
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyType_Slot span_slots[] = {
-    {Py_tp_doc, const_cast<char*>("A callable labelled by profile_span (see mlflow_profiler.profile_span).")},
+    {Py_tp_doc,
+     const_cast<char*>("A callable labelled by profile_span (see mlflow_profiler.profile_span).")},
     {Py_tp_init, reinterpret_cast<void*>(span_init)},
     {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
     {Py_tp_dealloc, reinterpret_cast<void*>(span_dealloc)},
@@ -272,9 +279,8 @@ PyType_Spec span_spec = {"mlflow_profiler._core.SpanFunction", sizeof(SpanFuncti
 // ---------------------------------------------------------------- Block ------
 
 struct Block {
-  PyObject_HEAD
-  PyObject* label;
-  PyObject* resource;   // str or null
+  PyObject_HEAD PyObject* label;
+  PyObject* resource;  // str or null
   uint32_t resource_id;
   PyObject* reference;  // token from a reference session, else null
   int automatic;        // named by the profiler (block_enter's `automatic`)
@@ -289,8 +295,8 @@ int block_init(PyObject* self_, PyObject* args, PyObject* kwds) {
   PyObject* label = nullptr;
   PyObject* resource = nullptr;
   int automatic = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|O$p", const_cast<char**>(kwlist), &label, &resource,
-                                   &automatic)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|O$p", const_cast<char**>(kwlist), &label,
+                                   &resource, &automatic)) {
     return -1;
   }
   self->automatic = automatic;
@@ -324,8 +330,9 @@ PyObject* block_enter_method(PyObject* self_, PyObject*) {
       if (!token) return nullptr;
       Py_XSETREF(self->reference, token);
     } else {
-      self->n = block_enter(block_function(utf8(self->label)), resource_id(self->resource, &self->resource_id),
-                            self->tokens, 4, self->automatic != 0);
+      self->n = block_enter(block_function(utf8(self->label)),
+                            resource_id(self->resource, &self->resource_id), self->tokens, 4,
+                            self->automatic != 0);
     }
   }
   Py_INCREF(self_);
@@ -337,7 +344,8 @@ PyObject* block_exit_method(PyObject* self_, PyObject* const* args, Py_ssize_t n
   bool exception = nargs > 0 && args[0] != Py_None;
   if (self->entered > 0 && --self->entered == 0) {
     if (self->reference) {
-      PyObject* r = PyObject_CallMethod(self->reference, "exit", "O", exception ? Py_True : Py_False);
+      PyObject* r =
+          PyObject_CallMethod(self->reference, "exit", "O", exception ? Py_True : Py_False);
       Py_XDECREF(r);
       Py_CLEAR(self->reference);
       if (!r) return nullptr;
@@ -361,14 +369,16 @@ PyMemberDef block_members[] = {
     {nullptr, 0, 0, 0, nullptr}};
 
 PyType_Slot block_slots[] = {
-    {Py_tp_doc, const_cast<char*>("profile_block(label, resource=None): a labelled span around a region of code.\n\n"
-                                  "    with profile_block(\"tensor_conversion\"):\n"
-                                  "        tensor = to_tensor(features)\n\n"
-                                  "    async with slots:\n"
-                                  "        with profile_block(\"ask\", resource=\"smart\"):  # a call in flight\n"
-                                  "            answer = await client.post(...)\n\n"
-                                  "Does nothing when no session is active. automatic=True (the profiler's\n"
-                                  "HTTP client hooks): left out inside a span that already names a resource.")},
+    {Py_tp_doc,
+     const_cast<char*>(
+         "profile_block(label, resource=None): a labelled span around a region of code.\n\n"
+         "    with profile_block(\"tensor_conversion\"):\n"
+         "        tensor = to_tensor(features)\n\n"
+         "    async with slots:\n"
+         "        with profile_block(\"ask\", resource=\"smart\"):  # a call in flight\n"
+         "            answer = await client.post(...)\n\n"
+         "Does nothing when no session is active. automatic=True (the profiler's\n"
+         "HTTP client hooks): left out inside a span that already names a resource.")},
     {Py_tp_init, reinterpret_cast<void*>(block_init)},
     {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
     {Py_tp_dealloc, reinterpret_cast<void*>(block_dealloc)},
@@ -383,7 +393,8 @@ PyObject* g_span_type = nullptr;
 PyObject* g_block_type = nullptr;
 
 bool own_type(PyTypeObject* t) {
-  return reinterpret_cast<PyObject*>(t) == g_span_type || reinterpret_cast<PyObject*>(t) == g_block_type;
+  return reinterpret_cast<PyObject*>(t) == g_span_type ||
+         reinterpret_cast<PyObject*>(t) == g_block_type;
 }
 
 std::vector<PyMethodDef*> g_own_functions;  // a few, registered at import
@@ -398,7 +409,8 @@ void add_own_function(PyMethodDef* def) {
 
 bool is_own_callable(PyObject* callable) {
   if (loop_watch::is_wrapper(callable)) return true;
-  if (callable == g_span_type || callable == g_block_type || own_type(Py_TYPE(callable))) return true;
+  if (callable == g_span_type || callable == g_block_type || own_type(Py_TYPE(callable)))
+    return true;
   if (PyMethod_Check(callable)) callable = PyMethod_GET_FUNCTION(callable);
   if (PyCFunction_Check(callable)) {
     PyMethodDef* def = reinterpret_cast<PyCFunctionObject*>(callable)->m_ml;
@@ -434,8 +446,9 @@ PyObject* mark_function(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-PyMethodDef g_mark_def = {"mark", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(mark_function)),
-                          METH_FASTCALL, "mark(name, resource=None): an instant in the current lanes."};
+PyMethodDef g_mark_def = {
+    "mark", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(mark_function)),
+    METH_FASTCALL, "mark(name, resource=None): an instant in the current lanes."};
 }  // namespace
 
 bool add_span_types(PyObject* module) {

@@ -17,7 +17,8 @@ PyObject* reference_session();
 PyObject* bind_like_function(PyObject* self, PyObject* obj, PyObject* type);
 // session.<method>(label, func, args, kwargs[, extra]) with a vectorcall's arguments.
 PyObject* call_reference(PyObject* session, const char* method, PyObject* label, PyObject* func,
-                         PyObject* const* args, size_t nargsf, PyObject* kwnames, PyObject* extra = nullptr);
+                         PyObject* const* args, size_t nargsf, PyObject* kwnames,
+                         PyObject* extra = nullptr);
 // Adds a C function of the profiler (the session's __exit__) to those never recorded.
 void add_own_function(PyMethodDef* def);
 }  // namespace mlprof

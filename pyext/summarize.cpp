@@ -591,9 +591,9 @@ void summarize_builtin(PyObject* o, TypeInfo& info, IOSummary* out) {
       PyObject* fn = kind == Kind::kMethod ? PyMethod_GET_FUNCTION(o) : o;
       Ref qualname = get_attr(fn, names().qualname);
       if (qualname && PyUnicode_Check(qualname.get())) {
-        out->repr_short = bounded_text(
-            (kind == Kind::kMethod ? "<bound method " : "<function ") + compat::utf8(qualname.get()) + ">",
-            summarize::kReprMax);
+        out->repr_short = bounded_text((kind == Kind::kMethod ? "<bound method " : "<function ") +
+                                           compat::utf8(qualname.get()) + ">",
+                                       summarize::kReprMax);
       }
       return;
     }

@@ -78,7 +78,9 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   // ceiling), are in the chain that suspends with this frame: they leave
   // with it rather than end. Anything else deeper ended unseen.
   size_t chain = L.rec.size();
-  while (chain > 0 && L.rec[chain - 1].pydepth > pydepth && L.rec[chain - 1].kind == EntryKind::kBlock) --chain;
+  while (chain > 0 && L.rec[chain - 1].pydepth > pydepth &&
+         L.rec[chain - 1].kind == EntryKind::kBlock)
+    --chain;
   if (chain == L.rec.size() || (chain > 0 && L.rec[chain - 1].pydepth > pydepth)) {
     close_ended(L, pydepth + 1, ts);
     chain = L.rec.size();
@@ -91,11 +93,13 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   // A coroutine the lane does not track, with only blocks of its own, awaited
   // by one it tracks (3.11 reports such a yield): its blocks wait for the
   // awaiting coroutine's yield, so that one suspend holds the whole chain.
-  if (!frame_like(L.rec[from]) && (code->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) && from > 0 &&
-      frame_like(L.rec[from - 1]) && L.rec[from - 1].key && L.rec[from - 1].pydepth < pydepth) {
+  if (!frame_like(L.rec[from]) && (code->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) &&
+      from > 0 && frame_like(L.rec[from - 1]) && L.rec[from - 1].key &&
+      L.rec[from - 1].pydepth < pydepth) {
     return;
   }
-  const uintptr_t key = frame_like(L.rec[from]) && L.rec[from].key ? L.rec[from].key : generator_key(frame);
+  const uintptr_t key =
+      frame_like(L.rec[from]) && L.rec[from].key ? L.rec[from].key : generator_key(frame);
   if (!key || L.truncated || !room_for_structure(L)) {
     close_entries(L, from, false, ts);
     return;
@@ -104,7 +108,8 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   Suspended* s = &detach_segment(L, key, from, pydepth);
   if (pydepth == L.base_pydepth && is_origin(L)) s->frame_depth = -1;  // the entering coroutine
   uint32_t first_recorded = kNoEvent;
-  for (uint32_t i = 0; i < s->count && first_recorded == kNoEvent; ++i) first_recorded = s->at(i).call_index;
+  for (uint32_t i = 0; i < s->count && first_recorded == kNoEvent; ++i)
+    first_recorded = s->at(i).call_index;
   if (first_recorded != kNoEvent) {
     const StackEntry& last = s->at(s->count - 1);
     if (!L.last_was_suspend) {

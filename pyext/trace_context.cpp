@@ -44,7 +44,8 @@ void read(std::string* trace_id, std::string* span_id, std::string* error) {
   }
   if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
     std::string t, s;
-    if (hex_of_length(PyTuple_GET_ITEM(r, 0), 32, &t) && hex_of_length(PyTuple_GET_ITEM(r, 1), 16, &s)) {
+    if (hex_of_length(PyTuple_GET_ITEM(r, 0), 32, &t) &&
+        hex_of_length(PyTuple_GET_ITEM(r, 1), 16, &s)) {
       *trace_id = std::move(t);
       *span_id = std::move(s);
     }

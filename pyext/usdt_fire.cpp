@@ -45,24 +45,27 @@ void fire_session_begin(uint64_t session, int64_t ceiling, uint32_t flags) {
   MLPROF_USDT_SESSION_BEGIN(session, ceiling, flags, gil, gil_bytes);
 }
 
-void fire_session_end(uint64_t session, uint64_t dropped) { MLPROF_USDT_SESSION_END(session, dropped); }
+void fire_session_end(uint64_t session, uint64_t dropped) {
+  MLPROF_USDT_SESSION_END(session, dropped);
+}
 
 void fire_lane_begin(uint64_t session, uint32_t lane, int32_t parent_lane, uint32_t parent_call,
                      uint32_t task, uint64_t ident, const std::string& thread_name) {
-  const uint32_t parent = parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(parent_lane);
+  const uint32_t parent =
+      parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(parent_lane);
   MLPROF_USDT_LANE_BEGIN(session, lane, parent, parent_call, task, ident, thread_name.c_str());
 }
 
-void fire_span_enter(uint64_t session, uint32_t lane, uint32_t index, uint32_t function, uint32_t label,
-                     int32_t depth, uint32_t flags) {
+void fire_span_enter(uint64_t session, uint32_t lane, uint32_t index, uint32_t function,
+                     uint32_t label, int32_t depth, uint32_t flags) {
   // The registry's strings live as long as the process: the pointers stay valid.
   const FunctionTable& table = registry();
   const FunctionInfo& f = table.get(function);
   const StringTable& strings = table.strings();
   const char* label_text = label ? strings.get(label).c_str() : nullptr;
-  MLPROF_USDT_SPAN_ENTER(session, lane, index, function, label, depth, flags, strings.get(f.name).c_str(),
-                         strings.get(f.module).c_str(), strings.get(f.file).c_str(),
-                         static_cast<long long>(f.line), label_text);
+  MLPROF_USDT_SPAN_ENTER(session, lane, index, function, label, depth, flags,
+                         strings.get(f.name).c_str(), strings.get(f.module).c_str(),
+                         strings.get(f.file).c_str(), static_cast<long long>(f.line), label_text);
 }
 
 void fire_span_exit(uint64_t session, uint32_t lane, uint32_t index, uint32_t flags) {
@@ -77,9 +80,10 @@ void fire_span_resume(uint64_t session, uint32_t lane, uint32_t index) {
   MLPROF_USDT_SPAN_RESUME(session, lane, index);
 }
 
-void fire_span_io(uint64_t session, uint32_t lane, uint32_t index, IORole role, const std::string& name,
-                  const std::string& summary) {
-  MLPROF_USDT_SPAN_IO(session, lane, index, static_cast<unsigned>(role), name.c_str(), summary.c_str());
+void fire_span_io(uint64_t session, uint32_t lane, uint32_t index, IORole role,
+                  const std::string& name, const std::string& summary) {
+  MLPROF_USDT_SPAN_IO(session, lane, index, static_cast<unsigned>(role), name.c_str(),
+                      summary.c_str());
 }
 
 }  // namespace probes

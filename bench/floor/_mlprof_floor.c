@@ -13,14 +13,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static PyObject *noop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject* noop(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   (void)args;
   (void)nargs;
   Py_RETURN_NONE;
 }
 
-static int noop_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
+static int noop_profile(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) {
   (void)obj;
   (void)frame;
   (void)what;
@@ -28,14 +28,14 @@ static int noop_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject 
   return 0;
 }
 
-static PyObject *set_profile(PyObject *self, PyObject *unused) {
+static PyObject* set_profile(PyObject* self, PyObject* unused) {
   (void)self;
   (void)unused;
   PyEval_SetProfile(noop_profile, NULL);
   Py_RETURN_NONE;
 }
 
-static PyObject *clear_profile(PyObject *self, PyObject *unused) {
+static PyObject* clear_profile(PyObject* self, PyObject* unused) {
   (void)self;
   (void)unused;
   PyEval_SetProfile(NULL, NULL);

@@ -32,7 +32,8 @@ bool apply(std::string* error) {
   // C calls (monitoring.cpp claims one then).
   bool ok = true;
   if (frames || g_c_users > 0 || monitoring::holding()) {
-    ok = monitoring::acquire(error) && monitoring::set_global(frames, frames && g_c_users > 0, error);
+    ok = monitoring::acquire(error) &&
+         monitoring::set_global(frames, frames && g_c_users > 0, error);
   }
   eval::sync();  // the evaluation function is out while sys.monitoring reports every frame
   return ok;
@@ -48,13 +49,17 @@ void eval_lost(const std::string& why) {
   g_fallback = true;
   std::string error;
   if (!apply(&error)) {
-    for (Engine* e : collecting_engines()) e->fail("frames could not be reported: " + why + "; " + error);
+    for (Engine* e : collecting_engines())
+      e->fail("frames could not be reported: " + why + "; " + error);
     return;
   }
-  for (Engine* e : collecting_engines()) e->note(why + "; sys.monitoring reports every frame from then on");
+  for (Engine* e : collecting_engines())
+    e->note(why + "; sys.monitoring reports every frame from then on");
 }
 
-const char* name() { return every_frame_reported() ? "sys.monitoring" : "eval_frame+sys.monitoring"; }
+const char* name() {
+  return every_frame_reported() ? "sys.monitoring" : "eval_frame+sys.monitoring";
+}
 
 bool install(Engine* engine, std::string* error) {
   const EngineOptions& o = engine->options();
@@ -141,7 +146,8 @@ bool install(Engine* engine, std::string* /*error*/) {
   // session entered by a coroutine or generator (the tasks it starts run
   // from the event loop, above it, where no window is open).
   if (g_users == 0) {
-    g_profile_mode = (o.depth < 0 && (o.all_threads || engine->entering_generator_)) || !eval::available();
+    g_profile_mode =
+        (o.depth < 0 && (o.all_threads || engine->entering_generator_)) || !eval::available();
   }
   if (g_profile_mode) {
     profile_func::install_here(true);
@@ -161,10 +167,13 @@ void uninstall(Engine* engine) {
   }
 }
 
-int frame_depth(PyThreadState*) { return g_profile_mode ? profile_func::frame_depth() : eval::frame_depth(); }
+int frame_depth(PyThreadState*) {
+  return g_profile_mode ? profile_func::frame_depth() : eval::frame_depth();
+}
 
 int entering_frame_depth(int levels_above) {
-  return g_profile_mode ? profile_func::frame_depth() - levels_above : eval::entering_frame_depth(levels_above);
+  return g_profile_mode ? profile_func::frame_depth() - levels_above
+                        : eval::entering_frame_depth(levels_above);
 }
 
 void thread_bound() {

@@ -37,8 +37,8 @@ void uninstall_thread_binder();
 
 // What reports Python frames now ("eval_frame", "sys.monitoring", "setprofile").
 const char* name();
-int tool_id();             // the sys.monitoring tool id held, -1 if none
-uint64_t event_count();    // interpreter events that reached a mechanism so far
+int tool_id();           // the sys.monitoring tool id held, -1 if none
+uint64_t event_count();  // interpreter events that reached a mechanism so far
 // The depth of this thread's innermost Python frame as this interpreter's
 // mechanism counts frames (3.12+: the interpreter's own count; 3.11: the
 // frames the evaluation hook ran; 3.9/3.10: the profile function's calls).

@@ -48,15 +48,16 @@ std::atomic<uint64_t> g_windows{uint64_t{1} << kEpochShift};
 
 inline uint64_t window_epoch() { return g_windows.load(std::memory_order_relaxed) >> kEpochShift; }
 inline int window_threads() {
-  return static_cast<int>(g_windows.load(std::memory_order_relaxed) & ((uint64_t{1} << kEpochShift) - 1));
+  return static_cast<int>(g_windows.load(std::memory_order_relaxed) &
+                          ((uint64_t{1} << kEpochShift) - 1));
 }
 // Adds `delta` to the count of `epoch`; nothing if the epoch moved on.
 void add_window(uint64_t epoch, int delta) {
   uint64_t w = g_windows.load(std::memory_order_relaxed);
   do {
     if ((w >> kEpochShift) != epoch) return;
-  } while (!g_windows.compare_exchange_weak(w, w + static_cast<uint64_t>(static_cast<int64_t>(delta)),
-                                            std::memory_order_relaxed));
+  } while (!g_windows.compare_exchange_weak(
+      w, w + static_cast<uint64_t>(static_cast<int64_t>(delta)), std::memory_order_relaxed));
 }
 
 // 3.12+: the innermost frame this thread runs that is recorded at the
@@ -123,7 +124,8 @@ std::string g_aside_why;
 
 void sync_hook(PyThreadState* ts = compat::tstate()) {
   PyInterpreterState* interp = ts->interp;
-  const bool want = window_threads() > 0 && g_native_collecting > 0 && !g_aside && !every_frame_reported();
+  const bool want =
+      window_threads() > 0 && g_native_collecting > 0 && !g_aside && !every_frame_reported();
   _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
   if (want && !g_ours) {
     if (current != _PyEval_EvalFrameDefault) {
@@ -142,7 +144,8 @@ void sync_hook(PyThreadState* ts = compat::tstate()) {
     g_unavailable = true;
     eval_lost("another frame evaluation function (PEP 523) replaced the profiler's");
   } else if (!want && g_ours) {
-    if (current == eval_frame) _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
+    if (current == eval_frame)
+      _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
     g_ours = false;
   }
 }
@@ -210,8 +213,8 @@ inline bool c_stack_at_risk(PyThreadState* ts, WindowFlag& w) {
   (void)ts;
 #endif
   const StackBounds& b = stack_bounds(w);
-  return std::to_string((b.top - stack_pointer()) >> 10) + " KiB of a " + std::to_string(b.size >> 10) +
-         " KiB C stack used";
+  return std::to_string((b.top - stack_pointer()) >> 10) + " KiB of a " +
+         std::to_string(b.size >> 10) + " KiB C stack used";
 }
 
 void set_window(WindowFlag& w, PyThreadState* ts, bool open) {
@@ -246,25 +249,31 @@ inline int depth_of_new_frame(PyThreadState* ts, const WindowFlag& w) {
   return mlprof_current_frame(ts) == mlprof_frame_previous(r.frame) ? r.depth : r.depth + 1;
 }
 
-inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth, WindowFlag& w) {
+inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth,
+                     WindowFlag& w) {
   w.runs.push_back(Run{f, depth});
   PyObject* result = _PyEval_EvalFrameDefault(ts, f, throwflag);
   w.runs.pop_back();
   return result;
 }
-inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, WindowFlag& w) {
+inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag,
+                              WindowFlag& w) {
   return run(ts, f, throwflag, depth_of_new_frame(ts, w), w);
 }
 // The current frame's depth (capture::frame_depth while this function reports).
-inline int current_depth(PyThreadState*, const WindowFlag& w) { return w.runs.empty() ? 0 : w.runs.back().depth; }
+inline int current_depth(PyThreadState*, const WindowFlag& w) {
+  return w.runs.empty() ? 0 : w.runs.back().depth;
+}
 #else
 inline int depth_of_new_frame(PyThreadState* ts, const WindowFlag&) {
   return ts->py_recursion_limit - ts->py_recursion_remaining + 1;  // not entered yet
 }
-inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int /*depth*/, WindowFlag&) {
+inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int /*depth*/,
+                     WindowFlag&) {
   return _PyEval_EvalFrameDefault(ts, f, throwflag);
 }
-inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, WindowFlag&) {
+inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag,
+                              WindowFlag&) {
   return _PyEval_EvalFrameDefault(ts, f, throwflag);
 }
 inline int current_depth(PyThreadState* ts, const WindowFlag&) { return frame_depth(ts); }
@@ -286,7 +295,8 @@ inline void report(PyThreadState* ts, const HookFrame& frame, Fn&& event) {
 // A frame below every ceiling of this thread: it and everything it calls run
 // without this function (taken out unless another thread's window needs it,
 // and then each of them passes the C stack guard), inlined and untraced.
-PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth, WindowFlag& w) {
+PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth,
+                    WindowFlag& w) {
   const uint64_t generation = lanes_generation();
   set_window(w, ts, false);
   PyObject* result = run(ts, f, throwflag, depth, w);
@@ -299,10 +309,11 @@ PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwf
 #if MLPROF_HAS_MONITORING
 // A call made by this thread's ceiling frame: through the window for its
 // first calls, then with the window closed for the rest of the frame's run.
-PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth,
-                            WindowFlag& w) {
+PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag,
+                            int depth, WindowFlag& w) {
   Ceiling& c = w.ceiling;
-  if (!c.closed && ++c.calls == kCloseAfter) c.closed = monitoring::watch_returns(mlprof_frame_code(c.frame));
+  if (!c.closed && ++c.calls == kCloseAfter)
+    c.closed = monitoring::watch_returns(mlprof_frame_code(c.frame));
   if (!c.closed) return run_below(ts, f, throwflag, depth, w);
   const uint64_t generation = lanes_generation();
   set_window(w, ts, false);
@@ -316,8 +327,8 @@ PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, in
 // Runs a recorded frame; at the ceiling it becomes the thread's Ceiling.
 // `at_ceiling`: whether its callees are below every ceiling of the thread,
 // if known (-1: not known).
-inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag,
-                              int depth, WindowFlag& w, int at_ceiling = -1) {
+inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
+                              int throwflag, int depth, WindowFlag& w, int at_ceiling = -1) {
   const Ceiling outer = w.ceiling;
   w.ceiling = Ceiling{};
   if (at_ceiling < 0 ? below_every_ceiling(ts, depth + 1, false) : at_ceiling) {
@@ -329,8 +340,8 @@ inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, 
   return result;
 }
 #else
-inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject*, int throwflag,
-                              int depth, WindowFlag& w, int = -1) {
+inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject*,
+                              int throwflag, int depth, WindowFlag& w, int = -1) {
   return run(ts, f, throwflag, depth, w);
 }
 #endif
@@ -339,17 +350,20 @@ inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, 
 // C stack guard stepped aside) and has reported its end already.
 inline bool taken_over() { return !MLPROF_HAS_MONITORING && every_frame_reported(); }
 
-[[gnu::noinline]] void return_in_full(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
-                                      int depth, PyObject* result) {
+[[gnu::noinline]] void return_in_full(PyThreadState* ts, struct _PyInterpreterFrame* f,
+                                      PyCodeObject* code, int depth, PyObject* result) {
   if (taken_over()) return;
-  report(ts, HookFrame{0, f}, [&](const Site& site) { on_return(site, code, depth, result == nullptr, result); });
+  report(ts, HookFrame{0, f},
+         [&](const Site& site) { on_return(site, code, depth, result == nullptr, result); });
 }
 
 // A plain frame through the engine's full path (on_start, on_return).
-[[gnu::noinline]] PyObject* run_plain_in_full(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
-                                              int throwflag, int depth, WindowFlag& w) {
+[[gnu::noinline]] PyObject* run_plain_in_full(PyThreadState* ts, struct _PyInterpreterFrame* f,
+                                              PyCodeObject* code, int throwflag, int depth,
+                                              WindowFlag& w) {
   bool tracked = false;
-  report(ts, HookFrame{0, f}, [&](const Site& site) { tracked = on_start(site, code, depth, nullptr); });
+  report(ts, HookFrame{0, f},
+         [&](const Site& site) { tracked = on_start(site, code, depth, nullptr); });
   if (!tracked) return run_below(ts, f, throwflag, depth, w);
   PyObject* result = run_recorded(ts, f, code, throwflag, depth, w);
   return_in_full(ts, f, code, depth, result);
@@ -357,8 +371,8 @@ inline bool taken_over() { return !MLPROF_HAS_MONITORING && every_frame_reported
 }
 
 // Flattened: the engine's quick path is inlined here.
-[[gnu::flatten]] PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
-                                     int throwflag, WindowFlag& w, int depth) {
+[[gnu::flatten]] PyObject* run_plain(PyThreadState* ts, struct _PyInterpreterFrame* f,
+                                     PyCodeObject* code, int throwflag, WindowFlag& w, int depth) {
   PyObject* result;
   bool at_ceiling = false;
   if (quick_start(ts, code, depth, true, &at_ceiling)) {
@@ -419,8 +433,8 @@ long first_resume(PyCodeObject* code) {
 // its RETURN_GENERATOR and is not an event; a run that starts before RESUME 0
 // is its start (a throw into it is a resume, as sys.monitoring's PY_THROW),
 // any other a resume; after it, its state tells a yield from a return.
-PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code, int throwflag,
-                        WindowFlag& w, int depth) {
+PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCodeObject* code,
+                        int throwflag, WindowFlag& w, int depth) {
   PyObject* gen = mlprof_frame_generator(f);
   if (!gen) return run(ts, f, throwflag, depth, w);
   const HookFrame hf{reinterpret_cast<uintptr_t>(gen), f};
@@ -472,7 +486,8 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   // wants the callees of its current frame and, the common case at the
   // ceiling, whether this one would be below it everywhere (3.11: not a
   // generator's run while a suspended span may be resumed by it).
-  const Callee callee = classify_callee(ts, current_depth(ts, w), depth, code && (!generator || !keep), count);
+  const Callee callee =
+      classify_callee(ts, current_depth(ts, w), depth, code && (!generator || !keep), count);
   if (callee == Callee::kNotWanted) {
     set_window(w, ts, false);
     return run(ts, f, throwflag, depth, w);
@@ -504,7 +519,8 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   }
   return run_plain(ts, f, code, throwflag, w, depth);
 #else
-  return generator ? run_generator(ts, f, code, throwflag, w, depth) : run_plain(ts, f, code, throwflag, w, depth);
+  return generator ? run_generator(ts, f, code, throwflag, w, depth)
+                   : run_plain(ts, f, code, throwflag, w, depth);
 #endif
 }
 
@@ -514,7 +530,8 @@ void set_window(bool open) { set_window(window_flag(), compat::tstate(), open); 
 
 State state() {
   State s{};
-  s.eval_installed = g_ours && _PyInterpreterState_GetEvalFrameFunc(compat::tstate()->interp) == eval_frame;
+  s.eval_installed =
+      g_ours && _PyInterpreterState_GetEvalFrameFunc(compat::tstate()->interp) == eval_frame;
   s.window_threads = window_threads();
   s.global_frames = every_frame_reported();
   s.stepped_aside = g_aside;

@@ -7,9 +7,9 @@
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <internal/pycore_frame.h>
 #if PY_VERSION_HEX >= 0x030E0000
+#include <internal/pycore_genobject.h>
 #include <internal/pycore_interpframe.h>
 #include <internal/pycore_stackref.h>
-#include <internal/pycore_genobject.h>
 #endif
 #pragma GCC diagnostic pop
 
@@ -73,7 +73,9 @@ struct _PyInterpreterFrame* mlprof_current_frame(PyThreadState* ts) {
 #endif
 }
 
-struct _PyInterpreterFrame* mlprof_frame_previous(struct _PyInterpreterFrame* f) { return f->previous; }
+struct _PyInterpreterFrame* mlprof_frame_previous(struct _PyInterpreterFrame* f) {
+  return f->previous;
+}
 
 int mlprof_frame_is_python(struct _PyInterpreterFrame* f) {
   // THREAD, GENERATOR and FRAME_OBJECT are 0-2 on every release; the shims

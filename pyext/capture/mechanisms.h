@@ -25,7 +25,7 @@ void all_sessions_ended();
 #if PY_VERSION_HEX >= 0x030C0000
 bool ceiling_returns(PyThreadState* ts);
 #endif
-int frame_depth();                         // 3.11: frames the hook ran on this thread
+int frame_depth();                           // 3.11: frames the hook ran on this thread
 int entering_frame_depth(int levels_above);  // 3.11
 }  // namespace eval
 

@@ -76,25 +76,36 @@ uintptr_t g_claim = 0;                 // bumped at each claim of a tool id
 inline uintptr_t watch_state(PyCodeObject* code) {
   if (g_watch_extra < 0) return 0;
   const auto v = reinterpret_cast<uintptr_t>(compat::code_extra(code, g_watch_extra));
-  return ((v & kClaimMask) >> kClaimShift) == (g_claim & 0xff) ? v : 0;  // an older claim's events are gone
+  return ((v & kClaimMask) >> kClaimShift) == (g_claim & 0xff)
+             ? v
+             : 0;  // an older claim's events are gone
 }
 inline void set_watch_state(PyCodeObject* code, uintptr_t v) {
   v = (v & ~kClaimMask) | ((g_claim & 0xff) << kClaimShift);
-  if (compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_watch_extra, reinterpret_cast<void*>(v)) < 0) {
+  if (compat::set_code_extra(reinterpret_cast<PyObject*>(code), g_watch_extra,
+                             reinterpret_cast<void*>(v)) < 0) {
     PyErr_Clear();
   }
 }
 
 long events_of(uintptr_t watched);  // the sys.monitoring events of kWatch* bits
 void want_unwind();                 // PY_UNWIND and PY_THROW on, for generators
-bool claim_for_sessions();         // monitoring::acquire, and on failure the sessions stop
+bool claim_for_sessions();          // monitoring::acquire, and on failure the sessions stop
 
 // sys.monitoring's functions, looked up once and called by vectorcall: a
 // session that needs the tool id claims and frees it, and
 // PyObject_CallMethod's lookup and format parsing were half of that.
-enum MonFn { kUseToolId, kFreeToolId, kGetTool, kRegisterCallback, kSetEvents, kSetLocalEvents, kMonFns };
-const char* const g_fn_names[kMonFns] = {"use_tool_id", "free_tool_id", "get_tool",
-                                         "register_callback", "set_events", "set_local_events"};
+enum MonFn {
+  kUseToolId,
+  kFreeToolId,
+  kGetTool,
+  kRegisterCallback,
+  kSetEvents,
+  kSetLocalEvents,
+  kMonFns
+};
+const char* const g_fn_names[kMonFns] = {"use_tool_id",       "free_tool_id", "get_tool",
+                                         "register_callback", "set_events",   "set_local_events"};
 PyObject* g_fns[kMonFns] = {};
 
 // sys.monitoring.<fn>(tool, a, b) with a, b borrowed (b, or both, may be
@@ -172,9 +183,13 @@ bool limit_for_nothing(PyCodeObject* code, uintptr_t state) {
   set_watch_state(code, have | (state & kDisabledBit) | kNoReturns);
 }
 
-inline PyCodeObject* as_code(PyObject* o) { return PyCode_Check(o) ? reinterpret_cast<PyCodeObject*>(o) : nullptr; }
+inline PyCodeObject* as_code(PyObject* o) {
+  return PyCode_Check(o) ? reinterpret_cast<PyCodeObject*>(o) : nullptr;
+}
 
-inline int depth_of(PyThreadState* ts) { return ts->py_recursion_limit - ts->py_recursion_remaining; }
+inline int depth_of(PyThreadState* ts) {
+  return ts->py_recursion_limit - ts->py_recursion_remaining;
+}
 
 // With no session collecting: the callback returns at once, and a code that
 // keeps sending events is let go. `local_event`: DISABLE may be returned
@@ -202,7 +217,9 @@ struct Described {
   explicit Described(PyCodeObject* code) : site{compat::tstate(), &hf}, depth(depth_of(site.ts)) {
     struct _PyInterpreterFrame* f = mlprof_current_frame(site.ts);
     hf.frame = f;
-    hf.generator = f && compat::is_generator_code(code) ? reinterpret_cast<uintptr_t>(mlprof_frame_generator(f)) : 0;
+    hf.generator = f && compat::is_generator_code(code)
+                       ? reinterpret_cast<uintptr_t>(mlprof_frame_generator(f))
+                       : 0;
   }
 };
 // A C call event: about the callable, not a frame.
@@ -252,8 +269,9 @@ struct Plain {
   if (PyCodeObject* c = as_code(args[0])) {
     PyThreadState* ts = compat::tstate();
     struct _PyInterpreterFrame* f = mlprof_current_frame(ts);
-    const auto generator =
-        f && compat::is_generator_code(c) ? reinterpret_cast<uintptr_t>(mlprof_frame_generator(f)) : 0;
+    const auto generator = f && compat::is_generator_code(c)
+                               ? reinterpret_cast<uintptr_t>(mlprof_frame_generator(f))
+                               : 0;
     if (quick_resume(ts, c, depth_of(ts), generator)) Py_RETURN_NONE;
     resume_in_full(c);
   }
@@ -365,8 +383,7 @@ PyObject* cb_c_raise(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // instructions an event, 5% of a full capture's cost on 3.12).
 using Fn = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);
 struct Callback {
-  PyObject_HEAD
-  vectorcallfunc call;
+  PyObject_HEAD vectorcallfunc call;
 };
 template <Fn F>
 PyObject* vectorcall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {
@@ -381,8 +398,9 @@ PyType_Spec g_callback_spec = {"mlflow_profiler._core.MonitoringCallback", sizeo
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL, g_callback_slots};
 
 constexpr vectorcallfunc g_fns_by_event[] = {
-    vectorcall<cb_start>,  vectorcall<cb_resume>, vectorcall<cb_throw>,   vectorcall<cb_return>, vectorcall<cb_unwind>,
-    vectorcall<cb_yield>,  vectorcall<cb_call>,   vectorcall<cb_c_return>, vectorcall<cb_c_raise>};
+    vectorcall<cb_start>,  vectorcall<cb_resume>,   vectorcall<cb_throw>,
+    vectorcall<cb_return>, vectorcall<cb_unwind>,   vectorcall<cb_yield>,
+    vectorcall<cb_call>,   vectorcall<cb_c_return>, vectorcall<cb_c_raise>};
 constexpr size_t kCallbacks = sizeof(g_fns_by_event) / sizeof(g_fns_by_event[0]);
 // Event names in sys.monitoring.events, in g_fns_by_event order; their bits
 // and our callback objects, made once.
@@ -508,7 +526,8 @@ bool load(std::string* error) {
   }
   Py_DECREF(type);  // each callback holds its (heap) type
   kPyStart = g_bits[0], kPyResume = g_bits[1], kPyThrow = g_bits[2], kPyReturn = g_bits[3];
-  kPyUnwind = g_bits[4], kPyYield = g_bits[5], kCall = g_bits[6], kCReturn = g_bits[7], kCRaise = g_bits[8];
+  kPyUnwind = g_bits[4], kPyYield = g_bits[5], kCall = g_bits[6], kCReturn = g_bits[7],
+  kCRaise = g_bits[8];
   kGenerator = kPyStart | kPyResume | kPyReturn | kPyYield;
   kCCalls = kCall | kCReturn | kCRaise;
   kUnwind = kPyUnwind | kPyThrow;
@@ -594,8 +613,10 @@ bool holding() { return g_tool >= 0; }
 void watch_running_generators() {
   // The interpreter's frames, not frame objects: a server's stack is deep,
   // and making a frame object for each level would cost every session.
-  for (struct _PyInterpreterFrame* f = mlprof_current_frame(compat::tstate()); f; f = mlprof_frame_previous(f)) {
-    if (PyCodeObject* code = mlprof_frame_code(f); code && mlprof_frame_generator(f)) watch(code, kWatchGenerator);
+  for (struct _PyInterpreterFrame* f = mlprof_current_frame(compat::tstate()); f;
+       f = mlprof_frame_previous(f)) {
+    if (PyCodeObject* code = mlprof_frame_code(f); code && mlprof_frame_generator(f))
+      watch(code, kWatchGenerator);
   }
 }
 
@@ -609,7 +630,8 @@ void watch_calls(PyCodeObject* code) { watch(code, kWatchCalls); }
 
 namespace monitoring {
 bool returns_watched(PyCodeObject* code) {
-  return g_tool >= 0 && (watch_state(code) & (kWatchReturns | kDisabledBit | kNoReturns)) == kWatchReturns;
+  return g_tool >= 0 &&
+         (watch_state(code) & (kWatchReturns | kDisabledBit | kNoReturns)) == kWatchReturns;
 }
 
 bool watch_returns(PyCodeObject* code) {

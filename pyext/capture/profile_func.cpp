@@ -42,11 +42,14 @@ inline bool generator_continues(PyFrameObject* frame, PyCodeObject* code) {
 
 // A plain frame's start and end: the quick path inlined (flatten), the full
 // one apart.
-[[gnu::noinline]] void start_in_full(PyThreadState* ts, PyCodeObject* code, int depth, PyFrameObject* frame) {
+[[gnu::noinline]] void start_in_full(PyThreadState* ts, PyCodeObject* code, int depth,
+                                     PyFrameObject* frame) {
   on_start(Site{ts}, code, depth, frame);
 }
-[[gnu::noinline]] void return_in_full(PyThreadState* ts, PyCodeObject* code, int depth, PyObject* retval) {
-  on_return(Site{ts}, code, depth, retval == nullptr, retval);  // the return value, null on an exception
+[[gnu::noinline]] void return_in_full(PyThreadState* ts, PyCodeObject* code, int depth,
+                                      PyObject* retval) {
+  on_return(Site{ts}, code, depth, retval == nullptr,
+            retval);  // the return value, null on an exception
 }
 [[gnu::flatten]] void report_start(PyCodeObject* code, int depth, PyFrameObject* frame) {
   PyThreadState* ts = compat::tstate();

@@ -66,9 +66,10 @@ PyObject* start_thread(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
 }
 // Named like the function it stands for: a session that records C calls
 // shows the same span with or without it.
-PyMethodDef g_start_def = {MLPROF_THREAD_START,
-                           reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(start_thread)),
-                           METH_FASTCALL | METH_KEYWORDS, nullptr};
+PyMethodDef g_start_def = {
+    MLPROF_THREAD_START,
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(start_thread)),
+    METH_FASTCALL | METH_KEYWORDS, nullptr};
 
 // Best effort: without the wrapper a thread's lane hangs where the origin
 // lane is when the thread first runs.

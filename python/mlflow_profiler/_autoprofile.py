@@ -66,10 +66,14 @@ _random = random.random
 
 def _check_rate(sample_rate: Any) -> float:
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, float)):
-        raise TypeError(f"sample_rate must be a number in [0, 1], got {type(sample_rate).__name__} {sample_rate!r}")
+        raise TypeError(
+            f"sample_rate must be a number in [0, 1], got {type(sample_rate).__name__} {sample_rate!r}"
+        )
     rate = float(sample_rate)
     if not 0.0 <= rate <= 1.0:  # NaN fails both comparisons
-        raise ValueError(f"sample_rate must be in [0, 1] (0: never, 1: every call), got {sample_rate!r}")
+        raise ValueError(
+            f"sample_rate must be in [0, 1] (0: never, 1: every call), got {sample_rate!r}"
+        )
     return rate
 
 
@@ -117,7 +121,9 @@ def autoprofile(
         depth=_check_depth("depth", depth),
         sample_rate=_check_rate(sample_rate),
         capture_io=_check_flag("capture_io", capture_io),
-        capture_io_depth=None if capture_io_depth is None else _check_depth("capture_io_depth", capture_io_depth),
+        capture_io_depth=None
+        if capture_io_depth is None
+        else _check_depth("capture_io_depth", capture_io_depth),
         max_events=_check_max_events(max_events),
         all_threads=_check_flag("all_threads", all_threads),
         values=_values_mask(cpu_time, alloc_bytes),
@@ -170,8 +176,11 @@ def _unpatch() -> None:
                 # Someone patched on top of us: putting ours back would drop
                 # theirs. Our wrapper stays in their chain and passes through
                 # (_config is None).
-                log_once(f"unpatch:{name}", f"mlflow_profiler: PyFuncModel.{name} was patched again after "
-                         "autoprofile(); its wrapper is left in place and no longer profiles")
+                log_once(
+                    f"unpatch:{name}",
+                    f"mlflow_profiler: PyFuncModel.{name} was patched again after "
+                    "autoprofile(); its wrapper is left in place and no longer profiles",
+                )
             del _patched[name]
 
 
@@ -192,8 +201,12 @@ def statistics() -> Dict[str, Any]:
     background export queue's (submitted, exported, dropped, failed, queued)."""
     from . import _delivery
 
-    return {"enabled": _config is not None, "sampled": _sampled, "traced": _traced,
-            "export": _delivery.statistics()}
+    return {
+        "enabled": _config is not None,
+        "sampled": _sampled,
+        "traced": _traced,
+        "export": _delivery.statistics(),
+    }
 
 
 # -- the wrappers ---------------------------------------------------------------
@@ -238,8 +251,11 @@ def _has_signature(func, names) -> bool:
         params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):
         return False
-    return [p.name for p in params] == list(names) and all(
-        p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params) and params[-1].default is None
+    return (
+        [p.name for p in params] == list(names)
+        and all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+        and params[-1].default is None
+    )
 
 
 def _sampled_call(original, config, model, args, kwargs, sampled=True):
@@ -287,13 +303,15 @@ class _ProfiledStream:
     of the profile (the session is paused there). The session ends when the
     stream is exhausted, raises, is closed, or is dropped unread."""
 
-    def __init__(self, session: ProfileSession, stream, config: AutoprofileConfig, sampled: bool = True) -> None:
+    def __init__(
+        self, session: ProfileSession, stream, config: AutoprofileConfig, sampled: bool = True
+    ) -> None:
         self._session: Optional[ProfileSession] = session
         self._stream = stream
         self._config = config
         self._sampled = sampled
 
-    def __iter__(self) -> "_ProfiledStream":
+    def __iter__(self) -> _ProfiledStream:
         return self
 
     def __next__(self):
@@ -355,12 +373,23 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sam
     global _sampled, _traced
     try:
         info = _model_info(model, stream)
-        session = ProfileSession._make(config.depth, config.max_events, config.all_threads, False, config.capture_io,
-                                       config.capture_io_depth, "native", info.transparent_codes, info.meta,
-                                       config.values)
+        session = ProfileSession._make(
+            config.depth,
+            config.max_events,
+            config.all_threads,
+            False,
+            config.capture_io,
+            config.capture_io_depth,
+            "native",
+            info.transparent_codes,
+            info.meta,
+            config.values,
+        )
         call = _core.SpanFunction(original, info.label)
         session._engine._mark_autoprofile()  # session_begin's AUTOPROFILE flag
-        _core.session_enter(session, 1)  # activate(): the roots are what the wrapper that called _begin calls
+        _core.session_enter(
+            session, 1
+        )  # activate(): the roots are what the wrapper that called _begin calls
         if sampled:
             _sampled += 1
         else:
@@ -399,7 +428,9 @@ class _ModelInfo:
 
 # Keyed by the model's implementation class: the plumbing and the names do
 # not change per instance. Weak keys: a class defined in a test goes away.
-_info_cache: "weakref.WeakKeyDictionary[type, Tuple[str, Tuple[Any, ...], str]]" = weakref.WeakKeyDictionary()
+_info_cache: weakref.WeakKeyDictionary[type, Tuple[str, Tuple[Any, ...], str]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _model_info(model, stream: bool = False) -> _ModelInfo:
@@ -444,7 +475,7 @@ def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
         loader = str(model._model_meta.flavors["python_function"]["loader_module"] or "")
     except Exception:
         pass
-    flavor = loader[len("mlflow."):] if loader.startswith("mlflow.") else (loader or "pyfunc")
+    flavor = loader[len("mlflow.") :] if loader.startswith("mlflow.") else (loader or "pyfunc")
     if flavor.startswith("pyfunc"):
         flavor = "pyfunc"
     class_name = type(inner).__qualname__ if inner is not None else type(impl).__qualname__
@@ -470,8 +501,10 @@ def _describe(model, impl, inner) -> Tuple[str, Tuple[Any, ...], str]:
     # (__init_subclass__ type-hint validation, a ResponsesAgent's or
     # ChatAgent's tracing and pydantic wrappers): its calls are depth 1.
     base = getattr(sys.modules.get("mlflow.pyfunc"), "PythonModel", None)
-    if inner is not None and (getattr(impl, "python_model", None) is inner
-                              or (base is not None and isinstance(inner, base))):
+    if inner is not None and (
+        getattr(impl, "python_model", None) is inner
+        or (base is not None and isinstance(inner, base))
+    ):
         for name in ("predict", "predict_stream"):
             _add_codes(inspect.getattr_static(type(inner), name, None), codes)
     return class_name, tuple(codes), flavor
@@ -522,7 +555,8 @@ def pyfunc_folds() -> Tuple[list, list]:
         _add_codes(inspect.getattr_static(cls, "predict", None), found)
         for code in found:
             if id(code) not in seen and not code.co_flags & (
-                    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+                inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+            ):
                 seen.add(id(code))
                 folds.append((code, f"predict [pyfunc {cls.__qualname__}]"))
     _folds_cache[:] = [key, (parents, folds)]

@@ -31,7 +31,7 @@ def _report(message: str) -> None:
 
 
 def _enable(settings) -> None:
-    from . import _autoprofile, _env, _delivery
+    from . import _autoprofile, _delivery, _env
 
     try:
         _delivery.set_limits(settings["queue_size"], settings["flush_timeout"])
@@ -96,7 +96,9 @@ def _on_sigterm(signum, frame) -> None:
 
             # In a thread, joined with a limit: the signal may have interrupted
             # this thread inside the queue's lock, which the drain needs.
-            drain = threading.Thread(target=delivery.drain_at_exit, name="mlflow-profiler-drain", daemon=True)
+            drain = threading.Thread(
+                target=delivery.drain_at_exit, name="mlflow-profiler-drain", daemon=True
+            )
             drain.start()
             drain.join(delivery.flush_timeout() + 1.0)
     signal.signal(signum, signal.SIG_DFL)
@@ -104,7 +106,9 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _drain_on_sigterm(settings) -> None:
-    if not settings["drain_on_sigterm"] or not (settings["output_dir"] or settings["log_to_mlflow"]):
+    if not settings["drain_on_sigterm"] or not (
+        settings["output_dir"] or settings["log_to_mlflow"]
+    ):
         return
     try:
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # never replace an inherited SIG_IGN

@@ -61,7 +61,7 @@ def _call(method: Any, host: str):
 
 
 # The last failed request of each task or thread, by host: (identity, failures in a row).
-_failures: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_failures: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
 _warned: List[str] = []
 
 
@@ -185,8 +185,10 @@ def _wrap_aiohttp(original: Callable) -> Callable:
             except Exception:
                 attempt.raised()
                 raise
-            attempt.answered(getattr(response, "status", None),
-                             getattr(response, "headers", {}).get("Retry-After"))
+            attempt.answered(
+                getattr(response, "status", None),
+                getattr(response, "headers", {}).get("Retry-After"),
+            )
             return response
 
     return _request
@@ -217,8 +219,10 @@ def _wrap_httpx_async(original: Callable) -> Callable:
             except Exception:
                 attempt.raised()
                 raise
-            attempt.answered(getattr(response, "status_code", None),
-                             getattr(response, "headers", {}).get("Retry-After"))
+            attempt.answered(
+                getattr(response, "status_code", None),
+                getattr(response, "headers", {}).get("Retry-After"),
+            )
             return response
 
     return send
@@ -237,8 +241,10 @@ def _wrap_httpx(original: Callable) -> Callable:
             except Exception:
                 attempt.raised()
                 raise
-            attempt.answered(getattr(response, "status_code", None),
-                             getattr(response, "headers", {}).get("Retry-After"))
+            attempt.answered(
+                getattr(response, "status_code", None),
+                getattr(response, "headers", {}).get("Retry-After"),
+            )
             return response
 
     return send
@@ -247,9 +253,25 @@ def _wrap_httpx(original: Callable) -> Callable:
 def helpers() -> List[Callable]:
     """The functions the wrappers call for their own work: hidden, with
     all they call (_transparent), so no node of the tree is the profiler's."""
-    return [authority, _aiohttp_host, _call, _owner, _retry_after, _body_key, _warn, _aiohttp_identity,
-            _httpx_identity, _Attempt.__init__, _Attempt.identity, _Attempt.answered, _Attempt.raised,
-            _Attempt._remember, _marks.mark, _marks.rate_limit_hit, _marks.retry]
+    return [
+        authority,
+        _aiohttp_host,
+        _call,
+        _owner,
+        _retry_after,
+        _body_key,
+        _warn,
+        _aiohttp_identity,
+        _httpx_identity,
+        _Attempt.__init__,
+        _Attempt.identity,
+        _Attempt.answered,
+        _Attempt.raised,
+        _Attempt._remember,
+        _marks.mark,
+        _marks.rate_limit_hit,
+        _marks.retry,
+    ]
 
 
 # (module, class, method, its library's module prefix, wrapper factory)
@@ -278,7 +300,9 @@ def refresh() -> Tuple[List[Callable], List[str]]:
         if original is None:
             continue  # still being imported: tried again at the next start
         _done.add(key)
-        if type(original) is not types.FunctionType or not str(original.__module__).startswith(library):
+        if type(original) is not types.FunctionType or not str(original.__module__).startswith(
+            library
+        ):
             continue
         wrapper = wrap(original)
         setattr(cls, attr, wrapper)

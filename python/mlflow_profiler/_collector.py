@@ -18,7 +18,7 @@ class _CollectedSession(ProfileSession):
     end of its ``with`` block, or deactivate()). It drops its link to the
     collector then, so a session kept by the user does not keep the collector."""
 
-    def __init__(self, collector: "ProfileCollector", depth: int, **profiling_kwargs: Any) -> None:
+    def __init__(self, collector: ProfileCollector, depth: int, **profiling_kwargs: Any) -> None:
         super().__init__(depth, **profiling_kwargs)
         self._collector: Optional[ProfileCollector] = collector
 
@@ -52,9 +52,13 @@ class ProfileCollector:
 
     def __init__(self, max_paths: int = 10000) -> None:
         if isinstance(max_paths, bool) or not isinstance(max_paths, int):
-            raise TypeError(f"max_paths must be an int, got {type(max_paths).__name__} {max_paths!r}")
+            raise TypeError(
+                f"max_paths must be an int, got {type(max_paths).__name__} {max_paths!r}"
+            )
         if max_paths < 1:
-            raise ValueError(f"max_paths must be >= 1 (distinct call paths tracked), got {max_paths}")
+            raise ValueError(
+                f"max_paths must be >= 1 (distinct call paths tracked), got {max_paths}"
+            )
         self._stats = _core.CallPathStats(max_paths)
 
     @property
@@ -99,7 +103,10 @@ class ProfileCollector:
         try:
             profile = session._built()
         except Exception as exc:
-            log_once("collector:unfinished", f"mlflow_profiler: ProfileCollector did not add a session: {exc}")
+            log_once(
+                "collector:unfinished",
+                f"mlflow_profiler: ProfileCollector did not add a session: {exc}",
+            )
             return False
         try:
             self._stats.add(profile, depth)

@@ -74,14 +74,20 @@ def _bump(key: str) -> None:
 
 
 def _log_queue_full() -> None:
-    log_once("export-full", f"mlflow_profiler: the export queue is full ({_queue_size} profiles); "
-             "profiles are being dropped and counted (mlflow_profiler.statistics()['export']). "
-             "Lower the sample rate or raise MLFLOW_PROFILER_QUEUE_SIZE")
+    log_once(
+        "export-full",
+        f"mlflow_profiler: the export queue is full ({_queue_size} profiles); "
+        "profiles are being dropped and counted (mlflow_profiler.statistics()['export']). "
+        "Lower the sample rate or raise MLFLOW_PROFILER_QUEUE_SIZE",
+    )
 
 
 def _log_export_failure(cause: str) -> None:
-    log_once("export-failed", f"mlflow_profiler: exporting a profile failed ({cause}); the model keeps "
-             "serving, failures are counted in mlflow_profiler.statistics()['export']")
+    log_once(
+        "export-failed",
+        f"mlflow_profiler: exporting a profile failed ({cause}); the model keeps "
+        "serving, failures are counted in mlflow_profiler.statistics()['export']",
+    )
 
 
 def submit(session, config) -> bool:
@@ -157,7 +163,9 @@ def _start() -> queue.Queue:
     with _lock:
         if _queue is None:
             _queue = queue.Queue(maxsize=_queue_size)
-            _thread = threading.Thread(target=_worker, args=(_queue,), name="mlflow-profiler-export", daemon=True)
+            _thread = threading.Thread(
+                target=_worker, args=(_queue,), name="mlflow-profiler-export", daemon=True
+            )
             _thread.start()
         return _queue
 
@@ -203,8 +211,12 @@ def _export(session, config) -> None:
             raise _SinkDown
         try:
             # Already through the span processors: not applied twice.
-            mlflow_sink.log_processed_profile(processed, artifact_path=f"{_artifact_root()}/{name}",
-                                              run_id=_target_run(), log_as_trace=config.log_as_trace)
+            mlflow_sink.log_processed_profile(
+                processed,
+                artifact_path=f"{_artifact_root()}/{name}",
+                run_id=_target_run(),
+                log_as_trace=config.log_as_trace,
+            )
         except Exception:
             _sink_up()  # the server went away meanwhile: back off from now on
             raise
@@ -214,7 +226,11 @@ def _store_labels(session) -> dict:
     """The model's name and version where autoprofile knows them."""
     meta = session._built().meta
     out = {}
-    for key, meta_key in (("model", "model.class"), ("run_id", "model.run_id"), ("model_uri", "model.uri")):
+    for key, meta_key in (
+        ("model", "model.class"),
+        ("run_id", "model.run_id"),
+        ("model_uri", "model.uri"),
+    ):
         if meta.get(meta_key):
             out[key] = meta[meta_key]
     return out
@@ -233,7 +249,9 @@ def _tracking_endpoint() -> Optional[Tuple[str, int]]:
         port = uri.port
     except ValueError:
         return None
-    if urllib.request.getproxies().get(uri.scheme) and not urllib.request.proxy_bypass(uri.hostname):
+    if urllib.request.getproxies().get(uri.scheme) and not urllib.request.proxy_bypass(
+        uri.hostname
+    ):
         return None
     return uri.hostname, port or (443 if uri.scheme == "https" else 80)
 
@@ -256,14 +274,23 @@ def _sink_up() -> bool:
         _backoff_s = min(SINK_BACKOFF_MAX_S, _backoff_s * 2 or SINK_BACKOFF_S)
         _down_until = now + _backoff_s
         if first:
-            warn_at_exit("mlflow_profiler: the MLflow tracking server at %s:%d does not answer (%s); profiles "
-                         "are not sent to MLflow while it is down (tried again after %.0f s, then less often), "
-                         "and are counted in mlflow_profiler.statistics()['export']['sink_down']",
-                         endpoint[0], endpoint[1], exc.strerror or exc, _backoff_s)
+            warn_at_exit(
+                "mlflow_profiler: the MLflow tracking server at %s:%d does not answer (%s); profiles "
+                "are not sent to MLflow while it is down (tried again after %.0f s, then less often), "
+                "and are counted in mlflow_profiler.statistics()['export']['sink_down']",
+                endpoint[0],
+                endpoint[1],
+                exc.strerror or exc,
+                _backoff_s,
+            )
         return False
     if _backoff_s:
-        warn_at_exit("mlflow_profiler: the MLflow tracking server at %s:%d answers again; profiles are sent to "
-                     "it from now on", endpoint[0], endpoint[1])
+        warn_at_exit(
+            "mlflow_profiler: the MLflow tracking server at %s:%d answers again; profiles are sent to "
+            "it from now on",
+            endpoint[0],
+            endpoint[1],
+        )
     _backoff_s = 0.0
     return True
 
@@ -296,10 +323,17 @@ def _target_run() -> str:
             client = MlflowClient()
             name = settings["experiment"]
             experiment = client.get_experiment_by_name(name)
-            experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-            run = client.create_run(experiment_id, run_name=f"{socket.gethostname()}-{os.getpid()}",
-                                    tags={"mlflow_profiler.host": socket.gethostname(),
-                                          "mlflow_profiler.pid": str(os.getpid())})
+            experiment_id = (
+                experiment.experiment_id if experiment else client.create_experiment(name)
+            )
+            run = client.create_run(
+                experiment_id,
+                run_name=f"{socket.gethostname()}-{os.getpid()}",
+                tags={
+                    "mlflow_profiler.host": socket.gethostname(),
+                    "mlflow_profiler.pid": str(os.getpid()),
+                },
+            )
             run_id = run.info.run_id
             _run_is_ours = True
         _run_id = run_id
@@ -358,12 +392,21 @@ def drain_at_exit() -> None:
     drained = flush(_flush_timeout_s)
     counts = statistics()
     if not drained:
-        warn_at_exit("mlflow_profiler: %d profiles were still being exported at exit (waited %.0f s)",
-                     counts["queued"], _flush_timeout_s)
+        warn_at_exit(
+            "mlflow_profiler: %d profiles were still being exported at exit (waited %.0f s)",
+            counts["queued"],
+            _flush_timeout_s,
+        )
     if counts["dropped"] or counts["failed"] or counts["sink_down"]:
-        warn_at_exit("mlflow_profiler: export summary: %d submitted, %d exported, %d dropped (queue full), "
-                     "%d failed, %d not sent (tracking server down)", counts["submitted"], counts["exported"],
-                     counts["dropped"], counts["failed"], counts["sink_down"])
+        warn_at_exit(
+            "mlflow_profiler: export summary: %d submitted, %d exported, %d dropped (queue full), "
+            "%d failed, %d not sent (tracking server down)",
+            counts["submitted"],
+            counts["exported"],
+            counts["dropped"],
+            counts["failed"],
+            counts["sink_down"],
+        )
     _end_run()
 
 

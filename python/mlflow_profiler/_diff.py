@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import statistics
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
 from ._errors import AnalysisError
@@ -93,7 +93,13 @@ class Diff:
         """regression (a gated path slower beyond the threshold, significant
         after Holm), inconclusive (a gated path that cannot be told), or pass."""
         verdicts = {p.verdict for p in self.paths if p.gated}
-        return "regression" if "regression" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
+        return (
+            "regression"
+            if "regression" in verdicts
+            else "inconclusive"
+            if "inconclusive" in verdicts
+            else "pass"
+        )
 
     @property
     def exit_code(self) -> int:
@@ -115,30 +121,69 @@ class Diff:
     def to_json(self) -> str:
         """The result as JSON (`mlprof diff --format json`): the settings, the
         verdict, and per path its figures (times in ns, changes in percent)."""
+
         def pct(x: Optional[float]) -> Optional[float]:
             return None if x is None else round(100 * x, 4)
 
-        paths = [{"path": p.path, "a_ns": p.a_ns, "b_ns": p.b_ns, "runs_a": p.runs_a, "runs_b": p.runs_b,
-                  "calls_a": p.calls_a, "calls_b": p.calls_b, "share_pct": pct(p.share),
-                  "change_pct": pct(p.change), "ci_pct": None if p.ci is None else [pct(p.ci[0]), pct(p.ci[1])],
-                  "p_holm": p.p, "gated": p.gated, "verdict": p.verdict, "runs_needed": p.runs_needed,
-                  "wall_change_pct": pct(p.wall_change), "waiting_a_ns": p.waiting_a_ns,
-                  "waiting_b_ns": p.waiting_b_ns} for p in self.paths]
-        return json.dumps({"verdict": self.verdict, "exit_code": self.exit_code, "runs_needed": self.runs_needed(),
-                           "a": {"runs": self.runs_a, "profiles": self.profiles_a, "root_calls": self.root_calls_a},
-                           "b": {"runs": self.runs_b, "profiles": self.profiles_b, "root_calls": self.root_calls_b},
-                           "statistic": self.statistic, "quantity": self.quantity, "run_by": self.run_by,
-                           "threshold_pct": 100 * self.threshold, "confidence": self.confidence,
-                           "min_share_pct": 100 * self.min_share, "min_time_us": self.min_time_ns / 1e3,
-                           "notes": self.notes, "paths": paths}, indent=2)
+        paths = [
+            {
+                "path": p.path,
+                "a_ns": p.a_ns,
+                "b_ns": p.b_ns,
+                "runs_a": p.runs_a,
+                "runs_b": p.runs_b,
+                "calls_a": p.calls_a,
+                "calls_b": p.calls_b,
+                "share_pct": pct(p.share),
+                "change_pct": pct(p.change),
+                "ci_pct": None if p.ci is None else [pct(p.ci[0]), pct(p.ci[1])],
+                "p_holm": p.p,
+                "gated": p.gated,
+                "verdict": p.verdict,
+                "runs_needed": p.runs_needed,
+                "wall_change_pct": pct(p.wall_change),
+                "waiting_a_ns": p.waiting_a_ns,
+                "waiting_b_ns": p.waiting_b_ns,
+            }
+            for p in self.paths
+        ]
+        return json.dumps(
+            {
+                "verdict": self.verdict,
+                "exit_code": self.exit_code,
+                "runs_needed": self.runs_needed(),
+                "a": {
+                    "runs": self.runs_a,
+                    "profiles": self.profiles_a,
+                    "root_calls": self.root_calls_a,
+                },
+                "b": {
+                    "runs": self.runs_b,
+                    "profiles": self.profiles_b,
+                    "root_calls": self.root_calls_b,
+                },
+                "statistic": self.statistic,
+                "quantity": self.quantity,
+                "run_by": self.run_by,
+                "threshold_pct": 100 * self.threshold,
+                "confidence": self.confidence,
+                "min_share_pct": 100 * self.min_share,
+                "min_time_us": self.min_time_ns / 1e3,
+                "notes": self.notes,
+                "paths": paths,
+            },
+            indent=2,
+        )
 
     def headline(self) -> str:
         """What was compared and how, in one line."""
         conf = f"{round(100 * self.confidence)}%"
         what = f"{self.statistic} {self.quantity} time per root call"
-        return (f"diff: A {_runs(self.runs_a, self.root_calls_a)}, B {_runs(self.runs_b, self.root_calls_b)}; "
-                f"{what}, runs by {self.run_by}; threshold {100 * self.threshold:g}%, {conf} intervals "
-                f"(Mann-Whitney over runs), Holm over {_plural(sum(p.gated for p in self.paths), 'gated path')}")
+        return (
+            f"diff: A {_runs(self.runs_a, self.root_calls_a)}, B {_runs(self.runs_b, self.root_calls_b)}; "
+            f"{what}, runs by {self.run_by}; threshold {100 * self.threshold:g}%, {conf} intervals "
+            f"(Mann-Whitney over runs), Holm over {_plural(sum(p.gated for p in self.paths), 'gated path')}"
+        )
 
     def verdict_line(self) -> str:
         """The verdict with its exit status, and for inconclusive the runs needed."""
@@ -146,8 +191,10 @@ class Diff:
         if v == "regression":
             return f"verdict: regression in {_plural(len(self.regressions()), 'path')} (exit 1)"
         if v == "inconclusive":
-            return (f"verdict: inconclusive (exit 3): {_plural(len(self.inconclusive()), 'gated path')} cannot be "
-                    f"told at {100 * self.threshold:g}%; about {self.runs_needed():,} runs a side would tell")
+            return (
+                f"verdict: inconclusive (exit 3): {_plural(len(self.inconclusive()), 'gated path')} cannot be "
+                f"told at {100 * self.threshold:g}%; about {self.runs_needed():,} runs a side would tell"
+            )
         return f"verdict: pass (exit 0): no gated path slower by {100 * self.threshold:g}% or more"
 
     def to_text(self, limit: Optional[int] = 20) -> str:
@@ -155,13 +202,35 @@ class Diff:
         inconclusive, improvements, passes; then the others by time) and the
         regressions and inconclusive paths spelled out."""
         conf = f"{round(100 * self.confidence)}% CI"
-        header = ["A", "B", "change", conf, "p (Holm)", "runs A/B", "waiting A", "waiting B", "verdict", "path"]
+        header = [
+            "A",
+            "B",
+            "change",
+            conf,
+            "p (Holm)",
+            "runs A/B",
+            "waiting A",
+            "waiting B",
+            "verdict",
+            "path",
+        ]
         table = [header]
         shown = self.paths if limit is None else self.paths[:limit]
         for p in shown:
-            table.append([_ns(p.a_ns), _ns(p.b_ns), _pct(p.change), _ci(p.ci) if p.change is not None else "-",
-                          "-" if p.p is None else f"{p.p:.2g}", f"{p.runs_a}/{p.runs_b}", _ns(p.waiting_a_ns),
-                          _ns(p.waiting_b_ns), p.verdict.replace("_", " "), p.name])
+            table.append(
+                [
+                    _ns(p.a_ns),
+                    _ns(p.b_ns),
+                    _pct(p.change),
+                    _ci(p.ci) if p.change is not None else "-",
+                    "-" if p.p is None else f"{p.p:.2g}",
+                    f"{p.runs_a}/{p.runs_b}",
+                    _ns(p.waiting_a_ns),
+                    _ns(p.waiting_b_ns),
+                    p.verdict.replace("_", " "),
+                    p.name,
+                ]
+            )
         widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
         lines = [self.headline(), *self.notes, self.verdict_line()]
         for row in table:
@@ -169,11 +238,15 @@ class Diff:
         if limit is not None and len(self.paths) > limit:
             lines.append(f"({len(self.paths) - limit} more paths: --limit)")
         for p in self.regressions():
-            lines.append(f"regression: {p.name}: {_ns(p.a_ns)} -> {_ns(p.b_ns)} per root call ({_pct(p.change)}, "
-                         f"{conf} {_ci(p.ci)}, p {p.p:.2g})")
+            lines.append(
+                f"regression: {p.name}: {_ns(p.a_ns)} -> {_ns(p.b_ns)} per root call ({_pct(p.change)}, "
+                f"{conf} {_ci(p.ci)}, p {p.p:.2g})"
+            )
         for p in self.inconclusive():
-            lines.append(f"inconclusive: {p.name}: {_pct(p.change)}, {conf} {_ci(p.ci)}; about "
-                         f"{p.runs_needed:,} runs a side would tell")
+            lines.append(
+                f"inconclusive: {p.name}: {_pct(p.change)}, {conf} {_ci(p.ci)}; about "
+                f"{p.runs_needed:,} runs a side would tell"
+            )
         return "\n".join(lines) + "\n"
 
     def to_html(self, a: Optional[str] = None, b: Optional[str] = None) -> str:
@@ -184,30 +257,55 @@ class Diff:
 
         conf = f"{round(100 * self.confidence)}%"
         title = f"diff: A {a} vs B {b}" if a and b else self.headline()
-        facts = [("A", f"{a + ', ' if a else ''}{_runs(self.runs_a, self.root_calls_a)}"),
-                 ("B", f"{b + ', ' if b else ''}{_runs(self.runs_b, self.root_calls_b)}"),
-                 ("compared", f"{self.statistic} {self.quantity} time per root call, runs by {self.run_by}"),
-                 ("gate", f"threshold {100 * self.threshold:g}%, {conf} intervals, Holm over "
-                          f"{sum(p.gated for p in self.paths)} gated paths"),
-                 ("verdict", self.verdict)]
+        facts = [
+            ("A", f"{a + ', ' if a else ''}{_runs(self.runs_a, self.root_calls_a)}"),
+            ("B", f"{b + ', ' if b else ''}{_runs(self.runs_b, self.root_calls_b)}"),
+            (
+                "compared",
+                f"{self.statistic} {self.quantity} time per root call, runs by {self.run_by}",
+            ),
+            (
+                "gate",
+                f"threshold {100 * self.threshold:g}%, {conf} intervals, Holm over "
+                f"{sum(p.gated for p in self.paths)} gated paths",
+            ),
+            ("verdict", self.verdict),
+        ]
         notes = [self.verdict_line(), *self.notes]
-        columns = [("A", "median over A's runs of the time per root call"), ("B", ""),
-                   ("change", "B/A - 1, Hodges-Lehmann over runs"), (f"{conf} CI", "of the change"),
-                   ("p (Holm)", "one-sided, B slower"), ("runs A/B", ""),
-                   ("waiting A", "median over A's runs of the waiting time per root call: suspended, or off the CPU"),
-                   ("waiting B", ""), ("verdict", "")]
+        columns = [
+            ("A", "median over A's runs of the time per root call"),
+            ("B", ""),
+            ("change", "B/A - 1, Hodges-Lehmann over runs"),
+            (f"{conf} CI", "of the change"),
+            ("p (Holm)", "one-sided, B slower"),
+            ("runs A/B", ""),
+            (
+                "waiting A",
+                "median over A's runs of the waiting time per root call: suspended, or off the CPU",
+            ),
+            ("waiting B", ""),
+            ("verdict", ""),
+        ]
         rows = []
         for p in self.paths:
             mark = {"regression": "regression", "improvement": "improvement"}.get(p.verdict)
-            cells = [(_ns(p.a_ns), p.a_ns), (_ns(p.b_ns), p.b_ns), (_pct(p.change), p.change),
-                     (_ci(p.ci) if p.change is not None else "-", None if p.ci is None else p.ci[0]),
-                     ("-" if p.p is None else f"{p.p:.2g}", p.p), (f"{p.runs_a}/{p.runs_b}", min(p.runs_a, p.runs_b)),
-                     (_ns(p.waiting_a_ns), p.waiting_a_ns), (_ns(p.waiting_b_ns), p.waiting_b_ns),
-                     (p.verdict.replace("_", " "), p.verdict)]
+            cells = [
+                (_ns(p.a_ns), p.a_ns),
+                (_ns(p.b_ns), p.b_ns),
+                (_pct(p.change), p.change),
+                (_ci(p.ci) if p.change is not None else "-", None if p.ci is None else p.ci[0]),
+                ("-" if p.p is None else f"{p.p:.2g}", p.p),
+                (f"{p.runs_a}/{p.runs_b}", min(p.runs_a, p.runs_b)),
+                (_ns(p.waiting_a_ns), p.waiting_a_ns),
+                (_ns(p.waiting_b_ns), p.waiting_b_ns),
+                (p.verdict.replace("_", " "), p.verdict),
+            ]
             rows.append({"cells": cells, "path": p.path, "mark": mark, "note": ""})
         return _html_page("diff", title, facts, notes, columns, rows, self.to_json())
 
-    def write_html(self, path: Union[str, os.PathLike], a: Optional[str] = None, b: Optional[str] = None) -> str:
+    def write_html(
+        self, path: Union[str, os.PathLike], a: Optional[str] = None, b: Optional[str] = None
+    ) -> str:
         """Writes to_html(a, b) to `path` (atomically); returns the path."""
         from .analysis import _write_page
 
@@ -231,10 +329,16 @@ def _pct(x: Optional[float]) -> str:
 
 
 def _ci(ci: Optional[Tuple[float, float]]) -> str:
-    return "[no interval: too few runs]" if ci is None else f"[{100 * ci[0]:+.1f}%, {100 * ci[1]:+.1f}%]"
+    return (
+        "[no interval: too few runs]"
+        if ci is None
+        else f"[{100 * ci[0]:+.1f}%, {100 * ci[1]:+.1f}%]"
+    )
 
 
-def _add_side(values, side: str, inputs, where: Optional[Mapping[str, str]], run_by: str, depth: int) -> Dict:
+def _add_side(
+    values, side: str, inputs, where: Optional[Mapping[str, str]], run_by: str, depth: int
+) -> Dict:
     """Adds one side's profiles to `values` (a _core.RunPathValues), each
     run keyed `side:...`; returns {"runs": [run index], "profiles": n, "selected": what was read}."""
     from .analysis import _expand, _is_store, _run_id, profiles
@@ -256,7 +360,9 @@ def _add_side(values, side: str, inputs, where: Optional[Mapping[str, str]], run
     if items and all(hasattr(i, "_built") for i in items):  # ProfileSessions: one run each
         for n, session in enumerate(items):
             meta = session._built().meta
-            values.add(session._built(), run(str(n) if run_by == "source" else meta.get(run_by, "")), depth)
+            values.add(
+                session._built(), run(str(n) if run_by == "source" else meta.get(run_by, "")), depth
+            )
         return {"runs": runs, "profiles": len(items), "selected": [f"{len(items)} sessions"]}
     for target in [t for item in items for t in _expand(os.fspath(item))]:
         if _run_id(target) is None and _is_store(target):
@@ -264,12 +370,19 @@ def _add_side(values, side: str, inputs, where: Optional[Mapping[str, str]], run
                 ids = store.source_ids(where)
                 rows = {r["source_id"]: r for r in store.sources()}
                 ids = [i for i in ids if rows[i]["kind"] == "spans"]
-                keys = [f"{target}#{i}" if run_by == "source" else store._provenance(i, rows[i], run_by) for i in ids]
+                keys = [
+                    f"{target}#{i}" if run_by == "source" else store._provenance(i, rows[i], run_by)
+                    for i in ids
+                ]
                 missing = [i for i, k in zip(ids, keys) if k == ""]
                 if missing:
-                    raise DiffError(f"--run-by {run_by}: {_plural(len(missing), 'source')} of {target} "
-                                    f"(id {missing[0]}) {'has' if len(missing) == 1 else 'have'} no {run_by!r}")
-                added = values.add_store(store._driver, store._driver.dialect, ids, [run(k) for k in keys], depth)
+                    raise DiffError(
+                        f"--run-by {run_by}: {_plural(len(missing), 'source')} of {target} "
+                        f"(id {missing[0]}) {'has' if len(missing) == 1 else 'have'} no {run_by!r}"
+                    )
+                added = values.add_store(
+                    store._driver, store._driver.dialect, ids, [run(k) for k in keys], depth
+                )
                 if isinstance(added, tuple):
                     raise StoreError(added[1], kind=added[0], target=store.target)
                 count += added
@@ -280,7 +393,11 @@ def _add_side(values, side: str, inputs, where: Optional[Mapping[str, str]], run
             meta = session._built().meta
             if run_by != "source" and not meta.get(run_by):
                 raise DiffError(f"--run-by {run_by}: {target} has no {run_by!r} in its meta")
-            values.add(session._built(), run(f"{target}#{n}" if run_by == "source" else meta[run_by]), depth)
+            values.add(
+                session._built(),
+                run(f"{target}#{n}" if run_by == "source" else meta[run_by]),
+                depth,
+            )
             count += 1
         selected.append(f"{target}: {_plural(n, 'profile')}")
     return {"runs": runs, "profiles": count, "selected": selected}
@@ -289,14 +406,27 @@ def _add_side(values, side: str, inputs, where: Optional[Mapping[str, str]], run
 def _describe(inputs, where: Optional[Mapping[str, str]], option: str) -> str:
     sel = ", ".join(f"{k}={v}" for k, v in (where or {}).items())
     names = inputs if isinstance(inputs, (list, tuple)) else [inputs]
-    shown = ", ".join(os.fspath(i) if isinstance(i, (str, os.PathLike)) else type(i).__name__ for i in names)
+    shown = ", ".join(
+        os.fspath(i) if isinstance(i, (str, os.PathLike)) else type(i).__name__ for i in names
+    )
     return f"{shown}" + (f" with {option} {sel}" if sel else "")
 
 
-def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional[Mapping[str, str]] = None,
-         run_by: str = "source", statistic: str = "p50", quantity: str = "wall", threshold: float = 10.0,
-         confidence: float = 0.95, min_share: float = 5.0, min_time_us: float = 20.0,
-         depth: Optional[int] = None) -> Diff:
+def diff(
+    a,
+    b,
+    *,
+    where_a: Optional[Mapping[str, str]] = None,
+    where_b: Optional[Mapping[str, str]] = None,
+    run_by: str = "source",
+    statistic: str = "p50",
+    quantity: str = "wall",
+    threshold: float = 10.0,
+    confidence: float = 0.95,
+    min_share: float = 5.0,
+    min_time_us: float = 20.0,
+    depth: Optional[int] = None,
+) -> Diff:
     """Compares two sides run by run and gates the paths that matter.
 
     a, b: stores, profile documents, directories of them, MLflow runs (see
@@ -327,15 +457,22 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
     side_a = _add_side(values, "A", a, where_a, run_by, cut)
     side_b = _add_side(values, "B", b, where_b, run_by, cut)
     roots = values.root_calls()
-    for side, option, inputs, where in ((side_a, "--where-a", a, where_a), (side_b, "--where-b", b, where_b)):
+    for side, option, inputs, where in (
+        (side_a, "--where-a", a, where_a),
+        (side_b, "--where-b", b, where_b),
+    ):
         if not side["runs"] or not any(roots[r] for r in side["runs"]):
             name = "A" if option == "--where-a" else "B"
-            raise DiffError(f"{name} has no complete root call to compare: {_describe(inputs, where, option)} "
-                            f"selected {'; '.join(side['selected']) or 'nothing'}")
+            raise DiffError(
+                f"{name} has no complete root call to compare: {_describe(inputs, where, option)} "
+                f"selected {'; '.join(side['selected']) or 'nothing'}"
+            )
     ra, rb = side_a["runs"], side_b["runs"]
     measured = values.values(statistic, quantity)
     if quantity == "cpu" and not any(v is not None for _, vals, _ in measured for v in vals):
-        raise DiffError("--quantity cpu: no span has CPU time (profile with cpu_time=True, or the eBPF agent)")
+        raise DiffError(
+            "--quantity cpu: no span has CPU time (profile with cpu_time=True, or the eBPF agent)"
+        )
     wall = values.values(statistic, "wall") if quantity == "cpu" else None
     waiting = values.values(statistic, "waiting")
 
@@ -345,12 +482,16 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
     root_a = {tuple(p) for p, vals, _ in measured if len(p) == 1 and side_values(vals, ra)}
     root_b = {tuple(p) for p, vals, _ in measured if len(p) == 1 and side_values(vals, rb)}
     if not root_a & root_b:
-        raise DiffError(f"different roots: A's are {', '.join(sorted(r[0] for r in root_a))}; B's are "
-                        f"{', '.join(sorted(r[0] for r in root_b))}: nothing to compare")
+        raise DiffError(
+            f"different roots: A's are {', '.join(sorted(r[0] for r in root_a))}; B's are "
+            f"{', '.join(sorted(r[0] for r in root_b))}: nothing to compare"
+        )
     notes = []
     for only, side_name in ((root_a - root_b, "A"), (root_b - root_a, "B")):
         if only:
-            notes.append(f"note: roots only in {side_name}, not compared: {', '.join(sorted(r[0] for r in only))}")
+            notes.append(
+                f"note: roots only in {side_name}, not compared: {', '.join(sorted(r[0] for r in only))}"
+            )
 
     rows = []
     root_median: Dict[str, Tuple[float, float]] = {}
@@ -369,7 +510,9 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
         ra_med, rb_med = root_median.get(path[0], (0.0, 0.0))
         share = max((ma or 0) / ra_med if ra_med else 0.0, (mb or 0) / rb_med if rb_med else 0.0)
         both = ca > 0 and cb > 0
-        gate = both and (len(path) == 1 or (share >= min_share / 100 and max(ma or 0, mb or 0) >= min_time_ns))
+        gate = both and (
+            len(path) == 1 or (share >= min_share / 100 and max(ma or 0, mb or 0) >= min_time_ns)
+        )
         sides.append((xa, xb) if both else ([], []))
         gated.append(gate)
         shares.append(share)
@@ -377,28 +520,66 @@ def diff(a, b, *, where_a: Optional[Mapping[str, str]] = None, where_b: Optional
     wall_changes: Dict[Tuple[str, ...], Optional[float]] = {}
     if wall is not None:
         wall_rows = [(p, side_values(v, ra), side_values(v, rb)) for p, v, _ in wall]
-        wall_results = _core.gate_runs([(x, y) if x and y else ([], []) for _, x, y in wall_rows],
-                                       [False] * len(wall_rows), threshold / 100, confidence)
+        wall_results = _core.gate_runs(
+            [(x, y) if x and y else ([], []) for _, x, y in wall_rows],
+            [False] * len(wall_rows),
+            threshold / 100,
+            confidence,
+        )
         wall_changes = {tuple(p): r["change"] for (p, _, _), r in zip(wall_rows, wall_results)}
     waits: Dict[Tuple[str, ...], Tuple[Optional[float], Optional[float]]] = {}
     for p, v, _ in waiting:
         wa, wb = side_values(v, ra), side_values(v, rb)
-        waits[tuple(p)] = (statistics.median(wa) if wa else None, statistics.median(wb) if wb else None)
+        waits[tuple(p)] = (
+            statistics.median(wa) if wa else None,
+            statistics.median(wb) if wb else None,
+        )
     paths = []
     for (path, xa, xb, ma, mb, ca, cb), share, res in zip(rows, shares, results):
         verdict = res["verdict"] or ("only_b" if ca == 0 else "only_a" if cb == 0 else "ungated")
-        paths.append(DiffPath(path=list(path), a_ns=ma, b_ns=mb, runs_a=len(xa), runs_b=len(xb), calls_a=ca,
-                              calls_b=cb, share=share, change=res["change"] if ca and cb else None,
-                              ci=res["ci"] if ca and cb else None, p=res["holm_greater"] if res["gated"] else None,
-                              gated=res["gated"], verdict=verdict, runs_needed=res["runs_needed"],
-                              wall_change=wall_changes.get(tuple(path)),
-                              waiting_a_ns=waits.get(tuple(path), (None, None))[0] if ca else None,
-                              waiting_b_ns=waits.get(tuple(path), (None, None))[1] if cb else None))
+        paths.append(
+            DiffPath(
+                path=list(path),
+                a_ns=ma,
+                b_ns=mb,
+                runs_a=len(xa),
+                runs_b=len(xb),
+                calls_a=ca,
+                calls_b=cb,
+                share=share,
+                change=res["change"] if ca and cb else None,
+                ci=res["ci"] if ca and cb else None,
+                p=res["holm_greater"] if res["gated"] else None,
+                gated=res["gated"],
+                verdict=verdict,
+                runs_needed=res["runs_needed"],
+                wall_change=wall_changes.get(tuple(path)),
+                waiting_a_ns=waits.get(tuple(path), (None, None))[0] if ca else None,
+                waiting_b_ns=waits.get(tuple(path), (None, None))[1] if cb else None,
+            )
+        )
     order = {"regression": 0, "inconclusive": 1, "improvement": 2, "pass": 3}
-    paths.sort(key=lambda p: (order.get(p.verdict, 4) if p.gated else 5,
-                              -abs(p.change or 0) if p.gated else -max(p.a_ns or 0, p.b_ns or 0), p.name))
-    return Diff(paths=paths, runs_a=len(ra), runs_b=len(rb), profiles_a=side_a["profiles"],
-                profiles_b=side_b["profiles"], root_calls_a=sum(roots[r] for r in ra),
-                root_calls_b=sum(roots[r] for r in rb), statistic=statistic, quantity=quantity,
-                threshold=threshold / 100, confidence=confidence, min_share=min_share / 100,
-                min_time_ns=min_time_ns, run_by=run_by, notes=notes)
+    paths.sort(
+        key=lambda p: (
+            order.get(p.verdict, 4) if p.gated else 5,
+            -abs(p.change or 0) if p.gated else -max(p.a_ns or 0, p.b_ns or 0),
+            p.name,
+        )
+    )
+    return Diff(
+        paths=paths,
+        runs_a=len(ra),
+        runs_b=len(rb),
+        profiles_a=side_a["profiles"],
+        profiles_b=side_b["profiles"],
+        root_calls_a=sum(roots[r] for r in ra),
+        root_calls_b=sum(roots[r] for r in rb),
+        statistic=statistic,
+        quantity=quantity,
+        threshold=threshold / 100,
+        confidence=confidence,
+        min_share=min_share / 100,
+        min_time_ns=min_time_ns,
+        run_by=run_by,
+        notes=notes,
+    )

@@ -24,10 +24,42 @@ LABELLERS: Dict[types.CodeType, Callable[[Any, Any], Optional[str]]] = {}
 # pandas' binary and unary operators, defined once on mixins (OpsMixin) and
 # inherited by Series, DataFrame and Index.
 _OPERATORS = frozenset(
-    f"__{op}__" for op in (
-        "add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv",
-        "mod", "rmod", "divmod", "rdivmod", "pow", "rpow", "and", "rand", "or", "ror", "xor", "rxor",
-        "eq", "ne", "lt", "le", "gt", "ge", "matmul", "rmatmul", "neg", "pos", "abs", "invert",
+    f"__{op}__"
+    for op in (
+        "add",
+        "radd",
+        "sub",
+        "rsub",
+        "mul",
+        "rmul",
+        "truediv",
+        "rtruediv",
+        "floordiv",
+        "rfloordiv",
+        "mod",
+        "rmod",
+        "divmod",
+        "rdivmod",
+        "pow",
+        "rpow",
+        "and",
+        "rand",
+        "or",
+        "ror",
+        "xor",
+        "rxor",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "matmul",
+        "rmatmul",
+        "neg",
+        "pos",
+        "abs",
+        "invert",
     )
 )
 
@@ -80,15 +112,21 @@ class _Accessors:
         attr, owner = found
         # .cat keeps the Categorical, not the Series: name the class it hangs on.
         kind = type(parent).__name__
-        return f"{kind if kind in ('Series', 'DataFrame') or kind.endswith('Index') else owner}.{attr}"
+        return (
+            f"{kind if kind in ('Series', 'DataFrame') or kind.endswith('Index') else owner}.{attr}"
+        )
 
     def _descriptors(self) -> Dict[type, Tuple[str, str]]:
         if self._found is None:
             found: Dict[type, Tuple[str, str]] = {}
             pandas = sys.modules.get("pandas")
             for owner in ("Series", "DataFrame", "Index"):
-                for attr, value in copy_of(getattr(vars(pandas).get(owner), "__dict__", {})).items():
-                    accessor = getattr(value, "__dict__", {}).get("_accessor")  # CachedAccessor, Accessor
+                for attr, value in copy_of(
+                    getattr(vars(pandas).get(owner), "__dict__", {})
+                ).items():
+                    accessor = getattr(value, "__dict__", {}).get(
+                        "_accessor"
+                    )  # CachedAccessor, Accessor
                     if isinstance(accessor, type):
                         found.setdefault(accessor, (attr, owner))
             self._found = found
@@ -101,6 +139,7 @@ _accessors = _Accessors()
 def _delegate():
     """`Series.dt.hour` for an accessor's `_delegate_property_get(self, name)`,
     `Series.dt.strftime` for its `_delegate_method(self, name, ...)`."""
+
     def label(accessor, name=None) -> Optional[str]:
         if not isinstance(name, str) or not hasattr(accessor, "__dict__"):
             return None
@@ -112,6 +151,7 @@ def _delegate():
 def _accessor_member(name: str):
     """`Series.str.upper` for StringMethods.upper, `Series.cat.codes` for
     CategoricalAccessor.codes: the accessor's owner, the accessor, the member."""
+
     def label(accessor, _other=None) -> Optional[str]:
         if not hasattr(accessor, "__dict__"):
             return None
@@ -145,11 +185,16 @@ def refresh() -> None:
     _pandas_done = True
     # Methods the user calls on a Series or a DataFrame that pandas defines
     # once on a base class: NDFrame.astype called on a DataFrame is DataFrame.astype.
-    for module_name, cls_name in (("pandas.core.generic", "NDFrame"), ("pandas.core.arraylike", "OpsMixin"),
-                                  ("pandas.core.base", "IndexOpsMixin")):
+    for module_name, cls_name in (
+        ("pandas.core.generic", "NDFrame"),
+        ("pandas.core.arraylike", "OpsMixin"),
+        ("pandas.core.base", "IndexOpsMixin"),
+    ):
         cls = getattr(sys.modules.get(module_name), "__dict__", {}).get(cls_name)
         for attr, value in copy_of(getattr(cls, "__dict__", {})).items():
-            if attr in _OPERATORS or (not attr.startswith("_") and type(value) is types.FunctionType):
+            if attr in _OPERATORS or (
+                not attr.startswith("_") and type(value) is types.FunctionType
+            ):
                 _add(_innermost_code(value), _receiver_method(attr))
     # Accessors (s.dt, s.str, s.cat): their members, by accessor and owner.
     for accessor in list(_accessors.classes()):

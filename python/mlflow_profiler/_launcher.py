@@ -19,10 +19,16 @@ def _parser() -> argparse.ArgumentParser:
         "profiled. Options set the MLFLOW_PROFILER_* variables (docs/autoprofile.md).",
     )
     p.add_argument("--depth", help="depth ceiling (-1: unlimited) [MLFLOW_PROFILER_DEPTH]")
-    p.add_argument("--sample-rate", help="fraction of calls profiled, in [0, 1] [MLFLOW_PROFILER_SAMPLE_RATE]")
+    p.add_argument(
+        "--sample-rate", help="fraction of calls profiled, in [0, 1] [MLFLOW_PROFILER_SAMPLE_RATE]"
+    )
     p.add_argument("--capture-io", action="store_true", help="summarize inputs and outputs")
-    p.add_argument("--log-to-mlflow", action="store_true", help="log each profile to MLflow (background)")
-    p.add_argument("--log-as-trace", action="store_true", help="also record each profile as an MLflow trace")
+    p.add_argument(
+        "--log-to-mlflow", action="store_true", help="log each profile to MLflow (background)"
+    )
+    p.add_argument(
+        "--log-as-trace", action="store_true", help="also record each profile as an MLflow trace"
+    )
     p.add_argument("--output-dir", help="write each profile to this directory")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
     return p
@@ -37,9 +43,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        _parser().error("give the command to run, e.g. mlflow-profiler-run --sample-rate 0.1 -- mlflow models serve ...")
+        _parser().error(
+            "give the command to run, e.g. mlflow-profiler-run --sample-rate 0.1 -- mlflow models serve ..."
+        )
     # Each flag checked by the rule of the variable it sets, named as typed.
-    for value, flag, parse in ((args.depth, "--depth", _env.parse_depth), (args.sample_rate, "--sample-rate", _env.parse_rate)):
+    for value, flag, parse in (
+        (args.depth, "--depth", _env.parse_depth),
+        (args.sample_rate, "--sample-rate", _env.parse_rate),
+    ):
         if value is not None:
             try:
                 parse(flag, value)
@@ -47,12 +58,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                 _parser().error(str(exc))
     env = dict(os.environ)
     env["MLFLOW_PROFILER_AUTOPROFILE"] = "1"
-    for value, name in ((args.depth, "MLFLOW_PROFILER_DEPTH"), (args.sample_rate, "MLFLOW_PROFILER_SAMPLE_RATE"),
-                        (args.output_dir, "MLFLOW_PROFILER_OUTPUT_DIR")):
+    for value, name in (
+        (args.depth, "MLFLOW_PROFILER_DEPTH"),
+        (args.sample_rate, "MLFLOW_PROFILER_SAMPLE_RATE"),
+        (args.output_dir, "MLFLOW_PROFILER_OUTPUT_DIR"),
+    ):
         if value is not None:
             env[name] = str(value)
-    for flag, name in ((args.capture_io, "MLFLOW_PROFILER_CAPTURE_IO"), (args.log_to_mlflow, "MLFLOW_PROFILER_LOG_TO_MLFLOW"),
-                       (args.log_as_trace, "MLFLOW_PROFILER_LOG_AS_TRACE")):
+    for flag, name in (
+        (args.capture_io, "MLFLOW_PROFILER_CAPTURE_IO"),
+        (args.log_to_mlflow, "MLFLOW_PROFILER_LOG_TO_MLFLOW"),
+        (args.log_as_trace, "MLFLOW_PROFILER_LOG_AS_TRACE"),
+    ):
         if flag:
             env[name] = "1"
     try:

@@ -42,7 +42,12 @@ SPAN_TYPE_LIBRARY = "TOOL"
 def span_type(span) -> str:
     """The MLflow span type of a profile span: CHAIN for the root, the user's
     code and labelled spans and blocks; TOOL for library and C functions."""
-    if span.parent_index is None or span.is_user_code or "block" in span.flags or "labelled" in span.flags:
+    if (
+        span.parent_index is None
+        or span.is_user_code
+        or "block" in span.flags
+        or "labelled" in span.flags
+    ):
         return SPAN_TYPE_STEP
     return SPAN_TYPE_LIBRARY
 
@@ -80,7 +85,10 @@ def summary_dict(summary) -> Dict[str, Any]:
 def _inputs(span) -> Optional[Dict[str, Any]]:
     if not span.input_summary:
         return None
-    return {(name or f"arg{i}"): summary_dict(s) for i, (name, s) in enumerate(span.input_summary.items())}
+    return {
+        (name or f"arg{i}"): summary_dict(s)
+        for i, (name, s) in enumerate(span.input_summary.items())
+    }
 
 
 def _kept(spans: list, max_spans: int) -> List[int]:
@@ -165,8 +173,15 @@ def _fixed_attributes(span, end_ns: Optional[int] = None) -> Dict[str, Any]:
     }
 
 
-def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id: Optional[str] = None,
-                 tags: Optional[Dict[str, str]] = None, max_spans: int = 2000) -> Optional[str]:
+def record_trace(
+    session,
+    mlflow,
+    *,
+    run_id: Optional[str] = None,
+    experiment_id: Optional[str] = None,
+    tags: Optional[Dict[str, str]] = None,
+    max_spans: int = 2000,
+) -> Optional[str]:
     """Records the (already processed) finalized `session` as one MLflow trace
     and returns its id; None when MLflow Tracing is disabled or sampled the
     trace out (logged once). See mlflow_sink.log_profile_trace."""
@@ -226,12 +241,22 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
     try:
         if len(roots) != 1:
             synthetic = mlflow.start_span_no_context(
-                ROOT_NAME, span_type=SPAN_TYPE_STEP, attributes=session_attrs, start_time_ns=epoch(min(
-                    [stats["start_ns"]] + [spans[i].start_ns for i in roots])), **root_kwargs)
+                ROOT_NAME,
+                span_type=SPAN_TYPE_STEP,
+                attributes=session_attrs,
+                start_time_ns=epoch(min([stats["start_ns"]] + [spans[i].start_ns for i in roots])),
+                **root_kwargs,
+            )
             if not _recording(synthetic):
                 return None
-            started.append((synthetic, epoch(max([stats["end_ns"]] + [spans[i].end_ns or 0 for i in roots])),
-                            None, None))
+            started.append(
+                (
+                    synthetic,
+                    epoch(max([stats["end_ns"]] + [spans[i].end_ns or 0 for i in roots])),
+                    None,
+                    None,
+                )
+            )
         for i in kept:
             span = spans[i]
             if span.parent_index is None:
@@ -249,8 +274,14 @@ def record_trace(session, mlflow, *, run_id: Optional[str] = None, experiment_id
                 attributes.update(session_attrs)
                 kwargs = root_kwargs
             live = mlflow.start_span_no_context(
-                span.label, span_type=span_type(span), parent_span=parent, inputs=_inputs(span), attributes=attributes,
-                start_time_ns=epoch(span.start_ns), **kwargs)
+                span.label,
+                span_type=span_type(span),
+                parent_span=parent,
+                inputs=_inputs(span),
+                attributes=attributes,
+                start_time_ns=epoch(span.start_ns),
+                **kwargs,
+            )
             if parent is None and not _recording(live):
                 return None
             live_of[i] = live

@@ -12,17 +12,20 @@ import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
-from ._summaries import IOSummary
 from ._log import log_once
 from ._session import ProfileSession, SpanRecord
+from ._summaries import IOSummary
 
 # Replaced whole by configure(), never mutated: a reader on another thread
 # sees the old tuple or the new one.
 _processors: Tuple[Callable[[Any], Any], ...] = ()
 
 
-def configure(*, span_processors: Optional[Sequence[Callable[[Any], Any]]] = None,
-              repr_objects: Optional[bool] = None) -> None:
+def configure(
+    *,
+    span_processors: Optional[Sequence[Callable[[Any], Any]]] = None,
+    repr_objects: Optional[bool] = None,
+) -> None:
     """Sets process-wide options. Keyword-only; an option left as None keeps
     its current setting.
 
@@ -63,7 +66,9 @@ def configure(*, span_processors: Optional[Sequence[Callable[[Any], Any]]] = Non
     global _processors
     if repr_objects is not None:
         if not isinstance(repr_objects, bool):
-            raise TypeError(f"repr_objects must be True or False, got {type(repr_objects).__name__}")
+            raise TypeError(
+                f"repr_objects must be True or False, got {type(repr_objects).__name__}"
+            )
         from . import _core
 
         _core._set_repr_objects(repr_objects)
@@ -114,7 +119,9 @@ def _summary_problem(summary: Any, what: str) -> Optional[str]:
         return problem
     if summary.shape is not None and (
         not isinstance(summary.shape, tuple)
-        or not all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in summary.shape)
+        or not all(
+            d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in summary.shape
+        )
     ):
         return f"{what}.shape is not a tuple of ints (None for an unknown dimension)"
     for field in ("dtype", "device", "repr_short"):
@@ -179,7 +186,9 @@ def _copy_inputs(inputs: Optional[Dict[str, IOSummary]]) -> Optional[Dict[str, I
 
 def _io_rows(span: Any) -> List[tuple]:
     """(role, name, IOSummary) rows, as Profile.io_of gives them: arguments, then the return value."""
-    rows = [(_core.IO_ARGUMENT, name, summary) for name, summary in (span.input_summary or {}).items()]
+    rows = [
+        (_core.IO_ARGUMENT, name, summary) for name, summary in (span.input_summary or {}).items()
+    ]
     if span.output_summary is not None:
         rows.append((_core.IO_RETURN, "", span.output_summary))
     return rows
@@ -225,7 +234,10 @@ class _Run:
             span.output_summary = None
         if span.label != original.label:
             self.labels[index] = span.label
-        if span.input_summary != original.input_summary or span.output_summary != original.output_summary:
+        if (
+            span.input_summary != original.input_summary
+            or span.output_summary != original.output_summary
+        ):
             self.io[index] = _io_rows(span)
         return True
 
@@ -256,7 +268,9 @@ def _apply(session: Any, processors: Tuple[Callable[[Any], Any], ...]) -> Any:
     return ProfileSession._from_profile(profile)
 
 
-def _without_io(session: Any, processors: Tuple[Callable[[Any], Any], ...], error: BaseException) -> Any:
+def _without_io(
+    session: Any, processors: Tuple[Callable[[Any], Any], ...], error: BaseException
+) -> Any:
     """The profile with every I/O summary left out: what is exported when the
     processors could not be applied at all."""
     profile = session._built()

@@ -134,12 +134,14 @@ import types
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core, _reference_code, _reference_hook, _reference_lanes, _traces, _transparent
-
 from ._reference_code import (
+    _GEN_FLAGS,
+    _INT32_MAX,
+    _PY,
+    E_BLOCK,
     EV_BLOCK,
     EV_RESOURCE,
     EV_WAIT,
-    E_BLOCK,
     FN_BLOCK,
     FN_C,
     FN_PYTHON,
@@ -147,35 +149,14 @@ from ._reference_code import (
     K_LABEL,
     K_MARK,
     K_RETURN,
-    _GEN_FLAGS,
-    _INT32_MAX,
-    _PY,
     _cfunction_info,
     _gen_frame,
     _is_generator_object,
     _name_before_311,
     classify_user_code,
 )
-from ._reference_lanes import (
-    VALUE_ALLOC,
-    _Lane,
-    _MAX_IO_ARGUMENTS,
-    _ReadingEvents,
-    _append_io,
-    _capture_return,
-    _close_entries,
-    _names_resource,
-    _off_cpu,
-    _restart_calls,
-    _warn_once,
-    _without_overhead,
-)
 from ._reference_hook import (  # _dispatch and _thread_session: looked up here (tests, span_api.cpp)
-    _dispatch,
-    _thread_session,
     _INVISIBLE,
-    _Mark,
-    _ThreadState,
     _collecting,
     _ctx_mark,
     _current_lanes,
@@ -184,11 +165,27 @@ from ._reference_hook import (  # _dispatch and _thread_session: looked up here 
     _install_binder,
     _install_hook,
     _lanes_now,
+    _Mark,
     _thread_state,
+    _ThreadState,
     _throw_at,
     _throw_pending,
     _uninstall_binder,
     _uninstall_hook,
+)
+from ._reference_lanes import (
+    _MAX_IO_ARGUMENTS,
+    VALUE_ALLOC,
+    _append_io,
+    _capture_return,
+    _close_entries,
+    _Lane,
+    _names_resource,
+    _off_cpu,
+    _ReadingEvents,
+    _restart_calls,
+    _warn_once,
+    _without_overhead,
 )
 
 # --- profile_block support ------------------------------------------------------------
@@ -246,16 +243,31 @@ class ReferenceEngine:
 
     hook = "reference"
 
-    def __init__(self, depth: int, max_events: int, all_threads: bool, capture_c_calls: bool,
-                 capture_io: bool = False, io_depth: int = -1, transparent_codes=(), fold_parents=(),
-                 fold_codes=None, values: int = 0) -> None:
+    def __init__(
+        self,
+        depth: int,
+        max_events: int,
+        all_threads: bool,
+        capture_c_calls: bool,
+        capture_io: bool = False,
+        io_depth: int = -1,
+        transparent_codes=(),
+        fold_parents=(),
+        fold_codes=None,
+        values: int = 0,
+    ) -> None:
         self.depth = depth
         self.values = values  # per-span values: bits 1 << VALUE_CPU, VALUE_ALLOC
         self._counting_alloc = False
         self.transparent_codes = frozenset(transparent_codes)
-        self._fold_refs = (list(fold_parents), list(fold_codes or ()))  # keeps the codes: their ids stay theirs
+        self._fold_refs = (
+            list(fold_parents),
+            list(fold_codes or ()),
+        )  # keeps the codes: their ids stay theirs
         self.fold_parents = frozenset(map(id, fold_parents))
-        self.fold_codes = {id(code): label for code, label in self._fold_refs[1]}  # by identity, as native
+        self.fold_codes = {
+            id(code): label for code, label in self._fold_refs[1]
+        }  # by identity, as native
         self.capture_io = bool(capture_io)
         self.io_depth = io_depth
         self.max_events = max_events
@@ -272,18 +284,24 @@ class ReferenceEngine:
         self._parent_session = None
         self._lanes: List[_Lane] = []
         self._start_thread: Optional[_ThreadState] = None
-        self._trace: Optional[Tuple[str, str]] = None  # the trace context at start (_traces.current)
+        self._trace: Optional[Tuple[str, str]] = (
+            None  # the trace context at start (_traces.current)
+        )
         # Lanes by thread, then by context. A thread is its _ThreadState, not
         # its ident: idents (pthread_t) are reused as soon as a thread is
         # joined, and a new thread must not continue a finished thread's lane.
         self._lane_index: Dict[_ThreadState, Dict[_Mark, _Lane]] = {}
         self._lane_by_mark: Dict[_Mark, _Lane] = {}  # every lane of a context (not a thread's own)
-        self._suspended: Dict[int, Tuple[int, int, list, Any]] = {}  # id(frame) -> (lane, depth, entries, code)
+        self._suspended: Dict[
+            int, Tuple[int, int, list, Any]
+        ] = {}  # id(frame) -> (lane, depth, entries, code)
         # all_threads: threads started in the session and not bound yet, by
         # id(): (the Thread, the lane that started it, the span it hangs under
         # or None for a root). engine.cpp Engine::note_thread_start.
         self._thread_origins: Dict[int, Tuple[Any, int, Optional[int]]] = {}
-        self._gen_labels: Dict[int, Tuple[int, Any, Optional[int]]] = {}  # frame -> (label, code, resource)
+        self._gen_labels: Dict[
+            int, Tuple[int, Any, Optional[int]]
+        ] = {}  # frame -> (label, code, resource)
         self._functions: List[tuple] = []
         self._function_index: Dict[tuple, int] = {}
         self._code_ids: Dict[Any, int] = {}
@@ -298,7 +316,9 @@ class ReferenceEngine:
 
     # -- interning ---------------------------------------------------------------
 
-    def _add_function(self, name: str, module: str, file: str, line: int, kind: int, user_code: bool) -> int:
+    def _add_function(
+        self, name: str, module: str, file: str, line: int, kind: int, user_code: bool
+    ) -> int:
         key = (name, module, file, line, kind)
         fid = self._function_index.get(key)
         if fid is None:
@@ -316,8 +336,9 @@ class ReferenceEngine:
                 m = frame.f_globals.get("__name__")
                 module = m if isinstance(m, str) else ""
             file = code.co_filename or ""
-            fid = self._add_function(name, module, file, code.co_firstlineno, FN_PYTHON,
-                                     classify_user_code(file, module))
+            fid = self._add_function(
+                name, module, file, code.co_firstlineno, FN_PYTHON, classify_user_code(file, module)
+            )
             self._code_ids[code] = fid
         return fid
 
@@ -386,7 +407,11 @@ class ReferenceEngine:
                 L.parent_lane = creator.index
                 L.parent_call, base = span[0], creator.depth_base + span[1] + 1
             else:
-                L.parent_lane, L.parent_call, base = creator.parent_lane, creator.parent_call, creator.depth_base
+                L.parent_lane, L.parent_call, base = (
+                    creator.parent_lane,
+                    creator.parent_call,
+                    creator.depth_base,
+                )
         # A task lane continues its creator's depth (its coroutines are the
         # creator's callees). A thread lane gets the whole ceiling for its own
         # frames: its target is its root, shown under the span that started it.
@@ -469,7 +494,9 @@ class ReferenceEngine:
                 self.notes.append(why)
                 _warn_once(why)
         self._origin_awaits = _entered_by_coroutine()
-        self._new_lane(self._start_thread, threading.get_ident(), _ctx_mark())  # the origin lane: the entering frame is depth -1
+        self._new_lane(
+            self._start_thread, threading.get_ident(), _ctx_mark()
+        )  # the origin lane: the entering frame is depth -1
         _collecting.append(self)
         _core._reference_collecting(1)
         _reference_hook._generation += 1
@@ -552,15 +579,27 @@ class ReferenceEngine:
             cuts[thread] = merged
         overhead = sum(b - a for stretches in cuts.values() for a, b in stretches)
         for L in self._lanes:
-            lanes.append({
-                "thread_id": L.thread_id, "native_tid": L.native_tid, "thread_name": L.thread_name,
-                "task": L.task, "parent_lane": L.parent_lane, "parent_call": L.parent_call,
-                "dropped": L.dropped, "truncated": L.out_truncated,
-                "events": _without_overhead(L.events, cuts[L.thread_id]), "io": L.io,
-                "readings": L.readings or [],
-                "off_cpu": _off_cpu(L.events.cpu_reads, cuts[L.thread_id]),
-                **({"trace_id": self._trace[0], "span_id": self._trace[1]} if self._trace else {}),
-            })
+            lanes.append(
+                {
+                    "thread_id": L.thread_id,
+                    "native_tid": L.native_tid,
+                    "thread_name": L.thread_name,
+                    "task": L.task,
+                    "parent_lane": L.parent_lane,
+                    "parent_call": L.parent_call,
+                    "dropped": L.dropped,
+                    "truncated": L.out_truncated,
+                    "events": _without_overhead(L.events, cuts[L.thread_id]),
+                    "io": L.io,
+                    "readings": L.readings or [],
+                    "off_cpu": _off_cpu(L.events.cpu_reads, cuts[L.thread_id]),
+                    **(
+                        {"trace_id": self._trace[0], "span_id": self._trace[1]}
+                        if self._trace
+                        else {}
+                    ),
+                }
+            )
             skipped += L.skipped
         meta = {
             "engine": self.hook,
@@ -569,12 +608,18 @@ class ReferenceEngine:
             "start_unix_ns": str(self._start_unix_ns),
             "host": socket.gethostname(),
             "profiler_overhead_ns": str(overhead),
-            **({"loop_waits": "selector"} if self._loop_watched else
-               {"loop_waits": "awaits"} if self._origin_awaits else {}),
+            **(
+                {"loop_waits": "selector"}
+                if self._loop_watched
+                else {"loop_waits": "awaits"}
+                if self._origin_awaits
+                else {}
+            ),
         }
         end_ns = self.end_ns or _core.now_ns()
-        self._profile = _core.build_profile(lanes, self._functions, self._labels, self.depth,
-                                            self.start_ns, end_ns, skipped, meta)
+        self._profile = _core.build_profile(
+            lanes, self._functions, self._labels, self.depth, self.start_ns, end_ns, skipped, meta
+        )
         self._lanes = []  # the events now live in the profile
         self._lane_index = {}
         self._lane_by_mark = {}
@@ -599,8 +644,11 @@ class ReferenceEngine:
                         f = _gen_frame(result)
                         if f is not None:
                             for L in _lanes_now(st):
-                                L.engine._gen_labels[id(f)] = (L.engine._label_id(label), code,
-                                                               None if resource is None else L.engine._label_id(resource))
+                                L.engine._gen_labels[id(f)] = (
+                                    L.engine._label_id(label),
+                                    code,
+                                    None if resource is None else L.engine._label_id(resource),
+                                )
                     finally:
                         st.busy = was
                 return result
@@ -629,7 +677,7 @@ class ReferenceEngine:
             since = _core.now_ns()
             for i, value in enumerate(args[:_MAX_IO_ARGUMENTS]):
                 _append_io(targets, _core.IO_ARGUMENT, f"args[{i}]", _core.summarize(value))
-            for name, value in list(kwargs.items())[:max(0, _MAX_IO_ARGUMENTS - len(args))]:
+            for name, value in list(kwargs.items())[: max(0, _MAX_IO_ARGUMENTS - len(args))]:
                 _append_io(targets, _core.IO_ARGUMENT, name, _core.summarize(value))
             _restart_calls(targets, since)
         try:
@@ -691,8 +739,14 @@ class ReferenceEngine:
         """The function id of a selector's select method, named as its frame is."""
         func = getattr(select, "__func__", select)
         code = func.__code__
-        return self._add_function(func.__qualname__, func.__module__, code.co_filename, code.co_firstlineno,
-                                  FN_PYTHON, False)
+        return self._add_function(
+            func.__qualname__,
+            func.__module__,
+            code.co_filename,
+            code.co_firstlineno,
+            FN_PYTHON,
+            False,
+        )
 
     def mark(self, name, resource=None) -> None:
         """An instant named `name` in the current lanes, about `resource`
@@ -780,8 +834,12 @@ def _register_invisible() -> None:
         for value in list(vars(module).values()):
             if getattr(value, "__module__", None) == module.__name__:
                 _transparent.collect_codes(value, _INVISIBLE)
-    for fn in (ProfileSession._label_call, ProfileSession._block_enter, ProfileSession._wait_call,
-               ProfileSession._mark):
+    for fn in (
+        ProfileSession._label_call,
+        ProfileSession._block_enter,
+        ProfileSession._wait_call,
+        ProfileSession._mark,
+    ):
         _transparent.collect_codes(fn, _INVISIBLE)
 
 

@@ -12,7 +12,6 @@ import sysconfig
 import types
 from typing import Any, Dict, List, Tuple
 
-
 # --- constants mirrored from userspace/core/model/event.h ----------------------------
 
 K_CALL = 1
@@ -24,7 +23,9 @@ K_FOLD = 6  # coalesced resumes: id = the kCall's index (model/resume.h)
 K_FOLD_COUNT = 7  # follows K_FOLD: id = the resumes, ts = the last one
 K_MARK = 8  # an instant: id = its name (a label id), after an EV_RESOURCE label naming its resource
 _MAX_FOLD = 0xFFFFFFFF
-_CO_AWAITS = 0x80 | 0x100 | 0x200  # CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: never folded
+_CO_AWAITS = (
+    0x80 | 0x100 | 0x200
+)  # CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: never folded
 
 EV_EXCEPTION = 1
 EV_CFUNCTION = 2
@@ -45,7 +46,9 @@ E_BLOCK = 1
 E_CCALL = 2
 
 _INT32_MAX = 2**31 - 1
-_GEN_FLAGS = 0x20 | 0x80 | 0x200 | 0x100  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE
+_GEN_FLAGS = (
+    0x20 | 0x80 | 0x200 | 0x100
+)  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE
 
 _PY = sys.version_info[:2]
 
@@ -65,10 +68,27 @@ _FINALIZING_CALLER_OPS = frozenset(
     for x in (
         _op(n)
         for n in (
-            "POP_TOP", "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR",
-            "STORE_SUBSCR", "DELETE_FAST", "DELETE_NAME", "DELETE_GLOBAL", "DELETE_DEREF",
-            "DELETE_ATTR", "DELETE_SUBSCR", "POP_BLOCK", "POP_EXCEPT", "JUMP_ABSOLUTE",
-            "JUMP_FORWARD", "RETURN_VALUE", "ROT_TWO", "ROT_THREE", "ROT_FOUR",
+            "POP_TOP",
+            "STORE_FAST",
+            "STORE_NAME",
+            "STORE_GLOBAL",
+            "STORE_DEREF",
+            "STORE_ATTR",
+            "STORE_SUBSCR",
+            "DELETE_FAST",
+            "DELETE_NAME",
+            "DELETE_GLOBAL",
+            "DELETE_DEREF",
+            "DELETE_ATTR",
+            "DELETE_SUBSCR",
+            "POP_BLOCK",
+            "POP_EXCEPT",
+            "JUMP_ABSOLUTE",
+            "JUMP_FORWARD",
+            "RETURN_VALUE",
+            "ROT_TWO",
+            "ROT_THREE",
+            "ROT_FOUR",
         )
     )
     if x >= 0
@@ -147,6 +167,7 @@ def _is_generator_object(obj) -> bool:
 
 # --- user code classification (core classify_user_code) --------------------------
 
+
 def _library_prefixes() -> List[str]:
     paths = sysconfig.get_paths()
     return sorted({p for p in (paths.get("stdlib"), paths.get("platstdlib")) if p})
@@ -209,8 +230,14 @@ def _function_with_code(value, code):
             value = value.__func__
             continue
         if isinstance(value, property):
-            return next((f for f in (value.fget, value.fset, value.fdel) if getattr(f, "__code__", None) is code),
-                        None)
+            return next(
+                (
+                    f
+                    for f in (value.fget, value.fset, value.fdel)
+                    if getattr(f, "__code__", None) is code
+                ),
+                None,
+            )
         try:
             namespace = object.__getattribute__(value, "__dict__")
         except Exception:

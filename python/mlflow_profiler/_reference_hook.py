@@ -15,13 +15,12 @@ import weakref
 from typing import Dict, List, Optional, Tuple
 
 from . import _core, _transparent
-
 from ._reference_code import (
-    EV_CFUNCTION,
+    _GEN_FLAGS,
     E_CCALL,
     E_FRAME,
+    EV_CFUNCTION,
     K_CALL,
-    _GEN_FLAGS,
     _at_return,
     _at_yield,
     _ckey,
@@ -31,10 +30,10 @@ from ._reference_code import (
     _resumed_by_throw,
 )
 from ._reference_lanes import (
-    _Lane,
     _capture_arguments,
     _capture_return,
     _close_entries,
+    _Lane,
     _lane_resume,
     _lane_return,
     _lane_start,
@@ -72,10 +71,12 @@ def _ctx_mark() -> _Mark:
 
 # The engine class (_reference.py, which imports this module, sets it).
 ReferenceEngine: type = type(None)
-_collecting: List["ReferenceEngine"] = []  # collecting engines, oldest first
+_collecting: List[ReferenceEngine] = []  # collecting engines, oldest first
 _generation = 1
 _tls = threading.local()
-_throw_pending: set = set()  # id(frame) of generators that a throw()/close() call is about to resume
+_throw_pending: set = (
+    set()
+)  # id(frame) of generators that a throw()/close() call is about to resume
 _throw_at: Dict[int, int] = {}  # id(frame) -> f_lasti a throw resumed it at
 
 
@@ -88,7 +89,18 @@ def _thread_state():
 
 
 class _ThreadState:
-    __slots__ = ("users", "prev", "saved", "installed", "gen", "mark", "sess", "lanes", "bound", "busy")
+    __slots__ = (
+        "users",
+        "prev",
+        "saved",
+        "installed",
+        "gen",
+        "mark",
+        "sess",
+        "lanes",
+        "bound",
+        "busy",
+    )
 
     def __init__(self) -> None:
         self.users = 0
@@ -98,15 +110,15 @@ class _ThreadState:
         self.gen = 0
         self.mark = None
         self.sess = None
-        self.lanes: List["_Lane"] = []
-        self.bound: Optional["ReferenceEngine"] = None
+        self.lanes: List[_Lane] = []
+        self.bound: Optional[ReferenceEngine] = None
         # True while the engine's own code (label_call, block_enter, start,
         # stop) updates lanes outside the hook: the events its C calls raise
         # are the profiler's own and must not re-enter the lane state.
         self.busy = False
 
 
-def _lanes_now(st: _ThreadState) -> List["_Lane"]:
+def _lanes_now(st: _ThreadState) -> List[_Lane]:
     """Lanes of the sessions current in this thread and context, innermost
     first (engine.cpp lanes_now/refresh)."""
     sess = _core.session_var.get(None)
@@ -155,7 +167,7 @@ def _lanes_now(st: _ThreadState) -> List["_Lane"]:
 # ignored (or the reverse), which moves the depth counter below the ceiling.
 
 
-def _current_lanes() -> List["_Lane"]:
+def _current_lanes() -> List[_Lane]:
     """The current lanes, from engine code outside the hook."""
     if not _collecting:
         return []
@@ -186,8 +198,11 @@ def _is_own_callable(callable_) -> bool:
     """The profiler's own C callables (profile_block's and ProfileSession's
     __exit__, which a `with` statement calls like any method): plumbing,
     never a span."""
-    return (isinstance(getattr(callable_, "__self__", None), _OWN_TYPES) or callable_ in _OWN_TYPES
-            or any(callable_ is f for f in _OWN_FUNCTIONS))
+    return (
+        isinstance(getattr(callable_, "__self__", None), _OWN_TYPES)
+        or callable_ in _OWN_TYPES
+        or any(callable_ is f for f in _OWN_FUNCTIONS)
+    )
 
 
 def _on_c_call(lanes: List[_Lane], callable_, caller_code) -> None:
@@ -246,7 +261,11 @@ def _note_throw(callable_) -> None:
         if f is None:
             return
         _throw_pending.add(id(f))
-        obj = getattr(obj, "gi_yieldfrom", None) or getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)
+        obj = (
+            getattr(obj, "gi_yieldfrom", None)
+            or getattr(obj, "cr_await", None)
+            or getattr(obj, "ag_await", None)
+        )
 
 
 def _entered_by_coroutine() -> bool:
@@ -256,8 +275,17 @@ def _entered_by_coroutine() -> bool:
     f = sys._getframe(1)
     while f is not None:
         name = f.f_globals.get("__name__", "")
-        if not (f.f_code in _INVISIBLE or (isinstance(name, str) and (
-                name == "contextlib" or name == "mlflow_profiler" or name.startswith("mlflow_profiler.")))):
+        if not (
+            f.f_code in _INVISIBLE
+            or (
+                isinstance(name, str)
+                and (
+                    name == "contextlib"
+                    or name == "mlflow_profiler"
+                    or name.startswith("mlflow_profiler.")
+                )
+            )
+        ):
             break
         f = f.f_back
     return f is not None and bool(f.f_code.co_flags & (0x80 | 0x200 | 0x100))
@@ -286,7 +314,10 @@ def _note_thread_start(lanes: List[_Lane], callable_, frame) -> None:
     """all_threads: Thread.start calls _thread's start function (the native
     engine's wrapper of it has the same name): the new thread's lane will
     hang under this lane's innermost open span (Engine::note_thread_start)."""
-    if getattr(callable_, "__name__", None) != _THREAD_START or getattr(callable_, "__module__", None) != "_thread":
+    if (
+        getattr(callable_, "__name__", None) != _THREAD_START
+        or getattr(callable_, "__module__", None) != "_thread"
+    ):
         return
     e = _newest_all_threads_engine()
     if e is None or frame is None:
@@ -423,7 +454,7 @@ _binder_users = 0
 _saved_threading_hook = None
 
 
-def _newest_all_threads_engine() -> Optional["ReferenceEngine"]:
+def _newest_all_threads_engine() -> Optional[ReferenceEngine]:
     for e in reversed(_collecting):
         if e.all_threads:
             return e

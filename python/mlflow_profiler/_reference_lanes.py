@@ -11,15 +11,17 @@ import time
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from . import _core, _labels, _transparent
-
 from ._reference_code import (
+    _CO_AWAITS,
+    _GEN_FLAGS,
+    _MAX_FOLD,
+    E_BLOCK,
+    E_FRAME,
     EV_CHILDREN_DROPPED,
     EV_CONTINUED,
     EV_EXCEPTION,
     EV_RELABEL,
     EV_RESOURCE,
-    E_BLOCK,
-    E_FRAME,
     K_CALL,
     K_FOLD,
     K_FOLD_COUNT,
@@ -27,10 +29,8 @@ from ._reference_code import (
     K_RESUME,
     K_RETURN,
     K_SUSPEND,
-    _CO_AWAITS,
-    _GEN_FLAGS,
-    _MAX_FOLD,
 )
+
 if TYPE_CHECKING:
     from ._reference import ReferenceEngine
 
@@ -39,11 +39,39 @@ if TYPE_CHECKING:
 
 class _Lane:
     __slots__ = (
-        "engine", "index", "thread_id", "mark", "ceiling", "depth", "truncated", "skipped",
-        "soft_cap", "hard_cap", "rec", "pending_code", "pending_label", "pending_resource", "chain_top",
-        "chain_top_depth", "last_was_suspend", "events", "dropped", "out_truncated",
-        "native_tid", "thread_name", "task", "parent_lane", "parent_call", "io_ceiling", "io", "overhead", "hidden",
-        "readings", "depth_base", "loop_main", "loop_main_checked",
+        "engine",
+        "index",
+        "thread_id",
+        "mark",
+        "ceiling",
+        "depth",
+        "truncated",
+        "skipped",
+        "soft_cap",
+        "hard_cap",
+        "rec",
+        "pending_code",
+        "pending_label",
+        "pending_resource",
+        "chain_top",
+        "chain_top_depth",
+        "last_was_suspend",
+        "events",
+        "dropped",
+        "out_truncated",
+        "native_tid",
+        "thread_name",
+        "task",
+        "parent_lane",
+        "parent_call",
+        "io_ceiling",
+        "io",
+        "overhead",
+        "hidden",
+        "readings",
+        "depth_base",
+        "loop_main",
+        "loop_main_checked",
     )
 
     def __init__(self) -> None:
@@ -78,10 +106,14 @@ class _Lane:
         self.parent_call = 0
         self.io_ceiling = -1  # deepest level whose I/O is summarized; -1: none
         self.io: List[tuple] = []  # (call index, role, name, IOSummary)
-        self.overhead: List[tuple] = []  # (from, to) ns: the profiler's work (engine.h CaptureLane::overhead)
+        self.overhead: List[
+            tuple
+        ] = []  # (from, to) ns: the profiler's work (engine.h CaptureLane::overhead)
         self.hidden = 0  # open frames of a hidden code or under one (StackEntry::hides)
         self.readings: Optional[list] = None  # (event index, kind, counter) when values are wanted
-        self.depth_base = 0  # tree depth of the lane's own level 0 (engine.h CaptureLane::depth_base)
+        self.depth_base = (
+            0  # tree depth of the lane's own level 0 (engine.h CaptureLane::depth_base)
+        )
         # (id(frame), code) of the coroutine a loop runs to completion, the
         # body of the call that ran the loop (engine.h CaptureLane::loop_main).
         self.loop_main: Optional[tuple] = None
@@ -148,7 +180,10 @@ def _runs_to_completion(frame) -> bool:
         return False
     try:
         task = tasks.current_task()
-        if type(task) is not c_asyncio.Task or getattr(task.get_coro(), "cr_frame", None) is not frame:
+        if (
+            type(task) is not c_asyncio.Task
+            or getattr(task.get_coro(), "cr_frame", None) is not frame
+        ):
             return False
         return any(entry[0] is done for entry in task._callbacks or ())
     except Exception:
@@ -159,7 +194,13 @@ def _loop_main(L: _Lane, code, frame, decide: bool = False) -> bool:
     """Whether `frame`, at the lane's root level, is its loop-run coroutine:
     decided (`decide`) at the task lane's first root start, then by identity;
     only under a recorded span (engine.cpp lane_start)."""
-    if decide and not L.loop_main_checked and L.task > 0 and L.parent_lane >= 0 and code.co_flags & _GEN_FLAGS:
+    if (
+        decide
+        and not L.loop_main_checked
+        and L.task > 0
+        and L.parent_lane >= 0
+        and code.co_flags & _GEN_FLAGS
+    ):
         L.loop_main_checked = True
         since = _core.now_ns()
         if _runs_to_completion(frame):
@@ -185,14 +226,16 @@ def _call_label(L: _Lane, code, frame) -> Optional[int]:
     if labeller is None or frame is None:
         return None
     since = _core.now_ns()
-    names = code.co_varnames[:min(2, code.co_argcount + code.co_kwonlyargcount)]
+    names = code.co_varnames[: min(2, code.co_argcount + code.co_kwonlyargcount)]
     local_vars = frame.f_locals
     args = [local_vars.get(n) for n in names] + [None] * (2 - len(names))
     try:
         text = labeller(args[0], args[1])
     except Exception as exc:
-        L.engine._note(f"a labeller raised {exc!r} naming a call of {code.co_name}; "
-                       "such calls keep the function's name")
+        L.engine._note(
+            f"a labeller raised {exc!r} naming a call of {code.co_name}; "
+            "such calls keep the function's name"
+        )
         text = None
     L.overhead.append((since, _core.now_ns()))
     return L.engine._label_id(text) if isinstance(text, str) else None
@@ -288,7 +331,9 @@ def _lane_return(L: _Lane, code, exception: bool, frame=None) -> Optional[int]:
     """Records a return; returns the closed call's event index if its return
     value is wanted."""
     # A transparent frame did not move the counter: it was checked at depth + 1.
-    if L.depth + 1 <= L.ceiling and (_lane_transparent(L, code) or (L.depth == -1 and _loop_main(L, code, frame))):
+    if L.depth + 1 <= L.ceiling and (
+        _lane_transparent(L, code) or (L.depth == -1 and _loop_main(L, code, frame))
+    ):
         _transparent_end(L)
         return None
     if L.engine.fold_codes and L.depth + 1 <= L.ceiling and _fold_label(L, code) is not None:
@@ -336,7 +381,9 @@ def _restart_calls(targets, since: int) -> None:
             L.overhead.append((since, ts))
             if L.readings is not None:  # so do its readings (engine.cpp restart_readings)
                 now = dict(_take_readings(L.engine.values, call))
-                L.readings[:] = [(e, k, now.get(k, v) if e == call else v) for e, k, v in L.readings]
+                L.readings[:] = [
+                    (e, k, now.get(k, v) if e == call else v) for e, k, v in L.readings
+                ]
 
 
 # --- per-span values (cpu_time, alloc_bytes) ---------------------------------------
@@ -363,6 +410,7 @@ def _warn_once(why: str) -> None:
     if why not in _warned:
         _warned.add(why)
         import warnings
+
         warnings.warn(why, RuntimeWarning, stacklevel=3)
 
 
@@ -438,7 +486,7 @@ def _capture_arguments(frame, code, targets) -> None:
     since = _core.now_ns()
     n = code.co_argcount + code.co_kwonlyargcount
     n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)
-    names = code.co_varnames[:min(n, _MAX_IO_ARGUMENTS)]
+    names = code.co_varnames[: min(n, _MAX_IO_ARGUMENTS)]
     local_vars = frame.f_locals
     for i, name in enumerate(names):
         if i == 0 and name in ("self", "cls"):
@@ -455,7 +503,9 @@ def _capture_return(value, targets) -> None:
 
 
 def _lane_yield(L: _Lane, code, frame) -> None:
-    if L.depth + 1 <= L.ceiling and (_lane_transparent(L, code) or (L.depth == -1 and _loop_main(L, code, frame))):
+    if L.depth + 1 <= L.ceiling and (
+        _lane_transparent(L, code) or (L.depth == -1 and _loop_main(L, code, frame))
+    ):
         _transparent_end(L)
         return
     # Blocks deeper than the counter were left by a coroutine of the chain
@@ -469,8 +519,13 @@ def _lane_yield(L: _Lane, code, frame) -> None:
     start = chain - extra
     if _is_frame_at(L, j, frame_depth, code):
         start = j
-    elif (start < len(L.rec) and code.co_flags & (0x80 | 0x100) and start > 0
-          and L.rec[start - 1][2] == E_FRAME and L.rec[start - 1][3]):
+    elif (
+        start < len(L.rec)
+        and code.co_flags & (0x80 | 0x100)
+        and start > 0
+        and L.rec[start - 1][2] == E_FRAME
+        and L.rec[start - 1][3]
+    ):
         # A coroutine the lane does not track, with only blocks of its own,
         # awaited by one it tracks: its blocks wait for that one's yield.
         L.depth = frame_depth - 1
@@ -514,7 +569,9 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
             if not L.truncated and _room_for_structure(L):
                 _, frame_depth, entries, _code, own = s
                 shift = d - frame_depth
-                fold = not (code.co_flags & _CO_AWAITS)  # engine.cpp may_fold (this engine fires no probes)
+                fold = not (
+                    code.co_flags & _CO_AWAITS
+                )  # engine.cpp may_fold (this engine fires no probes)
                 now = _core.now_ns()
                 _append_resume(L.events, L.readings, L.engine.values, entries[0][0], now, fold)
                 L.events.maybe_read_cpu(now)
@@ -526,7 +583,9 @@ def _lane_resume(L: _Lane, code, frame) -> bool:
     return False
 
 
-def _append_resume(ev: list, readings: Optional[list], values: int, call: int, ts: int, fold: bool) -> None:
+def _append_resume(
+    ev: list, readings: Optional[list], values: int, call: int, ts: int, fold: bool
+) -> None:
     """The resume of the span whose kCall is at `call`, appended to the
     events `ev` (with `readings` of the counters in `values`, or None):
     model/resume.h's append_resume, mirrored (same events, same readings). When
@@ -539,8 +598,13 @@ def _append_resume(ev: list, readings: Optional[list], values: int, call: int, t
     if fold and last is not None and last[1] == K_SUSPEND and last[2] == call and last[3] == 0:
         paused = max(0, ts - last[0])
         now = dict((k, v) for _, k, v in _take_readings(values, 0)) if readings is not None else {}
-        if n >= 3 and ev[-3][1] == K_FOLD and ev[-3][2] == call and ev[-2][1] == K_FOLD_COUNT \
-                and ev[-2][2] < _MAX_FOLD:
+        if (
+            n >= 3
+            and ev[-3][1] == K_FOLD
+            and ev[-3][2] == call
+            and ev[-2][1] == K_FOLD_COUNT
+            and ev[-2][2] < _MAX_FOLD
+        ):
             total = (ev[-2][0] - ev[-3][0]) + paused
             stamp = max(ts, ev[-2][0])
             list.__setitem__(ev, n - 3, (stamp - total, K_FOLD, call, 0))

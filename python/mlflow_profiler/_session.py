@@ -10,15 +10,17 @@ import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _core, _native, _transparent
-from ._summaries import IOSummary
 from ._log import log_once
+from ._summaries import IOSummary
 
 _DEFAULT_MAX_EVENTS = 1_000_000
 _new_object = object.__new__
 if TYPE_CHECKING:  # mypy checks against 3.9, whose dataclass takes no slots
     from dataclasses import dataclass as _dataclass
 else:
-    _dataclass = dataclasses.dataclass(slots=True) if sys.version_info >= (3, 10) else dataclasses.dataclass
+    _dataclass = (
+        dataclasses.dataclass(slots=True) if sys.version_info >= (3, 10) else dataclasses.dataclass
+    )
 
 
 @_dataclass
@@ -44,8 +46,12 @@ class SpanRecord:
     active_ns: int = 0
     waiting_ns: int = 0  # of the wall time, suspended or off the CPU (docs/capture.md, "Waiting")
     cpu_ns: Optional[int] = None  # the thread's CPU time while it ran (cpu_time=True), inclusive
-    alloc_bytes: Optional[int] = None  # bytes allocated through Python's allocators (alloc_bytes=True), inclusive
-    resource: Optional[str] = None  # what it used: profile_span/profile_block's resource= (docs/capture.md, "Resources")
+    alloc_bytes: Optional[int] = (
+        None  # bytes allocated through Python's allocators (alloc_bytes=True), inclusive
+    )
+    resource: Optional[str] = (
+        None  # what it used: profile_span/profile_block's resource= (docs/capture.md, "Resources")
+    )
 
     @property
     def duration_ns(self) -> Optional[int]:
@@ -87,7 +93,9 @@ def _reference_engine():
 
 
 def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
-    if type(depth) is int and depth >= -1:  # the common case first: a session start is on the hot path
+    if (
+        type(depth) is int and depth >= -1
+    ):  # the common case first: a session start is on the hot path
         return depth
     if depth is None and allow_none:
         return -1
@@ -154,23 +162,65 @@ class ProfileSession:
         _transparent_codes: tuple = (),
         _meta: Optional[Dict[str, str]] = None,
     ) -> None:
-        self._setup(depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth, engine,
-                    _transparent_codes, _meta, _values_mask(cpu_time, alloc_bytes))
+        self._setup(
+            depth,
+            max_events,
+            all_threads,
+            capture_c_calls,
+            capture_io,
+            capture_io_depth,
+            engine,
+            _transparent_codes,
+            _meta,
+            _values_mask(cpu_time, alloc_bytes),
+        )
 
     @classmethod
-    def _make(cls, depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth, engine,
-              transparent_codes, meta, values=0) -> "ProfileSession":
+    def _make(
+        cls,
+        depth,
+        max_events,
+        all_threads,
+        capture_c_calls,
+        capture_io,
+        capture_io_depth,
+        engine,
+        transparent_codes,
+        meta,
+        values=0,
+    ) -> ProfileSession:
         """ProfileSession(...) with every argument positional, for the
         profiler's own callers. Calling a class with keywords costs about
         0.7 us more on 3.12 (type_call packs them in a dict for __init__),
         an eighth of a session's start and stop (bench/RESULTS.md)."""
         self = _new_object(cls)
-        self._setup(depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth, engine,
-                    transparent_codes, meta, values)
+        self._setup(
+            depth,
+            max_events,
+            all_threads,
+            capture_c_calls,
+            capture_io,
+            capture_io_depth,
+            engine,
+            transparent_codes,
+            meta,
+            values,
+        )
         return self
 
-    def _setup(self, depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth, engine,
-               _transparent_codes, _meta, values=0) -> None:
+    def _setup(
+        self,
+        depth,
+        max_events,
+        all_threads,
+        capture_c_calls,
+        capture_io,
+        capture_io_depth,
+        engine,
+        _transparent_codes,
+        _meta,
+        values=0,
+    ) -> None:
         self.depth = _check_depth("depth", depth)
         io_depth = _check_depth("capture_io_depth", capture_io_depth, allow_none=True)
         self.max_events = _check_max_events(max_events)
@@ -184,8 +234,17 @@ class ProfileSession:
             folds = sys.modules[__package__ + "._autoprofile"].pyfunc_folds()
         self.cpu_time = bool(values & 1)
         self.alloc_bytes = bool(values & 2)
-        args = (self.depth, max_events, self.all_threads, self.capture_c_calls, self.capture_io, io_depth,
-                list(_transparent_codes), *folds, values)
+        args = (
+            self.depth,
+            max_events,
+            self.all_threads,
+            self.capture_c_calls,
+            self.capture_io,
+            io_depth,
+            list(_transparent_codes),
+            *folds,
+            values,
+        )
         self._meta = _meta  # provenance added to the profile's meta when it is built
         # The native Engine, the reference engine, or a _LoadedEngine.
         self._engine: Any
@@ -313,7 +372,11 @@ class ProfileSession:
             spans = []
             for fields in self._built().span_rows():  # SpanRecord's fields by name, and "io"
                 io = fields.pop("io")
-                spans.append(SpanRecord(**fields, input_summary=_io_inputs(io), output_summary=_io_output(io)))
+                spans.append(
+                    SpanRecord(
+                        **fields, input_summary=_io_inputs(io), output_summary=_io_output(io)
+                    )
+                )
             self._spans = spans
         return self._spans
 
@@ -376,10 +439,19 @@ class ProfileSession:
         with I/O summaries (capture_io=True), its ``in:``/``out:`` lines.
         """
         text = self.format_tree(depth, show_io, collapse_frameworks, user_modules, show_c_calls)
-        print(text, end="" if text.endswith("\n") else "\n", file=file if file is not None else sys.stdout)
+        print(
+            text,
+            end="" if text.endswith("\n") else "\n",
+            file=file if file is not None else sys.stdout,
+        )
 
-    def to_tree(self, depth: Optional[int] = None, collapse_frameworks: bool = False,
-                user_modules: Optional[List[str]] = None, show_c_calls: bool = True) -> List[dict]:
+    def to_tree(
+        self,
+        depth: Optional[int] = None,
+        collapse_frameworks: bool = False,
+        user_modules: Optional[List[str]] = None,
+        show_c_calls: bool = True,
+    ) -> List[dict]:
         """Root nodes as nested dicts, each with its `children`, as
         print_tree shows them: ``duration_ns`` is the time shown (a
         generator's running time under its consumer, so a node's time is at
@@ -390,13 +462,22 @@ class ProfileSession:
         end minus start, ``active_ns`` the time it ran. MLflow's grouped
         calls below the captured depth show when ``depth`` asks for them."""
         depth = _check_depth("depth", depth, allow_none=True)
-        return self._built().to_tree(depth, collapse_frameworks, list(user_modules or []), show_c_calls)
+        return self._built().to_tree(
+            depth, collapse_frameworks, list(user_modules or []), show_c_calls
+        )
 
-    def to_flat(self, depth: Optional[int] = None, collapse_frameworks: bool = False,
-                user_modules: Optional[List[str]] = None, show_c_calls: bool = True) -> List[dict]:
+    def to_flat(
+        self,
+        depth: Optional[int] = None,
+        collapse_frameworks: bool = False,
+        user_modules: Optional[List[str]] = None,
+        show_c_calls: bool = True,
+    ) -> List[dict]:
         """One dict per span in pre-order, with `call_path` and `duration_ms`."""
         depth = _check_depth("depth", depth, allow_none=True)
-        return self._built().to_flat(depth, collapse_frameworks, list(user_modules or []), show_c_calls)
+        return self._built().to_flat(
+            depth, collapse_frameworks, list(user_modules or []), show_c_calls
+        )
 
     def to_json(self, depth: Optional[int] = None) -> str:
         """The versioned profile document (docs/format.md); `depth` gives a view."""
@@ -419,7 +500,7 @@ class ProfileSession:
         return save_profile(self._built(), path, format)
 
     @classmethod
-    def _from_profile(cls, profile) -> "ProfileSession":
+    def _from_profile(cls, profile) -> ProfileSession:
         """A finalized session around a Profile read back by load()."""
         session = cls.__new__(cls)
         session.depth = profile.captured_depth
@@ -489,8 +570,18 @@ def profiling(
             model.predict(df)
         session.print_tree()
     """
-    return ProfileSession._make(depth, max_events, all_threads, capture_c_calls, capture_io, capture_io_depth,
-                                engine, (), None, _values_mask(cpu_time, alloc_bytes))
+    return ProfileSession._make(
+        depth,
+        max_events,
+        all_threads,
+        capture_c_calls,
+        capture_io,
+        capture_io_depth,
+        engine,
+        (),
+        None,
+        _values_mask(cpu_time, alloc_bytes),
+    )
 
 
 def current_session() -> Optional[ProfileSession]:

@@ -25,7 +25,9 @@ def _wrap(func: F, label: Optional[str], resource: Optional[str] = None) -> F:
 @overload
 def profile_span(label: F) -> F: ...
 @overload
-def profile_span(label: Optional[str] = None, *, resource: Optional[str] = None) -> Callable[[F], F]: ...
+def profile_span(
+    label: Optional[str] = None, *, resource: Optional[str] = None
+) -> Callable[[F], F]: ...
 
 
 def profile_span(label: Union[str, Callable, None] = None, *, resource: Optional[str] = None):

@@ -94,7 +94,9 @@ def register_summarizer(cls: type, fn: Optional[Callable[[Any], IOSummary]]) -> 
         >>> register_summarizer(MyEmbedding, None)
     """
     if not isinstance(cls, type):
-        raise TypeError(f"register_summarizer(cls, fn): cls must be a class, not {type(cls).__name__}")
+        raise TypeError(
+            f"register_summarizer(cls, fn): cls must be a class, not {type(cls).__name__}"
+        )
     if fn is not None and not callable(fn):
         raise TypeError(
             f"register_summarizer(cls, fn): fn must be a callable returning an IOSummary "

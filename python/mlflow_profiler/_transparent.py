@@ -65,11 +65,24 @@ def _stdlib_plumbing() -> bool:
     # the next session start (False: one was).
     complete = True
     cl = sys.modules.get("contextlib")
-    if cl is not None and "contextlib" not in _done_modules and not hasattr(cl, "AsyncContextDecorator"):
+    if (
+        cl is not None
+        and "contextlib" not in _done_modules
+        and not hasattr(cl, "AsyncContextDecorator")
+    ):
         complete = False
-    if cl is not None and "contextlib" not in _done_modules and hasattr(cl, "AsyncContextDecorator"):
-        for name in ("_GeneratorContextManagerBase", "_GeneratorContextManager",
-                     "_AsyncGeneratorContextManager", "ContextDecorator", "AsyncContextDecorator"):
+    if (
+        cl is not None
+        and "contextlib" not in _done_modules
+        and hasattr(cl, "AsyncContextDecorator")
+    ):
+        for name in (
+            "_GeneratorContextManagerBase",
+            "_GeneratorContextManager",
+            "_AsyncGeneratorContextManager",
+            "ContextDecorator",
+            "AsyncContextDecorator",
+        ):
             if hasattr(cl, name):
                 add(getattr(cl, name))
         _done_modules.add("contextlib")
@@ -141,13 +154,20 @@ def _asyncio_plumbing(asyncio) -> None:
     _set_result_unless_cancelled, gather's _done_callback,
     _run_until_complete_cb ...): a lane that runs nothing else records
     nothing and is left out of the profile."""
-    events, tasks, futures, base_events, runners, locks = (getattr(asyncio, n) for n in _ASYNCIO_PARTS)
+    events, tasks, futures, base_events, runners, locks = (
+        getattr(asyncio, n) for n in _ASYNCIO_PARTS
+    )
     add(events.Handle._run)
     _hide_finalizers("asyncio")  # a transport closed where its last reference went
     py_task = getattr(tasks, "_PyTask", None)
     if py_task is not None:
-        for name in ("_Task__step", "_Task__wakeup", "_PyTask__step", "_PyTask__wakeup",
-                     "_Task__step_run_and_handle_result"):
+        for name in (
+            "_Task__step",
+            "_Task__wakeup",
+            "_PyTask__step",
+            "_PyTask__wakeup",
+            "_Task__step_run_and_handle_result",
+        ):
             if hasattr(py_task, name):
                 add(getattr(py_task, name))
     if hasattr(tasks, "_wrap_awaitable"):  # 3.9-3.11: ensure_future of a non-coroutine awaitable
@@ -175,14 +195,26 @@ def _asyncio_plumbing(asyncio) -> None:
         if type(value) is types.FunctionType:
             _hide_function(value)
     loop = base_events.BaseEventLoop
-    for name in ("run_until_complete", "run_forever", "_run_once", "_run_forever_setup",
-                 "_run_forever_cleanup", "shutdown_asyncgens", "shutdown_default_executor",
-                 "_do_shutdown", "_asyncgen_firstiter_hook", "_asyncgen_finalizer_hook",
-                 # What the C Task and Future call back into the loop for: a task
-                 # that finished schedules its done callbacks from its own
-                 # context, after its coroutine returned (a root of its lane).
-                 "call_soon", "call_soon_threadsafe", "_call_soon", "get_debug",
-                 "__del__"):  # (the loop's finalizer: a warning if left open)
+    for name in (
+        "run_until_complete",
+        "run_forever",
+        "_run_once",
+        "_run_forever_setup",
+        "_run_forever_cleanup",
+        "shutdown_asyncgens",
+        "shutdown_default_executor",
+        "_do_shutdown",
+        "_asyncgen_firstiter_hook",
+        "_asyncgen_finalizer_hook",
+        # What the C Task and Future call back into the loop for: a task
+        # that finished schedules its done callbacks from its own
+        # context, after its coroutine returned (a root of its lane).
+        "call_soon",
+        "call_soon_threadsafe",
+        "_call_soon",
+        "get_debug",
+        "__del__",
+    ):  # (the loop's finalizer: a warning if left open)
         _hide_function(loop.__dict__.get(name))
     # Callbacks asyncio schedules for itself.
     _hide_function(getattr(base_events, "_run_until_complete_cb", None))
@@ -193,14 +225,25 @@ def _asyncio_plumbing(asyncio) -> None:
             if isinstance(cls, type) and issubclass(cls, loop):
                 for name in ("_read_from_self", "_process_self_data", "_write_to_self"):
                     _hide_function(cls.__dict__.get(name))
-    for name in ("_set_result_unless_cancelled", "_copy_future_state", "_set_concurrent_future_state"):
+    for name in (
+        "_set_result_unless_cancelled",
+        "_copy_future_state",
+        "_set_concurrent_future_state",
+    ):
         _hide_function(getattr(futures, name, None))
-    _hide_function(getattr(futures, "_chain_future", None), ("_set_state", "_call_check_cancel", "_call_set_state"))
+    _hide_function(
+        getattr(futures, "_chain_future", None),
+        ("_set_state", "_call_check_cancel", "_call_set_state"),
+    )
     _hide_function(getattr(tasks, "_release_waiter", None))
-    for fn_name, nested in (("gather", ("_done_callback",)), ("_wait", ("_on_completion",)),
-                            ("as_completed", ("_on_completion", "_on_timeout")),
-                            ("shield", ("_inner_done_callback", "_outer_done_callback")),
-                            ("_cancel_and_wait", ("_on_cancel",)), ("run_coroutine_threadsafe", ("callback",))):
+    for fn_name, nested in (
+        ("gather", ("_done_callback",)),
+        ("_wait", ("_on_completion",)),
+        ("as_completed", ("_on_completion", "_on_timeout")),
+        ("shield", ("_inner_done_callback", "_outer_done_callback")),
+        ("_cancel_and_wait", ("_on_cancel",)),
+        ("run_coroutine_threadsafe", ("callback",)),
+    ):
         code = getattr(getattr(tasks, fn_name, None), "__code__", None)
         for const in getattr(code, "co_consts", ()):
             if isinstance(const, types.CodeType) and const.co_name in nested:
@@ -219,7 +262,9 @@ def _asyncio_plumbing(asyncio) -> None:
 # Libraries whose decorators wrap their public functions in frames that only
 # forward: such a frame is never a node, so the function the user called is
 # (pandas' DataFrame.groupby, not deprecate_nonkeyword_arguments' wrapper).
-_LIBRARIES = frozenset(("numpy", "pandas", "sklearn", "scipy", "mlflow", "xgboost", "lightgbm", "typing"))
+_LIBRARIES = frozenset(
+    ("numpy", "pandas", "sklearn", "scipy", "mlflow", "xgboost", "lightgbm", "typing")
+)
 _scanned: set = set()
 
 
@@ -272,7 +317,9 @@ def _scan_module(name: str, module) -> None:
         if code is not None:
             _add_code(code)
         elif numpy and type(value) is types.FunctionType and value.__name__.endswith("_dispatcher"):
-            _add_code(value.__code__)  # numpy's __array_function__ dispatchers: called before every np.mean
+            _add_code(
+                value.__code__
+            )  # numpy's __array_function__ dispatchers: called before every np.mean
     _named_forwarders(name, module)
 
 
@@ -306,7 +353,10 @@ def _named_forwarders(name: str, module) -> None:
         # isinstance(x, ABCSeries) runs these metaclass checks: the caller's.
         factory = namespace.get("create_pandas_abc_type")
         for const in getattr(getattr(factory, "__code__", None), "co_consts", ()):
-            if isinstance(const, types.CodeType) and const.co_name in ("_instancecheck", "_subclasscheck"):
+            if isinstance(const, types.CodeType) and const.co_name in (
+                "_instancecheck",
+                "_subclasscheck",
+            ):
                 _add_hidden(const)
     elif name == "mlflow.pyfunc":
         # PyFuncModel.predict hands the call to _predict, then to the flavor's
@@ -316,9 +366,14 @@ def _named_forwarders(name: str, module) -> None:
             value = getattr(model, "__dict__", {}).get(attr)
             if type(value) is types.FunctionType:
                 _add_code(value.__code__)
-        for attr in ("predict", "predict_stream"):  # their nested helpers (_gen_with_context, 2.x _predict)
+        for attr in (
+            "predict",
+            "predict_stream",
+        ):  # their nested helpers (_gen_with_context, 2.x _predict)
             fn = getattr(model, "__dict__", {}).get(attr)
-            for _ in range(8):  # through wrappers put on it (autoprofile's own) to MLflow's function
+            for _ in range(
+                8
+            ):  # through wrappers put on it (autoprofile's own) to MLflow's function
                 if type(fn) is not types.FunctionType:
                     break
                 _add_nested(fn.__code__, ("_predict", "_gen_with_context"))
@@ -326,11 +381,17 @@ def _named_forwarders(name: str, module) -> None:
     elif name == "mlflow.pyfunc.context":
         setter = namespace.get("set_prediction_context")
         _add_code(getattr(getattr(setter, "__wrapped__", setter), "__code__", None))
-    elif name.startswith("mlflow.") and (name.count(".") <= 2 or name.startswith("mlflow.pyfunc.loaders.")):
+    elif name.startswith("mlflow.") and (
+        name.count(".") <= 2 or name.startswith("mlflow.pyfunc.loaders.")
+    ):
         # A flavor's pyfunc wrapper (_PythonModelPyfuncWrapper, _SklearnModelWrapper,
         # a ResponsesAgent's or ChatModel's loader): its predict forwards to the model.
         for cls_name, cls in list(namespace_items(module)):
-            if isinstance(cls, type) and cls_name.endswith("Wrapper") and cls.__dict__.get("__module__") == name:
+            if (
+                isinstance(cls, type)
+                and cls_name.endswith("Wrapper")
+                and cls.__dict__.get("__module__") == name
+            ):
                 for attr in ("predict", "predict_stream", "predict_proba"):
                     value = cls.__dict__.get(attr)
                     if type(value) is types.FunctionType:

@@ -22,9 +22,26 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 from . import _core
 from ._errors import AnalysisError
 
-__all__ = ["AnalysisError", "Bubbles", "Diff", "DiffError", "DiffPath", "FunctionRow", "FunctionTop", "Sampled",
-           "SampledFunctionRow", "SampledFunctions", "SampledRow", "Top", "TopRow", "bubbles", "diff", "profiles", "top",
-           "top_functions"]
+__all__ = [
+    "AnalysisError",
+    "Bubbles",
+    "Diff",
+    "DiffError",
+    "DiffPath",
+    "FunctionRow",
+    "FunctionTop",
+    "Sampled",
+    "SampledFunctionRow",
+    "SampledFunctions",
+    "SampledRow",
+    "Top",
+    "TopRow",
+    "bubbles",
+    "diff",
+    "profiles",
+    "top",
+    "top_functions",
+]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -42,8 +59,12 @@ def _is_store(target: str) -> bool:
 def _run_id(target: str) -> Optional[str]:
     """The run id of `runs:/<id>` or of a bare 32-hex MLflow run id."""
     if target.startswith("runs:/"):
-        return target[len("runs:/"):].strip("/").split("/")[0]
-    if len(target) == 32 and all(c in "0123456789abcdef" for c in target) and not os.path.exists(target):
+        return target[len("runs:/") :].strip("/").split("/")[0]
+    if (
+        len(target) == 32
+        and all(c in "0123456789abcdef" for c in target)
+        and not os.path.exists(target)
+    ):
         return target
     return None
 
@@ -79,7 +100,9 @@ def _expand(target: str) -> List[str]:
     return [target]
 
 
-def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[str, str]] = None) -> Iterator:
+def profiles(
+    inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[str, str]] = None
+) -> Iterator:
     """The profiles (ProfileSessions) of `inputs`: profile documents,
     directories of them, MLflow runs (a run id or ``runs:/<id>``: every
     ``profile.json`` among its artifacts), and stores (a SQLite file,
@@ -97,7 +120,9 @@ def profiles(inputs: Sequence[Union[str, os.PathLike]], where: Optional[Mapping[
         if run_id is not None:
             yield from _run_profiles(run_id)
         elif _is_store(target):
-            with open_store(target, create=False) as store:  # reading: a store that is not there is an error
+            with open_store(
+                target, create=False
+            ) as store:  # reading: a store that is not there is an error
                 for source_id in store.source_ids(where):
                     yield store.load(source_id)
         else:
@@ -173,12 +198,17 @@ class Top:
 
     def to_json(self) -> str:
         """The result as JSON (`mlprof top --format json`)."""
-        return json.dumps({
-            "sessions": self.sessions, "profiles": self.profiles, "self_total_ms": self.self_total_ms,
-            "where": self.where,
-            "paths": [dataclasses.asdict(r) for r in self.rows],
-            "sampled": dataclasses.asdict(self.sampled) if self.sampled else None,
-        }, indent=2)
+        return json.dumps(
+            {
+                "sessions": self.sessions,
+                "profiles": self.profiles,
+                "self_total_ms": self.self_total_ms,
+                "where": self.where,
+                "paths": [dataclasses.asdict(r) for r in self.rows],
+                "sampled": dataclasses.asdict(self.sampled) if self.sampled else None,
+            },
+            indent=2,
+        )
 
     def to_text(self, limit: Optional[int] = 20) -> str:
         """A table, most self (running) time first: share, calls, wall and
@@ -197,19 +227,40 @@ class Top:
             return lines[0] + "\n"
         kernel = any(r.kernel for r in rows)
         off_cpu = any(r.off_cpu for r in rows)
-        header = ["share", "calls", "wall p50", "p95", "p99", "self p50", "p95", "p99", "waiting p95"]
+        header = [
+            "share",
+            "calls",
+            "wall p50",
+            "p95",
+            "p99",
+            "self p50",
+            "p95",
+            "p99",
+            "waiting p95",
+        ]
         header += ["off-CPU p95"] if off_cpu else []
         header += ["on-CPU", "blocked", "runq", "GIL"] if kernel else []
         header.append("path")
         table = [header]
         for r in rows:
-            cells = [f"{100 * r.share:.1f}%", f"{r.count:,}", _ms(r.wall["p50"]), _ms(r.wall["p95"]),
-                     _ms(r.wall["p99"]), _ms(r.self_time["p50"]), _ms(r.self_time["p95"]),
-                     _ms(r.self_time["p99"]), _ms(r.waiting["p95"]) if r.waiting else "-"]
+            cells = [
+                f"{100 * r.share:.1f}%",
+                f"{r.count:,}",
+                _ms(r.wall["p50"]),
+                _ms(r.wall["p95"]),
+                _ms(r.wall["p99"]),
+                _ms(r.self_time["p50"]),
+                _ms(r.self_time["p95"]),
+                _ms(r.self_time["p99"]),
+                _ms(r.waiting["p95"]) if r.waiting else "-",
+            ]
             if off_cpu:
                 cells.append(_ms(r.off_cpu["p95"]) if r.off_cpu else "-")
             if kernel:
-                cells += [_ms(r.kernel[k]) if r.kernel else "-" for k in ("on_cpu", "blocked", "runq", "gil")]
+                cells += [
+                    _ms(r.kernel[k]) if r.kernel else "-"
+                    for k in ("on_cpu", "blocked", "runq", "gil")
+                ]
             table.append(cells + ["/".join(r.path)])
         widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
         for row in table:
@@ -219,20 +270,29 @@ class Top:
             lines.append(f"({len(self.rows) - limit} more paths: --limit)")
         lines.append(_SELF_WAITING_LEGEND)
         if off_cpu:
-            lines.append("off-CPU: the call's time off the CPU while it was open, any thread (the agent's kernel "
-                         "data)")
+            lines.append(
+                "off-CPU: the call's time off the CPU while it was open, any thread (the agent's kernel "
+                "data)"
+            )
         if kernel:
-            lines.append("on-CPU, blocked, runq, GIL: mean per call of the call's own thread (the agent's kernel "
-                         "data): on the CPU, asleep, waiting for a CPU, and of asleep, waiting for the GIL")
+            lines.append(
+                "on-CPU, blocked, runq, GIL: mean per call of the call's own thread (the agent's kernel "
+                "data): on the CPU, asleep, waiting for a CPU, and of asleep, waiting for the GIL"
+            )
         return "\n".join(lines) + "\n"
 
     def _headline(self) -> str:
         where = "".join(f", {k}={v}" for k, v in self.where.items())
-        held = (f" in {self.profiles} profile{'s' if self.profiles != 1 else ''}"
-                if self.profiles is not None and self.profiles != self.sessions else "")
-        return (f"top: {self.sessions} session{'s' if self.sessions != 1 else ''}{held}, {len(self.rows)} call "
-                f"path{'s' if len(self.rows) != 1 else ''}, {_ms(self.self_total_ms)} of self (running) "
-                f"time{where}")
+        held = (
+            f" in {self.profiles} profile{'s' if self.profiles != 1 else ''}"
+            if self.profiles is not None and self.profiles != self.sessions
+            else ""
+        )
+        return (
+            f"top: {self.sessions} session{'s' if self.sessions != 1 else ''}{held}, {len(self.rows)} call "
+            f"path{'s' if len(self.rows) != 1 else ''}, {_ms(self.self_total_ms)} of self (running) "
+            f"time{where}"
+        )
 
     def to_html(self, inputs: Optional[Sequence[str]] = None) -> str:
         """A self-contained HTML page of every path (`mlprof top --html`):
@@ -242,25 +302,39 @@ class Top:
 
             analysis.top(["profiles.db"]).write_html("top.html", inputs=["profiles.db"])
         """
-        columns = [("share", "its self (running) time over all the self time"), ("calls", "complete calls"),
-                   ("wall p50", "wall time, median"), ("wall p95", ""), ("wall p99", ""),
-                   ("self p50", "running time (wall less waiting) less the children's in the same thread"),
-                   ("self p95", ""), ("self p99", ""),
-                   ("waiting p95", "suspended at an await or yield, or off the CPU (asleep, in the run queue), "
-                                   "at any depth")]
+        columns = [
+            ("share", "its self (running) time over all the self time"),
+            ("calls", "complete calls"),
+            ("wall p50", "wall time, median"),
+            ("wall p95", ""),
+            ("wall p99", ""),
+            ("self p50", "running time (wall less waiting) less the children's in the same thread"),
+            ("self p95", ""),
+            ("self p99", ""),
+            (
+                "waiting p95",
+                "suspended at an await or yield, or off the CPU (asleep, in the run queue), "
+                "at any depth",
+            ),
+        ]
         off_cpu = any(r.off_cpu for r in self.rows)
         if off_cpu:
             columns.append(("off-CPU p95", "time off the CPU (the agent's kernel data; - without)"))
         kernel = any(r.kernel for r in self.rows)
         if kernel:
-            columns += [("on-CPU", "the call's own thread on the CPU, mean per call"),
-                        ("blocked", "asleep (I/O, locks, sleep, the GIL), mean per call"),
-                        ("runq", "runnable, waiting for a CPU, mean per call"),
-                        ("GIL", "of blocked, waiting for the GIL, mean per call")]
+            columns += [
+                ("on-CPU", "the call's own thread on the CPU, mean per call"),
+                ("blocked", "asleep (I/O, locks, sleep, the GIL), mean per call"),
+                ("runq", "runnable, waiting for a CPU, mean per call"),
+                ("GIL", "of blocked, waiting for the GIL, mean per call"),
+            ]
         rows = []
         for r in self.rows:
             off = r.off_cpu["p95"] if r.off_cpu else None
-            cells: List[Tuple[str, Any]] = [(f"{100 * r.share:.1f}%", r.share), (f"{r.count:,}", r.count)]
+            cells: List[Tuple[str, Any]] = [
+                (f"{100 * r.share:.1f}%", r.share),
+                (f"{r.count:,}", r.count),
+            ]
             cells += [(_ms(r.wall[q]), r.wall[q]) for q in ("p50", "p95", "p99")]
             cells += [(_ms(r.self_time[q]), r.self_time[q]) for q in ("p50", "p95", "p99")]
             waited = r.waiting["p95"] if r.waiting else None
@@ -268,16 +342,25 @@ class Top:
             if off_cpu:
                 cells.append((_ms(off), off))
             if kernel:
-                cells += [(_ms(r.kernel[k]) if r.kernel else "-", r.kernel[k] if r.kernel else None)
-                          for k in ("on_cpu", "blocked", "runq", "gil")]
+                cells += [
+                    (_ms(r.kernel[k]) if r.kernel else "-", r.kernel[k] if r.kernel else None)
+                    for k in ("on_cpu", "blocked", "runq", "gil")
+                ]
             rows.append({"cells": cells, "path": list(r.path), "mark": None, "note": ""})
         facts = [("inputs", ", ".join(os.fspath(i) for i in inputs))] if inputs else []
-        facts += [("sessions", f"{self.sessions:,}"), ("call paths", f"{len(self.rows):,}"),
-                  ("self time", _ms(self.self_total_ms))]
-        facts += [("where", ", ".join(f"{k}={v}" for k, v in self.where.items()))] if self.where else []
+        facts += [
+            ("sessions", f"{self.sessions:,}"),
+            ("call paths", f"{len(self.rows):,}"),
+            ("self time", _ms(self.self_total_ms)),
+        ]
+        facts += (
+            [("where", ", ".join(f"{k}={v}" for k, v in self.where.items()))] if self.where else []
+        )
         return _html_page("top", self._headline(), facts, [], columns, rows, self.to_json())
 
-    def write_html(self, path: Union[str, os.PathLike], inputs: Optional[Sequence[str]] = None) -> str:
+    def write_html(
+        self, path: Union[str, os.PathLike], inputs: Optional[Sequence[str]] = None
+    ) -> str:
         """Writes to_html(inputs) to `path` (atomically); returns the path."""
         return _write_page(path, self.to_html(inputs))
 
@@ -285,9 +368,15 @@ class Top:
 def _html_page(kind: str, title: str, facts, notes, columns, rows, result_json: str) -> str:
     """The page of an analysis result: the payload analysis.js reads
     (userspace/core/render/report/analysis.js), in the core's template."""
-    payload = {"kind": kind, "title": title, "facts": [list(f) for f in facts], "notes": list(notes),
-               "columns": [{"name": n, "help": h} for n, h in columns], "rows": rows,
-               "result": json.loads(result_json)}
+    payload = {
+        "kind": kind,
+        "title": title,
+        "facts": [list(f) for f in facts],
+        "notes": list(notes),
+        "columns": [{"name": n, "help": h} for n, h in columns],
+        "rows": rows,
+        "result": json.loads(result_json),
+    }
     return _core.analysis_html(json.dumps(payload))
 
 
@@ -300,8 +389,16 @@ def _write_page(path: Union[str, os.PathLike], text: str) -> str:
     return path
 
 
-_TIME_UNITS = {"nanoseconds": 1, "ns": 1, "microseconds": 1_000, "us": 1_000, "milliseconds": 1_000_000,
-               "ms": 1_000_000, "seconds": 1_000_000_000, "s": 1_000_000_000}
+_TIME_UNITS = {
+    "nanoseconds": 1,
+    "ns": 1,
+    "microseconds": 1_000,
+    "us": 1_000,
+    "milliseconds": 1_000_000,
+    "ms": 1_000_000,
+    "seconds": 1_000_000_000,
+    "s": 1_000_000_000,
+}
 
 
 def _value(value: int, unit: str) -> str:
@@ -313,19 +410,31 @@ def _value(value: int, unit: str) -> str:
 
 def _sampled_text(sampled: Sampled, limit: Optional[int]) -> str:
     """The sampled stacks' table: share, self, total (of the ranking type), path."""
-    kind, unit = sampled.value_types[sampled.rank_by] if sampled.value_types else ("samples", "count")
+    kind, unit = (
+        sampled.value_types[sampled.rank_by] if sampled.value_types else ("samples", "count")
+    )
     types = ", ".join(f"{t} ({u})" for t, u in sampled.value_types) or "none"
-    lines = [f"sampled stacks: {sampled.sources} source{'s' if sampled.sources != 1 else ''}, "
-             f"{sampled.samples:,} samples, {len(sampled.rows)} call path{'s' if len(sampled.rows) != 1 else ''}; "
-             f"values {types}; ranked by {kind} as the leaf (self)"]
+    lines = [
+        f"sampled stacks: {sampled.sources} source{'s' if sampled.sources != 1 else ''}, "
+        f"{sampled.samples:,} samples, {len(sampled.rows)} call path{'s' if len(sampled.rows) != 1 else ''}; "
+        f"values {types}; ranked by {kind} as the leaf (self)"
+    ]
     rows = sampled.rows if limit is None else sampled.rows[:limit]
     table = [["share", f"self {kind}", f"total {kind}", "path"]]
     for r in rows:
-        table.append([f"{100 * r.share:.1f}%", _value(r.self_values[sampled.rank_by], unit),
-                      _value(r.total_values[sampled.rank_by], unit), "/".join(r.path)])
+        table.append(
+            [
+                f"{100 * r.share:.1f}%",
+                _value(r.self_values[sampled.rank_by], unit),
+                _value(r.total_values[sampled.rank_by], unit),
+                "/".join(r.path),
+            ]
+        )
     if rows:
         widths = [max(len(row[i]) for row in table) for i in range(3)]
-        lines += ["  ".join([c.rjust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]) for row in table]
+        lines += [
+            "  ".join([c.rjust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]) for row in table
+        ]
     if limit is not None and len(sampled.rows) > limit:
         lines.append(f"({len(sampled.rows) - limit} more paths: --limit)")
     return "\n".join(lines) + "\n"
@@ -339,17 +448,31 @@ def _sampled(totals) -> Optional[Sampled]:
     types = [list(t) for t in summary["value_types"]]
     rank_by = next((i for i, (_, unit) in enumerate(types) if unit in _TIME_UNITS), 0)
     total = sum(r["self"][rank_by] for r in summary["rows"]) if types else 0
-    rows = [SampledRow(path=r["path"], self_values=r["self"], total_values=r["total"],
-                       share=(r["self"][rank_by] / total) if total > 0 else 0.0) for r in summary["rows"]]
+    rows = [
+        SampledRow(
+            path=r["path"],
+            self_values=r["self"],
+            total_values=r["total"],
+            share=(r["self"][rank_by] / total) if total > 0 else 0.0,
+        )
+        for r in summary["rows"]
+    ]
     if types:
         rows.sort(key=lambda r: (-r.self_values[rank_by], -r.total_values[rank_by], r.path))
-    return Sampled(sources=summary["sources"], samples=summary["samples"], value_types=types, rank_by=rank_by,
-                   rows=rows)
+    return Sampled(
+        sources=summary["sources"],
+        samples=summary["samples"],
+        value_types=types,
+        rank_by=rank_by,
+        rows=rows,
+    )
 
 
-_SELF_WAITING_LEGEND = ("self: the call's running time (its wall less its waiting) less its same-thread children's, "
-                        "the share is of all the self time; waiting: of the wall, suspended at an await or yield, "
-                        "or off the CPU (asleep in sleep, a lock, select or I/O, or in the run queue) at any depth")
+_SELF_WAITING_LEGEND = (
+    "self: the call's running time (its wall less its waiting) less its same-thread children's, "
+    "the share is of all the self time; waiting: of the wall, suspended at an await or yield, "
+    "or off the CPU (asleep in sleep, a lock, select or I/O, or in the run queue) at any depth"
+)
 
 
 def _ms(value: Optional[float]) -> str:
@@ -359,8 +482,12 @@ def _ms(value: Optional[float]) -> str:
 
 
 def _figures(entry: Mapping[str, Any], prefix: str) -> Dict[str, float]:
-    return {"p50": entry[prefix + "p50_ms"], "p95": entry[prefix + "p95_ms"], "p99": entry[prefix + "p99_ms"],
-            "total": entry[prefix + "total_ms"]}
+    return {
+        "p50": entry[prefix + "p50_ms"],
+        "p95": entry[prefix + "p95_ms"],
+        "p99": entry[prefix + "p99_ms"],
+        "total": entry[prefix + "total_ms"],
+    }
 
 
 def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, stacks=None) -> int:
@@ -386,8 +513,12 @@ def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, s
                     raise StoreError(added[1], kind=added[0], target=store.target)
                 count += added
                 if stacks is not None:
-                    sampled = {r[0] for r in store._driver.query(
-                        "SELECT source_id FROM sources WHERE sample_kind = 'stacks'", ())}
+                    sampled = {
+                        r[0]
+                        for r in store._driver.query(
+                            "SELECT source_id FROM sources WHERE sample_kind = 'stacks'", ()
+                        )
+                    }
                     for source_id in ids:
                         if source_id in sampled:
                             stacks.add(store.load_stacks(source_id), depth)
@@ -400,7 +531,9 @@ def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, s
                 if isinstance(imported, tuple):
                     from ._files import ProfileLoadError
 
-                    raise ProfileLoadError(f"cannot import {target!r}: {imported[1]}", kind=imported[0], path=target)
+                    raise ProfileLoadError(
+                        f"cannot import {target!r}: {imported[1]}", kind=imported[0], path=target
+                    )
                 if isinstance(imported, _core.StackSamples):
                     stacks.add(imported, depth)
                 else:
@@ -413,8 +546,13 @@ def _add_inputs(stats, inputs, where: Optional[Mapping[str, str]], depth: int, s
     return count
 
 
-def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, where: Optional[Mapping[str, str]] = None,
-        depth: Optional[int] = None, by: str = "path") -> Union[Top, "FunctionTop"]:
+def top(
+    inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]],
+    *,
+    where: Optional[Mapping[str, str]] = None,
+    depth: Optional[int] = None,
+    by: str = "path",
+) -> Union[Top, FunctionTop]:
     """The bottlenecks by call path over `inputs` (files and stores, see
     profiles(); or ProfileSessions): per path the calls, the p50/p95/p99 of
     wall, self (running), waiting and off-CPU time, and its share of all the
@@ -431,18 +569,35 @@ def top(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *, wher
     cut = -1 if depth is None else depth
     count = _add_inputs(stats, inputs, where, cut, stacks)
     summary = stats.summary(cut)
-    total = math.fsum(e["self_total_ms"] for e in summary.values())  # exact: the same whatever the paths' order
+    total = math.fsum(
+        e["self_total_ms"] for e in summary.values()
+    )  # exact: the same whatever the paths' order
     rows = [
-        TopRow(path=list(e["path"]), count=e["count"], sessions=e["sessions"], incomplete=e["incomplete"],
-               share=(e["self_total_ms"] / total) if total > 0 else 0.0, wall=_figures(e, ""),
-               self_time=_figures(e, "self_"), off_cpu=_figures(e, "off_cpu_") if e["off_cpu_count"] else None,
-               kernel=_kernel_means(e), waiting=_figures(e, "waiting_"))
-        for e in summary.values() if e["count"] > 0
+        TopRow(
+            path=list(e["path"]),
+            count=e["count"],
+            sessions=e["sessions"],
+            incomplete=e["incomplete"],
+            share=(e["self_total_ms"] / total) if total > 0 else 0.0,
+            wall=_figures(e, ""),
+            self_time=_figures(e, "self_"),
+            off_cpu=_figures(e, "off_cpu_") if e["off_cpu_count"] else None,
+            kernel=_kernel_means(e),
+            waiting=_figures(e, "waiting_"),
+        )
+        for e in summary.values()
+        if e["count"] > 0
     ]
     rows.sort(key=lambda r: (-r.self_time["total"], r.path))
     sessions = stats.statistics()["session_count"]
-    return Top(rows=rows, sessions=sessions, self_total_ms=total, where=dict(where or {}), sampled=_sampled(stacks),
-               profiles=count)
+    return Top(
+        rows=rows,
+        sessions=sessions,
+        self_total_ms=total,
+        where=dict(where or {}),
+        sampled=_sampled(stacks),
+        profiles=count,
+    )
 
 
 def _kernel_means(entry: Mapping[str, Any]) -> Optional[Dict[str, float]]:
@@ -451,7 +606,10 @@ def _kernel_means(entry: Mapping[str, Any]) -> Optional[Dict[str, float]]:
     n = entry["kernel_calls"]
     if not n:
         return None
-    return {"calls": n, **{k: entry[f"{k}_total_ms"] / n for k in ("on_cpu", "blocked", "runq", "gil")}}
+    return {
+        "calls": n,
+        **{k: entry[f"{k}_total_ms"] / n for k in ("on_cpu", "blocked", "runq", "gil")},
+    }
 
 
 # --- top by function -----------------------------------------------------------
@@ -527,20 +685,29 @@ class FunctionTop:
 
     def to_json(self) -> str:
         """The result as JSON (`mlprof top --by function --format json`)."""
-        return json.dumps({
-            "by": "function", "sessions": self.sessions, "profiles": self.profiles, "total_ns": self.total_ns,
-            "where": self.where, "depth": self.depth,
-            "functions": [dataclasses.asdict(r) for r in self.rows],
-            "sampled": dataclasses.asdict(self.sampled) if self.sampled else None,
-        }, indent=2)
+        return json.dumps(
+            {
+                "by": "function",
+                "sessions": self.sessions,
+                "profiles": self.profiles,
+                "total_ns": self.total_ns,
+                "where": self.where,
+                "depth": self.depth,
+                "functions": [dataclasses.asdict(r) for r in self.rows],
+                "sampled": dataclasses.asdict(self.sampled) if self.sampled else None,
+            },
+            indent=2,
+        )
 
     def headline(self) -> str:
         """The first line of to_text: what was read and the total."""
         where = "".join(f", {k}={v}" for k, v in self.where.items())
         depth = f", depth {self.depth}" if self.depth is not None else ""
-        held = (f" in {_plural(self.profiles, 'profile')}" if self.profiles != self.sessions else "")
-        return (f"top by function: {_plural(self.sessions, 'session')}{held}, {_plural(len(self.rows), 'function')}, "
-                f"{_ns(self.total_ns)} of self time{where}{depth}")
+        held = f" in {_plural(self.profiles, 'profile')}" if self.profiles != self.sessions else ""
+        return (
+            f"top by function: {_plural(self.sessions, 'session')}{held}, {_plural(len(self.rows), 'function')}, "
+            f"{_ns(self.total_ns)} of self time{where}{depth}"
+        )
 
     def to_text(self, limit: Optional[int] = 20) -> str:
         """pprof's -top table: flat, flat%, sum% (the flat shares so far),
@@ -552,12 +719,24 @@ class FunctionTop:
             running = 0.0
             for r in self.rows:
                 running += r.flat_share
-                table.append([_ns(r.flat_ns), _pct(r.flat_share), _pct(running), _ns(r.cum_ns), _pct(r.cum_share),
-                              f"{r.calls:,}", _ns(r.waiting["cum_ns"]) if r.waiting else "-", r.display])
+                table.append(
+                    [
+                        _ns(r.flat_ns),
+                        _pct(r.flat_share),
+                        _pct(running),
+                        _ns(r.cum_ns),
+                        _pct(r.cum_share),
+                        f"{r.calls:,}",
+                        _ns(r.waiting["cum_ns"]) if r.waiting else "-",
+                        r.display,
+                    ]
+                )
             text = _table_text(self.headline(), table, limit, "functions")
             if self.rows:
-                text += ("flat, cum: running time (a call's wall less its waiting); waiting: of the paths through "
-                         "it, suspended at an await or yield, or off the CPU (asleep, in the run queue)\n")
+                text += (
+                    "flat, cum: running time (a call's wall less its waiting); waiting: of the paths through "
+                    "it, suspended at an await or yield, or off the CPU (asleep, in the run queue)\n"
+                )
         if self.sampled:
             text += _sampled_functions_text(self.sampled, limit)
         return text
@@ -568,41 +747,74 @@ class FunctionTop:
         look. It shows the span sources' functions, or the sampled stacks'
         when there are no span sources."""
         sampled = self.sampled if (self.sampled and not self.sessions) else None
-        columns = [("flat", "its calls' self time" if not sampled else "its samples as the leaf"),
-                   ("flat%", "flat over all the self time"), ("sum%", "the flat shares down to this row"),
-                   ("cum", "the time of the paths through it, recursion counted once"), ("cum%", "")]
+        columns = [
+            ("flat", "its calls' self time" if not sampled else "its samples as the leaf"),
+            ("flat%", "flat over all the self time"),
+            ("sum%", "the flat shares down to this row"),
+            ("cum", "the time of the paths through it, recursion counted once"),
+            ("cum%", ""),
+        ]
         rows = []
         running = 0.0
         if sampled:
-            kind, unit = sampled.value_types[sampled.rank_by] if sampled.value_types else ("samples", "count")
+            kind, unit = (
+                sampled.value_types[sampled.rank_by]
+                if sampled.value_types
+                else ("samples", "count")
+            )
             for r in sampled.rows:
                 running += r.flat_share
                 flat, cum = r.flat[sampled.rank_by], r.cum[sampled.rank_by]
                 cells: List[Tuple[str, Any]] = [
-                    (_value(flat, unit), flat), (_pct(r.flat_share), r.flat_share), (_pct(running), running),
-                    (_value(cum, unit), cum), (_pct(r.cum_share), r.cum_share)]
+                    (_value(flat, unit), flat),
+                    (_pct(r.flat_share), r.flat_share),
+                    (_pct(running), running),
+                    (_value(cum, unit), cum),
+                    (_pct(r.cum_share), r.cum_share),
+                ]
                 rows.append({"cells": cells, "path": [r.display], "mark": None, "note": ""})
-            facts = [("sampled stacks", f"{_plural(sampled.sources, 'source')}, {sampled.samples:,} samples"),
-                     ("ranked by", f"{kind} ({unit})"), ("functions", f"{len(sampled.rows):,}")]
+            facts = [
+                (
+                    "sampled stacks",
+                    f"{_plural(sampled.sources, 'source')}, {sampled.samples:,} samples",
+                ),
+                ("ranked by", f"{kind} ({unit})"),
+                ("functions", f"{len(sampled.rows):,}"),
+            ]
             title = _sampled_functions_text(sampled, 0).splitlines()[0]
         else:
             columns.append(("calls", "its calls, recursive ones too"))
-            columns.append(("waiting", "the waits of the paths through it: suspended, or off the CPU"))
+            columns.append(
+                ("waiting", "the waits of the paths through it: suspended, or off the CPU")
+            )
             for fr in self.rows:
                 running += fr.flat_share
                 waited = fr.waiting["cum_ns"] if fr.waiting else None
-                cells = [(_ns(fr.flat_ns), fr.flat_ns), (_pct(fr.flat_share), fr.flat_share), (_pct(running), running),
-                         (_ns(fr.cum_ns), fr.cum_ns), (_pct(fr.cum_share), fr.cum_share), (f"{fr.calls:,}", fr.calls),
-                         (_ns(waited), waited)]
+                cells = [
+                    (_ns(fr.flat_ns), fr.flat_ns),
+                    (_pct(fr.flat_share), fr.flat_share),
+                    (_pct(running), running),
+                    (_ns(fr.cum_ns), fr.cum_ns),
+                    (_pct(fr.cum_share), fr.cum_share),
+                    (f"{fr.calls:,}", fr.calls),
+                    (_ns(waited), waited),
+                ]
                 rows.append({"cells": cells, "path": [fr.display], "mark": None, "note": ""})
-            facts = [("sessions", f"{self.sessions:,}"), ("functions", f"{len(self.rows):,}"),
-                     ("self time", _ns(self.total_ns))]
+            facts = [
+                ("sessions", f"{self.sessions:,}"),
+                ("functions", f"{len(self.rows):,}"),
+                ("self time", _ns(self.total_ns)),
+            ]
             title = self.headline()
         facts = ([("inputs", ", ".join(os.fspath(i) for i in inputs))] if inputs else []) + facts
-        facts += [("where", ", ".join(f"{k}={v}" for k, v in self.where.items()))] if self.where else []
+        facts += (
+            [("where", ", ".join(f"{k}={v}" for k, v in self.where.items()))] if self.where else []
+        )
         return _html_page("top", title, facts, [], columns, rows, self.to_json())
 
-    def write_html(self, path: Union[str, os.PathLike], inputs: Optional[Sequence[str]] = None) -> str:
+    def write_html(
+        self, path: Union[str, os.PathLike], inputs: Optional[Sequence[str]] = None
+    ) -> str:
         """Writes to_html(inputs) to `path` (atomically); returns the path."""
         return _write_page(path, self.to_html(inputs))
 
@@ -614,11 +826,13 @@ def _pct(share: float) -> str:
 def _table_text(headline: str, table: List[List[str]], limit: Optional[int], what: str) -> str:
     """A headline and a table whose last column is left-aligned text, cut at
     `limit` rows with a note of how many more."""
-    shown = table if limit is None else table[:limit + 1]
+    shown = table if limit is None else table[: limit + 1]
     lines = [headline]
     if len(table) > 1:
         widths = [max(len(row[i]) for row in shown) for i in range(len(table[0]) - 1)]
-        lines += ["  ".join([c.rjust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]) for row in shown]
+        lines += [
+            "  ".join([c.rjust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]) for row in shown
+        ]
     if limit is not None and len(table) - 1 > limit:
         lines.append(f"({len(table) - 1 - limit} more {what}: --limit)")
     return "\n".join(lines) + "\n"
@@ -626,16 +840,28 @@ def _table_text(headline: str, table: List[List[str]], limit: Optional[int], wha
 
 def _sampled_functions_text(sampled: SampledFunctions, limit: Optional[int]) -> str:
     """The sampled stacks' table by function, in the ranking type's values."""
-    kind, unit = sampled.value_types[sampled.rank_by] if sampled.value_types else ("samples", "count")
+    kind, unit = (
+        sampled.value_types[sampled.rank_by] if sampled.value_types else ("samples", "count")
+    )
     types = ", ".join(f"{t} ({u})" for t, u in sampled.value_types) or "none"
-    headline = (f"sampled stacks by function: {_plural(sampled.sources, 'source')}, {sampled.samples:,} samples, "
-                f"{_plural(len(sampled.rows), 'function')}; values {types}; ranked by {kind}")
+    headline = (
+        f"sampled stacks by function: {_plural(sampled.sources, 'source')}, {sampled.samples:,} samples, "
+        f"{_plural(len(sampled.rows), 'function')}; values {types}; ranked by {kind}"
+    )
     table = [["flat", "flat%", "sum%", "cum", "cum%", "function"]]
     running = 0.0
     for r in sampled.rows:
         running += r.flat_share
-        table.append([_value(r.flat[sampled.rank_by], unit), _pct(r.flat_share), _pct(running),
-                      _value(r.cum[sampled.rank_by], unit), _pct(r.cum_share), r.display])
+        table.append(
+            [
+                _value(r.flat[sampled.rank_by], unit),
+                _pct(r.flat_share),
+                _pct(running),
+                _value(r.cum[sampled.rank_by], unit),
+                _pct(r.cum_share),
+                r.display,
+            ]
+        )
     return _table_text(headline, table, limit, "functions")
 
 
@@ -671,14 +897,28 @@ def _sampled_functions(sampled: Mapping[str, Any]) -> Optional[SampledFunctions]
     functions = sampled["functions"]
     total = sum(f["flat"][rank_by] for f in functions) if types else 0
     share = (lambda v: v / total) if total > 0 else (lambda v: 0.0)  # noqa: E731
-    rows = [SampledFunctionRow(name=f["name"], file=f["file"], line=f["line"], display=d, flat=f["flat"],
-                               cum=f["cum"], flat_share=share(f["flat"][rank_by]) if types else 0.0,
-                               cum_share=share(f["cum"][rank_by]) if types else 0.0)
-            for f, d in zip(functions, _short_files(functions))]
+    rows = [
+        SampledFunctionRow(
+            name=f["name"],
+            file=f["file"],
+            line=f["line"],
+            display=d,
+            flat=f["flat"],
+            cum=f["cum"],
+            flat_share=share(f["flat"][rank_by]) if types else 0.0,
+            cum_share=share(f["cum"][rank_by]) if types else 0.0,
+        )
+        for f, d in zip(functions, _short_files(functions))
+    ]
     if types:
         rows.sort(key=lambda r: (-r.flat[rank_by], -r.cum[rank_by], r.name, r.file, r.line))
-    return SampledFunctions(sources=sampled["sources"], samples=sampled["samples"], value_types=types,
-                            rank_by=rank_by, rows=rows)
+    return SampledFunctions(
+        sources=sampled["sources"],
+        samples=sampled["samples"],
+        value_types=types,
+        rank_by=rank_by,
+        rows=rows,
+    )
 
 
 class _StacksAt:
@@ -691,8 +931,12 @@ class _StacksAt:
         self._stats.add(samples, self._depth if depth is None else depth)
 
 
-def top_functions(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]], *,
-                  where: Optional[Mapping[str, str]] = None, depth: Optional[int] = None) -> FunctionTop:
+def top_functions(
+    inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]],
+    *,
+    where: Optional[Mapping[str, str]] = None,
+    depth: Optional[int] = None,
+) -> FunctionTop:
     """Time per function over `inputs` (files and stores, see profiles(); or
     ProfileSessions), as pprof's -top: per function its calls, flat time
     (its calls' self time) and cum time (the time of the call paths through
@@ -709,14 +953,31 @@ def top_functions(inputs: Union[Sequence[Union[str, os.PathLike]], Iterable[Any]
     functions = summary["functions"]
     total = sum(f["flat_ns"] for f in functions)
     share = (lambda v: v / total) if total > 0 else (lambda v: 0.0)  # noqa: E731
-    rows = [FunctionRow(name=f["name"], file=f["file"], line=f["line"], display=d, calls=f["calls"],
-                        flat_ns=f["flat_ns"], cum_ns=f["cum_ns"], flat_share=share(f["flat_ns"]),
-                        cum_share=share(f["cum_ns"]),
-                        waiting={"flat_ns": f["flat_waiting_ns"], "cum_ns": f["cum_waiting_ns"]})
-            for f, d in zip(functions, _short_files(functions))]
+    rows = [
+        FunctionRow(
+            name=f["name"],
+            file=f["file"],
+            line=f["line"],
+            display=d,
+            calls=f["calls"],
+            flat_ns=f["flat_ns"],
+            cum_ns=f["cum_ns"],
+            flat_share=share(f["flat_ns"]),
+            cum_share=share(f["cum_ns"]),
+            waiting={"flat_ns": f["flat_waiting_ns"], "cum_ns": f["cum_waiting_ns"]},
+        )
+        for f, d in zip(functions, _short_files(functions))
+    ]
     rows.sort(key=lambda r: (-r.flat_ns, -r.cum_ns, r.name, r.file, r.line))
-    return FunctionTop(rows=rows, sessions=summary["sessions"], profiles=summary["profiles"], total_ns=total,
-                       where=dict(where or {}), depth=depth, sampled=_sampled_functions(summary["sampled"]))
+    return FunctionTop(
+        rows=rows,
+        sessions=summary["sessions"],
+        profiles=summary["profiles"],
+        total_ns=total,
+        where=dict(where or {}),
+        depth=depth,
+        sampled=_sampled_functions(summary["sampled"]),
+    )
 
 
 def _plural(n: int, word: str) -> str:
@@ -745,8 +1006,14 @@ class Bubbles:
 
     def to_json(self) -> str:
         """The result as JSON (`mlprof bubbles --format json`)."""
-        return json.dumps({"min_ns": self.min_ns, "total_bubble_ns": self.total_bubble_ns,
-                           "sessions": self.sessions}, indent=2)
+        return json.dumps(
+            {
+                "min_ns": self.min_ns,
+                "total_bubble_ns": self.total_bubble_ns,
+                "sessions": self.sessions,
+            },
+            indent=2,
+        )
 
     def to_text(self) -> str:
         """Per session: its window, its bubbles with what each thread or
@@ -756,22 +1023,32 @@ class Bubbles:
             window = s["window_end_ns"] - s["window_start_ns"]
             share = 100.0 * s["bubble_ns"] / window if window > 0 else 0.0
             label = s.get("label") or f"session {i + 1}"
-            lines.append(f"{label}: {_ns(window)}, {len(s['bubbles'])} bubble{'s' if len(s['bubbles']) != 1 else ''} "
-                         f"of at least {_ns(self.min_ns)}, {_ns(s['bubble_ns'])} idle ({share:.1f}%)")
+            lines.append(
+                f"{label}: {_ns(window)}, {len(s['bubbles'])} bubble{'s' if len(s['bubbles']) != 1 else ''} "
+                f"of at least {_ns(self.min_ns)}, {_ns(s['bubble_ns'])} idle ({share:.1f}%)"
+            )
             if not s["wait_data"]:
-                lines.append("  no waiting data: nothing says when its threads waited (no selectors "
-                             "watched, no blocking C call captured, no kernel data), so idle gaps cannot be told. "
-                             "Capture with capture_c_calls=True (blocking calls) or under mlprof-ebpf (off-CPU time)")
+                lines.append(
+                    "  no waiting data: nothing says when its threads waited (no selectors "
+                    "watched, no blocking C call captured, no kernel data), so idle gaps cannot be told. "
+                    "Capture with capture_c_calls=True (blocking calls) or under mlprof-ebpf (off-CPU time)"
+                )
             for b in s["bubbles"]:
                 start = b["start_ns"] - s["window_start_ns"]
-                waits = ", ".join(f"{_lane(w)} in {w['span']}" for w in b["waiting"]) or "nothing open"
+                waits = (
+                    ", ".join(f"{_lane(w)} in {w['span']}" for w in b["waiting"]) or "nothing open"
+                )
                 lines.append(f"  +{_ns(start)}: {_ns(b['end_ns'] - b['start_ns'])} idle; {waits}")
             for f in s["fan_outs"]:
-                lanes = ", ".join(f"{_lane(l)} {100.0 * l['busy_ns'] / f['wall_ns'] if f['wall_ns'] else 0:.0f}%"
-                                  for l in f["lanes"])
-                lines.append(f"  fan-out {f['span']}: {len(f['lanes'])} lanes, utilization "
-                             f"{100 * f['utilization']:.0f}%, at most {f['max_concurrency']} running at once, "
-                             f"mean {f['mean_concurrency']:.2f} ({lanes})")
+                lanes = ", ".join(
+                    f"{_lane(l)} {100.0 * l['busy_ns'] / f['wall_ns'] if f['wall_ns'] else 0:.0f}%"
+                    for l in f["lanes"]
+                )
+                lines.append(
+                    f"  fan-out {f['span']}: {len(f['lanes'])} lanes, utilization "
+                    f"{100 * f['utilization']:.0f}%, at most {f['max_concurrency']} running at once, "
+                    f"mean {f['mean_concurrency']:.2f} ({lanes})"
+                )
         return "\n".join(lines) + "\n"
 
 
@@ -785,7 +1062,9 @@ def bubbles(inputs, *, where: Optional[Mapping[str, str]] = None, min_ms: float 
     `min_ms` in which none of its threads or tasks ran, with what each
     waited in, and the utilization of the threads or tasks it fanned out to."""
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-    sessions = items if items and all(hasattr(i, "_built") for i in items) else profiles(items, where)
+    sessions = (
+        items if items and all(hasattr(i, "_built") for i in items) else profiles(items, where)
+    )
     min_ns = int(round(min_ms * 1e6))
     out = []
     for session in sessions:
@@ -795,8 +1074,10 @@ def bubbles(inputs, *, where: Optional[Mapping[str, str]] = None, min_ms: float 
         out.append(report)
     if not out:
         sel = ", ".join(f"{k}={v}" for k, v in (where or {}).items())
-        raise AnalysisError(f"no session to look at in {', '.join(map(str, items)) or 'no input'}"
-                            + (f" with --where {sel}" if sel else ""))
+        raise AnalysisError(
+            f"no session to look at in {', '.join(map(str, items)) or 'no input'}"
+            + (f" with --where {sel}" if sel else "")
+        )
     return Bubbles(sessions=out, min_ns=min_ns)
 
 

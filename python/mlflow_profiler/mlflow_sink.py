@@ -33,7 +33,16 @@ MAX_METRIC_NAME = 250
 MAX_METRICS_PER_BATCH = 1000
 
 METRIC_STATS = ("wall_ms", "running_ms", "waiting_ms", "self_ms", "calls")
-SUMMARY_STATS = ("count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "self_mean_ms", "self_p95_ms")
+SUMMARY_STATS = (
+    "count",
+    "mean_ms",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+    "self_mean_ms",
+    "self_p95_ms",
+)
 
 # MLflow accepts [/\w.\- :] (Python's unicode \w). ':' is left out because a
 # tracking server on Windows rejects it, '/' because it separates the path.
@@ -71,7 +80,9 @@ def resolve_run_id(mlflow, run_id: Optional[str], what: str) -> str:
     says how to get one."""
     if run_id is not None:
         if not isinstance(run_id, str) or not run_id:
-            raise TypeError(f"{what}: run_id must be a run id (a non-empty str) or None, got {run_id!r}")
+            raise TypeError(
+                f"{what}: run_id must be a run id (a non-empty str) or None, got {run_id!r}"
+            )
         return run_id
     run = mlflow.active_run()
     if run is None:
@@ -98,7 +109,9 @@ def _check_artifact_path(artifact_path: Any, what: str) -> Optional[str]:
     if artifact_path is None:
         return None
     if not isinstance(artifact_path, str):
-        raise TypeError(f"{what}: artifact_path must be a str or None, got {type(artifact_path).__name__}")
+        raise TypeError(
+            f"{what}: artifact_path must be a str or None, got {type(artifact_path).__name__}"
+        )
     cleaned = artifact_path.strip("/")
     if artifact_path.startswith("/") or ".." in cleaned.split("/"):
         raise ValueError(
@@ -115,8 +128,13 @@ def _artifact_uri(client, run_id: str, artifact_path: Optional[str]) -> str:
 # -- artifacts ----------------------------------------------------------------
 
 
-def log_profile(session, artifact_path: str = "profile", *, run_id: Optional[str] = None,
-                log_as_trace: bool = False) -> str:
+def log_profile(
+    session,
+    artifact_path: str = "profile",
+    *,
+    run_id: Optional[str] = None,
+    log_as_trace: bool = False,
+) -> str:
     """Logs a profile to an MLflow run as artifacts and returns their URI.
 
     Under `artifact_path` (default ``profile``) it writes ``profile.json``
@@ -145,12 +163,23 @@ def log_profile(session, artifact_path: str = "profile", *, run_id: Optional[str
     that fails is logged once and never raises.
     """
     check_session(session, "log_profile")
-    return log_processed_profile(_processors.process(session), artifact_path, run_id=run_id,
-                                 log_as_trace=log_as_trace, store=os.environ.get("MLFLOW_PROFILER_STORE"))
+    return log_processed_profile(
+        _processors.process(session),
+        artifact_path,
+        run_id=run_id,
+        log_as_trace=log_as_trace,
+        store=os.environ.get("MLFLOW_PROFILER_STORE"),
+    )
 
 
-def log_processed_profile(exported, artifact_path: Optional[str] = "profile", *, run_id: Optional[str] = None,
-                          log_as_trace: bool = False, store: Optional[str] = None) -> str:
+def log_processed_profile(
+    exported,
+    artifact_path: Optional[str] = "profile",
+    *,
+    run_id: Optional[str] = None,
+    log_as_trace: bool = False,
+    store: Optional[str] = None,
+) -> str:
     """log_profile for a session that ``_processors.process()`` already
     returned (the delivery thread (_delivery.py)): the span processors are not applied
     a second time. `store`: also add it there (labelled with the run)."""
@@ -175,12 +204,19 @@ def log_processed_profile(exported, artifact_path: Optional[str] = "profile", *,
     if log_as_trace:
         from . import _mlflow_trace
 
-        _mlflow_trace.record_trace(exported, mlflow, run_id=rid, tags={"mlflow_profiler.artifact_uri": uri})
+        _mlflow_trace.record_trace(
+            exported, mlflow, run_id=rid, tags={"mlflow_profiler.artifact_uri": uri}
+        )
     return uri
 
 
-def log_profile_trace(session, *, run_id: Optional[str] = None, experiment_id: Optional[str] = None,
-                      max_spans: int = 2000) -> Optional[str]:
+def log_profile_trace(
+    session,
+    *,
+    run_id: Optional[str] = None,
+    experiment_id: Optional[str] = None,
+    max_spans: int = 2000,
+) -> Optional[str]:
     """Records a profile as an MLflow trace and returns its trace id.
 
     One MLflow span per profile span, with the profile's real start and end
@@ -216,7 +252,11 @@ def log_profile_trace(session, *, run_id: Optional[str] = None, experiment_id: O
     elif rid is not None:
         rid = resolve_run_id(mlflow, rid, "log_profile_trace")
     return _mlflow_trace.record_trace(
-        _processors.process(session), mlflow, run_id=rid, experiment_id=experiment_id, max_spans=max_spans
+        _processors.process(session),
+        mlflow,
+        run_id=rid,
+        experiment_id=experiment_id,
+        max_spans=max_spans,
     )
 
 
@@ -245,7 +285,9 @@ def _clean_prefix(prefix: Any, what: str) -> List[str]:
     if not isinstance(prefix, str):
         raise TypeError(f"{what}: prefix must be a str, got {type(prefix).__name__}")
     if len(prefix) > _PREFIX_MAX:
-        raise ValueError(f"{what}: prefix must be at most {_PREFIX_MAX} characters, got {len(prefix)}")
+        raise ValueError(
+            f"{what}: prefix must be at most {_PREFIX_MAX} characters, got {len(prefix)}"
+        )
     return [_clean_segment(p) for p in prefix.split("/") if p]
 
 
@@ -264,7 +306,9 @@ def _shorten(lead: List[str], segments: List[str], path: Path, limit: int) -> st
     return "/".join(head + [marker] + tail)
 
 
-def metric_bases(paths: Sequence[Path], prefix: Any, stats: Sequence[str], what: str = "metrics") -> Dict[Path, str]:
+def metric_bases(
+    paths: Sequence[Path], prefix: Any, stats: Sequence[str], what: str = "metrics"
+) -> Dict[Path, str]:
     """MLflow metric name stems for call paths: ``<prefix>/<name>/.../<name>``,
     to which ``/<stat>`` is appended (every stat in `stats` fits).
 
@@ -375,9 +419,16 @@ def profile_path_figures(session, depth: Optional[int] = None) -> Dict[Path, Dic
         fig[2] += r["duration_ns"] - running
         fig[3] += max(0, running - child_running[i])
         fig[4] += 1
-    return {p: {"wall_ms": w / 1e6, "running_ms": run / 1e6, "waiting_ms": wait / 1e6, "self_ms": s / 1e6,
-                "calls": n}
-            for p, (w, run, wait, s, n) in figures.items()}
+    return {
+        p: {
+            "wall_ms": w / 1e6,
+            "running_ms": run / 1e6,
+            "waiting_ms": wait / 1e6,
+            "self_ms": s / 1e6,
+            "calls": n,
+        }
+        for p, (w, run, wait, s, n) in figures.items()
+    }
 
 
 def _check_top(top: Any, what: str) -> Optional[int]:
@@ -392,7 +443,9 @@ def _check_metric_depth(depth: Any, what: str) -> Optional[int]:
     if depth is None:
         return None
     if isinstance(depth, bool) or not isinstance(depth, numbers.Integral) or depth < -1:
-        raise ValueError(f"{what}: depth must be an int >= 0, -1 or None (everything), got {depth!r}")
+        raise ValueError(
+            f"{what}: depth must be an int >= 0, -1 or None (everything), got {depth!r}"
+        )
     return None if depth == -1 else int(depth)
 
 
@@ -406,9 +459,15 @@ def _keep_top(paths: Sequence[Path], wall: Dict[Path, float], top: Optional[int]
     return roots + others
 
 
-def log_profile_metrics(session, *, run_id: Optional[str] = None, prefix: str = "profile",
-                        depth: Optional[int] = 1, top: Optional[int] = None,
-                        step: Optional[int] = None) -> Dict[str, float]:
+def log_profile_metrics(
+    session,
+    *,
+    run_id: Optional[str] = None,
+    prefix: str = "profile",
+    depth: Optional[int] = 1,
+    top: Optional[int] = None,
+    step: Optional[int] = None,
+) -> Dict[str, float]:
     """Logs span durations of a profile as run metrics and returns them by name.
 
     Per call path (display names from the root to the span, as in
@@ -441,7 +500,9 @@ def log_profile_metrics(session, *, run_id: Optional[str] = None, prefix: str = 
     kept = _keep_top(list(figures), {p: f["wall_ms"] for p, f in figures.items()}, top)
     figures = {p: figures[p] for p in kept}
     bases = metric_bases(list(figures), prefix, METRIC_STATS, "log_profile_metrics")
-    values = {f"{bases[p]}/{stat}": fig[stat] for p, fig in figures.items() for stat in METRIC_STATS}
+    values = {
+        f"{bases[p]}/{stat}": fig[stat] for p, fig in figures.items() for stat in METRIC_STATS
+    }
     _log_metrics(mlflow, rid, values, step)
     return values
 
@@ -461,13 +522,20 @@ def _summary_paths(summary: Any) -> Dict[str, Path]:
         if not isinstance(key, str) or not key:
             raise TypeError(f"{what}: summary keys must be call paths (non-empty str), got {key!r}")
         if not isinstance(entry, Mapping):
-            raise TypeError(f"{what}: summary[{key!r}] must be a dict of statistics, got {type(entry).__name__}")
+            raise TypeError(
+                f"{what}: summary[{key!r}] must be a dict of statistics, got {type(entry).__name__}"
+            )
         path = entry.get("path")
         if path is None:
             path = key.split("/")
-        elif (not isinstance(path, (list, tuple)) or not path
-              or not all(isinstance(p, str) and p for p in path)):
-            raise ValueError(f"{what}: summary[{key!r}]['path'] must be a non-empty list of names, got {path!r}")
+        elif (
+            not isinstance(path, (list, tuple))
+            or not path
+            or not all(isinstance(p, str) and p for p in path)
+        ):
+            raise ValueError(
+                f"{what}: summary[{key!r}]['path'] must be a non-empty list of names, got {path!r}"
+            )
         for stat in SUMMARY_STATS:
             if stat not in entry:
                 raise ValueError(
@@ -475,8 +543,12 @@ def _summary_paths(summary: Any) -> Dict[str, Path]:
                     f"ProfileCollector.summary(): {', '.join(SUMMARY_STATS)})"
                 )
             value = entry[stat]
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
-                raise TypeError(f"{what}: summary[{key!r}][{stat!r}] must be a number, got {value!r}")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, numbers.Real)
+            ):
+                raise TypeError(
+                    f"{what}: summary[{key!r}][{stat!r}] must be a number, got {value!r}"
+                )
         out[key] = tuple(path)
     return out
 
@@ -491,9 +563,16 @@ def _json_default(value: Any):
     raise TypeError(f"log_profile_summary: {type(value).__name__} is not JSON serializable")
 
 
-def log_profile_summary(summary, *, run_id: Optional[str] = None, prefix: str = "profile_summary",
-                        artifact_path: Optional[str] = "profile", depth: Optional[int] = 1, top: Optional[int] = None,
-                        step: Optional[int] = None) -> Dict[str, float]:
+def log_profile_summary(
+    summary,
+    *,
+    run_id: Optional[str] = None,
+    prefix: str = "profile_summary",
+    artifact_path: Optional[str] = "profile",
+    depth: Optional[int] = 1,
+    top: Optional[int] = None,
+    step: Optional[int] = None,
+) -> Dict[str, float]:
     """Logs ``ProfileCollector.summary()`` as run metrics and a JSON artifact;
     returns the metrics by name.
 

@@ -22,16 +22,24 @@ import contextvars
 import hashlib
 import os
 import sqlite3
+import threading
 import time
 import urllib.parse
 from pathlib import Path
-import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
 from ._log import log_once
 
-__all__ = ["DuplicateSource", "LABEL_PREFIX", "Store", "StoreError", "add_quietly", "migrate", "open_store"]
+__all__ = [
+    "DuplicateSource",
+    "LABEL_PREFIX",
+    "Store",
+    "StoreError",
+    "add_quietly",
+    "migrate",
+    "open_store",
+]
 
 _BUSY_TIMEOUT_MS = 30_000
 
@@ -60,8 +68,11 @@ class DuplicateSource(StoreError):
     ``allow_duplicate=True`` adds it again."""
 
     def __init__(self, target: str, path: str, source_id: int) -> None:
-        super().__init__(f"{path}: already in the store as source {source_id} (the same content); not added",
-                         kind="duplicate", target=None)
+        super().__init__(
+            f"{path}: already in the store as source {source_id} (the same content); not added",
+            kind="duplicate",
+            target=None,
+        )
         self.store = target
         self.path = path
         self.source_id = source_id
@@ -138,7 +149,11 @@ def _trace_hex(trace_id: str) -> str:
 
 def _sqlite_path(target: str) -> str:
     if target.startswith("sqlite:///"):
-        return target[len("sqlite:///") - 1:] if target.startswith("sqlite:////") else target[len("sqlite:///"):]
+        return (
+            target[len("sqlite:///") - 1 :]
+            if target.startswith("sqlite:////")
+            else target[len("sqlite:///") :]
+        )
     return target
 
 
@@ -154,9 +169,16 @@ class Store:
 
     # -- writing -------------------------------------------------------------
 
-    def add(self, profile, *, source_type: Optional[str] = None, uri: Optional[str] = None,
-            labels: Optional[Mapping[str, str]] = None, allow_duplicate: bool = False,
-            content_hash: Optional[str] = None) -> int:
+    def add(
+        self,
+        profile,
+        *,
+        source_type: Optional[str] = None,
+        uri: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        allow_duplicate: bool = False,
+        content_hash: Optional[str] = None,
+    ) -> int:
         """Adds a profile: a ProfileSession (from profiling(), last_profile()
         or load()), sampled stacks (load_stacks()), or the path of a profile
         document or of another tool's file. Returns its source id.
@@ -177,7 +199,9 @@ class Store:
             with open(profile, "rb") as f:
                 data = f.read()
             content_hash = hashlib.sha256(data).hexdigest()
-            self._check_duplicate(content_hash, path, allow_duplicate)  # before the work of reading it
+            self._check_duplicate(
+                content_hash, path, allow_duplicate
+            )  # before the work of reading it
             if _core.detect_input(data) == "document":
                 profile = load(profile)
             else:  # another tool's: Chrome trace, speedscope, pprof, folded stacks
@@ -185,30 +209,59 @@ class Store:
                 if isinstance(imported, tuple):
                     from ._files import ProfileLoadError
 
-                    raise ProfileLoadError(f"cannot import {os.fspath(profile)!r}: {imported[1]}", kind=imported[0],
-                                           path=os.fspath(profile))
+                    raise ProfileLoadError(
+                        f"cannot import {os.fspath(profile)!r}: {imported[1]}",
+                        kind=imported[0],
+                        path=os.fspath(profile),
+                    )
                 if isinstance(imported, _core.StackSamples):
                     with self._adding(content_hash, path, allow_duplicate) as hashed:
-                        return _core.store_add_samples(self._driver, self._driver.dialect, imported,
-                                                       source_type or imported.meta.get("source", "pprof"), uri, clean,
-                                                       time.time_ns(), content_hash=hashed)
+                        return _core.store_add_samples(
+                            self._driver,
+                            self._driver.dialect,
+                            imported,
+                            source_type or imported.meta.get("source", "pprof"),
+                            uri,
+                            clean,
+                            time.time_ns(),
+                            content_hash=hashed,
+                        )
                 profile = ProfileSession._from_profile(imported)
                 source_type = source_type or imported.meta.get("source")
         else:
             path = uri or "the profile"
-        if isinstance(profile, _core.StackSamples):  # another store's sampled stacks (mlprof combine)
+        if isinstance(
+            profile, _core.StackSamples
+        ):  # another store's sampled stacks (mlprof combine)
             with self._adding(content_hash, path, allow_duplicate) as hashed:
-                return _core.store_add_samples(self._driver, self._driver.dialect, profile,
-                                               source_type or profile.meta.get("source", "pprof"), uri or "", clean,
-                                               time.time_ns(), content_hash=hashed)
+                return _core.store_add_samples(
+                    self._driver,
+                    self._driver.dialect,
+                    profile,
+                    source_type or profile.meta.get("source", "pprof"),
+                    uri or "",
+                    clean,
+                    time.time_ns(),
+                    content_hash=hashed,
+                )
         if not isinstance(profile, ProfileSession):
-            raise TypeError(f"Store.add takes a ProfileSession, StackSamples or a path, not {type(profile).__name__}")
+            raise TypeError(
+                f"Store.add takes a ProfileSession, StackSamples or a path, not {type(profile).__name__}"
+            )
         built = profile._built()
         if source_type is None:
             source_type = "ebpf" if built.meta.get("source") == "ebpf" else "in-process"
         with self._adding(content_hash, path, allow_duplicate) as hashed:
-            return _core.store_add(self._driver, self._driver.dialect, built, source_type, uri or "", clean,
-                                   time.time_ns(), content_hash=hashed)
+            return _core.store_add(
+                self._driver,
+                self._driver.dialect,
+                built,
+                source_type,
+                uri or "",
+                clean,
+                time.time_ns(),
+                content_hash=hashed,
+            )
 
     def remove(self, source_ids: Sequence[int]) -> int:
         """Deletes the sources and every row of theirs (sessions, spans or
@@ -239,7 +292,9 @@ class Store:
         added from) is `content_hash`; None if none (or a store before 2.4)."""
         if self._version() < (2, 4):
             return None
-        rows = self._driver.query("SELECT min(source_id) FROM sources WHERE content_hash = ?", (content_hash,))
+        rows = self._driver.query(
+            "SELECT min(source_id) FROM sources WHERE content_hash = ?", (content_hash,)
+        )
         return rows[0][0] if rows and rows[0][0] is not None else None
 
     def _check_duplicate(self, content_hash: Optional[str], path: str, allow: bool) -> None:
@@ -294,14 +349,40 @@ class Store:
             "(SELECT count(*) FROM sessions se WHERE se.source_id = s.source_id), "
             "(SELECT CAST(coalesce(sum(se.sample_count), 0) AS BIGINT) FROM sessions se "
             "WHERE se.source_id = s.source_id) "
-            "FROM sources s ORDER BY s.source_id", ())
-        keys = ("source_id", "source_type", "kind", "uri", "host", "pid", "model", "version", "run_id",
-                "captured_unix_ns", "added_unix_ns", "duration_ns", "tool", "content_hash", "sessions", "spans")
+            "FROM sources s ORDER BY s.source_id",
+            (),
+        )
+        keys = (
+            "source_id",
+            "source_type",
+            "kind",
+            "uri",
+            "host",
+            "pid",
+            "model",
+            "version",
+            "run_id",
+            "captured_unix_ns",
+            "added_unix_ns",
+            "duration_ns",
+            "tool",
+            "content_hash",
+            "sessions",
+            "spans",
+        )
         return [dict(zip(keys, r)) for r in rows]
 
     # Provenance a `where` key can name directly, by column.
-    _WHERE_COLUMNS = {"model": "model_name", "version": "model_version", "run_id": "run_id", "host": "host",
-                      "type": "source_type", "pid": "pid", "container": "container", "pod": "pod"}
+    _WHERE_COLUMNS = {
+        "model": "model_name",
+        "version": "model_version",
+        "run_id": "run_id",
+        "host": "host",
+        "type": "source_type",
+        "pid": "pid",
+        "container": "container",
+        "pod": "pod",
+    }
 
     def source_ids(self, where: Optional[Mapping[str, str]] = None) -> List[int]:
         """The ids of the sources matching every `where` {key: value}: the
@@ -313,26 +394,34 @@ class Store:
         params: list = []
         for key, value in (where or {}).items():
             if key in ("trace_id", "span_id") and self._has_traces():
-                sql += (" AND s.source_id IN (SELECT se.source_id FROM sessions se JOIN session_traces t "
-                        f"ON t.session_id = se.session_id WHERE t.{key} = ?)")
+                sql += (
+                    " AND s.source_id IN (SELECT se.source_id FROM sessions se JOIN session_traces t "
+                    f"ON t.session_id = se.session_id WHERE t.{key} = ?)"
+                )
                 params.append(_trace_hex(str(value)))
                 continue
             column = self._WHERE_COLUMNS.get(key)
-            clause = (f"CAST(s.{column} AS TEXT) = ? OR " if column else "")
-            sql += (f" AND ({clause}s.source_id IN (SELECT source_id FROM source_labels "
-                    "WHERE key IN (?, ?) AND value = ?))")
+            clause = f"CAST(s.{column} AS TEXT) = ? OR " if column else ""
+            sql += (
+                f" AND ({clause}s.source_id IN (SELECT source_id FROM source_labels "
+                "WHERE key IN (?, ?) AND value = ?))"
+            )
             params += ([str(value)] if column else []) + [LABEL_PREFIX + key, key, str(value)]
         return [r[0] for r in self._driver.query(sql + " ORDER BY s.source_id", tuple(params))]
 
-    def traces(self, source_id: Optional[int] = None, *, trace_id: Optional[str] = None) -> List[Dict[str, Any]]:
+    def traces(
+        self, source_id: Optional[int] = None, *, trace_id: Optional[str] = None
+    ) -> List[Dict[str, Any]]:
         """The trace context of each session that had one (the OpenTelemetry
         or MLflow span active where it started), oldest first: source_id,
         pid, session, trace_id, span_id. ``source_id`` keeps one source's;
         ``trace_id`` (hex, or MLflow's ``tr-...``) finds a trace's sessions."""
         if not self._has_traces():
             return []
-        sql = ("SELECT se.source_id, se.pid, se.serial, t.trace_id, t.span_id FROM session_traces t "
-               "JOIN sessions se ON se.session_id = t.session_id WHERE 1 = 1")
+        sql = (
+            "SELECT se.source_id, se.pid, se.serial, t.trace_id, t.span_id FROM session_traces t "
+            "JOIN sessions se ON se.session_id = t.session_id WHERE 1 = 1"
+        )
         params: list = []
         if source_id is not None:
             sql += " AND se.source_id = ?"
@@ -356,14 +445,22 @@ class Store:
 
     def labels(self, source_id: int) -> Dict[str, str]:
         """The source's provenance: its document's meta and the labels it was added with."""
-        rows = self._driver.query("SELECT key, value FROM source_labels WHERE source_id = ? ORDER BY key",
-                                  (int(source_id),))
+        rows = self._driver.query(
+            "SELECT key, value FROM source_labels WHERE source_id = ? ORDER BY key",
+            (int(source_id),),
+        )
         return dict(rows)
 
     # -- exporting -----------------------------------------------------------
 
-    def export_pprof(self, path: Union[str, os.PathLike], source_ids: Optional[Sequence[int]] = None, *,
-                     where: Optional[Mapping[str, str]] = None, label_by: Sequence[str] = ()) -> Dict[str, Any]:
+    def export_pprof(
+        self,
+        path: Union[str, os.PathLike],
+        source_ids: Optional[Sequence[int]] = None,
+        *,
+        where: Optional[Mapping[str, str]] = None,
+        label_by: Sequence[str] = (),
+    ) -> Dict[str, Any]:
         """Writes ONE pprof (gzip-compressed profile.proto) aggregating the
         selected sources: `source_ids`, those matching `where` (as
         source_ids() reads it), both (the ids that match), or every source.
@@ -393,23 +490,36 @@ class Store:
             ids = [int(i) for i in source_ids]
             unknown = [i for i in ids if i not in rows]
             if unknown:
-                raise StoreError(f"no source {', '.join(map(str, unknown))} in the store (mlprof show lists them)",
-                                 kind="missing", target=self.target)
+                raise StoreError(
+                    f"no source {', '.join(map(str, unknown))} in the store (mlprof show lists them)",
+                    kind="missing",
+                    target=self.target,
+                )
             if where:
                 matching = set(self.source_ids(where))
                 ids = [i for i in ids if i in matching]
         if not ids:
             what = ", ".join(f"{k}={v}" for k, v in (where or {}).items())
-            raise StoreError(f"no source matches {what} (mlprof show lists the sources and their provenance)"
-                             if what else "no source to export: the selection is empty", kind="missing",
-                             target=self.target)
+            raise StoreError(
+                f"no source matches {what} (mlprof show lists the sources and their provenance)"
+                if what
+                else "no source to export: the selection is empty",
+                kind="missing",
+                target=self.target,
+            )
         aggregate = _core.PprofAggregate()
         for source_id in ids:
             row = rows[source_id]
-            labels = [(key, value) for key in label_by
-                      for value in [self._provenance(source_id, row, key)] if value]
-            aggregate.add_comment(f"source {source_id}: {row['source_type']}"
-                                  + (f", {row['uri']}" if row["uri"] else ""))
+            labels = [
+                (key, value)
+                for key in label_by
+                for value in [self._provenance(source_id, row, key)]
+                if value
+            ]
+            aggregate.add_comment(
+                f"source {source_id}: {row['source_type']}"
+                + (f", {row['uri']}" if row["uri"] else "")
+            )
             if row["kind"] == "stacks":
                 aggregate.add_samples(self.load_stacks(source_id), labels)
             else:
@@ -420,16 +530,26 @@ class Store:
                 del profile  # one source in memory at a time
         aggregate.save(os.fspath(path))
         types = aggregate.sample_types
-        return {"sources": aggregate.sources, "samples": aggregate.samples, "sample_types": types,
-                "totals": {f"{t}/{u}": aggregate.total(t, u) for t, u in types}}
+        return {
+            "sources": aggregate.sources,
+            "samples": aggregate.samples,
+            "sample_types": types,
+            "totals": {f"{t}/{u}": aggregate.total(t, u) for t, u in types},
+        }
 
     def _provenance(self, source_id: int, row: Mapping[str, Any], key: str) -> str:
         """A source's value for `key`: "source" (its id), a provenance
         column, a label it was added with, or a key of its meta; "" if none."""
         if key == "source":
             return str(source_id)
-        column = {"model": "model", "version": "version", "run_id": "run_id", "host": "host",
-                  "type": "source_type", "pid": "pid"}.get(key)
+        column = {
+            "model": "model",
+            "version": "version",
+            "run_id": "run_id",
+            "host": "host",
+            "type": "source_type",
+            "pid": "pid",
+        }.get(key)
         if column is not None and row.get(column) not in (None, ""):
             return str(row[column])
         labels = self.labels(source_id)
@@ -462,7 +582,7 @@ class Store:
             self._conn.close()
             self._conn = None
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -490,10 +610,14 @@ class _Transaction:
 # Whether open_store() creates a store that is not there, when its caller
 # does not say: `mlprof`'s read-only commands set it False for their run, so
 # no module they call creates a file.
-creating: contextvars.ContextVar[bool] = contextvars.ContextVar("mlflow_profiler_store_creating", default=True)
+creating: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "mlflow_profiler_store_creating", default=True
+)
 
 
-def open_store(target: Union[str, os.PathLike, None] = None, *, create: Optional[bool] = None) -> Store:
+def open_store(
+    target: Union[str, os.PathLike, None] = None, *, create: Optional[bool] = None
+) -> Store:
     """Opens the store at `target`: a path or ``sqlite:///path`` for SQLite,
     ``postgresql://user@host:port/db`` for PostgreSQL (needs ``pip install
     'mlflow-profiler[postgres]'``). Without a target, MLFLOW_PROFILER_STORE
@@ -505,7 +629,9 @@ def open_store(target: Union[str, os.PathLike, None] = None, *, create: Optional
     not answer."""
     if create is None:
         create = creating.get()
-    return _open_target(target, lambda driver: _core.store_prepare(driver, driver.dialect), create=create)
+    return _open_target(
+        target, lambda driver: _core.store_prepare(driver, driver.dialect), create=create
+    )
 
 
 def migrate(target: Union[str, os.PathLike, None] = None) -> Tuple[str, str]:
@@ -536,9 +662,13 @@ def _must_exist(driver, target: str) -> None:
     outside any transaction (SQLite's write transaction would give an empty
     file its header page)."""
     if not _core.store_present(driver, driver.dialect):
-        raise StoreError(_NO_STORE if driver.dialect == "postgres" else
-                         "not an mlflow-profiler store (no tables); mlprof add creates one in a new file",
-                         kind="missing", target=target)
+        raise StoreError(
+            _NO_STORE
+            if driver.dialect == "postgres"
+            else "not an mlflow-profiler store (no tables); mlprof add creates one in a new file",
+            kind="missing",
+            target=target,
+        )
 
 
 def _open_target(target, prepare, create: bool = True) -> Store:
@@ -555,16 +685,26 @@ def _open_target(target, prepare, create: bool = True) -> Store:
         return _open_postgres(target, prepare, create)
     path = _sqlite_path(target)
     if not create and not os.path.isfile(path):
-        raise StoreError(f"no such store: {'no such file' if not os.path.exists(path) else 'not a file'} "
-                         "(mlprof add creates one)", kind="missing", target=target)
+        raise StoreError(
+            f"no such store: {'no such file' if not os.path.exists(path) else 'not a file'} "
+            "(mlprof add creates one)",
+            kind="missing",
+            target=target,
+        )
     try:
         if create:
-            conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(
+                path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+            )
         else:  # mode=rw: a file removed meanwhile is an error, not a new store
             uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=rw"
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(
+                uri,
+                uri=True,
+                isolation_level=None,
+                timeout=_BUSY_TIMEOUT_MS / 1000,
+                check_same_thread=False,
+            )
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the SQLite store: {exc}", kind="io", target=target) from None
     try:
@@ -581,7 +721,9 @@ def _open_target(target, prepare, create: bool = True) -> Store:
         conn.execute("PRAGMA journal_mode = WAL")
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise StoreError(f"not a readable SQLite store: {exc}", kind="corrupt", target=target) from None
+        raise StoreError(
+            f"not a readable SQLite store: {exc}", kind="corrupt", target=target
+        ) from None
     except BaseException:
         conn.close()
         raise
@@ -595,14 +737,18 @@ def _open_postgres(target: str, prepare, create: bool = True) -> Store:
     try:
         import psycopg
     except ImportError:
-        raise StoreError("a PostgreSQL store needs psycopg: pip install 'mlflow-profiler[postgres]'",
-                         kind="missing", target=_safe(target)) from None
+        raise StoreError(
+            "a PostgreSQL store needs psycopg: pip install 'mlflow-profiler[postgres]'",
+            kind="missing",
+            target=_safe(target),
+        ) from None
     try:
         conn = psycopg.connect(target, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S)
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StoreError(f"cannot reach the PostgreSQL store: {reason}", kind="unreachable",
-                         target=_safe(target)) from None
+        raise StoreError(
+            f"cannot reach the PostgreSQL store: {reason}", kind="unreachable", target=_safe(target)
+        ) from None
     driver = _PostgresDriver(conn)
     try:
         if not create:
@@ -656,5 +802,8 @@ def add_quietly(target: str, session, labels: Optional[Mapping[str, str]] = None
                 broken.close()
             except Exception:
                 pass
-        log_once(f"store-add:{type(exc).__name__}", f"mlflow_profiler: adding a profile to the store failed: {exc}")
+        log_once(
+            f"store-add:{type(exc).__name__}",
+            f"mlflow_profiler: adding a profile to the store failed: {exc}",
+        )
         return None

@@ -123,8 +123,9 @@ def log(msg: str) -> None:
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(ROOT), *args], check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
+    ).stdout
 
 
 def place(base: str) -> str | None:
@@ -170,8 +171,20 @@ def move_files(dry: bool) -> dict[str, str]:
             log(f"move {f.relative_to(ROOT)} -> {to.relative_to(ROOT)}")
             if not dry:
                 to.parent.mkdir(parents=True, exist_ok=True)
-                if subprocess.run(["git", "-C", str(ROOT), "ls-files", "--error-unmatch",
-                                   str(f.relative_to(ROOT))], capture_output=True).returncode == 0:
+                if (
+                    subprocess.run(
+                        [
+                            "git",
+                            "-C",
+                            str(ROOT),
+                            "ls-files",
+                            "--error-unmatch",
+                            str(f.relative_to(ROOT)),
+                        ],
+                        capture_output=True,
+                    ).returncode
+                    == 0
+                ):
                     git("mv", str(f.relative_to(ROOT)), str(to.relative_to(ROOT)))
                 else:
                     f.rename(to)
@@ -236,14 +249,20 @@ def rewrite_cmake(names: dict[str, str], dry: bool) -> None:
         out.append(line)
     new = "\n".join(out)
     # Includes are relative to userspace/core now (userspace/ stays: "agent/...").
-    new = re.sub(r"target_include_directories\(mlprof_core PUBLIC \$\{PROJECT_SOURCE_DIR\}/userspace\)",
-                 "target_include_directories(mlprof_core PUBLIC ${CMAKE_CURRENT_SOURCE_DIR} "
-                 "${PROJECT_SOURCE_DIR}/userspace)", new)
+    new = re.sub(
+        r"target_include_directories\(mlprof_core PUBLIC \$\{PROJECT_SOURCE_DIR\}/userspace\)",
+        "target_include_directories(mlprof_core PUBLIC ${CMAKE_CURRENT_SOURCE_DIR} "
+        "${PROJECT_SOURCE_DIR}/userspace)",
+        new,
+    )
     for old, moved in GENERATED.items():
         new = new.replace("generated/core/" + old, "generated/" + moved)
     for old, moved in DIR_MOVES.items():
-        new = re.sub(r"\$\{CMAKE_CURRENT_SOURCE_DIR\}/" + re.escape(old) + r"(?![\w/-])",
-                     "${CMAKE_CURRENT_SOURCE_DIR}/" + moved, new)
+        new = re.sub(
+            r"\$\{CMAKE_CURRENT_SOURCE_DIR\}/" + re.escape(old) + r"(?![\w/-])",
+            "${CMAKE_CURRENT_SOURCE_DIR}/" + moved,
+            new,
+        )
     if new != text:
         log(f"cmake: {cmake.relative_to(ROOT)}")
         if not dry:
@@ -259,10 +278,17 @@ def rewrite_mentions(names: dict[str, str], paths: list[str], dry: bool) -> None
         table[f"userspace/core/{old}/"] = f"userspace/core/{new}/"
     # A file's name must end there ("store.h" is not "store.html"); a
     # directory's ends with its slash.
-    pattern = re.compile("|".join(re.escape(k) + ("" if k.endswith("/") else r"(?![\w-])")
-                                  for k in sorted(table, key=len, reverse=True)))
-    short_pattern = re.compile(r"(?<![\w/.-])(?:" + "|".join(
-        re.escape(k) for k in sorted(short, key=len, reverse=True)) + r")(?![\w-])")
+    pattern = re.compile(
+        "|".join(
+            re.escape(k) + ("" if k.endswith("/") else r"(?![\w-])")
+            for k in sorted(table, key=len, reverse=True)
+        )
+    )
+    short_pattern = re.compile(
+        r"(?<![\w/.-])(?:"
+        + "|".join(re.escape(k) for k in sorted(short, key=len, reverse=True))
+        + r")(?![\w-])"
+    )
     files = git("ls-files", "-z", "--", *(paths or ["."])).split("\0")
     for rel in files:
         if not rel:
@@ -285,12 +311,18 @@ def rewrite_mentions(names: dict[str, str], paths: list[str], dry: bool) -> None
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
-    ap.add_argument("--mentions", nargs="*", metavar="PATH",
-                    help="also rewrite text mentions userspace/core/<old> under PATHs")
+    ap.add_argument(
+        "--mentions",
+        nargs="*",
+        metavar="PATH",
+        help="also rewrite text mentions userspace/core/<old> under PATHs",
+    )
     args = ap.parse_args()
     names = move_files(args.dry_run)
     # Tracked files and new ones git does not ignore (not build directories).
-    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *INCLUDE_ROOTS)
+    listed = git(
+        "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *INCLUDE_ROOTS
+    )
     for rel in sorted(set(listed.split("\0"))):
         path = ROOT / rel
         if rel and path.suffix in SOURCE_SUFFIXES and path.is_file():

@@ -20,9 +20,9 @@ inline Profile agent_session(uint32_t pid, int64_t t0) {
   const uint32_t load = user_fn(p, "load");
   const uint32_t read = user_fn(p, "read", "app.io");
   const uint32_t compute = user_fn(p, "compute");
-  p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 10 * kMs, load), call(t0 + 20 * kMs, read),
-                               ret(t0 + 50 * kMs), ret(t0 + 60 * kMs), call(t0 + 60 * kMs, compute),
-                               ret(t0 + 90 * kMs), ret(t0 + 100 * kMs)}));
+  p.lanes.push_back(make_lane(
+      {call(t0, predict), call(t0 + 10 * kMs, load), call(t0 + 20 * kMs, read), ret(t0 + 50 * kMs),
+       ret(t0 + 60 * kMs), call(t0 + 60 * kMs, compute), ret(t0 + 90 * kMs), ret(t0 + 100 * kMs)}));
   p.lanes[0].native_tid = pid;
   p.lanes[0].pid = pid;
   p.lanes[0].session = 1;

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
     std::istringstream words(line);
     std::string verb;
     SpoolItem item;
-    words >> verb >> item.path >> item.key >> item.period_start_unix_ns >> item.period_end_unix_ns >> item.sessions;
+    words >> verb >> item.path >> item.key >> item.period_start_unix_ns >>
+        item.period_end_unix_ns >> item.sessions;
     if (verb != "deliver" || !words) {
       std::cout << "error\tcannot read '" << line << "'" << std::endl;
       continue;

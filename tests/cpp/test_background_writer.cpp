@@ -48,9 +48,11 @@ std::shared_ptr<const Profile> sample() {
 }
 
 // Queues `count` JSON writes to dir/p<i>.json; false if one was refused.
-bool submit(const std::shared_ptr<const Profile>& profile, const std::string& dir, int count, size_t capacity) {
+bool submit(const std::shared_ptr<const Profile>& profile, const std::string& dir, int count,
+            size_t capacity) {
   for (int i = 0; i < count; ++i) {
-    if (!write_in_background(profile, dir + "/p" + std::to_string(i) + ".json", ExportFormat::kJson, capacity)) {
+    if (!write_in_background(profile, dir + "/p" + std::to_string(i) + ".json", ExportFormat::kJson,
+                             capacity)) {
       return false;
     }
   }
@@ -89,9 +91,11 @@ TEST(BackgroundWriter, WritesLoadableFilesIntoADirectoryItCreates) {
 long wait_written(const WriterStats& before, uint64_t count) {
   const auto start = std::chrono::steady_clock::now();
   auto waited = std::chrono::milliseconds(0);
-  while (delta(before, background_writer_stats()).written < count && waited < std::chrono::seconds(30)) {
+  while (delta(before, background_writer_stats()).written < count &&
+         waited < std::chrono::seconds(30)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
   }
   return waited.count();
 }

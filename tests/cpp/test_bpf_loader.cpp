@@ -25,8 +25,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <sstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -285,7 +285,8 @@ TEST(BpfLoader, WithoutBpfLoopTheSessionsComeThroughThePerSpanProbes) {
   EXPECT_EQ(forced->contract(target.pid()), 1);
   auto run = target.run("nested");
   auto recs = collect_session(*forced, target.pid(), run.session);
-  EXPECT_EQ(std::count_if(recs.begin(), recs.end(), [](const Rec& r) { return r.h().kind == MLPROF_EV_SPAN_ENTER; }),
+  EXPECT_EQ(std::count_if(recs.begin(), recs.end(),
+                          [](const Rec& r) { return r.h().kind == MLPROF_EV_SPAN_ENTER; }),
             2);
   EXPECT_EQ(forced->stats().lost, 0u);
 }
@@ -469,7 +470,8 @@ TEST_P(Records, ThreadStartedInASpanIsFollowedUntilItExits) {
   for (const Rec& r : recs)
     if (r.h().kind == MLPROF_EV_OFF_CPU && r.h().tid == child)
       worker_off += r.h().ts_ns - r.as<mlprof_ev_off_cpu>().start_ns;
-  EXPECT_GE(worker_off, 4 * kMs) << "the worker's 5 ms sleep is not off-CPU time";  // less the switch-out's lag
+  EXPECT_GE(worker_off, 4 * kMs)
+      << "the worker's 5 ms sleep is not off-CPU time";  // less the switch-out's lag
   // The join blocked the main thread; the worker's exit woke it.
   int join = find(recs, MLPROF_EV_OFF_CPU, [&](const Rec& r) {
     const auto& o = r.as<mlprof_ev_off_cpu>();
@@ -679,9 +681,11 @@ TEST(BpfLoader, AReaderThatFallsBehindGetsFewerSessionsEachWhole) {
     if (r.h().kind == MLPROF_EV_SESSION_END) ended.insert(r.as<mlprof_ev_session>().session);
     if (r.h().kind == MLPROF_EV_SPAN_ENTER) with_spans.insert(r.as<mlprof_ev_span>().session);
   }
-  std::printf("[   INFO   ] %llu sessions into a %zu-byte ring, unread: %zu captured, %llu shed, %llu lost\n",
-              static_cast<unsigned long long>(n), opts.ring_bytes, begun.size(),
-              static_cast<unsigned long long>(stats.shed), static_cast<unsigned long long>(stats.lost));
+  std::printf(
+      "[   INFO   ] %llu sessions into a %zu-byte ring, unread: %zu captured, %llu shed, %llu "
+      "lost\n",
+      static_cast<unsigned long long>(n), opts.ring_bytes, begun.size(),
+      static_cast<unsigned long long>(stats.shed), static_cast<unsigned long long>(stats.lost));
   EXPECT_EQ(stats.lost, 0u);
   EXPECT_GT(stats.shed, 0u);
   EXPECT_GT(begun.size(), 0u);
@@ -691,9 +695,8 @@ TEST(BpfLoader, AReaderThatFallsBehindGetsFewerSessionsEachWhole) {
   // Once read, the ring takes sessions again.
   auto again = target.run("nested");
   auto more = collect_session(*loader, target.pid(), again.session);
-  EXPECT_GE(find(more, MLPROF_EV_SESSION_BEGIN, [&](const Rec& r) {
-              return r.as<mlprof_ev_session>().session == again.session;
-            }),
+  EXPECT_GE(find(more, MLPROF_EV_SESSION_BEGIN,
+                 [&](const Rec& r) { return r.as<mlprof_ev_session>().session == again.session; }),
             0);
   EXPECT_EQ(loader->stats().shed, stats.shed);
 }

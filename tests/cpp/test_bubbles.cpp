@@ -20,7 +20,8 @@ Profile thread_waits() {
   const uint32_t predict = test::user_fn(p, "predict");
   const uint32_t sleep = test::c_fn(p, "sleep", "time");
   const uint32_t work = test::user_fn(p, "work");
-  p.lanes.push_back(make_lane({call(0, predict), call(20, sleep, kEvCFunction), ret(60), ret(100)}));
+  p.lanes.push_back(
+      make_lane({call(0, predict), call(20, sleep, kEvCFunction), ret(60), ret(100)}));
   p.lanes.push_back(make_lane({call(30, work), ret(50)}, "worker", 0, 0, 0));
   p.lanes.back().thread_id = 2;  // a thread of its own: main's sleep is not its wait
   p.lanes.back().native_tid = 4243;

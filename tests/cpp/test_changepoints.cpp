@@ -24,7 +24,8 @@ struct Series {
   std::vector<size_t> group_of;
 };
 
-Series make_series(uint64_t seed, size_t groups, size_t runs, double sigma, size_t step_at, double factor) {
+Series make_series(uint64_t seed, size_t groups, size_t runs, double sigma, size_t step_at,
+                   double factor) {
   std::mt19937_64 gen(seed);
   std::normal_distribution<double> noise(0.0, sigma);
   Series s;
@@ -118,7 +119,8 @@ TEST(ChangePoints, RunsWithoutValueLeftOut) {
   Series s = make_series(4, 6, 5, 0.05, 3, 1.5);
   // Release 1 has no value at all; two runs of release 4 neither.
   for (size_t i = 0; i < s.values.size(); ++i) {
-    if (s.group_of[i] == 1 || i == 20 || i == 21) s.values[i] = std::numeric_limits<double>::quiet_NaN();
+    if (s.group_of[i] == 1 || i == 20 || i == 21)
+      s.values[i] = std::numeric_limits<double>::quiet_NaN();
   }
   const auto found = find_change_points(s.values, s.group_of, ChangePointOptions{});
   ASSERT_EQ(found.size(), 1u);

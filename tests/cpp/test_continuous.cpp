@@ -21,7 +21,8 @@ namespace mlprof::agent {
 namespace {
 
 constexpr int64_t kS = 1'000'000'000;
-constexpr int64_t kT0 = 1'800'000'000 * kS;  // a whole minute of the clock (1800000000 = 30000000 * 60)
+constexpr int64_t kT0 =
+    1'800'000'000 * kS;  // a whole minute of the clock (1800000000 = 30000000 * 60)
 
 class NamedSink : public Sink {
  public:
@@ -31,7 +32,8 @@ class NamedSink : public Sink {
 
 // A finished session of `spans` calls in process `pid`, with the meta a
 // pod's session carries when `pod` is given.
-Profile session(uint32_t pid, int spans, const std::string& pod = "", const std::string& container = "") {
+Profile session(uint32_t pid, int spans, const std::string& pod = "",
+                const std::string& container = "") {
   Profile p;
   const uint32_t f = test::user_fn(p, "predict");
   std::vector<Event> events;
@@ -81,7 +83,8 @@ ContinuousOptions options(int64_t rotate_s = 60) {
 
 TEST(Continuous, EachPeriodIsOneItemPerWorkloadWithItsLabels) {
   Rig rig;
-  Continuous c(options(), *rig.spool, rig.sink, rig.out, kT0 + 20 * kS);  // starts 20 s into a minute
+  Continuous c(options(), *rig.spool, rig.sink, rig.out,
+               kT0 + 20 * kS);  // starts 20 s into a minute
   c.add(session(11, 2));
   c.add(session(11, 3));
   c.add(session(12, 1, "scorer-6c5d8", "model"));
@@ -95,9 +98,11 @@ TEST(Continuous, EachPeriodIsOneItemPerWorkloadWithItsLabels) {
   ASSERT_EQ(items.size(), 2u);
   // Workloads in key order: "pid/11", then "pod/ml/scorer-6c5d8/model".
   const SpoolItem& pod = items[1];
-  EXPECT_EQ(pod.labels, (std::map<std::string, std::string>{
-                            {"cluster", "eu"}, {"node", "node-1"}, {"namespace", "ml"}, {"pod", "scorer-6c5d8"},
-                            {"container", "model"}}));
+  EXPECT_EQ(pod.labels, (std::map<std::string, std::string>{{"cluster", "eu"},
+                                                            {"node", "node-1"},
+                                                            {"namespace", "ml"},
+                                                            {"pod", "scorer-6c5d8"},
+                                                            {"container", "model"}}));
   EXPECT_EQ(pod.sessions, 2u);
   EXPECT_EQ(pod.spans, 5u);
   EXPECT_EQ(pod.period_start_unix_ns, kT0 + 20 * kS);
@@ -125,8 +130,9 @@ TEST(Continuous, EachPeriodIsOneItemPerWorkloadWithItsLabels) {
   EXPECT_EQ(rig.spool->items()[2].period_end_unix_ns, kT0 + 120 * kS);
   EXPECT_TRUE(c.tick(kT0 + 180 * kS));
   const std::string printed = rig.printed();
-  EXPECT_NE(printed.find("mlprof-ebpf: period 2027-01-15T08:00:20Z +40s: 2 workloads, 4 sessions, 10 spans; "
-                         "delivered 0, spooled 2, dropped 0; sink sqlite:///p.db\n"),
+  EXPECT_NE(printed.find(
+                "mlprof-ebpf: period 2027-01-15T08:00:20Z +40s: 2 workloads, 4 sessions, 10 spans; "
+                "delivered 0, spooled 2, dropped 0; sink sqlite:///p.db\n"),
             std::string::npos)
       << printed;
   EXPECT_NE(printed.find("+60s: 0 workloads, 0 sessions, 0 spans;"), std::string::npos) << printed;
@@ -169,7 +175,8 @@ TEST(Continuous, TheDutyCycleSaysItsShareOfThePeriod) {
   c.capture_changed(false, kT0 + 10 * kS);
   c.tick(kT0 + 60 * kS);
   EXPECT_EQ(c.last().profiled_ns, 10 * kS);
-  EXPECT_NE(rig.printed().find("; profiled 10s of 60s (17%, duty cycle 10s/60s)"), std::string::npos)
+  EXPECT_NE(rig.printed().find("; profiled 10s of 60s (17%, duty cycle 10s/60s)"),
+            std::string::npos)
       << rig.printed();
 }
 
@@ -187,9 +194,9 @@ TEST(DutyCycle, OnForTheFirstPartOfEveryPeriodAlignedToTheClock) {
 }
 
 TEST(Options, ContinuousModeFlags) {
-  auto o = parse_options({"--all", "--continuous", "--sink", "/srv/p", "--rotate", "5m", "--duty-cycle",
-                          "10s/60s", "--spool", "/s", "--spool-max-mb", "64", "--retry-max", "30s", "--label",
-                          "cluster=eu"});
+  auto o = parse_options({"--all", "--continuous", "--sink", "/srv/p", "--rotate", "5m",
+                          "--duty-cycle", "10s/60s", "--spool", "/s", "--spool-max-mb", "64",
+                          "--retry-max", "30s", "--label", "cluster=eu"});
   ASSERT_TRUE(o) << o.error().message;
   EXPECT_TRUE(o.value().continuous);
   EXPECT_EQ(o.value().rotate_ns, 300 * kS);
@@ -204,13 +211,17 @@ TEST(Options, ContinuousModeFlags) {
     return r ? std::string() : r.error().message;
   };
   EXPECT_TRUE(error({"--all", "--continuous"}).starts_with("--continuous needs --sink URL"));
-  EXPECT_TRUE(error({"--all", "--sink", "/x"}).starts_with("--sink belongs to the continuous agent"));
-  EXPECT_TRUE(error({"--all", "--rotate", "1m"}).starts_with("--rotate belongs to the continuous agent"));
+  EXPECT_TRUE(
+      error({"--all", "--sink", "/x"}).starts_with("--sink belongs to the continuous agent"));
+  EXPECT_TRUE(
+      error({"--all", "--rotate", "1m"}).starts_with("--rotate belongs to the continuous agent"));
   EXPECT_NE(error({"--all", "--continuous", "--sink", "/x", "-o", "a.json"}).find("single capture"),
             std::string::npos);
-  EXPECT_NE(error({"--all", "--continuous", "--sink", "/x", "--rotate", "500ms"}).find("at least 1 s"),
+  EXPECT_NE(
+      error({"--all", "--continuous", "--sink", "/x", "--rotate", "500ms"}).find("at least 1 s"),
+      std::string::npos);
+  EXPECT_NE(error({"--all", "--duty-cycle", "60s/60s"}).find("ON shorter than PERIOD"),
             std::string::npos);
-  EXPECT_NE(error({"--all", "--duty-cycle", "60s/60s"}).find("ON shorter than PERIOD"), std::string::npos);
   EXPECT_NE(error({"--all", "--duty-cycle", "10s"}).find("ON/PERIOD"), std::string::npos);
   EXPECT_EQ(error({"--all", "--duty-cycle", "10s/1m"}), "");  // a single capture may have one too
 }
@@ -221,7 +232,8 @@ TEST(Options, TheDirectorySinksRetentionBoundsTheDiskByDefault) {
   EXPECT_EQ(d.value().sink_max_bytes, uint64_t{1024} << 20);
   EXPECT_EQ(d.value().sink_max_age_ns, 7 * 86400 * kS);
   EXPECT_EQ(d.value().sink_bound_given, "");
-  auto o = parse_options({"--all", "--continuous", "--sink", "/srv/p", "--sink-max-age", "36h", "--sink-max-mb", "200"});
+  auto o = parse_options({"--all", "--continuous", "--sink", "/srv/p", "--sink-max-age", "36h",
+                          "--sink-max-mb", "200"});
   ASSERT_TRUE(o) << o.error().message;
   EXPECT_EQ(o.value().sink_max_bytes, uint64_t{200} << 20);
   EXPECT_EQ(o.value().sink_max_age_ns, 36 * 3600 * kS);
@@ -230,9 +242,12 @@ TEST(Options, TheDirectorySinksRetentionBoundsTheDiskByDefault) {
     auto r = parse_options(args);
     return r ? std::string() : r.error().message;
   };
-  EXPECT_TRUE(error({"--all", "--continuous", "--sink", "/p", "--sink-max-mb", "0"}).starts_with("--sink-max-mb '0' is not"));
-  EXPECT_TRUE(error({"--all", "--continuous", "--sink", "/p", "--sink-max-age", "500ms"}).starts_with("--sink-max-age"));
-  EXPECT_TRUE(error({"--all", "--sink-max-mb", "10"}).starts_with("--sink-max-mb belongs to the continuous agent"));
+  EXPECT_TRUE(error({"--all", "--continuous", "--sink", "/p", "--sink-max-mb", "0"})
+                  .starts_with("--sink-max-mb '0' is not"));
+  EXPECT_TRUE(error({"--all", "--continuous", "--sink", "/p", "--sink-max-age", "500ms"})
+                  .starts_with("--sink-max-age"));
+  EXPECT_TRUE(error({"--all", "--sink-max-mb", "10"})
+                  .starts_with("--sink-max-mb belongs to the continuous agent"));
 }
 
 TEST(Continuous, ADirectorySinksLineSaysWhatItHoldsAndPruned) {
@@ -249,8 +264,9 @@ TEST(Continuous, ADirectorySinksLineSaysWhatItHoldsAndPruned) {
   const uint64_t size = sink->retention()->bytes;
   ASSERT_GT(size, 0u);
   char expected[160];
-  std::snprintf(expected, sizeof expected, "; sink %s; directory %.1f MB in 1 file (bound 1 MB), pruned 0\n",
-                dir.c_str(), static_cast<double>(size) / (1 << 20));
+  std::snprintf(expected, sizeof expected,
+                "; sink %s; directory %.1f MB in 1 file (bound 1 MB), pruned 0\n", dir.c_str(),
+                static_cast<double>(size) / (1 << 20));
   EXPECT_NE(printed.find(expected), std::string::npos) << printed << expected;
 }
 

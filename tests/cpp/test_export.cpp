@@ -28,8 +28,8 @@ TEST(FormatNames, EveryFormatRoundTripsThroughItsName) {
   }
   EXPECT_EQ(format_from_name("png"), std::nullopt);
   const std::string known = known_extensions();
-  for (const char* ext : {".html", ".json", ".json.gz", ".trace.json", ".pb.gz", ".speedscope.json",
-                          ".folded"}) {
+  for (const char* ext :
+       {".html", ".json", ".json.gz", ".trace.json", ".pb.gz", ".speedscope.json", ".folded"}) {
     EXPECT_NE(known.find(ext), std::string::npos) << ext;
   }
 }

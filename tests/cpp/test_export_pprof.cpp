@@ -28,8 +28,8 @@ namespace mlprof {
 namespace {
 
 using test::decode;
-using test::PprofProfile;
 using test::PprofFunction;
+using test::PprofProfile;
 using test::PprofSample;
 
 class PprofTest : public ::testing::Test {

@@ -216,7 +216,8 @@ void commits_every_file_and_reports_each_failure_alone(Durability durability) {
   EXPECT_TRUE(done[0].ok());
   ASSERT_FALSE(done[1].ok());
   EXPECT_EQ(done[1].error().errnum, ENOENT);
-  EXPECT_NE(done[1].error().message.find("missing/b.json"), std::string::npos) << done[1].error().message;
+  EXPECT_NE(done[1].error().message.find("missing/b.json"), std::string::npos)
+      << done[1].error().message;
   ASSERT_FALSE(done[2].ok());
   EXPECT_EQ(done[2].error().errnum, EISDIR);
   EXPECT_TRUE(done[3].ok());

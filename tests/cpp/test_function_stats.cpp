@@ -154,7 +154,8 @@ TEST(FunctionStats, RandomProfilesAgreeWithPprofsDefinitions) {
       std::vector<int64_t> self(p.spans.size());
       for (size_t i = 0; i < p.spans.size(); ++i) self[i] = p.spans[i].running_ns();
       for (const Span& sp : p.spans) {
-        if (sp.parent >= 0 && p.spans[sp.parent].lane == sp.lane) self[sp.parent] -= sp.running_ns();
+        if (sp.parent >= 0 && p.spans[sp.parent].lane == sp.lane)
+          self[sp.parent] -= sp.running_ns();
       }
       for (int64_t& v : self) v = std::max<int64_t>(v, 0);
       std::map<std::string, int64_t> flat, cum, calls;

@@ -41,7 +41,8 @@ TEST(ClassifyUserCode, CodeCloudpicklePickledByValueIs) {
   EXPECT_TRUE(classify_user_code("<dynamic-code>", stdlib_rules(), "/home/me/proj/agent.py"));
   EXPECT_FALSE(classify_user_code("<dynamic-code-x>", PathRules{}));
   // MLflow's tracing closure on a pickled class: its module is MLflow's.
-  EXPECT_FALSE(classify_user_code("<dynamic-code>", PathRules{}, "/venv/lib/python3.11/site-packages/mlflow/tracing/fluent.py"));
+  EXPECT_FALSE(classify_user_code("<dynamic-code>", PathRules{},
+                                  "/venv/lib/python3.11/site-packages/mlflow/tracing/fluent.py"));
 }
 
 TEST(ClassifyUserCode, PseudoFilesAndEmptyPathsAreNot) {
@@ -115,7 +116,8 @@ TEST(FunctionTable, SharesStringsWithItsTable) {
 
 TEST(FunctionTable, ATableOnABaseKeepsItsIdsAndAddsOnlyWhatIsNew) {
   auto base = std::make_shared<FunctionTable>();
-  const uint32_t predict = base->add("predict", "app", "/srv/app.py", 10, FunctionKind::kPython, true);
+  const uint32_t predict =
+      base->add("predict", "app", "/srv/app.py", 10, FunctionKind::kPython, true);
   const uint32_t load = base->add("load", "app", "/srv/app.py", 20, FunctionKind::kPython, true);
   FunctionTable t(base);
   EXPECT_EQ(t.size(), 2u);
@@ -149,7 +151,8 @@ TEST(FunctionTable, FlattenedKeepsEveryIdWithoutTheBase) {
   EXPECT_EQ(flat.base(), nullptr);
   ASSERT_EQ(flat.size(), t.size());
   ASSERT_EQ(flat.strings().size(), t.strings().size());
-  for (uint32_t i = 0; i < t.strings().size(); ++i) EXPECT_EQ(flat.strings().get(i), t.strings().get(i));
+  for (uint32_t i = 0; i < t.strings().size(); ++i)
+    EXPECT_EQ(flat.strings().get(i), t.strings().get(i));
   for (uint32_t i = 0; i < t.size(); ++i) {
     EXPECT_EQ(flat.name(i), t.name(i));
     EXPECT_EQ(flat.get(i).name, t.get(i).name);

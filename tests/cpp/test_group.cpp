@@ -21,15 +21,20 @@ using test::ret;
 using test::user_fn;
 
 uint32_t stdlib_fn(Profile& p, const std::string& name, const std::string& module) {
-  return p.functions.add(name, module, "/usr/lib/python3.12/" + module + ".py", 1, FunctionKind::kPython, false);
+  return p.functions.add(name, module, "/usr/lib/python3.12/" + module + ".py", 1,
+                         FunctionKind::kPython, false);
 }
 
-std::string name_of(const Profile& p, int32_t s) { return p.display_name(p.spans[static_cast<size_t>(s)]); }
+std::string name_of(const Profile& p, int32_t s) {
+  return p.display_name(p.spans[static_cast<size_t>(s)]);
+}
 
 std::vector<std::string> children(const Profile& p, int32_t s) {
   std::vector<std::string> out;
-  const int32_t first = s < 0 ? (p.roots.empty() ? -1 : p.roots[0]) : p.spans[static_cast<size_t>(s)].first_child;
-  for (int32_t c = first; c >= 0; c = p.spans[static_cast<size_t>(c)].next_sibling) out.push_back(name_of(p, c));
+  const int32_t first =
+      s < 0 ? (p.roots.empty() ? -1 : p.roots[0]) : p.spans[static_cast<size_t>(s)].first_child;
+  for (int32_t c = first; c >= 0; c = p.spans[static_cast<size_t>(c)].next_sibling)
+    out.push_back(name_of(p, c));
   return out;
 }
 
@@ -60,13 +65,28 @@ class GroupTest : public ::testing::Test {
     const uint32_t convert = lib_fn(p, "_convert_output", "mlflow.pyfunc");
     p.lanes.push_back(make_lane({
         call(0, predict),
-        call(1, context), ret(10),
-        call(10, ctx_init), ret(20),
-        call(20, signature), ret(30),
-        call(30, validate), call(35, enforce), call(40, astype), ret(50), ret(55), ret(60),
-        call(62, wrapper), call(63, user_predict), call(64, features), ret(120), ret(121), ret(122),
-        call(130, signature), ret(135),
-        call(140, convert), ret(150),
+        call(1, context),
+        ret(10),
+        call(10, ctx_init),
+        ret(20),
+        call(20, signature),
+        ret(30),
+        call(30, validate),
+        call(35, enforce),
+        call(40, astype),
+        ret(50),
+        ret(55),
+        ret(60),
+        call(62, wrapper),
+        call(63, user_predict),
+        call(64, features),
+        ret(120),
+        ret(121),
+        ret(122),
+        call(130, signature),
+        ret(135),
+        call(140, convert),
+        ret(150),
         ret(160),
     }));
     IOSummary in;
@@ -79,13 +99,14 @@ class GroupTest : public ::testing::Test {
 };
 
 TEST_F(GroupTest, EachRunOfMlflowCallsBecomesOneNodeNamedForWhatItDoes) {
-  EXPECT_EQ(children(p, p.roots[0]),
-            (std::vector<std::string>{"[mlflow: input checks, context]", "_PythonModelPyfuncWrapper.predict",
-                                      "signature", "[mlflow: output]"}));
+  EXPECT_EQ(children(p, p.roots[0]), (std::vector<std::string>{"[mlflow: input checks, context]",
+                                                               "_PythonModelPyfuncWrapper.predict",
+                                                               "signature", "[mlflow: output]"}));
   const int32_t g = find(p, "[mlflow: input checks, context]");
   // The stdlib call between two of MLflow's joins their run.
-  EXPECT_EQ(children(p, g), (std::vector<std::string>{"_try_get_prediction_context", "Context.__init__", "signature",
-                                                       "_validate_prediction_input"}));
+  EXPECT_EQ(children(p, g),
+            (std::vector<std::string>{"_try_get_prediction_context", "Context.__init__",
+                                      "signature", "_validate_prediction_input"}));
   const Span& group = p.spans[static_cast<size_t>(g)];
   EXPECT_TRUE(group.flags & kSpanGroup);
   EXPECT_EQ(group.start_ns, 1);
@@ -223,18 +244,32 @@ TEST(Group, EveryViewAtDepthDIsTheSameForEveryCaptureDepthFromD) {
   const auto [predict, context, validate, enforce, column, astype, hook, check, user_predict, step,
               convert, relabel] = name(names_only);
   std::vector<Event> events{
-      call(0, predict),                                     // 0
-      call(1, context), ret(2),                             // 1
-      call(3, validate),                                    // 1
-      call(4, enforce),                                     // 2
-      call(5, column),                                      // 3
-      label(relabel), call(6, astype), call(7, hook), ret(8), ret(9),  // 4, 5
-      ret(10), ret(11),
-      call(12, check), ret(13),                             // 2
+      call(0, predict),  // 0
+      call(1, context),
+      ret(2),             // 1
+      call(3, validate),  // 1
+      call(4, enforce),   // 2
+      call(5, column),    // 3
+      label(relabel),
+      call(6, astype),
+      call(7, hook),
+      ret(8),
+      ret(9),  // 4, 5
+      ret(10),
+      ret(11),
+      call(12, check),
+      ret(13),  // 2
       ret(14),
-      call(15, context), ret(16),                           // 1
-      call(20, user_predict), call(21, step), call(22, step), ret(23), ret(24), ret(30),  // 1-3
-      call(31, convert), ret(32),                           // 1
+      call(15, context),
+      ret(16),  // 1
+      call(20, user_predict),
+      call(21, step),
+      call(22, step),
+      ret(23),
+      ret(24),
+      ret(30),  // 1-3
+      call(31, convert),
+      ret(32),  // 1
       ret(40),
   };
   for (Event& e : events) e.ts_ns *= 100'000;  // 0.1 ms a unit
@@ -274,8 +309,8 @@ TEST(Group, MlflowCallsDeepInsideAGroupAreNotGroupedAgain) {
   const uint32_t validate = lib_fn(p, "_validate_prediction_input", "mlflow.models.utils");
   const uint32_t astype = lib_fn(p, "DataFrame.astype", "pandas.core.generic");
   const uint32_t enforce = lib_fn(p, "_enforce_schema", "mlflow.models.utils");
-  p.lanes.push_back(make_lane({call(0, predict), call(1, validate), call(2, astype), call(3, enforce), ret(4),
-                               ret(5), ret(6), ret(7)}));
+  p.lanes.push_back(make_lane({call(0, predict), call(1, validate), call(2, astype),
+                               call(3, enforce), ret(4), ret(5), ret(6), ret(7)}));
   build_tree(p);
   group_framework_spans(p);
   ASSERT_EQ(p.spans.size(), 5u);  // one group: the mlflow call under pandas stays a plain span
@@ -303,18 +338,21 @@ TEST(Group, AProfileWithoutMlflowIsUnchanged) {
 // and a function the base lacks (the session's own) is classified too.
 TEST(GroupCache, SessionsOnOneBaseGroupAsWithoutTheCache) {
   auto base = std::make_shared<FunctionTable>();
-  const uint32_t predict = base->add("PyFuncModel.predict", "mlflow.pyfunc", "/v/site-packages/mlflow/pyfunc.py", 1,
-                                     FunctionKind::kPython, false);
-  const uint32_t enforce = base->add("_enforce_schema", "mlflow.models.utils", "/v/site-packages/mlflow/u.py", 1,
-                                     FunctionKind::kPython, false);
-  const uint32_t score = base->add("score", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
+  const uint32_t predict =
+      base->add("PyFuncModel.predict", "mlflow.pyfunc", "/v/site-packages/mlflow/pyfunc.py", 1,
+                FunctionKind::kPython, false);
+  const uint32_t enforce =
+      base->add("_enforce_schema", "mlflow.models.utils", "/v/site-packages/mlflow/u.py", 1,
+                FunctionKind::kPython, false);
+  const uint32_t score =
+      base->add("score", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
   auto session = [&](bool own_function) {
     Profile p;
     p.functions = FunctionTable(base);
     const uint32_t convert = own_function ? lib_fn(p, "_convert_output", "mlflow.pyfunc") : enforce;
     p.end_ns = 100;
-    p.lanes.push_back(make_lane({call(0, predict), call(1, enforce), ret(10), call(10, score), ret(50),
-                                 call(50, convert), ret(60), ret(100)}));
+    p.lanes.push_back(make_lane({call(0, predict), call(1, enforce), ret(10), call(10, score),
+                                 ret(50), call(50, convert), ret(60), ret(100)}));
     build_tree(p);
     return p;
   };
@@ -336,13 +374,16 @@ TEST(GroupCache, SessionsOnOneBaseGroupAsWithoutTheCache) {
 // are grouped exactly as each would be alone.
 TEST(GroupCache, ItsReusedArraysCarryNothingFromOneSessionToTheNext) {
   auto base = std::make_shared<FunctionTable>();
-  const uint32_t predict = base->add("PyFuncModel.predict", "mlflow.pyfunc", "/v/site-packages/mlflow/pyfunc.py", 1,
-                                     FunctionKind::kPython, false);
-  const uint32_t enforce = base->add("_enforce_schema", "mlflow.models.utils", "/v/site-packages/mlflow/u.py", 1,
-                                     FunctionKind::kPython, false);
-  const uint32_t context = base->add("_set_context", "mlflow.utils", "/v/site-packages/mlflow/c.py", 1,
-                                     FunctionKind::kPython, false);
-  const uint32_t score = base->add("score", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
+  const uint32_t predict =
+      base->add("PyFuncModel.predict", "mlflow.pyfunc", "/v/site-packages/mlflow/pyfunc.py", 1,
+                FunctionKind::kPython, false);
+  const uint32_t enforce =
+      base->add("_enforce_schema", "mlflow.models.utils", "/v/site-packages/mlflow/u.py", 1,
+                FunctionKind::kPython, false);
+  const uint32_t context = base->add("_set_context", "mlflow.utils", "/v/site-packages/mlflow/c.py",
+                                     1, FunctionKind::kPython, false);
+  const uint32_t score =
+      base->add("score", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
   // `runs` groups of MLflow calls, each followed by the model's step.
   auto session = [&](int runs) {
     Profile p;
@@ -399,9 +440,10 @@ TEST(GroupWaiting, OverlappingMembersWaitNoMoreThanTheWallTheyDidNotRun) {
   const uint32_t predict = test::user_fn(q, "predict");
   const uint32_t a = test::lib_fn(q, "_wrap_generator", "mlflow.pyfunc.utils");
   const uint32_t b = test::lib_fn(q, "_stream_wrapper", "mlflow.tracing.fluent");
-  q.lanes.push_back(test::make_lane({test::call(0, predict), test::call(10, a), test::suspend(20, 1),
-                                     test::call(20, b), test::suspend(30, 3), test::resume(100, 1),
-                                     test::ret(110), test::resume(110, 3), test::ret(120), test::ret(130)}));
+  q.lanes.push_back(
+      test::make_lane({test::call(0, predict), test::call(10, a), test::suspend(20, 1),
+                       test::call(20, b), test::suspend(30, 3), test::resume(100, 1),
+                       test::ret(110), test::resume(110, 3), test::ret(120), test::ret(130)}));
   build_tree(q);
   group_framework_spans(q);
   int32_t group = -1;
@@ -431,9 +473,10 @@ TEST(GroupRuns, AMemberSuspendedAcrossTheNextSiblingEndsTheRunAndStaysANode) {
   const uint32_t check = test::lib_fn(q, "_validate_prediction_input", "mlflow.models.utils");
   const uint32_t cm = test::lib_fn(q, "safe_set_span_in_context", "mlflow.tracing.provider");
   const uint32_t step = test::user_fn(q, "step");
-  q.lanes.push_back(test::make_lane({test::call(0, predict), test::call(10, check), test::ret(15),
-                                     test::call(20, cm), test::suspend(25, 3), test::call(30, step),
-                                     test::ret(80), test::resume(90, 3), test::ret(95), test::ret(100)}));
+  q.lanes.push_back(
+      test::make_lane({test::call(0, predict), test::call(10, check), test::ret(15),
+                       test::call(20, cm), test::suspend(25, 3), test::call(30, step),
+                       test::ret(80), test::resume(90, 3), test::ret(95), test::ret(100)}));
   build_tree(q);
   group_framework_spans(q);
   std::vector<const Span*> groups;
@@ -465,8 +508,8 @@ TEST(GroupRuns, ARunNeverSpansItsParentsSuspension) {
   const uint32_t enter = test::lib_fn(q, "_start_stream_span", "mlflow.tracing.fluent");
   const uint32_t leave = test::lib_fn(q, "_end_stream_span", "mlflow.tracing.fluent");
   q.lanes.push_back(test::make_lane({test::call(0, stream), test::call(10, enter), test::ret(20),
-                                     test::suspend(25, 0), test::resume(150, 0), test::call(160, leave),
-                                     test::ret(170), test::ret(180)}));
+                                     test::suspend(25, 0), test::resume(150, 0),
+                                     test::call(160, leave), test::ret(170), test::ret(180)}));
   build_tree(q);
   group_framework_spans(q);
   std::vector<int64_t> walls;

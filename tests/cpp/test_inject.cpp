@@ -187,7 +187,8 @@ TEST_F(InjectScript, APackageOfSymlinkedFilesCountsAsThePackageDir) {
   fake_package(sources.path(), "    pass");
   fs::create_directories(pkg_.path() + "/mlflow_profiler");
   for (const char* f : {"__init__.py", "_autoprofile.py"})
-    fs::create_symlink(sources.path() + "/mlflow_profiler/" + f, pkg_.path() + "/mlflow_profiler/" + f);
+    fs::create_symlink(sources.path() + "/mlflow_profiler/" + f,
+                       pkg_.path() + "/mlflow_profiler/" + f);
   run_script(dir_.path(), pkg_.path());
   const InjectOutcome o = outcome_of_result(1, slurp(dir_.path() + "/result.json"), pkg_.path());
   EXPECT_EQ(o.verdict, InjectVerdict::kLoaded) << o.line;
@@ -215,7 +216,8 @@ TEST(InjectOptions, TheFlagTheDirectoryAndTheirErrors) {
     return r ? std::string() : r.error().message;
   };
   EXPECT_NE(err({"--all", "--inject"}).find("give --pid N"), std::string::npos);
-  EXPECT_NE(err({"--pid", "1", "--inject-path", "/x"}).find("give --inject too"), std::string::npos);
+  EXPECT_NE(err({"--pid", "1", "--inject-path", "/x"}).find("give --inject too"),
+            std::string::npos);
   EXPECT_NE(err({"--pid", "1", "--inject", "--inject-path", "site-packages"})
                 .find("must be an absolute directory, as the target process sees it"),
             std::string::npos);
@@ -241,9 +243,9 @@ TEST(InjectLines, WhyRemoteDebuggingIsOff) {
                 .find("-X disable-remote-debug"),
             std::string::npos);
   // Neither: the build, or an option the files do not show.
-  EXPECT_NE(remote_debug_off_reason("PATH=/bin\0"s, "python3\0-X\0dev\0"s)
-                .find("--without-remote-debug"),
-            std::string::npos);
+  EXPECT_NE(
+      remote_debug_off_reason("PATH=/bin\0"s, "python3\0-X\0dev\0"s).find("--without-remote-debug"),
+      std::string::npos);
 }
 
 TEST(InjectLines, PtraceScopeThreeRefusesTheRestAllow) {

@@ -593,12 +593,14 @@ TEST(Joiner, SessionsHandedOutOneAtATimeEqualThoseTakenTogether) {
     for (uint64_t serial = 1; serial <= 8; ++serial) {
       // Sessions 100 ms apart (none lasts 2 ms): each gets only its own sleeps.
       const auto at = static_cast<int64_t>(serial) * 100'000'000;
-      auto off_cpu = [&](int64_t start, int64_t end, bool blocked, int64_t wake = 0, uint32_t waker = 0) {
+      auto off_cpu = [&](int64_t start, int64_t end, bool blocked, int64_t wake = 0,
+                         uint32_t waker = 0) {
         return off_cpu_rec(100, 100, at + start, at + end, blocked, wake ? at + wake : 0, waker);
       };
       switch (serial % 4) {
         case 1: {
-          Profile big = test::random_profile(seed * 10 + static_cast<uint32_t>(serial), 300, 6, true);
+          Profile big =
+              test::random_profile(seed * 10 + static_cast<uint32_t>(serial), 300, 6, true);
           big.start_ns = 500;
           big.lanes[0].native_tid = 100;
           build_tree(big);
@@ -689,7 +691,7 @@ TEST(Joiner, OffCpuRecordsCarryTheWakersNameAndKindAndTheSyscall) {
   EXPECT_EQ(iv[0].waker_name, "renamed-waker");
   EXPECT_EQ(iv[0].state_letter(), 'S');
   EXPECT_EQ(iv[1].waker_kind, WakerKind::kTimer);
-  EXPECT_EQ(iv[1].waker_name, "");  // an interrupt's: not the hit task's comm
+  EXPECT_EQ(iv[1].waker_name, "");                // an interrupt's: not the hit task's comm
   EXPECT_EQ(iv[2].waker_kind, WakerKind::kTask);  // unknown kinds read as a task
   EXPECT_EQ(iv[2].syscall, -1);
   const SpanKernel& read = got[0].kernel.spans[2];
@@ -759,7 +761,8 @@ TEST(Joiner, FutexWaitsAreToldApartByTheGilRangeAndTheLockFlag) {
   recs.pop_back();
   auto wait = [&](int64_t start, uint64_t addr, uint32_t object) {
     mlprof_ev_off_cpu r{};
-    std::memcpy(&r, off_cpu_rec(100, 100, start, start + 2000, true, start + 1500, 7).bytes.data(), sizeof(r));
+    std::memcpy(&r, off_cpu_rec(100, 100, start, start + 2000, true, start + 1500, 7).bytes.data(),
+                sizeof(r));
     r.syscall = 202;
     r.futex_addr = addr;
     r.wait_object = object;
@@ -768,7 +771,7 @@ TEST(Joiner, FutexWaitsAreToldApartByTheGilRangeAndTheLockFlag) {
   recs.push_back(wait(4000, 0x7f0000001000 + 40, MLPROF_WAIT_FUTEX));   // the GIL's cond
   recs.push_back(wait(7000, 0x7f0000001000 + 208, MLPROF_WAIT_FUTEX));  // just past it
   recs.push_back(wait(10000, 0x55aa00, MLPROF_WAIT_LOCK));
-  recs.push_back(wait(13000, 0x7f0000001000 + 8, MLPROF_WAIT_NONE));    // not in futex
+  recs.push_back(wait(13000, 0x7f0000001000 + 8, MLPROF_WAIT_NONE));  // not in futex
   recs.push_back(end);
   Joiner j;
   feed(j, recs);
@@ -939,8 +942,8 @@ TEST(Joiner, ANewNameEverySessionDoesNotCopyTheNamesEverySession) {
     for (int k = 0; k < i; ++k) p.functions.strings().intern("unused " + std::to_string(k));
     const uint32_t request = p.functions.strings().intern("request " + std::to_string(i));
     const int64_t t0 = 1000 + i * 100000;
-    p.lanes.push_back(make_lane({call(t0, predict), test::label(request), call(t0 + 10, predict), ret(t0 + 20),
-                                 ret(t0 + 30)}));
+    p.lanes.push_back(make_lane({call(t0, predict), test::label(request), call(t0 + 10, predict),
+                                 ret(t0 + 20), ret(t0 + 30)}));
     p.lanes[0].native_tid = 100;
     p.start_ns = t0 - 1;
     p.end_ns = t0 + 40;
@@ -1402,7 +1405,8 @@ TEST(Joiner, TooManySessionsFinishEndedOnesBeforeAnOpenOne) {
     feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, t, s, 2, 0),
              session_rec(MLPROF_EV_SESSION_END, 100, 100, t + 10, s, 0, 0)});
   }
-  std::vector<Profile> got = j.take_finished(0);  // nothing has settled: only what the bound pushed out
+  std::vector<Profile> got =
+      j.take_finished(0);  // nothing has settled: only what the bound pushed out
   ASSERT_EQ(got.size(), 3u);
   for (const Profile& p : got) {
     EXPECT_NE(p.meta.at("session"), "1");
@@ -1463,7 +1467,8 @@ std::vector<Rec> body_records_of(const Profile& p, Process& proc, uint64_t seria
     head.dropped += lane.dropped;
     mlprof_spans_lane ml{};
     ml.lane = li;
-    ml.parent_lane = lane.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(lane.parent_lane);
+    ml.parent_lane =
+        lane.parent_lane < 0 ? MLPROF_NO_PARENT_LANE : static_cast<uint32_t>(lane.parent_lane);
     ml.parent_call = lane.parent_call;
     ml.task = lane.task;
     ml.thread_ident = lane.thread_id;
@@ -1486,7 +1491,8 @@ std::vector<Rec> body_records_of(const Profile& p, Process& proc, uint64_t seria
         head.version = MLPROF_SPANS_FOLDS_VERSION;
       }
       if (e.kind == EventKind::kMark) head.version = MLPROF_SPANS_MARKS_VERSION;
-      if ((e.kind == EventKind::kCall || label) && proc.send_names && proc.named.insert({label, me.id}).second) {
+      if ((e.kind == EventKind::kCall || label) && proc.send_names &&
+          proc.named.insert({label, me.id}).second) {
         const auto& s = p.functions.strings();
         if (label) {
           out.push_back(name_rec(tgid, tid, p.end_ns, me.id, true, s.get(e.id)));
@@ -1559,8 +1565,9 @@ void set_body_version(std::vector<Rec>& recs, uint32_t version) {
     if (r.bytes.size() < offsetof(mlprof_ev_chunk, data)) continue;
     std::memcpy(&c, r.bytes.data(), offsetof(mlprof_ev_chunk, data));
     if (c.h.kind != MLPROF_EV_SPANS_CHUNK || c.offset != 0) continue;
-    std::memcpy(r.bytes.data() + offsetof(mlprof_ev_chunk, data) + offsetof(mlprof_spans_head, version), &version,
-                sizeof(version));
+    std::memcpy(
+        r.bytes.data() + offsetof(mlprof_ev_chunk, data) + offsetof(mlprof_spans_head, version),
+        &version, sizeof(version));
   }
 }
 
@@ -1722,7 +1729,8 @@ TEST(JoinerV2, ACheckpointOfAnOpenSessionStandsWhenTheProcessDies) {
   // predict -> load, both open: the extension's checkpoint of a session
   // still running, then the process exits (no final body, no end).
   Profile p;
-  const uint32_t predict = p.functions.add("predict", "m", "/app/m.py", 1, FunctionKind::kPython, true);
+  const uint32_t predict =
+      p.functions.add("predict", "m", "/app/m.py", 1, FunctionKind::kPython, true);
   const uint32_t load = p.functions.add("load", "m", "/app/m.py", 9, FunctionKind::kPython, true);
   p.start_ns = 1000;
   p.end_ns = 0;
@@ -1750,8 +1758,8 @@ TEST(JoinerV2, ACheckpointOfAnOpenSessionStandsWhenTheProcessDies) {
 // session_begin, lane 1's from its lane_begin; a later session whose
 // lane_begin was lost finds the worker's host tid from the first; a thread
 // no kernel record ever named is counted.
-std::vector<Rec> namespaced_session(const Profile& p, Process& proc, uint64_t serial, bool lane_begin,
-                                    uint32_t worker_host_tid) {
+std::vector<Rec> namespaced_session(const Profile& p, Process& proc, uint64_t serial,
+                                    bool lane_begin, uint32_t worker_host_tid) {
   std::vector<Rec> recs = body_records_of(p, proc, serial, 0, "", "");
   for (Rec& r : recs) {  // every record of the BPF side names the host's tid
     mlprof_ev_header h{};
@@ -1763,7 +1771,8 @@ std::vector<Rec> namespaced_session(const Profile& p, Process& proc, uint64_t se
   out.push_back(recs.front());  // session_begin
   if (lane_begin) {
     mlprof_ev_lane lb{};
-    lb.h = header(MLPROF_EV_LANE_BEGIN, proc.tgid, worker_host_tid, p.lanes[1].events.front().ts_ns);
+    lb.h =
+        header(MLPROF_EV_LANE_BEGIN, proc.tgid, worker_host_tid, p.lanes[1].events.front().ts_ns);
     lb.session = serial;
     lb.lane = 1;
     lb.parent_lane = 0;
@@ -1771,8 +1780,10 @@ std::vector<Rec> namespaced_session(const Profile& p, Process& proc, uint64_t se
     out.push_back(rec_of(lb));
   }
   const int64_t t0 = p.start_ns;
-  out.push_back(off_cpu_rec(proc.tgid, 5001, t0 + 2000, t0 + 12000, true, t0 + 11000, worker_host_tid));
-  out.push_back(off_cpu_rec(proc.tgid, worker_host_tid, t0 + 3000, t0 + 8000, true, t0 + 7500, 5001));
+  out.push_back(
+      off_cpu_rec(proc.tgid, 5001, t0 + 2000, t0 + 12000, true, t0 + 11000, worker_host_tid));
+  out.push_back(
+      off_cpu_rec(proc.tgid, worker_host_tid, t0 + 3000, t0 + 8000, true, t0 + 7500, 5001));
   // A namespace tid as the host's: another host thread of the same number must not count.
   out.push_back(off_cpu_rec(proc.tgid, 1, t0 + 2000, t0 + 30000, true, t0 + 29000, 0));
   out.insert(out.end(), recs.begin() + 1, recs.end());
@@ -1784,8 +1795,8 @@ Profile namespaced_profile(int64_t t0) {
   const uint32_t predict = test::user_fn(p, "predict");
   const uint32_t wait = test::user_fn(p, "wait_for_worker");
   const uint32_t work = test::user_fn(p, "worker_run", "app.workers");
-  p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 1000, wait), ret(t0 + 20000), ret(t0 + 21000)},
-                              "MainThread"));
+  p.lanes.push_back(make_lane(
+      {call(t0, predict), call(t0 + 1000, wait), ret(t0 + 20000), ret(t0 + 21000)}, "MainThread"));
   p.lanes.push_back(make_lane({call(t0 + 2500, work), ret(t0 + 9000)}, "worker"));
   p.lanes[0].native_tid = 1;  // gettid() in the target's pid namespace
   p.lanes[1].native_tid = 7;
@@ -1814,7 +1825,7 @@ TEST(JoinerV2, AProcessInItsOwnPidNamespaceJoinsByTheHostsTids) {
     EXPECT_EQ(p.kernel.spans[0].off_cpu_ns, 15000);      // and the worker lane under it 5 us
     EXPECT_EQ(p.kernel.spans[1].own_blocked_ns, 9000);   // wait_for_worker, woken by the worker
     EXPECT_EQ(p.kernel.spans[1].top_waker_tid, 5007u);
-    EXPECT_EQ(p.kernel.spans[2].own_off_cpu_ns, 5000);   // worker_run on the worker's thread
+    EXPECT_EQ(p.kernel.spans[2].own_off_cpu_ns, 5000);  // worker_run on the worker's thread
     EXPECT_EQ(p.kernel.off_cpu.size(), 2u);
   };
   check(got[0]);

@@ -127,10 +127,10 @@ TEST_F(JsonDocTest, MetaStatsAndTables) {
 
 TEST_F(JsonDocTest, SpansMatchTheTreeFieldByField) {
   const rapidjson::Document doc = parse(to_json_document(p));
-  EXPECT_EQ(string_array(doc["span_fields"]),
-            (std::vector<std::string>{"parent", "function", "label", "lane", "depth", "flags",
-                                      "start_ns", "end_ns", "active_ns", "resumes", "waiting_ns",
-                                      "resource"}));
+  EXPECT_EQ(
+      string_array(doc["span_fields"]),
+      (std::vector<std::string>{"parent", "function", "label", "lane", "depth", "flags", "start_ns",
+                                "end_ns", "active_ns", "resumes", "waiting_ns", "resource"}));
   const auto& spans = doc["spans"].GetArray();
   ASSERT_EQ(spans.Size(), p.spans.size());
   for (size_t i = 0; i < p.spans.size(); ++i) {

@@ -49,7 +49,8 @@ struct TempRoot {
   }
 };
 
-const std::string kContainerdId = "b4d6d161c62525d726fa394b27df30e14f8ea5646313ada576b390de70cfc8cc";
+const std::string kContainerdId =
+    "b4d6d161c62525d726fa394b27df30e14f8ea5646313ada576b390de70cfc8cc";
 const std::string kContainerdPod = "f6f2d169-f2ae-4afa-95ed-06ff2ed6b288";
 const std::string kCrioId = "a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3";
 const std::string kCrioPod = "897277d4-5e6f-4999-a976-b8340e8d075e";
@@ -71,32 +72,45 @@ struct CgroupCase {
 // (process/process_test.go), with what each says about the pod.
 const CgroupCase kOtelCases[] = {
     // cgroup v2. The first line's uid mixes '_' and '-' as the table has it.
-    {"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podf6f2d169_f2ae_4afa-95ed_06ff2ed6b288.slice/cri-containerd-b4d6d161c62525d726fa394b27df30e14f8ea5646313ada576b390de70cfc8cc.scope",
+    {"0::/kubepods.slice/kubepods-burstable.slice/"
+     "kubepods-burstable-podf6f2d169_f2ae_4afa-95ed_06ff2ed6b288.slice/"
+     "cri-containerd-b4d6d161c62525d726fa394b27df30e14f8ea5646313ada576b390de70cfc8cc.scope",
      "b4d6d161c62525d726fa394b27df30e14f8ea5646313ada576b390de70cfc8cc",
      "f6f2d169-f2ae-4afa-95ed-06ff2ed6b288", "burstable", "systemd", "containerd"},
-    {"0::/kubepods/besteffort/pod05e102bf-8744-4942-a241-9b6f07983a53/f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
+    {"0::/kubepods/besteffort/pod05e102bf-8744-4942-a241-9b6f07983a53/"
+     "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      "05e102bf-8744-4942-a241-9b6f07983a53", "besteffort", "cgroupfs", ""},
-    {"0::/kubepods/besteffort/pod897277d4-5e6f-4999-a976-b8340e8d075e/crio-a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3",
+    {"0::/kubepods/besteffort/pod897277d4-5e6f-4999-a976-b8340e8d075e/"
+     "crio-a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3",
      "a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3",
      "897277d4-5e6f-4999-a976-b8340e8d075e", "besteffort", "cgroupfs", "cri-o"},
-    {"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod4c9f1974_5c46_44c2_b42f_3bbf0e98eef9.slice/cri-containerd-bacb920470900725e0aa7d914fee5eb0854315448b024b6b8420ad8429c607ba.scope",
+    {"0::/kubepods.slice/kubepods-besteffort.slice/"
+     "kubepods-besteffort-pod4c9f1974_5c46_44c2_b42f_3bbf0e98eef9.slice/"
+     "cri-containerd-bacb920470900725e0aa7d914fee5eb0854315448b024b6b8420ad8429c607ba.scope",
      "bacb920470900725e0aa7d914fee5eb0854315448b024b6b8420ad8429c607ba",
      "4c9f1974-5c46-44c2-b42f-3bbf0e98eef9", "besteffort", "systemd", "containerd"},
-    {"0::/user.slice/user-1000.slice/user@1000.service/app.slice/app-org.gnome.Terminal.slice/vte-spawn-868f9513-eee8-457d-8e36-1b37ae8ae622.scope",
+    {"0::/user.slice/user-1000.slice/user@1000.service/app.slice/app-org.gnome.Terminal.slice/"
+     "vte-spawn-868f9513-eee8-457d-8e36-1b37ae8ae622.scope",
      nullptr, "", "", "", ""},
     {"0::/../../user.slice/user-501.slice/session-3.scope", nullptr, "", "", "", ""},
     // Docker outside Kubernetes: a container, not a pod.
-    {"0::/system.slice/docker-b1eba9dfaeba29d8b80532a574a03ea3cac29384327f339c26da13649e2120df.scope/init",
+    {"0::/system.slice/"
+     "docker-b1eba9dfaeba29d8b80532a574a03ea3cac29384327f339c26da13649e2120df.scope/init",
      nullptr, "", "", "", ""},
     // cgroup v1
-    {"11:memory:/kubepods/besteffort/poda9c80282-3f6b-4d5b-84d5-a137a6668011/ed89697807a981b82f6245ac3a13be232c1e13435d52bc3f53060d61babe1997",
+    {"11:memory:/kubepods/besteffort/poda9c80282-3f6b-4d5b-84d5-a137a6668011/"
+     "ed89697807a981b82f6245ac3a13be232c1e13435d52bc3f53060d61babe1997",
      "ed89697807a981b82f6245ac3a13be232c1e13435d52bc3f53060d61babe1997",
      "a9c80282-3f6b-4d5b-84d5-a137a6668011", "besteffort", "cgroupfs", ""},
-    {"11:cpucpuacct:/system.slice/containerd.service/kubepods-besteffort-pod86811ae3_b633_4eb8_a508_e3eae190f6ce.slice:cri-containerd:da1bdd84c8b25938081afe48da7075e2a211d2b1a62e01c894b4e5f3ffab670a",
+    {"11:cpucpuacct:/system.slice/containerd.service/"
+     "kubepods-besteffort-pod86811ae3_b633_4eb8_a508_e3eae190f6ce.slice:cri-containerd:"
+     "da1bdd84c8b25938081afe48da7075e2a211d2b1a62e01c894b4e5f3ffab670a",
      "da1bdd84c8b25938081afe48da7075e2a211d2b1a62e01c894b4e5f3ffab670a",
      "86811ae3-b633-4eb8-a508-e3eae190f6ce", "besteffort", "systemd", "containerd"},
-    {"1:name=systemd:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podf6f2d169_f2ae_4afa_95ed_06ff2ed6b288.slice/cri-containerd-b4d6d161c62525d726fa394b27df30e14f8ea5646313ada576b390de70cfc8cc.scope",
+    {"1:name=systemd:/kubepods.slice/kubepods-burstable.slice/"
+     "kubepods-burstable-podf6f2d169_f2ae_4afa_95ed_06ff2ed6b288.slice/"
+     "cri-containerd-b4d6d161c62525d726fa394b27df30e14f8ea5646313ada576b390de70cfc8cc.scope",
      "b4d6d161c62525d726fa394b27df30e14f8ea5646313ada576b390de70cfc8cc",
      "f6f2d169-f2ae-4afa-95ed-06ff2ed6b288", "burstable", "systemd", "containerd"},
 };
@@ -105,36 +119,49 @@ const CgroupCase kOtelCases[] = {
 // pkg/kubelet/cm: guaranteed pods sit right under kubepods; CRI-O and
 // Docker name their scopes crio-<id>, docker-<id>).
 const CgroupCase kMoreCases[] = {
-    {"0::/kubepods.slice/kubepods-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice/crio-a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3.scope",
+    {"0::/kubepods.slice/kubepods-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice/"
+     "crio-a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3.scope",
      "a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3",
      "0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b", "guaranteed", "systemd", "cri-o"},
-    {"0::/kubepods/pod0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b/f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
+    {"0::/kubepods/pod0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b/"
+     "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      "0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b", "guaranteed", "cgroupfs", ""},
-    {"0::/kubepods/burstable/pod0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b/f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
+    {"0::/kubepods/burstable/pod0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b/"
+     "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      "0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b", "burstable", "cgroupfs", ""},
-    {"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice/docker-b1eba9dfaeba29d8b80532a574a03ea3cac29384327f339c26da13649e2120df.scope",
+    {"0::/kubepods.slice/kubepods-burstable.slice/"
+     "kubepods-burstable-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice/"
+     "docker-b1eba9dfaeba29d8b80532a574a03ea3cac29384327f339c26da13649e2120df.scope",
      "b1eba9dfaeba29d8b80532a574a03ea3cac29384327f339c26da13649e2120df",
      "0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b", "burstable", "systemd", "docker"},
     // kind's nodes: the kubelet's cgroup root is kubelet.slice.
-    {"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice/cri-containerd-bacb920470900725e0aa7d914fee5eb0854315448b024b6b8420ad8429c607ba.scope",
+    {"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
+     "kubelet-kubepods-besteffort-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice/"
+     "cri-containerd-bacb920470900725e0aa7d914fee5eb0854315448b024b6b8420ad8429c607ba.scope",
      "bacb920470900725e0aa7d914fee5eb0854315448b024b6b8420ad8429c607ba",
      "0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b", "besteffort", "systemd", "containerd"},
     // A static pod: its uid is a 32-hex hash of the manifest.
-    {"0::/kubepods/burstable/pod5b6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f/f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
+    {"0::/kubepods/burstable/pod5b6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f/"
+     "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      "5b6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f", "burstable", "cgroupfs", ""},
     // The pod's own cgroup, and CRI-O's conmon beside the container: in the pod, no container.
-    {"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice",
+    {"0::/kubepods.slice/kubepods-burstable.slice/"
+     "kubepods-burstable-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice",
      "", "0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b", "burstable", "systemd", ""},
-    {"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice/crio-conmon-a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3.scope",
+    {"0::/kubepods.slice/kubepods-burstable.slice/"
+     "kubepods-burstable-pod0d5e1c4b_9a7f_4d3e_8b2a_6c1f0e9d8a7b.slice/"
+     "crio-conmon-a4d6b686848a610472a2eed3ae20d4d64b6b4819feb9fdfc7fd7854deaf59ef3.scope",
      "", "0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b", "burstable", "systemd", ""},
     // Not pods: no uid, a uid that is not one, a "pod" outside kubepods.
     {"0::/kubepods.slice/kubepods-burstable.slice", nullptr, "", "", "", ""},
-    {"0::/kubepods/burstable/podnot-a-uid/f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
+    {"0::/kubepods/burstable/podnot-a-uid/"
+     "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      nullptr, "", "", "", ""},
-    {"0::/machine.slice/pod0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b/f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
+    {"0::/machine.slice/pod0d5e1c4b-9a7f-4d3e-8b2a-6c1f0e9d8a7b/"
+     "f52a212505a606972cf8614c3cb856539e71b77ecae33436c5ac442232fbacf8",
      nullptr, "", "", "", ""},
 };
 
@@ -182,7 +209,8 @@ TEST(K8sCgroup, HybridHostReadsTheV1LinesWhenV2SaysNothing) {
       "4:memory:/kubepods/besteffort/poda9c80282-3f6b-4d5b-84d5-a137a6668011/"
       "ed89697807a981b82f6245ac3a13be232c1e13435d52bc3f53060d61babe1997\n"
       "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podf6f2d169_f2ae_4afa_95ed_"
-      "06ff2ed6b288.slice/cri-containerd-" + kContainerdId + ".scope\n";
+      "06ff2ed6b288.slice/cri-containerd-" +
+      kContainerdId + ".scope\n";
   pc = pod_cgroup_in_proc(both);
   ASSERT_TRUE(pc.has_value());
   EXPECT_EQ(pc->container_id, kContainerdId);
@@ -227,10 +255,12 @@ TEST(K8sNames, CrioAnnotations) {
 
 TEST(K8sNames, NotAPodsSpec) {
   EXPECT_FALSE(pod_names_in_oci_config("").has_value());
-  EXPECT_FALSE(pod_names_in_oci_config("{\"annotations\": {\"io.kubernetes.cri.sandbox-na").has_value());
+  EXPECT_FALSE(
+      pod_names_in_oci_config("{\"annotations\": {\"io.kubernetes.cri.sandbox-na").has_value());
   EXPECT_FALSE(pod_names_in_oci_config("{\"ociVersion\": \"1.1.0\"}").has_value());
   // nerdctl's containers carry no pod.
-  EXPECT_FALSE(pod_names_in_oci_config("{\"annotations\": {\"nerdctl/name\": \"nerd-1\"}}").has_value());
+  EXPECT_FALSE(
+      pod_names_in_oci_config("{\"annotations\": {\"nerdctl/name\": \"nerd-1\"}}").has_value());
 }
 
 TEST(K8sNames, KubeletLogLayout) {
@@ -247,7 +277,8 @@ TEST(K8sNames, KubeletLogLayout) {
   ASSERT_TRUE(l.has_value());
   EXPECT_EQ(l->path(), "ml/scorer-6c5d8/model");
   EXPECT_FALSE(pod_names_of_log_link("scorer-6c5d8_ml_model-" + kContainerdId + ".log", kCrioId));
-  EXPECT_FALSE(pod_names_of_log_link("scorer-6c5d8_model-" + kContainerdId + ".log", kContainerdId));
+  EXPECT_FALSE(
+      pod_names_of_log_link("scorer-6c5d8_model-" + kContainerdId + ".log", kContainerdId));
 }
 
 TEST(K8sNames, NodeNameFromTheDownwardApi) {
@@ -269,7 +300,8 @@ namespace {
 PodCgroup containerd_cg() {
   return *pod_cgroup_of_path(
       "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podf6f2d169_f2ae_4afa_95ed_"
-      "06ff2ed6b288.slice/cri-containerd-" + kContainerdId + ".scope");
+      "06ff2ed6b288.slice/cri-containerd-" +
+      kContainerdId + ".scope");
 }
 PodCgroup crio_cg() {
   return *pod_cgroup_of_path("/kubepods/besteffort/pod" + kCrioPod + "/crio-" + kCrioId);
@@ -284,7 +316,8 @@ void lay_out_logs(const fs::path& root, const std::string& dir,
 
 TEST(K8sResolver, ContainerdStateFirst) {
   TempRoot root;
-  put(root.path / "run/containerd/io.containerd.runtime.v2.task/k8s.io" / kContainerdId / "config.json",
+  put(root.path / "run/containerd/io.containerd.runtime.v2.task/k8s.io" / kContainerdId /
+          "config.json",
       slurp(kFixtures + "/containerd/container-config.json"));
   PodResolver r(root.path.string());
   auto n = r.names(containerd_cg());
@@ -336,8 +369,9 @@ TEST(K8sResolver, SeveralContainersTheLogLinkSaysWhich) {
     EXPECT_EQ(n->path(), "ml/scorer-6c5d8");  // which of the two is not known
   }
   fs::create_directories(root.path / "var/log/containers");
-  fs::create_symlink("/var/log/pods/" + dir + "/model/0.log",
-                     root.path / "var/log/containers" / ("scorer-6c5d8_ml_model-" + kContainerdId + ".log"));
+  fs::create_symlink(
+      "/var/log/pods/" + dir + "/model/0.log",
+      root.path / "var/log/containers" / ("scorer-6c5d8_ml_model-" + kContainerdId + ".log"));
   PodResolver r(root.path.string());
   auto n = r.names(containerd_cg());
   ASSERT_TRUE(n.has_value());
@@ -352,7 +386,8 @@ TEST(K8sResolver, UnreadableStateFallsBackToLogs) {
   fs::create_directories(root.path / "run/containerd/io.containerd.runtime.v2.task/k8s.io" /
                          kContainerdId / "config.json");
   const std::string cut = slurp(kFixtures + "/crio/container-config.json").substr(0, 300);
-  put(root.path / "run/containers/storage/overlay-containers" / kCrioId / "userdata/config.json", cut);
+  put(root.path / "run/containers/storage/overlay-containers" / kCrioId / "userdata/config.json",
+      cut);
   lay_out_logs(root.path, "ml_scorer-6c5d8_" + kContainerdPod, {"model"});
   lay_out_logs(root.path, "search_ranker-7f9b4_" + kCrioPod, {"ranker"});
   PodResolver r(root.path.string());
@@ -365,7 +400,8 @@ TEST(K8sResolver, UnreadableStateFallsBackToLogs) {
   EXPECT_EQ(a->source, "pod logs");
   auto notes = r.take_notes();
   ASSERT_EQ(notes.size(), 1u);  // the directory in config.json's place; a cut file is not news
-  EXPECT_NE(notes[0].find("cannot read the container runtime's state"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("cannot read the container runtime's state"), std::string::npos)
+      << notes[0];
   EXPECT_NE(notes[0].find("Is a directory"), std::string::npos) << notes[0];
 }
 
@@ -390,8 +426,7 @@ namespace {
 // (tests/cpp/data/proc/12636), in another cgroup.
 void fake_process(const fs::path& proc, int pid, const std::string& cgroup) {
   const fs::path dir = proc / std::to_string(pid);
-  for (const char* f : {"maps", "stat", "comm"})
-    put(dir / f, slurp(kData + "/proc/12636/" + f));
+  for (const char* f : {"maps", "stat", "comm"}) put(dir / f, slurp(kData + "/proc/12636/" + f));
   put(dir / "cgroup", cgroup);
 }
 
@@ -420,7 +455,8 @@ struct FakeNode {
     // The sidecar of the same pod, and a pod known only from its log directory.
     std::string sidecar = slurp(kFixtures + "/containerd/container-config.json");
     sidecar.replace(sidecar.find("\"model\""), 7, "\"sidecar\"");
-    put(root.path / "host/run/containerd/io.containerd.runtime.v2.task/k8s.io" / kIdB / "config.json",
+    put(root.path / "host/run/containerd/io.containerd.runtime.v2.task/k8s.io" / kIdB /
+            "config.json",
         sidecar);
     lay_out_logs(root.path / "host", "batch_trainer-0_" + kOtherPod, {"train"});
     fake_process(root.path / "proc", 4101, systemd_line(kContainerdPod, kContainerdId));

@@ -315,7 +315,8 @@ TEST(Merge, ParentLanesAreShifted) {
 TEST(Merge, PartsOnOneSharedBaseGiveTheNamesTheyUseOnce) {
   auto names = std::make_shared<FunctionTable>();
   names->add("unused", "app", "/srv/app.py", 1, FunctionKind::kPython, true);
-  const uint32_t base_predict = names->add("predict", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
+  const uint32_t base_predict =
+      names->add("predict", "app.model", "/app/model.py", 1, FunctionKind::kPython, true);
   names->strings().intern("unused label");
   auto part = [&](int64_t t0, const std::string& child) {
     Profile p;
@@ -325,7 +326,8 @@ TEST(Merge, PartsOnOneSharedBaseGiveTheNamesTheyUseOnce) {
     p.start_ns = t0;
     p.end_ns = t0 + 100;
     p.meta = {{"pid", "100"}, {"session", std::to_string(t0)}};
-    p.lanes.push_back(make_lane({call(t0, predict), call(t0 + 10, c), ret(t0 + 20), ret(t0 + 100)}));
+    p.lanes.push_back(
+        make_lane({call(t0, predict), call(t0 + 10, c), ret(t0 + 20), ret(t0 + 100)}));
     build_tree(p);
     return p;
   };

@@ -107,13 +107,14 @@ TEST(Options, PodByNamespaceNameAndContainer) {
   EXPECT_EQ(ok({"--all"}).host_root, "");  // the node's / itself
   for (const char* bad : {"scorer", "ml/", "/scorer", "ml//model", "ml/a/b/c", "", "ml/a/"}) {
     SCOPED_TRACE(bad);
-    EXPECT_NE(err({"--pod", bad}).find("is not NAMESPACE/NAME or NAMESPACE/NAME/CONTAINER: e.g. --pod ml/scorer-6c5d8"),
-              std::string::npos);
+    EXPECT_NE(
+        err({"--pod", bad})
+            .find("is not NAMESPACE/NAME or NAMESPACE/NAME/CONTAINER: e.g. --pod ml/scorer-6c5d8"),
+        std::string::npos);
   }
   EXPECT_NE(err({"--pod", "ml/a", "--pod", "ml/b"}).find("one pod per agent"), std::string::npos);
   EXPECT_NE(err({"--pod", "ml/a", "--all"}).find("give one of them"), std::string::npos);
-  EXPECT_NE(err({"--pod", "ml/a", "--container", "x"}).find("give one of them"),
-            std::string::npos);
+  EXPECT_NE(err({"--pod", "ml/a", "--container", "x"}).find("give one of them"), std::string::npos);
   EXPECT_NE(err({"--pod", "ml/a", "--host-root", "host"}).find("must be an absolute directory"),
             std::string::npos);
   EXPECT_NE(err({"--pod"}).find("--pod needs a value"), std::string::npos);
@@ -168,7 +169,8 @@ TEST(Options, StoreAndLabels) {
   EXPECT_EQ(a.labels, want);
   EXPECT_EQ(ok({"--all", "--store", "sqlite:////var/lib/p.db"}).store, "sqlite:////var/lib/p.db");
   // A later --label of the same key wins, as mlprof add's.
-  EXPECT_EQ(ok({"--all", "--store", "s.db", "--label", "model=a", "--label", "model=b"}).labels.at("model"),
+  EXPECT_EQ(ok({"--all", "--store", "s.db", "--label", "model=a", "--label", "model=b"})
+                .labels.at("model"),
             "b");
   EXPECT_TRUE(ok({"--all"}).store.empty());
   EXPECT_NE(usage().find("--store STORE"), std::string::npos);
@@ -182,7 +184,8 @@ TEST(Options, StoreErrorsSayWhatToGive) {
             std::string::npos);
   EXPECT_NE(err({"--all", "--store", "postgresql://u@h/db"}).find("mlprof add URL FILE.json"),
             std::string::npos);
-  EXPECT_NE(err({"--all", "--store", "s.db", "--label", "model"}).find("--label takes KEY=VALUE, got 'model'"),
+  EXPECT_NE(err({"--all", "--store", "s.db", "--label", "model"})
+                .find("--label takes KEY=VALUE, got 'model'"),
             std::string::npos);
   EXPECT_NE(err({"--all", "--store", "s.db", "--label", "=x"}).find("--label takes KEY=VALUE"),
             std::string::npos);

@@ -120,12 +120,14 @@ TEST_F(StatsTest, SelfTimeIsWallMinusTheChildren) {
 // Figures::kWallOnly (the agent's report): the same paths, sessions and
 // wall-time figures as kAll, and no self or off-CPU figures at all.
 TEST(CallPathStatsFigures, WallOnlyKeepsTheWallFiguresAndNothingElse) {
-  CallPathStats all, wall_only(CallPathStats::kDefaultMaxPaths, false, CallPathStats::Figures::kWallOnly);
+  CallPathStats all,
+      wall_only(CallPathStats::kDefaultMaxPaths, false, CallPathStats::Figures::kWallOnly);
   for (uint32_t seed = 1; seed <= 20; ++seed) {
     Profile p = test::random_profile(seed, 200, 5, true);
     p.kernel.present = true;
     p.kernel.spans.resize(p.spans.size());
-    for (size_t i = 0; i < p.spans.size(); ++i) p.kernel.spans[i].off_cpu_ns = static_cast<int64_t>(i % 7) * 1000;
+    for (size_t i = 0; i < p.spans.size(); ++i)
+      p.kernel.spans[i].off_cpu_ns = static_cast<int64_t>(i % 7) * 1000;
     all.add(p, 3);
     wall_only.add(p, 3);
   }
@@ -156,7 +158,8 @@ TEST(CallPathStatsFigures, WallOnlyKeepsTheWallFiguresAndNothingElse) {
 // each call goes to its own path, as when each profile is added alone.
 TEST(CallPathStatsBase, ProfilesOnOneBaseWithOtherShapesKeepTheirPaths) {
   auto names = std::make_shared<FunctionTable>();
-  for (const char* n : {"predict", "a", "b"}) names->add(n, "app", "/app.py", 1, FunctionKind::kPython, true);
+  for (const char* n : {"predict", "a", "b"})
+    names->add(n, "app", "/app.py", 1, FunctionKind::kPython, true);
   auto session = [&](const std::vector<std::pair<std::string, int>>& calls) {
     // calls: (name, depth) in start order, one lane, 10 ns each level.
     Profile p;
@@ -317,8 +320,8 @@ TEST_F(StatsTest, PathsPastTheCapAreDroppedAndCounted) {
 TEST_F(StatsTest, SelfIsRunningTimeAndWaitingIsKeptApart) {
   p.start_ns = 0;
   p.end_ns = 1000;
-  Lane lane = make_lane({call(0, fn("predict")), call(100, fn("fan_out")), ret(900), call(900, fn("work")), ret(950),
-                         ret(1000)});
+  Lane lane = make_lane({call(0, fn("predict")), call(100, fn("fan_out")), ret(900),
+                         call(900, fn("work")), ret(950), ret(1000)});
   lane.off_cpu = {{900, 600}};
   p.lanes.push_back(lane);
   build_tree(p);

@@ -27,7 +27,8 @@ using Types = std::vector<std::pair<std::string, std::string>>;
 
 // "predict;preprocess" (root first) -> the sample's values, one per type.
 // Fails the test if two samples share a path and labels.
-std::map<std::string, std::vector<int64_t>> by_path(const PprofProfile& pb, const std::string& label_key = "") {
+std::map<std::string, std::vector<int64_t>> by_path(const PprofProfile& pb,
+                                                    const std::string& label_key = "") {
   std::map<std::string, std::vector<int64_t>> out;
   for (const PprofSample& s : pb.samples) {
     std::vector<std::string> names = pb.stack(s);
@@ -72,7 +73,8 @@ TEST(PprofAggregate, TwoSourcesWithTheSamePathsGiveOneSamplePerPathWithSummedVal
     EXPECT_EQ(got.at(path), (std::vector<int64_t>{2 * values[0], 2 * values[1]})) << path;
   }
   EXPECT_EQ(got.at("predict;preprocess"), (std::vector<int64_t>{2, 3'000}));
-  EXPECT_EQ(agg.total("wall", "nanoseconds"), 2 * (11'999 + 1'500 + 2'000 + 2'000 + 500 + 3'000 + 3'500));
+  EXPECT_EQ(agg.total("wall", "nanoseconds"),
+            2 * (11'999 + 1'500 + 2'000 + 2'000 + 500 + 3'000 + 3'500));
   EXPECT_EQ(agg.sources(), 2u);
   EXPECT_EQ(agg.samples(), 7u);
 }
@@ -110,8 +112,10 @@ StackSamples sampled() {
   StackSamples s;
   s.value_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
   s.threads = {{"MainThread", 1}};
-  const uint32_t predict = s.functions.add("predict", "", "/app/model.py", 10, FunctionKind::kPython, true);
-  const uint32_t gemm = s.functions.add("gemm", "", "/usr/lib/libblas.so", 0, FunctionKind::kC, false);
+  const uint32_t predict =
+      s.functions.add("predict", "", "/app/model.py", 10, FunctionKind::kPython, true);
+  const uint32_t gemm =
+      s.functions.add("gemm", "", "/usr/lib/libblas.so", 0, FunctionKind::kC, false);
   s.samples.push_back({0, {{predict, 10}}, {3, 30'000}});
   s.samples.push_back({0, {{predict, 10}, {gemm, 0}}, {2, 20'000}});
   s.samples.push_back({0, {{predict, 10}, {gemm, 0}}, {1, 10'000}});
@@ -123,8 +127,10 @@ TEST(PprofAggregate, SampledStacksAddTheirOwnTypesAndTheUnionIsWritten) {
   agg.add(test::export_profile_fixture());
   agg.add(sampled());
   const PprofProfile pb = decode(agg.to_pprof());
-  EXPECT_EQ(pb.sample_types,
-            (Types{{"calls", "count"}, {"wall", "nanoseconds"}, {"samples", "count"}, {"cpu", "nanoseconds"}}));
+  EXPECT_EQ(pb.sample_types, (Types{{"calls", "count"},
+                                    {"wall", "nanoseconds"},
+                                    {"samples", "count"},
+                                    {"cpu", "nanoseconds"}}));
   const auto got = by_path(pb);
   // The same path from both: one sample with both sources' values.
   EXPECT_EQ(got.at("predict"), (std::vector<int64_t>{1, 11'999, 3, 30'000}));
@@ -140,8 +146,10 @@ TEST(PprofAggregate, SampledStacksFirstThenSpansStillPadTheEarlierSamples) {
   agg.add(sampled());
   agg.add(test::export_profile_fixture());
   const PprofProfile pb = decode(agg.to_pprof());
-  EXPECT_EQ(pb.sample_types,
-            (Types{{"samples", "count"}, {"cpu", "nanoseconds"}, {"calls", "count"}, {"wall", "nanoseconds"}}));
+  EXPECT_EQ(pb.sample_types, (Types{{"samples", "count"},
+                                    {"cpu", "nanoseconds"},
+                                    {"calls", "count"},
+                                    {"wall", "nanoseconds"}}));
   EXPECT_EQ(pb.default_sample_type, "wall");
   const auto got = by_path(pb);
   EXPECT_EQ(got.at("predict;gemm"), (std::vector<int64_t>{3, 30'000, 0, 0}));

@@ -54,7 +54,8 @@ TEST(Preflight, OutputWhereNoFileCanBeCreated) {
 TEST(Preflight, PidNamespaceRule) {
   EXPECT_FALSE(sees_only_own_container(kInitPidNsInode, false, "systemd"));
   EXPECT_FALSE(sees_only_own_container(kInitPidNsInode, true, "mlprof-ebpf"));  // the host's init
-  EXPECT_TRUE(sees_only_own_container(4026532301, true, "mlprof-ebpf"));  // no hostPID, agent is pid 1
+  EXPECT_TRUE(
+      sees_only_own_container(4026532301, true, "mlprof-ebpf"));     // no hostPID, agent is pid 1
   EXPECT_TRUE(sees_only_own_container(4026532301, false, "pause"));  // shareProcessNamespace
   EXPECT_TRUE(sees_only_own_container(4026532301, false, "catatonit"));  // podman's infra
   // A node that is a container itself (kind): the node's init is pid 1.
@@ -84,10 +85,13 @@ TEST(Preflight, HostPidsHiddenReadsProc) {
 TEST(Preflight, PythonOrNot) {
   EXPECT_TRUE(looks_like_python("/usr/bin/python3.11", ""));
   EXPECT_TRUE(looks_like_python("/opt/venv/bin/python", ""));
-  EXPECT_TRUE(looks_like_python("/usr/bin/uwsgi",
-                                "7f00-7f10 r-xp 0 08:01 12 /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0\n"));
-  EXPECT_FALSE(looks_like_python("/usr/bin/sleep", "7f00-7f10 r-xp 0 08:01 12 /usr/lib/libc.so.6\n"));
-  EXPECT_FALSE(looks_like_python("/usr/bin/ipython-free-sleep", ""));  // the name must start with it
+  EXPECT_TRUE(looks_like_python(
+      "/usr/bin/uwsgi",
+      "7f00-7f10 r-xp 0 08:01 12 /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0\n"));
+  EXPECT_FALSE(
+      looks_like_python("/usr/bin/sleep", "7f00-7f10 r-xp 0 08:01 12 /usr/lib/libc.so.6\n"));
+  EXPECT_FALSE(
+      looks_like_python("/usr/bin/ipython-free-sleep", ""));  // the name must start with it
 }
 
 TEST(Preflight, NotPythonLineOnARealProcess) {
@@ -95,5 +99,6 @@ TEST(Preflight, NotPythonLineOnARealProcess) {
   const std::string line = not_python_line(getpid());
   EXPECT_NE(line.find("is not a Python process"), std::string::npos) << line;
   EXPECT_NE(line.find("pid " + std::to_string(getpid())), std::string::npos) << line;
-  EXPECT_EQ(not_python_line(999999999), "") << "a pid that does not exist is TargetFinder's to report";
+  EXPECT_EQ(not_python_line(999999999), "")
+      << "a pid that does not exist is TargetFinder's to report";
 }

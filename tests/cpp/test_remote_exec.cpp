@@ -169,7 +169,7 @@ class FakeInterpreter : public ::testing::Test {
     std::memcpy(g_runtime.offsets, b.data(), std::min(b.size(), sizeof g_runtime.offsets));
     g_runtime.interpreters_head = reinterpret_cast<uint64_t>(g_interp);
     const uint64_t tstate = reinterpret_cast<uint64_t>(g_tstate);
-    std::memcpy(g_interp + 0x70, &tstate, 8);    // threads.main
+    std::memcpy(g_interp + 0x70, &tstate, 8);  // threads.main
     const int32_t one = 1;
     std::memcpy(g_interp + 0x3000, &one, 4);     // config.remote_debug
     const uint64_t breaker = 0x12345600u | 0x1;  // a version in the upper bits, a GIL drop request

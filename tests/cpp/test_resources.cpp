@@ -31,7 +31,9 @@ using test::resume;
 using test::ret;
 using test::suspend;
 
-Event resource(uint32_t string_id) { return make_event(EventKind::kLabel, 0, string_id, kEvResource); }
+Event resource(uint32_t string_id) {
+  return make_event(EventKind::kLabel, 0, string_id, kEvResource);
+}
 
 class ResourcesTest : public ::testing::Test {
  protected:
@@ -49,8 +51,8 @@ class ResourcesTest : public ::testing::Test {
 };
 
 TEST_F(ResourcesTest, AResourceEventNamesTheNextCallsResourceNotItsLabel) {
-  p.lanes.push_back(make_lane({call(0, predict), resource(fast), call(10, ask), ret(20), call(30, ask), ret(40),
-                               ret(50)}));
+  p.lanes.push_back(make_lane(
+      {call(0, predict), resource(fast), call(10, ask), ret(20), call(30, ask), ret(40), ret(50)}));
   build_tree(p);
   ASSERT_EQ(p.spans.size(), 3u);
   EXPECT_EQ(p.spans[0].resource, 0u);
@@ -61,7 +63,8 @@ TEST_F(ResourcesTest, AResourceEventNamesTheNextCallsResourceNotItsLabel) {
 }
 
 TEST_F(ResourcesTest, TheDocumentKeepsItAndAnOlderDocumentHasNone) {
-  p.lanes.push_back(make_lane({call(0, predict), resource(smart), call(10, ask), ret(20), ret(50)}));
+  p.lanes.push_back(
+      make_lane({call(0, predict), resource(smart), call(10, ask), ret(20), ret(50)}));
   build_tree(p);
   const std::string doc = to_json_document(p);
   const Result<Profile> read = read_json_document(doc);
@@ -89,8 +92,8 @@ TEST_F(ResourcesTest, TheDocumentKeepsItAndAnOlderDocumentHasNone) {
 // at t), and the in-flight counter at each change.
 TEST_F(ResourcesTest, EachCallTakesTheLowestFreeSlot) {
   p.lanes.push_back(make_lane({call(0, predict), ret(400)}));
-  const std::vector<std::pair<int64_t, int64_t>> calls = {{0, 100}, {0, 100}, {50, 150}, {100, 200}, {100, 200},
-                                                          {160, 300}};
+  const std::vector<std::pair<int64_t, int64_t>> calls = {{0, 100},   {0, 100},   {50, 150},
+                                                          {100, 200}, {100, 200}, {160, 300}};
   for (const auto& [s, e] : calls) {
     p.lanes.push_back(make_lane({resource(fast), call(s, ask), ret(e)}, "worker", 0, 0, 0));
     p.lanes.back().native_tid = 5000 + p.lanes.size();
@@ -118,17 +121,20 @@ TEST_F(ResourcesTest, EachCallTakesTheLowestFreeSlot) {
 TEST_F(ResourcesTest, ATaskSuspendedBeforeItsCallIsQueued) {
   const uint32_t block = p.functions.add("ask smart", "", "", 0, FunctionKind::kBlock, true);
   p.lanes.push_back(make_lane({call(0, predict), ret(900)}));
-  // task 1: runs 0-10, waits, gets its slot at 100: the call [100, 300]; then a second call [310, 400]
-  p.lanes.push_back(make_lane({call(0, task), suspend(10, 0), resume(100, 0), resource(smart), call(100, block),
-                               ret(300), resource(smart), call(310, block), ret(400), ret(410)},
-                              "MainThread", 1, 0, 0));
+  // task 1: runs 0-10, waits, gets its slot at 100: the call [100, 300]; then a second call [310,
+  // 400]
+  p.lanes.push_back(
+      make_lane({call(0, task), suspend(10, 0), resume(100, 0), resource(smart), call(100, block),
+                 ret(300), resource(smart), call(310, block), ret(400), ret(410)},
+                "MainThread", 1, 0, 0));
   // task 2: the same, its slot at 300
-  p.lanes.push_back(make_lane({call(0, task), suspend(20, 0), resume(300, 0), resource(smart), call(300, block),
-                               ret(500), ret(510)},
+  p.lanes.push_back(make_lane({call(0, task), suspend(20, 0), resume(300, 0), resource(smart),
+                               call(300, block), ret(500), ret(510)},
                               "MainThread", 2, 0, 0));
   // task 3: the coroutine is the call (profile_span(resource=) on it)
-  p.lanes.push_back(make_lane({resource(smart), call(0, task), suspend(5, 0), resume(600, 0), ret(610)},
-                              "MainThread", 3, 0, 0));
+  p.lanes.push_back(
+      make_lane({resource(smart), call(0, task), suspend(5, 0), resume(600, 0), ret(610)},
+                "MainThread", 3, 0, 0));
   build_tree(p);
   const std::vector<Resource> view = resource_view(p);
   ASSERT_EQ(view.size(), 1u);
@@ -137,15 +143,23 @@ TEST_F(ResourcesTest, ATaskSuspendedBeforeItsCallIsQueued) {
   EXPECT_EQ(queued, (std::map<int64_t, int64_t>{{0, 0}, {100, 10}, {300, 20}, {310, 310}}));
   EXPECT_EQ(view[0].peak_queued, 2u);
   std::vector<std::tuple<int64_t, uint32_t, uint32_t>> samples;
-  for (const ResourceSample& s : view[0].samples) samples.emplace_back(s.ts_ns, s.in_flight, s.queued);
-  EXPECT_EQ(samples, (std::vector<std::tuple<int64_t, uint32_t, uint32_t>>{
-                         {0, 1, 0}, {10, 1, 1}, {20, 1, 2}, {100, 2, 1}, {300, 2, 0}, {310, 3, 0},
-                         {400, 2, 0}, {500, 1, 0}, {610, 0, 0}}));
+  for (const ResourceSample& s : view[0].samples)
+    samples.emplace_back(s.ts_ns, s.in_flight, s.queued);
+  EXPECT_EQ(samples, (std::vector<std::tuple<int64_t, uint32_t, uint32_t>>{{0, 1, 0},
+                                                                           {10, 1, 1},
+                                                                           {20, 1, 2},
+                                                                           {100, 2, 1},
+                                                                           {300, 2, 0},
+                                                                           {310, 3, 0},
+                                                                           {400, 2, 0},
+                                                                           {500, 1, 0},
+                                                                           {610, 0, 0}}));
 }
 
 TEST_F(ResourcesTest, ACallInsideACallToTheSameResourceIsPartOfIt) {
-  p.lanes.push_back(make_lane({call(0, predict), resource(fast), call(10, ask), resource(fast), call(20, ask),
-                               ret(30), resource(smart), call(40, ask), ret(60), ret(90), ret(100)}));
+  p.lanes.push_back(
+      make_lane({call(0, predict), resource(fast), call(10, ask), resource(fast), call(20, ask),
+                 ret(30), resource(smart), call(40, ask), ret(60), ret(90), ret(100)}));
   build_tree(p);
   const std::vector<Resource> view = resource_view(p);
   ASSERT_EQ(view.size(), 2u);
@@ -157,7 +171,8 @@ TEST_F(ResourcesTest, ACallInsideACallToTheSameResourceIsPartOfIt) {
 
 TEST_F(ResourcesTest, TheChromeTraceHasAProcessPerResourceAndAThreadPerSlot) {
   p.lanes.push_back(make_lane({call(0, predict), ret(400)}));
-  for (const auto& [s, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 100}, {10, 100}, {100, 200}}) {
+  for (const auto& [s, e] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 100}, {10, 100}, {100, 200}}) {
     p.lanes.push_back(make_lane({resource(fast), call(s, ask), ret(e)}, "worker", 0, 0, 0));
     p.lanes.back().native_tid = 5000 + p.lanes.size();
   }
@@ -172,7 +187,8 @@ TEST_F(ResourcesTest, TheChromeTraceHasAProcessPerResourceAndAThreadPerSlot) {
   uint32_t pid = 0;
   for (const auto& e : d["traceEvents"].GetArray()) {
     const std::string ph = e["ph"].GetString(), name = e["name"].GetString();
-    if (ph == "M" && name == "process_name" && std::string(e["args"]["name"].GetString()) == "resource fast") {
+    if (ph == "M" && name == "process_name" &&
+        std::string(e["args"]["name"].GetString()) == "resource fast") {
       pid = e["pid"].GetUint();
     }
   }
@@ -185,7 +201,8 @@ TEST_F(ResourcesTest, TheChromeTraceHasAProcessPerResourceAndAThreadPerSlot) {
       slices.emplace_back(e["ts"].GetDouble(), e["tid"].GetUint());
       EXPECT_EQ(std::string(e["args"]["resource"].GetString()), "fast");
     }
-    if (ph == "C" && name == "in flight") counter.emplace_back(e["ts"].GetDouble(), e["args"]["calls"].GetInt());
+    if (ph == "C" && name == "in flight")
+      counter.emplace_back(e["ts"].GetDouble(), e["args"]["calls"].GetInt());
   }
   EXPECT_EQ(threads, (std::set<std::string>{"slot 1", "slot 2"}));
   EXPECT_EQ(slices, (std::vector<std::pair<double, uint32_t>>{{0, 1}, {0.01, 2}, {0.1, 1}}));

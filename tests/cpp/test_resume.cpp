@@ -97,7 +97,7 @@ TEST_F(ResumeTest, AGeneratorResumedStraightFromItsConsumerIsThreeEventsAndOneSe
   t.add(call(100, gen));
   int64_t ts = 100;
   for (int i = 0; i < kResumes; ++i) {
-    t.add(suspend(ts + 7, g));     // runs 7 ns
+    t.add(suspend(ts + 7, g));        // runs 7 ns
     t.resume(ts + 7 + 3 + i % 5, g);  // paused 3-7 ns in sum
     ts += 10 + i % 5;
   }
@@ -199,7 +199,8 @@ TEST_F(ResumeTest, ReadingsTakeThePausesOutOfTheGeneratorsValue) {
   int64_t cpu = 1000;
   auto write = [&](Lane& lane, const Event& e) {
     lane.events.push_back(e);
-    lane.readings.push_back({static_cast<uint32_t>(lane.events.size() - 1), ValueKind::kCpuNs, cpu});
+    lane.readings.push_back(
+        {static_cast<uint32_t>(lane.events.size() - 1), ValueKind::kCpuNs, cpu});
   };
   for (Lane* lane : {&folded, &plain}) {
     cpu = 1000;
@@ -244,7 +245,8 @@ TEST_F(ResumeTest, OnlyAResumeRightAfterItsOwnSuspendFolds) {
   EXPECT_EQ(append_resume(lane, 1, 5, true), ResumeWrite::kAppended);
   EXPECT_EQ(lane.events.back().kind, EventKind::kResume);
   lane.events = {call(0, consumer), call(1, gen), suspend(2, 1)};
-  EXPECT_EQ(append_resume(lane, 1, 5, false), ResumeWrite::kAppended);  // the writer says no (an await)
+  EXPECT_EQ(append_resume(lane, 1, 5, false),
+            ResumeWrite::kAppended);  // the writer says no (an await)
   lane.events = {call(0, consumer), call(1, gen), suspend(2, 1)};
   EXPECT_EQ(append_resume(lane, 1, 5, true), ResumeWrite::kFolded);
   ASSERT_EQ(lane.events.size(), 4u);

@@ -104,7 +104,8 @@ TEST(RunCompare, GatePathsAdjustsOnlyTheGatedAndNamesTheRegression) {
   const auto a = lognormal_runs(rng, 10, 1000, 0.02);
   const auto slow = lognormal_runs(rng, 10, 1400, 0.02);
   const auto same = lognormal_runs(rng, 10, 1000, 0.02);
-  const auto gates = gate_paths({{a, slow}, {a, same}, {a, slow}, {a, {}}}, {true, true, false, true}, 0.10, 0.95);
+  const auto gates =
+      gate_paths({{a, slow}, {a, same}, {a, slow}, {a, {}}}, {true, true, false, true}, 0.10, 0.95);
   EXPECT_EQ(gates[0].verdict, Verdict::kRegression);
   EXPECT_EQ(gates[1].verdict, Verdict::kPass);
   EXPECT_FALSE(gates[2].gated);  // not in the family, whatever its change

@@ -31,7 +31,8 @@ std::unique_ptr<Profile> profile_of(const std::vector<std::string>& names, F eve
   return p;
 }
 
-std::map<std::string, std::vector<double>> by_path(const RunPathValues& v, RunPathValues::Statistic s) {
+std::map<std::string, std::vector<double>> by_path(const RunPathValues& v,
+                                                   RunPathValues::Statistic s) {
   std::map<std::string, std::vector<double>> out;
   for (const auto& p : v.values(s, RunPathValues::Quantity::kWall)) {
     std::string key;
@@ -69,16 +70,23 @@ TEST(RunValues, RootCallsWithoutTheStepCountAsZero) {
   // clang-format on
   RunPathValues v;
   v.add(*one, v.run("a"));
-  EXPECT_EQ(by_path(v, RunPathValues::Statistic::kMean).at("predict/cache_miss"), std::vector<double>{10});
-  EXPECT_EQ(by_path(v, RunPathValues::Statistic::kP50).at("predict/cache_miss"), std::vector<double>{0});
+  EXPECT_EQ(by_path(v, RunPathValues::Statistic::kMean).at("predict/cache_miss"),
+            std::vector<double>{10});
+  EXPECT_EQ(by_path(v, RunPathValues::Statistic::kP50).at("predict/cache_miss"),
+            std::vector<double>{0});
   // p95 of (0, 0, 0, 40): rank floor(0.95 * 3) = 2, a 0.
-  EXPECT_EQ(by_path(v, RunPathValues::Statistic::kP95).at("predict/cache_miss"), std::vector<double>{0});
+  EXPECT_EQ(by_path(v, RunPathValues::Statistic::kP95).at("predict/cache_miss"),
+            std::vector<double>{0});
   EXPECT_EQ(by_path(v, RunPathValues::Statistic::kP50).at("predict"), std::vector<double>{10});
 }
 
 TEST(RunValues, ARunWithoutTheRootHasNoValue) {
-  const auto one = profile_of({"predict"}, [](auto f) { return std::vector<Event>{call(0, f[0]), ret(10)}; });
-  const auto two = profile_of({"load"}, [](auto f) { return std::vector<Event>{call(0, f[0]), ret(10)}; });
+  const auto one = profile_of({"predict"}, [](auto f) {
+    return std::vector<Event>{call(0, f[0]), ret(10)};
+  });
+  const auto two = profile_of({"load"}, [](auto f) {
+    return std::vector<Event>{call(0, f[0]), ret(10)};
+  });
   RunPathValues v;
   v.add(*one, v.run("a"));
   v.add(*two, v.run("b"));
@@ -90,8 +98,10 @@ TEST(RunValues, ARunWithoutTheRootHasNoValue) {
 
 TEST(RunValues, AnOpenRootCallIsLeftOut) {
   // The second predict is still open at the end: neither it nor its step counts.
-  const auto one = profile_of({"predict", "step"}, [](auto f) { return std::vector<Event>{
-      call(0, f[0]), call(1, f[1]), ret(5), ret(10), call(20, f[0]), call(21, f[1]), ret(90)}; });
+  const auto one = profile_of({"predict", "step"}, [](auto f) {
+    return std::vector<Event>{call(0, f[0]),  call(1, f[1]),  ret(5), ret(10),
+                              call(20, f[0]), call(21, f[1]), ret(90)};
+  });
   RunPathValues v;
   v.add(*one, v.run("a"));
   EXPECT_EQ(by_path(v, RunPathValues::Statistic::kMean).at("predict/step"), std::vector<double>{4});

@@ -549,7 +549,8 @@ TEST(SchedWaits, TheOwnThreadsBlockedTimeBySyscallAndStateSelfLessItsChildren) {
   Profile p;
   const uint32_t predict = test::user_fn(p, "predict");
   const uint32_t read_it = test::user_fn(p, "read_it");
-  p.lanes.push_back(make_lane({call(10'000, predict), call(20'000, read_it), ret(60'000), ret(100'000)}));
+  p.lanes.push_back(
+      make_lane({call(10'000, predict), call(20'000, read_it), ret(60'000), ret(100'000)}));
   build_tree(p);
   p.kernel.present = true;
   OffCpuInterval futex = blocked(70'000, 80'000, 81'000, 7000);
@@ -569,7 +570,7 @@ TEST(SchedWaits, TheOwnThreadsBlockedTimeBySyscallAndStateSelfLessItsChildren) {
   EXPECT_EQ(top.waits[1].text(), syscall_name(SYS_read) + " D");
   EXPECT_EQ(top.waits[1].blocked_ns, 4'000);
   EXPECT_EQ(top.own_blocked_ns, 14'000);
-  EXPECT_EQ(top.blocked_ns, 21'000);  // with the started thread's 7'000
+  EXPECT_EQ(top.blocked_ns, 21'000);    // with the started thread's 7'000
   EXPECT_EQ(top.top_waker_tid, 7000u);  // woke predict's own thread
   const std::vector<WaitReason> self = self_waits(p, 0);
   ASSERT_EQ(self.size(), 1u);  // read D is read_it's
@@ -589,7 +590,8 @@ TEST(SchedWaits, GilLockAndOtherFutexWaitsAreReasonsOfTheirOwnWithTheirWakers) {
   Profile p;
   const uint32_t predict = test::user_fn(p, "predict");
   const uint32_t write_db = test::user_fn(p, "write_db");
-  p.lanes.push_back(make_lane({call(0, predict), call(10'000, write_db), ret(150'000), ret(200'000)}));
+  p.lanes.push_back(
+      make_lane({call(0, predict), call(10'000, write_db), ret(150'000), ret(200'000)}));
   build_tree(p);
   p.kernel.present = true;
   auto futex = [](int64_t start, int64_t wake, WaitObject what, const char* waker) {
@@ -600,7 +602,8 @@ TEST(SchedWaits, GilLockAndOtherFutexWaitsAreReasonsOfTheirOwnWithTheirWakers) {
     iv.waker_name = waker;
     return iv;
   };
-  auto disk = [](int64_t start, int64_t wake, const char* waker, WakerKind kind = WakerKind::kTask) {
+  auto disk = [](int64_t start, int64_t wake, const char* waker,
+                 WakerKind kind = WakerKind::kTask) {
     OffCpuInterval iv = blocked(start, wake, wake + 500, 800);
     iv.syscall = SYS_fsync;
     iv.prev_state = 2;
@@ -660,7 +663,8 @@ TEST(SchedStalls, AStartedThreadsOffCpuIsApartAndTheShareNeverPassesTheWall) {
   build_tree(p);
   p.kernel.present = true;
   p.kernel.threads = {lifetime(7000, kMain, 11'000, 19'900), lifetime(7001, kMain, 11'000, 19'900)};
-  p.kernel.off_cpu = {blocked(14'000, 19'000, 19'000, 7000), blocked(11'000, 19'000, 19'000, 0, 7000),
+  p.kernel.off_cpu = {blocked(14'000, 19'000, 19'000, 7000),
+                      blocked(11'000, 19'000, 19'000, 0, 7000),
                       blocked(11'000, 19'000, 19'000, 0, 7001)};
   attribute_kernel(p);
   const SpanKernel& k = p.kernel.spans[0];

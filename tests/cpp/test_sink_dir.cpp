@@ -41,7 +41,9 @@ int64_t now_ns() {
 }
 
 // A key as Continuous makes them (node, workload, period start, run, rotation).
-std::string key_of(int n) { return "node-1_pid-812_20261128T0530" + std::to_string(10 + n) + "Z_5f3a9c.1"; }
+std::string key_of(int n) {
+  return "node-1_pid-812_20261128T0530" + std::to_string(10 + n) + "Z_5f3a9c.1";
+}
 
 // Sizes of the regular files directly in `dir`, by name: the oracle.
 std::map<std::string, uint64_t> sizes(const std::string& dir) {
@@ -58,7 +60,9 @@ uint64_t agent_bytes(const std::string& dir) {
   return total;
 }
 
-void write(const std::string& path, size_t bytes) { ASSERT_TRUE(write_file_atomic(path, std::string(bytes, 'x'))); }
+void write(const std::string& path, size_t bytes) {
+  ASSERT_TRUE(write_file_atomic(path, std::string(bytes, 'x')));
+}
 
 // Sets a file's modification time `age_ns` before now.
 void age(const std::string& path, int64_t age_ns) {
@@ -81,7 +85,8 @@ TEST(DirectorySink, KeepsTheAgentsFilesWithinTheByteBoundOldestFirstAndCountsWha
   ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
   // Files that are not the agent's: never removed, never counted.
   write(dir + "/notes.json.gz", 5000);
-  write(dir + "/node-1_pid-812_20261128T053000Z.json.gz", 5000);  // no run: not a name the agent gives
+  write(dir + "/node-1_pid-812_20261128T053000Z.json.gz",
+        5000);  // no run: not a name the agent gives
   write(dir + "/README", 10);
   auto spool = std::move(Spool::open(tmp.path() + "/spool").value());
   auto sink = open_directory_sink(dir, {3000, 0});
@@ -123,7 +128,8 @@ TEST(DirectorySink, AnItemLargerThanTheBoundIsRejectedAndNothingIsRemovedForIt) 
   ASSERT_EQ(sink->deliver(spooled(*spool, key_of(0), 2000)).status, DeliveryStatus::kDelivered);
   const Delivery d = sink->deliver(spooled(*spool, key_of(1), 3001));
   EXPECT_EQ(d.status, DeliveryStatus::kReject);
-  EXPECT_NE(d.detail.find("larger than the directory's bound (--sink-max-mb"), std::string::npos) << d.detail;
+  EXPECT_NE(d.detail.find("larger than the directory's bound (--sink-max-mb"), std::string::npos)
+      << d.detail;
   EXPECT_EQ(sizes(dir), (std::map<std::string, uint64_t>{{item_file_name(key_of(0)), 2000}}));
   EXPECT_EQ(sink->retention()->pruned_files, 0u);
 }
@@ -146,12 +152,13 @@ TEST(DirectorySink, FilesPastTheAgeAreRemovedAtOpenAndAtEachRotationOthersKept) 
   write(dir + "/." + item_file_name(key_of(4)) + ".tmp-99-abd", 80);
 
   auto sink = open_directory_sink(dir, {0, 7 * kDay});
-  EXPECT_EQ(sizes(dir), (std::map<std::string, uint64_t>{{item_file_name(key_of(1)), 200},
-                                                         {item_file_name(key_of(2)), 300},
-                                                         {"." + item_file_name(key_of(4)) + ".tmp-99-abd", 80},
-                                                         {"mine.json.gz", 50}}));
+  EXPECT_EQ(sizes(dir),
+            (std::map<std::string, uint64_t>{{item_file_name(key_of(1)), 200},
+                                             {item_file_name(key_of(2)), 300},
+                                             {"." + item_file_name(key_of(4)) + ".tmp-99-abd", 80},
+                                             {"mine.json.gz", 50}}));
   RetentionStats r = sink->retention().value();
-  EXPECT_EQ(r.pruned_files, 2u);   // the 10-day file and the stale temporary
+  EXPECT_EQ(r.pruned_files, 2u);  // the 10-day file and the stale temporary
   EXPECT_EQ(r.pruned_bytes, 170u);
   EXPECT_EQ(r.files, 2u);
   EXPECT_EQ(r.bytes, 500u);
@@ -197,12 +204,14 @@ TEST(DirectorySink, ADirectoryThatAppearsLaterIsListedAtTheFirstDelivery) {
 
 TEST(DirectorySink, TheNamesTheAgentGivesItsItemsAndNoOthers) {
   EXPECT_TRUE(is_item_file_name("node-1_pid-812_20261128T053000Z_5f3a9c.1.json.gz"));
-  EXPECT_TRUE(is_item_file_name("ip-10-0-3-7.ec2.internal_ml-scorer-6c5d8-model_20261128T053000Z_18f.12.json.gz"));
-  for (const char* other : {"notes.json.gz", "node-1_pid-812_20261128T053000Z.json.gz",
-                            "node-1_pid-812_20261128T053000Z_5f3a9c.1.json", "a_b_c_20261128T053000Z_5f.1.json.gz",
-                            "node-1_pid-812_2026112T0530000Z_5f3a9c.1.json.gz", "node_pid_20261128T053000Z_xyz.1.json.gz",
-                            "node_pid_20261128T053000Z_5f.json.gz", "_pid_20261128T053000Z_5f.1.json.gz",
-                            ".node_pid_20261128T053000Z_5f.1.json.gz.tmp-1-2"}) {
+  EXPECT_TRUE(is_item_file_name(
+      "ip-10-0-3-7.ec2.internal_ml-scorer-6c5d8-model_20261128T053000Z_18f.12.json.gz"));
+  for (const char* other :
+       {"notes.json.gz", "node-1_pid-812_20261128T053000Z.json.gz",
+        "node-1_pid-812_20261128T053000Z_5f3a9c.1.json", "a_b_c_20261128T053000Z_5f.1.json.gz",
+        "node-1_pid-812_2026112T0530000Z_5f3a9c.1.json.gz",
+        "node_pid_20261128T053000Z_xyz.1.json.gz", "node_pid_20261128T053000Z_5f.json.gz",
+        "_pid_20261128T053000Z_5f.1.json.gz", ".node_pid_20261128T053000Z_5f.1.json.gz.tmp-1-2"}) {
     EXPECT_FALSE(is_item_file_name(other)) << other;
   }
 }
@@ -241,7 +250,8 @@ TEST(DirectorySink, EveryKeyTheRotationMakesIsAnItemFileName) {
   c.finish(t0 + 30 * kS);
   std::fclose(out);
   ASSERT_EQ(spool->items().size(), 3u);
-  for (const SpoolItem& it : spool->items()) EXPECT_TRUE(is_item_file_name(item_file_name(it.key))) << it.key;
+  for (const SpoolItem& it : spool->items())
+    EXPECT_TRUE(is_item_file_name(item_file_name(it.key))) << it.key;
 }
 
 TEST(SinkIdentity, OneSinkSpelledAnyWayHasOneIdentityAndNoPassword) {
@@ -259,14 +269,16 @@ TEST(SinkIdentity, OneSinkSpelledAnyWayHasOneIdentityAndNoPassword) {
   EXPECT_EQ(id(d + "/p.db"), "sqlite:" + d + "/p.db");
   EXPECT_EQ(id("http://bob:secret@MLflow.example:80/prefix/?experiment=fleet"),
             "mlflow:http://mlflow.example:80/prefix?experiment=fleet");
-  EXPECT_EQ(id("http://mlflow.example/prefix"), "mlflow:http://mlflow.example:80/prefix?experiment=mlprof-ebpf");
+  EXPECT_EQ(id("http://mlflow.example/prefix"),
+            "mlflow:http://mlflow.example:80/prefix?experiment=mlprof-ebpf");
   EXPECT_NE(id("http://mlflow.example/?experiment=a"), id("http://mlflow.example/?experiment=b"));
   // PostgreSQL: libpq's reading of the URL, no server asked.
   EXPECT_EQ(postgres_identity("postgresql://prof:secret@DB.example/profiles"),
             "postgresql://prof@db.example:5432/profiles");
   EXPECT_EQ(postgres_identity("postgresql://prof@db.example:5432/profiles?sslmode=require"),
             "postgresql://prof@db.example:5432/profiles");
-  EXPECT_EQ(postgres_identity("postgres://prof@db.example:5433"), "postgresql://prof@db.example:5433/prof");
+  EXPECT_EQ(postgres_identity("postgres://prof@db.example:5433"),
+            "postgresql://prof@db.example:5433/prof");
 }
 
 }  // namespace

@@ -40,9 +40,10 @@ Profile three_roots() {
   Profile p;
   const uint32_t predict = test::user_fn(p, "predict"), step = test::user_fn(p, "step");
   const int64_t ms = 1'000'000;
-  p.lanes.push_back(test::make_lane({test::call(0, predict), test::ret(10 * ms), test::call(20 * ms, predict),
-                                     test::call(21 * ms, step), test::ret(22 * ms), test::ret(40 * ms),
-                                     test::call(50 * ms, predict), test::ret(80 * ms)}));
+  p.lanes.push_back(
+      test::make_lane({test::call(0, predict), test::ret(10 * ms), test::call(20 * ms, predict),
+                       test::call(21 * ms, step), test::ret(22 * ms), test::ret(40 * ms),
+                       test::call(50 * ms, predict), test::ret(80 * ms)}));
   p.end_ns = 90 * ms;
   build_tree(p);
   return p;
@@ -57,7 +58,8 @@ TEST(CopyText, EscapesWhatCopyReadsAndWritesNullAsBackslashN) {
 TEST(CopyText, OnlyAPlainInsertBecomesACopy) {
   EXPECT_EQ(copy_statement("INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?)"),
             "COPY segments (sample_id, start_ns, end_ns) FROM STDIN");
-  EXPECT_EQ(copy_statement("INSERT INTO segments (sample_id) VALUES (?) ON CONFLICT DO NOTHING"), "");
+  EXPECT_EQ(copy_statement("INSERT INTO segments (sample_id) VALUES (?) ON CONFLICT DO NOTHING"),
+            "");
   EXPECT_EQ(copy_statement("UPDATE id_counters SET next_id = next_id + ?"), "");
 }
 
@@ -82,7 +84,8 @@ TEST(MlflowMetrics, TheRootsWallTimeAndTheKernelTotals) {
     p.kernel.spans[r].off_cpu_ns = 2'000'000;
     p.kernel.spans[r].runq_ns = 500'000;
   }
-  p.kernel.spans[p.spans[p.roots[1]].first_child].off_cpu_ns = 99'000'000;  // inside a root: already counted
+  p.kernel.spans[p.spans[p.roots[1]].first_child].off_cpu_ns =
+      99'000'000;  // inside a root: already counted
   m = mlflow_metrics(p, item);
   EXPECT_DOUBLE_EQ(m["profile/on_cpu_ms"], 3.0);
   EXPECT_DOUBLE_EQ(m["profile/off_cpu_ms"], 6.0);
@@ -133,7 +136,8 @@ TEST(Sinks, AServerThatRefusesIsARetryAndAnUnreadableDocumentARejection) {
 TEST(PostgresSink, AMalformedUrlIsAnErrorAtOpen) {
   auto unknown = open_postgres_sink("postgresql://h/db?nosuchoption=1");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.error().message.find("nosuchoption"), std::string::npos) << unknown.error().message;
+  EXPECT_NE(unknown.error().message.find("nosuchoption"), std::string::npos)
+      << unknown.error().message;
   EXPECT_FALSE(open_postgres_sink("mysql://h/db").ok());
 }
 

@@ -291,7 +291,9 @@ TEST(Spool, AnItemIsDeliveredOnlyToTheSinkItWasWrittenFor) {
     ASSERT_TRUE(a.value()->put(item_of("scratch"), std::string(3 << 20, 's')));
     EXPECT_EQ(a.value()->items()[0].sink, "sqlite:/tmp/scratch.db");
   }
-  EXPECT_NE(read_file(dir.path() + "/0000000000000001.item").value().find("\"sink\":\"sqlite:/tmp/scratch.db\""),
+  EXPECT_NE(read_file(dir.path() + "/0000000000000001.item")
+                .value()
+                .find("\"sink\":\"sqlite:/tmp/scratch.db\""),
             std::string::npos);
   {
     auto b = Spool::open(dir.path(), {}, {}, "postgresql://prof@db:5432/profiles");
@@ -423,7 +425,10 @@ TEST(Spool, SetAsideItemsCountInTheByteBoundAndGoFirstAtThisRunAndTheNext) {
   }
   // The next run finds a corrupt item (metadata cut short) and a smaller
   // bound: the corrupt item is set aside and counted, then removed first.
-  { std::ofstream(dir.path() + "/0000000000000002.item", std::ios::trunc) << "{\"version\": 1, \"ke"; }
+  {
+    std::ofstream(dir.path() + "/0000000000000002.item", std::ios::trunc)
+        << "{\"version\": 1, \"ke";
+  }
   limits.max_bytes = 1000;
   auto again = Spool::open(dir.path(), limits);
   ASSERT_TRUE(again);
@@ -444,7 +449,8 @@ std::string document_of_one_session() {
   Profile p;
   const uint32_t predict = test::user_fn(p, "predict");
   const uint32_t score = test::user_fn(p, "score");
-  p.lanes.push_back(test::make_lane({test::call(100, predict), test::call(110, score), test::ret(150), test::ret(200)}));
+  p.lanes.push_back(test::make_lane(
+      {test::call(100, predict), test::call(110, score), test::ret(150), test::ret(200)}));
   p.start_ns = 100;
   p.end_ns = 200;
   build_tree(p);
@@ -467,7 +473,8 @@ TEST(DirectorySink, WritesTheDocumentUnderItsKeyOnceAndRetriesWhileTheDirectoryI
   EXPECT_EQ(sink->deliver(item).status, DeliveryStatus::kDelivered);
   EXPECT_EQ(sink->deliver(item).status, DeliveryStatus::kDelivered);  // again: the same file
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(target)) names.push_back(e.path().filename());
+  for (const auto& e : std::filesystem::directory_iterator(target))
+    names.push_back(e.path().filename());
   EXPECT_EQ(names, (std::vector<std::string>{"node1_ml_scorer_20261128T053000Z.json.gz"}));
 }
 

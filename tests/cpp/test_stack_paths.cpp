@@ -9,8 +9,9 @@ namespace mlprof {
 namespace {
 
 // Sampled stacks from (frames root first, values) pairs.
-StackSamples samples(std::vector<std::pair<std::string, std::string>> types,
-                     std::vector<std::pair<std::vector<std::string>, std::vector<int64_t>>> stacks) {
+StackSamples samples(
+    std::vector<std::pair<std::string, std::string>> types,
+    std::vector<std::pair<std::vector<std::string>, std::vector<int64_t>>> stacks) {
   StackSamples ss;
   ss.value_types = std::move(types);
   ss.threads.push_back({"main", 1});
@@ -37,7 +38,9 @@ std::map<std::string, StackPathTotals::Row> by_path(const StackPathTotals& t) {
 
 TEST(StackPathTotals, SelfIsTheLeafsTotalIsEverythingUnder) {
   StackPathTotals t;
-  t.add(samples({{"samples", "count"}}, {{{"main", "a", "b"}, {3}}, {{"main", "a"}, {2}}, {{"main", "c"}, {5}},
+  t.add(samples({{"samples", "count"}}, {{{"main", "a", "b"}, {3}},
+                                         {{"main", "a"}, {2}},
+                                         {{"main", "c"}, {5}},
                                          {{"main", "a", "b"}, {1}}}));
   const auto rows = by_path(t);
   ASSERT_EQ(rows.size(), 4u);
@@ -52,8 +55,10 @@ TEST(StackPathTotals, SelfIsTheLeafsTotalIsEverythingUnder) {
 }
 
 TEST(StackPathTotals, DeeperFramesFoldIntoTheirAncestorAtTheDepth) {
-  const auto ss = samples({{"samples", "count"}}, {{{"main", "a", "b"}, {3}}, {{"main", "a"}, {2}},
-                                                   {{"main", "c", "d", "e"}, {5}}, {{"main"}, {1}}});
+  const auto ss = samples({{"samples", "count"}}, {{{"main", "a", "b"}, {3}},
+                                                   {{"main", "a"}, {2}},
+                                                   {{"main", "c", "d", "e"}, {5}},
+                                                   {{"main"}, {1}}});
   StackPathTotals t;
   t.add(ss, 1);  // main is depth 0
   const auto rows = by_path(t);
@@ -71,7 +76,8 @@ TEST(StackPathTotals, DeeperFramesFoldIntoTheirAncestorAtTheDepth) {
 TEST(StackPathTotals, TypesAreTheUnionAndAMissingValueIsZero) {
   StackPathTotals t;
   t.add(samples({{"samples", "count"}, {"cpu", "nanoseconds"}}, {{{"main", "a"}, {2, 20}}}));
-  t.add(samples({{"cpu", "nanoseconds"}, {"wall", "nanoseconds"}}, {{{"main", "a"}, {7, 9}}, {{"main"}, {1, 1}}}));
+  t.add(samples({{"cpu", "nanoseconds"}, {"wall", "nanoseconds"}},
+                {{{"main", "a"}, {7, 9}}, {{"main"}, {1, 1}}}));
   ASSERT_EQ(t.value_types().size(), 3u);
   EXPECT_EQ(t.value_types()[2], (std::pair<std::string, std::string>{"wall", "nanoseconds"}));
   const auto rows = by_path(t);

@@ -157,7 +157,7 @@ TEST(StallReport, RanksCallPathsByTheirOffCpuTimeOverSessions) {
   EXPECT_EQ(read[4], "66.7%");
   EXPECT_EQ(read[5], "19.00ms");
   EXPECT_EQ(read[6], "1.00ms");
-  EXPECT_EQ(read[7], "-");  // it started no threads
+  EXPECT_EQ(read[7], "-");                                                // it started no threads
   EXPECT_EQ(read[8] + " " + read[9] + " " + read[10], "read S 19.00ms");  // waited in
   EXPECT_EQ(read[11] + " " + read[12] + " " + read[13], "io-worker (tid 4250)");
   const std::vector<std::string> compute = cells(line_starting(text, "predict/compute"));

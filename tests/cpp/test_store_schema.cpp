@@ -22,8 +22,10 @@ TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
     names += s.substr(at, s.find_first_of(" (", at) - at) + " ";
   }
   EXPECT_EQ(names,
-            "meta id_counters sources source_labels sessions lanes functions locations stacks samples value_types "
-            "sample_values segments io_summaries off_cpu_intervals kernel_threads sample_locations spans span_values ");
+            "meta id_counters sources source_labels sessions lanes functions locations stacks "
+            "samples value_types "
+            "sample_values segments io_summaries off_cpu_intervals kernel_threads sample_locations "
+            "spans span_values ");
   // Versions 2.1's, 2.2's and 2.3's steps: a new store is what migrating a 2.0 one gives.
   EXPECT_EQ(steps,
             "CREATE INDEX IF NOT EXISTS source_labels_by_value ON source_labels (key, value)\n"
@@ -56,16 +58,18 @@ TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
             "  waker_ns INTEGER NOT NULL DEFAULT 0,\n"
             "  PRIMARY KEY (sample_id, syscall, state, wait)\n"
             ") WITHOUT ROWID, STRICT\n"
-            "INSERT INTO span_waits_2_3 (sample_id, syscall, state, blocked_ns, count) SELECT sample_id, syscall, "
+            "INSERT INTO span_waits_2_3 (sample_id, syscall, state, blocked_ns, count) SELECT "
+            "sample_id, syscall, "
             "state, blocked_ns, count FROM span_waits\n"
             "DROP TABLE span_waits\n"
             "ALTER TABLE span_waits_2_3 RENAME TO span_waits\n");
-  // Keys are declared: every table but the roots (sources, the dictionaries, meta) references another.
+  // Keys are declared: every table but the roots (sources, the dictionaries, meta) references
+  // another.
   for (const auto& s : schema_statements(Dialect::kSqlite)) {
     if (!s.starts_with("CREATE TABLE ")) continue;
     const std::string name = s.substr(13, s.find(' ', 13) - 13);
-    const bool standalone =
-        name == "meta" || name == "id_counters" || name == "sources" || name == "functions" || name == "value_types";
+    const bool standalone = name == "meta" || name == "id_counters" || name == "sources" ||
+                            name == "functions" || name == "value_types";
     EXPECT_EQ(s.find("REFERENCES") == std::string::npos, standalone) << s;
   }
 }
@@ -75,7 +79,9 @@ TEST(StoreSchema, Version2_4GivesSpec001sNamesAfterTheOlderSteps) {
   const auto before = schema_statements(Dialect::kSqlite, "2.3");
   ASSERT_GT(now.size(), before.size());
   EXPECT_TRUE(std::equal(before.begin(), before.end(), now.begin()));  // 2.4 is a step after 2.3's
-  EXPECT_TRUE(schema_statements(Dialect::kSqlite, "2.0").back().starts_with("CREATE VIEW span_values"));  // no step
+  EXPECT_TRUE(schema_statements(Dialect::kSqlite, "2.0")
+                  .back()
+                  .starts_with("CREATE VIEW span_values"));  // no step
   EXPECT_TRUE(schema_statements(Dialect::kSqlite, "9.9").empty());
   std::string views, renames;
   for (size_t i = before.size(); i < now.size(); ++i) {
@@ -92,9 +98,11 @@ TEST(StoreSchema, Version2_4GivesSpec001sNamesAfterTheOlderSteps) {
     return std::any_of(now.begin() + static_cast<long>(before.size()), now.end(),
                        [&](const std::string& s) { return s.find(text) != std::string::npos; });
   };
-  EXPECT_TRUE(has("SELECT s.sample_id, k.parent_stack_id, 1, k.location_id"));  // depth 1 = innermost
+  EXPECT_TRUE(
+      has("SELECT s.sample_id, k.parent_stack_id, 1, k.location_id"));  // depth 1 = innermost
   EXPECT_TRUE(has("f.depth + 1"));
-  EXPECT_TRUE(has("ALTER TABLE samples ADD COLUMN source_id INTEGER REFERENCES sources(source_id)"));
+  EXPECT_TRUE(
+      has("ALTER TABLE samples ADD COLUMN source_id INTEGER REFERENCES sources(source_id)"));
   EXPECT_TRUE(has("ALTER TABLE sources ADD COLUMN source_timestamp REAL"));
   EXPECT_TRUE(has(" WHERE s.start_ns IS NOT NULL"));  // spans: calls, not sampled stacks
   EXPECT_FALSE(has("samples_by_parent"));             // PostgreSQL's only
@@ -105,8 +113,10 @@ TEST(StoreSchema, Version2_5GivesSegmentsTheirCoalescedResumes) {
   const auto before = schema_statements(Dialect::kSqlite, "2.4");
   ASSERT_EQ(now.size(), before.size() + 2);
   EXPECT_TRUE(std::equal(before.begin(), before.end(), now.begin()));
-  EXPECT_EQ(now[before.size()], "ALTER TABLE segments ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0");
-  EXPECT_EQ(now[before.size() + 1], "ALTER TABLE segments ADD COLUMN paused_ns INTEGER NOT NULL DEFAULT 0");
+  EXPECT_EQ(now[before.size()],
+            "ALTER TABLE segments ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0");
+  EXPECT_EQ(now[before.size() + 1],
+            "ALTER TABLE segments ADD COLUMN paused_ns INTEGER NOT NULL DEFAULT 0");
 }
 
 TEST(StoreSchema, Version2_6GivesSamplesTheirResource) {
@@ -142,7 +152,8 @@ TEST(StoreSchema, PostgresGetsBigintsAndNoSqliteTableOptions) {
   EXPECT_NE(pg[2].find("source_id BIGINT PRIMARY KEY"), std::string::npos) << pg[2];
   EXPECT_EQ(in_dialect("ALTER TABLE sources ADD COLUMN source_timestamp REAL", Dialect::kPostgres),
             "ALTER TABLE sources ADD COLUMN source_timestamp DOUBLE PRECISION");
-  EXPECT_EQ(in_dialect(std::string(kPostgresOnly) + "CREATE INDEX x ON t (c)", Dialect::kSqlite), "");
+  EXPECT_EQ(in_dialect(std::string(kPostgresOnly) + "CREATE INDEX x ON t (c)", Dialect::kSqlite),
+            "");
 }
 
 }  // namespace

@@ -51,13 +51,15 @@ TEST(StoreSqlite, AProfileReadBackIsTheSameTreeWithItsKernelDataAndLabels) {
     auto added = store->add(p, ebpf_source({{"model", "fraud"}, {"version", "3"}}));
     ASSERT_TRUE(added.ok()) << added.error().message;
     id = added.value();
-    auto src = store->query("SELECT source_type, model_name, model_version FROM sources WHERE source_id = ?", {id});
+    auto src = store->query(
+        "SELECT source_type, model_name, model_version FROM sources WHERE source_id = ?", {id});
     ASSERT_EQ(src.size(), 1u);
     EXPECT_EQ(src[0], (SqlRow{std::string("ebpf"), std::string("fraud"), std::string("3")}));
     auto mode = store->query("PRAGMA journal_mode", {});
     EXPECT_EQ(std::get<std::string>(mode.at(0).at(0)), "wal");
     EXPECT_EQ(std::get<int64_t>(store->query("PRAGMA foreign_keys", {}).at(0).at(0)), 1);
-    EXPECT_EQ(std::get<int64_t>(store->query("PRAGMA busy_timeout", {}).at(0).at(0)), kStoreBusyTimeoutMs);
+    EXPECT_EQ(std::get<int64_t>(store->query("PRAGMA busy_timeout", {}).at(0).at(0)),
+              kStoreBusyTimeoutMs);
   }
   // Another connection, as a reader later would.
   auto store = open_ok("sqlite:///" + dir.path() + "/s.db");
@@ -75,7 +77,8 @@ TEST(StoreSqlite, AProfileReadBackIsTheSameTreeWithItsKernelDataAndLabels) {
   ASSERT_TRUE(q.kernel.present);
   ASSERT_EQ(q.kernel.spans.size(), p.kernel.spans.size());
   EXPECT_EQ(q.kernel.spans[2].blocked_ns, 25 * kMs);  // read()
-  EXPECT_EQ(q.kernel.spans[0].off_cpu_ns, 30 * kMs);  // predict: the sleep, its run-queue wait, the preemption
+  EXPECT_EQ(q.kernel.spans[0].off_cpu_ns,
+            30 * kMs);  // predict: the sleep, its run-queue wait, the preemption
   EXPECT_EQ(q.kernel.lost_events, 2u);
   EXPECT_EQ(q.kernel.off_cpu.size(), 2u);
   EXPECT_EQ(q.meta.at("label.model"), "fraud");
@@ -108,7 +111,8 @@ TEST(StoreSqlite, AStoreOfANewerOrOlderVersionIsRefused) {
   auto older = SqliteStore::open(dir.path() + "/old.db");
   ASSERT_FALSE(older.ok());
   EXPECT_EQ(older.error().kind, Error::Kind::kVersion);
-  EXPECT_NE(older.error().message.find("mlprof migrate"), std::string::npos) << older.error().message;
+  EXPECT_NE(older.error().message.find("mlprof migrate"), std::string::npos)
+      << older.error().message;
 }
 
 TEST(StoreSqlite, WhatIsNotAStoreIsACorruptOrIoError) {
@@ -118,7 +122,8 @@ TEST(StoreSqlite, WhatIsNotAStoreIsACorruptOrIoError) {
   auto r = SqliteStore::open(text);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, Error::Kind::kCorrupt);
-  EXPECT_NE(r.error().message.find("file is not a database"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("file is not a database"), std::string::npos)
+      << r.error().message;
 
   auto missing = SqliteStore::open(dir.path() + "/no/such/dir/s.db");
   ASSERT_FALSE(missing.ok());
@@ -137,14 +142,17 @@ TEST(StoreSqlite, AFailedAddLeavesNothingAndTheNextAddIsWhole) {
   ASSERT_TRUE(store);
   // A real failure midway: sources, labels and dictionaries are written
   // before the spans, whose insert sqlite then aborts.
-  store->execute("CREATE TRIGGER no_spans BEFORE INSERT ON samples BEGIN SELECT RAISE(ABORT, 'disk quota'); END",
-                 {});
+  store->execute(
+      "CREATE TRIGGER no_spans BEFORE INSERT ON samples BEGIN SELECT RAISE(ABORT, 'disk quota'); "
+      "END",
+      {});
   const auto counters = store->query("SELECT name, next_id FROM id_counters ORDER BY name", {});
   auto failed = store->add(agent_session(7, 0), ebpf_source({{"model", "m"}}));
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(failed.error().message.find("disk quota"), std::string::npos) << failed.error().message;
-  for (const char* table : {"sources", "source_labels", "sessions", "lanes", "functions", "locations", "samples",
-                            "sample_values", "off_cpu_intervals", "kernel_threads"}) {
+  for (const char* table :
+       {"sources", "source_labels", "sessions", "lanes", "functions", "locations", "samples",
+        "sample_values", "off_cpu_intervals", "kernel_threads"}) {
     EXPECT_EQ(count(*store, table), 0) << table;
   }
   EXPECT_EQ(store->query("SELECT name, next_id FROM id_counters ORDER BY name", {}), counters);
@@ -177,7 +185,8 @@ TEST(StoreSqlite, TwoProcessesAddingToOneNewFileAtOnceLoseNothing) {
         _exit(2);
       }
       for (int i = 0; i < kAdds; ++i) {
-        auto r = store.value()->add(agent_session(100 + i, i * 200 * kMs), ebpf_source({{"writer", name}}));
+        auto r = store.value()->add(agent_session(100 + i, i * 200 * kMs),
+                                    ebpf_source({{"writer", name}}));
         if (!r) {
           std::fprintf(stderr, "%s: add %d: %s\n", name, i, r.error().message.c_str());
           _exit(3);
@@ -198,8 +207,9 @@ TEST(StoreSqlite, TwoProcessesAddingToOneNewFileAtOnceLoseNothing) {
   ASSERT_TRUE(store);
   EXPECT_EQ(count(*store, "sources"), 2 * kAdds);
   for (const char* name : {"a", "b"}) {
-    auto rows = store->query("SELECT count(*) FROM source_labels WHERE key = 'label.writer' AND value = ?",
-                             {std::string(name)});
+    auto rows =
+        store->query("SELECT count(*) FROM source_labels WHERE key = 'label.writer' AND value = ?",
+                     {std::string(name)});
     EXPECT_EQ(std::get<int64_t>(rows.at(0).at(0)), kAdds) << name;
   }
   EXPECT_EQ(count(*store, "samples"), 2 * kAdds * 4);

@@ -57,10 +57,13 @@ TEST(StoreWriter, SubmitsNeverWaitForALockedStoreAndAreAddedInOrderOnceItIsFree)
   EXPECT_EQ(st.first_source, 1);
   EXPECT_EQ(st.last_source, 3);
   // In submission order: source n is session n's process.
-  EXPECT_EQ(count(*store, "SELECT count(*) FROM sources WHERE source_type = 'ebpf' AND model_name = 'm'"), 3);
+  EXPECT_EQ(
+      count(*store, "SELECT count(*) FROM sources WHERE source_type = 'ebpf' AND model_name = 'm'"),
+      3);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(store->query("SELECT pid FROM sources WHERE source_id = ?", {int64_t{i + 1}}).at(0).at(0),
-              SqlValue{int64_t{100 + i}});
+    EXPECT_EQ(
+        store->query("SELECT pid FROM sources WHERE source_id = ?", {int64_t{i + 1}}).at(0).at(0),
+        SqlValue{int64_t{100 + i}});
   }
   EXPECT_GT(count(*store, "SELECT min(added_unix_ns) FROM sources"), 0);
 }
@@ -94,7 +97,8 @@ TEST(StoreWriter, AFailureIsTakenOnceAndTheNextAddsGoOn) {
   ASSERT_TRUE(store);
   // A real failure of the first add only: its pid's spans are refused.
   store->execute(
-      "CREATE TRIGGER refuse BEFORE INSERT ON sessions WHEN NEW.pid = 100 BEGIN SELECT RAISE(ABORT, 'disk quota'); "
+      "CREATE TRIGGER refuse BEFORE INSERT ON sessions WHEN NEW.pid = 100 BEGIN SELECT "
+      "RAISE(ABORT, 'disk quota'); "
       "END",
       {});
   StoreWriter writer(*store, labelled("m"));

@@ -95,7 +95,8 @@ TEST_F(TreeTest, AnExceptionPassedOnToTheRootIsNotCaught) {
 
 TEST_F(TreeTest, AnExceptionFollowedByAnotherCallWasCaught) {
   // a caught b's exception, called c, then raised one of its own
-  build({call(0, a), call(10, b), ret(20, kEvException), call(25, c), ret(26), ret(30, kEvException)});
+  build({call(0, a), call(10, b), ret(20, kEvException), call(25, c), ret(26),
+         ret(30, kEvException)});
   EXPECT_EQ(p.spans[1].flags, static_cast<uint32_t>(kSpanException | kSpanCaught));
   EXPECT_EQ(p.spans[0].flags, static_cast<uint32_t>(kSpanException));
 }
@@ -137,8 +138,8 @@ TEST_F(TreeTest, RelabelNamesTheInnermostOpenSpan) {
   // A fold (profiling() around PyFuncModel.predict): the model's predict,
   // not recorded, names the span it is folded into; the next call keeps its name.
   const uint32_t l = p.functions.strings().intern("predict [pyfunc Scorer]");
-  build({call(0, a), call(5, b), ret(8), test::make_event(EventKind::kLabel, 9, l, kEvRelabel), call(10, c),
-         ret(20), ret(30)});
+  build({call(0, a), call(5, b), ret(8), test::make_event(EventKind::kLabel, 9, l, kEvRelabel),
+         call(10, c), ret(20), ret(30)});
   EXPECT_EQ(p.display_name(p.spans[0]), "predict [pyfunc Scorer]");
   EXPECT_TRUE(p.spans[0].flags & kSpanLabelled);
   EXPECT_EQ(p.display_name(p.spans[1]), "b");
@@ -203,7 +204,8 @@ TEST_F(TreeTest, GeneratorSegmentsAreItsRunningStretches) {
   build({call(0, a), call(10, b), call(20, blk, kEvBlock), suspend(30, 1), call(40, c), ret(50),
          resume(60, 1), ret(90), ret(100), ret(110)});
   // The generator and the block inside it ran 10..30 / 20..30, then 60..end.
-  EXPECT_EQ(p.segments, (std::vector<Segment>{{1, 10, 30}, {1, 60, 100}, {2, 20, 30}, {2, 60, 90}}));
+  EXPECT_EQ(p.segments,
+            (std::vector<Segment>{{1, 10, 30}, {1, 60, 100}, {2, 20, 30}, {2, 60, 90}}));
   auto [first, last] = p.segments_of(1);
   ASSERT_EQ(last - first, 2);
   EXPECT_EQ(first->start_ns, 10);
@@ -214,7 +216,8 @@ TEST_F(TreeTest, SegmentsOfSpansSuspendedOrOpenAtTheEnd) {
   // b suspended at the end keeps the segment up to its yield; d is resumed
   // and still running at the end, so its last segment ends at the session end.
   build({call(0, a), call(10, b), suspend(20, 1), call(30, d), suspend(40, 3), resume(50, 3)});
-  EXPECT_EQ(p.segments, (std::vector<Segment>{{1, 10, 20}, {2, 30, 40}, {2, 50, 1000}}));  // d is span 2
+  EXPECT_EQ(p.segments,
+            (std::vector<Segment>{{1, 10, 20}, {2, 30, 40}, {2, 50, 1000}}));  // d is span 2
 }
 
 TEST_F(TreeTest, IoRecordsAttachToTheSpanOfTheirCall) {
@@ -223,8 +226,8 @@ TEST_F(TreeTest, IoRecordsAttachToTheSpanOfTheirCall) {
   x.type_name = "numpy.ndarray";
   IOSummary y;
   y.type_name = "int";
-  lane.io = {{0, IORole::kArgument, "df", x}, {1, IORole::kArgument, "k", y},
-             {1, IORole::kReturn, "", x},     {0, IORole::kReturn, "", y},
+  lane.io = {{0, IORole::kArgument, "df", x},  {1, IORole::kArgument, "k", y},
+             {1, IORole::kReturn, "", x},      {0, IORole::kReturn, "", y},
              {2, IORole::kArgument, "bad", y},  // event 2 is a return: dropped
              {99, IORole::kArgument, "bad", y}};
   p.lanes.push_back(std::move(lane));
@@ -357,12 +360,12 @@ TEST_F(TreeTest, NestedLanesHangUnderTheirParentCall) {
 }
 
 TEST_F(TreeTest, EmptyTaskLanesAreLeftOutAndParentsRenumbered) {
-  p.lanes.push_back(make_lane({}));                                               // the session's own lane: kept
-  p.lanes.push_back(make_lane({}, "MainThread", 1));                              // a task that recorded nothing
+  p.lanes.push_back(make_lane({}));                   // the session's own lane: kept
+  p.lanes.push_back(make_lane({}, "MainThread", 1));  // a task that recorded nothing
   p.lanes.push_back(make_lane({call(0, a), call(10, b), ret(90), ret(100)}, "MainThread", 2));
-  p.lanes.push_back(make_lane({call(20, c), ret(30)}, "MainThread", 3, 2, 1));   // adopted by b
+  p.lanes.push_back(make_lane({call(20, c), ret(30)}, "MainThread", 3, 2, 1));  // adopted by b
   Lane lost = make_lane({}, "MainThread", 4);
-  lost.dropped = 2;                                                               // lost calls: kept
+  lost.dropped = 2;  // lost calls: kept
   p.lanes.push_back(lost);
   drop_empty_lanes(p);
   build_tree(p);
@@ -422,9 +425,9 @@ uint64_t value(const Profile& p, int32_t span, ValueKind k) {
 TEST_F(TreeTest, ValuesAreInclusiveDifferencesOfReadings) {
   // a { b {} c {} }: a's value covers its children's and its own.
   p.lanes.push_back(make_lane({call(0, a), call(10, b), ret(20), call(30, c), ret(40), ret(50)}));
-  p.lanes[0].readings = {cpu_at(0, 100), alloc_at(0, 5),  cpu_at(1, 110), alloc_at(1, 5),
-                         cpu_at(2, 125), alloc_at(2, 1005), cpu_at(3, 130), cpu_at(4, 131),
-                         alloc_at(4, 2000), cpu_at(5, 160), alloc_at(5, 2000)};
+  p.lanes[0].readings = {cpu_at(0, 100),    alloc_at(0, 5),    cpu_at(1, 110),   alloc_at(1, 5),
+                         cpu_at(2, 125),    alloc_at(2, 1005), cpu_at(3, 130),   cpu_at(4, 131),
+                         alloc_at(4, 2000), cpu_at(5, 160),    alloc_at(5, 2000)};
   build_tree(p);
   ASSERT_EQ(p.spans.size(), 3u);
   EXPECT_EQ(value(p, 0, ValueKind::kCpuNs), 60u);
@@ -443,8 +446,10 @@ TEST_F(TreeTest, ValuesAreInclusiveDifferencesOfReadings) {
 
 TEST_F(TreeTest, ValuesOfAGeneratorSumItsRunningStretches) {
   // a { g (suspended 20..40) g resumes ... }: g counts 10..20 and 40..45 only.
-  p.lanes.push_back(make_lane({call(0, a), call(10, b), suspend(20, 1), resume(40, 1), ret(45), ret(50)}));
-  p.lanes[0].readings = {cpu_at(0, 0), cpu_at(1, 10), cpu_at(2, 20), cpu_at(3, 40), cpu_at(4, 45), cpu_at(5, 50)};
+  p.lanes.push_back(
+      make_lane({call(0, a), call(10, b), suspend(20, 1), resume(40, 1), ret(45), ret(50)}));
+  p.lanes[0].readings = {cpu_at(0, 0),  cpu_at(1, 10), cpu_at(2, 20),
+                         cpu_at(3, 40), cpu_at(4, 45), cpu_at(5, 50)};
   build_tree(p);
   ASSERT_EQ(p.spans.size(), 2u);
   EXPECT_EQ(value(p, 1, ValueKind::kCpuNs), 15u);

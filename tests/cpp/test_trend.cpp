@@ -20,7 +20,8 @@ struct Series {
 
 // `groups` releases of `runs` runs, lognormal noise `sigma` around 1 ms,
 // times factor from release step_at on.
-Series make_series(uint64_t seed, size_t groups, size_t runs, double sigma, size_t step_at, double factor) {
+Series make_series(uint64_t seed, size_t groups, size_t runs, double sigma, size_t step_at,
+                   double factor) {
   std::mt19937_64 gen(seed);
   std::normal_distribution<double> noise(0.0, sigma);
   Series s;

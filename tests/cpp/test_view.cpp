@@ -360,16 +360,23 @@ TEST(ViewTimes, AGeneratorShowsItsRunningTimeUnderItsParent) {
   const uint32_t consume = test::user_fn(p, "consume");
   p.lanes.push_back(test::make_lane({
       test::call(0, predict),
-      test::call(10, gen), test::suspend(20, 1),
-      test::call(30, consume), test::resume(40, 1), test::suspend(50, 1), test::ret(60),
-      test::resume(70, 1), test::ret(80),
+      test::call(10, gen),
+      test::suspend(20, 1),
+      test::call(30, consume),
+      test::resume(40, 1),
+      test::suspend(50, 1),
+      test::ret(60),
+      test::resume(70, 1),
+      test::ret(80),
       test::ret(100),
   }));
   build_tree(p);
   const View v = make_view(p, {});
-  EXPECT_EQ(rows(p, v), (std::vector<NodeRow>{{"predict", 0, 100, 1}, {"gen", 1, 20, 1}, {"consume", 1, 30, 1}}));
+  EXPECT_EQ(rows(p, v), (std::vector<NodeRow>{
+                            {"predict", 0, 100, 1}, {"gen", 1, 20, 1}, {"consume", 1, 30, 1}}));
   int64_t children = 0;
-  for (const int32_t c : v.nodes[0].children) children += v.nodes[static_cast<size_t>(c)].duration_ns;
+  for (const int32_t c : v.nodes[0].children)
+    children += v.nodes[static_cast<size_t>(c)].duration_ns;
   EXPECT_LE(children, v.nodes[0].duration_ns);
   // Its wall time and active time are still the span's.
   EXPECT_EQ(p.spans[1].duration_ns(), 70);

@@ -50,8 +50,8 @@ TEST_F(WaitingTest, AnOffCpuReadingCountsForTheSpansRunningBeforeItsEvent) {
 // does not wait for it, and off-CPU time during the pause is not counted
 // twice for the coroutine.
 TEST_F(WaitingTest, SuspendedTimeIsWaitingAndOffCpuInAPauseIsNotCountedAgain) {
-  Lane lane = make_lane({call(0, a), call(100, b), suspend(200, 1), call(250, c), ret(800), resume(800, 1), ret(900),
-                         ret(1000)});
+  Lane lane = make_lane({call(0, a), call(100, b), suspend(200, 1), call(250, c), ret(800),
+                         resume(800, 1), ret(900), ret(1000)});
   lane.off_cpu = {{800, 500}};  // c slept
   p.lanes.push_back(lane);
   build_tree(p);
@@ -87,7 +87,8 @@ TEST_F(WaitingTest, TheKernelsOffCpuTimeReplacesTheReadings) {
 }
 
 TEST_F(WaitingTest, TheDocumentKeepsItAndAnOlderOneGetsTheSuspendedTime) {
-  Lane lane = make_lane({call(0, a), call(100, b), suspend(200, 1), resume(800, 1), ret(900), ret(1000)});
+  Lane lane =
+      make_lane({call(0, a), call(100, b), suspend(200, 1), resume(800, 1), ret(900), ret(1000)});
   lane.off_cpu = {{1000, 50}};
   p.lanes.push_back(lane);
   build_tree(p);

@@ -50,8 +50,12 @@ ALL_THREADS = [("test.test_threading", "-1t"), ("test.test_thread", "-1t")]
 MORE = ["test.test_weakref", "test.test_finalization", "test.test_scope", "test.test_sys_settrace"]
 # Seconds a child takes in CI (3.9-3.15 alike): the longest start first, so
 # that --jobs children end together instead of the last long one running alone.
-SECONDS = {"test.test_asyncio.test_tasks": 20, "test.test_threading": 13, "test.test_exceptions": 3,
-           "test.test_traceback": 3}
+SECONDS = {
+    "test.test_asyncio.test_tasks": 20,
+    "test.test_threading": 13,
+    "test.test_exceptions": 3,
+    "test.test_traceback": 3,
+}
 
 # What each child runs: MODULE, MODE ("bare", "cprofile" or a depth), and
 # optionally test ids to run alone. It prints one JSON line last.
@@ -132,8 +136,14 @@ print(json.dumps({"outcomes": result.outcomes, "stats": stats, "log": stream.get
 def run(module: str, mode: str, only=(), timeout: int = 1200) -> dict:
     env = dict(os.environ, PYTHONHASHSEED="0")
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", CHILD, module, mode, *only], capture_output=True, text=True,
-                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, module, mode, *only],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     seconds = time.monotonic() - t0
     lines = proc.stdout.strip().splitlines()
     try:
@@ -146,7 +156,15 @@ def run(module: str, mode: str, only=(), timeout: int = 1200) -> dict:
     return out
 
 
-HOOK_WORDS = ("setprofile", "getprofile", "settrace", "gettrace", "sys.monitoring", "_getframe", "tracing")
+HOOK_WORDS = (
+    "setprofile",
+    "getprofile",
+    "settrace",
+    "gettrace",
+    "sys.monitoring",
+    "_getframe",
+    "tracing",
+)
 
 
 def inspects_hooks(test_id: str) -> bool:
@@ -173,7 +191,9 @@ def judge(module: str, depth: str) -> dict:
     outcomes = got["outcomes"]
     stats = got["stats"] or {}
     if outcomes is None:
-        ours = [f"{module}: the child exited {got['returncode']} inside the session\n{got['log'][-3000:]}"]
+        ours = [
+            f"{module}: the child exited {got['returncode']} inside the session\n{got['log'][-3000:]}"
+        ]
         failed = []
     else:
         failed = sorted(t for t, o in outcomes.items() if o in ("fail", "error"))
@@ -193,9 +213,18 @@ def judge(module: str, depth: str) -> dict:
                 if t in hooks and cprof.get(t) != "pass":
                     continue  # a hook-inspecting test that cProfile fails too
                 ours.append(t)
-    return {"module": module, "depth": depth, "tests": len(outcomes or {}), "failed": len(failed),
-            "ours": ours, "spans": stats.get("span_count"), "dropped": stats.get("dropped"),
-            "notes": stats.get("notes"), "failures": stats.get("failures"), "seconds": round(got["seconds"], 1)}
+    return {
+        "module": module,
+        "depth": depth,
+        "tests": len(outcomes or {}),
+        "failed": len(failed),
+        "ours": ours,
+        "spans": stats.get("span_count"),
+        "dropped": stats.get("dropped"),
+        "notes": stats.get("notes"),
+        "failures": stats.get("failures"),
+        "seconds": round(got["seconds"], 1),
+    }
 
 
 def main(argv=None) -> int:
@@ -204,7 +233,9 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="also the slower modules (MORE)")
     ap.add_argument("--ci", action="store_true", help="the default set (what .ci/run runs)")
     ap.add_argument("--depths", default="2,-1", help="session depths, comma-separated")
-    ap.add_argument("--jobs", type=int, default=1, help="modules run at once (each in its own child)")
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="modules run at once (each in its own child)"
+    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     depths = [d.strip() for d in args.depths.split(",") if d.strip()]
@@ -214,18 +245,25 @@ def main(argv=None) -> int:
         jobs = [(m, d) for m in MODULES + (MORE if args.all else []) for d in depths] + ALL_THREADS
     version = ".".join(map(str, sys.version_info[:2]))
     print(f"# CPython {sys.version.split()[0]} ({sys.executable}); depths {', '.join(depths)}")
-    print(f"{'module':<34} {'depth':>5} {'tests':>6} {'failed':>6} {'ours':>5} {'spans':>9} {'dropped':>8} {'s':>6}")
+    print(
+        f"{'module':<34} {'depth':>5} {'tests':>6} {'failed':>6} {'ours':>5} {'spans':>9} {'dropped':>8} {'s':>6}"
+    )
     rows, against = [], []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [None] * len(jobs)
-        for i in sorted(range(len(jobs)), key=lambda i: -SECONDS.get(jobs[i][0], 0)):  # stable: ties keep their order
+        for i in sorted(
+            range(len(jobs)), key=lambda i: -SECONDS.get(jobs[i][0], 0)
+        ):  # stable: ties keep their order
             futures[i] = pool.submit(judge, *jobs[i])
         for future in futures:  # printed in order, as each is ready
             row = dict(future.result(), version=version)
             rows.append(row)
-            print(f"{row['module'][5:]:<34} {row['depth']:>5} {row['tests']:>6} {row['failed']:>6} "
-                  f"{len(row['ours']):>5} {row['spans'] if row['spans'] is not None else '-':>9} "
-                  f"{row['dropped'] if row['dropped'] is not None else '-':>8} {row['seconds']:>6.1f}", flush=True)
+            print(
+                f"{row['module'][5:]:<34} {row['depth']:>5} {row['tests']:>6} {row['failed']:>6} "
+                f"{len(row['ours']):>5} {row['spans'] if row['spans'] is not None else '-':>9} "
+                f"{row['dropped'] if row['dropped'] is not None else '-':>8} {row['seconds']:>6.1f}",
+                flush=True,
+            )
             for t in row["ours"]:
                 print(f"    FAILS ONLY IN THE SESSION: {t}")
             against += row["ours"]

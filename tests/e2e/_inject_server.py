@@ -30,7 +30,6 @@ import time
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-
 if "--model" in sys.argv:  # at module level: the spans are named InjectModel.<method>
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MLflow's type-hint advice: not ours
@@ -72,7 +71,9 @@ def main() -> int:
             if model is not None:
                 model.predict([[1.0, 2.0]])
             t1 = time.perf_counter_ns()
-            body = json.dumps({"t0": t0, "t1": t1, "profiler": "mlflow_profiler" in sys.modules}).encode()
+            body = json.dumps(
+                {"t0": t0, "t1": t1, "profiler": "mlflow_profiler" in sys.modules}
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -83,9 +84,17 @@ def main() -> int:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    print(json.dumps({"port": server.server_address[1], "pid": os.getpid(),
-                      "python": "%d.%d" % sys.version_info[:2],
-                      "imported": "mlflow_profiler" in sys.modules}), flush=True)
+    print(
+        json.dumps(
+            {
+                "port": server.server_address[1],
+                "pid": os.getpid(),
+                "python": "%d.%d" % sys.version_info[:2],
+                "imported": "mlflow_profiler" in sys.modules,
+            }
+        ),
+        flush=True,
+    )
 
     wake = threading.Event()
 

@@ -51,35 +51,61 @@ class KubeNode:
             f.write(text)
         return path
 
-    def logs(self, ns: str, pod: str, uid: str, container: str, cid: str, restart: int = 0,
-             link: bool = True) -> None:
+    def logs(
+        self,
+        ns: str,
+        pod: str,
+        uid: str,
+        container: str,
+        cid: str,
+        restart: int = 0,
+        link: bool = True,
+    ) -> None:
         """The kubelet's var/log/pods/<ns>_<pod>_<uid>/<container>/<restart>.log and,
         with `link`, its var/log/containers/<pod>_<ns>_<container>-<id>.log."""
         log = self._write(f"var/log/pods/{ns}_{pod}_{uid}/{container}/{restart}.log", "")
         if link:
             os.makedirs(os.path.join(self.root, "var/log/containers"), exist_ok=True)
-            os.symlink(log, os.path.join(self.root, "var/log/containers", f"{pod}_{ns}_{container}-{cid}.log"))
+            os.symlink(
+                log,
+                os.path.join(self.root, "var/log/containers", f"{pod}_{ns}_{container}-{cid}.log"),
+            )
 
     def containerd_bundle(self, ns: str, pod: str, uid: str, container: str, cid: str) -> None:
         """containerd's task bundle with the CRI plugin's annotations."""
-        spec = {"ociVersion": "1.1.0", "process": {"args": ["python"]}, "annotations": {
-            "io.kubernetes.cri.container-type": "container",
-            "io.kubernetes.cri.container-name": container,
-            "io.kubernetes.cri.sandbox-id": secrets.token_hex(32),
-            "io.kubernetes.cri.sandbox-name": pod,
-            "io.kubernetes.cri.sandbox-namespace": ns,
-            "io.kubernetes.cri.sandbox-uid": uid}}
-        self._write(f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}/config.json", json.dumps(spec))
+        spec = {
+            "ociVersion": "1.1.0",
+            "process": {"args": ["python"]},
+            "annotations": {
+                "io.kubernetes.cri.container-type": "container",
+                "io.kubernetes.cri.container-name": container,
+                "io.kubernetes.cri.sandbox-id": secrets.token_hex(32),
+                "io.kubernetes.cri.sandbox-name": pod,
+                "io.kubernetes.cri.sandbox-namespace": ns,
+                "io.kubernetes.cri.sandbox-uid": uid,
+            },
+        }
+        self._write(
+            f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}/config.json",
+            json.dumps(spec),
+        )
 
     def crio_state(self, ns: str, pod: str, uid: str, container: str, cid: str) -> None:
         """CRI-O's saved spec, with the kubelet's labels as annotations."""
-        spec = {"ociVersion": "1.0.2-dev", "annotations": {
-            "io.kubernetes.cri-o.ContainerType": "container",
-            "io.kubernetes.container.name": container,
-            "io.kubernetes.pod.name": pod,
-            "io.kubernetes.pod.namespace": ns,
-            "io.kubernetes.pod.uid": uid}}
-        self._write(f"run/containers/storage/overlay-containers/{cid}/userdata/config.json", json.dumps(spec))
+        spec = {
+            "ociVersion": "1.0.2-dev",
+            "annotations": {
+                "io.kubernetes.cri-o.ContainerType": "container",
+                "io.kubernetes.container.name": container,
+                "io.kubernetes.pod.name": pod,
+                "io.kubernetes.pod.namespace": ns,
+                "io.kubernetes.pod.uid": uid,
+            },
+        }
+        self._write(
+            f"run/containers/storage/overlay-containers/{cid}/userdata/config.json",
+            json.dumps(spec),
+        )
 
     # -- cgroups ------------------------------------------------------------------
 
@@ -88,8 +114,10 @@ class KubeNode:
         driver names it; returns its directory."""
         if driver == "systemd":
             u = uid.replace("-", "_")
-            rel = ("kubepods.slice/kubepods-burstable.slice/"
-                   f"kubepods-burstable-pod{u}.slice/cri-containerd-{cid}.scope")
+            rel = (
+                "kubepods.slice/kubepods-burstable.slice/"
+                f"kubepods-burstable-pod{u}.slice/cri-containerd-{cid}.scope"
+            )
         else:
             rel = f"kubepods/besteffort/pod{uid}/{cid}"
         base = self.v1_pids if v1 else self.v2

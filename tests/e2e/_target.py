@@ -49,7 +49,6 @@ import threading
 import time
 import warnings
 
-
 with warnings.catch_warnings():
     # MLflow's type-hint advice when a PythonModel class is created: not ours.
     warnings.simplefilter("ignore")
@@ -70,7 +69,7 @@ with warnings.catch_warnings():
             return 3 / 7
 
         def _log(self):
-            return 2.0 ** 0.5
+            return 2.0**0.5
 
         def _features(self):
             return self._ratio() + self._log()
@@ -131,12 +130,14 @@ with warnings.catch_warnings():
         def _helper(self, finish, comm=None):
             """Started by pipe/lock/rename: renames itself (comm), then ends the
             caller's wait after 10 ms."""
+
             def run():
                 if comm:
                     set_comm(comm)
                 time.sleep(0.010)
                 finish()
                 self.note_worker()
+
             t = threading.Thread(target=run, name="helper")
             t.start()
             return t
@@ -147,7 +148,9 @@ with warnings.catch_warnings():
                 t = self._helper(lambda: os.write(w, b"x"))
                 t0 = time.perf_counter_ns()
                 os.read(r, 1)
-                self.waits.append([t0, time.perf_counter_ns()])  # the target's own clock around the read
+                self.waits.append(
+                    [t0, time.perf_counter_ns()]
+                )  # the target's own clock around the read
                 t.join()
             finally:
                 os.close(r)
@@ -159,7 +162,9 @@ with warnings.catch_warnings():
             t = self._helper(lock.release)
             t0 = time.perf_counter_ns()
             lock.acquire()
-            self.waits.append([t0, time.perf_counter_ns()])  # the target's own clock around the wait
+            self.waits.append(
+                [t0, time.perf_counter_ns()]
+            )  # the target's own clock around the wait
             t.join()
 
         def _gil(self):
@@ -171,6 +176,7 @@ with warnings.catch_warnings():
                 while not stop.is_set():
                     for _ in range(1000):
                         pass
+
             t = threading.Thread(target=spin, name="spinner")
             t.start()
             end = time.perf_counter() + 0.030
@@ -245,8 +251,11 @@ def main() -> int:
     ap.add_argument("--loop", default=None)
     ap.add_argument("--interval", type=float, default=0.02)
     ap.add_argument("--depth", type=int, default=3)
-    ap.add_argument("--late-import", action="store_true",
-                    help="import mlflow_profiler only on the 'import' command (the agent is already waiting)")
+    ap.add_argument(
+        "--late-import",
+        action="store_true",
+        help="import mlflow_profiler only on the 'import' command (the agent is already waiting)",
+    )
     args = ap.parse_args()
 
     model = build_model()
@@ -303,12 +312,24 @@ def main() -> int:
                 # A call that ran unprofiled leaves the previous session there: null.
                 # Every span (the agent's document holds them all): a depth
                 # past the capture's also opens MLflow's grouped calls below it.
-                tree = (shape(session.to_tree(depth=1_000))
-                        if session is not None and session is not previous else None)
+                tree = (
+                    shape(session.to_tree(depth=1_000))
+                    if session is not None and session is not previous
+                    else None
+                )
                 previous = session
                 traced = mp.statistics()["traced"] if mp is not None else 0
-                calls.append({"t0": t0, "t1": t1, "tree": tree, "traced": traced,
-                              "sched": [*s0, *s1], "workers": list(impl.workers), "waits": list(impl.waits)})
+                calls.append(
+                    {
+                        "t0": t0,
+                        "t1": t1,
+                        "tree": tree,
+                        "traced": traced,
+                        "sched": [*s0, *s1],
+                        "workers": list(impl.workers),
+                        "waits": list(impl.waits),
+                    }
+                )
             reply = {"calls": calls}
         else:
             reply = {"error": f"unknown command {words[0]!r}"}

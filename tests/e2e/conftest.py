@@ -47,10 +47,14 @@ def require(ok: bool, why: str) -> None:
 @pytest.fixture(scope="session")
 def agent_path() -> str:
     path = os.environ.get("MLPROF_AGENT", "")
-    require(bool(path) and os.access(path, os.X_OK),
-            "set MLPROF_AGENT to the built mlprof-ebpf (cmake -DMLPROF_BUILD_AGENT=ON)")
+    require(
+        bool(path) and os.access(path, os.X_OK),
+        "set MLPROF_AGENT to the built mlprof-ebpf (cmake -DMLPROF_BUILD_AGENT=ON)",
+    )
     require(os.geteuid() == 0, "the agent needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)")
-    require(os.path.exists("/sys/kernel/btf/vmlinux"), "the kernel has no BTF (/sys/kernel/btf/vmlinux)")
+    require(
+        os.path.exists("/sys/kernel/btf/vmlinux"), "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+    )
     return path
 
 
@@ -74,10 +78,15 @@ def usdt_storm_path() -> str:
 @pytest.fixture(scope="session")
 def python_exe() -> str:
     exe = os.environ.get("MLPROF_E2E_PYTHON", sys.executable)
-    probe = subprocess.run([exe, "-c", "import mlflow, mlflow_profiler._core as c; c.usdt_attached"],
-                           capture_output=True, text=True)
-    require(probe.returncode == 0,
-            f"{exe} cannot import mlflow and mlflow_profiler with usdt_attached: {probe.stderr.strip()[-300:]}")
+    probe = subprocess.run(
+        [exe, "-c", "import mlflow, mlflow_profiler._core as c; c.usdt_attached"],
+        capture_output=True,
+        text=True,
+    )
+    require(
+        probe.returncode == 0,
+        f"{exe} cannot import mlflow and mlflow_profiler with usdt_attached: {probe.stderr.strip()[-300:]}",
+    )
     return exe
 
 
@@ -103,11 +112,24 @@ class LineProcess:
     """A child answering each command with one line on stdout: JSON
     (_target.py) or words (usdt_target)."""
 
-    def __init__(self, argv: List[str], env: Optional[Dict[str, str]] = None, preexec_fn=None,
-                 ready_timeout: float = 60.0, json_lines: bool = True):
+    def __init__(
+        self,
+        argv: List[str],
+        env: Optional[Dict[str, str]] = None,
+        preexec_fn=None,
+        ready_timeout: float = 60.0,
+        json_lines: bool = True,
+    ):
         self.json_lines = json_lines
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env, preexec_fn=preexec_fn)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            preexec_fn=preexec_fn,
+        )
         self.stderr: List[str] = []
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
         self._drain.start()
@@ -133,7 +155,9 @@ class LineProcess:
                     return json.loads(line)
             elif self.proc.poll() is not None:
                 break
-        raise AssertionError(f"{self.proc.args[:3]} gave no answer; stderr: {''.join(self.stderr)[-2000:]}")
+        raise AssertionError(
+            f"{self.proc.args[:3]} gave no answer; stderr: {''.join(self.stderr)[-2000:]}"
+        )
 
     def ask(self, command: str, timeout: float = 60.0) -> dict:
         self.proc.stdin.write(command + "\n")
@@ -168,7 +192,9 @@ def python_target(python_exe):
     started: List[LineProcess] = []
 
     def start(*extra: str, preexec_fn=None) -> LineProcess:
-        p = LineProcess([python_exe, TARGET_PY, *extra], env=dict(os.environ), preexec_fn=preexec_fn)
+        p = LineProcess(
+            [python_exe, TARGET_PY, *extra], env=dict(os.environ), preexec_fn=preexec_fn
+        )
         started.append(p)
         return p
 
@@ -203,12 +229,16 @@ class AgentRun:
     so a test can wait for "attached to pid N"."""
 
     def __init__(self, argv: List[str], env: Optional[Dict[str, str]] = None):
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
         self.lines: List[str] = []
         self._out: List[str] = []
         self._cv = threading.Condition()
-        self._drains = [threading.Thread(target=self._drain, args=(self.proc.stderr, True), daemon=True),
-                        threading.Thread(target=self._drain, args=(self.proc.stdout, False), daemon=True)]
+        self._drains = [
+            threading.Thread(target=self._drain, args=(self.proc.stderr, True), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stdout, False), daemon=True),
+        ]
         for t in self._drains:
             t.start()
 
@@ -223,10 +253,14 @@ class AgentRun:
         with self._cv:
             while not any(text in line for line in self.lines):
                 left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and not any(text in line for line in self.lines)):
+                if left <= 0 or (
+                    self.proc.poll() is not None and not any(text in line for line in self.lines)
+                ):
                     if self.proc.poll() is not None:
                         time.sleep(0.2)  # let the drains finish
-                    raise AssertionError(f"agent never said {text!r}; stderr so far:\n{''.join(self.lines)}")
+                    raise AssertionError(
+                        f"agent never said {text!r}; stderr so far:\n{''.join(self.lines)}"
+                    )
                 self._cv.wait(min(left, 0.2))
 
     def wait_attached(self, pid: int, timeout: float = 30.0) -> None:
@@ -243,7 +277,9 @@ class AgentRun:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"agent did not end in {timeout}s; stderr:\n{''.join(self.lines)}")
+            raise AssertionError(
+                f"agent did not end in {timeout}s; stderr:\n{''.join(self.lines)}"
+            ) from None
         self.close()
         with self._cv:
             return AgentResult(self.proc.returncode, "".join(self._out), "".join(self.lines))
@@ -261,7 +297,9 @@ def agent(agent_path):
     """agent(*args) starts mlprof-ebpf; every agent still running at the end is killed."""
     runs: List[AgentRun] = []
 
-    def start(*args: str, env: Optional[Dict[str, str]] = None, wrapper: Optional[List[str]] = None) -> AgentRun:
+    def start(
+        *args: str, env: Optional[Dict[str, str]] = None, wrapper: Optional[List[str]] = None
+    ) -> AgentRun:
         run = AgentRun([*(wrapper or []), agent_path, *args], env=env)
         runs.append(run)
         return run
@@ -274,11 +312,21 @@ def agent(agent_path):
         r.close()
 
 
-def run_agent(agent_path: str, *args: str, timeout: float = 60.0, wrapper: Optional[List[str]] = None,
-              env: Optional[Dict[str, str]] = None) -> AgentResult:
+def run_agent(
+    agent_path: str,
+    *args: str,
+    timeout: float = 60.0,
+    wrapper: Optional[List[str]] = None,
+    env: Optional[Dict[str, str]] = None,
+) -> AgentResult:
     """Runs the agent to its end (errors, --duration)."""
-    p = subprocess.run([*(wrapper or []), agent_path, *args], capture_output=True, text=True, timeout=timeout,
-                       env=env)
+    p = subprocess.run(
+        [*(wrapper or []), agent_path, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     return AgentResult(p.returncode, p.stdout, p.stderr)
 
 
@@ -301,7 +349,7 @@ class Span:
     values: Dict[str, int] = field(default_factory=dict)  # the kernel figures (span_values)
     active_ns: int = 0
     waiting_ns: int = 0  # running vs waiting (docs/format.md): suspended + the kernel's own off-CPU
-    children: List["Span"] = field(default_factory=list)
+    children: List[Span] = field(default_factory=list)
 
     @property
     def wall_ns(self) -> int:
@@ -337,9 +385,20 @@ class Document:
         for i, row in enumerate(d["spans"]):
             label = row[sf["label"]]
             name = strings[label] if label else functions[row[sf["function"]]]
-            self.spans.append(Span(i, row[sf["parent"]], name, row[sf["lane"]], row[sf["depth"]],
-                                   row[sf["flags"]], row[sf["start_ns"]], row[sf["end_ns"]],
-                                   active_ns=row[sf["active_ns"]], waiting_ns=row[sf["waiting_ns"]]))
+            self.spans.append(
+                Span(
+                    i,
+                    row[sf["parent"]],
+                    name,
+                    row[sf["lane"]],
+                    row[sf["depth"]],
+                    row[sf["flags"]],
+                    row[sf["start_ns"]],
+                    row[sf["end_ns"]],
+                    active_ns=row[sf["active_ns"]],
+                    waiting_ns=row[sf["waiting_ns"]],
+                )
+            )
         if "span_values" in d:
             vf = {n: i for i, n in enumerate(d["span_value_fields"])}
             for row in d["span_values"]:
@@ -349,11 +408,17 @@ class Document:
                 self.spans[s.parent].children.append(s)
         for s in self.spans:
             s.children.sort(key=lambda c: (c.start_ns, c.index))
-        self.roots = sorted((s for s in self.spans if s.parent < 0), key=lambda s: (s.start_ns, s.index))
+        self.roots = sorted(
+            (s for s in self.spans if s.parent < 0), key=lambda s: (s.start_ns, s.index)
+        )
         kernel = d.get("kernel") or {}
         self.lost_events = kernel.get("lost_events", 0)
-        self.threads = [dict(zip(kernel["thread_fields"], row)) for row in kernel.get("threads", [])]
-        self.off_cpu = [dict(zip(kernel["off_cpu_fields"], row)) for row in kernel.get("off_cpu", [])]
+        self.threads = [
+            dict(zip(kernel["thread_fields"], row)) for row in kernel.get("threads", [])
+        ]
+        self.off_cpu = [
+            dict(zip(kernel["off_cpu_fields"], row)) for row in kernel.get("off_cpu", [])
+        ]
 
     def lane_pid(self, span: Span) -> int:
         lane = self.lanes[span.lane]
@@ -363,7 +428,9 @@ class Document:
         return [r for r in self.roots if self.lane_pid(r) == pid]
 
     def find(self, name: str, pid: Optional[int] = None) -> List[Span]:
-        return [s for s in self.spans if s.name == name and (pid is None or self.lane_pid(s) == pid)]
+        return [
+            s for s in self.spans if s.name == name and (pid is None or self.lane_pid(s) == pid)
+        ]
 
 
 @pytest.fixture
@@ -378,8 +445,10 @@ def qualname(name: str) -> str:
 
 def pin(cpu: int):
     """preexec_fn: runs the child on one CPU (what taskset does)."""
+
     def _pin() -> None:
         os.sched_setaffinity(0, {cpu})
+
     return _pin
 
 

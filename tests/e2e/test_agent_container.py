@@ -11,7 +11,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import TARGET_PY, Document, require, run_agent
 
 NAME = "serving-1"
@@ -19,7 +18,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
+    return subprocess.run(
+        ["podman", *args], capture_output=True, text=True, check=check, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -31,9 +32,28 @@ def serving(python_exe):
     require(shutil.which("podman") is not None, "podman is needed (apt-get install podman)")
     podman("rm", "-f", NAME, check=False)
     env = ["-e", f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}"]
-    run = podman("run", "-d", "--name", NAME, "--runtime", "runc",
-                 "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", *env,
-                 "--rootfs", "/:O", python_exe, TARGET_PY, "--loop", "nested", "--interval", "0.02", check=False)
+    run = podman(
+        "run",
+        "-d",
+        "--name",
+        NAME,
+        "--runtime",
+        "runc",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+        *env,
+        "--rootfs",
+        "/:O",
+        python_exe,
+        TARGET_PY,
+        "--loop",
+        "nested",
+        "--interval",
+        "0.02",
+        check=False,
+    )
     require(run.returncode == 0, f"podman run failed: {run.stderr.strip()[-500:]}")
     cid = run.stdout.strip()
     try:
@@ -56,7 +76,9 @@ def serving(python_exe):
 def test_container_by_name(agent_path, serving, tmp_out):
     cid, host_pid = serving
     out = tmp_out / "serving.json"
-    r = run_agent(agent_path, "--container", NAME, "--duration", "3", "-o", str(out), "-v", timeout=90)
+    r = run_agent(
+        agent_path, "--container", NAME, "--duration", "3", "-o", str(out), "-v", timeout=90
+    )
     assert r.returncode == 0, r.stderr
     assert f"watching container {NAME} (podman {cid[:12]})" in r.stderr
     # Another mount namespace: the extension is opened through the process's root.
@@ -69,7 +91,11 @@ def test_container_by_name(agent_path, serving, tmp_out):
         assert root.name.startswith("predict [pyfunc E2EModel]")
         nested = [s for s in root.walk() if s.name.endswith("_nested")]
         assert len(nested) == 1, root.shape()
-        assert [c.name.rsplit(".", 1)[-1] for c in nested[0].children] == ["_clean", "_features", "_score"]
+        assert [c.name.rsplit(".", 1)[-1] for c in nested[0].children] == [
+            "_clean",
+            "_features",
+            "_score",
+        ]
     assert doc.meta.get("container") == NAME
     assert doc.meta.get("container_id") == cid
 
@@ -79,9 +105,17 @@ def test_container_by_id_prefix_and_minimal_capabilities(agent_path, serving, tm
     setpriv = shutil.which("setpriv")
     require(setpriv is not None, "setpriv (util-linux) cuts the capabilities")
     out = tmp_out / "by-id.trace.json"
-    r = run_agent(agent_path, "--container", cid[:12], "--duration", "2", "-o", str(out),
-                  wrapper=[setpriv, "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace", "--inh-caps=-all"],
-                  timeout=90)
+    r = run_agent(
+        agent_path,
+        "--container",
+        cid[:12],
+        "--duration",
+        "2",
+        "-o",
+        str(out),
+        wrapper=[setpriv, "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace", "--inh-caps=-all"],
+        timeout=90,
+    )
     assert r.returncode == 0, r.stderr
     trace = json.loads(out.read_text())  # Chrome trace, from the extension of -o
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
@@ -94,15 +128,42 @@ def test_agent_image_with_the_daemonsets_settings(agent_path, serving):
     unconfined, the runtime's state mounted read-only."""
     cid, host_pid = serving
     image = "localhost/mlprof-ebpf:e2e"
-    build = subprocess.run([os.path.join(REPO, "deploy", "build-image.sh"), agent_path, image],
-                           capture_output=True, text=True, timeout=300)  # dpkg-query per library
+    build = subprocess.run(
+        [os.path.join(REPO, "deploy", "build-image.sh"), agent_path, image],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # dpkg-query per library
     assert build.returncode == 0, build.stderr
     try:
-        base = ["run", "--rm", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit",
-                "nproc=1024:1024", "--pid=host", "--cap-drop=all", "--cap-add=bpf,perfmon,sys_ptrace",
-                "-v", "/var/lib/containers:/var/lib/containers:ro"]
-        r = podman(*base, "--security-opt", "seccomp=unconfined", image, "--container", NAME,
-                   "--duration", "2", "--depth", "0", check=False)
+        base = [
+            "run",
+            "--rm",
+            "--runtime",
+            "runc",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            "--pid=host",
+            "--cap-drop=all",
+            "--cap-add=bpf,perfmon,sys_ptrace",
+            "-v",
+            "/var/lib/containers:/var/lib/containers:ro",
+        ]
+        r = podman(
+            *base,
+            "--security-opt",
+            "seccomp=unconfined",
+            image,
+            "--container",
+            NAME,
+            "--duration",
+            "2",
+            "--depth",
+            "0",
+            check=False,
+        )
         assert r.returncode == 0, r.stderr
         assert f"attached to pid {host_pid} (python" in r.stderr
         assert "predict [pyfunc E2EModel]" in r.stdout

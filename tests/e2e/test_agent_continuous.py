@@ -21,11 +21,12 @@ import time
 from typing import Dict, List, Tuple
 
 import pytest
-
 from conftest import require
 
-SUMMARY = re.compile(r"^mlprof-ebpf: period (\S+) \+(\S+): (\d+) workloads?, (\d+) sessions?, (\d+) spans?; "
-                     r"delivered (\d+), spooled (\d+), dropped (\d+); sink (.*)$")
+SUMMARY = re.compile(
+    r"^mlprof-ebpf: period (\S+) \+(\S+): (\d+) workloads?, (\d+) sessions?, (\d+) spans?; "
+    r"delivered (\d+), spooled (\d+), dropped (\d+); sink (.*)$"
+)
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -42,9 +43,20 @@ def summaries(run) -> List[dict]:
     for line in stdout_lines(run):
         m = SUMMARY.match(line)
         if m:
-            out.append({"line": line, "start": m.group(1), "length": m.group(2), "workloads": int(m.group(3)),
-                        "sessions": int(m.group(4)), "spans": int(m.group(5)), "delivered": int(m.group(6)),
-                        "spooled": int(m.group(7)), "dropped": int(m.group(8)), "rest": m.group(9)})
+            out.append(
+                {
+                    "line": line,
+                    "start": m.group(1),
+                    "length": m.group(2),
+                    "workloads": int(m.group(3)),
+                    "sessions": int(m.group(4)),
+                    "spans": int(m.group(5)),
+                    "delivered": int(m.group(6)),
+                    "spooled": int(m.group(7)),
+                    "dropped": int(m.group(8)),
+                    "rest": m.group(9),
+                }
+            )
     return out
 
 
@@ -58,7 +70,9 @@ def wait_summary(run, predicate, timeout: float = 40.0) -> dict:
         if run.proc.poll() is not None:
             break
         time.sleep(0.2)
-    raise AssertionError(f"no such summary line; stdout:\n{''.join(run._out)}\nstderr:\n{''.join(run.lines)}")
+    raise AssertionError(
+        f"no such summary line; stdout:\n{''.join(run._out)}\nstderr:\n{''.join(run.lines)}"
+    )
 
 
 def sessions_of(run) -> int:
@@ -76,7 +90,10 @@ def doc_sessions(doc: dict) -> set:
 
 
 def dir_items(sink) -> Dict[str, dict]:
-    return {os.path.basename(p): read_doc(p) for p in sorted(glob.glob(os.path.join(str(sink), "*.json.gz")))}
+    return {
+        os.path.basename(p): read_doc(p)
+        for p in sorted(glob.glob(os.path.join(str(sink), "*.json.gz")))
+    }
 
 
 def store_items(db) -> List[Tuple[str, str, int]]:
@@ -86,7 +103,8 @@ def store_items(db) -> List[Tuple[str, str, int]]:
         rows = conn.execute(
             "SELECT k.value, p.value, (SELECT COUNT(*) FROM sessions s WHERE s.source_id = k.source_id) "
             "FROM source_labels k JOIN source_labels p ON p.source_id = k.source_id AND p.key = 'label.pid' "
-            "WHERE k.key = 'label.agent_item'").fetchall()
+            "WHERE k.key = 'label.agent_item'"
+        ).fetchall()
     finally:
         conn.close()
     return [(r[0], r[1], r[2]) for r in rows]
@@ -111,7 +129,9 @@ def continuous(agent, pids, sink, spool, *extra: str, wrapper=None):
     args = []
     for pid in pids:
         args += ["--pid", str(pid)]
-    run = agent(*args, "--continuous", "--sink", str(sink), "--spool", str(spool), *extra, wrapper=wrapper)
+    run = agent(
+        *args, "--continuous", "--sink", str(sink), "--spool", str(spool), *extra, wrapper=wrapper
+    )
     for pid in pids:
         run.wait_attached(pid)
     return run
@@ -125,7 +145,11 @@ def tmpfs(tmp_path):
     def mount(size: str) -> str:
         path = str(tmp_path / f"tmpfs{len(mounted)}")
         os.mkdir(path)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path],
+            capture_output=True,
+            text=True,
+        )
         require(r.returncode == 0, f"cannot mount a tmpfs: {r.stderr.strip()}")
         mounted.append(path)
         return path
@@ -167,19 +191,24 @@ def test_every_period_is_one_item_per_workload_in_a_directory_sink(agent, python
     # Every session of each target once: none lost, none twice.
     for pid, n in ran.items():
         assert len(delivered[pid]) == n and len(set(delivered[pid])) == n, (pid, delivered[pid])
-    assert len({start for (pid, start) in per_workload_period if pid == a.pid}) >= 2  # a's came in two periods
+    assert (
+        len({start for (pid, start) in per_workload_period if pid == a.pid}) >= 2
+    )  # a's came in two periods
 
     lines = summaries(run)
     assert sum(s["sessions"] for s in lines) == sum(ran.values()), result.stdout
     # The directory's retention (the defaults) after the sink on each line.
-    held = re.compile(rf"{re.escape(str(sink))}; directory [\d.]+ MB in \d+ files? \(bound 1024 MB, 7d\), pruned 0")
+    held = re.compile(
+        rf"{re.escape(str(sink))}; directory [\d.]+ MB in \d+ files? \(bound 1024 MB, 7d\), pruned 0"
+    )
     assert all(held.fullmatch(s["rest"]) for s in lines), result.stdout
     # One line per rotation and the end's: nothing else on stdout.
     assert len(result.stdout.splitlines()) == len(lines) + 1, result.stdout
     size = sum(os.path.getsize(sink / name) for name in items) / 2**20
     assert result.stdout.splitlines()[-1] == (
         f"mlprof-ebpf: stopped: delivered {len(items)}, spooled 0, dropped 0; sink {sink}; "
-        f"directory {size:.1f} MB in {len(items)} file{'s' if len(items) != 1 else ''} (bound 1024 MB, 7d), pruned 0")
+        f"directory {size:.1f} MB in {len(items)} file{'s' if len(items) != 1 else ''} (bound 1024 MB, 7d), pruned 0"
+    )
 
 
 def test_a_spans_resource_reaches_the_agents_documents(agent, python_target, tmp_path):
@@ -201,52 +230,85 @@ def test_a_spans_resource_reaches_the_agents_documents(agent, python_target, tmp
         spans = [dict(zip(fields, row)) for row in doc["spans"]]
         for span in spans:
             if span["resource"]:
-                calls.append((doc["strings"][span["resource"]], doc["strings"][span["label"]] if span["label"]
-                              else doc["strings"][doc["functions"][span["function"]][0]],
-                              span["end_ns"] - span["start_ns"]))
+                calls.append(
+                    (
+                        doc["strings"][span["resource"]],
+                        doc["strings"][span["label"]]
+                        if span["label"]
+                        else doc["strings"][doc["functions"][span["function"]][0]],
+                        span["end_ns"] - span["start_ns"],
+                    )
+                )
         for row in doc.get("marks", []):
             m = dict(zip(doc["mark_fields"], row))
             inside = spans[m["span"]] if m["span"] >= 0 else None
-            marks.append((doc["strings"][m["name"]], doc["strings"][m["resource"]],
-                          inside is not None and inside["resource"] != 0
-                          and inside["start_ns"] <= m["ts_ns"] <= inside["end_ns"]))
+            marks.append(
+                (
+                    doc["strings"][m["name"]],
+                    doc["strings"][m["resource"]],
+                    inside is not None
+                    and inside["resource"] != 0
+                    and inside["start_ns"] <= m["ts_ns"] <= inside["end_ns"],
+                )
+            )
     assert [c[:2] for c in calls] == [("llm", "ask llm")] * ran, calls
     assert all(5_000_000 <= c[2] < 50_000_000 for c in calls), calls
     assert marks == [("rate limited, retry after 0.5s", "llm", True)] * ran, marks
 
 
-def test_sigterm_spools_and_delivers_the_partial_period_to_a_sqlite_store(agent, python_target, tmp_path):
+def test_sigterm_spools_and_delivers_the_partial_period_to_a_sqlite_store(
+    agent, python_target, tmp_path
+):
     from mlflow_profiler.store import open_store
 
     target = python_target()
     db = tmp_path / "profiles.db"
-    run = continuous(agent, [target.pid], f"sqlite:///{db}", tmp_path / "spool", "--rotate", "1h",
-                     "--label", "model=churn")
+    run = continuous(
+        agent,
+        [target.pid],
+        f"sqlite:///{db}",
+        tmp_path / "spool",
+        "--rotate",
+        "1h",
+        "--label",
+        "model=churn",
+    )
     n = predicts(target, 3)
     result = run.stop(signal.SIGTERM)
     assert result.returncode == 0, result.stderr
     (line,) = summaries(run)  # the partial period, written at SIGTERM
     assert (line["workloads"], line["sessions"]) == (1, n), line
-    assert result.stdout.splitlines()[-1] == f"mlprof-ebpf: stopped: delivered 1, spooled 0, dropped 0; sink sqlite:///{db}"
+    assert (
+        result.stdout.splitlines()[-1]
+        == f"mlprof-ebpf: stopped: delivered 1, spooled 0, dropped 0; sink sqlite:///{db}"
+    )
     with open_store(str(db)) as store:
         (source,) = store.sources()
         assert source["source_type"] == "ebpf" and source["sessions"] == n, source
         labels = store.labels(source["source_id"])
         assert labels["label.model"] == "churn" and labels["label.pid"] == str(target.pid), labels
         assert labels["label.agent_item"].endswith(".1"), labels
-        assert store.source_ids(where={"agent_item": labels["label.agent_item"]}) == [source["source_id"]]
+        assert store.source_ids(where={"agent_item": labels["label.agent_item"]}) == [
+            source["source_id"]
+        ]
     assert not glob.glob(str(tmp_path / "spool" / "*"))  # delivered: nothing left in the spool
 
 
 # -- the sink down -----------------------------------------------------------------------
 
 
-def test_a_directory_sink_that_appears_later_gets_every_spooled_item(agent, python_target, tmp_path):
+def test_a_directory_sink_that_appears_later_gets_every_spooled_item(
+    agent, python_target, tmp_path
+):
     target = python_target()
     sink = tmp_path / "later"
-    run = continuous(agent, [target.pid], sink, tmp_path / "spool", "--rotate", "1s", "--retry-max", "1s")
+    run = continuous(
+        agent, [target.pid], sink, tmp_path / "spool", "--rotate", "1s", "--retry-max", "1s"
+    )
     n = predicts(target, 2)
-    wait_summary(run, lambda s: s["spooled"] >= 1 and "retrying" in s["rest"] and "is not there" in s["rest"])
+    wait_summary(
+        run, lambda s: s["spooled"] >= 1 and "retrying" in s["rest"] and "is not there" in s["rest"]
+    )
     n += predicts(target, 2)
     waiting = wait_summary(run, lambda s: sessions_of(run) >= n and s["spooled"] >= 2)
     assert waiting["delivered"] == 0, waiting
@@ -258,8 +320,9 @@ def test_a_directory_sink_that_appears_later_gets_every_spooled_item(agent, pyth
     assert len(got) == n == len(set(got)), got
 
 
-def test_a_sqlite_store_on_a_read_only_filesystem_is_retried_until_it_is_writable(agent, python_target, tmp_path,
-                                                                                   tmpfs):
+def test_a_sqlite_store_on_a_read_only_filesystem_is_retried_until_it_is_writable(
+    agent, python_target, tmp_path, tmpfs
+):
     from mlflow_profiler.store import open_store
 
     mnt = tmpfs("16m")
@@ -268,10 +331,20 @@ def test_a_sqlite_store_on_a_read_only_filesystem_is_retried_until_it_is_writabl
         assert store.sources() == []
     subprocess.run(["mount", "-o", "remount,ro", mnt], check=True)
     target = python_target()
-    run = continuous(agent, [target.pid], f"sqlite:///{db}", tmp_path / "spool", "--rotate", "1s",
-                     "--retry-max", "1s")
+    run = continuous(
+        agent,
+        [target.pid],
+        f"sqlite:///{db}",
+        tmp_path / "spool",
+        "--rotate",
+        "1s",
+        "--retry-max",
+        "1s",
+    )
     n = predicts(target, 3)
-    wait_summary(run, lambda s: sessions_of(run) >= n and s["spooled"] >= 1 and "retrying" in s["rest"])
+    wait_summary(
+        run, lambda s: sessions_of(run) >= n and s["spooled"] >= 1 and "retrying" in s["rest"]
+    )
     subprocess.run(["mount", "-o", "remount,rw", mnt], check=True)
     wait_summary(run, lambda s: s["spooled"] == 0 and s["delivered"] >= 1)
     result = run.stop(signal.SIGTERM)
@@ -281,7 +354,9 @@ def test_a_sqlite_store_on_a_read_only_filesystem_is_retried_until_it_is_writabl
     assert len({key for key, _, _ in items}) == len(items)
 
 
-def test_the_sinks_disk_full_is_retried_counted_and_loses_nothing(agent, python_target, tmp_path, tmpfs):
+def test_the_sinks_disk_full_is_retried_counted_and_loses_nothing(
+    agent, python_target, tmp_path, tmpfs
+):
     mnt = tmpfs("256k")
     sink = os.path.join(mnt, "sink")
     os.mkdir(sink)
@@ -296,9 +371,13 @@ def test_the_sinks_disk_full_is_retried_counted_and_loses_nothing(agent, python_
     finally:
         os.close(fd)
     target = python_target()
-    run = continuous(agent, [target.pid], sink, tmp_path / "spool", "--rotate", "1s", "--retry-max", "1s")
+    run = continuous(
+        agent, [target.pid], sink, tmp_path / "spool", "--rotate", "1s", "--retry-max", "1s"
+    )
     n = predicts(target, 3)
-    full = wait_summary(run, lambda s: sessions_of(run) >= n and s["spooled"] >= 1 and "No space left" in s["rest"])
+    full = wait_summary(
+        run, lambda s: sessions_of(run) >= n and s["spooled"] >= 1 and "No space left" in s["rest"]
+    )
     assert full["dropped"] == 0, full
     os.unlink(filler)
     wait_summary(run, lambda s: s["spooled"] == 0 and s["delivered"] >= 1)
@@ -306,7 +385,9 @@ def test_the_sinks_disk_full_is_retried_counted_and_loses_nothing(agent, python_
     assert result.returncode == 0, result.stderr
     got = [sess for doc in dir_items(sink).values() for sess in doc_sessions(doc)]
     assert len(got) == n == len(set(got)), got
-    assert not [f for f in os.listdir(sink) if f.startswith(".")]  # no temporary left by a failed write
+    assert not [
+        f for f in os.listdir(sink) if f.startswith(".")
+    ]  # no temporary left by a failed write
 
 
 # -- the agent killed and restarted ----------------------------------------------------------
@@ -316,7 +397,9 @@ def _restart_and_deliver(agent, target, db, spool, acknowledged: Dict[str, int])
     """Starts the agent again on the same spool with the sink back; returns its result."""
     os.makedirs(os.path.dirname(db), exist_ok=True)
     waiting = len(spooled_keys(spool))
-    run = continuous(agent, [target.pid], f"sqlite:///{db}", spool, "--rotate", "1h", "--retry-max", "1s")
+    run = continuous(
+        agent, [target.pid], f"sqlite:///{db}", spool, "--rotate", "1h", "--retry-max", "1s"
+    )
     run.wait_for(f"{waiting} item{'s' if waiting != 1 else ''} of a previous run to deliver")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and set(acknowledged) - {k for k, _, _ in store_items(db)}:
@@ -324,10 +407,17 @@ def _restart_and_deliver(agent, target, db, spool, acknowledged: Dict[str, int])
     return run.stop(signal.SIGTERM)
 
 
-def test_after_sigkill_a_restart_delivers_every_spooled_item_exactly_once(agent, python_target, tmp_path):
+def test_after_sigkill_a_restart_delivers_every_spooled_item_exactly_once(
+    agent, python_target, tmp_path
+):
     target = python_target()
-    db, spool = tmp_path / "later" / "p.db", tmp_path / "spool"  # the store's directory is not there yet
-    run = continuous(agent, [target.pid], f"sqlite:///{db}", spool, "--rotate", "1s", "--retry-max", "1s")
+    db, spool = (
+        tmp_path / "later" / "p.db",
+        tmp_path / "spool",
+    )  # the store's directory is not there yet
+    run = continuous(
+        agent, [target.pid], f"sqlite:///{db}", spool, "--rotate", "1s", "--retry-max", "1s"
+    )
     predicts(target, 2)
     wait_summary(run, lambda s: s["spooled"] >= 1)
     predicts(target, 2)
@@ -348,19 +438,24 @@ def test_after_sigkill_a_restart_delivers_every_spooled_item_exactly_once(agent,
 
 def _memory_cgroup(tmp_path) -> str:
     root = "/sys/fs/cgroup/memory"
-    require(os.path.exists(os.path.join(root, "memory.limit_in_bytes")),
-            "no cgroup v1 memory controller at /sys/fs/cgroup/memory (the OOM test needs one)")
+    require(
+        os.path.exists(os.path.join(root, "memory.limit_in_bytes")),
+        "no cgroup v1 memory controller at /sys/fs/cgroup/memory (the OOM test needs one)",
+    )
     path = os.path.join(root, f"mlprof-e2e-{os.getpid()}-{time.monotonic_ns()}")
     os.mkdir(path)
     return path
 
 
-def test_the_agent_oom_killed_by_its_memory_cgroup_and_restarted_loses_nothing_acknowledged(agent, python_target,
-                                                                                          tmp_path):
+def test_the_agent_oom_killed_by_its_memory_cgroup_and_restarted_loses_nothing_acknowledged(
+    agent, python_target, tmp_path
+):
     target = python_target()
     db, spool = tmp_path / "later" / "p.db", tmp_path / "spool"
     # Items acknowledged by the spool while the sink is down.
-    run = continuous(agent, [target.pid], f"sqlite:///{db}", spool, "--rotate", "1s", "--retry-max", "1s")
+    run = continuous(
+        agent, [target.pid], f"sqlite:///{db}", spool, "--rotate", "1s", "--retry-max", "1s"
+    )
     predicts(target, 3)
     wait_summary(run, lambda s: s["spooled"] >= 1)
     assert run.stop(signal.SIGTERM).returncode == 0
@@ -373,8 +468,17 @@ def test_the_agent_oom_killed_by_its_memory_cgroup_and_restarted_loses_nothing_a
     cg = _memory_cgroup(tmp_path)
     try:
         wrapper = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh"]
-        run = continuous(agent, [target.pid], f"sqlite:///{db}", spool, "--rotate", "1h", "--retry-max", "1s",
-                         wrapper=wrapper)
+        run = continuous(
+            agent,
+            [target.pid],
+            f"sqlite:///{db}",
+            spool,
+            "--rotate",
+            "1h",
+            "--retry-max",
+            "1s",
+            wrapper=wrapper,
+        )
         predicts(target, 5)
         with open(os.path.join(cg, "memory.usage_in_bytes")) as f:
             usage = int(f.read())
@@ -422,8 +526,19 @@ def test_the_duty_cycle_switches_capture_off_and_on(agent, python_target, tmp_pa
     sink = tmp_path / "sink"
     sink.mkdir()
     on_s, period_s = 2.0, 4.0
-    run = agent("--pid", str(target.pid), "--continuous", "--sink", str(sink), "--spool", str(tmp_path / "spool"),
-                "--rotate", "4s", "--duty-cycle", "2s/4s")
+    run = agent(
+        "--pid",
+        str(target.pid),
+        "--continuous",
+        "--sink",
+        str(sink),
+        "--spool",
+        str(tmp_path / "spool"),
+        "--rotate",
+        "4s",
+        "--duty-cycle",
+        "2s/4s",
+    )
     offset = time.time_ns() - time.monotonic_ns()  # CLOCK_REALTIME - CLOCK_MONOTONIC
     states = []  # (unix s, semaphore up), while no other agent runs on this machine
     deadline = time.monotonic() + 13
@@ -457,11 +572,17 @@ def test_the_duty_cycle_switches_capture_off_and_on(agent, python_target, tmp_pa
     for doc in dir_items(sink).values():
         assert doc["meta"]["duty_cycle"] == "2s/4s", doc["meta"]
         sf = {n: i for i, n in enumerate(doc["span_fields"])}
-        starts += [(row[sf["start_ns"]] + offset) / 1e9 for row in doc["spans"] if row[sf["parent"]] < 0]
+        starts += [
+            (row[sf["start_ns"]] + offset) / 1e9 for row in doc["spans"] if row[sf["parent"]] < 0
+        ]
     assert starts
     # Sessions that began in the off time are not kept, however long detaching takes.
     late = sorted(round(phase(t), 3) for t in starts if phase(t) >= on_s + 0.05)
     assert not late, (late, len(starts))
     lines = summaries(run)
-    assert any("profiled" in s["rest"] and "duty cycle 2s/4s" in s["rest"] for s in lines), result.stdout
-    assert re.search(r"profiled \d+ s of \d+ s \(\d+%, duty cycle 2s/4s\)", result.stderr), result.stderr
+    assert any(
+        "profiled" in s["rest"] and "duty cycle 2s/4s" in s["rest"] for s in lines
+    ), result.stdout
+    assert re.search(
+        r"profiled \d+ s of \d+ s \(\d+%, duty cycle 2s/4s\)", result.stderr
+    ), result.stderr

@@ -10,7 +10,6 @@ import re
 import subprocess
 
 import pytest
-
 from conftest import Document
 
 OLDER = "is older (USDT contract v1"
@@ -26,7 +25,9 @@ def test_an_older_extension_is_named_in_one_line_and_still_captured(agent, nativ
     result = run.stop()
     assert result.returncode == 0, result.stderr
     lines = [l for l in result.stderr.splitlines() if OLDER in l]
-    assert len(lines) == 1 and lines[0].startswith(f"mlprof-ebpf: pid {target.pid}: "), result.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        f"mlprof-ebpf: pid {target.pid}: "
+    ), result.stderr
     assert "per-span probes" in lines[0] and "upgrade mlflow_profiler" in lines[0]
     assert len(Document(str(out)).roots_of(target.pid)) >= 1  # captured through the per-span probes
 
@@ -40,10 +41,14 @@ def test_a_v2_extension_is_taken_whole_with_no_version_line(agent, python_target
     result = run.stop()
     assert result.returncode == 0, result.stderr
     assert OLDER not in result.stderr
-    assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [c["tree"] for c in calls]
+    assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [
+        c["tree"] for c in calls
+    ]
 
 
-def test_without_bpf_loop_a_v2_extension_is_captured_through_its_per_span_probes(agent, python_target, tmp_out):
+def test_without_bpf_loop_a_v2_extension_is_captured_through_its_per_span_probes(
+    agent, python_target, tmp_out
+):
     # A kernel before 5.17 has no bpf_loop, which session_spans needs: the
     # agent loads without it and attaches the per-span probes, which a v2
     # extension fires too. --per-span-probes (hidden) makes this kernel do
@@ -56,13 +61,17 @@ def test_without_bpf_loop_a_v2_extension_is_captured_through_its_per_span_probes
     result = run.stop()
     assert result.returncode == 0, result.stderr
     assert OLDER not in result.stderr  # the extension is not older: the kernel chose
-    assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [c["tree"] for c in calls]
+    assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [
+        c["tree"] for c in calls
+    ]
     records = int(re.search(r"records (\d+)", result.stderr).group(1))
     assert records > 3 * 10, result.stderr  # a record per span, not three per session
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_storm_faster_than_the_agent_loses_no_record_and_no_session_is_torn(agent_path, usdt_storm_path, threads):
+def test_a_storm_faster_than_the_agent_loses_no_record_and_no_session_is_torn(
+    agent_path, usdt_storm_path, threads
+):
     """mlprof-usdt-storm at full speed (v2: session_begin and session_spans per
     session of 70 spans): faster than the agent can build sessions on this
     machine. What the agent cannot take it sheds whole at the session's begin
@@ -70,45 +79,85 @@ def test_a_storm_faster_than_the_agent_loses_no_record_and_no_session_is_torn(ag
     truncated or in pieces, and every session fired is either captured or
     shed. With two threads, one thread's many short sessions, held for the
     settle delay, must not cut the other's open one."""
-    storm = subprocess.Popen([usdt_storm_path, "--sessions", "0", "--seconds", "3", "--spans-per-session", "70",
-                              "--threads", str(threads), "--wait-attached", "30"], stdout=subprocess.PIPE, text=True)
+    storm = subprocess.Popen(
+        [
+            usdt_storm_path,
+            "--sessions",
+            "0",
+            "--seconds",
+            "3",
+            "--spans-per-session",
+            "70",
+            "--threads",
+            str(threads),
+            "--wait-attached",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pid = int(storm.stdout.readline().split()[1])
-        agent = subprocess.run([agent_path, "--pid", str(pid), "-v"], capture_output=True, text=True, timeout=120)
+        agent = subprocess.run(
+            [agent_path, "--pid", str(pid), "-v"], capture_output=True, text=True, timeout=120
+        )
         out = storm.communicate(timeout=60)[0]
     finally:
         if storm.poll() is None:
             storm.kill()
     fired = int(re.search(r"sessions=(\d+)", out).group(1))
-    m = re.search(r"records (\d+), lost (\d+), shed (\d+), sessions (\d+) \(truncated (\d+)\), unmatched (\d+)",
-                  agent.stderr)
+    m = re.search(
+        r"records (\d+), lost (\d+), shed (\d+), sessions (\d+) \(truncated (\d+)\), unmatched (\d+)",
+        agent.stderr,
+    )
     assert m, agent.stderr
     records, lost, shed, sessions, truncated, unmatched = map(int, m.groups())
     assert agent.returncode == 0, agent.stderr
     assert (lost, truncated, unmatched) == (0, 0, 0), agent.stderr
     assert sessions > 0 and sessions + shed == fired, (sessions, shed, fired)
     assert records >= 3 * sessions  # begin, the body (one piece here), end
-    shed_lines = [l for l in agent.stderr.splitlines() if "not captured: the agent fell behind" in l]
+    shed_lines = [
+        l for l in agent.stderr.splitlines() if "not captured: the agent fell behind" in l
+    ]
     assert len(shed_lines) == (1 if shed else 0), agent.stderr
 
 
-def test_a_newer_extension_is_named_in_one_line_and_nothing_wrong_is_shown(agent_path, usdt_storm_path):
+def test_a_newer_extension_is_named_in_one_line_and_nothing_wrong_is_shown(
+    agent_path, usdt_storm_path
+):
     """Session bodies of a contract newer than the agent's (the storm plays a
     newer extension with --body-version): one line naming the process and
     both versions, no session shown (not an empty tree), and exit 6 (nothing
     captured), without the "does the target call predict()" hint."""
-    storm = subprocess.Popen([usdt_storm_path, "--sessions", "20", "--spans-per-session", "5", "--body-version", "99",
-                              "--wait-attached", "30"], stdout=subprocess.PIPE, text=True)
+    storm = subprocess.Popen(
+        [
+            usdt_storm_path,
+            "--sessions",
+            "20",
+            "--spans-per-session",
+            "5",
+            "--body-version",
+            "99",
+            "--wait-attached",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pid = int(storm.stdout.readline().split()[1])
-        agent = subprocess.run([agent_path, "--pid", str(pid)], capture_output=True, text=True, timeout=120)
+        agent = subprocess.run(
+            [agent_path, "--pid", str(pid)], capture_output=True, text=True, timeout=120
+        )
         storm.communicate(timeout=60)
     finally:
         if storm.poll() is None:
             storm.kill()
     newer = [l for l in agent.stderr.splitlines() if "is newer" in l]
-    assert newer == [f"mlprof-ebpf: pid {pid}: its mlflow_profiler is newer (USDT contract v99 session bodies; "
-                     f"this agent reads v2): its sessions are not captured; upgrade mlprof-ebpf"], agent.stderr
+    assert newer == [
+        f"mlprof-ebpf: pid {pid}: its mlflow_profiler is newer (USDT contract v99 session bodies; "
+        f"this agent reads v2): its sessions are not captured; upgrade mlprof-ebpf"
+    ], agent.stderr
     assert OLDER not in agent.stderr and "does the target call predict()" not in agent.stderr
     assert agent.returncode == 6, agent.stderr
     assert "no sessions captured" in agent.stdout

@@ -36,16 +36,21 @@ from typing import List, Optional
 
 import pytest
 import yaml
-
 from conftest import Document, require
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = os.path.join(REPO, "deploy", "daemonset.yaml")
-POD = "mlprof-ebpf-pod"              # podman names a DaemonSet's pod <name>-pod
+POD = "mlprof-ebpf-pod"  # podman names a DaemonSet's pod <name>-pod
 CONTAINER = "mlprof-ebpf-pod-agent"  # and its containers <pod>-<container>
 # The runner's own storage, so that it never touches the host podman's.
-STORAGE = ["--root", "/var/lib/mlprof-kube/storage", "--runroot", "/run/mlprof-kube/storage",
-           "--tmpdir", "/run/mlprof-kube/libpod"]
+STORAGE = [
+    "--root",
+    "/var/lib/mlprof-kube/storage",
+    "--runroot",
+    "/run/mlprof-kube/storage",
+    "--tmpdir",
+    "/run/mlprof-kube/libpod",
+]
 CAPS = (1 << 39) | (1 << 38) | (1 << 19)  # CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE
 
 
@@ -64,18 +69,28 @@ def kube(tmp_path_factory):
     """The runner: $MLPROF_KUBE_PODMAN, .ci/run's /opt/mlprof-kube/bin/podman,
     or a podman on PATH, whichever is >= 4.7; with runc and this VM's ulimits
     (crun refuses the hybrid cgroups here; docs/ebpf.md, troubleshooting)."""
-    candidates = [os.environ.get("MLPROF_KUBE_PODMAN", ""), "/opt/mlprof-kube/bin/podman",
-                  shutil.which("podman") or ""]
+    candidates = [
+        os.environ.get("MLPROF_KUBE_PODMAN", ""),
+        "/opt/mlprof-kube/bin/podman",
+        shutil.which("podman") or "",
+    ]
     exe = next((c for c in candidates if c and (podman_version(c) or (0, 0)) >= (4, 7)), None)
-    require(exe is not None, "a podman >= 4.7 is needed to play a DaemonSet (.ci/run builds 4.9.5; "
-            "set MLPROF_KUBE_PODMAN)")
+    require(
+        exe is not None,
+        "a podman >= 4.7 is needed to play a DaemonSet (.ci/run builds 4.9.5; "
+        "set MLPROF_KUBE_PODMAN)",
+    )
     conf = tmp_path_factory.mktemp("kube") / "containers.conf"
-    conf.write_text('[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
-                    '[engine]\nruntime = "runc"\n')
+    conf.write_text(
+        '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
+        '[engine]\nruntime = "runc"\n'
+    )
     env = dict(os.environ, CONTAINERS_CONF_OVERRIDE=str(conf))
 
     def run(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        r = subprocess.run([exe, *STORAGE, *args], capture_output=True, text=True, env=env, timeout=timeout)
+        r = subprocess.run(
+            [exe, *STORAGE, *args], capture_output=True, text=True, env=env, timeout=timeout
+        )
         if check:
             assert r.returncode == 0, f"podman {' '.join(args)}: {r.stderr[-2000:]}"
         return r
@@ -89,9 +104,13 @@ def kube(tmp_path_factory):
 def image(kube, agent_path):
     """build-image.sh's image, under the manifest's image reference."""
     ref = re.search(r"^\s*image:\s*(\S+)", Path(MANIFEST).read_text(), re.M).group(1)
-    build = subprocess.run([os.path.join(REPO, "deploy", "build-image.sh"), agent_path, ref],
-                           capture_output=True, text=True, timeout=180,
-                           env=dict(kube.env, PODMAN=" ".join([kube.exe, *STORAGE])))
+    build = subprocess.run(
+        [os.path.join(REPO, "deploy", "build-image.sh"), agent_path, ref],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(kube.env, PODMAN=" ".join([kube.exe, *STORAGE])),
+    )
     assert build.returncode == 0, build.stderr
     yield ref
     kube("rmi", "-f", ref, check=False)
@@ -102,12 +121,14 @@ def manifest(host_dir: str, edits: List[tuple] = ()) -> str:
     hostPaths under `host_dir`, plus a test's `edits` (old, new); each
     must apply exactly once."""
     text = Path(MANIFEST).read_text()
-    changes = [("valueFrom: {fieldRef: {fieldPath: spec.nodeName}}", f'value: "{socket.gethostname()}"'),
-               ("{path: /var/lib/mlprof/profiles,", f"{{path: {host_dir}/profiles,"),
-               ("{path: /var/lib/mlprof/spool,", f"{{path: {host_dir}/spool,"),
-               ("{path: /var/log/pods,", f"{{path: {host_dir}/log/pods,"),
-               ("{path: /var/log/containers,", f"{{path: {host_dir}/log/containers,"),
-               *edits]
+    changes = [
+        ("valueFrom: {fieldRef: {fieldPath: spec.nodeName}}", f'value: "{socket.gethostname()}"'),
+        ("{path: /var/lib/mlprof/profiles,", f"{{path: {host_dir}/profiles,"),
+        ("{path: /var/lib/mlprof/spool,", f"{{path: {host_dir}/spool,"),
+        ("{path: /var/log/pods,", f"{{path: {host_dir}/log/pods,"),
+        ("{path: /var/log/containers,", f"{{path: {host_dir}/log/containers,"),
+        *edits,
+    ]
     for old, new in changes:
         assert text.count(old) == 1, f"the manifest changed: {old!r} is not in it once"
         text = text.replace(old, new)
@@ -131,7 +152,9 @@ class Played:
             if len(re.findall(pattern, text, re.M)) >= count:
                 return text
             time.sleep(0.3)
-        raise AssertionError(f"{count} x {pattern!r} never in the agent's log:\n{self.logs()[-3000:]}")
+        raise AssertionError(
+            f"{count} x {pattern!r} never in the agent's log:\n{self.logs()[-3000:]}"
+        )
 
     def inspect(self, fmt: str) -> str:
         return self.kube("inspect", "-f", fmt, CONTAINER).stdout.strip()
@@ -181,8 +204,12 @@ def test_the_manifest_fields_an_sre_checks():
     assert spec["priorityClassName"] == pc["metadata"]["name"]
     assert pc["preemptionPolicy"] == "Never" and 0 < pc["value"] < 1_000_000_000  # below system-*
     assert spec["tolerations"] == [{"operator": "Exists", "effect": "NoSchedule"}]
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"} in terms[0]["matchExpressions"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"} in terms[0][
+        "matchExpressions"
+    ]
     (agent,) = spec["containers"]
     assert agent["securityContext"]["readOnlyRootFilesystem"] is True
     args = agent["args"]
@@ -208,17 +235,25 @@ def test_the_manifest_is_made_of_kubernetes_api_objects(tmp_path):
     (MLPROF_K8S_PYTHON; CI's venv-tools), away from MLflow's pins."""
     python = os.environ.get("MLPROF_K8S_PYTHON", sys.executable)
     has = subprocess.run([python, "-c", "import kubernetes, yaml"], capture_output=True)
-    require(has.returncode == 0, "the Kubernetes Python client is needed (pip install kubernetes pyyaml; "
-            "MLPROF_K8S_PYTHON=the python that has it)")
+    require(
+        has.returncode == 0,
+        "the Kubernetes Python client is needed (pip install kubernetes pyyaml; "
+        "MLPROF_K8S_PYTHON=the python that has it)",
+    )
     script = os.path.join(REPO, "deploy", "check-manifest.py")
     ok = subprocess.run([python, script, MANIFEST], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     typo = tmp_path / "typo.yaml"
-    typo.write_text(Path(MANIFEST).read_text().replace("automountServiceAccountToken", "automountServiceAcountToken"))
+    typo.write_text(
+        Path(MANIFEST)
+        .read_text()
+        .replace("automountServiceAccountToken", "automountServiceAcountToken")
+    )
     bad = subprocess.run([python, script, str(typo)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         f"{typo}: document 2 (DaemonSet): DaemonSet.spec.template.spec.automountServiceAcountToken: "
-        "not a field of V1PodSpec"], bad.stderr
+        "not a field of V1PodSpec"
+    ], bad.stderr
 
 
 def test_daemonset_captures_the_targets_sessions(play, python_target, tmp_path):
@@ -227,8 +262,11 @@ def test_daemonset_captures_the_targets_sessions(play, python_target, tmp_path):
     pod.wait_log(rf"attached to pid {target.pid} \(python")
     # Only these capabilities, no seccomp filter, the host's pids (read from the process itself).
     pid = int(pod.inspect("{{.State.Pid}}"))
-    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                  if ":\t" in line)
+    status = dict(
+        line.split(":\t", 1)
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if ":\t" in line
+    )
     assert int(status["CapEff"], 16) == CAPS, status["CapEff"]
     assert int(status["CapBnd"], 16) == CAPS, status["CapBnd"]
     assert int(status["CapPrm"], 16) == CAPS, status["CapPrm"]
@@ -255,24 +293,44 @@ def test_daemonset_captures_the_targets_sessions(play, python_target, tmp_path):
     calls = target.ask("run nested 5")["calls"]  # sessions first, so the agent works meanwhile
     assert len(calls) == 5
     time.sleep(1.5)  # a health write or two
-    leftovers = [str(p.relative_to(root)) for d in ("tmp", "var/tmp", "run") if (root / d).is_dir()
-                 for p in (root / d).rglob("*")
-                 if not str(p.relative_to(root)).startswith(("run/mlprof", "run/.containerenv", "run/secrets"))]
+    leftovers = [
+        str(p.relative_to(root))
+        for d in ("tmp", "var/tmp", "run")
+        if (root / d).is_dir()
+        for p in (root / d).rglob("*")
+        if not str(p.relative_to(root)).startswith(
+            ("run/mlprof", "run/.containerenv", "run/secrets")
+        )
+    ]
     assert leftovers == [], leftovers
     live = pod.kube("healthcheck", "run", CONTAINER, check=False)
     assert live.returncode == 0, (live.stdout, live.stderr)
-    ready = pod.kube("exec", CONTAINER, "/usr/local/bin/mlprof-ebpf", "--health", "/run/mlprof/health", "--ready",
-                     check=False)
-    assert ready.returncode == 0 and ready.stdout.startswith("mlprof-ebpf: ready: "), (ready.stdout, ready.stderr)
+    ready = pod.kube(
+        "exec",
+        CONTAINER,
+        "/usr/local/bin/mlprof-ebpf",
+        "--health",
+        "/run/mlprof/health",
+        "--ready",
+        check=False,
+    )
+    assert ready.returncode == 0 and ready.stdout.startswith("mlprof-ebpf: ready: "), (
+        ready.stdout,
+        ready.stderr,
+    )
 
     # SIGTERM (a pod's end): the partial period goes through the spool to the
     # profiles directory, the log says so, and the agent exits 0.
     pod.kube("pod", "stop", "-t", "60", POD)
     log = pod.logs()
     assert pod.inspect("{{.State.ExitCode}}") == "0", log[-3000:]
-    periods = [int(n) for n in re.findall(r"^mlprof-ebpf: period .*?, (\d+) sessions?, ", log, re.M)]
+    periods = [
+        int(n) for n in re.findall(r"^mlprof-ebpf: period .*?, (\d+) sessions?, ", log, re.M)
+    ]
     assert sum(periods) >= 5, log[-3000:]  # the target's 5, and any other process's
-    assert re.search(r"^mlprof-ebpf: stopped: delivered [1-9]\d*, spooled 0, dropped 0", log, re.M), log[-3000:]
+    assert re.search(
+        r"^mlprof-ebpf: stopped: delivered [1-9]\d*, spooled 0, dropped 0", log, re.M
+    ), log[-3000:]
     roots = 0
     for item in sorted((tmp_path / "profiles").glob("*.json.gz")):
         plain = tmp_path / (item.name[:-3])  # conftest's Document reads plain JSON
@@ -289,9 +347,17 @@ def test_daemonset_liveness_probe_fails_for_a_frozen_agent(play, tmp_path):
     hand (podman's timer needs systemd); podman 4.9.5 does not restart the
     container on it (kube play gives the container no restart policy, so its
     on-failure action is none), which the kubelet does."""
-    pod = play(manifest(str(tmp_path), [
-        ('exec: {command: ["/usr/local/bin/mlprof-ebpf", "--health", "/run/mlprof/health"]}',
-         'exec: {command: ["/usr/local/bin/mlprof-ebpf", "--health", "/run/mlprof/health", "--max-loop-gap", "3s"]}')]))
+    pod = play(
+        manifest(
+            str(tmp_path),
+            [
+                (
+                    'exec: {command: ["/usr/local/bin/mlprof-ebpf", "--health", "/run/mlprof/health"]}',
+                    'exec: {command: ["/usr/local/bin/mlprof-ebpf", "--health", "/run/mlprof/health", "--max-loop-gap", "3s"]}',
+                )
+            ],
+        )
+    )
     pod.wait_log(r"^mlprof-ebpf: watching ")
     pid = int(pod.inspect("{{.State.Pid}}"))
     ok = pod.kube("healthcheck", "run", CONTAINER, check=False)
@@ -314,17 +380,29 @@ def test_daemonset_liveness_probe_fails_for_a_frozen_agent(play, tmp_path):
     assert pod.inspect("{{.State.Health.Status}}") == "healthy"
 
 
-@pytest.mark.parametrize("edit, line, status", [
-    # No hostPID: the agent sees only its own container; exit 8.
-    (("hostPID: true", "hostPID: false"), "run the pod with hostPID: true", "8"),
-    # A capability short: exit 3, naming the field that grants it.
-    (('add: ["BPF", "PERFMON", "SYS_PTRACE"]', 'add: ["BPF", "PERFMON"]'),
-     "missing CAP_SYS_PTRACE", "3"),
-    # The runtime's default seccomp profile: exit 3, naming seccompProfile.
-    (("container.seccomp.security.alpha.kubernetes.io/agent: unconfined",
-      "container.seccomp.security.alpha.kubernetes.io/agent: runtime/default"),
-     "securityContext.seccompProfile: {type: Unconfined}", "3"),
-], ids=["no-hostPID", "no-SYS_PTRACE", "default-seccomp"])
+@pytest.mark.parametrize(
+    "edit, line, status",
+    [
+        # No hostPID: the agent sees only its own container; exit 8.
+        (("hostPID: true", "hostPID: false"), "run the pod with hostPID: true", "8"),
+        # A capability short: exit 3, naming the field that grants it.
+        (
+            ('add: ["BPF", "PERFMON", "SYS_PTRACE"]', 'add: ["BPF", "PERFMON"]'),
+            "missing CAP_SYS_PTRACE",
+            "3",
+        ),
+        # The runtime's default seccomp profile: exit 3, naming seccompProfile.
+        (
+            (
+                "container.seccomp.security.alpha.kubernetes.io/agent: unconfined",
+                "container.seccomp.security.alpha.kubernetes.io/agent: runtime/default",
+            ),
+            "securityContext.seccompProfile: {type: Unconfined}",
+            "3",
+        ),
+    ],
+    ids=["no-hostPID", "no-SYS_PTRACE", "default-seccomp"],
+)
 def test_daemonset_missing_a_setting_says_which(play, tmp_path, edit, line, status):
     pod = play(manifest(str(tmp_path), [edit]))
     text = pod.wait_log(re.escape(line))

@@ -13,7 +13,6 @@ import subprocess
 import tempfile
 
 import pytest
-
 from conftest import require, run_agent
 
 EXIT_ERROR, EXIT_PRIVILEGE, EXIT_NOTHING, EXIT_NOT_PYTHON, EXIT_HOST_PID = 1, 3, 6, 7, 8
@@ -27,7 +26,9 @@ def lines(stderr: str) -> list:
 def read_only_dir():
     """A tmpfs mounted read-only: a refusal even to root (a chmod is not one)."""
     path = tempfile.mkdtemp(prefix="mlprof-ro-")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", path], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", path], capture_output=True, text=True
+    )
     require(r.returncode == 0, f"mounting a read-only tmpfs needs root: {r.stderr.strip()}")
     yield path
     subprocess.run(["umount", path], check=False)
@@ -35,7 +36,9 @@ def read_only_dir():
 
 
 def test_output_in_a_read_only_directory_fails_before_attaching(agent_path, read_only_dir):
-    r = run_agent(agent_path, "--all", "--duration", "30", "-o", os.path.join(read_only_dir, "p.json.gz"))
+    r = run_agent(
+        agent_path, "--all", "--duration", "30", "-o", os.path.join(read_only_dir, "p.json.gz")
+    )
     assert r.returncode == EXIT_ERROR, r.stderr
     said = lines(r.stderr)
     assert len(said) == 1, r.stderr  # nothing attached, nothing watched
@@ -76,7 +79,10 @@ def test_python_that_never_loads_the_extension(agent_path, python_exe, duration)
         r = run_agent(agent_path, "--pid", str(py.pid), *duration, timeout=90)
         assert r.returncode == EXIT_NOT_PYTHON, r.stderr
         last = lines(r.stderr)[-1]
-        assert f"pid {py.pid} did not load mlflow_profiler in" in last and "import mlflow_profiler" in last
+        assert (
+            f"pid {py.pid} did not load mlflow_profiler in" in last
+            and "import mlflow_profiler" in last
+        )
     finally:
         py.kill()
         py.wait()
@@ -97,8 +103,13 @@ def test_host_pids_not_visible(agent_path, python_target):
     require(unshare is not None, "unshare (util-linux) makes the pid namespace")
     target = python_target()
     for args in (["--all"], ["--pid", str(target.pid)]):
-        r = run_agent(agent_path, *args, "--duration", "30",
-                      wrapper=[unshare, "--pid", "--fork", "--mount-proc"])
+        r = run_agent(
+            agent_path,
+            *args,
+            "--duration",
+            "30",
+            wrapper=[unshare, "--pid", "--fork", "--mount-proc"],
+        )
         assert r.returncode == EXIT_HOST_PID, (args, r.stderr)
         said = lines(r.stderr)
         assert len(said) == 1, r.stderr
@@ -109,8 +120,13 @@ def test_host_pids_not_visible(agent_path, python_target):
 def test_missing_capability_names_the_daemonset_field(agent_path):
     setpriv = shutil.which("setpriv")
     require(setpriv is not None, "setpriv (util-linux) cuts the capabilities")
-    r = run_agent(agent_path, "--all", "--duration", "1",
-                  wrapper=[setpriv, "--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all"])
+    r = run_agent(
+        agent_path,
+        "--all",
+        "--duration",
+        "1",
+        wrapper=[setpriv, "--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all"],
+    )
     assert r.returncode == EXIT_PRIVILEGE, r.stderr
     said = lines(r.stderr)
     assert len(said) == 1

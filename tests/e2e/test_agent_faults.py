@@ -62,8 +62,12 @@ def test_no_such_pid_is_one_line_and_exit_4(agent_path):
 def test_not_root_is_one_line_and_exit_3(agent_path):
     setpriv = shutil.which("setpriv")
     require(setpriv is not None, "setpriv (util-linux) runs the agent as nobody")
-    r = run_agent(agent_path, "--pid", str(os.getpid()),
-                  wrapper=[setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"])
+    r = run_agent(
+        agent_path,
+        "--pid",
+        str(os.getpid()),
+        wrapper=[setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"],
+    )
     assert r.returncode == EXIT_PRIVILEGE
     line = one_line(r.stderr)
     assert "not privileged (missing CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)" in line
@@ -77,8 +81,13 @@ def test_the_documented_minimal_capabilities_are_enough(agent, native_target, tm
     require(setpriv is not None, "setpriv (util-linux) cuts the capabilities")
     target = native_target()
     out = tmp_out / "caps.json"
-    run = agent("--pid", str(target.pid), "-o", str(out),
-                wrapper=[setpriv, "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace", "--inh-caps=-all"])
+    run = agent(
+        "--pid",
+        str(target.pid),
+        "-o",
+        str(out),
+        wrapper=[setpriv, "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace", "--inh-caps=-all"],
+    )
     run.wait_attached(target.pid)
     target.ask("run sleep")
     result = run.stop()
@@ -89,8 +98,12 @@ def test_the_documented_minimal_capabilities_are_enough(agent, native_target, tm
 def test_without_cap_sys_ptrace_the_line_names_it(agent_path):
     setpriv = shutil.which("setpriv")
     require(setpriv is not None, "setpriv (util-linux) cuts the capabilities")
-    r = run_agent(agent_path, "--pid", str(os.getpid()),
-                  wrapper=[setpriv, "--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all"])
+    r = run_agent(
+        agent_path,
+        "--pid",
+        str(os.getpid()),
+        wrapper=[setpriv, "--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all"],
+    )
     assert r.returncode == EXIT_PRIVILEGE
     assert "missing CAP_SYS_PTRACE" in one_line(r.stderr)
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 from test_agent_python import capture
 
 
-def test_a_generator_resumed_20000_times_reaches_the_agent_as_a_few_segments(agent, python_target, tmp_out):
+def test_a_generator_resumed_20000_times_reaches_the_agent_as_a_few_segments(
+    agent, python_target, tmp_out
+):
     target = python_target()
     (reply,), result, doc = capture(agent, target, tmp_out, "run busy 3")
     calls = reply["calls"]

@@ -28,11 +28,14 @@ from _postgres import PostgresServer  # noqa: E402
 
 def probe(agent_path: str, health: str, *extra: str) -> subprocess.CompletedProcess:
     """One run of the probe, as the kubelet's exec runs it."""
-    return subprocess.run([agent_path, "--health", health, *extra], capture_output=True, text=True, timeout=10)
+    return subprocess.run(
+        [agent_path, "--health", health, *extra], capture_output=True, text=True, timeout=10
+    )
 
 
-def wait_probe(agent_path: str, health: str, *extra: str, status: int, text: str = "",
-               timeout: float = 30.0) -> subprocess.CompletedProcess:
+def wait_probe(
+    agent_path: str, health: str, *extra: str, status: int, text: str = "", timeout: float = 30.0
+) -> subprocess.CompletedProcess:
     """Probes every 0.2 s until the status is `status` with `text` in its line."""
     deadline = time.monotonic() + timeout
     while True:
@@ -60,7 +63,9 @@ def server_processes(server: PostgresServer) -> List[int]:
     return pids
 
 
-def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(agent, agent_path, python_target, tmp_path):
+def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(
+    agent, agent_path, python_target, tmp_path
+):
     """One agent, one PostgreSQL sink: each state in turn (module docstring)."""
     require(os.geteuid() == 0, "root: the PostgreSQL server is stopped with SIGSTOP")
     server = PostgresServer()
@@ -68,21 +73,43 @@ def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(agent, agent_
     try:
         health = str(tmp_path / "health")
         target = python_target()
-        run = agent("--pid", str(target.pid), "--continuous", "--rotate", "1s", "--retry-max", "2s",
-                    "--sink", server.url, "--spool", str(tmp_path / "spool"), "--health-file", health)
+        run = agent(
+            "--pid",
+            str(target.pid),
+            "--continuous",
+            "--rotate",
+            "1s",
+            "--retry-max",
+            "2s",
+            "--sink",
+            server.url,
+            "--spool",
+            str(tmp_path / "spool"),
+            "--health-file",
+            health,
+        )
         run.wait_attached(target.pid)
         ready = wait_probe(agent_path, health, "--ready", status=0)
         assert ready.stdout.startswith("mlprof-ebpf: ready: the ring drained "), ready.stdout
         assert ready.stderr == ""
         live = probe(agent_path, health)
-        assert live.returncode == 0 and live.stdout.startswith("mlprof-ebpf: live: "), (live.stdout, live.stderr)
+        assert live.returncode == 0 and live.stdout.startswith("mlprof-ebpf: live: "), (
+            live.stdout,
+            live.stderr,
+        )
         assert ": 0 delivered, 0 waiting" in live.stdout, live.stdout
 
         # Frozen: the main loop stops draining the ring.
         run.proc.send_signal(signal.SIGSTOP)
         try:
-            stuck = wait_probe(agent_path, health, "--max-loop-gap", "2s", status=1,
-                               text="stuck: the main loop last drained the ring buffer")
+            stuck = wait_probe(
+                agent_path,
+                health,
+                "--max-loop-gap",
+                "2s",
+                status=1,
+                text="stuck: the main loop last drained the ring buffer",
+            )
             assert stuck.stdout == "" and len(stuck.stderr.splitlines()) == 1, stuck.stderr
             assert f"(pid {run.proc.pid};" in stuck.stderr
             # The default limit (60 s) is not past yet: still live.
@@ -100,12 +127,23 @@ def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(agent, agent_
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
         target.ask("run nested 2")  # the next period's item: its call to the server hangs
-        wedged = wait_probe(agent_path, health, "--max-sink-call", "3s", status=1,
-                            text="stuck: a call to the sink postgresql://postgres@127.0.0.1:")
-        assert "the sink is wedged" in wedged.stderr and len(wedged.stderr.splitlines()) == 1, wedged.stderr
+        wedged = wait_probe(
+            agent_path,
+            health,
+            "--max-sink-call",
+            "3s",
+            status=1,
+            text="stuck: a call to the sink postgresql://postgres@127.0.0.1:",
+        )
+        assert (
+            "the sink is wedged" in wedged.stderr and len(wedged.stderr.splitlines()) == 1
+        ), wedged.stderr
         # Under the default limit (300 s) the same agent is live, the call in flight said.
         live = probe(agent_path, health)
-        assert live.returncode == 0 and "a call in flight for " in live.stdout, (live.stdout, live.stderr)
+        assert live.returncode == 0 and "a call in flight for " in live.stdout, (
+            live.stdout,
+            live.stderr,
+        )
         assert probe(agent_path, health, "--ready").returncode == 0  # the loop itself runs on
 
         for pid in stopped:
@@ -116,7 +154,9 @@ def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(agent, agent_
         # Refused (the server down): a retry, not a hang; live, saying why.
         server.stop()
         target.ask("run nested 2")
-        refused = wait_probe(agent_path, health, "--max-sink-call", "3s", status=0, text="retrying: ")
+        refused = wait_probe(
+            agent_path, health, "--max-sink-call", "3s", status=0, text="retrying: "
+        )
         assert "1 waiting" in refused.stdout or "2 waiting" in refused.stdout, refused.stdout
         server.start()  # back: delivered, so SIGTERM's flush does not wait out its 10 s
         wait_probe(agent_path, health, status=0, text=": 3 delivered, ")
@@ -124,7 +164,10 @@ def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(agent, agent_
         assert result.returncode == 0, result.stderr
         # The file says stopping (not ready) from before the flush on.
         after = probe(agent_path, health, "--ready")
-        assert after.returncode == 1 and "not ready: stopping" in after.stderr, (after.stdout, after.stderr)
+        assert after.returncode == 1 and "not ready: stopping" in after.stderr, (
+            after.stdout,
+            after.stderr,
+        )
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)

@@ -27,7 +27,6 @@ import urllib.request
 from typing import List, Optional
 
 import pytest
-
 from conftest import HERE, Document, LineProcess, require, run_agent
 
 SERVER_PY = os.path.join(HERE, "_inject_server.py")
@@ -37,8 +36,11 @@ MS = 1_000_000
 def clean_env(**extra: str) -> dict:
     """The servers' environment: nothing of this test run's PYTHONPATH (which
     holds a mlflow_profiler) or of autoprofile's variables."""
-    env = {k: v for k, v in os.environ.items()
-           if k != "PYTHONPATH" and not k.startswith(("MLFLOW_PROFILER_", "PYTHON_DISABLE_REMOTE"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "PYTHONPATH" and not k.startswith(("MLFLOW_PROFILER_", "PYTHON_DISABLE_REMOTE"))
+    }
     env.update(extra)
     return env
 
@@ -46,26 +48,46 @@ def clean_env(**extra: str) -> dict:
 @pytest.fixture(scope="module")
 def inject_python() -> str:
     exe = os.environ.get("MLPROF_INJECT_PYTHON", "")
-    require(bool(exe) and os.access(exe, os.X_OK),
-            "set MLPROF_INJECT_PYTHON to a CPython 3.14+ with MLflow and without mlflow_profiler")
+    require(
+        bool(exe) and os.access(exe, os.X_OK),
+        "set MLPROF_INJECT_PYTHON to a CPython 3.14+ with MLflow and without mlflow_profiler",
+    )
     probe = subprocess.run(
-        [exe, "-c", "import sys, importlib.util as u; print(sys.version_info >= (3, 14), "
-                    "u.find_spec('mlflow') is not None, u.find_spec('mlflow_profiler') is None)"],
-        capture_output=True, text=True, env=clean_env())
-    require(probe.stdout.split() == ["True", "True", "True"],
-            f"MLPROF_INJECT_PYTHON={exe} must be 3.14+, have mlflow and not mlflow_profiler: "
-            f"{probe.stdout.strip()} {probe.stderr.strip()[-300:]}")
+        [
+            exe,
+            "-c",
+            "import sys, importlib.util as u; print(sys.version_info >= (3, 14), "
+            "u.find_spec('mlflow') is not None, u.find_spec('mlflow_profiler') is None)",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+    )
+    require(
+        probe.stdout.split() == ["True", "True", "True"],
+        f"MLPROF_INJECT_PYTHON={exe} must be 3.14+, have mlflow and not mlflow_profiler: "
+        f"{probe.stdout.strip()} {probe.stderr.strip()[-300:]}",
+    )
     return exe
 
 
 @pytest.fixture(scope="module")
 def inject_path(inject_python) -> str:
     path = os.environ.get("MLPROF_INJECT_PATH", "")
-    require(bool(path) and os.path.isdir(os.path.join(path, "mlflow_profiler")),
-            "set MLPROF_INJECT_PATH to a directory holding mlflow_profiler built for MLPROF_INJECT_PYTHON")
-    probe = subprocess.run([inject_python, "-c", "import mlflow_profiler"], capture_output=True, text=True,
-                           env=clean_env(PYTHONPATH=path))
-    require(probe.returncode == 0, f"{path}'s mlflow_profiler does not import: {probe.stderr.strip()[-300:]}")
+    require(
+        bool(path) and os.path.isdir(os.path.join(path, "mlflow_profiler")),
+        "set MLPROF_INJECT_PATH to a directory holding mlflow_profiler built for MLPROF_INJECT_PYTHON",
+    )
+    probe = subprocess.run(
+        [inject_python, "-c", "import mlflow_profiler"],
+        capture_output=True,
+        text=True,
+        env=clean_env(PYTHONPATH=path),
+    )
+    require(
+        probe.returncode == 0,
+        f"{path}'s mlflow_profiler does not import: {probe.stderr.strip()[-300:]}",
+    )
     return path
 
 
@@ -73,9 +95,21 @@ def inject_path(inject_python) -> str:
 def server():
     started: List[LineProcess] = []
 
-    def start(python: str, *args: str, env: Optional[dict] = None, wrapper: List[str] = ()) -> LineProcess:
-        p = LineProcess([*wrapper, *([python, *args, SERVER_PY] if args and args[0].startswith("-X") else
-                                     [python, SERVER_PY, *args])], env=env or clean_env(), ready_timeout=120)
+    def start(
+        python: str, *args: str, env: Optional[dict] = None, wrapper: List[str] = ()
+    ) -> LineProcess:
+        p = LineProcess(
+            [
+                *wrapper,
+                *(
+                    [python, *args, SERVER_PY]
+                    if args and args[0].startswith("-X")
+                    else [python, SERVER_PY, *args]
+                ),
+            ],
+            env=env or clean_env(),
+            ready_timeout=120,
+        )
         started.append(p)
         return p
 
@@ -116,7 +150,11 @@ class Client(threading.Thread):
 
 def leftovers(pid: int) -> List[str]:
     """The injection's directories in the target's /tmp and /dev/shm."""
-    return [p for d in ("tmp", "dev/shm", "var/tmp") for p in glob.glob(f"/proc/{pid}/root/{d}/mlprof-inject-*")]
+    return [
+        p
+        for d in ("tmp", "dev/shm", "var/tmp")
+        for p in glob.glob(f"/proc/{pid}/root/{d}/mlprof-inject-*")
+    ]
 
 
 def one_line(stderr: str) -> str:
@@ -127,7 +165,8 @@ def one_line(stderr: str) -> str:
 
 
 def test_injected_into_a_live_314_model_server_the_first_session_is_captured_within_2s(
-        agent, server, inject_python, inject_path, tmp_out):
+    agent, server, inject_python, inject_path, tmp_out
+):
     srv = server(inject_python, "--model")
     pid = srv.ready["pid"]
     assert srv.ready["imported"] is False and srv.ready["python"] >= "3.14"
@@ -136,12 +175,16 @@ def test_injected_into_a_live_314_model_server_the_first_session_is_captured_wit
     deadline = time.monotonic() + 30
     while len(client.replies) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(client.replies) >= 5 and not any(r["profiler"] for r in client.replies), client.errors
+    assert len(client.replies) >= 5 and not any(
+        r["profiler"] for r in client.replies
+    ), client.errors
 
     out = tmp_out / "inject.json"
     said_before = len(srv.stderr)  # MLflow's warnings while the model loaded
     t_cmd = time.monotonic_ns()  # CLOCK_MONOTONIC, as the spans' start_ns
-    run = agent("--pid", str(pid), "--inject", "--inject-path", inject_path, "--stream", "-o", str(out))
+    run = agent(
+        "--pid", str(pid), "--inject", "--inject-path", inject_path, "--stream", "-o", str(out)
+    )
     # The first session's tree on stdout (--stream): when the test sees it captured.
     t_seen = None
     while time.monotonic_ns() - t_cmd < 15_000 * MS and run.proc.poll() is None:
@@ -166,7 +209,9 @@ def test_injected_into_a_live_314_model_server_the_first_session_is_captured_wit
     assert first.name.startswith("predict [pyfunc InjectModel]"), first.name
     first_s = (first.start_ns - t_cmd) / 1e9
     seen_s = (t_seen - t_cmd) / 1e9 if t_seen else None
-    print(f"first session: began {first_s:.3f} s, on stdout {seen_s} s after the command; {injected[0]}")
+    print(
+        f"first session: began {first_s:.3f} s, on stdout {seen_s} s after the command; {injected[0]}"
+    )
     assert t_seen is not None, result.stderr
     # The target: the first session began, and was captured, within 2 s of the command.
     assert 0 < first.start_ns - t_cmd <= 2_000 * MS, (first_s, result.stderr)
@@ -199,16 +244,22 @@ def test_injected_into_a_live_314_model_server_the_first_session_is_captured_wit
 
 
 def test_a_target_whose_sys_path_lacks_the_package_is_refused_naming_the_paths_tried(
-        agent_path, server, inject_python):
+    agent_path, server, inject_python
+):
     srv = server(inject_python)
     pid = srv.ready["pid"]
     result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
     assert result.returncode == 7, result.stderr
     line = one_line(result.stderr)
-    prefix = subprocess.run([inject_python, "-c", "import sys; print(sys.base_prefix)"], capture_output=True,
-                            text=True).stdout.strip()
-    assert f"pid {pid} (Python 3.1" in line and "cannot import mlflow_profiler: ModuleNotFoundError: " \
-           "No module named 'mlflow_profiler'; tried its sys.path (" in line, line
+    prefix = subprocess.run(
+        [inject_python, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True
+    ).stdout.strip()
+    assert (
+        f"pid {pid} (Python 3.1" in line
+        and "cannot import mlflow_profiler: ModuleNotFoundError: "
+        "No module named 'mlflow_profiler'; tried its sys.path ("
+        in line
+    ), line
     assert f"{prefix}/lib/python3." in line and "--inject-path DIR" in line, line
     # The server is as it was: serving, without the package, nothing left behind.
     assert post(srv.ready["port"])["profiler"] is False
@@ -216,17 +267,30 @@ def test_a_target_whose_sys_path_lacks_the_package_is_refused_naming_the_paths_t
 
 
 def test_an_inject_path_whose_package_does_not_import_is_refused_naming_it(
-        agent_path, server, inject_python, python_exe):
+    agent_path, server, inject_python, python_exe
+):
     # The e2e interpreter's own mlflow_profiler: built for another Python.
-    other = subprocess.run([python_exe, "-c", "import os, mlflow_profiler as m; "
-                                              "print(os.path.dirname(os.path.dirname(m.__file__)))"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    other = subprocess.run(
+        [
+            python_exe,
+            "-c",
+            "import os, mlflow_profiler as m; "
+            "print(os.path.dirname(os.path.dirname(m.__file__)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     srv = server(inject_python)
     pid = srv.ready["pid"]
-    result = run_agent(agent_path, "--pid", str(pid), "--inject", "--inject-path", other, timeout=60)
+    result = run_agent(
+        agent_path, "--pid", str(pid), "--inject", "--inject-path", other, timeout=60
+    )
     assert result.returncode == 7, result.stderr
     line = one_line(result.stderr)
-    assert f"pid {pid} (Python 3.1" in line and "cannot import mlflow_profiler: ImportError: " in line, line
+    assert (
+        f"pid {pid} (Python 3.1" in line and "cannot import mlflow_profiler: ImportError: " in line
+    ), line
     assert f"tried --inject-path {other} (as the target sees it)" in line, line
     # No half-imported module is left in the server.
     assert post(srv.ready["port"])["profiler"] is False
@@ -234,7 +298,9 @@ def test_an_inject_path_whose_package_does_not_import_is_refused_naming_it(
 
 
 @pytest.mark.parametrize("how", ["PYTHON_DISABLE_REMOTE_DEBUG=1", "-X disable-remote-debug"])
-def test_an_interpreter_that_forbids_remote_code_is_refused_saying_why(agent_path, server, inject_python, how):
+def test_an_interpreter_that_forbids_remote_code_is_refused_saying_why(
+    agent_path, server, inject_python, how
+):
     if how.startswith("-X"):
         srv = server(inject_python, "-X", "disable-remote-debug")
         why = "-X disable-remote-debug is on its command line"
@@ -245,20 +311,27 @@ def test_an_interpreter_that_forbids_remote_code_is_refused_saying_why(agent_pat
     result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
     assert result.returncode == 7, result.stderr
     line = one_line(result.stderr)
-    assert f"pid {pid} (Python 3.1" in line and "does not allow code sent from outside (PEP 768)" in line, line
+    assert (
+        f"pid {pid} (Python 3.1" in line
+        and "does not allow code sent from outside (PEP 768)" in line
+    ), line
     assert why in line and "MLFLOW_PROFILER_AUTOPROFILE=1" in line, line
     assert post(srv.ready["port"])["profiler"] is False
     assert leftovers(pid) == []
 
 
-def test_an_older_interpreter_gets_one_line_saying_what_to_do_instead(agent_path, server, python_exe):
+def test_an_older_interpreter_gets_one_line_saying_what_to_do_instead(
+    agent_path, server, python_exe
+):
     srv = server(python_exe)
     pid = srv.ready["pid"]
     version = srv.ready["python"]
     result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
     assert result.returncode == 7, result.stderr
     line = one_line(result.stderr)
-    assert f"pid {pid} runs Python {version}" in line and "PEP 768 came in Python 3.14" in line, line
+    assert (
+        f"pid {pid} runs Python {version}" in line and "PEP 768 came in Python 3.14" in line
+    ), line
     assert "MLFLOW_PROFILER_AUTOPROFILE=1" in line and "--pid without --inject" in line, line
     assert leftovers(pid) == []
 
@@ -266,10 +339,14 @@ def test_an_older_interpreter_gets_one_line_saying_what_to_do_instead(agent_path
 def test_inject_needs_pid(agent_path):
     result = run_agent(agent_path, "--all", "--inject")
     assert result.returncode == 2
-    assert "--inject loads mlflow_profiler into the processes --pid names" in one_line(result.stderr)
+    assert "--inject loads mlflow_profiler into the processes --pid names" in one_line(
+        result.stderr
+    )
 
 
-def test_agent_and_target_of_different_uids_exchange_the_script_and_its_result(agent_path, server, inject_python):
+def test_agent_and_target_of_different_uids_exchange_the_script_and_its_result(
+    agent_path, server, inject_python
+):
     """The script's directory is the agent's, 0733 when the target runs as
     another uid: the target can create its result there, and the agent
     trusts a result its uid owns. Both ways, each ending in the import's
@@ -281,8 +358,14 @@ def test_agent_and_target_of_different_uids_exchange_the_script_and_its_result(a
     require(setpriv is not None, "setpriv (util-linux) sets the uid and capabilities")
 
     def as_nobody(caps: str) -> List[str]:
-        return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps={caps}",
-                f"--ambient-caps={caps}"]
+        return [
+            setpriv,
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            f"--inh-caps={caps}",
+            f"--ambient-caps={caps}",
+        ]
 
     srv = server(inject_python, wrapper=as_nobody("+dac_read_search"))
     pid = srv.ready["pid"]
@@ -300,8 +383,12 @@ def test_agent_and_target_of_different_uids_exchange_the_script_and_its_result(a
         agent = os.path.join(home, "mlprof-ebpf")
         shutil.copy(agent_path, agent)
         os.chmod(agent, 0o755)
-        result = subprocess.run([*as_nobody("+bpf,+perfmon,+sys_ptrace"), agent, "--pid", str(pid), "--inject"],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [*as_nobody("+bpf,+perfmon,+sys_ptrace"), agent, "--pid", str(pid), "--inject"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         shutil.rmtree(home, ignore_errors=True)
     assert result.returncode == 7, result.stderr
@@ -318,34 +405,69 @@ def test_a_container_gets_the_script_in_its_own_tmp(agent_path, inject_python):
     podman = ["podman"]
     subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
     # -i: the server runs until its stdin closes.
-    run = subprocess.run([*podman, "run", "-d", "-i", "--name", name, "--runtime", "runc", "--network", "host",
-                          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
-                          "--tmpfs", "/tmp:notmpcopyup", "--rootfs", "/:O", inject_python, SERVER_PY],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            *podman,
+            "run",
+            "-d",
+            "-i",
+            "--name",
+            name,
+            "--runtime",
+            "runc",
+            "--network",
+            "host",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            "--tmpfs",
+            "/tmp:notmpcopyup",
+            "--rootfs",
+            "/:O",
+            inject_python,
+            SERVER_PY,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     require(run.returncode == 0, f"podman run failed: {run.stderr.strip()[-500:]}")
     try:
         ready = None
         deadline = time.monotonic() + 60
         while ready is None and time.monotonic() < deadline:
             logs = subprocess.run([*podman, "logs", name], capture_output=True, text=True).stdout
-            ready = next((json.loads(line) for line in logs.splitlines() if line.startswith("{")), None)
+            ready = next(
+                (json.loads(line) for line in logs.splitlines() if line.startswith("{")), None
+            )
             time.sleep(0.2)
         assert ready is not None, "the container's server never got ready"
-        pid = int(subprocess.run([*podman, "inspect", "-f", "{{.State.Pid}}", name], capture_output=True,
-                                 text=True, check=True).stdout.strip())
+        pid = int(
+            subprocess.run(
+                [*podman, "inspect", "-f", "{{.State.Pid}}", name],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
         assert pid != ready["pid"]  # its own pid namespace
         assert os.stat(f"/proc/{pid}/root/tmp").st_dev != os.stat("/tmp").st_dev  # its own /tmp
         result = run_agent(agent_path, "--pid", str(pid), "--inject", timeout=60)
         assert result.returncode == 7, result.stderr
         line = one_line(result.stderr)
-        assert f"pid {pid} (Python 3.1" in line and "cannot import mlflow_profiler: ModuleNotFoundError" in line, line
+        assert (
+            f"pid {pid} (Python 3.1" in line
+            and "cannot import mlflow_profiler: ModuleNotFoundError" in line
+        ), line
         assert leftovers(pid) == [] and post(ready["port"])["profiler"] is False
     finally:
         subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
 
 
-def test_a_main_thread_blocked_in_c_is_given_up_and_the_script_taken_back(agent_path, server, inject_python,
-                                                                          inject_path):
+def test_a_main_thread_blocked_in_c_is_given_up_and_the_script_taken_back(
+    agent_path, server, inject_python, inject_path
+):
     """The main thread waits on a lock with no timeout: it never checks its
     eval breaker, so the script cannot run. After the timeout (1 s here,
     MLPROF_INJECT_TIMEOUT_S; 10 s by default) the agent clears the pending
@@ -354,13 +476,23 @@ def test_a_main_thread_blocked_in_c_is_given_up_and_the_script_taken_back(agent_
     srv = server(inject_python, "--block")
     pid = srv.ready["pid"]
     t0 = time.monotonic()
-    result = run_agent(agent_path, "--pid", str(pid), "--inject", "--inject-path", inject_path, timeout=60,
-                       env=dict(os.environ, MLPROF_INJECT_TIMEOUT_S="1"))
+    result = run_agent(
+        agent_path,
+        "--pid",
+        str(pid),
+        "--inject",
+        "--inject-path",
+        inject_path,
+        timeout=60,
+        env=dict(os.environ, MLPROF_INJECT_TIMEOUT_S="1"),
+    )
     assert result.returncode == 7, result.stderr
     assert time.monotonic() - t0 < 10
     line = one_line(result.stderr)
-    assert f"pid {pid}: its main thread ran no Python code in 1 s, so the injected script did not run " \
-           "(it was taken back: nothing changed in the process)" in line, line
+    assert (
+        f"pid {pid}: its main thread ran no Python code in 1 s, so the injected script did not run "
+        "(it was taken back: nothing changed in the process)" in line
+    ), line
     assert leftovers(pid) == []
     said_before = len(srv.stderr)
     assert srv.ask("wake") == {"woken": True}
@@ -369,27 +501,46 @@ def test_a_main_thread_blocked_in_c_is_given_up_and_the_script_taken_back(agent_
     assert srv.stderr[said_before:] == []
 
 
-def test_a_315_interpreter_runs_the_script_through_its_own_offsets_layout(agent_path, server, tmp_path):
+def test_a_315_interpreter_runs_the_script_through_its_own_offsets_layout(
+    agent_path, server, tmp_path
+):
     """3.15 lays _Py_DebugOffsets out differently (888 bytes, the debugger
     block at 840 against 3.14's 760 and 712): a stand-in mlflow_profiler in
     --inject-path (no cp315 build needed) is imported and its autoprofile()
     called with sample_rate=0; -X disable-remote-debug is read there too."""
     exe = os.environ.get("MLPROF_INJECT_PYTHON315", "")
-    require(bool(exe) and os.access(exe, os.X_OK), "set MLPROF_INJECT_PYTHON315 to a CPython 3.15 (scripts/python.sh 3.15)")
+    require(
+        bool(exe) and os.access(exe, os.X_OK),
+        "set MLPROF_INJECT_PYTHON315 to a CPython 3.15 (scripts/python.sh 3.15)",
+    )
     pkg = tmp_path / "pkg"
     (pkg / "mlflow_profiler").mkdir(parents=True)
     called = tmp_path / "called"
     (pkg / "mlflow_profiler" / "__init__.py").write_text(
         "__version__ = 'stand-in'\nfrom . import _autoprofile\n"
-        f"def autoprofile(**kw):\n    open({str(called)!r}, 'w').write(repr(kw))\n")
-    (pkg / "mlflow_profiler" / "_autoprofile.py").write_text("def is_enabled():\n    return False\n")
+        f"def autoprofile(**kw):\n    open({str(called)!r}, 'w').write(repr(kw))\n"
+    )
+    (pkg / "mlflow_profiler" / "_autoprofile.py").write_text(
+        "def is_enabled():\n    return False\n"
+    )
     srv = server(exe)
     pid = srv.ready["pid"]
     assert srv.ready["python"] == "3.15"
-    result = run_agent(agent_path, "--pid", str(pid), "--inject", "--inject-path", str(pkg), "--duration", "0.5",
-                       timeout=60)
-    assert f"pid {pid} (Python 3.15." in result.stderr and "loaded mlflow_profiler stand-in from " in result.stderr, \
-        result.stderr
+    result = run_agent(
+        agent_path,
+        "--pid",
+        str(pid),
+        "--inject",
+        "--inject-path",
+        str(pkg),
+        "--duration",
+        "0.5",
+        timeout=60,
+    )
+    assert (
+        f"pid {pid} (Python 3.15." in result.stderr
+        and "loaded mlflow_profiler stand-in from " in result.stderr
+    ), result.stderr
     assert called.read_text() == "{'sample_rate': 0}"
     # The stand-in has no extension: the agent then waits for one, in vain (exit 7).
     assert result.returncode == 7, result.stderr
@@ -397,4 +548,6 @@ def test_a_315_interpreter_runs_the_script_through_its_own_offsets_layout(agent_
 
     off = server(exe, "-X", "disable-remote-debug")
     result = run_agent(agent_path, "--pid", str(off.ready["pid"]), "--inject", timeout=60)
-    assert result.returncode == 7 and "-X disable-remote-debug is on its command line" in one_line(result.stderr)
+    assert result.returncode == 7 and "-X disable-remote-debug is on its command line" in one_line(
+        result.stderr
+    )

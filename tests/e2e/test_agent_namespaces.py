@@ -28,10 +28,9 @@ import sys
 import threading
 import time
 import uuid
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import pytest
-
 from _kube import KubeNode
 from conftest import SPAN_OPEN_AT_END, SPAN_TRUNCATED, TARGET_PY, Document, require, run_agent
 
@@ -67,13 +66,20 @@ class Oracle:
 
     def __init__(self, pid: int):
         exe = shutil.which("bpftrace")
-        require(exe is not None, "bpftrace is needed for the kernel-side oracle (apt-get install bpftrace)")
-        self.proc = subprocess.Popen([exe, "-e", ORACLE, str(pid)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        require(
+            exe is not None,
+            "bpftrace is needed for the kernel-side oracle (apt-get install bpftrace)",
+        )
+        self.proc = subprocess.Popen(
+            [exe, "-e", ORACLE, str(pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         self.intervals: List[Tuple[int, int, int, int, bool]] = []
         self._lock = threading.Lock()
         first = self.proc.stdout.readline()
-        assert "Attaching" in first, (first, self.proc.stderr.read() if self.proc.poll() is not None else "")
+        assert "Attaching" in first, (
+            first,
+            self.proc.stderr.read() if self.proc.poll() is not None else "",
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         time.sleep(0.5)  # the last probe's attach
@@ -129,9 +135,16 @@ def assert_agrees(doc: Document, pid: int, tid: int, oracle: Oracle, what: str) 
     agent_runq = sum(r.values.get("own_runq", 0) for r in roots)
     off, runq, n = oracle_sums(oracle.of(tid), [(r.start_ns, r.end_ns) for r in roots])
     # Each root sleeps 5 ms and shares its CPU with the hog: both are large.
-    assert off >= len(roots) * 4 * MS and runq >= len(roots) * MS // 10, (what, off, runq, len(roots))
-    detail = (f"{what}: {len(roots)} roots, {n} intervals; off-CPU agent {agent_off / MS:.3f} ms, "
-              f"oracle {off / MS:.3f} ms; run-queue agent {agent_runq / MS:.3f} ms, oracle {runq / MS:.3f} ms")
+    assert off >= len(roots) * 4 * MS and runq >= len(roots) * MS // 10, (
+        what,
+        off,
+        runq,
+        len(roots),
+    )
+    detail = (
+        f"{what}: {len(roots)} roots, {n} intervals; off-CPU agent {agent_off / MS:.3f} ms, "
+        f"oracle {off / MS:.3f} ms; run-queue agent {agent_runq / MS:.3f} ms, oracle {runq / MS:.3f} ms"
+    )
     print(detail)
     assert abs(agent_off - off) <= 0.02 * off, detail
     assert abs(agent_runq - runq) <= 0.02 * runq, detail
@@ -196,7 +209,17 @@ def hog():
 
 
 def target_argv(python_exe: str) -> List[str]:
-    return ["taskset", "-c", str(CPU), python_exe, TARGET_PY, "--loop", "mixed", "--interval", "0.005"]
+    return [
+        "taskset",
+        "-c",
+        str(CPU),
+        python_exe,
+        TARGET_PY,
+        "--loop",
+        "mixed",
+        "--interval",
+        "0.005",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -206,18 +229,44 @@ def container(python_exe, hog, tmp_path_factory):
     name = "serving-ns"
     subprocess.run(["podman", "rm", "-f", name], capture_output=True)
     env = ["-e", f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}"]
-    run = subprocess.run(["podman", "run", "-d", "--name", name, "--runtime", "runc",
-                          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", *env,
-                          "--rootfs", "/:O", *target_argv(python_exe)], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            "podman",
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--runtime",
+            "runc",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            *env,
+            "--rootfs",
+            "/:O",
+            *target_argv(python_exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
     require(run.returncode == 0, f"podman run failed: {run.stderr.strip()[-500:]}")
     try:
         deadline = time.monotonic() + 120
-        while '{"ready"' not in subprocess.run(["podman", "logs", name], capture_output=True,
-                                               text=True).stdout:
+        while (
+            '{"ready"'
+            not in subprocess.run(["podman", "logs", name], capture_output=True, text=True).stdout
+        ):
             assert time.monotonic() < deadline, "the container's model never got ready"
             time.sleep(0.3)
-        pid = int(subprocess.run(["podman", "inspect", "-f", "{{.State.Pid}}", name], capture_output=True,
-                                 text=True, check=True).stdout)
+        pid = int(
+            subprocess.run(
+                ["podman", "inspect", "-f", "{{.State.Pid}}", name],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         assert len(ns_pids(pid)) == 2, ns_pids(pid)  # its own pid namespace
         oracle = Oracle(pid)
         yield name, pid, oracle
@@ -230,10 +279,17 @@ def unshared(python_exe: str, levels: int, log_path: str) -> Tuple[subprocess.Po
     """The target under `levels` nested pid namespaces (unshare): (unshare's process, Python's host pid)."""
     argv: List[str] = []
     for _ in range(levels):
-        argv += ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]  # killing the outer one kills all
+        argv += [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+        ]  # killing the outer one kills all
     log = open(log_path, "w")
-    proc = subprocess.Popen(argv + target_argv(python_exe), stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ))
+    proc = subprocess.Popen(
+        argv + target_argv(python_exe), stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ)
+    )
     log.close()
     try:
         return proc, python_child(proc.pid, levels)
@@ -250,7 +306,12 @@ def pod(python_exe, hog, tmp_path_factory):
     base = tmp_path_factory.mktemp("pod")
     node = KubeNode(str(base / "host"))
     os.makedirs(node.root)
-    ns, name, uid, cid = "mlprof-e2e", f"scorer-{secrets.token_hex(3)}", str(uuid.uuid4()), secrets.token_hex(32)
+    ns, name, uid, cid = (
+        "mlprof-e2e",
+        f"scorer-{secrets.token_hex(3)}",
+        str(uuid.uuid4()),
+        secrets.token_hex(32),
+    )
     node.containerd_bundle(ns, name, uid, "model", cid)
     node.logs(ns, name, uid, "model", cid)
     cgroup = node.cgroup("systemd", uid, cid)
@@ -318,8 +379,22 @@ def test_container_continuous(agent_path, container, delivery, tmp_out):
     name, pid, oracle = container
     sink, spool = tmp_out / "sink", tmp_out / "spool"
     sink.mkdir()
-    r = run_agent(agent_path, "--container", name, "--continuous", "--rotate", "1s", "--sink", str(sink),
-                  "--spool", str(spool), "--duration", "4", *DELIVERIES[delivery], timeout=90)
+    r = run_agent(
+        agent_path,
+        "--container",
+        name,
+        "--continuous",
+        "--rotate",
+        "1s",
+        "--sink",
+        str(sink),
+        "--spool",
+        str(spool),
+        "--duration",
+        "4",
+        *DELIVERIES[delivery],
+        timeout=90,
+    )
     assert r.returncode == 0, r.stderr
     items = sorted(glob.glob(str(sink / "*.json.gz")))
     assert len(items) >= 3, (items, r.stdout, r.stderr)
@@ -336,8 +411,15 @@ def test_container_continuous(agent_path, container, delivery, tmp_out):
 @pytest.mark.parametrize("delivery", DELIVERIES)
 def test_pod_with_its_own_pid_namespace(agent_path, pod, delivery, tmp_out):
     node, name, cgroup, pid, oracle = pod
-    doc = capture(agent_path, tmp_out / "pod.json", "--pod", name, "--host-root", node.root,
-                  *DELIVERIES[delivery])
+    doc = capture(
+        agent_path,
+        tmp_out / "pod.json",
+        "--pod",
+        name,
+        "--host-root",
+        node.root,
+        *DELIVERIES[delivery],
+    )
     assert doc.meta["pod"] == name.split("/")[1] and doc.meta["container"] == "model"
     assert_agrees(doc, pid, pid, oracle, f"--pod, {delivery}")
 

@@ -32,7 +32,6 @@ import subprocess
 import uuid
 
 import pytest
-
 from _kube import KubeNode
 from conftest import Document, run_agent
 
@@ -102,16 +101,22 @@ def test_pods_by_name_both_drivers_and_all_labels_each_process(agent, python_tar
     assert doc.meta["pod_uid"] == uid1
     assert "container" not in doc.meta  # two containers: the document keeps what they share
     assert doc.meta["pods"] == f"{NS}/{p1}/model={a.pid} {NS}/{p1}/sidecar={s.pid}"
-    assert result.stdout.splitlines()[0] == \
-        f"pods {NS}/{p1}/model (pid {a.pid}), {NS}/{p1}/sidecar (pid {s.pid}), node {NODE}"
+    assert (
+        result.stdout.splitlines()[0]
+        == f"pods {NS}/{p1}/model (pid {a.pid}), {NS}/{p1}/sidecar (pid {s.pid}), node {NODE}"
+    )
 
     # One container of it, its sessions' text headers naming it.
-    run = agent("--pod", f"{NS}/{p1}/sidecar", "--host-root", node.root, "--stream", env=agent_env())
+    run = agent(
+        "--pod", f"{NS}/{p1}/sidecar", "--host-root", node.root, "--stream", env=agent_env()
+    )
     run.wait_attached(s.pid)
     s.ask("run nested 1")
     result = run.stop()
     assert f"attached to pid {a.pid} " not in result.stderr
-    assert re.search(rf"^pid {s.pid} session \d+ in pod {NS}/{p1}/sidecar: ", result.stdout, re.M), result.stdout
+    assert re.search(
+        rf"^pid {s.pid} session \d+ in pod {NS}/{p1}/sidecar: ", result.stdout, re.M
+    ), result.stdout
 
     # cgroupfs on v2, with names from /var/log/pods only.
     out = tmp_out / f"{p2}.json"
@@ -134,7 +139,9 @@ def test_pods_by_name_both_drivers_and_all_labels_each_process(agent, python_tar
         t.ask("run nested 1")
     result = run.stop()
     for t, path in ((a, f"{NS}/{p1}/model"), (s, f"{NS}/{p1}/sidecar"), (b, f"{NS}/{p2}/main")):
-        assert re.search(rf"^pid {t.pid} session \d+ in pod {path}: ", result.stdout, re.M), result.stdout
+        assert re.search(
+            rf"^pid {t.pid} session \d+ in pod {path}: ", result.stdout, re.M
+        ), result.stdout
         assert f"{path}={t.pid}" in Document(str(out)).meta["pods"].split()
 
 
@@ -144,7 +151,9 @@ def test_a_pod_on_a_v1_hierarchy_with_crio_state(agent, python_target, node, tmp
     names in CRI-O's saved spec. A host with cgroup v2 alone has no v1
     hierarchy to lay it out in: the test skips there, saying so."""
     if node.v1_pids is None:
-        pytest.skip("this host has no cgroup v1 pids hierarchy (cgroup v2 only): no v1 layout to test")
+        pytest.skip(
+            "this host has no cgroup v1 pids hierarchy (cgroup v2 only): no v1 layout to test"
+        )
     pod, uid = new_pod("worker")
     cid = secrets.token_hex(32)
     node.crio_state(NS, pod, uid, "worker", cid)
@@ -157,7 +166,9 @@ def test_a_pod_on_a_v1_hierarchy_with_crio_state(agent, python_target, node, tmp
     assert not any(uid in line for line in lines if line.startswith("0::"))
 
     out = tmp_out / "v1.json"
-    run = agent("--pod", f"{NS}/{pod}/worker", "--host-root", node.root, "-o", str(out), env=agent_env())
+    run = agent(
+        "--pod", f"{NS}/{pod}/worker", "--host-root", node.root, "-o", str(out), env=agent_env()
+    )
     run.wait_attached(target.pid)
     target.ask("run nested 1")
     result = run.stop()
@@ -180,7 +191,10 @@ def test_a_name_matching_nothing_or_several_lists_the_candidates(agent_path, nod
         r = run_agent(agent_path, "--pod", f"{NS}/nothing-here", "--host-root", node.root, env=env)
         assert r.returncode == 4, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
-        assert f"pod '{NS}/nothing-here' not found on this node; pods with processes here: " in r.stderr
+        assert (
+            f"pod '{NS}/nothing-here' not found on this node; pods with processes here: "
+            in r.stderr
+        )
         assert f"{NS}/{dup} (train)" in r.stderr
 
         r = run_agent(agent_path, "--pod", f"{NS}/{dup}", "--host-root", node.root, env=env)
@@ -195,16 +209,19 @@ def test_a_name_matching_nothing_or_several_lists_the_candidates(agent_path, nod
         gone.wait()
         r = run_agent(agent_path, "--pod", f"{NS}/{dup}/serve", "--host-root", node.root, env=env)
         assert r.returncode == 4, r.stderr
-        assert f"pod {NS}/{dup} has no container 'serve' with processes on this node; its containers: train" \
+        assert (
+            f"pod {NS}/{dup} has no container 'serve' with processes on this node; its containers: train"
             in r.stderr
+        )
     finally:
         for p in procs:
             p.kill()
             p.wait()
 
 
-def test_runtime_state_missing_or_unreadable_names_from_pod_logs(agent, python_target, node, tmp_out,
-                                                                  tmp_path):
+def test_runtime_state_missing_or_unreadable_names_from_pod_logs(
+    agent, python_target, node, tmp_out, tmp_path
+):
     pod, uid = new_pod("scorer")
     cid, side = secrets.token_hex(32), secrets.token_hex(32)
     target = python_target()
@@ -215,7 +232,9 @@ def test_runtime_state_missing_or_unreadable_names_from_pod_logs(agent, python_t
 
     # No runtime state at all under the host root.
     out = tmp_out / "missing.json"
-    run = agent("--pod", f"{NS}/{pod}/model", "--host-root", node.root, "-o", str(out), env=agent_env())
+    run = agent(
+        "--pod", f"{NS}/{pod}/model", "--host-root", node.root, "-o", str(out), env=agent_env()
+    )
     run.wait_attached(target.pid)
     target.ask("run nested 1")
     result = run.stop()
@@ -229,7 +248,11 @@ def test_runtime_state_missing_or_unreadable_names_from_pod_logs(agent, python_t
     # is cut off mid-write and CRI-O's is a directory (read() fails).
     full = json.dumps({"annotations": {"io.kubernetes.cri.sandbox-name": "wrong"}})
     node._write(f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}/config.json", full[:25])
-    os.makedirs(os.path.join(node.root, f"run/containers/storage/overlay-containers/{cid}/userdata/config.json"))
+    os.makedirs(
+        os.path.join(
+            node.root, f"run/containers/storage/overlay-containers/{cid}/userdata/config.json"
+        )
+    )
     out = tmp_out / "unreadable.json"
     run = agent("--pod", f"{NS}/{pod}", "--host-root", node.root, "-o", str(out), env=agent_env())
     run.wait_attached(target.pid)

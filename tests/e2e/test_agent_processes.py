@@ -12,7 +12,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import SPAN_OPEN_AT_END, SPAN_TRUNCATED, TARGET_PY, Document
 
 
@@ -33,7 +32,9 @@ def test_two_target_processes_at_once(agent, python_target, tmp_out):
     assert "5 sessions of 2 processes" in result.stdout, result.stdout
 
 
-def test_the_agent_started_before_the_target_finds_it_in_its_cgroup(agent, python_target, cgroup_dir, tmp_out):
+def test_the_agent_started_before_the_target_finds_it_in_its_cgroup(
+    agent, python_target, cgroup_dir, tmp_out
+):
     out = tmp_out / "later.json"
     run = agent("--cgroup", cgroup_dir, "-o", str(out))
     run.wait_for("watching cgroup")
@@ -47,7 +48,9 @@ def test_the_agent_started_before_the_target_finds_it_in_its_cgroup(agent, pytho
     calls = target.ask("run nested 3")["calls"]
     result = run.stop()
     assert result.returncode == 0, result.stderr
-    assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [c["tree"] for c in calls]
+    assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [
+        c["tree"] for c in calls
+    ]
 
 
 def test_a_pid_that_loads_the_extension_after_the_agent_started(agent, python_target, tmp_out):
@@ -60,7 +63,9 @@ def test_a_pid_that_loads_the_extension_after_the_agent_started(agent, python_ta
     calls = target.ask("run nested 2")["calls"]
     result = run.stop()
     assert result.returncode == 0, result.stderr
-    assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [c["tree"] for c in calls]
+    assert [[r.shape()] for r in Document(str(out)).roots_of(target.pid)] == [
+        c["tree"] for c in calls
+    ]
 
 
 def test_a_target_killed_mid_predict_leaves_its_spans_truncated(agent, python_target, tmp_out):
@@ -90,8 +95,11 @@ def test_a_target_killed_mid_predict_leaves_its_spans_truncated(agent, python_ta
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stop_signal_writes_the_output_whole_and_only_then(agent, python_exe, tmp_out, sig):
-    loop = subprocess.Popen([python_exe, TARGET_PY, "--loop", "nested", "--interval", "0.005"],
-                            stdout=subprocess.PIPE, text=True)
+    loop = subprocess.Popen(
+        [python_exe, TARGET_PY, "--loop", "nested", "--interval", "0.005"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert loop.stdout.readline().startswith('{"ready"')
         out_dir = tmp_out / "out"
@@ -128,5 +136,9 @@ def test_killing_the_agent_leaves_the_target_running_and_untraced(agent, python_
         time.sleep(0.05)
     assert target.ask("attached") == {"attached": False}
     calls = target.ask("run nested 3")["calls"]
-    assert [c["tree"] for c in calls] == [None, None, None]  # sampling off again, and it still serves
+    assert [c["tree"] for c in calls] == [
+        None,
+        None,
+        None,
+    ]  # sampling off again, and it still serves
     assert target.alive()

@@ -25,7 +25,9 @@ def capture(agent, target, tmp_out, *commands: str, extra=()):
     return replies, result, Document(str(out))
 
 
-def test_the_agents_tree_is_the_in_process_tree_inside_the_predict_calls(agent, python_target, tmp_out):
+def test_the_agents_tree_is_the_in_process_tree_inside_the_predict_calls(
+    agent, python_target, tmp_out
+):
     target = python_target()
     # Sampling is off: nothing is profiled before the agent attaches.
     before = target.ask("run nested 2")["calls"]
@@ -46,7 +48,8 @@ def test_the_agents_tree_is_the_in_process_tree_inside_the_predict_calls(agent, 
         for span in root.walk():
             assert call["t0"] <= span.start_ns <= span.end_ns <= call["t1"], (span.name, call)
     assert {qualname(n) for n in ("_clean", "_features", "_ratio", "_log", "_score")} <= {
-        s.name for s in doc.spans}
+        s.name for s in doc.spans
+    }
     assert doc.meta["source"] == "ebpf" and doc.meta["agent"].startswith("mlprof-ebpf ")
     assert all(lane["pid"] == target.pid for lane in doc.lanes)
     assert f"5 sessions of 1 process (pid {target.pid})" in result.stdout, result.stdout
@@ -57,7 +60,9 @@ def test_the_agents_tree_is_the_in_process_tree_inside_the_predict_calls(agent, 
     assert target.ask("attached") == {"attached": False}
 
 
-def test_a_20ms_sleep_is_18_to_25ms_blocked_and_off_cpu_with_its_run_queue_wait(agent, python_target, tmp_out):
+def test_a_20ms_sleep_is_18_to_25ms_blocked_and_off_cpu_with_its_run_queue_wait(
+    agent, python_target, tmp_out
+):
     target = python_target()
     _, _, doc = capture(agent, target, tmp_out, "run sleep 5")
     sleeps = doc.find(qualname("_sleep"), target.pid)
@@ -74,8 +79,9 @@ def test_a_20ms_sleep_is_18_to_25ms_blocked_and_off_cpu_with_its_run_queue_wait(
         assert root.values.get("off_cpu", 0) >= off
 
 
-def test_a_cpu_bound_span_sharing_its_cpu_with_a_hog_waits_in_the_run_queue(agent, python_target, cpu_hog,
-                                                                             tmp_out):
+def test_a_cpu_bound_span_sharing_its_cpu_with_a_hog_waits_in_the_run_queue(
+    agent, python_target, cpu_hog, tmp_out
+):
     cpu = os.cpu_count() - 1
     target = python_target(preexec_fn=pin(cpu))  # taskset -c CPU
     cpu_hog(cpu)
@@ -99,18 +105,23 @@ def test_a_span_that_never_blocks_is_under_1ms_off_cpu(agent, python_target, tmp
         assert s.values.get("voluntary_switches", 0) == 0, s.values
     # Off-CPU is then preemption only: this machine's other load can preempt
     # one call now and then, so the median call is what must be under 1 ms.
-    assert statistics.median(s.values.get("off_cpu", 0) for s in spans) < 1 * MS, [s.values for s in spans]
+    assert statistics.median(s.values.get("off_cpu", 0) for s in spans) < 1 * MS, [
+        s.values for s in spans
+    ]
 
 
-def test_worker_threads_started_inside_a_predict_appear_with_their_start_and_exit(agent, python_target,
-                                                                                  tmp_out):
+def test_worker_threads_started_inside_a_predict_appear_with_their_start_and_exit(
+    agent, python_target, tmp_out
+):
     target = python_target()
     (reply,), _, doc = capture(agent, target, tmp_out, "run threads 1")
     call = reply["calls"][0]
     spawn = doc.find(qualname("_spawn"), target.pid)
     assert len(spawn) == 1
     spawn = spawn[0]
-    workers = [t for t in doc.threads if t["pid"] == target.pid and t["parent_tid"] == target.ready["tid"]]
+    workers = [
+        t for t in doc.threads if t["pid"] == target.pid and t["parent_tid"] == target.ready["tid"]
+    ]
     assert len(workers) == 2, doc.threads
     # join() returns once a worker's Python thread state is released, before
     # the OS thread has finished exiting: the kernel's exit can be stamped a
@@ -119,10 +130,17 @@ def test_worker_threads_started_inside_a_predict_appear_with_their_start_and_exi
     # preemption on a busy machine: 1.09 ms seen in a CI run), which the
     # agent recorded (the base slack is 2 ms).
     for t in workers:
-        waited = sum(iv["end_ns"] - max(iv["start_ns"], spawn.end_ns) for iv in doc.off_cpu
-                     if iv["tid"] == t["tid"] and iv["end_ns"] > spawn.end_ns)
+        waited = sum(
+            iv["end_ns"] - max(iv["start_ns"], spawn.end_ns)
+            for iv in doc.off_cpu
+            if iv["tid"] == t["tid"] and iv["end_ns"] > spawn.end_ns
+        )
         exit_slack = 2 * MS + waited
-        assert spawn.start_ns <= t["start_ns"] < t["end_ns"] <= spawn.end_ns + exit_slack, (t, spawn, waited)
+        assert spawn.start_ns <= t["start_ns"] < t["end_ns"] <= spawn.end_ns + exit_slack, (
+            t,
+            spawn,
+            waited,
+        )
         assert call["t0"] <= t["start_ns"] and t["end_ns"] <= call["t1"] + exit_slack
         # Started under _spawn: the innermost span open then (threading's
         # Thread.start, within the captured depth) or _spawn itself.

@@ -19,7 +19,9 @@ import time
 
 import pytest
 
-STOPPED = re.compile(r"^mlprof-ebpf: stopped: delivered (\d+), spooled (\d+), dropped (\d+); sink (.*)$", re.M)
+STOPPED = re.compile(
+    r"^mlprof-ebpf: stopped: delivered (\d+), spooled (\d+), dropped (\d+); sink (.*)$", re.M
+)
 RETENTION = re.compile(r"; directory ([\d.]+) MB in (\d+) files? \(bound ([^)]*)\), pruned (\d+)")
 # The names the agent gives its items: NODE_WORKLOAD_YYYYMMDDTHHMMSSZ_RUN.N.json.gz.
 ITEM = re.compile(r"^[A-Za-z0-9.-]+_[A-Za-z0-9.-]+_\d{8}T\d{6}Z_[0-9a-f]+\.\d+\.json\.gz$")
@@ -31,9 +33,23 @@ def storm(usdt_storm_path):
     procs = []
 
     def start(rate: int = 500, spans: int = 37, seconds: int = 120) -> int:
-        p = subprocess.Popen([usdt_storm_path, "--sessions", "0", "--seconds", str(seconds), "--rate", str(rate),
-                              "--spans-per-session", str(spans), "--wait-attached", "60"],
-                             stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [
+                usdt_storm_path,
+                "--sessions",
+                "0",
+                "--seconds",
+                str(seconds),
+                "--rate",
+                str(rate),
+                "--spans-per-session",
+                str(spans),
+                "--wait-attached",
+                "60",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(p)
         return int(p.stdout.readline().split()[1])
 
@@ -58,22 +74,40 @@ def stdout_of(run) -> str:
         return "".join(run._out)
 
 
-def test_the_directory_sink_never_holds_more_than_its_bound_and_counts_what_it_prunes(agent, storm, tmp_path):
+def test_the_directory_sink_never_holds_more_than_its_bound_and_counts_what_it_prunes(
+    agent, storm, tmp_path
+):
     sink, spool = tmp_path / "profiles", tmp_path / "spool"
     sink.mkdir()
     # Not the agent's: a user's file and one named almost like an item.
     (sink / "notes.json.gz").write_bytes(b"n" * 300_000)
     (sink / "node_pid-1_20261128T053000Z.json.gz").write_bytes(b"x" * 1000)
     # A previous run's item, 8 days old, and a fresh one: the first goes at start.
-    old, fresh = sink / "node-a_pid-9_20261120T000000Z_1a.1.json.gz", sink / "node-a_pid-9_20261128T000000Z_1a.2.json.gz"
+    old, fresh = (
+        sink / "node-a_pid-9_20261120T000000Z_1a.1.json.gz",
+        sink / "node-a_pid-9_20261128T000000Z_1a.2.json.gz",
+    )
     old.write_bytes(b"o" * 1000)
     fresh.write_bytes(b"f" * 1000)
     eight_days = time.time() - 8 * 86400
     os.utime(old, (eight_days, eight_days))
     pid = storm(rate=300)  # items of about 160 KB a second: six fit
     bound = 1 << 20
-    run = agent("--pid", str(pid), "--continuous", "--rotate", "1s", "--sink", str(sink), "--spool", str(spool),
-                "--sink-max-mb", "1", "--sink-max-age", "7d")
+    run = agent(
+        "--pid",
+        str(pid),
+        "--continuous",
+        "--rotate",
+        "1s",
+        "--sink",
+        str(sink),
+        "--spool",
+        str(spool),
+        "--sink-max-mb",
+        "1",
+        "--sink-max-age",
+        "7d",
+    )
     run.wait_attached(pid)
     assert not old.exists() and fresh.exists()
     seen, most = set(), 0
@@ -114,14 +148,27 @@ def test_the_directory_sink_never_holds_more_than_its_bound_and_counts_what_it_p
 def test_a_store_sink_says_the_directory_bounds_are_ignored(agent, storm, tmp_path):
     """A DaemonSet's --sink changed to a store, its bounds left: one line, and it runs."""
     pid = storm(rate=100, spans=3)
-    run = agent("--pid", str(pid), "--continuous", "--sink", f"sqlite:///{tmp_path}/p.db", "--spool",
-                str(tmp_path / "spool"), "--sink-max-mb", "10", "--sink-max-age", "1d")
+    run = agent(
+        "--pid",
+        str(pid),
+        "--continuous",
+        "--sink",
+        f"sqlite:///{tmp_path}/p.db",
+        "--spool",
+        str(tmp_path / "spool"),
+        "--sink-max-mb",
+        "10",
+        "--sink-max-age",
+        "1d",
+    )
     run.wait_attached(pid)
     result = run.stop(signal.SIGTERM)
     assert result.returncode == 0, result.stderr
     said = [l for l in result.stderr.splitlines() if "--sink-max" in l]
-    assert said == [f"mlprof-ebpf: --sink-max-mb bounds a directory sink; sqlite:///{tmp_path}/p.db keeps what it "
-                    "is given (its own retention is the store's or server's): ignored"], result.stderr
+    assert said == [
+        f"mlprof-ebpf: --sink-max-mb bounds a directory sink; sqlite:///{tmp_path}/p.db keeps what it "
+        "is given (its own retention is the store's or server's): ignored"
+    ], result.stderr
     assert STOPPED.search(result.stdout) and "; directory " not in result.stdout, result.stdout
 
 
@@ -144,8 +191,19 @@ def test_a_spooled_item_goes_only_to_the_sink_it_was_written_for(agent, storm, t
     prod.mkdir()
     scratch = f"sqlite:///{scratch_dir}/p.db"
     pid = storm(rate=200, spans=5)
-    first = agent("--pid", str(pid), "--continuous", "--rotate", "1s", "--sink", scratch, "--spool", str(spool),
-                  "--retry-max", "1s")
+    first = agent(
+        "--pid",
+        str(pid),
+        "--continuous",
+        "--rotate",
+        "1s",
+        "--sink",
+        scratch,
+        "--spool",
+        str(spool),
+        "--retry-max",
+        "1s",
+    )
     first.wait_attached(pid)
     deadline = time.monotonic() + 30
     while not spooled(spool) and time.monotonic() < deadline:
@@ -155,7 +213,17 @@ def test_a_spooled_item_goes_only_to_the_sink_it_was_written_for(agent, storm, t
     left = spooled(spool)
     assert left and set(left.values()) == {f"sqlite:{scratch_dir}/p.db"}, left
 
-    second = agent("--pid", str(pid), "--continuous", "--rotate", "1h", "--sink", str(prod), "--spool", str(spool))
+    second = agent(
+        "--pid",
+        str(pid),
+        "--continuous",
+        "--rotate",
+        "1h",
+        "--sink",
+        str(prod),
+        "--spool",
+        str(spool),
+    )
     second.wait_attached(pid)
     time.sleep(1.5)  # its spool thread runs meanwhile: nothing of the scratch run may go to prod
     result = second.stop(signal.SIGTERM)
@@ -165,25 +233,44 @@ def test_a_spooled_item_goes_only_to_the_sink_it_was_written_for(agent, storm, t
     assert len(said) == 1 and re.fullmatch(
         rf"mlprof-ebpf: spool {re.escape(str(spool))}: 0 items of a previous run to deliver; left there, not for this "
         rf"sink \(dir:{re.escape(str(prod))}\): {n} items? \([\d.]+ MB\) for sqlite:{re.escape(str(scratch_dir))}/p\.db",
-        said[0]), result.stderr
+        said[0],
+    ), result.stderr
     m = STOPPED.search(result.stdout)
     assert m and int(m.group(1)) == 1, result.stdout  # its own partial period only
-    assert re.search(rf"; left in {re.escape(str(spool))} for other sinks: {n} items? \([\d.]+ MB\) for "
-                     rf"sqlite:{re.escape(str(scratch_dir))}/p\.db$", m.group(4)), m.group(0)
+    assert re.search(
+        rf"; left in {re.escape(str(spool))} for other sinks: {n} items? \([\d.]+ MB\) for "
+        rf"sqlite:{re.escape(str(scratch_dir))}/p\.db$",
+        m.group(4),
+    ), m.group(0)
     delivered_to_prod = {f for f in os.listdir(prod)}
     assert len(delivered_to_prod) == 1, delivered_to_prod
     assert not any(k + ".json.gz" in delivered_to_prod for k in left)
     assert set(left) <= set(spooled(spool))  # still waiting for their sink
 
     scratch_dir.mkdir()
-    third = agent("--pid", str(pid), "--continuous", "--rotate", "1h", "--sink", scratch, "--spool", str(spool))
+    third = agent(
+        "--pid",
+        str(pid),
+        "--continuous",
+        "--rotate",
+        "1h",
+        "--sink",
+        scratch,
+        "--spool",
+        str(spool),
+    )
     third.wait_attached(pid)
     result = third.stop(signal.SIGTERM)
     assert result.returncode == 0, result.stderr
-    assert f"{n} item{'s' if n > 1 else ''} of a previous run to deliver" in result.stderr, result.stderr
+    assert (
+        f"{n} item{'s' if n > 1 else ''} of a previous run to deliver" in result.stderr
+    ), result.stderr
     conn = sqlite3.connect(f"{scratch_dir}/p.db")
     try:
-        keys = {r[0] for r in conn.execute("SELECT value FROM source_labels WHERE key = 'label.agent_item'")}
+        keys = {
+            r[0]
+            for r in conn.execute("SELECT value FROM source_labels WHERE key = 'label.agent_item'")
+        }
     finally:
         conn.close()
     assert set(left) <= keys, (left, keys)

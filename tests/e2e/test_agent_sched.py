@@ -78,11 +78,18 @@ class Bpftrace:
 
     def __init__(self):
         exe = shutil.which("bpftrace")
-        require(exe is not None, "bpftrace is needed for the kernel-side oracle (apt-get install bpftrace)")
-        self.proc = subprocess.Popen([exe, "-e", BPFTRACE_RUNQ], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+        require(
+            exe is not None,
+            "bpftrace is needed for the kernel-side oracle (apt-get install bpftrace)",
+        )
+        self.proc = subprocess.Popen(
+            [exe, "-e", BPFTRACE_RUNQ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         first = self.proc.stdout.readline()  # "Attaching 4 probes..."
-        assert "Attaching" in first, (first, self.proc.stderr.read() if self.proc.poll() is not None else "")
+        assert "Attaching" in first, (
+            first,
+            self.proc.stderr.read() if self.proc.poll() is not None else "",
+        )
         # Probes are attached once it printed that; stderr is drained at stop().
         time.sleep(0.5)  # attached once it printed that; a margin for the last probe
 
@@ -109,16 +116,26 @@ def test_a_renamed_waker_is_named_by_its_name_at_the_wakeup(agent, python_target
         # The helper's 10 ms sleep, then its Event.set(), ends the main thread's wait.
         assert s.values.get("waker") in helpers, s.values
         # The 10 ms wait (Thread.start's short wait was ended before the rename).
-        woke = [iv for iv in doc.off_cpu if iv["tid"] == main and iv["waker_tid"] == s.values["waker"]
-                and s.start_ns <= iv["start_ns"] < s.end_ns and iv["wake_ns"] - iv["start_ns"] >= 5 * MS]
+        woke = [
+            iv
+            for iv in doc.off_cpu
+            if iv["tid"] == main
+            and iv["waker_tid"] == s.values["waker"]
+            and s.start_ns <= iv["start_ns"] < s.end_ns
+            and iv["wake_ns"] - iv["start_ns"] >= 5 * MS
+        ]
         assert len(woke) == 1 and woke[0]["waker_name"] == "renamed-waker", woke
         assert all(iv["waker_kind"] == "task" for iv in woke), woke
     # The stall report names it so, not by its comm at fork ("model-main").
-    row = next(line for line in result.stdout.splitlines() if qualname("_rename") in line and "%" in line)
+    row = next(
+        line for line in result.stdout.splitlines() if qualname("_rename") in line and "%" in line
+    )
     assert "renamed-waker" in row and "model-main" not in row, result.stdout
 
 
-def test_a_timer_wakeup_is_labelled_timer_not_the_hog_it_interrupted(agent, python_target, cpu_hog, tmp_out):
+def test_a_timer_wakeup_is_labelled_timer_not_the_hog_it_interrupted(
+    agent, python_target, cpu_hog, tmp_out
+):
     cpu = os.cpu_count() - 1
     target = python_target(preexec_fn=pin(cpu))  # taskset -c CPU
     cpu_hog(cpu)
@@ -130,22 +147,33 @@ def test_a_timer_wakeup_is_labelled_timer_not_the_hog_it_interrupted(agent, pyth
         # the waker is the timer, with no tid.
         assert s.values.get("waker_kind") == 1 and "waker" not in s.values, s.values
         assert s.values.get("waker_blocked", 0) >= 18 * MS, s.values
-        slept = [iv for iv in doc.off_cpu if iv["tid"] == target.ready["tid"] and iv["blocked"]
-                 and s.start_ns <= iv["start_ns"] < s.end_ns and iv["wake_ns"] - iv["start_ns"] >= 15 * MS]
+        slept = [
+            iv
+            for iv in doc.off_cpu
+            if iv["tid"] == target.ready["tid"]
+            and iv["blocked"]
+            and s.start_ns <= iv["start_ns"] < s.end_ns
+            and iv["wake_ns"] - iv["start_ns"] >= 15 * MS
+        ]
         assert len(slept) == 1, slept
         # waker_tid is whatever task the interrupt hit (the hog, idle, another process).
         assert slept[0]["waker_kind"] == "timer", slept
         assert waits_of(doc, s)[0]["syscall_name"] == "clock_nanosleep", waits_of(doc, s)
-    row = next(line for line in result.stdout.splitlines() if qualname("_sleep") in line and "%" in line)
+    row = next(
+        line for line in result.stdout.splitlines() if qualname("_sleep") in line and "%" in line
+    )
     assert row.rstrip().endswith("timer"), result.stdout
 
 
-def test_a_span_blocked_in_a_pipe_read_waited_in_read_S_and_on_a_lock_in_futex_S(agent, python_target, tmp_out):
+def test_a_span_blocked_in_a_pipe_read_waited_in_read_S_and_on_a_lock_in_futex_S(
+    agent, python_target, tmp_out
+):
     target = python_target()
     replies, result, doc = capture(agent, target, tmp_out, "run pipe 3", "run lock 3")
     # A lock's futex is named for what it is (test_agent_waits.py checks it).
-    for reply, (name, syscall, wait, text) in zip(replies, (("_pipe", "read", "", "read S"),
-                                                            ("_lock", "futex", "lock", "lock"))):
+    for reply, (name, syscall, wait, text) in zip(
+        replies, (("_pipe", "read", "", "read S"), ("_lock", "futex", "lock", "lock"))
+    ):
         spans = doc.find(qualname(name), target.pid)
         assert len(spans) == 3
         for s, call in zip(spans, reply["calls"]):
@@ -154,21 +182,32 @@ def test_a_span_blocked_in_a_pipe_read_waited_in_read_S_and_on_a_lock_in_futex_S
             # syscall's own work and the run-queue wait after the wakeup (a
             # few ms on a loaded machine). A read sleeps at most that long; the
             # lock's row also holds Thread.start's wait for the helper (a lock).
-            (t0, t1), = call["waits"]
-            rows = [w for w in waits_of(doc, s) if (w["syscall_name"], w["state"], w["wait"]) == (syscall, "S", wait)]
+            ((t0, t1),) = call["waits"]
+            rows = [
+                w
+                for w in waits_of(doc, s)
+                if (w["syscall_name"], w["state"], w["wait"]) == (syscall, "S", wait)
+            ]
             assert rows, waits_of(doc, s)
             top = t1 - t0 if name == "_pipe" else s.values["own_blocked"]
-            assert 0.5 * (t1 - t0) <= rows[0]["blocked_ns"] <= min(top, s.values["own_blocked"]), (rows, t1 - t0)
+            assert 0.5 * (t1 - t0) <= rows[0]["blocked_ns"] <= min(top, s.values["own_blocked"]), (
+                rows,
+                t1 - t0,
+            )
             # Running vs waiting under the agent: the kernel's own off-CPU
             # time (blocked + run queue), never less than the blocked time
             # of the read or acquire, within the span's wall time.
-            assert s.waiting_ns == s.values.get("own_off_cpu", 0) + (s.wall_ns - s.active_ns), (s, s.values)
+            assert s.waiting_ns == s.values.get("own_off_cpu", 0) + (s.wall_ns - s.active_ns), (
+                s,
+                s.values,
+            )
             assert rows[0]["blocked_ns"] <= s.waiting_ns <= s.wall_ns, (s, rows)
         assert f"{text} " in result.stdout, result.stdout
 
 
-def test_a_span_starting_threads_keeps_its_own_thread_apart_and_agrees_with_schedstat(agent, python_target,
-                                                                                   tmp_out):
+def test_a_span_starting_threads_keeps_its_own_thread_apart_and_agrees_with_schedstat(
+    agent, python_target, tmp_out
+):
     target = python_target()
     (reply,), result, doc = capture(agent, target, tmp_out, "run threads 5")
     spawns = doc.find(qualname("_spawn"), target.pid)
@@ -201,11 +240,14 @@ def test_a_span_starting_threads_keeps_its_own_thread_apart_and_agrees_with_sche
         assert root.waiting_ns == own_off + (root.wall_ns - root.active_ns), (root, figures)
 
 
-def test_a_workers_run_queue_with_its_exit_path_agrees_with_bpftrace_and_schedstat(agent, python_target, cpu_hog,
-                                                                                  tmp_out):
+def test_a_workers_run_queue_with_its_exit_path_agrees_with_bpftrace_and_schedstat(
+    agent, python_target, cpu_hog, tmp_out
+):
     cpu = os.cpu_count() - 1
     target = python_target(preexec_fn=pin(cpu))
-    cpu_hog(cpu)  # the workers wait for the CPU after each wakeup, and can be preempted on their way out
+    cpu_hog(
+        cpu
+    )  # the workers wait for the CPU after each wakeup, and can be preempted on their way out
     oracle = Bpftrace()
     try:
         # linger: the session goes on 100 ms after join() returned, so that

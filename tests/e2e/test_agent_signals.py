@@ -63,19 +63,31 @@ def test_a_third_signal_exits_at_once_and_says_what_it_discarded(agent, python_t
         lock.close()
     assert result.returncode == EXIT_SIGINT, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("mlprof-ebpf: a third stop signal: exiting now; what was not written yet is discarded")
+    assert last.startswith(
+        "mlprof-ebpf: a third stop signal: exiting now; what was not written yet is discarded"
+    )
     assert roots_of(Document(str(out)), target.pid) == 5  # -o was written whole before
     with sqlite3.connect(str(db)) as conn:  # nothing of the profile in the store
         assert conn.execute("SELECT COUNT(*) FROM sources").fetchone()[0] == 0
 
 
-def test_a_second_sigterm_stops_waiting_for_the_sink_and_keeps_the_items(agent, python_target, tmp_path):
+def test_a_second_sigterm_stops_waiting_for_the_sink_and_keeps_the_items(
+    agent, python_target, tmp_path
+):
     """--continuous with an MLflow sink that is not there: the first SIGTERM
     spools the partial period and waits up to 10 s for delivery; a second
     one ends the wait, the item stays in the spool for the next run."""
     target = python_target()
     spool = tmp_path / "spool"
-    run = agent("--pid", str(target.pid), "--continuous", "--sink", "http://127.0.0.1:9/", "--spool", str(spool))
+    run = agent(
+        "--pid",
+        str(target.pid),
+        "--continuous",
+        "--sink",
+        "http://127.0.0.1:9/",
+        "--spool",
+        str(spool),
+    )
     run.wait_attached(target.pid)
     target.ask("run nested 5")
     run.proc.send_signal(signal.SIGTERM)
@@ -84,7 +96,10 @@ def test_a_second_sigterm_stops_waiting_for_the_sink_and_keeps_the_items(agent, 
     result = run.stop(signal.SIGTERM, timeout=15)
     assert time.monotonic() - t0 < 3, result.stderr
     assert result.returncode == 0, result.stderr
-    assert f"a second SIGTERM: not waiting for the sink; 1 item stays in {spool} for the next run" in result.stderr
+    assert (
+        f"a second SIGTERM: not waiting for the sink; 1 item stays in {spool} for the next run"
+        in result.stderr
+    )
     items = list(spool.glob("*.item"))
     assert len(items) == 1
     assert json.loads(items[0].read_text())["sessions"] == 5

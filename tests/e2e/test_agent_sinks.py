@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import TARGET_PY, AgentRun, LineProcess, require
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
@@ -28,15 +27,26 @@ from _postgres import PostgresServer  # noqa: E402
 pytestmark = mlflow_warning_filters()
 
 START_NS, END_NS = 1_764_300_000_000_000_000, 1_764_300_060_000_000_000
-LABELS = {"namespace": "fraud", "pod": "scorer-7d9f", "container": "model", "node": "node-a", "pid": "812"}
+LABELS = {
+    "namespace": "fraud",
+    "pod": "scorer-7d9f",
+    "container": "model",
+    "node": "node-a",
+    "pid": "812",
+}
 
 
 @pytest.fixture(scope="module")
 def sink_deliver(agent_path) -> str:
     """tests/cpp's sink_deliver, beside the agent's build (or MLPROF_SINK_DELIVER)."""
     build = os.path.dirname(os.path.dirname(os.path.dirname(agent_path)))
-    path = os.environ.get("MLPROF_SINK_DELIVER", os.path.join(build, "tests", "cpp", "sink_deliver"))
-    require(os.access(path, os.X_OK), f"no sink_deliver at {path} (build tests/cpp with -DMLPROF_BUILD_AGENT=ON)")
+    path = os.environ.get(
+        "MLPROF_SINK_DELIVER", os.path.join(build, "tests", "cpp", "sink_deliver")
+    )
+    require(
+        os.access(path, os.X_OK),
+        f"no sink_deliver at {path} (build tests/cpp with -DMLPROF_BUILD_AGENT=ON)",
+    )
     return path
 
 
@@ -67,7 +77,9 @@ class Deliverer:
     """One sink in a sink_deliver process: deliver() sends one item."""
 
     def __init__(self, tool: str, url: str):
-        self.proc = subprocess.Popen([tool, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [tool, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         self.opened = self.proc.stdout.readline().rstrip("\n").split("\t", 1)
 
     def deliver(self, path: str, key: str, labels=LABELS, sessions: int = 3):
@@ -89,8 +101,12 @@ class Deliverer:
 
 
 def _mlprof(python_exe, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([python_exe, "-m", "mlflow_profiler._cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [python_exe, "-m", "mlflow_profiler._cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 # -- PostgreSQL ---------------------------------------------------------------------
@@ -114,7 +130,9 @@ def _database(server, name) -> str:
     return server.url.rsplit("/", 1)[0] + "/" + name
 
 
-def test_postgres_an_item_is_one_ebpf_source_the_rows_of_mlprof_add(postgres, sink_deliver, document, python_exe):
+def test_postgres_an_item_is_one_ebpf_source_the_rows_of_mlprof_add(
+    postgres, sink_deliver, document, python_exe
+):
     from mlflow_profiler import load
     from mlflow_profiler.store import open_store
 
@@ -122,9 +140,15 @@ def test_postgres_an_item_is_one_ebpf_source_the_rows_of_mlprof_add(postgres, si
     sink = Deliverer(sink_deliver, url)
     try:
         assert sink.opened == ["open", url], sink.opened
-        assert sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1") == ("delivered", "source 1")
+        assert sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1") == (
+            "delivered",
+            "source 1",
+        )
         # Re-sent (a crash between delivery and acknowledgement): not added twice.
-        assert sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1") == ("delivered", "source 1 (already there)")
+        assert sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1") == (
+            "delivered",
+            "source 1 (already there)",
+        )
     finally:
         sink.close()
     label_args = [a for k, v in LABELS.items() for a in ("--label", f"{k}={v}")]
@@ -143,7 +167,10 @@ def test_postgres_an_item_is_one_ebpf_source_the_rows_of_mlprof_add(postgres, si
         got, expected = store.load(source["source_id"]), reference.load(want["source_id"])
     assert got.to_tree() == expected.to_tree() == load(document).to_tree()
     got_doc, want_doc = json.loads(got.to_json()), json.loads(expected.to_json())
-    assert got_doc["span_values"] == want_doc["span_values"] and got_doc["kernel"] == want_doc["kernel"]
+    assert (
+        got_doc["span_values"] == want_doc["span_values"]
+        and got_doc["kernel"] == want_doc["kernel"]
+    )
     assert any(row[1] == "off_cpu" for row in want_doc["span_values"])
     # What a user reads: the same top, to the figure.
     tops = [_mlprof(python_exe, "top", u, "--format", "json") for u in (url, added)]
@@ -152,7 +179,9 @@ def test_postgres_an_item_is_one_ebpf_source_the_rows_of_mlprof_add(postgres, si
     assert json.loads(tops[0].stdout)["paths"], tops[0].stdout
 
 
-def test_postgres_a_server_down_is_a_retry_and_the_item_lands_once_it_is_back(postgres, sink_deliver, document):
+def test_postgres_a_server_down_is_a_retry_and_the_item_lands_once_it_is_back(
+    postgres, sink_deliver, document
+):
     from mlflow_profiler.store import open_store
 
     url = _database(postgres, "down")
@@ -190,7 +219,9 @@ def test_postgres_a_store_of_another_version_is_an_error_at_open(postgres, sink_
         conn.execute("UPDATE meta SET value = '99.0' WHERE key = 'version'")
     run = subprocess.run([sink_deliver, url], capture_output=True, text=True, input="", timeout=60)
     assert run.returncode == 1, run.stdout
-    assert run.stdout.startswith("error\t") and "99.0" in run.stdout and "newer" in run.stdout, run.stdout
+    assert (
+        run.stdout.startswith("error\t") and "99.0" in run.stdout and "newer" in run.stdout
+    ), run.stdout
 
 
 # -- MLflow -------------------------------------------------------------------------
@@ -220,9 +251,11 @@ def mlflow_server(tmp_path_factory):
         _stop(server.process)
 
 
-def test_mlflow_an_item_is_one_finished_run_with_tags_metrics_and_the_profile(sink_deliver, document, mlflow_server,
-                                                                              tmp_path):
+def test_mlflow_an_item_is_one_finished_run_with_tags_metrics_and_the_profile(
+    sink_deliver, document, mlflow_server, tmp_path
+):
     import mlflow
+
     from mlflow_profiler import load
 
     server = mlflow_server
@@ -235,7 +268,9 @@ def test_mlflow_an_item_is_one_finished_run_with_tags_metrics_and_the_profile(si
         run_id = detail.split()[1]
         # Delivered again: the run with that key is found, none is made.
         assert sink.deliver(document, "node-a/fraud/scorer-7d9f/model/1") == (
-            "delivered", f"run {run_id} (already there)")
+            "delivered",
+            f"run {run_id} (already there)",
+        )
     finally:
         sink.close()
 
@@ -248,8 +283,12 @@ def test_mlflow_an_item_is_one_finished_run_with_tags_metrics_and_the_profile(si
     assert tags["mlprof.key"] == "node-a/fraud/scorer-7d9f/model/1"
     assert {k: tags[k] for k in LABELS} == LABELS
 
-    path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="profile/profile.json",
-                                               dst_path=str(tmp_path / "dl"), tracking_uri=server.uri)
+    path = mlflow.artifacts.download_artifacts(
+        run_id=run_id,
+        artifact_path="profile/profile.json",
+        dst_path=str(tmp_path / "dl"),
+        tracking_uri=server.uri,
+    )
     got, want = load(path), load(document)
     assert got.to_tree() == want.to_tree()
     assert json.loads(got.to_json()) == json.loads(want.to_json())
@@ -268,7 +307,9 @@ def test_mlflow_an_item_is_one_finished_run_with_tags_metrics_and_the_profile(si
     assert m["profile/on_cpu_ms"] > 0 and m["profile/runq_ms"] >= 0, m
 
 
-def test_mlflow_a_server_down_is_a_retry_and_the_run_is_made_once_it_is_back(sink_deliver, document, mlflow_server):
+def test_mlflow_a_server_down_is_a_retry_and_the_run_is_made_once_it_is_back(
+    sink_deliver, document, mlflow_server
+):
     # The module's server, stopped and started again on its port and store
     # (the fixture then stops the new process).
     port = int(mlflow_server.uri.rsplit(":", 1)[1])
@@ -292,19 +333,26 @@ def test_mlflow_a_server_down_is_a_retry_and_the_run_is_made_once_it_is_back(sin
 # -- the agent itself ----------------------------------------------------------------
 
 
-def test_the_continuous_agent_delivers_to_postgres_and_mlflow(agent, python_target, postgres, mlflow_server,
-                                                             tmp_path):
+def test_the_continuous_agent_delivers_to_postgres_and_mlflow(
+    agent, python_target, postgres, mlflow_server, tmp_path
+):
     """mlprof-ebpf --continuous --sink URL, the real agent: its SIGTERM flush
     delivers the period's sessions, which the store and the server then hold."""
     from mlflow.tracking import MlflowClient
+
     from mlflow_profiler.store import open_store
 
-    urls = {"postgres": _database(postgres, "agent"), "mlflow": mlflow_server.uri + "/?experiment=agent"}
+    urls = {
+        "postgres": _database(postgres, "agent"),
+        "mlflow": mlflow_server.uri + "/?experiment=agent",
+    }
     pids = {}
     for name, url in urls.items():
         target = python_target()
         pids[name] = target.pid
-        run = agent("--pid", str(target.pid), "--continuous", "--sink", url, "--spool", str(tmp_path / name))
+        run = agent(
+            "--pid", str(target.pid), "--continuous", "--sink", url, "--spool", str(tmp_path / name)
+        )
         run.wait_attached(target.pid)
         target.ask("run sleep 3")
         result = run.stop(signal.SIGTERM)
@@ -317,12 +365,18 @@ def test_the_continuous_agent_delivers_to_postgres_and_mlflow(agent, python_targ
         assert sum(s["sessions"] for s in sources) == 3, sources
         for s in sources:
             labels = store.labels(s["source_id"])
-            assert labels["label.pid"] == str(pids["postgres"]) and labels["label.agent_item"], labels
+            assert (
+                labels["label.pid"] == str(pids["postgres"]) and labels["label.agent_item"]
+            ), labels
 
     client = MlflowClient(tracking_uri=mlflow_server.uri)
     runs = client.search_runs([client.get_experiment_by_name("agent").experiment_id])
     assert runs and all(r.info.status == "FINISHED" for r in runs)
-    assert sum(r.data.metrics["profile/sessions"] for r in runs) == 3, [r.data.metrics for r in runs]
+    assert sum(r.data.metrics["profile/sessions"] for r in runs) == 3, [
+        r.data.metrics for r in runs
+    ]
     for r in runs:
         assert r.data.tags["pid"] == str(pids["mlflow"]) and r.data.tags["mlprof.key"], r.data.tags
-        assert [f.path for f in client.list_artifacts(r.info.run_id, "profile")] == ["profile/profile.json"]
+        assert [f.path for f in client.list_artifacts(r.info.run_id, "profile")] == [
+            "profile/profile.json"
+        ]

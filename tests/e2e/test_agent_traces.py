@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from conftest import LineProcess, Document
+from conftest import Document, LineProcess
 
-TARGET = r'''
+TARGET = r"""
 import json, os, sys
 from opentelemetry.sdk.trace import TracerProvider
 from mlflow_profiler import profiling
@@ -40,7 +40,7 @@ for line in sys.stdin:
                 work(2000)
             ids.append(None)
     print(json.dumps({"ids": ids}), flush=True)
-'''
+"""
 
 
 def test_the_agents_document_and_store_keep_each_sessions_trace(agent, python_exe, tmp_out):
@@ -65,17 +65,25 @@ def test_the_agents_document_and_store_keep_each_sessions_trace(agent, python_ex
     by_session = {}
     for lane in doc.lanes:
         assert lane["pid"] == target.pid
-        by_session.setdefault(lane["session"], set()).add((lane.get("trace_id"), lane.get("span_id")))
+        by_session.setdefault(lane["session"], set()).add(
+            (lane.get("trace_id"), lane.get("span_id"))
+        )
     assert len(by_session) == 4, by_session
     # Sessions in order: traced, untraced, traced, untraced; a session's lanes agree.
     in_order = [by_session[s] for s in sorted(by_session)]
     assert in_order == [{traced[0]}, {(None, None)}, {traced[1]}, {(None, None)}], in_order
 
     # --stream: each session's header names its trace.
-    headers = [line for line in result.stdout.splitlines() if line.startswith(f"pid {target.pid} session ")]
+    headers = [
+        line for line in result.stdout.splitlines() if line.startswith(f"pid {target.pid} session ")
+    ]
     assert len(headers) == 4, result.stdout
-    assert [h.split(", trace ")[1] if ", trace " in h else None for h in headers] == \
-        [traced[0][0], None, traced[1][0], None], headers
+    assert [h.split(", trace ")[1] if ", trace " in h else None for h in headers] == [
+        traced[0][0],
+        None,
+        traced[1][0],
+        None,
+    ], headers
 
     # --store with --stream: a source per session; the traced two keep their ids.
     with open_store(str(db)) as store:

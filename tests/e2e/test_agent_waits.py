@@ -48,11 +48,15 @@ class Bpftrace:
         # stderr to a file: a pipe nobody reads fills with bpftrace's warnings
         # (lost events under load) and blocks it.
         self.err = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([exe, "-e", program], stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.proc = subprocess.Popen(
+            [exe, "-e", program], stdout=subprocess.PIPE, stderr=self.err, text=True
+        )
         self.lines: List[str] = []
         first = self.proc.stdout.readline()
         assert "Attaching" in first, (first, self.proc.wait(), self.err.seek(0), self.err.read())
-        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self._reader = threading.Thread(
+            target=lambda: self.lines.extend(self.proc.stdout), daemon=True
+        )
         self._reader.start()
         time.sleep(0.5)
 
@@ -76,9 +80,16 @@ def waker_of(comm: str, stack: str) -> str:
     interrupt context running on top of the current task (a softirq run on
     a hard interrupt's way out is a softirq), else that task's comm (the
     kernel's workers as one "kworker")."""
-    markers = (("hrtimer_wakeup", "timer"), ("__hrtimer_run_queues", "timer"), ("call_timer_fn", "timer"),
-               ("handle_softirqs", "softirq"), ("__do_softirq", "softirq"), ("run_ksoftirqd", "softirq"),
-               ("handle_irq_event", "hardirq"), ("__handle_irq_event_percpu", "hardirq"))
+    markers = (
+        ("hrtimer_wakeup", "timer"),
+        ("__hrtimer_run_queues", "timer"),
+        ("call_timer_fn", "timer"),
+        ("handle_softirqs", "softirq"),
+        ("__do_softirq", "softirq"),
+        ("run_ksoftirqd", "softirq"),
+        ("handle_irq_event", "hardirq"),
+        ("__handle_irq_event_percpu", "hardirq"),
+    )
     for frame in stack.split():  # innermost first
         for prefix, kind in markers:
             if frame.startswith(prefix + "+") or frame == prefix:
@@ -115,9 +126,14 @@ def overlap(a0: int, a1: int, windows) -> int:
 def blocked_in(doc: Document, tid: int, windows, wait=None) -> int:
     """Asleep ns of thread `tid` inside `windows` (the agent's raw intervals,
     from switch-out to wakeup), of sleeps on `wait` only, or all."""
-    return sum(overlap(iv["start_ns"], iv["wake_ns"], windows) for iv in doc.off_cpu
-               if iv["tid"] == tid and iv["blocked"] and iv["wake_ns"] >= iv["start_ns"]
-               and (wait is None or iv.get("wait") == wait))
+    return sum(
+        overlap(iv["start_ns"], iv["wake_ns"], windows)
+        for iv in doc.off_cpu
+        if iv["tid"] == tid
+        and iv["blocked"]
+        and iv["wake_ns"] >= iv["start_ns"]
+        and (wait is None or iv.get("wait") == wait)
+    )
 
 
 def test_gil_waits_are_told_apart_and_agree_with_take_gil(agent, python_target, tmp_out):
@@ -145,11 +161,17 @@ uretprobe:{lib}:take_gil, uretprobe:{lib}:drop_gil /@t[tid]/ {{
         span = [(s.start_ns, s.end_ns)]
         gil = waits.get("gil", 0)
         assert s.values.get("gil_wait", 0) == gil == blocked_in(doc, main, span, "gil")
-        windows = [(max(b, s.start_ns), min(e, s.end_ns)) for b, e in in_gil if e > s.start_ns and b < s.end_ns]
+        windows = [
+            (max(b, s.start_ns), min(e, s.end_ns))
+            for b, e in in_gil
+            if e > s.start_ns and b < s.end_ns
+        ]
         inside = blocked_in(doc, main, windows, "gil")
         others = blocked_in(doc, main, windows) - inside
-        print(f"span {s.index}: wall {s.wall_ns / MS:.2f} ms, GIL {gil / MS:.2f} ms "
-              f"({inside / MS:.2f} inside take_gil/drop_gil), other sleeps there {others / MS:.3f} ms, {waits}")
+        print(
+            f"span {s.index}: wall {s.wall_ns / MS:.2f} ms, GIL {gil / MS:.2f} ms "
+            f"({inside / MS:.2f} inside take_gil/drop_gil), other sleeps there {others / MS:.3f} ms, {waits}"
+        )
         # Two threads that never release the GIL share its 30 ms loop: at
         # least one switch interval (5 ms) of it waiting.
         assert gil >= 5 * MS, (waits, s.wall_ns)
@@ -170,13 +192,21 @@ def test_a_lock_wait_is_a_lock_and_agrees_with_the_targets_clock(agent, python_t
     main = target.ready["tid"]
     for s, call in zip(sorted(spans, key=lambda x: x.start_ns), reply["calls"]):
         waits = waits_of(doc, s)
-        assert s.values.get("lock_wait", 0) == waits.get("lock", 0) == blocked_in(doc, main, [(s.start_ns, s.end_ns)], "lock")
+        assert (
+            s.values.get("lock_wait", 0)
+            == waits.get("lock", 0)
+            == blocked_in(doc, main, [(s.start_ns, s.end_ns)], "lock")
+        )
         window = [tuple(call["waits"][0])]  # the target's clock around lock.acquire()
         lock, every = blocked_in(doc, main, window, "lock"), blocked_in(doc, main, window)
         gil = blocked_in(doc, main, window, "gil")
-        off = sum(overlap(iv["start_ns"], iv["end_ns"], window) for iv in doc.off_cpu if iv["tid"] == main)
-        print(f"span {s.index}: acquire() {(window[0][1] - window[0][0]) / MS:.2f} ms, off-CPU in it "
-              f"{off / MS:.2f} ms, asleep {every / MS:.2f} ms: lock {lock / MS:.2f} ms, GIL {gil / MS:.2f} ms")
+        off = sum(
+            overlap(iv["start_ns"], iv["end_ns"], window) for iv in doc.off_cpu if iv["tid"] == main
+        )
+        print(
+            f"span {s.index}: acquire() {(window[0][1] - window[0][0]) / MS:.2f} ms, off-CPU in it "
+            f"{off / MS:.2f} ms, asleep {every / MS:.2f} ms: lock {lock / MS:.2f} ms, GIL {gil / MS:.2f} ms"
+        )
         # acquire() is off the CPU nearly all its time (the helper releases
         # the lock late), asleep for the lock, then for the GIL to return to
         # Python (and in the run queue after each wakeup).
@@ -223,7 +253,11 @@ tracepoint:sched:sched_waking /args->pid == {main} && @d[{main}]/ {{
     rows = [dict(zip(k["wait_fields"], r)) for r in k.get("waits", [])]
     named = set()
     for s in spans:
-        fsync = [r for r in rows if r["span"] == s.index and r["syscall_name"] == "fsync" and r["state"] == "D"]
+        fsync = [
+            r
+            for r in rows
+            if r["span"] == s.index and r["syscall_name"] == "fsync" and r["state"] == "D"
+        ]
         assert fsync, (waits_of(doc, s), rows)
         named.add(fsync[0]["waker"])
     print(f"the agent's wakers of the fsync D waits {sorted(named)}; bpftrace saw {sorted(wakers)}")

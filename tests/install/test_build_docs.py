@@ -45,7 +45,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from typing import List, Tuple
+from typing import Tuple
 
 import pytest
 
@@ -53,18 +53,33 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "ebpf.md"
 CACHE = pathlib.Path(os.path.expanduser("~/.cache/mlflow-profiler-tests/build-docs"))
 MAX_AGE_S = float(os.environ.get("MLPROF_BUILD_DOCS_MAX_AGE_DAYS", "7")) * 86400
-PODMAN = ["podman", "run", "--rm", "--runtime", "runc", "--network", "host",
-          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+PODMAN = [
+    "podman",
+    "run",
+    "--rm",
+    "--runtime",
+    "runc",
+    "--network",
+    "host",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=1024:1024",
+]
 # What a person at the terminal answers; not part of the doc's commands.
-PRELUDE = ("set -euxo pipefail\nexport DEBIAN_FRONTEND=noninteractive\n"
-           "echo 'APT::Get::Assume-Yes \"true\";' > /etc/apt/apt.conf.d/90mlprof-test-assume-yes\n")
+PRELUDE = (
+    "set -euxo pipefail\nexport DEBIAN_FRONTEND=noninteractive\n"
+    "echo 'APT::Get::Assume-Yes \"true\";' > /etc/apt/apt.conf.d/90mlprof-test-assume-yes\n"
+)
 # After the doc's apt lines: a compiler cache for the build lines (not the doc's).
 CCACHE_SETUP = "apt-get install ccache\n"
 # base_dir: the doc's build directory, as .ci/run's C++ build sets its own
 # (relative there, `userspace/core/generated` on both sides; the sources,
 # at the same path, absolute). The stats log counts this build's hits alone.
-CCACHE_ENV = ("export CCACHE_DIR=/ccache CCACHE_BASEDIR={src}/build CCACHE_STATSLOG=/tmp/ccache-stats.log "
-              "CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache\n")
+CCACHE_ENV = (
+    "export CCACHE_DIR=/ccache CCACHE_BASEDIR={src}/build CCACHE_STATSLOG=/tmp/ccache-stats.log "
+    "CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache\n"
+)
 # What ccache hashes from the environment besides its own settings.
 LOCALE = ("LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES")
 
@@ -81,7 +96,7 @@ def doc_commands() -> Tuple[str, str]:
     """The doc's Build block as (the apt lines, the cmake and ninja lines):
     the first ```sh block after "## Build", split at its first cmake line."""
     text = DOC.read_text()
-    section = text[text.index("\n## Build\n"):]
+    section = text[text.index("\n## Build\n") :]
     m = re.search(r"\n```sh\n(.*?)\n```\n", section, re.S)
     assert m, "docs/ebpf.md's Build section has no ```sh block"
     lines = m.group(1).split("\n")
@@ -104,8 +119,11 @@ def source_tree(dest: pathlib.Path) -> None:
     """The repository's files as a commit of the working tree would hold them
     (tracked and new files, not what .gitignore leaves out) in `dest`: no
     build directory of this checkout leaks in."""
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           capture_output=True, check=True).stdout.split(b"\0")
+    files = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
     for rel in (f.decode() for f in files if f):
         src = REPO / rel
         if src.is_file() or src.is_symlink():
@@ -114,8 +132,12 @@ def source_tree(dest: pathlib.Path) -> None:
 
 
 def container(root: str, script: str, *extra: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([*PODMAN, *extra, "--rootfs", root, "bash", "-c", script],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*PODMAN, *extra, "--rootfs", root, "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +146,14 @@ def provisioned() -> pathlib.Path:
     bare = os.environ.get("MLPROF_BUILD_ROOT", "")
     require(os.geteuid() == 0, "a Podman container on a given root needs root")
     require(shutil.which("podman") is not None, "podman is needed (apt-get install podman)")
-    require(bool(bare) and (pathlib.Path(bare) / "usr/bin/apt-get").exists(),
-            "MLPROF_BUILD_ROOT: a clean Debian 12 root (debootstrap --variant=minbase bookworm; .ci/run makes one)")
+    require(
+        bool(bare) and (pathlib.Path(bare) / "usr/bin/apt-get").exists(),
+        "MLPROF_BUILD_ROOT: a clean Debian 12 root (debootstrap --variant=minbase bookworm; .ci/run makes one)",
+    )
     setup, _ = doc_commands()
-    commands = "\n".join(l for l in (PRELUDE + setup + CCACHE_SETUP).splitlines() if not l.startswith("#"))
+    commands = "\n".join(
+        l for l in (PRELUDE + setup + CCACHE_SETUP).splitlines() if not l.startswith("#")
+    )
     key = hashlib.sha256(commands.encode()).hexdigest()[:16]  # a comment's edit keeps the root
     root = CACHE / f"root-{key}"
     stamp = root.with_suffix(".done")
@@ -144,9 +170,16 @@ def provisioned() -> pathlib.Path:
     archives = CACHE / "apt-archives"
     (archives / "partial").mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    r = container(str(work), PRELUDE + setup + CCACHE_SETUP, "-v", f"{archives}:/var/cache/apt/archives",
-                  timeout=1800)
-    assert r.returncode == 0, f"the doc's apt lines failed on a clean root:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    r = container(
+        str(work),
+        PRELUDE + setup + CCACHE_SETUP,
+        "-v",
+        f"{archives}:/var/cache/apt/archives",
+        timeout=1800,
+    )
+    assert (
+        r.returncode == 0
+    ), f"the doc's apt lines failed on a clean root:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     work.rename(root)
     stamp.write_text(f"{time.monotonic() - t0:.0f} s\n")
     return root
@@ -156,16 +189,21 @@ def test_the_docs_build_lines_build_the_agent_on_a_clean_debian_root(provisioned
     _, build = doc_commands()
     src = tmp_path / "src"
     source_tree(src)
-    script = (PRELUDE + CCACHE_ENV.format(src=REPO) + f"cd {REPO}\n" + build +
-              "echo '--- checks (not the doc) ---'\n"
-              "ccache --show-log-stats\n"
-              "build/userspace/agent/mlprof-ebpf --version\n"
-              "build/userspace/agent/mlprof-ebpf --help > /dev/null\n"
-              "! ldd build/userspace/agent/mlprof-ebpf | grep 'not found'\n"
-              # the control file deploy/build-image.sh names libbpf-dev from
-              "grep -x 'Version: 1:1.4.6-1~bpo12+1' /opt/libbpf-1.4.6/DEBIAN/control\n"
-              "echo '--- packages ---'\n"
-              "dpkg-query -W -f '${Package} ${Version}\\n'\n")
+    script = (
+        PRELUDE
+        + CCACHE_ENV.format(src=REPO)
+        + f"cd {REPO}\n"
+        + build
+        + "echo '--- checks (not the doc) ---'\n"
+        "ccache --show-log-stats\n"
+        "build/userspace/agent/mlprof-ebpf --version\n"
+        "build/userspace/agent/mlprof-ebpf --help > /dev/null\n"
+        "! ldd build/userspace/agent/mlprof-ebpf | grep 'not found'\n"
+        # the control file deploy/build-image.sh names libbpf-dev from
+        "grep -x 'Version: 1:1.4.6-1~bpo12+1' /opt/libbpf-1.4.6/DEBIAN/control\n"
+        "echo '--- packages ---'\n"
+        "dpkg-query -W -f '${Package} ${Version}\\n'\n"
+    )
     ccache = pathlib.Path(os.environ.get("MLPROF_BUILD_DOCS_CCACHE") or CACHE / "ccache")
     if ccache == CACHE / "ccache":  # ours, not CI's: bounded
         ccache.mkdir(parents=True, exist_ok=True)
@@ -173,13 +211,27 @@ def test_the_docs_build_lines_build_the_agent_on_a_clean_debian_root(provisioned
             (ccache / "ccache.conf").write_text("max_size = 500M\n")
     locale = [a for v in LOCALE if v in os.environ for a in ("-e", v)]
     t0 = time.monotonic()
-    r = container(f"{provisioned}:O", script, "-v", f"{src}:{REPO}", "-v", f"{ccache}:/ccache", *locale,
-                  timeout=3600)
+    r = container(
+        f"{provisioned}:O",
+        script,
+        "-v",
+        f"{src}:{REPO}",
+        "-v",
+        f"{ccache}:/ccache",
+        *locale,
+        timeout=3600,
+    )
     took = time.monotonic() - t0
-    assert r.returncode == 0, f"the doc's build lines failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    assert (
+        r.returncode == 0
+    ), f"the doc's build lines failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     out = r.stdout
     assert re.search(r"^mlprof-ebpf \d+\.\d+\.\d+$", out, re.M), out[-2000:]
-    packages = dict(line.split(" ", 1) for line in out.split("--- packages ---\n", 1)[1].splitlines() if " " in line)
+    packages = dict(
+        line.split(" ", 1)
+        for line in out.split("--- packages ---\n", 1)[1].splitlines()
+        if " " in line
+    )
     from_backports = sorted(p for p, v in packages.items() if "bpo" in v)
     assert from_backports == ["bpftool"], from_backports
     assert re.match(r"7\.[5-9]", packages["bpftool"]), packages["bpftool"]

@@ -34,9 +34,14 @@ def setting():
     root = os.environ.get("MLPROF_MINIMAL_ROOT", "")
     require(os.geteuid() == 0, "a Podman container on a given root needs root")
     require(shutil.which("podman") is not None, "podman is needed (apt-get install podman)")
-    require(bool(wheels) and pathlib.Path(wheels).is_dir(), "MLPROF_WHEELS: the directory of the built wheels")
-    require(bool(root) and (pathlib.Path(root) / "usr/bin/python3").exists(),
-            "MLPROF_MINIMAL_ROOT: a minimal Debian root with python3 (.ci/run makes one with debootstrap)")
+    require(
+        bool(wheels) and pathlib.Path(wheels).is_dir(),
+        "MLPROF_WHEELS: the directory of the built wheels",
+    )
+    require(
+        bool(root) and (pathlib.Path(root) / "usr/bin/python3").exists(),
+        "MLPROF_MINIMAL_ROOT: a minimal Debian root with python3 (.ci/run makes one with debootstrap)",
+    )
     return pathlib.Path(wheels), pathlib.Path(root)
 
 
@@ -65,18 +70,39 @@ def test_installs_and_profiles_with_no_compiler_and_no_headers(setting, tmp_path
     script = (
         "set -e; "
         # What a user's slim image lacks: any compiler, and the Python headers.
-        "for c in gcc cc c++ g++ clang cmake; do if command -v $c; then echo \"found $c\"; exit 3; fi; done; "
+        'for c in gcc cc c++ g++ clang cmake; do if command -v $c; then echo "found $c"; exit 3; fi; done; '
         f"test ! -e /usr/include/python{version}/Python.h || {{ echo 'found Python.h'; exit 3; }}; "
         "python3 -m venv /tmp/venv; "
         f"/tmp/venv/bin/pip install --no-index --no-cache-dir -q /wheels/{wheel.name}; "
         "/tmp/venv/bin/python /probe/probe_model.py /tmp/profile.json.gz"
     )
     run = subprocess.run(
-        ["podman", "run", "--rm", "--runtime", "runc", "--ulimit", "nofile=1024:1024",
-         "--ulimit", "nproc=1024:1024", "--network", "none",
-         "-v", f"{wheel.parent}:/wheels:ro", "-v", f"{HERE}:/probe:ro",
-         "--rootfs", f"{root}:O", "sh", "-c", script],
-        capture_output=True, text=True, timeout=300)
+        [
+            "podman",
+            "run",
+            "--rm",
+            "--runtime",
+            "runc",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            "--network",
+            "none",
+            "-v",
+            f"{wheel.parent}:/wheels:ro",
+            "-v",
+            f"{HERE}:/probe:ro",
+            "--rootfs",
+            f"{root}:O",
+            "sh",
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
     assert "Model.predict: " in out and "  Model.features: " in out, out

@@ -29,8 +29,12 @@ def python_with_hook(tmp_path):
     site_dir = tmp_path / "site"
     site_dir.mkdir(exist_ok=True)
     shutil.copy(os.path.join(HERE, "..", "..", "python", pth), site_dir / pth)
-    return [sys.executable, "-c", f"import site, runpy, sys; site.addsitedir({str(site_dir)!r}); "
-            "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"]
+    return [
+        sys.executable,
+        "-c",
+        f"import site, runpy, sys; site.addsitedir({str(site_dir)!r}); "
+        "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +42,9 @@ def model_uri(tmp_path_factory):
     """(store URI, churn model URI): the models logged once per test module."""
     import _mlflow_models
 
-    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp_path_factory.mktemp("envstore"))
+    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(
+        tmp_path_factory.mktemp("envstore")
+    )
     return store, churn_uri
 
 
@@ -49,8 +55,14 @@ def run_script(tmp_path, body: str, env_extra: dict, tracking_uri: str, timeout=
     script.write_text(textwrap.dedent(body))
     import _mlflow_models
 
-    return subprocess.run(python_with_hook(tmp_path) + [str(script)], capture_output=True, text=True,
-                          env=_mlflow_models.child_env(tracking_uri, env_extra), timeout=timeout, cwd=tmp_path)
+    return subprocess.run(
+        python_with_hook(tmp_path) + [str(script)],
+        capture_output=True,
+        text=True,
+        env=_mlflow_models.child_env(tracking_uri, env_extra),
+        timeout=timeout,
+        cwd=tmp_path,
+    )
 
 
 APP = """

@@ -25,7 +25,9 @@ INSTALL_HINT = "apt-get install chromium chromium-driver; pip install selenium"
 
 def _find(candidates) -> Optional[str]:
     for name in candidates:
-        path = shutil.which(name) or (name if os.path.isabs(name) and os.access(name, os.X_OK) else None)
+        path = shutil.which(name) or (
+            name if os.path.isabs(name) and os.access(name, os.X_OK) else None
+        )
         if path:
             return path
     return None
@@ -100,12 +102,11 @@ def artifact_dir(tmp_path: Path) -> Path:
 
 
 SPEEDSCOPE_VERSION = "1.25.0"
-SPEEDSCOPE_CACHE = Path(
-    os.environ.get("MLPROF_TEST_CACHE", Path.home() / ".cache" / "mlflow-profiler-tests")
-) / "speedscope"
-SPEEDSCOPE_INSTALL = (
-    f"npm install --prefix {SPEEDSCOPE_CACHE} --no-save --no-audit --no-fund speedscope@{SPEEDSCOPE_VERSION}"
+SPEEDSCOPE_CACHE = (
+    Path(os.environ.get("MLPROF_TEST_CACHE", Path.home() / ".cache" / "mlflow-profiler-tests"))
+    / "speedscope"
 )
+SPEEDSCOPE_INSTALL = f"npm install --prefix {SPEEDSCOPE_CACHE} --no-save --no-audit --no-fund speedscope@{SPEEDSCOPE_VERSION}"
 
 
 def speedscope_index() -> Path:

@@ -69,8 +69,15 @@ def main():
         for _ in range(args.calls):
             predict(args.score_ms, args.spin, args.twice, clock, cpu)
     session.save(args.out)
-    print(json.dumps({"score_ns": sum(clock) / len(clock), "score_p50_ns": statistics.median(clock),
-                      "score_cpu_p50_ns": statistics.median(cpu)}))
+    print(
+        json.dumps(
+            {
+                "score_ns": sum(clock) / len(clock),
+                "score_p50_ns": statistics.median(clock),
+                "score_cpu_p50_ns": statistics.median(cpu),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,11 @@ from typing import Dict, Iterator, Optional
 
 
 @contextlib.contextmanager
-def serve(latency: Dict[str, float], slots: Optional[Dict[str, int]] = None,
-          answers: Optional[Dict[str, list]] = None) -> Iterator[dict]:
+def serve(
+    latency: Dict[str, float],
+    slots: Optional[Dict[str, int]] = None,
+    answers: Optional[Dict[str, list]] = None,
+) -> Iterator[dict]:
     """Starts one server per name of `latency` (seconds); yields {"urls":
     {name: "http://127.0.0.1:PORT/v1/responses"}, "ports": {name: PORT},
     "handled": [(name, t0, t1)], "answers": answers}. `slots`: a server-side
@@ -48,6 +51,7 @@ def serve(latency: Dict[str, float], slots: Optional[Dict[str, int]] = None,
                 headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
                 return web.json_response({"error": status}, status=status, headers=headers)
             return web.json_response({"answer": f"{name}: {body.get('ticket', '')} resolved"})
+
         return handle
 
     gates: dict = {}

@@ -19,12 +19,14 @@ with warnings.catch_warnings():
 
 def make_frame(n: int, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "ts": pd.date_range("2024-01-01", periods=n, freq="h"),
-        "amount": rng.gamma(2.0, 50.0, n),
-        "merchant": rng.choice(["a", "b", "c", "d"], n),
-        "user": rng.integers(0, 20, n),
-    })
+    return pd.DataFrame(
+        {
+            "ts": pd.date_range("2024-01-01", periods=n, freq="h"),
+            "amount": rng.gamma(2.0, 50.0, n),
+            "merchant": rng.choice(["a", "b", "c", "d"], n),
+            "user": rng.integers(0, 20, n),
+        }
+    )
 
 
 def features(df: pd.DataFrame) -> pd.DataFrame:
@@ -69,16 +71,29 @@ def save_and_load(tmp):
     df = make_frame(200)
     X = features(df)
     y = (df["amount"] > 100).astype(int)
-    pipe = Pipeline([
-        ("ct", ColumnTransformer([("num", StandardScaler(), ["hour", "amount", "ratio"]),
-                                  ("cat", OneHotEncoder(handle_unknown="ignore"), ["merchant"])])),
-        ("rf", RandomForestClassifier(n_estimators=5, random_state=0)),
-    ]).fit(X, y)
+    pipe = Pipeline(
+        [
+            (
+                "ct",
+                ColumnTransformer(
+                    [
+                        ("num", StandardScaler(), ["hour", "amount", "ratio"]),
+                        ("cat", OneHotEncoder(handle_unknown="ignore"), ["merchant"]),
+                    ]
+                ),
+            ),
+            ("rf", RandomForestClassifier(n_estimators=5, random_state=0)),
+        ]
+    ).fit(X, y)
     with open(tmp / "pipe.pkl", "wb") as f:
         pickle.dump(pipe, f)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mlflow.pyfunc.save_model(str(tmp / "model"), python_model=fraud_model_class()(),
-                                 artifacts={"pipe": str(tmp / "pipe.pkl")}, pip_requirements=["pandas"])
+        mlflow.pyfunc.save_model(
+            str(tmp / "model"),
+            python_model=fraud_model_class()(),
+            artifacts={"pipe": str(tmp / "pipe.pkl")},
+            pip_requirements=["pandas"],
+        )
         model = mlflow.pyfunc.load_model(str(tmp / "model"))
     return model, make_frame(50, seed=1)

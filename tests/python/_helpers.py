@@ -133,10 +133,18 @@ def check_times(session: ProfileSession) -> None:
         if "open_at_end" not in n["flags"] and "suspended_at_end" not in n["flags"]:
             assert n["end_ns"] <= stats["end_ns"], n
         assert 0 <= n["active_ns"] <= n["wall_ns"], n
-        kids = [c for c in n["children"] if same_lane(c, n)
-                and "open_at_end" not in c["flags"] and "suspended_at_end" not in c["flags"]]
+        kids = [
+            c
+            for c in n["children"]
+            if same_lane(c, n)
+            and "open_at_end" not in c["flags"]
+            and "suspended_at_end" not in c["flags"]
+        ]
         for c in kids:
-            assert n["start_ns"] <= c["start_ns"] and c["end_ns"] <= n["end_ns"], (n["label"], c["label"])
+            assert n["start_ns"] <= c["start_ns"] and c["end_ns"] <= n["end_ns"], (
+                n["label"],
+                c["label"],
+            )
         # A generator's wall time holds its consumer's calls made while it was
         # suspended (siblings of it): its running time is what adds up.
         assert sum(c["active_ns"] for c in kids) <= n["wall_ns"], n["label"]
@@ -153,10 +161,13 @@ def assert_times_add_up(node: dict) -> None:
     total = sum(c["duration_ns"] for c in kids)
     assert total <= node["duration_ns"], (
         f"{node['label']}: {node['duration_ns']} ns shown, its children add up to {total} ns: "
-        + ", ".join(f"{c['label']} {c['duration_ns']}" for c in kids))
+        + ", ".join(f"{c['label']} {c['duration_ns']}" for c in kids)
+    )
 
 
-def run_engines(program: Callable[[], object], engines=("native", "reference"), **kw) -> Dict[str, ProfileSession]:
+def run_engines(
+    program: Callable[[], object], engines=("native", "reference"), **kw
+) -> Dict[str, ProfileSession]:
     """Runs `program` once under each engine with the same options."""
     out = {}
     for engine in engines:
@@ -172,7 +183,6 @@ def native_defect(request, engine: str, reason: str, when: bool = True) -> None:
     pyext/ against docs/capture.md; the reference run stays a plain test."""
     if engine == "native" and when:
         request.applymarker(pytest.mark.xfail(strict=True, reason="native: " + reason))
-
 
 
 def require_tool(path, what: str, how: str):
@@ -198,10 +208,15 @@ def require_mlflow():
         import mlflow
     except ImportError as exc:
         if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
-            pytest.fail(f"MLflow is required here (MLPROF_REQUIRE_MLFLOW=1): {exc}; "
-                        "pip install 'mlflow-profiler[mlflow]'")
+            pytest.fail(
+                f"MLflow is required here (MLPROF_REQUIRE_MLFLOW=1): {exc}; "
+                "pip install 'mlflow-profiler[mlflow]'"
+            )
         # allow_module_level: test modules call this at import
-        pytest.skip("MLflow is not installed (pip install 'mlflow-profiler[mlflow]')", allow_module_level=True)
+        pytest.skip(
+            "MLflow is not installed (pip install 'mlflow-profiler[mlflow]')",
+            allow_module_level=True,
+        )
     return mlflow
 
 
@@ -220,10 +235,16 @@ def duckdb_with(extension: str, tmp_path):
         duckdb = importlib.import_module("duckdb")
         package = importlib.import_module(f"duckdb_extension_{extension}")
     except ImportError:
-        require_tool(None, f"duckdb and duckdb-extension-{extension}",
-                     f"pip install duckdb==1.5.5 duckdb-extension-{extension}==1.5.5")
-    (found,) = glob.glob(os.path.join(os.path.dirname(package.__file__), "extensions", "*",
-                                      f"{extension}.duckdb_extension"))
+        require_tool(
+            None,
+            f"duckdb and duckdb-extension-{extension}",
+            f"pip install duckdb==1.5.5 duckdb-extension-{extension}==1.5.5",
+        )
+    (found,) = glob.glob(
+        os.path.join(
+            os.path.dirname(package.__file__), "extensions", "*", f"{extension}.duckdb_extension"
+        )
+    )
     copy = os.path.join(str(tmp_path), f"{extension}_scanner.duckdb_extension")
     shutil.copyfile(found, copy)
     con = duckdb.connect()

@@ -35,11 +35,19 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-
 from _helpers import require_mlflow
 
-__all__ = ["MLFLOW_WARNING_FILTERS", "Server", "Store", "local_store", "mlflow_store", "mlflow_warning_filters",
-           "server_store", "start_server", "tracking_server"]
+__all__ = [
+    "MLFLOW_WARNING_FILTERS",
+    "Server",
+    "Store",
+    "local_store",
+    "mlflow_store",
+    "mlflow_warning_filters",
+    "server_store",
+    "start_server",
+    "tracking_server",
+]
 
 # Warnings MLflow's own dependencies raise inside MLflow's code, whatever the
 # test does; each module that talks to MLflow applies them with
@@ -250,17 +258,29 @@ def start_server(root: Path, port: Optional[int] = None) -> Server:
     env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     last_error = ""
     fixed = port
-    for attempt in range(1 if fixed else 3):  # the free port may be taken before the server binds it
+    for attempt in range(
+        1 if fixed else 3
+    ):  # the free port may be taken before the server binds it
         port = fixed or _free_port()
         uri = f"http://127.0.0.1:{port}"
         log_path = root / f"server-{attempt}.log"
         cmd = _server_command() + [
-            "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--backend-store-uri", backend, "--artifacts-destination", str(artifacts),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            backend,
+            "--artifacts-destination",
+            str(artifacts),
         ]
         with open(log_path, "wb") as log:
-            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True
+            )
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while time.monotonic() < deadline:
             if _healthy(uri):
@@ -269,7 +289,9 @@ def start_server(root: Path, port: Optional[int] = None) -> Server:
                 break
             time.sleep(0.2)
         _stop(process)
-        last_error = f"`{' '.join(cmd)}` did not answer {uri}/health; its log ends with:\n{_tail(log_path)}"
+        last_error = (
+            f"`{' '.join(cmd)}` did not answer {uri}/health; its log ends with:\n{_tail(log_path)}"
+        )
         if "address already in use" not in last_error.lower():
             break
     raise RuntimeError(last_error)

@@ -53,7 +53,9 @@ with warnings.catch_warnings():
 def frame(n: int, seed: int = 0) -> pd.DataFrame:
     """Input rows for ChurnModel (a NaN in the first row: _clean has work)."""
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({"spend": rng.gamma(2.0, 50.0, n), "visits": rng.integers(0, 30, n).astype(float)})
+    df = pd.DataFrame(
+        {"spend": rng.gamma(2.0, 50.0, n), "visits": rng.integers(0, 30, n).astype(float)}
+    )
     df.loc[0, "spend"] = np.nan
     return df
 
@@ -79,7 +81,9 @@ def log_models():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with mlflow.start_run():
-            churn = _log(mlflow.pyfunc.log_model, "churn", python_model=ChurnModel(), input_example=frame(3))
+            churn = _log(
+                mlflow.pyfunc.log_model, "churn", python_model=ChurnModel(), input_example=frame(3)
+            )
             sk = _log(mlflow.sklearn.log_model, "pipeline", sk_model=pipe, input_example=X.head(3))
     return churn.model_uri, sk.model_uri, X
 
@@ -139,7 +143,9 @@ def require_installed_pth(why: str) -> None:
     if installed_pth() is not None:
         return
     if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
-        pytest.fail(f"{PTH} is not installed in site-packages: CI must test the installed package ({why})")
+        pytest.fail(
+            f"{PTH} is not installed in site-packages: CI must test the installed package ({why})"
+        )
     pytest.skip(f"{why} needs the installed package (pip install .): its .pth starts autoprofile")
 
 
@@ -154,7 +160,9 @@ def child_env(tracking_uri, extra=None):
     env["MLFLOW_TRACKING_URI"] = tracking_uri
     env["PYTHONWARNINGS"] = "ignore"
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [TESTS_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     return env
 
 

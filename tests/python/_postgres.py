@@ -50,7 +50,16 @@ class PostgresServer:
         self.port = _free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         try:
-            self._run(f"{self.bindir}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8")
+            self._run(
+                f"{self.bindir}/initdb",
+                "-D",
+                self.data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+            )
             self.start()
         except BaseException:
             self.close()
@@ -62,9 +71,19 @@ class PostgresServer:
     def start(self) -> None:
         """Starts the server and waits until it accepts connections."""
         log = os.path.join(self.root, "server.log")
-        self._run(f"{self.bindir}/pg_ctl", "-D", self.data, "-l", log, "-w", "-t", "60", "-o",
-                  f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c max_connections=50 -c fsync=off",
-                  "start")
+        self._run(
+            f"{self.bindir}/pg_ctl",
+            "-D",
+            self.data,
+            "-l",
+            log,
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c max_connections=50 -c fsync=off",
+            "start",
+        )
 
     def stop(self) -> None:
         """Stops the server at once (connections are cut)."""

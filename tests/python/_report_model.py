@@ -82,4 +82,6 @@ class Model:
 
 
 def frame() -> pd.DataFrame:
-    return pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [0.5, 0.1, 0.2, 0.3], "c": [1.0, 0.0, 1.0, 0.0]})
+    return pd.DataFrame(
+        {"a": [1.0, 2.0, 3.0, 4.0], "b": [0.5, 0.1, 0.2, 0.3], "c": [1.0, 0.0, 1.0, 0.0]}
+    )

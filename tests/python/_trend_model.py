@@ -76,9 +76,15 @@ def main() -> None:
             model.predict(X)
             predict_ns.append(time.thread_time_ns() - t)
     session.save(args.out)
-    print(json.dumps({"predict_ns": sum(predict_ns) / len(predict_ns),
-                      "score_ns": sum(model.clock) / len(model.clock),
-                      "score_p50_ns": statistics.median(model.clock)}))
+    print(
+        json.dumps(
+            {
+                "predict_ns": sum(predict_ns) / len(predict_ns),
+                "score_ns": sum(model.clock) / len(model.clock),
+                "score_p50_ns": statistics.median(model.clock),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

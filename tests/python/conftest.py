@@ -6,10 +6,9 @@ import sys
 import threading
 
 import pytest
+from _helpers import instrumented
 
 from mlflow_profiler import _core
-
-from _helpers import instrumented
 
 ENGINES = ["native", "reference"]
 
@@ -28,7 +27,9 @@ def autoprofile_on() -> bool:
 
 def _thread_start():
     """What Thread.start calls to start a thread (all_threads wraps it)."""
-    return getattr(threading, "_start_joinable_thread", None) or getattr(threading, "_start_new_thread", None)
+    return getattr(threading, "_start_joinable_thread", None) or getattr(
+        threading, "_start_new_thread", None
+    )
 
 
 def _fresh():
@@ -87,9 +88,13 @@ def _no_leaks():
     threading_hook_before = getattr(threading, "_profile_hook", None)
     start_before = _thread_start()
     yield
-    assert getattr(threading, "_profile_hook", None) is threading_hook_before, "threading.setprofile not put back"
+    assert (
+        getattr(threading, "_profile_hook", None) is threading_hook_before
+    ), "threading.setprofile not put back"
     assert _thread_start() is start_before, "threading's thread start function not put back"
-    assert _core.session_var.get(None) is session_before, "a session is still current after the test"
+    assert (
+        _core.session_var.get(None) is session_before
+    ), "a session is still current after the test"
     assert sys.getprofile() is profile_before, "the profile function was not put back"
     assert _core._native_collecting() == 0, "a native session is still collecting"
     state = _core.capture_state()
@@ -99,4 +104,6 @@ def _no_leaks():
         # Freed with the last session (autoprofile keeps it between its sessions).
         assert _core.tool_id() == -1, "the sys.monitoring tool id was not freed"
     if sys.version_info >= (3, 12):
-        assert _instrumented_everywhere() == [], "events left on for every function (a thread's profile function?)"
+        assert (
+            _instrumented_everywhere() == []
+        ), "events left on for every function (a thread's profile function?)"

@@ -14,7 +14,6 @@ import pytest
 
 from mlflow_profiler import analysis, profiling
 from mlflow_profiler.store import open_store
-from test_store import _walk
 
 
 def _spin(n):
@@ -83,8 +82,9 @@ def test_top_ranks_paths_by_self_time_with_their_quantiles(captures):
     walls, selfs = _exact(captures)
     assert result.sessions == 12
     assert {"/".join(r.path) for r in result.rows} == set(walls)
-    assert [r.self_time["total"] for r in result.rows] == sorted((r.self_time["total"] for r in result.rows),
-                                                                 reverse=True)
+    assert [r.self_time["total"] for r in result.rows] == sorted(
+        (r.self_time["total"] for r in result.rows), reverse=True
+    )
     assert sum(r.share for r in result.rows) == pytest.approx(1.0)
     for r in result.rows:
         key = "/".join(r.path)
@@ -99,10 +99,16 @@ def test_top_ranks_paths_by_self_time_with_their_quantiles(captures):
     assert top_row.path[-1] == "_spin"  # the loop is where the time goes
     text = result.to_text(limit=3)
     lines = text.splitlines()
-    assert lines[0] == (f"top: 12 sessions, {len(result.rows)} call paths, "
-                        f"{analysis._ms(result.self_total_ms)} of self (running) time")
-    assert lines[1].split()[:3] == ["share", "calls", "wall"] and lines[2].endswith("/".join(top_row.path))
-    assert "waiting p95" in lines[1] and "off-CPU" not in lines[1]  # in process: waiting, no kernel column
+    assert lines[0] == (
+        f"top: 12 sessions, {len(result.rows)} call paths, "
+        f"{analysis._ms(result.self_total_ms)} of self (running) time"
+    )
+    assert lines[1].split()[:3] == ["share", "calls", "wall"] and lines[2].endswith(
+        "/".join(top_row.path)
+    )
+    assert (
+        "waiting p95" in lines[1] and "off-CPU" not in lines[1]
+    )  # in process: waiting, no kernel column
     assert lines[-2] == f"({len(result.rows) - 3} more paths: --limit)"
     assert lines[-1].startswith("self: the call's running time")
 
@@ -125,7 +131,9 @@ def test_a_store_and_files_give_the_same_answer_and_where_selects(captures, tmp_
     assert max(len(r.path) for r in shallow.rows) == 2
     walls, selfs = _exact(captures, depth=1)
     for r in shallow.rows:
-        assert r.self_time["total"] == pytest.approx(sum(selfs["/".join(r.path)]) / 1e6, rel=1e-9, abs=1e-6)
+        assert r.self_time["total"] == pytest.approx(
+            sum(selfs["/".join(r.path)]) / 1e6, rel=1e-9, abs=1e-6
+        )
 
 
 def _as_agent(session, span_values):
@@ -137,10 +145,31 @@ def _as_agent(session, span_values):
     doc["meta"]["source"] = "ebpf"
     doc["span_value_fields"] = ["span", "type", "unit", "value"]
     doc["span_values"] = span_values
-    doc["kernel"] = {"lost_events": 0, "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
-                                                          "waker_tid", "prev_state"], "off_cpu": [],
-                     "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
-                                       "exit_code"], "threads": []}
+    doc["kernel"] = {
+        "lost_events": 0,
+        "off_cpu_fields": [
+            "tid",
+            "pid",
+            "start_ns",
+            "wake_ns",
+            "end_ns",
+            "blocked",
+            "waker_tid",
+            "prev_state",
+        ],
+        "off_cpu": [],
+        "thread_fields": [
+            "tid",
+            "pid",
+            "parent_tid",
+            "start_ns",
+            "end_ns",
+            "name",
+            "started_under",
+            "exit_code",
+        ],
+        "threads": [],
+    }
     return loads(json.dumps(doc))
 
 
@@ -161,8 +190,14 @@ def test_top_of_agent_data_splits_each_calls_time_and_counts_sessions(tmp_path):
     store alike."""
     with profiling(depth=-1) as session:
         _encode(1000)
-    values = [[0, "cpu", "ns", 4000], [0, "off_cpu", "ns", 6000], [0, "own_off_cpu", "ns", 6000],
-              [0, "own_blocked", "ns", 5000], [0, "own_runq", "ns", 1000], [0, "gil_wait", "ns", 3000]]
+    values = [
+        [0, "cpu", "ns", 4000],
+        [0, "off_cpu", "ns", 6000],
+        [0, "own_off_cpu", "ns", 6000],
+        [0, "own_blocked", "ns", 5000],
+        [0, "own_runq", "ns", 1000],
+        [0, "gil_wait", "ns", 3000],
+    ]
     items = []
     for item in range(3):  # three items of two sessions each: lanes of sessions 2k+1 and 2k+2
         doc = json.loads(_as_agent(session, values).to_json())
@@ -179,8 +214,9 @@ def test_top_of_agent_data_splits_each_calls_time_and_counts_sessions(tmp_path):
         result = analysis.top(inputs)
         assert (result.sessions, result.profiles) == (6, 3)
         root = next(r for r in result.rows if r.path == ["_encode"])
-        assert root.kernel == pytest.approx({"calls": 3, "on_cpu": 0.004, "blocked": 0.005, "runq": 0.001,
-                                             "gil": 0.003})
+        assert root.kernel == pytest.approx(
+            {"calls": 3, "on_cpu": 0.004, "blocked": 0.005, "runq": 0.001, "gil": 0.003}
+        )
         lines = result.to_text().splitlines()
         assert lines[0].startswith("top: 6 sessions in 3 profiles, ")
         header = lines[1].split()
@@ -190,7 +226,11 @@ def test_top_of_agent_data_splits_each_calls_time_and_counts_sessions(tmp_path):
         assert json.loads(result.to_json())["profiles"] == 3
     # In process there is no kernel data: no such columns, one session per profile.
     plain = analysis.top([session])
-    assert plain.rows[0].kernel is None and "GIL" not in plain.to_text() and plain.profiles == plain.sessions == 1
+    assert (
+        plain.rows[0].kernel is None
+        and "GIL" not in plain.to_text()
+        and plain.profiles == plain.sessions == 1
+    )
 
 
 def _unfinished():
@@ -229,7 +269,9 @@ def test_a_store_read_as_rows_matches_the_trees(tmp_path):
     # kernel data, incomplete calls, threads and a depth cut; sampled-stack
     # sources are not calls: they are summed apart (Top.sampled).
     sessions = [_unfinished() for _ in range(3)]
-    sessions.append(_as_agent(sessions[0], [[0, "off_cpu", "ns", 3000], [2, "off_cpu", "ns", 1000]]))
+    sessions.append(
+        _as_agent(sessions[0], [[0, "off_cpu", "ns", 3000], [2, "off_cpu", "ns", 1000]])
+    )
     folded = tmp_path / "py-spy.folded"
     folded.write_text("main;_encode;_spin 7\n")
     db = tmp_path / "rows.db"
@@ -242,7 +284,10 @@ def test_a_store_read_as_rows_matches_the_trees(tmp_path):
     for depth in (None, 0, 1):
         from_store, in_memory = analysis.top([db], depth=depth), analysis.top(sessions, depth=depth)
         assert (from_store.rows, from_store.sessions, from_store.self_total_ms) == (
-            in_memory.rows, in_memory.sessions, in_memory.self_total_ms)
+            in_memory.rows,
+            in_memory.sessions,
+            in_memory.self_total_ms,
+        )
         assert from_store.sampled.samples == 7 and in_memory.sampled is None
     from_store = analysis.top([db])
     assert from_store.sessions == 4 and any(r.off_cpu for r in from_store.rows)
@@ -254,19 +299,47 @@ def test_mlprof_top(captures, tmp_path):
     with open_store(db) as store:
         for i, s in enumerate(captures):
             store.add(s, labels={"version": str(i % 2)})
-    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(db), "--where", "version=1",
-                          "--format", "json"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlflow_profiler._cli",
+            "top",
+            str(db),
+            "--where",
+            "version=1",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
     assert doc["sessions"] == 6 and doc["where"] == {"version": "1"}
-    assert doc["paths"][0]["path"][-1] == "_spin" and sum(p["share"] for p in doc["paths"]) == pytest.approx(1)
-    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(db), "--limit", "2"],
-                         capture_output=True, text=True, timeout=120)
+    assert doc["paths"][0]["path"][-1] == "_spin" and sum(
+        p["share"] for p in doc["paths"]
+    ) == pytest.approx(1)
+    run = subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", "top", str(db), "--limit", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and run.stdout.splitlines()[0].startswith("top: 12 sessions"), run
-    assert len(run.stdout.splitlines()) == 2 + 2 + 1 + 1  # headline, header, rows, --limit, the legend
-    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(tmp_path / "missing.json")],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and run.stderr.startswith("mlprof: ") and "missing.json" in run.stderr, run
+    assert (
+        len(run.stdout.splitlines()) == 2 + 2 + 1 + 1
+    )  # headline, header, rows, --limit, the legend
+    run = subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", "top", str(tmp_path / "missing.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        run.returncode == 2 and run.stderr.startswith("mlprof: ") and "missing.json" in run.stderr
+    ), run
     assert "Traceback" not in run.stderr
 
 
@@ -275,10 +348,12 @@ def test_top_sums_sampled_stacks_per_path(captures, tmp_path):
     # top gives each path its samples as the leaf (self) and at or under it
     # (total), beside the span sources' table, from a store or the file.
     folded = tmp_path / "py-spy.folded"
-    folded.write_text("main (app.py:1);predict (app.py:5);encode (app.py:9) 6\n"
-                      "main (app.py:1);predict (app.py:5) 3\n"
-                      "main (app.py:1);predict (app.py:5);decode (app.py:14) 1\n"
-                      "main (app.py:1);load (app.py:2) 10\n")
+    folded.write_text(
+        "main (app.py:1);predict (app.py:5);encode (app.py:9) 6\n"
+        "main (app.py:1);predict (app.py:5) 3\n"
+        "main (app.py:1);predict (app.py:5);decode (app.py:14) 1\n"
+        "main (app.py:1);load (app.py:2) 10\n"
+    )
     db = tmp_path / "mixed.db"
     with open_store(db) as store:
         store.add(captures[0])
@@ -286,9 +361,16 @@ def test_top_sums_sampled_stacks_per_path(captures, tmp_path):
     result = analysis.top([db])
     assert result.sessions == 1 and result.rows  # the span source, as before
     sampled = result.sampled
-    assert sampled.sources == 1 and sampled.samples == 20 and sampled.value_types == [["samples", "count"]]
+    assert (
+        sampled.sources == 1
+        and sampled.samples == 20
+        and sampled.value_types == [["samples", "count"]]
+    )
     rows = {"/".join(r.path): r for r in sampled.rows}
-    main, predict = next(p for p in rows if "/" not in p), next(p for p in rows if p.count("/") == 1 and "predict" in p)
+    main, predict = (
+        next(p for p in rows if "/" not in p),
+        next(p for p in rows if p.count("/") == 1 and "predict" in p),
+    )
     assert rows[main].self_values == [0] and rows[main].total_values == [20]
     assert rows[predict].self_values == [3] and rows[predict].total_values == [10]
     assert [r.self_values[0] for r in sampled.rows][:2] == [10, 6]  # load, then encode
@@ -298,10 +380,16 @@ def test_top_sums_sampled_stacks_per_path(captures, tmp_path):
     assert text.splitlines()[-5].split()[:3] == ["50.0%", "10", "10"]
     assert json.loads(result.to_json())["sampled"]["samples"] == 20
     # The file itself, without a store: only sampled stacks.
-    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(folded)], capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", "top", str(folded)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith("sampled stacks: 1 source, 20 samples") and "top:" not in run.stdout
+    assert (
+        run.stdout.startswith("sampled stacks: 1 source, 20 samples") and "top:" not in run.stdout
+    )
 
 
 def _rel_decode(n):
@@ -334,15 +422,24 @@ def _release(slow_decode: bool, count: int = 25, seed: int = 0):
     for _ in range(count):
         e = int(rng.lognormvariate(math.log(1e6), 0.3))
         d = int(rng.lognormvariate(math.log(1e6 * (3 if slow_decode else 1)), 0.3))
-        times = {"_rel_predict": (0, e + d + 3000), "_encode": (1000, 1000 + e),
-                 "_rel_decode": (2000 + e, 2000 + e + d)}
+        times = {
+            "_rel_predict": (0, e + d + 3000),
+            "_encode": (1000, 1000 + e),
+            "_rel_decode": (2000 + e, 2000 + e + d),
+        }
         spans = []
         for row in doc["spans"]:
             span = dict(zip(fields, row))
             start, end = times[names[span["function"]].rsplit(".", 1)[-1]]
-            span.update(start_ns=base + start, end_ns=base + end, active_ns=end - start, waiting_ns=0)
+            span.update(
+                start_ns=base + start, end_ns=base + end, active_ns=end - start, waiting_ns=0
+            )
             spans.append([span[f] for f in fields])
-        copy = dict(doc, spans=spans, meta=dict(doc["meta"], end_ns=base + e + d + 4000, duration_ns=e + d + 4000))
+        copy = dict(
+            doc,
+            spans=spans,
+            meta=dict(doc["meta"], end_ns=base + e + d + 4000, duration_ns=e + d + 4000),
+        )
         out.append(loads(json.dumps(copy)))
     return out
 
@@ -366,7 +463,9 @@ def test_bubbles_of_a_thread_pool_waiting_on_sleeps():
         assert len(predict()) == 4
     (report,) = analysis.bubbles([session], min_ms=1.0).sessions
     assert report["wait_data"]
-    assert report["bubble_ns"] >= 20_000_000, report["bubble_ns"]  # two rounds of 20 ms sleeps, overlapped
+    assert report["bubble_ns"] >= 20_000_000, report[
+        "bubble_ns"
+    ]  # two rounds of 20 ms sleeps, overlapped
     assert all(b["end_ns"] - b["start_ns"] >= 1_000_000 for b in report["bubbles"])
     waits = {w["span"] for b in report["bubbles"] for w in b["waiting"]}
     assert "sleep" in waits and "lock.acquire" in waits, waits
@@ -432,11 +531,31 @@ def test_bubbles_from_the_agents_off_cpu_intervals():
     doc["meta"]["source"] = "ebpf"
     doc["span_value_fields"] = ["span", "type", "unit", "value"]
     doc["span_values"] = []
-    doc["kernel"] = {"lost_events": 0, "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked",
-                                                          "waker_tid", "prev_state"],
-                     "off_cpu": [[tid, int(doc["meta"]["pid"]), a, a + 10, b, True, 0, 1]],
-                     "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under",
-                                       "exit_code"], "threads": []}
+    doc["kernel"] = {
+        "lost_events": 0,
+        "off_cpu_fields": [
+            "tid",
+            "pid",
+            "start_ns",
+            "wake_ns",
+            "end_ns",
+            "blocked",
+            "waker_tid",
+            "prev_state",
+        ],
+        "off_cpu": [[tid, int(doc["meta"]["pid"]), a, a + 10, b, True, 0, 1]],
+        "thread_fields": [
+            "tid",
+            "pid",
+            "parent_tid",
+            "start_ns",
+            "end_ns",
+            "name",
+            "started_under",
+            "exit_code",
+        ],
+        "threads": [],
+    }
     (report,) = analysis.bubbles([loads(_json.dumps(doc))], min_ms=0).sessions
     assert report["wait_data"]
     assert [(x["start_ns"], x["end_ns"]) for x in report["bubbles"]] == [(a, b)]
@@ -455,19 +574,41 @@ def test_mlprof_bubbles(tmp_path):
         return session
 
     path = asyncio.run(main()).save(tmp_path / "a.json")
-    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "bubbles", str(path), "--min-ms", "2",
-                          "--format", "json"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlflow_profiler._cli",
+            "bubbles",
+            str(path),
+            "--min-ms",
+            "2",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
-    assert doc["min_ns"] == 2_000_000 and len(doc["sessions"]) == 1 and doc["total_bubble_ns"] >= 5_000_000
+    assert (
+        doc["min_ns"] == 2_000_000
+        and len(doc["sessions"]) == 1
+        and doc["total_bubble_ns"] >= 5_000_000
+    )
 
 
 def test_bubbles_of_an_empty_selection_is_an_error_naming_it(captures, tmp_path):
     db = tmp_path / "one.db"
     with open_store(db) as store:
         store.add(captures[0], labels={"model": "fraud"})
-    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "bubbles", str(db), "--where", "model=typo"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", "bubbles", str(db), "--where", "model=typo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2 and run.stdout == ""
     assert "no session to look at" in run.stderr and "--where model=typo" in run.stderr
     with pytest.raises(analysis.AnalysisError):
@@ -517,11 +658,16 @@ def test_a_sleep_below_the_ceiling_is_waiting_not_self_time(tmp_path):
     row = rows["_fan_out"]
     # Its waits: the sleep, and on a busy machine its time in the run queue,
     # which the program's own off-CPU count holds too (on an idle one, ~0).
-    assert row.waiting["p50"] == pytest.approx(measured["off_cpu"] * 1e3, rel=0.05, abs=0.5), (row, measured)
+    assert row.waiting["p50"] == pytest.approx(measured["off_cpu"] * 1e3, rel=0.05, abs=0.5), (
+        row,
+        measured,
+    )
     assert row.waiting["p50"] >= measured["slept"] * 1e3 * 0.95 - 0.5, (row, measured)
     assert row.self_time["p50"] < row.wall["p50"] - 40, row
     assert row.self_time["p50"] + row.waiting["p50"] == pytest.approx(row.wall["p50"], rel=0.03)
-    assert rows["_entry"].self_time["p50"] < 2, rows["_entry"]  # _fan_out's running time is not _entry's
+    assert rows["_entry"].self_time["p50"] < 2, rows[
+        "_entry"
+    ]  # _fan_out's running time is not _entry's
     text = result.to_text()
     assert "waiting p95" in text.splitlines()[1] and "waiting: of the wall" in text
 
@@ -568,8 +714,11 @@ def test_running_and_waiting_agree_between_a_store_and_its_documents(tmp_path):
         from_files, from_store = analysis.top(files, depth=depth), analysis.top([db], depth=depth)
         assert from_store.rows == from_files.rows
         fetch = next(r for r in from_files.rows if r.path[-1] == "_fetch")
-        assert fetch.waiting["p50"] > 9 and fetch.self_time["p50"] < fetch.wall["p50"] - 9  # the await is waiting
+        assert (
+            fetch.waiting["p50"] > 9 and fetch.self_time["p50"] < fetch.wall["p50"] - 9
+        )  # the await is waiting
         fa = analysis.top(files, by="function", depth=depth)
         fb = analysis.top([db], by="function", depth=depth)
-        assert [(r.name, r.calls, r.flat_ns, r.cum_ns, r.waiting) for r in fa.rows] == \
-            [(r.name, r.calls, r.flat_ns, r.cum_ns, r.waiting) for r in fb.rows]
+        assert [(r.name, r.calls, r.flat_ns, r.cum_ns, r.waiting) for r in fa.rows] == [
+            (r.name, r.calls, r.flat_ns, r.cum_ns, r.waiting) for r in fb.rows
+        ]

@@ -7,10 +7,9 @@ import asyncio
 import collections
 
 import pytest
+from _helpers import check_times, find, walk
 
 from mlflow_profiler import current_session, profiling
-
-from _helpers import check_times, find, native_defect, walk
 
 
 def own_work(n):
@@ -209,7 +208,6 @@ async def fan_out():
 
 
 def test_callbacks_run_after_a_task_are_not_its_children(engine, request):
-
     async def main():
         loop = asyncio.get_running_loop()
         with profiling(depth=-1, engine=engine) as session:
@@ -227,7 +225,9 @@ def test_callbacks_run_after_a_task_are_not_its_children(engine, request):
     assert len(ticks) == 6
     for t in ticks:
         assert t["start_ns"] > fan["end_ns"]
-        assert not any(n is t for n in walk([fan])), "a callback run after fan_out returned is not under it"
+        assert not any(
+            n is t for n in walk([fan])
+        ), "a callback run after fan_out returned is not under it"
     assert len({t["task"] for t in ticks}) == 6  # six contexts, six lanes
 
 
@@ -248,7 +248,9 @@ def test_async_generator_closed_early(engine):
         return session
 
     session = asyncio.run(main())
-    roots = [r for r in session.to_tree() if r["label"].endswith("ticks") or r["label"] == "own_work"]
+    roots = [
+        r for r in session.to_tree() if r["label"].endswith("ticks") or r["label"] == "own_work"
+    ]
     assert [r["label"].rsplit(".", 1)[-1] for r in roots] == ["ticks", "own_work"]
     gen = roots[0]
     assert "exception" in gen["flags"] and "generator" in gen["flags"]  # closed by GeneratorExit
@@ -272,7 +274,9 @@ def test_async_generator_finalized_at_loop_shutdown(engine, depth):
     it = numbers()
 
     async def main():
-        asyncio.get_running_loop().set_exception_handler(lambda loop, context: messages.append(context))
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: messages.append(context)
+        )
         async for _ in it:
             break
 

@@ -17,18 +17,29 @@ import time
 import warnings
 
 import pytest
+from _helpers import check_times, require_mlflow, schedstat, walk
 
 from mlflow_profiler import profiling
-
-from _helpers import check_times, require_mlflow, schedstat, walk
 
 FAST, SMART = 0.02, 0.04  # seconds each endpoint call sleeps once it holds a slot
 CALLS = 16
 
 # asyncio's plumbing: none of it may be a node of the tree.
-INTERNALS = ("run_until_complete", "run_forever", "_run_once", "Runner", "_done_callback",
-             "_set_result_unless_cancelled", "_run_until_complete_cb", "shutdown_asyncgens",
-             "shutdown_default_executor", "_cancel_all_tasks", "Handle._run", "select", "_on_task_done")
+INTERNALS = (
+    "run_until_complete",
+    "run_forever",
+    "_run_once",
+    "Runner",
+    "_done_callback",
+    "_set_result_unless_cancelled",
+    "_run_until_complete_cb",
+    "shutdown_asyncgens",
+    "shutdown_default_executor",
+    "_cancel_all_tasks",
+    "Handle._run",
+    "select",
+    "_on_task_done",
+)
 
 
 async def endpoint_call(i, slots, latency, truth):
@@ -41,7 +52,10 @@ async def endpoint_call(i, slots, latency, truth):
 
 def calls(truth, fast, smart):
     # Odd calls go to "fast" (4 slots), even ones to "smart" (2 slots).
-    return [endpoint_call(i, fast if i % 2 else smart, FAST if i % 2 else SMART, truth) for i in range(CALLS)]
+    return [
+        endpoint_call(i, fast if i % 2 else smart, FAST if i % 2 else SMART, truth)
+        for i in range(CALLS)
+    ]
 
 
 async def fan_out(truth):
@@ -91,6 +105,7 @@ def kids(node):
 def shape(session, depth=None):
     def of(nodes):
         return tuple((n["label"], of(kids(n))) for n in nodes if "wait" not in n["flags"])
+
     return of(session.to_tree(depth))
 
 
@@ -168,7 +183,9 @@ def test_fan_out_hangs_under_the_call_that_ran_the_loop(engine, depth, until_com
         # gathers are call_endpoints' children, at depth 2.
         labels = [c["label"] for c in kids(ce)]
         # (run_until_complete's caller also makes and closes its loop)
-        assert [x for x in labels if x in MAIN_CALLS + ["endpoint_call"]] == MAIN_CALLS + ["endpoint_call"] * CALLS
+        assert [x for x in labels if x in MAIN_CALLS + ["endpoint_call"]] == MAIN_CALLS + [
+            "endpoint_call"
+        ] * CALLS
         assert "fan_out" not in [n["label"] for n in walk(session.to_tree())]
         ends = [c for c in kids(ce) if c["label"] == "endpoint_call"]
         assert all(c["depth"] == 2 and c["task"] > 0 for c in ends)
@@ -250,9 +267,15 @@ def test_chrome_trace_and_report_have_one_track_per_task(engine, tmp_path):
     session.save(str(tmp_path / "t.json"), "chrome_trace")
     trace = json.loads((tmp_path / "t.json").read_text())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    tracks = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    tracks = {
+        e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
     assert len([t for t in tracks if ", task " in t]) == CALLS + 1, sorted(tracks)
-    names = {e.get("name", "") for e in events if e.get("ph") == "X" and "select" not in e.get("name", "")}
+    names = {
+        e.get("name", "")
+        for e in events
+        if e.get("ph") == "X" and "select" not in e.get("name", "")
+    }
     assert not [n for n in names if any(part in n for part in INTERNALS)], sorted(names)
     session.save(str(tmp_path / "r.html"))
     doc = (tmp_path / "r.html").read_text()
@@ -302,7 +325,10 @@ def test_a_task_made_in_a_task_hangs_under_it(engine, depth):
             # the leaf's first line runs: milliseconds under CI's two-core load
             # (30 ms for an 11.7 ms leaf once, within 0.1 ms idle), so its time
             # is the native engine's to check here.
-            if engine == "native" and abs(lf["wall_ns"] / 1e9 - own) > tolerance(engine) * own + runq:
+            if (
+                engine == "native"
+                and abs(lf["wall_ns"] / 1e9 - own) > tolerance(engine) * own + runq
+            ):
                 misses.append((lf["wall_ns"], own, runq))
         if not misses:
             break
@@ -367,12 +393,16 @@ def test_to_thread_work_hangs_under_the_task_that_awaited_it(engine, depth):
     with profiling(depth=depth, engine=engine, all_threads=True) as session:
         results = asyncio.run(offload_all())
     roots = session.to_tree()
-    offloads = sorted((n for n in walk(roots) if n["label"] == "offload"), key=lambda n: n["start_ns"])
+    offloads = sorted(
+        (n for n in walk(roots) if n["label"] == "offload"), key=lambda n: n["start_ns"]
+    )
     assert len(offloads) == 4
     for o, (n, own) in zip(offloads, results):
         (awaiting,) = [c for c in kids(o) if c["label"] == "to_thread"]
         (w,) = [c for c in kids(awaiting) if c["label"] == "blocking"]
-        assert w["thread_id"] != o["thread_id"] and w["depth"] == 3  # offload_all: a root (no span ran the loop)
+        assert (
+            w["thread_id"] != o["thread_id"] and w["depth"] == 3
+        )  # offload_all: a root (no span ran the loop)
         assert abs(w["wall_ns"] / 1e9 - own) <= tolerance(engine) * own, (w["wall_ns"], own)
     assert len([n for n in walk(roots) if n["label"] == "blocking"]) == 4
 
@@ -392,9 +422,14 @@ def router_class(mlflow):
 
         async def _fan_out(self, truth):
             fast, smart = asyncio.Semaphore(4), asyncio.Semaphore(2)
-            return await asyncio.gather(*(
-                self._endpoint_call(i, fast if i % 2 else smart, FAST if i % 2 else SMART, truth)
-                for i in range(CALLS)))
+            return await asyncio.gather(
+                *(
+                    self._endpoint_call(
+                        i, fast if i % 2 else smart, FAST if i % 2 else SMART, truth
+                    )
+                    for i in range(CALLS)
+                )
+            )
 
         async def _endpoint_call(self, i, slots, latency, truth):
             t0 = time.perf_counter()
@@ -414,7 +449,9 @@ def test_mlflow_python_model_fan_out(engine, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = str(tmp_path / "router")
-        mlflow.pyfunc.save_model(path, python_model=router_class(mlflow)(), pip_requirements=["pandas"])
+        mlflow.pyfunc.save_model(
+            path, python_model=router_class(mlflow)(), pip_requirements=["pandas"]
+        )
         model = mlflow.pyfunc.load_model(path)
         frame = pd.DataFrame({"ticket": ["a"]})
         model.predict(frame)  # first call: imports, caches

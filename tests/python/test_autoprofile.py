@@ -12,7 +12,6 @@ import textwrap
 import threading
 
 import pytest
-
 from _helpers import require_mlflow, require_tool, walk
 
 mlflow = require_mlflow()
@@ -32,11 +31,12 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """(churn model, sklearn model, sklearn sample), logged once per module."""
+    import _mlflow_models
     import mlflow.pyfunc
 
-    import _mlflow_models
-
-    store, churn_uri, sk_uri, X = _mlflow_models.log_models_in_new_store(tmp_path_factory.mktemp("store"))
+    store, churn_uri, sk_uri, X = _mlflow_models.log_models_in_new_store(
+        tmp_path_factory.mktemp("store")
+    )
     with _mlflow_models.tracking_uri(store):
         return mlflow.pyfunc.load_model(churn_uri), mlflow.pyfunc.load_model(sk_uri), X
 
@@ -118,8 +118,10 @@ def test_sklearn_pipeline_profile(models):
     assert "Pipeline.predict" in labels_at(session, 1)
     pipeline = next(n for n in walk(session.to_tree()) if n["label"] == "Pipeline.predict")
     below = [n["label"] for n in walk(pipeline["children"])]
-    assert any(label.endswith("StandardScaler.transform") or label == "StandardScaler.transform" for label in below) or \
-        any("transform" in label for label in below), below
+    assert any(
+        label.endswith("StandardScaler.transform") or label == "StandardScaler.transform"
+        for label in below
+    ) or any("transform" in label for label in below), below
     assert any("LogisticRegression" in label or "predict" in label for label in below), below
 
 
@@ -290,7 +292,9 @@ def test_profiler_failure_never_reaches_the_model(models, caplog):
     finally:
         _autoprofile._model_info = real
     assert mlflow_profiler.last_profile() is None
-    messages = [r.getMessage() for r in caplog.records if "could not start a session" in r.getMessage()]
+    messages = [
+        r.getMessage() for r in caplog.records if "could not start a session" in r.getMessage()
+    ]
     assert len(messages) <= 1  # once per kind per process (may have been logged by an earlier test)
 
 
@@ -311,7 +315,9 @@ def test_without_mlflow_autoprofile_names_the_extra():
             print("ERR", e)
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
     assert out.returncode == 0, out.stderr
     assert "pip install 'mlflow-profiler[mlflow]'" in out.stdout
 
@@ -339,7 +345,10 @@ def test_output_dir_profiles_are_written_by_the_writer_thread(models, tmp_path):
     assert all(r.equals(results[0]) for r in results)
     loaded = mlflow_profiler.load(files[-1])
     assert loaded.spans[0].label == "predict [pyfunc ChurnModel]"
-    assert loaded.statistics()["span_count"] == mlflow_profiler.last_profile().statistics()["span_count"]
+    assert (
+        loaded.statistics()["span_count"]
+        == mlflow_profiler.last_profile().statistics()["span_count"]
+    )
     assert after["submitted"] - before["submitted"] == 5
     assert after["exported"] - before["exported"] == 5
     assert after["queued"] == 0
@@ -349,7 +358,7 @@ def test_output_dir_profiles_are_written_by_the_writer_thread(models, tmp_path):
     for tid in os.listdir("/proc/self/task"):
         with open(f"/proc/self/task/{tid}/stat") as f:
             stat = f.read()
-        if stat[stat.index("(") + 1:stat.rindex(")")] == "mlprof-writer":
+        if stat[stat.index("(") + 1 : stat.rindex(")")] == "mlprof-writer":
             writers.append(int(tid))
     assert len(writers) == 1
     assert os.sched_getscheduler(writers[0]) == os.SCHED_IDLE
@@ -367,7 +376,9 @@ def test_output_dir_full_queue_drops_and_counts(tmp_path):
         fib(17)  # 5167 spans: each write takes milliseconds
     profile = session._built()
     before = export_stats()
-    accepted = [_core.write_in_background(profile, str(tmp_path / f"p{i}.json.gz"), 1) for i in range(20)]
+    accepted = [
+        _core.write_in_background(profile, str(tmp_path / f"p{i}.json.gz"), 1) for i in range(20)
+    ]
     assert mlflow_profiler.flush(60)
     after = export_stats()
     assert accepted[0] and accepted.count(False) >= 10  # one slot: the rest of the burst is dropped
@@ -375,16 +386,32 @@ def test_output_dir_full_queue_drops_and_counts(tmp_path):
     assert after["exported"] - before["exported"] == accepted.count(True)
     assert after["submitted"] - before["submitted"] == 20
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        f"p{i}.json.gz" for i, ok in enumerate(accepted) if ok)
+        f"p{i}.json.gz" for i, ok in enumerate(accepted) if ok
+    )
 
 
 def _under_strace(strace, syscalls, script, out_dir, tmp_path):
     """Runs `script` (argv[1]: out_dir) in a child under strace -f tracing
     `syscalls`; asserts it succeeded and returns (the process, the trace's path)."""
     log = tmp_path / "strace.log"
-    proc = subprocess.run([strace, "-f", "-qq", "-e", f"trace={syscalls}", "-o", str(log),
-                           sys.executable, "-c", script, str(out_dir)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            strace,
+            "-f",
+            "-qq",
+            "-e",
+            f"trace={syscalls}",
+            "-o",
+            str(log),
+            sys.executable,
+            "-c",
+            script,
+            str(out_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc, log
 
@@ -417,8 +444,11 @@ def test_output_dir_writes_without_a_flush_per_profile_and_flush_makes_them_dura
     out_dir = tmp_path / "profiles"
     proc, log = _under_strace(strace, "fsync,fdatasync,syncfs,sync", script, out_dir, tmp_path)
     assert proc.stdout.split() == ["20"]
-    calls = [line.split(None, 1)[1].split("(", 1)[0] for line in log.read_text().splitlines()
-             if "(" in line and not line.split(None, 1)[1].startswith("+++")]
+    calls = [
+        line.split(None, 1)[1].split("(", 1)[0]
+        for line in log.read_text().splitlines()
+        if "(" in line and not line.split(None, 1)[1].startswith("+++")
+    ]
     assert calls == ["syncfs"], calls
     for i in range(20):  # whole: fib(12) is 465 calls
         loaded = mlflow_profiler.load(str(out_dir / f"p{i}.json.gz"))
@@ -459,17 +489,19 @@ def test_queueing_a_profile_does_not_wake_the_writer_while_it_polls(tmp_path):
     lines = [line for line in log.read_text().splitlines() if line.split(None, 1)[0] == main]
     markers = [i for i, line in enumerate(lines) if "getppid(" in line]
     assert len(markers) == 2, lines
-    wakes = [line for line in lines[markers[0]:markers[1]] if "FUTEX_WAKE" in line]
+    wakes = [line for line in lines[markers[0] : markers[1]] if "FUTEX_WAKE" in line]
     # The old writer was woken per profile (10 here). A wake-up can still come
     # from the writer's mutex if its poll takes it at that instant.
     assert len(wakes) <= 1, wakes
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(
-        ["first.json"] + [f"p{i}.json" for i in range(10)])
+        ["first.json"] + [f"p{i}.json" for i in range(10)]
+    )
 
 
 def test_output_dir_write_failure_is_counted_and_logged_once(models, tmp_path, caplog):
     churn, _, _ = models
     import _mlflow_models
+
     from mlflow_profiler import _log
 
     df = _mlflow_models.frame(16)

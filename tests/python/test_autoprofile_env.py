@@ -13,14 +13,19 @@ import sys
 import textwrap
 
 import pytest
-
 from _helpers import require_mlflow
 
 mlflow = require_mlflow()
 
+from _autoprofile_child import (  # noqa: E402,F401 (model_uri: a fixture)
+    APP,
+    model_uri,
+    python_with_hook,
+    run_script,
+)
+
 import mlflow_profiler  # noqa: E402
 from mlflow_profiler import _env  # noqa: E402
-from _autoprofile_child import APP, model_uri, python_with_hook, run_script  # noqa: E402,F401 (model_uri: a fixture)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*type hint:UserWarning"),
@@ -33,10 +38,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def test_environment_turns_autoprofile_on_with_no_code_change(tmp_path, model_uri):
     store, uri = model_uri
     out_dir = tmp_path / "profiles"
-    r = run_script(tmp_path, APP.format(uri=uri, calls=3), {
-        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
-        "MLFLOW_PROFILER_SAMPLE_RATE": "1.0", "MLFLOW_PROFILER_CAPTURE_IO": "true",
-        "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir)}, store)
+    r = run_script(
+        tmp_path,
+        APP.format(uri=uri, calls=3),
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_DEPTH": "1",
+            "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
+            "MLFLOW_PROFILER_CAPTURE_IO": "true",
+            "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
+        },
+        store,
+    )
     assert r.returncode == 0, r.stderr
     assert "LAST predict [pyfunc ChurnModel]" in r.stdout
     files = sorted(glob.glob(str(out_dir / "profile-*.json.gz")))
@@ -62,15 +75,24 @@ def test_without_the_variable_nothing_is_imported(tmp_path, model_uri):
     assert "mlflow" not in r.stdout  # MLflow itself is only patched once the program imports it
 
 
-@pytest.mark.parametrize("name,value", [
-    ("MLFLOW_PROFILER_SAMPLE_RATE", "abc"), ("MLFLOW_PROFILER_SAMPLE_RATE", "1.5"),
-    ("MLFLOW_PROFILER_DEPTH", "two"), ("MLFLOW_PROFILER_CAPTURE_IO", "maybe"),
-    ("MLFLOW_PROFILER_QUEUE_SIZE", "0"),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("MLFLOW_PROFILER_SAMPLE_RATE", "abc"),
+        ("MLFLOW_PROFILER_SAMPLE_RATE", "1.5"),
+        ("MLFLOW_PROFILER_DEPTH", "two"),
+        ("MLFLOW_PROFILER_CAPTURE_IO", "maybe"),
+        ("MLFLOW_PROFILER_QUEUE_SIZE", "0"),
+    ],
+)
 def test_a_bad_value_is_named_and_the_program_still_runs(tmp_path, model_uri, name, value):
     store, uri = model_uri
-    r = run_script(tmp_path, APP.format(uri=uri, calls=1),
-                   {"MLFLOW_PROFILER_AUTOPROFILE": "1", name: value}, store)
+    r = run_script(
+        tmp_path,
+        APP.format(uri=uri, calls=1),
+        {"MLFLOW_PROFILER_AUTOPROFILE": "1", name: value},
+        store,
+    )
     assert r.returncode == 0, r.stderr
     assert name in r.stderr and "autoprofile stays off" in r.stderr
     assert "LAST None" in r.stdout
@@ -78,8 +100,13 @@ def test_a_bad_value_is_named_and_the_program_still_runs(tmp_path, model_uri, na
 
 def test_env_read_validates_every_variable():
     assert _env.read({})["sample_rate"] == 1.0
-    got = _env.read({"MLFLOW_PROFILER_SAMPLE_RATE": "0.25", "MLFLOW_PROFILER_DEPTH": "-1",
-                     "MLFLOW_PROFILER_LOG_TO_MLFLOW": "yes"})
+    got = _env.read(
+        {
+            "MLFLOW_PROFILER_SAMPLE_RATE": "0.25",
+            "MLFLOW_PROFILER_DEPTH": "-1",
+            "MLFLOW_PROFILER_LOG_TO_MLFLOW": "yes",
+        }
+    )
     assert (got["sample_rate"], got["depth"], got["log_to_mlflow"]) == (0.25, -1, True)
     for var in _env.VARIABLES:
         if var.parse is _env._text:
@@ -100,7 +127,9 @@ def launcher(tmp_path):
     if script is not None:
         return [script]
     if os.environ.get("MLPROF_REQUIRE_MLFLOW") == "1":
-        pytest.fail("the mlflow-profiler-run console script is not installed next to the interpreter")
+        pytest.fail(
+            "the mlflow-profiler-run console script is not installed next to the interpreter"
+        )
     return [sys.executable, "-m", "mlflow_profiler._launcher"]
 
 
@@ -118,10 +147,20 @@ def test_launcher_runs_a_command_with_autoprofile_on(tmp_path, model_uri):
     assert r.returncode == 0, r.stderr
     assert "LAST predict [pyfunc ChurnModel]" in r.stdout
     assert len(glob.glob(str(out_dir / "*.json.gz"))) == 2
-    for flag, value, says in (("--sample-rate", "2", "in [0, 1]"), ("--sample-rate", "abc", "is not a number"),
-                              ("--depth", "deep", "is not an integer")):
-        bad = subprocess.run(launcher(tmp_path) + [flag, value, "--", sys.executable, "-c", "pass"],
-                             capture_output=True, text=True, env=env, timeout=60)
+    for flag, value, says in (
+        ("--sample-rate", "2", "in [0, 1]"),
+        ("--sample-rate", "abc", "is not a number"),
+        ("--depth", "deep", "is not an integer"),
+    ):
+        bad = subprocess.run(
+            launcher(tmp_path) + [flag, value, "--", sys.executable, "-c", "pass"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         # the error names the flag the user typed, not the variable it sets
-        assert bad.returncode == 2 and f"{flag}='{value}'" in bad.stderr and says in bad.stderr, bad.stderr
+        assert (
+            bad.returncode == 2 and f"{flag}='{value}'" in bad.stderr and says in bad.stderr
+        ), bad.stderr
         assert "MLFLOW_PROFILER_" not in bad.stderr.splitlines()[-1], bad.stderr

@@ -11,13 +11,18 @@ import textwrap
 import time
 
 import pytest
-
 from _helpers import require_mlflow
 
 mlflow = require_mlflow()
 
+from _autoprofile_child import (  # noqa: E402,F401 (model_uri: a fixture)
+    APP,
+    model_uri,
+    python_with_hook,
+    run_script,
+)
+
 import mlflow_profiler  # noqa: E402
-from _autoprofile_child import APP, model_uri, python_with_hook, run_script  # noqa: E402,F401 (model_uri: a fixture)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*type hint:UserWarning"),
@@ -27,9 +32,17 @@ pytestmark = [
 
 def test_profiles_are_logged_to_mlflow_in_the_background(tmp_path, model_uri):
     store, uri = model_uri
-    r = run_script(tmp_path, APP.format(uri=uri, calls=4), {
-        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
-        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": "serving-profiles"}, store)
+    r = run_script(
+        tmp_path,
+        APP.format(uri=uri, calls=4),
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_DEPTH": "1",
+            "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1",
+            "MLFLOW_PROFILER_EXPERIMENT": "serving-profiles",
+        },
+        store,
+    )
     assert r.returncode == 0, r.stderr
     assert "FLUSHED True" in r.stdout
     from mlflow.tracking import MlflowClient
@@ -41,9 +54,14 @@ def test_profiles_are_logged_to_mlflow_in_the_background(tmp_path, model_uri):
     assert runs[0].info.status == "FINISHED"  # ended when the process exited
     profiles = client.list_artifacts(runs[0].info.run_id, "profiles")
     assert len(profiles) == 4
-    names = {f.path.rsplit("/", 1)[-1] for f in client.list_artifacts(runs[0].info.run_id, profiles[0].path)}
+    names = {
+        f.path.rsplit("/", 1)[-1]
+        for f in client.list_artifacts(runs[0].info.run_id, profiles[0].path)
+    }
     assert {"profile.json", "profile.html", "profile.trace.json"} <= names
-    local = client.download_artifacts(runs[0].info.run_id, profiles[0].path + "/profile.json", str(tmp_path))
+    local = client.download_artifacts(
+        runs[0].info.run_id, profiles[0].path + "/profile.json", str(tmp_path)
+    )
     assert mlflow_profiler.load(local).spans[0].label == "predict [pyfunc ChurnModel]"
 
 
@@ -82,19 +100,29 @@ def test_a_down_tracking_server_never_blocks_the_model(tmp_path, model_uri):
     s.close()  # nothing listens there now
     # MLflow's own retry settings left at their defaults (minutes of retries
     # per request, each logged): the exporter does not get that far.
-    r = run_script(tmp_path, DOWN_APP.format(uri=uri, port=port), {
-        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
-        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_QUEUE_SIZE": "4"}, store)
+    r = run_script(
+        tmp_path,
+        DOWN_APP.format(uri=uri, port=port),
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_DEPTH": "1",
+            "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1",
+            "MLFLOW_PROFILER_QUEUE_SIZE": "4",
+        },
+        store,
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     stats_line = next(line for line in lines if line.startswith("STATS"))
-    export = eval(stats_line[len("STATS "):])["export"]  # our own repr of a dict of ints
+    export = eval(stats_line[len("STATS ") :])["export"]  # our own repr of a dict of ints
     assert export["submitted"] == 10
     assert export["exported"] == 0
     assert export["sink_down"] >= 1 and export["failed"] == 0
     assert export["sink_down"] + export["dropped"] == 10
     assert "FLUSHED True" in lines
-    assert float(next(line for line in lines if line.startswith("FLUSH_S")).split()[1]) < 10  # not MLflow's retries
+    assert (
+        float(next(line for line in lines if line.startswith("FLUSH_S")).split()[1]) < 10
+    )  # not MLflow's retries
     assert r.stderr.count("does not answer") == 1, r.stderr  # one line for the outage
     assert f"tracking server at 127.0.0.1:{port} does not answer" in r.stderr
     assert "Retrying" not in r.stderr, r.stderr  # MLflow's client was never asked
@@ -182,12 +210,22 @@ def test_sigterm_logs_the_queued_profiles_then_dies_by_the_signal(tmp_path, mode
 
     store, uri = model_uri
     experiment = f"sigterm-drain-{drain}"
-    r = run_script(tmp_path, SIGTERM_APP.format(uri=uri, calls=8, setup="", before_kill=""), {
-        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
-        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": experiment,
-        "MLFLOW_PROFILER_DRAIN_ON_SIGTERM": drain,
-        "MLFLOW_PROFILER_FLUSH_TIMEOUT": "120"}, store)  # the default 5 s may cut a drain on a busy machine
-    assert r.returncode == -signal.SIGTERM, r.stdout + r.stderr  # the exit status a supervisor expects
+    r = run_script(
+        tmp_path,
+        SIGTERM_APP.format(uri=uri, calls=8, setup="", before_kill=""),
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_DEPTH": "1",
+            "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1",
+            "MLFLOW_PROFILER_EXPERIMENT": experiment,
+            "MLFLOW_PROFILER_DRAIN_ON_SIGTERM": drain,
+            "MLFLOW_PROFILER_FLUSH_TIMEOUT": "120",
+        },
+        store,
+    )  # the default 5 s may cut a drain on a busy machine
+    assert r.returncode == -signal.SIGTERM, (
+        r.stdout + r.stderr
+    )  # the exit status a supervisor expects
     assert "STILL ALIVE" not in r.stdout
     if drain == "1":
         assert logged_profiles(store, experiment) == 8, r.stderr
@@ -201,25 +239,46 @@ def test_a_second_sigterm_during_the_drain_dies_at_once(tmp_path, model_uri):
     store, uri = model_uri
     setup = "mlflow_profiler.configure(span_processors=[lambda span: time.sleep(10)])  # a drain of minutes"
     # The second signal comes from a timer thread while the main thread drains.
-    before_kill = "import threading; threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()"
+    before_kill = (
+        "import threading; threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()"
+    )
     start = time.monotonic()
-    r = run_script(tmp_path, SIGTERM_APP.format(uri=uri, calls=3, setup=setup, before_kill=before_kill), {
-        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_DEPTH": "1",
-        "MLFLOW_PROFILER_OUTPUT_DIR": str(tmp_path / "out")}, store)
+    r = run_script(
+        tmp_path,
+        SIGTERM_APP.format(uri=uri, calls=3, setup=setup, before_kill=before_kill),
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_DEPTH": "1",
+            "MLFLOW_PROFILER_OUTPUT_DIR": str(tmp_path / "out"),
+        },
+        store,
+    )
     assert r.returncode == -signal.SIGTERM, r.stdout + r.stderr
     assert time.monotonic() - start < 60  # not the drain of minutes (nor the 120 s sleep)
     assert not glob.glob(str(tmp_path / "out" / "*.json.gz"))
 
 
-@pytest.mark.parametrize("env,inherited,expected", [
-    ({"MLFLOW_PROFILER_OUTPUT_DIR": "out"}, signal.SIG_DFL, "drain"),
-    ({"MLFLOW_PROFILER_LOG_TO_MLFLOW": "1"}, signal.SIG_DFL, "drain"),
-    ({}, signal.SIG_DFL, "SIG_DFL"),  # nothing is exported: nothing to drain
-    ({"MLFLOW_PROFILER_OUTPUT_DIR": "out", "MLFLOW_PROFILER_DRAIN_ON_SIGTERM": "0"}, signal.SIG_DFL, "SIG_DFL"),
-    ({"MLFLOW_PROFILER_OUTPUT_DIR": "out"}, signal.SIG_IGN, "SIG_IGN"),  # e.g. started under nohup
-])
-def test_the_sigterm_handler_is_installed_only_where_it_drains_something(tmp_path, model_uri, env, inherited,
-                                                                        expected):
+@pytest.mark.parametrize(
+    "env,inherited,expected",
+    [
+        ({"MLFLOW_PROFILER_OUTPUT_DIR": "out"}, signal.SIG_DFL, "drain"),
+        ({"MLFLOW_PROFILER_LOG_TO_MLFLOW": "1"}, signal.SIG_DFL, "drain"),
+        ({}, signal.SIG_DFL, "SIG_DFL"),  # nothing is exported: nothing to drain
+        (
+            {"MLFLOW_PROFILER_OUTPUT_DIR": "out", "MLFLOW_PROFILER_DRAIN_ON_SIGTERM": "0"},
+            signal.SIG_DFL,
+            "SIG_DFL",
+        ),
+        (
+            {"MLFLOW_PROFILER_OUTPUT_DIR": "out"},
+            signal.SIG_IGN,
+            "SIG_IGN",
+        ),  # e.g. started under nohup
+    ],
+)
+def test_the_sigterm_handler_is_installed_only_where_it_drains_something(
+    tmp_path, model_uri, env, inherited, expected
+):
     store, _ = model_uri
     body = """
         import signal
@@ -230,8 +289,14 @@ def test_the_sigterm_handler_is_installed_only_where_it_drains_something(tmp_pat
     script.write_text(textwrap.dedent(body))
     import _mlflow_models
 
-    r = subprocess.run(python_with_hook(tmp_path) + [str(script)], capture_output=True, text=True, timeout=120,
-                       env=_mlflow_models.child_env(store, {"MLFLOW_PROFILER_AUTOPROFILE": "1", **env}),
-                       cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGTERM, inherited))
+    r = subprocess.run(
+        python_with_hook(tmp_path) + [str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_mlflow_models.child_env(store, {"MLFLOW_PROFILER_AUTOPROFILE": "1", **env}),
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, inherited),
+    )
     assert r.returncode == 0, r.stderr
     assert f"HANDLER {expected}" in r.stdout

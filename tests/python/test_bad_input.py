@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from _helpers import shape
 
 from mlflow_profiler import ProfileSession, profiling
-
-from _helpers import shape
 
 
 def f():
@@ -85,8 +84,14 @@ def test_rendering_while_collecting_raises(engine):
     with profiling(engine=engine) as session:
         f()
         # (no pytest.raises in here: its frames would be captured)
-        for render in (session.print_tree, session.format_tree, session.to_tree, session.to_flat,
-                       session.to_json, lambda: session.spans):
+        for render in (
+            session.print_tree,
+            session.format_tree,
+            session.to_tree,
+            session.to_flat,
+            session.to_json,
+            lambda: session.spans,
+        ):
             try:
                 render()
             except RuntimeError as exc:
@@ -166,7 +171,10 @@ def test_a_subclass_deactivate_runs_under_with(engine):
     assert entered is session
     assert session.ended == 1
     assert session.state == "finalized"
-    assert shape(session)[0] == ("f", (("g", (("h", ()),)),))  # the roots are the with block's calls
+    assert shape(session)[0] == (
+        "f",
+        (("g", (("h", ()),)),),
+    )  # the roots are the with block's calls
 
 
 def test_exit_with_an_exception_does_not_swallow_it(engine):

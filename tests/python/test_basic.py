@@ -6,10 +6,9 @@ import json
 import re
 
 import pytest
+from _helpers import check_times, qn, run_engines, shape, skipped_seen, tree_lines, walk
 
 from mlflow_profiler import ProfileSession, current_session, profiling
-
-from _helpers import check_times, qn, run_engines, shape, skipped_seen, tree_lines, walk
 
 
 # No comprehensions: they are frames of their own before 3.12 and inlined after.
@@ -50,11 +49,14 @@ ROWS = [1, 2, 3]
 
 def full_shape():
     return (
-        (qn("Model.predict"), (
-            (qn("Model.preprocess"), (("scale", ()), ("featurize", ()))),
-            (qn("Model.infer"), (("matmul", ()),)),
-            (qn("Model.postprocess"), ()),
-        )),
+        (
+            qn("Model.predict"),
+            (
+                (qn("Model.preprocess"), (("scale", ()), ("featurize", ()))),
+                (qn("Model.infer"), (("matmul", ()),)),
+                (qn("Model.postprocess"), ()),
+            ),
+        ),
     )
 
 
@@ -71,8 +73,16 @@ def test_tree_of_a_simple_model(engine, depth):
     session = capture(engine, depth)
     expected = {
         0: ((qn("Model.predict"), ()),),
-        1: ((qn("Model.predict"), (
-            (qn("Model.preprocess"), ()), (qn("Model.infer"), ()), (qn("Model.postprocess"), ()))),),
+        1: (
+            (
+                qn("Model.predict"),
+                (
+                    (qn("Model.preprocess"), ()),
+                    (qn("Model.infer"), ()),
+                    (qn("Model.postprocess"), ()),
+                ),
+            ),
+        ),
         2: full_shape(),
         -1: full_shape(),
     }[depth]
@@ -100,7 +110,12 @@ def test_root_span_fields(engine):
 def test_to_flat_paths_and_durations(engine):
     session = capture(engine, -1)
     flat = session.to_flat()
-    predict, pre, infer, post = qn("Model.predict"), qn("Model.preprocess"), qn("Model.infer"), qn("Model.postprocess")
+    predict, pre, infer, post = (
+        qn("Model.predict"),
+        qn("Model.preprocess"),
+        qn("Model.infer"),
+        qn("Model.postprocess"),
+    )
     assert [r["call_path"] for r in flat] == [
         predict,
         f"{predict}/{pre}",
@@ -119,8 +134,12 @@ def test_to_flat_paths_and_durations(engine):
         if row["parent_index"] is not None:
             assert row["parent_index"] < i
             assert flat[row["parent_index"]]["depth"] == row["depth"] - 1
-    assert [r["call_path"] for r in session.to_flat(depth=1)] == [predict, f"{predict}/{pre}", f"{predict}/{infer}",
-                                                                   f"{predict}/{post}"]
+    assert [r["call_path"] for r in session.to_flat(depth=1)] == [
+        predict,
+        f"{predict}/{pre}",
+        f"{predict}/{infer}",
+        f"{predict}/{post}",
+    ]
 
 
 def test_to_json_document(engine):
@@ -141,8 +160,15 @@ def test_to_json_document(engine):
     ffields = doc["function_fields"]
     functions = [dict(zip(ffields, row)) for row in doc["functions"]]
     names = [strings[functions[s["function"]]["name"]] for s in spans]
-    assert names == [qn("Model.predict"), qn("Model.preprocess"), "scale", "featurize", qn("Model.infer"),
-                     "matmul", qn("Model.postprocess")]
+    assert names == [
+        qn("Model.predict"),
+        qn("Model.preprocess"),
+        "scale",
+        "featurize",
+        qn("Model.infer"),
+        "matmul",
+        qn("Model.postprocess"),
+    ]
     for i, s in enumerate(spans):
         assert s["parent"] < i
         assert s["start_ns"] <= s["end_ns"]
@@ -213,11 +239,18 @@ def test_print_tree_text(engine, capsys):
     out = capsys.readouterr().out
     lines = tree_lines(out)
     assert [ln.split(":")[0] for ln in lines] == [
-        qn("Model.predict"), "  " + qn("Model.preprocess"), "    scale", "    featurize",
-        "  " + qn("Model.infer"), "    matmul", "  " + qn("Model.postprocess"),
+        qn("Model.predict"),
+        "  " + qn("Model.preprocess"),
+        "    scale",
+        "    featurize",
+        "  " + qn("Model.infer"),
+        "    matmul",
+        "  " + qn("Model.postprocess"),
     ]
     # "name: 2.14ms", and ", waiting 1.88ms" when it waited over 1% of it
-    assert all(re.search(r": \d+\.\d\d(us|ms)(, waiting \d+\.\d\d(us|ms))?$", ln) for ln in lines), lines
+    assert all(
+        re.search(r": \d+\.\d\d(us|ms)(, waiting \d+\.\d\d(us|ms))?$", ln) for ln in lines
+    ), lines
     assert tree_lines(session.format_tree(depth=0)) == lines[:1]
 
 
@@ -243,7 +276,9 @@ def test_both_engines_give_the_same_tree():
     for depth in (0, 1, 2, -1):
         out = run_engines(program, depth=depth)
         assert shape(out["native"]) == shape(out["reference"])
-        assert [r["call_path"] for r in out["native"].to_flat()] == [r["call_path"] for r in out["reference"].to_flat()]
+        assert [r["call_path"] for r in out["native"].to_flat()] == [
+            r["call_path"] for r in out["reference"].to_flat()
+        ]
 
 
 def test_meta_records_the_wall_clock_start(engine):

@@ -13,10 +13,9 @@ import sys
 import threading
 
 import pytest
+from _helpers import assert_skipped_agree, run_engines, shape
 
 from mlflow_profiler import _core, profiling
-
-from _helpers import assert_skipped_agree, run_engines, shape
 
 
 def leaf(x):
@@ -157,7 +156,11 @@ def fresh_function(n):
 
 
 def specialised(func):
-    return [i.opname for i in dis.get_instructions(func, adaptive=True) if i.opname.startswith("BINARY_OP_") and not i.opname.endswith("_ADAPTIVE")]
+    return [
+        i.opname
+        for i in dis.get_instructions(func, adaptive=True)
+        if i.opname.startswith("BINARY_OP_") and not i.opname.endswith("_ADAPTIVE")
+    ]
 
 
 def run_under_session(func, depth, through=False):
@@ -229,7 +232,6 @@ def test_frames_below_the_ceiling_send_the_hook_no_events():
     assert sent >= 400  # recorded frames are reported
 
 
-
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 trace every frame")
 def test_frames_below_the_ceiling_stay_traced_for_a_tracer():
     below = fresh_function(6)
@@ -258,7 +260,11 @@ def test_frames_below_the_ceiling_stay_traced_for_another_monitoring_tool():
     tool = next(i for i in (5, 4, 3, 1, 0) if mon.get_tool(i) is None)
     mon.use_tool_id(tool, "another tool")  # coverage.py's sys.monitoring core, say
     below = fresh_function(7)
-    mon.register_callback(tool, mon.events.PY_START, lambda code, offset: seen.append(code) if code is below.__code__ else None)
+    mon.register_callback(
+        tool,
+        mon.events.PY_START,
+        lambda code, offset: seen.append(code) if code is below.__code__ else None,
+    )
     mon.set_events(tool, mon.events.PY_START)
     try:
         sent, session = hook_events(below, depth=0)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from _helpers import check_times, shape, walk
 
 from mlflow_profiler import profiling
-
-from _helpers import check_times, shape, walk
 
 N = 20000
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from _helpers import shape, tree_lines, walk
 
 from mlflow_profiler import profile_block, profile_span, profiling
-
-from _helpers import native_defect, shape, tree_lines, walk
 
 
 def key(x):
@@ -30,11 +29,21 @@ def run():
 def test_c_calls_are_recorded(engine):
     with profiling(depth=-1, capture_c_calls=True, engine=engine) as session:
         assert run() == [3, 2, 1]
-    assert shape(session) == (("run", (("work", (
-        ("len", ()),
-        ("sorted", (("key", ()), ("key", ()), ("key", ()))),
-        ("list.append", ()),
-    )),)),)
+    assert shape(session) == (
+        (
+            "run",
+            (
+                (
+                    "work",
+                    (
+                        ("len", ()),
+                        ("sorted", (("key", ()), ("key", ()), ("key", ()))),
+                        ("list.append", ()),
+                    ),
+                ),
+            ),
+        ),
+    )
     nodes = {n["label"]: n for n in walk(session.to_tree())}
     for label in ("len", "sorted", "list.append"):
         assert "c_function" in nodes[label]["flags"]
@@ -52,8 +61,16 @@ def test_c_calls_hidden_from_print_tree_by_default(engine, capsys):
     # the Python callbacks of a folded C call move up to its caller
     assert names == ["run", "  work", "    key", "    key", "    key"]
     shown = [ln.split(":")[0] for ln in tree_lines(session.format_tree(show_c_calls=True))]
-    assert shown == ["run", "  work", "    len", "    sorted", "      key", "      key", "      key",
-                     "    list.append"]
+    assert shown == [
+        "run",
+        "  work",
+        "    len",
+        "    sorted",
+        "      key",
+        "      key",
+        "      key",
+        "    list.append",
+    ]
     assert shape(session, show_c_calls=False) == (("run", (("work", (("key", ()),) * 3),)),)
 
 
@@ -78,7 +95,9 @@ def test_c_calls_within_the_ceiling_only(engine, depth):
 def test_c_calls_at_the_ceiling(engine, request):
     with profiling(depth=2, capture_c_calls=True, engine=engine) as session:
         run()
-    assert shape(session) == (("run", (("work", (("len", ()), ("sorted", ()), ("list.append", ()))),)),)
+    assert shape(session) == (
+        ("run", (("work", (("len", ()), ("sorted", ()), ("list.append", ()))),)),
+    )
 
 
 def test_c_call_raising(engine):
@@ -100,7 +119,6 @@ def test_c_call_raising(engine):
 
 
 def test_profile_span_with_c_calls_has_no_extra_node(engine, request):
-
     @profile_span("labelled")
     def decorated(x):
         return key(x)
@@ -116,20 +134,23 @@ def test_profile_span_with_c_calls_has_no_extra_node(engine, request):
 
 
 def test_profiler_plumbing_is_not_a_c_span(engine, request):
-
     def caller():
         with profile_block("blk"):
             key(1)
 
     with profiling(depth=-1, capture_c_calls=True, engine=engine) as session:
         caller()
-    assert shape(session) == (("caller" if sys.version_info < (3, 11) else
-                               "test_profiler_plumbing_is_not_a_c_span.<locals>.caller",
-                               (("blk", (("key", ()),)),)),)
+    assert shape(session) == (
+        (
+            "caller"
+            if sys.version_info < (3, 11)
+            else "test_profiler_plumbing_is_not_a_c_span.<locals>.caller",
+            (("blk", (("key", ()),)),),
+        ),
+    )
 
 
 def test_same_builtin_below_the_ceiling_does_not_close_the_recorded_one(engine, request):
-
     def inner_key(x):
         return sorted([x, -x])[0]
 

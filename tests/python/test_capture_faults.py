@@ -14,16 +14,20 @@ import textwrap
 import threading
 
 import pytest
-
-from mlflow_profiler import _core, profiling
-
 from _helpers import qn, shape, shape_depth
+
+from mlflow_profiler import profiling
 
 
 def child(code: str, *args: str, env: dict = None, timeout: int = 300) -> dict:
     """Runs `code` in a new interpreter; it prints one JSON object last."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env or dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -47,8 +51,14 @@ def tree(session):
 """
 
 EXPECTED_TREE = [
-    ["program", 0], ["program/middle", 1], ["program/middle/leaf", 2], ["program/middle/leaf", 2],
-    ["program/gen", 1], ["program/gen/middle", 2], ["program/gen/middle", 2], ["program/gen/middle", 2],
+    ["program", 0],
+    ["program/middle", 1],
+    ["program/middle/leaf", 2],
+    ["program/middle/leaf", 2],
+    ["program/gen", 1],
+    ["program/gen/middle", 2],
+    ["program/gen/middle", 2],
+    ["program/gen/middle", 2],
     ["program/leaf", 1],
 ]
 
@@ -59,9 +69,12 @@ def qualified(tree):
 
 # --- another sys.monitoring tool --------------------------------------------------
 
+
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
 def test_another_tool_holding_the_ids_we_prefer():
-    out = child(PROGRAM + """
+    out = child(
+        PROGRAM
+        + """
 import json, sys
 from mlflow_profiler import _core, profiling
 mon = sys.monitoring
@@ -73,17 +86,22 @@ with profiling(depth=2) as s:
 after = _core.tool_id()
 print(json.dumps({"result": result, "ours": ours, "after": after, "tree": tree(s),
                   "others": [mon.get_tool(4), mon.get_tool(3)], "failures": s.statistics()["failures"]}))
-""")
+"""
+    )
     assert out["result"] == [4, 12, 3]
     assert out["tree"] == EXPECTED_TREE
     assert out["others"] == ["another tool 4", "another tool 3"]  # theirs stay theirs
-    assert out["ours"] in (5, 2, 1, 0) and out["after"] == -1  # a standard id, held for the session only
+    assert (
+        out["ours"] in (5, 2, 1, 0) and out["after"] == -1
+    )  # a standard id, held for the session only
     assert out["failures"] == []
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
 def test_every_tool_id_taken():
-    out = child(PROGRAM + """
+    out = child(
+        PROGRAM
+        + """
 import json, sys
 from mlflow_profiler import profiling
 for i in range(6):
@@ -91,9 +109,12 @@ for i in range(6):
 with profiling(depth=2) as s:
     result = program()
 print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
-""")
+"""
+    )
     assert out["result"] == [4, 12, 3]  # the program is untouched
-    assert any("tool id" in f for f in out["failures"])  # and the session says why it recorded nothing
+    assert any(
+        "tool id" in f for f in out["failures"]
+    )  # and the session says why it recorded nothing
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
@@ -104,7 +125,9 @@ def test_a_tool_that_frees_our_id_between_sessions(how):
     id again and sets its events again."""
     if how == "clear_tool_id" and not hasattr(sys.monitoring, "clear_tool_id"):
         pytest.skip("sys.monitoring.clear_tool_id is 3.14+")
-    out = child(PROGRAM + """
+    out = child(
+        PROGRAM
+        + """
 import json, sys
 from mlflow_profiler import _core, profiling
 _core.keep_capture_between_sessions(True)  # what autoprofile() does
@@ -117,7 +140,9 @@ sys.monitoring.free_tool_id(ours)
 with profiling(depth=2) as s2:
     result = program()
 print(json.dumps({"result": result, "tree": tree(s2), "held": ours, "again": _core.tool_id()}))
-""", how)
+""",
+        how,
+    )
     assert out["result"] == [4, 12, 3]
     assert out["held"] in (3, 4)
     assert out["tree"] == EXPECTED_TREE  # the generator's frames again come through sys.monitoring
@@ -169,13 +194,27 @@ def tiny_evaluator(tmp_path_factory):
     d = tmp_path_factory.mktemp("evaluator")
     (d / "tiny_evaluator.c").write_text(EVALUATOR_C)
     target = d / ("tiny_evaluator" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", f"-I{sysconfig.get_paths()['include']}", "-o", str(target),
-                    str(d / "tiny_evaluator.c")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            f"-I{sysconfig.get_paths()['include']}",
+            "-o",
+            str(target),
+            str(d / "tiny_evaluator.c"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return str(d)
 
 
 def test_another_frame_evaluator_installed_before_the_session(tiny_evaluator):
-    out = child(PROGRAM + """
+    out = child(
+        PROGRAM
+        + """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import tiny_evaluator
@@ -187,7 +226,9 @@ with profiling(depth=2) as s:
 print(json.dumps({"result": result, "tree": tree(s), "still": tiny_evaluator.installed(),
                   "ran": tiny_evaluator.count() - before, "engine": s.statistics()["engine"],
                   "failures": s.statistics()["failures"]}))
-""", tiny_evaluator)
+""",
+        tiny_evaluator,
+    )
     assert out["result"] == [4, 12, 3]
     assert out["tree"] == EXPECTED_TREE
     assert out["still"] and out["ran"] > 0  # it kept its place and kept evaluating frames
@@ -198,9 +239,13 @@ print(json.dumps({"result": result, "tree": tree(s), "still": tiny_evaluator.ins
         assert out["engine"] == "setprofile"
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 use no frame evaluation function")
+@pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="3.9 and 3.10 use no frame evaluation function"
+)
 def test_another_frame_evaluator_installed_during_the_session(tiny_evaluator):
-    out = child(PROGRAM + """
+    out = child(
+        PROGRAM
+        + """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import tiny_evaluator
@@ -215,7 +260,9 @@ with profiling(depth=3) as s:
     after = program()
 print(json.dumps({"result": result, "after": after, "tree": tree(s), "still": tiny_evaluator.installed(),
                   "notes": s.statistics()["notes"], "failures": s.statistics()["failures"]}))
-""", tiny_evaluator)
+""",
+        tiny_evaluator,
+    )
     assert out["result"] == out["after"] == [4, 12, 3]
     assert out["still"]  # ours never took its place back
     # Noticed at the session's next event (installs_then_runs's return): what
@@ -229,6 +276,7 @@ print(json.dumps({"result": result, "after": after, "tree": tree(s), "still": ti
 
 
 # --- other faults ------------------------------------------------------------------
+
 
 def test_sessions_in_many_threads_at_once(engine):
     barrier = threading.Barrier(8)
@@ -310,6 +358,7 @@ def test_watched_code_let_go_while_idle_comes_back():
     session they are let go after a while (DISABLE) and re-armed when a
     session reaches the code again. C calls' C_RETURN cannot be disabled:
     CPython would drop the callback and raise into the program."""
+
     def numbers(n):
         for i in range(n):
             yield len([i])
@@ -327,7 +376,9 @@ def test_watched_code_let_go_while_idle_comes_back():
     assert [r["label"] for r in again.to_flat()].count("len") >= 1
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9 and 3.10 use no frame evaluation function")
+@pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="3.9 and 3.10 use no frame evaluation function"
+)
 def test_the_c_stack_guard_steps_aside_for_a_deep_thread():
     """A worker recursing deep while the main thread runs a frame within its
     ceiling (the evaluation function installed for it): the worker's frames
@@ -368,11 +419,17 @@ def test_extension_built_for_another_interpreter(tmp_path):
     src = os.path.dirname(mlflow_profiler.__file__)
     pkg = tmp_path / "mlflow_profiler"
     shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (core,) = [p for p in pkg.iterdir() if p.name.startswith("_core.") and p.suffix in (".so", ".pyd")]
+    (core,) = [
+        p for p in pkg.iterdir() if p.name.startswith("_core.") and p.suffix in (".so", ".pyd")
+    ]
     other = "cpython-399" if "cpython-399" not in core.name else "cpython-398"
     core.rename(pkg / core.name.replace(core.name.split(".")[1].rsplit("-", 2)[0], other))
-    proc = subprocess.run([sys.executable, "-c", "import mlflow_profiler"], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    proc = subprocess.run(
+        [sys.executable, "-c", "import mlflow_profiler"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+    )
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"

@@ -13,11 +13,10 @@ import sys
 import time
 
 import pytest
-
-from mlflow_profiler import profile_block, profiling
-
 from _endpoints import serve
 from _helpers import schedstat, walk
+
+from mlflow_profiler import profile_block, profiling
 
 aiohttp = pytest.importorskip("aiohttp")
 httpx = pytest.importorskip("httpx")
@@ -73,8 +72,13 @@ def _resources(session, tmp_path):
     session.save(str(path), "chrome_trace")
     doc = json.loads(path.read_text())
     events = doc["traceEvents"]
-    pids = {e["pid"]: e["args"]["name"][len("resource "):] for e in events
-            if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"].startswith("resource ")}
+    pids = {
+        e["pid"]: e["args"]["name"][len("resource ") :]
+        for e in events
+        if e["ph"] == "M"
+        and e["name"] == "process_name"
+        and e["args"]["name"].startswith("resource ")
+    }
     calls = {name: [] for name in pids.values()}
     peaks = {name: 0 for name in pids.values()}
     for e in events:
@@ -87,7 +91,9 @@ def _resources(session, tmp_path):
 
 
 def _peak(intervals):
-    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda x: (x[0], x[1]))
+    edges = sorted(
+        [(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda x: (x[0], x[1])
+    )
     n = best = 0
     for _, d in edges:
         n += d
@@ -137,7 +143,10 @@ def test_each_aiohttp_request_is_a_call_to_its_server(endpoints, engine, depth, 
     assert not [n["label"] for n in nodes if n["label"].endswith("__del__")]
     if depth == 2:  # leaves under their tasks' coroutines (_ask, depth 2)
         by_index = {n["index"]: n for n in nodes}
-        assert all(by_index[n["parent_index"]]["label"] == "Router._ask" and n["children"] == [] for n in asks)
+        assert all(
+            by_index[n["parent_index"]]["label"] == "Router._ask" and n["children"] == []
+            for n in asks
+        )
         # Each request waited for its server, as long as its _ask did, give or take its own work.
         for n in asks:
             ask = by_index[n["parent_index"]]
@@ -164,7 +173,9 @@ def test_httpx_requests_sync_and_async_are_calls_to_their_servers(endpoints, eng
 
     async def fan_out():
         async with httpx.AsyncClient() as client:
-            return await asyncio.gather(*(client.post(u, json={"ticket": 1}) for u in urls.values()))
+            return await asyncio.gather(
+                *(client.post(u, json={"ticket": 1}) for u in urls.values())
+            )
 
     def predict():
         with httpx.Client() as client:
@@ -177,8 +188,12 @@ def test_httpx_requests_sync_and_async_are_calls_to_their_servers(endpoints, eng
     assert len(endpoints["handled"]) - before == 4
     calls, _ = _resources(session, tmp_path)
     assert {h: len(c) for h, c in calls.items()} == {h: 2 for h in hosts.values()}
-    labels = sorted(n["label"] for n in walk(session.to_tree()) if n["label"].split(" ")[0] in ("GET", "POST"))
-    assert labels == sorted([f"GET {h}" for h in hosts.values()] + [f"POST {h}" for h in hosts.values()])
+    labels = sorted(
+        n["label"] for n in walk(session.to_tree()) if n["label"].split(" ")[0] in ("GET", "POST")
+    )
+    assert labels == sorted(
+        [f"GET {h}" for h in hosts.values()] + [f"POST {h}" for h in hosts.values()]
+    )
     for host in hosts.values():  # each lasted at least the server's latency
         assert all(end - start >= 0.019e9 for start, end, _ in calls[host])
 
@@ -191,7 +206,9 @@ def test_outside_a_session_the_clients_work_unchanged(endpoints):
     original = aiohttp.ClientSession._request.__wrapped__
     assert original.__module__.startswith("aiohttp")
     with httpx.Client() as client:
-        assert client.post(endpoints["urls"]["fast"], json={"ticket": 7}).json() == {"answer": "fast: 7 resolved"}
+        assert client.post(endpoints["urls"]["fast"], json={"ticket": 7}).json() == {
+            "answer": "fast: 7 resolved"
+        }
 
 
 def test_another_tools_patch_is_left_alone():

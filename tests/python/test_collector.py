@@ -13,11 +13,10 @@ import time
 import weakref
 
 import pytest
+from _helpers import qn, require_mlflow
 
 import mlflow_profiler
 from mlflow_profiler import ProfileCollector, ProfileSession, profiling
-
-from _helpers import qn, require_mlflow
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 ACCURACY = 0.01  # the sketch's stated relative accuracy (docs/collector.md)
@@ -78,14 +77,20 @@ def spans_by_path(sessions):
         stack = [(n, (n["label"],)) for n in session.to_tree(depth=1_000)]
         while stack:
             n, path = stack.pop()
-            entry = out.setdefault("/".join(path),
-                                   {"wall": [], "self": [], "waiting": [], "sessions": set(), "incomplete": 0})
+            entry = out.setdefault(
+                "/".join(path),
+                {"wall": [], "self": [], "waiting": [], "sessions": set(), "incomplete": 0},
+            )
             entry["sessions"].add(index)
             children = n["children"]
             if "open_at_end" in n["flags"] or "suspended_at_end" in n["flags"]:
                 entry["incomplete"] += 1
             else:
-                same_lane = [c for c in children if c["thread_id"] == n["thread_id"] and c["task"] == n["task"]]
+                same_lane = [
+                    c
+                    for c in children
+                    if c["thread_id"] == n["thread_id"] and c["task"] == n["task"]
+                ]
                 entry["wall"].append(n["wall_ns"])
                 # to_tree's waiting_ns is of the time shown (a generator's running
                 # segments); the span's is that and its suspended time.
@@ -109,7 +114,11 @@ def check_against_spans(summary, sessions):
         assert got["count"] == len(exp["wall"])
         assert got["sessions"] == len(exp["sessions"])
         assert got["incomplete"] == exp["incomplete"]
-        for prefix, values in (("", exp["wall"]), ("self_", exp["self"]), ("waiting_", exp["waiting"])):
+        for prefix, values in (
+            ("", exp["wall"]),
+            ("self_", exp["self"]),
+            ("waiting_", exp["waiting"]),
+        ):
             values = sorted(values)
             assert got[prefix + "total_ms"] == pytest.approx(sum(values) / 1e6, rel=1e-12)
             if not values:
@@ -117,10 +126,16 @@ def check_against_spans(summary, sessions):
                 continue
             assert got[prefix + "min_ms"] == pytest.approx(values[0] / 1e6, rel=1e-12)
             assert got[prefix + "max_ms"] == pytest.approx(values[-1] / 1e6, rel=1e-12)
-            assert got[prefix + "mean_ms"] == pytest.approx(sum(values) / len(values) / 1e6, rel=1e-12)
+            assert got[prefix + "mean_ms"] == pytest.approx(
+                sum(values) / len(values) / 1e6, rel=1e-12
+            )
             for name, q in QUANTILES.items():
                 exact = values[math.floor(q * (len(values) - 1))] / 1e6
-                assert got[f"{prefix}{name}_ms"] == pytest.approx(exact, rel=ACCURACY + 1e-9), (key, prefix, name)
+                assert got[f"{prefix}{name}_ms"] == pytest.approx(exact, rel=ACCURACY + 1e-9), (
+                    key,
+                    prefix,
+                    name,
+                )
 
 
 def test_summary_matches_the_sessions_spans(engine):
@@ -177,12 +192,18 @@ def test_self_time_is_what_the_children_leave(engine):
     parent, children = s["predict"], [s[k] for k in s if k.startswith("predict/")]
     # Self is running time: the wall less the waits, less the children's running time.
     assert parent["self_total_ms"] == pytest.approx(
-        parent["total_ms"] - parent["waiting_total_ms"] - sum(c["total_ms"] - c["waiting_total_ms"] for c in children),
-        rel=1e-9, abs=1e-6)
+        parent["total_ms"]
+        - parent["waiting_total_ms"]
+        - sum(c["total_ms"] - c["waiting_total_ms"] for c in children),
+        rel=1e-9,
+        abs=1e-6,
+    )
     # At depth 1 the depth-1 spans have no children here: self == running
     # time, and the time of what they call (spin, forward) stays in them.
     for c in children:
-        assert c["self_total_ms"] == pytest.approx(c["total_ms"] - c["waiting_total_ms"], rel=1e-9, abs=1e-6)
+        assert c["self_total_ms"] == pytest.approx(
+            c["total_ms"] - c["waiting_total_ms"], rel=1e-9, abs=1e-6
+        )
     check_against_spans(s, sessions)
 
 
@@ -209,7 +230,9 @@ def test_self_time_in_real_time(engine):
     assert parent["waiting_min_ms"] >= 30 - 0.1 and child["waiting_min_ms"] >= 10 - 0.1
     assert parent["self_max_ms"] < 5 and child["self_max_ms"] < 5
     # Self and waiting split the wall of a call with nothing under it.
-    assert child["self_total_ms"] + child["waiting_total_ms"] == pytest.approx(child["total_ms"], rel=1e-9)
+    assert child["self_total_ms"] + child["waiting_total_ms"] == pytest.approx(
+        child["total_ms"], rel=1e-9
+    )
 
 
 def test_depth_cut_when_adding_and_when_reading(engine):
@@ -219,13 +242,19 @@ def test_depth_cut_when_adding_and_when_reading(engine):
     assert collector.add(session, depth=0) is True
     s = collector.summary()
     assert list(s) == ["predict"]
-    assert s["predict"]["self_total_ms"] == pytest.approx(s["predict"]["total_ms"] - s["predict"]["waiting_total_ms"],
-                                                          rel=1e-9, abs=1e-6)
+    assert s["predict"]["self_total_ms"] == pytest.approx(
+        s["predict"]["total_ms"] - s["predict"]["waiting_total_ms"], rel=1e-9, abs=1e-6
+    )
 
     deep = ProfileCollector()
     deep.add(session)
     assert "predict/decode/forward/spin" in deep.summary()
-    assert set(deep.summary(depth=1)) == {"predict", "predict/preprocess", "predict/encode", "predict/decode"}
+    assert set(deep.summary(depth=1)) == {
+        "predict",
+        "predict/preprocess",
+        "predict/encode",
+        "predict/decode",
+    }
     assert list(deep.summary(depth=0)) == ["predict"]
     # Reading shallower leaves the self times as they were added.
     assert deep.summary(depth=0)["predict"] == deep.summary()["predict"]
@@ -353,7 +382,12 @@ def test_a_raising_model_is_still_a_sample_and_the_error_is_the_users(engine):
         with collector.session(depth=1, engine=engine):
             failing()
     s = collector.summary()
-    assert s[qn("test_a_raising_model_is_still_a_sample_and_the_error_is_the_users.<locals>.failing")]["count"] == 1
+    assert (
+        s[qn("test_a_raising_model_is_still_a_sample_and_the_error_is_the_users.<locals>.failing")][
+            "count"
+        ]
+        == 1
+    )
 
 
 def test_add_refuses_quietly_what_it_cannot_add(engine, caplog):
@@ -475,7 +509,9 @@ def test_a_real_mlflow_model(engine, tmp_path):
     FrameModel = _frame_model_class(mlflow)
 
     # pip_requirements given: no inference of the environment (seconds of pip).
-    mlflow.pyfunc.save_model(str(tmp_path / "model"), python_model=FrameModel(), pip_requirements=["pandas"])
+    mlflow.pyfunc.save_model(
+        str(tmp_path / "model"), python_model=FrameModel(), pip_requirements=["pandas"]
+    )
     model = mlflow.pyfunc.load_model(str(tmp_path / "model"))
     df = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]})
     collector = ProfileCollector()
@@ -492,5 +528,10 @@ def test_a_real_mlflow_model(engine, tmp_path):
     assert s[root]["count"] == 10 and s[root]["sessions"] == 10
     # The model's predict is folded into PyFuncModel.predict, which is named
     # after it: the model's steps are the root's children.
-    assert s[root]["path"] == ["predict [pyfunc _frame_model_class.<locals>.FrameModel]"], s[root]["path"]
-    assert s[f"{root}/{qn('_frame_model_class.<locals>.FrameModel.preprocess')}/scale_frame"]["count"] == 10
+    assert s[root]["path"] == ["predict [pyfunc _frame_model_class.<locals>.FrameModel]"], s[root][
+        "path"
+    ]
+    assert (
+        s[f"{root}/{qn('_frame_model_class.<locals>.FrameModel.preprocess')}/scale_frame"]["count"]
+        == 10
+    )

@@ -51,7 +51,9 @@ def _enum(name: str) -> Tuple[Path, Dict[str, int]]:
     """The enumerators of `enum [class] name` in the one header defining it."""
     pattern = re.compile(r"\benum\s+(?:class\s+)?" + name + r"\b[^{;]*\{(.*?)\};", re.S)
     hits = [(h, m.group(1)) for h in _files(HEADERS) for m in pattern.finditer(h.read_text())]
-    assert len(hits) == 1, f"enum {name}: defined in {[str(h) for h, _ in hits]}, expected one header"
+    assert (
+        len(hits) == 1
+    ), f"enum {name}: defined in {[str(h) for h, _ in hits]}, expected one header"
     header, body = hits[0]
     body = re.sub(r"//[^\n]*|/\*.*?\*/", "", body, flags=re.S)
     values: Dict[str, int] = {}
@@ -65,7 +67,9 @@ def _enum(name: str) -> Tuple[Path, Dict[str, int]]:
 
 def _defines(prefix: str) -> Dict[str, int]:
     """#define PREFIX<NAME> <int> across the headers, by NAME."""
-    pattern = re.compile(r"^#define\s+" + prefix + r"(\w+)\s+(0x[0-9a-fA-F]+|[0-9]+)[uUlL]*\b", re.M)
+    pattern = re.compile(
+        r"^#define\s+" + prefix + r"(\w+)\s+(0x[0-9a-fA-F]+|[0-9]+)[uUlL]*\b", re.M
+    )
     out: Dict[str, int] = {}
     for h in _files(HEADERS):
         for m in pattern.finditer(h.read_text()):
@@ -119,11 +123,15 @@ def _python_copies(patterns: Iterable[str], prefix: str, anchor: str) -> Dict[Pa
     for path in _files(patterns):
         ints = _module_ints(path)
         if anchor in ints:
-            out[path] = {_norm(k[len(prefix) :]): v for k, v in ints.items() if k.startswith(prefix)}
+            out[path] = {
+                _norm(k[len(prefix) :]): v for k, v in ints.items() if k.startswith(prefix)
+            }
     return out
 
 
-def _check_copies(copies: Dict[Path, Dict[str, int]], definition: Dict[str, int], what: str, complete: bool) -> None:
+def _check_copies(
+    copies: Dict[Path, Dict[str, int]], definition: Dict[str, int], what: str, complete: bool
+) -> None:
     for path, values in copies.items():
         rel = path.relative_to(ROOT)
         unknown = sorted(set(values) - set(definition))
@@ -150,7 +158,9 @@ def test_event_flags():
     _, flags = _enum("EventFlag")
     flags = _strip(flags, "kEv")
     copies = _python_copies(PYTHON_PACKAGE, "EV_", "EV_EXCEPTION")
-    assert copies, "the reference engine's event flags (EV_EXCEPTION = ...) are in no file of the package"
+    assert (
+        copies
+    ), "the reference engine's event flags (EV_EXCEPTION = ...) are in no file of the package"
     _check_copies(copies, flags, "event flags", complete=True)
 
 
@@ -158,10 +168,14 @@ def test_function_kinds():
     _, kinds = _enum("FunctionKind")
     kinds = _strip(kinds, "k")
     package = _python_copies(PYTHON_PACKAGE, "FN_", "FN_PYTHON")
-    assert package, "the reference engine's function kinds (FN_PYTHON = ...) are in no file of the package"
+    assert (
+        package
+    ), "the reference engine's function kinds (FN_PYTHON = ...) are in no file of the package"
     _check_copies(package, kinds, "function kinds", complete=True)
     tests = _python_copies(PYTHON_TESTS, "FN_", "FN_PYTHON")
-    assert any(p.name == "test_usdt.py" for p in tests), "test_usdt.py's FN_PYTHON, FN_C, FN_BLOCK not found"
+    assert any(
+        p.name == "test_usdt.py" for p in tests
+    ), "test_usdt.py's FN_PYTHON, FN_C, FN_BLOCK not found"
     _check_copies(tests, kinds, "function kinds", complete=True)
 
 
@@ -174,11 +188,15 @@ def test_report_kind_names():
             hits.append((path, re.findall(r'"([^"]*)"', m.group(1))))
     assert hits, "KIND_NAMES = [...] is in no script under userspace/"
     expect = {"kPython": "Python function", "kC": "C function", "kBlock": "profile_block region"}
-    assert sorted(expect) == sorted(kinds), f"FunctionKind changed ({sorted(kinds)}): update this test and the report"
+    assert sorted(expect) == sorted(
+        kinds
+    ), f"FunctionKind changed ({sorted(kinds)}): update this test and the report"
     for path, names in hits:
         assert len(names) == len(kinds), f"{path}: {names} for {len(kinds)} kinds"
         for kind, value in kinds.items():
-            assert names[value] == expect[kind], f"{path}: KIND_NAMES[{value}] is {names[value]!r}, kind {kind}"
+            assert (
+                names[value] == expect[kind]
+            ), f"{path}: KIND_NAMES[{value}] is {names[value]!r}, kind {kind}"
 
 
 def test_usdt_flags_in_tests():

@@ -6,10 +6,9 @@ import asyncio
 import inspect
 
 import pytest
+from _helpers import check_times, qn, shape, walk
 
 from mlflow_profiler import profile_block, profile_span, profiling
-
-from _helpers import check_times, native_defect, qn, shape, walk
 
 
 def leaf(x):
@@ -178,9 +177,9 @@ def test_profile_block_nesting(engine):
     with profiling(depth=-1, engine=engine) as session:
         run()
     (root,) = session.to_tree()
-    assert shape(session) == ((root["label"], (
-        ("outer", (("leaf", ()), ("inner", (("leaf", ()),)), ("leaf", ()))),
-    )),)
+    assert shape(session) == (
+        (root["label"], (("outer", (("leaf", ()), ("inner", (("leaf", ()),)), ("leaf", ()))),)),
+    )
     outer = root["children"][0]
     assert "block" in outer["flags"] and outer["is_user_code"]
     check_times(session)
@@ -209,7 +208,6 @@ def test_decorators_inside_the_tree_at_the_right_depth(engine):
 
 
 def test_calls_inside_a_block_at_the_ceiling_are_not_recorded(engine, request):
-
     def stepper():
         with profile_block("steps"):
             leaf(1)
@@ -223,9 +221,9 @@ def test_calls_inside_a_block_at_the_ceiling_are_not_recorded(engine, request):
     with profiling(depth=2, engine=engine) as session:
         run()
     (root,) = session.to_tree()
-    assert shape(session) == ((root["label"], (
-        (root["children"][0]["label"], (("steps", ()), ("leaf", ()))),
-    )),)
+    assert shape(session) == (
+        (root["label"], ((root["children"][0]["label"], (("steps", ()), ("leaf", ()))),)),
+    )
     assert max(n["depth"] for n in walk(session.to_tree())) == 2
 
 

@@ -106,7 +106,11 @@ def big_stack():
 def run_child(n: int, limit: int, where: str, depth: str) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(n), str(limit), where, depth],
-        capture_output=True, text=True, timeout=600, preexec_fn=big_stack, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=big_stack,
+        env=dict(os.environ),
     )
     assert proc.returncode == 0, f"{depth}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
     out = json.loads(proc.stdout)

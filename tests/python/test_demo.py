@@ -21,8 +21,14 @@ def test_demo_prints_the_model_tree_and_writes_the_report_to_the_temporary_direc
     temp.mkdir()
     work.mkdir()
     env = dict(os.environ, TMPDIR=str(temp))
-    r = subprocess.run([sys.executable, os.path.abspath(DEMO)], cwd=work, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, os.path.abspath(DEMO)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines()[1].startswith("ChurnModel.predict: ")  # the root, as in README
     assert os.listdir(work) == []  # nothing written where it ran

@@ -25,7 +25,9 @@ RUNS = 8
 def _run(out: Path, *flags: str, clock: str = "score_p50_ns") -> float:
     """One process of the model; returns its own clock's median score ns per
     predict (`clock`: score_cpu_p50_ns for its thread CPU time)."""
-    done = subprocess.run([sys.executable, str(MODEL), str(out), *flags], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(MODEL), str(out), *flags], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[clock]  # diff's default statistic is the p50
 
@@ -63,11 +65,17 @@ def _by_name(result):
 
 
 def test_a_slowed_step_is_named_with_its_ancestors_and_its_change_matches_the_clock(runs):
-    result = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"})
+    result = analysis.diff(
+        [runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"}
+    )
     assert result.verdict == "regression" and result.exit_code == 1
     assert (result.runs_a, result.runs_b) == (RUNS, RUNS) and result.root_calls_a == 30 * RUNS
     named = {p.name for p in result.regressions()}
-    assert "predict/score" in named and named <= {"predict", "predict/score", "predict/score/normalize"}
+    assert "predict/score" in named and named <= {
+        "predict",
+        "predict/score",
+        "predict/score/normalize",
+    }
     score = _by_name(result)["predict/score"]
     oracle = _hl(runs["clock"]["base"], runs["clock"]["slow"])
     assert abs(score.change - oracle) < 0.05, (score.change, oracle)
@@ -80,18 +88,28 @@ def test_the_waiting_time_per_root_call_is_shown_beside_each_side(runs):
     """Issue 42: score sleeps 3 ms (base) or 4.5 ms (slow): its waiting per
     predict, the median over each side's runs, holds the sleep; featurize's
     1 ms sleep in both."""
-    result = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"})
+    result = analysis.diff(
+        [runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"}
+    )
     score, featurize = _by_name(result)["predict/score"], _by_name(result)["predict/featurize"]
-    assert 2.9e6 <= score.waiting_a_ns <= score.a_ns and 4.4e6 <= score.waiting_b_ns <= score.b_ns, score
-    assert 0.95e6 <= featurize.waiting_a_ns <= featurize.a_ns and 0.95e6 <= featurize.waiting_b_ns, featurize
-    header = next(line for line in result.to_text().splitlines() if line.split()[:3] == ["A", "B", "change"])
+    assert (
+        2.9e6 <= score.waiting_a_ns <= score.a_ns and 4.4e6 <= score.waiting_b_ns <= score.b_ns
+    ), score
+    assert (
+        0.95e6 <= featurize.waiting_a_ns <= featurize.a_ns and 0.95e6 <= featurize.waiting_b_ns
+    ), featurize
+    header = next(
+        line for line in result.to_text().splitlines() if line.split()[:3] == ["A", "B", "change"]
+    )
     assert "waiting A" in header and "waiting B" in header
     doc = json.loads(result.to_json())
     assert {p["path"][-1]: p["waiting_b_ns"] for p in doc["paths"]}["score"] == score.waiting_b_ns
 
 
 def test_a_step_called_twice_doubles_its_time_per_predict_and_its_childrens(runs):
-    result = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "twice"})
+    result = analysis.diff(
+        [runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "twice"}
+    )
     paths = _by_name(result)
     oracle = _hl(runs["clock"]["base"], runs["clock"]["twice"])
     assert abs(paths["predict/score"].change - oracle) < 0.08 and oracle > 0.8
@@ -105,34 +123,59 @@ def test_a_step_called_twice_doubles_its_time_per_predict_and_its_childrens(runs
 
 
 def test_the_same_code_is_never_a_regression(runs):
-    result = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "again"})
+    result = analysis.diff(
+        [runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "again"}
+    )
     assert result.verdict in ("pass", "inconclusive") and result.regressions() == []
     # Identical sides: every change 0, every interval around it (as wide as the runs differ).
-    same = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "base"})
-    assert same.regressions() == [] and all(p.change == 0 and p.ci[0] < 0 < p.ci[1] for p in same.paths)
+    same = analysis.diff(
+        [runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "base"}
+    )
+    assert same.regressions() == [] and all(
+        p.change == 0 and p.ci[0] < 0 < p.ci[1] for p in same.paths
+    )
 
 
 def test_floors_keep_tiny_paths_out_of_the_gate(runs):
-    result = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"})
+    result = analysis.diff(
+        [runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"}
+    )
     paths = _by_name(result)
     # postprocess takes microseconds: below 5% of predict and 20 us, never gated; the root always is.
-    assert not paths["predict/postprocess"].gated and paths["predict/postprocess"].verdict == "ungated"
+    assert (
+        not paths["predict/postprocess"].gated and paths["predict/postprocess"].verdict == "ungated"
+    )
     assert paths["predict"].gated
-    everything = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"},
-                               min_share=0, min_time_us=0)
+    everything = analysis.diff(
+        [runs["db"]],
+        [runs["db"]],
+        where_a={"version": "base"},
+        where_b={"version": "slow"},
+        min_share=0,
+        min_time_us=0,
+    )
     assert _by_name(everything)["predict/postprocess"].gated
 
 
 def test_runs_grouped_by_a_label(runs):
-    result = analysis.diff([runs["db"]], [runs["db"]], where_a={"version": "base"}, where_b={"version": "slow"},
-                           run_by="job")
+    result = analysis.diff(
+        [runs["db"]],
+        [runs["db"]],
+        where_a={"version": "base"},
+        where_b={"version": "slow"},
+        run_by="job",
+    )
     assert (result.runs_a, result.runs_b) == (RUNS // 2, RUNS // 2)
     assert result.root_calls_a == 30 * RUNS  # every call, fewer runs
 
 
 def _mlprof(*args):
-    return subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_exit_codes_of_the_gate(runs):
@@ -141,8 +184,19 @@ def test_exit_codes_of_the_gate(runs):
     assert slow.returncode == 1, slow.stderr
     assert slow.stdout.splitlines()[1].startswith("verdict: regression")
     assert any(line.startswith("regression: predict/score: ") for line in slow.stdout.splitlines())
-    same = _mlprof("diff", db, db, "--where-a", "version=base", "--where-b", "version=base", "--format", "json",
-                   "--threshold", "50")
+    same = _mlprof(
+        "diff",
+        db,
+        db,
+        "--where-a",
+        "version=base",
+        "--where-b",
+        "version=base",
+        "--format",
+        "json",
+        "--threshold",
+        "50",
+    )
     assert same.returncode == 0 and json.loads(same.stdout)["verdict"] == "pass"
     # One run a side cannot tell: inconclusive, with the runs that would.
     one_a, one_b = runs["files"]["base"][0], runs["files"]["slow"][0]
@@ -151,12 +205,21 @@ def test_exit_codes_of_the_gate(runs):
     assert "inconclusive (exit 3)" in one.stdout and "runs a side would tell" in one.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--where-a", "version=base", "--where-b", "version=typo"], "B has no complete root call to compare"),
-    (["--where-a", "version=typo", "--where-b", "version=typo"], "A has no complete root call to compare"),
-    (["--where-a", "nolabel"], "--where-a takes KEY=VALUE"),
-    (["--run-by", "nokey"], "--run-by nokey"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--where-a", "version=base", "--where-b", "version=typo"],
+            "B has no complete root call to compare",
+        ),
+        (
+            ["--where-a", "version=typo", "--where-b", "version=typo"],
+            "A has no complete root call to compare",
+        ),
+        (["--where-a", "nolabel"], "--where-a takes KEY=VALUE"),
+        (["--run-by", "nokey"], "--run-by nokey"),
+    ],
+)
 def test_inputs_that_cannot_be_compared_are_errors(runs, args, message):
     run = _mlprof("diff", runs["db"], runs["db"], *args)
     assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
@@ -188,8 +251,19 @@ def test_cpu_time_is_the_gated_quantity_with_wall_beside_it(runs, tmp_path):
     for i in range(6):
         for side, ms in (("a", "3"), ("b", "30")):
             out = tmp_path / f"{side}{i}.json"
-            own_cpu[side].append(_run(out, "--spin", "30000", "--score-ms", ms, "--cpu-time", "--calls", "10",
-                                      clock="score_cpu_p50_ns"))
+            own_cpu[side].append(
+                _run(
+                    out,
+                    "--spin",
+                    "30000",
+                    "--score-ms",
+                    ms,
+                    "--cpu-time",
+                    "--calls",
+                    "10",
+                    clock="score_cpu_p50_ns",
+                )
+            )
             sides[side].append(str(out))
     cpu = analysis.diff(sides["a"], sides["b"], quantity="cpu")
     wall = analysis.diff(sides["a"], sides["b"])

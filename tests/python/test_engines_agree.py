@@ -13,10 +13,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-from mlflow_profiler import profile_block, profile_span, profiling
-
 from _helpers import assert_skipped_agree, run_engines, shape
+
+from mlflow_profiler import profile_block, profile_span
 
 
 def leaf(x):
@@ -117,7 +116,9 @@ async def offload():
     # Work handed to other threads in a copy of the context, which carries
     # the session: the default executor's thread (new here) and one made first.
     await asyncio.to_thread(fib, 5)
-    return await asyncio.get_running_loop().run_in_executor(_POOL, contextvars.copy_context().run, fib, 4)
+    return await asyncio.get_running_loop().run_in_executor(
+        _POOL, contextvars.copy_context().run, fib, 4
+    )
 
 
 _POOL = ThreadPoolExecutor(1)
@@ -159,8 +160,15 @@ def p_calls_after_a_raise():
         leaf(n)
 
 
-PROGRAMS = [p_recursion, p_generators, p_labels_and_blocks, p_exceptions, p_library, p_asyncio,
-            p_calls_after_a_raise]
+PROGRAMS = [
+    p_recursion,
+    p_generators,
+    p_labels_and_blocks,
+    p_exceptions,
+    p_library,
+    p_asyncio,
+    p_calls_after_a_raise,
+]
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.__name__)
@@ -169,8 +177,10 @@ def test_same_tree(program, depth, request):
     out = run_engines(program, depth=depth)
     native, reference = out["native"], out["reference"]
     assert shape(native) == shape(reference)
-    rows = [[(r["call_path"], r["depth"], r["task"], sorted(r["flags"])) for r in s.to_flat()]
-            for s in (native, reference)]
+    rows = [
+        [(r["call_path"], r["depth"], r["task"], sorted(r["flags"])) for r in s.to_flat()]
+        for s in (native, reference)
+    ]
     assert rows[0] == rows[1]
     assert native.statistics()["span_count"] == reference.statistics()["span_count"]
     if program is not p_asyncio:
@@ -181,13 +191,17 @@ def test_same_tree(program, depth, request):
         assert_skipped_agree(native, reference)
 
 
-@pytest.mark.parametrize("program", [p_recursion, p_generators, p_labels_and_blocks], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "program", [p_recursion, p_generators, p_labels_and_blocks], ids=lambda p: p.__name__
+)
 def test_same_tree_with_c_calls(program, request):
     out = run_engines(program, depth=-1, capture_c_calls=True)
 
     def rows(session, show_c_calls):
-        return [(r["call_path"], r["depth"], sorted(r["flags"]))
-                for r in session.to_flat(show_c_calls=show_c_calls)]
+        return [
+            (r["call_path"], r["depth"], sorted(r["flags"]))
+            for r in session.to_flat(show_c_calls=show_c_calls)
+        ]
 
     # C calls folded into their callers: the same Python tree everywhere.
     assert rows(out["native"], False) == rows(out["reference"], False)
@@ -231,7 +245,6 @@ def test_same_threads_for_work_handed_to_other_threads(depth):
         assert shape(out["native"]) == shape(out["reference"])
 
 
-
 def down(k):
     if k == 0:
         return [leaf(i) for i in range(3)]
@@ -248,7 +261,9 @@ def p_deep_then_more():
     list(gen(3))
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.9/3.10: every Python call is a C recursion")
+@pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="3.9/3.10: every Python call is a C recursion"
+)
 def test_same_tree_across_a_takeover():
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(6_000)
@@ -264,8 +279,13 @@ def test_same_tree_across_a_takeover():
     native, reference = out["native"], out["reference"]
     assert native.statistics()["failures"] == []
     if sys.version_info[:2] == (3, 11):
-        assert any("the profile function reports every frame" in n for n in native.statistics()["notes"])
-    rows = [[(s.label, s.depth, s.parent_index, s.flags) for s in session.spans] for session in (native, reference)]
+        assert any(
+            "the profile function reports every frame" in n for n in native.statistics()["notes"]
+        )
+    rows = [
+        [(s.label, s.depth, s.parent_index, s.flags) for s in session.spans]
+        for session in (native, reference)
+    ]
     assert len(rows[0]) > 5_000
     assert rows[0] == rows[1]
     for s in native.spans:

@@ -4,10 +4,9 @@ cleanly and the exception reaches the caller unchanged."""
 from __future__ import annotations
 
 import pytest
+from _helpers import check_times, shape, tree_lines, walk
 
 from mlflow_profiler import current_session, profile_block, profiling
-
-from _helpers import check_times, shape, tree_lines, walk
 
 
 class Boom(Exception):
@@ -51,8 +50,10 @@ def test_exception_caught_midway(engine):
         after()
     nodes = {(n["label"], n["depth"]): n for n in walk(session.to_tree())}
     assert shape(session) == (
-        ("test_exception_caught_midway.<locals>.catcher" if _qualnames() else "catcher",
-         (("level", (("level", (("level", ()),)),)),)),
+        (
+            "test_exception_caught_midway.<locals>.catcher" if _qualnames() else "catcher",
+            (("level", (("level", (("level", ()),)),)),),
+        ),
         ("after", ()),
     )
     assert "exception" not in nodes[(next(iter(nodes))[0], 0)]["flags"]
@@ -89,8 +90,10 @@ def test_an_exception_a_caller_caught_is_no_error_and_one_that_left_the_root_is(
     assert flags["probe"] == ["exception", "caught"]  # lookup caught it
     assert flags["fail"] == ["exception"] and flags["model"] == ["exception"]  # it left the root
     assert flags["lookup"] == []
-    lines = [line.split(":")[0].strip() + ("!" if "[exception]" in line else "")
-             for line in tree_lines(session.format_tree())]
+    lines = [
+        line.split(":")[0].strip() + ("!" if "[exception]" in line else "")
+        for line in tree_lines(session.format_tree())
+    ]
     assert lines == ["model!", "lookup", "probe", "fail!"]
     # the same after a save and a load (derived again when the tree is linked)
     import mlflow_profiler

@@ -134,8 +134,11 @@ def test_threads_get_their_kernel_tids(engine):
         run_workers()
     text, doc = chrome_trace(session)
     by_tid = check_perfetto_rules(text, doc)
-    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     lanes = session._built().threads
     for i in range(3):
         lane = lanes[f"worker-{i}"]
@@ -171,8 +174,11 @@ def test_asyncio_tasks_get_their_own_tracks(engine):
     assert task_tracks and all(tid >= 2**22 for tid in task_tracks)  # no kernel tid is that high
     fetch_tracks = {tid for tid, evs in by_tid.items() if any(e["name"] == "fetch" for e in evs)}
     assert len(fetch_tracks) == 3  # one per task: their awaits interleave
-    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     assert all(names[tid].startswith("thread MainThread, task ") for tid in fetch_tracks)
 
 
@@ -202,7 +208,9 @@ def test_generators_are_drawn_by_segment(engine):
     drawn = [e for e in events if e["name"] == "produce"]
     pdoc = document(session)
     strings, functions = pdoc["strings"], pdoc["functions"]
-    (gen_span,) = [i for i, s in enumerate(pdoc["spans"]) if strings[functions[s[1]][0]] == "produce"]
+    (gen_span,) = [
+        i for i, s in enumerate(pdoc["spans"]) if strings[functions[s[1]][0]] == "produce"
+    ]
     fields = pdoc["segment_fields"]
     segments = [dict(zip(fields, seg)) for seg in pdoc["segments"] if seg[0] == gen_span]
     # The first start, the resume in consume, then `*gen` resumes it three
@@ -211,15 +219,24 @@ def test_generators_are_drawn_by_segment(engine):
     assert [s["resumes"] for s in segments] == [0, 0, 2]
     assert len(drawn) == len(segments)
     assert [(textual_ns(e["ts"]), textual_ns(e["dur"])) for e in drawn] == [
-        (s["start_ns"] - pdoc["meta"]["start_ns"], s["end_ns"] - s["start_ns"]) for s in segments]
+        (s["start_ns"] - pdoc["meta"]["start_ns"], s["end_ns"] - s["start_ns"]) for s in segments
+    ]
     paused = sum(s["paused_ns"] for s in segments)
-    assert sum(textual_ns(e["dur"]) for e in drawn) - paused == pdoc["spans"][gen_span][8]  # active_ns
+    assert (
+        sum(textual_ns(e["dur"]) for e in drawn) - paused == pdoc["spans"][gen_span][8]
+    )  # active_ns
     assert [e["args"]["segment"] for e in drawn] == [f"{k} of 3" for k in range(1, 4)]
     assert drawn[2]["args"]["folded resumes"] == 2 and "folded resumes" not in drawn[1]["args"]
     # The second segment runs inside consume, on the same track.
     (consume_ev,) = [e for e in events if e["name"] == "consume"]
-    c0, c1 = textual_ns(consume_ev["ts"]), textual_ns(consume_ev["ts"]) + textual_ns(consume_ev["dur"])
-    assert c0 <= textual_ns(drawn[1]["ts"]) and textual_ns(drawn[1]["ts"]) + textual_ns(drawn[1]["dur"]) <= c1
+    c0, c1 = (
+        textual_ns(consume_ev["ts"]),
+        textual_ns(consume_ev["ts"]) + textual_ns(consume_ev["dur"]),
+    )
+    assert (
+        c0 <= textual_ns(drawn[1]["ts"])
+        and textual_ns(drawn[1]["ts"]) + textual_ns(drawn[1]["dur"]) <= c1
+    )
 
 
 def fails(n):
@@ -268,7 +285,9 @@ def test_io_summaries_in_args(engine):
     assert pre["args"]["out"].startswith("(list, len=1000")
     assert set(pre["args"]["in"]) == set(record.input_summary)
     assert pre["args"]["module"] == __name__
-    assert pre["args"]["file"].endswith(f"test_export_chrome.py:{preprocess.__code__.co_firstlineno}")
+    assert pre["args"]["file"].endswith(
+        f"test_export_chrome.py:{preprocess.__code__.co_firstlineno}"
+    )
 
 
 def test_same_session_same_bytes(engine):

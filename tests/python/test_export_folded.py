@@ -13,13 +13,13 @@ import time
 from collections import defaultdict
 from typing import Dict, List
 
-import pytest
-
 from _helpers import require_tool
+
 from mlflow_profiler import _core, profile_span, profiling
 
 INFERNO = shutil.which("inferno-flamegraph") or next(
-    (p for p in [os.path.expanduser("~/.cargo/bin/inferno-flamegraph")] if os.path.exists(p)), None)
+    (p for p in [os.path.expanduser("~/.cargo/bin/inferno-flamegraph")] if os.path.exists(p)), None
+)
 
 
 def folded(session) -> str:
@@ -49,8 +49,10 @@ def expected(session) -> Dict[str, int]:
         name = name.replace(";", ":")
         return "".join(" " if ord(c) < 0x20 or c == "\x7f" else c for c in name) or "?"
 
-    names = [frame(strings[s["label"]] if s["label"] else strings[functions[s["function"]][0]])
-             for s in spans]
+    names = [
+        frame(strings[s["label"]] if s["label"] else strings[functions[s["function"]][0]])
+        for s in spans
+    ]
     self_ns = [s["active_ns"] for s in spans]
     for s in spans:
         if s["parent"] >= 0 and spans[s["parent"]]["lane"] == s["lane"]:
@@ -135,8 +137,11 @@ def test_separators_in_labels_are_replaced(engine):
 
 
 def test_inferno_draws_every_line(engine, tmp_path):
-    require_tool(INFERNO, "inferno-flamegraph",
-                 "cargo install --locked inferno --no-default-features --features cli")
+    require_tool(
+        INFERNO,
+        "inferno-flamegraph",
+        "cargo install --locked inferno --no-default-features --features cli",
+    )
     with profiling(depth=-1, all_threads=True, engine=engine) as session:
         predict()
         run_workers()
@@ -144,8 +149,9 @@ def test_inferno_draws_every_line(engine, tmp_path):
     text = folded(session)
     path = tmp_path / "profile.folded"
     path.write_text(text)
-    out = subprocess.run([INFERNO, "--title", "predict", str(path)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [INFERNO, "--title", "predict", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "invalid" not in out.stderr.lower() and "ignored" not in out.stderr.lower(), out.stderr
     svg = out.stdout
@@ -154,6 +160,12 @@ def test_inferno_draws_every_line(engine, tmp_path):
     # is the sum of the lines, and every frame name is there.
     total = sum(parse(text).values())
     assert f"<title>all ({total:,} samples, 100%)</title>" in svg
-    for name in ("thread MainThread", "thread worker:0", "load_model", "transform", "work",
-                 "step: one of two"):
+    for name in (
+        "thread MainThread",
+        "thread worker:0",
+        "load_model",
+        "transform",
+        "work",
+        "step: one of two",
+    ):
         assert f"<title>{name} (" in svg, name

@@ -14,15 +14,16 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
+from _helpers import require_tool
 
 from mlflow_profiler import _core, profile_span, profiling
 
-from _helpers import require_tool
-
-GO = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+GO = shutil.which("go") or (
+    "/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None
+)
 
 
 @pytest.fixture(autouse=True)
@@ -38,14 +39,25 @@ def go_env(tmp_path_factory) -> Dict[str, str]:
     it is built once per machine, not once per test run; otherwise Go's
     caches go in the temporary directory too."""
     tmp = tmp_path_factory.mktemp("go")
-    return dict(os.environ, GOFLAGS="", GOCACHE=os.environ.get("GOCACHE") or str(tmp / "cache"),
-                GOPATH=str(tmp / "path"), PPROF_TMPDIR=str(tmp / "pprof"), HOME=str(tmp))
+    return dict(
+        os.environ,
+        GOFLAGS="",
+        GOCACHE=os.environ.get("GOCACHE") or str(tmp / "cache"),
+        GOPATH=str(tmp / "path"),
+        PPROF_TMPDIR=str(tmp / "pprof"),
+        HOME=str(tmp),
+    )
 
 
 def pprof(go_env: Dict[str, str], path: Path, *args: str) -> str:
     """Runs `go tool pprof ARGS path` and returns what it prints."""
-    out = subprocess.run([GO, "tool", "pprof", *args, str(path)], env=go_env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [GO, "tool", "pprof", *args, str(path)],
+        env=go_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -81,8 +93,10 @@ def expected(session) -> Tuple[int, Dict[str, Tuple[int, int]], Dict[str, int]]:
     doc = json.loads(session.to_json())
     strings = doc["strings"]
     spans = [dict(zip(doc["span_fields"], row)) for row in doc["spans"]]
-    names = [strings[s["label"]] if s["label"] else strings[doc["functions"][s["function"]][0]]
-             for s in spans]
+    names = [
+        strings[s["label"]] if s["label"] else strings[doc["functions"][s["function"]][0]]
+        for s in spans
+    ]
     self_ns = [s["active_ns"] for s in spans]
     for s in spans:
         if s["parent"] >= 0 and spans[s["parent"]]["lane"] == s["lane"]:
@@ -232,7 +246,9 @@ def predict_fails():
 def test_exception_flag_is_a_label(engine, tmp_path, go_env):
     with profiling(depth=-1, engine=engine) as session:
         predict_fails()
-    out = pprof(go_env, save_pprof(session, tmp_path), "-top", "-unit=ns", "-tagfocus=flags=exception")
+    out = pprof(
+        go_env, save_pprof(session, tmp_path), "-top", "-unit=ns", "-tagfocus=flags=exception"
+    )
     _, rows = top(out)
     # Only the span that raised has the flag; its caller is there as its stack.
     assert rows["fails"][0] > 0

@@ -24,17 +24,18 @@ import time
 import warnings
 
 import pytest
-
-import mlflow_profiler as mp
-from mlflow_profiler import analysis, profile_block, profiling
-
 from _browser import artifact_dir, console_errors, require_browser, start_chromium, wait_for
 from _endpoints import serve
 from _helpers import require_mlflow, schedstat, walk
 from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
 
-pytestmark = mlflow_warning_filters() + [pytest.mark.filterwarnings("ignore::UserWarning"),
-                                         pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+import mlflow_profiler as mp
+from mlflow_profiler import analysis, profile_block, profiling
+
+pytestmark = mlflow_warning_filters() + [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 LATENCY = {"fast": 0.020, "smart": 0.040}
 SLOTS = {"fast": 4, "smart": 2}
@@ -79,7 +80,9 @@ def agent_class(mlflow):
 
             slots = {name: asyncio.Semaphore(n) for name, n in SLOTS.items()}
             async with aiohttp.ClientSession() as session:
-                return await asyncio.gather(*(self._ask(session, slots, i, t) for i, t in enumerate(tickets)))
+                return await asyncio.gather(
+                    *(self._ask(session, slots, i, t) for i, t in enumerate(tickets))
+                )
 
         def _call_endpoints(self, tickets):
             w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
@@ -89,24 +92,36 @@ def agent_class(mlflow):
                 self.loop_clock = (time.perf_counter_ns() - w0, time.thread_time_ns() - c0)
 
         def _tickets(self, request):
-            text = request.input[-1].content if hasattr(request.input[-1], "content") else request.input[-1]["content"]
+            text = (
+                request.input[-1].content
+                if hasattr(request.input[-1], "content")
+                else request.input[-1]["content"]
+            )
             return [t.strip() for t in text.split(";") if t.strip()]
 
         def predict_stream(self, request):
             answers = self._call_endpoints(self._tickets(request))
             for k, answer in enumerate(answers):
-                yield ResponsesAgentStreamEvent(type="response.output_item.done",
-                                                item=self.create_text_output_item(text=answer, id=f"msg-{k}"))
+                yield ResponsesAgentStreamEvent(
+                    type="response.output_item.done",
+                    item=self.create_text_output_item(text=answer, id=f"msg-{k}"),
+                )
 
         def predict(self, request):
-            items = [e.item for e in self.predict_stream(request) if e.type == "response.output_item.done"]
+            items = [
+                e.item
+                for e in self.predict_stream(request)
+                if e.type == "response.output_item.done"
+            ]
             return ResponsesAgentResponse(output=items)
 
     return TicketAgent
 
 
 def _request():
-    return {"input": [{"role": "user", "content": "; ".join(f"ticket {k}" for k in range(TICKETS))}]}
+    return {
+        "input": [{"role": "user", "content": "; ".join(f"ticket {k}" for k in range(TICKETS))}]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -156,11 +171,17 @@ def _profile(model, how="serving"):
         runq = (schedstat()[1] - q0) / 1e9
         assert len(events) == TICKETS
         truth = sorted(impl.calls, key=lambda c: c[1])
-        asks = sorted((n for n in walk(session.to_tree()) if n["label"].startswith("ask ")),
-                      key=lambda n: n["start_ns"])
+        asks = sorted(
+            (n for n in walk(session.to_tree()) if n["label"].startswith("ask ")),
+            key=lambda n: n["start_ns"],
+        )
         assert len(asks) == TICKETS, session.format_tree()
-        misses = [(n["label"], n["wall_ns"], t1 - t0) for n, (name, t0, t1) in zip(asks, truth)
-                  if n["label"] != f"ask {name}" or abs(n["wall_ns"] - (t1 - t0)) > 0.05 * (t1 - t0) + runq * 1e9]
+        misses = [
+            (n["label"], n["wall_ns"], t1 - t0)
+            for n, (name, t0, t1) in zip(asks, truth)
+            if n["label"] != f"ask {name}"
+            or abs(n["wall_ns"] - (t1 - t0)) > 0.05 * (t1 - t0) + runq * 1e9
+        ]
         if not misses:
             return session, truth
     raise AssertionError(misses)
@@ -180,7 +201,9 @@ def test_the_tree_shows_every_call_in_flight_under_the_coroutine_that_gathered_t
         # pydantic and tracing wrappers are transparent), and every step of
         # the model is under it; MLflow's checks are beside it.
         (root,) = [n for n in tree if n["label"].endswith("TicketAgent.predict_stream")]
-        assert not [n for n in walk([m for m in tree if m is not root]) if "TicketAgent" in n["label"]], text
+        assert not [
+            n for n in walk([m for m in tree if m is not root]) if "TicketAgent" in n["label"]
+        ], text
         steps = root["children"]
     # The model's own steps, in order, not inside any MLflow group.
     mine = [n["label"].rpartition(".")[2] for n in steps if "TicketAgent." in n["label"]]
@@ -202,7 +225,11 @@ def test_the_tree_shows_every_call_in_flight_under_the_coroutine_that_gathered_t
     # the thread's own clocks around asyncio.run (wall less CPU time; the
     # loop's work on the responses, ~10 ms here, is running).
     wall, cpu = served._model_impl.responses_agent.loop_clock
-    assert abs(call["waiting_ns"] - (wall - cpu)) <= 0.05 * wall + 1_000_000, (call["waiting_ns"], wall, cpu)
+    assert abs(call["waiting_ns"] - (wall - cpu)) <= 0.05 * wall + 1_000_000, (
+        call["waiting_ns"],
+        wall,
+        cpu,
+    )
     assert "ask fast" in text and "ask smart" in text and ", waiting " in text
 
 
@@ -211,13 +238,24 @@ def test_the_chrome_trace_has_a_process_per_endpoint_and_a_thread_per_slot(serve
     path = tmp_path / "agent.trace.json"
     session.save(str(path), "chrome_trace")
     events = json.loads(path.read_text())["traceEvents"]
-    pids = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    pids = {
+        e["pid"]: e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     for name, slots in SLOTS.items():
         (pid,) = [p for p, n in pids.items() if n == f"resource {name}"]
-        threads = {e["tid"] for e in events if e["pid"] == pid and e["ph"] == "M" and e["name"] == "thread_name"}
+        threads = {
+            e["tid"]
+            for e in events
+            if e["pid"] == pid and e["ph"] == "M" and e["name"] == "thread_name"
+        }
         assert threads == set(range(1, slots + 1))  # the semaphore's bound, reached
-        peak = max(e["args"]["calls"] for e in events
-                   if e["pid"] == pid and e["ph"] == "C" and e["name"] == "in flight")
+        peak = max(
+            e["args"]["calls"]
+            for e in events
+            if e["pid"] == pid and e["ph"] == "C" and e["name"] == "in flight"
+        )
         assert peak == slots
         calls = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
         assert len(calls) == sum(1 for c in truth if c[0] == name)
@@ -270,7 +308,9 @@ def test_the_mlflow_trace_names_each_call_and_its_resource(served, local_store):
     assert len(asks) == TICKETS
     assert {s.attributes["mlflow_profiler.resource"] for s in asks} == set(SLOTS)
     for span in asks:
-        assert span.attributes["mlflow_profiler.waiting_ns"] >= 0.8 * (span.end_time_ns - span.start_time_ns)
+        assert span.attributes["mlflow_profiler.waiting_ns"] >= 0.8 * (
+            span.end_time_ns - span.start_time_ns
+        )
 
 
 def test_the_report_tells_the_story(served, tmp_path):
@@ -283,8 +323,12 @@ def test_the_report_tells_the_story(served, tmp_path):
     driver = start_chromium()
     try:
         driver.get(html.as_uri())
-        wait_for(lambda: driver.execute_script(
-            "return !!window.mlprofReport && window.mlprofReport.resourceLayout().length === 2"), what="the report")
+        wait_for(
+            lambda: driver.execute_script(
+                "return !!window.mlprofReport && window.mlprofReport.resourceLayout().length === 2"
+            ),
+            what="the report",
+        )
         layout = driver.execute_script("return window.mlprofReport.resourceLayout()")
         titles = sorted(r["title"] for r in layout)
         assert titles == ["resource fast", "resource smart"], layout

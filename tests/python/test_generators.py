@@ -6,10 +6,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from _helpers import check_times, qn, shape, walk
 
 from mlflow_profiler import profiling
-
-from _helpers import check_times, native_defect, qn, shape, walk
 
 
 def leaf(x):
@@ -45,13 +44,18 @@ def test_generator_consumed_in_a_loop(engine):
     assert gen["active_ns"] == gen["duration_ns"] < gen["wall_ns"]
     consumer_leaves = root["children"][1:]
     assert all(c["start_ns"] >= gen["start_ns"] for c in consumer_leaves)
-    assert consumer_leaves[-1]["end_ns"] <= gen["end_ns"]  # the last value came before the final resume
+    assert (
+        consumer_leaves[-1]["end_ns"] <= gen["end_ns"]
+    )  # the last value came before the final resume
     check_times(session)
 
 
 def _resumes(session, label):
-    return [s.flags.count("generator") and _span_resumes(session, i) for i, s in enumerate(session.spans)
-            if s.label == label]
+    return [
+        s.flags.count("generator") and _span_resumes(session, i)
+        for i, s in enumerate(session.spans)
+        if s.label == label
+    ]
 
 
 def _span_resumes(session, index):
@@ -79,9 +83,10 @@ def test_yield_from(engine):
     with profiling(depth=-1, engine=engine) as session:
         assert run() == [2, 3, "done"]
     assert shape(session) == (
-        (qn("test_yield_from.<locals>.run"), (
-            ("outer_gen", (("inner_gen", (("leaf", ()), ("leaf", ()))),)),
-        )),
+        (
+            qn("test_yield_from.<locals>.run"),
+            (("outer_gen", (("inner_gen", (("leaf", ()), ("leaf", ()))),)),),
+        ),
     )
     assert _resumes(session, "outer_gen") == [3]
     assert _resumes(session, "inner_gen") == [2]
@@ -139,7 +144,9 @@ def test_generator_closed_early_by_break(engine):
 
 
 def _any_positive():
-    return any(x > 0 for x in [1, 2, 3])  # any() stops at the first: the generator is abandoned at a yield
+    return any(
+        x > 0 for x in [1, 2, 3]
+    )  # any() stops at the first: the generator is abandoned at a yield
 
 
 def _sum_small():
@@ -157,6 +164,7 @@ def test_a_generator_abandoned_at_a_yield_leaves_nothing_behind(engine):
     then nested every later step under the abandoned generator, and in an
     MLflow agent's predict_stream kept its stack in pandas' to_dict). The
     later generators run below the ceiling, where only the resume sees them."""
+
     def predict():
         for _ in range(50):
             _any_positive()
@@ -219,7 +227,12 @@ def test_generator_yielding_none(engine):
     with profiling(depth=-1, engine=engine) as session:
         run()
     (root,) = session.to_tree()
-    assert [c["label"].rsplit(".", 1)[-1] for c in root["children"]] == ["pauses", "leaf", "leaf", "leaf"]
+    assert [c["label"].rsplit(".", 1)[-1] for c in root["children"]] == [
+        "pauses",
+        "leaf",
+        "leaf",
+        "leaf",
+    ]
     gen = root["children"][0]
     assert gen["flags"] == ["generator"]
     assert _resumes(session, gen["label"]) == [3]

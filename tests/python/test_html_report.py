@@ -16,12 +16,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import List, Tuple
 
-import pytest
-
 import _report_model as model
+import pytest
 from _browser import artifact_dir, console_errors, require_browser, start_chromium, wait_for
 from _helpers import qn, walk
 from conftest import ENGINES
+
 from mlflow_profiler import profiling
 
 AMBER = (255, 176, 0)  # search matches in the chart (report.js)
@@ -89,7 +89,9 @@ def text_lines(text: str) -> List[str]:
 
 def open_report(driver, url: str) -> None:
     driver.get(url)
-    wait_for(lambda: driver.execute_script("return !!window.mlprofReport"), what="the report to render")
+    wait_for(
+        lambda: driver.execute_script("return !!window.mlprofReport"), what="the report to render"
+    )
 
 
 def assert_no_alert(driver) -> None:
@@ -225,7 +227,9 @@ def click_span_in_chart(driver, doc, name: str) -> None:
     width, height = canvas.size["width"], canvas.size["height"]
     x = ((start + end) / 2 - v0) / (v1 - v0) * width
     y = AXIS_PX + TITLE_PX + row[4] * ROW_PX + ROW_PX / 2
-    ActionChains(driver).move_to_element_with_offset(canvas, int(x - width / 2), int(y - height / 2)).click().perform()
+    ActionChains(driver).move_to_element_with_offset(
+        canvas, int(x - width / 2), int(y - height / 2)
+    ).click().perform()
 
 
 def fmt_ms(ns: int) -> str:
@@ -242,7 +246,9 @@ def test_the_script_is_report_js_with_its_parts_in_place(report):
     script, in report.js's order."""
     html = report.path.read_text(encoding="utf-8")
     source = Path(__file__).resolve().parents[2] / "userspace" / "core" / "report"
-    parts = re.findall(r"^  // @include (\S+)$", (source / "report.js").read_text(encoding="utf-8"), re.M)
+    parts = re.findall(
+        r"^  // @include (\S+)$", (source / "report.js").read_text(encoding="utf-8"), re.M
+    )
     assert parts
     assert "// @include" not in html
     at = [html.index((source / part).read_text(encoding="utf-8")) for part in parts]
@@ -283,7 +289,9 @@ def _model():
     _fail()
 
 
-def test_an_exception_that_left_the_root_is_marked_and_one_a_caller_caught_is_not(browser, engine, tmp_path):
+def test_an_exception_that_left_the_root_is_marked_and_one_a_caller_caught_is_not(
+    browser, engine, tmp_path
+):
     with pytest.raises(Boom):
         with profiling(depth=2, engine=engine) as session:
             _model()
@@ -349,7 +357,11 @@ def test_search_counts_highlights_and_opens_matches(page, report):
     # Collapse everything first: the search must open the paths to matches.
     page.find_element("id", "collapse-all").click()
     assert "preprocess" not in " ".join(tree_lines(page))
-    expected = [n["label"] for n in walk(report.session.to_tree(show_c_calls=False)) if "process" in n["label"].lower()]
+    expected = [
+        n["label"]
+        for n in walk(report.session.to_tree(show_c_calls=False))
+        if "process" in n["label"].lower()
+    ]
     assert sorted(expected) == ["postprocess", "preprocess"]
     assert chart_pixels(page, AMBER) == 0
 
@@ -367,7 +379,10 @@ def test_search_counts_highlights_and_opens_matches(page, report):
     # The first match is selected and described.
     assert page.find_element("css selector", "#detail h2").text == "preprocess"
     box.send_keys(Keys.ENTER)  # next match
-    wait_for(lambda: page.find_element("css selector", "#detail h2").text == "postprocess", what="the next match")
+    wait_for(
+        lambda: page.find_element("css selector", "#detail h2").text == "postprocess",
+        what="the next match",
+    )
 
     box.send_keys(Keys.BACKSPACE * len("PROCESS"))
     wait_for(lambda: page.find_element("id", "search-count").text == "", what="the search to clear")
@@ -388,7 +403,9 @@ def test_a_match_of_any_width_gets_pixels_of_its_own_colour(page, report, width_
     shown = (end - start) * width / width_px
     for offset_px in (100.0, 100.25, 100.5, 100.75):
         v0 = start - offset_px * shown / width
-        page.execute_script("window.mlprofReport.setRange(arguments[0], arguments[1])", v0, v0 + shown)
+        page.execute_script(
+            "window.mlprofReport.setRange(arguments[0], arguments[1])", v0, v0 + shown
+        )
         # A column of amber at least as tall as half the bar (the selected
         # match's outline covers its top and bottom rows).
         assert chart_pixels(page, AMBER) >= ROW_PX // 2, (width_px, offset_px)
@@ -420,8 +437,11 @@ def test_expand_and_collapse(page, report):
     assert "tokenize" in names()
     # Collapsed: the roots and their own I/O lines, nothing under them.
     page.find_element("id", "collapse-all").click()
-    roots = [line.strip() for line in report.text.splitlines()
-             if (re.match(r"\S", line) and not line.startswith("(")) or re.match(r"  (in|out):", line)]
+    roots = [
+        line.strip()
+        for line in report.text.splitlines()
+        if (re.match(r"\S", line) and not line.startswith("(")) or re.match(r"  (in|out):", line)
+    ]
     assert tree_lines(page) == roots
     page.find_element("id", "expand-all").click()
     assert tree_lines(page) == report.tree
@@ -434,7 +454,10 @@ def test_clicking_a_span_zooms_to_it_and_back_returns(page, report):
     full = shown_range_ns(page)
     assert abs(full - report.doc["meta"]["duration_ns"]) <= 0.01e6
     click_span_in_chart(page, report.doc, "preprocess")
-    wait_for(lambda: page.find_element("css selector", "#detail h2").text == "preprocess", what="the detail panel")
+    wait_for(
+        lambda: page.find_element("css selector", "#detail h2").text == "preprocess",
+        what="the detail panel",
+    )
     row = report.doc["spans"][span_named(report.doc, "preprocess")]
     # The chart now spans preprocess (plus 2% on each side).
     assert shown_range_ns(page) == pytest.approx((row[7] - row[6]) * 1.04, rel=0.01)
@@ -463,7 +486,9 @@ def test_hover_shows_name_time_and_io(page, report):
     v0, v1 = page.execute_script("return window.mlprofReport.range()")
     x = ((row[6] + row[7]) / 2 - report.doc["meta"]["start_ns"] - v0) / (v1 - v0) * width
     y = AXIS_PX + TITLE_PX + row[4] * ROW_PX + ROW_PX / 2
-    ActionChains(page).move_to_element_with_offset(canvas, int(x - width / 2), int(y - height / 2)).perform()
+    ActionChains(page).move_to_element_with_offset(
+        canvas, int(x - width / 2), int(y - height / 2)
+    ).perform()
     tip = page.find_element("id", "tooltip")
     wait_for(tip.is_displayed, what="the tooltip")
     lines = tip.text.splitlines()
@@ -501,7 +526,10 @@ def test_works_inside_a_sandboxed_iframe(browser, report, how, tmp_path):
     frame = browser.find_element("id", "artifact")
     browser.switch_to.frame(frame)
     try:
-        wait_for(lambda: browser.execute_script("return !!window.mlprofReport"), what="the report in the frame")
+        wait_for(
+            lambda: browser.execute_script("return !!window.mlprofReport"),
+            what="the report in the frame",
+        )
         # The sandbox is real: opaque origin, storage throws.
         assert browser.execute_script("return window.origin") == "null"
         assert browser.execute_script(
@@ -509,10 +537,16 @@ def test_works_inside_a_sandboxed_iframe(browser, report, how, tmp_path):
         )
         assert tree_lines(browser) == report.tree
         browser.find_element("id", "search").send_keys("validate")
-        wait_for(lambda: browser.find_element("id", "search-count").text == "1 match", what="search in the frame")
+        wait_for(
+            lambda: browser.find_element("id", "search-count").text == "1 match",
+            what="search in the frame",
+        )
         # The chart redraws on the next animation frames, later than the
         # count under load.
-        wait_for(lambda: chart_pixels(browser, AMBER) > 0, what="the matches drawn highlighted in the frame")
+        wait_for(
+            lambda: chart_pixels(browser, AMBER) > 0,
+            what="the matches drawn highlighted in the frame",
+        )
     finally:
         browser.switch_to.default_content()
     assert_no_alert(browser)
@@ -587,7 +621,9 @@ def test_one_root_gives_the_total_as_the_tree_shows_it(browser, engine, tmp_path
     text = lambda id_: browser.find_element("id", id_).text  # noqa: E731
     assert text("fact-total") == fmt_ms(root[7] - root[6])
     # the root's line: its time, then what of it waited (the sleep), as print_tree writes it
-    assert tree_lines(browser)[0].endswith(": " + text("fact-total") + ", waiting " + fmt_ms(root[10]))
+    assert tree_lines(browser)[0].endswith(
+        ": " + text("fact-total") + ", waiting " + fmt_ms(root[10])
+    )
     assert root[10] >= 0.9 * 3_000_000 and doc["span_fields"][10] == "waiting_ns"
     # the session's own time (the sleep, its start and stop) is given apart
     assert doc["meta"]["duration_ns"] > root[7] - root[6] + 2_000_000
@@ -654,24 +690,38 @@ def test_asyncio_tasks_get_their_own_tracks(browser, engine, tmp_path):
     # The event loop's frames are hidden (docs/capture.md, "asyncio"): the
     # session's own lane records nothing, and handler's task and the two
     # fetches gathered under it each get a track of their own.
-    assert len(titles) == 3 and all(t.startswith("thread MainThread, task ") for t in titles), titles
+    assert len(titles) == 3 and all(
+        t.startswith("thread MainThread, task ") for t in titles
+    ), titles
     assert tree_lines(browser) == text_lines(session.format_tree())
 
     # A coroutine is drawn by its running segments: in the middle of the
     # slow fetch's wall time (asleep in asyncio.sleep) its row is empty,
     # where a segment starts it is drawn.
     doc = json.loads(session.to_json())
-    slow = max((i for i, r in enumerate(doc["spans"]) if doc["strings"][doc["functions"][r[1]][0]].endswith("fetch")),
-               key=lambda i: doc["spans"][i][7] - doc["spans"][i][6])
+    slow = max(
+        (
+            i
+            for i, r in enumerate(doc["spans"])
+            if doc["strings"][doc["functions"][r[1]][0]].endswith("fetch")
+        ),
+        key=lambda i: doc["spans"][i][7] - doc["spans"][i][6],
+    )
     row = doc["spans"][slow]
     assert row[5] & 256, "fetch was suspended: a generator span"
     segments = [s for s in doc["segments"] if s[0] == slow]
     assert len(segments) >= 2
-    track = next(t for t in browser.execute_script("return window.mlprofReport.trackLayout()") if t["lane"] == row[3])
+    track = next(
+        t
+        for t in browser.execute_script("return window.mlprofReport.trackLayout()")
+        if t["lane"] == row[3]
+    )
     t0 = doc["meta"]["start_ns"]
     # Scroll the chart to that track, as a person would to see it.
     scroll = max(0, track["y"] - 40)
-    browser.execute_script("document.getElementById('chart-scroll').scrollTop = arguments[0]", scroll)
+    browser.execute_script(
+        "document.getElementById('chart-scroll').scrollTop = arguments[0]", scroll
+    )
     scroll = browser.execute_script("return document.getElementById('chart-scroll').scrollTop")
     y = track["y"] + TITLE_PX + (row[4] - track["base"]) * ROW_PX + ROW_PX // 2 - scroll
     assert 0 < y < browser.find_element("id", "chart").size["height"]
@@ -686,7 +736,9 @@ def test_asyncio_tasks_get_their_own_tracks(browser, engine, tmp_path):
             const r = window.devicePixelRatio || 1;
             return c.getContext('2d').getImageData(Math.floor(x * r), Math.floor(arguments[1] * r), 1, 1).data[3];
             """,
-            t_ns, y)
+            t_ns,
+            y,
+        )
 
     asleep = ((segments[0][2] + segments[1][1]) / 2) - t0
     # Bars are opaque; an idle gap's shade over the sleep is translucent.
@@ -707,12 +759,16 @@ def _pixel(driver, x, y):
         const r = window.devicePixelRatio || 1;
         return Array.from(c.getContext('2d').getImageData(Math.floor(arguments[0] * r), Math.floor(arguments[1] * r), 1, 1).data);
         """,
-        x, y)
+        x,
+        y,
+    )
 
 
 def _x_of(driver, t_ns):
     v0, v1 = driver.execute_script("return window.mlprofReport.range()")
-    return (t_ns - v0) / (v1 - v0) * driver.execute_script("return window.mlprofReport.chartWidth()")
+    return (
+        (t_ns - v0) / (v1 - v0) * driver.execute_script("return window.mlprofReport.chartWidth()")
+    )
 
 
 def _hover_tip(driver, x, y):
@@ -721,7 +777,9 @@ def _hover_tip(driver, x, y):
 
     canvas = driver.find_element("id", "chart")
     width, height = canvas.size["width"], canvas.size["height"]
-    ActionChains(driver).move_to_element_with_offset(canvas, int(x - width / 2), int(y - height / 2)).perform()
+    ActionChains(driver).move_to_element_with_offset(
+        canvas, int(x - width / 2), int(y - height / 2)
+    ).perform()
     settle(driver)
     tip = driver.find_element("id", "tooltip")
     return tip.text.splitlines() if tip.is_displayed() else []
@@ -738,20 +796,27 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
     open_session(browser, session, tmp_path)
     doc = json.loads(session.to_json())
     t0 = doc["meta"]["start_ns"]
-    layout = {t["title"]: t for t in browser.execute_script("return window.mlprofReport.resourceLayout()")}
+    layout = {
+        t["title"]: t for t in browser.execute_script("return window.mlprofReport.resourceLayout()")
+    }
     assert set(layout) == {"resource fast", "resource smart"}
     for name, limit in LIMITS.items():
         track = layout["resource " + name]
         # the semaphore's limit is the slots, and the calls beyond it queued at the start
         assert track["rows"] == [f"slot {k}" for k in range(1, limit + 1)]
-        assert track["counters"] == [f"in flight (peak {limit})", f"queued (peak {CALLS // 2 - limit})"]
+        assert track["counters"] == [
+            f"in flight (peak {limit})",
+            f"queued (peak {CALLS // 2 - limit})",
+        ]
     # The lanes' tracks are as before, above the resources'.
     lanes = browser.execute_script("return window.mlprofReport.trackLayout()")
     assert max(t["y"] for t in lanes) < min(t["y"] for t in layout.values())
 
     # Scroll the resources into view, as a person would.
     fast = layout["resource fast"]
-    browser.execute_script("document.getElementById('chart-scroll').scrollTop = arguments[0]", fast["y"] - AXIS_PX - 2)
+    browser.execute_script(
+        "document.getElementById('chart-scroll').scrollTop = arguments[0]", fast["y"] - AXIS_PX - 2
+    )
     scroll = browser.execute_script("return document.getElementById('chart-scroll').scrollTop")
     height = browser.find_element("id", "chart").size["height"]
 
@@ -771,7 +836,9 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
                 let n = 0;
                 for (let i = 3; i < d.length; i += 4) if (d[i] === 255) n++;
                 return n;
-                """, y)
+                """,
+                y,
+            )
             assert opaque > 20, (name, k)
 
     # Hover the slot rows of "smart" in the middle of its last call (by its
@@ -792,18 +859,25 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
         assert lines[0] == "ask smart"
         assert f"resource smart, slot {k}" in lines
         flight = next(line for line in lines if line.startswith("in flight "))
-        assert float(flight[len("in flight "):-2]) >= LATENCY["smart"] * 1e3  # the sleep is inside the block
+        assert (
+            float(flight[len("in flight ") : -2]) >= LATENCY["smart"] * 1e3
+        )  # the sleep is inside the block
         # the last calls waited for their slot: as long as one of the smart
         # calls that found the semaphore locked says it did (its own clock)
-        queued = float(next(line for line in lines if line.startswith("queued "))[len("queued "):-2])
+        queued = float(
+            next(line for line in lines if line.startswith("queued "))[len("queued ") : -2]
+        )
         own = [(t1 - t0) / 1e6 for e, t0, t1 in model.queued if e == "smart"]
         assert queued >= 2 * LATENCY["smart"] * 1e3, lines
         assert min(abs(queued - q) for q in own) <= 0.05 * queued + 0.5 + cut / 1e6, (lines, own)
 
     # Idle gaps: while every call sleeps nothing runs. The header gives their
     # count and total; each is shaded over the chart's whole height.
-    extras = json.loads(re.search(r'id="mlprof-extras">(.*?)</script>',
-                                  (tmp_path / "session.html").read_text(), re.S).group(1))
+    extras = json.loads(
+        re.search(
+            r'id="mlprof-extras">(.*?)</script>', (tmp_path / "session.html").read_text(), re.S
+        ).group(1)
+    )
     bubbles = extras["bubbles"]
     assert extras["bubble_wait_data"] and bubbles
     # Some call was in flight in each (the program's clock; the profile's
@@ -814,7 +888,14 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
     assert browser.find_element("id", "fact-bubbles").text == f"{len(bubbles)}, {fmt_ms(total)}"
     # In the 4px gap under the last track, where nothing else is drawn.
     last = max(layout.values(), key=lambda t: t["y"])
-    gap_y = last["y"] + TITLE_PX + len(last["rows"]) * ROW_PX + len(last["counters"]) * last["counterH"] + 1 - scroll
+    gap_y = (
+        last["y"]
+        + TITLE_PX
+        + len(last["rows"]) * ROW_PX
+        + len(last["counters"]) * last["counterH"]
+        + 1
+        - scroll
+    )
     assert gap_y < height
     s, e = max(bubbles, key=lambda b: b[1] - b[0])
     shade = _pixel(browser, _x_of(browser, (s + e) / 2 - t0), gap_y)
@@ -825,8 +906,11 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
     busy = min(t1 for _, _, t1, _ in model.log)
     if not any(s <= busy <= e for s, e in bubbles):
         whole = browser.execute_script("return window.mlprofReport.range()")
-        browser.execute_script("window.mlprofReport.setRange(arguments[0], arguments[1])",
-                               busy - t0 - 20_000, busy - t0 + 20_000)
+        browser.execute_script(
+            "window.mlprofReport.setRange(arguments[0], arguments[1])",
+            busy - t0 - 20_000,
+            busy - t0 + 20_000,
+        )
         assert _pixel(browser, _x_of(browser, busy - t0), gap_y)[3] == 0
         browser.execute_script("window.mlprofReport.setRange(arguments[0], arguments[1])", *whole)
 
@@ -836,13 +920,19 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
     k = next(iter(hits))
     canvas = browser.find_element("id", "chart")
     ActionChains(browser).move_to_element_with_offset(
-        canvas, int(x - canvas.size["width"] / 2), int(slot_y(smart, k) - height / 2)).click().perform()
-    wait_for(lambda: browser.find_element("css selector", "#detail h2").text == "ask smart", what="the detail panel")
+        canvas, int(x - canvas.size["width"] / 2), int(slot_y(smart, k) - height / 2)
+    ).click().perform()
+    wait_for(
+        lambda: browser.find_element("css selector", "#detail h2").text == "ask smart",
+        what="the detail panel",
+    )
     assert shown_range_ns(browser) < (LATENCY["smart"] * 2 + 0.05) * 1e9
     version = "%d%d" % sys.version_info[:2]
     browser.execute_script("document.getElementById('zoom-reset').click()")
     settle(browser)
-    assert browser.save_screenshot(str(artifact_dir(tmp_path) / f"html_report_resources_py{version}_{engine}.png"))
+    assert browser.save_screenshot(
+        str(artifact_dir(tmp_path) / f"html_report_resources_py{version}_{engine}.png")
+    )
     assert console_errors(browser) == []
 
 

@@ -30,9 +30,15 @@ CHILD = textwrap.dedent("""
 
 
 def test_the_reference_engine_is_loaded_only_when_asked_for():
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[:3] == ["after import: False", "after a native session: False", "after a reference session: True"]
+    assert lines[:3] == [
+        "after import: False",
+        "after a native session: False",
+        "after a reference session: True",
+    ]
     # loaded inside nothing: the import's own frames are not in the tree
     assert lines[3] == "tree: [('g', 0), ('f', 1)]", lines[3]

@@ -11,10 +11,9 @@ import weakref
 
 import numpy as np
 import pytest
+from _helpers import qn
 
 from mlflow_profiler import IOSummary, profile_span, profiling
-
-from _helpers import qn
 
 
 def postprocess(logits):
@@ -49,11 +48,17 @@ def test_arguments_and_return_values_are_summarized(engine):
     spans = by_label(s)
     root = spans["predict"]
     assert root.input_summary == {
-        "X": IOSummary(type_name="numpy.ndarray", shape=(100, 50), dtype="float64", length=100,
-                       size_bytes=40000)
+        "X": IOSummary(
+            type_name="numpy.ndarray",
+            shape=(100, 50),
+            dtype="float64",
+            length=100,
+            size_bytes=40000,
+        )
     }
-    assert root.output_summary == IOSummary(type_name="numpy.ndarray", shape=(100,), dtype="int64",
-                                            length=100, size_bytes=800)
+    assert root.output_summary == IOSummary(
+        type_name="numpy.ndarray", shape=(100,), dtype="int64", length=100, size_bytes=800
+    )
     assert out.shape == (100,)
     run = spans["run_model"]
     assert set(run.input_summary) == {"x", "scale"}  # keyword-only parameters too
@@ -85,8 +90,9 @@ def test_show_io_renders_in_and_out_lines(engine):
     assert not text.endswith("\n\n")
     # The same capture without I/O lines, and print_tree prints the same text.
     assert "in:" not in s.format_tree(show_io=False)
-    assert [line for line in text.splitlines() if line and "in:" not in line and "out:" not in line] == \
-        s.format_tree(show_io=False).splitlines()
+    assert [
+        line for line in text.splitlines() if line and "in:" not in line and "out:" not in line
+    ] == s.format_tree(show_io=False).splitlines()
 
 
 def test_print_tree_shows_io_by_default(engine, capsys):
@@ -115,7 +121,11 @@ def test_capture_io_depth_limits_which_levels_get_io(engine):
     with profiling(depth=2, capture_io=True, capture_io_depth=1, engine=engine) as s:
         predict(X)
     assert {sp.label for sp in s.spans if sp.output_summary} == {
-        "predict", "preprocess", "run_model", "postprocess"}
+        "predict",
+        "preprocess",
+        "run_model",
+        "postprocess",
+    }
 
 
 def test_deeper_than_the_ceiling_io_depth_is_the_ceiling(engine):
@@ -143,8 +153,9 @@ def test_an_exception_gives_arguments_and_no_return_value(engine):
         with pytest.raises(ValueError):
             fails([1, 2, 3])
     span = by_label(s)[qn("test_an_exception_gives_arguments_and_no_return_value.<locals>.fails")]
-    assert span.input_summary["x"] == IOSummary(type_name="list", length=3,
-                                                size_bytes=span.input_summary["x"].size_bytes)
+    assert span.input_summary["x"] == IOSummary(
+        type_name="list", length=3, size_bytes=span.input_summary["x"].size_bytes
+    )
     assert span.output_summary is None
     assert "exception" in span.flags
 
@@ -262,8 +273,18 @@ def test_io_is_in_the_json_document(engine):
     with profiling(depth=1, capture_io=True, engine=engine) as s:
         predict(X)
     doc = json.loads(s.to_json())
-    assert doc["io_fields"] == ["span", "role", "name", "type", "shape", "dtype", "length",
-                                "size_bytes", "device", "repr"]
+    assert doc["io_fields"] == [
+        "span",
+        "role",
+        "name",
+        "type",
+        "shape",
+        "dtype",
+        "length",
+        "size_bytes",
+        "device",
+        "repr",
+    ]
     root = next(i for i, sp in enumerate(doc["spans"]) if sp[0] == -1)
     rows = [r for r in doc["io"] if r[0] == root]
     assert rows == [
@@ -379,5 +400,7 @@ def test_the_profilers_work_is_left_out_of_every_span_and_reported_once(engine):
     assert stats["duration_ns"] >= stats["profiler_overhead_ns"]  # the session's wall time keeps it
     # Said once, under the tree.
     text = session.format_tree()
-    assert text.count("(profiler's own work: ") == 1 and "left out of every time above" in text, text
+    assert (
+        text.count("(profiler's own work: ") == 1 and "left out of every time above" in text
+    ), text
     assert "summaries took" not in text

@@ -13,10 +13,9 @@ import threading
 import time
 
 import pytest
+from _helpers import schedstat
 
 from mlflow_profiler import analysis, profiling
-
-from _helpers import schedstat
 
 
 def _busy(ms: float) -> None:
@@ -102,7 +101,9 @@ def test_idle_gaps_of_a_fan_out_at_any_depth_without_c_calls(engine, depth):
         pytest.fail(f"idle found off by more than 5% in 3 runs: (truth, found, run-queue) {errors}")
     spans = session.spans
     waits = [s for s in spans if "wait" in s.flags]
-    assert waits and all(s.label.endswith(".select") and s.module == "selectors" for s in waits), waits
+    assert waits and all(
+        s.label.endswith(".select") and s.module == "selectors" for s in waits
+    ), waits
     if depth == 1:
         # Below the ceiling: a leaf under the span that ran the loop.
         assert {spans[s.parent_index].label for s in waits} == {"Router._call_endpoints"}
@@ -117,8 +118,14 @@ def test_the_selectors_are_put_back_and_the_loop_runs_the_same(engine):
         await asyncio.sleep(0.005)
         return 42
 
-    own = {c: vars(c)["select"] for c in (selectors.SelectSelector, selectors.EpollSelector,
-                                           selectors.PollSelector.__mro__[1])}
+    own = {
+        c: vars(c)["select"]
+        for c in (
+            selectors.SelectSelector,
+            selectors.EpollSelector,
+            selectors.PollSelector.__mro__[1],
+        )
+    }
     loop = asyncio.new_event_loop()
 
     def predict():
@@ -128,7 +135,10 @@ def test_the_selectors_are_put_back_and_the_loop_runs_the_same(engine):
         with profiling(depth=2, engine=engine) as session:
             assert predict() == 42
             for cls, func in own.items():  # watched while the session collects
-                assert isinstance(vars(cls)["select"], _core.SelectWait) and vars(cls)["select"].__wrapped__ is func
+                assert (
+                    isinstance(vars(cls)["select"], _core.SelectWait)
+                    and vars(cls)["select"].__wrapped__ is func
+                )
             assert loop._selector.select.__name__ == "select"
         assert {c: vars(c)["select"] for c in own} == own
         assert loop.run_until_complete(work()) == 42  # and runs on without it
@@ -142,8 +152,11 @@ def test_a_subprocess_waited_for_is_a_wait(engine):
     import subprocess as sp
 
     def predict():
-        with sp.Popen([sys.executable, "-c", "import time; time.sleep(0.05); print('done')"],
-                      stdout=sp.PIPE, stderr=sp.PIPE) as proc:
+        with sp.Popen(
+            [sys.executable, "-c", "import time; time.sleep(0.05); print('done')"],
+            stdout=sp.PIPE,
+            stderr=sp.PIPE,
+        ) as proc:
             return proc.communicate(timeout=60)[0]
 
     with profiling(depth=0, engine=engine) as session:
@@ -198,8 +211,12 @@ def test_mlprof_bubbles_exits_3_without_waiting_data(tmp_path):
     with profiling(depth=2) as session:
         predict()
     path = session.save(tmp_path / "threads.json")
-    run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "bubbles", str(path), "--format", "json"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", "bubbles", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 3, (run.returncode, run.stderr)
     assert "no waiting data" in run.stderr
     assert json.loads(run.stdout)["sessions"][0]["wait_data"] is False
@@ -220,4 +237,6 @@ def test_nested_sessions_each_name_the_wait(engine):
             predict()
     for session in (outer, inner):
         waits = [s for s in session.spans if "wait" in s.flags]
-        assert waits and all(s.label.endswith(".select") and s.module == "selectors" for s in waits), waits
+        assert waits and all(
+            s.label.endswith(".select") and s.module == "selectors" for s in waits
+        ), waits

@@ -12,12 +12,11 @@ import json
 import time
 
 import pytest
+from _endpoints import serve
+from _helpers import walk
 
 import mlflow_profiler
 from mlflow_profiler import mark, profile_block, profiling, rate_limit_hit, retry
-
-from _endpoints import serve
-from _helpers import walk
 
 
 def _trace(session, tmp_path):
@@ -64,14 +63,22 @@ def test_a_mark_is_an_instant_of_its_lane_under_the_span_open(engine, tmp_path):
         work(clock)
     rows, doc = _marks(session)
     assert [(r["name"], r["resource"]) for r in rows] == [
-        ("rate limited, retry after 1.5s", "llm"), ("checkpoint", None)]
+        ("rate limited, retry after 1.5s", "llm"),
+        ("checkpoint", None),
+    ]
     # Each within the program's clock around it (the profile's times leave
     # out the profiler's own work so far: earlier by at most all of it).
     cut = session.statistics()["profiler_overhead_ns"]
-    assert clock[0] - cut <= rows[0]["ts_ns"] <= clock[1] and clock[2] - cut <= rows[1]["ts_ns"] <= clock[3]
+    assert (
+        clock[0] - cut <= rows[0]["ts_ns"] <= clock[1]
+        and clock[2] - cut <= rows[1]["ts_ns"] <= clock[3]
+    )
     spans = [dict(zip(doc["span_fields"], r)) for r in doc["spans"]]
-    label = lambda i: doc["strings"][spans[i]["label"]] if spans[i]["label"] else \
-        doc["strings"][doc["functions"][spans[i]["function"]][0]]
+    label = (
+        lambda i: doc["strings"][spans[i]["label"]]
+        if spans[i]["label"]
+        else doc["strings"][doc["functions"][spans[i]["function"]][0]]
+    )
     assert label(rows[0]["span"]) == "call" and label(rows[1]["span"]).endswith("work")
     # Nothing else changed: the marks open no span.
     assert [n["label"] for n in walk(session.to_tree())] == ["work", "call"]
@@ -82,8 +89,11 @@ def test_a_mark_is_an_instant_of_its_lane_under_the_span_open(engine, tmp_path):
     on_resource = [e for e in instants if e["s"] == "p"]
     assert [e["name"] for e in on_lane] == ["rate limited, retry after 1.5s", "checkpoint"]
     (rl,) = on_resource
-    pids = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
-            if e["ph"] == "M" and e["name"] == "process_name"}
+    pids = {
+        e["pid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     assert pids[rl["pid"]] == "resource llm" and rl["args"] == {"resource": "llm", "under": "call"}
     assert abs(round(rl["ts"] * 1000) + origin - rows[0]["ts_ns"]) <= 1000
 
@@ -97,7 +107,11 @@ def test_marks_survive_the_document_and_a_shallower_view(engine, tmp_path):
     loaded = mlflow_profiler.load(str(path))
     assert _marks(loaded)[0] == _marks(session)[0]
     # At depth 0 the block is cut: its mark is under the span kept above it.
-    rows = [dict(zip(d["mark_fields"], r)) for d in [json.loads(session.to_json(depth=0))] for r in d["marks"]]
+    rows = [
+        dict(zip(d["mark_fields"], r))
+        for d in [json.loads(session.to_json(depth=0))]
+        for r in d["marks"]
+    ]
     assert len(rows) == 2 and {r["span"] for r in rows} == {0}
 
 
@@ -131,6 +145,7 @@ def _aiohttp_model(url, bodies):
 
     def predict():
         return asyncio.run(main())
+
     return predict
 
 
@@ -147,10 +162,15 @@ def test_a_429_and_the_retries_it_causes_are_marked(server, engine, tmp_path):
     host = _host(server)
     rows, _ = _marks(session)
     assert [(r["name"], r["resource"]) for r in rows] == [
-        ("rate limited, retry after 0.05s", host), ("retry 1", host), ("retry 2", host)]
+        ("rate limited, retry after 0.05s", host),
+        ("retry 1", host),
+        ("retry 2", host),
+    ]
     # The three requests are three calls to the host; the retries start them.
-    calls = sorted((n for n in walk(session.to_tree()) if n["label"] == f"POST {host}"),
-                   key=lambda n: n["start_ns"])
+    calls = sorted(
+        (n for n in walk(session.to_tree()) if n["label"] == f"POST {host}"),
+        key=lambda n: n["start_ns"],
+    )
     assert len(calls) == 3
     assert calls[0]["start_ns"] <= rows[0]["ts_ns"] <= calls[0]["end_ns"]
     for r, call in zip(rows[1:], calls[1:]):
@@ -158,10 +178,16 @@ def test_a_429_and_the_retries_it_causes_are_marked(server, engine, tmp_path):
     # The waits between: at least what Retry-After asked.
     assert calls[1]["start_ns"] - calls[0]["end_ns"] >= 0.05e9
     trace, _ = _trace(session, tmp_path)
-    pids = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
-            if e["ph"] == "M" and e["name"] == "process_name"}
-    on_host = [e["name"] for e in trace["traceEvents"]
-               if e["ph"] == "i" and e["s"] == "p" and pids.get(e["pid"]) == f"resource {host}"]
+    pids = {
+        e["pid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
+    on_host = [
+        e["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "i" and e["s"] == "p" and pids.get(e["pid"]) == f"resource {host}"
+    ]
     assert on_host == ["rate limited, retry after 0.05s", "retry 1", "retry 2"]
 
 
@@ -222,10 +248,22 @@ def test_httpx_sync_retries_are_marked(server, engine):
         assert predict() == "llm: 7 resolved"
     host = _host(server)
     assert [(r["name"], r["resource"]) for r in _marks(session)[0]] == [
-        ("rate limited", host), ("retry 1", host), ("retry 2", host)]
+        ("rate limited", host),
+        ("retry 1", host),
+        ("retry 2", host),
+    ]
     # The profiler's own work is no node.
     names = [n["label"] for n in walk(session.to_tree())]
-    own = ("_Attempt", "_owner", "_body_key", "_httpx_identity", "authority", "mark", "retry", "rate_limit_hit")
+    own = (
+        "_Attempt",
+        "_owner",
+        "_body_key",
+        "_httpx_identity",
+        "authority",
+        "mark",
+        "retry",
+        "rate_limit_hit",
+    )
     assert not [n for n in names if n.startswith(own) or n.split(".")[-1] in own], names
 
 
@@ -256,8 +294,11 @@ def test_the_report_ticks_a_resources_instants(engine, tmp_path):
             const c = document.getElementById('chart'), r = window.devicePixelRatio || 1;
             const d = c.getContext('2d').getImageData(Math.floor(arguments[0] * r), Math.floor(arguments[1] * r), 1, 1).data;
             return [d[0], d[1], d[2]];
-            """, tick["x"], y)
-        assert red == [0xc5, 0x22, 0x1f], red
+            """,
+            tick["x"],
+            y,
+        )
+        assert red == [0xC5, 0x22, 0x1F], red
         assert console_errors(driver) == []
     finally:
         driver.quit()

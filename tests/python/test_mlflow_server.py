@@ -14,13 +14,12 @@ import urllib.request
 
 import numpy as np
 import pytest
+from _helpers import require_mlflow
+from _mlflow_fixtures import mlflow_warning_filters, server_store, tracking_server  # noqa: F401
 
 import mlflow_profiler
 from mlflow_profiler import profiling
 from mlflow_profiler._files import loads
-
-from _helpers import require_mlflow
-from _mlflow_fixtures import mlflow_warning_filters, server_store, tracking_server  # noqa: F401
 
 pytestmark = mlflow_warning_filters()
 
@@ -43,11 +42,13 @@ def test_the_server_stores_and_serves_the_artifacts(server_store, tracking_serve
     with mlflow.start_run() as run:
         uri = mlflow_profiler.log_profile(session)
     assert tracking_server.backend_uri.startswith("sqlite:///")
-    assert MlflowClient().get_run(run.info.run_id).info.status == "FINISHED"  # from the SQLite store
+    assert (
+        MlflowClient().get_run(run.info.run_id).info.status == "FINISHED"
+    )  # from the SQLite store
     # The client sent the files to the server (a mlflow-artifacts: URI, no
     # local path), and the server wrote them under --artifacts-destination.
     assert uri.startswith("mlflow-artifacts:/") and run.info.run_id in uri
-    relative = uri[len("mlflow-artifacts:/"):].lstrip("/")
+    relative = uri[len("mlflow-artifacts:/") :].lstrip("/")
     on_disk = tracking_server.artifacts_dir / relative / "profile.json"
     assert on_disk.is_file()
     # ... and serves them back over HTTP, byte for byte.
@@ -82,8 +83,20 @@ def test_a_server_that_is_down_is_mlflows_error_to_the_caller(server_store, monk
         "log_profile": lambda: mlflow_profiler.log_profile(session, run_id=rid),
         "log_profile_metrics": lambda: mlflow_profiler.log_profile_metrics(session, run_id=rid),
         "log_profile_summary": lambda: mlflow_profiler.log_profile_summary(
-            {"_model": {"count": 1, "mean_ms": 1.0, "p50_ms": 1.0, "p95_ms": 1.0, "p99_ms": 1.0,
-                        "max_ms": 1.0, "self_mean_ms": 1.0, "self_p95_ms": 1.0}}, run_id=rid),
+            {
+                "_model": {
+                    "count": 1,
+                    "mean_ms": 1.0,
+                    "p50_ms": 1.0,
+                    "p95_ms": 1.0,
+                    "p99_ms": 1.0,
+                    "max_ms": 1.0,
+                    "self_mean_ms": 1.0,
+                    "self_p95_ms": 1.0,
+                }
+            },
+            run_id=rid,
+        ),
     }
     for name, call in calls.items():
         start = time.monotonic()

@@ -16,12 +16,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import qn, require_mlflow, walk
+from _mlflow_fixtures import (  # noqa: F401
+    local_store,
+    mlflow_store,
+    mlflow_warning_filters,
+    server_store,
+    tracking_server,
+)
 
 import mlflow_profiler
 from mlflow_profiler import mlflow_sink, profile_block, profiling
-
-from _helpers import qn, require_mlflow, walk
-from _mlflow_fixtures import local_store, mlflow_store, mlflow_warning_filters, server_store, tracking_server  # noqa: F401
 
 pytestmark = mlflow_warning_filters()
 
@@ -59,7 +64,9 @@ def make_session(depth=2, calls=1):
 def _download(run_id, path, dst):
     import mlflow
 
-    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(dst)))
+    return Path(
+        mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(dst))
+    )
 
 
 def _running(node):
@@ -69,7 +76,11 @@ def _running(node):
 def _self_ns(node):
     """A node's own running code: its running time (duration_ns less
     waiting_ns) less its same-lane children's, as the full capture has them."""
-    kids = [c for c in node["children"] if c["thread_id"] == node["thread_id"] and c["task"] == node["task"]]
+    kids = [
+        c
+        for c in node["children"]
+        if c["thread_id"] == node["thread_id"] and c["task"] == node["task"]
+    ]
     return max(0, _running(node) - sum(_running(c) for c in kids))
 
 
@@ -145,7 +156,9 @@ def test_log_profile_artifact_path_and_run_id_from_another_thread(local_store, t
 
     def exporter():  # what the background exporter does: no active run in its thread
         try:
-            result["uri"] = mlflow_profiler.log_profile(session, "batches/0007", run_id=run.info.run_id)
+            result["uri"] = mlflow_profiler.log_profile(
+                session, "batches/0007", run_id=run.info.run_id
+            )
         except BaseException as exc:  # pragma: no cover - reported below
             result["error"] = exc
 
@@ -154,7 +167,10 @@ def test_log_profile_artifact_path_and_run_id_from_another_thread(local_store, t
     t.join()
     assert "error" not in result, result
     assert result["uri"].endswith("/batches/0007")
-    files = {os.path.basename(f.path) for f in MlflowClient().list_artifacts(run.info.run_id, "batches/0007")}
+    files = {
+        os.path.basename(f.path)
+        for f in MlflowClient().list_artifacts(run.info.run_id, "batches/0007")
+    }
     assert files == {"profile.html", "profile.json", "profile.trace.json"}
     loaded = mlflow_profiler.load(_download(run.info.run_id, "batches/0007/profile.json", tmp_path))
     assert loaded.format_tree() == session.format_tree()
@@ -170,7 +186,9 @@ def test_no_run_is_a_clear_error(local_store):
         lambda: mlflow_profiler.log_profile_metrics(session),
         lambda: mlflow_profiler.log_profile_summary(HAND_SUMMARY),
     ):
-        with pytest.raises(RuntimeError, match=r"inside `with mlflow.start_run\(\):` or pass run_id=\.\.\."):
+        with pytest.raises(
+            RuntimeError, match=r"inside `with mlflow.start_run\(\):` or pass run_id=\.\.\."
+        ):
             call()
 
 
@@ -251,7 +269,9 @@ def test_metrics_by_default_are_the_root_and_its_steps_and_top_keeps_the_heavies
     assert {k.rsplit("/", 1)[0].count("/") for k in default} == {1, 2}  # profile/<root>[/<step>]
     heaviest = sorted((p for p in full if len(p) > 1), key=lambda p: (-full[p][0], p))[:2]
     clean = lambda p: "/".join(x.replace("<", "_").replace(">", "_") for x in p)  # noqa: E731
-    assert {k.rsplit("/", 1)[0] for k in top} == {"top/predict"} | {"top/" + clean(p) for p in heaviest}
+    assert {k.rsplit("/", 1)[0] for k in top} == {"top/predict"} | {
+        "top/" + clean(p) for p in heaviest
+    }
     with pytest.raises(ValueError, match="top must be"):
         mlflow_profiler.log_profile_metrics(session, top=0)
 
@@ -267,13 +287,19 @@ def test_metrics_depth_prefix_and_steps(local_store):
     client = MlflowClient()
     metrics = client.get_run(run.info.run_id).data.metrics
     # depth=0: the root only; its self time is still its own running code.
-    assert sorted(metrics) == ["serving/profile/predict/calls", "serving/profile/predict/running_ms",
-                               "serving/profile/predict/self_ms", "serving/profile/predict/waiting_ms",
-                               "serving/profile/predict/wall_ms"]
+    assert sorted(metrics) == [
+        "serving/profile/predict/calls",
+        "serving/profile/predict/running_ms",
+        "serving/profile/predict/self_ms",
+        "serving/profile/predict/waiting_ms",
+        "serving/profile/predict/wall_ms",
+    ]
     history = client.get_metric_history(run.info.run_id, "serving/profile/predict/wall_ms")
     root2 = second.to_tree()[0]
     assert [m.step for m in sorted(history, key=lambda m: m.step)] == [1, 2]
-    assert sorted(history, key=lambda m: m.step)[1].value == pytest.approx(root2["duration_ns"] / 1e6)
+    assert sorted(history, key=lambda m: m.step)[1].value == pytest.approx(
+        root2["duration_ns"] / 1e6
+    )
     self2 = client.get_metric_history(run.info.run_id, "serving/profile/predict/self_ms")
     assert max(self2, key=lambda m: m.step).value == pytest.approx(_self_ns(root2) / 1e6)
     running2 = client.get_metric_history(run.info.run_id, "serving/profile/predict/running_ms")
@@ -282,8 +308,22 @@ def test_metrics_depth_prefix_and_steps(local_store):
 
 def _hostile_session():
     """Display names MLflow would refuse as they are, nested 60 deep."""
-    names = ["<lambda>", "<listcomp>", "a:b", "a_b", "größe", "推論", "with space", ".", "..", "",
-             "x/y", "tab\there", "emoji🙂", "q" * 300]
+    names = [
+        "<lambda>",
+        "<listcomp>",
+        "a:b",
+        "a_b",
+        "größe",
+        "推論",
+        "with space",
+        ".",
+        "..",
+        "",
+        "x/y",
+        "tab\there",
+        "emoji🙂",
+        "q" * 300,
+    ]
     with profiling(depth=-1) as session:
         with profile_block("predict"):
             for name in names:
@@ -320,7 +360,9 @@ def test_hostile_names_are_accepted_and_stay_apart(mlflow_store):
     assert "profile/predict/a_b/calls" in metrics, "an unchanged name keeps its name"
     assert any(k.startswith("profile/predict/a_b-") for k in metrics), "a:b is told apart from a_b"
     deepest = [k for k in metrics if "level_59_" in k]
-    assert len(deepest) == len(mlflow_sink.METRIC_STATS) and all(k.startswith("profile/predict/...-") for k in deepest)
+    assert len(deepest) == len(mlflow_sink.METRIC_STATS) and all(
+        k.startswith("profile/predict/...-") for k in deepest
+    )
 
 
 def test_metrics_over_one_batch(server_store):
@@ -350,7 +392,9 @@ def test_metric_names_are_stable_and_bounded():
     assert first[("predict", "<lambda>")] == "profile/predict/_lambda_"
     assert first[("predict", "a:b")].startswith("profile/predict/a_b-")
     # Alone, a changed name has no hash: it does not depend on the other paths.
-    assert bases([("predict", "a:b")], "profile", ("calls",)) == {("predict", "a:b"): "profile/predict/a_b"}
+    assert bases([("predict", "a:b")], "profile", ("calls",)) == {
+        ("predict", "a:b"): "profile/predict/a_b"
+    }
     deep = tuple(f"n{i}" * 20 for i in range(50))
     name = bases([deep], "profile", mlflow_sink.SUMMARY_STATS)[deep]
     assert len(name) + len("/self_mean_ms") <= 250
@@ -364,29 +408,87 @@ def test_metric_names_are_stable_and_bounded():
 # -- log_profile_summary -------------------------------------------------------------------
 
 HAND_SUMMARY = {
-    "predict": {"path": ["predict"], "count": 4, "sessions": 4, "incomplete": 0, "mean_ms": 12.5,
-                "min_ms": 10.0, "max_ms": 16.0, "p50_ms": 12.0, "p95_ms": 15.5, "p99_ms": 15.9,
-                "total_ms": 50.0, "self_mean_ms": 1.25, "self_min_ms": 1.0, "self_max_ms": 1.5,
-                "self_p50_ms": 1.2, "self_p95_ms": 1.45, "self_p99_ms": 1.49, "self_total_ms": 5.0},
-    "predict/preprocess": {"path": ["predict", "preprocess"], "count": 8, "sessions": 4, "incomplete": 0,
-                           "mean_ms": 3.0, "min_ms": 2.0, "max_ms": 4.0, "p50_ms": 3.0, "p95_ms": 3.9,
-                           "p99_ms": 3.99, "total_ms": 24.0, "self_mean_ms": 3.0, "self_min_ms": 2.0,
-                           "self_max_ms": 4.0, "self_p50_ms": 3.0, "self_p95_ms": 3.9, "self_p99_ms": 3.99,
-                           "self_total_ms": 24.0},
-    "predict/predict.<locals>.<lambda>": {"path": ["predict", "predict.<locals>.<lambda>"], "count": 2,
-                                          "sessions": 1, "incomplete": 0, "mean_ms": 0.001,
-                                          "min_ms": 0.001, "max_ms": 0.001, "p50_ms": 0.001,
-                                          "p95_ms": 0.001, "p99_ms": 0.001, "total_ms": 0.002,
-                                          "self_mean_ms": 0.001, "self_min_ms": 0.001,
-                                          "self_max_ms": 0.001, "self_p50_ms": 0.001,
-                                          "self_p95_ms": 0.001, "self_p99_ms": 0.001,
-                                          "self_total_ms": 0.002},
+    "predict": {
+        "path": ["predict"],
+        "count": 4,
+        "sessions": 4,
+        "incomplete": 0,
+        "mean_ms": 12.5,
+        "min_ms": 10.0,
+        "max_ms": 16.0,
+        "p50_ms": 12.0,
+        "p95_ms": 15.5,
+        "p99_ms": 15.9,
+        "total_ms": 50.0,
+        "self_mean_ms": 1.25,
+        "self_min_ms": 1.0,
+        "self_max_ms": 1.5,
+        "self_p50_ms": 1.2,
+        "self_p95_ms": 1.45,
+        "self_p99_ms": 1.49,
+        "self_total_ms": 5.0,
+    },
+    "predict/preprocess": {
+        "path": ["predict", "preprocess"],
+        "count": 8,
+        "sessions": 4,
+        "incomplete": 0,
+        "mean_ms": 3.0,
+        "min_ms": 2.0,
+        "max_ms": 4.0,
+        "p50_ms": 3.0,
+        "p95_ms": 3.9,
+        "p99_ms": 3.99,
+        "total_ms": 24.0,
+        "self_mean_ms": 3.0,
+        "self_min_ms": 2.0,
+        "self_max_ms": 4.0,
+        "self_p50_ms": 3.0,
+        "self_p95_ms": 3.9,
+        "self_p99_ms": 3.99,
+        "self_total_ms": 24.0,
+    },
+    "predict/predict.<locals>.<lambda>": {
+        "path": ["predict", "predict.<locals>.<lambda>"],
+        "count": 2,
+        "sessions": 1,
+        "incomplete": 0,
+        "mean_ms": 0.001,
+        "min_ms": 0.001,
+        "max_ms": 0.001,
+        "p50_ms": 0.001,
+        "p95_ms": 0.001,
+        "p99_ms": 0.001,
+        "total_ms": 0.002,
+        "self_mean_ms": 0.001,
+        "self_min_ms": 0.001,
+        "self_max_ms": 0.001,
+        "self_p50_ms": 0.001,
+        "self_p95_ms": 0.001,
+        "self_p99_ms": 0.001,
+        "self_total_ms": 0.002,
+    },
     # No complete call yet (a stream still open): the quantiles are None.
-    "predict/stream": {"path": ["predict", "stream"], "count": 0, "sessions": 1, "incomplete": 1,
-                       "mean_ms": None, "min_ms": None, "max_ms": None, "p50_ms": None, "p95_ms": None,
-                       "p99_ms": None, "total_ms": 0.0, "self_mean_ms": None, "self_min_ms": None,
-                       "self_max_ms": None, "self_p50_ms": None, "self_p95_ms": None, "self_p99_ms": None,
-                       "self_total_ms": 0.0},
+    "predict/stream": {
+        "path": ["predict", "stream"],
+        "count": 0,
+        "sessions": 1,
+        "incomplete": 1,
+        "mean_ms": None,
+        "min_ms": None,
+        "max_ms": None,
+        "p50_ms": None,
+        "p95_ms": None,
+        "p99_ms": None,
+        "total_ms": 0.0,
+        "self_mean_ms": None,
+        "self_min_ms": None,
+        "self_max_ms": None,
+        "self_p50_ms": None,
+        "self_p95_ms": None,
+        "self_p99_ms": None,
+        "self_total_ms": 0.0,
+    },
 }
 
 
@@ -405,7 +507,9 @@ def test_summary_metrics_and_artifact(mlflow_store, tmp_path):
     assert metrics["profile_summary/predict/preprocess/self_p95_ms"] == 3.9
     assert metrics["profile_summary/predict/predict._locals_._lambda_/max_ms"] == 0.001
     assert not any(k.endswith("/min_ms") or k.endswith("/total_ms") for k in metrics)
-    doc = json.loads(_download(run.info.run_id, "profile/profile_summary.json", tmp_path).read_text())
+    doc = json.loads(
+        _download(run.info.run_id, "profile/profile_summary.json", tmp_path).read_text()
+    )
     assert doc == HAND_SUMMARY
 
 
@@ -438,9 +542,21 @@ def test_summary_of_a_real_collector(local_store, tmp_path):
         ([1, 2], TypeError, "must be the dict of ProfileCollector.summary"),
         ({"predict": 3}, TypeError, r"summary\['predict'\] must be a dict"),
         ({"predict": {"count": 1}}, ValueError, r"summary\['predict'\] has no 'mean_ms'"),
-        ({"predict": dict(HAND_SUMMARY["predict"], p95_ms="fast")}, TypeError, r"\['p95_ms'\] must be a number"),
-        ({"predict": dict(HAND_SUMMARY["predict"], count=True)}, TypeError, r"\['count'\] must be a number"),
-        ({"predict": dict(HAND_SUMMARY["predict"], path=[])}, ValueError, r"\['path'\] must be a non-empty list"),
+        (
+            {"predict": dict(HAND_SUMMARY["predict"], p95_ms="fast")},
+            TypeError,
+            r"\['p95_ms'\] must be a number",
+        ),
+        (
+            {"predict": dict(HAND_SUMMARY["predict"], count=True)},
+            TypeError,
+            r"\['count'\] must be a number",
+        ),
+        (
+            {"predict": dict(HAND_SUMMARY["predict"], path=[])},
+            ValueError,
+            r"\['path'\] must be a non-empty list",
+        ),
         ({7: HAND_SUMMARY["predict"]}, TypeError, "keys must be call paths"),
     ],
 )
@@ -490,15 +606,25 @@ for name, call in calls.items():
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONWARNINGS="error"))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONWARNINGS="error"),
+    )
 
 
 def test_without_mlflow_the_sinks_name_the_extra():
     proc = _run(_BLOCKER + _PROGRAM)
     assert proc.returncode == 0, proc.stderr
     lines = dict(line.split(" | ", 1) for line in proc.stdout.splitlines())
-    assert sorted(lines) == ["log_profile", "log_profile_metrics", "log_profile_summary", "log_profile_trace"]
+    assert sorted(lines) == [
+        "log_profile",
+        "log_profile_metrics",
+        "log_profile_summary",
+        "log_profile_trace",
+    ]
     for name, message in lines.items():
         assert f"mlflow_profiler.{name} needs MLflow" in message, message
         assert "pip install 'mlflow-profiler[mlflow]'" in message, message
@@ -506,7 +632,9 @@ def test_without_mlflow_the_sinks_name_the_extra():
 
 def test_import_does_not_import_mlflow():
     require_mlflow()  # installed, and still not imported
-    proc = _run("import sys, mlflow_profiler\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow'))")
+    proc = _run(
+        "import sys, mlflow_profiler\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow'))"
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -539,7 +667,9 @@ def test_span_processors_run_once_before_every_sink(local_store, tmp_path):
     spans = {s.label: s for s in loaded.spans}
     assert "preprocess!" in spans and qn("_prep") not in spans
     assert spans["preprocess!"].input_summary["df"].type_name == "REDACTED"
-    html = (_download(run.info.run_id, "profile/profile.html", tmp_path / "h")).read_text(encoding="utf-8")
+    html = (_download(run.info.run_id, "profile/profile.html", tmp_path / "h")).read_text(
+        encoding="utf-8"
+    )
     assert "preprocess!" in html
     assert qn("_prep") in session.format_tree(), "the session itself is left as captured"
     assert MlflowClient().get_run(run.info.run_id).data.metrics == pytest.approx(metrics)

@@ -17,13 +17,18 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import qn, require_mlflow, walk
+from _mlflow_fixtures import (  # noqa: F401
+    local_store,
+    mlflow_store,
+    mlflow_warning_filters,
+    server_store,
+    tracking_server,
+)
 
 import mlflow_profiler
 from mlflow_profiler import _mlflow_trace, profile_block, profiling
 from mlflow_profiler.mlflow_sink import log_profile_trace
-
-from _helpers import qn, require_mlflow, walk
-from _mlflow_fixtures import local_store, mlflow_store, mlflow_warning_filters, server_store, tracking_server  # noqa: F401
 
 pytestmark = mlflow_warning_filters()
 
@@ -80,7 +85,11 @@ def _search(run_id, flush=True):
     # as docs/mlflow.md says: the run's experiment named, whatever is active
     # (`locations` in MLflow 3, which deprecates `experiment_ids`)
     experiment_id = mlflow.get_run(run_id).info.experiment_id
-    where = "locations" if "locations" in inspect.signature(mlflow.search_traces).parameters else "experiment_ids"
+    where = (
+        "locations"
+        if "locations" in inspect.signature(mlflow.search_traces).parameters
+        else "experiment_ids"
+    )
     return mlflow.search_traces(run_id=run_id, return_type="list", **{where: [experiment_id]})
 
 
@@ -102,7 +111,10 @@ def _tree(trace):
         kids.setdefault(s.parent_id, []).append(s)
 
     def build(parent_id):
-        return tuple((s.name, build(s.span_id)) for s in sorted(kids.get(parent_id, []), key=lambda s: s.start_time_ns))
+        return tuple(
+            (s.name, build(s.span_id))
+            for s in sorted(kids.get(parent_id, []), key=lambda s: s.start_time_ns)
+        )
 
     return build(None)
 
@@ -139,7 +151,9 @@ def test_trace_round_trip(mlflow_store):
     rid = run.info.run_id
     found = _search(rid)
     assert len(found) == 1, "the trace is linked to the run"
-    mlflow.set_experiment("somewhere-else")  # docs/mlflow.md's search finds it from any active experiment
+    mlflow.set_experiment(
+        "somewhere-else"
+    )  # docs/mlflow.md's search finds it from any active experiment
     assert [t.info.trace_id for t in _search(rid, flush=False)] == [found[0].info.trace_id]
     mlflow.set_experiment(experiment_id=run.info.experiment_id)
     trace = _get_trace(found[0].info.trace_id, flush=False)
@@ -158,10 +172,15 @@ def test_trace_round_trip(mlflow_store):
     records = {r.label: r for r in session.spans}
     for name, kind in types.items():
         rec = records[name]
-        assert kind == ("CHAIN" if rec.is_user_code or rec.parent_index is None else "TOOL"), (name, kind)
+        assert kind == ("CHAIN" if rec.is_user_code or rec.parent_index is None else "TOOL"), (
+            name,
+            kind,
+        )
     assert "TOOL" in types.values() and list(types.values()).count("CHAIN") > 1
     root = by_name["predict"]
-    assert before <= root.start_time_ns <= root.end_time_ns <= after, "epoch times, in the session's window"
+    assert (
+        before <= root.start_time_ns <= root.end_time_ns <= after
+    ), "epoch times, in the session's window"
     pairs = list(zip(_walk_trace(trace), walk(session.to_tree())))
     assert len(pairs) == len(trace.data.spans) == len(session.spans)
     for s, n in pairs:
@@ -179,11 +198,23 @@ def test_trace_round_trip(mlflow_store):
     prep = by_name[qn("_prep")]
     # The class's own module: "pandas" from pandas 3, "pandas.core.frame" before.
     frame_type = f"{pd.DataFrame.__module__}.DataFrame"
-    assert prep.inputs == {"df": {"type_name": frame_type, "shape": [64, 3], "dtype": "float64",
-                                  "length": 64, "size_bytes": prep.inputs["df"]["size_bytes"]}}
+    assert prep.inputs == {
+        "df": {
+            "type_name": frame_type,
+            "shape": [64, 3],
+            "dtype": "float64",
+            "length": 64,
+            "size_bytes": prep.inputs["df"]["size_bytes"],
+        }
+    }
     assert prep.outputs["type_name"] == frame_type and prep.outputs["shape"] == [64, 3]
-    assert by_name[qn("_score")].outputs == {"type_name": "numpy.ndarray", "shape": [64], "dtype": "float64",
-                                             "length": 64, "size_bytes": 512}
+    assert by_name[qn("_score")].outputs == {
+        "type_name": "numpy.ndarray",
+        "shape": [64],
+        "dtype": "float64",
+        "length": 64,
+        "size_bytes": 512,
+    }
     assert prep.attributes["mlflow_profiler.module"] == __name__
     assert root.attributes["mlflow_profiler.captured_depth"] == 2
     assert root.attributes["mlflow_profiler.spans_omitted"] == 0
@@ -232,8 +263,13 @@ def test_run_id_wins_over_another_threads_active_run(local_store):
         pass
     result = {}
     with mlflow.start_run() as run_b:
-        t = threading.Thread(target=lambda: result.update(
-            uri=mlflow_profiler.log_profile(session, run_id=run_a.info.run_id, log_as_trace=True)))
+        t = threading.Thread(
+            target=lambda: result.update(
+                uri=mlflow_profiler.log_profile(
+                    session, run_id=run_a.info.run_id, log_as_trace=True
+                )
+            )
+        )
         t.start()
         t.join()
     assert "uri" in result
@@ -287,7 +323,9 @@ def test_an_exception_that_left_the_root_is_an_error_and_a_caught_one_is_not(loc
     with mlflow.start_run() as run:
         trace = _get_trace(log_profile_trace(session, run_id=run.info.run_id))
     spans = {s.name: s for s in trace.data.spans}
-    name = lambda f: qn(f"test_an_exception_that_left_the_root_is_an_error_and_a_caught_one_is_not.<locals>.{f}")  # noqa: E731
+    name = lambda f: qn(
+        f"test_an_exception_that_left_the_root_is_an_error_and_a_caught_one_is_not.<locals>.{f}"
+    )  # noqa: E731
     assert spans[name("fails")].status.status_code == "OK"  # model caught it
     assert spans[name("fails")].attributes["mlflow_profiler.flags"] == ["exception", "caught"]
     assert spans[name("boom")].status.status_code == "ERROR"
@@ -339,8 +377,15 @@ def test_old_mlflow_names_the_version(local_store):
         __version__ = "3.9.0"
 
         @staticmethod
-        def start_span_no_context(name, parent_span=None, inputs=None, attributes=None, tags=None,
-                                  experiment_id=None, start_time_ns=None):
+        def start_span_no_context(
+            name,
+            parent_span=None,
+            inputs=None,
+            attributes=None,
+            tags=None,
+            experiment_id=None,
+            start_time_ns=None,
+        ):
             raise AssertionError("not called")
 
     with pytest.raises(ImportError, match=r"MLflow >= 3\.10.*MLflow 3\.9\.0 is installed"):
@@ -348,7 +393,9 @@ def test_old_mlflow_names_the_version(local_store):
     if _has_tracing():
         return
     with mlflow.start_run() as run:
-        with pytest.raises(ImportError, match=r"needs MLflow >= 3\.10.*MLflow [0-9.]+ is installed"):
+        with pytest.raises(
+            ImportError, match=r"needs MLflow >= 3\.10.*MLflow [0-9.]+ is installed"
+        ):
             mlflow_profiler.log_profile(session, log_as_trace=True)
     assert MlflowClient().list_artifacts(run.info.run_id) == [], "nothing was logged"
 

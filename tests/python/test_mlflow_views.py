@@ -17,15 +17,16 @@ import sys
 import time
 
 import pytest
-
 from _browser import artifact_dir, require_browser, start_chromium, wait_for
 from _helpers import require_mlflow
-from mlflow_profiler.mlflow_sink import METRIC_STATS
 from _mlflow_fixtures import mlflow_warning_filters, server_store, tracking_server  # noqa: F401
+
+from mlflow_profiler.mlflow_sink import METRIC_STATS
 
 mlflow = require_mlflow()
 
 import _fraud_model  # noqa: E402
+
 import mlflow_profiler  # noqa: E402
 from mlflow_profiler import _autoprofile  # noqa: E402
 
@@ -88,7 +89,9 @@ def test_the_trace_view_and_the_metrics_tab(fraud, server_store, browser, tmp_pa
     trace = mlflow.get_trace(trace_id)
     spans = trace.data.spans
     root = next(s for s in spans if s.parent_id is None)
-    children = sorted((s for s in spans if s.parent_id == root.span_id), key=lambda s: s.start_time_ns)
+    children = sorted(
+        (s for s in spans if s.parent_id == root.span_id), key=lambda s: s.start_time_ns
+    )
     names = [s.name for s in children]
     # MLflow's work is one span, named for what it does, with its calls listed
     # (not 25 spans of 0.00 ms); then the model's steps.
@@ -107,18 +110,25 @@ def test_the_trace_view_and_the_metrics_tab(fraud, server_store, browser, tmp_pa
     assert all(s.span_type in ("CHAIN", "TOOL") for s in spans)
     # The metrics: the root and its depth-1 nodes, MLflow's group among them.
     # Short names that read as the tree does: no "_pyfunc ..._" debris.
-    (root_name,) = [k[:-len("/wall_ms")] for k in metrics
-                    if k.startswith("profile/predict pyfunc ") and k.endswith("FraudScorer/wall_ms")]
+    (root_name,) = [
+        k[: -len("/wall_ms")]
+        for k in metrics
+        if k.startswith("profile/predict pyfunc ") and k.endswith("FraudScorer/wall_ms")
+    ]
     assert f"{root_name}/mlflow input checks context/wall_ms" in metrics, sorted(metrics)
     assert len(metrics) <= len(METRIC_STATS) * (len(children) + 1), sorted(metrics)
 
     out = artifact_dir(tmp_path)
     uri = server_store.uri
-    browser.get(f"{uri}/#/experiments/{run.info.experiment_id}/traces?selectedEvaluationId={trace_id}")
+    browser.get(
+        f"{uri}/#/experiments/{run.info.experiment_id}/traces?selectedEvaluationId={trace_id}"
+    )
     _wait_text(browser, "[mlflow: input checks", "the trace view with MLflow's group")
     time.sleep(1)  # the drawer's animation
     _shot(browser, out / "mlflow_trace_view_after.png")
-    browser.get(f"{uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/model-metrics")
+    browser.get(
+        f"{uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/model-metrics"
+    )
     _wait_text(browser, "wall_ms", "the run's metric charts")
     time.sleep(1)
     _shot(browser, out / "mlflow_metrics_tab_after.png")

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from _helpers import assert_times_add_up, require_mlflow, walk
 
 mlflow = require_mlflow()
 
 import _fraud_model  # noqa: E402
+
 import mlflow_profiler  # noqa: E402
 from mlflow_profiler import _autoprofile, profiling  # noqa: E402
 
@@ -51,7 +51,9 @@ def test_autoprofile_shows_mlflow_as_named_nodes_and_the_models_steps(fraud):
     (root,) = session.to_tree()
     # The class's __qualname__ as cloudpickle rebuilt it (with or without
     # "fraud_model_class.<locals>.").
-    assert root["label"].startswith("predict [pyfunc ") and root["label"].endswith("FraudScorer]"), root["label"]
+    assert root["label"].startswith("predict [pyfunc ") and root["label"].endswith(
+        "FraudScorer]"
+    ), root["label"]
     depth1 = root["children"]
     groups = _mlflow_nodes(depth1)
     # MLflow's checks before the model run as one stretch: one node, named for
@@ -67,7 +69,10 @@ def test_autoprofile_shows_mlflow_as_named_nodes_and_the_models_steps(fraud):
     assert [n for n in others if n["label"].endswith("FraudScorer.featurize")]
     assert "Pipeline.predict_proba" in [n["label"] for n in others]
     # How much of predict is MLflow's, how much the model's: both are there.
-    assert sum(g["duration_ns"] for g in groups) + sum(n["duration_ns"] for n in others) <= root["duration_ns"]
+    assert (
+        sum(g["duration_ns"] for g in groups) + sum(n["duration_ns"] for n in others)
+        <= root["duration_ns"]
+    )
     # Rendered, the group is one line at depth 1; its calls show at depth 2.
     members = [c["label"] for c in groups[0]["children"]]
     text = session.format_tree(depth=1)
@@ -85,10 +90,23 @@ def test_the_names_are_what_the_user_called(fraud):
     # Forwarding wrappers are not nodes: the function they wrap is.
     assert "DataFrame.groupby" in labels, labels
     assert any(label.endswith("__truediv__") for label in labels), labels
-    for noise in ("wrapper", "new_method", "_getter", "_AvailableIfDescriptor", "_dispatcher", "_tp_cache"):
-        assert not [label for label in labels if noise in label and not label.startswith("[mlflow")], noise
-    featurize = next(n for n in walk(session.to_tree()) if n["label"].endswith("FraudScorer.featurize"))
-    assert [c["label"] for c in featurize["children"]] == ["features"]  # a forwarding wrapper uses no level
+    for noise in (
+        "wrapper",
+        "new_method",
+        "_getter",
+        "_AvailableIfDescriptor",
+        "_dispatcher",
+        "_tp_cache",
+    ):
+        assert not [
+            label for label in labels if noise in label and not label.startswith("[mlflow")
+        ], noise
+    featurize = next(
+        n for n in walk(session.to_tree()) if n["label"].endswith("FraudScorer.featurize")
+    )
+    assert [c["label"] for c in featurize["children"]] == [
+        "features"
+    ]  # a forwarding wrapper uses no level
 
 
 @pytest.mark.parametrize("engine", ["native", "reference"])
@@ -103,7 +121,9 @@ def test_profiling_around_the_python_model_puts_its_predict_at_the_root(fraud, e
     predict = "fraud_model_class.<locals>.FraudScorer.predict"
     assert [r["label"] for r in roots if not r["label"].startswith("[mlflow")] == [predict]
     (root,) = [r for r in roots if r["label"] == predict]
-    assert [c["label"] for c in root["children"]][:1] == ["fraud_model_class.<locals>.FraudScorer.featurize"]
+    assert [c["label"] for c in root["children"]][:1] == [
+        "fraud_model_class.<locals>.FraudScorer.featurize"
+    ]
 
 
 @pytest.mark.parametrize("engine", ["native", "reference"])
@@ -119,7 +139,9 @@ def test_profiling_around_the_pyfunc_counts_depth_from_the_models_predict(fraud,
     np.testing.assert_array_equal(np.asarray(result), np.asarray(expected))
     (root,) = session.to_tree()
     # (cloudpickle may give the loaded class its bare name)
-    assert root["label"].startswith("predict [pyfunc ") and root["label"].endswith("FraudScorer]"), root["label"]
+    assert root["label"].startswith("predict [pyfunc ") and root["label"].endswith(
+        "FraudScorer]"
+    ), root["label"]
     names = [c["label"] for c in root["children"]]
     assert len(_mlflow_nodes(root["children"])) == 1, names
     assert "fraud_model_class.<locals>.FraudScorer.featurize" in names, names
@@ -132,7 +154,8 @@ def test_profiling_around_the_pyfunc_counts_depth_from_the_models_predict(fraud,
     with profiling(depth=1, engine=engine) as session:
         python_model.predict(None, df)
     assert [r["label"] for r in session.to_tree() if not r["label"].startswith("[mlflow")] == [
-        "fraud_model_class.<locals>.FraudScorer.predict"]
+        "fraud_model_class.<locals>.FraudScorer.predict"
+    ]
 
 
 def _check_tree(session):
@@ -156,8 +179,10 @@ def test_times_add_up_in_whole_real_trees(fraud, engine):
     with profiling(engine=engine) as session:
         pipe.pipe.predict_proba(_fraud_model.features(df))
     iters = [n for n in walk(session.to_tree()) if n["label"] == "Pipeline._iter"]
-    assert iters and all("generator" in n["flags"] and n["duration_ns"] <= n["active_ns"] < n["wall_ns"]
-                         for n in iters)
+    assert iters and all(
+        "generator" in n["flags"] and n["duration_ns"] <= n["active_ns"] < n["wall_ns"]
+        for n in iters
+    )
     _check_tree(session)
     demo_path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "predict_demo.py"
     spec = importlib.util.spec_from_file_location("predict_demo_times", demo_path)
@@ -179,7 +204,7 @@ def _check_text(text: str) -> None:
     rows = _parse(text)
     for i, (indent, ns, err) in enumerate(rows):
         total, slack = 0.0, err
-        for child_indent, child_ns, child_err in rows[i + 1:]:
+        for child_indent, child_ns, child_err in rows[i + 1 :]:
             if child_indent <= indent:
                 break
             if child_indent == indent + 1:
@@ -200,5 +225,5 @@ def _parse(text: str):
             unit = units[m.group(5)]
             decimals = len(m.group(4) or "")
             value = float(m.group(3) + "." + (m.group(4) or "0")) * unit
-            out.append((len(m.group(1)) // 2, value, 0.5 * unit / 10 ** decimals))
+            out.append((len(m.group(1)) // 2, value, 0.5 * unit / 10**decimals))
     return out

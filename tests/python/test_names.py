@@ -10,8 +10,8 @@ import functools
 
 import numpy as np
 import pytest
-
 from _helpers import assert_times_add_up, qn, walk
+
 from mlflow_profiler import _labels, profiling
 
 pd = pytest.importorskip("pandas")
@@ -20,28 +20,56 @@ ENGINES = ["native", "reference"]
 
 
 def _frame():
-    return pd.DataFrame({
-        "amount": np.arange(10.0),
-        "ts": pd.date_range("2024-01-01", periods=10, freq="h"),
-        "merchant": list("abcdeabcde"),
-    })
+    return pd.DataFrame(
+        {
+            "amount": np.arange(10.0),
+            "ts": pd.date_range("2024-01-01", periods=10, freq="h"),
+            "merchant": list("abcdeabcde"),
+        }
+    )
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_operators_methods_and_accessors_are_named_as_the_user_wrote_them(engine):
     df = _frame()
     s = df["amount"]
-    expected = [s * 2, df[["amount"]] / 3, -s, s.abs(), df.fillna(0), df["ts"].dt.hour,
-                df["ts"].dt.strftime("%Y"), df["merchant"].str.upper(), df["merchant"].astype("category").cat.codes]
+    expected = [
+        s * 2,
+        df[["amount"]] / 3,
+        -s,
+        s.abs(),
+        df.fillna(0),
+        df["ts"].dt.hour,
+        df["ts"].dt.strftime("%Y"),
+        df["merchant"].str.upper(),
+        df["merchant"].astype("category").cat.codes,
+    ]
     with profiling(depth=0, engine=engine) as session:
-        got = [s * 2, df[["amount"]] / 3, -s, s.abs(), df.fillna(0), df["ts"].dt.hour,
-               df["ts"].dt.strftime("%Y"), df["merchant"].str.upper(), df["merchant"].astype("category").cat.codes]
+        got = [
+            s * 2,
+            df[["amount"]] / 3,
+            -s,
+            s.abs(),
+            df.fillna(0),
+            df["ts"].dt.hour,
+            df["ts"].dt.strftime("%Y"),
+            df["merchant"].str.upper(),
+            df["merchant"].astype("category").cat.codes,
+        ]
     for a, b in zip(got, expected):  # the values are the unprofiled ones
         assert a.equals(b)
     labels = [n["label"] for n in session.to_tree() if n["label"] != "DataFrame.__getitem__"]
     assert labels == [
-        "Series.__mul__", "DataFrame.__truediv__", "Series.__neg__", "Series.abs", "DataFrame.fillna",
-        "Series.dt.hour", "Series.dt.strftime", "Series.str.upper", "Series.astype", "Series.cat.codes",
+        "Series.__mul__",
+        "DataFrame.__truediv__",
+        "Series.__neg__",
+        "Series.abs",
+        "DataFrame.fillna",
+        "Series.dt.hour",
+        "Series.dt.strftime",
+        "Series.str.upper",
+        "Series.astype",
+        "Series.cat.codes",
     ], labels
     # The function is still the one that ran: the label names the call.
     truediv = next(n for n in session.to_tree() if n["label"] == "DataFrame.__truediv__")
@@ -72,8 +100,14 @@ def test_lookups_and_isinstance_checks_are_their_callers_time(engine):
     (root,) = session.to_tree()
     assert [c["label"] for c in root["children"]][-1] == "Pipeline.predict_proba"
     labels = [n["label"] for n in walk([root])]
-    for noise in ("_final_estimator_has", "<locals>.check", "_AvailableIfDescriptor", "Accessor.__get__",
-                  "_instancecheck", "_subclasscheck"):
+    for noise in (
+        "_final_estimator_has",
+        "<locals>.check",
+        "_AvailableIfDescriptor",
+        "Accessor.__get__",
+        "_instancecheck",
+        "_subclasscheck",
+    ):
         assert not [label for label in labels if noise in label], (noise, labels)
     assert "Series.dt.hour" in labels and "Series.__truediv__" in labels
     for node in walk([root]):
@@ -96,9 +130,12 @@ def test_a_labeller_that_raises_leaves_the_name_and_is_noted_once(engine):
             total = sum(step(i) for i in range(3))
         assert total == 6
         assert [n["label"] for n in walk(session.to_tree())].count(
-            qn("test_a_labeller_that_raises_leaves_the_name_and_is_noted_once.<locals>.step")) == 3
+            qn("test_a_labeller_that_raises_leaves_the_name_and_is_noted_once.<locals>.step")
+        ) == 3
         notes = session.statistics()["notes"]
-        assert len([n for n in notes if "labeller raised" in n and "labeller broke" in n]) == 1, notes
+        assert (
+            len([n for n in notes if "labeller raised" in n and "labeller broke" in n]) == 1
+        ), notes
     finally:
         _labels.LABELLERS.pop(step.__code__, None)
 
@@ -125,15 +162,20 @@ def test_first_sight_of_functions_is_the_profilers_work(engine):
         assert_times_add_up(node)
     # The footer says it when it moved the times by 0.1 ms and 1% of the
     # session (a loaded machine can stretch the session past that share).
-    shown = stats["profiler_overhead_ns"] >= 100_000 and 100 * stats["profiler_overhead_ns"] >= stats["duration_ns"]
+    shown = (
+        stats["profiler_overhead_ns"] >= 100_000
+        and 100 * stats["profiler_overhead_ns"] >= stats["duration_ns"]
+    )
     assert ("(profiler's own work: " in session.format_tree()) == shown
 
 
 def timed(fn):
     """A user's own decorator, as a notebook or a serving module has them."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -146,6 +188,7 @@ def scale_step(x):
 def test_a_users_own_decorator_is_not_a_node(engine):
     """functools.wraps decorators of the user's own modules forward like the
     libraries': the decorated function is the node, at the level it was called."""
+
     def predict(x):
         return scale_step(x) + 1
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
+from _helpers import check_times, qn, shape
 
 from mlflow_profiler import current_session, profiling
-
-from _helpers import check_times, qn, shape
 
 # The sessions are created before the outer one starts: this file is about
 # nesting, and creating a session object inside a collecting session is
@@ -56,7 +54,9 @@ def test_inner_sees_its_part_outer_sees_everything(engine):
     assert oa["end_ns"] <= ob["start_ns"] <= ob["end_ns"] <= oc["start_ns"]
     assert oa["end_ns"] - cut <= ib["start_ns"] <= ib["end_ns"] <= oc["start_ns"] + cut
     inner_c, outer_c = ib["children"][0], ob["children"][0]
-    assert ib["start_ns"] <= outer_c["start_ns"] + cut and ob["start_ns"] <= inner_c["start_ns"] + cut
+    assert (
+        ib["start_ns"] <= outer_c["start_ns"] + cut and ob["start_ns"] <= inner_c["start_ns"] + cut
+    )
     assert outer_c["end_ns"] <= ib["end_ns"] + cut and inner_c["end_ns"] <= ob["end_ns"] + cut
     check_times(inner)
     check_times(outer)
@@ -78,11 +78,14 @@ def test_inner_session_in_a_callee(engine):
     # session the same calls sit at their true depth
     assert shape(holder["inner"]) == (("b", (("c", ()),)),)
     assert shape(outer) == (
-        (name, (
-            ("a", (("b", (("c", ()),)),)),
-            ("b", (("c", ()),)),
-            ("c", ()),
-        )),
+        (
+            name,
+            (
+                ("a", (("b", (("c", ()),)),)),
+                ("b", (("c", ()),)),
+                ("c", ()),
+            ),
+        ),
     )
 
 

@@ -17,7 +17,9 @@ PROGRAM = os.path.join(os.path.dirname(__file__), "_everything_program.py")
 
 
 def run(mode: str) -> dict:
-    proc = subprocess.run([sys.executable, PROGRAM, mode], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, PROGRAM, mode], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # No traceback printed (an exception in a thread or a finalizer, a
     # warning turned error). The profiler's own notices may appear: under

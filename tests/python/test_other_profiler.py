@@ -8,10 +8,9 @@ import pstats
 import sys
 
 import pytest
+from _helpers import instrumented, shape
 
 from mlflow_profiler import _core, profiling
-
-from _helpers import instrumented, shape
 
 
 def during():
@@ -43,8 +42,10 @@ def test_cprofile_is_active_again_after_the_session(engine):
 
 def test_cprofile_keeps_counting_during_the_session(engine):
     if engine == "reference" and sys.version_info < (3, 12):
-        pytest.skip("before 3.12 cProfile is a C profile function that pure Python cannot chain to "
-                    "(see _reference.py); the reference puts it back when the session ends")
+        pytest.skip(
+            "before 3.12 cProfile is a C profile function that pure Python cannot chain to "
+            "(see _reference.py); the reference puts it back when the session ends"
+        )
     prof = cProfile.Profile()
     prof.enable()
     try:
@@ -90,6 +91,7 @@ def test_native_leaves_the_tool_ids_free():
     (a debugger 0, coverage 1, cProfile 2 or an optimizer 5 started meanwhile
     gets its own), and after the session every id is free again, with none
     of our events left on the program's code."""
+
     def numbers():
         yield 1
 
@@ -121,6 +123,7 @@ def test_native_instruments_no_plain_function():
     their resumes may come from anywhere. On 3.13 a frame whose callees are
     within the ceiling gets CALL events, which keep its calls of classes
     from being specialized past the hook (docs/capture.md)."""
+
     def numbers():
         yield 1
 
@@ -129,7 +132,10 @@ def test_native_instruments_no_plain_function():
         list(numbers())
         watched = sys.monitoring.get_local_events(_core.tool_id(), numbers.__code__)
     calls = sys.monitoring.events.CALL if sys.version_info[:2] == (3, 13) else 0
-    assert watched == calls | sum(getattr(sys.monitoring.events, e) for e in ("PY_START", "PY_RESUME", "PY_YIELD", "PY_RETURN"))
+    assert watched == calls | sum(
+        getattr(sys.monitoring.events, e)
+        for e in ("PY_START", "PY_RESUME", "PY_YIELD", "PY_RETURN")
+    )
 
     assert set(instrumented(during)) <= ({"INSTRUMENTED_CALL"} if calls else set())
     assert session.statistics()["engine"] == "eval_frame+sys.monitoring"
@@ -153,7 +159,12 @@ def test_setprofile_function_is_restored(engine):
         sys.setprofile(None)
     assert restored is tracer
     # it kept receiving events during the session, and after it
-    assert events == [("during", "call"), ("during", "return"), ("after", "call"), ("after", "return")]
+    assert events == [
+        ("during", "call"),
+        ("during", "return"),
+        ("after", "call"),
+        ("after", "return"),
+    ]
     assert shape(session) == (("during", ()),)
 
 

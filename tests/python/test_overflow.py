@@ -3,9 +3,9 @@ recorded spans keep their true end."""
 
 from __future__ import annotations
 
-from mlflow_profiler import profiling
-
 from _helpers import check_times, walk
+
+from mlflow_profiler import profiling
 
 
 def leaf(x):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from _helpers import check_times, count_shape, shape, shape_depth, skipped_seen, walk
 
 from mlflow_profiler import profiling
-
-from _helpers import check_times, count_shape, shape, shape_depth, skipped_seen, walk
 
 
 def fib(n):

@@ -9,10 +9,9 @@ import logging
 import sys
 
 import pytest
+from _helpers import shape, walk
 
 from mlflow_profiler import _reference, _reference_hook, profiling
-
-from _helpers import shape, walk
 
 pytestmark = pytest.mark.reference_only
 
@@ -51,7 +50,13 @@ def test_a_copied_context_gets_its_own_lane():
         leaf(3)
     nodes = list(walk(session.to_tree()))
     assert [(n["label"].rsplit(".", 1)[-1], n["task"]) for n in nodes] == [
-        ("leaf", 0), ("in_copy", 1), ("leaf", 1), ("in_copy", 2), ("leaf", 2), ("leaf", 0)]
+        ("leaf", 0),
+        ("in_copy", 1),
+        ("leaf", 1),
+        ("in_copy", 2),
+        ("leaf", 2),
+        ("leaf", 0),
+    ]
 
 
 def test_the_same_context_entered_twice_is_one_lane():
@@ -145,7 +150,9 @@ def test_user_code_classification():
     assert not _reference.classify_user_code("")
     assert _reference.classify_user_code("<dynamic-code>")  # cloudpickle: a class pickled by value
     assert _reference.classify_user_code("<dynamic-code>", "a_module_not_loaded")
-    assert not _reference.classify_user_code("<dynamic-code>", "json.decoder")  # a library closure, pickled
+    assert not _reference.classify_user_code(
+        "<dynamic-code>", "json.decoder"
+    )  # a library closure, pickled
     assert not _reference.classify_user_code("/x/lib/python3/site-packages/sklearn/base.py")
     assert not _reference.classify_user_code("/usr/lib/python3/dist-packages/numpy/core.py")
     stdlib = sysconfig.get_paths()["stdlib"]

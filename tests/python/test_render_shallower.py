@@ -18,7 +18,6 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-
 from _helpers import assert_times_add_up, require_mlflow, tree_lines, walk
 
 mlflow = require_mlflow()
@@ -29,7 +28,11 @@ with warnings.catch_warnings():
     import mlflow.pyfunc  # noqa: E402
 
 from mlflow_profiler import _mlflow_trace, analysis, profiling  # noqa: E402
-from mlflow_profiler.mlflow_sink import METRIC_STATS, metric_bases, profile_path_figures  # noqa: E402
+from mlflow_profiler.mlflow_sink import (  # noqa: E402
+    METRIC_STATS,
+    metric_bases,
+    profile_path_figures,
+)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*type hint:UserWarning"),
@@ -95,11 +98,13 @@ def model_class():
 
 def frame(n):
     rng = np.random.default_rng(3)
-    return pd.DataFrame({
-        "amount": rng.gamma(2.0, 50.0, n),
-        "visits": rng.integers(0, 30, n).astype("int64"),
-        "merchant": rng.choice(["a", "b", "c"], n),
-    })
+    return pd.DataFrame(
+        {
+            "amount": rng.gamma(2.0, 50.0, n),
+            "visits": rng.integers(0, 30, n).astype("int64"),
+            "merchant": rng.choice(["a", "b", "c"], n),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +118,9 @@ def sessions(tmp_path_factory):
         # enforcement, several levels of MLflow and pandas calls).
         signature = mlflow.models.infer_signature(df, model.predict(None, df))
         path = str(tmp_path_factory.mktemp("shallower") / "model")
-        mlflow.pyfunc.save_model(path, python_model=model, signature=signature, pip_requirements=["pandas"])
+        mlflow.pyfunc.save_model(
+            path, python_model=model, signature=signature, pip_requirements=["pandas"]
+        )
         loaded = mlflow.pyfunc.load_model(path)
         for _ in range(3):  # first calls import and fill caches: other code paths
             loaded.predict(df)
@@ -140,7 +147,10 @@ _TIME = re.compile(r"\d+(?:\.\d+)?(?:ns|us|ms|s)\b")
 def _text(session, d):
     # Times out (and whether a span waited over 1% of it: a matter of
     # timing), names and indentation kept.
-    return [_TIME.sub("T", line).replace(", waiting T", "") for line in tree_lines(session.format_tree(depth=d))]
+    return [
+        _TIME.sub("T", line).replace(", waiting T", "")
+        for line in tree_lines(session.format_tree(depth=d))
+    ]
 
 
 def _doc_spans(doc):
@@ -223,18 +233,24 @@ def test_every_view_at_depth_d_is_the_same_for_every_capture_from_d(sessions, vi
         first = seen[captures[0]]
         assert first, (viewer, d)
         for c in captures[1:]:
-            assert seen[c] == first, f"{viewer} at depth {d}: capture {c} differs from capture {captures[0]}"
+            assert (
+                seen[c] == first
+            ), f"{viewer} at depth {d}: capture {c} differs from capture {captures[0]}"
 
 
 def test_at_depth_1_mlflow_is_one_node_for_every_capture(sessions):
     for c, session in sessions.items():
         (root,) = session.to_tree(1)
-        assert root["label"].startswith("predict [pyfunc ") and root["label"].endswith("Scorer]"), root["label"]
+        assert root["label"].startswith("predict [pyfunc ") and root["label"].endswith(
+            "Scorer]"
+        ), root["label"]
         children = root["children"]
         mlflow_nodes = [n for n in children if n["module"].startswith("mlflow")]
         assert len(mlflow_nodes) == 1, (c, [n["label"] for n in children])
         (group,) = mlflow_nodes
-        assert group["label"].startswith("[mlflow: input checks") and "group" in group["flags"], group
+        assert (
+            group["label"].startswith("[mlflow: input checks") and "group" in group["flags"]
+        ), group
         # The model's steps beside it (and the pandas calls its predict makes).
         steps = [n["label"] for n in children if n["module"] == clean.__module__]
         assert steps == ["clean", "features", "level2"], c

@@ -5,10 +5,9 @@ same tree as capturing everything and cutting at k."""
 from __future__ import annotations
 
 import pytest
+from _helpers import check_times, prune, shape, shape_depth
 
 from mlflow_profiler import profiling
-
-from _helpers import check_times, prune, shape, shape_depth
 
 
 def walk_tree(node, depth=0):
@@ -20,7 +19,10 @@ def walk_tree(node, depth=0):
 
 
 def make(depth, fanout):
-    return {"value": depth, "children": [make(depth + 1, fanout - 1) for _ in range(fanout)] if fanout else []}
+    return {
+        "value": depth,
+        "children": [make(depth + 1, fanout - 1) for _ in range(fanout)] if fanout else [],
+    }
 
 
 TREES = (make(0, 3), make(0, 2))  # built once, outside the captures
@@ -42,7 +44,11 @@ def test_view_at_every_depth_is_the_full_tree_cut(engine):
         full_flat = [(r["call_path"], r["depth"]) for r in session.to_flat() if r["depth"] <= k]
         assert flat == full_flat, k
         text = session.format_tree(depth=k).splitlines()
-        full_text = [ln for ln in session.format_tree().splitlines() if (len(ln) - len(ln.lstrip(" "))) // 2 <= k]
+        full_text = [
+            ln
+            for ln in session.format_tree().splitlines()
+            if (len(ln) - len(ln.lstrip(" "))) // 2 <= k
+        ]
         assert text == full_text, k
     assert shape(session, depth=None) == full
     check_times(session)

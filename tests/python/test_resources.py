@@ -17,10 +17,9 @@ import re
 import time
 
 import pytest
+from _helpers import schedstat, walk
 
 from mlflow_profiler import profile_block, profile_span, profiling
-
-from _helpers import schedstat, walk
 
 LIMITS = {"fast": 4, "smart": 2}
 LATENCY = {"fast": 0.02, "smart": 0.04}
@@ -71,9 +70,16 @@ def _trace(session, tmp_path):
 def _resources(events):
     """{resource: {"slots": {tid: name}, "calls": [(ts_ns, end_ns, tid, args)],
     "in flight": [(ts_ns, n)], "queued": [(ts_ns, n)]}} from a Chrome trace."""
-    pids = {e["pid"]: e["args"]["name"][len("resource "):] for e in events
-            if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"].startswith("resource ")}
-    out = {name: {"slots": {}, "calls": [], "in flight": [], "queued": []} for name in pids.values()}
+    pids = {
+        e["pid"]: e["args"]["name"][len("resource ") :]
+        for e in events
+        if e["ph"] == "M"
+        and e["name"] == "process_name"
+        and e["args"]["name"].startswith("resource ")
+    }
+    out = {
+        name: {"slots": {}, "calls": [], "in flight": [], "queued": []} for name in pids.values()
+    }
     for e in events:
         if e["pid"] not in pids:
             continue
@@ -128,7 +134,10 @@ def test_each_resource_is_a_process_with_a_thread_per_slot(engine, depth, tmp_pa
                 # in flight from the block's start to its end: the clock's [t1, t2]
                 wall, own = end - start, t2 - t1
                 # (the profile's times drift earlier than the clock by the profiler's own work)
-                if not (abs(wall - own) <= 0.05 * own + runq * 1e9 and start + origin >= t1 - 0.05 * own - cut):
+                if not (
+                    abs(wall - own) <= 0.05 * own + runq * 1e9
+                    and start + origin >= t1 - 0.05 * own - cut
+                ):
                     misses.append((name, wall, own))
             # No two calls on one slot at once.
             by_slot = {}
@@ -141,8 +150,11 @@ def test_each_resource_is_a_process_with_a_thread_per_slot(engine, depth, tmp_pa
             # but the slots; at the fan-out's start every call beyond the
             # limit is queued.
             assert _peak(r["queued"]) == CALLS // 2 - LIMITS[name]
-            queued = sorted(float(args["queued"].rstrip("ms")) for _, _, _, args in calls
-                            if "queued" in args and args["queued"].endswith("ms"))
+            queued = sorted(
+                float(args["queued"].rstrip("ms"))
+                for _, _, _, args in calls
+                if "queued" in args and args["queued"].endswith("ms")
+            )
             own_queued = sorted((t1 - t0) / 1e6 for e, t0, t1 in model.queued if e == name)
             assert len(queued) == len(own_queued) == CALLS // 2 - LIMITS[name]
             # (the reference engine's hook runs between the clock and the span: its cut time too)
@@ -190,7 +202,9 @@ def test_the_counters_follow_the_programs_clock(engine, tmp_path):
                 if nxt - ts < 1_500_000:
                     continue  # too short to compare with another clock
                 mid = origin + (ts + nxt) // 2
-                truths = {_truth_in_flight(model.log, name, mid + d) for d in (-500_000, 0, 500_000)}
+                truths = {
+                    _truth_in_flight(model.log, name, mid + d) for d in (-500_000, 0, 500_000)
+                }
                 if n not in truths:
                     misses.append((name, ts, n, truths))
         if not misses:
@@ -259,7 +273,11 @@ def test_task_tracks_are_named_by_their_coroutine(engine, tmp_path):
     model = Router()
     with profiling(depth=-1, engine=engine) as session:
         model.predict()
-    names = [e["args"]["name"] for e in _trace(session, tmp_path) if e["ph"] == "M" and e["name"] == "thread_name"]
+    names = [
+        e["args"]["name"]
+        for e in _trace(session, tmp_path)
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    ]
     tasks = [n for n in names if ", task " in n]
     assert len(tasks) == CALLS + 1
     assert sum(n.endswith(": Router._endpoint_call") for n in tasks) == CALLS
@@ -334,7 +352,9 @@ def test_a_block_below_the_ceiling_is_suspended_with_the_coroutine_awaiting_it(e
         asks = [n for n in root["children"] if n["label"] == "_ask"]
         blocks = sorted((c for n in asks for c in n["children"]), key=lambda n: n["wall_ns"])
         assert len(asks) == 3 and [b["label"] for b in blocks] == ["request"] * 3
-        ok = all(abs(b["wall_ns"] - own) <= 0.05 * own + runq for b, own in zip(blocks, sorted(clock)))
+        ok = all(
+            abs(b["wall_ns"] - own) <= 0.05 * own + runq for b, own in zip(blocks, sorted(clock))
+        )
         if ok:
             break
     assert ok, ([b["wall_ns"] for b in blocks], sorted(clock), runq)

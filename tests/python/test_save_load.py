@@ -22,8 +22,7 @@ import time
 import pytest
 
 import mlflow_profiler
-from mlflow_profiler import ProfileLoadError, profile_block, profile_span, profiling
-from mlflow_profiler import _core
+from mlflow_profiler import ProfileLoadError, _core, profile_block, profile_span, profiling
 
 FORMATS = ["json", "json_gz", "chrome_trace", "pprof", "speedscope", "folded", "html"]
 EXTENSIONS = [".html", ".json", ".json.gz", ".trace.json", ".pb.gz", ".speedscope.json", ".folded"]
@@ -110,12 +109,16 @@ def exports(session):
 def assert_same(original, loaded):
     for depth in (None, 0, 1, 2, 3):
         for show_io in (True, False):
-            assert loaded.format_tree(depth, show_io=show_io) == original.format_tree(depth, show_io=show_io)
+            assert loaded.format_tree(depth, show_io=show_io) == original.format_tree(
+                depth, show_io=show_io
+            )
         kw = dict(collapse_frameworks=True, user_modules=["asyncio"], show_c_calls=True)
         assert loaded.format_tree(depth, **kw) == original.format_tree(depth, **kw)
         assert loaded.to_json(depth) == original.to_json(depth)
         assert loaded.to_flat(depth) == original.to_flat(depth)
-        assert loaded.to_tree(depth, collapse_frameworks=True) == original.to_tree(depth, collapse_frameworks=True)
+        assert loaded.to_tree(depth, collapse_frameworks=True) == original.to_tree(
+            depth, collapse_frameworks=True
+        )
     assert loaded.spans == original.spans
     assert loaded.statistics() == original.statistics()
     assert loaded.captured_depth == original.captured_depth
@@ -131,7 +134,9 @@ def test_the_workload_has_what_the_tests_claim(engine):
     assert {"exception", "labelled", "block", "generator"} <= flags, flags
     threads = session.statistics()["threads"]
     assert any(t["thread_name"] == "Worker-1" for t in threads.values()), threads
-    assert any(t["task"] > 0 for t in threads.values()), threads  # asyncio tasks have their own lanes
+    assert any(
+        t["task"] > 0 for t in threads.values()
+    ), threads  # asyncio tasks have their own lanes
     assert any(s.input_summary for s in session.spans)
     assert any(s.output_summary is not None for s in session.spans)
     assert '"segments":[[' in session.to_json()
@@ -217,7 +222,12 @@ def test_a_directory_is_an_io_error(tmp_path):
     assert err.errno == errno.EISDIR
     assert isinstance(err.__cause__, IsADirectoryError)
     again = pickle.loads(pickle.dumps(err))  # e.g. across multiprocessing
-    assert (again.kind, again.path, again.errno, str(again)) == (err.kind, err.path, err.errno, str(err))
+    assert (again.kind, again.path, again.errno, str(again)) == (
+        err.kind,
+        err.path,
+        err.errno,
+        str(err),
+    )
 
 
 def test_corrupt_document_names_what_and_where(engine, tmp_path):
@@ -337,7 +347,9 @@ def small_tmpfs(tmp_path):
     """A 64 KiB tmpfs mounted for the test, unmounted after it."""
     mount_point = tmp_path / "small"
     mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], check=True
+    )
     yield mount_point
     subprocess.run(["umount", str(mount_point)], check=True)
 
@@ -423,7 +435,9 @@ def test_killed_while_saving_never_leaves_a_broken_file(engine, tmp_path):
         path.parent.mkdir()
         with subprocess.Popen(
             [sys.executable, str(script), str(path), engine, "20000"],
-            stdout=subprocess.PIPE, text=True, env=os.environ.copy(),
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
         ) as proc:
             try:
                 spans = int(proc.stdout.readline())

@@ -16,14 +16,13 @@ import time
 import urllib.request
 
 import pytest
-
 from _helpers import require_mlflow
 
 mlflow = require_mlflow()
 
 import _mlflow_models  # noqa: E402
-import mlflow_profiler  # noqa: E402
 
+import mlflow_profiler  # noqa: E402
 
 
 def free_port() -> int:
@@ -39,7 +38,9 @@ def mlflow_cli():
 
 @pytest.fixture(scope="module")
 def served_model(tmp_path_factory):
-    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp_path_factory.mktemp("servestore"))
+    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(
+        tmp_path_factory.mktemp("servestore")
+    )
     return store, churn_uri
 
 
@@ -52,17 +53,30 @@ class Server:
         self.port = free_port()
         env = _mlflow_models.child_env(store, env_extra)
         self.log = open(log_path, "w")
-        cmd = mlflow_cli() + ["models", "serve", "-m", uri, "--env-manager", "local",
-                              "-h", "127.0.0.1", "-p", str(self.port)]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        cmd = mlflow_cli() + [
+            "models",
+            "serve",
+            "-m",
+            uri,
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self._wait_ready()
 
     def _wait_ready(self, timeout=120.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"the scoring server exited with {self.proc.returncode}: {self.output()}")
+                raise AssertionError(
+                    f"the scoring server exited with {self.proc.returncode}: {self.output()}"
+                )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ping", timeout=2) as r:
                     if r.status == 200:
@@ -72,9 +86,14 @@ class Server:
         raise AssertionError("the scoring server did not answer /ping: " + self.output())
 
     def predict(self, df):
-        body = json.dumps({"dataframe_split": json.loads(df.to_json(orient="split", index=False))}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/invocations", data=body,
-                                     headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {"dataframe_split": json.loads(df.to_json(orient="split", index=False))}
+        ).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/invocations",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=60) as r:
             assert r.status == 200
             return json.loads(r.read())
@@ -135,7 +154,9 @@ def wait_for_files(pattern, n, timeout=60.0):
     return glob.glob(pattern)
 
 
-def test_profiled_server_answers_the_same_and_writes_one_profile_per_request(tmp_path, served_model):
+def test_profiled_server_answers_the_same_and_writes_one_profile_per_request(
+    tmp_path, served_model
+):
     store, uri = served_model
     frames = requests_frames(12)
     plain, _ = serve_and_send(store, uri, {}, frames, tmp_path / "plain.log")
@@ -145,14 +166,26 @@ def test_profiled_server_answers_the_same_and_writes_one_profile_per_request(tmp
     client = MlflowClient(store)
 
     def arrived():
-        return (len(glob.glob(str(out_dir / "profile-*.json.gz"))) >= len(frames)
-                and _mlflow_models.logged_profiles(store, "served") >= len(frames))
+        return len(glob.glob(str(out_dir / "profile-*.json.gz"))) >= len(
+            frames
+        ) and _mlflow_models.logged_profiles(store, "served") >= len(frames)
 
-    profiled, server = serve_and_send(store, uri, {
-        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
-        "MLFLOW_PROFILER_DEPTH": "2", "MLFLOW_PROFILER_CAPTURE_IO": "1",
-        "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir), "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1",
-        "MLFLOW_PROFILER_EXPERIMENT": "served"}, frames, tmp_path / "profiled.log", until=arrived)
+    profiled, server = serve_and_send(
+        store,
+        uri,
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
+            "MLFLOW_PROFILER_DEPTH": "2",
+            "MLFLOW_PROFILER_CAPTURE_IO": "1",
+            "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
+            "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1",
+            "MLFLOW_PROFILER_EXPERIMENT": "served",
+        },
+        frames,
+        tmp_path / "profiled.log",
+        until=arrived,
+    )
     assert profiled == plain
     files = sorted(glob.glob(str(out_dir / "profile-*.json.gz")))
     assert len(files) == len(frames), server.output()
@@ -172,10 +205,19 @@ def test_sampled_server_writes_one_profile_per_sampled_request(tmp_path, served_
     store, uri = served_model
     frames = requests_frames(60)
     out_dir = tmp_path / "sampled"
-    _, server = serve_and_send(store, uri, {
-        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "0.3",
-        "MLFLOW_PROFILER_DEPTH": "1", "MLFLOW_PROFILER_CAPTURE_IO": "1",
-        "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir)}, frames, tmp_path / "sampled.log")
+    _, server = serve_and_send(
+        store,
+        uri,
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_SAMPLE_RATE": "0.3",
+            "MLFLOW_PROFILER_DEPTH": "1",
+            "MLFLOW_PROFILER_CAPTURE_IO": "1",
+            "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
+        },
+        frames,
+        tmp_path / "sampled.log",
+    )
     # Written at once or, at the latest, by the drain on SIGTERM when the server stopped.
     files = glob.glob(str(out_dir / "profile-*.json.gz"))
     sd = math.sqrt(60 * 0.3 * 0.7)
@@ -191,12 +233,21 @@ def test_a_stopped_server_logs_every_queued_profile_before_it_dies(tmp_path, ser
     store, uri = served_model
     frames = requests_frames(8)
     out_dir = tmp_path / "stopped"
-    _, server = serve_and_send(store, uri, {
-        "MLFLOW_PROFILER_AUTOPROFILE": "1", "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
-        "MLFLOW_PROFILER_DEPTH": "1", "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
-        "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1", "MLFLOW_PROFILER_EXPERIMENT": "stopped",
-        "MLFLOW_PROFILER_FLUSH_TIMEOUT": "120"},  # the default 5 s may cut the drain on a busy machine
-        frames, tmp_path / "stopped.log")  # stopped right after the last response
+    _, server = serve_and_send(
+        store,
+        uri,
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_SAMPLE_RATE": "1.0",
+            "MLFLOW_PROFILER_DEPTH": "1",
+            "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
+            "MLFLOW_PROFILER_LOG_TO_MLFLOW": "1",
+            "MLFLOW_PROFILER_EXPERIMENT": "stopped",
+            "MLFLOW_PROFILER_FLUSH_TIMEOUT": "120",
+        },  # the default 5 s may cut the drain on a busy machine
+        frames,
+        tmp_path / "stopped.log",
+    )  # stopped right after the last response
     assert _mlflow_models.logged_profiles(store, "stopped") == len(frames), server.output()
     # and the serving run ended with the server, as a run of a job does
     from mlflow.tracking import MlflowClient

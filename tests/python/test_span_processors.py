@@ -13,13 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-import mlflow_profiler
-from mlflow_profiler import IOSummary, _core, _log, _processors, profiling
-from mlflow_profiler._processors import process, span_processors
-
 from _helpers import shape
 from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
+
+import mlflow_profiler
+from mlflow_profiler import IOSummary, _core, _log, profiling
+from mlflow_profiler._processors import process, span_processors
 
 pytestmark = mlflow_warning_filters()  # MLflow's own dependencies' warnings, named exactly there
 
@@ -53,7 +52,7 @@ def redact_pii(span):
     # the example of docs/design/capture.md, "The API, by layer", verbatim
     if span.input_summary:
         for key in span.input_summary:
-            if 'ssn' in key.lower():
+            if "ssn" in key.lower():
                 span.input_summary[key] = IOSummary(type_name="REDACTED")
 
 
@@ -151,15 +150,20 @@ def test_relabel_shows_in_every_view_and_survives_a_file(engine, tmp_path):
     mlflow_profiler.configure(span_processors=[rename])
     out = process(session)
     assert [s.label for s in out.spans] == [
-        {"featurize": "features (v2)", "predict": "model.predict"}.get(s.label, s.label) for s in session.spans
+        {"featurize": "features (v2)", "predict": "model.predict"}.get(s.label, s.label)
+        for s in session.spans
     ]
-    assert shape(out, 1) == (("model.predict", (("features (v2)", ()), ("lookup", ()), ("lookup", ()))),)
+    assert shape(out, 1) == (
+        ("model.predict", (("features (v2)", ()), ("lookup", ()), ("lookup", ()))),
+    )
     assert out.to_flat()[1]["call_path"] == "model.predict/features (v2)"
     assert out.format_tree().startswith("model.predict: ")
     # The relabelled span is still the function it was.
     spans = by_label(out.spans)
     assert spans["features (v2)"].function == "featurize"
-    assert spans["features (v2)"].input_summary == by_label(session.spans)["featurize"].input_summary
+    assert (
+        spans["features (v2)"].input_summary == by_label(session.spans)["featurize"].input_summary
+    )
     loaded = mlflow_profiler.load(out.save(tmp_path / "p.json.gz"))
     assert shape(loaded, 1) == shape(out, 1)
     assert "features (v2)" in Path(out.save(tmp_path / "p.html")).read_text(encoding="utf-8")
@@ -214,8 +218,11 @@ def test_returning_false_removes_the_subtree(engine, tmp_path):
     assert shape(out) == (("predict", (("lookup", ()), ("lookup", ()))),)
     removed = subtree(session.spans, [s.label for s in session.spans].index("featurize"))
     assert len(removed) >= 3, "featurize has calls under it (scale, and <listcomp> before 3.12)"
-    assert offered == [(s.label, s.start_ns) for i, s in enumerate(session.spans)
-                       if i not in removed or s.label == "featurize"], "spans under a removed span are not offered"
+    assert offered == [
+        (s.label, s.start_ns)
+        for i, s in enumerate(session.spans)
+        if i not in removed or s.label == "featurize"
+    ], "spans under a removed span are not offered"
     # The parent keeps its time: the removed child's time stays inside it.
     assert out.spans[0].duration_ns == session.spans[0].duration_ns
     assert out.spans[0].active_ns == session.spans[0].active_ns
@@ -278,7 +285,9 @@ def test_changes_to_other_fields_are_ignored(engine):
 # -- failures ------------------------------------------------------------------------------
 
 
-def test_a_processor_that_raises_is_logged_once_and_the_profile_is_exported(engine, tmp_path, caplog):
+def test_a_processor_that_raises_is_logged_once_and_the_profile_is_exported(
+    engine, tmp_path, caplog
+):
     session = run_model(engine)
 
     def rename(span):
@@ -305,7 +314,9 @@ def test_a_processor_that_raises_is_logged_once_and_the_profile_is_exported(engi
 
     spans = by_label(out.spans)
     assert spans["model"].input_summary["ssn"].type_name == "str", "not a lookup: untouched"
-    assert spans["featurize"].output_summary == IOSummary(type_name="features"), "the later processor ran"
+    assert spans["featurize"].output_summary == IOSummary(
+        type_name="features"
+    ), "the later processor ran"
     lookups = all_labelled(out.spans, "lookup")
     assert len(lookups) == 2
     for call in lookups:
@@ -321,16 +332,27 @@ WRONG = {
     "label_int": (lambda s: setattr(s, "label", 42), "label is a int"),
     "label_empty": (lambda s: setattr(s, "label", ""), "label is empty"),
     "label_not_text": (lambda s: setattr(s, "label", "\ud800"), "label is not valid text"),
-    "input_not_summary": (lambda s: s.input_summary.__setitem__("ssn", "REDACTED"),
-                          "input_summary['ssn'] is a str, not an IOSummary"),
-    "input_not_dict": (lambda s: setattr(s, "input_summary", [("ssn", None)]), "input_summary is a list"),
+    "input_not_summary": (
+        lambda s: s.input_summary.__setitem__("ssn", "REDACTED"),
+        "input_summary['ssn'] is a str, not an IOSummary",
+    ),
+    "input_not_dict": (
+        lambda s: setattr(s, "input_summary", [("ssn", None)]),
+        "input_summary is a list",
+    ),
     "input_key": (lambda s: s.input_summary.__setitem__(3, IOSummary("int")), "key that is a int"),
-    "summary_field": (lambda s: s.input_summary.__setitem__("ssn", IOSummary(type_name=5)),
-                      "input_summary['ssn'].type_name is a int"),
-    "summary_shape": (lambda s: s.input_summary.__setitem__("ssn", IOSummary("x", shape=[1, 2])),
-                      "input_summary['ssn'].shape is not a tuple"),
-    "output_dict": (lambda s: setattr(s, "output_summary", {"type_name": "int"}),
-                    "output_summary is a dict, not an IOSummary"),
+    "summary_field": (
+        lambda s: s.input_summary.__setitem__("ssn", IOSummary(type_name=5)),
+        "input_summary['ssn'].type_name is a int",
+    ),
+    "summary_shape": (
+        lambda s: s.input_summary.__setitem__("ssn", IOSummary("x", shape=[1, 2])),
+        "input_summary['ssn'].shape is not a tuple",
+    ),
+    "output_dict": (
+        lambda s: setattr(s, "output_summary", {"type_name": "int"}),
+        "output_summary is a dict, not an IOSummary",
+    ),
 }
 
 
@@ -353,7 +375,10 @@ def test_a_value_of_the_wrong_type_is_discarded_and_logged(engine, case, caplog)
     for call in all_labelled(out.spans, "lookup"):
         assert call.input_summary is None and call.output_summary is None
     assert out.to_json().count(SECRET) == session.to_json().count(SECRET) - 2  # the lookups' went
-    assert by_label(out.spans)["predict"].input_summary == by_label(session.spans)["predict"].input_summary
+    assert (
+        by_label(out.spans)["predict"].input_summary
+        == by_label(session.spans)["predict"].input_summary
+    )
 
 
 def test_when_the_processors_cannot_be_applied_no_io_is_exported(engine, monkeypatch, caplog):
@@ -480,8 +505,11 @@ def test_log_profile_exports_the_processed_profile(local_store, tmp_path):  # no
     mlflow_profiler.configure(span_processors=[redact_pii])
     with mlflow.start_run() as run:
         mlflow_profiler.log_profile(session)
-    dst = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="profile",
-                                                   dst_path=str(tmp_path / "down")))
+    dst = Path(
+        mlflow.artifacts.download_artifacts(
+            run_id=run.info.run_id, artifact_path="profile", dst_path=str(tmp_path / "down")
+        )
+    )
     files = sorted(p.name for p in dst.iterdir())
     assert files
     for f in dst.iterdir():

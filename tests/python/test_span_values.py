@@ -13,20 +13,23 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
 
 import mlflow_profiler
 from mlflow_profiler import _native, profiling
 from mlflow_profiler.store import open_store
 
-from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
-
 pytestmark = mlflow_warning_filters()  # MLflow's own warnings, in the one test that uses it
 
 ENGINES = ["native", "reference"]
 MB10 = 10_000_000
-SMALL = 256 * 1024  # what a function that allocates nothing may still show (the reference engine's own tuples)
+SMALL = (
+    256 * 1024
+)  # what a function that allocates nothing may still show (the reference engine's own tuples)
 
-free_threaded = pytest.mark.skipif(_native.FREE_THREADED, reason="alloc_bytes is refused on free-threaded builds")
+free_threaded = pytest.mark.skipif(
+    _native.FREE_THREADED, reason="alloc_bytes is refused on free-threaded builds"
+)
 
 
 def spin(n: int = 1_000_000) -> int:
@@ -157,7 +160,9 @@ def test_threads_count_their_own(engine):
     with profiling(depth=3, cpu_time=True, alloc_bytes=True, all_threads=True, engine=engine) as s:
         fan_out()
     a, b, f = by_label(s, "worker_alloc"), by_label(s, "worker_busy"), by_label(s, "fan_out")
-    assert a.thread_name != b.thread_name  # (the first may end before the second starts: same ident)
+    assert (
+        a.thread_name != b.thread_name
+    )  # (the first may end before the second starts: same ident)
     assert a.alloc_bytes >= MB10
     assert b.alloc_bytes < SMALL
     assert b.cpu_ns > 1_000_000  # a million loop turns
@@ -281,12 +286,21 @@ def test_the_report_shows_them_in_the_span_details(tmp_path):
     driver = start_chromium()
     try:
         driver.get(Path(path).as_uri())
-        wait_for(lambda: driver.execute_script("return !!window.mlprofReport"), what="the report to render")
-        rows = [el for el in driver.find_elements("css selector", "#tree .row[role=treeitem]")
-                if el.text.startswith("allocate")]
+        wait_for(
+            lambda: driver.execute_script("return !!window.mlprofReport"),
+            what="the report to render",
+        )
+        rows = [
+            el
+            for el in driver.find_elements("css selector", "#tree .row[role=treeitem]")
+            if el.text.startswith("allocate")
+        ]
         assert rows, "no tree row for allocate"
         rows[0].click()
-        wait_for(lambda: driver.find_element("css selector", "#detail h2").text == "allocate", what="the details")
+        wait_for(
+            lambda: driver.find_element("css selector", "#detail h2").text == "allocate",
+            what="the details",
+        )
         detail = driver.find_element("id", "detail").text
         assert "Allocated 9.5MB" in detail or "Allocated 9.6MB" in detail, detail
         cpu = [line for line in detail.splitlines() if line.startswith("CPU time ")]
@@ -333,9 +347,8 @@ def test_autoprofile_passes_them_on(tmp_path):
     from _helpers import require_mlflow
 
     require_mlflow()
-    import mlflow.pyfunc
-
     import _mlflow_models
+    import mlflow.pyfunc
 
     store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp_path / "store")
     with _mlflow_models.tracking_uri(store):

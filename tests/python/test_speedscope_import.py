@@ -9,12 +9,12 @@ import json
 import re
 from types import SimpleNamespace
 
-import pytest
-
 import _report_model as model
+import pytest
 from _browser import console_errors, require_browser, speedscope_index, start_chromium, wait_for
 from _helpers import qn
 from conftest import ENGINES
+
 from mlflow_profiler import profiling
 
 # Format -> (file name, how speedscope says it imported it).
@@ -32,7 +32,9 @@ def captured(request, tmp_path_factory):
     with profiling(depth=3, capture_io=True, all_threads=True, engine=request.param) as session:
         model.Model().predict(df)
     return SimpleNamespace(
-        session=session, doc=json.loads(session.to_json()), dir=tmp_path_factory.mktemp(f"ss-{request.param}")
+        session=session,
+        doc=json.loads(session.to_json()),
+        dir=tmp_path_factory.mktemp(f"ss-{request.param}"),
     )
 
 
@@ -82,10 +84,15 @@ def sandwich_rows(driver):
 def import_into_speedscope(driver, url, path):
     console_errors(driver)
     driver.get(url)
-    wait_for(lambda: driver.find_elements("css selector", "input[type=file]"), what="speedscope's landing page")
+    wait_for(
+        lambda: driver.find_elements("css selector", "input[type=file]"),
+        what="speedscope's landing page",
+    )
     driver.find_element("css selector", "input[type=file]").send_keys(str(path))
-    wait_for(lambda: driver.title != "speedscope" and driver.title.endswith(" - speedscope"),
-             what=f"speedscope to load {path.name}")
+    wait_for(
+        lambda: driver.title != "speedscope" and driver.title.endswith(" - speedscope"),
+        what=f"speedscope to load {path.name}",
+    )
     driver.find_element("xpath", "//*[normalize-space(text())='Sandwich']").click()
     return wait_for(lambda: sandwich_rows(driver), what="the Sandwich table")
 
@@ -127,7 +134,9 @@ def test_speedscope_imports_the_export(speedscope, captured, fmt):
     # worker when the pid counter has wrapped (as it had in CI).
     first = 0
     if fmt == "chrome_trace":
-        first = min(range(len(captured.doc["lanes"])), key=lambda i: captured.doc["lanes"][i]["native_tid"])
+        first = min(
+            range(len(captured.doc["lanes"])), key=lambda i: captured.doc["lanes"][i]["native_tid"]
+        )
     main = lane_names(captured.doc, first)
     if fmt == "folded":
         # One profile for the whole file: every thread's spans.
@@ -139,10 +148,14 @@ def test_speedscope_imports_the_export(speedscope, captured, fmt):
     predict = next(row for row in rows if row[2].split(" {")[0] == qn("Model.predict"))
     if fmt == "folded":
         # Weights are nanoseconds of self time.
-        assert int(predict[1].split()[0].replace(",", "")) == self_ns(captured.doc, qn("Model.predict"))
+        assert int(predict[1].split()[0].replace(",", "")) == self_ns(
+            captured.doc, qn("Model.predict")
+        )
     else:
         # Timed formats: the root's total is its wall time.
-        assert ms(predict[0]) == pytest.approx(duration_ns(captured.doc, qn("Model.predict")) / 1e6, abs=0.011)
+        assert ms(predict[0]) == pytest.approx(
+            duration_ns(captured.doc, qn("Model.predict")) / 1e6, abs=0.011
+        )
 
 
 def test_speedscope_lists_one_profile_per_thread(speedscope, captured):

@@ -118,14 +118,18 @@ def test_a_profile_read_back_is_the_same_tree(tmp_path, engine):
         assert row["source_type"] == "in-process" and row["pid"] == os.getpid()
         assert row["spans"] == len(json.loads(session.to_json())["spans"]) and row["sessions"] == 1
         labels = store.labels(source)
-        assert labels["label.model"] == "fraud" and labels["engine"] == session.statistics()["engine"]
+        assert (
+            labels["label.model"] == "fraud" and labels["engine"] == session.statistics()["engine"]
+        )
     # The keys are declared and enforced: nothing dangles.
     conn = _connect(tmp_path / "profiles.db")
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     with pytest.raises(sqlite3.IntegrityError):
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("INSERT INTO samples (sample_id, lane_id, stack_id) VALUES (999999, 424242, 0)")
+        conn.execute(
+            "INSERT INTO samples (sample_id, lane_id, stack_id) VALUES (999999, 424242, 0)"
+        )
 
 
 def test_the_label_prefix_and_the_copy_statement_are_the_cores():
@@ -135,7 +139,10 @@ def test_the_label_prefix_and_the_copy_statement_are_the_cores():
     from mlflow_profiler import _core, store
 
     assert store.LABEL_PREFIX == _core.STORE_LABEL_PREFIX == "label."
-    assert _core.store_copy_statement("INSERT INTO t (a, b) VALUES (?, ?)") == "COPY t (a, b) FROM STDIN"
+    assert (
+        _core.store_copy_statement("INSERT INTO t (a, b) VALUES (?, ?)")
+        == "COPY t (a, b) FROM STDIN"
+    )
     assert _core.store_copy_statement("INSERT INTO t (a) VALUES (?) ON CONFLICT DO NOTHING") == ""
 
 
@@ -149,16 +156,22 @@ def test_sources_share_functions_and_call_paths(tmp_path):
             store.add(session)
         spans = sum(s["spans"] for s in store.sources())
     nodes = list(_walk(session.to_tree()))
-    paths = {tuple(n["call_path"]) if isinstance(n["call_path"], list) else n["call_path"] for n in nodes}
+    paths = {
+        tuple(n["call_path"]) if isinstance(n["call_path"], list) else n["call_path"] for n in nodes
+    }
     conn = _connect(tmp_path / "s.db")
     count = lambda table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: E731
     assert count("sources") == 10 and count("samples") == spans == 10 * len(nodes)
     assert count("functions") == len({(n["function"], n["module"]) for n in nodes})
     assert count("stacks") == 1 + len(paths)  # the empty stack, then one per call path
     # docs/design/store.md's sample_locations: the stack of each sample, depth 1 its innermost frame (the span itself).
-    assert conn.execute("SELECT max(depth) FROM sample_locations").fetchone()[0] == max(n["depth"] for n in nodes) + 1
+    assert (
+        conn.execute("SELECT max(depth) FROM sample_locations").fetchone()[0]
+        == max(n["depth"] for n in nodes) + 1
+    )
     assert conn.execute("SELECT count(*) FROM sample_locations").fetchone()[0] == 10 * sum(
-        n["depth"] + 1 for n in nodes)
+        n["depth"] + 1 for n in nodes
+    )
     names = {r[0] for r in conn.execute("SELECT name FROM spans")}
     assert names == {n["label"] for n in nodes} and "encode step" in names
 
@@ -178,15 +191,39 @@ def test_kernel_data_of_an_agent_document_comes_back(tmp_path):
     doc["meta"]["source"] = "ebpf"
     doc["lanes"][0]["pid"], doc["lanes"][0]["session"] = 777, 2
     doc["span_value_fields"] = ["span", "type", "unit", "value"]
-    doc["span_values"] = [[0, "cpu", "ns", 1000], [0, "off_cpu", "ns", 3000], [0, "blocked", "ns", 2250],
-                          [0, "runq", "ns", 750], [0, "voluntary_switches", "count", 3], [1, "waker", "tid", 4242],
-                          [1, "waker_blocked", "ns", 1550]]
+    doc["span_values"] = [
+        [0, "cpu", "ns", 1000],
+        [0, "off_cpu", "ns", 3000],
+        [0, "blocked", "ns", 2250],
+        [0, "runq", "ns", 750],
+        [0, "voluntary_switches", "count", 3],
+        [1, "waker", "tid", 4242],
+        [1, "waker_blocked", "ns", 1550],
+    ]
     start = doc["meta"]["start_ns"]
     doc["kernel"] = {
         "lost_events": 2,
-        "off_cpu_fields": ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state"],
+        "off_cpu_fields": [
+            "tid",
+            "pid",
+            "start_ns",
+            "wake_ns",
+            "end_ns",
+            "blocked",
+            "waker_tid",
+            "prev_state",
+        ],
         "off_cpu": [[4242, 777, start + 10, start + 20, start + 30, True, 5000, 1]],
-        "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under", "exit_code"],
+        "thread_fields": [
+            "tid",
+            "pid",
+            "parent_tid",
+            "start_ns",
+            "end_ns",
+            "name",
+            "started_under",
+            "exit_code",
+        ],
         "threads": [[6000, 777, 4242, start + 11, start + 40, "helper", 1, 0]],
     }
     agent = loads(json.dumps(doc))
@@ -210,10 +247,23 @@ def _old_store(conn, version, dialect="sqlite"):
     assert statements, version
     for statement in statements:
         conn.execute(statement)
-    conn.execute(f"INSERT INTO meta (key, value) VALUES ('format', 'mlflow-profiler-store'), ('version', '{version}')")
-    for table in ("sources", "sessions", "lanes", "samples", "functions", "locations", "stacks", "value_types"):
+    conn.execute(
+        f"INSERT INTO meta (key, value) VALUES ('format', 'mlflow-profiler-store'), ('version', '{version}')"
+    )
+    for table in (
+        "sources",
+        "sessions",
+        "lanes",
+        "samples",
+        "functions",
+        "locations",
+        "stacks",
+        "value_types",
+    ):
         conn.execute(f"INSERT INTO id_counters (name, next_id) VALUES ('{table}', 1)")
-    conn.execute("INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (0, NULL, NULL, -1)")
+    conn.execute(
+        "INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (0, NULL, NULL, -1)"
+    )
 
 
 def _waiting_agent_document():
@@ -228,21 +278,114 @@ def _waiting_agent_document():
     tid = doc["lanes"][0]["native_tid"]
     start = doc["meta"]["start_ns"]
     doc["span_value_fields"] = ["span", "type", "unit", "value"]
-    doc["span_values"] = [[0, "blocked", "ns", 70], [0, "own_blocked", "ns", 70], [0, "gil_wait", "ns", 20],
-                          [0, "lock_wait", "ns", 30]]
-    fields = ["tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state", "syscall",
-              "waker_kind", "waker_name", "wait"]
+    doc["span_values"] = [
+        [0, "blocked", "ns", 70],
+        [0, "own_blocked", "ns", 70],
+        [0, "gil_wait", "ns", 20],
+        [0, "lock_wait", "ns", 30],
+    ]
+    fields = [
+        "tid",
+        "pid",
+        "start_ns",
+        "wake_ns",
+        "end_ns",
+        "blocked",
+        "waker_tid",
+        "prev_state",
+        "syscall",
+        "waker_kind",
+        "waker_name",
+        "wait",
+    ]
     doc["kernel"] = {
-        "lost_events": 0, "off_cpu_fields": fields,
-        "off_cpu": [[tid, 777, start + 10, start + 40, start + 41, True, 5000, 1, 202, "task", "worker", "lock"],
-                    [tid, 777, start + 50, start + 70, start + 71, True, 5000, 1, 202, "task", "worker", "gil"],
-                    [tid, 777, start + 80, start + 85, start + 86, True, 5000, 1, 202, "task", "worker", "futex"],
-                    [tid, 777, start + 90, start + 105, start + 106, True, 0, 2, 74, "task", "kworker/u4:1", ""]],
-        "wait_fields": ["span", "syscall", "syscall_name", "state", "blocked_ns", "count", "wait", "waker",
-                        "waker_ns"],
-        "waits": [[0, 202, "futex", "S", 30, 1, "lock", "worker", 30], [0, 202, "futex", "S", 20, 1, "gil", "worker", 20],
-                  [0, 74, "fsync", "D", 15, 1, "", "kworker", 15], [0, 202, "futex", "S", 5, 1, "futex", "worker", 5]],
-        "thread_fields": ["tid", "pid", "parent_tid", "start_ns", "end_ns", "name", "started_under", "exit_code"],
+        "lost_events": 0,
+        "off_cpu_fields": fields,
+        "off_cpu": [
+            [
+                tid,
+                777,
+                start + 10,
+                start + 40,
+                start + 41,
+                True,
+                5000,
+                1,
+                202,
+                "task",
+                "worker",
+                "lock",
+            ],
+            [
+                tid,
+                777,
+                start + 50,
+                start + 70,
+                start + 71,
+                True,
+                5000,
+                1,
+                202,
+                "task",
+                "worker",
+                "gil",
+            ],
+            [
+                tid,
+                777,
+                start + 80,
+                start + 85,
+                start + 86,
+                True,
+                5000,
+                1,
+                202,
+                "task",
+                "worker",
+                "futex",
+            ],
+            [
+                tid,
+                777,
+                start + 90,
+                start + 105,
+                start + 106,
+                True,
+                0,
+                2,
+                74,
+                "task",
+                "kworker/u4:1",
+                "",
+            ],
+        ],
+        "wait_fields": [
+            "span",
+            "syscall",
+            "syscall_name",
+            "state",
+            "blocked_ns",
+            "count",
+            "wait",
+            "waker",
+            "waker_ns",
+        ],
+        "waits": [
+            [0, 202, "futex", "S", 30, 1, "lock", "worker", 30],
+            [0, 202, "futex", "S", 20, 1, "gil", "worker", 20],
+            [0, 74, "fsync", "D", 15, 1, "", "kworker", 15],
+            [0, 202, "futex", "S", 5, 1, "futex", "worker", 5],
+        ],
+        "thread_fields": [
+            "tid",
+            "pid",
+            "parent_tid",
+            "start_ns",
+            "end_ns",
+            "name",
+            "started_under",
+            "exit_code",
+        ],
         "threads": [],
     }
     return doc
@@ -255,7 +398,9 @@ def test_wait_objects_and_wakers_come_back_and_a_2_2_store_keeps_working(tmp_pat
         back = _document(store.load(store.add(agent)))
     assert back["kernel"]["off_cpu"] == _document(agent)["kernel"]["off_cpu"]
     assert back["kernel"]["waits"] == _document(agent)["kernel"]["waits"]
-    assert [0, "gil_wait", "ns", 20] in back["span_values"] and [0, "lock_wait", "ns", 30] in back["span_values"]
+    assert [0, "gil_wait", "ns", 20] in back["span_values"] and [0, "lock_wait", "ns", 30] in back[
+        "span_values"
+    ]
     # A store 2.2 wrote: written in its own format (a futex's objects as one
     # reason, no objects, no wakers), read back so, then migrated to 2.4.
     db = tmp_path / "old.db"
@@ -292,22 +437,32 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
     done = _mlprof("migrate", db)
     assert done.returncode == 0 and done.stdout == f"{db}: store version 2.0 -> 2.6\n"
     assert conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == ("2.6",)
-    plan = " ".join(r[-1] for r in conn.execute(
-        "EXPLAIN QUERY PLAN SELECT source_id FROM source_labels WHERE key = 'label.model' AND value = 'm'"))
+    plan = " ".join(
+        r[-1]
+        for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT source_id FROM source_labels WHERE key = 'label.model' AND value = 'm'"
+        )
+    )
     assert "source_labels_by_value" in plan
     # 2.4's step on rows an older version wrote: docs/design/store.md's shapes over them.
     spans = len(list(_walk(before)))
-    assert conn.execute("SELECT source_id, count(*) FROM samples GROUP BY source_id ORDER BY 1").fetchall() == [
-        (source, spans), (stacks, 5)]
+    assert conn.execute(
+        "SELECT source_id, count(*) FROM samples GROUP BY source_id ORDER BY 1"
+    ).fetchall() == [(source, spans), (stacks, 5)]
     unix_ns = int(session._built().meta["start_unix_ns"])
-    assert conn.execute("SELECT source_timestamp, start_unix_ns FROM sources WHERE source_id = ?",
-                        (source,)).fetchone() == (unix_ns / 1e9, unix_ns)
+    assert conn.execute(
+        "SELECT source_timestamp, start_unix_ns FROM sources WHERE source_id = ?", (source,)
+    ).fetchone() == (unix_ns / 1e9, unix_ns)
     assert conn.execute("SELECT count(*) FROM spans").fetchone() == (spans,)  # calls only
-    assert conn.execute("SELECT count(*) FROM sample_values WHERE type = 'wall'").fetchone() == (spans,)
+    assert conn.execute("SELECT count(*) FROM sample_values WHERE type = 'wall'").fetchone() == (
+        spans,
+    )
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     with open_store(db) as store:
         assert store.load(source).to_tree() == before
-        assert [s[1] for s in store.load_stacks(stacks).stacks()] == [["main", "load"]] * 3 + [["main", "predict"]] * 2
+        assert [s[1] for s in store.load_stacks(stacks).stacks()] == [["main", "load"]] * 3 + [
+            ["main", "predict"]
+        ] * 2
     again = _mlprof("migrate", db)
     assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.6\n"
     # No step starts at 1.0: the store is left as it was, and both messages say so.
@@ -370,8 +525,13 @@ def _writer(tmp_path, db, adds, loops, name):
     staged = tmp_path / f"writer-{name}.tmp"
     staged.write_text(_WRITER)
     os.replace(staged, script)
-    return subprocess.Popen([sys.executable, str(script), str(db), str(adds), str(loops), name],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    return subprocess.Popen(
+        [sys.executable, str(script), str(db), str(adds), str(loops), name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
 
 
 def test_two_processes_add_at_once_and_nothing_is_lost(tmp_path):
@@ -383,10 +543,15 @@ def test_two_processes_add_at_once_and_nothing_is_lost(tmp_path):
         out, err = w.communicate(timeout=300)
         words = out.split()
         assert w.returncode == 0 and words[:1] == ["ready"] and words[-1:] == ["done"], (out, err)
-        per_add.append(int(words[1]))  # 20 calls of 101 spans, more where a comprehension is a frame (< 3.12)
+        per_add.append(
+            int(words[1])
+        )  # 20 calls of 101 spans, more where a comprehension is a frame (< 3.12)
     conn = _connect(db)
-    per_writer = dict(conn.execute(
-        "SELECT value, count(*) FROM source_labels WHERE key = 'label.writer' GROUP BY value"))
+    per_writer = dict(
+        conn.execute(
+            "SELECT value, count(*) FROM source_labels WHERE key = 'label.writer' GROUP BY value"
+        )
+    )
     assert per_writer == {"a": 5, "b": 5}
     spans = conn.execute("SELECT sum(sample_count) FROM sessions").fetchone()[0]
     assert spans == conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 5 * sum(per_add)
@@ -407,7 +572,9 @@ def test_a_writer_killed_mid_add_leaves_the_store_as_it_was(tmp_path):
     wal = tmp_path / "killed.db-wal"
     deadline = time.monotonic() + 120
     base = wal.stat().st_size if wal.exists() else 0
-    while time.monotonic() < deadline and (not wal.exists() or wal.stat().st_size < base + 1_000_000):
+    while time.monotonic() < deadline and (
+        not wal.exists() or wal.stat().st_size < base + 1_000_000
+    ):
         time.sleep(0.005)
     os.kill(writer.pid, signal.SIGKILL)
     writer.wait()
@@ -418,20 +585,29 @@ def test_a_writer_killed_mid_add_leaves_the_store_as_it_was(tmp_path):
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     # Every source there is whole: its sessions hold exactly its samples.
     for source, claimed in conn.execute(
-            "SELECT se.source_id, sum(se.sample_count) FROM sessions se GROUP BY se.source_id").fetchall():
-        stored = conn.execute("SELECT count(*) FROM samples s JOIN lanes l ON l.lane_id = s.lane_id "
-                              "JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
-                              (source,)).fetchone()[0]
+        "SELECT se.source_id, sum(se.sample_count) FROM sessions se GROUP BY se.source_id"
+    ).fetchall():
+        stored = conn.execute(
+            "SELECT count(*) FROM samples s JOIN lanes l ON l.lane_id = s.lane_id "
+            "JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
+            (source,),
+        ).fetchone()[0]
         assert stored == claimed, source
-    killed = conn.execute("SELECT count(*) FROM source_labels WHERE key = 'label.writer'").fetchone()[0]
+    killed = conn.execute(
+        "SELECT count(*) FROM source_labels WHERE key = 'label.writer'"
+    ).fetchone()[0]
     assert killed < 1000  # it did not finish: the kill landed mid-way
     with open_store(db) as store:
         assert store.load(1).to_tree() == session.to_tree()  # the first add is intact
 
 
 def _mlprof(*args):
-    return subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_mlprof_add_and_show(tmp_path):
@@ -454,9 +630,23 @@ def test_mlprof_add_and_show(tmp_path):
     assert run.returncode == 0, run
     lines = run.stdout.splitlines()
     assert lines[0] == f"{db}: 1 source, {spans} spans"
-    assert lines[1].split() == ["id", "type", "tool", "captured", "model", "version", "host", "pid", "spans",
-                                "duration"]
-    assert lines[2].split()[:3] == ["1", "in-process", f"mlflow-profiler@{mlflow_profiler.__version__}"]
+    assert lines[1].split() == [
+        "id",
+        "type",
+        "tool",
+        "captured",
+        "model",
+        "version",
+        "host",
+        "pid",
+        "spans",
+        "duration",
+    ]
+    assert lines[2].split()[:3] == [
+        "1",
+        "in-process",
+        f"mlflow-profiler@{mlflow_profiler.__version__}",
+    ]
     assert "fraud" in lines[2].split()
     run = _mlprof("show", db, 1)
     assert run.returncode == 0 and run.stdout == session.format_tree().rstrip("\n") + "\n", run
@@ -522,18 +712,29 @@ def test_mlprof_combine_keeps_provenance_and_convert_writes_any_format(tmp_path)
     other.write_text("main;load 4\n")
     run = _mlprof("combine", b, a, loose, other, folded)
     assert run.returncode == 0 and run.stdout == (
-        f"{b}: 4 sources added, 4 sources in all; 1 source already there (the same content), not added\n"), run
+        f"{b}: 4 sources added, 4 sources in all; 1 source already there (the same content), not added\n"
+    ), run
     with open_store(b) as store:
         first, stacks, second, loose_stacks = store.sources()
-        assert (first["model"], first["version"], first["uri"]) == ("fraud", "1", "runs:/abc/profile")
+        assert (first["model"], first["version"], first["uri"]) == (
+            "fraud",
+            "1",
+            "runs:/abc/profile",
+        )
         assert store.labels(first["source_id"])["label.model"] == "fraud"
         assert second["uri"] == str(loose) and second["source_type"] == "in-process"
         assert store.load(first["source_id"]).to_tree() == one.to_tree()
         assert store.load(second["source_id"]).to_tree() == two.to_tree()
-        assert (stacks["kind"], stacks["source_type"], stacks["model"]) == ("stacks", "folded", "fraud")
+        assert (stacks["kind"], stacks["source_type"], stacks["model"]) == (
+            "stacks",
+            "folded",
+            "fraud",
+        )
         assert store.load_stacks(stacks["source_id"]).stacks() == want_stacks
         assert loose_stacks["kind"] == "stacks" and loose_stacks["uri"] == str(other)
-        assert stacks["content_hash"] == hashlib.sha256(folded.read_bytes()).hexdigest()  # copied with it
+        assert (
+            stacks["content_hash"] == hashlib.sha256(folded.read_bytes()).hexdigest()
+        )  # copied with it
     out = tmp_path / "one.speedscope.json"
     run = _mlprof("convert", a, out, "--source", 1)
     assert run.returncode == 0 and run.stdout.strip() == str(out), run

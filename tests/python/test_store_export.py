@@ -7,7 +7,6 @@ store; sampled stacks bring their own sample types."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -16,12 +15,12 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
-
 from _helpers import require_tool
-from mlflow_profiler import _core, profiling
-from mlflow_profiler.store import StoreError, open_store
 from test_export_pprof import GO, go_env, pprof, top  # noqa: F401 (go_env is a fixture)
 from test_store_imports import GO_PROGRAM
+
+from mlflow_profiler import _core, profiling
+from mlflow_profiler.store import StoreError, open_store
 
 
 @pytest.fixture(autouse=True)
@@ -59,24 +58,34 @@ def store_path(tmp_path_factory) -> Path:
     versions 1 and 2, and model other."""
     path = tmp_path_factory.mktemp("export") / "profiles.db"
     with open_store(path) as store:
-        for model, version, n in (("fraud", "1", 20_000), ("fraud", "2", 30_000), ("other", "1", 10_000)):
+        for model, version, n in (
+            ("fraud", "1", 20_000),
+            ("fraud", "2", 30_000),
+            ("other", "1", 10_000),
+        ):
             store.add(_capture(n), labels={"model": model, "version": version})
     return path
 
 
 def mlprof(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-def raw(text: str) -> Tuple[List[Tuple[str, str]], List[Tuple[List[int], Tuple[str, ...], Dict[str, str]]]]:
+def raw(
+    text: str,
+) -> Tuple[List[Tuple[str, str]], List[Tuple[List[int], Tuple[str, ...], Dict[str, str]]]]:
     """`pprof -raw`: the sample types, and per sample its values, its call
     path (function names, root first) and its labels."""
     lines = text.splitlines()
     at = lines.index("Samples:")
     types = [tuple(t.replace("[dflt]", "").split("/")) for t in lines[at + 1].split()]
     names: Dict[str, str] = {}
-    for line in lines[lines.index("Locations") + 1:]:
+    for line in lines[lines.index("Locations") + 1 :]:
         m = re.match(r"\s+(\d+): 0x\w+ (?:M=\d+ )?(\S+)", line)
         if m:
             names[m.group(1)] = m.group(2)
@@ -112,7 +121,9 @@ def from_store(store_path: Path, source_ids) -> Dict[Tuple[str, ...], List[int]]
     return dict(out)
 
 
-def test_sources_with_the_same_paths_give_one_sample_per_path_with_summed_values(store_path, tmp_path, go_env):
+def test_sources_with_the_same_paths_give_one_sample_per_path_with_summed_values(
+    store_path, tmp_path, go_env
+):
     out = tmp_path / "fraud.pb.gz"
     run = mlprof("convert", store_path, out, "--where", "model=fraud")
     assert run.returncode == 0, run.stderr
@@ -130,15 +141,19 @@ def test_sources_with_the_same_paths_give_one_sample_per_path_with_summed_values
     assert total == sum(v[1] for v in want.values())
 
 
-def test_every_source_by_default_and_the_python_api_says_what_it_wrote(store_path, tmp_path, go_env):
+def test_every_source_by_default_and_the_python_api_says_what_it_wrote(
+    store_path, tmp_path, go_env
+):
     with open_store(store_path) as store:
         written = store.export_pprof(tmp_path / "all.pb.gz")
     want = from_store(store_path, [1, 2, 3])
     assert written["sources"] == 3
     assert written["samples"] == len(want)
     assert written["sample_types"] == [("calls", "count"), ("wall", "nanoseconds")]
-    assert written["totals"] == {"calls/count": sum(v[0] for v in want.values()),
-                                 "wall/nanoseconds": sum(v[1] for v in want.values())}
+    assert written["totals"] == {
+        "calls/count": sum(v[0] for v in want.values()),
+        "wall/nanoseconds": sum(v[1] for v in want.values()),
+    }
     _, samples = raw(pprof(go_env, tmp_path / "all.pb.gz", "-raw"))
     assert {path: values for values, path, _ in samples} == want
     comments = pprof(go_env, tmp_path / "all.pb.gz", "-comments")
@@ -146,7 +161,15 @@ def test_every_source_by_default_and_the_python_api_says_what_it_wrote(store_pat
 
 
 def test_where_and_source_select_and_label_by_keeps_sources_apart(store_path, tmp_path, go_env):
-    run = mlprof("convert", store_path, tmp_path / "v.pb.gz", "--where", "model=fraud", "--label-by", "version")
+    run = mlprof(
+        "convert",
+        store_path,
+        tmp_path / "v.pb.gz",
+        "--where",
+        "model=fraud",
+        "--label-by",
+        "version",
+    )
     assert run.returncode == 0, run.stderr
     _, samples = raw(pprof(go_env, tmp_path / "v.pb.gz", "-raw"))
     for version, source in (("1", 1), ("2", 2)):
@@ -162,7 +185,9 @@ def test_where_and_source_select_and_label_by_keeps_sources_apart(store_path, tm
     with open_store(store_path) as store:
         written = store.export_pprof(tmp_path / "w.pb.gz", [2, 3], where={"model": "other"})
     assert written["sources"] == 1
-    assert written["totals"]["wall/nanoseconds"] == sum(v[1] for v in from_store(store_path, [3]).values())
+    assert written["totals"]["wall/nanoseconds"] == sum(
+        v[1] for v in from_store(store_path, [3]).values()
+    )
 
 
 def test_an_empty_selection_or_an_unknown_source_is_a_clear_error(store_path, tmp_path):
@@ -185,14 +210,24 @@ def test_one_source_converts_as_before(store_path, tmp_path):
     run = mlprof("convert", store_path, out, "--source", "1")
     assert run.returncode == 0, run.stderr
     with open_store(store_path) as store:
-        assert out.read_bytes() == _core.export_bytes(store.load(1)._built(), "pprof")  # a sample per span
+        assert out.read_bytes() == _core.export_bytes(
+            store.load(1)._built(), "pprof"
+        )  # a sample per span
 
 
-def test_a_span_source_and_a_go_cpu_profile_give_the_union_of_sample_types(store_path, tmp_path, go_env):
+def test_a_span_source_and_a_go_cpu_profile_give_the_union_of_sample_types(
+    store_path, tmp_path, go_env
+):
     (tmp_path / "main.go").write_text(GO_PROGRAM)
     cpu = tmp_path / "cpu.pprof"
-    run = subprocess.run([GO, "run", "main.go", str(cpu)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, env=go_env)
+    run = subprocess.run(
+        [GO, "run", "main.go", str(cpu)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=go_env,
+    )
     assert run.returncode == 0, run.stderr
     go_types, go_samples = raw(pprof(go_env, cpu, "-raw"))
     assert go_types == [("samples", "count"), ("cpu", "nanoseconds")]
@@ -203,9 +238,16 @@ def test_a_span_source_and_a_go_cpu_profile_give_the_union_of_sample_types(store
     out = tmp_path / "mixed.pb.gz"
     run = mlprof("convert", mixed, out, "--label-by", "model")
     assert run.returncode == 0, run.stderr
-    assert "sample types calls/count, wall/nanoseconds, samples/count, cpu/nanoseconds" in run.stdout
+    assert (
+        "sample types calls/count, wall/nanoseconds, samples/count, cpu/nanoseconds" in run.stdout
+    )
     types, samples = raw(pprof(go_env, out, "-raw"))
-    assert types == [("calls", "count"), ("wall", "nanoseconds"), ("samples", "count"), ("cpu", "nanoseconds")]
+    assert types == [
+        ("calls", "count"),
+        ("wall", "nanoseconds"),
+        ("samples", "count"),
+        ("cpu", "nanoseconds"),
+    ]
     # Each source's samples carry 0 for the other's types, and their own values in full.
     spans_part = [v for v, _, labels in samples if labels == {"model": "fraud"}]
     go_part = [v for v, _, labels in samples if labels == {"model": "go"}]
@@ -215,6 +257,8 @@ def test_a_span_source_and_a_go_cpu_profile_give_the_union_of_sample_types(store
     assert sum(v[2] for v in go_part) == sum(v[0][0] for v in go_samples)
     assert sum(v[3] for v in go_part) == sum(v[0][1] for v in go_samples)
     # pprof's own totals per sample type.
-    cpu_total, rows = top(pprof(go_env, out, "-top", "-unit=ns", "-sample_index=cpu", "-nodefraction=0"))
+    cpu_total, rows = top(
+        pprof(go_env, out, "-top", "-unit=ns", "-sample_index=cpu", "-nodefraction=0")
+    )
     assert cpu_total == sum(v[0][1] for v in go_samples)
     assert any(name.startswith("main.spin") for name in rows)

@@ -14,11 +14,11 @@ import subprocess
 import sys
 
 import pytest
+from test_store import _connect, _document, _encode, _mlprof, _predict, _waiting_agent_document
 
 from mlflow_profiler import _cli, profiling
 from mlflow_profiler._files import loads
 from mlflow_profiler.store import DuplicateSource, StoreError, open_store
-from test_store import _connect, _document, _encode, _mlprof, _predict, _waiting_agent_document
 
 FOLDED = "main;predict;encode 6\nmain;load 10\nmain 2\n"
 
@@ -52,7 +52,8 @@ def test_the_same_file_twice_is_said_and_added_once(tmp_path):
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines() == [
         f"{folded}: already in the store as source 2 (the same content); not added (--allow-duplicate adds it again)",
-        f"{doc}: already in the store as source 1 (the same content); not added (--allow-duplicate adds it again)"]
+        f"{doc}: already in the store as source 1 (the same content); not added (--allow-duplicate adds it again)",
+    ]
     with open_store(db) as store:
         assert len(store.sources()) == 2
         with pytest.raises(DuplicateSource) as err:
@@ -77,18 +78,28 @@ def test_the_same_file_twice_is_said_and_added_once(tmp_path):
     out = tmp_path / "out.db"
     run = _mlprof("combine", out, db, db)
     assert run.returncode == 0 and run.stdout == (
-        f"{out}: 3 sources added, 3 sources in all; 5 sources already there (the same content), not added\n"), run
+        f"{out}: 3 sources added, 3 sources in all; 5 sources already there (the same content), not added\n"
+    ), run
 
 
 def _rows_of(conn, source_id, sample_ids):
     """Every row of one source, by table: what rm must take away."""
     lo, hi = min(sample_ids), max(sample_ids)
-    by_sample = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE sample_id BETWEEN ? AND ?", (lo, hi)).fetchone()[0]
-                 for t in ("samples", "sample_value_rows", "segments", "io_summaries", "span_waits")}
-    by_source = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE source_id = ?", (source_id,)).fetchone()[0]
-                 for t in ("sources", "source_labels", "sessions", "off_cpu_intervals", "kernel_threads")}
-    lanes = conn.execute("SELECT count(*) FROM lanes l JOIN sessions se ON se.session_id = l.session_id "
-                         "WHERE se.source_id = ?", (source_id,)).fetchone()[0]
+    by_sample = {
+        t: conn.execute(
+            f"SELECT count(*) FROM {t} WHERE sample_id BETWEEN ? AND ?", (lo, hi)
+        ).fetchone()[0]
+        for t in ("samples", "sample_value_rows", "segments", "io_summaries", "span_waits")
+    }
+    by_source = {
+        t: conn.execute(f"SELECT count(*) FROM {t} WHERE source_id = ?", (source_id,)).fetchone()[0]
+        for t in ("sources", "source_labels", "sessions", "off_cpu_intervals", "kernel_threads")
+    }
+    lanes = conn.execute(
+        "SELECT count(*) FROM lanes l JOIN sessions se ON se.session_id = l.session_id "
+        "WHERE se.source_id = ?",
+        (source_id,),
+    ).fetchone()[0]
     return {**by_sample, **by_source, "lanes": lanes}
 
 
@@ -107,15 +118,22 @@ def test_rm_deletes_a_source_with_all_its_rows_and_nothing_else(tmp_path):
         want = {kept_agent: _document(store.load(kept_agent)), kept: store.load(kept).to_tree()}
         spans = {r["source_id"]: r["spans"] for r in store.sources()}
     conn = _connect(db)
-    ranges = {s: [r[0] for r in conn.execute("SELECT sample_id FROM samples WHERE source_id = ?", (s,))]
-              for s in (gone, gone_stacks)}
+    ranges = {
+        s: [r[0] for r in conn.execute("SELECT sample_id FROM samples WHERE source_id = ?", (s,))]
+        for s in (gone, gone_stacks)
+    }
     before = {s: _rows_of(conn, s, ids) for s, ids in ranges.items()}
-    assert before[gone]["samples"] == spans[gone] and before[gone]["segments"] > 0 and before[gone]["lanes"] > 2
+    assert (
+        before[gone]["samples"] == spans[gone]
+        and before[gone]["segments"] > 0
+        and before[gone]["lanes"] > 2
+    )
     assert before[gone_stacks]["samples"] == 18
     total = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
     run = _mlprof("rm", db, gone, gone_stacks)
     assert run.returncode == 0 and run.stdout == (
-        f"{db}: 2 sources removed with {spans[gone] + 18:,} spans or samples, 2 sources left\n"), run
+        f"{db}: 2 sources removed with {spans[gone] + 18:,} spans or samples, 2 sources left\n"
+    ), run
     for s, ids in ranges.items():
         assert set(_rows_of(conn, s, ids).values()) == {0}, (s, _rows_of(conn, s, ids))
     assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == total - spans[gone] - 18
@@ -130,11 +148,21 @@ def test_rm_deletes_a_source_with_all_its_rows_and_nothing_else(tmp_path):
             store.remove([kept, 99])
         assert err.value.kind == "missing" and len(store.sources()) == 2  # nothing removed
     run = _mlprof("rm", db, 99)
-    assert run.returncode == 2 and "no source 99" in run.stderr and "nothing was removed" in run.stderr
+    assert (
+        run.returncode == 2 and "no source 99" in run.stderr and "nothing was removed" in run.stderr
+    )
 
 
-READERS = [("show", "{db}"), ("top", "{db}"), ("bubbles", "{db}"), ("diff", "{db}", "{db}"), ("trend", "{db}"),
-           ("convert", "{db}", "{out}"), ("migrate", "{db}"), ("rm", "{db}", "1")]
+READERS = [
+    ("show", "{db}"),
+    ("top", "{db}"),
+    ("bubbles", "{db}"),
+    ("diff", "{db}", "{db}"),
+    ("trend", "{db}"),
+    ("convert", "{db}", "{out}"),
+    ("migrate", "{db}"),
+    ("rm", "{db}", "1"),
+]
 
 
 @pytest.mark.parametrize("argv", READERS, ids=[a[0] for a in READERS])
@@ -153,7 +181,11 @@ def test_show_of_an_empty_file_refuses_it_and_leaves_it_empty(tmp_path):
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")
     run = _mlprof("show", empty)
-    assert run.returncode == 2 and str(empty) in run.stderr and "not an mlflow-profiler store" in run.stderr
+    assert (
+        run.returncode == 2
+        and str(empty) in run.stderr
+        and "not an mlflow-profiler store" in run.stderr
+    )
     assert empty.stat().st_size == 0 and sorted(os.listdir(tmp_path)) == ["empty.db"]
     with pytest.raises(StoreError) as err:
         open_store(empty, create=False)
@@ -184,15 +216,19 @@ def test_a_failed_combine_leaves_no_output_or_the_old_one_as_it_was(tmp_path):
         assert store.sources() == before
 
 
-@pytest.mark.parametrize("argv,option", [
-    (["top", "{db}", "--where", "nolabel"], "--where"),
-    (["bubbles", "{db}", "--where", "nolabel"], "--where"),
-    (["convert", "{db}", "{tmp}/x.pb.gz", "--where", "nolabel"], "--where"),
-    (["add", "{db}", "{doc}", "--label", "nolabel"], "--label"),
-    (["diff", "{db}", "{db}", "--where-a", "nolabel"], "--where-a"),
-    (["diff", "{db}", "{db}", "--where-b", "nolabel"], "--where-b"),
-    (["trend", "{db}", "--where", "nolabel"], "--where"),
-], ids=lambda v: v if isinstance(v, str) else v[0])
+@pytest.mark.parametrize(
+    "argv,option",
+    [
+        (["top", "{db}", "--where", "nolabel"], "--where"),
+        (["bubbles", "{db}", "--where", "nolabel"], "--where"),
+        (["convert", "{db}", "{tmp}/x.pb.gz", "--where", "nolabel"], "--where"),
+        (["add", "{db}", "{doc}", "--label", "nolabel"], "--label"),
+        (["diff", "{db}", "{db}", "--where-a", "nolabel"], "--where-a"),
+        (["diff", "{db}", "{db}", "--where-b", "nolabel"], "--where-b"),
+        (["trend", "{db}", "--where", "nolabel"], "--where"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else v[0],
+)
 def test_an_option_error_names_the_option_given(tmp_path, capsys, argv, option):
     db = tmp_path / "o.db"
     doc = _session().save(tmp_path / "p.json")
@@ -212,14 +248,22 @@ def test_every_output_has_the_same_mode(tmp_path):
     db = tmp_path / "m.db"
     with open_store(db) as store:
         store.add(_session())
-    outputs = {"top.html": ["top", db, "--html"], "one.json": ["convert", db, "--source", "1"],
-               "agg.pb.gz": ["convert", db]}
+    outputs = {
+        "top.html": ["top", db, "--html"],
+        "one.json": ["convert", db, "--source", "1"],
+        "agg.pb.gz": ["convert", db],
+    }
     for umask, want in ((0o022, 0o644), (0o027, 0o640)):
         for name, argv in outputs.items():
             path = tmp_path / f"{umask:o}-{name}"
             cmd = [*argv, path] if argv[0] == "top" else [argv[0], argv[1], path, *argv[2:]]
-            run = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", *map(str, cmd)], capture_output=True,
-                                 text=True, timeout=120, preexec_fn=lambda u=umask: os.umask(u))
+            run = subprocess.run(
+                [sys.executable, "-m", "mlflow_profiler._cli", *map(str, cmd)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                preexec_fn=lambda u=umask: os.umask(u),
+            )
             assert run.returncode == 0, run.stderr
             assert oct(path.stat().st_mode & 0o777) == oct(want), (name, umask)
     page = tmp_path / "22-top.html"
@@ -235,28 +279,63 @@ def test_depth_folds_sampled_stacks_into_their_ancestor(tmp_path, capsys):
     with open_store(db) as store:
         store.add(folded)
     for target in (db, folded):
-        for depth, want in ((0, {("main",): (18, 18)}),
-                            (1, {("main",): (2, 18), ("main", "load"): (10, 10), ("main", "predict"): (6, 6)}),
-                            (None, {("main",): (2, 18), ("main", "load"): (10, 10), ("main", "predict"): (0, 6),
-                                    ("main", "predict", "encode"): (6, 6)})):
-            argv = ["top", target, "--format", "json"] + ([] if depth is None else ["--depth", depth])
+        for depth, want in (
+            (0, {("main",): (18, 18)}),
+            (1, {("main",): (2, 18), ("main", "load"): (10, 10), ("main", "predict"): (6, 6)}),
+            (
+                None,
+                {
+                    ("main",): (2, 18),
+                    ("main", "load"): (10, 10),
+                    ("main", "predict"): (0, 6),
+                    ("main", "predict", "encode"): (6, 6),
+                },
+            ),
+        ):
+            argv = ["top", target, "--format", "json"] + (
+                [] if depth is None else ["--depth", depth]
+            )
             code, stdout, stderr = _main(capsys, *argv)
             assert code == 0, stderr
             rows = json.loads(stdout)["sampled"]["rows"]
-            assert {tuple(r["path"]): (r["self_values"][0], r["total_values"][0]) for r in rows} == want, depth
+            assert {
+                tuple(r["path"]): (r["self_values"][0], r["total_values"][0]) for r in rows
+            } == want, depth
     run = _mlprof("show", db, 1, "--depth", 1)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[2:] == ["   55.6%  main > load", "   33.3%  main > predict", "   11.1%  main"]
+    assert run.stdout.splitlines()[2:] == [
+        "   55.6%  main > load",
+        "   33.3%  main > predict",
+        "   11.1%  main",
+    ]
 
 
 def test_help_names_every_input_format_and_the_docstring_every_command():
     run = _mlprof("add", "--help")
     assert run.returncode == 0
     text = " ".join(run.stdout.split())
-    for fmt in ("pprof", "py-spy", "speedscope", "Chrome trace", "profile document", "--allow-duplicate"):
+    for fmt in (
+        "pprof",
+        "py-spy",
+        "speedscope",
+        "Chrome trace",
+        "profile document",
+        "--allow-duplicate",
+    ):
         assert fmt in text, fmt
     commands = _cli._parser()._subparsers._group_actions[0].choices
-    assert {"add", "rm", "show", "top", "diff", "trend", "bubbles", "combine", "convert", "migrate"} <= set(commands)
+    assert {
+        "add",
+        "rm",
+        "show",
+        "top",
+        "diff",
+        "trend",
+        "bubbles",
+        "combine",
+        "convert",
+        "migrate",
+    } <= set(commands)
     for name in commands:
         assert f"    mlprof {name} " in _cli.__doc__, name
 
@@ -267,11 +346,21 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
         _encode([3] * 20000)  # 40,000 spans: its JSON is megabytes, more than a pipe holds
     with open_store(db) as store:
         store.add(session)
-    for argv in (["show", db, 1], ["top", db, "--limit", 100000], ["show", db, 1, "--format", "json"]):
+    for argv in (
+        ["show", db, 1],
+        ["top", db, "--limit", 100000],
+        ["show", db, 1, "--format", "json"],
+    ):
         cmd = f"set -o pipefail; {sys.executable} -m mlflow_profiler._cli {' '.join(map(str, argv))} | head -1"
-        run = subprocess.run(["bash", "-c", cmd + "; echo status=${PIPESTATUS[0]}"], capture_output=True, text=True,
-                             timeout=120)
+        run = subprocess.run(
+            ["bash", "-c", cmd + "; echo status=${PIPESTATUS[0]}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.stderr == "", run.stderr
         lines = run.stdout.splitlines()
         assert len(lines) == 2 and lines[-1] == "status=0", (argv, lines[-3:])
-    assert len(session.to_json()) > 1_000_000  # past any pipe buffer: the writer did meet the closed pipe
+    assert (
+        len(session.to_json()) > 1_000_000
+    )  # past any pipe buffer: the writer did meet the closed pipe

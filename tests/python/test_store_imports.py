@@ -16,16 +16,18 @@ import textwrap
 import time
 
 import pytest
-
 from _helpers import require_tool
+from test_store import _encode, _walk
+
 import mlflow_profiler
 from mlflow_profiler import profiling
 from mlflow_profiler._files import ProfileLoadError
 from mlflow_profiler.store import open_store
-from test_store import _encode, _walk
 
 BIN = os.path.dirname(sys.executable)
-GO = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+GO = shutil.which("go") or (
+    "/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None
+)
 
 TARGET = textwrap.dedent("""
     def leaf(n):
@@ -51,7 +53,9 @@ def target(tmp_path_factory):
 
 
 def _tool(name):
-    return require_tool(shutil.which(name, path=BIN) or shutil.which(name), name, f"pip install {name}")
+    return require_tool(
+        shutil.which(name, path=BIN) or shutil.which(name), name, f"pip install {name}"
+    )
 
 
 def test_py_spy_speedscope_and_raw_of_a_real_process(target, tmp_path):
@@ -59,13 +63,31 @@ def test_py_spy_speedscope_and_raw_of_a_real_process(target, tmp_path):
     out = {}
     for fmt, name in (("speedscope", "spy.speedscope.json"), ("raw", "spy.txt")):
         path = tmp_path / name
-        run = subprocess.run([py_spy, "record", "-o", str(path), "-f", fmt, "-r", "400", "--", sys.executable,
-                              str(target)], capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [
+                py_spy,
+                "record",
+                "-o",
+                str(path),
+                "-f",
+                fmt,
+                "-r",
+                "400",
+                "--",
+                sys.executable,
+                str(target),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 0, run.stderr
         out[fmt] = path
     doc = json.loads(out["speedscope"].read_text())
     expected = sum(len(p["samples"]) for p in doc["profiles"])
-    raw_total = sum(int(line.rsplit(" ", 1)[1]) for line in out["raw"].read_text().splitlines() if line.strip())
+    raw_total = sum(
+        int(line.rsplit(" ", 1)[1]) for line in out["raw"].read_text().splitlines() if line.strip()
+    )
     with open_store(tmp_path / "spy.db") as store:
         first = store.add(out["speedscope"])
         second = store.add(out["raw"])
@@ -73,7 +95,9 @@ def test_py_spy_speedscope_and_raw_of_a_real_process(target, tmp_path):
         assert (rows[first]["source_type"], rows[first]["kind"]) == ("speedscope", "stacks")
         assert (rows[second]["source_type"], rows[second]["kind"]) == ("folded", "stacks")
         # The tool, where the file names it (speedscope's "exporter"; raw names nothing); neither has a time.
-        version = subprocess.run([py_spy, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        version = subprocess.run(
+            [py_spy, "--version"], capture_output=True, text=True
+        ).stdout.split()[-1]
         assert (rows[first]["tool"], rows[second]["tool"]) == (f"py-spy@{version}", None)
         assert rows[first]["captured_unix_ns"] is None and rows[second]["captured_unix_ns"] is None
         sampled = store.load_stacks(first)
@@ -92,20 +116,29 @@ def test_py_spy_speedscope_and_raw_of_a_real_process(target, tmp_path):
 def test_viztracer_chrome_trace(target, tmp_path):
     viztracer = _tool("viztracer")
     trace = tmp_path / "viz.json"
-    run = subprocess.run([viztracer, "-o", str(trace), str(target)], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
+    run = subprocess.run(
+        [viztracer, "-o", str(trace), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     with open_store(tmp_path / "viz.db") as store:
         source = store.add(trace)
         assert store.sources()[0]["source_type"] == "chrome-trace"
-        version = subprocess.run([viztracer, "--version"], capture_output=True, text=True).stdout.strip()
+        version = subprocess.run(
+            [viztracer, "--version"], capture_output=True, text=True
+        ).stdout.strip()
         assert store.sources()[0]["tool"] == f"viztracer@{version}"  # viztracer_metadata.version
         tree = store.load(source).to_tree()
     works = [n for n in _walk(tree) if n["label"] == "work"]
     assert len(works) == 1
     leaves = [c for c in works[0]["children"] if c["label"] == "leaf"]
     assert len(leaves) == 200 and all(c["file"].endswith("spy_target.py") for c in leaves)
-    assert all(works[0]["start_ns"] <= c["start_ns"] <= c["end_ns"] <= works[0]["end_ns"] for c in leaves)
+    assert all(
+        works[0]["start_ns"] <= c["start_ns"] <= c["end_ns"] <= works[0]["end_ns"] for c in leaves
+    )
 
 
 # A Go program that spends its CPU in main.spin, profiled by runtime/pprof
@@ -145,26 +178,47 @@ def test_a_go_cpu_profile_keeps_its_types_and_expands_its_counts(tmp_path):
     (tmp_path / "main.go").write_text(GO_PROGRAM)
     # A GOCACHE set by the caller (CI sets one for the whole run) is kept: the
     # runtime and pprof are built once per machine, not once per run (~60 s).
-    env = {**os.environ, "GOCACHE": os.environ.get("GOCACHE") or str(tmp_path / "gocache"),
-           "GOPATH": str(tmp_path / "gopath"), "GOFLAGS": "-mod=mod"}
+    env = {
+        **os.environ,
+        "GOCACHE": os.environ.get("GOCACHE") or str(tmp_path / "gocache"),
+        "GOPATH": str(tmp_path / "gopath"),
+        "GOFLAGS": "-mod=mod",
+    }
     profile = tmp_path / "cpu.pprof"
-    run = subprocess.run([go, "run", "main.go", str(profile)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, env=env)
+    run = subprocess.run(
+        [go, "run", "main.go", str(profile)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
-    raw = subprocess.run([go, "tool", "pprof", "-raw", str(profile)], capture_output=True, text=True, timeout=120,
-                         env=env).stdout
-    counts = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^\s+(\d+)\s+(\d+):", raw, re.M)]
+    raw = subprocess.run(
+        [go, "tool", "pprof", "-raw", str(profile)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    ).stdout
+    counts = [
+        (int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^\s+(\d+)\s+(\d+):", raw, re.M)
+    ]
     assert counts, raw
     # The capture time, as go tool pprof reads it ("Time: 2026-11-29 15:54:11.496409216 +0000 UTC").
     when = re.search(r"^Time: (\d+-\d+-\d+ \d+:\d+:\d+)\.(\d+) \+0000 UTC$", raw, re.M)
     assert when, raw[:300]
     unix_ns = calendar.timegm(time.strptime(when.group(1), "%Y-%m-%d %H:%M:%S")) * 10**9 + int(
-        when.group(2).ljust(9, "0"))
+        when.group(2).ljust(9, "0")
+    )
     with open_store(tmp_path / "go.db") as store:
         source = store.add(profile)
         row = store.sources()[0]
         assert row["source_type"] == "pprof"
-        assert (row["tool"], row["captured_unix_ns"]) == ("go", unix_ns)  # time_nanos; Go's runtime named it
+        assert (row["tool"], row["captured_unix_ns"]) == (
+            "go",
+            unix_ns,
+        )  # time_nanos; Go's runtime named it
         samples = store.load_stacks(source)
     assert samples.value_types == [("samples", "count"), ("cpu", "nanoseconds")]
     stacks = samples.stacks()
@@ -192,37 +246,64 @@ def test_our_pprof_export_read_back(tmp_path):
 
 
 def test_evented_speedscope_and_begin_end_trace_become_trees(tmp_path):
-    speedscope = {"$schema": "https://www.speedscope.app/file-format-schema.json",
-                  "shared": {"frames": [{"name": "predict", "file": "m.py", "line": 3}, {"name": "encode"}]},
-                  "profiles": [{"type": "evented", "name": "main", "unit": "microseconds", "startValue": 0,
-                                "endValue": 10, "events": [{"type": "O", "frame": 0, "at": 0},
-                                                           {"type": "O", "frame": 1, "at": 2},
-                                                           {"type": "C", "frame": 1, "at": 5},
-                                                           {"type": "C", "frame": 0, "at": 10}]}]}
-    trace = [{"ph": "B", "pid": 1, "tid": 7, "ts": 100, "name": "outer (a.py:1)"},
-             {"ph": "X", "pid": 1, "tid": 7, "ts": 101, "dur": 3, "name": "inner (a.py:9)"},
-             {"ph": "E", "pid": 1, "tid": 7, "ts": 110},
-             {"ph": "M", "pid": 1, "tid": 7, "name": "thread_name", "args": {"name": "worker"}}]
+    speedscope = {
+        "$schema": "https://www.speedscope.app/file-format-schema.json",
+        "shared": {"frames": [{"name": "predict", "file": "m.py", "line": 3}, {"name": "encode"}]},
+        "profiles": [
+            {
+                "type": "evented",
+                "name": "main",
+                "unit": "microseconds",
+                "startValue": 0,
+                "endValue": 10,
+                "events": [
+                    {"type": "O", "frame": 0, "at": 0},
+                    {"type": "O", "frame": 1, "at": 2},
+                    {"type": "C", "frame": 1, "at": 5},
+                    {"type": "C", "frame": 0, "at": 10},
+                ],
+            }
+        ],
+    }
+    trace = [
+        {"ph": "B", "pid": 1, "tid": 7, "ts": 100, "name": "outer (a.py:1)"},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 101, "dur": 3, "name": "inner (a.py:9)"},
+        {"ph": "E", "pid": 1, "tid": 7, "ts": 110},
+        {"ph": "M", "pid": 1, "tid": 7, "name": "thread_name", "args": {"name": "worker"}},
+    ]
     (tmp_path / "e.speedscope.json").write_text(json.dumps(speedscope))
     (tmp_path / "t.json").write_text(json.dumps(trace))
     with open_store(tmp_path / "e.db") as store:
         s1 = store.load(store.add(tmp_path / "e.speedscope.json")).to_tree()
         s2 = store.load(store.add(tmp_path / "t.json")).to_tree()
     assert [(n["label"], n["depth"], n["end_ns"] - n["start_ns"]) for n in _walk(s1)] == [
-        ("predict", 0, 10_000), ("encode", 1, 3_000)]
-    assert [(n["label"], n["file"], n["line"], n["thread_name"], n["end_ns"] - n["start_ns"]) for n in _walk(s2)] == [
-        ("outer", "a.py", 1, "worker", 10_000), ("inner", "a.py", 9, "worker", 3_000)]
+        ("predict", 0, 10_000),
+        ("encode", 1, 3_000),
+    ]
+    assert [
+        (n["label"], n["file"], n["line"], n["thread_name"], n["end_ns"] - n["start_ns"])
+        for n in _walk(s2)
+    ] == [("outer", "a.py", 1, "worker", 10_000), ("inner", "a.py", 9, "worker", 3_000)]
 
 
-@pytest.mark.parametrize("name,content", [
-    ("cut.trace.json", b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "na'),
-    ("bad.trace.json", b'{"traceEvents": 7}'),
-    ("cut.speedscope.json", b'{"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {"fr'),
-    ("bad.speedscope.json", b'{"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {}, '
-                            b'"profiles": []}'),
-    ("cut.pprof", b"\x0a\x04\x08\x01\x10\x02\x12\x40\x08"),
-    ("bad.folded", b"a;b;c 3\nd;e notanumber\n"),
-])
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("cut.trace.json", b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "na'),
+        ("bad.trace.json", b'{"traceEvents": 7}'),
+        (
+            "cut.speedscope.json",
+            b'{"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {"fr',
+        ),
+        (
+            "bad.speedscope.json",
+            b'{"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {}, '
+            b'"profiles": []}',
+        ),
+        ("cut.pprof", b"\x0a\x04\x08\x01\x10\x02\x12\x40\x08"),
+        ("bad.folded", b"a;b;c 3\nd;e notanumber\n"),
+    ],
+)
 def test_a_cut_off_or_corrupt_import_names_the_file_and_adds_nothing(tmp_path, name, content):
     db = tmp_path / "x.db"
     with open_store(db) as store:
@@ -232,7 +313,9 @@ def test_a_cut_off_or_corrupt_import_names_the_file_and_adds_nothing(tmp_path, n
     with open_store(db) as store:
         with pytest.raises(ProfileLoadError) as err:
             store.add(path)
-        assert str(path) in str(err.value) and err.value.kind in ("truncated", "corrupt"), str(err.value)
+        assert str(path) in str(err.value) and err.value.kind in ("truncated", "corrupt"), str(
+            err.value
+        )
         assert len(store.sources()) == 1
 
 

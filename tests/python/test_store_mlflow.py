@@ -7,18 +7,22 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from _helpers import require_mlflow
 
 mlflow = require_mlflow()
 
 import _fraud_model  # noqa: E402
-import mlflow_profiler  # noqa: E402
-from _mlflow_fixtures import mlflow_warning_filters, server_store, tracking_server  # noqa: E402,F401
+from _mlflow_fixtures import (  # noqa: E402,F401
+    mlflow_warning_filters,
+    server_store,
+    tracking_server,
+)
 from _postgres import free_port  # noqa: E402
+from test_store import _encode  # noqa: E402
+
+import mlflow_profiler  # noqa: E402
 from mlflow_profiler import _autoprofile, profiling  # noqa: E402
 from mlflow_profiler.store import open_store  # noqa: E402
-from test_store import _encode  # noqa: E402
 
 pytestmark = mlflow_warning_filters() + [
     pytest.mark.filterwarnings("ignore:.*type hint:UserWarning"),
@@ -66,7 +70,9 @@ def test_a_served_model_adds_each_profile(tmp_path):
 def test_a_store_that_fails_never_reaches_the_model(server_store, tmp_path, monkeypatch, caplog):
     """A PostgreSQL store that is down: log_profile still logs to MLflow, the
     model still returns its result, and one line says so."""
-    monkeypatch.setenv("MLFLOW_PROFILER_STORE", f"postgresql://postgres@127.0.0.1:{free_port()}/postgres")
+    monkeypatch.setenv(
+        "MLFLOW_PROFILER_STORE", f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    )
     with profiling(depth=2) as session:
         _encode([3])
     caplog.set_level(logging.WARNING, logger="mlflow_profiler")
@@ -92,8 +98,18 @@ def test_mlprof_diff_of_two_mlflow_runs(server_store, tmp_path):
                 mlflow_profiler.log_profile(session, f"profiles/{i:03d}")
         runs.append(run.info.run_id)
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
-    cmd = [sys.executable, "-m", "mlflow_profiler._cli", "diff", runs[0], f"runs:/{runs[1]}",
-           "--fail-on-regression", "50", "--format", "json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow_profiler._cli",
+        "diff",
+        runs[0],
+        f"runs:/{runs[1]}",
+        "--fail-on-regression",
+        "50",
+        "--format",
+        "json",
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 1, run.stderr
     import json
@@ -101,4 +117,9 @@ def test_mlprof_diff_of_two_mlflow_runs(server_store, tmp_path):
     doc = json.loads(run.stdout)
     assert doc["a"]["runs"] == doc["b"]["runs"] == 25 and doc["verdict"] == "regression"
     slow = [p for p in doc["paths"] if p["path"][-1].endswith("decode")]
-    assert slow and slow[0]["change_pct"] > 100 and slow[0]["ci_pct"][0] > 0 and slow[0]["verdict"] == "regression"
+    assert (
+        slow
+        and slow[0]["change_pct"] > 100
+        and slow[0]["ci_pct"][0] > 0
+        and slow[0]["verdict"] == "regression"
+    )

@@ -9,11 +9,20 @@ import sys
 import time
 
 import pytest
-
 from _postgres import free_port, postgres_server
+from test_store import (
+    DUCKDB_QUERY,
+    _document,
+    _encode,
+    _expected_p95,
+    _old_store,
+    _predict,
+    _walk,
+    _writer,
+)
+
 from mlflow_profiler import profiling
 from mlflow_profiler.store import StoreError, migrate, open_store
-from test_store import DUCKDB_QUERY, _document, _encode, _expected_p95, _old_store, _predict, _walk, _writer
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +88,17 @@ def test_several_writers_at_once(pg_url, tmp_path):
         out, err = w.communicate(timeout=300)
         words = out.split()
         assert w.returncode == 0 and words[:1] == ["ready"] and words[-1:] == ["done"], (out, err)
-        per_add.append(int(words[1]))  # 20 calls of 101 spans, more where a comprehension is a frame
+        per_add.append(
+            int(words[1])
+        )  # 20 calls of 101 spans, more where a comprehension is a frame
     import psycopg
 
     with psycopg.connect(url) as conn:
-        per_writer = dict(conn.execute(
-            "SELECT value, count(*) FROM source_labels WHERE key = 'label.writer' GROUP BY value").fetchall())
+        per_writer = dict(
+            conn.execute(
+                "SELECT value, count(*) FROM source_labels WHERE key = 'label.writer' GROUP BY value"
+            ).fetchall()
+        )
         assert per_writer == {str(i): 5 for i in range(4)}
         assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 5 * sum(per_add)
         # Each function and call path once, whoever wrote it first (node,
@@ -148,7 +162,10 @@ def test_top_by_function_sums_what_sqlite_sums(pg_url, tmp_path):
                 store.add(s)
     for depth in (None, 2):
         rows = analysis.top([url], by="function", depth=depth).rows
-        assert rows == analysis.top([tmp_path / "fn.db"], by="function", depth=depth).rows and len(rows) >= 3
+        assert (
+            rows == analysis.top([tmp_path / "fn.db"], by="function", depth=depth).rows
+            and len(rows) >= 3
+        )
 
 
 def test_duckdb_reads_the_postgres_store(pg_url, tmp_path):
@@ -165,7 +182,9 @@ def test_duckdb_reads_the_postgres_store(pg_url, tmp_path):
     con = duckdb_with("postgres", tmp_path)
     host_port = url.split("@", 1)[1].split("/", 1)[0]
     host, port = host_port.split(":")
-    con.execute(f"ATTACH 'host={host} port={port} dbname=duck user=postgres' AS p (TYPE postgres, READ_ONLY)")
+    con.execute(
+        f"ATTACH 'host={host} port={port} dbname=duck user=postgres' AS p (TYPE postgres, READ_ONLY)"
+    )
     assert [tuple(r) for r in con.execute(DUCKDB_QUERY).fetchall()] == _expected_p95(sessions)
 
 
@@ -184,14 +203,19 @@ def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
     assert migrate(url) == ("2.6", "2.6")
     spans = len(list(_walk(before)))
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT indexname FROM pg_indexes WHERE indexname = 'source_labels_by_value'").fetchall()
-        assert conn.execute("SELECT source_id, count(*) FROM samples GROUP BY source_id").fetchall() == [
-            (source, spans)]
+        assert conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE indexname = 'source_labels_by_value'"
+        ).fetchall()
+        assert conn.execute(
+            "SELECT source_id, count(*) FROM samples GROUP BY source_id"
+        ).fetchall() == [(source, spans)]
         unix_ns = int(session._built().meta["start_unix_ns"])
         # the server divides exactly; unix_ns / 1e9 here rounds twice
         seconds, ns = conn.execute("SELECT source_timestamp, start_unix_ns FROM sources").fetchone()
         assert (seconds, ns) == (pytest.approx(unix_ns / 1e9, abs=1e-6), unix_ns)
-        assert conn.execute("SELECT count(*) FROM sample_values WHERE type = 'wall'").fetchone() == (spans,)
+        assert conn.execute(
+            "SELECT count(*) FROM sample_values WHERE type = 'wall'"
+        ).fetchone() == (spans,)
     with open_store(url) as store:
         assert store.source_ids({"model": "m"}) == [source]
         assert store.load(source).to_tree() == before
@@ -199,7 +223,6 @@ def test_migrate_brings_an_older_postgres_store_up_to_date(pg_url):
 
 def test_spec_001s_queries_run_as_written_on_postgres(pg_url, tmp_path):
     import psycopg
-
     from test_store_spec001 import check, fill
 
     url = _fresh(pg_url, "spec")
@@ -211,7 +234,6 @@ def test_spec_001s_queries_run_as_written_on_postgres(pg_url, tmp_path):
 
 def test_rm_and_the_same_file_twice_on_postgres(pg_url, tmp_path):
     import psycopg
-
     from test_store_hygiene import FOLDED, _mlprof
 
     url = _fresh(pg_url, "rm")
@@ -228,16 +250,26 @@ def test_rm_and_the_same_file_twice_on_postgres(pg_url, tmp_path):
         want = store.load_stacks(kept).stacks()
     with psycopg.connect(url, autocommit=True) as conn:
         total = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
-        spans = conn.execute("SELECT count(*) FROM samples WHERE source_id = %s", (gone,)).fetchone()[0]
+        spans = conn.execute(
+            "SELECT count(*) FROM samples WHERE source_id = %s", (gone,)
+        ).fetchone()[0]
         assert spans == len(list(_walk(threads.to_tree())))
         run = _mlprof("rm", url, gone, stacks)
         assert run.returncode == 0, run.stderr
         for table in ("sources", "source_labels", "sessions", "samples"):
-            assert conn.execute(f"SELECT count(*) FROM {table} WHERE source_id IN (%s, %s)",
-                                (gone, stacks)).fetchone()[0] == 0, table
+            assert (
+                conn.execute(
+                    f"SELECT count(*) FROM {table} WHERE source_id IN (%s, %s)", (gone, stacks)
+                ).fetchone()[0]
+                == 0
+            ), table
         assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == total - spans - 18
-        assert conn.execute("SELECT count(*) FROM lanes").fetchone()[0] == 1  # the kept source's one thread
-        assert conn.execute("SELECT count(*) FROM sample_value_rows").fetchone()[0] == 18  # its samples' counts
+        assert (
+            conn.execute("SELECT count(*) FROM lanes").fetchone()[0] == 1
+        )  # the kept source's one thread
+        assert (
+            conn.execute("SELECT count(*) FROM sample_value_rows").fetchone()[0] == 18
+        )  # its samples' counts
     with open_store(url) as store:
         assert [r["source_id"] for r in store.sources()] == [kept]
         assert store.load_stacks(kept).stacks() == want
@@ -247,7 +279,6 @@ def test_rm_and_the_same_file_twice_on_postgres(pg_url, tmp_path):
 
 def test_a_read_only_command_on_an_empty_database_creates_no_tables(pg_url):
     import psycopg
-
     from test_store_hygiene import _mlprof
 
     url = _fresh(pg_url, "empty")
@@ -255,7 +286,9 @@ def test_a_read_only_command_on_an_empty_database_creates_no_tables(pg_url):
         run = _mlprof(*argv)
         assert run.returncode == 2 and "there is no store here" in run.stderr, run
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        ).fetchone() == (0,)
 
 
 class _Small:
@@ -291,5 +324,8 @@ def test_trend_on_postgres_gives_what_sqlite_gives(pg_url, tmp_path):
     lite, pg = results
     assert pg.paths == lite.paths and pg.drift == lite.drift and pg.groups == lite.groups
     assert sorted((d["path"][-1], d["role"], d["name"], tuple(d["changed"])) for d in pg.drift) == [
-        ("_Small.featurize", "in", "X", ("dtype",)), ("_Small.featurize", "out", "", ("dtype",)),
-        ("_Small.predict", "in", "X", ("dtype",)), ("_Small.predict", "out", "", ("dtype",))]
+        ("_Small.featurize", "in", "X", ("dtype",)),
+        ("_Small.featurize", "out", "", ("dtype",)),
+        ("_Small.predict", "in", "X", ("dtype",)),
+        ("_Small.predict", "out", "", ("dtype",)),
+    ]

@@ -16,10 +16,10 @@ import json
 from collections import Counter
 
 import pytest
+from test_store import _connect, _encode, _walk
 
 from mlflow_profiler import profiling
 from mlflow_profiler.store import open_store
-from test_store import _connect, _encode, _walk
 
 # A folded-stacks file (py-spy --format raw): 19 samples, root first.
 FOLDED = "main;predict;encode 6\nmain;load 10\nmain;predict 3\n"
@@ -27,33 +27,33 @@ FOLDED = "main;predict;encode 6\nmain;load 10\nmain;predict 3\n"
 SPEC_QUERIES = {
     # "samples: one row per raw sample ... Foreign key: source_id -> sources"
     "samples_per_source": "SELECT so.source_id, so.source_type, count(*) FROM sources so "
-                          "JOIN samples s ON s.source_id = so.source_id "
-                          "GROUP BY so.source_id, so.source_type ORDER BY so.source_id",
+    "JOIN samples s ON s.source_id = so.source_id "
+    "GROUP BY so.source_id, so.source_type ORDER BY so.source_id",
     # "sample_locations: depth, position in the stack trace (1 = innermost)"
     "innermost_function": "SELECT s.source_id, f.name, count(*) FROM sample_locations sl "
-                          "JOIN samples s ON s.sample_id = sl.sample_id "
-                          "JOIN locations l ON l.location_id = sl.location_id "
-                          "JOIN functions f ON f.function_id = l.function_id "
-                          "WHERE sl.depth = 1 GROUP BY s.source_id, f.name ORDER BY s.source_id, f.name",
+    "JOIN samples s ON s.sample_id = sl.sample_id "
+    "JOIN locations l ON l.location_id = sl.location_id "
+    "JOIN functions f ON f.function_id = l.function_id "
+    "WHERE sl.depth = 1 GROUP BY s.source_id, f.name ORDER BY s.source_id, f.name",
     # "sample_values: sample_id, type, unit, value" (long form; a time-only
     # profile has one row per sample: type 'samples', unit 'count', value 1)
     "values_by_type": "SELECT s.source_id, v.type, v.unit, count(*), sum(v.value) FROM sample_values v "
-                      "JOIN samples s ON s.sample_id = v.sample_id "
-                      "GROUP BY s.source_id, v.type, v.unit ORDER BY s.source_id, v.type, v.unit",
+    "JOIN samples s ON s.sample_id = v.sample_id "
+    "GROUP BY s.source_id, v.type, v.unit ORDER BY s.source_id, v.type, v.unit",
     # "Compound key: (sample_id, type)"
     "values_key": "SELECT sample_id, type, count(*) FROM sample_values GROUP BY sample_id, type HAVING count(*) > 1",
     # A stack trace read back, innermost first: the deepest frame has the largest depth.
     "stack_depths": "SELECT s.source_id, max(sl.depth), count(*) FROM sample_locations sl "
-                    "JOIN samples s ON s.sample_id = sl.sample_id GROUP BY s.source_id ORDER BY s.source_id",
+    "JOIN samples s ON s.sample_id = sl.sample_id GROUP BY s.source_id ORDER BY s.source_id",
     # "source_timestamp: epoch timestamp (seconds since 1970-01-01 UTC) when
     # the profile was captured, NA if unknown"
     "captured": "SELECT source_id, source_timestamp FROM sources ORDER BY source_id",
     # Time per innermost function: the measurement of each sample at depth 1.
     "wall_by_innermost": "SELECT f.name, sum(v.value) FROM sample_values v "
-                         "JOIN sample_locations sl ON sl.sample_id = v.sample_id AND sl.depth = 1 "
-                         "JOIN locations l ON l.location_id = sl.location_id "
-                         "JOIN functions f ON f.function_id = l.function_id "
-                         "WHERE v.type = 'wall' AND v.unit = 'ns' GROUP BY f.name ORDER BY f.name",
+    "JOIN sample_locations sl ON sl.sample_id = v.sample_id AND sl.depth = 1 "
+    "JOIN locations l ON l.location_id = sl.location_id "
+    "JOIN functions f ON f.function_id = l.function_id "
+    "WHERE v.type = 'wall' AND v.unit = 'ns' GROUP BY f.name ORDER BY f.name",
 }
 
 
@@ -72,7 +72,10 @@ def expected(session, spans_id, folded_id):
     nodes = list(_walk(session.to_tree()))
     doc = json.loads(session.to_json())
     unix_ns = int(session._built().meta["start_unix_ns"])
-    lines = [(line.rsplit(" ", 1)[0].split(";"), int(line.rsplit(" ", 1)[1])) for line in FOLDED.splitlines()]
+    lines = [
+        (line.rsplit(" ", 1)[0].split(";"), int(line.rsplit(" ", 1)[1]))
+        for line in FOLDED.splitlines()
+    ]
     folded_total = sum(n for _, n in lines)
     innermost = Counter()
     for frames, n in lines:
@@ -85,19 +88,40 @@ def expected(session, spans_id, folded_id):
     for n in nodes:
         wall[n["function"]] += n["end_ns"] - n["start_ns"]
     return {
-        "samples_per_source": [(spans_id, "in-process", len(nodes)), (folded_id, "folded", folded_total)],
-        "innermost_function": sorted([(spans_id, f, c) for f, c in span_functions.items()]
-                                     + [(folded_id, f, c) for f, c in innermost.items()]),
-        "values_by_type": sorted([
-            (spans_id, "cpu", "ns", len(cpu), sum(cpu)),
-            (spans_id, "self", "ns", len(nodes), sum(n["active_ns"] - sum(c["active_ns"] for c in n["children"])
-                                                     for n in nodes)),
-            (spans_id, "wall", "ns", len(nodes), sum(n["end_ns"] - n["start_ns"] for n in nodes)),
-            *([(spans_id, "waiting", "ns", len(waiting), sum(waiting))] if waiting else []),
-            (folded_id, "samples", "count", folded_total, folded_total)]),
+        "samples_per_source": [
+            (spans_id, "in-process", len(nodes)),
+            (folded_id, "folded", folded_total),
+        ],
+        "innermost_function": sorted(
+            [(spans_id, f, c) for f, c in span_functions.items()]
+            + [(folded_id, f, c) for f, c in innermost.items()]
+        ),
+        "values_by_type": sorted(
+            [
+                (spans_id, "cpu", "ns", len(cpu), sum(cpu)),
+                (
+                    spans_id,
+                    "self",
+                    "ns",
+                    len(nodes),
+                    sum(n["active_ns"] - sum(c["active_ns"] for c in n["children"]) for n in nodes),
+                ),
+                (
+                    spans_id,
+                    "wall",
+                    "ns",
+                    len(nodes),
+                    sum(n["end_ns"] - n["start_ns"] for n in nodes),
+                ),
+                *([(spans_id, "waiting", "ns", len(waiting), sum(waiting))] if waiting else []),
+                (folded_id, "samples", "count", folded_total, folded_total),
+            ]
+        ),
         "values_key": [],
-        "stack_depths": [(spans_id, max(n["depth"] for n in nodes) + 1, sum(n["depth"] + 1 for n in nodes)),
-                         (folded_id, max(len(f) for f, _ in lines), sum(len(f) * n for f, n in lines))],
+        "stack_depths": [
+            (spans_id, max(n["depth"] for n in nodes) + 1, sum(n["depth"] + 1 for n in nodes)),
+            (folded_id, max(len(f) for f, _ in lines), sum(len(f) * n for f, n in lines)),
+        ],
         "captured": [(spans_id, unix_ns / 1e9), (folded_id, None)],
         "wall_by_innermost": sorted(wall.items()),
     }

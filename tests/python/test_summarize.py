@@ -24,7 +24,7 @@ from mlflow_profiler._summaries import IOSummary, register_summarizer, summarize
 
 def qualified(t: type) -> str:
     name = f"{t.__module__}.{t.__qualname__}"
-    return name[len("builtins."):] if name.startswith("builtins.") else name
+    return name[len("builtins.") :] if name.startswith("builtins.") else name
 
 
 def records(caplog, text: str) -> list:
@@ -70,8 +70,17 @@ def test_docstring_examples():
 
 @pytest.mark.parametrize(
     "value",
-    [[1, 2, 3], (1,), {"a": 1, "b": 2}, {1, 2}, frozenset(), [], collections.OrderedDict(a=1),
-     collections.defaultdict(list), collections.Counter("abca")],
+    [
+        [1, 2, 3],
+        (1,),
+        {"a": 1, "b": 2},
+        {1, 2},
+        frozenset(),
+        [],
+        collections.OrderedDict(a=1),
+        collections.defaultdict(list),
+        collections.Counter("abca"),
+    ],
     ids=lambda v: type(v).__name__,
 )
 def test_containers_length_and_shallow_size(value):
@@ -106,7 +115,11 @@ def test_container_subclass_with_its_own_sizeof():
 def test_namedtuple_is_a_tuple_with_its_own_name():
     Point = collections.namedtuple("Point", "x y")
     s = summarize(Point(1, 2))
-    assert s.type_name.endswith("Point") and s.length == 2 and s.size_bytes == sys.getsizeof(Point(1, 2))
+    assert (
+        s.type_name.endswith("Point")
+        and s.length == 2
+        and s.size_bytes == sys.getsizeof(Point(1, 2))
+    )
     assert s.repr_short is None  # containers are never repr'd
 
 
@@ -143,8 +156,9 @@ def test_huge_int_is_not_converted_to_decimal():
 def test_strings_length_and_repr():
     assert summarize("hello") == IOSummary(type_name="str", length=5, repr_short="'hello'")
     assert summarize(b"abc") == IOSummary(type_name="bytes", length=3, repr_short="b'abc'")
-    assert summarize(bytearray(b"zz")) == IOSummary(type_name="bytearray", length=2,
-                                                     repr_short="bytearray(b'zz')")
+    assert summarize(bytearray(b"zz")) == IOSummary(
+        type_name="bytearray", length=2, repr_short="bytearray(b'zz')"
+    )
     assert summarize("it's").repr_short == repr("it's")
 
 
@@ -172,7 +186,9 @@ def test_escapes_are_never_cut_in_two():
             assert r.endswith("...'") and len(r) <= 80
             # every backslash starts a complete escape of the original repr
             assert body in repr("a" * n + tail * 20)[1:-1]
-            assert not body.endswith("\\") and not body.endswith("\\x0") and not body.endswith("\\u20")
+            assert (
+                not body.endswith("\\") and not body.endswith("\\x0") and not body.endswith("\\u20")
+            )
 
 
 def test_a_huge_string_costs_its_prefix_only():
@@ -199,12 +215,16 @@ class LoudStr(str):
 def test_subclasses_of_builtins_show_their_value_by_default():
     # their own __repr__ is arbitrary code: not run unless asked for
     assert summarize(Color.RED) == IOSummary(type_name=qualified(Color), repr_short="1")
-    assert summarize(LoudStr("abc")) == IOSummary(type_name=qualified(LoudStr), length=3, repr_short="'abc'")
+    assert summarize(LoudStr("abc")) == IOSummary(
+        type_name=qualified(LoudStr), length=3, repr_short="'abc'"
+    )
 
 
 def test_subclasses_of_builtins_keep_their_own_repr_when_asked_for(with_reprs):
     assert summarize(Color.RED) == IOSummary(type_name=qualified(Color), repr_short=repr(Color.RED))
-    assert summarize(LoudStr("abc")) == IOSummary(type_name=qualified(LoudStr), length=3, repr_short="LoudStr!")
+    assert summarize(LoudStr("abc")) == IOSummary(
+        type_name=qualified(LoudStr), length=3, repr_short="LoudStr!"
+    )
 
 
 # --- anything else -------------------------------------------------------------------
@@ -261,7 +281,9 @@ def summarize_me(x):
 
 def test_unknown_objects_type_name_and_repr(with_reprs):
     assert summarize(Point(1, 2)) == IOSummary(type_name=qualified(Point), repr_short="Point(1, 2)")
-    assert summarize(ValueError("boom")) == IOSummary(type_name="ValueError", repr_short="ValueError('boom')")
+    assert summarize(ValueError("boom")) == IOSummary(
+        type_name="ValueError", repr_short="ValueError('boom')"
+    )
 
 
 def test_no_repr_where_the_type_has_none_of_its_own():
@@ -331,7 +353,9 @@ def test_a_slow_repr_is_not_called_again_for_its_type(caplog, with_reprs):
     with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
         assert summarize(SlowRepr()).repr_short == "SlowRepr()"
         assert summarize(SlowRepr()).repr_short == "SlowRepr()"  # slow once: maybe preempted
-        assert summarize(SlowRepr()).repr_short == "SlowRepr()"  # slow twice in a row: the last call
+        assert (
+            summarize(SlowRepr()).repr_short == "SlowRepr()"
+        )  # slow twice in a row: the last call
         for _ in range(5):
             assert summarize(SlowRepr()) == IOSummary(type_name=qualified(SlowRepr))
         assert SlowRepr.calls == 3
@@ -424,7 +448,9 @@ WeirdModule.__module__ = 5
 
 def test_summarize_never_raises():
     assert summarize(Hostile()) == IOSummary(type_name=qualified(Hostile))
-    assert summarize(LyingClass()).type_name == qualified(LyingClass)  # the real type, not __class__
+    assert summarize(LyingClass()).type_name == qualified(
+        LyingClass
+    )  # the real type, not __class__
     assert summarize(HostileMeta()).type_name == f"{__name__}.HostileMeta"
     assert summarize(FakeNumpy()) == IOSummary(type_name="numpy.ndarray")
     assert summarize(FakeFrame()) == IOSummary(type_name="pandas.DataFrame")
@@ -500,8 +526,12 @@ def tagged(tag):
 
 
 def test_registered_summarizer_is_used(registry):
-    registry(Base, lambda b: IOSummary(type_name="Base!", shape=[b.n, 2], dtype="float32", size_bytes=24))
-    assert summarize(Base(5)) == IOSummary(type_name="Base!", shape=(5, 2), dtype="float32", size_bytes=24)
+    registry(
+        Base, lambda b: IOSummary(type_name="Base!", shape=[b.n, 2], dtype="float32", size_bytes=24)
+    )
+    assert summarize(Base(5)) == IOSummary(
+        type_name="Base!", shape=(5, 2), dtype="float32", size_bytes=24
+    )
 
 
 def test_lookup_follows_the_mro_and_the_most_specific_wins(registry):
@@ -543,7 +573,9 @@ def test_a_raising_summarizer_is_logged_once_and_the_builtin_summary_used(regist
     registry(Flaky, broken)
     with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
         for _ in range(3):
-            assert summarize(Flaky()) == IOSummary(type_name=qualified(Flaky))  # its repr is never called
+            assert summarize(Flaky()) == IOSummary(
+                type_name=qualified(Flaky)
+            )  # its repr is never called
     logged = records(caplog, "summarizer bug")
     assert len(logged) == 1
     assert "Flaky" in logged[0].getMessage() and "ValueError" in logged[0].getMessage()
@@ -563,7 +595,8 @@ def test_a_raising_summarizer_is_logged_once_and_the_builtin_summary_used(regist
     ids=["dict", "none", "type_name", "shape-items", "shape-int", "length", "dtype"],
 )
 def test_a_summarizer_returning_the_wrong_thing_is_logged_and_the_builtin_summary_used(
-        registry, caplog, bad, why):
+    registry, caplog, bad, why
+):
     cls = type(f"Wrong_{id(bad)}", (), {"__repr__": lambda self: "W()"})
     registry(cls, bad)
     with caplog.at_level(logging.WARNING, logger="mlflow_profiler"):
@@ -621,10 +654,42 @@ def test_type_cache_is_bounded_and_releases_classes():
 
 # --- numpy --------------------------------------------------------------------------------------
 
-NUMPY_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                "float16", "float32", "float64", "longdouble", "complex64", "complex128", "object",
-                "<U5", "S3", "M8[ns]", "M8[us]", "M8", "m8[s]", "M8[5s]", ">f8", ">i4", ">M8[ns]",
-                ">U3", "U1", "S1", "m8[D]", "M8[3h]", "V8", [("a", "<i4"), ("b", "<f8")], ("f4", (2, 3))]
+NUMPY_DTYPES = [
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "longdouble",
+    "complex64",
+    "complex128",
+    "object",
+    "<U5",
+    "S3",
+    "M8[ns]",
+    "M8[us]",
+    "M8",
+    "m8[s]",
+    "M8[5s]",
+    ">f8",
+    ">i4",
+    ">M8[ns]",
+    ">U3",
+    "U1",
+    "S1",
+    "m8[D]",
+    "M8[3h]",
+    "V8",
+    [("a", "<i4"), ("b", "<f8")],
+    ("f4", (2, 3)),
+]
 
 
 @pytest.mark.parametrize("dtype", NUMPY_DTYPES, ids=str)
@@ -632,8 +697,13 @@ def test_numpy_arrays_of_every_dtype(dtype):
     np = pytest.importorskip("numpy")
     a = np.zeros((4, 3), dtype=dtype)
     for _ in range(2):  # the second call reads the cached dtype name
-        assert summarize(a) == IOSummary(type_name="numpy.ndarray", shape=a.shape, dtype=str(a.dtype),
-                                         length=4, size_bytes=a.nbytes)
+        assert summarize(a) == IOSummary(
+            type_name="numpy.ndarray",
+            shape=a.shape,
+            dtype=str(a.dtype),
+            length=4,
+            size_bytes=a.nbytes,
+        )
 
 
 def test_numpy_variable_width_strings():
@@ -647,7 +717,8 @@ def test_numpy_variable_width_strings():
 def test_numpy_array_exact_summary():
     np = pytest.importorskip("numpy")
     assert summarize(np.zeros((1000, 50))) == IOSummary(
-        type_name="numpy.ndarray", shape=(1000, 50), dtype="float64", length=1000, size_bytes=400000)
+        type_name="numpy.ndarray", shape=(1000, 50), dtype="float64", length=1000, size_bytes=400000
+    )
 
 
 def test_numpy_views_zero_d_and_empty():
@@ -664,18 +735,38 @@ def test_numpy_subclasses_report_their_own_type(tmp_path):
     masked = np.ma.masked_array([1.0, 2.0], mask=[0, 1])
     mm = np.memmap(tmp_path / "m.bin", dtype="float32", mode="w+", shape=(3, 4))
     for a in (masked, mm):
-        assert summarize(a) == IOSummary(type_name=qualified(type(a)), shape=a.shape, dtype=str(a.dtype),
-                                         length=a.shape[0], size_bytes=a.nbytes)
+        assert summarize(a) == IOSummary(
+            type_name=qualified(type(a)),
+            shape=a.shape,
+            dtype=str(a.dtype),
+            length=a.shape[0],
+            size_bytes=a.nbytes,
+        )
     del mm
 
 
-@pytest.mark.parametrize("value", ["float64(1.5)", "int8(3)", "bool_(True)", "str_('abc')", "datetime64('2020-01-01')",
-                                   "complex64(1j)", "uint64(2**63)"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "float64(1.5)",
+        "int8(3)",
+        "bool_(True)",
+        "str_('abc')",
+        "datetime64('2020-01-01')",
+        "complex64(1j)",
+        "uint64(2**63)",
+    ],
+)
 def test_numpy_scalars(value):
-    np = pytest.importorskip("numpy")
+    np = pytest.importorskip("numpy")  # noqa: F841 (used by eval)
     x = eval("np." + value)
-    assert summarize(x) == IOSummary(type_name=qualified(type(x)), shape=(), dtype=str(x.dtype),
-                                     size_bytes=x.itemsize, repr_short=repr(x))
+    assert summarize(x) == IOSummary(
+        type_name=qualified(type(x)),
+        shape=(),
+        dtype=str(x.dtype),
+        size_bytes=x.itemsize,
+        repr_short=repr(x),
+    )
 
 
 def test_numpy_large_array_is_freed_after_summarize():
@@ -699,38 +790,83 @@ def pandas_expected(obj, pd) -> IOSummary:
     if isinstance(obj, pd.DataFrame):
         names = list(dict.fromkeys(str(d) for d in obj.dtypes))
         dtype = ",".join(names[:8]) + (",..." if len(names) > 8 else "") if names else None
-        return IOSummary(type_name=qualified(type(obj)), shape=obj.shape, dtype=dtype, length=len(obj),
-                         size_bytes=int(obj.memory_usage(deep=False).sum()))
-    return IOSummary(type_name=qualified(type(obj)), shape=obj.shape, dtype=str(obj.dtype), length=len(obj),
-                     size_bytes=int(obj.memory_usage(deep=False)))
+        return IOSummary(
+            type_name=qualified(type(obj)),
+            shape=obj.shape,
+            dtype=dtype,
+            length=len(obj),
+            size_bytes=int(obj.memory_usage(deep=False).sum()),
+        )
+    return IOSummary(
+        type_name=qualified(type(obj)),
+        shape=obj.shape,
+        dtype=str(obj.dtype),
+        length=len(obj),
+        size_bytes=int(obj.memory_usage(deep=False)),
+    )
 
 
 def pandas_frames(pd, np):
     n = 50
     frames = {
-        "numeric": pd.DataFrame({"a": np.arange(n, dtype="float64"), "b": np.arange(n), "c": np.ones(n, "float32"),
-                                 "d": np.arange(n) % 2 == 0}),
+        "numeric": pd.DataFrame(
+            {
+                "a": np.arange(n, dtype="float64"),
+                "b": np.arange(n),
+                "c": np.ones(n, "float32"),
+                "d": np.arange(n) % 2 == 0,
+            }
+        ),
         "single block": pd.DataFrame(np.zeros((n, 10))),
         "object": pd.DataFrame({"o": pd.Series(["x"] * n, dtype=object), "f": np.zeros(n)}),
         "strings": pd.DataFrame({"s": [f"s{i}" for i in range(n)], "f": np.zeros(n)}),
-        "categorical": pd.DataFrame({"c": pd.Categorical(["u", "v"] * (n // 2)), "i": np.arange(n)}),
-        "extension": pd.DataFrame({"I": pd.array(range(n), dtype="Int64"), "B": pd.array([True] * n, dtype="boolean"),
-                                   "F": pd.array([1.5] * n, dtype="Float32")}),
-        "datetimes": pd.DataFrame({"t": pd.date_range("2020", periods=n), "tz": pd.date_range("2020", periods=n, tz="UTC"),
-                                   "td": pd.to_timedelta(np.arange(n), unit="s")}),
-        "interleaved": pd.DataFrame({"a": np.zeros(n), "b": np.arange(n), "c": np.ones(n), "d": ["x"] * n,
-                                     "e": np.arange(n)}),
-        "multiindex": pd.DataFrame({"v": np.arange(4.0)},
-                                   index=pd.MultiIndex.from_arrays([[1, 1, 2, 2], ["a", "b", "a", "b"]])),
+        "categorical": pd.DataFrame(
+            {"c": pd.Categorical(["u", "v"] * (n // 2)), "i": np.arange(n)}
+        ),
+        "extension": pd.DataFrame(
+            {
+                "I": pd.array(range(n), dtype="Int64"),
+                "B": pd.array([True] * n, dtype="boolean"),
+                "F": pd.array([1.5] * n, dtype="Float32"),
+            }
+        ),
+        "datetimes": pd.DataFrame(
+            {
+                "t": pd.date_range("2020", periods=n),
+                "tz": pd.date_range("2020", periods=n, tz="UTC"),
+                "td": pd.to_timedelta(np.arange(n), unit="s"),
+            }
+        ),
+        "interleaved": pd.DataFrame(
+            {
+                "a": np.zeros(n),
+                "b": np.arange(n),
+                "c": np.ones(n),
+                "d": ["x"] * n,
+                "e": np.arange(n),
+            }
+        ),
+        "multiindex": pd.DataFrame(
+            {"v": np.arange(4.0)},
+            index=pd.MultiIndex.from_arrays([[1, 1, 2, 2], ["a", "b", "a", "b"]]),
+        ),
         "int index": pd.DataFrame({"v": np.arange(4.0)}, index=[10, 20, 30, 40]),
         "str index": pd.DataFrame({"v": np.arange(3.0)}, index=["a", "b", "c"]),
-        "datetime index": pd.DataFrame({"v": np.arange(3.0)}, index=pd.date_range("2021", periods=3)),
+        "datetime index": pd.DataFrame(
+            {"v": np.arange(3.0)}, index=pd.date_range("2021", periods=3)
+        ),
         "empty": pd.DataFrame(),
-        "no rows": pd.DataFrame({"a": pd.Series([], dtype="float64"), "b": pd.Series([], dtype="int8")}),
+        "no rows": pd.DataFrame(
+            {"a": pd.Series([], dtype="float64"), "b": pd.Series([], dtype="int8")}
+        ),
         "no columns": pd.DataFrame(index=range(5)),
         "sliced": pd.DataFrame({"a": np.arange(100.0), "b": np.arange(100)}).iloc[10:60:3],
-        "nine dtypes": pd.DataFrame({f"c{i}": np.zeros(3, dtype=t) for i, t in enumerate(
-            ["f8", "f4", "f2", "i8", "i4", "i2", "i1", "u1", "u2", "?"])}),
+        "nine dtypes": pd.DataFrame(
+            {
+                f"c{i}": np.zeros(3, dtype=t)
+                for i, t in enumerate(["f8", "f4", "f2", "i8", "i4", "i2", "i1", "u1", "u2", "?"])
+            }
+        ),
     }
     unconsolidated = pd.DataFrame({"a": np.zeros(n)})
     for i in range(5):
@@ -755,9 +891,16 @@ def test_pandas_frame_exact_summary():
     pd = pytest.importorskip("pandas")
     np = pytest.importorskip("numpy")
     df = pd.DataFrame(np.zeros((1000, 50)))
-    assert summarize(df) == IOSummary(type_name=qualified(pd.DataFrame), shape=(1000, 50), dtype="float64",
-                                      length=1000, size_bytes=400000 + df.index.memory_usage())
-    mixed = pd.DataFrame({"a": np.zeros(3), "b": pd.Series(["x"] * 3, dtype=object), "c": np.zeros(3)})
+    assert summarize(df) == IOSummary(
+        type_name=qualified(pd.DataFrame),
+        shape=(1000, 50),
+        dtype="float64",
+        length=1000,
+        size_bytes=400000 + df.index.memory_usage(),
+    )
+    mixed = pd.DataFrame(
+        {"a": np.zeros(3), "b": pd.Series(["x"] * 3, dtype=object), "c": np.zeros(3)}
+    )
     assert summarize(mixed).dtype == "float64,object"
 
 
@@ -795,11 +938,19 @@ def test_pandas_series_and_indexes_match_the_public_api():
 
 def test_pandas_extension_arrays():
     pd = pytest.importorskip("pandas")
-    for arr in (pd.Categorical(["a", "b", "a"]), pd.array([1, None, 3], dtype="Int64"), pd.array(["x", "y"]),
-                pd.date_range("2020", periods=3, tz="UTC").array):
-        assert summarize(arr) == IOSummary(type_name=qualified(type(arr)), shape=(len(arr),), dtype=str(arr.dtype),
-                                           length=len(arr), size_bytes=arr.memory_usage(deep=False)
-                                           if hasattr(arr, "memory_usage") else arr.nbytes)
+    for arr in (
+        pd.Categorical(["a", "b", "a"]),
+        pd.array([1, None, 3], dtype="Int64"),
+        pd.array(["x", "y"]),
+        pd.date_range("2020", periods=3, tz="UTC").array,
+    ):
+        assert summarize(arr) == IOSummary(
+            type_name=qualified(type(arr)),
+            shape=(len(arr),),
+            dtype=str(arr.dtype),
+            length=len(arr),
+            size_bytes=arr.memory_usage(deep=False) if hasattr(arr, "memory_usage") else arr.nbytes,
+        )
 
 
 def test_pandas_subclass_is_summarized_as_a_frame():
@@ -835,40 +986,80 @@ def test_scipy_sparse_formats():
     sp = pytest.importorskip("scipy.sparse")
     np = pytest.importorskip("numpy")
     dense = np.eye(6) + np.eye(6, k=1)
-    arrays = {"csr": ("data", "indices", "indptr"), "csc": ("data", "indices", "indptr"),
-              "bsr": ("data", "indices", "indptr"), "coo": ("data", "row", "col"), "dia": ("data", "offsets")}
+    arrays = {
+        "csr": ("data", "indices", "indptr"),
+        "csc": ("data", "indices", "indptr"),
+        "bsr": ("data", "indices", "indptr"),
+        "coo": ("data", "row", "col"),
+        "dia": ("data", "offsets"),
+    }
     for fmt in ("csr", "csc", "bsr", "coo", "dia", "lil", "dok"):
         for kind in ("matrix", "array"):
             m = getattr(sp, f"{fmt}_{kind}")(dense)
             size = sum(getattr(m, a).nbytes for a in arrays[fmt]) if fmt in arrays else None
-            assert summarize(m) == IOSummary(type_name=qualified(type(m)), shape=(6, 6), dtype="float64",
-                                             size_bytes=size, repr_short=f"nnz={m.nnz}"), (fmt, kind)
+            assert summarize(m) == IOSummary(
+                type_name=qualified(type(m)),
+                shape=(6, 6),
+                dtype="float64",
+                size_bytes=size,
+                repr_short=f"nnz={m.nnz}",
+            ), (fmt, kind)
 
 
 def test_pyarrow_tables_and_arrays():
     pa = pytest.importorskip("pyarrow")
     table = pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [1, 2, 3], "d": [1.5, None, 2.0]})
-    assert summarize(table) == IOSummary(type_name="pyarrow.lib.Table", shape=(3, 4), dtype="int64,string,double",
-                                         length=3, size_bytes=table.nbytes)
+    assert summarize(table) == IOSummary(
+        type_name="pyarrow.lib.Table",
+        shape=(3, 4),
+        dtype="int64,string,double",
+        length=3,
+        size_bytes=table.nbytes,
+    )
     batch = table.to_batches()[0]
-    assert summarize(batch) == IOSummary(type_name="pyarrow.lib.RecordBatch", shape=(3, 4),
-                                         dtype="int64,string,double", length=3, size_bytes=batch.nbytes)
-    for arr in (pa.array([1, 2, 3]), pa.array(["a", None]), pa.chunked_array([[1, 2], [3]]),
-                pa.array([[1], [2, 3]])):
-        assert summarize(arr) == IOSummary(type_name=qualified(type(arr)), dtype=str(arr.type), length=len(arr),
-                                           size_bytes=arr.nbytes)
+    assert summarize(batch) == IOSummary(
+        type_name="pyarrow.lib.RecordBatch",
+        shape=(3, 4),
+        dtype="int64,string,double",
+        length=3,
+        size_bytes=batch.nbytes,
+    )
+    for arr in (
+        pa.array([1, 2, 3]),
+        pa.array(["a", None]),
+        pa.chunked_array([[1, 2], [3]]),
+        pa.array([[1], [2, 3]]),
+    ):
+        assert summarize(arr) == IOSummary(
+            type_name=qualified(type(arr)),
+            dtype=str(arr.type),
+            length=len(arr),
+            size_bytes=arr.nbytes,
+        )
 
 
 def test_polars_frames_series_and_lazy_frames():
     pl = pytest.importorskip("polars")
     df = pl.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [4, 5, 6]})
-    assert summarize(df) == IOSummary(type_name=qualified(type(df)), shape=(3, 3), dtype="Int64,String", length=3,
-                                      size_bytes=df.estimated_size())
+    assert summarize(df) == IOSummary(
+        type_name=qualified(type(df)),
+        shape=(3, 3),
+        dtype="Int64,String",
+        length=3,
+        size_bytes=df.estimated_size(),
+    )
     s = pl.Series("f", [1.0, 2.0])
-    assert summarize(s) == IOSummary(type_name=qualified(type(s)), shape=(2,), dtype="Float64", length=2,
-                                     size_bytes=s.estimated_size())
+    assert summarize(s) == IOSummary(
+        type_name=qualified(type(s)),
+        shape=(2,),
+        dtype="Float64",
+        length=2,
+        size_bytes=s.estimated_size(),
+    )
     lazy = df.lazy().filter(pl.col("a") > 1)
-    assert summarize(lazy) == IOSummary(type_name=qualified(type(lazy)))  # never collected, never repr'd
+    assert summarize(lazy) == IOSummary(
+        type_name=qualified(type(lazy))
+    )  # never collected, never repr'd
 
 
 def test_functions_and_bound_methods_are_named_without_addresses_or_the_receiver():

@@ -42,12 +42,20 @@ def expected(t) -> IOSummary:
 
 def test_tensor_exact_summary():
     t = torch.zeros(8, 128)
-    assert summarize(t) == IOSummary(type_name="torch.Tensor", shape=(8, 128), dtype="float32", length=8,
-                                     size_bytes=4096, device="cpu")
+    assert summarize(t) == IOSummary(
+        type_name="torch.Tensor",
+        shape=(8, 128),
+        dtype="float32",
+        length=8,
+        size_bytes=4096,
+        device="cpu",
+    )
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int64", "int8", "uint8", "bool",
-                                   "complex64"])
+@pytest.mark.parametrize(
+    "dtype",
+    ["float32", "float64", "float16", "bfloat16", "int64", "int8", "uint8", "bool", "complex64"],
+)
 def test_tensor_dtypes(dtype):
     t = torch.ones(3, 5, dtype=getattr(torch, dtype))
     assert summarize(t) == expected(t)
@@ -69,13 +77,20 @@ def test_zero_d_views_and_parameters():
 
 def test_meta_device_tensor():
     t = torch.empty(1000, 1000, device="meta")  # no storage at all
-    assert summarize(t) == IOSummary("torch.Tensor", (1000, 1000), "float32", 1000, 4_000_000, "meta")
+    assert summarize(t) == IOSummary(
+        "torch.Tensor", (1000, 1000), "float32", 1000, 4_000_000, "meta"
+    )
 
 
 def test_sparse_tensor_never_raises():
     t = torch.eye(4).to_sparse()
     s = summarize(t)
-    assert s.type_name == "torch.Tensor" and s.shape == (4, 4) and s.dtype == "float32" and s.device == "cpu"
+    assert (
+        s.type_name == "torch.Tensor"
+        and s.shape == (4, 4)
+        and s.dtype == "float32"
+        and s.device == "cpu"
+    )
 
 
 class Spy(torch.Tensor):
@@ -95,8 +110,20 @@ def test_no_value_is_read():
     s = summarize(t)
     assert s.shape == (16, 4) and s.dtype == "float32" and s.device == "cpu" and s.size_bytes == 256
     assert s.repr_short is None
-    reads_values = {"item", "tolist", "numpy", "__repr__", "__format__", "__str__", "__bool__", "__float__",
-                    "cpu", "to", "__array__", "__len__"}
+    reads_values = {
+        "item",
+        "tolist",
+        "numpy",
+        "__repr__",
+        "__format__",
+        "__str__",
+        "__bool__",
+        "__float__",
+        "cpu",
+        "to",
+        "__array__",
+        "__len__",
+    }
     assert Spy.seen and not reads_values & set(Spy.seen), Spy.seen
 
 

@@ -10,10 +10,9 @@ import threading
 import time
 
 import pytest
+from _helpers import check_times, find, qn, walk
 
 from mlflow_profiler import profiling
-
-from _helpers import check_times, find, native_defect, qn, walk
 
 
 def main_work(n):
@@ -125,7 +124,9 @@ def meet_and_work(barrier, n):
 
 def spawn_workers(k):
     barrier = threading.Barrier(k)
-    threads = [threading.Thread(target=meet_and_work, args=(barrier, 3), name=f"w{i}") for i in range(k)]
+    threads = [
+        threading.Thread(target=meet_and_work, args=(barrier, 3), name=f"w{i}") for i in range(k)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -311,8 +312,10 @@ def test_sessions_in_two_threads_are_independent(engine):
                 fn(i)
         results[name] = session
 
-    threads = [threading.Thread(target=run, args=("a", main_work)),
-               threading.Thread(target=run, args=("b", worker_work))]
+    threads = [
+        threading.Thread(target=run, args=("a", main_work)),
+        threading.Thread(target=run, args=("b", worker_work)),
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
-
 from _helpers import require_tool, schedstat
+
 from mlflow_profiler import analysis, profiling
 from mlflow_profiler.store import open_store
 
-GO = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+GO = shutil.which("go") or (
+    "/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None
+)
 
 ENCODER = """\
 def forward(n):
@@ -93,8 +95,12 @@ def _load(name: str, path: Path):
 
 
 def mlprof(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -135,14 +141,20 @@ def _by_key(result) -> Dict[Tuple[str, str], analysis.FunctionRow]:
 def test_a_recursive_model_is_one_row_per_function_with_its_own_counts_and_clock(model):
     m, tmp, sessions, _, db = model
     by_path = analysis.top([db])
-    assert sum(1 for r in by_path.rows if r.path[-1] == "fib") == N  # one path per depth: predict/fib/.../fib
+    assert (
+        sum(1 for r in by_path.rows if r.path[-1] == "fib") == N
+    )  # one path per depth: predict/fib/.../fib
     result = analysis.top([db], by="function")
     rows = _by_key(result)
     model_py = str(tmp / "model.py")
     fib, even, odd = rows["fib", model_py], rows["is_even", model_py], rows["is_odd", model_py]
     predict = rows["predict", model_py]
     # Calls: the model's own counters.
-    assert (fib.calls, even.calls, odd.calls) == (m.COUNTS["fib"], m.COUNTS["is_even"], m.COUNTS["is_odd"])
+    assert (fib.calls, even.calls, odd.calls) == (
+        m.COUNTS["fib"],
+        m.COUNTS["is_even"],
+        m.COUNTS["is_odd"],
+    )
     assert predict.calls == RUNS and fib.calls == RUNS * 465  # fib(12) makes 465 calls
     # Cum: the outermost calls' running time, and their waits (the run
     # queue of a busy machine) apart: together, against the model's own clock
@@ -163,12 +175,17 @@ def test_a_recursive_model_is_one_row_per_function_with_its_own_counts_and_clock
     assert predict.cum_ns == result.total_ns == sum(r.flat_ns for r in result.rows)
     assert fib.flat_ns < fib.cum_ns < predict.cum_ns
     # Two functions named forward, in two files: two rows, told apart.
-    enc, dec = rows["forward", str(tmp / "enc" / "layers.py")], rows["forward", str(tmp / "dec" / "layers.py")]
+    enc, dec = (
+        rows["forward", str(tmp / "enc" / "layers.py")],
+        rows["forward", str(tmp / "dec" / "layers.py")],
+    )
     assert (enc.display, dec.display) == ("forward (enc/layers.py:1)", "forward (dec/layers.py:1)")
     assert enc.calls == RUNS * 233 and dec.calls == RUNS  # fib(12) has 233 leaves
     assert enc.flat_ns == enc.cum_ns and enc.line == 1
     assert result.sessions == result.profiles == RUNS
-    assert [r.flat_ns for r in result.rows] == sorted((r.flat_ns for r in result.rows), reverse=True)
+    assert [r.flat_ns for r in result.rows] == sorted(
+        (r.flat_ns for r in result.rows), reverse=True
+    )
 
 
 def test_a_store_read_as_rows_gives_what_documents_and_sessions_give(model):
@@ -178,10 +195,15 @@ def test_a_store_read_as_rows_gives_what_documents_and_sessions_give(model):
         assert from_store.rows == analysis.top(files, by="function", depth=depth).rows
         assert from_store.rows == analysis.top(sessions, by="function", depth=depth).rows
         # The total is the self time that top by path shares out.
-        assert from_store.total_ns == pytest.approx(analysis.top([db], depth=depth).self_total_ms * 1e6, abs=1)
+        assert from_store.total_ns == pytest.approx(
+            analysis.top([db], depth=depth).self_total_ms * 1e6, abs=1
+        )
     # --depth 0: each root keeps its whole time as flat.
     (root,) = analysis.top([db], by="function", depth=0).rows
-    assert root.name == "predict" and root.flat_ns == root.cum_ns == analysis.top([db], by="function").total_ns
+    assert (
+        root.name == "predict"
+        and root.flat_ns == root.cum_ns == analysis.top([db], by="function").total_ns
+    )
 
 
 def test_threads_generators_and_agent_items_from_a_store_and_files(tmp_path):
@@ -204,31 +226,58 @@ def test_threads_generators_and_agent_items_from_a_store_and_files(tmp_path):
             store.add(f)
     from_store, from_files = analysis.top([db], by="function"), analysis.top(files, by="function")
     assert from_store.rows == from_files.rows and len(from_store.rows) >= 4
-    assert (from_store.sessions, from_store.profiles) == (from_files.sessions, from_files.profiles) == (3, 2)
+    assert (
+        (from_store.sessions, from_store.profiles)
+        == (from_files.sessions, from_files.profiles)
+        == (3, 2)
+    )
     assert from_store.total_ns == sum(r.flat_ns for r in from_store.rows)
 
 
 # A Chrome trace and an evented speedscope of the same calls:
 #   f [0, 100] > f [10, 60] > g [20, 50]; f [0, 100] > g [70, 80] (microseconds)
 # flat f = 40 + 20, cum f = 100 (the inner f once); flat g = cum g = 30 + 10.
-TRACE = {"traceEvents": [
-    {"ph": "X", "name": "f (app.py:3)", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
-    {"ph": "X", "name": "f (app.py:3)", "ts": 10, "dur": 50, "pid": 1, "tid": 1},
-    {"ph": "X", "name": "g (app.py:9)", "ts": 20, "dur": 30, "pid": 1, "tid": 1},
-    {"ph": "X", "name": "g (app.py:9)", "ts": 70, "dur": 10, "pid": 1, "tid": 1},
-]}
-SPEEDSCOPE = {"$schema": "https://www.speedscope.app/file-format-schema.json",
-              "shared": {"frames": [{"name": "f", "file": "app.py", "line": 3}, {"name": "g", "file": "app.py",
-                                                                                  "line": 9}]},
-              "profiles": [{"type": "evented", "name": "main", "unit": "microseconds", "startValue": 0,
-                            "endValue": 100, "events": [
-                                {"type": "O", "frame": 0, "at": 0}, {"type": "O", "frame": 0, "at": 10},
-                                {"type": "O", "frame": 1, "at": 20}, {"type": "C", "frame": 1, "at": 50},
-                                {"type": "C", "frame": 0, "at": 60}, {"type": "O", "frame": 1, "at": 70},
-                                {"type": "C", "frame": 1, "at": 80}, {"type": "C", "frame": 0, "at": 100}]}]}
+TRACE = {
+    "traceEvents": [
+        {"ph": "X", "name": "f (app.py:3)", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "f (app.py:3)", "ts": 10, "dur": 50, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "g (app.py:9)", "ts": 20, "dur": 30, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "g (app.py:9)", "ts": 70, "dur": 10, "pid": 1, "tid": 1},
+    ]
+}
+SPEEDSCOPE = {
+    "$schema": "https://www.speedscope.app/file-format-schema.json",
+    "shared": {
+        "frames": [
+            {"name": "f", "file": "app.py", "line": 3},
+            {"name": "g", "file": "app.py", "line": 9},
+        ]
+    },
+    "profiles": [
+        {
+            "type": "evented",
+            "name": "main",
+            "unit": "microseconds",
+            "startValue": 0,
+            "endValue": 100,
+            "events": [
+                {"type": "O", "frame": 0, "at": 0},
+                {"type": "O", "frame": 0, "at": 10},
+                {"type": "O", "frame": 1, "at": 20},
+                {"type": "C", "frame": 1, "at": 50},
+                {"type": "C", "frame": 0, "at": 60},
+                {"type": "O", "frame": 1, "at": 70},
+                {"type": "C", "frame": 1, "at": 80},
+                {"type": "C", "frame": 0, "at": 100},
+            ],
+        }
+    ],
+}
 
 
-@pytest.mark.parametrize("name,content", [("trace.json", TRACE), ("evented.speedscope.json", SPEEDSCOPE)])
+@pytest.mark.parametrize(
+    "name,content", [("trace.json", TRACE), ("evented.speedscope.json", SPEEDSCOPE)]
+)
 def test_imported_span_sources_from_a_file_and_a_store(tmp_path, name, content):
     path = tmp_path / name
     path.write_text(json.dumps(content))
@@ -238,7 +287,11 @@ def test_imported_span_sources_from_a_file_and_a_store(tmp_path, name, content):
     for inputs in ([path], [db]):
         rows = {r.name: r for r in analysis.top(inputs, by="function").rows}
         assert set(rows) == {"f", "g"}, inputs
-        assert (rows["f"].flat_ns, rows["f"].cum_ns, rows["f"].calls) == (60_000, 100_000, 2), inputs
+        assert (rows["f"].flat_ns, rows["f"].cum_ns, rows["f"].calls) == (
+            60_000,
+            100_000,
+            2,
+        ), inputs
         assert (rows["g"].flat_ns, rows["g"].cum_ns, rows["g"].calls) == (40_000, 40_000, 2), inputs
         assert rows["f"].display == "f (app.py:3)" and rows["f"].cum_share == 1.0
 
@@ -271,7 +324,9 @@ def test_sampled_stacks_flat_is_the_leaf_cum_once_per_sample(tmp_path):
         assert got["fib"] == (4, 9)  # 9 samples hold fib, 3 of them three times
         text = result.to_text().splitlines()
         assert text[0].startswith("sampled stacks by function: 1 source, 10 samples, 4 functions")
-        assert text[2].split()[:5] == ["5", "50.0%", "50.0%", "5", "50.0%"] and text[2].endswith("leaf")
+        assert text[2].split()[:5] == ["5", "50.0%", "50.0%", "5", "50.0%"] and text[2].endswith(
+            "leaf"
+        )
     # --depth cuts stacks: at depth 1, fib is the leaf of every fib stack.
     cut = analysis.top([db], by="function", depth=1).sampled
     assert {r.name: r.flat[cut.rank_by] for r in cut.rows} == {"fib": 9, "load": 1, "main": 0}
@@ -280,15 +335,35 @@ def test_sampled_stacks_flat_is_the_leaf_cum_once_per_sample(tmp_path):
 def _go_env(tmp: Path) -> Dict[str, str]:
     # A GOCACHE set by the caller (CI sets one for the whole run) is kept: the
     # runtime and pprof are built once per machine, not once per run.
-    return dict(os.environ, GOFLAGS="-mod=mod", GOCACHE=os.environ.get("GOCACHE") or str(tmp / "gocache"),
-                GOPATH=str(tmp / "gopath"), PPROF_TMPDIR=str(tmp / "pprof"))
+    return dict(
+        os.environ,
+        GOFLAGS="-mod=mod",
+        GOCACHE=os.environ.get("GOCACHE") or str(tmp / "gocache"),
+        GOPATH=str(tmp / "gopath"),
+        PPROF_TMPDIR=str(tmp / "pprof"),
+    )
 
 
 def _pprof_top(env, path: Path, *args: str) -> Dict[Tuple[str, str], Tuple[int, int]]:
     """`go tool pprof -top` by function and file, in ns (or the count):
     {(name, file): (flat, cum)}."""
-    out = subprocess.run([GO, "tool", "pprof", "-top", "-nodefraction=0", "-nodecount=100000", "-filefunctions",
-                          *args, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            GO,
+            "tool",
+            "pprof",
+            "-top",
+            "-nodefraction=0",
+            "-nodecount=100000",
+            "-filefunctions",
+            *args,
+            str(path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     rows, table = {}, False
     for line in out.stdout.splitlines():
@@ -297,7 +372,7 @@ def _pprof_top(env, path: Path, *args: str) -> Dict[Tuple[str, str], Tuple[int, 
         elif table and line.strip():
             flat, _, _, cum, _, name, file = line.split(None, 6)
             # pprof marks a function seen only inlined: its display, not its file
-            file = file[:-len(" (inline)")] if file.endswith(" (inline)") else file
+            file = file[: -len(" (inline)")] if file.endswith(" (inline)") else file
             value = lambda v: int(re.sub(r"[a-z]+$", "", v) or 0)  # noqa: E731
             old = rows.get((name, file), (0, 0))
             rows[(name, file)] = (old[0] + value(flat), max(old[1], value(cum)))
@@ -316,9 +391,13 @@ def test_pprof_top_of_our_export_of_the_store_agrees(model, tmp_path):
     calls = _pprof_top(env, out, "-sample_index=calls")
     ours = analysis.top([db], by="function")
     # The export's wall samples are the flame graphs' self time: running and waiting together.
-    assert {(r.name, r.file): (r.flat_ns + r.waiting["flat_ns"], r.cum_ns + r.waiting["cum_ns"])
-            for r in ours.rows} == wall
-    assert {(r.name, r.file): r.calls for r in ours.rows} == {k: flat for k, (flat, _) in calls.items()}
+    assert {
+        (r.name, r.file): (r.flat_ns + r.waiting["flat_ns"], r.cum_ns + r.waiting["cum_ns"])
+        for r in ours.rows
+    } == wall
+    assert {(r.name, r.file): r.calls for r in ours.rows} == {
+        k: flat for k, (flat, _) in calls.items()
+    }
 
 
 GO_RECURSIVE = textwrap.dedent("""
@@ -367,11 +446,19 @@ def test_a_go_cpu_profile_agrees_with_pprof_top(tmp_path):
     (tmp_path / "main.go").write_text(GO_RECURSIVE)
     env = _go_env(tmp_path)
     cpu = tmp_path / "cpu.pprof"
-    run = subprocess.run([GO, "run", "main.go", str(cpu)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, env=env)
+    run = subprocess.run(
+        [GO, "run", "main.go", str(cpu)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
-    want = {"cpu": _pprof_top(env, cpu, "-sample_index=cpu", "-unit=ns"),
-            "samples": _pprof_top(env, cpu, "-sample_index=samples")}
+    want = {
+        "cpu": _pprof_top(env, cpu, "-sample_index=cpu", "-unit=ns"),
+        "samples": _pprof_top(env, cpu, "-sample_index=samples"),
+    }
     db = tmp_path / "go.db"
     with open_store(db) as store:
         samples = store.load_stacks(store.add(cpu))
@@ -385,7 +472,12 @@ def test_a_go_cpu_profile_agrees_with_pprof_top(tmp_path):
         fib = next(r for r in s.rows if r.name == "main.fib")
         stacks = samples.stacks()
         assert max(frames.count("main.fib") for _, frames, _ in stacks) >= 20
-        assert fib.cum[i] == sum(v[0] for _, frames, v in stacks if "main.fib" in frames) >= fib.flat[i] > 0
+        assert (
+            fib.cum[i]
+            == sum(v[0] for _, frames, v in stacks if "main.fib" in frames)
+            >= fib.flat[i]
+            > 0
+        )
         assert fib.display == "main.fib (main.go:10)"
 
 
@@ -394,19 +486,38 @@ def test_the_cli_text_json_limit_and_page(model, tmp_path):
     run = mlprof("top", db, "--by", "function", "--limit", "2", "--where", "model=fib")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].startswith(f"top by function: {RUNS} sessions, 6 functions, ") and lines[0].endswith(
-        "of self time, model=fib")
-    assert lines[1].split() == ["flat", "flat%", "sum%", "cum", "cum%", "calls", "waiting", "function"]
-    assert len(lines) == 6 and lines[-2] == "(4 more functions: --limit)" and lines[-1].startswith("flat, cum: running")
+    assert lines[0].startswith(f"top by function: {RUNS} sessions, 6 functions, ") and lines[
+        0
+    ].endswith("of self time, model=fib")
+    assert lines[1].split() == [
+        "flat",
+        "flat%",
+        "sum%",
+        "cum",
+        "cum%",
+        "calls",
+        "waiting",
+        "function",
+    ]
+    assert (
+        len(lines) == 6
+        and lines[-2] == "(4 more functions: --limit)"
+        and lines[-1].startswith("flat, cum: running")
+    )
     run = mlprof("top", db, "--by", "function", "--format", "json")
     doc = json.loads(run.stdout)
     assert doc["by"] == "function" and len(doc["functions"]) == 6 and doc["sampled"] is None
-    assert {f["display"] for f in doc["functions"]} >= {"forward (enc/layers.py:1)", "forward (dec/layers.py:1)"}
+    assert {f["display"] for f in doc["functions"]} >= {
+        "forward (enc/layers.py:1)",
+        "forward (dec/layers.py:1)",
+    }
     assert doc["total_ns"] == sum(f["flat_ns"] for f in doc["functions"])
     page = tmp_path / "functions.html"
     run = mlprof("top", db, "--by", "function", "--html", page)
     assert run.returncode == 0 and f"{page}: HTML page of 6 functions" in run.stderr
-    assert "forward (enc/layers.py:1)" in page.read_text()  # the page in a browser: test_analysis_html.py
+    assert (
+        "forward (enc/layers.py:1)" in page.read_text()
+    )  # the page in a browser: test_analysis_html.py
 
 
 def test_top_by_function_over_100_sources_within_a_second(tmp_path):

@@ -11,14 +11,13 @@ import subprocess
 import sys
 
 import pytest
+from _helpers import walk
+from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
+from test_store import _old_store
 
 import mlflow_profiler
 from mlflow_profiler import profiling
 from mlflow_profiler.store import migrate, open_store
-
-from _helpers import walk
-from test_store import _old_store
-from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
 
 pytestmark = mlflow_warning_filters()
 
@@ -68,7 +67,9 @@ def test_reading_the_context_is_not_recorded_by_an_enclosing_session(engine):
     # _traces.current(), run at the inner session's start, is the profiler's work.
     nodes = list(walk(outer.to_tree()))
     assert [n["label"] for n in nodes if n["label"] in ("current", "refresh")] == []
-    assert any(n["label"] == "_work" for n in nodes)  # the outer session did record below the inner one
+    assert any(
+        n["label"] == "_work" for n in nodes
+    )  # the outer session did record below the inner one
 
 
 def test_an_mlflow_span_is_found_and_its_trace_id_is_mlflows(local_store):  # noqa: F811
@@ -108,13 +109,34 @@ def test_the_document_and_the_store_keep_the_ids(tmp_path):
         assert store.source_ids({"span_id": sessions[0].span_id}) == [ids[0]]
         assert store.source_ids({"trace_id": "0" * 32}) == []
         # From a profile to its trace.
-        assert store.traces(ids[0]) == [{"source_id": ids[0], "pid": 0, "session": 0,
-                                         "trace_id": sessions[0].trace_id, "span_id": sessions[0].span_id}]
+        assert store.traces(ids[0]) == [
+            {
+                "source_id": ids[0],
+                "pid": 0,
+                "session": 0,
+                "trace_id": sessions[0].trace_id,
+                "span_id": sessions[0].span_id,
+            }
+        ]
         assert store.traces(ids[2]) == []
         assert [t["source_id"] for t in store.traces(trace_id=sessions[1].trace_id)] == [ids[1]]
         assert store.load(ids[1]).traces == sessions[1].traces
-    top = subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", "top", str(db), "--where",
-                          f"trace_id={sessions[1].trace_id}", "--format", "json"], capture_output=True, text=True, timeout=120)
+    top = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlflow_profiler._cli",
+            "top",
+            str(db),
+            "--where",
+            f"trace_id={sessions[1].trace_id}",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert top.returncode == 0, top.stderr
     assert json.loads(top.stdout)["sessions"] == 1
 

@@ -18,11 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from _helpers import qn
 
 from mlflow_profiler import analysis
 from mlflow_profiler.store import open_store
-
-from _helpers import qn
 
 MODEL = Path(__file__).with_name("_trend_model.py")
 CALLS = 20
@@ -33,8 +32,15 @@ FEATURIZE, POSTPROCESS = qn("Model.featurize"), qn("Model.postprocess")
 def _run(*jobs) -> list:
     """Processes of the model, (out, flags...) each, side by side; returns
     each one's own clock (CPU ns per call)."""
-    procs = [subprocess.Popen([sys.executable, str(MODEL), str(out), "--calls", str(CALLS), *flags],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for out, *flags in jobs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(MODEL), str(out), "--calls", str(CALLS), *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for out, *flags in jobs
+    ]
     clocks = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -66,15 +72,22 @@ def runs(tmp_path_factory):
         for v in range(3):
             base[v].append(tmp / f"base-{v}-{r}.json")
             slow[v].append(tmp / f"slow-{v}-{r}.json")
-            clock[base[v][-1]], clock[slow[v][-1]] = _run((base[v][-1],), (slow[v][-1], "--slow-pct", "100"))
+            clock[base[v][-1]], clock[slow[v][-1]] = _run(
+                (base[v][-1],), (slow[v][-1], "--slow-pct", "100")
+            )
     drift = [tmp / f"drift-{i + 1}.json" for i in range(3)]
     _run((drift[0], "--numpy", "float64", "10"))
     _run((drift[1], "--numpy", "float32", "12"), (drift[2], "--numpy", "float32", "12"))
     return {
-        "clock": clock, "base": base, "slow": slow, "drift_files": drift,
+        "clock": clock,
+        "base": base,
+        "slow": slow,
+        "drift_files": drift,
         # Slowed from version 3 on; versions 1 and 2 differ only by noise.
-        "history": _store(tmp / "history.db", [("1", base[0]), ("2", base[1]), ("3", slow[0]), ("4", slow[1]),
-                                               ("5", slow[2])]),
+        "history": _store(
+            tmp / "history.db",
+            [("1", base[0]), ("2", base[1]), ("3", slow[0]), ("4", slow[1]), ("5", slow[2])],
+        ),
         # The same, up to the release that slowed down.
         "regressed": _store(tmp / "regressed.db", [("1", base[0]), ("2", base[1]), ("3", slow[0])]),
         # Noise only: three versions of the same code.
@@ -85,8 +98,12 @@ def runs(tmp_path_factory):
 
 
 def _mlprof(*args):
-    return subprocess.run([sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mlflow_profiler._cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _hl(a, b):
@@ -102,13 +119,27 @@ def test_defaults_are_diffs():
     """The gate's defaults are diff's: the same floors, threshold, level."""
     d = inspect.signature(analysis.diff).parameters
     t = inspect.signature(analysis.trend).parameters
-    for name in ("threshold", "confidence", "min_share", "min_time_us", "statistic", "quantity", "run_by"):
+    for name in (
+        "threshold",
+        "confidence",
+        "min_share",
+        "min_time_us",
+        "statistic",
+        "quantity",
+        "run_by",
+    ):
         assert t[name].default == d[name].default, name
 
 
 def test_the_slowed_step_and_its_ancestors_change_at_version_3_by_the_clocks_amount(runs):
     result = analysis.trend(runs["history"], by="version", quantity="cpu")
-    assert [g["value"] for g in result.groups] == ["1", "2", "3", "4", "5"] and result.order == "version"
+    assert [g["value"] for g in result.groups] == [
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+    ] and result.order == "version"
     assert [g["runs"] for g in result.groups] == [4, 4, 4, 4, 4]
     named = _named(result)
     # score doubled: named. predict (score is 60% of it) is named too on a
@@ -121,8 +152,10 @@ def test_the_slowed_step_and_its_ancestors_change_at_version_3_by_the_clocks_amo
     # work, over the same runs.
     cp = named[f"{PREDICT}/{SCORE}"]
     clock = runs["clock"]
-    oracle = _hl([clock[f]["score_p50_ns"] for f in runs["base"][0] + runs["base"][1]],
-                 [clock[f]["score_p50_ns"] for v in range(3) for f in runs["slow"][v]])
+    oracle = _hl(
+        [clock[f]["score_p50_ns"] for f in runs["base"][0] + runs["base"][1]],
+        [clock[f]["score_p50_ns"] for v in range(3) for f in runs["slow"][v]],
+    )
     assert abs(cp["change"] - oracle) < 0.05, (cp["change"], oracle)
     assert cp["ci"][0] > 0.25 and cp["ci"][0] <= cp["change"] <= cp["ci"][1]
     assert cp["p_value"] <= result.alpha / result.tests
@@ -140,7 +173,9 @@ def test_the_slowed_step_and_its_ancestors_change_at_version_3_by_the_clocks_amo
         assert p.latest["runs_before"] == (8 if p.change_points else 16), p
         assert p.latest["verdict"] in ("pass", "inconclusive"), p
     assert _mlprof("trend", runs["history"], "--quantity", "cpu").returncode in (0, 3)
-    assert _mlprof("trend", runs["history"], "--quantity", "cpu", "--fail-on", "any").returncode == 1
+    assert (
+        _mlprof("trend", runs["history"], "--quantity", "cpu", "--fail-on", "any").returncode == 1
+    )
 
 
 def test_a_regression_at_the_latest_release_fails_the_gate(runs):
@@ -154,7 +189,10 @@ def test_a_regression_at_the_latest_release_fails_the_gate(runs):
     # (see test_the_slowed_step_and_its_ancestors_change_at_version_3...)
     paths = {line.rsplit("  ", 1)[1] for line in named}
     assert f"{PREDICT}/{SCORE}" in paths and paths <= {PREDICT, f"{PREDICT}/{SCORE}"}, named
-    assert any(line.startswith("  regression: +") and line.endswith(f"  {PREDICT}/{SCORE}") for line in lines)
+    assert any(
+        line.startswith("  regression: +") and line.endswith(f"  {PREDICT}/{SCORE}")
+        for line in lines
+    )
 
 
 def test_versions_that_differ_by_noise_only_have_no_change_point(runs):
@@ -174,8 +212,10 @@ def test_io_drift_names_the_step_the_argument_and_the_old_and_new_dtype_and_shap
     # (N, 12), and with it featurize's output, score's input and output
     # (a row sum: dtype only) and postprocess's input; postprocess returns
     # bools either way, and version 3 is as 2.
-    got = {("/".join(d["path"]), d["role"], d["name"], d["from"], d["to"], tuple(d["changed"]))
-           for d in result.drift}
+    got = {
+        ("/".join(d["path"]), d["role"], d["name"], d["from"], d["to"], tuple(d["changed"]))
+        for d in result.drift
+    }
     both = ("dtype", "shape")
     assert got == {
         (PREDICT, "in", "X", "1", "2", both),
@@ -186,14 +226,18 @@ def test_io_drift_names_the_step_the_argument_and_the_old_and_new_dtype_and_shap
         (f"{PREDICT}/{POSTPROCESS}", "in", "s", "1", "2", ("dtype",)),
     }, got
     x = next(d for d in result.drift if d["path"] == [PREDICT])
-    assert x["old"] == ["numpy.ndarray float64 (*, 10)"] and x["new"] == ["numpy.ndarray float32 (*, 12)"]
+    assert x["old"] == ["numpy.ndarray float64 (*, 10)"] and x["new"] == [
+        "numpy.ndarray float32 (*, 12)"
+    ]
     # One run a version cannot tell a step from noise: inconclusive (3);
     # drift fails the gate only when asked.
     run = _mlprof("trend", runs["drift"])
     assert run.returncode == 3, run.stdout + run.stderr
     assert "I/O drift: 6" in run.stdout
-    assert f"version 1 -> 2: {PREDICT} argument X: numpy.ndarray float64 (*, 10) -> numpy.ndarray float32 (*, 12) " \
-           "(dtype, shape changed)" in run.stdout
+    assert (
+        f"version 1 -> 2: {PREDICT} argument X: numpy.ndarray float64 (*, 10) -> numpy.ndarray float32 (*, 12) "
+        "(dtype, shape changed)" in run.stdout
+    )
     assert "runs in the latest release would tell" in run.stdout
     assert _mlprof("trend", runs["drift"], "--fail-on-drift").returncode == 1
     assert analysis.trend(runs["drift"], fail_on_drift=True).exit_code == 1
@@ -221,17 +265,55 @@ def test_json_shape(runs):
     doc = json.loads(run.stdout)
     assert doc["verdict"] == "regression" and doc["exit_code"] == 1 and doc["by"] == "version"
     assert [r["value"] for r in doc["releases"]] == ["1", "2", "3"] and doc["threshold_pct"] == 10.0
-    assert {"store", "order", "where", "statistic", "quantity", "alpha", "tests", "permutations", "seed",
-            "min_share_pct", "min_time_us", "fail_on", "run_by", "paths", "drift"} <= set(doc)
+    assert {
+        "store",
+        "order",
+        "where",
+        "statistic",
+        "quantity",
+        "alpha",
+        "tests",
+        "permutations",
+        "seed",
+        "min_share_pct",
+        "min_time_us",
+        "fail_on",
+        "run_by",
+        "paths",
+        "drift",
+    } <= set(doc)
     score = next(p for p in doc["paths"] if p["path"] == [PREDICT, SCORE])
-    assert score["gated"] and len(score["medians_ns"]) == 3 and [len(v) for v in score["values_ns"]] == [4, 4, 4]
+    assert (
+        score["gated"]
+        and len(score["medians_ns"]) == 3
+        and [len(v) for v in score["values_ns"]] == [4, 4, 4]
+    )
     (cp,) = score["change_points"]
     assert cp["release"] == "3" and cp["kind"] == "regression" and cp["ci_pct"][0] > 10
-    assert set(cp) == {"release", "group", "change_pct", "ci_pct", "p_value", "permutations", "runs_before",
-                       "runs_after", "before_ns", "after_ns", "kind"}
+    assert set(cp) == {
+        "release",
+        "group",
+        "change_pct",
+        "ci_pct",
+        "p_value",
+        "permutations",
+        "runs_before",
+        "runs_after",
+        "before_ns",
+        "after_ns",
+        "kind",
+    }
     assert score["latest"]["verdict"] == "regression" and score["latest"]["release"] == "3"
-    assert set(score["latest"]) == {"release", "verdict", "change_pct", "ci_pct", "runs_before", "runs_latest",
-                                    "min_p_value", "runs_needed"}
+    assert set(score["latest"]) == {
+        "release",
+        "verdict",
+        "change_pct",
+        "ci_pct",
+        "runs_before",
+        "runs_latest",
+        "min_p_value",
+        "runs_needed",
+    }
 
 
 def test_html_page(runs, tmp_path):
@@ -242,14 +324,17 @@ def test_html_page(runs, tmp_path):
     assert "trend: 12 runs in 3 releases by version" in page and "regression" in page
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--where", "version=9"], "no source matches --where version=9"),
-    (["--by", "nokey"], "--by nokey: no selected source has 'nokey'"),
-    (["--where", "version=2"], "one release only (version=2)"),
-    (["--where", "nolabel"], "--where takes KEY=VALUE"),
-    (["--confidence", "2"], "--confidence: invalid value 2.0"),
-    (["--run-by", "nokey"], "--run-by nokey: source 1 has no 'nokey'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--where", "version=9"], "no source matches --where version=9"),
+        (["--by", "nokey"], "--by nokey: no selected source has 'nokey'"),
+        (["--where", "version=2"], "one release only (version=2)"),
+        (["--where", "nolabel"], "--where takes KEY=VALUE"),
+        (["--confidence", "2"], "--confidence: invalid value 2.0"),
+        (["--run-by", "nokey"], "--run-by nokey: source 1 has no 'nokey'"),
+    ],
+)
 def test_input_errors_exit_2_and_write_nothing(runs, tmp_path, args, message):
     out = tmp_path / "page.html"
     run = _mlprof("trend", runs["regressed"], "--html", out, *args)
@@ -264,4 +349,3 @@ def test_a_store_that_is_not_there_is_an_error_and_is_not_made(tmp_path):
     empty = _store(tmp_path / "empty.db", [])
     run = _mlprof("trend", empty)
     assert run.returncode == 2 and "the store has no source" in run.stderr
-

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
-
 from _helpers import require_tool
+
 from mlflow_profiler import _core
 
 CORE_SO = os.path.realpath(_core.__file__)
@@ -36,7 +36,13 @@ CORE_SO = os.path.realpath(_core.__file__)
 # The contract: probe -> arguments as (size, signed). Every value is passed
 # as a 64-bit integer or pointer; ceiling and line are signed.
 CONTRACT: Dict[str, List[Tuple[int, bool]]] = {
-    "session_begin": [(8, False), (8, True), (8, False), (8, False), (8, False)],  # + gil, gil_bytes
+    "session_begin": [
+        (8, False),
+        (8, True),
+        (8, False),
+        (8, False),
+        (8, False),
+    ],  # + gil, gil_bytes
     "session_end": [(8, False)] * 2,
     "lane_begin": [(8, False)] * 5,
     "span_enter": [(8, False)] * 7 + [(8, True), (8, False)],
@@ -47,8 +53,16 @@ CONTRACT: Dict[str, List[Tuple[int, bool]]] = {
     # v2: the session's spans in one hit (docs/usdt.md, "Version 2").
     "session_spans": [(8, False)] * 6,
 }
-V1_PROBES = ("session_begin", "session_end", "lane_begin", "span_enter", "span_exit", "span_suspend",
-             "span_resume", "span_io")
+V1_PROBES = (
+    "session_begin",
+    "session_end",
+    "lane_begin",
+    "span_enter",
+    "span_exit",
+    "span_suspend",
+    "span_resume",
+    "span_io",
+)
 SPAN_EXCEPTION, SPAN_C_FUNCTION, SPAN_BLOCK, SPAN_CONTINUED = 0x1, 0x2, 0x4, 0x8
 SESSION_CAPTURE_IO, SESSION_ALL_THREADS, SESSION_AUTOPROFILE = 0x1, 0x2, 0x4
 NO_PARENT_LANE = 0xFFFFFFFF
@@ -70,7 +84,9 @@ def lo(v: int) -> int:
 def probe_notes(path: str) -> Dict[str, dict]:
     """{probe name: {provider, semaphore, args: [spec, ...]}} from readelf -n."""
     readelf = require_tool(shutil.which("readelf"), "readelf", "apt-get install binutils")
-    out = subprocess.run([readelf, "-n", "--wide", path], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [readelf, "-n", "--wide", path], capture_output=True, text=True, check=True
+    ).stdout
     notes: Dict[str, dict] = {}
     for block in out.split("stapsdt")[1:]:
         provider = re.search(r"Provider: (\S+)", block)
@@ -88,8 +104,12 @@ def probe_notes(path: str) -> Dict[str, dict]:
 
 def section(path: str, name: str) -> Tuple[int, int]:
     """(address, size) of an ELF section."""
-    out = subprocess.run(["readelf", "-S", "--wide", path], capture_output=True, text=True, check=True).stdout
-    m = re.search(r"\]\s+" + re.escape(name) + r"\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", out)
+    out = subprocess.run(
+        ["readelf", "-S", "--wide", path], capture_output=True, text=True, check=True
+    ).stdout
+    m = re.search(
+        r"\]\s+" + re.escape(name) + r"\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", out
+    )
     assert m, f"no section {name} in {path}"
     return int(m.group(1), 16), int(m.group(2), 16)
 
@@ -133,8 +153,18 @@ def require_bpf() -> str:
     return path  # type: ignore[return-value]
 
 
-_REGS = {"rax": "ax", "rbx": "bx", "rcx": "cx", "rdx": "dx", "rsi": "si", "rdi": "di", "rbp": "bp",
-         "rsp": "sp", "rip": "ip", **{f"r{i}": f"r{i}" for i in range(8, 16)}}
+_REGS = {
+    "rax": "ax",
+    "rbx": "bx",
+    "rcx": "cx",
+    "rdx": "dx",
+    "rsi": "si",
+    "rdi": "di",
+    "rbp": "bp",
+    "rsp": "sp",
+    "rip": "ip",
+    **{f"r{i}": f"r{i}" for i in range(8, 16)},
+}
 
 
 def operand(spec: str) -> str:
@@ -203,8 +233,13 @@ class Tracer:
         # 317 events of a session at depth 6 on 3.13.
         env = dict(os.environ, BPFTRACE_STRLEN="160", BPFTRACE_PERF_RB_PAGES="1024")
         program = program or bpftrace_program(CORE_SO)
-        self.proc = subprocess.Popen([require_bpf(), "-p", str(pid), "-e", program],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [require_bpf(), "-p", str(pid), "-e", program],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: List[str] = []
         self.errors: List[str] = []
         self._cond = threading.Condition()
@@ -273,7 +308,9 @@ class Tracer:
                 parts.append(f"--- /proc/{pid}/{name}: {e}")
         for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
             try:
-                parts.append(f"--- task {task.name}: {(task / 'wchan').read_text()} {(task / 'stat').read_text()}")
+                parts.append(
+                    f"--- task {task.name}: {(task / 'wchan').read_text()} {(task / 'stat').read_text()}"
+                )
             except OSError:
                 pass
         parts.append("--- stderr\n" + "\n".join(self.errors))
@@ -294,7 +331,7 @@ class Tracer:
             if f:
                 f.close()
 
-    def __enter__(self) -> "Tracer":
+    def __enter__(self) -> Tracer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -345,8 +382,10 @@ class Rebuilt:
             elif kind == "L":
                 self._lane(ts, tid, r)
             elif kind == "E":
-                parts = rows[i + 1:i + 5]  # name, module, file, label: same hit, same stamp
-                assert [p[0] for p in parts] == ["N", "M", "F", "G"] and {p[1] for p in parts} == {r[1]}, parts
+                parts = rows[i + 1 : i + 5]  # name, module, file, label: same hit, same stamp
+                assert [p[0] for p in parts] == ["N", "M", "F", "G"] and {p[1] for p in parts} == {
+                    r[1]
+                }, parts
                 self._enter(ts, tid, r, [p[3] for p in parts])
                 i += 4
             elif kind == "X":
@@ -357,7 +396,9 @@ class Rebuilt:
                 j = rows[i + 1]  # the summary: same hit, same stamp
                 assert j[0] == "J" and j[1] == r[1], (r, j)
                 lane, index = hi(int(r[4])), lo(int(r[4]))
-                self.io.append({"lane": lane, "index": index, "role": int(r[5]), "name": r[6], "text": j[3]})
+                self.io.append(
+                    {"lane": lane, "index": index, "role": int(r[5]), "name": r[6], "text": j[3]}
+                )
                 i += 1
             i += 1
 
@@ -366,9 +407,15 @@ class Rebuilt:
         parent_call, task = hi(int(r[5])), lo(int(r[5]))
         assert lane == len(self.lanes), "lanes begin in index order"
         self.lanes[lane] = {
-            "thread_id": int(r[6]), "native_tid": tid, "thread_name": r[7], "task": task,
-            "parent_lane": -1 if parent == NO_PARENT_LANE else parent, "parent_call": parent_call,
-            "dropped": 0, "truncated": False, "events": [],
+            "thread_id": int(r[6]),
+            "native_tid": tid,
+            "thread_name": r[7],
+            "task": task,
+            "parent_lane": -1 if parent == NO_PARENT_LANE else parent,
+            "parent_call": parent_call,
+            "dropped": 0,
+            "truncated": False,
+            "events": [],
         }
         self.stacks[lane] = []
         self.tids[lane] = tid
@@ -387,23 +434,47 @@ class Rebuilt:
                 self.lmap[label] = len(self.labels)
                 self.labels.append(label_text)
             events.append((ts, K_LABEL, self.lmap[label], 0))
-        assert index == len(events), f"span_enter index {index} is not the kCall's position {len(events)}"
+        assert index == len(
+            events
+        ), f"span_enter index {index} is not the kCall's position {len(events)}"
         if function not in self.fmap:
-            kind = FN_C if flags & SPAN_C_FUNCTION else FN_BLOCK if flags & SPAN_BLOCK else FN_PYTHON
+            kind = (
+                FN_C if flags & SPAN_C_FUNCTION else FN_BLOCK if flags & SPAN_BLOCK else FN_PYTHON
+            )
             self.fmap[function] = len(self.functions)
             self.functions.append((name, module, file_, line, kind, True))
         else:
-            assert self.functions[self.fmap[function]][:4] == (name, module, file_, line), "ids are stable"
+            assert self.functions[self.fmap[function]][:4] == (
+                name,
+                module,
+                file_,
+                line,
+            ), "ids are stable"
         events.append((ts, K_CALL, self.fmap[function], flags))
-        assert depth == len(self.stacks[lane]), f"{name}: depth {depth}, open spans {len(self.stacks[lane])}"
+        assert depth == len(
+            self.stacks[lane]
+        ), f"{name}: depth {depth}, open spans {len(self.stacks[lane])}"
         self.stacks[lane].append(index)
-        self.enters.append({"lane": lane, "index": index, "name": name, "module": module, "file": file_,
-                            "line": line, "label": label_text, "depth": depth, "flags": flags})
+        self.enters.append(
+            {
+                "lane": lane,
+                "index": index,
+                "name": name,
+                "module": module,
+                "file": file_,
+                "line": line,
+                "label": label_text,
+                "depth": depth,
+                "flags": flags,
+            }
+        )
 
     def _exit(self, ts: int, tid: int, r: List[str]) -> None:
         lane, index, flags = hi(int(r[4])), lo(int(r[4])), int(r[5])
         assert tid == self.tids[lane]
-        assert self.stacks[lane] and self.stacks[lane][-1] == index, "span_exit closes the innermost span"
+        assert (
+            self.stacks[lane] and self.stacks[lane][-1] == index
+        ), "span_exit closes the innermost span"
         self.stacks[lane].pop()
         self.lanes[lane]["events"].append((ts, K_RETURN, 0, flags))
         self.exits.append({"lane": lane, "index": index, "flags": flags})
@@ -427,8 +498,16 @@ class Rebuilt:
     def profile(self):
         assert self.begin is not None and self.end is not None
         lanes = [self.lanes[i] for i in sorted(self.lanes)]
-        return _core.build_profile(lanes, self.functions, self.labels, int(self.begin[4]), int(self.begin[1]),
-                                   int(self.end[1]), 0, {})
+        return _core.build_profile(
+            lanes,
+            self.functions,
+            self.labels,
+            int(self.begin[4]),
+            int(self.begin[1]),
+            int(self.end[1]),
+            0,
+            {},
+        )
 
 
 def comparable(nodes: List[dict]) -> List[dict]:
@@ -438,14 +517,27 @@ def comparable(nodes: List[dict]) -> List[dict]:
     the order is by start time, and in process the profiler's own work
     (I/O summaries) is cut from each thread's times, which a tracer does not
     see (docs/decisions/0006-profilers-own-cost-is-cut-out.md)."""
-    keep = ("label", "function", "module", "file", "line", "depth", "flags", "thread_name", "task", "call_path")
-    lanes = sorted(nodes, key=lambda n: (n["thread_name"], n["task"]))  # stable: a lane's order stays
+    keep = (
+        "label",
+        "function",
+        "module",
+        "file",
+        "line",
+        "depth",
+        "flags",
+        "thread_name",
+        "task",
+        "call_path",
+    )
+    lanes = sorted(
+        nodes, key=lambda n: (n["thread_name"], n["task"])
+    )  # stable: a lane's order stays
     return [{**{k: n[k] for k in keep}, "children": comparable(n["children"])} for n in lanes]
 
 
 # -- the traced process ------------------------------------------------------------
 
-WORKLOAD = '''
+WORKLOAD = """
 import asyncio
 import threading
 
@@ -519,9 +611,9 @@ def root(data):
 def many(n):
     for i in range(n):
         leaf(i)
-'''
+"""
 
-MAIN = '''
+MAIN = """
 import json, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np
@@ -540,7 +632,7 @@ print(json.dumps({{"tree": s.to_tree(), "text": s.format_tree(show_io=True, show
                   "threads": s.statistics()["threads"],
                   "start_ns": s._engine.start_ns, "end_ns": s._engine.end_ns}}), flush=True)
 sys.stdin.readline()
-'''
+"""
 
 
 def readline(proc: subprocess.Popen, timeout: float) -> str:
@@ -568,8 +660,13 @@ def trace_session(tmp_path, call: str, **options) -> Tuple[dict, List[str]]:
     require_bpf()
     (tmp_path / "usdt_workload.py").write_text(WORKLOAD)
     (tmp_path / "main.py").write_text(MAIN.format(call=call))
-    with subprocess.Popen([sys.executable, str(tmp_path / "main.py"), json.dumps(options)],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, str(tmp_path / "main.py"), json.dumps(options)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             pid = int(readline(proc, 60))
             with Tracer(pid) as tracer:
@@ -588,8 +685,9 @@ def trace_session(tmp_path, call: str, **options) -> Tuple[dict, List[str]]:
 def test_a_tracer_rebuilds_the_in_process_tree_from_the_probes_alone(tmp_path):
     # Depth 6: the asyncio tasks' coroutines run inside the ceiling, so their
     # lanes record spans (a task lane that records nothing is left out).
-    inproc, lines = trace_session(tmp_path, "root(data)", depth=6, capture_io=True, all_threads=True,
-                                  capture_c_calls=True)
+    inproc, lines = trace_session(
+        tmp_path, "root(data)", depth=6, capture_io=True, all_threads=True, capture_c_calls=True
+    )
     rebuilt = Rebuilt(records(lines))
     assert rebuilt.begin is not None and rebuilt.end is not None, "\n".join(lines[:20])
     # session_begin(session, ceiling, flags) and session_end(session, dropped)
@@ -604,13 +702,19 @@ def test_a_tracer_rebuilds_the_in_process_tree_from_the_probes_alone(tmp_path):
     # had the process descheduled 12 ms in between).
     stamps = [int(r[1]) for r in records(lines) if r[0] != "Z"]
     (end_stamp,) = [int(r[1]) for r in records(lines) if r[0] == "Z"]
-    assert inproc["start_ns"] - 1_000_000 <= min(stamps) and max(stamps) <= inproc["end_ns"] + 1_000_000
+    assert (
+        inproc["start_ns"] - 1_000_000 <= min(stamps)
+        and max(stamps) <= inproc["end_ns"] + 1_000_000
+    )
     assert end_stamp >= inproc["end_ns"] - 1_000_000
 
     # The arguments, one by one.
     by_name = {e["name"]: e for e in rebuilt.enters}
     assert by_name["root"]["depth"] == 0 and by_name["root"]["module"] == "usdt_workload"
-    assert by_name["root"]["file"] == str(tmp_path / "usdt_workload.py") and by_name["root"]["line"] > 0
+    assert (
+        by_name["root"]["file"] == str(tmp_path / "usdt_workload.py")
+        and by_name["root"]["line"] > 0
+    )
     assert by_name["step"]["label"] == "labelled-step" and by_name["step"]["depth"] == 2
     assert by_name["block-a"]["flags"] == SPAN_BLOCK and by_name["block-a"]["label"] == ""
     assert by_name["block-a"]["module"] == "" and by_name["block-a"]["depth"] == 1
@@ -631,12 +735,21 @@ def test_a_tracer_rebuilds_the_in_process_tree_from_the_probes_alone(tmp_path):
     lanes = rebuilt.lanes
     assert lanes[0]["parent_lane"] == -1 and lanes[0]["task"] == 0
     worker = [lane for lane in lanes.values() if lane["thread_name"] == "side-worker"]
-    assert len(worker) == 1 and worker[0]["parent_lane"] == 0 and worker[0]["native_tid"] != lanes[0]["native_tid"]
-    tasks = sorted(lane["task"] for lane in lanes.values() if lane["native_tid"] == lanes[0]["native_tid"])
+    assert (
+        len(worker) == 1
+        and worker[0]["parent_lane"] == 0
+        and worker[0]["native_tid"] != lanes[0]["native_tid"]
+    )
+    tasks = sorted(
+        lane["task"] for lane in lanes.values() if lane["native_tid"] == lanes[0]["native_tid"]
+    )
     assert tasks[:2] == [0, 1] and len(tasks) >= 3
     # I/O: the compact text of core format_io, after the span's enter/exit.
-    root_io = [(io["role"], io["name"], io["text"]) for io in rebuilt.io
-               if io["lane"] == 0 and io["index"] == by_name["root"]["index"]]
+    root_io = [
+        (io["role"], io["name"], io["text"])
+        for io in rebuilt.io
+        if io["lane"] == 0 and io["index"] == by_name["root"]["index"]
+    ]
     assert (0, "data", "(ndarray, shape=(64, 12), dtype=float64, 6.0KB)") in root_io
     assert (1, "", "(ndarray, shape=(12,), dtype=float64, 96B)") in root_io
     for io in rebuilt.io:
@@ -666,7 +779,7 @@ def test_calls_dropped_or_below_the_ceiling_fire_nothing_and_session_end_counts_
 
 # -- switched on from outside ----------------------------------------------------------
 
-AUTOPROFILED = '''
+AUTOPROFILED = """
 import json, os, sys, time, warnings
 warnings.simplefilter("ignore")
 import mlflow.pyfunc
@@ -699,7 +812,7 @@ while not os.path.exists(os.path.join(work, "stop")):
         "sampled": stats["sampled"], "traced": stats["traced"], "submitted": stats["export"]["submitted"],
     }), flush=True)
     time.sleep(0.01)
-'''
+"""
 
 
 def statuses(proc: subprocess.Popen, until, limit: int = 3000) -> List[dict]:
@@ -717,8 +830,13 @@ def test_attaching_a_tracer_switches_autoprofile_on_and_detaching_switches_it_of
     require_tool(shutil.which("readelf"), "readelf", "apt-get install binutils")
     pytest.importorskip("mlflow")
     (tmp_path / "main.py").write_text(AUTOPROFILED)
-    with subprocess.Popen([sys.executable, str(tmp_path / "main.py"), str(tmp_path)], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, str(tmp_path / "main.py"), str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             pid = int(readline(proc, 120))
             before = [json.loads(readline(proc, 60)) for _ in range(5)]
@@ -726,7 +844,9 @@ def test_attaching_a_tracer_switches_autoprofile_on_and_detaching_switches_it_of
                 # Attached: every predict is captured, each a new session.
                 on = statuses(proc, lambda s: s["attached"])
                 on += [json.loads(readline(proc, 60)) for _ in range(10)]
-                assert tracer.wait_for(lambda lines: sum(ln.startswith("Z|") for ln in lines) >= 10, 30)
+                assert tracer.wait_for(
+                    lambda lines: sum(ln.startswith("Z|") for ln in lines) >= 10, 30
+                )
                 lines = tracer.stop()
             # Detached: the semaphore is 0 again and capture stops.
             statuses(proc, lambda s: not s["attached"])  # predicts until bpftrace is gone
@@ -742,9 +862,13 @@ def test_attaching_a_tracer_switches_autoprofile_on_and_detaching_switches_it_of
     assert None not in starts and starts == sorted(set(starts)), "a new session for every predict"
     assert "Model._prep" in captured[-1]["children"], "the profile is the model's tree"
     assert [s["last"] for s in off] == [off[0]["last"]] * len(off), "no capture once detached"
-    assert all(s["sampled"] == 0 and s["submitted"] == 0 for s in before + on + off), "nothing exported"
+    assert all(
+        s["sampled"] == 0 and s["submitted"] == 0 for s in before + on + off
+    ), "nothing exported"
     assert off[-1]["traced"] >= 10
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()), "no profile written"
+    assert not (tmp_path / "out").exists() or not any(
+        (tmp_path / "out").iterdir()
+    ), "no profile written"
     # What the tracer saw: autoprofile's sessions at the configured depth.
     begins = [r for r in records(lines) if r[0] == "B"]
     assert len(begins) >= 10
@@ -753,7 +877,7 @@ def test_attaching_a_tracer_switches_autoprofile_on_and_detaching_switches_it_of
     assert {"PyFuncModel.predict", "Model._prep"} <= names, names
 
 
-CHECKPOINTED = '''
+CHECKPOINTED = """
 import os, sys, time
 import mlflow_profiler as mp
 from mlflow_profiler import _core
@@ -769,7 +893,7 @@ with mp.profiling(depth=2):
         step()
 print("done", flush=True)
 sys.stdin.readline()
-'''
+"""
 
 
 def test_a_long_session_sends_checkpoints_while_session_spans_is_traced(tmp_path):
@@ -786,15 +910,21 @@ def test_a_long_session_sends_checkpoints_while_session_spans_is_traced(tmp_path
         {u}:session_begin {{ printf("B|%llu|%llu\\n", nsecs, arg0); }}
         {u}:session_spans {{ printf("P|%llu|%llu|%llu|%llu\\n", nsecs, arg0, arg2, arg5); }}
     """)
-    with subprocess.Popen([sys.executable, str(tmp_path / "main.py")], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, str(tmp_path / "main.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             pid = int(readline(proc, 60))
             with Tracer(pid, program) as tracer:
                 say(proc, "go")
                 assert readline(proc, 60).strip() == "done"
-                assert tracer.wait_for(lambda lines: any(ln.startswith("P|") and ln.endswith("|1") for ln in lines),
-                                       30), tracer.lines
+                assert tracer.wait_for(
+                    lambda lines: any(ln.startswith("P|") and ln.endswith("|1") for ln in lines), 30
+                ), tracer.lines
                 lines = tracer.stop()
             say(proc, "quit")
             assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
@@ -823,10 +953,14 @@ def test_a_long_session_sends_checkpoints_while_session_spans_is_traced(tmp_path
 def storm_binary() -> str:
     """mlprof-usdt-storm of the same CMake build as the extension (or $MLPROF_USDT_STORM)."""
     path = os.environ.get("MLPROF_USDT_STORM") or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.dirname(CORE_SO))), "bench", "mlprof-usdt-storm")
-    return require_tool(path if os.access(path, os.X_OK) else None, "mlprof-usdt-storm",
-                        "build it: cmake --build <build> --target mlprof-usdt-storm (MLPROF_BUILD_BENCH or "
-                        "MLPROF_BUILD_AGENT), or set MLPROF_USDT_STORM")
+        os.path.dirname(os.path.dirname(os.path.dirname(CORE_SO))), "bench", "mlprof-usdt-storm"
+    )
+    return require_tool(
+        path if os.access(path, os.X_OK) else None,
+        "mlprof-usdt-storm",
+        "build it: cmake --build <build> --target mlprof-usdt-storm (MLPROF_BUILD_BENCH or "
+        "MLPROF_BUILD_AGENT), or set MLPROF_USDT_STORM",
+    )
 
 
 def test_the_storm_fires_the_contracts_probes_and_counts_what_fired():
@@ -834,17 +968,39 @@ def test_the_storm_fires_the_contracts_probes_and_counts_what_fired():
     notes = probe_notes(storm)
     assert {n: [a.split("@")[0] for a in v["args"]] for n, v in notes.items()} == {
         n: [f"{'-' if signed else ''}{size}" for size, signed in args]
-        for n, args in CONTRACT.items()}  # all nine: v1's eight (a v1 tracer) and session_spans
+        for n, args in CONTRACT.items()
+    }  # all nine: v1's eight (a v1 tracer) and session_spans
     assert all(v["semaphore"] for v in notes.values())
     # No tracer: every site runs, nothing fires.
-    out = subprocess.run([storm, "--sessions", "50", "--spans-per-session", "10", "--threads", "2"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [storm, "--sessions", "50", "--spans-per-session", "10", "--threads", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     figures = dict(kv.split("=") for kv in out.splitlines()[-1].split())
-    assert figures["sessions"] == "100" and figures["sites"] == str(100 * 23) and figures["hits"] == "0"
+    assert (
+        figures["sessions"] == "100"
+        and figures["sites"] == str(100 * 23)
+        and figures["hits"] == "0"
+    )
     # bpftrace attached: every site fires, and bpftrace counts the same hits.
     bpftrace = require_bpf()
-    with subprocess.Popen([storm, "--sessions", "300", "--spans-per-session", "10", "--threads", "2",
-                           "--wait-attached", "60"], stdout=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [
+            storm,
+            "--sessions",
+            "300",
+            "--spans-per-session",
+            "10",
+            "--threads",
+            "2",
+            "--wait-attached",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
         assert proc.stdout is not None
         pid = int(proc.stdout.readline().split()[1])
         # The per-span probes by name: attaching session_spans too would make
@@ -852,20 +1008,31 @@ def test_the_storm_fires_the_contracts_probes_and_counts_what_fired():
         # Each attached once (bpftrace 0.17 fails to load a probe that is both
         # in a comma list and in a block of its own).
         v1 = ", ".join(f"usdt:{storm}:mlprof:{p}" for p in V1_PROBES if p != "span_enter")
-        program = (f"{v1} {{ @[probe] = count(); @arg[probe] = max(arg0); }}"
-                   f" usdt:{storm}:mlprof:span_enter {{ @[probe] = count(); @arg[probe] = max(arg0);"
-                   f" @depth = max(arg3 >> 32); @name[str(arg4)] = count(); }}")
-        traced = subprocess.run([bpftrace, "-p", str(pid), "-e", program], capture_output=True, text=True,
-                                timeout=120)
+        program = (
+            f"{v1} {{ @[probe] = count(); @arg[probe] = max(arg0); }}"
+            f" usdt:{storm}:mlprof:span_enter {{ @[probe] = count(); @arg[probe] = max(arg0);"
+            f" @depth = max(arg3 >> 32); @name[str(arg4)] = count(); }}"
+        )
+        traced = subprocess.run(
+            [bpftrace, "-p", str(pid), "-e", program], capture_output=True, text=True, timeout=120
+        )
         figures = dict(kv.split("=") for kv in proc.stdout.read().splitlines()[-1].split())
-    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"@\[usdt:.*:mlprof:(\w+)\]: (\d+)", traced.stdout)}
-    assert counts == {"session_begin": 600, "lane_begin": 600, "span_enter": 6000, "span_exit": 6000,
-                      "session_end": 600}, traced.stdout + traced.stderr
+    counts = {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"@\[usdt:.*:mlprof:(\w+)\]: (\d+)", traced.stdout)
+    }
+    assert counts == {
+        "session_begin": 600,
+        "lane_begin": 600,
+        "span_enter": 6000,
+        "span_exit": 6000,
+        "session_end": 600,
+    }, traced.stdout + traced.stderr
     assert figures["hits"] == str(sum(counts.values())) == figures["sites"]
     assert "@name[storm_span]: 6000" in traced.stdout and "@depth: 0" in traced.stdout
 
 
-GIL_MAIN = '''
+GIL_MAIN = """
 import os, sys, threading
 import mlflow_profiler as mp
 from mlflow_profiler import _core
@@ -887,7 +1054,7 @@ with mp.profiling(depth=1, all_threads=True):
     other.join()
 print("done", flush=True)
 sys.stdin.readline()
-'''
+"""
 
 
 def test_session_begin_gives_the_gil_that_contending_threads_sleep_on(tmp_path):
@@ -897,8 +1064,13 @@ def test_session_begin_gives_the_gil_that_contending_threads_sleep_on(tmp_path):
     offset, a wrong interpreter or a wrong size on any CPython fails here."""
     require_bpf()
     (tmp_path / "main.py").write_text(GIL_MAIN)
-    with subprocess.Popen([sys.executable, str(tmp_path / "main.py")], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, str(tmp_path / "main.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             pid = int(readline(proc, 60))
             # FUTEX_WAIT (0) and FUTEX_WAIT_BITSET (9), private or not: each sleep's
@@ -927,7 +1099,10 @@ def test_session_begin_gives_the_gil_that_contending_threads_sleep_on(tmp_path):
     begin = [ln.split("|") for ln in lines if ln.startswith("B|")]
     assert len(begin) == 1, lines
     gil, size = int(begin[0][1]), int(begin[0][2])
-    assert gil != 0 and 64 <= size <= 4096, (hex(gil), size)  # a struct of two mutexes and two conditions
+    assert gil != 0 and 64 <= size <= 4096, (
+        hex(gil),
+        size,
+    )  # a struct of two mutexes and two conditions
     waits: Dict[int, int] = {}
     for ln in lines:
         if ln.startswith("W|"):
@@ -935,4 +1110,8 @@ def test_session_begin_gives_the_gil_that_contending_threads_sleep_on(tmp_path):
     inside = sum(n for addr, n in waits.items() if gil <= addr < gil + size)
     assert inside >= 20, (hex(gil), size, {hex(a): n for a, n in waits.items()})
     # The rest: a thread's start and join, each a lock of its own.
-    assert inside >= 0.8 * sum(waits.values()), (hex(gil), size, {hex(a): n for a, n in waits.items()})
+    assert inside >= 0.8 * sum(waits.values()), (
+        hex(gil),
+        size,
+        {hex(a): n for a, n in waits.items()},
+    )

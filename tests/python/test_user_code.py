@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from mlflow_profiler import profiling
-
 from _helpers import tree_lines, walk
+
+from mlflow_profiler import profiling
 
 
 def serialize(obj):

@@ -14,10 +14,10 @@ import threading
 import time
 
 import pytest
+from _helpers import schedstat, walk
 
 from mlflow_profiler import profiling
 
-from _helpers import schedstat, walk
 
 # The waits are placed within one quantum (50 us) of where they happened,
 # and each clock read around them is a few us: 5% and 0.5 ms. A busy machine
@@ -121,8 +121,15 @@ class Model:
 
     def predict(self):
         self.pool.submit(int).result()  # the pool's thread exists before
-        for method in (self.sleeps, self.locks, self.joins, self.futures, self.reads,
-                       self.computes, self.fans_out):
+        for method in (
+            self.sleeps,
+            self.locks,
+            self.joins,
+            self.futures,
+            self.reads,
+            self.computes,
+            self.fans_out,
+        ):
             # each step's own seconds and its run-queue seconds (NAME_runq)
             q0 = schedstat()[1]
             t = time.perf_counter()
@@ -131,8 +138,13 @@ class Model:
             self.clock.total[f"{method.__name__}_runq"] = (schedstat()[1] - q0) / 1e9
 
 
-STEPS = {"Model.sleeps": "sleep", "Model.locks": "lock", "Model.joins": "join",
-         "Model.futures": "future", "Model.reads": "socket"}
+STEPS = {
+    "Model.sleeps": "sleep",
+    "Model.locks": "lock",
+    "Model.joins": "join",
+    "Model.futures": "future",
+    "Model.reads": "socket",
+}
 
 
 def _steps(session) -> dict:
@@ -153,7 +165,9 @@ def test_each_kind_of_wait_below_the_ceiling_is_the_steps_waiting(engine, depth)
         for label, wait in STEPS.items():
             n = steps[label]
             method = label.split(".")[1]
-            if not _close(n["waiting_ns"], model.clock.total[wait], runq_s=model.clock.total[f"{method}_runq"]):
+            if not _close(
+                n["waiting_ns"], model.clock.total[wait], runq_s=model.clock.total[f"{method}_runq"]
+            ):
                 misses.append((label, n["waiting_ns"], model.clock.total[wait]))
         if not misses:
             break
@@ -197,17 +211,35 @@ def test_awaits_are_waiting_and_the_loop_is_idle_in_them(engine, depth):
         # The reference engine's Python hook runs in the loop (on 3.9/3.10 for
         # every event): running time, 3-4 ms of the 61 ms here.
         runq = model.clock.total["fans_out_runq"]
-        ok = _close(fan["waiting_ns"], model.clock.total["await2"], rel=0.05 if engine == "native" else 0.15,
-                    runq_s=runq)
-        calls = sorted((n for n in walk([fan]) if n["label"] == "_call"), key=lambda n: n["duration_ns"])
-        if depth == 1:  # the calls are at depth 2 (_fan_out, run by asyncio.run, is fans_out's body)
+        ok = _close(
+            fan["waiting_ns"],
+            model.clock.total["await2"],
+            rel=0.05 if engine == "native" else 0.15,
+            runq_s=runq,
+        )
+        calls = sorted(
+            (n for n in walk([fan]) if n["label"] == "_call"), key=lambda n: n["duration_ns"]
+        )
+        if (
+            depth == 1
+        ):  # the calls are at depth 2 (_fan_out, run by asyncio.run, is fans_out's body)
             ok = ok and not calls
         else:
-            ok = ok and len(calls) == 3 and all(
-                _close(c["waiting_ns"], model.clock.total[f"await{i}"], runq_s=runq) for i, c in enumerate(calls))
+            ok = (
+                ok
+                and len(calls) == 3
+                and all(
+                    _close(c["waiting_ns"], model.clock.total[f"await{i}"], runq_s=runq)
+                    for i, c in enumerate(calls)
+                )
+            )
         if ok:
             break
-    assert ok, (fan["waiting_ns"], model.clock.total, [(c["duration_ns"], c["waiting_ns"]) for c in calls])
+    assert ok, (
+        fan["waiting_ns"],
+        model.clock.total,
+        [(c["duration_ns"], c["waiting_ns"]) for c in calls],
+    )
     for c in calls:  # shown in flight: their wall time, nearly all of it waiting
         assert c["duration_ns"] == c["wall_ns"] and c["waiting_ns"] >= 0.9 * c["wall_ns"]
 

@@ -9,11 +9,10 @@ import asyncio
 import time
 
 import pytest
+from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
 
 import mlflow_profiler
 from mlflow_profiler import mlflow_sink
-
-from _mlflow_fixtures import local_store, mlflow_warning_filters  # noqa: F401
 
 pytestmark = mlflow_warning_filters()
 
@@ -81,7 +80,11 @@ def _close(got_ms, want_s, outside_ms=0.0):
     outside the window the program measured (calls, the profiler's own
     hooks), which a busy machine may spend off the CPU too."""
     want_ms = want_s * 1e3
-    return want_ms - (0.05 * want_ms + 0.5) <= got_ms <= want_ms + max(0.0, outside_ms) + 0.05 * want_ms + 0.5
+    return (
+        want_ms - (0.05 * want_ms + 0.5)
+        <= got_ms
+        <= want_ms + max(0.0, outside_ms) + 0.05 * want_ms + 0.5
+    )
 
 
 def _outside(fig, wall_s):
@@ -92,13 +95,19 @@ def test_waiting_and_own_running_time_per_step(engine):
     session = _capture(engine)
     figures = mlflow_sink.profile_path_figures(session, 1)
     assert set(figures) == {tuple(r["call_path"].split("/")) for r in session.to_flat(1)}
-    assert set(figures) == {("predict",), ("predict", "_clean"), ("predict", "_fan_out")}, sorted(figures)
+    assert set(figures) == {("predict",), ("predict", "_clean"), ("predict", "_fan_out")}, sorted(
+        figures
+    )
     for path, fig in figures.items():
-        assert fig["running_ms"] + fig["waiting_ms"] == pytest.approx(fig["wall_ms"], abs=1e-6), path
+        assert fig["running_ms"] + fig["waiting_ms"] == pytest.approx(
+            fig["wall_ms"], abs=1e-6
+        ), path
         assert 0 <= fig["self_ms"] <= fig["running_ms"] + 1e-9, path
 
     clean = figures[("predict", "_clean")]
-    assert _close(clean["waiting_ms"], measured["off_cpu"], _outside(clean, measured["clean_wall"])), (clean, measured)
+    assert _close(
+        clean["waiting_ms"], measured["off_cpu"], _outside(clean, measured["clean_wall"])
+    ), (clean, measured)
     assert clean["waiting_ms"] >= measured["sleep"] * 1e3 * 0.95, (clean, measured)
     # Its own code is one call: the sleep and the loop are its helper's,
     # captured below depth 1, so not its own though depth 1 does not show it.
@@ -117,7 +126,9 @@ def test_waiting_and_own_running_time_per_step(engine):
 
     root = figures[("predict",)]
     # Waiting at any depth: its steps' waiting, and any of its own (off the CPU between them).
-    assert clean["waiting_ms"] + fan["waiting_ms"] - 0.01 <= root["waiting_ms"] <= root["wall_ms"], figures
+    assert (
+        clean["waiting_ms"] + fan["waiting_ms"] - 0.01 <= root["waiting_ms"] <= root["wall_ms"]
+    ), figures
     assert root["self_ms"] < 1.0, root
 
     # At depth 2 the helper holds the loop as its own running code.
@@ -137,7 +148,9 @@ def test_ceiling_span_counts_its_callees_as_its_own(engine):
     clean = mlflow_sink.profile_path_figures(session, 1)[("predict", "_clean")]
     assert clean["self_ms"] == pytest.approx(clean["running_ms"])
     assert clean["self_ms"] >= measured["cpu"] * 1e3 * 0.9, (clean, measured)
-    assert _close(clean["waiting_ms"], measured["off_cpu"], _outside(clean, measured["clean_wall"])), (clean, measured)
+    assert _close(
+        clean["waiting_ms"], measured["off_cpu"], _outside(clean, measured["clean_wall"])
+    ), (clean, measured)
 
 
 def test_logged_metrics_carry_running_and_waiting(local_store):
@@ -152,7 +165,15 @@ def test_logged_metrics_carry_running_and_waiting(local_store):
     for step in ("profile/predict", "profile/predict/_clean", "profile/predict/_fan_out"):
         for stat in mlflow_sink.METRIC_STATS:
             assert f"{step}/{stat}" in metrics, sorted(metrics)
-    for step, off_cpu, wall in (("_clean", "off_cpu", "clean_wall"), ("_fan_out", "fan_out_off_cpu", "fan_out")):
+    for step, off_cpu, wall in (
+        ("_clean", "off_cpu", "clean_wall"),
+        ("_fan_out", "fan_out_off_cpu", "fan_out"),
+    ):
         outside = metrics[f"profile/predict/{step}/wall_ms"] - measured[wall] * 1e3
-        assert _close(metrics[f"profile/predict/{step}/waiting_ms"], measured[off_cpu], outside), (step, measured)
-    assert metrics["profile/predict/_clean/self_ms"] < metrics["profile/predict/_clean/wall_ms"] - 40
+        assert _close(metrics[f"profile/predict/{step}/waiting_ms"], measured[off_cpu], outside), (
+            step,
+            measured,
+        )
+    assert (
+        metrics["profile/predict/_clean/self_ms"] < metrics["profile/predict/_clean/wall_ms"] - 40
+    )

@@ -39,8 +39,14 @@ def main() -> int:
     with profiling(depth=2) as shallow:
         assert predict(3) == [7]
     paths = [tuple(name(p) for p in r["call_path"].split("/")) for r in shallow.to_flat()]
-    assert paths == [("predict",), ("predict", "numbers"), ("predict", "numbers", "leaf"),
-                     ("predict", "numbers", "leaf"), ("predict", "numbers", "leaf"), ("predict", "leaf")], paths
+    assert paths == [
+        ("predict",),
+        ("predict", "numbers"),
+        ("predict", "numbers", "leaf"),
+        ("predict", "numbers", "leaf"),
+        ("predict", "numbers", "leaf"),
+        ("predict", "leaf"),
+    ], paths
 
     with profiling(depth=-1) as full:
         assert predict(3) == [7]
@@ -51,7 +57,9 @@ def main() -> int:
         path = os.path.join(d, "predict.json.gz")
         shallow.save(path)
         loaded = mlflow_profiler.load(path)
-        assert [r["call_path"] for r in loaded.to_flat()] == [r["call_path"] for r in shallow.to_flat()]
+        assert [r["call_path"] for r in loaded.to_flat()] == [
+            r["call_path"] for r in shallow.to_flat()
+        ]
 
     # Per-span CPU time and allocated bytes on every version; free-threaded
     # builds refuse the allocation counter with a warning and record none.
@@ -67,14 +75,20 @@ def main() -> int:
     assert span.cpu_ns is not None and span.cpu_ns >= 0, span
     if _native.FREE_THREADED:
         assert span.alloc_bytes is None, span
-        assert any("free-threaded" in str(w.message) for w in caught), [str(w.message) for w in caught]
+        assert any("free-threaded" in str(w.message) for w in caught), [
+            str(w.message) for w in caught
+        ]
     else:
         assert span.alloc_bytes is not None and span.alloc_bytes >= 1 << 20, span
 
     state = _core.capture_state()
-    assert not state["eval_installed"] and not state["global_frames"] and state["tool_id"] == -1, state
-    print(f"smoke ok: CPython {sys.version.split()[0]}, {shallow.statistics()['engine']}, "
-          f"{shallow.statistics()['span_count']} spans at depth 2, {full.statistics()['span_count']} at -1")
+    assert (
+        not state["eval_installed"] and not state["global_frames"] and state["tool_id"] == -1
+    ), state
+    print(
+        f"smoke ok: CPython {sys.version.split()[0]}, {shallow.statistics()['engine']}, "
+        f"{shallow.statistics()['span_count']} spans at depth 2, {full.statistics()['span_count']} at -1"
+    )
     return 0
 
 

@@ -41,8 +41,13 @@ def agent() -> str:
 
 def run(agent: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     python = os.environ.get("MLPROF_VM_PYTHON", sys.executable)
-    return subprocess.run(["bash", RUN, "--agent", agent, "--python", python, *args], capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ))
+    return subprocess.run(
+        ["bash", RUN, "--agent", agent, "--python", python, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
 
 
 def lines(out: str) -> list:
@@ -54,8 +59,11 @@ def test_the_5_10_guest_runs_the_smoke_through_the_per_span_probes(agent):
     r = run(agent, "5.10")
     assert r.returncode == 0, r.stdout + r.stderr
     (line,) = lines(r.stdout)
-    assert re.match(r"^5\.10\s+5\.10\.\d+-\d+-amd64\s+ok \| btf yes, lockdown none \| programs: "
-                    r"(tp_btf|raw_tp), per-span probes \| smoke [\d.]+ s \| boot [\d.]+ s, total \d+ s$", line), line
+    assert re.match(
+        r"^5\.10\s+5\.10\.\d+-\d+-amd64\s+ok \| btf yes, lockdown none \| programs: "
+        r"(tp_btf|raw_tp), per-span probes \| smoke [\d.]+ s \| boot [\d.]+ s, total \d+ s$",
+        line,
+    ), line
 
 
 def test_a_guest_past_its_time_limit_is_one_line_and_the_next_kernel_still_runs(agent):
@@ -73,7 +81,10 @@ def test_a_guest_that_cannot_boot_is_one_line(agent):
     r = run(agent, "--memory", "48", "--timeout", "120", "5.10")
     assert r.returncode == 1, r.stdout + r.stderr
     (line,) = lines(r.stdout)
-    assert "FAILED: the guest did not boot to its init (QEMU exit " in line and "its console ends: " in line, line
+    assert (
+        "FAILED: the guest did not boot to its init (QEMU exit " in line
+        and "its console ends: " in line
+    ), line
 
 
 def test_the_diagnosis_walkthrough_profiles_a_model_server_inside_the_guest(agent, tmp_path):
@@ -95,10 +106,19 @@ def test_the_diagnosis_walkthrough_profiles_a_model_server_inside_the_guest(agen
 def test_under_lockdown_confidentiality_the_agent_names_it_in_one_line_and_exits_3(agent):
     # confidentiality takes bpf_probe_read_kernel away: no variant of the
     # scheduler programs loads, so the agent says why and how to boot instead.
-    r = run(agent, "--lockdown", "confidentiality", "--run", f"{agent} --all --duration 1; echo exit $?", "5.10")
+    r = run(
+        agent,
+        "--lockdown",
+        "confidentiality",
+        "--run",
+        f"{agent} --all --duration 1; echo exit $?",
+        "5.10",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     said = [l.strip() for l in r.stdout.splitlines() if "mlprof-ebpf:" in l]
     assert len(said) == 1, r.stdout
-    assert said[0].startswith("mlprof-ebpf: kernel lockdown is in confidentiality mode") and \
-        "lockdown=integrity" in said[0], said
+    assert (
+        said[0].startswith("mlprof-ebpf: kernel lockdown is in confidentiality mode")
+        and "lockdown=integrity" in said[0]
+    ), said
     assert "exit 3" in r.stdout, r.stdout

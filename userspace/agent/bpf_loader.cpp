@@ -135,8 +135,8 @@ std::string lockdown_mode() {
 // type with EINVAL); -errno: it could not tell (EPERM: no capability).
 // Not libbpf_probe_bpf_map_type: it says 0 for EPERM too.
 int probe_ringbuf() {
-  const int fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, nullptr, 0, 0, static_cast<__u32>(sysconf(_SC_PAGESIZE)),
-                                nullptr);
+  const int fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, nullptr, 0, 0,
+                                static_cast<__u32>(sysconf(_SC_PAGESIZE)), nullptr);
   if (fd >= 0) {
     close(fd);
     return 1;
@@ -321,10 +321,11 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   // every scheduler program uses: the verifier would refuse them with a bare
   // EINVAL. (integrity, the default where lockdown is on, leaves it.)
   if (lockdown_mode() == "confidentiality")
-    return error(Error::Kind::kUnsupported, ENOTSUP,  // not EPERM: that says seccomp (main.cpp)
-                 "kernel lockdown is in confidentiality mode (/sys/kernel/security/lockdown): BPF may not "
-                 "read kernel memory (bpf_probe_read_kernel), which the scheduler programs need; boot with "
-                 "lockdown=integrity or none");
+    return error(
+        Error::Kind::kUnsupported, ENOTSUP,  // not EPERM: that says seccomp (main.cpp)
+        "kernel lockdown is in confidentiality mode (/sys/kernel/security/lockdown): BPF may not "
+        "read kernel memory (bpf_probe_read_kernel), which the scheduler programs need; boot with "
+        "lockdown=integrity or none");
   // The ring buffer (5.8) has no fallback: named here, before the verifier
   // refuses the object with a bare EINVAL.
   if (const int ring = probe_ringbuf(); ring == 0) {
@@ -355,8 +356,10 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   // Batched wakeups (mlprof.bpf.c): the reader is woken when 1/16 of the ring
   // waits, at a session's end, or by its own poll timeout.
   skel.rodata->wakeup_bytes = opts.ring_bytes / 16;
-  skel.rodata->shed_bytes =
-      opts.shed_at > 0 ? static_cast<uint64_t>(static_cast<double>(opts.ring_bytes) * std::min(opts.shed_at, 1.0)) : 0;
+  skel.rodata->shed_bytes = opts.shed_at > 0
+                                ? static_cast<uint64_t>(static_cast<double>(opts.ring_bytes) *
+                                                        std::min(opts.shed_at, 1.0))
+                                : 0;
   if (int err = bpf_map__set_max_entries(skel.maps.events, static_cast<__u32>(opts.ring_bytes));
       err)
     return load_error("sizing the ring buffer", -err);
@@ -374,7 +377,8 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   // session_spans reads the body in bpf_loop callbacks (5.17+); the
   // verifier rejects the whole object without it. Without it, the spans come
   // through the per-span probes, which every extension fires.
-  impl.session_spans = !opts.force_per_span && libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_loop, nullptr) > 0;
+  impl.session_spans = !opts.force_per_span &&
+                       libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_loop, nullptr) > 0;
   bpf_program__set_autoload(skel.progs.mlprof_session_spans, impl.session_spans);
 
   if (int err = mlprof_bpf__load(&skel); err)
@@ -393,8 +397,8 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   // good, and every later wakeup there labelled an interrupt's; an exit
   // without its entry is ignored.
   bpf_program* const irq_progs[] = {
-      skel.progs.hrtimer_expire_exit_raw, skel.progs.timer_expire_exit_raw,
-      skel.progs.softirq_exit_raw,        skel.progs.irq_handler_exit_raw,
+      skel.progs.hrtimer_expire_exit_raw,  skel.progs.timer_expire_exit_raw,
+      skel.progs.softirq_exit_raw,         skel.progs.irq_handler_exit_raw,
       skel.progs.hrtimer_expire_entry_raw, skel.progs.timer_expire_entry_raw,
       skel.progs.softirq_entry_raw,        skel.progs.irq_handler_entry_raw};
   std::vector<bpf_program*> sched_progs(std::begin(irq_progs), std::end(irq_progs));
@@ -448,14 +452,16 @@ std::vector<std::string> c_libraries(pid_t pid, const std::string& binary) {
 // sem_clockwait of the process's C library, entry and return, for this pid
 // only. A library without one of them (sem_clockwait is glibc 2.30+) is
 // passed over; a failure costs the lock label, never the capture.
-void attach_locks(mlprof_bpf& skel, pid_t pid, const std::string& binary, std::vector<Link>& links) {
+void attach_locks(mlprof_bpf& skel, pid_t pid, const std::string& binary,
+                  std::vector<Link>& links) {
   static const char* const kFunctions[] = {"sem_wait", "sem_timedwait", "sem_clockwait"};
   for (const std::string& lib : c_libraries(pid, binary)) {
     for (const char* fn : kFunctions) {
       for (bool ret : {false, true}) {
         LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret, .func_name = fn);
         bpf_link* link = bpf_program__attach_uprobe_opts(
-            ret ? skel.progs.mlprof_sem_wait_return : skel.progs.mlprof_sem_wait, pid, lib.c_str(), 0, &opts);
+            ret ? skel.progs.mlprof_sem_wait_return : skel.progs.mlprof_sem_wait, pid, lib.c_str(),
+            0, &opts);
         if (!link) {
           take_last_warning();  // "failed to find symbol": not this library's
           break;
@@ -477,8 +483,9 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
   bool spans_attached = false;
   if (!impl_->session_spans) {
     // per-span probes on this kernel, whatever the extension's version
-  } else if (bpf_link* link = bpf_program__attach_usdt(impl_->skel->progs.mlprof_session_spans, pid,
-                                                       binary.c_str(), "mlprof", "session_spans", nullptr)) {
+  } else if (bpf_link* link =
+                 bpf_program__attach_usdt(impl_->skel->progs.mlprof_session_spans, pid,
+                                          binary.c_str(), "mlprof", "session_spans", nullptr)) {
     links.emplace_back(link);
     spans_attached = true;
   } else if (errno == ENOENT) {
@@ -517,8 +524,6 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
   return Ok{};
 }
 
-
-
 int BpfLoader::contract(pid_t pid) const {
   auto it = impl_->contract.find(pid);
   return it == impl_->contract.end() ? 0 : it->second;
@@ -555,7 +560,8 @@ int BpfLoader::poll(int timeout_ms,
   // records below that mark are read here, or a process that exits
   // mid-session would leave its last records unread.
   if (n == 0) n = ring_buffer__consume(impl_->ring.get());
-  if (n == Impl::kBudgetSpent) n = static_cast<int>(impl_->taken);  // more is waiting: the caller polls again
+  if (n == Impl::kBudgetSpent)
+    n = static_cast<int>(impl_->taken);  // more is waiting: the caller polls again
   impl_->on_record = nullptr;
   if (impl_->callback_error) std::rethrow_exception(std::exchange(impl_->callback_error, nullptr));
   return n;

@@ -32,7 +32,7 @@ struct LoaderOptions {
   // Testing: deliver spans through the per-span probes, as on a kernel
   // without bpf_loop (session_spans is not loaded).
   bool force_per_span = false;
-  bool verbose = false;           // libbpf's own messages to stderr
+  bool verbose = false;  // libbpf's own messages to stderr
   // Sessions are shed whole, at their begin, while this share of the ring
   // waits unread (the reader is behind): fewer sessions, none torn by lost
   // records. 0: never shed.
@@ -42,7 +42,7 @@ struct LoaderOptions {
 struct LoaderStats {
   uint64_t lost = 0;     // records dropped in the kernel: the ring buffer was full
   uint64_t records = 0;  // records handed to the callback
-  uint64_t shed = 0;     // sessions not captured: begun while the ring was past LoaderOptions::shed_at
+  uint64_t shed = 0;  // sessions not captured: begun while the ring was past LoaderOptions::shed_at
 };
 
 class BpfLoader {
@@ -70,7 +70,6 @@ class BpfLoader {
   // Whether the session_spans program loaded: it reads the body with
   // bpf_loop (kernel 5.17+). Without it every target gets the per-span probes.
   bool session_spans() const;
-
 
   // Waits up to timeout_ms for records and hands each to on_record. Returns
   // the number consumed, or a negative errno (-EINTR on a signal). An

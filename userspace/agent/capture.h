@@ -59,7 +59,8 @@ class Agent {
 
   // The capture's lost records, also those outside any session, in the written profile.
   void set_lost_events(uint64_t lost) { lost_ = std::max(lost_, lost); }
-  // Sessions the kernel side shed (LoaderStats::shed): in the stall report and the written profile's meta.
+  // Sessions the kernel side shed (LoaderStats::shed): in the stall report and the written
+  // profile's meta.
   void set_sessions_shed(uint64_t shed) {
     shed_ = shed;
     stall_report_.set_sessions_shed(shed);
@@ -91,7 +92,7 @@ class Agent {
   SessionLabels labels_;
   CaptureStallReport stall_report_;
   std::vector<std::shared_ptr<const Profile>> sessions_;  // for -o / --format / --store
-  std::unique_ptr<Profile> combined_;  // built by combined()
+  std::unique_ptr<Profile> combined_;                     // built by combined()
   uint64_t lost_ = 0;
   uint64_t shed_ = 0;
   StoreWriter* store_;

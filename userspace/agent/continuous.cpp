@@ -45,7 +45,8 @@ std::string seconds_text(int64_t ns) {
 std::string slug(const std::string& s) {
   std::string out = s;
   for (char& c : out) {
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '-'))
       c = '-';
   }
   return out.empty() ? "-" : out;
@@ -101,7 +102,8 @@ int64_t Continuous::next_boundary(int64_t unix_ns) const {
   return (unix_ns / opts_.rotate_ns + 1) * opts_.rotate_ns;
 }
 
-std::pair<std::string, std::map<std::string, std::string>> Continuous::workload_of(const Profile& s) const {
+std::pair<std::string, std::map<std::string, std::string>> Continuous::workload_of(
+    const Profile& s) const {
   std::map<std::string, std::string> labels = opts_.labels;
   labels["node"] = opts_.node;
   const std::string* ns = find(s.meta, "namespace");
@@ -112,7 +114,8 @@ std::pair<std::string, std::map<std::string, std::string>> Continuous::workload_
     if (ns != nullptr) labels["namespace"] = *ns;
     labels["pod"] = *pod;
     if (container != nullptr) labels["container"] = *container;
-    return {"pod/" + (ns ? *ns : "") + "/" + *pod + "/" + (container ? *container : ""), std::move(labels)};
+    return {"pod/" + (ns ? *ns : "") + "/" + *pod + "/" + (container ? *container : ""),
+            std::move(labels)};
   }
   const std::string* pid = find(s.meta, "pid");
   const std::string p = pid != nullptr ? *pid : "0";
@@ -187,8 +190,9 @@ void Continuous::rotate(int64_t end) {
     item.period_end_unix_ns = end;
     item.sessions = w.sessions.size();
     item.spans = w.spans;
-    item.key = slug(opts_.node) + "_" + slug(key.substr(0, 4) == "pod/" ? key.substr(4) : key) + "_" +
-               utc_text(r.start_unix_ns, true) + "_" + run_id_ + "." + std::to_string(rotations_);
+    item.key = slug(opts_.node) + "_" + slug(key.substr(0, 4) == "pod/" ? key.substr(4) : key) +
+               "_" + utc_text(r.start_unix_ns, true) + "_" + run_id_ + "." +
+               std::to_string(rotations_);
     ++r.workloads;
     r.sessions += item.sessions;
     r.spans += item.spans;
@@ -197,7 +201,8 @@ void Continuous::rotate(int64_t end) {
       std::vector<const Profile*> parts;
       parts.reserve(w.sessions.size());
       for (const Profile& s : w.sessions) parts.push_back(&s);
-      append_profiles(combined, parts);  // linear in the sessions (stall_report.h, combine_sessions)
+      append_profiles(combined,
+                      parts);  // linear in the sessions (stall_report.h, combine_sessions)
     }
     std::vector<Profile>().swap(w.sessions);  // the sessions' memory goes now, before the export's
     combined.kernel.present = true;
@@ -233,25 +238,29 @@ void Continuous::rotate(int64_t end) {
 std::string Continuous::summary_line(const RotationSummary& r) const {
   const SpoolStats st = spool_.stats();
   std::string line = "mlprof-ebpf: period " + utc_text(r.start_unix_ns, false) + " +" +
-                     seconds_text(r.end_unix_ns - r.start_unix_ns) + ": " + std::to_string(r.workloads) +
-                     (r.workloads == 1 ? " workload, " : " workloads, ") + std::to_string(r.sessions) +
-                     (r.sessions == 1 ? " session, " : " sessions, ") + std::to_string(r.spans) +
-                     (r.spans == 1 ? " span" : " spans");
-  line += "; delivered " + std::to_string(st.delivered) + ", spooled " + std::to_string(st.pending) +
-          ", dropped " + std::to_string(st.dropped()) + "; sink " + sink_.describe();
+                     seconds_text(r.end_unix_ns - r.start_unix_ns) + ": " +
+                     std::to_string(r.workloads) +
+                     (r.workloads == 1 ? " workload, " : " workloads, ") +
+                     std::to_string(r.sessions) + (r.sessions == 1 ? " session, " : " sessions, ") +
+                     std::to_string(r.spans) + (r.spans == 1 ? " span" : " spans");
+  line += "; delivered " + std::to_string(st.delivered) + ", spooled " +
+          std::to_string(st.pending) + ", dropped " + std::to_string(st.dropped()) + "; sink " +
+          sink_.describe();
   if (const auto kept = sink_.retention()) line += "; " + retention_text(*kept);
   if (opts_.duty.enabled()) {
     const int64_t len = std::max<int64_t>(r.end_unix_ns - r.start_unix_ns, 1);
-    line += "; profiled " + seconds_text(r.profiled_ns / 1'000'000 * 1'000'000) + " of " +
-            seconds_text(len / 1'000'000 * 1'000'000) + " (" +
-            std::to_string(static_cast<int>(100.0 * static_cast<double>(r.profiled_ns) / len + 0.5)) +
-            "%, duty cycle " + opts_.duty.text() + ")";
+    line +=
+        "; profiled " + seconds_text(r.profiled_ns / 1'000'000 * 1'000'000) + " of " +
+        seconds_text(len / 1'000'000 * 1'000'000) + " (" +
+        std::to_string(static_cast<int>(100.0 * static_cast<double>(r.profiled_ns) / len + 0.5)) +
+        "%, duty cycle " + opts_.duty.text() + ")";
   }
   if (r.shed > 0) {
     line += "; " + std::to_string(r.shed) + (r.shed == 1 ? " session" : " sessions") +
             " shed (the agent was behind)";
   }
-  if (r.lost > 0) line += "; " + std::to_string(r.lost) + (r.lost == 1 ? " record" : " records") + " lost";
+  if (r.lost > 0)
+    line += "; " + std::to_string(r.lost) + (r.lost == 1 ? " record" : " records") + " lost";
   if (r.items_failed > 0) {
     line += "; " + std::to_string(r.items_failed) + (r.items_failed == 1 ? " item" : " items") +
             " not spooled (" + r.spool_error + ")";

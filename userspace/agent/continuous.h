@@ -102,7 +102,8 @@ class Continuous {
   };
   // The workload of a session: its key ("pod/ns/name/container" or
   // "pid/N") and labels.
-  std::pair<std::string, std::map<std::string, std::string>> workload_of(const Profile& session) const;
+  std::pair<std::string, std::map<std::string, std::string>> workload_of(
+      const Profile& session) const;
   void rotate(int64_t end_unix_ns);
   int64_t next_boundary(int64_t unix_ns) const;
 
@@ -120,7 +121,8 @@ class Continuous {
   bool capture_on_ = true;
   int64_t on_since_ = 0;
   int64_t profiled_ns_ = 0;
-  mutable std::map<uint32_t, std::string> comm_;  // pid -> /proc/PID/comm, while its workload is held
+  mutable std::map<uint32_t, std::string>
+      comm_;  // pid -> /proc/PID/comm, while its workload is held
   RotationSummary last_;
   uint64_t lost_total_ = 0, shed_total_ = 0;
   uint64_t lost_reported_ = 0, shed_reported_ = 0;

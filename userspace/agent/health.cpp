@@ -80,7 +80,8 @@ std::string delivery_text(const HealthState& s, int64_t now_ns) {
 // strerror alone: the probe's line names the file itself.
 Result<std::string> read_small_file(const std::string& path) {
   auto text = read_file(path, (64u << 10) + 1);
-  if (!text) return Error{Error::Kind::kIo, text.error().errnum, std::strerror(text.error().errnum)};
+  if (!text)
+    return Error{Error::Kind::kIo, text.error().errnum, std::strerror(text.error().errnum)};
   return text;
 }
 

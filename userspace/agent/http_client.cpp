@@ -29,7 +29,8 @@ HttpClient::HttpClient() {
 HttpClient::~HttpClient() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
 
 std::string HttpClient::escape(const std::string& text) {
-  char* escaped = curl_easy_escape(static_cast<CURL*>(curl_), text.data(), static_cast<int>(text.size()));
+  char* escaped =
+      curl_easy_escape(static_cast<CURL*>(curl_), text.data(), static_cast<int>(text.size()));
   std::string out = escaped != nullptr ? escaped : "";
   curl_free(escaped);
   return out;
@@ -41,12 +42,13 @@ HttpResponse HttpClient::post_json(const std::string& url, const std::string& js
   return perform("POST", url, &json, "application/json");
 }
 
-HttpResponse HttpClient::put(const std::string& url, const std::string& body, const std::string& content_type) {
+HttpResponse HttpClient::put(const std::string& url, const std::string& body,
+                             const std::string& content_type) {
   return perform("PUT", url, &body, content_type);
 }
 
-HttpResponse HttpClient::perform(const std::string& method, const std::string& url, const std::string* body,
-                                 const std::string& content_type) {
+HttpResponse HttpClient::perform(const std::string& method, const std::string& url,
+                                 const std::string* body, const std::string& content_type) {
   HttpResponse out;
   auto* curl = static_cast<CURL*>(curl_);
   if (curl == nullptr) {

@@ -25,7 +25,8 @@ class HttpClient {
   // `url` is complete (base, path, query). A JSON body for POST; any bytes for PUT.
   HttpResponse get(const std::string& url);
   HttpResponse post_json(const std::string& url, const std::string& json);
-  HttpResponse put(const std::string& url, const std::string& body, const std::string& content_type);
+  HttpResponse put(const std::string& url, const std::string& body,
+                   const std::string& content_type);
 
   // `text` percent-encoded for a query value.
   std::string escape(const std::string& text);

@@ -63,8 +63,7 @@ std::optional<uint32_t> fs_uid(const std::string& status) {
   const size_t at = status.find("\nUid:");
   if (at == std::string::npos) return std::nullopt;
   unsigned r = 0, e = 0, s = 0, f = 0;
-  if (std::sscanf(status.c_str() + at + 5, "%u %u %u %u", &r, &e, &s, &f) != 4)
-    return std::nullopt;
+  if (std::sscanf(status.c_str() + at + 5, "%u %u %u %u", &r, &e, &s, &f) != 4) return std::nullopt;
   return f;
 }
 
@@ -147,9 +146,9 @@ InjectOutcome outcome_of_result(pid_t pid, std::string_view result_json,
   rapidjson::Document doc;
   doc.Parse(result_json.data(), result_json.size());
   if (doc.HasParseError() || !doc.IsObject()) {
-    return {InjectVerdict::kError,
-            pid_text(pid) + ": the injected script's result is unreadable: " +
-                std::string(result_json.substr(0, 200))};
+    return {InjectVerdict::kError, pid_text(pid) +
+                                       ": the injected script's result is unreadable: " +
+                                       std::string(result_json.substr(0, 200))};
   }
   const std::string python = string_member(doc, "python");
   const std::string exe = string_member(doc, "executable");
@@ -163,8 +162,9 @@ InjectOutcome outcome_of_result(pid_t pid, std::string_view result_json,
     if (already != doc.MemberEnd() && already->value.IsBool() && already->value.GetBool()) {
       line += " (PEP 768); its own autoprofile() settings stay";
     } else {
-      line += " (PEP 768) and turned on autoprofile(sample_rate=0): its predict() calls are "
-              "recorded only while an agent is attached";
+      line +=
+          " (PEP 768) and turned on autoprofile(sample_rate=0): its predict() calls are "
+          "recorded only while an agent is attached";
     }
     const auto secs = doc.FindMember("seconds");
     if (secs != doc.MemberEnd() && secs->value.IsNumber()) {
@@ -195,7 +195,8 @@ InjectOutcome outcome_of_result(pid_t pid, std::string_view result_json,
   if (!package_dir.empty()) {
     line += "; tried --inject-path " + package_dir +
             " (as the target sees it): give a directory holding a mlflow_profiler built for "
-            "Python " + python;
+            "Python " +
+            python;
   } else {
     line += "; tried its sys.path (" + tried +
             "): install mlflow-profiler into its environment, or give --inject-path DIR (a "
@@ -242,8 +243,7 @@ std::string ptrace_scope_refusal(pid_t pid, std::string_view scope_text) {
 
 std::string too_old_line(pid_t pid, const PyVersion& version) {
   return pid_text(pid) + " runs Python " + version.text() +
-         ", which cannot run code sent from outside (PEP 768 came in Python 3.14): " +
-         kRestartFix;
+         ", which cannot run code sent from outside (PEP 768 came in Python 3.14): " + kRestartFix;
 }
 
 // ---- one injection -----------------------------------------------------------
@@ -260,8 +260,8 @@ void Injection::refuse_send(const RemoteExecError& why) {
   const std::string who = pid_text(pid_) + " (Python " + offsets_->version.text() + ")";
   switch (why.reason) {
     case RemoteExecRefusal::kDisabled: {
-      const std::string reason = remote_debug_off_reason(
-          proc_text(dir + "/environ").value_or(""), proc_text(dir + "/cmdline").value_or(""));
+      const std::string reason = remote_debug_off_reason(proc_text(dir + "/environ").value_or(""),
+                                                         proc_text(dir + "/cmdline").value_or(""));
       refuse(InjectVerdict::kCannotProfile, who + " does not allow code sent from outside " +
                                                 "(PEP 768): " + reason + "; " + kRestartFix);
       break;
@@ -366,15 +366,15 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
   const std::string script = inject_script(in->dir_target_, opts.package_dir);
   const int sfd = ::openat(in->dir_fd_, "inject.py",
                            O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  const bool written = sfd >= 0 && ::fchmod(sfd, 0644) == 0 &&
-                       ::write(sfd, script.data(), script.size()) ==
-                           static_cast<ssize_t>(script.size());
+  const bool written =
+      sfd >= 0 && ::fchmod(sfd, 0644) == 0 &&
+      ::write(sfd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
   const int write_errno = errno;
   if (sfd >= 0) ::close(sfd);
   if (!written) {
     in->refuse(InjectVerdict::kError, who + ": cannot write the injected script " +
-                                          in->dir_target_ + "/inject.py: " +
-                                          std::strerror(write_errno));
+                                          in->dir_target_ +
+                                          "/inject.py: " + std::strerror(write_errno));
     return in;
   }
 
@@ -406,8 +406,9 @@ const InjectOutcome* Injection::wait(const std::function<bool()>& stop) {
       ::close(fd);
       may_be_pending_ = false;
       if (text.empty()) {
-        refuse(InjectVerdict::kError, who + ": the injected script's result could not be read "
-                                            "(not a file of the target's uid)");
+        refuse(InjectVerdict::kError, who +
+                                          ": the injected script's result could not be read "
+                                          "(not a file of the target's uid)");
       } else {
         outcome_ = outcome_of_result(pid_, text, opts_.package_dir);
       }

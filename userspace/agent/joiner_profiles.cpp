@@ -56,7 +56,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   SessionState& s = node.mapped();
   proc.by_start.erase({s.start_ns, serial});
   events_held -= std::min(events_held, s.events);
-  if (s.unreadable && s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
+  if (s.unreadable &&
+      s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
     trim(proc);
     return;
   }
@@ -93,7 +94,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     FunctionKind kind = flags & kEvBlock       ? FunctionKind::kBlock
                         : flags & kEvCFunction ? FunctionKind::kC
                                                : FunctionKind::kPython;
-    if (id < proc.named_function.size() && proc.named_function[id] != kNotNamed && proc.named_kind[id] == kind)
+    if (id < proc.named_function.size() && proc.named_function[id] != kNotNamed &&
+        proc.named_kind[id] == kind)
       return proc.named_function[id];
     auto known = proc.functions.find(id);
     if (known == proc.functions.end()) ++stats.names_lost;
@@ -103,7 +105,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
       local = p.functions.add("<function " + std::to_string(id) + ">", "", "", 0, kind, false);
     } else {
       const FunctionName& f = known->second;
-      const bool user = kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && f.user_file);
+      const bool user =
+          kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && f.user_file);
       local = p.functions.add(f.name, f.module, f.file,
                               static_cast<int32_t>(std::clamp<int64_t>(f.line, 0, INT32_MAX)), kind,
                               user);
@@ -112,7 +115,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     return local;
   };
   auto local_label = [&](uint32_t id) {
-    if (id < proc.named_label.size() && proc.named_label[id] != kNotNamed) return proc.named_label[id];
+    if (id < proc.named_label.size() && proc.named_label[id] != kNotNamed)
+      return proc.named_label[id];
     auto known = proc.labels.find(id);
     if (known == proc.labels.end()) ++stats.names_lost;
     if (auto it = smap.find(id); it != smap.end()) return it->second;
@@ -155,7 +159,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   p.stats.events_captured = events;
   drop_empty_lanes(p);  // as the in-process session does
   build_tree(p);
-  group_framework_spans(p, &proc.grouping);  // MLflow's own calls as one node per run, as in process
+  group_framework_spans(p,
+                        &proc.grouping);  // MLflow's own calls as one node per run, as in process
   learn_names(proc, p, fmap, smap);
 
   // What the kernel saw of the session's threads: its lanes' threads and the
@@ -173,7 +178,8 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
       // session started often exits just after the session ended (records
       // up to the joiner's hold still land here).
       auto started = lifetime_of.find(ev.tid);
-      if (ev.start || started == lifetime_of.end() || k.threads[started->second].start_ns == 0) continue;
+      if (ev.start || started == lifetime_of.end() || k.threads[started->second].start_ns == 0)
+        continue;
     }
     if (ev.start) {
       if (!tids.count(ev.parent_tid) || lifetime_of.count(ev.tid)) continue;

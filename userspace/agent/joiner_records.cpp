@@ -295,7 +295,8 @@ void Joiner::State::chunk(const mlprof_ev_chunk& r, const char* data) {
   }
   s->body_total = r.total;
   const std::string_view piece(data, r.bytes);
-  if (r.offset == 0 && r.bytes == r.total) return apply_body(*p, *s, piece);  // one piece: read in place
+  if (r.offset == 0 && r.bytes == r.total)
+    return apply_body(*p, *s, piece);  // one piece: read in place
   if (r.offset == 0) s->body.reserve(r.total);
   s->body.append(piece);
   if (s->body.size() == s->body_total) apply_body(*p, *s, s->body);
@@ -371,7 +372,8 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
     lane.thread_id = ml.thread_ident;
     lane.thread_name = field(ml.thread_name);
     lane.task = ml.task;
-    lane.parent_lane = ml.parent_lane == MLPROF_NO_PARENT_LANE ? -1 : static_cast<int32_t>(ml.parent_lane);
+    lane.parent_lane =
+        ml.parent_lane == MLPROF_NO_PARENT_LANE ? -1 : static_cast<int32_t>(ml.parent_lane);
     lane.parent_call = ml.parent_call;
     lane.dropped = ml.dropped;
     lane.truncated = ml.truncated != 0;
@@ -381,8 +383,9 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
     if (n < ml.events) lane.truncated = true;
     if (s.events + n > limits.max_events_per_session || events_held + n > limits.max_events_total) {
       ++stats.events_over_cap;
-      n = std::min(limits.max_events_per_session - std::min(limits.max_events_per_session, s.events),
-                   limits.max_events_total - std::min(limits.max_events_total, events_held));
+      n = std::min(
+          limits.max_events_per_session - std::min(limits.max_events_per_session, s.events),
+          limits.max_events_total - std::min(limits.max_events_total, events_held));
       lane.truncated = true;
     }
     lane.events.resize(n);
@@ -392,7 +395,8 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
       const auto newest = head.version == MLPROF_SPANS_MARKS_VERSION   ? EventKind::kMark
                           : head.version == MLPROF_SPANS_FOLDS_VERSION ? EventKind::kFoldCount
                                                                        : EventKind::kLabel;
-      if (e.kind < static_cast<uint8_t>(EventKind::kCall) || e.kind > static_cast<uint8_t>(newest)) {
+      if (e.kind < static_cast<uint8_t>(EventKind::kCall) ||
+          e.kind > static_cast<uint8_t>(newest)) {
         ++stats.malformed;
         lane.events.resize(k);
         lane.truncated = true;

@@ -52,12 +52,12 @@ struct SessionState {
   bool ended = false;
   std::map<uint32_t, LaneState> lanes;  // by lane number (lane 0 began the session)
   // Contract v2: the session_spans body as its pieces arrive (in order).
-  bool delivered = false;       // a piece arrived: the body, not span records, fills the lanes
-  bool body_gap = false;        // a piece is missing
+  bool delivered = false;  // a piece arrived: the body, not span records, fills the lanes
+  bool body_gap = false;   // a piece is missing
   uint32_t body_total = 0;
   std::string body;
-  bool lane_dropped = false;    // the lanes carry their own dropped counts (the body's)
-  bool unreadable = false;      // its body is of a newer contract: it is not shown
+  bool lane_dropped = false;  // the lanes carry their own dropped counts (the body's)
+  bool unreadable = false;    // its body is of a newer contract: it is not shown
   std::string trace_id, span_id;
 };
 
@@ -103,7 +103,7 @@ struct ProcessState {
   std::vector<uint32_t> named_function;
   std::vector<FunctionKind> named_kind;  // the kind it was added with
   std::vector<uint32_t> named_label;
-  GroupCache grouping;  // the framework grouping's classes of `names`
+  GroupCache grouping;    // the framework grouping's classes of `names`
   uint64_t last_use = 0;  // the joiner's record count when last touched (eviction order)
 };
 
@@ -154,7 +154,8 @@ struct Joiner::State {
   void hand_out(const std::function<void(Profile&)>& each);
   void close_process(uint32_t tgid, int64_t now_ns);
   void trim(ProcessState& proc);
-  void learn_names(ProcessState& proc, const Profile& p, const std::unordered_map<uint32_t, uint32_t>& fmap,
+  void learn_names(ProcessState& proc, const Profile& p,
+                   const std::unordered_map<uint32_t, uint32_t>& fmap,
                    const std::unordered_map<uint32_t, uint32_t>& smap);
   // Finalizes the sessions that ended before ended_before_ns; with `each`,
   // hands each out as it is built (hand_out).

@@ -320,7 +320,8 @@ std::optional<PodNames> PodResolver::from_runtime(const std::string& id) {
     if (!is_dir(containerd_dir) && !is_dir(crio_run) && !is_dir(crio_lib)) {
       note("missing", "no containerd or CRI-O state under " + at("run") +
                           " (io.containerd.runtime.v2.task/k8s.io, containers/storage): pod "
-                          "names come from " + at("var/log/pods"));
+                          "names come from " +
+                          at("var/log/pods"));
     }
   }
   return std::nullopt;

@@ -47,10 +47,10 @@ std::optional<PodCgroup> pod_cgroup_in_proc(std::string_view proc_cgroup);
 struct PodNames {
   std::string namespace_;  // the pod's namespace
   std::string pod;
-  std::string uid;         // the pod's uid
-  std::string container;   // "" when not known
-  std::string source;      // where the names came from: "containerd", "cri-o", "pod logs"
-  bool sandbox = false;    // the runtime's state says: the pod's sandbox (pause) container
+  std::string uid;        // the pod's uid
+  std::string container;  // "" when not known
+  std::string source;     // where the names came from: "containerd", "cri-o", "pod logs"
+  bool sandbox = false;   // the runtime's state says: the pod's sandbox (pause) container
 
   // "ml/scorer-6c5d8/model", or "ml/scorer-6c5d8" without a container.
   std::string path() const;

@@ -56,7 +56,8 @@ using namespace mlprof::agent;
 
 // Exit statuses (docs/ebpf.md, usage()).
 constexpr int kExitOk = 0;
-constexpr int kExitError = 1;      // runtime error: writing the output or the store, reading the ring buffer
+constexpr int kExitError =
+    1;  // runtime error: writing the output or the store, reading the ring buffer
 constexpr int kExitUsage = 2;      // the command line
 constexpr int kExitPrivilege = 3;  // not privileged, no BTF, the kernel refused the programs
 constexpr int kExitNoTarget = 4;   // no such pid / container / cgroup
@@ -176,9 +177,11 @@ Stop open_spool(const Options& opts, Outputs& out) {
     // not land in a production store): said, and left for a run with it.
     say("spool " + spool.dir() + ": " + plural(st.resumed, "item", "items") +
         " of a previous run to deliver" +
-        (st.corrupt > 0 ? ", " + std::to_string(st.corrupt) + " unreadable set aside in corrupt/" : "") +
-        (st.others > 0 ? "; left there, not for this sink (" + sink.identity() + "): " + spool.others_text()
-                       : ""));
+        (st.corrupt > 0 ? ", " + std::to_string(st.corrupt) + " unreadable set aside in corrupt/"
+                        : "") +
+        (st.others > 0
+             ? "; left there, not for this sink (" + sink.identity() + "): " + spool.others_text()
+             : ""));
   }
   spool.start(sink);
   return std::nullopt;
@@ -209,11 +212,12 @@ Stop find_targets(const Options& opts, std::unique_ptr<TargetFinder>& finder) {
   // process of the same pod) is fine.
   const std::string pids_hidden = host_pids_hidden();
   if (!pids_hidden.empty() && opts.pids.empty()) return fail(kExitHostPid, pids_hidden);
-  auto found =
-      TargetFinder::create(TargetSelection{opts.pids, opts.container, opts.cgroup, opts.all, opts.pod},
-                           host_paths(opts));
-  if (!found) return fail(pids_hidden.empty() ? kExitNoTarget : kExitHostPid,
-                          pids_hidden.empty() ? found.error().message : pids_hidden);
+  auto found = TargetFinder::create(
+      TargetSelection{opts.pids, opts.container, opts.cgroup, opts.all, opts.pod},
+      host_paths(opts));
+  if (!found)
+    return fail(pids_hidden.empty() ? kExitNoTarget : kExitHostPid,
+                pids_hidden.empty() ? found.error().message : pids_hidden);
   finder = std::move(found.value());
   // A --pid that can never load the extension (not Python, no USDT notes of
   // its own).
@@ -238,7 +242,8 @@ int inject_status(InjectVerdict v) {
 }
 
 // Loads the BPF programs with the finder's kernel filter.
-Stop load_programs(const Options& opts, const TargetFinder& finder, std::unique_ptr<BpfLoader>& loader) {
+Stop load_programs(const Options& opts, const TargetFinder& finder,
+                   std::unique_ptr<BpfLoader>& loader) {
   LoaderOptions lopts;
   lopts.cgroup_id = finder.cgroup_id();
   lopts.cgroup_level = finder.cgroup_level();
@@ -262,8 +267,10 @@ Stop load_programs(const Options& opts, const TargetFinder& finder, std::unique_
   }
   loader = std::move(loaded.value());
   if (!loader->session_spans() && !opts.per_span_probes) {
-    say("this kernel has no bpf_loop (Linux 5.17+): spans come through the per-span probes, which cost "
-        "the targets a uprobe hit per span (about 3 us) instead of one per session; docs/ebpf.md, \"Kernels\"");
+    say("this kernel has no bpf_loop (Linux 5.17+): spans come through the per-span probes, which "
+        "cost "
+        "the targets a uprobe hit per span (about 3 us) instead of one per session; docs/ebpf.md, "
+        "\"Kernels\"");
   }
   return std::nullopt;
 }
@@ -308,7 +315,8 @@ struct Capture {
 // The agent over the loaded programs, and --continuous's rotation.
 void make_agent(Capture& c) {
   const Options& opts = c.opts;
-  c.agent = std::make_unique<Agent>(opts, *c.loader, session_meta(opts, c.finder), c.out.writer.get());
+  c.agent =
+      std::make_unique<Agent>(opts, *c.loader, session_meta(opts, c.finder), c.out.writer.get());
   c.duty = DutyCycle{opts.duty_on_ns, opts.duty_period_ns};
   c.on_since = unix_now_ns();
   if (opts.continuous) {
@@ -320,7 +328,8 @@ void make_agent(Capture& c) {
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
     copts.node = node != nullptr && *node != '\0' ? node : host;
-    c.continuous = std::make_unique<Continuous>(copts, *c.out.spool, *c.out.sink, stdout, unix_now_ns());
+    c.continuous =
+        std::make_unique<Continuous>(copts, *c.out.spool, *c.out.sink, stdout, unix_now_ns());
     c.agent->set_continuous(c.continuous.get());
   }
 }
@@ -369,7 +378,8 @@ void start_capture(Capture& c) {
   say_watching(c);
   if (HealthFile* health = c.out.health.get()) {
     Outputs& out = c.out;
-    if (out.spool) health->set_delivery([&out] { return delivery_progress(*out.spool, *out.sink); });
+    if (out.spool)
+      health->set_delivery([&out] { return delivery_progress(*out.spool, *out.sink); });
     health->set_ready(health_clock_ns());  // programs loaded, first scan done
   }
   c.targets_gone = c.finder.pids_all_gone();
@@ -382,8 +392,10 @@ void follow_duty_cycle(Capture& c) {
   if (const bool on = c.duty.on_at(unow); on != c.agent->capturing()) {
     c.agent->set_capture(on, c.finder.current());
     if (c.continuous) c.continuous->capture_changed(on, unow);
-    if (on) c.on_since = unow;
-    else c.profiled_ns += unow - c.on_since;
+    if (on)
+      c.on_since = unow;
+    else
+      c.profiled_ns += unow - c.on_since;
   }
 }
 
@@ -405,7 +417,8 @@ void capture_loop(Capture& c) {
     if (now_ns() >= next_rescan) {
       agent.apply(c.finder.rescan());
       say_notes(c.finder);
-      const bool all_attached = !opts.pids.empty() && c.finder.waiting_pids().empty() && !agent.attached().empty();
+      const bool all_attached =
+          !opts.pids.empty() && c.finder.waiting_pids().empty() && !agent.attached().empty();
       next_rescan = now_ns() + (all_attached ? kRescanAttachedNs : kRescanNs);
       c.targets_gone = c.finder.pids_all_gone();
     }
@@ -439,7 +452,8 @@ void stop_capture(Capture& c, struct sigaction& sa) {
   agent.set_sessions_shed(c.stats.shed);
   if (c.continuous) c.continuous->set_capture_counters(c.stats.lost, c.stats.shed);
 
-  if (stop_signal() != 0) say(std::string("stopping on ") + stop_signal_name());
+  if (stop_signal() != 0)
+    say(std::string("stopping on ") + stop_signal_name());
   else if (c.targets_gone)
     say("every target process has exited");
   else if (agent.stdout_broken())
@@ -449,8 +463,9 @@ void stop_capture(Capture& c, struct sigaction& sa) {
   if (c.duty.enabled()) {
     const int64_t profiled_ns = c.profiled_ns, start = c.start;
     char line[160];
-    std::snprintf(line, sizeof line, "profiled %.0f s of %.0f s (%.0f%%, duty cycle %s)", profiled_ns / 1e9,
-                  (now_ns() - start) / 1e9, 100.0 * profiled_ns / std::max<int64_t>(now_ns() - start, 1),
+    std::snprintf(line, sizeof line, "profiled %.0f s of %.0f s (%.0f%%, duty cycle %s)",
+                  profiled_ns / 1e9, (now_ns() - start) / 1e9,
+                  100.0 * profiled_ns / std::max<int64_t>(now_ns() - start, 1),
                   c.duty.text().c_str());
     say(line);
   }
@@ -476,14 +491,15 @@ int finish_continuous(Capture& c) {
   spool.stop();
   const SpoolStats st = spool.stats();
   std::string line = "stopped: delivered " + std::to_string(st.delivered) + ", spooled " +
-                     std::to_string(st.pending) + ", dropped " + std::to_string(st.dropped()) + "; sink " +
-                     sink.describe();
+                     std::to_string(st.pending) + ", dropped " + std::to_string(st.dropped()) +
+                     "; sink " + sink.describe();
   if (const auto kept = sink.retention()) line += "; " + retention_text(*kept);
   if (!empty) {
     line += "; left in " + spool.dir() + " for the next run";
     if (!st.last_error.empty()) line += " (" + st.last_error + ")";
   }
-  if (st.others > 0) line += "; left in " + spool.dir() + " for other sinks: " + spool.others_text();
+  if (st.others > 0)
+    line += "; left in " + spool.dir() + " for other sinks: " + spool.others_text();
   write_stdout("mlprof-ebpf: " + line + "\n");
   if (c.agent->poll_error() != 0) return kExitError;
   return c.stats.lost > 0 ? kExitLost : kExitOk;
@@ -509,7 +525,8 @@ int finish_store(const Capture& c, int status) {
   if (opts.stream && st.failed + st.dropped > 0) {
     std::string line = plural(st.failed + st.dropped, "session was", "sessions were") +
                        " not added to the store " + opts.store + ":";
-    if (st.failed > 0) line += " " + std::to_string(st.failed) + " failed (the first is said above)";
+    if (st.failed > 0)
+      line += " " + std::to_string(st.failed) + " failed (the first is said above)";
     if (st.dropped > 0) {
       line += std::string(st.failed > 0 ? "," : "") + " " + std::to_string(st.dropped) +
               " dropped (the store fell " + std::to_string(StoreWriter::kDefaultCapacity) +
@@ -527,8 +544,8 @@ int say_counts(const Capture& c, int status) {
   if (c.opts.verbose > 0) {
     const JoinerStats js = c.agent->joiner_stats();
     say("records " + std::to_string(stats.records) + ", lost " + std::to_string(stats.lost) +
-        ", shed " + std::to_string(stats.shed) +
-        ", sessions " + std::to_string(js.sessions_finished) + " (truncated " +
+        ", shed " + std::to_string(stats.shed) + ", sessions " +
+        std::to_string(js.sessions_finished) + " (truncated " +
         std::to_string(js.sessions_truncated) + "), unmatched " + std::to_string(js.unmatched) +
         ", malformed " + std::to_string(js.malformed) +
         (js.lanes_unjoined > 0
@@ -537,8 +554,10 @@ int say_counts(const Capture& c, int status) {
   }
   if (stats.shed > 0) {
     say(plural(stats.shed, "session was", "sessions were") +
-        " not captured: the agent fell behind (half its ring buffer unread) and skipped them whole, "
-        "so every session captured is complete; --duty-cycle, or fewer targets per agent, lowers the load");
+        " not captured: the agent fell behind (half its ring buffer unread) and skipped them "
+        "whole, "
+        "so every session captured is complete; --duty-cycle, or fewer targets per agent, lowers "
+        "the load");
   }
   if (stats.lost > 0) {
     say(plural(stats.lost, "event was", "events were") +
@@ -557,11 +576,13 @@ int finish_capture(Capture& c) {
   int status = agent.poll_error() != 0 ? kExitError : kExitOk;
   // --pid processes that never loaded the extension, however the capture ended.
   c.attached_once = c.attached_once || c.attached_or_paused();
-  const std::vector<pid_t> never_loaded = c.attached_once ? std::vector<pid_t>{} : c.finder.waiting_pids();
+  const std::vector<pid_t> never_loaded =
+      c.attached_once ? std::vector<pid_t>{} : c.finder.waiting_pids();
   if (!never_loaded.empty()) {
     const int64_t waited_s = (now_ns() - c.start) / 1'000'000'000;
     say("pid " + std::to_string(never_loaded.front()) + " did not load mlflow_profiler in " +
-        std::to_string(waited_s) + " s: the target must import mlflow_profiler (autoprofile() "
+        std::to_string(waited_s) +
+        " s: the target must import mlflow_profiler (autoprofile() "
         "or a profiling session) before it can be profiled from outside");
     if (status == kExitOk) status = kExitNotPython;
   }
@@ -588,7 +609,8 @@ int finish_capture(Capture& c) {
     status = kExitError;
   }
   if (agent.stall_report().sessions() == 0 && never_loaded.empty()) {
-    if (agent.joiner_stats().bodies_unknown_version == 0)  // else the newer contract's line said why
+    if (agent.joiner_stats().bodies_unknown_version ==
+        0)  // else the newer contract's line said why
       say("no predict() session was captured: does the target call predict() under autoprofile() "
           "(or a profiling session) while the agent runs?");
     if (status == kExitOk) status = kExitNothing;

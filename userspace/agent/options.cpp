@@ -8,7 +8,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#ifndef MLPROF_VERSION  // pyproject.toml's version, passed by CMake (userspace/agent/CMakeLists.txt)
+#ifndef MLPROF_VERSION  // pyproject.toml's version, passed by CMake
+                        // (userspace/agent/CMakeLists.txt)
 #error "MLPROF_VERSION: build through CMake, which reads it from pyproject.toml"
 #endif
 
@@ -65,7 +66,8 @@ constexpr option kLongOptions[] = {
     {"help", no_argument, nullptr, kHelp},
     {"version", no_argument, nullptr, kVersion},
     {"ring-kb", required_argument, nullptr, kRingKb},  // hidden: tests of lost events
-    {"per-span-probes", no_argument, nullptr, kPerSpanProbes},  // hidden: tests of the pre-5.17 delivery
+    {"per-span-probes", no_argument, nullptr,
+     kPerSpanProbes},  // hidden: tests of the pre-5.17 delivery
     {"inject", no_argument, nullptr, kInject},
     {"inject-path", required_argument, nullptr, kInjectPath},
     {"continuous", no_argument, nullptr, kContinuous},
@@ -198,7 +200,8 @@ Result<Options> parse_options(int argc, char* const* argv) {
         break;
       case kHealthFile:
         if (arg.empty()) {
-          return usage_error("--health-file needs a file name, e.g. --health-file /run/mlprof/health");
+          return usage_error(
+              "--health-file needs a file name, e.g. --health-file /run/mlprof/health");
         }
         opts.health_file = arg;
         break;
@@ -243,22 +246,26 @@ Result<Options> parse_options(int argc, char* const* argv) {
         opts.stream = true;
         break;
       case kStore:
-        if (arg.empty()) return usage_error("--store needs a SQLite file, e.g. --store profiles.db");
+        if (arg.empty())
+          return usage_error("--store needs a SQLite file, e.g. --store profiles.db");
         if (!opts.store.empty()) {
-          return usage_error("--store given twice ('" + opts.store + "', '" + arg +
-                             "'): the agent adds to one store; merge stores later with `mlprof combine`");
+          return usage_error(
+              "--store given twice ('" + opts.store + "', '" + arg +
+              "'): the agent adds to one store; merge stores later with `mlprof combine`");
         }
         if (arg.rfind("postgresql://", 0) == 0 || arg.rfind("postgres://", 0) == 0) {
-          return usage_error("--store '" + arg +
-                             "': the agent writes SQLite stores only; for PostgreSQL write -o FILE.json "
-                             "and run `mlprof add URL FILE.json`");
+          return usage_error(
+              "--store '" + arg +
+              "': the agent writes SQLite stores only; for PostgreSQL write -o FILE.json "
+              "and run `mlprof add URL FILE.json`");
         }
         opts.store = arg;
         break;
       case kLabel: {
         const size_t eq = arg.find('=');
         if (eq == std::string::npos || eq == 0) {
-          return usage_error("--label takes KEY=VALUE, got '" + arg + "': e.g. --label model=fraud");
+          return usage_error("--label takes KEY=VALUE, got '" + arg +
+                             "': e.g. --label model=fraud");
         }
         opts.labels[arg.substr(0, eq)] = arg.substr(eq + 1);
         break;
@@ -278,19 +285,22 @@ Result<Options> parse_options(int argc, char* const* argv) {
         break;
       case kSink:
         if (arg.empty()) {
-          return usage_error("--sink needs a URL: a directory, sqlite:///PATH, postgresql://... or "
-                             "http://MLFLOW:5000");
+          return usage_error(
+              "--sink needs a URL: a directory, sqlite:///PATH, postgresql://... or "
+              "http://MLFLOW:5000");
         }
         opts.sink = arg;
         break;
       case kSpool:
-        if (arg.empty()) return usage_error("--spool needs a directory, e.g. --spool /var/lib/mlprof/spool");
+        if (arg.empty())
+          return usage_error("--spool needs a directory, e.g. --spool /var/lib/mlprof/spool");
         opts.spool = arg;
         break;
       case kRotate: {
         auto ns = parse_duration_ns(arg);
         if (!ns || *ns < 1'000'000'000) {
-          return usage_error("--rotate '" + arg + "' is not a period of at least 1 s: e.g. --rotate 60s or --rotate 5m");
+          return usage_error("--rotate '" + arg +
+                             "' is not a period of at least 1 s: e.g. --rotate 60s or --rotate 5m");
         }
         opts.rotate_ns = *ns;
         given_continuous_only = given_continuous_only.empty() ? "--rotate" : given_continuous_only;
@@ -298,44 +308,57 @@ Result<Options> parse_options(int argc, char* const* argv) {
       }
       case kSpoolMaxMb: {
         auto mb = parse_integer(arg, 1, 1 << 20);
-        if (!mb) return usage_error("--spool-max-mb '" + arg + "' is not a size in MiB: e.g. --spool-max-mb 256");
+        if (!mb)
+          return usage_error("--spool-max-mb '" + arg +
+                             "' is not a size in MiB: e.g. --spool-max-mb 256");
         opts.spool_max_bytes = static_cast<uint64_t>(*mb) << 20;
-        given_continuous_only = given_continuous_only.empty() ? "--spool-max-mb" : given_continuous_only;
+        given_continuous_only =
+            given_continuous_only.empty() ? "--spool-max-mb" : given_continuous_only;
         break;
       }
       case kSinkMaxMb: {
         auto mb = parse_integer(arg, 1, 1 << 30);
-        if (!mb) return usage_error("--sink-max-mb '" + arg + "' is not a size in MiB: e.g. --sink-max-mb 1024");
+        if (!mb)
+          return usage_error("--sink-max-mb '" + arg +
+                             "' is not a size in MiB: e.g. --sink-max-mb 1024");
         opts.sink_max_bytes = static_cast<uint64_t>(*mb) << 20;
         if (opts.sink_bound_given.empty()) opts.sink_bound_given = "--sink-max-mb";
-        given_continuous_only = given_continuous_only.empty() ? "--sink-max-mb" : given_continuous_only;
+        given_continuous_only =
+            given_continuous_only.empty() ? "--sink-max-mb" : given_continuous_only;
         break;
       }
       case kSinkMaxAge: {
         auto ns = parse_duration_ns(arg);
         if (!ns || *ns < 1'000'000'000) {
-          return usage_error("--sink-max-age '" + arg + "' is not an age of at least 1 s: e.g. --sink-max-age 7d");
+          return usage_error("--sink-max-age '" + arg +
+                             "' is not an age of at least 1 s: e.g. --sink-max-age 7d");
         }
         opts.sink_max_age_ns = *ns;
         if (opts.sink_bound_given.empty()) opts.sink_bound_given = "--sink-max-age";
-        given_continuous_only = given_continuous_only.empty() ? "--sink-max-age" : given_continuous_only;
+        given_continuous_only =
+            given_continuous_only.empty() ? "--sink-max-age" : given_continuous_only;
         break;
       }
       case kRetryMax: {
         auto ns = parse_duration_ns(arg);
-        if (!ns) return usage_error("--retry-max '" + arg + "' is not a duration: e.g. --retry-max 60s");
+        if (!ns)
+          return usage_error("--retry-max '" + arg + "' is not a duration: e.g. --retry-max 60s");
         opts.retry_max_ns = *ns;
-        given_continuous_only = given_continuous_only.empty() ? "--retry-max" : given_continuous_only;
+        given_continuous_only =
+            given_continuous_only.empty() ? "--retry-max" : given_continuous_only;
         break;
       }
       case kDutyCycle: {
         const size_t slash = arg.find('/');
-        auto on = slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(0, slash));
-        auto period = slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(slash + 1));
+        auto on =
+            slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(0, slash));
+        auto period =
+            slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(slash + 1));
         if (!on || !period || *on >= *period) {
-          return usage_error("--duty-cycle '" + arg +
-                             "' is not ON/PERIOD with ON shorter than PERIOD: e.g. --duty-cycle 10s/60s "
-                             "(capture on for 10 s of every minute)");
+          return usage_error(
+              "--duty-cycle '" + arg +
+              "' is not ON/PERIOD with ON shorter than PERIOD: e.g. --duty-cycle 10s/60s "
+              "(capture on for 10 s of every minute)");
         }
         opts.duty_on_ns = *on;
         opts.duty_period_ns = *period;
@@ -358,9 +381,10 @@ Result<Options> parse_options(int argc, char* const* argv) {
         break;
       case kInjectPath:
         if (arg.empty() || arg.front() != '/') {
-          return usage_error("--inject-path '" + arg +
-                             "' must be an absolute directory, as the target process sees it, "
-                             "holding mlflow_profiler: e.g. --inject-path /opt/mlprof/site-packages");
+          return usage_error(
+              "--inject-path '" + arg +
+              "' must be an absolute directory, as the target process sees it, "
+              "holding mlflow_profiler: e.g. --inject-path /opt/mlprof/site-packages");
         }
         opts.inject_path = arg;
         break;
@@ -387,31 +411,39 @@ Result<Options> parse_options(int argc, char* const* argv) {
   }
   if (opts.help || opts.version) return opts;
   if (!opts.sink.empty() || opts.spool != Options{}.spool) {
-    given_continuous_only = given_continuous_only.empty() ? (opts.sink.empty() ? "--spool" : "--sink")
-                                                          : given_continuous_only;
+    given_continuous_only = given_continuous_only.empty()
+                                ? (opts.sink.empty() ? "--spool" : "--sink")
+                                : given_continuous_only;
   }
   if (!opts.continuous && !given_continuous_only.empty()) {
-    return usage_error(given_continuous_only + " belongs to the continuous agent: give --continuous --sink URL too");
+    return usage_error(given_continuous_only +
+                       " belongs to the continuous agent: give --continuous --sink URL too");
   }
   if (opts.continuous) {
     if (opts.sink.empty()) {
-      return usage_error("--continuous needs --sink URL: a directory, sqlite:///PATH, postgresql://... or "
-                         "http://MLFLOW:5000");
+      return usage_error(
+          "--continuous needs --sink URL: a directory, sqlite:///PATH, postgresql://... or "
+          "http://MLFLOW:5000");
     }
     if (!opts.output.empty() || !opts.store.empty() || opts.stream || format_given) {
-      return usage_error("--continuous delivers to --sink every --rotate period: -o, --format, --store and "
-                         "--stream are for a single capture");
+      return usage_error(
+          "--continuous delivers to --sink every --rotate period: -o, --format, --store and "
+          "--stream are for a single capture");
     }
   }
   if (!opts.inject_path.empty() && !opts.inject) {
-    return usage_error("--inject-path says where --inject finds mlflow_profiler: give --inject too");
+    return usage_error(
+        "--inject-path says where --inject finds mlflow_profiler: give --inject too");
   }
   if (opts.inject && opts.pids.empty()) {
-    return usage_error("--inject loads mlflow_profiler into the processes --pid names (PEP 768, "
-                       "one interpreter at a time): give --pid N");
+    return usage_error(
+        "--inject loads mlflow_profiler into the processes --pid names (PEP 768, "
+        "one interpreter at a time): give --pid N");
   }
   if (!opts.labels.empty() && opts.store.empty() && !opts.continuous) {
-    return usage_error("--label labels the sources the agent adds to a store: give --store FILE too (or --continuous --sink URL)");
+    return usage_error(
+        "--label labels the sources the agent adds to a store: give --store FILE too (or "
+        "--continuous --sink URL)");
   }
 
   const int kinds = (opts.pids.empty() ? 0 : 1) + (opts.container.empty() ? 0 : 1) +
@@ -423,7 +455,8 @@ Result<Options> parse_options(int argc, char* const* argv) {
   }
   if (kinds > 1) {
     return usage_error(
-        "--pid, --container, --pod, --cgroup and --all choose targets in different ways: give one of "
+        "--pid, --container, --pod, --cgroup and --all choose targets in different ways: give one "
+        "of "
         "them");
   }
 

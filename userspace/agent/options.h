@@ -32,12 +32,13 @@ struct Options {
   std::string output;     // -o FILE; "": the summary goes to stdout only
   // --format, or the one -o's extension names; nullopt: text.
   std::optional<ExportFormat> format;
-  bool stream = false;    // --stream: print each session as it finishes
+  bool stream = false;  // --stream: print each session as it finishes
   // --store STORE: a SQLite store (path or sqlite:///path) the capture is
   // added to as a source of type ebpf: the whole capture at the end, or with
   // --stream each session as it finishes. "": none.
   std::string store;
-  std::map<std::string, std::string> labels;  // --label KEY=VALUE (repeatable; needs --store or --sink)
+  std::map<std::string, std::string>
+      labels;  // --label KEY=VALUE (repeatable; needs --store or --sink)
   // --continuous (continuous.h, docs/ebpf.md "Continuous mode"): every
   // --rotate period, each workload's sessions go through the --spool
   // directory to --sink, until SIGTERM (or --duration).
@@ -48,12 +49,12 @@ struct Options {
   uint64_t spool_max_bytes = uint64_t{256} << 20;  // --spool-max-mb N
   // A directory sink's retention (sink_dir.h): its files together at most
   // --sink-max-mb MiB, none older than --sink-max-age; the oldest go first.
-  uint64_t sink_max_bytes = uint64_t{1024} << 20;       // --sink-max-mb N
+  uint64_t sink_max_bytes = uint64_t{1024} << 20;             // --sink-max-mb N
   int64_t sink_max_age_ns = int64_t{7} * 86'400'000'000'000;  // --sink-max-age D
   // The first of them given on the command line ("" if neither): said to
   // be ignored for a sink that is not a directory (main.cpp, once it is open).
   std::string sink_bound_given;
-  int64_t retry_max_ns = 60'000'000'000;           // --retry-max DURATION: the back-off's ceiling
+  int64_t retry_max_ns = 60'000'000'000;  // --retry-max DURATION: the back-off's ceiling
   // --duty-cycle ON/PERIOD: capture on for ON of every PERIOD (wall-clock
   // aligned); 0/0: always on.
   int64_t duty_on_ns = 0, duty_period_ns = 0;
@@ -70,8 +71,8 @@ struct Options {
   // directory holding mlflow_profiler, as the target sees it ("": its sys.path).
   bool inject = false;
   std::string inject_path;
-  bool help = false;      // --help: print usage(), exit 0
-  bool version = false;   // --version: print the version, exit 0
+  bool help = false;     // --help: print usage(), exit 0
+  bool version = false;  // --version: print the version, exit 0
 };
 
 // Parses argv (argv[0] is the program name). Errors are one sentence naming

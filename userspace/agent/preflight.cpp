@@ -4,8 +4,8 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,14 +83,15 @@ std::string missing_btf() {
 
 std::string output_unwritable(const std::string& output) {
   const size_t slash = output.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : output.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : output.substr(0, slash);
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) {
     return "cannot write -o " + output + ": its directory " + dir + " does not exist (" +
            std::strerror(errno) + "); create it, or name a file in an existing directory";
   }
-  if (!S_ISDIR(st.st_mode))
-    return "cannot write -o " + output + ": " + dir + " is not a directory";
+  if (!S_ISDIR(st.st_mode)) return "cannot write -o " + output + ": " + dir + " is not a directory";
   // access(W_OK) says nothing of a read-only mount or a full inode table; the
   // atomic write at the end creates a temporary file beside -o, so try one.
   std::string probe = dir + "/.mlprof-ebpf-check-XXXXXX";
@@ -131,7 +132,8 @@ std::string host_pids_hidden(const std::string& proc) {
 
 bool looks_like_python(std::string_view exe_path, std::string_view maps) {
   const size_t slash = exe_path.rfind('/');
-  const std::string_view base = slash == std::string_view::npos ? exe_path : exe_path.substr(slash + 1);
+  const std::string_view base =
+      slash == std::string_view::npos ? exe_path : exe_path.substr(slash + 1);
   if (base.substr(0, 6) == "python") return true;
   return maps.find("/libpython") != std::string_view::npos;
 }

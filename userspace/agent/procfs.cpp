@@ -81,8 +81,7 @@ std::optional<std::string> extension_in_maps(std::string_view maps) {
     const size_t slash = path.rfind('/');
     const std::string_view base = std::string_view(path).substr(slash + 1);
     const std::string_view dir = std::string_view(path).substr(0, slash);
-    if (base.starts_with("_core") && (base.ends_with(".so")) &&
-        dir.ends_with("/mlflow_profiler"))
+    if (base.starts_with("_core") && (base.ends_with(".so")) && dir.ends_with("/mlflow_profiler"))
       return path;
   }
   return std::nullopt;

@@ -39,8 +39,8 @@ struct Layout314 {
         gil_runtime_state_holder, code_object_generation, tlbc_generation;
   } interpreter_state;
   struct {
-    uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id,
-        datastack_chunk, status;
+    uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id, datastack_chunk,
+        status;
   } thread_state;
   uint64_t interpreter_frame[8];
   uint64_t code_object[11];
@@ -58,8 +58,8 @@ struct Layout314 {
   uint64_t gen_object[4];
   uint64_t llist_node[2];
   struct {
-    uint64_t eval_breaker, remote_debugger_support, remote_debugging_enabled,
-        debugger_pending_call, debugger_script_path, debugger_script_path_size;
+    uint64_t eval_breaker, remote_debugger_support, remote_debugging_enabled, debugger_pending_call,
+        debugger_script_path, debugger_script_path_size;
   } debugger_support;
 };
 static_assert(sizeof(Layout314) == 760, "CPython 3.14's sizeof(_Py_DebugOffsets)");
@@ -104,8 +104,8 @@ struct Layout315 {
   uint64_t gen_object[4];
   uint64_t llist_node[2];
   struct {
-    uint64_t eval_breaker, remote_debugger_support, remote_debugging_enabled,
-        debugger_pending_call, debugger_script_path, debugger_script_path_size;
+    uint64_t eval_breaker, remote_debugger_support, remote_debugging_enabled, debugger_pending_call,
+        debugger_script_path, debugger_script_path_size;
   } debugger_support;
 };
 static_assert(sizeof(Layout315) == 888, "CPython 3.15's sizeof(_Py_DebugOffsets)");
@@ -183,8 +183,7 @@ std::optional<uint64_t> pyruntime_in_elf(const ReadAt& read, uint64_t start) {
   if (runtime == nullptr) return std::nullopt;
   if (eh.e_phnum == 0 || eh.e_phnum > 4096) return std::nullopt;
   std::vector<Elf64_Phdr> segments(eh.e_phnum);
-  if (!read(eh.e_phoff, segments.data(), segments.size() * sizeof(Elf64_Phdr)))
-    return std::nullopt;
+  if (!read(eh.e_phoff, segments.data(), segments.size() * sizeof(Elf64_Phdr))) return std::nullopt;
   for (const Elf64_Phdr& p : segments) {
     if (p.p_type != PT_LOAD) continue;
     const uint64_t align = p.p_align > 1 ? p.p_align : 1;
@@ -203,9 +202,9 @@ std::string PyVersion::text() const {
   } else {
     static const char* kLevels[] = {"a", "b", "rc"};
     const bool pre = level() >= 0xA && level() <= 0xC;
-    std::snprintf(t, sizeof t, "%d.%d.%d%s", major(), minor(), micro(),
-                  pre ? (std::string(kLevels[level() - 0xA]) + std::to_string(serial())).c_str()
-                      : "");
+    std::snprintf(
+        t, sizeof t, "%d.%d.%d%s", major(), minor(), micro(),
+        pre ? (std::string(kLevels[level() - 0xA]) + std::to_string(serial())).c_str() : "");
   }
   return t;
 }
@@ -354,8 +353,8 @@ RemoteExecError RemoteProcess::io_error(const std::string& what) const {
                   "attach), and no security module (AppArmor, SELinux) may deny it";
   } else {
     err.reason = RemoteExecRefusal::kIo;
-    err.message = what + " failed: " + std::strerror(e) +
-                  (e == ESRCH ? " (the process exited)" : "");
+    err.message =
+        what + " failed: " + std::strerror(e) + (e == ESRCH ? " (the process exited)" : "");
   }
   return err;
 }
@@ -394,7 +393,8 @@ Result<DebugOffsets> RemoteProcess::debug_offsets(RemoteExecError* why) {
     *why = RemoteExecError{RemoteExecRefusal::kTooOld, 0, "Python " + v->text() + " has no PEP 768",
                            *v};
   } else {
-    *why = RemoteExecError{RemoteExecRefusal::kNoRuntime, 0,
+    *why = RemoteExecError{RemoteExecRefusal::kNoRuntime,
+                           0,
                            "no CPython runtime (.PyRuntime) found in the python executable or "
                            "libpython it maps",
                            {}};
@@ -403,7 +403,7 @@ Result<DebugOffsets> RemoteProcess::debug_offsets(RemoteExecError* why) {
 }
 
 Result<DebugOffsets> RemoteProcess::debug_offsets_in(const std::string& file, uint64_t start,
-                                                    RemoteExecError* why) {
+                                                     RemoteExecError* why) {
   auto none = [&](std::string message) {
     *why = RemoteExecError{RemoteExecRefusal::kNoRuntime, 0, std::move(message), {}};
     return Error{Error::Kind::kUnsupported, 0, why->message};

@@ -57,15 +57,15 @@ struct PyVersion {
 // Why a target's interpreter cannot take a script (RemoteExecError::reason).
 enum class RemoteExecRefusal {
   kNone,
-  kNoRuntime,        // no .PyRuntime section in any python file it maps
-  kTooOld,           // a CPython before 3.14: no PEP 768
-  kUnknownVersion,   // a layout this agent does not know (newer, or a 3.15 alpha/beta)
-  kDisabled,         // config.remote_debug is not 1
-  kNoMainThread,     // no interpreter, or no main thread state (finalizing)
-  kBusy,             // another debugger's script is pending on that thread
-  kPathTooLong,      // the script's path does not fit debugger_script_path
-  kPermission,       // process_vm_readv/writev refused (EPERM): ptrace access
-  kIo,               // a read or write failed otherwise (the process exited ...)
+  kNoRuntime,       // no .PyRuntime section in any python file it maps
+  kTooOld,          // a CPython before 3.14: no PEP 768
+  kUnknownVersion,  // a layout this agent does not know (newer, or a 3.15 alpha/beta)
+  kDisabled,        // config.remote_debug is not 1
+  kNoMainThread,    // no interpreter, or no main thread state (finalizing)
+  kBusy,            // another debugger's script is pending on that thread
+  kPathTooLong,     // the script's path does not fit debugger_script_path
+  kPermission,      // process_vm_readv/writev refused (EPERM): ptrace access
+  kIo,              // a read or write failed otherwise (the process exited ...)
 };
 
 struct RemoteExecError {
@@ -86,11 +86,11 @@ struct DebugOffsets {
   uint64_t interp_threads_main = 0;        // in PyInterpreterState
   uint64_t interp_remote_debug = 0;        // PyInterpreterState.config.remote_debug (int)
   uint64_t interp_size = 0;
-  uint64_t tstate_eval_breaker = 0;        // in PyThreadState (uintptr_t)
-  uint64_t tstate_debugger_support = 0;    // PyThreadState.remote_debugger_support
+  uint64_t tstate_eval_breaker = 0;      // in PyThreadState (uintptr_t)
+  uint64_t tstate_debugger_support = 0;  // PyThreadState.remote_debugger_support
   uint64_t tstate_size = 0;
-  uint64_t support_pending_call = 0;       // in _PyRemoteDebuggerSupport (int32_t)
-  uint64_t support_script_path = 0;        // char[support_script_path_size]
+  uint64_t support_pending_call = 0;  // in _PyRemoteDebuggerSupport (int32_t)
+  uint64_t support_script_path = 0;   // char[support_script_path_size]
   uint64_t support_script_path_size = 0;
 };
 

@@ -49,7 +49,8 @@ void SessionLabels::label(Profile& session, int64_t now_ns) {
     const std::string path = pod_path(session.meta);
     if (!path.empty() && (pods_seen_.count(path) != 0 || pods_seen_.size() < kMaxPodsShown)) {
       std::set<pid_t>& pids = pods_seen_[path];
-      if (pids.size() < kMaxPidsPerPod) pids.insert(static_cast<pid_t>(std::atol(pid->second.c_str())));
+      if (pids.size() < kMaxPidsPerPod)
+        pids.insert(static_cast<pid_t>(std::atol(pid->second.c_str())));
     }
   }
   for (auto it = exited_at_.begin(); it != exited_at_.end();) {
@@ -78,7 +79,8 @@ std::string SessionLabels::summary_line() const {
 void SessionLabels::annotate_combined(Profile& combined) const {
   if (pods_seen_.size() < 2) return;
   std::string out;
-  for (const auto& [path, pids] : pods_seen_) out += (out.empty() ? "" : " ") + path + "=" + pid_list(pids);
+  for (const auto& [path, pids] : pods_seen_)
+    out += (out.empty() ? "" : " ") + path + "=" + pid_list(pids);
   combined.meta["pods"] = out;
 }
 

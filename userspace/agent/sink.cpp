@@ -70,8 +70,9 @@ std::string retention_text(const RetentionStats& r) {
   if (r.max_bytes > 0) bound = mib_text(r.max_bytes);
   if (r.max_age_ns > 0) bound += (bound.empty() ? "" : ", ") + age_text(r.max_age_ns);
   std::string text = "directory " + mib_text(r.bytes) + " in " + std::to_string(r.files) +
-                     (r.files == 1 ? " file" : " files") + " (bound " + (bound.empty() ? "none" : bound) +
-                     "), pruned " + std::to_string(r.pruned_files);
+                     (r.files == 1 ? " file" : " files") + " (bound " +
+                     (bound.empty() ? "none" : bound) + "), pruned " +
+                     std::to_string(r.pruned_files);
   if (r.pruned_files > 0) text += " (" + mib_text(r.pruned_bytes) + ")";
   if (!r.last_error.empty()) text += ", cannot prune: " + r.last_error;
   return text;
@@ -81,8 +82,10 @@ Result<std::unique_ptr<Sink>> open_sink(const std::string& url, const SinkOption
   auto bad = [&](const std::string& why) {
     return Error{Error::Kind::kUnsupported, 0, "--sink '" + url + "': " + why};
   };
-  if (url.empty()) return bad("give a directory, sqlite:///PATH, postgresql://... or http://HOST:PORT");
-  if (url.starts_with("postgresql://") || url.starts_with("postgres://")) return open_postgres_sink(url);
+  if (url.empty())
+    return bad("give a directory, sqlite:///PATH, postgresql://... or http://HOST:PORT");
+  if (url.starts_with("postgresql://") || url.starts_with("postgres://"))
+    return open_postgres_sink(url);
   if (url.starts_with("http://") || url.starts_with("https://")) return open_mlflow_sink(url);
   if (url.starts_with("sqlite://")) {
     if (!url.starts_with("sqlite:///") || url.size() == 10)
@@ -97,7 +100,8 @@ Result<std::unique_ptr<Sink>> open_sink(const std::string& url, const SinkOption
     return bad("unknown scheme '" + url.substr(0, colon) +
                "': use a directory, sqlite:///PATH, postgresql://... or http(s)://HOST:PORT");
   }
-  if (url.ends_with(".db") || url.ends_with(".sqlite") || url.ends_with(".sqlite3")) return open_sqlite_sink(url);
+  if (url.ends_with(".db") || url.ends_with(".sqlite") || url.ends_with(".sqlite3"))
+    return open_sqlite_sink(url);
   return open_directory_sink(url, {options.dir_max_bytes, options.dir_max_age_ns});
 }
 

@@ -41,12 +41,12 @@ struct SpoolItem {
 // What a sink that prunes what it wrote holds and has removed (the
 // directory sink's retention, --sink-max-mb and --sink-max-age).
 struct RetentionStats {
-  uint64_t max_bytes = 0;   // 0: no bound
-  int64_t max_age_ns = 0;   // 0: no bound
-  uint64_t files = 0;       // the agent's files there now
-  uint64_t bytes = 0;       // their size
+  uint64_t max_bytes = 0;                       // 0: no bound
+  int64_t max_age_ns = 0;                       // 0: no bound
+  uint64_t files = 0;                           // the agent's files there now
+  uint64_t bytes = 0;                           // their size
   uint64_t pruned_files = 0, pruned_bytes = 0;  // removed since the agent started, oldest first
-  std::string last_error;   // the last removal that failed ("" if none)
+  std::string last_error;                       // the last removal that failed ("" if none)
 };
 
 // "directory 41.2 MB in 14 files (bound 1024 MB, 7d), pruned 3 (9.6 MB)":

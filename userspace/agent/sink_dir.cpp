@@ -38,7 +38,8 @@ bool all_of(const std::string& s, size_t from, size_t to, bool (*ok)(char)) {
 }
 
 bool slug_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '-';
 }
 bool digit(char c) { return c >= '0' && c <= '9'; }
 bool hex(char c) { return digit(c) || (c >= 'a' && c <= 'f'); }
@@ -54,7 +55,8 @@ std::string temporary_of(const std::string& name) {
 
 class DirectorySink final : public Sink {
  public:
-  DirectorySink(std::string dir, DirectoryRetention retention) : dir_(std::move(dir)), retention_(retention) {
+  DirectorySink(std::string dir, DirectoryRetention retention)
+      : dir_(std::move(dir)), retention_(retention) {
     std::lock_guard<std::mutex> lock(mu_);
     if (scan_locked(unix_now_ns())) {
       prune_locked(unix_now_ns(), 0);
@@ -67,17 +69,21 @@ class DirectorySink final : public Sink {
     struct stat st {};
     if (::stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       const int e = errno;
-      return {DeliveryStatus::kRetry, "the directory " + dir_ + " is not there (" +
-                                          (e == 0 ? std::string("not a directory") : std::strerror(e)) +
-                                          "): the agent does not create it"};
+      return {DeliveryStatus::kRetry,
+              "the directory " + dir_ + " is not there (" +
+                  (e == 0 ? std::string("not a directory") : std::strerror(e)) +
+                  "): the agent does not create it"};
     }
     auto data = read_file(item.path);
-    if (!data) return {DeliveryStatus::kReject, "the spooled document cannot be read: " + data.error().message};
+    if (!data)
+      return {DeliveryStatus::kReject,
+              "the spooled document cannot be read: " + data.error().message};
     const uint64_t size = data.value().size();
     if (retention_.max_bytes > 0 && size > retention_.max_bytes) {
-      return {DeliveryStatus::kReject, "the item's document (" + std::to_string(size) +
-                                           " bytes) is larger than the directory's bound (--sink-max-mb, " +
-                                           std::to_string(retention_.max_bytes) + " bytes)"};
+      return {DeliveryStatus::kReject,
+              "the item's document (" + std::to_string(size) +
+                  " bytes) is larger than the directory's bound (--sink-max-mb, " +
+                  std::to_string(retention_.max_bytes) + " bytes)"};
     }
     const std::string name = item_file_name(item.key);
     const std::string to = dir_ + "/" + name;
@@ -147,8 +153,11 @@ class DirectorySink final : public Sink {
       const bool item = is_item_file_name(name);
       if (!item && temporary_of(name).empty()) continue;
       struct stat st {};
-      if (::fstatat(::dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
-      const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+      if (::fstatat(::dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISREG(st.st_mode))
+        continue;
+      const int64_t mtime =
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
       if (item) {
         found.push_back({mtime, name, static_cast<uint64_t>(st.st_size)});
       } else if (now - mtime > kStaleTemporaryNs && ::unlinkat(::dirfd(d), name.c_str(), 0) == 0) {
@@ -169,7 +178,8 @@ class DirectorySink final : public Sink {
   }
 
   void forget_locked(const std::string& name) {
-    auto it = std::find_if(files_.begin(), files_.end(), [&](const File& f) { return f.name == name; });
+    auto it =
+        std::find_if(files_.begin(), files_.end(), [&](const File& f) { return f.name == name; });
     if (it == files_.end()) return;
     bytes_ -= std::min(bytes_, it->bytes);
     files_.erase(it);
@@ -181,7 +191,8 @@ class DirectorySink final : public Sink {
     while (!files_.empty()) {
       const File& oldest = files_.front();
       const bool over_bytes = retention_.max_bytes > 0 && bytes_ + incoming > retention_.max_bytes;
-      const bool too_old = retention_.max_age_ns > 0 && now - oldest.mtime_ns > retention_.max_age_ns;
+      const bool too_old =
+          retention_.max_age_ns > 0 && now - oldest.mtime_ns > retention_.max_age_ns;
       if (!over_bytes && !too_old) break;
       if (::unlink((dir_ + "/" + oldest.name).c_str()) == 0) {
         ++stats_.pruned_files;
@@ -203,7 +214,7 @@ class DirectorySink final : public Sink {
   bool scanned_ = false;
   std::vector<File> files_;  // the agent's files there, oldest first
   uint64_t bytes_ = 0;
-  RetentionStats stats_;     // pruned_*, last_error
+  RetentionStats stats_;  // pruned_*, last_error
 };
 
 }  // namespace
@@ -211,8 +222,8 @@ class DirectorySink final : public Sink {
 std::string item_file_name(const std::string& key) {
   std::string name = key;
   for (char& c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
     if (!ok) c = '_';
   }
   if (name.empty() || name[0] == '.') name.insert(name.begin(), '_');
@@ -235,7 +246,8 @@ bool is_item_file_name(const std::string& name) {
     return false;
   }
   const size_t dot = key.find('.', c + 1);
-  return dot != std::string::npos && all_of(key, c + 1, dot, hex) && all_of(key, dot + 1, key.size(), digit);
+  return dot != std::string::npos && all_of(key, c + 1, dot, hex) &&
+         all_of(key, dot + 1, key.size(), digit);
 }
 
 std::unique_ptr<Sink> open_directory_sink(const std::string& dir, DirectoryRetention retention) {

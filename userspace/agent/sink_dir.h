@@ -27,7 +27,8 @@ struct DirectoryRetention {
 // yet must not be written under its mount point (on the root filesystem).
 // Until it exists, deliveries are retried. An item larger than max_bytes is
 // rejected (it could never be kept).
-std::unique_ptr<Sink> open_directory_sink(const std::string& dir, DirectoryRetention retention = {});
+std::unique_ptr<Sink> open_directory_sink(const std::string& dir,
+                                          DirectoryRetention retention = {});
 
 // The file name an item gets there: its key with any character outside
 // [A-Za-z0-9._-] as '_', then ".json.gz".

@@ -30,8 +30,8 @@ double ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 std::string tag_key(const std::string& key) {
   std::string out = key;
   for (char& c : out) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.' || c == '/' || c == ' ';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.' || c == '/' || c == ' ';
     if (!ok) c = '_';
   }
   return out.empty() ? "_" : out;
@@ -76,7 +76,8 @@ std::string cause(const HttpResponse& r, const std::string& what) {
   rapidjson::Document doc;
   doc.Parse(r.body.c_str());
   if (!doc.HasParseError() && doc.IsObject()) {
-    if (doc.HasMember("error_code") && doc["error_code"].IsString()) detail = doc["error_code"].GetString();
+    if (doc.HasMember("error_code") && doc["error_code"].IsString())
+      detail = doc["error_code"].GetString();
     if (doc.HasMember("message") && doc["message"].IsString()) {
       detail += (detail.empty() ? "" : ": ") + std::string(doc["message"].GetString());
     }
@@ -88,7 +89,9 @@ std::string cause(const HttpResponse& r, const std::string& what) {
 
 // A server that did not answer, an error of its own, or rate limiting:
 // the item is kept and tried again.
-bool transient(const HttpResponse& r) { return r.status == 0 || r.status >= 500 || r.status == 429; }
+bool transient(const HttpResponse& r) {
+  return r.status == 0 || r.status >= 500 || r.status == 429;
+}
 bool ok(const HttpResponse& r) { return r.status >= 200 && r.status < 300; }
 
 class MlflowSink final : public Sink {
@@ -101,21 +104,28 @@ class MlflowSink final : public Sink {
 
   Delivery deliver(const SpoolItem& item) override {
     auto data = read_file(item.path);
-    if (!data) return {DeliveryStatus::kReject, "the spooled document cannot be read: " + data.error().message};
+    if (!data)
+      return {DeliveryStatus::kReject,
+              "the spooled document cannot be read: " + data.error().message};
     std::string document = std::move(data.value());
     if (is_gzip(document)) {
       auto plain = gzip_decompress(document);
-      if (!plain) return {DeliveryStatus::kReject, "the spooled document cannot be read: " + plain.error().message};
+      if (!plain)
+        return {DeliveryStatus::kReject,
+                "the spooled document cannot be read: " + plain.error().message};
       document = std::move(plain.value());
     }
     auto profile = read_json_document(document);
-    if (!profile) return {DeliveryStatus::kReject, "the spooled document is not a profile: " + profile.error().message};
+    if (!profile)
+      return {DeliveryStatus::kReject,
+              "the spooled document is not a profile: " + profile.error().message};
     if (item.key.find('\'') != std::string::npos) {  // MLflow's search filter cannot quote it
       return {DeliveryStatus::kReject, "the item's key holds a quote: " + item.key};
     }
 
     if (experiment_id_.empty()) {
-      if (Delivery failed = find_experiment(); failed.status != DeliveryStatus::kDelivered) return failed;
+      if (Delivery failed = find_experiment(); failed.status != DeliveryStatus::kDelivered)
+        return failed;
     }
     // A run with this key already: finished, it is delivered; otherwise a
     // delivery stopped midway, and is completed in that run.
@@ -135,22 +145,25 @@ class MlflowSink final : public Sink {
     }
 
     if (run.artifact_uri.rfind(kArtifactsScheme, 0) != 0) {
-      return {DeliveryStatus::kRetry, "the run's artifact location " + run.artifact_uri +
-                                          " is not the tracking server's (mlflow-artifacts:/): start `mlflow "
-                                          "server` serving artifacts (not --no-serve-artifacts)"};
+      return {DeliveryStatus::kRetry,
+              "the run's artifact location " + run.artifact_uri +
+                  " is not the tracking server's (mlflow-artifacts:/): start `mlflow "
+                  "server` serving artifacts (not --no-serve-artifacts)"};
     }
-    // mlflow-artifacts:/1/<run>/artifacts or mlflow-artifacts://host/1/<run>/artifacts: the path after the host.
+    // mlflow-artifacts:/1/<run>/artifacts or mlflow-artifacts://host/1/<run>/artifacts: the path
+    // after the host.
     std::string path = run.artifact_uri.substr(std::string(kArtifactsScheme).size());
     if (path.rfind("//", 0) == 0) path = path.substr(std::min(path.size(), path.find('/', 2)));
     while (!path.empty() && path.front() == '/') path.erase(0, 1);
     const HttpResponse uploaded =
-        client_.put(base_ + "/api/2.0/mlflow-artifacts/artifacts/" + path + "/" + kArtifactPath, document,
-                    "application/json");
+        client_.put(base_ + "/api/2.0/mlflow-artifacts/artifacts/" + path + "/" + kArtifactPath,
+                    document, "application/json");
     if (!ok(uploaded)) {
       return {transient(uploaded) ? DeliveryStatus::kRetry : DeliveryStatus::kReject,
               cause(uploaded, "uploading the profile to run " + run.id)};
     }
-    const HttpResponse logged = client_.post_json(api("runs/log-batch"), metrics_body(run.id, profile.value(), item));
+    const HttpResponse logged =
+        client_.post_json(api("runs/log-batch"), metrics_body(run.id, profile.value(), item));
     if (!ok(logged)) {
       return {transient(logged) ? DeliveryStatus::kRetry : DeliveryStatus::kReject,
               cause(logged, "logging the metrics of run " + run.id)};
@@ -175,25 +188,28 @@ class MlflowSink final : public Sink {
   // The experiment's id, created when missing; kDelivered when known.
   Delivery find_experiment() {
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const HttpResponse got =
-          client_.get(api("experiments/get-by-name") + "?experiment_name=" + client_.escape(experiment_));
+      const HttpResponse got = client_.get(api("experiments/get-by-name") +
+                                           "?experiment_name=" + client_.escape(experiment_));
       if (ok(got)) {
         rapidjson::Document doc;
         doc.Parse(got.body.c_str());
         if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember("experiment") ||
             !doc["experiment"].IsObject() || !doc["experiment"].HasMember("experiment_id")) {
-          return {DeliveryStatus::kRetry, "the tracking server's answer to experiments/get-by-name has no experiment"};
+          return {DeliveryStatus::kRetry,
+                  "the tracking server's answer to experiments/get-by-name has no experiment"};
         }
         const auto& e = doc["experiment"];
         if (e.HasMember("lifecycle_stage") && e["lifecycle_stage"].IsString() &&
             std::string(e["lifecycle_stage"].GetString()) == "deleted") {
-          return {DeliveryStatus::kRetry, "the experiment '" + experiment_ +
-                                              "' is deleted: restore it, or name another with ?experiment=NAME"};
+          return {DeliveryStatus::kRetry,
+                  "the experiment '" + experiment_ +
+                      "' is deleted: restore it, or name another with ?experiment=NAME"};
         }
         experiment_id_ = e["experiment_id"].GetString();
         return {DeliveryStatus::kDelivered, ""};
       }
-      if (got.status != 404) return {DeliveryStatus::kRetry, cause(got, "looking up experiment '" + experiment_ + "'")};
+      if (got.status != 404)
+        return {DeliveryStatus::kRetry, cause(got, "looking up experiment '" + experiment_ + "'")};
       rapidjson::StringBuffer out;
       JsonWriter w(out);
       w.StartObject();
@@ -203,10 +219,12 @@ class MlflowSink final : public Sink {
       const HttpResponse created = client_.post_json(api("experiments/create"), out.GetString());
       // Created, or created by another agent meanwhile: looked up again.
       if (!ok(created) && created.body.find("RESOURCE_ALREADY_EXISTS") == std::string::npos) {
-        return {DeliveryStatus::kRetry, cause(created, "creating experiment '" + experiment_ + "'")};
+        return {DeliveryStatus::kRetry,
+                cause(created, "creating experiment '" + experiment_ + "'")};
       }
     }
-    return {DeliveryStatus::kRetry, "experiment '" + experiment_ + "' was created but cannot be found"};
+    return {DeliveryStatus::kRetry,
+            "experiment '" + experiment_ + "' was created but cannot be found"};
   }
 
   // The first run of a runs/search answer ("runs") or of runs/create ("run").
@@ -278,7 +296,8 @@ class MlflowSink final : public Sink {
     return out.GetString();
   }
 
-  static std::string metrics_body(const std::string& run_id, const Profile& profile, const SpoolItem& item) {
+  static std::string metrics_body(const std::string& run_id, const Profile& profile,
+                                  const SpoolItem& item) {
     rapidjson::StringBuffer out;
     JsonWriter w(out);
     w.StartObject();
@@ -385,7 +404,8 @@ Result<std::unique_ptr<Sink>> open_mlflow_sink(const std::string& url) {
     return out;
   };
   const std::string scheme = part(CURLUPART_SCHEME);
-  if (scheme != "http" && scheme != "https") return bad("an MLflow tracking server's URL is http:// or https://");
+  if (scheme != "http" && scheme != "https")
+    return bad("an MLflow tracking server's URL is http:// or https://");
   std::string experiment = kDefaultMlflowExperiment;
   const std::string query = part(CURLUPART_QUERY);
   size_t at = 0;
@@ -399,7 +419,8 @@ Result<std::unique_ptr<Sink>> open_mlflow_sink(const std::string& url) {
       return bad("the only query it takes is ?experiment=NAME, not '" + pair + "'");
     }
     int length = 0;
-    char* name = curl_easy_unescape(nullptr, pair.c_str() + eq + 1, static_cast<int>(pair.size() - eq - 1), &length);
+    char* name = curl_easy_unescape(nullptr, pair.c_str() + eq + 1,
+                                    static_cast<int>(pair.size() - eq - 1), &length);
     experiment.assign(name, static_cast<size_t>(length));
     curl_free(name);
     for (char& c : experiment) c = c == '+' ? ' ' : c;
@@ -419,10 +440,11 @@ Result<std::unique_ptr<Sink>> open_mlflow_sink(const std::string& url) {
   for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::string path = part(CURLUPART_PATH);
   while (!path.empty() && path.back() == '/') path.pop_back();
-  const std::string identity = "mlflow:" + scheme + "://" + host + ":" + part(CURLUPART_PORT, CURLU_DEFAULT_PORT) +
-                               path + "?experiment=" + experiment;
-  return std::unique_ptr<Sink>(std::make_unique<MlflowSink>(std::move(base), std::move(experiment), std::move(shown),
-                                                            identity));
+  const std::string identity = "mlflow:" + scheme + "://" + host + ":" +
+                               part(CURLUPART_PORT, CURLU_DEFAULT_PORT) + path +
+                               "?experiment=" + experiment;
+  return std::unique_ptr<Sink>(std::make_unique<MlflowSink>(std::move(base), std::move(experiment),
+                                                            std::move(shown), identity));
 }
 
 }  // namespace mlprof::agent

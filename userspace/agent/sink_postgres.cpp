@@ -61,7 +61,8 @@ Result<std::unique_ptr<Sink>> open_postgres_sink(const std::string& url) {
     store = std::move(opened.value());
   } else if (opened.error().kind != Error::Kind::kIo) {
     // Not a URL, another version, not a store: no retry makes it one.
-    return Error{opened.error().kind, 0, postgres_url_for_display(url) + ": " + opened.error().message};
+    return Error{opened.error().kind, 0,
+                 postgres_url_for_display(url) + ": " + opened.error().message};
   }
   return std::unique_ptr<Sink>(std::make_unique<PostgresSink>(url, std::move(store)));
 }

@@ -19,7 +19,8 @@ class SqliteSink final : public Sink {
     const SourceInfo& info = it.value().info;
     if (!store_) {
       auto opened = SqliteStore::open(target_);
-      if (!opened) return {DeliveryStatus::kRetry, "cannot open the store: " + opened.error().message};
+      if (!opened)
+        return {DeliveryStatus::kRetry, "cannot open the store: " + opened.error().message};
       store_ = std::move(opened.value());
     }
     auto added = store_->add_once(profile, info, kItemKeyLabel);
@@ -34,7 +35,9 @@ class SqliteSink final : public Sink {
   }
 
   std::string describe() const override { return target_; }
-  std::string identity() const override { return "sqlite:" + absolute_path(sqlite_store_path(target_)); }
+  std::string identity() const override {
+    return "sqlite:" + absolute_path(sqlite_store_path(target_));
+  }
 
  private:
   std::string target_;

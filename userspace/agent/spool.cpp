@@ -105,10 +105,10 @@ bool parse_meta(const std::string& text, SpoolItem& item, uint64_t& doc_bytes) {
   const auto* spans = member("spans");
   const auto* bytes = member("document_bytes");
   const auto* sink = member("sink");
-  if (!version || !version->IsInt() || version->GetInt() != kMetaVersion || !key || !key->IsString() ||
-      key->GetStringLength() == 0 || !labels || !labels->IsObject() || !start || !start->IsInt64() || !end ||
-      !end->IsInt64() || !sessions || !sessions->IsUint64() || !spans || !spans->IsUint64() || !bytes ||
-      !bytes->IsUint64() || (sink && !sink->IsString())) {
+  if (!version || !version->IsInt() || version->GetInt() != kMetaVersion || !key ||
+      !key->IsString() || key->GetStringLength() == 0 || !labels || !labels->IsObject() || !start ||
+      !start->IsInt64() || !end || !end->IsInt64() || !sessions || !sessions->IsUint64() ||
+      !spans || !spans->IsUint64() || !bytes || !bytes->IsUint64() || (sink && !sink->IsString())) {
     return false;
   }
   item.sink = sink ? sink->GetString() : "";
@@ -128,7 +128,8 @@ bool parse_meta(const std::string& text, SpoolItem& item, uint64_t& doc_bytes) {
 
 // "0000000000000042" -> 42; nullopt for any other name.
 bool parse_seq(const std::string& stem, uint64_t& seq) {
-  if (stem.size() != 16 || !std::all_of(stem.begin(), stem.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (stem.size() != 16 ||
+      !std::all_of(stem.begin(), stem.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return false;
   seq = std::strtoull(stem.c_str(), nullptr, 10);
   return seq != 0;
@@ -151,12 +152,13 @@ Spool::Spool(std::string dir, SpoolLimits limits, Backoff backoff, std::string s
 
 Spool::~Spool() { stop(); }
 
-Result<std::unique_ptr<Spool>> Spool::open(const std::string& dir, SpoolLimits limits, Backoff backoff,
-                                           std::string sink) {
+Result<std::unique_ptr<Spool>> Spool::open(const std::string& dir, SpoolLimits limits,
+                                           Backoff backoff, std::string sink) {
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
   if (int e = make_dirs(d); e != 0) {
-    return Error{Error::Kind::kIo, e, "cannot create the spool directory " + d + ": " + std::strerror(e)};
+    return Error{Error::Kind::kIo, e,
+                 "cannot create the spool directory " + d + ": " + std::strerror(e)};
   }
   std::unique_ptr<Spool> spool(new Spool(d, limits, backoff, std::move(sink)));
   if (auto r = spool->resume(); !r) return r.error();
@@ -173,7 +175,8 @@ Result<Ok> Spool::resume() {
   DIR* d = ::opendir(dir_.c_str());
   if (d == nullptr) {
     const int e = errno;
-    return Error{Error::Kind::kIo, e, "cannot list the spool directory " + dir_ + ": " + std::strerror(e)};
+    return Error{Error::Kind::kIo, e,
+                 "cannot list the spool directory " + dir_ + ": " + std::strerror(e)};
   }
   std::map<uint64_t, bool> items;  // seq -> has its document
   std::vector<std::string> docs, temporaries;
@@ -200,7 +203,8 @@ Result<Ok> Spool::resume() {
     if (auto it = items.find(seq); it != items.end()) {
       it->second = true;
     } else {
-      ::unlink((dir_ + "/" + doc).c_str());  // never acknowledged, or delivered: its .item went first
+      ::unlink(
+          (dir_ + "/" + doc).c_str());  // never acknowledged, or delivered: its .item went first
     }
   }
   for (const auto& [seq, has_doc] : items) {
@@ -237,13 +241,15 @@ Result<Ok> Spool::resume() {
 void Spool::resume_set_aside(const std::string& where) {
   const std::string sub = dir_ + "/" + where;
   DIR* d = ::opendir(sub.c_str());
-  if (d == nullptr) return;  // none yet
+  if (d == nullptr) return;            // none yet
   std::map<uint64_t, uint64_t> found;  // seq -> bytes of its files
   while (dirent* ent = ::readdir(d)) {
     const std::string name = ent->d_name;
     uint64_t seq = 0;
-    const bool item = name.ends_with(kItemSuffix) && parse_seq(name.substr(0, name.size() - 5), seq);
-    if (!item && !(name.ends_with(kDocSuffix) && parse_seq(name.substr(0, name.size() - 8), seq))) continue;
+    const bool item =
+        name.ends_with(kItemSuffix) && parse_seq(name.substr(0, name.size() - 5), seq);
+    if (!item && !(name.ends_with(kDocSuffix) && parse_seq(name.substr(0, name.size() - 8), seq)))
+      continue;
     const off_t size = file_size(sub + "/" + name);
     found[seq] += size > 0 ? static_cast<uint64_t>(size) : 0;
   }
@@ -251,9 +257,10 @@ void Spool::resume_set_aside(const std::string& where) {
   for (const auto& [seq, bytes] : found) {
     next_seq_ = std::max(next_seq_, seq + 1);  // a new item is never named as a set-aside one
     const SetAside a{seq, where, bytes};
-    set_aside_.insert(std::upper_bound(set_aside_.begin(), set_aside_.end(), a,
-                                       [](const SetAside& x, const SetAside& y) { return x.seq < y.seq; }),
-                      a);
+    set_aside_.insert(
+        std::upper_bound(set_aside_.begin(), set_aside_.end(), a,
+                         [](const SetAside& x, const SetAside& y) { return x.seq < y.seq; }),
+        a);
     bytes_ += bytes;
   }
   while (set_aside_.size() > kMaxSetAside) remove_set_aside_locked();
@@ -273,9 +280,10 @@ void Spool::set_aside_locked(uint64_t seq, const std::string& where) {
       a.bytes += static_cast<uint64_t>(size);
     }
   }
-  set_aside_.insert(std::upper_bound(set_aside_.begin(), set_aside_.end(), a,
-                                     [](const SetAside& x, const SetAside& y) { return x.seq < y.seq; }),
-                    a);
+  set_aside_.insert(
+      std::upper_bound(set_aside_.begin(), set_aside_.end(), a,
+                       [](const SetAside& x, const SetAside& y) { return x.seq < y.seq; }),
+      a);
   bytes_ += a.bytes;
   while (set_aside_.size() > kMaxSetAside) remove_set_aside_locked();
 }
@@ -294,7 +302,8 @@ void Spool::remove_set_aside_locked() {
 
 void Spool::remove_entry_locked(size_t i) {
   const std::string b = base(entries_[i].seq);
-  ::unlink((b + kItemSuffix).c_str());  // first: a crash now leaves a lone document, removed at open
+  ::unlink(
+      (b + kItemSuffix).c_str());  // first: a crash now leaves a lone document, removed at open
   ::unlink((b + kDocSuffix).c_str());
   bytes_ -= std::min(bytes_, entries_[i].bytes);
   entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -334,7 +343,8 @@ Result<Ok> Spool::put(SpoolItem item, std::string_view document) {
     if (!make_room_locked(bytes, 1)) {
       ++stats_.dropped_write;
       return Error{Error::Kind::kIo, EFBIG,
-                   "the item (" + std::to_string(bytes) + " bytes) is larger than the spool's bound (" +
+                   "the item (" + std::to_string(bytes) +
+                       " bytes) is larger than the spool's bound (" +
                        std::to_string(limits_.max_bytes) + " bytes)"};
     }
   }
@@ -370,7 +380,8 @@ bool Spool::deliver_one(Sink& sink) {
   uint64_t seq = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.in_flight && !e.other; });
+    auto it = std::find_if(entries_.begin(), entries_.end(),
+                           [](const Entry& e) { return !e.in_flight && !e.other; });
     if (it == entries_.end()) return false;
     it->in_flight = true;
     item = it->item;
@@ -380,7 +391,8 @@ bool Spool::deliver_one(Sink& sink) {
   const Delivery d = sink.deliver(item);  // may block: outside the lock
   std::lock_guard<std::mutex> lock(mu_);
   stats_.call_since_ms = 0;
-  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.seq == seq; });
+  auto it =
+      std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.seq == seq; });
   if (it == entries_.end()) return true;  // cannot happen: in_flight entries are never dropped
   it->in_flight = false;
   const size_t i = static_cast<size_t>(it - entries_.begin());
@@ -428,8 +440,8 @@ void Spool::run(Sink& sink) {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
         if (stop_) return;
-        const bool any =
-            std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.in_flight && !e.other; });
+        const bool any = std::any_of(entries_.begin(), entries_.end(),
+                                     [](const Entry& e) { return !e.in_flight && !e.other; });
         const int64_t now = mono_ms();
         if (any && now >= next_attempt_ms_) break;
         if (any) {
@@ -452,7 +464,9 @@ bool Spool::flush(int64_t timeout_ms) {
   flush_until_ms_ = deadline;
   next_attempt_ms_ = 0;
   wake_.notify_all();
-  auto own = [&] { return std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.other; }); };
+  auto own = [&] {
+    return std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.other; });
+  };
   while (own()) {
     const int64_t now = mono_ms();
     if (now >= deadline) break;
@@ -503,8 +517,9 @@ std::string Spool::others_text() const {
   for (const auto& [sink, figures] : per_sink) {
     char size[48];
     std::snprintf(size, sizeof size, " (%.1f MB)", static_cast<double>(figures.second) / (1 << 20));
-    out += (out.empty() ? "" : ", ") + std::to_string(figures.first) + (figures.first == 1 ? " item" : " items") +
-           size + " for " + (sink.empty() ? "a sink not recorded (an older agent's)" : sink);
+    out += (out.empty() ? "" : ", ") + std::to_string(figures.first) +
+           (figures.first == 1 ? " item" : " items") + size + " for " +
+           (sink.empty() ? "a sink not recorded (an older agent's)" : sink);
   }
   return out;
 }

@@ -68,18 +68,19 @@ struct SpoolStats {
   uint64_t resumed = 0;        // items found on disk by open() (a previous run's)
   uint64_t delivered = 0;      // acknowledged by the sink, removed
   uint64_t dropped_bound = 0;  // the oldest, dropped to stay within the bounds
-  uint64_t dropped_write = 0;  // could not be written to the spool (disk full, ...): never acknowledged
-  uint64_t rejected = 0;       // the sink can never take them: moved to rejected/
-  uint64_t corrupt = 0;        // unreadable at open(): moved to corrupt/
-  uint64_t failures = 0;       // delivery attempts that failed (each retried later)
-  uint64_t pending = 0;        // this sink's items in the spool now
+  uint64_t dropped_write =
+      0;                  // could not be written to the spool (disk full, ...): never acknowledged
+  uint64_t rejected = 0;  // the sink can never take them: moved to rejected/
+  uint64_t corrupt = 0;   // unreadable at open(): moved to corrupt/
+  uint64_t failures = 0;  // delivery attempts that failed (each retried later)
+  uint64_t pending = 0;   // this sink's items in the spool now
   uint64_t pending_bytes = 0;  // theirs
   uint64_t others = 0;         // other sinks' items in the spool now (never delivered here)
   uint64_t others_bytes = 0;
-  uint64_t set_aside = 0;      // items in corrupt/ and rejected/ now
+  uint64_t set_aside = 0;  // items in corrupt/ and rejected/ now
   uint64_t set_aside_bytes = 0;
   uint64_t set_aside_removed = 0;  // removed from there to stay within the bounds
-  std::string last_error;      // the last failure's cause ("" once an item is delivered after it)
+  std::string last_error;  // the last failure's cause ("" once an item is delivered after it)
   // The health probe's (health.h), CLOCK_MONOTONIC ms: a call to the sink
   // in flight since (0: none), and the last delivery (0: none yet).
   int64_t call_since_ms = 0;
@@ -175,7 +176,7 @@ class Spool {
   std::deque<Entry> entries_;        // oldest first
   std::deque<SetAside> set_aside_;   // oldest first
   uint64_t next_seq_ = 1;
-  uint64_t bytes_ = 0;               // entries_' files and set_aside_'s together
+  uint64_t bytes_ = 0;  // entries_' files and set_aside_'s together
   uint64_t consecutive_failures_ = 0;
   int64_t next_attempt_ms_ = 0;  // CLOCK_MONOTONIC ms
   int64_t flush_until_ms_ = 0;   // while flushing: back-off cut to this deadline

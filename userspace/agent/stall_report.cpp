@@ -162,8 +162,9 @@ std::vector<Stall> span_stalls(const Profile& p, const StallReportOptions& opts)
       st.runq_ns = k.own_runq_ns;
       st.threads_off_cpu_ns = k.started_off_cpu_ns();
       st.off_fraction =
-          wall > 0 ? std::min(1.0, static_cast<double>(k.own_off_cpu_ns) / static_cast<double>(wall))
-                   : 0;
+          wall > 0
+              ? std::min(1.0, static_cast<double>(k.own_off_cpu_ns) / static_cast<double>(wall))
+              : 0;
       out.push_back(st);
     }
   }
@@ -225,8 +226,8 @@ void CaptureStallReport::add(const Profile& p) {
       st.threads += stall.threads_off_cpu_ns;
       const SpanKernel& sk = p.kernel.spans[s];
       // A span at the depth cut stands for its subtree (inclusive waits).
-      const bool at_cut = opts_.depth >= 0 && static_cast<int>(span.depth) == opts_.depth &&
-                          span.first_child >= 0;
+      const bool at_cut =
+          opts_.depth >= 0 && static_cast<int>(span.depth) == opts_.depth && span.first_child >= 0;
       for (const WaitReason& w : at_cut ? sk.waits : self_waits(p, static_cast<int32_t>(s))) {
         if (!shown_wait(w)) continue;
         const std::string label = wait_label(w);
@@ -234,8 +235,7 @@ void CaptureStallReport::add(const Profile& p) {
         if (it == st.waits.end() && st.waits.size() >= kMaxWaitsPerPath) continue;
         st.waits[label] += w.blocked_ns;
       }
-      if ((sk.top_waker_tid != 0 || sk.top_waker_kind != WakerKind::kTask) &&
-          sk.top_waker_ns > 0) {
+      if ((sk.top_waker_tid != 0 || sk.top_waker_kind != WakerKind::kTask) && sk.top_waker_ns > 0) {
         // By name: a worker thread started per call is one waker over
         // sessions, though its tid differs each time.
         std::string name = waker_name(p, sk);
@@ -360,7 +360,8 @@ std::string CaptureStallReport::stall_text() const {
         st.wall > 0 ? std::min(1.0, static_cast<double>(st.off_cpu) / static_cast<double>(st.wall))
                     : 0;
     std::vector<std::pair<std::string, int64_t>> waits;
-    for (const auto& [reason, ns] : st.waits) waits.emplace_back(reason, ns / static_cast<int64_t>(st.calls));
+    for (const auto& [reason, ns] : st.waits)
+      waits.emplace_back(reason, ns / static_cast<int64_t>(st.calls));
     std::stable_sort(waits.begin(), waits.end(),
                      [](const auto& a, const auto& b) { return a.second > b.second; });
     const std::string waited = waits.empty() ? "-" : waits_text(waits, 2);
@@ -370,9 +371,10 @@ std::string CaptureStallReport::stall_text() const {
                     st.threads ? mean(st.threads, st.calls) : "-", waited, waker});
   }
   out += table(rows, true);
-  out += "(off-CPU, off %, blocked, runq: the span's own thread; threads: the threads it started "
-         "and its lanes on other threads; waited in: blocked time by syscall and state, D "
-         "uninterruptible, S interruptible)\n";
+  out +=
+      "(off-CPU, off %, blocked, runq: the span's own thread; threads: the threads it started "
+      "and its lanes on other threads; waited in: blocked time by syscall and state, D "
+      "uninterruptible, S interruptible)\n";
   return out;
 }
 
@@ -426,9 +428,10 @@ std::string session_text(const Profile& p, const StallReportOptions& opts) {
     out += "  " + call_path(p, st.span) + ": off-CPU " + format_duration(st.off_cpu_ns) + " (" +
            percent(st.off_fraction) + " of " + format_duration(st.wall_ns) + "): blocked " +
            format_duration(st.blocked_ns) + ", runq " + format_duration(st.runq_ns);
-    const bool at_cut = opts.depth >= 0 &&
-                        static_cast<int>(p.spans[static_cast<size_t>(st.span)].depth) == opts.depth &&
-                        p.spans[static_cast<size_t>(st.span)].first_child >= 0;
+    const bool at_cut =
+        opts.depth >= 0 &&
+        static_cast<int>(p.spans[static_cast<size_t>(st.span)].depth) == opts.depth &&
+        p.spans[static_cast<size_t>(st.span)].first_child >= 0;
     std::vector<std::pair<std::string, int64_t>> waits;
     for (const WaitReason& w : at_cut ? k.waits : self_waits(p, st.span))
       if (shown_wait(w)) waits.emplace_back(wait_label(w), w.blocked_ns);

@@ -36,7 +36,7 @@ std::vector<Stall> span_stalls(const Profile& profile, const StallReportOptions&
 class CaptureStallReport {
  public:
   explicit CaptureStallReport(StallReportOptions opts = {},
-                         size_t max_paths = CallPathStats::kDefaultMaxPaths);
+                              size_t max_paths = CallPathStats::kDefaultMaxPaths);
 
   void add(const Profile& session);
 
@@ -71,15 +71,15 @@ class CaptureStallReport {
   struct StallSums {
     uint64_t calls = 0;  // every call of the path, complete or not
     int64_t wall = 0, off_cpu = 0, blocked = 0, runq = 0, threads = 0;
-    std::map<std::string, Waker> wakers;  // by thread name ("tid N" when unnamed), or kind
+    std::map<std::string, Waker> wakers;   // by thread name ("tid N" when unnamed), or kind
     std::map<std::string, int64_t> waits;  // blocked time by reason ("futex S")
   };
   StallReportOptions opts_;
   size_t max_paths_;
-  CallPathStats stats_;             // the call paths: kernel_ and stalls_ go by its path index
+  CallPathStats stats_;              // the call paths: kernel_ and stalls_ go by its path index
   std::vector<uint32_t> span_path_;  // scratch for add(): each span's path (CallPathStats::add)
-  std::vector<KernelSums> kernel_;  // by path index
-  std::vector<StallSums> stalls_;   // by path index
+  std::vector<KernelSums> kernel_;   // by path index
+  std::vector<StallSums> stalls_;    // by path index
   uint64_t sessions_ = 0;
   uint64_t kernel_sessions_ = 0;  // sessions with kernel data
   uint64_t truncated_ = 0;

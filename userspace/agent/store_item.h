@@ -23,9 +23,13 @@ struct StoreItem {
 // that can never be added: the sink rejects it.
 inline Result<StoreItem> store_item(const SpoolItem& item) {
   auto data = read_file(item.path);
-  if (!data) return Error{data.error().kind, 0, "the spooled document cannot be read: " + data.error().message};
+  if (!data)
+    return Error{data.error().kind, 0,
+                 "the spooled document cannot be read: " + data.error().message};
   auto profile = read_json_document(data.value());
-  if (!profile) return Error{profile.error().kind, 0, "the spooled document is not a profile: " + profile.error().message};
+  if (!profile)
+    return Error{profile.error().kind, 0,
+                 "the spooled document is not a profile: " + profile.error().message};
   StoreItem out;
   out.profile = std::move(profile.value());
   out.info.type = "ebpf";

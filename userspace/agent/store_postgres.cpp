@@ -25,7 +25,9 @@ struct ResultDeleter {
 };
 using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
 
-std::string excerpt(const std::string& sql) { return sql.size() <= 48 ? sql : sql.substr(0, 45) + "..."; }
+std::string excerpt(const std::string& sql) {
+  return sql.size() <= 48 ? sql : sql.substr(0, 45) + "...";
+}
 
 // The core writes `?` (SQLite's); PostgreSQL numbers its parameters.
 std::string numbered(const std::string& sql, int* count) {
@@ -59,7 +61,8 @@ class TextParams {
     }
     values_.reserve(row.size());
     for (size_t i = 0; i < row.size(); ++i) {
-      values_.push_back(std::holds_alternative<std::monostate>(row[i]) ? nullptr : texts_[i].c_str());
+      values_.push_back(std::holds_alternative<std::monostate>(row[i]) ? nullptr
+                                                                       : texts_[i].c_str());
     }
   }
   int size() const { return static_cast<int>(values_.size()); }
@@ -136,7 +139,8 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& ur
   const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
   const char* values[] = {url.c_str(), timeout.c_str(), "mlprof-ebpf", nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, 1);
-  if (conn == nullptr) return Error{Error::Kind::kIo, 0, "cannot reach the PostgreSQL store: out of memory"};
+  if (conn == nullptr)
+    return Error{Error::Kind::kIo, 0, "cannot reach the PostgreSQL store: out of memory"};
   std::unique_ptr<PostgresStore> store(new PostgresStore(conn));
   if (PQstatus(conn) != CONNECTION_OK) {
     std::string message = PQerrorMessage(conn);
@@ -154,7 +158,8 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& ur
       store->exec(prepared ? "COMMIT" : "ROLLBACK");
     } catch (...) {
       store->rollback();
-      PQclear(PQexec(conn, (std::string("SELECT pg_advisory_unlock(") + kSchemaLock + ")").c_str()));
+      PQclear(
+          PQexec(conn, (std::string("SELECT pg_advisory_unlock(") + kSchemaLock + ")").c_str()));
       throw;
     }
     store->exec((std::string("SELECT pg_advisory_unlock(") + kSchemaLock + ")").c_str());
@@ -247,8 +252,8 @@ void PostgresStore::copy(const std::string& statement, const std::vector<SqlRow>
     PQclear(r);
   }
   if (!ok) {
-    throw StoreFailure(one_line(message.empty() ? std::string(PQerrorMessage(conn_)) : message) + " (`" +
-                       excerpt(statement) + "`)");
+    throw StoreFailure(one_line(message.empty() ? std::string(PQerrorMessage(conn_)) : message) +
+                       " (`" + excerpt(statement) + "`)");
   }
 }
 
@@ -270,16 +275,20 @@ std::vector<SqlRow> PostgresStore::query(const std::string& sql, const SqlRow& p
         row.emplace_back(std::monostate{});
         continue;
       }
-      const std::string_view text(PQgetvalue(r.get(), i, c), static_cast<size_t>(PQgetlength(r.get(), i, c)));
+      const std::string_view text(PQgetvalue(r.get(), i, c),
+                                  static_cast<size_t>(PQgetlength(r.get(), i, c)));
       const Oid type = PQftype(r.get(), c);
       if (type == kBool) {
         row.emplace_back(int64_t{text == "t" ? 1 : 0});
-      } else if (type == kInt8 || type == kInt4 || type == kInt2 || type == kOid || type == kNumeric) {
-        // A NUMERIC is an integer here (sums of integers); anything else is refused, as by PyDriver.
+      } else if (type == kInt8 || type == kInt4 || type == kInt2 || type == kOid ||
+                 type == kNumeric) {
+        // A NUMERIC is an integer here (sums of integers); anything else is refused, as by
+        // PyDriver.
         int64_t n = 0;
         const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
         if (ec != std::errc() || ptr != text.data() + text.size()) {
-          throw StoreFailure("`" + excerpt(sql) + "` returned '" + std::string(text) + "', not an integer");
+          throw StoreFailure("`" + excerpt(sql) + "` returned '" + std::string(text) +
+                             "', not an integer");
         }
         row.emplace_back(n);
       } else {

@@ -27,7 +27,9 @@ class Bound {
 };
 
 // The start of a statement, for messages.
-std::string excerpt(const std::string& sql) { return sql.size() <= 48 ? sql : sql.substr(0, 45) + "..."; }
+std::string excerpt(const std::string& sql) {
+  return sql.size() <= 48 ? sql : sql.substr(0, 45) + "...";
+}
 
 }  // namespace
 
@@ -39,14 +41,16 @@ std::string sqlite_store_path(const std::string& target) {
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& target) {
   if (target.starts_with("postgresql://") || target.starts_with("postgres://")) {
-    return Error{Error::Kind::kUnsupported, 0,
-                 "the agent writes SQLite stores only: write its profile with -o FILE.json and add that "
-                 "to PostgreSQL with `mlprof add URL FILE.json`"};
+    return Error{
+        Error::Kind::kUnsupported, 0,
+        "the agent writes SQLite stores only: write its profile with -o FILE.json and add that "
+        "to PostgreSQL with `mlprof add URL FILE.json`"};
   }
   const std::string path = sqlite_store_path(target);
   if (path.empty()) return Error{Error::Kind::kIo, 0, "no file name"};
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = std::string("cannot open the SQLite file: ") +
                           (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -64,7 +68,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& target
       try {
         return prepare_store(*store);
       } catch (...) {
-        if (sqlite3_get_autocommit(db) == 0) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+        if (sqlite3_get_autocommit(db) == 0)
+          sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
         throw;
       }
     }();
@@ -98,7 +103,8 @@ Result<int64_t> SqliteStore::add(const Profile& profile, const SourceInfo& info)
       return id;
     } catch (...) {
       // Some failures (a full disk) end the transaction themselves.
-      if (sqlite3_get_autocommit(db_) == 0) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      if (sqlite3_get_autocommit(db_) == 0)
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
       throw;
     }
   } catch (const StoreFailure& e) {
@@ -117,7 +123,8 @@ Result<SqliteStore::Once> SqliteStore::add_once(const Profile& profile, const So
       exec(once ? "COMMIT" : "ROLLBACK");
       return once;
     } catch (...) {
-      if (sqlite3_get_autocommit(db_) == 0) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      if (sqlite3_get_autocommit(db_) == 0)
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
       throw;
     }
   } catch (const StoreFailure& e) {
@@ -138,8 +145,8 @@ void SqliteStore::exec(const char* sql) {
 sqlite3_stmt* SqliteStore::prepared(const std::string& sql) {
   if (const auto it = statements_.find(sql); it != statements_.end()) return it->second;
   sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt,
-                         nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT,
+                         &stmt, nullptr) != SQLITE_OK) {
     fail("preparing `" + excerpt(sql) + "`");
   }
   statements_.emplace(sql, stmt);
@@ -202,14 +209,16 @@ std::vector<SqlRow> SqliteStore::query(const std::string& sql, const SqlRow& par
           break;
         case SQLITE_TEXT: {
           const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), c));
-          row.emplace_back(std::string(text, static_cast<size_t>(sqlite3_column_bytes(stmt.get(), c))));
+          row.emplace_back(
+              std::string(text, static_cast<size_t>(sqlite3_column_bytes(stmt.get(), c))));
           break;
         }
         case SQLITE_NULL:
           row.emplace_back(std::monostate{});
           break;
         default:  // the schema has no REAL or BLOB column (as PyDriver, which refuses them too)
-          throw StoreFailure("`" + excerpt(sql) + "` returned a REAL or BLOB, not an integer, a text or NULL");
+          throw StoreFailure("`" + excerpt(sql) +
+                             "` returned a REAL or BLOB, not an integer, a text or NULL");
       }
     }
   }

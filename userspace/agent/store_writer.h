@@ -30,7 +30,7 @@ struct StoreWriterStats {
   uint64_t dropped = 0;      // submits refused: `capacity` sessions were waiting or being added
   int64_t first_source = 0;  // source_id of the first and the last add; 0 before any
   int64_t last_source = 0;
-  std::string first_error;   // the first failure's message, "" if none
+  std::string first_error;  // the first failure's message, "" if none
 };
 
 class StoreWriter {

@@ -184,12 +184,14 @@ Result<Ok> TargetFinder::check_pod() {
   };
   auto describe_pod = [](const std::string& uid, const Seen& s) {
     std::string out = s.names ? s.names->namespace_ + "/" + s.names->pod
-                              : "pod uid " + uid + " (no names: its runtime state and pod log "
-                                                   "directory were not found)";
+                              : "pod uid " + uid +
+                                    " (no names: its runtime state and pod log "
+                                    "directory were not found)";
     if (!s.containers.empty()) {
       out += " (";
       bool first = true;
-      for (const std::string& c : s.containers) out += (std::exchange(first, false) ? "" : ", ") + c;
+      for (const std::string& c : s.containers)
+        out += (std::exchange(first, false) ? "" : ", ") + c;
       out += ")";
     }
     return out;
@@ -205,8 +207,8 @@ Result<Ok> TargetFinder::check_pod() {
     if (pods.empty()) {
       return fail("pod '" + selection_.pod +
                   "' not found: no process on this node runs in a Kubernetes pod (no kubepods "
-                  "cgroup in " + paths_.proc +
-                  "/*/cgroup); on Kubernetes the agent needs hostPID: true");
+                  "cgroup in " +
+                  paths_.proc + "/*/cgroup); on Kubernetes the agent needs hostPID: true");
     }
     std::string list;
     size_t shown = 0;
@@ -234,9 +236,10 @@ Result<Ok> TargetFinder::check_pod() {
     if (s.containers.count(pod_sel_[2]) == 0) {
       std::string list;
       for (const std::string& c : s.containers) list += (list.empty() ? "" : ", ") + c;
-      return fail("pod " + ns_name + " has no container '" + pod_sel_[2] +
-                  "' with processes on this node; its containers: " +
-                  (list.empty() ? std::string("none named (no runtime state or log links)") : list));
+      return fail(
+          "pod " + ns_name + " has no container '" + pod_sel_[2] +
+          "' with processes on this node; its containers: " +
+          (list.empty() ? std::string("none named (no runtime state or log links)") : list));
     }
   }
   return Ok{};
@@ -273,7 +276,8 @@ bool TargetFinder::selected(pid_t pid, const std::string& cgroup_text) {
   return false;
 }
 
-std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_text, bool* settled) {
+std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_text,
+                                          bool* settled) {
   *settled = false;
   const std::string dir = paths_.proc + "/" + std::to_string(pid);
   auto host_path = [&](const std::string& path) {

@@ -46,7 +46,7 @@ struct TargetSelection {
   std::string container;  // name, id or unique id prefix
   std::string cgroup;     // v2 path: absolute under the mount, or relative to it
   bool all = false;
-  std::string pod;        // NAMESPACE/NAME[/CONTAINER]: a Kubernetes pod's processes
+  std::string pod;  // NAMESPACE/NAME[/CONTAINER]: a Kubernetes pod's processes
 };
 
 // ---- finding and following targets ----------------------------------------
@@ -103,7 +103,7 @@ class TargetFinder {
   int cgroup_level_ = 0;
   std::map<pid_t, Target> current_;
   std::map<pid_t, uint64_t>
-      start_times_;               // /proc/PID/stat starttime: a reused pid is a new process
+      start_times_;  // /proc/PID/stat starttime: a reused pid is a new process
   // Processes found not to be targets, by (starttime, vsize) then: skipped
   // by later rescans until either changes.
   std::map<pid_t, std::pair<uint64_t, uint64_t>> not_targets_;

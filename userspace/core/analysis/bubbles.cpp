@@ -64,7 +64,8 @@ bool is_plumbing(const Profile& p, int32_t span) {
 }
 
 int32_t fan_out_anchor(const Profile& p, int32_t span) {
-  while (span >= 0 && is_plumbing(p, span) && p.spans[span].parent >= 0) span = p.spans[span].parent;
+  while (span >= 0 && is_plumbing(p, span) && p.spans[span].parent >= 0)
+    span = p.spans[span].parent;
   return span;
 }
 
@@ -113,7 +114,9 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
   const auto intervals = export_util::lane_intervals(p);
   std::vector<std::vector<Interval>> busy(p.lanes.size()), running_of(p.lanes.size());
   std::map<std::pair<uint32_t, uint64_t>, std::vector<Interval>> thread_waits;  // (pid, thread id)
-  auto thread_of = [&](size_t li) { return std::make_pair(lane_pid(p, p.lanes[li]), p.lanes[li].thread_id); };
+  auto thread_of = [&](size_t li) {
+    return std::make_pair(lane_pid(p, p.lanes[li]), p.lanes[li].thread_id);
+  };
   std::set<std::pair<uint32_t, uint64_t>> kernel_added;
   bool c_calls = false, event_loop = false;
   const auto& strings = p.functions.strings();
@@ -130,7 +133,8 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
       if (s.flags & kSpanCFunction) {
         c_calls = true;
         const FunctionInfo& f = p.functions.get(s.function);
-        if (is_blocking_call(strings.get(f.module), strings.get(f.name))) waits.emplace_back(iv.start_ns, iv.end_ns);
+        if (is_blocking_call(strings.get(f.module), strings.get(f.name)))
+          waits.emplace_back(iv.start_ns, iv.end_ns);
       }
     }
     // The kernel's off-CPU intervals are the thread's: added once, by its first lane.
@@ -138,7 +142,8 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
       const Lane& lane = p.lanes[li];
       const uint32_t pid = lane_pid(p, lane);
       for (const OffCpuInterval& o : p.kernel.off_cpu) {
-        if (o.tid == lane.native_tid && (o.pid == 0 || pid == 0 || o.pid == pid)) waits.emplace_back(o.start_ns, o.end_ns);
+        if (o.tid == lane.native_tid && (o.pid == 0 || pid == 0 || o.pid == pid))
+          waits.emplace_back(o.start_ns, o.end_ns);
       }
     }
     event_loop = event_loop || p.lanes[li].task != 0;
@@ -161,7 +166,8 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
   // Bubbles: the window less every lane's running time.
   std::vector<Interval> all;
   for (const auto& b : busy) all.insert(all.end(), b.begin(), b.end());
-  const std::vector<Interval> gaps = minus({{r.window_start_ns, r.window_end_ns}}, merged(std::move(all)));
+  const std::vector<Interval> gaps =
+      minus({{r.window_start_ns, r.window_end_ns}}, merged(std::move(all)));
   for (const auto& [s, e] : gaps) {
     if (e - s < min_ns) continue;
     Bubble b{s, e, {}};
@@ -189,7 +195,8 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
     if (!is_plumbing(p, i)) works[p.spans[i].lane] = true;
   }
   for (const Span& s : p.spans) {
-    if (s.parent >= 0 && p.spans[s.parent].lane != s.lane && works[s.lane] && !busy[s.lane].empty()) {
+    if (s.parent >= 0 && p.spans[s.parent].lane != s.lane && works[s.lane] &&
+        !busy[s.lane].empty()) {
       children[fan_out_anchor(p, s.parent)].insert(s.lane);
     }
   }
@@ -216,10 +223,12 @@ BubbleReport find_bubbles(const Profile& p, int64_t min_ns) {
     int running = 0;
     for (const auto& [t, d] : edges) {
       running += d;
-      f.max_concurrency = std::max<uint32_t>(f.max_concurrency, static_cast<uint32_t>(std::max(running, 0)));
+      f.max_concurrency =
+          std::max<uint32_t>(f.max_concurrency, static_cast<uint32_t>(std::max(running, 0)));
     }
     if (wall > 0) {
-      f.utilization = static_cast<double>(sum) / (static_cast<double>(f.lanes.size()) * static_cast<double>(wall));
+      f.utilization = static_cast<double>(sum) /
+                      (static_cast<double>(f.lanes.size()) * static_cast<double>(wall));
       f.mean_concurrency = static_cast<double>(sum) / static_cast<double>(wall);
     }
     r.fan_outs.push_back(std::move(f));

@@ -1,7 +1,7 @@
 #pragma once
-// Bubbles and utilization (docs/design/analysis.md, "Analysis verbs"): the idle gaps of a session, when none
-// of its threads or tasks runs, and how busy the lanes of a fan-out were
-// (docs/store.md, "mlprof bubbles").
+// Bubbles and utilization (docs/design/analysis.md, "Analysis verbs"): the idle gaps of a session,
+// when none of its threads or tasks runs, and how busy the lanes of a fan-out were (docs/store.md,
+// "mlprof bubbles").
 //
 // A lane runs while one of its spans runs (a generator or coroutine only in
 // its segments: a task between awaits does not run), less the time it waits:
@@ -30,17 +30,17 @@ struct FanOut {
   // or up from it past threading's, concurrent.futures' and asyncio's own
   // frames and C calls (a pool's threads started by one map() share it).
   int32_t span = -1;
-  std::vector<uint32_t> lanes;       // lanes started under it
-  std::vector<int64_t> busy_ns;      // per lane: running within the span's wall time
-  double utilization = 0;            // sum(busy) / (lanes * wall)
-  double mean_concurrency = 0;       // sum(busy) / wall
-  uint32_t max_concurrency = 0;      // most lanes running at once
+  std::vector<uint32_t> lanes;   // lanes started under it
+  std::vector<int64_t> busy_ns;  // per lane: running within the span's wall time
+  double utilization = 0;        // sum(busy) / (lanes * wall)
+  double mean_concurrency = 0;   // sum(busy) / wall
+  uint32_t max_concurrency = 0;  // most lanes running at once
 };
 
 struct BubbleReport {
   int64_t window_start_ns = 0;  // first root start .. last root end
   int64_t window_end_ns = 0;
-  int64_t bubble_ns = 0;        // sum of the bubbles
+  int64_t bubble_ns = 0;  // sum of the bubbles
   std::vector<Bubble> bubbles;
   std::vector<FanOut> fan_outs;
   // Whether anything says when a lane waited: kernel data, captured C calls

@@ -56,7 +56,8 @@ struct Split {
 // The best split of x[lo, hi) at a position where a group starts
 // (starts[tau]), in O((hi - lo)^2): tau moves right one run at a time and
 // the three sums follow it.
-Split best_split(const std::vector<double>& x, const std::vector<char>& starts, size_t lo, size_t hi) {
+Split best_split(const std::vector<double>& x, const std::vector<char>& starts, size_t lo,
+                 size_t hi) {
   Split best;
   if (hi - lo < 2) return best;
   double within_left = 0, within_right = 0, between = 0;
@@ -105,16 +106,20 @@ double min_split_p_value(size_t before, size_t after) {
   return p;
 }
 
-std::vector<ChangePoint> find_change_points(const std::vector<double>& values, const std::vector<size_t>& group_of,
+std::vector<ChangePoint> find_change_points(const std::vector<double>& values,
+                                            const std::vector<size_t>& group_of,
                                             const ChangePointOptions& options) {
-  if (values.size() != group_of.size()) throw std::invalid_argument("values and group_of differ in length");
-  if (!(options.alpha > 0 && options.alpha < 1)) throw std::invalid_argument("alpha must be in (0, 1)");
+  if (values.size() != group_of.size())
+    throw std::invalid_argument("values and group_of differ in length");
+  if (!(options.alpha > 0 && options.alpha < 1))
+    throw std::invalid_argument("alpha must be in (0, 1)");
   if (options.permutations < 1) throw std::invalid_argument("permutations must be >= 1");
   // The runs with a value, their log, and where each group starts.
   std::vector<double> x;
   std::vector<size_t> index, group;
   for (size_t i = 0; i < values.size(); ++i) {
-    if (i && group_of[i] < group_of[i - 1]) throw std::invalid_argument("group_of must be non-decreasing");
+    if (i && group_of[i] < group_of[i - 1])
+      throw std::invalid_argument("group_of must be non-decreasing");
     if (std::isnan(values[i])) continue;
     x.push_back(std::log(std::max(values[i], 1.0)));
     index.push_back(i);
@@ -141,7 +146,8 @@ std::vector<ChangePoint> find_change_points(const std::vector<double>& values, c
         }
       }
       ++drawn;
-      if (best_of(shuffled, starts, bounds).first.q >= split.q - tolerance * std::fabs(split.q)) ++hits;
+      if (best_of(shuffled, starts, bounds).first.q >= split.q - tolerance * std::fabs(split.q))
+        ++hits;
     }
     const double p = hits >= options.stop_after && drawn < options.permutations
                          ? static_cast<double>(hits) / drawn
@@ -157,12 +163,14 @@ std::vector<ChangePoint> find_change_points(const std::vector<double>& values, c
     bounds.insert(bounds.begin() + static_cast<std::ptrdiff_t>(segment) + 1, split.tau);
   }
 
-  std::sort(found.begin(), found.end(), [](const ChangePoint& a, const ChangePoint& b) { return a.run < b.run; });
+  std::sort(found.begin(), found.end(),
+            [](const ChangePoint& a, const ChangePoint& b) { return a.run < b.run; });
   size_change_points(values, found, options.confidence);
   return found;
 }
 
-void size_change_points(const std::vector<double>& values, std::vector<ChangePoint>& points, double confidence) {
+void size_change_points(const std::vector<double>& values, std::vector<ChangePoint>& points,
+                        double confidence) {
   for (size_t c = 0; c < points.size(); ++c) {
     const size_t from = c == 0 ? 0 : points[c - 1].run;
     const size_t to = c + 1 == points.size() ? values.size() : points[c + 1].run;

@@ -37,20 +37,20 @@
 namespace mlprof {
 
 struct ChangePointOptions {
-  double alpha = 0.01;            // a split is accepted at p <= alpha
-  uint32_t permutations = 999;    // shuffles per test, at most
-  uint32_t stop_after = 10;       // shuffles reaching the statistic that end a test early
-  double confidence = 0.95;       // of each change's interval
+  double alpha = 0.01;          // a split is accepted at p <= alpha
+  uint32_t permutations = 999;  // shuffles per test, at most
+  uint32_t stop_after = 10;     // shuffles reaching the statistic that end a test early
+  double confidence = 0.95;     // of each change's interval
   uint64_t seed = 0;
 };
 
 struct ChangePoint {
-  size_t group = 0;          // the release (group) the new level starts at
-  size_t run = 0;            // its first run, an index into the values given
-  double statistic = 0;      // q of the split
-  double p_value = 1;        // of the permutation test that accepted it
+  size_t group = 0;           // the release (group) the new level starts at
+  size_t run = 0;             // its first run, an index into the values given
+  double statistic = 0;       // q of the split
+  double p_value = 1;         // of the permutation test that accepted it
   uint32_t permutations = 0;  // shuffles that test drew
-  RunComparison change;      // runs after vs runs before (B/A - 1)
+  RunComparison change;       // runs after vs runs before (B/A - 1)
 };
 
 // The change points of `values` (per run, ns; NaN: no value, left out) whose
@@ -58,13 +58,15 @@ struct ChangePoint {
 // release order), in order of their run. Needs alpha in (0, 1) and
 // permutations >= 1; a series with fewer than two groups holding a value
 // has none.
-std::vector<ChangePoint> find_change_points(const std::vector<double>& values, const std::vector<size_t>& group_of,
+std::vector<ChangePoint> find_change_points(const std::vector<double>& values,
+                                            const std::vector<size_t>& group_of,
                                             const ChangePointOptions& options);
 
 // Sizes each change point of `points` (in order of their run) by
 // compare_runs: the runs from it to the next one against those from the
 // previous one to it (NaN values left out).
-void size_change_points(const std::vector<double>& values, std::vector<ChangePoint>& points, double confidence);
+void size_change_points(const std::vector<double>& values, std::vector<ChangePoint>& points,
+                        double confidence);
 
 // The smallest p-value a permutation test of a split of `before` runs from
 // `after` runs can give, whatever the values: 1 / C(before + after, after)

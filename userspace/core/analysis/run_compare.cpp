@@ -57,7 +57,8 @@ double log_value(double v) { return std::log(std::max(v, 1.0)); }
 
 }  // namespace
 
-RunComparison compare_runs(const std::vector<double>& a, const std::vector<double>& b, double confidence) {
+RunComparison compare_runs(const std::vector<double>& a, const std::vector<double>& b,
+                           double confidence) {
   RunComparison c;
   c.runs_a = a.size();
   c.runs_b = b.size();
@@ -99,8 +100,8 @@ RunComparison compare_runs(const std::vector<double>& a, const std::vector<doubl
     c.exact = true;
     const std::vector<double> cdf = exact_cdf(m, n);
     const auto ui = static_cast<size_t>(u);
-    c.p_greater = ui == 0 ? 1.0 : 1.0 - cdf[ui - 1];  // P(U >= u)
-    c.p_less = cdf[ui];                                  // P(U <= u)
+    c.p_greater = ui == 0 ? 1.0 : 1.0 - cdf[ui - 1];    // P(U >= u)
+    c.p_less = cdf[ui];                                 // P(U <= u)
     while (k < cdf.size() && cdf[k] <= alpha / 2) ++k;  // P(U <= k - 1) <= alpha/2
   } else {
     const auto N = static_cast<double>(m + n);
@@ -147,7 +148,8 @@ const char* verdict_name(Verdict v) {
   return "pass";
 }
 
-Verdict gate_verdict(const RunComparison& c, double holm_greater, double holm_less, double threshold, double alpha) {
+Verdict gate_verdict(const RunComparison& c, double holm_greater, double holm_less,
+                     double threshold, double alpha) {
   if (c.runs_a == 0 || c.runs_b == 0) return Verdict::kInconclusive;
   if (holm_greater < alpha && c.change > threshold) return Verdict::kRegression;
   if (holm_less < alpha && c.change < -threshold) return Verdict::kImprovement;
@@ -163,22 +165,26 @@ uint64_t runs_needed(const RunComparison& c, double threshold, double alpha, siz
   while (floor_runs < kMaxRunsNeeded) {
     // 1 / C(2r, r): the smallest one-sided p-value with r runs a side.
     double comb = 1;
-    for (uint64_t i = 1; i <= floor_runs; ++i) comb = comb * static_cast<double>(floor_runs + i) / static_cast<double>(i);
+    for (uint64_t i = 1; i <= floor_runs; ++i)
+      comb = comb * static_cast<double>(floor_runs + i) / static_cast<double>(i);
     if (1.0 / comb < std::min(level, alpha / 2)) break;
     ++floor_runs;
   }
   const uint64_t have = std::min(c.runs_a, c.runs_b);
-  if (!std::isfinite(c.ci_lo) || !std::isfinite(c.ci_hi) || have == 0) return std::max(floor_runs, have + 1);
+  if (!std::isfinite(c.ci_lo) || !std::isfinite(c.ci_hi) || have == 0)
+    return std::max(floor_runs, have + 1);
   const double half = (std::log1p(c.ci_hi) - std::log1p(std::max(c.ci_lo, -0.999999))) / 2;
   const double gap = std::fabs(std::log1p(c.change) - std::log1p(threshold));
   if (gap <= 0) return kMaxRunsNeeded;
   const double need = std::ceil(static_cast<double>(have) * (half / gap) * (half / gap));
-  return std::clamp<uint64_t>(need >= static_cast<double>(kMaxRunsNeeded) ? kMaxRunsNeeded : static_cast<uint64_t>(need),
-                              std::max(floor_runs, have + 1), kMaxRunsNeeded);
+  return std::clamp<uint64_t>(
+      need >= static_cast<double>(kMaxRunsNeeded) ? kMaxRunsNeeded : static_cast<uint64_t>(need),
+      std::max(floor_runs, have + 1), kMaxRunsNeeded);
 }
 
-std::vector<PathGate> gate_paths(const std::vector<std::pair<std::vector<double>, std::vector<double>>>& sides,
-                                 const std::vector<bool>& gated, double threshold, double confidence) {
+std::vector<PathGate> gate_paths(
+    const std::vector<std::pair<std::vector<double>, std::vector<double>>>& sides,
+    const std::vector<bool>& gated, double threshold, double confidence) {
   std::vector<PathGate> out(sides.size());
   std::vector<size_t> family;
   std::vector<double> greater, less;
@@ -198,7 +204,8 @@ std::vector<PathGate> gate_paths(const std::vector<std::pair<std::vector<double>
     g.holm_greater = hg[j];
     g.holm_less = hl[j];
     g.verdict = gate_verdict(g.comparison, hg[j], hl[j], threshold, alpha);
-    if (g.verdict == Verdict::kInconclusive) g.runs_needed = runs_needed(g.comparison, threshold, alpha, family.size());
+    if (g.verdict == Verdict::kInconclusive)
+      g.runs_needed = runs_needed(g.comparison, threshold, alpha, family.size());
   }
   return out;
 }

@@ -26,16 +26,17 @@ namespace mlprof {
 
 struct RunComparison {
   size_t runs_a = 0, runs_b = 0;
-  double change = 0;                // B/A - 1 (Hodges-Lehmann); 0 with a side empty
-  double ci_lo = 0, ci_hi = 0;      // of the change; -inf / +inf when too few runs
+  double change = 0;                 // B/A - 1 (Hodges-Lehmann); 0 with a side empty
+  double ci_lo = 0, ci_hi = 0;       // of the change; -inf / +inf when too few runs
   double p_greater = 1, p_less = 1;  // one-sided, unadjusted
-  bool exact = false;               // p-values and interval from U's exact distribution
+  bool exact = false;                // p-values and interval from U's exact distribution
 };
 
 // Compares per-run values (ns, > 0; values below 1 ns count as 1 ns, so a
 // run where the path took no time compares as very fast). Both sides must
 // hold a value; confidence in (0, 1) sizes the interval.
-RunComparison compare_runs(const std::vector<double>& a, const std::vector<double>& b, double confidence);
+RunComparison compare_runs(const std::vector<double>& a, const std::vector<double>& b,
+                           double confidence);
 
 // Holm's adjusted p-values, in the order given.
 std::vector<double> holm_adjust(const std::vector<double>& p);
@@ -51,7 +52,8 @@ const char* verdict_name(Verdict v);
 // - pass: the interval's upper end below the threshold (no regression of
 //   that size is left plausible);
 // - inconclusive otherwise: too few runs, or too noisy to tell.
-Verdict gate_verdict(const RunComparison& c, double holm_greater, double holm_less, double threshold, double alpha);
+Verdict gate_verdict(const RunComparison& c, double holm_greater, double holm_less,
+                     double threshold, double alpha);
 
 // For an inconclusive path, the runs a side that would likely settle it:
 // the interval's width shrinks as 1/sqrt(runs), so the runs that make its
@@ -71,7 +73,8 @@ struct PathGate {
   Verdict verdict = Verdict::kPass;
   uint64_t runs_needed = 0;  // inconclusive only
 };
-std::vector<PathGate> gate_paths(const std::vector<std::pair<std::vector<double>, std::vector<double>>>& sides,
-                                 const std::vector<bool>& gated, double threshold, double confidence);
+std::vector<PathGate> gate_paths(
+    const std::vector<std::pair<std::vector<double>, std::vector<double>>>& sides,
+    const std::vector<bool>& gated, double threshold, double confidence);
 
 }  // namespace mlprof

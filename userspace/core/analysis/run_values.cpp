@@ -45,7 +45,8 @@ void RunPathValues::flush(size_t run, std::vector<Call>& calls) {
         break;
       }
       const auto parent = index.find(c.parent);
-      if (parent == index.end() || chain.size() > calls.size()) break;  // an orphan (or a cycle): no root call
+      if (parent == index.end() || chain.size() > calls.size())
+        break;  // an orphan (or a cycle): no root call
       at = parent->second;
     }
     for (const size_t c : chain) root_of[c] = root;
@@ -95,18 +96,20 @@ void RunPathValues::add(const Profile& p, size_t run, int depth) {
   flush(run, pending_);
 }
 
-Result<uint64_t> RunPathValues::add_store(StoreDriver& driver, const std::vector<int64_t>& source_ids,
+Result<uint64_t> RunPathValues::add_store(StoreDriver& driver,
+                                          const std::vector<int64_t>& source_ids,
                                           const std::vector<size_t>& run_of, int depth) {
   std::unordered_map<int64_t, size_t> run_by_source;
-  for (size_t i = 0; i < source_ids.size() && i < run_of.size(); ++i) run_by_source[source_ids[i]] = run_of[i];
+  for (size_t i = 0; i < source_ids.size() && i < run_of.size(); ++i)
+    run_by_source[source_ids[i]] = run_of[i];
   size_t current = 0;
   pending_.clear();
   ScanHooks hooks;
   hooks.want_cpu = true;
   hooks.on_call = [&](const ScanCall& call) {
     current = run_by_source.at(call.source);
-    pending_.push_back(Call{call.sample_id, call.parent_id, call.path, call.depth == 0, call.incomplete,
-                            call.wall_ns, call.cpu_ns, call.waiting_ns});
+    pending_.push_back(Call{call.sample_id, call.parent_id, call.path, call.depth == 0,
+                            call.incomplete, call.wall_ns, call.cpu_ns, call.waiting_ns});
   };
   hooks.on_session_end = [&] {
     if (!pending_.empty()) flush(current, pending_);
@@ -120,7 +123,8 @@ std::vector<uint64_t> RunPathValues::root_calls() const {
   return out;
 }
 
-std::vector<RunPathValues::PathRuns> RunPathValues::values(Statistic statistic, Quantity quantity) const {
+std::vector<RunPathValues::PathRuns> RunPathValues::values(Statistic statistic,
+                                                           Quantity quantity) const {
   const std::vector<PathSummary> summary = paths_.summary();
   const size_t runs = run_keys_.size();
   // Root calls per run and root path; whether a run has any cpu value.
@@ -132,7 +136,8 @@ std::vector<RunPathValues::PathRuns> RunPathValues::values(Statistic statistic, 
   }
   std::vector<bool> run_has_cpu(runs, false);
   // Per path and run: the non-zero per-root-call values, and the calls.
-  std::vector<std::vector<std::vector<int64_t>>> seen(summary.size(), std::vector<std::vector<int64_t>>(runs));
+  std::vector<std::vector<std::vector<int64_t>>> seen(summary.size(),
+                                                      std::vector<std::vector<int64_t>>(runs));
   std::vector<std::vector<uint64_t>> calls(summary.size(), std::vector<uint64_t>(runs, 0));
   for (const auto& [key, cell] : cells_) {
     const RootCall& rc = root_calls_[key >> 32];
@@ -146,7 +151,8 @@ std::vector<RunPathValues::PathRuns> RunPathValues::values(Statistic statistic, 
   // A path's root: the summary entry of its first name alone.
   std::unordered_map<std::string, uint32_t> root_path_of;
   for (size_t i = 0; i < summary.size(); ++i) {
-    if (summary[i].path.size() == 1) root_path_of.emplace(summary[i].path[0], static_cast<uint32_t>(i + 1));
+    if (summary[i].path.size() == 1)
+      root_path_of.emplace(summary[i].path[0], static_cast<uint32_t>(i + 1));
   }
   std::vector<PathRuns> out(summary.size());
   const double nan = std::numeric_limits<double>::quiet_NaN();

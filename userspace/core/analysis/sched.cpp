@@ -132,9 +132,11 @@ class Threads {
   // have none, and the agent builds this for every session.
   void build_timelines() {
     std::vector<ThreadKey> needed;
-    for (const OffCpuInterval& iv : p_.kernel.off_cpu) needed.emplace_back(pid_or_meta(iv.pid), iv.tid);
+    for (const OffCpuInterval& iv : p_.kernel.off_cpu)
+      needed.emplace_back(pid_or_meta(iv.pid), iv.tid);
     for (const ThreadLifetime& t : p_.kernel.threads) {
-      if (t.parent_tid != 0 && t.start_ns != 0) needed.emplace_back(pid_or_meta(t.pid), t.parent_tid);
+      if (t.parent_tid != 0 && t.start_ns != 0)
+        needed.emplace_back(pid_or_meta(t.pid), t.parent_tid);
     }
     std::sort(needed.begin(), needed.end());
     needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
@@ -526,7 +528,8 @@ void attribute_nothing(Profile& profile) {
   k.spans.resize(profile.spans.size());
   for (size_t i = 0; i < k.spans.size(); ++i) {
     const Span& span = profile.spans[i];
-    k.spans[i].on_cpu_ns = std::max<int64_t>(0, (span.flags & kSpanGenerator) ? span.active_ns : span.duration_ns());
+    k.spans[i].on_cpu_ns =
+        std::max<int64_t>(0, (span.flags & kSpanGenerator) ? span.active_ns : span.duration_ns());
   }
 }
 
@@ -649,9 +652,9 @@ void attribute_spans(Profile& profile) {
       if (std::get<2>(key) == WaitObject::kGil) sk.own_gil_ns += w.ns;
       if (std::get<2>(key) == WaitObject::kLock) sk.own_lock_ns += w.ns;
     }
-    std::stable_sort(sk.waits.begin(), sk.waits.end(), [](const WaitReason& a, const WaitReason& b) {
-      return a.blocked_ns > b.blocked_ns;
-    });
+    std::stable_sort(
+        sk.waits.begin(), sk.waits.end(),
+        [](const WaitReason& a, const WaitReason& b) { return a.blocked_ns > b.blocked_ns; });
     if (forest.parent[si] < 0) continue;
     const auto pi = static_cast<size_t>(span.parent);
     SpanKernel& pk = k.spans[pi];

@@ -55,8 +55,8 @@ struct OffCpuInterval {
   uint32_t prev_state = 0;  // task state bits at switch-out
   int32_t syscall = -1;     // blocked: the syscall it slept in (kernel number), -1 none/unknown
   WakerKind waker_kind = WakerKind::kTask;  // not kTask: waker_tid is the task the interrupt hit
-  std::string waker_name;   // the waker's comm at the wakeup; "" unknown
-  WaitObject wait = WaitObject::kNone;  // blocked in futex: on what
+  std::string waker_name;                   // the waker's comm at the wakeup; "" unknown
+  WaitObject wait = WaitObject::kNone;      // blocked in futex: on what
 
   // 'D' (uninterruptible), 'S' (interruptible) or '-' (preempted, or another state).
   char state_letter() const {
@@ -226,7 +226,7 @@ struct Stall {
   int64_t off_cpu_ns = 0;
   int64_t blocked_ns = 0;
   int64_t runq_ns = 0;
-  double off_fraction = 0;  // off_cpu / wall
+  double off_fraction = 0;         // off_cpu / wall
   int64_t threads_off_cpu_ns = 0;  // started threads' and other lanes' off-CPU, self
 };
 // The n spans with the most off-CPU time (self, not inherited from children,

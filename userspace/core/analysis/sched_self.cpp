@@ -48,7 +48,8 @@ bool same_thread_child(const Profile& p, size_t child, int32_t up) {
 
 std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall_ns) {
   const auto& ks = profile.kernel.spans;
-  if (std::none_of(ks.begin(), ks.end(), [](const SpanKernel& k) { return k.off_cpu_ns > 0; })) return {};
+  if (std::none_of(ks.begin(), ks.end(), [](const SpanKernel& k) { return k.off_cpu_ns > 0; }))
+    return {};
   const std::vector<SelfOffCpu> total = self_off_cpu(profile);
   if (total.empty() || n == 0) return {};
   std::vector<SelfOffCpu> own(ks.size());
@@ -74,8 +75,9 @@ std::vector<Stall> top_stalls(const Profile& profile, size_t n, int64_t min_wall
     s.threads_off_cpu_ns = std::max<int64_t>(0, total[i].off_cpu_ns - s.off_cpu_ns);
     if (s.wall_ns < min_wall_ns || s.off_cpu_ns + s.threads_off_cpu_ns <= 0) continue;
     s.off_fraction =
-        s.wall_ns > 0 ? std::min(1.0, static_cast<double>(s.off_cpu_ns) / static_cast<double>(s.wall_ns))
-                      : 0;
+        s.wall_ns > 0
+            ? std::min(1.0, static_cast<double>(s.off_cpu_ns) / static_cast<double>(s.wall_ns))
+            : 0;
     out.push_back(s);
   }
   const auto by_off = [](const Stall& a, const Stall& b) {
@@ -96,7 +98,8 @@ std::vector<WaitReason> self_waits(const Profile& profile, int32_t span) {
   if (ks.size() != profile.spans.size() || span < 0 || static_cast<size_t>(span) >= ks.size())
     return {};
   std::map<WaitKey, WaitReason> sums;
-  for (const WaitReason& w : ks[static_cast<size_t>(span)].waits) sums[{w.syscall, w.state, w.object}] = w;
+  for (const WaitReason& w : ks[static_cast<size_t>(span)].waits)
+    sums[{w.syscall, w.state, w.object}] = w;
   const Span& s = profile.spans[static_cast<size_t>(span)];
   // Children: Span::first_child/next_sibling when linked, else a scan.
   std::vector<size_t> children;
@@ -126,8 +129,9 @@ std::vector<WaitReason> self_waits(const Profile& profile, int32_t span) {
   std::vector<WaitReason> out;
   for (auto& [key, w] : sums)
     if (w.blocked_ns > 0) out.push_back(w);
-  std::stable_sort(out.begin(), out.end(),
-                   [](const WaitReason& a, const WaitReason& b) { return a.blocked_ns > b.blocked_ns; });
+  std::stable_sort(out.begin(), out.end(), [](const WaitReason& a, const WaitReason& b) {
+    return a.blocked_ns > b.blocked_ns;
+  });
   return out;
 }
 

@@ -11,8 +11,9 @@ constexpr uint64_t kMaxRuns = 100000;
 
 }  // namespace
 
-PathTrend path_trend(const std::vector<double>& values, const std::vector<size_t>& group_of, size_t last_group,
-                     size_t tests, double threshold, const ChangePointOptions& options) {
+PathTrend path_trend(const std::vector<double>& values, const std::vector<size_t>& group_of,
+                     size_t last_group, size_t tests, double threshold,
+                     const ChangePointOptions& options) {
   ChangePointOptions o = options;
   o.alpha = options.alpha / static_cast<double>(std::max<size_t>(tests, 1));
   PathTrend t;
@@ -26,7 +27,8 @@ PathTrend path_trend(const std::vector<double>& values, const std::vector<size_t
     for (size_t c = 0; c < t.points.size(); ++c) {
       const double change = t.points[c].change.change;
       const double m = std::fabs(std::log1p(change));
-      if (change <= threshold && change >= -threshold && (smallest == t.points.size() || m < magnitude)) {
+      if (change <= threshold && change >= -threshold &&
+          (smallest == t.points.size() || m < magnitude)) {
         smallest = c;
         magnitude = m;
       }

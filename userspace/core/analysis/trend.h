@@ -45,7 +45,8 @@ struct PathTrend {
 //   many runs the latest release would need);
 // - pass: the interval's upper end below the threshold.
 // The path is absent in the latest release: has_latest false.
-PathTrend path_trend(const std::vector<double>& values, const std::vector<size_t>& group_of, size_t last_group,
-                     size_t tests, double threshold, const ChangePointOptions& options);
+PathTrend path_trend(const std::vector<double>& values, const std::vector<size_t>& group_of,
+                     size_t last_group, size_t tests, double threshold,
+                     const ChangePointOptions& options);
 
 }  // namespace mlprof

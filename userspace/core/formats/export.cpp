@@ -67,13 +67,20 @@ std::optional<ExportFormat> format_from_name(std::string_view name) {
 
 std::string export_profile(const Profile& p, ExportFormat format) {
   switch (format) {
-    case ExportFormat::kJson: return to_json_document(p);
-    case ExportFormat::kJsonGz: return gzip_compress(to_json_document(p));
-    case ExportFormat::kChromeTrace: return to_chrome_trace(p);
-    case ExportFormat::kPprof: return to_pprof(p);
-    case ExportFormat::kSpeedscope: return to_speedscope(p);
-    case ExportFormat::kFolded: return to_folded(p);
-    case ExportFormat::kHtml: return to_html_report(p);
+    case ExportFormat::kJson:
+      return to_json_document(p);
+    case ExportFormat::kJsonGz:
+      return gzip_compress(to_json_document(p));
+    case ExportFormat::kChromeTrace:
+      return to_chrome_trace(p);
+    case ExportFormat::kPprof:
+      return to_pprof(p);
+    case ExportFormat::kSpeedscope:
+      return to_speedscope(p);
+    case ExportFormat::kFolded:
+      return to_folded(p);
+    case ExportFormat::kHtml:
+      return to_html_report(p);
   }
   return {};
 }

@@ -1,6 +1,6 @@
-// Chrome Trace Event JSON (docs/design/analysis.md, "Trace export"), in the shape Perfetto's JSON importer
-// (src/trace_processor/importers/json/ of google/perfetto) takes without
-// dropping anything:
+// Chrome Trace Event JSON (docs/design/analysis.md, "Trace export"), in the shape Perfetto's JSON
+// importer (src/trace_processor/importers/json/ of google/perfetto) takes without dropping
+// anything:
 // - "traceEvents" is the first key: its tokenizer ignores the rest of the
 //   file after an outer key it does not know, and knows only traceEvents,
 //   displayTimeUnit, otherData, metadata and systemTraceEvents.
@@ -94,7 +94,8 @@ std::vector<Track> lane_tracks(const Profile& p) {
 }
 
 const char* category(const Profile& p, const Span& s) {
-  if (s.flags & kSpanWait) return "wait";  // the event loop idle: its own colour in a viewer's legend
+  if (s.flags & kSpanWait)
+    return "wait";  // the event loop idle: its own colour in a viewer's legend
   if (s.flags & kSpanBlock) return "block";
   if (s.flags & kSpanCFunction) return "c";
   if (s.function < p.functions.size() && p.functions.get(s.function).kind == FunctionKind::kC) {
@@ -414,8 +415,8 @@ void write_thread_events(JsonWriter& w, const Profile& p, int64_t origin, std::s
 
 // One instant event ("ph": "i"): scope "t" on a thread's track, "p" across
 // a resource's process.
-void write_instant(JsonWriter& w, const Profile& p, const Mark& m, uint32_t pid, const uint32_t* tid,
-                   int64_t origin, std::string& scratch) {
+void write_instant(JsonWriter& w, const Profile& p, const Mark& m, uint32_t pid,
+                   const uint32_t* tid, int64_t origin, std::string& scratch) {
   const StringTable& strings = p.functions.strings();
   w.StartObject();
   w.Key("ph");
@@ -448,24 +449,27 @@ void write_instant(JsonWriter& w, const Profile& p, const Mark& m, uint32_t pid,
   w.EndObject();
 }
 
-// docs/design/analysis.md, "Resources and slots": each resource a process (above any real pid), each slot
-// in use a thread, each call a slice on the slot it took, and per resource
-// the counters "in flight" and "queued" (model/resources.h).
+// docs/design/analysis.md, "Resources and slots": each resource a process (above any real pid),
+// each slot in use a thread, each call a slice on the slot it took, and per resource the counters
+// "in flight" and "queued" (model/resources.h).
 constexpr uint32_t kResourcePidBase = 1u << 30;
 
 void write_resources(JsonWriter& w, const Profile& p, const std::vector<Resource>& resources,
-                     const std::vector<std::string>& locations, int64_t origin, std::string& scratch) {
+                     const std::vector<std::string>& locations, int64_t origin,
+                     std::string& scratch) {
   const StringTable& strings = p.functions.strings();
   for (size_t k = 0; k < resources.size(); ++k) {
     const Resource& r = resources[k];
     const auto pid = static_cast<uint32_t>(kResourcePidBase + k);
     const std::string name = "resource " + strings.get(r.name);
     write_metadata_event(w, "process_name", pid, nullptr, "name", &name, 0);
-    write_metadata_event(w, "process_sort_index", pid, nullptr, "sort_index", nullptr, static_cast<int>(k) - 1000);
+    write_metadata_event(w, "process_sort_index", pid, nullptr, "sort_index", nullptr,
+                         static_cast<int>(k) - 1000);
     for (uint32_t slot = 1; slot <= r.slots; ++slot) {
       const std::string title = "slot " + std::to_string(slot);
       write_metadata_event(w, "thread_name", pid, &slot, "name", &title, 0);
-      write_metadata_event(w, "thread_sort_index", pid, &slot, "sort_index", nullptr, static_cast<int>(slot));
+      write_metadata_event(w, "thread_sort_index", pid, &slot, "sort_index", nullptr,
+                           static_cast<int>(slot));
     }
     for (const ResourceCall& c : r.calls) {
       const Span& s = p.spans[static_cast<size_t>(c.span)];
@@ -609,7 +613,8 @@ std::string to_chrome_trace(const Profile& p) {
     if (!has_spans[li]) continue;
     ++lanes_shown;
     if (!named.insert(tracks[li]).second) continue;
-    write_metadata_event(w, "thread_name", tracks[li].first, &tracks[li].second, "name", &titles[li], 0);
+    write_metadata_event(w, "thread_name", tracks[li].first, &tracks[li].second, "name",
+                         &titles[li], 0);
     write_metadata_event(w, "thread_sort_index", tracks[li].first, &tracks[li].second, "sort_index",
                          nullptr, static_cast<int>(li));
   }

@@ -13,10 +13,12 @@ namespace mlprof {
 namespace {
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) {
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) {
     s.remove_prefix(1);
   }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
     s.remove_suffix(1);
   }
   return s;
@@ -28,18 +30,22 @@ Error corrupt(const std::string& why) { return Error{Error::Kind::kCorrupt, 0, w
 
 namespace import_detail {
 
-std::optional<Error> parse_json(std::string_view data, const char* format, rapidjson::Document& doc) {
-  doc.Parse<rapidjson::kParseFullPrecisionFlag | rapidjson::kParseIterativeFlag>(data.data(), data.size());
+std::optional<Error> parse_json(std::string_view data, const char* format,
+                                rapidjson::Document& doc) {
+  doc.Parse<rapidjson::kParseFullPrecisionFlag | rapidjson::kParseIterativeFlag>(data.data(),
+                                                                                 data.size());
   if (!doc.HasParseError()) return std::nullopt;
   const size_t end = trim(data).size() + static_cast<size_t>(trim(data).data() - data.data());
   if (doc.GetErrorOffset() + 1 >= end) {
     return Error{Error::Kind::kTruncated, 0,
-                 std::string("the ") + format + " JSON ends early, after " + std::to_string(data.size()) +
+                 std::string("the ") + format + " JSON ends early, after " +
+                     std::to_string(data.size()) +
                      " bytes (the file was cut off while being written or copied)"};
   }
   return Error{Error::Kind::kCorrupt, 0,
-               std::string("not ") + format + " JSON: invalid at offset " + std::to_string(doc.GetErrorOffset()) +
-                   " (" + rapidjson::GetParseError_En(doc.GetParseError()) + ")"};
+               std::string("not ") + format + " JSON: invalid at offset " +
+                   std::to_string(doc.GetErrorOffset()) + " (" +
+                   rapidjson::GetParseError_En(doc.GetParseError()) + ")"};
 }
 
 }  // namespace import_detail
@@ -54,7 +60,8 @@ FrameName parse_frame_name(std::string_view text) {
     const size_t colon = inner.rfind(':');
     int32_t line = 0;
     if (colon != std::string_view::npos) {
-      const auto [p, ec] = std::from_chars(inner.data() + colon + 1, inner.data() + inner.size(), line);
+      const auto [p, ec] =
+          std::from_chars(inner.data() + colon + 1, inner.data() + inner.size(), line);
       if (ec == std::errc() && p == inner.data() + inner.size()) {
         out.name = std::string(text.substr(0, open));
         out.file = std::string(inner.substr(0, colon));
@@ -73,7 +80,8 @@ InputFormat detect_input(std::string_view bytes) {
   if (head.front() == '[') return InputFormat::kChromeTrace;  // the JSON Array Format
   if (head.front() == '{') {
     if (head.find("\"traceEvents\"") != std::string_view::npos) return InputFormat::kChromeTrace;
-    if (head.find("speedscope") != std::string_view::npos || head.find("\"profiles\"") != std::string_view::npos) {
+    if (head.find("speedscope") != std::string_view::npos ||
+        head.find("\"profiles\"") != std::string_view::npos) {
       return InputFormat::kSpeedscope;
     }
     return InputFormat::kDocument;
@@ -132,10 +140,12 @@ Result<Imported> import_profile(std::string_view raw) {
     case InputFormat::kFolded:
       return import_folded(raw);
     case InputFormat::kDocument:
-      return Error{Error::Kind::kUnsupported, 0, "a profile document: read it with load(), not as an import"};
+      return Error{Error::Kind::kUnsupported, 0,
+                   "a profile document: read it with load(), not as an import"};
     default:
       return corrupt(
-          "not a format this build imports (a profile document, Chrome trace JSON, speedscope JSON, pprof, "
+          "not a format this build imports (a profile document, Chrome trace JSON, speedscope "
+          "JSON, pprof, "
           "or folded stacks)");
   }
 }
@@ -160,7 +170,8 @@ Result<Imported> import_folded(std::string_view text) {
     if (trim(line).empty()) continue;
     const size_t space = line.rfind(' ');
     int64_t count = 0;
-    if (space == std::string_view::npos) return corrupt("line " + std::to_string(line_no) + " has no sample count");
+    if (space == std::string_view::npos)
+      return corrupt("line " + std::to_string(line_no) + " has no sample count");
     const auto [p, ec] = std::from_chars(line.data() + space + 1, line.data() + line.size(), count);
     if (ec != std::errc() || p != line.data() + line.size() || count < 0) {
       return corrupt("line " + std::to_string(line_no) + " does not end in a sample count");
@@ -170,7 +181,8 @@ Result<Imported> import_folded(std::string_view text) {
     while (!stack.empty()) {
       const size_t semi = stack.find(';');
       const FrameName f = parse_frame_name(stack.substr(0, semi));
-      const uint32_t fn = out.functions.add(f.name, "", f.file, f.line, FunctionKind::kPython, false);
+      const uint32_t fn =
+          out.functions.add(f.name, "", f.file, f.line, FunctionKind::kPython, false);
       s.frames.push_back({fn, f.line});
       if (semi == std::string_view::npos) break;
       stack.remove_prefix(semi + 1);

@@ -20,7 +20,8 @@ enum class InputFormat { kDocument, kChromeTrace, kSpeedscope, kPprof, kFolded, 
 
 // What `bytes` (gunzipped already) holds, by content.
 InputFormat detect_input(std::string_view bytes);
-const char* input_format_name(InputFormat f);  // "chrome-trace", "speedscope", "pprof", "folded", ...
+const char* input_format_name(
+    InputFormat f);  // "chrome-trace", "speedscope", "pprof", "folded", ...
 
 using Imported = std::variant<Profile, StackSamples>;
 

@@ -35,7 +35,8 @@ const Value* member(const Value& o, const char* name) {
 void provenance(const Value& doc, std::map<std::string, std::string>& meta) {
   const Value* viz = member(doc, "viztracer_metadata");
   const Value* version = viz && viz->IsObject() ? member(*viz, "version") : nullptr;
-  if (version && version->IsString()) meta["tool"] = std::string("viztracer@") + version->GetString();
+  if (version && version->IsString())
+    meta["tool"] = std::string("viztracer@") + version->GetString();
   const Value* other = member(doc, "otherData");
   if (!other || !other->IsObject()) return;
   for (const char* key : {"producer", "tool"}) {  // tool (with a version) over producer
@@ -45,7 +46,8 @@ void provenance(const Value& doc, std::map<std::string, std::string>& meta) {
   const Value* start = member(*other, "start_unix_ns");
   if (start && start->IsString()) {
     const std::string text = start->GetString();
-    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) meta["start_unix_ns"] = text;
+    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos)
+      meta["start_unix_ns"] = text;
   } else if (start && start->IsUint64()) {
     meta["start_unix_ns"] = std::to_string(start->GetUint64());
   }
@@ -56,7 +58,8 @@ void provenance(const Value& doc, std::map<std::string, std::string>& meta) {
 Result<Imported> import_chrome_trace(std::string_view json) {
   rapidjson::Document doc;
   if (auto e = import_detail::parse_json(json, "Chrome trace", doc)) return *e;
-  const Value* events = doc.IsArray() ? &doc : (doc.IsObject() ? member(doc, "traceEvents") : nullptr);
+  const Value* events =
+      doc.IsArray() ? &doc : (doc.IsObject() ? member(doc, "traceEvents") : nullptr);
   if (!events || !events->IsArray()) {
     return Error{Error::Kind::kCorrupt, 0, "not a Chrome trace: no traceEvents array"};
   }
@@ -85,7 +88,8 @@ Result<Imported> import_chrome_trace(std::string_view json) {
     const std::string phase = ph->GetString();
     const Value* pid = member(e, "pid");
     const Value* tid = member(e, "tid");
-    const Thread thread{pid && pid->IsNumber() ? pid->GetInt64() : 0, tid && tid->IsNumber() ? tid->GetInt64() : 0};
+    const Thread thread{pid && pid->IsNumber() ? pid->GetInt64() : 0,
+                        tid && tid->IsNumber() ? tid->GetInt64() : 0};
     const Value* name = member(e, "name");
     const std::string text = name && name->IsString() ? name->GetString() : "";
     if (phase == "M") {
@@ -100,7 +104,8 @@ Result<Imported> import_chrome_trace(std::string_view json) {
       const Value* dur = member(e, "dur");
       const double d = dur && dur->IsNumber() ? dur->GetDouble() : 0.0;
       const int64_t start = us_to_ns(ts->GetDouble());
-      calls[thread].push_back({start, start + std::max<int64_t>(0, us_to_ns(d)), function_of(text)});
+      calls[thread].push_back(
+          {start, start + std::max<int64_t>(0, us_to_ns(d)), function_of(text)});
       pids.insert(thread.first);
     } else if (phase == "B") {
       open[thread].emplace_back(ts->GetDouble(), function_of(text));
@@ -112,11 +117,13 @@ Result<Imported> import_chrome_trace(std::string_view json) {
         continue;
       }
       const int64_t start = us_to_ns(stack.back().first);
-      calls[thread].push_back({start, std::max(start, us_to_ns(ts->GetDouble())), stack.back().second});
+      calls[thread].push_back(
+          {start, std::max(start, us_to_ns(ts->GetDouble())), stack.back().second});
       stack.pop_back();
     }
   }
-  if (calls.empty()) return Error{Error::Kind::kCorrupt, 0, "the Chrome trace has no complete (X) or B/E events"};
+  if (calls.empty())
+    return Error{Error::Kind::kCorrupt, 0, "the Chrome trace has no complete (X) or B/E events"};
   p.start_ns = INT64_MAX;
   p.end_ns = INT64_MIN;
   for (auto& [thread, list] : calls) {

@@ -12,6 +12,7 @@
 namespace mlprof::import_detail {
 
 // Parses `data` into `doc`; an Error naming `format` when it is not JSON or ends early.
-std::optional<Error> parse_json(std::string_view data, const char* format, rapidjson::Document& doc);
+std::optional<Error> parse_json(std::string_view data, const char* format,
+                                rapidjson::Document& doc);
 
 }  // namespace mlprof::import_detail

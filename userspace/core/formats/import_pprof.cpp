@@ -19,9 +19,12 @@ namespace {
 
 namespace field = pprof_field;
 
-Error corrupt(const std::string& why) { return Error{Error::Kind::kCorrupt, 0, "not a pprof profile: " + why}; }
+Error corrupt(const std::string& why) {
+  return Error{Error::Kind::kCorrupt, 0, "not a pprof profile: " + why};
+}
 Error truncated() {
-  return Error{Error::Kind::kTruncated, 0, "the pprof profile ends early (the file was cut off while being written or copied)"};
+  return Error{Error::Kind::kTruncated, 0,
+               "the pprof profile ends early (the file was cut off while being written or copied)"};
 }
 
 // A bounds-checked reader of one protobuf message.
@@ -258,10 +261,12 @@ Result<Imported> import_pprof(std::string_view bytes) {
     }
   }
   if (r.failed()) return truncated();
-  if (strings.empty() || strings[0] != "") return corrupt("its string table does not start with \"\"");
+  if (strings.empty() || strings[0] != "")
+    return corrupt("its string table does not start with \"\"");
   if (types.empty()) return corrupt("it has no sample types");
   auto str = [&](int64_t i) -> std::string {
-    return i >= 0 && static_cast<size_t>(i) < strings.size() ? std::string(strings[i]) : std::string();
+    return i >= 0 && static_cast<size_t>(i) < strings.size() ? std::string(strings[i])
+                                                             : std::string();
   };
 
   StackSamples out;
@@ -291,7 +296,8 @@ Result<Imported> import_pprof(std::string_view bytes) {
   int count_index = -1;
   for (size_t i = 0; i < types.size(); ++i) {
     out.value_types.emplace_back(str(types[i].first), str(types[i].second));
-    if (count_index < 0 && (out.value_types.back().first == "samples" || out.value_types.back().second == "count")) {
+    if (count_index < 0 &&
+        (out.value_types.back().first == "samples" || out.value_types.back().second == "count")) {
       count_index = static_cast<int>(i);
     }
   }
@@ -300,7 +306,8 @@ Result<Imported> import_pprof(std::string_view bytes) {
   uint64_t dropped = 0, total_rows = 0;
   constexpr uint64_t kMaxRows = 50'000'000;  // an expansion past this is a hostile count
   for (const RawSample& s : samples) {
-    if (s.values.size() != types.size()) return corrupt("a sample's values do not match the sample types");
+    if (s.values.size() != types.size())
+      return corrupt("a sample's values do not match the sample types");
     StackSamples::Sample row;
     std::string thread = "all threads";
     for (const auto& [k, v] : s.labels) {
@@ -325,11 +332,13 @@ Result<Imported> import_pprof(std::string_view bytes) {
         auto id = fn_ids.find(line->first);
         if (id == fn_ids.end()) {
           const auto fn = functions.find(line->first);
-          if (fn == functions.end()) return corrupt("a location names a function that is not there");
+          if (fn == functions.end())
+            return corrupt("a location names a function that is not there");
           id = fn_ids
-                   .emplace(line->first, out.functions.add(str(fn->second.name), "", str(fn->second.filename),
-                                                          static_cast<int32_t>(fn->second.start_line),
-                                                          FunctionKind::kPython, false))
+                   .emplace(line->first,
+                            out.functions.add(str(fn->second.name), "", str(fn->second.filename),
+                                              static_cast<int32_t>(fn->second.start_line),
+                                              FunctionKind::kPython, false))
                    .first;
         }
         row.frames.push_back({id->second, static_cast<int32_t>(line->second)});
@@ -339,7 +348,8 @@ Result<Imported> import_pprof(std::string_view bytes) {
     if (copies <= 0) continue;  // a sample counted 0 times holds nothing
     total_rows += static_cast<uint64_t>(copies);
     if (total_rows > kMaxRows) {
-      return corrupt("its sample counts expand to more than " + std::to_string(kMaxRows) + " samples");
+      return corrupt("its sample counts expand to more than " + std::to_string(kMaxRows) +
+                     " samples");
     }
     for (int64_t c = 0; c < copies; ++c) {
       StackSamples::Sample one = row;

@@ -30,7 +30,9 @@ double ns_per(const std::string& unit) {
   return 0.0;
 }
 
-Error corrupt(const std::string& why) { return Error{Error::Kind::kCorrupt, 0, "not a speedscope file: " + why}; }
+Error corrupt(const std::string& why) {
+  return Error{Error::Kind::kCorrupt, 0, "not a speedscope file: " + why};
+}
 
 }  // namespace
 
@@ -50,7 +52,8 @@ Result<Imported> import_speedscope(std::string_view json) {
     if (!type || !type->IsString()) return corrupt("a profile has no type");
     (std::string(type->GetString()) == "evented" ? evented : sampled) = true;
   }
-  if (sampled && evented) return corrupt("it mixes sampled and evented profiles, which this import keeps apart");
+  if (sampled && evented)
+    return corrupt("it mixes sampled and evented profiles, which this import keeps apart");
   // The tool that wrote it ("py-spy@0.4.3"); speedscope's format has no capture time.
   const Value* exporter = member(doc, "exporter");
   const std::string tool = exporter && exporter->IsString() ? exporter->GetString() : "";
@@ -66,7 +69,8 @@ Result<Imported> import_speedscope(std::string_view json) {
     FrameName fn = parse_frame_name(name->GetString());
     if (file && file->IsString()) fn.file = file->GetString();
     if (line && line->IsInt()) fn.line = line->GetInt();
-    frame_fn.emplace_back(functions.add(fn.name, "", fn.file, fn.line, FunctionKind::kPython, false), fn.line);
+    frame_fn.emplace_back(
+        functions.add(fn.name, "", fn.file, fn.line, FunctionKind::kPython, false), fn.line);
   }
   auto frame_at = [&](const Value& v, uint32_t* out) {
     if (!v.IsUint() || v.GetUint() >= frame_fn.size()) return false;
@@ -83,20 +87,23 @@ Result<Imported> import_speedscope(std::string_view json) {
     for (const Value& pr : profiles->GetArray()) {
       const Value* u = member(pr, "unit");
       const std::string this_unit = u && u->IsString() ? u->GetString() : "none";
-      if (!unit.empty() && this_unit != unit) return corrupt("its profiles weigh samples in different units");
+      if (!unit.empty() && this_unit != unit)
+        return corrupt("its profiles weigh samples in different units");
       unit = this_unit;
     }
     const double scale = ns_per(unit);
     out.value_types = {{"samples", "count"},
-                       scale > 0 ? std::make_pair(std::string("wall"), std::string("nanoseconds"))
-                                 : std::make_pair(std::string(unit == "bytes" ? "alloc" : "weight"),
-                                                  std::string(unit == "bytes" ? "bytes" : "count"))};
+                       scale > 0
+                           ? std::make_pair(std::string("wall"), std::string("nanoseconds"))
+                           : std::make_pair(std::string(unit == "bytes" ? "alloc" : "weight"),
+                                            std::string(unit == "bytes" ? "bytes" : "count"))};
     for (const Value& pr : profiles->GetArray()) {
       const Value* first = member(pr, "startValue");
       const Value* last = member(pr, "endValue");
       if (scale > 0 && first && last && first->IsNumber() && last->IsNumber()) {
-        out.end_ns = std::max(out.end_ns,
-                              static_cast<int64_t>(std::llround((last->GetDouble() - first->GetDouble()) * scale)));
+        out.end_ns = std::max(
+            out.end_ns,
+            static_cast<int64_t>(std::llround((last->GetDouble() - first->GetDouble()) * scale)));
       }
       const Value* name = member(pr, "name");
       const Value* samples = member(pr, "samples");
@@ -106,8 +113,9 @@ Result<Imported> import_speedscope(std::string_view json) {
         return corrupt("a sampled profile's weights do not match its samples");
       }
       const auto thread = static_cast<uint32_t>(out.threads.size());
-      out.threads.push_back({name && name->IsString() ? name->GetString() : "profile " + std::to_string(thread),
-                             thread});
+      out.threads.push_back(
+          {name && name->IsString() ? name->GetString() : "profile " + std::to_string(thread),
+           thread});
       for (rapidjson::SizeType i = 0; i < samples->Size(); ++i) {
         const Value& stack = (*samples)[i];
         if (!stack.IsArray()) return corrupt("a sample is not a list of frames");
@@ -147,13 +155,15 @@ Result<Imported> import_speedscope(std::string_view json) {
     if (!events || !events->IsArray()) return corrupt("an evented profile has no events");
     Lane lane;
     lane.thread_id = p.lanes.size();
-    lane.thread_name = name && name->IsString() ? name->GetString() : "profile " + std::to_string(p.lanes.size());
+    lane.thread_name =
+        name && name->IsString() ? name->GetString() : "profile " + std::to_string(p.lanes.size());
     for (const Value& e : events->GetArray()) {
       const Value* type = member(e, "type");
       const Value* at = member(e, "at");
       const Value* frame = member(e, "frame");
       uint32_t idx = 0;
-      if (!type || !type->IsString() || !at || !at->IsNumber() || !frame || !frame_at(*frame, &idx)) {
+      if (!type || !type->IsString() || !at || !at->IsNumber() || !frame ||
+          !frame_at(*frame, &idx)) {
         return corrupt("an event lacks its type, time or frame");
       }
       Event ev;

@@ -137,7 +137,8 @@ void write_span_values(JsonWriter& w, const Profile& p, const std::vector<int32_
     const int32_t span = renumbered == nullptr ? v.span : (*renumbered)[v.span];
     if (span < 0) continue;
     const ValueKindName& name = kValueKindNames[static_cast<int>(v.kind)];
-    if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0) continue;
+    if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0)
+      continue;
     w.StartArray();
     w.Int(span);
     write_string(w, name.type);
@@ -169,9 +170,8 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
   w.Key("lost_events");
   w.Uint64(p.kernel.lost_events);
   w.Key("off_cpu_fields");
-  write_fields(
-      w, {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid", "prev_state",
-          "syscall", "waker_kind", "waker_name", "wait"});
+  write_fields(w, {"tid", "pid", "start_ns", "wake_ns", "end_ns", "blocked", "waker_tid",
+                   "prev_state", "syscall", "waker_kind", "waker_name", "wait"});
   w.Key("off_cpu");
   w.StartArray();
   for (const OffCpuInterval& iv : p.kernel.off_cpu) {
@@ -197,8 +197,8 @@ void write_kernel(JsonWriter& w, const Profile& p, const std::vector<int32_t>* r
   // futex object (SpanKernel::waits), inclusive like span_values, with the
   // waker that ended the most of it.
   w.Key("wait_fields");
-  write_fields(w, {"span", "syscall", "syscall_name", "state", "blocked_ns", "count", "wait", "waker",
-                   "waker_ns"});
+  write_fields(w, {"span", "syscall", "syscall_name", "state", "blocked_ns", "count", "wait",
+                   "waker", "waker_ns"});
   w.Key("waits");
   w.StartArray();
   const bool attributed = p.kernel.spans.size() == p.spans.size();
@@ -446,7 +446,8 @@ std::string to_json_document(const Profile& p, const ViewOptions& opts) {
     }
     w.EndArray();
   }
-  if (p.kernel.present || !p.values.empty()) write_span_values(w, p, view_depth < 0 ? nullptr : &renumbered);
+  if (p.kernel.present || !p.values.empty())
+    write_span_values(w, p, view_depth < 0 ? nullptr : &renumbered);
   if (p.kernel.present) write_kernel(w, p, view_depth < 0 ? nullptr : &renumbered);
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());

@@ -85,7 +85,8 @@ Result<Profile> read_json_document(std::string_view data) {
   if (const size_t nul = data.find('\0'); nul != std::string_view::npos) {
     return Error{Error::Kind::kCorrupt, 0,
                  "not a profile document: a NUL byte at offset " + std::to_string(nul) +
-                     " (JSON text never holds one; a .pb.gz or other binary export?) " + kWhatLoadReads};
+                     " (JSON text never holds one; a .pb.gz or other binary export?) " +
+                     kWhatLoadReads};
   }
   rapidjson::Document doc;
   SpanRows spans;

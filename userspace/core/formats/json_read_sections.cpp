@@ -40,8 +40,8 @@ class DocumentReader : DocumentAccess {
     }
     if (!read_header()) return take_error();
     if (!read_meta(p) || !read_stats(p) || !read_strings(p) || !read_functions(p) ||
-        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p) || !read_marks(p) || !read_kernel(p) ||
-        !read_span_values(p) || !read_waits(p)) {
+        !read_lanes(p) || !read_spans(p) || !read_segments(p) || !read_io(p) || !read_marks(p) ||
+        !read_kernel(p) || !read_span_values(p) || !read_waits(p)) {
       return take_error();
     }
     link_tree(p);
@@ -58,11 +58,10 @@ class DocumentReader : DocumentAccess {
     const Value* format = meta != nullptr && meta->IsObject() ? member(*meta, "format") : nullptr;
     if (format == nullptr || !format->IsString() ||
         std::string_view(format->GetString(), format->GetStringLength()) != kFormat) {
-      error_ =
-          Error{Error::Kind::kCorrupt, 0,
-                std::string("not a profile document: it is JSON, but meta.format is not "
-                            "\"mlflow-profiler\" ") +
-                    kWhatLoadReads};
+      error_ = Error{Error::Kind::kCorrupt, 0,
+                     std::string("not a profile document: it is JSON, but meta.format is not "
+                                 "\"mlflow-profiler\" ") +
+                         kWhatLoadReads};
       return false;
     }
     const Value* version = member(*meta, "version");
@@ -262,9 +261,10 @@ class DocumentReader : DocumentAccess {
           !get((*r)[c.at[7]], Where{s, i, "end_ns"}, span.end_ns) ||
           !get((*r)[c.at[8]], Where{s, i, "active_ns"}, span.active_ns) ||
           !get((*r)[c.at[9]], Where{s, i, "resumes"}, span.resumes) ||
-          (waiting_col_ >= 0 && !get((*r)[waiting_col_], Where{s, i, "waiting_ns"}, span.waiting_ns)) ||
-          (resource_col >= 0 &&
-           !get_id((*r)[resource_col], Where{s, i, "resource"}, n_strings, "strings", span.resource))) {
+          (waiting_col_ >= 0 &&
+           !get((*r)[waiting_col_], Where{s, i, "waiting_ns"}, span.waiting_ns)) ||
+          (resource_col >= 0 && !get_id((*r)[resource_col], Where{s, i, "resource"}, n_strings,
+                                        "strings", span.resource))) {
         return false;
       }
       // A parent comes first: that is what makes the links a tree (no cycles)
@@ -370,7 +370,9 @@ class DocumentReader : DocumentAccess {
     if (member(root_, "marks") == nullptr) return true;
     Columns c;
     const Value* rows = table("marks");
-    if (rows == nullptr || !columns("mark_fields", {"lane", "ts_ns", "span", "name", "resource"}, c)) return false;
+    if (rows == nullptr ||
+        !columns("mark_fields", {"lane", "ts_ns", "span", "name", "resource"}, c))
+      return false;
     const size_t n_strings = p.functions.strings().size();
     p.marks.resize(rows->Size());
     for (rapidjson::SizeType i = 0; i < rows->Size(); ++i) {
@@ -379,7 +381,8 @@ class DocumentReader : DocumentAccess {
       Mark& m = p.marks[i];
       const char* s = "marks";
       if (!get_id((*r)[c.at[0]], Where{s, i, "lane"}, p.lanes.size(), "lanes", m.lane) ||
-          !get((*r)[c.at[1]], Where{s, i, "ts_ns"}, m.ts_ns) || !get((*r)[c.at[2]], Where{s, i, "span"}, m.span) ||
+          !get((*r)[c.at[1]], Where{s, i, "ts_ns"}, m.ts_ns) ||
+          !get((*r)[c.at[2]], Where{s, i, "span"}, m.span) ||
           !get_id((*r)[c.at[3]], Where{s, i, "name"}, n_strings, "strings", m.name) ||
           !get_id((*r)[c.at[4]], Where{s, i, "resource"}, n_strings, "strings", m.resource)) {
         return false;
@@ -472,7 +475,8 @@ class DocumentReader : DocumentAccess {
       if (int col = optional_column(kernel, "off_cpu_fields", "waker_name"); col >= 0) {
         if (!get((*r)[col], Where{s, i, "waker_name"}, iv.waker_name)) return false;
       }
-      if (wait_col >= 0 && !read_wait_object((*r)[wait_col], Where{s, i, "wait"}, iv.wait)) return false;
+      if (wait_col >= 0 && !read_wait_object((*r)[wait_col], Where{s, i, "wait"}, iv.wait))
+        return false;
     }
     return true;
   }
@@ -500,7 +504,8 @@ class DocumentReader : DocumentAccess {
   bool read_waits(Profile& p) {
     const Value* kernel = member(root_, "kernel");
     if (kernel == nullptr || member(*kernel, "waits") == nullptr) return true;
-    if (p.kernel.spans.size() != p.spans.size()) p.kernel.spans.assign(p.spans.size(), SpanKernel{});
+    if (p.kernel.spans.size() != p.spans.size())
+      p.kernel.spans.assign(p.spans.size(), SpanKernel{});
     Columns c;
     const Value* rows = nested_table(*kernel, "kernel", "waits", "wait_fields",
                                      {"span", "syscall", "state", "blocked_ns", "count"}, c);
@@ -604,7 +609,8 @@ class DocumentReader : DocumentAccess {
       // kernel data holds it.
       const auto here = std::find_if(std::begin(kValueKindNames), std::end(kValueKindNames),
                                      [&](const ValueKindName& t) { return t.type == type; });
-      if (here != std::end(kValueKindNames) && (!p.kernel.present || here->kind != ValueKind::kCpuNs)) {
+      if (here != std::end(kValueKindNames) &&
+          (!p.kernel.present || here->kind != ValueKind::kCpuNs)) {
         if (unit != here->unit) {
           return fail(Where{s, i, "unit"}, "\"" + unit + "\" for \"" + type + "\", expected \"" +
                                                std::string(here->unit) + "\"");

@@ -1,7 +1,7 @@
 #include "formats/json_stream.h"
 
-#include <rapidjson/memorystream.h>
 #include <rapidjson/encodedstream.h>
+#include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
 
 #include <cstring>
@@ -215,9 +215,9 @@ class SpanSplitter {
       bad(tag, 0);
       ++rows_.rows_;
     } else if (level_ == 1 && row_is_array_) {
-      cell(tag, tag == SpanRows::kInt64 ? (static_cast<uint64_t>(i) << 1) ^
-                                              static_cast<uint64_t>(i >> 63)
-                                        : raw);
+      cell(tag, tag == SpanRows::kInt64
+                    ? (static_cast<uint64_t>(i) << 1) ^ static_cast<uint64_t>(i >> 63)
+                    : raw);
     }
     return true;
   }

@@ -46,7 +46,15 @@ class SpanRows {
   // A cell is a tag byte and its payload: a varint for an integer, 8 bytes
   // for a double, nothing for the other types.
   enum Tag : uint8_t {
-    kInt64, kUint64, kDouble, kNull, kFalse, kTrue, kString, kArrayTag, kObject
+    kInt64,
+    kUint64,
+    kDouble,
+    kNull,
+    kFalse,
+    kTrue,
+    kString,
+    kArrayTag,
+    kObject
   };
   static constexpr size_t kChunk = size_t{1} << 20;  // no reallocation copies while parsing
   static constexpr size_t kMaxCell = 11;             // tag and a 10-byte varint

@@ -96,9 +96,11 @@ struct PprofAggregate::State {
   uint32_t label_set(const Labels& labels) {
     ProtoWriter encoded;
     for (const auto& [key, value] : labels) {
-      encoded.message_field(field::kSampleLabel, pprof::label_bytes(strings.add(key), strings.add(value)));
+      encoded.message_field(field::kSampleLabel,
+                            pprof::label_bytes(strings.add(key), strings.add(value)));
     }
-    auto [it, inserted] = label_set_ids.try_emplace(encoded.bytes(), static_cast<uint32_t>(label_sets.size()));
+    auto [it, inserted] =
+        label_set_ids.try_emplace(encoded.bytes(), static_cast<uint32_t>(label_sets.size()));
     if (inserted) label_sets.push_back(encoded.bytes());
     return it->second;
   }
@@ -128,8 +130,8 @@ struct PprofAggregate::State {
   }
 
   uint32_t child_of(uint32_t parent, uint64_t location) {
-    auto [it, inserted] =
-        child.try_emplace((static_cast<uint64_t>(parent) << 32) | location, static_cast<uint32_t>(nodes.size()));
+    auto [it, inserted] = child.try_emplace((static_cast<uint64_t>(parent) << 32) | location,
+                                            static_cast<uint32_t>(nodes.size()));
     if (inserted) nodes.push_back({parent, location});
     return it->second;
   }
@@ -198,7 +200,9 @@ void PprofAggregate::add(const Profile& p, const Labels& labels) {
       chain.push_back(j);
       j = p.spans[j].parent;
     }
-    uint32_t node = (j >= 0 && static_cast<size_t>(j) < p.spans.size() && node_of[j] != kNoNode) ? node_of[j] : 0;
+    uint32_t node = (j >= 0 && static_cast<size_t>(j) < p.spans.size() && node_of[j] != kNoNode)
+                        ? node_of[j]
+                        : 0;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       node = st.child_of(node, span_location(p.spans[*it]));
       node_of[*it] = node;
@@ -230,7 +234,8 @@ void PprofAggregate::add(const StackSamples& samples, const Labels& labels) {
   for (const StackSamples::Sample& sample : samples.samples) {
     uint32_t node = 0;
     for (const StackSamples::Frame& f : sample.frames) {
-      const uint64_t key = (static_cast<uint64_t>(f.function) << 32) | static_cast<uint32_t>(f.line);
+      const uint64_t key =
+          (static_cast<uint64_t>(f.function) << 32) | static_cast<uint32_t>(f.line);
       auto [it, inserted] = location_of.try_emplace(key, 0);
       if (inserted) {
         FunctionKey fk{0, 0, 0};
@@ -243,7 +248,8 @@ void PprofAggregate::add(const StackSamples& samples, const Labels& labels) {
       node = st.child_of(node, it->second);
     }
     State::Sample& s = st.sample(node, label_set);
-    for (size_t v = 0; v < sample.values.size() && v < type_of.size(); ++v) s.values[type_of[v]] += sample.values[v];
+    for (size_t v = 0; v < sample.values.size() && v < type_of.size(); ++v)
+      s.values[type_of[v]] += sample.values[v];
   }
 }
 
@@ -253,7 +259,9 @@ void PprofAggregate::add_comment(std::string_view comment) {
 
 size_t PprofAggregate::sources() const { return state_->sources; }
 size_t PprofAggregate::samples() const { return state_->samples.size(); }
-std::vector<std::pair<std::string, std::string>> PprofAggregate::sample_types() const { return state_->types; }
+std::vector<std::pair<std::string, std::string>> PprofAggregate::sample_types() const {
+  return state_->types;
+}
 
 int64_t PprofAggregate::total(std::string_view type, std::string_view unit) const {
   const State& st = *state_;
@@ -270,7 +278,8 @@ std::string PprofAggregate::to_pprof() const {
   // Every string written here was interned when added: the table is complete.
   const State& st = *state_;
   ProtoWriter out;
-  for (const auto& [type, unit] : st.type_strings) pprof::write_value_type(out, field::kSampleType, type, unit);
+  for (const auto& [type, unit] : st.type_strings)
+    pprof::write_value_type(out, field::kSampleType, type, unit);
   std::vector<uint64_t> stack;
   std::vector<int64_t> values;
   ProtoWriter sample;
@@ -299,7 +308,8 @@ std::string PprofAggregate::to_pprof() const {
     }
   }
   if (wall >= 0) {
-    pprof::write_value_type(out, field::kPeriodType, st.type_strings[wall].first, st.type_strings[wall].second);
+    pprof::write_value_type(out, field::kPeriodType, st.type_strings[wall].first,
+                            st.type_strings[wall].second);
     out.int_field(field::kPeriod, 1);
   }
   out.packed_field(field::kComment, st.comments);

@@ -84,7 +84,7 @@ struct Lane {
   uint64_t session = 0;     // the session's serial in that process; 0: the only one
   uint64_t native_tid = 0;  // gettid(), joins with kernel events
   std::string thread_name;
-  uint32_t task = 0;        // 0: the context the session was entered in; n: n-th other context
+  uint32_t task = 0;  // 0: the context the session was entered in; n: n-th other context
   // A lane started inside another lane's span (an asyncio task created in the
   // session, a thread started by it): its roots become children of the span
   // opened by event `parent_call` of lane `parent_lane`. -1: roots stay roots.
@@ -94,11 +94,11 @@ struct Lane {
   // Events recorded in the lane: events.size() once build_tree ran; a lane read
   // back from a document keeps the count but not the events.
   uint64_t recorded = 0;
-  std::vector<IORecord> io;  // I/O summaries (capture_io), keyed by kCall index
-  std::vector<Reading> readings;  // cpu_time/alloc_bytes counter readings, by event index
+  std::vector<IORecord> io;            // I/O summaries (capture_io), keyed by kCall index
+  std::vector<Reading> readings;       // cpu_time/alloc_bytes counter readings, by event index
   std::vector<OffCpuReading> off_cpu;  // the thread's off-CPU time, by time (views/waiting.h)
-  uint64_t dropped = 0;      // calls not recorded because the buffer was full
-  bool truncated = false;    // recording stopped entirely (hard cap reached)
+  uint64_t dropped = 0;                // calls not recorded because the buffer was full
+  bool truncated = false;              // recording stopped entirely (hard cap reached)
   // The trace context active where the lane's session started (an
   // OpenTelemetry or MLflow span): lower-case hex, 32 and 16 digits, or
   // empty. Every lane of a session carries its session's.

@@ -23,7 +23,8 @@ bool under_prefix(std::string_view file, std::string_view prefix) {
 
 }  // namespace
 
-bool classify_user_code(std::string_view file, const PathRules& rules, std::string_view module_file) {
+bool classify_user_code(std::string_view file, const PathRules& rules,
+                        std::string_view module_file) {
   // cloudpickle names every code it pickled by value "<dynamic-code>": a
   // model class defined in a notebook or script and logged with MLflow, and
   // the closures a library put on it (MLflow's tracing wrappers), whose
@@ -74,7 +75,8 @@ FunctionTable FunctionTable::flattened() const {
   for (uint32_t i = 1; i < strings_.size(); ++i) out.strings_.intern(strings_.get(i));
   for (uint32_t i = 0; i < size(); ++i) {
     const FunctionInfo& f = get(i);
-    out.add(strings_.get(f.name), strings_.get(f.module), strings_.get(f.file), f.line, f.kind, f.user_code);
+    out.add(strings_.get(f.name), strings_.get(f.module), strings_.get(f.file), f.line, f.kind,
+            f.user_code);
   }
   return out;
 }

@@ -38,7 +38,8 @@ struct PathRules {
 // unless `module_file`, the file of the loaded module the code's globals
 // name, is a library's.
 inline constexpr std::string_view kDynamicCode = "<dynamic-code>";
-bool classify_user_code(std::string_view file, const PathRules& rules, std::string_view module_file = {});
+bool classify_user_code(std::string_view file, const PathRules& rules,
+                        std::string_view module_file = {});
 
 // True when `module` is `prefix` or inside it ("a.b" is inside "a", not "ab").
 bool module_in(std::string_view module, std::string_view prefix);
@@ -54,8 +55,8 @@ class FunctionTable {
   explicit FunctionTable(std::shared_ptr<const FunctionTable> base);
 
   // Interns a function; the same (name, module, file, line, kind) gives the same id.
-  uint32_t add(std::string_view name, std::string_view module, std::string_view file,
-               int32_t line, FunctionKind kind, bool user_code);
+  uint32_t add(std::string_view name, std::string_view module, std::string_view file, int32_t line,
+               FunctionKind kind, bool user_code);
   const FunctionInfo& get(uint32_t id) const {
     return id < base_size_ ? base_->get(id) : functions_.at(id - base_size_);
   }

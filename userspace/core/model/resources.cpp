@@ -22,7 +22,8 @@ int32_t lane_root(const Profile& p, int32_t s) {
 
 bool inside_same_resource(const Profile& p, int32_t s) {
   const uint32_t resource = p.spans[static_cast<size_t>(s)].resource;
-  for (int32_t a = p.spans[static_cast<size_t>(s)].parent; a >= 0; a = p.spans[static_cast<size_t>(a)].parent) {
+  for (int32_t a = p.spans[static_cast<size_t>(s)].parent; a >= 0;
+       a = p.spans[static_cast<size_t>(a)].parent) {
     if (p.spans[static_cast<size_t>(a)].resource == resource) return true;
   }
   return false;
@@ -79,8 +80,11 @@ void sample(Resource& r) {
       in_flight += std::get<1>(changes[i]);
       queued += std::get<2>(changes[i]);
     }
-    const ResourceSample s{ts, static_cast<uint32_t>(std::max(in_flight, 0)), static_cast<uint32_t>(std::max(queued, 0))};
-    if (!r.samples.empty() && r.samples.back().in_flight == s.in_flight && r.samples.back().queued == s.queued) continue;
+    const ResourceSample s{ts, static_cast<uint32_t>(std::max(in_flight, 0)),
+                           static_cast<uint32_t>(std::max(queued, 0))};
+    if (!r.samples.empty() && r.samples.back().in_flight == s.in_flight &&
+        r.samples.back().queued == s.queued)
+      continue;
     r.samples.push_back(s);
     r.peak_queued = std::max(r.peak_queued, s.queued);
   }
@@ -90,15 +94,18 @@ void sample(Resource& r) {
 
 std::vector<Resource> resource_view(const Profile& p) {
   std::vector<Resource> out;
-  std::map<uint32_t, size_t> index;  // resource string -> out
+  std::map<uint32_t, size_t> index;                     // resource string -> out
   std::set<std::pair<int32_t, uint32_t>> queued_roots;  // (task root, resource) already queued once
   // Spans are ordered by lane, then start: a task's first call comes first.
   for (size_t i = 0; i < p.spans.size(); ++i) {
     const Span& s = p.spans[i];
-    if (s.resource == 0 || (s.flags & kSpanWait) || inside_same_resource(p, static_cast<int32_t>(i))) continue;
+    if (s.resource == 0 || (s.flags & kSpanWait) ||
+        inside_same_resource(p, static_cast<int32_t>(i)))
+      continue;
     auto [it, added] = index.emplace(s.resource, out.size());
     if (added) out.push_back(Resource{s.resource, {}, 0, 0, {}});
-    ResourceCall c{static_cast<int32_t>(i), 0, s.start_ns, std::max(s.end_ns, s.start_ns), s.start_ns};
+    ResourceCall c{static_cast<int32_t>(i), 0, s.start_ns, std::max(s.end_ns, s.start_ns),
+                   s.start_ns};
     const int32_t root = lane_root(p, static_cast<int32_t>(i));
     if (p.lanes[s.lane].task != 0 && root != static_cast<int32_t>(i) &&
         queued_roots.emplace(root, s.resource).second) {

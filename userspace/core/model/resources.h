@@ -34,9 +34,9 @@ struct ResourceSample {
 };
 
 struct Resource {
-  uint32_t name = 0;                    // string id
-  std::vector<ResourceCall> calls;      // by start
-  uint32_t slots = 0;                   // slots used: the peak in flight
+  uint32_t name = 0;                // string id
+  std::vector<ResourceCall> calls;  // by start
+  uint32_t slots = 0;               // slots used: the peak in flight
   uint32_t peak_queued = 0;
   std::vector<ResourceSample> samples;  // at each change
 };

@@ -47,11 +47,12 @@ void fold_readings(Lane& lane, uint32_t fold, size_t suspend_first, const Readin
 
 }  // namespace
 
-ResumeWrite append_resume(Lane& lane, uint32_t call, int64_t ts, bool fold, const Reading* now, size_t n) {
+ResumeWrite append_resume(Lane& lane, uint32_t call, int64_t ts, bool fold, const Reading* now,
+                          size_t n) {
   std::vector<Event>& ev = lane.events;
   const size_t size = ev.size();
-  const bool after_suspend = fold && size > 0 && ev.back().kind == EventKind::kSuspend && ev.back().id == call &&
-                             ev.back().flags == 0;
+  const bool after_suspend = fold && size > 0 && ev.back().kind == EventKind::kSuspend &&
+                             ev.back().id == call && ev.back().flags == 0;
   if (after_suspend) {
     const auto suspend = static_cast<uint32_t>(size - 1);
     const int64_t paused = std::max<int64_t>(0, ts - ev[suspend].ts_ns);

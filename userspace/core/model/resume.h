@@ -43,7 +43,7 @@ enum class ResumeWrite : uint8_t {
 // and what each counter grew while paused (now less the kSuspend's reading,
 // never negative) is added to the kFold's readings, so the consumer's CPU
 // and allocations while the generator was paused stay out of its values.
-ResumeWrite append_resume(Lane& lane, uint32_t call, int64_t ts, bool fold, const Reading* now = nullptr,
-                          size_t n = 0);
+ResumeWrite append_resume(Lane& lane, uint32_t call, int64_t ts, bool fold,
+                          const Reading* now = nullptr, size_t n = 0);
 
 }  // namespace mlprof

@@ -34,7 +34,7 @@ struct StackSamples {
   };
   std::vector<Sample> samples;
   std::map<std::string, std::string> meta;  // what the input says of itself
-  int64_t start_ns = 0;  // 0 when the input has no clock (folded stacks)
+  int64_t start_ns = 0;                     // 0 when the input has no clock (folded stacks)
   int64_t end_ns = 0;
 };
 

@@ -15,13 +15,16 @@ const std::string& Profile::display_name(const Span& s) const {
 namespace {
 template <typename T>
 std::pair<const T*, const T*> span_range(const std::vector<T>& v, int32_t s) {
-  auto lo = std::lower_bound(v.begin(), v.end(), s, [](const T& x, int32_t k) { return x.span < k; });
+  auto lo =
+      std::lower_bound(v.begin(), v.end(), s, [](const T& x, int32_t k) { return x.span < k; });
   auto hi = std::upper_bound(lo, v.end(), s, [](int32_t k, const T& x) { return k < x.span; });
   return {v.data() + (lo - v.begin()), v.data() + (hi - v.begin())};
 }
 }  // namespace
 
-std::pair<const SpanIO*, const SpanIO*> Profile::io_of(int32_t s) const { return span_range(io, s); }
+std::pair<const SpanIO*, const SpanIO*> Profile::io_of(int32_t s) const {
+  return span_range(io, s);
+}
 
 std::pair<const Segment*, const Segment*> Profile::segments_of(int32_t s) const {
   return span_range(segments, s);
@@ -81,8 +84,8 @@ class TreeBuilder {
     if (with_values_) {
       for (size_t i = 0; i < p_.spans.size() * kValueKinds; ++i) {
         if (value_has_[i]) {
-          p_.values.push_back({static_cast<int32_t>(i / kValueKinds), static_cast<ValueKind>(i % kValueKinds),
-                               value_sum_[i]});
+          p_.values.push_back({static_cast<int32_t>(i / kValueKinds),
+                               static_cast<ValueKind>(i % kValueKinds), value_sum_[i]});
         }
       }
     }
@@ -91,7 +94,8 @@ class TreeBuilder {
     auto by_span = [](const auto& a, const auto& b) { return a.span < b.span; };
     std::stable_sort(p_.segments.begin(), p_.segments.end(), by_span);
     std::stable_sort(p_.io.begin(), p_.io.end(), by_span);
-    std::stable_sort(p_.marks.begin(), p_.marks.end(), [](const Mark& x, const Mark& y) { return x.ts_ns < y.ts_ns; });
+    std::stable_sort(p_.marks.begin(), p_.marks.end(),
+                     [](const Mark& x, const Mark& y) { return x.ts_ns < y.ts_ns; });
     compute_waiting(p_);  // reads the segments in span order
   }
 
@@ -231,18 +235,21 @@ class TreeBuilder {
           break;
         }
         case EventKind::kFold: {
-          if (i + 1 >= lane.events.size() || lane.events[i + 1].kind != EventKind::kFoldCount) break;
+          if (i + 1 >= lane.events.size() || lane.events[i + 1].kind != EventKind::kFoldCount)
+            break;
           const Event& count = lane.events[++i];
           last_ts = std::max(last_ts, count.ts_ns);
           const int32_t idx = lookup(ev.id);
           if (idx < 0 || state_[idx] != SpanState::kRunning) break;
           const auto pos = std::find(stack_.begin(), stack_.end(), idx);
           if (pos == stack_.end()) break;
-          fold(pos, count.id, std::max<int64_t>(0, count.ts_ns - ev.ts_ns), readings ? at : nullptr, have);
+          fold(pos, count.id, std::max<int64_t>(0, count.ts_ns - ev.ts_ns), readings ? at : nullptr,
+               have);
           break;
         }
         case EventKind::kMark:
-          p_.marks.push_back(Mark{li, ev.ts_ns, stack_.empty() ? adopt : stack_.back(), ev.id, pending_resource});
+          p_.marks.push_back(
+              Mark{li, ev.ts_ns, stack_.empty() ? adopt : stack_.back(), ev.id, pending_resource});
           pending_resource = 0;
           break;
         default:
@@ -289,7 +296,8 @@ class TreeBuilder {
     for (int k = 0; k < kValueKinds; ++k) {
       const size_t slot = static_cast<size_t>(span) * kValueKinds + k;
       if (!have[k] || value_run_[slot] == kNoReading) continue;
-      if (at[k] > value_run_[slot]) value_sum_[slot] += static_cast<uint64_t>(at[k] - value_run_[slot]);
+      if (at[k] > value_run_[slot])
+        value_sum_[slot] += static_cast<uint64_t>(at[k] - value_run_[slot]);
       value_has_[slot] = 1;
       value_run_[slot] = kNoReading;
     }
@@ -402,7 +410,9 @@ void drop_empty_lanes(Profile& p) {
   kept.reserve(p.lanes.size());
   for (size_t i = 0; i < p.lanes.size(); ++i) {
     Lane& lane = p.lanes[i];
-    if (lane.task > 0 && lane.events.empty() && lane.recorded == 0 && lane.dropped == 0 && !lane.truncated && lane.io.empty()) continue;
+    if (lane.task > 0 && lane.events.empty() && lane.recorded == 0 && lane.dropped == 0 &&
+        !lane.truncated && lane.io.empty())
+      continue;
     index[i] = static_cast<int32_t>(kept.size());
     kept.push_back(std::move(lane));
   }
@@ -412,7 +422,8 @@ void drop_empty_lanes(Profile& p) {
   }
   for (Lane& lane : kept) {
     if (lane.parent_lane < 0) continue;
-    const int32_t to = static_cast<size_t>(lane.parent_lane) < index.size() ? index[lane.parent_lane] : -1;
+    const int32_t to =
+        static_cast<size_t>(lane.parent_lane) < index.size() ? index[lane.parent_lane] : -1;
     lane.parent_lane = to;
     if (to < 0) lane.parent_call = 0;
   }
@@ -428,7 +439,8 @@ void mark_caught(std::vector<Span>& spans) {
   std::vector<int32_t> last_child(spans.size(), -1);
   for (size_t i = 0; i < spans.size(); ++i) {
     const Span& s = spans[i];
-    if (s.parent >= 0 && spans[s.parent].lane == s.lane) last_child[s.parent] = static_cast<int32_t>(i);
+    if (s.parent >= 0 && spans[s.parent].lane == s.lane)
+      last_child[s.parent] = static_cast<int32_t>(i);
   }
   for (size_t i = 0; i < spans.size(); ++i) {
     Span& s = spans[i];

@@ -14,16 +14,16 @@
 namespace mlprof {
 
 enum SpanFlag : uint32_t {
-  kSpanException = 1u << 0,       // exited by an exception
-  kSpanOpenAtEnd = 1u << 1,       // still running when the session ended; end = session end
-  kSpanSuspendedAtEnd = 1u << 2,  // a generator/coroutine suspended when the session ended
-  kSpanChildrenDropped = 1u << 3, // some calls under it were dropped (buffer full)
-  kSpanCFunction = 1u << 4,       // a C function (capture_c_calls)
-  kSpanBlock = 1u << 5,           // a profile_block region
-  kSpanLabelled = 1u << 6,        // label set by profile_span/profile_block
-  kSpanContinued = 1u << 7,       // a coroutine whose start was not seen in this lane
-  kSpanGenerator = 1u << 8,       // was suspended at least once (generator/coroutine)
-  kSpanTruncated = 1u << 9,       // the lane stopped recording while it was open
+  kSpanException = 1u << 0,        // exited by an exception
+  kSpanOpenAtEnd = 1u << 1,        // still running when the session ended; end = session end
+  kSpanSuspendedAtEnd = 1u << 2,   // a generator/coroutine suspended when the session ended
+  kSpanChildrenDropped = 1u << 3,  // some calls under it were dropped (buffer full)
+  kSpanCFunction = 1u << 4,        // a C function (capture_c_calls)
+  kSpanBlock = 1u << 5,            // a profile_block region
+  kSpanLabelled = 1u << 6,         // label set by profile_span/profile_block
+  kSpanContinued = 1u << 7,        // a coroutine whose start was not seen in this lane
+  kSpanGenerator = 1u << 8,        // was suspended at least once (generator/coroutine)
+  kSpanTruncated = 1u << 9,        // the lane stopped recording while it was open
   // Derived (link_tree): exited by an exception that a caller caught (pandas
   // probing an attribute, say): the caller went on, calling something else or
   // returning normally. Renderers show no error for it; one that left the
@@ -113,26 +113,26 @@ struct Mark {
 
 // Per-session figures reported by ProfileSession.statistics().
 struct CaptureStats {
-  uint64_t events_captured = 0;  // events written to lanes
-  uint64_t events_skipped = 0;   // frame events below the depth ceiling
+  uint64_t events_captured = 0;    // events written to lanes
+  uint64_t events_skipped = 0;     // frame events below the depth ceiling
   uint64_t unmatched_returns = 0;  // returns the builder had no open span for
 };
 
 struct Profile {
   FunctionTable functions;
   std::vector<Lane> lanes;
-  std::vector<Span> spans;     // grouped by lane, in start order within a lane
-  std::vector<int32_t> roots;  // root span indices, in start order
-  std::vector<SpanIO> io;      // by span, then arguments in order, then the return value
+  std::vector<Span> spans;        // grouped by lane, in start order within a lane
+  std::vector<int32_t> roots;     // root span indices, in start order
+  std::vector<SpanIO> io;         // by span, then arguments in order, then the return value
   std::vector<Segment> segments;  // by span, then start (generator spans only)
   std::vector<SpanValue> values;  // by span, then kind (cpu_time, alloc_bytes; model/span_value.h)
   std::vector<Mark> marks;        // instants, in time order
-  int captured_depth = 2;      // the ceiling; -1 = unlimited
-  int64_t start_ns = 0;        // session activation
-  int64_t end_ns = 0;          // session end
+  int captured_depth = 2;         // the ceiling; -1 = unlimited
+  int64_t start_ns = 0;           // session activation
+  int64_t end_ns = 0;             // session end
   CaptureStats stats;
   std::map<std::string, std::string> meta;  // provenance: engine, python, pid, host ...
-  KernelData kernel;           // the eBPF agent's figures (analysis/sched.h); empty in process
+  KernelData kernel;  // the eBPF agent's figures (analysis/sched.h); empty in process
 
   // Label if set, else the function's name.
   const std::string& display_name(const Span& s) const;
@@ -146,10 +146,10 @@ struct Profile {
   const uint64_t* value_of(int32_t s, ValueKind kind) const;
 };
 
-// Builds spans, roots and child links from profile.lanes. Lanes with a parent_lane hang their roots under that span (which
-// must come earlier in profile.lanes). Spans still open
-// at the end of a lane are closed at profile.end_ns and flagged; returns with
-// no open span are counted in stats.unmatched_returns and ignored.
+// Builds spans, roots and child links from profile.lanes. Lanes with a parent_lane hang their roots
+// under that span (which must come earlier in profile.lanes). Spans still open at the end of a lane
+// are closed at profile.end_ns and flagged; returns with no open span are counted in
+// stats.unmatched_returns and ignored.
 //
 // Details the events leave open, settled here:
 // - Rebuilding is allowed: spans, roots and stats.unmatched_returns are reset.

@@ -176,8 +176,9 @@ void append_node(const Profile& p, const View& view, const Columns& cols, int32_
     if (s.flags & kSpanSuspendedAtEnd) out += " [suspended]";
     if ((s.flags & kSpanGenerator) && node.duration_ns != s.duration_ns()) {
       // The headline is its running time; wall time overlaps its consumer's other calls.
-      out += " (generator, " + std::to_string(s.resumes) + (s.resumes == 1 ? " resume, " : " resumes, ") +
-             format_duration(s.duration_ns()) + " wall)";
+      out += " (generator, " + std::to_string(s.resumes) +
+             (s.resumes == 1 ? " resume, " : " resumes, ") + format_duration(s.duration_ns()) +
+             " wall)";
     }
     // A collapsed node stands for several spans: no figures of its own.
     if (cols.kernel) {

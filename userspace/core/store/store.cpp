@@ -31,54 +31,67 @@ namespace {
 // Tables whose ids come from id_counters (reserved in blocks, so that one
 // add's samples are one contiguous range and concurrent PostgreSQL writers
 // never collide).
-constexpr const char* kCounted[] = {"sources", "sessions", "lanes",  "samples",
+constexpr const char* kCounted[] = {"sources",   "sessions",  "lanes",  "samples",
                                     "functions", "locations", "stacks", "value_types"};
 
 }  // namespace
 
 bool store_present(StoreDriver& d) {
-  const std::string probe = d.dialect() == Dialect::kSqlite
-                                ? "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-                                : "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'meta'";
+  const std::string probe =
+      d.dialect() == Dialect::kSqlite
+          ? "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+          : "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = "
+            "'meta'";
   return as_int(d.query(probe, {}).at(0).at(0)) != 0;
 }
 
 Result<Ok> prepare_store(StoreDriver& d) {
   if (!store_present(d)) {
-    const std::string tables = d.dialect() == Dialect::kSqlite
-                                   ? "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
-                                   : "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()";
+    const std::string tables =
+        d.dialect() == Dialect::kSqlite
+            ? "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+            : "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()";
     if (as_int(d.query(tables, {}).at(0).at(0)) != 0) {
-      return Error{Error::Kind::kCorrupt, 0,
-                   "the database has tables but no store meta table: it is not an mlflow-profiler store"};
+      return Error{
+          Error::Kind::kCorrupt, 0,
+          "the database has tables but no store meta table: it is not an mlflow-profiler store"};
     }
     for (const std::string& stmt : schema_statements(d.dialect())) d.execute(stmt, {});
     d.execute_many("INSERT INTO meta (key, value) VALUES (?, ?)",
                    {{std::string("format"), std::string(kStoreFormat)},
-                    {std::string("version"), std::to_string(kStoreMajor) + "." + std::to_string(kStoreMinor)}});
+                    {std::string("version"),
+                     std::to_string(kStoreMajor) + "." + std::to_string(kStoreMinor)}});
     std::vector<SqlRow> counters;
     for (const char* t : kCounted) counters.push_back({std::string(t), int64_t{1}});
     d.execute_many("INSERT INTO id_counters (name, next_id) VALUES (?, ?)", counters);
-    d.execute("INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (0, NULL, NULL, -1)", {});
+    d.execute(
+        "INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (0, NULL, NULL, "
+        "-1)",
+        {});
     return Ok{};
   }
   const auto rows = d.query("SELECT key, value FROM meta WHERE key IN ('format', 'version')", {});
   std::string format, version;
   for (const auto& r : rows) (as_text(r[0]) == "format" ? format : version) = as_text(r[1]);
   if (format != kStoreFormat) {
-    return Error{Error::Kind::kCorrupt, 0, "the database's meta table does not name an mlflow-profiler store"};
+    return Error{Error::Kind::kCorrupt, 0,
+                 "the database's meta table does not name an mlflow-profiler store"};
   }
   int major = 0, minor = 0;
   const auto dot = version.find('.');
-  const auto [p1, e1] = std::from_chars(version.data(), version.data() + std::min(dot, version.size()), major);
-  if (dot != std::string::npos) std::from_chars(version.data() + dot + 1, version.data() + version.size(), minor);
+  const auto [p1, e1] =
+      std::from_chars(version.data(), version.data() + std::min(dot, version.size()), major);
+  if (dot != std::string::npos)
+    std::from_chars(version.data() + dot + 1, version.data() + version.size(), minor);
   if (e1 != std::errc() || p1 == version.data()) {
-    return Error{Error::Kind::kCorrupt, 0, "the store's version '" + version + "' is not MAJOR.MINOR"};
+    return Error{Error::Kind::kCorrupt, 0,
+                 "the store's version '" + version + "' is not MAJOR.MINOR"};
   }
   const std::string ours = std::to_string(kStoreMajor) + "." + std::to_string(kStoreMinor);
   if (major > kStoreMajor || (major == kStoreMajor && minor > kStoreMinor)) {
     return Error{Error::Kind::kVersion, 0,
-                 "store version " + version + " was written by a newer mlflow-profiler; this one reads up to " + ours +
+                 "store version " + version +
+                     " was written by a newer mlflow-profiler; this one reads up to " + ours +
                      ": upgrade mlflow-profiler"};
   }
   if (major < kStoreMajor) {
@@ -88,7 +101,8 @@ Result<Ok> prepare_store(StoreDriver& d) {
                  "store version " + version + " is older than this mlflow-profiler's " + ours +
                      (known ? ": run `mlprof migrate STORE` to bring it up to date"
                             : ": no `mlprof migrate` step starts from it (the oldest is " +
-                                  std::string(migrations().front().from) + "); add its profiles to a new store")};
+                                  std::string(migrations().front().from) +
+                                  "); add its profiles to a new store")};
   }
   return Ok{};
 }
@@ -130,17 +144,19 @@ Result<std::pair<std::string, std::string>> migrate_store(StoreDriver& d) {
   const std::string ours = std::to_string(kStoreMajor) + "." + std::to_string(kStoreMinor);
   if (at != ours) {
     return Error{Error::Kind::kVersion, 0,
-                 "no `mlprof migrate` step brings store version " + at + " to " + ours + " (the steps start at " +
-                     std::string(migrations().front().from) + ")"};
+                 "no `mlprof migrate` step brings store version " + at + " to " + ours +
+                     " (the steps start at " + std::string(migrations().front().from) + ")"};
   }
   return std::make_pair(from, at);
 }
 
 std::string label_key(std::string_view key) { return std::string(kLabelPrefix) + std::string(key); }
 
-std::optional<int64_t> find_labelled_source(StoreDriver& d, const std::string& key, const std::string& value) {
+std::optional<int64_t> find_labelled_source(StoreDriver& d, const std::string& key,
+                                            const std::string& value) {
   const auto rows =
-      d.query("SELECT source_id FROM source_labels WHERE key = ? AND value = ? LIMIT 1", {label_key(key), value});
+      d.query("SELECT source_id FROM source_labels WHERE key = ? AND value = ? LIMIT 1",
+              {label_key(key), value});
   if (rows.empty()) return std::nullopt;
   return as_int(rows[0][0]);
 }
@@ -148,8 +164,10 @@ std::optional<int64_t> find_labelled_source(StoreDriver& d, const std::string& k
 Result<AddedOnce> add_profile_once(StoreDriver& d, const Profile& profile, const SourceInfo& info,
                                    const std::string& label) {
   const auto value = info.labels.find(label);
-  if (value == info.labels.end()) return Error{Error::Kind::kUnsupported, 0, "no label " + label + " to add once by"};
-  if (const auto found = find_labelled_source(d, label, value->second)) return AddedOnce{*found, false};
+  if (value == info.labels.end())
+    return Error{Error::Kind::kUnsupported, 0, "no label " + label + " to add once by"};
+  if (const auto found = find_labelled_source(d, label, value->second))
+    return AddedOnce{*found, false};
   return AddedOnce{add_profile(d, profile, info), true};
 }
 
@@ -163,8 +181,9 @@ Result<int64_t> remove_sources(StoreDriver& d, const std::vector<int64_t>& sourc
     }
   }
   if (!missing.empty()) {
-    return Error{Error::Kind::kUnsupported, 0,
-                 "no source " + missing + " in the store (mlprof show lists them); nothing was removed"};
+    return Error{
+        Error::Kind::kUnsupported, 0,
+        "no source " + missing + " in the store (mlprof show lists them); nothing was removed"};
   }
   const bool v2_2 = has_2_2(d);
   const std::string values = values_table(has_2_(d, 4));
@@ -172,7 +191,8 @@ Result<int64_t> remove_sources(StoreDriver& d, const std::vector<int64_t>& sourc
   for (const int64_t id : source_ids) {
     // Children before parents, a source's samples by their sessions' ranges
     // (one add's ids are contiguous): every statement uses a key.
-    const auto ranges = d.query("SELECT first_sample_id, sample_count FROM sessions WHERE source_id = ?", {id});
+    const auto ranges =
+        d.query("SELECT first_sample_id, sample_count FROM sessions WHERE source_id = ?", {id});
     std::vector<std::string> by_sample = {values, "segments", "io_summaries"};
     if (v2_2) by_sample.push_back("span_waits");
     for (const auto& r : ranges) {

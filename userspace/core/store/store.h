@@ -59,8 +59,8 @@ std::string label_key(std::string_view key);
 
 // Where a profile came from, besides what its meta says (docs/store.md).
 struct SourceInfo {
-  std::string type = "in-process";  // in-process, ebpf, pprof, speedscope, chrome-trace
-  std::string uri;                   // "" = none (written directly)
+  std::string type = "in-process";            // in-process, ebpf, pprof, speedscope, chrome-trace
+  std::string uri;                            // "" = none (written directly)
   std::map<std::string, std::string> labels;  // --label k=v: model, version, run_id ...
   int64_t added_unix_ns = 0;
   std::string tool;          // "" = the meta's "tool" (or the agent's version line), if any
@@ -92,7 +92,8 @@ int64_t add_profile(StoreDriver& driver, const Profile& profile, const SourceInf
 
 // The first source added with the label `key` = `value`; none when no
 // source has it.
-std::optional<int64_t> find_labelled_source(StoreDriver& driver, const std::string& key, const std::string& value);
+std::optional<int64_t> find_labelled_source(StoreDriver& driver, const std::string& key,
+                                            const std::string& value);
 
 // add_profile, unless a source already carries the label `label` with the
 // value info.labels[label] (the continuous agent's item key): then nothing
@@ -103,8 +104,8 @@ struct AddedOnce {
   int64_t source_id = 0;
   bool added = false;
 };
-Result<AddedOnce> add_profile_once(StoreDriver& driver, const Profile& profile, const SourceInfo& info,
-                                   const std::string& label);
+Result<AddedOnce> add_profile_once(StoreDriver& driver, const Profile& profile,
+                                   const SourceInfo& info, const std::string& label);
 
 // Adds sampled stacks (an import of pprof, py-spy, speedscope's sampled
 // profiles, folded stacks) as one source of sample_kind 'stacks': a sample

@@ -15,11 +15,20 @@ std::string copy_text(const std::vector<SqlRow>& rows) {
       } else if (const auto* text = std::get_if<std::string>(&row[i])) {
         for (const char c : *text) {
           switch (c) {
-            case '\\': out += "\\\\"; break;
-            case '\t': out += "\\t"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            default: out += c;
+            case '\\':
+              out += "\\\\";
+              break;
+            case '\t':
+              out += "\\t";
+              break;
+            case '\n':
+              out += "\\n";
+              break;
+            case '\r':
+              out += "\\r";
+              break;
+            default:
+              out += c;
           }
         }
       } else {

@@ -29,7 +29,8 @@ std::vector<int64_t> parse_shape(const std::string& text) {
     if (comma == std::string::npos) comma = text.size();
     int64_t v = 0;
     const auto [ptr, ec] = std::from_chars(text.data() + at, text.data() + comma, v);
-    if (ec != std::errc() || ptr != text.data() + comma) throw StoreFailure("an I/O shape is not a list of integers");
+    if (ec != std::errc() || ptr != text.data() + comma)
+      throw StoreFailure("an I/O shape is not a list of integers");
     out.push_back(v);
     at = comma + 1;
   }
@@ -39,21 +40,27 @@ std::vector<int64_t> parse_shape(const std::string& text) {
 }  // namespace
 
 Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
-  const auto src = d.query("SELECT sample_kind, start_ns, end_ns FROM sources WHERE source_id = ?", {source_id});
-  if (src.empty()) return Error{Error::Kind::kUnsupported, 0, "the store has no source " + std::to_string(source_id)};
+  const auto src =
+      d.query("SELECT sample_kind, start_ns, end_ns FROM sources WHERE source_id = ?", {source_id});
+  if (src.empty())
+    return Error{Error::Kind::kUnsupported, 0,
+                 "the store has no source " + std::to_string(source_id)};
   if (as_text(src[0][0]) != "stacks") {
-    return Error{Error::Kind::kUnsupported, 0, "source " + std::to_string(source_id) + " holds spans, not sampled stacks"};
+    return Error{Error::Kind::kUnsupported, 0,
+                 "source " + std::to_string(source_id) + " holds spans, not sampled stacks"};
   }
   StackSamples ss;
   ss.start_ns = as_int(src[0][1]);
   ss.end_ns = as_int(src[0][2]);
-  for (const auto& r : d.query("SELECT key, value FROM source_labels WHERE source_id = ?", {source_id})) {
+  for (const auto& r :
+       d.query("SELECT key, value FROM source_labels WHERE source_id = ?", {source_id})) {
     ss.meta[as_text(r[0])] = as_text(r[1]);
   }
   std::unordered_map<int64_t, uint32_t> thread_of;
-  for (const auto& r : d.query("SELECT l.lane_id, l.thread_id, l.thread_name FROM lanes l JOIN sessions se ON "
-                               "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY l.ordinal",
-                               {source_id})) {
+  for (const auto& r :
+       d.query("SELECT l.lane_id, l.thread_id, l.thread_name FROM lanes l JOIN sessions se ON "
+               "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY l.ordinal",
+               {source_id})) {
     thread_of[as_int(r[0])] = static_cast<uint32_t>(ss.threads.size());
     ss.threads.push_back({as_text(r[2]), static_cast<uint64_t>(as_int(r[1]))});
   }
@@ -64,8 +71,10 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
     auto it = frames_of.find(stack);
     if (it != frames_of.end()) return it->second;
     const auto row = d.query(
-        "SELECT k.parent_stack_id, lo.line, f.function_id, f.name, f.module, f.filename, f.start_line, f.kind, "
-        "f.user_code FROM stacks k JOIN locations lo ON lo.location_id = k.location_id JOIN functions f ON "
+        "SELECT k.parent_stack_id, lo.line, f.function_id, f.name, f.module, f.filename, "
+        "f.start_line, f.kind, "
+        "f.user_code FROM stacks k JOIN locations lo ON lo.location_id = k.location_id JOIN "
+        "functions f ON "
         "f.function_id = lo.function_id WHERE k.stack_id = ?",
         {stack});
     if (row.empty()) throw StoreFailure("a sample names a call path that is not there");
@@ -74,29 +83,33 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
     const int64_t fid = as_int(r[2]);
     auto f = fn_of.find(fid);
     if (f == fn_of.end()) {
-      f = fn_of.emplace(fid, ss.functions.add(as_text(r[3]), as_text(r[4]), as_text(r[5]),
-                                              static_cast<int32_t>(as_int(r[6])),
-                                              static_cast<FunctionKind>(as_int(r[7])), as_int(r[8]) != 0))
+      f = fn_of
+              .emplace(fid,
+                       ss.functions.add(as_text(r[3]), as_text(r[4]), as_text(r[5]),
+                                        static_cast<int32_t>(as_int(r[6])),
+                                        static_cast<FunctionKind>(as_int(r[7])), as_int(r[8]) != 0))
               .first;
     }
     out.push_back({f->second, static_cast<int32_t>(as_int(r[1]))});
     return frames_of.emplace(stack, std::move(out)).first->second;
   };
   std::unordered_map<int64_t, size_t> type_index;
-  for (const auto& r : d.query(
-           "SELECT DISTINCT t.type_id, t.type, t.unit FROM " + values_table(has_2_(d, 4)) +
-               " v JOIN value_types t ON t.type_id = v.type_id "
-               "JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON "
-           "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY t.type_id",
-           {source_id})) {
+  for (const auto& r :
+       d.query("SELECT DISTINCT t.type_id, t.type, t.unit FROM " + values_table(has_2_(d, 4)) +
+                   " v JOIN value_types t ON t.type_id = v.type_id "
+                   "JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = "
+                   "s.lane_id JOIN sessions se ON "
+                   "se.session_id = l.session_id WHERE se.source_id = ? ORDER BY t.type_id",
+               {source_id})) {
     type_index[as_int(r[0])] = ss.value_types.size();
     ss.value_types.emplace_back(as_text(r[1]), as_text(r[2]));
   }
   std::unordered_map<int64_t, size_t> sample_index;
-  for (const auto& r : d.query("SELECT s.sample_id, s.lane_id, s.stack_id FROM samples s JOIN lanes l ON l.lane_id = "
-                               "s.lane_id JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? "
-                               "ORDER BY s.sample_id",
-                               {source_id})) {
+  for (const auto& r : d.query(
+           "SELECT s.sample_id, s.lane_id, s.stack_id FROM samples s JOIN lanes l ON l.lane_id = "
+           "s.lane_id JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? "
+           "ORDER BY s.sample_id",
+           {source_id})) {
     StackSamples::Sample s;
     s.thread = thread_of.at(as_int(r[1]));
     s.frames = frames(as_int(r[2]), frames);
@@ -104,27 +117,33 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
     sample_index[as_int(r[0])] = ss.samples.size();
     ss.samples.push_back(std::move(s));
   }
-  for (const auto& r : d.query("SELECT v.sample_id, v.type_id, v.value FROM " + values_table(has_2_(d, 4)) +
-                                   " v JOIN samples s ON "
-                               "s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON "
-                               "se.session_id = l.session_id WHERE se.source_id = ?",
-                               {source_id})) {
-    ss.samples.at(sample_index.at(as_int(r[0]))).values.at(type_index.at(as_int(r[1]))) = as_int(r[2]);
+  for (const auto& r :
+       d.query("SELECT v.sample_id, v.type_id, v.value FROM " + values_table(has_2_(d, 4)) +
+                   " v JOIN samples s ON "
+                   "s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions "
+                   "se ON "
+                   "se.session_id = l.session_id WHERE se.source_id = ?",
+               {source_id})) {
+    ss.samples.at(sample_index.at(as_int(r[0]))).values.at(type_index.at(as_int(r[1]))) =
+        as_int(r[2]);
   }
   return ss;
 }
 
 Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   const auto src = d.query(
-      "SELECT start_ns, end_ns, captured_depth, events_captured, events_skipped, unmatched_returns, kernel, "
+      "SELECT start_ns, end_ns, captured_depth, events_captured, events_skipped, "
+      "unmatched_returns, kernel, "
       "lost_events, sample_kind FROM sources WHERE source_id = ?",
       {source_id});
   if (src.empty()) {
-    return Error{Error::Kind::kUnsupported, 0, "the store has no source " + std::to_string(source_id)};
+    return Error{Error::Kind::kUnsupported, 0,
+                 "the store has no source " + std::to_string(source_id)};
   }
   if (as_text(src[0][8]) == "stacks") {
     return Error{Error::Kind::kUnsupported, 0,
-                 "source " + std::to_string(source_id) + " holds sampled stacks, not spans (mlprof show prints them)"};
+                 "source " + std::to_string(source_id) +
+                     " holds sampled stacks, not spans (mlprof show prints them)"};
   }
   Profile p;
   const SqlRow& s = src[0];
@@ -136,7 +155,8 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   p.stats.unmatched_returns = static_cast<uint64_t>(as_int(s[5]));
   p.kernel.present = as_int(s[6]) != 0;
   p.kernel.lost_events = static_cast<uint64_t>(as_int(s[7]));
-  for (const auto& r : d.query("SELECT key, value FROM source_labels WHERE source_id = ?", {source_id})) {
+  for (const auto& r :
+       d.query("SELECT key, value FROM source_labels WHERE source_id = ?", {source_id})) {
     p.meta[as_text(r[0])] = as_text(r[1]);
   }
 
@@ -146,11 +166,15 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::vector<int64_t> parent_lane_ids;
   const bool traces = has_2_2(d);
   for (const auto& r : d.query(
-           std::string("SELECT l.lane_id, l.thread_id, l.native_tid, l.thread_name, l.task, l.parent_lane_id, "
-                       "l.parent_call, l.events, l.dropped, l.truncated, se.pid, se.serial, se.start_ns, ") +
-               (traces ? "t.trace_id, t.span_id FROM lanes l JOIN sessions se ON se.session_id = l.session_id "
-                         "LEFT JOIN session_traces t ON t.session_id = se.session_id"
-                       : "NULL, NULL FROM lanes l JOIN sessions se ON se.session_id = l.session_id") +
+           std::string("SELECT l.lane_id, l.thread_id, l.native_tid, l.thread_name, l.task, "
+                       "l.parent_lane_id, "
+                       "l.parent_call, l.events, l.dropped, l.truncated, se.pid, se.serial, "
+                       "se.start_ns, ") +
+               (traces
+                    ? "t.trace_id, t.span_id FROM lanes l JOIN sessions se ON se.session_id = "
+                      "l.session_id "
+                      "LEFT JOIN session_traces t ON t.session_id = se.session_id"
+                    : "NULL, NULL FROM lanes l JOIN sessions se ON se.session_id = l.session_id") +
                " WHERE se.source_id = ? ORDER BY l.ordinal",
            {source_id})) {
     Lane lane;
@@ -184,23 +208,28 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::vector<int64_t> ids, parent_ids;  // in sample order
   std::unordered_map<int64_t, uint32_t> function_ids;
   const bool v2_6 = has_2_(d, 6);  // the span's resource
-  for (const auto& range : d.query("SELECT first_sample_id, sample_count FROM sessions WHERE source_id = ? ORDER BY "
-                                   "first_sample_id",
-                                   {source_id})) {
+  for (const auto& range :
+       d.query("SELECT first_sample_id, sample_count FROM sessions WHERE source_id = ? ORDER BY "
+               "first_sample_id",
+               {source_id})) {
     const int64_t first = as_int(range[0]), end = first + as_int(range[1]);
     for (int64_t lo = first; lo < end; lo += kRowsPerRead) {
-      for (const auto& r : d.query(
-               "SELECT s.sample_id, s.lane_id, s.parent_id, s.flags, s.start_ns, s.end_ns, s.active_ns, s.resumes, "
-               "k.depth, lo.label, f.function_id, f.name, f.module, f.filename, f.start_line, f.kind, f.user_code" +
-                   std::string(v2_6 ? ", s.resource " : ", NULL ") +
-                   "FROM samples s JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = "
-               "k.location_id JOIN functions f ON f.function_id = lo.function_id WHERE s.sample_id BETWEEN ? AND ? "
-               "ORDER BY s.sample_id",
-               {lo, std::min(lo + kRowsPerRead, end) - 1})) {
+      for (const auto& r : d.query("SELECT s.sample_id, s.lane_id, s.parent_id, s.flags, "
+                                   "s.start_ns, s.end_ns, s.active_ns, s.resumes, "
+                                   "k.depth, lo.label, f.function_id, f.name, f.module, "
+                                   "f.filename, f.start_line, f.kind, f.user_code" +
+                                       std::string(v2_6 ? ", s.resource " : ", NULL ") +
+                                       "FROM samples s JOIN stacks k ON k.stack_id = s.stack_id "
+                                       "JOIN locations lo ON lo.location_id = "
+                                       "k.location_id JOIN functions f ON f.function_id = "
+                                       "lo.function_id WHERE s.sample_id BETWEEN ? AND ? "
+                                       "ORDER BY s.sample_id",
+                                   {lo, std::min(lo + kRowsPerRead, end) - 1})) {
         Span sp;
         const int64_t lane_id = as_int(r[1]);
         const auto lane = lane_index.find(lane_id);
-        if (lane == lane_index.end()) return Error{Error::Kind::kCorrupt, 0, "a span's lane is not in its source"};
+        if (lane == lane_index.end())
+          return Error{Error::Kind::kCorrupt, 0, "a span's lane is not in its source"};
         sp.lane = lane->second;
         const int64_t base = lane_session_start.at(lane_id);
         parent_ids.push_back(is_null(r[2]) ? -1 : as_int(r[2]));
@@ -218,7 +247,8 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
           fit = function_ids
                     .emplace(fid, p.functions.add(as_text(r[11]), as_text(r[12]), as_text(r[13]),
                                                   static_cast<int32_t>(as_int(r[14])),
-                                                  static_cast<FunctionKind>(as_int(r[15])), as_int(r[16]) != 0))
+                                                  static_cast<FunctionKind>(as_int(r[15])),
+                                                  as_int(r[16]) != 0))
                     .first;
         }
         sp.function = fit->second;
@@ -232,7 +262,8 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   std::vector<int32_t> index_of(p.spans.size());
   for (size_t i = 0; i < index_of.size(); ++i) index_of[i] = static_cast<int32_t>(i);
   const auto by_lane_order = [&](const Span& a, const Span& b) { return a.lane < b.lane; };
-  if (!std::is_sorted(p.spans.begin(), p.spans.end(), by_lane_order)) {  // sessions whose lanes interleave
+  if (!std::is_sorted(p.spans.begin(), p.spans.end(),
+                      by_lane_order)) {  // sessions whose lanes interleave
     std::stable_sort(index_of.begin(), index_of.end(),
                      [&](int32_t a, int32_t b) { return p.spans[a].lane < p.spans[b].lane; });
     std::vector<Span> by_lane(p.spans.size());
@@ -263,22 +294,25 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     if (span < 0) throw StoreFailure("a row names a span that is not in its source");
     return span;
   };
-  for (const auto& r : d.query(
-           std::string("SELECT g.sample_id, g.start_ns, g.end_ns, l.lane_id") +
-               (has_2_(d, 5) ? ", g.resumes, g.paused_ns" : ", 0, 0") +
-               " FROM segments g JOIN samples s ON s.sample_id = g.sample_id JOIN lanes l ON l.lane_id = s.lane_id "
-               "JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? ORDER BY g.sample_id, "
-               "g.start_ns",
-           {source_id})) {
+  for (const auto& r : d.query(std::string("SELECT g.sample_id, g.start_ns, g.end_ns, l.lane_id") +
+                                   (has_2_(d, 5) ? ", g.resumes, g.paused_ns" : ", 0, 0") +
+                                   " FROM segments g JOIN samples s ON s.sample_id = g.sample_id "
+                                   "JOIN lanes l ON l.lane_id = s.lane_id "
+                                   "JOIN sessions se ON se.session_id = l.session_id WHERE "
+                                   "se.source_id = ? ORDER BY g.sample_id, "
+                                   "g.start_ns",
+                               {source_id})) {
     const int64_t base = lane_session_start.at(as_int(r[3]));
     p.segments.push_back(Segment{span_at(r[0]), base + as_int(r[1]), base + as_int(r[2]),
                                  static_cast<uint32_t>(as_int(r[4])), as_int(r[5])});
   }
-  for (const auto& r : d.query(
-           "SELECT i.sample_id, i.role, i.name, i.type, i.shape, i.dtype, i.length, i.size_bytes, i.device, i.repr "
-           "FROM io_summaries i JOIN samples s ON s.sample_id = i.sample_id JOIN lanes l ON l.lane_id = s.lane_id "
-           "JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? ORDER BY i.sample_id, i.ordinal",
-           {source_id})) {
+  for (const auto& r : d.query("SELECT i.sample_id, i.role, i.name, i.type, i.shape, i.dtype, "
+                               "i.length, i.size_bytes, i.device, i.repr "
+                               "FROM io_summaries i JOIN samples s ON s.sample_id = i.sample_id "
+                               "JOIN lanes l ON l.lane_id = s.lane_id "
+                               "JOIN sessions se ON se.session_id = l.session_id WHERE "
+                               "se.source_id = ? ORDER BY i.sample_id, i.ordinal",
+                               {source_id})) {
     SpanIO io;
     io.span = span_at(r[0]);
     io.role = static_cast<IORole>(as_int(r[1]));
@@ -294,20 +328,23 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     p.io.push_back(std::move(io));
   }
   // The document orders both by span; sample ids follow sessions, so sort by span.
-  std::stable_sort(p.segments.begin(), p.segments.end(), [](const Segment& a, const Segment& b) { return a.span < b.span; });
-  std::stable_sort(p.io.begin(), p.io.end(), [](const SpanIO& a, const SpanIO& b) { return a.span < b.span; });
+  std::stable_sort(p.segments.begin(), p.segments.end(),
+                   [](const Segment& a, const Segment& b) { return a.span < b.span; });
+  std::stable_sort(p.io.begin(), p.io.end(),
+                   [](const SpanIO& a, const SpanIO& b) { return a.span < b.span; });
 
   // Per-span values, one read for both kinds: the kernel's (when the source
   // has kernel data) and those measured in process ("cpu" is the kernel's
   // where its data is present).
   if (p.kernel.present) p.kernel.spans.assign(p.spans.size(), SpanKernel{});
   bool waiting_rows = false;  // none: stored before running vs waiting, or nothing waited
-  for (const auto& r : d.query(
-           "SELECT v.sample_id, t.type, t.unit, v.value FROM " + values_table(has_2_(d, 4)) +
-               " v JOIN value_types t ON t.type_id = "
-               "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON l.lane_id = s.lane_id JOIN "
-           "sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
-           {source_id})) {
+  for (const auto& r :
+       d.query("SELECT v.sample_id, t.type, t.unit, v.value FROM " + values_table(has_2_(d, 4)) +
+                   " v JOIN value_types t ON t.type_id = "
+                   "v.type_id JOIN samples s ON s.sample_id = v.sample_id JOIN lanes l ON "
+                   "l.lane_id = s.lane_id JOIN "
+                   "sessions se ON se.session_id = l.session_id WHERE se.source_id = ?",
+               {source_id})) {
     const std::string type = as_text(r[1]), unit = as_text(r[2]);
     const auto value = static_cast<uint64_t>(as_int(r[3]));
     if (type == kWaitingType && unit == "ns") {
@@ -321,7 +358,9 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
       }
     }
     for (const ValueKindName& name : kValueKindNames) {
-      if (type != name.type || unit != name.unit || (p.kernel.present && name.kind == ValueKind::kCpuNs)) continue;
+      if (type != name.type || unit != name.unit ||
+          (p.kernel.present && name.kind == ValueKind::kCpuNs))
+        continue;
       p.values.push_back({span_at(r[0]), name.kind, value});
     }
   }
@@ -333,8 +372,10 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     const bool v2_2 = has_2_2(d);
     const bool v2_3 = v2_2 && has_2_(d, 3);
     for (const auto& r : d.query(
-             std::string("SELECT pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, prev_state, ") +
-                 (v2_2 ? "syscall, waker_kind, waker_name" : "-1, 0, ''") + (v2_3 ? ", wait" : ", ''") +
+             std::string(
+                 "SELECT pid, tid, start_ns, wake_ns, end_ns, blocked, waker_tid, prev_state, ") +
+                 (v2_2 ? "syscall, waker_kind, waker_name" : "-1, 0, ''") +
+                 (v2_3 ? ", wait" : ", ''") +
                  " FROM off_cpu_intervals WHERE source_id = ? ORDER BY ordinal",
              {source_id})) {
       OffCpuInterval o;
@@ -354,14 +395,16 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
       p.kernel.off_cpu.push_back(std::move(o));
     }
     if (v2_2) {
-      for (const auto& r : d.query(
-               std::string("SELECT w.sample_id, w.syscall, w.state, w.blocked_ns, w.count, ") +
-                   (v2_3 ? "w.wait, w.waker, w.waker_ns" : "'', '', 0") +
-                   " FROM span_waits w JOIN samples s ON s.sample_id = w.sample_id JOIN lanes l ON l.lane_id = "
-                   "s.lane_id JOIN sessions se ON se.session_id = l.session_id WHERE se.source_id = ? ORDER BY "
-                   "w.sample_id, w.blocked_ns DESC, w.syscall, w.state" +
-                   (v2_3 ? ", w.wait" : ""),
-               {source_id})) {
+      for (const auto& r :
+           d.query(std::string("SELECT w.sample_id, w.syscall, w.state, w.blocked_ns, w.count, ") +
+                       (v2_3 ? "w.wait, w.waker, w.waker_ns" : "'', '', 0") +
+                       " FROM span_waits w JOIN samples s ON s.sample_id = w.sample_id JOIN lanes "
+                       "l ON l.lane_id = "
+                       "s.lane_id JOIN sessions se ON se.session_id = l.session_id WHERE "
+                       "se.source_id = ? ORDER BY "
+                       "w.sample_id, w.blocked_ns DESC, w.syscall, w.state" +
+                       (v2_3 ? ", w.wait" : ""),
+                   {source_id})) {
         WaitReason w;
         w.syscall = static_cast<int32_t>(as_int(r[1]));
         const std::string state = as_text(r[2]);
@@ -374,10 +417,10 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
         p.kernel.spans[span_at(r[0])].waits.push_back(w);
       }
     }
-    for (const auto& r : d.query(
-             "SELECT pid, tid, parent_tid, start_ns, end_ns, name, started_under, exit_code FROM kernel_threads WHERE "
-             "source_id = ? ORDER BY ordinal",
-             {source_id})) {
+    for (const auto& r : d.query("SELECT pid, tid, parent_tid, start_ns, end_ns, name, "
+                                 "started_under, exit_code FROM kernel_threads WHERE "
+                                 "source_id = ? ORDER BY ordinal",
+                                 {source_id})) {
       ThreadLifetime t;
       t.pid = static_cast<uint32_t>(as_int(r[0]));
       t.tid = static_cast<uint64_t>(as_int(r[1]));

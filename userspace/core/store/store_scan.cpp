@@ -41,22 +41,27 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
     const size_t n = std::min(kIdsPerQuery, source_ids.size() - at);
     SqlRow ids(source_ids.begin() + static_cast<std::ptrdiff_t>(at),
                source_ids.begin() + static_cast<std::ptrdiff_t>(at + n));
-    for (const auto& r : d.query("SELECT source_id FROM sources WHERE sample_kind = 'spans' AND source_id IN (" +
-                                     placeholders(n) + ")",
-                                 ids)) {
+    for (const auto& r :
+         d.query("SELECT source_id FROM sources WHERE sample_kind = 'spans' AND source_id IN (" +
+                     placeholders(n) + ")",
+                 ids)) {
       sources.push_back(sql_int(r[0]));
     }
-    for (const auto& r : d.query("SELECT se.first_sample_id, se.sample_count, se.source_id, so.kernel FROM sessions se "
-                                 "JOIN sources so ON so.source_id = se.source_id WHERE so.sample_kind = 'spans' AND "
-                                 "se.source_id IN (" + placeholders(n) + ")",
-                                 ids)) {
+    for (const auto& r : d.query(
+             "SELECT se.first_sample_id, se.sample_count, se.source_id, so.kernel FROM sessions se "
+             "JOIN sources so ON so.source_id = se.source_id WHERE so.sample_kind = 'spans' AND "
+             "se.source_id IN (" +
+                 placeholders(n) + ")",
+             ids)) {
       ++sessions_of[sql_int(r[2])];
-      if (sql_int(r[1]) > 0) ranges.push_back({sql_int(r[0]), sql_int(r[1]), sql_int(r[2]), sql_int(r[3]) != 0});
+      if (sql_int(r[1]) > 0)
+        ranges.push_back({sql_int(r[0]), sql_int(r[1]), sql_int(r[2]), sql_int(r[3]) != 0});
     }
   }
   std::sort(sources.begin(), sources.end());
   sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.first < b.first; });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.first < b.first; });
 
   // Call paths: each stack's path, made from its parent's (stacks are few:
   // one per distinct call path in the whole store).
@@ -67,10 +72,12 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
   };
   std::unordered_map<int64_t, StackInfo> stack_info;
   if (!ranges.empty()) {
-    for (const auto& r : d.query("SELECT k.stack_id, k.parent_stack_id, k.depth, CASE WHEN lo.label <> '' THEN lo.label "
-                                 "ELSE f.name END FROM stacks k JOIN locations lo ON lo.location_id = k.location_id "
-                                 "JOIN functions f ON f.function_id = lo.function_id",
-                                 {})) {
+    for (const auto& r : d.query(
+             "SELECT k.stack_id, k.parent_stack_id, k.depth, CASE WHEN lo.label <> '' THEN "
+             "lo.label "
+             "ELSE f.name END FROM stacks k JOIN locations lo ON lo.location_id = k.location_id "
+             "JOIN functions f ON f.function_id = lo.function_id",
+             {})) {
       stack_info[sql_int(r[0])] = {sql_int(r[1]), sql_int(r[2]), sql_text(r[3])};
     }
   }
@@ -81,7 +88,8 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
     chain.clear();
     for (int64_t s = stack; !path_of.count(s);) {
       const auto it = stack_info.find(s);
-      if (it == stack_info.end()) throw StoreFailure("a span names a call path that is not in the store");
+      if (it == stack_info.end())
+        throw StoreFailure("a span names a call path that is not in the store");
       chain.push_back(s);
       s = it->second.parent;
     }
@@ -96,17 +104,21 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
   // kSpanValueTypes of json_doc.cpp; a type never written has no id).
   using CallKernel = CallPathStats::CallKernel;
   static const std::pair<const char*, int64_t CallKernel::*> kKernelTypes[] = {
-      {"off_cpu", &CallKernel::off_cpu_ns}, {"cpu", &CallKernel::on_cpu_ns},
-      {"own_blocked", &CallKernel::blocked_ns}, {"own_runq", &CallKernel::runq_ns},
+      {"off_cpu", &CallKernel::off_cpu_ns},
+      {"cpu", &CallKernel::on_cpu_ns},
+      {"own_blocked", &CallKernel::blocked_ns},
+      {"own_runq", &CallKernel::runq_ns},
       {"gil_wait", &CallKernel::gil_ns}};
   std::unordered_map<int64_t, int64_t CallKernel::*> field_of;
   SqlRow type_ids;
   SqlRow cpu_type;  // hooks->want_cpu: the in-process sources' cpu_time too
   for (const auto& [type, field] : kKernelTypes) {
-    for (const auto& r : d.query("SELECT type_id FROM value_types WHERE type = ? AND unit = 'ns'", {std::string(type)})) {
+    for (const auto& r : d.query("SELECT type_id FROM value_types WHERE type = ? AND unit = 'ns'",
+                                 {std::string(type)})) {
       field_of[sql_int(r[0])] = field;
       type_ids.push_back(sql_int(r[0]));
-      if (field == &CallKernel::on_cpu_ns && hooks && hooks->want_cpu) cpu_type.push_back(sql_int(r[0]));
+      if (field == &CallKernel::on_cpu_ns && hooks && hooks->want_cpu)
+        cpu_type.push_back(sql_int(r[0]));
     }
   }
 
@@ -185,20 +197,23 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
       if (range.kernel && !type_ids.empty()) {
         SqlRow params = type_ids;
         params.insert(params.end(), {lo, hi});
-        for (const auto& r : d.query("SELECT sample_id, type_id, value FROM " + values + " WHERE type_id IN (" +
-                                         placeholders(type_ids.size()) + ") AND sample_id BETWEEN ? AND ?",
-                                     params)) {
+        for (const auto& r :
+             d.query("SELECT sample_id, type_id, value FROM " + values + " WHERE type_id IN (" +
+                         placeholders(type_ids.size()) + ") AND sample_id BETWEEN ? AND ?",
+                     params)) {
           // No row: 0 (store_write.cpp writes non-zero values only).
           auto [it, added_now] = kernel_of.try_emplace(sql_int(r[0]), CallKernel{0, 0, 0, 0, 0});
           it->second.*field_of.at(sql_int(r[1])) = sql_int(r[2]);
         }
       }
-      for (const auto& r : d.query("SELECT sample_id, stack_id, flags, end_ns - start_ns, parent_id, lane_id "
-                                   "FROM samples WHERE sample_id BETWEEN ? AND ?",
-                                   {lo, hi})) {
+      for (const auto& r :
+           d.query("SELECT sample_id, stack_id, flags, end_ns - start_ns, parent_id, lane_id "
+                   "FROM samples WHERE sample_id BETWEEN ? AND ?",
+                   {lo, hi})) {
         const int64_t stack = sql_int(r[1]);
         const auto info = stack_info.find(stack);
-        if (info == stack_info.end()) throw StoreFailure("a span names a call path that is not in the store");
+        if (info == stack_info.end())
+          throw StoreFailure("a span names a call path that is not in the store");
         // Depth 0 is a root; a span at the cut keeps its children's time.
         const int64_t span_depth = info->second.depth;
         if (depth >= 0 && span_depth > depth) continue;
@@ -230,7 +245,8 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
         pending_of[sample_id] = pending.size();
         pending.push_back(c);
         if (hooks && hooks->on_call) {
-          ScanCall call{range.source, sample_id, -1, span_depth, path, incomplete, wall, -1, c.waiting};
+          ScanCall call{range.source, sample_id, -1, span_depth, path,
+                        incomplete,   wall,      -1, c.waiting};
           if (has_parent) call.parent_id = sql_int(r[4]);
           if (range.kernel) {
             call.cpu_ns = k.on_cpu_ns;

@@ -27,7 +27,7 @@ struct ScanCall {
   uint32_t path = 0;       // CallPathStats::path's, kDropped past the cap
   bool incomplete = false;
   int64_t wall_ns = 0;
-  int64_t cpu_ns = -1;  // the span's `cpu` value (in process or the agent's); -1: none
+  int64_t cpu_ns = -1;     // the span's `cpu` value (in process or the agent's); -1: none
   int64_t waiting_ns = 0;  // its "waiting" value (views/waiting.h); 0: none
 };
 
@@ -41,7 +41,7 @@ struct ScanHooks {
 // calls and are skipped) as one profile each; depth >= 0 cuts as
 // CallPathStats::add does. Returns the number of profiles added. `hooks`
 // (optional) also sees each call, session by session.
-Result<uint64_t> add_store_paths(StoreDriver& driver, const std::vector<int64_t>& source_ids, int depth,
-                                 CallPathStats& stats, const ScanHooks* hooks = nullptr);
+Result<uint64_t> add_store_paths(StoreDriver& driver, const std::vector<int64_t>& source_ids,
+                                 int depth, CallPathStats& stats, const ScanHooks* hooks = nullptr);
 
 }  // namespace mlprof

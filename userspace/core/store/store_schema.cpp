@@ -222,7 +222,8 @@ std::vector<std::string> split_statements(const std::string& text) {
     const size_t end = text.find(";\n", start);
     const size_t stop = end == std::string::npos ? text.size() : end;
     std::string stmt = text.substr(start, stop - start);
-    if (stmt.find_first_not_of(" \n") != std::string::npos) out.push_back(stmt.substr(stmt.find_first_not_of(" \n")));
+    if (stmt.find_first_not_of(" \n") != std::string::npos)
+      out.push_back(stmt.substr(stmt.find_first_not_of(" \n")));
     start = stop + 2;
   }
   return out;
@@ -233,7 +234,9 @@ std::vector<std::string> split_statements(const std::string& text) {
 const std::vector<Migration>& migrations() {
   static const std::vector<Migration> steps = {
       // `--where` on a label finds its sources without scanning every label.
-      {"2.0", "2.1", {"CREATE INDEX IF NOT EXISTS source_labels_by_value ON source_labels (key, value)"}},
+      {"2.0",
+       "2.1",
+       {"CREATE INDEX IF NOT EXISTS source_labels_by_value ON source_labels (key, value)"}},
       // The trace context active where each session started: a profile is
       // found from a trace (`--where trace_id=...`) and a trace from a
       // profile. The agent's wakers and wait reasons: each interval's
@@ -277,8 +280,7 @@ const std::vector<Migration>& migrations() {
         ") WITHOUT ROWID, STRICT",
         "INSERT INTO span_waits_2_3 (sample_id, syscall, state, blocked_ns, count) "
         "SELECT sample_id, syscall, state, blocked_ns, count FROM span_waits",
-        "DROP TABLE span_waits",
-        "ALTER TABLE span_waits_2_3 RENAME TO span_waits"}},
+        "DROP TABLE span_waits", "ALTER TABLE span_waits_2_3 RENAME TO span_waits"}},
       // docs/design/store.md's tables as it names them (its SQL runs unchanged): the
       // normalised values table makes way for its sample_values (type and
       // unit, spans' wall and self included); sample_locations counts 1 =
@@ -300,14 +302,20 @@ const std::vector<Migration>& migrations() {
         "ALTER TABLE sources ADD COLUMN content_hash TEXT",
         "CREATE INDEX IF NOT EXISTS sources_by_content_hash ON sources (content_hash)",
         "ALTER TABLE samples ADD COLUMN source_id INTEGER REFERENCES sources(source_id)",
-        "UPDATE samples SET source_id = (SELECT se.source_id FROM lanes l JOIN sessions se ON se.session_id = "
+        "UPDATE samples SET source_id = (SELECT se.source_id FROM lanes l JOIN sessions se ON "
+        "se.session_id = "
         "l.session_id WHERE l.lane_id = samples.lane_id)",
-        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS samples_by_parent ON samples (parent_id)",
-        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS samples_by_lane ON samples (lane_id)",
-        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS lanes_by_session ON lanes (session_id)",
-        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS lanes_by_parent ON lanes (parent_lane_id)",
-        std::string(kPostgresOnly) + "CREATE INDEX IF NOT EXISTS kernel_threads_by_span ON kernel_threads "
-                                     "(started_under)",
+        std::string(kPostgresOnly) +
+            "CREATE INDEX IF NOT EXISTS samples_by_parent ON samples (parent_id)",
+        std::string(kPostgresOnly) +
+            "CREATE INDEX IF NOT EXISTS samples_by_lane ON samples (lane_id)",
+        std::string(kPostgresOnly) +
+            "CREATE INDEX IF NOT EXISTS lanes_by_session ON lanes (session_id)",
+        std::string(kPostgresOnly) +
+            "CREATE INDEX IF NOT EXISTS lanes_by_parent ON lanes (parent_lane_id)",
+        std::string(kPostgresOnly) +
+            "CREATE INDEX IF NOT EXISTS kernel_threads_by_span ON kernel_threads "
+            "(started_under)",
         "CREATE VIEW sample_values AS\n"
         "SELECT sample_id, 'wall' AS type, 'ns' AS unit, end_ns - start_ns AS value,\n"
         "       CAST(NULL AS INTEGER) AS type_id FROM samples WHERE start_ns IS NOT NULL\n"
@@ -324,13 +332,18 @@ const std::vector<Migration>& migrations() {
         "    FROM frames f JOIN stacks k ON k.stack_id = f.next_stack WHERE k.stack_id <> 0)\n"
         "SELECT sample_id, depth, location_id FROM frames",
         "CREATE VIEW spans AS\n"
-        "SELECT s.sample_id, s.source_id, l.session_id, s.lane_id, s.parent_id, s.stack_id, k.depth,\n"
-        "       CASE WHEN lo.label <> '' THEN lo.label ELSE f.name END AS name, f.module, f.filename,\n"
+        "SELECT s.sample_id, s.source_id, l.session_id, s.lane_id, s.parent_id, s.stack_id, "
+        "k.depth,\n"
+        "       CASE WHEN lo.label <> '' THEN lo.label ELSE f.name END AS name, f.module, "
+        "f.filename,\n"
         "       se.start_ns + s.start_ns AS start_ns, se.start_ns + s.end_ns AS end_ns,\n"
-        "       s.end_ns - s.start_ns AS wall_ns, COALESCE(s.active_ns, s.end_ns - s.start_ns) AS active_ns,\n"
+        "       s.end_ns - s.start_ns AS wall_ns, COALESCE(s.active_ns, s.end_ns - s.start_ns) AS "
+        "active_ns,\n"
         "       s.self_ns, s.flags\n"
-        "  FROM samples s JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id = l.session_id\n"
-        "  JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = k.location_id\n"
+        "  FROM samples s JOIN lanes l ON l.lane_id = s.lane_id JOIN sessions se ON se.session_id "
+        "= l.session_id\n"
+        "  JOIN stacks k ON k.stack_id = s.stack_id JOIN locations lo ON lo.location_id = "
+        "k.location_id\n"
         "  JOIN functions f ON f.function_id = lo.function_id\n"
         " WHERE s.start_ns IS NOT NULL",
         "CREATE VIEW span_values AS SELECT sample_id, type, unit, value FROM sample_values"}},

@@ -33,7 +33,8 @@ SqlValue meta_int(const Profile& p, const char* key) {
   return ec == std::errc() && ptr == end ? SqlValue{v} : SqlValue{};
 }
 
-SqlValue meta_text(const Profile& p, const SourceInfo& info, std::initializer_list<const char*> keys) {
+SqlValue meta_text(const Profile& p, const SourceInfo& info,
+                   std::initializer_list<const char*> keys) {
   for (const char* key : keys) {
     if (const auto it = info.labels.find(key); it != info.labels.end()) return it->second;
     if (const auto it = p.meta.find(key); it != p.meta.end()) return it->second;
@@ -42,9 +43,11 @@ SqlValue meta_text(const Profile& p, const SourceInfo& info, std::initializer_li
 }
 
 int64_t reserve(StoreDriver& d, const char* table, int64_t n) {
-  const auto rows = d.query("UPDATE id_counters SET next_id = next_id + ? WHERE name = ? RETURNING next_id - ?",
-                            {n, std::string(table), n});
-  if (rows.size() != 1) throw StoreFailure(std::string("the store's id_counters has no row for ") + table);
+  const auto rows =
+      d.query("UPDATE id_counters SET next_id = next_id + ? WHERE name = ? RETURNING next_id - ?",
+              {n, std::string(table), n});
+  if (rows.size() != 1)
+    throw StoreFailure(std::string("the store's id_counters has no row for ") + table);
   return as_int(rows[0][0]);
 }
 
@@ -56,7 +59,8 @@ int64_t reserve(StoreDriver& d, const char* table, int64_t n) {
 class Inserter {
  public:
   static constexpr size_t kBatch = 8192;
-  Inserter(StoreDriver& d, std::string sql, Inserter* after = nullptr) : d_(d), sql_(std::move(sql)), after_(after) {}
+  Inserter(StoreDriver& d, std::string sql, Inserter* after = nullptr)
+      : d_(d), sql_(std::move(sql)), after_(after) {}
   void add(SqlRow row) {
     rows_.push_back(std::move(row));
     if (rows_.size() >= kBatch) flush();
@@ -97,44 +101,56 @@ class Dictionaries {
     const FunctionInfo& f = table.get(id);
     const auto& s = table.strings();
     const std::string& name = s.get(f.name);
-    const SqlRow key{name, name, s.get(f.file), int64_t{f.line}, s.get(f.module), int64_t(f.kind),
+    const SqlRow key{name,
+                     name,
+                     s.get(f.file),
+                     int64_t{f.line},
+                     s.get(f.module),
+                     int64_t(f.kind),
                      int64_t{f.user_code ? 1 : 0}};
-    const int64_t out = upsert(
-        "functions",
-        "INSERT INTO functions (function_id, name, system_name, filename, start_line, module, kind, user_code) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        "SELECT function_id FROM functions WHERE name = ? AND system_name = ? AND filename = ? AND start_line = ? "
-        "AND module = ? AND kind = ? AND user_code = ?",
-        key);
+    const int64_t out = upsert("functions",
+                               "INSERT INTO functions (function_id, name, system_name, filename, "
+                               "start_line, module, kind, user_code) "
+                               "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                               "SELECT function_id FROM functions WHERE name = ? AND system_name = "
+                               "? AND filename = ? AND start_line = ? "
+                               "AND module = ? AND kind = ? AND user_code = ?",
+                               key);
     return functions_[id] = out;
   }
 
   int64_t location(int64_t function_id, int64_t line, const std::string& label) {
     const auto k = std::make_tuple(function_id, line, label);
     if (const auto it = locations_.find(k); it != locations_.end()) return it->second;
-    const int64_t out = upsert(
-        "locations", "INSERT INTO locations (location_id, function_id, line, label) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        "SELECT location_id FROM locations WHERE function_id = ? AND line = ? AND label = ?", {function_id, line, label});
+    const int64_t out =
+        upsert("locations",
+               "INSERT INTO locations (location_id, function_id, line, label) VALUES (?, ?, ?, ?) "
+               "ON CONFLICT DO NOTHING",
+               "SELECT location_id FROM locations WHERE function_id = ? AND line = ? AND label = ?",
+               {function_id, line, label});
     return locations_[k] = out;
   }
 
   int64_t stack(int64_t parent, int64_t location, int64_t depth) {
     const auto k = std::make_pair(parent, location);
     if (const auto it = stacks_.find(k); it != stacks_.end()) return it->second;
-    const auto found = d_.query("SELECT stack_id FROM stacks WHERE parent_stack_id = ? AND location_id = ?",
-                                {parent, location});
+    const auto found =
+        d_.query("SELECT stack_id FROM stacks WHERE parent_stack_id = ? AND location_id = ?",
+                 {parent, location});
     int64_t out;
     if (!found.empty()) {
       out = as_int(found[0][0]);
     } else {
       out = reserve(d_, "stacks", 1);
-      d_.execute("INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (?, ?, ?, ?) "
-                 "ON CONFLICT DO NOTHING",
-                 {out, parent, location, depth});
-      out = as_int(d_.query("SELECT stack_id FROM stacks WHERE parent_stack_id = ? AND location_id = ?",
-                            {parent, location})
-                       .at(0)
-                       .at(0));
+      d_.execute(
+          "INSERT INTO stacks (stack_id, parent_stack_id, location_id, depth) VALUES (?, ?, ?, ?) "
+          "ON CONFLICT DO NOTHING",
+          {out, parent, location, depth});
+      out = as_int(
+          d_.query("SELECT stack_id FROM stacks WHERE parent_stack_id = ? AND location_id = ?",
+                   {parent, location})
+              .at(0)
+              .at(0));
     }
     return stacks_[k] = out;
   }
@@ -142,14 +158,16 @@ class Dictionaries {
   int64_t value_type(const std::string& type, const std::string& unit) {
     const auto k = std::make_pair(type, unit);
     if (const auto it = types_.find(k); it != types_.end()) return it->second;
-    const int64_t out = upsert("value_types",
-                               "INSERT INTO value_types (type_id, type, unit) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                               "SELECT type_id FROM value_types WHERE type = ? AND unit = ?", {type, unit});
+    const int64_t out = upsert(
+        "value_types",
+        "INSERT INTO value_types (type_id, type, unit) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+        "SELECT type_id FROM value_types WHERE type = ? AND unit = ?", {type, unit});
     return types_[k] = out;
   }
 
  private:
-  int64_t upsert(const char* table, const std::string& insert, const std::string& select, const SqlRow& key) {
+  int64_t upsert(const char* table, const std::string& insert, const std::string& select,
+                 const SqlRow& key) {
     auto found = d_.query(select, key);
     if (!found.empty()) return as_int(found[0][0]);
     SqlRow row{reserve(d_, table, 1)};
@@ -185,12 +203,14 @@ struct SessionPlan {
   int64_t id = 0;
 };
 
-std::vector<SessionPlan> plan_sessions(const Profile& p, const std::vector<std::vector<int32_t>>& lane_spans) {
+std::vector<SessionPlan> plan_sessions(const Profile& p,
+                                       const std::vector<std::vector<int32_t>>& lane_spans) {
   std::vector<SessionPlan> out;
   for (uint32_t li = 0; li < p.lanes.size(); ++li) {
     const Lane& lane = p.lanes[li];
-    auto it = std::find_if(out.begin(), out.end(),
-                           [&](const SessionPlan& s) { return s.pid == lane.pid && s.serial == lane.session; });
+    auto it = std::find_if(out.begin(), out.end(), [&](const SessionPlan& s) {
+      return s.pid == lane.pid && s.serial == lane.session;
+    });
     if (it == out.end()) {
       out.push_back(SessionPlan{lane.pid, lane.session, {}, INT64_MAX, INT64_MIN});
       it = out.end() - 1;
@@ -227,15 +247,17 @@ SqlValue tool_of(const std::map<std::string, std::string>& meta, const SourceInf
 
 // The sources row: 2.4's columns (start_unix_ns, docs/design/store.md's seconds, the
 // tool and content hash) or the older ones, with `extra` columns and values.
-void insert_source(StoreDriver& d, int64_t source_id, const SourceInfo& info, const SqlValue& start_unix_ns,
-                   const std::map<std::string, std::string>& meta, const std::string& columns,
-                   const SqlRow& values) {
+void insert_source(StoreDriver& d, int64_t source_id, const SourceInfo& info,
+                   const SqlValue& start_unix_ns, const std::map<std::string, std::string>& meta,
+                   const std::string& columns, const SqlRow& values) {
   const bool v2_4 = has_2_(d, 4);
   std::string sql = "INSERT INTO sources (source_id, source_type, source_uri, " +
-                    std::string(v2_4 ? "start_unix_ns, source_timestamp, tool, content_hash" : "source_timestamp") +
+                    std::string(v2_4 ? "start_unix_ns, source_timestamp, tool, content_hash"
+                                     : "source_timestamp") +
                     ", " + columns + ") VALUES (?, ?, ?, ?" + (v2_4 ? ", ? / 1e9, ?, ?" : "");
   SqlRow row{source_id, info.type, text_or_null(info.uri), start_unix_ns};
-  if (v2_4) row.insert(row.end(), {start_unix_ns, tool_of(meta, info), text_or_null(info.content_hash)});
+  if (v2_4)
+    row.insert(row.end(), {start_unix_ns, tool_of(meta, info), text_or_null(info.content_hash)});
   for (const SqlValue& v : values) {
     sql += ", ?";
     row.push_back(v);
@@ -243,24 +265,27 @@ void insert_source(StoreDriver& d, int64_t source_id, const SourceInfo& info, co
   d.execute(sql + ")", row);
 }
 
-
 }  // namespace
 
 int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   std::vector<std::vector<int32_t>> lane_spans(p.lanes.size());
-  for (int32_t s = 0; s < static_cast<int32_t>(p.spans.size()); ++s) lane_spans.at(p.spans[s].lane).push_back(s);
+  for (int32_t s = 0; s < static_cast<int32_t>(p.spans.size()); ++s)
+    lane_spans.at(p.spans[s].lane).push_back(s);
   std::vector<SessionPlan> sessions = plan_sessions(p, lane_spans);
 
   const int64_t source_id = reserve(d, "sources", 1);
   insert_source(
       d, source_id, info, meta_int(p, "start_unix_ns"), p.meta,
-      "host, pid, container, pod, python, model_name, model_version, run_id, start_ns, end_ns, captured_depth, "
+      "host, pid, container, pod, python, model_name, model_version, run_id, start_ns, end_ns, "
+      "captured_depth, "
       "events_captured, events_skipped, unmatched_returns, kernel, lost_events, added_unix_ns",
-      {meta_text(p, info, {"host"}), meta_int(p, "pid"), meta_text(p, info, {"container", "container.name"}),
-       meta_text(p, info, {"pod", "k8s.pod"}), meta_text(p, info, {"python"}),
-       meta_text(p, info, {"model", "model.name", "model.class"}), meta_text(p, info, {"version", "model.version"}),
-       meta_text(p, info, {"run_id", "model.run_id"}), p.start_ns, p.end_ns, int64_t{p.captured_depth},
-       static_cast<int64_t>(p.stats.events_captured), static_cast<int64_t>(p.stats.events_skipped),
+      {meta_text(p, info, {"host"}), meta_int(p, "pid"),
+       meta_text(p, info, {"container", "container.name"}), meta_text(p, info, {"pod", "k8s.pod"}),
+       meta_text(p, info, {"python"}), meta_text(p, info, {"model", "model.name", "model.class"}),
+       meta_text(p, info, {"version", "model.version"}),
+       meta_text(p, info, {"run_id", "model.run_id"}), p.start_ns, p.end_ns,
+       int64_t{p.captured_depth}, static_cast<int64_t>(p.stats.events_captured),
+       static_cast<int64_t>(p.stats.events_skipped),
        static_cast<int64_t>(p.stats.unmatched_returns), int64_t{p.kernel.present ? 1 : 0},
        static_cast<int64_t>(p.kernel.lost_events), info.added_unix_ns});
   add_labels(d, source_id, p.meta, info);
@@ -282,11 +307,12 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
       session_start[li] = s.start_ns;
       for (const int32_t span : lane_spans[li]) sample_id[span] = next_sample++;
     }
-    session_rows.push_back({s.id, source_id, int64_t{s.pid}, static_cast<int64_t>(s.serial), s.start_ns, s.end_ns, first,
-                            next_sample - first});
+    session_rows.push_back({s.id, source_id, int64_t{s.pid}, static_cast<int64_t>(s.serial),
+                            s.start_ns, s.end_ns, first, next_sample - first});
   }
   d.execute_many(
-      "INSERT INTO sessions (session_id, source_id, pid, serial, start_ns, end_ns, first_sample_id, sample_count) "
+      "INSERT INTO sessions (session_id, source_id, pid, serial, start_ns, end_ns, "
+      "first_sample_id, sample_count) "
       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
       session_rows);
   std::vector<SqlRow> trace_rows;  // a session's lanes all carry its trace context
@@ -297,22 +323,26 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   const bool v2_2 = has_2_2(d);
   const bool v2_4 = has_2_(d, 4);
   if (!trace_rows.empty() && v2_2) {
-    d.execute_many("INSERT INTO session_traces (session_id, trace_id, span_id) VALUES (?, ?, ?)", trace_rows);
+    d.execute_many("INSERT INTO session_traces (session_id, trace_id, span_id) VALUES (?, ?, ?)",
+                   trace_rows);
   }
 
   std::vector<SqlRow> lane_rows;
   for (uint32_t li = 0; li < p.lanes.size(); ++li) {
     const Lane& l = p.lanes[li];
-    const bool has_parent = l.parent_lane >= 0 && static_cast<uint32_t>(l.parent_lane) < p.lanes.size();
-    lane_rows.push_back({lane_base + li, session_of_lane[li], int64_t{li}, static_cast<int64_t>(l.thread_id),
-                         static_cast<int64_t>(l.native_tid), l.thread_name, int64_t{l.task},
-                         has_parent ? SqlValue{lane_base + l.parent_lane} : SqlValue{}, int64_t{l.parent_call},
-                         static_cast<int64_t>(l.recorded), static_cast<int64_t>(l.dropped),
-                         int64_t{l.truncated ? 1 : 0}});
+    const bool has_parent =
+        l.parent_lane >= 0 && static_cast<uint32_t>(l.parent_lane) < p.lanes.size();
+    lane_rows.push_back({lane_base + li, session_of_lane[li], int64_t{li},
+                         static_cast<int64_t>(l.thread_id), static_cast<int64_t>(l.native_tid),
+                         l.thread_name, int64_t{l.task},
+                         has_parent ? SqlValue{lane_base + l.parent_lane} : SqlValue{},
+                         int64_t{l.parent_call}, static_cast<int64_t>(l.recorded),
+                         static_cast<int64_t>(l.dropped), int64_t{l.truncated ? 1 : 0}});
   }
   // Parent lanes come first (an adopted lane's parent is an earlier lane).
   d.execute_many(
-      "INSERT INTO lanes (lane_id, session_id, ordinal, thread_id, native_tid, thread_name, task, parent_lane_id, "
+      "INSERT INTO lanes (lane_id, session_id, ordinal, thread_id, native_tid, thread_name, task, "
+      "parent_lane_id, "
       "parent_call, events, dropped, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       lane_rows);
 
@@ -320,17 +350,23 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   const std::vector<int64_t> self = export_util::self_times(p);
   std::vector<int64_t> stack_of(p.spans.size(), 0);
   const bool v2_6 = has_2_(d, 6);  // 2.6: the span's resource
-  Inserter sample_rows(d, v2_6   ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
-                                   "active_ns, self_ns, resumes, source_id, resource) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                                   "?, ?, ?)"
-                          : v2_4 ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
-                                   "active_ns, self_ns, resumes, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                                 : "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
-                                   "active_ns, self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Inserter sample_rows(
+      d,
+      v2_6   ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, "
+               "end_ns, "
+               "active_ns, self_ns, resumes, source_id, resource) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+               "?, ?, ?)"
+      : v2_4 ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, "
+               "end_ns, "
+               "active_ns, self_ns, resumes, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+             : "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, "
+               "end_ns, "
+               "active_ns, self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   std::vector<int32_t> order;  // sample id order: parents before children
   order.reserve(p.spans.size());
   for (const auto& s : sessions) {
-    for (const uint32_t li : s.lanes) order.insert(order.end(), lane_spans[li].begin(), lane_spans[li].end());
+    for (const uint32_t li : s.lanes)
+      order.insert(order.end(), lane_spans[li].begin(), lane_spans[li].end());
   }
   for (const int32_t i : order) {
     const Span& sp = p.spans[i];
@@ -341,11 +377,19 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     stack_of[i] = dict.stack(parent_stack, location, int64_t{sp.depth});
     const int64_t base = session_start[sp.lane];
     const int64_t wall = sp.end_ns - sp.start_ns;
-    SqlRow row{sample_id[i], lane_base + sp.lane, sp.parent >= 0 ? SqlValue{sample_id[sp.parent]} : SqlValue{},
-               stack_of[i], int64_t{sp.flags}, sp.start_ns - base, sp.end_ns - base,
-               sp.active_ns == wall ? SqlValue{} : SqlValue{sp.active_ns}, self[i], int64_t{sp.resumes}};
+    SqlRow row{sample_id[i],
+               lane_base + sp.lane,
+               sp.parent >= 0 ? SqlValue{sample_id[sp.parent]} : SqlValue{},
+               stack_of[i],
+               int64_t{sp.flags},
+               sp.start_ns - base,
+               sp.end_ns - base,
+               sp.active_ns == wall ? SqlValue{} : SqlValue{sp.active_ns},
+               self[i],
+               int64_t{sp.resumes}};
     if (v2_4) row.push_back(source_id);
-    if (v2_6) row.push_back(sp.resource ? SqlValue{p.functions.strings().get(sp.resource)} : SqlValue{});
+    if (v2_6)
+      row.push_back(sp.resource ? SqlValue{p.functions.strings().get(sp.resource)} : SqlValue{});
     sample_rows.add(std::move(row));
   }
   sample_rows.flush();
@@ -354,7 +398,8 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   // (the agent): a missing row reads as 0. Those measured in process
   // (cpu_time, alloc_bytes): a row per value taken, 0 included; a span with
   // the kernel's "cpu" keeps that one.
-  Inserter value_rows(d, "INSERT INTO " + values_table(v2_4) + " (sample_id, type_id, value) VALUES (?, ?, ?)");
+  Inserter value_rows(
+      d, "INSERT INTO " + values_table(v2_4) + " (sample_id, type_id, value) VALUES (?, ?, ?)");
   const bool attributed = p.kernel.present && p.kernel.spans.size() == p.spans.size();
   if (attributed) {
     for (const auto& vt : kSpanValueTypes) {
@@ -366,9 +411,11 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     }
   }
   for (const SpanValue& v : p.values) {
-    if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0) continue;
+    if (attributed && v.kind == ValueKind::kCpuNs && p.kernel.spans[v.span].on_cpu_ns != 0)
+      continue;
     const ValueKindName& name = kValueKindNames[static_cast<int>(v.kind)];
-    value_rows.add({sample_id[v.span], dict.value_type(std::string(name.type), std::string(name.unit)),
+    value_rows.add({sample_id[v.span],
+                    dict.value_type(std::string(name.type), std::string(name.unit)),
                     static_cast<int64_t>(v.value)});
   }
   int64_t waiting_type = -1;  // running vs waiting (views/waiting.h): a row per span that waited
@@ -380,22 +427,25 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   value_rows.flush();
   // 2.5: a segment's coalesced resumes; an older store keeps it as a plain one.
   const bool v2_5 = has_2_(d, 5);
-  Inserter segment_rows(d, v2_5 ? "INSERT INTO segments (sample_id, start_ns, end_ns, resumes, paused_ns) VALUES "
-                                  "(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-                                : "INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?) ON CONFLICT DO "
-                                  "NOTHING");
+  Inserter segment_rows(
+      d, v2_5
+             ? "INSERT INTO segments (sample_id, start_ns, end_ns, resumes, paused_ns) VALUES "
+               "(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+             : "INSERT INTO segments (sample_id, start_ns, end_ns) VALUES (?, ?, ?) ON CONFLICT DO "
+               "NOTHING");
   for (const Segment& g : p.segments) {
     const int64_t base = session_start[p.spans.at(g.span).lane];
     if (v2_5) {
-      segment_rows.add({sample_id[g.span], g.start_ns - base, g.end_ns - base, static_cast<int64_t>(g.resumes),
-                        g.paused_ns});
+      segment_rows.add({sample_id[g.span], g.start_ns - base, g.end_ns - base,
+                        static_cast<int64_t>(g.resumes), g.paused_ns});
     } else {
       segment_rows.add({sample_id[g.span], g.start_ns - base, g.end_ns - base});
     }
   }
   segment_rows.flush();
   Inserter io_rows(d,
-                   "INSERT INTO io_summaries (sample_id, ordinal, role, name, type, shape, dtype, length, size_bytes, "
+                   "INSERT INTO io_summaries (sample_id, ordinal, role, name, type, shape, dtype, "
+                   "length, size_bytes, "
                    "device, repr) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   int32_t last_span = -1;
   int64_t ordinal = 0;
@@ -404,39 +454,49 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
     last_span = io.span;
     const IOSummary& s = io.summary;
     io_rows.add({sample_id.at(io.span), ordinal, int64_t(io.role), io.name, s.type_name,
-                 s.has_shape ? SqlValue{shape_text(s)} : SqlValue{}, s.dtype, s.length, s.size_bytes, s.device,
-                 s.repr_short});
+                 s.has_shape ? SqlValue{shape_text(s)} : SqlValue{}, s.dtype, s.length,
+                 s.size_bytes, s.device, s.repr_short});
   }
   io_rows.flush();
   const bool v2_3 = v2_2 && has_2_(d, 3);
   std::vector<SqlRow> off_rows;
   for (size_t i = 0; i < p.kernel.off_cpu.size(); ++i) {
     const OffCpuInterval& o = p.kernel.off_cpu[i];
-    off_rows.push_back({source_id, static_cast<int64_t>(i), int64_t{o.pid}, static_cast<int64_t>(o.tid), o.start_ns,
-                        o.wake_ns, o.end_ns, int64_t{o.blocked ? 1 : 0}, static_cast<int64_t>(o.waker_tid),
+    off_rows.push_back({source_id, static_cast<int64_t>(i), int64_t{o.pid},
+                        static_cast<int64_t>(o.tid), o.start_ns, o.wake_ns, o.end_ns,
+                        int64_t{o.blocked ? 1 : 0}, static_cast<int64_t>(o.waker_tid),
                         int64_t{o.prev_state}});
     if (v2_2) {
-      off_rows.back().insert(off_rows.back().end(),
-                             {int64_t{o.syscall}, int64_t{static_cast<uint8_t>(o.waker_kind)}, o.waker_name});
+      off_rows.back().insert(
+          off_rows.back().end(),
+          {int64_t{o.syscall}, int64_t{static_cast<uint8_t>(o.waker_kind)}, o.waker_name});
     }
     if (v2_3) off_rows.back().push_back(std::string(wait_object_name(o.wait)));
   }
   if (!off_rows.empty()) {
-    d.execute_many(v2_3 ? "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
-                          "blocked, waker_tid, prev_state, syscall, waker_kind, waker_name, wait) VALUES (?, ?, ?, ?, "
+    d.execute_many(v2_3 ? "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, "
+                          "wake_ns, end_ns, "
+                          "blocked, waker_tid, prev_state, syscall, waker_kind, waker_name, wait) "
+                          "VALUES (?, ?, ?, ?, "
                           "?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                   : v2_2 ? "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
-                            "blocked, waker_tid, prev_state, syscall, waker_kind, waker_name) VALUES (?, ?, ?, ?, ?, ?, "
+                   : v2_2 ? "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, "
+                            "start_ns, wake_ns, end_ns, "
+                            "blocked, waker_tid, prev_state, syscall, waker_kind, waker_name) "
+                            "VALUES (?, ?, ?, ?, ?, ?, "
                             "?, ?, ?, ?, ?, ?, ?)"
-                          : "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, start_ns, wake_ns, end_ns, "
+                          : "INSERT INTO off_cpu_intervals (source_id, ordinal, pid, tid, "
+                            "start_ns, wake_ns, end_ns, "
                             "blocked, waker_tid, prev_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    off_rows);
   }
   if (v2_2 && attributed) {  // why spans waited (SpanKernel::waits)
-    Inserter wait_rows(d, v2_3 ? "INSERT INTO span_waits (sample_id, syscall, state, blocked_ns, count, wait, waker, "
-                                 "waker_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                               : "INSERT INTO span_waits (sample_id, syscall, state, blocked_ns, count) VALUES (?, ?, "
-                                 "?, ?, ?)");
+    Inserter wait_rows(
+        d,
+        v2_3
+            ? "INSERT INTO span_waits (sample_id, syscall, state, blocked_ns, count, wait, waker, "
+              "waker_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            : "INSERT INTO span_waits (sample_id, syscall, state, blocked_ns, count) VALUES (?, ?, "
+              "?, ?, ?)");
     for (size_t i = 0; i < p.spans.size(); ++i) {
       if (!v2_3) {  // 2.2 keys a reason by (syscall, state): a futex's objects as one
         std::map<std::pair<int32_t, char>, std::pair<int64_t, int64_t>> sums;
@@ -446,12 +506,14 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
           t.second += w.count;
         }
         for (const auto& [key, t] : sums)
-          wait_rows.add({sample_id[i], int64_t{key.first}, std::string(1, key.second), t.first, t.second});
+          wait_rows.add(
+              {sample_id[i], int64_t{key.first}, std::string(1, key.second), t.first, t.second});
         continue;
       }
       for (const WaitReason& w : p.kernel.spans[i].waits) {
-        wait_rows.add({sample_id[i], int64_t{w.syscall}, std::string(1, w.state), w.blocked_ns, int64_t{w.count},
-                       std::string(wait_object_name(w.object)), w.waker, w.waker_ns});
+        wait_rows.add({sample_id[i], int64_t{w.syscall}, std::string(1, w.state), w.blocked_ns,
+                       int64_t{w.count}, std::string(wait_object_name(w.object)), w.waker,
+                       w.waker_ns});
       }
     }
     wait_rows.flush();
@@ -459,14 +521,17 @@ int64_t add_profile(StoreDriver& d, const Profile& p, const SourceInfo& info) {
   std::vector<SqlRow> thread_rows;
   for (size_t i = 0; i < p.kernel.threads.size(); ++i) {
     const ThreadLifetime& t = p.kernel.threads[i];
-    const bool under = t.started_under >= 0 && static_cast<size_t>(t.started_under) < p.spans.size();
-    thread_rows.push_back({source_id, static_cast<int64_t>(i), int64_t{t.pid}, static_cast<int64_t>(t.tid),
-                           static_cast<int64_t>(t.parent_tid), t.start_ns, t.end_ns, t.name,
-                           under ? SqlValue{sample_id[t.started_under]} : SqlValue{}, int64_t{t.exit_code}});
+    const bool under =
+        t.started_under >= 0 && static_cast<size_t>(t.started_under) < p.spans.size();
+    thread_rows.push_back(
+        {source_id, static_cast<int64_t>(i), int64_t{t.pid}, static_cast<int64_t>(t.tid),
+         static_cast<int64_t>(t.parent_tid), t.start_ns, t.end_ns, t.name,
+         under ? SqlValue{sample_id[t.started_under]} : SqlValue{}, int64_t{t.exit_code}});
   }
   if (!thread_rows.empty()) {
     d.execute_many(
-        "INSERT INTO kernel_threads (source_id, ordinal, pid, tid, parent_tid, start_ns, end_ns, name, started_under, "
+        "INSERT INTO kernel_threads (source_id, ordinal, pid, tid, parent_tid, start_ns, end_ns, "
+        "name, started_under, "
         "exit_code) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         thread_rows);
   }
@@ -478,12 +543,14 @@ int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceIn
   Profile meta_only;  // the meta lookups of add_profile
   meta_only.meta = ss.meta;
   insert_source(d, source_id, info, meta_int(meta_only, "start_unix_ns"), ss.meta,
-                "sample_kind, host, pid, model_name, model_version, run_id, start_ns, end_ns, captured_depth, "
+                "sample_kind, host, pid, model_name, model_version, run_id, start_ns, end_ns, "
+                "captured_depth, "
                 "added_unix_ns",
-                {std::string("stacks"), meta_text(meta_only, info, {"host"}), meta_int(meta_only, "pid"),
-                 meta_text(meta_only, info, {"model", "model.name"}),
-                 meta_text(meta_only, info, {"version", "model.version"}), meta_text(meta_only, info, {"run_id"}),
-                 ss.start_ns, ss.end_ns, int64_t{-1}, info.added_unix_ns});
+                {std::string("stacks"), meta_text(meta_only, info, {"host"}),
+                 meta_int(meta_only, "pid"), meta_text(meta_only, info, {"model", "model.name"}),
+                 meta_text(meta_only, info, {"version", "model.version"}),
+                 meta_text(meta_only, info, {"run_id"}), ss.start_ns, ss.end_ns, int64_t{-1},
+                 info.added_unix_ns});
   const bool v2_4 = has_2_(d, 4);
   add_labels(d, source_id, ss.meta, info);
 
@@ -491,38 +558,46 @@ int64_t add_stack_samples(StoreDriver& d, const StackSamples& ss, const SourceIn
   const int64_t lane_base = reserve(d, "lanes", static_cast<int64_t>(ss.threads.size()));
   const int64_t sample_base = reserve(d, "samples", static_cast<int64_t>(ss.samples.size()));
   d.execute(
-      "INSERT INTO sessions (session_id, source_id, pid, serial, start_ns, end_ns, first_sample_id, sample_count) "
+      "INSERT INTO sessions (session_id, source_id, pid, serial, start_ns, end_ns, "
+      "first_sample_id, sample_count) "
       "VALUES (?, ?, 0, 0, ?, ?, ?, ?)",
-      {session_id, source_id, ss.start_ns, ss.end_ns, sample_base, static_cast<int64_t>(ss.samples.size())});
+      {session_id, source_id, ss.start_ns, ss.end_ns, sample_base,
+       static_cast<int64_t>(ss.samples.size())});
   std::vector<SqlRow> lane_rows;
   for (size_t i = 0; i < ss.threads.size(); ++i) {
     lane_rows.push_back({lane_base + static_cast<int64_t>(i), session_id, static_cast<int64_t>(i),
-                         static_cast<int64_t>(ss.threads[i].id), int64_t{0}, ss.threads[i].name, int64_t{0}, SqlValue{},
-                         int64_t{0}, int64_t{0}, int64_t{0}, int64_t{0}});
+                         static_cast<int64_t>(ss.threads[i].id), int64_t{0}, ss.threads[i].name,
+                         int64_t{0}, SqlValue{}, int64_t{0}, int64_t{0}, int64_t{0}, int64_t{0}});
   }
   d.execute_many(
-      "INSERT INTO lanes (lane_id, session_id, ordinal, thread_id, native_tid, thread_name, task, parent_lane_id, "
+      "INSERT INTO lanes (lane_id, session_id, ordinal, thread_id, native_tid, thread_name, task, "
+      "parent_lane_id, "
       "parent_call, events, dropped, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       lane_rows);
   Dictionaries dict(d);
   std::vector<int64_t> type_ids;
   for (const auto& [type, unit] : ss.value_types) type_ids.push_back(dict.value_type(type, unit));
-  Inserter sample_rows(d, v2_4 ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
-                              "active_ns, self_ns, resumes, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                            : "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, end_ns, "
-                              "active_ns, self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  Inserter value_rows(d, "INSERT INTO " + values_table(v2_4) + " (sample_id, type_id, value) VALUES (?, ?, ?)",
-                      &sample_rows);
+  Inserter sample_rows(
+      d, v2_4 ? "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, "
+                "end_ns, "
+                "active_ns, self_ns, resumes, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+              : "INSERT INTO samples (sample_id, lane_id, parent_id, stack_id, flags, start_ns, "
+                "end_ns, "
+                "active_ns, self_ns, resumes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Inserter value_rows(
+      d, "INSERT INTO " + values_table(v2_4) + " (sample_id, type_id, value) VALUES (?, ?, ?)",
+      &sample_rows);
   for (size_t i = 0; i < ss.samples.size(); ++i) {
     const StackSamples::Sample& s = ss.samples[i];
     int64_t stack = 0;
     int64_t depth = 0;
     for (const StackSamples::Frame& f : s.frames) {
-      stack = dict.stack(stack, dict.location(dict.function(ss.functions, f.function), f.line, ""), depth++);
+      stack = dict.stack(stack, dict.location(dict.function(ss.functions, f.function), f.line, ""),
+                         depth++);
     }
     const int64_t id = sample_base + static_cast<int64_t>(i);
-    SqlRow row{id, lane_base + s.thread, SqlValue{}, stack, int64_t{0}, SqlValue{}, SqlValue{}, SqlValue{},
-               SqlValue{}, int64_t{0}};
+    SqlRow row{id,         lane_base + s.thread, SqlValue{}, stack,      int64_t{0},
+               SqlValue{}, SqlValue{},           SqlValue{}, SqlValue{}, int64_t{0}};
     if (v2_4) row.push_back(source_id);
     sample_rows.add(std::move(row));
     for (size_t v = 0; v < s.values.size() && v < type_ids.size(); ++v) {

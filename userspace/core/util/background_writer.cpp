@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <iterator>
@@ -129,7 +129,8 @@ void run(Writer* w) {
     }
     empty_polls = 0;
     const size_t n = std::min(w->jobs.size(), kMaxBatch);
-    std::deque<Job> jobs(std::make_move_iterator(w->jobs.begin()), std::make_move_iterator(w->jobs.begin() + n));
+    std::deque<Job> jobs(std::make_move_iterator(w->jobs.begin()),
+                         std::make_move_iterator(w->jobs.begin() + n));
     w->jobs.erase(w->jobs.begin(), w->jobs.begin() + n);
     lock.unlock();
     std::vector<std::string> dirs;
@@ -176,8 +177,8 @@ Writer* started() {
 
 }  // namespace
 
-bool write_in_background(std::shared_ptr<const Profile> profile, std::string path, ExportFormat format,
-                         size_t capacity) {
+bool write_in_background(std::shared_ptr<const Profile> profile, std::string path,
+                         ExportFormat format, size_t capacity) {
   Writer* w = writer();
   bool wake = false;
   {

@@ -28,15 +28,16 @@ struct WriterStats {
   uint64_t failed = 0;   // save_profile returned an error
   uint64_t queued = 0;   // accepted, not yet written or failed
   uint64_t batches = 0;  // batches written
-  uint64_t sync_failures = 0;  // flushes whose syncfs failed (the files are written, maybe not durable)
+  uint64_t sync_failures =
+      0;                   // flushes whose syncfs failed (the files are written, maybe not durable)
   std::string last_error;  // the newest failure's message, "" if none
 };
 
 // Queues `profile` for save_profile(path, format); the directory is created
 // if missing. False (counted as dropped) if `capacity` jobs are already
 // waiting. Starts the thread on first use, again in a forked child.
-bool write_in_background(std::shared_ptr<const Profile> profile, std::string path, ExportFormat format,
-                         size_t capacity);
+bool write_in_background(std::shared_ptr<const Profile> profile, std::string path,
+                         ExportFormat format, size_t capacity);
 // Waits until every queued job is written or failed, then syncs the
 // filesystems written to since the last flush; false if `timeout_s` (< 0: no
 // limit) passed before the queue drained (nothing is synced then).

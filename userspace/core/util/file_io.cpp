@@ -76,8 +76,7 @@ std::string temp_name(const std::string& dir, const std::string& base) {
 
 std::string gzip_compress(std::string_view data) {
   z_stream zs{};
-  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, kGzipWindow, 8, Z_DEFAULT_STRATEGY) !=
-      Z_OK) {
+  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, kGzipWindow, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
     throw std::bad_alloc();  // the only way deflateInit2 fails with valid arguments
   }
   std::string out;
@@ -243,7 +242,8 @@ std::vector<Result<Ok>> AtomicWriteBatch::commit() {
     if (::fsync(dfd) == 0 || errno == EINVAL) continue;
     const int err = errno;
     for (Entry& e : entries_) {
-      if (e.status.ok() && e.dir == dir) e.status = io_error(err, "wrote, but cannot flush the directory of", e.path);
+      if (e.status.ok() && e.dir == dir)
+        e.status = io_error(err, "wrote, but cannot flush the directory of", e.path);
     }
   }
   for (Entry& e : entries_) out.push_back(std::move(e.status));
@@ -259,9 +259,11 @@ Result<Ok> AtomicWriteBatch::publish(Entry& e) const {
   const int fd = e.fd;
   e.fd = -1;
   FdGuard file(fd);
-  if (durability_ == Durability::kEachCommit && ::fsync(fd) != 0) return io_error(errno, "cannot flush", e.path);
+  if (durability_ == Durability::kEachCommit && ::fsync(fd) != 0)
+    return io_error(errno, "cannot flush", e.path);
   if (const int err = file.close_now()) return io_error(err, "cannot write", e.path);
-  if (::rename(e.tmp.c_str(), e.path.c_str()) != 0) return io_error(errno, "cannot replace", e.path);
+  if (::rename(e.tmp.c_str(), e.path.c_str()) != 0)
+    return io_error(errno, "cannot replace", e.path);
   e.tmp.clear();
   return Ok{};
 }

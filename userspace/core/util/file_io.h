@@ -38,7 +38,8 @@ Result<Ok> write_file_atomic(const std::string& path, std::string_view data);
 enum class Durability { kEachCommit, kDeferred };
 class AtomicWriteBatch {
  public:
-  explicit AtomicWriteBatch(Durability durability = Durability::kEachCommit) : durability_(durability) {}
+  explicit AtomicWriteBatch(Durability durability = Durability::kEachCommit)
+      : durability_(durability) {}
   AtomicWriteBatch(const AtomicWriteBatch&) = delete;
   AtomicWriteBatch& operator=(const AtomicWriteBatch&) = delete;
   ~AtomicWriteBatch();

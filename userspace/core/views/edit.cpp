@@ -154,7 +154,8 @@ Result<Profile> edit_profile(const Profile& in, const ProfileEdits& edits) {
   // A mark under a span that is gone is under the nearest kept span above it.
   for (Mark m : in.marks) {
     int32_t s = m.span;
-    while (s >= 0 && static_cast<size_t>(s) < n && gone[s]) s = in.spans[static_cast<size_t>(s)].parent;
+    while (s >= 0 && static_cast<size_t>(s) < n && gone[s])
+      s = in.spans[static_cast<size_t>(s)].parent;
     m.span = s >= 0 && static_cast<size_t>(s) < n ? new_index[s] : -1;
     m.name = new_string(m.name);
     m.resource = new_string(m.resource);

@@ -135,7 +135,8 @@ void FunctionStats::add(const Profile& p, int depth) {
     waiting[i] = p.spans[i].waiting_ns;
   }
   for (const Span& s : p.spans) {
-    if (s.parent >= 0 && static_cast<size_t>(s.parent) < p.spans.size() && p.spans[s.parent].lane == s.lane) {
+    if (s.parent >= 0 && static_cast<size_t>(s.parent) < p.spans.size() &&
+        p.spans[s.parent].lane == s.lane) {
       self[s.parent] -= s.running_ns();
       waiting[s.parent] -= s.waiting_ns;
     }
@@ -296,9 +297,9 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
   // Per stack (a call path), summed over its calls, in first-seen order.
   struct Sums {
     int64_t calls = 0, self = 0, running = 0, waiting = 0;
-    int64_t off_cpu = 0;            // waiting less the suspended time
-    int64_t parent_off_cpu = 0;     // of the calls whose parent is in their lane
-    int64_t parent_waiting = 0;     // the same
+    int64_t off_cpu = 0;         // waiting less the suspended time
+    int64_t parent_off_cpu = 0;  // of the calls whose parent is in their lane
+    int64_t parent_waiting = 0;  // the same
   };
   std::unordered_map<int64_t, Sums> sums;
   std::vector<int64_t> seen_stacks;
@@ -334,13 +335,17 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
                "CAST(sum(COALESCE(w.value, 0)) AS BIGINT), "
                "CAST(sum(CASE WHEN w.value IS NULL THEN 0 ELSE w.value - (s.end_ns - s.start_ns - "
                "COALESCE(s.active_ns, s.end_ns - s.start_ns)) END) AS BIGINT), "
-               "CAST(sum(CASE WHEN w.value IS NOT NULL AND s.lane_id = (SELECT pa.lane_id FROM samples pa "
+               "CAST(sum(CASE WHEN w.value IS NOT NULL AND s.lane_id = (SELECT pa.lane_id FROM "
+               "samples pa "
                "WHERE pa.sample_id = s.parent_id) THEN w.value - (s.end_ns - s.start_ns - "
                "COALESCE(s.active_ns, s.end_ns - s.start_ns)) ELSE 0 END) AS BIGINT), "
-               "CAST(sum(CASE WHEN w.value IS NOT NULL AND s.lane_id = (SELECT pa.lane_id FROM samples pa "
+               "CAST(sum(CASE WHEN w.value IS NOT NULL AND s.lane_id = (SELECT pa.lane_id FROM "
+               "samples pa "
                "WHERE pa.sample_id = s.parent_id) THEN w.value ELSE 0 END) AS BIGINT) "
-               "FROM samples s LEFT JOIN " + values + " w ON w.sample_id = s.sample_id AND w.type_id = ? "
-               "WHERE s.sample_id BETWEEN ? AND ? GROUP BY s.stack_id",
+               "FROM samples s LEFT JOIN " +
+                   values +
+                   " w ON w.sample_id = s.sample_id AND w.type_id = ? "
+                   "WHERE s.sample_id BETWEEN ? AND ? GROUP BY s.stack_id",
                {waiting_type, lo, hi})) {
         const int64_t stack = sql_int(r[0]);
         const auto info = stack_info.find(stack);
@@ -366,7 +371,8 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
   // A call's running self time is its self_ns (active time less its
   // same-lane children's) less its off-CPU time plus its same-lane
   // children's; its self waiting, its waiting less theirs.
-  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> from_children;  // parent stack -> (off-CPU, waiting)
+  std::unordered_map<int64_t, std::pair<int64_t, int64_t>>
+      from_children;  // parent stack -> (off-CPU, waiting)
   for (const int64_t stack : seen_stacks) {
     const Sums& t = sums.at(stack);
     auto& c = from_children[stack_info.at(stack).parent];
@@ -380,9 +386,11 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
     const int64_t child_off_cpu = it == from_children.end() ? 0 : it->second.first;
     const int64_t child_waiting = it == from_children.end() ? 0 : it->second.second;
     const uint32_t node = node_of.at(stack);
-    spans_.add(node, kSelf, std::max<int64_t>(at_cut ? t.running : t.self - t.off_cpu + child_off_cpu, 0));
+    spans_.add(node, kSelf,
+               std::max<int64_t>(at_cut ? t.running : t.self - t.off_cpu + child_off_cpu, 0));
     spans_.add(node, kCalls, t.calls);
-    spans_.add(node, kWaiting, at_cut ? t.waiting : t.waiting - child_waiting);  // not clamped, as add's
+    spans_.add(node, kWaiting,
+               at_cut ? t.waiting : t.waiting - child_waiting);  // not clamped, as add's
   }
   for (const int64_t source : sources) {
     ++profiles_;

@@ -108,10 +108,11 @@ class FunctionStats {
   struct SpanRow {
     FunctionKey function;
     uint64_t calls = 0;
-    int64_t flat_ns = 0;  // self time of its calls
-    int64_t cum_ns = 0;   // self time of every call on a path through it, once per path
+    int64_t flat_ns = 0;          // self time of its calls
+    int64_t cum_ns = 0;           // self time of every call on a path through it, once per path
     int64_t flat_waiting_ns = 0;  // self waiting time of its calls
-    int64_t cum_waiting_ns = 0;   // the same as cum: its outermost calls' waiting, in the same thread
+    int64_t cum_waiting_ns =
+        0;  // the same as cum: its outermost calls' waiting, in the same thread
   };
   std::vector<SpanRow> span_rows() const;
   uint64_t profiles() const { return profiles_; }

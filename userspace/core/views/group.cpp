@@ -20,8 +20,8 @@ struct Category {
 };
 constexpr std::array<Category, 4> kCategories{{
     {"input checks",
-     {"schema", "Schema", "validate", "enforce", "signature", "type_hint", "_is_list", "params", "input",
-      "Input"}},
+     {"schema", "Schema", "validate", "enforce", "signature", "type_hint", "_is_list", "params",
+      "input", "Input"}},
     {"context", {"context", "Context"}},
     {"tracing", {"trace", "Trace", "span", "Span"}},
     {"output", {"output", "Output"}},
@@ -30,8 +30,8 @@ constexpr std::array<Category, 4> kCategories{{
 // MLflow frames that hand the call on to the model: never grouped, whatever
 // runs under them (the flavor's model may be library code, not user code).
 constexpr std::array<std::string_view, 8> kDelegates{
-    "predict", "_predict", "predict_stream", "_predict_stream", "predict_proba", "wrapper", "_predict_fn",
-    "__call__"};
+    "predict",       "_predict", "predict_stream", "_predict_stream",
+    "predict_proba", "wrapper",  "_predict_fn",    "__call__"};
 
 std::string_view last_component(std::string_view qualname) {
   const size_t dot = qualname.rfind('.');
@@ -41,7 +41,8 @@ std::string_view last_component(std::string_view qualname) {
 int category_of(std::string_view qualname, std::string_view module) {
   for (size_t c = 0; c < kCategories.size(); ++c) {
     for (const std::string_view needle : kCategories[c].needles) {
-      if (!needle.empty() && qualname.find(needle) != std::string_view::npos) return static_cast<int>(c);
+      if (!needle.empty() && qualname.find(needle) != std::string_view::npos)
+        return static_cast<int>(c);
     }
   }
   return module_in(module, "mlflow.tracing") ? 2 : -1;
@@ -67,7 +68,8 @@ class Grouper {
   // shared base with a cache.
   using FunctionClass = GroupCache::FunctionClass;
   const FunctionClass& class_of(uint32_t function) {
-    FunctionClass& c = function < shared_ ? cache_->classes[function] : w_.classes[function - shared_];
+    FunctionClass& c =
+        function < shared_ ? cache_->classes[function] : w_.classes[function - shared_];
     if (c.known) return c;
     c.known = true;
     const FunctionInfo& f = p_.functions.get(function);
@@ -131,7 +133,8 @@ class Grouper {
     // Whether `parent` (a generator) was suspended between t0 and t1: a run
     // never spans its parent's suspension (its wall would hold the consumer's).
     auto across_suspension = [&](int32_t parent, int64_t t0, int64_t t1) {
-      if (parent < 0 || !(p_.spans[static_cast<size_t>(parent)].flags & kSpanGenerator)) return false;
+      if (parent < 0 || !(p_.spans[static_cast<size_t>(parent)].flags & kSpanGenerator))
+        return false;
       auto [seg, end] = p_.segments_of(parent);
       if (seg == end) return false;
       for (; seg != end; ++seg) {
@@ -167,7 +170,8 @@ class Grouper {
           size_t j = i;
           while (j <= last && p_.spans[static_cast<size_t>(sib[j])].end_ns <= next) ++j;
           if (j <= last) {
-            while (j > i && kind(sib[j - 1]) != Kind::kMlflow) --j;  // a run never ends with a stdlib span
+            while (j > i && kind(sib[j - 1]) != Kind::kMlflow)
+              --j;  // a run never ends with a stdlib span
             if (j == i) {
               ++i;
               continue;
@@ -194,7 +198,8 @@ class Grouper {
       inside[i] = w_.member[i] >= 0 || (parent >= 0 && inside[static_cast<size_t>(parent)]);
       if (inside[i]) continue;
       w_.siblings.clear();
-      for (int32_t c = p_.spans[i].first_child; c >= 0; c = p_.spans[static_cast<size_t>(c)].next_sibling) {
+      for (int32_t c = p_.spans[i].first_child; c >= 0;
+           c = p_.spans[static_cast<size_t>(c)].next_sibling) {
         w_.siblings.push_back(c);
       }
       scan(w_.siblings, static_cast<int32_t>(i));
@@ -271,7 +276,8 @@ class Grouper {
     for (size_t r = 0; r < group_index.size(); ++r) {
       if (group_index[r] < 0) continue;
       Span& g = out[static_cast<size_t>(group_index[r])];
-      g.waiting_ns = std::clamp<int64_t>(g.waiting_ns, 0, std::max<int64_t>(0, g.duration_ns() - group_running[r]));
+      g.waiting_ns = std::clamp<int64_t>(g.waiting_ns, 0,
+                                         std::max<int64_t>(0, g.duration_ns() - group_running[r]));
     }
     p_.spans.swap(out);  // the old spans' memory stays in the scratch for the next profile
     for (SpanIO& io : p_.io) io.span = new_index[static_cast<size_t>(io.span)];
@@ -304,9 +310,10 @@ class Grouper {
       }
     }
     p_.values.insert(p_.values.end(), added.begin(), added.end());
-    std::stable_sort(p_.values.begin(), p_.values.end(), [](const SpanValue& a, const SpanValue& b) {
-      return a.span != b.span ? a.span < b.span : a.kind < b.kind;
-    });
+    std::stable_sort(p_.values.begin(), p_.values.end(),
+                     [](const SpanValue& a, const SpanValue& b) {
+                       return a.span != b.span ? a.span < b.span : a.kind < b.kind;
+                     });
   }
 
   Profile& p_;
@@ -323,7 +330,8 @@ void group_framework_spans(Profile& profile, GroupCache* cache) {
   Grouper(profile, cache).run();
   // A rare huge profile's arrays are not kept for the ordinary ones after it.
   constexpr size_t kKeptSpans = size_t{1} << 16;
-  if (cache && std::max(cache->scratch.kind.capacity(), cache->scratch.spans.capacity()) > kKeptSpans)
+  if (cache &&
+      std::max(cache->scratch.kind.capacity(), cache->scratch.spans.capacity()) > kKeptSpans)
     cache->scratch = GroupCache::Scratch{};
 }
 

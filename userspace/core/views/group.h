@@ -39,7 +39,7 @@ struct GroupCache {
     std::vector<int32_t> run_members;  // every run's members, run after run
     std::vector<size_t> run_end;       // per run: its end in run_members
     std::vector<uint32_t> shift;
-    std::vector<Span> spans;           // the rewritten spans (then the old ones' memory)
+    std::vector<Span> spans;  // the rewritten spans (then the old ones' memory)
     std::string label;
   } scratch;
 };

@@ -72,15 +72,16 @@ class Remap {
     if (slot == kUnset) {
       const FunctionInfo& fn = from_->functions.get(id);
       const StringTable& strings = from_->functions.strings();
-      slot = into_.functions.add(strings.get(fn.name), strings.get(fn.module), strings.get(fn.file), fn.line,
-                                 fn.kind, fn.user_code);
+      slot = into_.functions.add(strings.get(fn.name), strings.get(fn.module), strings.get(fn.file),
+                                 fn.line, fn.kind, fn.user_code);
     }
     return slot;
   }
 
   uint32_t string(uint32_t id) {
     if (id == 0) return 0;
-    if (id >= from_->functions.strings().size()) return 0;  // names the empty string, as StringTable::get
+    if (id >= from_->functions.strings().size())
+      return 0;  // names the empty string, as StringTable::get
     uint32_t& slot = id < string_base_ ? slot_of(shared_->strings, string_base_, id)
                                        : own_.strings[id - string_base_];
     if (slot == kUnset) slot = into_.functions.strings().intern(from_->functions.strings().get(id));

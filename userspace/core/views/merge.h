@@ -1,6 +1,6 @@
 #pragma once
-// Combining profiles (docs/design/store.md, "Combining profiles"): several sessions, processes or hosts into
-// one Profile, with ids remapped and provenance kept per lane.
+// Combining profiles (docs/design/store.md, "Combining profiles"): several sessions, processes or
+// hosts into one Profile, with ids remapped and provenance kept per lane.
 
 #include <vector>
 

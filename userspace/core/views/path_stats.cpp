@@ -144,8 +144,8 @@ uint32_t CallPathStats::path(uint32_t parent, std::string_view name) {
   return path == kDropped ? kDropped : path + 1;
 }
 
-void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns, int64_t waiting_ns,
-                           const CallKernel& kernel) {
+void CallPathStats::record(uint32_t path, bool incomplete, int64_t wall_ns, int64_t self_ns,
+                           int64_t waiting_ns, const CallKernel& kernel) {
   if (path == kDropped || path == kRoot) {
     ++dropped_;
     return;
@@ -196,7 +196,8 @@ void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span
   }
   const size_t base_size = cache_base_ ? cache_base_->size() : 0;
   name_cache_.resize(std::min(name_cache_.size(), base_size));
-  name_cache_.resize(p.functions.strings().size(), 0);  // the profile's own strings: not looked up yet
+  name_cache_.resize(p.functions.strings().size(),
+                     0);  // the profile's own strings: not looked up yet
   stack_.clear();
   const auto n = static_cast<int32_t>(p.spans.size());
   const bool kernel = p.kernel.present && p.kernel.spans.size() == p.spans.size();
@@ -218,7 +219,8 @@ void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span
         path = memo_[at].path;
       } else {
         path = child_path(parent, p, sid);
-        if (sid < base_size && path != kDropped) {  // the base's ids mean the same in the next profile
+        if (sid < base_size &&
+            path != kDropped) {  // the base's ids mean the same in the next profile
           if (memo_.size() <= at) memo_.resize(at + 1);
           memo_[at] = Memo{parent, sid, path};
         }
@@ -239,9 +241,11 @@ void CallPathStats::add(const Profile& p, int depth, std::vector<uint32_t>* span
       const SpanKernel& sk = p.kernel.spans[s];
       k = CallKernel{sk.off_cpu_ns, sk.on_cpu_ns, sk.own_blocked_ns, sk.own_runq_ns, sk.own_gil_ns};
     }
-    const int64_t waiting = std::clamp<int64_t>(span.waiting_ns, 0, std::max<int64_t>(span.duration_ns(), 0));
-    record(path == kDropped ? kDropped : path + 1, (span.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0,
-           span.duration_ns(), std::max<int64_t>(self, 0), waiting, k);
+    const int64_t waiting =
+        std::clamp<int64_t>(span.waiting_ns, 0, std::max<int64_t>(span.duration_ns(), 0));
+    record(path == kDropped ? kDropped : path + 1,
+           (span.flags & (kSpanOpenAtEnd | kSpanSuspendedAtEnd)) != 0, span.duration_ns(),
+           std::max<int64_t>(self, 0), waiting, k);
   }
 }
 
@@ -269,8 +273,8 @@ std::vector<PathSummary> CallPathStats::summary() const {
 size_t CallPathStats::memory_bytes() const {
   size_t bytes = paths_.capacity() * sizeof(PathRecord);
   for (const PathRecord& r : paths_) {
-    bytes += r.wall.heap_bytes() + r.self.heap_bytes() + r.waiting.heap_bytes() + r.off_cpu.heap_bytes() +
-             r.walls.capacity() * sizeof(int64_t);
+    bytes += r.wall.heap_bytes() + r.self.heap_bytes() + r.waiting.heap_bytes() +
+             r.off_cpu.heap_bytes() + r.walls.capacity() * sizeof(int64_t);
   }
   bytes += names_.size() * sizeof(std::string) + 512;  // + a deque block
   for (const std::string& s : names_) bytes += s.capacity() + 1;

@@ -205,7 +205,7 @@ class CallPathStats {
     QuantileSketch wall;
     QuantileSketch self;
     QuantileSketch waiting;
-    QuantileSketch off_cpu;  // samples from profiles with kernel data only
+    QuantileSketch off_cpu;      // samples from profiles with kernel data only
     PathSummary::Kernel kernel;  // sums, calls with kernel data only
     std::vector<int64_t> walls;  // keep_walls_ only
   };

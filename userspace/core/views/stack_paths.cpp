@@ -24,7 +24,8 @@ void StackPathTotals::add(const StackSamples& ss, int depth) {
   for (const StackSamples::Sample& s : ss.samples) {
     ++samples_;
     uint32_t parent = 0;
-    const size_t frames = depth < 0 ? s.frames.size() : std::min(s.frames.size(), static_cast<size_t>(depth) + 1);
+    const size_t frames =
+        depth < 0 ? s.frames.size() : std::min(s.frames.size(), static_cast<size_t>(depth) + 1);
     for (size_t f = 0; f < frames; ++f) {
       const std::string& name = strings.get(ss.functions.get(s.frames[f].function).name);
       std::string key = std::to_string(parent);
@@ -32,7 +33,8 @@ void StackPathTotals::add(const StackSamples& ss, int depth) {
       key += name;
       auto it = index_.find(key);
       if (it == index_.end()) {
-        nodes_.push_back({parent, name, std::vector<int64_t>(types_.size(), 0), std::vector<int64_t>(types_.size(), 0)});
+        nodes_.push_back({parent, name, std::vector<int64_t>(types_.size(), 0),
+                          std::vector<int64_t>(types_.size(), 0)});
         it = index_.emplace(std::move(key), static_cast<uint32_t>(nodes_.size() - 1)).first;
       }
       Node& node = nodes_[it->second];

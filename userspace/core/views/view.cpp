@@ -174,10 +174,12 @@ class ViewBuilder {
         // Siblings on one lane do not overlap each other: those that can
         // overlap this segment start before its end, from the last one that
         // starts at or before its start.
-        auto it = std::upper_bound(busy_.begin(), busy_.end(), std::make_pair(seg->start_ns, INT64_MAX));
+        auto it =
+            std::upper_bound(busy_.begin(), busy_.end(), std::make_pair(seg->start_ns, INT64_MAX));
         if (it != busy_.begin()) --it;
         for (; it != busy_.end() && it->first < seg->end_ns; ++it) {
-          len -= std::max<int64_t>(0, std::min(it->second, seg->end_ns) - std::max(it->first, seg->start_ns));
+          len -= std::max<int64_t>(
+              0, std::min(it->second, seg->end_ns) - std::max(it->first, seg->start_ns));
         }
         total += std::max<int64_t>(0, len);
       }
@@ -231,12 +233,12 @@ class ViewBuilder {
             continue;
           }
         }
-        pending_.push_back(
-            Pending{idx, std::move(label), s.start_ns, s.end_ns, shown, waiting, 1, parent_node, depth, in_group});
+        pending_.push_back(Pending{idx, std::move(label), s.start_ns, s.end_ns, shown, waiting, 1,
+                                   parent_node, depth, in_group});
         continue;
       }
-      pending_.push_back(
-          Pending{idx, std::string(), s.start_ns, s.end_ns, shown, waiting, 1, parent_node, depth, in_group});
+      pending_.push_back(Pending{idx, std::string(), s.start_ns, s.end_ns, shown, waiting, 1,
+                                 parent_node, depth, in_group});
     }
     std::reverse(pending_.begin() + static_cast<std::ptrdiff_t>(first), pending_.end());
   }

@@ -12,18 +12,18 @@
 namespace mlprof {
 
 struct ViewOptions {
-  int depth = -1;                  // -1: everything captured
-  bool show_c_calls = false;       // false: C-function spans are folded into their caller
-  bool collapse_frameworks = false;  // merge runs of library spans into "[pkg]" nodes
+  int depth = -1;                         // -1: everything captured
+  bool show_c_calls = false;              // false: C-function spans are folded into their caller
+  bool collapse_frameworks = false;       // merge runs of library spans into "[pkg]" nodes
   std::vector<std::string> user_modules;  // module prefixes always treated as user code
-  bool show_io = false;            // text: in:/out: lines under spans with I/O summaries
+  bool show_io = false;                   // text: in:/out: lines under spans with I/O summaries
 };
 
 // One node of a view. Either a span of the profile, or a collapsed group of
 // consecutive library sibling spans (span = first of them, group > 1 or name set).
 struct ViewNode {
-  int32_t span = -1;          // index into Profile::spans
-  std::string collapsed;      // non-empty for a "[pkg]" node
+  int32_t span = -1;      // index into Profile::spans
+  std::string collapsed;  // non-empty for a "[pkg]" node
   // duration_ns: the time the node stands for, what renderers show. A span's
   // end - start; a generator's or coroutine's running time under this parent
   // (its segments, less any that ran inside a sibling): suspended in its
@@ -33,18 +33,18 @@ struct ViewNode {
   // waiting_ns; for a generator's running time, its off-CPU part.
   // Collapsed: the sum.
   int64_t waiting_ns = 0;
-  uint32_t depth = 0;         // depth in the view
-  int32_t parent = -1;        // index into View::nodes
+  uint32_t depth = 0;             // depth in the view
+  int32_t parent = -1;            // index into View::nodes
   std::vector<int32_t> children;  // indices into View::nodes
-  uint32_t merged = 1;        // spans merged into this node
+  uint32_t merged = 1;            // spans merged into this node
 };
 
 struct View {
-  std::vector<ViewNode> nodes;   // pre-order
+  std::vector<ViewNode> nodes;  // pre-order
   std::vector<int32_t> roots;
   int requested_depth = -1;
-  int effective_depth = -1;      // min(requested, captured)
-  bool depth_clamped = false;    // requested deeper than captured
+  int effective_depth = -1;    // min(requested, captured)
+  bool depth_clamped = false;  // requested deeper than captured
 };
 
 // True if the span's code is user code under the options' user_modules.

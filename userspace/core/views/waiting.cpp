@@ -35,7 +35,9 @@ class LaneOffCpu {
     return off;
   }
 
-  int64_t off_within(int64_t a, int64_t b) const { return b > a ? off_before(b) - off_before(a) : 0; }
+  int64_t off_within(int64_t a, int64_t b) const {
+    return b > a ? off_before(b) - off_before(a) : 0;
+  }
 
  private:
   std::vector<int64_t> start_, end_, total_;
@@ -62,7 +64,8 @@ void compute_waiting(Profile& p) {
       const LaneOffCpu& lane = lanes[s.lane];
       if (s.flags & kSpanGenerator) {
         const auto [first, last] = p.segments_of(static_cast<int32_t>(i));
-        for (const Segment* seg = first; seg != last; ++seg) off += lane.off_within(seg->start_ns, seg->end_ns);
+        for (const Segment* seg = first; seg != last; ++seg)
+          off += lane.off_within(seg->start_ns, seg->end_ns);
       } else {
         off = lane.off_within(s.start_ns, s.end_ns);
       }
@@ -73,7 +76,8 @@ void compute_waiting(Profile& p) {
   // A group (0 so far) sums its members, which come after it: from the last span up.
   for (size_t i = p.spans.size(); i-- > 0;) {
     const int32_t parent = p.spans[i].parent;
-    if (parent >= 0 && (p.spans[parent].flags & kSpanGroup)) p.spans[parent].waiting_ns += p.spans[i].waiting_ns;
+    if (parent >= 0 && (p.spans[parent].flags & kSpanGroup))
+      p.spans[parent].waiting_ns += p.spans[i].waiting_ns;
   }
 }
 
