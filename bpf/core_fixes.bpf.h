@@ -3,8 +3,8 @@
 #ifndef MLPROF_CORE_FIXES_BPF_H
 #define MLPROF_CORE_FIXES_BPF_H
 
-#include <bpf/bpf_core_read.h>
 #include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
 
 /* commit 2f064a59a11f ("sched: Change task_struct::state", v5.14) renamed
  * task_struct::state (volatile long) to task_struct::__state (unsigned int).

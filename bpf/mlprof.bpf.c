@@ -25,10 +25,10 @@
  * programs are in the parts it includes at its end (helpers.bpf.h,
  * usdt_progs.bpf.h, lock_progs.bpf.h, sched_progs.bpf.h): one object.
  */
-#include <bpf/bpf_core_read.h>
+#include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
 
 /* libbpf keeps one USDT spec per (attach call, distinct argument layout) in a
  * map of this many entries, default 256. The agent attaches per pid (8
@@ -37,8 +37,8 @@
 #define BPF_USDT_MAX_SPEC_CNT 4096
 #include <bpf/usdt.bpf.h>
 
-#include "core_fixes.bpf.h"
 #include "mlprof_events.h"
+#include "core_fixes.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -149,6 +149,6 @@ struct {
 /* The programs, in parts (one object: these are not standalone headers).
  * The order is the object's: helpers first, then the programs. */
 #include "helpers.bpf.h"
+#include "usdt_progs.bpf.h"
 #include "lock_progs.bpf.h"
 #include "sched_progs.bpf.h"
-#include "usdt_progs.bpf.h"

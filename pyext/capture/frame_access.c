@@ -7,9 +7,12 @@
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <internal/pycore_frame.h>
 #if PY_VERSION_HEX >= 0x030E0000
-#include <internal/pycore_genobject.h>
+// CPython's internal headers, in the order they build:
+// clang-format off
 #include <internal/pycore_interpframe.h>
 #include <internal/pycore_stackref.h>
+#include <internal/pycore_genobject.h>
+// clang-format on
 #endif
 #pragma GCC diagnostic pop
 
