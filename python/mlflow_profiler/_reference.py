@@ -160,12 +160,14 @@ from ._reference_hook import (  # _dispatch and _thread_session: looked up here 
     _collecting,
     _ctx_mark,
     _current_lanes,
+    _dispatch,  # noqa: F401
     _entered_by_coroutine,
     _innermost_span,
     _install_binder,
     _install_hook,
     _lanes_now,
     _Mark,
+    _thread_session,  # noqa: F401
     _thread_state,
     _ThreadState,
     _throw_at,

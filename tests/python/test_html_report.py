@@ -245,7 +245,7 @@ def test_the_script_is_report_js_with_its_parts_in_place(report):
     in place of its line (report/embed.cmake), so the page runs them as one
     script, in report.js's order."""
     html = report.path.read_text(encoding="utf-8")
-    source = Path(__file__).resolve().parents[2] / "userspace" / "core" / "report"
+    source = Path(__file__).resolve().parents[2] / "userspace" / "core" / "render" / "report"
     parts = re.findall(
         r"^  // @include (\S+)$", (source / "report.js").read_text(encoding="utf-8"), re.M
     )
