@@ -64,7 +64,7 @@ std::string bounded(PyObject* r, bool source_cut) {
   // has its whitespace runs collapsed, as " ".join(r.split()) would. A str's
   // repr escapes its newlines, so string literals are never changed.
   Ref single_line;
-  for (const Py_UCS4 c : {'\n', '\r', '\t'}) {
+  for (const Py_UCS4 c : {U'\n', U'\r', U'\t'}) {
     if (PyUnicode_FindChar(r, c, 0, PyUnicode_GetLength(r), 1) < 0) continue;
     Ref words(PyUnicode_Split(r, nullptr, -1));
     Ref space(PyUnicode_FromString(" "));

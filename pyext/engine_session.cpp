@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "capture/frame_access.h"
 #include "loop_watch.h"
@@ -36,6 +37,7 @@ Engine* engine_for_session(PyObject* session) {
 
 std::vector<Engine*> collecting_engines() {
   std::vector<Engine*> out;
+  out.reserve(g_by_serial.size());
   for (auto& [serial, e] : g_by_serial) out.push_back(e);
   return out;
 }
@@ -57,7 +59,7 @@ bool any_engine_wants_c_calls() {
 
 // --- Engine --------------------------------------------------------------------
 
-Engine::Engine(EngineOptions opts) : opts_(opts), serial_(g_next_serial++) {
+Engine::Engine(EngineOptions opts) : opts_(std::move(opts)), serial_(g_next_serial++) {
   for (PyObject* code : opts_.transparent_codes) Py_INCREF(code);
   for (PyObject* code : opts_.fold_parents) Py_INCREF(code);
   for (const auto& fold : opts_.fold_codes) Py_INCREF(fold.first);

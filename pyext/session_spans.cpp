@@ -23,6 +23,10 @@ namespace mlprof::probes {
 
 namespace {
 
+// As size_t: the sums below are in size_t, the macro (shared with BPF C) is int.
+// NOLINTNEXTLINE(bugprone-implicit-widening-of-multiplication-result): a constant
+constexpr size_t kMaxBytes = MLPROF_SPANS_MAX_BYTES;
+
 // Per id, the serial of the last session that listed it: an id is listed
 // once per session without a set. Grown to the registry's size on demand.
 std::vector<uint64_t> g_listed_function, g_listed_label;
@@ -36,7 +40,7 @@ bool first_in_session(std::vector<uint64_t>& listed, uint32_t id, uint64_t seria
 
 void copy_text(char* out, size_t size, const std::string& text) {
   const size_t n = std::min(size - 1, text.size());
-  std::memcpy(out, text.data(), n);
+  std::memcpy(out, text.data(), n);  // NOLINT(bugprone-not-null-terminated-result): memset ends it
   std::memset(out + n, 0, size - n);
 }
 
@@ -101,8 +105,7 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry,
   for (const auto& lp : engine.lanes()) {
     const Lane& out = lp->out;
     const size_t room =
-        MLPROF_SPANS_MAX_BYTES -
-        std::min<size_t>(MLPROF_SPANS_MAX_BYTES, body.size() + sizeof(mlprof_spans_lane));
+        kMaxBytes - std::min<size_t>(kMaxBytes, body.size() + sizeof(mlprof_spans_lane));
     size_t n_events = cut ? 0 : std::min(out.events.size(), room / sizeof(mlprof_spans_event));
     size_t n_io = 0;
     if (n_events == out.events.size() && !cut) {
@@ -110,8 +113,7 @@ void fire_session_spans(const Engine& engine, const FunctionTable& registry,
       n_io = std::min(out.io.size(), left / sizeof(mlprof_spans_io));
     }
     const bool truncated_here = n_events < out.events.size() || n_io < out.io.size();
-    if (body.size() + sizeof(mlprof_spans_lane) > MLPROF_SPANS_MAX_BYTES)
-      break;  // not even its head fits
+    if (body.size() + sizeof(mlprof_spans_lane) > kMaxBytes) break;  // not even its head fits
     cut = cut || truncated_here;
 
     mlprof_spans_lane lane{};

@@ -339,7 +339,7 @@ std::string implementation(PyTypeObject* t, PyObject* name) {
     }
     Ref holder = borrow(v);
     Ref fn;
-    if (PyFunction_Check(v)) {
+    if (PyFunction_Check(v)) {  // NOLINT(bugprone-branch-clone): checked before the attributes
       fn = borrow(v);
     } else if (PyObject_HasAttr(v, names().fget)) {
       fn = get_attr(v, names().fget);  // property, CachedProperty

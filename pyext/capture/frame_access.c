@@ -64,6 +64,7 @@ int mlprof_frame_lasti(struct _PyInterpreterFrame* f) {
 
 int mlprof_generator_state(PyObject* gen) {
   // Coroutines and async generators share the generator's head.
+  // NOLINTNEXTLINE(bugprone-signed-char-misuse): the states below 0 are signed
   const int state = ((PyGenObject*)gen)->gi_frame_state;
   return state < FRAME_EXECUTING ? -1 : state == FRAME_EXECUTING ? 0 : 1;
 }

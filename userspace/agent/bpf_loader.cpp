@@ -24,6 +24,10 @@
 #include <utility>
 #include <vector>
 
+// bpftool writes C's _Bool in the skeleton: g++ takes it, clang++ (clang-tidy) does not.
+#if defined(__clang__) && !defined(_Bool)
+#define _Bool bool  // NOLINT(bugprone-reserved-identifier)
+#endif
 #include "mlprof.skel.h"
 #include "util/file_io.h"
 

@@ -301,6 +301,7 @@ Result<Container> resolve_container(const std::string& name_or_id,
                      join(matches) + "; give a full name or a longer id"};
   }
   std::vector<const Container*> all;
+  all.reserve(candidates.size());
   for (const Container& c : candidates) all.push_back(&c);
   if (all.empty()) {
     return Error{

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstdlib>
 
 #include "formats/export.h"
@@ -249,11 +250,10 @@ std::string Continuous::summary_line(const RotationSummary& r) const {
   if (const auto kept = sink_.retention()) line += "; " + retention_text(*kept);
   if (opts_.duty.enabled()) {
     const int64_t len = std::max<int64_t>(r.end_unix_ns - r.start_unix_ns, 1);
-    line +=
-        "; profiled " + seconds_text(r.profiled_ns / 1'000'000 * 1'000'000) + " of " +
-        seconds_text(len / 1'000'000 * 1'000'000) + " (" +
-        std::to_string(static_cast<int>(100.0 * static_cast<double>(r.profiled_ns) / len + 0.5)) +
-        "%, duty cycle " + opts_.duty.text() + ")";
+    line += "; profiled " + seconds_text(r.profiled_ns / 1'000'000 * 1'000'000) + " of " +
+            seconds_text(len / 1'000'000 * 1'000'000) + " (" +
+            std::to_string(std::lround(100.0 * static_cast<double>(r.profiled_ns) / len)) +
+            "%, duty cycle " + opts_.duty.text() + ")";
   }
   if (r.shed > 0) {
     line += "; " + std::to_string(r.shed) + (r.shed == 1 ? " session" : " sessions") +

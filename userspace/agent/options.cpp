@@ -479,6 +479,7 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
   words.emplace_back("mlprof-ebpf");
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(words.size() + 1);
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
   return parse_options(static_cast<int>(words.size()), argv.data());

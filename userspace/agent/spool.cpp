@@ -183,7 +183,7 @@ Result<Ok> Spool::resume() {
   while (dirent* ent = ::readdir(d)) {
     const std::string name = ent->d_name;
     uint64_t seq = 0;
-    if (name.rfind(".", 0) == 0 && name.find(".tmp-") != std::string::npos) {
+    if (name.starts_with('.') && name.find(".tmp-") != std::string::npos) {
       temporaries.push_back(name);  // write_file_atomic's, of a write a crash cut short
     } else if (name.ends_with(kItemSuffix) && parse_seq(name.substr(0, name.size() - 5), seq)) {
       items.emplace(seq, false);

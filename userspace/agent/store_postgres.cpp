@@ -77,7 +77,7 @@ void ignore_notice(void*, const char*) {}  // "relation already exists, skipping
 
 // libpq's messages span lines ("server closed the connection
 // unexpectedly\n\tThis probably means ..."): one line, for logs and the spool.
-std::string one_line(std::string message) {
+std::string one_line(const std::string& message) {
   std::string out;
   for (const char c : message) {
     if (c == '\n' || c == '\t' || c == '\r') {

@@ -104,6 +104,7 @@ RunComparison compare_runs(const std::vector<double>& a, const std::vector<doubl
     c.p_less = cdf[ui];                                 // P(U <= u)
     while (k < cdf.size() && cdf[k] <= alpha / 2) ++k;  // P(U <= k - 1) <= alpha/2
   } else {
+    // NOLINTNEXTLINE(readability-identifier-naming): the formula's N
     const auto N = static_cast<double>(m + n);
     const double var = mn / 12.0 * ((N + 1) - tie_term / (N * (N - 1)));
     const double sd = std::sqrt(std::max(var, 0.0));

@@ -617,7 +617,8 @@ class DocumentReader : DocumentAccess {
         }
         uint64_t value = 0;
         if (!get((*r)[c.at[3]], Where{s, i, "value"}, value)) return false;
-        uint8_t& once = seen_here[span * kValueKinds + static_cast<size_t>(here->kind)];
+        uint8_t& once =
+            seen_here[static_cast<size_t>(span) * kValueKinds + static_cast<size_t>(here->kind)];
         if (once != 0)
           return fail(Where{s, i}, "repeats \"" + type + "\" of span " + std::to_string(span));
         once = 1;

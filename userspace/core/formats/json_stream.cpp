@@ -118,6 +118,8 @@ void SpanRows::next_row(rapidjson::Value& out, rapidjson::Document::AllocatorTyp
 // The SAX handler: every event goes to the Document (a rapidjson Handler
 // itself, as in GenericDocument::ParseStream) except those of the rows of
 // the top-level "spans" array, which go into SpanRows.
+// RapidJSON's SAX handler interface names these methods (Null, StartObject...).
+// NOLINTBEGIN(readability-identifier-naming)
 class SpanSplitter {
  public:
   SpanSplitter(rapidjson::Document& doc, SpanRows& rows) : doc_(doc), rows_(rows) {}
@@ -267,6 +269,7 @@ class SpanSplitter {
   bool row_is_array_ = false;
   size_t cells_ = 0;
 };
+// NOLINTEND(readability-identifier-naming)
 
 rapidjson::ParseResult parse_document(std::string_view text, rapidjson::Document& doc,
                                       SpanRows& rows) {

@@ -19,7 +19,7 @@ inline bool is_null(const SqlValue& v) { return std::holds_alternative<std::mono
 
 // Whether the store is version 2.`at_least` or later (store.cpp says what
 // each minor version added).
-bool has_2_(StoreDriver& d, int at_least);
+bool has_2_(StoreDriver& d, int at_least);  // NOLINT(readability-identifier-naming): has_2_2 and on
 inline bool has_2_2(StoreDriver& d) { return has_2_(d, 2); }
 
 // The table of the stored values (docs/design/store.md's sample_values is a view of it

@@ -211,6 +211,7 @@ class Grouper {
   const std::string& label(size_t r) {
     std::array<bool, kCategories.size()> has{};
     for (size_t k = run_begin(r); k < w_.run_end[r]; ++k) {
+      // NOLINTNEXTLINE(bugprone-signed-char-misuse): -1 is "no category"
       const int c = w_.category[static_cast<size_t>(w_.run_members[k])];
       if (c >= 0) has[static_cast<size_t>(c)] = true;
     }
