@@ -83,13 +83,20 @@ def _import_reference():
     return _reference.ReferenceEngine
 
 
+_REFERENCE_ENGINE: Any = None
+
+
 def _reference_engine():
     """The reference engine's class, imported on first use (1,400 lines the
-    native engine never needs), unseen by sessions running meanwhile."""
-    module = sys.modules.get(__name__.rsplit(".", 1)[0] + "._reference")
-    if module is not None:
-        return module.ReferenceEngine
-    return _core._untraced(_import_reference)
+    native engine never needs), unseen by sessions running meanwhile.
+
+    Cached only once the import has returned: a thread that finds the module
+    in sys.modules while another still runs it would read a partly
+    initialized module, whereas the import statement waits on its lock."""
+    global _REFERENCE_ENGINE
+    if _REFERENCE_ENGINE is None:
+        _REFERENCE_ENGINE = _core._untraced(_import_reference)
+    return _REFERENCE_ENGINE
 
 
 def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
