@@ -9,8 +9,10 @@
 // lanes), engine_session.cpp (the Engine's lifecycle and profile build),
 // io_capture.cpp (data summaries of arguments and results), blocks.cpp
 // (profile_block, marks, waits, pending labels), usdt_fire.cpp (the probes'
-// cold halves). What the hot path runs per Python call and return is inline
-// here, so that it stays as fast as when the engine was one file.
+// cold halves), overhead_cut.h (the profiler's own time cut from the
+// timeline at build, shared with the reference engine's build). What the
+// hot path runs per Python call and return is inline here, so that it stays
+// as fast as when the engine was one file.
 
 #include "engine.h"
 

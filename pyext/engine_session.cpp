@@ -14,6 +14,7 @@
 
 #include "capture/frame_access.h"
 #include "loop_watch.h"
+#include "overhead_cut.h"
 #include "trace_context.h"
 #include "views/group.h"
 
@@ -371,63 +372,28 @@ std::shared_ptr<Profile> Engine::profile() {
   };
   uint64_t captured = 0, skipped = 0;
   // The profiler's stretches leave its thread's timeline, every lane of that
-  // thread alike (an asyncio task's lane and the lane whose span runs the
-  // loop keep their order): a time after some moves back by their length,
-  // one inside a stretch to its start.
-  std::unordered_map<uint64_t, std::vector<std::pair<int64_t, int64_t>>> cuts;
+  // thread alike (overhead_cut.h).
+  std::unordered_map<uint64_t, TimePairs> cuts;
   for (auto& lp : lanes_) {
     auto& c = cuts[lp->thread_id];
     c.insert(c.end(), lp->overhead.begin(), lp->overhead.end());
   }
-  int64_t overhead_ticks = 0;
-  for (auto& [thread, c] : cuts) {  // sorted, overlaps merged (a stretch noted for several lanes)
-    std::sort(c.begin(), c.end());
-    size_t n = 0;
-    for (const auto& iv : c) {
-      if (n && iv.first <= c[n - 1].second) {
-        c[n - 1].second = std::max(c[n - 1].second, iv.second);
-      } else {
-        c[n++] = iv;
-      }
-    }
-    c.resize(n);
-    for (const auto& [from, to] : c) overhead_ticks += to - from;
-  }
+  const int64_t overhead_ticks = merge_stretches(cuts);
+  const auto to_ns = [&clk](int64_t t) { return clk.to_ns(t); };
   for (auto& lp : lanes_) {
     Lane lane = std::move(lp->out);
     const auto& cut = cuts[lp->thread_id];
-    // A tick time on the cut timeline, in ns, for times in increasing order.
-    size_t next_cut = 0;
-    int64_t shift = 0;
-    auto on_cut_timeline = [&](int64_t t) {
-      while (next_cut < cut.size() && cut[next_cut].second <= t) {
-        shift += cut[next_cut].second - cut[next_cut].first;
-        ++next_cut;
-      }
-      if (next_cut < cut.size() && cut[next_cut].first < t) t = cut[next_cut].first;
-      return clk.to_ns(t - shift);
-    };
+    CutTimeline on_cut(cut);
     for (Event& e : lane.events) {
       if (e.kind == EventKind::kLabel) {
         e.id = local_str(e.id);
         continue;
       }
       if (e.kind == EventKind::kMark) e.id = local_str(e.id);
-      e.ts_ns = on_cut_timeline(e.ts_ns);
+      e.ts_ns = clk.to_ns(on_cut(e.ts_ns));
       if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
     }
-    // Off-CPU time between the CPU clock's readings: against the raw wall
-    // time (the profiler's stretches ran on the CPU too), placed at the
-    // reading's time on the cut timeline, as the events are.
-    next_cut = 0;
-    shift = 0;
-    const auto& reads = lp->cpu_reads;
-    for (size_t r = 1; r < reads.size(); ++r) {
-      const int64_t off = (clk.to_ns(reads[r].first) - clk.to_ns(reads[r - 1].first)) -
-                          (reads[r].second - reads[r - 1].second);
-      const int64_t at = on_cut_timeline(reads[r].first);
-      if (off >= kOffCpuMinNs) lane.off_cpu.push_back({at, off});
-    }
+    add_off_cpu(lp->cpu_reads, cut, to_ns, lane.off_cpu);
     captured += lane.events.size();
     skipped += lp->skipped;
     lane.trace_id = opts_.trace_id;

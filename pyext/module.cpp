@@ -9,6 +9,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "alloc_count.h"
@@ -18,6 +19,7 @@
 #include "formats/json_doc.h"
 #include "loop_watch.h"
 #include "model/tree.h"
+#include "overhead_cut.h"
 #include "probes.h"
 #include "render/render_text.h"
 #include "span_api.h"
@@ -235,6 +237,23 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
         t[0].cast<std::string>(), t[1].cast<std::string>(), t[2].cast<std::string>(),
         t[3].cast<int32_t>(), static_cast<FunctionKind>(t[4].cast<int>()), t[5].cast<bool>()));
   }
+  // The profiler's stretches leave its thread's timeline, every lane of that
+  // thread alike, as in the native engine's build (overhead_cut.h); times
+  // are ns already.
+  std::unordered_map<uint64_t, TimePairs> cuts;
+  bool any_overhead = false;
+  for (const auto& item : lanes) {
+    auto d = item.cast<py::dict>();
+    if (!d.contains("overhead")) continue;
+    any_overhead = true;
+    auto& c = cuts[d["thread_id"].cast<uint64_t>()];
+    for (const auto& iv : d["overhead"].cast<py::list>()) {
+      auto r = iv.cast<py::tuple>();
+      c.emplace_back(r[0].cast<int64_t>(), r[1].cast<int64_t>());
+    }
+  }
+  const int64_t overhead_ns = merge_stretches(cuts);
+  const auto same_ns = [](int64_t t) { return t; };
   uint64_t captured = 0;
   for (const auto& item : lanes) {
     auto d = item.cast<py::dict>();
@@ -251,6 +270,8 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
       lane.trace_id = d["trace_id"].cast<std::string>();
       lane.span_id = d["span_id"].cast<std::string>();
     }
+    const TimePairs& cut = cuts[lane.thread_id];
+    CutTimeline on_cut(cut);
     for (const auto& ev : d["events"].cast<py::list>()) {
       auto e = ev.cast<py::tuple>();
       Event out{};
@@ -262,6 +283,7 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
       else if (out.kind == EventKind::kLabel || out.kind == EventKind::kMark) {
         id = p->functions.strings().intern(labels.at(id));
       }
+      if (out.kind != EventKind::kLabel) out.ts_ns = on_cut(out.ts_ns);
       out.id = id;
       out.flags = e[3].cast<uint8_t>();
       lane.events.push_back(out);
@@ -275,11 +297,13 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
             {r[0].cast<uint32_t>(), static_cast<ValueKind>(kind), r[2].cast<int64_t>()});
       }
     }
-    if (d.contains("off_cpu")) {  // (end_ns, off_ns): views/waiting.h
-      for (const auto& rec : d["off_cpu"].cast<py::list>()) {
+    if (d.contains("cpu_reads")) {  // (ns, the thread's CPU ns): views/waiting.h
+      TimePairs reads;
+      for (const auto& rec : d["cpu_reads"].cast<py::list>()) {
         auto r = rec.cast<py::tuple>();
-        lane.off_cpu.push_back({r[0].cast<int64_t>(), r[1].cast<int64_t>()});
+        reads.emplace_back(r[0].cast<int64_t>(), r[1].cast<int64_t>());
       }
+      add_off_cpu(reads, cut, same_ns, lane.off_cpu);
     }
     if (d.contains("io")) {
       for (const auto& rec : d["io"].cast<py::list>()) {
@@ -303,6 +327,8 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
   p->stats.events_captured = captured;
   p->stats.events_skipped = skipped;
   p->meta = meta;
+  // Reported once (the tree's footer, the report's header, statistics()).
+  if (any_overhead) p->meta["profiler_overhead_ns"] = std::to_string(overhead_ns);
   drop_empty_lanes(*p);
   build_tree(*p);
   group_framework_spans(*p);
@@ -559,7 +585,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("build_profile", &build_from_python, py::arg("lanes"), py::arg("functions"),
         py::arg("labels"), py::arg("depth"), py::arg("start_ns"), py::arg("end_ns"),
         py::arg("skipped"), py::arg("meta"),
-        "Builds a Profile from events recorded by the pure-Python reference engine.");
+        "Builds a Profile from events recorded by the pure-Python reference engine. A lane's\n"
+        "optional `overhead` ((from_ns, to_ns) of the profiler's own work) is cut from its\n"
+        "thread's events and off-CPU time; `cpu_reads` ((ns, thread CPU ns)) give the\n"
+        "off-CPU time, as the native engine's build does.");
 
   bind_io(m);
   bind_files(m);

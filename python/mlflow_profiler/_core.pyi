@@ -158,6 +158,11 @@ class Engine:
     def resume(self) -> bool: ...
     def profile(self) -> Profile: ...
 
+# lanes: one dict per lane: thread_id, native_tid, thread_name, task,
+# parent_lane, parent_call, dropped, truncated, events ((ts_ns, kind, id,
+# flags)); optional io, readings, trace_id/span_id, overhead ((from_ns,
+# to_ns): the profiler's own work, cut from the thread's times; also sets
+# meta profiler_overhead_ns) and cpu_reads ((ns, thread CPU ns): off-CPU time).
 def build_profile(
     lanes: List[dict],
     functions: List[tuple],

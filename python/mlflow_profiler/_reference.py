@@ -183,11 +183,9 @@ from ._reference_lanes import (
     _close_entries,
     _Lane,
     _names_resource,
-    _off_cpu,
     _ReadingEvents,
     _restart_calls,
     _warn_once,
-    _without_overhead,
 )
 
 # --- profile_block support ------------------------------------------------------------
@@ -566,20 +564,6 @@ class ReferenceEngine:
             raise RuntimeError(f"the session is {self.state}: the profile is built after it ends")
         lanes = []
         skipped = 0
-        # The profiler's stretches leave its thread's timeline, every lane of
-        # that thread alike (engine.cpp): merged per thread.
-        cuts: Dict[int, list] = {}
-        for L in self._lanes:
-            cuts.setdefault(L.thread_id, []).extend(L.overhead)
-        for thread, stretches in cuts.items():
-            merged: list = []
-            for a, b in sorted(stretches):
-                if merged and a <= merged[-1][1]:
-                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-                else:
-                    merged.append((a, b))
-            cuts[thread] = merged
-        overhead = sum(b - a for stretches in cuts.values() for a, b in stretches)
         for L in self._lanes:
             lanes.append(
                 {
@@ -591,10 +575,12 @@ class ReferenceEngine:
                     "parent_call": L.parent_call,
                     "dropped": L.dropped,
                     "truncated": L.out_truncated,
-                    "events": _without_overhead(L.events, cuts[L.thread_id]),
+                    "events": L.events,
                     "io": L.io,
                     "readings": L.readings or [],
-                    "off_cpu": _off_cpu(L.events.cpu_reads, cuts[L.thread_id]),
+                    # cut from the thread's timeline, off-CPU time: in C++
+                    "overhead": L.overhead,
+                    "cpu_reads": L.events.cpu_reads,
                     **(
                         {"trace_id": self._trace[0], "span_id": self._trace[1]}
                         if self._trace
@@ -609,7 +595,6 @@ class ReferenceEngine:
             "pid": str(os.getpid()),
             "start_unix_ns": str(self._start_unix_ns),
             "host": socket.gethostname(),
-            "profiler_overhead_ns": str(overhead),
             **(
                 {"loop_waits": "selector"}
                 if self._loop_watched

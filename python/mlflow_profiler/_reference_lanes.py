@@ -442,46 +442,6 @@ class _ReadingEvents(list):
             self.cpu_reads.append((ts, time.thread_time_ns()))
 
 
-def _off_cpu(reads: list, cut: list) -> list:
-    """(end_ns, off_ns) between consecutive CPU clock readings (engine.cpp's
-    build): off the CPU against the raw wall time, placed at the reading's
-    time with the profiler's stretches taken out, as the events are."""
-    on_cut = _cut_timeline(cut)
-    out = []
-    for (t0, c0), (t, c) in zip(reads, reads[1:]):
-        off = (t - t0) - (c - c0)
-        at = on_cut(t)
-        if off >= _core.OFF_CPU_MIN_NS:
-            out.append((at, off))
-    return out
-
-
-def _without_overhead(events: list, cut: list) -> list:
-    """The lane's events with the profiler's stretches taken out: a time after
-    some moves back by their length, one inside a stretch to its start."""
-    if not cut:
-        return events
-    on_cut = _cut_timeline(cut)
-    return [(on_cut(ev[0]),) + ev[1:] for ev in events]
-
-
-def _cut_timeline(cut: list):
-    """A function of increasing times: each on the timeline without the
-    profiler's stretches `cut` (sorted, disjoint), as engine.cpp's build."""
-    k, shift = 0, 0
-
-    def on_cut(ts: int) -> int:
-        nonlocal k, shift
-        while k < len(cut) and cut[k][1] <= ts:
-            shift += cut[k][1] - cut[k][0]
-            k += 1
-        if k < len(cut) and cut[k][0] < ts:
-            ts = cut[k][0]
-        return ts - shift
-
-    return on_cut
-
-
 def _capture_arguments(frame, code, targets) -> None:
     since = _core.now_ns()
     n = code.co_argcount + code.co_kwonlyargcount
