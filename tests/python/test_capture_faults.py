@@ -4,11 +4,11 @@ Each fault that leaves process-wide state behind runs in a child process."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
 import subprocess
-import gc
 import sys
 import sysconfig
 import textwrap
