@@ -80,6 +80,15 @@ def _options(session: ProfileSession):
             ),
         ),
         ((), dict(depth=3, capture_io=1, alloc_bytes=True)),
+        # one at a time: an option that reached another's place shows
+        ((), dict(depth=0)),
+        ((), dict(max_events=7)),
+        ((), dict(all_threads=True)),
+        ((), dict(capture_c_calls=True)),
+        ((), dict(capture_io=True)),
+        ((), dict(capture_io=True, capture_io_depth=0)),
+        ((), dict(cpu_time=True)),
+        ((), dict(alloc_bytes=True)),
     ],
 )
 def test_both_constructors_make_the_same_session(engine, args, kwargs):
