@@ -124,6 +124,7 @@ in ``failures`` and stops recording for the sessions involved.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import platform
 import socket
@@ -279,7 +280,7 @@ class ReferenceEngine:
         self.start_ns = 0
         self.end_ns = 0
         self._session = None
-        self._token = None
+        self._token: Optional[contextvars.Token] = None
         self._parent: Optional[ReferenceEngine] = None
         self._parent_session = None
         self._lanes: List[_Lane] = []
@@ -290,11 +291,11 @@ class ReferenceEngine:
         # Lanes by thread, then by context. A thread is its _ThreadState, not
         # its ident: idents (pthread_t) are reused as soon as a thread is
         # joined, and a new thread must not continue a finished thread's lane.
-        self._lane_index: Dict[_ThreadState, Dict[_Mark, _Lane]] = {}
+        self._lane_index: Dict[_ThreadState, Dict[Optional[_Mark], _Lane]] = {}
         self._lane_by_mark: Dict[_Mark, _Lane] = {}  # every lane of a context (not a thread's own)
         self._suspended: Dict[
-            int, Tuple[int, int, list, Any]
-        ] = {}  # id(frame) -> (lane, depth, entries, code)
+            int, Tuple[int, int, List[list], Any, int]
+        ] = {}  # id(frame) -> (lane, depth, entries, code, its own open blocks)
         # all_threads: threads started in the session and not bound yet, by
         # id(): (the Thread, the lane that started it, the span it hangs under
         # or None for a root). engine.cpp Engine::note_thread_start.
@@ -308,7 +309,7 @@ class ReferenceEngine:
         self._cfunc_ids: Dict[tuple, int] = {}
         self._labels: List[str] = []
         self._label_index: Dict[str, int] = {}
-        self._profile = None
+        self._profile: Optional[_core.Profile] = None
         self._failed = False
         self._start_unix_ns = 0
         self._loop_watched = False
@@ -370,7 +371,7 @@ class ReferenceEngine:
         for L in self._lanes:
             L.truncated = True
 
-    def _new_lane(self, st: _ThreadState, thread_id: int, mark: _Mark) -> _Lane:
+    def _new_lane(self, st: _ThreadState, thread_id: int, mark: Optional[_Mark]) -> _Lane:
         L = _Lane()
         L.engine = self
         L.index = len(self._lanes)
@@ -440,11 +441,12 @@ class ReferenceEngine:
         (`mark`) is a copy of one of its asyncio task contexts (engine.cpp
         Engine::awaited_context)."""
         L = self._lane_by_mark.get(mark)
-        if L is None and mark.parent is not None:
-            L = self._lane_by_mark.get(mark.parent())
+        parent = mark.parent() if L is None and mark.parent is not None else None
+        if parent is not None:
+            L = self._lane_by_mark.get(parent)
         return L is not None and L.task > 0  # (a thread's own lane has no mark)
 
-    def _lane_for(self, st: _ThreadState, thread_id: int, mark: _Mark) -> Optional[_Lane]:
+    def _lane_for(self, st: _ThreadState, thread_id: int, mark: Optional[_Mark]) -> Optional[_Lane]:
         per_thread = self._lane_index.get(st)
         if per_thread is not None:
             L = per_thread.get(mark)
@@ -485,7 +487,7 @@ class ReferenceEngine:
         self.start_ns = _core.now_ns()
         self._start_unix_ns = time.time_ns()
         self._trace = _traces.current()  # (trace_id, span_id) or None
-        self._start_thread = _thread_state()
+        self._start_thread = start_thread = _thread_state()
         if self.values & (1 << VALUE_ALLOC):
             why = _core.alloc_count_start()
             self._counting_alloc = why is None
@@ -495,7 +497,7 @@ class ReferenceEngine:
                 _warn_once(why)
         self._origin_awaits = _entered_by_coroutine()
         self._new_lane(
-            self._start_thread, threading.get_ident(), _ctx_mark()
+            start_thread, threading.get_ident(), _ctx_mark()
         )  # the origin lane: the entering frame is depth -1
         _collecting.append(self)
         _core._reference_collecting(1)
@@ -762,7 +764,7 @@ class ReferenceEngine:
         """Opens a profile_block span in the current lanes (using `resource`,
         a str, if given); returns its token. `automatic` (named by the
         profiler): not in a lane where an open span already names a resource."""
-        entries = []
+        entries: List[tuple] = []
         if not _collecting:
             return _BlockToken(entries)
         st = _thread_state()
@@ -795,7 +797,7 @@ class ReferenceEngine:
         return _BlockToken(entries)
 
 
-_reference_hook.ReferenceEngine = ReferenceEngine
+_reference_hook.ReferenceEngine = ReferenceEngine  # type: ignore[misc]  # its late-bound name
 _MODULES = (_reference_code, _reference_lanes, _reference_hook, sys.modules[__name__])
 for _module in _MODULES:
     _transparent.add_module(_module)

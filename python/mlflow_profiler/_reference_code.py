@@ -289,9 +289,9 @@ def _cfunction_info(callable_) -> Tuple[str, str]:
         return _type_short(t) + "." + callable_.__name__, _type_module(t)
     if isinstance(callable_, type):
         return _type_short(callable_), _type_module(callable_)
-    name = getattr(callable_, "__name__", None)
+    named = getattr(callable_, "__name__", None)
     t = type(callable_)
-    return (name if isinstance(name, str) and name else _type_short(t)), _type_module(t)
+    return (named if isinstance(named, str) and named else _type_short(t)), _type_module(t)
 
 
 def _ckey(callable_):

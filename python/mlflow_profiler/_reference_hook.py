@@ -12,7 +12,7 @@ import sys
 import threading
 import types
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core, _transparent
 from ._reference_code import (
@@ -51,6 +51,8 @@ class _Mark:
     from (an asyncio task's creator), None for a context first seen bare."""
 
     __slots__ = ("token", "parent", "__weakref__")
+    token: contextvars.Token
+    parent: Optional[weakref.ReferenceType[_Mark]]
 
 
 def _ctx_mark() -> _Mark:
@@ -69,8 +71,10 @@ def _ctx_mark() -> _Mark:
     return new
 
 
-# The engine class (_reference.py, which imports this module, sets it).
-ReferenceEngine: type = type(None)
+if TYPE_CHECKING:
+    from ._reference import ReferenceEngine
+else:  # the engine class (_reference.py, which imports this module, sets it)
+    ReferenceEngine = type(None)
 _collecting: List[ReferenceEngine] = []  # collecting engines, oldest first
 _generation = 1
 _tls = threading.local()
@@ -80,7 +84,7 @@ _throw_pending: set = (
 _throw_at: Dict[int, int] = {}  # id(frame) -> f_lasti a throw resumed it at
 
 
-def _thread_state():
+def _thread_state() -> _ThreadState:
     st = getattr(_tls, "st", None)
     if st is None:
         st = _ThreadState()
@@ -104,12 +108,12 @@ class _ThreadState:
 
     def __init__(self) -> None:
         self.users = 0
-        self.prev = None  # chained: the profile function installed before ours
-        self.saved = None  # what sys.getprofile() returned before ours, put back at the end
+        self.prev: Optional[Callable[..., Any]] = None  # chained: the profile function before ours
+        self.saved: Any = None  # what sys.getprofile() returned before ours, put back at the end
         self.installed = False
         self.gen = 0
-        self.mark = None
-        self.sess = None
+        self.mark: Optional[_Mark] = None
+        self.sess: Any = None  # the current ProfileSession when the lanes were found
         self.lanes: List[_Lane] = []
         self.bound: Optional[ReferenceEngine] = None
         # True while the engine's own code (label_call, block_enter, start,
@@ -191,7 +195,10 @@ def _thread_session():
 
 
 _OWN_TYPES = (_core.profile_block, _core.SpanFunction, _core.SelectWait)
-_OWN_FUNCTIONS = (_core.session_enter.__func__, _core.session_exit.__func__)  # ProfileSession's
+_OWN_FUNCTIONS = (  # ProfileSession's (C methods: _core.pyi stubs them as functions)
+    _core.session_enter.__func__,  # type: ignore[attr-defined]
+    _core.session_exit.__func__,  # type: ignore[attr-defined]
+)
 
 
 def _is_own_callable(callable_) -> bool:
@@ -272,7 +279,7 @@ def _entered_by_coroutine() -> bool:
     """Whether the frame that enters the session (past the profiler's own and
     contextlib's) is a coroutine's: its awaits are then the event loop's idle
     time (engine.cpp origin_awaits_)."""
-    f = sys._getframe(1)
+    f: Optional[types.FrameType] = sys._getframe(1)
     while f is not None:
         name = f.f_globals.get("__name__", "")
         if not (

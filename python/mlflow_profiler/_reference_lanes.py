@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from . import _core, _labels, _transparent
@@ -33,6 +34,7 @@ from ._reference_code import (
 
 if TYPE_CHECKING:
     from ._reference import ReferenceEngine
+    from ._reference_hook import _Mark
 
 # --- lanes ------------------------------------------------------------------------
 
@@ -78,7 +80,7 @@ class _Lane:
         self.engine: ReferenceEngine
         self.index = 0
         self.thread_id = 0
-        self.mark = None
+        self.mark: Optional[_Mark] = None
         self.ceiling = 0
         self.depth = -1  # depth of the innermost open level; -1: the entering frame
         self.truncated = False
@@ -90,13 +92,13 @@ class _Lane:
         # for a frame, 0 for a plain frame, the callable's identity for a C
         # call; code: a frame's code object, None otherwise).
         self.rec: List[list] = []
-        self.pending_code = None
+        self.pending_code: Optional[types.CodeType] = None
         self.pending_label: Optional[int] = None
         self.pending_resource: Optional[int] = None
         self.chain_top: Optional[int] = None
         self.chain_top_depth = 0
         self.last_was_suspend = False
-        self.events: List[Tuple[int, int, int, int]] = []  # (ts, kind, id, flags)
+        self.events: _ReadingEvents  # (ts, kind, id, flags); set by ReferenceEngine._new_lane
         self.dropped = 0
         self.out_truncated = False
         self.native_tid = 0
@@ -260,16 +262,16 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
     if d > L.ceiling:
         L.depth = d
         L.skipped += 1
-        return
+        return None
     # Transparency is checked wherever the counter is within the ceiling,
     # above the root too, so that a frame's start and its return agree on it.
     if d < 0:
         if not _lane_transparent(L, code):
             L.depth = d
-        return
+        return None
     if _lane_transparent(L, code) or (d == 0 and _loop_main(L, code, frame, decide=True)):
         _transparent_start(L, code)
-        return  # not counted
+        return None  # not counted
     eng = L.engine
     fid = eng._code_ids.get(code)
     if fid is None:  # first sight (naming it) is the profiler's work
@@ -277,20 +279,21 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
         fid = eng._function_id(code, frame)
         L.overhead.append((since, _core.now_ns()))
     if eng.fold_codes:
-        label = _fold_label(L, code)
-        if label is not None:  # not counted; names the span it folds into
-            L.events.append((_core.now_ns(), K_LABEL, eng._label_id(label), EV_RELABEL))
-            return
+        fold = _fold_label(L, code)
+        if fold is not None:  # not counted; names the span it folds into
+            L.events.append((_core.now_ns(), K_LABEL, eng._label_id(fold), EV_RELABEL))
+            return None
     L.depth = d
     if L.truncated:
-        return
+        return None
     if len(L.events) >= L.soft_cap:
         L.dropped += 1
         if L.rec:
             L.rec[-1][4] = True
-        return
+        return None
     key = id(frame) if code.co_flags & _GEN_FLAGS else 0
-    label = resource = None
+    label: Optional[int] = None
+    resource: Optional[int] = None
     if L.pending_code is code:
         label, resource = L.pending_label, L.pending_resource
         L.pending_code = None
@@ -426,12 +429,12 @@ class _ReadingEvents(list):
         self.values = values
         self.readings: Optional[list] = [] if values else None
         self.cpu_reads: list = []  # (ns, the thread's CPU ns)
-        self.read_at = None
+        self.read_at: Optional[int] = None
 
     def append(self, ev) -> None:
         list.append(self, ev)
         if ev[1] != K_LABEL:
-            if self.values:
+            if self.readings is not None:  # values wanted (set together)
                 self.readings.extend(_take_readings(self.values, len(self) - 1))
             self.maybe_read_cpu(ev[0])
 
@@ -571,19 +574,19 @@ def _append_resume(
             list.__setitem__(ev, n - 2, (stamp, K_FOLD_COUNT, ev[-2][2] + 1, 0))
             del ev[-1]
             if readings is not None:  # the last ones are the kSuspend's, then the fold's
-                suspend, fold = n - 1, n - 3
+                suspend, folded = n - 1, n - 3
                 grew = {}
                 while readings and readings[-1][0] >= suspend:
                     e, k, v = readings.pop()
                     if e == suspend and k in now:
                         grew[k] = max(0, now[k] - v)
                 i = len(readings) - 1
-                while i >= 0 and readings[i][0] >= fold:
+                while i >= 0 and readings[i][0] >= folded:
                     e, k, v = readings[i]
-                    if e == fold and k in grew:
+                    if e == folded and k in grew:
                         readings[i] = (e, k, v + grew.pop(k))
                     i -= 1
-                readings.extend((fold, k, g) for k, g in sorted(grew.items()))
+                readings.extend((folded, k, g) for k, g in sorted(grew.items()))
             return
         if n < _MAX_FOLD:
             list.__setitem__(ev, n - 1, (last[0], K_FOLD, call, 0))

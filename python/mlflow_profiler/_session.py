@@ -5,9 +5,10 @@ reference for tests); the tree and every renderer live in the C++ core."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core, _native, _transparent
 from ._log import log_once
@@ -17,6 +18,10 @@ _DEFAULT_MAX_EVENTS = 1_000_000
 _new_object = object.__new__
 if TYPE_CHECKING:  # mypy checks against 3.9, whose dataclass takes no slots
     from dataclasses import dataclass as _dataclass
+
+    from typing_extensions import Concatenate, ParamSpec
+
+    _P = ParamSpec("_P")
 else:
     _dataclass = (
         dataclasses.dataclass(slots=True) if sys.version_info >= (3, 10) else dataclasses.dataclass
@@ -143,6 +148,96 @@ def _values_mask(cpu_time: Any, alloc_bytes: Any) -> int:
     return (_check_flag("cpu_time", cpu_time) << 0) | (_check_flag("alloc_bytes", alloc_bytes) << 1)
 
 
+# The one definition of a session's options: ProfileSession() takes them
+# too (_options_of). In _setup's order, but for the value options (cpu_time,
+# alloc_bytes): last, as _setup takes them as one mask.
+def profiling(
+    depth: int = 2,
+    *,
+    max_events: int = _DEFAULT_MAX_EVENTS,
+    all_threads: bool = False,
+    capture_c_calls: bool = False,
+    capture_io: bool = False,
+    capture_io_depth: Optional[int] = None,
+    engine: str = "native",
+    cpu_time: bool = False,
+    alloc_bytes: bool = False,
+) -> ProfileSession:
+    """Profiles the calls made inside a ``with`` block.
+
+    depth: 0 records the root calls only, n records n levels below them, -1
+    records everything. max_events bounds each thread's buffer (drops are
+    counted). all_threads also captures threads started during the session.
+    capture_c_calls records C functions (folded into their caller when
+    rendered unless show_c_calls=True). capture_io summarizes the arguments
+    and return value of every recorded call (type, shape, dtype, bytes,
+    device; never a reference to the data) down to capture_io_depth
+    (default: the whole depth). cpu_time records each recorded span's CPU
+    time (its thread's CPU clock), alloc_bytes the bytes it allocated through
+    Python's allocators (inclusive, not net); both cost a little per recorded
+    span (docs/capture.md, "Per-span CPU time and allocated bytes")::
+
+        with profiling(depth=2) as session:
+            model.predict(df)
+        session.print_tree()
+    """
+    return ProfileSession._make(
+        depth,
+        max_events,
+        all_threads,
+        capture_c_calls,
+        capture_io,
+        capture_io_depth,
+        engine,
+        (),
+        None,
+        _values_mask(cpu_time, alloc_bytes),
+    )
+
+
+_PROFILING = inspect.signature(profiling)
+_DEFAULTS = {name: p.default for name, p in _PROFILING.parameters.items()}
+_POSITIONAL = [n for n, p in _PROFILING.parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
+def _bind_options(args: tuple, options: Dict[str, Any]) -> Dict[str, Any]:
+    """profiling()'s options by name, defaults filled in, from the arguments
+    given to ProfileSession(). As _PROFILING.bind, which gives the message
+    when they do not fit, at a tenth of its cost."""
+    bound = {**_DEFAULTS, **options}
+    fits = len(args) <= len(_POSITIONAL) and len(bound) == len(_DEFAULTS)
+    for name, value in zip(_POSITIONAL, args):
+        fits = fits and name not in options
+        bound[name] = value
+    if not fits:  # an unknown name, a name given twice, too many by position
+        try:
+            _PROFILING.bind(*args, **options)
+        except TypeError as exc:
+            raise TypeError(f"ProfileSession() {exc}") from None
+    return bound
+
+
+def _options_of(
+    public: Callable[_P, Any],
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, _P], None]]:
+    """Gives ProfileSession.__init__ the options of `public` (profiling()),
+    their one definition: its signature is `public`'s parameters after
+    `self` and before its own keyword-only ones (the profiler's private
+    options), for inspect and help(); mypy and IDEs read the same through
+    the ParamSpec (without the private ones)."""
+
+    def apply(init: Callable[..., None]) -> Any:
+        own = inspect.signature(init)
+        params = list(own.parameters.values())
+        private = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        init.__signature__ = own.replace(  # type: ignore[attr-defined]
+            parameters=[params[0], *inspect.signature(public).parameters.values(), *private]
+        )
+        return init
+
+    return apply
+
+
 class ProfileSession:
     """One capture of a call tree, and its views.
 
@@ -154,33 +249,21 @@ class ProfileSession:
         session.print_tree(depth=1)     # same capture, rendered shallower
     """
 
+    @_options_of(profiling)
     def __init__(
         self,
-        depth: int = 2,
-        *,
-        max_events: int = _DEFAULT_MAX_EVENTS,
-        all_threads: bool = False,
-        capture_c_calls: bool = False,
-        capture_io: bool = False,
-        capture_io_depth: Optional[int] = None,
-        engine: str = "native",
-        cpu_time: bool = False,
-        alloc_bytes: bool = False,
+        *args: Any,
         _transparent_codes: tuple = (),
         _meta: Optional[Dict[str, str]] = None,
+        **options: Any,
     ) -> None:
-        self._setup(
-            depth,
-            max_events,
-            all_threads,
-            capture_c_calls,
-            capture_io,
-            capture_io_depth,
-            engine,
-            _transparent_codes,
-            _meta,
-            _values_mask(cpu_time, alloc_bytes),
-        )
+        # profiling()'s options (its signature, given this one by
+        # _options_of), in its order: _setup's, but for the value options,
+        # last, which _setup takes as one mask. (Positional: _setup called
+        # by keyword costs 0.7 us more.)
+        *given, cpu_time, alloc_bytes = _bind_options(args, options).values()
+        given += (_transparent_codes, _meta, _values_mask(cpu_time, alloc_bytes))
+        self._setup(*given)
 
     @classmethod
     def _make(
@@ -197,9 +280,10 @@ class ProfileSession:
         values=0,
     ) -> ProfileSession:
         """ProfileSession(...) with every argument positional, for the
-        profiler's own callers. Calling a class with keywords costs about
-        0.7 us more on 3.12 (type_call packs them in a dict for __init__),
-        an eighth of a session's start and stop (bench/RESULTS.md)."""
+        profiler's own callers (profiling() among them). ProfileSession()
+        binds profiling()'s options by name (_bind_options), and a class
+        called with keywords packs them in a dict for __init__: together
+        about 1 us more, a sixth of a session's start and stop."""
         self = _new_object(cls)
         self._setup(
             depth,
@@ -545,50 +629,6 @@ class _LoadedEngine:
 
     def stop(self) -> None:
         pass
-
-
-def profiling(
-    depth: int = 2,
-    *,
-    max_events: int = _DEFAULT_MAX_EVENTS,
-    all_threads: bool = False,
-    capture_c_calls: bool = False,
-    capture_io: bool = False,
-    capture_io_depth: Optional[int] = None,
-    engine: str = "native",
-    cpu_time: bool = False,
-    alloc_bytes: bool = False,
-) -> ProfileSession:
-    """Profiles the calls made inside a ``with`` block.
-
-    depth: 0 records the root calls only, n records n levels below them, -1
-    records everything. max_events bounds each thread's buffer (drops are
-    counted). all_threads also captures threads started during the session.
-    capture_c_calls records C functions (folded into their caller when
-    rendered unless show_c_calls=True). capture_io summarizes the arguments
-    and return value of every recorded call (type, shape, dtype, bytes,
-    device; never a reference to the data) down to capture_io_depth
-    (default: the whole depth). cpu_time records each recorded span's CPU
-    time (its thread's CPU clock), alloc_bytes the bytes it allocated through
-    Python's allocators (inclusive, not net); both cost a little per recorded
-    span (docs/capture.md, "Per-span CPU time and allocated bytes")::
-
-        with profiling(depth=2) as session:
-            model.predict(df)
-        session.print_tree()
-    """
-    return ProfileSession._make(
-        depth,
-        max_events,
-        all_threads,
-        capture_c_calls,
-        capture_io,
-        capture_io_depth,
-        engine,
-        (),
-        None,
-        _values_mask(cpu_time, alloc_bytes),
-    )
 
 
 def current_session() -> Optional[ProfileSession]:

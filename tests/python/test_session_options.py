@@ -1,0 +1,121 @@
+"""profiling() and ProfileSession() take the same options: profiling()'s
+signature is their one definition, and ProfileSession.__init__ is given it
+(_session._options_of). These tests hold what users see of both, and that
+both constructors make the same session from the same options."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from mlflow_profiler import ProfileSession, profiling
+
+P = inspect.Parameter
+PUBLIC = [
+    # name, kind, default, annotation (a string: `from __future__ import annotations`)
+    ("depth", P.POSITIONAL_OR_KEYWORD, 2, "int"),
+    ("max_events", P.KEYWORD_ONLY, 1_000_000, "int"),
+    ("all_threads", P.KEYWORD_ONLY, False, "bool"),
+    ("capture_c_calls", P.KEYWORD_ONLY, False, "bool"),
+    ("capture_io", P.KEYWORD_ONLY, False, "bool"),
+    ("capture_io_depth", P.KEYWORD_ONLY, None, "Optional[int]"),
+    ("engine", P.KEYWORD_ONLY, "native", "str"),
+    ("cpu_time", P.KEYWORD_ONLY, False, "bool"),
+    ("alloc_bytes", P.KEYWORD_ONLY, False, "bool"),
+]
+PRIVATE = [
+    ("_transparent_codes", P.KEYWORD_ONLY, (), "tuple"),
+    ("_meta", P.KEYWORD_ONLY, None, "Optional[Dict[str, str]]"),
+]
+
+
+def _described(fn):
+    sig = inspect.signature(fn)
+    params = [(p.name, p.kind, p.default, p.annotation) for p in sig.parameters.values()]
+    return params, sig.return_annotation
+
+
+def test_profiling_signature():
+    assert _described(profiling) == (PUBLIC, "ProfileSession")
+
+
+def test_profile_session_signature():
+    assert _described(ProfileSession) == (PUBLIC + PRIVATE, "None")
+    self_ = [("self", P.POSITIONAL_OR_KEYWORD, P.empty, P.empty)]
+    assert _described(ProfileSession.__init__) == (self_ + PUBLIC + PRIVATE, "None")
+
+
+def _options(session: ProfileSession):
+    return (
+        type(session._engine).__name__,
+        session.depth,
+        session.max_events,
+        session.all_threads,
+        session.capture_c_calls,
+        session.capture_io,
+        session.capture_io_depth,
+        session.cpu_time,
+        session.alloc_bytes,
+        session._meta,
+        session.state,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((), {}),
+        ((0,), {}),
+        (
+            (-1,),
+            dict(
+                max_events=10,
+                all_threads=True,
+                capture_c_calls=True,
+                capture_io=True,
+                capture_io_depth=1,
+                cpu_time=True,
+                alloc_bytes=True,
+            ),
+        ),
+        ((), dict(depth=3, capture_io=1, alloc_bytes=True)),
+        # one at a time: an option that reached another's place shows
+        ((), dict(depth=0)),
+        ((), dict(max_events=7)),
+        ((), dict(all_threads=True)),
+        ((), dict(capture_c_calls=True)),
+        ((), dict(capture_io=True)),
+        ((), dict(capture_io=True, capture_io_depth=0)),
+        ((), dict(cpu_time=True)),
+        ((), dict(alloc_bytes=True)),
+    ],
+)
+def test_both_constructors_make_the_same_session(engine, args, kwargs):
+    assert _options(ProfileSession(*args, engine=engine, **kwargs)) == _options(
+        profiling(*args, engine=engine, **kwargs)
+    )
+
+
+def test_private_options_reach_the_session():
+    session = ProfileSession(1, _meta={"k": "v"}, _transparent_codes=())
+    assert session._meta == {"k": "v"} and session.depth == 1
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((), dict(depth=-2), ValueError, "depth"),
+        ((), dict(max_events=0), ValueError, "max_events"),
+        ((), dict(capture_io="yes"), TypeError, "capture_io"),
+        ((), dict(engine="nope"), ValueError, "engine"),
+        ((), dict(colour=True), TypeError, "colour"),
+        ((1, 2), {}, TypeError, "positional"),
+        ((1,), dict(depth=1), TypeError, "depth"),
+    ],
+)
+def test_both_constructors_refuse_the_same_options(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        profiling(*args, **kwargs)
+    with pytest.raises(error, match=match):
+        ProfileSession(*args, **kwargs)
