@@ -165,13 +165,12 @@ static __always_inline void send_off_cpu(struct thread_state* st, __u32 tid, __u
 __s64 rq_clock_offset = 0;
 
 /* `t` (a followed thread, st) runs, at its switch-out or in one of its
- * probes, while still off the CPU by st: the kernel ran no sched_switch
- * program for its switch-in. Seen on 6.18 while a uprobe was being
- * registered in its process (by this agent or another): no scheduler
- * program of the agent ran for a few ms. The kernel's own bookkeeping has
- * it: sched_info's last arrival (the switch-in) and run_delay (its
- * run-queue wait), so the interval is sent as the switch-in would have sent
- * it; without sched_info, up to its wakeup if seen, else not at all. */
+ * probes, while still off the CPU by st: the sched_switch program did not
+ * run for its switch-in (seen on 6.18 while a uprobe was being registered
+ * in its process, by this agent or another; bpf/README.md). The kernel's
+ * own bookkeeping has it: sched_info's last arrival (the switch-in) and
+ * run_delay (its run-queue wait), so the interval is sent as the switch-in
+ * would have sent it; without sched_info, up to its wakeup if seen. */
 static __always_inline void missed_switch_in(struct thread_state* st, __u32 tid,
                                              struct task_struct* t) {
   if (!st->off_start) return;
