@@ -514,7 +514,10 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
         bpf_program__attach_usdt(u.prog, pid, binary.c_str(), "mlprof", u.name, nullptr);
     if (!link) {
       int e = errno;
-      std::string msg = "attaching USDT probe mlprof:" + std::string(u.name) + " of " + binary +
+      // The first probe tried missing: the file has none, named by the
+      // contract's first, session_begin (attached last, see above).
+      const char* probe = e == ENOENT && links.empty() ? "session_begin" : u.name;
+      std::string msg = "attaching USDT probe mlprof:" + std::string(probe) + " of " + binary +
                         " in pid " + std::to_string(pid) + " failed: " + std::strerror(e);
       if (permission_errno(e) && binary.rfind("/proc/", 0) == 0)
         msg += "; " + std::string(proc_fix());
