@@ -24,11 +24,7 @@
 #include <utility>
 #include <vector>
 
-// bpftool writes C's _Bool in the skeleton: g++ takes it, clang++ (clang-tidy) does not.
-#if defined(__clang__) && !defined(_Bool)
-#define _Bool bool  // NOLINT(bugprone-reserved-identifier)
-#endif
-#include "mlprof.skel.h"
+#include "mlprof.skel.h"  // C: its _Bool is GNU C++'s (CMakeLists.txt, mlprof_agent_bpf)
 #include "util/file_io.h"
 
 namespace mlprof::agent {
