@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 
+#include "agent/clock.h"
 #include "agent/options.h"
 #include "agent/sink.h"
 #include "agent/spool.h"
@@ -57,12 +58,6 @@ std::string utc(int64_t unix_ns) {
   return buf;
 }
 
-int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 // The delivery part of a verdict's line: "; sink S: 3 delivered, last 4.0 s ago, 0 waiting".
 std::string delivery_text(const HealthState& s, int64_t now_ns) {
   if (!s.has_sink) return {};
@@ -87,11 +82,7 @@ Result<std::string> read_small_file(const std::string& path) {
 
 }  // namespace
 
-int64_t health_clock_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+int64_t health_clock_ns() { return now_ns(); }
 
 std::string format_health(const HealthState& s) {
   std::string t = std::string(kHeader) + "\n";

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rapidjson/document.h>
@@ -14,18 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "agent/clock.h"
 #include "agent/procfs.h"
 #include "util/file_io.h"
 
 namespace mlprof::agent {
 
 namespace {
-
-int64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // A /proc file's text (core's read_file), at most `limit` bytes; nullopt
 // when it cannot be read.

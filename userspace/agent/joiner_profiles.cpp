@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <ctime>
 #include <deque>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
+#include "agent/clock.h"
 #include "agent/joiner_state.h"
 #include "analysis/sched.h"
 #include "mlprof_events.h"
@@ -23,14 +23,6 @@
 namespace mlprof::agent {
 
 namespace {
-
-int64_t realtime_offset_ns() {
-  timespec rt{}, mono{};
-  clock_gettime(CLOCK_REALTIME, &rt);
-  clock_gettime(CLOCK_MONOTONIC, &mono);
-  return (static_cast<int64_t>(rt.tv_sec) - mono.tv_sec) * 1'000'000'000 +
-         (rt.tv_nsec - mono.tv_nsec);
-}
 
 std::string session_flags_text(uint64_t flags) {
   std::string out;
