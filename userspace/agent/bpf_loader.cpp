@@ -428,7 +428,7 @@ std::vector<std::string> c_libraries(pid_t pid, const std::string& binary) {
   auto maps = read_file("/proc/" + std::to_string(pid) + "/maps");
   if (!maps) return out;
   const std::string root = "/proc/" + std::to_string(pid) + "/root";
-  const bool through_root = binary.rfind(root + "/", 0) == 0;
+  const bool through_root = binary.starts_with(root + "/");
   size_t at = 0;
   while (at < maps.value().size()) {
     size_t end = maps.value().find('\n', at);
@@ -439,8 +439,8 @@ std::vector<std::string> c_libraries(pid_t pid, const std::string& binary) {
     if (slash == std::string_view::npos) continue;
     const std::string_view path = line.substr(slash);
     const std::string_view base = path.substr(path.rfind('/') + 1);
-    if (base.rfind("libc.so", 0) != 0 && base.rfind("libpthread.so", 0) != 0 &&
-        base.rfind("libc.musl", 0) != 0 && base.rfind("ld-musl", 0) != 0)
+    if (!base.starts_with("libc.so") && !base.starts_with("libpthread.so") &&
+        !base.starts_with("libc.musl") && !base.starts_with("ld-musl"))
       continue;
     std::string full = (through_root ? root : "") + std::string(path);
     if (std::find(out.begin(), out.end(), full) == out.end()) out.push_back(std::move(full));
@@ -502,7 +502,7 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
       int e = errno;
       std::string msg = "attaching USDT probe mlprof:" + std::string(u.name) + " of " + binary +
                         " in pid " + std::to_string(pid) + " failed: " + std::strerror(e);
-      if (permission_errno(e) && binary.rfind("/proc/", 0) == 0)
+      if (permission_errno(e) && binary.starts_with("/proc/"))
         msg += "; " + std::string(proc_fix());
       else if (permission_errno(e))
         msg += "; " + std::string(privilege_fix());

@@ -117,7 +117,7 @@ Result<HealthState> parse_health(std::string_view text) {
   };
   const size_t first_end = text.find('\n');
   if (text.substr(0, first_end) != kHeader) {
-    if (text.rfind("mlprof-ebpf health ", 0) == 0) {
+    if (text.starts_with("mlprof-ebpf health ")) {
       return Error{Error::Kind::kVersion, 0,
                    "the health file is of another version (" +
                        std::string(text.substr(0, first_end)) +
@@ -303,7 +303,7 @@ int health_main(int argc, char* const* argv) {
   for (int i = 1; i < argc; ++i) {
     std::string word = argv[i], value;
     const size_t eq = word.find('=');
-    const bool inline_value = word.rfind("--", 0) == 0 && eq != std::string::npos;
+    const bool inline_value = word.starts_with("--") && eq != std::string::npos;
     if (inline_value) {
       value = word.substr(eq + 1);
       word = word.substr(0, eq);

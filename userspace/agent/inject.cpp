@@ -207,7 +207,7 @@ std::string remote_debug_off_reason(std::string_view environ, std::string_view c
   while (at < environ.size()) {
     size_t end = environ.find('\0', at);
     if (end == std::string_view::npos) end = environ.size();
-    if (environ.substr(at, end - at).rfind("PYTHON_DISABLE_REMOTE_DEBUG=", 0) == 0)
+    if (environ.substr(at, end - at).starts_with("PYTHON_DISABLE_REMOTE_DEBUG="))
       return "PYTHON_DISABLE_REMOTE_DEBUG is set in its environment";
     at = end + 1;
   }

@@ -226,7 +226,7 @@ std::string item_file_name(const std::string& key) {
 
 bool is_item_file_name(const std::string& name) {
   const size_t n = std::strlen(kSuffix);
-  if (name.size() <= n || name.compare(name.size() - n, n, kSuffix) != 0) return false;
+  if (name.size() <= n || !name.ends_with(kSuffix)) return false;
   const std::string key = name.substr(0, name.size() - n);
   // NODE _ WORKLOAD _ YYYYMMDDTHHMMSSZ _ RUN.N: exactly three '_'.
   const size_t a = key.find('_');
