@@ -15,19 +15,14 @@
 
 #include "agent/clock.h"
 #include "agent/procfs.h"
-#include "util/file_io.h"
 
 namespace mlprof::agent {
 
 namespace {
 
-// A /proc file's text (core's read_file), at most `limit` bytes; nullopt
-// when it cannot be read.
-std::optional<std::string> proc_text(const std::string& path, size_t limit = 1u << 20) {
-  auto r = read_file(path, limit);
-  if (!r) return std::nullopt;
-  return std::move(r.value());
-}
+// What is read of a small /proc file (environ, cmdline, status, Yama's
+// ptrace_scope) through procfs.h's read_text; maps is read whole.
+constexpr size_t kSmallProcBytes = 1u << 20;
 
 std::string hex(std::string_view bytes) {
   static const char* kDigits = "0123456789abcdef";
@@ -254,8 +249,9 @@ void Injection::refuse_send(const RemoteExecError& why) {
   const std::string who = pid_text(pid_) + " (Python " + offsets_->version.text() + ")";
   switch (why.reason) {
     case RemoteExecRefusal::kDisabled: {
-      const std::string reason = remote_debug_off_reason(proc_text(dir + "/environ").value_or(""),
-                                                         proc_text(dir + "/cmdline").value_or(""));
+      const std::string reason =
+          remote_debug_off_reason(read_text(dir + "/environ", kSmallProcBytes).value_or(""),
+                                  read_text(dir + "/cmdline", kSmallProcBytes).value_or(""));
       refuse(InjectVerdict::kCannotProfile, who + " does not allow code sent from outside " +
                                                 "(PEP 768): " + reason + "; " + kRestartFix);
       break;
@@ -277,13 +273,13 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
   const std::string who = pid_text(pid);
 
   // 1. Loaded already: the agent attaches as usual.
-  if (auto maps = proc_text(dir + "/maps", 64u << 20); maps && extension_in_maps(*maps)) {
+  if (auto maps = read_text(dir + "/maps", 64u << 20); maps && extension_in_maps(*maps)) {
     in->refuse(InjectVerdict::kAlreadyLoaded,
                who + " has loaded mlflow_profiler already: nothing to inject");
     return in;
   }
   // 2. Yama.
-  if (auto scope = proc_text(opts.ptrace_scope)) {
+  if (auto scope = read_text(opts.ptrace_scope, kSmallProcBytes)) {
     if (std::string line = ptrace_scope_refusal(pid, *scope); !line.empty()) {
       in->refuse(InjectVerdict::kPrivilege, line);
       return in;
@@ -321,7 +317,7 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
   // agent's uid, else 0733: the target may create its result there but
   // nobody may list it, and the result is trusted only if its owner is
   // the target's uid.
-  auto status = proc_text(dir + "/status");
+  auto status = read_text(dir + "/status", kSmallProcBytes);
   const auto uid = status ? fs_uid(*status) : std::nullopt;
   if (!uid) {
     in->refuse(InjectVerdict::kError, who + ": cannot read its uid from " + dir + "/status");
