@@ -267,6 +267,94 @@ void Injection::refuse_send(const RemoteExecError& why) {
   }
 }
 
+// start()'s step 3: the interpreter's debug offsets and state, read
+// before anything is written; false when it refused (why: the reason).
+bool Injection::check_interpreter(const std::string& who, RemoteExecError& why) {
+  auto offsets = process_.debug_offsets(&why);
+  if (!offsets) {
+    switch (why.reason) {
+      case RemoteExecRefusal::kTooOld:
+        refuse(InjectVerdict::kCannotProfile, too_old_line(pid_, why.version));
+        break;
+      case RemoteExecRefusal::kPermission:
+        refuse(InjectVerdict::kPrivilege, who + ": " + why.message);
+        break;
+      case RemoteExecRefusal::kIo:
+        refuse(InjectVerdict::kError, who + ": " + why.message);
+        break;
+      default:
+        refuse(InjectVerdict::kCannotProfile,
+               who + ": cannot inject: " + why.message + "; " + kRestartFix);
+    }
+    return false;
+  }
+  offsets_ = offsets.value();
+  // The interpreter's state, checked before anything is written.
+  if (!process_.locate(offsets_.value(), &why)) {
+    refuse_send(why);
+    return false;
+  }
+  return true;
+}
+
+// start()'s step 4: the script, in the target's filesystem. The directory
+// is the agent's (it reads and removes it); 0700 when the target runs as the
+// agent's uid, else 0733: the target may create its result there but
+// nobody may list it, and the result is trusted only if its owner is
+// the target's uid. False when it refused.
+bool Injection::write_script(const std::string& dir, const std::string& who) {
+  auto status = read_text(dir + "/status", kSmallProcBytes);
+  const auto uid = status ? fs_uid(*status) : std::nullopt;
+  if (!uid) {
+    refuse(InjectVerdict::kError, who + ": cannot read its uid from " + dir + "/status");
+    return false;
+  }
+  target_uid_ = *uid;
+  std::string tried;
+  int last_errno = 0;
+  for (const char* tmp : {"/tmp", "/dev/shm", "/var/tmp"}) {
+    std::string host = dir + "/root" + tmp + "/mlprof-inject-XXXXXX";
+    if (::mkdtemp(host.data()) == nullptr) {
+      last_errno = errno;
+      tried += std::string(tried.empty() ? "" : ", ") + tmp;
+      continue;
+    }
+    const int fd = ::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || ::fchmod(fd, *uid == ::geteuid() ? 0700 : 0733) != 0) {
+      last_errno = errno;
+      if (fd >= 0) ::close(fd);
+      ::rmdir(host.c_str());
+      tried += std::string(tried.empty() ? "" : ", ") + tmp;
+      continue;
+    }
+    dir_fd_ = fd;
+    dir_host_ = host;
+    dir_target_ = tmp + host.substr(host.rfind('/'));
+    break;
+  }
+  if (dir_fd_ < 0) {
+    refuse(InjectVerdict::kError,
+           who + ": cannot write the injected script into its filesystem (tried " + tried +
+               " as it sees them: " + std::strerror(last_errno) +
+               "): give it a writable /tmp (in a pod: an emptyDir volume at /tmp)");
+    return false;
+  }
+  const std::string script = inject_script(dir_target_, opts_.package_dir);
+  const int sfd =
+      ::openat(dir_fd_, "inject.py", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const bool written =
+      sfd >= 0 && ::fchmod(sfd, 0644) == 0 &&
+      ::write(sfd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
+  const int write_errno = errno;
+  if (sfd >= 0) ::close(sfd);
+  if (!written) {
+    refuse(InjectVerdict::kError, who + ": cannot write the injected script " + dir_target_ +
+                                      "/inject.py: " + std::strerror(write_errno));
+    return false;
+  }
+  return true;
+}
+
 std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts) {
   std::unique_ptr<Injection> in(new Injection(pid, opts));
   const std::string dir = opts.proc + "/" + std::to_string(pid);
@@ -287,86 +375,9 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
   }
   // 3. The interpreter.
   RemoteExecError why;
-  auto offsets = in->process_.debug_offsets(&why);
-  if (!offsets) {
-    switch (why.reason) {
-      case RemoteExecRefusal::kTooOld:
-        in->refuse(InjectVerdict::kCannotProfile, too_old_line(pid, why.version));
-        break;
-      case RemoteExecRefusal::kPermission:
-        in->refuse(InjectVerdict::kPrivilege, who + ": " + why.message);
-        break;
-      case RemoteExecRefusal::kIo:
-        in->refuse(InjectVerdict::kError, who + ": " + why.message);
-        break;
-      default:
-        in->refuse(InjectVerdict::kCannotProfile,
-                   who + ": cannot inject: " + why.message + "; " + kRestartFix);
-    }
-    return in;
-  }
-  in->offsets_ = offsets.value();
-  // The interpreter's state, checked before anything is written.
-  if (!in->process_.locate(in->offsets_.value(), &why)) {
-    in->refuse_send(why);
-    return in;
-  }
-
-  // 4. The script, in the target's filesystem. The directory is the
-  // agent's (it reads and removes it); 0700 when the target runs as the
-  // agent's uid, else 0733: the target may create its result there but
-  // nobody may list it, and the result is trusted only if its owner is
-  // the target's uid.
-  auto status = read_text(dir + "/status", kSmallProcBytes);
-  const auto uid = status ? fs_uid(*status) : std::nullopt;
-  if (!uid) {
-    in->refuse(InjectVerdict::kError, who + ": cannot read its uid from " + dir + "/status");
-    return in;
-  }
-  in->target_uid_ = *uid;
-  std::string tried;
-  int last_errno = 0;
-  for (const char* tmp : {"/tmp", "/dev/shm", "/var/tmp"}) {
-    std::string host = dir + "/root" + tmp + "/mlprof-inject-XXXXXX";
-    if (::mkdtemp(host.data()) == nullptr) {
-      last_errno = errno;
-      tried += std::string(tried.empty() ? "" : ", ") + tmp;
-      continue;
-    }
-    const int fd = ::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 || ::fchmod(fd, *uid == ::geteuid() ? 0700 : 0733) != 0) {
-      last_errno = errno;
-      if (fd >= 0) ::close(fd);
-      ::rmdir(host.c_str());
-      tried += std::string(tried.empty() ? "" : ", ") + tmp;
-      continue;
-    }
-    in->dir_fd_ = fd;
-    in->dir_host_ = host;
-    in->dir_target_ = tmp + host.substr(host.rfind('/'));
-    break;
-  }
-  if (in->dir_fd_ < 0) {
-    in->refuse(InjectVerdict::kError,
-               who + ": cannot write the injected script into its filesystem (tried " + tried +
-                   " as it sees them: " + std::strerror(last_errno) +
-                   "): give it a writable /tmp (in a pod: an emptyDir volume at /tmp)");
-    return in;
-  }
-  const std::string script = inject_script(in->dir_target_, opts.package_dir);
-  const int sfd = ::openat(in->dir_fd_, "inject.py",
-                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  const bool written =
-      sfd >= 0 && ::fchmod(sfd, 0644) == 0 &&
-      ::write(sfd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
-  const int write_errno = errno;
-  if (sfd >= 0) ::close(sfd);
-  if (!written) {
-    in->refuse(InjectVerdict::kError, who + ": cannot write the injected script " +
-                                          in->dir_target_ +
-                                          "/inject.py: " + std::strerror(write_errno));
-    return in;
-  }
+  if (!in->check_interpreter(who, why)) return in;
+  // 4. The script, in the target's filesystem.
+  if (!in->write_script(dir, who)) return in;
 
   // 5. PEP 768. From here until its result is read, the script may be
   // pending: the destructor takes it back.
