@@ -135,10 +135,12 @@
  * reason; it may hold coalesced resumes too. */
 #define MLPROF_SPANS_MARKS_VERSION 4
 /* Bounds of one session_spans: the extension cuts a longer session (its
- * lanes flagged truncated, in order), the BPF handler's loops stop there. */
+ * lanes flagged truncated, in order), the BPF handler's loops stop there.
+ * MLPROF_SPANS_MAX_BYTES is unsigned, like the sizes it bounds (size_t,
+ * __u64, __u32). */
 #define MLPROF_CHUNK_BYTES 4096
 #define MLPROF_SPANS_MAX_CHUNKS 256
-#define MLPROF_SPANS_MAX_BYTES (MLPROF_CHUNK_BYTES * MLPROF_SPANS_MAX_CHUNKS)
+#define MLPROF_SPANS_MAX_BYTES ((unsigned int)(MLPROF_CHUNK_BYTES * MLPROF_SPANS_MAX_CHUNKS))
 #define MLPROF_SPANS_MAX_NAMES 1024
 #define MLPROF_CHECKPOINT_AFTER_NS 200000000LL /* a session open 200 ms gets checkpoints */
 #define MLPROF_TRACE_ID_LEN 40                 /* 32 hex digits and a NUL, padded */

@@ -23,8 +23,7 @@ namespace mlprof::probes {
 
 namespace {
 
-// As size_t: the sums below are in size_t, the macro (shared with BPF C) is int.
-// NOLINTNEXTLINE(bugprone-implicit-widening-of-multiplication-result): a constant
+// As size_t: the sums below are in size_t, the macro (shared with BPF C) is unsigned int.
 constexpr size_t kMaxBytes = MLPROF_SPANS_MAX_BYTES;
 
 // Per id, the serial of the last session that listed it: an id is listed

@@ -19,16 +19,13 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-// bpftool writes C's _Bool in the skeleton: g++ takes it, clang++ (clang-tidy) does not.
-#if defined(__clang__) && !defined(_Bool)
-#define _Bool bool  // NOLINT(bugprone-reserved-identifier)
-#endif
-#include "mlprof.skel.h"
+#include "mlprof.skel.h"  // C: its _Bool is GNU C++'s (CMakeLists.txt, mlprof_agent_bpf)
 #include "util/file_io.h"
 
 namespace mlprof::agent {
@@ -301,8 +298,12 @@ BpfLoader::~BpfLoader() {
   impl_->skel.reset();
 }
 
-Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
-  install_print(opts.verbose);
+namespace {
+
+// open()'s first step: the ring size and what the kernel must have (BTF,
+// reads of kernel memory, a ring buffer), each refusal named before the
+// verifier would give a bare EINVAL. Returns the kernel's BTF.
+Result<BtfPtr> check_kernel(const LoaderOptions& opts) {
   const long page = sysconf(_SC_PAGESIZE);
   if (opts.ring_bytes < static_cast<size_t>(page) || (opts.ring_bytes & (opts.ring_bytes - 1)) != 0)
     return error(Error::Kind::kUnsupported, EINVAL,
@@ -342,6 +343,43 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
   } else if (ring < 0 && permission_errno(-ring)) {
     return load_error("creating a BPF ring buffer", -ring);
   }
+  return vmlinux;
+}
+
+// open()'s scheduler step: the programs of the loaded variant and the
+// interrupt-context ones, attached; their links go to `links`.
+Result<Ok> attach_sched_programs(mlprof_bpf& skel, std::span<bpf_program* const> variant,
+                                 std::vector<Link>& links) {
+  // The interrupt-context programs (waker kinds) are raw_tp in both variants.
+  // Exits before entries: an entry seen without its exit (a callback running
+  // while the pair was being attached) would leave its CPU's count up for
+  // good, and every later wakeup there labelled an interrupt's; an exit
+  // without its entry is ignored.
+  bpf_program* const irq_progs[] = {
+      skel.progs.hrtimer_expire_exit_raw,  skel.progs.timer_expire_exit_raw,
+      skel.progs.softirq_exit_raw,         skel.progs.irq_handler_exit_raw,
+      skel.progs.hrtimer_expire_entry_raw, skel.progs.timer_expire_entry_raw,
+      skel.progs.softirq_entry_raw,        skel.progs.irq_handler_entry_raw};
+  std::vector<bpf_program*> sched_progs(std::begin(irq_progs), std::end(irq_progs));
+  for (bpf_program* p : variant) sched_progs.push_back(p);
+  for (bpf_program* p : sched_progs) {
+    bpf_link* link = bpf_program__attach(p);
+    if (!link)
+      return load_error(std::string("attaching ") + bpf_program__name(p) + " (" +
+                            bpf_program__section_name(p) + ")",
+                        errno);
+    links.emplace_back(link);
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
+  install_print(opts.verbose);
+  auto kernel = check_kernel(opts);
+  if (!kernel) return kernel.error();
+  const BtfPtr vmlinux = std::move(kernel.value());
 
   std::unique_ptr<BpfLoader> self(new BpfLoader());
   Impl& impl = *self->impl_;
@@ -398,26 +436,10 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::open(const LoaderOptions& opts) {
         Error::Kind::kCorrupt, 0,
         "internal: bpf_loader.cpp's map layouts differ from mlprof.bpf.c's (rebuild both)");
 
-  // The interrupt-context programs (waker kinds) are raw_tp in both variants.
-  // Exits before entries: an entry seen without its exit (a callback running
-  // while the pair was being attached) would leave its CPU's count up for
-  // good, and every later wakeup there labelled an interrupt's; an exit
-  // without its entry is ignored.
-  bpf_program* const irq_progs[] = {
-      skel.progs.hrtimer_expire_exit_raw,  skel.progs.timer_expire_exit_raw,
-      skel.progs.softirq_exit_raw,         skel.progs.irq_handler_exit_raw,
-      skel.progs.hrtimer_expire_entry_raw, skel.progs.timer_expire_entry_raw,
-      skel.progs.softirq_entry_raw,        skel.progs.irq_handler_entry_raw};
-  std::vector<bpf_program*> sched_progs(std::begin(irq_progs), std::end(irq_progs));
-  for (bpf_program* p : use_btf ? btf_progs : raw_progs) sched_progs.push_back(p);
-  for (bpf_program* p : sched_progs) {
-    bpf_link* link = bpf_program__attach(p);
-    if (!link)
-      return load_error(std::string("attaching ") + bpf_program__name(p) + " (" +
-                            bpf_program__section_name(p) + ")",
-                        errno);
-    impl.sched_links.emplace_back(link);
-  }
+  if (auto attached =
+          attach_sched_programs(skel, use_btf ? btf_progs : raw_progs, impl.sched_links);
+      !attached)
+    return attached.error();
 
   impl.ring.reset(
       ring_buffer__new(bpf_map__fd(skel.maps.events), &Impl::on_sample, &impl, nullptr));
@@ -435,7 +457,7 @@ std::vector<std::string> c_libraries(pid_t pid, const std::string& binary) {
   auto maps = read_file("/proc/" + std::to_string(pid) + "/maps");
   if (!maps) return out;
   const std::string root = "/proc/" + std::to_string(pid) + "/root";
-  const bool through_root = binary.rfind(root + "/", 0) == 0;
+  const bool through_root = binary.starts_with(root + "/");
   size_t at = 0;
   while (at < maps.value().size()) {
     size_t end = maps.value().find('\n', at);
@@ -446,8 +468,8 @@ std::vector<std::string> c_libraries(pid_t pid, const std::string& binary) {
     if (slash == std::string_view::npos) continue;
     const std::string_view path = line.substr(slash);
     const std::string_view base = path.substr(path.rfind('/') + 1);
-    if (base.rfind("libc.so", 0) != 0 && base.rfind("libpthread.so", 0) != 0 &&
-        base.rfind("libc.musl", 0) != 0 && base.rfind("ld-musl", 0) != 0)
+    if (!base.starts_with("libc.so") && !base.starts_with("libpthread.so") &&
+        !base.starts_with("libc.musl") && !base.starts_with("ld-musl"))
       continue;
     std::string full = (through_root ? root : "") + std::string(path);
     if (std::find(out.begin(), out.end(), full) == out.end()) out.push_back(std::move(full));
@@ -519,7 +541,7 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
       const char* probe = e == ENOENT && links.empty() ? "session_begin" : u.name;
       std::string msg = "attaching USDT probe mlprof:" + std::string(probe) + " of " + binary +
                         " in pid " + std::to_string(pid) + " failed: " + std::strerror(e);
-      if (permission_errno(e) && binary.rfind("/proc/", 0) == 0)
+      if (permission_errno(e) && binary.starts_with("/proc/"))
         msg += "; " + std::string(proc_fix());
       else if (permission_errno(e))
         msg += "; " + std::string(privilege_fix());

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "agent/cli.h"
+#include "agent/clock.h"
 #include "mlprof_usdt.h"
 #include "views/merge.h"
 

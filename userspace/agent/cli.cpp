@@ -1,9 +1,8 @@
 // The program's plumbing (cli.h): the stop signals' handler and state,
-// stderr and stdout, the clocks.
+// stderr and stdout.
 
 #include "agent/cli.h"
 
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -50,18 +49,6 @@ int stop_signal() { return g_stop_signal; }
 bool hurried() { return g_stop_signals >= 2; }
 
 const char* stop_signal_name() { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
-
-int64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 void say(const std::string& line) { std::fprintf(stderr, "mlprof-ebpf: %s\n", line.c_str()); }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The mlprof-ebpf program's process-wide plumbing, shared by main.cpp's
 // steps and the capture (capture.h): the stop signals' state, the lines it
-// says on stderr and writes to stdout, and its two clocks.
+// says on stderr and writes to stdout. Its clocks are clock.h's.
 //
 // The first SIGINT/SIGTERM stops the capture; a second skips what is left
 // to wait for (the late records in the ring, the spool's delivery) but
@@ -28,10 +28,6 @@ int stop_signal();
 bool hurried();
 // The stop signal's name for a line ("SIGINT").
 const char* stop_signal_name();
-
-// CLOCK_MONOTONIC and CLOCK_REALTIME in ns.
-int64_t now_ns();
-int64_t unix_now_ns();
 
 // "mlprof-ebpf: LINE" on stderr.
 void say(const std::string& line);

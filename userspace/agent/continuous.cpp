@@ -191,9 +191,8 @@ void Continuous::rotate(int64_t end) {
     item.period_end_unix_ns = end;
     item.sessions = w.sessions.size();
     item.spans = w.spans;
-    item.key = slug(opts_.node) + "_" + slug(key.substr(0, 4) == "pod/" ? key.substr(4) : key) +
-               "_" + utc_text(r.start_unix_ns, true) + "_" + run_id_ + "." +
-               std::to_string(rotations_);
+    item.key = slug(opts_.node) + "_" + slug(key.starts_with("pod/") ? key.substr(4) : key) + "_" +
+               utc_text(r.start_unix_ns, true) + "_" + run_id_ + "." + std::to_string(rotations_);
     ++r.workloads;
     r.sessions += item.sessions;
     r.spans += item.spans;

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 
+#include "agent/clock.h"
 #include "agent/options.h"
 #include "agent/sink.h"
 #include "agent/spool.h"
@@ -57,12 +58,6 @@ std::string utc(int64_t unix_ns) {
   return buf;
 }
 
-int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 // The delivery part of a verdict's line: "; sink S: 3 delivered, last 4.0 s ago, 0 waiting".
 std::string delivery_text(const HealthState& s, int64_t now_ns) {
   if (!s.has_sink) return {};
@@ -87,11 +82,7 @@ Result<std::string> read_small_file(const std::string& path) {
 
 }  // namespace
 
-int64_t health_clock_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+int64_t health_clock_ns() { return now_ns(); }
 
 std::string format_health(const HealthState& s) {
   std::string t = std::string(kHeader) + "\n";
@@ -126,7 +117,7 @@ Result<HealthState> parse_health(std::string_view text) {
   };
   const size_t first_end = text.find('\n');
   if (text.substr(0, first_end) != kHeader) {
-    if (text.rfind("mlprof-ebpf health ", 0) == 0) {
+    if (text.starts_with("mlprof-ebpf health ")) {
       return Error{Error::Kind::kVersion, 0,
                    "the health file is of another version (" +
                        std::string(text.substr(0, first_end)) +
@@ -312,7 +303,7 @@ int health_main(int argc, char* const* argv) {
   for (int i = 1; i < argc; ++i) {
     std::string word = argv[i], value;
     const size_t eq = word.find('=');
-    const bool inline_value = word.rfind("--", 0) == 0 && eq != std::string::npos;
+    const bool inline_value = word.starts_with("--") && eq != std::string::npos;
     if (inline_value) {
       value = word.substr(eq + 1);
       word = word.substr(0, eq);

@@ -118,7 +118,7 @@ int health_main(int argc, char* const* argv);
 // True when argv asks for the probe (a "--health" word).
 bool is_health_probe(int argc, char* const* argv);
 
-// CLOCK_MONOTONIC now, in ns.
+// CLOCK_MONOTONIC now, in ns (clock.h's now_ns): the clock of the file's times.
 int64_t health_clock_ns();
 
 }  // namespace mlprof::agent

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rapidjson/document.h>
@@ -14,26 +13,16 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "agent/clock.h"
 #include "agent/procfs.h"
-#include "util/file_io.h"
 
 namespace mlprof::agent {
 
 namespace {
 
-int64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// A /proc file's text (core's read_file), at most `limit` bytes; nullopt
-// when it cannot be read.
-std::optional<std::string> proc_text(const std::string& path, size_t limit = 1u << 20) {
-  auto r = read_file(path, limit);
-  if (!r) return std::nullopt;
-  return std::move(r.value());
-}
+// What is read of a small /proc file (environ, cmdline, status, Yama's
+// ptrace_scope) through procfs.h's read_text; maps is read whole.
+constexpr size_t kSmallProcBytes = 1u << 20;
 
 std::string hex(std::string_view bytes) {
   static const char* kDigits = "0123456789abcdef";
@@ -213,7 +202,7 @@ std::string remote_debug_off_reason(std::string_view environ, std::string_view c
   while (at < environ.size()) {
     size_t end = environ.find('\0', at);
     if (end == std::string_view::npos) end = environ.size();
-    if (environ.substr(at, end - at).rfind("PYTHON_DISABLE_REMOTE_DEBUG=", 0) == 0)
+    if (environ.substr(at, end - at).starts_with("PYTHON_DISABLE_REMOTE_DEBUG="))
       return "PYTHON_DISABLE_REMOTE_DEBUG is set in its environment";
     at = end + 1;
   }
@@ -260,8 +249,9 @@ void Injection::refuse_send(const RemoteExecError& why) {
   const std::string who = pid_text(pid_) + " (Python " + offsets_->version.text() + ")";
   switch (why.reason) {
     case RemoteExecRefusal::kDisabled: {
-      const std::string reason = remote_debug_off_reason(proc_text(dir + "/environ").value_or(""),
-                                                         proc_text(dir + "/cmdline").value_or(""));
+      const std::string reason =
+          remote_debug_off_reason(read_text(dir + "/environ", kSmallProcBytes).value_or(""),
+                                  read_text(dir + "/cmdline", kSmallProcBytes).value_or(""));
       refuse(InjectVerdict::kCannotProfile, who + " does not allow code sent from outside " +
                                                 "(PEP 768): " + reason + "; " + kRestartFix);
       break;
@@ -277,63 +267,49 @@ void Injection::refuse_send(const RemoteExecError& why) {
   }
 }
 
-std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts) {
-  std::unique_ptr<Injection> in(new Injection(pid, opts));
-  const std::string dir = opts.proc + "/" + std::to_string(pid);
-  const std::string who = pid_text(pid);
-
-  // 1. Loaded already: the agent attaches as usual.
-  if (auto maps = proc_text(dir + "/maps", 64u << 20); maps && extension_in_maps(*maps)) {
-    in->refuse(InjectVerdict::kAlreadyLoaded,
-               who + " has loaded mlflow_profiler already: nothing to inject");
-    return in;
-  }
-  // 2. Yama.
-  if (auto scope = proc_text(opts.ptrace_scope)) {
-    if (std::string line = ptrace_scope_refusal(pid, *scope); !line.empty()) {
-      in->refuse(InjectVerdict::kPrivilege, line);
-      return in;
-    }
-  }
-  // 3. The interpreter.
-  RemoteExecError why;
-  auto offsets = in->process_.debug_offsets(&why);
+// start()'s step 3: the interpreter's debug offsets and state, read
+// before anything is written; false when it refused (why: the reason).
+bool Injection::check_interpreter(const std::string& who, RemoteExecError& why) {
+  auto offsets = process_.debug_offsets(&why);
   if (!offsets) {
     switch (why.reason) {
       case RemoteExecRefusal::kTooOld:
-        in->refuse(InjectVerdict::kCannotProfile, too_old_line(pid, why.version));
+        refuse(InjectVerdict::kCannotProfile, too_old_line(pid_, why.version));
         break;
       case RemoteExecRefusal::kPermission:
-        in->refuse(InjectVerdict::kPrivilege, who + ": " + why.message);
+        refuse(InjectVerdict::kPrivilege, who + ": " + why.message);
         break;
       case RemoteExecRefusal::kIo:
-        in->refuse(InjectVerdict::kError, who + ": " + why.message);
+        refuse(InjectVerdict::kError, who + ": " + why.message);
         break;
       default:
-        in->refuse(InjectVerdict::kCannotProfile,
-                   who + ": cannot inject: " + why.message + "; " + kRestartFix);
+        refuse(InjectVerdict::kCannotProfile,
+               who + ": cannot inject: " + why.message + "; " + kRestartFix);
     }
-    return in;
+    return false;
   }
-  in->offsets_ = offsets.value();
+  offsets_ = offsets.value();
   // The interpreter's state, checked before anything is written.
-  if (!in->process_.locate(in->offsets_.value(), &why)) {
-    in->refuse_send(why);
-    return in;
+  if (!process_.locate(offsets_.value(), &why)) {
+    refuse_send(why);
+    return false;
   }
+  return true;
+}
 
-  // 4. The script, in the target's filesystem. The directory is the
-  // agent's (it reads and removes it); 0700 when the target runs as the
-  // agent's uid, else 0733: the target may create its result there but
-  // nobody may list it, and the result is trusted only if its owner is
-  // the target's uid.
-  auto status = proc_text(dir + "/status");
+// start()'s step 4: the script, in the target's filesystem. The directory
+// is the agent's (it reads and removes it); 0700 when the target runs as the
+// agent's uid, else 0733: the target may create its result there but
+// nobody may list it, and the result is trusted only if its owner is
+// the target's uid. False when it refused.
+bool Injection::write_script(const std::string& dir, const std::string& who) {
+  auto status = read_text(dir + "/status", kSmallProcBytes);
   const auto uid = status ? fs_uid(*status) : std::nullopt;
   if (!uid) {
-    in->refuse(InjectVerdict::kError, who + ": cannot read its uid from " + dir + "/status");
-    return in;
+    refuse(InjectVerdict::kError, who + ": cannot read its uid from " + dir + "/status");
+    return false;
   }
-  in->target_uid_ = *uid;
+  target_uid_ = *uid;
   std::string tried;
   int last_errno = 0;
   for (const char* tmp : {"/tmp", "/dev/shm", "/var/tmp"}) {
@@ -351,32 +327,57 @@ std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts
       tried += std::string(tried.empty() ? "" : ", ") + tmp;
       continue;
     }
-    in->dir_fd_ = fd;
-    in->dir_host_ = host;
-    in->dir_target_ = tmp + host.substr(host.rfind('/'));
+    dir_fd_ = fd;
+    dir_host_ = host;
+    dir_target_ = tmp + host.substr(host.rfind('/'));
     break;
   }
-  if (in->dir_fd_ < 0) {
-    in->refuse(InjectVerdict::kError,
-               who + ": cannot write the injected script into its filesystem (tried " + tried +
-                   " as it sees them: " + std::strerror(last_errno) +
-                   "): give it a writable /tmp (in a pod: an emptyDir volume at /tmp)");
-    return in;
+  if (dir_fd_ < 0) {
+    refuse(InjectVerdict::kError,
+           who + ": cannot write the injected script into its filesystem (tried " + tried +
+               " as it sees them: " + std::strerror(last_errno) +
+               "): give it a writable /tmp (in a pod: an emptyDir volume at /tmp)");
+    return false;
   }
-  const std::string script = inject_script(in->dir_target_, opts.package_dir);
-  const int sfd = ::openat(in->dir_fd_, "inject.py",
-                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const std::string script = inject_script(dir_target_, opts_.package_dir);
+  const int sfd =
+      ::openat(dir_fd_, "inject.py", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   const bool written =
       sfd >= 0 && ::fchmod(sfd, 0644) == 0 &&
       ::write(sfd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
   const int write_errno = errno;
   if (sfd >= 0) ::close(sfd);
   if (!written) {
-    in->refuse(InjectVerdict::kError, who + ": cannot write the injected script " +
-                                          in->dir_target_ +
-                                          "/inject.py: " + std::strerror(write_errno));
+    refuse(InjectVerdict::kError, who + ": cannot write the injected script " + dir_target_ +
+                                      "/inject.py: " + std::strerror(write_errno));
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Injection> Injection::start(pid_t pid, const InjectOptions& opts) {
+  std::unique_ptr<Injection> in(new Injection(pid, opts));
+  const std::string dir = opts.proc + "/" + std::to_string(pid);
+  const std::string who = pid_text(pid);
+
+  // 1. Loaded already: the agent attaches as usual.
+  if (auto maps = read_text(dir + "/maps", 64u << 20); maps && extension_in_maps(*maps)) {
+    in->refuse(InjectVerdict::kAlreadyLoaded,
+               who + " has loaded mlflow_profiler already: nothing to inject");
     return in;
   }
+  // 2. Yama.
+  if (auto scope = read_text(opts.ptrace_scope, kSmallProcBytes)) {
+    if (std::string line = ptrace_scope_refusal(pid, *scope); !line.empty()) {
+      in->refuse(InjectVerdict::kPrivilege, line);
+      return in;
+    }
+  }
+  // 3. The interpreter.
+  RemoteExecError why;
+  if (!in->check_interpreter(who, why)) return in;
+  // 4. The script, in the target's filesystem.
+  if (!in->write_script(dir, who)) return in;
 
   // 5. PEP 768. From here until its result is read, the script may be
   // pending: the destructor takes it back.

@@ -107,6 +107,9 @@ class Injection {
   Injection(pid_t pid, const InjectOptions& opts);
   void refuse(InjectVerdict verdict, std::string line);
   void refuse_send(const RemoteExecError& why);  // the interpreter's refusals
+  // start()'s steps 3 and 4 (inject.cpp); false when they refused.
+  bool check_interpreter(const std::string& who, RemoteExecError& why);
+  bool write_script(const std::string& dir, const std::string& who);
   void remove_files();
 
   pid_t pid_;

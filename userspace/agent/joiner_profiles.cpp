@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <ctime>
 #include <deque>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
+#include "agent/clock.h"
 #include "agent/joiner_state.h"
 #include "analysis/sched.h"
 #include "mlprof_events.h"
@@ -23,14 +23,6 @@
 namespace mlprof::agent {
 
 namespace {
-
-int64_t realtime_offset_ns() {
-  timespec rt{}, mono{};
-  clock_gettime(CLOCK_REALTIME, &rt);
-  clock_gettime(CLOCK_MONOTONIC, &mono);
-  return (static_cast<int64_t>(rt.tv_sec) - mono.tv_sec) * 1'000'000'000 +
-         (rt.tv_nsec - mono.tv_nsec);
-}
 
 std::string session_flags_text(uint64_t flags) {
   std::string out;
@@ -49,26 +41,9 @@ std::string session_flags_text(uint64_t flags) {
 
 // ---- sessions to profiles -------------------------------------------------------
 
-void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial, bool truncated,
-                             int64_t now_ns, const char* reason) {
-  auto node = proc.sessions.extract(serial);
-  if (node.empty()) return;
-  SessionState& s = node.mapped();
-  proc.by_start.erase({s.start_ns, serial});
-  events_held -= std::min(events_held, s.events);
-  if (s.unreadable &&
-      s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
-    trim(proc);
-    return;
-  }
-  if (truncated || !s.ended) {
-    truncated = true;
-    s.end_ns = std::max(now_ns, s.last_ts);
-  }
-  Profile p = new_profile(proc.names);
-  p.captured_depth = s.ceiling;
-  p.start_ns = s.start_ns;
-  p.end_ns = std::max(s.end_ns, s.start_ns);
+// The profile's meta: the agent's, then the session's own.
+void Joiner::State::describe_session(uint32_t tgid, const SessionState& s, bool truncated,
+                                     const char* reason, Profile& p) {
   p.meta = meta;
   p.meta["source"] = "ebpf";
   p.meta["pid"] = std::to_string(tgid);
@@ -78,7 +53,58 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   if (const std::string f = session_flags_text(s.flags); !f.empty()) p.meta["session_flags"] = f;
   if (truncated) p.meta["truncated"] = reason;
   if (s.dropped) p.meta["calls_dropped"] = std::to_string(s.dropped);
+}
 
+// Process-wide function and label ids -> this profile's tables: the
+// process's names (the shared base) keep their ids; a name no earlier
+// session used is added in first use order.
+// `fmap` holds the function ids this session added itself.
+uint32_t Joiner::State::local_function(ProcessState& proc, Profile& p,
+                                       std::unordered_map<uint32_t, uint32_t>& fmap, uint32_t id,
+                                       uint8_t flags) {
+  FunctionKind kind = flags & kEvBlock       ? FunctionKind::kBlock
+                      : flags & kEvCFunction ? FunctionKind::kC
+                                             : FunctionKind::kPython;
+  if (id < proc.named_function.size() && proc.named_function[id] != kNotNamed &&
+      proc.named_kind[id] == kind)
+    return proc.named_function[id];
+  auto known = proc.functions.find(id);
+  if (known == proc.functions.end()) ++stats.names_lost;
+  if (auto it = fmap.find(id); it != fmap.end()) return it->second;
+  uint32_t local;
+  if (known == proc.functions.end()) {
+    local = p.functions.add("<function " + std::to_string(id) + ">", "", "", 0, kind, false);
+  } else {
+    const FunctionName& f = known->second;
+    const bool user =
+        kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && f.user_file);
+    local = p.functions.add(f.name, f.module, f.file,
+                            static_cast<int32_t>(std::clamp<int64_t>(f.line, 0, INT32_MAX)), kind,
+                            user);
+  }
+  fmap[id] = local;
+  return local;
+}
+
+// A label id's id in `p`, as local_function (`smap`: the labels it added).
+uint32_t Joiner::State::local_label(ProcessState& proc, Profile& p,
+                                    std::unordered_map<uint32_t, uint32_t>& smap, uint32_t id) {
+  if (id < proc.named_label.size() && proc.named_label[id] != kNotNamed)
+    return proc.named_label[id];
+  auto known = proc.labels.find(id);
+  if (known == proc.labels.end()) ++stats.names_lost;
+  if (auto it = smap.find(id); it != smap.end()) return it->second;
+  const uint32_t local = p.functions.strings().intern(
+      known == proc.labels.end() ? "<label " + std::to_string(id) + ">" : known->second);
+  smap[id] = local;
+  return local;
+}
+
+// The session's lanes into `p`, their ids made p's (fmap, smap: the ones
+// this session added), the dropped calls put on a lane.
+void Joiner::State::add_lanes(ProcessState& proc, SessionState& s, bool truncated, Profile& p,
+                              std::unordered_map<uint32_t, uint32_t>& fmap,
+                              std::unordered_map<uint32_t, uint32_t>& smap) {
   // Lanes in the contract's lane order; parent lanes mapped to indices.
   std::unordered_map<uint32_t, int32_t> index_of;
   for (auto& [number, ls] : s.lanes) {
@@ -86,45 +112,6 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     if (!ls.seen_begin) ++stats.lanes_without_begin;
     if (ls.tid_from == LaneState::Tid::kBody) ++stats.lanes_unjoined;
   }
-  // Process-wide function and label ids -> this profile's tables: the
-  // process's names (the shared base) keep their ids; a name no earlier
-  // session used is added in first use order.
-  std::unordered_map<uint32_t, uint32_t> fmap, smap;  // ids this session added itself
-  auto local_function = [&](uint32_t id, uint8_t flags) {
-    FunctionKind kind = flags & kEvBlock       ? FunctionKind::kBlock
-                        : flags & kEvCFunction ? FunctionKind::kC
-                                               : FunctionKind::kPython;
-    if (id < proc.named_function.size() && proc.named_function[id] != kNotNamed &&
-        proc.named_kind[id] == kind)
-      return proc.named_function[id];
-    auto known = proc.functions.find(id);
-    if (known == proc.functions.end()) ++stats.names_lost;
-    if (auto it = fmap.find(id); it != fmap.end()) return it->second;
-    uint32_t local;
-    if (known == proc.functions.end()) {
-      local = p.functions.add("<function " + std::to_string(id) + ">", "", "", 0, kind, false);
-    } else {
-      const FunctionName& f = known->second;
-      const bool user =
-          kind == FunctionKind::kBlock || (kind == FunctionKind::kPython && f.user_file);
-      local = p.functions.add(f.name, f.module, f.file,
-                              static_cast<int32_t>(std::clamp<int64_t>(f.line, 0, INT32_MAX)), kind,
-                              user);
-    }
-    fmap[id] = local;
-    return local;
-  };
-  auto local_label = [&](uint32_t id) {
-    if (id < proc.named_label.size() && proc.named_label[id] != kNotNamed)
-      return proc.named_label[id];
-    auto known = proc.labels.find(id);
-    if (known == proc.labels.end()) ++stats.names_lost;
-    if (auto it = smap.find(id); it != smap.end()) return it->second;
-    const uint32_t local = p.functions.strings().intern(
-        known == proc.labels.end() ? "<label " + std::to_string(id) + ">" : known->second);
-    smap[id] = local;
-    return local;
-  };
   uint64_t events = 0;
   int32_t marked_lane = -1;  // the first lane that marks a span kEvChildrenDropped
   for (auto& [number, ls] : s.lanes) {
@@ -137,9 +124,9 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     if (truncated) lane.truncated = true;
     for (Event& e : lane.events) {
       if (e.kind == EventKind::kCall)
-        e.id = local_function(e.id, e.flags);
+        e.id = local_function(proc, p, fmap, e.id, e.flags);
       else if (e.kind == EventKind::kLabel || e.kind == EventKind::kMark)
-        e.id = local_label(e.id);
+        e.id = local_label(proc, p, smap, e.id);
       if (marked_lane < 0 && (e.flags & kEvChildrenDropped)) marked_lane = self;
     }
     events += lane.events.size();
@@ -157,14 +144,12 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   else if (s.dropped && marked_lane >= 0)
     p.lanes[static_cast<size_t>(marked_lane)].dropped = s.dropped;
   p.stats.events_captured = events;
-  drop_empty_lanes(p);  // as the in-process session does
-  build_tree(p);
-  group_framework_spans(p,
-                        &proc.grouping);  // MLflow's own calls as one node per run, as in process
-  learn_names(proc, p, fmap, smap);
+}
 
-  // What the kernel saw of the session's threads: its lanes' threads and the
-  // threads they started while it was open.
+// p.kernel: what the kernel saw of the session's threads: its lanes' threads
+// and the threads they started while it was open.
+void Joiner::State::add_kernel_view(uint32_t tgid, ProcessState& proc, const SessionState& s,
+                                    Profile& p) {
   KernelData& k = p.kernel;
   k.present = true;
   k.lost_events = lost_total - std::min(lost_total, s.lost_at_begin);
@@ -218,6 +203,38 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
               return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
             });
   attribute_kernel(p);
+}
+
+void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial, bool truncated,
+                             int64_t now_ns, const char* reason) {
+  auto node = proc.sessions.extract(serial);
+  if (node.empty()) return;
+  SessionState& s = node.mapped();
+  proc.by_start.erase({s.start_ns, serial});
+  events_held -= std::min(events_held, s.events);
+  if (s.unreadable &&
+      s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
+    trim(proc);
+    return;
+  }
+  if (truncated || !s.ended) {
+    truncated = true;
+    s.end_ns = std::max(now_ns, s.last_ts);
+  }
+  Profile p = new_profile(proc.names);
+  p.captured_depth = s.ceiling;
+  p.start_ns = s.start_ns;
+  p.end_ns = std::max(s.end_ns, s.start_ns);
+  describe_session(tgid, s, truncated, reason, p);
+
+  std::unordered_map<uint32_t, uint32_t> fmap, smap;  // ids this session added itself
+  add_lanes(proc, s, truncated, p, fmap, smap);
+  drop_empty_lanes(p);  // as the in-process session does
+  build_tree(p);
+  group_framework_spans(p,
+                        &proc.grouping);  // MLflow's own calls as one node per run, as in process
+  learn_names(proc, p, fmap, smap);
+  add_kernel_view(tgid, proc, s, p);
 
   ++stats.sessions_finished;
   if (truncated) ++stats.sessions_truncated;

@@ -147,6 +147,18 @@ struct Joiner::State {
   void finalize(uint32_t tgid, ProcessState& proc, uint64_t serial, bool truncated, int64_t now_ns,
                 const char* reason);
   void finalize_all(uint32_t tgid, ProcessState& proc, int64_t now_ns, const char* reason);
+  // finalize's steps, in order: the profile's meta, its lanes (their ids
+  // made the profile's: local_function, local_label), the kernel's view.
+  void describe_session(uint32_t tgid, const SessionState& s, bool truncated, const char* reason,
+                        Profile& p);
+  void add_lanes(ProcessState& proc, SessionState& s, bool truncated, Profile& p,
+                 std::unordered_map<uint32_t, uint32_t>& fmap,
+                 std::unordered_map<uint32_t, uint32_t>& smap);
+  uint32_t local_function(ProcessState& proc, Profile& p,
+                          std::unordered_map<uint32_t, uint32_t>& fmap, uint32_t id, uint8_t flags);
+  uint32_t local_label(ProcessState& proc, Profile& p, std::unordered_map<uint32_t, uint32_t>& smap,
+                       uint32_t id);
+  void add_kernel_view(uint32_t tgid, ProcessState& proc, const SessionState& s, Profile& p);
   // A session's Profile on the process's names, every member new except
   // the arrays' memory, taken from `spare`.
   Profile new_profile(const std::shared_ptr<const FunctionTable>& names);

@@ -9,7 +9,6 @@
 // store, print the summary. Exit codes: see kExit* below and docs/ebpf.md.
 
 #include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +28,7 @@
 #include "agent/bpf_loader.h"
 #include "agent/capture.h"
 #include "agent/cli.h"
+#include "agent/clock.h"
 #include "agent/continuous.h"
 #include "agent/health.h"
 #include "agent/inject.h"

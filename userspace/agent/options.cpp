@@ -253,7 +253,7 @@ Result<Options> parse_options(int argc, char* const* argv) {
               "--store given twice ('" + opts.store + "', '" + arg +
               "'): the agent adds to one store; merge stores later with `mlprof combine`");
         }
-        if (arg.rfind("postgresql://", 0) == 0 || arg.rfind("postgres://", 0) == 0) {
+        if (arg.starts_with("postgresql://") || arg.starts_with("postgres://")) {
           return usage_error(
               "--store '" + arg +
               "': the agent writes SQLite stores only; for PostgreSQL write -o FILE.json "

@@ -134,7 +134,7 @@ bool looks_like_python(std::string_view exe_path, std::string_view maps) {
   const size_t slash = exe_path.rfind('/');
   const std::string_view base =
       slash == std::string_view::npos ? exe_path : exe_path.substr(slash + 1);
-  if (base.substr(0, 6) == "python") return true;
+  if (base.starts_with("python")) return true;
   return maps.find("/libpython") != std::string_view::npos;
 }
 

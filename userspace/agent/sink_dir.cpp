@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "agent/clock.h"
 #include "util/file_io.h"
 
 namespace mlprof::agent {
@@ -22,12 +22,6 @@ constexpr const char* kSuffix = ".json.gz";
 // A write cut short by a crash leaves write_file_atomic's ".NAME.tmp-..."
 // behind; one this old is nobody's write in progress.
 constexpr int64_t kStaleTemporaryNs = int64_t{3600} * 1'000'000'000;
-
-int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 bool all_of(const std::string& s, size_t from, size_t to, bool (*ok)(char)) {
   if (from >= to) return false;
@@ -232,7 +226,7 @@ std::string item_file_name(const std::string& key) {
 
 bool is_item_file_name(const std::string& name) {
   const size_t n = std::strlen(kSuffix);
-  if (name.size() <= n || name.compare(name.size() - n, n, kSuffix) != 0) return false;
+  if (name.size() <= n || !name.ends_with(kSuffix)) return false;
   const std::string key = name.substr(0, name.size() - n);
   // NODE _ WORKLOAD _ YYYYMMDDTHHMMSSZ _ RUN.N: exactly three '_'.
   const size_t a = key.find('_');

@@ -144,7 +144,7 @@ class MlflowSink final : public Sink {
       return {DeliveryStatus::kDelivered, "run " + run.id + " (already there)"};
     }
 
-    if (run.artifact_uri.rfind(kArtifactsScheme, 0) != 0) {
+    if (!run.artifact_uri.starts_with(kArtifactsScheme)) {
       return {DeliveryStatus::kRetry,
               "the run's artifact location " + run.artifact_uri +
                   " is not the tracking server's (mlflow-artifacts:/): start `mlflow "
@@ -153,7 +153,7 @@ class MlflowSink final : public Sink {
     // mlflow-artifacts:/1/<run>/artifacts or mlflow-artifacts://host/1/<run>/artifacts: the path
     // after the host.
     std::string path = run.artifact_uri.substr(std::string(kArtifactsScheme).size());
-    if (path.rfind("//", 0) == 0) path = path.substr(std::min(path.size(), path.find('/', 2)));
+    if (path.starts_with("//")) path = path.substr(std::min(path.size(), path.find('/', 2)));
     while (!path.empty() && path.front() == '/') path.erase(0, 1);
     const HttpResponse uploaded =
         client_.put(base_ + "/api/2.0/mlflow-artifacts/artifacts/" + path + "/" + kArtifactPath,

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rapidjson/document.h>
@@ -16,6 +15,7 @@
 #include <cstring>
 #include <map>
 
+#include "agent/clock.h"
 #include "agent/memory.h"
 #include "util/file_io.h"
 
@@ -27,11 +27,8 @@ constexpr const char* kDocSuffix = ".json.gz";
 constexpr const char* kItemSuffix = ".item";
 constexpr int kMetaVersion = 1;
 
-int64_t mono_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
+// CLOCK_MONOTONIC now, in ms (the health probe reads the same clock).
+int64_t mono_ms() { return now_ns() / 1'000'000; }
 
 // mkdir -p.
 int make_dirs(const std::string& path) {

@@ -3,10 +3,9 @@
 // document read back, and the source it becomes. One place, so both store
 // sinks reject the same items and label sources the same way.
 
-#include <time.h>
-
 #include <utility>
 
+#include "agent/clock.h"
 #include "agent/sink.h"
 #include "formats/json_read.h"
 #include "store/store.h"
@@ -35,9 +34,7 @@ inline Result<StoreItem> store_item(const SpoolItem& item) {
   out.info.type = "ebpf";
   out.info.labels = item.labels;
   out.info.labels[kItemKeyLabel] = item.key;
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  out.info.added_unix_ns = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  out.info.added_unix_ns = unix_now_ns();
   return out;
 }
 

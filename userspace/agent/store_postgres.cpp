@@ -121,7 +121,7 @@ std::string postgres_identity(const std::string& url) {
 }
 
 Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& url) {
-  if (url.rfind("postgresql://", 0) != 0 && url.rfind("postgres://", 0) != 0) {
+  if (!url.starts_with("postgresql://") && !url.starts_with("postgres://")) {
     return Error{Error::Kind::kUnsupported, 0, "not a postgresql:// URL"};
   }
   char* parse_error = nullptr;

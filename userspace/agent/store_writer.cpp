@@ -1,20 +1,10 @@
 #include "agent/store_writer.h"
 
-#include <time.h>
-
 #include <utility>
 
+#include "agent/clock.h"
+
 namespace mlprof::agent {
-
-namespace {
-
-int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-}  // namespace
 
 StoreWriter::StoreWriter(SqliteStore& store, SourceInfo info, size_t capacity)
     : store_(store), info_(std::move(info)), capacity_(capacity == 0 ? 1 : capacity) {}

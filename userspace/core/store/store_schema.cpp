@@ -388,7 +388,7 @@ std::vector<std::string> schema_statements(Dialect dialect, const std::string& v
 }
 
 std::string in_dialect(std::string statement, Dialect dialect) {
-  if (statement.rfind(kPostgresOnly, 0) == 0) {
+  if (statement.starts_with(kPostgresOnly)) {
     if (dialect != Dialect::kPostgres) return {};
     statement.erase(0, std::string(kPostgresOnly).size());
   }
