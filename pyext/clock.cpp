@@ -16,7 +16,7 @@ bool invariant_tsc() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) {
+    if (line.starts_with("flags")) {
       auto has = [&](const char* f) {
         return line.find(std::string(" ") + f) != std::string::npos;
       };

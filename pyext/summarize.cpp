@@ -123,10 +123,6 @@ bool to_int64(PyObject* v, int64_t* out) {
   return true;
 }
 
-bool starts_with(const std::string& s, std::string_view prefix) {
-  return s.size() >= prefix.size() && std::string_view(s).substr(0, prefix.size()) == prefix;
-}
-
 bool fill_shape(PyObject* shape, IOSummary* out) {
   if (!shape || !PyTuple_Check(shape)) {
     return false;  // torch.Size is a tuple
@@ -203,7 +199,7 @@ void class_names(PyTypeObject* t, std::string* module, std::string* qualname) {
 }
 
 bool in_package(const std::string& module, std::string_view package) {
-  return module.size() >= package.size() && starts_with(module, package) &&
+  return module.starts_with(package) &&
          (module.size() == package.size() || module[package.size()] == '.');
 }
 

@@ -101,7 +101,6 @@ Ref own_attr(PyObject* o, PyObject* name);
 Ref call_method0(PyObject* o, PyObject* name);
 Ref call_deep_false(PyObject* o, PyObject* name);
 bool to_int64(PyObject* v, int64_t* out);
-bool starts_with(const std::string& s, std::string_view prefix);
 bool fill_shape(PyObject* shape, IOSummary* out);
 void set_length_from_shape(IOSummary* out);
 

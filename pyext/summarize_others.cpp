@@ -17,7 +17,7 @@ void summarize_torch(PyObject* t, TypeInfo& info, IOSummary* out) {
   if (fill_shape(shape.get(), out)) set_length_from_shape(out);
   Ref dtype = get_attr(t, n.dtype);
   std::string d = str_of(dtype.get());
-  if (starts_with(d, "torch.")) d.erase(0, 6);
+  if (d.starts_with("torch.")) d.erase(0, 6);
   out->dtype = bounded_text(d, summarize::kDtypeMax);
   Ref device = get_attr(t, n.device);
   out->device = bounded_text(str_of(device.get()), 64);
