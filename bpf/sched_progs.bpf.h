@@ -114,7 +114,6 @@ static __always_inline int on_switch(unsigned long long* ctx, bool preempt,
   struct thread_state* st = prev_tid ? lookup_followed(prev_tid) : NULL;
 
   if (st) {
-    missed_switch_in(st, prev_tid, prev);
     /* Off-CPU begins. Blocked: it went to sleep (a voluntary switch
      * with a state other than TASK_RUNNING); otherwise it was
      * preempted or yielded and stays runnable: all run-queue wait. */
@@ -125,8 +124,6 @@ static __always_inline int on_switch(unsigned long long* ctx, bool preempt,
     } else {
       now = bpf_ktime_get_ns();
       st->off_start = now;
-      if (bpf_core_field_exists(prev->sched_info))
-        st->run_delay_out = BPF_CORE_READ(prev, sched_info.run_delay);
       st->prev_state = state;
       st->blocked = !preempt && state != 0;
       st->wake_ns = st->blocked ? 0 : now;
@@ -146,7 +143,25 @@ static __always_inline int on_switch(unsigned long long* ctx, bool preempt,
   st = next_tid ? lookup_followed(next_tid) : NULL;
   if (!st || !st->off_start) return 0;
   if (!now) now = bpf_ktime_get_ns();
-  send_off_cpu(st, next_tid, now);
+  struct mlprof_ev_off_cpu* e = reserve(sizeof(*e));
+
+  if (e) {
+    fill_header(&e->h, MLPROF_EV_OFF_CPU, now, st->tgid, next_tid);
+    e->start_ns = st->off_start;
+    e->wake_ns = st->wake_ns;
+    e->waker_tid = st->waker_tid;
+    e->waker_tgid = st->waker_tgid;
+    e->prev_state = st->prev_state;
+    e->blocked = st->blocked;
+    e->syscall = st->syscall;
+    e->waker_kind = st->waker_kind;
+    __builtin_memcpy(e->waker_comm, st->waker_comm, sizeof(e->waker_comm));
+    e->futex_addr = st->futex_addr;
+    e->wait_object = st->wait_object;
+    e->reserved = 0;
+    bpf_ringbuf_submit(e, batched(sizeof(*e)));
+  }
+  st->off_start = 0;
   return 0;
 }
 
@@ -179,17 +194,11 @@ static __always_inline int on_waking(__u32 tid) {
  * the thread's next switch-in (it must be enqueued to run), after
  * on_waking of the same wakeup; without one (attached in between) the
  * thread's wake time is stamped here alone. */
-static __always_inline int on_wakeup(struct task_struct* p, __u32 tid) {
+static __always_inline int on_wakeup(__u32 tid) {
   struct thread_state* st = bpf_map_lookup_elem(&followed, &tid);
 
   if (!st || !st->off_start || !st->blocked) return 0;
   st->wake_ns = bpf_ktime_get_ns();
-  /* Enqueued just now: sched_info stamped its last_queued (rq_clock) there. */
-  if (bpf_core_field_exists(p->sched_info)) {
-    __u64 queued = BPF_CORE_READ(p, sched_info.last_queued);
-
-    if (queued) rq_clock_offset = (__s64)(st->wake_ns - queued);
-  }
   return 0;
 }
 
@@ -284,7 +293,7 @@ SEC("tp_btf/sched_waking")
 int BPF_PROG(sched_waking_btf, struct task_struct* p) { return on_waking(p->pid); }
 
 SEC("tp_btf/sched_wakeup")
-int BPF_PROG(sched_wakeup_btf, struct task_struct* p) { return on_wakeup(p, p->pid); }
+int BPF_PROG(sched_wakeup_btf, struct task_struct* p) { return on_wakeup(p->pid); }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(sched_wakeup_new_btf, struct task_struct* p) { return on_wakeup_new(p); }
@@ -307,9 +316,7 @@ SEC("raw_tp/sched_waking")
 int BPF_PROG(sched_waking_raw, struct task_struct* p) { return on_waking(BPF_CORE_READ(p, pid)); }
 
 SEC("raw_tp/sched_wakeup")
-int BPF_PROG(sched_wakeup_raw, struct task_struct* p) {
-  return on_wakeup(p, BPF_CORE_READ(p, pid));
-}
+int BPF_PROG(sched_wakeup_raw, struct task_struct* p) { return on_wakeup(BPF_CORE_READ(p, pid)); }
 
 SEC("raw_tp/sched_wakeup_new")
 int BPF_PROG(sched_wakeup_new_raw, struct task_struct* p) { return on_wakeup_new(p); }
