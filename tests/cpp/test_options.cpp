@@ -149,6 +149,9 @@ TEST(Options, MissingValuesAndUnknownOptions) {
   EXPECT_NE(err({"--all", "--frobnicate"}).find("unknown option '--frobnicate'"),
             std::string::npos);
   EXPECT_NE(err({"--all", "-x"}).find("unknown option '-x'"), std::string::npos);
+  // First: getopt starts over from optind 0, which names the program, not the option.
+  EXPECT_NE(err({"--frobnicate", "--all"}).find("unknown option '--frobnicate'"),
+            std::string::npos);
   EXPECT_NE(err({"--all", "--stream=yes"}).find("--stream"), std::string::npos);
 }
 

@@ -123,300 +123,324 @@ std::string option_name(int c) {
   return "?";
 }
 
-}  // namespace
-
-Result<Options> parse_options(int argc, char* const* argv) {
+// What parse_options tracks besides the Options themselves.
+struct Parse {
   Options opts;
   bool format_given = false;
-  std::string given_continuous_only;  // the first option that needs --continuous
   std::optional<ExportFormat> format;
+  std::string continuous_only;  // the first option given that needs --continuous
+  void needs_continuous(const char* name) {
+    if (continuous_only.empty()) continuous_only = name;
+  }
+};
 
-  // getopt keeps global state: optind = 0 makes glibc start over (tests parse many times).
-  optind = 0;
-  opterr = 0;
-  for (;;) {
-    const int prev = optind;
-    const int c = getopt_long(argc, argv, "+:o:vh", kLongOptions, nullptr);
-    if (c == -1) break;
-    const std::string arg = optarg != nullptr ? optarg : "";
-    switch (c) {
-      case kPid: {
-        auto pid = parse_integer(arg, 1, 0x3fffffff);
-        if (!pid) {
-          return usage_error("--pid '" + arg +
-                             "' is not a process id: give a positive number, e.g. --pid 4242");
-        }
-        opts.pids.push_back(static_cast<pid_t>(*pid));
-        break;
+// The options that choose targets. False: c is not one of them.
+Result<bool> target_option(int c, const std::string& arg, Options& opts) {
+  switch (c) {
+    case kPid: {
+      auto pid = parse_integer(arg, 1, 0x3fffffff);
+      if (!pid) {
+        return usage_error("--pid '" + arg +
+                           "' is not a process id: give a positive number, e.g. --pid 4242");
       }
-      case kContainer:
-        if (arg.empty())
-          return usage_error(
-              "--container needs a container name or id, e.g. --container serving-1");
-        if (!opts.container.empty()) {
-          return usage_error(
-              "--container given twice ('" + opts.container + "', '" + arg +
-              "'): one container per agent; run one agent per container or use --all");
-        }
-        opts.container = arg;
-        break;
-      case kCgroup:
-        if (arg.empty())
-          return usage_error(
-              "--cgroup needs a cgroup v2 path, e.g. --cgroup /libpod_parent/libpod-<id>");
-        if (!opts.cgroup.empty()) {
-          return usage_error("--cgroup given twice: give the common parent cgroup once instead");
-        }
-        opts.cgroup = arg;
-        break;
-      case kAll:
-        opts.all = true;
-        break;
-      case kPod: {
-        // NAMESPACE/NAME[/CONTAINER]: each part a non-empty name without '/'.
-        size_t parts = 1;
-        bool empty_part = arg.empty() || arg.front() == '/' || arg.back() == '/' ||
-                          arg.find("//") != std::string::npos;
-        for (char ch : arg) parts += ch == '/' ? 1 : 0;
-        if (empty_part || parts < 2 || parts > 3) {
-          return usage_error("--pod '" + arg +
-                             "' is not NAMESPACE/NAME or NAMESPACE/NAME/CONTAINER: e.g. --pod "
-                             "ml/scorer-6c5d8 or --pod ml/scorer-6c5d8/model");
-        }
-        if (!opts.pod.empty()) {
-          return usage_error("--pod given twice ('" + opts.pod + "', '" + arg +
-                             "'): one pod per agent; run one agent per pod or use --all");
-        }
-        opts.pod = arg;
-        break;
-      }
-      case kHostRoot:
-        if (arg.empty() || arg.front() != '/') {
-          return usage_error("--host-root '" + arg +
-                             "' must be an absolute directory: where the node's / is mounted, "
-                             "e.g. --host-root /host");
-        }
-        opts.host_root = arg;
-        break;
-      case kHealthFile:
-        if (arg.empty()) {
-          return usage_error(
-              "--health-file needs a file name, e.g. --health-file /run/mlprof/health");
-        }
-        opts.health_file = arg;
-        break;
-      case kDuration: {
-        char* end = nullptr;
-        errno = 0;
-        const double d = std::strtod(arg.c_str(), &end);
-        if (arg.empty() || errno != 0 || end != arg.c_str() + arg.size() || !std::isfinite(d) ||
-            d <= 0) {
-          return usage_error(
-              "--duration '" + arg +
-              "' is not a positive number of seconds: e.g. --duration 30 or --duration 0.5 "
-              "(leave it out to run until Ctrl-C)");
-        }
-        opts.duration_s = d;
-        break;
-      }
-      case kDepth: {
-        auto depth = parse_integer(arg, -1, 1 << 20);
-        if (!depth) {
-          return usage_error(
-              "--depth '" + arg +
-              "' is not a depth: give 0 (the roots only), 1, 2 ... or -1 for everything captured");
-        }
-        opts.depth = static_cast<int>(*depth);
-        break;
-      }
-      case 'o':
-        if (arg.empty()) return usage_error("-o needs a file name, e.g. -o predict.trace.json");
-        opts.output = arg;
-        break;
-      case kFormat: {
-        if (!parse_format(arg, format)) {
-          return usage_error("--format '" + arg +
-                             "' is not a format: use text, json, chrome, pprof or speedscope "
-                             "(also json_gz, folded, html)");
-        }
-        format_given = true;
-        break;
-      }
-      case kStream:
-        opts.stream = true;
-        break;
-      case kStore:
-        if (arg.empty())
-          return usage_error("--store needs a SQLite file, e.g. --store profiles.db");
-        if (!opts.store.empty()) {
-          return usage_error(
-              "--store given twice ('" + opts.store + "', '" + arg +
-              "'): the agent adds to one store; merge stores later with `mlprof combine`");
-        }
-        if (arg.starts_with("postgresql://") || arg.starts_with("postgres://")) {
-          return usage_error(
-              "--store '" + arg +
-              "': the agent writes SQLite stores only; for PostgreSQL write -o FILE.json "
-              "and run `mlprof add URL FILE.json`");
-        }
-        opts.store = arg;
-        break;
-      case kLabel: {
-        const size_t eq = arg.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          return usage_error("--label takes KEY=VALUE, got '" + arg +
-                             "': e.g. --label model=fraud");
-        }
-        opts.labels[arg.substr(0, eq)] = arg.substr(eq + 1);
-        break;
-      }
-      case 'v':
-        ++opts.verbose;
-        break;
-      case 'h':
-      case kHelp:
-        opts.help = true;
-        break;
-      case kVersion:
-        opts.version = true;
-        break;
-      case kContinuous:
-        opts.continuous = true;
-        break;
-      case kSink:
-        if (arg.empty()) {
-          return usage_error(
-              "--sink needs a URL: a directory, sqlite:///PATH, postgresql://... or "
-              "http://MLFLOW:5000");
-        }
-        opts.sink = arg;
-        break;
-      case kSpool:
-        if (arg.empty())
-          return usage_error("--spool needs a directory, e.g. --spool /var/lib/mlprof/spool");
-        opts.spool = arg;
-        break;
-      case kRotate: {
-        auto ns = parse_duration_ns(arg);
-        if (!ns || *ns < 1'000'000'000) {
-          return usage_error("--rotate '" + arg +
-                             "' is not a period of at least 1 s: e.g. --rotate 60s or --rotate 5m");
-        }
-        opts.rotate_ns = *ns;
-        given_continuous_only = given_continuous_only.empty() ? "--rotate" : given_continuous_only;
-        break;
-      }
-      case kSpoolMaxMb: {
-        auto mb = parse_integer(arg, 1, 1 << 20);
-        if (!mb)
-          return usage_error("--spool-max-mb '" + arg +
-                             "' is not a size in MiB: e.g. --spool-max-mb 256");
-        opts.spool_max_bytes = static_cast<uint64_t>(*mb) << 20;
-        given_continuous_only =
-            given_continuous_only.empty() ? "--spool-max-mb" : given_continuous_only;
-        break;
-      }
-      case kSinkMaxMb: {
-        auto mb = parse_integer(arg, 1, 1 << 30);
-        if (!mb)
-          return usage_error("--sink-max-mb '" + arg +
-                             "' is not a size in MiB: e.g. --sink-max-mb 1024");
-        opts.sink_max_bytes = static_cast<uint64_t>(*mb) << 20;
-        if (opts.sink_bound_given.empty()) opts.sink_bound_given = "--sink-max-mb";
-        given_continuous_only =
-            given_continuous_only.empty() ? "--sink-max-mb" : given_continuous_only;
-        break;
-      }
-      case kSinkMaxAge: {
-        auto ns = parse_duration_ns(arg);
-        if (!ns || *ns < 1'000'000'000) {
-          return usage_error("--sink-max-age '" + arg +
-                             "' is not an age of at least 1 s: e.g. --sink-max-age 7d");
-        }
-        opts.sink_max_age_ns = *ns;
-        if (opts.sink_bound_given.empty()) opts.sink_bound_given = "--sink-max-age";
-        given_continuous_only =
-            given_continuous_only.empty() ? "--sink-max-age" : given_continuous_only;
-        break;
-      }
-      case kRetryMax: {
-        auto ns = parse_duration_ns(arg);
-        if (!ns)
-          return usage_error("--retry-max '" + arg + "' is not a duration: e.g. --retry-max 60s");
-        opts.retry_max_ns = *ns;
-        given_continuous_only =
-            given_continuous_only.empty() ? "--retry-max" : given_continuous_only;
-        break;
-      }
-      case kDutyCycle: {
-        const size_t slash = arg.find('/');
-        auto on =
-            slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(0, slash));
-        auto period =
-            slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(slash + 1));
-        if (!on || !period || *on >= *period) {
-          return usage_error(
-              "--duty-cycle '" + arg +
-              "' is not ON/PERIOD with ON shorter than PERIOD: e.g. --duty-cycle 10s/60s "
-              "(capture on for 10 s of every minute)");
-        }
-        opts.duty_on_ns = *on;
-        opts.duty_period_ns = *period;
-        break;
-      }
-      case kRingKb: {
-        auto kb = parse_integer(arg, 4, 1 << 20);
-        if (!kb || (*kb & (*kb - 1)) != 0) {
-          return usage_error("--ring-kb '" + arg +
-                             "' must be a power of two from 4 to 1048576 (KiB)");
-        }
-        opts.ring_bytes = static_cast<size_t>(*kb) * 1024;
-        break;
-      }
-      case kPerSpanProbes:
-        opts.per_span_probes = true;
-        break;
-      case kInject:
-        opts.inject = true;
-        break;
-      case kInjectPath:
-        if (arg.empty() || arg.front() != '/') {
-          return usage_error(
-              "--inject-path '" + arg +
-              "' must be an absolute directory, as the target process sees it, "
-              "holding mlflow_profiler: e.g. --inject-path /opt/mlprof/site-packages");
-        }
-        opts.inject_path = arg;
-        break;
-      case ':':
-        return usage_error(option_name(optopt) + " needs a value: see mlprof-ebpf --help");
-      case '?':
-      default:
-        // optopt: the letter of an unknown short option; 0 for an unknown long one,
-        // which is then the word getopt just stepped over.
-        if (optopt >= kPid || optopt == 'v') {  // "--stream=yes": a flag given a value
-          return usage_error(option_name(optopt) + " takes no value: see mlprof-ebpf --help");
-        }
-        if (optopt != 0) {
-          return usage_error("unknown option '-" + std::string(1, static_cast<char>(optopt)) +
-                             "': see mlprof-ebpf --help");
-        }
-        return usage_error("unknown option '" + std::string(prev < argc ? argv[prev] : "?") +
-                           "': see mlprof-ebpf --help for the options");
+      opts.pids.push_back(static_cast<pid_t>(*pid));
+      break;
     }
+    case kContainer:
+      if (arg.empty())
+        return usage_error("--container needs a container name or id, e.g. --container serving-1");
+      if (!opts.container.empty()) {
+        return usage_error("--container given twice ('" + opts.container + "', '" + arg +
+                           "'): one container per agent; run one agent per container or use --all");
+      }
+      opts.container = arg;
+      break;
+    case kCgroup:
+      if (arg.empty())
+        return usage_error(
+            "--cgroup needs a cgroup v2 path, e.g. --cgroup /libpod_parent/libpod-<id>");
+      if (!opts.cgroup.empty()) {
+        return usage_error("--cgroup given twice: give the common parent cgroup once instead");
+      }
+      opts.cgroup = arg;
+      break;
+    case kAll:
+      opts.all = true;
+      break;
+    case kPod: {
+      // NAMESPACE/NAME[/CONTAINER]: each part a non-empty name without '/'.
+      size_t parts = 1;
+      bool empty_part = arg.empty() || arg.front() == '/' || arg.back() == '/' ||
+                        arg.find("//") != std::string::npos;
+      for (char ch : arg) parts += ch == '/' ? 1 : 0;
+      if (empty_part || parts < 2 || parts > 3) {
+        return usage_error("--pod '" + arg +
+                           "' is not NAMESPACE/NAME or NAMESPACE/NAME/CONTAINER: e.g. --pod "
+                           "ml/scorer-6c5d8 or --pod ml/scorer-6c5d8/model");
+      }
+      if (!opts.pod.empty()) {
+        return usage_error("--pod given twice ('" + opts.pod + "', '" + arg +
+                           "'): one pod per agent; run one agent per pod or use --all");
+      }
+      opts.pod = arg;
+      break;
+    }
+    case kHostRoot:
+      if (arg.empty() || arg.front() != '/') {
+        return usage_error("--host-root '" + arg +
+                           "' must be an absolute directory: where the node's / is mounted, "
+                           "e.g. --host-root /host");
+      }
+      opts.host_root = arg;
+      break;
+    case kHealthFile:
+      if (arg.empty()) {
+        return usage_error(
+            "--health-file needs a file name, e.g. --health-file /run/mlprof/health");
+      }
+      opts.health_file = arg;
+      break;
+    default:
+      return false;
   }
-  if (optind < argc) {
-    return usage_error("unexpected argument '" + std::string(argv[optind]) +
-                       "': targets are chosen with --pid, --container, --pod, --cgroup or --all");
+  return true;
+}
+
+// The options of one capture: its length and depth, the agent's own
+// switches, and --inject. False: c is not one of them.
+Result<bool> capture_option(int c, const std::string& arg, Parse& p) {
+  Options& opts = p.opts;
+  switch (c) {
+    case kDuration: {
+      char* end = nullptr;
+      errno = 0;
+      const double d = std::strtod(arg.c_str(), &end);
+      if (arg.empty() || errno != 0 || end != arg.c_str() + arg.size() || !std::isfinite(d) ||
+          d <= 0) {
+        return usage_error(
+            "--duration '" + arg +
+            "' is not a positive number of seconds: e.g. --duration 30 or --duration 0.5 "
+            "(leave it out to run until Ctrl-C)");
+      }
+      opts.duration_s = d;
+      break;
+    }
+    case kDepth: {
+      auto depth = parse_integer(arg, -1, 1 << 20);
+      if (!depth) {
+        return usage_error(
+            "--depth '" + arg +
+            "' is not a depth: give 0 (the roots only), 1, 2 ... or -1 for everything captured");
+      }
+      opts.depth = static_cast<int>(*depth);
+      break;
+    }
+    case 'v':
+      ++opts.verbose;
+      break;
+    case 'h':
+    case kHelp:
+      opts.help = true;
+      break;
+    case kVersion:
+      opts.version = true;
+      break;
+    case kRingKb: {
+      auto kb = parse_integer(arg, 4, 1 << 20);
+      if (!kb || (*kb & (*kb - 1)) != 0) {
+        return usage_error("--ring-kb '" + arg +
+                           "' must be a power of two from 4 to 1048576 (KiB)");
+      }
+      opts.ring_bytes = static_cast<size_t>(*kb) * 1024;
+      break;
+    }
+    case kPerSpanProbes:
+      opts.per_span_probes = true;
+      break;
+    case kInject:
+      opts.inject = true;
+      break;
+    case kInjectPath:
+      if (arg.empty() || arg.front() != '/') {
+        return usage_error("--inject-path '" + arg +
+                           "' must be an absolute directory, as the target process sees it, "
+                           "holding mlflow_profiler: e.g. --inject-path /opt/mlprof/site-packages");
+      }
+      opts.inject_path = arg;
+      break;
+    default:
+      return false;
   }
-  if (opts.help || opts.version) return opts;
+  return true;
+}
+
+// Where one capture goes: its file, format, stream and store. False: c is
+// not one of them.
+Result<bool> output_option(int c, const std::string& arg, Parse& p) {
+  Options& opts = p.opts;
+  switch (c) {
+    case 'o':
+      if (arg.empty()) return usage_error("-o needs a file name, e.g. -o predict.trace.json");
+      opts.output = arg;
+      break;
+    case kFormat: {
+      if (!parse_format(arg, p.format)) {
+        return usage_error("--format '" + arg +
+                           "' is not a format: use text, json, chrome, pprof or speedscope "
+                           "(also json_gz, folded, html)");
+      }
+      p.format_given = true;
+      break;
+    }
+    case kStream:
+      opts.stream = true;
+      break;
+    case kStore:
+      if (arg.empty()) return usage_error("--store needs a SQLite file, e.g. --store profiles.db");
+      if (!opts.store.empty()) {
+        return usage_error(
+            "--store given twice ('" + opts.store + "', '" + arg +
+            "'): the agent adds to one store; merge stores later with `mlprof combine`");
+      }
+      if (arg.starts_with("postgresql://") || arg.starts_with("postgres://")) {
+        return usage_error(
+            "--store '" + arg +
+            "': the agent writes SQLite stores only; for PostgreSQL write -o FILE.json "
+            "and run `mlprof add URL FILE.json`");
+      }
+      opts.store = arg;
+      break;
+    case kLabel: {
+      const size_t eq = arg.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return usage_error("--label takes KEY=VALUE, got '" + arg + "': e.g. --label model=fraud");
+      }
+      opts.labels[arg.substr(0, eq)] = arg.substr(eq + 1);
+      break;
+    }
+    default:
+      return false;
+  }
+  return true;
+}
+
+// --duty-cycle ON/PERIOD, both durations, ON shorter than PERIOD.
+Result<Ok> parse_duty_cycle(const std::string& arg, Options& opts) {
+  const size_t slash = arg.find('/');
+  auto on = slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(0, slash));
+  auto period =
+      slash == std::string::npos ? std::nullopt : parse_duration_ns(arg.substr(slash + 1));
+  if (!on || !period || *on >= *period) {
+    return usage_error("--duty-cycle '" + arg +
+                       "' is not ON/PERIOD with ON shorter than PERIOD: e.g. --duty-cycle 10s/60s "
+                       "(capture on for 10 s of every minute)");
+  }
+  opts.duty_on_ns = *on;
+  opts.duty_period_ns = *period;
+  return Ok{};
+}
+
+// The continuous agent's options. False: c is not one of them.
+Result<bool> continuous_option(int c, const std::string& arg, Parse& p) {
+  Options& opts = p.opts;
+  switch (c) {
+    case kContinuous:
+      opts.continuous = true;
+      break;
+    case kSink:
+      if (arg.empty()) {
+        return usage_error(
+            "--sink needs a URL: a directory, sqlite:///PATH, postgresql://... or "
+            "http://MLFLOW:5000");
+      }
+      opts.sink = arg;
+      break;
+    case kSpool:
+      if (arg.empty())
+        return usage_error("--spool needs a directory, e.g. --spool /var/lib/mlprof/spool");
+      opts.spool = arg;
+      break;
+    case kRotate: {
+      auto ns = parse_duration_ns(arg);
+      if (!ns || *ns < 1'000'000'000) {
+        return usage_error("--rotate '" + arg +
+                           "' is not a period of at least 1 s: e.g. --rotate 60s or --rotate 5m");
+      }
+      opts.rotate_ns = *ns;
+      p.needs_continuous("--rotate");
+      break;
+    }
+    case kSpoolMaxMb: {
+      auto mb = parse_integer(arg, 1, 1 << 20);
+      if (!mb)
+        return usage_error("--spool-max-mb '" + arg +
+                           "' is not a size in MiB: e.g. --spool-max-mb 256");
+      opts.spool_max_bytes = static_cast<uint64_t>(*mb) << 20;
+      p.needs_continuous("--spool-max-mb");
+      break;
+    }
+    case kSinkMaxMb: {
+      auto mb = parse_integer(arg, 1, 1 << 30);
+      if (!mb)
+        return usage_error("--sink-max-mb '" + arg +
+                           "' is not a size in MiB: e.g. --sink-max-mb 1024");
+      opts.sink_max_bytes = static_cast<uint64_t>(*mb) << 20;
+      if (opts.sink_bound_given.empty()) opts.sink_bound_given = "--sink-max-mb";
+      p.needs_continuous("--sink-max-mb");
+      break;
+    }
+    case kSinkMaxAge: {
+      auto ns = parse_duration_ns(arg);
+      if (!ns || *ns < 1'000'000'000) {
+        return usage_error("--sink-max-age '" + arg +
+                           "' is not an age of at least 1 s: e.g. --sink-max-age 7d");
+      }
+      opts.sink_max_age_ns = *ns;
+      if (opts.sink_bound_given.empty()) opts.sink_bound_given = "--sink-max-age";
+      p.needs_continuous("--sink-max-age");
+      break;
+    }
+    case kRetryMax: {
+      auto ns = parse_duration_ns(arg);
+      if (!ns)
+        return usage_error("--retry-max '" + arg + "' is not a duration: e.g. --retry-max 60s");
+      opts.retry_max_ns = *ns;
+      p.needs_continuous("--retry-max");
+      break;
+    }
+    case kDutyCycle:
+      if (auto ok = parse_duty_cycle(arg, opts); !ok) return ok.error();
+      break;
+    default:
+      return false;
+  }
+  return true;
+}
+
+// getopt's ':' (a value missing) and '?' (an unknown option or a flag given a value).
+Error getopt_error(int c, int prev, int argc, char* const* argv) {
+  if (c == ':') return usage_error(option_name(optopt) + " needs a value: see mlprof-ebpf --help");
+  // optopt: the letter of an unknown short option; 0 for an unknown long one,
+  // which is then the word getopt just stepped over.
+  if (optopt >= kPid || optopt == 'v') {  // "--stream=yes": a flag given a value
+    return usage_error(option_name(optopt) + " takes no value: see mlprof-ebpf --help");
+  }
+  if (optopt != 0) {
+    return usage_error("unknown option '-" + std::string(1, static_cast<char>(optopt)) +
+                       "': see mlprof-ebpf --help");
+  }
+  return usage_error("unknown option '" + std::string(prev < argc ? argv[prev] : "?") +
+                     "': see mlprof-ebpf --help for the options");
+}
+
+// The options that only make sense together, and the one target kind.
+Result<Ok> check_combination(Parse& p) {
+  const Options& opts = p.opts;
   if (!opts.sink.empty() || opts.spool != Options{}.spool) {
-    given_continuous_only = given_continuous_only.empty()
-                                ? (opts.sink.empty() ? "--spool" : "--sink")
-                                : given_continuous_only;
+    p.needs_continuous(opts.sink.empty() ? "--spool" : "--sink");
   }
-  if (!opts.continuous && !given_continuous_only.empty()) {
-    return usage_error(given_continuous_only +
+  if (!opts.continuous && !p.continuous_only.empty()) {
+    return usage_error(p.continuous_only +
                        " belongs to the continuous agent: give --continuous --sink URL too");
   }
   if (opts.continuous) {
@@ -425,7 +449,7 @@ Result<Options> parse_options(int argc, char* const* argv) {
           "--continuous needs --sink URL: a directory, sqlite:///PATH, postgresql://... or "
           "http://MLFLOW:5000");
     }
-    if (!opts.output.empty() || !opts.store.empty() || opts.stream || format_given) {
+    if (!opts.output.empty() || !opts.store.empty() || opts.stream || p.format_given) {
       return usage_error(
           "--continuous delivers to --sink every --rotate period: -o, --format, --store and "
           "--stream are for a single capture");
@@ -455,22 +479,49 @@ Result<Options> parse_options(int argc, char* const* argv) {
   }
   if (kinds > 1) {
     return usage_error(
-        "--pid, --container, --pod, --cgroup and --all choose targets in different ways: give one "
-        "of "
-        "them");
+        "--pid, --container, --pod, --cgroup and --all choose targets in different ways: "
+        "give one of them");
   }
+  return Ok{};
+}
 
-  if (format_given) {
-    opts.format = format;
-  } else if (!opts.output.empty()) {
-    opts.format = format_for_path(opts.output);  // nullopt: a text file
+}  // namespace
+
+Result<Options> parse_options(int argc, char* const* argv) {
+  Parse p;
+  // getopt keeps global state: optind = 0 makes glibc start over (tests parse many times).
+  optind = 0;
+  opterr = 0;
+  for (;;) {
+    const int prev = optind == 0 ? 1 : optind;  // optind 0: starting over (argv[0] is the program)
+    const int c = getopt_long(argc, argv, "+:o:vh", kLongOptions, nullptr);
+    if (c == -1) break;
+    if (c == ':' || c == '?') return getopt_error(c, prev, argc, argv);
+    const std::string arg = optarg != nullptr ? optarg : "";
+    auto handled = target_option(c, arg, p.opts);
+    if (handled && !handled.value()) handled = capture_option(c, arg, p);
+    if (handled && !handled.value()) handled = output_option(c, arg, p);
+    if (handled && !handled.value()) handled = continuous_option(c, arg, p);
+    if (!handled) return handled.error();
+    if (!handled.value()) return getopt_error('?', prev, argc, argv);
   }
-  if (opts.output.empty() && opts.format &&
-      (*opts.format == ExportFormat::kPprof || *opts.format == ExportFormat::kJsonGz)) {
-    return usage_error("--format " + format_label(opts.format) +
+  if (optind < argc) {
+    return usage_error("unexpected argument '" + std::string(argv[optind]) +
+                       "': targets are chosen with --pid, --container, --pod, --cgroup or --all");
+  }
+  if (p.opts.help || p.opts.version) return p.opts;
+  if (auto ok = check_combination(p); !ok) return ok.error();
+  if (p.format_given) {
+    p.opts.format = p.format;
+  } else if (!p.opts.output.empty()) {
+    p.opts.format = format_for_path(p.opts.output);  // nullopt: a text file
+  }
+  if (p.opts.output.empty() && p.opts.format &&
+      (*p.opts.format == ExportFormat::kPprof || *p.opts.format == ExportFormat::kJsonGz)) {
+    return usage_error("--format " + format_label(p.opts.format) +
                        " is gzip-compressed binary: write it to a file with -o FILE");
   }
-  return opts;
+  return p.opts;
 }
 
 Result<Options> parse_options(const std::vector<std::string>& args) {
