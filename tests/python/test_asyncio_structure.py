@@ -403,7 +403,11 @@ def test_to_thread_work_hangs_under_the_task_that_awaited_it(engine, depth):
         assert (
             w["thread_id"] != o["thread_id"] and w["depth"] == 3
         )  # offload_all: a root (no span ran the loop)
-        assert abs(w["wall_ns"] / 1e9 - own) <= tolerance(engine) * own, (w["wall_ns"], own)
+        # The span opens and closes in the pool thread's hook, which five
+        # threads share the GIL with: the reference engine's Python hook can
+        # be made to hand it over at each, for up to a switch interval.
+        gil = 2 * sys.getswitchinterval() if engine == "reference" else 0.0
+        assert abs(w["wall_ns"] / 1e9 - own) <= tolerance(engine) * own + gil, (w["wall_ns"], own)
     assert len([n for n in walk(roots) if n["label"] == "blocking"]) == 4
 
 

@@ -224,5 +224,7 @@ def test_core_io_roles():
 
 @pytest.mark.parametrize("name", ["OFF_CPU_MIN_NS", "OFF_CPU_QUANTUM_NS"])
 def test_core_constants_are_ints(name):
-    """The constants the reference engine reads from _core exist (stubbed in _core.pyi)."""
+    """The constants Python reads from _core exist (stubbed in _core.pyi): the
+    reference engine's off-CPU quantum, and the off-CPU minimum that
+    test_overhead_cut.py sizes its waits by."""
     assert isinstance(getattr(_core, name), int)
