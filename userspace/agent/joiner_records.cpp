@@ -363,65 +363,70 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
   for (uint32_t i = 0; i < head.lanes; ++i) {
     mlprof_spans_lane ml{};
     if (!read(ml)) break;
-    LaneState& ls = s.lanes[ml.lane];
-    Lane& lane = ls.lane;
-    ls.seen_begin = true;  // the body describes it whole
-    lane.pid = s.tgid;
-    lane.session = s.serial;
-    join_thread(p, s, ml.lane, ls, ml.native_tid);
-    lane.thread_id = ml.thread_ident;
-    lane.thread_name = field(ml.thread_name);
-    lane.task = ml.task;
-    lane.parent_lane =
-        ml.parent_lane == MLPROF_NO_PARENT_LANE ? -1 : static_cast<int32_t>(ml.parent_lane);
-    lane.parent_call = ml.parent_call;
-    lane.dropped = ml.dropped;
-    lane.truncated = ml.truncated != 0;
-    lane.events.clear();
-    const size_t fit = (b.size() - at) / sizeof(mlprof_spans_event);
-    size_t n = std::min<size_t>(ml.events, fit);
-    if (n < ml.events) lane.truncated = true;
-    if (s.events + n > limits.max_events_per_session || events_held + n > limits.max_events_total) {
-      ++stats.events_over_cap;
-      n = std::min(
-          limits.max_events_per_session - std::min(limits.max_events_per_session, s.events),
-          limits.max_events_total - std::min(limits.max_events_total, events_held));
-      lane.truncated = true;
-    }
-    lane.events.resize(n);
-    for (size_t k = 0; k < n; ++k) {
-      mlprof_spans_event e{};
-      std::memcpy(&e, b.data() + at + k * sizeof(e), sizeof(e));
-      const auto newest = head.version == MLPROF_SPANS_MARKS_VERSION   ? EventKind::kMark
-                          : head.version == MLPROF_SPANS_FOLDS_VERSION ? EventKind::kFoldCount
-                                                                       : EventKind::kLabel;
-      if (e.kind < static_cast<uint8_t>(EventKind::kCall) ||
-          e.kind > static_cast<uint8_t>(newest)) {
-        ++stats.malformed;
-        lane.events.resize(k);
-        lane.truncated = true;
-        break;
-      }
-      lane.events[k] = make_event(static_cast<EventKind>(e.kind), e.ts_ns, e.id, e.flags);
-    }
-    at += std::min<size_t>(ml.events, fit) * sizeof(mlprof_spans_event);
-    s.events += lane.events.size();
-    events_held += lane.events.size();
-    for (uint32_t k = 0; k < ml.ios; ++k) {
-      mlprof_spans_io io{};
-      if (!read(io)) {
-        lane.truncated = true;
-        break;
-      }
-      IORecord rec;
-      rec.call = io.call;  // build_tree drops a record whose call is not a kCall of the lane
-      rec.role = io.role == MLPROF_IO_RETURN ? IORole::kReturn : IORole::kArgument;
-      rec.name = field(io.name);
-      rec.summary = parse_io_text(field(io.summary));
-      lane.io.push_back(std::move(rec));
-    }
+    apply_body_lane(p, s, ml, head.version, b, at);
   }
   s.body = std::string();  // the next body (a later checkpoint's) starts afresh
+}
+
+void Joiner::State::apply_body_lane(ProcessState& p, SessionState& s, const mlprof_spans_lane& ml,
+                                    uint32_t version, std::string_view b, size_t& at) {
+  LaneState& ls = s.lanes[ml.lane];
+  Lane& lane = ls.lane;
+  ls.seen_begin = true;  // the body describes it whole
+  lane.pid = s.tgid;
+  lane.session = s.serial;
+  join_thread(p, s, ml.lane, ls, ml.native_tid);
+  lane.thread_id = ml.thread_ident;
+  lane.thread_name = field(ml.thread_name);
+  lane.task = ml.task;
+  lane.parent_lane =
+      ml.parent_lane == MLPROF_NO_PARENT_LANE ? -1 : static_cast<int32_t>(ml.parent_lane);
+  lane.parent_call = ml.parent_call;
+  lane.dropped = ml.dropped;
+  lane.truncated = ml.truncated != 0;
+  lane.events.clear();
+  const size_t fit = (b.size() - at) / sizeof(mlprof_spans_event);
+  size_t n = std::min<size_t>(ml.events, fit);
+  if (n < ml.events) lane.truncated = true;
+  if (s.events + n > limits.max_events_per_session || events_held + n > limits.max_events_total) {
+    ++stats.events_over_cap;
+    n = std::min(limits.max_events_per_session - std::min(limits.max_events_per_session, s.events),
+                 limits.max_events_total - std::min(limits.max_events_total, events_held));
+    lane.truncated = true;
+  }
+  lane.events.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    mlprof_spans_event e{};
+    std::memcpy(&e, b.data() + at + k * sizeof(e), sizeof(e));
+    const auto newest = version == MLPROF_SPANS_MARKS_VERSION   ? EventKind::kMark
+                        : version == MLPROF_SPANS_FOLDS_VERSION ? EventKind::kFoldCount
+                                                                : EventKind::kLabel;
+    if (e.kind < static_cast<uint8_t>(EventKind::kCall) || e.kind > static_cast<uint8_t>(newest)) {
+      ++stats.malformed;
+      lane.events.resize(k);
+      lane.truncated = true;
+      break;
+    }
+    lane.events[k] = make_event(static_cast<EventKind>(e.kind), e.ts_ns, e.id, e.flags);
+  }
+  at += std::min<size_t>(ml.events, fit) * sizeof(mlprof_spans_event);
+  s.events += lane.events.size();
+  events_held += lane.events.size();
+  for (uint32_t k = 0; k < ml.ios; ++k) {
+    mlprof_spans_io io{};
+    if (b.size() - at < sizeof(io)) {
+      lane.truncated = true;
+      break;
+    }
+    std::memcpy(&io, b.data() + at, sizeof(io));
+    at += sizeof(io);
+    IORecord rec;
+    rec.call = io.call;  // build_tree drops a record whose call is not a kCall of the lane
+    rec.role = io.role == MLPROF_IO_RETURN ? IORole::kReturn : IORole::kArgument;
+    rec.name = field(io.name);
+    rec.summary = parse_io_text(field(io.summary));
+    lane.io.push_back(std::move(rec));
+  }
 }
 
 void Joiner::State::lane_begin(const mlprof_ev_lane& r) {

@@ -132,6 +132,10 @@ struct Joiner::State {
   // r's fields before `data`; the piece's bytes are at `data` (read in place).
   void chunk(const mlprof_ev_chunk& r, const char* data);
   void apply_body(ProcessState& p, SessionState& s, std::string_view b);
+  // One lane of a body: its events and I/O records from b at `at`, which
+  // ends past them.
+  void apply_body_lane(ProcessState& p, SessionState& s, const mlprof_spans_lane& ml,
+                       uint32_t version, std::string_view b, size_t& at);
   void join_thread(ProcessState& p, SessionState& s, uint32_t lane, LaneState& ls, uint64_t ns_tid);
   void off_cpu(const mlprof_ev_off_cpu& r);
   void thread(const mlprof_ev_thread& r, bool start);

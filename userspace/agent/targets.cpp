@@ -151,6 +151,72 @@ std::string pod_cgroup_dir(std::string_view text) {
   return {};
 }
 
+// A pod with processes on this node: its names, containers and cgroup.
+struct PodSeen {
+  std::optional<PodNames> names;
+  std::set<std::string> containers;
+  std::string cgroup;  // the pod's cgroup (v2 path, or a v1 line's)
+};
+
+// The pods with processes on this node, by uid, from each process's cgroup.
+std::map<std::string, PodSeen> pods_on_node(const std::string& proc, PodResolver& resolver) {
+  std::map<std::string, PodSeen> pods;
+  for (const std::string& name : list_dir(proc)) {
+    if (!is_pid_name(name)) continue;
+    auto text = read_text(proc + "/" + name + "/cgroup", 1 << 16);
+    if (!text) continue;
+    auto pc = pod_cgroup_in_proc(*text);
+    if (!pc) continue;
+    PodSeen& seen = pods[pc->pod_uid];
+    auto names = resolver.names(*pc);
+    if (names && !names->container.empty()) seen.containers.insert(names->container);
+    if (names && !seen.names) seen.names = names;
+    if (seen.cgroup.empty()) seen.cgroup = pod_cgroup_dir(*text);
+  }
+  return pods;
+}
+
+Error pod_error(std::string message) {
+  return Error{Error::Kind::kUnsupported, 0, std::move(message)};
+}
+
+// "ns/name (containers)", or the uid when the pod's names were not found.
+std::string describe_pod(const std::string& uid, const PodSeen& s) {
+  std::string out = s.names ? s.names->namespace_ + "/" + s.names->pod
+                            : "pod uid " + uid +
+                                  " (no names: its runtime state and pod log "
+                                  "directory were not found)";
+  if (!s.containers.empty()) {
+    out += " (";
+    bool first = true;
+    for (const std::string& c : s.containers) out += (std::exchange(first, false) ? "" : ", ") + c;
+    out += ")";
+  }
+  return out;
+}
+
+// --pod matched no pod: the pods there are, or why there are none.
+Error pod_not_found(const std::string& given, const std::string& ns_name,
+                    const std::map<std::string, PodSeen>& pods, const std::string& proc) {
+  if (pods.empty()) {
+    return pod_error("pod '" + given +
+                     "' not found: no process on this node runs in a Kubernetes pod (no kubepods "
+                     "cgroup in " +
+                     proc + "/*/cgroup); on Kubernetes the agent needs hostPID: true");
+  }
+  std::string list;
+  size_t shown = 0;
+  for (const auto& [uid, s] : pods) {
+    if (shown++ == 20) {
+      list += ", ... (" + std::to_string(pods.size()) + " pods)";
+      break;
+    }
+    list += (list.empty() ? "" : ", ") + describe_pod(uid, s);
+  }
+  return pod_error("pod '" + ns_name +
+                   "' not found on this node; pods with processes here: " + list);
+}
+
 }  // namespace
 
 Result<Ok> TargetFinder::check_pod() {
@@ -160,83 +226,31 @@ Result<Ok> TargetFinder::check_pod() {
     if (slash == std::string_view::npos) break;
     rest.remove_prefix(slash + 1);
   }
-  // The pods with processes on this node, by uid: their names and containers.
-  struct Seen {
-    std::optional<PodNames> names;
-    std::set<std::string> containers;
-    std::string cgroup;  // the pod's cgroup (v2 path, or a v1 line's)
-  };
-  std::map<std::string, Seen> pods;
-  for (const std::string& name : list_dir(paths_.proc)) {
-    if (!is_pid_name(name)) continue;
-    auto text = read_text(paths_.proc + "/" + name + "/cgroup", 1 << 16);
-    if (!text) continue;
-    auto pc = pod_cgroup_in_proc(*text);
-    if (!pc) continue;
-    Seen& seen = pods[pc->pod_uid];
-    auto names = pods_.names(*pc);
-    if (names && !names->container.empty()) seen.containers.insert(names->container);
-    if (names && !seen.names) seen.names = names;
-    if (seen.cgroup.empty()) seen.cgroup = pod_cgroup_dir(*text);
-  }
-  auto fail = [](std::string message) {
-    return Error{Error::Kind::kUnsupported, 0, std::move(message)};
-  };
-  auto describe_pod = [](const std::string& uid, const Seen& s) {
-    std::string out = s.names ? s.names->namespace_ + "/" + s.names->pod
-                              : "pod uid " + uid +
-                                    " (no names: its runtime state and pod log "
-                                    "directory were not found)";
-    if (!s.containers.empty()) {
-      out += " (";
-      bool first = true;
-      for (const std::string& c : s.containers)
-        out += (std::exchange(first, false) ? "" : ", ") + c;
-      out += ")";
-    }
-    return out;
-  };
-  std::vector<const std::pair<const std::string, Seen>*> matches;
+  const std::map<std::string, PodSeen> pods = pods_on_node(paths_.proc, pods_);
+  std::vector<const std::pair<const std::string, PodSeen>*> matches;
   for (const auto& entry : pods) {
-    const Seen& s = entry.second;
+    const PodSeen& s = entry.second;
     if (s.names && s.names->namespace_ == pod_sel_[0] && s.names->pod == pod_sel_[1])
       matches.push_back(&entry);
   }
   const std::string ns_name = pod_sel_[0] + "/" + pod_sel_[1];
-  if (matches.empty()) {
-    if (pods.empty()) {
-      return fail("pod '" + selection_.pod +
-                  "' not found: no process on this node runs in a Kubernetes pod (no kubepods "
-                  "cgroup in " +
-                  paths_.proc + "/*/cgroup); on Kubernetes the agent needs hostPID: true");
-    }
-    std::string list;
-    size_t shown = 0;
-    for (const auto& [uid, s] : pods) {
-      if (shown++ == 20) {
-        list += ", ... (" + std::to_string(pods.size()) + " pods)";
-        break;
-      }
-      list += (list.empty() ? "" : ", ") + describe_pod(uid, s);
-    }
-    return fail("pod '" + ns_name + "' not found on this node; pods with processes here: " + list);
-  }
+  if (matches.empty()) return pod_not_found(selection_.pod, ns_name, pods, paths_.proc);
   if (matches.size() > 1) {
     std::string list;
     for (const auto* m : matches) {
       list += (list.empty() ? "" : ", ") + std::string("uid ") + m->first +
               (m->second.cgroup.empty() ? "" : " (cgroup " + m->second.cgroup + ")");
     }
-    return fail("pod '" + ns_name + "' matches " + std::to_string(matches.size()) +
-                " pods on this node (a pod recreated while the old one still runs): " + list +
-                "; wait for the old one to end, or give one with --cgroup");
+    return pod_error("pod '" + ns_name + "' matches " + std::to_string(matches.size()) +
+                     " pods on this node (a pod recreated while the old one still runs): " + list +
+                     "; wait for the old one to end, or give one with --cgroup");
   }
   if (pod_sel_.size() > 2) {
-    const Seen& s = matches.front()->second;
+    const PodSeen& s = matches.front()->second;
     if (s.containers.count(pod_sel_[2]) == 0) {
       std::string list;
       for (const std::string& c : s.containers) list += (list.empty() ? "" : ", ") + c;
-      return fail(
+      return pod_error(
           "pod " + ns_name + " has no container '" + pod_sel_[2] +
           "' with processes on this node; its containers: " +
           (list.empty() ? std::string("none named (no runtime state or log links)") : list));
@@ -349,6 +363,68 @@ std::map<std::string, std::string> TargetFinder::labels_of(const std::string& cg
   return labels;
 }
 
+void TargetFinder::pid_gone(pid_t pid) {
+  if (selection_.pids.empty()) return;
+  gone_pids_.insert(pid);
+  waiting_pids_.erase(pid);
+}
+
+void TargetFinder::rescan_pid(pid_t pid, Changes& changes, std::set<pid_t>& seen,
+                              std::map<pid_t, std::pair<uint64_t, uint64_t>>& next_not_targets) {
+  const std::string dir = paths_.proc + "/" + std::to_string(pid);
+  // --pid and --all select without the cgroup: it is read only for a
+  // process probed. The others: the cgroup rules a process out before
+  // its stat (and maps) are read.
+  const bool by_cgroup = selection_.pids.empty() && !selection_.all;
+  std::optional<std::string> cgroup_text;
+  if (by_cgroup) {
+    cgroup_text = read_text(dir + "/cgroup");
+    if (cgroup_text && !selected(pid, *cgroup_text)) return;
+  }
+  const auto stat = cgroup_text || !by_cgroup ? proc_stat(paths_.proc, pid) : std::nullopt;
+  if ((by_cgroup && !cgroup_text) || !stat || stat->state == 'Z' || stat->state == 'X') {
+    pid_gone(pid);
+    return;
+  }
+  const uint64_t started = stat->start_time;
+  auto have = current_.find(pid);
+  if (have != current_.end()) {
+    if (start_times_[pid] == started) {
+      seen.insert(pid);
+      return;
+    }
+    // The pid was reused: the old target is gone, the new process is looked at afresh.
+    changes.exited.push_back(pid);
+    current_.erase(have);
+  }
+  // A process found not to be a target, whose mappings have not changed
+  // since (same start time, same vsize: loading the extension grows it),
+  // is not read again: on a node of thousands of processes, --all would
+  // otherwise read every maps file every rescan.
+  const std::pair<uint64_t, uint64_t> mark{started, stat->vsize};
+  if (auto nt = not_targets_.find(pid); nt != not_targets_.end() && nt->second == mark) {
+    next_not_targets[pid] = mark;
+    return;
+  }
+  if (!cgroup_text) cgroup_text = read_text(dir + "/cgroup");
+  if (!cgroup_text) {  // gone meanwhile
+    pid_gone(pid);
+    return;
+  }
+  bool settled = false;
+  auto target = probe(pid, *cgroup_text, &settled);
+  if (!target) {
+    if (!selection_.pids.empty()) waiting_pids_.insert(pid);
+    if (settled) next_not_targets[pid] = mark;
+    return;
+  }
+  waiting_pids_.erase(pid);
+  seen.insert(pid);
+  start_times_[pid] = started;
+  current_[pid] = *target;
+  changes.started.push_back(*target);
+}
+
 TargetFinder::Changes TargetFinder::rescan() {
   Changes changes;
   pods_.next_pass();
@@ -363,66 +439,7 @@ TargetFinder::Changes TargetFinder::rescan() {
   }
   std::set<pid_t> seen;
   std::map<pid_t, std::pair<uint64_t, uint64_t>> next_not_targets;
-  for (pid_t pid : candidates) {
-    const std::string dir = paths_.proc + "/" + std::to_string(pid);
-    // --pid and --all select without the cgroup: it is read only for a
-    // process probed. The others: the cgroup rules a process out before
-    // its stat (and maps) are read.
-    const bool by_cgroup = selection_.pids.empty() && !selection_.all;
-    std::optional<std::string> cgroup_text;
-    if (by_cgroup) {
-      cgroup_text = read_text(dir + "/cgroup");
-      if (cgroup_text && !selected(pid, *cgroup_text)) continue;
-    }
-    const auto stat = cgroup_text || !by_cgroup ? proc_stat(paths_.proc, pid) : std::nullopt;
-    if ((by_cgroup && !cgroup_text) || !stat || stat->state == 'Z' || stat->state == 'X') {
-      if (!selection_.pids.empty()) {
-        gone_pids_.insert(pid);
-        waiting_pids_.erase(pid);
-      }
-      continue;
-    }
-    const uint64_t started = stat->start_time;
-    auto have = current_.find(pid);
-    if (have != current_.end()) {
-      if (start_times_[pid] == started) {
-        seen.insert(pid);
-        continue;
-      }
-      // The pid was reused: the old target is gone, the new process is looked at afresh.
-      changes.exited.push_back(pid);
-      current_.erase(have);
-    }
-    // A process found not to be a target, whose mappings have not changed
-    // since (same start time, same vsize: loading the extension grows it),
-    // is not read again: on a node of thousands of processes, --all would
-    // otherwise read every maps file every rescan.
-    const std::pair<uint64_t, uint64_t> mark{started, stat->vsize};
-    if (auto nt = not_targets_.find(pid); nt != not_targets_.end() && nt->second == mark) {
-      next_not_targets[pid] = mark;
-      continue;
-    }
-    if (!cgroup_text) cgroup_text = read_text(dir + "/cgroup");
-    if (!cgroup_text) {  // gone meanwhile
-      if (!selection_.pids.empty()) {
-        gone_pids_.insert(pid);
-        waiting_pids_.erase(pid);
-      }
-      continue;
-    }
-    bool settled = false;
-    auto target = probe(pid, *cgroup_text, &settled);
-    if (!target) {
-      if (!selection_.pids.empty()) waiting_pids_.insert(pid);
-      if (settled) next_not_targets[pid] = mark;
-      continue;
-    }
-    waiting_pids_.erase(pid);
-    seen.insert(pid);
-    start_times_[pid] = started;
-    current_[pid] = *target;
-    changes.started.push_back(*target);
-  }
+  for (pid_t pid : candidates) rescan_pid(pid, changes, seen, next_not_targets);
   for (auto it = current_.begin(); it != current_.end();) {
     if (seen.count(it->first) != 0) {
       ++it;

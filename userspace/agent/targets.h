@@ -92,6 +92,11 @@ class TargetFinder {
   std::optional<Target> probe(pid_t pid, const std::string& cgroup_text, bool* settled);
   bool selected(pid_t pid, const std::string& cgroup_text);
   Result<Ok> check_pod();  // create()'s check of --pod
+  // rescan()'s look at one pid: into changes.started and seen if it became a
+  // target, into next_not_targets if it was found not to be one.
+  void rescan_pid(pid_t pid, Changes& changes, std::set<pid_t>& seen,
+                  std::map<pid_t, std::pair<uint64_t, uint64_t>>& next_not_targets);
+  void pid_gone(pid_t pid);  // a --pid process exited
   std::map<std::string, std::string> labels_of(const std::string& cgroup_text);
   bool same_mount_ns(pid_t pid) const;
 
