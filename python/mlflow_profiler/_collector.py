@@ -10,13 +10,15 @@ from typing import Any, Dict, Optional
 
 from . import _core
 from ._log import log_once
-from ._session import ProfileSession, _check_depth
+from ._session import _MAKE_DEFAULTS, ProfileSession, _check_depth
 
 
 class _CollectedSession(ProfileSession):
     """A ProfileSession that adds itself to its collector when it ends (the
     end of its ``with`` block, or deactivate()). It drops its link to the
     collector then, so a session kept by the user does not keep the collector."""
+
+    _collector: Optional[ProfileCollector]
 
     def __init__(self, collector: ProfileCollector, depth: int, **profiling_kwargs: Any) -> None:
         super().__init__(depth, **profiling_kwargs)
@@ -78,7 +80,13 @@ class ProfileCollector:
                 model.predict(batch)
             session.print_tree()
         """
-        return _CollectedSession(self, depth, **profiling_kwargs)
+        if profiling_kwargs:
+            return _CollectedSession(self, depth, **profiling_kwargs)
+        # Positional, without binding options by name: 1 us less (a request's
+        # session in serving starts here).
+        session = _CollectedSession._make(depth, *_MAKE_DEFAULTS)
+        session._collector = self
+        return session
 
     def add(self, session: ProfileSession, depth: Optional[int] = None) -> bool:
         """Adds a finished session made elsewhere (``profiling()``, ``load()``,

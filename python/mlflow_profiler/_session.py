@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 from . import _core, _native, _transparent
 from ._log import log_once
@@ -16,6 +16,7 @@ from ._summaries import IOSummary
 
 _DEFAULT_MAX_EVENTS = 1_000_000
 _new_object = object.__new__
+_S = TypeVar("_S", bound="ProfileSession")
 if TYPE_CHECKING:  # mypy checks against 3.9, whose dataclass takes no slots
     from dataclasses import dataclass as _dataclass
 
@@ -198,6 +199,14 @@ def profiling(
 _PROFILING = inspect.signature(profiling)
 _DEFAULTS = {name: p.default for name, p in _PROFILING.parameters.items()}
 _POSITIONAL = [n for n, p in _PROFILING.parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+# ProfileSession._make's arguments after depth when every other option is
+# profiling()'s default (ProfileCollector.session() without options).
+_MAKE_DEFAULTS = (
+    *(_DEFAULTS[name] for name in list(_DEFAULTS)[1:-2]),
+    (),
+    None,
+    _values_mask(_DEFAULTS["cpu_time"], _DEFAULTS["alloc_bytes"]),
+)
 
 
 def _bind_options(args: tuple, options: Dict[str, Any]) -> Dict[str, Any]:
@@ -267,7 +276,7 @@ class ProfileSession:
 
     @classmethod
     def _make(
-        cls,
+        cls: Type[_S],
         depth,
         max_events,
         all_threads,
@@ -278,7 +287,7 @@ class ProfileSession:
         transparent_codes,
         meta,
         values=0,
-    ) -> ProfileSession:
+    ) -> _S:
         """ProfileSession(...) with every argument positional, for the
         profiler's own callers (profiling() among them). ProfileSession()
         binds profiling()'s options by name (_bind_options), and a class
