@@ -224,8 +224,12 @@ def test_the_tree_shows_every_call_in_flight_under_the_coroutine_that_gathered_t
     # The step that ran the loop waited while its thread was off the CPU:
     # the thread's own clocks around asyncio.run (wall less CPU time; the
     # loop's work on the responses, ~10 ms here, is running).
+    # (The reference engine's Python hook takes milliseconds an event on a
+    # loaded machine, and its time is cut from the lane: checked loosely, as
+    # in test_asyncio_structure.py.)
     wall, cpu = served._model_impl.responses_agent.loop_clock
-    assert abs(call["waiting_ns"] - (wall - cpu)) <= 0.05 * wall + 1_000_000, (
+    loose = 0.3 if how == "reference" else 0.05
+    assert abs(call["waiting_ns"] - (wall - cpu)) <= loose * wall + 1_000_000, (
         call["waiting_ns"],
         wall,
         cpu,
