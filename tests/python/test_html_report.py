@@ -7,6 +7,7 @@ report and print_tree cannot drift apart."""
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import struct
@@ -19,7 +20,7 @@ from typing import List, Tuple
 import _report_model as model
 import pytest
 from _browser import artifact_dir, console_errors, require_browser, start_chromium, wait_for
-from _helpers import qn, walk
+from _helpers import qn, schedstat, walk
 from conftest import ENGINES
 
 from mlflow_profiler import profiling
@@ -791,8 +792,17 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
     from test_resources import CALLS, LATENCY, LIMITS, Router, _truth_in_flight
 
     model = Router()
-    with profiling(depth=-1, engine=engine) as session:
-        model.predict()
+    # No collection pause inside a task's first step (the program's clock
+    # and the profile's queue start differ by what runs between them).
+    gc.collect()
+    gc.disable()
+    try:
+        runq0 = schedstat()[1]
+        with profiling(depth=-1, engine=engine) as session:
+            model.predict()
+        runq = schedstat()[1] - runq0  # ns the loop's thread was runnable but off the CPU
+    finally:
+        gc.enable()
     open_session(browser, session, tmp_path)
     doc = json.loads(session.to_json())
     t0 = doc["meta"]["start_ns"]
@@ -869,7 +879,11 @@ def test_resources_show_their_slots_counters_and_idle_gaps(browser, engine, tmp_
         )
         own = [(t1 - t0) / 1e6 for e, t0, t1 in model.queued if e == "smart"]
         assert queued >= 2 * LATENCY["smart"] * 1e3, lines
-        assert min(abs(queued - q) for q in own) <= 0.05 * queued + 0.5 + cut / 1e6, (lines, own)
+        # The queue starts at the task's first suspension, and the program's
+        # clock at its first line: a busy machine can keep the thread in the
+        # run queue between them (seen: 16 ms, under CI's 3.13 stage).
+        slack = 0.05 * queued + 0.5 + (cut + runq) / 1e6
+        assert min(abs(queued - q) for q in own) <= slack, (lines, own, runq)
 
     # Idle gaps: while every call sleeps nothing runs. The header gives their
     # count and total; each is shaded over the chart's whole height.
