@@ -136,6 +136,89 @@ static __always_inline struct thread_state* lookup_followed(__u32 tid) {
   return NULL;
 }
 
+/* OFF_CPU: the thread's time off the CPU from st->off_start to `end` (its
+ * switch-in), with what its switch-out and wakeup saw; off-CPU ends. */
+static __always_inline void send_off_cpu(struct thread_state* st, __u32 tid, __u64 end) {
+  struct mlprof_ev_off_cpu* e = reserve(sizeof(*e));
+
+  if (e) {
+    fill_header(&e->h, MLPROF_EV_OFF_CPU, end, st->tgid, tid);
+    e->start_ns = st->off_start;
+    e->wake_ns = st->wake_ns;
+    e->waker_tid = st->waker_tid;
+    e->waker_tgid = st->waker_tgid;
+    e->prev_state = st->prev_state;
+    e->blocked = st->blocked;
+    e->syscall = st->syscall;
+    e->waker_kind = st->waker_kind;
+    __builtin_memcpy(e->waker_comm, st->waker_comm, sizeof(e->waker_comm));
+    e->futex_addr = st->futex_addr;
+    e->wait_object = st->wait_object;
+    e->reserved = 0;
+    bpf_ringbuf_submit(e, batched(sizeof(*e)));
+  }
+  st->off_start = 0;
+}
+
+/* CLOCK_MONOTONIC minus the scheduler's clock (rq_clock: sched_info's
+ * stamps), measured at the latest wakeup of a followed thread; 0 none yet. */
+__s64 rq_clock_offset = 0;
+
+/* `p` was enqueued just now (a wakeup), at `now`: sched_info stamped its
+ * last_queued (rq_clock) there. */
+static __always_inline void note_rq_clock_offset(struct task_struct* p, __u64 now) {
+  if (!bpf_core_field_exists(p->sched_info)) return;
+  __u64 queued = BPF_CORE_READ(p, sched_info.last_queued);
+
+  if (queued) rq_clock_offset = (__s64)(now - queued);
+}
+
+/* `t` (a followed thread, st) switches in after a sleep whose wakeup no
+ * program saw (the gap missed_switch_in describes): its enqueue is its wake
+ * time. sched_info's last_queued still holds it at sched_switch (it is
+ * cleared after the tracepoint, as the thread arrives). Unknown without an
+ * offset or sched_info: the interval is then sent unsplit. */
+static __always_inline void missed_wakeup(struct thread_state* st, struct task_struct* t,
+                                          __u64 now) {
+  __s64 offset = *(volatile __s64*)&rq_clock_offset;
+
+  if (!offset || !bpf_core_field_exists(t->sched_info)) return;
+  __u64 queued = BPF_CORE_READ(t, sched_info.last_queued);
+  __u64 wake = queued + offset;
+
+  if (queued && wake > st->off_start && wake <= now) st->wake_ns = wake;
+}
+
+/* `t` (a followed thread, st) runs, at its switch-out or in one of its
+ * probes, while still off the CPU by st: the sched_switch program did not
+ * run for its switch-in (seen on 6.18 while a uprobe was being registered
+ * in its process, by this agent or another; bpf/README.md). The kernel's
+ * own bookkeeping has it: sched_info's last arrival (the switch-in) and
+ * run_delay (its run-queue wait), so the interval is sent as the switch-in
+ * would have sent it; without sched_info, up to its wakeup if seen. */
+static __always_inline void missed_switch_in(struct thread_state* st, __u32 tid,
+                                             struct task_struct* t) {
+  if (!st->off_start) return;
+  __s64 offset = *(volatile __s64*)&rq_clock_offset;
+
+  if (offset && bpf_core_field_exists(t->sched_info)) {
+    __u64 in = BPF_CORE_READ(t, sched_info.last_arrival) + offset;
+    __u64 runq = BPF_CORE_READ(t, sched_info.run_delay) - st->run_delay_out;
+
+    if (in > st->off_start && in <= bpf_ktime_get_ns()) {
+      if (runq > in - st->off_start) runq = in - st->off_start;
+      if (st->blocked && !st->wake_ns) st->wake_ns = in - runq;
+      send_off_cpu(st, tid, in);
+      return;
+    }
+  }
+  if (st->blocked && st->wake_ns > st->off_start) {
+    send_off_cpu(st, tid, st->wake_ns);
+    return;
+  }
+  st->off_start = 0;
+}
+
 /* MLPROF_EV_NAME for a function (is_label 0) or label id, the first time the
  * process uses it. The id is marked seen only when the record was reserved
  * and the name was read: a lost or unreadable NAME is sent again with the

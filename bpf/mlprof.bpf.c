@@ -94,6 +94,7 @@ struct thread_state {
   __u64 sem_addr;    /* inside sem_wait & co. on this semaphore (a lock), 0 not */
   __u32 wait_object; /* enum mlprof_wait_object */
   __u32 pad;
+  __u64 run_delay_out; /* its sched_info.run_delay at off_start (missed_switch_in) */
 };
 
 struct {

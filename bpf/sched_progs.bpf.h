@@ -109,11 +109,13 @@ static __always_inline void on_last_switch(__u32 tid) { bpf_map_delete_elem(&fol
  * loads (BTF pointers), raw_tp with BPF_CORE_READ; this runs ~100k times a
  * second on a busy machine, for every thread, so a helper call counts. */
 static __always_inline int on_switch(unsigned long long* ctx, bool preempt,
-                                     struct task_struct* prev, __u32 prev_tid, __u32 next_tid) {
+                                     struct task_struct* prev, __u32 prev_tid,
+                                     struct task_struct* next, __u32 next_tid) {
   __u64 now = 0;
   struct thread_state* st = prev_tid ? lookup_followed(prev_tid) : NULL;
 
   if (st) {
+    missed_switch_in(st, prev_tid, prev);
     /* Off-CPU begins. Blocked: it went to sleep (a voluntary switch
      * with a state other than TASK_RUNNING); otherwise it was
      * preempted or yielded and stays runnable: all run-queue wait. */
@@ -124,6 +126,8 @@ static __always_inline int on_switch(unsigned long long* ctx, bool preempt,
     } else {
       now = bpf_ktime_get_ns();
       st->off_start = now;
+      if (bpf_core_field_exists(prev->sched_info))
+        st->run_delay_out = BPF_CORE_READ(prev, sched_info.run_delay);
       st->prev_state = state;
       st->blocked = !preempt && state != 0;
       st->wake_ns = st->blocked ? 0 : now;
@@ -143,25 +147,8 @@ static __always_inline int on_switch(unsigned long long* ctx, bool preempt,
   st = next_tid ? lookup_followed(next_tid) : NULL;
   if (!st || !st->off_start) return 0;
   if (!now) now = bpf_ktime_get_ns();
-  struct mlprof_ev_off_cpu* e = reserve(sizeof(*e));
-
-  if (e) {
-    fill_header(&e->h, MLPROF_EV_OFF_CPU, now, st->tgid, next_tid);
-    e->start_ns = st->off_start;
-    e->wake_ns = st->wake_ns;
-    e->waker_tid = st->waker_tid;
-    e->waker_tgid = st->waker_tgid;
-    e->prev_state = st->prev_state;
-    e->blocked = st->blocked;
-    e->syscall = st->syscall;
-    e->waker_kind = st->waker_kind;
-    __builtin_memcpy(e->waker_comm, st->waker_comm, sizeof(e->waker_comm));
-    e->futex_addr = st->futex_addr;
-    e->wait_object = st->wait_object;
-    e->reserved = 0;
-    bpf_ringbuf_submit(e, batched(sizeof(*e)));
-  }
-  st->off_start = 0;
+  if (st->blocked && !st->wake_ns) missed_wakeup(st, next, now);
+  send_off_cpu(st, next_tid, now);
   return 0;
 }
 
@@ -194,11 +181,16 @@ static __always_inline int on_waking(__u32 tid) {
  * the thread's next switch-in (it must be enqueued to run), after
  * on_waking of the same wakeup; without one (attached in between) the
  * thread's wake time is stamped here alone. */
-static __always_inline int on_wakeup(__u32 tid) {
+static __always_inline int on_wakeup(struct task_struct* p, __u32 tid) {
   struct thread_state* st = bpf_map_lookup_elem(&followed, &tid);
 
-  if (!st || !st->off_start || !st->blocked) return 0;
+  if (!st || !st->off_start || !st->blocked) {
+    /* Any thread's until a followed one's: missed_wakeup needs one from the start. */
+    if (!*(volatile __s64*)&rq_clock_offset) note_rq_clock_offset(p, bpf_ktime_get_ns());
+    return 0;
+  }
   st->wake_ns = bpf_ktime_get_ns();
+  note_rq_clock_offset(p, st->wake_ns);
   return 0;
 }
 
@@ -286,14 +278,14 @@ static __always_inline int on_exit(struct task_struct* p) {
 /* tp_btf variant (BTF-typed arguments; kernel >= 5.5). */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct* prev, struct task_struct* next) {
-  return on_switch(ctx, preempt, prev, prev->pid, next->pid);
+  return on_switch(ctx, preempt, prev, prev->pid, next, next->pid);
 }
 
 SEC("tp_btf/sched_waking")
 int BPF_PROG(sched_waking_btf, struct task_struct* p) { return on_waking(p->pid); }
 
 SEC("tp_btf/sched_wakeup")
-int BPF_PROG(sched_wakeup_btf, struct task_struct* p) { return on_wakeup(p->pid); }
+int BPF_PROG(sched_wakeup_btf, struct task_struct* p) { return on_wakeup(p, p->pid); }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(sched_wakeup_new_btf, struct task_struct* p) { return on_wakeup_new(p); }
@@ -309,14 +301,16 @@ int BPF_PROG(sched_process_exit_btf, struct task_struct* p) { return on_exit(p);
 /* raw_tp variant (untyped u64 arguments; kernel >= 4.17). */
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct* prev, struct task_struct* next) {
-  return on_switch(ctx, preempt, prev, BPF_CORE_READ(prev, pid), BPF_CORE_READ(next, pid));
+  return on_switch(ctx, preempt, prev, BPF_CORE_READ(prev, pid), next, BPF_CORE_READ(next, pid));
 }
 
 SEC("raw_tp/sched_waking")
 int BPF_PROG(sched_waking_raw, struct task_struct* p) { return on_waking(BPF_CORE_READ(p, pid)); }
 
 SEC("raw_tp/sched_wakeup")
-int BPF_PROG(sched_wakeup_raw, struct task_struct* p) { return on_wakeup(BPF_CORE_READ(p, pid)); }
+int BPF_PROG(sched_wakeup_raw, struct task_struct* p) {
+  return on_wakeup(p, BPF_CORE_READ(p, pid));
+}
 
 SEC("raw_tp/sched_wakeup_new")
 int BPF_PROG(sched_wakeup_new_raw, struct task_struct* p) { return on_wakeup_new(p); }

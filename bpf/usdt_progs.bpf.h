@@ -43,6 +43,10 @@ int BPF_USDT(mlprof_session_begin, __u64 session, __s64 ceiling, __u64 flags, __
 static __always_inline void end_session(const struct usdt_ctx* cp, __u64 session, __u64 dropped,
                                         bool wake) {
   struct usdt_ctx c = *cp;
+  struct thread_state* st = bpf_map_lookup_elem(&followed, &c.tid);
+
+  if (st) /* it runs: its last wait ended in the session */
+    missed_switch_in(st, c.tid, (struct task_struct*)bpf_get_current_task());
   struct mlprof_ev_session* e = reserve(sizeof(*e));
 
   if (e) {
@@ -63,7 +67,7 @@ static __always_inline void end_session(const struct usdt_ctx* cp, __u64 session
   struct session_key k = {.pstart = c.pstart, .session = session, .tgid = c.tgid};
 
   bpf_map_delete_elem(&sessions, &k);
-  struct thread_state* st = bpf_map_lookup_elem(&followed, &c.tid);
+  st = bpf_map_lookup_elem(&followed, &c.tid);
 
   if (st && st->session == session && st->pstart == c.pstart) {
     if (st->flags & FOLLOW_CHILD)

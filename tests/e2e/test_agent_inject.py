@@ -224,6 +224,36 @@ def test_injected_into_a_live_314_model_server_the_first_session_is_captured_wit
     for wait in doc.find("InjectModel._wait", pid):
         off, blocked, runq = (wait.values.get(k, 0) for k in ("off_cpu", "blocked", "runq"))
         assert 4 * MS <= off == blocked + runq <= wait.wall_ns, (wait.wall_ns, wait.values)
+    # The first session above all: it begins while the agent attaches, and
+    # its thread once had no scheduler record at all (its wait then counted
+    # as on the CPU). Its sleep is the kernel's: a blocked interval of its
+    # thread inside the span (the target's clock), in clock_nanosleep.
+    wait = min(
+        (w for w in doc.find("InjectModel._wait", pid) if first.start_ns <= w.start_ns),
+        key=lambda w: w.start_ns,
+    )
+    assert first.start_ns <= wait.start_ns < wait.end_ns <= first.end_ns, (first, wait)
+    tid = doc.lanes[first.lane]["native_tid"]
+    slept = [
+        iv
+        for iv in doc.off_cpu
+        if iv["tid"] == tid
+        and iv["blocked"]
+        and wait.start_ns <= iv["start_ns"] < iv["end_ns"] <= wait.end_ns
+    ]
+    asleep = sum(iv["wake_ns"] - iv["start_ns"] for iv in slept)
+    # time.sleep's deadline is absolute (clock_nanosleep, TIMER_ABSTIME): a
+    # thread kept on the run queue before the call (seen: 1.5 ms, while the
+    # agent attached) sleeps that much less. Together they are the 5 ms.
+    runq = wait.values.get("runq", 0)
+    assert 0 < asleep <= wait.values.get("blocked", 0) <= wait.wall_ns, (wait.values, slept)
+    assert asleep + runq >= 4 * MS, (wait.values, slept)
+    sleeps = [
+        r
+        for r in doc.doc["kernel"].get("waits", [])
+        if dict(zip(doc.doc["kernel"]["wait_fields"], r))["span"] == wait.index
+    ]
+    assert any("clock_nanosleep" in r for r in sleeps), sleeps
     # Each session is one of the client's requests (inside its predict call).
     calls = [(r["t0"], r["t1"]) for r in client.replies]
     for root in roots:

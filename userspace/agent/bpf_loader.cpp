@@ -196,6 +196,7 @@ struct ThreadState {
   char waker_comm[16];
   uint64_t futex_addr, sem_addr;
   uint32_t wait_object, pad;
+  uint64_t run_delay_out;
 };
 
 // Deletes every entry of map `fd` for which doomed(key, value) is true.
@@ -267,21 +268,23 @@ struct BpfLoader::Impl {
     bpf_program* prog;
     const char* name;
   };
+  // In attach order, session_begin last (attach() puts the lock uprobes just
+  // before it): its semaphore starts an autoprofiled process's sessions.
   // Contract v2 (mlprof_usdt.h): the session's boundaries as they happen
   // (threads to follow) and its spans in one hit at its end.
   std::vector<Usdt> usdt_programs_v2() const {
     auto& p = skel->progs;
-    return {{p.mlprof_session_begin, "session_begin"},
-            {p.mlprof_lane_begin, "lane_begin"},
-            {p.mlprof_session_spans, "session_spans"}};
+    return {{p.mlprof_lane_begin, "lane_begin"},
+            {p.mlprof_session_spans, "session_spans"},
+            {p.mlprof_session_begin, "session_begin"}};
   }
   // Contract v1: a probe per span (an extension without session_spans).
   std::vector<Usdt> usdt_programs() const {
     auto& p = skel->progs;
-    return {{p.mlprof_session_begin, "session_begin"}, {p.mlprof_session_end, "session_end"},
-            {p.mlprof_lane_begin, "lane_begin"},       {p.mlprof_span_enter, "span_enter"},
-            {p.mlprof_span_exit, "span_exit"},         {p.mlprof_span_suspend, "span_suspend"},
-            {p.mlprof_span_resume, "span_resume"},     {p.mlprof_span_io, "span_io"}};
+    return {{p.mlprof_session_end, "session_end"},   {p.mlprof_lane_begin, "lane_begin"},
+            {p.mlprof_span_enter, "span_enter"},     {p.mlprof_span_exit, "span_exit"},
+            {p.mlprof_span_suspend, "span_suspend"}, {p.mlprof_span_resume, "span_resume"},
+            {p.mlprof_span_io, "span_io"},           {p.mlprof_session_begin, "session_begin"}};
   }
 };
 
@@ -521,12 +524,22 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
   const auto programs = version == 2 ? impl_->usdt_programs_v2() : impl_->usdt_programs();
   for (const Impl::Usdt& u : programs) {
     if (spans_attached && std::string_view(u.name) == "session_spans") continue;  // attached above
+    // Everything else before session_begin: once its semaphore is set, an
+    // autoprofiled process (sample_rate 0: --inject) starts sessions, and a
+    // uprobe registered in the target while one is open can cost it a
+    // scheduler event (seen on 6.18: a switch-in the sched_switch program
+    // never ran for), so its off-CPU time. With session_begin first, the
+    // first session began while the rest was still attaching.
+    if (std::string_view(u.name) == "session_begin") attach_locks(*impl_->skel, pid, binary, links);
     // (not attached for another reason: tried again below, for its message)
     bpf_link* link =
         bpf_program__attach_usdt(u.prog, pid, binary.c_str(), "mlprof", u.name, nullptr);
     if (!link) {
       int e = errno;
-      std::string msg = "attaching USDT probe mlprof:" + std::string(u.name) + " of " + binary +
+      // The first probe tried missing: the file has none, named by the
+      // contract's first, session_begin (attached last, see above).
+      const char* probe = e == ENOENT && links.empty() ? "session_begin" : u.name;
+      std::string msg = "attaching USDT probe mlprof:" + std::string(probe) + " of " + binary +
                         " in pid " + std::to_string(pid) + " failed: " + std::strerror(e);
       if (permission_errno(e) && binary.starts_with("/proc/"))
         msg += "; " + std::string(proc_fix());
@@ -544,7 +557,6 @@ Result<Ok> BpfLoader::attach(pid_t pid, const std::string& binary) {
     }
     links.emplace_back(link);
   }
-  attach_locks(*impl_->skel, pid, binary, links);
   impl_->pid_links.emplace(pid, std::move(links));
   impl_->contract[pid] = version;
   return Ok{};
@@ -558,7 +570,14 @@ int BpfLoader::contract(pid_t pid) const {
 void BpfLoader::detach(pid_t pid) {
   auto it = impl_->pid_links.find(pid);
   if (it == impl_->pid_links.end()) return;
-  impl_->pid_links.erase(it);  // uprobes removed: the kernel puts the semaphores back
+  // Uprobes removed, the last attached first: session_begin, whose semaphore
+  // starts an autoprofiled process's sessions, goes down before the lock
+  // uprobes, each of which waits for an RCU grace period as it is removed.
+  // (Removed first to last, session_begin's stayed up for the whole detach:
+  // past the duty cycle's off edge on 6.18.) The kernel puts the semaphores back.
+  std::vector<Link>& links = it->second;
+  while (!links.empty()) links.pop_back();
+  impl_->pid_links.erase(it);
   impl_->contract.erase(pid);
   // Forget the process's threads, sessions and sent names: a later attach
   // starts clean (names are sent again), and no scheduler records keep
