@@ -160,9 +160,10 @@ def _record(model, how):
     return events, session
 
 
-def _profile(model, how="serving"):
+def _profile(model, how="serving", runq_out=None):
     """A recorded streamed predict whose calls match their clock (a busy
-    machine may keep the thread in the run queue between them: 3 tries)."""
+    machine may keep the thread in the run queue between them: 3 tries).
+    runq_out, a list, gets the loop thread's run-queue seconds over it."""
     impl = model._model_impl.responses_agent  # the TicketAgent the loaded model serves
     for attempt in range(3):
         impl.calls.clear()
@@ -183,6 +184,8 @@ def _profile(model, how="serving"):
             or abs(n["wall_ns"] - (t1 - t0)) > 0.05 * (t1 - t0) + runq * 1e9
         ]
         if not misses:
+            if runq_out is not None:
+                runq_out.append(runq)
             return session, truth
     raise AssertionError(misses)
 
@@ -303,7 +306,8 @@ def test_the_mlflow_trace_names_each_call_and_its_resource(served, local_store):
         _mlflow_trace.check_supported(mlflow)
     except ImportError:
         pytest.skip("MLflow tracing of profiles needs MLflow >= 3.10")
-    session, truth = _profile(served)
+    runq = []
+    session, truth = _profile(served, runq_out=runq)
     with mlflow.start_run() as run:
         trace_id = log_profile_trace(session, run_id=run.info.run_id)
     mlflow.flush_trace_async_logging()
@@ -311,10 +315,13 @@ def test_the_mlflow_trace_names_each_call_and_its_resource(served, local_store):
     asks = [s for s in trace.data.spans if s.name.startswith("ask ")]
     assert len(asks) == TICKETS
     assert {s.attributes["mlflow_profiler.resource"] for s in asks} == set(SLOTS)
+    # Nearly all waiting, but for the time a busy machine kept the loop's
+    # thread in the run queue while the call's steps ran (seen: 346 ms of a
+    # 618 ms call, in CI's 3.11 stage at 99% CPU).
     for span in asks:
-        assert span.attributes["mlflow_profiler.waiting_ns"] >= 0.8 * (
-            span.end_time_ns - span.start_time_ns
-        )
+        wall = span.end_time_ns - span.start_time_ns
+        waiting = span.attributes["mlflow_profiler.waiting_ns"]
+        assert waiting >= 0.8 * (wall - runq[0] * 1e9), (waiting, wall, runq)
 
 
 def test_the_report_tells_the_story(served, tmp_path):
