@@ -1,11 +1,12 @@
 """`mlprof trend` (issue 41, item 6): a store's history by release, change
 points per call path, the latest release's verdict, I/O drift. Real
-processes of a small model (_trend_model.py), one run each, interleaved
-(every version's runs spread over the same stretch of time and load); a
-step made twice as slow from version 3 on, checked against the program's
-own clock. The steps compute and the timing tests gate on CPU time
-(--quantity cpu): CI runs four test workers on two cores, where wall time
-stretches with the load (docs/store.md, "trend")."""
+processes of a small model (_trend_model.py), one run each, every
+version's run of a round side by side (each version's runs spread over
+the same stretch of time and load); a step made twice as slow from version
+3 on, checked against the program's own clock. The steps wait (sleep), so
+the runs of one version differ by well under the 10% threshold even with
+CI's four test workers on two cores; how often the gate is right where
+runs are noisy is measured over many runs, not here (bench/bench_diff.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ FEATURIZE, POSTPROCESS = qn("Model.featurize"), qn("Model.postprocess")
 
 def _run(*jobs) -> list:
     """Processes of the model, (out, flags...) each, side by side; returns
-    each one's own clock (CPU ns per call)."""
+    each one's own clock (wall ns per call)."""
     procs = [
         subprocess.Popen(
             [sys.executable, str(MODEL), str(out), "--calls", str(CALLS), *flags],
@@ -61,20 +62,20 @@ def _store(path: Path, versions) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """4 rounds of 3 pairs of processes, a run of the model as it was beside
-    one with score twice as slow; then 3 runs with numpy input whose dtype
-    and width change at the second."""
+    """4 rounds of 6 processes side by side, a run of the model as it was
+    and one with score twice as slow for each of 3 versions; then 3 runs
+    with numpy input whose dtype and width change at the second."""
     tmp = tmp_path_factory.mktemp("trend-runs")
     base: list = [[], [], []]  # the noise store's versions 1, 2, 3
     slow: list = [[], [], []]  # the history's versions 3, 4, 5
     clock = {}
     for r in range(4):
+        jobs = []
         for v in range(3):
             base[v].append(tmp / f"base-{v}-{r}.json")
             slow[v].append(tmp / f"slow-{v}-{r}.json")
-            clock[base[v][-1]], clock[slow[v][-1]] = _run(
-                (base[v][-1],), (slow[v][-1], "--slow-pct", "100")
-            )
+            jobs += [(base[v][-1],), (slow[v][-1], "--slow-pct", "100")]
+        clock.update(zip((job[0] for job in jobs), _run(*jobs)))
     drift = [tmp / f"drift-{i + 1}.json" for i in range(3)]
     _run((drift[0], "--numpy", "float64", "10"))
     _run((drift[1], "--numpy", "float32", "12"), (drift[2], "--numpy", "float32", "12"))
@@ -132,7 +133,7 @@ def test_defaults_are_diffs():
 
 
 def test_the_slowed_step_and_its_ancestors_change_at_version_3_by_the_clocks_amount(runs):
-    result = analysis.trend(runs["history"], by="version", quantity="cpu")
+    result = analysis.trend(runs["history"], by="version")
     assert [g["value"] for g in result.groups] == [
         "1",
         "2",
@@ -142,14 +143,12 @@ def test_the_slowed_step_and_its_ancestors_change_at_version_3_by_the_clocks_amo
     ] and result.order == "version"
     assert [g["runs"] for g in result.groups] == [4, 4, 4, 4, 4]
     named = _named(result)
-    # score doubled: named. predict (score is 60% of it) is named too on a
-    # quiet machine; with 4 runs a version, CPU-time noise here (sd 17% of
-    # log p50, issue 41) can leave its change short of Holm's level. Power
-    # is measured over many runs in bench/bench_diff.py, not in one test.
-    assert f"{PREDICT}/{SCORE}" in named and set(named) <= {PREDICT, f"{PREDICT}/{SCORE}"}, named
+    # score doubled, and predict with it (score is 60% of it): both named,
+    # nothing else.
+    assert set(named) == {PREDICT, f"{PREDICT}/{SCORE}"}, named
     assert all(cp["group"] == 2 for cp in named.values())  # version 3
-    # The step's size against the program's own CPU clock around score's
-    # work, over the same runs.
+    # The step's size against the program's own clock around score's work,
+    # over the same runs.
     cp = named[f"{PREDICT}/{SCORE}"]
     clock = runs["clock"]
     oracle = _hl(
@@ -168,27 +167,23 @@ def test_the_slowed_step_and_its_ancestors_change_at_version_3_by_the_clocks_amo
     assert post.latest is None and post.change_points == [] and max(post.medians_ns) < 20e3
     # The regression is in the history: version 5 is judged against the runs
     # since the path's last change point (3 and 4), or all before it.
-    assert result.regressions() == [] and result.exit_code in (0, 3)
+    assert result.regressions() == [] and result.exit_code == 0
     for p in (p for p in result.paths if p.gated):
         assert p.latest["runs_before"] == (8 if p.change_points else 16), p
-        assert p.latest["verdict"] in ("pass", "inconclusive"), p
-    assert _mlprof("trend", runs["history"], "--quantity", "cpu").returncode in (0, 3)
-    assert (
-        _mlprof("trend", runs["history"], "--quantity", "cpu", "--fail-on", "any").returncode == 1
-    )
+        assert p.latest["verdict"] == "pass", p
+    assert _mlprof("trend", runs["history"]).returncode == 0
+    assert _mlprof("trend", runs["history"], "--fail-on", "any").returncode == 1
 
 
 def test_a_regression_at_the_latest_release_fails_the_gate(runs):
-    run = _mlprof("trend", runs["regressed"], "--quantity", "cpu")
+    run = _mlprof("trend", runs["regressed"])
     assert run.returncode == 1, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert lines[-1] == "verdict: regression (exit 1)"
     named = [line for line in lines if line.startswith("  version ")]
     assert named and all(line.startswith("  version 3: +") for line in named)
-    # score is named; predict too where the noise lets it reach Holm's level
-    # (see test_the_slowed_step_and_its_ancestors_change_at_version_3...)
     paths = {line.rsplit("  ", 1)[1] for line in named}
-    assert f"{PREDICT}/{SCORE}" in paths and paths <= {PREDICT, f"{PREDICT}/{SCORE}"}, named
+    assert paths == {PREDICT, f"{PREDICT}/{SCORE}"}, named
     assert any(
         line.startswith("  regression: +") and line.endswith(f"  {PREDICT}/{SCORE}")
         for line in lines
@@ -196,14 +191,12 @@ def test_a_regression_at_the_latest_release_fails_the_gate(runs):
 
 
 def test_versions_that_differ_by_noise_only_have_no_change_point(runs):
-    result = analysis.trend(runs["noise"], quantity="cpu")
+    result = analysis.trend(runs["noise"])
     assert _named(result) == {}
-    # Pass, or where the load made the runs too noisy, inconclusive: never a regression.
-    assert result.exit_code in (0, 3) and result.verdict in ("pass", "inconclusive")
+    assert result.exit_code == 0 and result.verdict == "pass"
     judged = [p for p in result.paths if p.gated]
-    assert len(judged) == 3 and all(p.latest["verdict"] in ("pass", "inconclusive") for p in judged)
-    assert all(p.latest["runs_needed"] for p in judged if p.latest["verdict"] == "inconclusive")
-    assert _mlprof("trend", runs["noise"], "--quantity", "cpu").returncode in (0, 3)
+    assert len(judged) == 3 and all(p.latest["verdict"] == "pass" for p in judged)
+    assert _mlprof("trend", runs["noise"]).returncode == 0
 
 
 def test_io_drift_names_the_step_the_argument_and_the_old_and_new_dtype_and_shape(runs):
@@ -244,7 +237,7 @@ def test_io_drift_names_the_step_the_argument_and_the_old_and_new_dtype_and_shap
 
 
 def test_runs_grouped_by_a_label(runs):
-    result = analysis.trend(runs["regressed"], run_by="job", quantity="cpu")
+    result = analysis.trend(runs["regressed"], run_by="job")
     assert [g["runs"] for g in result.groups] == [2, 2, 2] and result.run_by == "job"
     assert all(len(v) == 2 for p in result.paths for v in p.values_ns)
 
@@ -260,7 +253,7 @@ def test_releases_in_capture_order_when_they_are_not_versions(runs, tmp_path):
 
 
 def test_json_shape(runs):
-    run = _mlprof("trend", runs["regressed"], "--quantity", "cpu", "--format", "json")
+    run = _mlprof("trend", runs["regressed"], "--format", "json")
     assert run.returncode == 1
     doc = json.loads(run.stdout)
     assert doc["verdict"] == "regression" and doc["exit_code"] == 1 and doc["by"] == "version"
@@ -318,7 +311,7 @@ def test_json_shape(runs):
 
 def test_html_page(runs, tmp_path):
     out = tmp_path / "trend.html"
-    run = _mlprof("trend", runs["regressed"], "--quantity", "cpu", "--html", out)
+    run = _mlprof("trend", runs["regressed"], "--html", out)
     assert run.returncode == 1 and out.exists()
     page = out.read_text()
     assert "trend: 12 runs in 3 releases by version" in page and "regression" in page
@@ -333,6 +326,7 @@ def test_html_page(runs, tmp_path):
         (["--where", "nolabel"], "--where takes KEY=VALUE"),
         (["--confidence", "2"], "--confidence: invalid value 2.0"),
         (["--run-by", "nokey"], "--run-by nokey: source 1 has no 'nokey'"),
+        (["--quantity", "cpu"], "--quantity cpu: no span has CPU time"),
     ],
 )
 def test_input_errors_exit_2_and_write_nothing(runs, tmp_path, args, message):
