@@ -48,6 +48,48 @@ TEST(Import, FoldedCountsExpandAndAnEmptyStackIsIdle) {
   EXPECT_FALSE(import_folded("a;b notanumber\n").ok());
 }
 
+TEST(Import, FoldedTextThatIsNotUtf8IsRefusedWithItsLineAndByte) {
+  auto ok = import_folded("main;na\xc3\xafve;\xe6\x97\xa5\xf0\x9f\x98\x80 2\n");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  auto bad = import_folded("a 1\nmain;caf\xe9 3\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "line 2 is not UTF-8 text (byte 0xe9 at offset 8)");
+}
+
+TEST(Import, JsonStringsThatAreNotUtf8AreRefused) {
+  auto chrome = import_chrome_trace(
+      "{\"traceEvents\": [{\"ph\": \"X\", \"ts\": 1, \"dur\": 2, \"name\": \"caf\xe9\"}]}");
+  ASSERT_FALSE(chrome.ok());
+  EXPECT_NE(chrome.error().message.find("Invalid encoding"), std::string::npos)
+      << chrome.error().message;
+}
+
+TEST(Import, TimesOutOfRangeOrGoingBackAreRefused) {
+  for (const char* json : {
+           R"({"traceEvents": [{"ph": "X", "ts": 1e300, "dur": 2, "name": "f"}]})",
+           R"({"traceEvents": [{"ph": "X", "ts": 1, "dur": 1e16, "name": "f"}]})",
+           R"({"traceEvents": [{"ph": "B", "ts": -1e17, "name": "f"}]})",
+       }) {
+    auto r = import_chrome_trace(json);
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_NE(r.error().message.find("out of range"), std::string::npos) << r.error().message;
+  }
+  const std::string head =
+      R"({"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {"frames": )"
+      R"([{"name": "f"}]}, "profiles": [{"type": "evented", "name": "t", "unit": "milliseconds", )"
+      R"("startValue": 0, "endValue": 10, "events": )";
+  auto back = import_speedscope(
+      head + R"([{"type": "O", "frame": 0, "at": 5}, {"type": "C", "frame": 0, "at": 2}]}]})");
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.error().message, "not a speedscope file: profile 0's event 1 goes back in time");
+  auto fine = import_speedscope(
+      head + R"([{"type": "O", "frame": 0, "at": 2}, {"type": "C", "frame": 0, "at": 5}]}]})");
+  ASSERT_TRUE(fine.ok()) << fine.error().message;
+  const Profile& p = std::get<Profile>(fine.value());
+  ASSERT_EQ(p.spans.size(), 1u);
+  EXPECT_EQ(p.spans[0].end_ns - p.spans[0].start_ns, 3'000'000);
+}
+
 TEST(Import, ChromeTraceNestsByTimeAndClampsAChildToItsParent) {
   auto r = import_chrome_trace(R"json({"traceEvents": [
       {"ph": "X", "pid": 1, "tid": 2, "ts": 10, "dur": 10, "name": "outer (a.py:1)"},
@@ -79,6 +121,20 @@ TEST(Import, OurPprofExportReadsBackAsOneSamplePerSpan) {
   int64_t wall = 0;
   for (const auto& x : s.samples) wall += x.values.at(1);
   EXPECT_EQ(wall, 100);  // self times: 70 + 30
+}
+
+TEST(Import, APprofStringThatIsNotUtf8IsRefused) {
+  // sample_type {type: 1, unit: 2}; string_table "", "samples", "count", "f\xa2".
+  const std::string raw(
+      "\x0a\x04\x08\x01\x10\x02\x32\x00\x32\x07samples\x32\x05"
+      "count\x32\x02"
+      "f\xa2",
+      28);
+  auto r = import_pprof(raw);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message,
+            "not a pprof profile: string 3 of its string table is not UTF-8 text (byte 0xa2 at "
+            "offset 1)");
 }
 
 TEST(Import, ACutOffPprofIsTruncated) {

@@ -302,6 +302,37 @@ def test_evented_speedscope_and_begin_end_trace_become_trees(tmp_path):
         ),
         ("cut.pprof", b"\x0a\x04\x08\x01\x10\x02\x12\x40\x08"),
         ("bad.folded", b"a;b;c 3\nd;e notanumber\n"),
+        # Mutants (issue 44) that got past as Python exceptions: text that
+        # is not UTF-8 (UnicodeDecodeError), times that go back or overflow
+        # (sqlite3.IntegrityError: end_ns >= start_ns).
+        ("latin1.folded", b"main;caf\xe9 3\n"),
+        (
+            "latin1.trace.json",
+            b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "name": "caf\xe9"}]}',
+        ),
+        (
+            "latin1.speedscope.json",
+            b'{"$schema": "https://www.speedscope.app/file-format-schema.json", '
+            b'"shared": {"frames": [{"name": "caf\xe9"}]}, "profiles": [{"type": "sampled", '
+            b'"unit": "none", "samples": [[0]], "weights": [1]}]}',
+        ),
+        # A pprof whose string table's last entry is "f\xa2".
+        (
+            "latin1.pprof",
+            b"\x0a\x04\x08\x01\x10\x02\x32\x00\x32\x07samples\x32\x05count\x32\x02f\xa2",
+        ),
+        (
+            "backwards.speedscope.json",
+            b'{"$schema": "https://www.speedscope.app/file-format-schema.json", '
+            b'"shared": {"frames": [{"name": "f"}]}, "profiles": [{"type": "evented", '
+            b'"name": "t", "unit": "milliseconds", "startValue": 0, "endValue": 10, "events": '
+            b'[{"type": "O", "frame": 0, "at": 5}, {"type": "C", "frame": 0, "at": 2}]}]}',
+        ),
+        ("huge.trace.json", b'{"traceEvents": [{"ph": "X", "ts": 1e300, "dur": 2, "name": "f"}]}'),
+        (
+            "overflow.trace.json",
+            b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1e16, "name": "f"}]}',
+        ),
     ],
 )
 def test_a_cut_off_or_corrupt_import_names_the_file_and_adds_nothing(tmp_path, name, content):

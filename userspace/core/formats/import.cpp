@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include <rapidjson/error/en.h>
 
 #include "formats/import_json.h"
 #include "util/file_io.h"
+#include "util/utf8.h"
 
 namespace mlprof {
 
@@ -32,8 +34,10 @@ namespace import_detail {
 
 std::optional<Error> parse_json(std::string_view data, const char* format,
                                 rapidjson::Document& doc) {
-  doc.Parse<rapidjson::kParseFullPrecisionFlag | rapidjson::kParseIterativeFlag>(data.data(),
-                                                                                 data.size());
+  // Encoding validated: a string that is not UTF-8 is refused here, not
+  // left to fail in Python or SQL (as json_stream.cpp's documents).
+  doc.Parse<rapidjson::kParseFullPrecisionFlag | rapidjson::kParseIterativeFlag |
+            rapidjson::kParseValidateEncodingFlag>(data.data(), data.size());
   if (!doc.HasParseError()) return std::nullopt;
   const size_t end = trim(data).size() + static_cast<size_t>(trim(data).data() - data.data());
   if (doc.GetErrorOffset() + 1 >= end) {
@@ -46,6 +50,13 @@ std::optional<Error> parse_json(std::string_view data, const char* format,
                std::string("not ") + format + " JSON: invalid at offset " +
                    std::to_string(doc.GetErrorOffset()) + " (" +
                    rapidjson::GetParseError_En(doc.GetParseError()) + ")"};
+}
+
+std::optional<int64_t> to_ns(double value, double ns_per_unit) {
+  const double ns = value * ns_per_unit;
+  constexpr double kLimit = 4611686018427387904.0;  // 2^62
+  if (!std::isfinite(ns) || ns > kLimit || ns < -kLimit) return std::nullopt;
+  return static_cast<int64_t>(std::llround(ns));
 }
 
 }  // namespace import_detail
@@ -175,6 +186,10 @@ Result<Imported> import_folded(std::string_view text) {
     const auto [p, ec] = std::from_chars(line.data() + space + 1, line.data() + line.size(), count);
     if (ec != std::errc() || p != line.data() + line.size() || count < 0) {
       return corrupt("line " + std::to_string(line_no) + " does not end in a sample count");
+    }
+    if (const size_t bad = first_invalid_utf8(line); bad != std::string_view::npos) {
+      return corrupt("line " + std::to_string(line_no) + " is not UTF-8 text (" +
+                     invalid_utf8_text(line, bad) + ")");
     }
     StackSamples::Sample s;
     std::string_view stack = trim(line.substr(0, space));  // empty: a sample with no frames (idle)

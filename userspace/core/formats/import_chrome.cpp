@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
 
 #include "formats/import.h"
 #include "formats/import_json.h"
@@ -22,7 +24,11 @@ struct Call {
   uint32_t function = 0;
 };
 
-int64_t us_to_ns(double us) { return static_cast<int64_t>(std::llround(us * 1000.0)); }
+Error out_of_range(const char* field, double value) {
+  return Error{Error::Kind::kCorrupt, 0,
+               std::string("not a Chrome trace: an event's ") + field + " (" +
+                   std::to_string(value) + " us) is out of range"};
+}
 
 const Value* member(const Value& o, const char* name) {
   const auto it = o.FindMember(name);
@@ -69,7 +75,7 @@ Result<Imported> import_chrome_trace(std::string_view json) {
   if (doc.IsObject()) provenance(doc, p.meta);
   using Thread = std::pair<int64_t, int64_t>;  // (pid, tid)
   std::map<Thread, std::vector<Call>> calls;
-  std::map<Thread, std::vector<std::pair<double, uint32_t>>> open;  // B events awaiting their E
+  std::map<Thread, std::vector<std::pair<int64_t, uint32_t>>> open;  // B events awaiting their E
   std::map<Thread, std::string> names;
   std::set<int64_t> pids;
   std::map<std::string, uint32_t> functions;
@@ -100,15 +106,17 @@ Result<Imported> import_chrome_trace(std::string_view json) {
     }
     const Value* ts = member(e, "ts");
     if (!ts || !ts->IsNumber()) continue;
+    const std::optional<int64_t> at = import_detail::to_ns(ts->GetDouble(), 1000.0);
+    if (!at) return out_of_range("ts", ts->GetDouble());
     if (phase == "X") {
       const Value* dur = member(e, "dur");
       const double d = dur && dur->IsNumber() ? dur->GetDouble() : 0.0;
-      const int64_t start = us_to_ns(ts->GetDouble());
-      calls[thread].push_back(
-          {start, start + std::max<int64_t>(0, us_to_ns(d)), function_of(text)});
+      const std::optional<int64_t> length = import_detail::to_ns(d, 1000.0);
+      if (!length) return out_of_range("dur", d);
+      calls[thread].push_back({*at, *at + std::max<int64_t>(0, *length), function_of(text)});
       pids.insert(thread.first);
     } else if (phase == "B") {
-      open[thread].emplace_back(ts->GetDouble(), function_of(text));
+      open[thread].emplace_back(*at, function_of(text));
       pids.insert(thread.first);
     } else if (phase == "E") {
       auto& stack = open[thread];
@@ -116,9 +124,8 @@ Result<Imported> import_chrome_trace(std::string_view json) {
         ++unmatched;
         continue;
       }
-      const int64_t start = us_to_ns(stack.back().first);
-      calls[thread].push_back(
-          {start, std::max(start, us_to_ns(ts->GetDouble())), stack.back().second});
+      const int64_t start = stack.back().first;
+      calls[thread].push_back({start, std::max(start, *at), stack.back().second});
       stack.pop_back();
     }
   }

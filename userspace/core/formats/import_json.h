@@ -4,6 +4,7 @@
 
 #include <rapidjson/document.h>
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -14,5 +15,10 @@ namespace mlprof::import_detail {
 // Parses `data` into `doc`; an Error naming `format` when it is not JSON or ends early.
 std::optional<Error> parse_json(std::string_view data, const char* format,
                                 rapidjson::Document& doc);
+
+// A time or duration in the input's unit as nanoseconds; nullopt when it is
+// not finite or past +-2^62 ns (146 years), so that a start plus a duration
+// stays in range.
+std::optional<int64_t> to_ns(double value, double ns_per_unit);
 
 }  // namespace mlprof::import_detail

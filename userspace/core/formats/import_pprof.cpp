@@ -12,6 +12,7 @@
 
 #include "formats/import.h"
 #include "formats/pprof_fields.h"
+#include "util/utf8.h"
 
 namespace mlprof {
 
@@ -141,6 +142,10 @@ Result<Imported> import_pprof(std::string_view bytes) {
     std::string_view msg;
     if (f == field::kStringTable && wire == 2) {
       if (!r.bytes(&msg)) break;
+      if (const size_t bad = first_invalid_utf8(msg); bad != std::string_view::npos) {
+        return corrupt("string " + std::to_string(strings.size()) + " of its string table is not " +
+                       "UTF-8 text (" + invalid_utf8_text(msg, bad) + ")");
+      }
       strings.push_back(msg);
     } else if (f == field::kSampleType && wire == 2) {
       if (!r.bytes(&msg)) break;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "formats/import.h"
@@ -101,9 +102,10 @@ Result<Imported> import_speedscope(std::string_view json) {
       const Value* first = member(pr, "startValue");
       const Value* last = member(pr, "endValue");
       if (scale > 0 && first && last && first->IsNumber() && last->IsNumber()) {
-        out.end_ns = std::max(
-            out.end_ns,
-            static_cast<int64_t>(std::llround((last->GetDouble() - first->GetDouble()) * scale)));
+        const std::optional<int64_t> span =
+            import_detail::to_ns(last->GetDouble() - first->GetDouble(), scale);
+        if (!span) return corrupt("a profile's startValue or endValue is out of range");
+        out.end_ns = std::max(out.end_ns, *span);
       }
       const Value* name = member(pr, "name");
       const Value* samples = member(pr, "samples");
@@ -132,7 +134,9 @@ Result<Imported> import_speedscope(std::string_view json) {
           if (!wv.IsNumber()) return corrupt("a weight is not a number");
           w = wv.GetDouble();
         }
-        s.values = {1, static_cast<int64_t>(std::llround(scale > 0 ? w * scale : w))};
+        const std::optional<int64_t> weight = import_detail::to_ns(w, scale > 0 ? scale : 1.0);
+        if (!weight || *weight < 0) return corrupt("a weight is negative or out of range");
+        s.values = {1, *weight};
         out.samples.push_back(std::move(s));
       }
     }
@@ -167,7 +171,15 @@ Result<Imported> import_speedscope(std::string_view json) {
         return corrupt("an event lacks its type, time or frame");
       }
       Event ev;
-      ev.ts_ns = static_cast<int64_t>(std::llround(at->GetDouble() * scale));
+      const std::optional<int64_t> ts = import_detail::to_ns(at->GetDouble(), scale);
+      if (!ts) return corrupt("an event's time is out of range");
+      // Events are in time order (the format's schema): one that goes back
+      // would make a span end before it starts.
+      if (!lane.events.empty() && *ts < lane.events.back().ts_ns) {
+        return corrupt("profile " + std::to_string(p.lanes.size()) + "'s event " +
+                       std::to_string(lane.events.size()) + " goes back in time");
+      }
+      ev.ts_ns = *ts;
       ev.kind = std::string(type->GetString()) == "O" ? EventKind::kCall : EventKind::kReturn;
       ev.id = ev.kind == EventKind::kCall ? frame_fn[idx].first : 0;
       p.start_ns = std::min(p.start_ns, ev.ts_ns);

@@ -1,0 +1,48 @@
+#include "util/utf8.h"
+
+#include <cstdio>
+
+namespace mlprof {
+
+size_t first_invalid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b = p[i];
+    if (b < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range (table 3-7)
+    if (b >= 0xC2 && b <= 0xDF) {
+      len = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3;
+      if (b == 0xE0) lo = 0xA0;  // no overlong forms
+      if (b == 0xED) hi = 0x9F;  // no surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4;
+      if (b == 0xF0) lo = 0x90;  // no overlong forms
+      if (b == 0xF4) hi = 0x8F;  // nothing past U+10FFFF
+    } else {
+      return i;
+    }
+    if (n - i < len || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string invalid_utf8_text(std::string_view s, size_t at) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "byte 0x%02x at offset %zu",
+                at < s.size() ? static_cast<unsigned char>(s[at]) : 0u, at);
+  return buf;
+}
+
+}  // namespace mlprof
