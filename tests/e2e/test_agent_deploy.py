@@ -412,6 +412,9 @@ def test_daemonset_missing_a_setting_says_which(play, tmp_path, edit, line, stat
         assert "securityContext.capabilities.add" in first
     # The pod restarts it (restartPolicy Always); every run ends with the same
     # status, which `podman wait` gives for the next exit (inspect can catch
-    # the container already restarted, with its exit code reset to 0).
-    waited = pod.kube("wait", CONTAINER, timeout=60)
+    # the container already restarted, with its exit code reset to 0). `wait`
+    # polls: at its default 250 ms it can miss every exit of an agent that
+    # exits at once and is restarted within the interval (it hung 60 s in CI,
+    # the default-seccomp case); at 10 ms the exited state is seen.
+    waited = pod.kube("wait", "--interval", "10ms", CONTAINER, timeout=60)
     assert waited.stdout.strip() == status, (waited.stdout, text[-2000:])
