@@ -296,7 +296,10 @@ int main(int argc, char** argv) {
   if (o.wait_attached > 0) {
     const auto t0 = Clock::now();
     // A tracer attaches probe by probe: start only when every probe fired
-    // here is on, or the first sessions miss the probes attached last.
+    // here is on, or the first sessions miss the probes attached last. A
+    // semaphore is set before the tracer links that probe's program, so a
+    // caller that needs every hit counted holds this process stopped until
+    // the tracer says it is attached (tests/python/test_usdt.py does).
     // v2 (session_spans): session_begin, lane_begin, session_spans.
     while (!(MLPROF_USDT_ENABLED(session_spans)
                  ? MLPROF_USDT_ENABLED(session_begin) && MLPROF_USDT_ENABLED(lane_begin)

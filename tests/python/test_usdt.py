@@ -1013,8 +1013,28 @@ def test_the_storm_fires_the_contracts_probes_and_counts_what_fired():
             f" usdt:{storm}:mlprof:span_enter {{ @[probe] = count(); @arg[probe] = max(arg0);"
             f" @depth = max(arg3 >> 32); @name[str(arg4)] = count(); }}"
         )
-        traced = subprocess.run(
-            [bpftrace, "-p", str(pid), "-e", program], capture_output=True, text=True, timeout=120
+        # The storm's own wait ends when the last semaphore is set, which is
+        # before bpftrace links that probe's program: sessions in between
+        # fire nothing (591 of 600 session_begin, once in CI). So the storm
+        # is held stopped until bpftrace says every probe is attached.
+        os.kill(pid, signal.SIGSTOP)
+        with subprocess.Popen(
+            [bpftrace, "-p", str(pid), "-e", program],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "__BPFTRACE_NOTIFY_PROBES_ATTACHED": "1"},
+        ) as tracer:
+            assert tracer.stderr is not None
+            early = []
+            for line in tracer.stderr:
+                if line.startswith("__BPFTRACE_NOTIFY_PROBES_ATTACHED"):
+                    break
+                early.append(line)
+            os.kill(pid, signal.SIGCONT)
+            out, err = tracer.communicate(timeout=120)
+        traced = subprocess.CompletedProcess(
+            tracer.args, tracer.returncode, out, "".join(early) + err
         )
         figures = dict(kv.split("=") for kv in proc.stdout.read().splitlines()[-1].split())
     counts = {
