@@ -230,13 +230,14 @@ def test_the_tree_shows_every_call_in_flight_under_the_coroutine_that_gathered_t
     # (The reference engine's Python hook takes milliseconds an event on a
     # loaded machine, and its time is cut from the lane: checked loosely, as
     # in test_asyncio_structure.py.)
+    # The span holds the clocked region, so it was off the CPU at least as
+    # long as the loop was, and at most its own wall less the loop's CPU
+    # time: a loaded machine also preempts the thread just outside the
+    # region (15.5 ms once in CI, against a 9.7 ms tolerance on |difference|).
     wall, cpu = served._model_impl.responses_agent.loop_clock
-    loose = 0.3 if how == "reference" else 0.05
-    assert abs(call["waiting_ns"] - (wall - cpu)) <= loose * wall + 1_000_000, (
-        call["waiting_ns"],
-        wall,
-        cpu,
-    )
+    slack = (0.3 if how == "reference" else 0.05) * wall + 1_000_000
+    figures = (call["waiting_ns"], call["wall_ns"], wall, cpu)
+    assert wall - cpu - slack <= call["waiting_ns"] <= call["wall_ns"] - cpu + slack, figures
     assert "ask fast" in text and "ask smart" in text and ", waiting " in text
 
 
