@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,8 +110,22 @@ void bind_store(py::module_& m) {
   py::class_<StackSamples, SamplesPtr>(m, "StackSamples",
                                        "Sampled stacks (model/stack_samples.h): an import of "
                                        "pprof, py-spy, speedscope or folded stacks.")
-      .def_property_readonly("sample_count", [](const StackSamples& s) { return s.samples.size(); })
+      .def_property_readonly(
+          "sample_count",
+          [](const StackSamples& s) {
+            // The samples they stand for: a pre-aggregated one counts as its count.
+            const int counted = s.count_type();
+            int64_t total = 0;
+            for (const auto& x : s.samples)
+              total += std::max<int64_t>(0, StackSamples::weight(x, counted));
+            return total;
+          },
+          "The samples these stand for: a pre-aggregated sample (folded, pprof) counts as its "
+          "count; len(stacks()) is the rows.")
       .def_property_readonly("value_types", [](const StackSamples& s) { return s.value_types; })
+      .def_property_readonly(
+          "count_type", &StackSamples::count_type,
+          "The index in value_types of the value that counts samples (-1: none; each row is one).")
       .def_property_readonly("threads",
                              [](const StackSamples& s) {
                                std::vector<std::string> out;
@@ -157,7 +172,7 @@ void bind_store(py::module_& m) {
       [](const py::bytes& data) {
         std::string raw = data;
         if (is_gzip(raw)) {
-          Result<std::string> r = gzip_decompress(raw);
+          Result<std::string> r = gzip_decompress(raw, gzip_input_limit(raw.size()));
           if (!r.ok()) return std::string("unknown");
           raw = std::move(r.value());
         }

@@ -81,7 +81,7 @@ def _add(args) -> int:
                 failed += 1
                 continue
             row = next(s for s in store.sources() if s["source_id"] == source)
-            unit = "span" if row["kind"] == "spans" else "sample"
+            unit = "span" if row["kind"] == "spans" else "sampled stack"
             print(
                 f"{path}: source {source} ({row['source_type']}), {_plural(row['spans'], unit)} in "
                 f"{_plural(row['sessions'], 'session')}"
@@ -122,18 +122,21 @@ def _show_stacks(samples, args) -> int:
         return 0
     types = ", ".join(f"{t} ({u})" for t, u in samples.value_types)
     print(
-        f"{_plural(len(stacks), 'sample')} of {_plural(len(samples.threads), 'thread')}; values: {types}"
+        f"{_plural(samples.sample_count, 'sample')} of {_plural(len(samples.threads), 'thread')}; values: {types}"
     )
+    counted = samples.count_type  # a pre-aggregated sample stands for its count
     for thread in samples.threads:
         counts: dict = {}
-        for t, frames, _ in stacks:
+        for t, frames, values in stacks:
             if t == thread:
                 key = tuple(frames if args.depth is None else frames[: args.depth + 1])
-                counts[key] = counts.get(key, 0) + 1
+                counts[key] = counts.get(key, 0) + (max(0, values[counted]) if counted >= 0 else 1)
         total = sum(counts.values())
         print(f"thread {thread}: {_plural(total, 'sample')}")
         for key, n in sorted(counts.items(), key=lambda kv: -kv[1])[:10]:
-            print(f"  {100.0 * n / total:5.1f}%  {' > '.join(key) or '(no frames)'}")
+            print(
+                f"  {100.0 * n / total if total else 0.0:5.1f}%  {' > '.join(key) or '(no frames)'}"
+            )
     return 0
 
 

@@ -274,9 +274,13 @@ class RunPathValues:
 class StackSamples:
     """Sampled stacks (model/stack_samples.h): an import of pprof, py-spy, speedscope or folded stacks."""
     @property
-    def sample_count(self) -> int: ...
+    def sample_count(self) -> int:
+        """The samples these stand for: a pre-aggregated sample (folded, pprof) counts as its count; len(stacks()) is the rows."""
     @property
     def value_types(self) -> List[Tuple[str, str]]: ...
+    @property
+    def count_type(self) -> int:
+        """The index in value_types of the value that counts samples (-1: none; each row is one)."""
     @property
     def threads(self) -> List[str]: ...
     @property

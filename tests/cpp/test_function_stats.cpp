@@ -222,7 +222,7 @@ TEST(FunctionStats, SampledStacksFlatIsTheLeafCumOncePerSample) {
   EXPECT_EQ(rows.at("b").cum, (std::vector<int64_t>{4, 40}));
   EXPECT_EQ(rows.at("main").flat, (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(rows.at("main").cum, (std::vector<int64_t>{6, 60}));
-  EXPECT_EQ(s.samples(), 3u);
+  EXPECT_EQ(s.samples(), 6u);  // each sample counts as its count: 3 + 2 + 1
   EXPECT_EQ(s.sampled_sources(), 1u);
   EXPECT_TRUE(s.span_rows().empty());
 
@@ -246,7 +246,7 @@ TEST(FunctionStats, SampledTypesAreTheUnion) {
   const auto rows = sampled_by_name(s);
   EXPECT_EQ(rows.at("a").flat, (std::vector<int64_t>{3, 70}));
   EXPECT_EQ(rows.at("main").cum, (std::vector<int64_t>{3, 70}));
-  EXPECT_EQ(s.samples(), 3u);  // the empty stack is a sample of no function
+  EXPECT_EQ(s.samples(), 8u);  // 2 + 1 + 5: the empty stack counts, of no function
 }
 
 }  // namespace

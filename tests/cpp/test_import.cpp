@@ -3,9 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "formats/export.h"
+#include "formats/pprof_fields.h"
+#include "formats/pprof_writer.h"
 #include "profile_builder.h"
+#include "util/file_io.h"
 
 namespace mlprof {
 namespace {
@@ -36,16 +40,112 @@ TEST(Import, DetectsEachFormatByContent) {
   EXPECT_EQ(detect_input("hello world"), InputFormat::kUnknown);
 }
 
-TEST(Import, FoldedCountsExpandAndAnEmptyStackIsIdle) {
-  auto r = import_folded(" 2\na (x.py:1);b (x.py:5) 3\n");
+TEST(Import, FoldedCountsAreValuesAndAnEmptyStackIsIdle) {
+  auto r = import_folded(" 2\na (x.py:1);b (x.py:5) 3\nc 0\n");
   ASSERT_TRUE(r.ok()) << r.error().message;
   const auto& s = std::get<StackSamples>(r.value());
-  ASSERT_EQ(s.samples.size(), 5u);
+  ASSERT_EQ(s.samples.size(), 2u);  // a line is a sample; a line counted 0 times holds nothing
+  EXPECT_EQ(s.count_type(), 0);
   EXPECT_TRUE(s.samples[0].frames.empty());
-  ASSERT_EQ(s.samples[4].frames.size(), 2u);
-  EXPECT_EQ(s.functions.strings().get(s.functions.get(s.samples[4].frames[1].function).name), "b");
-  EXPECT_EQ(s.samples[4].frames[1].line, 5);
+  EXPECT_EQ(s.samples[0].values, std::vector<int64_t>{2});
+  ASSERT_EQ(s.samples[1].frames.size(), 2u);
+  EXPECT_EQ(s.samples[1].values, std::vector<int64_t>{3});
+  EXPECT_EQ(s.functions.strings().get(s.functions.get(s.samples[1].frames[1].function).name), "b");
+  EXPECT_EQ(s.samples[1].frames[1].line, 5);
   EXPECT_FALSE(import_folded("a;b notanumber\n").ok());
+}
+
+TEST(Import, FoldedCountsDoNotGrowTheSamples) {
+  // Issue 44's mutant: 122 bytes whose counts were about 5 million a line
+  // once became 15 million rows. Now 3 samples, the counts exact.
+  auto r = import_folded("main;load 5000000\nmain;score 4999999\nmain 5000001\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& s = std::get<StackSamples>(r.value());
+  ASSERT_EQ(s.samples.size(), 3u);
+  int64_t total = 0;
+  for (const auto& x : s.samples) total += StackSamples::weight(x, s.count_type());
+  EXPECT_EQ(total, 15000000);
+}
+
+TEST(Import, FoldedCountsPast2To62OrStacksTooDeepAreRefused) {
+  auto sum = import_folded("a 4611686018427387903\nb 1\nc 2\n");
+  ASSERT_FALSE(sum.ok());
+  EXPECT_EQ(sum.error().message, "its counts add up past 2^62 by line 3");
+  std::string deep;
+  for (size_t i = 0; i < kMaxStackDepth; ++i) deep += "f;";
+  auto at_limit = import_folded(deep.substr(0, deep.size() - 1) + " 1\n");
+  ASSERT_TRUE(at_limit.ok()) << at_limit.error().message;
+  auto past = import_folded(deep + "g 1\n");
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.error().message, "line 1's stack is deeper than 100000 frames");
+}
+
+// A pprof of one function at one location with `lines` lines, and `samples`
+// samples each naming that location `refs` times, counted `count` times.
+std::string pprof_of(size_t lines, size_t refs, size_t samples, int64_t count) {
+  namespace f = pprof_field;
+  pprof::ProtoWriter out, vt, fn, loc, line, sample;
+  vt.uint_field(f::kValueTypeType, 1);
+  vt.uint_field(f::kValueTypeUnit, 2);
+  out.message_field(f::kSampleType, vt);
+  sample.packed_field(f::kSampleLocationId, std::vector<uint64_t>(refs, 1));
+  sample.packed_field(f::kSampleValue, std::vector<int64_t>{count});
+  for (size_t i = 0; i < samples; ++i) out.message_field(f::kSample, sample);
+  line.uint_field(f::kLineFunctionId, 1);
+  line.int_field(f::kLineLine, 7);
+  loc.uint_field(f::kLocationId, 1);
+  for (size_t i = 0; i < lines; ++i) loc.message_field(f::kLocationLine, line);
+  out.message_field(f::kLocation, loc);
+  fn.uint_field(f::kFunctionId, 1);
+  fn.uint_field(f::kFunctionName, 3);
+  out.message_field(f::kFunction, fn);
+  for (const char* str : {"", "samples", "count", "f"}) out.bytes_field(f::kStringTable, str);
+  return out.bytes();
+}
+
+TEST(Import, APprofSampleKeepsItsCountAsAValue) {
+  auto r = import_pprof(pprof_of(1, 2, 3, 1000000000));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& s = std::get<StackSamples>(r.value());
+  ASSERT_EQ(s.samples.size(), 3u);
+  EXPECT_EQ(s.samples[0].values, std::vector<int64_t>{1000000000});
+  EXPECT_EQ(s.samples[0].frames.size(), 2u);
+  auto zero = import_pprof(pprof_of(1, 2, 3, 0));  // counted 0 times: nothing to hold
+  ASSERT_TRUE(zero.ok());
+  EXPECT_TRUE(std::get<StackSamples>(zero.value()).samples.empty());
+}
+
+TEST(Import, APprofWhoseFramesMultiplyIsRefused) {
+  // 100 lines at one location, named 1,000 times by each of 11 samples:
+  // 1.1 million frames from a file of about 12 KB.
+  const std::string raw = pprof_of(100, 1000, 11, 1);
+  ASSERT_LT(raw.size(), 16000u);
+  auto r = import_pprof(raw);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("hold more than 1000000 frames"), std::string::npos)
+      << r.error().message;
+  auto deep = import_pprof(pprof_of(1000, 101, 1, 1));  // 101,000 frames in one stack
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.error().message.find("deeper than 100000 frames"), std::string::npos)
+      << deep.error().message;
+  auto sum = import_pprof(pprof_of(1, 1, 2, int64_t{1} << 62));
+  ASSERT_FALSE(sum.ok());
+  EXPECT_NE(sum.error().message.find("samples values add up past 2^62"), std::string::npos)
+      << sum.error().message;
+}
+
+TEST(Import, AGzipBombIsRefusedBeforeItInflates) {
+  // 10 MB of zeros gzip to about 10 KB: far past 100 times, and under the
+  // 64 MiB floor, so it reads; 80 MiB does not.
+  const std::string small = gzip_compress(std::string(size_t{10} << 20, '\0'));
+  auto ok = gzip_decompress(small, gzip_input_limit(small.size()));
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  const std::string bomb = gzip_compress(std::string(size_t{80} << 20, ' '));
+  auto r = import_profile(bomb);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, Error::Kind::kUnsupported);
+  EXPECT_NE(r.error().message.find("inflate to more than 67108864 bytes"), std::string::npos)
+      << r.error().message;
 }
 
 TEST(Import, FoldedTextThatIsNotUtf8IsRefusedWithItsLineAndByte) {

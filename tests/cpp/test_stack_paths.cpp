@@ -50,7 +50,7 @@ TEST(StackPathTotals, SelfIsTheLeafsTotalIsEverythingUnder) {
   EXPECT_EQ(rows.at("main;a").total, (std::vector<int64_t>{6}));
   EXPECT_EQ(rows.at("main;a;b").self, (std::vector<int64_t>{4}));
   EXPECT_EQ(rows.at("main;c").total, (std::vector<int64_t>{5}));
-  EXPECT_EQ(t.samples(), 4u);
+  EXPECT_EQ(t.samples(), 11u);  // each sample counts as its count
   EXPECT_EQ(t.sources(), 1u);
 }
 

@@ -448,7 +448,7 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
     spans = len(list(_walk(before)))
     assert conn.execute(
         "SELECT source_id, count(*) FROM samples GROUP BY source_id ORDER BY 1"
-    ).fetchall() == [(source, spans), (stacks, 5)]
+    ).fetchall() == [(source, spans), (stacks, 2)]  # a folded line is one sample
     unix_ns = int(session._built().meta["start_unix_ns"])
     assert conn.execute(
         "SELECT source_timestamp, start_unix_ns FROM sources WHERE source_id = ?", (source,)
@@ -460,9 +460,10 @@ def test_mlprof_migrate_brings_an_older_store_up_to_date(tmp_path):
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     with open_store(db) as store:
         assert store.load(source).to_tree() == before
-        assert [s[1] for s in store.load_stacks(stacks).stacks()] == [["main", "load"]] * 3 + [
-            ["main", "predict"]
-        ] * 2
+        assert [s[1:] for s in store.load_stacks(stacks).stacks()] == [
+            (["main", "load"], [3]),
+            (["main", "predict"], [2]),
+        ]
     again = _mlprof("migrate", db)
     assert again.returncode == 0 and again.stdout == f"{db}: already at store version 2.6\n"
     # No step starts at 1.0: the store is left as it was, and both messages say so.

@@ -107,8 +107,13 @@ def test_py_spy_speedscope_and_raw_of_a_real_process(target, tmp_path):
         # py-spy saw the target's frames, root first.
         assert any(frames[-2:] == ["work", "leaf"] for _, frames, _ in stacks), stacks[:3]
         folded = store.load_stacks(second)
-        assert folded.sample_count == raw_total  # pre-aggregated counts expanded, one row each
-        assert all(values == [1] for _, _, values in folded.stacks())
+        # A line is one row whose value is its count (not one row per count).
+        lines = [line for line in out["raw"].read_text().splitlines() if line.strip()]
+        assert folded.sample_count == raw_total
+        assert len(folded.stacks()) == len(lines)
+        assert sorted(v for _, _, (v,) in folded.stacks()) == sorted(
+            int(line.rsplit(" ", 1)[1]) for line in lines
+        )
         with pytest.raises(Exception, match="sampled stacks, not spans"):
             store.load(first)
 
@@ -173,7 +178,7 @@ GO_PROGRAM = textwrap.dedent("""
 """)
 
 
-def test_a_go_cpu_profile_keeps_its_types_and_expands_its_counts(tmp_path):
+def test_a_go_cpu_profile_keeps_its_types_and_its_counts(tmp_path):
     go = require_tool(GO, "the Go toolchain", "Go at /usr/local/go or on PATH")
     (tmp_path / "main.go").write_text(GO_PROGRAM)
     # A GOCACHE set by the caller (CI sets one for the whole run) is kept: the
@@ -222,8 +227,9 @@ def test_a_go_cpu_profile_keeps_its_types_and_expands_its_counts(tmp_path):
         samples = store.load_stacks(source)
     assert samples.value_types == [("samples", "count"), ("cpu", "nanoseconds")]
     stacks = samples.stacks()
-    assert len(stacks) == sum(c for c, _ in counts)  # each counted sample a row of its own
-    assert sum(v[1] for _, _, v in stacks) == sum(ns for _, ns in counts)  # the cpu time, exactly
+    # Each pprof sample one row, its count and cpu time as go tool pprof reads them.
+    assert sorted(tuple(v) for _, _, v in stacks) == sorted(counts)
+    assert samples.sample_count == sum(c for c, _ in counts)
     assert any("main.spin" in frames for _, frames, _ in stacks)
 
 
@@ -333,6 +339,8 @@ def test_evented_speedscope_and_begin_end_trace_become_trees(tmp_path):
             "overflow.trace.json",
             b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1e16, "name": "f"}]}',
         ),
+        ("past-2-62.folded", b"a 4611686018427387903\nb 2\n"),
+        ("deep.folded", b"f;" * 100_000 + b"g 1\n"),
     ],
 )
 def test_a_cut_off_or_corrupt_import_names_the_file_and_adds_nothing(tmp_path, name, content):
@@ -354,3 +362,61 @@ def session_file(tmp_path):
     with profiling(depth=1) as session:
         _encode([3])
     return session.save(tmp_path / "ok.json")
+
+
+def test_counts_of_millions_add_a_row_a_line_and_sum_exactly(tmp_path):
+    """Issue 44's mutant: 122 bytes of folded stacks counted about 5 million
+    a line grew a store to 2.17 GB in 60 s. A line is one sample now."""
+    from test_store import _mlprof
+
+    lines = [
+        ("predict;featurize;tokenize", 5_123_456),
+        ("predict;featurize", 4_987_001),
+        ("predict;score;matmul", 5_000_003),
+        ("predict", 4_999_990),
+    ]
+    folded = tmp_path / "m.folded"
+    folded.write_text("".join(f"{stack} {n}\n" for stack, n in lines))
+    assert folded.stat().st_size < 130
+    db = tmp_path / "m.db"
+    added = _mlprof("add", db, folded)
+    assert added.returncode == 0, added.stderr
+    assert db.stat().st_size < 200_000  # an empty store is about 150 KB
+    with open_store(db) as store:
+        (source,) = store.sources()
+        sampled = store.load_stacks(source["source_id"])
+    assert sampled.sample_count == sum(n for _, n in lines)
+    assert sorted((";".join(f), v) for _, f, (v,) in sampled.stacks()) == sorted(lines)
+    top = _mlprof("top", db, "--format", "json")
+    assert top.returncode == 0, top.stderr
+    sampled = json.loads(top.stdout)["sampled"]
+    assert sampled["samples"] == sum(n for _, n in lines)
+    assert {"/".join(r["path"]): r["self_values"] for r in sampled["rows"]} == {
+        "predict/featurize/tokenize": [5_123_456],
+        "predict/featurize": [4_987_001],
+        "predict/score/matmul": [5_000_003],
+        "predict": [4_999_990],
+        "predict/score": [0],
+    }
+    shown = _mlprof("show", db, "1")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("20,110,450 samples of 1 thread"), shown.stdout
+    assert "  25.5%  predict > featurize > tokenize" in shown.stdout, shown.stdout
+
+
+def test_a_gzip_bomb_is_refused_in_one_line(tmp_path):
+    """deflate inflates up to 1032x: 80 MiB of one byte is a 80 KB file. A
+    compressed input may inflate to 100 times its size, at least 64 MiB."""
+    import gzip
+
+    from test_store import _mlprof
+
+    bomb = tmp_path / "bomb.folded.gz"
+    bomb.write_bytes(gzip.compress(b" " * (80 << 20), compresslevel=9))
+    assert bomb.stat().st_size < 100_000
+    refused = _mlprof("add", tmp_path / "b.db", bomb)
+    assert refused.returncode == 2, refused.stderr
+    (line,) = refused.stderr.splitlines()
+    assert str(bomb) in line and "inflate to more than 67108864 bytes" in line and "gunzip" in line
+    with open_store(tmp_path / "b.db") as store:
+        assert store.sources() == []

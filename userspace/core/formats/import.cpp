@@ -136,7 +136,7 @@ const char* input_format_name(InputFormat f) {
 Result<Imported> import_profile(std::string_view raw) {
   std::string inflated;
   if (is_gzip(raw)) {
-    Result<std::string> r = gzip_decompress(raw);
+    Result<std::string> r = gzip_decompress(raw, gzip_input_limit(raw.size()));
     if (!r.ok()) return r.error();
     inflated = std::move(r.value());
     raw = inflated;
@@ -162,15 +162,16 @@ Result<Imported> import_profile(std::string_view raw) {
 }
 
 // Folded stacks: "frame;frame;frame count" a line, root first (py-spy
-// --format raw, Brendan Gregg's stackcollapse). One thread; pre-aggregated
-// like pprof, so expanded the same way: `count` samples of
-// ("samples", "count") 1 each.
+// --format raw, Brendan Gregg's stackcollapse). One thread; a line is one
+// sample whose ("samples", "count") value is its count, so the store grows
+// with the text, not with the counts (docs/design/store.md).
 Result<Imported> import_folded(std::string_view text) {
   StackSamples out;
   out.value_types = {{"samples", "count"}};
   out.threads.push_back({"all threads", 0});
   out.meta["source"] = "folded";
   size_t at = 0, line_no = 0;
+  int64_t total = 0;
   while (at < text.size()) {
     size_t eol = text.find('\n', at);
     if (eol == std::string_view::npos) eol = text.size();
@@ -191,9 +192,18 @@ Result<Imported> import_folded(std::string_view text) {
       return corrupt("line " + std::to_string(line_no) + " is not UTF-8 text (" +
                      invalid_utf8_text(line, bad) + ")");
     }
+    if (count == 0) continue;  // a stack seen 0 times holds nothing
+    if (count > kMaxValueSum - total) {
+      return corrupt("its counts add up past 2^62 by line " + std::to_string(line_no));
+    }
+    total += count;
     StackSamples::Sample s;
     std::string_view stack = trim(line.substr(0, space));  // empty: a sample with no frames (idle)
     while (!stack.empty()) {
+      if (s.frames.size() == kMaxStackDepth) {
+        return corrupt("line " + std::to_string(line_no) + "'s stack is deeper than " +
+                       std::to_string(kMaxStackDepth) + " frames");
+      }
       const size_t semi = stack.find(';');
       const FrameName f = parse_frame_name(stack.substr(0, semi));
       const uint32_t fn =
@@ -202,11 +212,8 @@ Result<Imported> import_folded(std::string_view text) {
       if (semi == std::string_view::npos) break;
       stack.remove_prefix(semi + 1);
     }
-    s.values = {1};
-    if (out.samples.size() + static_cast<uint64_t>(count) > 50'000'000) {
-      return corrupt("its counts expand to more than 50000000 samples");
-    }
-    for (int64_t c = 0; c < count; ++c) out.samples.push_back(s);
+    s.values = {count};
+    out.samples.push_back(std::move(s));
   }
   if (out.samples.empty()) return corrupt("no stacks in the folded text");
   return Imported{std::move(out)};

@@ -6,6 +6,8 @@
 // --format raw) become StackSamples. Each returns an Error naming the cause
 // for input that is not its format or is cut off.
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -24,6 +26,16 @@ const char* input_format_name(
     InputFormat f);  // "chrome-trace", "speedscope", "pprof", "folded", ...
 
 using Imported = std::variant<Profile, StackSamples>;
+
+// What an import may grow to (docs/store.md, "Limits"). A pre-aggregated
+// sample keeps its count as a value, so rows grow with the input's size;
+// frames could still multiply (a pprof sample naming one location of many
+// lines many times), so they are bounded against the input's size too.
+inline constexpr size_t kMaxStackDepth = 100'000;  // frames in one sample's stack
+inline constexpr size_t kFramesPerInputByte = 8;   // all samples' frames, per byte ...
+inline constexpr size_t kFramesFloor = 1'000'000;  // ... or this many, if more
+// A value's sum over a source stays within +-2^62, so sums never overflow.
+inline constexpr int64_t kMaxValueSum = int64_t{1} << 62;
 
 Result<Imported> import_chrome_trace(std::string_view json);
 Result<Imported> import_speedscope(std::string_view json);

@@ -1,14 +1,16 @@
-// pprof (profile.proto, gzip-compressed or not) as StackSamples: docs/design/store.md's
-// "v1", pre-aggregated. Expanded as docs/design/store.md says: a sample counted c times
-// becomes c samples of count 1; its other values (cpu nanoseconds, bytes)
-// are shared among them, the remainder to the first, so every sum stays
-// exact. Sample types and units are kept as the file names them. The
-// thread comes from a "thread", "thread_name" or "thread_id" label; other
-// labels are dropped and counted (meta "pprof.dropped_labels").
+// pprof (profile.proto, gzip-compressed or not) as StackSamples. A pprof
+// sample is pre-aggregated (counted c times); it stays one sample with its
+// values as the file gives them, so the store grows with the file and every
+// sum stays exact (docs/design/store.md, "Versions and conversion"). Sample
+// types and units are kept as the file names them. The thread comes from a
+// "thread", "thread_name" or "thread_id" label; other labels are dropped
+// and counted (meta "pprof.dropped_labels").
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "formats/import.h"
 #include "formats/pprof_fields.h"
@@ -298,21 +300,27 @@ Result<Imported> import_pprof(std::string_view bytes) {
     }
   }
   out.end_ns = static_cast<int64_t>(duration_nanos);
-  int count_index = -1;
-  for (size_t i = 0; i < types.size(); ++i) {
+  for (size_t i = 0; i < types.size(); ++i)
     out.value_types.emplace_back(str(types[i].first), str(types[i].second));
-    if (count_index < 0 &&
-        (out.value_types.back().first == "samples" || out.value_types.back().second == "count")) {
-      count_index = static_cast<int>(i);
-    }
-  }
   std::unordered_map<uint64_t, uint32_t> fn_ids;
   std::unordered_map<std::string, uint32_t> threads;
-  uint64_t dropped = 0, total_rows = 0;
-  constexpr uint64_t kMaxRows = 50'000'000;  // an expansion past this is a hostile count
+  uint64_t dropped = 0;
+  const size_t max_frames = std::max(kFramesFloor, bytes.size() * kFramesPerInputByte);
+  size_t frames = 0;
+  std::vector<int64_t> sums(types.size(), 0);
   for (const RawSample& s : samples) {
     if (s.values.size() != types.size())
       return corrupt("a sample's values do not match the sample types");
+    // A sample counted c times stays one sample with its values (count c):
+    // the store grows with the file, not with its counts.
+    if (std::all_of(s.values.begin(), s.values.end(), [](int64_t v) { return v == 0; }))
+      continue;  // holds nothing
+    for (size_t i = 0; i < types.size(); ++i) {
+      const int64_t v = s.values[i];
+      if ((v > 0 && sums[i] > kMaxValueSum - v) || (v < 0 && sums[i] < -kMaxValueSum - v))
+        return corrupt("its " + out.value_types[i].first + " values add up past 2^62");
+      sums[i] += v;
+    }
     StackSamples::Sample row;
     std::string thread = "all threads";
     for (const auto& [k, v] : s.labels) {
@@ -333,6 +341,16 @@ Result<Imported> import_pprof(std::string_view bytes) {
     for (auto it = s.locations.rbegin(); it != s.locations.rend(); ++it) {
       const auto loc = locations.find(*it);
       if (loc == locations.end()) return corrupt("a sample names a location that is not there");
+      if (row.frames.size() + loc->second.lines.size() > kMaxStackDepth) {
+        return corrupt("a sample's stack is deeper than " + std::to_string(kMaxStackDepth) +
+                       " frames");
+      }
+      frames += loc->second.lines.size();
+      if (frames > max_frames) {
+        return corrupt("its samples' stacks hold more than " + std::to_string(max_frames) +
+                       " frames (" + std::to_string(kFramesPerInputByte) +
+                       " a byte of the file, at least " + std::to_string(kFramesFloor) + ")");
+      }
       for (auto line = loc->second.lines.rbegin(); line != loc->second.lines.rend(); ++line) {
         auto id = fn_ids.find(line->first);
         if (id == fn_ids.end()) {
@@ -349,25 +367,8 @@ Result<Imported> import_pprof(std::string_view bytes) {
         row.frames.push_back({id->second, static_cast<int32_t>(line->second)});
       }
     }
-    const int64_t copies = count_index >= 0 ? s.values[count_index] : 1;
-    if (copies <= 0) continue;  // a sample counted 0 times holds nothing
-    total_rows += static_cast<uint64_t>(copies);
-    if (total_rows > kMaxRows) {
-      return corrupt("its sample counts expand to more than " + std::to_string(kMaxRows) +
-                     " samples");
-    }
-    for (int64_t c = 0; c < copies; ++c) {
-      StackSamples::Sample one = row;
-      one.values.resize(types.size());
-      for (size_t i = 0; i < types.size(); ++i) {
-        if (static_cast<int>(i) == count_index) {
-          one.values[i] = 1;
-        } else {
-          one.values[i] = s.values[i] / copies + (c == 0 ? s.values[i] % copies : 0);
-        }
-      }
-      out.samples.push_back(std::move(one));
-    }
+    row.values = s.values;
+    out.samples.push_back(std::move(row));
   }
   if (dropped) out.meta["pprof.dropped_labels"] = std::to_string(dropped);
   if (out.threads.empty()) out.threads.push_back({"all threads", 0});

@@ -68,7 +68,7 @@ Result<Profile> read_json_document(std::string_view data) {
     return Error{Error::Kind::kTruncated, 0, "the gzip stream ends after its first byte"};
   }
   if (is_gzip(data)) {
-    Result<std::string> text = gzip_decompress(data);
+    Result<std::string> text = gzip_decompress(data, gzip_input_limit(data.size()));
     if (!text.ok()) {
       Error e = text.error();
       e.message = "cannot read the compressed profile: " + e.message;

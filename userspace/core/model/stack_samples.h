@@ -36,6 +36,23 @@ struct StackSamples {
   std::map<std::string, std::string> meta;  // what the input says of itself
   int64_t start_ns = 0;                     // 0 when the input has no clock (folded stacks)
   int64_t end_ns = 0;
+
+  // The value type that counts samples: the first named "samples" or in
+  // unit "count"; -1 when none does. A sample of a pre-aggregated input
+  // (folded, pprof) stands for that many samples (docs/design/store.md).
+  int count_type() const {
+    for (size_t i = 0; i < value_types.size(); ++i) {
+      if (value_types[i].first == "samples" || value_types[i].second == "count")
+        return static_cast<int>(i);
+    }
+    return -1;
+  }
+  // How many samples `s` stands for: its count, or 1 when nothing counts.
+  static int64_t weight(const Sample& s, int count_type) {
+    return count_type >= 0 && static_cast<size_t>(count_type) < s.values.size()
+               ? s.values[static_cast<size_t>(count_type)]
+               : 1;
+  }
 };
 
 }  // namespace mlprof

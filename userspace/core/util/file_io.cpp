@@ -106,24 +106,39 @@ std::string gzip_compress(std::string_view data) {
   return out;
 }
 
-Result<std::string> gzip_decompress(std::string_view data) {
+size_t gzip_input_limit(size_t compressed_size) {
+  constexpr size_t kFactor = 100, kFloor = size_t{64} << 20;
+  return compressed_size > SIZE_MAX / kFactor ? SIZE_MAX
+                                              : std::max(kFloor, compressed_size * kFactor);
+}
+
+Result<std::string> gzip_decompress(std::string_view data, size_t max_out) {
   if (!is_gzip(data)) {
     return Error{Error::Kind::kCorrupt, 0, "not gzip data (no gzip magic bytes 1f 8b)"};
   }
   z_stream zs{};
   if (inflateInit2(&zs, kGzipWindow) != Z_OK) throw std::bad_alloc();
+  const size_t compressed = data.size();
   std::string out;
-  out.resize(std::max<size_t>(data.size() * 4, 4096));
+  out.resize(std::min(std::max<size_t>(data.size() * 4, 4096), max_out));
   size_t produced = 0;
   Result<std::string> result = Error{};
   for (;;) {
+    if (produced == max_out) {
+      result = Error{Error::Kind::kUnsupported, 0,
+                     "its " + std::to_string(compressed) + " bytes of gzip inflate to more than " +
+                         std::to_string(max_out) +
+                         " bytes, the limit for a compressed input of that size (100 times, at "
+                         "least 64 MiB): gunzip it to read it whole"};
+      break;
+    }
     if (zs.avail_in == 0 && !data.empty()) {
       const size_t n = std::min(data.size(), kZlibChunk);
       zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
       zs.avail_in = static_cast<uInt>(n);
       data.remove_prefix(n);
     }
-    if (produced == out.size()) out.resize(out.size() * 2);
+    if (produced == out.size()) out.resize(std::min(out.size() * 2, max_out));
     const size_t room = std::min(out.size() - produced, kZlibChunk);
     zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
     zs.avail_out = static_cast<uInt>(room);

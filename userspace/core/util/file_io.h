@@ -14,8 +14,12 @@ namespace mlprof {
 // 6x faster than the default level for a file 16% larger.
 std::string gzip_compress(std::string_view data);
 // Inflates a gzip stream; kTruncated if it ends early, kCorrupt if it is not gzip
-// or fails its CRC.
-Result<std::string> gzip_decompress(std::string_view data);
+// or fails its CRC, kUnsupported if it inflates past `max_out` bytes.
+Result<std::string> gzip_decompress(std::string_view data, size_t max_out = SIZE_MAX);
+// The most a file read as a profile (load(), an import) may inflate to:
+// 100 times its size, or 64 MiB if that is more. Our own documents inflate
+// about 5x; deflate allows 1032x, so a 1 MB file could become 1 GB.
+size_t gzip_input_limit(size_t compressed_size);
 bool is_gzip(std::string_view data);  // starts with the gzip magic bytes
 
 // Writes `data` to `path` through a temporary file in the same directory,

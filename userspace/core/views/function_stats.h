@@ -127,6 +127,7 @@ class FunctionStats {
   // (type, unit) of the sampled stacks' values, first seen first.
   const std::vector<std::pair<std::string, std::string>>& value_types() const { return types_; }
   uint64_t sampled_sources() const { return sampled_sources_; }
+  // Samples seen: a pre-aggregated sample counts as its count (StackSamples::weight).
   uint64_t samples() const { return samples_; }
 
  private:

@@ -21,8 +21,9 @@ void StackPathTotals::add(const StackSamples& ss, int depth) {
     slot.push_back(static_cast<size_t>(it - types_.begin()));
   }
   const auto& strings = ss.functions.strings();
+  const int counted = ss.count_type();
   for (const StackSamples::Sample& s : ss.samples) {
-    ++samples_;
+    samples_ += static_cast<uint64_t>(std::max<int64_t>(0, StackSamples::weight(s, counted)));
     uint32_t parent = 0;
     const size_t frames =
         depth < 0 ? s.frames.size() : std::min(s.frames.size(), static_cast<size_t>(depth) + 1);

@@ -31,6 +31,7 @@ class StackPathTotals {
   // (type, unit) in first-seen order.
   const std::vector<std::pair<std::string, std::string>>& value_types() const { return types_; }
   uint64_t sources() const { return sources_; }
+  // Samples seen: a pre-aggregated sample counts as its count (StackSamples::weight).
   uint64_t samples() const { return samples_; }
   // Every path seen, parents before children.
   std::vector<Row> rows() const;
