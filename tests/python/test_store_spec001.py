@@ -21,7 +21,10 @@ from test_store import _connect, _encode, _walk
 from mlflow_profiler import profiling
 from mlflow_profiler.store import open_store
 
-# A folded-stacks file (py-spy --format raw): 19 samples, root first.
+# A folded-stacks file (py-spy --format raw): 19 samples in 3 lines, root
+# first. A line is one sample whose samples/count value is its count
+# (docs/design/store.md, "Versions and conversion"): `count(*)` counts its
+# rows, `sum(value)` of type samples its samples.
 FOLDED = "main;predict;encode 6\nmain;load 10\nmain;predict 3\n"
 
 SPEC_QUERIES = {
@@ -42,6 +45,12 @@ SPEC_QUERIES = {
     "GROUP BY s.source_id, v.type, v.unit ORDER BY s.source_id, v.type, v.unit",
     # "Compound key: (sample_id, type)"
     "values_key": "SELECT sample_id, type, count(*) FROM sample_values GROUP BY sample_id, type HAVING count(*) > 1",
+    # Samples per innermost function, weighted: a pre-aggregated sample's count.
+    "samples_by_innermost": "SELECT f.name, sum(v.value) FROM sample_values v "
+    "JOIN sample_locations sl ON sl.sample_id = v.sample_id AND sl.depth = 1 "
+    "JOIN locations l ON l.location_id = sl.location_id "
+    "JOIN functions f ON f.function_id = l.function_id "
+    "WHERE v.type = 'samples' AND v.unit = 'count' GROUP BY f.name ORDER BY f.name",
     # A stack trace read back, innermost first: the deepest frame has the largest depth.
     "stack_depths": "SELECT s.source_id, max(sl.depth), count(*) FROM sample_locations sl "
     "JOIN samples s ON s.sample_id = sl.sample_id GROUP BY s.source_id ORDER BY s.source_id",
@@ -77,9 +86,10 @@ def expected(session, spans_id, folded_id):
         for line in FOLDED.splitlines()
     ]
     folded_total = sum(n for _, n in lines)
-    innermost = Counter()
+    innermost, weighted = Counter(), Counter()
     for frames, n in lines:
-        innermost[frames[-1]] += n
+        innermost[frames[-1]] += 1
+        weighted[frames[-1]] += n
     span_functions = Counter(n["function"] for n in nodes)
     cpu = [v for _, t, u, v in doc["span_values"] if (t, u) == ("cpu", "ns")]
     waiting = [s.waiting_ns for s in session.spans if s.waiting_ns]  # a row per span that waited
@@ -90,7 +100,7 @@ def expected(session, spans_id, folded_id):
     return {
         "samples_per_source": [
             (spans_id, "in-process", len(nodes)),
-            (folded_id, "folded", folded_total),
+            (folded_id, "folded", len(lines)),
         ],
         "innermost_function": sorted(
             [(spans_id, f, c) for f, c in span_functions.items()]
@@ -114,16 +124,17 @@ def expected(session, spans_id, folded_id):
                     sum(n["end_ns"] - n["start_ns"] for n in nodes),
                 ),
                 *([(spans_id, "waiting", "ns", len(waiting), sum(waiting))] if waiting else []),
-                (folded_id, "samples", "count", folded_total, folded_total),
+                (folded_id, "samples", "count", len(lines), folded_total),
             ]
         ),
         "values_key": [],
         "stack_depths": [
             (spans_id, max(n["depth"] for n in nodes) + 1, sum(n["depth"] + 1 for n in nodes)),
-            (folded_id, max(len(f) for f, _ in lines), sum(len(f) * n for f, n in lines)),
+            (folded_id, max(len(f) for f, _ in lines), sum(len(f) for f, _ in lines)),
         ],
         "captured": [(spans_id, unix_ns / 1e9), (folded_id, None)],
         "wall_by_innermost": sorted(wall.items()),
+        "samples_by_innermost": sorted(weighted.items()),
     }
 
 
@@ -148,13 +159,13 @@ def test_spec_001s_queries_run_as_written_on_sqlite(tmp_path):
 
 def test_spans_holds_calls_and_the_docs_count_counts_calls_only(tmp_path):
     """docs/store.md's `count(*)` over `spans`: the capture's calls per name,
-    none of the folded file's 19 samples."""
+    none of the folded file's 3 sample rows."""
     with open_store(tmp_path / "calls.db") as store:
         session, _, _ = fill(store, tmp_path)
     conn = _connect(tmp_path / "calls.db")
     got = dict(conn.execute("SELECT name, count(*) AS calls FROM spans GROUP BY name").fetchall())
     assert got == dict(Counter(n["label"] for n in _walk(session.to_tree())))
-    assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == sum(got.values()) + 19
+    assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == sum(got.values()) + 3
 
 
 def test_spec_001s_queries_run_as_written_in_duckdb(tmp_path):
