@@ -157,6 +157,20 @@ TEST(Continuous, PastTheHeldSpansBoundThePeriodIsCutShort) {
   EXPECT_NE(items[0].key, items[1].key);
 }
 
+TEST(Continuous, EmptySessionsCountAgainstTheBoundToo) {
+  // A target can end sessions with no spans in a loop (issue 44's audit,
+  // F3): each holds memory, so each counts.
+  Rig rig;
+  ContinuousOptions o = options();
+  o.max_held_spans = 10;
+  Continuous c(o, *rig.spool, rig.sink, rig.out, kT0);
+  for (int i = 0; i < 10; ++i) c.add(session(11, 0));
+  EXPECT_FALSE(c.tick(kT0 + kS));  // 10 sessions, 0 spans: at the bound
+  c.add(session(11, 0));
+  EXPECT_TRUE(c.tick(kT0 + 2 * kS));
+  EXPECT_EQ(rig.spool->items().size(), 1u);
+}
+
 TEST(Continuous, FinishWritesThePartialPeriod) {
   Rig rig;
   Continuous c(options(), *rig.spool, rig.sink, rig.out, kT0 + 5 * kS);

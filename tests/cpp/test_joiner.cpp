@@ -877,6 +877,28 @@ TEST(Joiner, ALostNameRecordGivesAPlaceholderNameAndIsCounted) {
   EXPECT_EQ(j.stats().names_lost, 1u);
 }
 
+TEST(Joiner, NamesThatAreNotUtf8BecomeUtf8) {
+  // A target sends any bytes, and a name cut at its field's size ends
+  // mid-character: one bad byte once made the whole document unreadable.
+  Profile want;
+  const uint32_t f = test::user_fn(want, "caf\xe9");
+  const uint32_t g = test::user_fn(want, "\xe6\x97\xa5\xe6");  // a character, then a cut one
+  want.lanes.push_back(make_lane({call(1000, f), call(2000, g), ret(3000), ret(4000)}));
+  want.lanes[0].native_tid = 100;
+  want.captured_depth = 2;
+  want.start_ns = 900;
+  want.end_ns = 4100;
+  build_tree(want);
+  Process proc;
+  Joiner j;
+  feed(j, records_of(want, proc, 1));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].spans.size(), 2u);
+  EXPECT_EQ(got[0].display_name(got[0].spans[0]), "caf\xef\xbf\xbd");
+  EXPECT_EQ(got[0].display_name(got[0].spans[1]), "\xe6\x97\xa5\xef\xbf\xbd");
+}
+
 TEST(Joiner, NamesArePerProcessAndOutliveSessions) {
   Process proc;
   Joiner j;

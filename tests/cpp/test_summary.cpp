@@ -163,5 +163,18 @@ TEST(ParseIoText, CutOrForeignTextStaysReadable) {
   EXPECT_EQ(parse_io_text("").repr_short, "");
 }
 
+TEST(ParseIoText, NumbersPastTheirRangeAreTextNotAnException) {
+  // A summary can come from a target's memory (the agent): std::stoll and
+  // std::stod threw out_of_range on these, and left a session half-read.
+  const std::string digits(400, '9');
+  for (const std::string& text :
+       {"(bytes, " + digits + "B)", "(bytes, " + digits + ".5KB)", "(list, len=" + digits + ")",
+        "(ndarray, shape=(" + digits + ", 2))"}) {
+    IOSummary s;
+    EXPECT_NO_THROW(s = parse_io_text(text)) << text.substr(0, 30);
+    EXPECT_EQ(s.size_bytes, -1) << text.substr(0, 30);
+  }
+}
+
 }  // namespace
 }  // namespace mlprof

@@ -31,5 +31,16 @@ TEST(Utf8, TheFirstByteThatStartsNoWellFormedSequence) {
   EXPECT_EQ(invalid_utf8_text("caf\xe9", 3), "byte 0xe9 at offset 3");
 }
 
+TEST(Utf8, ToValidReplacesEachBadByteAndKeepsTheRest) {
+  EXPECT_EQ(to_valid_utf8("na\xc3\xafve \xe6\x97\xa5"), "na\xc3\xafve \xe6\x97\xa5");
+  EXPECT_EQ(to_valid_utf8("caf\xe9!"), "caf\xef\xbf\xbd!");
+  // A name cut mid-character at a field's size: each byte of the cut
+  // sequence is one replacement, and the result is well formed.
+  const std::string cut = to_valid_utf8("ok\xe2\x82");
+  EXPECT_EQ(cut, "ok\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(first_invalid_utf8(cut), std::string_view::npos);
+  EXPECT_EQ(to_valid_utf8(""), "");
+}
+
 }  // namespace
 }  // namespace mlprof

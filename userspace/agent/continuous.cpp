@@ -155,7 +155,10 @@ bool Continuous::tick(int64_t now_unix_ns) {
     period_end_ = next_boundary(std::max(now_unix_ns, end));
     return true;
   }
-  if (held_spans_ > opts_.max_held_spans) {  // the memory bound: the period is cut here
+  // The memory bound: the period is cut here. A session counts as a span
+  // at least (its lanes and meta), or a target ending empty sessions in a
+  // loop would grow memory for a whole period.
+  if (held_spans_ + held_sessions_ > opts_.max_held_spans) {
     rotate(now_unix_ns);
     period_start_ = now_unix_ns;
     return true;

@@ -43,7 +43,8 @@ struct ContinuousOptions {
   std::string node;                           // NODE_NAME, else the host name
   std::map<std::string, std::string> labels;  // --label KEY=VALUE: on every item
   DutyCycle duty;
-  // Spans held across the current period's sessions, at most: past it the
+  // Spans held across the current period's sessions (each session counting
+  // one more, an empty one too), at most: past it the
   // period is cut short and written out (one more item per workload), so
   // memory does not grow with the load. About 750 bytes a span at the
   // rotation's peak (the sessions, then the combined profile and its

@@ -18,6 +18,7 @@
 #include "agent/joiner_state.h"
 #include "analysis/sched.h"
 #include "mlprof_events.h"
+#include "util/utf8.h"
 #include "views/group.h"
 
 namespace mlprof::agent {
@@ -37,10 +38,11 @@ static_assert(MLPROF_IO_ARGUMENT == static_cast<unsigned>(IORole::kArgument) &&
               "the contract's I/O roles are core's");
 
 // A fixed-size char field of a record: up to its first NUL (the BPF side
-// always terminates, but a record is not trusted).
+// always terminates, but a record is not trusted), as UTF-8 (a name cut at
+// the field's size can end mid-character; a target can send any bytes).
 template <size_t N>
 std::string field(const char (&s)[N]) {
-  return std::string(s, strnlen(s, N));
+  return to_valid_utf8(std::string_view(s, strnlen(s, N)));
 }
 
 Event make_event(EventKind kind, int64_t ts, uint32_t id, uint8_t flags) {

@@ -61,7 +61,9 @@ bool all_digits(std::string_view s) {
 // format_bytes' text back to a byte count that formats to the same text, or -1.
 int64_t parse_bytes(std::string_view s) {
   static constexpr std::string_view kUnits[] = {"KB", "MB", "GB", "TB", "PB"};
-  if (s.size() >= 2 && s.back() == 'B' && all_digits(s.substr(0, s.size() - 1))) {
+  // Lengths are checked first: a summary can come from a target's memory
+  // (the agent), and std::stoll/stod throw past their range.
+  if (s.size() >= 2 && s.size() <= 5 && s.back() == 'B' && all_digits(s.substr(0, s.size() - 1))) {
     int64_t v = std::stoll(std::string(s.substr(0, s.size() - 1)));
     return v < 1024 ? v : -1;  // format_bytes writes larger values with a unit
   }
@@ -69,8 +71,8 @@ int64_t parse_bytes(std::string_view s) {
     if (s.size() < 5 || !s.ends_with(kUnits[u])) continue;
     std::string_view num = s.substr(0, s.size() - 2);
     const size_t dot = num.find('.');
-    if (dot == std::string_view::npos || dot + 2 != num.size() || !all_digits(num.substr(0, dot)) ||
-        !all_digits(num.substr(dot + 1))) {
+    if (dot == std::string_view::npos || dot > 4 || dot + 2 != num.size() ||
+        !all_digits(num.substr(0, dot)) || !all_digits(num.substr(dot + 1))) {
       return -1;
     }
     const double scale = std::pow(1024.0, static_cast<double>(u + 1));

@@ -38,6 +38,21 @@ size_t first_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+std::string to_valid_utf8(std::string_view s) {
+  size_t bad = first_invalid_utf8(s);
+  if (bad == std::string_view::npos) return std::string(s);
+  std::string out;
+  out.reserve(s.size() + 8);
+  while (bad != std::string_view::npos) {
+    out.append(s.substr(0, bad));
+    out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER
+    s.remove_prefix(bad + 1);
+    bad = first_invalid_utf8(s);
+  }
+  out.append(s);
+  return out;
+}
+
 std::string invalid_utf8_text(std::string_view s, size_t at) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "byte 0x%02x at offset %zu",

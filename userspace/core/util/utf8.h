@@ -17,5 +17,9 @@ namespace mlprof {
 size_t first_invalid_utf8(std::string_view s);
 // "byte 0xa2 at offset 7": what a refusal says of the invalid byte at `at`.
 std::string invalid_utf8_text(std::string_view s, size_t at);
+// `s` with each byte that does not start a well-formed sequence replaced by
+// U+FFFD: for text the agent takes from a target (names cut at a fixed byte
+// count end mid-character), which must not make a whole document unreadable.
+std::string to_valid_utf8(std::string_view s);
 
 }  // namespace mlprof
