@@ -5,7 +5,7 @@
 #   - mypy: python/mlflow_profiler (settings: pyproject.toml's [tool.mypy])
 #   - stubtest: _core.pyi against a built extension (--stubtest PYTHON, a Python
 #     that imports mlflow_profiler._core: an install, or devpath.sh's PYTHONPATH)
-#   - clang-format: --dry-run -Werror on the C and C++ of pyext/ userspace/ bpf/
+#   - clang-format: --dry-run -Werror on the C and C++ of pyext/ userspace/ bpf/ tests/cpp/ bench/ fuzz/
 #     tests/cpp/ bench/
 #   - clang-tidy: .clang-tidy's checks over the product sources (pyext/,
 #     userspace/) in each --build DIR's compile_commands.json (configured
@@ -138,7 +138,7 @@ stubtest_step() {
 }
 
 c_sources() {  # NUL-separated tracked C and C++ files that the formatter owns
-  git ls-files -z -- pyext userspace bpf tests/cpp bench | grep -zE '\.(c|cpp|h)$'
+  git ls-files -z -- pyext userspace bpf tests/cpp bench fuzz | grep -zE '\.(c|cpp|h)$'
 }
 
 clang_format_step() {

@@ -190,6 +190,18 @@ TEST(Import, TimesOutOfRangeOrGoingBackAreRefused) {
   EXPECT_EQ(p.spans[0].end_ns - p.spans[0].start_ns, 3'000'000);
 }
 
+TEST(Import, ChromeTraceIdsThatAreNotIntegersAreThreadZero) {
+  // fuzz_import_chrome's first finding: GetInt64 of a pid of 1.5 (or a tid
+  // past int64) was rapidjson's assertion, and garbage without assertions.
+  auto r = import_chrome_trace(
+      "{\"traceEvents\": [{\"ph\": \"X\", \"ts\": 1, \"dur\": 2, \"pid\": 1.5, "
+      "\"tid\": 1e30, \"name\": \"f\"}, {\"ph\": \"X\", \"ts\": 4, \"dur\": 2, \"pid\": "
+      "18446744073709551615, \"tid\": -3, \"name\": \"g\"}]}");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& p = std::get<Profile>(r.value());
+  ASSERT_EQ(p.spans.size(), 2u);
+}
+
 TEST(Import, ChromeTraceNestsByTimeAndClampsAChildToItsParent) {
   auto r = import_chrome_trace(R"json({"traceEvents": [
       {"ph": "X", "pid": 1, "tid": 2, "ts": 10, "dur": 10, "name": "outer (a.py:1)"},

@@ -94,8 +94,10 @@ Result<Imported> import_chrome_trace(std::string_view json) {
     const std::string phase = ph->GetString();
     const Value* pid = member(e, "pid");
     const Value* tid = member(e, "tid");
-    const Thread thread{pid && pid->IsNumber() ? pid->GetInt64() : 0,
-                        tid && tid->IsNumber() ? tid->GetInt64() : 0};
+    // IsInt64, not IsNumber: GetInt64 of 1.5 or 1e30 is rapidjson's
+    // assertion (found by fuzz_import_chrome). Such ids are thread 0.
+    const Thread thread{pid && pid->IsInt64() ? pid->GetInt64() : 0,
+                        tid && tid->IsInt64() ? tid->GetInt64() : 0};
     const Value* name = member(e, "name");
     const std::string text = name && name->IsString() ? name->GetString() : "";
     if (phase == "M") {

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/) with clang under ASan and UBSan in
+# build-fuzz/, replays each target's regression inputs (fuzz/regressions/),
+# then fuzzes each from its seed corpus (fuzz/corpus/) for a bounded time,
+# and prints executions and new corpus size per target. Exit 1 on a crash, a
+# leak, a sanitizer report, a timeout (10 s an input) or an out-of-memory
+# (2 GB); the input is left in build-fuzz/artifacts/<target>/.
+#
+#   scripts/fuzz.sh                         every target, 60 s each
+#   scripts/fuzz.sh --seconds 600 T...      the named targets, 10 min each
+#   scripts/fuzz.sh --runs 10000000 T       until 10 million executions
+#   scripts/fuzz.sh --replay-only           the regression inputs and seeds, once each
+# Environment: MLPROF_FUZZ_BUILD, the build directory (default: build-fuzz/).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+seconds=60 runs=0 replay_only=0 targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds=$2; shift 2 ;;
+    --runs) runs=$2; seconds=0; shift 2 ;;
+    --replay-only) replay_only=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; $d'; exit 0 ;;
+    -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+build=${MLPROF_FUZZ_BUILD:-$root/build-fuzz}
+[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls fuzz/corpus)
+
+t0=$(date +%s)
+# No ccache: it does not hash the ignorelist's content. A changed list
+# needs a fresh build-fuzz/.
+if [ ! -f "$build/build.ninja" ]; then
+  # OSS-Fuzz's flags: -O1 and line tables only build in half the time of
+  # -O2 -g, and keep the stacks readable.
+  flags="-O1 -gline-tables-only -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link"
+  flags+=" -fno-sanitize-recover=undefined -fsanitize-ignorelist=$root/fuzz/ubsan.ignore"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+    -DMLPROF_BUILD_FUZZ=ON -DMLPROF_BUILD_PYEXT=OFF -DMLPROF_BUILD_TESTS=OFF \
+    -DMLPROF_BUILD_BENCH=OFF -DMLPROF_BUILD_AGENT=OFF >/dev/null
+fi
+echo "== build ($build)"
+ninja -C "$build" "${targets[@]}"
+echo "== built in $(( $(date +%s) - t0 ))s"
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:symbolize=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+common=(-rss_limit_mb=2048 -timeout=10 -max_len=65536 -print_final_stats=1)
+failed=()
+printf '%-24s %8s %12s %10s %8s  %s\n' target seconds executions exec/s corpus result
+for t in "${targets[@]}"; do
+  exe=$build/fuzz/$t
+  dict=()
+  case "$t" in
+    fuzz_document|fuzz_import_chrome|fuzz_import_speedscope|fuzz_import_any) dict=(-dict=fuzz/json.dict) ;;
+  esac
+  mkdir -p "$build/corpus/$t" "$build/artifacts/$t"
+  log=$build/$t.log
+  # Known inputs first: every regression and every seed, once.
+  replay=("fuzz/corpus/$t")
+  [ -d "fuzz/regressions/$t" ] && replay+=("fuzz/regressions/$t")
+  if ! "$exe" "${common[@]}" -runs=0 -artifact_prefix="$build/artifacts/$t/" \
+      "${replay[@]}" >"$log" 2>&1; then
+    printf '%-24s %8s %12s %10s %8s  %s\n' "$t" - - - - "FAILED on a known input ($log)"
+    failed+=("$t"); continue
+  fi
+  [ "$replay_only" = 1 ] && { printf '%-24s %8s %12s %10s %8s  %s\n' "$t" - - - - "replayed"; continue; }
+  limit=(-max_total_time="$seconds")
+  [ "$runs" -gt 0 ] && limit=(-runs="$runs")
+  s0=$(date +%s)
+  rc=0
+  "$exe" "${common[@]}" "${dict[@]}" "${limit[@]}" -artifact_prefix="$build/artifacts/$t/" \
+    "$build/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+  took=$(( $(date +%s) - s0 ))
+  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  rate=$(( took > 0 ? execs / took : execs ))
+  corpus=$(find "$build/corpus/$t" -type f | wc -l)
+  if [ "$rc" = 0 ]; then
+    result=ok
+  else
+    result="FAILED (exit $rc): $(grep -m1 -E 'ERROR: |runtime error|fuzz: ' "$log" || echo "see $log")"
+    failed+=("$t")
+  fi
+  printf '%-24s %8s %12s %10s %8s  %s\n' "$t" "$took" "$execs" "$rate" "$corpus" "$result"
+done
+echo "== fuzz.sh: $(( $(date +%s) - t0 ))s in all"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz.sh: FAILED: ${failed[*]} (inputs in $build/artifacts/, logs $build/<target>.log)" >&2
+  exit 1
+fi
