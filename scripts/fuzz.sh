@@ -9,17 +9,19 @@
 #   scripts/fuzz.sh                         every target, 60 s each
 #   scripts/fuzz.sh --seconds 600 T...      the named targets, 10 min each
 #   scripts/fuzz.sh --runs 10000000 T       until 10 million executions
+#   scripts/fuzz.sh --runs 20000 --seed 1   a bounded count from a fixed seed (CI)
 #   scripts/fuzz.sh --replay-only           the regression inputs and seeds, once each
 # Environment: MLPROF_FUZZ_BUILD, the build directory (default: build-fuzz/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-seconds=60 runs=0 replay_only=0 targets=()
+seconds=60 runs=0 seed=0 replay_only=0 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; seconds=0; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
     --replay-only) replay_only=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; $d'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
@@ -71,6 +73,7 @@ for t in "${targets[@]}"; do
   [ "$replay_only" = 1 ] && { printf '%-24s %8s %12s %10s %8s  %s\n' "$t" - - - - "replayed"; continue; }
   limit=(-max_total_time="$seconds")
   [ "$runs" -gt 0 ] && limit=(-runs="$runs")
+  [ "$seed" -gt 0 ] && limit+=(-seed="$seed")
   s0=$(date +%s)
   rc=0
   "$exe" "${common[@]}" "${dict[@]}" "${limit[@]}" -artifact_prefix="$build/artifacts/$t/" \
