@@ -91,9 +91,20 @@ class Oracle:
                 with self._lock:
                     self.intervals.append((int(w[1]), int(w[2]), int(w[3]), int(w[4]), w[5] == "1"))
 
-    def of(self, tid: int) -> List[Tuple[int, int, int, bool]]:
-        """(out, wake, in, runnable) of thread `tid`, so far."""
-        time.sleep(0.3)  # the last intervals' lines
+    def of(self, tid: int, after_ns: int = 0) -> List[Tuple[int, int, int, bool]]:
+        """(out, wake, in, runnable) of thread `tid`, so far; with after_ns,
+        once one of them begins after it (up to 10 s). A sleep alone was not
+        enough under load: CI once missed a 34 ms interval (agent 2.3% over)."""
+        deadline = time.monotonic() + 10
+        while True:
+            with self._lock:
+                mine = [(o, w, i, r) for t, o, w, i, r in self.intervals if t == tid]
+            if not after_ns or any(o >= after_ns for o, _, _, _ in mine):
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)  # the per-CPU buffers print a thread's intervals out of order
         with self._lock:
             return [(o, w, i, r) for t, o, w, i, r in self.intervals if t == tid]
 
@@ -133,7 +144,8 @@ def assert_agrees(doc: Document, pid: int, tid: int, oracle: Oracle, what: str) 
         assert int(doc.lanes[r.lane].get("native_tid", 0)) == tid, (what, doc.lanes[r.lane])
     agent_off = sum(r.values.get("own_off_cpu", 0) for r in roots)
     agent_runq = sum(r.values.get("own_runq", 0) for r in roots)
-    off, runq, n = oracle_sums(oracle.of(tid), [(r.start_ns, r.end_ns) for r in roots])
+    windows = [(r.start_ns, r.end_ns) for r in roots]
+    off, runq, n = oracle_sums(oracle.of(tid, max(e for _, e in windows)), windows)
     # Each root sleeps 5 ms and shares its CPU with the hog: both are large.
     assert off >= len(roots) * 4 * MS and runq >= len(roots) * MS // 10, (
         what,
