@@ -8,7 +8,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,21 +110,19 @@ void bind_store(py::module_& m) {
                                        "Sampled stacks (model/stack_samples.h): an import of "
                                        "pprof, py-spy, speedscope or folded stacks.")
       .def_property_readonly(
-          "sample_count",
-          [](const StackSamples& s) {
-            // The samples they stand for: a pre-aggregated one counts as its count.
-            const int counted = s.count_type();
-            int64_t total = 0;
-            for (const auto& x : s.samples)
-              total += std::max<int64_t>(0, StackSamples::weight(x, counted));
-            return total;
-          },
+          "sample_count", &StackSamples::sample_count,
           "The samples these stand for: a pre-aggregated sample (folded, pprof) counts as its "
           "count; len(stacks()) is the rows.")
       .def_property_readonly("value_types", [](const StackSamples& s) { return s.value_types; })
-      .def_property_readonly(
-          "count_type", &StackSamples::count_type,
-          "The index in value_types of the value that counts samples (-1: none; each row is one).")
+      .def(
+          "weights",
+          [](const StackSamples& s) {
+            std::vector<uint64_t> out;
+            const int counted = s.count_type();
+            for (const auto& x : s.samples) out.push_back(StackSamples::weight(x, counted));
+            return out;
+          },
+          "The samples each row of stacks() stands for: its count, or 1.")
       .def_property_readonly("threads",
                              [](const StackSamples& s) {
                                std::vector<std::string> out;

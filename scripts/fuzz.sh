@@ -79,7 +79,8 @@ for t in "${targets[@]}"; do
   "$exe" "${common[@]}" "${dict[@]}" "${limit[@]}" -artifact_prefix="$build/artifacts/$t/" \
     "$build/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   took=$(( $(date +%s) - s0 ))
-  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  # libFuzzer prints its final stats twice when it dies on a finding.
+  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+$' || echo 0)
   rate=$(( took > 0 ? execs / took : execs ))
   corpus=$(find "$build/corpus/$t" -type f | wc -l)
   if [ "$rc" = 0 ]; then

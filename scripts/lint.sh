@@ -5,8 +5,8 @@
 #   - mypy: python/mlflow_profiler (settings: pyproject.toml's [tool.mypy])
 #   - stubtest: _core.pyi against a built extension (--stubtest PYTHON, a Python
 #     that imports mlflow_profiler._core: an install, or devpath.sh's PYTHONPATH)
-#   - clang-format: --dry-run -Werror on the C and C++ of pyext/ userspace/ bpf/ tests/cpp/ bench/ fuzz/
-#     tests/cpp/ bench/
+#   - clang-format: --dry-run -Werror on the C and C++ of pyext/ userspace/ bpf/
+#     tests/cpp/ bench/ fuzz/
 #   - clang-tidy: .clang-tidy's checks over the product sources (pyext/,
 #     userspace/) in each --build DIR's compile_commands.json (configured
 #     with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)

@@ -124,13 +124,13 @@ def _show_stacks(samples, args) -> int:
     print(
         f"{_plural(samples.sample_count, 'sample')} of {_plural(len(samples.threads), 'thread')}; values: {types}"
     )
-    counted = samples.count_type  # a pre-aggregated sample stands for its count
+    weights = samples.weights()  # a pre-aggregated sample stands for its count
     for thread in samples.threads:
         counts: dict = {}
-        for t, frames, values in stacks:
+        for (t, frames, _), weight in zip(stacks, weights):
             if t == thread:
                 key = tuple(frames if args.depth is None else frames[: args.depth + 1])
-                counts[key] = counts.get(key, 0) + (max(0, values[counted]) if counted >= 0 else 1)
+                counts[key] = counts.get(key, 0) + weight
         total = sum(counts.values())
         print(f"thread {thread}: {_plural(total, 'sample')}")
         for key, n in sorted(counts.items(), key=lambda kv: -kv[1])[:10]:

@@ -279,13 +279,12 @@ class StackSamples:
     @property
     def value_types(self) -> List[Tuple[str, str]]: ...
     @property
-    def count_type(self) -> int:
-        """The index in value_types of the value that counts samples (-1: none; each row is one)."""
-    @property
     def threads(self) -> List[str]: ...
     @property
     def meta(self) -> Dict[str, str]: ...
     def stacks(self) -> List[Tuple[str, List[str], List[int]]]: ...
+    def weights(self) -> List[int]:
+        """The samples each row of stacks() stands for: its count, or 1."""
 
 class StackPathTotals:
     """Sampled stacks summed per call path, across sources (views/stack_paths.h)."""

@@ -47,11 +47,19 @@ struct StackSamples {
     }
     return -1;
   }
-  // How many samples `s` stands for: its count, or 1 when nothing counts.
-  static int64_t weight(const Sample& s, int count_type) {
-    return count_type >= 0 && static_cast<size_t>(count_type) < s.values.size()
-               ? s.values[static_cast<size_t>(count_type)]
-               : 1;
+  // How many samples `s` stands for: its count (a negative one, as in a
+  // pprof diff, as none), or 1 when nothing counts.
+  static uint64_t weight(const Sample& s, int count_type) {
+    if (count_type < 0 || static_cast<size_t>(count_type) >= s.values.size()) return 1;
+    const int64_t count = s.values[static_cast<size_t>(count_type)];
+    return count > 0 ? static_cast<uint64_t>(count) : 0;
+  }
+  // The samples all of them stand for (weight summed).
+  uint64_t sample_count() const {
+    const int counted = count_type();
+    uint64_t total = 0;
+    for (const Sample& s : samples) total += weight(s, counted);
+    return total;
   }
 };
 

@@ -20,6 +20,9 @@ namespace {
 
 // zlib counts in uInt (32 bits): feed larger buffers in pieces.
 constexpr size_t kZlibChunk = size_t{1} << 30;
+// gzip_input_limit's: a compressed input may inflate to this many times its
+// size, or to the floor if that is more.
+constexpr size_t kGzipInputFactor = 100, kGzipInputFloor = size_t{64} << 20;
 constexpr int kGzipWindow = 15 + 16;  // 32K window, gzip wrapper (not zlib, not raw)
 
 Error io_error(int errnum, const std::string& what, const std::string& path) {
@@ -107,9 +110,9 @@ std::string gzip_compress(std::string_view data) {
 }
 
 size_t gzip_input_limit(size_t compressed_size) {
-  constexpr size_t kFactor = 100, kFloor = size_t{64} << 20;
-  return compressed_size > SIZE_MAX / kFactor ? SIZE_MAX
-                                              : std::max(kFloor, compressed_size * kFactor);
+  return compressed_size > SIZE_MAX / kGzipInputFactor
+             ? SIZE_MAX
+             : std::max(kGzipInputFloor, compressed_size * kGzipInputFactor);
 }
 
 Result<std::string> gzip_decompress(std::string_view data, size_t max_out) {
@@ -125,11 +128,12 @@ Result<std::string> gzip_decompress(std::string_view data, size_t max_out) {
   Result<std::string> result = Error{};
   for (;;) {
     if (produced == max_out) {
-      result = Error{Error::Kind::kUnsupported, 0,
-                     "its " + std::to_string(compressed) + " bytes of gzip inflate to more than " +
-                         std::to_string(max_out) +
-                         " bytes, the limit for a compressed input of that size (100 times, at "
-                         "least 64 MiB): gunzip it to read it whole"};
+      result = Error{
+          Error::Kind::kUnsupported, 0,
+          "its " + std::to_string(compressed) + " bytes of gzip inflate to more than " +
+              std::to_string(max_out) + " bytes, the limit for a compressed input of that size (" +
+              std::to_string(kGzipInputFactor) + " times, at least " +
+              std::to_string(kGzipInputFloor >> 20) + " MiB): gunzip it to read it whole"};
       break;
     }
     if (zs.avail_in == 0 && !data.empty()) {

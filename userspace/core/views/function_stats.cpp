@@ -214,7 +214,7 @@ void FunctionStats::add(const StackSamples& ss, int depth) {
   };
   const int counted = ss.count_type();
   for (const StackSamples::Sample& s : ss.samples) {
-    samples_ += static_cast<uint64_t>(std::max<int64_t>(0, StackSamples::weight(s, counted)));
+    samples_ += StackSamples::weight(s, counted);
     size_t frames = s.frames.size();
     if (depth >= 0) frames = std::min(frames, static_cast<size_t>(depth) + 1);
     if (frames == 0) continue;

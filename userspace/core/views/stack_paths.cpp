@@ -23,7 +23,7 @@ void StackPathTotals::add(const StackSamples& ss, int depth) {
   const auto& strings = ss.functions.strings();
   const int counted = ss.count_type();
   for (const StackSamples::Sample& s : ss.samples) {
-    samples_ += static_cast<uint64_t>(std::max<int64_t>(0, StackSamples::weight(s, counted)));
+    samples_ += StackSamples::weight(s, counted);
     uint32_t parent = 0;
     const size_t frames =
         depth < 0 ? s.frames.size() : std::min(s.frames.size(), static_cast<size_t>(depth) + 1);
