@@ -8,9 +8,14 @@
 
 #include <gtest/gtest.h>
 #include <linux/types.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
@@ -1366,6 +1371,90 @@ TEST(Joiner, ManyOpenSessionsTogetherAreBoundedByTheTotalCap) {
   EXPECT_EQ(got[1].lanes[0].events.size(), 20u);  // session 3: stopped at the cap
   EXPECT_TRUE(got[1].lanes[0].truncated);
   EXPECT_TRUE(got[2].lanes[0].events.empty());  // session 4: nothing fitted
+}
+
+TEST(Joiner, NewLaneNumbersInALoopAreBoundedByTheLaneCaps) {
+  // Issue 44's audit, F2: a target sending lane_begin (or span or I/O
+  // records) with a new lane number each time grew a session without end.
+  JoinerLimits limits;
+  limits.max_lanes_per_session = 8;
+  limits.max_lanes_total = 12;
+  Joiner j({}, limits);
+  feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 10, 1, -1, 0),
+           session_rec(MLPROF_EV_SESSION_BEGIN, 100, 101, 10, 2, -1, 0)});
+  for (uint64_t serial = 1; serial <= 2; ++serial) {
+    const auto tid = static_cast<uint32_t>(99 + serial);
+    for (uint32_t lane = 0; lane < 1000; ++lane)
+      feed(j, {span_rec(MLPROF_EV_SPAN_ENTER, 100, tid, 20 + lane, serial, lane, 0, 5)});
+  }
+  // Session 1 took 8 lanes, session 2 the 4 left of the 12.
+  EXPECT_EQ(j.stats().lanes_over_cap, 2000u - 12u);
+  j.finish(5000);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].lanes.size(), 8u);
+  EXPECT_EQ(got[1].lanes.size(), 4u);
+  // Finished sessions give their lanes back.
+  feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 102, 6000, 3, -1, 0)});
+  for (uint32_t lane = 0; lane < 8; ++lane)
+    feed(j, {span_rec(MLPROF_EV_SPAN_ENTER, 100, 102, 6010 + lane, 3, lane, 0, 5)});
+  j.finish(7000);
+  got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].lanes.size(), 8u);
+}
+
+// This process's address space now, in bytes (VmSize).
+size_t address_space_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  size_t kb = 0;
+  while (status >> key) {
+    if (key == "VmSize:") {
+      status >> kb;
+      break;
+    }
+  }
+  return kb * 1024;
+}
+
+TEST(Joiner, ASessionTooLargeToBuildIsDroppedAndTheJoinerGoesOn) {
+  // Issue 44's audit, F1 and F9: a stack 4,000 deep suspended and resumed
+  // 4,000 times makes build_tree push 16 M segments (640 MB and more). In a
+  // child whose address space is capped 256 MB above what it maps (a real
+  // allocation failure, not a mock), the session is dropped and counted,
+  // and the next session is built.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const rlim_t cap = address_space_bytes() + (rlim_t{256} << 20);
+    const rlimit rl{cap, cap};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+    Joiner j;
+    constexpr uint32_t kDepth = 4000, kPairs = 4000;
+    std::vector<Rec> recs{session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 10, 1, -1, 0)};
+    int64_t ts = 100;
+    for (uint32_t d = 0; d < kDepth; ++d)
+      recs.push_back(span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, ts++, 1, 0, d, 5));
+    for (uint32_t k = 0; k < kPairs; ++k) {
+      recs.push_back(span_rec(MLPROF_EV_SPAN_SUSPEND, 100, 100, ts++, 1, 0, 0));
+      recs.push_back(span_rec(MLPROF_EV_SPAN_RESUME, 100, 100, ts++, 1, 0, 0));
+    }
+    recs.push_back(session_rec(MLPROF_EV_SESSION_END, 100, 100, ts++, 1, 0, 0));
+    feed(j, recs);
+    const bool dropped = j.take_finished().empty() && j.stats().sessions_dropped == 1;
+    feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, ts + 10, 2, -1, 0),
+             span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, ts + 20, 2, 0, 0, 5),
+             span_rec(MLPROF_EV_SPAN_EXIT, 100, 100, ts + 30, 2, 0, 0),
+             session_rec(MLPROF_EV_SESSION_END, 100, 100, ts + 40, 2, 0, 0)});
+    const std::vector<Profile> next = j.take_finished();
+    _exit(!dropped ? 1 : next.size() == 1 && next[0].spans.size() == 1 ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: not dropped; 2: the next session not built; 3: no rlimit";
 }
 
 TEST(Joiner, AProcessWithNoSessionHoldsNoSchedulerRecords) {

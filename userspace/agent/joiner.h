@@ -28,6 +28,10 @@ struct JoinerStats {
   uint64_t records = 0;
   // Too short or of an unknown kind.
   uint64_t malformed = 0;
+  // Sessions that could not be built (an exception, such as an allocation
+  // failing on a target's session too large for memory): dropped, the
+  // capture goes on.
+  uint64_t sessions_dropped = 0;
   // Records of a session never begun (the agent attached mid-session) or
   // already ended.
   uint64_t unmatched = 0;
@@ -45,8 +49,11 @@ struct JoinerStats {
   // lost, the thread not seen before): joined by the body's tid, which is
   // the host's only when the target shares the host's pid namespace.
   uint64_t lanes_unjoined = 0;
-  // Span records past JoinerLimits::max_events_per_session or max_events_total.
+  // Span and I/O records past JoinerLimits::max_events_per_session or
+  // max_events_total.
   uint64_t events_over_cap = 0;
+  // Records of a new lane past max_lanes_per_session or max_lanes_total.
+  uint64_t lanes_over_cap = 0;
   // Scheduler records (off-CPU intervals, thread start/exit) dropped by the
   // per-thread and per-process bounds.
   uint64_t off_cpu_dropped = 0;
@@ -71,6 +78,10 @@ struct JoinerLimits {
   size_t max_events_per_session = size_t{1} << 22;  // 64 MiB of events; then lanes truncated
   size_t max_events_total = size_t{1} << 24;        // all open sessions together (256 MiB)
   size_t max_open_sessions = 1024;                  // per process; the oldest is closed first
+  // Lanes (threads and asyncio tasks) of one session, and of all open
+  // sessions: about 400 bytes each (their map node and state), so 100 MB.
+  size_t max_lanes_per_session = size_t{1} << 16;
+  size_t max_lanes_total = size_t{1} << 18;
   size_t max_off_cpu_per_thread = 1 << 16;  // buffered intervals per thread (oldest dropped)
   size_t max_threads_per_process = 4096;    // threads with buffered intervals
   size_t max_thread_events = 1 << 16;       // buffered start/exit records per process

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -212,6 +213,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   SessionState& s = node.mapped();
   proc.by_start.erase({s.start_ns, serial});
   events_held -= std::min(events_held, s.events);
+  lanes_held -= std::min<uint64_t>(lanes_held, s.lanes.size());
   if (s.unreadable &&
       s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
     trim(proc);
@@ -221,24 +223,30 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
     truncated = true;
     s.end_ns = std::max(now_ns, s.last_ts);
   }
-  Profile p = new_profile(proc.names);
-  p.captured_depth = s.ceiling;
-  p.start_ns = s.start_ns;
-  p.end_ns = std::max(s.end_ns, s.start_ns);
-  describe_session(tgid, s, truncated, reason, p);
+  // Building runs outside on_record's handler (take, finish): an
+  // allocation that fails here drops this session, never the agent.
+  try {
+    Profile p = new_profile(proc.names);
+    p.captured_depth = s.ceiling;
+    p.start_ns = s.start_ns;
+    p.end_ns = std::max(s.end_ns, s.start_ns);
+    describe_session(tgid, s, truncated, reason, p);
 
-  std::unordered_map<uint32_t, uint32_t> fmap, smap;  // ids this session added itself
-  add_lanes(proc, s, truncated, p, fmap, smap);
-  drop_empty_lanes(p);  // as the in-process session does
-  build_tree(p);
-  group_framework_spans(p,
-                        &proc.grouping);  // MLflow's own calls as one node per run, as in process
-  learn_names(proc, p, fmap, smap);
-  add_kernel_view(tgid, proc, s, p);
+    std::unordered_map<uint32_t, uint32_t> fmap, smap;  // ids this session added itself
+    add_lanes(proc, s, truncated, p, fmap, smap);
+    drop_empty_lanes(p);  // as the in-process session does
+    build_tree(p);
+    group_framework_spans(p,
+                          &proc.grouping);  // MLflow's own calls as one node per run, as in process
+    learn_names(proc, p, fmap, smap);
+    add_kernel_view(tgid, proc, s, p);
 
-  ++stats.sessions_finished;
-  if (truncated) ++stats.sessions_truncated;
-  finished.push_back(std::move(p));
+    ++stats.sessions_finished;
+    if (truncated) ++stats.sessions_truncated;
+    finished.push_back(std::move(p));
+  } catch (const std::exception&) {
+    ++stats.sessions_dropped;
+  }
   trim(proc);
 }
 

@@ -199,16 +199,42 @@ SessionState* Joiner::State::open_session(uint32_t tgid, uint64_t serial, Proces
   return &it->second;
 }
 
-LaneState& Joiner::State::lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h) {
-  auto [it, added] = s.lanes.try_emplace(lane);
-  LaneState& ls = it->second;
-  if (added) {
+// What an I/O record costs against the events caps: about its memory in
+// events (16 bytes each), so that I/O records in a loop meet the same bound
+// as spans (issue 44's audit, F2).
+constexpr size_t kIoCost = 8;
+
+bool Joiner::State::admit(SessionState& s, size_t cost) {
+  if (s.events + cost > limits.max_events_per_session ||
+      events_held + cost > limits.max_events_total) {
+    ++stats.events_over_cap;
+    return false;
+  }
+  s.events += cost;
+  events_held += cost;
+  return true;
+}
+
+LaneState* Joiner::State::lane_at(SessionState& s, uint32_t lane) {
+  if (auto it = s.lanes.find(lane); it != s.lanes.end()) return &it->second;
+  if (s.lanes.size() >= limits.max_lanes_per_session || lanes_held >= limits.max_lanes_total) {
+    ++stats.lanes_over_cap;
+    return nullptr;
+  }
+  ++lanes_held;
+  return &s.lanes[lane];
+}
+
+LaneState* Joiner::State::lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h) {
+  const bool added = !s.lanes.count(lane);
+  LaneState* ls = lane_at(s, lane);
+  if (ls && added) {
     // A span record before any lane_begin of its lane: the lane_begin was
     // lost. The thread is known from the record; the parent link is not.
-    ls.lane.pid = s.tgid;
-    ls.lane.session = s.serial;
-    ls.lane.native_tid = h.tid;
-    ls.tid_from = LaneState::Tid::kRecord;
+    ls->lane.pid = s.tgid;
+    ls->lane.session = s.serial;
+    ls->lane.native_tid = h.tid;
+    ls->tid_from = LaneState::Tid::kRecord;
   }
   return ls;
 }
@@ -372,7 +398,12 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
 
 void Joiner::State::apply_body_lane(ProcessState& p, SessionState& s, const mlprof_spans_lane& ml,
                                     uint32_t version, std::string_view b, size_t& at) {
-  LaneState& ls = s.lanes[ml.lane];
+  LaneState* slot = lane_at(s, ml.lane);
+  if (!slot) {  // over the caps: the rest of the body is not read
+    at = b.size();
+    return;
+  }
+  LaneState& ls = *slot;
   Lane& lane = ls.lane;
   ls.seen_begin = true;  // the body describes it whole
   lane.pid = s.tgid;
@@ -420,6 +451,11 @@ void Joiner::State::apply_body_lane(ProcessState& p, SessionState& s, const mlpr
       lane.truncated = true;
       break;
     }
+    if (!admit(s, kIoCost)) {  // the rest of the body is not read
+      lane.truncated = true;
+      at = b.size();
+      return;
+    }
     std::memcpy(&io, b.data() + at, sizeof(io));
     at += sizeof(io);
     IORecord rec;
@@ -437,7 +473,9 @@ void Joiner::State::lane_begin(const mlprof_ev_lane& r) {
     ++stats.unmatched;
     return;
   }
-  LaneState& ls = s->lanes[r.lane];
+  LaneState* slot = lane_at(*s, r.lane);
+  if (!slot) return;
+  LaneState& ls = *slot;
   if (ls.tid_from != LaneState::Tid::kRecord) {  // the scheduler's name of it, even after a body
     ls.lane.native_tid = r.h.tid;
     ls.tid_from = LaneState::Tid::kRecord;
@@ -462,7 +500,9 @@ void Joiner::State::span(const mlprof_ev_span& r) {
     ++stats.unmatched;
     return;
   }
-  LaneState& ls = lane_of(*s, r.lane, r.h);
+  LaneState* slot = lane_of(*s, r.lane, r.h);
+  if (!slot) return;
+  LaneState& ls = *slot;
   const auto ts = static_cast<int64_t>(r.h.ts_ns);
   s->last_ts = std::max(s->last_ts, ts);
   if (ls.stopped) return;
@@ -525,8 +565,13 @@ void Joiner::State::io(const mlprof_ev_io& r) {
     ++stats.unmatched;
     return;
   }
-  LaneState& ls = lane_of(*s, r.lane, r.h);
-  if (ls.stopped) return;
+  LaneState* slot = lane_of(*s, r.lane, r.h);
+  if (!slot || slot->stopped) return;
+  LaneState& ls = *slot;
+  if (!admit(*s, kIoCost)) {
+    ls.lane.truncated = true;
+    return;
+  }
   IORecord rec;
   rec.call = r.index;  // build_tree drops a record whose call is not a kCall of the lane
   rec.role = r.role == MLPROF_IO_RETURN ? IORole::kReturn : IORole::kArgument;

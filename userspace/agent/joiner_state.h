@@ -120,6 +120,7 @@ struct Joiner::State {
   Profile spare;
   uint64_t lost_total = 0;
   uint64_t events_held = 0;  // events of the sessions not yet finalized
+  uint64_t lanes_held = 0;   // lanes of the sessions not yet finalized
   std::string host;
 
   void record(const void* data, size_t size);
@@ -143,7 +144,14 @@ struct Joiner::State {
   ProcessState* find_process(uint32_t tgid);
   ProcessState& process(uint32_t tgid);
   SessionState* open_session(uint32_t tgid, uint64_t serial, ProcessState** proc);
-  LaneState& lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h);
+  // Charges `cost` events to the session and to all sessions held, or
+  // counts events_over_cap and returns false when either cap would pass.
+  bool admit(SessionState& s, size_t cost);
+  // The session's lane, added if new; nullptr (counted in lanes_over_cap)
+  // when a new one would pass max_lanes_per_session or max_lanes_total.
+  LaneState* lane_at(SessionState& s, uint32_t lane);
+  // lane_at for a span or I/O record: a new lane takes the record's thread.
+  LaneState* lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h);
   void mismatch(LaneState& lane);
   // Turns a session into a Profile (appended to `finished`) and forgets it.
   // truncated: it did not end by its session_end; it ends at now_ns and its

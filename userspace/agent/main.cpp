@@ -559,6 +559,12 @@ int say_counts(const Capture& c, int status) {
         "so every session captured is complete; --duty-cycle, or fewer targets per agent, lowers "
         "the load");
   }
+  if (const uint64_t dropped = c.agent->joiner_stats().sessions_dropped; dropped > 0) {
+    say(plural(dropped, "session was", "sessions were") +
+        " dropped: building it ran out of memory (a target sent more than the agent can "
+        "hold); the other sessions are complete");
+    if (status == kExitOk) status = kExitLost;
+  }
   if (stats.lost > 0) {
     say(plural(stats.lost, "event was", "events were") +
         " lost (the ring buffer was full): the profile misses them and says so; a shallower "
