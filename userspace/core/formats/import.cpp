@@ -4,9 +4,13 @@
 #include <charconv>
 #include <cmath>
 
+#include <rapidjson/encodedstream.h>
 #include <rapidjson/error/en.h>
+#include <rapidjson/memorystream.h>
+#include <rapidjson/reader.h>
 
 #include "formats/import_json.h"
+#include "formats/json_numbers.h"
 #include "util/file_io.h"
 #include "util/utf8.h"
 
@@ -36,11 +40,20 @@ std::optional<Error> parse_json(std::string_view data, const char* format,
                                 rapidjson::Document& doc) {
   // Encoding validated: a string that is not UTF-8 is refused here, not
   // left to fail in Python or SQL (as json_stream.cpp's documents).
-  doc.Parse<rapidjson::kParseFullPrecisionFlag | rapidjson::kParseIterativeFlag |
-            rapidjson::kParseValidateEncodingFlag>(data.data(), data.size());
-  if (!doc.HasParseError()) return std::nullopt;
+  // Numbers by std::from_chars (json_numbers.h), as the document reader.
+  rapidjson::ParseResult result;
+  auto generate = [&](rapidjson::Document& d) {
+    rapidjson::MemoryStream ms(data.data(), data.size());
+    rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> is(ms);
+    rapidjson::Reader reader;
+    NumbersAsValues<rapidjson::Document> numbers(d);
+    result = reader.Parse<kJsonParseFlags>(is, numbers);
+    return !result.IsError();
+  };
+  doc.Populate(generate);
+  if (!result.IsError()) return std::nullopt;
   const size_t end = trim(data).size() + static_cast<size_t>(trim(data).data() - data.data());
-  if (doc.GetErrorOffset() + 1 >= end) {
+  if (result.Offset() + 1 >= end) {
     return Error{Error::Kind::kTruncated, 0,
                  std::string("the ") + format + " JSON ends early, after " +
                      std::to_string(data.size()) +
@@ -48,8 +61,8 @@ std::optional<Error> parse_json(std::string_view data, const char* format,
   }
   return Error{Error::Kind::kCorrupt, 0,
                std::string("not ") + format + " JSON: invalid at offset " +
-                   std::to_string(doc.GetErrorOffset()) + " (" +
-                   rapidjson::GetParseError_En(doc.GetParseError()) + ")"};
+                   std::to_string(result.Offset()) + " (" + json_parse_error_text(result.Code()) +
+                   ")"};
 }
 
 std::optional<int64_t> to_ns(double value, double ns_per_unit) {

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "formats/json_numbers.h"
 #include "formats/json_read_detail.h"
 #include "formats/json_stream.h"
 #include "util/file_io.h"
@@ -99,8 +100,8 @@ Result<Profile> read_json_document(std::string_view data) {
     }
     return Error{Error::Kind::kCorrupt, 0,
                  std::string("not a profile document: invalid JSON at offset ") +
-                     std::to_string(r.Offset()) + " (" + rapidjson::GetParseError_En(r.Code()) +
-                     ") " + kWhatLoadReads};
+                     std::to_string(r.Offset()) + " (" + json_parse_error_text(r.Code()) + ") " +
+                     kWhatLoadReads};
   }
   // The DOM holds copies of the text's strings: the inflated text (about 54
   // bytes a span) goes before the profile is built beside the DOM.

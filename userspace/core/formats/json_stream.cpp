@@ -5,17 +5,19 @@
 #include <rapidjson/reader.h>
 
 #include <cstring>
+#include <string_view>
+
+#include "formats/json_numbers.h"
 
 namespace mlprof {
 
 namespace {
 
-// Full precision: nanosecond timestamps need all their digits. Iterative: a
-// hostile file of nested brackets must not exhaust the stack. Encoding: a
-// string that is not UTF-8 would fail later, in the renderers and in Python.
-constexpr unsigned kParseFlags = rapidjson::kParseFullPrecisionFlag |
-                                 rapidjson::kParseIterativeFlag |
-                                 rapidjson::kParseValidateEncodingFlag;
+// kJsonParseFlags (json_numbers.h): numbers by std::from_chars, exact.
+// Iterative: a hostile file of nested brackets must not exhaust the stack.
+// Encoding: a string that is not UTF-8 would fail later, in the renderers
+// and in Python.
+constexpr unsigned kParseFlags = kJsonParseFlags;
 
 bool is_key(const char* str, rapidjson::SizeType length, std::string_view key) {
   return std::string_view(str, length) == key;
@@ -141,8 +143,8 @@ class SpanSplitter {
     std::memcpy(&bits, &d, sizeof bits);
     return scalar(SpanRows::kDouble, 0, bits) ? true : doc_.Double(d);
   }
-  bool RawNumber(const char* str, rapidjson::SizeType length, bool copy) {
-    return doc_.RawNumber(str, length, copy);  // not produced by kParseFlags
+  bool RawNumber(const char* str, rapidjson::SizeType length, bool) {
+    return emit_number(*this, std::string_view(str, length));  // kJsonParseFlags
   }
   bool String(const char* str, rapidjson::SizeType length, bool copy) {
     return scalar(SpanRows::kString) ? true : doc_.String(str, length, copy);
