@@ -533,3 +533,57 @@ TEST(TreeInvariants, RandomCapturesGiveAWellFormedTree) {
 
 }  // namespace
 }  // namespace mlprof
+
+namespace mlprof {
+namespace {
+
+// A hostile writer's lane (audit F1): 8,192 nested calls, then the bottom
+// span suspended and resumed 20,000 times. Moving the whole stack each time
+// is 3.3e8 span moves and half as many segments (6.5 GB); past
+// stack_move_budget the lane stops, truncated, and the build stays linear.
+TEST(TreeBudget, SuspendsOfADeepStackStopTheLaneAtTheBudget) {
+  Profile p;
+  p.end_ns = 1;
+  const uint32_t f = test::user_fn(p, "f");
+  constexpr uint32_t kDepth = 8192, kPairs = 20000;
+  std::vector<Event> events;
+  for (uint32_t i = 0; i < kDepth; ++i) events.push_back(test::call(i, f));
+  for (uint32_t i = 0; i < kPairs; ++i) {
+    events.push_back(test::suspend(kDepth + 2 * i, 0));
+    events.push_back(test::resume(kDepth + 2 * i + 1, 0));
+  }
+  const size_t budget = stack_move_budget(events.size());
+  p.lanes.push_back(test::make_lane(std::move(events)));
+  build_tree(p);
+  EXPECT_TRUE(p.lanes[0].truncated);
+  ASSERT_EQ(p.spans.size(), kDepth);
+  // Each pair moves the whole stack twice and leaves a segment per span.
+  EXPECT_LE(p.segments.size(), budget / 2 + 2 * kDepth);
+  EXPECT_GE(p.segments.size(), budget / 2 - 2 * kDepth);
+  for (const Span& s : p.spans) EXPECT_TRUE(s.flags & kSpanTruncated);
+  EXPECT_EQ(p.spans[0].resumes, p.spans[kDepth - 1].resumes);
+  EXPECT_LT(p.spans[0].resumes, kPairs);
+}
+
+// A real program's generators stay below the budget: a chain of 1,000
+// suspended and resumed 2,000 times keeps every segment.
+TEST(TreeBudget, ADeepAsyncChainSuspendedOftenKeepsEverySegment) {
+  Profile p;
+  p.end_ns = 1;
+  const uint32_t f = test::user_fn(p, "f");
+  constexpr uint32_t kDepth = 1000, kPairs = 2000;
+  std::vector<Event> events;
+  for (uint32_t i = 0; i < kDepth; ++i) events.push_back(test::call(i, f));
+  for (uint32_t i = 0; i < kPairs; ++i) {
+    events.push_back(test::suspend(kDepth + 2 * i, 0));
+    events.push_back(test::resume(kDepth + 2 * i + 1, 0));
+  }
+  p.lanes.push_back(test::make_lane(std::move(events)));
+  build_tree(p);
+  EXPECT_FALSE(p.lanes[0].truncated);
+  EXPECT_EQ(p.spans[kDepth - 1].resumes, kPairs);
+  EXPECT_EQ(p.segments.size(), size_t{kDepth} * kPairs + kDepth);  // + the open stretch
+}
+
+}  // namespace
+}  // namespace mlprof

@@ -245,6 +245,14 @@ void Joiner::State::mismatch(LaneState& ls) {
   ls.lane.truncated = true;
 }
 
+// A lane whose suspends and resumes moved more spans than its events allow
+// (model/tree.h): stopped, truncated, and counted with the records over caps.
+void Joiner::State::over_budget(LaneState& ls) {
+  ++stats.events_over_cap;
+  ls.stopped = true;
+  ls.lane.truncated = true;
+}
+
 void Joiner::State::session_begin(const mlprof_ev_session& r) {
   ProcessState& p = process(r.h.tgid);
   const auto ts = static_cast<int64_t>(r.h.ts_ns);
@@ -534,6 +542,8 @@ void Joiner::State::span(const mlprof_ev_span& r) {
       break;
     }
     case MLPROF_EV_SPAN_SUSPEND: {
+      ls.moves += ls.stack.size();  // the find, then the spans above it
+      if (ls.moves > stack_move_budget(events.size())) return over_budget(ls);
       auto at = std::find(ls.stack.begin(), ls.stack.end(), r.index);
       if (at == ls.stack.end()) return mismatch(ls);
       ls.suspended[r.index].assign(at, ls.stack.end());
@@ -545,6 +555,8 @@ void Joiner::State::span(const mlprof_ev_span& r) {
     case MLPROF_EV_SPAN_RESUME: {
       auto it = ls.suspended.find(r.index);
       if (it == ls.suspended.end()) return mismatch(ls);
+      ls.moves += it->second.size();
+      if (ls.moves > stack_move_budget(events.size())) return over_budget(ls);
       ls.stack.insert(ls.stack.end(), it->second.begin(), it->second.end());
       ls.suspended.erase(it);
       // Not folded (model/resume.h): the engine folds no resume while a v1

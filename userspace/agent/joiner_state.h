@@ -35,6 +35,7 @@ struct LaneState {
   std::vector<uint32_t> stack;  // open spans: their kCall indices, innermost last
   // Segments detached by a kSuspend, by the suspended span's kCall index.
   std::unordered_map<uint32_t, std::vector<uint32_t>> suspended;
+  size_t moves = 0;  // spans suspended or resumed: past stack_move_budget, stopped
 };
 
 struct SessionState {
@@ -153,6 +154,7 @@ struct Joiner::State {
   // lane_at for a span or I/O record: a new lane takes the record's thread.
   LaneState* lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h);
   void mismatch(LaneState& lane);
+  void over_budget(LaneState& lane);
   // Turns a session into a Profile (appended to `finished`) and forgets it.
   // truncated: it did not end by its session_end; it ends at now_ns and its
   // open spans are flagged truncated.

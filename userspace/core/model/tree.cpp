@@ -67,6 +67,8 @@ class TreeBuilder {
       with_values_ = with_values_ || !lane.readings.empty();
       for (const Event& ev : lane.events) calls += ev.kind == EventKind::kCall;
     }
+    move_budget_ = stack_move_budget(events);
+    moves_ = 0;
     p_.spans.reserve(calls);
     run_start_.reserve(calls);
     state_.reserve(calls);
@@ -145,6 +147,10 @@ class TreeBuilder {
     };
 
     for (size_t i = 0; i < lane.events.size(); ++i) {
+      if (moves_ > move_budget_) {  // the lane stops here (tree.h)
+        lane.truncated = true;
+        break;
+      }
       const Event& ev = lane.events[i];
       const bool readings = with_values_ && readings_at(i, ev.kind != EventKind::kFold);
       if (ev.kind != EventKind::kLabel) last_ts = std::max(last_ts, ev.ts_ns);
@@ -241,6 +247,7 @@ class TreeBuilder {
           last_ts = std::max(last_ts, count.ts_ns);
           const int32_t idx = lookup(ev.id);
           if (idx < 0 || state_[idx] != SpanState::kRunning) break;
+          moves_ += stack_.size();  // the find, then the spans above it
           const auto pos = std::find(stack_.begin(), stack_.end(), idx);
           if (pos == stack_.end()) break;
           fold(pos, count.id, std::max<int64_t>(0, count.ts_ns - ev.ts_ns), readings ? at : nullptr,
@@ -327,6 +334,7 @@ class TreeBuilder {
     }
     std::vector<int32_t>& segment = segments_[slot];
     segment.assign(pos, stack_.end());
+    moves_ += segment.size();
     stack_.erase(pos, stack_.end());
     for (const int32_t s : segment) {
       p_.spans[s].flags |= kSpanGenerator;
@@ -371,6 +379,7 @@ class TreeBuilder {
   void resume(int32_t idx, int64_t ts) {
     const int32_t slot = segment_of_[idx];
     segment_of_[idx] = -1;
+    moves_ += segments_[slot].size();
     for (const int32_t s : segments_[slot]) {
       stack_.push_back(s);
       run_start_[s] = ts;
@@ -391,6 +400,8 @@ class TreeBuilder {
   std::vector<size_t> lane_offset_;  // per lane: its first slot in call_span_
   std::vector<int32_t> call_span_;   // per (lane, event): the span a kCall opened, -1
   std::vector<int32_t> stack_;       // open, running spans of the lane, innermost last
+  size_t moves_ = 0;                 // spans suspended, resumed or folded so far
+  size_t move_budget_ = 0;           // stack_move_budget of all the lanes' events
   // Per (span, kind), when some lane has readings: the reading the running
   // stretch started at (kNoReading: none), the sum so far, whether it has one.
   static constexpr int64_t kNoReading = INT64_MIN;
