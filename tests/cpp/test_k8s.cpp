@@ -428,6 +428,9 @@ void fake_process(const fs::path& proc, int pid, const std::string& cgroup) {
   const fs::path dir = proc / std::to_string(pid);
   for (const char* f : {"maps", "stat", "comm"}) put(dir / f, slurp(kData + "/proc/12636/" + f));
   put(dir / "cgroup", cgroup);
+  // The extension its maps name, as its root holds it (the agent attaches
+  // only to a regular file there).
+  put(dir / ("root" + *extension_in_maps(slurp(kData + "/proc/12636/maps"))), "");
 }
 
 std::string systemd_line(const std::string& uid, const std::string& id) {

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "agent/boltdb.h"
+#include "agent/procfs.h"
 #include "agent/stapsdt.h"
 
 namespace fs = std::filesystem;
@@ -243,6 +244,12 @@ TEST(ContainerIdInCgroup, EveryRuntimeLayout) {
   EXPECT_EQ(container_id_in_cgroup("/user.slice/user-0.slice/session-3.scope"), "");
   EXPECT_EQ(container_id_in_cgroup("/"), "");
   EXPECT_EQ(container_id_in_cgroup("/docker/" + id.substr(0, 63)), "");  // not a full id
+  // A container with delegated cgroups (Podman --systemd=always) that makes
+  // a sub-cgroup named after another container stays itself.
+  EXPECT_EQ(container_id_in_cgroup("/machine.slice/libpod-" + id + ".scope/container/docker-" +
+                                   kWebApp + ".scope"),
+            id);
+  EXPECT_EQ(container_id_in_cgroup("/docker/" + id + "/docker/" + kWebApp), id);
 }
 
 TEST(Cgroup2Mount, RecordedHybridLayoutAndEscapes) {
@@ -302,6 +309,51 @@ TEST(MlprofUsdt, ErrorsForFilesThatAreNotElf) {
   EXPECT_FALSE(has_mlprof_usdt(dir.path / "table").ok());
 }
 
+// ---- a target's root: opened inside it ------------------------------------
+
+// A process's root as a plain directory (a /proc/PID directory's "root"):
+// RESOLVE_IN_ROOT treats it as "/" the same way.
+TEST(OpenInRoot, AbsoluteSymlinksResolveInTheTargetsRoot) {
+  TempDir proc;
+  const fs::path root = proc.path / "root";
+  write_file(root / "etc" / "passwd", "the target's own\n");
+  fs::create_directory_symlink("/etc", root / "tmp");  // its /tmp is its /etc
+  const int fd = open_in_root(proc.path, "/tmp", O_PATH | O_DIRECTORY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  struct stat got {
+  }, want{};
+  ASSERT_EQ(::fstat(fd, &got), 0);
+  ::close(fd);
+  ASSERT_EQ(::stat((root / "etc").c_str(), &want), 0);
+  EXPECT_EQ(got.st_ino, want.st_ino);  // not the host's /etc
+  errno = 0;
+  EXPECT_EQ(open_in_root(proc.path, "/../../../tmp/x", O_RDONLY | O_CREAT), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(open_in_root(proc.path, "/no/such", O_PATH), -1);
+  EXPECT_EQ(errno, ENOENT);
+}
+
+// What the agent opens through /proc/PID/root for a target (its extension,
+// its C library): a FIFO would block the open, an absolute symlink would
+// reach a host file. Both are refused; the target's own files are not.
+TEST(OpenInRoot, ARegularFileOnlyAndTheOneInTheTargetsRoot) {
+  TempDir proc;
+  const fs::path root = proc.path / "root";
+  write_file(root / "lib" / "_core.so", "ELF");
+  write_file(root / "etc" / "passwd", "the target's own\n");
+  fs::create_symlink("/etc/passwd", root / "lib" / "evil.so");  // absolute: the host's passwd
+  fs::create_symlink("_core.so", root / "lib" / "alias.so");    // relative: its own file
+  ASSERT_EQ(::mkfifo((root / "lib" / "fifo.so").c_str(), 0600), 0);
+  EXPECT_TRUE(regular_file_in_root(proc.path, "/lib/_core.so", false));
+  EXPECT_TRUE(regular_file_in_root(proc.path, "/lib/alias.so", false));
+  EXPECT_FALSE(regular_file_in_root(proc.path, "/lib/evil.so", false));
+  EXPECT_FALSE(regular_file_in_root(proc.path, "/lib/fifo.so", false));
+  EXPECT_FALSE(regular_file_in_root(proc.path, "/lib", false));
+  EXPECT_FALSE(regular_file_in_root(proc.path, "/lib/none.so", false));
+  EXPECT_TRUE(regular_file_in_root(proc.path, (root / "lib" / "_core.so").string(), true));
+  EXPECT_FALSE(regular_file_in_root(proc.path, (root / "lib" / "fifo.so").string(), true));
+}
+
 // ---- BoltDB: Podman 4.3's libpod state, recorded ---------------------------
 
 TEST(Bolt, ReadsTheRecordedPodmanState) {
@@ -356,6 +408,40 @@ TEST(Bolt, DamagedOrForeignFilesAreErrorsNotCrashes) {
   meta[16 + 48] ^= 1;  // txid of meta 0
   meta[4096 + 16 + 48] ^= 1;
   EXPECT_FALSE(read_bolt_bucket(meta, {"all-ctrs"}).ok());
+}
+
+// Branch pages 30 deep, each with both its elements on the next page: a
+// DAG a damaged (or crafted) file can hold, 2^30 leaves to a walk that
+// follows every element. The walk visits at most the file's pages.
+TEST(Bolt, BranchPagesSharingAChildAreCorruptNotExponential) {
+  std::string db = slurp(kData + "/podman/bolt_state.db");
+  uint32_t psize = 0;
+  std::memcpy(&psize, db.data() + 16 + 8, 4);
+  ASSERT_EQ(db.size() % psize, 0u);
+  const uint64_t first = db.size() / psize;
+  constexpr int kLevels = 30;
+  for (int level = 0; level <= kLevels; ++level) {
+    std::string page(psize, '\0');
+    const uint64_t id = first + level, child = id + 1;
+    const uint16_t flags = level < kLevels ? 0x01 : 0x02, count = level < kLevels ? 2 : 0;
+    std::memcpy(page.data(), &id, 8);
+    std::memcpy(page.data() + 8, &flags, 2);
+    std::memcpy(page.data() + 10, &count, 2);
+    for (int e = 0; e < count; ++e) std::memcpy(page.data() + 16 + 16 * e + 8, &child, 8);
+    db += page;
+  }
+  for (const size_t meta : {size_t{0}, size_t{psize}}) {  // both metas: root, then checksum
+    std::memcpy(db.data() + meta + 16 + 16, &first, 8);
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < 56; ++i) {
+      h ^= static_cast<unsigned char>(db[meta + 16 + i]);
+      h *= 1099511628211ull;
+    }
+    std::memcpy(db.data() + meta + 16 + 56, &h, 8);
+  }
+  const auto r = read_bolt_bucket(db, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, Error::Kind::kCorrupt) << r.error().message;
 }
 
 // ---- containers ------------------------------------------------------------

@@ -42,5 +42,19 @@ TEST(Utf8, ToValidReplacesEachBadByteAndKeepsTheRest) {
   EXPECT_EQ(to_valid_utf8(""), "");
 }
 
+// A target names its threads (comm), functions and files: what the agent
+// prints of them carries no escape sequence to the operator's terminal.
+TEST(Utf8, TerminalTextEscapesControlsAndKeepsText) {
+  EXPECT_EQ(terminal_text("predict \xe6\x97\xa5\tok", false), "predict \xe6\x97\xa5\tok");
+  EXPECT_EQ(terminal_text("\x1b]0;owned\x07\x1b[2J", false), "\\x1b]0;owned\\x07\\x1b[2J");
+  EXPECT_EQ(terminal_text("a\nb\x7f", false), "a\\x0ab\\x7f");
+  EXPECT_EQ(terminal_text("a\nb\r", true), "a\nb\\x0d");
+  EXPECT_EQ(terminal_text("csi \xc2\x9b"
+                          "31m \xc2\xa0",
+                          true),
+            "csi \\u009b31m \xc2\xa0");  // C1; NBSP kept
+  EXPECT_EQ(terminal_text("bad \xff", false), "bad \xef\xbf\xbd");
+}
+
 }  // namespace
 }  // namespace mlprof

@@ -68,7 +68,8 @@ class BoltReader {
     for (const std::string& name : path) {
       std::vector<BoltEntry> raw;
       std::vector<std::string_view> values;
-      if (!walk(root, inline_page, 0, raw, &values)) return corrupt();
+      size_t pages = page_count();
+      if (!walk(root, inline_page, 0, pages, raw, &values)) return corrupt();
       bool found = false;
       for (size_t i = 0; i < raw.size(); ++i) {
         if (raw[i].key != name) continue;
@@ -81,7 +82,8 @@ class BoltReader {
       if (!found) return Error{Error::Kind::kCorrupt, 0, "no bucket '" + name + "'"};
     }
     std::vector<BoltEntry> out;
-    if (!walk(root, inline_page, 0, out, nullptr)) return corrupt();
+    size_t pages = page_count();
+    if (!walk(root, inline_page, 0, pages, out, nullptr)) return corrupt();
     return out;
   }
 
@@ -117,10 +119,18 @@ class BoltReader {
     return db_.substr(at, len);
   }
 
+  // Pages in the file, plus the inline page: what one walk of a tree visits
+  // at most.
+  size_t page_count() const { return db_.size() / page_size_ + 1; }
+
   // Appends the leaf entries under page `id` (or the inline page) in key order.
-  bool walk(uint64_t id, std::string_view inline_page, int depth, std::vector<BoltEntry>& out,
-            std::vector<std::string_view>* values) const {
+  // `pages` counts down the pages it may visit: branch pages that share a
+  // child in a damaged file would otherwise make the walk exponential.
+  bool walk(uint64_t id, std::string_view inline_page, int depth, size_t& pages,
+            std::vector<BoltEntry>& out, std::vector<std::string_view>* values) const {
     if (depth > 32) return false;  // a cycle in a damaged file
+    if (pages == 0) return false;
+    --pages;
     const std::string_view p = id == 0 ? inline_page : page(id);
     uint16_t flags = 0, count = 0;
     if (!load(p, 8, flags) || !load(p, 10, count)) return false;
@@ -129,7 +139,7 @@ class BoltReader {
         const size_t elem = kPageHeader + size_t{i} * 16;
         uint64_t child = 0;
         if (!load(p, elem + 8, child) || child == 0) return false;
-        if (!walk(child, {}, depth + 1, out, values)) return false;
+        if (!walk(child, {}, depth + 1, pages, out, values)) return false;
       }
       return true;
     }

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/procfs.h"
 #include "mlprof.skel.h"  // C: its _Bool is GNU C++'s (CMakeLists.txt, mlprof_agent_bpf)
 #include "util/file_io.h"
 
@@ -454,9 +455,10 @@ namespace {
 // (under /proc/PID/root when `binary` is, a container's own).
 std::vector<std::string> c_libraries(pid_t pid, const std::string& binary) {
   std::vector<std::string> out;
-  auto maps = read_file("/proc/" + std::to_string(pid) + "/maps");
+  const std::string dir = "/proc/" + std::to_string(pid);
+  auto maps = read_text(dir + "/maps");  // 64 MiB at most (procfs.h)
   if (!maps) return out;
-  const std::string root = "/proc/" + std::to_string(pid) + "/root";
+  const std::string root = dir + "/root";
   const bool through_root = binary.starts_with(root + "/");
   size_t at = 0;
   while (at < maps.value().size()) {
@@ -472,7 +474,8 @@ std::vector<std::string> c_libraries(pid_t pid, const std::string& binary) {
         !base.starts_with("libc.musl") && !base.starts_with("ld-musl"))
       continue;
     std::string full = (through_root ? root : "") + std::string(path);
-    if (std::find(out.begin(), out.end(), full) == out.end()) out.push_back(std::move(full));
+    if (std::find(out.begin(), out.end(), full) != out.end()) continue;
+    if (regular_file_in_root(dir, std::string(path), !through_root)) out.push_back(std::move(full));
   }
   return out;
 }

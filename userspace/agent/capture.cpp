@@ -12,6 +12,7 @@
 #include "agent/cli.h"
 #include "agent/clock.h"
 #include "mlprof_usdt.h"
+#include "util/utf8.h"
 #include "views/merge.h"
 
 namespace mlprof::agent {
@@ -114,7 +115,8 @@ void Agent::collect_one(Profile& p) {
     return;
   }
   stall_report_.add(p);
-  if (opts_.stream && !write_stdout(session_text(p, StallReportOptions{opts_.depth}) + "\n"))
+  if (opts_.stream &&
+      !write_stdout(terminal_text(session_text(p, StallReportOptions{opts_.depth}), true) + "\n"))
     stdout_broken_ = true;
   const bool keep = !opts_.output.empty() || opts_.format || (store_ != nullptr && !opts_.stream);
   // --stream --store: each session is a source as it finishes (on the

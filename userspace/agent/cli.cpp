@@ -7,6 +7,8 @@
 
 #include <cstdio>
 
+#include "util/utf8.h"
+
 namespace mlprof::agent {
 
 namespace {
@@ -50,7 +52,9 @@ bool hurried() { return g_stop_signals >= 2; }
 
 const char* stop_signal_name() { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
 
-void say(const std::string& line) { std::fprintf(stderr, "mlprof-ebpf: %s\n", line.c_str()); }
+void say(const std::string& line) {
+  std::fprintf(stderr, "mlprof-ebpf: %s\n", terminal_text(line, false).c_str());
+}
 
 bool write_stdout(const std::string& text) {
   if (text.empty()) return true;

@@ -29,7 +29,7 @@ bool hurried();
 // The stop signal's name for a line ("SIGINT").
 const char* stop_signal_name();
 
-// "mlprof-ebpf: LINE" on stderr.
+// "mlprof-ebpf: LINE" on stderr, LINE as terminal_text (util/utf8.h) of one line.
 void say(const std::string& line);
 // Writes and flushes `text` to stdout; false on a failed write (EPIPE).
 bool write_stdout(const std::string& text);

@@ -256,7 +256,9 @@ std::vector<Container> list_containers(const HostPaths& paths) {
     for (Container& c : list) {
       if (c.id != id) continue;
       known = true;
-      if (c.cgroup.empty() && !v2.empty()) c.cgroup = cgroup_of_id(v2, id);
+      // The runtime's own pid, when it recorded one, gives the cgroup.
+      const bool its_pid = c.pid <= 0 || std::to_string(c.pid) == pid;
+      if (c.cgroup.empty() && !v2.empty() && its_pid) c.cgroup = cgroup_of_id(v2, id);
     }
     if (!known) {
       Container c;

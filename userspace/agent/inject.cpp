@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "agent/clock.h"
 #include "agent/procfs.h"
@@ -312,24 +313,37 @@ bool Injection::write_script(const std::string& dir, const std::string& who) {
   target_uid_ = *uid;
   std::string tried;
   int last_errno = 0;
+  std::random_device rng;
   for (const char* tmp : {"/tmp", "/dev/shm", "/var/tmp"}) {
-    std::string host = dir + "/root" + tmp + "/mlprof-inject-XXXXXX";
-    if (::mkdtemp(host.data()) == nullptr) {
-      last_errno = errno;
-      tried += std::string(tried.empty() ? "" : ", ") + tmp;
-      continue;
+    // Opened in the target's root: its /tmp may be a symlink to anywhere,
+    // and the agent (root) must not create a directory in the host's /etc.
+    const int tmp_fd = open_in_root(dir, tmp, O_PATH | O_DIRECTORY);
+    std::string name;
+    int fd = -1;
+    for (int attempt = 0; tmp_fd >= 0 && attempt < 8; ++attempt) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "mlprof-inject-%08x", rng());
+      name = buf;
+      if (::mkdirat(tmp_fd, name.c_str(), 0700) == 0) {
+        fd = ::openat(tmp_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        break;
+      }
+      if (errno != EEXIST) break;
     }
-    const int fd = ::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 || ::fchmod(fd, *uid == ::geteuid() ? 0700 : 0733) != 0) {
       last_errno = errno;
-      if (fd >= 0) ::close(fd);
-      ::rmdir(host.c_str());
+      if (fd >= 0) {
+        ::close(fd);
+        ::unlinkat(tmp_fd, name.c_str(), AT_REMOVEDIR);
+      }
+      if (tmp_fd >= 0) ::close(tmp_fd);
       tried += std::string(tried.empty() ? "" : ", ") + tmp;
       continue;
     }
     dir_fd_ = fd;
-    dir_host_ = host;
-    dir_target_ = tmp + host.substr(host.rfind('/'));
+    tmp_fd_ = tmp_fd;
+    dir_name_ = name;
+    dir_target_ = std::string(tmp) + "/" + name;
     break;
   }
   if (dir_fd_ < 0) {
@@ -394,7 +408,8 @@ const InjectOutcome* Injection::wait(const std::function<bool()>& stop) {
   bool taken_back_tried = false;
   int64_t until = deadline;
   for (;;) {
-    const int fd = ::openat(dir_fd_, "result.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    // O_NONBLOCK: the target may have made result.json a FIFO.
+    const int fd = ::openat(dir_fd_, "result.json", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0) {
       struct stat st {};
       std::string text;
@@ -464,7 +479,9 @@ void Injection::remove_files() {
   for (const char* name : {"inject.py", "result.json", "result.tmp"}) ::unlinkat(dir_fd_, name, 0);
   ::close(dir_fd_);
   dir_fd_ = -1;
-  ::rmdir(dir_host_.c_str());
+  ::unlinkat(tmp_fd_, dir_name_.c_str(), AT_REMOVEDIR);
+  ::close(tmp_fd_);
+  tmp_fd_ = -1;
 }
 
 Injection::~Injection() {

@@ -117,9 +117,10 @@ class Injection {
   RemoteProcess process_;
   std::optional<DebugOffsets> offsets_;
   std::optional<InjectOutcome> outcome_;
-  int dir_fd_ = -1;              // the script's directory, through /proc/PID/root
-  std::string dir_host_;         // that directory, as the agent opens it
-  std::string dir_target_;       // and as the target sees it
+  int dir_fd_ = -1;              // the script's directory
+  int tmp_fd_ = -1;              // the target's /tmp (or /dev/shm ...) that holds it
+  std::string dir_name_;         // its name there
+  std::string dir_target_;       // and its path, as the target sees it
   uint32_t target_uid_ = 0;      // the target's fsuid: the owner its result file has
   bool may_be_pending_ = false;  // sent, and neither its result read nor taken back
   int64_t started_ns_ = 0;

@@ -47,6 +47,7 @@
 #include "formats/export.h"
 #include "mlprof_usdt.h"
 #include "util/file_io.h"
+#include "util/utf8.h"
 #include "views/merge.h"
 
 namespace {
@@ -500,7 +501,7 @@ int finish_continuous(Capture& c) {
   }
   if (st.others > 0)
     line += "; left in " + spool.dir() + " for other sinks: " + spool.others_text();
-  write_stdout("mlprof-ebpf: " + line + "\n");
+  write_stdout("mlprof-ebpf: " + terminal_text(line, false) + "\n");
   if (c.agent->poll_error() != 0) return kExitError;
   return c.stats.lost > 0 ? kExitLost : kExitOk;
 }
@@ -592,7 +593,9 @@ int finish_capture(Capture& c) {
         "or a profiling session) before it can be profiled from outside");
     if (status == kExitOk) status = kExitNotPython;
   }
-  const std::string summary = agent.pods_line() + agent.stall_report().summary_text();
+  // Text for a terminal: the targets name its spans and threads.
+  const std::string summary =
+      terminal_text(agent.pods_line() + agent.stall_report().summary_text(), true);
   // -o FILE: the chosen format, or the text summary; always atomic.
   if (!opts.output.empty()) {
     auto w = opts.format ? save_profile(agent.combined(), opts.output, *opts.format)

@@ -4,8 +4,14 @@
 #include "agent/procfs.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -62,6 +68,38 @@ std::string cut_deleted(std::string path) {
   return path;
 }
 
+int open_in_root(const std::string& proc_dir, const std::string& path, int flags) {
+  if ((flags & O_CREAT) != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  const int root = ::open((proc_dir + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) return -1;
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags) | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  // glibc 2.36 has no openat2 wrapper.
+  const auto fd = static_cast<int>(::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
+  const int saved = errno;
+  ::close(root);
+  errno = saved;
+  return fd;
+}
+
+bool regular_file_in_root(const std::string& proc_dir, const std::string& path, bool same_root) {
+  struct stat via {};
+  if (::stat((same_root ? path : proc_dir + "/root" + path).c_str(), &via) != 0 ||
+      !S_ISREG(via.st_mode))
+    return false;
+  if (same_root) return true;
+  const int fd = open_in_root(proc_dir, path, O_PATH);
+  if (fd < 0) return false;
+  struct stat in {};
+  const bool same = ::fstat(fd, &in) == 0 && in.st_dev == via.st_dev && in.st_ino == via.st_ino;
+  ::close(fd);
+  return same;
+}
+
 // ---- parsers --------------------------------------------------------------
 
 std::optional<std::string> extension_in_maps(std::string_view maps) {
@@ -95,13 +133,15 @@ std::optional<std::string> cgroup_v2_path(std::string_view proc_cgroup) {
 }
 
 std::string container_id_in_cgroup(std::string_view cgroup_path) {
-  // Deepest component first: runtimes nest helpers below the container
-  // ("libpod-<id>.scope/container"), never containers below helpers.
+  // The outermost component that names a container: runtimes nest helpers
+  // below it ("libpod-<id>.scope/container"), and a container given
+  // delegated cgroups can name a sub-cgroup after another container; what
+  // is above it, which the runtime made, decides.
   std::string_view rest = cgroup_path;
   while (!rest.empty()) {
-    const size_t slash = rest.rfind('/');
-    std::string_view comp = slash == std::string_view::npos ? rest : rest.substr(slash + 1);
-    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(0, slash);
+    const size_t slash = rest.find('/');
+    std::string_view comp = rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
     if (comp.starts_with("libpod-conmon-") || comp.starts_with("crio-conmon-")) continue;
     if (comp.ends_with(".scope")) comp.remove_suffix(6);
     for (std::string_view prefix :

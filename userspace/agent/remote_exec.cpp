@@ -374,7 +374,10 @@ Result<DebugOffsets> RemoteProcess::debug_offsets(RemoteExecError* why) {
   for (const RuntimeCandidate& c : runtime_candidates(maps.value())) {
     // The executable through /proc/PID/exe (also when replaced on disk);
     // a library through the target's own root (its mount namespace).
-    const std::string file = c.path == exe ? dir + "/exe" : dir + "/root" + c.path;
+    const bool is_exe = c.path == exe;
+    // Not a FIFO, nor a symlink out of its root (procfs.h).
+    if (!is_exe && !regular_file_in_root(dir, c.path, false)) continue;
+    const std::string file = is_exe ? dir + "/exe" : dir + "/root" + c.path;
     RemoteExecError refusal;
     auto parsed = debug_offsets_in(file, c.start, &refusal);
     if (parsed) return parsed;

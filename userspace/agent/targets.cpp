@@ -294,19 +294,18 @@ std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_t
                                           bool* settled) {
   *settled = false;
   const std::string dir = paths_.proc + "/" + std::to_string(pid);
-  auto host_path = [&](const std::string& path) {
-    return same_mount_ns(pid) ? path : dir + "/root" + path;
-  };
+  const bool same_root = same_mount_ns(pid);
+  std::string in_target;  // the probes' file, as the target sees it
   Target t;
   t.pid = pid;
   auto maps = read_text(dir + "/maps");
   if (maps) {
     if (auto ext = extension_in_maps(*maps)) {
-      t.binary = host_path(*ext);
+      in_target = *ext;
       t.extension = true;
     }
   }
-  if (t.binary.empty()) {
+  if (in_target.empty()) {
     // The storm and test programs carry the probes in the executable itself.
     struct stat st {};
     if (::stat((dir + "/exe").c_str(), &st) != 0)
@@ -326,8 +325,12 @@ std::optional<Target> TargetFinder::probe(pid_t pid, const std::string& cgroup_t
     char link[4096];
     const ssize_t n = ::readlink((dir + "/exe").c_str(), link, sizeof link - 1);
     if (n <= 0) return std::nullopt;
-    t.binary = host_path(cut_deleted(std::string(link, static_cast<size_t>(n))));
+    in_target = cut_deleted(std::string(link, static_cast<size_t>(n)));
   }
+  // Not a FIFO, nor a symlink out of the target's root (procfs.h): passed
+  // over now, looked at again at the next scan.
+  if (!regular_file_in_root(dir, in_target, same_root)) return std::nullopt;
+  t.binary = same_root ? in_target : dir + "/root" + in_target;
   if (auto comm = read_text(dir + "/comm", 256)) t.comm = trim_newline(*comm);
   if (auto v2 = cgroup_v2_path(cgroup_text); v2 && !paths_.cgroup2.empty()) {
     t.cgroup_id = inode_of(paths_.cgroup2 + (*v2 == "/" ? "" : *v2));

@@ -53,6 +53,28 @@ std::string to_valid_utf8(std::string_view s) {
   return out;
 }
 
+std::string terminal_text(std::string_view text, bool lines) {
+  const std::string valid = to_valid_utf8(text);
+  std::string out;
+  out.reserve(valid.size());
+  char buf[8];
+  for (size_t i = 0; i < valid.size(); ++i) {
+    const auto c = static_cast<unsigned char>(valid[i]);
+    const auto next = i + 1 < valid.size() ? static_cast<unsigned char>(valid[i + 1]) : 0u;
+    if (c == 0xC2 && next >= 0x80 && next <= 0x9F) {  // U+0080..U+009F, the C1 controls
+      std::snprintf(buf, sizeof buf, "\\u%04x", next);
+      out += buf;
+      ++i;
+    } else if ((c < 0x20 && c != '\t' && !(lines && c == '\n')) || c == 0x7F) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string invalid_utf8_text(std::string_view s, size_t at) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "byte 0x%02x at offset %zu",

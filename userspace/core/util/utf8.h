@@ -21,5 +21,10 @@ std::string invalid_utf8_text(std::string_view s, size_t at);
 // U+FFFD: for text the agent takes from a target (names cut at a fixed byte
 // count end mid-character), which must not make a whole document unreadable.
 std::string to_valid_utf8(std::string_view s);
+// `text` safe for a terminal: names, comm and paths come from targets, and
+// an escape sequence in one must not reach the operator's terminal. Invalid
+// UTF-8 becomes U+FFFD; C0 controls (but tab, and newline when `lines`),
+// DEL and C1 controls become \xNN / \uNNNN.
+std::string terminal_text(std::string_view text, bool lines);
 
 }  // namespace mlprof
