@@ -5,8 +5,23 @@
 #include <algorithm>
 #include <string>
 
+#include "store/store.h"
+
 namespace mlprof {
 namespace {
+
+// fuzz_store_read's finding (fuzz/regressions/fuzz_store_read/): a damaged
+// store's text column held a byte that is not UTF-8, and the profile read
+// from it wrote a document that does not read back. Text comes out UTF-8.
+TEST(StoreText, BytesThatAreNotUtf8BecomeReplacementCharacters) {
+  EXPECT_EQ(sql_text(SqlValue{std::string("predict")}), "predict");
+  EXPECT_EQ(sql_text(SqlValue{std::string("pr\xe9"
+                                          "dict")}),
+            "pr\xef\xbf\xbd"
+            "dict");
+  EXPECT_EQ(sql_text(SqlValue{}), "");
+  EXPECT_THROW(sql_text(SqlValue{int64_t{3}}), StoreFailure);
+}
 
 TEST(StoreSchema, EveryTableOfSpec001AndItsViewsInOrder) {
   const auto stmts = schema_statements(Dialect::kSqlite, "2.3");

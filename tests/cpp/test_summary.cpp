@@ -163,6 +163,17 @@ TEST(ParseIoText, CutOrForeignTextStaysReadable) {
   EXPECT_EQ(parse_io_text("").repr_short, "");
 }
 
+// fuzz_agent_io_text's finding (fuzz/regressions/fuzz_agent_io_text/): a
+// type whose short name is empty ("pkg.") formatted as "()", which reads
+// back as no type and formats as "(?)". Both are "(?)" now.
+TEST(ParseIoText, ATypeWithAnEmptyShortNameFormatsAsNoType) {
+  IOSummary s;
+  s.type_name = "pkg.";
+  EXPECT_EQ(format_io(s), "(?)");
+  const std::string once = format_io(parse_io_text("(l shape=(1000 40(Te0."));
+  EXPECT_EQ(format_io(parse_io_text(once)), once);
+}
+
 TEST(ParseIoText, NumbersPastTheirRangeAreTextNotAnException) {
   // A summary can come from a target's memory (the agent): std::stoll and
   // std::stod threw out_of_range on these, and left a session half-read.

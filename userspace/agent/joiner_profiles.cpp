@@ -121,6 +121,8 @@ void Joiner::State::add_lanes(ProcessState& proc, SessionState& s, bool truncate
     if (lane.parent_lane >= 0) {
       auto parent = index_of.find(static_cast<uint32_t>(lane.parent_lane));
       lane.parent_lane = parent != index_of.end() && parent->second < self ? parent->second : -1;
+    } else {
+      lane.parent_lane = -1;  // the body's u32, cast: any other negative is no parent too
     }
     if (truncated) lane.truncated = true;
     for (Event& e : lane.events) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <limits>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -436,6 +437,17 @@ void Joiner::State::apply_body_lane(ProcessState& p, SessionState& s, const mlpr
     lane.truncated = true;
   }
   lane.events.resize(n);
+  // The target writes these times. One going back is taken as the last (a
+  // span must not end before it starts), and each is kept within a minute
+  // of the kernel's times of the session (its begin, the body's arrival),
+  // so that no difference of two overflows.
+  constexpr int64_t kSlackNs = 60'000'000'000;
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const int64_t lo = s.start_ns < kMin + kSlackNs ? kMin : s.start_ns - kSlackNs;
+  const int64_t top = std::max(s.last_ts, s.start_ns);
+  const int64_t hi = top > kMax - kSlackNs ? kMax : top + kSlackNs;
+  int64_t last_ts = lo;
   for (size_t k = 0; k < n; ++k) {
     mlprof_spans_event e{};
     std::memcpy(&e, b.data() + at + k * sizeof(e), sizeof(e));
@@ -448,7 +460,8 @@ void Joiner::State::apply_body_lane(ProcessState& p, SessionState& s, const mlpr
       lane.truncated = true;
       break;
     }
-    lane.events[k] = make_event(static_cast<EventKind>(e.kind), e.ts_ns, e.id, e.flags);
+    last_ts = std::clamp<int64_t>(e.ts_ns, last_ts, hi);
+    lane.events[k] = make_event(static_cast<EventKind>(e.kind), last_ts, e.id, e.flags);
   }
   at += std::min<size_t>(ml.events, fit) * sizeof(mlprof_spans_event);
   s.events += lane.events.size();
@@ -511,9 +524,12 @@ void Joiner::State::span(const mlprof_ev_span& r) {
   LaneState* slot = lane_of(*s, r.lane, r.h);
   if (!slot) return;
   LaneState& ls = *slot;
-  const auto ts = static_cast<int64_t>(r.h.ts_ns);
+  auto ts = static_cast<int64_t>(r.h.ts_ns);
   s->last_ts = std::max(s->last_ts, ts);
   if (ls.stopped) return;
+  // One thread's records come in its order; a time going back (records of
+  // a lane from two threads) is taken as the last.
+  if (!ls.lane.events.empty()) ts = std::max(ts, ls.lane.events.back().ts_ns);
   const size_t needed = r.h.kind == MLPROF_EV_SPAN_ENTER && r.label ? 2 : 1;
   if (s->events + needed > limits.max_events_per_session ||
       events_held + needed > limits.max_events_total) {

@@ -30,7 +30,10 @@ std::string format_bytes(int64_t bytes) {
 
 std::string format_io(const IOSummary& s) {
   std::string out = "(";
-  out += s.type_name.empty() ? std::string("?") : short_type_name(s.type_name);
+  // "?" for no type, and for one whose short name is empty: "()" would
+  // read back as no type and format as "(?)".
+  const std::string type = short_type_name(s.type_name);
+  out += type.empty() ? std::string("?") : type;
   if (s.has_shape) {
     out += ", shape=(";
     for (size_t i = 0; i < s.shape.size(); ++i) {

@@ -164,7 +164,9 @@ void append_node(const Profile& p, const View& view, const Columns& cols, int32_
                   : 0;
     if (waiting > 0) waiting = node.waiting_ns;
   }
-  if (waiting >= kOffCpuMinNs && waiting * 100 >= node.duration_ns) {
+  // In double: times from a hostile writer may be near the int64 range.
+  if (waiting >= kOffCpuMinNs &&
+      static_cast<double>(waiting) * 100 >= static_cast<double>(node.duration_ns)) {
     out += ", waiting " + format_duration(waiting);
   }
   if (!node.collapsed.empty()) {
@@ -270,7 +272,8 @@ std::string render_text(const Profile& p, const ViewOptions& opts) {
     // Said when it moved the times by 1% and 0.1 ms or more: naming the
     // few functions a short session meets first (about 0.6 us each) is not news.
     const int64_t ns = std::strtoll(it->second.c_str(), nullptr, 10);
-    if (ns >= 100000 && ns * 100 >= p.end_ns - p.start_ns) {
+    if (ns >= 100000 && static_cast<double>(ns) * 100 >=
+                            static_cast<double>(p.end_ns) - static_cast<double>(p.start_ns)) {
       out += "(profiler's own work: ";
       out += format_duration(ns);
       out += ", left out of every time above)\n";

@@ -9,6 +9,7 @@
 #include <charconv>
 
 #include "store/store_internal.h"
+#include "util/utf8.h"
 
 namespace mlprof {
 
@@ -21,7 +22,9 @@ int64_t sql_int(const SqlValue& v) {
 }
 
 std::string sql_text(const SqlValue& v) {
-  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  // A store file may have been damaged or made by hand: its text reaches
+  // documents and Python, which must get UTF-8 (bad bytes become U+FFFD).
+  if (const auto* s = std::get_if<std::string>(&v)) return to_valid_utf8(*s);
   if (std::holds_alternative<std::monostate>(v)) return {};
   throw StoreFailure("the store holds a number where a text belongs");
 }

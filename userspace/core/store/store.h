@@ -43,8 +43,8 @@ struct StoreFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A column as a number (NULL: 0) or a text (NULL: ""); the other type
-// throws StoreFailure.
+// A column as a number (NULL: 0) or a text (NULL: ""; bytes that are not
+// UTF-8 become U+FFFD); the other type throws StoreFailure.
 int64_t sql_int(const SqlValue& v);
 std::string sql_text(const SqlValue& v);
 

@@ -433,6 +433,10 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
       p.kernel.threads.push_back(std::move(t));
     }
   }
+  // A damaged store (or one made by hand) must not hand the views a tree
+  // they cannot walk: refused in one line.
+  if (const std::string defect = profile_defect(p); !defect.empty())
+    return Error{Error::Kind::kCorrupt, 0, "source " + std::to_string(source_id) + ": " + defect};
   link_tree(p);
   return p;
 }
