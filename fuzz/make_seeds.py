@@ -1,10 +1,14 @@
 """Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/) from real
-outputs: a small model profiled in every format save() writes, and, where
-the tools are installed, py-spy's two formats of a real process and a Go
-program's CPU profile. Run it with the package importable; the seeds are
-committed, so the fuzzers start from the same files everywhere.
+outputs: a small model profiled in every format save() writes and added to
+a store, and, where the tools are installed, py-spy's two formats of a real
+process, a Go program's CPU profile, the _PyRuntime bytes of CPython 3.14+
+and a small ELF with a .PyRuntime section and mlprof's USDT note (gcc). The
+agent's text parsers start from the recorded host in tests/cpp/data; its
+record and body targets from tests/cpp/test_joiner.cpp (JoinerFuzzSeeds).
+Run it with the package importable; the seeds are committed, so the fuzzers
+start from the same files everywhere.
 
-    python fuzz/make_seeds.py [--py-spy PATH] [--go PATH]
+    python fuzz/make_seeds.py [--py-spy PATH] [--go PATH] [--cc PATH] [--python3.14 PATH ...]
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +30,8 @@ import mlflow_profiler as mp
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
 MAX_SEED = 64 * 1024  # libFuzzer's -max_len in scripts/fuzz.sh
+MAX_FILE_SEED = 256 * 1024  # its -max_len for the BoltDB and store targets
+RECORDED = HERE.parent / "tests" / "cpp" / "data"
 
 
 def _leaf(n):
@@ -56,7 +63,8 @@ def _model(rows):
 
 
 def _put(target: str, name: str, data: bytes) -> None:
-    if len(data) > MAX_SEED:
+    big = target in ("fuzz_agent_boltdb", "fuzz_store_read")
+    if len(data) > (MAX_FILE_SEED if big else MAX_SEED):
         return
     d = CORPUS / target
     d.mkdir(parents=True, exist_ok=True)
@@ -83,6 +91,163 @@ def ours(tmp: Path) -> None:
                 _put("fuzz_import_speedscope", f"ours-{tag}.{ext}", data)
             elif ext == "folded":
                 _put("fuzz_import_folded", f"ours-{tag}.{ext}", data)
+
+
+def store(tmp: Path) -> None:
+    """A store with a span source and a sampled-stacks source, vacuumed small."""
+    import sqlite3
+
+    from mlflow_profiler.store import open_store
+
+    path = tmp / "seed.db"
+    with mp.profiling(depth=-1, capture_io=True) as session:
+        _model([1, 2])
+    folded = tmp / "stacks.folded"
+    folded.write_text("predict;featurize;tokenize 7\npredict;score 3\n")
+    with open_store(str(path)) as st:
+        st.add(session, labels={"model": "seed", "version": "1"})
+        st.add(str(folded))
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.execute("PRAGMA page_size=512")
+    db.execute("VACUUM")
+    db.close()
+    _put("fuzz_store_read", "two-sources.db", path.read_bytes())
+
+
+def agent_files() -> None:
+    """The recorded host's files, each to the parser that reads it."""
+    proc = RECORDED / "proc"
+    for pid in ("12446", "12711", "20001"):
+        _put("fuzz_agent_maps", f"maps-{pid}", (proc / pid / "maps").read_bytes())
+    for pid in sorted(os.listdir(proc)):
+        _put("fuzz_agent_cgroup", f"cgroup-{pid}", (proc / pid / "cgroup").read_bytes())
+    _put("fuzz_agent_mountinfo", "hybrid", (RECORDED / "mountinfo-hybrid").read_bytes())
+    for config in sorted((RECORDED / "containerd").rglob("config.json")):
+        _put(
+            "fuzz_agent_k8s",
+            f"oci-{config.parent.parent.name}-{config.parent.name[:8]}",
+            config.read_bytes(),
+        )
+    _put(
+        "fuzz_agent_k8s",
+        "log-names",
+        b"default_scorer-6c5d8_0b1c2d3e-aaaa-bbbb-cccc-0123456789ab\n"
+        b"scorer-6c5d8_default_model-3d0d3d0d3d0d.log\n",
+    )
+    _put("fuzz_agent_boltdb", "podman-4.3", (RECORDED / "podman" / "bolt_state.db").read_bytes())
+    results = {
+        "loaded": {
+            "ok": True,
+            "python": "3.14.0",
+            "executable": "/usr/bin/python3.14",
+            "stage": "autoprofile",
+            "file": "/opt/mlflow_profiler/__init__.py",
+            "version": "0.9.0",
+            "seconds": 0.012,
+        },
+        "already": {
+            "ok": True,
+            "python": "3.14.0",
+            "executable": "",
+            "stage": "autoprofile",
+            "file": "/x/mlflow_profiler/__init__.py",
+            "version": "0.9.0",
+            "already": True,
+            "seconds": 0.002,
+        },
+        "import-failed": {
+            "ok": False,
+            "python": "3.14.0",
+            "executable": "/usr/bin/python3",
+            "stage": "import",
+            "tried": ["/opt"],
+            "error": "ModuleNotFoundError: No module named 'mlflow_profiler'",
+            "seconds": 0.001,
+        },
+    }
+    for name, doc in results.items():
+        _put("fuzz_agent_inject_result", name, json.dumps(doc).encode())
+    _put(
+        "fuzz_agent_inject_result",
+        "environ-cmdline",
+        b"PATH=/usr/bin\x00PYTHON_DISABLE_REMOTE_DEBUG=1\x00\npython\x00-X\x00disable-remote-debug\x00",
+    )
+    for i, text in enumerate(
+        (
+            "(DataFrame, shape=(1000, 50), dtype=float64, 400.0KB)",
+            "(ndarray, shape=(1000,), dtype=int64, 7.8KB)",
+            "(Tensor, shape=(?, 128), dtype=float32, device=cuda:0, 4.0KB)",
+            "(str, len=5, 'hello')",
+            "(NoneType)",
+            "(dict, len=3, 120B)",
+        )
+    ):
+        _put("fuzz_agent_io_text", f"summary-{i}", text.encode())
+
+
+def pyruntime(python: str) -> None:
+    """The first 4 KiB at _PyRuntime of a running CPython 3.14+: its
+    _Py_DebugOffsets, as --inject reads them from a target."""
+    code = (
+        "import ctypes, sys; a = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "
+        "'_PyRuntime')); sys.stdout.buffer.write(ctypes.string_at(a, 4096))"
+    )
+    out = subprocess.run([python, "-c", code], check=True, capture_output=True, timeout=60).stdout
+    version = subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys; print(sys.version.split()[0] + "
+            "('t' if not sys._is_gil_enabled() else ''))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    _put("fuzz_agent_debug_offsets", f"pyruntime-{version}", out)
+
+
+ELF_PROGRAM = r"""
+/* A .PyRuntime section and one mlprof USDT note, as <sys/sdt.h> writes it. */
+__attribute__((section(".PyRuntime"), used)) char runtime[64] = "xdebugpy";
+unsigned short mlprof_session_begin_semaphore __attribute__((section(".probes"), used));
+int main(void) {
+  __asm__ volatile(
+      "990: nop\n"
+      ".pushsection .note.stapsdt,\"?\",\"note\"\n"
+      ".balign 4\n"
+      ".4byte 992f-991f, 994f-993f, 3\n"
+      "991: .asciz \"stapsdt\"\n"
+      "992: .balign 4\n"
+      "993: .8byte 990b\n"
+      ".8byte _.stapsdt.base\n"
+      ".8byte mlprof_session_begin_semaphore\n"
+      ".asciz \"mlprof\"\n"
+      ".asciz \"session_begin\"\n"
+      ".asciz \"8@%%rdi\"\n"
+      "994: .balign 4\n"
+      ".popsection\n"
+      ".ifndef _.stapsdt.base\n"
+      ".pushsection .stapsdt.base,\"aG\",\"progbits\",.stapsdt.base,comdat\n"
+      ".weak _.stapsdt.base\n"
+      ".hidden _.stapsdt.base\n"
+      "_.stapsdt.base: .space 1\n"
+      ".size _.stapsdt.base, 1\n"
+      ".popsection\n"
+      ".endif\n" ::);
+  return runtime[0];
+}
+"""
+
+
+def elf(cc: str, tmp: Path) -> None:
+    src = tmp / "elf.c"
+    src.write_text(ELF_PROGRAM)
+    out = tmp / "elf"
+    subprocess.run([cc, "-Os", "-s", "-o", str(out), str(src)], check=True, capture_output=True)
+    _put("fuzz_agent_elf", "pyruntime-and-usdt", out.read_bytes())
 
 
 TARGET = """
@@ -172,15 +337,36 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--py-spy", default=shutil.which("py-spy"))
     ap.add_argument("--go", default=shutil.which("go"))
+    ap.add_argument("--cc", default=shutil.which("gcc"))
+    ap.add_argument(
+        "--python3.14",
+        dest="pythons",
+        action="append",
+        default=[],
+        help="a CPython 3.14+ (repeat: 3.14, 3.14t, 3.15)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         ours(tmp)
-        for name, tool, make in (("py-spy", args.py_spy, py_spy), ("go", args.go, go)):
+        store(tmp)
+        agent_files()
+        for python in args.pythons:
+            pyruntime(python)
+        for name, tool, make in (
+            ("py-spy", args.py_spy, py_spy),
+            ("go", args.go, go),
+            ("gcc", args.cc, elf),
+        ):
             if tool:
                 make(tool, tmp)
             else:
                 print(f"make_seeds: no {name}: its seeds are left as they are", file=sys.stderr)
+        if not args.pythons:
+            print(
+                "make_seeds: no --python3.14: the _PyRuntime seeds are left as they are",
+                file=sys.stderr,
+            )
     for target in sorted(os.listdir(CORPUS)):
         files = list((CORPUS / target).iterdir())
         print(f"{target}: {len(files)} seeds, {sum(f.stat().st_size for f in files):,} bytes")

@@ -51,32 +51,36 @@ echo "== built in $(( $(date +%s) - t0 ))s"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:symbolize=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-common=(-rss_limit_mb=2048 -timeout=10 -max_len=65536 -print_final_stats=1)
+common=(-rss_limit_mb=2048 -timeout=10 -print_final_stats=1)
 failed=()
-printf '%-24s %8s %12s %10s %8s  %s\n' target seconds executions exec/s corpus result
+printf '%-26s %8s %12s %10s %8s  %s\n' target seconds executions exec/s corpus result
 for t in "${targets[@]}"; do
   exe=$build/fuzz/$t
   dict=()
   case "$t" in
-    fuzz_document|fuzz_import_chrome|fuzz_import_speedscope|fuzz_import_any) dict=(-dict=fuzz/json.dict) ;;
+    fuzz_document|fuzz_import_chrome|fuzz_import_speedscope|fuzz_import_any|fuzz_agent_k8s|\
+    fuzz_agent_inject_result) dict=(-dict=fuzz/json.dict) ;;
   esac
+  # Whole files (a BoltDB, a store) need room; the rest stay small and fast.
+  max_len=65536
+  case "$t" in fuzz_agent_boltdb|fuzz_store_read) max_len=262144 ;; esac
   mkdir -p "$build/corpus/$t" "$build/artifacts/$t"
   log=$build/$t.log
   # Known inputs first: every regression and every seed, once.
   replay=("fuzz/corpus/$t")
   [ -d "fuzz/regressions/$t" ] && replay+=("fuzz/regressions/$t")
-  if ! "$exe" "${common[@]}" -runs=0 -artifact_prefix="$build/artifacts/$t/" \
+  if ! "$exe" "${common[@]}" -max_len=$max_len -runs=0 -artifact_prefix="$build/artifacts/$t/" \
       "${replay[@]}" >"$log" 2>&1; then
-    printf '%-24s %8s %12s %10s %8s  %s\n' "$t" - - - - "FAILED on a known input ($log)"
+    printf '%-26s %8s %12s %10s %8s  %s\n' "$t" - - - - "FAILED on a known input ($log)"
     failed+=("$t"); continue
   fi
-  [ "$replay_only" = 1 ] && { printf '%-24s %8s %12s %10s %8s  %s\n' "$t" - - - - "replayed"; continue; }
+  [ "$replay_only" = 1 ] && { printf '%-26s %8s %12s %10s %8s  %s\n' "$t" - - - - "replayed"; continue; }
   limit=(-max_total_time="$seconds")
   [ "$runs" -gt 0 ] && limit=(-runs="$runs")
   [ "$seed" -gt 0 ] && limit+=(-seed="$seed")
   s0=$(date +%s)
   rc=0
-  "$exe" "${common[@]}" "${dict[@]}" "${limit[@]}" -artifact_prefix="$build/artifacts/$t/" \
+  "$exe" "${common[@]}" -max_len=$max_len "${dict[@]}" "${limit[@]}" -artifact_prefix="$build/artifacts/$t/" \
     "$build/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   took=$(( $(date +%s) - s0 ))
   # libFuzzer prints its final stats twice when it dies on a finding.
@@ -89,7 +93,7 @@ for t in "${targets[@]}"; do
     result="FAILED (exit $rc): $(grep -m1 -E 'ERROR: |runtime error|fuzz: ' "$log" || echo "see $log")"
     failed+=("$t")
   fi
-  printf '%-24s %8s %12s %10s %8s  %s\n' "$t" "$took" "$execs" "$rate" "$corpus" "$result"
+  printf '%-26s %8s %12s %10s %8s  %s\n' "$t" "$took" "$execs" "$rate" "$corpus" "$result"
 done
 echo "== fuzz.sh: $(( $(date +%s) - t0 ))s in all"
 if [ ${#failed[@]} -gt 0 ]; then

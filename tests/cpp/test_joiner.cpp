@@ -13,9 +13,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <random>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "formats/json_doc.h"
+#include "formats/json_read.h"
 #include "mlprof_events.h"
 #include "model/resume.h"
 #include "profile_builder.h"
@@ -1419,19 +1423,19 @@ size_t address_space_bytes() {
 }
 
 TEST(Joiner, ASessionTooLargeToBuildIsDroppedAndTheJoinerGoesOn) {
-  // Issue 44's audit, F1 and F9: a stack 4,000 deep suspended and resumed
-  // 4,000 times makes build_tree push 16 M segments (640 MB and more). In a
-  // child whose address space is capped 256 MB above what it maps (a real
-  // allocation failure, not a mock), the session is dropped and counted,
-  // and the next session is built.
+  // Issue 44's audit, F9: a stack 2,048 deep suspended and resumed 1,000
+  // times (within stack_move_budget) makes build_tree push 2 M segments
+  // (80 MB). In a child whose address space is capped 32 MB above what it
+  // maps (a real allocation failure, not a mock), the session is dropped
+  // and counted, and the next session is built.
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    const rlim_t cap = address_space_bytes() + (rlim_t{256} << 20);
+    const rlim_t cap = address_space_bytes() + (rlim_t{32} << 20);
     const rlimit rl{cap, cap};
     if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
     Joiner j;
-    constexpr uint32_t kDepth = 4000, kPairs = 4000;
+    constexpr uint32_t kDepth = 2048, kPairs = 1000;
     std::vector<Rec> recs{session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 10, 1, -1, 0)};
     int64_t ts = 100;
     for (uint32_t d = 0; d < kDepth; ++d)
@@ -1455,6 +1459,33 @@ TEST(Joiner, ASessionTooLargeToBuildIsDroppedAndTheJoinerGoesOn) {
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0)
       << "1: not dropped; 2: the next session not built; 3: no rlimit";
+}
+
+TEST(Joiner, SuspendsOfADeepStackStopTheLaneAtTheMoveBudget) {
+  // Audit F1 through span records (contract v1): each suspend and resume
+  // copies the stack above the span. 8,192 deep and 20,000 pairs is 3.3e8
+  // spans copied; past stack_move_budget the lane stops, truncated.
+  constexpr uint32_t kDepth = 8192, kPairs = 20000;
+  std::vector<Rec> recs{session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 10, 1, -1, 0)};
+  int64_t ts = 100;
+  for (uint32_t d = 0; d < kDepth; ++d)
+    recs.push_back(span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, ts++, 1, 0, d, 5));
+  for (uint32_t k = 0; k < kPairs; ++k) {
+    recs.push_back(span_rec(MLPROF_EV_SPAN_SUSPEND, 100, 100, ts++, 1, 0, 0));
+    recs.push_back(span_rec(MLPROF_EV_SPAN_RESUME, 100, 100, ts++, 1, 0, 0));
+  }
+  recs.push_back(session_rec(MLPROF_EV_SESSION_END, 100, 100, ts++, 1, 0, 0));
+  Joiner j;
+  feed(j, recs);
+  const std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(j.stats().events_over_cap, 1u);
+  EXPECT_TRUE(got[0].lanes[0].truncated);
+  ASSERT_EQ(got[0].spans.size(), kDepth);
+  const size_t events = got[0].lanes[0].events.size();
+  EXPECT_LT(events, kDepth + 2 * kPairs);
+  EXPECT_LE(size_t{2} * kDepth * ((events - kDepth) / 2), stack_move_budget(events) + 2 * kDepth);
+  EXPECT_LE(got[0].segments.size(), stack_move_budget(events) / 2 + kDepth);
 }
 
 TEST(Joiner, AProcessWithNoSessionHoldsNoSchedulerRecords) {
@@ -1956,6 +1987,122 @@ TEST(JoinerV2, AProcessInItsOwnPidNamespaceJoinsByTheHostsTids) {
   EXPECT_EQ(got[0].lanes[1].native_tid, 9u);
   EXPECT_EQ(got[0].kernel.spans[2].off_cpu_ns, 0);
   EXPECT_EQ(j.stats().lanes_unjoined, 1u);
+}
+
+// Two findings of fuzz_agent_body (fuzz/regressions/fuzz_agent_body/):
+// a body's times are the target's, and its parent_lane a u32 the joiner
+// cast. A time going back is taken as the last one before it (no span ends
+// before it starts), and any parent lane other than a known earlier lane
+// is none: the session's document reads back.
+TEST(JoinerV2, ATargetsTimesGoingBackAndABadParentLaneStillReadBack) {
+  Profile want;
+  const uint32_t f = test::user_fn(want, "f");
+  want.lanes.push_back(make_lane({call(5000, f), call(6000, f), ret(4000), ret(7000)}));
+  want.lanes[0].native_tid = 100;
+  want.lanes.push_back(make_lane({call(5500, f), ret(5600)}));
+  want.lanes[1].native_tid = 100;
+  want.start_ns = 1000;
+  want.end_ns = 9000;
+  Process proc;
+  std::vector<Rec> recs = body_records_of(want, proc, 3, 0, "", "");
+  for (Rec& r : recs) {  // lane 1's parent_lane: 0xffffff00 (-256 as int32)
+    mlprof_ev_chunk c{};
+    if (r.bytes.size() != sizeof(c)) continue;
+    std::memcpy(&c, r.bytes.data(), sizeof(c));
+    if (c.h.kind != MLPROF_EV_SPANS_CHUNK) continue;
+    const size_t lane1 = sizeof(mlprof_spans_head) + sizeof(mlprof_spans_lane) +
+                         4 * sizeof(mlprof_spans_event) + offsetof(mlprof_spans_lane, parent_lane);
+    const uint32_t bad = 0xffffff00u;
+    std::memcpy(c.data + lane1, &bad, sizeof(bad));
+    std::memcpy(r.bytes.data(), &c, sizeof(c));
+  }
+  Joiner j;
+  feed(j, recs);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const Profile& p = got[0];
+  ASSERT_EQ(p.lanes.size(), 2u);
+  EXPECT_EQ(p.lanes[1].parent_lane, -1);
+  ASSERT_EQ(p.spans.size(), 3u);
+  for (const Span& sp : p.spans) EXPECT_GE(sp.end_ns, sp.start_ns);
+  EXPECT_EQ(p.spans[1].start_ns, 6000);
+  EXPECT_EQ(p.spans[1].end_ns, 6000);  // its return at 4000, taken as 6000
+  const Result<Profile> back = read_json_document(to_json_document(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value().spans.size(), 3u);
+}
+
+// ---- the fuzz targets' seeds (fuzz/corpus/fuzz_agent_records, _body) ------
+
+// A stream as fuzz_agent_records reads it: [u16 length][record] each.
+std::string fuzz_stream(const std::vector<Rec>& recs) {
+  std::string out;
+  for (const Rec& r : recs) {
+    const auto len = static_cast<uint16_t>(r.bytes.size());
+    out.append(reinterpret_cast<const char*>(&len), 2);
+    out.append(reinterpret_cast<const char*>(r.bytes.data()), r.bytes.size());
+  }
+  return out;
+}
+
+// The body the CHUNK records of `recs` carry, in order.
+std::string body_of(const std::vector<Rec>& recs) {
+  std::string body;
+  for (const Rec& r : recs) {
+    mlprof_ev_chunk c{};
+    if (r.bytes.size() != sizeof(c)) continue;
+    std::memcpy(&c, r.bytes.data(), sizeof(c));
+    if (c.h.kind != MLPROF_EV_SPANS_CHUNK) continue;
+    body.append(reinterpret_cast<const char*>(c.data), c.bytes);
+  }
+  return body;
+}
+
+// The committed seeds are the records of the sessions these tests check,
+// byte for byte: a change of a record's or the body's layout fails here
+// until they are written again (MLPROF_WRITE_FUZZ_SEEDS=1 ctest -R Seeds).
+TEST(JoinerFuzzSeeds, TheCommittedSeedsAreTheseSessionsRecords) {
+  const std::string dir = MLPROF_FUZZ_CORPUS;
+  std::map<std::string, std::string> seeds;
+  {
+    Process proc;
+    seeds["fuzz_agent_records/v1-rich-interleaved"] =
+        fuzz_stream(interleave(records_of(as_seen(rich_session()), proc, 1), 1));
+  }
+  std::vector<Rec> v2;
+  {
+    Process proc;
+    v2 = body_records_of(as_seen(rich_session()), proc, 7,
+                         MLPROF_SESSION_CAPTURE_IO | MLPROF_SESSION_ALL_THREADS,
+                         "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    seeds["fuzz_agent_records/v2-rich-body"] = fuzz_stream(v2);
+    seeds["fuzz_agent_body/rich"] = body_of(v2);
+  }
+  {
+    Process proc;
+    std::vector<Rec> recs = records_of(small_session(), proc, 3);
+    recs.insert(recs.begin() + 2,
+                thread_rec(MLPROF_EV_THREAD_START, 100, 101, 1500, 100, "worker"));
+    recs.insert(recs.end() - 1, off_cpu_rec(100, 100, 3200, 29000, true, 28000, 101));
+    recs.insert(recs.end() - 1, off_cpu_rec(100, 101, 2000, 2500, false));
+    recs.push_back(thread_rec(MLPROF_EV_THREAD_EXIT, 100, 101, 60000, 100, "worker"));
+    seeds["fuzz_agent_records/v1-small-sched"] = fuzz_stream(recs);
+    seeds["fuzz_agent_body/small"] = body_of(body_records_of(small_session(), proc, 4, 0, "", ""));
+  }
+  const bool write = std::getenv("MLPROF_WRITE_FUZZ_SEEDS") != nullptr;
+  for (const auto& [name, bytes] : seeds) {
+    const std::string path = dir + "/" + name;
+    ASSERT_FALSE(bytes.empty()) << name;
+    if (write) {
+      std::ofstream(path, std::ios::binary) << bytes;
+      continue;
+    }
+    std::ifstream in(path, std::ios::binary);
+    const std::string committed((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_TRUE(committed == bytes)
+        << path << " differs from the records these tests make (" << committed.size() << " vs "
+        << bytes.size() << " bytes): write them again with MLPROF_WRITE_FUZZ_SEEDS=1";
+  }
 }
 
 }  // namespace
