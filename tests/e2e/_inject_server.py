@@ -56,6 +56,23 @@ def load_model():
         return mlflow.pyfunc.load_model(path)
 
 
+def say_ready_when_blocked(ready: str) -> None:
+    """Prints the ready line once the main thread is blocked in wake.wait()
+    (in threading's wait, asleep at three looks 20 ms apart): printed
+    before, a busy machine could let the agent's script in before the main
+    thread got there, and it would run."""
+    main = threading.main_thread()
+    asleep = 0
+    while asleep < 3:
+        time.sleep(0.02)
+        frame = sys._current_frames().get(main.ident)
+        with open(f"/proc/self/task/{main.native_id}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        in_wait = frame is not None and frame.f_code.co_name == "wait"
+        asleep = asleep + 1 if in_wait and state == "S" else 0
+    print(ready, flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", action="store_true")
@@ -84,17 +101,16 @@ def main() -> int:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    print(
-        json.dumps(
-            {
-                "port": server.server_address[1],
-                "pid": os.getpid(),
-                "python": "%d.%d" % sys.version_info[:2],
-                "imported": "mlflow_profiler" in sys.modules,
-            }
-        ),
-        flush=True,
+    ready = json.dumps(
+        {
+            "port": server.server_address[1],
+            "pid": os.getpid(),
+            "python": "%d.%d" % sys.version_info[:2],
+            "imported": "mlflow_profiler" in sys.modules,
+        }
     )
+    if not args.block:
+        print(ready, flush=True)
 
     wake = threading.Event()
 
@@ -114,6 +130,7 @@ def main() -> int:
         return 0
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5})
     serving.start()
+    threading.Thread(target=say_ready_when_blocked, args=(ready,), daemon=True).start()
     wake.wait()  # in C: no eval-breaker check until woken
     while serving.is_alive():
         serving.join(0.05)
