@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "analysis/sched.h"
+#include "formats/import.h"    // kMaxStackDepth
 #include "formats/json_doc.h"  // kSpanValueTypes
 #include "store/store.h"
 #include "store/store_internal.h"
@@ -67,9 +68,13 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
   // Call paths: each stack's frames, root first, built from its parents.
   std::unordered_map<int64_t, std::vector<StackSamples::Frame>> frames_of{{0, {}}};
   std::unordered_map<int64_t, uint32_t> fn_of;
-  auto frames = [&](int64_t stack, auto&& self) -> const std::vector<StackSamples::Frame>& {
+  // `depth`: a damaged store's parents may form a cycle; no real call path
+  // is deeper than an import takes (kMaxStackDepth).
+  auto frames = [&](int64_t stack, size_t depth,
+                    auto&& self) -> const std::vector<StackSamples::Frame>& {
     auto it = frames_of.find(stack);
     if (it != frames_of.end()) return it->second;
+    if (depth > kMaxStackDepth) throw StoreFailure("a call path is a cycle or too deep");
     const auto row = d.query(
         "SELECT k.parent_stack_id, lo.line, f.function_id, f.name, f.module, f.filename, "
         "f.start_line, f.kind, "
@@ -79,7 +84,7 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
         {stack});
     if (row.empty()) throw StoreFailure("a sample names a call path that is not there");
     const auto& r = row[0];
-    std::vector<StackSamples::Frame> out = self(as_int(r[0]), self);
+    std::vector<StackSamples::Frame> out = self(as_int(r[0]), depth + 1, self);
     const int64_t fid = as_int(r[2]);
     auto f = fn_of.find(fid);
     if (f == fn_of.end()) {
@@ -111,8 +116,10 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
            "ORDER BY s.sample_id",
            {source_id})) {
     StackSamples::Sample s;
-    s.thread = thread_of.at(as_int(r[1]));
-    s.frames = frames(as_int(r[2]), frames);
+    const auto thread = thread_of.find(as_int(r[1]));
+    if (thread == thread_of.end()) throw StoreFailure("a sample names a lane that is not there");
+    s.thread = thread->second;
+    s.frames = frames(as_int(r[2]), 0, frames);
     s.values.assign(ss.value_types.size(), 0);
     sample_index[as_int(r[0])] = ss.samples.size();
     ss.samples.push_back(std::move(s));
@@ -124,9 +131,14 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
                    "se ON "
                    "se.session_id = l.session_id WHERE se.source_id = ?",
                {source_id})) {
-    ss.samples.at(sample_index.at(as_int(r[0]))).values.at(type_index.at(as_int(r[1]))) =
-        as_int(r[2]);
+    const auto sample = sample_index.find(as_int(r[0]));
+    const auto type = type_index.find(as_int(r[1]));
+    if (sample == sample_index.end() || type == type_index.end())
+      throw StoreFailure("a value names a sample or a type that is not there");
+    ss.samples[sample->second].values[type->second] = as_int(r[2]);
   }
+  if (!ss.samples.empty() && ss.value_types.empty())
+    throw StoreFailure("the samples of source " + std::to_string(source_id) + " have no values");
   return ss;
 }
 
