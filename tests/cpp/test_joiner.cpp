@@ -1422,6 +1422,23 @@ size_t address_space_bytes() {
   return kb * 1024;
 }
 
+// Session 1 of process 100 through span records (contract v1): `depth`
+// nested calls, then the bottom one suspended and resumed `pairs` times,
+// then its end. `*end_ts` (if given): the time of its last record.
+std::vector<Rec> deep_suspend_records(uint32_t depth, uint32_t pairs, int64_t* end_ts = nullptr) {
+  std::vector<Rec> recs{session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 10, 1, -1, 0)};
+  int64_t ts = 100;
+  for (uint32_t d = 0; d < depth; ++d)
+    recs.push_back(span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, ts++, 1, 0, d, 5));
+  for (uint32_t k = 0; k < pairs; ++k) {
+    recs.push_back(span_rec(MLPROF_EV_SPAN_SUSPEND, 100, 100, ts++, 1, 0, 0));
+    recs.push_back(span_rec(MLPROF_EV_SPAN_RESUME, 100, 100, ts++, 1, 0, 0));
+  }
+  recs.push_back(session_rec(MLPROF_EV_SESSION_END, 100, 100, ts++, 1, 0, 0));
+  if (end_ts) *end_ts = ts;
+  return recs;
+}
+
 TEST(Joiner, ASessionTooLargeToBuildIsDroppedAndTheJoinerGoesOn) {
   // Issue 44's audit, F9: a stack 2,048 deep suspended and resumed 1,000
   // times (within stack_move_budget) makes build_tree push 2 M segments
@@ -1435,17 +1452,8 @@ TEST(Joiner, ASessionTooLargeToBuildIsDroppedAndTheJoinerGoesOn) {
     const rlimit rl{cap, cap};
     if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
     Joiner j;
-    constexpr uint32_t kDepth = 2048, kPairs = 1000;
-    std::vector<Rec> recs{session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 10, 1, -1, 0)};
-    int64_t ts = 100;
-    for (uint32_t d = 0; d < kDepth; ++d)
-      recs.push_back(span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, ts++, 1, 0, d, 5));
-    for (uint32_t k = 0; k < kPairs; ++k) {
-      recs.push_back(span_rec(MLPROF_EV_SPAN_SUSPEND, 100, 100, ts++, 1, 0, 0));
-      recs.push_back(span_rec(MLPROF_EV_SPAN_RESUME, 100, 100, ts++, 1, 0, 0));
-    }
-    recs.push_back(session_rec(MLPROF_EV_SESSION_END, 100, 100, ts++, 1, 0, 0));
-    feed(j, recs);
+    int64_t ts = 0;
+    feed(j, deep_suspend_records(2048, 1000, &ts));
     const bool dropped = j.take_finished().empty() && j.stats().sessions_dropped == 1;
     feed(j, {session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, ts + 10, 2, -1, 0),
              span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, ts + 20, 2, 0, 0, 5),
@@ -1466,17 +1474,8 @@ TEST(Joiner, SuspendsOfADeepStackStopTheLaneAtTheMoveBudget) {
   // copies the stack above the span. 8,192 deep and 20,000 pairs is 3.3e8
   // spans copied; past stack_move_budget the lane stops, truncated.
   constexpr uint32_t kDepth = 8192, kPairs = 20000;
-  std::vector<Rec> recs{session_rec(MLPROF_EV_SESSION_BEGIN, 100, 100, 10, 1, -1, 0)};
-  int64_t ts = 100;
-  for (uint32_t d = 0; d < kDepth; ++d)
-    recs.push_back(span_rec(MLPROF_EV_SPAN_ENTER, 100, 100, ts++, 1, 0, d, 5));
-  for (uint32_t k = 0; k < kPairs; ++k) {
-    recs.push_back(span_rec(MLPROF_EV_SPAN_SUSPEND, 100, 100, ts++, 1, 0, 0));
-    recs.push_back(span_rec(MLPROF_EV_SPAN_RESUME, 100, 100, ts++, 1, 0, 0));
-  }
-  recs.push_back(session_rec(MLPROF_EV_SESSION_END, 100, 100, ts++, 1, 0, 0));
   Joiner j;
-  feed(j, recs);
+  feed(j, deep_suspend_records(kDepth, kPairs));
   const std::vector<Profile> got = j.take_finished();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(j.stats().events_over_cap, 1u);

@@ -537,6 +537,18 @@ TEST(TreeInvariants, RandomCapturesGiveAWellFormedTree) {
 namespace mlprof {
 namespace {
 
+// `depth` nested calls of `f`, then the bottom one suspended and resumed
+// `pairs` times: each pair moves the whole stack.
+std::vector<Event> deep_suspends(uint32_t f, uint32_t depth, uint32_t pairs) {
+  std::vector<Event> events;
+  for (uint32_t i = 0; i < depth; ++i) events.push_back(test::call(i, f));
+  for (uint32_t i = 0; i < pairs; ++i) {
+    events.push_back(test::suspend(depth + 2 * i, 0));
+    events.push_back(test::resume(depth + 2 * i + 1, 0));
+  }
+  return events;
+}
+
 // A hostile writer's lane (audit F1): 8,192 nested calls, then the bottom
 // span suspended and resumed 20,000 times. Moving the whole stack each time
 // is 3.3e8 span moves and half as many segments (6.5 GB); past
@@ -546,12 +558,7 @@ TEST(TreeBudget, SuspendsOfADeepStackStopTheLaneAtTheBudget) {
   p.end_ns = 1;
   const uint32_t f = test::user_fn(p, "f");
   constexpr uint32_t kDepth = 8192, kPairs = 20000;
-  std::vector<Event> events;
-  for (uint32_t i = 0; i < kDepth; ++i) events.push_back(test::call(i, f));
-  for (uint32_t i = 0; i < kPairs; ++i) {
-    events.push_back(test::suspend(kDepth + 2 * i, 0));
-    events.push_back(test::resume(kDepth + 2 * i + 1, 0));
-  }
+  std::vector<Event> events = deep_suspends(f, kDepth, kPairs);
   const size_t budget = stack_move_budget(events.size());
   p.lanes.push_back(test::make_lane(std::move(events)));
   build_tree(p);
@@ -572,12 +579,7 @@ TEST(TreeBudget, ADeepAsyncChainSuspendedOftenKeepsEverySegment) {
   p.end_ns = 1;
   const uint32_t f = test::user_fn(p, "f");
   constexpr uint32_t kDepth = 1000, kPairs = 2000;
-  std::vector<Event> events;
-  for (uint32_t i = 0; i < kDepth; ++i) events.push_back(test::call(i, f));
-  for (uint32_t i = 0; i < kPairs; ++i) {
-    events.push_back(test::suspend(kDepth + 2 * i, 0));
-    events.push_back(test::resume(kDepth + 2 * i + 1, 0));
-  }
+  std::vector<Event> events = deep_suspends(f, kDepth, kPairs);
   p.lanes.push_back(test::make_lane(std::move(events)));
   build_tree(p);
   EXPECT_FALSE(p.lanes[0].truncated);

@@ -55,10 +55,7 @@ void Joiner::on_process_exit(uint32_t tgid, int64_t now_ns) {
     // What its open sessions held goes back to the agent-wide caps.
     auto it = state_->processes.find(tgid);
     if (it == state_->processes.end()) return;
-    for (const auto& [serial, s] : it->second.sessions) {
-      state_->events_held -= std::min(state_->events_held, s.events);
-      state_->lanes_held -= std::min<uint64_t>(state_->lanes_held, s.lanes.size());
-    }
+    for (const auto& [serial, s] : it->second.sessions) state_->release(s);
     state_->processes.erase(it);
   }
 }

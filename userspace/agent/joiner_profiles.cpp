@@ -208,14 +208,18 @@ void Joiner::State::add_kernel_view(uint32_t tgid, ProcessState& proc, const Ses
   attribute_kernel(p);
 }
 
+void Joiner::State::release(const SessionState& s) {
+  events_held -= std::min(events_held, s.events);
+  lanes_held -= std::min<uint64_t>(lanes_held, s.lanes.size());
+}
+
 void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial, bool truncated,
                              int64_t now_ns, const char* reason) {
   auto node = proc.sessions.extract(serial);
   if (node.empty()) return;
   SessionState& s = node.mapped();
   proc.by_start.erase({s.start_ns, serial});
-  events_held -= std::min(events_held, s.events);
-  lanes_held -= std::min<uint64_t>(lanes_held, s.lanes.size());
+  release(s);
   if (s.unreadable &&
       s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
     trim(proc);

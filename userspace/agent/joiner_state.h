@@ -155,6 +155,8 @@ struct Joiner::State {
   LaneState* lane_of(SessionState& s, uint32_t lane, const mlprof_ev_header& h);
   void mismatch(LaneState& lane);
   void over_budget(LaneState& lane);
+  // Gives back what a session held against max_events_total and max_lanes_total.
+  void release(const SessionState& s);
   // Turns a session into a Profile (appended to `finished`) and forgets it.
   // truncated: it did not end by its session_end; it ends at now_ns and its
   // open spans are flagged truncated.
