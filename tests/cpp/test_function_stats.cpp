@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -54,6 +55,29 @@ TEST(FunctionStats, RecursionCountsOnceInCum) {
   EXPECT_EQ(g.cum_ns, 40);
   EXPECT_EQ(s.profiles(), 1u);
   EXPECT_EQ(s.sessions(), 1u);
+}
+
+// fuzz_agent_records' finding (CI, stop 58): lanes each as long as a time
+// may be (2^62 ns) summed past int64. Totals stop at its end, not wrap.
+TEST(FunctionStats, TotalsPastInt64SaturateRatherThanWrap) {
+  Profile p;
+  p.start_ns = -kMaxTimeNs;
+  p.end_ns = kMaxTimeNs;
+  const uint32_t f = p.functions.add("f", "m", "/app/m.py", 3, FunctionKind::kPython, true);
+  for (int i = 0; i < 4; ++i)
+    p.lanes.push_back(test::make_lane({call(-kMaxTimeNs, f), ret(kMaxTimeNs)}));
+  build_tree(p);
+  ASSERT_EQ(profile_defect(p), "");
+  FunctionStats s;
+  s.add(p);
+  const auto rows = by_name(s);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows.at("f@/app/m.py").calls, 4u);
+  EXPECT_EQ(rows.at("f@/app/m.py").flat_ns, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(rows.at("f@/app/m.py").cum_ns, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(saturating_add(std::numeric_limits<int64_t>::min(), -1),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(saturating_add(-5, 3), -2);
 }
 
 // Running vs waiting (views/waiting.h): f [0, 1000] calls g [100, 900],

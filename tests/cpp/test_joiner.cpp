@@ -1308,6 +1308,34 @@ TEST(Joiner, MalformedRecordsAreCountedNotTrusted) {
   EXPECT_EQ(j.stats().malformed, 4u);
 }
 
+// fuzz_agent_records' finding (CI, stop 58): an off-CPU interval starting
+// near int64's low end made the Chrome export's time differences overflow.
+// bpf_ktime_get_ns() never passes 2^62 (146 years up): such a record is
+// malformed, whichever of its times is out of range.
+TEST(Joiner, RecordsWithTimesPastTwoToThe62AreMalformed) {
+  const Profile want = small_session();
+  Process proc;
+  Joiner j;
+  std::vector<Rec> recs = records_of(want, proc, 1);
+  Rec end = recs.back();
+  recs.pop_back();
+  const int64_t wrapped = std::numeric_limits<int64_t>::min() + 2000;  // a u64 past 2^63
+  recs.push_back(off_cpu_rec(100, 100, wrapped, 25000, true, 23000, 105));
+  recs.push_back(off_cpu_rec(100, 100, 5000, 25000, true, kMaxTimeNs + 1, 105));
+  recs.push_back(off_cpu_rec(100, 100, 5000, kMaxTimeNs + 1, false));
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 101, wrapped, 100, "w"));
+  recs.push_back(off_cpu_rec(100, 100, 33000, 35000, false));  // in range: kept
+  recs.push_back(end);
+  feed(j, recs);
+  EXPECT_EQ(j.stats().malformed, 4u);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].kernel.off_cpu.size(), 1u);
+  EXPECT_EQ(got[0].kernel.off_cpu[0].start_ns, 33000);
+  EXPECT_TRUE(got[0].kernel.threads.empty());
+  EXPECT_EQ(profile_defect(got[0]), "");
+}
+
 TEST(Joiner, RecordsOfSessionsNeverBegunAreUnmatched) {
   Process proc;
   std::vector<Rec> recs = records_of(small_session(), proc, 1);

@@ -548,6 +548,13 @@ TEST(JsonRead, CorruptDocumentsNameWhatAndWhere) {
        "spans[1]: depth 7 does not match its parent's (expected 1)"},
       {"ends before it starts", [](auto& d) { d["spans"][1][7].SetInt64(0); },
        "spans[1]: ends before it starts"},
+      // fuzz_agent_records' finding: times near int64's ends overflowed
+      // the exports' differences and the views' sums.
+      {"time beyond 2^62", [](auto& d) { d["spans"][3][7].SetInt64((int64_t{1} << 62) + 1); },
+       "spans[3].end_ns: is out of range"},
+      {"session start near int64's end",
+       [](auto& d) { d["meta"]["start_ns"].SetInt64(-(int64_t{1} << 63) + 2000); },
+       "meta.start_ns: is out of range"},
       {"short row", [](auto& d) { d["spans"][4].PopBack(); },
        "spans[4]: has 11 cells, the header names 12"},
       {"row not an array", [](auto& d) { d["spans"][4].SetNull(); },

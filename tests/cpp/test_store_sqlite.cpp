@@ -221,5 +221,38 @@ TEST(StoreSqlite, TwoProcessesAddingToOneNewFileAtOnceLoseNothing) {
   }
 }
 
+// fuzz_store_read's and fuzz_agent_records' findings (CI, stop 58): a
+// function kind this reader does not know, and a time near int64's end
+// (its differences overflowed the exports), are damage, refused in one line.
+TEST(StoreSqlite, AnUnknownFunctionKindOrATimeOutOfRangeIsRefused) {
+  test::TempDir dir;
+  auto store = open_ok(dir.path() + "/s.db");
+  ASSERT_TRUE(store);
+  auto added = store->add(agent_session(4242, 1'000 * kMs), ebpf_source({}));
+  ASSERT_TRUE(added.ok()) << added.error().message;
+  const int64_t id = added.value();
+  const auto refusal = [&]() -> std::string {
+    try {
+      auto r = read_source(*store, id);
+      return r.ok() ? "read" : r.error().message;
+    } catch (const StoreFailure& e) {
+      return e.what();
+    }
+  };
+  ASSERT_EQ(refusal(), "read");
+  store->execute(
+      "UPDATE functions SET kind = 115 WHERE function_id = (SELECT min(function_id) "
+      "FROM functions)",
+      {});
+  EXPECT_NE(refusal().find("kind 115 is not 0, 1 or 2"), std::string::npos) << refusal();
+  store->execute("UPDATE functions SET kind = 0", {});
+  ASSERT_EQ(refusal(), "read");
+  store->execute("UPDATE sessions SET start_ns = ?", {int64_t{9'223'372'036'854'773'808}});
+  EXPECT_NE(refusal().find("out of range"), std::string::npos) << refusal();
+  store->execute("UPDATE sessions SET start_ns = 0", {});
+  store->execute("UPDATE off_cpu_intervals SET start_ns = ?", {-(int64_t{1} << 62) - 1});
+  EXPECT_NE(refusal().find("out of range"), std::string::npos) << refusal();
+}
+
 }  // namespace
 }  // namespace mlprof::agent

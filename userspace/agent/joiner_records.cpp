@@ -90,6 +90,11 @@ void Joiner::State::record(const void* data, size_t size) {
     return;
   }
   std::memcpy(&h, data, sizeof(h));
+  // bpf_ktime_get_ns() reaches kMaxTimeNs after 146 years up.
+  if (h.ts_ns > static_cast<uint64_t>(kMaxTimeNs)) {
+    ++stats.malformed;
+    return;
+  }
   // Copies the record into its struct (the ring buffer's data is only
   // 8-byte aligned, and a short record must not be read past its end).
   auto as = [&](auto& rec) {
@@ -649,7 +654,8 @@ void Joiner::State::off_cpu(const mlprof_ev_off_cpu& r) {
   } else if (iv.blocked && r.wait_object == MLPROF_WAIT_FUTEX) {
     iv.wait = r.futex_addr - p->gil < p->gil_bytes ? WaitObject::kGil : WaitObject::kFutex;
   }
-  if (iv.end_ns < iv.start_ns) {
+  if (r.start_ns > static_cast<uint64_t>(kMaxTimeNs) ||
+      r.wake_ns > static_cast<uint64_t>(kMaxTimeNs) || iv.end_ns < iv.start_ns) {
     ++stats.malformed;
     return;
   }

@@ -98,9 +98,13 @@ class DocumentAccess {
     if (v == nullptr) fail(w, "missing");
     return v;
   }
+  // A field named *_ns is a time or a duration: within +-kMaxTimeNs, so
+  // that the views' differences of two cannot overflow.
   bool get(const Value& v, const Where& w, int64_t& out) {
     if (!v.IsInt64()) return fail_type(w, v, "an integer");
     out = v.GetInt64();
+    const std::string_view field = w.field != nullptr ? w.field : "";
+    if (field.ends_with("_ns") && !is_time(out)) return fail(w, "is out of range (|t| >= 2^62 ns)");
     return true;
   }
   bool get(const Value& v, const Where& w, uint64_t& out) {

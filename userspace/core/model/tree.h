@@ -119,6 +119,12 @@ struct CaptureStats {
   uint64_t unmatched_returns = 0;  // returns the builder had no open span for
 };
 
+// Every time in a Profile (ns) lies within +-kMaxTimeNs (2^62 - 1), so the
+// difference of any two fits in int64: CLOCK_MONOTONIC reaches it after 146
+// years up. The readers (document, store, the agent's records) refuse more.
+inline constexpr int64_t kMaxTimeNs = (int64_t{1} << 62) - 1;
+constexpr bool is_time(int64_t ns) { return ns >= -kMaxTimeNs && ns <= kMaxTimeNs; }
+
 struct Profile {
   FunctionTable functions;
   std::vector<Lane> lanes;
@@ -223,8 +229,8 @@ void link_tree(Profile& profile);
 // time; segments and I/O summaries are in span order, segments end after
 // they start with their pauses within, I/O roles are 0 or 1; marks name -1
 // or a span, in time order; off-CPU intervals and threads end after they
-// start, threads started under -1 or a span. "" when all hold, else the
-// first that does not, for a one-line refusal.
+// start, threads started under -1 or a span; every time is_time. "" when
+// all hold, else the first that does not, for a one-line refusal.
 std::string profile_defect(const Profile& profile);
 
 }  // namespace mlprof

@@ -22,6 +22,22 @@ namespace {
 // Sample ids one read of a source's spans covers: bounds the rows held.
 constexpr int64_t kRowsPerRead = 32768;
 
+// A function's kind as stored; one this reader does not know is damage.
+FunctionKind function_kind(int64_t kind) {
+  if (kind < 0 || kind > static_cast<int64_t>(FunctionKind::kBlock))
+    throw StoreFailure("a function's kind " + std::to_string(kind) + " is not 0, 1 or 2");
+  return static_cast<FunctionKind>(kind);
+}
+
+// A stored time (a session's start plus an offset, or a kernel time) as
+// the Profile holds it: within +-kMaxTimeNs, else the store is damaged.
+int64_t stored_time(int64_t base, int64_t offset = 0) {
+  int64_t t = 0;
+  if (__builtin_add_overflow(base, offset, &t) || !is_time(t))
+    throw StoreFailure("a stored time is out of range (|t| >= 2^62 ns)");
+  return t;
+}
+
 std::vector<int64_t> parse_shape(const std::string& text) {
   std::vector<int64_t> out;
   size_t at = 0;
@@ -89,10 +105,9 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
     auto f = fn_of.find(fid);
     if (f == fn_of.end()) {
       f = fn_of
-              .emplace(fid,
-                       ss.functions.add(as_text(r[3]), as_text(r[4]), as_text(r[5]),
-                                        static_cast<int32_t>(as_int(r[6])),
-                                        static_cast<FunctionKind>(as_int(r[7])), as_int(r[8]) != 0))
+              .emplace(fid, ss.functions.add(as_text(r[3]), as_text(r[4]), as_text(r[5]),
+                                             static_cast<int32_t>(as_int(r[6])),
+                                             function_kind(as_int(r[7])), as_int(r[8]) != 0))
               .first;
     }
     out.push_back({f->second, static_cast<int32_t>(as_int(r[1]))});
@@ -159,8 +174,8 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
   }
   Profile p;
   const SqlRow& s = src[0];
-  p.start_ns = as_int(s[0]);
-  p.end_ns = as_int(s[1]);
+  p.start_ns = stored_time(as_int(s[0]));
+  p.end_ns = stored_time(as_int(s[1]));
   p.captured_depth = static_cast<int>(as_int(s[2]));
   p.stats.events_captured = static_cast<uint64_t>(as_int(s[3]));
   p.stats.events_skipped = static_cast<uint64_t>(as_int(s[4]));
@@ -206,7 +221,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
       lane.span_id = as_text(r[14]);
     }
     lane_index[as_int(r[0])] = static_cast<uint32_t>(p.lanes.size());
-    lane_session_start[as_int(r[0])] = as_int(r[12]);
+    lane_session_start[as_int(r[0])] = stored_time(as_int(r[12]));
     p.lanes.push_back(std::move(lane));
   }
   for (size_t i = 0; i < p.lanes.size(); ++i) {
@@ -246,9 +261,9 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
         const int64_t base = lane_session_start.at(lane_id);
         parent_ids.push_back(is_null(r[2]) ? -1 : as_int(r[2]));
         sp.flags = static_cast<uint32_t>(as_int(r[3]));
-        sp.start_ns = base + as_int(r[4]);
-        sp.end_ns = base + as_int(r[5]);
-        sp.active_ns = is_null(r[6]) ? sp.end_ns - sp.start_ns : as_int(r[6]);
+        sp.start_ns = stored_time(base, as_int(r[4]));
+        sp.end_ns = stored_time(base, as_int(r[5]));
+        sp.active_ns = is_null(r[6]) ? sp.end_ns - sp.start_ns : stored_time(as_int(r[6]));
         sp.resumes = static_cast<uint32_t>(as_int(r[7]));
         sp.depth = static_cast<uint32_t>(as_int(r[8]));
         const std::string label = as_text(r[9]);
@@ -259,8 +274,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
           fit = function_ids
                     .emplace(fid, p.functions.add(as_text(r[11]), as_text(r[12]), as_text(r[13]),
                                                   static_cast<int32_t>(as_int(r[14])),
-                                                  static_cast<FunctionKind>(as_int(r[15])),
-                                                  as_int(r[16]) != 0))
+                                                  function_kind(as_int(r[15])), as_int(r[16]) != 0))
                     .first;
         }
         sp.function = fit->second;
@@ -315,8 +329,9 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
                                    "g.start_ns",
                                {source_id})) {
     const int64_t base = lane_session_start.at(as_int(r[3]));
-    p.segments.push_back(Segment{span_at(r[0]), base + as_int(r[1]), base + as_int(r[2]),
-                                 static_cast<uint32_t>(as_int(r[4])), as_int(r[5])});
+    p.segments.push_back(Segment{span_at(r[0]), stored_time(base, as_int(r[1])),
+                                 stored_time(base, as_int(r[2])),
+                                 static_cast<uint32_t>(as_int(r[4])), stored_time(as_int(r[5]))});
   }
   for (const auto& r : d.query("SELECT i.sample_id, i.role, i.name, i.type, i.shape, i.dtype, "
                                "i.length, i.size_bytes, i.device, i.repr "
@@ -360,7 +375,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
     const std::string type = as_text(r[1]), unit = as_text(r[2]);
     const auto value = static_cast<uint64_t>(as_int(r[3]));
     if (type == kWaitingType && unit == "ns") {
-      p.spans[span_at(r[0])].waiting_ns = as_int(r[3]);
+      p.spans[span_at(r[0])].waiting_ns = stored_time(as_int(r[3]));
       waiting_rows = true;
       continue;
     }
@@ -393,9 +408,9 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
       OffCpuInterval o;
       o.pid = static_cast<uint32_t>(as_int(r[0]));
       o.tid = static_cast<uint64_t>(as_int(r[1]));
-      o.start_ns = as_int(r[2]);
-      o.wake_ns = as_int(r[3]);
-      o.end_ns = as_int(r[4]);
+      o.start_ns = stored_time(as_int(r[2]));
+      o.wake_ns = stored_time(as_int(r[3]));
+      o.end_ns = stored_time(as_int(r[4]));
       o.blocked = as_int(r[5]) != 0;
       o.waker_tid = static_cast<uint64_t>(as_int(r[6]));
       o.prev_state = static_cast<uint32_t>(as_int(r[7]));
@@ -437,8 +452,8 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
       t.pid = static_cast<uint32_t>(as_int(r[0]));
       t.tid = static_cast<uint64_t>(as_int(r[1]));
       t.parent_tid = static_cast<uint64_t>(as_int(r[2]));
-      t.start_ns = as_int(r[3]);
-      t.end_ns = as_int(r[4]);
+      t.start_ns = stored_time(as_int(r[3]));
+      t.end_ns = stored_time(as_int(r[4]));
       t.name = as_text(r[5]);
       t.started_under = is_null(r[6]) ? -1 : span_at(r[6]);
       t.exit_code = static_cast<int32_t>(as_int(r[7]));

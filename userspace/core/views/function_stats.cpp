@@ -65,8 +65,10 @@ std::vector<FunctionTotals::Row> FunctionTotals::rows() const {
   std::vector<int64_t> under(values_);
   for (size_t i = n; i-- > 0;) {
     if (parents_[i] == 0) continue;
-    for (size_t s = 0; s < slots_; ++s)
-      under[(parents_[i] - 1) * slots_ + s] += under[i * slots_ + s];
+    for (size_t s = 0; s < slots_; ++s) {
+      int64_t& sum = under[(parents_[i] - 1) * slots_ + s];
+      sum = saturating_add(sum, under[i * slots_ + s]);
+    }
   }
   // Which paths are the outermost of their function (no ancestor of the same
   // function): a walk down the tree counting the functions above.
@@ -114,8 +116,8 @@ std::vector<FunctionTotals::Row> FunctionTotals::rows() const {
     Row& r = out[function_of_[i]];
     seen[function_of_[i]] = true;
     for (size_t s = 0; s < slots_; ++s) {
-      r.flat[s] += values_[i * slots_ + s];
-      if (outermost[i]) r.cum[s] += under[i * slots_ + s];
+      r.flat[s] = saturating_add(r.flat[s], values_[i * slots_ + s]);
+      if (outermost[i]) r.cum[s] = saturating_add(r.cum[s], under[i * slots_ + s]);
     }
   }
   std::vector<Row> kept;

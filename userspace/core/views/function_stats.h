@@ -23,6 +23,7 @@
 #include "model/tree.h"
 #include "store/store.h"
 #include "util/result.h"
+#include "util/saturating.h"
 
 namespace mlprof {
 
@@ -50,7 +51,8 @@ class FunctionTotals {
   uint32_t node(uint32_t parent, uint32_t function);
   // Adds `value` to slot `slot` of path `node` (not kRoot).
   void add(uint32_t node, size_t slot, int64_t value) {
-    values_[(node - 1) * slots_ + slot] += value;
+    int64_t& v = values_[(node - 1) * slots_ + slot];
+    v = saturating_add(v, value);
   }
   // One more slot, 0 on every path.
   void add_slot();
