@@ -1,8 +1,9 @@
 #pragma once
 // What the joiner's fuzz targets share: a Joiner with small limits (so the
 // caps are reached in a few records), one record handed to it from an
-// aligned copy as the ring buffer hands it, and every session it built
-// exercised (its document must read back).
+// aligned copy as the ring buffer hands it (its byte count checked against
+// a recount after each), and every session it built exercised (its
+// document must read back).
 
 #include <linux/types.h>  // mlprof_events.h is the BPF side's: its __u32 ...
 
@@ -29,6 +30,7 @@ inline agent::JoinerLimits small_limits() {
   l.max_thread_events = 64;
   l.max_names_per_process = 256;
   l.max_processes = 4;
+  l.max_bytes_total = 64 << 10;
   return l;
 }
 
@@ -40,6 +42,8 @@ inline void feed(agent::Joiner& j, const void* bytes, size_t size) {
   size = std::min(size, sizeof rec);
   std::memcpy(rec, bytes, size);
   j.on_record(rec, size);
+  const std::string held = j.check_bytes_held();
+  fuzz_check(held.empty(), "the joiner's byte count is not what it holds", held);
 }
 
 inline void exercise_finished(agent::Joiner& j) {

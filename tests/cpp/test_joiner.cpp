@@ -1894,6 +1894,77 @@ TEST(JoinerV2, ALostPieceFlagsTheSessionTruncatedAndIsCounted) {
   for (const Lane& lane : got[0].lanes) EXPECT_TRUE(lane.truncated);
 }
 
+// Issue 44's audit, F7: the per-process and per-thread caps multiply
+// (65,536 processes of a million names each), so one byte cap bounds
+// names, buffered scheduler records and partial bodies of all processes
+// together. What is past it is counted and not kept; a process's exit
+// gives its share back.
+TEST(JoinerV2, OneByteCapBoundsWhatAllProcessesHoldTogether) {
+  JoinerLimits limits;
+  limits.max_bytes_total = 24 << 10;
+  Joiner j({}, limits);
+  const auto fed = [&](const std::vector<Rec>& recs) {
+    for (const Rec& r : recs) {
+      j.on_record(r.bytes.data(), r.bytes.size());
+      ASSERT_EQ(j.check_bytes_held(), "");
+      ASSERT_LE(j.bytes_held(), limits.max_bytes_total);
+    }
+  };
+  // Eight processes, 100 long names each (about 800 bytes a name held).
+  for (uint32_t tgid = 200; tgid < 208; ++tgid) {
+    for (uint32_t i = 0; i < 100; ++i) {
+      std::string name(120, 'n');
+      name += std::to_string(i);
+      fed({name_rec(tgid, tgid, 10, i, false, name, std::string(90, 'm'), std::string(150, 'f'),
+                    1)});
+    }
+  }
+  const uint64_t names_over = j.stats().bytes_over_cap;
+  EXPECT_GT(names_over, 700u);
+  EXPECT_GT(j.bytes_held(), limits.max_bytes_total - 1024);
+  // Full: a session's body of two pieces keeps neither, as a lost piece.
+  Profile p;
+  const uint32_t f = p.functions.add("step", "m", "/app/m.py", 1, FunctionKind::kPython, true);
+  std::vector<Event> ev;
+  for (int i = 0; i < 400; ++i) {
+    ev.push_back(call(1000 + 10 * i, f));
+    ev.push_back(ret(1005 + 10 * i));
+  }
+  p.start_ns = 900;
+  p.end_ns = 6000;
+  p.captured_depth = 2;
+  p.lanes.push_back(make_lane(ev, "MainThread"));
+  p.lanes[0].native_tid = 100;
+  build_tree(p);
+  Process proc;
+  fed(body_records_of(p, proc, 1, 0, "", ""));
+  EXPECT_GT(j.stats().bytes_over_cap, names_over);
+  EXPECT_EQ(j.stats().bodies_incomplete, 1u);
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].lanes.empty() || got[0].lanes[0].truncated);
+  ASSERT_EQ(j.check_bytes_held(), "");
+  // The processes exit: all is given back, and the next session is whole,
+  // with an off-CPU interval of its own held until it is built.
+  for (uint32_t tgid = 200; tgid < 208; ++tgid) j.on_process_exit(tgid, 10'000);
+  j.on_process_exit(proc.tgid, 10'000);
+  EXPECT_EQ(j.bytes_held(), 0u);
+  Process again;
+  std::vector<Rec> recs = body_records_of(p, again, 2, 0, "", "");
+  recs.insert(recs.begin() + 1, off_cpu_rec(100, 100, 1002, 1004, false));
+  fed(recs);
+  EXPECT_EQ(j.stats().bodies_applied, 1u);
+  got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].spans.size(), 400u);
+  EXPECT_FALSE(got[0].lanes[0].truncated);
+  EXPECT_EQ(got[0].kernel.off_cpu.size(), 1u);
+  ASSERT_EQ(j.check_bytes_held(), "");
+  EXPECT_GT(j.bytes_held(), 0u);  // its one name stays for its later sessions
+  j.on_process_exit(again.tgid, 20'000);
+  EXPECT_EQ(j.bytes_held(), 0u);
+}
+
 TEST(JoinerV2, ACheckpointOfAnOpenSessionStandsWhenTheProcessDies) {
   // predict -> load, both open: the extension's checkpoint of a session
   // still running, then the process exits (no final body, no end).

@@ -54,9 +54,7 @@ void Joiner::on_process_exit(uint32_t tgid, int64_t now_ns) {
   } catch (const std::exception&) {
     // What its open sessions held goes back to the agent-wide caps.
     auto it = state_->processes.find(tgid);
-    if (it == state_->processes.end()) return;
-    for (const auto& [serial, s] : it->second.sessions) state_->release(s);
-    state_->processes.erase(it);
+    if (it != state_->processes.end()) state_->erase_process(it);
   }
 }
 
@@ -90,7 +88,64 @@ void Joiner::State::close_process(uint32_t tgid, int64_t now_ns) {
   auto it = processes.find(tgid);
   if (it == processes.end()) return;
   finalize_all(tgid, it->second, now_ns, "process exited");
+  erase_process(it);
+}
+
+void Joiner::State::erase_process(std::unordered_map<uint32_t, ProcessState>::iterator it) {
+  for (const auto& [serial, s] : it->second.sessions) release(s);
+  bytes_held -= std::min(bytes_held, it->second.bytes);
   processes.erase(it);
+}
+
+bool Joiner::State::charge(ProcessState& proc, size_t n) {
+  if (bytes_held + n > limits.max_bytes_total) {
+    ++stats.bytes_over_cap;
+    return false;
+  }
+  bytes_held += n;
+  proc.bytes += n;
+  return true;
+}
+
+void Joiner::State::discharge(ProcessState& proc, size_t n) {
+  n = std::min<uint64_t>(n, proc.bytes);
+  proc.bytes -= n;
+  bytes_held -= std::min<uint64_t>(bytes_held, n);
+}
+
+void Joiner::State::drop_body(ProcessState& proc, SessionState& s) {
+  discharge(proc, s.body.size());
+  s.body = std::string();
+}
+
+uint64_t Joiner::State::recount(const ProcessState& proc) {
+  uint64_t n = 0;
+  for (const auto& [id, f] : proc.functions) n += held_bytes(f);
+  for (const auto& [id, text] : proc.labels) n += held_label_bytes(text);
+  for (const auto& [tid, q] : proc.off_cpu)
+    for (const OffCpuInterval& iv : q) n += held_bytes(iv);
+  for (const ThreadEvent& ev : proc.thread_events) n += held_bytes(ev);
+  for (const auto& [serial, s] : proc.sessions) n += s.body.size();
+  return n;
+}
+
+uint64_t Joiner::bytes_held() const { return state_->bytes_held; }
+
+std::string Joiner::check_bytes_held() const {
+  uint64_t sum = 0;
+  for (const auto& [tgid, proc] : state_->processes) {
+    const uint64_t n = State::recount(proc);
+    if (n != proc.bytes) {
+      return "process " + std::to_string(tgid) + " holds " + std::to_string(n) +
+             " bytes, charged " + std::to_string(proc.bytes);
+    }
+    sum += n;
+  }
+  if (sum != state_->bytes_held) {
+    return "the processes hold " + std::to_string(sum) + " bytes, bytes_held says " +
+           std::to_string(state_->bytes_held);
+  }
+  return {};
 }
 
 // A session that added names of its own: the process's names become its
@@ -126,6 +181,9 @@ void Joiner::State::learn_names(ProcessState& proc, const Profile& p,
 
 void Joiner::State::trim(ProcessState& proc) {
   if (proc.sessions.empty()) {
+    for (const auto& [tid, q] : proc.off_cpu)
+      for (const OffCpuInterval& iv : q) discharge(proc, held_bytes(iv));
+    for (const ThreadEvent& ev : proc.thread_events) discharge(proc, held_bytes(ev));
     proc.off_cpu.clear();
     proc.thread_events.clear();
     return;
@@ -134,10 +192,14 @@ void Joiner::State::trim(ProcessState& proc) {
   const int64_t horizon = proc.by_start.begin()->first;
   for (auto it = proc.off_cpu.begin(); it != proc.off_cpu.end();) {
     auto& q = it->second;
-    while (!q.empty() && q.front().end_ns <= horizon) q.pop_front();
+    while (!q.empty() && q.front().end_ns <= horizon) {
+      discharge(proc, held_bytes(q.front()));
+      q.pop_front();
+    }
     it = q.empty() ? proc.off_cpu.erase(it) : std::next(it);
   }
   while (!proc.thread_events.empty() && proc.thread_events.front().ts < horizon) {
+    discharge(proc, held_bytes(proc.thread_events.front()));
     proc.thread_events.pop_front();
   }
 }

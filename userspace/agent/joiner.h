@@ -68,6 +68,10 @@ struct JoinerStats {
   // A session_spans body of a contract version this agent does not read (a
   // newer extension): its spans are not shown. The newest such version.
   uint64_t bodies_unknown_version = 0;
+  // Records whose contents (a name, an off-CPU interval, a thread event, a
+  // body piece) would have passed JoinerLimits::max_bytes_total: not kept.
+  // A body that lost a piece so is incomplete (bodies_incomplete).
+  uint64_t bytes_over_cap = 0;
   uint32_t unknown_version = 0;
   uint32_t unknown_version_pid = 0;  // the first process that sent one
 };
@@ -87,6 +91,10 @@ struct JoinerLimits {
   size_t max_thread_events = 1 << 16;       // buffered start/exit records per process
   size_t max_names_per_process = 1 << 20;   // function and label NAME entries
   size_t max_processes = 1 << 16;           // processes with state (names, buffers)
+  // What all processes hold together besides events and lanes: names,
+  // buffered off-CPU intervals and thread events, partial bodies. The caps
+  // above are per process or per thread; their product is unbounded.
+  size_t max_bytes_total = size_t{512} << 20;
 };
 
 class Joiner {
@@ -126,6 +134,11 @@ class Joiner {
   // allocation for them.
   void drain_finished(int64_t ended_before_ns, const std::function<void(Profile&)>& each);
   JoinerStats stats() const;
+  // Bytes held against max_bytes_total now, and "" when that figure is what
+  // a recount of everything held gives (else what differs): for the tests
+  // and the fuzz targets, which check it after every record.
+  uint64_t bytes_held() const;
+  std::string check_bytes_held() const;
 
  private:
   struct State;

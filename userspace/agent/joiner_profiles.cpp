@@ -220,6 +220,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   SessionState& s = node.mapped();
   proc.by_start.erase({s.start_ns, serial});
   release(s);
+  drop_body(proc, s);
   if (s.unreadable &&
       s.lanes.empty()) {  // counted in bodies_unknown_version; an empty tree says nothing
     trim(proc);
@@ -227,7 +228,7 @@ void Joiner::State::finalize(uint32_t tgid, ProcessState& proc, uint64_t serial,
   }
   if (truncated || !s.ended) {
     truncated = true;
-    s.end_ns = std::max(now_ns, s.last_ts);
+    s.end_ns = std::min(std::max(now_ns, s.last_ts), kMaxTimeNs);  // now_ns: the caller's clock
   }
   // Building runs outside on_record's handler (take, finish): an
   // allocation that fails here drops this session, never the agent.

@@ -298,7 +298,8 @@ void Joiner::State::session_begin(const mlprof_ev_session& r) {
 }
 
 void Joiner::State::session_end(const mlprof_ev_session& r) {
-  SessionState* s = open_session(r.h.tgid, r.session, nullptr);
+  ProcessState* p = nullptr;
+  SessionState* s = open_session(r.h.tgid, r.session, &p);
   if (!s) {
     ++stats.unmatched;
     return;
@@ -312,6 +313,7 @@ void Joiner::State::session_end(const mlprof_ev_session& r) {
     // checkpoint's), or nothing, stands, flagged truncated.
     ++stats.bodies_incomplete;
     for (auto& [number, ls] : s->lanes) ls.lane.truncated = true;
+    drop_body(*p, *s);
   }
   ended.emplace_back(r.h.tgid, r.session);
 }
@@ -326,7 +328,7 @@ void Joiner::State::chunk(const mlprof_ev_chunk& r, const char* data) {
   s->delivered = true;
   s->last_ts = std::max(s->last_ts, static_cast<int64_t>(r.h.ts_ns));
   if (r.offset == 0) {  // a new body (a checkpoint's, or the final one): it replaces the last
-    s->body.clear();
+    drop_body(*p, *s);
     s->body_gap = false;
   }
   if (s->body_gap) return;
@@ -340,6 +342,10 @@ void Joiner::State::chunk(const mlprof_ev_chunk& r, const char* data) {
   if (r.offset == 0 && r.bytes == r.total)
     return apply_body(*p, *s, piece);  // one piece: read in place
   if (r.offset == 0) s->body.reserve(r.total);
+  if (!charge(*p, piece.size())) {
+    s->body_gap = true;  // incomplete, as a lost piece leaves it
+    return;
+  }
   s->body.append(piece);
   if (s->body.size() == s->body_total) apply_body(*p, *s, s->body);
 }
@@ -387,7 +393,7 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
     stats.unknown_version = std::max(stats.unknown_version, head.version);
     if (stats.unknown_version_pid == 0) stats.unknown_version_pid = s.tgid;
     s.unreadable = true;
-    s.body = std::string();
+    drop_body(p, s);
     return;
   }
   ++stats.bodies_applied;
@@ -407,7 +413,7 @@ void Joiner::State::apply_body(ProcessState& p, SessionState& s, std::string_vie
     if (!read(ml)) break;
     apply_body_lane(p, s, ml, head.version, b, at);
   }
-  s.body = std::string();  // the next body (a later checkpoint's) starts afresh
+  drop_body(p, s);  // the next body (a later checkpoint's) starts afresh
 }
 
 void Joiner::State::apply_body_lane(ProcessState& p, SessionState& s, const mlprof_spans_lane& ml,
@@ -618,14 +624,24 @@ void Joiner::State::name(const mlprof_ev_name& r) {
   if (p.functions.size() + p.labels.size() >= limits.max_names_per_process)
     return;  // "<function N>"
   if (r.is_label) {
-    p.labels[r.id] = field(r.name);
+    std::string text = field(r.name);
+    const auto old = p.labels.find(r.id);
+    const size_t before = old == p.labels.end() ? 0 : held_label_bytes(old->second);
+    if (!charge(p, held_label_bytes(text))) return;
+    discharge(p, before);
+    p.labels[r.id] = std::move(text);
   } else {
-    FunctionName& f = p.functions[r.id];
+    FunctionName f;
     f.name = field(r.name);
     f.module = field(r.module);
     f.file = field(r.file);
     f.line = r.line;
     f.user_file = user_code_of(f.file);
+    const auto old = p.functions.find(r.id);
+    const size_t before = old == p.functions.end() ? 0 : held_bytes(old->second);
+    if (!charge(p, held_bytes(f))) return;
+    discharge(p, before);
+    p.functions[r.id] = std::move(f);
   }
 }
 
@@ -669,10 +685,15 @@ void Joiner::State::off_cpu(const mlprof_ev_off_cpu& r) {
     it = p->off_cpu.try_emplace(r.h.tid).first;
   }
   if (it->second.size() >= limits.max_off_cpu_per_thread) {
+    discharge(*p, held_bytes(it->second.front()));
     it->second.pop_front();
     ++stats.off_cpu_dropped;
   }
-  it->second.push_back(iv);
+  if (!charge(*p, held_bytes(iv))) {
+    if (it->second.empty()) p->off_cpu.erase(it);
+    return;
+  }
+  it->second.push_back(std::move(iv));
 }
 
 void Joiner::State::thread(const mlprof_ev_thread& r, bool start) {
@@ -681,6 +702,7 @@ void Joiner::State::thread(const mlprof_ev_thread& r, bool start) {
   const auto ts = static_cast<int64_t>(r.h.ts_ns);
   if (!p->sessions.empty()) {
     if (p->thread_events.size() >= limits.max_thread_events) {
+      discharge(*p, held_bytes(p->thread_events.front()));
       p->thread_events.pop_front();
       ++stats.off_cpu_dropped;
     }
@@ -691,7 +713,7 @@ void Joiner::State::thread(const mlprof_ev_thread& r, bool start) {
     ev.parent_tid = r.parent_tid;
     ev.exit_code = static_cast<int32_t>(r.exit_code);
     ev.comm = field(r.comm);
-    p->thread_events.push_back(std::move(ev));
+    if (charge(*p, held_bytes(ev))) p->thread_events.push_back(std::move(ev));
   }
   // The main thread's exit is the process's: its sessions end there.
   if (!start && r.h.tid == r.h.tgid) close_process(r.h.tgid, ts);

@@ -106,7 +106,22 @@ struct ProcessState {
   std::vector<uint32_t> named_label;
   GroupCache grouping;    // the framework grouping's classes of `names`
   uint64_t last_use = 0;  // the joiner's record count when last touched (eviction order)
+  uint64_t bytes = 0;     // held against max_bytes_total (names, buffers, partial bodies)
 };
+
+// What each kind of content costs against max_bytes_total: its text and
+// its struct, with a map node's overhead for names (and their copy in the
+// process's FunctionTable: twice the text).
+inline size_t held_bytes(const OffCpuInterval& iv) {
+  return sizeof(OffCpuInterval) + iv.waker_name.size();
+}
+inline size_t held_bytes(const ThreadEvent& ev) { return sizeof(ThreadEvent) + ev.comm.size(); }
+inline size_t held_bytes(const FunctionName& f) {
+  return sizeof(FunctionName) + 64 + 2 * (f.name.size() + f.module.size() + f.file.size());
+}
+inline size_t held_label_bytes(const std::string& text) {
+  return sizeof(std::string) + 64 + 2 * text.size();
+}
 
 struct Joiner::State {
   JoinerLimits limits;
@@ -122,6 +137,7 @@ struct Joiner::State {
   uint64_t lost_total = 0;
   uint64_t events_held = 0;  // events of the sessions not yet finalized
   uint64_t lanes_held = 0;   // lanes of the sessions not yet finalized
+  uint64_t bytes_held = 0;   // the processes' ProcessState::bytes together
   std::string host;
 
   void record(const void* data, size_t size);
@@ -181,6 +197,16 @@ struct Joiner::State {
   // Hands each of `finished` to `each`, in order; the last is kept as `spare`.
   void hand_out(const std::function<void(Profile&)>& each);
   void close_process(uint32_t tgid, int64_t now_ns);
+  // Forgets a process and gives back what it held.
+  void erase_process(std::unordered_map<uint32_t, ProcessState>::iterator it);
+  // Charges `n` bytes to the process, or counts bytes_over_cap and returns
+  // false when max_bytes_total would pass; discharge gives them back.
+  bool charge(ProcessState& proc, size_t n);
+  void discharge(ProcessState& proc, size_t n);
+  // A session's partial body, given back.
+  void drop_body(ProcessState& proc, SessionState& s);
+  // What a process holds, counted from scratch (check_bytes_held).
+  static uint64_t recount(const ProcessState& proc);
   void trim(ProcessState& proc);
   void learn_names(ProcessState& proc, const Profile& p,
                    const std::unordered_map<uint32_t, uint32_t>& fmap,

@@ -560,6 +560,16 @@ int say_counts(const Capture& c, int status) {
         "so every session captured is complete; --duty-cycle, or fewer targets per agent, lowers "
         "the load");
   }
+  if (const JoinerStats js = c.agent->joiner_stats();
+      js.events_over_cap + js.lanes_over_cap + js.off_cpu_dropped + js.bytes_over_cap > 0) {
+    // The sessions that lost spans or lanes say so (truncated); this says why.
+    say("records not kept, past the agent's memory caps: " + std::to_string(js.events_over_cap) +
+        " span and I/O, " + std::to_string(js.lanes_over_cap) + " of new lanes, " +
+        std::to_string(js.off_cpu_dropped) + " scheduler (off-CPU, thread), " +
+        std::to_string(js.bytes_over_cap) +
+        " past the byte cap (names, buffers, partial bodies); the sessions that lost spans "
+        "are flagged truncated");
+  }
   if (const uint64_t dropped = c.agent->joiner_stats().sessions_dropped; dropped > 0) {
     say(plural(dropped, "session was", "sessions were") +
         " dropped: building it ran out of memory (a target sent more than the agent can "
