@@ -200,7 +200,9 @@ struct Joiner::State {
   // Forgets a process and gives back what it held.
   void erase_process(std::unordered_map<uint32_t, ProcessState>::iterator it);
   // Charges `n` bytes to the process, or counts bytes_over_cap and returns
-  // false when max_bytes_total would pass; discharge gives them back.
+  // false when max_bytes_total would pass; discharge gives them back. Done
+  // before storing: an allocation failing in between over-counts until the
+  // process is forgotten, never under.
   bool charge(ProcessState& proc, size_t n);
   void discharge(ProcessState& proc, size_t n);
   // A session's partial body, given back.
