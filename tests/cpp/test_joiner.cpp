@@ -1858,8 +1858,8 @@ TEST(JoinerV2, NoTraceContextWritesNoKeys) {
   EXPECT_EQ(got[0].meta.count("trace_id"), 0u);
 }
 
-TEST(JoinerV2, ALostPieceFlagsTheSessionTruncatedAndIsCounted) {
-  // A body over one piece (a long lane), its second piece lost in a full ring.
+// One lane of 400 calls of step(): its body takes two pieces.
+Profile two_piece_session() {
   Profile p;
   const uint32_t f = p.functions.add("step", "m", "/app/m.py", 1, FunctionKind::kPython, true);
   std::vector<Event> ev;
@@ -1873,6 +1873,12 @@ TEST(JoinerV2, ALostPieceFlagsTheSessionTruncatedAndIsCounted) {
   p.lanes.push_back(make_lane(ev, "MainThread"));
   p.lanes[0].native_tid = 100;
   build_tree(p);
+  return p;
+}
+
+TEST(JoinerV2, ALostPieceFlagsTheSessionTruncatedAndIsCounted) {
+  // A body over one piece (a long lane), its second piece lost in a full ring.
+  const Profile p = two_piece_session();
   Process proc;
   std::vector<Rec> recs = body_records_of(p, proc, 1, 0, "", "");
   size_t chunks = 0;
@@ -1923,19 +1929,7 @@ TEST(JoinerV2, OneByteCapBoundsWhatAllProcessesHoldTogether) {
   EXPECT_GT(names_over, 700u);
   EXPECT_GT(j.bytes_held(), limits.max_bytes_total - 1024);
   // Full: a session's body of two pieces keeps neither, as a lost piece.
-  Profile p;
-  const uint32_t f = p.functions.add("step", "m", "/app/m.py", 1, FunctionKind::kPython, true);
-  std::vector<Event> ev;
-  for (int i = 0; i < 400; ++i) {
-    ev.push_back(call(1000 + 10 * i, f));
-    ev.push_back(ret(1005 + 10 * i));
-  }
-  p.start_ns = 900;
-  p.end_ns = 6000;
-  p.captured_depth = 2;
-  p.lanes.push_back(make_lane(ev, "MainThread"));
-  p.lanes[0].native_tid = 100;
-  build_tree(p);
+  const Profile p = two_piece_session();
   Process proc;
   fed(body_records_of(p, proc, 1, 0, "", ""));
   EXPECT_GT(j.stats().bytes_over_cap, names_over);
