@@ -13,7 +13,12 @@ Scripted mode (default), one JSON line each way on stdin/stdout:
   "import"           -> {"imported": true} (with --late-import: now import the package)
   "quit" / EOF       -> exit 0
 Loop mode (--loop MODE): predict() in MODE forever, --interval seconds apart
-(containers, and the kill test).
+(containers, and the kill test). With --brackets, each call also prints
+{"bracket": [ta, tb, tc, td, run_delay_ns, switches]}: the main thread's
+/proc/thread-self/schedstat read between ta and tb (before predict()) and
+between tc and td (after), CLOCK_MONOTONIC ns, and what changed in between:
+a count of switch-ins the kernel made that a bpftrace oracle can be checked
+against.
 
 Modes (predict() calls self._MODE()): nested (plain Python helpers, three levels), sleep (a 20 ms sleep),
 resource (a 5 ms sleep in profile_block("ask llm", resource="llm")),
@@ -34,7 +39,8 @@ Each call's reply also carries "sched": the main thread's
 /proc/thread-self/schedstat (run_time_ns, run_delay_ns, then the
 perf_counter_ns of the read) read before t0 and after t1, each after a 1 ms
 sleep so that the running thread's figures are current, and "workers": [tid, run_time_ns, run_delay_ns] that the threads
-started by threads/pipe/lock/rename read last thing in their function.
+started by threads/pipe/lock/rename read last thing in their function, and
+"released": [r0, r1], lock's helper's clock around its lock.release().
 """
 
 from __future__ import annotations
@@ -159,7 +165,13 @@ with warnings.catch_warnings():
         def _lock(self):
             lock = threading.Lock()
             lock.acquire()
-            t = self._helper(lock.release)
+
+            def release():  # the helper's clock around its release: when the wait ended
+                r0 = time.perf_counter_ns()
+                lock.release()
+                self.released.append([r0, time.perf_counter_ns()])
+
+            t = self._helper(release)
             t0 = time.perf_counter_ns()
             lock.acquire()
             self.waits.append(
@@ -227,6 +239,13 @@ def schedstat():
     return int(run), int(delay)
 
 
+def switches():
+    """This thread's (run_delay_ns, switch-ins) from /proc/thread-self/schedstat."""
+    with open("/proc/thread-self/schedstat") as f:
+        _, delay, count = f.read().split()
+    return int(delay), int(count)
+
+
 def set_comm(name):
     """Sets this thread's comm (prctl PR_SET_NAME), as a worker renaming itself does."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -252,6 +271,9 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.02)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument(
+        "--brackets", action="store_true", help="loop mode: print each call's schedstat bracket"
+    )
+    ap.add_argument(
         "--late-import",
         action="store_true",
         help="import mlflow_profiler only on the 'import' command (the agent is already waiting)",
@@ -276,7 +298,15 @@ def main() -> int:
         impl.mode = args.loop
         print(json.dumps({"ready": os.getpid(), "tid": threading.get_native_id()}), flush=True)
         while True:
+            ta = time.monotonic_ns()
+            d0, n0 = switches() if args.brackets else (0, 0)
+            tb = time.monotonic_ns()
             model.predict([0])
+            tc = time.monotonic_ns()
+            d1, n1 = switches() if args.brackets else (0, 0)
+            td = time.monotonic_ns()
+            if args.brackets:
+                print(json.dumps({"bracket": [ta, tb, tc, td, d1 - d0, n1 - n0]}), flush=True)
             time.sleep(args.interval)
 
     print(json.dumps({"ready": os.getpid(), "tid": threading.get_native_id()}), flush=True)
@@ -301,6 +331,7 @@ def main() -> int:
             for _ in range(n):
                 impl.workers = []  # [tid, run_time_ns, run_delay_ns] of the threads this call starts
                 impl.waits = []  # [t0, t1] (CLOCK_MONOTONIC ns) the call measured itself waiting (lock, pipe)
+                impl.released = []  # [r0, r1]: the lock's helper around its release()
                 time.sleep(0.001)
                 s0 = (*schedstat(), time.perf_counter_ns())
                 t0 = time.perf_counter_ns()
@@ -328,6 +359,7 @@ def main() -> int:
                         "sched": [*s0, *s1],
                         "workers": list(impl.workers),
                         "waits": list(impl.waits),
+                        "released": list(impl.released),
                     }
                 )
             reply = {"calls": calls}

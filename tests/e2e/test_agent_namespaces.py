@@ -14,11 +14,27 @@ code with the agent: it prints every off-CPU interval of the target's
 threads (host tids) from sched_switch and sched_wakeup, and the test sums
 their overlap with each root span the agent reported. The agent's own
 off-CPU and run-queue time of the roots must be within 2% of the oracle's.
+
+The oracle is checked in turn by the kernel's own count: the target reads
+its schedstat before and after each predict() (the switch-ins between
+them), and a root where bpftrace saw fewer switch-ins than the kernel made
+is left out of both sums, and counted. bpftrace's tracepoint programs do
+miss some: with two CPUs busy, 2 of 300 calls of a loop like the target's
+had one switch-in more in schedstat than bpftrace printed (or counted in
+the kernel), and CI's failures (stops 58-60) were each the agent over the
+oracle by one preemption that only the agent had.
+
+One bias is the oracle's own: its program runs first in sched_switch and
+prints each interval, and the agent stamps a switch-in after it (measured:
+the agent's ends 12 us later, median; 7 to 24 us). The agent may be over
+by 25 us an interval on top of the 2%, never under.
 """
 
 from __future__ import annotations
 
+import bisect
 import glob
+import json
 import os
 import secrets
 import shutil
@@ -36,6 +52,7 @@ from conftest import SPAN_OPEN_AT_END, SPAN_TRUNCATED, TARGET_PY, Document, requ
 
 CPU = 1  # the target and the hog share it; the agent and the tests run on the other too
 MS = 1_000_000
+ORACLE_COST_NS = 25_000  # the most the oracle's own program delays the agent's stamp of a switch-in
 
 # Every off-CPU interval of process $1's threads: "tid out_ns wake_ns in_ns
 # runnable". out: its switch-out (as prev), in: its next switch-in (as
@@ -64,7 +81,7 @@ END { clear(@out); clear(@wake); clear(@runnable); }
 class Oracle:
     """bpftrace printing the off-CPU intervals of one process (host pid) until stop()."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, log):
         exe = shutil.which("bpftrace")
         require(
             exe is not None,
@@ -74,6 +91,7 @@ class Oracle:
             [exe, "-e", ORACLE, str(pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.intervals: List[Tuple[int, int, int, int, bool]] = []
+        self.log = log  # () -> the target's output so far: its brackets
         self._lock = threading.Lock()
         first = self.proc.stdout.readline()
         assert "Attaching" in first, (
@@ -107,6 +125,20 @@ class Oracle:
         time.sleep(0.3)  # the per-CPU buffers print a thread's intervals out of order
         with self._lock:
             return [(o, w, i, r) for t, o, w, i, r in self.intervals if t == tid]
+
+    def brackets(self, until_ns: int) -> List[Tuple[int, ...]]:
+        """The target's calls (ta, tb, tc, td, run_delay_ns, switch-ins), once
+        one ends after until_ns (its output reaches the log late, up to 10 s)."""
+        deadline = time.monotonic() + 10
+        while True:
+            found = [
+                tuple(json.loads(line)["bracket"])
+                for line in self.log().splitlines()
+                if line.startswith('{"bracket"')
+            ]
+            if any(b[2] >= until_ns for b in found) or time.monotonic() > deadline:
+                return sorted(found)
+            time.sleep(0.2)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
@@ -142,10 +174,16 @@ def assert_agrees(doc: Document, pid: int, tid: int, oracle: Oracle, what: str) 
     assert len(roots) >= 20, f"{what}: {len(roots)} roots"
     for r in roots:  # the host's thread id: the one the kernel's records carry
         assert int(doc.lanes[r.lane].get("native_tid", 0)) == tid, (what, doc.lanes[r.lane])
+    end = max(r.end_ns for r in roots)
+    intervals = oracle.of(tid, end)
+    roots, missed = complete_for_the_oracle(roots, intervals, oracle.brackets(end), what)
+    assert (
+        len(missed) <= len(roots) // 4
+    ), f"{what}: the oracle missed switch-ins in {len(missed)} roots"
     agent_off = sum(r.values.get("own_off_cpu", 0) for r in roots)
     agent_runq = sum(r.values.get("own_runq", 0) for r in roots)
     windows = [(r.start_ns, r.end_ns) for r in roots]
-    off, runq, n = oracle_sums(oracle.of(tid, max(e for _, e in windows)), windows)
+    off, runq, n = oracle_sums(intervals, windows)
     # Each root sleeps 5 ms and shares its CPU with the hog: both are large.
     assert off >= len(roots) * 4 * MS and runq >= len(roots) * MS // 10, (
         what,
@@ -154,14 +192,41 @@ def assert_agrees(doc: Document, pid: int, tid: int, oracle: Oracle, what: str) 
         len(roots),
     )
     detail = (
-        f"{what}: {len(roots)} roots, {n} intervals; off-CPU agent {agent_off / MS:.3f} ms, "
+        f"{what}: {len(roots)} roots ({len(missed)} left out), {n} intervals; off-CPU agent {agent_off / MS:.3f} ms, "
         f"oracle {off / MS:.3f} ms; run-queue agent {agent_runq / MS:.3f} ms, oracle {runq / MS:.3f} ms"
     )
     print(detail)
-    if abs(agent_off - off) > 0.02 * off or abs(agent_runq - runq) > 0.02 * runq:
-        detail += "\n" + worst_root(doc, roots, oracle.of(tid), tid)
-    assert abs(agent_off - off) <= 0.02 * off, detail
-    assert abs(agent_runq - runq) <= 0.02 * runq, detail
+    cost = n * ORACLE_COST_NS
+
+    def agrees(agent, oracle):
+        return -0.02 * oracle <= agent - oracle <= 0.02 * oracle + cost
+
+    if not agrees(agent_off, off) or not agrees(agent_runq, runq):
+        detail += "\n" + worst_root(doc, roots, intervals, tid)
+    assert agrees(agent_off, off), detail
+    assert agrees(agent_runq, runq), detail
+
+
+def complete_for_the_oracle(roots, intervals, brackets, what: str):
+    """(roots, left out): the roots where the oracle saw every switch-in the
+    kernel counted, and those where it saw fewer. A root's call is the
+    bracket whose reads enclose it: the kernel's count lies between the
+    oracle's switch-ins inside the reads (tb..tc) and around them (ta..td)."""
+    ins = sorted(back for _, _, back, _ in intervals)
+    starts = [b[1] for b in brackets]
+    kept, missed = [], []
+    for r in roots:
+        i = bisect.bisect_right(starts, r.start_ns) - 1
+        assert (
+            i >= 0 and brackets[i][2] >= r.end_ns
+        ), f"{what}: no call of the target holds root {r.start_ns}"
+        ta, tb, tc, td, _, count = brackets[i]
+
+        def between(a, b):
+            return bisect.bisect_right(ins, b) - bisect.bisect_left(ins, a)
+
+        (kept if between(tb, tc) <= count <= between(ta, td) else missed).append(r)
+    return kept, missed
 
 
 def worst_root(doc: Document, roots, intervals, tid: int) -> str:
@@ -199,6 +264,11 @@ def ns_pids(pid: int) -> List[int]:
             if line.startswith("NSpid:"):
                 return [int(x) for x in line.split()[1:]]
     return [pid]
+
+
+def read_text(path) -> str:
+    with open(path) as f:
+        return f.read()
 
 
 def wait_ready(pid: int, log_path: str, timeout: float = 120) -> None:
@@ -261,6 +331,7 @@ def target_argv(python_exe: str) -> List[str]:
         "mixed",
         "--interval",
         "0.005",
+        "--brackets",
     ]
 
 
@@ -310,7 +381,10 @@ def container(python_exe, hog, tmp_path_factory):
             ).stdout
         )
         assert len(ns_pids(pid)) == 2, ns_pids(pid)  # its own pid namespace
-        oracle = Oracle(pid)
+        oracle = Oracle(
+            pid,
+            lambda: subprocess.run(["podman", "logs", name], capture_output=True, text=True).stdout,
+        )
         yield name, pid, oracle
         oracle.stop()
     finally:
@@ -361,7 +435,7 @@ def pod(python_exe, hog, tmp_path_factory):
     try:
         node.place(pid, cgroup)
         wait_ready(pid, str(base / "target.log"))
-        oracle = Oracle(pid)
+        oracle = Oracle(pid, lambda: read_text(base / "target.log"))
         yield node, f"{ns}/{name}", cgroup, pid, oracle
         oracle.stop()
     finally:
@@ -377,7 +451,7 @@ def nested(python_exe, hog, tmp_path_factory):
     proc, pid = unshared(python_exe, 2, log)
     try:
         wait_ready(pid, log)
-        oracle = Oracle(pid)
+        oracle = Oracle(pid, lambda: read_text(log))
         yield pid, oracle
         oracle.stop()
     finally:

@@ -203,20 +203,26 @@ def test_a_lock_wait_is_a_lock_and_agrees_with_the_targets_clock(agent, python_t
             == blocked_in(doc, main, [(s.start_ns, s.end_ns)], "lock")
         )
         window = [tuple(call["waits"][0])]  # the target's clock around lock.acquire()
+        (r0, r1), t1 = call["released"][0], window[0][1]  # the helper's clock around release()
         lock, every = blocked_in(doc, main, window, "lock"), blocked_in(doc, main, window)
         gil = blocked_in(doc, main, window, "gil")
         off = sum(
             overlap(iv["start_ns"], iv["end_ns"], window) for iv in doc.off_cpu if iv["tid"] == main
         )
         print(
-            f"span {s.index}: acquire() {(window[0][1] - window[0][0]) / MS:.2f} ms, off-CPU in it "
-            f"{off / MS:.2f} ms, asleep {every / MS:.2f} ms: lock {lock / MS:.2f} ms, GIL {gil / MS:.2f} ms"
+            f"span {s.index}: acquire() {(window[0][1] - window[0][0]) / MS:.2f} ms, released after "
+            f"{(r0 - window[0][0]) / MS:.2f} ms, off-CPU in it {off / MS:.2f} ms, asleep {every / MS:.2f} ms: "
+            f"lock {lock / MS:.2f} ms, GIL {gil / MS:.2f} ms"
         )
         # acquire() is off the CPU nearly all its time (the helper releases
-        # the lock late), asleep for the lock, then for the GIL to return to
-        # Python (and in the run queue after each wakeup).
+        # the lock late), asleep for the lock until the helper's release()
+        # and never after it (release() wakes it), then for the GIL to return
+        # to Python: the helper holds it until it blocks or exits, which on a
+        # loaded machine (CI) took up to 1.8 ms.
         assert off >= 0.9 * (window[0][1] - window[0][0]), (off, window)
-        assert lock >= 0.9 * every and lock + gil >= 0.98 * every, (lock, gil, every)
+        assert lock >= 0.9 * (r0 - window[0][0]), (lock, r0 - window[0][0])
+        assert blocked_in(doc, main, [(r1, t1)], "lock") == 0, (r1, t1)
+        assert lock + gil >= 0.98 * every, (lock, gil, every)
         assert waits.get("futex S", 0) < 0.1 * waits["lock"], waits
     row = next(l for l in result.stdout.splitlines() if qualname("_lock") in l and "%" in l)
     assert "lock " in row and "futex S" not in row, result.stdout
