@@ -244,7 +244,8 @@ TEST(StoreSqlite, AnUnknownFunctionKindOrATimeOutOfRangeIsRefused) {
       "UPDATE functions SET kind = 115 WHERE function_id = (SELECT min(function_id) "
       "FROM functions)",
       {});
-  EXPECT_NE(refusal().find("kind 115 is not 0, 1 or 2"), std::string::npos) << refusal();
+  EXPECT_NE(refusal().find("kind 115 is unknown (0 Python, 1 C, 2 block)"), std::string::npos)
+      << refusal();
   store->execute("UPDATE functions SET kind = 0", {});
   ASSERT_EQ(refusal(), "read");
   store->execute("UPDATE sessions SET start_ns = ?", {int64_t{9'223'372'036'854'773'808}});

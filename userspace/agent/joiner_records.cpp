@@ -682,18 +682,16 @@ void Joiner::State::off_cpu(const mlprof_ev_off_cpu& r) {
       ++stats.off_cpu_dropped;
       return;
     }
-    it = p->off_cpu.try_emplace(r.h.tid).first;
-  }
-  if (it->second.size() >= limits.max_off_cpu_per_thread) {
+  } else if (it->second.size() >= limits.max_off_cpu_per_thread) {
     discharge(*p, held_bytes(it->second.front()));
     it->second.pop_front();
     ++stats.off_cpu_dropped;
   }
-  if (!charge(*p, held_bytes(iv))) {
-    if (it->second.empty()) p->off_cpu.erase(it);
+  if (!charge(*p, held_bytes(iv))) {  // a thread's queue is made only for an interval it holds
+    if (it != p->off_cpu.end() && it->second.empty()) p->off_cpu.erase(it);
     return;
   }
-  it->second.push_back(std::move(iv));
+  p->off_cpu[r.h.tid].push_back(std::move(iv));
 }
 
 void Joiner::State::thread(const mlprof_ev_thread& r, bool start) {

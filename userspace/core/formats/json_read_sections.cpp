@@ -175,9 +175,9 @@ class DocumentReader : DocumentAccess {
           !get((*r)[c.at[5]], Where{s, i, "user_code"}, user_code)) {
         return false;
       }
-      if (kind > static_cast<uint32_t>(FunctionKind::kBlock)) {
+      if (!is_function_kind(kind)) {
         return fail(Where{s, i, "kind"},
-                    "unknown kind " + std::to_string(kind) + " (0 Python, 1 C, 2 block)");
+                    "unknown kind " + std::to_string(kind) + " (" + kFunctionKinds + ")");
       }
       if (user_code > 1) return fail(Where{s, i, "user_code"}, "must be 0 or 1");
       const StringTable& st = p.functions.strings();

@@ -19,6 +19,13 @@ enum class FunctionKind : uint8_t {
   kBlock = 2,   // a profile_block region: name is the block's label
 };
 
+// Whether `kind`, as a document or a store holds it, is a FunctionKind; a
+// reader refuses any other as damage, naming kFunctionKinds.
+constexpr bool is_function_kind(int64_t kind) {
+  return kind >= 0 && kind <= static_cast<int64_t>(FunctionKind::kBlock);
+}
+inline constexpr const char* kFunctionKinds = "0 Python, 1 C, 2 block";
+
 struct FunctionInfo {
   uint32_t name = 0;    // qualified name ("Pipeline.predict"); string id
   uint32_t module = 0;  // "sklearn.pipeline"; string id

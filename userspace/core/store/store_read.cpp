@@ -24,8 +24,9 @@ constexpr int64_t kRowsPerRead = 32768;
 
 // A function's kind as stored; one this reader does not know is damage.
 FunctionKind function_kind(int64_t kind) {
-  if (kind < 0 || kind > static_cast<int64_t>(FunctionKind::kBlock))
-    throw StoreFailure("a function's kind " + std::to_string(kind) + " is not 0, 1 or 2");
+  if (!is_function_kind(kind))
+    throw StoreFailure("a function's kind " + std::to_string(kind) + " is unknown (" +
+                       kFunctionKinds + ")");
   return static_cast<FunctionKind>(kind);
 }
 
