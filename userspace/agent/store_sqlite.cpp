@@ -89,6 +89,10 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& target
   return store;
 }
 
+std::unique_ptr<SqliteStore> SqliteStore::adopt(sqlite3* db) {
+  return std::unique_ptr<SqliteStore>(new SqliteStore("(in memory)", db));
+}
+
 SqliteStore::~SqliteStore() {
   for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   sqlite3_close_v2(db_);

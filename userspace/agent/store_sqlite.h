@@ -39,6 +39,10 @@ class SqliteStore final : public StoreDriver {
   // open or create the file), kUnsupported (a PostgreSQL URL: the agent
   // writes SQLite only).
   static Result<std::unique_ptr<SqliteStore>> open(const std::string& target);
+  // A store on `db`, an open connection it takes over as it is: no schema
+  // made or checked, no settings changed. For reading a store image that
+  // was deserialized into memory (fuzz/fuzz_store_read.cpp).
+  static std::unique_ptr<SqliteStore> adopt(sqlite3* db);
 
   ~SqliteStore() override;
   SqliteStore(const SqliteStore&) = delete;
