@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -553,7 +554,7 @@ TEST(JsonRead, CorruptDocumentsNameWhatAndWhere) {
       {"time beyond 2^62", [](auto& d) { d["spans"][3][7].SetInt64((int64_t{1} << 62) + 1); },
        "spans[3].end_ns: is out of range"},
       {"session start near int64's end",
-       [](auto& d) { d["meta"]["start_ns"].SetInt64(-(int64_t{1} << 63) + 2000); },
+       [](auto& d) { d["meta"]["start_ns"].SetInt64(std::numeric_limits<int64_t>::min() + 2000); },
        "meta.start_ns: is out of range"},
       {"short row", [](auto& d) { d["spans"][4].PopBack(); },
        "spans[4]: has 11 cells, the header names 12"},

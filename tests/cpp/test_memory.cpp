@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "sanitized.h"
+
 namespace mlprof::agent {
 namespace {
 
@@ -34,7 +36,7 @@ long rss_anon_kb() {
 }
 
 // Under a sanitizer's allocator glibc's figures say nothing.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if MLPROF_SANITIZED
 #define SKIP_WITHOUT_GLIBC_MALLOC() GTEST_SKIP() << "glibc's malloc is replaced"
 #else
 #define SKIP_WITHOUT_GLIBC_MALLOC() (void)0
