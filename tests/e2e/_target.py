@@ -232,18 +232,21 @@ with warnings.catch_warnings():
             time.sleep(60)
 
 
-def schedstat():
-    """This thread's (run_time_ns, run_delay_ns) from /proc/thread-self/schedstat."""
+def schedstat_fields():
+    """This thread's /proc/thread-self/schedstat: (run_time_ns, run_delay_ns, switch-ins)."""
     with open("/proc/thread-self/schedstat") as f:
-        run, delay, _ = f.read().split()
-    return int(run), int(delay)
+        run, delay, count = f.read().split()
+    return int(run), int(delay), int(count)
+
+
+def schedstat():
+    """This thread's (run_time_ns, run_delay_ns)."""
+    return schedstat_fields()[:2]
 
 
 def switches():
-    """This thread's (run_delay_ns, switch-ins) from /proc/thread-self/schedstat."""
-    with open("/proc/thread-self/schedstat") as f:
-        _, delay, count = f.read().split()
-    return int(delay), int(count)
+    """This thread's (run_delay_ns, switch-ins)."""
+    return schedstat_fields()[1:]
 
 
 def set_comm(name):

@@ -214,6 +214,10 @@ def complete_for_the_oracle(roots, intervals, brackets, what: str):
     oracle's switch-ins inside the reads (tb..tc) and around them (ta..td)."""
     ins = sorted(back for _, _, back, _ in intervals)
     starts = [b[1] for b in brackets]
+
+    def between(a, b):
+        return bisect.bisect_right(ins, b) - bisect.bisect_left(ins, a)
+
     kept, missed = [], []
     for r in roots:
         i = bisect.bisect_right(starts, r.start_ns) - 1
@@ -221,10 +225,6 @@ def complete_for_the_oracle(roots, intervals, brackets, what: str):
             i >= 0 and brackets[i][2] >= r.end_ns
         ), f"{what}: no call of the target holds root {r.start_ns}"
         ta, tb, tc, td, _, count = brackets[i]
-
-        def between(a, b):
-            return bisect.bisect_right(ins, b) - bisect.bisect_left(ins, a)
-
         (kept if between(tb, tc) <= count <= between(ta, td) else missed).append(r)
     return kept, missed
 
