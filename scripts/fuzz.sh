@@ -11,18 +11,20 @@
 #   scripts/fuzz.sh --runs 10000000 T       until 10 million executions
 #   scripts/fuzz.sh --runs 20000 --seed 1   a bounded count from a fixed seed (CI)
 #   scripts/fuzz.sh --replay-only           the regression inputs and seeds, once each
+#   --jobs N                                targets fuzzed at once (default: the CPUs)
 # Environment: MLPROF_FUZZ_BUILD, the build directory (default: build-fuzz/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-seconds=60 runs=0 seed=0 replay_only=0 targets=()
+seconds=60 runs=0 seed=0 replay_only=0 jobs=$(nproc) targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; seconds=0; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --replay-only) replay_only=1; shift ;;
+    --jobs) jobs=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; $d'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
@@ -52,29 +54,27 @@ echo "== built in $(( $(date +%s) - t0 ))s"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:symbolize=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 common=(-rss_limit_mb=2048 -timeout=10 -print_final_stats=1)
-failed=()
-printf '%-26s %8s %12s %10s %8s  %s\n' target seconds executions exec/s corpus result
-for t in "${targets[@]}"; do
-  exe=$build/fuzz/$t
-  dict=()
+# fuzz_one TARGET: replays, then fuzzes one target; prints its row of the
+# table and exits 1 if it failed. The targets are independent processes, so
+# --jobs of them run at once (CI: both cores), each in the order given.
+fuzz_one() {
+  local t=$1 exe=$build/fuzz/$1 dict=() max_len=65536 log=$build/$1.log replay limit s0 rc took execs rate corpus result
   case "$t" in
     fuzz_document|fuzz_import_chrome|fuzz_import_speedscope|fuzz_import_any|fuzz_agent_k8s|\
     fuzz_agent_inject_result) dict=(-dict=fuzz/json.dict) ;;
   esac
   # Whole files (a BoltDB, a store) need room; the rest stay small and fast.
-  max_len=65536
   case "$t" in fuzz_agent_boltdb|fuzz_store_read) max_len=262144 ;; esac
   mkdir -p "$build/corpus/$t" "$build/artifacts/$t"
-  log=$build/$t.log
   # Known inputs first: every regression and every seed, once.
   replay=("fuzz/corpus/$t")
   [ -d "fuzz/regressions/$t" ] && replay+=("fuzz/regressions/$t")
   if ! "$exe" "${common[@]}" -max_len=$max_len -runs=0 -artifact_prefix="$build/artifacts/$t/" \
       "${replay[@]}" >"$log" 2>&1; then
     printf '%-26s %8s %12s %10s %8s  %s\n' "$t" - - - - "FAILED on a known input ($log)"
-    failed+=("$t"); continue
+    return 1
   fi
-  [ "$replay_only" = 1 ] && { printf '%-26s %8s %12s %10s %8s  %s\n' "$t" - - - - "replayed"; continue; }
+  [ "$replay_only" = 1 ] && { printf '%-26s %8s %12s %10s %8s  %s\n' "$t" - - - - "replayed"; return 0; }
   limit=(-max_total_time="$seconds")
   [ "$runs" -gt 0 ] && limit=(-runs="$runs")
   [ "$seed" -gt 0 ] && limit+=(-seed="$seed")
@@ -87,13 +87,35 @@ for t in "${targets[@]}"; do
   execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+$' || echo 0)
   rate=$(( took > 0 ? execs / took : execs ))
   corpus=$(find "$build/corpus/$t" -type f | wc -l)
-  if [ "$rc" = 0 ]; then
-    result=ok
-  else
+  result=ok
+  [ "$rc" = 0 ] ||
     result="FAILED (exit $rc): $(grep -m1 -E 'ERROR: |runtime error|fuzz: ' "$log" || echo "see $log")"
-    failed+=("$t")
-  fi
   printf '%-26s %8s %12s %10s %8s  %s\n' "$t" "$took" "$execs" "$rate" "$corpus" "$result"
+  [ "$rc" = 0 ]
+}
+
+# Up to --jobs targets at once; each writes its row to a file of its own,
+# and the table is printed in the targets' order once all are done.
+# The slowest targets (about 100-300 executions a second) start first.
+order=()
+for t in fuzz_store_read fuzz_agent_body fuzz_agent_records fuzz_import_any; do
+  [[ " ${targets[*]} " == *" $t "* ]] && order+=("$t")
+done
+for t in "${targets[@]}"; do [[ " ${order[*]} " == *" $t "* ]] || order+=("$t"); done
+rows=$(mktemp -d)
+trap 'rm -rf "$rows"' EXIT
+running=0
+for t in "${order[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then wait -n || true; running=$(( running - 1 )); fi
+  { fuzz_one "$t" >"$rows/$t" || touch "$rows/$t.failed"; } &
+  running=$(( running + 1 ))
+done
+wait
+failed=()
+printf '%-26s %8s %12s %10s %8s  %s\n' target seconds executions exec/s corpus result
+for t in "${targets[@]}"; do
+  cat "$rows/$t"
+  [ ! -e "$rows/$t.failed" ] || failed+=("$t")
 done
 echo "== fuzz.sh: $(( $(date +%s) - t0 ))s in all"
 if [ ${#failed[@]} -gt 0 ]; then
