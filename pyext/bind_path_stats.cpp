@@ -105,7 +105,7 @@ void bind_path_stats(py::module_& m) {
            py::arg("keep_walls") = false)
       .def(
           "add",
-          [](LockedStats& self, std::shared_ptr<Profile> profile, int depth) {
+          [](LockedStats& self, const std::shared_ptr<Profile>& profile, int depth) {
             if (!profile) throw py::type_error("add() needs a Profile, got None");
             py::gil_scoped_release release;
             std::lock_guard<std::mutex> lock(self.mu);

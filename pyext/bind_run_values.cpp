@@ -58,7 +58,7 @@ void bind_run_values(py::module_& m) {
       .def("runs", &RunPathValues::runs, "The runs' keys, in the order made.")
       .def(
           "add",
-          [](RunPathValues& self, std::shared_ptr<Profile> profile, size_t run, int depth) {
+          [](RunPathValues& self, const std::shared_ptr<Profile>& profile, size_t run, int depth) {
             if (!profile) throw py::type_error("add() needs a Profile, got None");
             if (run >= self.runs().size()) throw py::index_error("no run " + std::to_string(run));
             py::gil_scoped_release release;

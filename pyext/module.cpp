@@ -433,7 +433,7 @@ PYBIND11_MODULE(_core, m) {
         "stop).");
   m.def(
       "_untraced",
-      [](py::object fn) {
+      [](const py::object& fn) {
         compat::Untraced untraced(compat::tstate());
         return fn();
       },
@@ -449,8 +449,8 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Engine>(m, "Engine")
       .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
-                       bool capture_io, int io_depth, py::list transparent_codes,
-                       py::list fold_parents, py::list fold_codes, int values) {
+                       bool capture_io, int io_depth, const py::list& transparent_codes,
+                       const py::list& fold_parents, const py::list& fold_codes, int values) {
              EngineOptions o;
              auto code_of = [](py::handle code, const char* what) {
                if (!PyCode_Check(code.ptr()))

@@ -165,14 +165,22 @@ clang_tidy_step() {
 import json, os, re, sys
 root, out, only, dirs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 keep = re.compile(re.escape(root) + r"/(pyext|userspace)/.*\.(c|cpp)$")
-seen, merged = set(), []
+seen, merged, in_unity = set(), [], set()
 for d in dirs:
     for e in json.load(open(os.path.join(d, "compile_commands.json"))):
         f = os.path.realpath(os.path.join(e["directory"], e["file"]))
+        if "/Unity/unity_" in f:  # MLPROF_UNITY_BUILD: the sources it includes
+            in_unity.update(os.path.realpath(m) for m in re.findall(r'#include "([^"]+)"', open(f).read()))
+            continue
         if f in seen or not keep.match(f) or (only and not re.search(only, f)):
             continue
         seen.add(f)
         merged.append(dict(e, file=f))
+# A source only a unity translation unit compiles would go unchecked.
+missed = sorted(f for f in in_unity - seen if keep.match(f) and not (only and not re.search(only, f)))
+if missed:
+    sys.exit(f"lint.sh: {len(missed)} product sources are compiled only inside unity translation units "
+             f"(such as {os.path.relpath(missed[0], root)}); add a --build configured with -DMLPROF_UNITY_BUILD=OFF")
 json.dump(merged, open(out, "w"), indent=1)
 print(f"lint.sh: clang-tidy on {len(merged)} translation units")
 PY

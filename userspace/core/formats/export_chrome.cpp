@@ -29,6 +29,7 @@
 #include "analysis/sched.h"
 #include "formats/export.h"
 #include "formats/export_util.h"
+#include "formats/json_write.h"
 #include "model/resources.h"
 #include "model/summary.h"
 #include "render/render_text.h"
@@ -37,15 +38,12 @@ namespace mlprof {
 
 namespace {
 
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 using export_util::RunInterval;
+using json_write::JsonWriter;
+using json_write::write_string;
 
 // Above Linux's PID_MAX_LIMIT (2^22): never a real thread id.
 constexpr uint32_t kSyntheticTidBase = 1u << 30;
-
-void write_string(JsonWriter& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
 
 void write_us(JsonWriter& w, std::string& scratch, int64_t ns) {
   scratch.clear();

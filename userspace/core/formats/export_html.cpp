@@ -9,6 +9,7 @@
 
 #include "analysis/bubbles.h"
 #include "formats/json_doc.h"
+#include "formats/json_write.h"
 #include "model/resources.h"
 #include "model/summary.h"
 #include "render/render_text.h"
@@ -32,9 +33,7 @@ void append_script_json(std::string& out, std::string_view json) {
   out.append(json, from);
 }
 
-void write_string(rapidjson::Writer<rapidjson::StringBuffer>& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
+using json_write::write_string;
 
 // What the C++ core already formats, so the page shows the same text as
 // print_tree instead of a JavaScript re-implementation: the format_io text

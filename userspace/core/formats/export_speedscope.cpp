@@ -17,18 +17,16 @@
 #include "analysis/sched.h"
 #include "formats/export.h"
 #include "formats/export_util.h"
+#include "formats/json_write.h"
 #include "render/render_text.h"
 
 namespace mlprof {
 
 namespace {
 
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 using export_util::RunInterval;
-
-void write_string(JsonWriter& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
+using json_write::JsonWriter;
+using json_write::write_string;
 
 // Shared frames: one per distinct (display name, file, line).
 class Frames {

@@ -30,7 +30,7 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-Error corrupt(const std::string& why) { return Error{Error::Kind::kCorrupt, 0, why}; }
+Error bad_folded(const std::string& why) { return Error{Error::Kind::kCorrupt, 0, why}; }
 
 }  // namespace
 
@@ -167,7 +167,7 @@ Result<Imported> import_profile(std::string_view raw) {
       return Error{Error::Kind::kUnsupported, 0,
                    "a profile document: read it with load(), not as an import"};
     default:
-      return corrupt(
+      return bad_folded(
           "not a format this build imports (a profile document, Chrome trace JSON, speedscope "
           "JSON, pprof, "
           "or folded stacks)");
@@ -196,26 +196,26 @@ Result<Imported> import_folded(std::string_view text) {
     const size_t space = line.rfind(' ');
     int64_t count = 0;
     if (space == std::string_view::npos)
-      return corrupt("line " + std::to_string(line_no) + " has no sample count");
+      return bad_folded("line " + std::to_string(line_no) + " has no sample count");
     const auto [p, ec] = std::from_chars(line.data() + space + 1, line.data() + line.size(), count);
     if (ec != std::errc() || p != line.data() + line.size() || count < 0) {
-      return corrupt("line " + std::to_string(line_no) + " does not end in a sample count");
+      return bad_folded("line " + std::to_string(line_no) + " does not end in a sample count");
     }
     if (const size_t bad = first_invalid_utf8(line); bad != std::string_view::npos) {
-      return corrupt("line " + std::to_string(line_no) + " is not UTF-8 text (" +
-                     invalid_utf8_text(line, bad) + ")");
+      return bad_folded("line " + std::to_string(line_no) + " is not UTF-8 text (" +
+                        invalid_utf8_text(line, bad) + ")");
     }
     if (count == 0) continue;  // a stack seen 0 times holds nothing
     if (count > kMaxValueSum - total) {
-      return corrupt("its counts add up past 2^62 by line " + std::to_string(line_no));
+      return bad_folded("its counts add up past 2^62 by line " + std::to_string(line_no));
     }
     total += count;
     StackSamples::Sample s;
     std::string_view stack = trim(line.substr(0, space));  // empty: a sample with no frames (idle)
     while (!stack.empty()) {
       if (s.frames.size() == kMaxStackDepth) {
-        return corrupt("line " + std::to_string(line_no) + "'s stack is deeper than " +
-                       std::to_string(kMaxStackDepth) + " frames");
+        return bad_folded("line " + std::to_string(line_no) + "'s stack is deeper than " +
+                          std::to_string(kMaxStackDepth) + " frames");
       }
       const size_t semi = stack.find(';');
       const FrameName f = parse_frame_name(stack.substr(0, semi));
@@ -228,7 +228,7 @@ Result<Imported> import_folded(std::string_view text) {
     s.values = {count};
     out.samples.push_back(std::move(s));
   }
-  if (out.samples.empty()) return corrupt("no stacks in the folded text");
+  if (out.samples.empty()) return bad_folded("no stacks in the folded text");
   return Imported{std::move(out)};
 }
 

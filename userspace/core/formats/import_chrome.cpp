@@ -30,10 +30,7 @@ Error out_of_range(const char* field, double value) {
                    std::to_string(value) + " us) is out of range"};
 }
 
-const Value* member(const Value& o, const char* name) {
-  const auto it = o.FindMember(name);
-  return it == o.MemberEnd() ? nullptr : &it->value;
-}
+using import_detail::member;
 
 // The tool and capture time where the trace names them: viztracer's
 // viztracer_metadata.version; ours (and others') otherData.tool or

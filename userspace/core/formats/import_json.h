@@ -21,4 +21,10 @@ std::optional<Error> parse_json(std::string_view data, const char* format,
 // stays in range.
 std::optional<int64_t> to_ns(double value, double ns_per_unit);
 
+// The member `name` of the object `o`, or nullptr when it has none.
+inline const rapidjson::Value* member(const rapidjson::Value& o, const char* name) {
+  const auto it = o.FindMember(name);
+  return it == o.MemberEnd() ? nullptr : &it->value;
+}
+
 }  // namespace mlprof::import_detail

@@ -22,7 +22,7 @@ namespace {
 
 namespace field = pprof_field;
 
-Error corrupt(const std::string& why) {
+Error not_pprof(const std::string& why) {
   return Error{Error::Kind::kCorrupt, 0, "not a pprof profile: " + why};
 }
 Error truncated() {
@@ -145,8 +145,9 @@ Result<Imported> import_pprof(std::string_view bytes) {
     if (f == field::kStringTable && wire == 2) {
       if (!r.bytes(&msg)) break;
       if (const size_t bad = first_invalid_utf8(msg); bad != std::string_view::npos) {
-        return corrupt("string " + std::to_string(strings.size()) + " of its string table is not " +
-                       "UTF-8 text (" + invalid_utf8_text(msg, bad) + ")");
+        return not_pprof("string " + std::to_string(strings.size()) +
+                         " of its string table is not " + "UTF-8 text (" +
+                         invalid_utf8_text(msg, bad) + ")");
       }
       strings.push_back(msg);
     } else if (f == field::kSampleType && wire == 2) {
@@ -162,7 +163,7 @@ Result<Imported> import_pprof(std::string_view bytes) {
           break;
         }
       }
-      if (m.failed()) return corrupt("a sample type is malformed");
+      if (m.failed()) return not_pprof("a sample type is malformed");
       types.push_back(t);
     } else if (f == field::kSample && wire == 2) {
       if (!r.bytes(&msg)) break;
@@ -193,7 +194,7 @@ Result<Imported> import_pprof(std::string_view bytes) {
             if (h == field::kLabelStr) str = static_cast<int64_t>(v);
             if (h == field::kLabelNum) num = true;
           }
-          if (l.failed()) return corrupt("a sample label is malformed");
+          if (l.failed()) return not_pprof("a sample label is malformed");
           if (num && str == 0) {
             ++s.dropped_labels;
           } else {
@@ -203,7 +204,7 @@ Result<Imported> import_pprof(std::string_view bytes) {
           break;
         }
       }
-      if (m.failed()) return corrupt("a sample is malformed");
+      if (m.failed()) return not_pprof("a sample is malformed");
       samples.push_back(std::move(s));
     } else if (f == field::kLocation && wire == 2) {
       if (!r.bytes(&msg)) break;
@@ -229,13 +230,13 @@ Result<Imported> import_pprof(std::string_view bytes) {
               break;
             }
           }
-          if (l.failed()) return corrupt("a location's line is malformed");
+          if (l.failed()) return not_pprof("a location's line is malformed");
           loc.lines.emplace_back(fn, static_cast<int64_t>(line));
         } else if (!m.skip(w)) {
           break;
         }
       }
-      if (m.failed() || id == 0) return corrupt("a location is malformed or has no id");
+      if (m.failed() || id == 0) return not_pprof("a location is malformed or has no id");
       locations[id] = std::move(loc);
     } else if (f == field::kFunction && wire == 2) {
       if (!r.bytes(&msg)) break;
@@ -255,7 +256,7 @@ Result<Imported> import_pprof(std::string_view bytes) {
         if (g == field::kFunctionFilename) fn.filename = static_cast<int64_t>(v);
         if (g == field::kFunctionStartLine) fn.start_line = static_cast<int64_t>(v);
       }
-      if (m.failed() || id == 0) return corrupt("a function is malformed or has no id");
+      if (m.failed() || id == 0) return not_pprof("a function is malformed or has no id");
       functions[id] = fn;
     } else if (f == field::kTimeNanos && wire == 0) {
       if (!r.varint(&time_nanos)) break;
@@ -269,8 +270,8 @@ Result<Imported> import_pprof(std::string_view bytes) {
   }
   if (r.failed()) return truncated();
   if (strings.empty() || strings[0] != "")
-    return corrupt("its string table does not start with \"\"");
-  if (types.empty()) return corrupt("it has no sample types");
+    return not_pprof("its string table does not start with \"\"");
+  if (types.empty()) return not_pprof("it has no sample types");
   auto str = [&](int64_t i) -> std::string {
     return i >= 0 && static_cast<size_t>(i) < strings.size() ? std::string(strings[i])
                                                              : std::string();
@@ -310,7 +311,7 @@ Result<Imported> import_pprof(std::string_view bytes) {
   std::vector<int64_t> sums(types.size(), 0);
   for (const RawSample& s : samples) {
     if (s.values.size() != types.size())
-      return corrupt("a sample's values do not match the sample types");
+      return not_pprof("a sample's values do not match the sample types");
     // A sample counted c times stays one sample with its values (count c):
     // the store grows with the file, not with its counts.
     if (std::all_of(s.values.begin(), s.values.end(), [](int64_t v) { return v == 0; }))
@@ -318,7 +319,7 @@ Result<Imported> import_pprof(std::string_view bytes) {
     for (size_t i = 0; i < types.size(); ++i) {
       const int64_t v = s.values[i];
       if ((v > 0 && sums[i] > kMaxValueSum - v) || (v < 0 && sums[i] < -kMaxValueSum - v))
-        return corrupt("its " + out.value_types[i].first + " values add up past 2^62");
+        return not_pprof("its " + out.value_types[i].first + " values add up past 2^62");
       sums[i] += v;
     }
     StackSamples::Sample row;
@@ -340,23 +341,23 @@ Result<Imported> import_pprof(std::string_view bytes) {
     row.thread = t->second;
     for (auto it = s.locations.rbegin(); it != s.locations.rend(); ++it) {
       const auto loc = locations.find(*it);
-      if (loc == locations.end()) return corrupt("a sample names a location that is not there");
+      if (loc == locations.end()) return not_pprof("a sample names a location that is not there");
       if (row.frames.size() + loc->second.lines.size() > kMaxStackDepth) {
-        return corrupt("a sample's stack is deeper than " + std::to_string(kMaxStackDepth) +
-                       " frames");
+        return not_pprof("a sample's stack is deeper than " + std::to_string(kMaxStackDepth) +
+                         " frames");
       }
       frames += loc->second.lines.size();
       if (frames > max_frames) {
-        return corrupt("its samples' stacks hold more than " + std::to_string(max_frames) +
-                       " frames (" + std::to_string(kFramesPerInputByte) +
-                       " a byte of the file, at least " + std::to_string(kFramesFloor) + ")");
+        return not_pprof("its samples' stacks hold more than " + std::to_string(max_frames) +
+                         " frames (" + std::to_string(kFramesPerInputByte) +
+                         " a byte of the file, at least " + std::to_string(kFramesFloor) + ")");
       }
       for (auto line = loc->second.lines.rbegin(); line != loc->second.lines.rend(); ++line) {
         auto id = fn_ids.find(line->first);
         if (id == fn_ids.end()) {
           const auto fn = functions.find(line->first);
           if (fn == functions.end())
-            return corrupt("a location names a function that is not there");
+            return not_pprof("a location names a function that is not there");
           id = fn_ids
                    .emplace(line->first,
                             out.functions.add(str(fn->second.name), "", str(fn->second.filename),

@@ -17,10 +17,7 @@ namespace {
 
 using rapidjson::Value;
 
-const Value* member(const Value& o, const char* name) {
-  const auto it = o.FindMember(name);
-  return it == o.MemberEnd() ? nullptr : &it->value;
-}
+using import_detail::member;
 
 // Nanoseconds per unit for time units; 0 for the others.
 double ns_per(const std::string& unit) {
@@ -31,7 +28,7 @@ double ns_per(const std::string& unit) {
   return 0.0;
 }
 
-Error corrupt(const std::string& why) {
+Error not_speedscope(const std::string& why) {
   return Error{Error::Kind::kCorrupt, 0, "not a speedscope file: " + why};
 }
 
@@ -40,21 +37,21 @@ Error corrupt(const std::string& why) {
 Result<Imported> import_speedscope(std::string_view json) {
   rapidjson::Document doc;
   if (auto e = import_detail::parse_json(json, "speedscope", doc)) return *e;
-  if (!doc.IsObject()) return corrupt("the top level is not an object");
+  if (!doc.IsObject()) return not_speedscope("the top level is not an object");
   const Value* shared = member(doc, "shared");
   const Value* frames = shared && shared->IsObject() ? member(*shared, "frames") : nullptr;
   const Value* profiles = member(doc, "profiles");
   if (!frames || !frames->IsArray() || !profiles || !profiles->IsArray() || profiles->Empty()) {
-    return corrupt("no shared.frames or no profiles");
+    return not_speedscope("no shared.frames or no profiles");
   }
   bool sampled = false, evented = false;
   for (const Value& pr : profiles->GetArray()) {
     const Value* type = pr.IsObject() ? member(pr, "type") : nullptr;
-    if (!type || !type->IsString()) return corrupt("a profile has no type");
+    if (!type || !type->IsString()) return not_speedscope("a profile has no type");
     (std::string(type->GetString()) == "evented" ? evented : sampled) = true;
   }
   if (sampled && evented)
-    return corrupt("it mixes sampled and evented profiles, which this import keeps apart");
+    return not_speedscope("it mixes sampled and evented profiles, which this import keeps apart");
   // The tool that wrote it ("py-spy@0.4.3"); speedscope's format has no capture time.
   const Value* exporter = member(doc, "exporter");
   const std::string tool = exporter && exporter->IsString() ? exporter->GetString() : "";
@@ -64,7 +61,7 @@ Result<Imported> import_speedscope(std::string_view json) {
   std::vector<std::pair<uint32_t, int32_t>> frame_fn;
   for (const Value& f : frames->GetArray()) {
     const Value* name = f.IsObject() ? member(f, "name") : nullptr;
-    if (!name || !name->IsString()) return corrupt("a frame has no name");
+    if (!name || !name->IsString()) return not_speedscope("a frame has no name");
     const Value* file = member(f, "file");
     const Value* line = member(f, "line");
     FrameName fn = parse_frame_name(name->GetString());
@@ -89,7 +86,7 @@ Result<Imported> import_speedscope(std::string_view json) {
       const Value* u = member(pr, "unit");
       const std::string this_unit = u && u->IsString() ? u->GetString() : "none";
       if (!unit.empty() && this_unit != unit)
-        return corrupt("its profiles weigh samples in different units");
+        return not_speedscope("its profiles weigh samples in different units");
       unit = this_unit;
     }
     const double scale = ns_per(unit);
@@ -104,15 +101,16 @@ Result<Imported> import_speedscope(std::string_view json) {
       if (scale > 0 && first && last && first->IsNumber() && last->IsNumber()) {
         const std::optional<int64_t> span =
             import_detail::to_ns(last->GetDouble() - first->GetDouble(), scale);
-        if (!span) return corrupt("a profile's startValue or endValue is out of range");
+        if (!span) return not_speedscope("a profile's startValue or endValue is out of range");
         out.end_ns = std::max(out.end_ns, *span);
       }
       const Value* name = member(pr, "name");
       const Value* samples = member(pr, "samples");
       const Value* weights = member(pr, "weights");
-      if (!samples || !samples->IsArray()) return corrupt("a sampled profile has no samples");
+      if (!samples || !samples->IsArray())
+        return not_speedscope("a sampled profile has no samples");
       if (weights && (!weights->IsArray() || weights->Size() != samples->Size())) {
-        return corrupt("a sampled profile's weights do not match its samples");
+        return not_speedscope("a sampled profile's weights do not match its samples");
       }
       const auto thread = static_cast<uint32_t>(out.threads.size());
       out.threads.push_back(
@@ -120,22 +118,22 @@ Result<Imported> import_speedscope(std::string_view json) {
            thread});
       for (rapidjson::SizeType i = 0; i < samples->Size(); ++i) {
         const Value& stack = (*samples)[i];
-        if (!stack.IsArray()) return corrupt("a sample is not a list of frames");
+        if (!stack.IsArray()) return not_speedscope("a sample is not a list of frames");
         StackSamples::Sample s;
         s.thread = thread;
         for (const Value& f : stack.GetArray()) {
           uint32_t idx = 0;
-          if (!frame_at(f, &idx)) return corrupt("a sample names a frame that is not there");
+          if (!frame_at(f, &idx)) return not_speedscope("a sample names a frame that is not there");
           s.frames.push_back({frame_fn[idx].first, frame_fn[idx].second});
         }
         double w = 1.0;
         if (weights) {
           const Value& wv = (*weights)[i];
-          if (!wv.IsNumber()) return corrupt("a weight is not a number");
+          if (!wv.IsNumber()) return not_speedscope("a weight is not a number");
           w = wv.GetDouble();
         }
         const std::optional<int64_t> weight = import_detail::to_ns(w, scale > 0 ? scale : 1.0);
-        if (!weight || *weight < 0) return corrupt("a weight is negative or out of range");
+        if (!weight || *weight < 0) return not_speedscope("a weight is negative or out of range");
         s.values = {1, *weight};
         out.samples.push_back(std::move(s));
       }
@@ -153,10 +151,10 @@ Result<Imported> import_speedscope(std::string_view json) {
   for (const Value& pr : profiles->GetArray()) {
     const Value* u = member(pr, "unit");
     const double scale = ns_per(u && u->IsString() ? u->GetString() : "none");
-    if (scale == 0) return corrupt("an evented profile's unit is not a time unit");
+    if (scale == 0) return not_speedscope("an evented profile's unit is not a time unit");
     const Value* events = member(pr, "events");
     const Value* name = member(pr, "name");
-    if (!events || !events->IsArray()) return corrupt("an evented profile has no events");
+    if (!events || !events->IsArray()) return not_speedscope("an evented profile has no events");
     Lane lane;
     lane.thread_id = p.lanes.size();
     lane.thread_name =
@@ -168,16 +166,16 @@ Result<Imported> import_speedscope(std::string_view json) {
       uint32_t idx = 0;
       if (!type || !type->IsString() || !at || !at->IsNumber() || !frame ||
           !frame_at(*frame, &idx)) {
-        return corrupt("an event lacks its type, time or frame");
+        return not_speedscope("an event lacks its type, time or frame");
       }
       Event ev;
       const std::optional<int64_t> ts = import_detail::to_ns(at->GetDouble(), scale);
-      if (!ts) return corrupt("an event's time is out of range");
+      if (!ts) return not_speedscope("an event's time is out of range");
       // Events are in time order (the format's schema): one that goes back
       // would make a span end before it starts.
       if (!lane.events.empty() && *ts < lane.events.back().ts_ns) {
-        return corrupt("profile " + std::to_string(p.lanes.size()) + "'s event " +
-                       std::to_string(lane.events.size()) + " goes back in time");
+        return not_speedscope("profile " + std::to_string(p.lanes.size()) + "'s event " +
+                              std::to_string(lane.events.size()) + " goes back in time");
       }
       ev.ts_ns = *ts;
       ev.kind = std::string(type->GetString()) == "O" ? EventKind::kCall : EventKind::kReturn;

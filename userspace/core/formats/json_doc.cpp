@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "formats/json_write.h"
+
 namespace mlprof {
 
 namespace {
@@ -56,11 +58,8 @@ const std::array<SpanValueType, 14> kSpanValueTypes = {{
 
 namespace {
 
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void write_string(JsonWriter& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
+using json_write::JsonWriter;
+using json_write::write_string;
 
 // Absent values ("" or -1) are written as null.
 void write_optional(JsonWriter& w, const std::string& s) {

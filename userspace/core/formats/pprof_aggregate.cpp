@@ -33,14 +33,19 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const char* key
   return ec == std::errc() && ptr == s.data() + s.size() ? v : 0;
 }
 
+}  // namespace
+
+// Named, not anonymous: State (declared in the header) holds a map of them.
+namespace pprof_aggregate_detail {
+
 // A function is its name, file and first line: what makes two sources'
 // frames the same frame. system_name is the first source's.
-struct FunctionKey {
+struct FrameKey {
   int64_t name, filename, line;
-  bool operator==(const FunctionKey&) const = default;
+  bool operator==(const FrameKey&) const = default;
 };
-struct FunctionKeyHash {
-  size_t operator()(const FunctionKey& k) const {
+struct FrameKeyHash {
+  size_t operator()(const FrameKey& k) const {
     size_t h = std::hash<int64_t>()(k.name);
     for (const int64_t v : {k.filename, k.line}) {
       h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -49,6 +54,13 @@ struct FunctionKeyHash {
   }
 };
 
+}  // namespace pprof_aggregate_detail
+
+namespace {
+
+using pprof_aggregate_detail::FrameKey;
+using pprof_aggregate_detail::FrameKeyHash;
+
 constexpr uint32_t kNoNode = std::numeric_limits<uint32_t>::max();
 
 }  // namespace
@@ -56,7 +68,7 @@ constexpr uint32_t kNoNode = std::numeric_limits<uint32_t>::max();
 struct PprofAggregate::State {
   pprof::PprofStrings strings;
   ProtoWriter functions, locations;  // encoded as they are first seen
-  std::unordered_map<FunctionKey, uint64_t, FunctionKeyHash> function_ids;
+  std::unordered_map<FrameKey, uint64_t, FrameKeyHash> function_ids;
   std::unordered_map<uint64_t, uint64_t> location_ids;  // function id << 32 | line -> location id
 
   // The call-path trie: node 0 is the empty path.
@@ -105,7 +117,7 @@ struct PprofAggregate::State {
     return it->second;
   }
 
-  uint64_t location(FunctionKey key, int64_t system_name, int64_t line) {
+  uint64_t location(FrameKey key, int64_t system_name, int64_t line) {
     auto [fit, new_function] = function_ids.try_emplace(key, function_ids.size() + 1);
     if (new_function) {
       ProtoWriter f;
@@ -174,7 +186,7 @@ void PprofAggregate::add(const Profile& p, const Labels& labels) {
     const uint64_t key = (static_cast<uint64_t>(s.label) << 32) | s.function;
     auto [it, inserted] = location_of.try_emplace(key, 0);
     if (inserted) {
-      FunctionKey fk{st.strings.of_profile(export_util::display_name_id(p, s)), 0, 0};
+      FrameKey fk{st.strings.of_profile(export_util::display_name_id(p, s)), 0, 0};
       int64_t system_name = 0;
       if (s.function < p.functions.size()) {
         const FunctionInfo& fn = p.functions.get(s.function);
@@ -238,7 +250,7 @@ void PprofAggregate::add(const StackSamples& samples, const Labels& labels) {
           (static_cast<uint64_t>(f.function) << 32) | static_cast<uint32_t>(f.line);
       auto [it, inserted] = location_of.try_emplace(key, 0);
       if (inserted) {
-        FunctionKey fk{0, 0, 0};
+        FrameKey fk{0, 0, 0};
         if (f.function < samples.functions.size()) {
           const FunctionInfo& fn = samples.functions.get(f.function);
           fk = {st.strings.of_profile(fn.name), st.strings.of_profile(fn.file), fn.line};

@@ -9,6 +9,7 @@
 #include "analysis/sched.h"
 #include "formats/import.h"    // kMaxStackDepth
 #include "formats/json_doc.h"  // kSpanValueTypes
+#include "store/sql_batch.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 #include "views/waiting.h"
@@ -20,7 +21,7 @@ using namespace store_detail;
 namespace {
 
 // Sample ids one read of a source's spans covers: bounds the rows held.
-constexpr int64_t kRowsPerRead = 32768;
+using sql_batch::kRowsPerRead;
 
 // A function's kind as stored; one this reader does not know is damage.
 FunctionKind function_kind(int64_t kind) {

@@ -6,27 +6,21 @@
 #include <unordered_set>
 
 #include "model/tree.h"
+#include "store/sql_batch.h"
 #include "views/waiting.h"
 
 namespace mlprof {
 
 namespace {
 
-// Ids a query names at once (SQLite allows 32766 parameters, PostgreSQL 65535).
-constexpr size_t kIdsPerQuery = 500;
-// Sample ids a range query reads at once: bounds the rows held in memory.
-constexpr int64_t kRowsPerRead = 32768;
+using sql_batch::kIdsPerQuery;
+using sql_batch::kRowsPerRead;
+using sql_batch::placeholders;
 
 struct Range {
   int64_t first = 0, count = 0, source = 0;
   bool kernel = false;
 };
-
-std::string placeholders(size_t n) {
-  std::string out;
-  for (size_t i = 0; i < n; ++i) out += i ? ", ?" : "?";
-  return out;
-}
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "formats/export_util.h"
+#include "store/sql_batch.h"
 #include "views/path_stats.h"
 #include "views/waiting.h"
 
@@ -11,16 +12,9 @@ namespace mlprof {
 namespace {
 
 constexpr uint32_t kNoNode = UINT32_MAX;
-// Ids a query names at once (SQLite allows 32766 parameters, PostgreSQL 65535).
-constexpr size_t kIdsPerQuery = 500;
-// Sample ids a summing query reads at once.
-constexpr int64_t kRowsPerRead = 32768;
-
-std::string placeholders(size_t n) {
-  std::string out;
-  for (size_t i = 0; i < n; ++i) out += i ? ", ?" : "?";
-  return out;
-}
+using sql_batch::kIdsPerQuery;
+using sql_batch::kRowsPerRead;
+using sql_batch::placeholders;
 
 }  // namespace
 
