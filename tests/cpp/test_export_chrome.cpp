@@ -29,19 +29,16 @@
 #include "analysis/sched.h"
 #include "export_fixture.h"
 #include "formats/export.h"
+#include "json_parse.h"
 #include "kernel_fixture.h"
+#include "perfetto_ts.h"
 #include "profile_builder.h"
 #include "views/merge.h"
 
 namespace mlprof {
 namespace {
 
-rapidjson::Document parse(const std::string& text) {
-  rapidjson::Document doc;
-  doc.Parse(text.c_str(), text.size());
-  EXPECT_FALSE(doc.HasParseError()) << "offset " << doc.GetErrorOffset();
-  return doc;
-}
+using test::parse_json;
 
 // The number's text as written, to read it the way Perfetto does.
 std::string raw_number(const std::string& text, size_t event_start, const std::string& key) {
@@ -51,19 +48,8 @@ std::string raw_number(const std::string& text, size_t event_start, const std::s
   return text.substr(begin, end - begin);
 }
 
-int64_t textual_ns(const std::string& us) {
-  std::string digits = us;
-  size_t whole = digits.size();
-  if (const size_t dot = us.find('.'); dot != std::string::npos) {
-    digits.erase(dot, 1);
-    whole = dot;
-  }
-  digits.resize(whole + 3, '0');
-  return std::strtoll(digits.c_str(), nullptr, 10);
-}
-int64_t double_ns(const std::string& us) {
-  return static_cast<int64_t>(std::strtod(us.c_str(), nullptr) * 1000.0);
-}
+using test::double_ns;
+using test::textual_ns;
 
 struct Slice {
   int64_t ts = 0, dur = 0;
@@ -129,7 +115,7 @@ class ChromeTraceTest : public ::testing::Test {
  protected:
   Profile p = test::export_profile_fixture();
   std::string text = to_chrome_trace(p);
-  rapidjson::Document doc = parse(text);
+  rapidjson::Document doc = parse_json(text);
 
   std::vector<const rapidjson::Value*> events(const char* ph, const char* name = nullptr) const {
     std::vector<const rapidjson::Value*> out;
@@ -262,7 +248,7 @@ TEST_F(ChromeTraceTest, ActiveLanesCounter) {
 
 TEST(ChromeTrace, NoCounterForOneLane) {
   const Profile p = test::random_profile(3, 50, 4, false);
-  const rapidjson::Document doc = parse(to_chrome_trace(p));
+  const rapidjson::Document doc = parse_json(to_chrome_trace(p));
   for (const auto& ev : doc["traceEvents"].GetArray()) EXPECT_STRNE(ev["ph"].GetString(), "C");
 }
 
@@ -270,7 +256,7 @@ TEST(ChromeTrace, RandomCapturesImportWithoutDrops) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const Profile p = test::random_profile(seed, 400, 6, true);
     const std::string text = to_chrome_trace(p);
-    parse(text);
+    parse_json(text);
     int64_t drawn_generator_time = 0, generator_active = 0;
     for (const auto& [tid, slices] : slices_by_tid(text)) {
       ASSERT_EQ(perfetto_drops(slices), 0) << "seed " << seed;
@@ -296,7 +282,7 @@ TEST(ChromeTrace, NamesAreEscaped) {
   const uint32_t f = test::user_fn(p, "weird \"name\"\n\\");
   p.lanes.push_back(test::make_lane({test::call(0, f), test::ret(10)}));
   build_tree(p);
-  const rapidjson::Document doc = parse(to_chrome_trace(p));
+  const rapidjson::Document doc = parse_json(to_chrome_trace(p));
   bool found = false;
   for (const auto& ev : doc["traceEvents"].GetArray()) {
     if (std::string(ev["ph"].GetString()) == "X") {
@@ -312,7 +298,7 @@ TEST(ChromeTrace, NamesAreEscaped) {
 std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> slices_by_track(
     const std::string& text) {
   std::map<std::pair<uint32_t, uint32_t>, std::vector<Slice>> out;
-  const rapidjson::Document doc = parse(text);
+  const rapidjson::Document doc = parse_json(text);
   size_t pos = 0;
   for (const auto& ev : doc["traceEvents"].GetArray()) {
     if (std::string(ev["ph"].GetString()) != "X") continue;
@@ -331,7 +317,7 @@ class ChromeKernelTest : public ::testing::Test {
  protected:
   Profile p = test::kernel_profile_fixture();
   std::string text = to_chrome_trace(p);
-  rapidjson::Document doc = parse(text);
+  rapidjson::Document doc = parse_json(text);
 
   std::vector<const rapidjson::Value*> events(const char* ph, const char* name) const {
     std::vector<const rapidjson::Value*> out;
@@ -454,7 +440,7 @@ TEST(ChromeKernel, ProcessesAreNamedByTheLanesPid) {
   append_profile(m, fixture_as(777, 0));
   append_profile(m, fixture_as(888, 0));  // the same tids, at the same times
   const std::string text = to_chrome_trace(m);
-  const rapidjson::Document doc = parse(text);
+  const rapidjson::Document doc = parse_json(text);
   std::map<uint32_t, std::string> processes;
   std::set<uint32_t> predict_pids;
   for (const auto& ev : doc["traceEvents"].GetArray()) {
@@ -483,7 +469,7 @@ TEST(ChromeKernel, SessionsOfOneThreadShareItsTrack) {
   later.meta["session"] = "2";
   append_profile(m, later);
   const std::string text = to_chrome_trace(m);
-  const rapidjson::Document doc = parse(text);
+  const rapidjson::Document doc = parse_json(text);
   int main_names = 0;
   for (const auto& ev : doc["traceEvents"].GetArray()) {
     const std::string name = ev["name"].GetString();

@@ -21,7 +21,7 @@ struct FoldedLine {
   int64_t value = 0;
 };
 
-std::vector<FoldedLine> parse(const std::string& text) {
+std::vector<FoldedLine> parse_folded(const std::string& text) {
   std::vector<FoldedLine> out;
   size_t start = 0;
   while (start < text.size()) {
@@ -63,7 +63,7 @@ std::map<std::string, int64_t> by_stack(const std::vector<FoldedLine>& lines) {
 TEST(Folded, OneRootPerLaneWithSelfTimes) {
   const Profile p = test::export_profile_fixture();
   const std::string text = to_folded(p);
-  const auto stacks = by_stack(parse(text));
+  const auto stacks = by_stack(parse_folded(text));
   EXPECT_EQ(stacks, (std::map<std::string, int64_t>{
                         {"thread MainThread;predict", 11'999},
                         {"thread MainThread;predict;preprocess", 1'500},
@@ -114,7 +114,7 @@ TEST(Folded, SeparatorsInNamesAreReplaced) {
 TEST(Folded, ValuesAddUpToTheSelfTimes) {
   for (uint32_t seed = 1; seed <= 20; ++seed) {
     const Profile p = test::random_profile(seed, 500, 6, true);
-    const auto lines = parse(to_folded(p));
+    const auto lines = parse_folded(to_folded(p));
     int64_t total = 0;
     for (const FoldedLine& l : lines) {
       EXPECT_GT(l.value, 0);

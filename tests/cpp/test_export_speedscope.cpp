@@ -20,18 +20,14 @@
 
 #include "export_fixture.h"
 #include "formats/export.h"
+#include "json_parse.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
 
 namespace mlprof {
 namespace {
 
-rapidjson::Document parse(const std::string& text) {
-  rapidjson::Document doc;
-  doc.Parse(text.c_str(), text.size());
-  EXPECT_FALSE(doc.HasParseError()) << "offset " << doc.GetErrorOffset();
-  return doc;
-}
+using test::parse_json;
 
 // Replays one evented profile the way speedscope imports it. Returns the
 // first error, or "" with the time each frame index spent on the stack
@@ -64,7 +60,7 @@ std::string replay(const rapidjson::Value& profile, std::map<int, int64_t>* open
 class SpeedscopeTest : public ::testing::Test {
  protected:
   Profile p = test::export_profile_fixture();
-  rapidjson::Document doc = parse(to_speedscope(p));
+  rapidjson::Document doc = parse_json(to_speedscope(p));
 
   int frame_index(const std::string& name) const {
     const auto& frames = doc["shared"]["frames"];
@@ -135,7 +131,7 @@ TEST_F(SpeedscopeTest, GeneratorsOpenPerSegmentUnderWhateverRuns) {
 TEST(Speedscope, RandomCapturesImport) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const Profile p = test::random_profile(seed, 400, 6, true);
-    const rapidjson::Document doc = parse(to_speedscope(p));
+    const rapidjson::Document doc = parse_json(to_speedscope(p));
     ASSERT_EQ(doc["profiles"].Size(), 1u);
     std::map<int, int64_t> open_time;
     ASSERT_EQ(replay(doc["profiles"][0], &open_time), "") << "seed " << seed;
@@ -155,7 +151,7 @@ TEST(Speedscope, SameProfileSameBytes) {
 
 TEST(SpeedscopeKernel, OffCpuTimeIsOneMoreSampledProfile) {
   const Profile p = test::kernel_profile_fixture();
-  const rapidjson::Document doc = parse(to_speedscope(p));
+  const rapidjson::Document doc = parse_json(to_speedscope(p));
   const auto& profiles = doc["profiles"];
   ASSERT_EQ(profiles.Size(), 4u);  // three lanes, then off-CPU
   for (rapidjson::SizeType i = 0; i < 3; ++i) EXPECT_EQ(replay(profiles[i]), "");
@@ -184,7 +180,7 @@ TEST(SpeedscopeKernel, NoOffCpuProfileWithoutOffCpuTime) {
   p.kernel.off_cpu.clear();
   p.kernel.threads.clear();
   attribute_kernel(p);
-  EXPECT_EQ(parse(to_speedscope(p))["profiles"].Size(), 3u);
+  EXPECT_EQ(parse_json(to_speedscope(p))["profiles"].Size(), 3u);
   EXPECT_EQ(to_speedscope(test::export_profile_fixture()), to_speedscope(p));
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "export_fixture.h"
+#include "perfetto_ts.h"
 #include "profile_builder.h"
 
 namespace mlprof {
@@ -14,23 +15,8 @@ namespace {
 
 using export_util::RunInterval;
 
-// Perfetto's CoerceToTs of a string (json_utils.cc): drop the '.', keep three
-// fractional digits (pad or truncate), read an integer.
-int64_t textual_ns(const std::string& us) {
-  std::string digits = us;
-  size_t whole = digits.size();
-  if (const size_t dot = us.find('.'); dot != std::string::npos) {
-    digits.erase(dot, 1);
-    whole = dot;
-  }
-  digits.resize(whole + 3, '0');
-  return std::strtoll(digits.c_str(), nullptr, 10);
-}
-
-// Perfetto's CoerceToTs of a JSON real: the double times 1000, truncated.
-int64_t double_ns(const std::string& us) {
-  return static_cast<int64_t>(std::strtod(us.c_str(), nullptr) * 1000.0);
-}
+using test::double_ns;
+using test::textual_ns;
 
 std::string us(int64_t ns) {
   std::string out;

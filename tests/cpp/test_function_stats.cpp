@@ -209,7 +209,7 @@ TEST(FunctionStats, RandomProfilesAgreeWithPprofsDefinitions) {
   }
 }
 
-StackSamples samples(
+StackSamples located_samples(
     std::vector<std::pair<std::string, std::string>> types,
     std::vector<std::pair<std::vector<std::string>, std::vector<int64_t>>> stacks) {
   StackSamples ss;
@@ -235,9 +235,10 @@ std::map<std::string, FunctionStats::SampledRow> sampled_by_name(const FunctionS
 
 TEST(FunctionStats, SampledStacksFlatIsTheLeafCumOncePerSample) {
   FunctionStats s;
-  s.add(samples({{"samples", "count"}, {"cpu", "nanoseconds"}}, {{{"main", "a", "a", "b"}, {3, 30}},
-                                                                 {{"main", "a"}, {2, 20}},
-                                                                 {{"main", "b", "a"}, {1, 10}}}));
+  s.add(located_samples({{"samples", "count"}, {"cpu", "nanoseconds"}},
+                        {{{"main", "a", "a", "b"}, {3, 30}},
+                         {{"main", "a"}, {2, 20}},
+                         {{"main", "b", "a"}, {1, 10}}}));
   auto rows = sampled_by_name(s);
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows.at("a").flat, (std::vector<int64_t>{3, 30}));
@@ -251,10 +252,10 @@ TEST(FunctionStats, SampledStacksFlatIsTheLeafCumOncePerSample) {
   EXPECT_TRUE(s.span_rows().empty());
 
   FunctionStats cut;  // depth 1: two frames, the second the leaf
-  cut.add(
-      samples({{"samples", "count"}},
+  cut.add(located_samples(
+              {{"samples", "count"}},
               {{{"main", "a", "a", "b"}, {3}}, {{"main", "a"}, {2}}, {{"main", "b", "a"}, {1}}}),
-      1);
+          1);
   rows = sampled_by_name(cut);
   EXPECT_EQ(rows.at("a").flat, (std::vector<int64_t>{5}));
   EXPECT_EQ(rows.at("b").flat, (std::vector<int64_t>{1}));
@@ -263,9 +264,9 @@ TEST(FunctionStats, SampledStacksFlatIsTheLeafCumOncePerSample) {
 
 TEST(FunctionStats, SampledTypesAreTheUnion) {
   FunctionStats s;
-  s.add(samples({{"samples", "count"}}, {{{"main", "a"}, {2}}}));
-  s.add(samples({{"cpu", "nanoseconds"}, {"samples", "count"}},
-                {{{"main", "a"}, {70, 1}}, {{}, {5, 5}}}));
+  s.add(located_samples({{"samples", "count"}}, {{{"main", "a"}, {2}}}));
+  s.add(located_samples({{"cpu", "nanoseconds"}, {"samples", "count"}},
+                        {{{"main", "a"}, {70, 1}}, {{}, {5, 5}}}));
   ASSERT_EQ(s.value_types().size(), 2u);
   const auto rows = sampled_by_name(s);
   EXPECT_EQ(rows.at("a").flat, (std::vector<int64_t>{3, 70}));

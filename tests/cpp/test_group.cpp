@@ -29,7 +29,7 @@ std::string name_of(const Profile& p, int32_t s) {
   return p.display_name(p.spans[static_cast<size_t>(s)]);
 }
 
-std::vector<std::string> children(const Profile& p, int32_t s) {
+std::vector<std::string> child_names(const Profile& p, int32_t s) {
   std::vector<std::string> out;
   const int32_t first =
       s < 0 ? (p.roots.empty() ? -1 : p.roots[0]) : p.spans[static_cast<size_t>(s)].first_child;
@@ -99,12 +99,13 @@ class GroupTest : public ::testing::Test {
 };
 
 TEST_F(GroupTest, EachRunOfMlflowCallsBecomesOneNodeNamedForWhatItDoes) {
-  EXPECT_EQ(children(p, p.roots[0]), (std::vector<std::string>{"[mlflow: input checks, context]",
-                                                               "_PythonModelPyfuncWrapper.predict",
-                                                               "signature", "[mlflow: output]"}));
+  EXPECT_EQ(child_names(p, p.roots[0]),
+            (std::vector<std::string>{"[mlflow: input checks, context]",
+                                      "_PythonModelPyfuncWrapper.predict", "signature",
+                                      "[mlflow: output]"}));
   const int32_t g = find(p, "[mlflow: input checks, context]");
   // The stdlib call between two of MLflow's joins their run.
-  EXPECT_EQ(children(p, g),
+  EXPECT_EQ(child_names(p, g),
             (std::vector<std::string>{"_try_get_prediction_context", "Context.__init__",
                                       "signature", "_validate_prediction_input"}));
   const Span& group = p.spans[static_cast<size_t>(g)];
@@ -181,8 +182,8 @@ TEST(Group, WhatRunsUnderAnMlflowCallDoesNotChangeItsGroup) {
   ASSERT_EQ(p.spans.size(), 4u);
   ASSERT_EQ(p.roots.size(), 1u);
   EXPECT_EQ(name_of(p, p.roots[0]), "[mlflow]");  // no category word for either
-  EXPECT_EQ(children(p, p.roots[0]), (std::vector<std::string>{"run_callbacks", "log_metric"}));
-  EXPECT_EQ(children(p, find(p, "run_callbacks")), std::vector<std::string>{"my_callback"});
+  EXPECT_EQ(child_names(p, p.roots[0]), (std::vector<std::string>{"run_callbacks", "log_metric"}));
+  EXPECT_EQ(child_names(p, find(p, "run_callbacks")), std::vector<std::string>{"my_callback"});
   EXPECT_EQ(p.spans[static_cast<size_t>(find(p, "my_callback"))].depth, 2u);
 }
 
@@ -314,7 +315,8 @@ TEST(Group, MlflowCallsDeepInsideAGroupAreNotGroupedAgain) {
   build_tree(p);
   group_framework_spans(p);
   ASSERT_EQ(p.spans.size(), 5u);  // one group: the mlflow call under pandas stays a plain span
-  EXPECT_EQ(children(p, find(p, "DataFrame.astype")), std::vector<std::string>{"_enforce_schema"});
+  EXPECT_EQ(child_names(p, find(p, "DataFrame.astype")),
+            std::vector<std::string>{"_enforce_schema"});
   EXPECT_EQ(p.spans[static_cast<size_t>(find(p, "_enforce_schema"))].depth, 4u);
 }
 
@@ -362,8 +364,8 @@ TEST(GroupCache, SessionsOnOneBaseGroupAsWithoutTheCache) {
     group_framework_spans(with, &cache);
     group_framework_spans(without);
     ASSERT_EQ(render_text(with, {}), render_text(without, {}));
-    EXPECT_EQ(children(with, with.roots[0]), children(without, without.roots[0]));
-    EXPECT_EQ(children(with, with.roots[0]).front(), "[mlflow: input checks]");
+    EXPECT_EQ(child_names(with, with.roots[0]), child_names(without, without.roots[0]));
+    EXPECT_EQ(child_names(with, with.roots[0]).front(), "[mlflow: input checks]");
   }
   EXPECT_EQ(cache.base, base);
   EXPECT_EQ(cache.classes.size(), base->size());
@@ -420,7 +422,7 @@ TEST(GroupCache, ItsReusedArraysCarryNothingFromOneSessionToTheNext) {
       EXPECT_EQ(with.spans[i].depth, without.spans[i].depth);
       EXPECT_EQ(with.spans[i].flags, without.spans[i].flags);
     }
-    EXPECT_EQ(children(with, with.roots[0]).size(), runs == 0 ? 1u : 2u * runs);
+    EXPECT_EQ(child_names(with, with.roots[0]).size(), runs == 0 ? 1u : 2u * runs);
   }
 }
 

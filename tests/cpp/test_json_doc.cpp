@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "formats/json_read.h"
+#include "json_parse.h"
 #include "kernel_fixture.h"
 #include "profile_builder.h"
 
@@ -19,12 +20,7 @@ using test::make_lane;
 using test::ret;
 using test::suspend;
 
-rapidjson::Document parse(const std::string& text) {
-  rapidjson::Document doc;
-  doc.Parse(text.c_str(), text.size());
-  EXPECT_FALSE(doc.HasParseError()) << "offset " << doc.GetErrorOffset() << " in " << text;
-  return doc;
-}
+using test::parse_json;
 
 std::vector<std::string> string_array(const rapidjson::Value& v) {
   std::vector<std::string> out;
@@ -71,7 +67,7 @@ class JsonDocTest : public ::testing::Test {
 };
 
 TEST_F(JsonDocTest, MetaStatsAndTables) {
-  const rapidjson::Document doc = parse(to_json_document(p));
+  const rapidjson::Document doc = parse_json(to_json_document(p));
   const auto& meta = doc["meta"];
   EXPECT_STREQ(meta["format"].GetString(), "mlflow-profiler");
   EXPECT_EQ(meta["version"].GetInt(), kDocumentVersion);  // provenance cannot override it
@@ -126,7 +122,7 @@ TEST_F(JsonDocTest, MetaStatsAndTables) {
 }
 
 TEST_F(JsonDocTest, SpansMatchTheTreeFieldByField) {
-  const rapidjson::Document doc = parse(to_json_document(p));
+  const rapidjson::Document doc = parse_json(to_json_document(p));
   EXPECT_EQ(
       string_array(doc["span_fields"]),
       (std::vector<std::string>{"parent", "function", "label", "lane", "depth", "flags", "start_ns",
@@ -161,7 +157,7 @@ TEST_F(JsonDocTest, SpansMatchTheTreeFieldByField) {
 TEST_F(JsonDocTest, DepthViewDropsDeeperSpansAndRenumbers) {
   ViewOptions opts;
   opts.depth = 1;
-  const rapidjson::Document doc = parse(to_json_document(p, opts));
+  const rapidjson::Document doc = parse_json(to_json_document(p, opts));
   EXPECT_EQ(doc["meta"]["view_depth"].GetInt(), 1);
   EXPECT_EQ(doc["meta"]["captured_depth"].GetInt(), 2);
   std::vector<int32_t> kept;
@@ -191,7 +187,7 @@ TEST_F(JsonDocTest, DepthViewDropsDeeperSpansAndRenumbers) {
   EXPECT_EQ(doc["lanes"].Size(), 2u);
 
   opts.depth = 0;
-  const rapidjson::Document roots = parse(to_json_document(p, opts));
+  const rapidjson::Document roots = parse_json(to_json_document(p, opts));
   ASSERT_EQ(roots["spans"].Size(), 1u);  // predict; the task's span hangs under it
   EXPECT_EQ(roots["spans"][0][0].GetInt(), -1);
 }
@@ -201,7 +197,7 @@ TEST(JsonDoc, RenumberingOnARandomDeepTree) {
   for (int k = 0; k <= p.max_depth(); ++k) {
     ViewOptions opts;
     opts.depth = k;
-    const rapidjson::Document doc = parse(to_json_document(p, opts));
+    const rapidjson::Document doc = parse_json(to_json_document(p, opts));
     std::vector<int32_t> kept;
     std::vector<int32_t> renumbered(p.spans.size(), -1);
     for (size_t i = 0; i < p.spans.size(); ++i) {
@@ -229,7 +225,7 @@ TEST(JsonDoc, StringsAreEscaped) {
   p.meta["host"] = "a\"b";
   p.lanes.push_back(make_lane({call(0, f), ret(1)}, "Thread \"1\""));
   build_tree(p);
-  const rapidjson::Document doc = parse(to_json_document(p));
+  const rapidjson::Document doc = parse_json(to_json_document(p));
   const std::vector<std::string> strings = string_array(doc["strings"]);
   EXPECT_EQ(strings[p.functions.get(f).name], tricky);
   EXPECT_EQ(strings[p.functions.get(f).file], "C:\\app\\model.py");
@@ -241,7 +237,7 @@ TEST(JsonDoc, EmptyProfileAndUnlimitedCapture) {
   Profile p;
   p.captured_depth = -1;
   build_tree(p);
-  const rapidjson::Document doc = parse(to_json_document(p));
+  const rapidjson::Document doc = parse_json(to_json_document(p));
   EXPECT_EQ(doc["meta"]["captured_depth"].GetInt(), -1);
   EXPECT_EQ(doc["spans"].Size(), 0u);
   EXPECT_EQ(doc["lanes"].Size(), 0u);
@@ -250,7 +246,7 @@ TEST(JsonDoc, EmptyProfileAndUnlimitedCapture) {
 }
 
 TEST_F(JsonDocTest, AnInProcessDocumentHasNoKernelSectionsAndNoLanePids) {
-  const rapidjson::Document doc = parse(to_json_document(p));
+  const rapidjson::Document doc = parse_json(to_json_document(p));
   EXPECT_FALSE(doc.HasMember("kernel"));
   EXPECT_FALSE(doc.HasMember("span_values"));
   EXPECT_FALSE(doc.HasMember("span_value_fields"));
@@ -274,7 +270,7 @@ TEST(JsonDocKernel, SpanValuesAreLongFormWithUnits) {
   Profile p = test::kernel_profile_fixture();
   p.lanes[0].pid = 777;
   p.lanes[0].session = 12;
-  const rapidjson::Document doc = parse(to_json_document(p));
+  const rapidjson::Document doc = parse_json(to_json_document(p));
   EXPECT_EQ(doc["meta"]["version"].GetInt(), 2);
   EXPECT_EQ(doc["lanes"][0]["pid"].GetUint(), 777u);
   EXPECT_EQ(doc["lanes"][0]["session"].GetUint64(), 12u);
@@ -352,7 +348,7 @@ TEST(JsonDocKernel, AViewKeepsTheValuesOfItsSpansAndMovesThreadsUp) {
   const Profile p = test::kernel_profile_fixture();
   ViewOptions opts;
   opts.depth = 0;
-  const rapidjson::Document doc = parse(to_json_document(p, opts));
+  const rapidjson::Document doc = parse_json(to_json_document(p, opts));
   ASSERT_EQ(doc["spans"].Size(), 1u);
   for (const auto& r : doc["span_values"].GetArray()) EXPECT_EQ(r[0].GetInt(), 0);
   EXPECT_EQ(span_value(doc["span_values"], 0, "off_cpu", "ns"), 3'000);
@@ -374,7 +370,7 @@ TEST(JsonDocValues, WrittenLongFormAndReadBackToTheSameTable) {
                          {3, ValueKind::kCpuNs, 1030}, {3, ValueKind::kAllocBytes, 4096}};
   build_tree(p);
   const std::string text = to_json_document(p);
-  const rapidjson::Document doc = parse(text);
+  const rapidjson::Document doc = parse_json(text);
   EXPECT_FALSE(doc.HasMember("kernel"));
   const rapidjson::Value& v = doc["span_values"];
   EXPECT_EQ(span_value(v, 0, "cpu", "ns"), 30);
@@ -389,7 +385,7 @@ TEST(JsonDocValues, WrittenLongFormAndReadBackToTheSameTable) {
   // A view keeps the values of the spans it keeps.
   ViewOptions shallow;
   shallow.depth = 0;
-  const rapidjson::Document view = parse(to_json_document(p, shallow));
+  const rapidjson::Document view = parse_json(to_json_document(p, shallow));
   EXPECT_EQ(view["span_values"].Size(), 2u);
   EXPECT_EQ(span_value(view["span_values"], 0, "alloc", "bytes"), 4096);
 }
@@ -398,7 +394,7 @@ TEST(JsonDocValues, WithKernelDataTheAgentsCpuWinsAndAllocStays) {
   Profile p = test::kernel_profile_fixture();
   p.values = {{0, ValueKind::kCpuNs, 1}, {0, ValueKind::kAllocBytes, 77}};
   const std::string text = to_json_document(p);
-  const rapidjson::Document doc = parse(text);
+  const rapidjson::Document doc = parse_json(text);
   EXPECT_EQ(span_value(doc["span_values"], 0, "cpu", "ns"), 16'699);  // the agent's, once
   EXPECT_EQ(span_value(doc["span_values"], 0, "alloc", "bytes"), 77);
   Result<Profile> back = read_json_document(text);

@@ -12,7 +12,7 @@ namespace mlprof {
 namespace {
 
 // `text` (a JSON array) parsed as the core's readers parse it.
-rapidjson::Document parse(std::string_view text, rapidjson::ParseResult* result = nullptr) {
+rapidjson::Document parse_numbers(std::string_view text, rapidjson::ParseResult* result = nullptr) {
   rapidjson::Document doc;
   rapidjson::ParseResult r;
   auto generate = [&](rapidjson::Document& d) {
@@ -31,7 +31,7 @@ rapidjson::Document parse(std::string_view text, rapidjson::ParseResult* result 
 TEST(JsonNumbers, AZeroSignificandWithAnExponentIsZero) {
   // rapidjson 1.1.0's full precision read these as -6.06e-269 and 8.06e+264
   // (fuzz_document's finding).
-  const auto d = parse("[0e308, 0.000000000000000000000e100, -0e-300, 0.0e5]");
+  const auto d = parse_numbers("[0e308, 0.000000000000000000000e100, -0e-300, 0.0e5]");
   ASSERT_TRUE(d.IsArray());
   for (const auto& v : d.GetArray()) {
     ASSERT_TRUE(v.IsDouble());
@@ -40,7 +40,7 @@ TEST(JsonNumbers, AZeroSignificandWithAnExponentIsZero) {
 }
 
 TEST(JsonNumbers, IntegersTakeTheNarrowestTypeAsRapidjsonDoes) {
-  const auto d = parse(
+  const auto d = parse_numbers(
       "[5, -5, 4294967296, -2147483649, 18446744073709551615, 18446744073709551616, "
       "-9223372036854775809]");
   ASSERT_TRUE(d.IsArray());
@@ -54,7 +54,8 @@ TEST(JsonNumbers, IntegersTakeTheNarrowestTypeAsRapidjsonDoes) {
 }
 
 TEST(JsonNumbers, DoublesAreCorrectlyRoundedAndOutOfRangeIsZeroOrRefused) {
-  const auto d = parse("[0.1, 1.7976931348623157e308, 2.2250738585072014e-308, 1e-400, -1e-400]");
+  const auto d =
+      parse_numbers("[0.1, 1.7976931348623157e308, 2.2250738585072014e-308, 1e-400, -1e-400]");
   ASSERT_TRUE(d.IsArray());
   EXPECT_EQ(d[0].GetDouble(), 0.1);
   EXPECT_EQ(d[1].GetDouble(), 1.7976931348623157e308);
@@ -62,7 +63,7 @@ TEST(JsonNumbers, DoublesAreCorrectlyRoundedAndOutOfRangeIsZeroOrRefused) {
   EXPECT_EQ(d[3].GetDouble(), 0.0);  // too small: zero, as rapidjson reads it
   EXPECT_EQ(d[4].GetDouble(), 0.0);
   rapidjson::ParseResult r;
-  parse("[1, 1.8e308]", &r);
+  parse_numbers("[1, 1.8e308]", &r);
   // Too big: refused where it starts, in rapidjson's words.
   EXPECT_EQ(std::string(json_parse_error_text(r.Code())), "Number too big to be stored in double.");
   EXPECT_EQ(r.Offset(), 4u);

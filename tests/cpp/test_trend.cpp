@@ -2,6 +2,7 @@
 // change points, on series whose truth is known.
 
 #include "analysis/trend.h"
+#include "release_series.h"
 
 #include <gtest/gtest.h>
 
@@ -13,26 +14,8 @@
 namespace mlprof {
 namespace {
 
-struct Series {
-  std::vector<double> values;
-  std::vector<size_t> group_of;
-};
-
-// `groups` releases of `runs` runs, lognormal noise `sigma` around 1 ms,
-// times factor from release step_at on.
-Series make_series(uint64_t seed, size_t groups, size_t runs, double sigma, size_t step_at,
-                   double factor) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> noise(0.0, sigma);
-  Series s;
-  for (size_t g = 0; g < groups; ++g) {
-    for (size_t r = 0; r < runs; ++r) {
-      s.values.push_back(1e6 * std::exp(noise(gen)) * (g >= step_at ? factor : 1.0));
-      s.group_of.push_back(g);
-    }
-  }
-  return s;
-}
+using test::make_series;
+using test::Series;
 
 ChangePointOptions options() {
   ChangePointOptions o;
