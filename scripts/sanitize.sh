@@ -10,6 +10,10 @@
 #   scripts/sanitize.sh --python PY  also the extension for PY (a venv with
 #                                    pytest, pytest-xdist and pybind11), and
 #                                    the Python tier: capture tests on PY
+#   scripts/sanitize.sh --fuzz       ASan + UBSan with libFuzzer's coverage
+#                                    (fuzzer-no-link), the fuzz targets built
+#                                    too: scripts/fuzz.sh then runs them from
+#                                    this build (MLPROF_FUZZ_BUILD; CI does)
 # Root runs the agent's BPF tests too, as in CI. Exit 1 on a failed test or
 # any sanitizer report. Environment: MLPROF_SANITIZE_BUILD, the build
 # directory; MLPROF_LIBBPF_DIR, libbpf-dev 1.4.6's prefix (bpf/README.md);
@@ -18,12 +22,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-mode=address ctest_args=() python=""
+mode=address ctest_args=() python="" fuzz=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --thread) mode=thread; shift ;;
     -R) ctest_args+=(-R "$2"); shift 2 ;;
     --python) python=$2; shift 2 ;;
+    --fuzz) fuzz=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; $d'; exit 0 ;;
     *) echo "sanitize.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -36,7 +41,10 @@ if [ "$mode" = address ]; then
   flags+=" -fsanitize-ignorelist=$root/fuzz/ubsan.ignore"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  # fuzz.sh's flags (it reuses a configured build): coverage for libFuzzer.
+  [ "$fuzz" = 0 ] || flags=${flags/address,undefined/address,undefined,fuzzer-no-link}
 else
+  [ "$fuzz" = 0 ] || { echo "sanitize.sh: --fuzz is for ASan + UBSan, not --thread" >&2; exit 2; }
   build=${MLPROF_SANITIZE_BUILD:-$root/build-tsan}
   flags="-fsanitize=thread"
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
@@ -51,14 +59,17 @@ if [ ! -f "$build/build.ninja" ]; then
   [ -n "$python" ] && pyext=(-DMLPROF_BUILD_PYEXT=ON -DMLPROF_UNITY_BUILD=OFF
     -DPython_EXECUTABLE="$("$python" -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')"
     -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)")
+  # ccache, but not with --fuzz: as fuzz.sh, which does not use it (ccache
+  # does not hash the ignorelist's content).
   launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  command -v ccache >/dev/null && [ "$fuzz" = 0 ] &&
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=${mode/address/address,undefined}" \
     "${pyext[@]}" -DMLPROF_BUILD_TESTS=ON -DMLPROF_BUILD_AGENT=ON -DMLPROF_LIBBPF_DIR="$libbpf" \
-    -DMLPROF_BUILD_BENCH=OFF -DMLPROF_BUILD_FUZZ=OFF >/dev/null
+    -DMLPROF_BUILD_BENCH=OFF -DMLPROF_BUILD_FUZZ="$([ "$fuzz" = 1 ] && echo ON || echo OFF)" >/dev/null
 fi
 echo "== build ($build, $mode)"
 ninja -C "$build" ${MLPROF_SANITIZE_JOBS:+-j "$MLPROF_SANITIZE_JOBS"}
