@@ -9,6 +9,7 @@
 #include <string>
 
 #include "formats/export_util.h"
+#include "model/profile_check.h"
 #include "profile_builder.h"
 
 namespace mlprof {

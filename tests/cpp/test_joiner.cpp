@@ -29,6 +29,7 @@
 #include "formats/json_doc.h"
 #include "formats/json_read.h"
 #include "mlprof_events.h"
+#include "model/profile_check.h"
 #include "model/resume.h"
 #include "profile_builder.h"
 #include "sanitized.h"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "formats/json_stream.h"
+#include "model/profile_check.h"
 #include "model/tree.h"
 #include "util/result.h"
 
@@ -80,6 +81,10 @@ class DocumentAccess {
 
   bool fail(const Where& w, const std::string& what) {
     error_ = Error{Error::Kind::kCorrupt, 0, "corrupt profile document: " + w.str() + ": " + what};
+    return false;
+  }
+  bool fail(const ProfileDefect& d) {
+    error_ = Error{Error::Kind::kCorrupt, 0, "corrupt profile document: " + d.str()};
     return false;
   }
   bool fail_type(const Where& w, const Value& v, const char* expected) {

@@ -101,9 +101,8 @@ class DocumentReader : DocumentAccess {
         !get_field(meta, Where{s, -1, "clock"}, clock)) {
       return false;
     }
-    if (depth < -1) return fail(Where{s, -1, "captured_depth"}, "must be -1 (unlimited) or >= 0");
     p.captured_depth = depth;
-    if (p.end_ns < p.start_ns) return fail(Where{s, -1, "end_ns"}, "is before start_ns");
+    if (auto d = session_defect(p)) return fail(*d);
     if (duration != p.end_ns - p.start_ns) {
       return fail(Where{s, -1, "duration_ns"}, "is not end_ns - start_ns");
     }
@@ -215,10 +214,7 @@ class DocumentReader : DocumentAccess {
           !get_absent_ok(v, Where{s, i, "span_id"}, lane.span_id)) {
         return false;
       }
-      if (lane.parent_lane < -1 || lane.parent_lane >= static_cast<int64_t>(lanes->Size())) {
-        return fail(Where{s, i, "parent_lane"},
-                    std::to_string(lane.parent_lane) + " is neither -1 nor a lane");
-      }
+      if (auto d = lane_defect(p, i)) return fail(*d);
     }
     return true;
   }
@@ -267,22 +263,7 @@ class DocumentReader : DocumentAccess {
                                         "strings", span.resource))) {
         return false;
       }
-      // A parent comes first: that is what makes the links a tree (no cycles)
-      // and what the renderers' single passes rely on.
-      if (span.parent < -1 || span.parent >= static_cast<int64_t>(i)) {
-        return fail(Where{s, i},
-                    "parent " + std::to_string(span.parent) + " is not an earlier span");
-      }
-      const uint32_t depth = span.parent < 0 ? 0 : p.spans[span.parent].depth + 1;
-      if (span.depth != depth) {
-        return fail(Where{s, i}, "depth " + std::to_string(span.depth) +
-                                     " does not match its parent's (expected " +
-                                     std::to_string(depth) + ")");
-      }
-      if (span.end_ns < span.start_ns) return fail(Where{s, i}, "ends before it starts");
-      if (span.waiting_ns < 0 || span.waiting_ns > span.end_ns - span.start_ns) {
-        return fail(Where{s, i, "waiting_ns"}, "is not within the span's wall time");
-      }
+      if (auto d = span_defect(p, i)) return fail(*d);
     }
     spans_.release();
     return true;
@@ -313,12 +294,7 @@ class DocumentReader : DocumentAccess {
         return false;
       }
       seg.span = static_cast<int32_t>(span);
-      // Profile::segments_of looks segments up by binary search on span.
-      if (i > 0 && seg.span < p.segments[i - 1].span) return fail(Where{s, i}, "not in span order");
-      if (seg.end_ns < seg.start_ns) return fail(Where{s, i}, "ends before it starts");
-      if (seg.paused_ns < 0 || seg.paused_ns > seg.end_ns - seg.start_ns) {
-        return fail(Where{s, i, "paused_ns"}, "is not within the segment's length");
-      }
+      if (auto d = segment_defect(p, i)) return fail(*d);
     }
     return true;
   }
@@ -353,13 +329,10 @@ class DocumentReader : DocumentAccess {
           !get_optional((*r)[c.at[9]], Where{s, i, "repr"}, sum.repr_short)) {
         return false;
       }
-      if (role > static_cast<uint32_t>(IORole::kReturn)) {
-        return fail(Where{s, i, "role"}, "must be 0 (argument) or 1 (return value)");
-      }
       io.span = static_cast<int32_t>(span);
-      io.role = static_cast<IORole>(role);
-      // Profile::io_of looks summaries up by binary search on span.
-      if (i > 0 && io.span < p.io[i - 1].span) return fail(Where{s, i}, "not in span order");
+      // Past IORole's uint8_t, a role would wrap before io_defect saw it.
+      io.role = static_cast<IORole>(std::min<uint32_t>(role, 255));
+      if (auto d = io_defect(p, i)) return fail(*d);
     }
     return true;
   }
@@ -387,10 +360,7 @@ class DocumentReader : DocumentAccess {
           !get_id((*r)[c.at[4]], Where{s, i, "resource"}, n_strings, "strings", m.resource)) {
         return false;
       }
-      if (m.span < -1 || m.span >= static_cast<int64_t>(p.spans.size())) {
-        return fail(Where{s, i, "span"}, "is not -1 or a span");
-      }
-      if (i > 0 && m.ts_ns < p.marks[i - 1].ts_ns) return fail(Where{s, i}, "not in time order");
+      if (auto d = mark_defect(p, i)) return fail(*d);
     }
     return true;
   }
@@ -460,12 +430,11 @@ class DocumentReader : DocumentAccess {
           !get((*r)[c.at[7]], Where{s, i, "prev_state"}, iv.prev_state)) {
         return false;
       }
-      if (iv.end_ns < iv.start_ns) return fail(Where{s, i}, "ends before it starts");
       // Optional columns (written since the agent named wakers and waits).
       if (int col = optional_column(kernel, "off_cpu_fields", "syscall"); col >= 0) {
         if (!get((*r)[col], Where{s, i, "syscall"}, iv.syscall)) return false;
-        if (iv.syscall < -1) return fail(Where{s, i, "syscall"}, "below -1");
       }
+      if (auto d = off_cpu_defect(p, i)) return fail(*d);
       if (int col = optional_column(kernel, "off_cpu_fields", "waker_kind"); col >= 0) {
         std::string kind;
         if (!get((*r)[col], Where{s, i, "waker_kind"}, kind)) return false;
@@ -569,15 +538,7 @@ class DocumentReader : DocumentAccess {
           !get((*r)[c.at[7]], Where{s, i, "exit_code"}, t.exit_code)) {
         return false;
       }
-      if (t.started_under < -1 || t.started_under >= static_cast<int64_t>(p.spans.size())) {
-        return fail(Where{s, i, "started_under"},
-                    std::to_string(t.started_under) + " is neither -1 nor a span");
-      }
-      // 0 stands for "before the capture" / "still running", so only two
-      // known times can disagree.
-      if (t.start_ns != 0 && t.end_ns != 0 && t.end_ns < t.start_ns) {
-        return fail(Where{s, i}, "ends before it starts");
-      }
+      if (auto d = thread_defect(p, i)) return fail(*d);
     }
     return true;
   }

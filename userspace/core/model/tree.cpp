@@ -466,66 +466,6 @@ void mark_caught(std::vector<Span>& spans) {
 }
 }  // namespace
 
-std::string profile_defect(const Profile& p) {
-  auto wider = [](int64_t part, int64_t start, int64_t end) {  // in double: no overflow
-    return part < 0 ||
-           static_cast<double>(part) > static_cast<double>(end) - static_cast<double>(start);
-  };
-  if (!is_time(p.start_ns) || !is_time(p.end_ns)) return "the session's times are out of range";
-  if (p.end_ns < p.start_ns) return "the session ends before it starts";
-  if (p.captured_depth < -1) return "the captured depth is below -1";
-  for (size_t i = 0; i < p.lanes.size(); ++i) {
-    const int32_t parent = p.lanes[i].parent_lane;
-    if (parent < -1 || parent >= static_cast<int64_t>(i))
-      return "lane " + std::to_string(i) + "'s parent lane is not an earlier lane";
-  }
-  const auto n_spans = static_cast<int64_t>(p.spans.size());
-  for (size_t i = 0; i < p.spans.size(); ++i) {
-    const Span& s = p.spans[i];
-    const std::string which = "span " + std::to_string(i);
-    if (s.parent < -1 || s.parent >= static_cast<int64_t>(i))
-      return which + "'s parent is not an earlier span";
-    if (s.depth != (s.parent < 0 ? 0 : p.spans[s.parent].depth + 1))
-      return which + "'s depth does not follow its parent's";
-    if (s.lane >= p.lanes.size()) return which + " names no lane";
-    if (!is_time(s.start_ns) || !is_time(s.end_ns)) return which + "'s times are out of range";
-    if (s.end_ns < s.start_ns) return which + " ends before it starts";
-    if (wider(s.waiting_ns, s.start_ns, s.end_ns))
-      return which + "'s waiting is not within its wall time";
-  }
-  for (size_t i = 0; i < p.segments.size(); ++i) {
-    const Segment& g = p.segments[i];
-    if (g.span < 0 || g.span >= n_spans || (i > 0 && g.span < p.segments[i - 1].span))
-      return "segment " + std::to_string(i) + " is not of a span in span order";
-    if (!is_time(g.start_ns) || !is_time(g.end_ns) || g.end_ns < g.start_ns ||
-        wider(g.paused_ns, g.start_ns, g.end_ns))
-      return "segment " + std::to_string(i) + " ends before it starts or pauses longer";
-  }
-  for (size_t i = 0; i < p.io.size(); ++i) {
-    const SpanIO& io = p.io[i];
-    if (io.span < 0 || io.span >= n_spans || (i > 0 && io.span < p.io[i - 1].span) ||
-        static_cast<uint32_t>(io.role) > static_cast<uint32_t>(IORole::kReturn))
-      return "I/O summary " + std::to_string(i) + " is not of a span in span order";
-  }
-  for (size_t i = 0; i < p.marks.size(); ++i) {
-    const Mark& m = p.marks[i];
-    if (m.span < -1 || m.span >= n_spans || !is_time(m.ts_ns) ||
-        (i > 0 && m.ts_ns < p.marks[i - 1].ts_ns))
-      return "mark " + std::to_string(i) + " is not of a span in time order";
-  }
-  for (const OffCpuInterval& iv : p.kernel.off_cpu) {
-    if (!is_time(iv.start_ns) || !is_time(iv.wake_ns) || !is_time(iv.end_ns) ||
-        iv.end_ns < iv.start_ns || iv.syscall < -1)
-      return "an off-CPU interval's times are out of range or out of order";
-  }
-  for (const ThreadLifetime& t : p.kernel.threads) {
-    if (t.started_under < -1 || t.started_under >= n_spans || !is_time(t.start_ns) ||
-        !is_time(t.end_ns) || (t.start_ns != 0 && t.end_ns != 0 && t.end_ns < t.start_ns))
-      return "a thread's times are out of range or out of order, or it started under no span";
-  }
-  return {};
-}
-
 void link_tree(Profile& p) {
   std::vector<Span>& spans = p.spans;
   mark_caught(spans);

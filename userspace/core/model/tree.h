@@ -220,17 +220,4 @@ void drop_empty_lanes(Profile& profile);
 // document reader.
 void link_tree(Profile& profile);
 
-// What the renderers and views rely on of a profile that did not come from
-// build_tree (a store someone was sent), as the document reader checks it
-// while reading, row by row: the session ends after it starts and its depth
-// is -1 or more; each lane's parent_lane is -1 or an earlier lane; each
-// span's parent is an earlier span, its depth its parent's plus one, its
-// lane a lane, it ends after it starts, its waiting is within its wall
-// time; segments and I/O summaries are in span order, segments end after
-// they start with their pauses within, I/O roles are 0 or 1; marks name -1
-// or a span, in time order; off-CPU intervals and threads end after they
-// start, threads started under -1 or a span; every time is_time. "" when
-// all hold, else the first that does not, for a one-line refusal.
-std::string profile_defect(const Profile& profile);
-
 }  // namespace mlprof

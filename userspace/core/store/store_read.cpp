@@ -9,6 +9,7 @@
 #include "analysis/sched.h"
 #include "formats/import.h"    // kMaxStackDepth
 #include "formats/json_doc.h"  // kSpanValueTypes
+#include "model/profile_check.h"
 #include "store/sql_batch.h"
 #include "store/store.h"
 #include "store/store_internal.h"
