@@ -34,6 +34,13 @@ Defect time_defect(const char* table, size_t row,
   return std::nullopt;
 }
 
+// A row's start_ns and end_ns: each is_time, and the end not before the start.
+Defect interval_defect(const char* table, size_t row, int64_t start, int64_t end) {
+  if (Defect d = time_defect(table, row, {{"start_ns", start}, {"end_ns", end}})) return d;
+  if (end < start) return at(table, row, nullptr, "ends before it starts");
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string ProfileDefect::str() const {
@@ -88,10 +95,7 @@ Defect span_defect(const Profile& p, size_t i) {
                   std::to_string(depth) + ")");
   }
   if (Defect d = id_defect("spans", i, "lane", s.lane, p.lanes.size(), "lanes")) return d;
-  if (Defect d = time_defect("spans", i, {{"start_ns", s.start_ns}, {"end_ns", s.end_ns}})) {
-    return d;
-  }
-  if (s.end_ns < s.start_ns) return at("spans", i, nullptr, "ends before it starts");
+  if (Defect d = interval_defect("spans", i, s.start_ns, s.end_ns)) return d;
   if (!within(s.waiting_ns, s.start_ns, s.end_ns)) {
     return at("spans", i, "waiting_ns", "is not within the span's wall time");
   }
@@ -104,10 +108,7 @@ Defect segment_defect(const Profile& p, size_t i) {
   // Profile::segments_of looks segments up by binary search on span.
   if (i > 0 && g.span < p.segments[i - 1].span)
     return at("segments", i, nullptr, "not in span order");
-  if (Defect d = time_defect("segments", i, {{"start_ns", g.start_ns}, {"end_ns", g.end_ns}})) {
-    return d;
-  }
-  if (g.end_ns < g.start_ns) return at("segments", i, nullptr, "ends before it starts");
+  if (Defect d = interval_defect("segments", i, g.start_ns, g.end_ns)) return d;
   if (!within(g.paused_ns, g.start_ns, g.end_ns)) {
     return at("segments", i, "paused_ns", "is not within the segment's length");
   }
