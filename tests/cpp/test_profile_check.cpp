@@ -119,6 +119,28 @@ TEST(ProfileCheck, WhatIsNotADefect) {
   EXPECT_EQ(profile_defect(p), "");
 }
 
+// Past 2^53 ns (104 days of a monotonic clock) a double cannot hold every
+// nanosecond: a wait of all of a span's wall time there must still be
+// within it, and one nanosecond more must not.
+TEST(ProfileCheck, WaitsAreComparedExactlyAtAnyTime) {
+  Profile p = valid_profile();
+  const int64_t base = int64_t{1} << 60;  // a double's step here: 256 ns
+  p.end_ns = base + 1000;
+  for (Span& s : p.spans) s.start_ns += base, s.end_ns += base;
+  Span& s = p.spans[1];
+  s.start_ns = base + 129;  // as doubles, start and end are the same
+  s.end_ns = base + 383;
+  s.waiting_ns = 254;
+  p.segments[0] = Segment{1, s.start_ns, s.end_ns};
+  p.segments[0].paused_ns = 254;
+  EXPECT_EQ(profile_defect(p), "");
+  const auto back = read_json_document(to_json_document(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value().spans[1].waiting_ns, 254);
+  s.waiting_ns = 255;
+  EXPECT_EQ(profile_defect(p), "spans[1].waiting_ns: is not within the span's wall time");
+}
+
 // The document reader refuses with the same check: a profile the store
 // would refuse is refused in a document too, in the same words.
 TEST(ProfileCheck, TheDocumentReaderRefusesInTheSameWords) {

@@ -10,10 +10,11 @@ Defect at(const char* table, size_t row, const char* column, std::string what) {
   return ProfileDefect{table, static_cast<int64_t>(row), column, std::move(what)};
 }
 
-// `part` within [start, end]'s length; in double, so no difference overflows.
+// `part` within [start, end]'s length, exactly: past 2^53 ns a double
+// loses nanoseconds, and in unsigned no difference overflows.
 bool within(int64_t part, int64_t start, int64_t end) {
-  return part >= 0 &&
-         static_cast<double>(part) <= static_cast<double>(end) - static_cast<double>(start);
+  return part >= 0 && end >= start &&
+         static_cast<uint64_t>(part) <= static_cast<uint64_t>(end) - static_cast<uint64_t>(start);
 }
 
 // The id is one of `size` rows of `of` (the document reader's words).
