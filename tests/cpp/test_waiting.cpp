@@ -117,5 +117,37 @@ TEST_F(WaitingTest, TheDocumentKeepsItAndAnOlderOneGetsTheSuspendedTime) {
   EXPECT_EQ(old.value().spans[1].waiting_ns, 600);
 }
 
+// A group node's members may overlap in time (generators consumed in turn,
+// or what a hostile target's probes described): their waits summed would be
+// more than the group's wall. A group waits at most what its members did
+// not run, and a group inside a group is whole before it is counted.
+TEST_F(WaitingTest, AGroupWaitsAtMostTheWallItsMembersDidNotRun) {
+  auto span = [&](int32_t parent, uint32_t depth, uint32_t flags, int64_t start, int64_t end,
+                  int64_t active) {
+    Span s;
+    s.parent = parent;
+    s.function = a;
+    s.depth = depth;
+    s.flags = flags;
+    s.start_ns = start;
+    s.end_ns = end;
+    s.active_ns = active;
+    p.spans.push_back(s);
+  };
+  span(-1, 0, kSpanGroup, 0, 1000, 1000);
+  span(0, 1, 0, 0, 1000, 100);  // waits 900, runs 100
+  span(0, 1, 0, 0, 1000, 100);  // the same stretch again
+  span(0, 1, kSpanGroup, 0, 1000, 1000);
+  span(3, 2, 0, 0, 1000, 50);  // waits 950, runs 50
+  span(3, 2, 0, 0, 1000, 50);
+  compute_waiting(p);
+  EXPECT_EQ(p.spans[1].waiting_ns, 900);
+  EXPECT_EQ(p.spans[3].waiting_ns, 900);  // 1900 summed; 1000 less the 100 its members ran
+  EXPECT_EQ(p.spans[0].waiting_ns, 700);  // 2700 summed; 1000 less 100 + 100 + 100 run
+  for (const Span& s : p.spans) EXPECT_LE(s.waiting_ns, s.duration_ns());
+  compute_waiting(p);  // idempotent
+  EXPECT_EQ(p.spans[0].waiting_ns, 700);
+}
+
 }  // namespace
 }  // namespace mlprof

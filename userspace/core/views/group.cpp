@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "views/waiting.h"
+
 namespace mlprof {
 
 namespace {
@@ -272,13 +274,10 @@ class Grouper {
       new_index[i] = static_cast<int32_t>(out.size());
       out.push_back(s);
     }
-    // Members that overlap in time (generators consumed in turn) would count
-    // a wait twice: a group waits at most the wall its members did not run.
     for (size_t r = 0; r < group_index.size(); ++r) {
       if (group_index[r] < 0) continue;
       Span& g = out[static_cast<size_t>(group_index[r])];
-      g.waiting_ns = std::clamp<int64_t>(g.waiting_ns, 0,
-                                         std::max<int64_t>(0, g.duration_ns() - group_running[r]));
+      g.waiting_ns = group_waiting_ns(g.duration_ns(), g.waiting_ns, group_running[r]);
     }
     p_.spans.swap(out);  // the old spans' memory stays in the scratch for the next profile
     for (SpanIO& io : p_.io) io.span = new_index[static_cast<size_t>(io.span)];

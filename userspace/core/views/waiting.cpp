@@ -73,11 +73,21 @@ void compute_waiting(Profile& p) {
     const int64_t suspended = (s.flags & kSpanGroup) ? 0 : std::max<int64_t>(0, wall - s.active_ns);
     s.waiting_ns = std::clamp<int64_t>(suspended + off, 0, std::max<int64_t>(0, wall));
   }
-  // A group (0 so far) sums its members, which come after it: from the last span up.
+  // A group (0 so far) sums its members, which come after it: from the last
+  // span up, so a group inside a group is whole before it is counted.
+  std::vector<int64_t> running;  // per group: its members' running time
   for (size_t i = p.spans.size(); i-- > 0;) {
-    const int32_t parent = p.spans[i].parent;
-    if (parent >= 0 && (p.spans[parent].flags & kSpanGroup))
-      p.spans[parent].waiting_ns += p.spans[i].waiting_ns;
+    Span& s = p.spans[i];
+    if (s.flags & kSpanGroup) {
+      if (running.empty()) running.assign(p.spans.size(), 0);
+      s.waiting_ns = group_waiting_ns(s.duration_ns(), s.waiting_ns, running[i]);
+    }
+    const int32_t parent = s.parent;
+    if (parent >= 0 && static_cast<size_t>(parent) < i && (p.spans[parent].flags & kSpanGroup)) {
+      if (running.empty()) running.assign(p.spans.size(), 0);
+      p.spans[parent].waiting_ns += s.waiting_ns;
+      running[static_cast<size_t>(parent)] += s.running_ns();
+    }
   }
 }
 

@@ -45,7 +45,18 @@ struct OffCpuReading {
 // the agent's figures are attributed, else the lanes' OffCpuReadings, each
 // placed as [end_ns - off_ns, end_ns] and counted for the spans of its lane
 // running then (a generator over its segments). A group node (kSpanGroup)
-// waits what its members wait. Never more than the wall. Idempotent.
+// waits what its members wait, at most the wall they did not run. Never
+// more than the wall. Idempotent.
 void compute_waiting(Profile& profile);
+
+// A group node's waiting from its members': members that overlap in time
+// (generators consumed in turn, or a hostile document's) would count a wait
+// twice, so a group waits at most the wall its members did not run.
+inline int64_t group_waiting_ns(int64_t wall_ns, int64_t members_waiting_ns,
+                                int64_t members_running_ns) {
+  const int64_t idle = wall_ns - members_running_ns;
+  if (members_waiting_ns < 0 || idle <= 0) return 0;
+  return members_waiting_ns < idle ? members_waiting_ns : idle;
+}
 
 }  // namespace mlprof
