@@ -216,12 +216,16 @@ def test_a_lock_wait_is_a_lock_and_agrees_with_the_targets_clock(agent, python_t
         )
         # acquire() is off the CPU nearly all its time (the helper releases
         # the lock late), asleep for the lock until the helper's release()
-        # and never after it (release() wakes it), then for the GIL to return
-        # to Python: the helper holds it until it blocks or exits, which on a
-        # loaded machine (CI) took up to 1.8 ms.
+        # (release() wakes it), then for the GIL to return to Python: the
+        # helper holds it until it blocks or exits, which on a loaded
+        # machine (CI) took up to 1.8 ms. A sleep ends at its enqueue
+        # (sched_wakeup, as the kernel's run_delay counts), which an IPI to
+        # an idle CPU can put after release() returned: 14.5 us once on this
+        # VM under load (bpf/sched_progs.bpf.h, on_wakeup); never a share of
+        # the wait.
         assert off >= 0.9 * (window[0][1] - window[0][0]), (off, window)
         assert lock >= 0.9 * (r0 - window[0][0]), (lock, r0 - window[0][0])
-        assert blocked_in(doc, main, [(r1, t1)], "lock") == 0, (r1, t1)
+        assert blocked_in(doc, main, [(r1, t1)], "lock") <= 0.5 * MS, (r1, t1)
         assert lock + gil >= 0.98 * every, (lock, gil, every)
         assert waits.get("futex S", 0) < 0.1 * waits["lock"], waits
     row = next(l for l in result.stdout.splitlines() if qualname("_lock") in l and "%" in l)
