@@ -191,8 +191,12 @@ def test_fan_out_hangs_under_the_call_that_ran_the_loop(engine, depth, until_com
         ends = [c for c in kids(ce) if c["label"] == "endpoint_call"]
         assert all(c["depth"] == 2 and c["task"] > 0 for c in ends)
         assert len({c["task"] for c in ends}) == CALLS
-        # call_endpoints' wall is the fan-out's: the slowest call's own clock, at least.
-        assert ce["wall_ns"] / 1e9 >= max(truth.values())
+        # call_endpoints' wall is the fan-out's: the slowest call's own clock,
+        # at least, less the profiler's own stretches, which every span's time
+        # leaves out (docs/decisions/0006): one preempted on a loaded machine
+        # is milliseconds (CI, once: the wall 2.85 ms under the clock).
+        cut = session.statistics()["profiler_overhead_ns"]
+        assert ce["wall_ns"] + cut >= max(truth.values()) * 1e9, (ce["wall_ns"], cut, truth)
         assert ce["waiting_ns"] > 0.5 * ce["wall_ns"]  # in the selector, idle
         return session, ends, engine
 
