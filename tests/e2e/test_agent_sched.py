@@ -12,8 +12,10 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import time
-from typing import Dict
+from typing import Dict, List
 
 from conftest import Document, pin, qualname, require
 
@@ -69,7 +71,7 @@ tracepoint:sched:sched_switch {
   $t = @q[args->next_pid];
   if ($t) { @runq[args->next_pid] += nsecs - $t; @n[args->next_pid] += 1; delete(@q[args->next_pid]); }
 }
-END { clear(@q); }
+END { clear(@q); clear(@runq); clear(@n); }
 """
 
 
@@ -82,21 +84,48 @@ class Bpftrace:
             exe is not None,
             "bpftrace is needed for the kernel-side oracle (apt-get install bpftrace)",
         )
+        # stderr to a file: a pipe nobody reads fills with bpftrace's
+        # warnings and blocks it.
+        self.err = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            [exe, "-e", BPFTRACE_RUNQ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [exe, "-e", BPFTRACE_RUNQ], stdout=subprocess.PIPE, stderr=self.err, text=True
         )
         first = self.proc.stdout.readline()  # "Attaching 4 probes..."
-        assert "Attaching" in first, (
-            first,
-            self.proc.stderr.read() if self.proc.poll() is not None else "",
+        assert "Attaching" in first, (first, self.proc.wait(), self.err.seek(0), self.err.read())
+        self.lines: List[str] = []
+        self._reader = threading.Thread(
+            target=lambda: self.lines.extend(self.proc.stdout), daemon=True
         )
-        # Probes are attached once it printed that; stderr is drained at stop().
+        self._reader.start()
         time.sleep(0.5)  # attached once it printed that; a margin for the last probe
 
     def stop(self) -> Dict[int, int]:
-        """Run-queue ns by tid."""
+        """Run-queue ns by tid: the maps bpftrace prints on SIGUSR1, read
+        before it is asked to exit (END prints nothing). Once in CI it did
+        not exit within 60 s of SIGINT; its sums, printed only at exit then,
+        were lost and the test failed. It is killed if it does not exit."""
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline, seen = time.monotonic() + 30, -1
+        while time.monotonic() < deadline:  # printed once no line came for 0.5 s
+            time.sleep(0.5)
+            if len(self.lines) == seen and any(l.startswith("@runq[") for l in self.lines):
+                break
+            seen = len(self.lines)
+        out = "".join(self.lines)
         self.proc.send_signal(signal.SIGINT)
-        out, err = self.proc.communicate(timeout=60)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            print("bpftrace did not exit within 60 s of SIGINT: killed, its maps kept")
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._reader.join(10)
+            self.proc.stdout.close()
+            self.err.seek(0)
+            err = self.err.read()
+            self.err.close()
         runq = {}
         for m in re.finditer(r"^@runq\[(\d+)\]: (\d+)$", out, re.M):
             runq[int(m.group(1))] = int(m.group(2))
