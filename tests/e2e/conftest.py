@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,59 @@ def require(ok: bool, why: str) -> None:
     if os.environ.get("MLPROF_REQUIRE_BPF") == "1":
         pytest.fail(f"{why}; required here (MLPROF_REQUIRE_BPF=1)")
     pytest.skip(why)
+
+
+class Bpftrace:
+    """A bpftrace program run until stop(); the lines it printed."""
+
+    def __init__(self, program: str):
+        exe = shutil.which("bpftrace")
+        require(exe is not None, "bpftrace is needed for the oracle (apt-get install bpftrace)")
+        # stderr to a file: a pipe nobody reads fills with bpftrace's warnings
+        # (lost events under load) and blocks it.
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            [exe, "-e", program], stdout=subprocess.PIPE, stderr=self.err, text=True
+        )
+        self.lines: List[str] = []
+        first = self.proc.stdout.readline()  # "Attaching N probes..."
+        assert "Attaching" in first, (first, self.proc.wait(), self.err.seek(0), self.err.read())
+        self._reader = threading.Thread(
+            target=lambda: self.lines.extend(self.proc.stdout), daemon=True
+        )
+        self._reader.start()
+        time.sleep(0.5)  # attached once it printed that; a margin for the last probe
+
+    def stop(self, maps: str = "") -> List[str]:
+        """The lines printed so far; with `maps` (the start of a map's lines,
+        "@runq["), after bpftrace printed its maps on SIGUSR1 (for a program
+        whose END prints nothing). The oracle's
+        data is those lines, not bpftrace's exit: twice in CI it did not exit
+        within 60 s of SIGINT, and is then killed with its lines kept."""
+        if maps:
+            self.proc.send_signal(signal.SIGUSR1)
+            deadline, seen = time.monotonic() + 30, -1
+            while time.monotonic() < deadline:  # printed once no line came for 0.5 s
+                time.sleep(0.5)
+                if len(self.lines) == seen and any(l.startswith(maps) for l in self.lines):
+                    break
+                seen = len(self.lines)
+        else:
+            time.sleep(0.3)
+        printed = list(self.lines)
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            print("bpftrace did not exit within 60 s of SIGINT: killed, its lines kept")
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._reader.join(10)
+            self.proc.stdout.close()
+            self.err.close()
+        return printed if maps else self.lines
 
 
 @pytest.fixture(scope="session")

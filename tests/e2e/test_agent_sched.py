@@ -9,15 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import threading
-import time
 from typing import Dict, List
 
-from conftest import Document, pin, qualname, require
+from conftest import Bpftrace, Document, pin, qualname
 
 MS = 1_000_000
 
@@ -75,62 +69,14 @@ END { clear(@q); clear(@runq); clear(@n); }
 """
 
 
-class Bpftrace:
-    """bpftrace running BPFTRACE_RUNQ until stop()."""
-
-    def __init__(self):
-        exe = shutil.which("bpftrace")
-        require(
-            exe is not None,
-            "bpftrace is needed for the kernel-side oracle (apt-get install bpftrace)",
-        )
-        # stderr to a file: a pipe nobody reads fills with bpftrace's
-        # warnings and blocks it.
-        self.err = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            [exe, "-e", BPFTRACE_RUNQ], stdout=subprocess.PIPE, stderr=self.err, text=True
-        )
-        first = self.proc.stdout.readline()  # "Attaching 4 probes..."
-        assert "Attaching" in first, (first, self.proc.wait(), self.err.seek(0), self.err.read())
-        self.lines: List[str] = []
-        self._reader = threading.Thread(
-            target=lambda: self.lines.extend(self.proc.stdout), daemon=True
-        )
-        self._reader.start()
-        time.sleep(0.5)  # attached once it printed that; a margin for the last probe
-
-    def stop(self) -> Dict[int, int]:
-        """Run-queue ns by tid: the maps bpftrace prints on SIGUSR1, read
-        before it is asked to exit (END prints nothing). Once in CI it did
-        not exit within 60 s of SIGINT; its sums, printed only at exit then,
-        were lost and the test failed. It is killed if it does not exit."""
-        self.proc.send_signal(signal.SIGUSR1)
-        deadline, seen = time.monotonic() + 30, -1
-        while time.monotonic() < deadline:  # printed once no line came for 0.5 s
-            time.sleep(0.5)
-            if len(self.lines) == seen and any(l.startswith("@runq[") for l in self.lines):
-                break
-            seen = len(self.lines)
-        out = "".join(self.lines)
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            print("bpftrace did not exit within 60 s of SIGINT: killed, its maps kept")
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self._reader.join(10)
-            self.proc.stdout.close()
-            self.err.seek(0)
-            err = self.err.read()
-            self.err.close()
-        runq = {}
-        for m in re.finditer(r"^@runq\[(\d+)\]: (\d+)$", out, re.M):
-            runq[int(m.group(1))] = int(m.group(2))
-        assert runq, (out[-2000:], err[-2000:])
-        return runq
+def run_queue_of(lines: List[str]) -> Dict[int, int]:
+    """Run-queue ns by tid, from BPFTRACE_RUNQ's maps."""
+    out = "".join(lines)
+    runq = {
+        int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^@runq\[(\d+)\]: (\d+)$", out, re.M)
+    }
+    assert runq, out[-2000:]
+    return runq
 
 
 def test_a_renamed_waker_is_named_by_its_name_at_the_wakeup(agent, python_target, tmp_out):
@@ -277,13 +223,13 @@ def test_a_workers_run_queue_with_its_exit_path_agrees_with_bpftrace_and_schedst
     cpu_hog(
         cpu
     )  # the workers wait for the CPU after each wakeup, and can be preempted on their way out
-    oracle = Bpftrace()
+    oracle = Bpftrace(BPFTRACE_RUNQ)
     try:
         # linger: the session goes on 100 ms after join() returned, so that
         # the workers' way out (their last switch-out) falls inside it.
         (reply,), _, doc = capture(agent, target, tmp_out, "run linger 3")
     finally:
-        kernel = oracle.stop()
+        kernel = run_queue_of(oracle.stop(maps="@runq["))
     workers = [w for c in reply["calls"] for w in c["workers"]]
     assert len(workers) == 6, reply
     for tid, _, delay_at_end in workers:

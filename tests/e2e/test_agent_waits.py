@@ -17,14 +17,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import subprocess
-import tempfile
-import threading
-import time
-from typing import Dict, List
+from typing import Dict
 
-from conftest import Document, qualname, require
+from conftest import Bpftrace, Document, qualname
 
 MS = 1_000_000
 
@@ -37,47 +32,6 @@ def libpython_of(pid: int) -> str:
             if "/libpython3" in path and ".so" in path:
                 return path
     return os.path.realpath(f"/proc/{pid}/exe")
-
-
-class Bpftrace:
-    """A bpftrace program run until stop(); its output lines."""
-
-    def __init__(self, program: str):
-        exe = shutil.which("bpftrace")
-        require(exe is not None, "bpftrace is needed for the oracle (apt-get install bpftrace)")
-        # stderr to a file: a pipe nobody reads fills with bpftrace's warnings
-        # (lost events under load) and blocks it.
-        self.err = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            [exe, "-e", program], stdout=subprocess.PIPE, stderr=self.err, text=True
-        )
-        self.lines: List[str] = []
-        first = self.proc.stdout.readline()
-        assert "Attaching" in first, (first, self.proc.wait(), self.err.seek(0), self.err.read())
-        self._reader = threading.Thread(
-            target=lambda: self.lines.extend(self.proc.stdout), daemon=True
-        )
-        self._reader.start()
-        time.sleep(0.5)
-
-    def stop(self) -> List[str]:
-        """The lines printed so far. The oracle's data is those lines, not
-        bpftrace's exit: once in CI it did not exit within 60 s of SIGINT,
-        and is then killed with its lines kept."""
-        time.sleep(0.3)
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            print("bpftrace did not exit within 60 s of SIGINT: killed, its lines kept")
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self._reader.join(10)
-            self.proc.stdout.close()
-            self.err.close()
-        return self.lines
 
 
 def waker_of(comm: str, stack: str) -> str:
