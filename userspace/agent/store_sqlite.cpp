@@ -26,8 +26,7 @@ class Bound {
   sqlite3_stmt* stmt_;
 };
 
-// The start of a statement, for messages.
-// "WHAT `the statement's first 45 characters...`": appended piece by piece,
+// For messages: "WHAT `the statement's first 45 characters...`": appended piece by piece,
 // as gcc 12 warns (-Wrestrict, a false positive) on "`" + std::string&&
 // inlined at -O3.
 std::string quoted(const char* what, const std::string& sql) {

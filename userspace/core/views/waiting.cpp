@@ -75,16 +75,14 @@ void compute_waiting(Profile& p) {
   }
   // A group (0 so far) sums its members, which come after it: from the last
   // span up, so a group inside a group is whole before it is counted.
-  std::vector<int64_t> running;  // per group: its members' running time
+  const auto is_group = [](const Span& s) { return (s.flags & kSpanGroup) != 0; };
+  if (std::none_of(p.spans.begin(), p.spans.end(), is_group)) return;
+  std::vector<int64_t> running(p.spans.size(), 0);  // per group: its members' running time
   for (size_t i = p.spans.size(); i-- > 0;) {
     Span& s = p.spans[i];
-    if (s.flags & kSpanGroup) {
-      if (running.empty()) running.assign(p.spans.size(), 0);
-      s.waiting_ns = group_waiting_ns(s.duration_ns(), s.waiting_ns, running[i]);
-    }
+    if (is_group(s)) s.waiting_ns = group_waiting_ns(s.duration_ns(), s.waiting_ns, running[i]);
     const int32_t parent = s.parent;
-    if (parent >= 0 && static_cast<size_t>(parent) < i && (p.spans[parent].flags & kSpanGroup)) {
-      if (running.empty()) running.assign(p.spans.size(), 0);
+    if (parent >= 0 && static_cast<size_t>(parent) < i && is_group(p.spans[parent])) {
       p.spans[parent].waiting_ns += s.waiting_ns;
       running[static_cast<size_t>(parent)] += s.running_ns();
     }
