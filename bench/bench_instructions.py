@@ -11,6 +11,9 @@ over the same workload without a profiler:
           every run does one more predict after the session, so a cost the
           session leaves behind (3.14+: freeing a sys.monitoring tool id makes
           each function re-check its instrumentation) counts too
+  calls   bench_overhead's calls predict (600 rows: the predict's own frame
+          resumes a generator, sums a generator expression and recurses, per
+          row), the same depths and cProfile
   session an empty `with profiling(depth=2)` block, 2,000 times
 
 Instructions are not time (a clock read is one instruction and ~16 ns here,
@@ -33,10 +36,10 @@ import tempfile
 CHILD = r"""
 import sys
 what, n = sys.argv[1], int(sys.argv[2])
-if len(sys.argv) > 3:  # the tabular predict, warmed up first
+if len(sys.argv) > 3:  # bench_overhead's tabular or calls predict, warmed up first
     sys.path.insert(0, sys.argv[3])
     import bench_overhead
-    work = bench_overhead.make_tabular(n)
+    work = getattr(bench_overhead, "make_" + sys.argv[4])(n)
     for _ in range(3):
         work()
 else:
@@ -115,6 +118,7 @@ def main() -> None:
     )
     ap.add_argument("--fib", type=int, default=20)
     ap.add_argument("--tabular", type=int, default=200, help="rows of the tabular predict")
+    ap.add_argument("--calls", type=int, default=600, help="rows of the calls predict")
     ap.add_argument("--sessions", type=int, default=2000)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,13 +133,17 @@ def main() -> None:
             instructions(script, "cprofile", n) - instructions(script, "cprofile-bare", n)
         ) / calls
         here = os.path.dirname(os.path.abspath(__file__))
-        t = str(a.tabular)
-        tab_bare = instructions(script, "bare", t, here)
-        tab = {d: instructions(script, d, t, here) - tab_bare for d in ("-1", "0", "1", "2")}
-        tab_cprof = instructions(script, "cprofile", t, here) - instructions(
-            script, "cprofile-bare", t, here
-        )
-        tab_predict = (tab_bare - instructions(script, "nothing", t, here)) // 2  # bare runs two
+        predicts = {}
+        for wl, rows in (("tabular", a.tabular), ("calls", a.calls)):
+            t = str(rows)
+            bare_t = instructions(script, "bare", t, here, wl)
+            over = {d: instructions(script, d, t, here, wl) - bare_t for d in ("-1", "0", "1", "2")}
+            over["cProfile"] = instructions(script, "cprofile", t, here, wl) - instructions(
+                script, "cprofile-bare", t, here, wl
+            )
+            # bare runs the predict twice (the second after the session)
+            predict = (bare_t - instructions(script, "nothing", t, here, wl)) // 2
+            predicts[wl] = (rows, predict, over)
         s = str(a.sessions)
         session = (
             instructions(script, "sessions", s) - instructions(script, "no-sessions", s)
@@ -149,14 +157,19 @@ def main() -> None:
         f"| {v} | instructions over bare | {per['-1']:.0f} | {per['0']:.0f} | {per['2']:.0f} | {cprof:.0f} "
         f"| {per['-1'] / cprof:.2f} |"
     )
-    print(
-        f"\n| {v} | tabular({a.tabular}), per predict | ours d-1 | ours d0 | ours d1 | ours d2 | cProfile | d-1 / cProfile |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    print(
-        f"| {v} | over bare (a bare predict: {tab_predict:,}) | {tab['-1']:,} | {tab['0']:,} | {tab['1']:,} | {tab['2']:,} "
-        f"| {tab_cprof:,} | {tab['-1'] / tab_cprof:.2f} |"
-    )
+    for wl, (rows, predict, over) in predicts.items():
+        print(
+            f"\n| {v} | {wl}({rows}), per predict | ours d-1 | ours d0 | ours d1 | ours d2 | cProfile | d-1 / cProfile |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        print(
+            f"| {v} | over bare (a bare predict: {predict:,}) | {over['-1']:,} | {over['0']:,} | {over['1']:,} "
+            f"| {over['2']:,} | {over['cProfile']:,} | {over['-1'] / over['cProfile']:.2f} |"
+        )
+        print(
+            f"| {v} | per cent of a bare predict | {100 * over['-1'] / predict:+.1f}% | {100 * over['0'] / predict:+.2f}% "
+            f"| {100 * over['1'] / predict:+.1f}% | {100 * over['2'] / predict:+.1f}% | {100 * over['cProfile'] / predict:+.1f}% | |"
+        )
     print(f"\n{v}: empty session start + stop: {session:,.0f} instructions")
 
 

@@ -6,6 +6,9 @@ overhead ratios to the unprofiled run, for two workloads:
   fib      a call-heavy one: recursive fib(N), one call per sample
   tabular  a call-heavy pure-Python predict (rows of dicts, generators,
            comprehensions, a hand-written tree ensemble), ~16k calls
+  calls    a call-heavy predict whose own frame does the calling (~16k
+           calls): it resumes a generator per row, sums a generator
+           expression per row inside `sum()`, and recurses 5 deep per row
   empty    a session around a call that does nothing, 100 per sample: the
            fixed cost of starting and stopping each profiler
   loop     a loop with no calls in it (not in the default set): the hook's
@@ -212,6 +215,49 @@ def make_tabular(rows: int):
     def predict() -> list:
         feats = [_features(r) for r in data]
         return [1 if _score(f) > 0 else 0 for f in feats]
+
+    return predict
+
+
+def _fields(row: dict):
+    for key in ("age", "income", "tenure"):
+        yield key, row[key]
+
+
+def _parsed(rows: list):
+    for row in rows:
+        yield {key: _norm(key, v) for key, v in _fields(row)}
+
+
+def _norm(key: str, v: float) -> float:
+    return _clip(v / _SCALE[key], -3.0, 3.0)
+
+
+_SCALE = {"age": 40.0, "income": 30000.0, "tenure": 15.0}
+
+
+def _weight(key: str, v: float) -> float:
+    return _clip(v * (0.5 if key == "age" else 0.25), -1.0, 1.0)
+
+
+def _settle(x: float, n: int) -> float:
+    return x if n == 0 else _settle(x * 0.5 + 0.1, n - 1)
+
+
+def make_calls(rows: int):
+    """A predict whose own frame does the calling: it resumes a generator
+    per row, sums a generator expression per row (each item a resume from
+    `sum`, a builtin) and starts a 5-deep recursion per row: about 26
+    Python calls a row (27 on 3.11, whose comprehensions are frames), at
+    depths 1 to 5."""
+    data = _rows(rows)
+
+    def predict() -> list:
+        out = []
+        for rec in _parsed(data):
+            s = sum(_weight(k, v) for k, v in rec.items())
+            out.append(_settle(s, 4))
+        return out
 
     return predict
 
@@ -545,7 +591,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--predicts", type=int, default=4, help="predicts per sample")
     ap.add_argument("--sessions", type=int, default=100, help="sessions per sample, empty workload")
-    ap.add_argument("--workloads", default="fib,tabular,empty,predict")
+    ap.add_argument("--workloads", default="fib,tabular,calls,empty,predict")
     ap.add_argument("--contenders", default=",".join(ALL))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write raw samples and summaries here")
@@ -603,6 +649,12 @@ def main(argv=None) -> int:
                 1,
                 "tabular pure-Python predict, one call per sample",
             )
+        elif wl == "calls":
+            fn, k, title = (
+                make_calls(40 if args.smoke else 600),
+                1,
+                "a predict whose own frame resumes generators and recurses, one call per sample",
+            )
         elif wl == "loop":
             n = 2000 if args.smoke else 300_000
             fn, k, title = (lambda: loop(n)), 1, f"loop({n}), no calls inside"
@@ -623,13 +675,13 @@ def main(argv=None) -> int:
         rows = summarize(times, k, calls["call"])
         by = {r["contender"]: r for r in rows}
         cprof_overhead = by["cProfile"]["ratio"] - 1 if "cProfile" in by and wl == "fib" else None
-        if wl == "tabular" and "cProfile" in by:
+        if wl in ("tabular", "calls") and "cProfile" in by:
             cprof_overhead = by["cProfile"]["ratio"] - 1
         print_table(
             title,
             rows,
             calls,
-            per_call=(wl in ("fib", "tabular")),
+            per_call=(wl in ("fib", "tabular", "calls")),
             cprof=cprof_overhead,
             per_session=(wl == "empty"),
         )

@@ -1,10 +1,12 @@
-"""Depth 0 on the tabular predict, interleaved in one process: each round
-times a bare predict, one inside `profiling(depth=0)`, and an empty depth-0
+"""Depth 0 on a predict of bench_overhead (`--workload calls`, the default:
+the predict's own frame resumes generators, sums generator expressions and
+recurses; or `tabular`), interleaved in one process: each round times a bare
+predict, one inside `profiling(depth=0)`, and an empty depth-0
 session followed by a bare predict (the session's own cost), 400 rounds;
 prints each median over the bare one. run.sh times contenders in separate
 blocks; interleaving takes the machine's drift out of a 1-2% figure.
 
-    PYTHONPATH=<mlflow_profiler> python bench/d0_interleaved.py [--rounds 400]
+    PYTHONPATH=<mlflow_profiler> python bench/d0_interleaved.py [--rounds 400] [--workload calls]
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ def main() -> None:
     """Runs the rounds and prints median / median of bare per variant."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=400)
+    ap.add_argument("--workload", choices=("calls", "tabular"), default="calls")
     args = ap.parse_args()
-    work = bench_overhead.make_tabular(200)
+    if args.workload == "calls":
+        work = bench_overhead.make_calls(600)
+    else:
+        work = bench_overhead.make_tabular(200)
     for _ in range(20):
         work()
 

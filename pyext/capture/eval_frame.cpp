@@ -306,6 +306,19 @@ PyObject* run_below(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwf
   return result;
 }
 
+// A call made by this thread's ceiling frame, with the window closed for the
+// rest of that frame's run: its next calls reach no hook. Its return opens
+// the window again (quick_return, on_return; 3.12+: the PY_RETURN event).
+PyObject* run_closing(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth,
+                      WindowFlag& w) {
+  const uint64_t generation = lanes_generation();
+  set_window(w, ts, false);
+  PyObject* result = run(ts, f, throwflag, depth, w);
+  // A session started or ended in there may want it open.
+  if (lanes_generation() != generation) set_window(w, ts, current_lanes_want_callees(ts));
+  return result;
+}
+
 #if MLPROF_HAS_MONITORING
 // A call made by this thread's ceiling frame: through the window for its
 // first calls, then with the window closed for the rest of the frame's run.
@@ -315,13 +328,7 @@ PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, in
   if (!c.closed && ++c.calls == kCloseAfter)
     c.closed = monitoring::watch_returns(mlprof_frame_code(c.frame));
   if (!c.closed) return run_below(ts, f, throwflag, depth, w);
-  const uint64_t generation = lanes_generation();
-  set_window(w, ts, false);
-  PyObject* result = run(ts, f, throwflag, depth, w);
-  // Left closed: the frame's next calls reach no hook. A session started or
-  // ended in there may want it open.
-  if (lanes_generation() != generation) set_window(w, ts, current_lanes_want_callees(ts));
-  return result;
+  return run_closing(ts, f, throwflag, depth, w);
 }
 
 // Runs a recorded frame; at the ceiling it becomes the thread's Ceiling.
@@ -502,8 +509,17 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
     if (w.ceiling.frame && w.ceiling.frame == mlprof_current_frame(ts)) {
       return run_under_ceiling(ts, f, throwflag, depth, w);
     }
-#endif
     return run_below(ts, f, throwflag, depth, w);
+#else
+    // 3.11: the caller is a frame at the ceiling (its window is open and its
+    // callees are below). Its teardown (the finalizers of its locals) runs
+    // after this function returns from its run, in its caller's window, so
+    // its window closes at its first call, for the rest of its run. Not
+    // where C calls are captured: the profile function counts their frame
+    // depth from the frames this function ran, so it must see each callee.
+    if (!current_lanes_want_c_calls()) return run_closing(ts, f, throwflag, depth, w);
+    return run_below(ts, f, throwflag, depth, w);
+#endif
   }
   // A frame run here and not taken out below adds a C level that stays while
   // its callees run: the guard comes before it.

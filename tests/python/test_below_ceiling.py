@@ -184,7 +184,9 @@ def run_under_session(func, depth, through=False):
 def test_frames_run_at_full_speed_on_311():
     below = fresh_function(1)
     session = run_under_session(below, depth=0)
-    assert session.statistics()["events_skipped"] == 200
+    # The first call passes the frame evaluation function, which closes the
+    # root's window: the other 199 run inlined, reaching no hook.
+    assert session.statistics()["events_skipped"] == 1
     # Specialised instructions ran: the frames were not on the tracing path,
     # which executes every instruction de-specialised.
     assert specialised(below) == ["BINARY_OP_ADD_INT"]
@@ -316,7 +318,7 @@ def test_a_class_called_often_before_the_session_is_seen_within_the_ceiling(engi
 
 # --- a frame at the ceiling that makes many calls (3.12+: a "closed ceiling") ---
 
-CLOSES = sys.version_info >= (3, 12)  # after 8 calls its calls reach no hook
+CLOSES = sys.version_info >= (3, 12)  # after 8 calls its calls reach no hook (3.11: after 1)
 
 
 class Noted:
@@ -410,8 +412,10 @@ def test_a_frame_at_the_ceiling_making_many_calls_sends_few_to_the_hook():
     skipped = session.statistics()["events_skipped"]
     if CLOSES:
         assert skipped == 8  # then the calls reach no hook
+    elif sys.version_info >= (3, 11):
+        assert skipped == 1  # its first call closes its window
     else:
-        assert skipped == 200
+        assert skipped == 200  # the profile function sees every call
 
 
 def plumbing(log):
