@@ -65,9 +65,11 @@ void add_window(uint64_t epoch, int delta) {
 // stays open so that the finalizers its teardown runs (its caller's callees,
 // at its own depth) are seen, and each of its calls passes this function,
 // which takes itself out for the call: about 1,000 instructions per call.
-// After kCloseAfter calls its window is closed instead: its calls run
+// Once it made kCloseAfter calls (with a tool id held: once frames of its
+// code made them, in all) its window is closed instead: its calls run
 // without this function, and a PY_RETURN local event on its code
-// (monitoring.cpp) puts it back in for the teardown.
+// (monitoring.cpp) puts it back in for the teardown. The code's later frames
+// at the ceiling start closed.
 struct Ceiling {
   struct _PyInterpreterFrame* frame = nullptr;
   int calls = 0;
@@ -75,6 +77,10 @@ struct Ceiling {
 };
 // Fewer calls than this cost less through the window than the tool id, the
 // local event and its callback cost (bench/RESULTS.md, "closed ceilings").
+// Counted per frame while no tool id is held (counted per code, sessions of
+// the Pipeline predict at depth 2 claimed one mid-predict: 1.08 -> 1.40 of
+// bare on 3.12), and per code once one is, so that a function at the
+// ceiling making one call a run (a helper calling a helper) closes too.
 constexpr int kCloseAfter = 8;
 
 struct StackBounds {
@@ -325,8 +331,11 @@ PyObject* run_closing(PyThreadState* ts, struct _PyInterpreterFrame* f, int thro
 PyObject* run_under_ceiling(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag,
                             int depth, WindowFlag& w) {
   Ceiling& c = w.ceiling;
-  if (!c.closed && ++c.calls == kCloseAfter)
-    c.closed = monitoring::watch_returns(mlprof_frame_code(c.frame));
+  if (!c.closed) {
+    PyCodeObject* code = mlprof_frame_code(c.frame);
+    c.closed = monitoring::holding() ? monitoring::ceiling_call(code, kCloseAfter)
+                                     : ++c.calls == kCloseAfter && monitoring::watch_returns(code);
+  }
   if (!c.closed) return run_below(ts, f, throwflag, depth, w);
   return run_closing(ts, f, throwflag, depth, w);
 }
@@ -340,7 +349,9 @@ inline PyObject* run_recorded(PyThreadState* ts, struct _PyInterpreterFrame* f, 
   w.ceiling = Ceiling{};
   if (at_ceiling < 0 ? below_every_ceiling(ts, depth + 1, false) : at_ceiling) {
     w.ceiling.frame = f;
-    w.ceiling.closed = monitoring::returns_watched(code);  // seen making many calls before
+    // Seen making many calls before: its calls reach no hook from the start.
+    w.ceiling.closed = monitoring::returns_watched(code);
+    if (w.ceiling.closed) set_window(w, ts, false);
   }
   PyObject* result = run(ts, f, throwflag, depth, w);
   w.ceiling = outer;

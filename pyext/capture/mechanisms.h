@@ -54,6 +54,9 @@ void watch_running_generators();
 // run below the ceiling, and each of their returns would be a callback).
 bool watch_returns(PyCodeObject* code);
 bool returns_watched(PyCodeObject* code);  // on already: no call, no claim
+// Counts a call made by a frame of `code` at the ceiling, over all its frames
+// in this claim of the tool id; at the `close_after`th, watch_returns(code).
+bool ceiling_call(PyCodeObject* code, int close_after);
 }  // namespace monitoring
 
 namespace profile_func {  // profile_func.cpp, 3.9-3.11

@@ -68,10 +68,12 @@ Py_ssize_t g_watch_extra = -1;
 constexpr uintptr_t kWatchGenerator = 1, kWatchCCalls = 2, kDisabledBit = 4, kWatchCalls = 8;
 constexpr uintptr_t kWatchReturns = 16, kNoReturns = 32;
 constexpr uintptr_t kWatchAny = kWatchGenerator | kWatchCCalls | kWatchCalls | kWatchReturns;
-constexpr unsigned kClaimShift = 6, kIdleShift = 14;
+constexpr unsigned kClaimShift = 6, kIdleShift = 14, kCeilingShift = 24;
 constexpr uintptr_t kClaimMask = uintptr_t{0xff} << kClaimShift;
 constexpr uintptr_t kIdleLimit = 256;  // events for nothing before a code is let go
-uintptr_t g_claim = 0;                 // bumped at each claim of a tool id
+constexpr uintptr_t kIdleMask = uintptr_t{0x3ff} << kIdleShift;      // events for nothing
+constexpr uintptr_t kCeilingMask = uintptr_t{0xf} << kCeilingShift;  // calls made at the ceiling
+uintptr_t g_claim = 0;  // bumped at each claim of a tool id
 
 inline uintptr_t watch_state(PyCodeObject* code) {
   if (g_watch_extra < 0) return 0;
@@ -148,7 +150,7 @@ void watch(PyCodeObject* code, uintptr_t bits) {
   const uintptr_t have = state & kWatchAny;
   const bool disabled = state & kDisabledBit;
   if ((have & bits) == bits && !disabled) {
-    if (state >> kIdleShift) set_watch_state(code, have | (state & kNoReturns));  // in use again
+    if (state & kIdleMask) set_watch_state(code, have | (state & kNoReturns));  // in use again
     return;
   }
   // Clearing and setting again re-arms disabled locations: after a DISABLE
@@ -166,7 +168,7 @@ void watch(PyCodeObject* code, uintptr_t bits) {
 // Counts one more event `code` (in `state`) sent for nothing. True once
 // kIdleLimit is reached: the caller then lets something go.
 bool limit_for_nothing(PyCodeObject* code, uintptr_t state) {
-  const uintptr_t n = (state >> kIdleShift) + 1;
+  const uintptr_t n = ((state & kIdleMask) >> kIdleShift) + 1;
   if (n >= kIdleLimit) return true;
   set_watch_state(code, (state & (kWatchAny | kDisabledBit | kNoReturns)) | (n << kIdleShift));
   return false;
@@ -632,6 +634,18 @@ namespace monitoring {
 bool returns_watched(PyCodeObject* code) {
   return g_tool >= 0 &&
          (watch_state(code) & (kWatchReturns | kDisabledBit | kNoReturns)) == kWatchReturns;
+}
+
+bool ceiling_call(PyCodeObject* code, int close_after) {
+  if (!code || g_watch_extra < 0) return false;
+  const uintptr_t state = watch_state(code);
+  if (state & kNoReturns) return false;
+  const uintptr_t n = ((state & kCeilingMask) >> kCeilingShift) + 1;
+  if (n < static_cast<uintptr_t>(close_after)) {
+    set_watch_state(code, (state & ~kCeilingMask) | (n << kCeilingShift));
+    return false;
+  }
+  return watch_returns(code);
 }
 
 bool watch_returns(PyCodeObject* code) {
