@@ -14,3 +14,9 @@
 #ifndef MLPROF_SANITIZED
 #define MLPROF_SANITIZED 0
 #endif
+
+// A long randomized test runs this many times fewer rounds under a
+// sanitizer (several times slower there): CI runs the C++ tests only there,
+// and the fuzz targets of the same build put far more inputs through the
+// same readers.
+inline constexpr int kSanitizedRoundsDivisor = MLPROF_SANITIZED ? 4 : 1;

@@ -18,6 +18,7 @@
 #include "kernel_fixture.h"
 #include "profile_builder.h"
 #include "render/render_text.h"
+#include "sanitized.h"
 #include "util/file_io.h"
 #include "views/merge.h"
 
@@ -703,6 +704,7 @@ std::vector<ExportFormat> working_exporters(const Profile& p) {
 }
 
 void fuzz(const std::string& data, uint32_t seed, int rounds) {
+  rounds /= kSanitizedRoundsDivisor;
   std::mt19937 rng(seed);
   const std::vector<ExportFormat> exporters = working_exporters(rich_profile());
   int loaded = 0, errors = 0;

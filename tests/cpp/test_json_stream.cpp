@@ -12,6 +12,7 @@
 #include "formats/json_doc.h"
 #include "formats/json_read.h"
 #include "profile_builder.h"
+#include "sanitized.h"
 
 namespace mlprof {
 namespace {
@@ -90,8 +91,9 @@ TEST(JsonStream, EveryKindOfCellStreamsAsTheDomHoldsIt) {
   std::string text = R"({"meta": {}, "span_fields": [)";
   for (int k = 0; k < 27; ++k) text += (k ? ", \"c" : "\"c") + std::to_string(k) + "\"";
   text += "], \"spans\": [";
-  // Enough rows to fill several chunks.
-  for (int i = 0; i < 40000; ++i) text += (i ? ", " : "") + cells;
+  // Enough rows to fill several chunks of 1 MiB (a row takes over 100
+  // bytes; half the rows under a sanitizer).
+  for (int i = 0; i < (MLPROF_SANITIZED ? 20000 : 40000); ++i) text += (i ? ", " : "") + cells;
   text += R"(], "after": [[1, 2]]})";
   expect_rows_as_dom(text);
 }
