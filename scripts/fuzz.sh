@@ -9,7 +9,7 @@
 #   scripts/fuzz.sh                         every target, 60 s each
 #   scripts/fuzz.sh --seconds 600 T...      the named targets, 10 min each
 #   scripts/fuzz.sh --runs 10000000 T       until 10 million executions
-#   scripts/fuzz.sh --runs 20000 --seed 1   a bounded count from a fixed seed (CI)
+#   scripts/fuzz.sh --runs 10000 --seed 1   a bounded count from a fixed seed (CI)
 #   scripts/fuzz.sh --replay-only           the regression inputs and seeds, once each
 #   --jobs N                                targets fuzzed at once (default: the CPUs)
 # Environment: MLPROF_FUZZ_BUILD, the build directory (default: build-fuzz/).
