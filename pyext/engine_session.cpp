@@ -36,7 +36,7 @@ Engine* engine_for_session(PyObject* session) {
   return it == g_by_session.end() ? nullptr : it->second;
 }
 
-std::vector<Engine*> collecting_engines() {
+[[gnu::cold, gnu::noinline]] std::vector<Engine*> collecting_engines() {
   std::vector<Engine*> out;
   out.reserve(g_by_serial.size());
   for (auto& [serial, e] : g_by_serial) out.push_back(e);
@@ -89,14 +89,14 @@ bool Engine::records_only_here() const {
   return true;
 }
 
-void Engine::note(const std::string& what) {
+[[gnu::cold, gnu::noinline]] void Engine::note(const std::string& what) {
   for (const auto& n : notes_) {
     if (n == what) return;
   }
   notes_.push_back(what);
 }
 
-void Engine::fail(const std::string& why) {
+[[gnu::cold, gnu::noinline]] void Engine::fail(const std::string& why) {
   for (const auto& f : failures_) {
     if (f == why) return;
   }

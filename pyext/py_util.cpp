@@ -51,7 +51,7 @@ std::string take_error() {
   return out;
 }
 
-std::string take_error_message() {
+[[gnu::cold, gnu::noinline]] std::string take_error_message() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   std::string out = "unknown error";

@@ -44,7 +44,7 @@ void init() { monitoring::prepare(); }
 
 bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
 
-void eval_lost(const std::string& why) {
+[[gnu::cold, gnu::noinline]] void eval_lost(const std::string& why) {
   if (g_fallback || g_users == 0) return;
   g_fallback = true;
   std::string error;
@@ -113,7 +113,7 @@ void init() {}
 
 bool every_frame_reported() { return g_profile_mode; }
 
-void eval_lost(const std::string& why) {
+[[gnu::cold, gnu::noinline]] void eval_lost(const std::string& why) {
   if (g_users == 0 || g_profile_mode) return;
   // The profile function takes over on this thread (3.12+ has sys.monitoring
   // for all threads). Sessions with lanes on other threads, whose frames

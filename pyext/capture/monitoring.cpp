@@ -428,7 +428,7 @@ bool set_events(long mask, std::string* error) {
   return true;
 }
 
-bool register_callbacks(std::string* error) {
+[[gnu::cold, gnu::noinline]] bool register_callbacks(std::string* error) {
   for (size_t i = 0; i < kCallbacks; ++i) {
     PyObject* r = mon(kRegisterCallback, g_tool, g_bits[i], g_callbacks[i]);
     if (!r) {
@@ -440,7 +440,7 @@ bool register_callbacks(std::string* error) {
   return true;
 }
 
-bool claim(std::string* error) {
+[[gnu::cold, gnu::noinline]] bool claim(std::string* error) {
   // 4 and 3 have no standard user: holding one blocks no debugger (0),
   // coverage (1), profiler (2, cProfile) or optimizer (5) started meanwhile.
   const int order[] = {4, 3, 5, 2, 1, 0};
@@ -495,7 +495,7 @@ void want_unwind() {
 
 // sys.monitoring's functions, event bits and our callback objects, looked
 // up once per process (at import: a session's claim then makes no lookup).
-bool load(std::string* error) {
+[[gnu::cold, gnu::noinline]] bool load(std::string* error) {
   if (g_monitoring) return true;
   auto fail = [&]() {
     *error = pyutil::take_error_message();
@@ -547,7 +547,7 @@ void prepare() {
   load(&ignored);
 }
 
-bool acquire(std::string* error) {
+[[gnu::cold, gnu::noinline]] bool acquire(std::string* error) {
   compat::PendingError pending;
   if (!load(error)) return false;
   if (g_tool >= 0 && !still_ours()) {
@@ -596,7 +596,7 @@ void keep_between_sessions(bool keep) {
   if (!keep && g_native_collecting == 0) release(false);
 }
 
-bool set_global(bool frames, bool c_calls, std::string* error) {
+[[gnu::cold, gnu::noinline]] bool set_global(bool frames, bool c_calls, std::string* error) {
   if (g_tool < 0) {
     if (error) *error = "no sys.monitoring tool id";
     return false;
