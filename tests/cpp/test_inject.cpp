@@ -231,6 +231,14 @@ TEST(InjectLines, OutcomeOfAnUnreadableResult) {
   EXPECT_NE(o.line.find("unreadable"), std::string::npos);
 }
 
+// A target writes its result.json: nesting a million levels deep is one
+// line, not a stack overflow (fuzz_agent_inject_result found it).
+TEST(InjectLines, AResultNestedAMillionDeepIsUnreadableNotACrash) {
+  const InjectOutcome o = outcome_of_result(3, std::string(1000000, '['), "");
+  EXPECT_EQ(o.verdict, InjectVerdict::kError);
+  EXPECT_NE(o.line.find("unreadable"), std::string::npos);
+}
+
 TEST(InjectLines, WhyRemoteDebuggingIsOff) {
   using namespace std::string_literals;
   EXPECT_NE(remote_debug_off_reason("PATH=/bin\0PYTHON_DISABLE_REMOTE_DEBUG=\0"s, "python3\0"s)

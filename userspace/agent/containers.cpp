@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "agent/boltdb.h"
+#include "agent/json_parse.h"
 #include "agent/procfs.h"
 
 namespace mlprof::agent {
@@ -36,7 +37,7 @@ int64_t int_member(const rapidjson::Value& v, const char* name) {
 }
 
 bool parse_json(std::string_view text, rapidjson::Document& doc) {
-  doc.Parse(text.data(), text.size());
+  parse_json_iterative(doc, text);
   return !doc.HasParseError();
 }
 

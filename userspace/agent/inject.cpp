@@ -15,6 +15,7 @@
 #include <random>
 
 #include "agent/clock.h"
+#include "agent/json_parse.h"
 #include "agent/procfs.h"
 
 namespace mlprof::agent {
@@ -134,7 +135,7 @@ def _mlprof_inject(result_dir, package_dir):
 InjectOutcome outcome_of_result(pid_t pid, std::string_view result_json,
                                 const std::string& package_dir) {
   rapidjson::Document doc;
-  doc.Parse(result_json.data(), result_json.size());
+  parse_json_iterative(doc, result_json);
   if (doc.HasParseError() || !doc.IsObject()) {
     return {InjectVerdict::kError, pid_text(pid) +
                                        ": the injected script's result is unreadable: " +

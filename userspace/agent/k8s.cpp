@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "agent/json_parse.h"
 #include "util/file_io.h"
 
 namespace mlprof::agent {
@@ -158,7 +159,7 @@ std::string PodNames::path() const {
 
 std::optional<PodNames> pod_names_in_oci_config(std::string_view config_json) {
   rapidjson::Document doc;
-  doc.Parse(config_json.data(), config_json.size());
+  parse_json_iterative(doc, config_json);
   if (doc.HasParseError() || !doc.IsObject()) return std::nullopt;
   auto it = doc.FindMember("annotations");
   if (it == doc.MemberEnd() || !it->value.IsObject()) return std::nullopt;

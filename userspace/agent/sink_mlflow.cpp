@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/http_client.h"
+#include "agent/json_parse.h"
 #include "formats/json_read.h"
 #include "util/file_io.h"
 
@@ -74,7 +75,7 @@ std::string cause(const HttpResponse& r, const std::string& what) {
   if (r.status == 0) return what + ": the tracking server did not answer: " + r.error;
   std::string detail;
   rapidjson::Document doc;
-  doc.Parse(r.body.c_str());
+  parse_json_iterative(doc, r.body);
   if (!doc.HasParseError() && doc.IsObject()) {
     if (doc.HasMember("error_code") && doc["error_code"].IsString())
       detail = doc["error_code"].GetString();
@@ -192,7 +193,7 @@ class MlflowSink final : public Sink {
                                            "?experiment_name=" + client_.escape(experiment_));
       if (ok(got)) {
         rapidjson::Document doc;
-        doc.Parse(got.body.c_str());
+        parse_json_iterative(doc, got.body);
         if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember("experiment") ||
             !doc["experiment"].IsObject() || !doc["experiment"].HasMember("experiment_id")) {
           return {DeliveryStatus::kRetry,
@@ -230,7 +231,7 @@ class MlflowSink final : public Sink {
   // The first run of a runs/search answer ("runs") or of runs/create ("run").
   static bool parse_run(const std::string& body, const char* member, Run* run) {
     rapidjson::Document doc;
-    doc.Parse(body.c_str());
+    parse_json_iterative(doc, body);
     if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember(member)) return false;
     const rapidjson::Value* r = &doc[member];
     if (r->IsArray()) {

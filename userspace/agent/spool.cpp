@@ -16,6 +16,7 @@
 #include <map>
 
 #include "agent/clock.h"
+#include "agent/json_parse.h"
 #include "agent/memory.h"
 #include "util/file_io.h"
 
@@ -87,7 +88,7 @@ std::string meta_json(const SpoolItem& item, uint64_t doc_bytes) {
 // its sink was not recorded).
 bool parse_meta(const std::string& text, SpoolItem& item, uint64_t& doc_bytes) {
   rapidjson::Document d;
-  d.Parse(text.data(), text.size());
+  parse_json_iterative(d, text);
   if (d.HasParseError() || !d.IsObject()) return false;
   auto member = [&](const char* name) -> const rapidjson::Value* {
     auto it = d.FindMember(name);
