@@ -36,11 +36,6 @@ int64_t int_member(const rapidjson::Value& v, const char* name) {
   return m != nullptr && m->IsInt64() ? m->GetInt64() : 0;
 }
 
-bool parse_json(std::string_view text, rapidjson::Document& doc) {
-  parse_json_iterative(doc, text);
-  return !doc.HasParseError();
-}
-
 }  // namespace
 
 std::string Container::describe() const {
@@ -75,7 +70,7 @@ void docker_containers(const HostPaths& paths, std::vector<Container>& list) {
   for (const std::string& id : list_dir(dir)) {
     auto text = read_text(dir + "/" + id + "/config.v2.json");
     rapidjson::Document doc;
-    if (!text || !parse_json(*text, doc) || !doc.IsObject()) continue;
+    if (!text || !parse_json_iterative(doc, *text) || !doc.IsObject()) continue;
     Container c;
     c.runtime = "docker";
     c.id = string_member(doc, "ID");
@@ -119,7 +114,7 @@ void podman_bolt_containers(const HostPaths& paths, std::vector<Container>& list
     if (auto ctr = read_bolt_bucket(*db, {"ctr", e.key}); ctr) {
       for (const BoltEntry& f : ctr.value()) {
         rapidjson::Document doc;
-        if (f.is_bucket || !parse_json(f.value, doc)) continue;
+        if (f.is_bucket || !parse_json_iterative(doc, f.value)) continue;
         if (f.key == "state") {
           // libpod's ContainerStatus: 3 running, 5 paused (define/containerstate.go).
           const int64_t state = int_member(doc, "state");
@@ -151,7 +146,7 @@ void podman_bolt_containers(const HostPaths& paths, std::vector<Container>& list
 void podman_storage_containers(const HostPaths& paths, std::vector<Container>& list) {
   auto text = read_text(paths.podman_storage + "/overlay-containers/containers.json");
   rapidjson::Document doc;
-  if (!text || !parse_json(*text, doc) || !doc.IsArray()) return;
+  if (!text || !parse_json_iterative(doc, *text) || !doc.IsArray()) return;
   for (const rapidjson::Value& v : doc.GetArray()) {
     Container c;
     c.runtime = "podman";
@@ -181,7 +176,7 @@ void containerd_containers(const HostPaths& paths, std::vector<Container>& list)
       const std::string bundle = root + "/" + ns + "/" + id;
       auto text = read_text(bundle + "/config.json");
       rapidjson::Document doc;
-      if (!text || !parse_json(*text, doc)) continue;
+      if (!text || !parse_json_iterative(doc, *text)) continue;
       Container c;
       c.id = id;
       c.runtime = ns == "moby" ? "docker" : "containerd";

@@ -135,8 +135,7 @@ def _mlprof_inject(result_dir, package_dir):
 InjectOutcome outcome_of_result(pid_t pid, std::string_view result_json,
                                 const std::string& package_dir) {
   rapidjson::Document doc;
-  parse_json_iterative(doc, result_json);
-  if (doc.HasParseError() || !doc.IsObject()) {
+  if (!parse_json_iterative(doc, result_json) || !doc.IsObject()) {
     return {InjectVerdict::kError, pid_text(pid) +
                                        ": the injected script's result is unreadable: " +
                                        std::string(result_json.substr(0, 200))};

@@ -10,8 +10,10 @@
 
 namespace mlprof::agent {
 
-inline void parse_json_iterative(rapidjson::Document& doc, std::string_view text) {
+// True when `text` parsed (doc then holds it).
+inline bool parse_json_iterative(rapidjson::Document& doc, std::string_view text) {
   doc.Parse<rapidjson::kParseIterativeFlag>(text.data(), text.size());
+  return !doc.HasParseError();
 }
 
 }  // namespace mlprof::agent

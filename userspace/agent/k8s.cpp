@@ -159,8 +159,7 @@ std::string PodNames::path() const {
 
 std::optional<PodNames> pod_names_in_oci_config(std::string_view config_json) {
   rapidjson::Document doc;
-  parse_json_iterative(doc, config_json);
-  if (doc.HasParseError() || !doc.IsObject()) return std::nullopt;
+  if (!parse_json_iterative(doc, config_json) || !doc.IsObject()) return std::nullopt;
   auto it = doc.FindMember("annotations");
   if (it == doc.MemberEnd() || !it->value.IsObject()) return std::nullopt;
   const rapidjson::Value& ann = it->value;

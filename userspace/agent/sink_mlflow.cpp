@@ -75,8 +75,7 @@ std::string cause(const HttpResponse& r, const std::string& what) {
   if (r.status == 0) return what + ": the tracking server did not answer: " + r.error;
   std::string detail;
   rapidjson::Document doc;
-  parse_json_iterative(doc, r.body);
-  if (!doc.HasParseError() && doc.IsObject()) {
+  if (parse_json_iterative(doc, r.body) && doc.IsObject()) {
     if (doc.HasMember("error_code") && doc["error_code"].IsString())
       detail = doc["error_code"].GetString();
     if (doc.HasMember("message") && doc["message"].IsString()) {
@@ -193,9 +192,9 @@ class MlflowSink final : public Sink {
                                            "?experiment_name=" + client_.escape(experiment_));
       if (ok(got)) {
         rapidjson::Document doc;
-        parse_json_iterative(doc, got.body);
-        if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember("experiment") ||
-            !doc["experiment"].IsObject() || !doc["experiment"].HasMember("experiment_id")) {
+        if (!parse_json_iterative(doc, got.body) || !doc.IsObject() ||
+            !doc.HasMember("experiment") || !doc["experiment"].IsObject() ||
+            !doc["experiment"].HasMember("experiment_id")) {
           return {DeliveryStatus::kRetry,
                   "the tracking server's answer to experiments/get-by-name has no experiment"};
         }
@@ -231,8 +230,7 @@ class MlflowSink final : public Sink {
   // The first run of a runs/search answer ("runs") or of runs/create ("run").
   static bool parse_run(const std::string& body, const char* member, Run* run) {
     rapidjson::Document doc;
-    parse_json_iterative(doc, body);
-    if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember(member)) return false;
+    if (!parse_json_iterative(doc, body) || !doc.IsObject() || !doc.HasMember(member)) return false;
     const rapidjson::Value* r = &doc[member];
     if (r->IsArray()) {
       if (r->Empty()) return false;

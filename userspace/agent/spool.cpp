@@ -88,8 +88,7 @@ std::string meta_json(const SpoolItem& item, uint64_t doc_bytes) {
 // its sink was not recorded).
 bool parse_meta(const std::string& text, SpoolItem& item, uint64_t& doc_bytes) {
   rapidjson::Document d;
-  parse_json_iterative(d, text);
-  if (d.HasParseError() || !d.IsObject()) return false;
+  if (!parse_json_iterative(d, text) || !d.IsObject()) return false;
   auto member = [&](const char* name) -> const rapidjson::Value* {
     auto it = d.FindMember(name);
     return it == d.MemberEnd() ? nullptr : &it->value;
