@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "capture/frame_access.h"
-#include "loop_watch.h"
 #include "overhead_cut.h"
 #include "trace_context.h"
 #include "views/group.h"
@@ -309,7 +308,6 @@ void Engine::stop() {
     probes::fire_session_spans(*this, registry(), clock::mapping(start_anchor_, end_anchor_),
                                usdt_flags_, true);
   }
-  loop_watch::unwatch_when_idle();
   if (usdt_counted_) probes::checkpoints_session_stopped();
   usdt_counted_ = false;
   if (MLPROF_USDT_ENABLED(session_end)) {

@@ -7,8 +7,12 @@
 // a C method descriptor around the class's own function. It creates no
 // Python frame, calls the original with the same arguments and returns what
 // it returns, raising what it raises. A call with timeout 0 (something is
-// ready) is not a wait and is not recorded. The classes get their own
-// functions back when the last session stops.
+// ready) is not a wait and is not recorded. Once watched, the classes keep
+// the wrappers (a wrapper outside sessions only forwards the call): putting
+// the functions back at each session's end changed the classes twice a
+// session, which on 3.13+ used up their type versions after ~1,000 sessions
+// (the classes are then never cached or specialized again), and cost about
+// 26,000 instructions a session (docs/capture.md, "Waiting: selectors").
 
 #include "loop_watch.h"
 
@@ -33,6 +37,7 @@ struct SelectWait {
 };
 
 PyObject* g_type = nullptr;
+PyObject* g_selectors = nullptr;  // "selectors", interned: sys.modules' key
 // The classes whose select is a SelectWait now, with the wrapper.
 std::vector<std::pair<PyObject*, PyObject*>> g_patched;
 
@@ -186,7 +191,7 @@ bool watch_selectors() {
   // Only once the program imported selectors (asyncio does): importing it
   // here would run Python code inside the session.
   PyObject* modules = PyImport_GetModuleDict();  // borrowed
-  PyObject* selectors = modules ? PyDict_GetItemString(modules, "selectors") : nullptr;
+  PyObject* selectors = modules ? PyDict_GetItem(modules, g_selectors) : nullptr;
   if (!selectors || !PyModule_Check(selectors)) return false;
   // The module's dict, not getattr: a missing name (KqueueSelector on Linux)
   // makes 3.13's module getattr run ModuleSpec.has_location, Python code
@@ -199,7 +204,7 @@ bool watch_selectors() {
   return !g_patched.empty();
 }
 
-void unwatch_when_idle() {
+void unwatch() {
   if (g_native_collecting != 0 || g_reference_collecting != 0) return;
   compat::PendingError pending;
   for (auto& [cls, w] : g_patched) {
@@ -217,6 +222,8 @@ void unwatch_when_idle() {
 }
 
 bool add_loop_watch(PyObject* module) {
+  g_selectors = PyUnicode_InternFromString("selectors");
+  if (!g_selectors) return false;
   g_type = PyType_FromSpec(&select_spec);
   if (!g_type) return false;
   Py_INCREF(g_type);

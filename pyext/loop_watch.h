@@ -7,12 +7,12 @@
 namespace mlprof::loop_watch {
 
 // Wraps the select method of each class of the selectors module, if the
-// program imported it, for as long as sessions collect. Never raises.
-// Returns true when they are watched.
+// program imported it; the wrappers stay (forwarding only) after sessions
+// end. Never raises. Returns true when they are watched.
 bool watch_selectors();
-// Gives the classes their own select back once no session (of either
-// engine) collects; does nothing while one does.
-void unwatch_when_idle();
+// Gives the classes their own select back, unless a session (of either
+// engine) collects: `_core.unwatch_loops()`, for a program that wants them.
+void unwatch();
 // Adds the wrapper's type to the module (_core.SelectWait) and the function
 // `watch_selectors`. Returns false with a Python error set on failure.
 bool add_loop_watch(PyObject* module);

@@ -428,9 +428,9 @@ PYBIND11_MODULE(_core, m) {
       "collecting", []() { return (g_native_collecting | g_reference_collecting) != 0; },
       "Whether a session of either engine is collecting in this process (a cheap check before work "
       "that only a session needs).");
-  m.def("unwatch_loops", &loop_watch::unwatch_when_idle,
-        "Puts the selectors' own select back once no session collects (the reference engine's "
-        "stop).");
+  m.def("unwatch_loops", &loop_watch::unwatch,
+        "Puts the selectors' own select back, unless a session collects (they stay wrapped "
+        "after sessions otherwise: loop_watch.cpp).");
   m.def(
       "_untraced",
       [](const py::object& fn) {

@@ -557,7 +557,6 @@ class ReferenceEngine:
         if not _collecting:
             _throw_pending.clear()
             _throw_at.clear()
-        _core.unwatch_loops()
 
     def profile(self):
         if self._profile is not None:

@@ -1,7 +1,7 @@
 """The event loop's idle time, measured at its selector (docs/capture.md,
 "Waiting"): bubbles at the default depth without capture_c_calls, against
-the program's own clocks; the selector is put back and nothing changes for
-the program."""
+the program's own clocks; the selector stays wrapped, unchanged from one
+session to the next, and nothing changes for the program."""
 
 from __future__ import annotations
 
@@ -109,7 +109,12 @@ def test_idle_gaps_of_a_fan_out_at_any_depth_without_c_calls(engine, depth):
         assert {spans[s.parent_index].label for s in waits} == {"Router._call_endpoints"}
 
 
-def test_the_selectors_are_put_back_and_the_loop_runs_the_same(engine):
+def test_the_selectors_stay_watched_and_the_loop_runs_the_same(engine):
+    """The wrappers stay after the session, unchanged by later sessions: the
+    classes are not modified twice a session (on 3.13+ that used up their
+    type versions after ~1,000 sessions: never cached or specialized again).
+    Outside sessions a wrapper only forwards; unwatch_loops() puts the
+    classes' own functions back."""
     import selectors
 
     from mlflow_profiler import _core
@@ -118,14 +123,14 @@ def test_the_selectors_are_put_back_and_the_loop_runs_the_same(engine):
         await asyncio.sleep(0.005)
         return 42
 
-    own = {
-        c: vars(c)["select"]
-        for c in (
-            selectors.SelectSelector,
-            selectors.EpollSelector,
-            selectors.PollSelector.__mro__[1],
-        )
-    }
+    classes = (selectors.SelectSelector, selectors.EpollSelector, selectors.PollSelector.__mro__[1])
+    _core.unwatch_loops()
+    own = {c: vars(c)["select"] for c in classes}
+    assert not any(isinstance(f, _core.SelectWait) for f in own.values())
+    try:
+        testcapi = __import__("_testcapi")
+    except ImportError:  # a Python built without its test modules
+        testcapi = None
     loop = asyncio.new_event_loop()
 
     def predict():
@@ -134,17 +139,28 @@ def test_the_selectors_are_put_back_and_the_loop_runs_the_same(engine):
     try:
         with profiling(depth=2, engine=engine) as session:
             assert predict() == 42
-            for cls, func in own.items():  # watched while the session collects
-                assert (
-                    isinstance(vars(cls)["select"], _core.SelectWait)
-                    and vars(cls)["select"].__wrapped__ is func
-                )
-            assert loop._selector.select.__name__ == "select"
-        assert {c: vars(c)["select"] for c in own} == own
-        assert loop.run_until_complete(work()) == 42  # and runs on without it
+        wrappers = {c: vars(c)["select"] for c in classes}
+        for cls, func in own.items():
+            assert isinstance(wrappers[cls], _core.SelectWait) and wrappers[cls].__wrapped__ is func
+        assert loop._selector.select.__name__ == "select"
+        assert loop.run_until_complete(work()) == 42  # outside a session: forwarded
+        for _ in range(3):
+            loop._selector.select(0)  # a type version for each class, if it can have one
+        versions = testcapi and [testcapi.type_get_version(c) for c in classes]
+        for _ in range(50):
+            with profiling(depth=0, engine=engine):
+                loop._selector.select(0)
+        assert {c: vars(c)["select"] for c in classes} == wrappers  # the same objects
+        if testcapi:  # and the classes were not modified: the same type versions
+            assert [testcapi.type_get_version(c) for c in classes] == versions != [0, 0, 0]
+        with profiling(depth=2, engine=engine) as again:
+            assert predict() == 42
     finally:
         loop.close()
+        _core.unwatch_loops()
+    assert {c: vars(c)["select"] for c in classes} == own
     assert any("wait" in s.flags for s in session.spans)
+    assert any("wait" in s.flags for s in again.spans)
 
 
 def test_a_subprocess_waited_for_is_a_wait(engine):
