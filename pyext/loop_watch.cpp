@@ -94,9 +94,11 @@ int select_clear(PyObject* self_) {
 }
 
 void select_dealloc(PyObject* self_) {
+  PyTypeObject* type = Py_TYPE(self_);  // a heap type: each instance holds a reference
   PyObject_GC_UnTrack(self_);
   select_clear(self_);
-  Py_TYPE(self_)->tp_free(self_);
+  type->tp_free(self_);
+  Py_DECREF(type);
 }
 
 PyObject* select_repr(PyObject* self_) {

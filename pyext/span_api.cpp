@@ -232,7 +232,9 @@ void span_dealloc(PyObject* self_) {
   PyObject_GC_UnTrack(self_);
   if (self->weakrefs) PyObject_ClearWeakRefs(self_);
   span_clear(self_);
-  Py_TYPE(self_)->tp_free(self_);
+  PyTypeObject* type = Py_TYPE(self_);  // a heap type: each instance holds a reference
+  type->tp_free(self_);
+  Py_DECREF(type);
 }
 
 PyObject* span_repr(PyObject* self_) {
@@ -316,7 +318,9 @@ void block_dealloc(PyObject* self_) {
   Py_CLEAR(self->label);
   Py_CLEAR(self->resource);
   Py_CLEAR(self->reference);
-  Py_TYPE(self_)->tp_free(self_);
+  PyTypeObject* type = Py_TYPE(self_);  // a heap type: each instance holds a reference
+  type->tp_free(self_);
+  Py_DECREF(type);
 }
 
 PyObject* block_enter_method(PyObject* self_, PyObject*) {

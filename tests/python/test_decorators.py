@@ -147,6 +147,22 @@ def test_no_session_calls_through():
     assert blk.label == "nothing"
 
 
+def test_the_wrappers_free_their_reference_to_their_type(engine):
+    """profile_block and profile_span objects are of heap types: each holds
+    a reference to its type, which its deallocation must give back (it did
+    not: a block's type gained one reference a `with profile_block`)."""
+    import sys
+
+    block_type, span_type = type(profile_block("b")), type(profile_span("s")(leaf))
+    before = sys.getrefcount(block_type), sys.getrefcount(span_type)
+    with profiling(depth=2, engine=engine):
+        for _ in range(500):
+            with profile_block("b"):
+                pass
+            profile_span("s")(leaf)
+    assert (sys.getrefcount(block_type), sys.getrefcount(span_type)) == before
+
+
 def test_decorated_results_are_the_same_in_a_session(engine):
     sentinel = object()
 

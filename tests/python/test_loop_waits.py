@@ -6,6 +6,7 @@ session to the next, and nothing changes for the program."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -159,6 +160,16 @@ def test_the_selectors_stay_watched_and_the_loop_runs_the_same(engine):
         loop.close()
         _core.unwatch_loops()
     assert {c: vars(c)["select"] for c in classes} == own
+    del wrappers
+    gc.collect()
+    type_refs = sys.getrefcount(_core.SelectWait)
+    for _ in range(5):  # a wrapper freed gives its type's reference back
+        with profiling(depth=0, engine=engine):
+            pass
+        _core.unwatch_loops()
+    gc.collect()
+    after = sys.getrefcount(_core.SelectWait)  # (not in the assert: pytest keeps its operands)
+    assert after == type_refs
     assert any("wait" in s.flags for s in session.spans)
     assert any("wait" in s.flags for s in again.spans)
 
