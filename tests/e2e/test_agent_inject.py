@@ -434,6 +434,16 @@ def test_a_container_gets_the_script_in_its_own_tmp(agent_path, inject_python):
     name = "mlprof-inject-314"
     podman = ["podman"]
     subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
+    # The container's /tmp is its own: a checkout or venv under the host's
+    # /tmp (a clone in `mktemp -d`) is bound over it, read-only, at its path.
+    needed = {HERE, os.path.dirname(os.path.dirname(inject_python))}
+    needed.add(os.path.dirname(os.path.realpath(inject_python)))
+    binds = [
+        arg
+        for d in sorted(needed)
+        if d == "/tmp" or d.startswith("/tmp/")
+        for arg in ("-v", f"{d}:{d}:ro")
+    ]
     # -i: the server runs until its stdin closes.
     run = subprocess.run(
         [
@@ -453,6 +463,7 @@ def test_a_container_gets_the_script_in_its_own_tmp(agent_path, inject_python):
             "nproc=1024:1024",
             "--tmpfs",
             "/tmp:notmpcopyup",
+            *binds,
             "--rootfs",
             "/:O",
             inject_python,
