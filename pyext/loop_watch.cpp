@@ -2,7 +2,7 @@
 // asyncio event loop with nothing ready calls its selector's select() with a
 // timeout, and so do subprocess.communicate, socketserver and others. The
 // callers' frames may lie below the depth ceiling, where no hook runs, so
-// the select methods themselves are watched: while sessions collect, the
+// the select methods themselves are watched: from the first session on, the
 // `select` of each selector class of the `selectors` module is a SelectWait,
 // a C method descriptor around the class's own function. It creates no
 // Python frame, calls the original with the same arguments and returns what
