@@ -209,8 +209,6 @@ class Engine {
   // What changed in how frames were reported (logged once per kind, capture goes on).
   const std::vector<std::string>& notes() const { return notes_; }
   void note(const std::string& what);
-  // The mechanism that reported this session's frames when it started.
-  const std::string& mechanism() const { return mechanism_; }
   // 3.12+: this session made sys.monitoring report every frame (capture.cpp).
   bool global_frames() const { return global_frames_; }
   void set_global_frames(bool on) { global_frames_ = on; }
@@ -286,9 +284,9 @@ class Engine {
   std::vector<ThreadOrigin> thread_origins_;
   std::vector<std::string> failures_;
   std::vector<std::string> notes_;
-  std::string mechanism_;
-  bool loop_watched_ = false;   // an event loop's selector was watched (loop_watch.h)
-  bool origin_awaits_ = false;  // entered by a coroutine: its awaits are the loop's idle time
+  const char* mechanism_ = nullptr;  // capture::name() at start: a static string
+  bool loop_watched_ = false;        // an event loop's selector was watched (loop_watch.h)
+  bool origin_awaits_ = false;       // entered by a coroutine: its awaits are the loop's idle time
   bool global_frames_ = false;
   std::shared_ptr<Profile> profile_;
 };

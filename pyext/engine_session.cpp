@@ -76,7 +76,7 @@ Engine::~Engine() {
 }
 
 const char* Engine::hook_name() const {
-  return state_ == State::kIdle || mechanism_.empty() ? capture::name() : mechanism_.c_str();
+  return state_ == State::kIdle || !mechanism_ ? capture::name() : mechanism_;
 }
 
 bool Engine::records_only_here() const {
@@ -337,7 +337,7 @@ std::shared_ptr<Profile> Engine::profile() {
   clock::Mapping clk = clock::mapping(start_anchor_, end_anchor_);
   p.meta["clock_source"] = clock::g_use_tsc ? "tsc" : "clock_gettime";
   p.meta["clock_error_ns"] = std::to_string(clk.error_ns);
-  p.meta["engine"] = mechanism_.empty() ? capture::name() : mechanism_;
+  p.meta["engine"] = mechanism_ ? mechanism_ : capture::name();
   p.meta["python"] = Py_GetVersion();
   p.meta["python"] = p.meta["python"].substr(0, p.meta["python"].find(' '));
   p.meta["pid"] = std::to_string(getpid());

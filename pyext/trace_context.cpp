@@ -23,8 +23,17 @@ bool hex_of_length(PyObject* s, Py_ssize_t n, std::string* out) {
 
 void read(std::string* trace_id, std::string* span_id, std::string* error) {
   // Without OpenTelemetry there is no span to find: one dict lookup.
+  // (An interned key: PyDict_GetItemString makes and hashes a new string a call.)
+  static PyObject* const key = PyUnicode_InternFromString("opentelemetry.trace");
   PyObject* modules = PyImport_GetModuleDict();  // borrowed
-  if (!modules || !PyDict_GetItemString(modules, "opentelemetry.trace")) return;
+  if (!key) {
+    PyErr_Clear();
+    return;
+  }
+  if (!modules || !PyDict_GetItemWithError(modules, key)) {
+    PyErr_Clear();
+    return;
+  }
   compat::Untraced untraced(compat::tstate());  // an enclosing session records none of this
   if (!g_current) {
     PyObject* mod = PyImport_ImportModule("mlflow_profiler._traces");

@@ -35,7 +35,8 @@ void uninstall(Engine* engine);
 bool install_thread_binder(std::string* error);
 void uninstall_thread_binder();
 
-// What reports Python frames now ("eval_frame", "sys.monitoring", "setprofile").
+// What reports Python frames now ("eval_frame", "sys.monitoring", "setprofile"):
+// a static string, which an Engine keeps.
 const char* name();
 int tool_id();           // the sys.monitoring tool id held, -1 if none
 uint64_t event_count();  // interpreter events that reached a mechanism so far

@@ -16,6 +16,8 @@ from ._summaries import IOSummary
 
 _DEFAULT_MAX_EVENTS = 1_000_000
 _new_object = object.__new__
+_modules = sys.modules
+_new_engine = _core.new_engine
 _S = TypeVar("_S", bound="ProfileSession")
 if TYPE_CHECKING:  # mypy checks against 3.9, whose dataclass takes no slots
     from dataclasses import dataclass as _dataclass
@@ -182,6 +184,28 @@ def profiling(
             model.predict(df)
         session.print_tree()
     """
+    # Every option at its default (the objects themselves: a value equal to
+    # one takes the general path), outside autoprofile's serving: _setup's
+    # result without its checks and frames, and with the options' attributes
+    # left to ProfileSession's class defaults (bench/RESULTS.md, "Empty
+    # session"; test_the_default_session_is_the_general_paths).
+    if (
+        all_threads is False
+        and capture_c_calls is False
+        and capture_io is False
+        and capture_io_depth is None
+        and cpu_time is False
+        and alloc_bytes is False
+        and max_events is _DEFAULT_MAX_EVENTS
+        and engine == "native"
+        and type(depth) is int
+        and depth >= -1
+        and "mlflow.pyfunc" not in _modules
+    ):
+        session = _new_object(ProfileSession)
+        session.depth = depth
+        session._engine = _new_engine(depth, _DEFAULT_MAX_EVENTS)
+        return session
     return ProfileSession._make(
         depth,
         max_events,
@@ -257,6 +281,20 @@ class ProfileSession:
         session.print_tree()
         session.print_tree(depth=1)     # same capture, rendered shallower
     """
+
+    # profiling()'s defaults, which _setup sets on each instance and
+    # profiling()'s path for the defaults leaves to these.
+    max_events = _DEFAULT_MAX_EVENTS
+    all_threads = False
+    capture_c_calls = False
+    capture_io = False
+    capture_io_depth = -1
+    cpu_time = False
+    alloc_bytes = False
+    _meta: Optional[Dict[str, str]] = None
+    _profile: Optional[_core.Profile] = None
+    _spans: Optional[List[SpanRecord]] = None
+    _activated = False
 
     @_options_of(profiling)
     def __init__(
@@ -354,8 +392,8 @@ class ProfileSession:
             self._engine = _reference_engine()(*args)
         else:
             raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")
-        self._profile: Optional[_core.Profile] = None
-        self._spans: Optional[List[SpanRecord]] = None
+        self._profile = None
+        self._spans = None
         self._activated = False  # a session records once (the engine's state, without asking it)
 
     # -- lifecycle -------------------------------------------------------------

@@ -97,6 +97,46 @@ def test_both_constructors_make_the_same_session(engine, args, kwargs):
     )
 
 
+def _work():
+    def leaf(i):
+        return i
+
+    def mid(i):
+        return leaf(i) + leaf(i + 1)
+
+    def gen():
+        for i in range(3):
+            yield mid(i)
+
+    return sum(gen()) + sum(mid(i) for i in range(2))
+
+
+@pytest.mark.parametrize("depth", [-1, 0, 1, 2, 5])
+def test_the_default_session_records_what_the_general_path_does(depth):
+    """profiling() with every option at its default takes a path of its own
+    (no checks, the class's attribute defaults, _core.new_engine): it
+    records what ProfileSession(), which binds and checks every option,
+    records, and says the same of itself."""
+    fast, general = profiling(depth), ProfileSession(depth)
+    for session in (fast, general):
+        with session:
+            _work()
+    paths = [[row["call_path"] for row in s.to_flat()] for s in (fast, general)]
+    assert paths[0] == paths[1] and paths[0]
+    stats = [s.statistics() for s in (fast, general)]
+    for key in ("engine", "depth", "events_captured", "events_skipped", "span_count", "dropped"):
+        assert stats[0][key] == stats[1][key], key
+    assert _options(fast) == _options(general)
+
+
+def test_the_default_session_records_once():
+    session = profiling()
+    with session:
+        pass
+    with pytest.raises(RuntimeError, match="records once"):
+        session.activate()
+
+
 def test_private_options_reach_the_session():
     session = ProfileSession(1, _meta={"k": "v"}, _transparent_codes=())
     assert session._meta == {"k": "v"} and session.depth == 1
@@ -106,6 +146,8 @@ def test_private_options_reach_the_session():
     "args, kwargs, error, match",
     [
         ((), dict(depth=-2), ValueError, "depth"),
+        ((), dict(depth=True), TypeError, "depth"),
+        ((), dict(depth=2.0), TypeError, "depth"),
         ((), dict(max_events=0), ValueError, "max_events"),
         ((), dict(capture_io="yes"), TypeError, "capture_io"),
         ((), dict(engine="nope"), ValueError, "engine"),
