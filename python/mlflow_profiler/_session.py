@@ -188,7 +188,8 @@ def profiling(
     # one takes the general path), outside autoprofile's serving: _setup's
     # result without its checks and frames, and with the options' attributes
     # left to ProfileSession's class defaults (bench/RESULTS.md, "Empty
-    # session"; test_the_default_session_is_the_general_paths).
+    # session"; test_session_options.py:
+    # test_the_default_session_records_what_the_general_path_does).
     if (
         all_threads is False
         and capture_c_calls is False
