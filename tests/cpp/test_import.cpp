@@ -190,6 +190,25 @@ TEST(Import, TimesOutOfRangeOrGoingBackAreRefused) {
   EXPECT_EQ(p.spans[0].end_ns - p.spans[0].start_ns, 3'000'000);
 }
 
+TEST(Import, EntriesThatAreNotObjectsAreRefused) {
+  // fuzz_import_speedscope's finding: an event that was an array reached
+  // FindMember, rapidjson's assertion (and undefined behaviour without one).
+  const std::string head =
+      R"({"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {"frames": )"
+      R"([{"name": "f"}]}, "profiles": [{"type": "evented", "name": "t", "unit": "milliseconds", )"
+      R"("startValue": 0, "endValue": 10, "events": )";
+  auto event = import_speedscope(head + R"([{"type": "O", "frame": 0, "at": 2}, [1, 2]]}]})");
+  ASSERT_FALSE(event.ok());
+  EXPECT_EQ(event.error().message, "not a speedscope file: an event lacks its type, time or frame");
+  auto profile = import_speedscope(
+      R"({"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": )"
+      R"({"frames": [{"name": "f"}]}, "profiles": [[], 3]})");
+  EXPECT_FALSE(profile.ok());
+  auto chrome = import_chrome_trace(R"({"traceEvents": [[1], "X", {"ph": "X", "ts": 1, "dur": 2,
+      "name": "f"}]})");
+  ASSERT_TRUE(chrome.ok()) << chrome.error().message;
+}
+
 TEST(Import, ChromeTraceIdsThatAreNotIntegersAreThreadZero) {
   // fuzz_import_chrome's first finding: GetInt64 of a pid of 1.5 (or a tid
   // past int64) was rapidjson's assertion, and garbage without assertions.

@@ -21,8 +21,10 @@ std::optional<Error> parse_json(std::string_view data, const char* format,
 // stays in range.
 std::optional<int64_t> to_ns(double value, double ns_per_unit);
 
-// The member `name` of the object `o`, or nullptr when it has none.
+// The member `name` of `o`, or nullptr when it has none or is not an object
+// (FindMember asserts on anything else).
 inline const rapidjson::Value* member(const rapidjson::Value& o, const char* name) {
+  if (!o.IsObject()) return nullptr;
   const auto it = o.FindMember(name);
   return it == o.MemberEnd() ? nullptr : &it->value;
 }

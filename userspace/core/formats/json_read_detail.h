@@ -95,6 +95,7 @@ class DocumentAccess {
   // -- typed access ---------------------------------------------------------------
 
   const Value* member(const Value& obj, const char* key) {
+    if (!obj.IsObject()) return nullptr;
     const auto it = obj.FindMember(key);
     return it == obj.MemberEnd() ? nullptr : &it->value;
   }
