@@ -47,7 +47,7 @@ def _instrumented_everywhere() -> list:
 
 # Fixtures that start other processes: a real tracking server, `mlflow models
 # serve`, or a fresh Python that imports MLflow and loads a model. CI runs the
-# tests that use them on the oldest and newest full stages only (.ci/run).
+# tests that use them on 3.11 and 3.14 only (.ci/run).
 PROCESS_FIXTURES = {"tracking_server", "model_uri", "served_model"}
 # Fixtures of an MLflow tracking store (_mlflow_fixtures.py): what MLflow's
 # own Python code makes of a profile (runs, artifacts, metrics, traces), which
@@ -59,9 +59,10 @@ STORE_FIXTURES = {"local_store", "server_store", "mlflow_store"}
 # The modules whose tests exercise how the extension captures on each
 # CPython (its hooks, frames, generators, coroutines, threads, C calls,
 # exceptions, recursion, names, data summaries, other tools' hooks): marked
-# `capture`. CI runs only these on the interpreters between the oldest and
-# newest full stages (.ci/run); the rest (stores, exports, analysis, reports,
-# MLflow) run on the C++ core or MLflow's Python, the same on each version.
+# `capture`. CI runs only these on 3.12 and 3.13, and these with the
+# `processes` and `mlflow_tracking` ones on 3.14 (.ci/run); the rest (stores,
+# exports, analysis, reports) run on the C++ core, the same on each version,
+# and run on 3.11.
 CAPTURE_MODULES = {
     "test_asyncio",
     "test_asyncio_structure",
