@@ -90,16 +90,22 @@ def test_a_renamed_waker_is_named_by_its_name_at_the_wakeup(agent, python_target
     for s in spans:
         # The helper's 10 ms sleep, then its Event.set(), ends the main thread's wait.
         assert s.values.get("waker") in helpers, s.values
-        # The 10 ms wait (Thread.start's short wait was ended before the rename).
-        woke = [
-            iv
-            for iv in doc.off_cpu
-            if iv["tid"] == main
-            and iv["waker_tid"] == s.values["waker"]
-            and s.start_ns <= iv["start_ns"] < s.end_ns
-            and iv["wake_ns"] - iv["start_ns"] >= 5 * MS
-        ]
-        assert len(woke) == 1 and woke[0]["waker_name"] == "renamed-waker", woke
+        # The 10 ms wait is the helper's last wakeup of the main thread. Thread.start's
+        # wait, ended by the helper before its rename, is short, or 5 ms and more on a
+        # loaded machine (seen in CI): then it names the helper "model-main", its comm then.
+        woke = sorted(
+            (
+                iv
+                for iv in doc.off_cpu
+                if iv["tid"] == main
+                and iv["waker_tid"] == s.values["waker"]
+                and s.start_ns <= iv["start_ns"] < s.end_ns
+                and iv["wake_ns"] - iv["start_ns"] >= 5 * MS
+            ),
+            key=lambda iv: iv["start_ns"],
+        )
+        assert 1 <= len(woke) <= 2 and woke[-1]["waker_name"] == "renamed-waker", woke
+        assert all(iv["waker_name"] == "model-main" for iv in woke[:-1]), woke
         assert all(iv["waker_kind"] == "task" for iv in woke), woke
     # The stall report names it so, not by its comm at fork ("model-main").
     row = next(
