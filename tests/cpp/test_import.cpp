@@ -209,6 +209,28 @@ TEST(Import, EntriesThatAreNotObjectsAreRefused) {
   ASSERT_TRUE(chrome.ok()) << chrome.error().message;
 }
 
+TEST(Import, ALoneSurrogateEscapeIsRefused) {
+  // fuzz_import_speedscope: a frame named "\\uDDD6" was read into a name that
+  // is not UTF-8, and the document the profile was saved as did not read back.
+  auto speedscope = import_speedscope(
+      R"({"$schema": "https://www.speedscope.app/file-format-schema.json", "shared": {"frames": )"
+      R"([{"name": "f\uDDD6"}]}, "profiles": [{"type": "evented", "name": "t", "unit": )"
+      R"("milliseconds", "startValue": 0, "endValue": 10, "events": [{"type": "O", "frame": 0, )"
+      R"("at": 2}, {"type": "C", "frame": 0, "at": 5}]}]})");
+  ASSERT_FALSE(speedscope.ok());
+  EXPECT_EQ(speedscope.error().message,
+            "not speedscope JSON: invalid at offset 99 (a \\u escape of a lone UTF-16 surrogate, "
+            "which is no character)");
+  auto chrome =
+      import_chrome_trace(R"({"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "name": "\udc00"}]})");
+  ASSERT_FALSE(chrome.ok());
+  EXPECT_NE(chrome.error().message.find("lone UTF-16 surrogate"), std::string::npos)
+      << chrome.error().message;
+  auto pair = import_chrome_trace(
+      R"({"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "name": "\ud83d\ude00"}]})");
+  ASSERT_TRUE(pair.ok()) << pair.error().message;
+}
+
 TEST(Import, ChromeTraceIdsThatAreNotIntegersAreThreadZero) {
   // fuzz_import_chrome's first finding: GetInt64 of a pid of 1.5 (or a tid
   // past int64) was rapidjson's assertion, and garbage without assertions.

@@ -77,5 +77,19 @@ TEST(JsonNumbers, TheLeadingPowerOfTen) {
   EXPECT_GT(json_detail::leading_power_of_ten("1e99999999999999999999"), 400);
 }
 
+TEST(JsonNumbers, ALoneLowSurrogateEscapeIsFound) {
+  // fuzz_import_speedscope's second finding: rapidjson 1.1.0 took "\\uDDD6"
+  // and wrote bytes that are not UTF-8, which no reader took back.
+  constexpr size_t npos = std::string_view::npos;
+  EXPECT_EQ(lone_surrogate_escape(R"(["a\uDDD6b"])"), 3u);
+  EXPECT_EQ(lone_surrogate_escape(R"(["\u00e9", "\udc00"])"), 12u);
+  EXPECT_EQ(lone_surrogate_escape(R"(["\uD83D\uDE00", "\ud83d\ude00"])"), npos);  // pairs
+  EXPECT_EQ(lone_surrogate_escape(R"(["\\uDC00"])"), npos);  // an escaped backslash, then text
+  EXPECT_EQ(lone_surrogate_escape(R"(["\uD83D\uDE00\uDE00"])"), 14u);  // the second low
+  EXPECT_EQ(lone_surrogate_escape(R"(["\uDC0"])"), npos);  // not an escape: rapidjson refuses it
+  EXPECT_EQ(lone_surrogate_escape(""), npos);
+  EXPECT_EQ(lone_surrogate_escape("\\"), npos);
+}
+
 }  // namespace
 }  // namespace mlprof

@@ -41,6 +41,11 @@ std::optional<Error> parse_json(std::string_view data, const char* format,
   // Encoding validated: a string that is not UTF-8 is refused here, not
   // left to fail in Python or SQL (as json_stream.cpp's documents).
   // Numbers by std::from_chars (json_numbers.h), as the document reader.
+  if (const size_t at = lone_surrogate_escape(data); at != std::string_view::npos) {
+    return Error{Error::Kind::kCorrupt, 0,
+                 std::string("not ") + format + " JSON: invalid at offset " + std::to_string(at) +
+                     " (a \\u escape of a lone UTF-16 surrogate, which is no character)"};
+  }
   rapidjson::ParseResult result;
   auto generate = [&](rapidjson::Document& d) {
     rapidjson::MemoryStream ms(data.data(), data.size());

@@ -89,6 +89,12 @@ Result<Profile> read_json_document(std::string_view data) {
                      " (JSON text never holds one; a .pb.gz or other binary export?) " +
                      kWhatLoadReads};
   }
+  if (const size_t at = lone_surrogate_escape(data); at != std::string_view::npos) {
+    return Error{Error::Kind::kCorrupt, 0,
+                 "not a profile document: invalid JSON at offset " + std::to_string(at) +
+                     " (a \\u escape of a lone UTF-16 surrogate, which is no character) " +
+                     kWhatLoadReads};
+  }
   rapidjson::Document doc;
   SpanRows spans;
   if (const rapidjson::ParseResult r = parse_document(data, doc, spans); r.IsError()) {
