@@ -1148,6 +1148,38 @@ TEST(Joiner, ThreadsStartedInTheSessionBecomeLifetimes) {
   EXPECT_EQ(k.spans[2].off_cpu_ns, 0);
 }
 
+// Thread 150 starts in the session, exits, and two more exits of the tid
+// follow: a later thread's that reused it, and an earlier one's, delivered
+// late (fuzz/regressions/fuzz_agent_records/thread-exit-before-start).
+std::vector<Rec> reused_tid_records() {
+  Process proc;
+  std::vector<Rec> recs = records_of(small_session(), proc, 1);
+  Rec end = recs.back();
+  recs.pop_back();
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_START, 100, 150, 3000, 100, "worker-a"));
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_EXIT, 100, 150, 20000, 100, "worker-a", 0));
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_EXIT, 100, 150, 30000, 100, "reused", 2));
+  recs.push_back(thread_rec(MLPROF_EV_THREAD_EXIT, 100, 150, 2600, 100, "older", 1));
+  recs.push_back(end);
+  return recs;
+}
+
+TEST(Joiner, AThreadEndsOnceAndNotBeforeItStarts) {
+  // The fuzzer's finding (fuzz_agent_records, CI of 1fd1038): the last
+  // exit record of the tid ended the lifetime, here before it began, and
+  // the document did not read back.
+  Joiner j;
+  feed(j, reused_tid_records());
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const KernelData& k = got[0].kernel;
+  ASSERT_EQ(k.threads.size(), 1u);
+  EXPECT_EQ(k.threads[0].start_ns, 3000);
+  EXPECT_EQ(k.threads[0].end_ns, 20000);
+  EXPECT_EQ(k.threads[0].exit_code, 0);
+  EXPECT_EQ(profile_defect(got[0]), "");
+}
+
 TEST(Joiner, AThreadTheSessionStartedMayExitJustAfterItEnds) {
   // CPython's join() returns before the OS thread exits, so the exit record
   // of a worker comes after session_end; it still belongs to the session.
@@ -2185,6 +2217,8 @@ TEST(JoinerFuzzSeeds, TheCommittedSeedsAreTheseSessionsRecords) {
     seeds["fuzz_agent_records/v1-small-sched"] = fuzz_stream(recs);
     seeds["fuzz_agent_body/small"] = body_of(body_records_of(small_session(), proc, 4, 0, "", ""));
   }
+  seeds["../regressions/fuzz_agent_records/thread-exit-before-start"] =
+      fuzz_stream(reused_tid_records());
   const bool write = std::getenv("MLPROF_WRITE_FUZZ_SEEDS") != nullptr;
   for (const auto& [name, bytes] : seeds) {
     const std::string path = dir + "/" + name;

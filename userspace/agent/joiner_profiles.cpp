@@ -190,8 +190,13 @@ void Joiner::State::add_kernel_view(uint32_t tgid, ProcessState& proc, const Ses
         it = lifetime_of.emplace(ev.tid, k.threads.size()).first;
         k.threads.push_back(std::move(t));
       }
-      k.threads[it->second].end_ns = ev.ts;
-      k.threads[it->second].exit_code = ev.exit_code;
+      // A thread exits once and after it starts: an exit before the start
+      // or after the first is of another thread that had the tid (reused,
+      // or its record delivered late by another CPU), so is not this one's.
+      ThreadLifetime& t = k.threads[it->second];
+      if (t.end_ns != 0 || (t.start_ns != 0 && ev.ts < t.start_ns)) continue;
+      t.end_ns = ev.ts;
+      t.exit_code = ev.exit_code;
     }
   }
   for (uint64_t tid : tids) {
