@@ -13,6 +13,7 @@
 #include "agent/boltdb.h"
 #include "agent/json_parse.h"
 #include "agent/procfs.h"
+#include "formats/json_member.h"
 
 namespace mlprof::agent {
 
@@ -21,11 +22,6 @@ namespace {
 std::string short_id(const std::string& id) { return id.substr(0, 12); }
 
 // rapidjson accessors that tolerate missing or mistyped fields.
-const rapidjson::Value* member(const rapidjson::Value& v, const char* name) {
-  if (!v.IsObject()) return nullptr;
-  auto it = v.FindMember(name);
-  return it == v.MemberEnd() ? nullptr : &it->value;
-}
 std::string string_member(const rapidjson::Value& v, const char* name) {
   const rapidjson::Value* m = member(v, name);
   return m != nullptr && m->IsString() ? std::string(m->GetString(), m->GetStringLength())

@@ -44,7 +44,7 @@ std::optional<Error> parse_json(std::string_view data, const char* format,
   if (const size_t at = lone_surrogate_escape(data); at != std::string_view::npos) {
     return Error{Error::Kind::kCorrupt, 0,
                  std::string("not ") + format + " JSON: invalid at offset " + std::to_string(at) +
-                     " (a \\u escape of a lone UTF-16 surrogate, which is no character)"};
+                     " " + kLoneSurrogateReason};
   }
   rapidjson::ParseResult result;
   auto generate = [&](rapidjson::Document& d) {

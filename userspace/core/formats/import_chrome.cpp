@@ -30,14 +30,12 @@ Error out_of_range(const char* field, double value) {
                    std::to_string(value) + " us) is out of range"};
 }
 
-using import_detail::member;
-
 // The tool and capture time where the trace names them: viztracer's
 // viztracer_metadata.version; ours (and others') otherData.tool or
 // .producer, and otherData.start_unix_ns (wall-clock ns of the capture).
 void provenance(const Value& doc, std::map<std::string, std::string>& meta) {
   const Value* viz = member(doc, "viztracer_metadata");
-  const Value* version = viz && viz->IsObject() ? member(*viz, "version") : nullptr;
+  const Value* version = viz != nullptr ? member(*viz, "version") : nullptr;
   if (version && version->IsString())
     meta["tool"] = std::string("viztracer@") + version->GetString();
   const Value* other = member(doc, "otherData");
@@ -61,8 +59,7 @@ void provenance(const Value& doc, std::map<std::string, std::string>& meta) {
 Result<Imported> import_chrome_trace(std::string_view json) {
   rapidjson::Document doc;
   if (auto e = import_detail::parse_json(json, "Chrome trace", doc)) return *e;
-  const Value* events =
-      doc.IsArray() ? &doc : (doc.IsObject() ? member(doc, "traceEvents") : nullptr);
+  const Value* events = doc.IsArray() ? &doc : member(doc, "traceEvents");
   if (!events || !events->IsArray()) {
     return Error{Error::Kind::kCorrupt, 0, "not a Chrome trace: no traceEvents array"};
   }
@@ -99,7 +96,7 @@ Result<Imported> import_chrome_trace(std::string_view json) {
     const std::string text = name && name->IsString() ? name->GetString() : "";
     if (phase == "M") {
       const Value* args = member(e, "args");
-      const Value* n = args && args->IsObject() ? member(*args, "name") : nullptr;
+      const Value* n = args != nullptr ? member(*args, "name") : nullptr;
       if (text == "thread_name" && n && n->IsString()) names[thread] = n->GetString();
       continue;
     }

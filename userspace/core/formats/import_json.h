@@ -8,6 +8,7 @@
 #include <optional>
 #include <string_view>
 
+#include "formats/json_member.h"
 #include "util/result.h"
 
 namespace mlprof::import_detail {
@@ -20,13 +21,5 @@ std::optional<Error> parse_json(std::string_view data, const char* format,
 // not finite or past +-2^62 ns (146 years), so that a start plus a duration
 // stays in range.
 std::optional<int64_t> to_ns(double value, double ns_per_unit);
-
-// The member `name` of `o`, or nullptr when it has none or is not an object
-// (FindMember asserts on anything else).
-inline const rapidjson::Value* member(const rapidjson::Value& o, const char* name) {
-  if (!o.IsObject()) return nullptr;
-  const auto it = o.FindMember(name);
-  return it == o.MemberEnd() ? nullptr : &it->value;
-}
 
 }  // namespace mlprof::import_detail

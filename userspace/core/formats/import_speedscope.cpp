@@ -17,8 +17,6 @@ namespace {
 
 using rapidjson::Value;
 
-using import_detail::member;
-
 // Nanoseconds per unit for time units; 0 for the others.
 double ns_per(const std::string& unit) {
   if (unit == "nanoseconds") return 1.0;
@@ -39,14 +37,14 @@ Result<Imported> import_speedscope(std::string_view json) {
   if (auto e = import_detail::parse_json(json, "speedscope", doc)) return *e;
   if (!doc.IsObject()) return not_speedscope("the top level is not an object");
   const Value* shared = member(doc, "shared");
-  const Value* frames = shared && shared->IsObject() ? member(*shared, "frames") : nullptr;
+  const Value* frames = shared != nullptr ? member(*shared, "frames") : nullptr;
   const Value* profiles = member(doc, "profiles");
   if (!frames || !frames->IsArray() || !profiles || !profiles->IsArray() || profiles->Empty()) {
     return not_speedscope("no shared.frames or no profiles");
   }
   bool sampled = false, evented = false;
   for (const Value& pr : profiles->GetArray()) {
-    const Value* type = pr.IsObject() ? member(pr, "type") : nullptr;
+    const Value* type = member(pr, "type");
     if (!type || !type->IsString()) return not_speedscope("a profile has no type");
     (std::string(type->GetString()) == "evented" ? evented : sampled) = true;
   }
@@ -60,7 +58,7 @@ Result<Imported> import_speedscope(std::string_view json) {
   FunctionTable functions;
   std::vector<std::pair<uint32_t, int32_t>> frame_fn;
   for (const Value& f : frames->GetArray()) {
-    const Value* name = f.IsObject() ? member(f, "name") : nullptr;
+    const Value* name = member(f, "name");
     if (!name || !name->IsString()) return not_speedscope("a frame has no name");
     const Value* file = member(f, "file");
     const Value* line = member(f, "line");

@@ -98,6 +98,10 @@ inline const char* json_parse_error_text(rapidjson::ParseErrorCode code) {
              : rapidjson::GetParseError_En(code);
 }
 
+// Why every reader refuses the text lone_surrogate_escape finds in.
+inline constexpr const char* kLoneSurrogateReason =
+    "(a \\u escape of a lone UTF-16 surrogate, which is no character)";
+
 // The offset of the first "\\uDC00"-"\\uDFFF" escape that does not follow a
 // high-surrogate escape, or npos. rapidjson 1.1.0 takes such a lone low
 // surrogate and writes it as three bytes that are not UTF-8, which no reader

@@ -91,9 +91,8 @@ Result<Profile> read_json_document(std::string_view data) {
   }
   if (const size_t at = lone_surrogate_escape(data); at != std::string_view::npos) {
     return Error{Error::Kind::kCorrupt, 0,
-                 "not a profile document: invalid JSON at offset " + std::to_string(at) +
-                     " (a \\u escape of a lone UTF-16 surrogate, which is no character) " +
-                     kWhatLoadReads};
+                 "not a profile document: invalid JSON at offset " + std::to_string(at) + " " +
+                     kLoneSurrogateReason + " " + kWhatLoadReads};
   }
   rapidjson::Document doc;
   SpanRows spans;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "formats/json_member.h"
 #include "formats/json_stream.h"
 #include "model/profile_check.h"
 #include "model/tree.h"
@@ -94,11 +95,6 @@ class DocumentAccess {
 
   // -- typed access ---------------------------------------------------------------
 
-  const Value* member(const Value& obj, const char* key) {
-    if (!obj.IsObject()) return nullptr;
-    const auto it = obj.FindMember(key);
-    return it == obj.MemberEnd() ? nullptr : &it->value;
-  }
   const Value* required(const Value& obj, const Where& w) {
     const Value* v = member(obj, w.field);
     if (v == nullptr) fail(w, "missing");

@@ -55,7 +55,7 @@ class DocumentReader : DocumentAccess {
   // format and version first: a newer document may differ in everything else.
   bool read_header() {
     const Value* meta = member(root_, "meta");
-    const Value* format = meta != nullptr && meta->IsObject() ? member(*meta, "format") : nullptr;
+    const Value* format = meta != nullptr ? member(*meta, "format") : nullptr;
     if (format == nullptr || !format->IsString() ||
         std::string_view(format->GetString(), format->GetStringLength()) != kFormat) {
       error_ = Error{Error::Kind::kCorrupt, 0,
