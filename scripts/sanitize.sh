@@ -18,6 +18,8 @@
 #                                    (fuzzer-no-link), the fuzz targets built
 #                                    too: scripts/fuzz.sh then runs them from
 #                                    this build (MLPROF_FUZZ_BUILD; CI does)
+#   scripts/sanitize.sh --build-only the build only (CI builds ahead on idle
+#                                    CPU, and runs the tests later)
 # Root runs the agent's BPF tests too, as in CI. Exit 1 on a failed test or
 # any sanitizer report. Environment: MLPROF_SANITIZE_BUILD, the build
 # directory; MLPROF_LIBBPF_DIR, libbpf-dev 1.4.6's prefix (bpf/README.md);
@@ -26,7 +28,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-mode=address ctest_args=() python="" fuzz=0 python_only=0
+mode=address ctest_args=() python="" fuzz=0 python_only=0 build_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --thread) mode=thread; shift ;;
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
     --python) python=$2; shift 2 ;;
     --python-only) python=$2 python_only=1; shift 2 ;;
     --fuzz) fuzz=1; shift ;;
+    --build-only) build_only=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; $d'; exit 0 ;;
     *) echo "sanitize.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -83,6 +86,7 @@ fi
 echo "== build ($build, $mode)"
 ninja -C "$build" ${MLPROF_SANITIZE_JOBS:+-j "$MLPROF_SANITIZE_JOBS"}
 echo "== built in $(( $(date +%s) - t0 ))s"
+[ "$build_only" = 0 ] || exit 0
 if [ "$python_only" = 0 ]; then
   t1=$(date +%s)
   ctest --test-dir "$build" --output-on-failure -j 2 "${ctest_args[@]}"
