@@ -209,6 +209,21 @@ TEST(Import, EntriesThatAreNotObjectsAreRefused) {
   ASSERT_TRUE(chrome.ok()) << chrome.error().message;
 }
 
+TEST(Import, ASpeedscopeFileWithNoProfilesSaysItHoldsNoSamples) {
+  // What py-spy 0.4.3 writes when it took no sample (CI: a target that ended
+  // before a starved py-spy sampled it).
+  auto r = import_speedscope(
+      R"({"$schema":"https://www.speedscope.app/file-format-schema.json","profiles":[],)"
+      R"("shared":{"frames":[]},"activeProfileIndex":null,"exporter":"py-spy@0.4.3",)"
+      R"("name":"py-spy profile"})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message,
+            "the speedscope file holds no profiles: its tool recorded no samples");
+  auto no_frames = import_speedscope(R"({"profiles": [{"type": "sampled"}]})");
+  ASSERT_FALSE(no_frames.ok());
+  EXPECT_EQ(no_frames.error().message, "not a speedscope file: no shared.frames or no profiles");
+}
+
 TEST(Import, ALoneSurrogateEscapeIsRefused) {
   // fuzz_import_speedscope: a frame named "\\uDDD6" was read into a name that
   // is not UTF-8, and the document the profile was saved as did not read back.

@@ -41,7 +41,12 @@ TARGET = textwrap.dedent("""
             leaf(20000)
 
     if __name__ == "__main__":
+        import sys, time
         work()
+        # py-spy starved on a busy machine took no sample of the short run
+        # (and wrote an empty file): given seconds, run on for that CPU time.
+        while time.process_time() < float(sys.argv[1] if len(sys.argv) > 1 else 0):
+            work()
 """)
 
 
@@ -76,6 +81,7 @@ def test_py_spy_speedscope_and_raw_of_a_real_process(target, tmp_path):
                 "--",
                 sys.executable,
                 str(target),
+                "1.5",
             ],
             capture_output=True,
             text=True,

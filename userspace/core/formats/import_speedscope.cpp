@@ -39,9 +39,13 @@ Result<Imported> import_speedscope(std::string_view json) {
   const Value* shared = member(doc, "shared");
   const Value* frames = shared != nullptr ? member(*shared, "frames") : nullptr;
   const Value* profiles = member(doc, "profiles");
-  if (!frames || !frames->IsArray() || !profiles || !profiles->IsArray() || profiles->Empty()) {
+  if (!frames || !frames->IsArray() || !profiles || !profiles->IsArray()) {
     return not_speedscope("no shared.frames or no profiles");
   }
+  // py-spy writes this when it took no sample (a short or starved target).
+  if (profiles->Empty())
+    return Error{Error::Kind::kCorrupt, 0,
+                 "the speedscope file holds no profiles: its tool recorded no samples"};
   bool sampled = false, evented = false;
   for (const Value& pr : profiles->GetArray()) {
     const Value* type = member(pr, "type");
