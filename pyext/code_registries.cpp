@@ -95,7 +95,7 @@ void for_each_argument(PyCodeObject* code, PyFrameObject* frame, int limit, Fn&&
 uint32_t call_labeller(CaptureLane& L, PyCodeObject* code, PyFrameObject* frame) {
   auto it = labellers().find(reinterpret_cast<PyObject*>(code));
   if (it == labellers().end()) return 0;
-  const int64_t since = clock::ticks();
+  const int64_t since = thread_stretch_start();
   PyObject* args[2] = {Py_None, Py_None};
   int n = 0;
   for_each_argument(code, frame, 2, [&](PyObject*, PyObject* value) {

@@ -167,12 +167,22 @@ bool bound_here(const Engine* engine) {
   return t_cache.bound == engine && t_cache.bound_serial == engine->serial();
 }
 
-// The profiler worked in this thread from `since` to now (naming a code,
-// running a labeller): every session recording here leaves it out.
+// The profiler starts working in this thread (naming a code, running a
+// labeller): now, with the CPU clock read for each lane recording here once
+// a quantum, so the stretch is bracketed by readings (note_stretch).
+int64_t thread_stretch_start() {
+  const int64_t now = clock::ticks();
+  const CurrentLanes& cl = current_lanes();
+  for (int i = 0; i < cl.n; ++i) maybe_read_off_cpu(*cl.lanes[i], now);
+  return now;
+}
+
+// The profiler worked in this thread from `since` to now: every session
+// recording here leaves it out.
 void note_thread_overhead(int64_t since) {
   const int64_t now = clock::ticks();
   const CurrentLanes& cl = current_lanes();
-  for (int i = 0; i < cl.n; ++i) cl.lanes[i]->overhead.emplace_back(since, now);
+  for (int i = 0; i < cl.n; ++i) note_stretch(*cl.lanes[i], since, now);
 }
 
 // --- entry points of the capture mechanisms -------------------------------------

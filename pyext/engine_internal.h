@@ -47,6 +47,7 @@ extern std::unordered_map<uint64_t, int> g_thread_suspended;
 uint64_t thread_key();              // unique per OS thread; idents are reused once a thread exits
 const HookFrame* hook_frame_now();  // the frame of the event being reported (Site::hook), or null
 bool bound_here(const Engine* engine);  // the calling thread is bound to it (all_threads)
+int64_t thread_stretch_start();  // now, a stretch of the profiler's work starts (note_stretch)
 void note_thread_overhead(int64_t since);
 
 // --- code naming and interning (code_names.cpp) ------------------------------
@@ -125,7 +126,7 @@ inline bool session_folds(const CaptureLane& L, PyCodeObject* code) {
 // --- the lane stack (lane_stack.cpp) -----------------------------------------
 
 [[gnu::noinline]] void take_readings(CaptureLane& L);
-[[gnu::noinline]] void read_off_cpu(CaptureLane& L, int64_t ts);
+[[gnu::noinline]] void read_off_cpu(CaptureLane& L);
 [[gnu::noinline]] void push_resume_read(CaptureLane& L, uint32_t call, int64_t ts, bool fold);
 void close_entries(CaptureLane& L, size_t from, bool exception, int64_t ts);
 void close_ended(CaptureLane& L, int32_t pydepth, int64_t ts);
@@ -144,7 +145,17 @@ inline void count_suspended(const CaptureLane& L, int delta) {
 
 // At most once a quantum of wall time per lane: one compare on the hot path.
 inline void maybe_read_off_cpu(CaptureLane& L, int64_t ts) {
-  if (__builtin_expect(ts - L.off_read_ticks >= L.off_quantum, 0)) read_off_cpu(L, ts);
+  if (__builtin_expect(ts - L.off_read_ticks >= L.off_quantum, 0)) read_off_cpu(L);
+}
+
+// A stretch of the profiler's own work on lane L, from `since` (taken by
+// the caller after maybe_read_off_cpu) to `now`: cut from its timeline at
+// build. One a quantum long (a repr that sleeps, a preempted summary) is
+// closed by a reading, so the off-CPU time inside it is known and goes with
+// it (overhead_cut.h off_cpu_inside).
+inline void note_stretch(CaptureLane& L, int64_t since, int64_t now) {
+  L.overhead.emplace_back(since, now);
+  if (now - since >= L.off_quantum) read_off_cpu(L);
 }
 
 inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int64_t ts) {

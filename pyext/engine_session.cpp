@@ -378,6 +378,12 @@ std::shared_ptr<Profile> Engine::profile() {
   }
   const int64_t overhead_ticks = merge_stretches(cuts);
   const auto to_ns = [&clk](int64_t t) { return clk.to_ns(t); };
+  std::unordered_map<uint64_t, TimePairs> thread_reads;
+  for (auto& lp : lanes_) {
+    auto& r = thread_reads[lp->thread_id];
+    r.insert(r.end(), lp->cpu_reads.begin(), lp->cpu_reads.end());
+  }
+  const auto inside = off_cpu_inside(cuts, thread_reads, to_ns);
   for (auto& lp : lanes_) {
     Lane lane = std::move(lp->out);
     const auto& cut = cuts[lp->thread_id];
@@ -391,7 +397,7 @@ std::shared_ptr<Profile> Engine::profile() {
       e.ts_ns = clk.to_ns(on_cut(e.ts_ns));
       if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
     }
-    add_off_cpu(lp->cpu_reads, cut, to_ns, lane.off_cpu);
+    add_off_cpu(lp->cpu_reads, cut, inside.at(lp->thread_id), to_ns, lane.off_cpu);
     captured += lane.events.size();
     skipped += lp->skipped;
     lane.trace_id = opts_.trace_id;

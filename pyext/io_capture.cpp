@@ -57,8 +57,17 @@ void append_io(const IOTargets& io, IORole role, const std::string& name,
 void note_overhead(const IOTargets& io, int64_t since) {
   const int64_t now = clock::ticks();
   for (int i = 0; i < io.n; ++i) {
-    if (CaptureLane* L = target_lane(io.t[i])) L->overhead.emplace_back(since, now);
+    if (CaptureLane* L = target_lane(io.t[i])) note_stretch(*L, since, now);
   }
+}
+
+// Now, as the profiler starts summarizing for `io`'s lanes (note_stretch).
+int64_t stretch_start(const IOTargets& io) {
+  const int64_t now = clock::ticks();
+  for (int i = 0; i < io.n; ++i) {
+    if (CaptureLane* L = target_lane(io.t[i])) maybe_read_off_cpu(*L, now);
+  }
+  return now;
 }
 
 // The span of kCall `call` starts again (restart_calls): so do its readings.
@@ -87,13 +96,13 @@ void restart_calls(const IOTargets& io, int64_t since) {
     if (!L) continue;
     if (io.t[i].call < L->out.events.size()) L->out.events[io.t[i].call].ts_ns = ts;
     if (L->values) restart_readings(*L, io.t[i].call);
-    L->overhead.emplace_back(since, ts);
+    note_stretch(*L, since, ts);
   }
 }
 }  // namespace
 
 void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets& io) {
-  const int64_t since = clock::ticks();
+  const int64_t since = stretch_start(io);
   IOSummary summary;
   bool first = true;
   auto each = [&](PyObject* name, PyObject* value) {
@@ -124,7 +133,7 @@ void capture_arguments(PyCodeObject* code, PyFrameObject* frame, const IOTargets
 
 void capture_return(PyObject* retval, const IOTargets& io) {
   if (!retval) return;
-  const int64_t since = clock::ticks();
+  const int64_t since = stretch_start(io);
   IOSummary summary;
   summarize_object(retval, &summary);
   append_io(io, IORole::kReturn, std::string(), summary);
@@ -146,7 +155,7 @@ void block_arguments_io(const BlockToken* tokens, int n, PyObject* const* args, 
                         PyObject* kwnames) {
   const IOTargets io = io_targets(tokens, n);
   if (!io.n) return;
-  const int64_t since = clock::ticks();
+  const int64_t since = stretch_start(io);
   const Py_ssize_t npos = PyVectorcall_NARGS(nargs);
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
   IOSummary summary;

@@ -39,13 +39,16 @@ size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
   L.out.readings.insert(L.out.readings.end(), now, now + n);
 }
 
-// Reads the thread's CPU clock for running vs waiting (views/waiting.h), at
-// event time `ts`.
-[[gnu::noinline]] void read_off_cpu(CaptureLane& L, int64_t ts) {
+// Reads the thread's CPU clock for running vs waiting (views/waiting.h). The
+// reading's time is now, not its event's: the profiler's work since the event
+// (naming a code) is CPU time of a stretch cut from the timeline, and a
+// reading must pair the wall and CPU clocks of one moment (overhead_cut.h).
+[[gnu::noinline]] void read_off_cpu(CaptureLane& L) {
+  const int64_t now = clock::ticks();
   timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  L.cpu_reads.emplace_back(ts, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec);
-  L.off_read_ticks = ts;
+  L.cpu_reads.emplace_back(now, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec);
+  L.off_read_ticks = now;
 }
 
 [[gnu::noinline]] void push_resume_read(CaptureLane& L, uint32_t call, int64_t ts, bool fold) {
@@ -211,7 +214,7 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   }
   // First sight of a code (naming it, finding its module) is the profiler's work.
   const bool first_sight = !compat::code_extra(code, g_extra_index);
-  const int64_t since = first_sight ? clock::ticks() : 0;
+  const int64_t since = first_sight ? thread_stretch_start() : 0;
   const uint32_t fid = function_id(code);
   if (first_sight) note_thread_overhead(since);
   // (Only under a recorded span: with none, as in a session entered around
@@ -219,7 +222,7 @@ bool lane_start(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   if (key && d == 0 && L.rec.empty() && !L.loop_main_checked && L.out.task > 0 && !L.thread_lane &&
       L.out.parent_lane >= 0) {
     L.loop_main_checked = true;
-    const int64_t since_check = clock::ticks();
+    const int64_t since_check = thread_stretch_start();
     if (runs_to_completion(key)) L.loop_main = code;
     note_thread_overhead(since_check);
     // Its callees are at its own level: their calls are to be seen (lane_start).

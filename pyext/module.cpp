@@ -241,9 +241,21 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
   // thread alike, as in the native engine's build (overhead_cut.h); times
   // are ns already.
   std::unordered_map<uint64_t, TimePairs> cuts;
+  std::unordered_map<uint64_t, TimePairs> lane_reads;  // per lane, in order
+  std::unordered_map<uint64_t, TimePairs> thread_reads;
   bool any_overhead = false;
-  for (const auto& item : lanes) {
-    auto d = item.cast<py::dict>();
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    auto d = lanes[i].cast<py::dict>();
+    if (d.contains("cpu_reads")) {  // (ns, the thread's CPU ns): views/waiting.h
+      TimePairs& reads = lane_reads[i];
+      for (const auto& rec : d["cpu_reads"].cast<py::list>()) {
+        auto r = rec.cast<py::tuple>();
+        reads.emplace_back(r[0].cast<int64_t>(), r[1].cast<int64_t>());
+      }
+      auto& t = thread_reads[d["thread_id"].cast<uint64_t>()];
+      t.insert(t.end(), reads.begin(), reads.end());
+    }
+    cuts[d["thread_id"].cast<uint64_t>()];  // every thread has a (maybe empty) cut
     if (!d.contains("overhead")) continue;
     any_overhead = true;
     auto& c = cuts[d["thread_id"].cast<uint64_t>()];
@@ -254,9 +266,10 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
   }
   const int64_t overhead_ns = merge_stretches(cuts);
   const auto same_ns = [](int64_t t) { return t; };
+  const auto inside = off_cpu_inside(cuts, thread_reads, same_ns);
   uint64_t captured = 0;
-  for (const auto& item : lanes) {
-    auto d = item.cast<py::dict>();
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    auto d = lanes[i].cast<py::dict>();
     Lane lane;
     lane.thread_id = d["thread_id"].cast<uint64_t>();
     lane.native_tid = d["native_tid"].cast<uint64_t>();
@@ -297,13 +310,8 @@ ProfilePtr build_from_python(const py::list& lanes, const py::list& functions,
             {r[0].cast<uint32_t>(), static_cast<ValueKind>(kind), r[2].cast<int64_t>()});
       }
     }
-    if (d.contains("cpu_reads")) {  // (ns, the thread's CPU ns): views/waiting.h
-      TimePairs reads;
-      for (const auto& rec : d["cpu_reads"].cast<py::list>()) {
-        auto r = rec.cast<py::tuple>();
-        reads.emplace_back(r[0].cast<int64_t>(), r[1].cast<int64_t>());
-      }
-      add_off_cpu(reads, cut, same_ns, lane.off_cpu);
+    if (lane_reads.count(i)) {
+      add_off_cpu(lane_reads[i], cut, inside.at(lane.thread_id), same_ns, lane.off_cpu);
     }
     if (d.contains("io")) {
       for (const auto& rec : d["io"].cast<py::list>()) {

@@ -66,18 +66,69 @@ class CutTimeline {
   int64_t shift_ = 0;
 };
 
-// Off-CPU time between consecutive readings `reads` of the thread's CPU
-// clock ((time, CPU ns)): against the raw wall time (the profiler's
-// stretches ran on the CPU too), placed at the reading's time on the cut
-// timeline, as the events are. Appends those of kOffCpuMinNs or more.
+// The off-CPU time inside each stretch of `cut` (sorted, disjoint): its wall
+// less the thread's CPU time between the readings around it (`samples`:
+// every lane of the thread's (time, CPU ns), sorted), within [0, its wall].
+// A stretch that was preempted or blocked (a repr that sleeps) is cut from
+// the timeline, so its off-CPU time must go too. The engines read the clock
+// at a stretch's start (once a quantum) and at the end of one a quantum long
+// (note_thread_overhead), so the figure is short of the truth by at most
+// the CPU time of one quantum before the stretch.
 template <class ToNs>
-void add_off_cpu(const TimePairs& reads, const TimePairs& cut, ToNs to_ns,
-                 std::vector<OffCpuReading>& out) {
+std::vector<int64_t> off_cpu_inside(const TimePairs& cut, const TimePairs& samples, ToNs to_ns) {
+  std::vector<int64_t> inside(cut.size(), 0);
+  size_t before = 0;  // samples[before - 1] is the last at or before the stretch
+  for (size_t i = 0; i < cut.size(); ++i) {
+    const auto [from, to] = cut[i];
+    while (before < samples.size() && samples[before].first <= from) ++before;
+    const auto after = std::lower_bound(samples.begin() + static_cast<std::ptrdiff_t>(before),
+                                        samples.end(), std::make_pair(to, INT64_MIN));
+    if (before == 0 || after == samples.end()) continue;
+    const int64_t wall = to_ns(to) - to_ns(from);
+    const int64_t cpu = after->second - samples[before - 1].second;
+    inside[i] = std::clamp<int64_t>(wall - cpu, 0, wall);
+  }
+  return inside;
+}
+
+// off_cpu_inside for every thread of `cuts`, from `reads`: per thread, the
+// readings of all its lanes (sorted here).
+template <class ToNs>
+std::unordered_map<uint64_t, std::vector<int64_t>> off_cpu_inside(
+    const std::unordered_map<uint64_t, TimePairs>& cuts,
+    std::unordered_map<uint64_t, TimePairs>& reads, ToNs to_ns) {
+  std::unordered_map<uint64_t, std::vector<int64_t>> out;
+  for (const auto& [thread, cut] : cuts) {
+    TimePairs& samples = reads[thread];
+    std::sort(samples.begin(), samples.end());
+    out[thread] = off_cpu_inside(cut, samples, to_ns);
+  }
+  return out;
+}
+
+// Off-CPU time between consecutive readings `reads` of the thread's CPU
+// clock ((time, CPU ns)): against the raw wall time, less the off-CPU time
+// inside the stretches `cut` between them (`inside`, from off_cpu_inside;
+// a stretch split by a reading, by its share of wall on each side), placed
+// at the reading's time on the cut timeline, as the events are. Appends
+// those of kOffCpuMinNs or more.
+template <class ToNs>
+void add_off_cpu(const TimePairs& reads, const TimePairs& cut, const std::vector<int64_t>& inside,
+                 ToNs to_ns, std::vector<OffCpuReading>& out) {
   CutTimeline on_cut(cut);
+  size_t first = 0;  // the first stretch that ends after the interval's start
   for (size_t r = 1; r < reads.size(); ++r) {
-    const int64_t off = (to_ns(reads[r].first) - to_ns(reads[r - 1].first)) -
-                        (reads[r].second - reads[r - 1].second);
-    const int64_t at = to_ns(on_cut(reads[r].first));
+    const int64_t a = reads[r - 1].first, b = reads[r].first;
+    int64_t off = (to_ns(b) - to_ns(a)) - (reads[r].second - reads[r - 1].second);
+    while (first < cut.size() && cut[first].second <= a) ++first;
+    for (size_t i = first; i < cut.size() && cut[i].first < b; ++i) {
+      if (inside[i] <= 0) continue;
+      const int64_t wall = to_ns(cut[i].second) - to_ns(cut[i].first);
+      const int64_t part = to_ns(std::min(b, cut[i].second)) - to_ns(std::max(a, cut[i].first));
+      off -= part >= wall ? inside[i]
+                          : static_cast<int64_t>(static_cast<double>(inside[i]) * part / wall);
+    }
+    const int64_t at = to_ns(on_cut(b));
     if (off >= kOffCpuMinNs) out.push_back({at, off});
   }
 }

@@ -186,6 +186,7 @@ from ._reference_lanes import (
     _names_resource,
     _ReadingEvents,
     _restart_calls,
+    _stretch_start,
     _warn_once,
 )
 
@@ -662,7 +663,7 @@ class ReferenceEngine:
         token = self.block_enter(label, resource)
         targets = token.io_targets()
         if targets:
-            since = _core.now_ns()
+            since = _stretch_start(L for L, _ in targets)
             for i, value in enumerate(args[:_MAX_IO_ARGUMENTS]):
                 _append_io(targets, _core.IO_ARGUMENT, f"args[{i}]", _core.summarize(value))
             for name, value in list(kwargs.items())[: max(0, _MAX_IO_ARGUMENTS - len(args))]:

@@ -204,10 +204,10 @@ def _loop_main(L: _Lane, code, frame, decide: bool = False) -> bool:
         and code.co_flags & _GEN_FLAGS
     ):
         L.loop_main_checked = True
-        since = _core.now_ns()
+        since = _stretch_start((L,))
         if _runs_to_completion(frame):
             L.loop_main = (id(frame), code)
-        L.overhead.append((since, _core.now_ns()))
+        _note_stretch(L, since, _core.now_ns())
     return L.loop_main is not None and L.loop_main[0] == id(frame) and L.loop_main[1] is code
 
 
@@ -227,7 +227,7 @@ def _call_label(L: _Lane, code, frame) -> Optional[int]:
     labeller = _labels.LABELLERS.get(code)
     if labeller is None or frame is None:
         return None
-    since = _core.now_ns()
+    since = _stretch_start((L,))
     names = code.co_varnames[: min(2, code.co_argcount + code.co_kwonlyargcount)]
     local_vars = frame.f_locals
     args = [local_vars.get(n) for n in names] + [None] * (2 - len(names))
@@ -239,7 +239,7 @@ def _call_label(L: _Lane, code, frame) -> Optional[int]:
             "such calls keep the function's name"
         )
         text = None
-    L.overhead.append((since, _core.now_ns()))
+    _note_stretch(L, since, _core.now_ns())
     return L.engine._label_id(text) if isinstance(text, str) else None
 
 
@@ -275,9 +275,9 @@ def _lane_start(L: _Lane, code, frame, continued: bool) -> Optional[int]:
     eng = L.engine
     fid = eng._code_ids.get(code)
     if fid is None:  # first sight (naming it) is the profiler's work
-        since = _core.now_ns()
+        since = _stretch_start((L,))
         fid = eng._function_id(code, frame)
-        L.overhead.append((since, _core.now_ns()))
+        _note_stretch(L, since, _core.now_ns())
     if eng.fold_codes:
         fold = _fold_label(L, code)
         if fold is not None:  # not counted; names the span it folds into
@@ -371,7 +371,7 @@ def _note_overhead(targets, since: int) -> None:
     now = _core.now_ns()
     for L, _ in targets:
         if L.engine.state == "collecting":
-            L.overhead.append((since, now))
+            _note_stretch(L, since, now)
 
 
 def _restart_calls(targets, since: int) -> None:
@@ -381,7 +381,7 @@ def _restart_calls(targets, since: int) -> None:
     for L, call in targets:
         if L.engine.state == "collecting" and call < len(L.events):
             L.events[call] = (ts,) + L.events[call][1:]
-            L.overhead.append((since, ts))
+            _note_stretch(L, since, ts)
             if L.readings is not None:  # so do its readings (engine.cpp restart_readings)
                 now = dict(_take_readings(L.engine.values, call))
                 L.readings[:] = [
@@ -441,12 +441,37 @@ class _ReadingEvents(list):
     def maybe_read_cpu(self, ts: int) -> None:
         """Reads the CPU clock when a quantum has passed since the last reading."""
         if self.read_at is None or ts - self.read_at >= _core.OFF_CPU_QUANTUM_NS:
-            self.read_at = ts
-            self.cpu_reads.append((ts, time.thread_time_ns()))
+            self.read_cpu()
+
+    def read_cpu(self) -> None:
+        """Reads the CPU clock, timed now, not at the event: the profiler's
+        work since the event is CPU time of a stretch cut from the timeline
+        (lane_stack.cpp read_off_cpu)."""
+        now = _core.now_ns()
+        self.read_at = now
+        self.cpu_reads.append((now, time.thread_time_ns()))
+
+
+def _stretch_start(lanes) -> int:
+    """Now, as the profiler starts its own work for `lanes`: each reads the
+    CPU clock if a quantum has passed (engine.cpp thread_stretch_start)."""
+    now = _core.now_ns()
+    for L in lanes:
+        L.events.maybe_read_cpu(now)
+    return now
+
+
+def _note_stretch(L: _Lane, since: int, now: int) -> None:
+    """The profiler's work on L from `since` to `now`, cut from its timeline
+    at build; one a quantum long ends with a reading, so the off-CPU time
+    inside it goes with it (engine_internal.h note_stretch)."""
+    L.overhead.append((since, now))
+    if now - since >= _core.OFF_CPU_QUANTUM_NS:
+        L.events.read_cpu()
 
 
 def _capture_arguments(frame, code, targets) -> None:
-    since = _core.now_ns()
+    since = _stretch_start(L for L, _ in targets)
     n = code.co_argcount + code.co_kwonlyargcount
     n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)
     names = code.co_varnames[: min(n, _MAX_IO_ARGUMENTS)]
@@ -460,7 +485,7 @@ def _capture_arguments(frame, code, targets) -> None:
 
 
 def _capture_return(value, targets) -> None:
-    since = _core.now_ns()
+    since = _stretch_start(L for L, _ in targets)
     _append_io(targets, _core.IO_RETURN, "", _core.summarize(value))
     _note_overhead(targets, since)
 

@@ -244,6 +244,52 @@ def test_awaits_are_waiting_and_the_loop_is_idle_in_them(engine, depth):
         assert c["duration_ns"] == c["wall_ns"] and c["waiting_ns"] >= 0.9 * c["wall_ns"]
 
 
+def _slow_repr() -> object:
+    """An argument whose repr sleeps: the I/O summary (the profiler's work,
+    cut from the timeline) blocks, as a preempted or slow summary does. A
+    new class each time: a slow repr is not called again for its type."""
+
+    class SlowRepr:
+        def __repr__(self) -> str:
+            time.sleep(0.03)
+            return "SlowRepr()"
+
+    return SlowRepr()
+
+
+def _takes(x) -> None:
+    _busy(0.02)
+
+
+def _predict_with_slow_repr(arg) -> None:
+    _takes(arg)
+
+
+@pytest.mark.parametrize("depth", [1, 2, -1])
+def test_the_profilers_own_blocked_work_is_nobodys_waiting(engine, depth, with_reprs):
+    """The profiler's own work is cut from the timeline (its wall); the time
+    it spent off the CPU goes with it. A CPU-bound step whose argument's
+    summary slept 30 ms waits only what the run queue kept it, not the
+    summary's sleep (which once made it 100% waiting), and neither does its
+    caller."""
+    for attempt in range(3):
+        arg = _slow_repr()
+        q0 = schedstat()[1]
+        with profiling(depth=depth, engine=engine, capture_io=True) as session:
+            _predict_with_slow_repr(arg)
+        runq = (schedstat()[1] - q0) / 1e9
+        root = session.to_tree()[0]
+        step = next(n for n in walk([root]) if n["label"] == "_takes")
+        ok = (
+            step["wall_ns"] < 0.027e9  # the 30 ms summary is not the step's
+            and step["waiting_ns"] <= (runq + 0.001) * 1e9
+            and root["waiting_ns"] <= (runq + 0.001) * 1e9
+        )
+        if ok:
+            break
+    assert ok, (step["wall_ns"], step["waiting_ns"], root["waiting_ns"], runq)
+
+
 def test_documents_and_their_reload_keep_it(engine, tmp_path):
     model = Model()
     with profiling(depth=2, engine=engine) as session:
