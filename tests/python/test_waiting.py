@@ -281,7 +281,10 @@ def test_the_profilers_own_blocked_work_is_nobodys_waiting(engine, depth, with_r
         root = session.to_tree()[0]
         step = next(n for n in walk([root]) if n["label"] == "_takes")
         ok = (
-            step["wall_ns"] < 0.027e9  # the 30 ms summary is not the step's
+            # The 30 ms summary is not the step's: its wall is its 20 ms on
+            # the CPU and what the run queue kept it (CI's other tests load
+            # both cores: 25.7 ms of run queue once).
+            step["wall_ns"] < (0.027 + runq) * 1e9
             and step["waiting_ns"] <= (runq + 0.001) * 1e9
             and root["waiting_ns"] <= (runq + 0.001) * 1e9
         )
