@@ -427,8 +427,16 @@ def _stack_paths(driver, stack_ids) -> Dict[int, List[str]]:
     out: Dict[int, List[str]] = {0: []}
 
     def path(stack: int) -> List[str]:
-        chain = []
+        chain: List[int] = []
         while stack not in out:
+            # A parent that is not there, or a loop of parents: a damaged
+            # store (the schema's keys rule both out in one that is not).
+            if stack not in info or len(chain) > len(info):
+                from .store import StoreError
+
+                raise StoreError(
+                    f"not a readable store: stack {stack} has no path to a root", kind="corrupt"
+                )
             chain.append(stack)
             stack = info[stack][0]
         for s in reversed(chain):
@@ -439,7 +447,16 @@ def _stack_paths(driver, stack_ids) -> Dict[int, List[str]]:
 
 
 def _shape_parts(shape: Optional[str]) -> Optional[List[int]]:
-    return None if shape is None else [int(d) for d in shape.split(",") if d != ""]
+    if shape is None:
+        return None
+    try:
+        return [int(d) for d in shape.split(",") if d != ""]
+    except (AttributeError, TypeError, ValueError):  # SQLite keeps any type in any column
+        from .store import StoreError
+
+        raise StoreError(
+            f"not a readable store: a shape that is not sizes ({shape!r:.40})", kind="corrupt"
+        ) from None
 
 
 def _signature(type_name: str, dtype: str, shape: Optional[List[int]]) -> str:

@@ -78,23 +78,52 @@ class DuplicateSource(StoreError):
         self.source_id = source_id
 
 
+def _sqlite_failure(exc: Exception, target: Optional[str]) -> StoreError:
+    """The StoreError for what SQLite raised past the store's opening: a
+    damaged file (a page, the schema, a text value that is not UTF-8) is
+    'corrupt', a lock held past the busy timeout 'io'. Every command then
+    says it in one line, and the API raises one exception type."""
+    if isinstance(exc, UnicodeDecodeError):
+        return StoreError(
+            f"not a readable SQLite store: a text value is not UTF-8 ({exc.reason} at byte {exc.start})",
+            kind="corrupt",
+            target=target,
+        )
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+        return StoreError(f"the SQLite store is busy: {exc}", kind="io", target=target)
+    # One line: SQLite quotes a damaged schema's text, newlines and all.
+    reason = " ".join(str(exc).split())
+    return StoreError(f"not a readable SQLite store: {reason}", kind="corrupt", target=target)
+
+
 class _SqliteDriver:
-    """What the core's StoreDriver calls (pyext/bind_store.cpp)."""
+    """What the core's StoreDriver calls (pyext/bind_store.cpp). SQLite's
+    errors leave it as StoreError (_sqlite_failure)."""
 
     dialect = "sqlite"
     begin = "BEGIN IMMEDIATE"  # the write lock at once: no deadlock upgrading a read lock
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, target: Optional[str] = None) -> None:
         self.conn = conn
+        self.target = target
 
     def execute(self, sql: str, params: tuple) -> None:
-        self.conn.execute(sql, params)
+        try:
+            self.conn.execute(sql, params)
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            raise _sqlite_failure(exc, self.target) from None
 
     def executemany(self, sql: str, rows: list) -> None:
-        self.conn.executemany(sql, rows)
+        try:
+            self.conn.executemany(sql, rows)
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            raise _sqlite_failure(exc, self.target) from None
 
     def query(self, sql: str, params: tuple) -> List[tuple]:
-        return self.conn.execute(sql, params).fetchall()
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            raise _sqlite_failure(exc, self.target) from None
 
 
 class _PostgresDriver:
@@ -276,7 +305,7 @@ class Store:
             # SQLite checks a deleted span's children by scanning the table
             # for each (samples.parent_id has no index): rm deletes every
             # child itself, so the checks are off for its transaction only.
-            self._conn.execute("PRAGMA foreign_keys = OFF")
+            self._driver.execute("PRAGMA foreign_keys = OFF", ())
         try:
             with self._write():
                 removed = _core.store_remove(self._driver, self._driver.dialect, ids)
@@ -284,7 +313,7 @@ class Store:
                     raise StoreError(removed[1], kind=removed[0], target=self.target)
         finally:
             if sqlite:
-                self._conn.execute("PRAGMA foreign_keys = ON")
+                self._driver.execute("PRAGMA foreign_keys = ON", ())
         return removed
 
     def find(self, content_hash: str) -> Optional[int]:
@@ -560,7 +589,7 @@ class Store:
     def _write(self):
         if self._batched:
             return contextlib.nullcontext()
-        return _Transaction(self._conn, self._driver.begin)
+        return _Transaction(self._driver)
 
     @contextlib.contextmanager
     def batch(self):
@@ -569,7 +598,7 @@ class Store:
         if self._batched:
             yield self
             return
-        with _Transaction(self._conn, self._driver.begin):
+        with _Transaction(self._driver):
             self._batched = True
             try:
                 yield self
@@ -591,20 +620,23 @@ class Store:
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception: one add is
-    all there or not there."""
+    all there or not there. Through the driver, so that a damaged file's
+    error is a StoreError here too."""
 
-    def __init__(self, conn, begin: str) -> None:
-        self.conn = conn
-        self.begin = begin
+    def __init__(self, driver) -> None:
+        self.driver = driver
 
     def __enter__(self) -> None:
-        self.conn.execute(self.begin)
+        self.driver.execute(self.driver.begin, ())
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            self.conn.execute("COMMIT")
-        else:
-            self.conn.execute("ROLLBACK")
+            self.driver.execute("COMMIT", ())
+            return
+        try:
+            self.driver.execute("ROLLBACK", ())
+        except StoreError:
+            pass  # the error that ended the transaction is the one to tell
 
 
 # Whether open_store() creates a store that is not there, when its caller
@@ -710,10 +742,10 @@ def _open_target(target, prepare, create: bool = True) -> Store:
     try:
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-        driver = _SqliteDriver(conn)
+        driver = _SqliteDriver(conn, target)
         if not create:
             _must_exist(driver, target)
-        with _Transaction(conn, driver.begin):
+        with _Transaction(driver):
             error = prepare(driver)
         if error is not None:
             raise StoreError(error[1], kind=error[0], target=target)
@@ -757,7 +789,7 @@ def _open_postgres(target: str, prepare, create: bool = True) -> Store:
         # processes opening a new database at once).
         conn.execute("SELECT pg_advisory_lock(7170687)")
         try:
-            with _Transaction(conn, driver.begin):
+            with _Transaction(driver):
                 error = prepare(driver)
         finally:
             conn.execute("SELECT pg_advisory_unlock(7170687)")
