@@ -213,7 +213,23 @@ void bind_store(py::module_& m) {
       },
       py::arg("driver"), py::arg("dialect"), py::arg("source_id"),
       "The sampled stacks of one source, or (kind, message).");
-  py::register_exception<StoreFailure>(m, "StoreFailure", PyExc_RuntimeError);
+  // The core's reader refuses rows a damaged store holds with StoreFailure:
+  // the API raises StoreError(kind="corrupt") for it, as for SQLite's own
+  // refusals. Looked up when it fires: mlflow_profiler.store imports _core.
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StoreFailure& e) {
+      const std::string message = std::string("not a readable store: ") + e.what();
+      try {
+        py::object error = py::module_::import("mlflow_profiler.store").attr("StoreError");
+        py::object raised = error(message, "corrupt");
+        PyErr_SetObject(error.ptr(), raised.ptr());
+      } catch (py::error_already_set&) {  // the package is not importable: still an error
+        PyErr_SetString(PyExc_RuntimeError, message.c_str());
+      }
+    }
+  });
 }
 
 }  // namespace mlprof

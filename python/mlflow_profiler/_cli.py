@@ -35,10 +35,9 @@ import os
 import sys
 from typing import List, Optional
 
-from . import _core
 from ._core import format_duration
 from ._files import ProfileLoadError
-from .store import StoreError, open_store
+from .store import StoreError, _one_line, open_store
 
 
 def _plural(n: int, word: str) -> str:
@@ -701,11 +700,6 @@ class _PipeSafeStdout:
         return getattr(self._stream, name)
 
 
-def _one_line(exc: BaseException) -> str:
-    """An error's text on one line (SQLite quotes a damaged schema's lines)."""
-    return " ".join(str(exc).split())
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """The `mlprof` console script. Exit status: 0 done, 1 a regression
     (diff, trend), 2 an input or usage error, 3 inconclusive (diff, trend).
@@ -725,9 +719,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 141  # as a shell reports a command SIGPIPE ended
     except (StoreError, ProfileLoadError, OSError) as exc:
         print(f"mlprof: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except _core.StoreFailure as exc:  # the core's reader on rows a damaged store holds
-        print(f"mlprof: not a readable store: {_one_line(exc)}", file=sys.stderr)
         return 2
     finally:
         sys.stdout = stdout

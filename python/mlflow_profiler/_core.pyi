@@ -299,9 +299,6 @@ class SelectWait:
     def __wrapped__(self) -> Callable[..., Any]: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
-class StoreFailure(RuntimeError):
-    """The profile store's SQL failed (bind_store.cpp)."""
-
 # profiling()'s Engine when every option is at its default.
 def new_engine(depth: int, max_events: int, /) -> Engine: ...
 

@@ -78,6 +78,15 @@ class DuplicateSource(StoreError):
         self.source_id = source_id
 
 
+def _one_line(exc: BaseException) -> str:
+    """An error's text on one line (SQLite quotes a damaged schema's lines)."""
+    return " ".join(str(exc).split())
+
+
+# What SQLite raises past a store's opening on a damaged file.
+_SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
+
+
 def _sqlite_failure(exc: Exception, target: Optional[str]) -> StoreError:
     """The StoreError for what SQLite raised past the store's opening: a
     damaged file (a page, the schema, a text value that is not UTF-8) is
@@ -91,9 +100,9 @@ def _sqlite_failure(exc: Exception, target: Optional[str]) -> StoreError:
         )
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
         return StoreError(f"the SQLite store is busy: {exc}", kind="io", target=target)
-    # One line: SQLite quotes a damaged schema's text, newlines and all.
-    reason = " ".join(str(exc).split())
-    return StoreError(f"not a readable SQLite store: {reason}", kind="corrupt", target=target)
+    return StoreError(
+        f"not a readable SQLite store: {_one_line(exc)}", kind="corrupt", target=target
+    )
 
 
 class _SqliteDriver:
@@ -110,19 +119,19 @@ class _SqliteDriver:
     def execute(self, sql: str, params: tuple) -> None:
         try:
             self.conn.execute(sql, params)
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_failure(exc, self.target) from None
 
     def executemany(self, sql: str, rows: list) -> None:
         try:
             self.conn.executemany(sql, rows)
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_failure(exc, self.target) from None
 
     def query(self, sql: str, params: tuple) -> List[tuple]:
         try:
             return self.conn.execute(sql, params).fetchall()
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_failure(exc, self.target) from None
 
 

@@ -498,6 +498,31 @@ def test_a_newer_or_older_store_or_another_database_is_refused(tmp_path):
     assert err.value.kind == "corrupt" and "junk.db" in str(err.value)
 
 
+def test_rows_the_core_cannot_read_raise_store_error_from_the_api(tmp_path):
+    """A store whose rows the core's reader refuses (a function of a kind no
+    version wrote; stacks gone that spans name) raises StoreError, kind
+    'corrupt', from load() and from analysis, as SQLite's own refusals do:
+    callers catch one type. It was _core.StoreFailure, a RuntimeError."""
+    from mlflow_profiler import analysis
+
+    with profiling(depth=-1) as session:
+        _encode([3, 4])
+    db = tmp_path / "s.db"
+    with open_store(db) as store:
+        source = store.add(session)
+    conn = _connect(db, isolation_level=None)
+    conn.execute("UPDATE functions SET kind = 99")
+    with open_store(db) as store, pytest.raises(StoreError, match="kind 99 is unknown") as err:
+        store.load(source)
+    assert err.value.kind == "corrupt" and "\n" not in str(err.value)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute("DELETE FROM stacks WHERE stack_id > 0")
+    conn.close()
+    with pytest.raises(StoreError, match="not in the store") as err:
+        analysis.top(str(db))
+    assert err.value.kind == "corrupt"
+
+
 _WRITER = textwrap.dedent("""
     import sys, time
     from mlflow_profiler import profiling
