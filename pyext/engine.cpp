@@ -325,6 +325,25 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   return true;
 }
 
+[[gnu::flatten]] bool quick_below(PyThreadState* ts, PyCodeObject* code, int pydepth) {
+  // A generator's start may be the entering coroutine's, whose lane follows it.
+  return !compat::is_generator_code(code) && lanes_below(lanes_now(ts), pydepth, true);
+}
+
+// What lane_return leaves as it is: a frame deeper than the lane's innermost
+// open entry (nothing ended unseen), whose end was not inferred earlier.
+[[gnu::flatten]] bool quick_unheld_return(PyThreadState* ts, PyCodeObject* code, int pydepth) {
+  if (compat::is_generator_code(code)) return false;
+  const CurrentLanes& cl = lanes_now(ts);
+  for (int i = 0; i < cl.n; ++i) {
+    const CaptureLane& L = *cl.lanes[i];
+    if (pydepth <= L.base_pydepth) continue;  // a frame above the root
+    if (L.rec.empty() || L.rec.back().pydepth >= pydepth) return false;
+    if (L.inferred.code == code && L.inferred.pydepth == pydepth) return false;
+  }
+  return true;
+}
+
 // What on_yield does when the generator's frame is the lane's innermost
 // entry, recorded, with nothing opened in it and its caller's entry below it.
 [[gnu::flatten]] bool quick_yield(PyThreadState* ts, PyCodeObject* code, int pydepth) {

@@ -385,6 +385,14 @@ void on_yield(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
 bool quick_start(PyThreadState* ts, PyCodeObject* code, int pydepth, bool windowed = false,
                  bool* at_ceiling = nullptr);
 bool quick_return(PyThreadState* ts, PyCodeObject* code, int pydepth, bool exception);
+// Where every frame is reported (sys.monitoring's global events, the profile
+// function): a plain frame's start below every lane's ceiling, under each
+// lane's innermost open entry, only counted as skipped; a plain frame's
+// return (or unwind) that no lane holds, left alone. True when that was all
+// on_start/on_return had to do: it changes exactly what they would, without
+// a clock read or the frame's description.
+bool quick_below(PyThreadState* ts, PyCodeObject* code, int pydepth);
+bool quick_unheld_return(PyThreadState* ts, PyCodeObject* code, int pydepth);
 // The same for a generator's or coroutine's yield and resume (3.12+): one
 // lane; a yield of the lane's innermost entry with nothing opened in it; a
 // resume, of a segment the lane holds, called by the lane's innermost entry.

@@ -249,7 +249,8 @@ struct Plain {
   if (PyCodeObject* c = as_code(args[0])) {
     if (g_global_frames) {
       PyThreadState* ts = compat::tstate();
-      if (quick_start(ts, c, depth_of(ts))) Py_RETURN_NONE;
+      const int depth = depth_of(ts);
+      if (quick_start(ts, c, depth) || quick_below(ts, c, depth)) Py_RETURN_NONE;
     }
     start_in_full(c);
   }
@@ -303,7 +304,8 @@ PyObject* cb_throw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // a t
     }
     if (g_global_frames) {
       PyThreadState* ts = compat::tstate();
-      if (quick_return(ts, c, depth_of(ts), false)) Py_RETURN_NONE;
+      const int depth = depth_of(ts);
+      if (quick_return(ts, c, depth, false) || quick_unheld_return(ts, c, depth)) Py_RETURN_NONE;
     }
     return_in_full(c, nargs >= 3 ? args[2] : nullptr);
   }
@@ -317,7 +319,8 @@ PyObject* cb_unwind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         eval::ceiling_returns(compat::tstate());
       } else {
         PyThreadState* ts = compat::tstate();
-        if (quick_return(ts, c, depth_of(ts), true)) Py_RETURN_NONE;
+        const int depth = depth_of(ts);
+        if (quick_return(ts, c, depth, true) || quick_unheld_return(ts, c, depth)) Py_RETURN_NONE;
       }
       const Described d(c);
       on_return(d.site, c, d.depth, true, nullptr);

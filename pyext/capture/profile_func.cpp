@@ -53,11 +53,13 @@ inline bool generator_continues(PyFrameObject* frame, PyCodeObject* code) {
 }
 [[gnu::flatten]] void report_start(PyCodeObject* code, int depth, PyFrameObject* frame) {
   PyThreadState* ts = compat::tstate();
-  if (!quick_start(ts, code, depth)) start_in_full(ts, code, depth, frame);
+  if (!quick_start(ts, code, depth) && !quick_below(ts, code, depth))
+    start_in_full(ts, code, depth, frame);
 }
 [[gnu::flatten]] void report_return(PyCodeObject* code, int depth, PyObject* retval) {
   PyThreadState* ts = compat::tstate();
-  if (!quick_return(ts, code, depth, retval == nullptr)) return_in_full(ts, code, depth, retval);
+  if (!quick_return(ts, code, depth, retval == nullptr) && !quick_unheld_return(ts, code, depth))
+    return_in_full(ts, code, depth, retval);
 }
 
 int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
