@@ -153,14 +153,20 @@ def test_the_wrappers_free_their_reference_to_their_type(engine):
     not: a block's type gained one reference a `with profile_block`)."""
     import sys
 
-    block_type, span_type = type(profile_block("b")), type(profile_span("s")(leaf))
-    before = sys.getrefcount(block_type), sys.getrefcount(span_type)
-    with profiling(depth=2, engine=engine):
-        for _ in range(500):
+    def blocks_and_spans():  # its own frame: 3.9/3.10's profile function makes
+        for _ in range(500):  # a locals dict of the frames it reports
             with profile_block("b"):
                 pass
             profile_span("s")(leaf)
-    assert (sys.getrefcount(block_type), sys.getrefcount(span_type)) == before
+
+    block_type, span_type = type(profile_block("b")), type(profile_span("s")(leaf))
+    with profiling(depth=2, engine=engine):  # the engine's first session imports its
+        pass  # modules (the reference hook's tuple of our types, on 3.9/3.10)
+    before = sys.getrefcount(block_type), sys.getrefcount(span_type)
+    with profiling(depth=2, engine=engine):
+        blocks_and_spans()
+    after = sys.getrefcount(block_type), sys.getrefcount(span_type)  # not in the assert:
+    assert after == before  # pytest's rewriting keeps the operand (one reference more)
 
 
 def test_decorated_results_are_the_same_in_a_session(engine):

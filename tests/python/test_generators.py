@@ -175,9 +175,11 @@ def test_a_generator_abandoned_at_a_yield_leaves_nothing_behind(engine):
     (root,) = session.to_tree()
     assert [c["label"] for c in root["children"]] == ["_any_positive", "_deeper"] * 50
     assert not root["flags"]
+    # 3.9/3.10 have no co_qualname: a generator expression is named by its code's name.
+    name = "_any_positive.<locals>.<genexpr>" if sys.version_info >= (3, 11) else "<genexpr>"
     for step in root["children"][::2]:
         (gen,) = step["children"]
-        assert gen["label"] == "_any_positive.<locals>.<genexpr>" and gen["children"] == []
+        assert gen["label"] == name and gen["children"] == []
     check_times(session)
 
 
