@@ -116,6 +116,20 @@ int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
       L.rec.back().pydepth == pydepth) {
     return INT32_MIN;
   }
+  // Or one between a coroutine the lane tracks and the blocks opened deeper in
+  // its chain, which its segment carried (lane_yield): where every resume is
+  // reported (the profile function, global events), the chain's frames resume
+  // outermost first, each above those blocks. They are still open.
+  if (key && !L.rec.empty() && L.rec.back().kind == EntryKind::kBlock) {
+    size_t i = L.rec.size();
+    while (i > 0 && L.rec[i - 1].kind == EntryKind::kBlock && L.rec[i - 1].key &&
+           L.rec[i - 1].pydepth > pydepth)
+      --i;
+    if (i > 0 && i < L.rec.size() && frame_like(L.rec[i - 1]) && L.rec[i - 1].key &&
+        L.rec[i - 1].pydepth < pydepth) {
+      return INT32_MIN;
+    }
+  }
   close_ended_now(L, pydepth);
   return depth_at(L, pydepth);
 }

@@ -276,6 +276,62 @@ print(json.dumps({"result": result, "after": after, "tree": tree(s), "still": ti
     assert out["failures"] == []
 
 
+def test_a_request_block_below_the_ceiling_spans_its_awaits_when_every_frame_is_reported(
+    tiny_evaluator,
+):
+    """With another frame evaluator installed every frame and every resume is
+    reported (3.12+: global events; 3.11: the profile function; 3.9 and 3.10
+    always). A client's request block, opened by a coroutine below the
+    ceiling (aiohttp's, under a context manager's __aenter__), rides in the
+    segment of the coroutine at the ceiling that awaits it; when that one
+    resumes, the frames in between resume outermost first, and each ended
+    the block: its span stopped at the request's first await (the 3.10 suite's
+    test_marks, aiohttp: 3.4 ms of a 27 ms request). The oracle: the
+    program's own clock around each request."""
+    out = child(
+        """
+import asyncio, json, sys, time
+sys.path.insert(0, sys.argv[1])
+import tiny_evaluator
+from mlflow_profiler import _core, profiling
+
+async def send():                # the client's request method: the block is its
+    with _core.profile_block("POST api", "api", automatic=True):
+        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)
+
+class Request:                   # aiohttp's _BaseRequestContextManager
+    async def __aenter__(self):
+        await send()
+
+    async def __aexit__(self, *exc):
+        pass
+
+async def ask(walls):            # at the ceiling
+    for _ in range(2):
+        t0 = time.perf_counter_ns()
+        async with Request():
+            pass
+        walls.append(time.perf_counter_ns() - t0)
+
+async def main(walls):
+    await ask(walls)
+
+tiny_evaluator.install()
+walls = []
+with profiling(depth=1) as s:  # main 0, ask 1: Request and send below
+    asyncio.run(main(walls))
+posts = [sp.end_ns - sp.start_ns for sp in s.spans if sp.label == "POST api"]
+print(json.dumps({"posts": posts, "walls": walls, "failures": s.statistics()["failures"]}))
+""",
+        tiny_evaluator,
+    )
+    assert out["failures"] == []
+    assert len(out["posts"]) == 2
+    for span, wall in zip(out["posts"], out["walls"]):
+        assert 40_000_000 <= span <= wall, (span, wall)  # both sleeps, within the request
+
+
 # --- other faults ------------------------------------------------------------------
 
 
