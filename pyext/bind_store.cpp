@@ -216,6 +216,8 @@ void bind_store(py::module_& m) {
   // The core's reader refuses rows a damaged store holds with StoreFailure:
   // the API raises StoreError(kind="corrupt") for it, as for SQLite's own
   // refusals. Looked up when it fires: mlflow_profiler.store imports _core.
+  // By value: pybind11's translator type is void (*)(std::exception_ptr).
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
