@@ -13,11 +13,12 @@ here (--max-loop-gap, --max-sink-call) so the test does not wait minutes."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from typing import List
+from typing import List, Tuple
 
 from conftest import require
 
@@ -44,6 +45,40 @@ def wait_probe(
             return r
         assert time.monotonic() < deadline, (status, text, r.returncode, r.stdout, r.stderr)
         time.sleep(0.2)
+
+
+def deliveries(line: str) -> Tuple[int, int]:
+    """(delivered, waiting) from a probe's line ("...: 3 delivered, ..., 0 waiting")."""
+    m = re.search(r": (\d+) delivered, .*?(\d+) waiting", line)
+    assert m, line
+    return int(m.group(1)), int(m.group(2))
+
+
+def wait_delivered(agent_path: str, health: str, *extra: str, more_than: int) -> int:
+    """Waits until more than `more_than` items are delivered and none waits.
+
+    A command to the target may straddle a rotation (--rotate 1s) and make
+    two items, so the count is read, not assumed."""
+    deadline = time.monotonic() + 30.0
+    while True:
+        r = probe(agent_path, health, *extra)
+        if r.returncode == 0:
+            delivered, waiting = deliveries(r.stdout)
+            if delivered > more_than and waiting == 0:
+                return delivered
+        assert time.monotonic() < deadline, (more_than, r.returncode, r.stdout, r.stderr)
+        time.sleep(0.2)
+
+
+def items_in(server: PostgresServer) -> List[str]:
+    """The agent items the sink's database holds, one key per delivered item."""
+    import psycopg
+
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        return [
+            r[0]
+            for r in conn.execute("SELECT value FROM source_labels WHERE key = 'label.agent_item'")
+        ]
 
 
 def server_processes(server: PostgresServer) -> List[int]:
@@ -121,7 +156,7 @@ def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(
 
         # A first item delivered: the sink holds its connection open.
         target.ask("run nested 2")
-        wait_probe(agent_path, health, status=0, text=": 1 delivered")
+        delivered = wait_delivered(agent_path, health, more_than=0)
 
         stopped = server_processes(server)
         for pid in stopped:
@@ -149,7 +184,7 @@ def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
         stopped = []
-        wait_probe(agent_path, health, "--max-sink-call", "3s", status=0, text=": 2 delivered")
+        delivered = wait_delivered(agent_path, health, "--max-sink-call", "3s", more_than=delivered)
 
         # Refused (the server down): a retry, not a hang; live, saying why.
         server.stop()
@@ -159,9 +194,15 @@ def test_live_and_ready_not_when_frozen_or_wedged_yes_when_refused(
         )
         assert "1 waiting" in refused.stdout or "2 waiting" in refused.stdout, refused.stdout
         server.start()  # back: delivered, so SIGTERM's flush does not wait out its 10 s
-        wait_probe(agent_path, health, status=0, text=": 3 delivered, ")
+        delivered = wait_delivered(agent_path, health, more_than=delivered)
         result = run.stop(signal.SIGTERM)
         assert result.returncode == 0, result.stderr
+        # Each item the agent counts delivered (the file's last word, after
+        # the flush) is in the database once: none lost, none twice.
+        final, waiting = deliveries(probe(agent_path, health).stdout)
+        keys = items_in(server)
+        assert waiting == 0 and final >= delivered >= 3, (final, waiting, delivered)
+        assert len(keys) == len(set(keys)) == final, (final, keys)
         # The file says stopping (not ready) from before the flush on.
         after = probe(agent_path, health, "--ready")
         assert after.returncode == 1 and "not ready: stopping" in after.stderr, (
