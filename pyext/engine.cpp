@@ -335,12 +335,8 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
 [[gnu::flatten]] bool quick_unheld_return(PyThreadState* ts, PyCodeObject* code, int pydepth) {
   if (compat::is_generator_code(code)) return false;
   const CurrentLanes& cl = lanes_now(ts);
-  for (int i = 0; i < cl.n; ++i) {
-    const CaptureLane& L = *cl.lanes[i];
-    if (pydepth <= L.base_pydepth) continue;  // a frame above the root
-    if (L.rec.empty() || L.rec.back().pydepth >= pydepth) return false;
-    if (L.inferred.code == code && L.inferred.pydepth == pydepth) return false;
-  }
+  for (int i = 0; i < cl.n; ++i)
+    if (!lane_return_leaves(*cl.lanes[i], code, pydepth)) return false;
   return true;
 }
 

@@ -200,6 +200,15 @@ inline bool frame_like(const StackEntry& e) {
          e.kind == EntryKind::kDropped;
 }
 
+// Whether the lane's entries from `from` on are blocks that a coroutine chain
+// carries: the entry under them is a coroutine (or generator) the lane
+// tracks, above `pydepth`. Its segment holds them (lane_yield defers the
+// yields of the frames in between; arrive keeps them open as those resume).
+inline bool carried_by_tracked(const CaptureLane& L, size_t from, int32_t pydepth) {
+  return from > 0 && from < L.rec.size() && !frame_like(L.rec[from]) &&
+         frame_like(L.rec[from - 1]) && L.rec[from - 1].key && L.rec[from - 1].pydepth < pydepth;
+}
+
 // close_ended, reading the clock only when something ended unseen (a clock
 // read costs as much as the rest of an event).
 inline void close_ended_now(CaptureLane& L, int32_t pydepth) {
@@ -241,11 +250,19 @@ inline void want_io(IOTargets* io, const CaptureLane& L, uint32_t call) {
   if (io && io->n < 4) io->t[io->n++] = IOTarget{L.engine->serial(), L.index, call};
 }
 
+// Whether lane_return leaves the lane as it is: a frame above the root, or
+// one deeper than the lane's innermost entry whose end was not inferred.
+inline bool lane_return_leaves(const CaptureLane& L, PyCodeObject* code, int32_t pydepth) {
+  if (pydepth <= L.base_pydepth) return true;
+  if (!L.rec.empty() && L.rec.back().pydepth >= pydepth) return false;
+  return !(L.inferred.code == code && L.inferred.pydepth == pydepth);
+}
+
 // A frame returns (lane_stack.cpp has the rest of the lane stack); inline:
 // once per Python return, in on_return.
 inline void lane_return(CaptureLane& L, PyCodeObject* code, int32_t pydepth, bool exception,
                         IOTargets* io) {
-  if (pydepth <= L.base_pydepth) return;  // a frame above the root
+  if (lane_return_leaves(L, code, pydepth)) return;
   const int64_t ts = clock::ticks();
   close_ended(L, pydepth + 1, ts);
   // The frame's own entries: the blocks and C calls it opened, then itself.

@@ -125,10 +125,7 @@ int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key) {
     while (i > 0 && L.rec[i - 1].kind == EntryKind::kBlock && L.rec[i - 1].key &&
            L.rec[i - 1].pydepth > pydepth)
       --i;
-    if (i > 0 && i < L.rec.size() && frame_like(L.rec[i - 1]) && L.rec[i - 1].key &&
-        L.rec[i - 1].pydepth < pydepth) {
-      return INT32_MIN;
-    }
+    if (carried_by_tracked(L, i, pydepth)) return INT32_MIN;
   }
   close_ended_now(L, pydepth);
   return depth_at(L, pydepth);

@@ -93,11 +93,9 @@ void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObje
   // A coroutine the lane does not track, with only blocks of its own, awaited
   // by one it tracks (3.11 reports such a yield): its blocks wait for the
   // awaiting coroutine's yield, so that one suspend holds the whole chain.
-  if (!frame_like(L.rec[from]) && (code->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) &&
-      from > 0 && frame_like(L.rec[from - 1]) && L.rec[from - 1].key &&
-      L.rec[from - 1].pydepth < pydepth) {
+  if ((code->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) &&
+      carried_by_tracked(L, from, pydepth))
     return;
-  }
   const uintptr_t key =
       frame_like(L.rec[from]) && L.rec[from].key ? L.rec[from].key : generator_key(frame);
   if (!key || L.truncated || !room_for_structure(L)) {
