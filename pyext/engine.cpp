@@ -122,7 +122,7 @@ inline ThreadCache& cache_now(PyThreadState* ts) {
   ThreadCache* cp = &t_cache;
   // Opaque to the optimizer, so that it keeps the address in a register:
   // GCC would rather derive it again after each call, and in a module loaded
-  // with dlopen every derivation is a call to __tls_get_addr.
+  // with dlopen every derivation is a call (a TLS descriptor's, or __tls_get_addr).
   asm("" : "+r"(cp));
   ThreadCache& c = *cp;
   if (c.generation != g_generation || c.context != ts->context ||

@@ -98,8 +98,9 @@ struct Run {
 #endif
 
 // Everything this function keeps per thread, in one thread_local: in a
-// module loaded with dlopen each thread_local's address is a call to
-// __tls_get_addr, and the function passes this block down instead.
+// module loaded with dlopen each thread_local's address is a call (through
+// a TLS descriptor, or to __tls_get_addr), and the function passes this
+// block down instead.
 struct WindowFlag {
   bool on = false;
   uint64_t epoch = 0;
