@@ -213,16 +213,16 @@ void bind_store(py::module_& m) {
       },
       py::arg("driver"), py::arg("dialect"), py::arg("source_id"),
       "The sampled stacks of one source, or (kind, message).");
-  // The core's reader refuses rows a damaged store holds with StoreFailure:
-  // the API raises StoreError(kind="corrupt") for it, as for SQLite's own
-  // refusals. Looked up when it fires: mlflow_profiler.store imports _core.
+  // The core refuses with StoreFailure the rows a damaged store holds
+  // (reading) or lacks (writing, id_counters): the API raises
+  // StoreError(kind="corrupt") for it, as for SQLite's own refusals. Looked up when it fires: mlflow_profiler.store imports _core.
   // By value: pybind11's translator type is void (*)(std::exception_ptr).
   // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const StoreFailure& e) {
-      const std::string message = std::string("not a readable store: ") + e.what();
+      const std::string message = std::string("the store is damaged: ") + e.what();
       try {
         py::object error = py::module_::import("mlflow_profiler.store").attr("StoreError");
         py::object raised = error(message, "corrupt");

@@ -435,7 +435,7 @@ def _stack_paths(driver, stack_ids) -> Dict[int, List[str]]:
                 from .store import StoreError
 
                 raise StoreError(
-                    f"not a readable store: stack {stack} has no path to a root", kind="corrupt"
+                    f"the store is damaged: stack {stack} has no path to a root", kind="corrupt"
                 )
             chain.append(stack)
             stack = info[stack][0]
@@ -455,7 +455,7 @@ def _shape_parts(shape: Optional[str]) -> Optional[List[int]]:
         from .store import StoreError
 
         raise StoreError(
-            f"not a readable store: a shape that is not sizes ({shape!r:.40})", kind="corrupt"
+            f"the store is damaged: a shape that is not sizes ({shape!r:.40})", kind="corrupt"
         ) from None
 
 

@@ -499,10 +499,11 @@ def test_a_newer_or_older_store_or_another_database_is_refused(tmp_path):
 
 
 def test_rows_the_core_cannot_read_raise_store_error_from_the_api(tmp_path):
-    """A store whose rows the core's reader refuses (a function of a kind no
-    version wrote; stacks gone that spans name) raises StoreError, kind
-    'corrupt', from load() and from analysis, as SQLite's own refusals do:
-    callers catch one type. It was _core.StoreFailure, a RuntimeError."""
+    """A store whose rows the core refuses (a function of a kind no version
+    wrote; stacks gone that spans name; id_counters emptied, on add) raises
+    StoreError, kind 'corrupt', saying the store is damaged, from load(),
+    analysis and add(), as SQLite's own refusals do: callers catch one type.
+    It was _core.StoreFailure, a RuntimeError."""
     from mlflow_profiler import analysis
 
     with profiling(depth=-1) as session:
@@ -515,12 +516,17 @@ def test_rows_the_core_cannot_read_raise_store_error_from_the_api(tmp_path):
     with open_store(db) as store, pytest.raises(StoreError, match="kind 99 is unknown") as err:
         store.load(source)
     assert err.value.kind == "corrupt" and "\n" not in str(err.value)
+    assert str(err.value).startswith("the store is damaged: a function's kind 99")
     conn.execute("PRAGMA foreign_keys = OFF")
     conn.execute("DELETE FROM stacks WHERE stack_id > 0")
+    conn.execute("DELETE FROM id_counters")
     conn.close()
     with pytest.raises(StoreError, match="not in the store") as err:
         analysis.top(str(db))
     assert err.value.kind == "corrupt"
+    with open_store(db) as store, pytest.raises(StoreError, match="id_counters has no row") as err:
+        store.add(session)
+    assert err.value.kind == "corrupt" and str(err.value).startswith("the store is damaged: ")
 
 
 _WRITER = textwrap.dedent("""
