@@ -215,7 +215,8 @@ void bind_store(py::module_& m) {
       "The sampled stacks of one source, or (kind, message).");
   // The core refuses with StoreFailure the rows a damaged store holds
   // (reading) or lacks (writing, id_counters): the API raises
-  // StoreError(kind="corrupt") for it, as for SQLite's own refusals. Looked up when it fires: mlflow_profiler.store imports _core.
+  // StoreError(kind="corrupt") for it, as for SQLite's own refusals.
+  // Looked up when it fires: mlflow_profiler.store imports _core.
   // By value: pybind11's translator type is void (*)(std::exception_ptr).
   // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_local_exception_translator([](std::exception_ptr p) {
