@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from conftest import require
 
@@ -35,13 +35,20 @@ def probe(agent_path: str, health: str, *extra: str) -> subprocess.CompletedProc
 
 
 def wait_probe(
-    agent_path: str, health: str, *extra: str, status: int, text: str = "", timeout: float = 30.0
+    agent_path: str,
+    health: str,
+    *extra: str,
+    status: int,
+    text: str = "",
+    timeout: float = 30.0,
+    until: Optional[Callable[[subprocess.CompletedProcess], bool]] = None,
 ) -> subprocess.CompletedProcess:
-    """Probes every 0.2 s until the status is `status` with `text` in its line."""
+    """Probes every 0.2 s until the status is `status` with `text` in its
+    line (and `until` holds for the result, where given)."""
     deadline = time.monotonic() + timeout
     while True:
         r = probe(agent_path, health, *extra)
-        if r.returncode == status and text in r.stdout + r.stderr:
+        if r.returncode == status and text in r.stdout + r.stderr and (until is None or until(r)):
             return r
         assert time.monotonic() < deadline, (status, text, r.returncode, r.stdout, r.stderr)
         time.sleep(0.2)
@@ -59,15 +66,13 @@ def wait_delivered(agent_path: str, health: str, *extra: str, more_than: int) ->
 
     A command to the target may straddle a rotation (--rotate 1s) and make
     two items, so the count is read, not assumed."""
-    deadline = time.monotonic() + 30.0
-    while True:
-        r = probe(agent_path, health, *extra)
-        if r.returncode == 0:
-            delivered, waiting = deliveries(r.stdout)
-            if delivered > more_than and waiting == 0:
-                return delivered
-        assert time.monotonic() < deadline, (more_than, r.returncode, r.stdout, r.stderr)
-        time.sleep(0.2)
+
+    def done(r: subprocess.CompletedProcess) -> bool:
+        delivered, waiting = deliveries(r.stdout)
+        return delivered > more_than and waiting == 0
+
+    r = wait_probe(agent_path, health, *extra, status=0, until=done)
+    return deliveries(r.stdout)[0]
 
 
 def items_in(server: PostgresServer) -> List[str]:

@@ -2,7 +2,8 @@
 TLS surplus, and (GCC on x86-64) is reached through TLS descriptors
 (pyext/CMakeLists.txt). Then every thread_local access on the capture path
 is a load, not a call to __tls_get_addr: on 3.12's calls predict that call
-was about 1M of the 14-16M instructions a session added (bench/RESULTS.md).
+was about 1M of the 14-16M instructions a session added
+(bench/results/capture-instructions-11e5712.json, "method").
 A large thread_local (a 2.5 KB random generator was one) pushes the module
 out of the surplus and every access back to the call, with nothing failing;
 this test is what notices. Read with binutils' readelf."""
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 
+import pytest
 from _helpers import require_tool
 
 from mlflow_profiler import _core
@@ -48,7 +50,7 @@ def test_the_extensions_thread_locals_fit_glibcs_static_surplus():
 def test_thread_locals_are_reached_through_descriptors_where_gcc_built_for_x86_64():
     comment = readelf("-p", ".comment")
     if platform.machine() != "x86_64" or "clang version" in comment or "GCC:" not in comment:
-        return  # the flag is GCC's on x86-64 (the sanitizer builds use clang)
+        pytest.skip("the dialect flag is GCC's on x86-64 (the sanitizer builds use clang)")
     relocs = readelf("-r")
     assert re.search(r"R_X86_64_TLSDESC\b", relocs), "no TLS descriptor relocations"
     # General-dynamic accesses of the module's own variables would be DTPMOD64
