@@ -1,7 +1,8 @@
 // Fuzz target: the store reader (userspace/core/store/store_read.cpp) on a
 // store file someone was sent. Input: the SQLite file's bytes, opened
 // read-only in memory (sqlite3_deserialize). Every source (the first 16)
-// is read as spans or as sampled stacks and exercised. SQLite refusing the
+// is read as spans or as sampled stacks and exercised, then scanned as
+// `mlprof top` scans a store, by call path and by function. SQLite refusing the
 // file, or the reader throwing StoreFailure (a column of the wrong type),
 // is a refusal the commands turn into one line; anything else is a finding.
 // The driver is the agent's SqliteStore over the in-memory connection.
@@ -12,10 +13,14 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agent/store_sqlite.h"
 #include "fuzz_common.h"
 #include "store/store.h"
+#include "store/store_scan.h"
+#include "views/function_stats.h"
+#include "views/path_stats.h"
 
 using namespace mlprof;
 
@@ -26,8 +31,10 @@ namespace {
 void read_all(StoreDriver& d) {
   if (!store_present(d)) return;
   (void)store_version(d);
+  std::vector<int64_t> ids;
   for (const SqlRow& r : d.query("SELECT source_id FROM sources ORDER BY source_id LIMIT 16", {})) {
     const int64_t id = sql_int(r[0]);
+    ids.push_back(id);
     Result<Profile> p = read_source(d, id);
     if (p.ok()) {
       fuzz::exercise(p.value());
@@ -36,6 +43,10 @@ void read_all(StoreDriver& d) {
     Result<StackSamples> s = read_stack_source(d, id);
     if (s.ok()) fuzz::exercise(s.value());
   }
+  CallPathStats paths(4096);
+  (void)add_store_paths(d, ids, -1, paths);
+  FunctionStats functions;
+  (void)functions.add_store(d, ids, -1);
 }
 
 }  // namespace

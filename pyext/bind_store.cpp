@@ -16,6 +16,7 @@
 #include "formats/import.h"
 #include "py_driver.h"
 #include "store/store.h"
+#include "store/store_paths.h"
 #include "util/file_io.h"
 
 namespace py = pybind11;
@@ -213,6 +214,19 @@ void bind_store(py::module_& m) {
       },
       py::arg("driver"), py::arg("dialect"), py::arg("source_id"),
       "The sampled stacks of one source, or (kind, message).");
+  m.def(
+      "store_stack_paths",
+      [](py::object driver, const std::string& dialect, const std::vector<int64_t>& stack_ids) {
+        PyDriver d(std::move(driver), dialect_of(dialect));
+        StorePaths stacks;
+        stacks.load(d);
+        py::dict out;
+        for (const int64_t id : stack_ids) out[py::int_(id)] = stacks.names(id);
+        return out;
+      },
+      py::arg("driver"), py::arg("dialect"), py::arg("stack_ids"),
+      "{stack id: its call path's names from the root} (store/store_paths.h's rule); a damaged "
+      "store raises StoreError.");
   // The core refuses with StoreFailure the rows a damaged store holds
   // (reading) or lacks (writing, id_counters): the API raises
   // StoreError(kind="corrupt") for it, as for SQLite's own refusals.

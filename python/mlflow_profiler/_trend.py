@@ -413,39 +413,6 @@ def _version_key(value: str) -> Optional[tuple]:
     return (tuple(parts), pre)
 
 
-def _stack_paths(driver, stack_ids) -> Dict[int, List[str]]:
-    """Each stack's call path: the names from the root, a location's label
-    before its function's name (the rule of store/store_scan.cpp's paths)."""
-    info = {
-        r[0]: (r[1], r[2])
-        for r in driver.query(
-            "SELECT k.stack_id, k.parent_stack_id, CASE WHEN lo.label <> '' THEN lo.label ELSE f.name END FROM stacks k "
-            "JOIN locations lo ON lo.location_id = k.location_id JOIN functions f ON f.function_id = lo.function_id",
-            (),
-        )
-    }
-    out: Dict[int, List[str]] = {0: []}
-
-    def path(stack: int) -> List[str]:
-        chain: List[int] = []
-        while stack not in out:
-            # A parent that is not there, or a loop of parents: a damaged
-            # store (the schema's keys rule both out in one that is not).
-            if stack not in info or len(chain) > len(info):
-                from .store import StoreError
-
-                raise StoreError(
-                    f"the store is damaged: stack {stack} has no path to a root", kind="corrupt"
-                )
-            chain.append(stack)
-            stack = info[stack][0]
-        for s in reversed(chain):
-            out[s] = out[info[s][0]] + [info[s][1]]
-        return out[chain[0]] if chain else out[stack]
-
-    return {s: path(s) for s in stack_ids}
-
-
 def _shape_parts(shape: Optional[str]) -> Optional[List[int]]:
     if shape is None:
         return None
@@ -495,7 +462,7 @@ def _io_drift(store, ids_by_group: List[List[int]], names: List[str]) -> List[Di
             )
     if not seen:
         return []
-    paths = _stack_paths(driver, {k[0] for k in seen})
+    paths = _core.store_stack_paths(driver, driver.dialect, sorted({k[0] for k in seen}))
     out: List[Dict[str, Any]] = []
     for (stack, role, name), by_group in seen.items():
         previous = None

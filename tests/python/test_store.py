@@ -521,11 +521,52 @@ def test_rows_the_core_cannot_read_raise_store_error_from_the_api(tmp_path):
     conn.execute("DELETE FROM stacks WHERE stack_id > 0")
     conn.execute("DELETE FROM id_counters")
     conn.close()
-    with pytest.raises(StoreError, match="not in the store") as err:
+    with pytest.raises(StoreError, match="has no path to a root") as err:
         analysis.top(str(db))
     assert err.value.kind == "corrupt"
     with open_store(db) as store, pytest.raises(StoreError, match="id_counters has no row") as err:
         store.add(session)
+    assert err.value.kind == "corrupt" and str(err.value).startswith("the store is damaged: ")
+
+
+def test_every_reader_of_call_paths_names_them_alike_and_refuses_a_loop(tmp_path):
+    """One rule names a stack's call path (store/store_paths.h): the
+    scans of top() by path and by function, and _core.store_stack_paths
+    (the trend's I/O drift). A loop of parents in a damaged store is one
+    StoreError from each, not an endless walk (by path it was one: the
+    scan's walk had no bound)."""
+    from mlflow_profiler import _core, analysis
+
+    with profiling(depth=-1) as session:
+        _encode([3, 4])
+    db = tmp_path / "s.db"
+    with open_store(db) as store:
+        store.add(session)
+        deepest = store._driver.query("SELECT max(depth) FROM stacks", ())[0][0]
+        ids = [
+            r[0] for r in store._driver.query("SELECT stack_id FROM stacks WHERE stack_id > 0", ())
+        ]
+        paths = _core.store_stack_paths(store._driver, store._driver.dialect, ids)
+    by_path = {tuple(p["path"]) for p in json.loads(analysis.top(str(db)).to_json())["paths"]}
+    assert deepest >= 2 and {tuple(v) for v in paths.values()} == by_path
+    # A location's label before its function's name (3.11 and older: a
+    # list comprehension is a frame between).
+    assert any(p[0] == "encode step" and p[-1] == "_work" for p in by_path)
+    conn = _connect(db, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    # The root's callee's parent becomes the deepest stack: a loop.
+    conn.execute(
+        "UPDATE stacks SET parent_stack_id = (SELECT max(stack_id) FROM stacks WHERE depth = ?) "
+        "WHERE depth = 0",
+        (deepest,),
+    )
+    conn.close()
+    for by in ("path", "function"):
+        with pytest.raises(StoreError, match="has no path to a root") as err:
+            analysis.top(str(db), by=by)
+        assert err.value.kind == "corrupt"
+    with open_store(db) as store, pytest.raises(StoreError, match="has no path to a root") as err:
+        _core.store_stack_paths(store._driver, store._driver.dialect, ids)
     assert err.value.kind == "corrupt" and str(err.value).startswith("the store is damaged: ")
 
 

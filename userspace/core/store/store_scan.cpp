@@ -7,6 +7,7 @@
 
 #include "model/tree.h"
 #include "store/sql_batch.h"
+#include "store/store_paths.h"
 #include "views/waiting.h"
 
 namespace mlprof {
@@ -57,38 +58,17 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
   std::sort(ranges.begin(), ranges.end(),
             [](const Range& a, const Range& b) { return a.first < b.first; });
 
-  // Call paths: each stack's path, made from its parent's (stacks are few:
-  // one per distinct call path in the whole store).
-  struct StackInfo {
-    int64_t parent = 0;
-    int64_t depth = 0;
-    std::string name;
-  };
-  std::unordered_map<int64_t, StackInfo> stack_info;
-  if (!ranges.empty()) {
-    for (const auto& r : d.query(
-             "SELECT k.stack_id, k.parent_stack_id, k.depth, CASE WHEN lo.label <> '' THEN "
-             "lo.label "
-             "ELSE f.name END FROM stacks k JOIN locations lo ON lo.location_id = k.location_id "
-             "JOIN functions f ON f.function_id = lo.function_id",
-             {})) {
-      stack_info[sql_int(r[0])] = {sql_int(r[1]), sql_int(r[2]), sql_text(r[3])};
-    }
-  }
+  // Call paths: each stack's path, made from its parent's.
+  StorePaths stacks;
+  if (!ranges.empty()) stacks.load(d);
   std::unordered_map<int64_t, uint32_t> path_of{{0, CallPathStats::kRoot}};
   std::vector<int64_t> chain;
   auto path_for = [&](int64_t stack) {
     if (const auto it = path_of.find(stack); it != path_of.end()) return it->second;
-    chain.clear();
-    for (int64_t s = stack; !path_of.count(s);) {
-      const auto it = stack_info.find(s);
-      if (it == stack_info.end())
-        throw StoreFailure("a span names a call path that is not in the store");
-      chain.push_back(s);
-      s = it->second.parent;
-    }
+    stacks.chain(
+        stack, [&](int64_t s) { return path_of.count(s) > 0; }, &chain);
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      const StackInfo& k = stack_info.at(*it);
+      const StorePaths::Stack& k = stacks.at(*it);
       path_of[*it] = stats.path(path_of.at(k.parent), k.name);
     }
     return path_of.at(stack);
@@ -205,11 +185,8 @@ Result<uint64_t> add_store_paths(StoreDriver& d, const std::vector<int64_t>& sou
                    "FROM samples WHERE sample_id BETWEEN ? AND ?",
                    {lo, hi})) {
         const int64_t stack = sql_int(r[1]);
-        const auto info = stack_info.find(stack);
-        if (info == stack_info.end())
-          throw StoreFailure("a span names a call path that is not in the store");
         // Depth 0 is a root; a span at the cut keeps its children's time.
-        const int64_t span_depth = info->second.depth;
+        const int64_t span_depth = stacks.at(stack).depth;
         if (depth >= 0 && span_depth > depth) continue;
         const auto flags = static_cast<uint32_t>(sql_int(r[2]));
         const int64_t sample_id = sql_int(r[0]);

@@ -4,6 +4,7 @@
 
 #include "formats/export_util.h"
 #include "store/sql_batch.h"
+#include "store/store_paths.h"
 #include "views/path_stats.h"
 #include "views/waiting.h"
 
@@ -262,24 +263,14 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
     }
   }
 
-  // Every call path's function, parent and depth (paths are few: one per
-  // distinct call path in the whole store).
-  struct StackInfo {
-    int64_t parent = 0;
-    int64_t depth = 0;
-    uint32_t function = 0;
-  };
-  std::unordered_map<int64_t, StackInfo> stack_info;
+  // Every call path's function, interned in the store's order.
+  StorePaths stacks;
+  std::unordered_map<int64_t, uint32_t> function_of;
   if (!merged.empty()) {
-    for (const auto& r : d.query(
-             "SELECT k.stack_id, k.parent_stack_id, k.depth, CASE WHEN lo.label <> '' THEN "
-             "lo.label "
-             "ELSE f.name END, f.filename, f.start_line FROM stacks k JOIN locations lo ON "
-             "lo.location_id = k.location_id JOIN functions f ON f.function_id = lo.function_id",
-             {})) {
-      const uint32_t f =
-          spans_.function(sql_text(r[3]), sql_text(r[4]), static_cast<int32_t>(sql_int(r[5])));
-      stack_info[sql_int(r[0])] = {sql_int(r[1]), sql_int(r[2]), f};
+    stacks.load(d);
+    for (const int64_t id : stacks.ids()) {
+      const StorePaths::Stack& k = stacks.at(id);
+      function_of[id] = spans_.function(k.name, k.filename, k.start_line);
     }
   }
   std::unordered_map<int64_t, uint32_t> node_of{{0, FunctionTotals::kRoot}};
@@ -303,18 +294,10 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
   std::vector<int64_t> chain;
   const auto node_for = [&](int64_t stack) {
     if (const auto it = node_of.find(stack); it != node_of.end()) return it->second;
-    chain.clear();
-    for (int64_t s = stack; !node_of.count(s);) {
-      const auto it = stack_info.find(s);
-      if (it == stack_info.end() || chain.size() > stack_info.size()) {
-        throw StoreFailure("a span names a call path that is not in the store");
-      }
-      chain.push_back(s);
-      s = it->second.parent;
-    }
+    stacks.chain(
+        stack, [&](int64_t s) { return node_of.count(s) > 0; }, &chain);
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      const StackInfo& k = stack_info.at(*it);
-      node_of[*it] = spans_.node(node_of.at(k.parent), k.function);
+      node_of[*it] = spans_.node(node_of.at(stacks.at(*it).parent), function_of.at(*it));
     }
     return node_of.at(stack);
   };
@@ -345,12 +328,8 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
                    "WHERE s.sample_id BETWEEN ? AND ? GROUP BY s.stack_id",
                {waiting_type, lo, hi})) {
         const int64_t stack = sql_int(r[0]);
-        const auto info = stack_info.find(stack);
-        if (info == stack_info.end()) {
-          throw StoreFailure("a span names a call path that is not in the store");
-        }
         // Depth 0 is a root; a span at the cut keeps its children's time.
-        if (depth >= 0 && info->second.depth > depth) continue;
+        if (depth >= 0 && stacks.at(stack).depth > depth) continue;
         node_for(stack);
         auto [it, added] = sums.try_emplace(stack);
         if (added) seen_stacks.push_back(stack);
@@ -372,13 +351,13 @@ Result<uint64_t> FunctionStats::add_store(StoreDriver& d, const std::vector<int6
       from_children;  // parent stack -> (off-CPU, waiting)
   for (const int64_t stack : seen_stacks) {
     const Sums& t = sums.at(stack);
-    auto& c = from_children[stack_info.at(stack).parent];
+    auto& c = from_children[stacks.at(stack).parent];
     c.first += t.parent_off_cpu;
     c.second += t.parent_waiting;
   }
   for (const int64_t stack : seen_stacks) {
     const Sums& t = sums.at(stack);
-    const bool at_cut = depth >= 0 && stack_info.at(stack).depth == depth;
+    const bool at_cut = depth >= 0 && stacks.at(stack).depth == depth;
     const auto it = from_children.find(stack);
     const int64_t child_off_cpu = it == from_children.end() ? 0 : it->second.first;
     const int64_t child_waiting = it == from_children.end() ? 0 : it->second.second;
