@@ -14,6 +14,9 @@ over the same workload without a profiler:
   calls   bench_overhead's calls predict (600 rows: the predict's own frame
           resumes a generator, sums a generator expression and recurses, per
           row), the same depths and cProfile
+  steady  both predicts in the fourth session at one site, at depth -1, 1,
+          2 and 3: 3.12+ picks windows or global events per site from what
+          its first sessions cost (docs/capture.md, "Sites")
   session an empty `with profiling(depth=2)` block, 2,000 times
 
 Instructions are not time (a clock read is one instruction and ~16 ns here,
@@ -66,6 +69,18 @@ else:
     elif what == "no-sessions":
         for _ in range(n):
             pass
+    elif what.startswith(("steady", "warm")):
+        # 3.12+ chooses windows or global events per site from what its
+        # sessions cost (docs/capture.md, "Sites"): three sessions at one
+        # site, then (steady) the measured one there.
+        def at_site(depth):
+            with mp.profiling(depth=depth):
+                work()
+        depth = int(what.split(":")[1])
+        for _ in range(3):
+            at_site(depth)
+        if what.startswith("steady"):
+            at_site(depth)
     else:
         with mp.profiling(depth=int(what)):
             work()
@@ -143,7 +158,15 @@ def main() -> None:
             )
             # bare runs the predict twice (the second after the session)
             predict = (bare_t - instructions(script, "nothing", t, here, wl)) // 2
-            predicts[wl] = (rows, predict, over)
+            # The fourth session at one site, over a bare predict: what a
+            # served model pays once its site has chosen its mechanism.
+            steady = {
+                d: instructions(script, f"steady:{d}", t, here, wl)
+                - instructions(script, f"warm:{d}", t, here, wl)
+                - predict
+                for d in ("-1", "1", "2", "3")
+            }
+            predicts[wl] = (rows, predict, over, steady)
         s = str(a.sessions)
         session = (
             instructions(script, "sessions", s) - instructions(script, "no-sessions", s)
@@ -157,7 +180,7 @@ def main() -> None:
         f"| {v} | instructions over bare | {per['-1']:.0f} | {per['0']:.0f} | {per['2']:.0f} | {cprof:.0f} "
         f"| {per['-1'] / cprof:.2f} |"
     )
-    for wl, (rows, predict, over) in predicts.items():
+    for wl, (rows, predict, over, steady) in predicts.items():
         print(
             f"\n| {v} | {wl}({rows}), per predict | ours d-1 | ours d0 | ours d1 | ours d2 | cProfile | d-1 / cProfile |"
         )
@@ -169,6 +192,15 @@ def main() -> None:
         print(
             f"| {v} | per cent of a bare predict | {100 * over['-1'] / predict:+.1f}% | {100 * over['0'] / predict:+.2f}% "
             f"| {100 * over['1'] / predict:+.1f}% | {100 * over['2'] / predict:+.1f}% | {100 * over['cProfile'] / predict:+.1f}% | |"
+        )
+        print(
+            f"\n| {v} | {wl}({rows}), the fourth session at a site | ours d-1 | ours d1 | ours d2 | ours d3 |"
+        )
+        print("|---|---|---|---|---|---|")
+        print(
+            f"| {v} | per cent of a bare predict | {100 * steady['-1'] / predict:+.1f}% "
+            f"| {100 * steady['1'] / predict:+.1f}% | {100 * steady['2'] / predict:+.1f}% "
+            f"| {100 * steady['3'] / predict:+.1f}% |"
         )
     print(f"\n{v}: empty session start + stop: {session:,.0f} instructions")
 

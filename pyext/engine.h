@@ -212,6 +212,13 @@ class Engine {
   // 3.12+: this session made sys.monitoring report every frame (capture.cpp).
   bool global_frames() const { return global_frames_; }
   void set_global_frames(bool on) { global_frames_ = on; }
+  // Where the session was entered, for capture.cpp's choice of mechanism
+  // (docs/capture.md, "Sites"): the entering frame's code, unless set
+  // before start (autoprofile names the model's predict). 0: unknown.
+  uint64_t site() const { return site_; }
+  void set_site(uint64_t site) { site_ = site; }
+  // Events the session's lanes hold now.
+  uint64_t events_held() const;
   int64_t start_ns() const { return start_ns_; }
   int64_t end_ns() const { return end_ns_; }
   const std::vector<std::unique_ptr<CaptureLane>>& lanes() const { return lanes_; }
@@ -288,6 +295,7 @@ class Engine {
   bool loop_watched_ = false;        // an event loop's selector was watched (loop_watch.h)
   bool origin_awaits_ = false;       // entered by a coroutine: its awaits are the loop's idle time
   bool global_frames_ = false;
+  uint64_t site_ = 0;
   std::shared_ptr<Profile> profile_;
 };
 

@@ -205,6 +205,7 @@ void Engine::note_entering_frame(int levels_above) {
 #if MLPROF_HAS_EVAL_HOOK
   struct _PyInterpreterFrame* f = entering_frame(levels_above);
   if (f && mlprof_frame_code(f)) {
+    if (site_ == 0) site_ = reinterpret_cast<uintptr_t>(mlprof_frame_code(f));
     entering_generator_ = reinterpret_cast<uintptr_t>(mlprof_frame_generator(f));
     entered_by_coroutine_ = mlprof_frame_code(f)->co_flags &
                             (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE);
@@ -220,6 +221,12 @@ void Engine::note_entering_frame(int levels_above) {
 #if MLPROF_HAS_EVAL_HOOK
   origin_awaits_ = entered_by_coroutine_;
 #endif
+}
+
+uint64_t Engine::events_held() const {
+  uint64_t n = 0;
+  for (const auto& lane : lanes_) n += lane->out.events.size();
+  return n;
 }
 
 void Engine::note_running_frames(int levels_above) {

@@ -504,8 +504,15 @@ PYBIND11_MODULE(_core, m) {
           "Ends capture. True when there are failures or notes to log (reading them costs a call "
           "each).")
       .def(
-          "_mark_autoprofile", [](const Engine& e) { probes::mark_autoprofile(e.serial()); },
-          "Flags this session AUTOPROFILE in its session_begin probe (call before start).")
+          "_mark_autoprofile",
+          [](Engine& e, const py::object& site) {
+            probes::mark_autoprofile(e.serial());
+            if (!site.is_none()) e.set_site(reinterpret_cast<uintptr_t>(site.ptr()));
+          },
+          py::arg("site") = py::none(),
+          "Flags this session AUTOPROFILE in its session_begin probe and, given one, names its "
+          "site by an object (the model's class: sessions of one site share their choice of "
+          "mechanism) (call before start).")
       .def("pause", &Engine::pause,
            "Stops being the current session in this context; capture goes on.")
       .def("resume", &Engine::resume, "Becomes the current session in this context again.")

@@ -1,7 +1,9 @@
 // Which mechanisms a session uses on this interpreter (capture.h), and what
 // happens when one cannot run.
 
+#include <map>
 #include <string>
+#include <utility>
 
 #include "../engine.h"
 #include "mechanisms.h"
@@ -40,6 +42,51 @@ bool apply(std::string* error) {
 }
 }  // namespace
 
+// Which mechanism a site's sessions use (docs/capture.md, "Sites"). A
+// session entered alone at a ceiling of 1 or more, without C calls, is
+// measured: hook events (capture::event_count) per event it recorded. A
+// window costs about 650 instructions a hook event, a global event about
+// 420 (3.12, callgrind: bench_instructions.py's calls and tabular predicts
+// at depths 1 to 3), so a site whose global session sent fewer than
+// kGlobalRatio times the hook events per recorded event of its windows
+// session costs less with global events. The first measured session of a
+// site runs in windows; the next, global (the probe); from then on the
+// cheaper one, each session updating its mechanism's figure.
+namespace {
+constexpr double kGlobalRatio = 1.4;
+constexpr uint64_t kMinRecorded = 1000;  // fewer: either costs little, nothing is learnt
+constexpr size_t kMaxSites = 1024;       // more: new sites run in windows
+struct SiteCosts {
+  double windows = 0;  // hook events per recorded event, last windows session (0: none)
+  double global = 0;   // the same, last global session
+  bool use_global() const {
+    return windows > 0 && (global == 0 || global < kGlobalRatio * windows);
+  }
+};
+std::map<std::pair<uint64_t, int>, SiteCosts> g_sites;  // (site, depth)
+Engine* g_measured = nullptr;                           // the session being measured, if any
+uint64_t g_measured_from = 0;                           // event_count() at its install
+
+bool measurable(const Engine* engine) {
+  const EngineOptions& o = engine->options();
+  return engine->site() != 0 && o.depth >= 1 && !o.capture_c_calls && eval::available() &&
+         g_users == 0;
+}
+
+void learn(Engine* engine) {
+  const uint64_t recorded = engine->events_held();
+  if (recorded < kMinRecorded) return;
+  const auto key = std::make_pair(engine->site(), engine->options().depth);
+  auto it = g_sites.find(key);
+  if (it == g_sites.end()) {
+    if (g_sites.size() >= kMaxSites) return;
+    it = g_sites.emplace(key, SiteCosts{}).first;
+  }
+  const double per = double(g_events - g_measured_from) / double(recorded);
+  (engine->global_frames() ? it->second.global : it->second.windows) = per;
+}
+}  // namespace
+
 void init() { monitoring::prepare(); }
 
 bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
@@ -47,6 +94,7 @@ bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
 [[gnu::cold, gnu::noinline]] void eval_lost(const std::string& why) {
   if (g_fallback || g_users == 0) return;
   g_fallback = true;
+  g_measured = nullptr;  // its windows are gone
   std::string error;
   if (!apply(&error)) {
     for (Engine* e : collecting_engines())
@@ -63,15 +111,30 @@ const char* name() {
 
 bool install(Engine* engine, std::string* error) {
   const EngineOptions& o = engine->options();
-  const bool global = o.depth < 0 || !eval::available();
+  bool global = o.depth < 0 || !eval::available();
+  Engine* measured = nullptr;
+  if (measurable(engine)) {
+    const auto it = g_sites.find({engine->site(), o.depth});
+    global = it != g_sites.end() && it->second.use_global();
+    measured = engine;
+  }
   g_global_users += global;
   g_c_users += o.capture_c_calls;
-  if (!apply(error)) {
+  bool ok = apply(error);
+  if (!ok && global && measured) {  // no tool id for global events: windows need none yet
+    --g_global_users;
+    global = false;
+    error->clear();
+    ok = apply(error);
+  }
+  if (!ok) {
     g_global_users -= global;
     g_c_users -= o.capture_c_calls;
     return false;
   }
   engine->set_global_frames(global);
+  g_measured = measured;  // another session starting ends the measurement of the one running
+  g_measured_from = g_events;
   ++g_users;
   monitoring::watch_running_generators();
   return true;
@@ -80,6 +143,10 @@ bool install(Engine* engine, std::string* error) {
 void uninstall(Engine* engine) {
   if (g_users == 0) return;
   const EngineOptions& o = engine->options();
+  if (engine == g_measured) {
+    learn(engine);
+    g_measured = nullptr;
+  }
   g_global_users -= engine->global_frames();
   g_c_users -= o.capture_c_calls;
   if (--g_users == 0) {

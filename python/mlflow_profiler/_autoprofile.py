@@ -386,7 +386,7 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sam
             config.values,
         )
         call = _core.SpanFunction(original, info.label)
-        session._engine._mark_autoprofile()  # session_begin's AUTOPROFILE flag
+        session._engine._mark_autoprofile(info.site)  # session_begin's AUTOPROFILE flag
         _core.session_enter(
             session, 1
         )  # activate(): the roots are what the wrapper that called _begin calls
@@ -424,6 +424,9 @@ class _ModelInfo:
     label: str
     meta: Dict[str, str]
     transparent_codes: Tuple[Any, ...]
+    # The model's implementation class: its sessions share a choice of
+    # capture mechanism (docs/capture.md, "Sites"); None: the wrapper's.
+    site: Any = None
 
 
 # Keyed by the model's implementation class: the plumbing and the names do
@@ -454,7 +457,7 @@ def _model_info(model, stream: bool = False) -> _ModelInfo:
     meta.update(_model_location(model))
     method = "predict_stream" if stream else "predict"
     label = f"{method} [{flavor} {class_name}]" if class_name else f"{method} [{flavor}]"
-    return _ModelInfo(label, meta, codes)
+    return _ModelInfo(label, meta, codes, key if inner is not None and not stream else None)
 
 
 def _raw_model(impl):

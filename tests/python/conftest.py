@@ -82,6 +82,7 @@ CAPTURE_MODULES = {
     "test_io_capture",
     "test_loop_waits",
     "test_marks",
+    "test_mechanism_sites",
     "test_names",
     "test_nesting",
     "test_never_breaks",
