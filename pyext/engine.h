@@ -214,7 +214,7 @@ class Engine {
   void set_global_frames(bool on) { global_frames_ = on; }
   // Where the session was entered, for capture.cpp's choice of mechanism
   // (docs/capture.md, "Sites"): the entering frame's code, unless set
-  // before start (autoprofile names the model's predict). 0: unknown.
+  // before start (autoprofile names the model's class). 0: unknown.
   uint64_t site() const { return site_; }
   void set_site(uint64_t site) { site_ = site; }
   // Events the session's lanes hold now.
