@@ -19,15 +19,21 @@ import importlib.abc
 import importlib.util
 import signal
 import sys
+import time
 
 _TARGET = "mlflow.pyfunc"
 
 
-def _report(message: str) -> None:
+def _say(message: str) -> None:
     try:
-        sys.stderr.write(f"mlflow-profiler: {message}; autoprofile stays off\n")
+        sys.stderr.write(f"mlflow-profiler: {message}\n")
+        sys.stderr.flush()
     except Exception:
         pass
+
+
+def _report(message: str) -> None:
+    _say(f"{message}; autoprofile stays off")
 
 
 def _enable(settings) -> None:
@@ -99,8 +105,15 @@ def _on_sigterm(signum, frame) -> None:
             drain = threading.Thread(
                 target=delivery.drain_at_exit, name="mlflow-profiler-drain", daemon=True
             )
+            queued = delivery.statistics()["queued"]
+            began = time.monotonic()
             drain.start()
             drain.join(delivery.flush_timeout() + 1.0)
+            if queued:  # one line on the way out: the pod's log shows the drain happened
+                _say(
+                    f"SIGTERM: {queued} queued profiles, "
+                    f"{delivery.statistics()['queued']} left after {time.monotonic() - began:.1f} s"
+                )
     signal.signal(signum, signal.SIG_DFL)
     signal.raise_signal(signum)
 

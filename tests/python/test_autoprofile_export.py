@@ -5,6 +5,7 @@ drain on SIGTERM."""
 from __future__ import annotations
 
 import glob
+import re
 import signal
 import subprocess
 import textwrap
@@ -84,6 +85,7 @@ print("STATS", mlflow_profiler.statistics())
 # A handler whose stream is gone by exit (pytest's capture, a daemon's log
 # file): the exit summary still reaches the others, with no "Logging error".
 import os
+import re
 closed = logging.StreamHandler(open(os.devnull, "w"))
 logging.getLogger().addHandler(closed)
 closed.stream.close()
@@ -229,6 +231,10 @@ def test_sigterm_logs_the_queued_profiles_then_dies_by_the_signal(tmp_path, mode
     assert "STILL ALIVE" not in r.stdout
     if drain == "1":
         assert logged_profiles(store, experiment) == 8, r.stderr
+        # and the process's log says how many were waiting and that none was left
+        assert re.search(
+            r"mlflow-profiler: SIGTERM: [1-8] queued profiles, 0 left after", r.stderr
+        ), r.stderr
     else:
         # The control: logging 8 profiles (a run created, 3 artifacts each)
         # takes far longer than the signal does to arrive, so some are lost.
