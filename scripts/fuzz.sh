@@ -11,19 +11,26 @@
 #   scripts/fuzz.sh --runs 10000000 T       until 10 million executions
 #   scripts/fuzz.sh --runs 10000 --seed 1   a bounded count from a fixed seed (CI)
 #   scripts/fuzz.sh --replay-only           the regression inputs and seeds, once each
+#   scripts/fuzz.sh --ledger                executions so far per target, on this code
 #   --jobs N                                targets fuzzed at once (default: the CPUs)
+# Every run appends a row to build-fuzz/ledger.tsv: its executions, result,
+# seed and the fuzzed code (the last commit that changed userspace/, fuzz/
+# or CMakeLists.txt; "dirty" with uncommitted changes there). A run stopped
+# with SIGINT to its libFuzzer process (exit 72) counts: libFuzzer prints
+# its final stats first. docs/fuzzing.md says how the sums are read.
 # Environment: MLPROF_FUZZ_BUILD, the build directory (default: build-fuzz/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-seconds=60 runs=0 seed=0 replay_only=0 jobs=$(nproc) targets=()
+seconds=60 runs=0 seed=0 replay_only=0 ledger=0 jobs=$(nproc) targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; seconds=0; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --replay-only) replay_only=1; shift ;;
+    --ledger) ledger=1; shift ;;
     --jobs) jobs=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; $d'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
@@ -32,6 +39,21 @@ while [ $# -gt 0 ]; do
 done
 build=${MLPROF_FUZZ_BUILD:-$root/build-fuzz}
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls fuzz/corpus)
+
+# The fuzzed code: what a run's executions count for.
+code=$(git log -1 --format=%h -- userspace fuzz CMakeLists.txt)
+[ -z "$(git status --porcelain -- userspace fuzz CMakeLists.txt)" ] || code=dirty
+if [ "$ledger" = 1 ]; then
+  # Executions per target on this code, over runs that found nothing. Not
+  # a fixed seed's (CI's): run again, it executes the same inputs.
+  printf '%-26s %12s %6s  %s\n' target executions runs "code $code"
+  for t in "${targets[@]}"; do
+    awk -F'\t' -v t="$t" -v c="$code" '$2 == t && $6 == c && $7 == 0 && ($5 == "ok" || $5 == "interrupted") {
+      n += $3; r++ } END { printf "%-26s %12d %6d  %s\n", t, n, r, (n >= 10000000 ? "10 million: done" : "") }' \
+      "$build/ledger.tsv" 2>/dev/null || printf '%-26s %12d %6d\n' "$t" 0 0
+  done
+  exit 0
+fi
 
 t0=$(date +%s)
 # No ccache: it does not hash the ignorelist's content. A changed list
@@ -88,8 +110,11 @@ fuzz_one() {
   rate=$(( took > 0 ? execs / took : execs ))
   corpus=$(find "$build/corpus/$t" -type f | wc -l)
   result=ok
+  [ "$rc" = 72 ] && grep -q 'libFuzzer: run interrupted' "$log" && rc=0 result=interrupted
   [ "$rc" = 0 ] ||
     result="FAILED (exit $rc): $(grep -m1 -E 'ERROR: |runtime error|fuzz: ' "$log" || echo "see $log")"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$execs" "$took" \
+    "${result%%:*}" "$code" "$seed" >>"$build/ledger.tsv"
   printf '%-26s %8s %12s %10s %8s  %s\n' "$t" "$took" "$execs" "$rate" "$corpus" "$result"
   [ "$rc" = 0 ]
 }
