@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
 import signal
 import sys
 import time
@@ -88,12 +89,18 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 _draining = False
+_parent = 0  # os.getppid() when the handler was installed
 
 
 def _on_sigterm(signum, frame) -> None:
     """Drains the delivery queues (at most MLFLOW_PROFILER_FLUSH_TIMEOUT), then
-    dies by the signal. A second SIGTERM during the drain dies at once."""
+    dies by the signal. A second SIGTERM during the drain dies at once,
+    unless the parent has died since: that one is the parent-death signal
+    (PR_SET_PDEATHSIG, which `mlflow models serve` sets on its server), sent
+    when a process group's SIGTERM kills the parent, not a second request."""
     global _draining
+    if _draining and os.getppid() != _parent:
+        return
     if not _draining:
         _draining = True
         delivery = sys.modules.get(f"{__package__}._delivery")
@@ -119,12 +126,14 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _drain_on_sigterm(settings) -> None:
+    global _parent
     if not settings["drain_on_sigterm"] or not (
         settings["output_dir"] or settings["log_to_mlflow"]
     ):
         return
     try:
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # never replace an inherited SIG_IGN
+            _parent = os.getppid()
             signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError):  # not the main thread, or no SIGTERM here
         pass

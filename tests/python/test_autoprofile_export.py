@@ -5,6 +5,8 @@ drain on SIGTERM."""
 from __future__ import annotations
 
 import glob
+import json
+import os
 import re
 import signal
 import subprocess
@@ -306,3 +308,63 @@ def test_the_sigterm_handler_is_installed_only_where_it_drains_something(
     )
     assert r.returncode == 0, r.stderr
     assert f"HANDLER {expected}" in r.stdout
+
+
+# The server's parent (the `mlflow models serve` CLI) and the server get the
+# process group's SIGTERM; the parent dies at once, and the server, which
+# MLflow starts with PR_SET_PDEATHSIG=SIGTERM, gets a second SIGTERM then:
+# under load, during the drain. Here the app is its own server: it sets the
+# death signal, signals itself, and kills its parent 0.5 s into a drain of
+# about 3 s. A grandparent (a subreaper) collects the app's exit status.
+PDEATHSIG_GRANDPARENT = """
+import ctypes, json, os, signal, subprocess, sys
+ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+parent = subprocess.Popen([sys.executable, "-c",
+    "import subprocess, sys; subprocess.call(sys.argv[1:])", *{app_argv!r}])
+statuses = {{}}
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        break
+    statuses[pid] = status
+app = [s for pid, s in statuses.items() if pid != parent.pid]
+print(json.dumps({{"parent": statuses.get(parent.pid), "app": app}}))
+"""
+
+
+def test_the_parent_death_signal_during_the_drain_does_not_cut_it(tmp_path, model_uri):
+    from _autoprofile_child import python_with_hook
+
+    store, uri = model_uri
+    setup = (
+        "import ctypes, threading\n"
+        "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+        "mlflow_profiler.configure(span_processors=[lambda span: time.sleep(0.2)])"
+    )
+    before_kill = "threading.Timer(0.5, os.kill, (os.getppid(), signal.SIGKILL)).start()"
+    app = tmp_path / "server.py"
+    app.write_text(
+        textwrap.dedent(SIGTERM_APP.format(uri=uri, calls=3, setup=setup, before_kill=before_kill))
+    )
+    out_dir = tmp_path / "out"
+    r = run_script(
+        tmp_path,
+        PDEATHSIG_GRANDPARENT.format(app_argv=[*python_with_hook(tmp_path), str(app)]),
+        {
+            "MLFLOW_PROFILER_AUTOPROFILE": "1",
+            "MLFLOW_PROFILER_DEPTH": "1",
+            "MLFLOW_PROFILER_OUTPUT_DIR": str(out_dir),
+            "MLFLOW_PROFILER_FLUSH_TIMEOUT": "120",
+        },
+        store,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    statuses = json.loads(r.stdout.strip().splitlines()[-1])
+    assert os.WIFSIGNALED(statuses["parent"]) and os.WTERMSIG(statuses["parent"]) == signal.SIGKILL
+    [app_status] = statuses["app"]
+    assert os.WIFSIGNALED(app_status) and os.WTERMSIG(app_status) == signal.SIGTERM, r.stderr
+    assert len(glob.glob(str(out_dir / "profile-*.json.gz"))) == 3, r.stderr
+    assert re.search(
+        r"mlflow-profiler: SIGTERM: [1-3] queued profiles, 0 left after", r.stderr
+    ), r.stderr
