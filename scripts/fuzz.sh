@@ -41,14 +41,15 @@ build=${MLPROF_FUZZ_BUILD:-$root/build-fuzz}
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls fuzz/corpus)
 
 # The fuzzed code: what a run's executions count for.
-code=$(git log -1 --format=%h -- userspace fuzz CMakeLists.txt)
-[ -z "$(git status --porcelain -- userspace fuzz CMakeLists.txt)" ] || code=dirty
+code=$(git log -1 --format=%h -- userspace fuzz CMakeLists.txt 2>/dev/null || true)
+[ -n "$code" ] && [ -z "$(git status --porcelain -- userspace fuzz CMakeLists.txt)" ] || code=dirty
 if [ "$ledger" = 1 ]; then
   # Executions per target on this code, over runs that found nothing. Not
-  # a fixed seed's (CI's): run again, it executes the same inputs.
+  # a fixed seed's (CI's): run again, it executes the same inputs. Nothing
+  # on uncommitted code: two such runs may have fuzzed different code.
   printf '%-26s %12s %6s  %s\n' target executions runs "code $code"
   for t in "${targets[@]}"; do
-    awk -F'\t' -v t="$t" -v c="$code" '$2 == t && $6 == c && $7 == 0 && ($5 == "ok" || $5 == "interrupted") {
+    awk -F'\t' -v t="$t" -v c="$code" '$2 == t && $6 == c && c != "dirty" && $7 == 0 && ($5 == "ok" || $5 == "interrupted") {
       n += $3; r++ } END { printf "%-26s %12d %6d  %s\n", t, n, r, (n >= 10000000 ? "10 million: done" : "") }' \
       "$build/ledger.tsv" 2>/dev/null || printf '%-26s %12d %6d\n' "$t" 0 0
   done
