@@ -87,7 +87,6 @@ print("STATS", mlflow_profiler.statistics())
 # A handler whose stream is gone by exit (pytest's capture, a daemon's log
 # file): the exit summary still reaches the others, with no "Logging error".
 import os
-import re
 closed = logging.StreamHandler(open(os.devnull, "w"))
 logging.getLogger().addHandler(closed)
 closed.stream.close()
