@@ -8,6 +8,7 @@
 // .deactivate, which raise the errors and log the failures.
 
 #include <pybind11/pybind11.h>
+#include <structmember.h>
 
 #include <climits>
 #include <memory>
@@ -24,6 +25,7 @@ namespace mlprof {
 namespace {
 
 PyTypeObject* g_engine_type = nullptr;
+const py::detail::type_info* g_engine_tinfo = nullptr;
 PyObject* g_session_type = nullptr;  // ProfileSession: a subclass may override activate/deactivate
 PyObject* g_str_engine = nullptr;
 PyObject* g_str_activated = nullptr;
@@ -137,27 +139,21 @@ PyObject* session_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_FALSE;
 }
 
-// new_engine(depth, max_events): an Engine with every other option at its
-// default, for profiling()'s path for the defaults. pybind11's constructor
-// (ten arguments cast, its keyword defaults, the instance registered twice)
-// took 4,000 instructions of an empty session's 22,000.
-PyObject* new_engine(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2 || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "new_engine() takes depth and max_events, two ints");
-    return nullptr;
-  }
+// An Engine with every option but depth and max_events at its default.
+// pybind11's constructor (ten arguments cast, its keyword defaults, the
+// instance registered twice) took 4,000 instructions of an empty session's
+// 22,000.
+PyObject* make_engine(int depth, size_t max_events) {
   EngineOptions o;
-  const long depth = PyLong_AsLong(args[0]);
-  const size_t max_events = PyLong_AsSize_t(args[1]);
-  if (PyErr_Occurred()) return nullptr;
-  if (depth < -1 || depth > INT_MAX) {
-    PyErr_SetString(PyExc_ValueError, "new_engine(): depth must be -1 or more");
-    return nullptr;
-  }
-  o.depth = static_cast<int>(depth);
+  o.depth = depth;
   o.max_events = max_events;
   try {
-    return py::cast(std::make_unique<Engine>(std::move(o))).release().ptr();
+    // py::cast's own path, without its type lookup (hashing the type's name).
+    auto engine = std::make_unique<Engine>(std::move(o));
+    return py::detail::type_caster_generic::cast(engine.get(),
+                                                 py::return_value_policy::take_ownership, {},
+                                                 g_engine_tinfo, nullptr, nullptr, &engine)
+        .ptr();
   } catch (py::error_already_set& err) {
     err.restore();
   } catch (const std::bad_alloc&) {
@@ -166,6 +162,164 @@ PyObject* new_engine(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_RuntimeError, err.what());
   }
   return nullptr;
+}
+
+// new_engine(depth, max_events): make_engine for Python callers.
+PyObject* new_engine(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "new_engine() takes depth and max_events, two ints");
+    return nullptr;
+  }
+  const long depth = PyLong_AsLong(args[0]);
+  const size_t max_events = PyLong_AsSize_t(args[1]);
+  if (PyErr_Occurred()) return nullptr;
+  if (depth < -1 || depth > INT_MAX) {
+    PyErr_SetString(PyExc_ValueError, "new_engine(): depth must be -1 or more");
+    return nullptr;
+  }
+  return make_engine(static_cast<int>(depth), max_events);
+}
+
+// profiling() itself: its plain case here, every other in Python. Called with
+// a depth (an int of -1 or more) and every other option at its default,
+// outside serving (no mlflow.pyfunc), it
+// is object.__new__(ProfileSession) with depth and its engine set, the other
+// options left to the class's defaults; anything else goes to the Python
+// function it wraps, which raises the errors and takes the other paths, and
+// whose signature, docstring and annotations it shows. The Python function
+// cost 4,400 instructions of an empty session's 17,800 (3.12), its frame and
+// keyword-only defaults most of them.
+struct PlainProfiling {
+  PyObject_HEAD vectorcallfunc vectorcall;
+  PyObject* general;  // profiling() in Python
+  PyObject* doc;      // its docstring: pydoc reads __doc__ past tp_getattro
+};
+
+PyObject* g_default_depth = nullptr;  // profiling()'s defaults, read once from it
+PyObject* g_kwdefaults = nullptr;     // its keyword-only ones, by name
+size_t g_default_max_events = 0;
+PyObject* g_str_depth = nullptr;
+PyObject* g_str_pyfunc = nullptr;
+PyObject* g_empty = nullptr;
+
+// The depth of a plain call, or null: at most one positional argument, and
+// every keyword argument but depth given its default itself (a value equal to
+// one takes the general path), or, for engine, "native".
+PyObject* plain_depth(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (nargs > 1) return nullptr;
+  PyObject* depth = nargs ? args[0] : g_default_depth;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+    PyObject* value = args[nargs + i];
+    if (name == g_str_depth || PyUnicode_Compare(name, g_str_depth) == 0) {
+      if (nargs) return nullptr;  // given twice
+      depth = value;
+      continue;
+    }
+    PyObject* def = PyDict_GetItemWithError(g_kwdefaults, name);  // borrowed
+    if (!def) return nullptr;                                     // not an option
+    if (value == def) continue;
+    if (PyUnicode_Check(def) && PyUnicode_Check(value) && PyUnicode_Compare(value, def) == 0)
+      continue;  // engine="native"
+    return nullptr;
+  }
+  return depth;
+}
+
+PyObject* profiling_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  PyObject* depth = plain_depth(args, PyVectorcall_NARGS(nargsf), kwnames);
+  long d = -2;
+  if (depth && PyLong_CheckExact(depth)) {
+    int overflow = 0;
+    d = PyLong_AsLongAndOverflow(depth, &overflow);
+    if (overflow || d > INT_MAX) d = -2;
+  }
+  const int serving = PyDict_Contains(PyImport_GetModuleDict(), g_str_pyfunc);
+  if (d < -1 || serving != 0 || PyErr_Occurred() || !g_session_type) {
+    PyErr_Clear();
+    return PyObject_Vectorcall(reinterpret_cast<PlainProfiling*>(self)->general, args, nargsf,
+                               kwnames);
+  }
+  PyObject* engine = make_engine(static_cast<int>(d), g_default_max_events);
+  if (!engine) return nullptr;
+  auto* type = reinterpret_cast<PyTypeObject*>(g_session_type);
+  PyObject* session = PyBaseObject_Type.tp_new(type, g_empty, nullptr);
+  if (!session || PyObject_SetAttr(session, g_str_depth, depth) < 0 ||
+      PyObject_SetAttr(session, g_str_engine, engine) < 0)
+    Py_CLEAR(session);
+  Py_DECREF(engine);
+  return session;
+}
+
+void profiling_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);  // a heap type: each instance holds a reference
+  Py_CLEAR(reinterpret_cast<PlainProfiling*>(self)->general);
+  Py_CLEAR(reinterpret_cast<PlainProfiling*>(self)->doc);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyObject* profiling_repr(PyObject* self) {
+  return PyObject_Repr(reinterpret_cast<PlainProfiling*>(self)->general);
+}
+
+// The Python function's attributes (__module__, __name__, __annotations__
+// ...) but for its own (__wrapped__, __doc__, the type's slots).
+PyObject* profiling_getattr(PyObject* self, PyObject* name) {
+  PyObject* general = reinterpret_cast<PlainProfiling*>(self)->general;
+  if (PyUnicode_CompareWithASCIIString(name, "__module__") == 0)
+    return PyObject_GetAttr(general, name);
+  PyObject* r = PyObject_GenericGetAttr(self, name);
+  if (r || !PyErr_ExceptionMatches(PyExc_AttributeError)) return r;
+  PyErr_Clear();
+  return PyObject_GetAttr(general, name);
+}
+
+PyMemberDef profiling_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(PlainProfiling, vectorcall), READONLY, nullptr},
+    {"__wrapped__", T_OBJECT, offsetof(PlainProfiling, general), READONLY,
+     "profiling() in Python, which takes every call but the plain one"},
+    {"__doc__", T_OBJECT, offsetof(PlainProfiling, doc), READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyType_Slot profiling_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(profiling_dealloc)},
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_descr_get, reinterpret_cast<void*>(bind_like_function)},  // binds as a function does
+    {Py_tp_getattro, reinterpret_cast<void*>(profiling_getattr)},
+    {Py_tp_repr, reinterpret_cast<void*>(profiling_repr)},
+    {Py_tp_members, profiling_members},
+    {0, nullptr}};
+
+PyType_Spec profiling_spec = {
+    // "function": help() titles it by its type ("function in module ...").
+    "mlflow_profiler._core.function", sizeof(PlainProfiling), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    profiling_slots};
+
+// profiling_in_c(general): the function above around profiling() in Python.
+py::object profiling_in_c(py::object general) {
+  if (!PyFunction_Check(general.ptr())) throw py::type_error("profiling_in_c() takes a function");
+  const py::tuple defaults = general.attr("__defaults__");
+  if (!g_str_depth) {
+    g_default_depth = py::object(defaults[0]).release().ptr();
+    g_kwdefaults = py::object(general.attr("__kwdefaults__")).release().ptr();
+    g_default_max_events = py::cast<size_t>(PyDict_GetItemString(g_kwdefaults, "max_events"));
+    g_str_depth = PyUnicode_InternFromString("depth");
+    g_str_pyfunc = PyUnicode_InternFromString("mlflow.pyfunc");
+    g_empty = PyTuple_New(0);
+    if (!g_str_depth || !g_str_pyfunc || !g_empty) throw py::error_already_set();
+  }
+  PyObject* type = PyType_FromSpec(&profiling_spec);
+  if (!type) throw py::error_already_set();
+  auto* self = PyObject_New(PlainProfiling, reinterpret_cast<PyTypeObject*>(type));
+  Py_DECREF(type);  // the instance holds it
+  if (!self) throw py::error_already_set();
+  self->vectorcall = profiling_call;
+  self->doc = py::object(general.attr("__doc__")).release().ptr();
+  self->general = general.release().ptr();
+  return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(self));
 }
 
 PyMethodDef g_new_engine_def = {
@@ -214,6 +368,7 @@ bool start_engine(Engine& e, PyObject* session, int levels_above) {
 
 void bind_session(py::module_& m) {
   g_engine_type = reinterpret_cast<PyTypeObject*>(py::type::of<Engine>().ptr());
+  g_engine_tinfo = py::detail::get_type_info(typeid(Engine), /*throw_if_missing=*/true);
   g_str_engine = PyUnicode_InternFromString("_engine");
   g_str_activated = PyUnicode_InternFromString("_activated");
   g_str_deactivate = PyUnicode_InternFromString("deactivate");
@@ -225,6 +380,9 @@ void bind_session(py::module_& m) {
         g_session_type = cls.release().ptr();
       },
       "The class whose instances session_enter/session_exit start and stop without its methods.");
+  m.def("profiling_in_c", &profiling_in_c,
+        "profiling() with its plain case in C (bind_session.cpp), around the\n"
+        "Python function, which takes every other call.");
   PyObject* fn = PyCFunction_NewEx(&g_new_engine_def, nullptr, m.attr("__name__").ptr());
   if (!fn) throw py::error_already_set();
   add_own_function(&g_new_engine_def);

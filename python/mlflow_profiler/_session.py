@@ -16,8 +16,6 @@ from ._summaries import IOSummary
 
 _DEFAULT_MAX_EVENTS = 1_000_000
 _new_object = object.__new__
-_modules = sys.modules
-_new_engine = _core.new_engine
 _S = TypeVar("_S", bound="ProfileSession")
 if TYPE_CHECKING:  # mypy checks against 3.9, whose dataclass takes no slots
     from dataclasses import dataclass as _dataclass
@@ -184,29 +182,6 @@ def profiling(
             model.predict(df)
         session.print_tree()
     """
-    # Every option at its default (the objects themselves: a value equal to
-    # one takes the general path), outside autoprofile's serving: _setup's
-    # result without its checks and frames, and with the options' attributes
-    # left to ProfileSession's class defaults (bench/RESULTS.md, "Empty
-    # session"; test_session_options.py:
-    # test_the_default_session_records_what_the_general_path_does).
-    if (
-        all_threads is False
-        and capture_c_calls is False
-        and capture_io is False
-        and capture_io_depth is None
-        and cpu_time is False
-        and alloc_bytes is False
-        and max_events is _DEFAULT_MAX_EVENTS
-        and engine == "native"
-        and type(depth) is int
-        and depth >= -1
-        and "mlflow.pyfunc" not in _modules
-    ):
-        session = _new_object(ProfileSession)
-        session.depth = depth
-        session._engine = _new_engine(depth, _DEFAULT_MAX_EVENTS)
-        return session
     return ProfileSession._make(
         depth,
         max_events,
@@ -659,6 +634,14 @@ class ProfileSession:
 
 
 _core.set_session_class(ProfileSession)
+
+
+# profiling()'s plain case (at most depth, outside serving) in C: the Python
+# function's frame and keyword-only defaults were a quarter of an empty
+# session's start and stop (bench/RESULTS.md, "Empty session"). The Python
+# function takes every other call, and inspect, help() and mypy read it.
+_transparent.add(profiling)  # add_module(_session) sees the C callable only
+profiling = _core.profiling_in_c(profiling)
 
 
 class _LoadedEngine:

@@ -113,7 +113,7 @@ def test_the_names_are_what_the_user_called(fraud):
 def test_profiling_around_the_python_model_puts_its_predict_at_the_root(fraud, engine):
     model, df = fraud
     python_model = model.unwrap_python_model()
-    with profiling(depth=1, engine=engine) as session:
+    with _session(engine, 1) as session:
         python_model.predict(None, df)
     roots = session.to_tree()
     # MLflow's type-hint wrapper around predict is not the root: the user's
@@ -126,7 +126,12 @@ def test_profiling_around_the_python_model_puts_its_predict_at_the_root(fraud, e
     ]
 
 
-@pytest.mark.parametrize("engine", ["native", "reference"])
+def _session(engine, depth):
+    # "plain": profiling(depth) alone, whose C path must see MLflow loaded.
+    return profiling(depth) if engine == "plain" else profiling(depth, engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["plain", "native", "reference"])
 def test_profiling_around_the_pyfunc_counts_depth_from_the_models_predict(fraud, engine):
     """profiling() around PyFuncModel.predict: the root is named after the
     user's model, MLflow's work is one node beside the model's steps, and
@@ -134,7 +139,7 @@ def test_profiling_around_the_pyfunc_counts_depth_from_the_models_predict(fraud,
     as under autoprofile."""
     model, df = fraud
     expected = model.predict(df)
-    with profiling(depth=2, engine=engine) as session:
+    with _session(engine, 2) as session:
         result = model.predict(df)
     np.testing.assert_array_equal(np.asarray(result), np.asarray(expected))
     (root,) = session.to_tree()
@@ -151,7 +156,7 @@ def test_profiling_around_the_pyfunc_counts_depth_from_the_models_predict(fraud,
     assert [c["label"] for c in featurize["children"]] == ["features"]  # depth 2 was captured
     # Called directly, a PythonModel's predict is not folded: it is the root.
     python_model = model.unwrap_python_model()
-    with profiling(depth=1, engine=engine) as session:
+    with _session(engine, 1) as session:
         python_model.predict(None, df)
     assert [r["label"] for r in session.to_tree() if not r["label"].startswith("[mlflow")] == [
         "fraud_model_class.<locals>.FraudScorer.predict"

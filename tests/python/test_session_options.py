@@ -6,6 +6,8 @@ both constructors make the same session from the same options."""
 from __future__ import annotations
 
 import inspect
+import pydoc
+import sys
 
 import pytest
 
@@ -38,6 +40,19 @@ def _described(fn):
 
 def test_profiling_signature():
     assert _described(profiling) == (PUBLIC, "ProfileSession")
+
+
+def test_profiling_reads_as_its_python_function():
+    """profiling()'s plain case runs in C (bind_session.cpp): what help(),
+    inspect and a traceback show is still the Python function's."""
+    text = pydoc.render_doc(profiling, renderer=pydoc.plaintext)
+    for part in ("profiling(", "depth: 'int' = 2,", "max_events: 'int' = 1000000,"):
+        assert part in text, text  # (3.13 puts a long signature on several lines)
+    assert "Profiles the calls made inside a ``with`` block." in text, text
+    assert (profiling.__name__, profiling.__module__) == ("profiling", "mlflow_profiler._session")
+    assert inspect.isroutine(profiling) and "profiling" in repr(profiling)
+    with pytest.raises(TypeError, match=r"^profiling\(\) got an unexpected keyword argument"):
+        profiling(dpth=1)
 
 
 def test_profile_session_signature():
@@ -127,6 +142,31 @@ def test_the_default_session_records_what_the_general_path_does(depth):
     for key in ("engine", "depth", "events_captured", "events_skipped", "span_count", "dropped"):
         assert stats[0][key] == stats[1][key], key
     assert _options(fast) == _options(general)
+
+
+PLAIN = [(), (0,), (-1,), (3,), {"depth": 1}, {"engine": "native", "capture_io": False}]
+GENERAL = [(True,), {"max_events": 10**6}, {"engine": "reference"}, {"capture_io_depth": 1}]
+
+
+@pytest.mark.parametrize("call", PLAIN + GENERAL, ids=repr)
+def test_the_plain_path_takes_exactly_the_calls_with_every_option_at_its_default(call, monkeypatch):
+    """profiling()'s path in C (bind_session.cpp) takes a depth and options
+    given their default objects themselves, outside serving; anything else (a
+    bool depth, an equal but other int, another engine) goes to the Python
+    function. Only the general path sets the options on the instance
+    (_setup); the plain one leaves them to the class. (With MLflow's pyfunc
+    loaded every call takes the general path: test_model_story.py, "plain".)"""
+    monkeypatch.delitem(sys.modules, "mlflow.pyfunc", raising=False)
+    args, kwargs = (call, {}) if isinstance(call, tuple) else ((), call)
+    try:
+        session = profiling(*args, **kwargs)
+    except TypeError:
+        assert call == (True,)  # the general path's check
+        return
+    assert ("max_events" in vars(session)) == (call in GENERAL)
+    with session:
+        _work()
+    assert session.statistics()["span_count"] > 0
 
 
 def test_the_default_session_records_once():
