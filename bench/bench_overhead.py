@@ -10,7 +10,9 @@ overhead ratios to the unprofiled run, for two workloads:
            calls): it resumes a generator per row, sums a generator
            expression per row inside `sum()`, and recurses 5 deep per row
   empty    a session around a call that does nothing, 100 per sample: the
-           fixed cost of starting and stopping each profiler
+           fixed cost of starting and stopping each profiler, with one span
+  session  a session around `object()`, a C call no profiler records by
+           default (not in the default set): start and stop alone, no span
   loop     a loop with no calls in it (not in the default set): the hook's
            cost on plain bytecode, which is not zero on 3.11
   predict  a realistic one: a scikit-learn Pipeline (ColumnTransformer with
@@ -664,6 +666,12 @@ def main(argv=None) -> int:
                 args.sessions,
                 f"empty session, {args.sessions} per sample, per session",
             )
+        elif wl == "session":
+            fn, k, title = (
+                object,
+                args.sessions,
+                f"session around object(), {args.sessions} per sample, per session",
+            )
         elif wl == "predict":
             fn, k = make_predict(args.rows, args.trees), args.predicts
             title = f"Pipeline.predict of {args.rows} rows ({args.trees} trees), per predict"
@@ -683,7 +691,7 @@ def main(argv=None) -> int:
             calls,
             per_call=(wl in ("fib", "tabular", "calls")),
             cprof=cprof_overhead,
-            per_session=(wl == "empty"),
+            per_session=(wl in ("empty", "session")),
         )
         stats = {"d2": engine_stats(fn, 2), "d-1": engine_stats(fn, -1)}
         for d, st in stats.items():
