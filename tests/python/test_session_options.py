@@ -46,8 +46,9 @@ def test_profiling_reads_as_its_python_function():
     """profiling()'s plain case runs in C (bind_session.cpp): what help(),
     inspect and a traceback show is still the Python function's."""
     text = pydoc.render_doc(profiling, renderer=pydoc.plaintext)
-    for part in ("profiling(", "depth: 'int' = 2,", "max_events: 'int' = 1000000,"):
-        assert part in text, text  # (3.13 puts a long signature on several lines)
+    # (3.13 puts a long signature on several lines; 3.14 shows no quotes)
+    for part in ("profiling(", "depth: ", "= 2,", "max_events: ", "= 1000000,"):
+        assert part in text, text
     assert "Profiles the calls made inside a ``with`` block." in text, text
     assert (profiling.__name__, profiling.__module__) == ("profiling", "mlflow_profiler._session")
     assert inspect.isroutine(profiling) and "profiling" in repr(profiling)
