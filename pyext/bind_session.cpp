@@ -191,8 +191,9 @@ PyObject* new_engine(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // keyword-only defaults most of them.
 struct PlainProfiling {
   PyObject_HEAD vectorcallfunc vectorcall;
-  PyObject* general;  // profiling() in Python
-  PyObject* doc;      // its docstring: pydoc reads __doc__ past tp_getattro
+  PyObject* general;   // profiling() in Python
+  PyObject* doc;       // its docstring: pydoc reads __doc__ past tp_getattro
+  PyObject* weaklist;  // a function can be weakly referenced
 };
 
 PyObject* g_default_depth = nullptr;  // profiling()'s defaults, read once from it
@@ -254,6 +255,7 @@ PyObject* profiling_call(PyObject* self, PyObject* const* args, size_t nargsf, P
 
 void profiling_dealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);  // a heap type: each instance holds a reference
+  if (reinterpret_cast<PlainProfiling*>(self)->weaklist) PyObject_ClearWeakRefs(self);
   Py_CLEAR(reinterpret_cast<PlainProfiling*>(self)->general);
   Py_CLEAR(reinterpret_cast<PlainProfiling*>(self)->doc);
   type->tp_free(self);
@@ -281,7 +283,16 @@ PyMemberDef profiling_members[] = {
     {"__wrapped__", T_OBJECT, offsetof(PlainProfiling, general), READONLY,
      "profiling() in Python, which takes every call but the plain one"},
     {"__doc__", T_OBJECT, offsetof(PlainProfiling, doc), READONLY, nullptr},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(PlainProfiling, weaklist), READONLY, nullptr},
     {nullptr, 0, 0, 0, nullptr}};
+
+// Pickled by reference, as a function is: its module's attribute of its name.
+PyObject* profiling_reduce(PyObject* self, PyObject*) {
+  return PyObject_GetAttrString(reinterpret_cast<PlainProfiling*>(self)->general, "__qualname__");
+}
+
+PyMethodDef profiling_methods[] = {{"__reduce__", profiling_reduce, METH_NOARGS, nullptr},
+                                   {nullptr, nullptr, 0, nullptr}};
 
 PyType_Slot profiling_slots[] = {
     {Py_tp_dealloc, reinterpret_cast<void*>(profiling_dealloc)},
@@ -290,6 +301,7 @@ PyType_Slot profiling_slots[] = {
     {Py_tp_getattro, reinterpret_cast<void*>(profiling_getattr)},
     {Py_tp_repr, reinterpret_cast<void*>(profiling_repr)},
     {Py_tp_members, profiling_members},
+    {Py_tp_methods, profiling_methods},
     {0, nullptr}};
 
 PyType_Spec profiling_spec = {
@@ -317,6 +329,7 @@ py::object profiling_in_c(py::object general) {
   Py_DECREF(type);  // the instance holds it
   if (!self) throw py::error_already_set();
   self->vectorcall = profiling_call;
+  self->weaklist = nullptr;
   self->doc = py::object(general.attr("__doc__")).release().ptr();
   self->general = general.release().ptr();
   return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(self));

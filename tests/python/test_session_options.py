@@ -5,9 +5,12 @@ both constructors make the same session from the same options."""
 
 from __future__ import annotations
 
+import copy
 import inspect
+import pickle
 import pydoc
 import sys
+import weakref
 
 import pytest
 
@@ -54,6 +57,16 @@ def test_profiling_reads_as_its_python_function():
     assert inspect.isroutine(profiling) and "profiling" in repr(profiling)
     with pytest.raises(TypeError, match=r"^profiling\(\) got an unexpected keyword argument"):
         profiling(dpth=1)
+
+
+def test_profiling_pickles_copies_and_is_weakly_referenced_as_a_function_is():
+    """What a program does with a function (multiprocessing pickles a
+    target by reference, signal libraries hold weak references) it can do
+    with profiling()."""
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(profiling, protocol)) is profiling
+    assert copy.copy(profiling) is profiling and copy.deepcopy(profiling) is profiling
+    assert weakref.ref(profiling)() is profiling
 
 
 def test_profile_session_signature():
