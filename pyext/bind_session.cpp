@@ -182,9 +182,9 @@ PyObject* new_engine(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 // profiling() itself: its plain case here, every other in Python. Called with
 // a depth (an int of -1 or more) and every other option at its default,
-// outside serving (no mlflow.pyfunc), it
-// is object.__new__(ProfileSession) with depth and its engine set, the other
-// options left to the class's defaults; anything else goes to the Python
+// outside serving (no mlflow.pyfunc), it is object.__new__(ProfileSession)
+// with depth and its engine set, the other options left to the class's
+// defaults; anything else goes to the Python
 // function it wraps, which raises the errors and takes the other paths, and
 // whose signature, docstring and annotations it shows. The Python function
 // cost 4,400 instructions of an empty session's 17,800 (3.12), its frame and

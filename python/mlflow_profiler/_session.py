@@ -636,10 +636,11 @@ class ProfileSession:
 _core.set_session_class(ProfileSession)
 
 
-# profiling()'s plain case (at most depth, outside serving) in C: the Python
-# function's frame and keyword-only defaults were a quarter of an empty
-# session's start and stop (bench/RESULTS.md, "Empty session"). The Python
-# function takes every other call, and inspect, help() and mypy read it.
+# profiling()'s plain case (a depth, every other option at its default,
+# outside serving) in C: the Python function's frame and keyword-only
+# defaults were a quarter of an empty session's start and stop
+# (bench/RESULTS.md, "Empty session"). The Python function takes every
+# other call, and inspect, help() and mypy read it.
 _transparent.add(profiling)  # add_module(_session) sees the C callable only
 profiling = _core.profiling_in_c(profiling)
 
