@@ -164,22 +164,6 @@ PyObject* make_engine(int depth, size_t max_events) {
   return nullptr;
 }
 
-// new_engine(depth, max_events): make_engine for Python callers.
-PyObject* new_engine(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2 || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "new_engine() takes depth and max_events, two ints");
-    return nullptr;
-  }
-  const long depth = PyLong_AsLong(args[0]);
-  const size_t max_events = PyLong_AsSize_t(args[1]);
-  if (PyErr_Occurred()) return nullptr;
-  if (depth < -1 || depth > INT_MAX) {
-    PyErr_SetString(PyExc_ValueError, "new_engine(): depth must be -1 or more");
-    return nullptr;
-  }
-  return make_engine(static_cast<int>(depth), max_events);
-}
-
 // profiling() itself: its plain case here, every other in Python. Called with
 // a depth (an int of -1 or more) and every other option at its default,
 // outside serving (no mlflow.pyfunc), it is object.__new__(ProfileSession)
@@ -335,12 +319,6 @@ py::object profiling_in_c(py::object general) {
   return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(self));
 }
 
-PyMethodDef g_new_engine_def = {
-    "new_engine", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(new_engine)),
-    METH_FASTCALL,
-    "new_engine(depth, max_events, /)\n--\n\n"
-    "Engine(depth, max_events, False, False): every other option at its default."};
-
 PyMethodDef g_enter_def = {
     "__enter__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(session_enter)),
     METH_FASTCALL,
@@ -396,10 +374,6 @@ void bind_session(py::module_& m) {
   m.def("profiling_in_c", &profiling_in_c,
         "profiling() with its plain case in C (bind_session.cpp), around the\n"
         "Python function, which takes every other call.");
-  PyObject* fn = PyCFunction_NewEx(&g_new_engine_def, nullptr, m.attr("__name__").ptr());
-  if (!fn) throw py::error_already_set();
-  add_own_function(&g_new_engine_def);
-  m.attr("new_engine") = py::reinterpret_steal<py::object>(fn);
   m.attr("session_enter") = method(&g_enter_def, m);
   m.attr("session_exit") = method(&g_exit_def, m);
 }

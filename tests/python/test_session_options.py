@@ -143,7 +143,7 @@ def _work():
 @pytest.mark.parametrize("depth", [-1, 0, 1, 2, 5])
 def test_the_default_session_records_what_the_general_path_does(depth):
     """profiling() with every option at its default takes a path of its own
-    (no checks, the class's attribute defaults, _core.new_engine): it
+    (no checks, the class's attribute defaults, an Engine made in C): it
     records what ProfileSession(), which binds and checks every option,
     records, and says the same of itself."""
     fast, general = profiling(depth), ProfileSession(depth)
