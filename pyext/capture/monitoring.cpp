@@ -43,7 +43,8 @@ PyObject* g_tool_name = nullptr;   // "mlflow-profiler"
 int g_tool = -1;
 bool g_keep = false;  // autoprofile: hold the id (and our local events) between sessions
 std::vector<PyObject*> g_watched;  // code objects we set local events on (strong references)
-bool g_registered = false;
+bool g_registered = false;         // events applied since the id was claimed
+long g_callbacks_on = 0;           // the events whose callback is ours (registered when first set)
 bool g_global_frames = false, g_global_c = false;
 bool g_unwind = false;  // PY_UNWIND and PY_THROW on: a generator is watched
 
@@ -91,8 +92,9 @@ inline void set_watch_state(PyCodeObject* code, uintptr_t v) {
 }
 
 long events_of(uintptr_t watched);  // the sys.monitoring events of kWatch* bits
-void want_unwind();                 // PY_UNWIND and PY_THROW on, for generators
-bool claim_for_sessions();          // monitoring::acquire, and on failure the sessions stop
+bool register_callbacks(long mask, std::string* error);  // ours, for the events of mask
+void want_unwind();         // PY_UNWIND and PY_THROW on, for generators
+bool claim_for_sessions();  // monitoring::acquire, and on failure the sessions stop
 
 // sys.monitoring's functions, looked up once and called by vectorcall: a
 // session that needs the tool id claims and frees it, and
@@ -130,6 +132,7 @@ PyObject* mon(MonFn fn, long tool, long v, PyObject* b = nullptr) {
 
 void set_local(PyCodeObject* code, long mask) {
   compat::PendingError pending;
+  if (!register_callbacks(mask, nullptr)) return;  // its frames stay unseen
   PyObject* m = PyLong_FromLong(mask);
   PyObject* r = m ? mon(kSetLocalEvents, g_tool, reinterpret_cast<PyObject*>(code), m) : nullptr;
   Py_XDECREF(m);
@@ -414,10 +417,21 @@ const char* g_names[kCallbacks] = {"PY_START", "PY_RESUME", "PY_THROW", "PY_RETU
 long g_bits[kCallbacks] = {};
 PyObject* g_callbacks[kCallbacks] = {};
 
-void free_tool(int tool) {
-  PyObject* r = mon(kFreeToolId, tool);
+// Frees the id we hold, removing our callbacks first (3.12 and 3.13 leave
+// them to the id's next holder).
+void free_tool() {
+  for (long bit : g_bits) {
+    if (!(bit & g_callbacks_on)) continue;
+    PyObject* r = mon(kRegisterCallback, g_tool, bit, Py_None);
+    Py_XDECREF(r);
+    PyErr_Clear();
+  }
+  PyObject* r = mon(kFreeToolId, g_tool);
   Py_XDECREF(r);
   PyErr_Clear();
+  g_tool = -1;
+  g_registered = false;
+  g_callbacks_on = 0;
 }
 
 bool set_events(long mask, std::string* error) {
@@ -431,14 +445,22 @@ bool set_events(long mask, std::string* error) {
   return true;
 }
 
-[[gnu::cold, gnu::noinline]] bool register_callbacks(std::string* error) {
+// Registers our callback for each event of `mask` that lacks it. Only the
+// events a session sets: each registration (and its removal at release) is a
+// call with an audit event, and a 3.13 session that watches one code's calls
+// needs one callback of nine.
+bool register_callbacks(long mask, std::string* error) {
+  if (!(mask & ~g_callbacks_on)) return true;
   for (size_t i = 0; i < kCallbacks; ++i) {
+    if (!(g_bits[i] & mask) || (g_bits[i] & g_callbacks_on)) continue;
     PyObject* r = mon(kRegisterCallback, g_tool, g_bits[i], g_callbacks[i]);
     if (!r) {
-      *error = pyutil::take_error_message();
+      if (error) *error = pyutil::take_error_message();
+      PyErr_Clear();
       return false;
     }
     Py_DECREF(r);
+    g_callbacks_on |= g_bits[i];
   }
   return true;
 }
@@ -474,7 +496,7 @@ bool apply_events(std::string* error) {
   long mask = g_unwind || g_global_frames ? kUnwind : 0;
   if (g_global_frames) mask |= kPyStart | kPyResume | kPyReturn | kPyYield;
   if (g_global_c) mask |= kCCalls;
-  return set_events(mask, error);
+  return register_callbacks(mask, error) && set_events(mask, error);
 }
 
 bool claim_for_sessions() {
@@ -556,16 +578,15 @@ void prepare() {
   if (g_tool >= 0 && !still_ours()) {
     // Another tool freed or cleared our id: our local events went with it.
     g_tool = -1;
-    g_registered = false;
   }
   if (g_tool < 0) {
     if (!claim(error)) return false;
     g_registered = false;
+    g_callbacks_on = 0;
   }
   if (!g_registered) {
-    if (!register_callbacks(error) || !apply_events(error)) {
-      free_tool(g_tool);
-      g_tool = -1;
+    if (!apply_events(error)) {
+      free_tool();
       return false;
     }
     g_registered = true;
@@ -583,14 +604,7 @@ void release(bool force) {
   g_watched.clear();
   g_global_frames = g_global_c = g_unwind = false;
   set_events(0, nullptr);
-  for (long bit : g_bits) {
-    PyObject* r = mon(kRegisterCallback, g_tool, bit, Py_None);
-    Py_XDECREF(r);
-    PyErr_Clear();
-  }
-  free_tool(g_tool);
-  g_tool = -1;
-  g_registered = false;
+  free_tool();
   ++g_claim;  // what we set is gone
 }
 

@@ -90,7 +90,7 @@ def test_native_leaves_the_tool_ids_free():
     """The id the engine holds during a session is one no standard tool uses
     (a debugger 0, coverage 1, cProfile 2 or an optimizer 5 started meanwhile
     gets its own), and after the session every id is free again, with none
-    of our events left on the program's code."""
+    of our events or callbacks left for the id's next holder."""
 
     def numbers():
         yield 1
@@ -104,6 +104,10 @@ def test_native_leaves_the_tool_ids_free():
     sys.monitoring.use_tool_id(ours, "the program's own tool")  # takes the id we held
     try:
         assert sys.monitoring.get_local_events(ours, numbers.__code__) == 0
+        assert sys.monitoring.get_events(ours) == 0
+        events = [v for k, v in vars(sys.monitoring.events).items() if k.isupper() and v]
+        left = [sys.monitoring.register_callback(ours, e, None) for e in events]
+        assert left == [None] * len(events)
     finally:
         sys.monitoring.free_tool_id(ours)
     prof = cProfile.Profile()
