@@ -256,6 +256,12 @@ PyObject* profiling_getattr(PyObject* self, PyObject* name) {
   PyObject* general = reinterpret_cast<PlainProfiling*>(self)->general;
   if (PyUnicode_CompareWithASCIIString(name, "__module__") == 0)
     return PyObject_GetAttr(general, name);
+  // The Python function, which takes every call: tools that model a callable
+  // object by its __call__ (mock.create_autospec) see its signature.
+  if (PyUnicode_CompareWithASCIIString(name, "__call__") == 0) {
+    Py_INCREF(general);
+    return general;
+  }
   PyObject* r = PyObject_GenericGetAttr(self, name);
   if (r || !PyErr_ExceptionMatches(PyExc_AttributeError)) return r;
   PyErr_Clear();

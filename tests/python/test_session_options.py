@@ -11,6 +11,7 @@ import pickle
 import pydoc
 import sys
 import weakref
+from unittest import mock
 
 import pytest
 
@@ -67,6 +68,19 @@ def test_profiling_pickles_copies_and_is_weakly_referenced_as_a_function_is():
         assert pickle.loads(pickle.dumps(profiling, protocol)) is profiling
     assert copy.copy(profiling) is profiling and copy.deepcopy(profiling) is profiling
     assert weakref.ref(profiling)() is profiling
+
+
+def test_an_autospec_of_profiling_checks_its_arguments():
+    """mock.create_autospec models profiling() by its signature: a test
+    double of it refuses what profiling() refuses."""
+    double = mock.create_autospec(profiling)
+    double(2, capture_io=True)
+    double.assert_called_once_with(2, capture_io=True)
+    with pytest.raises(TypeError):
+        double(2, no_such_option=True)
+    with pytest.raises(TypeError):
+        double(1, 2)
+    assert profiling.__call__(0).depth == 0
 
 
 def test_profile_session_signature():
