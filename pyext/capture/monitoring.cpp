@@ -95,6 +95,7 @@ long events_of(uintptr_t watched);  // the sys.monitoring events of kWatch* bits
 bool register_callbacks(long mask, std::string* error);  // ours, for the events of mask
 void want_unwind();         // PY_UNWIND and PY_THROW on, for generators
 bool claim_for_sessions();  // monitoring::acquire, and on failure the sessions stop
+void fail_sessions(const std::string& error);  // the collecting sessions stop recording
 
 // sys.monitoring's functions, looked up once and called by vectorcall: a
 // session that needs the tool id claims and frees it, and
@@ -132,7 +133,11 @@ PyObject* mon(MonFn fn, long tool, long v, PyObject* b = nullptr) {
 
 void set_local(PyCodeObject* code, long mask) {
   compat::PendingError pending;
-  if (!register_callbacks(mask, nullptr)) return;  // its frames stay unseen
+  std::string error;
+  if (!register_callbacks(mask, &error)) {  // an audit hook may refuse it
+    fail_sessions(error);
+    return;
+  }
   PyObject* m = PyLong_FromLong(mask);
   PyObject* r = m ? mon(kSetLocalEvents, g_tool, reinterpret_cast<PyObject*>(code), m) : nullptr;
   Py_XDECREF(m);
@@ -503,8 +508,14 @@ bool claim_for_sessions() {
   if (g_native_collecting == 0) return false;
   std::string error;
   if (monitoring::acquire(&error)) return true;
-  for (Engine* e : collecting_engines()) e->fail("could not install the profiling hook: " + error);
+  fail_sessions(error);
   return false;
+}
+
+// A frame the hook misses puts the window out of step with the stack: the
+// tree would be wrong, so the sessions stop with the reason instead.
+void fail_sessions(const std::string& error) {
+  for (Engine* e : collecting_engines()) e->fail("could not install the profiling hook: " + error);
 }
 
 long events_of(uintptr_t watched) {
@@ -514,8 +525,8 @@ long events_of(uintptr_t watched) {
 
 void want_unwind() {
   g_unwind = true;
-  std::string ignored;
-  apply_events(&ignored);
+  std::string error;
+  if (!apply_events(&error)) fail_sessions(error);
 }
 
 // sys.monitoring's functions, event bits and our callback objects, looked

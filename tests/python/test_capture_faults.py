@@ -119,6 +119,36 @@ print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+@pytest.mark.parametrize("refused", ["register_callback", "nothing"])
+def test_an_audit_hook_that_refuses_our_callbacks(refused):
+    """A program whose audit hook refuses sys.monitoring.register_callback
+    (a sandbox's policy): the program runs to the same result, and the
+    session that needed a callback (a generator within the ceiling) says
+    why it stopped recording rather than print a tree with frames missing.
+    The same program with a hook that refuses nothing records the tree."""
+    out = child(
+        PROGRAM
+        + """
+import json, sys
+def hook(event, args):
+    if event == "sys.monitoring." + sys.argv[1]:
+        raise RuntimeError("refused by the program's policy")
+sys.addaudithook(hook)
+from mlflow_profiler import profiling
+with profiling(depth=2) as s:
+    result = program()
+print(json.dumps({"result": result, "failures": s.statistics()["failures"], "tree": tree(s)}))
+""",
+        refused,
+    )
+    assert out["result"] == [4, 12, 3]
+    if refused == "nothing":
+        assert out["failures"] == [] and out["tree"] == EXPECTED_TREE
+    else:
+        assert any("refused by the program's policy" in f for f in out["failures"]), out
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
 @pytest.mark.parametrize("how", ["free_tool_id", "clear_tool_id"])
 def test_a_tool_that_frees_our_id_between_sessions(how):
     """Autoprofile holds the id and its local events between its sessions;
