@@ -28,6 +28,9 @@ and these contenders, each started and stopped around every single call
             (sys.monitoring with a no-op METH_FASTCALL callback on 3.12+,
             PyEval_SetProfile with a no-op C function on 3.9-3.11); needs
             the _mlprof_floor module that bench/run.sh builds
+  floor-stamp the same hook, but each event reads the clock (rdtsc) and
+            writes 16 bytes: a span's physical floor (two clock reads and
+            its record) on top of the dispatch
   ours-d0   `with profiling(depth=0)`: the root spans only
   ours-d1   `with profiling(depth=1)`
   ours-d2   `with profiling(depth=2)`
@@ -345,9 +348,12 @@ def make_pyinstrument():
     return run
 
 
-def make_floor():
-    """No-op C hook on the events the native engine listens to."""
+def make_floor(stamp: bool = False):
+    """No-op C hook on the events the native engine listens to; `stamp`:
+    each event reads the clock and writes 16 bytes instead."""
     import _mlprof_floor  # built by bench/run.sh
+
+    callback = _mlprof_floor.stamp if stamp else _mlprof_floor.noop
 
     if sys.version_info >= (3, 12):
         mon = sys.monitoring
@@ -361,7 +367,7 @@ def make_floor():
         def start():
             mon.use_tool_id(tool, "mlprof-bench-floor")
             for e in events:
-                mon.register_callback(tool, e, _mlprof_floor.noop)
+                mon.register_callback(tool, e, callback)
             mon.set_events(tool, mask)
 
         def stop():
@@ -370,10 +376,13 @@ def make_floor():
                 mon.register_callback(tool, e, None)
             mon.free_tool_id(tool)
 
-        what = "sys.monitoring, no-op METH_FASTCALL callback"
+        what = "sys.monitoring, METH_FASTCALL callback: " + (
+            "rdtsc + 16 bytes" if stamp else "no-op"
+        )
     else:
-        start, stop = _mlprof_floor.set_profile, _mlprof_floor.clear_profile
-        what = "PyEval_SetProfile, no-op C function"
+        start = _mlprof_floor.set_stamp_profile if stamp else _mlprof_floor.set_profile
+        stop = _mlprof_floor.clear_profile
+        what = "PyEval_SetProfile, C function: " + ("rdtsc + 16 bytes" if stamp else "no-op")
 
     def run(fn, k):
         t0 = perf_ns()
@@ -392,9 +401,9 @@ def contenders(names: List[str]) -> Dict[str, Callable]:
         try:
             if name in ("base", "base2"):
                 out[name] = run_plain
-            elif name == "floor":
-                out[name], what = make_floor()
-                print(f"# floor: {what}")
+            elif name in ("floor", "floor-stamp"):
+                out[name], what = make_floor(stamp=name == "floor-stamp")
+                print(f"# {name}: {what}")
             elif name == "ours-d0":
                 out[name] = make_ours(0)
             elif name == "ours-d1":
@@ -426,6 +435,7 @@ ALL = [
     "base",
     "base2",
     "floor",
+    "floor-stamp",
     "ours-d0",
     "ours-d1",
     "ours-d2",
