@@ -128,7 +128,7 @@ inline bool session_folds(const CaptureLane& L, PyCodeObject* code) {
 [[gnu::noinline]] void take_readings(CaptureLane& L);
 [[gnu::noinline]] void read_off_cpu(CaptureLane& L);
 [[gnu::noinline]] void push_resume_read(CaptureLane& L, uint32_t call, int64_t ts, bool fold);
-[[gnu::cold, gnu::noinline]] void grow_events(CaptureLane& L);
+[[gnu::cold, gnu::noinline]] bool grow_events(CaptureLane& L);  // false: no room, nothing pushed
 void close_entries(CaptureLane& L, size_t from, bool exception, int64_t ts);
 void close_ended(CaptureLane& L, int32_t pydepth, int64_t ts);
 int32_t arrive(CaptureLane& L, int32_t pydepth, uintptr_t key);
@@ -160,7 +160,8 @@ inline void note_stretch(CaptureLane& L, int64_t since, int64_t now) {
 }
 
 inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int64_t ts) {
-  if (__builtin_expect(L.out.events.size() == L.out.events.capacity(), 0)) grow_events(L);
+  if (__builtin_expect(L.out.events.size() == L.out.events.capacity(), 0) && !grow_events(L))
+    return;
   L.out.events.push_back(Event{ts, id, kind, flags, 0});
   if (kind == EventKind::kLabel) return;
   if (__builtin_expect(L.values != 0, 0)) take_readings(L);
@@ -181,7 +182,8 @@ inline bool may_fold(PyCodeObject* code) {
 // writer of resumes, which folds it when the generator went straight back to
 // its consumer (model/resume.h), so a busy generator costs no events.
 inline void push_resume(CaptureLane& L, uint32_t call, int64_t ts, PyCodeObject* code) {
-  if (__builtin_expect(L.out.events.size() == L.out.events.capacity(), 0)) grow_events(L);
+  if (__builtin_expect(L.out.events.size() == L.out.events.capacity(), 0) && !grow_events(L))
+    return;
   if (__builtin_expect(L.values != 0, 0)) {
     push_resume_read(L, call, ts, may_fold(code));
   } else {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <new>
 
 #include "py_util.h"
 
@@ -58,16 +59,34 @@ size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
 // took the copy's time). Past 1 MB it quadruples: a deep session copies less
 // than half of what doubling copies (7.3 MB against 16.8 MB by 600,000
 // events), and pages it never writes are never touched. Never past the
-// lane's hard cap, which no event passes.
-void grow_events(CaptureLane& L) {
+// lane's hard cap, which no event passes. Out of memory (an address-space
+// limit), it doubles instead, and failing that the lane stops recording with
+// the reason: a bad_alloc thrown through the interpreter's hook ended the
+// process (std::terminate).
+bool grow_events(CaptureLane& L) {
   constexpr size_t kQuadrupleFrom = 65536;  // events: 1 MB
   auto& events = L.out.events;
   const size_t cap = events.capacity();
   size_t want = cap < 256 ? 256 : cap * (cap >= kQuadrupleFrom ? 4 : 2);
   want = std::max(std::min(want, L.hard_cap + 1), cap + 1);
-  const int64_t since = thread_stretch_start();
-  events.reserve(want);
-  note_thread_overhead(since);
+  try {
+    const int64_t since = thread_stretch_start();
+    try {
+      events.reserve(want);
+    } catch (const std::bad_alloc&) {
+      events.reserve(std::max(cap * 2, cap + 1));
+    }
+    note_thread_overhead(since);
+    return true;
+  } catch (const std::exception&) {
+    L.truncated = true;
+    L.out.truncated = true;
+    try {
+      L.engine->fail("out of memory for the session's events: recording stopped");
+    } catch (const std::exception&) {  // the lane's truncated flag still tells
+    }
+    return events.size() < events.capacity();
+  }
 }
 
 [[gnu::noinline]] void push_resume_read(CaptureLane& L, uint32_t call, int64_t ts, bool fold) {

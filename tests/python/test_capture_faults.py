@@ -118,6 +118,45 @@ print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
     )  # and the session says why it recorded nothing
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux applies it")
+@pytest.mark.parametrize("headroom_mb", [6, 10, None])
+def test_out_of_memory_for_the_events_stops_the_session_not_the_program(headroom_mb):
+    """A process under an address-space limit (ulimit -v) that leaves room
+    for the program but not for a full capture's events (fib(25) at depth
+    -1: 485,570 events, 7.8 MB): the program ends with its result, the
+    session stops recording and says why. Before, the buffer's bad_alloc
+    went through the interpreter's hook and ended the process
+    (std::terminate). With no limit, every event is recorded."""
+    out = child(
+        """
+import json, resource, sys
+from mlflow_profiler import profiling
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+with profiling(depth=-1):
+    fib(12)  # the codes are named and the heap has grown before the limit
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+if sys.argv[1] != "None":
+    vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1])
+    resource.setrlimit(resource.RLIMIT_AS, ((vm + int(sys.argv[1]) * 1024) * 1024, hard))
+try:
+    with profiling(depth=-1) as s:
+        result = fib(25)
+finally:
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+st = s.statistics()
+print(json.dumps({"result": result, "events": st["events_captured"], "failures": st["failures"]}))
+""",
+        str(headroom_mb),
+    )
+    assert out["result"] == 75025
+    if headroom_mb is None:
+        assert out["events"] == 485_570 and out["failures"] == []
+    else:
+        assert 0 < out["events"] < 485_570
+        assert out["failures"] == ["out of memory for the session's events: recording stopped"]
+
+
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
 @pytest.mark.parametrize("refused", ["register_callback", "nothing"])
 def test_an_audit_hook_that_refuses_our_callbacks(refused):
