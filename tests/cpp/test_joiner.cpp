@@ -2160,6 +2160,34 @@ TEST(JoinerV2, ATargetsTimesGoingBackAndABadParentLaneStillReadBack) {
   EXPECT_EQ(back.value().spans.size(), 3u);
 }
 
+// A finding of fuzz_agent_records (fuzz/regressions/fuzz_agent_records/
+// span-longer-than-2e62): a session begun at kernel time 900 ns and ended at
+// kMaxTimeNs, whose body put a call 70 s before the kernel's clock began.
+// The call was kept at -59.99 s, each time in range but the span lasting
+// more than kMaxTimeNs, and its active_ns did not read back. A target's
+// times stay within the kernel clock's range [0, kMaxTimeNs].
+TEST(JoinerV2, ATargetsTimesStayWithinTheKernelClocksRange) {
+  Profile want;
+  const uint32_t f = test::user_fn(want, "f");
+  want.lanes.push_back(make_lane({call(-70'000'000'000, f), ret(kMaxTimeNs)}));
+  want.lanes[0].native_tid = 100;
+  want.start_ns = 900;
+  want.end_ns = kMaxTimeNs;
+  Process proc;
+  Joiner j;
+  feed(j, body_records_of(want, proc, 3, 0, "", ""));
+  std::vector<Profile> got = j.take_finished();
+  ASSERT_EQ(got.size(), 1u);
+  const Profile& p = got[0];
+  ASSERT_EQ(p.spans.size(), 1u);
+  EXPECT_EQ(p.spans[0].start_ns, 0);  // not before the kernel's clock began
+  EXPECT_EQ(p.spans[0].end_ns, kMaxTimeNs);
+  EXPECT_EQ(p.spans[0].active_ns, kMaxTimeNs);
+  const Result<Profile> back = read_json_document(to_json_document(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value().spans[0].active_ns, kMaxTimeNs);
+}
+
 // ---- the fuzz targets' seeds (fuzz/corpus/fuzz_agent_records, _body) ------
 
 // A stream as fuzz_agent_records reads it: [u16 length][record] each.

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
-#include <limits>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -450,14 +449,12 @@ void Joiner::State::apply_body_lane(ProcessState& p, SessionState& s, const mlpr
   lane.events.resize(n);
   // The target writes these times. One going back is taken as the last (a
   // span must not end before it starts), and each is kept within a minute
-  // of the kernel's times of the session (its begin, the body's arrival),
-  // so that no difference of two overflows.
+  // of the kernel's times of the session (its begin, the body's arrival)
+  // and within the kernel clock's range [0, kMaxTimeNs], so that every span
+  // lasts at most kMaxTimeNs and no difference of two overflows.
   constexpr int64_t kSlackNs = 60'000'000'000;
-  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  const int64_t lo = s.start_ns < kMin + kSlackNs ? kMin : s.start_ns - kSlackNs;
-  const int64_t top = std::max(s.last_ts, s.start_ns);
-  const int64_t hi = top > kMax - kSlackNs ? kMax : top + kSlackNs;
+  const int64_t lo = std::max<int64_t>(0, s.start_ns - kSlackNs);
+  const int64_t hi = std::min(kMaxTimeNs, std::max(s.last_ts, s.start_ns) + kSlackNs);
   int64_t last_ts = lo;
   for (size_t k = 0; k < n; ++k) {
     mlprof_spans_event e{};
