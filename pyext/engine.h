@@ -480,6 +480,22 @@ void label_generator(PyObject* gen, PyObject* code, uint32_t label, uint32_t res
 // Every collecting engine (capture/ switches them to another mechanism).
 std::vector<Engine*> collecting_engines();
 
+// Called in a catch block of a hook the interpreter calls (guarded, below):
+// the collecting sessions stop recording with the reason. Never throws.
+[[gnu::cold, gnu::noinline]] void hook_failed() noexcept;
+
+// Runs the engine's part of a hook. A C++ exception (std::bad_alloc under an
+// address-space limit) must not go on through the interpreter's C frames,
+// where it ended the process (std::terminate): it stops the sessions instead.
+template <typename Fn>
+inline void guarded(Fn&& body) noexcept {
+  try {
+    body();
+  } catch (...) {
+    hook_failed();
+  }
+}
+
 int64_t now_ns();
 
 }  // namespace mlprof

@@ -159,9 +159,15 @@ inline void note_stretch(CaptureLane& L, int64_t since, int64_t now) {
   if (now - since >= L.off_quantum) read_off_cpu(L);
 }
 
+// Room in the event buffer for one more event (it grows when full); false:
+// none, the lane stopped (out of memory).
+// (Full is `size == capacity`: `size < capacity` compiles to two divisions.)
+inline bool event_slot(CaptureLane& L) {
+  return !__builtin_expect(L.out.events.size() == L.out.events.capacity(), 0) || grow_events(L);
+}
+
 inline void push(CaptureLane& L, EventKind kind, uint32_t id, uint8_t flags, int64_t ts) {
-  if (__builtin_expect(L.out.events.size() == L.out.events.capacity(), 0) && !grow_events(L))
-    return;
+  if (!event_slot(L)) return;
   L.out.events.push_back(Event{ts, id, kind, flags, 0});
   if (kind == EventKind::kLabel) return;
   if (__builtin_expect(L.values != 0, 0)) take_readings(L);
@@ -182,8 +188,7 @@ inline bool may_fold(PyCodeObject* code) {
 // writer of resumes, which folds it when the generator went straight back to
 // its consumer (model/resume.h), so a busy generator costs no events.
 inline void push_resume(CaptureLane& L, uint32_t call, int64_t ts, PyCodeObject* code) {
-  if (__builtin_expect(L.out.events.size() == L.out.events.capacity(), 0) && !grow_events(L))
-    return;
+  if (!event_slot(L)) return;
   if (__builtin_expect(L.values != 0, 0)) {
     push_resume_read(L, call, ts, may_fold(code));
   } else {

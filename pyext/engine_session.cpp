@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <new>
 #include <utility>
 
 #include "capture/frame_access.h"
@@ -96,11 +97,27 @@ bool Engine::records_only_here() const {
 }
 
 [[gnu::cold, gnu::noinline]] void Engine::fail(const std::string& why) {
+  for (auto& lane : lanes_) lane->truncated = true;  // first: noting why may run out of memory
   for (const auto& f : failures_) {
     if (f == why) return;
   }
   failures_.push_back(why);
-  for (auto& lane : lanes_) lane->truncated = true;
+}
+
+void hook_failed() noexcept {
+  const char* why = "the profiling hook failed: recording stopped";
+  try {
+    throw;  // the exception being handled: which one
+  } catch (const std::bad_alloc&) {
+    why = "out of memory in the profiling hook: recording stopped";
+  } catch (...) {
+  }
+  for (auto& [serial, e] : g_by_serial) {
+    try {
+      e->fail(why);
+    } catch (...) {  // its lanes stopped all the same; the reason could not be kept
+    }
+  }
 }
 
 void Engine::start(PyObject* session, int levels_above) {

@@ -67,14 +67,17 @@ bool grow_events(CaptureLane& L) {
   constexpr size_t kQuadrupleFrom = 65536;  // events: 1 MB
   auto& events = L.out.events;
   const size_t cap = events.capacity();
-  size_t want = cap < 256 ? 256 : cap * (cap >= kQuadrupleFrom ? 4 : 2);
-  want = std::max(std::min(want, L.hard_cap + 1), cap + 1);
+  // Each within [cap + 1, hard_cap + 1].
+  const auto bounded = [&](size_t n) { return std::max(std::min(n, L.hard_cap + 1), cap + 1); };
+  const size_t want = bounded(cap < 256 ? 256 : cap * (cap >= kQuadrupleFrom ? 4 : 2));
+  const size_t fallback = bounded(cap * 2);
   try {
     const int64_t since = thread_stretch_start();
     try {
       events.reserve(want);
     } catch (const std::bad_alloc&) {
-      events.reserve(std::max(cap * 2, cap + 1));
+      if (fallback >= want) throw;  // no smaller step to try
+      events.reserve(fallback);
     }
     note_thread_overhead(since);
     return true;

@@ -76,10 +76,11 @@ PyObject* select_call(PyObject* self_, PyObject* const* args, size_t nargsf, PyO
     return r;
   }
   WaitToken tokens[4];
-  const int n = wait_begin(tokens, 4);
+  int n = 0;
+  guarded([&] { n = wait_begin(tokens, 4); });
   const int64_t start = clock::ticks();
   PyObject* r = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
-  if (n) wait_end(tokens, n, self->function, start, clock::ticks());
+  if (n) guarded([&] { wait_end(tokens, n, self->function, start, clock::ticks()); });
   return r;
 }
 

@@ -138,32 +138,40 @@ PyObject* span_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
   if (cl.n == 0) return PyObject_Vectorcall(self->func, args, nargsf, kwnames);
   switch (self->kind) {
     case WrapKind::kFunction: {
-      if (!self->label_id) self->label_id = intern_label(utf8(self->label));
-      set_pending_label(self->code, self->label_id,
-                        resource_id(self->resource, &self->resource_id));
+      guarded([&] {
+        if (!self->label_id) self->label_id = intern_label(utf8(self->label));
+        set_pending_label(self->code, self->label_id,
+                          resource_id(self->resource, &self->resource_id));
+      });
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
-      clear_pending_label(self->code);
+      guarded([&] { clear_pending_label(self->code); });
       return r;
     }
     case WrapKind::kGenerator: {
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
       if (r && (PyGen_Check(r) || PyCoro_CheckExact(r) || PyAsyncGen_CheckExact(r))) {
-        if (!self->label_id) self->label_id = intern_label(utf8(self->label));
-        label_generator(r, self->code, self->label_id,
-                        resource_id(self->resource, &self->resource_id));
+        guarded([&] {
+          if (!self->label_id) self->label_id = intern_label(utf8(self->label));
+          label_generator(r, self->code, self->label_id,
+                          resource_id(self->resource, &self->resource_id));
+        });
       }
       return r;
     }
     case WrapKind::kOther:
     default: {
-      if (!self->block_fn) self->block_fn = block_function(utf8(self->label));
       BlockToken tokens[4];
-      int n =
-          block_enter(self->block_fn, resource_id(self->resource, &self->resource_id), tokens, 4);
-      block_arguments_io(tokens, n, args, nargsf, kwnames);
+      int n = 0;
+      guarded([&] {
+        if (!self->block_fn) self->block_fn = block_function(utf8(self->label));
+        n = block_enter(self->block_fn, resource_id(self->resource, &self->resource_id), tokens, 4);
+        block_arguments_io(tokens, n, args, nargsf, kwnames);
+      });
       PyObject* r = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
-      block_exit(tokens, n, r == nullptr);
-      block_return_io(tokens, n, r);  // after the exit: summarizing is not the call's time
+      guarded([&] {
+        block_exit(tokens, n, r == nullptr);
+        block_return_io(tokens, n, r);  // after the exit: summarizing is not the call's time
+      });
       return r;
     }
   }
@@ -334,9 +342,11 @@ PyObject* block_enter_method(PyObject* self_, PyObject*) {
       if (!token) return nullptr;
       Py_XSETREF(self->reference, token);
     } else {
-      self->n = block_enter(block_function(utf8(self->label)),
-                            resource_id(self->resource, &self->resource_id), self->tokens, 4,
-                            self->automatic != 0);
+      guarded([&] {
+        self->n = block_enter(block_function(utf8(self->label)),
+                              resource_id(self->resource, &self->resource_id), self->tokens, 4,
+                              self->automatic != 0);
+      });
     }
   }
   Py_INCREF(self_);
@@ -354,7 +364,7 @@ PyObject* block_exit_method(PyObject* self_, PyObject* const* args, Py_ssize_t n
       Py_CLEAR(self->reference);
       if (!r) return nullptr;
     } else if (self->n) {
-      block_exit(self->tokens, self->n, exception);
+      guarded([&] { block_exit(self->tokens, self->n, exception); });
       self->n = 0;
     }
   }

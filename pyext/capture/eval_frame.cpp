@@ -97,6 +97,12 @@ struct Run {
 };
 #endif
 
+// What a frame's run returned, for eval_frame's handler (run sets it).
+struct Outcome {
+  bool ran = false;
+  PyObject* result = nullptr;
+};
+
 // Everything this function keeps per thread, in one thread_local: in a
 // module loaded with dlopen each thread_local's address is a call (through
 // a TLS descriptor, or to __tls_get_addr), and the function passes this
@@ -105,7 +111,8 @@ struct WindowFlag {
   bool on = false;
   uint64_t epoch = 0;
   Ceiling ceiling;
-  StackBounds stack;  // read once (c_stack_at_risk)
+  StackBounds stack;           // read once (c_stack_at_risk)
+  Outcome* outcome = nullptr;  // the innermost eval_frame's
 #if PY_VERSION_HEX < 0x030C0000
   std::vector<Run> runs;  // 3.11: the frames this function ran, innermost last
 #endif
@@ -258,9 +265,11 @@ inline int depth_of_new_frame(PyThreadState* ts, const WindowFlag& w) {
 
 inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int depth,
                      WindowFlag& w) {
+  Outcome* const o = w.outcome;
   w.runs.push_back(Run{f, depth});
   PyObject* result = _PyEval_EvalFrameDefault(ts, f, throwflag);
   w.runs.pop_back();
+  *o = Outcome{true, result};
   return result;
 }
 inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag,
@@ -276,12 +285,15 @@ inline int depth_of_new_frame(PyThreadState* ts, const WindowFlag&) {
   return ts->py_recursion_limit - ts->py_recursion_remaining + 1;  // not entered yet
 }
 inline PyObject* run(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, int /*depth*/,
-                     WindowFlag&) {
-  return _PyEval_EvalFrameDefault(ts, f, throwflag);
+                     WindowFlag& w) {
+  Outcome* const o = w.outcome;
+  PyObject* result = _PyEval_EvalFrameDefault(ts, f, throwflag);
+  *o = Outcome{true, result};
+  return result;
 }
 inline PyObject* pass_through(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag,
-                              WindowFlag&) {
-  return _PyEval_EvalFrameDefault(ts, f, throwflag);
+                              WindowFlag& w) {
+  return run(ts, f, throwflag, 0, w);
 }
 inline int current_depth(PyThreadState* ts, const WindowFlag&) { return frame_depth(ts); }
 #endif
@@ -295,7 +307,7 @@ inline void report(PyThreadState* ts, const HookFrame& frame, Fn&& event) {
   ++g_events;
   compat::PendingError pending;
   PyThreadState_EnterTracing(ts);
-  event(Site{ts, &frame});
+  guarded([&] { event(Site{ts, &frame}); });
   PyThreadState_LeaveTracing(ts);
 }
 
@@ -478,10 +490,9 @@ PyObject* run_generator(PyThreadState* ts, struct _PyInterpreterFrame* f, PyCode
 }
 #endif
 
-PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
+PyObject* evaluate(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag, WindowFlag& w) {
   // tracing: a callback or one of our events runs this frame (not reported).
   // Another mechanism reports every frame now: just run it (and take this out).
-  WindowFlag& w = window_flag();
   if (every_frame_reported()) {
     sync_hook(ts);
     return pass_through(ts, f, throwflag, w);
@@ -550,6 +561,28 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
   return generator ? run_generator(ts, f, code, throwflag, w, depth)
                    : run_plain(ts, f, code, throwflag, w, depth);
 #endif
+}
+
+// The interpreter's frame evaluation function while ours is installed. A C++
+// exception (out of memory) must not go on through the interpreter (that
+// ends the process): the sessions stop, and the frame runs, or what its run
+// returned is returned, once.
+PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag) {
+  WindowFlag& w = window_flag();
+  Outcome o;
+  Outcome* const outer = w.outcome;
+  const Ceiling ceiling = w.ceiling;
+  w.outcome = &o;
+  try {
+    PyObject* result = evaluate(ts, f, throwflag, w);
+    w.outcome = outer;
+    return result;
+  } catch (...) {
+    w.outcome = outer;
+    w.ceiling = ceiling;
+    hook_failed();
+    return o.ran ? o.result : _PyEval_EvalFrameDefault(ts, f, throwflag);
+  }
 }
 
 }  // namespace

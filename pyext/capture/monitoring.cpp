@@ -400,7 +400,12 @@ struct Callback {
 };
 template <Fn F>
 PyObject* vectorcall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {
-  return F(nullptr, args, PyVectorcall_NARGS(nargsf));
+  try {
+    return F(nullptr, args, PyVectorcall_NARGS(nargsf));
+  } catch (...) {  // as guarded() does
+    hook_failed();
+    Py_RETURN_NONE;
+  }
 }
 PyMemberDef g_callback_members[] = {
     {"__vectorcalloffset__", Py_T_PYSSIZET, offsetof(Callback, call), Py_READONLY, nullptr}, {}};

@@ -74,38 +74,42 @@ int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   // The thread state only for an event that is reported (3.11 with C calls
   // gets every Python call here and passes them on).
   auto site = [] { return Site{compat::tstate()}; };
-  switch (what) {
-    case PyTrace_CALL: {
-      const int depth = ++h.depth;
-      if (!h.all_events || !g_native_collecting) break;
-      if (compat::is_generator_code(code)) {
-        on_resume(site(), code, depth, frame, generator_continues(frame, code));
-      } else {
-        report_start(code, depth, frame);
+  try {
+    switch (what) {
+      case PyTrace_CALL: {
+        const int depth = ++h.depth;
+        if (!h.all_events || !g_native_collecting) break;
+        if (compat::is_generator_code(code)) {
+          on_resume(site(), code, depth, frame, generator_continues(frame, code));
+        } else {
+          report_start(code, depth, frame);
+        }
+        break;
       }
-      break;
-    }
-    case PyTrace_RETURN: {
-      const int depth = h.depth--;
-      if (!h.all_events || !g_native_collecting) break;
-      if (compat::is_generator_code(code) && compat::frame_is_suspending(frame)) {
-        on_yield(site(), code, depth, frame);
-      } else {
-        report_return(code, depth, arg);  // arg: the return value, null on an exception
+      case PyTrace_RETURN: {
+        const int depth = h.depth--;
+        if (!h.all_events || !g_native_collecting) break;
+        if (compat::is_generator_code(code) && compat::frame_is_suspending(frame)) {
+          on_yield(site(), code, depth, frame);
+        } else {
+          report_return(code, depth, arg);  // arg: the return value, null on an exception
+        }
+        break;
       }
-      break;
+      case PyTrace_C_CALL:
+        if (g_native_collecting) on_c_call(site(), arg, code, capture::frame_depth());
+        break;
+      case PyTrace_C_RETURN:
+        if (g_native_collecting) on_c_return(site(), arg, capture::frame_depth(), false);
+        break;
+      case PyTrace_C_EXCEPTION:
+        if (g_native_collecting) on_c_return(site(), arg, capture::frame_depth(), true);
+        break;
+      default:
+        break;
     }
-    case PyTrace_C_CALL:
-      if (g_native_collecting) on_c_call(site(), arg, code, capture::frame_depth());
-      break;
-    case PyTrace_C_RETURN:
-      if (g_native_collecting) on_c_return(site(), arg, capture::frame_depth(), false);
-      break;
-    case PyTrace_C_EXCEPTION:
-      if (g_native_collecting) on_c_return(site(), arg, capture::frame_depth(), true);
-      break;
-    default:
-      break;
+  } catch (...) {  // thrown through the interpreter it ended the process
+    hook_failed();
   }
   return 0;
 }

@@ -157,6 +157,64 @@ print(json.dumps({"result": result, "events": st["events_captured"], "failures":
         assert out["failures"] == ["out of memory for the session's events: recording stopped"]
 
 
+DEEP_UNDER_A_LIMIT = """
+import json, resource, sys
+from mlflow_profiler import profiling
+sys.setrecursionlimit(200_000)
+def deep(n):
+    return 0 if n == 0 else 1 + deep(n - 1)
+with profiling(depth=-1):
+    deep(100)
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1])
+resource.setrlimit(resource.RLIMIT_AS, ((vm + int(sys.argv[1])) * 1024, hard))
+try:
+    with profiling(depth=-1) as s:
+        result = deep(60_000)
+finally:
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux applies it")
+@pytest.mark.skipif(
+    sys.version_info[:2] != (3, 12),
+    reason="3.13 and 3.14 end by SIGSEGV at some of these limits without the profiler; 3.11's "
+    "frame evaluation hook puts each frame on the C stack, which cannot grow under the limit "
+    "(docs/capture.md, 'Out of memory')",
+)
+def test_out_of_memory_anywhere_in_the_hook_never_ends_the_process():
+    """A recursion 60,000 deep at depth -1 under address-space limits from
+    0 to 2.5 MB above what the process has: the hook's own structures (the
+    stack of open frames, 60,000 entries) run out of memory at some of
+    them. Before, that bad_alloc went through the interpreter and ended the
+    process (std::terminate, SIGABRT: at 512-896 and 1,408-1,984 KB on
+    3.12). No limit now ends it by a signal: the program ends with its
+    result (the session stopped with the reason, or recorded everything),
+    or with the MemoryError or SystemError that CPython raises for its own
+    frames at such a limit, with the profiler or without it."""
+    reasons = {
+        "out of memory in the profiling hook: recording stopped",
+        "out of memory for the session's events: recording stopped",
+    }
+    for kb in range(0, 2560, 64):
+        proc = subprocess.run(
+            [sys.executable, "-c", DEEP_UNDER_A_LIMIT, str(kb)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode >= 0, (kb, proc.stderr[-2000:])
+        if proc.returncode == 0:
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+            assert out["result"] == 60_000
+            assert set(out["failures"]) <= reasons, out["failures"]
+        else:
+            last = proc.stderr.strip().splitlines()[-1]
+            assert last.startswith(("MemoryError", "SystemError")), (kb, proc.stderr[-2000:])
+
+
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
 @pytest.mark.parametrize("refused", ["register_callback", "nothing"])
 def test_an_audit_hook_that_refuses_our_callbacks(refused):
