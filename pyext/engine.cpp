@@ -67,7 +67,7 @@ uint64_t thread_key() {
 
 namespace {
 
-[[gnu::noinline]] void refresh(ThreadCache& c, PyThreadState* ts) {
+void find_lanes(ThreadCache& c, PyThreadState* ts) {
   // The frame evaluation function asks with an exception pending (one being
   // thrown into a generator); a new lane's thread name lookup would clear it.
   compat::PendingError pending;
@@ -116,6 +116,17 @@ namespace {
   c.generation = g_generation;
   c.context = ts->context;
   c.context_ver = ts->context_ver;
+}
+
+// Out of line, and guarded: the quick paths that call it are not (a try
+// there cost about 13 instructions a call).
+[[gnu::noinline]] void refresh(ThreadCache& c, PyThreadState* ts) {
+  try {
+    find_lanes(c, ts);
+  } catch (...) {  // no lanes here: the sessions stopped (new_lane out of memory)
+    c.current.n = 0;
+    hook_failed();
+  }
 }
 
 inline ThreadCache& cache_now(PyThreadState* ts) {
@@ -290,6 +301,7 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
       session_folds(L, code)) {
     return false;  // the full path interns, hides or folds it
   }
+  if (L.rec.size() == L.rec.capacity()) return false;  // the full path grows it, guarded
   const uint32_t fid = id_of_extra(v);
   const auto idx = static_cast<uint32_t>(L.out.events.size());
   push(L, EventKind::kCall, fid, 0, clock::ticks());
@@ -359,7 +371,7 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
     L.chain_top = idx;
     L.chain_top_depth = e.depth;
   }
-  detach_segment(L, e.key, L.rec.size() - 1, pydepth);  // e is gone after this
+  if (!detach_guarded(L, e.key, L.rec.size() - 1, pydepth)) return true;  // e is gone after this
   L.last_was_suspend = true;
   push(L, EventKind::kSuspend, idx, 0, clock::ticks());
   probes::span_suspend(L.engine->serial(), L.index, idx);
@@ -384,7 +396,7 @@ bool on_start(const Site& site, PyCodeObject* code, int pydepth, PyFrameObject* 
   size_t k = 0;
   while (k < L.suspended.size() && L.suspended[k].key != generator) ++k;
   if (k == L.suspended.size()) return false;
-  const uint32_t first_recorded = reattach_segment(L, k, t.depth + 1, pydepth, true);
+  const uint32_t first_recorded = reattach_guarded(L, k, t.depth + 1, pydepth);
   if (first_recorded != kNoEvent) {
     push_resume(L, first_recorded, clock::ticks(), code);
     probes::span_resume(L.engine->serial(), L.index, first_recorded);

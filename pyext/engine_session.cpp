@@ -97,7 +97,10 @@ bool Engine::records_only_here() const {
 }
 
 [[gnu::cold, gnu::noinline]] void Engine::fail(const std::string& why) {
-  for (auto& lane : lanes_) lane->truncated = true;  // first: noting why may run out of memory
+  for (auto& lane : lanes_) {  // first: noting why may run out of memory
+    lane->truncated = true;
+    lane->quick = false;  // the full paths, which see `truncated`
+  }
   for (const auto& f : failures_) {
     if (f == why) return;
   }

@@ -35,10 +35,14 @@ size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
 }  // namespace
 
 // The lane's counters for the event just written.
+// The noinline helpers of the quick paths catch what they throw (guarded):
+// the quick paths themselves are not guarded.
 [[gnu::noinline]] void take_readings(CaptureLane& L) {
-  Reading now[kValueKinds];
-  const size_t n = read_counters(L, static_cast<uint32_t>(L.out.events.size() - 1), now);
-  L.out.readings.insert(L.out.readings.end(), now, now + n);
+  guarded([&] {
+    Reading now[kValueKinds];
+    const size_t n = read_counters(L, static_cast<uint32_t>(L.out.events.size() - 1), now);
+    L.out.readings.insert(L.out.readings.end(), now, now + n);
+  });
 }
 
 // Reads the thread's CPU clock for running vs waiting (views/waiting.h). The
@@ -49,7 +53,7 @@ size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
   const int64_t now = clock::ticks();
   timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  L.cpu_reads.emplace_back(now, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec);
+  guarded([&] { L.cpu_reads.emplace_back(now, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec); });
   L.off_read_ticks = now;
 }
 
@@ -93,9 +97,11 @@ bool grow_events(CaptureLane& L) {
 }
 
 [[gnu::noinline]] void push_resume_read(CaptureLane& L, uint32_t call, int64_t ts, bool fold) {
-  Reading now[kValueKinds];
-  const size_t n = read_counters(L, 0, now);
-  append_resume(L.out, call, ts, fold, now, n);
+  guarded([&] {
+    Reading now[kValueKinds];
+    const size_t n = read_counters(L, 0, now);
+    append_resume(L.out, call, ts, fold, now, n);
+  });
 }
 
 // Closes rec[from..] innermost first (recorded entries get their kReturn) and

@@ -70,6 +70,26 @@ uint32_t reattach_segment(CaptureLane& L, size_t k, int32_t d, int32_t pydepth, 
   return first_recorded;
 }
 
+// The quick paths' detach and reattach, out of line and guarded (the quick
+// paths are not): false / kNoEvent when out of memory stopped the sessions.
+[[gnu::noinline]] bool detach_guarded(CaptureLane& L, uintptr_t key, size_t from, int32_t pydepth) {
+  try {
+    detach_segment(L, key, from, pydepth);
+    return true;
+  } catch (...) {
+    hook_failed();
+    return false;
+  }
+}
+[[gnu::noinline]] uint32_t reattach_guarded(CaptureLane& L, size_t k, int32_t d, int32_t pydepth) {
+  try {
+    return reattach_segment(L, k, d, pydepth, true);
+  } catch (...) {
+    hook_failed();
+    return kNoEvent;
+  }
+}
+
 void lane_yield(CaptureLane& L, PyCodeObject* code, int32_t pydepth, PyFrameObject* frame) {
   if (pydepth < L.base_pydepth) return;  // above the frame that entered the session
   const int64_t ts = clock::ticks();

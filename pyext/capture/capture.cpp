@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "../engine.h"
@@ -91,7 +92,7 @@ void init() { monitoring::prepare(); }
 
 bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
 
-[[gnu::cold, gnu::noinline]] void eval_lost(const std::string& why) {
+[[gnu::cold, gnu::noinline]] void eval_lost_now(const std::string& why) {
   if (g_fallback || g_users == 0) return;
   g_fallback = true;
   g_measured = nullptr;  // its windows are gone
@@ -103,6 +104,11 @@ bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
   }
   for (Engine* e : collecting_engines())
     e->note(why + "; sys.monitoring reports every frame from then on");
+}
+
+// Guarded: the frame evaluation function's paths that reach it are not.
+void eval_lost(std::string_view why) noexcept {
+  guarded([&] { eval_lost_now(std::string(why)); });
 }
 
 const char* name() {
@@ -180,7 +186,7 @@ void init() {}
 
 bool every_frame_reported() { return g_profile_mode; }
 
-[[gnu::cold, gnu::noinline]] void eval_lost(const std::string& why) {
+[[gnu::cold, gnu::noinline]] void eval_lost_now(const std::string& why) {
   if (g_users == 0 || g_profile_mode) return;
   // The profile function takes over on this thread (3.12+ has sys.monitoring
   // for all threads). Sessions with lanes on other threads, whose frames
@@ -200,6 +206,11 @@ bool every_frame_reported() { return g_profile_mode; }
   for (Engine* e : here) e->note(why + "; the profile function reports every frame from then on");
   g_profile_mode = true;
   profile_func::take_over(installs, eval::frame_depth());
+}
+
+// Guarded: the frame evaluation function's paths that reach it are not.
+void eval_lost(std::string_view why) noexcept {
+  guarded([&] { eval_lost_now(std::string(why)); });
 }
 
 const char* name() { return g_profile_mode ? "setprofile" : "eval_frame"; }

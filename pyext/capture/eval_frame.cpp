@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../engine.h"
@@ -30,7 +31,7 @@
 
 namespace mlprof::capture {
 
-void eval_lost(const std::string& why);  // capture.cpp: the sessions go on without this function
+void eval_lost(std::string_view why) noexcept;  // capture.cpp: the sessions go on without it
 
 namespace {
 

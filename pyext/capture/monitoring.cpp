@@ -150,7 +150,7 @@ void set_local(PyCodeObject* code, long mask) {
 
 // Adds the events of `bits` (kWatch*) to those of `code`, and re-arms events
 // a DISABLE took away. Claims a tool id the first time a session needs one.
-void watch(PyCodeObject* code, uintptr_t bits) {
+void watch_now(PyCodeObject* code, uintptr_t bits) {
   if (!code) return;
   if (g_tool < 0 && !claim_for_sessions()) return;
   if ((bits & kWatchGenerator) && !g_unwind) want_unwind();
@@ -172,6 +172,10 @@ void watch(PyCodeObject* code, uintptr_t bits) {
   }
   set_watch_state(code, (have | bits) | (state & kNoReturns));
 }
+// Guarded: 3.13's quick path calls it (watch_calls), and it is not.
+void watch(PyCodeObject* code, uintptr_t bits) {
+  guarded([&] { watch_now(code, bits); });
+}
 
 // Counts one more event `code` (in `state`) sent for nothing. True once
 // kIdleLimit is reached: the caller then lets something go.
@@ -185,12 +189,15 @@ bool limit_for_nothing(PyCodeObject* code, uintptr_t state) {
 // A PY_RETURN of a code watched for closed ceilings that was not one (its
 // frames run below the ceiling too: a recursion): after kIdleLimit of them
 // its returns are given up, and its frames at the ceiling keep the hook in.
-[[gnu::noinline]] void return_for_nothing(PyCodeObject* code) {
+[[gnu::noinline]] void return_for_nothing_unguarded(PyCodeObject* code) {
   const uintptr_t state = watch_state(code);
   if (!(state & kWatchReturns) || !limit_for_nothing(code, state)) return;
   const uintptr_t have = state & kWatchAny & ~kWatchReturns;
   set_local(code, events_of(have));
   set_watch_state(code, have | (state & kDisabledBit) | kNoReturns);
+}
+[[gnu::noinline]] void return_for_nothing(PyCodeObject* code) {
+  guarded([&] { return_for_nothing_unguarded(code); });
 }
 
 inline PyCodeObject* as_code(PyObject* o) {
@@ -241,12 +248,16 @@ struct Plain {
 // The full path of PY_START and PY_RETURN, apart: cb_start and cb_return
 // are flattened, and only the quick path belongs inlined in them.
 [[gnu::noinline]] void start_in_full(PyCodeObject* c) {
-  const Described d(c);
-  on_start(d.site, c, d.depth, nullptr);
+  guarded([&] {
+    const Described d(c);
+    on_start(d.site, c, d.depth, nullptr);
+  });
 }
 [[gnu::noinline]] void return_in_full(PyCodeObject* c, PyObject* retval) {
-  const Described d(c);
-  on_return(d.site, c, d.depth, false, retval);
+  guarded([&] {
+    const Described d(c);
+    on_return(d.site, c, d.depth, false, retval);
+  });
 }
 
 // Callbacks (called by vectorcall, below). They never raise.
@@ -265,12 +276,16 @@ struct Plain {
   Py_RETURN_NONE;
 }
 [[gnu::noinline]] void resume_in_full(PyCodeObject* c) {
-  const Described d(c);
-  on_resume(d.site, c, d.depth, nullptr, /*continued=*/true);
+  guarded([&] {
+    const Described d(c);
+    on_resume(d.site, c, d.depth, nullptr, /*continued=*/true);
+  });
 }
 [[gnu::noinline]] void yield_in_full(PyCodeObject* c) {
-  const Described d(c);
-  on_yield(d.site, c, d.depth, nullptr);
+  guarded([&] {
+    const Described d(c);
+    on_yield(d.site, c, d.depth, nullptr);
+  });
 }
 
 [[gnu::flatten]] PyObject* cb_resume(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -398,13 +413,20 @@ using Fn = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);
 struct Callback {
   PyObject_HEAD vectorcallfunc call;
 };
-template <Fn F>
+// Guarded (engine.h) but for the four callbacks of every Python call, whose
+// quick paths do not throw and whose full paths guard themselves: a try here
+// cost about 13 instructions a call.
+template <Fn F, bool kGuarded = true>
 PyObject* vectorcall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {
-  try {
+  if constexpr (!kGuarded) {
     return F(nullptr, args, PyVectorcall_NARGS(nargsf));
-  } catch (...) {  // as guarded() does
-    hook_failed();
-    Py_RETURN_NONE;
+  } else {
+    try {
+      return F(nullptr, args, PyVectorcall_NARGS(nargsf));
+    } catch (...) {
+      hook_failed();
+      Py_RETURN_NONE;
+    }
   }
 }
 PyMemberDef g_callback_members[] = {
@@ -416,9 +438,9 @@ PyType_Spec g_callback_spec = {"mlflow_profiler._core.MonitoringCallback", sizeo
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL, g_callback_slots};
 
 constexpr vectorcallfunc g_fns_by_event[] = {
-    vectorcall<cb_start>,  vectorcall<cb_resume>,   vectorcall<cb_throw>,
-    vectorcall<cb_return>, vectorcall<cb_unwind>,   vectorcall<cb_yield>,
-    vectorcall<cb_call>,   vectorcall<cb_c_return>, vectorcall<cb_c_raise>};
+    vectorcall<cb_start, false>,  vectorcall<cb_resume, false>, vectorcall<cb_throw>,
+    vectorcall<cb_return, false>, vectorcall<cb_unwind>,        vectorcall<cb_yield, false>,
+    vectorcall<cb_call>,          vectorcall<cb_c_return>,      vectorcall<cb_c_raise>};
 constexpr size_t kCallbacks = sizeof(g_fns_by_event) / sizeof(g_fns_by_event[0]);
 // Event names in sys.monitoring.events, in g_fns_by_event order; their bits
 // and our callback objects, made once.
