@@ -1,6 +1,7 @@
 // Which mechanisms a session uses on this interpreter (capture.h), and what
 // happens when one cannot run.
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <string_view>
@@ -52,16 +53,39 @@ bool apply(std::string* error) {
 // kGlobalRatio times the hook events per recorded event of its windows
 // session costs less with global events. The first measured session of a
 // site runs in windows; the next, global (the probe); from then on the
-// cheaper one, each session updating its mechanism's figure.
+// cheaper one, each session updating its mechanism's figure. The figure of
+// the mechanism not in use ages (a site's predicts may change shape: a
+// deep predict's global figure kept a shallow one in windows for good), so
+// after kFirstReprobe sessions the other runs once again, and the interval
+// doubles each time that confirms the choice (up to kMaxReprobe).
 namespace {
 constexpr double kGlobalRatio = 1.4;
 constexpr uint64_t kMinRecorded = 1000;  // fewer: either costs little, nothing is learnt
 constexpr size_t kMaxSites = 1024;       // more: new sites run in windows
+constexpr uint32_t kFirstReprobe = 8;
+constexpr uint32_t kMaxReprobe = 1024;
 struct SiteCosts {
-  double windows = 0;  // hook events per recorded event, last windows session (0: none)
-  double global = 0;   // the same, last global session
+  double windows = 0;        // hook events per recorded event, last windows session (0: none)
+  double global = 0;         // the same, last global session
+  uint32_t since_probe = 0;  // measured sessions since the other last ran
+  uint32_t probe_every = kFirstReprobe;  // sessions between runs of the other
+  bool prefers_global() const { return global < kGlobalRatio * windows; }
   bool use_global() const {
-    return windows > 0 && (global == 0 || global < kGlobalRatio * windows);
+    if (windows == 0) return false;  // the first: windows
+    if (global == 0) return true;    // the probe
+    return since_probe >= probe_every ? !prefers_global() : prefers_global();
+  }
+  void update(bool global_session, double per) {
+    const bool both = windows > 0 && global > 0;
+    const bool was = prefers_global();
+    const bool other = both && global_session != was;  // the aged figure, measured again
+    (global_session ? global : windows) = per;
+    if (!other) {
+      ++since_probe;
+      return;
+    }
+    since_probe = 0;
+    probe_every = prefers_global() == was ? std::min(probe_every * 2, kMaxReprobe) : kFirstReprobe;
   }
 };
 std::map<std::pair<uint64_t, int>, SiteCosts> g_sites;  // (site, depth)
@@ -84,7 +108,7 @@ void learn(Engine* engine) {
     it = g_sites.emplace(key, SiteCosts{}).first;
   }
   const double per = double(g_events - g_measured_from) / double(recorded);
-  (engine->global_frames() ? it->second.global : it->second.windows) = per;
+  it->second.update(engine->global_frames(), per);
 }
 }  // namespace
 

@@ -129,6 +129,30 @@ print(json.dumps(runs))
     assert all(r["failures"] == [] for r in out)
 
 
+def test_a_site_whose_predicts_change_shape_measures_again():
+    """A site whose sessions ran deep predicts (windows chosen, the global
+    figure 15 times the windows one) and then shallow ones: the global
+    figure was a deep predict's, and kept the shallow ones in windows for
+    good. The figure not in use ages: after 8 sessions the other mechanism
+    runs once (then 16, 32, ... while it confirms the choice), so the
+    shallow predicts move to global events, and the deep ones back."""
+    out = child("""
+runs = [at_site(deep, 2) for _ in range(10)] + [at_site(shallow, 2) for _ in range(20)]
+runs += [at_site(deep, 2) for _ in range(12)]
+print(json.dumps(runs))
+""")
+    engines = [r["engine"] for r in out]
+    # deep: the first in windows, the probe, then windows but for one
+    # session of global events 8 sessions on
+    assert engines[:2] == [WINDOWS, GLOBAL] and engines[2:10].count(GLOBAL) == 1
+    # shallow: windows until global runs again (16 sessions after that), then global
+    assert engines[10:25] == [WINDOWS] * 15 and engines[25:30] == [GLOBAL] * 5
+    # deep again: its first global session's figure sends it back to windows
+    assert engines[-4:] == [WINDOWS] * 4
+    assert_same_capture(out[10:30])
+    assert all(r["failures"] == [] for r in out)
+
+
 def test_sites_are_told_apart_by_their_code_and_depth():
     out = child("""
 def through(work, depth):     # calls at_site: the sessions are still at_site's
