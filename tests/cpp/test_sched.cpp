@@ -273,6 +273,39 @@ TEST_F(SchedTest, TwoProcessesWithTheSameTidsAreKeptApartByPid) {
   EXPECT_EQ(p.kernel.threads[0].started_under, 4);  // not score (pid 77's span at 55'000)
 }
 
+// A finding of fuzz_agent_records (fuzz/regressions/fuzz_agent_records/
+// off-cpu-intervals-overlapping): a thread is off the CPU once at a time,
+// but records can say otherwise; made-up intervals of 2^62 ns each,
+// overlapping, overflowed a span's off-CPU sum (undefined behaviour). An
+// interval overlapping an earlier one of its thread starts where that one
+// ended; one inside it counts for nothing.
+TEST_F(SchedTest, OverlappingIntervalsOfOneThreadCountTheirUnionOnce) {
+  p.kernel.off_cpu = {preempted(22'000, 26'000), preempted(24'000, 28'000),   // 22'000..28'000
+                      preempted(23'000, 25'000),                              // inside: nothing
+                      preempted(52'000, 53'000), preempted(52'000, 53'000)};  // twice: once
+  attribute_kernel(p);
+  EXPECT_EQ(k(2).off_cpu_ns, 6'000);  // read
+  EXPECT_EQ(k(3).off_cpu_ns, 1'000);  // score
+  EXPECT_EQ(k(0).off_cpu_ns, 7'000);  // predict: the union, not the sum (13'000)
+  EXPECT_EQ(k(0).on_cpu_ns, 93'000);
+
+  // The fuzzer's case: times far apart, each within the kernel's range.
+  Profile big;
+  const uint32_t f = test::user_fn(big, "f");
+  big.start_ns = 0;
+  big.end_ns = kMaxTimeNs;
+  big.meta["pid"] = "77";
+  big.lanes.push_back(make_lane({call(0, f), ret(kMaxTimeNs)}));
+  build_tree(big);
+  big.kernel.present = true;
+  big.kernel.off_cpu = {preempted(1, kMaxTimeNs - 1), preempted(2, kMaxTimeNs),
+                        preempted(0, kMaxTimeNs / 2)};
+  attribute_kernel(big);
+  ASSERT_EQ(big.kernel.spans.size(), 1u);
+  EXPECT_EQ(big.kernel.spans[0].off_cpu_ns, kMaxTimeNs);
+  EXPECT_EQ(big.kernel.spans[0].on_cpu_ns, 0);
+}
+
 TEST_F(SchedTest, AttributionIsIdempotent) {
   p.kernel.threads = {lifetime(7000, kMain, 21'000, 0)};
   p.kernel.off_cpu = {blocked(22'000, 27'000, 28'000, 900), preempted(24'000, 25'000, 7000)};

@@ -83,28 +83,31 @@ class Threads {
   std::vector<OffCpuPiece> pieces() const {
     std::vector<OffCpuPiece> out;
     out.reserve(p_.kernel.off_cpu.size());
+    const std::vector<int64_t> starts = disjoint_starts();
     for (size_t i = 0; i < p_.kernel.off_cpu.size(); ++i) {
       const OffCpuInterval& iv = p_.kernel.off_cpu[i];
+      if (starts[i] == kNoStart) continue;
+      const int64_t start = starts[i];
       const ThreadKey key{pid_or_meta(iv.pid), iv.tid};
       const auto tl = timelines_.find(key);
       const auto idx = static_cast<uint32_t>(i);
-      const int64_t end = std::max(iv.end_ns, iv.start_ns);
-      if (end == iv.start_ns) {  // switched out and in at one instant: still a switch
-        const int32_t own = tl == timelines_.end() ? -1 : tl->second.owner_at(iv.start_ns);
+      const int64_t end = std::max(iv.end_ns, start);
+      if (end == start) {  // switched out and in at one instant: still a switch
+        const int32_t own = tl == timelines_.end() ? -1 : tl->second.owner_at(start);
         if (own >= 0) {
-          out.push_back({idx, own, true, iv.start_ns, end});
+          out.push_back({idx, own, true, start, end});
         } else {
-          add_fallback(out, key, idx, iv.start_ns, end);
+          add_fallback(out, key, idx, start, end);
         }
         continue;
       }
       if (tl == timelines_.end()) {
-        add_fallback(out, key, idx, iv.start_ns, end);
+        add_fallback(out, key, idx, start, end);
         continue;
       }
       const Timeline& t = tl->second;
-      ptrdiff_t s = t.stretch(iv.start_ns);
-      for (int64_t from = iv.start_ns; from < end; ++s) {
+      ptrdiff_t s = t.stretch(start);
+      for (int64_t from = start; from < end; ++s) {
         const int64_t stretch_end =
             static_cast<size_t>(s + 1) < t.at.size() ? t.at[static_cast<size_t>(s + 1)] : kForever;
         const int64_t to = std::min(end, stretch_end);
@@ -124,6 +127,41 @@ class Threads {
 
  private:
   uint32_t pid_or_meta(uint32_t pid) const { return pid != 0 ? pid : meta_pid_; }
+
+  static constexpr int64_t kNoStart = std::numeric_limits<int64_t>::min();
+
+  // Per interval, where its pieces start. A thread is off the CPU once at a
+  // time: an interval that overlaps an earlier one of its thread (records a
+  // target or a file made up) starts where that one ended, and one inside it
+  // has no pieces (kNoStart). So the pieces of a thread never overlap, and
+  // no sum of them passes its timeline (fuzz_agent_records: two made-up
+  // intervals of 2^62 ns overflowed a span's off-CPU sum).
+  std::vector<int64_t> disjoint_starts() const {
+    const std::vector<OffCpuInterval>& ivs = p_.kernel.off_cpu;
+    std::vector<uint32_t> order(ivs.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    const auto key_of = [&](const OffCpuInterval& iv) {
+      return std::make_tuple(pid_or_meta(iv.pid), iv.tid, iv.start_ns);
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return key_of(ivs[a]) < key_of(ivs[b]); });
+    std::vector<int64_t> starts(ivs.size(), kNoStart);
+    ThreadKey thread{};
+    int64_t reach = kNoStart;  // the latest end of the thread's intervals so far
+    for (const uint32_t i : order) {
+      const OffCpuInterval& iv = ivs[i];
+      const ThreadKey key{pid_or_meta(iv.pid), iv.tid};
+      if (reach == kNoStart || key != thread) {
+        thread = key;
+        reach = kNoStart;
+      }
+      const int64_t end = std::max(iv.end_ns, iv.start_ns);
+      if (reach != kNoStart && (end < reach || (iv.start_ns < reach && end == reach))) continue;
+      starts[i] = reach == kNoStart ? iv.start_ns : std::max(iv.start_ns, reach);
+      reach = reach == kNoStart ? end : std::max(reach, end);
+    }
+    return starts;
+  }
 
   // Per thread, the innermost running span over time: a sweep over the
   // running intervals (export_util::lane_intervals: whole spans, generator
