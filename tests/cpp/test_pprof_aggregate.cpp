@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -77,6 +78,22 @@ TEST(PprofAggregate, TwoSourcesWithTheSamePathsGiveOneSamplePerPathWithSummedVal
             2 * (11'999 + 1'500 + 2'000 + 2'000 + 500 + 3'000 + 3'500));
   EXPECT_EQ(agg.sources(), 2u);
   EXPECT_EQ(agg.samples(), 7u);
+}
+
+// Sums stop at int64's end: three spans of one path, each as long as a
+// time can be (a hostile document's), overflowed the wall value.
+TEST(PprofAggregate, SumsPastInt64StopAtItsEnd) {
+  Profile p;
+  const uint32_t predict = test::user_fn(p, "predict");
+  for (int i = 0; i < 3; ++i) {
+    p.lanes.push_back(test::make_lane({test::call(0, predict), test::ret(kMaxTimeNs)}));
+  }
+  build_tree(p);
+  PprofAggregate agg;
+  agg.add(p);
+  agg.add(p);
+  EXPECT_EQ(agg.total("wall", "nanoseconds"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(agg.total("calls", "count"), 6);
 }
 
 TEST(PprofAggregate, RepeatedPathsOfOneSourceMergeAndTheSumsStay) {

@@ -26,6 +26,7 @@
 #include "formats/export.h"
 #include "formats/export_util.h"
 #include "render/render_text.h"
+#include "util/saturating.h"
 
 namespace mlprof {
 
@@ -65,7 +66,11 @@ class StackTree {
     }
     return it->second;
   }
-  void add(uint32_t node, int64_t value) { nodes_[node].value += value; }
+  // Saturates: spans of one stack in overlapping sessions of a thread
+  // (a hostile document's, each up to 2^62 ns) may add up past int64.
+  void add(uint32_t node, int64_t value) {
+    nodes_[node].value = saturating_add(nodes_[node].value, value);
+  }
 
   // Appends the lines, depth-first.
   void write(std::string& out, const std::vector<std::string>& frames) const {

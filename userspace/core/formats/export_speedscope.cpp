@@ -19,6 +19,7 @@
 #include "formats/export_util.h"
 #include "formats/json_write.h"
 #include "render/render_text.h"
+#include "util/saturating.h"
 
 namespace mlprof {
 
@@ -102,7 +103,7 @@ void write_off_cpu_profile(JsonWriter& w, const Profile& p,
                            const std::vector<uint32_t>& span_frame) {
   const std::vector<SelfOffCpu> self = self_off_cpu(p);
   int64_t total = 0;
-  for (const SelfOffCpu& s : self) total += s.off_cpu_ns;
+  for (const SelfOffCpu& s : self) total = saturating_add(total, s.off_cpu_ns);
   if (total == 0) return;
   w.StartObject();
   w.Key("type");

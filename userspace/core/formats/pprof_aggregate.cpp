@@ -16,6 +16,7 @@
 #include "formats/export_util.h"
 #include "formats/pprof_writer.h"
 #include "util/file_io.h"
+#include "util/saturating.h"
 
 namespace mlprof {
 
@@ -226,11 +227,11 @@ void PprofAggregate::add(const Profile& p, const Labels& labels) {
   const std::vector<SelfOffCpu> self_kernel = kernel ? self_off_cpu(p) : std::vector<SelfOffCpu>{};
   for (size_t i = 0; i < p.spans.size(); ++i) {
     State::Sample& s = st.sample(node_for(static_cast<int32_t>(i)), label_set);
-    s.values[calls] += 1;
-    s.values[wall] += self[i];
+    s.values[calls] = saturating_add(s.values[calls], 1);
+    s.values[wall] = saturating_add(s.values[wall], self[i]);
     if (kernel) {
-      s.values[off_cpu] += self_kernel[i].off_cpu_ns;
-      s.values[runq] += self_kernel[i].runq_ns;
+      s.values[off_cpu] = saturating_add(s.values[off_cpu], self_kernel[i].off_cpu_ns);
+      s.values[runq] = saturating_add(s.values[runq], self_kernel[i].runq_ns);
     }
   }
 }
@@ -261,7 +262,7 @@ void PprofAggregate::add(const StackSamples& samples, const Labels& labels) {
     }
     State::Sample& s = st.sample(node, label_set);
     for (size_t v = 0; v < sample.values.size() && v < type_of.size(); ++v)
-      s.values[type_of[v]] += sample.values[v];
+      s.values[type_of[v]] = saturating_add(s.values[type_of[v]], sample.values[v]);
   }
 }
 
@@ -280,7 +281,8 @@ int64_t PprofAggregate::total(std::string_view type, std::string_view unit) cons
   for (size_t t = 0; t < st.types.size(); ++t) {
     if (st.types[t].first != type || st.types[t].second != unit) continue;
     int64_t sum = 0;
-    for (const State::Sample& s : st.samples) sum += t < s.values.size() ? s.values[t] : 0;
+    for (const State::Sample& s : st.samples)
+      sum = saturating_add(sum, t < s.values.size() ? s.values[t] : 0);
     return sum;
   }
   return 0;
