@@ -151,14 +151,14 @@ class Threads {
     for (const uint32_t i : order) {
       const OffCpuInterval& iv = ivs[i];
       const ThreadKey key{pid_or_meta(iv.pid), iv.tid};
-      if (reach == kNoStart || key != thread) {
+      if (key != thread) {
         thread = key;
-        reach = kNoStart;
+        reach = kNoStart;  // below every time: the tests below pass the thread's first
       }
       const int64_t end = std::max(iv.end_ns, iv.start_ns);
-      if (reach != kNoStart && (end < reach || (iv.start_ns < reach && end == reach))) continue;
-      starts[i] = reach == kNoStart ? iv.start_ns : std::max(iv.start_ns, reach);
-      reach = reach == kNoStart ? end : std::max(reach, end);
+      if (end < reach || (iv.start_ns < reach && end == reach)) continue;
+      starts[i] = std::max(iv.start_ns, reach);
+      reach = std::max(reach, end);
     }
     return starts;
   }
