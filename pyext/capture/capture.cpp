@@ -130,11 +130,6 @@ bool every_frame_reported() { return g_global_users > 0 || g_fallback; }
     e->note(why + "; sys.monitoring reports every frame from then on");
 }
 
-// Guarded: the frame evaluation function's paths that reach it are not.
-void eval_lost(std::string_view why) noexcept {
-  guarded([&] { eval_lost_now(std::string(why)); });
-}
-
 const char* name() {
   return every_frame_reported() ? "sys.monitoring" : "eval_frame+sys.monitoring";
 }
@@ -232,11 +227,6 @@ bool every_frame_reported() { return g_profile_mode; }
   profile_func::take_over(installs, eval::frame_depth());
 }
 
-// Guarded: the frame evaluation function's paths that reach it are not.
-void eval_lost(std::string_view why) noexcept {
-  guarded([&] { eval_lost_now(std::string(why)); });
-}
-
 const char* name() { return g_profile_mode ? "setprofile" : "eval_frame"; }
 
 bool install(Engine* engine, std::string* /*error*/) {
@@ -324,6 +314,13 @@ void watch_c_calls(PyCodeObject*) {}
 void watch_calls(PyCodeObject*) {}
 void keep_between_sessions(bool) {}
 
+#endif
+
+#if MLPROF_HAS_MONITORING || MLPROF_HAS_EVAL_HOOK
+// Guarded: the frame evaluation function's paths that reach it are not.
+void eval_lost(std::string_view why) noexcept {
+  guarded([&] { eval_lost_now(std::string(why)); });
+}
 #endif
 
 }  // namespace mlprof::capture

@@ -31,8 +31,6 @@
 
 namespace mlprof::capture {
 
-void eval_lost(std::string_view why) noexcept;  // capture.cpp: the sessions go on without it
-
 namespace {
 
 PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throwflag);

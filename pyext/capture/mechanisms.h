@@ -3,10 +3,15 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "capture.h"
 
 namespace mlprof::capture {
+
+// capture.cpp, 3.11+: the frame evaluation function is lost (another took
+// the hook, or the C stack guard stepped aside); the sessions go on without it.
+void eval_lost(std::string_view why) noexcept;
 
 namespace eval {  // eval_frame.cpp, 3.11+
 // False when another frame evaluator holds the interpreter's hook (the

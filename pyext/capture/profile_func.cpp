@@ -74,7 +74,7 @@ int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   // The thread state only for an event that is reported (3.11 with C calls
   // gets every Python call here and passes them on).
   auto site = [] { return Site{compat::tstate()}; };
-  try {
+  guarded([&] {
     switch (what) {
       case PyTrace_CALL: {
         const int depth = ++h.depth;
@@ -108,9 +108,7 @@ int on_profile_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
       default:
         break;
     }
-  } catch (...) {  // thrown through the interpreter it ended the process
-    hook_failed();
-  }
+  });
   return 0;
 }
 

@@ -118,6 +118,19 @@ print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
     )  # and the session says why it recorded nothing
 
 
+# Python for a child: an address-space limit (ulimit -v) some KB above
+# what the process holds now, and the limit it had before back.
+UNDER_A_LIMIT = """
+import resource
+SOFT, HARD = resource.getrlimit(resource.RLIMIT_AS)
+def limit_above_now(kb):
+    vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1])
+    resource.setrlimit(resource.RLIMIT_AS, ((vm + kb) * 1024, HARD))
+def unlimit():
+    resource.setrlimit(resource.RLIMIT_AS, (SOFT, HARD))
+"""
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux applies it")
 @pytest.mark.parametrize("headroom_mb", [6, 10, None])
 def test_out_of_memory_for_the_events_stops_the_session_not_the_program(headroom_mb):
@@ -128,22 +141,21 @@ def test_out_of_memory_for_the_events_stops_the_session_not_the_program(headroom
     went through the interpreter's hook and ended the process
     (std::terminate). With no limit, every event is recorded."""
     out = child(
-        """
-import json, resource, sys
+        UNDER_A_LIMIT
+        + """
+import json, sys
 from mlflow_profiler import profiling
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 with profiling(depth=-1):
     fib(12)  # the codes are named and the heap has grown before the limit
-soft, hard = resource.getrlimit(resource.RLIMIT_AS)
 if sys.argv[1] != "None":
-    vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1])
-    resource.setrlimit(resource.RLIMIT_AS, ((vm + int(sys.argv[1]) * 1024) * 1024, hard))
+    limit_above_now(int(sys.argv[1]) * 1024)
 try:
     with profiling(depth=-1) as s:
         result = fib(25)
 finally:
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    unlimit()
 st = s.statistics()
 print(json.dumps({"result": result, "events": st["events_captured"], "failures": st["failures"]}))
 """,
@@ -157,24 +169,25 @@ print(json.dumps({"result": result, "events": st["events_captured"], "failures":
         assert out["failures"] == ["out of memory for the session's events: recording stopped"]
 
 
-DEEP_UNDER_A_LIMIT = """
-import json, resource, sys
+DEEP_UNDER_A_LIMIT = (
+    UNDER_A_LIMIT
+    + """
+import json, sys
 from mlflow_profiler import profiling
 sys.setrecursionlimit(200_000)
 def deep(n):
     return 0 if n == 0 else 1 + deep(n - 1)
 with profiling(depth=-1):
     deep(100)
-soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1])
-resource.setrlimit(resource.RLIMIT_AS, ((vm + int(sys.argv[1])) * 1024, hard))
+limit_above_now(int(sys.argv[1]))
 try:
     with profiling(depth=-1) as s:
         result = deep(60_000)
 finally:
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    unlimit()
 print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux applies it")
