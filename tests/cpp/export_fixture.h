@@ -88,4 +88,14 @@ inline Profile export_profile_fixture() {
   return p;
 }
 
+// Three overlapping sessions of one thread, each a `predict` as long as a
+// time can be: a hostile document whose per-stack sums pass int64.
+inline Profile int64_overflow_fixture() {
+  Profile p;
+  const uint32_t predict = user_fn(p, "predict");
+  for (int i = 0; i < 3; ++i) p.lanes.push_back(make_lane({call(0, predict), ret(kMaxTimeNs)}));
+  build_tree(p);
+  return p;
+}
+
 }  // namespace mlprof::test

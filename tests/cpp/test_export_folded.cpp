@@ -94,12 +94,7 @@ TEST(Folded, NoLaneFrameForOneLaneAndSameStacksSummed) {
 // spans there, each as long as a time can be, add up past int64. The value
 // stops at int64's end (UBSan's signed overflow before the fix).
 TEST(Folded, ValuesPastInt64StopAtItsEnd) {
-  Profile p;
-  const uint32_t predict = test::user_fn(p, "predict");
-  for (int i = 0; i < 3; ++i) {
-    p.lanes.push_back(test::make_lane({test::call(0, predict), test::ret(kMaxTimeNs)}));
-  }
-  build_tree(p);
+  const Profile p = test::int64_overflow_fixture();
   ASSERT_EQ(p.spans.size(), 3u);
   EXPECT_EQ(to_folded(p), "thread MainThread;predict 9223372036854775807\n");
 }

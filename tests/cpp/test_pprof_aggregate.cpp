@@ -83,12 +83,7 @@ TEST(PprofAggregate, TwoSourcesWithTheSamePathsGiveOneSamplePerPathWithSummedVal
 // Sums stop at int64's end: three spans of one path, each as long as a
 // time can be (a hostile document's), overflowed the wall value.
 TEST(PprofAggregate, SumsPastInt64StopAtItsEnd) {
-  Profile p;
-  const uint32_t predict = test::user_fn(p, "predict");
-  for (int i = 0; i < 3; ++i) {
-    p.lanes.push_back(test::make_lane({test::call(0, predict), test::ret(kMaxTimeNs)}));
-  }
-  build_tree(p);
+  const Profile p = test::int64_overflow_fixture();
   PprofAggregate agg;
   agg.add(p);
   agg.add(p);
