@@ -5,7 +5,8 @@ chunks, extreme numbers, spliced bytes), each fed to `mlprof add` in a fresh
 process whose time and peak memory the kernel reports (wait4).
 
 MLPROF_MUTANTS=N sets the mutants per format (default 10: 60 in all; the
-issue's campaign was 40 a format)."""
+issue's campaign was 40 a format); MLPROF_MUTANTS_SEED=S draws another
+campaign than CI's."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from mlflow_profiler import profiling
 
 FORMATS = ("json", "json.gz", "trace.json", "pb.gz", "speedscope.json", "folded")
 PER_FORMAT = int(os.environ.get("MLPROF_MUTANTS", "10"))
+SEED = os.environ.get("MLPROF_MUTANTS_SEED", "")
 NUMBER = re.compile(rb"-?\d+(?:\.\d+)?")
 EXTREMES = (b"1e308", b"-1", b"9223372036854775807", b"18446744073709551616", b"0e308", b"1e-400")
 
@@ -90,7 +92,7 @@ def originals(tmp_path_factory):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_mutant_is_refused_in_one_line_or_read(originals, fmt, tmp_path):
-    rng = random.Random(f"mutants-{fmt}")
+    rng = random.Random(f"mutants-{fmt}{SEED}")
     others = [v for k, v in originals.items() if k != fmt]
     base = tmp_path / f"original.{fmt}"
     base.write_bytes(originals[fmt])
@@ -167,7 +169,7 @@ def test_every_command_refuses_a_mutant_in_one_line_or_reads_it(originals, fmt, 
     """Issue 44: "a Python traceback on bad input is a defect, in every
     command". `mlprof add` is checked in its own process above; here every
     other command that reads a file, on mutants of each format."""
-    rng = random.Random(f"mutants-commands-{fmt}")
+    rng = random.Random(f"mutants-commands-{fmt}{SEED}")
     others = [v for k, v in originals.items() if k != fmt]
     original = tmp_path / "original.json"
     original.write_bytes(originals["json"])
@@ -223,7 +225,7 @@ def test_every_command_on_a_damaged_store_says_one_line(tmp_path, capsys):
             == 0
         )
     data = store.read_bytes()
-    rng = random.Random("damaged-stores")
+    rng = random.Random(f"damaged-stores{SEED}")
     outcomes = []
     for k in range(4 * PER_FORMAT):
         damaged = _store_mutant(data, rng)
