@@ -14,8 +14,13 @@
 // reading the frame's state after each run (frame_access.h).
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,7 +90,9 @@ constexpr int kCloseAfter = 8;
 struct StackBounds {
   uintptr_t top = 0;
   size_t size = 0;
-  uintptr_t limit = 0;  // the guard steps aside below this stack pointer (0: no bound known)
+  uintptr_t quarter = 0;  // a quarter of the stack used below this (0: no bound known)
+  uintptr_t limit = 0;    // below this stack pointer the guard looks again (stack_grows_safely)
+  bool grows = false;     // the main thread's: its mapping grows as it is used
 };
 #if PY_VERSION_HEX < 0x030C0000
 // 3.11: a frame this function ran on this thread (its frame depth is its
@@ -170,6 +177,52 @@ void sync_hook(PyThreadState* ts = compat::tstate()) {
 // sessions running now) once a thread has used a quarter of its C stack or
 // of the C recursion limit: the program keeps three quarters of what it had,
 // whatever depth it is at.
+//
+// The main thread's stack is mapped as it grows, and under an address-space
+// limit (ulimit -v) it cannot grow once the program has used the space: a
+// fault there ends the process by SIGSEGV, where 3.11 without the profiler
+// (no C level a Python call) raises its own MemoryError or SystemError. So
+// the main thread's guard looks again each time its stack pointer comes
+// within a margin of the part it knows mapped. With no address-space limit
+// it maps the next stride (one read there: the kernel grows the stack, one
+// page resident), so that a limit set later finds the part it trusts
+// mapped; with a limit, it steps aside rather than grow the stack.
+constexpr uintptr_t kStackMargin = 128 << 10;  // left mapped below us for the C code that follows
+constexpr uintptr_t kStackStride = 256 << 10;  // mapped at once while there is no limit
+
+// The start of the mapping that holds `sp` (/proc/self/maps), or 0.
+[[gnu::cold, gnu::noinline]] uintptr_t mapping_start(uintptr_t sp) {
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return 0;
+  uintptr_t found = 0;
+  unsigned long from = 0, to = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "%lx-%lx", &from, &to) == 2 && from <= sp && sp < to) {
+      found = from;
+      break;
+    }
+  }
+  std::fclose(f);
+  return found;
+}
+
+// Whether the stack may grow below `sp`; sets the next point to look again.
+[[gnu::cold, gnu::noinline]] bool stack_grows_safely(StackBounds& b, uintptr_t sp) {
+  if (!b.grows || sp < b.quarter + kStackMargin) return false;
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur == RLIM_INFINITY) {
+    const uintptr_t low = std::max(b.quarter, (sp - kStackStride) & ~uintptr_t{4095});
+    (void)*reinterpret_cast<volatile const char*>(low);  // maps the stack down to it
+    b.limit = std::min(sp, low + kStackMargin);
+    return true;
+  }
+  const uintptr_t bottom = mapping_start(sp);
+  if (!bottom || sp < bottom + kStackMargin) return false;
+  b.limit = std::max(b.quarter, bottom + kStackMargin);
+  return true;
+}
+
 [[gnu::cold, gnu::noinline]] void read_stack_bounds(StackBounds& b) {
   pthread_attr_t attr;
   void* addr = nullptr;
@@ -180,13 +233,20 @@ void sync_hook(PyThreadState* ts = compat::tstate()) {
       b.top = reinterpret_cast<uintptr_t>(addr) + size;
       // An unlimited main stack reports a huge size: count on 8 MiB.
       b.size = size > (size_t{1} << 30) ? (size_t{8} << 20) : size;
-      b.limit = b.top - b.size / 4;
+      b.quarter = b.limit = b.top - b.size / 4;
+      // Another thread's stack is mapped whole when the thread starts.
+      b.grows = getpid() == static_cast<pid_t>(syscall(SYS_gettid));
+      if (b.grows) {
+        char here;
+        const uintptr_t bottom = mapping_start(reinterpret_cast<uintptr_t>(&here));
+        if (bottom) b.limit = std::max(b.quarter, bottom + kStackMargin);
+      }
     }
     pthread_attr_destroy(&attr);
   }
 }
 
-inline const StackBounds& stack_bounds(WindowFlag& w) {
+inline StackBounds& stack_bounds(WindowFlag& w) {
   if (!w.stack.top) read_stack_bounds(w.stack);
   return w.stack;
 }
@@ -213,7 +273,10 @@ inline uintptr_t stack_pointer() {
 }
 
 inline bool c_stack_at_risk(PyThreadState* ts, WindowFlag& w) {
-  return c_recursion_at_risk(ts) || stack_pointer() < stack_bounds(w).limit;
+  if (c_recursion_at_risk(ts)) return true;
+  const uintptr_t sp = stack_pointer();
+  StackBounds& b = stack_bounds(w);
+  return sp < b.limit && !stack_grows_safely(b, sp);
 }
 
 // What c_stack_at_risk found, for the note.
@@ -226,8 +289,11 @@ inline bool c_stack_at_risk(PyThreadState* ts, WindowFlag& w) {
   (void)ts;
 #endif
   const StackBounds& b = stack_bounds(w);
-  return std::to_string((b.top - stack_pointer()) >> 10) + " KiB of a " +
-         std::to_string(b.size >> 10) + " KiB C stack used";
+  const uintptr_t sp = stack_pointer();
+  std::string why = std::to_string((b.top - sp) >> 10) + " KiB of a " +
+                    std::to_string(b.size >> 10) + " KiB C stack used";
+  if (b.grows && sp >= b.quarter + kStackMargin) why += ", and no room to grow under ulimit -v";
+  return why;
 }
 
 void set_window(WindowFlag& w, PyThreadState* ts, bool open) {

@@ -8,6 +8,7 @@ import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -192,10 +193,8 @@ print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux applies it")
 @pytest.mark.skipif(
-    sys.version_info[:2] != (3, 12),
-    reason="3.13 and 3.14 end by SIGSEGV at some of these limits without the profiler; 3.11's "
-    "frame evaluation hook puts each frame on the C stack, which cannot grow under the limit "
-    "(docs/capture.md, 'Out of memory')",
+    sys.version_info[:2] not in ((3, 11), (3, 12)),
+    reason="3.13 and 3.14 end by SIGSEGV at some of these limits without the profiler",
 )
 def test_out_of_memory_anywhere_in_the_hook_never_ends_the_process():
     """A recursion 60,000 deep at depth -1 under address-space limits from
@@ -206,7 +205,16 @@ def test_out_of_memory_anywhere_in_the_hook_never_ends_the_process():
     3.12). No limit now ends it by a signal: the program ends with its
     result (the session stopped with the reason, or recorded everything),
     or with the MemoryError or SystemError that CPython raises for its own
-    frames at such a limit, with the profiler or without it."""
+    frames at such a limit, with the profiler or without it.
+
+    3.11: each recorded frame is a C level (the frame evaluation function),
+    and the main thread's stack could not grow under the limit: SIGSEGV at
+    35 of these 40 limits. The guard now steps aside before the stack needs
+    to grow under such a limit. Not fixed there: at some limits (5 of 40)
+    CPython itself gives up, raising the MemoryError of a frame the
+    profiler's memory left no room for ("Cannot recover from MemoryErrors
+    while normalizing exceptions", SIGABRT); without the profiler its
+    frames' memory runs out first (docs/capture.md, "Out of memory")."""
     reasons = {
         "out of memory in the profiling hook: recording stopped",
         "out of memory for the session's events: recording stopped",
@@ -218,6 +226,10 @@ def test_out_of_memory_anywhere_in_the_hook_never_ends_the_process():
             text=True,
             timeout=120,
         )
+        gave_up = "Fatal Python error: _PyErr_NormalizeException: Cannot recover from MemoryErrors"
+        if sys.version_info[:2] == (3, 11) and proc.returncode == -signal.SIGABRT:
+            assert gave_up in proc.stderr, (kb, proc.stderr[-2000:])
+            continue
         assert proc.returncode >= 0, (kb, proc.stderr[-2000:])
         if proc.returncode == 0:
             out = json.loads(proc.stdout.strip().splitlines()[-1])
