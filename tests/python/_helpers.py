@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dis
+import json
 import sys
 import threading
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -29,6 +30,17 @@ def schedstat() -> Tuple[int, int]:
     with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
         run, wait, _ = f.read().split()
     return int(run), int(wait)
+
+
+def document_marks(session) -> Tuple[List[dict], dict]:
+    """The session's document marks as dicts (names and resources as text),
+    and the document itself."""
+    doc = json.loads(session.to_json())
+    rows = [dict(zip(doc["mark_fields"], r)) for r in doc.get("marks", [])]
+    for r in rows:
+        r["name"] = doc["strings"][r["name"]]
+        r["resource"] = doc["strings"][r["resource"]] if r["resource"] else None
+    return rows, doc
 
 
 def instrumented(f) -> List[str]:

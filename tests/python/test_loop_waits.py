@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from _helpers import schedstat
+from _helpers import document_marks, schedstat
 
 from mlflow_profiler import analysis, mark, profiling
 
@@ -61,16 +61,6 @@ class Router:
         return out
 
 
-def _marks(session) -> dict:
-    """The session's marks: name -> their times on the profile's timeline."""
-    doc = json.loads(session.to_json())
-    out: dict = {}
-    for row in doc.get("marks", []):
-        r = dict(zip(doc["mark_fields"], row))
-        out.setdefault(doc["strings"][r["name"]], []).append(r["ts_ns"])
-    return out
-
-
 def _idle_errors(router: Router, session, measured: list) -> list:
     """Per phase: (truth, idle found in it, the thread's run-queue time in
     it). The truth runs from the last call's start of awaiting to the first
@@ -78,7 +68,9 @@ def _idle_errors(router: Router, session, measured: list) -> list:
     out of its timeline (a summary preempted on a busy machine, tens of ms
     under load), so its times run early against the program's clock, by
     all of that work before them. The program's clock bounds the truth."""
-    marks = _marks(session)
+    marks: dict = {}
+    for r in document_marks(session)[0]:
+        marks.setdefault(r["name"], []).append(r["ts_ns"])
     out = []
     for endpoint in ("fast", "slow"):
         awaits = router.awaits[endpoint]

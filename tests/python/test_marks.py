@@ -13,7 +13,7 @@ import time
 
 import pytest
 from _endpoints import serve
-from _helpers import walk
+from _helpers import document_marks, walk
 
 import mlflow_profiler
 from mlflow_profiler import mark, profile_block, profiling, rate_limit_hit, retry
@@ -24,16 +24,6 @@ def _trace(session, tmp_path):
     session.save(str(path), "chrome_trace")
     doc = json.loads(path.read_text())
     return doc, doc["otherData"]["ts_origin_ns"]
-
-
-def _marks(session):
-    """The document's marks as dicts, names and resources as text."""
-    doc = json.loads(session.to_json())
-    rows = [dict(zip(doc["mark_fields"], r)) for r in doc.get("marks", [])]
-    for r in rows:
-        r["name"] = doc["strings"][r["name"]]
-        r["resource"] = doc["strings"][r["resource"]] if r["resource"] else None
-    return rows, doc
 
 
 def test_outside_a_session_nothing_happens_and_bad_arguments_are_refused():
@@ -61,7 +51,7 @@ def test_a_mark_is_an_instant_of_its_lane_under_the_span_open(engine, tmp_path):
     clock = []
     with profiling(depth=-1, engine=engine) as session:
         work(clock)
-    rows, doc = _marks(session)
+    rows, doc = document_marks(session)
     assert [(r["name"], r["resource"]) for r in rows] == [
         ("rate limited, retry after 1.5s", "llm"),
         ("checkpoint", None),
@@ -105,7 +95,7 @@ def test_marks_survive_the_document_and_a_shallower_view(engine, tmp_path):
     path = tmp_path / "p.json"
     session.save(str(path))
     loaded = mlflow_profiler.load(str(path))
-    assert _marks(loaded)[0] == _marks(session)[0]
+    assert document_marks(loaded)[0] == document_marks(session)[0]
     # At depth 0 the block is cut: its mark is under the span kept above it.
     rows = [
         dict(zip(d["mark_fields"], r))
@@ -160,7 +150,7 @@ def test_a_429_and_the_retries_it_causes_are_marked(server, engine, tmp_path):
     with profiling(depth=2, engine=engine) as session:
         assert predict() == ["llm: 1 resolved"]
     host = _host(server)
-    rows, _ = _marks(session)
+    rows, _ = document_marks(session)
     assert [(r["name"], r["resource"]) for r in rows] == [
         ("rate limited, retry after 0.05s", host),
         ("retry 1", host),
@@ -211,13 +201,15 @@ def test_a_new_request_after_a_failure_is_no_retry(server, engine):
     with profiling(depth=1, engine=engine) as session:
         statuses = asyncio.run(main())
     assert statuses == [500, 500, 200]
-    rows, _ = _marks(session)
+    rows, _ = document_marks(session)
     # ticket 1 failed, ticket 2 (new) failed, ticket 1 again: not what failed last.
     assert rows == []
     server["answers"]["llm"] = [(500, None)]
     with profiling(depth=1, engine=engine) as session:
         asyncio.run(main())
-    assert [r["name"] for r in _marks(session)[0]] == []  # ticket 2 succeeded after 1 failed: none
+    assert [
+        r["name"] for r in document_marks(session)[0]
+    ] == []  # ticket 2 succeeded after 1 failed: none
 
     async def again():
         async with aiohttp.ClientSession() as session:
@@ -228,7 +220,7 @@ def test_a_new_request_after_a_failure_is_no_retry(server, engine):
     server["answers"]["llm"] = [(500, None)]
     with profiling(depth=1, engine=engine) as session:
         asyncio.run(again())
-    assert [r["name"] for r in _marks(session)[0]] == ["retry 1"]
+    assert [r["name"] for r in document_marks(session)[0]] == ["retry 1"]
 
 
 def test_httpx_sync_retries_are_marked(server, engine):
@@ -247,7 +239,7 @@ def test_httpx_sync_retries_are_marked(server, engine):
     with profiling(depth=1, engine=engine) as session:
         assert predict() == "llm: 7 resolved"
     host = _host(server)
-    assert [(r["name"], r["resource"]) for r in _marks(session)[0]] == [
+    assert [(r["name"], r["resource"]) for r in document_marks(session)[0]] == [
         ("rate limited", host),
         ("retry 1", host),
         ("retry 2", host),
@@ -277,7 +269,7 @@ def test_the_report_ticks_a_resources_instants(engine, tmp_path):
     clock = []
     with profiling(depth=-1, engine=engine) as session:
         work(clock)
-    rows, doc = _marks(session)
+    rows, doc = document_marks(session)
     driver = start_chromium()
     try:
         open_session(driver, session, tmp_path)
