@@ -184,11 +184,16 @@ void sync_hook(PyThreadState* ts = compat::tstate()) {
 // (no C level a Python call) raises its own MemoryError or SystemError. So
 // the main thread's guard looks again each time its stack pointer comes
 // within a margin of the part it knows mapped. With no address-space limit
-// it maps the next stride (one read there: the kernel grows the stack, one
-// page resident), so that a limit set later finds the part it trusts
+// it maps the next stride (map_stack_down_to: the kernel grows the stack,
+// one page resident), so that a limit set later finds the part it trusts
 // mapped; with a limit, it steps aside rather than grow the stack.
 constexpr uintptr_t kStackMargin = 128 << 10;  // left mapped below us for the C code that follows
 constexpr uintptr_t kStackStride = 256 << 10;  // mapped at once while there is no limit
+
+inline uintptr_t stack_pointer() {
+  char here;
+  return reinterpret_cast<uintptr_t>(&here);
+}
 
 // The start of the mapping that holds `sp` (/proc/self/maps), or 0.
 [[gnu::cold, gnu::noinline]] uintptr_t mapping_start(uintptr_t sp) {
@@ -207,13 +212,24 @@ constexpr uintptr_t kStackStride = 256 << 10;  // mapped at once while there is 
   return found;
 }
 
+// Maps the main thread's stack down to `low`, growing it as a call that deep
+// would. The stack pointer moves there first (alloca): a kernel before 4.20
+// (x86) and valgrind end the process with SIGSEGV, rather than grow the
+// stack, at an access more than 64 KiB below it.
+[[gnu::cold, gnu::noinline]] void map_stack_down_to(uintptr_t low) {
+  const uintptr_t sp = stack_pointer();
+  if (sp <= low) return;
+  volatile char* bottom = static_cast<char*>(__builtin_alloca(sp - low));
+  *bottom = 0;  // the block's lowest byte, at or below `low`: one page resident
+}
+
 // Whether the stack may grow below `sp`; sets the next point to look again.
 [[gnu::cold, gnu::noinline]] bool stack_grows_safely(StackBounds& b, uintptr_t sp) {
   if (!b.grows || sp < b.quarter + kStackMargin) return false;
   rlimit as{};
   if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur == RLIM_INFINITY) {
     const uintptr_t low = std::max(b.quarter, (sp - kStackStride) & ~uintptr_t{4095});
-    (void)*reinterpret_cast<volatile const char*>(low);  // maps the stack down to it
+    map_stack_down_to(low);
     b.limit = std::min(sp, low + kStackMargin);
     return true;
   }
@@ -265,11 +281,6 @@ inline bool c_recursion_at_risk(PyThreadState* ts) {
   (void)ts;
   return false;
 #endif
-}
-
-inline uintptr_t stack_pointer() {
-  char here;
-  return reinterpret_cast<uintptr_t>(&here);
 }
 
 inline bool c_stack_at_risk(PyThreadState* ts, WindowFlag& w) {

@@ -240,6 +240,39 @@ def test_out_of_memory_anywhere_in_the_hook_never_ends_the_process():
             assert last.startswith(("MemoryError", "SystemError")), (kb, proc.stderr[-2000:])
 
 
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind (apt-get install valgrind)")
+def test_a_deep_recursion_under_valgrind():
+    """The main thread's stack grows under the C stack guard as a deep call
+    grows it: valgrind (as a kernel before 4.20) ends the process with
+    SIGSEGV at an access more than 64 KiB below the stack pointer, where the
+    guard read the next 256 KiB of the stack before (09c369c: every deep
+    session under valgrind, bench_instructions.py's too). A recursion 3,000
+    deep at depth -1 and 2,500 deep within a ceiling of 3,000 (each frame a
+    C level through the evaluation function) complete with their results."""
+    program = """
+import json, sys
+sys.setrecursionlimit(10_000)
+from mlflow_profiler import profiling
+def deep(n):
+    return 0 if n == 0 else 1 + deep(n - 1)
+with profiling(depth=-1) as full:
+    a = deep(3000)
+with profiling(depth=3000) as ceiling:
+    b = deep(2500)
+print(json.dumps([a, b, full.statistics()["failures"], ceiling.statistics()["span_count"]]))
+"""
+    proc = subprocess.run(
+        ["valgrind", "--tool=none", "-q", sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b, failures, spans = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (a, b, failures) == (3000, 2500, [])
+    assert spans >= 2501  # the session's root and every frame of the recursion
+
+
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
 @pytest.mark.parametrize("refused", ["register_callback", "nothing"])
 def test_an_audit_hook_that_refuses_our_callbacks(refused):
