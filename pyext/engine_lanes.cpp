@@ -223,8 +223,11 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.out.native_tid = native_tid();
   PyObject* thread = active_thread(thread_id);
   L.out.thread_name = thread_name(thread, thread_id);
-  auto& per_thread = lane_index_[thread_key];
-  L.out.task = static_cast<uint32_t>(per_thread.size());
+  std::unordered_map<PyObject*, CaptureLane*>* per_thread = nullptr;
+  if (first_lane_) {
+    per_thread = &lane_index_[thread_key];
+    L.out.task = static_cast<uint32_t>(per_thread->size() + (first_thread_ == thread_key));
+  }
   // A task's context: in the session's thread, or, in a thread bound to it, a
   // copy of a task's context (refresh asks awaited_context).
   const bool in_bound_thread = bound_here(this);
@@ -268,8 +271,14 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   if (opts_.capture_io) {
     L.io_ceiling = opts_.io_depth < 0 ? L.ceiling : std::min(L.ceiling, opts_.io_depth - base);
   }
-  per_thread[context] = &L;
   lanes_.push_back(std::move(lane));
+  if (per_thread) {
+    (*per_thread)[context] = &L;
+  } else {
+    first_thread_ = thread_key;
+    first_context_ = context;
+    first_lane_ = &L;
+  }
   loop_watched_ = loop_watch::watch_selectors() || loop_watched_;
   // A v2 tracer knows lane 0's thread from session_begin and the rest from
   // session_spans: one probe hit per session saved.
@@ -289,6 +298,7 @@ PyObject* Engine::awaited_context(PyObject* context) const {
 }
 
 CaptureLane* Engine::lane_for(uint64_t thread_key, PyObject* context) {
+  if (first_lane_ && first_thread_ == thread_key && first_context_ == context) return first_lane_;
   auto t = lane_index_.find(thread_key);
   if (t != lane_index_.end()) {
     auto c = t->second.find(context);
