@@ -31,6 +31,37 @@ void init_engine_module(PyObject* module) {
   PyModule_AddObject(module, "session_var", g_session_var);
 }
 
+namespace {
+// The registries of collecting engines keep the node a session's end takes
+// out, for the next session's start: one allocation and one free less
+// each, per session (3.12, callgrind: about 300 of an empty session's
+// 13,800 instructions).
+template <class Map>
+struct Registry {
+  Map& map;
+  typename Map::node_type spare;
+  void put(const typename Map::key_type& key, Engine* engine) {
+    if (spare.empty()) {
+      map[key] = engine;
+      return;
+    }
+    spare.key() = key;
+    spare.mapped() = engine;
+    auto r = map.insert(std::move(spare));
+    if (!r.inserted) {
+      r.position->second = engine;
+      spare = std::move(r.node);
+    }
+  }
+  void take(const typename Map::key_type& key) {
+    auto node = map.extract(key);
+    if (spare.empty()) spare = std::move(node);
+  }
+};
+Registry<decltype(g_by_session)> g_sessions{g_by_session, {}};
+Registry<decltype(g_by_serial)> g_serials{g_by_serial, {}};
+}  // namespace
+
 Engine* engine_for_session(PyObject* session) {
   auto it = g_by_session.find(session);
   return it == g_by_session.end() ? nullptr : it->second;
@@ -182,8 +213,8 @@ void Engine::start(PyObject* session, int levels_above) {
     probes::checkpoints_session_started(start_ns_);
   }
   probes::session_begin(serial_, opts_.depth, usdt_flags_);
-  g_by_session[session] = this;
-  g_by_serial[serial_] = this;
+  g_sessions.put(session, this);
+  g_serials.put(serial_, this);
   ++g_native_collecting;
   ++g_generation;
   state_ = State::kCollecting;
@@ -295,8 +326,8 @@ void Engine::stop() {
   end_anchor_ = clock::anchor();
   end_ns_ = end_anchor_.ns;
   state_ = State::kFinalized;
-  g_by_session.erase(session_);
-  g_by_serial.erase(serial_);
+  g_sessions.take(session_);
+  g_serials.take(serial_);
   --g_native_collecting;
   ++g_generation;
   capture::uninstall(this);
