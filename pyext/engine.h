@@ -279,13 +279,13 @@ class Engine {
   int64_t start_unix_ns_ = 0;         // CLOCK_REALTIME at start: when, for pprof and the report
   clock::Anchor start_anchor_, end_anchor_;
   std::vector<std::unique_ptr<CaptureLane>> lanes_;
-  // (thread, context) -> lane. The first lane is kept apart: most sessions
-  // have that one only, and the two maps' nodes were a fifth of an empty
-  // session's start and stop (3.12, callgrind: about 1,000 of 15,000
-  // instructions).
+  // (thread, context) -> lane. The first lane (lanes_[0]) is kept apart:
+  // most sessions have that one only, and the two maps' nodes were a fifth
+  // of an empty session's start and stop (3.12, callgrind: about 1,000 of
+  // 15,000 instructions). Its key is kept here, as the maps keep theirs:
+  // stop() clears the lane's own context.
   uint64_t first_thread_ = 0;
   PyObject* first_context_ = nullptr;
-  CaptureLane* first_lane_ = nullptr;
   std::unordered_map<uint64_t, std::unordered_map<PyObject*, CaptureLane*>> lane_index_;
   std::unordered_map<uint64_t, uint32_t> lane_by_context_id_;  // CaptureLane::context_id -> index
   // Threads started in the session and not bound yet, with the span they

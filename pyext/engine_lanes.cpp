@@ -224,7 +224,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   PyObject* thread = active_thread(thread_id);
   L.out.thread_name = thread_name(thread, thread_id);
   std::unordered_map<PyObject*, CaptureLane*>* per_thread = nullptr;
-  if (first_lane_) {
+  if (!lanes_.empty()) {
     per_thread = &lane_index_[thread_key];
     L.out.task = static_cast<uint32_t>(per_thread->size() + (first_thread_ == thread_key));
   }
@@ -277,7 +277,6 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   } else {
     first_thread_ = thread_key;
     first_context_ = context;
-    first_lane_ = &L;
   }
   loop_watched_ = loop_watch::watch_selectors() || loop_watched_;
   // A v2 tracer knows lane 0's thread from session_begin and the rest from
@@ -298,7 +297,8 @@ PyObject* Engine::awaited_context(PyObject* context) const {
 }
 
 CaptureLane* Engine::lane_for(uint64_t thread_key, PyObject* context) {
-  if (first_lane_ && first_thread_ == thread_key && first_context_ == context) return first_lane_;
+  if (!lanes_.empty() && first_thread_ == thread_key && first_context_ == context)
+    return lanes_.front().get();
   auto t = lane_index_.find(thread_key);
   if (t != lane_index_.end()) {
     auto c = t->second.find(context);

@@ -470,7 +470,6 @@ std::shared_ptr<Profile> Engine::profile() {
   build_tree(p);
   group_framework_spans(p);  // MLflow's own calls as one node per run
   lanes_.clear();            // the events now live in the profile
-  first_lane_ = nullptr;
   lane_index_.clear();
   lane_by_context_id_.clear();
   return profile_;
