@@ -17,6 +17,7 @@
 
 #include "bindings.h"
 #include "engine.h"
+#include "probes.h"
 #include "span_api.h"
 
 namespace py = pybind11;
@@ -27,6 +28,7 @@ namespace {
 PyTypeObject* g_engine_type = nullptr;
 const py::detail::type_info* g_engine_tinfo = nullptr;
 PyObject* g_session_type = nullptr;  // ProfileSession: a subclass may override activate/deactivate
+PyObject* g_empty = nullptr;         // ()
 PyObject* g_str_engine = nullptr;
 PyObject* g_str_activated = nullptr;
 PyObject* g_str_deactivate = nullptr;
@@ -76,6 +78,22 @@ bool refresh_transparent() {
   return true;
 }
 
+// Starts `session`, whose native engine is `e` (or null): in C when that
+// engine is idle and the GIL is on, else through ProfileSession.activate,
+// which raises the errors. False: an exception is set.
+bool start_session(PyObject* session, Engine* e, int levels) {
+#ifdef Py_GIL_DISABLED
+  e = nullptr;  // activate() checks that the GIL is on
+#endif
+  if (!e || e->state() != Engine::State::kIdle) {
+    PyObject* r = PyObject_CallMethod(session, "activate", "i", levels + 1);
+    Py_XDECREF(r);
+    return r != nullptr;
+  }
+  return refresh_transparent() && start_engine(*e, session, levels) &&
+         PyObject_SetAttr(session, g_str_activated, Py_True) == 0;
+}
+
 // __enter__(self, levels_above=0): levels_above counts the profiler's Python
 // frames between the caller whose calls are the roots and this function.
 PyObject* session_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -91,22 +109,8 @@ PyObject* session_enter(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (levels == -1 && PyErr_Occurred()) return nullptr;
   }
   PyObject* obj = nullptr;
-#ifdef Py_GIL_DISABLED
-  Engine* e = nullptr;  // activate() checks that the GIL is on
-#else
-  Engine* e = native_engine(self, &obj);
-#endif
-  if (!e || e->state() != Engine::State::kIdle) {
-    Py_XDECREF(obj);
-    PyObject* r = PyObject_CallMethod(self, "activate", "i", levels + 1);
-    if (!r) return nullptr;
-    Py_DECREF(r);
-    Py_INCREF(self);
-    return self;
-  }
-  const bool ok = refresh_transparent() && start_engine(*e, self, levels) &&
-                  PyObject_SetAttr(self, g_str_activated, Py_True) == 0;
-  Py_DECREF(obj);
+  const bool ok = start_session(self, native_engine(self, &obj), levels);
+  Py_XDECREF(obj);
   if (!ok) return nullptr;
   Py_INCREF(self);
   return self;
@@ -139,17 +143,14 @@ PyObject* session_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_FALSE;
 }
 
-// An Engine with every option but depth and max_events at its default.
+// A new Engine of these options, as a Python object (null: an exception set).
 // pybind11's constructor (ten arguments cast, its keyword defaults, the
 // instance registered twice) took 4,000 instructions of an empty session's
 // 22,000.
-PyObject* make_engine(int depth, size_t max_events) {
-  EngineOptions o;
-  o.depth = depth;
-  o.max_events = max_events;
+PyObject* make_engine(const EngineOptions& o) {
   try {
     // py::cast's own path, without its type lookup (hashing the type's name).
-    auto engine = std::make_unique<Engine>(std::move(o));
+    auto engine = std::make_unique<Engine>(o);
     return py::detail::type_caster_generic::cast(engine.get(),
                                                  py::return_value_policy::take_ownership, {},
                                                  g_engine_tinfo, nullptr, nullptr, &engine)
@@ -163,6 +164,73 @@ PyObject* make_engine(int depth, size_t max_events) {
   }
   return nullptr;
 }
+
+// An Engine with every option but depth and max_events at its default.
+PyObject* make_engine(int depth, size_t max_events) {
+  EngineOptions o;
+  o.depth = depth;
+  o.max_events = max_events;
+  return make_engine(o);
+}
+
+// Options checked once for many sessions (autoprofile's sampled calls): each
+// session's Engine is a copy, made without pybind11's dispatch.
+struct EngineTemplate {
+  EngineOptions options;
+  explicit EngineTemplate(EngineOptions o) : options(std::move(o)) { options.hold_codes(+1); }
+  EngineTemplate(const EngineTemplate&) = delete;
+  EngineTemplate& operator=(const EngineTemplate&) = delete;
+  ~EngineTemplate() { options.hold_codes(-1); }
+};
+
+PyTypeObject* g_template_type = nullptr;
+
+// start_prepared(template, attrs, site, levels_above): a ProfileSession with
+// the attributes in `attrs` and an Engine copied from `template`, flagged
+// AUTOPROFILE with its site (an object, or None), and started as
+// __enter__(levels_above) starts one. One call, where the Python version
+// made four and a pybind11 dispatch: a sampled call starts with cold caches,
+// and each of those cost several microseconds there (bench/RESULTS.md).
+PyObject* start_prepared(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || Py_TYPE(args[0]) != g_template_type || !PyDict_Check(args[1]) ||
+      !PyLong_Check(args[3]) || !g_session_type) {
+    PyErr_SetString(PyExc_TypeError,
+                    "start_prepared(template, attrs, site, levels_above) takes an EngineTemplate, "
+                    "a dict, an object or None, and an int (after set_session_class)");
+    return nullptr;
+  }
+  const int levels = PyLong_AsLong(args[3]);
+  if (levels == -1 && PyErr_Occurred()) return nullptr;
+  const auto* tmpl = reinterpret_cast<py::detail::instance*>(args[0])
+                         ->get_value_and_holder()
+                         .value_ptr<EngineTemplate>();
+  PyObject* engine = make_engine(tmpl->options);
+  if (!engine) return nullptr;
+  auto* e =
+      reinterpret_cast<py::detail::instance*>(engine)->get_value_and_holder().value_ptr<Engine>();
+  auto* type = reinterpret_cast<PyTypeObject*>(g_session_type);
+  PyObject* session = PyBaseObject_Type.tp_new(type, g_empty, nullptr);
+  PyObject* dict = session ? PyObject_GenericGetDict(session, nullptr) : nullptr;
+  const bool made =
+      dict && PyDict_Update(dict, args[1]) == 0 && PyDict_SetItem(dict, g_str_engine, engine) == 0;
+  Py_XDECREF(dict);
+  Py_DECREF(engine);
+  if (!made) {
+    Py_XDECREF(session);
+    return nullptr;
+  }
+  probes::mark_autoprofile(e->serial());
+  if (args[2] != Py_None) e->set_site(reinterpret_cast<uintptr_t>(args[2]));
+  if (!start_session(session, e, levels)) Py_CLEAR(session);
+  return session;
+}
+
+PyMethodDef g_start_prepared_def = {
+    "start_prepared", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(start_prepared)),
+    METH_FASTCALL,
+    "start_prepared(template, attrs, site, levels_above, /)\n--\n\n"
+    "A started ProfileSession: attributes from attrs, an Engine copied from template, flagged "
+    "AUTOPROFILE with its site (autoprofile's sampled calls)."};
 
 // profiling() itself: its plain case here, every other in Python. Called with
 // a depth (an int of -1 or more) and every other option at its default,
@@ -185,7 +253,6 @@ PyObject* g_kwdefaults = nullptr;     // its keyword-only ones, by name
 size_t g_default_max_events = 0;
 PyObject* g_str_depth = nullptr;
 PyObject* g_str_pyfunc = nullptr;
-PyObject* g_empty = nullptr;
 
 // The depth of a plain call, or null: at most one positional argument, and
 // every keyword argument but depth given its default itself (a value equal to
@@ -310,7 +377,7 @@ py::object profiling_in_c(py::object general) {
     g_default_max_events = py::cast<size_t>(PyDict_GetItemString(g_kwdefaults, "max_events"));
     g_str_depth = PyUnicode_InternFromString("depth");
     g_str_pyfunc = PyUnicode_InternFromString("mlflow.pyfunc");
-    g_empty = PyTuple_New(0);
+    if (!g_empty) g_empty = PyTuple_New(0);
     if (!g_str_depth || !g_str_pyfunc || !g_empty) throw py::error_already_set();
   }
   PyObject* type = PyType_FromSpec(&profiling_spec);
@@ -349,6 +416,34 @@ py::object method(PyMethodDef* def, py::module_& m) {
 
 }  // namespace
 
+EngineOptions engine_options(int depth, size_t max_events, bool all_threads, bool capture_c_calls,
+                             bool capture_io, int io_depth, const py::list& transparent_codes,
+                             const py::list& fold_parents, const py::list& fold_codes, int values) {
+  EngineOptions o;
+  auto code_of = [](py::handle code, const char* what) {
+    if (!PyCode_Check(code.ptr())) throw py::type_error(std::string(what) + ": code objects only");
+    return code.ptr();
+  };
+  for (py::handle code : transparent_codes)
+    o.transparent_codes.push_back(code_of(code, "transparent_codes"));
+  for (py::handle code : fold_parents) o.fold_parents.push_back(code_of(code, "fold_parents"));
+  for (py::handle pair : fold_codes) {  // (code, label)
+    auto t = py::cast<py::tuple>(pair);
+    o.fold_codes.emplace_back(code_of(t[0], "fold_codes"),
+                              intern_label(py::cast<std::string>(t[1])));
+  }
+  o.depth = depth;
+  o.max_events = max_events;
+  o.all_threads = all_threads;
+  o.capture_c_calls = capture_c_calls;
+  o.capture_io = capture_io;
+  o.io_depth = io_depth;
+  if (values < 0 || values >= (1 << kValueKinds))
+    throw py::value_error("values: a mask of ValueKind bits");
+  o.values = static_cast<uint8_t>(values);
+  return o;
+}
+
 bool start_engine(Engine& e, PyObject* session, int levels_above) {
   try {
     e.start(session, levels_above);
@@ -369,7 +464,32 @@ void bind_session(py::module_& m) {
   g_str_engine = PyUnicode_InternFromString("_engine");
   g_str_activated = PyUnicode_InternFromString("_activated");
   g_str_deactivate = PyUnicode_InternFromString("deactivate");
-  if (!g_str_engine || !g_str_activated || !g_str_deactivate) throw py::error_already_set();
+  if (!g_empty) g_empty = PyTuple_New(0);
+  if (!g_str_engine || !g_str_activated || !g_str_deactivate || !g_empty)
+    throw py::error_already_set();
+  py::class_<EngineTemplate>(
+      m, "EngineTemplate",
+      "An Engine's options, checked once; start_prepared() starts sessions from copies.")
+      .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
+                       bool capture_io, int io_depth, const py::list& transparent_codes,
+                       const py::list& fold_parents, const py::list& fold_codes, int values) {
+             return std::make_unique<EngineTemplate>(
+                 engine_options(depth, max_events, all_threads, capture_c_calls, capture_io,
+                                io_depth, transparent_codes, fold_parents, fold_codes, values));
+           }),
+           py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
+           py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
+           py::arg("transparent_codes") = py::list(), py::arg("fold_parents") = py::list(),
+           py::arg("fold_codes") = py::list(), py::arg("values") = 0);
+  g_template_type = reinterpret_cast<PyTypeObject*>(py::type::of<EngineTemplate>().ptr());
+  add_own_function(&g_start_prepared_def);
+  {
+    PyObject* fn = PyCFunction_NewEx(&g_start_prepared_def, nullptr, m.attr("__name__").ptr());
+    if (!fn || PyModule_AddObject(m.ptr(), "start_prepared", fn) < 0) {
+      Py_XDECREF(fn);
+      throw py::error_already_set();
+    }
+  }
   m.def(
       "set_session_class",
       [](py::object cls) {

@@ -32,6 +32,14 @@ void bind_session(pybind11::module_& m);  // bind_session.cpp: ProfileSession.__
 // is summarize::from_python (summarize.h).
 PyObject* io_summary_object(const IOSummary& s);
 
+// An Engine's options from Engine()'s arguments (the codes borrowed: the
+// Engine, or the EngineTemplate, takes its references). Throws
+// py::type_error / py::value_error on a bad argument.
+EngineOptions engine_options(int depth, size_t max_events, bool all_threads, bool capture_c_calls,
+                             bool capture_io, int io_depth, const pybind11::list& transparent_codes,
+                             const pybind11::list& fold_parents, const pybind11::list& fold_codes,
+                             int values);
+
 // Engine::start, its errors as a Python exception (false: one is set).
 bool start_engine(Engine& e, PyObject* session, int levels_above);
 

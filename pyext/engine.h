@@ -167,6 +167,10 @@ struct EngineOptions {
   // or empty when none. Written to the profile's meta and sent to the agent.
   std::string trace_id;
   std::string span_id;
+
+  // Takes (+1) or drops (-1) a reference to each code object above: the
+  // holder of the options (an Engine, an EngineTemplate) owns them.
+  void hold_codes(int delta) const;
 };
 
 class Engine {

@@ -91,10 +91,20 @@ bool any_engine_wants_c_calls() {
 
 // --- Engine --------------------------------------------------------------------
 
+void EngineOptions::hold_codes(int delta) const {
+  auto hold = [delta](PyObject* code) {
+    if (delta > 0)
+      Py_INCREF(code);
+    else
+      Py_DECREF(code);
+  };
+  for (PyObject* code : transparent_codes) hold(code);
+  for (PyObject* code : fold_parents) hold(code);
+  for (const auto& fold : fold_codes) hold(fold.first);
+}
+
 Engine::Engine(EngineOptions opts) : opts_(std::move(opts)), serial_(g_next_serial++) {
-  for (PyObject* code : opts_.transparent_codes) Py_INCREF(code);
-  for (PyObject* code : opts_.fold_parents) Py_INCREF(code);
-  for (const auto& fold : opts_.fold_codes) Py_INCREF(fold.first);
+  opts_.hold_codes(+1);
 }
 
 Engine::~Engine() {
@@ -102,9 +112,7 @@ Engine::~Engine() {
   begin_flags(opts_, serial_);  // forgets an autoprofile mark of a session never started
   Py_XDECREF(parent_session_);
   Py_XDECREF(token_);
-  for (PyObject* code : opts_.transparent_codes) Py_DECREF(code);
-  for (PyObject* code : opts_.fold_parents) Py_DECREF(code);
-  for (const auto& fold : opts_.fold_codes) Py_DECREF(fold.first);
+  opts_.hold_codes(-1);
 }
 
 const char* Engine::hook_name() const {

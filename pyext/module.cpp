@@ -459,31 +459,9 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
                        bool capture_io, int io_depth, const py::list& transparent_codes,
                        const py::list& fold_parents, const py::list& fold_codes, int values) {
-             EngineOptions o;
-             auto code_of = [](py::handle code, const char* what) {
-               if (!PyCode_Check(code.ptr()))
-                 throw py::type_error(std::string(what) + ": code objects only");
-               return code.ptr();
-             };
-             for (py::handle code : transparent_codes)
-               o.transparent_codes.push_back(code_of(code, "transparent_codes"));
-             for (py::handle code : fold_parents)
-               o.fold_parents.push_back(code_of(code, "fold_parents"));
-             for (py::handle pair : fold_codes) {  // (code, label)
-               auto t = py::cast<py::tuple>(pair);
-               o.fold_codes.emplace_back(code_of(t[0], "fold_codes"),
-                                         intern_label(py::cast<std::string>(t[1])));
-             }
-             o.depth = depth;
-             o.max_events = max_events;
-             o.all_threads = all_threads;
-             o.capture_c_calls = capture_c_calls;
-             o.capture_io = capture_io;
-             o.io_depth = io_depth;
-             if (values < 0 || values >= (1 << kValueKinds))
-               throw py::value_error("values: a mask of ValueKind bits");
-             o.values = static_cast<uint8_t>(values);
-             return std::make_unique<Engine>(o);
+             return std::make_unique<Engine>(
+                 engine_options(depth, max_events, all_threads, capture_c_calls, capture_io,
+                                io_depth, transparent_codes, fold_parents, fold_codes, values));
            }),
            py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
            py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,

@@ -29,7 +29,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core, _stream
 from ._log import log_once
-from ._session import ProfileSession, _check_depth, _check_flag, _check_max_events, _values_mask
+from ._session import (
+    ProfileSession,
+    _check_depth,
+    _check_flag,
+    _check_max_events,
+    _prepare,
+    _values_mask,
+)
 
 _MISSING_MLFLOW = (
     "autoprofile() patches MLflow's PyFuncModel and needs MLflow: "
@@ -372,32 +379,71 @@ def _begin(model, config: AutoprofileConfig, original, stream: bool = False, sam
     sampled False: started because a tracer is attached (counted apart)."""
     global _sampled, _traced
     try:
-        info = _model_info(model, stream)
-        session = ProfileSession._make(
-            config.depth,
-            config.max_events,
-            config.all_threads,
-            False,
-            config.capture_io,
-            config.capture_io_depth,
-            "native",
-            info.transparent_codes,
-            info.meta,
-            config.values,
-        )
-        call = _core.SpanFunction(original, info.label)
-        session._engine._mark_autoprofile(info.site)  # session_begin's AUTOPROFILE flag
-        _core.session_enter(
-            session, 1
-        )  # activate(): the roots are what the wrapper that called _begin calls
+        prepared = _prepared_for(model, config, original, stream)
+        # A started session, flagged AUTOPROFILE in its session_begin probe.
+        # levels_above 1: the roots are what the wrapper that called _begin calls.
+        session = _core.start_prepared(prepared.template, prepared.attrs, prepared.site, 1)
         if sampled:
             _sampled += 1
         else:
             _traced += 1
-        return session, call
+        return session, prepared.call
     except Exception as exc:
         log_once("begin", f"mlflow_profiler: autoprofile could not start a session: {exc!r}")
         return None
+
+
+class _Prepared:
+    """What every session of one model under one configuration starts from:
+    the options checked, the names and plumbing found, the root's wrapper
+    made, once (a sampled call does none of it: bench/RESULTS.md, issue 45)."""
+
+    __slots__ = ("model", "config", "original", "attrs", "template", "call", "site")
+
+    def __init__(self, model, config, original, attrs, template, call, site) -> None:
+        self.model = model  # a weak reference to the model, or None
+        self.config = config
+        self.original = original
+        self.attrs = attrs  # the session's attributes
+        self.template = template  # its Engine's options (_core.EngineTemplate)
+        self.call = call
+        self.site = site
+
+
+# id(model) -> _Prepared, one dict per method; an entry goes with its model.
+_prepared: Tuple[Dict[int, _Prepared], Dict[int, _Prepared]] = ({}, {})
+
+
+def _prepared_for(model, config: AutoprofileConfig, original, stream: bool) -> _Prepared:
+    cache = _prepared[stream]
+    key = id(model)
+    p = cache.get(key)
+    if p is not None and p.config is config and p.original is original and p.model() is model:
+        return p
+    info = _model_info(model, stream)
+    attrs, engine_args = _prepare(
+        config.depth,
+        config.max_events,
+        config.all_threads,
+        False,
+        config.capture_io,
+        config.capture_io_depth,
+        info.transparent_codes,
+        info.meta,
+        config.values,
+    )
+    template = _core.EngineTemplate(*engine_args)
+    call = _core.SpanFunction(original, info.label)
+
+    def forget(_ref: Any) -> None:
+        cache.pop(key, None)
+
+    try:
+        ref = weakref.ref(model, forget)
+    except TypeError:  # a model that cannot be weakly referenced: prepared each call
+        return _Prepared(None, config, original, attrs, template, call, info.site)
+    p = cache[key] = _Prepared(ref, config, original, attrs, template, call, info.site)
+    return p
 
 
 def _end(session: ProfileSession, config: AutoprofileConfig, sampled: bool = True) -> None:

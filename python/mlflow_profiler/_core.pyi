@@ -302,6 +302,25 @@ class SelectWait:
 # ProfileSession's __enter__ and __exit__ (instance methods bound in C).
 def session_enter(self: Any, levels_above: int = 0, /) -> Any: ...
 def session_exit(self: Any, *exc: Any) -> bool: ...
+
+class EngineTemplate:
+    def __init__(
+        self,
+        depth: int,
+        max_events: int,
+        all_threads: bool,
+        capture_c_calls: bool,
+        capture_io: bool = ...,
+        io_depth: int = ...,
+        transparent_codes: List[Any] = ...,
+        fold_parents: List[Any] = ...,
+        fold_codes: List[Any] = ...,
+        values: int = ...,
+    ) -> None: ...
+
+def start_prepared(
+    template: EngineTemplate, attrs: Dict[str, Any], site: Any, levels_above: int, /
+) -> Any: ...
 def set_session_class(arg0: type, /) -> None: ...
 
 _F = TypeVar("_F", bound=Callable[..., Any])

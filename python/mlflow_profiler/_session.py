@@ -105,6 +105,55 @@ def _reference_engine():
     return _REFERENCE_ENGINE
 
 
+def _prepare(
+    depth,
+    max_events,
+    all_threads,
+    capture_c_calls,
+    capture_io,
+    capture_io_depth,
+    transparent_codes,
+    meta,
+    values,
+) -> Tuple[Dict[str, Any], tuple]:
+    """Checks a session's options once: (the attributes a ProfileSession
+    gets, the Engine's arguments). Raises TypeError/ValueError as
+    profiling() does."""
+    depth = _check_depth("depth", depth)
+    io_depth = _check_depth("capture_io_depth", capture_io_depth, allow_none=True)
+    max_events = _check_max_events(max_events)
+    all_threads = _check_flag("all_threads", all_threads)
+    capture_c_calls = _check_flag("capture_c_calls", capture_c_calls)
+    capture_io = _check_flag("capture_io", capture_io)
+    folds: Tuple[List[Any], List[Any]] = ([], [])
+    if not transparent_codes and "mlflow.pyfunc" in sys.modules:  # not under autoprofile
+        # (no import statement: a session made inside another would record importlib's frames)
+        folds = sys.modules[__package__ + "._autoprofile"].pyfunc_folds()
+    attrs = {
+        "depth": depth,
+        "max_events": max_events,
+        "all_threads": all_threads,
+        "capture_c_calls": capture_c_calls,
+        "capture_io": capture_io,
+        "capture_io_depth": io_depth,
+        "cpu_time": bool(values & 1),
+        "alloc_bytes": bool(values & 2),
+        "_meta": meta,  # provenance added to the profile's meta when it is built
+    }
+    engine_args = (
+        depth,
+        max_events,
+        all_threads,
+        capture_c_calls,
+        capture_io,
+        io_depth,
+        list(transparent_codes),
+        *folds,
+        values,
+    )
+    return attrs, engine_args
+
+
 def _check_depth(name: str, depth: Any, allow_none: bool = False) -> int:
     if (
         type(depth) is int and depth >= -1
@@ -260,6 +309,7 @@ class ProfileSession:
 
     # profiling()'s defaults, which _setup sets on each instance and
     # profiling()'s path for the defaults leaves to these.
+    depth: int  # set on each instance
     max_events = _DEFAULT_MAX_EVENTS
     all_threads = False
     capture_c_calls = False
@@ -335,42 +385,25 @@ class ProfileSession:
         _meta,
         values=0,
     ) -> None:
-        self.depth = _check_depth("depth", depth)
-        io_depth = _check_depth("capture_io_depth", capture_io_depth, allow_none=True)
-        self.max_events = _check_max_events(max_events)
-        self.all_threads = _check_flag("all_threads", all_threads)
-        self.capture_c_calls = _check_flag("capture_c_calls", capture_c_calls)
-        self.capture_io = _check_flag("capture_io", capture_io)
-        self.capture_io_depth = io_depth
-        folds: Tuple[List[Any], List[Any]] = ([], [])
-        if not _transparent_codes and "mlflow.pyfunc" in sys.modules:  # not under autoprofile
-            # (no import statement: a session made inside another would record importlib's frames)
-            folds = sys.modules[__package__ + "._autoprofile"].pyfunc_folds()
-        self.cpu_time = bool(values & 1)
-        self.alloc_bytes = bool(values & 2)
-        args = (
-            self.depth,
+        if engine not in ("native", "reference"):
+            raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")
+        attrs, engine_args = _prepare(
+            depth,
             max_events,
-            self.all_threads,
-            self.capture_c_calls,
-            self.capture_io,
-            io_depth,
-            list(_transparent_codes),
-            *folds,
+            all_threads,
+            capture_c_calls,
+            capture_io,
+            capture_io_depth,
+            _transparent_codes,
+            _meta,
             values,
         )
-        self._meta = _meta  # provenance added to the profile's meta when it is built
+        for name, value in attrs.items():  # through a subclass's descriptors, if any
+            setattr(self, name, value)
         # The native Engine, the reference engine, or a _LoadedEngine.
-        self._engine: Any
-        if engine == "native":
-            self._engine = _core.Engine(*args)
-        elif engine == "reference":
-            self._engine = _reference_engine()(*args)
-        else:
-            raise ValueError(f"engine must be 'native' or 'reference', got {engine!r}")
-        self._profile = None
-        self._spans = None
-        self._activated = False  # a session records once (the engine's state, without asking it)
+        self._engine: Any = (
+            _core.Engine(*engine_args) if engine == "native" else _reference_engine()(*engine_args)
+        )
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -144,6 +144,41 @@ def test_sample_rate_zero_records_nothing_and_one_records_every_call(models):
     assert _autoprofile._sampled == before + 10 and len({id(s) for s in seen}) == 10
 
 
+def test_each_call_follows_the_configuration_and_a_dropped_model_is_freed(tmp_path):
+    """What a model's sessions start from is prepared once per model and
+    configuration: a new autoprofile() applies from the next call, two
+    models keep their own names, and the profiler holds no model alive."""
+    import gc
+    import weakref
+
+    import _mlflow_models
+    import mlflow.pyfunc
+
+    store, churn_uri, sk_uri, X = _mlflow_models.log_models_in_new_store(tmp_path)
+    with _mlflow_models.tracking_uri(store):
+        churn = mlflow.pyfunc.load_model(churn_uri)
+        pipeline = mlflow.pyfunc.load_model(sk_uri)
+    df = _mlflow_models.frame(8)
+    mlflow_profiler.autoprofile(depth=0)
+    churn.predict(df)
+    shallow = mlflow_profiler.last_profile()
+    mlflow_profiler.autoprofile(depth=1)
+    churn.predict(df)
+    deep = mlflow_profiler.last_profile()
+    assert shallow.depth == 0 and labels_at(shallow, 1) == []
+    assert deep.depth == 1 and "ChurnModel._features" in labels_at(deep, 1)
+    pipeline.predict(X)
+    assert "sklearn" in labels_at(mlflow_profiler.last_profile(), 0)[0]
+    churn.predict(df)
+    assert "ChurnModel" in labels_at(mlflow_profiler.last_profile(), 0)[0]
+    mlflow_profiler.autoprofile(disable=True)
+    _autoprofile._last.set(None)
+    refs = [weakref.ref(churn), weakref.ref(pipeline)]
+    del churn, pipeline, shallow, deep
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+
+
 def test_sample_rate_is_random_per_call(models):
     churn, _, _ = models
     import _mlflow_models
