@@ -38,3 +38,33 @@ def current() -> Optional[Tuple[str, str]]:
     except Exception:  # a tracing library's failure must not reach the model
         return None
     return None
+
+
+def context_slots() -> Optional[Tuple[object, Tuple[Tuple[str, str, object, object], ...]]]:
+    """Where `current()` looks, for the native engine's quick test that no
+    span is active (most predicts; `current()` costs about 3 us):
+    ``(span key, ((module, attribute, runtime context, its ContextVar), ...))``.
+    A context holds a span only if its ContextVar's Context has the key; the
+    runtime contexts are the module attributes named, checked by identity
+    before each use. None (or a slot whose variable is not a ContextVar):
+    `current()` must be asked every time."""
+    try:
+        modules = sys.modules
+        propagation = modules.get("opentelemetry.trace.propagation")
+        context = modules.get("opentelemetry.context")
+        if propagation is None or context is None:
+            return None
+        holders = [("opentelemetry.context", "_RUNTIME_CONTEXT")]
+        provider = modules.get("mlflow.tracing.provider")
+        if provider is not None:
+            if not hasattr(provider, "mlflow_runtime_context"):
+                return None  # an MLflow whose own context current() reads by a call
+            holders.append(("mlflow.tracing.provider", "mlflow_runtime_context"))
+        slots = []
+        for module, attribute in holders:
+            runtime = getattr(modules[module], attribute)
+            var = getattr(runtime, "_current_context", None)  # the caller checks its type
+            slots.append((module, attribute, runtime, var))
+        return propagation._SPAN_KEY, tuple(slots)
+    except Exception:  # an OpenTelemetry laid out otherwise: current() every time
+        return None

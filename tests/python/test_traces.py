@@ -72,6 +72,44 @@ def test_reading_the_context_is_not_recorded_by_an_enclosing_session(engine):
     )  # the outer session did record below the inner one
 
 
+def test_a_replaced_or_unusual_runtime_context_is_still_read(monkeypatch):
+    """The native engine's quick test for "no span" reads the ContextVars
+    that OpenTelemetry's runtime context keeps. A runtime context replaced
+    after the first session, and one that keeps no ContextVar, are read
+    right all the same."""
+    context = pytest.importorskip("opentelemetry.context")
+    from opentelemetry.context.context import _RuntimeContext
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+    tracer = _tracer()
+    with profiling(depth=0):  # the quick test learns the current runtime context
+        pass
+
+    class Plain(_RuntimeContext):  # the context in an attribute, no ContextVar
+        def __init__(self):
+            self.current = context.Context()
+
+        def attach(self, ctx):
+            previous, self.current = self.current, ctx
+            return previous
+
+        def get_current(self):
+            return self.current
+
+        def detach(self, token):
+            self.current = token
+
+    for runtime in (ContextVarsRuntimeContext(), Plain()):
+        monkeypatch.setattr(context, "_RUNTIME_CONTEXT", runtime)
+        with tracer.start_as_current_span("predict") as span:
+            with profiling(depth=0) as session:
+                pass
+        assert (session.trace_id, session.span_id) == _hex(span), type(runtime).__name__
+        with profiling(depth=0) as outside:
+            pass
+        assert outside.trace_id is None, type(runtime).__name__
+
+
 def test_an_mlflow_span_is_found_and_its_trace_id_is_mlflows(local_store):  # noqa: F811
     import mlflow
 
