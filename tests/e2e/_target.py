@@ -40,7 +40,8 @@ Each call's reply also carries "sched": the main thread's
 perf_counter_ns of the read) read before t0 and after t1, each after a 1 ms
 sleep so that the running thread's figures are current, and "workers": [tid, run_time_ns, run_delay_ns] that the threads
 started by threads/pipe/lock/rename read last thing in their function, and
-"released": [r0, r1], lock's helper's clock around its lock.release().
+"released": [r0, r1], lock's helper's clock around its lock.release(), and
+"renamed": [r0, r1], rename's helper's clock around its prctl(PR_SET_NAME).
 """
 
 from __future__ import annotations
@@ -139,7 +140,9 @@ with warnings.catch_warnings():
 
             def run():
                 if comm:
+                    r0 = time.perf_counter_ns()
                     set_comm(comm)
+                    self.renamed.append([r0, time.perf_counter_ns()])
                 time.sleep(0.010)
                 finish()
                 self.note_worker()
@@ -335,6 +338,7 @@ def main() -> int:
                 impl.workers = []  # [tid, run_time_ns, run_delay_ns] of the threads this call starts
                 impl.waits = []  # [t0, t1] (CLOCK_MONOTONIC ns) the call measured itself waiting (lock, pipe)
                 impl.released = []  # [r0, r1]: the lock's helper around its release()
+                impl.renamed = []  # [r0, r1]: rename's helper around its prctl
                 time.sleep(0.001)
                 s0 = (*schedstat(), time.perf_counter_ns())
                 t0 = time.perf_counter_ns()
@@ -363,6 +367,7 @@ def main() -> int:
                         "workers": list(impl.workers),
                         "waits": list(impl.waits),
                         "released": list(impl.released),
+                        "renamed": list(impl.renamed),
                     }
                 )
             reply = {"calls": calls}

@@ -127,12 +127,16 @@ def tolerance(engine):
     return 0.05 if engine == "native" else 0.3
 
 
-def call_misses(nodes, truth, engine="native", runq_s=0.0):
+def call_misses(nodes, truth, engine="native", runq_s=0.0, cut_s=0.0):
     """The calls whose wall time is not within 5% of their own clock: a span
     opens before the coroutine's first clock read and closes after its last,
     so a busy machine may also put up to the thread's run-queue time
-    (schedstat, runq_s) between them. In start order, the calls are made (and
-    first run) in the order of i. Waiting for a slot and sleeping are not
+    (schedstat, runq_s) between them, and the profiler's own stretches, which
+    every span's time leaves out (docs/decisions/0006), take up to cut_s
+    (the session's profiler_overhead_ns) off: one preempted stretch is cut
+    from every lane of its thread (CI, 3.10: four calls 7.6 ms short of their
+    clocks, run queue 11 ms). In start order, the calls are made (and first
+    run) in the order of i. Waiting for a slot and sleeping are not
     running."""
     assert len(nodes) == CALLS
     nodes = sorted(nodes, key=lambda n: n["start_ns"])
@@ -140,8 +144,8 @@ def call_misses(nodes, truth, engine="native", runq_s=0.0):
     for i, node in enumerate(nodes):
         wall = node["wall_ns"] / 1e9
         slack = tolerance(engine) * truth[i]
-        if not truth[i] - slack <= wall <= truth[i] + slack + runq_s:
-            misses.append((i, wall, truth[i], runq_s))
+        if not truth[i] - slack - cut_s <= wall <= truth[i] + slack + runq_s:
+            misses.append((i, wall, truth[i], runq_s, cut_s))
         # Mostly waiting. The reference engine's hook, at full depth on a
         # loaded machine, runs long in the call's own lane (once 14 of 21 ms).
         if node["active_ns"] >= (0.5 if engine == "native" else 0.8) * node["wall_ns"]:
@@ -157,7 +161,9 @@ def captured(run, attempts=3):
         truth = {}
         q0 = schedstat()[1]
         session, nodes, engine = run(truth)
-        misses = call_misses(nodes, truth, engine, (schedstat()[1] - q0) / 1e9)
+        runq_s = (schedstat()[1] - q0) / 1e9
+        cut_s = session.statistics()["profiler_overhead_ns"] / 1e9
+        misses = call_misses(nodes, truth, engine, runq_s, cut_s)
         if not misses:
             break
     assert not misses, misses

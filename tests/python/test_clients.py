@@ -198,8 +198,16 @@ def test_httpx_requests_sync_and_async_are_calls_to_their_servers(endpoints, eng
     assert labels == sorted(
         [f"GET {h}" for h in hosts.values()] + [f"POST {h}" for h in hosts.values()]
     )
-    for host in hosts.values():  # each lasted at least the server's latency
-        assert all(end - start >= 0.019e9 for start, end, _ in calls[host])
+    # Each lasted at least the server's latency, less what the engine took out of
+    # spans as its own time (at most the session's whole overhead) and 0.5 ms.
+    cut = session.statistics()["profiler_overhead_ns"]
+    short = [
+        (host, end - start, cut)
+        for name, host in hosts.items()
+        for start, end, _ in calls[host]
+        if end - start < LATENCY[name] * 1e9 - cut - 0.5e6
+    ]
+    assert not short, short
 
 
 def test_outside_a_session_the_clients_work_unchanged(endpoints):
