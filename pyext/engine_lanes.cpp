@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <exception>
 
 #include "loop_watch.h"
 
@@ -19,7 +20,9 @@ using compat::utf8;
 
 namespace {
 uint64_t native_tid() {
-  thread_local uint64_t tid = static_cast<uint64_t>(syscall(SYS_gettid));  // one syscall per thread
+  // once per thread: the syscall, and libstdc++'s exception state (module.cpp)
+  thread_local uint64_t tid =
+      (std::uncaught_exceptions(), static_cast<uint64_t>(syscall(SYS_gettid)));
   return tid;
 }
 
