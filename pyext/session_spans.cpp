@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -200,6 +201,10 @@ bool finalizing() {
 }
 
 void checkpoint_loop() {
+  // This thread's first exception (a bad_alloc under a memory limit) would
+  // reach libstdc++'s thread-local state, which glibc allocates on first use
+  // and ends the process when it cannot (module.cpp): reached now.
+  (void)std::uncaught_exceptions();
   const int pid = getpid();
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -209,14 +214,17 @@ void checkpoint_loop() {
     if (oldest == 0 || clock::monotonic_ns() - oldest < MLPROF_CHECKPOINT_AFTER_NS) continue;
     if (!Py_IsInitialized() || finalizing()) break;
     PyGILState_STATE gil = PyGILState_Ensure();
-    const int64_t now = clock::monotonic_ns();
-    int64_t still = 0;
-    for (Engine* e : collecting_engines()) {
-      if (!e->usdt_counted()) continue;
-      if (spans_traced()) e->usdt_checkpoint(now);
-      if (still == 0 || e->start_ns() < still) still = e->start_ns();
+    try {
+      const int64_t now = clock::monotonic_ns();
+      int64_t still = 0;
+      for (Engine* e : collecting_engines()) {
+        if (!e->usdt_counted()) continue;
+        if (spans_traced()) e->usdt_checkpoint(now);
+        if (still == 0 || e->start_ns() < still) still = e->start_ns();
+      }
+      g_oldest_open_ns.store(still, std::memory_order_relaxed);
+    } catch (...) {  // out of memory (a memory limit): this checkpoint is skipped
     }
-    g_oldest_open_ns.store(still, std::memory_order_relaxed);
     PyGILState_Release(gil);
   }
   int expected = pid;
@@ -232,7 +240,7 @@ void checkpoints_session_started(int64_t start_ns) {
   if (!g_checkpoint_pid.compare_exchange_strong(running, pid)) return;
   try {
     std::thread(checkpoint_loop).detach();
-  } catch (const std::system_error&) {
+  } catch (...) {               // std::system_error; bad_alloc under a memory limit
     g_checkpoint_pid.store(0);  // no thread: sessions still arrive whole at their end
   }
 }
