@@ -663,9 +663,17 @@ def test_a_sleep_below_the_ceiling_is_waiting_not_self_time(tmp_path):
     row = rows["_fan_out"]
     # Its waits: the sleep, and on a busy machine its time in the run queue,
     # which the program's own off-CPU count holds too (on an idle one, ~0).
-    assert row.waiting["p50"] == pytest.approx(measured["off_cpu"] * 1e3, rel=0.05, abs=0.5), (
+    # The profiler's own stretches are left out of every span (decision 0006):
+    # one preempted there is off-CPU time the program counts and the span
+    # does not (CI, once under load: 79.4 ms waiting against 95.5 ms counted,
+    # the span's wall 84.4 ms).
+    cut_ms = session.statistics()["profiler_overhead_ns"] / 1e6
+    off_cpu_ms = measured["off_cpu"] * 1e3
+    slack = 0.05 * off_cpu_ms + 0.5
+    assert off_cpu_ms - cut_ms - slack <= row.waiting["p50"] <= off_cpu_ms + slack, (
         row,
         measured,
+        cut_ms,
     )
     assert row.waiting["p50"] >= measured["slept"] * 1e3 * 0.95 - 0.5, (row, measured)
     assert row.self_time["p50"] < row.wall["p50"] - 40, row
