@@ -467,20 +467,10 @@ void bind_session(py::module_& m) {
   if (!g_empty) g_empty = PyTuple_New(0);
   if (!g_str_engine || !g_str_activated || !g_str_deactivate || !g_empty)
     throw py::error_already_set();
-  py::class_<EngineTemplate>(
+  py::class_<EngineTemplate> template_class(
       m, "EngineTemplate",
-      "An Engine's options, checked once; start_prepared() starts sessions from copies.")
-      .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
-                       bool capture_io, int io_depth, const py::list& transparent_codes,
-                       const py::list& fold_parents, const py::list& fold_codes, int values) {
-             return std::make_unique<EngineTemplate>(
-                 engine_options(depth, max_events, all_threads, capture_c_calls, capture_io,
-                                io_depth, transparent_codes, fold_parents, fold_codes, values));
-           }),
-           py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
-           py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
-           py::arg("transparent_codes") = py::list(), py::arg("fold_parents") = py::list(),
-           py::arg("fold_codes") = py::list(), py::arg("values") = 0);
+      "An Engine's options, checked once; start_prepared() starts sessions from copies.");
+  def_engine_init<EngineTemplate>(template_class);
   g_template_type = reinterpret_cast<PyTypeObject*>(py::type::of<EngineTemplate>().ptr());
   add_own_function(&g_start_prepared_def);
   {

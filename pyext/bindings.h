@@ -40,6 +40,25 @@ EngineOptions engine_options(int depth, size_t max_events, bool all_threads, boo
                              const pybind11::list& fold_parents, const pybind11::list& fold_codes,
                              int values);
 
+// Engine()'s constructor, its arguments and their defaults, for a class made
+// from EngineOptions (Engine, EngineTemplate): defined once for both.
+template <typename T, typename Class>
+Class& def_engine_init(Class& cls) {
+  namespace py = pybind11;
+  return cls.def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
+                             bool capture_io, int io_depth, const py::list& transparent_codes,
+                             const py::list& fold_parents, const py::list& fold_codes, int values) {
+                   return std::make_unique<T>(engine_options(
+                       depth, max_events, all_threads, capture_c_calls, capture_io, io_depth,
+                       transparent_codes, fold_parents, fold_codes, values));
+                 }),
+                 py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
+                 py::arg("capture_c_calls"), py::arg("capture_io") = false,
+                 py::arg("io_depth") = -1, py::arg("transparent_codes") = py::list(),
+                 py::arg("fold_parents") = py::list(), py::arg("fold_codes") = py::list(),
+                 py::arg("values") = 0);
+}
+
 // Engine::start, its errors as a Python exception (false: one is set).
 bool start_engine(Engine& e, PyObject* session, int levels_above);
 

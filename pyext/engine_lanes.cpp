@@ -22,7 +22,7 @@ namespace {
 uint64_t native_tid() {
   // once per thread: the syscall, and libstdc++'s exception state (module.cpp)
   thread_local uint64_t tid =
-      (std::uncaught_exceptions(), static_cast<uint64_t>(syscall(SYS_gettid)));
+      ((void)std::uncaught_exceptions(), static_cast<uint64_t>(syscall(SYS_gettid)));
   return tid;
 }
 

@@ -462,18 +462,8 @@ PYBIND11_MODULE(_core, m) {
     }
   }
 
-  py::class_<Engine>(m, "Engine")
-      .def(py::init([](int depth, size_t max_events, bool all_threads, bool capture_c_calls,
-                       bool capture_io, int io_depth, const py::list& transparent_codes,
-                       const py::list& fold_parents, const py::list& fold_codes, int values) {
-             return std::make_unique<Engine>(
-                 engine_options(depth, max_events, all_threads, capture_c_calls, capture_io,
-                                io_depth, transparent_codes, fold_parents, fold_codes, values));
-           }),
-           py::arg("depth"), py::arg("max_events"), py::arg("all_threads"),
-           py::arg("capture_c_calls"), py::arg("capture_io") = false, py::arg("io_depth") = -1,
-           py::arg("transparent_codes") = py::list(), py::arg("fold_parents") = py::list(),
-           py::arg("fold_codes") = py::list(), py::arg("values") = 0)
+  py::class_<Engine> engine_class(m, "Engine");
+  def_engine_init<Engine>(engine_class)
       .def(
           "start",
           [](Engine& e, py::object session, int levels_above) {
