@@ -30,8 +30,20 @@ const py::detail::type_info* g_engine_tinfo = nullptr;
 PyObject* g_session_type = nullptr;  // ProfileSession: a subclass may override activate/deactivate
 PyObject* g_empty = nullptr;         // ()
 PyObject* g_str_engine = nullptr;
-PyObject* g_str_activated = nullptr;
 PyObject* g_str_deactivate = nullptr;
+PyObject* g_str_depth = nullptr;
+// Offsets of ProfileSession's __slots__ "_engine" and "depth" (_session.py).
+Py_ssize_t g_engine_slot = 0;
+Py_ssize_t g_depth_slot = 0;
+
+PyObject** slot(PyObject* obj, Py_ssize_t offset) {
+  return reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
+}
+
+// Sets a slot of a ProfileSession this file made (no other reference to it yet).
+void set_slot(PyObject* obj, Py_ssize_t offset, PyObject* value) {
+  Py_XSETREF(*slot(obj, offset), Py_NewRef(value));
+}
 PyObject* g_refresh = nullptr;    // _transparent.refresh, imported at first use
 Py_ssize_t g_refreshed_for = -1;  // len(sys.modules) it last had nothing left to do for
 
@@ -40,15 +52,9 @@ Py_ssize_t g_refreshed_for = -1;  // len(sys.modules) it last had nothing left t
 Engine* native_engine(PyObject* session, PyObject** obj) {
   *obj = nullptr;
   if (reinterpret_cast<PyObject*>(Py_TYPE(session)) != g_session_type) return nullptr;
-  *obj = PyObject_GetAttr(session, g_str_engine);
-  if (!*obj) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  if (Py_TYPE(*obj) != g_engine_type) {
-    Py_CLEAR(*obj);
-    return nullptr;
-  }
+  PyObject* engine = *slot(session, g_engine_slot);  // the class is ProfileSession itself
+  if (!engine || Py_TYPE(engine) != g_engine_type) return nullptr;
+  *obj = Py_NewRef(engine);
   // pybind11's own layout for a class with one C++ type (what py::cast does
   // after its type lookup, which costs more than the rest of this function).
   return reinterpret_cast<py::detail::instance*>(*obj)->get_value_and_holder().value_ptr<Engine>();
@@ -90,8 +96,7 @@ bool start_session(PyObject* session, Engine* e, int levels) {
     Py_XDECREF(r);
     return r != nullptr;
   }
-  return refresh_transparent() && start_engine(*e, session, levels) &&
-         PyObject_SetAttr(session, g_str_activated, Py_True) == 0;
+  return refresh_transparent() && start_engine(*e, session, levels);
 }
 
 // __enter__(self, levels_above=0): levels_above counts the profiler's Python
@@ -146,15 +151,23 @@ PyObject* session_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // A new Engine of these options, as a Python object (null: an exception set).
 // pybind11's constructor (ten arguments cast, its keyword defaults, the
 // instance registered twice) took 4,000 instructions of an empty session's
-// 22,000.
+// 22,000, and py::cast's path without them 1,300 (3.12). This is the layout
+// py::cast makes, with the instance left out of pybind11's registry: that
+// maps C++ pointers back to their Python objects, and no binding returns an
+// Engine (its insert and erase were 700 instructions a session).
 PyObject* make_engine(const EngineOptions& o) {
   try {
-    // py::cast's own path, without its type lookup (hashing the type's name).
     auto engine = std::make_unique<Engine>(o);
-    return py::detail::type_caster_generic::cast(engine.get(),
-                                                 py::return_value_policy::take_ownership, {},
-                                                 g_engine_tinfo, nullptr, nullptr, &engine)
-        .ptr();
+    PyObject* obj = py::detail::make_new_instance(g_engine_type);
+    if (!obj) throw py::error_already_set();
+    auto* inst = reinterpret_cast<py::detail::instance*>(obj);
+    auto v_h = inst->get_value_and_holder(g_engine_tinfo);
+    v_h.value_ptr() = engine.get();
+    using Holder = std::unique_ptr<Engine>;
+    new (std::addressof(v_h.holder<Holder>())) Holder(std::move(engine));
+    v_h.set_holder_constructed();
+    inst->owned = true;
+    return obj;
   } catch (py::error_already_set& err) {
     err.restore();
   } catch (const std::bad_alloc&) {
@@ -211,8 +224,17 @@ PyObject* start_prepared(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   auto* type = reinterpret_cast<PyTypeObject*>(g_session_type);
   PyObject* session = PyBaseObject_Type.tp_new(type, g_empty, nullptr);
   PyObject* dict = session ? PyObject_GenericGetDict(session, nullptr) : nullptr;
-  const bool made =
-      dict && PyDict_Update(dict, args[1]) == 0 && PyDict_SetItem(dict, g_str_engine, engine) == 0;
+  bool made = dict && PyDict_Update(dict, args[1]) == 0;
+  if (made) {  // attrs' depth goes to its slot, which the dict's entry would not reach
+    PyObject* depth = PyDict_GetItemWithError(dict, g_str_depth);  // borrowed
+    if (depth) {
+      set_slot(session, g_depth_slot, depth);
+      made = PyDict_DelItem(dict, g_str_depth) == 0;
+    } else {
+      made = !PyErr_Occurred();
+    }
+  }
+  if (made) set_slot(session, g_engine_slot, engine);
   Py_XDECREF(dict);
   Py_DECREF(engine);
   if (!made) {
@@ -251,7 +273,6 @@ struct PlainProfiling {
 PyObject* g_default_depth = nullptr;  // profiling()'s defaults, read once from it
 PyObject* g_kwdefaults = nullptr;     // its keyword-only ones, by name
 size_t g_default_max_events = 0;
-PyObject* g_str_depth = nullptr;
 PyObject* g_str_pyfunc = nullptr;
 
 // The depth of a plain call, or null: at most one positional argument, and
@@ -297,9 +318,10 @@ PyObject* profiling_call(PyObject* self, PyObject* const* args, size_t nargsf, P
   if (!engine) return nullptr;
   auto* type = reinterpret_cast<PyTypeObject*>(g_session_type);
   PyObject* session = PyBaseObject_Type.tp_new(type, g_empty, nullptr);
-  if (!session || PyObject_SetAttr(session, g_str_depth, depth) < 0 ||
-      PyObject_SetAttr(session, g_str_engine, engine) < 0)
-    Py_CLEAR(session);
+  if (session) {
+    set_slot(session, g_depth_slot, depth);
+    set_slot(session, g_engine_slot, engine);
+  }
   Py_DECREF(engine);
   return session;
 }
@@ -371,14 +393,12 @@ PyType_Spec profiling_spec = {
 py::object profiling_in_c(py::object general) {
   if (!PyFunction_Check(general.ptr())) throw py::type_error("profiling_in_c() takes a function");
   const py::tuple defaults = general.attr("__defaults__");
-  if (!g_str_depth) {
+  if (!g_str_pyfunc) {
     g_default_depth = py::object(defaults[0]).release().ptr();
     g_kwdefaults = py::object(general.attr("__kwdefaults__")).release().ptr();
     g_default_max_events = py::cast<size_t>(PyDict_GetItemString(g_kwdefaults, "max_events"));
-    g_str_depth = PyUnicode_InternFromString("depth");
     g_str_pyfunc = PyUnicode_InternFromString("mlflow.pyfunc");
-    if (!g_empty) g_empty = PyTuple_New(0);
-    if (!g_str_depth || !g_str_pyfunc || !g_empty) throw py::error_already_set();
+    if (!g_str_pyfunc) throw py::error_already_set();
   }
   PyObject* type = PyType_FromSpec(&profiling_spec);
   if (!type) throw py::error_already_set();
@@ -412,6 +432,18 @@ py::object method(PyMethodDef* def, py::module_& m) {
   Py_DECREF(fn);
   if (!im) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(im);
+}
+
+// The offset of the object slot `name` that `cls` declares in __slots__.
+Py_ssize_t slot_offset(const py::object& cls, PyObject* name) {
+  if (!PyType_Check(cls.ptr())) throw py::type_error("set_session_class() takes a class");
+  PyObject* d = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_dict, name);
+  if (!d && PyErr_Occurred()) throw py::error_already_set();
+  if (!d || Py_TYPE(d) != &PyMemberDescr_Type ||
+      reinterpret_cast<PyMemberDescrObject*>(d)->d_member->type != T_OBJECT_EX)
+    throw py::type_error("set_session_class(): the class must declare " +
+                         py::cast<std::string>(name) + " in __slots__");
+  return reinterpret_cast<PyMemberDescrObject*>(d)->d_member->offset;
 }
 
 }  // namespace
@@ -462,11 +494,10 @@ void bind_session(py::module_& m) {
   g_engine_type = reinterpret_cast<PyTypeObject*>(py::type::of<Engine>().ptr());
   g_engine_tinfo = py::detail::get_type_info(typeid(Engine), /*throw_if_missing=*/true);
   g_str_engine = PyUnicode_InternFromString("_engine");
-  g_str_activated = PyUnicode_InternFromString("_activated");
+  g_str_depth = PyUnicode_InternFromString("depth");
   g_str_deactivate = PyUnicode_InternFromString("deactivate");
-  if (!g_empty) g_empty = PyTuple_New(0);
-  if (!g_str_engine || !g_str_activated || !g_str_deactivate || !g_empty)
-    throw py::error_already_set();
+  g_empty = PyTuple_New(0);
+  if (!g_str_engine || !g_str_depth || !g_str_deactivate || !g_empty) throw py::error_already_set();
   py::class_<EngineTemplate> template_class(
       m, "EngineTemplate",
       "An Engine's options, checked once; start_prepared() starts sessions from copies.");
@@ -483,10 +514,15 @@ void bind_session(py::module_& m) {
   m.def(
       "set_session_class",
       [](py::object cls) {
+        const Py_ssize_t engine = slot_offset(cls, g_str_engine);
+        const Py_ssize_t depth = slot_offset(cls, g_str_depth);
         Py_XDECREF(g_session_type);
         g_session_type = cls.release().ptr();
+        g_engine_slot = engine;
+        g_depth_slot = depth;
       },
-      "The class whose instances session_enter/session_exit start and stop without its methods.");
+      "The class whose instances session_enter/session_exit start and stop without its\n"
+      "methods; its __slots__ hold _engine and depth.");
   m.def("profiling_in_c", &profiling_in_c,
         "profiling() with its plain case in C (bind_session.cpp), around the\n"
         "Python function, which takes every other call.");

@@ -29,9 +29,16 @@ bool invariant_tsc() {
 }  // namespace
 
 Anchor anchor() {
+  // One read when its window is as narrow as this machine's usually are (at
+  // most twice the narrowest seen); else the narrowest of three, as an
+  // interrupt or a preemption inside a read widens it. Each read is three
+  // clock reads: a session starts and stops with an anchor, and the fixed
+  // three reads each were ~100 ns of its 2 us.
+  static std::atomic<int64_t> narrowest{INT64_MAX / 4};
+  const int64_t usual = 2 * narrowest.load(std::memory_order_relaxed);
   Anchor best;
   int64_t best_window = INT64_MAX;
-  for (int i = 0; i < 3; ++i) {  // the narrowest of three reads
+  for (int i = 0; i < 3 && best_window > usual; ++i) {
     int64_t before = ticks();
     int64_t ns = monotonic_ns();
     int64_t after = ticks();
@@ -42,6 +49,7 @@ Anchor anchor() {
       best.error_ns = (after - before) / 2;  // in ticks; converted by mapping()
     }
   }
+  if (best_window < usual / 2) narrowest.store(best_window, std::memory_order_relaxed);
   return best;
 }
 
