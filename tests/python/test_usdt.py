@@ -1135,3 +1135,81 @@ def test_session_begin_gives_the_gil_that_contending_threads_sleep_on(tmp_path):
         size,
         {hex(a): n for a, n in waits.items()},
     )
+
+
+@pytest.mark.skipif(
+    sys.version_info[:2] not in ((3, 11), (3, 12)),
+    reason="3.13 and 3.14 end by SIGSEGV at some of these limits without the profiler",
+)
+def test_a_traced_session_out_of_memory_ends_with_the_programs_result():
+    """A tracer on session_spans wakes the checkpoint thread of a session
+    open 200 ms (pyext/session_spans.cpp). Under an address-space limit that
+    thread's first bad_alloc reached libstdc++'s exception globals, which
+    glibc allocates on a thread's first throw in a dlopen'ed library: the
+    process ended with rc 127 "cannot allocate memory for thread-local
+    data" (3 of 24 runs at 960-1,152 KB before bb58608; CI, c24e08c). The
+    program of test_capture_faults' out-of-memory test, traced, with the
+    session kept open past the checkpoint's 200 ms under the limit: at
+    960-1,152 KB and 16 MB CPython's own frames run out inside the session
+    (its MemoryError or SystemError ends the program, with checkpoints
+    taken meanwhile), at 32 MB the program ends with its result. Never by a
+    signal or rc 127."""
+    from test_capture_faults import UNDER_A_LIMIT
+
+    require_bpf()
+    program = UNDER_A_LIMIT + textwrap.dedent(
+        """
+        import json, sys, time
+        from mlflow_profiler import profiling
+        sys.setrecursionlimit(200_000)
+        def deep(n):
+            return 0 if n == 0 else 1 + deep(n - 1)
+        with profiling(depth=-1):
+            deep(100)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        limit_above_now(int(sys.argv[1]))
+        try:
+            with profiling(depth=-1) as s:
+                result = deep(60_000)
+                time.sleep(0.3)  # a checkpoint under the limit
+        finally:
+            unlimit()
+        print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
+        """
+    )
+    reasons = {
+        "out of memory in the profiling hook: recording stopped",
+        "out of memory for the session's events: recording stopped",
+    }
+    probe = (
+        f"usdt:{CORE_SO}:mlprof:session_spans {{ @fired = count(); }} "
+        'BEGIN { printf("READY\\n"); }'
+    )
+    fired = 0
+    for kb in (960, 1024, 1088, 1152, 16384, 32768) * 4:
+        with subprocess.Popen(
+            [sys.executable, "-c", program, str(kb)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            try:
+                assert readline(proc, 60).strip() == "ready"
+                with Tracer(proc.pid, probe) as tracer:
+                    say(proc, "go")
+                    out, err = proc.communicate(timeout=120)
+                    lines = tracer.stop()
+            finally:
+                proc.kill()
+        fired += sum(int(ln.split()[-1]) for ln in lines if ln.startswith("@fired:"))
+        assert proc.returncode >= 0 and proc.returncode != 127, (kb, proc.returncode, err[-2000:])
+        if proc.returncode == 0:
+            got = json.loads(out.strip().splitlines()[-1])
+            assert got["result"] == 60_000
+            assert set(got["failures"]) <= reasons, got["failures"]
+        else:
+            last = err.strip().splitlines()[-1]
+            assert last.startswith(("MemoryError", "SystemError")), (kb, err[-2000:])
+    assert fired > 0, "no checkpoint fired: the test did not reach the checkpoint thread"
