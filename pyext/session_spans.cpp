@@ -200,20 +200,28 @@ bool finalizing() {
 #endif
 }
 
-void checkpoint_loop() {
+void checkpoint_loop(PyInterpreterState* interp) {
   // This thread's first exception (a bad_alloc under a memory limit) would
   // reach libstdc++'s thread-local state, which glibc allocates on first use
   // and ends the process when it cannot (module.cpp): reached now.
   (void)std::uncaught_exceptions();
   const int pid = getpid();
-  for (;;) {
+  // Its thread state too, made once now: PyGILState_Ensure at a checkpoint
+  // made one each time it found none, and out of memory that is
+  // Py_FatalError ("Couldn't create thread-state for new thread").
+  PyThreadState* ts = PyThreadState_New(interp);
+  bool bound = ts != nullptr;
+  while (bound) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (g_checkpoint_pid.load() != pid) return;
+    if (g_checkpoint_pid.load() != pid) return;  // a forked child's copy: not ours to free
     const int64_t oldest = g_oldest_open_ns.load(std::memory_order_relaxed);
     if (!spans_traced() && oldest == 0) break;
     if (oldest == 0 || clock::monotonic_ns() - oldest < MLPROF_CHECKPOINT_AFTER_NS) continue;
-    if (!Py_IsInitialized() || finalizing()) break;
-    PyGILState_STATE gil = PyGILState_Ensure();
+    if (!Py_IsInitialized() || finalizing()) {
+      bound = false;  // the interpreter frees its thread states
+      break;
+    }
+    PyEval_RestoreThread(ts);
     try {
       const int64_t now = clock::monotonic_ns();
       int64_t still = 0;
@@ -225,7 +233,12 @@ void checkpoint_loop() {
       g_oldest_open_ns.store(still, std::memory_order_relaxed);
     } catch (...) {  // out of memory (a memory limit): this checkpoint is skipped
     }
-    PyGILState_Release(gil);
+    PyEval_SaveThread();
+  }
+  if (bound && Py_IsInitialized() && !finalizing()) {
+    PyEval_RestoreThread(ts);
+    PyThreadState_Clear(ts);
+    PyThreadState_DeleteCurrent();
   }
   int expected = pid;
   g_checkpoint_pid.compare_exchange_strong(expected, 0);
@@ -239,7 +252,7 @@ void checkpoints_session_started(int64_t start_ns) {
   if (running == pid) return;
   if (!g_checkpoint_pid.compare_exchange_strong(running, pid)) return;
   try {
-    std::thread(checkpoint_loop).detach();
+    std::thread(checkpoint_loop, PyInterpreterState_Get()).detach();
   } catch (...) {               // std::system_error; bad_alloc under a memory limit
     g_checkpoint_pid.store(0);  // no thread: sessions still arrive whole at their end
   }
