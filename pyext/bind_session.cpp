@@ -42,7 +42,8 @@ PyObject** slot(PyObject* obj, Py_ssize_t offset) {
 
 // Sets a slot of a ProfileSession this file made (no other reference to it yet).
 void set_slot(PyObject* obj, Py_ssize_t offset, PyObject* value) {
-  Py_XSETREF(*slot(obj, offset), Py_NewRef(value));
+  Py_INCREF(value);
+  Py_XSETREF(*slot(obj, offset), value);
 }
 PyObject* g_refresh = nullptr;    // _transparent.refresh, imported at first use
 Py_ssize_t g_refreshed_for = -1;  // len(sys.modules) it last had nothing left to do for
@@ -54,7 +55,8 @@ Engine* native_engine(PyObject* session, PyObject** obj) {
   if (reinterpret_cast<PyObject*>(Py_TYPE(session)) != g_session_type) return nullptr;
   PyObject* engine = *slot(session, g_engine_slot);  // the class is ProfileSession itself
   if (!engine || Py_TYPE(engine) != g_engine_type) return nullptr;
-  *obj = Py_NewRef(engine);
+  Py_INCREF(engine);
+  *obj = engine;
   // pybind11's own layout for a class with one C++ type (what py::cast does
   // after its type lookup, which costs more than the rest of this function).
   return reinterpret_cast<py::detail::instance*>(*obj)->get_value_and_holder().value_ptr<Engine>();

@@ -46,17 +46,38 @@ PyObject* threading_active() {
   return active;
 }
 
-// threading._active[ident] (a new reference), or null: no _DummyThread is
-// made for a thread threading does not know.
-PyObject* active_thread(uint64_t ident) {
-  PyObject* th = nullptr;
-  if (PyObject* active = threading_active()) {
-    PyObject* key = PyLong_FromUnsignedLongLong(ident);
-    th = key ? PyDict_GetItem(active, key) : nullptr;
-    Py_XDECREF(key);
-    Py_XINCREF(th);
+// The calling thread's threading.Thread (a new reference), or null: no
+// _DummyThread is made for a thread threading does not know. Found in
+// threading._active by its ident, then kept in the thread state's dict,
+// which ends with the thread: a thread's Thread object is the same for its
+// life, and that int-keyed lookup was 400 instructions of each session's
+// start. (Only this function's own errors are cleared.)
+PyObject* current_thread_object(uint64_t ident) {
+  static PyObject* cache_key = [] {
+    PyObject* key = PyUnicode_InternFromString("mlflow_profiler.thread");
+    if (!key) PyErr_Clear();
+    return key;
+  }();
+  PyObject* tsdict = cache_key ? PyThreadState_GetDict() : nullptr;  // borrowed
+  if (tsdict) {
+    if (PyObject* th = PyDict_GetItemWithError(tsdict, cache_key)) {
+      Py_INCREF(th);
+      return th;
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
   }
-  PyErr_Clear();
+  PyObject* active = threading_active();
+  if (!active) return nullptr;
+  PyObject* key = PyLong_FromUnsignedLongLong(ident);
+  if (!key) {
+    PyErr_Clear();  // MemoryError
+    return nullptr;
+  }
+  PyObject* th = PyDict_GetItemWithError(active, key);  // borrowed; an int key's cannot fail
+  Py_DECREF(key);
+  if (!th) return nullptr;  // not cached: threading may make its _DummyThread later
+  Py_INCREF(th);
+  if (tsdict && PyDict_SetItem(tsdict, cache_key, th) < 0) PyErr_Clear();
   return th;
 }
 
@@ -64,14 +85,21 @@ std::string thread_name(PyObject* thread, uint64_t ident) {
   // thread._name (not the property: no Python frame inside a hook). Once per
   // lane: a session start costs a lookup, not an import and two attribute
   // lookups by C string.
-  static PyObject* name_attr = PyUnicode_InternFromString("_name");
+  static PyObject* name_attr = [] {
+    PyObject* name = PyUnicode_InternFromString("_name");
+    if (!name) PyErr_Clear();
+    return name;
+  }();
   std::string out;
   if (thread && name_attr) {
     PyObject* name = PyObject_GetAttr(thread, name_attr);
-    out = utf8(name);
-    Py_XDECREF(name);
+    if (name) {
+      out = utf8(name);
+      Py_DECREF(name);
+    } else {
+      PyErr_Clear();
+    }
   }
-  PyErr_Clear();
   if (out.empty()) out = "Thread-" + std::to_string(ident);
   return out;
 }
@@ -224,7 +252,7 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.out.events.reserve(std::min<size_t>(opts_.max_events, 256));
   L.out.thread_id = thread_id;
   L.out.native_tid = native_tid();
-  PyObject* thread = active_thread(thread_id);
+  PyObject* thread = current_thread_object(thread_id);
   L.out.thread_name = thread_name(thread, thread_id);
   std::unordered_map<PyObject*, CaptureLane*>* per_thread = nullptr;
   if (!lanes_.empty()) {

@@ -6,7 +6,6 @@
 // tree builder. Also the module's set-up and the lists of collecting engines.
 #include "engine_internal.h"
 
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -183,9 +182,7 @@ void Engine::start(PyObject* session, int levels_above) {
   session_ = session;
   start_anchor_ = clock::anchor();
   start_ns_ = start_anchor_.ns;
-  timespec wall{};
-  clock_gettime(CLOCK_REALTIME, &wall);
-  start_unix_ns_ = static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec;
+  start_unix_ns_ = clock::unix_ns_at(start_ns_);
   start_thread_ = thread_key();
   std::string error;
   constexpr uint8_t kAlloc = 1u << static_cast<int>(ValueKind::kAllocBytes);

@@ -304,3 +304,49 @@ def test_a_session_maps_its_clock_within_a_fraction_of_a_microsecond():
     errors.sort()
     assert 0 < errors[len(errors) // 2] <= 500, errors
     assert errors[int(len(errors) * 0.9)] <= 2_000, errors
+
+
+def test_a_session_names_its_thread_as_threading_does_at_its_start(engine):
+    """Each session's lanes carry the thread's name as threading knows it
+    when the session starts: renamed between two sessions, the second has
+    the new name; a thread threading does not know yet (started by _thread)
+    is "Thread-<ident>" until threading.current_thread() makes its
+    _DummyThread, and that name after."""
+    import _thread
+    import threading
+
+    def leaf():
+        return 1
+
+    def name_of_a_session():
+        with profiling(depth=0, engine=engine) as s:
+            leaf()
+        return s.spans[0].thread_name if s.spans else None
+
+    def worker(out):
+        out.append(name_of_a_session())
+        threading.current_thread().name = "renamed"
+        out.append(name_of_a_session())
+
+    names: list = []
+    t = threading.Thread(target=worker, args=(names,), name="first")
+    t.start()
+    t.join()
+    assert names == ["first", "renamed"]
+
+    foreign: list = []
+    done = threading.Event()
+
+    def bare():
+        foreign.append(_thread.get_ident())
+        foreign.append(name_of_a_session())
+        threading.current_thread()  # threading makes its _DummyThread now
+        foreign.append(threading.current_thread().name)
+        foreign.append(name_of_a_session())
+        done.set()
+
+    _thread.start_new_thread(bare, ())
+    assert done.wait(30)
+    ident, before, dummy, after = foreign
+    assert dummy.startswith("Dummy-")
+    assert (before, after) == (f"Thread-{ident}", dummy)
