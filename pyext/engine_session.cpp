@@ -339,8 +339,8 @@ void Engine::stop() {
   if (opts_.all_threads) capture::uninstall_thread_binder();
   if (counting_alloc_) alloc_count::stop();
   counting_alloc_ = false;
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);  // stop() runs while an exception may be propagating
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  if (PyErr_Occurred()) PyErr_Fetch(&type, &value, &tb);  // an exception may be propagating
   if (token_ && PyContextVar_Reset(g_session_var, token_) < 0) {
     PyErr_Clear();
     // Left in another context (manual __exit__ elsewhere): the variable there
@@ -349,7 +349,7 @@ void Engine::stop() {
   }
   for (auto& o : thread_origins_) Py_DECREF(o.thread);  // started, never bound
   thread_origins_.clear();
-  PyErr_Restore(type, value, tb);
+  if (type || value || tb) PyErr_Restore(type, value, tb);
   Py_CLEAR(token_);
   ++g_generation;  // the variable changed: lanes cached for this context are stale
 #if MLPROF_HAS_EVAL_HOOK

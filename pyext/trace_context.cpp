@@ -145,7 +145,7 @@ void read(std::string* trace_id, std::string* span_id, std::string* error) {
     return;
   }
   if (!modules || !PyDict_GetItemWithError(modules, key)) {
-    PyErr_Clear();
+    if (PyErr_Occurred()) PyErr_Clear();
     return;
   }
   compat::Untraced untraced(compat::tstate());  // an enclosing session records none of this
