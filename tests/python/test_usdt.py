@@ -1161,6 +1161,10 @@ def test_a_traced_session_out_of_memory_ends_with_the_programs_result():
         sys.stdin.readline()
         with profiling(depth=-1):  # traced: starts the checkpoint thread
             deep(10)
+        # Its thread state is made as it starts: on 3.11 a PyThreadState_New
+        # that cannot allocate crashes (CPython's own NULL dereference), so the
+        # limit comes once the thread has surely run.
+        time.sleep(0.5)
         with profiling(depth=-1) as s:
             result = deep(900)
             limit_above_now(0)
