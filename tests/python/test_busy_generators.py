@@ -99,8 +99,16 @@ def test_the_engines_agree_on_a_busy_generator(depth, c_calls):
 
 
 def test_the_consumers_cpu_stays_out_of_the_generators(engine):
-    session = _capture(engine, 2, False, cpu_time=True)
-    g, span, _, _ = _generator(session)
+    # Up to three captures: a run preempted inside the generator's resumes
+    # (CI, 3.13: its wall 128 ms, the consumer 8% of it) leaves too little of
+    # the consumer's share for this test to tell the two apart.
+    for _ in range(3):
+        session = _capture(engine, 2, False, cpu_time=True)
+        g, span, _, _ = _generator(session)
+        wall = span["end_ns"] - span["start_ns"]
+        paused = wall - span["active_ns"]
+        if paused > 0.1 * wall:
+            break
     parent = session.spans[g].parent_index
     gen_cpu, busy_cpu = session.spans[g].cpu_ns, session.spans[parent].cpu_ns
     assert gen_cpu is not None and busy_cpu is not None
@@ -109,8 +117,6 @@ def test_the_consumers_cpu_stays_out_of_the_generators(engine):
     # some 40 ns a resume); the consumer's work between resumes (sum's
     # additions, each next()) is its parent's, not the generator's: counted
     # in, the generator's CPU would reach its wall time.
-    wall = span["end_ns"] - span["start_ns"]
-    paused = wall - span["active_ns"]
     assert paused > 0.1 * wall, "the consumer's share is what this test tells apart"
     assert gen_cpu < span["active_ns"] + paused / 2
     assert gen_cpu < busy_cpu
