@@ -247,10 +247,10 @@ CaptureLane* Engine::new_lane(uint64_t thread_key, PyObject* context) {
   L.soft_cap = opts_.max_events;
   L.hard_cap = opts_.max_events * 2 + 64;
   L.off_quantum = clock::ticks_for(kOffCpuQuantumNs);
-  // 4 KiB: a short session (autoprofile's predict) frees its buffer cheaply;
-  // 64 KiB and up makes glibc's free() consolidate its fast bins every time.
   // The event buffer is made at the first event (grow_events): a session that
-  // records nothing allocates none.
+  // records nothing allocates none. Its first 4 KiB (256 events) a short
+  // session frees cheaply; 64 KiB and up makes glibc's free() consolidate its
+  // fast bins every time.
   L.out.thread_id = thread_id;
   L.out.native_tid = native_tid();
   PyObject* thread = current_thread_object(thread_id);
