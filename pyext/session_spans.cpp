@@ -191,6 +191,7 @@ std::atomic<int> g_checkpoint_pid{
     0};  // the process whose thread runs (fork: the child starts its own)
 std::atomic<int64_t> g_oldest_open_ns{0};  // start of the oldest open traced session, 0: none
 int g_open_traced = 0;                     // open sessions counted (GIL held)
+std::atomic<int> g_state_made{0};          // the thread's state: 0 not yet, 1 made, -1 none
 
 bool finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -211,6 +212,7 @@ void checkpoint_loop(PyInterpreterState* interp) {
   // Py_FatalError ("Couldn't create thread-state for new thread").
   PyThreadState* ts = PyThreadState_New(interp);
   bool bound = ts != nullptr;
+  g_state_made.store(bound ? 1 : -1);
   while (bound) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (g_checkpoint_pid.load() != pid) return;  // a forked child's copy: not ours to free
@@ -251,11 +253,18 @@ void checkpoints_session_started(int64_t start_ns) {
   int running = g_checkpoint_pid.load();
   if (running == pid) return;
   if (!g_checkpoint_pid.compare_exchange_strong(running, pid)) return;
+  g_state_made.store(0);
   try {
     std::thread(checkpoint_loop, PyInterpreterState_Get()).detach();
   } catch (...) {               // std::system_error; bad_alloc under a memory limit
     g_checkpoint_pid.store(0);  // no thread: sessions still arrive whole at their end
+    return;
   }
+  // Wait (bounded) for the thread's state, made without the GIL: made later,
+  // when the session's code may have used up memory, 3.11's PyThreadState_New
+  // dereferences its failed allocation (SIGSEGV). Once per process.
+  for (int i = 0; i < 1000 && g_state_made.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 void checkpoints_session_stopped() {
