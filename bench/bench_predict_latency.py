@@ -32,14 +32,11 @@ def main():
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     import _mlflow_models
-    import mlflow
 
     import mlflow_profiler
 
     d = tempfile.mkdtemp()
-    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(d)
-    with _mlflow_models.tracking_uri(store):
-        model = mlflow.pyfunc.load_model(churn_uri)
+    model = _mlflow_models.load_churn_in_new_store(d)
     df = _mlflow_models.frame(64)
     out = tempfile.mkdtemp()
     modes = ["off", "capture", "export"]

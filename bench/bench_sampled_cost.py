@@ -38,14 +38,11 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     import _mlflow_models
-    import mlflow
     from mlflow.pyfunc import scoring_server as ss
 
     import mlflow_profiler
 
-    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tempfile.mkdtemp())
-    with _mlflow_models.tracking_uri(store):
-        model = mlflow.pyfunc.load_model(churn_uri)
+    model = _mlflow_models.load_churn_in_new_store(tempfile.mkdtemp())
     df = _mlflow_models.frame(64)
     data = json.dumps(
         {"dataframe_split": json.loads(df.to_json(orient="split", index=False))}

@@ -40,14 +40,11 @@ def main() -> None:
     ap.add_argument("--export", choices=["none", "files"], default="none")
     args = ap.parse_args()
     import _mlflow_models
-    import mlflow
 
     import mlflow_profiler
 
     d = tempfile.mkdtemp()
-    store, uri, _, _ = _mlflow_models.log_models_in_new_store(d)
-    with _mlflow_models.tracking_uri(store):
-        model = mlflow.pyfunc.load_model(uri)
+    model = _mlflow_models.load_churn_in_new_store(d)
     df = _mlflow_models.frame(64)
     extra = {"output_dir": os.path.join(d, "profiles")} if args.export == "files" else {}
     clock = time.perf_counter_ns

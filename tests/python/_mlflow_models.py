@@ -119,6 +119,16 @@ def log_models_in_new_store(directory):
         return (store,) + log_models()
 
 
+def load_churn_in_new_store(directory):
+    """ChurnModel logged in a new store under `directory` and loaded through
+    mlflow.pyfunc (what the benches and a test of autoprofile call)."""
+    import mlflow.pyfunc
+
+    store, churn_uri, _, _ = log_models_in_new_store(directory)
+    with tracking_uri(store):
+        return mlflow.pyfunc.load_model(churn_uri)
+
+
 PTH = "mlflow_profiler_autoprofile.pth"
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 

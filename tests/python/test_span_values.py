@@ -350,11 +350,8 @@ def test_autoprofile_passes_them_on(tmp_path):
 
     require_mlflow()
     import _mlflow_models
-    import mlflow.pyfunc
 
-    store, churn_uri, _, _ = _mlflow_models.log_models_in_new_store(tmp_path / "store")
-    with _mlflow_models.tracking_uri(store):
-        churn = mlflow.pyfunc.load_model(churn_uri)
+    churn = _mlflow_models.load_churn_in_new_store(tmp_path / "store")
     df = _mlflow_models.frame(64)
     try:
         mlflow_profiler.autoprofile(depth=2, cpu_time=True, alloc_bytes=True)
