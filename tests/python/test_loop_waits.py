@@ -133,7 +133,11 @@ def test_the_selectors_stay_watched_and_the_loop_runs_the_same(engine):
     from mlflow_profiler import _core
 
     async def work():
-        await asyncio.sleep(0.005)
+        # Long enough for the loop to reach select before the timer is due:
+        # a 5 ms sleep had expired first once (CI, 3.13, the reference
+        # engine on a loaded machine; 0.75 ms unloaded), and select(0) is
+        # no wait.
+        await asyncio.sleep(0.05)
         return 42
 
     classes = (selectors.SelectSelector, selectors.EpollSelector, selectors.PollSelector.__mro__[1])
