@@ -82,11 +82,34 @@ OVERHEAD_METHOD = (
 PEER_TITLES = {
     "fib": "fib(25), 242,786 Python calls",
     "tabular": "tabular pure-Python predict, ~16k calls",
+    "calls": "the calls predict, ~16k calls (a generator resumed by the root, generator expressions in sum(), a recursion)",
     "predict": "scikit-learn Pipeline.predict, 1000 rows",
 }
+PEER_HEADS = [
+    "base2 (noise)",
+    "depth 0",
+    "depth 1",
+    "depth 2",
+    "depth -1",
+    "cProfile",
+    "viztracer",
+    "pyinstrument",
+    "d-1 / cProfile overhead",
+]
 
 
 # ----------------------------------------------------------------- loading ---
+
+
+def overhead_command(args: dict, ver: str) -> str:
+    """The bench_overhead.py command a raw file came from (run.sh passes
+    only --repeats: its default workloads and contenders)."""
+    chosen = "".join(
+        f" --{opt} {args[opt]}" for opt in ("workloads", "contenders") if args.get(opt)
+    )
+    if not chosen:
+        return f"bench/run.sh {ver} (bench_overhead.py --repeats {args.get('repeats', '?')} --json)"
+    return f"bench_overhead.py{chosen} --repeats {args.get('repeats', '?')} --json (Python {ver})"
 
 
 def overhead_doc(raw: dict, name: str) -> dict:
@@ -164,8 +187,7 @@ def overhead_doc(raw: dict, name: str) -> dict:
         "when": meta.get("date", "?"),
         "load": f"{load:.1f}" if isinstance(load, (int, float)) else load,
         "loaded": isinstance(load, (int, float)) and load >= LOADED,
-        "command": "bench/run.sh " + ver + " (bench_overhead.py --repeats "
-        f"{raw.get('args', {}).get('repeats', '?')} --json)",
+        "command": overhead_command(raw.get("args", {}), ver),
         "method": OVERHEAD_METHOD,
         "targets": targets,
         "tables": tables,
@@ -234,6 +256,7 @@ def render(docs: List[dict]) -> str:
     w(f"{LOADED:.0f} or more: read the ratios, not the milliseconds. How each figure is measured,")
     w("and how far it is from its physical limit: [Method](#method).")
     w("")
+    render_depths(docs, w)
     targets = current(docs, "targets")
     order = {a: i for i, a in enumerate(AREAS)}
     rows = sorted(
@@ -252,10 +275,12 @@ def render(docs: List[dict]) -> str:
     render_peers(docs, w)
     w("## Method")
     w("")
-    w("Figures come from the shared 2-vCPU VM (AMD EPYC, KVM guest, Linux 6.18) other")
-    w("engineers build and test on. Every comparison is made within one run (contenders")
-    w("interleaved or alternated), and its noise floor, a second unprofiled run (`base2`,")
-    w("A/A', A1/A2), is reported beside it in the raw file.")
+    w("Figures come from the shared 2-vCPU VMs (KVM guests, Linux 6.18) other engineers")
+    w("build and test on. Their host is not always the same CPU (AMD EPYC before; an Intel")
+    w("Xeon on 2026-12-06, whose rdtsc costs 10.5 ns: capture-wallclock-bbe0fd1), so")
+    w("nanoseconds are compared only within one run. Every comparison is made within one run")
+    w("(contenders interleaved or alternated), and its noise floor, a second unprofiled run")
+    w("(`base2`, A/A', A1/A2), is reported beside it in the raw file.")
     w("")
     for doc in sorted(docs, key=lambda d: d["file"]):
         w(f"### {doc['title']}")
@@ -292,9 +317,34 @@ def render(docs: List[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_depths(docs: List[dict], w) -> None:
+    """The first table: per version and workload, each depth beside each
+    peer and the noise floor (bench_overhead's peers.* rows, from run.sh)."""
+    rows = [rd for key, rd in current(docs, "tables").items() if key.startswith("peers.")]
+    if not rows:
+        return
+    wls = list(PEER_TITLES)
+    rows.sort(key=lambda rd: (rd[0]["cells"][0], wls.index(rd[0]["table"].split(".", 1)[1])))
+    w("## Every depth beside every peer")
+    w("")
+    w("Wall clock, one profiler session per call: median time over the unprofiled run's median,")
+    w("from one `bench_overhead.py` run per version (what `bench/run.sh` runs; contenders")
+    w("shuffled per repeat); base2, a second unprofiled run, is that run's noise floor. Workloads:")
+    w("; ".join(f"{wl}, {title}" for wl, title in PEER_TITLES.items()) + ".")
+    w("")
+    cols = ["Python", "workload"] + PEER_HEADS + ["measured at"]
+    w("| " + " | ".join(cols) + " |")
+    w("|" + "---|" * len(cols))
+    for row, doc in rows:
+        wl = row["table"].split(".", 1)[1]
+        cells = [row["cells"][0], wl] + row["cells"][1:]
+        w("| " + " | ".join(cell(c) for c in cells) + f" | {measured_at(doc)} |")
+    w("")
+
+
 def render_peers(docs: List[dict], w) -> None:
-    """The peer tables: each row from the newest run that has it."""
-    rows = current(docs, "tables")
+    """The other peer tables: each row from the newest run that has it."""
+    rows = {k: rd for k, rd in current(docs, "tables").items() if not k.startswith("peers.")}
     by_table: Dict[str, list] = {}
     for key, (row, doc) in sorted(rows.items()):
         by_table.setdefault(row["table"], []).append((row, doc))
@@ -302,13 +352,7 @@ def render_peers(docs: List[dict], w) -> None:
     w("## Peers side by side")
     w("")
     for name in sorted(by_table, key=lambda n: (heads.get(n, {}).get("order", 50), n)):
-        head = heads.get(name)
-        if name.startswith("peers.") and head is None:
-            wl = name.split(".", 1)[1]
-            head = {
-                "title": f"Capture overhead, {PEER_TITLES.get(wl, wl)}: median time over the unprofiled run",
-                "columns": ["Python"] + PEER_COLUMNS + ["d-1 / cProfile overhead"],
-            }
+        head = heads[name]
         w(f"### {head['title']}")
         w("")
         cols = head["columns"] + ["measured at"]
