@@ -319,7 +319,7 @@ def render(docs: List[dict]) -> str:
 
 def render_depths(docs: List[dict], w) -> None:
     """The first table: per version and workload, each depth beside each
-    peer and the noise floor (bench_overhead's peers.* rows, from run.sh)."""
+    peer and the noise floor (the peers.* rows of bench_overhead runs)."""
     rows = [rd for key, rd in current(docs, "tables").items() if key.startswith("peers.")]
     if not rows:
         return
