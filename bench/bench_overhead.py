@@ -46,6 +46,9 @@ and these contenders, each started and stopped around every single call
 
 Every repeat runs every contender once, in a shuffled order, so drift on a
 shared machine spreads over all of them; figures are medians over repeats.
+Each sample follows gc.collect(): no collection lands inside one, and each
+starts with cold caches, which a session's fixed cost feels (depth 0 on 3.12+:
+30-40 us cold against 13-27 warm; bench/d0_interleaved.py times both).
 Post-processing (tree build, rendering, saving) is not timed for anyone.
 
     python bench/bench_overhead.py                # full run (2-3 minutes)
