@@ -218,6 +218,11 @@ def _score(x: list, trees: int = 12) -> float:
     return sum(_tree(x, t) for t in range(trees))
 
 
+# The tabular and calls predicts' sizes in a full run (d0_interleaved.py's too).
+TABULAR_ROWS = 300
+CALLS_ROWS = 600
+
+
 def make_tabular(rows: int):
     data = _rows(rows)
 
@@ -672,13 +677,13 @@ def main(argv=None) -> int:
             fn, k, title = make_fib(args.fib), 1, f"fib({args.fib}), one call per sample"
         elif wl == "tabular":
             fn, k, title = (
-                make_tabular(20 if args.smoke else 300),
+                make_tabular(20 if args.smoke else TABULAR_ROWS),
                 1,
                 "tabular pure-Python predict, one call per sample",
             )
         elif wl == "calls":
             fn, k, title = (
-                make_calls(40 if args.smoke else 600),
+                make_calls(40 if args.smoke else CALLS_ROWS),
                 1,
                 "a predict whose own frame resumes generators and recurses, one call per sample",
             )

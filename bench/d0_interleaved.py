@@ -6,13 +6,12 @@ Each round times, in a shuffled order, a bare predict twice (bare2 is the
 noise floor), one inside `profiling(depth=d)` for each d of `--depths`
 (start and stop timed), the same predict with a depth-0 session started
 before the timer (what the session costs inside the predict), and an empty
-depth-0 session alone. Each is timed
-warm (right after the round's previous predict) and cold (after
-`gc.collect()`, as bench_overhead.py times every sample: a full collection
-walks every object and leaves the caches cold). Prints each median over the
-bare one of its condition and the excess in microseconds: a session's cost
-is a fixed number of microseconds, not a share of the predict, so
-`--rows` at two sizes tells the two apart.
+depth-0 session alone. Each is timed warm (right after a predict) and cold
+(after `gc.collect()`, as bench_overhead.py times every sample: a full
+collection walks every object and leaves the caches cold). Prints each
+median over the bare one of its condition and the excess in microseconds: a
+session's cost is a fixed number of microseconds, not a share of the
+predict, so `--rows` at two sizes tells the two apart.
 
     PYTHONPATH=<mlflow_profiler> python bench/d0_interleaved.py [--rounds 400] \\
         [--workload calls] [--rows 600] [--depths 0,1] [--json out.json]
@@ -100,13 +99,10 @@ def summarize(times: dict) -> dict:
     out = {}
     for cond, by in times.items():
         base = statistics.median(by["bare"])
+        meds = {name: statistics.median(ts) for name, ts in by.items()}
         out[cond] = {
-            name: {
-                "median_us": statistics.median(ts) / 1e3,
-                "ratio": statistics.median(ts) / base,
-                "excess_us": (statistics.median(ts) - base) / 1e3,
-            }
-            for name, ts in by.items()
+            name: {"median_us": m / 1e3, "ratio": m / base, "excess_us": (m - base) / 1e3}
+            for name, m in meds.items()
         }
     return out
 
@@ -123,8 +119,9 @@ def main() -> None:
     ap.add_argument("--depths", default="0", help="ceilings timed around the predict, e.g. 0,1")
     ap.add_argument("--json", help="write the samples and medians here")
     args = ap.parse_args()
-    rows = args.rows or (600 if args.workload == "calls" else 300)
-    make = bench_overhead.make_calls if args.workload == "calls" else bench_overhead.make_tabular
+    calls = args.workload == "calls"
+    rows = args.rows or (bench_overhead.CALLS_ROWS if calls else bench_overhead.TABULAR_ROWS)
+    make = bench_overhead.make_calls if calls else bench_overhead.make_tabular
     work = make(rows)
     for _ in range(20):
         work()
