@@ -109,8 +109,11 @@ def test_the_event_buffer_growing_is_the_profilers_own_time():
         return stats["profiler_overhead_ns"], stats["events_captured"]
 
     cut(10)  # the codes are named here, and cut: not in the figures below
-    small, few = cut(10)
+    # The least of five: a busy machine's preemption inside the profiler's
+    # own work is its time too, and CI ran one 2.5 ms long.
+    smalls = [cut(10) for _ in range(5)]
+    small = min(overhead for overhead, _ in smalls)
     big, many = cut(300_000)
-    assert (few, many) == (22, 600_002)
+    assert {few for _, few in smalls} == {22} and many == 600_002
     # Ten growths from 256 events: no machine copies 7.3 MB in 0.1 ms.
     assert big > 100_000 and small < big / 100, (small, big)
