@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -195,21 +197,41 @@ inline uintptr_t stack_pointer() {
   return reinterpret_cast<uintptr_t>(&here);
 }
 
-// The start of the mapping that holds `sp` (/proc/self/maps), or 0.
-[[gnu::cold, gnu::noinline]] uintptr_t mapping_start(uintptr_t sp) {
+// The mapping that holds `sp` in /proc/self/maps, where the one below it
+// ends, and whether it is the main thread's stack; `from` 0: none found.
+// Read once a thread (and again under ulimit -v): a serving process maps
+// thousands of regions, and sscanf cost 1,900 instructions a line of them.
+struct Mapping {
+  uintptr_t from = 0, to = 0, below = 0;
+  bool stack = false;
+};
+
+[[gnu::cold, gnu::noinline]] Mapping mapping_of(uintptr_t sp) {
+  Mapping m;
   FILE* f = std::fopen("/proc/self/maps", "re");
-  if (!f) return 0;
-  uintptr_t found = 0;
-  unsigned long from = 0, to = 0;
+  if (!f) return m;
   char line[512];
+  bool at_start = true;  // a line longer than the buffer comes in pieces
+  uintptr_t below = 0;
   while (std::fgets(line, sizeof line, f)) {
-    if (std::sscanf(line, "%lx-%lx", &from, &to) == 2 && from <= sp && sp < to) {
-      found = from;
+    const bool starts = at_start;
+    const size_t n = std::strlen(line);
+    at_start = n > 0 && line[n - 1] == '\n';
+    if (!starts) continue;
+    char* end = nullptr;
+    const uintptr_t from = std::strtoull(line, &end, 16);
+    if (end == line || *end != '-') continue;
+    const char* second = end + 1;
+    const uintptr_t to = std::strtoull(second, &end, 16);
+    if (end == second) continue;
+    if (from <= sp && sp < to) {
+      m = {from, to, below, std::string_view(line, n).find(" [stack]") != std::string_view::npos};
       break;
     }
+    below = to;
   }
   std::fclose(f);
-  return found;
+  return m;
 }
 
 // Maps the main thread's stack down to `low`, growing it as a call that deep
@@ -233,13 +255,43 @@ inline uintptr_t stack_pointer() {
     b.limit = std::min(sp, low + kStackMargin);
     return true;
   }
-  const uintptr_t bottom = mapping_start(sp);
+  const uintptr_t bottom = mapping_of(sp).from;
   if (!bottom || sp < bottom + kStackMargin) return false;
   b.limit = std::max(b.quarter, bottom + kStackMargin);
   return true;
 }
 
+// An unlimited main stack, or one glibc reports as over 1 GiB: count on 8 MiB.
+inline size_t counted_size(size_t size) {
+  return size > (size_t{1} << 30) ? (size_t{8} << 20) : size;
+}
+
+// The main thread's stack from its mapping, as glibc's pthread_getattr_np
+// finds it (reading /proc/self/maps again): it ends at the mapping's end and
+// is RLIMIT_STACK long, not reaching the mapping below.
+void main_stack_bounds(StackBounds& b, const Mapping& m) {
+  rlimit rl{};
+  size_t size = getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                    ? static_cast<size_t>(rl.rlim_cur)
+                    : SIZE_MAX;
+  size = std::min<size_t>(size, m.to - m.below) & ~size_t{4095};
+  b.top = m.to;
+  b.size = counted_size(size);
+  b.quarter = b.top - b.size / 4;
+  b.limit = std::max(b.quarter, m.from + kStackMargin);
+  b.grows = true;
+}
+
 [[gnu::cold, gnu::noinline]] void read_stack_bounds(StackBounds& b) {
+  // Another thread's stack is mapped whole when the thread starts.
+  const bool main = getpid() == static_cast<pid_t>(syscall(SYS_gettid));
+  Mapping m;
+  if (main) {
+    char here;
+    m = mapping_of(reinterpret_cast<uintptr_t>(&here));
+    if (m.stack) return main_stack_bounds(b, m);
+  }
+  // Another thread, or the main thread off its [stack] mapping (a fiber's).
   pthread_attr_t attr;
   void* addr = nullptr;
   size_t size = 0;
@@ -247,16 +299,10 @@ inline uintptr_t stack_pointer() {
   if (pthread_getattr_np(pthread_self(), &attr) == 0) {
     if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size) {
       b.top = reinterpret_cast<uintptr_t>(addr) + size;
-      // An unlimited main stack reports a huge size: count on 8 MiB.
-      b.size = size > (size_t{1} << 30) ? (size_t{8} << 20) : size;
+      b.size = counted_size(size);
       b.quarter = b.limit = b.top - b.size / 4;
-      // Another thread's stack is mapped whole when the thread starts.
-      b.grows = getpid() == static_cast<pid_t>(syscall(SYS_gettid));
-      if (b.grows) {
-        char here;
-        const uintptr_t bottom = mapping_start(reinterpret_cast<uintptr_t>(&here));
-        if (bottom) b.limit = std::max(b.quarter, bottom + kStackMargin);
-      }
+      b.grows = main;
+      if (main && m.from) b.limit = std::max(b.quarter, m.from + kStackMargin);
     }
     pthread_attr_destroy(&attr);
   }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -155,3 +156,55 @@ def test_recursion_completes_as_it_does_without_the_profiler(where, n, limit, de
         assert profiled["spans"] >= n + 1
     if depth >= 0:
         assert profiled["spans"] >= depth + 1  # the recursion down to the ceiling was recorded
+
+
+STACK_CHILD = textwrap.dedent(
+    """
+    import sys
+    from mlflow_profiler import profiling
+    sys.setrecursionlimit(60_000)
+    def down(k):
+        return 0 if k == 0 else 1 + down(k - 1)
+    # 3.11: full capture runs each frame through the evaluation function;
+    # 3.14+: a ceiling below the recursion's depth does (3.12 and 3.13 trip
+    # on the C recursion limit first).
+    depth = -1 if sys.version_info < (3, 12) else 100_000
+    with profiling(depth=depth) as session:
+        assert down(50_000) == 50_000
+    print("\\n".join(session.statistics()["notes"]))
+    """
+)
+
+
+@pytest.mark.skipif(
+    (3, 12) <= sys.version_info[:2] <= (3, 13), reason="3.12 and 3.13 trip on the C recursion limit"
+)
+@pytest.mark.parametrize("soft_kib", [16 << 10, None], ids=["16MiB", "unlimited"])
+def test_the_main_threads_guard_reads_its_stack_as_the_kernel_bounds_it(soft_kib):
+    """The guard steps aside at a quarter of the main thread's C stack, read
+    from /proc/self/maps and RLIMIT_STACK: with a 16 MiB limit, 16384 KiB
+    (the kernel counts the limit from the mapping's end); unlimited, 8 MiB.
+    It trips its margin (128 KiB) before the quarter."""
+
+    def limit():
+        soft = resource.RLIM_INFINITY if soft_kib is None else soft_kib << 10
+        resource.setrlimit(
+            resource.RLIMIT_STACK, (soft, resource.getrlimit(resource.RLIMIT_STACK)[1])
+        )
+
+    hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+    if soft_kib is None and hard != resource.RLIM_INFINITY:
+        pytest.skip("this shell's hard RLIMIT_STACK is not unlimited")
+    proc = subprocess.run(
+        [sys.executable, "-c", STACK_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"(\d+) KiB of a (\d+) KiB C stack used", proc.stdout)
+    assert m, proc.stdout
+    used, size = int(m.group(1)), int(m.group(2))
+    assert size == (soft_kib or 8 << 10)
+    assert size // 4 - 128 - 16 <= used <= size // 4 - 128 + 16, (used, size)
