@@ -57,7 +57,7 @@ elif what == "cprofile-bare":
 else:
     import mlflow_profiler as mp
     with mp.profiling(depth=2):  # warm-up: a call inside runs the hook's one-time set-up
-        (lambda: None)()         # (3.11: the C stack bounds, read from /proc/self/maps)
+        (lambda: None)()         # (the main thread's C stack bounds, from /proc/self/maps)
     if what == "bare":
         work()
     elif what == "nothing":  # the process and the warm-up without the measured predict
