@@ -199,8 +199,8 @@ inline uintptr_t stack_pointer() {
 
 // The mapping that holds `sp` in /proc/self/maps, where the one below it
 // ends, and whether it is the main thread's stack; `from` 0: none found.
-// Read once a thread (and again under ulimit -v): a serving process maps
-// thousands of regions, and sscanf cost 1,900 instructions a line of them.
+// Read once, for the main thread (and again under ulimit -v): a serving
+// process maps thousands of regions; sscanf cost 1,900 instructions a line.
 struct Mapping {
   uintptr_t from = 0, to = 0, below = 0;
   bool stack = false;
@@ -267,8 +267,8 @@ inline size_t counted_size(size_t size) {
 }
 
 // The main thread's stack from its mapping, as glibc's pthread_getattr_np
-// finds it (reading /proc/self/maps again): it ends at the mapping's end and
-// is RLIMIT_STACK long, not reaching the mapping below.
+// finds it, without that function's own read of /proc/self/maps: it ends at
+// the mapping's end and is RLIMIT_STACK long, not reaching the mapping below.
 void main_stack_bounds(StackBounds& b, const Mapping& m) {
   rlimit rl{};
   size_t size = getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY

@@ -166,7 +166,7 @@ STACK_CHILD = textwrap.dedent(
     def down(k):
         return 0 if k == 0 else 1 + down(k - 1)
     # 3.11: full capture runs each frame through the evaluation function;
-    # 3.14+: a ceiling below the recursion's depth does (3.12 and 3.13 trip
+    # 3.14+: a ceiling deeper than the recursion does (3.12 and 3.13 trip
     # on the C recursion limit first).
     depth = -1 if sys.version_info < (3, 12) else 100_000
     with profiling(depth=depth) as session:
