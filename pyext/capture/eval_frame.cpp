@@ -197,6 +197,12 @@ inline uintptr_t stack_pointer() {
   return reinterpret_cast<uintptr_t>(&here);
 }
 
+// Where to look again: the margin above the lowest byte known mapped, and
+// never below the quarter the program keeps.
+inline uintptr_t look_again_at(const StackBounds& b, uintptr_t mapped_from) {
+  return std::max(b.quarter, mapped_from + kStackMargin);
+}
+
 // The mapping that holds `sp` in /proc/self/maps, where the one below it
 // ends, and whether it is the main thread's stack; `from` 0: none found.
 // Read once, for the main thread (and again under ulimit -v): a serving
@@ -257,7 +263,7 @@ struct Mapping {
   }
   const uintptr_t bottom = mapping_of(sp).from;
   if (!bottom || sp < bottom + kStackMargin) return false;
-  b.limit = std::max(b.quarter, bottom + kStackMargin);
+  b.limit = look_again_at(b, bottom);
   return true;
 }
 
@@ -278,7 +284,7 @@ void main_stack_bounds(StackBounds& b, const Mapping& m) {
   b.top = m.to;
   b.size = counted_size(size);
   b.quarter = b.top - b.size / 4;
-  b.limit = std::max(b.quarter, m.from + kStackMargin);
+  b.limit = look_again_at(b, m.from);
   b.grows = true;
 }
 
@@ -302,7 +308,7 @@ void main_stack_bounds(StackBounds& b, const Mapping& m) {
       b.size = counted_size(size);
       b.quarter = b.limit = b.top - b.size / 4;
       b.grows = main;
-      if (main && m.from) b.limit = std::max(b.quarter, m.from + kStackMargin);
+      if (main && m.from) b.limit = look_again_at(b, m.from);
     }
     pthread_attr_destroy(&attr);
   }
