@@ -30,6 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 CALLS = 4
 MS = 1_000_000
+SLEEP_NS = 50 * MS  # _sleep's time.sleep, which the check bounds blocked by
 
 
 # -- the target ----------------------------------------------------------------------------------
@@ -47,7 +48,7 @@ def _schedstat() -> tuple:
 
 def _sleep():
     t, (cpu, queue) = time.monotonic_ns(), _schedstat()
-    time.sleep(0.05)
+    time.sleep(SLEEP_NS / 1e9)
     cpu2, queue2 = _schedstat()
     SLEEPS.append([time.monotonic_ns() - t, cpu2 - cpu, queue2 - queue])
 
@@ -121,7 +122,8 @@ def read_line(proc, want: str, timeout: float) -> str:
 def check(doc, pid: int, sleeps: list) -> list:
     """The failed checks ([] when all passed), as one string each. `sleeps`:
     the target's own figures for each time.sleep, [wall, on CPU, waiting on
-    a run queue] in ns, the oracle for the _sleep spans' off_cpu and blocked."""
+    a run queue] in ns: the CPU time bounds the _sleep spans' blocked time,
+    and all three are in the message when a check fails."""
     failed = []
 
     def expect(ok: bool, what: str):
@@ -145,7 +147,7 @@ def check(doc, pid: int, sleeps: list) -> list:
     for s, (wall, cpu, queue) in zip(spans, sleeps):
         blocked, off = s.values.get("blocked", 0), s.values.get("off_cpu", 0)
         expect(
-            50 * MS - cpu - MS <= blocked <= off <= s.wall_ns,
+            SLEEP_NS - cpu - MS <= blocked <= off <= s.wall_ns,
             f"_sleep blocked {blocked} off {off} wall {s.wall_ns}; the sleep by its own"
             f" clocks: wall {wall}, on CPU {cpu}, run queue {queue}",
         )
