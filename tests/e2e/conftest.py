@@ -66,12 +66,16 @@ class Bpftrace:
         self._reader.start()
         time.sleep(0.5)  # attached once it printed that; a margin for the last probe
 
-    def stop(self, maps: str = "") -> List[str]:
+    def stop(self, maps: str = "", kill: bool = False) -> List[str]:
         """The lines printed so far; with `maps` (the start of a map's lines,
         "@runq["), after bpftrace printed its maps on SIGUSR1 (for a program
         whose END prints nothing). The oracle's
         data is those lines, not bpftrace's exit: twice in CI it did not exit
-        within 60 s of SIGINT, and is then killed with its lines kept."""
+        within 60 s of SIGINT, and is then killed with its lines kept. `kill`:
+        the caller has seen the lines it needs, and bpftrace is killed at once
+        (in a TCG guest it never exited within 60 s of SIGINT)."""
+        if kill:
+            self.proc.kill()
         if maps:
             self.proc.send_signal(signal.SIGUSR1)
             deadline, seen = time.monotonic() + 30, -1
