@@ -12,6 +12,7 @@
 #include <climits>
 #include <exception>
 
+#include "exception_state.h"
 #include "loop_watch.h"
 
 namespace mlprof {
@@ -20,9 +21,8 @@ using compat::utf8;
 
 namespace {
 uint64_t native_tid() {
-  // once per thread: the syscall, and libstdc++'s exception state (module.cpp)
-  thread_local uint64_t tid =
-      ((void)std::uncaught_exceptions(), static_cast<uint64_t>(syscall(SYS_gettid)));
+  // once per thread: the syscall, and libstdc++'s exception state (exception_state.h)
+  thread_local uint64_t tid = (reach_exception_state(), static_cast<uint64_t>(syscall(SYS_gettid)));
   return tid;
 }
 

@@ -6,7 +6,6 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <exception>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -17,6 +16,7 @@
 #include "bindings.h"
 #include "capture/capture.h"
 #include "engine.h"
+#include "exception_state.h"
 #include "formats/json_doc.h"
 #include "loop_watch.h"
 #include "model/tree.h"
@@ -360,12 +360,9 @@ PyMethodDef g_usdt_attached_def = {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mlflow_profiler's native part: capture hooks and the C++ core.";
   m.attr("__version__") = MLPROF_VERSION;  // pyproject.toml's, through CMake
-  // A thread's first C++ exception reaches libstdc++'s thread-local state,
-  // which glibc allocates then for a dlopen'ed library, ending the process
-  // (_exit(127), "cannot allocate memory for thread-local data") when that
-  // fails: the hook's bad_alloc under a memory limit (CI, 3.11, once).
-  // Reached now, while there is memory; threads: native_tid().
-  (void)std::uncaught_exceptions();
+  // This thread's exception state, while there is memory (exception_state.h);
+  // other threads: native_tid().
+  reach_exception_state();
   init_engine_module(m.ptr());
   capture::init();
   if (!add_span_types(m.ptr())) throw py::error_already_set();

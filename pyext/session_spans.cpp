@@ -10,7 +10,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -18,6 +17,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "exception_state.h"
 #include "probes.h"
 
 namespace mlprof::probes {
@@ -202,10 +202,8 @@ bool finalizing() {
 }
 
 void checkpoint_loop(PyInterpreterState* interp) {
-  // This thread's first exception (a bad_alloc under a memory limit) would
-  // reach libstdc++'s thread-local state, which glibc allocates on first use
-  // and ends the process when it cannot (module.cpp): reached now.
-  (void)std::uncaught_exceptions();
+  // This thread's exception state, while there is memory (exception_state.h).
+  reach_exception_state();
   const int pid = getpid();
   // Its thread state too, made once now: PyGILState_Ensure at a checkpoint
   // made one each time it found none, and out of memory that is
