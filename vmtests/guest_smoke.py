@@ -152,10 +152,6 @@ def read_line(proc, want: str, timeout: float) -> str:
     raise RuntimeError(f"no '{want}' from {proc.args[1:3]} in {timeout:.0f} s")
 
 
-def overlap(a0: int, a1: int, b0: int, b1: int) -> int:
-    return max(0, min(a1, b1) - max(a0, b0))
-
-
 def oracle_intervals(oracle, pid: int, mark: int) -> list:
     """The main thread's off-CPU intervals [(out_ns, in_ns)], once the one
     that starts after `mark` is in (60 s at most); bpftrace is then stopped."""
@@ -174,6 +170,8 @@ def check(doc, pid: int, oracle: list, calls: list, sleeps: list) -> list:
     the main thread's off-CPU intervals by bpftrace, [(out_ns, in_ns)];
     `calls`: each _sleep's call of time.sleep and its return. Appends to `sleeps`, per
     _sleep span, the agent's figures and the oracle's."""
+    from conftest import overlap  # on the path main() gave
+
     failed = []
 
     def expect(ok: bool, what: str):

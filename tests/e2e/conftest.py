@@ -45,6 +45,11 @@ def require(ok: bool, why: str) -> None:
     pytest.skip(why)
 
 
+def overlap(a0: int, a1: int, b0: int, b1: int) -> int:
+    """The ns that [a0, a1) and [b0, b1) share."""
+    return max(0, min(a1, b1) - max(a0, b0))
+
+
 class Bpftrace:
     """A bpftrace program run until stop(); the lines it printed."""
 
@@ -84,7 +89,7 @@ class Bpftrace:
                 if len(self.lines) == seen and any(l.startswith(maps) for l in self.lines):
                     break
                 seen = len(self.lines)
-        else:
+        elif not kill:
             time.sleep(0.3)
         printed = list(self.lines)
         self.proc.send_signal(signal.SIGINT)

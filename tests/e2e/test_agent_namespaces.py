@@ -48,7 +48,15 @@ from typing import List, Tuple
 
 import pytest
 from _kube import KubeNode
-from conftest import SPAN_OPEN_AT_END, SPAN_TRUNCATED, TARGET_PY, Document, require, run_agent
+from conftest import (
+    SPAN_OPEN_AT_END,
+    SPAN_TRUNCATED,
+    TARGET_PY,
+    Document,
+    overlap,
+    require,
+    run_agent,
+)
 
 CPU = 1  # the target and the hogs share it; the agent and the tests run on the other too
 MS = 1_000_000
@@ -148,10 +156,6 @@ class Oracle:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.communicate()
-
-
-def overlap(a0: int, a1: int, b0: int, b1: int) -> int:
-    return max(0, min(a1, b1) - max(a0, b0))
 
 
 def oracle_sums(intervals, windows) -> Tuple[int, int, int]:
