@@ -570,6 +570,27 @@ def test_every_reader_of_call_paths_names_them_alike_and_refuses_a_loop(tmp_path
     assert err.value.kind == "corrupt" and str(err.value).startswith("the store is damaged: ")
 
 
+def test_a_sampled_stack_that_is_its_own_parent_is_one_refusal(tmp_path):
+    """Reading an imported source's sampled stacks walks each stack up to
+    the root. A damaged store whose stack names itself as its parent (a
+    corrupted index did it: fuzz/regressions/fuzz_store_read/) is one
+    StoreError from load_stacks(). The walk recursed a level per parent, up
+    to 100,000: it overflowed the C stack and ended the process."""
+    folded = tmp_path / "spy.folded"
+    folded.write_text("main;predict;encode 6\nmain;load 10\n")
+    db = tmp_path / "s.db"
+    with open_store(db) as store:
+        source = store.add(folded)
+        assert len(store.load_stacks(source).stacks()) == 2
+    conn = _connect(db, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute("UPDATE stacks SET parent_stack_id = stack_id WHERE depth = 2")
+    conn.close()
+    with open_store(db) as store, pytest.raises(StoreError, match="a call path is a cycle") as err:
+        store.load_stacks(source)
+    assert err.value.kind == "corrupt" and "\n" not in str(err.value)
+
+
 _WRITER = textwrap.dedent("""
     import sys, time
     from mlflow_profiler import profiling

@@ -85,35 +85,57 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
     ss.threads.push_back({as_text(r[2]), static_cast<uint64_t>(as_int(r[1]))});
   }
   // Call paths: each stack's frames, root first, built from its parents.
+  // Walked up without recursion (a recursion a level, 100,000 levels deep,
+  // overflowed the stack: fuzz/regressions/fuzz_store_read/), each stack row
+  // read once; a sample's whole path is kept per stack a sample names. A
+  // damaged store's parents may form a cycle; no real call path is deeper
+  // than an import takes (kMaxStackDepth).
+  struct Node {
+    int64_t parent = 0;
+    SqlRow row;  // its location's line and its function, as read
+  };
+  std::unordered_map<int64_t, Node> node_of;
   std::unordered_map<int64_t, std::vector<StackSamples::Frame>> frames_of{{0, {}}};
   std::unordered_map<int64_t, uint32_t> fn_of;
-  // `depth`: a damaged store's parents may form a cycle; no real call path
-  // is deeper than an import takes (kMaxStackDepth).
-  auto frames = [&](int64_t stack, size_t depth,
-                    auto&& self) -> const std::vector<StackSamples::Frame>& {
-    auto it = frames_of.find(stack);
-    if (it != frames_of.end()) return it->second;
-    if (depth > kMaxStackDepth) throw StoreFailure("a call path is a cycle or too deep");
-    const auto row = d.query(
-        "SELECT k.parent_stack_id, lo.line, f.function_id, f.name, f.module, f.filename, "
-        "f.start_line, f.kind, "
-        "f.user_code FROM stacks k JOIN locations lo ON lo.location_id = k.location_id JOIN "
-        "functions f ON "
-        "f.function_id = lo.function_id WHERE k.stack_id = ?",
-        {stack});
-    if (row.empty()) throw StoreFailure("a sample names a call path that is not there");
-    const auto& r = row[0];
-    std::vector<StackSamples::Frame> out = self(as_int(r[0]), depth + 1, self);
-    const int64_t fid = as_int(r[2]);
-    auto f = fn_of.find(fid);
-    if (f == fn_of.end()) {
-      f = fn_of
-              .emplace(fid, ss.functions.add(as_text(r[3]), as_text(r[4]), as_text(r[5]),
-                                             static_cast<int32_t>(as_int(r[6])),
-                                             function_kind(as_int(r[7])), as_int(r[8]) != 0))
-              .first;
+  std::vector<const Node*> up;  // the stacks above a sample's, not yet a path: innermost first
+  auto frames = [&](int64_t stack) -> const std::vector<StackSamples::Frame>& {
+    auto known = frames_of.find(stack);
+    if (known != frames_of.end()) return known->second;
+    up.clear();
+    for (int64_t at = stack; (known = frames_of.find(at)) == frames_of.end();) {
+      if (up.size() >= kMaxStackDepth) throw StoreFailure("a call path is a cycle or too deep");
+      auto n = node_of.find(at);
+      if (n == node_of.end()) {
+        auto rows = d.query(
+            "SELECT k.parent_stack_id, lo.line, f.function_id, f.name, f.module, f.filename, "
+            "f.start_line, f.kind, "
+            "f.user_code FROM stacks k JOIN locations lo ON lo.location_id = k.location_id JOIN "
+            "functions f ON "
+            "f.function_id = lo.function_id WHERE k.stack_id = ?",
+            {at});
+        if (rows.empty()) throw StoreFailure("a sample names a call path that is not there");
+        n = node_of.emplace(at, Node{as_int(rows[0][0]), std::move(rows[0])}).first;
+      }
+      up.push_back(&n->second);
+      at = n->second.parent;
     }
-    out.push_back({f->second, static_cast<int32_t>(as_int(r[1]))});
+    std::vector<StackSamples::Frame> out;
+    out.reserve(known->second.size() + up.size());
+    out.insert(out.end(), known->second.begin(), known->second.end());
+    for (auto i = up.rbegin(); i != up.rend(); ++i) {  // root first: functions in that order
+      const SqlRow& r = (*i)->row;
+      const int64_t fid = as_int(r[2]);
+      auto f = fn_of.find(fid);
+      if (f == fn_of.end()) {
+        f = fn_of
+                .emplace(fid, ss.functions.add(as_text(r[3]), as_text(r[4]), as_text(r[5]),
+                                               static_cast<int32_t>(as_int(r[6])),
+                                               function_kind(as_int(r[7])), as_int(r[8]) != 0))
+                .first;
+      }
+      out.push_back({f->second, static_cast<int32_t>(as_int(r[1]))});
+    }
+    if (out.size() > kMaxStackDepth) throw StoreFailure("a call path is a cycle or too deep");
     return frames_of.emplace(stack, std::move(out)).first->second;
   };
   std::unordered_map<int64_t, size_t> type_index;
@@ -137,7 +159,7 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
     const auto thread = thread_of.find(as_int(r[1]));
     if (thread == thread_of.end()) throw StoreFailure("a sample names a lane that is not there");
     s.thread = thread->second;
-    s.frames = frames(as_int(r[2]), 0, frames);
+    s.frames = frames(as_int(r[2]));
     s.values.assign(ss.value_types.size(), 0);
     sample_index[as_int(r[0])] = ss.samples.size();
     ss.samples.push_back(std::move(s));
