@@ -12,6 +12,7 @@
 #   scripts/fuzz.sh --runs 10000 --seed 1   a bounded count from a fixed seed (CI)
 #   scripts/fuzz.sh --replay-only           the regression inputs and seeds, once each
 #   scripts/fuzz.sh --ledger                executions so far per target, on this code
+#                                           (with what fuzz/carried.tsv carries to it)
 #   --jobs N                                targets fuzzed at once (default: the CPUs)
 #   --idle                                  yield the CPUs to everything else
 # Every run appends a row to build-fuzz/ledger.tsv: its executions, result,
@@ -55,18 +56,34 @@ fi
 build=${MLPROF_FUZZ_BUILD:-$root/build-fuzz}
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls fuzz/corpus)
 
-# The fuzzed code: what a run's executions count for.
-code=$(git log -1 --format=%h -- userspace fuzz CMakeLists.txt 2>/dev/null || true)
-[ -n "$code" ] && [ -z "$(git status --porcelain -- userspace fuzz CMakeLists.txt)" ] || code=dirty
+# The fuzzed code: what a run's executions count for. fuzz/carried.tsv is
+# the ledger's, not code the targets run.
+code_paths=(userspace fuzz CMakeLists.txt ':!fuzz/carried.tsv')
+code=$(git log -1 --format=%h -- "${code_paths[@]}" 2>/dev/null || true)
+[ -n "$code" ] && [ -z "$(git status --porcelain -- "${code_paths[@]}")" ] || code=dirty
 if [ "$ledger" = 1 ]; then
   # Executions per target on this code, over runs that found nothing. Not
   # a fixed seed's (CI's): run again, it executes the same inputs. Nothing
   # on uncommitted code: two such runs may have fuzzed different code.
+  # fuzz/carried.tsv (code, from, not carried, why) carries the runs on an
+  # earlier code to a later one for the targets whose code the change
+  # between them cannot reach (docs/fuzzing.md says when).
   printf '%-26s %12s %6s  %s\n' target executions runs "code $code"
+  carried=/dev/null
+  [ -f fuzz/carried.tsv ] && carried=fuzz/carried.tsv
   for t in "${targets[@]}"; do
-    awk -F'\t' -v t="$t" -v c="$code" '$2 == t && $6 == c && c != "dirty" && $7 == 0 && ($5 == "ok" || $5 == "interrupted") {
-      n += $3; r++ } END { printf "%-26s %12d %6d  %s\n", t, n, r, (n >= 10000000 ? "10 million: done" : "") }' \
-      "$build/ledger.tsv" 2>/dev/null || printf '%-26s %12d %6d\n' "$t" 0 0
+    awk -F'\t' -v t="$t" -v c="$code" '
+      FILENAME != ARGV[2] { if ($0 !~ /^#/ && NF >= 3) { n_c++; cc[n_c] = $1; cf[n_c] = $2; cx[n_c] = "," $3 "," } next }
+      FNR == 1 && !started { started = 1; counts[c] = 1
+        for (changed = 1; changed;) { changed = 0
+          for (i = 1; i <= n_c; i++)
+            if ((cc[i] in counts) && !(cf[i] in counts) && index(cx[i], "," t ",") == 0) {
+              counts[cf[i]] = 1; changed = 1; from = from " +" cf[i] } } }
+      $2 == t && ($6 in counts) && c != "dirty" && $7 == 0 && ($5 == "ok" || $5 == "interrupted") {
+        n += $3; r++ }
+      END { printf "%-26s %12d %6d  %s%s\n", t, n, r, (n >= 10000000 ? "10 million: done" : ""),
+            (from != "" ? "  (carried:" from ")" : "") }' \
+      "$carried" "$build/ledger.tsv" 2>/dev/null || printf '%-26s %12d %6d\n' "$t" 0 0
   done
   exit 0
 fi
