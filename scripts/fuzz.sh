@@ -22,6 +22,10 @@
 # its final stats first. docs/fuzzing.md says how the sums are read.
 # Environment: MLPROF_FUZZ_BUILD, the build directory (default: build-fuzz/).
 set -euo pipefail
+# One compound command, read whole before it runs: a run takes hours, and
+# bash reads a script as it goes, so an edit meanwhile would change what
+# the run does next.
+{
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
@@ -184,3 +188,5 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: FAILED: ${failed[*]} (inputs in $build/artifacts/, logs $build/<target>.log)" >&2
   exit 1
 fi
+exit 0
+}
