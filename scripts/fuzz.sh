@@ -147,13 +147,13 @@ fuzz_one() {
     "$build/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   took=$(( $(date +%s) - s0 ))
   # libFuzzer prints its final stats twice when it dies on a finding.
-  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+$' || echo 0)
+  execs=$(grep -aoE 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+$' || echo 0)
   rate=$(( took > 0 ? execs / took : execs ))
   corpus=$(find "$build/corpus/$t" -type f | wc -l)
   result=ok
   [ "$rc" = 72 ] && grep -q 'libFuzzer: run interrupted' "$log" && rc=0 result=interrupted
   [ "$rc" = 0 ] ||
-    result="FAILED (exit $rc): $(grep -m1 -E 'ERROR: |runtime error|fuzz: ' "$log" || echo "see $log")"
+    result="FAILED (exit $rc): $(grep -a -m1 -E 'ERROR: |runtime error|fuzz: ' "$log" || echo "see $log")"
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$execs" "$took" \
     "${result%%:*}" "$code" "$seed" >>"$build/ledger.tsv"
   printf '%-26s %8s %12s %10s %8s  %s\n' "$t" "$took" "$execs" "$rate" "$corpus" "$result"
