@@ -82,6 +82,16 @@ struct Suspended {
   }
 };
 
+// A reading of a lane's thread CPU clock: cpu_ns at ticks; or, where `since`
+// is not 0, the thread had not left the CPU since its read at `since`
+// (cpu_ns), so its clock at ticks is cpu_ns plus the wall time between
+// (on_cpu.h), worked out with the session's clock mapping.
+struct CpuRead {
+  int64_t ticks = 0;
+  int64_t cpu_ns = 0;
+  int64_t since = 0;
+};
+
 struct CaptureLane {
   Engine* engine = nullptr;
   uint32_t index = 0;  // position in the engine's lanes
@@ -109,10 +119,10 @@ struct CaptureLane {
   bool truncated = false;
   uint8_t values =
       0;  // counters read at each span event: bit 1 << ValueKind (cpu_time, alloc_bytes)
-  // Readings of the thread's CPU clock for running vs waiting (views/waiting.h):
-  // (ticks, CPU ns), at most one per off_quantum ticks; turned into the
-  // lane's OffCpuReadings when the profile is built.
-  std::vector<std::pair<int64_t, int64_t>> cpu_reads;
+  // Readings of the thread's CPU clock for running vs waiting (views/waiting.h),
+  // at most one per off_quantum ticks; turned into the lane's OffCpuReadings
+  // when the profile is built.
+  std::vector<CpuRead> cpu_reads;
   int64_t off_quantum = 0;
   int64_t off_read_ticks = 0;
   uint64_t skipped = 0;              // frame events below the ceiling that reached the engine

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "capture/frame_access.h"
+#include "on_cpu.h"
 #include "overhead_cut.h"
 #include "trace_context.h"
 #include "views/group.h"
@@ -26,6 +27,7 @@ void init_engine_module(PyObject* module) {
   if (!g_lane_var) g_lane_var = PyContextVar_New("mlflow_profiler.lane", nullptr);
   if (g_extra_index < 0) g_extra_index = compat::request_code_extra_index();
   clock::init();
+  on_cpu::init();
   Py_INCREF(g_session_var);
   PyModule_AddObject(module, "session_var", g_session_var);
 }
@@ -441,13 +443,21 @@ std::shared_ptr<Profile> Engine::profile() {
   }
   const int64_t overhead_ticks = merge_stretches(cuts);
   const auto to_ns = [&clk](int64_t t) { return clk.to_ns(t); };
+  // Each lane's readings as (ticks, CPU ns): one taken without a system call
+  // is its thread's last read plus the wall time since (CpuRead).
+  std::vector<TimePairs> lane_reads(lanes_.size());
   std::unordered_map<uint64_t, TimePairs> thread_reads;
-  for (auto& lp : lanes_) {
-    auto& r = thread_reads[lp->thread_id];
-    r.insert(r.end(), lp->cpu_reads.begin(), lp->cpu_reads.end());
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    auto& out = lane_reads[i];
+    for (const CpuRead& r : lanes_[i]->cpu_reads) {
+      out.emplace_back(r.ticks, r.since ? r.cpu_ns + (to_ns(r.ticks) - to_ns(r.since)) : r.cpu_ns);
+    }
+    auto& t = thread_reads[lanes_[i]->thread_id];
+    t.insert(t.end(), out.begin(), out.end());
   }
   const auto inside = off_cpu_inside(cuts, thread_reads, to_ns);
-  for (auto& lp : lanes_) {
+  for (size_t li = 0; li < lanes_.size(); ++li) {
+    auto& lp = lanes_[li];
     Lane lane = std::move(lp->out);
     const auto& cut = cuts[lp->thread_id];
     CutTimeline on_cut(cut);
@@ -460,7 +470,7 @@ std::shared_ptr<Profile> Engine::profile() {
       e.ts_ns = clk.to_ns(on_cut(e.ts_ns));
       if (e.kind == EventKind::kCall) e.id = local_fn(e.id);
     }
-    add_off_cpu(lp->cpu_reads, cut, inside.at(lp->thread_id), to_ns, lane.off_cpu);
+    add_off_cpu(lane_reads[li], cut, inside.at(lp->thread_id), to_ns, lane.off_cpu);
     captured += lane.events.size();
     skipped += lp->skipped;
     lane.trace_id = opts_.trace_id;

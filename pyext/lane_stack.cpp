@@ -12,6 +12,7 @@
 #include <climits>
 #include <new>
 
+#include "on_cpu.h"
 #include "py_util.h"
 
 namespace mlprof {
@@ -49,11 +50,21 @@ size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
 // reading's time is now, not its event's: the profiler's work since the event
 // (naming a code) is CPU time of a stretch cut from the timeline, and a
 // reading must pair the wall and CPU clocks of one moment (overhead_cut.h).
+// A thread that has not left the CPU since its last read (on_cpu.h) needs no
+// system call: its CPU clock is that read's plus the wall time since, which
+// the profile's build works out (CpuRead::since).
 [[gnu::noinline]] void read_off_cpu(CaptureLane& L) {
-  const int64_t now = clock::ticks();
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  guarded([&] { L.cpu_reads.emplace_back(now, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec); });
+  int64_t now = clock::ticks();  // before asking: a switch after the answer clears it
+  on_cpu::Read last;
+  CpuRead r;
+  if (on_cpu::stayed_since(&last)) {
+    r = CpuRead{now, last.cpu_ns, last.ticks};
+  } else {
+    const on_cpu::Read read = on_cpu::read_now();
+    now = read.ticks;
+    r = CpuRead{now, read.cpu_ns, 0};
+  }
+  guarded([&] { L.cpu_reads.push_back(r); });
   L.off_read_ticks = now;
 }
 

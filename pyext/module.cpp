@@ -20,6 +20,7 @@
 #include "formats/json_doc.h"
 #include "loop_watch.h"
 #include "model/tree.h"
+#include "on_cpu.h"
 #include "overhead_cut.h"
 #include "probes.h"
 #include "render/render_text.h"
@@ -372,6 +373,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("IO_RETURN") = static_cast<int>(IORole::kReturn);
   m.attr("OFF_CPU_QUANTUM_NS") = kOffCpuQuantumNs;  // views/waiting.h, for the reference engine
   m.attr("OFF_CPU_MIN_NS") = kOffCpuMinNs;
+  m.def("on_cpu_watched", &on_cpu::available,
+        "Whether running vs waiting tells a thread that stayed on the CPU without a system "
+        "call (glibc's rseq area, checked at import; pyext/on_cpu.h).");
   py::dict span_flags;
   for (const SpanFlagName& f : kSpanFlagNames) span_flags[f.name] = f.bit;
   m.attr("SPAN_FLAGS") = span_flags;

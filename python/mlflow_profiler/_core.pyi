@@ -364,6 +364,9 @@ def unwatch_loops() -> None: ...
 
 OFF_CPU_MIN_NS: int
 OFF_CPU_QUANTUM_NS: int
+
+def on_cpu_watched() -> bool: ...
+
 IO_ARGUMENT: int  # model/summary.h IORole
 IO_RETURN: int
 SPAN_FLAGS: Dict[str, int]  # model/tree.h kSpanFlagNames: name -> bit

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dis
 import json
+import os
+import shutil
 import sys
 import threading
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -270,3 +272,18 @@ def tree_lines(text: str) -> list:
     0.1 ms and 1% of the session, which a loaded machine's first sight of a
     few functions can)."""
     return [ln for ln in text.splitlines() if not ln.startswith("(profiler's own work: ")]
+
+
+def require_bpf() -> str:
+    """bpftrace, as root. Otherwise a skip, or a failure under MLPROF_REQUIRE_BPF=1."""
+    why = None
+    path = shutil.which("bpftrace")
+    if path is None:
+        why = "bpftrace is not installed (apt-get install bpftrace)"
+    elif os.geteuid() != 0:
+        why = "attaching USDT probes needs root (or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE)"
+    if why:
+        if os.environ.get("MLPROF_REQUIRE_BPF") == "1":
+            pytest.fail(f"{why}; required here (MLPROF_REQUIRE_BPF=1)")
+        pytest.skip(why)
+    return path  # type: ignore[return-value]

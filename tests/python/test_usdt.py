@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
-from _helpers import require_tool
+from _helpers import require_bpf, require_tool
 
 from mlflow_profiler import _core
 
@@ -137,21 +137,6 @@ def test_no_tracer_attached_means_usdt_attached_is_false():
 
 
 # -- bpftrace ------------------------------------------------------------------------
-
-
-def require_bpf() -> str:
-    """bpftrace, as root. Otherwise a skip, or a failure under MLPROF_REQUIRE_BPF=1."""
-    why = None
-    path = shutil.which("bpftrace")
-    if path is None:
-        why = "bpftrace is not installed (apt-get install bpftrace)"
-    elif os.geteuid() != 0:
-        why = "attaching USDT probes needs root (or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE)"
-    if why:
-        if os.environ.get("MLPROF_REQUIRE_BPF") == "1":
-            pytest.fail(f"{why}; required here (MLPROF_REQUIRE_BPF=1)")
-        pytest.skip(why)
-    return path  # type: ignore[return-value]
 
 
 _REGS = {
