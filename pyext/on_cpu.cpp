@@ -44,11 +44,10 @@ uint32_t g_signature[2] = {RSEQ_SIG, 0};
 ptrdiff_t g_offset = 0;
 bool g_available = false;
 
-struct Last {
-  Read read;
-  bool valid = false;
-};
-thread_local Last t_last;
+// The thread's last read; ticks 0: none (a tick count is never 0). 16
+// bytes: the extension's thread_locals stay within glibc's static TLS
+// surplus (tests/python/test_extension_tls.py).
+thread_local Read t_last;
 
 inline struct rseq* area() {
   return reinterpret_cast<struct rseq*>(static_cast<char*>(__builtin_thread_pointer()) + g_offset);
@@ -63,7 +62,7 @@ inline bool armed() { return __atomic_load_n(&area()->rseq_cs, __ATOMIC_RELAXED)
 // A forked child's thread is not the one its last read was of (and its CPU
 // clock starts again): it reads afresh.
 void forget_in_child() {
-  t_last.valid = false;
+  t_last = Read{};
   if (g_available && armed()) __atomic_store_n(&area()->rseq_cs, uint64_t{0}, __ATOMIC_RELAXED);
 }
 #endif
@@ -105,8 +104,8 @@ bool available() {
 
 bool stayed_since(Read* last) {
 #if MLPROF_HAS_RSEQ
-  if (!g_available || !t_last.valid || !armed()) return false;
-  *last = t_last.read;
+  if (!g_available || t_last.ticks == 0 || !armed()) return false;
+  *last = t_last;
   return true;
 #else
   (void)last;
@@ -124,7 +123,7 @@ Read read_now() {
   r.ticks = clock::ticks();
   r.cpu_ns = thread_cpu_ns();
 #if MLPROF_HAS_RSEQ
-  t_last = Last{r, watch};
+  t_last = watch ? r : Read{};
 #endif
   return r;
 }
