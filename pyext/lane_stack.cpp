@@ -6,8 +6,6 @@
 // The inline halves the hot path uses are in engine_internal.h.
 #include "engine_internal.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <climits>
 #include <new>
@@ -27,9 +25,7 @@ size_t read_counters(const CaptureLane& L, uint32_t event, Reading* out) {
     out[n++] = {event, ValueKind::kAllocBytes, static_cast<int64_t>(alloc_count::thread_bytes())};
   }
   if (L.values & (1u << static_cast<int>(ValueKind::kCpuNs))) {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    out[n++] = {event, ValueKind::kCpuNs, int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec};
+    out[n++] = {event, ValueKind::kCpuNs, on_cpu::thread_cpu_ns()};
   }
   return n;
 }

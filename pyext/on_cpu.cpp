@@ -27,12 +27,6 @@
 namespace mlprof::on_cpu {
 namespace {
 
-int64_t thread_cpu_ns() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
-}
-
 #if MLPROF_HAS_RSEQ
 // The section the pointer names: empty (post_commit_offset 0), so no
 // instruction is ever in it and the kernel clears the pointer instead of
@@ -68,6 +62,12 @@ void forget_in_child() {
 #endif
 
 }  // namespace
+
+int64_t thread_cpu_ns() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+}
 
 void init() {
 #if MLPROF_HAS_RSEQ

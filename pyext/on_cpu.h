@@ -17,6 +17,10 @@
 
 namespace mlprof::on_cpu {
 
+// The calling thread's CPU clock (CLOCK_THREAD_CPUTIME_ID), in ns: a
+// system call (no vDSO).
+int64_t thread_cpu_ns();
+
 // Once, at import (with the GIL, on the importing thread).
 void init();
 // Whether the answer comes without a system call in this process.
