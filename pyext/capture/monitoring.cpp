@@ -556,6 +556,29 @@ void want_unwind() {
   if (!apply_events(&error)) fail_sessions(error);
 }
 
+// sys.monitoring.<name> as the interpreter made it (a new reference), or
+// null with an exception set. A tool may have replaced it with Python code:
+// called from inside our hook, that code's frames would reach the hook as
+// the program's (a ceiling frame's calls: a recursion without end, the C
+// stack overflowed), so a wrapper is followed to what it wraps
+// (functools.wraps' __wrapped__), and anything else is refused.
+PyObject* interpreters_own(const char* name) {
+  PyObject* f = PyObject_GetAttrString(g_monitoring, name);
+  for (int hops = 0; f && hops < 8 && !PyCFunction_Check(f); ++hops) {
+    PyObject* inner = PyObject_GetAttrString(f, "__wrapped__");
+    Py_DECREF(f);
+    f = inner;
+  }
+  if (f && PyCFunction_Check(f) && PyCFunction_GET_SELF(f) == g_monitoring) return f;
+  Py_XDECREF(f);
+  PyErr_Clear();
+  PyErr_Format(PyExc_RuntimeError,
+               "sys.monitoring.%s is not the interpreter's own function (another tool replaced "
+               "it), so the profiler does not call it",
+               name);
+  return nullptr;
+}
+
 // sys.monitoring's functions, event bits and our callback objects, looked
 // up once per process (at import: a session's claim then makes no lookup).
 [[gnu::cold, gnu::noinline]] bool load(std::string* error) {
@@ -571,7 +594,8 @@ void want_unwind() {
   g_disable = g_monitoring ? PyObject_GetAttrString(g_monitoring, "DISABLE") : nullptr;
   if (!g_monitoring || !g_disable) return fail();
   for (int i = 0; i < kMonFns; ++i) {
-    if (!(g_fns[i] = PyObject_GetAttrString(g_monitoring, g_fn_names[i]))) return fail();
+    Py_XSETREF(g_fns[i], interpreters_own(g_fn_names[i]));
+    if (!g_fns[i]) return fail();
   }
   if (!(g_tool_name = PyUnicode_InternFromString("mlflow-profiler"))) return fail();
   PyObject* events = PyObject_GetAttrString(g_monitoring, "events");

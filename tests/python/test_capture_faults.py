@@ -119,6 +119,57 @@ print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
     )  # and the session says why it recorded nothing
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+@pytest.mark.parametrize("how", ["wraps", "plain"])
+def test_a_tool_that_replaced_set_local_events_with_python(how):
+    """Another tool replaced sys.monitoring.set_local_events with a Python
+    function before the profiler was imported. Called from inside the hook,
+    its frames reached the hook as the program's: a frame at the ceiling
+    making its eighth call, with the id held (autoprofile), recursed until
+    the C stack overflowed (a segfault, 4a2701a). A functools.wraps wrapper
+    is followed to the interpreter's function (full trees, the wrapper never
+    called by us); a plain one is refused: the session that needs the id
+    says why, the one after it records in windows, and the program runs on."""
+    out = child(
+        PROGRAM
+        + """
+import functools, json, sys
+calls = []
+original = sys.monitoring.set_local_events
+def replacement(tool, code, events):
+    calls.append(code.co_name)
+    return original(tool, code, events)
+if sys.argv[1] == "wraps":
+    replacement = functools.wraps(original)(replacement)
+sys.monitoring.set_local_events = replacement
+from mlflow_profiler import _core, profiling
+_core.keep_capture_between_sessions(True)  # what autoprofile() does
+
+def many():  # at the ceiling (depth 0), its calls close the window after 8
+    return sum([leaf(i) for i in range(20)])
+
+with profiling(depth=2) as s1:  # gen within the ceiling: the id is claimed
+    first = program()
+with profiling(depth=0) as s2:
+    second = many()
+print(json.dumps({"result": [first, second], "tree": tree(s1), "tree2": tree(s2),
+                  "failures": s1.statistics()["failures"] + s2.statistics()["failures"],
+                  "calls": calls, "still": sys.monitoring.set_local_events is replacement}))
+""",
+        how,
+    )
+    assert out["result"] == [[4, 12, 3], 210]
+    assert out["still"]  # the tool's replacement stays in place
+    assert out["calls"] == []  # the profiler never ran it
+    assert out["tree2"] == [["many", 0]]
+    if how == "wraps":
+        assert out["failures"] == [] and out["tree"] == EXPECTED_TREE
+    else:
+        assert any(
+            "set_local_events is not the interpreter's own" in f for f in out["failures"]
+        ), out
+
+
 # Python for a child: an address-space limit (ulimit -v) some KB above
 # what the process holds now, and the limit it had before back.
 UNDER_A_LIMIT = """
