@@ -561,10 +561,12 @@ void want_unwind() {
 // called from inside our hook, that code's frames would reach the hook as
 // the program's (a ceiling frame's calls: a recursion without end, the C
 // stack overflowed), so a wrapper is followed to what it wraps
-// (functools.wraps' __wrapped__), and anything else is refused.
+// (functools.wraps' __wrapped__), and anything else is refused. Only Python
+// functions are followed: their attributes are their __dict__'s, so no code
+// runs here (load() may run inside the hook, when an earlier one failed).
 PyObject* interpreters_own(const char* name) {
   PyObject* f = PyObject_GetAttrString(g_monitoring, name);
-  for (int hops = 0; f && hops < 8 && !PyCFunction_Check(f); ++hops) {
+  for (int hops = 0; f && hops < 8 && PyFunction_Check(f); ++hops) {
     PyObject* inner = PyObject_GetAttrString(f, "__wrapped__");
     Py_DECREF(f);
     f = inner;
@@ -591,6 +593,12 @@ PyObject* interpreters_own(const char* name) {
   PyObject* sys = PyImport_ImportModule("sys");
   g_monitoring = sys ? PyObject_GetAttrString(sys, "monitoring") : nullptr;
   Py_XDECREF(sys);
+  if (g_monitoring && !PyModule_Check(g_monitoring)) {  // replaced: see interpreters_own
+    PyErr_SetString(PyExc_RuntimeError,
+                    "sys.monitoring is not the interpreter's own namespace (another tool replaced "
+                    "it), so the profiler does not use it");
+    return fail();
+  }
   g_disable = g_monitoring ? PyObject_GetAttrString(g_monitoring, "DISABLE") : nullptr;
   if (!g_monitoring || !g_disable) return fail();
   for (int i = 0; i < kMonFns; ++i) {

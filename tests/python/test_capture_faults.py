@@ -120,7 +120,7 @@ print(json.dumps({"result": result, "failures": s.statistics()["failures"]}))
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
-@pytest.mark.parametrize("how", ["wraps", "plain"])
+@pytest.mark.parametrize("how", ["wraps", "plain", "namespace"])
 def test_a_tool_that_replaced_set_local_events_with_python(how):
     """Another tool replaced sys.monitoring.set_local_events with a Python
     function before the profiler was imported. Called from inside the hook,
@@ -128,7 +128,8 @@ def test_a_tool_that_replaced_set_local_events_with_python(how):
     making its eighth call, with the id held (autoprofile), recursed until
     the C stack overflowed (a segfault, 4a2701a). A functools.wraps wrapper
     is followed to the interpreter's function (full trees, the wrapper never
-    called by us); a plain one is refused: the session that needs the id
+    called by us); a plain one is refused, and so is a sys.monitoring
+    replaced by a namespace of another kind: the session that needs the id
     says why, the one after it records in windows, and the program runs on."""
     out = child(
         PROGRAM
@@ -141,6 +142,11 @@ def replacement(tool, code, events):
     return original(tool, code, events)
 if sys.argv[1] == "wraps":
     replacement = functools.wraps(original)(replacement)
+if sys.argv[1] == "namespace":
+    import types
+    sys.monitoring = types.SimpleNamespace(
+        **{k: getattr(sys.monitoring, k) for k in dir(sys.monitoring) if not k.startswith("__")}
+    )
 sys.monitoring.set_local_events = replacement
 from mlflow_profiler import _core, profiling
 _core.keep_capture_between_sessions(True)  # what autoprofile() does
@@ -165,9 +171,8 @@ print(json.dumps({"result": [first, second], "tree": tree(s1), "tree2": tree(s2)
     if how == "wraps":
         assert out["failures"] == [] and out["tree"] == EXPECTED_TREE
     else:
-        assert any(
-            "set_local_events is not the interpreter's own" in f for f in out["failures"]
-        ), out
+        reason = {"plain": "set_local_events is not", "namespace": "sys.monitoring is not"}[how]
+        assert any(f"{reason} the interpreter's own" in f for f in out["failures"]), out
 
 
 # Python for a child: an address-space limit (ulimit -v) some KB above
