@@ -53,23 +53,6 @@ Anchor anchor() {
   return best;
 }
 
-int64_t unix_ns_at(int64_t mono_ns) {
-  static std::atomic<int64_t> read_at{INT64_MIN / 2};  // CLOCK_MONOTONIC of the last read
-  static std::atomic<int64_t> offset{0};
-  if (mono_ns - read_at.load(std::memory_order_relaxed) >= 100'000'000 ||
-      mono_ns < read_at.load(std::memory_order_relaxed)) {
-    timespec wall{};
-    const int64_t before = monotonic_ns();
-    clock_gettime(CLOCK_REALTIME, &wall);
-    const int64_t mono = monotonic_ns();
-    offset.store(static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec -
-                     (before + (mono - before) / 2),
-                 std::memory_order_relaxed);
-    read_at.store(mono, std::memory_order_relaxed);
-  }
-  return mono_ns + offset.load(std::memory_order_relaxed);
-}
-
 void init() {
   g_use_tsc = invariant_tsc();
   g_process_anchor = anchor();

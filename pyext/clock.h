@@ -29,6 +29,18 @@ inline int64_t monotonic_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// CLOCK_REALTIME now. Read at each session's start, not derived from an
+// offset to CLOCK_MONOTONIC kept for 100 ms: that offset, from a monotonic
+// read on each side of a wall-clock read, was off by half of any preemption
+// between them, for every session of those 100 ms (a start 437 us before the
+// wall clock read just ahead of it: CI under load, 3.13,
+// test_meta_records_the_wall_clock_start).
+inline int64_t realtime_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 extern bool g_use_tsc;
 
 [[gnu::always_inline]] inline int64_t ticks() {
@@ -48,11 +60,6 @@ struct Anchor {
 void init();
 // A fresh anchor.
 Anchor anchor();
-// CLOCK_REALTIME at CLOCK_MONOTONIC time `mono_ns`: the two clocks' offset,
-// read again when it is 100 ms old (both are slewed alike; a step of the
-// wall clock shows within 100 ms). A read costs ~48 ns here, a session's
-// start one before.
-int64_t unix_ns_at(int64_t mono_ns);
 // Maps ticks to ns given the session's start anchor and a rate anchor pair.
 struct Mapping {
   Anchor origin;

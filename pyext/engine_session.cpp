@@ -184,7 +184,7 @@ void Engine::start(PyObject* session, int levels_above) {
   session_ = session;
   start_anchor_ = clock::anchor();
   start_ns_ = start_anchor_.ns;
-  start_unix_ns_ = clock::unix_ns_at(start_ns_);
+  start_unix_ns_ = clock::realtime_ns();
   start_thread_ = thread_key();
   std::string error;
   constexpr uint8_t kAlloc = 1u << static_cast<int>(ValueKind::kAllocBytes);
