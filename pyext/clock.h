@@ -23,11 +23,14 @@
 
 namespace mlprof::clock {
 
-inline int64_t monotonic_ns() {
+// Clock `id` now, in ns.
+inline int64_t now_ns(clockid_t id) {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
+
+inline int64_t monotonic_ns() { return now_ns(CLOCK_MONOTONIC); }
 
 // CLOCK_REALTIME now. Read at each session's start, not derived from an
 // offset to CLOCK_MONOTONIC kept for 100 ms: that offset, from a monotonic
@@ -35,11 +38,7 @@ inline int64_t monotonic_ns() {
 // between them, for every session of those 100 ms (a start 437 us before the
 // wall clock read just ahead of it: CI under load, 3.13,
 // test_meta_records_the_wall_clock_start).
-inline int64_t realtime_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+inline int64_t realtime_ns() { return now_ns(CLOCK_REALTIME); }
 
 extern bool g_use_tsc;
 

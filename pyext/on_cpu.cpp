@@ -63,11 +63,7 @@ void forget_in_child() {
 
 }  // namespace
 
-int64_t thread_cpu_ns() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
-}
+int64_t thread_cpu_ns() { return clock::now_ns(CLOCK_THREAD_CPUTIME_ID); }
 
 void init() {
 #if MLPROF_HAS_RSEQ
