@@ -599,13 +599,15 @@ PyObject* interpreters_own(const char* name) {
                     "it), so the profiler does not use it");
     return fail();
   }
-  g_disable = g_monitoring ? PyObject_GetAttrString(g_monitoring, "DISABLE") : nullptr;
+  // XSETREF: a try after a failed one holds the earlier one's references.
+  Py_XSETREF(g_disable, g_monitoring ? PyObject_GetAttrString(g_monitoring, "DISABLE") : nullptr);
   if (!g_monitoring || !g_disable) return fail();
   for (int i = 0; i < kMonFns; ++i) {
     Py_XSETREF(g_fns[i], interpreters_own(g_fn_names[i]));
     if (!g_fns[i]) return fail();
   }
-  if (!(g_tool_name = PyUnicode_InternFromString("mlflow-profiler"))) return fail();
+  Py_XSETREF(g_tool_name, PyUnicode_InternFromString("mlflow-profiler"));
+  if (!g_tool_name) return fail();
   PyObject* events = PyObject_GetAttrString(g_monitoring, "events");
   if (!events) return fail();
   for (size_t i = 0; i < kCallbacks; ++i) g_bits[i] = ev(events, g_names[i]);
