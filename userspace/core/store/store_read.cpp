@@ -32,6 +32,20 @@ FunctionKind function_kind(int64_t kind) {
   return static_cast<FunctionKind>(kind);
 }
 
+// The table's index of a functions row, added on its first sight: r[at] is
+// its function_id, r[at + 1..6] its name, module, filename, start_line,
+// kind and user_code, as both readers select them.
+uint32_t function_of(FunctionTable& table, std::unordered_map<int64_t, uint32_t>& seen,
+                     const SqlRow& r, size_t at) {
+  auto [it, added] = seen.try_emplace(as_int(r[at]), 0);
+  if (added) {
+    it->second = table.add(as_text(r[at + 1]), as_text(r[at + 2]), as_text(r[at + 3]),
+                           static_cast<int32_t>(as_int(r[at + 4])),
+                           function_kind(as_int(r[at + 5])), as_int(r[at + 6]) != 0);
+  }
+  return it->second;
+}
+
 // A stored time (a session's start plus an offset, or a kernel time) as
 // the Profile holds it: within +-kMaxTimeNs, else the store is damaged.
 int64_t stored_time(int64_t base, int64_t offset = 0) {
@@ -124,16 +138,7 @@ Result<StackSamples> read_stack_source(StoreDriver& d, int64_t source_id) {
     out.insert(out.end(), known->second.begin(), known->second.end());
     for (auto i = up.rbegin(); i != up.rend(); ++i) {  // root first: functions in that order
       const SqlRow& r = (*i)->row;
-      const int64_t fid = as_int(r[2]);
-      auto f = fn_of.find(fid);
-      if (f == fn_of.end()) {
-        f = fn_of
-                .emplace(fid, ss.functions.add(as_text(r[3]), as_text(r[4]), as_text(r[5]),
-                                               static_cast<int32_t>(as_int(r[6])),
-                                               function_kind(as_int(r[7])), as_int(r[8]) != 0))
-                .first;
-      }
-      out.push_back({f->second, static_cast<int32_t>(as_int(r[1]))});
+      out.push_back({function_of(ss.functions, fn_of, r, 2), static_cast<int32_t>(as_int(r[1]))});
     }
     if (out.size() > kMaxStackDepth) throw StoreFailure("a call path is a cycle or too deep");
     return frames_of.emplace(stack, std::move(out)).first->second;
@@ -293,16 +298,7 @@ Result<Profile> read_source(StoreDriver& d, int64_t source_id) {
         sp.depth = static_cast<uint32_t>(as_int(r[8]));
         const std::string label = as_text(r[9]);
         sp.label = label.empty() ? 0 : p.functions.strings().intern(label);
-        const int64_t fid = as_int(r[10]);
-        auto fit = function_ids.find(fid);
-        if (fit == function_ids.end()) {
-          fit = function_ids
-                    .emplace(fid, p.functions.add(as_text(r[11]), as_text(r[12]), as_text(r[13]),
-                                                  static_cast<int32_t>(as_int(r[14])),
-                                                  function_kind(as_int(r[15])), as_int(r[16]) != 0))
-                    .first;
-        }
-        sp.function = fit->second;
+        sp.function = function_of(p.functions, function_ids, r, 10);
         if (!is_null(r[17])) sp.resource = p.functions.strings().intern(as_text(r[17]));
         ids.push_back(as_int(r[0]));
         p.spans.push_back(sp);
