@@ -53,6 +53,7 @@ from conftest import (
     SPAN_TRUNCATED,
     TARGET_PY,
     Document,
+    bpf_misses,
     overlap,
     require,
     run_agent,
@@ -149,6 +150,10 @@ class Oracle:
                 return sorted(found)
             time.sleep(0.2)
 
+    def missed(self) -> int:
+        """Events the oracle's programs were skipped for so far (bpf_misses)."""
+        return bpf_misses(self.proc.pid) if self.proc.poll() is None else -1
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
         try:
@@ -200,7 +205,8 @@ def assert_agrees(doc: Document, pid: int, tid: int, oracle: Oracle, what: str) 
     )
     detail = (
         f"{what}: {len(roots)} roots ({len(missed)} left out), {n} intervals; off-CPU agent {agent_off / MS:.3f} ms, "
-        f"oracle {off / MS:.3f} ms; run-queue agent {agent_runq / MS:.3f} ms, oracle {runq / MS:.3f} ms"
+        f"oracle {off / MS:.3f} ms; run-queue agent {agent_runq / MS:.3f} ms, oracle {runq / MS:.3f} ms; "
+        f"the oracle's programs skipped {oracle.missed()} times"
     )
     print(detail)
     cost = n * ORACLE_COST_NS

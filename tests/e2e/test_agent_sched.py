@@ -69,11 +69,13 @@ END { clear(@q); clear(@runq); clear(@n); }
 """
 
 
-def run_queue_of(lines: List[str]) -> Dict[int, int]:
-    """Run-queue ns by tid, from BPFTRACE_RUNQ's maps."""
+def run_queue_of(lines: List[str], name: str = "runq") -> Dict[int, int]:
+    """Run-queue ns by tid (or, with name="n", the intervals summed), from
+    BPFTRACE_RUNQ's maps."""
     out = "".join(lines)
     runq = {
-        int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^@runq\[(\d+)\]: (\d+)$", out, re.M)
+        int(m.group(1)): int(m.group(2))
+        for m in re.finditer(rf"^@{name}\[(\d+)\]: (\d+)$", out, re.M)
     }
     assert runq, out[-2000:]
     return runq
@@ -228,17 +230,30 @@ def test_a_workers_run_queue_with_its_exit_path_agrees_with_bpftrace_and_schedst
     agent, python_target, cpu_hog, tmp_out
 ):
     cpu = os.cpu_count() - 1
-    target = python_target(preexec_fn=pin(cpu))
-    cpu_hog(
-        cpu
-    )  # the workers wait for the CPU after each wakeup, and can be preempted on their way out
-    oracle = Bpftrace(BPFTRACE_RUNQ)
-    try:
-        # linger: the session goes on 100 ms after join() returned, so that
-        # the workers' way out (their last switch-out) falls inside it.
-        (reply,), _, doc = capture(agent, target, tmp_out, "run linger 3")
-    finally:
-        kernel = run_queue_of(oracle.stop(maps="@runq["))
+    # The workers wait for the CPU after each wakeup, and can be preempted on their way out.
+    cpu_hog(cpu)
+    # bpftrace's tracepoint programs are skipped (and counted: bpf_misses)
+    # when they fire inside another BPF program of their kind on that CPU
+    # (the agent's uprobe programs are such): a run whose oracle missed
+    # events cannot judge the sums, and runs again. CI once had one worker
+    # 4.0 ms over the oracle, its wakeup after a sleep and its first
+    # preemptions absent from bpftrace's sum; whether the oracle had missed
+    # them is not known (it was not counted then), hence the figures the
+    # assertion below prints.
+    for _ in range(3):
+        target = python_target(preexec_fn=pin(cpu))
+        oracle = Bpftrace(BPFTRACE_RUNQ)
+        try:
+            # linger: the session goes on 100 ms after join() returned, so that
+            # the workers' way out (their last switch-out) falls inside it.
+            (reply,), _, doc = capture(agent, target, tmp_out, "run linger 3")
+        finally:
+            lines = oracle.stop(maps="@runq[")
+        kernel, kernel_n = run_queue_of(lines), run_queue_of(lines, "n")
+        if oracle.missed == 0:
+            break
+        print(f"the oracle missed {oracle.missed} events: run again")
+    assert oracle.missed == 0, f"the oracle missed events in each of 3 runs ({oracle.missed})"
     workers = [w for c in reply["calls"] for w in c["workers"]]
     assert len(workers) == 6, reply
     for tid, _, delay_at_end in workers:
@@ -249,7 +264,15 @@ def test_a_workers_run_queue_with_its_exit_path_agrees_with_bpftrace_and_schedst
         # thread measured; 20 us per interval allowed), plus 3% for the rare
         # event one side missed at attach.
         slack = n * 0.02 * MS + 0.03 * kernel[tid]
-        assert abs(agent_runq - kernel[tid]) <= slack, (tid, agent_runq, kernel[tid], n)
+        # What to look at when they disagree: each side's count of intervals,
+        # the worker's own run_delay, and the agent's intervals.
+        why = (tid, agent_runq, kernel[tid], n, kernel_n.get(tid), delay_at_end)
+        ivs = [
+            (iv["start_ns"], iv["wake_ns"], iv["end_ns"], iv["blocked"], iv["waker_kind"])
+            for iv in doc.off_cpu
+            if iv["tid"] == tid
+        ]
+        assert abs(agent_runq - kernel[tid]) <= slack, (why, ivs)
         # schedstat, read last thing in the worker's function, has all but
         # its exit path: the agent has at least that much.
         assert agent_runq >= delay_at_end - n * 0.05 * MS, (tid, agent_runq, delay_at_end)
