@@ -139,6 +139,8 @@ PyObject* session_exit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     try {
       e->stop();
       quiet = e->failures().empty() && e->notes().empty();
+    } catch (abi::__forced_unwind&) {
+      throw;
     } catch (...) {  // deactivate() stops again (idempotent) and logs what goes wrong
     }
     Py_DECREF(obj);

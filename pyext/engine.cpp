@@ -123,6 +123,8 @@ void find_lanes(ThreadCache& c, PyThreadState* ts) {
 [[gnu::noinline]] void refresh(ThreadCache& c, PyThreadState* ts) {
   try {
     find_lanes(c, ts);
+  } catch (abi::__forced_unwind&) {
+    throw;
   } catch (...) {  // no lanes here: the sessions stopped (new_lane out of memory)
     c.current.n = 0;
     hook_failed();

@@ -11,6 +11,8 @@
 
 #include "compat.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -505,13 +507,24 @@ std::vector<Engine*> collecting_engines();
 // the collecting sessions stop recording with the reason. Never throws.
 [[gnu::cold, gnu::noinline]] void hook_failed() noexcept;
 
+// A thread that Python ends unwinds through every C++ frame on its stack:
+// 3.11 to 3.13 end a daemon thread that wakes during interpreter exit with
+// pthread_exit, a forced unwind (abi::__forced_unwind). A catch (...) that
+// keeps it aborts the process ("FATAL: exception not rethrown"), and so does
+// a noexcept frame. So every catch (...) in pyext lets it go on first,
+//   } catch (abi::__forced_unwind&) { throw; } catch (...) { ... }
+// (but hook_failed's own, which run no Python), and a hook's frames are
+// not noexcept.
+
 // Runs the engine's part of a hook. A C++ exception (std::bad_alloc under an
 // address-space limit) must not go on through the interpreter's C frames,
 // where it ended the process (std::terminate): it stops the sessions instead.
 template <typename Fn>
-inline void guarded(Fn&& body) noexcept {
+inline void guarded(Fn&& body) {
   try {
     body();
+  } catch (abi::__forced_unwind&) {
+    throw;
   } catch (...) {
     hook_failed();
   }

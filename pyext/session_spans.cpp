@@ -241,6 +241,8 @@ void checkpoint_loop(PyInterpreterState* interp) {
         if (still == 0 || e->start_ns() < still) still = e->start_ns();
       }
       g_oldest_open_ns.store(still, std::memory_order_relaxed);
+    } catch (abi::__forced_unwind&) {
+      throw;
     } catch (...) {  // out of memory (a memory limit): this checkpoint is skipped
     }
     PyEval_SaveThread();
@@ -264,6 +266,8 @@ void checkpoints_session_started(int64_t start_ns) {
   g_state_made.store(0);
   try {
     std::thread(checkpoint_loop, PyInterpreterState_Get()).detach();
+  } catch (abi::__forced_unwind&) {
+    throw;
   } catch (...) {               // std::system_error; bad_alloc under a memory limit
     g_checkpoint_pid.store(0);  // no thread: sessions still arrive whole at their end
     return;

@@ -76,6 +76,8 @@ uint32_t reattach_segment(CaptureLane& L, size_t k, int32_t d, int32_t pydepth, 
   try {
     detach_segment(L, key, from, pydepth);
     return true;
+  } catch (abi::__forced_unwind&) {
+    throw;
   } catch (...) {
     hook_failed();
     return false;
@@ -84,6 +86,8 @@ uint32_t reattach_segment(CaptureLane& L, size_t k, int32_t d, int32_t pydepth, 
 [[gnu::noinline]] uint32_t reattach_guarded(CaptureLane& L, size_t k, int32_t d, int32_t pydepth) {
   try {
     return reattach_segment(L, k, d, pydepth, true);
+  } catch (abi::__forced_unwind&) {
+    throw;
   } catch (...) {
     hook_failed();
     return kNoEvent;

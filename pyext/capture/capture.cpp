@@ -318,7 +318,7 @@ void keep_between_sessions(bool) {}
 
 #if MLPROF_HAS_MONITORING || MLPROF_HAS_EVAL_HOOK
 // Guarded: the frame evaluation function's paths that reach it are not.
-void eval_lost(std::string_view why) noexcept {
+void eval_lost(std::string_view why) {
   guarded([&] { eval_lost_now(std::string(why)); });
 }
 #endif

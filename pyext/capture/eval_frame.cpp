@@ -705,6 +705,9 @@ PyObject* eval_frame(PyThreadState* ts, struct _PyInterpreterFrame* f, int throw
     PyObject* result = evaluate(ts, f, throwflag, w);
     w.outcome = outer;
     return result;
+  } catch (abi::__forced_unwind&) {  // the thread ends (engine.h, guarded)
+    w.outcome = outer;
+    throw;
   } catch (...) {
     w.outcome = outer;
     w.ceiling = ceiling;

@@ -11,7 +11,7 @@ namespace mlprof::capture {
 
 // capture.cpp, 3.11+: the frame evaluation function is lost (another took
 // the hook, or the C stack guard stepped aside); the sessions go on without it.
-void eval_lost(std::string_view why) noexcept;
+void eval_lost(std::string_view why);
 
 namespace eval {  // eval_frame.cpp, 3.11+
 // False when another frame evaluator holds the interpreter's hook (the

@@ -423,6 +423,8 @@ PyObject* vectorcall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*)
   } else {
     try {
       return F(nullptr, args, PyVectorcall_NARGS(nargsf));
+    } catch (abi::__forced_unwind&) {
+      throw;
     } catch (...) {
       hook_failed();
       Py_RETURN_NONE;

@@ -741,3 +741,43 @@ def test_extension_built_for_another_interpreter(tmp_path):
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert last.startswith("ImportError: mlflow_profiler's extension was built for CPython 3.99")
     assert f"this is CPython {version}" in last and "pip install --force-reinstall" in last
+
+
+DAEMONS_AT_EXIT = """
+import sys, threading, time
+from mlflow_profiler import profiling
+def leaf():
+    while True:
+        time.sleep(0.0005)  # wakes during finalization, the GIL gone for good
+def worker():
+    leaf()
+depth, session = int(sys.argv[1]), sys.argv[2]
+s = profiling(depth=depth)
+s.__enter__()
+for _ in range(4):
+    threading.Thread(target=worker, daemon=True).start()
+time.sleep(0.05)
+if session == "closed":
+    s.__exit__(None, None, None)
+print("exiting")
+"""
+
+
+@pytest.mark.parametrize("session", ["open", "closed"])
+@pytest.mark.parametrize("depth", [-1, 2, 0])
+def test_daemon_threads_running_at_interpreter_exit(depth, session):
+    """3.11 to 3.13 end a daemon thread that wakes during interpreter exit
+    with pthread_exit, which unwinds its C stack, the profiler's frames
+    included. A catch (...) there that kept the unwind aborted the process
+    ("FATAL: exception not rethrown", rc 134: 3.11 at -1, 3.12 and 3.13 at
+    depth 2 with the session open); a server with a daemon thread (MLflow's
+    async logging, a metrics pusher) crashed on every exit."""
+    for _ in range(3):  # the threads' wakeups race the exit
+        proc = subprocess.run(
+            [sys.executable, "-c", DAEMONS_AT_EXIT, str(depth), session],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (proc.returncode, proc.stdout) == (0, "exiting\n"), proc.stderr[-2000:]
+        assert "FATAL" not in proc.stderr, proc.stderr[-2000:]
