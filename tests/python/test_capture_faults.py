@@ -744,18 +744,23 @@ def test_extension_built_for_another_interpreter(tmp_path):
 
 
 DAEMONS_AT_EXIT = """
-import sys, threading, time
+import asyncio, sys, threading, time
 from mlflow_profiler import profiling
 def leaf():
     while True:
         time.sleep(0.0005)  # wakes during finalization, the GIL gone for good
 def worker():
     leaf()
-depth, session = int(sys.argv[1]), sys.argv[2]
-s = profiling(depth=depth)
+async def tick():
+    while True:
+        await asyncio.sleep(0.0005)  # the loop's selector wait wakes likewise
+def loop():
+    asyncio.run(tick())
+depth, session, kind = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+s = profiling(depth=depth, all_threads=kind == "loop")
 s.__enter__()
 for _ in range(4):
-    threading.Thread(target=worker, daemon=True).start()
+    threading.Thread(target=worker if kind == "sleep" else loop, daemon=True).start()
 time.sleep(0.05)
 if session == "closed":
     s.__exit__(None, None, None)
@@ -763,18 +768,20 @@ print("exiting")
 """
 
 
+@pytest.mark.parametrize("kind", ["sleep", "loop"])
 @pytest.mark.parametrize("session", ["open", "closed"])
 @pytest.mark.parametrize("depth", [-1, 2, 0])
-def test_daemon_threads_running_at_interpreter_exit(depth, session):
+def test_daemon_threads_running_at_interpreter_exit(depth, session, kind):
     """3.11 to 3.13 end a daemon thread that wakes during interpreter exit
     with pthread_exit, which unwinds its C stack, the profiler's frames
     included. A catch (...) there that kept the unwind aborted the process
     ("FATAL: exception not rethrown", rc 134: 3.11 at -1, 3.12 and 3.13 at
-    depth 2 with the session open); a server with a daemon thread (MLflow's
-    async logging, a metrics pusher) crashed on every exit."""
+    depth 2, and at 0 with an asyncio loop in each thread and all_threads);
+    a server with a daemon thread (MLflow's async logging, a metrics pusher,
+    a background event loop) crashed on every exit."""
     for _ in range(3):  # the threads' wakeups race the exit
         proc = subprocess.run(
-            [sys.executable, "-c", DAEMONS_AT_EXIT, str(depth), session],
+            [sys.executable, "-c", DAEMONS_AT_EXIT, str(depth), session, kind],
             capture_output=True,
             text=True,
             timeout=120,
