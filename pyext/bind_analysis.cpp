@@ -28,10 +28,7 @@ py::dict lane_dict(const Profile& p, uint32_t lane) {
 py::dict bubbles_dict(const std::shared_ptr<Profile>& profile, int64_t min_ns) {
   const Profile& p = *profile;
   BubbleReport r;
-  {
-    py::gil_scoped_release unlocked;
-    r = find_bubbles(p, min_ns);
-  }
+  without_gil([&] { r = find_bubbles(p, min_ns); });
   py::dict out;
   out["window_start_ns"] = r.window_start_ns;
   out["window_end_ns"] = r.window_end_ns;
@@ -87,8 +84,7 @@ void bind_analysis(py::module_& m) {
           "add",
           [](StackPathTotals& self, const std::shared_ptr<StackSamples>& samples, int depth) {
             if (!samples) throw py::type_error("add() needs StackSamples, got None");
-            py::gil_scoped_release unlocked;
-            self.add(*samples, depth);
+            without_gil([&] { self.add(*samples, depth); });
           },
           py::arg("samples"), py::arg("depth") = -1,
           "Adds every sample of one source; depth >= 0 folds deeper frames into their ancestor at "

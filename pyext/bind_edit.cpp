@@ -63,10 +63,8 @@ ProfilePtr edit(const ProfilePtr& p, const std::map<int32_t, std::string>& label
     for (const py::handle row : rows.cast<py::list>()) out.push_back(io_row(row, span));
   }
   std::optional<Result<Profile>> result;
-  {
-    py::gil_scoped_release unlocked;  // the Profile is immutable once built
-    result = edit_profile(*p, edits);
-  }
+  // Without the GIL: the Profile is immutable once built.
+  without_gil([&] { result = edit_profile(*p, edits); });
   if (!result->ok()) {
     const Error& e = result->error();
     if (e.kind == Error::Kind::kUnsupported) throw py::index_error(e.message);

@@ -94,10 +94,7 @@ const char* kind_name(Error::Kind kind) {
 py::bytes export_bytes(const ProfilePtr& p, const std::string& name) {
   const ExportFormat format = format_by_name(name);
   std::string data;
-  {
-    py::gil_scoped_release unlocked;
-    data = export_profile(*p, format);
-  }
+  without_gil([&] { data = export_profile(*p, format); });
   return py::bytes(data);
 }
 
@@ -114,10 +111,7 @@ void save(const ProfilePtr& p, const std::string& path, const std::optional<std:
     }
   }
   std::optional<Result<Ok>> written;
-  {
-    py::gil_scoped_release unlocked;
-    written = save_profile(*p, path, *format);
-  }
+  without_gil([&] { written = save_profile(*p, path, *format); });
   if (!written->ok()) raise_os_error(written->error().errnum, path);
 }
 
@@ -129,8 +123,7 @@ bool write_in_background_py(const ProfilePtr& p, const std::string& path, size_t
 }
 
 bool flush_background_writes_py(double timeout_s) {
-  py::gil_scoped_release unlocked;
-  return flush_background_writes(timeout_s);
+  return without_gil([&] { return flush_background_writes(timeout_s); });
 }
 
 py::dict background_writer_stats_py() {
@@ -150,11 +143,10 @@ py::dict background_writer_stats_py() {
 ProfilePtr load_profile(const std::string& path) {
   std::optional<Result<std::string>> data;
   std::optional<Result<Profile>> profile;
-  {
-    py::gil_scoped_release unlocked;
+  without_gil([&] {
     data = read_file(path);
     if (data->ok()) profile = read_json_document(data->value());
-  }
+  });
   if (!data->ok()) {
     const Error& e = data->error();
     if (e.errnum == ENOENT) raise_os_error(e.errnum, path);
@@ -181,11 +173,8 @@ ProfilePtr loads_profile(const py::object& data) {
         Py_TYPE(data.ptr())->tp_name);
   }
   std::optional<Result<Profile>> profile;
-  {
-    // `data` stays referenced by the caller and bytes are immutable.
-    py::gil_scoped_release unlocked;
-    profile = read_json_document(bytes);
-  }
+  // `data` stays referenced by the caller and bytes are immutable.
+  without_gil([&] { profile = read_json_document(bytes); });
   if (!profile->ok()) raise_load_error(profile->error(), std::nullopt);
   return std::make_shared<Profile>(std::move(profile->value()));
 }
@@ -248,10 +237,7 @@ void bind_files(py::module_& m) {
       [](const std::string& path, const py::bytes& data) {
         const std::string bytes = data;
         Result<Ok> written = Ok{};
-        {
-          py::gil_scoped_release unlocked;
-          written = write_file_atomic(path, bytes);
-        }
+        without_gil([&] { written = write_file_atomic(path, bytes); });
         if (!written.ok()) raise_os_error(written.error().errnum, path);
       },
       py::arg("path"), py::arg("data"),

@@ -31,8 +31,7 @@ struct LockedFunctions {
 // the mutex and wait for the GIL).
 std::unique_lock<std::mutex> take(LockedFunctions& self) {
   std::unique_lock<std::mutex> lock(self.mu, std::defer_lock);
-  py::gil_scoped_release release;
-  lock.lock();
+  without_gil([&] { lock.lock(); });
   return lock;
 }
 
@@ -57,8 +56,7 @@ void bind_function_stats(py::module_& m) {
           [](LockedFunctions& self, const std::shared_ptr<Profile>& profile, int depth) {
             if (!profile) throw py::type_error("add() needs a Profile or StackSamples, got None");
             auto lock = take(self);
-            py::gil_scoped_release release;
-            self.stats.add(*profile, depth);
+            without_gil([&] { self.stats.add(*profile, depth); });
           },
           py::arg("profile"), py::arg("depth") = -1,
           "Adds a span profile: per call, its self time on its call path; depth >= 0 leaves out "
@@ -69,8 +67,7 @@ void bind_function_stats(py::module_& m) {
           [](LockedFunctions& self, const std::shared_ptr<StackSamples>& samples, int depth) {
             if (!samples) throw py::type_error("add() needs a Profile or StackSamples, got None");
             auto lock = take(self);
-            py::gil_scoped_release release;
-            self.stats.add(*samples, depth);
+            without_gil([&] { self.stats.add(*samples, depth); });
           },
           py::arg("samples"), py::arg("depth") = -1,
           "Adds sampled stacks; depth >= 0 cuts each stack to its first depth + 1 frames.")
@@ -96,14 +93,15 @@ void bind_function_stats(py::module_& m) {
             std::vector<std::pair<std::string, std::string>> types;
             {
               auto lock = take(self);
-              py::gil_scoped_release release;
-              spans = self.stats.span_rows();
-              sampled = self.stats.sampled_rows();
-              profiles = self.stats.profiles();
-              sessions = self.stats.sessions();
-              sources = self.stats.sampled_sources();
-              samples = self.stats.samples();
-              types = self.stats.value_types();
+              without_gil([&] {
+                spans = self.stats.span_rows();
+                sampled = self.stats.sampled_rows();
+                profiles = self.stats.profiles();
+                sessions = self.stats.sessions();
+                sources = self.stats.sampled_sources();
+                samples = self.stats.samples();
+                types = self.stats.value_types();
+              });
             }
             py::dict out;
             out["profiles"] = profiles;

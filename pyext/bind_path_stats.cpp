@@ -107,9 +107,10 @@ void bind_path_stats(py::module_& m) {
           "add",
           [](LockedStats& self, const std::shared_ptr<Profile>& profile, int depth) {
             if (!profile) throw py::type_error("add() needs a Profile, got None");
-            py::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(self.mu);
-            self.stats.add(*profile, depth);
+            without_gil([&] {
+              std::lock_guard<std::mutex> lock(self.mu);
+              self.stats.add(*profile, depth);
+            });
           },
           py::arg("profile"), py::arg("depth") = -1,
           "Adds one finished profile; depth >= 0 ignores deeper spans (their time stays in "
@@ -122,10 +123,8 @@ void bind_path_stats(py::module_& m) {
             // it while the database works).
             PyDriver d(std::move(driver), dialect_of(dialect));
             std::unique_lock<std::mutex> lock(self.mu, std::defer_lock);
-            {
-              py::gil_scoped_release release;  // never wait for the mutex holding the GIL
-              lock.lock();
-            }
+            // Never wait for the mutex holding the GIL.
+            without_gil([&] { lock.lock(); });
             Result<uint64_t> r = add_store_paths(d, source_ids, depth, self.stats);
             if (!r.ok()) return py::make_tuple("corrupt", r.error().message);
             return py::int_(r.value());
@@ -138,11 +137,10 @@ void bind_path_stats(py::module_& m) {
           "summary",
           [](LockedStats& self, int depth) {
             std::vector<PathSummary> paths;
-            {
-              py::gil_scoped_release release;
+            without_gil([&] {
               std::lock_guard<std::mutex> lock(self.mu);
               paths = self.stats.summary();
-            }
+            });
             return summary_dict(paths, depth);
           },
           py::arg("depth") = -1,
@@ -159,9 +157,10 @@ void bind_path_stats(py::module_& m) {
       .def(
           "reset",
           [](LockedStats& self) {
-            py::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(self.mu);
-            self.stats.reset();
+            without_gil([&] {
+              std::lock_guard<std::mutex> lock(self.mu);
+              self.stats.reset();
+            });
           },
           "Forgets every path and count.")
       .def(
@@ -169,15 +168,14 @@ void bind_path_stats(py::module_& m) {
           [](LockedStats& self) {
             uint64_t sessions = 0, session_count = 0, dropped = 0;
             size_t paths = 0, bytes = 0;
-            {
-              py::gil_scoped_release release;
+            without_gil([&] {
               std::lock_guard<std::mutex> lock(self.mu);
               sessions = self.stats.sessions();
               session_count = self.stats.session_count();
               dropped = self.stats.dropped_paths();
               paths = self.stats.paths();
               bytes = self.stats.memory_bytes();
-            }
+            });
             py::dict d;
             d["sessions"] = sessions;
             d["session_count"] = session_count;
@@ -191,27 +189,31 @@ void bind_path_stats(py::module_& m) {
           "max_paths, dropped_paths and memory_bytes, read together.")
       .def("memory_bytes",
            [](LockedStats& self) {
-             py::gil_scoped_release release;
-             std::lock_guard<std::mutex> lock(self.mu);
-             return self.stats.memory_bytes();
+             return without_gil([&] {
+               std::lock_guard<std::mutex> lock(self.mu);
+               return self.stats.memory_bytes();
+             });
            })
       .def_property_readonly("sessions",
                              [](LockedStats& self) {
-                               py::gil_scoped_release release;
-                               std::lock_guard<std::mutex> lock(self.mu);
-                               return self.stats.sessions();
+                               return without_gil([&] {
+                                 std::lock_guard<std::mutex> lock(self.mu);
+                                 return self.stats.sessions();
+                               });
                              })
       .def_property_readonly("dropped_paths",
                              [](LockedStats& self) {
-                               py::gil_scoped_release release;
-                               std::lock_guard<std::mutex> lock(self.mu);
-                               return self.stats.dropped_paths();
+                               return without_gil([&] {
+                                 std::lock_guard<std::mutex> lock(self.mu);
+                                 return self.stats.dropped_paths();
+                               });
                              })
       .def_property_readonly("paths",
                              [](LockedStats& self) {
-                               py::gil_scoped_release release;
-                               std::lock_guard<std::mutex> lock(self.mu);
-                               return self.stats.paths();
+                               return without_gil([&] {
+                                 std::lock_guard<std::mutex> lock(self.mu);
+                                 return self.stats.paths();
+                               });
                              })
       .def_property_readonly("max_paths", [](LockedStats& self) { return self.stats.max_paths(); });
 }

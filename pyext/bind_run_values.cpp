@@ -61,8 +61,7 @@ void bind_run_values(py::module_& m) {
           [](RunPathValues& self, const std::shared_ptr<Profile>& profile, size_t run, int depth) {
             if (!profile) throw py::type_error("add() needs a Profile, got None");
             if (run >= self.runs().size()) throw py::index_error("no run " + std::to_string(run));
-            py::gil_scoped_release release;
-            self.add(*profile, run, depth);
+            without_gil([&] { self.add(*profile, run, depth); });
           },
           py::arg("profile"), py::arg("run"), py::arg("depth") = -1,
           "Adds a finished profile to a run.")
@@ -91,8 +90,7 @@ void bind_run_values(py::module_& m) {
             {
               const auto s = statistic_of(statistic);
               const auto q = quantity_of(quantity);
-              py::gil_scoped_release release;
-              paths = self.values(s, q);
+              without_gil([&] { paths = self.values(s, q); });
             }
             py::list out;
             for (const auto& p : paths) {
@@ -117,10 +115,7 @@ void bind_run_values(py::module_& m) {
         if (!(confidence > 0 && confidence < 1))
           throw py::value_error("confidence must be in (0, 1)");
         std::vector<PathGate> gates;
-        {
-          py::gil_scoped_release release;
-          gates = gate_paths(sides, gated, threshold, confidence);
-        }
+        without_gil([&] { gates = gate_paths(sides, gated, threshold, confidence); });
         py::list out;
         for (const PathGate& g : gates) {
           const RunComparison& c = g.comparison;

@@ -151,10 +151,7 @@ void bind_store(py::module_& m) {
       [](const py::bytes& data) -> py::object {
         std::string raw = data;
         std::optional<Result<Imported>> r;
-        {
-          py::gil_scoped_release unlocked;
-          r = import_profile(raw);
-        }
+        without_gil([&] { r = import_profile(raw); });
         if (!r->ok()) return error_tuple(r->error());
         if (auto* p = std::get_if<Profile>(&r->value()))
           return py::cast(std::make_shared<Profile>(std::move(*p)));

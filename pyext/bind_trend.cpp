@@ -60,10 +60,7 @@ void bind_trend(py::module_& m) {
         o.confidence = confidence;
         o.seed = seed;
         PathTrend t;
-        {
-          py::gil_scoped_release release;
-          t = path_trend(v, group_of, last_group, tests, threshold, o);
-        }
+        without_gil([&] { t = path_trend(v, group_of, last_group, tests, threshold, o); });
         py::list points;
         for (const ChangePoint& cp : t.points) {
           py::dict d = comparison_dict(cp.change);

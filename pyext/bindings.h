@@ -3,10 +3,44 @@
 
 #include <pybind11/pybind11.h>
 
+#include <exception>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
 #include "engine.h"
 #include "model/summary.h"
 
 namespace mlprof {
+
+// fn() run without the GIL, as under pybind11's gil_scoped_release, but the
+// GIL is taken back in this frame, not in a destructor. At interpreter exit
+// 3.11 to 3.13 end a daemon thread that takes the GIL with pthread_exit, a
+// forced unwind: out of gil_scoped_release's noexcept destructor it aborted
+// the process (std::terminate: a daemon thread saving a profile when the
+// program exited). From here it unwinds the thread, as CPython means it to;
+// an exception of fn() is held until the GIL is back.
+template <typename Fn>
+auto without_gil(Fn&& fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  PyThreadState* ts = PyEval_SaveThread();
+  std::exception_ptr error;
+  std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
+  try {
+    if constexpr (std::is_void_v<R>) {
+      fn();
+    } else {
+      result.emplace(fn());
+    }
+  } catch (abi::__forced_unwind&) {
+    throw;  // the thread cancelled: it ends without the GIL
+  } catch (...) {
+    error = std::current_exception();
+  }
+  PyEval_RestoreThread(ts);
+  if (error) std::rethrow_exception(error);
+  if constexpr (!std::is_void_v<R>) return std::move(*result);
+}
 
 void bind_io(pybind11::module_& m);     // bind_io.cpp: summarize, register_summarizer support
 void bind_files(pybind11::module_& m);  // bind_files.cpp: export, save, load

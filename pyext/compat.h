@@ -23,6 +23,15 @@
 
 namespace mlprof::compat {
 
+// The runtime is finalizing (a thread that takes the GIL now is ended).
+inline bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 inline PyThreadState* tstate() {
 #if PY_VERSION_HEX >= 0x030D0000
   return PyThreadState_GetUnchecked();

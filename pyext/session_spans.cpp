@@ -203,13 +203,7 @@ std::atomic<int64_t> g_oldest_open_ns{0};  // start of the oldest open traced se
 int g_open_traced = 0;                     // open sessions counted (GIL held)
 std::atomic<int> g_state_made{0};          // the thread's state: 0 not yet, 1 made, -1 none
 
-bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
+using compat::finalizing;
 
 void checkpoint_loop(PyInterpreterState* interp) {
   // This thread's exception state, while there is memory (exception_state.h).
