@@ -1,12 +1,56 @@
 #include "py_util.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace mlprof::pyutil {
+namespace {
+
+// A pending call: raises `exc` (a reference it takes) where the interpreter
+// runs signal handlers, at the program's next instruction.
+int raise_again(void* exc) {
+  auto* e = static_cast<PyObject*>(exc);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e)), e);
+  Py_DECREF(e);
+  return -1;
+}
+
+// The pending exception is the program's, not a failure of the Python code
+// we ran: one that is not an Exception (SystemExit, KeyboardInterrupt, a
+// timeout's BaseException), which a signal handler raises wherever the main
+// thread is, in a summarizer too (sys.exit() on SIGTERM: the server that
+// ignored it was killed at the end of its grace period). Signal handlers run
+// on the main thread only: elsewhere it is the code's own.
+bool programs_own() {
+  return !PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_GeneratorExit) &&
+         getpid() == syscall(SYS_gettid);
+}
+
+// Takes the pending exception and raises it again at the program's next
+// instruction (a KeyboardInterrupt, if that cannot be queued, by SIGINT's
+// handler again).
+void hand_back() {
+  const bool interrupt = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value && tb) PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  if (value && Py_AddPendingCall(raise_again, value) == 0) return;
+  Py_XDECREF(value);
+  if (interrupt) PyErr_SetInterrupt();
+}
+
+}  // namespace
 
 void clear_error() {
   if (!PyErr_Occurred()) return;
-  const bool interrupt = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
-  PyErr_Clear();
-  if (interrupt) PyErr_SetInterrupt();
+  if (programs_own()) {
+    hand_back();
+  } else {
+    PyErr_Clear();
+  }
 }
 
 std::string str_of(PyObject* o) {
@@ -34,9 +78,10 @@ std::string bounded_text(std::string s, size_t max) {
 
 std::string take_error() {
   if (!PyErr_Occurred()) return "no exception";
-  if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
-    clear_error();
-    return "KeyboardInterrupt";
+  if (programs_own()) {  // not the code's failure: described by its type only
+    std::string out = reinterpret_cast<PyTypeObject*>(PyErr_Occurred())->tp_name;
+    hand_back();
+    return out;
   }
   PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
   PyErr_Fetch(&type, &value, &tb);

@@ -39,7 +39,9 @@ inline Ref borrow(PyObject* p) {
   return Ref(p);
 }
 
-// Clears a pending error. A KeyboardInterrupt is not lost: it is raised again
+// Clears a pending error. One that is the program's (not an Exception:
+// SystemExit, KeyboardInterrupt, raised by a signal handler on the main
+// thread while a summary's Python code ran) is not lost: it is raised again
 // at the next chance, in the user's code rather than inside the summary.
 void clear_error();
 
@@ -50,7 +52,8 @@ std::string str_of(PyObject* o);
 std::string bounded_text(std::string s, size_t max);
 
 // Describes and clears the pending exception: "ValueError: boom".
-// Summaries: a KeyboardInterrupt stays pending (clear_error), as they run inside the user's calls.
+// Summaries: the program's own exception is raised again (clear_error), as they run inside the
+// user's calls.
 std::string take_error();
 
 // str() of the pending exception, or "unknown error"; clears it.

@@ -832,3 +832,57 @@ def test_daemon_threads_saving_profiles_at_interpreter_exit(tmp_path):
     assert len(written) == 6  # each thread's two names, each written whole
     for path in written:
         assert len(mlflow_profiler.load(str(path)).spans) == 200  # the calls of f
+
+
+SIGNAL_IN_A_SUMMARY = """
+import os, signal, sys, time
+import mlflow_profiler
+class Big:
+    pass
+def slow_summary(obj):  # the signal comes while this runs, inside the hook
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.005:
+        pass
+def handle(x):
+    return 1
+how, depth = sys.argv[1], int(sys.argv[2])
+signum = signal.SIGTERM if how == "sigterm-exit" else signal.SIGINT
+if how == "sigterm-exit":
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))  # a server's graceful stop
+if depth != 99:
+    mlflow_profiler.register_summarizer(Big, slow_summary)
+    session = mlflow_profiler.profiling(depth=depth, capture_io=True)
+    session.__enter__()
+signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signum))
+signal.setitimer(signal.ITIMER_REAL, 0.1)
+b, t = Big(), time.perf_counter()
+try:
+    while time.perf_counter() - t < 3.0:
+        handle(b)
+        if depth == 99:
+            slow_summary(b)
+except KeyboardInterrupt:
+    print("interrupted")
+    sys.exit(4)
+print("finished: the signal's exception was lost")
+"""
+
+
+@pytest.mark.parametrize("how, rc", [("sigterm-exit", 3), ("sigint", 4)])
+@pytest.mark.parametrize("depth", [99, -1, 2])  # 99: no profiler, the same work
+def test_a_signal_handlers_exception_in_a_summary_reaches_the_program(how, rc, depth):
+    """A signal handler runs wherever the main thread is, inside the Python
+    code of a summary too. Its exception (sys.exit() on SIGTERM, the
+    KeyboardInterrupt of SIGINT) is the program's: the summary's failure
+    handling cleared SystemExit, and a server with capture_io ignored the
+    SIGTERM it got while a registered summarizer ran, to be killed at the
+    end of its grace period. It is raised again at the program's next
+    instruction."""
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGNAL_IN_A_SUMMARY, how, str(depth)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == rc, (proc.stdout, proc.stderr[-2000:])
+    assert "finished" not in proc.stdout
