@@ -82,7 +82,9 @@ def register_summarizer(cls: type, fn: Optional[Callable[[Any], IOSummary]]) -> 
     it. ``fn`` runs inside the profiler's hooks: keep it cheap, and do not
     keep ``obj``. If it raises or returns something other than an IOSummary,
     the failure is logged once (logger ``mlflow_profiler``) and the built-in
-    summary is used.
+    summary is used; on the main thread, SystemExit and KeyboardInterrupt
+    (a signal handler's, which may run inside ``fn``) are raised again at the
+    program's next instruction instead.
 
         >>> class MyEmbedding:
         ...     def __init__(self, n, dim):
