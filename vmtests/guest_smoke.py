@@ -327,6 +327,8 @@ def main() -> int:
             result["failed"] = check(
                 Document(out), pid, intervals, result["sleep_calls"], result["sleeps"]
             )
+            if result["failed"]:  # which side to look at: the oracle's own skipped runs
+                result["failed"].append(f"bpftrace's programs skipped {oracle.missed} runs")
     except Exception as e:  # one line, whatever went wrong
         result["failed"].append(f"{type(e).__name__}: {e}")
         if agent and agent.poll() is None:

@@ -51,14 +51,18 @@ def overlap(a0: int, a1: int, b0: int, b1: int) -> int:
 
 
 def bpf_misses(pid: int) -> int:
-    """Runs the kernel skipped of the BPF programs process `pid` holds open
-    (their fdinfo's recursion_misses). A classic tracepoint or kprobe program
+    """How many runs of the BPF programs process `pid` holds open the kernel
+    skipped (their fdinfo's recursion_misses; -1 once it exited). A classic tracepoint or kprobe program
     is skipped, and counted so, when it fires inside another such program on
     that CPU: a wakeup in an interrupt that came during a uprobe's program.
     An oracle that missed events cannot judge a sum."""
     total = 0
     fds = f"/proc/{pid}/fdinfo"
-    for fd in os.listdir(fds):
+    try:
+        names = os.listdir(fds)
+    except OSError:  # it exited: its count went with it
+        return -1
+    for fd in names:
         try:
             with open(os.path.join(fds, fd)) as f:
                 info = dict(line.split(":", 1) for line in f if ":" in line)
@@ -100,6 +104,7 @@ class Bpftrace:
         within 60 s of SIGINT, and is then killed with its lines kept. `kill`:
         the caller has seen the lines it needs, and bpftrace is killed at once
         (in a TCG guest it never exited within 60 s of SIGINT)."""
+        self.missed = bpf_misses(self.proc.pid) if self.proc.poll() is None else -1
         if kill:
             self.proc.kill()
         if maps:
@@ -113,7 +118,8 @@ class Bpftrace:
         elif not kill:
             time.sleep(0.3)
         printed = list(self.lines)
-        self.missed = bpf_misses(self.proc.pid) if self.proc.poll() is None else -1
+        if not kill:  # its maps printed meanwhile: the count as of now
+            self.missed = bpf_misses(self.proc.pid) if self.proc.poll() is None else -1
         self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(60)
