@@ -50,14 +50,17 @@ def overlap(a0: int, a1: int, b0: int, b1: int) -> int:
     return max(0, min(a1, b1) - max(a0, b0))
 
 
-def bpf_misses(pid: int) -> int:
-    """How many runs of the BPF programs process `pid` holds open the kernel
-    skipped (their fdinfo's recursion_misses; -1 once it exited). A classic tracepoint or kprobe program
-    is skipped, and counted so, when it fires inside another such program on
-    that CPU: a wakeup in an interrupt that came during a uprobe's program.
-    An oracle that missed events cannot judge a sum."""
+def bpf_misses(proc: subprocess.Popen) -> int:
+    """How many runs of the BPF programs that process `proc` holds open the
+    kernel skipped (their fdinfo's recursion_misses); -1 once it exited. A
+    classic tracepoint or kprobe program is skipped, and counted so, when it
+    fires inside another such program on that CPU: a wakeup in an interrupt
+    that came during a uprobe's program. An oracle that missed events cannot
+    judge a sum."""
+    if proc.poll() is not None:
+        return -1
     total = 0
-    fds = f"/proc/{pid}/fdinfo"
+    fds = f"/proc/{proc.pid}/fdinfo"
     try:
         names = os.listdir(fds)
     except OSError:  # it exited: its count went with it
@@ -104,8 +107,8 @@ class Bpftrace:
         within 60 s of SIGINT, and is then killed with its lines kept. `kill`:
         the caller has seen the lines it needs, and bpftrace is killed at once
         (in a TCG guest it never exited within 60 s of SIGINT)."""
-        self.missed = bpf_misses(self.proc.pid) if self.proc.poll() is None else -1
         if kill:
+            self.missed = bpf_misses(self.proc)
             self.proc.kill()
         if maps:
             self.proc.send_signal(signal.SIGUSR1)
@@ -119,7 +122,7 @@ class Bpftrace:
             time.sleep(0.3)
         printed = list(self.lines)
         if not kill:  # its maps printed meanwhile: the count as of now
-            self.missed = bpf_misses(self.proc.pid) if self.proc.poll() is None else -1
+            self.missed = bpf_misses(self.proc)
         self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(60)

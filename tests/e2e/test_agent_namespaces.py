@@ -152,7 +152,7 @@ class Oracle:
 
     def missed(self) -> int:
         """Events the oracle's programs were skipped for so far (bpf_misses)."""
-        return bpf_misses(self.proc.pid) if self.proc.poll() is None else -1
+        return bpf_misses(self.proc)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
