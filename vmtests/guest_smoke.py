@@ -11,9 +11,12 @@ with three steps: _sleep (a 50 ms sleep), _spin (a CPU-bound loop) and
 _threads (two threads that sleep 10 ms, joined, and waited for until the
 kernel has them gone).
 
-The _sleep spans' off-CPU time is checked against bpftrace, which shares no
-code with the agent: it prints each off-CPU interval of the target's main
-thread (sched_switch out and back in) on the clock the agent's spans use.
+The _sleep and _spin spans' off-CPU time is checked against bpftrace, which
+shares no code with the agent: it prints each off-CPU interval of the
+target's main thread (sched_switch out and back in) on the clock the agent's
+spans use, and where it missed a switch (its programs are skipped at times,
+uncounted before kernel 6.x), the stretch it cannot vouch for: spans that
+overlap one are left out (one in a run at most).
 Their blocked time is checked against the target's own clock: the wakeup
 comes at least 50 ms after the call. Not schedstat: in a TCG guest its
 clock (sched_clock, an unstable TSC) and CLOCK_MONOTONIC (HPET) disagree,
@@ -50,16 +53,27 @@ ORACLE_SLACK_NS = MS // 2
 # Every off-CPU interval of the target's threads, named COMM before its
 # first session (so that bpftrace, slow to start under emulation, starts
 # with the target; its threads inherit the name): "off TID OUT_NS IN_NS",
-# the switch out and the switch back in, both at sched_switch. The include:
-# bpftrace reads the tracepoint's arguments through a C struct that needs
-# pid_t, and on 5.10 without the kernel's headers finds no definition of it.
+# the switch out and the switch back in, both at sched_switch. A switch it
+# did not see shows as a switch out of a thread it has off the CPU (a
+# missed switch in), or a switch in of one it has on (a missed switch out):
+# "miss TID FROM_NS TO_NS", the stretch its intervals may be wrong in (seen
+# in the 5.10 guest: an interval lost whole, 4.1 ms of a span's 17 by the
+# thread's own CPU clock; and one cut short, 2.2 ms of a sleep's 50). The
+# include: bpftrace reads the tracepoint's arguments through a C struct
+# that needs pid_t, and on 5.10 without the kernel's headers finds none.
 COMM = "smoke-target"
 ORACLE = f"""
 #include <sys/types.h>
-tracepoint:sched:sched_switch /comm == "{COMM}"/ {{ @out[tid] = nsecs; }}
-tracepoint:sched:sched_switch /@out[args->next_pid]/ {{
-  printf("off %d %llu %llu\\n", args->next_pid, @out[args->next_pid], nsecs);
-  delete(@out[args->next_pid]); }}
+tracepoint:sched:sched_switch /comm == "{COMM}"/ {{
+  if (@out[tid]) {{ printf("miss %d %llu %llu\\n", tid, @out[tid], nsecs); }}
+  @out[tid] = nsecs; @on[tid] = 0; }}
+tracepoint:sched:sched_switch /@out[args->next_pid] || @on[args->next_pid]/ {{
+  if (@out[args->next_pid]) {{
+    printf("off %d %llu %llu\\n", args->next_pid, @out[args->next_pid], nsecs);
+  }} else {{
+    printf("miss %d %llu %llu\\n", args->next_pid, @on[args->next_pid], nsecs);
+  }}
+  @out[args->next_pid] = 0; @on[args->next_pid] = nsecs; }}
 """
 
 
@@ -152,31 +166,61 @@ def read_line(proc, want: str, timeout: float) -> str:
     raise RuntimeError(f"no '{want}' from {proc.args[1:3]} in {timeout:.0f} s")
 
 
-def oracle_intervals(oracle, pid: int, mark: int) -> list:
-    """The main thread's off-CPU intervals [(out_ns, in_ns)], once the one
-    that starts after `mark` is in (60 s at most); bpftrace is then stopped."""
+def oracle_intervals(oracle, pid: int, mark: int) -> tuple:
+    """The main thread's off-CPU intervals [(out_ns, in_ns)] and the
+    stretches the oracle missed a switch in [(from_ns, to_ns)], once the
+    interval that starts after `mark` is in (60 s at most); bpftrace is then
+    stopped."""
     deadline = time.monotonic() + 60
     while True:
-        printed = [l.split() for l in list(oracle.lines) if l.startswith("off ")]
-        got = [(int(out), int(back)) for _, tid, out, back in printed if int(tid) == pid]
+        printed = [l.split() for l in list(oracle.lines) if l.startswith(("off ", "miss "))]
+        mine = [(kind, int(a), int(b)) for kind, tid, a, b in printed if int(tid) == pid]
+        got = [(a, b) for kind, a, b in mine if kind == "off"]
         if any(out >= mark for out, _ in got) or time.monotonic() > deadline:
             oracle.stop(kill=True)
-            return got
+            return got, [(a, b) for kind, a, b in mine if kind == "miss"]
         time.sleep(0.2)
 
 
-def check(doc, pid: int, oracle: list, calls: list, sleeps: list) -> list:
+def intervals_near(doc, pid: int, oracle: list, span, origin: int) -> str:
+    """The main thread's off-CPU intervals around `span` by the agent
+    (kernel.off_cpu: start/wake/end, b when blocked) and by bpftrace
+    (out/in), in us from `origin`: what a failed check is read with."""
+
+    def us(ns: int) -> str:
+        return f"{(ns - origin) / 1000:.0f}"
+
+    lo, hi = span.start_ns - 10 * MS, span.end_ns + 10 * MS
+    agent = [
+        f"{us(r['start_ns'])}/{us(r['wake_ns'])}/{us(r['end_ns'])}{'b' if r['blocked'] else ''}"
+        for r in doc.off_cpu
+        if r["tid"] == pid and r["end_ns"] > lo and r["start_ns"] < hi
+    ]
+    theirs = [f"{us(a)}/{us(b)}" for a, b in oracle if b > lo and a < hi]
+    return f"us from {origin}: agent {agent}, bpftrace {theirs}"
+
+
+def check(doc, pid: int, oracle: tuple, calls: list, sleeps: list) -> list:
     """The failed checks ([] when all passed), as one string each. `oracle`:
-    the main thread's off-CPU intervals by bpftrace, [(out_ns, in_ns)];
-    `calls`: each _sleep's call of time.sleep and its return. Appends to `sleeps`, per
+    the main thread's off-CPU intervals by bpftrace, [(out_ns, in_ns)], and
+    the stretches it missed a switch in, [(from_ns, to_ns)]; `calls`: each
+    _sleep's call of time.sleep and its return. Appends to `sleeps`, per
     _sleep span, the agent's figures and the oracle's."""
     from conftest import overlap  # on the path main() gave
 
+    intervals, misses = oracle
     failed = []
+    left_out = []
 
     def expect(ok: bool, what: str):
         if not ok:
             failed.append(what)
+
+    def vouched(s) -> bool:  # the oracle saw every switch in the span
+        if any(a <= s.end_ns and b >= s.start_ns for a, b in misses):
+            left_out.append(s.name)
+            return False
+        return True
 
     roots = doc.roots_of(pid)
     expect(len(roots) == CALLS, f"{len(roots)} sessions, not {CALLS}")
@@ -188,12 +232,9 @@ def check(doc, pid: int, oracle: list, calls: list, sleeps: list) -> list:
     # switch out (the oracle's longest interval, the sleep's) to the wakeup,
     # which is at least SLEEP_NS after the call; what follows until the
     # switch back in is the run queue's (37 ms of it seen in a busy guest).
-    # A call whose switch back in the oracle has after time.sleep returned
-    # missed one (bpftrace's tracepoint programs miss some events): left out.
     spans = sorted((s for s in doc.spans if s.name.endswith("_sleep")), key=lambda s: s.start_ns)
-    missed = 0
     for s, (call, back) in zip(spans, calls):
-        mine = [(a, b) for a, b in oracle if overlap(a, b, s.start_ns, s.end_ns)]
+        mine = [(a, b) for a, b in intervals if overlap(a, b, s.start_ns, s.end_ns)]
         expected = sum(overlap(a, b, s.start_ns, s.end_ns) for a, b in mine)
         out, back_in = max(mine, key=lambda ab: ab[1] - ab[0], default=(s.end_ns, s.end_ns))
         blocked, off = s.values.get("blocked", 0), s.values.get("off_cpu", 0)
@@ -207,8 +248,7 @@ def check(doc, pid: int, oracle: list, calls: list, sleeps: list) -> list:
                 "switch_in_to_return": back - back_in,
             }
         )
-        if back_in > back:
-            missed += 1
+        if not vouched(s):
             continue
         expect(
             back_in >= call + SLEEP_NS
@@ -216,17 +256,23 @@ def check(doc, pid: int, oracle: list, calls: list, sleeps: list) -> list:
             and call + SLEEP_NS - out - ORACLE_SLACK_NS <= blocked <= off <= s.wall_ns,
             f"_sleep blocked {blocked} off {off} wall {s.wall_ns}; bpftrace: off {expected}"
             f" in {len(mine)} intervals, the sleep's from {out - call} ns after its call"
-            f" to {back_in - call} ns after it",
+            f" to {back_in - call} ns after it; {intervals_near(doc, pid, intervals, s, call)}",
         )
-    expect(missed <= 1, f"bpftrace missed the switch back in of {missed} sleeps")
     for s in (s for s in doc.spans if s.name.endswith("_spin")):
-        # On the CPU for most of its wall time. Not all: under emulation a
-        # page of it read over 9p can block it for a few ms (6 of 57 seen).
-        cpu, blocked = s.values.get("cpu", 0), s.values.get("blocked", 0)
-        expect(
-            cpu >= 0.6 * s.wall_ns and blocked < 0.25 * s.wall_ns,
-            f"_spin {s.values} wall {s.wall_ns}",
-        )
+        # Its time off the CPU, the run queue's mostly: the smoke's processes
+        # and the guest's took turns with it on its CPU (77 ms of a 129 ms
+        # spin once), and a page read over 9p can block it for a few ms.
+        mine = [(a, b) for a, b in intervals if overlap(a, b, s.start_ns, s.end_ns)]
+        expected = sum(overlap(a, b, s.start_ns, s.end_ns) for a, b in mine)
+        off = s.values.get("own_off_cpu", 0)
+        if vouched(s):
+            expect(
+                abs(off - expected) <= max(1, len(mine)) * ORACLE_SLACK_NS
+                and s.values.get("cpu", 0) + off == s.wall_ns,
+                f"_spin {s.values} wall {s.wall_ns}; bpftrace: off {expected} in {len(mine)}"
+                f" intervals; {intervals_near(doc, pid, intervals, s, s.start_ns)}",
+            )
+    expect(len(left_out) <= 1, f"bpftrace missed switches in {left_out}: {misses}")
     started = [t for t in doc.threads if t["pid"] == pid and t.get("start_ns")]
     workers = [t for t in started if t.get("end_ns")]
     expect(
@@ -304,7 +350,7 @@ def main() -> int:
         tgt.stdin.write("go\n")
         tgt.stdin.flush()
         _, mark, calls = read_line(tgt, "done", 300).split(" ", 2)
-        intervals = oracle_intervals(oracle, pid, int(mark))
+        intervals, misses = oracle_intervals(oracle, pid, int(mark))
         stopped = True
         agent.send_signal(signal.SIGINT)
         # Through the same buffered readers as above (communicate() would skip what they hold).
@@ -319,13 +365,10 @@ def main() -> int:
                 f"mlprof-ebpf exited {agent.returncode}: {stderr.strip()[-400:]}"
             )
         else:
-            result["sleeps"], result["sleep_calls"], result["oracle"] = (
-                [],
-                json.loads(calls),
-                intervals,
-            )
+            result["sleeps"], result["sleep_calls"] = [], json.loads(calls)
+            result["oracle"], result["oracle_misses"] = intervals, misses
             result["failed"] = check(
-                Document(out), pid, intervals, result["sleep_calls"], result["sleeps"]
+                Document(out), pid, (intervals, misses), result["sleep_calls"], result["sleeps"]
             )
             if result["failed"]:  # which side to look at: the oracle's own skipped runs
                 result["failed"].append(f"bpftrace's programs skipped {oracle.missed} runs")

@@ -34,7 +34,7 @@ def main() -> int:
     lockdown = read(work, "lockdown", "-")  # "[none] integrity confidentiality"
     if "[" in lockdown:
         lockdown = lockdown[lockdown.find("[") + 1: lockdown.find("]")]
-    state = "ok" if d.get("ok") else "FAILED: " + "; ".join(d.get("failed", []))[:300]
+    state = "ok" if d.get("ok") else "FAILED: " + "; ".join(d.get("failed", []))[:1500]
     print(f"{state} | btf {read(work, 'btf', '?')}, lockdown {lockdown} | programs: {programs} | "
           f"smoke {d.get('seconds')} s")
     return 0
