@@ -17,7 +17,7 @@ target's main thread (sched_switch out and back in) on the clock the agent's
 spans use, and where it missed a switch (its programs are skipped at times,
 uncounted before kernel 6.x), the stretch it cannot vouch for: spans that
 overlap one are left out (one in a run at most).
-Their blocked time is checked against the target's own clock: the wakeup
+The _sleep spans' blocked time is checked against the target's own clock: the wakeup
 comes at least 50 ms after the call. Not schedstat: in a TCG guest its
 clock (sched_clock, an unstable TSC) and CLOCK_MONOTONIC (HPET) disagree,
 by 45 ms a second in a busy loop (5.10 guest, measured).
@@ -216,6 +216,10 @@ def check(doc, pid: int, oracle: tuple, calls: list, sleeps: list) -> list:
         if not ok:
             failed.append(what)
 
+    def oracle_off(s) -> tuple:  # the oracle's intervals in the span, and their time in it
+        mine = [(a, b) for a, b in intervals if overlap(a, b, s.start_ns, s.end_ns)]
+        return mine, sum(overlap(a, b, s.start_ns, s.end_ns) for a, b in mine)
+
     def vouched(s) -> bool:  # the oracle saw every switch in the span
         if any(a <= s.end_ns and b >= s.start_ns for a, b in misses):
             left_out.append(s.name)
@@ -234,8 +238,7 @@ def check(doc, pid: int, oracle: tuple, calls: list, sleeps: list) -> list:
     # switch back in is the run queue's (37 ms of it seen in a busy guest).
     spans = sorted((s for s in doc.spans if s.name.endswith("_sleep")), key=lambda s: s.start_ns)
     for s, (call, back) in zip(spans, calls):
-        mine = [(a, b) for a, b in intervals if overlap(a, b, s.start_ns, s.end_ns)]
-        expected = sum(overlap(a, b, s.start_ns, s.end_ns) for a, b in mine)
+        mine, expected = oracle_off(s)
         out, back_in = max(mine, key=lambda ab: ab[1] - ab[0], default=(s.end_ns, s.end_ns))
         blocked, off = s.values.get("blocked", 0), s.values.get("off_cpu", 0)
         sleeps.append(
@@ -262,8 +265,7 @@ def check(doc, pid: int, oracle: tuple, calls: list, sleeps: list) -> list:
         # Its time off the CPU, the run queue's mostly: the smoke's processes
         # and the guest's took turns with it on its CPU (77 ms of a 129 ms
         # spin once), and a page read over 9p can block it for a few ms.
-        mine = [(a, b) for a, b in intervals if overlap(a, b, s.start_ns, s.end_ns)]
-        expected = sum(overlap(a, b, s.start_ns, s.end_ns) for a, b in mine)
+        mine, expected = oracle_off(s)
         off = s.values.get("own_off_cpu", 0)
         if vouched(s):
             expect(
