@@ -207,7 +207,11 @@ static __always_inline void missed_switch_in(struct thread_state* st, __u32 tid,
 
     if (in > st->off_start && in <= bpf_ktime_get_ns()) {
       if (runq > in - st->off_start) runq = in - st->off_start;
-      if (st->blocked && !st->wake_ns) st->wake_ns = in - runq;
+      /* A wakeup stamped after the switch-in came while the thread ran
+       * (the kernel wakes a running thread that was about to sleep, as a
+       * GIL handover does) and replaced this sleep's: its enqueue is then
+       * the kernel's, in - runq. Kept, it gave a wake after the end. */
+      if (st->blocked && (!st->wake_ns || st->wake_ns > in)) st->wake_ns = in - runq;
       send_off_cpu(st, tid, in);
       return;
     }
